@@ -1,0 +1,37 @@
+"""muster: run a plain PyTorch training function on N workers.
+
+The public API follows Ray's name for name (``ray`` -> ``muster``).  Training
+lives in :mod:`muster.train`; this module holds the engine controls.
+"""
+
+from __future__ import annotations
+
+from muster.core.api import init, is_initialized, shutdown
+from muster.exceptions import MusterError
+
+__version__ = "0.1.0"
+
+
+def cluster_resources() -> dict[str, float]:
+    """Everything the engine has, free or not (starts the engine if needed)."""
+    from muster.core.api import get_runtime
+
+    return get_runtime().resources()
+
+
+def available_resources() -> dict[str, float]:
+    """What the engine has free now (starts the engine if needed)."""
+    from muster.core.api import get_runtime
+
+    return get_runtime().available()
+
+
+__all__ = [
+    "MusterError",
+    "__version__",
+    "available_resources",
+    "cluster_resources",
+    "init",
+    "is_initialized",
+    "shutdown",
+]

@@ -1,0 +1,1 @@
+"""muster's runtime layer: the seam (``runtime``) and its engines (``local``)."""

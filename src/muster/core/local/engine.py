@@ -1,0 +1,519 @@
+"""The local engine: worker processes forked from a warm zygote, on one machine.
+
+Threads in the driver (all daemons):
+
+* ``accept``   takes each new worker's connection and starts its reader;
+* ``zygote``   reads fork confirmations and exit statuses from the zygote;
+* ``reader-N`` one per worker: results, events, then EOF (= death);
+* ``logs``     relays worker stdout/stderr, prefixed with label and pid.
+
+Because a worker's results, events and death all arrive on one ordered
+stream, a report the worker sent is always handled before its death.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+from multiprocessing.connection import Connection, Listener
+from typing import Any, Callable
+
+from muster.core import resources as res
+from muster.core import settings
+from muster.core.local import wire
+from muster.core.local.logs import LogRelay
+from muster.core.local.slots import Allocation, SlotTable
+from muster.core.runtime import ActorHandle, DeathHandler, EventHandler, Runtime
+from muster.exceptions import (
+    ActorDiedError,
+    MusterError,
+    ResourcesUnavailableError,
+    RuntimeNotStartedError,
+    TaskError,
+    WorkerCrashedError,
+)
+
+_STARTUP_TIMEOUT_S = 60.0
+
+
+class LocalActor(ActorHandle):
+    """Driver-side handle to one worker process."""
+
+    def __init__(self, runtime: "LocalRuntime", worker_id: int, label: str, allocation: Allocation):
+        self._runtime, self.worker_id, self.label, self.allocation = runtime, worker_id, label, allocation
+        self.pid: int | None = None
+        self.node_id = runtime.node_id
+        self.exitcode: int | None = None
+        self._conn: Connection | None = None
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count()
+        self._pending: dict[int, Future] = {}
+        self._alive = True
+        self._expected_exit = False
+        self._on_event: EventHandler | None = None
+        self._on_death: DeathHandler | None = None
+        self.connected = threading.Event()
+        self.exited = threading.Event()
+        self._death_lock = threading.Lock()
+
+    # -- ActorHandle -------------------------------------------------------
+    @property
+    def gpu_ids(self) -> list[int]:
+        return list(self.allocation.gpu_ids)
+
+    def is_alive(self) -> bool:
+        return self._alive
+
+    def set_handlers(self, on_event: EventHandler | None, on_death: DeathHandler | None) -> None:
+        self._on_event, self._on_death = on_event, on_death
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Future:
+        fut: Future = Future()
+        with self._send_lock:
+            if not self._alive or self._conn is None:
+                fut.set_exception(self._death_error())
+                return fut
+            call_id = next(self._ids)
+            self._pending[call_id] = fut
+            try:
+                wire.send(self._conn, ("call", call_id, method, args, kwargs))
+            except (OSError, EOFError):
+                self._pending.pop(call_id, None)
+                fut.set_exception(self._death_error())
+            except Exception as exc:  # arguments that do not pickle
+                self._pending.pop(call_id, None)
+                fut.set_exception(
+                    MusterError(f"Could not send the arguments of {method}() to {self.label}: {exc}")
+                )
+        return fut
+
+    def __repr__(self) -> str:
+        return f"LocalActor({self.label!r}, pid={self.pid}, alive={self._alive})"
+
+    # -- engine internals --------------------------------------------------
+    def _send(self, msg: tuple) -> None:
+        with self._send_lock:
+            if self._conn is not None:
+                wire.send(self._conn, msg)
+
+    def _death_error(self) -> ActorDiedError:
+        return ActorDiedError(self.label, self.pid, self.exitcode, self.node_id)
+
+    def _read_forever(self) -> None:
+        assert self._conn is not None
+        while True:
+            try:
+                msg = wire.recv(self._conn)
+            except (EOFError, OSError):
+                break
+            except Exception as exc:  # a value that will not unpickle here
+                print(f"muster: could not read a message from {self.label}: {exc}", file=sys.stderr)
+                continue
+            kind = msg[0]
+            if kind == "result":
+                fut = self._pending.pop(msg[1], None)
+                if fut is not None:
+                    (fut.set_result if msg[2] else fut.set_exception)(msg[3])
+            elif kind == "event":
+                self._handle_event(msg[1], msg[2], msg[3])
+        self._died()
+
+    def _handle_event(self, event_id: int, wants_reply: bool, payload: Any) -> None:
+        ok, value = True, None
+        try:
+            value = self._on_event(self, payload) if self._on_event else None
+        except BaseException as exc:  # noqa: BLE001 - the worker gets the error
+            ok, value = False, exc
+        if wants_reply:
+            try:
+                self._send(("reply", event_id, ok, value))
+            except Exception:
+                pass
+
+    def _died(self) -> None:
+        with self._death_lock:
+            if not self._alive:
+                return
+            self._alive = False
+        self.exited.wait(0.5)  # the zygote's exit status usually lands within ms
+        err = self._death_error()
+        with self._send_lock:
+            pending, self._pending = self._pending, {}
+            if self._conn is not None:
+                self._conn.close()
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._runtime._release(self)
+        if not self._expected_exit and self._on_death is not None:
+            self._on_death(self, err)
+
+
+class LocalRuntime(Runtime):
+    """Embedded engine for one machine. Starts in well under a second after torch is imported."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        num_cpus: float | None = None,
+        num_gpus: float | None = None,
+        resources: dict[str, float] | None = None,
+    ):
+        self.node_id = socket.gethostname()
+        self.slots = SlotTable(_detect_total(num_cpus, num_gpus, resources))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        names = [d.strip() for d in visible.split(",") if d.strip()] if visible else []
+        n_gpus = int(self.slots.total().get("GPU", 0))
+        self._gpu_names = (names + [str(i) for i in range(len(names), n_gpus)])[:n_gpus]
+        self._ids = itertools.count()
+        self._actors: dict[int, LocalActor] = {}
+        self._seen: dict[int, LocalActor] = {}  # every actor ever started, for log labels
+        self._by_pid: dict[int, LocalActor] = {}
+        self._lock = threading.RLock()
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._start_lock = threading.Lock()
+        self._closed = False
+        self._zygote: subprocess.Popen | None = None
+        self._zygote_conn: Connection | None = None
+        self._zygote_lock = threading.Lock()
+        self._tmp = tempfile.mkdtemp(prefix="muster-")
+        self._authkey = secrets.token_bytes(16)
+        self._listener: Listener | None = None
+        self._logs: LogRelay | None = None
+        self._task_pool: dict[frozenset, list[LocalActor]] = {}
+        atexit.register(self.shutdown)
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self, wait: bool = False) -> None:
+        """Start the zygote (importing torch) in the background; optionally wait for it."""
+        with self._start_lock:
+            if self._closed:
+                raise RuntimeNotStartedError("This muster runtime was shut down; call muster.init() again.")
+            if self._listener is None:
+                self._listener = Listener(os.path.join(self._tmp, "ctl.sock"), "AF_UNIX", authkey=self._authkey)
+                self._logs = LogRelay(os.path.join(self._tmp, "log.sock"), self._label_for)
+                threading.Thread(target=self._accept_forever, name="muster-accept", daemon=True).start()
+                self._spawn_zygote()
+        if wait:
+            self._wait_started()
+
+    def _spawn_zygote(self) -> None:
+        config = {
+            "address": self._listener.address,  # type: ignore[union-attr]
+            "authkey": self._authkey.hex(),
+            "sys_path": [p for p in sys.path if p],
+            "preload": settings.preload_modules(),
+        }
+        env = dict(os.environ, MUSTER_ZYGOTE=json.dumps(config))
+        self._zygote = subprocess.Popen(
+            [sys.executable, "-m", "muster.core.local.zygote"],
+            env=env,
+            cwd=os.getcwd(),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in the terminal reaches the driver only
+        )
+
+    def _wait_started(self) -> None:
+        deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+        while not self._started.wait(0.1):
+            if self._zygote is not None and self._zygote.poll() is not None:
+                raise MusterError(
+                    f"muster's worker launcher (zygote) exited with code {self._zygote.returncode} before "
+                    "it was ready; its stderr is above. Check that `python -m muster.core.local.zygote` "
+                    "can import muster and torch in this environment."
+                )
+            if time.monotonic() > deadline:
+                raise MusterError(f"muster's worker launcher did not start within {_STARTUP_TIMEOUT_S:.0f} s.")
+        if self._start_error:
+            raise self._start_error
+
+    def _accept_forever(self) -> None:
+        assert self._listener is not None
+        while not self._closed:
+            try:
+                conn = self._listener.accept()
+                hello = wire.recv(conn)
+            except Exception:
+                if self._closed:
+                    return
+                continue
+            if hello[0] == "ready":
+                self._zygote_conn = conn
+                threading.Thread(target=self._read_zygote, name="muster-zygote", daemon=True).start()
+                self._started.set()
+            elif hello[0] == "hello":
+                actor = self._actors.get(hello[1])
+                if actor is None:
+                    conn.close()
+                    continue
+                actor.pid = hello[2]
+                actor._conn = conn
+                threading.Thread(target=actor._read_forever, name=f"muster-reader-{actor.worker_id}", daemon=True).start()
+                actor.connected.set()
+
+    def _read_zygote(self) -> None:
+        assert self._zygote_conn is not None
+        while True:
+            try:
+                msg = wire.recv(self._zygote_conn)
+            except (EOFError, OSError):
+                break
+            if msg[0] == "forked":
+                actor = self._actors.get(msg[1])
+                if actor is not None:
+                    actor.pid = msg[2]
+                    with self._lock:
+                        self._by_pid[msg[2]] = actor
+            elif msg[0] == "exited":
+                with self._lock:
+                    actor = self._by_pid.pop(msg[1], None)
+                if actor is not None:
+                    actor.exitcode = msg[2]
+                    actor.exited.set()
+        if not self._closed:
+            print("muster: the worker launcher (zygote) exited; workers are gone.", file=sys.stderr)
+            for actor in list(self._actors.values()):
+                actor.exited.set()
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for actor in list(self._actors.values()):
+            self._terminate(actor, grace_s=0.0)
+        if self._zygote_conn is not None:
+            try:
+                with self._zygote_lock:
+                    wire.send(self._zygote_conn, ("quit",))
+            except OSError:
+                pass
+        if self._zygote is not None:
+            try:
+                self._zygote.wait(3)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._zygote.pid, signal.SIGKILL)
+                self._zygote.wait()
+        if self._listener is not None:
+            self._listener.close()
+        if self._logs is not None:
+            self._logs.close()
+        atexit.unregister(self.shutdown)
+
+    # -- Runtime -----------------------------------------------------------
+    def resources(self) -> dict[str, float]:
+        return self.slots.total()
+
+    def available(self) -> dict[str, float]:
+        return self.slots.free()
+
+    def create_actor(
+        self, cls: type, args: tuple, kwargs: dict, resources: dict[str, float], label: str = ""
+    ) -> ActorHandle:
+        (actor,) = self._launch(1, cls, args, kwargs, resources, None, None, None, [label] if label else None)
+        return actor
+
+    def create_gang(
+        self,
+        n: int,
+        cls: type,
+        resources_per_member: dict[str, float],
+        strategy: str = "PACK",
+        env: dict[str, str] | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[ActorHandle]:
+        # One machine: PACK, SPREAD and STRICT_PACK all place every member here.
+        return list(self._launch(n, cls, (), {}, resources_per_member, env, on_wait, timeout_s, None))
+
+    def _launch(
+        self,
+        n: int,
+        cls: type | None,
+        args: tuple,
+        kwargs: dict,
+        request: dict[str, float],
+        env: dict[str, str] | None,
+        on_wait: Callable[[str], None] | None,
+        timeout_s: float | None,
+        labels: list[str] | None,
+    ) -> list[LocalActor]:
+        request = res.normalize(request, what="resources_per_worker")
+        self.slots.check_feasible(request, n)
+        self.start()
+        allocations = self.slots.acquire(request, n, on_wait=on_wait, timeout_s=timeout_s)
+        actors = []
+        try:
+            for i, alloc in enumerate(allocations):
+                wid = next(self._ids)
+                actor = LocalActor(self, wid, labels[i] if labels else f"worker {wid}", alloc)
+                with self._lock:
+                    self._actors[wid] = actor
+                    self._seen[wid] = actor
+                actors.append(actor)
+            self._wait_started()
+            for actor in actors:
+                self._fork(actor, env)
+            deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+            for actor in actors:
+                if not actor.connected.wait(max(0.0, deadline - time.monotonic())):
+                    raise MusterError(
+                        f"{actor.label} (pid {actor.pid}) did not connect back within "
+                        f"{_STARTUP_TIMEOUT_S:.0f} s; its output is above."
+                    )
+            if cls is not None:
+                inits = [a.call("__init__", cls, *args, **kwargs) for a in actors]
+                for fut in inits:
+                    fut.result()
+        except BaseException:
+            for actor in actors:
+                self._terminate(actor, 0.0)
+            raise
+        return actors
+
+    def _fork(self, actor: LocalActor, extra_env: dict[str, str] | None) -> None:
+        env = dict(os.environ)
+        env.update(extra_env or {})
+        if "GPU" in self.slots.total():
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self._gpu_names[g] for g in actor.allocation.gpu_ids)
+        cpus = actor.allocation.resources.get("CPU", 1.0)
+        env.setdefault("OMP_NUM_THREADS", str(max(1, int(cpus))))
+        spec = {
+            "worker_id": actor.worker_id,
+            "label": actor.label,
+            "node_id": self.node_id,
+            "env": env,
+            "cwd": os.getcwd(),
+            "sys_path": list(sys.path),
+            "address": self._listener.address,  # type: ignore[union-attr]
+            "authkey": self._authkey,
+            "log_address": self._logs.address,  # type: ignore[union-attr]
+        }
+        with self._zygote_lock:
+            if self._zygote_conn is None:
+                raise RuntimeNotStartedError("muster's worker launcher is not running; call muster.init() again.")
+            wire.send(self._zygote_conn, ("fork", actor.worker_id, spec))
+
+    def kill(self, handle: ActorHandle, grace_s: float = 0.0) -> None:
+        assert isinstance(handle, LocalActor)
+        self._terminate(handle, grace_s)
+
+    def _terminate(self, actor: LocalActor, grace_s: float) -> None:
+        actor._expected_exit = True
+        if not actor.is_alive():
+            return
+        if grace_s > 0:
+            try:
+                actor._send(("exit",))
+            except (OSError, EOFError):
+                pass
+            if actor.exited.wait(grace_s):
+                return
+        if actor.pid is not None:
+            try:
+                os.kill(actor.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        elif actor._conn is None:  # never started: nothing will report its death
+            actor._alive = False
+            self._release(actor)
+
+    def exit_status(self, handle: ActorHandle, timeout_s: float = 0.5) -> int | None:
+        assert isinstance(handle, LocalActor)
+        handle.exited.wait(timeout_s)
+        return handle.exitcode
+
+    def _release(self, actor: LocalActor) -> None:
+        with self._lock:
+            if self._actors.pop(actor.worker_id, None) is None:
+                return
+            for pool in self._task_pool.values():
+                if actor in pool:
+                    pool.remove(actor)
+        self.slots.release(actor.allocation)
+
+    def _label_for(self, worker_id: int) -> tuple[str, int | None]:
+        actor = self._seen.get(worker_id)
+        return (actor.label, actor.pid) if actor else (f"worker {worker_id}", None)
+
+    # -- tasks -------------------------------------------------------------
+    def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict, resources: dict[str, float]) -> Future:
+        """Run ``fn`` in a pooled worker of the same resource shape (reused across tasks)."""
+        request = res.normalize(resources or {"CPU": 1.0}, what="task resources")
+        self.slots.check_feasible(request, 1)
+        out: Future = Future()
+
+        def run() -> None:
+            try:
+                actor = self._task_worker(request)
+                inner = actor.call("__task__", fn, *args, **kwargs)
+                inner.add_done_callback(lambda f: self._task_done(actor, request, f, out))
+            except BaseException as exc:  # noqa: BLE001
+                out.set_exception(exc)
+
+        threading.Thread(target=run, name="muster-submit", daemon=True).start()
+        return out
+
+    def _task_worker(self, request: dict[str, float]) -> LocalActor:
+        key = frozenset(request.items())
+        with self._lock:
+            pool = self._task_pool.setdefault(key, [])
+            if pool:
+                actor = pool.pop()
+                self.slots.acquire_exact(actor.allocation)
+                return actor
+        (actor,) = self._launch(1, None, (), {}, request, None, None, None, ["task"])
+        return actor
+
+    def _task_done(self, actor: LocalActor, request: dict[str, float], inner: Future, out: Future) -> None:
+        if actor.is_alive():
+            self.slots.release(actor.allocation)
+            with self._lock:
+                self._task_pool.setdefault(frozenset(request.items()), []).append(actor)
+        exc = inner.exception()
+        if exc is None:
+            out.set_result(inner.result())
+        elif isinstance(exc, ActorDiedError):
+            out.set_exception(WorkerCrashedError("task", exc.pid, exc.exitcode, exc.host))
+        else:
+            out.set_exception(exc)
+
+
+def _detect_total(num_cpus: float | None, num_gpus: float | None, custom: dict[str, float] | None) -> dict[str, float]:
+    if num_cpus is None:
+        num_cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    if num_gpus is None:
+        num_gpus = float(_count_gpus())
+    total = {"CPU": float(num_cpus), "GPU": float(num_gpus)}
+    for k, v in (custom or {}).items():
+        if k in ("CPU", "GPU"):
+            raise ValueError(f"muster.init(resources={{{k!r}: ...}}): pass num_cpus=/num_gpus= for {k}.")
+        total[k] = float(v)
+    return res.normalize(total, what="muster.init")
+
+
+def _count_gpus() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        import torch
+
+        return int(torch.cuda.device_count())  # NVML-based: does not initialise CUDA here
+    except Exception:
+        return 0
+
+
+__all__ = ["LocalRuntime", "LocalActor", "TaskError"]

@@ -1,0 +1,105 @@
+"""Relay worker stdout/stderr to the driver, one prefixed line at a time.
+
+Workers write straight into a Unix socket (their fds 1 and 2 *are* the
+socket), so nothing sits in a buffer inside a worker that a SIGKILL could
+lose, and C-level output (gloo, NCCL) is captured too.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import sys
+import threading
+from typing import Callable
+
+from muster.core import settings
+
+
+class LogRelay:
+    def __init__(self, address: str, label_for: Callable[[int], tuple[str, int | None]]):
+        self.address = address
+        self._label_for = label_for
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(address)
+        self._server.listen(256)
+        self._server.setblocking(False)
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._server, selectors.EVENT_READ, None)
+        self._wake_r, self._wake_w = os.pipe()
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._closed = False
+        self._prefix = settings.log_prefix_enabled()
+        self._thread = threading.Thread(target=self._run, name="muster-logs", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        os.write(self._wake_w, b"x")
+        self._thread.join(2)
+
+    def _run(self) -> None:
+        state: dict[socket.socket, list] = {}  # sock -> [worker_id or None, pending bytes]
+        try:
+            while not self._closed:
+                for key, _ in self._sel.select():
+                    if key.data == "wake":
+                        return
+                    if key.fileobj is self._server:
+                        try:
+                            conn, _ = self._server.accept()
+                        except BlockingIOError:
+                            continue
+                        conn.setblocking(False)
+                        state[conn] = [None, b""]
+                        self._sel.register(conn, selectors.EVENT_READ, "worker")
+                        continue
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    try:
+                        data = sock.recv(65536)
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except OSError:
+                        data = b""
+                    st = state[sock]
+                    if not data:
+                        self._emit(st, final=True)
+                        self._sel.unregister(sock)
+                        sock.close()
+                        del state[sock]
+                        continue
+                    st[1] += data
+                    self._emit(st, final=False)
+        finally:
+            for sock, st in state.items():
+                self._emit(st, final=True)
+                sock.close()
+            self._server.close()
+
+    def _emit(self, st: list, final: bool) -> None:
+        buf: bytes = st[1]
+        if st[0] is None:
+            head, sep, rest = buf.partition(b"\n")
+            if not sep:
+                return
+            st[0], buf = int(head), rest
+        *lines, tail = buf.split(b"\n")
+        if final and tail:
+            lines.append(tail)
+            tail = b""
+        st[1] = tail
+        if not lines:
+            return
+        label, pid = self._label_for(st[0])
+        prefix = f"({label}, pid={pid}) " if self._prefix else ""
+        text = "".join(f"{prefix}{line.decode('utf-8', 'backslashreplace')}\n" for line in lines)
+        out = sys.stdout
+        try:
+            out.write(text)
+            out.flush()
+        except Exception:
+            pass

@@ -1,0 +1,110 @@
+"""The loop a forked worker process runs: host one object, serve its calls in order.
+
+A daemon thread reads the driver's socket.  When the driver goes away (EOF)
+the process exits at once, even if its main thread is stuck in a collective:
+that is what makes orphans impossible.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+from muster.core import context
+from muster.core.local import wire
+from muster.exceptions import MusterError
+
+
+class _Channel:
+    """Worker side of one driver connection (also the ``context`` event channel)."""
+
+    def __init__(self, conn: Connection, label: str, host: str):
+        self.conn, self.label, self.host = conn, label, host
+        self.pid = os.getpid()
+        self.calls: queue.Queue[tuple] = queue.Queue()
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count()
+        self._waiting: dict[int, list[Any]] = {}
+
+    def send(self, msg: tuple) -> None:
+        with self._send_lock:
+            wire.send(self.conn, msg)
+
+    def read_forever(self) -> None:
+        while True:
+            try:
+                msg = wire.recv(self.conn)
+            except (EOFError, OSError):
+                _exit_now(0)  # the driver is gone: so are we
+            if msg[0] == "reply":
+                slot = self._waiting.get(msg[1])
+                if slot is not None:
+                    slot[1:] = [msg[2], msg[3]]
+                    slot[0].set()
+            else:
+                self.calls.put(msg)
+
+    def send_event(self, payload: Any, wait: bool, timeout: float | None) -> Any:
+        event_id = next(self._ids)
+        if not wait:
+            self.send(("event", event_id, False, payload))
+            return None
+        slot: list[Any] = [threading.Event(), None, None]
+        self._waiting[event_id] = slot
+        try:
+            self.send(("event", event_id, True, payload))
+            if not slot[0].wait(timeout):
+                raise TimeoutError(f"the driver did not answer within {timeout} s")
+        finally:
+            self._waiting.pop(event_id, None)
+        ok, value = slot[1], slot[2]
+        if not ok:
+            raise value
+        return value
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
+def serve(conn: Connection, label: str, host: str) -> None:
+    """Run calls from the driver until told to exit. Never returns."""
+    channel = _Channel(conn, label, host)
+    context.install_channel(channel)
+    threading.Thread(target=channel.read_forever, name="muster-driver-link", daemon=True).start()
+    obj: Any = None
+    while True:
+        msg = channel.calls.get()
+        if msg[0] == "exit":
+            _exit_now(0)
+        _, call_id, method, args, kwargs = msg
+        try:
+            if method == "__init__":
+                cls = args[0]
+                obj, value = cls(*args[1:], **kwargs), None
+            elif method == "__task__":
+                fn = args[0]
+                value = fn(*args[1:], **kwargs)
+            else:
+                value = getattr(obj, method)(*args, **kwargs)
+            reply: tuple = ("result", call_id, True, value)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+            reply = ("result", call_id, False, wire.capture_error(exc, channel.label, channel.pid, host))
+        try:
+            channel.send(reply)
+        except Exception as exc:  # the value would not pickle: say so instead of dying
+            err = MusterError(
+                f"{method} returned a value that cannot be sent back to the driver "
+                f"({type(exc).__name__}: {exc}); return plain data (numbers, lists, dicts, tensors)."
+            )
+            channel.send(("result", call_id, False, wire.capture_error(err, channel.label, channel.pid, host)))

@@ -1,0 +1,53 @@
+"""Pure resource arithmetic shared by the engines: no processes, no I/O."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+Resources = dict[str, float]
+
+
+def normalize(resources: Mapping[str, float] | None, *, what: str = "resources") -> Resources:
+    """Validate a resource request and drop zero entries.
+
+    Raises:
+        ValueError: a name is not a string or an amount is negative / not a number.
+    """
+    out: Resources = {}
+    for name, amount in (resources or {}).items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{what}: resource names must be non-empty strings, got {name!r}.")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or math.isnan(amount) or amount < 0:
+            raise ValueError(f"{what}[{name!r}] = {amount!r}: amounts must be numbers >= 0.")
+        if name == "GPU" and amount > 1 and amount != int(amount):
+            raise ValueError(
+                f"{what}['GPU'] = {amount}: ask for a whole number of GPUs, or a fraction below 1 to share one."
+            )
+        if amount:
+            out[name] = float(amount)
+    return out
+
+
+def fits(request: Mapping[str, float], free: Mapping[str, float]) -> bool:
+    return all(free.get(k, 0.0) + 1e-9 >= v for k, v in request.items())
+
+
+def shortfall(request: Mapping[str, float], have: Mapping[str, float], count: int = 1) -> dict[str, tuple[float, float]]:
+    """``{name: (needed, have)}`` for every resource ``count`` copies of ``request`` lack."""
+    return {
+        k: (v * count, have.get(k, 0.0))
+        for k, v in request.items()
+        if have.get(k, 0.0) + 1e-9 < v * count
+    }
+
+
+def fmt(resources: Mapping[str, float]) -> str:
+    """``{'CPU': 2.0}`` -> ``CPU=2``; stable order, integers without ``.0``."""
+    if not resources:
+        return "nothing"
+    parts = []
+    for k in sorted(resources):
+        v = resources[k]
+        parts.append(f"{k}={int(v) if float(v).is_integer() else round(v, 3)}")
+    return ", ".join(parts)

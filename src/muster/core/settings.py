@@ -1,0 +1,33 @@
+"""Every environment variable muster reads, read here and nowhere else."""
+
+from __future__ import annotations
+
+import os
+
+#: Modules the local engine's zygote imports once, so forked workers start warm.
+DEFAULT_PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "numpy", "muster.train._internal.worker")
+
+
+def preload_modules() -> list[str]:
+    raw = os.environ.get("MUSTER_PRELOAD")
+    if raw is None:
+        return list(DEFAULT_PRELOAD)
+    return [m.strip() for m in raw.split(",") if m.strip()]
+
+
+def cluster_address() -> str | None:
+    """``MUSTER_ADDRESS`` or ``RAY_ADDRESS``: which engine ``init()`` picks by default."""
+    return os.environ.get("MUSTER_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+
+
+def storage_path_default() -> str:
+    return os.environ.get("MUSTER_STORAGE_PATH") or os.path.join(os.path.expanduser("~"), "muster_results")
+
+
+def log_prefix_enabled() -> bool:
+    return os.environ.get("MUSTER_LOG_PREFIX", "1") != "0"
+
+
+def force_plain_progress() -> bool:
+    """``MUSTER_PLAIN_PROGRESS=1``: plain lines even on a terminal."""
+    return os.environ.get("MUSTER_PLAIN_PROGRESS", "0") == "1"

@@ -1,0 +1,159 @@
+"""Every error muster raises, under one root.
+
+Three families, as STYLE.md asks:
+
+* user input      -- ``ValueError``/``TypeError`` subclasses raised before any
+                     work starts (bad config, bad resource request);
+* worker failure  -- a remote function raised, or a worker process died;
+* infrastructure  -- the engine could not give what was asked.
+
+All of them pickle across processes (``__reduce__`` keeps every field), and
+every message says what happened and what to do about it.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+
+class MusterError(Exception):
+    """Root of every error muster raises on purpose."""
+
+
+# --------------------------------------------------------------------------
+# infrastructure
+# --------------------------------------------------------------------------
+class ResourcesUnavailableError(MusterError):
+    """The engine can never satisfy a resource request (not merely busy)."""
+
+    def __init__(self, message: str, requested: dict | None = None, total: dict | None = None):
+        super().__init__(message)
+        self.requested = dict(requested or {})
+        self.total = dict(total or {})
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.args[0], self.requested, self.total))
+
+
+class GetTimeoutError(MusterError, TimeoutError):
+    """``get``/``result`` waited past its timeout."""
+
+
+class RuntimeNotStartedError(MusterError):
+    """An operation needed the engine, but it was shut down."""
+
+
+# --------------------------------------------------------------------------
+# worker failure
+# --------------------------------------------------------------------------
+def describe_exit(exitcode: int | None) -> str:
+    """Human words for a process exit status (negative = killed by signal)."""
+    if exitcode is None:
+        return "exit status unknown"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (out of memory? check `dmesg`)" if -exitcode == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with code {exitcode}"
+
+
+class WorkerCrashedError(MusterError):
+    """A worker process died while it had work to do.
+
+    Attributes:
+        pid: the worker's process id.
+        exitcode: its exit code; negative means it was killed by that signal.
+        label: what the worker was to the caller (``"rank 1"``, ``"task f"``).
+        host: the node it ran on.
+    """
+
+    def __init__(self, label: str, pid: int | None, exitcode: int | None, host: str = ""):
+        self.label, self.pid, self.exitcode, self.host = label, pid, exitcode, host
+        where = f" on {host}" if host else ""
+        super().__init__(f"{label} (pid {pid}{where}) died: {describe_exit(exitcode)}")
+
+    @property
+    def signal(self) -> int | None:
+        return -self.exitcode if self.exitcode is not None and self.exitcode < 0 else None
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.label, self.pid, self.exitcode, self.host))
+
+
+class ActorDiedError(WorkerCrashedError):
+    """The process hosting an actor died; its pending and later calls fail."""
+
+
+class TaskError(MusterError):
+    """A remote function or method raised.
+
+    Attributes:
+        cause: the original exception (when it could be pickled), else None.
+        cause_type: the original exception's qualified type name.
+        remote_traceback: the traceback text from the worker.
+        label / pid / host: where it ran.
+    """
+
+    def __init__(
+        self,
+        cause_type: str,
+        message: str,
+        remote_traceback: str,
+        label: str = "",
+        pid: int | None = None,
+        host: str = "",
+        cause: BaseException | None = None,
+    ):
+        self.cause_type, self.message, self.remote_traceback = cause_type, message, remote_traceback
+        self.label, self.pid, self.host, self.cause = label, pid, host, cause
+        where = f"{label} (pid {pid}{', ' + host if host else ''})" if label else f"pid {pid}"
+        super().__init__(
+            f"{cause_type}: {message}\n\nRaised in {where}; remote traceback:\n{remote_traceback.rstrip()}"
+        )
+
+    def __reduce__(self) -> Any:
+        return (
+            type(self),
+            (self.cause_type, self.message, self.remote_traceback, self.label, self.pid, self.host, self.cause),
+        )
+
+
+# --------------------------------------------------------------------------
+# training
+# --------------------------------------------------------------------------
+class TrainingFailedError(MusterError):
+    """``Trainer.fit()`` failed and its failure budget is spent.
+
+    Attributes:
+        attempts: one entry per attempt that failed, in order; each is the root
+            cause of that attempt (the first failure seen: a ``TaskError`` from
+            a rank that raised, or a ``WorkerCrashedError`` for one that died).
+        run_path: where the run's results and checkpoints are.
+    """
+
+    def __init__(self, attempts: list[BaseException], run_path: str = "", max_failures: int = 0):
+        self.attempts, self.run_path, self.max_failures = list(attempts), run_path, max_failures
+        lines = [
+            f"Training failed after {len(self.attempts)} attempt(s) "
+            f"(FailureConfig(max_failures={max_failures}))."
+        ]
+        for i, err in enumerate(self.attempts, 1):
+            lines.append(f"\n--- attempt {i}: root cause ---\n{err}")
+        if run_path:
+            lines.append(
+                f"\nResults and committed checkpoints are in {run_path}. To continue from the "
+                "latest checkpoint, fix the cause and run again with the same RunConfig(name=..., "
+                "storage_path=...), or raise FailureConfig(max_failures=...) to retry automatically."
+            )
+        super().__init__("\n".join(lines))
+
+    @property
+    def root_cause(self) -> BaseException | None:
+        return self.attempts[-1] if self.attempts else None
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.attempts, self.run_path, self.max_failures))

@@ -1,0 +1,1 @@
+"""What a person sees of a run: the live terminal view."""

@@ -1,0 +1,67 @@
+"""muster.train: Ray Train's API (``ray.train`` -> ``muster.train``).
+
+In the driver: ``TorchTrainer(...)`` with ``ScalingConfig``, ``RunConfig``,
+``CheckpointConfig``, ``FailureConfig``; ``fit()`` returns a ``Result``.
+Inside ``train_loop_per_worker``: ``report``, ``get_checkpoint``,
+``get_context``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from muster.exceptions import TrainingFailedError
+from muster.train._internal import session as _session
+from muster.train.checkpoint import Checkpoint
+from muster.train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from muster.train.context import TrainContext
+from muster.train.result import Result
+from muster.train.run_state import RunAlreadyFinishedError
+
+
+def report(metrics: dict[str, Any], checkpoint: Checkpoint | None = None, **_compat: Any) -> None:
+    """Record metrics (and, optionally, this rank's checkpoint files) for the current round.
+
+    Any subset of ranks may call it, and it never waits for other ranks: the
+    ``if rank == 0: report(...)`` pattern is fine.  The i-th call on each rank
+    belongs to round i; the files every rank passed in a round are merged into
+    one checkpoint folder, committed atomically.  Once ``report`` has returned
+    on every rank that reports in a round, that checkpoint survives any later
+    worker failure.
+
+    Args:
+        metrics: numbers, strings, or lists/dicts of them (one-element tensors are converted).
+        checkpoint: ``Checkpoint.from_directory(folder)``; the files are copied
+            to storage before ``report`` returns, so the folder may be deleted after.
+
+    Raises:
+        TypeError: a metric value cannot be recorded.
+        RuntimeError: called outside a training worker.
+    """
+    _session.get_session("report").report(metrics, checkpoint)
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The checkpoint to resume from: the run's latest committed one, or None on a fresh start."""
+    return _session.get_session("get_checkpoint").checkpoint
+
+
+def get_context() -> TrainContext:
+    """This worker's ranks, world size, run name and run folder."""
+    return _session.get_session("get_context").context
+
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointConfig",
+    "FailureConfig",
+    "Result",
+    "RunAlreadyFinishedError",
+    "RunConfig",
+    "ScalingConfig",
+    "TrainContext",
+    "TrainingFailedError",
+    "get_checkpoint",
+    "get_context",
+    "report",
+]

@@ -1,0 +1,1 @@
+"""Internals of muster.train: not public API."""

@@ -1,0 +1,15 @@
+"""What a framework backend does on each worker around the user's loop."""
+
+from __future__ import annotations
+
+from muster.train.context import TrainContext
+
+
+class Backend:
+    """Base backend: nothing to set up. Subclasses (``TorchConfig``) override both hooks."""
+
+    def on_worker_start(self, context: TrainContext) -> None:  # noqa: B027 - a no-op by design
+        """Called in every worker before the user's loop (after env vars are set)."""
+
+    def on_worker_end(self) -> None:  # noqa: B027
+        """Called in every worker after the loop returns or raises."""

@@ -1,0 +1,209 @@
+"""The controller's record of a run: every report, open rounds, committed checkpoints.
+
+Reports arrive from worker reader threads; the ledger is thread-safe and
+keeps everything in memory as well as in the run folder (``result.json``
+holds every report of every rank, so no metric is ever dropped).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from muster.train._internal import policies
+from muster.train._internal.policies import CheckpointRecord
+from muster.train.config import CheckpointConfig
+from muster.train.storage import RESULTS, Storage
+
+_FLUSH_EVERY_S = 2.0
+
+
+@dataclass
+class _OpenRound:
+    files: dict[int, dict[str, int]] = field(default_factory=dict)  # rank -> {relpath: size}
+    reported: set[int] = field(default_factory=set)
+    metrics: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+class Ledger:
+    def __init__(
+        self,
+        storage: Storage,
+        checkpoint_config: CheckpointConfig,
+        on_commit: Callable[[CheckpointRecord], None] | None = None,
+    ):
+        self.storage = storage
+        self.config = checkpoint_config
+        self.reports: list[dict[str, Any]] = []
+        self.committed: list[CheckpointRecord] = []
+        self._open: dict[int, _OpenRound] = {}
+        self._usual_reporters: frozenset[int] | None = None
+        self._file_ranks: frozenset[int] | None = None
+        self._newest_round = 0
+        self._world_size = 1
+        self._lock = threading.RLock()
+        self._on_commit = on_commit
+        self._unflushed = 0
+        self._last_flush = time.monotonic()
+        self._results_lines: list[str] = []
+
+    # -- loading a previous run ------------------------------------------------
+    def load_previous(self) -> None:
+        """Take in the reports and checkpoints of earlier drivers of this run."""
+        path = self.storage.join(self.storage.run_dir, RESULTS)
+        if self.storage.exists(path):
+            with self.storage.fs.open(path, "r") as f:
+                for line in f:
+                    if line.strip():
+                        self._results_lines.append(line.rstrip("\n"))
+                        self.reports.append(json.loads(line))
+        for r in self.storage.committed_rounds():
+            manifest = self.storage.read_json(self.storage.join(self.storage.checkpoint_dir(r), ".muster_manifest.json"))
+            self.committed.append(CheckpointRecord(r, self.storage.checkpoint_dir(r), manifest.get("metrics", {})))
+        self._newest_round = max([r.get("training_iteration", 0) for r in self.reports] + [0])
+
+    # -- during an attempt -------------------------------------------------------
+    def start_attempt(self, world_size: int) -> int:
+        """Reset per-attempt state; return the round number the workers continue from."""
+        with self._lock:
+            self._world_size = world_size
+            self._open.clear()
+            self._usual_reporters = None
+            return self._newest_round
+
+    def record(self, rank: int, round_: int, metrics: dict[str, Any], files: dict[str, int] | None, t: float,
+               attempt: int) -> dict[str, Any]:
+        """Take in one report; close any round that is now complete. Returns the stored row."""
+        with self._lock:
+            row = dict(metrics)
+            row.update(
+                {
+                    "training_iteration": round_,
+                    "rank": rank,
+                    "timestamp": t,
+                    "attempt": attempt,
+                    "checkpoint_dir_name": None,
+                }
+            )
+            self.reports.append(row)
+            self._results_lines.append(json.dumps(row, default=str))
+            self._unflushed += 1
+            self._newest_round = max(self._newest_round, round_)
+            rnd = self._open.setdefault(round_, _OpenRound())
+            rnd.reported.add(rank)
+            rnd.metrics[rank] = row
+            if files is not None:
+                rnd.files[rank] = files
+            for r in sorted(self._open):
+                if policies.round_ready(
+                    self._open[r].reported, self._world_size, self._usual_reporters, self._newest_round, r
+                ):
+                    self._close(r, final=False)
+            if time.monotonic() - self._last_flush > _FLUSH_EVERY_S:
+                self.flush()
+            return row
+
+    def close_all(self, complete: bool) -> None:
+        """End of an attempt. ``complete``: every worker finished its loop, so
+        every open round is whole; otherwise only rounds whose file-passing
+        ranks all made it are committed (a partial sharded checkpoint would
+        not load)."""
+        with self._lock:
+            for r in sorted(self._open):
+                rnd = self._open[r]
+                if rnd.files and not complete and self._file_ranks and not self._file_ranks <= set(rnd.files):
+                    missing = sorted(self._file_ranks - set(rnd.files))
+                    warnings.warn(
+                        f"Checkpoint round {r} was not committed: rank(s) {missing} failed before passing "
+                        "their files. Training resumes from the previous checkpoint.",
+                        stacklevel=2,
+                    )
+                    self.storage.rm(self.storage.staging_dir(r))
+                    self._open.pop(r)
+                    continue
+                self._close(r, final=True)
+            self.flush()
+
+    def _close(self, r: int, final: bool) -> None:
+        rnd = self._open.pop(r)
+        if not final or len(rnd.reported) >= self._world_size:
+            self._usual_reporters = frozenset(rnd.reported)
+        if not rnd.files:
+            return
+        self._file_ranks = frozenset(rnd.files)
+        lead = min(rnd.metrics)
+        metrics = {k: v for k, v in rnd.metrics[lead].items() if k != "checkpoint_dir_name"}
+        manifest = {
+            "round": r,
+            "committed_at": time.time(),
+            "ranks": sorted(rnd.files),
+            "metrics": metrics,
+            "files": _merge_files(rnd.files, r),
+        }
+        path = self.storage.commit(r, manifest)
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        for row in rnd.metrics.values():
+            row["checkpoint_dir_name"] = name
+        record = CheckpointRecord(r, path, metrics)
+        self.committed.append(record)
+        self._apply_retention()
+        self.flush()
+        if self._on_commit is not None:
+            self._on_commit(record)
+
+    def _apply_retention(self) -> None:
+        doomed = policies.to_delete(
+            self.committed,
+            self.config.num_to_keep,
+            self.config.checkpoint_score_attribute,
+            self.config.checkpoint_score_order,
+        )
+        for record in doomed:
+            self.storage.rm(record.path)
+            self.committed.remove(record)
+
+    # -- queries -----------------------------------------------------------------
+    @property
+    def latest(self) -> CheckpointRecord | None:
+        with self._lock:
+            return max(self.committed, key=lambda r: r.round) if self.committed else None
+
+    def best(self) -> list[CheckpointRecord]:
+        with self._lock:
+            return policies.rank_best(
+                list(self.committed), self.config.checkpoint_score_attribute, self.config.checkpoint_score_order
+            )
+
+    def flush(self) -> None:
+        """Write reports not yet in ``result.json`` (append locally, rewrite on object stores)."""
+        with self._lock:
+            if not self._unflushed:
+                return
+            path = self.storage.join(self.storage.run_dir, RESULTS)
+            if self.storage.is_local:
+                self.storage.makedirs(self.storage.run_dir)
+                new = self._results_lines[len(self._results_lines) - self._unflushed :]
+                with open(path, "a") as f:
+                    f.write("".join(line + "\n" for line in new))
+            else:
+                self.storage.write_text(path, "".join(line + "\n" for line in self._results_lines))
+            self._unflushed = 0
+            self._last_flush = time.monotonic()
+
+def _merge_files(per_rank: dict[int, dict[str, int]], round_: int) -> dict[str, dict[str, Any]]:
+    merged: dict[str, dict[str, Any]] = {}
+    for rank in sorted(per_rank):
+        for rel, size in per_rank[rank].items():
+            if rel in merged and merged[rel]["size"] != size:
+                warnings.warn(
+                    f"Checkpoint round {round_}: ranks {merged[rel]['rank']} and {rank} both wrote {rel!r} "
+                    "with different contents; the last writer's file was kept. Save from one rank, or "
+                    "give each rank's files their own names (e.g. f'shard_{rank}.pt').",
+                    stacklevel=3,
+                )
+            merged.setdefault(rel, {"size": size, "rank": rank})
+    return merged

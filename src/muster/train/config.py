@@ -1,0 +1,179 @@
+"""Configuration objects, Ray Train's names and fields.
+
+Each is a keyword-only dataclass validated in ``__post_init__``: a bad value
+raises ``ValueError`` naming the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from muster.core import resources as res
+from muster.core import settings
+
+_PLACEMENT = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+@dataclass(kw_only=True)
+class ScalingConfig:
+    """How many workers, and what each one holds.
+
+    Args:
+        num_workers: number of training processes (world size).
+        use_gpu: give each worker one GPU (unless ``resources_per_worker``
+            says otherwise) and use NCCL.
+        resources_per_worker: e.g. ``{"CPU": 4, "GPU": 1}``.  Default: 1 CPU,
+            plus 1 GPU when ``use_gpu``.
+        placement_strategy: PACK (default), SPREAD, STRICT_PACK or
+            STRICT_SPREAD; matters on a multi-node cluster.
+    """
+
+    num_workers: int = 1
+    use_gpu: bool = False
+    resources_per_worker: dict[str, float] | None = None
+    placement_strategy: str = "PACK"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 1:
+            raise ValueError(
+                f"ScalingConfig(num_workers={self.num_workers!r}): num_workers must be an integer >= 1."
+            )
+        if not isinstance(self.use_gpu, bool):
+            raise ValueError(f"ScalingConfig(use_gpu={self.use_gpu!r}): use_gpu must be True or False.")
+        if self.placement_strategy not in _PLACEMENT:
+            raise ValueError(
+                f"ScalingConfig(placement_strategy={self.placement_strategy!r}): use one of {', '.join(_PLACEMENT)}."
+            )
+        if self.resources_per_worker is not None:
+            if not isinstance(self.resources_per_worker, dict):
+                raise ValueError(
+                    f"ScalingConfig(resources_per_worker={self.resources_per_worker!r}): pass a dict such as "
+                    "{'CPU': 2, 'GPU': 1}."
+                )
+            normal = res.normalize(self.resources_per_worker, what="ScalingConfig.resources_per_worker")
+            if self.use_gpu and "GPU" in self.resources_per_worker and not normal.get("GPU"):
+                raise ValueError(
+                    "ScalingConfig(use_gpu=True, resources_per_worker={'GPU': 0}): a GPU run needs GPU > 0 "
+                    "per worker; drop 'GPU' from resources_per_worker or set use_gpu=False."
+                )
+
+    @property
+    def worker_resources(self) -> dict[str, float]:
+        """What one worker asks the engine for."""
+        out: dict[str, float] = {"CPU": 1.0}
+        if self.use_gpu:
+            out["GPU"] = 1.0
+        out.update(self.resources_per_worker or {})
+        return res.normalize(out, what="ScalingConfig.resources_per_worker")
+
+    @property
+    def total_resources(self) -> dict[str, float]:
+        return {k: v * self.num_workers for k, v in self.worker_resources.items()}
+
+
+@dataclass(kw_only=True)
+class CheckpointConfig:
+    """Which committed checkpoints to keep.
+
+    Args:
+        num_to_keep: keep this many (the best ones by the score attribute, or
+            the newest without one); the latest is always kept as well.
+            ``None`` keeps all.
+        checkpoint_score_attribute: a reported metric to rank checkpoints by.
+        checkpoint_score_order: ``"max"`` or ``"min"``.
+    """
+
+    num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: Literal["max", "min"] = "max"
+
+    def __post_init__(self) -> None:
+        if self.num_to_keep is not None and (
+            isinstance(self.num_to_keep, bool) or not isinstance(self.num_to_keep, int) or self.num_to_keep < 1
+        ):
+            raise ValueError(
+                f"CheckpointConfig(num_to_keep={self.num_to_keep!r}): use an integer >= 1, or None to keep all."
+            )
+        if self.checkpoint_score_order not in ("max", "min"):
+            raise ValueError(
+                f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}): use 'max' or 'min'."
+            )
+
+
+@dataclass(kw_only=True)
+class FailureConfig:
+    """How many times a failed attempt is retried from the latest checkpoint.
+
+    Args:
+        max_failures: retries allowed; 0 fails on the first error, -1 retries forever.
+        fail_fast: Ray's flag; ``True`` is the same as ``max_failures=0``.
+    """
+
+    max_failures: int = 0
+    fail_fast: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_failures, bool) or not isinstance(self.max_failures, int) or self.max_failures < -1:
+            raise ValueError(
+                f"FailureConfig(max_failures={self.max_failures!r}): use an integer >= 0, or -1 to retry forever."
+            )
+        if self.fail_fast:
+            self.max_failures = 0
+
+
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    """Where a run lives and how it behaves.
+
+    Args:
+        name: the run's folder under ``storage_path`` (default:
+            ``<TrainerClass>_<date>_<time>``).  Running again with the same
+            name resumes it.
+        storage_path: a local path or any fsspec URL (``s3://bucket/prefix``).
+            Default ``~/muster_results`` (or ``MUSTER_STORAGE_PATH``).
+        checkpoint_config / failure_config: see those classes.
+        callbacks: objects with any of ``on_report(report)``,
+            ``on_checkpoint(checkpoint, metrics)``, ``on_run_end(result)``.
+        verbose: 0 silent, 1 live summary (default), 2 a line per report.
+        worker_timeout_s: fail an attempt when no worker reports for this
+            long (``None``: never).
+    """
+
+    name: str | None = None
+    storage_path: str | None = None
+    checkpoint_config: CheckpointConfig | None = None
+    failure_config: FailureConfig | None = None
+    callbacks: list[Any] | None = None
+    verbose: int = 1
+    worker_timeout_s: float | None = None
+    storage_filesystem: Any = None
+
+    def __post_init__(self) -> None:
+        if self.name is not None and (not isinstance(self.name, str) or not _NAME_OK.match(self.name)):
+            raise ValueError(
+                f"RunConfig(name={self.name!r}): use letters, digits and _ . = + - (no slashes), "
+                "e.g. name='mnist_ddp'."
+            )
+        if self.storage_path is not None and (not isinstance(self.storage_path, str) or not self.storage_path):
+            raise ValueError(
+                f"RunConfig(storage_path={self.storage_path!r}): pass a local path or an fsspec URL "
+                "such as 's3://bucket/runs'."
+            )
+        if self.verbose not in (0, 1, 2):
+            raise ValueError(f"RunConfig(verbose={self.verbose!r}): use 0 (silent), 1 (summary) or 2 (every report).")
+        if self.worker_timeout_s is not None and not (self.worker_timeout_s > 0):
+            raise ValueError(
+                f"RunConfig(worker_timeout_s={self.worker_timeout_s!r}): use a number of seconds > 0, or None."
+            )
+        self.checkpoint_config = self.checkpoint_config or CheckpointConfig()
+        self.failure_config = self.failure_config or FailureConfig()
+        self.callbacks = list(self.callbacks or [])
+
+    def resolved_storage_path(self) -> str:
+        return self.storage_path or settings.storage_path_default()
+

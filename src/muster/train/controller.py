@@ -1,0 +1,258 @@
+"""The training controller: an explicit state machine in the driver.
+
+    INITIALIZING -> SCHEDULING -> RUNNING -> FINISHED
+                        ^            |
+                        |            v
+                        +------ RESTARTING ----> ERRORED
+
+It alone acts; what to do on a failure and which checkpoints to keep are
+pure functions in ``_internal/policies.py``.  Reports are taken in on the
+worker reader threads (so ``report()`` returns as soon as it is recorded);
+everything else -- a worker finishing, raising, dying, or going silent --
+arrives on one queue and is handled here, in order.
+"""
+
+from __future__ import annotations
+
+import enum
+import queue
+import signal
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from muster.core.api import get_runtime
+from muster.core.runtime import ActorHandle
+from muster.exceptions import MusterError, TaskError, TrainingFailedError, WorkerCrashedError
+from muster.observe.progress import ProgressView
+from muster.train._internal import policies
+from muster.train._internal.backend import Backend
+from muster.train._internal.ledger import Ledger
+from muster.train._internal.policies import CheckpointRecord
+from muster.train._internal.session import SessionSpec
+from muster.train.checkpoint import Checkpoint
+from muster.train.config import RunConfig, ScalingConfig
+from muster.train.context import TrainContext
+from muster.train.result import Result, build
+from muster.train.run_state import RunRecord
+from muster.train.storage import Storage
+from muster.train.worker_group import Member, WorkerGroup
+
+
+class State(enum.Enum):
+    INITIALIZING = "INITIALIZING"
+    SCHEDULING = "SCHEDULING"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    FINISHED = "FINISHED"
+    ERRORED = "ERRORED"
+    INTERRUPTED = "INTERRUPTED"
+
+
+@dataclass
+class _Attempt:
+    index: int
+    group: WorkerGroup
+    events: "queue.Queue[tuple[str, Member | None, Any]]" = field(default_factory=queue.Queue)
+    finished: set[int] = field(default_factory=set)
+    last_activity: float = field(default_factory=time.monotonic)
+
+
+class Controller:
+    def __init__(
+        self,
+        train_fn: Callable[..., Any],
+        train_config: dict[str, Any] | None,
+        scaling: ScalingConfig,
+        run_config: RunConfig,
+        backend: Backend,
+        record: RunRecord,
+        initial_checkpoint: Checkpoint | None = None,
+    ):
+        self.train_fn, self.train_config = train_fn, train_config
+        self.scaling, self.run_config, self.backend = scaling, run_config, backend
+        self.record = record
+        self.storage: Storage = record.storage
+        self.initial_checkpoint = initial_checkpoint
+        self.state = State.INITIALIZING
+        self.failures: list[BaseException] = []
+        self.view = ProgressView(self.storage.name, scaling.num_workers, run_config.verbose, self.storage.uri)
+        self.ledger = Ledger(self.storage, run_config.checkpoint_config, on_commit=self._on_commit)  # type: ignore[arg-type]
+        self._attempt: _Attempt | None = None
+
+    # -- the state machine ----------------------------------------------------------
+    def run(self) -> Result:
+        self.ledger.load_previous()
+        self.record.mark(State.RUNNING.value, self.ledger.latest)
+        self.view.start()
+        restore_sigterm = _sigterm_as_interrupt()
+        try:
+            while True:
+                error = self._run_attempt(len(self.failures))
+                if error is None:
+                    self._transition(State.FINISHED)
+                    break
+                self.failures.append(error)
+                decision = policies.on_failure(self.run_config.failure_config.max_failures, len(self.failures))  # type: ignore[union-attr]
+                if decision is policies.Decision.RAISE:
+                    self._transition(State.ERRORED)
+                    raise TrainingFailedError(
+                        self.failures, self.storage.uri, self.run_config.failure_config.max_failures  # type: ignore[union-attr]
+                    )
+                self._transition(State.RESTARTING)
+                latest = self.ledger.latest
+                self.view.event(
+                    f"attempt {len(self.failures)} failed: {_first_line(error)}; restarting "
+                    + (f"from {latest.path.rsplit('/', 1)[-1]}" if latest else "from the start (no checkpoint yet)")
+                )
+            result = build(self.storage, self.ledger.reports, self.ledger.best(), None)
+            self._callbacks("on_run_end", result)
+            return result
+        except KeyboardInterrupt:
+            self._transition(State.INTERRUPTED)
+            latest = self.ledger.latest
+            self.view.event(
+                "interrupted; workers stopped. "
+                + (f"Latest checkpoint: {latest.path}. " if latest else "")
+                + "Run the same script again (same RunConfig name and storage_path) to resume."
+            )
+            raise
+        finally:
+            restore_sigterm()
+            self.view.stop(self.state.value.lower())
+
+    def _transition(self, state: State) -> None:
+        self.state = state
+        self.view.set_state(state.value.lower())
+        if state in (State.FINISHED, State.ERRORED, State.INTERRUPTED):
+            self.record.mark(state.value, self.ledger.latest, [str(e) for e in self.failures])
+
+    def _run_attempt(self, index: int) -> BaseException | None:
+        """One gang, start to end. Returns the attempt's root cause, or None on success."""
+        self._transition(State.SCHEDULING)
+        group = WorkerGroup(get_runtime(), self.scaling)
+        attempt = self._attempt = _Attempt(index, group)
+        self.view.set_state("scheduling", workers_up=0, attempt=index)
+        complete = False
+        try:
+            group.start(self._on_event, self._on_death, on_wait=self.view.event)
+            self.view.set_state("running", workers_up=len(group.members))
+            self._transition(State.RUNNING)
+            futures = self._launch(group, index)
+            for member, fut in zip(group.members, futures):
+                fut.add_done_callback(lambda f, m=member: attempt.events.put(("done", m, f)))
+            error = self._watch(attempt)
+            complete = error is None
+            return error
+        finally:
+            group.shutdown()
+            self.view.set_state(self.state.value.lower(), workers_up=0)
+            self.ledger.close_all(complete=complete)
+            self._attempt = None
+
+    def _launch(self, group: WorkerGroup, index: int) -> list[Future]:
+        envs = group.rendezvous_env()
+        start_round = self.ledger.start_attempt(len(group.members))
+        latest = self.ledger.latest
+        checkpoint = Checkpoint(latest.path, self.storage.fs) if latest else self.initial_checkpoint
+        args = []
+        for member, env in zip(group.members, envs):
+            ctx = TrainContext(
+                world_rank=member.rank,
+                world_size=len(group.members),
+                local_rank=member.local_rank,
+                local_world_size=member.local_world_size,
+                node_rank=member.node_rank,
+                experiment_name=self.storage.name,
+                run_dir=self.storage.uri,
+                attempt=index,
+            )
+            spec = SessionSpec(ctx, self.storage, start_round, checkpoint)
+            args.append((self.train_fn, self.train_config, spec, env, self.backend))
+        return group.run("run", args)
+
+    def _watch(self, attempt: _Attempt) -> BaseException | None:
+        n = len(attempt.group.members)
+        timeout = self.run_config.worker_timeout_s
+        while len(attempt.finished) < n:
+            try:
+                kind, member, payload = attempt.events.get(timeout=0.25)
+            except queue.Empty:
+                if timeout is not None and time.monotonic() - attempt.last_activity > timeout:
+                    return MusterError(
+                        f"No worker reported for {timeout:.0f} s (RunConfig(worker_timeout_s={timeout})); "
+                        "the gang was stopped as hung. Raise worker_timeout_s if a step legitimately "
+                        "takes that long."
+                    )
+                continue
+            assert member is not None
+            if kind == "done":
+                exc = payload.exception()
+                if exc is None:
+                    attempt.finished.add(member.rank)
+                    continue
+                return _root_cause(exc, member)
+            if kind == "died":
+                return _root_cause(payload, member)
+        return None
+
+    # -- worker reader threads ------------------------------------------------------
+    def _on_event(self, handle: ActorHandle, payload: Any) -> Any:
+        if not isinstance(payload, dict) or payload.get("kind") != "report":
+            return None
+        attempt = self._attempt
+        if attempt is None:
+            raise MusterError("the run is ending; this report was not recorded")
+        attempt.last_activity = time.monotonic()
+        row = self.ledger.record(
+            payload["rank"], payload["round"], payload["metrics"], payload["files"], payload["time"], attempt.index
+        )
+        self.view.on_report(row, lead=payload["rank"] == 0)
+        self._callbacks("on_report", row)
+        return True
+
+    def _on_death(self, handle: ActorHandle, error: BaseException) -> None:
+        attempt = self._attempt
+        if attempt is None:
+            return
+        member = attempt.group.member_of(handle)
+        if member is not None:
+            attempt.events.put(("died", member, error))
+
+    def _on_commit(self, record: CheckpointRecord) -> None:
+        name = record.path.rstrip("/").rsplit("/", 1)[-1]
+        self.view.on_checkpoint(name)
+        self.record.mark(State.RUNNING.value, record)
+        self._callbacks("on_checkpoint", Checkpoint(record.path, self.storage.fs), record.metrics)
+
+    def _callbacks(self, hook: str, *args: Any) -> None:
+        for cb in self.run_config.callbacks or []:
+            fn = getattr(cb, hook, None)
+            if fn is not None:
+                fn(*args)
+
+
+def _root_cause(exc: BaseException, member: Member) -> BaseException:
+    if isinstance(exc, WorkerCrashedError):
+        return WorkerCrashedError(f"rank {member.rank}", exc.pid or member.pid, exc.exitcode, member.host)
+    if isinstance(exc, TaskError):
+        exc.label = f"rank {member.rank}"
+    return exc
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def _sigterm_as_interrupt() -> Callable[[], None]:
+    """While fit() runs in the main thread, SIGTERM stops it like Ctrl-C: workers down, checkpoint kept."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,118 @@
+"""``Result``: what ``fit()`` returns, and what ``Result.from_path`` reads back."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.train._internal import policies
+from muster.train._internal.policies import CheckpointRecord
+from muster.train.checkpoint import Checkpoint
+from muster.train.storage import MANIFEST, RESULTS, RUN_STATE, Storage
+
+
+@dataclass
+class Result:
+    """The outcome of a training run.
+
+    Attributes:
+        metrics: the last report of rank 0 (or of the lowest rank that
+            reported), with or without a checkpoint.
+        checkpoint: the latest committed checkpoint, or None.
+        best_checkpoints: ``[(Checkpoint, metrics), ...]``, best first by
+            ``CheckpointConfig``'s score (newest first without one).
+        path: the run folder.
+        error: the error that ended the run, if it failed.
+        all_reports: every report of every rank, in arrival order.
+    """
+
+    metrics: dict[str, Any] | None
+    checkpoint: Checkpoint | None
+    path: str
+    error: BaseException | None = None
+    best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]] = field(default_factory=list)
+    all_reports: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    filesystem: Any = field(default=None, repr=False)
+
+    @property
+    def metrics_dataframe(self) -> Any:
+        """Every report of the result's rank (rank 0 normally) as a pandas DataFrame."""
+        import pandas as pd
+
+        rank = _lead_rank(self.all_reports)
+        return pd.DataFrame([r for r in self.all_reports if r.get("rank") == rank])
+
+    @property
+    def all_metrics_dataframe(self) -> Any:
+        """Every report of every rank (column ``rank`` tells whose)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.all_reports)
+
+    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
+        """The committed checkpoint whose reported ``metric`` is best (``mode``: "max" or "min")."""
+        if mode not in ("max", "min"):
+            raise ValueError(f"get_best_checkpoint(mode={mode!r}): use 'max' or 'min'.")
+        records = [CheckpointRecord(i, c.path, m) for i, (c, m) in enumerate(self.best_checkpoints)]
+        scored = [r for r in records if policies.score_of(r, metric) is not None]
+        if not scored:
+            if records:
+                raise ValueError(
+                    f"get_best_checkpoint(metric={metric!r}): no checkpoint was reported with that metric; "
+                    f"reported metrics are {sorted(self.best_checkpoints[0][1])}."
+                )
+            return None
+        best = policies.rank_best(scored, metric, mode)[0]
+        return self.best_checkpoints[best.round][0]
+
+    @classmethod
+    def from_path(cls, path: str) -> "Result":
+        """Read a run's result back from its folder (local or URL)."""
+        storage = Storage(path.rstrip("/").rsplit("/", 1)[0] or "/", path.rstrip("/").rsplit("/", 1)[-1])
+        if not storage.exists(storage.run_dir):
+            raise ValueError(f"Result.from_path({path!r}): no such run folder.")
+        reports: list[dict[str, Any]] = []
+        results = storage.join(storage.run_dir, RESULTS)
+        if storage.exists(results):
+            with storage.fs.open(results, "r") as f:
+                reports = [json.loads(line) for line in f if line.strip()]
+        records = []
+        for r in storage.committed_rounds():
+            ckpt_dir = storage.checkpoint_dir(r)
+            manifest = storage.read_json(storage.join(ckpt_dir, MANIFEST))
+            records.append(CheckpointRecord(r, ckpt_dir, manifest.get("metrics", {})))
+        state_path = storage.join(storage.run_dir, RUN_STATE)
+        state = storage.read_json(state_path) if storage.exists(state_path) else {}
+        order = state.get("checkpoint_config", {})
+        ranked = policies.rank_best(
+            records, order.get("checkpoint_score_attribute"), order.get("checkpoint_score_order", "max")
+        )
+        return build(storage, reports, ranked, None)
+
+
+def _lead_rank(reports: list[dict[str, Any]]) -> int | None:
+    ranks = {r.get("rank") for r in reports}
+    ranks.discard(None)
+    return min(ranks) if ranks else None  # type: ignore[type-var]
+
+
+def build(
+    storage: Storage, reports: list[dict[str, Any]], ranked: list[CheckpointRecord], error: BaseException | None
+) -> Result:
+    lead = _lead_rank(reports)
+    mine = [r for r in reports if r.get("rank") == lead]
+    latest = max(ranked, key=lambda r: r.round) if ranked else None
+    return Result(
+        metrics=_public(mine[-1]) if mine else None,
+        checkpoint=Checkpoint(latest.path, storage.fs) if latest else None,
+        path=storage.uri,
+        error=error,
+        best_checkpoints=[(Checkpoint(r.path, storage.fs), _public(r.metrics)) for r in ranked],
+        all_reports=list(reports),
+        filesystem=storage.fs,
+    )
+
+
+def _public(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k not in ("rank", "attempt")}

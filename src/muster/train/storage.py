@@ -1,0 +1,187 @@
+"""Where a run's files live: a local folder or any fsspec URL.
+
+Layout of a run folder::
+
+    <storage_path>/<name>/
+        .muster_run.json            run state (status, attempts, latest checkpoint)
+        result.json                 every report of every rank, one JSON object a line
+        checkpoint_000003/          a committed checkpoint
+            .muster_manifest.json   written last: present = committed
+            ...user files...
+        .staging/checkpoint_000004/ files of a round not yet committed
+
+A checkpoint is committed by writing its manifest into the staging folder
+and renaming that folder into place: on a local disk the rename is atomic,
+so a checkpoint folder appears complete or not at all.  On object stores,
+which cannot rename atomically, the manifest is copied last and readers
+ignore any checkpoint folder without one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Any, Callable, TypeVar
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+MANIFEST = ".muster_manifest.json"
+RUN_STATE = ".muster_run.json"
+RESULTS = "result.json"
+STAGING = ".staging"
+
+T = TypeVar("T")
+
+
+def checkpoint_dir_name(round_index: int) -> str:
+    return f"checkpoint_{round_index:06d}"
+
+
+def _retry(what: str, fn: Callable[[], T], attempts: int = 6, first_delay_s: float = 0.2) -> T:
+    """Run a storage call, retrying transient errors with exponential backoff."""
+    delay = first_delay_s
+    for i in range(attempts):
+        try:
+            return fn()
+        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
+            raise
+        except OSError:
+            if i == attempts - 1:
+                raise
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+class Storage:
+    """One run folder on one filesystem. Picklable: workers get a copy."""
+
+    def __init__(self, storage_path: str, name: str, filesystem: Any = None):
+        if filesystem is None:
+            filesystem, root = fsspec.core.url_to_fs(storage_path)
+        else:
+            root = storage_path
+        self.fs = filesystem
+        self.root = root.rstrip("/") if root != "/" else root
+        self.name = name
+        self.run_dir = self.join(self.root, name)
+        self.storage_path = storage_path
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, LocalFileSystem)
+
+    @property
+    def uri(self) -> str:
+        """The run folder as a URL a user can pass back (``s3://...`` or a local path)."""
+        if self.is_local:
+            return self.run_dir
+        proto = self.fs.protocol[0] if isinstance(self.fs.protocol, (tuple, list)) else self.fs.protocol
+        return f"{proto}://{self.run_dir}"
+
+    @staticmethod
+    def join(*parts: str) -> str:
+        return "/".join(p.rstrip("/") for p in parts if p)
+
+    # -- small files ---------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        return _retry(f"exists {path}", lambda: self.fs.exists(path))
+
+    def read_json(self, path: str) -> Any:
+        def read() -> Any:
+            with self.fs.open(path, "r") as f:
+                return json.load(f)
+
+        return _retry(f"read {path}", read)
+
+    def write_text(self, path: str, text: str) -> None:
+        """Write a whole small file so that readers see the old or the new version."""
+
+        def write() -> None:
+            if self.is_local:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                tmp = f"{path}.tmp{os.getpid()}"
+                with open(tmp, "w") as f:
+                    f.write(text)
+                os.replace(tmp, path)
+            else:
+                with self.fs.open(path, "w") as f:
+                    f.write(text)
+
+        _retry(f"write {path}", write)
+
+    def write_json(self, path: str, obj: Any) -> None:
+        self.write_text(path, json.dumps(obj, indent=1, default=str))
+
+    def makedirs(self, path: str) -> None:
+        _retry(f"mkdir {path}", lambda: self.fs.makedirs(path, exist_ok=True))
+
+    def rm(self, path: str) -> None:
+        def remove() -> None:
+            if self.fs.exists(path):
+                self.fs.rm(path, recursive=True)
+
+        _retry(f"remove {path}", remove)
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False))
+        except FileNotFoundError:
+            return []
+
+    # -- checkpoint files ----------------------------------------------------
+    def staging_dir(self, round_index: int) -> str:
+        return self.join(self.run_dir, STAGING, checkpoint_dir_name(round_index))
+
+    def checkpoint_dir(self, round_index: int) -> str:
+        return self.join(self.run_dir, checkpoint_dir_name(round_index))
+
+    def upload_dir(self, local_dir: str, dest: str) -> dict[str, int]:
+        """Copy every file under ``local_dir`` into ``dest``; return ``{relpath: size}``."""
+        files: dict[str, int] = {}
+        for base, _dirs, names in os.walk(local_dir):
+            for fname in names:
+                src = os.path.join(base, fname)
+                rel = os.path.relpath(src, local_dir).replace(os.sep, "/")
+                target = self.join(dest, rel)
+                if self.is_local:
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    shutil.copyfile(src, target)
+                else:
+                    _retry(f"upload {rel}", lambda s=src, t=target: self.fs.put_file(s, t))
+                files[rel] = os.path.getsize(src)
+        return files
+
+    def commit(self, round_index: int, manifest: dict[str, Any]) -> str:
+        """Publish a staged checkpoint under its final name; return its path."""
+        staged, final = self.staging_dir(round_index), self.checkpoint_dir(round_index)
+        body = json.dumps(manifest, indent=1, default=str)
+        if self.is_local:
+            os.makedirs(staged, exist_ok=True)
+            with open(os.path.join(staged, MANIFEST), "w") as f:
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+            if os.path.exists(final):  # a leftover from an attempt that died mid-commit
+                shutil.rmtree(final)
+            os.rename(staged, final)
+        else:
+            if self.fs.exists(staged):
+                _retry("commit", lambda: self.fs.mv(staged, final, recursive=True))
+            self.write_text(self.join(final, MANIFEST), body)
+        return final
+
+    def committed_rounds(self) -> list[int]:
+        """Rounds that have a committed checkpoint, oldest first."""
+        out = []
+        for entry in self.listdir(self.run_dir):
+            if entry.startswith("checkpoint_") and entry[11:].isdigit():
+                if self.exists(self.join(self.run_dir, entry, MANIFEST)):
+                    out.append(int(entry[11:]))
+        return sorted(out)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)

@@ -1,0 +1,72 @@
+"""``TorchConfig`` and the torch backend that sets up each worker's process group."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+from muster.train._internal.backend import Backend
+from muster.train.context import TrainContext
+
+_BACKENDS = ("gloo", "nccl", "mpi", "xccl", "hccl")
+
+
+@dataclass(kw_only=True)
+class TorchConfig:
+    """How workers join the torch.distributed process group.
+
+    Args:
+        backend: ``"gloo"`` (CPU), ``"nccl"`` (GPU) or another torch backend;
+            default: nccl when the run uses GPUs, else gloo.
+        init_method: ``"env"`` (MASTER_ADDR/PORT, default) or ``"tcp"``.
+        timeout_s: how long collectives and the rendezvous may block.
+    """
+
+    backend: str | None = None
+    init_method: str = "env"
+    timeout_s: float = 1800
+
+    def __post_init__(self) -> None:
+        if self.backend is not None and self.backend not in _BACKENDS:
+            raise ValueError(f"TorchConfig(backend={self.backend!r}): use one of {', '.join(_BACKENDS)}, or None.")
+        if self.init_method not in ("env", "tcp"):
+            raise ValueError(f"TorchConfig(init_method={self.init_method!r}): use 'env' or 'tcp'.")
+        if not (self.timeout_s > 0):
+            raise ValueError(f"TorchConfig(timeout_s={self.timeout_s!r}): use a number of seconds > 0.")
+
+
+class TorchBackend(Backend):
+    """Joins the process group before the user's loop and leaves it after."""
+
+    def __init__(self, config: TorchConfig, use_gpu: bool):
+        self.config, self.use_gpu = config, use_gpu
+
+    def on_worker_start(self, context: TrainContext) -> None:
+        import torch
+        import torch.distributed as dist
+
+        from muster.train.torch import train_loop_utils
+
+        train_loop_utils._USE_GPU = self.use_gpu
+        backend = self.config.backend or ("nccl" if self.use_gpu else "gloo")
+        if self.use_gpu and torch.cuda.is_available():
+            torch.cuda.set_device(train_loop_utils.get_device())
+        if backend == "nccl":
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+        init = "env://"
+        if self.config.init_method == "tcp":
+            init = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+        dist.init_process_group(
+            backend=backend,
+            init_method=init,
+            rank=context.world_rank,
+            world_size=context.world_size,
+            timeout=datetime.timedelta(seconds=self.config.timeout_s),
+        )
+
+    def on_worker_end(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()

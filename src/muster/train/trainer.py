@@ -1,0 +1,168 @@
+"""``DataParallelTrainer``: run one function on N workers; the base of ``TorchTrainer``."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import cloudpickle
+
+from muster.train._internal.backend import Backend
+from muster.train.checkpoint import Checkpoint
+from muster.train.config import RunConfig, ScalingConfig
+from muster.train.controller import Controller
+from muster.train.result import Result
+from muster.train.run_state import RUN_STATE, TRAINER_FILE, RunRecord, default_name
+from muster.train.storage import Storage
+
+
+class DataParallelTrainer:
+    """Runs ``train_loop_per_worker`` on ``scaling_config.num_workers`` workers.
+
+    Args:
+        train_loop_per_worker: the training function; it takes the config
+            dict as its one argument, or no argument at all.
+        train_loop_config: passed to the function.
+        scaling_config: how many workers and what each holds.
+        run_config: name, storage, checkpoint retention, failure budget.
+        backend_config: framework setup on each worker (``TorchConfig``).
+        resume_from_checkpoint: a checkpoint to start from when the run has none.
+    """
+
+    _default_backend: type[Backend] = Backend
+
+    def __init__(
+        self,
+        train_loop_per_worker: Callable[..., Any],
+        *,
+        train_loop_config: dict[str, Any] | None = None,
+        scaling_config: ScalingConfig | None = None,
+        run_config: RunConfig | None = None,
+        backend_config: Backend | None = None,
+        resume_from_checkpoint: Checkpoint | None = None,
+        datasets: dict[str, Any] | None = None,
+    ):
+        if not callable(train_loop_per_worker):
+            raise TypeError(
+                f"{type(self).__name__}(train_loop_per_worker={train_loop_per_worker!r}): pass the training "
+                "function itself, e.g. TorchTrainer(train_func, ...)."
+            )
+        if train_loop_config is not None and not isinstance(train_loop_config, dict):
+            raise TypeError(
+                f"{type(self).__name__}(train_loop_config=...) takes a dict, got {type(train_loop_config).__name__}."
+            )
+        if datasets:
+            raise ValueError(
+                f"{type(self).__name__}(datasets=...): muster.data datasets are not available in this version; "
+                "build a torch DataLoader inside train_loop_per_worker and call prepare_data_loader on it."
+            )
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = train_loop_config
+        self.scaling_config = scaling_config or ScalingConfig()
+        self.run_config = run_config or RunConfig()
+        self.backend_config = backend_config or self._default_backend()
+        self.resume_from_checkpoint = resume_from_checkpoint
+        self._restore_path: str | None = None
+        from muster.core.api import get_runtime
+
+        get_runtime()  # start the engine now: its zygote imports torch while the caller goes on
+
+    def fit(self) -> Result:
+        """Run training to the end.
+
+        Returns:
+            Result with the final metrics, checkpoints and the run folder.
+
+        Raises:
+            TrainingFailedError: a worker failed and the failure budget is spent.
+            ResourcesUnavailableError: the engine can never hold this many workers.
+            RunAlreadyFinishedError: a run with this name already finished in this storage.
+        """
+        storage = self._storage()
+        record = RunRecord(
+            storage,
+            type(self).__name__,
+            {
+                "num_workers": self.scaling_config.num_workers,
+                "checkpoint_config": vars(self.run_config.checkpoint_config),
+            },
+        )
+        previous = record.open(allow_finished=self._restore_path is not None)
+        record.save_trainer(self)
+        controller = Controller(
+            self.train_loop_per_worker,
+            self.train_loop_config,
+            self.scaling_config,
+            self.run_config,
+            self.backend_config,
+            record,
+            self.resume_from_checkpoint,
+        )
+        if previous is not None:
+            latest = storage.committed_rounds()
+            where = f"checkpoint_{latest[-1]:06d}" if latest else "the start (it has no committed checkpoint)"
+            controller.view.event(
+                f"RESUMING run {storage.name!r} ({storage.uri}): previous status {previous.get('status')}, "
+                f"continuing from {where}."
+            )
+        return controller.run()
+
+    def _storage(self) -> Storage:
+        if self._restore_path is not None:
+            parent, name = self._restore_path.rstrip("/").rsplit("/", 1)
+            return Storage(parent, name, self.run_config.storage_filesystem)
+        name = self.run_config.name or default_name(type(self).__name__)
+        self.run_config.name = name
+        return Storage(self.run_config.resolved_storage_path(), name, self.run_config.storage_filesystem)
+
+    # -- restore -------------------------------------------------------------------
+    @classmethod
+    def can_restore(cls, path: str) -> bool:
+        """Whether ``path`` holds a run this trainer class can ``restore``."""
+        parent, name = path.rstrip("/").rsplit("/", 1)
+        storage = Storage(parent, name)
+        return storage.exists(storage.join(storage.run_dir, RUN_STATE)) and storage.exists(
+            storage.join(storage.run_dir, TRAINER_FILE)
+        )
+
+    @classmethod
+    def restore(
+        cls,
+        path: str,
+        train_loop_per_worker: Callable[..., Any] | None = None,
+        train_loop_config: dict[str, Any] | None = None,
+        **_ignored: Any,
+    ) -> "DataParallelTrainer":
+        """A trainer that continues the run at ``path`` from its latest checkpoint.
+
+        Args:
+            path: the run folder (``<storage_path>/<name>``), local or URL.
+            train_loop_per_worker / train_loop_config: replace the saved ones.
+        """
+        if not cls.can_restore(path):
+            raise ValueError(
+                f"{cls.__name__}.restore({path!r}): no muster run there (expected {RUN_STATE} and "
+                f"{TRAINER_FILE}). Pass the run folder, i.e. <storage_path>/<name>."
+            )
+        parent, name = path.rstrip("/").rsplit("/", 1)
+        storage = Storage(parent, name)
+        with storage.fs.open(storage.join(storage.run_dir, TRAINER_FILE), "rb") as f:
+            trainer: DataParallelTrainer = cloudpickle.loads(f.read())
+        if train_loop_per_worker is not None:
+            trainer.train_loop_per_worker = train_loop_per_worker
+        if train_loop_config is not None:
+            trainer.train_loop_config = train_loop_config
+        trainer._restore_path = path
+        return trainer
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["run_config"] = _without_callbacks(self.run_config)
+        return state
+
+
+def _without_callbacks(rc: RunConfig) -> RunConfig:
+    import copy
+
+    clone = copy.copy(rc)
+    clone.callbacks = []
+    return clone

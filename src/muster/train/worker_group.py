@@ -1,0 +1,113 @@
+"""A gang of training workers: ranks, rendezvous environment, start and teardown."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from muster.core.runtime import ActorHandle, DeathHandler, EventHandler, Runtime
+from muster.train._internal.worker import TrainWorker
+from muster.train.config import ScalingConfig
+
+
+@dataclass
+class Member:
+    handle: ActorHandle
+    rank: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    host: str
+    ip: str
+    pid: int
+
+
+def assign_ranks(infos: list[dict[str, Any]], gpu_ids: list[list[int]]) -> list[tuple[int, int, int, int]]:
+    """``(rank, local_rank, local_world_size, node_rank)`` per member, in input order.
+
+    Ranks are ordered by node (in order of first appearance, so the driver's
+    node, which the engine lists first, gets rank 0), then by GPU id.
+    """
+    nodes: list[str] = []
+    for info in infos:
+        if info["ip"] not in nodes:
+            nodes.append(info["ip"])
+    order = sorted(
+        range(len(infos)),
+        key=lambda i: (nodes.index(infos[i]["ip"]), gpu_ids[i][:1] or [0], i),
+    )
+    out: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * len(infos)
+    local_counts = {ip: sum(1 for info in infos if info["ip"] == ip) for ip in nodes}
+    seen: dict[str, int] = {}
+    for rank, i in enumerate(order):
+        ip = infos[i]["ip"]
+        local = seen.get(ip, 0)
+        seen[ip] = local + 1
+        out[i] = (rank, local, local_counts[ip], nodes.index(ip))
+    return out
+
+
+class WorkerGroup:
+    """Starts ``num_workers`` TrainWorkers together and tears them down together."""
+
+    def __init__(self, runtime: Runtime, scaling: ScalingConfig):
+        self.runtime, self.scaling = runtime, scaling
+        self.members: list[Member] = []
+
+    def start(
+        self, on_event: EventHandler, on_death: DeathHandler, on_wait: Callable[[str], None] | None = None
+    ) -> None:
+        handles = self.runtime.create_gang(
+            self.scaling.num_workers,
+            TrainWorker,
+            self.scaling.worker_resources,
+            strategy=self.scaling.placement_strategy,
+            on_wait=on_wait,
+        )
+        try:
+            infos = [f.result() for f in [h.call("info") for h in handles]]
+            ranks = assign_ranks(infos, [h.gpu_ids for h in handles])
+            for handle, info, (rank, local, local_n, node) in zip(handles, infos, ranks):
+                handle.label = f"rank {rank}"
+                handle.set_handlers(on_event, on_death)
+                self.members.append(Member(handle, rank, local, local_n, node, info["host"], info["ip"], info["pid"]))
+            self.members.sort(key=lambda m: m.rank)
+        except BaseException:
+            for h in handles:
+                self.runtime.kill(h)
+            raise
+
+    def rendezvous_env(self) -> list[dict[str, str]]:
+        """torchrun's variables for each member, rank order."""
+        port = self.members[0].handle.call("free_port").result()
+        master = self.members[0].ip if len({m.ip for m in self.members}) > 1 else "127.0.0.1"
+        n = len(self.members)
+        return [
+            {
+                "RANK": str(m.rank),
+                "LOCAL_RANK": str(m.local_rank),
+                "WORLD_SIZE": str(n),
+                "LOCAL_WORLD_SIZE": str(m.local_world_size),
+                "NODE_RANK": str(m.node_rank),
+                "GROUP_RANK": str(m.node_rank),
+                "MASTER_ADDR": master,
+                "MASTER_PORT": str(port),
+            }
+            for m in self.members
+        ]
+
+    def run(self, method: str, per_member_args: list[tuple]) -> list[Future]:
+        return [m.handle.call(method, *args) for m, args in zip(self.members, per_member_args)]
+
+    def member_of(self, handle: ActorHandle) -> Member | None:
+        for m in self.members:
+            if m.handle is handle:
+                return m
+        return None
+
+    def shutdown(self) -> None:
+        """Kill every member now (SIGKILL on the local engine: peers stuck in a collective included)."""
+        for m in self.members:
+            m.handle.set_handlers(None, None)
+            self.runtime.kill(m.handle)
