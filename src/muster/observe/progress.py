@@ -17,7 +17,7 @@ from typing import Any
 from muster.core import settings
 
 _PLAIN_EVERY_S = 5.0
-_HIDDEN = {"training_iteration", "rank", "timestamp", "attempt", "checkpoint_dir_name"}
+_HIDDEN = {"training_iteration", "_rank", "timestamp", "_attempt", "checkpoint_dir_name"}
 
 
 def _fmt(v: Any) -> str:

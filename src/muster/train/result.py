@@ -41,11 +41,11 @@ class Result:
         import pandas as pd
 
         rank = _lead_rank(self.all_reports)
-        return pd.DataFrame([r for r in self.all_reports if r.get("rank") == rank])
+        return pd.DataFrame([r for r in self.all_reports if r.get("_rank") == rank])
 
     @property
     def all_metrics_dataframe(self) -> Any:
-        """Every report of every rank (column ``rank`` tells whose)."""
+        """Every report of every rank (column ``_rank`` tells whose, ``_attempt`` which attempt)."""
         import pandas as pd
 
         return pd.DataFrame(self.all_reports)
@@ -92,7 +92,7 @@ class Result:
 
 
 def _lead_rank(reports: list[dict[str, Any]]) -> int | None:
-    ranks = {r.get("rank") for r in reports}
+    ranks = {r.get("_rank") for r in reports}
     ranks.discard(None)
     return min(ranks) if ranks else None  # type: ignore[type-var]
 
@@ -101,7 +101,7 @@ def build(
     storage: Storage, reports: list[dict[str, Any]], ranked: list[CheckpointRecord], error: BaseException | None
 ) -> Result:
     lead = _lead_rank(reports)
-    mine = [r for r in reports if r.get("rank") == lead]
+    mine = [r for r in reports if r.get("_rank") == lead]
     latest = max(ranked, key=lambda r: r.round) if ranked else None
     return Result(
         metrics=_public(mine[-1]) if mine else None,
@@ -115,4 +115,4 @@ def build(
 
 
 def _public(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k not in ("rank", "attempt")}
+    return {k: v for k, v in row.items() if k not in ("_rank", "_attempt")}

@@ -83,9 +83,9 @@ class Ledger:
             row.update(
                 {
                     "training_iteration": round_,
-                    "rank": rank,
                     "timestamp": t,
-                    "attempt": attempt,
+                    "_rank": rank,
+                    "_attempt": attempt,
                     "checkpoint_dir_name": None,
                 }
             )

@@ -1,0 +1,63 @@
+"""Shared fixtures: one engine per test session, no leaked processes, clean env."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+import muster
+
+# Tests run 2-4 workers on a 2-core machine: let the engine hand out 4 CPUs.
+TEST_CPUS = 4
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _engine():
+    os.environ.setdefault("MUSTER_PLAIN_PROGRESS", "1")
+    muster.init(num_cpus=TEST_CPUS, num_gpus=0, ignore_reinit_error=True)
+    yield
+    muster.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _restore_env():
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def _workers() -> list[psutil.Process]:
+    """Worker processes: grandchildren of this process (children of the zygote)."""
+    out = []
+    for child in psutil.Process().children(recursive=False):
+        try:
+            out.extend(child.children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_workers(request):
+    yield
+    if request.node.get_closest_marker("allow_leftover_workers"):
+        return
+    deadline = time.monotonic() + 5
+    alive = _workers()
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    if alive:
+        for p in alive:
+            p.kill()
+        pytest.fail(f"test leaked worker processes: {[p.pid for p in alive]}")
+
+
+@pytest.fixture
+def storage(tmp_path) -> str:
+    """A fresh storage_path for RunConfig."""
+    return str(tmp_path / "results")
