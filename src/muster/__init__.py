@@ -1,13 +1,15 @@
 """muster: run a plain PyTorch training function on N workers.
 
 The public API follows Ray's name for name (``ray`` -> ``muster``).  Training
-lives in :mod:`muster.train`; this module holds the engine controls.
+lives in :mod:`muster.train`; this module holds the engine controls and Ray
+Core's tasks, actors and objects (``remote``, ``get``, ``wait``, ``put``, ``kill``).
 """
 
 from __future__ import annotations
 
 from muster.core.api import init, is_initialized, shutdown
 from muster.exceptions import MusterError
+from muster.tasks import ObjectRef, get, get_gpu_ids, kill, put, remote, wait
 
 __version__ = "0.1.0"
 
@@ -28,6 +30,13 @@ def available_resources() -> dict[str, float]:
 
 __all__ = [
     "MusterError",
+    "ObjectRef",
+    "get",
+    "get_gpu_ids",
+    "kill",
+    "put",
+    "remote",
+    "wait",
     "__version__",
     "available_resources",
     "cluster_resources",

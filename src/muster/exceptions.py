@@ -56,7 +56,7 @@ def describe_exit(exitcode: int | None) -> str:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = f"signal {-exitcode}"
-        hint = " (out of memory? check `dmesg`)" if -exitcode == signal.SIGKILL else ""
+        hint = " (sent by a person, a tool, or the kernel's out-of-memory killer: check `dmesg`)" if -exitcode == signal.SIGKILL else ""
         return f"killed by {name}{hint}"
     return f"exited with code {exitcode}"
 
@@ -71,17 +71,17 @@ class WorkerCrashedError(MusterError):
         host: the node it ran on.
     """
 
-    def __init__(self, label: str, pid: int | None, exitcode: int | None, host: str = ""):
-        self.label, self.pid, self.exitcode, self.host = label, pid, exitcode, host
+    def __init__(self, label: str, pid: int | None, exitcode: int | None, host: str = "", reason: str = ""):
+        self.label, self.pid, self.exitcode, self.host, self.reason = label, pid, exitcode, host, reason
         where = f" on {host}" if host else ""
-        super().__init__(f"{label} (pid {pid}{where}) died: {describe_exit(exitcode)}")
+        super().__init__(f"{label} (pid {pid}{where}) died: {reason or describe_exit(exitcode)}")
 
     @property
     def signal(self) -> int | None:
         return -self.exitcode if self.exitcode is not None and self.exitcode < 0 else None
 
     def __reduce__(self) -> Any:
-        return (type(self), (self.label, self.pid, self.exitcode, self.host))
+        return (type(self), (self.label, self.pid, self.exitcode, self.host, self.reason))
 
 
 class ActorDiedError(WorkerCrashedError):

@@ -51,3 +51,44 @@ def fmt(resources: Mapping[str, float]) -> str:
         v = resources[k]
         parts.append(f"{k}={int(v) if float(v).is_integer() else round(v, 3)}")
     return ", ".join(parts)
+
+
+def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str, float], what: str = "") -> None:
+    """Raise ``ResourcesUnavailableError`` at once if ``count`` x ``request`` can never fit in ``total``.
+
+    The message names what was asked, what exists, and how to fix it.
+    """
+    from muster.exceptions import ResourcesUnavailableError
+
+    missing = shortfall(request, total, count)
+    gpu = request.get("GPU", 0.0)
+    if not missing and 0 < gpu < 1:
+        per_gpu = int(1 / gpu + 1e-9)
+        if per_gpu * int(total.get("GPU", 0)) < count:
+            missing = {"GPU": (count * gpu, total.get("GPU", 0.0))}
+    if not missing:
+        return
+    asked = ", ".join(f"{k}={_n(need)}" for k, (need, _) in missing.items())
+    have = ", ".join(f"{k}={_n(h)}" for k, (_, h) in missing.items())
+    hints = []
+    if "GPU" in missing and total.get("GPU", 0) == 0:
+        hints.append("this machine has no GPU visible to muster: set ScalingConfig(use_gpu=False) / num_gpus=0")
+    if "CPU" in missing:
+        hints.append(
+            "lower num_workers or resources_per_worker={'CPU': ...} (num_cpus= for tasks), or tell muster "
+            "to oversubscribe with muster.init(num_cpus=N)"
+        )
+    other = [k for k in missing if k not in ("CPU", "GPU")]
+    if other:
+        hints.append(f"declare {', '.join(other)} with muster.init(resources={{...}})")
+    subject = f"{what}: " if what else ""
+    raise ResourcesUnavailableError(
+        f"{subject}cannot ever schedule {count} x {{{fmt(request)}}}: that needs {asked}, but this machine has "
+        f"{have} in total ({fmt(total)}). Fix: {'; '.join(hints)}.",
+        requested={k: v * count for k, v in request.items()},
+        total=dict(total),
+    )
+
+
+def _n(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"

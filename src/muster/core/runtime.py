@@ -16,7 +16,8 @@ Contract, for implementers:
   When the process dies, every pending and later call fails with
   ``ActorDiedError``.
 * Actors may send *events* to the driver while a call runs (training
-  reports use this).  Events from one actor reach ``on_event`` in the order
+  reports use this).  A handler may return a ``Future``: the actor gets
+  the reply when it completes.  Events from one actor reach ``on_event`` in the order
   they were sent, and always before the actor's death is reported: a
   report that left the worker is never lost behind the failure it preceded.
 * All methods are thread-safe.
@@ -25,8 +26,9 @@ Contract, for implementers:
 from __future__ import annotations
 
 import abc
+import contextlib
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 Resources = dict[str, float]
 EventHandler = Callable[["ActorHandle", Any], Any]
@@ -76,12 +78,32 @@ class Runtime(abc.ABC):
         """What is free now."""
 
     @abc.abstractmethod
-    def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict, resources: Resources) -> Future:
-        """Run ``fn(*args, **kwargs)`` once its resources are free."""
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        resources: Resources,
+        on_event: EventHandler | None = None,
+        label: str = "task",
+    ) -> Future:
+        """Run ``fn(*args, **kwargs)`` once its resources are free; its events go to ``on_event``."""
 
     @abc.abstractmethod
-    def create_actor(self, cls: type, args: tuple, kwargs: dict, resources: Resources, label: str = "") -> ActorHandle:
-        """Start one actor of ``cls`` holding ``resources``."""
+    def create_actor(
+        self,
+        cls: type,
+        args: tuple,
+        kwargs: dict,
+        resources: Resources,
+        label: str = "",
+        on_event: EventHandler | None = None,
+    ) -> ActorHandle:
+        """Start one actor of ``cls`` holding ``resources`` (``on_event`` is live during ``__init__``)."""
+
+    def blocked(self, handle: ActorHandle) -> ContextManager[None]:
+        """Context for an actor that waits on other work: its CPUs may be lent out meanwhile."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def create_gang(

@@ -14,6 +14,7 @@ stream, a report the worker sent is always handled before its death.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import json
 import os
@@ -27,7 +28,7 @@ import threading
 import time
 from concurrent.futures import Future
 from multiprocessing.connection import Connection, Listener
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from muster.core import resources as res
 from muster.core import settings
@@ -60,6 +61,7 @@ class LocalActor(ActorHandle):
         self._ids = itertools.count()
         self._pending: dict[int, Future] = {}
         self._alive = True
+        self._holds_slots = True  # False while idle in the task pool
         self._expected_exit = False
         self._on_event: EventHandler | None = None
         self._on_death: DeathHandler | None = None
@@ -135,11 +137,23 @@ class LocalActor(ActorHandle):
             value = self._on_event(self, payload) if self._on_event else None
         except BaseException as exc:  # noqa: BLE001 - the worker gets the error
             ok, value = False, exc
-        if wants_reply:
-            try:
-                self._send(("reply", event_id, ok, value))
-            except Exception:
-                pass
+        if not wants_reply:
+            return
+        if ok and isinstance(value, Future):  # the handler answers later (a get() on pending work)
+            value.add_done_callback(lambda f: self._reply(event_id, f.exception() is None,
+                                                          f.exception() or f.result()))
+            return
+        self._reply(event_id, ok, value)
+
+    def _reply(self, event_id: int, ok: bool, value: Any) -> None:
+        try:
+            self._send(("reply", event_id, ok, value))
+        except Exception as exc:  # noqa: BLE001 - e.g. a value that does not pickle
+            if ok:
+                try:
+                    self._send(("reply", event_id, False, MusterError(f"could not send the reply: {exc}")))
+                except Exception:
+                    pass
 
     def _died(self) -> None:
         with self._death_lock:
@@ -300,6 +314,13 @@ class LocalRuntime(Runtime):
                     wire.send(self._zygote_conn, ("quit",))
             except OSError:
                 pass
+        elif self._zygote is not None and self._zygote.poll() is None:
+            # Still importing, so it forked nothing (forks go over the link it has not
+            # opened) and would never hear "quit": stop it now instead of waiting 3 s.
+            try:
+                os.killpg(self._zygote.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if self._zygote is not None:
             try:
                 self._zygote.wait(3)
@@ -320,9 +341,17 @@ class LocalRuntime(Runtime):
         return self.slots.free()
 
     def create_actor(
-        self, cls: type, args: tuple, kwargs: dict, resources: dict[str, float], label: str = ""
+        self,
+        cls: type,
+        args: tuple,
+        kwargs: dict,
+        resources: dict[str, float],
+        label: str = "",
+        on_event: EventHandler | None = None,
     ) -> ActorHandle:
-        (actor,) = self._launch(1, cls, args, kwargs, resources, None, None, None, [label] if label else None)
+        (actor,) = self._launch(
+            1, cls, args, kwargs, resources, None, None, None, [label] if label else None, on_event
+        )
         return actor
 
     def create_gang(
@@ -349,16 +378,20 @@ class LocalRuntime(Runtime):
         on_wait: Callable[[str], None] | None,
         timeout_s: float | None,
         labels: list[str] | None,
+        on_event: EventHandler | None = None,
+        allocations: list[Allocation] | None = None,
     ) -> list[LocalActor]:
         request = res.normalize(request, what="resources_per_worker")
         self.slots.check_feasible(request, n)
         self.start()
-        allocations = self.slots.acquire(request, n, on_wait=on_wait, timeout_s=timeout_s)
+        if allocations is None:
+            allocations = self.slots.acquire(request, n, on_wait=on_wait, timeout_s=timeout_s)
         actors = []
         try:
             for i, alloc in enumerate(allocations):
                 wid = next(self._ids)
                 actor = LocalActor(self, wid, labels[i] if labels else f"worker {wid}", alloc)
+                actor._on_event = on_event
                 with self._lock:
                     self._actors[wid] = actor
                     self._seen[wid] = actor
@@ -442,22 +475,33 @@ class LocalRuntime(Runtime):
             for pool in self._task_pool.values():
                 if actor in pool:
                     pool.remove(actor)
-        self.slots.release(actor.allocation)
+            held, actor._holds_slots = actor._holds_slots, False
+        if held:  # an idle pooled task worker already gave its slots back
+            self.slots.release(actor.allocation)
 
     def _label_for(self, worker_id: int) -> tuple[str, int | None]:
         actor = self._seen.get(worker_id)
         return (actor.label, actor.pid) if actor else (f"worker {worker_id}", None)
 
     # -- tasks -------------------------------------------------------------
-    def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict, resources: dict[str, float]) -> Future:
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        resources: dict[str, float],
+        on_event: EventHandler | None = None,
+        label: str = "task",
+    ) -> Future:
         """Run ``fn`` in a pooled worker of the same resource shape (reused across tasks)."""
-        request = res.normalize(resources or {"CPU": 1.0}, what="task resources")
+        request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
         self.slots.check_feasible(request, 1)
         out: Future = Future()
 
         def run() -> None:
             try:
-                actor = self._task_worker(request)
+                actor = self._task_worker(request, label)
+                actor._on_event = on_event
                 inner = actor.call("__task__", fn, *args, **kwargs)
                 inner.add_done_callback(lambda f: self._task_done(actor, request, f, out))
             except BaseException as exc:  # noqa: BLE001
@@ -466,22 +510,53 @@ class LocalRuntime(Runtime):
         threading.Thread(target=run, name="muster-submit", daemon=True).start()
         return out
 
-    def _task_worker(self, request: dict[str, float]) -> LocalActor:
+    def _task_worker(self, request: dict[str, float], label: str) -> LocalActor:
+        """Hold ``request``, then reuse an idle worker of that shape (or fork one)."""
         key = frozenset(request.items())
-        with self._lock:
-            pool = self._task_pool.setdefault(key, [])
-            if pool:
-                actor = pool.pop()
-                self.slots.acquire_exact(actor.allocation)
-                return actor
-        (actor,) = self._launch(1, None, (), {}, request, None, None, None, ["task"])
+        if "GPU" in request:  # a pooled worker's CUDA_VISIBLE_DEVICES is fixed: reuse only on its GPUs
+            with self._lock:
+                pool = self._task_pool.setdefault(key, [])
+                actor = next((a for a in pool if self.slots.try_acquire_exact(a.allocation)), None)
+                if actor is not None:
+                    pool.remove(actor)
+                    actor._holds_slots = True  # it holds the slots try_acquire_exact just took
+            if actor is None:
+                (actor,) = self._launch(1, None, (), {}, request, None, None, None, [label])
+        else:
+            (alloc,) = self.slots.acquire(request, 1)
+            with self._lock:
+                pool = self._task_pool.setdefault(key, [])
+                actor = pool.pop() if pool else None
+                if actor is not None:  # it now holds ``alloc``: a death from here on frees it
+                    actor.allocation, actor._holds_slots = alloc, True
+            if actor is None:
+                (actor,) = self._launch(1, None, (), {}, request, None, None, None, [label], allocations=[alloc])
+            actor.allocation = alloc
+        actor.label = label
         return actor
 
+    @contextlib.contextmanager
+    def blocked(self, handle: ActorHandle) -> Iterator[None]:
+        """While ``handle`` waits on other work, lend its CPUs out (nested tasks cannot deadlock)."""
+        assert isinstance(handle, LocalActor)
+        lent = Allocation({k: v for k, v in handle.allocation.resources.items() if k == "CPU"})
+        if not lent.resources:
+            yield
+            return
+        self.slots.release(lent)
+        try:
+            yield
+        finally:
+            self.slots.acquire_exact(lent)
+
     def _task_done(self, actor: LocalActor, request: dict[str, float], inner: Future, out: Future) -> None:
-        if actor.is_alive():
-            self.slots.release(actor.allocation)
-            with self._lock:
+        with self._lock:
+            pooled = actor.is_alive() and actor.worker_id in self._actors and actor._holds_slots
+            if pooled:
+                actor._holds_slots = False
                 self._task_pool.setdefault(frozenset(request.items()), []).append(actor)
+        if pooled:
+            self.slots.release(actor.allocation)
         exc = inner.exception()
         if exc is None:
             out.set_result(inner.result())

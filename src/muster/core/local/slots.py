@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from muster.core import resources as res
-from muster.exceptions import GetTimeoutError, ResourcesUnavailableError
+from muster.exceptions import GetTimeoutError
 
 _WAIT_NOTICE_S = 5.0
 
@@ -38,33 +38,7 @@ class SlotTable:
 
     def check_feasible(self, request: dict[str, float], count: int) -> None:
         """Raise at once if ``count`` x ``request`` can never fit on this machine."""
-        missing = res.shortfall(request, self._total, count)
-        gpu = request.get("GPU", 0.0)
-        if not missing and 0 < gpu < 1:
-            per_gpu = int(1 / gpu + 1e-9)
-            if per_gpu * len(self._gpu_free) < count:
-                missing = {"GPU": (count * gpu, self._total.get("GPU", 0.0))}
-        if not missing:
-            return
-        asked = ", ".join(f"{k}={_n(need)}" for k, (need, _) in missing.items())
-        have = ", ".join(f"{k}={_n(h)}" for k, (_, h) in missing.items())
-        hints = []
-        if "GPU" in missing and self._total.get("GPU", 0) == 0:
-            hints.append("this machine has no GPU visible to muster: set ScalingConfig(use_gpu=False)")
-        if "CPU" in missing:
-            hints.append(
-                "lower num_workers or resources_per_worker={'CPU': ...}, or tell muster to "
-                "oversubscribe with muster.init(num_cpus=N)"
-            )
-        other = [k for k in missing if k not in ("CPU", "GPU")]
-        if other:
-            hints.append(f"declare {', '.join(other)} with muster.init(resources={{...}})")
-        raise ResourcesUnavailableError(
-            f"Cannot ever schedule {count} worker(s) x {{{res.fmt(request)}}}: that needs {asked}, "
-            f"but this machine has {have} in total ({res.fmt(self._total)}). Fix: {'; '.join(hints)}.",
-            requested={k: v * count for k, v in request.items()},
-            total=self._total,
-        )
+        res.ensure_feasible(request, count, self._total)
 
     def acquire(
         self,
@@ -103,6 +77,14 @@ class SlotTable:
             while not self._fits_exact(alloc):
                 self._cond.wait(0.5)
             self._apply(alloc, -1)
+
+    def try_acquire_exact(self, alloc: Allocation) -> bool:
+        """Re-take a previous allocation (same GPU ids) if it is free now."""
+        with self._cond:
+            if not self._fits_exact(alloc):
+                return False
+            self._apply(alloc, -1)
+            return True
 
     def release(self, alloc: Allocation) -> None:
         with self._cond:
@@ -150,6 +132,3 @@ class SlotTable:
         for i in alloc.gpu_ids:
             self._gpu_free[i] += sign * alloc.gpu_share
 
-
-def _n(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else f"{v:g}"

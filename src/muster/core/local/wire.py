@@ -9,8 +9,14 @@ Zygote -> driver:  ("ready", pid) | ("forked", worker_id, pid) | ("exited", pid,
 
 from __future__ import annotations
 
+import io
+import os
 import pickle
+import socket
+import struct
+import sys
 import traceback
+import weakref
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -18,13 +24,86 @@ import cloudpickle
 
 from muster.exceptions import TaskError
 
+# Buffers at least this big skip the pickle stream and cross the socket as
+# they are (pickle protocol 5 out-of-band): no copy into the message.
+_OUT_OF_BAND_MIN = 64 * 1024
+_HEADER = struct.Struct("!I")
+
+
+def _tensor_from_numpy(array: Any) -> Any:
+    import torch
+
+    return torch.from_numpy(array)
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, plus plain CPU tensors travel as numpy views (so out-of-band)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is not None and type(obj) is torch.Tensor:
+            if obj.device.type == "cpu" and obj.layout == torch.strided and not obj.requires_grad:
+                try:
+                    return _tensor_from_numpy, (obj.numpy(),)
+                except (TypeError, RuntimeError):  # bfloat16 and friends: torch's own path
+                    pass
+        return super().reducer_override(obj)
+
+
+def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    buffers: list[pickle.PickleBuffer] = []
+
+    def keep(buf: pickle.PickleBuffer) -> bool:
+        if buf.raw().nbytes < _OUT_OF_BAND_MIN:
+            return True  # small: in the stream
+        buffers.append(buf)
+        return False
+
+    out = io.BytesIO()
+    _Pickler(out, protocol=5, buffer_callback=keep).dump(obj)
+    return out.getvalue(), buffers
+
+
+_raw_sockets: "weakref.WeakKeyDictionary[Connection, socket.socket]" = weakref.WeakKeyDictionary()
+
+
+def _raw(conn: Connection) -> socket.socket:
+    """A socket on the connection's fd, for moving big buffers without extra copies."""
+    sock = _raw_sockets.get(conn)
+    if sock is None:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+        sock.setblocking(True)
+        _raw_sockets[conn] = sock
+    return sock
+
 
 def send(conn: Connection, msg: tuple) -> None:
-    conn.send_bytes(cloudpickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+    """Send one message. Callers serialise sends on a connection (one lock each)."""
+    body, buffers = dumps(msg)
+    sizes = [b.raw().nbytes for b in buffers]
+    conn.send_bytes(_HEADER.pack(len(sizes)) + struct.pack(f"!{len(sizes)}Q", *sizes) + body)
+    if buffers:
+        sock = _raw(conn)
+        for buf in buffers:
+            sock.sendall(buf.raw())
 
 
 def recv(conn: Connection) -> Any:
-    return pickle.loads(conn.recv_bytes())
+    frame = conn.recv_bytes()
+    (count,) = _HEADER.unpack_from(frame)
+    sizes = struct.unpack_from(f"!{count}Q", frame, _HEADER.size)
+    body = memoryview(frame)[_HEADER.size + 8 * count :]
+    buffers = []
+    for size in sizes:
+        buf = bytearray(size)  # writable: arrays rebuilt on it can be modified in place
+        view, got, sock = memoryview(buf), 0, _raw(conn)
+        while got < size:
+            n = sock.recv_into(view[got:], size - got)
+            if n == 0:
+                raise EOFError("connection closed in the middle of a message")
+            got += n
+        buffers.append(buf)
+    return pickle.loads(body, buffers=buffers)
 
 
 def capture_error(exc: BaseException, label: str, pid: int, host: str) -> TaskError:

@@ -1,0 +1,176 @@
+"""``ObjectRef`` and the driver's table of them; ``get``, ``wait``, ``put``.
+
+The driver owns every object: a ref in the driver wraps a future; a ref that
+crosses into a worker travels by id, and the worker asks the driver for its
+value (``owner.py`` answers).  Inside a worker the same functions work: they
+forward to the driver through the engine's event channel.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import itertools
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Iterable, Sequence
+
+from muster.core import context as core_context
+from muster.exceptions import GetTimeoutError, TaskError
+
+_ids = itertools.count(1)
+_table: dict[int, Future] = {}
+_table_lock = threading.Lock()
+
+
+class ObjectRef:
+    """A handle to a value that a task returns (or that ``put`` stored)."""
+
+    __slots__ = ("id", "_future", "__weakref__")
+
+    def __init__(self, id_: int, future: Future | None = None):
+        self.id, self._future = id_, future
+
+    @classmethod
+    def new(cls, future: Future) -> "ObjectRef":
+        ref = cls(next(_ids), future)
+        with _table_lock:
+            _table[ref.id] = future
+        return ref
+
+    def future(self) -> Future:
+        """The driver-side future behind this ref (driver only)."""
+        if self._future is None:
+            with _table_lock:
+                self._future = _table.get(self.id)
+            if self._future is None:
+                raise ValueError(f"ObjectRef({self.id}) is not known in this process.")
+        return self._future
+
+    def __reduce__(self) -> Any:
+        return (ObjectRef, (self.id,))
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self.id})"
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectRef) and other.id == self.id
+
+
+def lookup(id_: int) -> Future:
+    return ObjectRef(id_).future()
+
+
+def raise_remote(exc: BaseException) -> None:
+    """Raise a task's error so that it is still an instance of the original type."""
+    if isinstance(exc, TaskError):
+        raise as_instance_of_cause(exc) from None
+    raise exc
+
+
+def as_instance_of_cause(err: TaskError) -> BaseException:
+    """A ``TaskError`` that is also an instance of the remote exception's class.
+
+    ``except ZeroDivisionError`` catches a task's ZeroDivisionError, and the
+    message still carries the remote traceback.
+    """
+    cause = err.cause
+    if cause is None or isinstance(cause, TaskError):
+        return err
+    cls = type(cause)
+    try:
+        dual = type(f"TaskError({cls.__name__})", (TaskError, cls), {"__module__": __name__})
+        out = dual.__new__(dual)
+        out.__dict__.update(err.__dict__)
+        out.args = err.args
+        return out
+    except TypeError:  # a class that cannot be a base (e.g. final builtins)
+        return err
+
+
+def put(value: Any) -> ObjectRef:
+    """Store ``value`` and return a ref to it (pass it to many tasks)."""
+    if core_context.in_worker():
+        return ObjectRef(core_context.send_event({"kind": "put", "value": value}))
+    fut: Future = Future()
+    fut.set_result(value)
+    return ObjectRef.new(fut)
+
+
+def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
+    """Wait for one ref or a list of refs and return the value(s).
+
+    Raises:
+        the task's own exception type (also a ``TaskError`` carrying the remote traceback);
+        WorkerCrashedError / ActorDiedError when the process running it died;
+        GetTimeoutError when ``timeout`` passes first.
+    """
+    single = isinstance(refs, ObjectRef)
+    items = [refs] if single else list(refs)  # type: ignore[list-item]
+    for r in items:
+        if not isinstance(r, ObjectRef):
+            raise TypeError(
+                f"muster.get() takes an ObjectRef or a list of them, got {type(r).__name__}; "
+                "call .remote() to get a ref."
+            )
+    if core_context.in_worker():
+        ok_values = core_context.send_event({"kind": "get", "ids": [r.id for r in items], "timeout": timeout})
+        values = []
+        for ok, value in ok_values:
+            if not ok:
+                raise_remote(value)
+            values.append(value)
+        return values[0] if single else values
+    deadline = None if timeout is None else time.monotonic() + timeout
+    values = []
+    for r in items:
+        fut = r.future()
+        try:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            values.append(fut.result(remaining))
+        except cf.TimeoutError:
+            raise GetTimeoutError(f"muster.get timed out after {timeout} s waiting for {r!r}.") from None
+        except BaseException as exc:  # noqa: BLE001
+            raise_remote(exc)
+    return values[0] if single else values
+
+
+def wait(
+    refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | None = None
+) -> tuple[list[ObjectRef], list[ObjectRef]]:
+    """Return ``(ready, not_ready)`` once ``num_returns`` refs are done or ``timeout`` passes.
+
+    Both lists keep the input order.
+    """
+    refs = list(refs)
+    if not 0 <= num_returns <= len(refs):
+        raise ValueError(f"muster.wait(num_returns={num_returns}): use a number from 0 to len(refs)={len(refs)}.")
+    if core_context.in_worker():
+        done_ids = set(
+            core_context.send_event(
+                {"kind": "wait", "ids": [r.id for r in refs], "num_returns": num_returns, "timeout": timeout}
+            )
+        )
+    else:
+        done_ids = _wait_local(refs, num_returns, timeout)
+    ready = [r for r in refs if r.id in done_ids][: max(num_returns, 0)] if num_returns else []
+    ready_ids = {r.id for r in ready}
+    return ready, [r for r in refs if r.id not in ready_ids]
+
+
+def _wait_local(refs: Iterable[ObjectRef], num_returns: int, timeout: float | None) -> set[int]:
+    futures = {r.future(): r.id for r in refs}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    done = {f for f in futures if f.done()}
+    while len(done) < num_returns:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            break
+        newly, _ = cf.wait([f for f in futures if f not in done], remaining, return_when=cf.FIRST_COMPLETED)
+        if not newly:
+            break
+        done |= newly
+    return {futures[f] for f in done}

@@ -1,0 +1,112 @@
+"""The driver as owner of every task, actor and object: it answers workers' requests.
+
+A worker that calls ``muster.get``, ``.remote()`` or ``muster.put`` sends an
+event; :func:`handle_event` serves it here.  Waits run on a helper thread and
+answer through a future, so the worker's link stays free, and the waiting
+worker lends its CPUs out meanwhile (nested tasks cannot deadlock).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from muster.core.api import get_runtime
+from muster.core.runtime import ActorHandle as CoreHandle
+from muster.tasks import objects
+
+
+def when_all(futures: list[Future], then: Callable[[], None]) -> None:
+    """Call ``then`` once every future is done (at once if there are none)."""
+    if not futures:
+        then()
+        return
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: Future) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            then()
+
+    for f in futures:
+        f.add_done_callback(one_done)
+
+
+def resolve(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Top-level ObjectRef arguments become their values (as in Ray); their errors propagate."""
+
+    def value(a: Any) -> Any:
+        if isinstance(a, objects.ObjectRef):
+            fut = a.future()
+            exc = fut.exception()
+            if exc is not None:
+                raise exc
+            return fut.result()
+        return a
+
+    return tuple(value(a) for a in args), {k: value(v) for k, v in kwargs.items()}
+
+
+def dependencies(args: tuple, kwargs: dict) -> list[Future]:
+    return [a.future() for a in (*args, *kwargs.values()) if isinstance(a, objects.ObjectRef)]
+
+
+def _in_background(handle: CoreHandle, work: Callable[[], Any]) -> Future:
+    out: Future = Future()
+
+    def run() -> None:
+        try:
+            with get_runtime().blocked(handle):
+                result = work()
+            out.set_result(result)
+        except BaseException as exc:  # noqa: BLE001
+            out.set_exception(exc)
+
+    threading.Thread(target=run, name="muster-owner-wait", daemon=True).start()
+    return out
+
+
+def handle_event(handle: CoreHandle, payload: Any) -> Any:
+    """Serve one request from a worker running a task or an actor."""
+    from muster.tasks import actor, remote_function
+
+    kind = payload.get("kind") if isinstance(payload, dict) else None
+    if kind == "put":
+        return objects.put(payload["value"]).id
+    if kind == "get":
+
+        def get_all() -> list[tuple[bool, Any]]:
+            out = []
+            futures = [objects.lookup(i) for i in payload["ids"]]
+            objects._wait_local([objects.ObjectRef(i, f) for i, f in zip(payload["ids"], futures)],
+                                len(futures), payload["timeout"])
+            for f in futures:
+                if not f.done():
+                    from muster.exceptions import GetTimeoutError
+
+                    raise GetTimeoutError(f"muster.get timed out after {payload['timeout']} s.")
+                exc = f.exception()
+                out.append((False, exc) if exc is not None else (True, f.result()))
+            return out
+
+        return _in_background(handle, get_all)
+    if kind == "wait":
+        refs = [objects.ObjectRef(i) for i in payload["ids"]]
+        return _in_background(
+            handle, lambda: list(objects._wait_local(refs, payload["num_returns"], payload["timeout"]))
+        )
+    if kind == "submit":
+        return remote_function.submit(payload["fn"], payload["args"], payload["kwargs"], payload["options"]).id
+    if kind == "create_actor":
+        return actor.ActorHandle(payload["cls"], payload["args"], payload["kwargs"], payload["options"])._id
+    if kind == "actor_call":
+        target = actor.lookup(payload["actor"])
+        return target._call(payload["method"], payload["args"], payload["kwargs"]).id
+    if kind == "kill":
+        actor.lookup(payload["actor"])._kill(payload["no_restart"])
+        return None
+    raise ValueError(f"unknown request from a worker: {kind!r}")
