@@ -1,0 +1,71 @@
+"""Every module imports on its own (no cycles), and layers only import downwards."""
+
+from __future__ import annotations
+
+import ast
+import concurrent.futures
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "muster"
+MODULES = sorted(
+    ".".join(p.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
+    for p in SRC.rglob("*.py")
+)
+
+
+def _import_alone(module: str) -> str | None:
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import importlib; importlib.import_module({module!r})"],
+        capture_output=True, text=True, timeout=120,
+    )
+    return None if proc.returncode == 0 else f"{module}: {proc.stderr.strip().splitlines()[-1]}"
+
+
+def test_every_module_imports_alone():
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        failures = [f for f in pool.map(_import_alone, MODULES) if f]
+    assert not failures, "\n".join(failures)
+
+
+def test_import_muster_is_light():
+    """`import muster` needs only the core dependencies and does not start anything."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import muster, sys; print('ray' in sys.modules, muster.is_initialized())"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False"]
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("layer", ["train", "tasks", "observe"])
+def test_layers_above_core_use_the_seam(layer):
+    """Above core/, nothing starts processes or talks to Ray directly."""
+    banned = {"multiprocessing", "subprocess", "ray"}
+    offenders = {
+        str(p.relative_to(SRC)): sorted(n for n in _imports(p) if n.split(".")[0] in banned)
+        for p in (SRC / layer).rglob("*.py")
+    }
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_core_never_imports_the_libraries():
+    libraries = ("muster.train", "muster.tasks", "muster.observe")
+    offenders = {
+        str(p.relative_to(SRC)): sorted(n for n in _imports(p) if n.startswith(libraries))
+        for p in (SRC / "core").rglob("*.py")
+    }
+    assert not {k: v for k, v in offenders.items() if v}
