@@ -109,7 +109,10 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
         GetTimeoutError when ``timeout`` passes first.
     """
     single = isinstance(refs, ObjectRef)
-    items = [refs] if single else list(refs)  # type: ignore[list-item]
+    try:
+        items = [refs] if single else list(refs)  # type: ignore[list-item]
+    except TypeError:  # not iterable: say what get() takes
+        items = [refs]  # type: ignore[list-item]
     for r in items:
         if not isinstance(r, ObjectRef):
             raise TypeError(

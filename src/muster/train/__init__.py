@@ -19,7 +19,13 @@ from muster.train.result import Result
 from muster.train.run_state import RunAlreadyFinishedError
 
 
-def report(metrics: dict[str, Any], checkpoint: Checkpoint | None = None, **_compat: Any) -> None:
+def report(
+    metrics: dict[str, Any],
+    checkpoint: Checkpoint | None = None,
+    *,
+    checkpoint_upload_mode: str = "sync",
+    **_compat: Any,
+) -> None:
     """Record metrics (and, optionally, this rank's checkpoint files) for the current round.
 
     Any subset of ranks may call it, and it never waits for other ranks: the
@@ -33,12 +39,21 @@ def report(metrics: dict[str, Any], checkpoint: Checkpoint | None = None, **_com
         metrics: numbers, strings, or lists/dicts of them (one-element tensors are converted).
         checkpoint: ``Checkpoint.from_directory(folder)``; the files are copied
             to storage before ``report`` returns, so the folder may be deleted after.
+        checkpoint_upload_mode: ``"sync"`` (default) or ``"async"``: return at
+            once and upload in the background (files are snapshotted by hard
+            link first, so write each checkpoint into a new folder and do not
+            rewrite its files in place). Async reports commit in order; they
+            are durable once committed, not when ``report`` returns.
+
+    Besides your files, each checkpoint stores every rank's resume state (the
+    position of each prepared data loader and the RNG states), so a resumed
+    attempt continues mid-epoch exactly where this report was made.
 
     Raises:
         TypeError: a metric value cannot be recorded.
         RuntimeError: called outside a training worker.
     """
-    _session.get_session("report").report(metrics, checkpoint)
+    _session.get_session("report").report(metrics, checkpoint, checkpoint_upload_mode)
 
 
 def get_checkpoint() -> Checkpoint | None:

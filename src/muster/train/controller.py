@@ -41,6 +41,9 @@ from muster.train.storage import Storage
 from muster.train.worker_group import Member, WorkerGroup
 
 
+_DEATH_GRACE_S = 0.5
+
+
 class State(enum.Enum):
     INITIALIZING = "INITIALIZING"
     SCHEDULING = "SCHEDULING"
@@ -193,10 +196,27 @@ class Controller:
                 if exc is None:
                     attempt.finished.add(member.rank)
                     continue
-                return _root_cause(exc, member)
+                return self._pick_root_cause(attempt, _root_cause(exc, member))
             if kind == "died":
                 return _root_cause(payload, member)
         return None
+
+    def _pick_root_cause(self, attempt: _Attempt, first: BaseException) -> BaseException:
+        """A rank raised. If a peer died, its death caused this (a dead peer breaks the
+        others' collectives, never the reverse): wait briefly for one and prefer it."""
+        if isinstance(first, WorkerCrashedError):
+            return first
+        deadline = time.monotonic() + _DEATH_GRACE_S
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                kind, member, payload = attempt.events.get(timeout=left)
+            except queue.Empty:
+                break
+            assert member is not None
+            exc = payload if kind == "died" else payload.exception()
+            if isinstance(exc, WorkerCrashedError):
+                return _root_cause(exc, member)
+        return first
 
     # -- worker reader threads ------------------------------------------------------
     def _on_event(self, handle: ActorHandle, payload: Any) -> Any:
@@ -207,7 +227,8 @@ class Controller:
             raise MusterError("the run is ending; this report was not recorded")
         attempt.last_activity = time.monotonic()
         row = self.ledger.record(
-            payload["rank"], payload["round"], payload["metrics"], payload["files"], payload["time"], attempt.index
+            payload["rank"], payload["round"], payload["metrics"], payload["files"], payload["time"],
+            attempt.index, payload.get("state"),
         )
         self.view.on_report(row, lead=payload["rank"] == 0)
         self._callbacks("on_report", row)

@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import time
+import zlib
 from typing import Any, Callable, TypeVar
 
 import fsspec
@@ -139,9 +140,12 @@ class Storage:
     def checkpoint_dir(self, round_index: int) -> str:
         return self.join(self.run_dir, checkpoint_dir_name(round_index))
 
-    def upload_dir(self, local_dir: str, dest: str) -> dict[str, int]:
-        """Copy every file under ``local_dir`` into ``dest``; return ``{relpath: size}``."""
-        files: dict[str, int] = {}
+    def upload_dir(self, local_dir: str, dest: str) -> dict[str, dict[str, int]]:
+        """Copy every file under ``local_dir`` into ``dest``.
+
+        Returns ``{relpath: {"size": bytes, "crc32": checksum}}`` for the manifest.
+        """
+        files: dict[str, dict[str, int]] = {}
         for base, _dirs, names in os.walk(local_dir):
             for fname in names:
                 src = os.path.join(base, fname)
@@ -149,11 +153,45 @@ class Storage:
                 target = self.join(dest, rel)
                 if self.is_local:
                     os.makedirs(os.path.dirname(target), exist_ok=True)
-                    shutil.copyfile(src, target)
+                    crc = _copy_with_crc(src, target)
                 else:
+                    crc = _file_crc(src)
                     _retry(f"upload {rel}", lambda s=src, t=target: self.fs.put_file(s, t))
-                files[rel] = os.path.getsize(src)
+                files[rel] = {"size": os.path.getsize(src), "crc32": crc}
         return files
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        def write() -> None:
+            if self.is_local:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+            with self.fs.open(path, "wb") as f:
+                f.write(data)
+
+        _retry(f"write {path}", write)
+
+    def verify(self, checkpoint_path: str) -> list[str]:
+        """Problems with a committed checkpoint (missing file, wrong size or checksum); [] if sound."""
+        try:
+            manifest = self.read_json(self.join(checkpoint_path, MANIFEST))
+        except (OSError, ValueError) as exc:
+            return [f"manifest unreadable: {exc}"]
+        problems = []
+        for rel, meta in manifest.get("files", {}).items():
+            path = self.join(checkpoint_path, rel)
+            try:
+                size = self.fs.size(path)
+            except FileNotFoundError:
+                problems.append(f"{rel}: missing")
+                continue
+            if meta.get("size") is not None and size != meta["size"]:
+                problems.append(f"{rel}: {size} bytes, manifest says {meta.get('size')}")
+                continue
+            if "crc32" in meta:
+                with self.fs.open(path, "rb") as f:
+                    crc = _stream_crc(f)
+                if crc != meta["crc32"]:
+                    problems.append(f"{rel}: checksum mismatch")
+        return problems
 
     def commit(self, round_index: int, manifest: dict[str, Any]) -> str:
         """Publish a staged checkpoint under its final name; return its path."""
@@ -185,3 +223,32 @@ class Storage:
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+_CHUNK = 8 * 1024 * 1024
+
+
+def _stream_crc(f: Any) -> int:
+    crc = 0
+    while True:
+        chunk = f.read(_CHUNK)
+        if not chunk:
+            return crc
+        crc = zlib.crc32(chunk, crc)
+
+
+def _file_crc(path: str) -> int:
+    with open(path, "rb") as f:
+        return _stream_crc(f)
+
+
+def _copy_with_crc(src: str, dst: str) -> int:
+    """Copy a file and checksum it in the same pass."""
+    crc = 0
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while True:
+            chunk = fin.read(_CHUNK)
+            if not chunk:
+                return crc
+            crc = zlib.crc32(chunk, crc)
+            fout.write(chunk)

@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import json
 import os
+import queue
 import secrets
 import signal
 import socket
@@ -43,6 +44,7 @@ from muster.exceptions import (
     RuntimeNotStartedError,
     TaskError,
     WorkerCrashedError,
+    describe_exit,
 )
 
 _STARTUP_TIMEOUT_S = 60.0
@@ -208,6 +210,7 @@ class LocalRuntime(Runtime):
         self._listener: Listener | None = None
         self._logs: LogRelay | None = None
         self._task_pool: dict[frozenset, list[LocalActor]] = {}
+        self._task_queues: dict[frozenset, queue.SimpleQueue] = {}  # one dispatcher thread each
         atexit.register(self.shutdown)
 
     # -- lifecycle ---------------------------------------------------------
@@ -306,6 +309,9 @@ class LocalRuntime(Runtime):
         if self._closed:
             return
         self._closed = True
+        with self._lock:
+            for q in self._task_queues.values():
+                q.put(None)  # its dispatcher fails what is still queued, then ends
         for actor in list(self._actors.values()):
             self._terminate(actor, grace_s=0.0)
         if self._zygote_conn is not None:
@@ -437,7 +443,14 @@ class LocalRuntime(Runtime):
         with self._zygote_lock:
             if self._zygote_conn is None:
                 raise RuntimeNotStartedError("muster's worker launcher is not running; call muster.init() again.")
-            wire.send(self._zygote_conn, ("fork", actor.worker_id, spec))
+            try:
+                wire.send(self._zygote_conn, ("fork", actor.worker_id, spec))
+            except OSError as exc:  # the zygote died (killed, OOM): say so, not "Broken pipe"
+                code = self._zygote.poll() if self._zygote is not None else None
+                raise RuntimeNotStartedError(
+                    f"muster's worker launcher (zygote) has exited ({describe_exit(code)}), so no new "
+                    "workers can start. Call muster.shutdown() and then muster.init() to start a fresh engine."
+                ) from exc
 
     def kill(self, handle: ActorHandle, grace_s: float = 0.0) -> None:
         assert isinstance(handle, LocalActor)
@@ -493,22 +506,48 @@ class LocalRuntime(Runtime):
         on_event: EventHandler | None = None,
         label: str = "task",
     ) -> Future:
-        """Run ``fn`` in a pooled worker of the same resource shape (reused across tasks)."""
+        """Run ``fn`` in a pooled worker of the same resource shape (reused across tasks).
+
+        Tasks of one shape start in submission order from one dispatcher thread,
+        which alone waits for their resources (no thread per queued task).
+        """
         request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
         self.slots.check_feasible(request, 1)
         out: Future = Future()
+        key = frozenset(request.items())
+        with self._lock:
+            if self._closed:
+                out.set_exception(RuntimeNotStartedError("This muster runtime was shut down; call muster.init() again."))
+                return out
+            q = self._task_queues.get(key)
+            if q is None:
+                q = self._task_queues[key] = queue.SimpleQueue()
+                threading.Thread(
+                    target=self._dispatch_forever, args=(request, q), name="muster-dispatch", daemon=True
+                ).start()
+        q.put((fn, args, kwargs, on_event, label, out))
+        return out
 
-        def run() -> None:
+    def _dispatch_forever(self, request: dict[str, float], q: queue.SimpleQueue) -> None:
+        while True:
+            item = q.get()
+            if item is None:
+                break
+            fn, args, kwargs, on_event, label, out = item
             try:
                 actor = self._task_worker(request, label)
                 actor._on_event = on_event
                 inner = actor.call("__task__", fn, *args, **kwargs)
-                inner.add_done_callback(lambda f: self._task_done(actor, request, f, out))
+                inner.add_done_callback(lambda f, a=actor, o=out, lb=label: self._task_done(a, request, f, o, lb))
             except BaseException as exc:  # noqa: BLE001
                 out.set_exception(exc)
-
-        threading.Thread(target=run, name="muster-submit", daemon=True).start()
-        return out
+        while True:  # shut down: what never started fails
+            try:
+                item = q.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                item[-1].set_exception(RuntimeNotStartedError("muster was shut down before this task started."))
 
     def _task_worker(self, request: dict[str, float], label: str) -> LocalActor:
         """Hold ``request``, then reuse an idle worker of that shape (or fork one)."""
@@ -549,7 +588,9 @@ class LocalRuntime(Runtime):
         finally:
             self.slots.acquire_exact(lent)
 
-    def _task_done(self, actor: LocalActor, request: dict[str, float], inner: Future, out: Future) -> None:
+    def _task_done(
+        self, actor: LocalActor, request: dict[str, float], inner: Future, out: Future, label: str
+    ) -> None:
         with self._lock:
             pooled = actor.is_alive() and actor.worker_id in self._actors and actor._holds_slots
             if pooled:
@@ -561,7 +602,10 @@ class LocalRuntime(Runtime):
         if exc is None:
             out.set_result(inner.result())
         elif isinstance(exc, ActorDiedError):
-            out.set_exception(WorkerCrashedError("task", exc.pid, exc.exitcode, exc.host))
+            out.set_exception(WorkerCrashedError(label, exc.pid, exc.exitcode, exc.host))
+        elif isinstance(exc, TaskError) and exc.label != label:  # the pooled worker was forked for another task
+            out.set_exception(TaskError(exc.cause_type, exc.message, exc.remote_traceback, label=label,
+                                        pid=exc.pid, host=exc.host, cause=exc.cause))
         else:
             out.set_exception(exc)
 

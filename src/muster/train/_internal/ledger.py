@@ -11,10 +11,11 @@ import json
 import threading
 import time
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from muster.train._internal import policies
+from muster.train._internal import policies, resume
 from muster.train._internal.policies import CheckpointRecord
 from muster.train.config import CheckpointConfig
 from muster.train.storage import RESULTS, Storage
@@ -24,7 +25,8 @@ _FLUSH_EVERY_S = 2.0
 
 @dataclass
 class _OpenRound:
-    files: dict[int, dict[str, int]] = field(default_factory=dict)  # rank -> {relpath: size}
+    files: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)  # rank -> {relpath: meta}
+    states: dict[int, bytes] = field(default_factory=dict)  # rank -> resume state
     reported: set[int] = field(default_factory=set)
     metrics: dict[int, dict[str, Any]] = field(default_factory=dict)
 
@@ -75,8 +77,8 @@ class Ledger:
             self._usual_reporters = None
             return self._newest_round
 
-    def record(self, rank: int, round_: int, metrics: dict[str, Any], files: dict[str, int] | None, t: float,
-               attempt: int) -> dict[str, Any]:
+    def record(self, rank: int, round_: int, metrics: dict[str, Any], files: dict[str, dict[str, int]] | None,
+               t: float, attempt: int, state: bytes | None = None) -> dict[str, Any]:
         """Take in one report; close any round that is now complete. Returns the stored row."""
         with self._lock:
             row = dict(metrics)
@@ -98,6 +100,8 @@ class Ledger:
             rnd.metrics[rank] = row
             if files is not None:
                 rnd.files[rank] = files
+            if state is not None:
+                rnd.states[rank] = state
             for r in sorted(self._open):
                 if policies.round_ready(
                     self._open[r].reported, self._world_size, self._usual_reporters, self._newest_round, r
@@ -109,17 +113,22 @@ class Ledger:
 
     def close_all(self, complete: bool) -> None:
         """End of an attempt. ``complete``: every worker finished its loop, so
-        every open round is whole; otherwise only rounds whose file-passing
-        ranks all made it are committed (a partial sharded checkpoint would
-        not load)."""
+        every open round is whole.  After a failure, a round is committed only
+        if every rank that reported the previous round reported this one too
+        (so every rank's files and resume state are in it: a partial sharded
+        checkpoint would not load, and a rank without its state would not
+        resume exactly); a round whose reporters are not known yet is
+        committed with what arrived, as every ``report()`` that returned must
+        survive."""
         with self._lock:
             for r in sorted(self._open):
                 rnd = self._open[r]
-                if rnd.files and not complete and self._file_ranks and not self._file_ranks <= set(rnd.files):
-                    missing = sorted(self._file_ranks - set(rnd.files))
+                expected = (self._usual_reporters or frozenset()) | (self._file_ranks or frozenset())
+                if rnd.files and not complete and not expected <= rnd.reported:
+                    missing = sorted(expected - rnd.reported)
                     warnings.warn(
-                        f"Checkpoint round {r} was not committed: rank(s) {missing} failed before passing "
-                        "their files. Training resumes from the previous checkpoint.",
+                        f"Checkpoint round {r} was not committed: rank(s) {missing} failed before reporting "
+                        "it. Training resumes from the previous checkpoint.",
                         stacklevel=2,
                     )
                     self.storage.rm(self.storage.staging_dir(r))
@@ -137,12 +146,18 @@ class Ledger:
         self._file_ranks = frozenset(rnd.files)
         lead = min(rnd.metrics)
         metrics = {k: v for k, v in rnd.metrics[lead].items() if k != "checkpoint_dir_name"}
+        merged = _merge_files(rnd.files, r)
+        staged = self.storage.staging_dir(r)
+        for rank, state in rnd.states.items():
+            rel = resume.state_file(rank)
+            self.storage.write_bytes(self.storage.join(staged, rel), state)
+            merged[rel] = {"size": len(state), "crc32": zlib.crc32(state), "rank": rank}
         manifest = {
             "round": r,
             "committed_at": time.time(),
             "ranks": sorted(rnd.files),
             "metrics": metrics,
-            "files": _merge_files(rnd.files, r),
+            "files": merged,
         }
         path = self.storage.commit(r, manifest)
         name = path.rstrip("/").rsplit("/", 1)[-1]
@@ -194,16 +209,18 @@ class Ledger:
             self._unflushed = 0
             self._last_flush = time.monotonic()
 
-def _merge_files(per_rank: dict[int, dict[str, int]], round_: int) -> dict[str, dict[str, Any]]:
+def _merge_files(per_rank: dict[int, dict[str, dict[str, int]]], round_: int) -> dict[str, dict[str, Any]]:
     merged: dict[str, dict[str, Any]] = {}
     for rank in sorted(per_rank):
-        for rel, size in per_rank[rank].items():
-            if rel in merged and merged[rel]["size"] != size:
+        for rel, meta in per_rank[rank].items():
+            if rel in merged and merged[rel].get("crc32") != meta["crc32"]:
                 warnings.warn(
                     f"Checkpoint round {round_}: ranks {merged[rel]['rank']} and {rank} both wrote {rel!r} "
-                    "with different contents; the last writer's file was kept. Save from one rank, or "
+                    "with different contents; whichever finished last was kept. Save from one rank, or "
                     "give each rank's files their own names (e.g. f'shard_{rank}.pt').",
                     stacklevel=3,
                 )
-            merged.setdefault(rel, {"size": size, "rank": rank})
+                merged[rel] = {"rank": "several"}  # unknown which copy won: no size/checksum to verify
+                continue
+            merged.setdefault(rel, {**meta, "rank": rank})
     return merged

@@ -1,20 +1,29 @@
 """The per-worker training session behind ``report``/``get_checkpoint``/``get_context``.
 
 ``report`` never waits for other ranks: it stages this rank's files (if any)
-in storage, hands the report to the driver, and returns once the driver has
-recorded it.  Committing the round is the controller's job.
+in storage, hands the report (with this rank's resume state) to the driver,
+and returns once the driver has recorded it.  Committing the round is the
+controller's job.  With ``checkpoint_upload_mode="async"`` the files are
+snapshotted (hard links) and uploaded by one background thread, in order.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import os
+import queue
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from fsspec.implementations.local import LocalFileSystem
+
 from muster.core import context as core_context
+from muster.train._internal import resume
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
 from muster.train.storage import Storage
@@ -37,35 +46,124 @@ class Session:
         self.round = spec.start_round
         self.checkpoint = spec.checkpoint
         self._lock = threading.Lock()
+        self._uploads: queue.Queue[tuple | None] | None = None
+        self._upload_thread: threading.Thread | None = None
+        self._upload_error: BaseException | None = None
+        resume.reset(_read_resume_state(spec.checkpoint, spec.context.world_rank))
 
-    def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None) -> None:
+    def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None, upload_mode: str = "sync") -> None:
         clean = _plain_metrics(metrics)
-        with self._lock:
-            self.round += 1
-            round_index = self.round
-            files: dict[str, int] | None = None
-            if checkpoint is not None:
-                files = self._stage(checkpoint, round_index)
-            core_context.send_event(
-                {
-                    "kind": "report",
-                    "rank": self.context.world_rank,
-                    "round": round_index,
-                    "metrics": clean,
-                    "files": files,
-                    "time": time.time(),
-                },
-                wait=True,
-            )
-
-    def _stage(self, checkpoint: Checkpoint, round_index: int) -> dict[str, int]:
-        if not isinstance(checkpoint, Checkpoint):
+        mode = _upload_mode(upload_mode)
+        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
             raise TypeError(
                 f"report(checkpoint={checkpoint!r}): pass a muster.train.Checkpoint, e.g. "
                 "Checkpoint.from_directory(folder)."
             )
-        with checkpoint.as_directory() as folder:
-            return self.storage.upload_dir(folder, self.storage.staging_dir(round_index))
+        with self._lock:
+            self._raise_upload_error()
+            self.round += 1
+            item = (self.round, clean, checkpoint, resume.book().capture(), time.time())
+            if mode == "async" and checkpoint is not None:
+                self._start_uploader()
+                assert self._uploads is not None
+                self._uploads.put((*item[:2], _snapshot(checkpoint), *item[3:]))
+                return
+            self.drain()
+            self._send(*item)
+
+    def _send(self, round_index: int, metrics: dict[str, Any], checkpoint: Checkpoint | None, state: bytes,
+              t: float, owned: bool = False) -> None:
+        files = None
+        if checkpoint is not None:
+            with checkpoint.as_directory() as folder:
+                files = self.storage.upload_dir(folder, self.storage.staging_dir(round_index))
+            if owned:
+                shutil.rmtree(checkpoint.path, ignore_errors=True)
+        core_context.send_event(
+            {
+                "kind": "report",
+                "rank": self.context.world_rank,
+                "round": round_index,
+                "metrics": metrics,
+                "files": files,
+                "state": state,
+                "time": t,
+            },
+            wait=True,
+        )
+
+    # -- async uploads: one thread, first in first out, so commits keep their order --
+    def _start_uploader(self) -> None:
+        if self._upload_thread is None:
+            self._uploads = queue.Queue()
+            self._upload_thread = threading.Thread(target=self._upload_forever, name="muster-upload", daemon=True)
+            self._upload_thread.start()
+
+    def _upload_forever(self) -> None:
+        assert self._uploads is not None
+        while True:
+            item = self._uploads.get()
+            try:
+                if item is not None and self._upload_error is None:
+                    self._send(*item, owned=True)
+            except BaseException as exc:  # noqa: BLE001 - surfaced at the next report() or at the end
+                self._upload_error = exc
+            finally:
+                self._uploads.task_done()
+
+    def drain(self) -> None:
+        """Wait for pending async uploads; raise the first one that failed."""
+        if self._uploads is not None:
+            self._uploads.join()
+        self._raise_upload_error()
+
+    def _raise_upload_error(self) -> None:
+        if self._upload_error is not None:
+            err, self._upload_error = self._upload_error, None
+            raise RuntimeError(f"an asynchronous checkpoint upload failed: {err}") from err
+
+
+def _upload_mode(mode: Any) -> str:
+    value = str(getattr(mode, "name", mode)).lower()
+    if value not in ("sync", "async"):
+        raise ValueError(f"report(checkpoint_upload_mode={mode!r}): use 'sync' (default) or 'async'.")
+    return value
+
+
+def _snapshot(checkpoint: Checkpoint) -> Checkpoint:
+    """A private copy of the checkpoint's files, made at once (hard links when possible),
+    so the caller may delete its folder as soon as report() returns."""
+    dest = tempfile.mkdtemp(prefix="muster-async-")
+    with checkpoint.as_directory() as folder:
+        for base, _dirs, names in os.walk(folder):
+            for name in names:
+                src = os.path.join(base, name)
+                dst = os.path.join(dest, os.path.relpath(src, folder))
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                try:
+                    os.link(src, dst)
+                except OSError:
+                    shutil.copy2(src, dst)
+    return Checkpoint(dest, LocalFileSystem())
+
+
+def _read_resume_state(checkpoint: Checkpoint | None, rank: int) -> dict[str, Any] | None:
+    """This rank's saved resume state, or the lowest rank's loader positions."""
+    if checkpoint is None:
+        return None
+    fs, root = checkpoint.filesystem, checkpoint.path.rstrip("/")
+    own = f"{root}/{resume.state_file(rank)}"
+    try:
+        if fs.exists(own):
+            with fs.open(own, "rb") as f:
+                return resume.load(f.read(), own_rng=True)
+        others = sorted(fs.glob(f"{root}/{resume.STATE_DIR}/rank_*.pt"))
+        if others:
+            with fs.open(others[0], "rb") as f:
+                return resume.load(f.read(), own_rng=False)
+    except FileNotFoundError:
+        pass
+    return None
 
 
 def _plain_metrics(metrics: Any) -> dict[str, Any]:

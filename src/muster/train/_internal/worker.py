@@ -34,12 +34,14 @@ class TrainWorker:
         for key, value in env.items():
             os.environ[key] = value
         backend.on_worker_start(spec.context)
-        session_mod.set_session(session_mod.Session(spec))
+        session = session_mod.Session(spec)
+        session_mod.set_session(session)
         try:
             if _takes_config(train_fn):
                 train_fn(config if config is not None else {})
             else:
                 train_fn()
+            session.drain()
         finally:
             session_mod.set_session(None)
             backend.on_worker_end()

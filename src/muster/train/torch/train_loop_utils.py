@@ -9,7 +9,9 @@ from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
+
+from muster.train._internal import resume
 
 _USE_GPU = False  # set by the torch backend on each worker
 
@@ -66,13 +68,16 @@ def prepare_model(
 
 
 class _EpochSampler(DistributedSampler):
-    """A DistributedSampler whose epoch moves on by itself at each new pass,
-    unless the user called ``set_epoch`` since the last one."""
+    """A DistributedSampler whose epoch moves on by itself at each new pass
+    (unless the user called ``set_epoch`` since the last one), and that can
+    resume a pass part-way, skipping the samples already consumed."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._passes = 0
         self._user_set = False
+        self._skip: tuple[int, int] | None = None  # (epoch, samples) to skip on the next pass
+        self.skipped = 0
 
     def set_epoch(self, epoch: int) -> None:
         self._user_set = True
@@ -83,28 +88,82 @@ class _EpochSampler(DistributedSampler):
             self.epoch += 1
         self._user_set = False
         self._passes += 1
-        return super().__iter__()
+        indices = list(super().__iter__())
+        self.skipped = 0
+        if self._skip is not None:
+            epoch, samples = self._skip
+            self._skip = None
+            if epoch == self.epoch:
+                self.skipped = min(samples, len(indices))
+                indices = indices[self.skipped :]
+        return iter(indices)
 
 
 class PreparedDataLoader:
-    """The loader ``prepare_data_loader`` returns: iterates the sharded loader
-    and moves each batch to the worker's device. Other attributes pass through."""
+    """The loader ``prepare_data_loader`` returns: iterates the sharded loader,
+    moves each batch to the worker's device, and remembers its position so a
+    checkpoint can resume it mid-epoch. Other attributes pass through."""
 
     def __init__(self, loader: DataLoader, device: torch.device | None):
         self._loader, self._device = loader, device
+        sampler = loader.sampler
+        self._sampler = sampler if isinstance(sampler, _EpochSampler) and loader.batch_size else None
+        self._position = 0  # batches of the current pass consumed (skipped ones included)
+        self._exhausted = False
+        resume.book().register(self)
 
     def __iter__(self) -> Iterator[Any]:
-        if self._device is None:
-            yield from self._loader
-            return
-        for batch in self._loader:
-            yield _to_device(batch, self._device)
+        resume.book().before_iteration()
+        if self._sampler is not None and self._sampler._skip is not None:
+            rng = torch.get_rng_state()  # the uninterrupted run drew this pass's seed before the checkpoint
+            it = iter(self._loader)
+            torch.set_rng_state(rng)
+        else:
+            it = iter(self._loader)
+        self._position, self._exhausted, first = 0, False, True
+        for batch in it:
+            if first and self._sampler is not None:
+                self._position = self._sampler.skipped // (self._loader.batch_size or 1)
+            first = False
+            self._position += 1
+            yield batch if self._device is None else _to_device(batch, self._device)
+        self._exhausted = True
 
     def __len__(self) -> int:
         return len(self._loader)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
+
+    # -- exact resume ------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        if self._sampler is None:
+            return {"resumable": False}
+        return {
+            "resumable": True,
+            "epoch": self._sampler.epoch,
+            "passes": self._sampler._passes,
+            "position": self._position,
+            "exhausted": self._exhausted,
+            "batch_size": self._loader.batch_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state.get("resumable") or self._sampler is None:
+            warnings.warn(
+                "prepare_data_loader: this loader's position was not saved with the checkpoint (it does not use "
+                "a sampler muster can resume: IterableDataset or a custom batch_sampler); it starts its pass "
+                "from the beginning.",
+                stacklevel=3,
+            )
+            return
+        sampler = self._sampler
+        sampler.epoch, sampler._passes = state["epoch"], state["passes"]
+        if state["exhausted"]:
+            sampler._user_set = False  # the next pass is a new epoch, as it would have been
+        else:
+            sampler._user_set = True  # the next pass finishes the interrupted epoch
+            sampler._skip = (state["epoch"], state["position"] * state["batch_size"])
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -126,7 +185,9 @@ def prepare_data_loader(
     The loader is rebuilt with a DistributedSampler that keeps its shuffle
     setting; each new pass over it advances the sampler's epoch (so every
     epoch is shuffled differently), and an explicit
-    ``loader.sampler.set_epoch(e)`` still takes precedence.
+    ``loader.sampler.set_epoch(e)`` still takes precedence.  Its position is
+    saved with every checkpoint: after a restart it yields only the batches of
+    the interrupted epoch not yet consumed (skipped by index, not loaded).
     """
     if not isinstance(data_loader, DataLoader):
         raise TypeError(
@@ -134,7 +195,7 @@ def prepare_data_loader(
         )
     rank, world_size = _world()
     loader = data_loader
-    if add_dist_sampler and world_size > 1 and not isinstance(data_loader.sampler, DistributedSampler):
+    if add_dist_sampler and not isinstance(data_loader.sampler, _EpochSampler):
         loader = _with_sampler(data_loader, rank, world_size)
     device = get_device() if move_to_device and get_device().type != "cpu" else None
     return PreparedDataLoader(loader, device)
@@ -142,20 +203,37 @@ def prepare_data_loader(
 
 def _with_sampler(loader: DataLoader, rank: int, world_size: int) -> DataLoader:
     if isinstance(loader.dataset, IterableDataset):
-        warnings.warn(
-            "prepare_data_loader: an IterableDataset cannot be split by a sampler; every worker will read "
-            "all of it. Shard inside the dataset using muster.train.get_context().get_world_rank().",
-            stacklevel=3,
-        )
+        if world_size > 1:
+            warnings.warn(
+                "prepare_data_loader: an IterableDataset cannot be split by a sampler; every worker will read "
+                "all of it. Shard inside the dataset using muster.train.get_context().get_world_rank().",
+                stacklevel=3,
+            )
         return loader
     if loader.batch_size is None:
+        if world_size == 1:
+            return loader
         raise ValueError(
             "prepare_data_loader: this DataLoader uses a custom batch_sampler, which muster cannot shard. "
             "Build it with batch_size=... (and shuffle=...) instead, or pass add_dist_sampler=False and "
             "shard it yourself."
         )
-    shuffle = isinstance(loader.sampler, RandomSampler)
-    sampler = _EpochSampler(loader.dataset, num_replicas=world_size, rank=rank, shuffle=shuffle)
+    original = loader.sampler
+    seed, drop_last = 0, False
+    if isinstance(original, DistributedSampler):
+        shuffle, seed, drop_last = original.shuffle, original.seed, original.drop_last
+    elif isinstance(original, (RandomSampler, SequentialSampler)):
+        shuffle = isinstance(original, RandomSampler)
+    else:
+        warnings.warn(
+            f"prepare_data_loader: replacing the loader's {type(original).__name__} with a sharding sampler "
+            "(shuffle=False). Pass add_dist_sampler=False to keep your sampler and shard the data yourself.",
+            stacklevel=3,
+        )
+        shuffle = False
+    sampler = _EpochSampler(
+        loader.dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last
+    )
     kwargs: dict[str, Any] = dict(
         batch_size=loader.batch_size,
         sampler=sampler,

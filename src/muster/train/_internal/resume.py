@@ -1,0 +1,114 @@
+"""Exact resume: what each rank saves with a checkpoint besides the user's files.
+
+Every ``report()`` carries this rank's *resume state* — the position of each
+prepared data loader and the python / numpy / torch RNG states — to the
+controller, which writes it into the committed checkpoint as
+``.muster/rank_<r>.pt``.  A new attempt reads it back:
+
+* each prepared loader (matched by creation order) continues its epoch at
+  the first batch not yet consumed, skipping by index (no data is loaded
+  twice);
+* the RNG states are restored when the first prepared loader starts its
+  first pass — after the user has rebuilt the model and loaded its
+  weights, exactly where the uninterrupted run was when it reported.
+
+A rank that never reports (the ``rank == 0`` pattern) takes the loader
+positions of the lowest rank that did (DDP keeps ranks in step); its own RNG
+state was never seen, so only its loaders resume exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from typing import Any, Protocol
+
+STATE_DIR = ".muster"
+
+
+def state_file(rank: int) -> str:
+    return f"{STATE_DIR}/rank_{rank}.pt"
+
+
+class Resumable(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class ResumeBook:
+    """Per-process registry of prepared loaders and the state to restore."""
+
+    def __init__(self, restore: dict[str, Any] | None = None):
+        self._loaders: list[Resumable] = []
+        self._restore = restore or {}
+        self._rng_pending = "rng" in self._restore
+
+    def register(self, loader: Resumable) -> None:
+        saved = self._restore.get("loaders", [])
+        index = len(self._loaders)
+        self._loaders.append(loader)
+        if index < len(saved):
+            loader.load_state_dict(saved[index])
+
+    def before_iteration(self) -> None:
+        """Called by a prepared loader when a pass starts: restore RNG once."""
+        if self._rng_pending:
+            self._rng_pending = False
+            set_rng(self._restore["rng"])
+
+    def capture(self) -> bytes:
+        import torch
+
+        buf = io.BytesIO()
+        torch.save({"loaders": [l.state_dict() for l in self._loaders], "rng": get_rng()}, buf)
+        return buf.getvalue()
+
+
+def load(data: bytes, own_rng: bool) -> dict[str, Any]:
+    import torch
+
+    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    if not own_rng:
+        state.pop("rng", None)
+    return state
+
+
+def get_rng() -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy as np
+
+        out["numpy"] = np.random.get_state()
+    except ImportError:
+        pass
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def set_rng(state: dict[str, Any]) -> None:
+    import torch
+
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy as np
+
+        np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+_book = ResumeBook()
+
+
+def book() -> ResumeBook:
+    return _book
+
+
+def reset(restore: dict[str, Any] | None) -> None:
+    global _book
+    _book = ResumeBook(restore)
