@@ -24,7 +24,8 @@ def init(
     Args:
         address: ``None`` or ``"local"`` for the embedded engine on this
             machine (default).  ``MUSTER_ADDRESS`` / ``RAY_ADDRESS`` are read
-            when this is not given.
+            when this is not given.  ``"auto"`` (as in ported Ray scripts)
+            means this machine when no cluster address is configured.
         num_cpus: CPUs the engine may hand out (default: the CPUs this
             process may run on).  Set it higher to oversubscribe.
         num_gpus: GPUs it may hand out (default: those CUDA can see).
@@ -49,6 +50,9 @@ def init(
                 "or pass ignore_reinit_error=True."
             )
         address = address if address is not None else settings.cluster_address()
+        if address == "auto":
+            # Ray's `ray.init(address="auto")`: the configured cluster, or else this machine.
+            address = settings.cluster_address() or "local"
         if address in (None, "", "local"):
             from muster.core.local import LocalRuntime
 

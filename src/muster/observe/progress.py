@@ -38,6 +38,7 @@ class ProgressView:
         self._times: deque[float] = deque(maxlen=200)
         self._start = time.monotonic()
         self._lock = threading.Lock()
+        self._print_lock = threading.Lock()
         self._last_plain = 0.0
         self._live: Any = None
         self._rich = verbose > 0 and sys.stdout.isatty() and not settings.force_plain_progress()
@@ -78,8 +79,7 @@ class ProgressView:
             self.iteration = row.get("training_iteration", self.iteration)
         if self.verbose == 2 or (not self._rich and self.verbose and now - self._last_plain > _PLAIN_EVERY_S):
             self._last_plain = now
-            if not self._rich:
-                self._print(f"iter {self.iteration} | {self._metrics_line()} | {self.rate():.1f} reports/s")
+            self._print(f"iter {self.iteration} | {self._metrics_line()} | {self.rate():.1f} reports/s")
 
     def on_checkpoint(self, name: str) -> None:
         self.checkpoint = name
@@ -92,32 +92,40 @@ class ProgressView:
 
     # -- rendering -------------------------------------------------------------------
     def rate(self) -> float:
+        """Reports per second over the recent window (0 until a second of history exists)."""
         with self._lock:
             if len(self._times) < 2:
                 return 0.0
             span = time.monotonic() - self._times[0]
-            return (len(self._times) - 1) / span if span > 0 else 0.0
+            return len(self._times) / span if span >= 1.0 else 0.0
 
     def _metrics_line(self) -> str:
         return " ".join(f"{k}={_fmt(v)}" for k, v in list(self.latest.items())[:8]) or "-"
 
     def _print(self, text: str) -> None:
         line = f"[muster] {text}"
-        if self._live is not None:
-            self._live.console.print(line, markup=False, highlight=False)
-        else:
-            print(line, flush=True)
+        with self._print_lock:  # reader threads and the controller both print
+            if self._live is not None:
+                self._live.console.print(line, markup=False, highlight=False)
+            else:
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
 
     def _render(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold cyan")
         table.add_column()
         elapsed = time.monotonic() - self._start
-        table.add_row("run", f"{self.run_name}  [{self.state}]  attempt {self.attempt}  {elapsed:.0f} s")
-        table.add_row("workers", f"{self.workers_up}/{self.num_workers} up")
-        table.add_row("iteration", f"{self.iteration}   ({self.rate():.1f} reports/s)")
-        table.add_row("metrics", self._metrics_line())
-        table.add_row("checkpoint", self.checkpoint)
+        rows = [
+            ("run", f"{self.run_name}  ({self.state})  attempt {self.attempt + 1}  {elapsed:.0f} s"),
+            ("workers", f"{self.workers_up}/{self.num_workers} up"),
+            ("iteration", f"{self.iteration}   ({self.rate():.1f} reports/s)"),
+            ("metrics", self._metrics_line()),
+            ("checkpoint", self.checkpoint),
+        ]
+        for name, value in rows:
+            table.add_row(name, Text(value))  # Text: brackets in names or metrics are not markup
         return table

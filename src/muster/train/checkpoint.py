@@ -36,6 +36,7 @@ class Checkpoint:
             filesystem, path = fsspec.core.url_to_fs(path)
         self.path: str = path
         self.filesystem = filesystem
+        self._temporary = False
 
     # -- constructors --------------------------------------------------------
     @classmethod
@@ -58,7 +59,9 @@ class Checkpoint:
 
         folder = tempfile.mkdtemp(prefix="muster-ckpt-")
         torch.save(data, os.path.join(folder, _DICT_FILE))
-        return cls(folder, LocalFileSystem())
+        ckpt = cls(folder, LocalFileSystem())
+        ckpt._temporary = True  # muster made this folder: report() removes it once uploaded
+        return ckpt
 
     # -- reading -------------------------------------------------------------
     @property

@@ -19,6 +19,7 @@ import queue
 import signal
 import threading
 import time
+import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -41,7 +42,8 @@ from muster.train.storage import Storage
 from muster.train.worker_group import Member, WorkerGroup
 
 
-_DEATH_GRACE_S = 0.5
+_DEATH_GRACE_S = 0.5  # after a rank raises, how long to look for a peer's death that caused it
+_DRAIN_S = 2.0  # after killing a gang, how long to wait for its last reports to be read
 
 
 class State(enum.Enum):
@@ -122,6 +124,12 @@ class Controller:
                 + "Run the same script again (same RunConfig name and storage_path) to resume."
             )
             raise
+        except BaseException:
+            # Not an attempt failure (those are handled above): e.g. the gang can never be
+            # scheduled. Record the run as ERRORED rather than leave it RUNNING.
+            if self.state not in (State.FINISHED, State.ERRORED, State.INTERRUPTED):
+                self._transition(State.ERRORED)
+            raise
         finally:
             restore_sigterm()
             self.view.stop(self.state.value.lower())
@@ -142,6 +150,11 @@ class Controller:
         try:
             group.start(self._on_event, self._on_death, on_wait=self.view.event)
             self.view.set_state("running", workers_up=len(group.members))
+            self.view.event(
+                f"{len(group.members)}/{self.scaling.num_workers} workers up (pids "
+                f"{', '.join(str(m.pid) for m in group.members)})"
+                + (f", attempt {index + 1}" if index else "")
+            )
             self._transition(State.RUNNING)
             futures = self._launch(group, index)
             for member, fut in zip(group.members, futures):
@@ -150,15 +163,17 @@ class Controller:
             complete = error is None
             return error
         finally:
-            group.shutdown()
+            # Kill the gang, then take in every report its members had already sent
+            # (their links are read to the end) before deciding what is committed.
+            group.shutdown(drain_s=_DRAIN_S)
+            self._attempt = None
             self.view.set_state(self.state.value.lower(), workers_up=0)
             self.ledger.close_all(complete=complete)
-            self._attempt = None
 
     def _launch(self, group: WorkerGroup, index: int) -> list[Future]:
         envs = group.rendezvous_env()
         start_round = self.ledger.start_attempt(len(group.members))
-        latest = self.ledger.latest
+        latest = self.ledger.latest_sound(lambda msg: _warn(self.view, msg)) if self.ledger.committed else None
         checkpoint = Checkpoint(latest.path, self.storage.fs) if latest else self.initial_checkpoint
         args = []
         for member, env in zip(group.members, envs):
@@ -255,11 +270,20 @@ class Controller:
                 fn(*args)
 
 
+def _warn(view: ProgressView, message: str) -> None:
+    warnings.warn(message, stacklevel=3)
+    view.event(f"WARNING: {message}")
+
+
 def _root_cause(exc: BaseException, member: Member) -> BaseException:
     if isinstance(exc, WorkerCrashedError):
         return WorkerCrashedError(f"rank {member.rank}", exc.pid or member.pid, exc.exitcode, member.host)
     if isinstance(exc, TaskError):
-        exc.label = f"rank {member.rank}"
+        # Rebuilt, not relabelled: the message naming the worker is made in __init__.
+        return TaskError(
+            exc.cause_type, exc.message, exc.remote_traceback, f"rank {member.rank}",
+            exc.pid or member.pid, exc.host or member.host, exc.cause,
+        )
     return exc
 
 

@@ -41,17 +41,22 @@ def checkpoint_dir_name(round_index: int) -> str:
     return f"checkpoint_{round_index:06d}"
 
 
+_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
+
+
 def _retry(what: str, fn: Callable[[], T], attempts: int = 6, first_delay_s: float = 0.2) -> T:
-    """Run a storage call, retrying transient errors with exponential backoff."""
+    """Run a storage call, retrying transient errors (a store that is briefly
+    unreachable, a dropped connection) with exponential backoff: 0.2 s, 0.4 s, ...
+    Errors that retrying cannot fix (missing file, no permission) raise at once."""
     delay = first_delay_s
     for i in range(attempts):
         try:
             return fn()
-        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
+        except _PERMANENT:
             raise
-        except OSError:
+        except Exception as exc:  # noqa: BLE001 - object stores raise many transient kinds
             if i == attempts - 1:
-                raise
+                raise OSError(f"storage operation failed after {attempts} tries ({what}): {exc}") from exc
             time.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")
@@ -64,7 +69,7 @@ class Storage:
         if filesystem is None:
             filesystem, root = fsspec.core.url_to_fs(storage_path)
         else:
-            root = storage_path
+            root = filesystem._strip_protocol(storage_path)
         self.fs = filesystem
         self.root = root.rstrip("/") if root != "/" else root
         self.name = name
@@ -206,10 +211,13 @@ class Storage:
             if os.path.exists(final):  # a leftover from an attempt that died mid-commit
                 shutil.rmtree(final)
             os.rename(staged, final)
-        else:
-            if self.fs.exists(staged):
-                _retry("commit", lambda: self.fs.mv(staged, final, recursive=True))
+        else:  # object stores cannot rename: copy each file, then publish the manifest last
+            prefix = staged.rstrip("/") + "/"
+            for src in _retry("list staged files", lambda: self.fs.find(staged)):
+                dst = self.join(final, src[len(prefix) :])
+                _retry(f"commit {dst}", lambda s=src, d=dst: self.fs.copy(s, d))
             self.write_text(self.join(final, MANIFEST), body)
+            self.rm(staged)
         return final
 
     def committed_rounds(self) -> list[int]:

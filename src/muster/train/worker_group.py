@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -106,8 +107,15 @@ class WorkerGroup:
                 return m
         return None
 
-    def shutdown(self) -> None:
-        """Kill every member now (SIGKILL on the local engine: peers stuck in a collective included)."""
+    def shutdown(self, drain_s: float = 0.0) -> None:
+        """Kill every member now (SIGKILL on the local engine: peers stuck in a collective
+        included), then wait up to ``drain_s`` until each one's link has been read to its
+        end, so reports already sent are handled before the caller goes on."""
+        for m in self.members:
+            self.runtime.kill(m.handle)
+        deadline = time.monotonic() + drain_s
+        for m in self.members:
+            while m.handle.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.005)
         for m in self.members:
             m.handle.set_handlers(None, None)
-            self.runtime.kill(m.handle)

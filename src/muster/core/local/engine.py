@@ -574,6 +574,15 @@ class LocalRuntime(Runtime):
         actor.label = label
         return actor
 
+    def retire_idle_workers(self) -> int:
+        """End the warm task workers that are idle (they hold no resources); return how many."""
+        with self._lock:
+            idle = [a for pool in self._task_pool.values() for a in pool]
+            self._task_pool.clear()
+        for actor in idle:
+            self._terminate(actor, 0.0)
+        return len(idle)
+
     @contextlib.contextmanager
     def blocked(self, handle: ActorHandle) -> Iterator[None]:
         """While ``handle`` waits on other work, lend its CPUs out (nested tasks cannot deadlock)."""
@@ -591,14 +600,21 @@ class LocalRuntime(Runtime):
     def _task_done(
         self, actor: LocalActor, request: dict[str, float], inner: Future, out: Future, label: str
     ) -> None:
+        exc = inner.exception()
         with self._lock:
-            pooled = actor.is_alive() and actor.worker_id in self._actors and actor._holds_slots
+            # A call that failed with ActorDiedError (e.g. the send hit a dead socket) means the worker
+            # is gone even if its reader has not seen EOF yet: never hand it out again.
+            pooled = (
+                not isinstance(exc, ActorDiedError)
+                and actor.is_alive()
+                and actor.worker_id in self._actors
+                and actor._holds_slots
+            )
             if pooled:
                 actor._holds_slots = False
                 self._task_pool.setdefault(frozenset(request.items()), []).append(actor)
         if pooled:
             self.slots.release(actor.allocation)
-        exc = inner.exception()
         if exc is None:
             out.set_result(inner.result())
         elif isinstance(exc, ActorDiedError):

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from muster.train._internal import policies, resume
 from muster.train._internal.policies import CheckpointRecord
 from muster.train.config import CheckpointConfig
-from muster.train.storage import RESULTS, Storage
+from muster.train.storage import MANIFEST, RESULTS, Storage
 
 _FLUSH_EVERY_S = 2.0
 
@@ -47,11 +47,13 @@ class Ledger:
         self._file_ranks: frozenset[int] | None = None
         self._newest_round = 0
         self._world_size = 1
+        self._closed: dict[int, bool] = {}  # round -> closed with files (committed)
+        self._unsound: set[int] = set()
         self._lock = threading.RLock()
         self._on_commit = on_commit
         self._unflushed = 0
         self._last_flush = time.monotonic()
-        self._results_lines: list[str] = []
+        self._results_lines: list[str | dict[str, Any]] = []  # rows are serialised when flushed
 
     # -- loading a previous run ------------------------------------------------
     def load_previous(self) -> None:
@@ -92,9 +94,12 @@ class Ledger:
                 }
             )
             self.reports.append(row)
-            self._results_lines.append(json.dumps(row, default=str))
+            self._results_lines.append(row)  # serialised at flush, once checkpoint_dir_name is known
             self._unflushed += 1
             self._newest_round = max(self._newest_round, round_)
+            if round_ in self._closed:
+                self._late(round_, rank, row, files, state)
+                return row
             rnd = self._open.setdefault(round_, _OpenRound())
             rnd.reported.add(rank)
             rnd.metrics[rank] = row
@@ -139,6 +144,7 @@ class Ledger:
 
     def _close(self, r: int, final: bool) -> None:
         rnd = self._open.pop(r)
+        self._closed[r] = bool(rnd.files)
         if not final or len(rnd.reported) >= self._world_size:
             self._usual_reporters = frozenset(rnd.reported)
         if not rnd.files:
@@ -170,6 +176,58 @@ class Ledger:
         if self._on_commit is not None:
             self._on_commit(record)
 
+    def _late(self, r: int, rank: int, row: dict[str, Any], files: dict[str, dict[str, int]] | None,
+              state: bytes | None) -> None:
+        """A report for a round already closed: its rank ran out of step with the others
+        (no collective between their reports). Add its files to that round's checkpoint;
+        never commit the round again, which would replace the files already there."""
+        record = next((c for c in self.committed if c.round == r), None)
+        staged = self.storage.staging_dir(r)
+        if record is None and files and not self._closed[r]:
+            # The round closed before any rank passed files: commit this rank's now.
+            rnd = _OpenRound(reported={rank}, metrics={rank: row}, files={rank: files})
+            if state is not None:
+                rnd.states[rank] = state
+            self._open[r] = rnd
+            self._close(r, final=True)
+            return
+        if record is None:
+            if files:
+                warnings.warn(
+                    f"Rank {rank} reported checkpoint round {r} after that round's checkpoint was committed and "
+                    "then removed by CheckpointConfig(num_to_keep=...); this rank's files were dropped. Call "
+                    "report() at the same point of every step on every rank.",
+                    stacklevel=3,
+                )
+                self.storage.rm(staged)
+            return
+        name = record.path.rstrip("/").rsplit("/", 1)[-1]
+        row["checkpoint_dir_name"] = name
+        if files is None:
+            return
+        manifest_path = self.storage.join(record.path, MANIFEST)
+        manifest = self.storage.read_json(manifest_path)
+        for rel, meta in files.items():
+            src, dst = self.storage.join(staged, rel), self.storage.join(record.path, rel)
+            if self.storage.exists(src):  # else it was written straight into the renamed folder
+                self.storage.fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
+                self.storage.fs.mv(src, dst)
+            manifest["files"][rel] = {**meta, "rank": rank}
+        if state is not None:
+            rel = resume.state_file(rank)
+            self.storage.write_bytes(self.storage.join(record.path, rel), state)
+            manifest["files"][rel] = {"size": len(state), "crc32": zlib.crc32(state), "rank": rank}
+        manifest["ranks"] = sorted(set(manifest.get("ranks", [])) | {rank})
+        self.storage.write_json(manifest_path, manifest)
+        self.storage.rm(staged)
+        self.flush()
+        warnings.warn(
+            f"Rank {rank} reported checkpoint round {r} after {name} was committed without it: the ranks "
+            "are out of step (no collective between their report() calls?). Its files were added to "
+            f"{name}. Report at the same point of every step on every rank to commit each round whole.",
+            stacklevel=3,
+        )
+
     def _apply_retention(self) -> None:
         doomed = policies.to_delete(
             self.committed,
@@ -185,12 +243,36 @@ class Ledger:
     @property
     def latest(self) -> CheckpointRecord | None:
         with self._lock:
-            return max(self.committed, key=lambda r: r.round) if self.committed else None
+            sound = [r for r in self.committed if r.round not in self._unsound]
+            return max(sound, key=lambda r: r.round) if sound else None
+
+    def latest_sound(self, warn: Callable[[str], None]) -> CheckpointRecord | None:
+        """The newest committed checkpoint that passes verification (sizes and checksums).
+
+        A checkpoint that fails is reported through ``warn``, kept on disk for
+        inspection, and skipped; the one before it is tried next.
+        """
+        with self._lock:
+            candidates = sorted(self.committed, key=lambda r: -r.round)
+        for record in candidates:
+            if record.round in self._unsound:
+                continue
+            problems = self.storage.verify(record.path)
+            if not problems:
+                return record
+            self._unsound.add(record.round)
+            warn(
+                f"checkpoint {record.path} failed verification ({'; '.join(problems[:3])}); "
+                "skipping it and trying the one before."
+            )
+        return None
 
     def best(self) -> list[CheckpointRecord]:
         with self._lock:
             return policies.rank_best(
-                list(self.committed), self.config.checkpoint_score_attribute, self.config.checkpoint_score_order
+                [r for r in self.committed if r.round not in self._unsound],
+                self.config.checkpoint_score_attribute,
+                self.config.checkpoint_score_order,
             )
 
     def flush(self) -> None:
@@ -203,11 +285,15 @@ class Ledger:
                 self.storage.makedirs(self.storage.run_dir)
                 new = self._results_lines[len(self._results_lines) - self._unflushed :]
                 with open(path, "a") as f:
-                    f.write("".join(line + "\n" for line in new))
+                    f.write("".join(_line(line) + "\n" for line in new))
             else:
-                self.storage.write_text(path, "".join(line + "\n" for line in self._results_lines))
+                self.storage.write_text(path, "".join(_line(line) + "\n" for line in self._results_lines))
             self._unflushed = 0
             self._last_flush = time.monotonic()
+
+def _line(entry: str | dict[str, Any]) -> str:
+    return entry if isinstance(entry, str) else json.dumps(entry, default=str)
+
 
 def _merge_files(per_rank: dict[int, dict[str, dict[str, int]]], round_: int) -> dict[str, dict[str, Any]]:
     merged: dict[str, dict[str, Any]] = {}

@@ -67,9 +67,13 @@ class Session:
                 self._start_uploader()
                 assert self._uploads is not None
                 self._uploads.put((*item[:2], _snapshot(checkpoint), *item[3:]))
+                _discard_if_temporary(checkpoint)
                 return
             self.drain()
-            self._send(*item)
+            try:
+                self._send(*item)
+            finally:
+                _discard_if_temporary(checkpoint)
 
     def _send(self, round_index: int, metrics: dict[str, Any], checkpoint: Checkpoint | None, state: bytes,
               t: float, owned: bool = False) -> None:
@@ -121,6 +125,12 @@ class Session:
         if self._upload_error is not None:
             err, self._upload_error = self._upload_error, None
             raise RuntimeError(f"an asynchronous checkpoint upload failed: {err}") from err
+
+
+def _discard_if_temporary(checkpoint: Checkpoint | None) -> None:
+    """Remove a folder muster itself made (``Checkpoint.from_dict``) once its files are safe."""
+    if checkpoint is not None and getattr(checkpoint, "_temporary", False):
+        shutil.rmtree(checkpoint.path, ignore_errors=True)
 
 
 def _upload_mode(mode: Any) -> str:

@@ -42,9 +42,14 @@ class TrainWorker:
             else:
                 train_fn()
             session.drain()
-        finally:
+        except BaseException:
+            # Leave the process group up: tearing it down now would break the peers'
+            # collectives, and their errors could reach the driver before this one,
+            # the root cause. The controller kills the whole gang once it has this error.
             session_mod.set_session(None)
-            backend.on_worker_end()
+            raise
+        session_mod.set_session(None)
+        backend.on_worker_end()
 
 
 def _takes_config(fn: Callable[..., Any]) -> bool:

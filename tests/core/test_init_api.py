@@ -1,0 +1,100 @@
+"""``muster.init``: one engine per process, clear errors for what this build cannot do."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import muster
+from muster.core import api
+from muster.core.api import get_runtime
+
+
+def test_init_twice_raises_unless_told_not_to():
+    assert muster.is_initialized()  # the session fixture called muster.init()
+    running = get_runtime()
+    with pytest.raises(RuntimeError, match="ignore_reinit_error=True"):
+        muster.init()
+    with pytest.raises(RuntimeError, match="already"):
+        muster.init(num_cpus=1)
+    assert muster.init(ignore_reinit_error=True) is running
+    assert get_runtime() is running
+
+
+@pytest.fixture
+def uninitialised(monkeypatch):
+    """Look uninitialised to ``init`` for one test; the session engine comes back after."""
+    monkeypatch.setattr(api, "_runtime", None)
+    yield
+    leaked = api._runtime
+    if leaked is not None:  # init() should have raised; do not leave its engine running
+        leaked.shutdown()
+
+
+@pytest.mark.parametrize("address", ["ray://x:1", "10.0.0.1:6379"])
+def test_cluster_address_raises_value_error_saying_what_to_do(uninitialised, address):
+    with pytest.raises(ValueError) as info:
+        muster.init(address=address)
+    msg = str(info.value)
+    assert repr(address) in msg and "local" in msg and "RAY_ADDRESS" in msg
+    assert api._runtime is None  # nothing was started
+
+
+def test_auto_address_without_a_cluster_means_this_machine(uninitialised, monkeypatch):
+    """A ported `ray.init(address="auto")` runs locally when no cluster is configured."""
+    monkeypatch.delenv("MUSTER_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    rt = muster.init(address="auto", num_cpus=1, num_gpus=0)
+    try:
+        assert rt.name == "local" and rt.resources() == {"CPU": 1.0}
+    finally:
+        api._runtime = None
+        rt.shutdown()
+
+
+def test_auto_address_with_a_cluster_configured_is_refused(uninitialised, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    with pytest.raises(ValueError, match="ray://head:10001"):
+        muster.init(address="auto")
+
+
+def test_ray_address_env_is_read_when_no_address_given(uninitialised, monkeypatch):
+    monkeypatch.delenv("MUSTER_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    with pytest.raises(ValueError, match="ray://head:10001"):
+        muster.init()
+    monkeypatch.setenv("MUSTER_ADDRESS", "ray://other:10001")  # muster's own variable wins
+    with pytest.raises(ValueError, match="ray://other:10001"):
+        muster.init()
+
+
+def test_fresh_process_init_shutdown_init():
+    """In a clean interpreter: init, init again fails, shutdown, init works again."""
+    code = r"""
+import time
+import muster
+rt = muster.init(num_cpus=1, num_gpus=0)
+try:
+    muster.init()
+except RuntimeError as e:
+    print("second-init-raised")
+assert muster.init(ignore_reinit_error=True) is rt
+t0 = time.monotonic()
+muster.shutdown()  # right after init: its worker launcher is likely still starting
+took = time.monotonic() - t0
+assert took < 2.0, f"shutdown took {took:.1f} s"  # it used to wait 3 s for a launcher not yet ready
+assert rt._zygote.poll() is not None, "worker launcher still running after shutdown"
+muster.shutdown()  # idempotent
+assert not muster.is_initialized()
+rt2 = muster.init(num_cpus=1, num_gpus=0)
+assert rt2 is not rt
+muster.shutdown()
+print("ok")
+"""
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("MUSTER_ADDRESS", "RAY_ADDRESS")}
+    env.pop("MUSTER_PRELOAD", None)  # the default preload (torch) keeps the launcher busy at first
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["second-init-raised", "ok"]

@@ -1,0 +1,139 @@
+"""What a worker's output and environment look like from the driver.
+
+* stdout, stderr and raw fd writes of a worker reach the driver's
+  ``sys.stdout``, each line prefixed with ``(<label>, pid=<pid>) ``;
+* OMP_NUM_THREADS follows the CPUs an actor holds unless the driver set it;
+* the driver's environment at actor creation reaches the worker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from muster.core.api import get_runtime
+
+TIMEOUT = 30
+
+
+class Talker:
+    def talk(self, token: str) -> int:
+        print(f"out {token}")
+        print(f"err {token}", file=sys.stderr)
+        os.write(1, f"raw1 {token}\n".encode())
+        os.write(2, f"raw2 {token}\n".encode())
+        return os.getpid()
+
+    def last_words_then_sigkill(self, token: str) -> None:
+        print(f"last {token}")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Probe:
+    def env(self, names: list[str]) -> dict[str, str | None]:
+        return {n: os.environ.get(n) for n in names}
+
+    def threads(self) -> tuple[str | None, int]:
+        import torch
+
+        return os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
+
+
+@pytest.fixture
+def actors():
+    rt = get_runtime()
+    made = []
+
+    def create(cls, resources=None, label=""):
+        h = rt.create_actor(cls, (), {}, resources if resources is not None else {"CPU": 1}, label=label)
+        made.append(h)
+        return h
+
+    yield create
+    for h in made:
+        rt.kill(h)
+
+
+def _collect(capsys, wanted: list[str], timeout: float = 10.0) -> list[str]:
+    """Lines of captured stdout, read until every wanted line appeared (or the timeout)."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines += capsys.readouterr().out.splitlines()
+        if all(w in lines for w in wanted):
+            break
+        time.sleep(0.02)
+    return lines
+
+
+def test_print_stderr_and_raw_fd_writes_reach_driver_stdout_prefixed(actors, capsys):
+    h = actors(Talker, label="talker")
+    pid = h.call("talk", "t0k3n").result(TIMEOUT)
+    assert pid == h.pid
+    prefix = f"(talker, pid={pid}) "
+    wanted = [f"{prefix}{kind} t0k3n" for kind in ("out", "err", "raw1", "raw2")]
+    lines = _collect(capsys, wanted)
+    for w in wanted:
+        assert w in lines, f"missing {w!r} in {lines!r}"
+    # Each line once, prefixed once.
+    assert sum("t0k3n" in line for line in lines) == 4
+
+
+def test_two_workers_lines_carry_their_own_label_and_pid(actors, capsys):
+    a, b = actors(Talker, label="alpha"), actors(Talker, label="beta")
+    pa = a.call("talk", "from-a").result(TIMEOUT)
+    pb = b.call("talk", "from-b").result(TIMEOUT)
+    wanted = [f"(alpha, pid={pa}) out from-a", f"(beta, pid={pb}) out from-b"]
+    lines = _collect(capsys, wanted)
+    assert all(w in lines for w in wanted), lines
+    assert not any("from-a" in line and "beta" in line for line in lines)
+
+
+def test_output_printed_just_before_a_sigkill_is_not_lost(actors, capsys):
+    h = actors(Talker, label="doomed")
+    pid = h.pid
+    h.call("last_words_then_sigkill", "bye-now").exception(TIMEOUT)
+    wanted = [f"(doomed, pid={pid}) last bye-now"]
+    assert all(w in _collect(capsys, wanted) for w in wanted)
+
+
+def test_omp_threads_follow_cpus_by_default(actors, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    one = actors(Probe, resources={"CPU": 1})
+    two = actors(Probe, resources={"CPU": 2})
+    assert one.call("threads").result(TIMEOUT) == ("1", 1)
+    assert two.call("threads").result(TIMEOUT) == ("2", 2)
+    assert "OMP_NUM_THREADS" not in os.environ  # the driver's own env is left alone
+
+
+def test_driver_omp_num_threads_wins(actors, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    h = actors(Probe, resources={"CPU": 1})
+    assert h.call("threads").result(TIMEOUT) == ("3", 3)
+
+
+def test_driver_env_at_creation_reaches_the_worker(actors, monkeypatch):
+    monkeypatch.setenv("MUSTER_TEST_FLAG", "set-before-create")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    h = actors(Probe)
+    monkeypatch.setenv("MUSTER_TEST_LATE", "after")  # too late for this worker
+    got = h.call("env", ["MUSTER_TEST_FLAG", "WANDB_MODE", "MUSTER_TEST_LATE"]).result(TIMEOUT)
+    assert got == {"MUSTER_TEST_FLAG": "set-before-create", "WANDB_MODE": "offline", "MUSTER_TEST_LATE": None}
+
+
+def test_gang_env_is_added_to_the_driver_env(monkeypatch):
+    rt = get_runtime()
+    monkeypatch.setenv("MUSTER_TEST_FLAG", "driver")
+    gang = rt.create_gang(2, Probe, {"CPU": 1}, env={"MUSTER_GANG_ONLY": "g"})
+    try:
+        for h in gang:
+            got = h.call("env", ["MUSTER_TEST_FLAG", "MUSTER_GANG_ONLY"]).result(TIMEOUT)
+            assert got == {"MUSTER_TEST_FLAG": "driver", "MUSTER_GANG_ONLY": "g"}
+    finally:
+        for h in gang:
+            rt.kill(h)
+    assert "MUSTER_GANG_ONLY" not in os.environ
