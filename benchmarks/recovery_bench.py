@@ -6,7 +6,8 @@ random worker ``--kills`` times, at random moments.  Rank 0 logs every step
 with a wall-clock time, so the script measures, for each kill:
 
 * recovery time: SIGKILL sent -> first training step of the next attempt;
-* where training resumed vs the last committed checkpoint (steps redone
+* where training resumed vs the last durable checkpoint -- the newest round
+  whose ``report()`` had returned on every rank before the kill (steps redone
   beyond it must be 0: only the steps after it are repeated).
 
 It then runs the same job uninterrupted and checks the final weights are
@@ -36,16 +37,24 @@ EPOCHS = 4
 
 
 def train_loop(config):
+    import glob
+
     import torch.nn as nn
     from torch.utils.data import DataLoader, TensorDataset
 
-    import muster.train as train
-    from muster.train import Checkpoint
-    from muster.train.torch import prepare_data_loader, prepare_model
+    if config.get("api") == "ray":
+        import ray.train as train
+        from ray.train import Checkpoint
+        from ray.train.torch import prepare_data_loader, prepare_model
+    else:
+        import muster.train as train
+        from muster.train import Checkpoint
+        from muster.train.torch import prepare_data_loader, prepare_model
 
     ctx = train.get_context()
     rank = ctx.get_world_rank()
-    with open(os.path.join(config["dir"], f"pid_{ctx.get_attempt()}_{rank}"), "w") as f:
+    attempt = len(glob.glob(os.path.join(config["dir"], f"pid_*_{rank}")))  # works on either engine
+    with open(os.path.join(config["dir"], f"pid_{attempt}_{rank}"), "w") as f:
         f.write(str(os.getpid()))
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
@@ -63,6 +72,7 @@ def train_loop(config):
         opt.load_state_dict(state["opt"])
         start_epoch, step = state["epoch"], state["step"]
     log = open(os.path.join(config["dir"], "steps.log"), "a", buffering=1) if rank == 0 else None
+    reports = open(os.path.join(config["dir"], "reports.log"), "a", buffering=1)
     for epoch in range(start_epoch, EPOCHS):
         for x, y in loader:
             opt.zero_grad()
@@ -71,7 +81,7 @@ def train_loop(config):
             opt.step()
             step += 1
             if log:
-                log.write(f"{ctx.get_attempt()} {step} {time.time()}\n")
+                log.write(f"{attempt} {step} {time.time()}\n")
             if step % config["every"] == 0:
                 if rank == 0:
                     with tempfile.TemporaryDirectory() as d:
@@ -80,13 +90,21 @@ def train_loop(config):
                         train.report({"loss": loss.item(), "step": step}, checkpoint=Checkpoint.from_directory(d))
                 else:
                     train.report({"loss": loss.item(), "step": step})
+                reports.write(f"{rank} {step} {time.time()}\n")  # report() has returned on this rank
     if rank == 0:
         torch.save(model.module.state_dict(), os.path.join(config["dir"], "final.pt"))
 
 
-def run_muster(workdir: str, kills: int, every: int, batch: int, seed: int) -> dict:
-    from muster.train import FailureConfig, RunConfig, ScalingConfig
-    from muster.train.torch import TorchTrainer
+def run_muster(workdir: str, kills: int, every: int, batch: int, seed: int, api: str = "muster") -> dict:
+    if api == "ray":
+        import ray
+        from ray.train import FailureConfig, RunConfig, ScalingConfig
+        from ray.train.torch import TorchTrainer
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    else:
+        from muster.train import FailureConfig, RunConfig, ScalingConfig
+        from muster.train.torch import TorchTrainer
 
     os.makedirs(workdir, exist_ok=True)
     kill_log: list[tuple[int, float, int]] = []  # (attempt killed, time, rank)
@@ -113,26 +131,29 @@ def run_muster(workdir: str, kills: int, every: int, batch: int, seed: int) -> d
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
     t0 = time.time()
+    extra = {"verbose": 0} if api == "muster" else {}
     result = TorchTrainer(
         train_loop,
-        train_loop_config={"dir": workdir, "every": every, "batch": batch},
+        train_loop_config={"dir": workdir, "every": every, "batch": batch, "api": api},
         scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(storage_path=os.path.join(workdir, "runs"), verbose=0,
-                             failure_config=FailureConfig(max_failures=kills)),
+        run_config=RunConfig(storage_path=os.path.join(workdir, "runs"),
+                             failure_config=FailureConfig(max_failures=kills), **extra),
     ).fit()
     stop.set()
     wall = time.time() - t0
     steps = _steps(workdir)
+    returned = _steps(workdir, "reports.log")  # (rank, step, time report() returned)
     recoveries, redone_beyond = [], []
     for attempt, t_kill, _rank in kill_log:
-        before = [s for a, s, t in steps if a == attempt and t <= t_kill]
         after = [(s, t) for a, s, t in steps if a == attempt + 1]
         if not after:
             continue
         recoveries.append(after[0][1] - t_kill)
-        last_ckpt = (max(before) // every) * every if before else 0
+        # durable: the newest round whose report() had returned on both ranks before the kill
+        done = [{s for r, s, t in returned if r == rank and t <= t_kill} for rank in (0, 1)]
+        durable = max(done[0] & done[1], default=0)
         resumed_at = after[0][0] - 1  # the step count it resumed from
-        redone_beyond.append(last_ckpt - resumed_at)  # > 0 would mean work before the checkpoint redone
+        redone_beyond.append(durable - resumed_at)  # > 0 would mean a durable checkpoint was lost
     return {
         "wall_s": wall,
         "kills": len(kill_log),
@@ -157,8 +178,8 @@ def run_clean(workdir: str, every: int, batch: int) -> float:
     return time.time() - t0
 
 
-def _steps(workdir: str) -> list[tuple[int, int, float]]:
-    path = os.path.join(workdir, "steps.log")
+def _steps(workdir: str, name: str = "steps.log") -> list[tuple[int, int, float]]:
+    path = os.path.join(workdir, name)
     if not os.path.exists(path):
         return []
     out = []
@@ -175,8 +196,14 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ray", action="store_true", help="also measure Ray Train's recovery (needs ray)")
     args = ap.parse_args()
     base = tempfile.mkdtemp(prefix="muster-recovery-")
+    ray_report = None
+    if args.ray:
+        ray_soak = run_muster(os.path.join(base, "ray"), min(args.kills, 3), args.every, args.batch, args.seed, "ray")
+        ray_report = {"wall_s": ray_soak["wall_s"], "kills": ray_soak["kills"], "recovery_s": ray_soak["recovery_s"],
+                      "recovery_median_s": statistics.median(ray_soak["recovery_s"]) if ray_soak["recovery_s"] else None}
     soak = run_muster(os.path.join(base, "soak"), args.kills, args.every, args.batch, args.seed)
     clean_wall = run_clean(os.path.join(base, "clean"), args.every, args.batch)
     a = torch.load(os.path.join(base, "soak", "final.pt"))
@@ -191,6 +218,7 @@ def main() -> None:
         "recovery_max_s": max(rec) if rec else None,
         "torch": torch.__version__,
         "cpus": os.cpu_count(),
+        "ray": ray_report,
     }
     print(json.dumps(report, indent=1))
     out = os.path.join(os.path.dirname(__file__), "results")
