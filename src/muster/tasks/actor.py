@@ -20,7 +20,7 @@ from muster.core.runtime import ActorHandle as CoreHandle
 from muster.exceptions import ActorDiedError
 from muster.tasks import options as opts
 from muster.tasks import owner
-from muster.tasks.objects import ObjectRef
+from muster.tasks.objects import ObjectRef, snapshot_args
 
 _ids = itertools.count(1)
 _actors: dict[int, "ActorHandle"] = {}
@@ -63,6 +63,7 @@ class ActorClass:
                 {"kind": "create_actor", "cls": self._cls, "args": args, "kwargs": kwargs, "options": self._options}
             )
             return WorkerActorHandle(actor_id)
+        args, kwargs = snapshot_args(args, kwargs, f"{self._cls.__name__}.remote()")  # as they are now
         return ActorHandle(self._cls, args, kwargs, self._options)
 
 
@@ -138,23 +139,26 @@ class ActorHandle:
         self._start_core()
 
     def _call(self, method: str, args: tuple, kwargs: dict) -> ObjectRef:
+        args, kwargs = snapshot_args(args, kwargs, f"{self._cls.__name__}.{method}.remote()")  # as they are now
         out: Future = Future()
         self._calls.put((method, args, kwargs, out))
         return ObjectRef.new(out)
 
     def _send_forever(self) -> None:
         while True:
-            method, args, kwargs, out = self._calls.get()
-            try:
-                core: CoreHandle = self._core.result()
-                for dep in owner.dependencies(args, kwargs):
-                    dep.exception()  # wait for it
-                a, kw = owner.resolve(args, kwargs)
-            except BaseException as exc:  # noqa: BLE001 - creation failed, or a dependency did
-                out.set_exception(self._dead if isinstance(self._dead, ActorDiedError) else exc)
-                continue
-            inner = core.call(method, *a, **kw)
-            inner.add_done_callback(lambda f, out=out: _copy(f, out))
+            self._send_one(*self._calls.get())  # idle, keeps no reference to the last call
+
+    def _send_one(self, method: str, args: tuple, kwargs: dict, out: Future) -> None:
+        try:
+            core: CoreHandle = self._core.result()
+            for dep in owner.dependencies(args, kwargs):
+                dep.exception()  # wait for it
+            a, kw = owner.resolve(args, kwargs)
+        except BaseException as exc:  # noqa: BLE001 - creation failed, or a dependency did
+            out.set_exception(self._dead if isinstance(self._dead, ActorDiedError) else exc)
+            return
+        inner = core.call(method, *a, **kw)
+        inner.add_done_callback(lambda f: _copy(f, out))
 
     def _kill(self, no_restart: bool = True) -> None:
         self._no_restart = no_restart

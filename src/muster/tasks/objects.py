@@ -4,22 +4,33 @@ The driver owns every object: a ref in the driver wraps a future; a ref that
 crosses into a worker travels by id, and the worker asks the driver for its
 value (``owner.py`` answers).  Inside a worker the same functions work: they
 forward to the driver through the engine's event channel.
+
+A value lives as long as a driver-side ref to it does (the table holds
+futures weakly), except that once its id has reached a worker it is pinned
+for the life of the process: a worker may ask for it by id at any time.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import io
 import itertools
+import pickle
+import sys
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from typing import Any, Iterable, Sequence
+
+import cloudpickle
 
 from muster.core import context as core_context
 from muster.exceptions import GetTimeoutError, TaskError
 
 _ids = itertools.count(1)
-_table: dict[int, Future] = {}
+_table: "weakref.WeakValueDictionary[int, Future]" = weakref.WeakValueDictionary()
+_pinned: dict[int, Future] = {}  # ids a worker has seen: it may ask for them at any time
 _table_lock = threading.Lock()
 
 
@@ -48,6 +59,8 @@ class ObjectRef:
         return self._future
 
     def __reduce__(self) -> Any:
+        if self._future is not None:  # the id is leaving this driver-side ref: keep the value reachable
+            pin(self)
         return (ObjectRef, (self.id,))
 
     def __repr__(self) -> str:
@@ -58,6 +71,14 @@ class ObjectRef:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ObjectRef) and other.id == self.id
+
+
+def pin(ref: ObjectRef) -> int:
+    """Keep ``ref``'s value reachable by id alone (its id goes to a worker); return the id."""
+    fut = ref.future()
+    with _table_lock:
+        _pinned[ref.id] = fut
+    return ref.id
 
 
 def lookup(id_: int) -> Future:
@@ -92,12 +113,84 @@ def as_instance_of_cause(err: TaskError) -> BaseException:
 
 
 def put(value: Any) -> ObjectRef:
-    """Store ``value`` and return a ref to it (pass it to many tasks)."""
+    """Store a copy of ``value`` and return a ref to it (pass it to many tasks).
+
+    Raises:
+        TypeError: ``value`` cannot be serialized.
+    """
     if core_context.in_worker():
         return ObjectRef(core_context.send_event({"kind": "put", "value": value}))
+    return store(snapshot(value, "muster.put()"))
+
+
+def store(value: Any) -> ObjectRef:
+    """A ref to ``value`` as it is (no copy): for values no caller can change."""
     fut: Future = Future()
     fut.set_result(value)
     return ObjectRef.new(fut)
+
+
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), ObjectRef)
+
+
+def snapshot_args(args: tuple, kwargs: dict, what: str) -> tuple[tuple, dict]:
+    """``snapshot`` of a call's arguments; free when they are all numbers, strings or refs."""
+    if all(type(a) in _IMMUTABLE for a in args) and all(type(v) in _IMMUTABLE for v in kwargs.values()):
+        return args, kwargs
+    return snapshot((args, kwargs), what)
+
+
+def snapshot(value: Any, what: str) -> Any:
+    """A private copy of ``value``, taken when ``.remote()`` or ``put`` is called.
+
+    As in Ray, a task sees its arguments as they were at the call: changing a
+    list or an array afterwards (reusing a buffer in a loop) must not reach a
+    task still waiting for a CPU.  Big buffers (arrays, CPU tensors) are
+    copied once, out of band; the pickle stream itself stays small.
+
+    Raises:
+        TypeError: ``value`` cannot be serialized (it could not be sent either).
+    """
+    if type(value) in _IMMUTABLE or (type(value) in (tuple, dict) and not value):
+        return value
+    buffers: list[pickle.PickleBuffer] = []
+    out = io.BytesIO()
+    try:
+        _SnapshotPickler(out, protocol=5, buffer_callback=buffers.append).dump(value)
+    except Exception as exc:
+        raise TypeError(f"{what}: could not serialize {type(value).__name__} ({type(exc).__name__}: {exc}); "
+                        "pass plain data, arrays, tensors or picklable objects.") from exc
+    return pickle.loads(out.getbuffer(), buffers=[_copy(b) for b in buffers])
+
+
+def _copy(buf: pickle.PickleBuffer) -> Any:
+    raw = buf.raw()
+    np = sys.modules.get("numpy")
+    if np is None:
+        return bytearray(raw)
+    dst = np.empty(raw.nbytes, np.uint8)  # no zero-fill pass (large ones get huge pages)
+    dst[:] = np.frombuffer(raw, np.uint8)
+    return dst
+
+
+def _tensor_from_numpy(array: Any) -> Any:
+    import torch
+
+    return torch.from_numpy(array)
+
+
+class _SnapshotPickler(cloudpickle.Pickler):
+    """cloudpickle; plain CPU tensors go as numpy arrays so their data is one out-of-band buffer."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is not None and type(obj) is torch.Tensor:
+            if obj.device.type == "cpu" and obj.layout == torch.strided and not obj.requires_grad:
+                try:
+                    return _tensor_from_numpy, (obj.numpy(),)
+                except (TypeError, RuntimeError):  # bfloat16 and friends: torch's own path
+                    pass
+        return super().reducer_override(obj)
 
 
 def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
@@ -109,10 +202,12 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
         GetTimeoutError when ``timeout`` passes first.
     """
     single = isinstance(refs, ObjectRef)
-    try:
-        items = [refs] if single else list(refs)  # type: ignore[list-item]
-    except TypeError:  # not iterable: say what get() takes
-        items = [refs]  # type: ignore[list-item]
+    items: list[Any] = [refs]
+    if not single:
+        try:
+            items = list(refs)  # type: ignore[arg-type]
+        except TypeError:  # not iterable: the check below says what get() takes
+            pass
     for r in items:
         if not isinstance(r, ObjectRef):
             raise TypeError(

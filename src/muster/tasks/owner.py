@@ -22,15 +22,17 @@ def when_all(futures: list[Future], then: Callable[[], None]) -> None:
     if not futures:
         then()
         return
-    left = [len(futures)]
+    # A done future keeps its callbacks: drop ``then`` once called, or a dependency would keep
+    # its dependent task's arguments and result alive (and, through them, itself: a cycle).
+    state: list[Any] = [len(futures), then]
     lock = threading.Lock()
 
     def one_done(_: Future) -> None:
         with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if last:
-            then()
+            state[0] -= 1
+            call, state[1] = (state[1], None) if state[0] == 0 else (None, state[1])
+        if call is not None:
+            call()
 
     for f in futures:
         f.add_done_callback(one_done)
@@ -76,7 +78,7 @@ def handle_event(handle: CoreHandle, payload: Any) -> Any:
 
     kind = payload.get("kind") if isinstance(payload, dict) else None
     if kind == "put":
-        return objects.put(payload["value"]).id
+        return objects.pin(objects.store(payload["value"]))  # fresh off the wire: no copy
     if kind == "get":
 
         def get_all() -> list[tuple[bool, Any]]:
@@ -100,12 +102,13 @@ def handle_event(handle: CoreHandle, payload: Any) -> Any:
             handle, lambda: list(objects._wait_local(refs, payload["num_returns"], payload["timeout"]))
         )
     if kind == "submit":
-        return remote_function.submit(payload["fn"], payload["args"], payload["kwargs"], payload["options"]).id
+        ref = remote_function.submit(payload["fn"], payload["args"], payload["kwargs"], payload["options"])
+        return objects.pin(ref)
     if kind == "create_actor":
         return actor.ActorHandle(payload["cls"], payload["args"], payload["kwargs"], payload["options"])._id
     if kind == "actor_call":
         target = actor.lookup(payload["actor"])
-        return target._call(payload["method"], payload["args"], payload["kwargs"]).id
+        return objects.pin(target._call(payload["method"], payload["args"], payload["kwargs"]))
     if kind == "kill":
         actor.lookup(payload["actor"])._kill(payload["no_restart"])
         return None

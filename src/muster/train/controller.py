@@ -90,12 +90,14 @@ class Controller:
     # -- the state machine ----------------------------------------------------------
     def run(self) -> Result:
         self.ledger.load_previous()
+        self._previous_attempts = int(self.record.state.get("attempts", 0))
         self.record.mark(State.RUNNING.value, self.ledger.latest)
         self.view.start()
         restore_sigterm = _sigterm_as_interrupt()
         try:
             while True:
-                error = self._run_attempt(len(self.failures))
+                # attempts are numbered across drivers: a resumed run's first attempt is not 0
+                error = self._run_attempt(self._previous_attempts + len(self.failures))
                 if error is None:
                     self._transition(State.FINISHED)
                     break
@@ -109,7 +111,7 @@ class Controller:
                 self._transition(State.RESTARTING)
                 latest = self.ledger.latest
                 self.view.event(
-                    f"attempt {len(self.failures)} failed: {_first_line(error)}; restarting "
+                    f"attempt {self._previous_attempts + len(self.failures)} failed: {_first_line(error)}; restarting "
                     + (f"from {latest.path.rsplit('/', 1)[-1]}" if latest else "from the start (no checkpoint yet)")
                 )
             result = build(self.storage, self.ledger.reports, self.ledger.best(), None)
@@ -143,6 +145,7 @@ class Controller:
     def _run_attempt(self, index: int) -> BaseException | None:
         """One gang, start to end. Returns the attempt's root cause, or None on success."""
         self._transition(State.SCHEDULING)
+        self.record.state["attempts"] = index + 1
         group = WorkerGroup(get_runtime(), self.scaling)
         attempt = self._attempt = _Attempt(index, group)
         self.view.set_state("scheduling", workers_up=0, attempt=index)
@@ -198,6 +201,7 @@ class Controller:
             try:
                 kind, member, payload = attempt.events.get(timeout=0.25)
             except queue.Empty:
+                self.ledger.tick()
                 if timeout is not None and time.monotonic() - attempt.last_activity > timeout:
                     return MusterError(
                         f"No worker reported for {timeout:.0f} s (RunConfig(worker_timeout_s={timeout})); "

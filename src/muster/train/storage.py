@@ -94,7 +94,17 @@ class Storage:
 
     # -- small files ---------------------------------------------------------
     def exists(self, path: str) -> bool:
-        return _retry(f"exists {path}", lambda: self.fs.exists(path))
+        """Whether ``path`` exists. An unreachable store raises (after retries) instead of
+        answering False, as some fsspec backends' own ``exists`` does."""
+
+        def probe() -> bool:
+            try:
+                self.fs.info(path)
+                return True
+            except FileNotFoundError:
+                return False
+
+        return _retry(f"exists {path}", probe)
 
     def read_json(self, path: str) -> Any:
         def read() -> Any:

@@ -124,14 +124,18 @@ class LocalActor(ActorHandle):
             except Exception as exc:  # a value that will not unpickle here
                 print(f"muster: could not read a message from {self.label}: {exc}", file=sys.stderr)
                 continue
-            kind = msg[0]
-            if kind == "result":
-                fut = self._pending.pop(msg[1], None)
-                if fut is not None:
-                    (fut.set_result if msg[2] else fut.set_exception)(msg[3])
-            elif kind == "event":
-                self._handle_event(msg[1], msg[2], msg[3])
+            self._dispatch(msg)
+            del msg  # while it waits, this reader must not keep the last result alive
         self._died()
+
+    def _dispatch(self, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == "result":
+            fut = self._pending.pop(msg[1], None)
+            if fut is not None:
+                (fut.set_result if msg[2] else fut.set_exception)(msg[3])
+        elif kind == "event":
+            self._handle_event(msg[1], msg[2], msg[3])
 
     def _handle_event(self, event_id: int, wants_reply: bool, payload: Any) -> None:
         ok, value = True, None
@@ -517,7 +521,7 @@ class LocalRuntime(Runtime):
         key = frozenset(request.items())
         with self._lock:
             if self._closed:
-                out.set_exception(RuntimeNotStartedError("This muster runtime was shut down; call muster.init() again."))
+                out.set_exception(RuntimeNotStartedError("This muster runtime was shut down; call muster.init()."))
                 return out
             q = self._task_queues.get(key)
             if q is None:
@@ -533,14 +537,8 @@ class LocalRuntime(Runtime):
             item = q.get()
             if item is None:
                 break
-            fn, args, kwargs, on_event, label, out = item
-            try:
-                actor = self._task_worker(request, label)
-                actor._on_event = on_event
-                inner = actor.call("__task__", fn, *args, **kwargs)
-                inner.add_done_callback(lambda f, a=actor, o=out, lb=label: self._task_done(a, request, f, o, lb))
-            except BaseException as exc:  # noqa: BLE001
-                out.set_exception(exc)
+            self._start_task(request, *item)
+            del item  # idle, this thread must not keep the last task's arguments and result alive
         while True:  # shut down: what never started fails
             try:
                 item = q.get_nowait()
@@ -548,6 +546,18 @@ class LocalRuntime(Runtime):
                 return
             if item is not None:
                 item[-1].set_exception(RuntimeNotStartedError("muster was shut down before this task started."))
+
+    def _start_task(
+        self, request: dict[str, float], fn: Callable[..., Any], args: tuple, kwargs: dict,
+        on_event: EventHandler | None, label: str, out: Future,
+    ) -> None:
+        try:
+            actor = self._task_worker(request, label)
+            actor._on_event = on_event
+            inner = actor.call("__task__", fn, *args, **kwargs)
+            inner.add_done_callback(lambda f: self._task_done(actor, request, f, out, label))
+        except BaseException as exc:  # noqa: BLE001
+            out.set_exception(exc)
 
     def _task_worker(self, request: dict[str, float], label: str) -> LocalActor:
         """Hold ``request``, then reuse an idle worker of that shape (or fork one)."""

@@ -27,6 +27,7 @@ _FLUSH_EVERY_S = 2.0
 class _OpenRound:
     files: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)  # rank -> {relpath: meta}
     states: dict[int, bytes] = field(default_factory=dict)  # rank -> resume state
+    opened: float = field(default_factory=time.monotonic)
     reported: set[int] = field(default_factory=set)
     metrics: dict[int, dict[str, Any]] = field(default_factory=dict)
 
@@ -107,14 +108,24 @@ class Ledger:
                 rnd.files[rank] = files
             if state is not None:
                 rnd.states[rank] = state
-            for r in sorted(self._open):
-                if policies.round_ready(
-                    self._open[r].reported, self._world_size, self._usual_reporters, self._newest_round, r
-                ):
-                    self._close(r, final=False)
+            self._close_ready()
             if time.monotonic() - self._last_flush > _FLUSH_EVERY_S:
                 self.flush()
             return row
+
+    def tick(self) -> None:
+        """Close rounds that became ready with time alone (the controller calls this often)."""
+        with self._lock:
+            self._close_ready()
+
+    def _close_ready(self) -> None:
+        now = time.monotonic()
+        for r in sorted(self._open):
+            rnd = self._open[r]
+            if policies.round_ready(
+                rnd.reported, self._world_size, self._usual_reporters, self._newest_round, r, now - rnd.opened
+            ):
+                self._close(r, final=False)
 
     def close_all(self, complete: bool) -> None:
         """End of an attempt. ``complete``: every worker finished its loop, so
@@ -181,6 +192,7 @@ class Ledger:
         """A report for a round already closed: its rank ran out of step with the others
         (no collective between their reports). Add its files to that round's checkpoint;
         never commit the round again, which would replace the files already there."""
+        self._usual_reporters = (self._usual_reporters or frozenset()) | {rank}  # it does report
         record = next((c for c in self.committed if c.round == r), None)
         staged = self.storage.staging_dir(r)
         if record is None and files and not self._closed[r]:

@@ -69,20 +69,28 @@ def to_delete(
 
 
 def round_ready(
-    reported: set[int], world_size: int, usual_reporters: frozenset[int] | None, newest_round_seen: int, round_: int
+    reported: set[int],
+    world_size: int,
+    usual_reporters: frozenset[int] | None,
+    newest_round_seen: int,
+    round_: int,
+    age_s: float = math.inf,
+    grace_s: float = 2.0,
 ) -> bool:
     """May report round ``round_`` be closed (its checkpoint committed) now?
 
     ``report()`` never waits for other ranks, so the controller cannot know
     whether a rank that has not reported yet ever will.  A round is closed as
-    soon as (a) every rank has reported it, (b) the ranks that reported the
+    soon as (a) every rank has reported it, or (b) the ranks that reported the
     last closed round have all reported it (the ``rank == 0`` pattern closes
-    at once), or (c) some rank already reported a later round (DDP keeps
-    ranks in step, so a rank that skipped this one will not come back to it).
-    The end of an attempt closes every open round as well.
+    at once after its first round); or, failing those, (c) some rank already
+    reported a later round and the round has been open ``grace_s`` seconds.
+    The grace matters where ranks are not in step (no collective between
+    their reports): a rank still uploading its files is not left out because
+    a faster rank moved on.  The end of an attempt closes every open round.
     """
     if len(reported) >= world_size:
         return True
     if usual_reporters and usual_reporters <= reported:
         return True
-    return newest_round_seen > round_
+    return newest_round_seen > round_ and age_s >= grace_s

@@ -191,8 +191,7 @@ def _plain(value: Any, key: str) -> Any:
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
-        v = float(value)
-        return v if math.isfinite(v) else str(v)
+        return float(value)  # NaN and inf stay floats (result.json writes them as NaN / Infinity)
     if hasattr(value, "item") and hasattr(value, "shape") and math.prod(value.shape) == 1:
         return _plain(value.item(), key)
     if isinstance(value, dict):

@@ -99,12 +99,14 @@ class _EpochSampler(DistributedSampler):
         return iter(indices)
 
 
-class PreparedDataLoader:
+class PreparedDataLoader(DataLoader):
     """The loader ``prepare_data_loader`` returns: iterates the sharded loader,
     moves each batch to the worker's device, and remembers its position so a
-    checkpoint can resume it mid-epoch. Other attributes pass through."""
+    checkpoint can resume it mid-epoch. Other attributes pass through to the
+    wrapped loader; it is a ``DataLoader`` for ``isinstance`` checks (as Ray's is),
+    but never runs ``DataLoader.__init__`` itself."""
 
-    def __init__(self, loader: DataLoader, device: torch.device | None):
+    def __init__(self, loader: DataLoader, device: torch.device | None):  # noqa: super-init-not-called
         self._loader, self._device = loader, device
         sampler = loader.sampler
         self._sampler = sampler if isinstance(sampler, _EpochSampler) and loader.batch_size else None
@@ -133,6 +135,8 @@ class PreparedDataLoader:
         return len(self._loader)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_loader":  # not set yet (copy/pickle make the object without __init__)
+            raise AttributeError(name)
         return getattr(self._loader, name)
 
     # -- exact resume ------------------------------------------------------------

@@ -1,0 +1,310 @@
+"""Checkpoints written by workers: merged rounds, rank-0-only reporting, atomic commit, retention."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+
+import pytest
+import torch
+
+import muster.train as train
+from muster.train import Checkpoint, CheckpointConfig, Result
+from muster.train.storage import MANIFEST
+
+
+def checkpoint_dirs(run_dir: str) -> list[str]:
+    return sorted(d for d in os.listdir(run_dir) if d.startswith("checkpoint_"))
+
+
+def listing(folder: str) -> list[str]:
+    """A checkpoint folder's entries, less muster's own resume-state folder ``.muster/``."""
+    return sorted(n for n in os.listdir(folder) if n != ".muster")
+
+
+def each_rank_writes_a_shard(config):
+    import torch.distributed as dist
+
+    rank = train.get_context().get_world_rank()
+    for epoch in range(config["epochs"]):
+        dist.barrier()
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.save({"rank": rank, "epoch": epoch}, os.path.join(tmp, f"shard_{rank}.pt"))
+            train.report({"epoch": epoch, "rank": rank}, checkpoint=Checkpoint.from_directory(tmp))
+
+
+def test_every_ranks_files_merge_into_one_checkpoint(fit):
+    result = fit(each_rank_writes_a_shard, workers=3, config={"epochs": 2})
+    names = checkpoint_dirs(result.path)
+    assert names == ["checkpoint_000001", "checkpoint_000002"]
+    for epoch, name in enumerate(names):
+        folder = os.path.join(result.path, name)
+        assert listing(folder) == [MANIFEST, "shard_0.pt", "shard_1.pt", "shard_2.pt"]
+        for rank in range(3):
+            assert torch.load(os.path.join(folder, f"shard_{rank}.pt")) == {"rank": rank, "epoch": epoch}
+        manifest = json.load(open(os.path.join(folder, MANIFEST)))
+        assert manifest["ranks"] == [0, 1, 2]
+        assert sorted(f for f in manifest["files"] if not f.startswith(".muster/")) == [
+            "shard_0.pt", "shard_1.pt", "shard_2.pt",
+        ]
+        assert manifest["metrics"]["rank"] == 0  # the round's metrics are the lowest rank's
+    assert result.checkpoint.path == os.path.join(result.path, "checkpoint_000002")
+    assert not os.listdir(os.path.join(result.path, ".staging"))
+
+
+def some_ranks_report(config):
+    import torch.distributed as dist
+
+    rank = train.get_context().get_world_rank()
+    for epoch in range(3):
+        dist.barrier()
+        if rank in config["reporters"]:
+            with tempfile.TemporaryDirectory() as tmp:
+                with open(os.path.join(tmp, f"part_{rank}.txt"), "w") as f:
+                    f.write(f"{rank}:{epoch}")
+                train.report({"epoch": epoch, "rank": rank}, checkpoint=Checkpoint.from_directory(tmp))
+
+
+def test_a_subset_of_ranks_reporting_merges_their_files(fit):
+    result = fit(some_ranks_report, workers=3, config={"reporters": [1, 2]})
+    names = checkpoint_dirs(result.path)
+    assert names == ["checkpoint_000001", "checkpoint_000002", "checkpoint_000003"]
+    for epoch, name in enumerate(names):
+        folder = os.path.join(result.path, name)
+        assert listing(folder) == [MANIFEST, "part_1.txt", "part_2.txt"]
+        assert open(os.path.join(folder, "part_2.txt")).read() == f"2:{epoch}"
+    # Rank 0 never reported: the result's metrics are the lowest reporting rank's.
+    assert result.metrics["rank"] == 1 and result.metrics["epoch"] == 2
+
+
+def rank0_only_seed_pattern(config):
+    # The seed's pattern: every rank trains in step, only rank 0 saves and reports.
+    import torch.distributed as dist
+
+    model = train.torch.prepare_model(torch.nn.Linear(2, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(config["epochs"]):
+        opt.zero_grad()
+        model(torch.ones(4, 2)).sum().backward()
+        opt.step()
+        dist.barrier()
+        if train.get_context().get_world_rank() == 0:
+            with tempfile.TemporaryDirectory() as tmpdir:
+                torch.save(
+                    {"model": model.module.state_dict(), "epoch": epoch},
+                    os.path.join(tmpdir, "checkpoint.pt"),
+                )
+                train.report({"loss": 1.0 / (epoch + 1), "epoch": epoch},
+                             checkpoint=Checkpoint.from_directory(tmpdir))
+
+
+@pytest.mark.timeout(30)
+def test_rank0_only_reporting_commits_every_round_and_never_hangs(fit):
+    import muster.train.torch  # noqa: F401  (train.torch inside the loop)
+
+    start = time.monotonic()
+    result = fit(rank0_only_seed_pattern, workers=3, config={"epochs": 3})
+    assert time.monotonic() - start < 20
+    assert checkpoint_dirs(result.path) == ["checkpoint_000001", "checkpoint_000002", "checkpoint_000003"]
+    for i, name in enumerate(checkpoint_dirs(result.path)):
+        assert listing(os.path.join(result.path, name)) == [MANIFEST, "checkpoint.pt"]
+        assert torch.load(os.path.join(result.path, name, "checkpoint.pt"))["epoch"] == i
+    assert result.metrics["epoch"] == 2
+    assert len(result.all_reports) == 3
+
+
+def rank0_only_then_watch_commit(config):
+    # Rank 0 reports once, then waits until the driver has committed that round
+    # while the attempt is still running (no later report, no end of attempt).
+    rank = train.get_context().get_world_rank()
+    if rank == 0:
+        with tempfile.TemporaryDirectory() as tmp:
+            open(os.path.join(tmp, "a.txt"), "w").close()
+            train.report({"epoch": 0}, checkpoint=Checkpoint.from_directory(tmp))
+        with tempfile.TemporaryDirectory() as tmp:
+            open(os.path.join(tmp, "b.txt"), "w").close()
+            train.report({"epoch": 1}, checkpoint=Checkpoint.from_directory(tmp))
+        run_dir = train.get_context().get_run_dir()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if os.path.exists(os.path.join(run_dir, "checkpoint_000002", MANIFEST)):
+                train.report({"epoch": 2, "seen_commit": True})
+                return
+            time.sleep(0.05)
+        train.report({"epoch": 2, "seen_commit": False})
+
+
+def test_rank0_only_rounds_commit_while_training_goes_on(fit):
+    # After one round shows rank 0 alone reports, later rounds commit at once.
+    result = fit(rank0_only_then_watch_commit, workers=2)
+    assert result.metrics == {**result.metrics, "epoch": 2, "seen_commit": True}
+
+
+def big_multi_file_rounds(config):
+    import torch.distributed as dist
+
+    rank = train.get_context().get_world_rank()
+    for epoch in range(config["epochs"]):
+        dist.barrier()
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(config["files"]):
+                with open(os.path.join(tmp, f"r{rank}_{i}.bin"), "wb") as f:
+                    f.write(os.urandom(256 * 1024))
+            train.report({"epoch": epoch}, checkpoint=Checkpoint.from_directory(tmp))
+
+
+def test_checkpoint_folders_appear_complete_or_not_at_all(fit, storage):
+    run_dir = os.path.join(storage, "atomic")
+    incomplete: list[tuple[str, list[str]]] = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            try:
+                names = os.listdir(run_dir)
+            except FileNotFoundError:
+                continue
+            for name in names:
+                if not name.startswith("checkpoint_"):
+                    continue
+                folder = os.path.join(run_dir, name)
+                try:
+                    files = listing(folder)
+                except FileNotFoundError:
+                    continue
+                if MANIFEST not in files or len(files) != 1 + 2 * 4:
+                    incomplete.append((name, files))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = fit(big_multi_file_rounds, workers=2, config={"epochs": 4, "files": 4}, name="atomic")
+    finally:
+        stop.set()
+        watcher.join()
+    assert incomplete == []
+    assert checkpoint_dirs(result.path) == [f"checkpoint_00000{i}" for i in range(1, 5)]
+    for name in checkpoint_dirs(result.path):
+        assert os.path.exists(os.path.join(result.path, name, MANIFEST))
+    assert os.listdir(os.path.join(result.path, ".staging")) == []
+
+
+def losses_per_epoch(config):
+    import torch.distributed as dist
+
+    rank = train.get_context().get_world_rank()
+    for epoch, loss in enumerate(config["losses"]):
+        dist.barrier()  # ranks in step, as a DDP loop keeps them
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, f"w{rank}.txt"), "w") as f:
+                f.write(str(epoch))
+            train.report({"loss": loss, "epoch": epoch, "acc": -loss},
+                         checkpoint=Checkpoint.from_directory(tmp))
+
+
+def test_retention_keeps_best_two_and_latest(fit):
+    losses = [0.5, 0.1, 0.4, 0.2, 0.9]  # best: epochs 1 and 3; latest: epoch 4
+    cfg = CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="loss", checkpoint_score_order="min")
+    result = fit(losses_per_epoch, workers=2, config={"losses": losses}, checkpoint_config=cfg)
+    on_disk = checkpoint_dirs(result.path)
+    assert on_disk == ["checkpoint_000002", "checkpoint_000004", "checkpoint_000005"]
+    assert [m["epoch"] for _, m in result.best_checkpoints] == [1, 3, 4]
+    assert [c.path for c, _ in result.best_checkpoints] == [os.path.join(result.path, d) for d in
+                                                             ("checkpoint_000002", "checkpoint_000004",
+                                                              "checkpoint_000005")]
+    assert result.checkpoint.path.endswith("checkpoint_000005")
+    for ckpt, metrics in result.best_checkpoints:
+        with ckpt.as_directory() as folder:
+            assert listing(folder) == [MANIFEST, "w0.txt", "w1.txt"]
+            assert open(os.path.join(folder, "w1.txt")).read() == str(metrics["epoch"])
+
+    assert result.get_best_checkpoint("loss", "min").path.endswith("checkpoint_000002")
+    assert result.get_best_checkpoint("loss", "max").path.endswith("checkpoint_000005")
+    assert result.get_best_checkpoint("acc", "max").path.endswith("checkpoint_000002")
+    with pytest.raises(ValueError, match="mode"):
+        result.get_best_checkpoint("loss", "lowest")
+    with pytest.raises(ValueError, match="nope"):
+        result.get_best_checkpoint("nope", "min")
+
+    back = Result.from_path(result.path)
+    assert [c.path for c, _ in back.best_checkpoints] == [c.path for c, _ in result.best_checkpoints]
+    assert back.get_best_checkpoint("loss", "min") == result.get_best_checkpoint("loss", "min")
+    # Every report is kept in the metrics, deleted checkpoints or not.
+    assert list(back.metrics_dataframe["loss"]) == losses
+
+
+def test_retention_without_score_keeps_newest(fit):
+    result = fit(losses_per_epoch, workers=1, config={"losses": [3, 2, 1, 0]},
+                 checkpoint_config=CheckpointConfig(num_to_keep=1))
+    assert checkpoint_dirs(result.path) == ["checkpoint_000004"]
+    assert len(result.best_checkpoints) == 1
+    assert result.metrics_dataframe["loss"].tolist() == [3, 2, 1, 0]
+
+
+def dict_checkpoint_loop(config):
+    model = torch.nn.Linear(3, 1)
+    with torch.no_grad():
+        model.weight.fill_(float(config["w"]))
+    if train.get_context().get_world_rank() == 0:
+        train.report({"w": config["w"]}, checkpoint=Checkpoint.from_dict({"model": model.state_dict(), "epoch": 0}))
+
+
+def test_from_dict_checkpoint_reported_by_a_worker(fit):
+    result = fit(dict_checkpoint_loop, workers=2, config={"w": 2.5})
+    state = result.checkpoint.to_dict()
+    assert state["epoch"] == 0
+    assert torch.equal(state["model"]["weight"], torch.full((1, 3), 2.5))
+
+
+def out_of_step_reports(config):
+    # No collective between reports: rank 1 runs ahead of rank 0.
+    rank = train.get_context().get_world_rank()
+    for epoch in range(config["epochs"]):
+        if rank == 0:
+            time.sleep(0.05)
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, f"w{rank}.txt"), "w") as f:
+                f.write(str(epoch))
+            train.report({"epoch": epoch, "rank": rank}, checkpoint=Checkpoint.from_directory(tmp))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_out_of_step_ranks_lose_no_checkpoint_files(fit):
+    result = fit(out_of_step_reports, workers=2, config={"epochs": 4})
+    names = checkpoint_dirs(result.path)
+    assert names == [f"checkpoint_00000{i}" for i in range(1, 5)]
+    assert [c.path for c, _ in result.best_checkpoints] == [os.path.join(result.path, n) for n in reversed(names)]
+    for epoch, name in enumerate(names):
+        folder = os.path.join(result.path, name)
+        assert listing(folder) == [MANIFEST, "w0.txt", "w1.txt"]
+        assert open(os.path.join(folder, "w0.txt")).read() == str(epoch)
+        assert json.load(open(os.path.join(folder, MANIFEST)))["ranks"] == [0, 1]
+    assert os.listdir(os.path.join(result.path, ".staging")) == []
+
+
+def slow_rank0_saves_fast_rank1_does_not(config):
+    # No collective: rank 1 (metrics only) races ahead of rank 0 (which saves).
+    rank = train.get_context().get_world_rank()
+    for epoch in range(config["epochs"]):
+        if rank == 0:
+            time.sleep(0.05)
+            with tempfile.TemporaryDirectory() as tmp:
+                torch.save({"epoch": epoch}, os.path.join(tmp, "model.pt"))
+                train.report({"epoch": epoch}, checkpoint=Checkpoint.from_directory(tmp))
+        else:
+            train.report({"epoch": epoch})
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_files_reported_after_their_round_closed_are_still_committed(fit):
+    result = fit(slow_rank0_saves_fast_rank1_does_not, workers=2, config={"epochs": 4})
+    names = checkpoint_dirs(result.path)
+    assert names == [f"checkpoint_00000{i}" for i in range(1, 5)]
+    for epoch, name in enumerate(names):
+        assert torch.load(os.path.join(result.path, name, "model.pt")) == {"epoch": epoch}
+    assert result.checkpoint.path.endswith("checkpoint_000004")
+    assert list(result.metrics_dataframe["checkpoint_dir_name"]) == names

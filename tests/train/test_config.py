@@ -1,0 +1,102 @@
+"""Config objects: defaults, and a ValueError naming the field and the bad value."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from muster.train.torch import TorchConfig
+
+
+@pytest.mark.parametrize(
+    "make, field, shown",
+    [
+        (lambda: ScalingConfig(num_workers=0), "num_workers", "0"),
+        (lambda: ScalingConfig(num_workers=-3), "num_workers", "-3"),
+        (lambda: ScalingConfig(num_workers=2.5), "num_workers", "2.5"),
+        (lambda: ScalingConfig(num_workers=True), "num_workers", "True"),
+        (lambda: ScalingConfig(use_gpu="yes"), "use_gpu", "'yes'"),
+        (lambda: ScalingConfig(placement_strategy="X"), "placement_strategy", "'X'"),
+        (lambda: ScalingConfig(resources_per_worker=[1]), "resources_per_worker", "[1]"),
+        (lambda: ScalingConfig(resources_per_worker={"CPU": -1}), "resources_per_worker", "-1"),
+        (lambda: ScalingConfig(use_gpu=True, resources_per_worker={"GPU": 0}), "use_gpu", "GPU"),
+        (lambda: CheckpointConfig(num_to_keep=0), "num_to_keep", "0"),
+        (lambda: CheckpointConfig(num_to_keep=-1), "num_to_keep", "-1"),
+        (lambda: CheckpointConfig(num_to_keep=1.5), "num_to_keep", "1.5"),
+        (lambda: CheckpointConfig(checkpoint_score_order="up"), "checkpoint_score_order", "'up'"),
+        (lambda: FailureConfig(max_failures=-2), "max_failures", "-2"),
+        (lambda: FailureConfig(max_failures=1.0), "max_failures", "1.0"),
+        (lambda: RunConfig(name="a/b"), "name", "'a/b'"),
+        (lambda: RunConfig(name=""), "name", "''"),
+        (lambda: RunConfig(name=".hidden"), "name", "'.hidden'"),
+        (lambda: RunConfig(storage_path=""), "storage_path", "''"),
+        (lambda: RunConfig(verbose=5), "verbose", "5"),
+        (lambda: RunConfig(worker_timeout_s=0), "worker_timeout_s", "0"),
+        (lambda: RunConfig(worker_timeout_s=-1.5), "worker_timeout_s", "-1.5"),
+        (lambda: TorchConfig(backend="tcp"), "backend", "'tcp'"),
+        (lambda: TorchConfig(init_method="file"), "init_method", "'file'"),
+        (lambda: TorchConfig(timeout_s=0), "timeout_s", "0"),
+    ],
+)
+def test_bad_value_names_field_and_value(make, field, shown):
+    with pytest.raises(ValueError) as info:
+        make()
+    message = str(info.value)
+    assert field in message
+    assert shown in message
+
+
+def test_configs_are_keyword_only():
+    with pytest.raises(TypeError):
+        ScalingConfig(2)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        RunConfig("name")  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("strategy", ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"])
+def test_every_placement_strategy_is_accepted(strategy):
+    assert ScalingConfig(num_workers=2, placement_strategy=strategy).placement_strategy == strategy
+
+
+def test_scaling_defaults_and_worker_resources():
+    cfg = ScalingConfig()
+    assert cfg.num_workers == 1 and cfg.use_gpu is False
+    assert cfg.worker_resources == {"CPU": 1.0}
+    gpu = ScalingConfig(num_workers=3, use_gpu=True)
+    assert gpu.worker_resources == {"CPU": 1.0, "GPU": 1.0}
+    assert gpu.total_resources == {"CPU": 3.0, "GPU": 3.0}
+    custom = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 2, "accel": 0.5})
+    assert custom.worker_resources == {"CPU": 2.0, "accel": 0.5}
+    assert custom.total_resources == {"CPU": 4.0, "accel": 1.0}
+
+
+def test_run_config_fills_sub_configs():
+    rc = RunConfig(name="mnist_ddp.v2=a+b-c")
+    assert isinstance(rc.checkpoint_config, CheckpointConfig)
+    assert isinstance(rc.failure_config, FailureConfig)
+    assert rc.callbacks == []
+    assert rc.checkpoint_config.num_to_keep is None
+    assert rc.checkpoint_config.checkpoint_score_order == "max"
+    assert rc.failure_config.max_failures == 0
+
+
+def test_run_config_default_storage_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("MUSTER_STORAGE_PATH", str(tmp_path))
+    assert RunConfig().resolved_storage_path() == str(tmp_path)
+    assert RunConfig(storage_path="s3://b/p").resolved_storage_path() == "s3://b/p"
+    monkeypatch.delenv("MUSTER_STORAGE_PATH")
+    assert RunConfig().resolved_storage_path().endswith("muster_results")
+
+
+def test_failure_config_fail_fast_and_forever():
+    assert FailureConfig(max_failures=5, fail_fast=True).max_failures == 0
+    assert FailureConfig(max_failures=-1).max_failures == -1
+    assert FailureConfig(max_failures=3).max_failures == 3
+
+
+def test_good_values_are_kept():
+    assert CheckpointConfig(num_to_keep=1, checkpoint_score_order="min").num_to_keep == 1
+    assert RunConfig(verbose=0).verbose == 0 and RunConfig(verbose=2).verbose == 2
+    assert RunConfig(worker_timeout_s=0.5).worker_timeout_s == 0.5
+    tc = TorchConfig(backend="gloo", init_method="tcp", timeout_s=5)
+    assert (tc.backend, tc.init_method, tc.timeout_s) == ("gloo", "tcp", 5)

@@ -1,0 +1,171 @@
+"""Failures a user sees: a worker raising, a worker killed, impossible resources, bad metrics."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+import muster.train as train
+from muster.exceptions import MusterError, ResourcesUnavailableError, TaskError, WorkerCrashedError
+from muster.train import Result, RunConfig, ScalingConfig, TrainingFailedError
+from muster.train._internal.session import _plain_metrics
+from muster.train.torch import TorchTrainer
+
+
+def raise_on_rank1(config):
+    import torch.distributed as dist
+
+    rank = train.get_context().get_world_rank()
+    train.report({"step": 0})
+    if rank == 1:
+        time.sleep(config.get("delay", 0))
+        raise ValueError(f"bad batch {40 + 2} on purpose")  # the user's line
+    dist.barrier()  # rank 0 waits in a collective for a peer that will never come
+
+
+def test_worker_exception_names_rank_type_message_and_traceback(fit, storage):
+    with pytest.raises(TrainingFailedError) as info:
+        fit(raise_on_rank1, workers=2, config={"delay": 0.2}, name="boom")
+    err = info.value
+    message = str(err)
+    assert isinstance(err, MusterError)
+    assert "rank 1" in message
+    assert "ValueError: bad batch 42 on purpose" in message
+    assert 'raise ValueError(f"bad batch {40 + 2} on purpose")  # the user\'s line' in message
+    assert "raise_on_rank1" in message  # the traceback names the user's function
+    assert "attempt 1" in message and "max_failures=0" in message
+    assert os.path.join(storage, "boom") in message and err.run_path == os.path.join(storage, "boom")
+    (cause,) = err.attempts
+    assert isinstance(cause, TaskError)
+    assert cause.label == "rank 1" and cause.cause_type.endswith("ValueError")
+    assert "raise_on_rank1" in cause.remote_traceback
+
+
+def test_first_failure_is_the_root_cause_not_the_peer_it_broke(fit):
+    # Rank 1 raises at once: rank 0's barrier then fails too (its peer left),
+    # but the error must blame rank 1's ValueError, the failure that came first.
+    for i in range(3):
+        with pytest.raises(TrainingFailedError) as info:
+            fit(raise_on_rank1, workers=2, config={"delay": 0}, name=f"root{i}")
+        (cause,) = info.value.attempts
+        assert cause.label == "rank 1", str(cause)
+        assert "bad batch 42" in str(cause)
+
+
+def sigkill_rank1(config):
+    import torch.distributed as dist
+
+    rank = train.get_context().get_world_rank()
+    train.report({"pid": os.getpid()})
+    dist.barrier()
+    if rank == 1:
+        time.sleep(config.get("delay", 0))
+        os.kill(os.getpid(), signal.SIGKILL)
+    if config.get("collective"):
+        dist.barrier()
+    else:
+        time.sleep(60)
+
+
+@pytest.mark.parametrize("collective", [False, True], ids=["peer-sleeps", "peer-in-collective"])
+def test_sigkilled_worker_is_named_with_rank_pid_and_signal(fit, storage, collective):
+    start = time.monotonic()
+    with pytest.raises(TrainingFailedError) as info:
+        fit(sigkill_rank1, workers=2, config={"collective": collective, "delay": 0.2}, name="killed")
+    assert time.monotonic() - start < 30  # rank 0's sleep(60) was cut short
+    reports = Result.from_path(os.path.join(storage, "killed")).all_reports
+    pid = next(r["pid"] for r in reports if r["_rank"] == 1)
+    message = str(info.value)
+    assert f"rank 1 (pid {pid}" in message
+    assert "SIGKILL" in message
+    (cause,) = info.value.attempts
+    assert isinstance(cause, WorkerCrashedError)
+    assert cause.pid == pid and cause.signal == signal.SIGKILL
+
+
+def test_use_gpu_without_gpus_fails_at_once(fit):
+    start = time.monotonic()
+    with pytest.raises(ResourcesUnavailableError) as info:
+        fit(raise_on_rank1, scaling=ScalingConfig(num_workers=2, use_gpu=True), name="gpu")
+    assert time.monotonic() - start < 2
+    assert "use_gpu=False" in str(info.value)
+    assert info.value.requested.get("GPU") == 2
+
+
+def test_too_many_workers_fails_at_once_naming_asked_and_existing(fit):
+    start = time.monotonic()
+    with pytest.raises(ResourcesUnavailableError) as info:
+        fit(raise_on_rank1, workers=64, name="huge")
+    assert time.monotonic() - start < 2
+    message = str(info.value)
+    assert "CPU=64" in message  # asked
+    assert "CPU=4" in message  # what the engine has
+    assert "num_workers" in message
+
+
+def test_failed_scheduling_is_not_left_running(fit, storage):
+    with pytest.raises(ResourcesUnavailableError):
+        fit(raise_on_rank1, workers=64, name="huge")
+    import json
+
+    state = json.load(open(os.path.join(storage, "huge", ".muster_run.json")))
+    assert state["status"] == "ERRORED"
+
+
+def bad_metrics():
+    errors = {}
+    for key, value in (("obj", object()), ("vec", torch.ones(2)), ("nested", {"deep": [1, object()]})):
+        try:
+            train.report({"fine": 1.0, key: value})
+        except TypeError as exc:
+            errors[key] = str(exc)
+    train.report(
+        {
+            "errors": errors,
+            "t0d": torch.tensor(0.25),
+            "t1": torch.tensor([2.5]),
+            "ti": torch.tensor([3]),
+            "np": __import__("numpy").float32(1.5),
+            "ok": [1, "a", {"b": True}],
+        }
+    )
+
+
+def test_report_rejects_unrecordable_metrics_and_converts_tensors(fit):
+    result = fit(bad_metrics, workers=1)
+    m = result.metrics
+    assert m["training_iteration"] == 1  # the rejected calls did not use up a round
+    assert "metrics['obj']" in m["errors"]["obj"] and "object" in m["errors"]["obj"]
+    assert "metrics['vec']" in m["errors"]["vec"] and "Tensor" in m["errors"]["vec"]
+    assert "nested.deep[1]" in m["errors"]["nested"]
+    assert m["t0d"] == 0.25 and isinstance(m["t0d"], float)
+    assert m["t1"] == 2.5 and isinstance(m["t1"], float)
+    assert m["ti"] == 3
+    assert m["np"] == 1.5
+    assert m["ok"] == [1, "a", {"b": True}]
+    assert result.metrics_dataframe["t1"].dtype.kind == "f"
+
+
+def test_plain_metrics_unit():
+    assert _plain_metrics({"a": torch.tensor([[4.0]]), 3: 2}) == {"a": 4.0, "3": 2}
+    with pytest.raises(TypeError, match="metrics\\['x'\\]"):
+        _plain_metrics({"x": object()})
+    with pytest.raises(TypeError, match="dict"):
+        _plain_metrics([("loss", 1.0)])
+
+
+def hang_on_rank1():
+    train.report({"up": 1})
+    if train.get_context().get_world_rank() == 1:
+        time.sleep(120)
+
+
+def test_worker_timeout_stops_a_hung_gang(fit):
+    start = time.monotonic()
+    with pytest.raises(TrainingFailedError, match="No worker reported for 3 s"):
+        fit(hang_on_rank1, workers=2, worker_timeout_s=3)
+    assert time.monotonic() - start < 30

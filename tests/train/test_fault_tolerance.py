@@ -1,0 +1,160 @@
+"""Retries from the latest checkpoint, failure budgets, and rerunning or restoring a run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+
+import pytest
+import torch
+
+import muster.train as train
+from muster.train import (
+    Checkpoint,
+    FailureConfig,
+    RunAlreadyFinishedError,
+    RunConfig,
+    ScalingConfig,
+    TrainingFailedError,
+)
+from muster.train.torch import TorchTrainer
+
+
+def resumable_loop(config):
+    """Three epochs; each rank saves its shard. Crashes once (per marker file) after epoch 1 is safe."""
+    import torch.distributed as dist
+
+    ctx = train.get_context()
+    rank = ctx.get_world_rank()
+    start, resumed_from = 0, None
+    ckpt = train.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as folder:
+            state = torch.load(os.path.join(folder, f"shard_{rank}.pt"))
+        start = resumed_from = state["epoch"] + 1
+    for epoch in range(start, config["epochs"]):
+        dist.barrier()
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.save({"epoch": epoch, "rank": rank}, os.path.join(tmp, f"shard_{rank}.pt"))
+            train.report(
+                {"epoch": epoch, "attempt": ctx.get_attempt(), "resumed_from": resumed_from},
+                checkpoint=Checkpoint.from_directory(tmp),
+            )
+        dist.barrier()  # every rank's report of this epoch has returned: its checkpoint must survive
+        crash = config.get("crash")
+        if config.get("always") and rank == 1:
+            raise RuntimeError(f"injected failure at epoch {epoch}, attempt {ctx.get_attempt()}")
+        if crash and rank == 1 and epoch == config["crash_after"] and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            if crash == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError(f"injected failure at epoch {epoch}")
+
+
+@pytest.mark.parametrize("crash", ["raise", "kill"])
+def test_retry_resumes_from_the_latest_checkpoint(fit, tmp_path, crash):
+    config = {"epochs": 3, "crash": crash, "crash_after": 1, "marker": str(tmp_path / "crashed")}
+    result = fit(resumable_loop, workers=2, config=config, failure_config=FailureConfig(max_failures=1))
+    assert os.path.exists(config["marker"])  # it did crash once
+    assert result.error is None
+    rows = result.all_reports
+    first = [r for r in rows if r["_attempt"] == 0]
+    second = [r for r in rows if r["_attempt"] == 1]
+    assert sorted((r["_rank"], r["epoch"]) for r in first) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    # The second attempt got the epoch-1 checkpoint and ran only epoch 2.
+    assert sorted((r["_rank"], r["epoch"]) for r in second) == [(0, 2), (1, 2)]
+    assert all(r["attempt"] == 1 and r["resumed_from"] == 2 for r in second)
+    assert all(r["attempt"] == 0 and r["resumed_from"] is None for r in first)
+    assert result.metrics["epoch"] == 2 and result.metrics["attempt"] == 1
+    assert list(result.metrics_dataframe["epoch"]) == [0, 1, 2]
+    # Rounds keep counting across attempts.
+    assert list(result.metrics_dataframe["training_iteration"]) == [1, 2, 3]
+    assert result.checkpoint.path.endswith("checkpoint_000003")
+    with result.checkpoint.as_directory() as folder:
+        assert torch.load(os.path.join(folder, "shard_1.pt")) == {"epoch": 2, "rank": 1}
+    state = json.load(open(os.path.join(result.path, ".muster_run.json")))
+    assert state["status"] == "FINISHED"
+
+
+def test_no_retry_budget_raises_and_lists_the_attempt(fit, tmp_path):
+    config = {"epochs": 3, "crash": "raise", "crash_after": 0, "marker": str(tmp_path / "m")}
+    with pytest.raises(TrainingFailedError) as info:
+        fit(resumable_loop, workers=2, config=config, failure_config=FailureConfig(max_failures=0))
+    message = str(info.value)
+    assert "after 1 attempt(s)" in message and "--- attempt 1: root cause ---" in message
+    assert "attempt 2" not in message
+    assert "injected failure at epoch 0" in message and "rank 1" in message
+    assert len(info.value.attempts) == 1
+    state = json.load(open(os.path.join(info.value.run_path, ".muster_run.json")))
+    assert state["status"] == "ERRORED"
+
+
+def test_budget_spent_lists_every_attempt(fit, tmp_path):
+    config = {"epochs": 3, "always": True}
+    with pytest.raises(TrainingFailedError) as info:
+        fit(resumable_loop, workers=2, config=config, failure_config=FailureConfig(max_failures=1))
+    message = str(info.value)
+    assert "after 2 attempt(s)" in message and "max_failures=1" in message
+    assert "--- attempt 1: root cause ---" in message and "--- attempt 2: root cause ---" in message
+    assert len(info.value.attempts) == 2
+    # The second attempt resumed from the first one's checkpoint before failing again.
+    assert "injected failure at epoch 0, attempt 0" in message
+    assert "injected failure at epoch 1, attempt 1" in message
+
+
+def short_loop(config):
+    train.report({"done": True, "attempt": train.get_context().get_attempt(),
+                  "had_checkpoint": train.get_checkpoint() is not None})
+
+
+def test_rerun_of_a_finished_run_is_refused(storage):
+    def trainer(name="same"):
+        return TorchTrainer(
+            short_loop,
+            scaling_config=ScalingConfig(num_workers=1),
+            run_config=RunConfig(name=name, storage_path=storage, verbose=0),
+        )
+
+    trainer().fit()
+    with pytest.raises(RunAlreadyFinishedError) as info:
+        trainer().fit()
+    message = str(info.value)
+    assert "'same'" in message and "FINISHED" in message
+    assert "RunConfig(name=...)" in message  # offers a new name
+    assert isinstance(info.value, ValueError)
+    assert trainer("other").fit().metrics["done"] is True
+
+
+def test_rerun_of_a_failed_run_resumes_from_its_checkpoint(fit, tmp_path):
+    config = {"epochs": 3, "crash": "raise", "crash_after": 1, "marker": str(tmp_path / "m")}
+    with pytest.raises(TrainingFailedError):
+        fit(resumable_loop, workers=2, config=config, name="again")
+    result = fit(resumable_loop, workers=2, config=config, name="again")  # the marker now stops the crash
+    assert result.metrics["epoch"] == 2 and result.metrics["resumed_from"] == 2
+    assert [r["epoch"] for r in result.all_reports if r["_rank"] == 0] == [0, 1, 2]
+
+
+def test_can_restore_and_restore_a_failed_run(fit, tmp_path, storage):
+    config = {"epochs": 3, "crash": "kill", "crash_after": 1, "marker": str(tmp_path / "m")}
+    with pytest.raises(TrainingFailedError) as info:
+        fit(resumable_loop, workers=2, config=config, name="restorable")
+    path = info.value.run_path
+    assert path == os.path.join(storage, "restorable")
+    assert TorchTrainer.can_restore(path)
+    assert not TorchTrainer.can_restore(str(tmp_path))
+    assert not TorchTrainer.can_restore(os.path.join(storage, "missing"))
+    with pytest.raises(ValueError, match="no muster run"):
+        TorchTrainer.restore(str(tmp_path / "nothing"))
+
+    restored = TorchTrainer.restore(path)
+    assert isinstance(restored, TorchTrainer)
+    result = restored.fit()
+    assert result.path == path
+    assert result.metrics["epoch"] == 2 and result.metrics["resumed_from"] == 2
+    assert result.checkpoint.path.endswith("checkpoint_000003")
+
+    # A FINISHED run can be restored too: it runs again from its latest checkpoint.
+    again = TorchTrainer.restore(path, train_loop_per_worker=short_loop).fit()
+    assert again.metrics["had_checkpoint"] is True and again.metrics["done"] is True

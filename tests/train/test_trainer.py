@@ -1,0 +1,226 @@
+"""TorchTrainer.fit() on real worker processes: context, environment, process group, Result."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import muster.train as train
+from muster.train import Checkpoint, Result, RunConfig, ScalingConfig
+from muster.train.torch import TorchTrainer
+
+ENV_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def report_identity(config):
+    import torch.distributed as dist
+
+    ctx = train.get_context()
+    train.report(
+        {
+            "ctx": [
+                ctx.get_world_rank(),
+                ctx.get_world_size(),
+                ctx.get_local_rank(),
+                ctx.get_local_world_size(),
+                ctx.get_node_rank(),
+            ],
+            "name": ctx.get_experiment_name(),
+            "run_dir": ctx.get_run_dir(),
+            "attempt": ctx.get_attempt(),
+            "env": {k: os.environ.get(k) for k in ENV_KEYS},
+            "omp": os.environ.get("OMP_NUM_THREADS"),
+            "threads": torch.get_num_threads(),
+            "flag": os.environ.get("MUSTER_TEST_DRIVER_FLAG"),
+            "dist": [dist.is_initialized(), dist.get_backend(), dist.get_rank(), dist.get_world_size()],
+            "pid": os.getpid(),
+            "config": config,
+        }
+    )
+
+
+def by_rank(result: Result) -> dict[int, dict]:
+    return {row["_rank"]: row for row in result.all_reports}
+
+
+def test_context_env_and_process_group_on_three_workers(fit, storage, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MUSTER_TEST_DRIVER_FLAG", "from-driver")
+    result = fit(report_identity, workers=3, config={"lr": 0.1}, name="ident")
+    rows = by_rank(result)
+    assert sorted(rows) == [0, 1, 2]
+    ports = set()
+    for rank, row in rows.items():
+        assert row["ctx"] == [rank, 3, rank, 3, 0]
+        assert row["name"] == "ident"
+        assert row["run_dir"] == os.path.join(storage, "ident")
+        assert row["attempt"] == 0
+        env = row["env"]
+        assert env["RANK"] == str(rank) and env["LOCAL_RANK"] == str(rank)
+        assert env["WORLD_SIZE"] == "3" and env["LOCAL_WORLD_SIZE"] == "3" and env["NODE_RANK"] == "0"
+        assert env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["MASTER_PORT"].isdigit() and int(env["MASTER_PORT"]) > 0
+        ports.add(env["MASTER_PORT"])
+        assert row["omp"] == "1" and row["threads"] == 1
+        assert row["flag"] == "from-driver"
+        assert row["dist"] == [True, "gloo", rank, 3]
+        assert row["config"] == {"lr": 0.1}
+    assert len(ports) == 1  # one rendezvous
+    assert len({row["pid"] for row in rows.values()}) == 3
+    assert os.getpid() not in {row["pid"] for row in rows.values()}
+
+
+def test_omp_num_threads_follows_cpus_per_worker(fit, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    scaling = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 2})
+    rows = by_rank(fit(report_identity, scaling=scaling))
+    assert [rows[r]["omp"] for r in (0, 1)] == ["2", "2"]
+    assert [rows[r]["threads"] for r in (0, 1)] == [2, 2]
+
+
+def test_driver_omp_num_threads_is_respected(fit, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    rows = by_rank(fit(report_identity))
+    assert [rows[r]["omp"] for r in (0, 1)] == ["3", "3"]
+
+
+def all_reduce_loop():
+    import torch.distributed as dist
+
+    rank = train.get_context().get_world_rank()
+    t = torch.tensor([float(rank + 1), 10.0 * (rank + 1)])
+    dist.all_reduce(t)
+    gathered = [torch.zeros(1) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, torch.tensor([float(rank)]))
+    train.report({"sum": t.tolist(), "gathered": [g.item() for g in gathered]})
+
+
+def test_all_reduce_across_three_workers_and_no_arg_function(fit):
+    result = fit(all_reduce_loop, workers=3, config={"ignored": True})
+    assert len(result.all_reports) == 3
+    for row in result.all_reports:
+        assert row["sum"] == [6.0, 60.0]
+        assert row["gathered"] == [0.0, 1.0, 2.0]
+
+
+def test_one_worker_without_config_gets_empty_dict(fit):
+    result = fit(report_identity, workers=1)
+    assert result.metrics["config"] == {}
+    assert result.metrics["ctx"] == [0, 1, 0, 1, 0]
+    assert result.metrics["dist"] == [True, "gloo", 0, 1]
+
+
+def five_reports_two_checkpoints(config):
+    import tempfile
+
+    rank = train.get_context().get_world_rank()
+    for epoch in range(5):
+        metrics = {"epoch": epoch, "loss": 10.0 - epoch, "rank": rank}
+        if rank == 0 and epoch in (1, 3):
+            with tempfile.TemporaryDirectory() as tmp:
+                torch.save({"epoch": epoch}, os.path.join(tmp, "model.pt"))
+                train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
+        else:
+            train.report(metrics)
+
+
+def test_result_metrics_are_rank0_latest_even_without_checkpoint(fit, storage):
+    result = fit(five_reports_two_checkpoints, name="five")
+    assert result.error is None
+    assert result.path == os.path.join(storage, "five")
+    # The last report (epoch 4) had no checkpoint: Ray would give None here.
+    assert result.metrics["epoch"] == 4 and result.metrics["rank"] == 0
+    assert result.metrics["loss"] == 6.0
+    assert result.metrics["training_iteration"] == 5
+    assert "_rank" not in result.metrics and "_attempt" not in result.metrics
+    # The latest committed checkpoint is round 4 (epoch 3).
+    assert result.checkpoint.path.endswith("checkpoint_000004")
+    with result.checkpoint.as_directory() as folder:
+        assert torch.load(os.path.join(folder, "model.pt"))["epoch"] == 3
+    df = result.metrics_dataframe
+    assert list(df["epoch"]) == [0, 1, 2, 3, 4]
+    assert set(df["rank"]) == {0}
+    assert list(df["training_iteration"]) == [1, 2, 3, 4, 5]
+    assert list(df["checkpoint_dir_name"].fillna("-")) == [
+        "-", "checkpoint_000002", "-", "checkpoint_000004", "-",
+    ]
+    everyone = result.all_metrics_dataframe
+    assert len(everyone) == 10 and sorted(set(everyone["_rank"])) == [0, 1]
+    # Newest first without a score attribute.
+    assert [c.path.rsplit("/", 1)[-1] for c, _ in result.best_checkpoints] == [
+        "checkpoint_000004", "checkpoint_000002",
+    ]
+    assert [m["epoch"] for _, m in result.best_checkpoints] == [3, 1]
+
+
+def test_result_from_path_reads_the_same_run(fit, storage):
+    result = fit(five_reports_two_checkpoints, name="five")
+    back = Result.from_path(result.path)
+    assert back.metrics == result.metrics
+    assert back.checkpoint == result.checkpoint
+    assert [c for c, _ in back.best_checkpoints] == [c for c, _ in result.best_checkpoints]
+    assert [m for _, m in back.best_checkpoints] == [m for _, m in result.best_checkpoints]
+    assert list(back.metrics_dataframe["epoch"]) == [0, 1, 2, 3, 4]
+    assert len(back.all_reports) == 10
+    assert back.path == result.path
+
+
+def test_callbacks_see_reports_checkpoints_and_the_end(storage):
+    seen = {"reports": [], "checkpoints": [], "end": []}
+
+    class Recorder:
+        def on_report(self, row):
+            seen["reports"].append((row["_rank"], row["epoch"]))
+
+        def on_checkpoint(self, checkpoint, metrics):
+            seen["checkpoints"].append((os.path.basename(checkpoint.path), metrics["epoch"]))
+
+        def on_run_end(self, result):
+            seen["end"].append(result.metrics["epoch"])
+
+    TorchTrainer(
+        five_reports_two_checkpoints,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name="cb", storage_path=storage, verbose=0, callbacks=[Recorder()]),
+    ).fit()
+    assert sorted(seen["reports"]) == sorted((r, e) for r in (0, 1) for e in range(5))
+    assert seen["checkpoints"] == [("checkpoint_000002", 1), ("checkpoint_000004", 3)]
+    assert seen["end"] == [4]
+
+
+def noisy_loop():
+    for i in range(3):
+        train.report({"i": i})
+
+
+def test_verbose_levels(fit, capsys):
+    fit(noisy_loop, workers=1, name="quiet", verbose=0)
+    assert "[muster]" not in capsys.readouterr().out
+    fit(noisy_loop, workers=1, name="loud", verbose=2)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[muster] iter ")]
+    assert len(lines) == 3 and "i=2" in lines[-1]
+
+
+def test_worker_api_outside_a_worker_says_so():
+    for call in (lambda: train.report({"x": 1}), train.get_checkpoint, train.get_context):
+        with pytest.raises(RuntimeError, match="train_loop_per_worker"):
+            call()
+
+
+def test_trainer_argument_errors():
+    with pytest.raises(TypeError, match="training"):
+        TorchTrainer("not a function")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="dict"):
+        TorchTrainer(noisy_loop, train_loop_config=[1, 2])  # type: ignore[arg-type]
+
+
+def test_default_run_name_and_storage_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("MUSTER_STORAGE_PATH", str(tmp_path / "default_root"))
+    result = TorchTrainer(noisy_loop, run_config=RunConfig(verbose=0)).fit()
+    parent, name = os.path.split(result.path)
+    assert parent == str(tmp_path / "default_root")
+    assert name.startswith("TorchTrainer_")
+    assert os.path.exists(os.path.join(result.path, "result.json"))
+    assert result.metrics["i"] == 2
