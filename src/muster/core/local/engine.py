@@ -171,7 +171,7 @@ class LocalActor(ActorHandle):
         with self._send_lock:
             pending, self._pending = self._pending, {}
             if self._conn is not None:
-                self._conn.close()
+                wire.close(self._conn)
         for fut in pending.values():
             if not fut.done():
                 fut.set_exception(err)
@@ -337,6 +337,8 @@ class LocalRuntime(Runtime):
             except subprocess.TimeoutExpired:
                 os.killpg(self._zygote.pid, signal.SIGKILL)
                 self._zygote.wait()
+        if self._zygote_conn is not None:
+            wire.close(self._zygote_conn)
         if self._listener is not None:
             self._listener.close()
         if self._logs is not None:

@@ -77,6 +77,14 @@ def _raw(conn: Connection) -> socket.socket:
     return sock
 
 
+def close(conn: Connection) -> None:
+    """Close a connection and the raw socket made for its big buffers, if any."""
+    sock = _raw_sockets.pop(conn, None)
+    if sock is not None:
+        sock.close()
+    conn.close()
+
+
 def send(conn: Connection, msg: tuple) -> None:
     """Send one message. Callers serialise sends on a connection (one lock each)."""
     body, buffers = dumps(msg)
