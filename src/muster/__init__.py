@@ -15,16 +15,26 @@ __version__ = "0.1.0"
 
 
 def cluster_resources() -> dict[str, float]:
-    """Everything the engine has, free or not (starts the engine if needed)."""
+    """Everything the engine has, free or not (starts the engine if needed).
+
+    Inside a task or actor it asks the driver's engine."""
+    from muster.core import context
     from muster.core.api import get_runtime
 
+    if context.in_worker():
+        return context.send_event({"kind": "cluster_resources"})
     return get_runtime().resources()
 
 
 def available_resources() -> dict[str, float]:
-    """What the engine has free now (starts the engine if needed)."""
+    """What the engine has free now (starts the engine if needed).
+
+    Inside a task or actor it asks the driver's engine."""
+    from muster.core import context
     from muster.core.api import get_runtime
 
+    if context.in_worker():
+        return context.send_event({"kind": "available_resources"})
     return get_runtime().available()
 
 

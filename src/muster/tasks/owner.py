@@ -77,6 +77,10 @@ def handle_event(handle: CoreHandle, payload: Any) -> Any:
     from muster.tasks import actor, remote_function
 
     kind = payload.get("kind") if isinstance(payload, dict) else None
+    if kind == "cluster_resources":
+        return get_runtime().resources()
+    if kind == "available_resources":
+        return get_runtime().available()
     if kind == "put":
         return objects.pin(objects.store(payload["value"]))  # fresh off the wire: no copy
     if kind == "get":

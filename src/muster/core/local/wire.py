@@ -64,6 +64,15 @@ def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
     return out.getvalue(), buffers
 
 
+def _empty(size: int) -> Any:
+    try:
+        import numpy as np
+
+        return np.empty(size, dtype=np.uint8)
+    except ImportError:
+        return bytearray(size)
+
+
 _raw_sockets: "weakref.WeakKeyDictionary[Connection, socket.socket]" = weakref.WeakKeyDictionary()
 
 
@@ -103,7 +112,9 @@ def recv(conn: Connection) -> Any:
     body = memoryview(frame)[_HEADER.size + 8 * count :]
     buffers = []
     for size in sizes:
-        buf = bytearray(size)  # writable: arrays rebuilt on it can be modified in place
+        # Writable (arrays rebuilt on it can be changed in place) and not zero-filled
+        # first, unlike bytearray: the kernel hands out fresh pages as they are written.
+        buf = _empty(size)
         view, got, sock = memoryview(buf), 0, _raw(conn)
         while got < size:
             n = sock.recv_into(view[got:], size - got)

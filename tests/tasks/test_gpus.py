@@ -1,0 +1,102 @@
+"""GPU ids and custom resources on an engine that declares 2 GPUs.
+
+No CUDA is touched: a GPU here is an id the engine hands out through
+CUDA_VISIBLE_DEVICES, which is all ``muster.get_gpu_ids()`` reads.  The test
+swaps the session engine for ``muster.init(num_cpus=2, num_gpus=2, ...)`` and
+puts the session engine back afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from _task_helpers import TIMEOUT
+
+import muster
+from muster.exceptions import ResourcesUnavailableError
+
+
+@pytest.fixture(scope="module")
+def gpu_engine():
+    saved = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "MUSTER_PRELOAD")}
+    session = muster.cluster_resources()
+    muster.shutdown()
+    try:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        os.environ["MUSTER_PRELOAD"] = ""  # these workers never import torch
+        muster.init(num_cpus=2, num_gpus=2, resources={"licence": 1})
+        yield
+    finally:
+        muster.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        muster.init(num_cpus=session["CPU"], num_gpus=session.get("GPU", 0))
+
+
+@muster.remote(num_gpus=1)
+def gpu_ids_when_both_run(barrier_dir):
+    """Return this task's GPU ids once the other task is running too."""
+    open(os.path.join(barrier_dir, str(os.getpid())), "w").close()
+    deadline = time.time() + 20
+    while len(os.listdir(barrier_dir)) < 2:
+        if time.time() > deadline:
+            raise TimeoutError("the other num_gpus=1 task never ran at the same time")
+        time.sleep(0.01)
+    return muster.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+@muster.remote(num_cpus=0, resources={"licence": 1})
+def holds_the_licence(seconds):
+    start = time.time()
+    time.sleep(seconds)
+    return start, time.time()
+
+
+@muster.remote(num_gpus=1)
+def gpu_window(seconds):
+    start = time.time()
+    time.sleep(seconds)
+    return start, time.time(), muster.get_gpu_ids()
+
+
+@muster.remote
+class GpuActor:
+    def ids(self):
+        return muster.get_gpu_ids()
+
+
+def test_concurrent_gpu_tasks_see_different_gpus(gpu_engine, tmp_path):
+    refs = [gpu_ids_when_both_run.remote(str(tmp_path)) for _ in range(2)]
+    (ids_a, env_a), (ids_b, env_b) = muster.get(refs, timeout=TIMEOUT)
+    assert len(ids_a) == 1 and len(ids_b) == 1
+    assert {ids_a[0], ids_b[0]} == {0, 1}
+    assert env_a == str(ids_a[0]) and env_b == str(ids_b[0])
+
+
+def test_gpu_actor_holds_its_gpu_and_gpu_tasks_wait_for_the_other(gpu_engine):
+    a = GpuActor.options(num_gpus=1).remote()
+    try:
+        (actor_gpu,) = muster.get(a.ids.remote(), timeout=TIMEOUT)
+        assert muster.available_resources()["GPU"] == 1.0
+        refs = [gpu_window.remote(0.3) for _ in range(3)]
+        runs = sorted(muster.get(refs, timeout=TIMEOUT))
+        assert all(ids == [1 - actor_gpu] for _, _, ids in runs)  # never the actor's GPU
+        for (_, end, _), (start, _, _) in zip(runs, runs[1:]):
+            assert start >= end, f"two num_gpus=1 tasks shared the one free GPU: {runs}"
+        with pytest.raises(ResourcesUnavailableError, match="GPU=3"):
+            gpu_window.options(num_gpus=3).remote(0)
+    finally:
+        muster.kill(a)
+    assert muster.get_gpu_ids() == []  # the driver holds none
+
+
+def test_custom_resource_tasks_wait_for_each_other(gpu_engine):
+    refs = [holds_the_licence.remote(0.3) for _ in range(3)]
+    windows = sorted(muster.get(refs, timeout=TIMEOUT))
+    for (_, end), (start, _) in zip(windows, windows[1:]):
+        assert start >= end, f"two tasks held the one licence at once: {windows}"

@@ -1,0 +1,256 @@
+"""Objects: ``put``, ``wait``, and big arrays/tensors crossing process boundaries.
+
+Big buffers travel out of band (pickle protocol 5): the message carries no
+copy of them, and what arrives is a writable array, not a read-only view.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+import torch
+from _task_helpers import TIMEOUT
+
+import muster
+from muster.core.local import wire
+
+
+@muster.remote
+def identity(x):
+    return x
+
+
+@muster.remote
+def sleep_then(seconds, value):
+    time.sleep(seconds)
+    return value
+
+
+@muster.remote
+def add_one_in_place(array):
+    array += 1  # fails on a read-only array
+    return array
+
+
+@muster.remote
+def describe(array):
+    return array.shape, array.dtype.str, float(array[::1_000_003].sum()), bool(array.flags.writeable)
+
+
+# -- put ------------------------------------------------------------------------------
+def test_put_returns_a_ref_that_tasks_and_get_accept():
+    ref = muster.put({"weights": [1, 2, 3]})
+    assert isinstance(ref, muster.ObjectRef)
+    assert muster.get(ref) == {"weights": [1, 2, 3]}
+    assert muster.get(identity.remote(ref), timeout=TIMEOUT) == {"weights": [1, 2, 3]}
+
+
+def test_put_stores_a_copy_taken_at_put_time():
+    array = np.zeros(1_000_000)
+    ref = muster.put(array)
+    array[:] = 7  # changing the caller's array afterwards does not change the object
+    assert muster.get(describe.remote(ref), timeout=TIMEOUT)[2] == 0.0
+    assert muster.get(ref)[0] == 0.0
+
+
+# -- lifetime -------------------------------------------------------------------------
+def _freed(weak, timeout=5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while weak() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return weak() is None
+
+
+@pytest.fixture
+def no_cyclic_gc():
+    """Values must go when their last ref does, by reference counting alone.
+
+    A reference cycle would keep a big result until the cyclic collector
+    happened to run, and memory would grow meanwhile.
+    """
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def test_a_value_is_freed_once_no_ref_to_it_is_left(no_cyclic_gc):
+    result = identity.remote(np.ones(1_000_000))
+    from_task = weakref.ref(muster.get(result, timeout=TIMEOUT))
+    stored = muster.put(np.ones(1_000_000))
+    from_put = weakref.ref(muster.get(stored))
+    chained = identity.remote(identity.remote(muster.put(np.ones(1_000_000))))  # a dependency, a temporary ref
+    from_chain = weakref.ref(muster.get(chained, timeout=TIMEOUT))
+    assert from_task() is not None and from_put() is not None  # the refs keep them
+    del result, stored, chained
+    assert _freed(from_task) and _freed(from_put) and _freed(from_chain), "a value outlived its last ref"
+
+
+@muster.remote
+class Stash:
+    def keep(self, refs):
+        self.refs = refs  # refs nested in a list arrive as refs
+
+    def first(self):
+        return muster.get(self.refs[0])
+
+
+def test_a_ref_held_by_a_worker_outlives_the_drivers_refs():
+    stash = Stash.remote()
+    try:
+        ref = muster.put(np.arange(10))
+        muster.get(stash.keep.remote([ref]), timeout=TIMEOUT)
+        value = weakref.ref(muster.get(ref))
+        del ref
+        gc.collect()
+        assert value() is not None
+        assert muster.get(stash.first.remote(), timeout=TIMEOUT).tolist() == list(range(10))
+    finally:
+        muster.kill(stash)
+
+
+# -- arguments are taken when .remote() is called (as in Ray) -----------------------------
+@muster.remote
+def first_item(x):
+    return x[0]
+
+
+@muster.remote(num_cpus=4)
+def hold_every_cpu(release):
+    while not os.path.exists(release):
+        time.sleep(0.01)
+
+
+@muster.remote
+class Keeper:
+    def __init__(self, items):
+        self.items = items
+
+    def first(self, x):
+        return self.items[0], x[0]
+
+
+def test_arguments_are_captured_at_remote_time_even_while_the_task_waits(tmp_path):
+    release = str(tmp_path / "release")
+    blocker = hold_every_cpu.remote(release)  # every task below waits for a CPU
+    try:
+        buf, items = np.zeros(3), [0]
+        refs = []
+        for i in range(5):
+            buf[:] = i  # one buffer reused for every call
+            items[0] = i
+            refs.append((first_item.remote(buf), first_item.remote(items)))
+        keeper = Keeper.remote(items)
+        items[0] = "changed"
+        call = keeper.first.remote(buf)
+        buf[:] = -1
+    finally:
+        open(release, "w").close()
+    try:
+        assert muster.get([r for pair in refs for r in pair], timeout=TIMEOUT) == [i for i in range(5) for _ in (0, 1)]
+        assert muster.get(call, timeout=TIMEOUT) == (4, 4.0)
+        muster.get(blocker, timeout=TIMEOUT)
+    finally:
+        muster.kill(keeper)
+
+
+def test_unserializable_argument_fails_at_remote_time():
+    with pytest.raises(TypeError, match="first_item.remote"):
+        first_item.remote(threading.Lock())
+
+
+# -- wait -----------------------------------------------------------------------------
+def test_wait_returns_ready_and_not_ready_in_input_order():
+    slow, fast = sleep_then.remote(1.5, "slow"), sleep_then.remote(0.0, "fast")
+    ready, not_ready = muster.wait([slow, fast], num_returns=1, timeout=TIMEOUT)
+    assert ready == [fast] and not_ready == [slow]
+
+    t0 = time.monotonic()
+    ready, not_ready = muster.wait([slow, fast], num_returns=2, timeout=0.2)
+    assert time.monotonic() - t0 < 1.2
+    assert ready == [fast] and not_ready == [slow]  # the timeout passed first
+
+    ready, not_ready = muster.wait([slow, fast], num_returns=2, timeout=TIMEOUT)
+    assert ready == [slow, fast] and not_ready == []
+    assert muster.get([slow, fast]) == ["slow", "fast"]
+
+
+def test_wait_rejects_more_returns_than_refs():
+    with pytest.raises(ValueError, match="num_returns=3"):
+        muster.wait([muster.put(1)], num_returns=3)
+
+
+# -- big data -------------------------------------------------------------------------
+def test_50mb_array_round_trip_is_correct_and_writable():
+    array = np.arange(50 * 1024 * 1024 // 8, dtype=np.float64)
+    back = muster.get(add_one_in_place.remote(array), timeout=TIMEOUT)
+    assert back.shape == array.shape and back.dtype == array.dtype
+    assert back[0] == 1.0 and back[-1] == array[-1] + 1 and np.array_equal(back - 1, array)
+    assert back.flags.writeable
+    back[:10] = -1  # writable for real, and not the caller's memory
+    assert array[0] == 0.0
+
+
+def test_array_put_once_reaches_a_task_intact():
+    array = np.random.default_rng(0).standard_normal(8 * 1024 * 1024).astype(np.float32)
+    ref = muster.put(array)
+    shape, dtype, checksum, writable = muster.get(describe.remote(ref), timeout=TIMEOUT)
+    assert shape == array.shape and dtype == array.dtype.str
+    assert checksum == pytest.approx(float(array[::1_000_003].sum()))
+    assert writable
+
+
+def test_tensor_round_trip_keeps_dtype_shape_and_values():
+    tensor = torch.randn(1024, 2048)  # 8 MB
+    back = muster.get(identity.remote(tensor), timeout=TIMEOUT)
+    assert isinstance(back, torch.Tensor) and back.dtype == torch.float32 and back.shape == tensor.shape
+    assert torch.equal(back, tensor)
+    back.mul_(2)  # writable storage (no "non-writable buffer" warning path)
+    assert torch.equal(back, tensor * 2)
+    # Non-contiguous views, bfloat16 and grad-tracking tensors take other paths; still correct.
+    for t in (tensor.t()[:, ::2], tensor.to(torch.bfloat16), torch.ones(3, requires_grad=True)):
+        got = muster.get(identity.remote(t), timeout=TIMEOUT)
+        assert got.dtype == t.dtype and torch.equal(got.detach(), t.detach())
+
+
+def test_state_dict_of_a_model_round_trips():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2))
+    state = muster.get(identity.remote(model.state_dict()), timeout=TIMEOUT)
+    clone = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2))
+    clone.load_state_dict(state)
+    x = torch.randn(4, 64)
+    assert torch.equal(clone(x), model(x))
+
+
+def test_big_buffers_travel_out_of_band_without_a_copy():
+    array = np.ones(4 * 1024 * 1024, dtype=np.float32)  # 16 MB
+    body, buffers = wire.dumps(("call", 0, "__task__", (array,), {}))
+    assert len(body) < 4096, "the array was copied into the pickle stream"
+    assert len(buffers) == 1
+    assert np.shares_memory(np.frombuffer(buffers[0].raw(), dtype=np.uint8), array)
+
+    tensor = torch.ones(1024, 1024)
+    body, buffers = wire.dumps((tensor,))
+    assert len(body) < 4096 and len(buffers) == 1
+    assert np.shares_memory(np.frombuffer(buffers[0].raw(), dtype=np.uint8), tensor.numpy())
+
+
+def test_cluster_resources_inside_a_task_are_the_drivers():
+    """A task asking for the resources sees the driver's engine, not a new one of its own."""
+    import muster
+
+    @muster.remote
+    def ask():
+        return muster.cluster_resources(), muster.available_resources()
+
+    total, free = muster.get(ask.remote())
+    assert total == muster.cluster_resources()
+    assert free["CPU"] <= total["CPU"] - 1  # the asking task itself holds one CPU

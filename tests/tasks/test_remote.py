@@ -1,0 +1,302 @@
+"""Tasks through the public API: ``@muster.remote`` functions, options, nesting, errors, retries.
+
+Real worker processes on the session engine (4 CPUs, no GPU); crashes are
+real SIGKILLs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from _task_helpers import TIMEOUT, wait_for, wait_for_file
+
+import muster
+from muster.exceptions import (
+    ActorDiedError,
+    GetTimeoutError,
+    ResourcesUnavailableError,
+    TaskError,
+    WorkerCrashedError,
+)
+
+
+@muster.remote
+def square(x):
+    return x * x
+
+
+@muster.remote(num_cpus=1, max_retries=0)
+def add(a, b=0):
+    return a + b
+
+
+@muster.remote
+def getpid():
+    return os.getpid()
+
+
+@muster.remote
+def sleep_then(seconds, value):
+    time.sleep(seconds)
+    return value
+
+
+@muster.remote
+def window(seconds):
+    """(start, end) wall-clock times of a task that sleeps ``seconds``."""
+    start = time.time()
+    time.sleep(seconds)
+    return start, time.time()
+
+
+# -- submitting and getting ------------------------------------------------------------------
+def test_seed_square_sample():
+    futures = [square.remote(i) for i in range(4)]
+    assert all(isinstance(f, muster.ObjectRef) for f in futures)
+    assert muster.get(futures, timeout=TIMEOUT) == [0, 1, 4, 9]
+
+
+def test_decorator_with_options_and_kwargs():
+    assert muster.get(add.remote(2, b=40), timeout=TIMEOUT) == 42
+
+
+def test_get_single_ref_and_list_keep_order():
+    refs = [sleep_then.remote(0.3 - 0.1 * i, i) for i in range(3)]  # finish in reverse order
+    assert muster.get(refs[1], timeout=TIMEOUT) == 1
+    assert muster.get(refs, timeout=TIMEOUT) == [0, 1, 2]
+
+
+def test_get_rejects_what_is_not_a_ref():
+    with pytest.raises(TypeError, match=r"\.remote\(\)"):
+        muster.get(square)
+
+
+def test_get_timeout_raises_get_timeout_error():
+    ref = sleep_then.remote(1.5, "late")
+    t0 = time.monotonic()
+    with pytest.raises(GetTimeoutError) as info:
+        muster.get(ref, timeout=0.2)
+    assert time.monotonic() - t0 < 1.2
+    assert isinstance(info.value, TimeoutError)
+    assert muster.get(ref, timeout=TIMEOUT) == "late"  # the task itself goes on
+
+
+def test_refs_are_passed_to_other_tasks():
+    x = square.remote(3)
+    # A top-level ref argument arrives as its value, after its task finished.
+    assert muster.get(add.remote(x, b=square.remote(4)), timeout=TIMEOUT) == 25
+
+
+@muster.remote
+def sum_refs(refs):
+    return sum(muster.get(refs))  # refs nested in a list arrive as refs
+
+
+def test_refs_nested_in_arguments_can_be_got_inside_a_task():
+    refs = [square.remote(i) for i in range(5)]
+    assert muster.get(sum_refs.remote(refs), timeout=TIMEOUT) == 30
+
+
+# -- nesting -----------------------------------------------------------------------------------
+@muster.remote
+def fan_out(n):
+    inner = [square.remote(i) for i in range(n)]
+    ready, _ = muster.wait(inner, num_returns=n, timeout=TIMEOUT)
+    assert len(ready) == n
+    ref = muster.put(sum(muster.get(inner, timeout=TIMEOUT)))
+    return muster.get(ref)
+
+
+def test_tasks_submitting_tasks_do_not_deadlock_when_every_cpu_is_busy():
+    # 8 outer tasks on 4 CPUs: all CPUs are held by outer tasks that wait on inner
+    # ones; only lending a waiting worker's CPU lets the inner tasks run.
+    refs = [fan_out.remote(4) for _ in range(8)]
+    assert muster.get(refs, timeout=60) == [0 + 1 + 4 + 9] * 8
+    assert wait_for(lambda: muster.available_resources().get("CPU") == 4.0, 5)
+
+
+@muster.remote
+def depth(n):
+    return 0 if n == 0 else 1 + muster.get(depth.remote(n - 1))
+
+
+def test_recursive_tasks_deeper_than_the_cpu_count():
+    assert muster.get(depth.remote(6), timeout=60) == 6
+
+
+# -- resources ---------------------------------------------------------------------------------
+def test_tasks_wait_for_their_resources():
+    big = window.options(num_cpus=4)  # the whole session engine
+    first, second = big.remote(0.4), big.remote(0.4)
+    (s1, e1), (s2, e2) = muster.get([first, second], timeout=TIMEOUT)
+    assert s2 >= e1 or s1 >= e2, "two tasks holding every CPU ran at the same time"
+
+
+@muster.remote
+def wait_for_release(started, release):
+    open(started, "w").close()
+    deadline = time.time() + 30
+    while not os.path.exists(release) and time.time() < deadline:
+        time.sleep(0.01)
+    return "released"
+
+
+def test_options_num_cpus_holds_that_many_cpus(tmp_path):
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    ref = wait_for_release.options(num_cpus=3).remote(started, release)
+    wait_for_file(started)
+    try:
+        assert muster.available_resources()["CPU"] == 1.0
+    finally:
+        open(release, "w").close()
+    assert muster.get(ref, timeout=TIMEOUT) == "released"
+    assert wait_for(lambda: muster.available_resources()["CPU"] == 4.0, 5)
+
+
+def test_same_resource_shape_reuses_the_worker_process():
+    pids = [muster.get(getpid.remote(), timeout=TIMEOUT) for _ in range(3)]
+    assert len(set(pids)) == 1 and pids[0] != os.getpid()
+
+
+def test_impossible_requests_fail_at_remote_time_naming_ask_and_supply():
+    with pytest.raises(ResourcesUnavailableError) as info:
+        square.options(num_gpus=1).remote(2)
+    msg = str(info.value)
+    assert "GPU=1" in msg and "GPU=0" in msg and "square" in msg
+    with pytest.raises(ResourcesUnavailableError) as info:
+        square.options(num_cpus=100).remote(2)
+    assert "CPU=100" in str(info.value) and "CPU=4" in str(info.value)
+    assert info.value.requested == {"CPU": 100.0}
+    with pytest.raises(ResourcesUnavailableError, match="accelerator_x"):
+        square.options(resources={"accelerator_x": 1}).remote(2)
+
+
+def test_options_are_validated():
+    with pytest.raises(TypeError, match="max_restarts"):
+        square.options(max_restarts=1)
+    with pytest.raises(ValueError, match="num_cpus"):
+        square.options(num_cpus=-1)
+    with pytest.raises(TypeError, match="keyword"):
+        muster.remote(1, 2)
+
+
+def test_get_gpu_ids_is_empty_without_gpus():
+    @muster.remote
+    def gpu_ids():
+        return muster.get_gpu_ids()
+
+    assert muster.get_gpu_ids() == []
+    assert muster.get(gpu_ids.remote(), timeout=TIMEOUT) == []
+
+
+# -- errors ------------------------------------------------------------------------------------
+def test_calling_a_remote_function_directly_says_use_remote():
+    with pytest.raises(TypeError, match=r"square\.remote\("):
+        square(3)
+
+
+def divide_helper(a, b):
+    return a / b
+
+
+@muster.remote
+def divide(a, b):
+    return divide_helper(a, b)
+
+
+def test_task_exception_keeps_its_type_and_remote_traceback():
+    muster.get(square.remote(1), timeout=TIMEOUT)  # the worker was forked for `square`
+    try:
+        muster.get(divide.remote(1, 0), timeout=TIMEOUT)
+    except ZeroDivisionError as exc:
+        err = exc
+    else:
+        pytest.fail("a task's ZeroDivisionError did not reach muster.get")
+    assert isinstance(err, TaskError)
+    assert isinstance(err.cause, ZeroDivisionError)
+    assert "divide_helper" in err.remote_traceback and "divide_helper" in str(err)
+    # The message names the task that raised, even in a worker reused from another task.
+    assert "task divide" in str(err) and "task square" not in str(err)
+    assert err.pid != os.getpid()
+
+
+class QuotaExceeded(Exception):
+    pass
+
+
+@muster.remote
+def over_quota():
+    raise QuotaExceeded("used 11 of 10")
+
+
+def test_custom_exception_class_is_caught_by_its_own_type():
+    with pytest.raises(QuotaExceeded, match="used 11 of 10"):
+        muster.get(over_quota.remote(), timeout=TIMEOUT)
+
+
+def test_a_failed_dependency_fails_the_task_that_needed_it():
+    with pytest.raises(ZeroDivisionError):
+        muster.get(add.remote(divide.remote(1, 0)), timeout=TIMEOUT)
+
+
+@muster.remote
+def crash(attempts_file):
+    with open(attempts_file, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@muster.remote(max_retries=2)
+def crash_once(marker):
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "survived"
+
+
+def test_crashed_worker_with_no_retries_raises_worker_crashed_error(tmp_path):
+    attempts = tmp_path / "attempts"
+    with pytest.raises(WorkerCrashedError) as info:
+        muster.get(crash.options(max_retries=0).remote(str(attempts)), timeout=TIMEOUT)
+    err = info.value
+    assert not isinstance(err, ActorDiedError)
+    pids = attempts.read_text().split()
+    assert len(pids) == 1 and err.pid == int(pids[0])
+    assert err.exitcode == -signal.SIGKILL and "SIGKILL" in str(err) and "crash" in str(err)
+    assert wait_for(lambda: muster.available_resources()["CPU"] == 4.0, 5)
+
+
+def test_crashed_worker_is_retried_max_retries_times(tmp_path):
+    attempts = tmp_path / "attempts"
+    with pytest.raises(WorkerCrashedError):
+        muster.get(crash.options(max_retries=2).remote(str(attempts)), timeout=TIMEOUT)
+    pids = attempts.read_text().split()
+    assert len(pids) == 3 and len(set(pids)) == 3  # first try + 2 retries, each in a fresh process
+
+
+def test_retry_after_a_crash_succeeds(tmp_path):
+    marker = tmp_path / "crashed-once"
+    assert muster.get(crash_once.remote(str(marker)), timeout=TIMEOUT) == "survived"
+    assert marker.exists()  # it really crashed the first time
+
+
+@muster.remote(max_retries=3)
+def raise_value_error(attempts_file):
+    with open(attempts_file, "a") as f:
+        f.write("x")
+    raise ValueError("not retried")
+
+
+def test_exceptions_are_not_retried_unless_asked(tmp_path):
+    attempts = tmp_path / "attempts"
+    with pytest.raises(ValueError):
+        muster.get(raise_value_error.remote(str(attempts)), timeout=TIMEOUT)
+    assert attempts.read_text() == "x"
+    attempts.unlink()
+    with pytest.raises(ValueError):
+        muster.get(raise_value_error.options(retry_exceptions=True, max_retries=2).remote(str(attempts)),
+                   timeout=TIMEOUT)
+    assert attempts.read_text() == "xxx"

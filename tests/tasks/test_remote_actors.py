@@ -1,0 +1,250 @@
+"""Actors through the public API: ``@muster.remote`` classes, ordered calls, death, restarts.
+
+Every test kills the actors it starts (``muster.kill``), so the leak check
+sees no worker left behind.  Deaths are real SIGKILLs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from _task_helpers import TIMEOUT, wait_for, wait_for_file
+
+import muster
+from muster.exceptions import ActorDiedError, ResourcesUnavailableError
+
+
+@muster.remote
+class Counter:
+    def __init__(self):
+        self.i = 0
+
+    def get(self):
+        return self.i
+
+    def incr(self, value):
+        self.i += value
+
+    def pid(self):
+        return os.getpid()
+
+
+@muster.remote(num_cpus=1, max_restarts=0)
+class Log:
+    def __init__(self, prefix=""):
+        self.prefix, self.entries = prefix, []
+
+    def append(self, item, delay=0.0):
+        time.sleep(delay)
+        self.entries.append(f"{self.prefix}{item}")
+
+    def entries_(self):
+        return list(self.entries)
+
+    def pid(self):
+        return os.getpid()
+
+    def block(self, started, seconds):
+        open(started, "w").close()
+        time.sleep(seconds)
+        return "finished"
+
+    def boom(self):
+        raise KeyError("no such entry")
+
+
+@pytest.fixture
+def actors():
+    """Start actors through ``actors(handle)``; every one is killed after the test."""
+    made = []
+
+    def track(handle):
+        made.append(handle)
+        return handle
+
+    yield track
+    for handle in made:
+        muster.kill(handle)
+
+
+def test_seed_counter_sample(actors):
+    c = actors(Counter.remote())
+    for _ in range(10):
+        c.incr.remote(1)
+    assert muster.get(c.get.remote(), timeout=TIMEOUT) == 10
+
+
+def test_calls_run_in_submission_order(actors):
+    log = actors(Log.remote())
+    # Earlier calls sleep longer: any reordering or overlap would show.
+    refs = [log.append.remote(i, delay=0.05 * (5 - i) if i < 5 else 0.0) for i in range(20)]
+    muster.get(refs, timeout=TIMEOUT)
+    assert muster.get(log.entries_.remote(), timeout=TIMEOUT) == [str(i) for i in range(20)]
+
+
+def test_constructor_arguments_and_refs_as_arguments(actors):
+    @muster.remote
+    def make_prefix():
+        return "item-"
+
+    log = actors(Log.options(num_cpus=0).remote(make_prefix.remote()))
+    log.append.remote(muster.put("a"))
+    assert muster.get(log.entries_.remote(), timeout=TIMEOUT) == ["item-a"]
+
+
+def test_actor_state_persists_in_one_process(actors):
+    c = actors(Counter.remote())
+    pids = set()
+    for i in range(5):
+        c.incr.remote(i)
+        pids.add(muster.get(c.pid.remote(), timeout=TIMEOUT))
+    assert muster.get(c.get.remote(), timeout=TIMEOUT) == 10
+    assert len(pids) == 1 and os.getpid() not in pids
+
+
+@muster.remote
+def bump(counter, times):
+    for _ in range(times):
+        counter.incr.remote(1)
+    return muster.get(counter.get.remote())
+
+
+def test_actor_handles_can_be_passed_to_tasks(actors):
+    c = actors(Counter.remote())
+    c.incr.remote(100)
+    assert muster.get(bump.remote(c, 5), timeout=TIMEOUT) == 105
+    assert muster.get(c.get.remote(), timeout=TIMEOUT) == 105
+
+
+@muster.remote
+def start_counter():
+    c = Counter.remote()
+    c.incr.remote(7)
+    return c
+
+
+def test_an_actor_created_in_a_task_is_usable_from_the_driver(actors):
+    c = actors(muster.get(start_counter.remote(), timeout=TIMEOUT))
+    assert muster.get(c.get.remote(), timeout=TIMEOUT) == 7
+
+
+def test_method_exception_keeps_its_type_and_the_actor_lives_on(actors):
+    log = actors(Log.remote())
+    with pytest.raises(KeyError) as info:
+        muster.get(log.boom.remote(), timeout=TIMEOUT)
+    assert "in boom" in str(info.value)  # the remote traceback names the method
+    log.append.remote("after")
+    assert muster.get(log.entries_.remote(), timeout=TIMEOUT) == ["after"]
+
+
+def test_calling_a_class_or_method_directly_says_use_remote(actors):
+    with pytest.raises(TypeError, match=r"Counter\.remote\("):
+        Counter()
+    c = actors(Counter.remote())
+    with pytest.raises(TypeError, match=r"\.incr\.remote\("):
+        c.incr(1)
+    with pytest.raises(AttributeError, match="no_such_method"):
+        c.no_such_method
+
+
+def test_impossible_actor_request_fails_at_remote_time():
+    with pytest.raises(ResourcesUnavailableError, match="GPU=1"):
+        Counter.options(num_gpus=1).remote()
+    with pytest.raises(ResourcesUnavailableError, match="CPU=100"):
+        Counter.options(num_cpus=100).remote()
+
+
+def test_kill_fails_pending_and_later_calls(actors, tmp_path):
+    log = actors(Log.remote())
+    started = str(tmp_path / "started")
+    pending = log.block.remote(started, 30)
+    wait_for_file(started)
+    muster.kill(log)
+    with pytest.raises(ActorDiedError) as info:
+        muster.get(pending, timeout=TIMEOUT)
+    assert "muster.kill" in str(info.value) or info.value.exitcode == -signal.SIGKILL
+    with pytest.raises(ActorDiedError):
+        muster.get(log.entries_.remote(), timeout=TIMEOUT)
+
+
+def test_actor_whose_process_dies_fails_pending_and_later_calls(actors, tmp_path):
+    log = actors(Log.remote())
+    pid = muster.get(log.pid.remote(), timeout=TIMEOUT)
+    started = str(tmp_path / "started")
+    pending = log.block.remote(started, 30)
+    wait_for_file(started)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(ActorDiedError) as info:
+        muster.get(pending, timeout=TIMEOUT)
+    assert info.value.pid == pid and info.value.exitcode == -signal.SIGKILL
+    for _ in range(2):
+        with pytest.raises(ActorDiedError):
+            muster.get(log.pid.remote(), timeout=TIMEOUT)
+
+
+def _first_answer(make_ref, timeout=TIMEOUT):
+    """Call until the actor answers (calls made while it restarts fail with ActorDiedError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return muster.get(make_ref(), timeout=timeout)
+        except ActorDiedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_actor_with_max_restarts_is_restarted_with_fresh_state(actors):
+    c = actors(Counter.options(max_restarts=1).remote())
+    c.incr.remote(5)
+    assert muster.get(c.get.remote(), timeout=TIMEOUT) == 5
+    first_pid = muster.get(c.pid.remote(), timeout=TIMEOUT)
+
+    os.kill(first_pid, signal.SIGKILL)
+    second_pid = _first_answer(lambda: c.pid.remote())
+    assert second_pid != first_pid
+    assert muster.get(c.get.remote(), timeout=TIMEOUT) == 0  # __init__ ran again
+    c.incr.remote(2)
+    assert muster.get(c.get.remote(), timeout=TIMEOUT) == 2
+
+    # Its one restart is spent: the next death is final.
+    os.kill(second_pid, signal.SIGKILL)
+    assert wait_for(lambda: _raises_actor_died(c), TIMEOUT)
+    time.sleep(0.3)  # a restart (wrongly) in progress would answer by now
+    assert _raises_actor_died(c)
+
+
+def _raises_actor_died(handle) -> bool:
+    try:
+        muster.get(handle.pid.remote(), timeout=TIMEOUT)
+    except ActorDiedError:
+        return True
+    return False
+
+
+def test_actor_without_restarts_is_not_restarted(actors):
+    c = actors(Counter.remote())
+    pid = muster.get(c.pid.remote(), timeout=TIMEOUT)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: _raises_actor_died(c), TIMEOUT)
+    time.sleep(0.3)
+    assert _raises_actor_died(c)
+
+
+def test_kill_frees_the_actors_resources():
+    before = muster.available_resources()["CPU"]
+    log = Log.options(num_cpus=2).remote()
+    try:
+        muster.get(log.pid.remote(), timeout=TIMEOUT)
+        assert muster.available_resources()["CPU"] == before - 2
+    finally:
+        muster.kill(log)
+    assert wait_for(lambda: muster.available_resources()["CPU"] == before, 5)
+
+
+def test_kill_rejects_what_is_not_an_actor():
+    with pytest.raises(TypeError, match="actor handle"):
+        muster.kill(Counter)
