@@ -1,0 +1,68 @@
+"""report(..., checkpoint_upload_mode="async"): returns at once, commits in order, loses nothing."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from muster.train import RunConfig, ScalingConfig
+from muster.train.torch import TorchTrainer
+
+
+def loop(config):
+    import shutil
+    import tempfile
+    import time
+
+    import muster.train as train
+    from muster.train import Checkpoint
+
+    rank = train.get_context().get_world_rank()
+    stalls = []
+    for step in range(6):
+        folder = tempfile.mkdtemp()
+        if rank == 0:
+            with open(os.path.join(folder, "blob.bin"), "wb") as f:
+                f.write(os.urandom(8 * 1024 * 1024))
+        with open(os.path.join(folder, f"step_{rank}.txt"), "w") as f:
+            f.write(str(step))
+        mode = "sync" if step == 3 else "async"  # a sync report in the middle waits for the async ones
+        t0 = time.perf_counter()
+        train.report({"step": step, "mode": mode}, checkpoint=Checkpoint.from_directory(folder),
+                     checkpoint_upload_mode=mode)
+        stalls.append((mode, time.perf_counter() - t0))
+        shutil.rmtree(folder)  # allowed at once: the files were snapshotted
+    if rank == 0:
+        with open(config["out"], "w") as f:
+            f.write(repr(stalls))
+
+
+def test_async_reports_commit_in_order_and_completely(storage, tmp_path):
+    out = tmp_path / "stalls.txt"
+    result = TorchTrainer(
+        loop, train_loop_config={"out": str(out)}, scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    ckpts = sorted(result.best_checkpoints, key=lambda cm: cm[1]["training_iteration"])
+    assert [m["step"] for _, m in ckpts] == list(range(6))  # every round committed, in order
+    for ckpt, metrics in ckpts:
+        names = set(os.listdir(ckpt.path))
+        assert {"blob.bin", "step_0.txt", "step_1.txt"} <= names  # both ranks' files merged
+        assert open(os.path.join(ckpt.path, "step_0.txt")).read() == str(metrics["step"])
+        assert os.path.getsize(os.path.join(ckpt.path, "blob.bin")) == 8 * 1024 * 1024
+    commit_times = [m["timestamp"] for _, m in ckpts]
+    assert commit_times == sorted(commit_times)
+    stalls = eval(out.read_text())
+    async_stalls = [s for mode, s in stalls if mode == "async"]
+    assert max(async_stalls) < 0.5  # returns at once; the 8 MB upload happens behind it
+
+
+def test_bad_upload_mode_is_a_clear_error(storage):
+    def bad():
+        import muster.train as train
+
+        train.report({"x": 1}, checkpoint_upload_mode="later")
+
+    with pytest.raises(Exception, match="checkpoint_upload_mode='later'.*'sync'.*'async'"):
+        TorchTrainer(bad, run_config=RunConfig(storage_path=storage, verbose=0)).fit()
