@@ -265,3 +265,29 @@ def test_events_sent_before_death_all_arrive_before_on_death(actors):
     assert died.wait(TIMEOUT)
     assert log == [("ev", i) for i in range(200)] + [("death", 3)]
     assert isinstance(fut.exception(5), ActorDiedError)
+
+
+def test_big_buffers_cross_as_shared_memory_and_stay_private():
+    """A >1 MiB array reaches the actor intact and writable; writes on either side stay local."""
+    import numpy as np
+
+    import muster
+    from muster.core.api import get_runtime
+
+    class Echo:
+        def bump(self, a):
+            a[0] += 1  # writable in the worker
+            return a
+
+    rt = get_runtime()
+    actor = rt.create_actor(Echo, (), {}, {"CPU": 0})
+    try:
+        src = np.arange(2_000_000, dtype=np.float64)  # 16 MB
+        back = actor.call("bump", src).result(timeout=60)
+        assert back[0] == 1 and src[0] == 0  # the worker changed its own copy only
+        assert np.array_equal(back[1:], src[1:])
+        back[1] = -1  # and the driver's copy is writable too
+        assert back[1] == -1
+    finally:
+        rt.kill(actor)
+    assert muster.is_initialized()

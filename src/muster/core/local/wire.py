@@ -10,6 +10,7 @@ Zygote -> driver:  ("ready", pid) | ("forked", worker_id, pid) | ("exited", pid,
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import pickle
 import socket
@@ -94,30 +95,63 @@ def close(conn: Connection) -> None:
     conn.close()
 
 
+_SHARED_MIN = 1024 * 1024  # buffers this big travel as shared memory (Linux memfd) when possible
+_SHARED = hasattr(os, "memfd_create") and hasattr(socket, "send_fds")
+
+
 def send(conn: Connection, msg: tuple) -> None:
-    """Send one message. Callers serialise sends on a connection (one lock each)."""
+    """Send one message. Callers serialise sends on a connection (one lock each).
+
+    Big buffers skip the pickle stream. On Linux, each one is written once into
+    an anonymous shared-memory file whose descriptor crosses the socket
+    (SCM_RIGHTS); the receiver maps it, so the bytes are copied once in all.
+    Elsewhere they stream through the socket.  A negative size in the header
+    marks a shared one.
+    """
     body, buffers = dumps(msg)
-    sizes = [b.raw().nbytes for b in buffers]
-    conn.send_bytes(_HEADER.pack(len(sizes)) + struct.pack(f"!{len(sizes)}Q", *sizes) + body)
+    shared = [_SHARED and b.raw().nbytes >= _SHARED_MIN for b in buffers]
+    sizes = [-b.raw().nbytes if s else b.raw().nbytes for b, s in zip(buffers, shared)]
+    conn.send_bytes(_HEADER.pack(len(sizes)) + struct.pack(f"!{len(sizes)}q", *sizes) + body)
     if buffers:
         sock = _raw(conn)
-        for buf in buffers:
-            sock.sendall(buf.raw())
+        for buf, is_shared in zip(buffers, shared):
+            if is_shared:
+                fd = os.memfd_create("muster-buffer", os.MFD_CLOEXEC)
+                try:
+                    view, done = buf.raw(), 0
+                    while done < view.nbytes:
+                        done += os.write(fd, view[done:])
+                    socket.send_fds(sock, [b"m"], [fd])
+                finally:
+                    os.close(fd)
+            else:
+                sock.sendall(buf.raw())
 
 
 def recv(conn: Connection) -> Any:
     frame = conn.recv_bytes()
     (count,) = _HEADER.unpack_from(frame)
-    sizes = struct.unpack_from(f"!{count}Q", frame, _HEADER.size)
+    sizes = struct.unpack_from(f"!{count}q", frame, _HEADER.size)
     body = memoryview(frame)[_HEADER.size + 8 * count :]
     buffers = []
+    sock = _raw(conn) if count else None
     for size in sizes:
+        if size < 0:  # shared memory: map it privately (writable, copy-on-write), no copy here
+            _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+            if not fds:
+                raise EOFError("connection closed in the middle of a message")
+            try:
+                buffers.append(mmap.mmap(fds[0], -size, flags=mmap.MAP_PRIVATE,
+                                         prot=mmap.PROT_READ | mmap.PROT_WRITE))
+            finally:
+                os.close(fds[0])
+            continue
         # Writable (arrays rebuilt on it can be changed in place) and not zero-filled
         # first, unlike bytearray: the kernel hands out fresh pages as they are written.
         buf = _empty(size)
-        view, got, sock = memoryview(buf), 0, _raw(conn)
+        view, got = memoryview(buf), 0
         while got < size:
-            n = sock.recv_into(view[got:], size - got)
+            n = sock.recv_into(view[got:], size - got)  # type: ignore[union-attr]
             if n == 0:
                 raise EOFError("connection closed in the middle of a message")
             got += n
