@@ -104,7 +104,7 @@ def as_instance_of_cause(err: TaskError) -> BaseException:
     cls = type(cause)
     try:
         dual = type(f"TaskError({cls.__name__})", (TaskError, cls), {"__module__": __name__})
-        out = dual.__new__(dual)
+        out = dual.__new__(dual)  # type: ignore[call-overload]
         out.__dict__.update(err.__dict__)
         out.args = err.args
         return out

@@ -31,10 +31,10 @@ class Checkpoint:
     """
 
     def __init__(self, path: str | os.PathLike, filesystem: Any = None):
-        path = os.fspath(path)
+        where = str(os.fspath(path))
         if filesystem is None:
-            filesystem, path = fsspec.core.url_to_fs(path)
-        self.path: str = path
+            filesystem, where = fsspec.core.url_to_fs(where)
+        self.path: str = where
         self.filesystem = filesystem
         self._temporary = False
 

@@ -137,7 +137,7 @@ def recv(conn: Connection) -> Any:
     sock = _raw(conn) if count else None
     for size in sizes:
         if size < 0:  # shared memory: map it privately (writable, copy-on-write), no copy here
-            _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+            _, fds, _, _ = socket.recv_fds(sock, 1, 1)  # type: ignore[arg-type]
             if not fds:
                 raise EOFError("connection closed in the middle of a message")
             try:

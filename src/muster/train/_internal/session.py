@@ -109,7 +109,8 @@ class Session:
             item = self._uploads.get()
             try:
                 if item is not None and self._upload_error is None:
-                    self._send(*item, owned=True)
+                    round_index, metrics, checkpoint, state, t = item
+                    self._send(round_index, metrics, checkpoint, state, t, owned=True)
             except BaseException as exc:  # noqa: BLE001 - surfaced at the next report() or at the end
                 self._upload_error = exc
             finally:

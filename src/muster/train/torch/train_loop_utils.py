@@ -114,7 +114,7 @@ class PreparedDataLoader(DataLoader):
         self._exhausted = False
         resume.book().register(self)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         resume.book().before_iteration()
         if self._sampler is not None and self._sampler._skip is not None:
             rng = torch.get_rng_state()  # the uninterrupted run drew this pass's seed before the checkpoint
