@@ -13,19 +13,17 @@ for the life of the process: a worker may ask for it by id at any time.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import io
 import itertools
 import pickle
-import sys
 import threading
 import time
 import weakref
 from concurrent.futures import Future
 from typing import Any, Iterable, Sequence
 
-import cloudpickle
 
 from muster.core import context as core_context
+from muster.core import serialization
 from muster.exceptions import GetTimeoutError, TaskError
 
 _ids = itertools.count(1)
@@ -153,44 +151,19 @@ def snapshot(value: Any, what: str) -> Any:
     """
     if type(value) in _IMMUTABLE or (type(value) in (tuple, dict) and not value):
         return value
-    buffers: list[pickle.PickleBuffer] = []
-    out = io.BytesIO()
     try:
-        _SnapshotPickler(out, protocol=5, buffer_callback=buffers.append).dump(value)
+        body, buffers = serialization.dumps(value, out_of_band_min=0)
     except Exception as exc:
         raise TypeError(f"{what}: could not serialize {type(value).__name__} ({type(exc).__name__}: {exc}); "
                         "pass plain data, arrays, tensors or picklable objects.") from exc
-    return pickle.loads(out.getbuffer(), buffers=[_copy(b) for b in buffers])
+    return pickle.loads(body, buffers=[_copy(b) for b in buffers])
 
 
 def _copy(buf: pickle.PickleBuffer) -> Any:
     raw = buf.raw()
-    np = sys.modules.get("numpy")
-    if np is None:
-        return bytearray(raw)
-    dst = np.empty(raw.nbytes, np.uint8)  # no zero-fill pass (large ones get huge pages)
-    dst[:] = np.frombuffer(raw, np.uint8)
+    dst = serialization.empty_buffer(raw.nbytes)
+    memoryview(dst).cast("B")[:] = raw.cast("B")
     return dst
-
-
-def _tensor_from_numpy(array: Any) -> Any:
-    import torch
-
-    return torch.from_numpy(array)
-
-
-class _SnapshotPickler(cloudpickle.Pickler):
-    """cloudpickle; plain CPU tensors go as numpy arrays so their data is one out-of-band buffer."""
-
-    def reducer_override(self, obj: Any) -> Any:
-        torch = sys.modules.get("torch")
-        if torch is not None and type(obj) is torch.Tensor:
-            if obj.device.type == "cpu" and obj.layout == torch.strided and not obj.requires_grad:
-                try:
-                    return _tensor_from_numpy, (obj.numpy(),)
-                except (TypeError, RuntimeError):  # bfloat16 and friends: torch's own path
-                    pass
-        return super().reducer_override(obj)
 
 
 def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:

@@ -40,7 +40,6 @@ from muster.core.runtime import ActorHandle, DeathHandler, EventHandler, Runtime
 from muster.exceptions import (
     ActorDiedError,
     MusterError,
-    ResourcesUnavailableError,
     RuntimeNotStartedError,
     TaskError,
     WorkerCrashedError,

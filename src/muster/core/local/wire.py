@@ -9,13 +9,11 @@ Zygote -> driver:  ("ready", pid) | ("forked", worker_id, pid) | ("exited", pid,
 
 from __future__ import annotations
 
-import io
 import mmap
 import os
 import pickle
 import socket
 import struct
-import sys
 import traceback
 import weakref
 from multiprocessing.connection import Connection
@@ -23,55 +21,10 @@ from typing import Any
 
 import cloudpickle
 
+from muster.core.serialization import dumps, empty_buffer
 from muster.exceptions import TaskError
 
-# Buffers at least this big skip the pickle stream and cross the socket as
-# they are (pickle protocol 5 out-of-band): no copy into the message.
-_OUT_OF_BAND_MIN = 64 * 1024
 _HEADER = struct.Struct("!I")
-
-
-def _tensor_from_numpy(array: Any) -> Any:
-    import torch
-
-    return torch.from_numpy(array)
-
-
-class _Pickler(cloudpickle.Pickler):
-    """cloudpickle, plus plain CPU tensors travel as numpy views (so out-of-band)."""
-
-    def reducer_override(self, obj: Any) -> Any:
-        torch = sys.modules.get("torch")
-        if torch is not None and type(obj) is torch.Tensor:
-            if obj.device.type == "cpu" and obj.layout == torch.strided and not obj.requires_grad:
-                try:
-                    return _tensor_from_numpy, (obj.numpy(),)
-                except (TypeError, RuntimeError):  # bfloat16 and friends: torch's own path
-                    pass
-        return super().reducer_override(obj)
-
-
-def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
-    buffers: list[pickle.PickleBuffer] = []
-
-    def keep(buf: pickle.PickleBuffer) -> bool:
-        if buf.raw().nbytes < _OUT_OF_BAND_MIN:
-            return True  # small: in the stream
-        buffers.append(buf)
-        return False
-
-    out = io.BytesIO()
-    _Pickler(out, protocol=5, buffer_callback=keep).dump(obj)
-    return out.getvalue(), buffers
-
-
-def _empty(size: int) -> Any:
-    try:
-        import numpy as np
-
-        return np.empty(size, dtype=np.uint8)
-    except ImportError:
-        return bytearray(size)
 
 
 _raw_sockets: "weakref.WeakKeyDictionary[Connection, socket.socket]" = weakref.WeakKeyDictionary()
@@ -148,7 +101,7 @@ def recv(conn: Connection) -> Any:
             continue
         # Writable (arrays rebuilt on it can be changed in place) and not zero-filled
         # first, unlike bytearray: the kernel hands out fresh pages as they are written.
-        buf = _empty(size)
+        buf = empty_buffer(size)
         view, got = memoryview(buf), 0
         while got < size:
             n = sock.recv_into(view[got:], size - got)  # type: ignore[union-attr]

@@ -106,7 +106,7 @@ class PreparedDataLoader(DataLoader):
     wrapped loader; it is a ``DataLoader`` for ``isinstance`` checks (as Ray's is),
     but never runs ``DataLoader.__init__`` itself."""
 
-    def __init__(self, loader: DataLoader, device: torch.device | None):  # noqa: super-init-not-called
+    def __init__(self, loader: DataLoader, device: torch.device | None):  # does not call DataLoader.__init__ (see above)
         self._loader, self._device = loader, device
         sampler = loader.sampler
         self._sampler = sampler if isinstance(sampler, _EpochSampler) and loader.batch_size else None
