@@ -12,6 +12,7 @@ carry PR_SET_PDEATHSIG, so a killed zygote takes them with it.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -90,7 +91,13 @@ def main() -> None:
             pass
     from muster.core.local import wire
 
-    conn = Client(config["address"], family="AF_UNIX", authkey=bytes.fromhex(config["authkey"]))
+    # Everything imported so far is shared with the workers copy-on-write; keep
+    # Python's collector from touching (and so copying) those objects in them.
+    gc.freeze()
+    try:
+        conn = Client(config["address"], family="AF_UNIX", authkey=bytes.fromhex(config["authkey"]))
+    except OSError:  # the driver is already gone: nothing to serve
+        os._exit(0)
     wire.send(conn, ("ready", os.getpid()))
     children: set[int] = set()
     rfd, wfd = os.pipe()
