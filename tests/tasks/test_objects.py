@@ -254,3 +254,19 @@ def test_cluster_resources_inside_a_task_are_the_drivers():
     total, free = muster.get(ask.remote())
     assert total == muster.cluster_resources()
     assert free["CPU"] <= total["CPU"] - 1  # the asking task itself holds one CPU
+
+
+def test_a_big_put_value_reaches_tasks_as_private_writable_copies():
+    """A put array (shared memory underneath) is sent by descriptor; each task may write its own copy."""
+    import numpy as np
+
+    import muster
+
+    @muster.remote
+    def bump(a):
+        a[0] += 1
+        return float(a[0]), bool(a.flags.writeable)
+
+    ref = muster.put(np.zeros(1_000_000))  # 8 MB: above the shared-memory threshold
+    assert muster.get([bump.remote(ref), bump.remote(ref)]) == [(1.0, True), (1.0, True)]
+    assert muster.get(ref)[0] == 0.0  # the driver's value is untouched

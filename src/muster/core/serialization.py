@@ -9,8 +9,11 @@ of being copied into the pickle stream.
 from __future__ import annotations
 
 import io
+import mmap
+import os
 import pickle
 import sys
+import weakref
 from typing import Any
 
 import cloudpickle
@@ -54,6 +57,55 @@ def dumps(obj: Any, out_of_band_min: int = OUT_OF_BAND_MIN) -> tuple[memoryview,
     return out.getbuffer(), buffers
 
 
+class SharedBuffer(mmap.mmap):
+    """A writable buffer in an anonymous shared-memory file (Linux memfd).
+
+    The engine's wire sends such a buffer by passing its descriptor: no copy.
+    """
+
+    fd: int
+
+    @classmethod
+    def holding(cls, data: memoryview) -> "SharedBuffer":
+        """A new shared buffer with a copy of ``data`` (written by the kernel in bulk, then mapped)."""
+        fd = os.memfd_create("muster-object", os.MFD_CLOEXEC)
+        try:
+            view, done = data.cast("B"), 0
+            while done < view.nbytes:
+                done += os.write(fd, view[done:])
+            buf = cls(fd, view.nbytes)
+        except BaseException:
+            os.close(fd)
+            raise
+        buf.fd = fd
+        key = (_address(memoryview(buf)), view.nbytes)
+        _by_address[key] = weakref.ref(buf)
+        weakref.finalize(buf, _forget, key, fd)
+        return buf
+
+
+def _forget(key: tuple[int, int], fd: int) -> None:
+    _by_address.pop(key, None)
+    os.close(fd)
+
+
+def shared_buffer_of(view: memoryview) -> SharedBuffer | None:
+    """The SharedBuffer that ``view`` covers exactly, if any (an array or tensor built on one)."""
+    if view.readonly or view.nbytes < 1:
+        return None
+    ref = _by_address.get((_address(view), view.nbytes))
+    return ref() if ref is not None else None
+
+
+_by_address: dict[tuple[int, int], "weakref.ref[SharedBuffer]"] = {}
+
+
+def _address(view: memoryview) -> int:
+    import ctypes
+
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
 def empty_buffer(size: int) -> Any:
     """A writable buffer of ``size`` bytes, not zero-filled first (unlike ``bytearray``)."""
     try:
@@ -61,3 +113,20 @@ def empty_buffer(size: int) -> Any:
     except ImportError:
         return bytearray(size)
     return numpy.empty(size, dtype=numpy.uint8)
+
+
+#: Buffers at least this big are worth a shared-memory file of their own.
+SHARED_MIN = 1024 * 1024
+SHARED_AVAILABLE = hasattr(os, "memfd_create")
+
+
+def copy_of(data: memoryview) -> Any:
+    """A writable copy of ``data``: in shared memory when big enough and available."""
+    if SHARED_AVAILABLE and data.nbytes >= SHARED_MIN:
+        try:
+            return SharedBuffer.holding(data)
+        except OSError:  # no memfd here (or out of descriptors): plain memory
+            pass
+    dst = empty_buffer(data.nbytes)
+    memoryview(dst).cast("B")[:] = data.cast("B")
+    return dst

@@ -41,3 +41,8 @@ def log_prefix_enabled() -> bool:
 def force_plain_progress() -> bool:
     """``MUSTER_PLAIN_PROGRESS=1``: plain lines even on a terminal."""
     return os.environ.get("MUSTER_PLAIN_PROGRESS", "0") == "1"
+
+
+def shared_memory_transport() -> bool:
+    """``MUSTER_SHARED_MEMORY=0`` streams big buffers through the socket instead of memfds."""
+    return os.environ.get("MUSTER_SHARED_MEMORY", "1") != "0"

@@ -21,7 +21,8 @@ from typing import Any
 
 import cloudpickle
 
-from muster.core.serialization import dumps, empty_buffer
+from muster.core import settings
+from muster.core.serialization import dumps, empty_buffer, shared_buffer_of
 from muster.exceptions import TaskError
 
 _HEADER = struct.Struct("!I")
@@ -49,7 +50,8 @@ def close(conn: Connection) -> None:
 
 
 _SHARED_MIN = 1024 * 1024  # buffers this big travel as shared memory (Linux memfd) when possible
-_SHARED = hasattr(os, "memfd_create") and hasattr(socket, "send_fds")
+
+_SHARED = hasattr(os, "memfd_create") and hasattr(socket, "send_fds") and settings.shared_memory_transport()
 
 
 def send(conn: Connection, msg: tuple) -> None:
@@ -69,6 +71,10 @@ def send(conn: Connection, msg: tuple) -> None:
         sock = _raw(conn)
         for buf, is_shared in zip(buffers, shared):
             if is_shared:
+                owner = shared_buffer_of(buf.raw())
+                if owner is not None:  # already in shared memory (a put value): pass it, no copy
+                    socket.send_fds(sock, [b"m"], [owner.fd])
+                    continue
                 fd = os.memfd_create("muster-buffer", os.MFD_CLOEXEC)
                 try:
                     view, done = buf.raw(), 0
