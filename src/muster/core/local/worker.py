@@ -88,6 +88,8 @@ def serve(conn: Connection, label: str, host: str) -> None:
         if msg[0] == "exit":
             _exit_now(0)
         _, call_id, method, args, kwargs = msg
+        value: Any = None
+        fn: Any = None
         try:
             if method == "__init__":
                 cls = args[0]
@@ -108,3 +110,5 @@ def serve(conn: Connection, label: str, host: str) -> None:
                 f"({type(exc).__name__}: {exc}); return plain data (numbers, lists, dicts, tensors)."
             )
             channel.send(("result", call_id, False, wire.capture_error(err, channel.label, channel.pid, host)))
+        # An idle worker must not keep the last call's arguments and result alive.
+        del msg, args, kwargs, reply, value, fn
