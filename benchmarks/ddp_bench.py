@@ -4,7 +4,8 @@
     python benchmarks/ddp_bench.py --repeat 3            # median of 3 runs each
     python benchmarks/ddp_bench.py --frameworks torchrun,muster --quick
 
-The job (benchmarks/jobs/*_job.py, one script per framework, identical model,
+The job (benchmarks/jobs/torchrun_job.py for raw torchrun; trainer_job.py for
+muster and Ray Train, which differ only in their imports: identical model,
 data, loop and checkpoints): an MLP 784-512-512-10 on synthetic rows
 (torch.randn features, random labels, fixed seed), batch 128 per worker, Adam,
 2 workers, 2 epochs, DistributedSampler sharding, one checkpoint per epoch
@@ -136,8 +137,8 @@ def command(name: str, args: argparse.Namespace, out: str, scratch: str) -> list
             "--master_addr=127.0.0.1", f"--master_port={free_port()}",
             os.path.join(HERE, "jobs", "torchrun_job.py"), *job, "--ckpt-dir", scratch,
         ]
-    script = os.path.join(HERE, "jobs", f"{name}_job.py")
-    return [sys.executable, script, *job, "--workers", str(args.workers), "--storage", scratch]
+    script = os.path.join(HERE, "jobs", "trainer_job.py")
+    return [sys.executable, script, "--api", name, *job, "--workers", str(args.workers), "--storage", scratch]
 
 
 def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
     python -m torch.distributed.run --nproc_per_node=2 benchmarks/jobs/torchrun_job.py --out /tmp/x --ckpt-dir /tmp/y
 
-Same model, data, loop and checkpoints as muster_job.py and ray_job.py;
+Same model, data, loop and checkpoints as trainer_job.py (muster / Ray Train);
 lines marked ``# bench`` only record timestamps for ddp_bench.py.
 """
 

@@ -1,10 +1,12 @@
-"""The benchmark job, written as a muster user would write it.
+"""The benchmark job, written as a Ray Train user would write it -- and run on
+muster or on Ray by switching the imports, which is all a port takes.
 
 An MLP 784-512-512-10 on synthetic data, DDP on N CPU workers, Adam, one
 checkpoint per epoch.  Lines marked ``# bench`` only record timestamps for
 benchmarks/ddp_bench.py; everything else is the user's script.
 
-    python benchmarks/jobs/muster_job.py --out /tmp/x --storage /tmp/y
+    python benchmarks/jobs/trainer_job.py --api muster --out /tmp/x --storage /tmp/y
+    python benchmarks/jobs/trainer_job.py --api ray --out /tmp/x --storage /tmp/y
 """
 
 import time
@@ -19,9 +21,18 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-import muster.train as train
-from muster.train import Checkpoint, RunConfig, ScalingConfig
-from muster.train.torch import TorchTrainer, prepare_data_loader, prepare_model
+import sys
+
+API = sys.argv[sys.argv.index("--api") + 1] if "--api" in sys.argv else "muster"  # bench: which engine
+if API == "ray":
+    import ray
+    import ray.train as train
+    from ray.train import Checkpoint, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer, prepare_data_loader, prepare_model
+else:
+    import muster.train as train
+    from muster.train import Checkpoint, RunConfig, ScalingConfig
+    from muster.train.torch import TorchTrainer, prepare_data_loader, prepare_model
 
 
 def cpu_wait():  # bench: seconds this thread has spent runnable but waiting for a CPU
@@ -104,6 +115,7 @@ def train_func(config):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
+    p.add_argument("--api", choices=["muster", "ray"], default="muster")
     p.add_argument("--rows", type=int, default=60_000)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=128)
@@ -114,12 +126,14 @@ if __name__ == "__main__":
     mark(args.out, "driver_start", T_START)  # bench
     mark(args.out, "imports_done")  # bench
 
+    if API == "ray":
+        ray.init()
     trainer = TorchTrainer(
         train_func,
         train_loop_config={"rows": args.rows, "epochs": args.epochs, "batch_size": args.batch_size, "out": args.out},
         scaling_config=ScalingConfig(num_workers=args.workers),
-        run_config=RunConfig(storage_path=args.storage, verbose=0),
+        run_config=RunConfig(storage_path=args.storage, **({"verbose": 0} if API == "muster" else {})),
     )
     result = trainer.fit()
     mark(args.out, "fit_done")  # bench
-    print(f"muster: final metrics {result.metrics}, checkpoint {result.checkpoint}")
+    print(f"{API}: final metrics {result.metrics}, checkpoint {result.checkpoint}")
