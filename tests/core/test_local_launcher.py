@@ -17,6 +17,8 @@ import pytest
 from muster.core.local import LocalRuntime
 from muster.exceptions import ActorDiedError, RuntimeNotStartedError
 
+from _waiting import wait_for
+
 TIMEOUT = 30
 
 
@@ -46,20 +48,11 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _wait_for(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
 def test_kill_with_grace_lets_an_idle_actor_exit_cleanly(local_rt):
     h = local_rt.create_actor(Sleeper, (), {}, {"CPU": 1})
     local_rt.kill(h, grace_s=5.0)
     assert local_rt.exit_status(h, timeout_s=5) == 0
-    assert _wait_for(lambda: local_rt.available() == {"CPU": 2.0})
+    assert wait_for(lambda: local_rt.available() == {"CPU": 2.0})
 
 
 def test_kill_with_grace_forces_a_busy_actor_after_the_grace(local_rt):
@@ -78,7 +71,7 @@ def test_shutdown_ends_every_worker_and_the_zygote(local_rt):
     zygote = local_rt._zygote
     local_rt.shutdown()
     assert zygote.poll() is not None
-    assert _wait_for(lambda: all(_gone(p) for p in pids)), [p for p in pids if not _gone(p)]
+    assert wait_for(lambda: all(_gone(p) for p in pids)), [p for p in pids if not _gone(p)]
     assert isinstance(pending.exception(5), ActorDiedError)
     assert all(isinstance(h.call("pid").exception(5), ActorDiedError) for h in handles)
     local_rt.shutdown()  # idempotent
@@ -95,9 +88,9 @@ def test_killed_zygote_takes_its_workers_and_later_launches_say_why(local_rt):
     os.kill(local_rt._zygote.pid, signal.SIGKILL)
     assert died.wait(5), "the actor's death was not reported"
     assert isinstance(pending.exception(5), ActorDiedError)
-    assert _wait_for(lambda: _gone(pid)), "worker outlived its zygote"
-    assert _wait_for(lambda: local_rt.available() == {"CPU": 2.0})
-    assert _wait_for(lambda: local_rt._zygote.poll() is not None)
+    assert wait_for(lambda: _gone(pid)), "worker outlived its zygote"
+    assert wait_for(lambda: local_rt.available() == {"CPU": 2.0})
+    assert wait_for(lambda: local_rt._zygote.poll() is not None)
     with pytest.raises(RuntimeNotStartedError, match=r"muster\.init\(\)"):
         local_rt.create_actor(Sleeper, (), {}, {"CPU": 1})
     err = local_rt.submit(os.getpid, (), {}, {"CPU": 1}).exception(TIMEOUT)

@@ -20,6 +20,8 @@ from muster.core.local import LocalRuntime, slots
 from muster.core.local.slots import SlotTable
 from muster.exceptions import GetTimeoutError, ResourcesUnavailableError
 
+from _waiting import wait_for
+
 TIMEOUT = 30
 FULL = {"CPU": 2.0, "GPU": 2.0, "tpu_like": 1.0}
 
@@ -61,16 +63,7 @@ def track(rt):
     yield add
     for h in made:
         rt.kill(h)
-    assert _wait_for(lambda: rt.available() == FULL), f"resources not returned: {rt.available()}"
-
-
-def _wait_for(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
+    assert wait_for(lambda: rt.available() == FULL), f"resources not returned: {rt.available()}"
 
 
 def _workers_of(rt: LocalRuntime) -> list[int]:
@@ -163,7 +156,7 @@ def test_custom_resources_are_accounted(rt, track):
         rt.create_gang(1, Probe, {"tpu_like": 1}, timeout_s=0.5)
     assert rt.available() == {"CPU": 1.0, "GPU": 2.0, "tpu_like": 0.0}
     rt.kill(a)
-    assert _wait_for(lambda: rt.available() == FULL)
+    assert wait_for(lambda: rt.available() == FULL)
     b = track(rt.create_actor(Probe, (), {}, {"tpu_like": 1}))
     assert b.is_alive()
 
@@ -184,7 +177,7 @@ def test_busy_gang_waits_says_so_and_never_starts_partially(rt, track, monkeypat
 
     thread = threading.Thread(target=start_gang, daemon=True)
     thread.start()
-    assert _wait_for(lambda: messages, timeout=10), "on_wait was never called"
+    assert wait_for(lambda: messages, timeout=10), "on_wait was never called"
     assert "Waiting for resources" in messages[0]
     assert "CPU=1" in messages[0]  # what it waits for / what is free
     # All or nothing: the free CPU was not taken, no member process exists.
@@ -214,7 +207,7 @@ def test_slot_table_wait_notice_comes_after_the_notice_delay(monkeypatch):
         daemon=True,
     )
     thread.start()
-    assert _wait_for(lambda: notices, timeout=5)
+    assert wait_for(lambda: notices, timeout=5)
     assert notices[0][0] - t0 >= 0.5  # no notice before the delay
     assert got == []
     assert "2 worker(s) x {CPU=1}" in notices[0][1] and "free now: CPU=1 of CPU=2" in notices[0][1]

@@ -17,6 +17,8 @@ import pytest
 from muster.core.local import LocalRuntime
 from muster.exceptions import ActorDiedError, TaskError, WorkerCrashedError
 
+from _waiting import wait_for
+
 TIMEOUT = 30
 
 
@@ -59,17 +61,8 @@ def task_rt(monkeypatch):
         rt.shutdown()
 
 
-def _wait_for(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
 def _read_pid(path: str, timeout: float = TIMEOUT) -> int:
-    assert _wait_for(lambda: os.path.exists(path), timeout), f"{path} never appeared"
+    assert wait_for(lambda: os.path.exists(path), timeout), f"{path} never appeared"
     with open(path) as f:
         return int(f.read())
 
@@ -110,7 +103,7 @@ def test_sigkilled_task_gives_worker_crashed_error_naming_pid_and_signal(task_rt
     assert isinstance(err, WorkerCrashedError) and not isinstance(err, ActorDiedError)
     assert err.pid == pid and err.exitcode == -9 and err.signal == signal.SIGKILL
     assert str(pid) in str(err) and "SIGKILL" in str(err)
-    assert _wait_for(lambda: task_rt.available() == {"CPU": 2.0})
+    assert wait_for(lambda: task_rt.available() == {"CPU": 2.0})
     # The pool does not hand out the dead worker again.
     again = task_rt.submit(getpid, (), {}, {"CPU": 1}).result(TIMEOUT)
     assert again != pid
@@ -137,7 +130,7 @@ def test_task_waiting_for_a_pooled_worker_does_not_deadlock_the_engine(task_rt):
     threading.Thread(target=lambda: (task_rt.kill(holder), done.set()), daemon=True).start()
     assert done.wait(5)
     assert fut.result(TIMEOUT) == pooled_pid  # ...and gets them once the holder is gone
-    assert _wait_for(lambda: task_rt.available() == {"CPU": 2.0})
+    assert wait_for(lambda: task_rt.available() == {"CPU": 2.0})
 
 
 def test_submit_more_than_exists_fails_at_once(task_rt):

@@ -61,7 +61,7 @@ class ResumeBook:
         import torch
 
         buf = io.BytesIO()
-        torch.save({"loaders": [l.state_dict() for l in self._loaders], "rng": get_rng()}, buf)
+        torch.save({"loaders": [loader.state_dict() for loader in self._loaders], "rng": get_rng()}, buf)
         return buf.getvalue()
 
 
