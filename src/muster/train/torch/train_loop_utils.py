@@ -192,6 +192,12 @@ def prepare_data_loader(
     ``loader.sampler.set_epoch(e)`` still takes precedence.  Its position is
     saved with every checkpoint: after a restart it yields only the batches of
     the interrupted epoch not yet consumed (skipped by index, not loaded).
+
+    Args:
+        add_dist_sampler: shard with muster's sampler (False: keep yours and shard yourself).
+        move_to_device: move each batch to ``get_device()`` (a no-op on CPU).
+        auto_transfer: accepted for Ray compatibility; moving batches is
+            governed by ``move_to_device``.
     """
     if not isinstance(data_loader, DataLoader):
         raise TypeError(
