@@ -14,7 +14,6 @@ import time
 import psutil
 import pytest
 
-from muster.core.local import LocalRuntime
 from muster.exceptions import ActorDiedError, RuntimeNotStartedError
 
 from _waiting import wait_for
@@ -31,14 +30,8 @@ class Sleeper:
 
 
 @pytest.fixture
-def local_rt(monkeypatch):
-    monkeypatch.setenv("MUSTER_PRELOAD", "")
-    rt = LocalRuntime(num_cpus=2, num_gpus=0)
-    try:
-        rt.start(wait=True)
-        yield rt
-    finally:
-        rt.shutdown()
+def local_rt(small_rt):
+    return small_rt
 
 
 def _gone(pid: int) -> bool:

@@ -14,7 +14,6 @@ import time
 
 import pytest
 
-from muster.core.local import LocalRuntime
 from muster.exceptions import ActorDiedError, TaskError, WorkerCrashedError
 
 from _waiting import wait_for
@@ -51,14 +50,8 @@ class Holder:
 
 
 @pytest.fixture
-def task_rt(monkeypatch):
-    monkeypatch.setenv("MUSTER_PRELOAD", "")  # these workers never touch torch
-    rt = LocalRuntime(num_cpus=2, num_gpus=0)
-    try:
-        rt.start(wait=True)
-        yield rt
-    finally:
-        rt.shutdown()
+def task_rt(small_rt):
+    return small_rt
 
 
 def _read_pid(path: str, timeout: float = TIMEOUT) -> int:
