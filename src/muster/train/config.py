@@ -142,6 +142,10 @@ class RunConfig:
         verbose: 0 silent, 1 live summary (default), 2 a line per report.
         worker_timeout_s: fail an attempt when no worker reports for this
             long (``None``: never).
+        stop: Tune's stopping condition for each trial: a dict of metric
+            thresholds (``{"training_iteration": 10}``: stop once a result
+            reaches it), a ``(trial_id, result) -> bool`` function, or a
+            ``muster.tune.Stopper``. Only Tune reads it.
     """
 
     name: str | None = None
@@ -152,8 +156,14 @@ class RunConfig:
     verbose: int = 1
     worker_timeout_s: float | None = None
     storage_filesystem: Any = None
+    stop: Any = None
 
     def __post_init__(self) -> None:
+        if self.stop is not None and not (isinstance(self.stop, dict) or callable(self.stop)):
+            raise ValueError(
+                f"RunConfig(stop={self.stop!r}): pass a dict such as {{'training_iteration': 10}}, a function "
+                "(trial_id, result) -> bool, or a muster.tune.Stopper."
+            )
         if self.name is not None and (not isinstance(self.name, str) or not _NAME_OK.match(self.name)):
             raise ValueError(
                 f"RunConfig(name={self.name!r}): use letters, digits and _ . = + - (no slashes), "

@@ -54,6 +54,7 @@ class State(enum.Enum):
     FINISHED = "FINISHED"
     ERRORED = "ERRORED"
     INTERRUPTED = "INTERRUPTED"
+    STOPPED = "STOPPED"
 
 
 @dataclass
@@ -63,6 +64,24 @@ class _Attempt:
     events: "queue.Queue[tuple[str, Member | None, Any]]" = field(default_factory=queue.Queue)
     finished: set[int] = field(default_factory=set)
     last_activity: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class ControllerHooks:
+    """What a library running trainers (Tune) may plug into a run's controller.
+
+    Attributes:
+        on_metrics: ``(rank, metrics, time) -> metrics`` applied to each report
+            before it is recorded (Tune adds ``time_total_s``, ``trial_id``...).
+        on_other_event: handles worker events that are not reports; its
+            return value (or Future) is the reply.
+        start_from: the checkpoint the first attempt starts from, even if the
+            run has committed checkpoints of its own (PBT's exploit step).
+    """
+
+    on_metrics: Callable[[int, dict[str, Any], float], dict[str, Any]] | None = None
+    on_other_event: Callable[[ActorHandle, Any], Any] | None = None
+    start_from: Checkpoint | None = None
 
 
 class Controller:
@@ -75,6 +94,7 @@ class Controller:
         backend: Backend,
         record: RunRecord,
         initial_checkpoint: Checkpoint | None = None,
+        hooks: ControllerHooks | None = None,
     ):
         self.train_fn, self.train_config = train_fn, train_config
         self.scaling, self.run_config, self.backend = scaling, run_config, backend
@@ -86,6 +106,18 @@ class Controller:
         self.view = ProgressView(self.storage.name, scaling.num_workers, run_config.verbose, self.storage.uri)
         self.ledger = Ledger(self.storage, run_config.checkpoint_config, on_commit=self._on_commit)  # type: ignore[arg-type]
         self._attempt: _Attempt | None = None
+        self.hooks = hooks or ControllerHooks()
+        self._stop_requested = threading.Event()
+
+    def request_stop(self) -> None:
+        """End the run early, as a success (Tune's schedulers and stoppers use this).
+
+        Thread-safe. The gang is killed at once; reports it already sent are kept and
+        the run finishes with status STOPPED, its committed checkpoints intact."""
+        self._stop_requested.set()
+        attempt = self._attempt
+        if attempt is not None:
+            attempt.events.put(("stop", None, None))
 
     # -- the state machine ----------------------------------------------------------
     def run(self) -> Result:
@@ -99,7 +131,7 @@ class Controller:
                 # attempts are numbered across drivers: a resumed run's first attempt is not 0
                 error = self._run_attempt(self._previous_attempts + len(self.failures))
                 if error is None:
-                    self._transition(State.FINISHED)
+                    self._transition(State.STOPPED if self._stop_requested.is_set() else State.FINISHED)
                     break
                 self.failures.append(error)
                 decision = policies.on_failure(self.run_config.failure_config.max_failures, len(self.failures))  # type: ignore[union-attr]
@@ -129,7 +161,7 @@ class Controller:
         except BaseException:
             # Not an attempt failure (those are handled above): e.g. the gang can never be
             # scheduled. Record the run as ERRORED rather than leave it RUNNING.
-            if self.state not in (State.FINISHED, State.ERRORED, State.INTERRUPTED):
+            if self.state not in (State.FINISHED, State.ERRORED, State.INTERRUPTED, State.STOPPED):
                 self._transition(State.ERRORED)
             raise
         finally:
@@ -139,7 +171,7 @@ class Controller:
     def _transition(self, state: State) -> None:
         self.state = state
         self.view.set_state(state.value.lower())
-        if state in (State.FINISHED, State.ERRORED, State.INTERRUPTED):
+        if state in (State.FINISHED, State.ERRORED, State.INTERRUPTED, State.STOPPED):
             self.record.mark(state.value, self.ledger.latest, [str(e) for e in self.failures])
 
     def _run_attempt(self, index: int) -> BaseException | None:
@@ -163,7 +195,8 @@ class Controller:
             for member, fut in zip(group.members, futures):
                 fut.add_done_callback(lambda f, m=member: attempt.events.put(("done", m, f)))
             error = self._watch(attempt)
-            complete = error is None
+            # a stopped gang was killed mid-loop: its open rounds are treated as after a failure
+            complete = error is None and not self._stop_requested.is_set()
             return error
         finally:
             # Kill the gang, then take in every report its members had already sent
@@ -178,6 +211,8 @@ class Controller:
         start_round = self.ledger.start_attempt(len(group.members))
         latest = self.ledger.latest_sound(lambda msg: _warn(self.view, msg)) if self.ledger.committed else None
         checkpoint = Checkpoint(latest.path, self.storage.fs) if latest else self.initial_checkpoint
+        if self.hooks.start_from is not None:  # once: e.g. a PBT trial cloning another's checkpoint
+            checkpoint, self.hooks.start_from = self.hooks.start_from, None
         args = []
         for member, env in zip(group.members, envs):
             ctx = TrainContext(
@@ -198,6 +233,8 @@ class Controller:
         n = len(attempt.group.members)
         timeout = self.run_config.worker_timeout_s
         while len(attempt.finished) < n:
+            if self._stop_requested.is_set():
+                return None
             try:
                 kind, member, payload = attempt.events.get(timeout=0.25)
             except queue.Empty:
@@ -209,6 +246,8 @@ class Controller:
                         "takes that long."
                     )
                 continue
+            if kind == "stop":
+                return None
             assert member is not None
             if kind == "done":
                 exc = payload.exception()
@@ -232,6 +271,8 @@ class Controller:
             except queue.Empty:
                 break
             assert member is not None
+            if member is None:
+                continue
             exc = payload if kind == "died" else payload.exception()
             if isinstance(exc, WorkerCrashedError):
                 return _root_cause(exc, member)
@@ -240,13 +281,16 @@ class Controller:
     # -- worker reader threads ------------------------------------------------------
     def _on_event(self, handle: ActorHandle, payload: Any) -> Any:
         if not isinstance(payload, dict) or payload.get("kind") != "report":
-            return None
+            return self.hooks.on_other_event(handle, payload) if self.hooks.on_other_event else None
         attempt = self._attempt
         if attempt is None:
             raise MusterError("the run is ending; this report was not recorded")
         attempt.last_activity = time.monotonic()
+        metrics = payload["metrics"]
+        if self.hooks.on_metrics is not None:
+            metrics = self.hooks.on_metrics(payload["rank"], metrics, payload["time"])
         row = self.ledger.record(
-            payload["rank"], payload["round"], payload["metrics"], payload["files"], payload["time"],
+            payload["rank"], payload["round"], metrics, payload["files"], payload["time"],
             attempt.index, payload.get("state"),
         )
         self.view.on_report(row, lead=payload["rank"] == 0)

@@ -25,6 +25,7 @@ class Result:
         path: the run folder.
         error: the error that ended the run, if it failed.
         all_reports: every report of every rank, in arrival order.
+        config: the hyperparameters of a Tune trial (None for a plain run).
     """
 
     metrics: dict[str, Any] | None
@@ -34,6 +35,7 @@ class Result:
     best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]] = field(default_factory=list)
     all_reports: list[dict[str, Any]] = field(default_factory=list, repr=False)
     filesystem: Any = field(default=None, repr=False)
+    config: dict[str, Any] | None = None
 
     @property
     def metrics_dataframe(self) -> Any:
