@@ -1,0 +1,64 @@
+"""muster.tune: Ray Tune's API (``ray.tune`` -> ``muster.tune``).
+
+``Tuner(trainable, param_space=..., tune_config=TuneConfig(...), run_config=RunConfig(...)).fit()``
+runs trials on the same engine as training; inside a function trainable call
+``tune.report``, ``tune.get_checkpoint`` and ``tune.get_context``.
+"""
+
+from muster.train.checkpoint import Checkpoint
+from muster.train.config import CheckpointConfig, FailureConfig, RunConfig
+from muster.train.result import Result
+from muster.tune import schedulers, search
+from muster.tune.result_grid import ResultGrid, TrialError
+from muster.tune.search.sample import (
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
+from muster.tune.session import TuneContext, get_checkpoint, get_context, report
+from muster.tune.stopper import MaximumIterationStopper, Stopper
+from muster.tune.tune_config import TuneConfig, with_parameters, with_resources
+from muster.tune.tuner import Tuner
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointConfig",
+    "FailureConfig",
+    "MaximumIterationStopper",
+    "Result",
+    "ResultGrid",
+    "RunConfig",
+    "Stopper",
+    "TrialError",
+    "TuneConfig",
+    "TuneContext",
+    "Tuner",
+    "choice",
+    "get_checkpoint",
+    "get_context",
+    "grid_search",
+    "lograndint",
+    "loguniform",
+    "qloguniform",
+    "qrandint",
+    "qrandn",
+    "quniform",
+    "randint",
+    "randn",
+    "report",
+    "sample_from",
+    "schedulers",
+    "search",
+    "uniform",
+    "with_parameters",
+    "with_resources",
+]

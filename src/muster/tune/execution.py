@@ -1,0 +1,306 @@
+"""The Tune controller: one loop in the driver that starts, watches and ends trials.
+
+Trials are packed onto the engine's resources by the controller's own
+accounting: a trial starts only when everything it needs (a function
+trial's worker, or a trainer trial's whole gang) fits in what running trials
+leave free, so gangs never hold half their members while waiting for the
+rest, and too many multi-worker trials cannot deadlock.  Each trial's run
+reports on its own thread; results and ends arrive on one queue and are
+handled here, in order: searcher and scheduler see each result before the
+next one, and a decision to stop a trial kills its workers at once.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+import warnings
+from typing import Any, Callable
+
+from muster.core import resources as res
+from muster.core.api import get_runtime
+from muster.exceptions import ResourcesUnavailableError
+from muster.observe.tune_progress import TuneProgress, flatten_config
+from muster.train.checkpoint import Checkpoint
+from muster.train.storage import Storage
+from muster.tune.schedulers.trial_scheduler import TrialScheduler
+from muster.tune.stopper import Stopper
+from muster.tune.trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, RunPlan, Trial, TrialRun
+
+EXPERIMENT_STATE = "experiment_state.json"
+_SAVE_EVERY_S = 1.0
+_FINISHED = "FINISHED"
+
+
+class TuneController:
+    def __init__(
+        self,
+        experiment: Storage,
+        trials: list[Trial],
+        make_plan: Callable[[Trial, dict[str, Any]], RunPlan],
+        trainable_name: str,
+        searcher: Any,
+        scheduler: TrialScheduler,
+        stopper: Stopper,
+        metric: str | None,
+        mode: str | None,
+        max_concurrent: int | None,
+        time_budget_s: float | None,
+        verbose: int,
+        id_prefix: str,
+        store_root: str,
+    ):
+        self.experiment, self.trials, self.make_plan = experiment, trials, make_plan
+        self.trainable_name, self.searcher, self.scheduler, self.stopper = trainable_name, searcher, scheduler, stopper
+        self.metric, self.mode, self.max_concurrent, self.time_budget_s = metric, mode, max_concurrent, time_budget_s
+        self.id_prefix, self.store_root = id_prefix, store_root
+        self.events: queue.Queue[tuple[str, Trial, TrialRun, Any]] = queue.Queue()
+        self.errors: dict[str, BaseException] = {}
+        self.progress = TuneProgress(experiment.name, experiment.uri, metric, mode, verbose)
+        self._search_done = False
+        self._stopping_all = False
+        self._dirty = True
+        self._last_save = 0.0
+        self._plans: dict[str, RunPlan] = {}
+
+    # -- what schedulers may ask ----------------------------------------------------------
+    def live_trials(self) -> list[Trial]:
+        return [t for t in self.trials if t.status in (RUNNING, PAUSED, PENDING)]
+
+    def latest_checkpoint(self, trial: Trial) -> Checkpoint | None:
+        storage = self._trial_storage(trial)
+        rounds = storage.committed_rounds()
+        return Checkpoint(storage.checkpoint_dir(rounds[-1]), storage.fs) if rounds else None
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> None:
+        runtime = get_runtime()
+        self.total = runtime.resources()
+        started = time.monotonic()
+        self.progress.start()
+        try:
+            while True:
+                self._start_trials()
+                if not self._running() and not self._startable():
+                    break
+                try:
+                    event: tuple[str, Trial, TrialRun, Any] | None = self.events.get(timeout=0.5)
+                except queue.Empty:
+                    event = None
+                while event is not None:
+                    self._handle(event)
+                    try:
+                        event = self.events.get_nowait()
+                    except queue.Empty:
+                        event = None
+                if self.time_budget_s is not None and time.monotonic() - started > self.time_budget_s:
+                    if not self._stopping_all:
+                        self.progress.event(f"time budget of {self.time_budget_s:g} s spent; stopping every trial")
+                    self._stop_everything()
+                self.progress.update(self.trials, self.scheduler.debug_string())
+                self._save()
+        except BaseException as exc:
+            # Ctrl-C, or an error of the search itself: stop the workers, keep trial states as
+            # they are (RUNNING ones resume on Tuner.restore), and say how to go on.
+            for trial in self.trials:
+                if trial.run is not None:
+                    trial.run.stop()
+            self._wait_for_runs(10.0)
+            self._save(force=True)
+            if isinstance(exc, KeyboardInterrupt):
+                self.progress.event(
+                    f"experiment interrupted; resume it with Tuner.restore({self.experiment.uri!r}, trainable)"
+                )
+            raise
+        finally:
+            self._save(force=True)
+            self.progress.stop(self.trials)
+
+    def _running(self) -> list[Trial]:
+        return [t for t in self.trials if t.run is not None]
+
+    def _startable(self) -> bool:
+        if self._stopping_all:
+            return False
+        waiting = [t for t in self.trials if t.status == PENDING or (t.status == PAUSED and t.restart_plan)]
+        paused = [t for t in self.trials if t.status == PAUSED]
+        return bool(waiting) or not self._search_done or bool(paused)
+
+    def _start_trials(self) -> None:
+        while not self._stopping_all:
+            if self.max_concurrent and len(self._running()) >= self.max_concurrent:
+                return
+            trial = self._next_trial()
+            if trial is None:
+                return
+            plan = self._plan(trial)
+            used = _sum(t.resources for t in self._running())
+            free = {k: v - used.get(k, 0.0) for k, v in self.total.items()}
+            if not res.fits(plan.resources, free):
+                return  # the next trial waits for running ones to end (it stays first in line)
+            self._launch(trial, plan)
+
+    def _next_trial(self) -> Trial | None:
+        """The trial to start next: a paused one with a restart plan, then pending ones, then new ones."""
+        waiting = [t for t in self.trials if t.run is None and t.status == PAUSED and t.restart_plan]
+        waiting += [t for t in self.trials if t.run is None and t.status == PENDING]
+        if waiting:
+            return self.scheduler.choose_trial_to_run(self, waiting)
+        if not self._search_done:
+            trial_id = f"{self.id_prefix}_{len(self.trials):05d}"
+            config = self.searcher.suggest(trial_id)
+            if config == _FINISHED:
+                self._search_done = True
+            elif config is not None:
+                name = f"{self.trainable_name}_{trial_id}"
+                trial = Trial(trial_id, name, config, self.experiment.join(self.experiment.uri, name), {})
+                self.trials.append(trial)
+                self.scheduler.on_trial_add(self, trial)
+                self._dirty = True
+                return trial
+            return None
+        paused = [t for t in self.trials if t.run is None and t.status == PAUSED]
+        return self.scheduler.choose_trial_to_run(self, paused) if paused else None
+
+    def _plan(self, trial: Trial) -> RunPlan:
+        plan = self._plans.get(trial.trial_id)
+        config = trial.restart_plan[0] if trial.restart_plan else trial.config
+        if plan is None or trial.restart_plan:
+            plan = self._plans[trial.trial_id] = self.make_plan(trial, config)
+            trial.resources = plan.resources
+            if not res.fits(plan.resources, self.total):
+                raise ResourcesUnavailableError(
+                    f"Trial {trial.trial_name} needs {plan.describe()} = {res.fmt(plan.resources)}, but the "
+                    f"whole engine has {res.fmt(self.total)}, so it could never start. Give each trial less "
+                    "(tune.with_resources(trainable, {'cpu': 1}), or a smaller ScalingConfig for a trainer), or "
+                    "run on a bigger machine or cluster (muster.init(address=...))."
+                )
+        return plan
+
+    def _launch(self, trial: Trial, plan: RunPlan) -> None:
+        start_from = None
+        if trial.restart_plan:
+            config, start_from, donor = trial.restart_plan
+            self.progress.event(
+                f"{trial.trial_name}: exploiting {donor}'s checkpoint, new config {_short(config)}"
+            )
+            trial.config, trial.restart_plan = config, None
+        extra = {
+            "experiment": self.experiment.name,
+            "trial_id": trial.trial_id,
+            "config": trial.config,
+            "store_root": self.store_root,
+        }
+        run = TrialRun(
+            trial, plan, self._trial_storage(trial), extra, self.events, start_from,
+            float(trial.last_result.get("time_total_s", 0.0) or 0.0),
+        )
+        trial.run, trial.status, trial.ending_as = run, RUNNING, None
+        self._dirty = True
+        self.progress.event(f"{trial.trial_name} started with {_short(trial.config)}")
+        run.start()
+
+    def _trial_storage(self, trial: Trial) -> Storage:
+        return Storage(self.experiment.uri, trial.trial_name, self.experiment.fs)
+
+    # -- events -----------------------------------------------------------------------------
+    def _handle(self, event: tuple[str, Trial, TrialRun, Any]) -> None:
+        kind, trial, run, payload = event
+        if run is not trial.run:
+            return  # from a run already ended
+        if kind == "result":
+            self._on_result(trial, payload)
+        else:
+            self._on_end(trial, payload)
+
+    def _on_result(self, trial: Trial, row: dict[str, Any]) -> None:
+        if trial.ending_as is not None:
+            return  # reported while being stopped: recorded in its run, not acted on
+        result = {k: v for k, v in row.items() if not k.startswith("_")}
+        trial.last_result, trial.num_results = result, trial.num_results + 1
+        self._dirty = True
+        self.searcher.on_trial_result(trial.trial_id, result)
+        if self.stopper(trial.trial_id, result):
+            self._stop(trial, TERMINATED)
+        else:
+            decision = self.scheduler.on_trial_result(self, trial, result)
+            if decision == TrialScheduler.STOP:
+                self._stop(trial, TERMINATED)
+            elif decision == TrialScheduler.PAUSE:
+                self._stop(trial, PAUSED)
+        if self.stopper.stop_all():
+            self.progress.event("the stopper asked to stop the experiment")
+            self._stop_everything()
+
+    def _on_end(self, trial: Trial, outcome: Any) -> None:
+        trial.run = None
+        self._dirty = True
+        if isinstance(outcome, BaseException):
+            trial.status, trial.error = ERROR, f"{type(outcome).__name__}: {outcome}"
+            self.errors[trial.trial_id] = outcome
+            self.scheduler.on_trial_error(self, trial)
+            self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
+            self.progress.event(f"{trial.trial_name} ERROR: {str(outcome).strip().splitlines()[0] if str(outcome).strip() else type(outcome).__name__}")
+        elif trial.ending_as == PAUSED:
+            trial.status = PAUSED
+        else:
+            trial.status = TERMINATED
+            self.scheduler.on_trial_complete(self, trial, trial.last_result or None)
+            self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None)
+        trial.ending_as = None
+
+    def _stop(self, trial: Trial, ending_as: str) -> None:
+        if trial.run is not None and trial.ending_as is None:
+            trial.ending_as = ending_as
+            trial.run.stop()
+
+    def _stop_everything(self) -> None:
+        self._stopping_all = True
+        self._search_done = True
+        for trial in self.trials:
+            if trial.run is not None:
+                self._stop(trial, TERMINATED)
+            elif trial.status in (PENDING, PAUSED):
+                trial.status = TERMINATED
+                self._dirty = True
+
+    def _wait_for_runs(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for trial in self.trials:
+            if trial.run is not None:
+                trial.run.thread.join(max(deadline - time.monotonic(), 0.0))
+
+    # -- state on disk ------------------------------------------------------------------------
+    def _save(self, force: bool = False) -> None:
+        if not (force or (self._dirty and time.monotonic() - self._last_save > _SAVE_EVERY_S)):
+            return
+        state = {
+            "name": self.experiment.name,
+            "metric": self.metric,
+            "mode": self.mode,
+            "trainable": self.trainable_name,
+            "id_prefix": self.id_prefix,
+            "search_done": self._search_done,
+            "trials": [t.to_json() for t in self.trials],
+            "updated_at": time.time(),
+        }
+        try:
+            self.experiment.write_json(self.experiment.join(self.experiment.run_dir, EXPERIMENT_STATE), state)
+        except (TypeError, ValueError) as exc:
+            warnings.warn(f"the experiment state could not be saved as JSON ({exc}); Tuner.restore needs it.",
+                          stacklevel=2)
+        self._dirty, self._last_save = False, time.monotonic()
+
+
+def _sum(many: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in many:
+        for k, v in r.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def _short(config: dict[str, Any]) -> str:
+    text = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in flatten_config(config).items())
+    return "{" + (text if len(text) < 120 else text[:117] + "...") + "}"
+

@@ -1,0 +1,143 @@
+"""``ResultGrid``: every trial's ``Result``, with the best one and a table of all."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+from muster.exceptions import MusterError
+from muster.observe.tune_progress import flatten_config
+from muster.train.result import Result
+
+_SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
+
+
+class TrialError(MusterError):
+    """A trial's failure as read back from a restored experiment (the original exception is gone)."""
+
+
+class ResultGrid:
+    """The results of a ``Tuner.fit()``: one ``Result`` per trial, in trial order.
+
+    Supports ``len``, indexing and iteration. ``errors`` lists the failed
+    trials' errors.
+    """
+
+    def __init__(self, results: list[Result], experiment_path: str, metric: str | None, mode: str | None,
+                 trial_ids: list[str]):
+        self._results, self.experiment_path = results, experiment_path
+        self._metric, self._mode, self._ids = metric, mode, trial_ids
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def __getitem__(self, i: int) -> Result:
+        return self._results[i]
+
+    def __iter__(self) -> Iterator[Result]:
+        return iter(self._results)
+
+    def __repr__(self) -> str:
+        return f"ResultGrid<{len(self)} trials, {self.num_errors} errors, {self.experiment_path}>"
+
+    @property
+    def errors(self) -> list[BaseException]:
+        return [r.error for r in self._results if r.error is not None]
+
+    @property
+    def num_errors(self) -> int:
+        return len(self.errors)
+
+    @property
+    def num_terminated(self) -> int:
+        return sum(1 for r in self._results if r.error is None)
+
+    def get_best_result(
+        self, metric: str | None = None, mode: str | None = None, scope: str = "last", filter_nan_and_inf: bool = True
+    ) -> Result:
+        """The trial whose ``metric`` is best.
+
+        Args:
+            metric / mode: default to ``TuneConfig``'s.
+            scope: which of a trial's results count: ``"last"`` (default), ``"avg"``,
+                ``"last-5-avg"``, ``"last-10-avg"``, or ``"all"`` (its best ever).
+            filter_nan_and_inf: ignore NaN and infinite values.
+
+        Raises:
+            ValueError: no metric or mode, or no trial reported the metric.
+        """
+        metric, mode = metric or self._metric, mode or self._mode
+        if not metric or mode not in ("min", "max"):
+            raise ValueError(
+                f"get_best_result(metric={metric!r}, mode={mode!r}): name the metric and mode ('min' or 'max') "
+                "here or in TuneConfig(metric=..., mode=...)."
+            )
+        if scope not in _SCOPES:
+            raise ValueError(f"get_best_result(scope={scope!r}): use one of {', '.join(_SCOPES)}.")
+        scored = []
+        for r in self._results:
+            value = _score(_values(r, metric), scope, mode, filter_nan_and_inf)
+            if value is not None:
+                scored.append((value, r))
+        if not scored:
+            reported = sorted({k for r in self._results for k in (r.metrics or {})})
+            raise ValueError(
+                f"get_best_result: no trial reported {metric!r}"
+                + (" with a finite value" if filter_nan_and_inf else "")
+                + f". Reported metrics: {reported or 'none'}."
+            )
+        pick = min if mode == "min" else max
+        return pick(scored, key=lambda x: x[0])[1]
+
+    def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> Any:
+        """A pandas DataFrame, one row per trial: its last result (or its best by
+        ``filter_metric``/``filter_mode``), its ``config/...`` columns, ``trial_id`` and ``path``."""
+        import pandas as pd
+
+        if (filter_metric is None) != (filter_mode is None):
+            raise ValueError("get_dataframe: pass both filter_metric and filter_mode, or neither.")
+        rows = []
+        for r, trial_id in zip(self._results, self._ids):
+            reports = _lead_reports(r)
+            row: dict[str, Any] = dict(reports[-1]) if reports else {}
+            if filter_metric and reports:
+                values = [x for x in reports if isinstance(x.get(filter_metric), (int, float))]
+                if values:
+                    pick = min if filter_mode == "min" else max
+                    row = dict(pick(values, key=lambda x: x[filter_metric]))
+            row = {k: v for k, v in row.items() if not k.startswith("_")}
+            row.update({f"config/{k}": v for k, v in flatten_config(r.config or {}).items()})
+            row["trial_id"], row["path"] = trial_id, r.path
+            if r.error is not None:
+                row["error"] = str(r.error)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def _lead_reports(r: Result) -> list[dict[str, Any]]:
+    ranks = [x.get("_rank") for x in r.all_reports if x.get("_rank") is not None]
+    lead = min(ranks) if ranks else None
+    return [x for x in r.all_reports if x.get("_rank") == lead]
+
+
+def _values(r: Result, metric: str) -> list[float]:
+    out = []
+    for x in _lead_reports(r):
+        v = x.get(metric)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append(float(v))
+    return out
+
+
+def _score(values: list[float], scope: str, mode: str, finite_only: bool) -> float | None:
+    if finite_only:
+        values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return None
+    if scope == "last":
+        return values[-1]
+    if scope == "all":
+        return min(values) if mode == "min" else max(values)
+    window = {"avg": len(values), "last-5-avg": 5, "last-10-avg": 10}[scope]
+    tail = values[-window:]
+    return sum(tail) / len(tail)

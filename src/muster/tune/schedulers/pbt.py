@@ -1,0 +1,164 @@
+"""Population-based training (Jaderberg et al., 2017).
+
+Every ``perturbation_interval`` (in ``time_attr`` units) a trial is ranked
+against the population.  A trial in the bottom ``quantile_fraction``
+*exploits*: it is stopped and restarted from the latest checkpoint of a
+trial in the top quantile, with that trial's config *explored* -- each
+mutated hyperparameter resampled (with ``resample_probability``) or nudged
+(continuous values times one of ``perturbation_factors``; list values to a
+neighbour).  Trials must report checkpoints for this to work.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from muster.tune.schedulers.trial_scheduler import TrialScheduler
+from muster.tune.search.sample import Categorical, Domain
+
+if TYPE_CHECKING:
+    from muster.tune.trial import Trial
+
+
+@dataclass
+class _State:
+    last_score: float | None = None
+    last_perturbed: float = 0.0
+
+
+class PopulationBasedTraining(TrialScheduler):
+    """Args:
+        time_attr: the result field that measures progress.
+        metric / mode: what to optimise (or set them on TuneConfig).
+        perturbation_interval: how often (in ``time_attr``) a trial is ranked.
+        burn_in_period: no ranking before this much ``time_attr``.
+        hyperparam_mutations: ``{key: domain | list | function | nested dict}``.
+        quantile_fraction: the top and bottom fraction compared (<= 0.5).
+        resample_probability: chance of redrawing a value instead of nudging it.
+        perturbation_factors: what a continuous value is multiplied by.
+        custom_explore_fn: ``config -> config``, applied after the mutations.
+        seed: for reproducible exploration.
+    """
+
+    def __init__(
+        self,
+        time_attr: str = "time_total_s",
+        metric: str | None = None,
+        mode: str | None = None,
+        perturbation_interval: float = 60.0,
+        burn_in_period: float = 0.0,
+        hyperparam_mutations: dict[str, Any] | None = None,
+        quantile_fraction: float = 0.25,
+        resample_probability: float = 0.25,
+        perturbation_factors: tuple[float, float] = (1.2, 0.8),
+        custom_explore_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        log_config: bool = True,
+        require_attrs: bool = True,
+        synch: bool = False,
+        seed: int | None = None,
+    ):
+        super().__init__(metric, mode)
+        if not hyperparam_mutations and custom_explore_fn is None:
+            raise ValueError(
+                "PopulationBasedTraining needs hyperparam_mutations (e.g. {'lr': tune.loguniform(1e-4, 1e-1)}) "
+                "or a custom_explore_fn to explore new configs."
+            )
+        if not 0 < quantile_fraction <= 0.5:
+            raise ValueError(f"PopulationBasedTraining(quantile_fraction={quantile_fraction!r}): use 0 < q <= 0.5.")
+        if not perturbation_interval > 0:
+            raise ValueError(f"PopulationBasedTraining(perturbation_interval={perturbation_interval!r}): use a number > 0.")
+        if synch:
+            raise ValueError(
+                "PopulationBasedTraining(synch=True) is not supported in muster; the asynchronous version "
+                "(synch=False) is, and it keeps every worker busy."
+            )
+        self.time_attr, self.interval, self.burn_in = time_attr, perturbation_interval, burn_in_period
+        self.mutations = hyperparam_mutations or {}
+        self.quantile_fraction, self.resample_probability = quantile_fraction, resample_probability
+        self.factors, self.explore_fn, self.require_attrs = perturbation_factors, custom_explore_fn, require_attrs
+        self.rng = random.Random(seed)
+        self._state: dict[str, _State] = {}
+        self.num_perturbations = 0
+        self._warned = False
+
+    def on_trial_add(self, controller: Any, trial: "Trial") -> None:
+        self._state.setdefault(trial.trial_id, _State())
+
+    def on_trial_result(self, controller: Any, trial: "Trial", result: dict[str, Any]) -> str:
+        self._require_metric()
+        t, score = result.get(self.time_attr), self._score(result)
+        if not isinstance(t, (int, float)) or score is None:
+            if self.require_attrs:
+                raise ValueError(
+                    f"PopulationBasedTraining: trial {trial.trial_id} reported {sorted(result)} without "
+                    f"{self.time_attr!r} or {self.metric!r}; report both, or pass require_attrs=False."
+                )
+            return self.CONTINUE
+        state = self._state.setdefault(trial.trial_id, _State())
+        state.last_score = score
+        if t < self.burn_in or t - state.last_perturbed < self.interval:
+            return self.CONTINUE
+        state.last_perturbed = t
+        lower, upper = self._quantiles(controller)
+        if trial.trial_id not in {x.trial_id for x in lower}:
+            return self.CONTINUE
+        donors = [d for d in upper if controller.latest_checkpoint(d) is not None]
+        if not donors:
+            if not self._warned:
+                warnings.warn(
+                    "PopulationBasedTraining: no top trial has a checkpoint to clone yet; report a checkpoint "
+                    "with tune.report(metrics, checkpoint=...) for PBT to exploit.",
+                    stacklevel=2,
+                )
+                self._warned = True
+            return self.CONTINUE
+        donor = self.rng.choice(donors)
+        new_config = self.explore(donor.config)
+        trial.restart_plan = (new_config, controller.latest_checkpoint(donor), donor.trial_id)
+        self.num_perturbations += 1
+        return self.PAUSE
+
+    def _quantiles(self, controller: Any) -> tuple[list["Trial"], list["Trial"]]:
+        scored = [
+            t for t in controller.live_trials()
+            if self._state.get(t.trial_id, _State()).last_score is not None
+        ]
+        if len(scored) < 2:
+            return [], []
+        scored.sort(key=lambda t: self._state[t.trial_id].last_score)  # type: ignore[arg-type, return-value]
+        n = min(max(1, math.ceil(len(scored) * self.quantile_fraction)), len(scored) // 2)
+        return scored[:n], scored[-n:]
+
+    def explore(self, config: dict[str, Any]) -> dict[str, Any]:
+        """A mutated copy of ``config``."""
+        out = self._mutate(copy.deepcopy(config), self.mutations)
+        return self.explore_fn(out) if self.explore_fn else out
+
+    def _mutate(self, config: dict[str, Any], mutations: dict[str, Any]) -> dict[str, Any]:
+        for key, spec in mutations.items():
+            if isinstance(spec, dict):
+                config[key] = self._mutate(dict(config.get(key) or {}), spec)
+                continue
+            current = config.get(key)
+            resample = self.rng.random() < self.resample_probability
+            if isinstance(spec, (list, tuple)) or isinstance(spec, Categorical):
+                values = list(spec.categories if isinstance(spec, Categorical) else spec)
+                if resample or current not in values:
+                    config[key] = self.rng.choice(values)
+                else:
+                    i = values.index(current) + self.rng.choice((-1, 1))
+                    config[key] = values[min(max(i, 0), len(values) - 1)]
+            elif resample or not isinstance(current, (int, float)):
+                config[key] = spec.sample(self.rng) if isinstance(spec, Domain) else spec()
+            else:
+                nudged = current * self.rng.choice(self.factors)
+                config[key] = int(nudged) if isinstance(current, int) and not isinstance(current, bool) else nudged
+        return config
+
+    def debug_string(self) -> str:
+        return f"PopulationBasedTraining: {self.num_perturbations} perturbations"

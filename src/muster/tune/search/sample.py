@@ -1,0 +1,207 @@
+"""Search-space primitives: Ray Tune's names (``tune.uniform``, ``tune.choice``, ...).
+
+A *domain* describes where a hyperparameter's values come from and draws one
+with ``sample(rng)``.  ``grid_search`` is not a domain: it marks a list whose
+every value is tried (``{"grid_search": [...]}``, as in Ray).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, Callable, Sequence
+
+
+class Domain:
+    """A set of values to draw a hyperparameter from."""
+
+    def sample(self, rng: random.Random, spec: Any = None) -> Any:
+        raise NotImplementedError
+
+    def is_grid(self) -> bool:
+        return False
+
+
+class Float(Domain):
+    def __init__(self, lower: float, upper: float, *, log_base: float | None = None, q: float | None = None):
+        _check_range("uniform" if log_base is None else "loguniform", lower, upper)
+        if log_base is not None and lower <= 0:
+            raise ValueError(
+                f"loguniform(lower={lower!r}, upper={upper!r}): a log scale needs lower > 0, e.g. loguniform(1e-5, 1e-1)."
+            )
+        _check_q(q)
+        self.lower, self.upper, self.log_base, self.q = float(lower), float(upper), log_base, q
+
+    def sample(self, rng: random.Random, spec: Any = None) -> float:
+        if self.log_base is None:
+            value = rng.uniform(self.lower, self.upper)
+        else:
+            b = math.log(self.log_base)
+            value = math.exp(rng.uniform(math.log(self.lower) / b, math.log(self.upper) / b) * b)
+        return _quantize(value, self.q, self.lower, self.upper) if self.q else value
+
+    def __repr__(self) -> str:
+        kind = "uniform" if self.log_base is None else "loguniform"
+        return f"{'q' if self.q else ''}{kind}({self.lower}, {self.upper}{f', q={self.q}' if self.q else ''})"
+
+
+class Normal(Domain):
+    def __init__(self, mean: float = 0.0, sd: float = 1.0, q: float | None = None):
+        if not sd > 0:
+            raise ValueError(f"randn(mean={mean!r}, sd={sd!r}): sd must be > 0.")
+        _check_q(q)
+        self.mean, self.sd, self.q = float(mean), float(sd), q
+
+    def sample(self, rng: random.Random, spec: Any = None) -> float:
+        value = rng.gauss(self.mean, self.sd)
+        return round(value / self.q) * self.q if self.q else value
+
+    def __repr__(self) -> str:
+        return f"randn({self.mean}, {self.sd})"
+
+
+class Integer(Domain):
+    """Integers in ``[lower, upper)`` (``randint``) or, with ``q``, multiples of ``q`` in ``[lower, upper]``."""
+
+    def __init__(self, lower: int, upper: int, *, q: int | None = None, log: bool = False, inclusive: bool = False):
+        for name, v in (("lower", lower), ("upper", upper)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"randint({name}={v!r}): bounds must be integers.")
+        if upper < lower or (upper == lower and not inclusive):
+            raise ValueError(
+                f"randint(lower={lower}, upper={upper}): need lower < upper (upper is excluded for randint, "
+                "included for qrandint)."
+            )
+        if log and lower <= 0:
+            raise ValueError(f"lograndint(lower={lower}, upper={upper}): a log scale needs lower > 0.")
+        if q is not None and (isinstance(q, bool) or not isinstance(q, int) or q < 1):
+            raise ValueError(f"qrandint(q={q!r}): q must be an integer >= 1.")
+        self.lower, self.upper, self.q, self.log, self.inclusive = lower, upper, q, log, inclusive
+
+    def sample(self, rng: random.Random, spec: Any = None) -> int:
+        hi = self.upper if self.inclusive else self.upper - 1
+        if self.log:
+            value = int(math.exp(rng.uniform(math.log(self.lower), math.log(hi + 1))))
+            value = min(max(value, self.lower), hi)
+        else:
+            value = rng.randint(self.lower, hi)
+        if self.q:
+            value = int(_quantize(value, self.q, self.lower, hi))
+        return value
+
+    def __repr__(self) -> str:
+        return f"randint({self.lower}, {self.upper}{f', q={self.q}' if self.q else ''})"
+
+
+class Categorical(Domain):
+    def __init__(self, categories: Sequence[Any]):
+        if isinstance(categories, (str, bytes)) or not isinstance(categories, Sequence) or not categories:
+            raise ValueError(f"choice({categories!r}): pass a non-empty list, e.g. choice([16, 32, 64]).")
+        self.categories = list(categories)
+
+    def sample(self, rng: random.Random, spec: Any = None) -> Any:
+        return self.categories[rng.randrange(len(self.categories))]
+
+    def __repr__(self) -> str:
+        return f"choice({self.categories!r})"
+
+
+class Function(Domain):
+    """``sample_from(fn)``: ``fn(spec)`` computes the value; ``spec.config`` holds the other values."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        if not callable(fn):
+            raise ValueError(f"sample_from({fn!r}): pass a function, e.g. sample_from(lambda spec: 2 ** 4).")
+        self.fn = fn
+
+    def sample(self, rng: random.Random, spec: Any = None) -> Any:
+        try:
+            return self.fn(spec)
+        except TypeError:
+            return self.fn()
+
+    def __repr__(self) -> str:
+        return f"sample_from({getattr(self.fn, '__name__', self.fn)})"
+
+
+def _check_range(name: str, lower: float, upper: float) -> None:
+    if not (isinstance(lower, (int, float)) and isinstance(upper, (int, float))) or not lower < upper:
+        raise ValueError(f"{name}(lower={lower!r}, upper={upper!r}): need two numbers with lower < upper.")
+
+
+def _check_q(q: float | None) -> None:
+    if q is not None and not (isinstance(q, (int, float)) and q > 0):
+        raise ValueError(f"q={q!r}: the quantization step must be a number > 0.")
+
+
+def _quantize(value: float, q: float, lower: float, upper: float) -> float:
+    out = round(value / q) * q
+    # rounding may step outside the bounds; step back inside
+    while out > upper:
+        out -= q
+    while out < lower:
+        out += q
+    return round(out, 12) if isinstance(q, float) else out
+
+
+# -- the public constructors -------------------------------------------------------
+def uniform(lower: float, upper: float) -> Float:
+    """A float drawn uniformly from ``[lower, upper]``."""
+    return Float(lower, upper)
+
+
+def quniform(lower: float, upper: float, q: float) -> Float:
+    """``uniform`` rounded to a multiple of ``q``."""
+    return Float(lower, upper, q=q)
+
+
+def loguniform(lower: float, upper: float, base: float = 10) -> Float:
+    """A float whose logarithm is uniform in ``[log lower, log upper]``."""
+    return Float(lower, upper, log_base=base)
+
+
+def qloguniform(lower: float, upper: float, q: float, base: float = 10) -> Float:
+    """``loguniform`` rounded to a multiple of ``q``."""
+    return Float(lower, upper, log_base=base, q=q)
+
+
+def randn(mean: float = 0.0, sd: float = 1.0) -> Normal:
+    """A float from the normal distribution."""
+    return Normal(mean, sd)
+
+
+def qrandn(mean: float, sd: float, q: float) -> Normal:
+    """``randn`` rounded to a multiple of ``q``."""
+    return Normal(mean, sd, q)
+
+
+def randint(lower: int, upper: int) -> Integer:
+    """An integer in ``[lower, upper)`` (upper excluded, like ``random.randrange``)."""
+    return Integer(lower, upper)
+
+
+def qrandint(lower: int, upper: int, q: int = 1) -> Integer:
+    """A multiple of ``q`` in ``[lower, upper]`` (upper included)."""
+    return Integer(lower, upper, q=q, inclusive=True)
+
+
+def lograndint(lower: int, upper: int) -> Integer:
+    """An integer in ``[lower, upper)`` drawn on a log scale."""
+    return Integer(lower, upper, log=True)
+
+
+def choice(categories: Sequence[Any]) -> Categorical:
+    """One of ``categories``, each equally likely."""
+    return Categorical(categories)
+
+
+def sample_from(fn: Callable[..., Any]) -> Function:
+    """A value computed by ``fn(spec)``, where ``spec.config`` is the trial's config so far."""
+    return Function(fn)
+
+
+def grid_search(values: Sequence[Any]) -> dict[str, list[Any]]:
+    """Try every value: the grid's points are crossed with the other grids and repeated ``num_samples`` times."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+        raise ValueError(f"grid_search({values!r}): pass a non-empty list, e.g. grid_search([0.1, 0.01]).")
+    return {"grid_search": list(values)}

@@ -1,0 +1,161 @@
+"""Turning a ``param_space`` into trial configs: grids crossed, domains sampled.
+
+``BasicVariantGenerator`` is the default search algorithm (random search plus
+grid search, as in Ray): every grid point is tried ``num_samples`` times, and
+each time the random domains are drawn afresh.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import random
+from typing import Any, Iterator
+
+from muster.tune.search.sample import Domain, Function
+
+Path = tuple[Any, ...]
+FINISHED = "FINISHED"
+
+
+class _Spec(dict):
+    """The argument of a ``sample_from`` function: ``spec.config.lr`` and ``spec["config"]["lr"]`` both work."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = self[name]
+        except KeyError:
+            raise AttributeError(
+                f"spec.{name}: the trial config has no key {name!r} (yet: values are resolved in order, "
+                "and sample_from runs after every other domain)."
+            ) from None
+        return _Spec(value) if isinstance(value, dict) else value
+
+
+def _walk(space: Any, path: Path = ()) -> Iterator[tuple[Path, Any]]:
+    """Every leaf that is a grid or a domain, with its path of keys."""
+    if isinstance(space, dict):
+        if set(space) == {"grid_search"}:
+            yield path, space
+            return
+        for key, value in space.items():
+            yield from _walk(value, (*path, key))
+    elif isinstance(space, Domain):
+        yield path, space
+    elif isinstance(space, (list, tuple)):
+        for i, value in enumerate(space):
+            yield from _walk(value, (*path, i))
+
+
+def _set(config: Any, path: Path, value: Any) -> None:
+    for key in path[:-1]:
+        config = config[key]
+    config[path[-1]] = value
+
+
+def grid_points(space: dict[str, Any]) -> list[dict[Path, Any]]:
+    """The cartesian product of every ``grid_search`` in ``space`` (one empty point without any)."""
+    grids = [(path, leaf["grid_search"]) for path, leaf in _walk(space) if isinstance(leaf, dict)]
+    if not grids:
+        return [{}]
+    paths = [p for p, _ in grids]
+    return [dict(zip(paths, values)) for values in itertools.product(*(v for _, v in grids))]
+
+
+def resolve(space: dict[str, Any], point: dict[Path, Any], rng: random.Random) -> dict[str, Any]:
+    """One concrete config: the grid ``point`` filled in, every domain drawn."""
+    config = _unlist(copy.deepcopy(space))
+    for path, value in point.items():
+        _set(config, path, value)
+    later = []
+    for path, leaf in list(_walk(config)):
+        if isinstance(leaf, Function):
+            later.append((path, leaf))
+        elif isinstance(leaf, Domain):
+            _set(config, path, leaf.sample(rng))
+    for path, leaf in later:
+        _set(config, path, leaf.sample(rng, _Spec(config=config)))
+    return config
+
+
+def _unlist(space: Any) -> Any:
+    """Tuples become lists so a path can be assigned into them."""
+    if isinstance(space, dict):
+        return {k: _unlist(v) for k, v in space.items()}
+    if isinstance(space, tuple):
+        return [_unlist(v) for v in space]
+    if isinstance(space, list):
+        return [_unlist(v) for v in space]
+    return space
+
+
+def has_search_space(space: Any) -> bool:
+    return any(True for _ in _walk(space))
+
+
+class BasicVariantGenerator:
+    """Grid search crossed with random search; Ray's default search algorithm.
+
+    Args:
+        points_to_evaluate: configs (complete or partial) to try first; a
+            partial one has its missing keys drawn from the space.
+        max_concurrent: at most this many of its trials at once (0: no limit).
+        random_state: a seed (or ``random.Random``) for reproducible draws.
+    """
+
+    def __init__(
+        self,
+        points_to_evaluate: list[dict[str, Any]] | None = None,
+        max_concurrent: int = 0,
+        random_state: int | random.Random | None = None,
+    ):
+        if points_to_evaluate is not None and not all(isinstance(p, dict) for p in points_to_evaluate):
+            raise ValueError(
+                f"BasicVariantGenerator(points_to_evaluate={points_to_evaluate!r}): pass a list of config dicts."
+            )
+        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 0:
+            raise ValueError(f"BasicVariantGenerator(max_concurrent={max_concurrent!r}): use an integer >= 0.")
+        self.points_to_evaluate = list(points_to_evaluate or [])
+        self.max_concurrent = max_concurrent
+        self.rng = random_state if isinstance(random_state, random.Random) else random.Random(random_state)
+        self._queue: list[tuple[dict[Path, Any], dict[str, Any] | None]] = []
+        self._space: dict[str, Any] = {}
+        self._live: set[str] = set()
+        self.total = 0
+
+    def setup(self, space: dict[str, Any], num_samples: int, skip: int = 0) -> None:
+        """Plan ``num_samples`` passes over the grid; ``skip`` variants already made (a restored run)."""
+        self._space = space
+        points = grid_points(space)
+        plan: list[tuple[dict[Path, Any], dict[str, Any] | None]] = [({}, p) for p in self.points_to_evaluate]
+        plan += [(point, None) for _ in range(num_samples) for point in points]
+        self.total = len(plan)
+        self._queue = plan[skip:]
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if not self._queue:
+            return FINISHED
+        if self.max_concurrent and len(self._live) >= self.max_concurrent:
+            return None
+        point, given = self._queue.pop(0)
+        config = resolve(self._space, point, self.rng)
+        if given is not None:
+            config = _overlay(config, given)
+        self._live.add(trial_id)
+        return config
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        pass
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        self._live.discard(trial_id)
+
+
+def _overlay(base: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in given.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _overlay(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,113 @@
+"""``TuneConfig``, ``with_resources`` and ``with_parameters``: Ray Tune's names and fields."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from muster.core import resources as res
+
+
+@dataclass(kw_only=True)
+class TuneConfig:
+    """How the search runs.
+
+    Args:
+        metric / mode: what "best" means (``mode``: "min" or "max"); passed on
+            to the scheduler and search algorithm unless they have their own.
+        search_alg: default ``BasicVariantGenerator`` (grid and random search).
+        scheduler: default ``FIFOScheduler`` (no early stopping).
+        num_samples: how many times the param_space is sampled (each grid
+            point is tried this many times).
+        max_concurrent_trials: cap on trials running at once (default: as
+            many as the resources hold).
+        time_budget_s: stop every trial after this many seconds.
+        reuse_actors: accepted for Ray compatibility; muster trials start in
+            milliseconds from its forked workers, so there is nothing to reuse.
+        trial_name_creator / trial_dirname_creator: not supported (raise).
+    """
+
+    metric: str | None = None
+    mode: str | None = None
+    search_alg: Any = None
+    scheduler: Any = None
+    num_samples: int = 1
+    max_concurrent_trials: int | None = None
+    time_budget_s: float | None = None
+    reuse_actors: bool | None = None
+    trial_name_creator: Callable[..., str] | None = None
+    trial_dirname_creator: Callable[..., str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in (None, "min", "max"):
+            raise ValueError(f"TuneConfig(mode={self.mode!r}): use 'min' or 'max'.")
+        if self.mode is not None and self.metric is None:
+            raise ValueError(f"TuneConfig(mode={self.mode!r}) without a metric: pass metric='loss' (say) as well.")
+        if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) or self.num_samples == 0 \
+                or self.num_samples < -1:
+            raise ValueError(f"TuneConfig(num_samples={self.num_samples!r}): use an integer >= 1.")
+        if self.num_samples == -1:
+            raise ValueError(
+                "TuneConfig(num_samples=-1) (sample forever) needs a stopping condition muster does not have; "
+                "pass a number of samples, with time_budget_s to bound the time."
+            )
+        if self.max_concurrent_trials is not None and (
+            isinstance(self.max_concurrent_trials, bool) or not isinstance(self.max_concurrent_trials, int)
+            or self.max_concurrent_trials < 1
+        ):
+            raise ValueError(f"TuneConfig(max_concurrent_trials={self.max_concurrent_trials!r}): use an integer >= 1.")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise ValueError(f"TuneConfig(time_budget_s={self.time_budget_s!r}): use a number of seconds > 0.")
+        if self.trial_name_creator is not None or self.trial_dirname_creator is not None:
+            raise ValueError(
+                "TuneConfig(trial_name_creator/trial_dirname_creator) is not supported: trial folders are named "
+                "<trainable>_<trial_id> so that Tuner.restore can find them. Leave them unset."
+            )
+
+
+def _resources(spec: Any) -> dict[str, float]:
+    """``{"cpu": 2, "gpu": 1, "custom": 1}`` (Ray's lowercase keys accepted) as engine resources."""
+    if not isinstance(spec, dict):
+        raise ValueError(
+            f"tune.with_resources(trainable, {spec!r}): pass a dict such as {{'cpu': 2, 'gpu': 1}}. "
+            "For a TorchTrainer, set its ScalingConfig instead."
+        )
+    names = {"cpu": "CPU", "gpu": "GPU", "memory": "memory"}
+    mapped = {names.get(k.lower(), k) if isinstance(k, str) else k: v for k, v in spec.items()}
+    return res.normalize(mapped, what="tune.with_resources")
+
+
+def with_resources(trainable: Callable[..., Any], resources: dict[str, float]) -> Callable[..., Any]:
+    """The same function trainable, asking for ``resources`` per trial (default 1 CPU)."""
+    if not callable(trainable):
+        raise TypeError(f"tune.with_resources({trainable!r}, ...): pass the trainable function.")
+    wanted = _resources(resources)
+
+    @functools.wraps(trainable)
+    def wrapped(config: dict[str, Any], **kwargs: Any) -> Any:
+        return trainable(config, **kwargs)
+
+    wrapped._muster_resources = wanted  # type: ignore[attr-defined]
+    wrapped._muster_parameters = getattr(trainable, "_muster_parameters", {})  # type: ignore[attr-defined]
+    return wrapped
+
+
+def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
+    """The same function trainable, called as ``trainable(config, **kwargs)``.
+
+    The values are sent to each trial's worker once per trial (large ones,
+    such as datasets, are shared through the engine's shared-memory transport).
+    """
+    if not callable(trainable):
+        raise TypeError(f"tune.with_parameters({trainable!r}, ...): pass the trainable function.")
+
+    @functools.wraps(trainable)
+    def wrapped(config: dict[str, Any], **more: Any) -> Any:
+        return trainable(config, **more)
+
+    wrapped._muster_parameters = {**getattr(trainable, "_muster_parameters", {}), **kwargs}  # type: ignore[attr-defined]
+    resources = getattr(trainable, "_muster_resources", None)
+    if resources is not None:
+        wrapped._muster_resources = resources  # type: ignore[attr-defined]
+    return wrapped

@@ -1,0 +1,306 @@
+"""``Tuner``: run a hyperparameter search over a trainable.
+
+The trainable is a function (``def train_fn(config): ... tune.report(...)``),
+a ``TorchTrainer`` (its ``train_loop_config`` is what the param_space
+fills in), or a function that builds and fits a ``TorchTrainer`` itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import re
+import secrets
+from typing import Any
+
+import cloudpickle
+
+from muster.core.api import get_runtime
+from muster.train._internal.backend import Backend
+from muster.train.config import RunConfig, ScalingConfig
+from muster.train.controller import _sigterm_as_interrupt
+from muster.train.result import Result
+from muster.train.storage import Storage
+from muster.train.trainer import DataParallelTrainer, _without_callbacks
+from muster.tune import trial as trial_mod
+from muster.tune.execution import EXPERIMENT_STATE, TuneController
+from muster.tune.result_grid import ResultGrid, TrialError
+from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
+from muster.tune.search.searcher import SearchGenerator, Searcher
+from muster.tune.search.variant_generator import BasicVariantGenerator
+from muster.tune.session import FunctionTrial
+from muster.tune.stopper import as_stopper
+from muster.tune.trial import RunPlan, Trial
+from muster.tune.tune_config import TuneConfig
+
+TUNER_FILE = "tuner.pkl"
+_TRAINER_ARGS = ("train_loop_config", "scaling_config")
+
+
+class Tuner:
+    """Runs trials of ``trainable`` over ``param_space``.
+
+    Args:
+        trainable: a function ``f(config)`` that calls ``tune.report``; a
+            ``TorchTrainer``; or a function that builds and fits a trainer.
+            Wrap a function with ``tune.with_resources`` to give each trial
+            more than 1 CPU.
+        param_space: the search space: nested dicts of constants, domains
+            (``tune.uniform(...)``...) and ``tune.grid_search([...])``. For a
+            trainer, put hyperparameters under ``"train_loop_config"`` (as in
+            Ray); keys that are not trainer arguments are put there for you.
+        tune_config: metric, mode, scheduler, search algorithm, samples.
+        run_config: the experiment's name and storage, the trials' checkpoint
+            and failure settings, and ``stop``.
+    """
+
+    def __init__(
+        self,
+        trainable: Any = None,
+        *,
+        param_space: dict[str, Any] | None = None,
+        tune_config: TuneConfig | None = None,
+        run_config: RunConfig | None = None,
+    ):
+        _check_trainable(trainable)
+        if param_space is not None and not isinstance(param_space, dict):
+            raise TypeError(f"Tuner(param_space={param_space!r}): pass a dict, e.g. {{'lr': tune.loguniform(1e-4, 1e-1)}}.")
+        if tune_config is not None and not isinstance(tune_config, TuneConfig):
+            raise TypeError(f"Tuner(tune_config={tune_config!r}): pass a muster.tune.TuneConfig.")
+        self.trainable = trainable
+        self.param_space = _trainer_space(trainable, param_space or {})
+        self.tune_config = tune_config or TuneConfig()
+        if run_config is None and isinstance(trainable, DataParallelTrainer):
+            run_config = copy.copy(trainable.run_config)
+            run_config.name = None
+        self.run_config = run_config or RunConfig()
+        self._restored: dict[str, Any] | None = None
+        self._path: str | None = None
+        get_runtime()  # start the engine now: its zygote imports torch while the caller goes on
+
+    # -- fit --------------------------------------------------------------------------------
+    def fit(self) -> ResultGrid:
+        """Run the search to the end; returns every trial's result (failed trials included).
+
+        Raises:
+            ResourcesUnavailableError: one trial needs more than the engine has.
+            ValueError: the experiment folder exists already (use ``Tuner.restore``).
+        """
+        storage = self._storage()
+        state_path = storage.join(storage.run_dir, EXPERIMENT_STATE)
+        if self._restored is None and storage.exists(state_path):
+            raise ValueError(
+                f"An experiment named {storage.name!r} already exists in {storage.storage_path}. Continue it with "
+                f"Tuner.restore({storage.uri!r}, trainable).fit(), or pick a new RunConfig(name=...)."
+            )
+        storage.makedirs(storage.run_dir)
+        with storage.fs.open(storage.join(storage.run_dir, TUNER_FILE), "wb") as f:
+            f.write(cloudpickle.dumps(self._saved()))
+        trials = [Trial.from_json(t) for t in (self._restored or {}).get("trials", [])]
+        tc = self.tune_config
+        scheduler = tc.scheduler or FIFOScheduler()
+        if not isinstance(scheduler, TrialScheduler):
+            raise TypeError(f"TuneConfig(scheduler={scheduler!r}): pass a muster.tune.schedulers scheduler.")
+        if not scheduler.set_search_properties(tc.metric, tc.mode):
+            raise ValueError(
+                f"TuneConfig(metric={tc.metric!r}) differs from {type(scheduler).__name__}(metric="
+                f"{scheduler.metric!r}); set the metric in one place."
+            )
+        searcher = _search_generator(tc.search_alg, tc.metric, tc.mode, self.param_space)
+        searcher.setup(self.param_space, tc.num_samples, skip=len(trials))
+        name = _trainable_name(self.trainable)
+        controller = TuneController(
+            storage, trials, self._make_plan, name, searcher, scheduler, as_stopper(self.run_config.stop),
+            tc.metric, tc.mode, tc.max_concurrent_trials, tc.time_budget_s, self.run_config.verbose,
+            (self._restored or {}).get("id_prefix") or secrets.token_hex(3)[:5],
+            self.run_config.resolved_storage_path(),
+        )
+        if (self._restored or {}).get("search_done"):
+            controller._search_done = True
+        _replay(scheduler, controller, trials)
+        restore_sigterm = _sigterm_as_interrupt()
+        try:
+            controller.run()
+        finally:
+            restore_sigterm()
+        return _grid(storage, controller.trials, controller.errors, tc.metric, tc.mode)
+
+    def get_results(self) -> ResultGrid:
+        """The results of this (restored) experiment as they are on disk, without running anything."""
+        storage = self._storage()
+        state = storage.read_json(storage.join(storage.run_dir, EXPERIMENT_STATE))
+        return _grid(storage, [Trial.from_json(t) for t in state["trials"]], {}, state.get("metric"), state.get("mode"))
+
+    def _storage(self) -> Storage:
+        if self._path is not None:
+            parent, name = self._path.rstrip("/").rsplit("/", 1)
+            return Storage(parent, name, self.run_config.storage_filesystem)
+        if self.run_config.name is None:
+            stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+            self.run_config.name = f"{_trainable_name(self.trainable)}_{stamp}_{secrets.token_hex(2)}"
+        self._path = Storage(self.run_config.resolved_storage_path(), self.run_config.name).uri
+        return Storage(self.run_config.resolved_storage_path(), self.run_config.name, self.run_config.storage_filesystem)
+
+    def _make_plan(self, trial: Trial, config: dict[str, Any]) -> RunPlan:
+        trainable, rc = self.trainable, self.run_config
+        if isinstance(trainable, DataParallelTrainer):
+            loop_config = {**(trainable.train_loop_config or {}), **(config.get("train_loop_config") or {})}
+            scaling = config.get("scaling_config") or trainable.scaling_config
+            if isinstance(scaling, dict):
+                scaling = ScalingConfig(**scaling)
+            return RunPlan(trainable.train_loop_per_worker, loop_config, scaling, trainable.backend_config, rc)
+        resources = getattr(trainable, "_muster_resources", None) or {"CPU": 1.0}
+        info = {
+            "trial_id": trial.trial_id, "trial_name": trial.trial_name, "path": trial.path,
+            "resources": resources, "experiment": self.run_config.name,
+        }
+        fn = FunctionTrial(trainable, getattr(trainable, "_muster_parameters", {}), info)
+        scaling = ScalingConfig(num_workers=1, resources_per_worker=resources)
+        return RunPlan(fn, config, scaling, Backend(), rc)
+
+    def _saved(self) -> dict[str, Any]:
+        return {
+            "trainable": self.trainable,
+            "param_space": self.param_space,
+            "tune_config": self.tune_config,
+            "run_config": _without_callbacks(self.run_config),
+        }
+
+    # -- restore -------------------------------------------------------------------------------
+    @classmethod
+    def can_restore(cls, path: str) -> bool:
+        """Whether ``path`` holds an experiment ``Tuner.restore`` can continue."""
+        parent, name = path.rstrip("/").rsplit("/", 1)
+        storage = Storage(parent, name)
+        return storage.exists(storage.join(storage.run_dir, EXPERIMENT_STATE)) and storage.exists(
+            storage.join(storage.run_dir, TUNER_FILE)
+        )
+
+    @classmethod
+    def restore(
+        cls,
+        path: str,
+        trainable: Any = None,
+        *,
+        resume_unfinished: bool = True,
+        resume_errored: bool = False,
+        restart_errored: bool = False,
+        param_space: dict[str, Any] | None = None,
+        storage_filesystem: Any = None,
+    ) -> "Tuner":
+        """A Tuner that continues the experiment at ``path``.
+
+        Finished trials are not run again; trials that were running resume from
+        their latest checkpoint (``resume_unfinished``); failed ones stay failed
+        unless ``resume_errored`` (from their checkpoint) or ``restart_errored``
+        (from scratch).  Pass the ``trainable`` again (the saved one is used if
+        it can be unpickled).
+        """
+        if not cls.can_restore(path):
+            raise ValueError(
+                f"Tuner.restore({path!r}): no muster experiment there (expected {EXPERIMENT_STATE} and {TUNER_FILE}). "
+                "Pass the experiment folder, i.e. <storage_path>/<name>."
+            )
+        parent, name = path.rstrip("/").rsplit("/", 1)
+        storage = Storage(parent, name, storage_filesystem)
+        with storage.fs.open(storage.join(storage.run_dir, TUNER_FILE), "rb") as f:
+            saved = cloudpickle.loads(f.read())
+        state = storage.read_json(storage.join(storage.run_dir, EXPERIMENT_STATE))
+        tuner = cls.__new__(cls)
+        tuner.trainable = trainable if trainable is not None else saved["trainable"]
+        _check_trainable(tuner.trainable)
+        tuner.param_space = param_space if param_space is not None else saved["param_space"]
+        tuner.tune_config, tuner.run_config = saved["tune_config"], saved["run_config"]
+        tuner.run_config.name = name
+        for t in state["trials"]:
+            if t["status"] in (trial_mod.RUNNING, trial_mod.PAUSED, trial_mod.PENDING):
+                t["status"] = trial_mod.PENDING if resume_unfinished else trial_mod.TERMINATED
+            elif t["status"] == trial_mod.ERROR and (resume_errored or restart_errored):
+                if restart_errored:
+                    storage.rm(storage.join(storage.run_dir, t["trial_name"]))
+                    t["last_result"], t["num_results"] = {}, 0
+                t["status"], t["error"] = trial_mod.PENDING, None
+        tuner._restored, tuner._path = state, storage.uri
+        get_runtime()
+        return tuner
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _check_trainable(trainable: Any) -> None:
+    if isinstance(trainable, DataParallelTrainer):
+        return
+    if isinstance(trainable, type):
+        raise TypeError(
+            f"Tuner({trainable.__name__}): class trainables (tune.Trainable) are not supported; pass a function "
+            "trainable(config) that calls tune.report(...), or a TorchTrainer."
+        )
+    if not callable(trainable):
+        raise TypeError(
+            f"Tuner(trainable={trainable!r}): pass a function trainable(config) that calls tune.report(...), "
+            "or a TorchTrainer."
+        )
+
+
+def _trainer_space(trainable: Any, space: dict[str, Any]) -> dict[str, Any]:
+    """For a trainer, hyperparameters given at the top level go under ``train_loop_config``."""
+    if not isinstance(trainable, DataParallelTrainer):
+        return space
+    loose = {k: v for k, v in space.items() if k not in _TRAINER_ARGS}
+    if not loose:
+        return space
+    out = {k: v for k, v in space.items() if k in _TRAINER_ARGS}
+    out["train_loop_config"] = {**loose, **(space.get("train_loop_config") or {})}
+    return out
+
+
+def _trainable_name(trainable: Any) -> str:
+    raw = type(trainable).__name__ if isinstance(trainable, DataParallelTrainer) else getattr(
+        trainable, "__name__", type(trainable).__name__
+    )
+    return re.sub(r"[^A-Za-z0-9_.=+-]", "", raw).lstrip("_.=+-") or "trainable"
+
+
+def _search_generator(search_alg: Any, metric: str | None, mode: str | None, space: dict[str, Any]) -> Any:
+    alg = search_alg or BasicVariantGenerator()
+    if isinstance(alg, BasicVariantGenerator):
+        return alg
+    if not isinstance(alg, Searcher):
+        raise TypeError(
+            f"TuneConfig(search_alg={alg!r}): pass a BasicVariantGenerator, a muster.tune.search.Searcher "
+            "(OptunaSearch, ...), or a ConcurrencyLimiter around one."
+        )
+    if not alg.set_search_properties(metric, mode, space):
+        raise ValueError(f"{type(alg).__name__} refused the search space or metric ({metric!r}, {mode!r}).")
+    return SearchGenerator(alg)
+
+
+def _replay(scheduler: TrialScheduler, controller: TuneController, trials: list[Trial]) -> None:
+    """A restored experiment: rebuild the scheduler's view from the trials' recorded results."""
+    rows = []
+    for trial in trials:
+        scheduler.on_trial_add(controller, trial)
+        try:
+            reports = Result.from_path(trial.path).all_reports
+        except ValueError:
+            continue
+        rows += [(r.get("timestamp", 0), trial, r) for r in reports if r.get("_rank") == 0]
+    for _, trial, row in sorted(rows, key=lambda x: x[0]):
+        scheduler.on_trial_result(controller, trial, {k: v for k, v in row.items() if not k.startswith("_")})
+    for trial in trials:
+        trial.restart_plan = None
+
+
+def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException], metric: str | None,
+          mode: str | None) -> ResultGrid:
+    results = []
+    for trial in trials:
+        try:
+            result = Result.from_path(trial.path)
+        except ValueError:
+            result = Result(metrics=None, checkpoint=None, path=trial.path)
+        result.config = trial.config
+        if trial.error is not None:
+            result.error = errors.get(trial.trial_id) or TrialError(trial.error)
+        results.append(result)
+    return ResultGrid(results, storage.uri, metric, mode, [t.trial_id for t in trials])
+
