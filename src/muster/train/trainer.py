@@ -9,7 +9,7 @@ import cloudpickle
 from muster.train._internal.backend import Backend
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
-from muster.train.controller import Controller
+from muster.train.controller import Controller, ControllerHooks
 from muster.train.result import Result
 from muster.train.run_state import RUN_STATE, TRAINER_FILE, RunRecord, default_name
 from muster.train.storage import Storage
@@ -77,6 +77,16 @@ class DataParallelTrainer:
             ResourcesUnavailableError: the engine can never hold this many workers.
             RunAlreadyFinishedError: a run with this name already finished in this storage.
         """
+        from muster.core import context as core_context
+
+        if core_context.in_worker():
+            # Inside a worker (a Tune trial that builds its own trainer, say): the driver runs it.
+            result: Result = core_context.send_event({"kind": "fit", "trainer": self}, wait=True)
+            return result
+        return self._controller().run()
+
+    def _controller(self, hooks: ControllerHooks | None = None, allow_finished: bool = False) -> Controller:
+        """The run's controller, ready to ``run()`` (Tune drives trainers through this)."""
         storage = self._storage()
         record = RunRecord(
             storage,
@@ -86,7 +96,7 @@ class DataParallelTrainer:
                 "checkpoint_config": vars(self.run_config.checkpoint_config),
             },
         )
-        previous = record.open(allow_finished=self._restore_path is not None)
+        previous = record.open(allow_finished=allow_finished or self._restore_path is not None)
         record.save_trainer(self)
         controller = Controller(
             self.train_loop_per_worker,
@@ -96,6 +106,7 @@ class DataParallelTrainer:
             self.backend_config,
             record,
             self.resume_from_checkpoint,
+            hooks,
         )
         if previous is not None:
             latest = storage.committed_rounds()
@@ -104,7 +115,7 @@ class DataParallelTrainer:
                 f"RESUMING run {storage.name!r} ({storage.uri}): previous status {previous.get('status')}, "
                 f"continuing from {where}."
             )
-        return controller.run()
+        return controller
 
     def _storage(self) -> Storage:
         if self._restore_path is not None:

@@ -25,7 +25,7 @@ from muster.train.checkpoint import Checkpoint
 from muster.train.storage import Storage
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
 from muster.tune.stopper import Stopper
-from muster.tune.trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, RunPlan, Trial, TrialRun
+from muster.tune.trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, RunPlan, Trial, TrialRun, latest_checkpoint
 
 EXPERIMENT_STATE = "experiment_state.json"
 _SAVE_EVERY_S = 1.0
@@ -68,9 +68,7 @@ class TuneController:
         return [t for t in self.trials if t.status in (RUNNING, PAUSED, PENDING)]
 
     def latest_checkpoint(self, trial: Trial) -> Checkpoint | None:
-        storage = self._trial_storage(trial)
-        rounds = storage.committed_rounds()
-        return Checkpoint(storage.checkpoint_dir(rounds[-1]), storage.fs) if rounds else None
+        return latest_checkpoint(self._trial_storage(trial))
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> None:

@@ -115,7 +115,7 @@ class ResultGrid:
 
 
 def _lead_reports(r: Result) -> list[dict[str, Any]]:
-    ranks = [x.get("_rank") for x in r.all_reports if x.get("_rank") is not None]
+    ranks = [int(x["_rank"]) for x in r.all_reports if x.get("_rank") is not None]
     lead = min(ranks) if ranks else None
     return [x for x in r.all_reports if x.get("_rank") == lead]
 

@@ -17,10 +17,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from muster.core.api import get_runtime
 from muster.core.resources import fmt
+from muster.core.runtime import ActorHandle
 from muster.train._internal.backend import Backend
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
@@ -30,6 +33,16 @@ from muster.train.run_state import RunRecord
 from muster.train.storage import Storage
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
+NESTED_RUN = "trainer"  # the run folder, inside a trial's, of a trainer its function fit
+
+
+def latest_checkpoint(storage: Storage) -> Checkpoint | None:
+    """A trial's latest committed checkpoint: its own, or its nested trainer's."""
+    for where in (storage, Storage(storage.uri, NESTED_RUN, storage.fs)):
+        rounds = where.committed_rounds()
+        if rounds:
+            return Checkpoint(where.checkpoint_dir(rounds[-1]), where.fs)
+    return None
 
 
 @dataclass
@@ -114,6 +127,7 @@ class TrialRun:
         self.trial, self.plan, self.storage, self.events = trial, plan, storage, events
         self.extra, self.start_from, self.time_offset = extra, start_from, time_offset
         self.controller: Controller | None = None
+        self.inner: Controller | None = None  # a trainer the trial's function built and fit
         self._started_wall = time.time()
         self._last_time: dict[int, float] = {}
         self._stop = threading.Event()
@@ -125,8 +139,9 @@ class TrialRun:
     def stop(self) -> None:
         """Kill the trial's workers; the run ends as STOPPED with its checkpoints kept."""
         self._stop.set()
-        if self.controller is not None:
-            self.controller.request_stop()
+        for controller in (self.inner, self.controller):
+            if controller is not None:
+                controller.request_stop()
 
     # -- on the trial's thread ----------------------------------------------------------
     def _main(self) -> None:
@@ -146,7 +161,9 @@ class TrialRun:
             )
             self.controller = Controller(
                 self.plan.train_fn, self.plan.train_config, self.plan.scaling, run_config, self.plan.backend, record,
-                hooks=ControllerHooks(on_metrics=self._add_tune_fields, start_from=self.start_from),
+                hooks=ControllerHooks(
+                    on_metrics=self._add_tune_fields, on_other_event=self._on_request, start_from=self.start_from
+                ),
             )
             if self._stop.is_set():
                 self.controller.request_stop()
@@ -167,12 +184,47 @@ class TrialRun:
         return out
 
 
+    def _on_request(self, handle: ActorHandle, payload: Any) -> Any:
+        """The trial's function called ``TorchTrainer(...).fit()``: run that trainer here, in the
+        driver, as part of this trial. Its rank 0's reports become the trial's results."""
+        if not (isinstance(payload, dict) and payload.get("kind") == "fit"):
+            raise ValueError(f"unknown request from a trial's worker: {payload!r}")
+        trainer = payload["trainer"]
+        rc = trainer.run_config
+        # Its run lives in the trial's folder, under a fixed name, so a restored trial resumes it.
+        rc.storage_path = rc.storage_path or self.storage.uri
+        rc.name = rc.name or NESTED_RUN
+        rc.storage_filesystem = rc.storage_filesystem or (self.storage.fs if rc.storage_path == self.storage.uri else None)
+        rc.verbose = 0
+        rc.callbacks = [*(rc.callbacks or []), _Forward(self, into=self.controller)]
+        inner = trainer._controller(ControllerHooks(on_metrics=self._add_tune_fields), allow_finished=True)
+        self.inner = inner
+        if self._stop.is_set():
+            inner.request_stop()
+        out: Future = Future()
+
+        def run() -> None:
+            try:
+                with get_runtime().blocked(handle):  # the waiting trial worker lends its CPUs to the gang
+                    out.set_result(inner.run())
+            except BaseException as exc:  # noqa: BLE001 - raised in the trial's function
+                out.set_exception(exc)
+
+        threading.Thread(target=run, name=f"muster-trial-{self.trial.trial_id}-fit", daemon=True).start()
+        return out
+
+
 class _Forward:
     """The RunConfig callback that hands rank 0's reports to the Tune controller."""
 
-    def __init__(self, run: TrialRun):
-        self.run = run
+    def __init__(self, run: TrialRun, into: Controller | None = None):
+        self.run, self.into = run, into
 
     def on_report(self, row: dict[str, Any]) -> None:
-        if row.get("_rank") == 0:
-            self.run.events.put(("result", self.run.trial, self.run, row))
+        if row.get("_rank") != 0:
+            return
+        if self.into is not None:
+            # a nested trainer's report: recorded as the trial's own too, so its Result has the metrics
+            metrics = {k: v for k, v in row.items() if not k.startswith("_") and k != "training_iteration"}
+            row = self.into.ledger.record(0, row["training_iteration"], metrics, None, row["timestamp"], 0)
+        self.run.events.put(("result", self.run.trial, self.run, row))

@@ -26,7 +26,7 @@ from muster.tune import trial as trial_mod
 from muster.tune.execution import EXPERIMENT_STATE, TuneController
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
-from muster.tune.search.searcher import SearchGenerator, Searcher
+from muster.tune.search.searcher import ConcurrencyLimiter, SearchGenerator, Searcher
 from muster.tune.search.variant_generator import BasicVariantGenerator
 from muster.tune.session import FunctionTrial
 from muster.tune.stopper import as_stopper
@@ -262,6 +262,9 @@ def _trainable_name(trainable: Any) -> str:
 
 def _search_generator(search_alg: Any, metric: str | None, mode: str | None, space: dict[str, Any]) -> Any:
     alg = search_alg or BasicVariantGenerator()
+    if isinstance(alg, ConcurrencyLimiter) and isinstance(alg.searcher, BasicVariantGenerator):
+        alg.searcher.max_concurrent = alg.max_concurrent
+        alg = alg.searcher
     if isinstance(alg, BasicVariantGenerator):
         return alg
     if not isinstance(alg, Searcher):
@@ -298,6 +301,10 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
             result = Result.from_path(trial.path)
         except ValueError:
             result = Result(metrics=None, checkpoint=None, path=trial.path)
+        nested = storage.join(trial.path, trial_mod.NESTED_RUN)
+        if result.checkpoint is None and storage.exists(nested):  # the trial's function fit a trainer
+            inner = Result.from_path(nested)
+            result.checkpoint, result.best_checkpoints = inner.checkpoint, inner.best_checkpoints
         result.config = trial.config
         if trial.error is not None:
             result.error = errors.get(trial.trial_id) or TrialError(trial.error)

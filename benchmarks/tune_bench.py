@@ -1,0 +1,155 @@
+"""Tune throughput and early stopping: muster vs Ray Tune, side by side, same machine.
+
+Two workloads, each run in a fresh process per framework (so engine start-up
+is counted, as a user sees it):
+
+* ``trivial``: N trials (default 64), each reporting 10 results and doing
+  nothing else -- the cost of a trial itself. Reported: wall time, trials/s.
+* ``asha``: 32 trials of a noisy learning curve, each iteration sleeping
+  ``--step-s`` (work), under FIFO and under ASHA (max_t 16, grace 1,
+  reduction 4). Reported: iterations run and wall time; early stopping pays
+  when wall time falls in proportion to the iterations cut.
+
+Both frameworks use their defaults (1 CPU per trial, as many trials at once as
+CPUs) unless ``--reuse-actors`` is given for Ray.
+
+    python benchmarks/tune_bench.py            # muster, and Ray when installed
+    python benchmarks/tune_bench.py --only muster
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# -- the trainables (the same code for both frameworks) ------------------------------
+def trivial(config):
+    report = _report(config["api"])
+    for i in range(10):
+        report({"score": config["x"] * (i + 1)})
+
+
+def curve(config):
+    """A learning curve whose final quality is set by ``q``, plus noise; ``step_s`` of work per step."""
+    import random
+
+    report = _report(config["api"])
+    rng = random.Random(config["seed"])
+    for i in range(1, 17):
+        time.sleep(config["step_s"])
+        report({"loss": config["q"] + 1.0 / i + rng.gauss(0, 0.02)})
+
+
+def _report(api):
+    if api == "ray":
+        from ray import tune as ray_tune
+
+        return ray_tune.report
+    from muster import tune
+
+    return tune.report
+
+
+# -- one measurement, in this process -------------------------------------------------
+def run_one(api: str, workload: str, samples: int, scheduler: str, step_s: float, reuse: bool) -> dict:
+    t0 = time.perf_counter()
+    if api == "ray":
+        import ray
+        from ray import tune as T
+
+        ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        RunConfig = T.RunConfig
+    else:
+        import muster
+        from muster import tune as T
+
+        muster.init()
+        RunConfig = T.RunConfig
+    storage = tempfile.mkdtemp(prefix=f"tune-bench-{api}-")
+    if workload == "trivial":
+        fn, space, metric, mode = trivial, {"x": T.uniform(0, 1)}, "score", "max"
+    else:
+        fn, metric, mode = curve, "loss", "min"
+        space = {"q": T.uniform(0.0, 1.0), "seed": T.randint(0, 10**6), "step_s": step_s}
+    space["api"] = api
+    sched = None
+    if scheduler == "asha":
+        sched = T.schedulers.ASHAScheduler(max_t=16, grace_period=1, reduction_factor=4)
+    kwargs = {"reuse_actors": True} if (api == "ray" and reuse) else {}
+    tuner = T.Tuner(
+        fn,
+        param_space=space,
+        tune_config=T.TuneConfig(num_samples=samples, metric=metric, mode=mode, scheduler=sched, **kwargs),
+        run_config=RunConfig(storage_path=storage, verbose=0),
+    )
+    t_fit = time.perf_counter()
+    grid = tuner.fit()
+    end = time.perf_counter()
+    iters = sum(int(r.metrics["training_iteration"]) for r in grid if r.metrics)
+    errors = sum(1 for r in grid if r.error is not None)
+    return {
+        "api": api, "workload": workload, "scheduler": scheduler, "trials": len(grid), "errors": errors,
+        "iterations": iters, "wall_s": end - t0, "fit_s": end - t_fit, "trials_per_s": len(grid) / (end - t0),
+        "reuse_actors": reuse,
+    }
+
+
+def _in_subprocess(args: list[str]) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", *args], capture_output=True, text=True, timeout=1800)
+    for line in reversed(out.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"benchmark run failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--api", default="muster")
+    ap.add_argument("--workload", default="trivial")
+    ap.add_argument("--scheduler", default="fifo")
+    ap.add_argument("--samples", type=int, default=64)
+    ap.add_argument("--step-s", type=float, default=0.1)
+    ap.add_argument("--reuse-actors", action="store_true")
+    ap.add_argument("--only", choices=["muster", "ray"])
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "tune_bench.json"))
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(run_one(a.api, a.workload, a.samples, a.scheduler, a.step_s, a.reuse_actors)), flush=True)
+        return
+    apis = [a.only] if a.only else ["muster", "ray"]
+    if "ray" in apis:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            apis.remove("ray")
+    plan = []
+    for api in apis:
+        plan.append([f"--api={api}", "--workload=trivial", f"--samples={a.samples}"])
+        if api == "ray":
+            plan.append([f"--api={api}", "--workload=trivial", f"--samples={a.samples}", "--reuse-actors"])
+        for sched in ("fifo", "asha"):
+            plan.append([f"--api={api}", "--workload=asha", "--samples=32", f"--scheduler={sched}",
+                         f"--step-s={a.step_s}"])
+    rows = []
+    for args in plan:
+        row = _in_subprocess(args)
+        rows.append(row)
+        print(f"{row['api']:7s} {row['workload']:8s} {row['scheduler']:5s} reuse={row['reuse_actors']!s:5s} "
+              f"trials={row['trials']:3d} errors={row['errors']} iters={row['iterations']:4d} "
+              f"wall={row['wall_s']:7.2f}s fit={row['fit_s']:7.2f}s trials/s={row['trials_per_s']:.2f}", flush=True)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

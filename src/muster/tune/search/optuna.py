@@ -1,0 +1,137 @@
+"""``OptunaSearch``: Optuna's samplers (TPE by default) as a Tune search algorithm.
+
+Needs ``pip install "muster[tune]"`` (it installs optuna).  The param_space's
+domains become Optuna distributions, asked for with Optuna's ask/tell
+interface; each trial's last result is told back when the trial ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from muster.tune.search.sample import Categorical, Domain, Float, Function, Integer, Normal
+from muster.tune.search.searcher import Searcher
+from muster.tune.search.variant_generator import _walk
+
+
+class OptunaSearch(Searcher):
+    """Args:
+        space: a param_space (tune domains); default: the Tuner's ``param_space``.
+        metric / mode: default: ``TuneConfig``'s.
+        points_to_evaluate: configs to try first.
+        sampler: an ``optuna.samplers.BaseSampler``; default ``TPESampler(seed=seed)``.
+        seed: seed of the default sampler.
+    """
+
+    def __init__(
+        self,
+        space: dict[str, Any] | None = None,
+        metric: str | None = None,
+        mode: str | None = None,
+        points_to_evaluate: list[dict[str, Any]] | None = None,
+        sampler: Any = None,
+        seed: int | None = None,
+    ):
+        try:
+            import optuna
+        except ImportError as exc:
+            raise ImportError(
+                'OptunaSearch needs optuna: pip install "muster[tune]" (or pip install optuna).'
+            ) from exc
+        super().__init__(metric, mode)
+        self._optuna = optuna
+        optuna.logging.set_verbosity(logging.WARNING)
+        self._sampler = sampler or optuna.samplers.TPESampler(seed=seed)
+        self._points = list(points_to_evaluate or [])
+        self._space: dict[str, Any] | None = None
+        self._study: Any = None
+        self._live: dict[str, Any] = {}
+        self._last: dict[str, dict[str, Any]] = {}
+        if space is not None:
+            self._set_space(space)
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any) -> bool:
+        super().set_search_properties(metric, mode, config)
+        if self._space is None:
+            self._set_space(config)
+        return True
+
+    def _set_space(self, space: dict[str, Any]) -> None:
+        leaves = list(_walk(space))
+        for path, leaf in leaves:
+            if isinstance(leaf, dict):
+                raise ValueError(
+                    f"OptunaSearch: grid_search at {'/'.join(map(str, path))} is not supported; use "
+                    "tune.choice([...]) (Optuna samples it) or the default search algorithm for grids."
+                )
+            if isinstance(leaf, (Normal, Function)):
+                raise ValueError(
+                    f"OptunaSearch: {leaf!r} at {'/'.join(map(str, path))} has no Optuna equivalent; use uniform, "
+                    "loguniform, randint, qrandint or choice."
+                )
+        self._space = space
+        self._leaves: list[tuple[tuple[Any, ...], Domain]] = [(p, d) for p, d in leaves if isinstance(d, Domain)]
+
+    def _ensure_study(self) -> None:
+        if self._study is None:
+            if not self.metric or self.mode not in ("min", "max"):
+                raise ValueError(
+                    f"OptunaSearch needs a metric and mode (got {self.metric!r}, {self.mode!r}): pass them to "
+                    "OptunaSearch(metric=..., mode=...) or TuneConfig(metric=..., mode=...)."
+                )
+            direction: Any = "minimize" if self.mode == "min" else "maximize"
+            self._study = self._optuna.create_study(sampler=self._sampler, direction=direction)
+            for point in self._points:
+                self._study.enqueue_trial({"/".join(map(str, p)): v for p, v in _flatten(point)})
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        if self._space is None:
+            raise ValueError("OptunaSearch has no search space: pass space=... or Tuner(param_space=...).")
+        self._ensure_study()
+        ot = self._study.ask()
+        self._live[trial_id] = ot
+        config: dict[str, Any] = {}
+        for path, domain in self._leaves:
+            value = _ask(ot, "/".join(map(str, path)), domain)
+            node = config
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = value
+        return config
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self._last[trial_id] = result
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        ot = self._live.pop(trial_id, None)
+        if ot is None:
+            return
+        result = result or self._last.pop(trial_id, None)
+        value = (result or {}).get(self.metric) if self.metric else None
+        state = self._optuna.trial.TrialState
+        if error or not isinstance(value, (int, float)):
+            self._study.tell(ot, state=state.FAIL)
+        else:
+            self._study.tell(ot, float(value))
+
+
+def _ask(ot: Any, name: str, d: Domain) -> Any:
+    if isinstance(d, Float):
+        return ot.suggest_float(name, d.lower, d.upper, log=d.log_base is not None and not d.q, step=d.q)
+    if isinstance(d, Integer):
+        high = d.upper if d.inclusive else d.upper - 1
+        return ot.suggest_int(name, d.lower, high, log=d.log and not d.q, step=d.q or 1)
+    if isinstance(d, Categorical):
+        plain = all(c is None or isinstance(c, (bool, int, float, str)) for c in d.categories)
+        if plain:
+            return ot.suggest_categorical(name, d.categories)
+        return d.categories[ot.suggest_categorical(name, list(range(len(d.categories))))]
+    raise ValueError(f"OptunaSearch: cannot sample {d!r}.")
+
+
+def _flatten(config: dict[str, Any], path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], Any]]:
+    out = []
+    for k, v in config.items():
+        out += _flatten(v, (*path, k)) if isinstance(v, dict) else [((*path, k), v)]
+    return out

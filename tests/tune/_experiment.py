@@ -1,0 +1,42 @@
+"""A user's Tune script, run as its own process by the experiment-fault tests.
+
+usage: _experiment.py STORAGE NAME PROGRESS_FILE
+Four trials, two at a time; each step sleeps, appends "<trial_id> <step>" to
+PROGRESS_FILE, and reports a checkpoint.
+"""
+
+import os
+import sys
+import tempfile
+import time
+
+from muster import tune
+from muster.train import Checkpoint
+
+STEPS = 6
+
+
+def trainable(config):
+    ckpt = tune.get_checkpoint()
+    start = 0
+    if ckpt:
+        with ckpt.as_directory() as d:
+            start = int(open(os.path.join(d, "step")).read()) + 1
+    for step in range(start, STEPS):
+        time.sleep(0.3)
+        with open(config["progress"], "a") as f:
+            f.write(f"{tune.get_context().get_trial_id()} {step}\n")
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "step"), "w").write(str(step))
+            tune.report({"step": step, "resumed_from": start}, checkpoint=Checkpoint.from_directory(d))
+
+
+if __name__ == "__main__":
+    storage, name, progress = sys.argv[1:4]
+    grid = tune.Tuner(
+        trainable,
+        param_space={"x": tune.grid_search([1, 2, 3, 4]), "progress": progress},
+        tune_config=tune.TuneConfig(max_concurrent_trials=2, metric="step", mode="max"),
+        run_config=tune.RunConfig(name=name, storage_path=storage),
+    ).fit()
+    print("DONE", len(grid), flush=True)

@@ -1,0 +1,89 @@
+"""Scheduler decisions, fed results directly: the rules as published, signed by mode."""
+
+from __future__ import annotations
+
+import random
+
+from muster.tune.schedulers import ASHAScheduler, MedianStoppingRule, PopulationBasedTraining, TrialScheduler
+from muster.tune.trial import Trial
+
+
+def _trial(i: int, config=None) -> Trial:
+    return Trial(f"t{i}", f"trial_{i}", dict(config or {}), f"/tmp/trial_{i}", {"CPU": 1.0})
+
+
+class _Controller:
+    """What schedulers may ask of the Tune controller: its live trials and their checkpoints."""
+
+    def __init__(self, trials):
+        self.trials = trials
+
+    def live_trials(self):
+        return self.trials
+
+    def latest_checkpoint(self, trial):
+        return f"ckpt-of-{trial.trial_id}"
+
+
+def test_asha_stops_the_worse_half_at_each_rung_in_lockstep():
+    sched = ASHAScheduler(metric="loss", mode="min", max_t=8, grace_period=1, reduction_factor=2)
+    trials = [_trial(i) for i in range(8)]
+    ctl = _Controller(trials)
+    quality = {t.trial_id: q for t, q in zip(trials, [0.8, 0.1, 0.5, 0.3, 0.9, 0.2, 0.7, 0.4])}
+    alive = set(quality)
+    stopped_at = {}
+    for it in range(1, 9):
+        for t in trials:
+            if t.trial_id in alive:
+                decision = sched.on_trial_result(ctl, t, {"training_iteration": it, "loss": quality[t.trial_id]})
+                if decision == TrialScheduler.STOP:
+                    alive.discard(t.trial_id)
+                    stopped_at[t.trial_id] = it
+    # the best trial reaches max_t and is stopped there as finished; bad ones go at the first rung
+    assert stopped_at["t1"] == 8
+    assert stopped_at["t4"] == 1 and stopped_at["t6"] == 1
+    # asynchronous: the first trial at a rung has nobody to be compared with, so it goes on
+    assert stopped_at["t0"] > 1
+    assert sum(stopped_at.values()) < 0.6 * 8 * 8  # far fewer iterations than running all 8 trials to max_t
+
+
+def test_asha_max_mode_and_missing_metric():
+    sched = ASHAScheduler(metric="acc", mode="max", max_t=4, grace_period=1, reduction_factor=2)
+    a, b = _trial(0), _trial(1)
+    ctl = _Controller([a, b])
+    assert sched.on_trial_result(ctl, a, {"training_iteration": 1, "acc": 0.9}) == "CONTINUE"
+    assert sched.on_trial_result(ctl, b, {"training_iteration": 1, "acc": 0.1}) == "STOP"
+    assert sched.on_trial_result(ctl, a, {"training_iteration": 2}) == "CONTINUE"  # no metric: no judgement
+
+
+def test_median_stopping_rule_stops_a_trial_below_the_median_of_running_means():
+    sched = MedianStoppingRule(time_attr="training_iteration", metric="acc", mode="max", grace_period=2,
+                               min_samples_required=3)
+    trials = [_trial(i) for i in range(4)]
+    ctl = _Controller(trials)
+    for t, acc in zip(trials[:3], (0.6, 0.7, 0.8)):
+        for it in range(1, 5):
+            assert sched.on_trial_result(ctl, t, {"training_iteration": it, "acc": acc}) == "CONTINUE"
+    late = trials[3]
+    assert sched.on_trial_result(ctl, late, {"training_iteration": 1, "acc": 0.1}) == "CONTINUE"  # grace
+    assert sched.on_trial_result(ctl, late, {"training_iteration": 2, "acc": 0.2}) == "STOP"
+
+
+def test_pbt_bottom_trial_exploits_a_top_trial_and_explores_its_config():
+    sched = PopulationBasedTraining(
+        time_attr="training_iteration", metric="score", mode="max", perturbation_interval=2,
+        hyperparam_mutations={"lr": [0.001, 0.01, 0.1], "momentum": lambda: random.random()},
+        quantile_fraction=0.25, seed=0,
+    )
+    trials = [_trial(i, {"lr": 0.01, "momentum": 0.5}) for i in range(4)]
+    ctl = _Controller(trials)
+    for t, score in zip(trials, (1.0, 2.0, 3.0, 4.0)):
+        sched.on_trial_add(ctl, t)
+        assert sched.on_trial_result(ctl, t, {"training_iteration": 1, "score": score}) == "CONTINUE"
+    decisions = {t.trial_id: sched.on_trial_result(ctl, t, {"training_iteration": 2, "score": s})
+                 for t, s in zip(trials, (1.0, 2.0, 3.0, 4.0))}
+    assert decisions["t0"] == "PAUSE" and decisions["t3"] == "CONTINUE"
+    new_config, checkpoint, donor = trials[0].restart_plan
+    assert donor == "t3" and checkpoint == "ckpt-of-t3"
+    assert new_config["lr"] in (0.001, 0.01, 0.1)
+    assert new_config["momentum"] != 0.5  # nudged by a factor or resampled

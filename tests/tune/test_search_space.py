@@ -1,0 +1,115 @@
+"""Search spaces: every domain draws inside its bounds, grids cross, bad input is named."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from muster import tune
+from muster.tune.search import BasicVariantGenerator, ConcurrencyLimiter
+from muster.tune.search.variant_generator import FINISHED, grid_points, resolve
+
+
+def _draws(domain, n=400, seed=0):
+    rng = random.Random(seed)
+    return [domain.sample(rng) for _ in range(n)]
+
+
+def test_uniform_and_loguniform_stay_in_bounds_and_spread():
+    u = _draws(tune.uniform(2.0, 3.0))
+    assert all(2.0 <= v <= 3.0 for v in u) and min(u) < 2.1 and max(u) > 2.9
+    lu = _draws(tune.loguniform(1e-5, 1e-1))
+    assert all(1e-5 <= v <= 1e-1 for v in lu)
+    # log-uniform: about a quarter of draws per decade
+    assert 0.15 < sum(v < 1e-4 for v in lu) / len(lu) < 0.35
+
+
+def test_quantized_domains_give_multiples_inside_bounds():
+    for v in _draws(tune.quniform(0.0, 1.0, 0.25)):
+        assert v in (0.0, 0.25, 0.5, 0.75, 1.0)
+    for v in _draws(tune.qloguniform(1e-3, 1.0, 1e-3)):
+        assert 1e-3 <= v <= 1.0 and math.isclose(round(v / 1e-3) * 1e-3, v, abs_tol=1e-9)
+    assert set(_draws(tune.qrandint(0, 10, 5))) == {0, 5, 10}  # upper included
+
+
+def test_integer_domains():
+    assert set(_draws(tune.randint(0, 3))) == {0, 1, 2}  # upper excluded
+    assert all(isinstance(v, int) and 1 <= v < 1000 for v in _draws(tune.lograndint(1, 1000)))
+
+
+def test_randn_and_choice():
+    r = _draws(tune.randn(5.0, 0.1), n=1000)
+    assert abs(sum(r) / len(r) - 5.0) < 0.02
+    assert set(_draws(tune.choice(["a", "b", 3]))) == {"a", "b", 3}
+
+
+def test_grid_points_cross_every_grid_in_nested_dicts():
+    space = {"a": tune.grid_search([1, 2]), "nested": {"b": tune.grid_search(["x", "y", "z"])}, "c": 7}
+    points = grid_points(space)
+    assert len(points) == 6
+    configs = [resolve(space, p, random.Random(0)) for p in points]
+    assert {(c["a"], c["nested"]["b"]) for c in configs} == {(a, b) for a in (1, 2) for b in "xyz"}
+    assert all(c["c"] == 7 for c in configs)
+
+
+def test_sample_from_sees_the_other_values():
+    space = {"width": tune.choice([8, 16]), "depth": tune.sample_from(lambda spec: spec.config.width * 2)}
+    config = resolve(space, {}, random.Random(1))
+    assert config["depth"] == config["width"] * 2
+
+
+def test_basic_variant_generator_makes_num_samples_per_grid_point_then_finishes():
+    gen = BasicVariantGenerator(random_state=3)
+    gen.setup({"lr": tune.uniform(0, 1), "bs": tune.grid_search([16, 32])}, num_samples=3)
+    configs = []
+    while (c := gen.suggest(f"t{len(configs)}")) != FINISHED:
+        configs.append(c)
+    assert len(configs) == 6 and sorted(c["bs"] for c in configs) == [16, 16, 16, 32, 32, 32]
+    assert len({c["lr"] for c in configs}) == 6  # each sample draws afresh
+
+
+def test_points_to_evaluate_come_first_and_restore_skips_made_variants():
+    gen = BasicVariantGenerator(points_to_evaluate=[{"lr": 0.5}], random_state=0)
+    gen.setup({"lr": tune.uniform(0, 1), "k": 1}, num_samples=2)
+    first = gen.suggest("a")
+    assert first == {"lr": 0.5, "k": 1}
+    resumed = BasicVariantGenerator(points_to_evaluate=[{"lr": 0.5}], random_state=0)
+    resumed.setup({"lr": tune.uniform(0, 1), "k": 1}, num_samples=2, skip=2)
+    assert isinstance(resumed.suggest("c"), dict) and resumed.suggest("d") == FINISHED
+
+
+def test_concurrency_limiter_holds_back_until_a_trial_completes():
+    gen = BasicVariantGenerator()
+    gen.setup({"x": tune.uniform(0, 1)}, num_samples=5)
+    lim = ConcurrencyLimiter(gen, max_concurrent=2)
+    assert isinstance(lim.suggest("a"), dict) and isinstance(lim.suggest("b"), dict)
+    assert lim.suggest("c") is None
+    lim.on_trial_complete("a", {"x": 1})
+    assert isinstance(lim.suggest("c"), dict)
+
+
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda: tune.uniform(1, 1), "lower < upper"),
+        (lambda: tune.loguniform(0, 1), "lower > 0"),
+        (lambda: tune.choice([]), "non-empty list"),
+        (lambda: tune.grid_search("abc"), "non-empty list"),
+        (lambda: tune.randint(3, 3), "lower < upper"),
+        (lambda: tune.qrandint(0, 10, 0), "q must be"),
+        (lambda: tune.randn(0, -1), "sd must be"),
+        (lambda: tune.TuneConfig(num_samples=0), "num_samples=0"),
+        (lambda: tune.TuneConfig(mode="best"), "mode='best'"),
+        (lambda: tune.TuneConfig(metric=None, mode="min"), "without a metric"),
+        (lambda: tune.with_resources(lambda c: None, "2 cpus"), "pass a dict"),
+        (lambda: tune.schedulers.ASHAScheduler(max_t=1, grace_period=5), "max_t must be >= grace_period"),
+        (lambda: tune.schedulers.PopulationBasedTraining(), "hyperparam_mutations"),
+        (lambda: tune.RunConfig(stop=5), "stop=5"),
+    ],
+)
+def test_bad_input_names_the_value_and_the_fix(make, fragment):
+    with pytest.raises((ValueError, TypeError)) as info:
+        make()
+    assert fragment in str(info.value)

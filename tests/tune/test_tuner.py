@@ -1,0 +1,289 @@
+"""Tuner end to end on the embedded engine: real trial processes, real storage."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+
+import pytest
+import torch
+
+from muster import train, tune
+from muster.exceptions import ResourcesUnavailableError
+from muster.train import Checkpoint, FailureConfig, ScalingConfig
+from muster.train.torch import TorchTrainer
+from muster.tune.schedulers import ASHAScheduler, MedianStoppingRule, PopulationBasedTraining
+
+
+def _quadratic(config):
+    for i in range(5):
+        tune.report({"loss": (config["x"] - 0.3) ** 2 + 1.0 / (i + 1), "pid": os.getpid()})
+
+
+def test_function_trainable_grid_and_random_search(storage):
+    grid = tune.Tuner(
+        _quadratic,
+        param_space={"x": tune.uniform(0, 1), "tag": tune.grid_search(["a", "b"]), "fixed": {"depth": 3}},
+        tune_config=tune.TuneConfig(num_samples=3, metric="loss", mode="min"),
+        run_config=tune.RunConfig(name="exp", storage_path=storage),
+    ).fit()
+    assert len(grid) == 6 and grid.num_errors == 0 and grid.errors == []
+    assert sorted(r.config["tag"] for r in grid) == ["a", "a", "a", "b", "b", "b"]
+    assert all(r.config["fixed"] == {"depth": 3} for r in grid)
+    for r in grid:
+        df = r.metrics_dataframe
+        assert list(df["training_iteration"]) == [1, 2, 3, 4, 5]
+        assert (df["time_total_s"].diff().dropna() >= 0).all()
+        assert r.metrics["loss"] == pytest.approx((r.config["x"] - 0.3) ** 2 + 0.2)
+    best = grid.get_best_result()
+    assert best.metrics["loss"] == min(r.metrics["loss"] for r in grid)
+    worst = grid.get_best_result(metric="loss", mode="max")
+    assert worst.metrics["loss"] == max(r.metrics["loss"] for r in grid)
+    # scope="all" looks at every result: the best ever of every trial is its last (loss falls)
+    assert grid.get_best_result(scope="all").path == best.path
+    df = grid.get_dataframe()
+    assert len(df) == 6 and {"config/x", "config/tag", "config/fixed/depth", "trial_id", "loss"} <= set(df.columns)
+    state = json.load(open(os.path.join(storage, "exp", "experiment_state.json")))
+    assert [t["status"] for t in state["trials"]] == ["TERMINATED"] * 6
+
+
+def test_context_parameters_resources_and_returned_metrics(storage):
+    big = torch.arange(10)
+
+    def trainable(config, data):
+        ctx = tune.get_context()
+        return {
+            "sum": int(data.sum()) * config["k"],
+            "trial_id": ctx.get_trial_id(),
+            "name": ctx.get_trial_name(),
+            "cpus": ctx.get_trial_resources()["CPU"],
+            "visible": len(os.sched_getaffinity(0)) > 0,
+        }
+
+    fn = tune.with_resources(tune.with_parameters(trainable, data=big), {"cpu": 2})
+    grid = tune.Tuner(fn, param_space={"k": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(storage_path=storage)).fit()
+    assert sorted(r.metrics["sum"] for r in grid) == [45, 90]
+    for r in grid:
+        assert r.metrics["cpus"] == 2.0 and r.path.endswith(r.metrics["name"])
+        assert r.metrics["name"].startswith("trainable_") and r.metrics["name"].endswith(r.metrics["trial_id"])
+
+
+def test_trials_needing_more_than_the_engine_fail_at_once(storage):
+    t0 = time.monotonic()
+    with pytest.raises(ResourcesUnavailableError, match=r"needs 1 x CPU=64.*whole engine has CPU=4"):
+        tune.Tuner(tune.with_resources(_quadratic, {"cpu": 64}), param_space={"x": 0.1},
+                   run_config=tune.RunConfig(storage_path=storage)).fit()
+    assert time.monotonic() - t0 < 10
+
+
+def test_rerunning_an_existing_experiment_name_points_to_restore(storage):
+    rc = tune.RunConfig(name="again", storage_path=storage)
+    tune.Tuner(_quadratic, param_space={"x": 0.5}, run_config=rc).fit()
+    with pytest.raises(ValueError, match=r"Tuner.restore\("):
+        tune.Tuner(_quadratic, param_space={"x": 0.5}, run_config=tune.RunConfig(name="again", storage_path=storage)).fit()
+
+
+def _slow_linear(config):
+    for i in range(12):
+        time.sleep(0.05)
+        tune.report({"score": config["q"] * (i + 1)})
+
+
+def test_asha_stops_bad_trials_early_and_keeps_the_best(storage):
+    sched = ASHAScheduler(max_t=12, grace_period=1, reduction_factor=3)
+    grid = tune.Tuner(
+        _slow_linear,
+        # asynchronous halving compares a trial with those that passed a rung before it, so a
+        # search whose every new trial beats all earlier ones stops nothing: mix the order
+        param_space={"q": tune.grid_search([0.5, 0.9, 0.2, 0.7, 0.1, 0.8, 0.3, 0.6, 0.4])},
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=sched, max_concurrent_trials=2),
+        run_config=tune.RunConfig(storage_path=storage),
+    ).fit()
+    iters = {r.config["q"]: r.metrics["training_iteration"] for r in grid}
+    assert iters[0.9] == 12  # the best trial always runs to max_t
+    assert sum(iters.values()) < 0.75 * 12 * 9, iters  # early stopping cut the work
+    assert min(iters.values()) < 12
+    assert grid.get_best_result().config["q"] == 0.9
+    # a stopped trial's run ended as STOPPED, not failed, and kept its reports
+    stopped = [r for r in grid if r.metrics["training_iteration"] < 12]
+    assert all(r.error is None and len(r.metrics_dataframe) >= r.metrics["training_iteration"] for r in stopped)
+
+
+def test_median_stopping_and_stop_dict(storage):
+    grid = tune.Tuner(
+        _slow_linear,
+        param_space={"q": tune.grid_search([0.9, 0.8, 0.7, 0.1])},
+        tune_config=tune.TuneConfig(
+            metric="score", mode="max", max_concurrent_trials=1,
+            scheduler=MedianStoppingRule(time_attr="training_iteration", grace_period=2, min_samples_required=3),
+        ),
+        run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": 6}),
+    ).fit()
+    iters = {r.config["q"]: r.metrics["training_iteration"] for r in grid}
+    assert iters[0.9] == iters[0.8] == iters[0.7] == 6  # the stop dict
+    assert iters[0.1] == 2  # below the median of the others' running means once past the grace period
+
+
+def _pbt_trainable(config):
+    ckpt = tune.get_checkpoint()
+    step, origin = 0, tune.get_context().get_trial_id()
+    if ckpt:
+        with ckpt.as_directory() as d:
+            state = json.load(open(os.path.join(d, "state.json")))
+        step, origin = state["step"], state["origin"]
+    while True:  # at least one step after a restore, even from a donor that had finished
+        step += 1
+        with tempfile.TemporaryDirectory() as d:
+            json.dump({"step": step, "origin": origin}, open(os.path.join(d, "state.json"), "w"))
+            tune.report({"score": config["lr"] * step, "step": step, "origin": origin},
+                        checkpoint=Checkpoint.from_directory(d))
+        if step >= 8:
+            break
+        time.sleep(0.05)
+
+
+def test_pbt_restarts_bottom_trials_from_a_top_trials_checkpoint(storage):
+    sched = PopulationBasedTraining(
+        time_attr="training_iteration", perturbation_interval=2,
+        hyperparam_mutations={"lr": tune.uniform(0.5, 1.5)}, quantile_fraction=0.5, seed=1,
+    )
+    grid = tune.Tuner(
+        _pbt_trainable,
+        param_space={"lr": tune.grid_search([0.01, 1.0])},
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=sched),
+        run_config=tune.RunConfig(storage_path=storage),
+    ).fit()
+    assert grid.num_errors == 0
+    by_lr = sorted(grid, key=lambda r: r.metrics_dataframe["score"].iloc[0])
+    weak, strong = by_lr
+    assert sched.num_perturbations >= 1
+    # the weak trial continued from the strong one's checkpoint, with an explored lr
+    weak_df = weak.metrics_dataframe
+    assert strong.metrics["origin"] in set(weak_df["origin"])
+    assert 0.5 * 0.8 <= weak.config["lr"] <= 1.5 * 1.2 and weak.config["lr"] != 0.01
+    assert weak.metrics["step"] >= 8
+
+
+def _train_loop(config):
+    import torch.distributed as dist
+
+    ckpt = train.get_checkpoint()
+    start = 0
+    if ckpt:
+        with ckpt.as_directory() as d:
+            start = int(open(os.path.join(d, "epoch")).read()) + 1
+    for epoch in range(start, 3):
+        t = torch.tensor([config["lr"]])
+        dist.all_reduce(t)
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "epoch"), "w").write(str(epoch))
+            train.report({"loss": float(t) / (epoch + 1), "world": dist.get_world_size(), "t": time.time()},
+                         checkpoint=Checkpoint.from_directory(d) if dist.get_rank() == 0 else None)
+        time.sleep(0.2)
+
+
+def test_torch_trainer_trials_are_gang_scheduled_without_deadlock(storage):
+    trainer = TorchTrainer(_train_loop, scaling_config=ScalingConfig(num_workers=2))
+    # flat keys (as in the seed's example) go under train_loop_config
+    grid = tune.Tuner(
+        trainer,
+        param_space={"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4, 0.5])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=tune.RunConfig(storage_path=storage),
+    ).fit()
+    assert grid.num_errors == 0 and len(grid) == 5
+    for r in grid:
+        assert r.metrics["world"] == 2
+        assert r.metrics["loss"] == pytest.approx(2 * r.config["train_loop_config"]["lr"] / 3, rel=1e-5)
+        assert r.checkpoint is not None
+    # 4 CPUs and 2-worker gangs: never more than 2 trials at once
+    spans = [(r.metrics_dataframe["t"].min(), r.metrics_dataframe["t"].max()) for r in grid]
+    for s, _ in spans:
+        assert sum(1 for a, b in spans if a <= s <= b) <= 2
+    assert grid.get_best_result().config == {"train_loop_config": {"lr": 0.1}}
+
+
+def test_function_that_fits_a_trainer_reports_through_the_trial(storage):
+    def trial_fn(config):
+        result = TorchTrainer(_train_loop, train_loop_config=config,
+                              scaling_config=ScalingConfig(num_workers=2)).fit()
+        assert result.metrics["world"] == 2
+
+    grid = tune.Tuner(
+        trial_fn, param_space={"lr": tune.grid_search([0.1, 0.3])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=tune.RunConfig(storage_path=storage),
+    ).fit()
+    assert grid.num_errors == 0
+    for r in grid:
+        assert list(r.metrics_dataframe["training_iteration"]) == [1, 2, 3]
+        assert r.checkpoint is not None  # the nested trainer's
+        with r.checkpoint.as_directory() as d:
+            assert open(os.path.join(d, "epoch")).read() == "2"
+    assert grid.get_best_result().config == {"lr": 0.1}
+
+
+def test_failed_trial_is_reported_and_the_others_finish(storage):
+    def flaky(config):
+        tune.report({"v": 1})
+        if config["bad"]:
+            raise RuntimeError(f"bad trial {config['bad']}")
+        tune.report({"v": 2})
+
+    grid = tune.Tuner(flaky, param_space={"bad": tune.grid_search([0, 1])},
+                      tune_config=tune.TuneConfig(metric="v", mode="max"),
+                      run_config=tune.RunConfig(storage_path=storage)).fit()
+    assert grid.num_errors == 1 and "bad trial 1" in str(grid.errors[0])
+    assert grid.get_best_result().config == {"bad": 0}
+    df = grid.get_dataframe()
+    assert "error" in df.columns and df["error"].notna().sum() == 1
+
+
+def test_killed_trial_resumes_from_its_checkpoint(storage, tmp_path):
+    marker = tmp_path / "killed"
+
+    def trainable(config):
+        ckpt = tune.get_checkpoint()
+        start = 0
+        if ckpt:
+            with ckpt.as_directory() as d:
+                start = int(open(os.path.join(d, "i")).read()) + 1
+        for i in range(start, 6):
+            with tempfile.TemporaryDirectory() as d:
+                open(os.path.join(d, "i"), "w").write(str(i))
+                tune.report({"i": i, "resumed_at": start}, checkpoint=Checkpoint.from_directory(d))
+            if i == 2 and not marker.exists():
+                marker.write_text(str(os.getpid()))
+                os.kill(os.getpid(), 9)  # a real SIGKILL of the trial's worker
+
+    grid = tune.Tuner(trainable, param_space={},
+                      run_config=tune.RunConfig(storage_path=storage,
+                                                failure_config=FailureConfig(max_failures=1))).fit()
+    (r,) = grid
+    assert r.error is None and marker.exists()
+    df = r.metrics_dataframe
+    assert list(df["i"]) == [0, 1, 2, 3, 4, 5]  # nothing redone, nothing lost
+    assert list(df["resumed_at"]) == [0, 0, 0, 3, 3, 3]
+    assert sorted(set(r.all_metrics_dataframe["_attempt"])) == [0, 1]
+
+
+@pytest.mark.skipif(pytest.importorskip("optuna") is None, reason="optuna not installed")
+def test_optuna_search_suggests_inside_the_space_and_learns(storage):
+    from muster.tune.search import ConcurrencyLimiter, OptunaSearch
+
+    searcher = OptunaSearch(seed=0)
+    grid = tune.Tuner(
+        _quadratic,
+        param_space={"x": tune.uniform(-2.0, 2.0), "unused": tune.choice(["a", "b"]), "const": 5},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=12,
+                                    search_alg=ConcurrencyLimiter(searcher, max_concurrent=2)),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    assert len(grid) == 12 and grid.num_errors == 0
+    assert all(-2 <= r.config["x"] <= 2 and r.config["const"] == 5 for r in grid)
+    study = searcher._study
+    assert len([t for t in study.trials if t.state.name == "COMPLETE"]) == 12
+    assert abs(grid.get_best_result().config["x"] - 0.3) < 0.5
