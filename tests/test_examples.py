@@ -121,3 +121,14 @@ def test_cnn_classifier(tmp_path):
     assert int(best_epoch) == min(range(3), key=lambda e: val_losses[e]), out
     reloaded = re.search(r"^Best checkpoint \(epoch (\d+)\) reloaded: val_loss=[0-9.]+ accuracy=([0-9.]+)$", out, re.M)
     assert reloaded and reloaded.groups() == (best_epoch, best_acc), out
+
+
+def test_tune_asha(tmp_path):
+    out = run_example("tune_asha.py", tmp_path, "--num-samples", "4", "--epochs", "3")
+    best = re.search(r"^Best hyperparameters: \{'train_loop_config': \{'lr': ([0-9.e-]+), 'batch_size': (\d+)", out, re.M)
+    assert best and 1e-4 <= float(best.group(1)) <= 1e-1 and int(best.group(2)) in (32, 64, 128), out
+    run, total = map(int, re.search(r"^Epochs run: (\d+) of (\d+) \(4 trials, 0 errors\)", out, re.M).groups())
+    assert 4 <= run <= total == 12, out
+    assert re.search(r"\[muster.tune\] experiment '.*' done after .*: 4 TERMINATED, best loss=", out), out
+    (experiment,) = run_dirs(tmp_path)
+    assert len([p for p in experiment.iterdir() if p.is_dir()]) == 4

@@ -51,7 +51,7 @@ def _imports(path: pathlib.Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("layer", ["train", "tasks", "observe"])
+@pytest.mark.parametrize("layer", ["train", "tasks", "observe", "tune"])
 def test_layers_above_core_use_the_seam(layer):
     """Above core/, nothing starts processes or talks to Ray directly."""
     banned = {"multiprocessing", "subprocess", "ray"}
@@ -63,9 +63,18 @@ def test_layers_above_core_use_the_seam(layer):
 
 
 def test_core_never_imports_the_libraries():
-    libraries = ("muster.train", "muster.tasks", "muster.observe")
+    libraries = ("muster.train", "muster.tasks", "muster.observe", "muster.tune")
     offenders = {
         str(p.relative_to(SRC)): sorted(n for n in _imports(p) if n.startswith(libraries))
         for p in (SRC / "core").rglob("*.py")
+    }
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_train_never_imports_tune():
+    """Tune drives trainers, never the reverse: train/ must not depend on tune/."""
+    offenders = {
+        str(p.relative_to(SRC)): sorted(n for n in _imports(p) if n.startswith("muster.tune"))
+        for p in (SRC / "train").rglob("*.py")
     }
     assert not {k: v for k, v in offenders.items() if v}

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import random
 
-from muster.tune.schedulers import ASHAScheduler, MedianStoppingRule, PopulationBasedTraining, TrialScheduler
+from muster.tune.schedulers import (
+    ASHAScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+    TrialScheduler,
+)
 from muster.tune.trial import Trial
 
 

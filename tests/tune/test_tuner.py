@@ -14,7 +14,11 @@ from muster import train, tune
 from muster.exceptions import ResourcesUnavailableError
 from muster.train import Checkpoint, FailureConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
-from muster.tune.schedulers import ASHAScheduler, MedianStoppingRule, PopulationBasedTraining
+from muster.tune.schedulers import (
+    ASHAScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+)
 
 
 def _quadratic(config):

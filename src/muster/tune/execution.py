@@ -15,7 +15,8 @@ from __future__ import annotations
 import queue
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from muster.core import resources as res
 from muster.core.api import get_runtime
@@ -25,7 +26,17 @@ from muster.train.checkpoint import Checkpoint
 from muster.train.storage import Storage
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
 from muster.tune.stopper import Stopper
-from muster.tune.trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, RunPlan, Trial, TrialRun, latest_checkpoint
+from muster.tune.trial import (
+    ERROR,
+    PAUSED,
+    PENDING,
+    RUNNING,
+    TERMINATED,
+    RunPlan,
+    Trial,
+    TrialRun,
+    latest_checkpoint,
+)
 
 EXPERIMENT_STATE = "experiment_state.json"
 _SAVE_EVERY_S = 1.0
@@ -238,7 +249,8 @@ class TuneController:
             self.errors[trial.trial_id] = outcome
             self.scheduler.on_trial_error(self, trial)
             self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
-            self.progress.event(f"{trial.trial_name} ERROR: {str(outcome).strip().splitlines()[0] if str(outcome).strip() else type(outcome).__name__}")
+            first_line = str(outcome).strip().splitlines()[0] if str(outcome).strip() else type(outcome).__name__
+            self.progress.event(f"{trial.trial_name} ERROR: {first_line}")
         elif trial.ending_as == PAUSED:
             trial.status = PAUSED
         else:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from muster.exceptions import MusterError
 from muster.observe.tune_progress import flatten_config

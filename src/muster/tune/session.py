@@ -6,8 +6,9 @@ session's own calls; ``get_context`` adds the trial's identity.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from muster.train import get_checkpoint as _train_get_checkpoint
 from muster.train import get_context as _train_get_context

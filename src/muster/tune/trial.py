@@ -17,9 +17,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from muster.core.api import get_runtime
 from muster.core.resources import fmt
@@ -60,7 +61,7 @@ class Trial:
     num_results: int = 0
     # set by a scheduler that pauses the trial to restart it: (config, checkpoint, donor trial id)
     restart_plan: tuple[dict[str, Any], Checkpoint | None, str] | None = None
-    run: "TrialRun | None" = field(default=None, repr=False)
+    run: TrialRun | None = field(default=None, repr=False)
     ending_as: str | None = field(default=None, repr=False)  # the status a stop request ends it in
 
     def to_json(self) -> dict[str, Any]:
@@ -77,7 +78,7 @@ class Trial:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Trial":
+    def from_json(cls, d: dict[str, Any]) -> Trial:
         return cls(
             d["trial_id"], d["trial_name"], d["config"], d["path"], d.get("resources", {}),
             status=d.get("status", PENDING), last_result=d.get("last_result") or {}, error=d.get("error"),
@@ -120,7 +121,7 @@ class TrialRun:
         plan: RunPlan,
         storage: Storage,
         extra: dict[str, Any],
-        events: "queue.Queue[tuple[str, Trial, TrialRun, Any]]",
+        events: queue.Queue[tuple[str, Trial, TrialRun, Any]],
         start_from: Checkpoint | None = None,
         time_offset: float = 0.0,
     ):
@@ -194,7 +195,8 @@ class TrialRun:
         # Its run lives in the trial's folder, under a fixed name, so a restored trial resumes it.
         rc.storage_path = rc.storage_path or self.storage.uri
         rc.name = rc.name or NESTED_RUN
-        rc.storage_filesystem = rc.storage_filesystem or (self.storage.fs if rc.storage_path == self.storage.uri else None)
+        if rc.storage_filesystem is None and rc.storage_path == self.storage.uri:
+            rc.storage_filesystem = self.storage.fs
         rc.verbose = 0
         rc.callbacks = [*(rc.callbacks or []), _Forward(self, into=self.controller)]
         inner = trainer._controller(ControllerHooks(on_metrics=self._add_tune_fields), allow_finished=True)

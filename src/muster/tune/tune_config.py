@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from muster.core import resources as res
 
@@ -78,36 +79,48 @@ def _resources(spec: Any) -> dict[str, float]:
     return res.normalize(mapped, what="tune.with_resources")
 
 
+class _Trainable:
+    """A function trainable with its trial resources and extra arguments attached."""
+
+    def __init__(self, fn: Callable[..., Any], resources: dict[str, float] | None, parameters: dict[str, Any]):
+        self.fn, self.resources, self.parameters = fn, resources, parameters
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, config: dict[str, Any], **kwargs: Any) -> Any:
+        return self.fn(config, **kwargs)
+
+
+def _parts(trainable: Callable[..., Any]) -> tuple[Callable[..., Any], dict[str, float] | None, dict[str, Any]]:
+    if isinstance(trainable, _Trainable):
+        return trainable.fn, trainable.resources, trainable.parameters
+    return trainable, None, {}
+
+
+def trial_resources(trainable: Callable[..., Any]) -> dict[str, float] | None:
+    """What ``with_resources`` asked for (None: the default, 1 CPU)."""
+    return _parts(trainable)[1]
+
+
+def trial_parameters(trainable: Callable[..., Any]) -> dict[str, Any]:
+    """What ``with_parameters`` attached."""
+    return _parts(trainable)[2]
+
+
 def with_resources(trainable: Callable[..., Any], resources: dict[str, float]) -> Callable[..., Any]:
     """The same function trainable, asking for ``resources`` per trial (default 1 CPU)."""
     if not callable(trainable):
         raise TypeError(f"tune.with_resources({trainable!r}, ...): pass the trainable function.")
-    wanted = _resources(resources)
-
-    @functools.wraps(trainable)
-    def wrapped(config: dict[str, Any], **kwargs: Any) -> Any:
-        return trainable(config, **kwargs)
-
-    wrapped._muster_resources = wanted  # type: ignore[attr-defined]
-    wrapped._muster_parameters = getattr(trainable, "_muster_parameters", {})  # type: ignore[attr-defined]
-    return wrapped
+    fn, _, parameters = _parts(trainable)
+    return _Trainable(fn, _resources(resources), parameters)
 
 
 def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
     """The same function trainable, called as ``trainable(config, **kwargs)``.
 
-    The values are sent to each trial's worker once per trial (large ones,
-    such as datasets, are shared through the engine's shared-memory transport).
+    The values are sent to each trial's worker once per trial (large tensors
+    and arrays travel through the engine's shared-memory transport).
     """
     if not callable(trainable):
         raise TypeError(f"tune.with_parameters({trainable!r}, ...): pass the trainable function.")
-
-    @functools.wraps(trainable)
-    def wrapped(config: dict[str, Any], **more: Any) -> Any:
-        return trainable(config, **more)
-
-    wrapped._muster_parameters = {**getattr(trainable, "_muster_parameters", {}), **kwargs}  # type: ignore[attr-defined]
-    resources = getattr(trainable, "_muster_resources", None)
-    if resources is not None:
-        wrapped._muster_resources = resources  # type: ignore[attr-defined]
-    return wrapped
+    fn, resources, parameters = _parts(trainable)
+    return _Trainable(fn, resources, {**parameters, **kwargs})

@@ -26,12 +26,12 @@ from muster.tune import trial as trial_mod
 from muster.tune.execution import EXPERIMENT_STATE, TuneController
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
-from muster.tune.search.searcher import ConcurrencyLimiter, SearchGenerator, Searcher
+from muster.tune.search.searcher import ConcurrencyLimiter, Searcher, SearchGenerator
 from muster.tune.search.variant_generator import BasicVariantGenerator
 from muster.tune.session import FunctionTrial
 from muster.tune.stopper import as_stopper
 from muster.tune.trial import RunPlan, Trial
-from muster.tune.tune_config import TuneConfig
+from muster.tune.tune_config import TuneConfig, trial_parameters, trial_resources
 
 TUNER_FILE = "tuner.pkl"
 _TRAINER_ARGS = ("train_loop_config", "scaling_config")
@@ -64,7 +64,9 @@ class Tuner:
     ):
         _check_trainable(trainable)
         if param_space is not None and not isinstance(param_space, dict):
-            raise TypeError(f"Tuner(param_space={param_space!r}): pass a dict, e.g. {{'lr': tune.loguniform(1e-4, 1e-1)}}.")
+            raise TypeError(
+                f"Tuner(param_space={param_space!r}): pass a dict, e.g. {{'lr': tune.loguniform(1e-4, 1e-1)}}."
+            )
         if tune_config is not None and not isinstance(tune_config, TuneConfig):
             raise TypeError(f"Tuner(tune_config={tune_config!r}): pass a muster.tune.TuneConfig.")
         self.trainable = trainable
@@ -106,12 +108,13 @@ class Tuner:
                 f"TuneConfig(metric={tc.metric!r}) differs from {type(scheduler).__name__}(metric="
                 f"{scheduler.metric!r}); set the metric in one place."
             )
-        searcher = _search_generator(tc.search_alg, tc.metric, tc.mode, self.param_space)
+        metric, mode = tc.metric or scheduler.metric, tc.mode or scheduler.mode  # set on either
+        searcher = _search_generator(tc.search_alg, metric, mode, self.param_space)
         searcher.setup(self.param_space, tc.num_samples, skip=len(trials))
         name = _trainable_name(self.trainable)
         controller = TuneController(
             storage, trials, self._make_plan, name, searcher, scheduler, as_stopper(self.run_config.stop),
-            tc.metric, tc.mode, tc.max_concurrent_trials, tc.time_budget_s, self.run_config.verbose,
+            metric, mode, tc.max_concurrent_trials, tc.time_budget_s, self.run_config.verbose,
             (self._restored or {}).get("id_prefix") or secrets.token_hex(3)[:5],
             self.run_config.resolved_storage_path(),
         )
@@ -123,7 +126,7 @@ class Tuner:
             controller.run()
         finally:
             restore_sigterm()
-        return _grid(storage, controller.trials, controller.errors, tc.metric, tc.mode)
+        return _grid(storage, controller.trials, controller.errors, metric, mode)
 
     def get_results(self) -> ResultGrid:
         """The results of this (restored) experiment as they are on disk, without running anything."""
@@ -138,8 +141,9 @@ class Tuner:
         if self.run_config.name is None:
             stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
             self.run_config.name = f"{_trainable_name(self.trainable)}_{stamp}_{secrets.token_hex(2)}"
-        self._path = Storage(self.run_config.resolved_storage_path(), self.run_config.name).uri
-        return Storage(self.run_config.resolved_storage_path(), self.run_config.name, self.run_config.storage_filesystem)
+        storage = Storage(self.run_config.resolved_storage_path(), self.run_config.name, self.run_config.storage_filesystem)
+        self._path = storage.uri
+        return storage
 
     def _make_plan(self, trial: Trial, config: dict[str, Any]) -> RunPlan:
         trainable, rc = self.trainable, self.run_config
@@ -149,12 +153,12 @@ class Tuner:
             if isinstance(scaling, dict):
                 scaling = ScalingConfig(**scaling)
             return RunPlan(trainable.train_loop_per_worker, loop_config, scaling, trainable.backend_config, rc)
-        resources = getattr(trainable, "_muster_resources", None) or {"CPU": 1.0}
+        resources = trial_resources(trainable) or {"CPU": 1.0}
         info = {
             "trial_id": trial.trial_id, "trial_name": trial.trial_name, "path": trial.path,
             "resources": resources, "experiment": self.run_config.name,
         }
-        fn = FunctionTrial(trainable, getattr(trainable, "_muster_parameters", {}), info)
+        fn = FunctionTrial(trainable, trial_parameters(trainable), info)
         scaling = ScalingConfig(num_workers=1, resources_per_worker=resources)
         return RunPlan(fn, config, scaling, Backend(), rc)
 
@@ -187,7 +191,7 @@ class Tuner:
         restart_errored: bool = False,
         param_space: dict[str, Any] | None = None,
         storage_filesystem: Any = None,
-    ) -> "Tuner":
+    ) -> Tuner:
         """A Tuner that continues the experiment at ``path``.
 
         Finished trials are not run again; trials that were running resume from

@@ -1,6 +1,9 @@
 """Trial schedulers: FIFO, ASHA, median stopping, population-based training."""
 
-from muster.tune.schedulers.async_hyperband import AsyncHyperBandScheduler, ASHAScheduler
+from muster.tune.schedulers.async_hyperband import (
+    ASHAScheduler,
+    AsyncHyperBandScheduler,
+)
 from muster.tune.schedulers.median_stopping import MedianStoppingRule
 from muster.tune.schedulers.pbt import PopulationBasedTraining
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler

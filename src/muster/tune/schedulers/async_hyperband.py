@@ -86,14 +86,14 @@ class AsyncHyperBandScheduler(TrialScheduler):
         self._bracket_of: dict[str, _Bracket] = {}
         self.num_stopped = 0
 
-    def on_trial_add(self, controller: Any, trial: "Trial") -> None:
+    def on_trial_add(self, controller: Any, trial: Trial) -> None:
         # spread trials over brackets, the most aggressive bracket getting the most
         weights = [self.reduction_factor ** -s for s in range(len(self._brackets))]
         counts = [sum(1 for b in self._bracket_of.values() if b is br) for br in self._brackets]
         deficit = [w / sum(weights) * (len(self._bracket_of) + 1) - c for w, c in zip(weights, counts)]
         self._bracket_of[trial.trial_id] = self._brackets[deficit.index(max(deficit))]
 
-    def on_trial_result(self, controller: Any, trial: "Trial", result: dict[str, Any]) -> str:
+    def on_trial_result(self, controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         self._require_metric()
         t = result.get(self.time_attr)
         if not isinstance(t, (int, float)) or self.metric not in result:

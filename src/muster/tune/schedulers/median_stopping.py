@@ -36,7 +36,8 @@ class MedianStoppingRule(TrialScheduler):
         hard_stop: bool = True,
     ):
         super().__init__(metric, mode)
-        if isinstance(min_samples_required, bool) or not isinstance(min_samples_required, int) or min_samples_required < 1:
+        n = min_samples_required
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"MedianStoppingRule(min_samples_required={min_samples_required!r}): use an integer >= 1.")
         if grace_period < 0:
             raise ValueError(f"MedianStoppingRule(grace_period={grace_period!r}): use a number >= 0.")
@@ -45,7 +46,7 @@ class MedianStoppingRule(TrialScheduler):
         self._history: dict[str, list[tuple[float, float]]] = {}  # trial -> [(t, score)]
         self.num_stopped = 0
 
-    def on_trial_result(self, controller: Any, trial: "Trial", result: dict[str, Any]) -> str:
+    def on_trial_result(self, controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         self._require_metric()
         t, score = result.get(self.time_attr), self._score(result)
         if not isinstance(t, (int, float)) or score is None:

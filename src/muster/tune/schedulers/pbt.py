@@ -15,8 +15,9 @@ import copy
 import math
 import random
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
 from muster.tune.search.sample import Categorical, Domain
@@ -71,7 +72,9 @@ class PopulationBasedTraining(TrialScheduler):
         if not 0 < quantile_fraction <= 0.5:
             raise ValueError(f"PopulationBasedTraining(quantile_fraction={quantile_fraction!r}): use 0 < q <= 0.5.")
         if not perturbation_interval > 0:
-            raise ValueError(f"PopulationBasedTraining(perturbation_interval={perturbation_interval!r}): use a number > 0.")
+            raise ValueError(
+                f"PopulationBasedTraining(perturbation_interval={perturbation_interval!r}): use a number > 0."
+            )
         if synch:
             raise ValueError(
                 "PopulationBasedTraining(synch=True) is not supported in muster; the asynchronous version "
@@ -86,10 +89,10 @@ class PopulationBasedTraining(TrialScheduler):
         self.num_perturbations = 0
         self._warned = False
 
-    def on_trial_add(self, controller: Any, trial: "Trial") -> None:
+    def on_trial_add(self, controller: Any, trial: Trial) -> None:
         self._state.setdefault(trial.trial_id, _State())
 
-    def on_trial_result(self, controller: Any, trial: "Trial", result: dict[str, Any]) -> str:
+    def on_trial_result(self, controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         self._require_metric()
         t, score = result.get(self.time_attr), self._score(result)
         if not isinstance(t, (int, float)) or score is None:
@@ -123,14 +126,14 @@ class PopulationBasedTraining(TrialScheduler):
         self.num_perturbations += 1
         return self.PAUSE
 
-    def _quantiles(self, controller: Any) -> tuple[list["Trial"], list["Trial"]]:
+    def _quantiles(self, controller: Any) -> tuple[list[Trial], list[Trial]]:
         scored = [
             t for t in controller.live_trials()
             if self._state.get(t.trial_id, _State()).last_score is not None
         ]
         if len(scored) < 2:
             return [], []
-        scored.sort(key=lambda t: self._state[t.trial_id].last_score)  # type: ignore[arg-type, return-value]
+        scored.sort(key=lambda t: self._state[t.trial_id].last_score or 0.0)  # all scored: never None here
         n = min(max(1, math.ceil(len(scored) * self.quantile_fraction)), len(scored) // 2)
         return scored[:n], scored[-n:]
 

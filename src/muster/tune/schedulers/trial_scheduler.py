@@ -49,22 +49,22 @@ class TrialScheduler:
             return None
         return float(value) if self.mode == "max" else -float(value)
 
-    def on_trial_add(self, controller: Any, trial: "Trial") -> None:
+    def on_trial_add(self, controller: Any, trial: Trial) -> None:
         """A trial was created."""
 
-    def on_trial_result(self, controller: Any, trial: "Trial", result: dict[str, Any]) -> str:
+    def on_trial_result(self, controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         return self.CONTINUE
 
-    def on_trial_complete(self, controller: Any, trial: "Trial", result: dict[str, Any] | None) -> None:
+    def on_trial_complete(self, controller: Any, trial: Trial, result: dict[str, Any] | None) -> None:
         """A trial finished (its function returned, or it was stopped)."""
 
-    def on_trial_error(self, controller: Any, trial: "Trial") -> None:
+    def on_trial_error(self, controller: Any, trial: Trial) -> None:
         """A trial failed for good."""
 
-    def on_trial_remove(self, controller: Any, trial: "Trial") -> None:
+    def on_trial_remove(self, controller: Any, trial: Trial) -> None:
         """A trial was stopped by something other than this scheduler."""
 
-    def choose_trial_to_run(self, controller: Any, candidates: list["Trial"]) -> "Trial | None":
+    def choose_trial_to_run(self, controller: Any, candidates: list[Trial]) -> Trial | None:
         """Which waiting trial to start next (default: the first)."""
         return candidates[0] if candidates else None
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from muster.tune.search.sample import Categorical, Domain, Float, Function, Integer, Normal
+from muster.tune.search.sample import (
+    Categorical,
+    Domain,
+    Float,
+    Function,
+    Integer,
+    Normal,
+)
 from muster.tune.search.searcher import Searcher
 from muster.tune.search.variant_generator import _walk
 

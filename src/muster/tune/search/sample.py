@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 class Domain:
@@ -27,7 +28,8 @@ class Float(Domain):
         _check_range("uniform" if log_base is None else "loguniform", lower, upper)
         if log_base is not None and lower <= 0:
             raise ValueError(
-                f"loguniform(lower={lower!r}, upper={upper!r}): a log scale needs lower > 0, e.g. loguniform(1e-5, 1e-1)."
+                f"loguniform(lower={lower!r}, upper={upper!r}): a log scale needs lower > 0, "
+                "e.g. loguniform(1e-5, 1e-1)."
             )
         _check_q(q)
         self.lower, self.upper, self.log_base, self.q = float(lower), float(upper), log_base, q

@@ -6,7 +6,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from muster.tune.search.variant_generator import FINISHED, BasicVariantGenerator, _overlay, _walk
+from muster.tune.search.variant_generator import (
+    FINISHED,
+    BasicVariantGenerator,
+    _overlay,
+    _walk,
+)
 
 
 class Searcher:
