@@ -86,3 +86,33 @@ def test_sigkilled_experiment_restores_without_rerunning_finished_trials(storage
 def test_restore_of_a_non_experiment_names_the_expected_files(tmp_path):
     with pytest.raises(ValueError, match="experiment_state.json"):
         tune.Tuner.restore(str(tmp_path / "nothing"), trainable=_experiment.trainable)
+
+
+def test_sigterm_stops_the_experiment_cleanly_and_says_how_to_resume(storage, tmp_path):
+    import signal
+
+    import psutil
+
+    progress = tmp_path / "progress"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "_experiment.py"), storage, "exp", str(progress)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(_lines(progress)) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read()
+            time.sleep(0.05)
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "experiment interrupted; resume it with Tuner.restore(" in out, out
+    gone, alive = psutil.wait_procs(kids, timeout=5)
+    assert not alive, f"workers outlived the stopped experiment: {alive}"
+    state = json.loads((pathlib.Path(storage) / "exp" / "experiment_state.json").read_text())
+    assert "RUNNING" in [t["status"] for t in state["trials"]]  # resumable, not marked done
