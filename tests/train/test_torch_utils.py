@@ -82,8 +82,8 @@ def test_prepare_model_with_one_worker_returns_the_model(fit):
 
 
 def test_prepare_model_rejects_unknown_strategy():
-    with pytest.raises(ValueError, match="parallel_strategy='fsdp'"):
-        prepare_model(torch.nn.Linear(1, 1), parallel_strategy="fsdp")
+    with pytest.raises(ValueError, match="parallel_strategy='deepspeed'.*'ddp', 'fsdp' or None"):
+        prepare_model(torch.nn.Linear(1, 1), parallel_strategy="deepspeed")
 
 
 def test_helpers_in_the_driver_are_single_process():

@@ -40,27 +40,38 @@ def prepare_model(
     parallel_strategy: str | None = "ddp",
     parallel_strategy_kwargs: dict[str, Any] | None = None,
 ) -> torch.nn.Module:
-    """Move ``model`` to this worker's device and wrap it in DistributedDataParallel.
+    """Move ``model`` to this worker's device and make it data parallel.
 
-    With one worker the model is returned unwrapped (as Ray Train does); with
-    more, the DDP wrapper's ``.module`` is the original model.
+    With one worker the model is returned unwrapped (as Ray Train does). With
+    more, ``"ddp"`` wraps it in DistributedDataParallel (its ``.module`` is the
+    original model) and ``"fsdp"`` shards it in place with FSDP2
+    ``fully_shard`` (see ``muster.train.torch.fsdp``; save it with
+    ``save_sharded``). After ``accelerate(amp=True)`` its forward pass runs
+    under autocast and returns float32 outputs.
 
     Args:
         move_to_device: move the model to ``get_device()`` (or to the device given).
-        parallel_strategy: ``"ddp"`` or ``None`` (no wrapping).
-        parallel_strategy_kwargs: passed to ``DistributedDataParallel``.
+        parallel_strategy: ``"ddp"``, ``"fsdp"`` or ``None`` (no wrapping).
+        parallel_strategy_kwargs: passed to ``DistributedDataParallel``, or for
+            ``"fsdp"`` to ``fully_shard`` (``mesh``, ``reshard_after_forward``,
+            ``mp_policy``, ``offload_policy``) plus ``shard_modules``: the
+            module classes that become FSDP units of their own.
     """
-    if parallel_strategy not in ("ddp", None):
-        raise ValueError(
-            f"prepare_model(parallel_strategy={parallel_strategy!r}): this version supports 'ddp' or None."
-        )
+    from muster.train.torch import amp, fsdp
+
+    if parallel_strategy not in ("ddp", "fsdp", None):
+        raise ValueError(f"prepare_model(parallel_strategy={parallel_strategy!r}): use 'ddp', 'fsdp' or None.")
     device = move_to_device if isinstance(move_to_device, torch.device) else get_device()
     if move_to_device is not False:
         model = model.to(device)
+    if amp.amp_enabled():
+        amp.wrap_forward(model, device)
     _, world_size = _world()
     if parallel_strategy is None or world_size < 2:
         return model
     kwargs = dict(parallel_strategy_kwargs or {})
+    if parallel_strategy == "fsdp":
+        return fsdp.shard_model(model, device, kwargs)
     if device.type == "cuda":
         kwargs.setdefault("device_ids", [device])
         kwargs.setdefault("output_device", device)
