@@ -1,0 +1,80 @@
+"""DDP and FSDP strategies for Lightning inside muster workers (Ray's ``RayDDPStrategy`` / ``RayFSDPStrategy``).
+
+Each worker is one Lightning process with one device (``get_device()``): the
+strategies take the device and sampler arguments from muster and, with
+``plugins=[MusterLightningEnvironment()]`` on the Trainer, the ranks; they use
+the process group muster already set up (Lightning's own setup finds it
+initialized and leaves it alone).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+
+from muster.train.torch import get_device
+
+
+def _sampler_kwargs(world_size: int, rank: int) -> dict[str, Any]:
+    return {"num_replicas": world_size, "rank": rank}
+
+
+class MusterDDPStrategy(DDPStrategy):
+    """Lightning's ``DDPStrategy`` on muster's workers and process group.
+
+    Takes ``DDPStrategy``'s arguments (``find_unused_parameters``, ``static_graph``, ...).
+    """
+
+    @property
+    def root_device(self) -> torch.device:
+        return get_device()
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        return _sampler_kwargs(self.world_size, self.global_rank)
+
+
+class MusterFSDPStrategy(FSDPStrategy):
+    """Lightning's ``FSDPStrategy`` (torch FSDP1) on muster's workers and process group.
+
+    Takes ``FSDPStrategy``'s arguments (``auto_wrap_policy``,
+    ``sharding_strategy``, ``state_dict_type``, ...). On GPU it behaves as
+    Lightning's; on CPU (gloo), where FSDP1 needs ``device_id`` to be the CPU
+    and Lightning passes none, it wraps the model itself.
+    """
+
+    @property
+    def root_device(self) -> torch.device:
+        return get_device()
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        return _sampler_kwargs(self.world_size, self.global_rank)
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if self.root_device.type != "cpu" or any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+            return super()._setup_model(model)
+        return FullyShardedDataParallel(
+            module=model,
+            cpu_offload=self.cpu_offload,
+            mixed_precision=self.mixed_precision_config,
+            sharding_strategy=self.sharding_strategy,
+            device_id=torch.device("cpu"),
+            **self.kwargs,
+        )
+
+    def lightning_module_state_dict(self) -> dict[str, Any]:
+        if self.root_device.type != "cpu" or self._state_dict_type != "full":
+            return super().lightning_module_state_dict()
+        # Lightning gathers with offload_to_cpu=True, which on CPU-resident FSDP1 parameters
+        # clones freed storage (a segfault); the parameters are on the CPU already.
+        from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
+
+        assert self.model is not None
+        config = FullStateDictConfig(offload_to_cpu=False, rank0_only=True)
+        with FullyShardedDataParallel.state_dict_type(self.model, StateDictType.FULL_STATE_DICT, config):
+            return self.model.state_dict()
