@@ -14,18 +14,12 @@ from typing import Any
 import torch
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 
+import muster.train as train
 from muster.train.torch import get_device
 
 
-def _sampler_kwargs(world_size: int, rank: int) -> dict[str, Any]:
-    return {"num_replicas": world_size, "rank": rank}
-
-
-class MusterDDPStrategy(DDPStrategy):
-    """Lightning's ``DDPStrategy`` on muster's workers and process group.
-
-    Takes ``DDPStrategy``'s arguments (``find_unused_parameters``, ``static_graph``, ...).
-    """
+class _OnMusterWorker:
+    """The device and data shard of this muster worker, for either strategy."""
 
     @property
     def root_device(self) -> torch.device:
@@ -33,10 +27,18 @@ class MusterDDPStrategy(DDPStrategy):
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, Any]:
-        return _sampler_kwargs(self.world_size, self.global_rank)
+        context = train.get_context()
+        return {"num_replicas": context.get_world_size(), "rank": context.get_world_rank()}
 
 
-class MusterFSDPStrategy(FSDPStrategy):
+class MusterDDPStrategy(_OnMusterWorker, DDPStrategy):
+    """Lightning's ``DDPStrategy`` on muster's workers and process group.
+
+    Takes ``DDPStrategy``'s arguments (``find_unused_parameters``, ``static_graph``, ...).
+    """
+
+
+class MusterFSDPStrategy(_OnMusterWorker, FSDPStrategy):
     """Lightning's ``FSDPStrategy`` (torch FSDP1) on muster's workers and process group.
 
     Takes ``FSDPStrategy``'s arguments (``auto_wrap_policy``,
@@ -44,14 +46,6 @@ class MusterFSDPStrategy(FSDPStrategy):
     Lightning's; on CPU (gloo), where FSDP1 needs ``device_id`` to be the CPU
     and Lightning passes none, it wraps the model itself.
     """
-
-    @property
-    def root_device(self) -> torch.device:
-        return get_device()
-
-    @property
-    def distributed_sampler_kwargs(self) -> dict[str, Any]:
-        return _sampler_kwargs(self.world_size, self.global_rank)
 
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
         from torch.distributed.fsdp import FullyShardedDataParallel
