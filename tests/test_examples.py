@@ -132,3 +132,37 @@ def test_tune_asha(tmp_path):
     assert re.search(r"\[muster.tune\] experiment '.*' done after .*: 4 TERMINATED, best loss=", out), out
     (experiment,) = run_dirs(tmp_path)
     assert len([p for p in experiment.iterdir() if p.is_dir()]) == 4
+
+
+def test_lightning_ddp(tmp_path):
+    pytest.importorskip("lightning")
+    out = run_example("lightning_ddp.py", tmp_path, "--epochs", "3")
+    assert "Killing rank 1 with SIGKILL after epoch 1" in out, out
+    assert re.search(r"restarting from checkpoint_000002", out), out
+    assert "Restored all states from the checkpoint at" in out, out  # Lightning itself resumed from ckpt_path
+    epochs = re.findall(r"^epoch (\d): train_loss=([0-9.]+) val_loss=([0-9.]+)$", out, re.M)
+    assert [e for e, _, _ in epochs] == ["0", "1", "2"], out
+    assert float(epochs[-1][2]) < float(epochs[0][2]), out
+    (run_dir,) = run_dirs(tmp_path)
+    assert (run_dir / "checkpoint_000003" / "checkpoint.ckpt").is_file()
+
+
+def test_huggingface_trainer(tmp_path):
+    pytest.importorskip("transformers")
+    out = run_example("huggingface_trainer.py", tmp_path, "--max-steps", "12")
+    assert "Killing rank 1 with SIGKILL after step 5" in out, out
+    assert "restarting from checkpoint_000001" in out, out
+    steps = re.findall(r"^step (\d+): loss=([0-9.]+)$", out, re.M)
+    assert [s for s, _ in steps] == ["4", "8", "12"], out
+    assert float(steps[-1][1]) < float(steps[0][1]), out
+    (run_dir,) = run_dirs(tmp_path)
+    assert (run_dir / "checkpoint_000003" / "checkpoint" / "trainer_state.json").is_file()
+
+
+def test_fsdp_sharded(tmp_path):
+    out = run_example("fsdp_sharded.py", tmp_path, "--epochs", "3")
+    assert "Killing rank 1 with SIGKILL after epoch 1" in out, out
+    assert re.search(r"Resumed from Checkpoint\(path='.*checkpoint_000002'\) on 2 workers, at epoch 2", out), out
+    accuracy = float(re.search(r"^Final accuracy \(rank 0's shard\): ([0-9.]+)$", out, re.M).group(1))
+    assert accuracy > 0.8, out
+    assert "'__0_0.distcp', '__1_0.distcp'" in out, out

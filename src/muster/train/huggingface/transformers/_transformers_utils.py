@@ -76,8 +76,9 @@ def prepare_trainer(trainer: transformers.Trainer) -> transformers.Trainer:
     if trainer.args.world_size != expected:
         raise RuntimeError(
             f"prepare_trainer: the Trainer sees a world size of {trainer.args.world_size} but this run has {expected} "
-            "workers. Build TrainingArguments inside train_loop_per_worker (not in the driver) so Accelerate "
-            "finds muster's process group."
+            "workers, so each worker would train alone. On CPU workers pass TrainingArguments(use_cpu=True) "
+            "(Accelerate runs multi-CPU training only then), and build TrainingArguments inside "
+            "train_loop_per_worker so Accelerate finds muster's process group."
         )
     if not any(isinstance(cb, MusterTrainReportCallback) for cb in trainer.callback_handler.callbacks):
         warnings.warn(
