@@ -93,7 +93,7 @@ def run_one(api: str, workload: str, samples: int, scheduler: str, step_s: float
     t_fit = time.perf_counter()
     grid = tuner.fit()
     end = time.perf_counter()
-    iters = sum(int(r.metrics["training_iteration"]) for r in grid if r.metrics)
+    iters = sum(int((r.metrics or {}).get("training_iteration", 0)) for r in grid)
     errors = sum(1 for r in grid if r.error is not None)
     return {
         "api": api, "workload": workload, "scheduler": scheduler, "trials": len(grid), "errors": errors,
