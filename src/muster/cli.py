@@ -2,6 +2,8 @@
 
     muster runs list [--storage-path P]
     muster runs show NAME [--storage-path P]
+    muster logs NAME [--rank N] [--tail N] [--follow] [--storage-path P]
+    muster dashboard [--storage-path P] [--host H] [--port N] [--token T]
     muster status
 """
 
@@ -11,6 +13,7 @@ import argparse
 import datetime
 import json
 import sys
+import time
 from typing import Any
 
 from muster.core import settings
@@ -20,7 +23,18 @@ def _when(ts: float | None) -> str:
     return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
 
 
-def _runs(storage_path: str) -> list[tuple[str, dict[str, Any]]]:
+def _reader(storage_path: str) -> Any:
+    """The run store's reader for ``storage_path``, or None when nothing was recorded there."""
+    from muster.observe.store.reader import StoreNotFoundError, StoreReader
+
+    try:
+        return StoreReader.for_root(storage_path)
+    except StoreNotFoundError:
+        return None
+
+
+def _folder_runs(storage_path: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(name, path, state)`` of every run folder directly under ``storage_path``."""
     from muster.train.storage import RUN_STATE, Storage
 
     out = []
@@ -29,37 +43,73 @@ def _runs(storage_path: str) -> list[tuple[str, dict[str, Any]]]:
         st = Storage(storage_path, name)
         path = st.join(st.run_dir, RUN_STATE)
         if st.exists(path):
-            out.append((name, st.read_json(path)))
-    return sorted(out, key=lambda item: item[1].get("updated_at") or 0)
+            out.append((name, st.uri, st.read_json(path)))
+    return out
+
+
+def _all_runs(storage_path: str) -> list[dict[str, Any]]:
+    """Runs from the store (Tune trials included), plus run folders it does not know (older runs)."""
+    reader = _reader(storage_path)
+    rows: list[dict[str, Any]] = []
+    known: set[str] = set()
+    if reader is not None:
+        for r in reader.runs():
+            ckpts = reader.checkpoints(r["id"])
+            rows.append({**r, "latest": ckpts[-1]["path"] if ckpts else None})
+            known.add(r["path"].rstrip("/"))
+    for name, path, state in _folder_runs(storage_path):
+        if path.rstrip("/") not in known:
+            rows.append({"name": name, "path": path, "status": state.get("status", "?"), "stale": False,
+                         "num_workers": state.get("num_workers"), "updated_at": state.get("updated_at"),
+                         "latest": state.get("latest_checkpoint"), "experiment": state.get("experiment")})
+    return sorted(rows, key=lambda r: r.get("updated_at") or 0)
 
 
 def cmd_runs_list(args: argparse.Namespace) -> int:
-    runs = _runs(args.storage_path)
+    runs = _all_runs(args.storage_path)
     if not runs:
         print(f"No runs in {args.storage_path}.")
         return 0
-    print(f"{'NAME':40} {'STATUS':12} {'WORKERS':>7} {'UPDATED':19}  LATEST CHECKPOINT")
-    for name, state in runs:
-        latest = (state.get("latest_checkpoint") or "-").rstrip("/").rsplit("/", 1)[-1]
-        print(f"{name:40} {state.get('status', '?'):12} {state.get('num_workers', '?'):>7} "
-              f"{_when(state.get('updated_at')):19}  {latest}")
+    print(f"{'NAME':40} {'STATUS':12} {'WORKERS':>7} {'UPDATED':19}  {'EXPERIMENT':16} LATEST CHECKPOINT")
+    for r in runs:
+        latest = (r.get("latest") or "-").rstrip("/").rsplit("/", 1)[-1]
+        status = "STALE" if r.get("stale") else r.get("status", "?")
+        workers = r.get("num_workers") if r.get("num_workers") is not None else "?"
+        print(f"{r['name']:40} {status:12} {workers:>7} {_when(r.get('updated_at')):19}  "
+              f"{r.get('experiment') or '-':16} {latest}")
     return 0
+
+
+def _find(storage_path: str, name: str) -> dict[str, Any] | None:
+    for r in reversed(_all_runs(storage_path)):
+        if name in (r["name"], r["path"], r["path"].rstrip("/").rsplit("/", 1)[-1]):
+            return r
+    return None
+
+
+def _no_run(name: str, storage_path: str) -> int:
+    print(f"No run {name!r} in {storage_path}; `muster runs list --storage-path {storage_path}` shows what is "
+          "there.", file=sys.stderr)
+    return 2
 
 
 def cmd_runs_show(args: argparse.Namespace) -> int:
     from muster.train import Result
     from muster.train.storage import RUN_STATE, Storage
 
-    st = Storage(args.storage_path, args.name)
-    state_path = st.join(st.run_dir, RUN_STATE)
-    if not st.exists(state_path):
-        print(f"No run {args.name!r} in {args.storage_path}; `muster runs list` shows what is there.",
-              file=sys.stderr)
-        return 2
-    state = st.read_json(state_path)
+    found = _find(args.storage_path, args.name)
+    if found is None:
+        return _no_run(args.name, args.storage_path)
+    parent, folder = found["path"].rstrip("/").rsplit("/", 1)
+    st = Storage(parent, folder)
+    state = st.read_json(st.join(st.run_dir, RUN_STATE)) if st.exists(st.join(st.run_dir, RUN_STATE)) else {}
     result = Result.from_path(st.uri)
-    print(f"run        {args.name}  ({state.get('status')})")
+    status = "STALE (its driver is gone)" if found.get("stale") else state.get("status", found.get("status"))
+    print(f"run        {found['name']}  ({status})")
     print(f"path       {st.uri}")
+    if found.get("experiment"):
+        print(f"trial      {found.get('trial_id')} of experiment {found['experiment']}  "
+              f"config {json.dumps(found.get('config'), default=str)}")
     print(f"trainer    {state.get('trainer')}, {state.get('num_workers')} worker(s)")
     print(f"created    {_when(state.get('created_at'))}   updated {_when(state.get('updated_at'))}")
     print(f"reports    {len(result.all_reports)} (all ranks)")
@@ -69,8 +119,61 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
     if result.best_checkpoints:
         best, metrics = result.best_checkpoints[0]
         print(f"best       {best.path}  {json.dumps(metrics, default=str)}")
-    for i, failure in enumerate(state.get("failures") or [], 1):
-        print(f"failure {i}: {failure.strip().splitlines()[0]}")
+    reader = _reader(args.storage_path)
+    if reader is not None and "id" in found:
+        _print_store_details(reader, found["id"])
+    else:
+        for i, failure in enumerate(state.get("failures") or [], 1):
+            print(f"failure {i}: {failure.strip().splitlines()[0]}")
+    return 0
+
+
+def _print_store_details(reader: Any, run_id: int) -> None:
+    attempts = reader.attempts(run_id)
+    for a in attempts:
+        took = f"{a['ended_at'] - a['started_at']:.1f} s" if a.get("ended_at") else "running"
+        print(f"attempt {a['attempt']}  {a['status']:9} {took:>9}" + (f"  {a['cause']}" if a.get("cause") else ""))
+    workers = reader.workers(run_id)
+    if workers:
+        print(f"{'RANK':>4} {'STATE':9} {'HOST':16} {'PID':>7} {'STEP':>9} {'DATA WAIT':>9}  NOTE")
+        for w in workers:
+            step = f"{w['step_s']:.3f}s" if w.get("step_s") else "-"
+            wait = f"{w['data_wait_s']:.3f}s" if w.get("data_wait_s") is not None and w.get("step_s") else "-"
+            note = f"STRAGGLER: {w['reason']}" if w.get("straggler") else ""
+            print(f"{w['rank']:>4} {w['state']:9} {w['host'][:16]:16} {w['pid']:>7} {step:>9} {wait:>9}  {note}")
+    failures = [e for e in reader.events(run_id) if e["kind"] == "failure"]
+    for i, e in enumerate(failures, 1):
+        print(f"failure {i}: {_when(e['time'])} attempt {e['attempt']}: {e['message'].splitlines()[0]}")
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    reader = _reader(args.storage_path)
+    run = reader.find_run(args.name) if reader is not None else None
+    if run is None:
+        return _no_run(args.name, args.storage_path)
+    after = 0
+    lines = reader.logs(run["id"], args.rank, 0, args.tail)
+    while True:
+        for line in lines:
+            print(f"(rank {line['rank']}, pid={line['pid']}) {line['line']}", flush=True)
+            after = line["id"]
+        if not args.follow or (reader.run(run["id"]) or {}).get("status") != "RUNNING":
+            return 0
+        time.sleep(1.0)
+        lines = reader.logs(run["id"], args.rank, after, 10_000)
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from muster.observe.dashboard.server import serve
+    from muster.observe.store.reader import StoreNotFoundError
+
+    try:
+        serve(args.storage_path, args.host, args.port, args.token)
+    except StoreNotFoundError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
     return 0
 
 
@@ -87,23 +190,41 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     from muster import __version__
+    from muster.observe.dashboard.server import DEFAULT_HOST, DEFAULT_PORT
 
     parser = argparse.ArgumentParser(prog="muster", description="Look at muster runs and this machine.")
     parser.add_argument("--version", action="version", version=f"muster {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    storage = argparse.ArgumentParser(add_help=False)
+    storage.add_argument("--storage-path", default=settings.storage_path_default(),
+                         help="the RunConfig storage_path of your runs (default: %(default)s)")
     runs = sub.add_parser("runs", help="training runs in a storage path")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
-    for name, fn in (("list", cmd_runs_list), ("show", cmd_runs_show)):
-        p = runs_sub.add_parser(name)
-        if name == "show":
-            p.add_argument("name")
-        p.add_argument("--storage-path", default=settings.storage_path_default())
-        p.set_defaults(fn=fn)
+    runs_sub.add_parser("list", parents=[storage], help="every run, oldest first").set_defaults(fn=cmd_runs_list)
+    show = runs_sub.add_parser("show", parents=[storage], help="one run: summary, checkpoints, failures, workers")
+    show.add_argument("name")
+    show.set_defaults(fn=cmd_runs_show)
+    logs = sub.add_parser("logs", parents=[storage], help="what a run's workers printed")
+    logs.add_argument("name")
+    logs.add_argument("--rank", type=int, default=None, help="only this rank")
+    logs.add_argument("--tail", type=int, default=1000, help="the last N lines (default: %(default)s)")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing while the run is going")
+    logs.set_defaults(fn=cmd_logs)
+    dash = sub.add_parser("dashboard", parents=[storage], help="serve the web dashboard (read-only)")
+    dash.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (default: %(default)s)")
+    dash.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one (default: %(default)s)")
+    dash.add_argument("--token", default=None,
+                      help="access token; required (and generated when not given) for a non-loopback --host")
+    dash.set_defaults(fn=cmd_dashboard)
     status = sub.add_parser("status", help="the engine and the resources it would use")
     status.set_defaults(fn=cmd_status)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     return int(args.fn(args))
 
 

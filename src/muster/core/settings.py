@@ -46,3 +46,18 @@ def force_plain_progress() -> bool:
 def shared_memory_transport() -> bool:
     """``MUSTER_SHARED_MEMORY=0`` streams big buffers through the socket instead of memfds."""
     return os.environ.get("MUSTER_SHARED_MEMORY", "1") != "0"
+
+
+def run_store_enabled() -> bool:
+    """``MUSTER_RUN_STORE=0`` turns the run store (dashboard, ``muster runs``) off."""
+    return os.environ.get("MUSTER_RUN_STORE", "1") != "0"
+
+
+def run_store_dir() -> str:
+    """Where run stores of non-local storage roots (``s3://...``) live: ``MUSTER_STORE_DIR``."""
+    return os.environ.get("MUSTER_STORE_DIR") or os.path.join(os.path.expanduser("~"), ".muster", "stores")
+
+
+def dashboard_token() -> str | None:
+    """``MUSTER_DASHBOARD_TOKEN``: the dashboard's access token, when not given on the command line."""
+    return os.environ.get("MUSTER_DASHBOARD_TOKEN") or None

@@ -28,6 +28,7 @@ from muster.core.api import get_runtime
 from muster.core.runtime import ActorHandle
 from muster.exceptions import MusterError, TaskError, TrainingFailedError, WorkerCrashedError
 from muster.observe.progress import ProgressView
+from muster.observe.recorder import RunRecorder
 from muster.train._internal import policies
 from muster.train._internal.backend import Backend
 from muster.train._internal.ledger import Ledger
@@ -108,6 +109,10 @@ class Controller:
         self._attempt: _Attempt | None = None
         self.hooks = hooks or ControllerHooks()
         self._stop_requested = threading.Event()
+        self.recorder = RunRecorder(
+            root=record.state.get("store_root") or self.storage.storage_path, path=self.storage.uri,
+            name=self.storage.name, state=record.state, resources=scaling.worker_resources,
+        )
 
     def request_stop(self) -> None:
         """End the run early, as a success (Tune's schedulers and stoppers use this).
@@ -129,7 +134,9 @@ class Controller:
         try:
             while True:
                 # attempts are numbered across drivers: a resumed run's first attempt is not 0
-                error = self._run_attempt(self._previous_attempts + len(self.failures))
+                index = self._previous_attempts + len(self.failures)
+                error = self._run_attempt(index)
+                self.recorder.attempt_ended(index, error)
                 if error is None:
                     self._transition(State.STOPPED if self._stop_requested.is_set() else State.FINISHED)
                     break
@@ -142,10 +149,12 @@ class Controller:
                     )
                 self._transition(State.RESTARTING)
                 latest = self.ledger.latest
-                self.view.event(
+                restart = (
                     f"attempt {self._previous_attempts + len(self.failures)} failed: {_first_line(error)}; restarting "
                     + (f"from {latest.path.rsplit('/', 1)[-1]}" if latest else "from the start (no checkpoint yet)")
                 )
+                self.view.event(restart)
+                self.recorder.event("restart", restart)
             result = build(self.storage, self.ledger.reports, self.ledger.best(), None)
             self._callbacks("on_run_end", result)
             return result
@@ -167,12 +176,14 @@ class Controller:
         finally:
             restore_sigterm()
             self.view.stop(self.state.value.lower())
+            self.recorder.close()
 
     def _transition(self, state: State) -> None:
         self.state = state
         self.view.set_state(state.value.lower())
         if state in (State.FINISHED, State.ERRORED, State.INTERRUPTED, State.STOPPED):
             self.record.mark(state.value, self.ledger.latest, [str(e) for e in self.failures])
+            self.recorder.finished(state.value, self.failures[-1] if state is State.ERRORED and self.failures else None)
 
     def _run_attempt(self, index: int) -> BaseException | None:
         """One gang, start to end. Returns the attempt's root cause, or None on success."""
@@ -185,6 +196,7 @@ class Controller:
         try:
             group.start(self._on_event, self._on_death, on_wait=self.view.event)
             self.view.set_state("running", workers_up=len(group.members))
+            self.recorder.attempt_started(index, group.members)
             self.view.event(
                 f"{len(group.members)}/{self.scaling.num_workers} workers up (pids "
                 f"{', '.join(str(m.pid) for m in group.members)})"
@@ -280,6 +292,9 @@ class Controller:
 
     # -- worker reader threads ------------------------------------------------------
     def _on_event(self, handle: ActorHandle, payload: Any) -> Any:
+        if isinstance(payload, dict) and payload.get("kind") == "sample":
+            self.recorder.sample(payload["rank"], payload)
+            return None
         if not isinstance(payload, dict) or payload.get("kind") != "report":
             return self.hooks.on_other_event(handle, payload) if self.hooks.on_other_event else None
         attempt = self._attempt
@@ -294,6 +309,7 @@ class Controller:
             attempt.index, payload.get("state"),
         )
         self.view.on_report(row, lead=payload["rank"] == 0)
+        self.recorder.report(row, payload.get("timing"))
         self._callbacks("on_report", row)
         return True
 
@@ -309,6 +325,7 @@ class Controller:
         name = record.path.rstrip("/").rsplit("/", 1)[-1]
         self.view.on_checkpoint(name)
         self.record.mark(State.RUNNING.value, record)
+        self.recorder.checkpoint(record.round, record.path, record.metrics)
         self._callbacks("on_checkpoint", Checkpoint(record.path, self.storage.fs), record.metrics)
 
     def _callbacks(self, hook: str, *args: Any) -> None:

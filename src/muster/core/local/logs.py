@@ -16,6 +16,23 @@ from typing import Callable
 
 from muster.core import settings
 
+LineSink = Callable[[int | None, list[str]], None]
+_sinks: list[LineSink] = []
+_sinks_lock = threading.Lock()
+
+
+def add_line_sink(sink: LineSink) -> None:
+    """Also hand every relayed line to ``sink(pid, lines)`` (called on the relay thread;
+    it must not block). The run store uses this to keep worker logs."""
+    with _sinks_lock:
+        _sinks.append(sink)
+
+
+def remove_line_sink(sink: LineSink) -> None:
+    with _sinks_lock:
+        if sink in _sinks:
+            _sinks.remove(sink)
+
 
 class LogRelay:
     def __init__(self, address: str, label_for: Callable[[int], tuple[str, int | None]]):
@@ -95,6 +112,7 @@ class LogRelay:
         if not lines:
             return
         label, pid = self._label_for(st[0])
+        _tee(pid, lines)
         prefix = f"({label}, pid={pid}) " if self._prefix else ""
         text = "".join(f"{prefix}{line.decode('utf-8', 'backslashreplace')}\n" for line in lines)
         out = sys.stdout
@@ -102,4 +120,17 @@ class LogRelay:
             out.write(text)
             out.flush()
         except Exception:
+            pass
+
+
+def _tee(pid: int | None, lines: list[bytes]) -> None:
+    with _sinks_lock:
+        sinks = list(_sinks)
+    if not sinks:
+        return
+    text = [line.decode("utf-8", "backslashreplace") for line in lines]
+    for sink in sinks:
+        try:
+            sink(pid, text)
+        except Exception:  # noqa: BLE001 - a broken sink must not stop the relay
             pass

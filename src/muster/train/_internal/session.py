@@ -23,6 +23,7 @@ from typing import Any
 from fsspec.implementations.local import LocalFileSystem
 
 from muster.core import context as core_context
+from muster.observe import sampler as sampler_mod
 from muster.train._internal import resume
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
@@ -62,7 +63,9 @@ class Session:
         with self._lock:
             self._raise_upload_error()
             self.round += 1
-            item = (self.round, clean, checkpoint, resume.book().capture(), time.time())
+            sampler = sampler_mod.current()
+            timing = sampler.on_report() if sampler is not None else None
+            item = (self.round, clean, checkpoint, resume.book().capture(), time.time(), timing)
             if mode == "async" and checkpoint is not None:
                 self._start_uploader()
                 assert self._uploads is not None
@@ -76,7 +79,7 @@ class Session:
                 _discard_if_temporary(checkpoint)
 
     def _send(self, round_index: int, metrics: dict[str, Any], checkpoint: Checkpoint | None, state: bytes,
-              t: float, owned: bool = False) -> None:
+              t: float, timing: dict[str, float] | None, owned: bool = False) -> None:
         files = None
         if checkpoint is not None:
             with checkpoint.as_directory() as folder:
@@ -92,6 +95,7 @@ class Session:
                 "files": files,
                 "state": state,
                 "time": t,
+                "timing": timing,
             },
             wait=True,
         )
@@ -109,8 +113,7 @@ class Session:
             item = self._uploads.get()
             try:
                 if item is not None and self._upload_error is None:
-                    round_index, metrics, checkpoint, state, t = item
-                    self._send(round_index, metrics, checkpoint, state, t, owned=True)
+                    self._send(*item, owned=True)
             except BaseException as exc:  # noqa: BLE001 - surfaced at the next report() or at the end
                 self._upload_error = exc
             finally:

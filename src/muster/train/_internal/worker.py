@@ -7,6 +7,8 @@ import os
 import socket
 from typing import Any, Callable
 
+from muster.core import context as core_context
+from muster.observe.sampler import WorkerSampler
 from muster.train._internal import session as session_mod
 from muster.train._internal.backend import Backend
 
@@ -36,6 +38,11 @@ class TrainWorker:
         backend.on_worker_start(spec.context)
         session = session_mod.Session(spec)
         session_mod.set_session(session)
+        rank = spec.context.world_rank
+        sampler = WorkerSampler(
+            lambda figures: core_context.send_event({"kind": "sample", "rank": rank, **figures}, wait=False)
+        )
+        sampler.start()
         try:
             if _takes_config(train_fn):
                 train_fn(config if config is not None else {})
@@ -48,6 +55,8 @@ class TrainWorker:
             # the root cause. The controller kills the whole gang once it has this error.
             session_mod.set_session(None)
             raise
+        finally:
+            sampler.stop()
         session_mod.set_session(None)
         backend.on_worker_end()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 import warnings
 from typing import Any, Iterator
 
@@ -11,7 +12,10 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
 
+from muster.observe.sampler import note_data_wait
 from muster.train._internal import resume
+
+_END = object()
 
 _USE_GPU = False  # set by the torch backend on each worker
 
@@ -134,12 +138,19 @@ class PreparedDataLoader(DataLoader):
         else:
             it = iter(self._loader)
         self._position, self._exhausted, first = 0, False, True
-        for batch in it:
+        while True:
+            waited = time.perf_counter()  # the time to the next batch on the device is data wait
+            batch = next(it, _END)
+            if batch is _END:
+                break
             if first and self._sampler is not None:
                 self._position = self._sampler.skipped // (self._loader.batch_size or 1)
             first = False
             self._position += 1
-            yield batch if self._device is None else _to_device(batch, self._device)
+            if self._device is not None:
+                batch = _to_device(batch, self._device)
+            note_data_wait(time.perf_counter() - waited)
+            yield batch
         self._exhausted = True
 
     def __len__(self) -> int:

@@ -1,0 +1,177 @@
+"""Read-only queries over a run store, for ``muster runs|logs`` and the dashboard.
+
+Every call opens its own read-only connection (``mode=ro``), so one reader is
+safe to share between threads and can never change the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+from typing import Any
+
+import psutil
+
+from muster.observe import analysis
+from muster.observe.store import schema, store_path
+
+
+class StoreNotFoundError(FileNotFoundError):
+    """No run store at the given storage path."""
+
+
+class StoreReader:
+    """Queries on one database file. Rows come back as plain dicts (JSON columns parsed)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @classmethod
+    def for_root(cls, root: str) -> "StoreReader":
+        """The reader of storage root ``root``.
+
+        Raises:
+            StoreNotFoundError: no run has been recorded under ``root`` yet.
+        """
+        path = store_path(root)
+        if not os.path.exists(path):
+            raise StoreNotFoundError(
+                f"No run store at {path}: no run has been recorded under storage path {root!r}. "
+                "Pass the storage_path your runs use (--storage-path), or run a Trainer first."
+            )
+        return cls(path)
+
+    def _query(self, sql: str, params: tuple = ()) -> list[dict[str, Any]]:
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10.0)
+        try:
+            conn.row_factory = sqlite3.Row
+            if schema.version(conn) > schema.SCHEMA_VERSION:
+                schema.migrate(conn, self.path)  # raises SchemaTooNewError with the fix
+            return [dict(r) for r in conn.execute(sql, params).fetchall()]
+        finally:
+            conn.close()
+
+    # -- runs ---------------------------------------------------------------------
+    def runs(self, experiment: str | None = None) -> list[dict[str, Any]]:
+        """Every run, newest first, with its report count and its last rank-0 metrics."""
+        where, params = ("WHERE r.experiment = ?", (experiment,)) if experiment is not None else ("", ())
+        rows = self._query(
+            "SELECT r.*, (SELECT COUNT(*) FROM reports p WHERE p.run_id = r.id) AS reports,"
+            " (SELECT metrics FROM reports p WHERE p.run_id = r.id ORDER BY (p.rank != 0), p.id DESC LIMIT 1)"
+            " AS last_metrics,"
+            " (SELECT COUNT(*) FROM events e WHERE e.run_id = r.id AND e.kind = 'failure') AS failures,"
+            f" (SELECT MAX(attempt) FROM attempts a WHERE a.run_id = r.id) AS attempt FROM runs r {where}"
+            " ORDER BY r.created_at DESC, r.id DESC",
+            params,
+        )
+        return [_run_row(r) for r in rows]
+
+    def run(self, run_id: int) -> dict[str, Any] | None:
+        rows = [r for r in self.runs() if r["id"] == run_id]
+        return rows[0] if rows else None
+
+    def find_run(self, name: str) -> dict[str, Any] | None:
+        """The newest run called ``name`` (or whose folder is ``name``)."""
+        for r in self.runs():
+            if name in (r["name"], r["path"], r["path"].rstrip("/").rsplit("/", 1)[-1]):
+                return r
+        return None
+
+    # -- one run's figures -------------------------------------------------------------
+    def reports(self, run_id: int, after: int = 0, limit: int = 20000) -> list[dict[str, Any]]:
+        rows = self._query(
+            "SELECT id, attempt, rank, iteration, time, metrics, step_s, data_wait_s FROM reports"
+            " WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (run_id, after, limit),
+        )
+        for r in rows:
+            r["metrics"] = json.loads(r["metrics"])
+        return rows
+
+    def samples(self, run_id: int, after: int = 0, limit: int = 20000) -> list[dict[str, Any]]:
+        return self._query(
+            "SELECT * FROM samples WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?", (run_id, after, limit)
+        )
+
+    def attempts(self, run_id: int) -> list[dict[str, Any]]:
+        return self._query("SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt", (run_id,))
+
+    def workers(self, run_id: int) -> list[dict[str, Any]]:
+        """The latest attempt's workers, each with its recent timing, straggler verdict and last sample."""
+        rows = self._query(
+            "SELECT * FROM workers WHERE run_id = ? AND attempt = (SELECT MAX(attempt) FROM workers WHERE run_id = ?)"
+            " ORDER BY rank",
+            (run_id, run_id),
+        )
+        if not rows:
+            return []
+        attempt = rows[0]["attempt"]
+        timing = self._query(
+            "SELECT rank, step_s, data_wait_s FROM (SELECT rank, id, step_s, data_wait_s, ROW_NUMBER() OVER"
+            " (PARTITION BY rank ORDER BY id DESC) AS n FROM reports WHERE run_id = ? AND attempt = ?"
+            " AND step_s IS NOT NULL) WHERE n <= ? ORDER BY id",
+            (run_id, attempt, analysis.WINDOW),
+        )
+        per_rank: dict[int, list[tuple[float | None, float | None]]] = {r["rank"]: [] for r in rows}
+        for t in timing:
+            per_rank.setdefault(t["rank"], []).append((t["step_s"], t["data_wait_s"]))
+        verdicts = analysis.straggler_report(per_rank)
+        last = {
+            s["rank"]: s
+            for s in self._query(
+                "SELECT * FROM samples WHERE id IN (SELECT MAX(id) FROM samples WHERE run_id = ? AND attempt = ?"
+                " GROUP BY rank)",
+                (run_id, attempt),
+            )
+        }
+        for w in rows:
+            w["resources"] = json.loads(w["resources"] or "{}")
+            w.update(verdicts.get(w["rank"], {}))
+            sample = last.get(w["rank"], {})
+            for key in ("cpu_percent", "rss_bytes", "gpu_util", "gpu_mem_bytes"):
+                w[key] = sample.get(key)
+        return rows
+
+    def checkpoints(self, run_id: int) -> list[dict[str, Any]]:
+        rows = self._query("SELECT * FROM checkpoints WHERE run_id = ? ORDER BY round", (run_id,))
+        for r in rows:
+            r["metrics"] = json.loads(r["metrics"])
+        return rows
+
+    def events(self, run_id: int, after: int = 0) -> list[dict[str, Any]]:
+        return self._query("SELECT * FROM events WHERE run_id = ? AND id > ? ORDER BY id", (run_id, after))
+
+    def logs(self, run_id: int, rank: int | None = None, after: int = 0, tail: int = 1000) -> list[dict[str, Any]]:
+        """The last ``tail`` lines after id ``after`` (all ranks, or one), oldest first."""
+        rank_sql, params = ("AND rank = ?", (rank,)) if rank is not None else ("", ())
+        rows = self._query(
+            f"SELECT id, attempt, rank, pid, time, line FROM logs WHERE run_id = ? AND id > ? {rank_sql}"
+            " ORDER BY id DESC LIMIT ?",
+            (run_id, after, *params, tail),
+        )
+        return rows[::-1]
+
+    # -- Tune experiments ---------------------------------------------------------------
+    def experiments(self) -> list[dict[str, Any]]:
+        return self._query(
+            "SELECT experiment AS name, COUNT(*) AS trials, SUM(status = 'RUNNING') AS running,"
+            " SUM(status = 'FINISHED') AS finished, SUM(status IN ('ERRORED', 'INTERRUPTED')) AS errored,"
+            " MIN(created_at) AS created_at, MAX(updated_at) AS updated_at FROM runs WHERE experiment IS NOT NULL"
+            " GROUP BY experiment ORDER BY MAX(created_at) DESC"
+        )
+
+
+def _run_row(r: dict[str, Any]) -> dict[str, Any]:
+    r["config"] = json.loads(r["config"]) if r.get("config") else None
+    r["last_metrics"] = json.loads(r["last_metrics"]) if r.get("last_metrics") else {}
+    r["stale"] = r["status"] == "RUNNING" and _driver_gone(r.get("driver_host"), r.get("driver_pid"))
+    return r
+
+
+def _driver_gone(host: str | None, pid: int | None) -> bool:
+    """A RUNNING run whose driver (on this machine) no longer exists: it died without a word."""
+    if not host or not pid or host != socket.gethostname():
+        return False
+    return not psutil.pid_exists(pid)

@@ -1,0 +1,158 @@
+"""The run store's SQLite schema, version by version.
+
+One database per storage root holds every run under it. Version 1:
+
+======================  =====================================================================
+table                   one row per
+======================  =====================================================================
+``meta``                setting; ``schema_version`` says which schema the file holds
+``runs``                run (a Trainer's ``fit()`` or a Tune trial): name, folder, status,
+                        experiment / trial id / config for Tune trials
+``attempts``            gang started for a run (0, 1, ... across restarts and drivers)
+``workers``             rank of an attempt: host, pid, resources, state
+                        (``ALIVE``, ``FINISHED``, ``FAILED``, ``STOPPED``)
+``reports``             ``train.report()`` of one rank: iteration, time, metrics (JSON), and
+                        the worker's step time and the part of it spent waiting on data
+``samples``             system sample of one worker (every ~2 s): CPU %, RSS, GPU use/memory
+``checkpoints``         committed checkpoint: round, folder, metrics (JSON)
+``events``              run event: ``start``, ``attempt``, ``failure`` (with its cause),
+                        ``restart``, ``finish``
+``logs``                line a worker printed (stdout and stderr)
+======================  =====================================================================
+
+Times are Unix seconds (float). JSON columns hold text. A newer muster
+migrates an older file forward in :func:`migrate`; an older muster refuses
+a newer file with a message instead of misreading it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA_VERSION = 1
+
+_V1 = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL,
+    trainer TEXT,
+    experiment TEXT,
+    trial_id TEXT,
+    config TEXT,
+    num_workers INTEGER,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    ended_at REAL,
+    error TEXT,
+    driver_host TEXT,
+    driver_pid INTEGER
+);
+CREATE INDEX IF NOT EXISTS runs_experiment ON runs (experiment);
+CREATE TABLE IF NOT EXISTS attempts (
+    run_id INTEGER NOT NULL REFERENCES runs (id),
+    attempt INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    status TEXT NOT NULL,
+    cause TEXT,
+    PRIMARY KEY (run_id, attempt)
+);
+CREATE TABLE IF NOT EXISTS workers (
+    run_id INTEGER NOT NULL REFERENCES runs (id),
+    attempt INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    host TEXT,
+    pid INTEGER,
+    resources TEXT,
+    state TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    PRIMARY KEY (run_id, attempt, rank)
+);
+CREATE TABLE IF NOT EXISTS reports (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs (id),
+    attempt INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    iteration INTEGER NOT NULL,
+    time REAL NOT NULL,
+    metrics TEXT NOT NULL,
+    step_s REAL,
+    data_wait_s REAL
+);
+CREATE INDEX IF NOT EXISTS reports_run ON reports (run_id, id);
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs (id),
+    attempt INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    time REAL NOT NULL,
+    cpu_percent REAL,
+    rss_bytes INTEGER,
+    gpu_util REAL,
+    gpu_mem_bytes INTEGER
+);
+CREATE INDEX IF NOT EXISTS samples_run ON samples (run_id, id);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    run_id INTEGER NOT NULL REFERENCES runs (id),
+    round INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    time REAL NOT NULL,
+    metrics TEXT NOT NULL,
+    PRIMARY KEY (run_id, round)
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs (id),
+    attempt INTEGER,
+    time REAL NOT NULL,
+    kind TEXT NOT NULL,
+    rank INTEGER,
+    message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id);
+CREATE TABLE IF NOT EXISTS logs (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs (id),
+    attempt INTEGER,
+    rank INTEGER,
+    pid INTEGER,
+    time REAL NOT NULL,
+    line TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS logs_run ON logs (run_id, rank, id);
+"""
+
+
+class SchemaTooNewError(RuntimeError):
+    """The store was written by a newer muster than this one."""
+
+
+def version(conn: sqlite3.Connection) -> int:
+    """The schema version a database holds (0 when it is empty)."""
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.OperationalError:
+        return 0
+    return int(row[0]) if row else 0
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Bring the database at ``path`` to :data:`SCHEMA_VERSION` (creating it if empty).
+
+    Raises:
+        SchemaTooNewError: the file holds a newer schema than this muster knows.
+    """
+    have = version(conn)
+    if have > SCHEMA_VERSION:
+        raise SchemaTooNewError(
+            f"The run store {path} has schema version {have}, newer than this muster's {SCHEMA_VERSION}. "
+            'Upgrade muster (pip install -U muster) to read it, or point storage_path elsewhere.'
+        )
+    if have < 1:
+        conn.executescript(_V1)
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        conn.commit()
