@@ -137,8 +137,10 @@ class RunConfig:
         storage_path: a local path or any fsspec URL (``s3://bucket/prefix``).
             Default ``~/muster_results`` (or ``MUSTER_STORAGE_PATH``).
         checkpoint_config / failure_config: see those classes.
-        callbacks: objects with any of ``on_report(report)``,
-            ``on_checkpoint(checkpoint, metrics)``, ``on_run_end(result)``.
+        callbacks: objects with any of ``on_run_start(run_path, run_name)``,
+            ``on_report(report)``, ``on_checkpoint(checkpoint, metrics)``,
+            ``on_run_end(result)``; ready-made loggers (CSV, JSON,
+            TensorBoard, MLflow) are in ``muster.observe.loggers``.
         verbose: 0 silent, 1 live summary (default), 2 a line per report.
         worker_timeout_s: fail an attempt when no worker reports for this
             long (``None``: never).

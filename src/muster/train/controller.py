@@ -132,6 +132,7 @@ class Controller:
         self.view.start()
         restore_sigterm = _sigterm_as_interrupt()
         try:
+            self._callbacks("on_run_start", self.storage.uri, self.storage.name)
             while True:
                 # attempts are numbered across drivers: a resumed run's first attempt is not 0
                 index = self._previous_attempts + len(self.failures)

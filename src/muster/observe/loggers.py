@@ -1,0 +1,257 @@
+"""Logger callbacks for ``RunConfig(callbacks=[...])``: CSV, JSON lines, TensorBoard, MLflow.
+
+Named as in Ray (``ray.tune.logger.CSVLoggerCallback``, ``JsonLoggerCallback``,
+``TBXLoggerCallback``, ``ray.air.integrations.mlflow.MLflowLoggerCallback``);
+they live here, with the rest of what muster shows of a run. Each takes the
+reports of a training run as the controller records them:
+
+* ``on_run_start(run_path, run_name)`` -- the run folder is known; files open;
+* ``on_report(row)`` -- one report of one rank (metrics plus
+  ``training_iteration``, ``timestamp``, ``_rank``, ``_attempt``);
+* ``on_run_end(result)`` -- files close.
+
+By default the files go into the run folder (which must then be local; pass
+``logdir=`` for runs stored in ``s3://``). CSV and JSON keep every rank's
+reports; TensorBoard and MLflow keep rank 0's unless ``all_ranks=True``, which
+prefixes each metric with ``rank<N>/``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import queue
+import threading
+import time
+from typing import Any, TextIO
+
+from muster.observe.recorder import BOOKKEEPING, finite
+
+_ROW_KEYS = ("training_iteration", "timestamp", "_rank", "_attempt")
+
+
+def _local_dir(run_path: str, logdir: str | None, what: str) -> str:
+    folder = logdir or run_path
+    if folder.startswith("file://"):
+        folder = folder[len("file://"):]
+    if "://" in folder:
+        raise ValueError(
+            f"{what}: the run folder {run_path!r} is not on a local disk, where this logger writes. "
+            f"Pass {what}(logdir='/a/local/folder')."
+        )
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+def _numbers(row: dict[str, Any]) -> dict[str, float]:
+    """The row's numeric metrics (nested dicts flattened as ``a/b``), bookkeeping left out."""
+    out: dict[str, float] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, bool):
+            out[prefix] = float(value)
+        elif isinstance(value, (int, float)):
+            out[prefix] = float(value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}/{k}", v)
+
+    for key, value in row.items():
+        if key not in BOOKKEEPING:
+            walk(key, value)
+    return out
+
+
+class _LoggerCallback:
+    """Shared shape: a folder picked at run start, rows in, closed at run end."""
+
+    name = "logger"
+
+    def __init__(self, logdir: str | None = None):
+        self.logdir = logdir
+        self.folder: str | None = None
+        self._lock = threading.Lock()
+
+    def on_run_start(self, run_path: str, run_name: str) -> None:
+        self.folder = _local_dir(run_path, self.logdir, type(self).__name__)
+        self._open(run_name)
+
+    def on_report(self, row: dict[str, Any]) -> None:
+        if self.folder is None:
+            raise RuntimeError(f"{type(self).__name__}: on_report before on_run_start; pass it in RunConfig(callbacks=[...]).")
+        with self._lock:  # reports of different ranks arrive on different threads
+            self._write(row)
+
+    def on_run_end(self, result: Any) -> None:
+        with self._lock:
+            self._close()
+
+    def _open(self, run_name: str) -> None: ...
+    def _write(self, row: dict[str, Any]) -> None: ...
+    def _close(self) -> None: ...
+
+
+class CSVLoggerCallback(_LoggerCallback):
+    """Every report of every rank as a row of ``progress.csv`` (a new metric adds a column:
+    the file is rewritten once with the wider header)."""
+
+    FILE = "progress.csv"
+
+    def _open(self, run_name: str) -> None:
+        assert self.folder is not None
+        self.path = os.path.join(self.folder, self.FILE)
+        self._fields: list[str] = []
+        self._rows: list[dict[str, Any]] = []
+        self._file: TextIO | None = None
+
+    def _write(self, row: dict[str, Any]) -> None:
+        flat = {k: row.get(k) for k in _ROW_KEYS}
+        flat.update({k: v for k, v in row.items() if k not in BOOKKEEPING})
+        self._rows.append(flat)
+        new = [k for k in flat if k not in self._fields]
+        if new or self._file is None:
+            self._fields.extend(new)
+            if self._file is not None:
+                self._file.close()
+            self._file = open(self.path, "w", newline="")
+            writer = csv.DictWriter(self._file, fieldnames=self._fields)
+            writer.writeheader()
+            writer.writerows(self._rows)
+        else:
+            csv.DictWriter(self._file, fieldnames=self._fields).writerow(flat)
+        self._file.flush()
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class JsonLoggerCallback(_LoggerCallback):
+    """Every report of every rank as one JSON object per line of ``progress.json``
+    (``result.json`` in the run folder is muster's own record)."""
+
+    FILE = "progress.json"
+
+    def _open(self, run_name: str) -> None:
+        assert self.folder is not None
+        self.path = os.path.join(self.folder, self.FILE)
+        self._file: TextIO | None = open(self.path, "a")
+
+    def _write(self, row: dict[str, Any]) -> None:
+        assert self._file is not None
+        self._file.write(json.dumps(finite(row), default=str) + "\n")
+        self._file.flush()
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class TBXLoggerCallback(_LoggerCallback):
+    """Numeric metrics as TensorBoard scalars (``pip install "muster[tensorboard]"``), step =
+    ``training_iteration``, in ``<run folder>/tensorboard/``."""
+
+    def __init__(self, logdir: str | None = None, all_ranks: bool = False):
+        super().__init__(logdir)
+        self.all_ranks = all_ranks
+
+    def _open(self, run_name: str) -> None:
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError as exc:
+            raise ImportError('TBXLoggerCallback needs tensorboardX: pip install "muster[tensorboard]"') from exc
+        assert self.folder is not None
+        self.path = os.path.join(self.folder, "tensorboard") if self.logdir is None else self.folder
+        self._writer: Any = SummaryWriter(logdir=self.path, flush_secs=5)
+
+    def _write(self, row: dict[str, Any]) -> None:
+        rank = int(row.get("_rank", 0))
+        if rank != 0 and not self.all_ranks:
+            return
+        prefix = f"rank{rank}/" if self.all_ranks else ""
+        step, walltime = int(row.get("training_iteration", 0)), row.get("timestamp")
+        for key, value in _numbers(row).items():
+            self._writer.add_scalar(prefix + key, value, global_step=step, walltime=walltime)
+
+    def _close(self) -> None:
+        if getattr(self, "_writer", None) is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class MLflowLoggerCallback(_LoggerCallback):
+    """Numeric metrics to an MLflow run (``pip install "muster[mlflow]"``).
+
+    Args:
+        tracking_uri: where MLflow keeps runs (e.g. ``sqlite:///mlflow.db``, ``http://host:5000``);
+            default: MLflow's own (``MLFLOW_TRACKING_URI``).
+        experiment_name: the MLflow experiment (made if missing); default ``"muster"``.
+        tags: tags for the MLflow run.
+        params: parameters to record once (e.g. your ``train_loop_config``).
+        all_ranks: log every rank's reports, as ``rank<N>/metric``.
+
+    Calls to MLflow run on a background thread, so a slow tracking server never holds up ``report()``.
+    """
+
+    def __init__(self, tracking_uri: str | None = None, *, experiment_name: str | None = None,
+                 tags: dict[str, str] | None = None, params: dict[str, Any] | None = None, all_ranks: bool = False):
+        super().__init__(None)
+        self.tracking_uri, self.experiment_name = tracking_uri, experiment_name or "muster"
+        self.tags, self.params, self.all_ranks = dict(tags or {}), dict(params or {}), all_ranks
+        self.run_id: str | None = None
+
+    def on_run_start(self, run_path: str, run_name: str) -> None:
+        self.folder = run_path
+        try:
+            from mlflow.tracking import MlflowClient
+        except ImportError as exc:
+            raise ImportError('MLflowLoggerCallback needs mlflow: pip install "muster[mlflow]"') from exc
+        self._client: Any = MlflowClient(tracking_uri=self.tracking_uri)
+        found = self._client.get_experiment_by_name(self.experiment_name)
+        experiment_id = found.experiment_id if found else self._client.create_experiment(self.experiment_name)
+        run = self._client.create_run(experiment_id, run_name=run_name, tags={"muster.run_path": run_path, **self.tags})
+        self.run_id = run.info.run_id
+        self._queue: queue.Queue[list[Any] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._send_forever, name="muster-mlflow", daemon=True)
+        self._thread.start()
+        if self.params:
+            from mlflow.entities import Param
+
+            self._queue.put([Param(str(k), str(v)[:500]) for k, v in self.params.items()])
+
+    def _write(self, row: dict[str, Any]) -> None:
+        from mlflow.entities import Metric
+
+        rank = int(row.get("_rank", 0))
+        if rank != 0 and not self.all_ranks:
+            return
+        prefix = f"rank{rank}/" if self.all_ranks else ""
+        millis = int(float(row.get("timestamp") or time.time()) * 1000)
+        step = int(row.get("training_iteration", 0))
+        self._queue.put([Metric(prefix + k, v, millis, step) for k, v in _numbers(row).items()])
+
+    def _send_forever(self) -> None:
+        from mlflow.entities import Metric
+
+        while (batch := self._queue.get()) is not None:
+            metrics = [m for m in batch if isinstance(m, Metric)]
+            params = [p for p in batch if not isinstance(p, Metric)]
+            try:
+                self._client.log_batch(self.run_id, metrics=metrics, params=params)
+            except Exception as exc:  # noqa: BLE001 - a lost metric must not stop training
+                import warnings
+
+                warnings.warn(f"MLflowLoggerCallback: could not log to {self.tracking_uri}: {exc}", stacklevel=1)
+
+    def _close(self) -> None:
+        if self.run_id is None:
+            return
+        self._queue.put(None)
+        self._thread.join(60)
+        self._client.set_terminated(self.run_id, "FINISHED")
+
+
+__all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "TBXLoggerCallback", "MLflowLoggerCallback"]
