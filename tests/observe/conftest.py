@@ -1,0 +1,170 @@
+"""Real runs recorded once for the observability tests, a dashboard server, and a headless browser."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+
+import pytest
+
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+SLOW_BATCH_S = 0.03  # rank 1's loader is this much slower per batch: the straggler to find
+
+
+def recorded_loop(config):
+    """Six epochs over a prepared loader; rank 1's batches arrive slowly; rank 1 is SIGKILLed once."""
+    import signal
+    import tempfile
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import muster.train as train
+    from muster.train import Checkpoint
+    from muster.train.torch import prepare_data_loader
+
+    rank = train.get_context().get_world_rank()
+
+    def collate(items):
+        if rank == 1:
+            time.sleep(SLOW_BATCH_S)
+        return torch.stack([x for (x,) in items])
+
+    loader = prepare_data_loader(DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=2, collate_fn=collate))
+    start = 0
+    if train.get_checkpoint() is not None:
+        with train.get_checkpoint().as_directory() as folder:
+            start = int(open(os.path.join(folder, "epoch")).read()) + 1
+    for epoch in range(start, 6):
+        total = sum(float(batch.sum()) for batch in loader)
+        dist.barrier()
+        print(f"epoch {epoch} done on rank {rank}", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            open(os.path.join(tmp, "epoch"), "w").write(str(epoch))
+            train.report({"loss": 1.0 / (epoch + 1) + rank * 0.01, "total": total},
+                         checkpoint=Checkpoint.from_directory(tmp) if rank == 0 else None)
+        if rank == 1 and epoch == 1 and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def recorded(tmp_path_factory):
+    """One finished 2-worker run that failed once (SIGKILL) and resumed: its storage path and Result."""
+    from muster.train import FailureConfig, RunConfig, ScalingConfig
+    from muster.train.torch import TorchTrainer
+
+    base = tmp_path_factory.mktemp("recorded")
+    storage = str(base / "results")
+    result = TorchTrainer(
+        recorded_loop,
+        train_loop_config={"marker": str(base / "killed")},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name="recorded", storage_path=storage, verbose=0,
+                             failure_config=FailureConfig(max_failures=1)),
+    ).fit()
+    return {"storage": storage, "name": "recorded", "result": result}
+
+
+def tune_trainable(config):
+    from muster import tune
+
+    for step in range(4):
+        print(f"lr={config['lr']} step {step}", flush=True)
+        tune.report({"loss": (config["lr"] - 0.05) ** 2 + 0.01 / (step + 1)})
+
+
+@pytest.fixture(scope="session")
+def tuned(tmp_path_factory):
+    """A finished Tune experiment of four trials (a grid over lr): its storage path and ResultGrid."""
+    from muster import tune
+
+    storage = str(tmp_path_factory.mktemp("tuned") / "results")
+    grid = tune.Tuner(
+        tune_trainable,
+        param_space={"lr": tune.grid_search([0.01, 0.03, 0.05, 0.1])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=2),
+        run_config=tune.RunConfig(name="lr_search", storage_path=storage, verbose=0),
+    ).fit()
+    return {"storage": storage, "experiment": "lr_search", "grid": grid}
+
+
+class Dashboard:
+    """``muster dashboard`` in its own process, on a free port."""
+
+    def __init__(self, storage: str, *args: str):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "muster.cli", "dashboard", "--storage-path", storage, "--port", "0", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in self.proc.stdout], daemon=True).start()
+        try:
+            first = lines.get(timeout=60)
+        except queue.Empty:
+            self.stop()
+            raise AssertionError(f"the dashboard printed nothing: {self.proc.stderr.read()}")
+        assert first.startswith("muster dashboard: http://"), first
+        self.url = first.split(": ", 1)[1].strip()
+        self.base = self.url.split("?", 1)[0]
+        self.token = self.url.split("?token=", 1)[1] if "?token=" in self.url else None
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def dashboard():
+    """``dashboard(storage, *args)`` starts a server; all are stopped at the end of the test."""
+    started: list[Dashboard] = []
+
+    def start(storage: str, *args: str) -> Dashboard:
+        d = Dashboard(storage, *args)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.stop()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Headless Debian chromium driven by playwright (no browser download)."""
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.skip("chromium is not installed (`apt-get install chromium`; .ci/run does this)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=path, args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def screenshots(tmp_path):
+    """Where a test saves its screenshots (and MUSTER_SCREENSHOTS_DIR too, to refresh docs/images)."""
+    def save(page, name: str) -> str:
+        path = str(tmp_path / f"{name}.png")
+        page.screenshot(path=path, full_page=True)
+        extra = os.environ.get("MUSTER_SCREENSHOTS_DIR")
+        if extra:
+            os.makedirs(extra, exist_ok=True)
+            shutil.copy(path, os.path.join(extra, f"{name}.png"))
+        return path
+
+    return save
