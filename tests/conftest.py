@@ -31,10 +31,13 @@ def _restore_env():
 
 
 def _workers() -> list[psutil.Process]:
-    """Worker processes: grandchildren of this process (children of the zygote)."""
+    """Worker processes: grandchildren of this process (children of the zygote; other
+    helpers a test starts, such as a browser's driver, are not workers)."""
     out = []
     for child in psutil.Process().children(recursive=False):
         try:
+            if "muster.core.local.zygote" not in " ".join(child.cmdline()):
+                continue
             out.extend(child.children(recursive=True))
         except psutil.NoSuchProcess:
             pass

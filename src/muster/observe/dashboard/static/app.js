@@ -177,7 +177,7 @@ async function experimentsPage(v) {
 async function experimentPage(v, name) {
   const exp = await api(`api/experiments/${encodeURIComponent(name)}`);
   if (v !== view) return false;
-  const trials = exp.trials;
+  const trials = exp.trials.slice().sort((a, b) => String(a.trial_id).localeCompare(String(b.trial_id)));
   const params = [...new Set(trials.flatMap(t => Object.keys(t.config || {})))];
   const metricKeys = [...new Set(trials.flatMap(t => Object.keys(t.last_metrics || {}).filter(k => typeof t.last_metrics[k] === "number")))];
   const main = document.getElementById("main");
@@ -198,13 +198,17 @@ async function experimentPage(v, name) {
   const metric = fill("exp-metric", metricKeys, exp.metric);
   const numericParams = params.filter(p => trials.some(t => typeof (t.config || {})[p] === "number"));
   const param = fill("exp-param", numericParams, numericParams[0]);
+  const scored = trials.filter(t => typeof (t.last_metrics || {})[metric] === "number");
+  const sign = exp.mode === "max" ? -1 : 1;
+  const best = scored.length ? scored.reduce((a, b) => sign * b.last_metrics[metric] < sign * a.last_metrics[metric] ? b : a) : null;
   main.querySelector("#exp-summary").innerHTML = [["trials", trials.length], ["metric", esc(exp.metric || metric || "-")],
-    ["mode", esc(exp.mode || "-")], ["running", trials.filter(t => t.status === "RUNNING").length]]
+    ["mode", esc(exp.mode || "-")], ["running", trials.filter(t => t.status === "RUNNING").length],
+    ["best", best ? `${esc(best.trial_id)} (${esc(metric)}=${num(best.last_metrics[metric])})` : "-"]]
     .map(([k, val]) => `<div><b>${k}</b>${val}</div>`).join("");
   main.querySelector("#trials").innerHTML = `<table id="trial-table"><tr><th>trial</th><th>run</th><th>status</th>
     ${params.map(p => `<th>${esc(p)}</th>`).join("")}<th>iterations</th>${metricKeys.map(k => `<th>${esc(k)}</th>`).join("")}</tr>
     ${trials.map(t => `<tr data-trial="${esc(t.trial_id)}"><td>${esc(t.trial_id)}</td><td><a href="#/run/${t.id}">${esc(t.name)}</a></td>
-    <td>${statusOf(t)}</td>${params.map(p => `<td class="num">${num((t.config || {})[p])}</td>`).join("")}
+    <td>${statusOf(t)}${t === best ? ' <span class="badge s-FINISHED best">BEST</span>' : ""}</td>${params.map(p => `<td class="num">${num((t.config || {})[p])}</td>`).join("")}
     <td class="num">${t.reports}</td>${metricKeys.map(k => `<td class="num">${num((t.last_metrics || {})[k])}</td>`).join("")}</tr>`).join("")}</table>`;
   const pts = trials.filter(t => typeof (t.config || {})[param] === "number" && typeof (t.last_metrics || {})[metric] === "number")
     .map(t => [t.config[param], t.last_metrics[metric]]).sort((a, b) => a[0] - b[0]);
