@@ -35,3 +35,51 @@ def test_status_and_version():
     assert status.returncode == 0 and "CPU=" in status.stdout
     version = _cli("--version")
     assert version.returncode == 0 and "muster" in version.stdout
+
+
+def test_logs_and_show_read_the_run_store(storage):
+    import os
+    import signal
+
+    def loop(config):
+        rank = train.get_context().get_world_rank()
+        for step in range(2):
+            print(f"step {step} on rank {rank}", flush=True)
+            train.report({"loss": 1.0 / (step + 1)})
+        if rank == 1 and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    from muster.train import FailureConfig
+
+    TorchTrainer(loop, train_loop_config={"marker": f"{storage}.killed"}, scaling_config=ScalingConfig(num_workers=2),
+                 run_config=RunConfig(name="logged", storage_path=storage, verbose=0,
+                                      failure_config=FailureConfig(max_failures=1))).fit()
+    logs = _cli("logs", "logged", "--rank", "1", "--storage-path", storage)
+    assert logs.returncode == 0, logs.stderr
+    lines = logs.stdout.splitlines()
+    assert lines and all(line.startswith("(rank 1, pid=") for line in lines)
+    assert [line.split(") ", 1)[1] for line in lines] == ["step 0 on rank 1", "step 1 on rank 1"] * 2
+    tail = _cli("logs", "logged", "--tail", "1", "--storage-path", storage)
+    assert len(tail.stdout.splitlines()) == 1
+    shown = _cli("runs", "show", "logged", "--storage-path", storage)
+    assert shown.returncode == 0, shown.stderr
+    assert "attempt 0  FAILED" in shown.stdout and "attempt 1  FINISHED" in shown.stdout
+    assert "failure 1:" in shown.stdout and "rank 1" in shown.stdout and "SIGKILL" in shown.stdout
+    assert "   1 FINISHED" in shown.stdout  # the workers table of the last attempt
+    missing = _cli("logs", "nope", "--storage-path", storage)
+    assert missing.returncode == 2 and "muster runs list" in missing.stderr
+
+
+def test_runs_list_includes_tune_trials(storage):
+    from muster import tune
+
+    def trainable(config):
+        tune.report({"score": config["x"]})
+
+    tune.Tuner(trainable, param_space={"x": tune.grid_search([1, 2])},
+               run_config=tune.RunConfig(name="exp", storage_path=storage, verbose=0)).fit()
+    listing = _cli("runs", "list", "--storage-path", storage)
+    assert listing.returncode == 0, listing.stderr
+    trials = [line for line in listing.stdout.splitlines() if " exp " in f" {line} "]
+    assert len(trials) == 2 and all("FINISHED" in line for line in trials)

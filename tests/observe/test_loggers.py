@@ -1,0 +1,85 @@
+"""Logger callbacks on a real run, checked by reading back what they wrote."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import pytest
+
+import muster.train as train
+from muster.observe.loggers import CSVLoggerCallback, JsonLoggerCallback, MLflowLoggerCallback, TBXLoggerCallback
+from muster.train import RunConfig, ScalingConfig
+from muster.train.torch import TorchTrainer
+
+
+def loop():
+    rank = train.get_context().get_world_rank()
+    for step in range(3):
+        train.report({"loss": 1.0 / (step + 1) + rank, "lr": 0.1, "extra": {"grad_norm": float(step)}})
+    train.report({"loss": 0.0 + rank, "lr": 0.1, "extra": {"grad_norm": 3.0}, "late": "yes"})
+
+
+def _fit(storage, name, callbacks):
+    return TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2),
+                        run_config=RunConfig(name=name, storage_path=storage, verbose=0, callbacks=callbacks)).fit()
+
+
+def test_csv_and_json_keep_every_report_of_every_rank(storage):
+    result = _fit(storage, "files", [CSVLoggerCallback(), JsonLoggerCallback()])
+    with open(os.path.join(result.path, "progress.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 8 == len(result.all_reports)
+    assert sorted((int(r["_rank"]), int(r["training_iteration"])) for r in rows) == [
+        (rank, it) for rank in (0, 1) for it in (1, 2, 3, 4)
+    ]
+    # a metric that first appears late widens the header; earlier rows have it empty
+    assert {r["late"] for r in rows if r["training_iteration"] == "4"} == {"yes"}
+    assert {r["late"] for r in rows if r["training_iteration"] != "4"} == {""}
+    with open(os.path.join(result.path, "progress.json")) as f:
+        lines = [json.loads(line) for line in f]
+    assert len(lines) == 8 and {line["_rank"] for line in lines} == {0, 1}
+    assert [line["loss"] for line in lines if line["_rank"] == 1] == [2.0, 1.5, pytest.approx(4 / 3), 1.0]
+
+
+def test_tensorboard_scalars_of_rank_zero(storage):
+    pytest.importorskip("tensorboardX")
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    result = _fit(storage, "tb", [TBXLoggerCallback()])
+    acc = event_accumulator.EventAccumulator(os.path.join(result.path, "tensorboard"))
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == {"loss", "lr", "extra/grad_norm"}
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [
+        (1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3)), (4, 0.0)
+    ]
+    assert [e.value for e in acc.Scalars("extra/grad_norm")] == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_tensorboard_all_ranks(storage, tmp_path):
+    pytest.importorskip("tensorboardX")
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    _fit(storage, "tb_all", [TBXLoggerCallback(logdir=str(tmp_path / "tb"), all_ranks=True)])
+    acc = event_accumulator.EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert [e.value for e in acc.Scalars("rank1/loss")][-1] == 1.0 and "rank0/loss" in acc.Tags()["scalars"]
+
+
+def test_mlflow_run_with_metrics_and_params(storage, tmp_path):
+    tracking = pytest.importorskip("mlflow.tracking")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    callback = MLflowLoggerCallback(uri, experiment_name="muster-test", tags={"team": "infra"},
+                                    params={"lr": 0.1, "layers": 2})
+    result = _fit(storage, "mlf", [callback])
+    client = tracking.MlflowClient(tracking_uri=uri)
+    run = client.get_run(callback.run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "mlf"
+    assert run.data.params == {"lr": "0.1", "layers": "2"}
+    assert run.data.tags["team"] == "infra" and run.data.tags["muster.run_path"] == result.path
+    history = client.get_metric_history(callback.run_id, "loss")
+    assert sorted((m.step, m.value) for m in history) == [(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3)), (4, 0.0)]
+
+
+def test_remote_run_folder_needs_a_logdir():
+    with pytest.raises(ValueError, match=r"logdir='/a/local/folder'"):
+        CSVLoggerCallback().on_run_start("s3://bucket/runs/x", "x")
