@@ -18,50 +18,49 @@ CHROMIUM_FLAGS = [
 SLOW_BATCH_S = 0.03  # rank 1's loader is this much slower per batch: the straggler to find
 
 
-def recorded_loop(config):
-    """Six epochs over a prepared loader; rank 1's batches arrive slowly; rank 1 is SIGKILLed once."""
-    import signal
-    import tempfile
-    import time
-
-    import torch
-    import torch.distributed as dist
-    from torch.utils.data import DataLoader, TensorDataset
-
-    import muster.train as train
-    from muster.train import Checkpoint
-    from muster.train.torch import prepare_data_loader
-
-    rank = train.get_context().get_world_rank()
-
-    def collate(items):
-        if rank == 1:
-            time.sleep(SLOW_BATCH_S)
-        return torch.stack([x for (x,) in items])
-
-    loader = prepare_data_loader(DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=2, collate_fn=collate))
-    start = 0
-    if train.get_checkpoint() is not None:
-        with train.get_checkpoint().as_directory() as folder:
-            start = int(open(os.path.join(folder, "epoch")).read()) + 1
-    for epoch in range(start, 6):
-        total = sum(float(batch.sum()) for batch in loader)
-        dist.barrier()
-        print(f"epoch {epoch} done on rank {rank}", flush=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            open(os.path.join(tmp, "epoch"), "w").write(str(epoch))
-            train.report({"loss": 1.0 / (epoch + 1) + rank * 0.01, "total": total},
-                         checkpoint=Checkpoint.from_directory(tmp) if rank == 0 else None)
-        if rank == 1 and epoch == 1 and not os.path.exists(config["marker"]):
-            open(config["marker"], "w").close()
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
 @pytest.fixture(scope="session")
 def recorded(tmp_path_factory):
     """One finished 2-worker run that failed once (SIGKILL) and resumed: its storage path and Result."""
     from muster.train import FailureConfig, RunConfig, ScalingConfig
     from muster.train.torch import TorchTrainer
+
+    def recorded_loop(config):
+        """Six epochs over a prepared loader; rank 1's batches arrive slowly; rank 1 is SIGKILLed once."""
+        import signal
+        import tempfile
+        import time
+
+        import torch
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, TensorDataset
+
+        import muster.train as train
+        from muster.train import Checkpoint
+        from muster.train.torch import prepare_data_loader
+
+        rank = train.get_context().get_world_rank()
+
+        def collate(items):
+            if rank == 1:
+                time.sleep(SLOW_BATCH_S)
+            return torch.stack([x for (x,) in items])
+
+        loader = prepare_data_loader(DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=2, collate_fn=collate))
+        start = 0
+        if train.get_checkpoint() is not None:
+            with train.get_checkpoint().as_directory() as folder:
+                start = int(open(os.path.join(folder, "epoch")).read()) + 1
+        for epoch in range(start, 6):
+            total = sum(float(batch.sum()) for batch in loader)
+            dist.barrier()
+            print(f"epoch {epoch} done on rank {rank}", flush=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                open(os.path.join(tmp, "epoch"), "w").write(str(epoch))
+                train.report({"loss": 1.0 / (epoch + 1) + rank * 0.01, "total": total},
+                             checkpoint=Checkpoint.from_directory(tmp) if rank == 0 else None)
+            if rank == 1 and epoch == 1 and not os.path.exists(config["marker"]):
+                open(config["marker"], "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
 
     base = tmp_path_factory.mktemp("recorded")
     storage = str(base / "results")
@@ -75,18 +74,15 @@ def recorded(tmp_path_factory):
     return {"storage": storage, "name": "recorded", "result": result}
 
 
-def tune_trainable(config):
-    from muster import tune
-
-    for step in range(4):
-        print(f"lr={config['lr']} step {step}", flush=True)
-        tune.report({"loss": (config["lr"] - 0.05) ** 2 + 0.01 / (step + 1)})
-
-
 @pytest.fixture(scope="session")
 def tuned(tmp_path_factory):
     """A finished Tune experiment of four trials (a grid over lr): its storage path and ResultGrid."""
     from muster import tune
+
+    def tune_trainable(config):
+        for step in range(4):
+            print(f"lr={config['lr']} step {step}", flush=True)
+            tune.report({"loss": (config["lr"] - 0.05) ** 2 + 0.01 / (step + 1)})
 
     storage = str(tmp_path_factory.mktemp("tuned") / "results")
     grid = tune.Tuner(

@@ -47,7 +47,10 @@ class StoreReader:
         conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10.0)
         try:
             conn.row_factory = sqlite3.Row
-            if schema.version(conn) > schema.SCHEMA_VERSION:
+            have = schema.version(conn)
+            if have == 0:
+                return []  # the first writer has created the file but not yet its tables
+            if have > schema.SCHEMA_VERSION:
                 schema.migrate(conn, self.path)  # raises SchemaTooNewError with the fix
             return [dict(r) for r in conn.execute(sql, params).fetchall()]
         finally:

@@ -28,6 +28,16 @@ const metricsText = m => Object.entries(m || {}).slice(0, 4).map(([k, v]) => `${
 
 function clearCharts() { for (const c of charts.values()) c.plot.destroy(); charts.clear(); }
 
+// A scale range that stays readable when all values are equal (one point, or a flat zero line).
+function pad(byX) {
+  return (u, min, max) => {
+    if (min == null || max == null) return [0, 1];
+    if (min !== max) return byX ? [min, max] : [Math.min(0, min), max + (max - Math.min(0, min)) * 0.05];
+    const d = byX || Math.abs(min) * 0.1 || 1;
+    return [min - d, max + d];
+  };
+}
+
 // One uPlot per id; redrawn in place when only the data changed.
 function plot(id, title, xLabel, seriesNames, data, opts = {}) {
   const el = document.getElementById(id);
@@ -42,8 +52,9 @@ function plot(id, title, xLabel, seriesNames, data, opts = {}) {
     ...(opts.scatter ? {paths: () => null, points: {show: true, size: 7, fill: PALETTE[i % PALETTE.length]}} : {}),
   })));
   const width = Math.max(el.clientWidth - 4, 300);
-  const p = new uPlot({title, width, height: 200, series, scales: {x: {time: !!opts.time}},
-                       axes: [{label: opts.time ? "" : xLabel}, {}], legend: {live: true}}, data, el);
+  const p = new uPlot({title, width, height: 200, series,
+                       scales: {x: {time: false, range: pad(0.5)}, y: {range: pad(0)}},
+                       axes: [{label: xLabel}, {}], legend: {live: true}}, data, el);
   charts.set(id, {plot: p, key});
 }
 
@@ -133,14 +144,15 @@ async function runPage(v, id) {
   plot("chart-step", "step time (s)", "iteration", names, byRank(timed.map(r => ({x: r.iteration, rank: r.rank, y: r.step_s})), ranks));
   plot("chart-wait", "data wait per step (s)", "iteration", names, byRank(timed.map(r => ({x: r.iteration, rank: r.rank, y: r.data_wait_s})), ranks));
   const s = smp.samples;
-  const series = (field, scale) => byRank(s.map(r => ({x: Math.round(r.time * 10) / 10, rank: r.rank, y: r[field] == null ? null : r[field] * scale})), ranks);
-  plot("chart-cpu", "CPU (%)", "time", names, series("cpu_percent", 1), {time: true});
-  plot("chart-rss", "memory RSS (MiB)", "time", names, series("rss_bytes", 1 / 2 ** 20), {time: true});
+  const t0 = run.created_at;   // resource charts: x is seconds since the run started
+  const series = (field, scale) => byRank(s.map(r => ({x: Math.round((r.time - t0) * 10) / 10, rank: r.rank, y: r[field] == null ? null : r[field] * scale})), ranks);
+  plot("chart-cpu", "CPU (%)", "seconds", names, series("cpu_percent", 1));
+  plot("chart-rss", "memory RSS (MiB)", "seconds", names, series("rss_bytes", 1 / 2 ** 20));
   const gpu = s.some(r => r.gpu_util != null);
   for (const cid of ["chart-gpu", "chart-gpumem"]) document.getElementById(cid).style.display = gpu ? "" : "none";
   if (gpu) {
-    plot("chart-gpu", "GPU utilisation (%)", "time", names, series("gpu_util", 1), {time: true});
-    plot("chart-gpumem", "GPU memory (MiB)", "time", names, series("gpu_mem_bytes", 1 / 2 ** 20), {time: true});
+    plot("chart-gpu", "GPU utilisation (%)", "seconds", names, series("gpu_util", 1));
+    plot("chart-gpumem", "GPU memory (MiB)", "seconds", names, series("gpu_mem_bytes", 1 / 2 ** 20));
   }
 
   main.querySelector("#events").innerHTML = events.map(e => `<li class="k-${esc(e.kind)}">${when(e.time)}  ${esc(e.kind.padEnd(8))} ${e.rank != null ? "rank " + e.rank + ": " : ""}${esc(e.message)}</li>`).join("");
