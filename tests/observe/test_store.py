@@ -145,3 +145,26 @@ def test_tune_trials_are_runs_grouped_by_experiment(tuned):
         assert t["path"].startswith(os.path.join(tuned["storage"], "lr_search") + os.sep)
         assert t["reports"] == 4 and t["last_metrics"]["loss"] == pytest.approx((t["config"]["lr"] - 0.05) ** 2 + 0.0025)
         assert any(f"lr={t['config']['lr']} step 3" == line["line"] for line in reader.logs(t["id"]))
+
+
+def test_an_errored_run_keeps_its_cause(storage):
+    import muster.train as train
+    from muster.exceptions import TrainingFailedError
+    from muster.train import RunConfig, ScalingConfig
+    from muster.train.torch import TorchTrainer
+
+    def loop():
+        train.report({"loss": 1.0})
+        if train.get_context().get_world_rank() == 1:
+            raise ValueError("bad batch 17")
+
+    with pytest.raises(TrainingFailedError):
+        TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2),
+                     run_config=RunConfig(name="bad", storage_path=storage, verbose=0)).fit()
+    reader = StoreReader.for_root(storage)
+    run = reader.find_run("bad")
+    assert run["status"] == "ERRORED" and "ValueError" in run["error"] and "bad batch 17" in run["error"]
+    failure = next(e for e in reader.events(run["id"]) if e["kind"] == "failure")
+    assert failure["rank"] == 1 and "bad batch 17" in failure["message"]
+    assert [(w["rank"], w["state"]) for w in reader.workers(run["id"])] == [(0, "STOPPED"), (1, "FAILED")]
+    assert reader.events(run["id"])[-1]["message"].startswith("run errored: TaskError")

@@ -220,6 +220,11 @@ class RunRecorder:
             "UPDATE runs SET status = ?, ended_at = ?, updated_at = ?, error = ? WHERE id = ?",
             (status, now, now, cause, self.run_id),
         )
+        # an attempt cut short (Ctrl-C, a gang that could not be scheduled) ends with the run
+        self._put("UPDATE attempts SET ended_at = ?, status = ? WHERE run_id = ? AND status = 'RUNNING'",
+                  (now, status, self.run_id))
+        self._put("UPDATE workers SET ended_at = ?, state = 'STOPPED' WHERE run_id = ? AND state = 'ALIVE'",
+                  (now, self.run_id))
         self.event("finish", f"run {status.lower()}" + (f": {cause}" if cause else ""))
 
     def close(self) -> None:
