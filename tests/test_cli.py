@@ -83,3 +83,48 @@ def test_runs_list_includes_tune_trials(storage):
     assert listing.returncode == 0, listing.stderr
     trials = [line for line in listing.stdout.splitlines() if " exp " in f" {line} "]
     assert len(trials) == 2 and all("FINISHED" in line for line in trials)
+
+
+def _follow_loop(config):
+    import os
+    import time
+
+    for step in range(4):
+        if step == 2:
+            while not os.path.exists(config["go"]):  # hold the run open until the follower is attached
+                time.sleep(0.05)
+        print(f"follow step {step}", flush=True)
+        train.report({"step": step})
+
+
+def test_logs_follow_prints_until_the_run_ends(storage, tmp_path):
+    import threading
+    import time
+
+    from muster.observe.store.reader import StoreNotFoundError, StoreReader
+
+    go = str(tmp_path / "go")
+    trainer = TorchTrainer(_follow_loop, train_loop_config={"go": go}, scaling_config=ScalingConfig(num_workers=1),
+                           run_config=RunConfig(name="followed", storage_path=storage, verbose=0))
+    fit = threading.Thread(target=trainer.fit, daemon=True)
+    fit.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                run = StoreReader.for_root(storage).find_run("followed")
+            except StoreNotFoundError:
+                run = None
+            if run and run["reports"] >= 2:
+                break
+            time.sleep(0.1)
+        follower = subprocess.Popen([sys.executable, "-m", "muster.cli", "logs", "followed", "--follow",
+                                     "--storage-path", storage], stdout=subprocess.PIPE, text=True)
+        assert follower.stdout.readline().endswith("follow step 0\n")
+        open(go, "w").close()
+        rest = follower.stdout.read()  # to EOF: it exits by itself once the run has ended
+        assert follower.wait(60) == 0
+        assert [line.split(") ", 1)[1] for line in rest.splitlines()] == [f"follow step {i}" for i in (1, 2, 3)]
+    finally:
+        open(go, "w").close()
+        fit.join(60)

@@ -65,7 +65,7 @@ def _has_tag(p: psutil.Process, tag: str) -> bool:
 
 
 def run_dirs(storage: Path) -> list[Path]:
-    return [p for p in storage.iterdir() if p.is_dir()]
+    return [p for p in storage.iterdir() if p.is_dir() and not p.name.startswith(".")]  # .muster: the run store
 
 
 def checkpoint_dirs(run_dir: Path) -> list[str]:

@@ -151,15 +151,18 @@ def cmd_logs(args: argparse.Namespace) -> int:
     run = reader.find_run(args.name) if reader is not None else None
     if run is None:
         return _no_run(args.name, args.storage_path)
-    after = 0
+    after, last_pass = 0, not args.follow
     lines = reader.logs(run["id"], args.rank, 0, args.tail)
     while True:
         for line in lines:
             print(f"(rank {line['rank']}, pid={line['pid']}) {line['line']}", flush=True)
             after = line["id"]
-        if not args.follow or (reader.run(run["id"]) or {}).get("status") != "RUNNING":
+        if last_pass:
             return 0
-        time.sleep(1.0)
+        # once the run has ended, one more pass picks up lines recorded just before the end
+        last_pass = (reader.run(run["id"]) or {}).get("status") != "RUNNING"
+        if not last_pass:
+            time.sleep(1.0)
         lines = reader.logs(run["id"], args.rank, after, 10_000)
 
 
