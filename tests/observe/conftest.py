@@ -94,6 +94,73 @@ def tuned(tmp_path_factory):
     return {"storage": storage, "experiment": "lr_search", "grid": grid}
 
 
+class LiveRun:
+    """A TorchTrainer run on a background thread that holds after ``hold_at`` steps until ``release()``."""
+
+    def __init__(self, storage: str, name: str, steps: int, hold_at: int, workers: int, go: str):
+        from muster.train import RunConfig, ScalingConfig
+        from muster.train.torch import TorchTrainer
+
+        def live_loop(config):
+            import time
+
+            import muster.train as train
+
+            for step in range(config["steps"]):
+                if step == config["hold_at"]:
+                    while not os.path.exists(config["go"]):  # held open until the test has looked
+                        time.sleep(0.05)
+                print(f"live step {step}", flush=True)
+                train.report({"loss": 1.0 / (step + 1), "accuracy": step / config["steps"]})
+
+        self.storage, self.name, self.go = storage, name, go
+        config = {"steps": steps, "hold_at": hold_at, "go": go}
+        self.trainer = TorchTrainer(live_loop, train_loop_config=config, scaling_config=ScalingConfig(num_workers=workers),
+                                    run_config=RunConfig(name=name, storage_path=storage, verbose=0))
+        self.result = None
+        self.thread = threading.Thread(target=self._fit, daemon=True)
+        self.thread.start()
+
+    def _fit(self) -> None:
+        self.result = self.trainer.fit()
+
+    def wait_for_reports(self, n: int, timeout: float = 60.0) -> dict:
+        """The run's store row once it has ``n`` reports (all ranks)."""
+        import time
+
+        from muster.observe.store.reader import StoreNotFoundError, StoreReader
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                run = StoreReader.for_root(self.storage).find_run(self.name)
+            except StoreNotFoundError:
+                run = None
+            if run and run["reports"] >= n:
+                return run
+            time.sleep(0.1)
+        raise AssertionError(f"run {self.name!r} did not reach {n} reports in {timeout} s")
+
+    def release(self) -> None:
+        open(self.go, "a").close()
+
+
+@pytest.fixture
+def live_run(storage, tmp_path):
+    """``live_run(name, steps, hold_at, workers)``: start a held run; it is released and joined at the end."""
+    runs: list[LiveRun] = []
+
+    def start(name: str = "live", steps: int = 6, hold_at: int = 3, workers: int = 2) -> LiveRun:
+        run = LiveRun(storage, name, steps, hold_at, workers, str(tmp_path / f"{name}.go"))
+        runs.append(run)
+        return run
+
+    yield start
+    for run in runs:
+        run.release()
+        run.thread.join(120)
+
+
 class Dashboard:
     """``muster dashboard`` in its own process, on a free port."""
 

@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import threading
-import time
-
 import pytest
-
-from muster.observe.store.reader import StoreNotFoundError, StoreReader
 
 pytest.importorskip("starlette")
 
@@ -53,65 +47,26 @@ def test_finished_run(recorded, dashboard, page, screenshots):
     screenshots(page, "dashboard-run")
 
 
-def live_loop(config):
-    import muster.train as train
-
-    for step in range(6):
-        if step == 3:
-            while not os.path.exists(config["go"]):  # hold the run open until the test has looked
-                time.sleep(0.05)
-        print(f"live step {step}", flush=True)
-        train.report({"loss": 1.0 / (step + 1), "accuracy": step / 6})
-
-
-def _wait(predicate, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def test_live_run_updates_in_place(storage, tmp_path, dashboard, page, screenshots):
-    from muster.train import RunConfig, ScalingConfig
-    from muster.train.torch import TorchTrainer
-
-    go = str(tmp_path / "go")
-    trainer = TorchTrainer(live_loop, train_loop_config={"go": go}, scaling_config=ScalingConfig(num_workers=2),
-                           run_config=RunConfig(name="live", storage_path=storage, verbose=0))
-    outcome: dict = {}
-    fit = threading.Thread(target=lambda: outcome.setdefault("result", trainer.fit()), daemon=True)
-    fit.start()
-    try:
-        def three_steps():
-            try:
-                run = StoreReader.for_root(storage).find_run("live")
-            except StoreNotFoundError:
-                return None
-            return run if run and run["reports"] >= 6 else None
-
-        run = _wait(three_steps, "the live run's first reports")
-        d = dashboard(storage)
-        page.goto(f"{d.base}#/run/{run['id']}")
-        page.wait_for_selector("#run-title .s-RUNNING")
-        page.wait_for_selector("#live:has-text('live')")
-        page.wait_for_selector("#metric-accuracy canvas")
-        assert [w.get_attribute("data-rank") for w in page.query_selector_all("#workers tr[data-rank]")] == ["0", "1"]
-        assert "ALIVE" in page.inner_text("#workers")
-        assert "live step 2" in page.inner_text("#logs") and "live step 3" not in page.inner_text("#logs")
-        screenshots(page, "dashboard-live")
-        open(go, "w").close()
-        # no reload: the page polls and shows the end of the run by itself
-        page.wait_for_selector("#run-title .s-FINISHED", timeout=60_000)
-        page.wait_for_selector("#logs:has-text('live step 5')")
-        assert "FINISHED" in page.inner_text("#workers") and page.inner_text("#live") == ""
-        assert "finish" in page.inner_text("#events")
-    finally:
-        open(go, "w").close()
-        fit.join(120)
-    assert outcome["result"].metrics["loss"] == pytest.approx(1 / 6)
+def test_live_run_updates_in_place(live_run, dashboard, page, screenshots):
+    live = live_run("live", steps=6, hold_at=3, workers=2)
+    run = live.wait_for_reports(6)  # three steps of two ranks, then it holds
+    d = dashboard(live.storage)
+    page.goto(f"{d.base}#/run/{run['id']}")
+    page.wait_for_selector("#run-title .s-RUNNING")
+    page.wait_for_selector("#live:has-text('live')")
+    page.wait_for_selector("#metric-accuracy canvas")
+    assert [w.get_attribute("data-rank") for w in page.query_selector_all("#workers tr[data-rank]")] == ["0", "1"]
+    assert "ALIVE" in page.inner_text("#workers")
+    assert "live step 2" in page.inner_text("#logs") and "live step 3" not in page.inner_text("#logs")
+    screenshots(page, "dashboard-live")
+    live.release()
+    # no reload: the page polls and shows the end of the run by itself
+    page.wait_for_selector("#run-title .s-FINISHED", timeout=60_000)
+    page.wait_for_selector("#logs:has-text('live step 5')")
+    assert "FINISHED" in page.inner_text("#workers") and page.inner_text("#live") == ""
+    assert "finish" in page.inner_text("#events")
+    live.thread.join(60)
+    assert live.result.metrics["loss"] == pytest.approx(1 / 6)
 
 
 def test_tune_page(tuned, dashboard, page, screenshots):
