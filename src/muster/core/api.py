@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from muster.core import settings
 from muster.core.runtime import Runtime
+
+if TYPE_CHECKING:
+    from muster.core.local import LocalRuntime
+    from muster.core.ray import RayRuntime
 
 _runtime: Runtime | None = None
 _lock = threading.Lock()
@@ -23,11 +28,15 @@ def init(
 
     Args:
         address: ``None`` or ``"local"`` for the embedded engine on this
-            machine (default).  ``MUSTER_ADDRESS`` / ``RAY_ADDRESS`` are read
-            when this is not given.  ``"auto"`` (as in ported Ray scripts)
-            means this machine when no cluster address is configured.
+            machine (default).  ``"ray://<head>:10001"`` (Ray Client) or
+            ``"<head-ip>:6379"`` runs on that Ray cluster (``pip install
+            "muster[ray]"``); ``"auto"`` (as in ported Ray scripts) means the
+            configured cluster, else the one ``ray start`` runs on this
+            machine, else the embedded engine.  ``MUSTER_ADDRESS`` /
+            ``RAY_ADDRESS`` are read when this is not given.
         num_cpus: CPUs the engine may hand out (default: the CPUs this
-            process may run on).  Set it higher to oversubscribe.
+            process may run on).  Set it higher to oversubscribe.  Local
+            engine only: a Ray cluster's nodes declare their own.
         num_gpus: GPUs it may hand out (default: those CUDA can see).
         resources: custom resources, e.g. ``{"accelerator_x": 2}``.
         ignore_reinit_error: return the running engine instead of raising
@@ -39,6 +48,7 @@ def init(
     Raises:
         RuntimeError: already initialised (unless ``ignore_reinit_error``).
         ValueError: a bad resource amount or an unknown address.
+        ImportError: a cluster address without Ray installed.
     """
     global _runtime
     with _lock:
@@ -49,23 +59,59 @@ def init(
                 "muster.init() was already called in this process. Call muster.shutdown() first, "
                 "or pass ignore_reinit_error=True."
             )
-        address = address if address is not None else settings.cluster_address()
-        if address == "auto":
-            # Ray's `ray.init(address="auto")`: the configured cluster, or else this machine.
-            address = settings.cluster_address() or "local"
-        if address in (None, "", "local"):
-            from muster.core.local import LocalRuntime
-
-            rt = LocalRuntime(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources)
-        else:
-            raise ValueError(
-                f"muster.init(address={address!r}): this build of muster runs on its embedded engine "
-                "only; the Ray cluster engine is not part of it yet. Use address='local' (or unset "
-                "MUSTER_ADDRESS / RAY_ADDRESS) to run on this machine."
-            )
+        rt = _make_engine(address, num_cpus, num_gpus, resources)
         rt.start()  # begin importing torch in the zygote while the caller goes on
         _runtime = rt
         return rt
+
+
+def _make_engine(
+    address: str | None, num_cpus: float | None, num_gpus: float | None, resources: dict[str, float] | None
+) -> "LocalRuntime | RayRuntime":
+    configured = settings.cluster_address()
+    if address is None:
+        address = configured
+    if address == "auto":
+        # Ray's `ray.init(address="auto")`: the configured cluster, else one started on this
+        # machine with `ray start --head`, else muster's embedded engine.
+        address = configured if configured not in (None, "auto") else _running_ray_cluster() or "local"
+    if address in (None, "", "local"):
+        from muster.core.local import LocalRuntime
+
+        return LocalRuntime(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources)
+    if not isinstance(address, str) or not (address.startswith("ray://") or ":" in address):
+        raise ValueError(
+            f"muster.init(address={address!r}): use 'local' (this machine), 'auto' (the Ray cluster this "
+            "machine belongs to), 'ray://<head>:10001' (Ray Client) or '<head-ip>:6379' (the head's GCS)."
+        )
+    if num_cpus is not None or num_gpus is not None or resources:
+        raise ValueError(
+            f"muster.init(address={address!r}, num_cpus/num_gpus/resources=...): a Ray cluster's resources "
+            "are set when its nodes start (`ray start --num-cpus=N --num-gpus=M --resources='{...}'`); "
+            "drop these arguments."
+        )
+    try:
+        from muster.core.ray import RayRuntime
+    except ImportError as exc:
+        raise ImportError(
+            f"muster.init(address={address!r}) runs on a Ray cluster, which needs Ray: "
+            'pip install "muster[ray]" (or unset MUSTER_ADDRESS / RAY_ADDRESS to run on this machine).'
+        ) from exc
+    return RayRuntime(address)
+
+
+def _running_ray_cluster() -> str | None:
+    """The GCS address ``ray start --head`` recorded on this machine, if that cluster answers."""
+    import socket
+
+    try:
+        with open(settings.ray_address_file()) as f:
+            address = f.read().strip()
+        host, port = address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=0.5):
+            return address
+    except (OSError, ValueError):
+        return None
 
 
 def get_runtime() -> Runtime:

@@ -61,3 +61,21 @@ def run_store_dir() -> str:
 def dashboard_token() -> str | None:
     """``MUSTER_DASHBOARD_TOKEN``: the dashboard's access token, when not given on the command line."""
     return os.environ.get("MUSTER_DASHBOARD_TOKEN") or None
+
+
+def node_identity() -> tuple[str | None, str | None]:
+    """``(node id, node IP)`` a cluster engine recorded for this worker process, if any."""
+    return os.environ.get("MUSTER_NODE_ID") or None, os.environ.get("MUSTER_NODE_IP") or None
+
+
+def set_node_identity(node_id: str, ip: str) -> None:
+    """Record this worker's node (by the cluster engine, at worker start), for :func:`node_identity`."""
+    os.environ["MUSTER_NODE_ID"], os.environ["MUSTER_NODE_IP"] = node_id, ip
+
+
+def ray_address_file() -> str:
+    """Where ``ray start --head`` records the cluster's address on this machine."""
+    import tempfile
+
+    base = os.environ.get("RAY_TMPDIR") or os.path.join(tempfile.gettempdir(), "ray")
+    return os.path.join(base, "ray_current_cluster")

@@ -1,0 +1,343 @@
+"""The Ray engine: muster's runtime seam on an existing Ray cluster.
+
+Tasks are Ray tasks, actors are Ray actors, a gang is a set of actors in a
+placement group.  Workers reach the driver through one hub actor
+(``hub.py``); a poller thread here takes their events in arrival order and
+hands each sender's to that sender's mailbox (``mailbox.py``), whose own
+thread runs the handler.  A death (or a task's end) enters the mailbox only
+after every event the worker had sent, so it is reported after them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+from muster.core import resources as res
+from muster.core.ray import placement
+from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
+from muster.core.ray.hub import EventHub
+from muster.core.ray.worker import RayWorker, pack, run_task, unpack
+from muster.core.runtime import ActorHandle, EventHandler, Runtime
+from muster.exceptions import MusterError, RuntimeNotStartedError, WorkerCrashedError
+
+_POLL_S = 0.5
+
+
+class RayRuntime(Runtime):
+    """muster's engine on a Ray cluster (``muster.init(address="auto" | "ray://host:port")``)."""
+
+    name = "ray"
+
+    def __init__(self, address: str):
+        self.address = address
+        self._ids = itertools.count()
+        self._token = secrets.token_hex(3)
+        self._senders: dict[str, RaySender] = {}
+        self._actors: dict[str, RayActor] = {}
+        self._gangs: dict[str, list[Any]] = {}  # placement group id -> [group, members left]
+        self._lock = threading.RLock()
+        self._routed = threading.Condition()
+        self._routed_total = 0
+        self._routed_by_key: dict[str, int] = {}
+        self._closed = False
+        self._owns_ray = False
+        self._hub: Any = None
+        self._finisher = ThreadPoolExecutor(4, thread_name_prefix="muster-ray-finish")
+        self._worker_cls: Any = None
+        self._task_fn: Any = None
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> None:
+        """Connect to the cluster (unless this process already did) and start the hub."""
+        if not ray.is_initialized():
+            ray.init(address=self.address, log_to_driver=True, logging_level="WARNING")
+            self._owns_ray = True
+        here = ray.get_runtime_context().get_node_id()
+        hub_cls = ray.remote(num_cpus=0, max_concurrency=1000)(EventHub)
+        self._hub = hub_cls.options(
+            name=f"muster-hub-{self._token}", scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)
+        ).remote()
+        self._worker_cls = ray.remote(concurrency_groups={"watch": 1})(RayWorker)
+        self._task_fn = ray.remote(run_task)
+        ray.get(self._hub.count.remote())
+        threading.Thread(target=self._poll_forever, name="muster-ray-poll", daemon=True).start()
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for actor in list(self._actors.values()):
+            actor._expected_exit = True
+            try:
+                ray.kill(actor.ray_actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        for group, _ in list(self._gangs.values()):
+            try:
+                remove_placement_group(group)
+            except Exception:  # noqa: BLE001
+                pass
+        self._gangs.clear()
+        try:
+            ray.kill(self._hub)
+        except Exception:  # noqa: BLE001
+            pass
+        self._finisher.shutdown(wait=False)
+        if self._owns_ray:
+            ray.shutdown()
+
+    # -- events ------------------------------------------------------------
+    def _poll_forever(self) -> None:
+        while not self._closed:
+            try:
+                batch = ray.get(self._hub.take.remote(_POLL_S))
+            except Exception:  # noqa: BLE001 - the hub is gone: we are shutting down
+                if self._closed:
+                    return
+                time.sleep(_POLL_S)
+                continue
+            for key, event_id, wants_reply, data in batch:
+                sender = self._senders.get(key)
+                if sender is not None:
+                    sender.mailbox.put(("event", event_id, wants_reply, data))
+                elif wants_reply:
+                    self.answer(key, event_id, False, MusterError("the driver no longer knows this worker"))
+            with self._routed:
+                self._routed_total += len(batch)
+                for key, *_ in batch:
+                    self._routed_by_key[key] = self._routed_by_key.get(key, 0) + 1
+                self._routed.notify_all()
+
+    def answer(self, key: str, event_id: int, ok: bool, value: Any) -> None:
+        try:
+            data = pack(value)
+        except Exception as exc:  # noqa: BLE001 - a reply that does not pickle
+            ok, data = False, pack(MusterError(f"could not send the reply: {exc}"))
+        self._hub.answer.remote(key, event_id, ok, data)
+
+    def flush(self, key: str | None = None, sent: int | None = None, timeout_s: float = 5.0) -> None:
+        """Wait until every event already in the hub (or ``sent`` events of ``key``) is routed."""
+        with self._routed:
+            if key is not None and sent is not None:
+                ok = self._routed.wait_for(lambda: self._routed_by_key.get(key, 0) >= sent, timeout_s)
+                return
+        try:
+            target = ray.get(self._hub.count.remote(), timeout=timeout_s)
+        except Exception:  # noqa: BLE001 - no hub: nothing more will arrive
+            return
+        with self._routed:
+            ok = self._routed.wait_for(lambda: self._routed_total >= target, timeout_s)
+        del ok
+
+    def in_background(self, fn: Callable[[], None]) -> None:
+        """Run driver work off Ray's callback threads (which must never block on Ray)."""
+        try:
+            self._finisher.submit(fn)
+        except RuntimeError:  # shut down
+            pass
+
+    def forget(self, sender: RaySender) -> None:
+        with self._lock:
+            self._senders.pop(sender.key, None)
+            self._actors.pop(sender.key, None)
+        with self._routed:
+            self._routed_by_key.pop(sender.key, None)
+        if not self._closed:
+            self._hub.forget.remote(sender.key)
+
+    # -- resources ---------------------------------------------------------
+    def resources(self) -> dict[str, float]:
+        return placement.cluster_view(ray.cluster_resources())
+
+    def available(self) -> dict[str, float]:
+        view = placement.cluster_view(ray.available_resources())
+        return {k: view.get(k, 0.0) for k in self.resources()}
+
+    def node_resources(self) -> list[dict[str, float]]:
+        """Each live node's total resources, head first as Ray lists them."""
+        return [placement.cluster_view(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+
+    # -- actors ------------------------------------------------------------
+    def _new_key(self, kind: str) -> str:
+        return f"{kind}{next(self._ids)}-{self._token}"
+
+    def _spawn(
+        self, label: str, request: dict[str, float], env: dict[str, str] | None, strategy: Any,
+        on_event: EventHandler | None,
+    ) -> RayActor:
+        if self._closed:
+            raise RuntimeNotStartedError("This muster runtime was shut down; call muster.init() again.")
+        key = self._new_key("a")
+        options = ray_options(request)
+        if strategy is not None:
+            options["scheduling_strategy"] = strategy
+        ray_actor = self._worker_cls.options(max_restarts=0, **options).remote(
+            self._hub, key, label, list(sys.path), dict(env or {})
+        )
+        actor = RayActor(self, key, label, ray_actor, on_event)
+        with self._lock:
+            self._senders[key] = actor
+            self._actors[key] = actor
+        return actor
+
+    def create_actor(
+        self,
+        cls: type,
+        args: tuple,
+        kwargs: dict,
+        resources: dict[str, float],
+        label: str = "",
+        on_event: EventHandler | None = None,
+    ) -> ActorHandle:
+        request = res.normalize(resources, what="actor resources")
+        placement.check_gang(self.node_resources(), request, 1, "PACK", what=f"actor {label or cls.__name__}")
+        actor = self._spawn(label or cls.__name__, request, None, None, on_event)
+        try:
+            actor.wait_started()
+            actor.call("__init__", cls, *args, **kwargs).result()
+        except BaseException:
+            self.kill(actor)
+            raise
+        return actor
+
+    def create_gang(
+        self,
+        n: int,
+        cls: type,
+        resources_per_member: dict[str, float],
+        strategy: str = "PACK",
+        env: dict[str, str] | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[ActorHandle]:
+        request = res.normalize(resources_per_member, what="resources_per_worker")
+        placement.check_gang(self.node_resources(), request, n, strategy, what="ScalingConfig")
+        bundle = request or {"CPU": 0.001}  # Ray refuses empty bundles
+        group = placement_group([dict(bundle) for _ in range(n)], strategy=strategy)
+        self._wait_placed(group, n, bundle, strategy, on_wait, timeout_s)
+        members: list[RayActor] = []
+        try:
+            for i in range(n):
+                where = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)
+                members.append(self._spawn(f"worker {i}", request, env, where, None))
+            with self._lock:
+                self._gangs[group.id.hex()] = [group, n]
+            for actor in members:
+                actor.gang = group.id.hex()
+                actor.wait_started()
+            for fut in [a.call("__init__", cls) for a in members]:
+                fut.result()
+        except BaseException:
+            for actor in members:
+                self.kill(actor)
+            if not members:
+                remove_placement_group(group)
+            raise
+        return list(members)
+
+    def _wait_placed(
+        self, group: Any, n: int, bundle: dict[str, float], strategy: str,
+        on_wait: Callable[[str], None] | None, timeout_s: float | None,
+    ) -> None:
+        ready = group.ready()
+        start, told = time.monotonic(), False
+        while True:
+            done, _ = ray.wait([ready], timeout=0.5)
+            if done:
+                return
+            waited = time.monotonic() - start
+            if not told and waited > 1.0 and on_wait is not None:
+                told = True
+                on_wait(
+                    f"waiting for {n} x {{{res.fmt(bundle)}}} ({strategy}) on the Ray cluster; free now: "
+                    f"{res.fmt(self.available())}"
+                )
+            if timeout_s is not None and waited > timeout_s:
+                remove_placement_group(group)
+                raise TimeoutError(
+                    f"a gang of {n} x {{{res.fmt(bundle)}}} was not placed within {timeout_s:.0f} s; "
+                    "the cluster stayed busy. Free resources or add nodes."
+                )
+
+    def kill(self, handle: ActorHandle, grace_s: float = 0.0) -> None:
+        assert isinstance(handle, RayActor)
+        handle._expected_exit = True
+        try:
+            ray.kill(handle.ray_actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        gang = handle.gang
+        handle.gang = None
+        if gang is not None:
+            with self._lock:
+                entry = self._gangs.get(gang)
+                if entry is not None:
+                    entry[1] -= 1
+                    if entry[1] <= 0:
+                        del self._gangs[gang]
+                        try:
+                            remove_placement_group(entry[0])
+                        except Exception:  # noqa: BLE001
+                            pass
+
+    def exit_status(self, handle: ActorHandle, timeout_s: float = 0.5) -> int | None:
+        """Ray does not report a dead actor's exit code; its death message says what happened."""
+        return None
+
+    # -- tasks -------------------------------------------------------------
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        resources: dict[str, float],
+        on_event: EventHandler | None = None,
+        label: str = "task",
+    ) -> Future:
+        request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
+        placement.check_gang(self.node_resources(), request, 1, "PACK", what=label)
+        out: Future = Future()
+        if self._closed:
+            out.set_exception(RuntimeNotStartedError("This muster runtime was shut down; call muster.init()."))
+            return out
+        task = RayTask(self, self._new_key("t"), label, on_event)
+        with self._lock:
+            self._senders[task.key] = task
+        try:
+            data = pack((fn, args, kwargs))
+        except Exception as exc:  # noqa: BLE001
+            self.forget(task)
+            out.set_exception(MusterError(f"Could not send the arguments of {label} to a worker: {exc}"))
+            return out
+        ref = self._task_fn.options(max_retries=0, name=label, **ray_options(request)).remote(
+            self._hub, task.key, label, list(sys.path), data
+        )
+        ref.future().add_done_callback(lambda f: self.in_background(lambda: task.finish(f, out)))
+        return out
+
+    def task_result(self, task: RayTask, raw: Future) -> tuple[bool, Any, int]:
+        """``(ok, value, events sent)`` of a finished Ray task; a lost worker becomes WorkerCrashedError."""
+        exc = raw.exception()
+        if exc is None:
+            sent, data = raw.result()
+            ok, value = unpack(data)
+            return ok, value, sent
+        if isinstance(exc, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+                            ray.exceptions.ObjectLostError)):
+            return False, WorkerCrashedError(task.label, None, None, "", reason=_ray_reason(exc)), 0
+        return False, MusterError(f"{task.label} failed on Ray: {_ray_reason(exc)}"), 0
+
+
+def _ray_reason(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return " ".join(lines[:3])[:400] or type(exc).__name__

@@ -1,0 +1,77 @@
+"""Pure placement arithmetic for gangs on a multi-node cluster: no Ray, no I/O.
+
+A gang of ``n`` identical bundles fits a cluster when, under its strategy:
+
+* ``PACK`` / ``SPREAD``: the nodes together hold ``n`` bundles (a bundle never
+  spans nodes, so each node counts the whole bundles it can hold);
+* ``STRICT_PACK``: one node holds all ``n``;
+* ``STRICT_SPREAD``: ``n`` different nodes hold one each.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+from muster.core import resources as res
+from muster.exceptions import ResourcesUnavailableError
+
+NodeResources = Mapping[str, float]
+
+
+def bundles_on(node: NodeResources, request: Mapping[str, float]) -> int:
+    """How many copies of ``request`` one node can hold."""
+    counts = [math.floor(node.get(k, 0.0) / v + 1e-9) for k, v in request.items() if v > 0]
+    return min(counts) if counts else 1 << 30
+
+
+def capacity(nodes: Sequence[NodeResources], request: Mapping[str, float], strategy: str) -> int:
+    """How many bundles of ``request`` the nodes can hold under ``strategy``."""
+    per_node = [bundles_on(node, request) for node in nodes]
+    if strategy == "STRICT_PACK":
+        return max(per_node, default=0)
+    if strategy == "STRICT_SPREAD":
+        return sum(1 for c in per_node if c > 0)
+    return sum(per_node)
+
+
+def check_gang(
+    nodes: Sequence[NodeResources], request: Mapping[str, float], n: int, strategy: str, what: str = "gang"
+) -> None:
+    """Raise ``ResourcesUnavailableError`` if ``n`` x ``request`` can never be placed on ``nodes``.
+
+    The message names what was asked, what each node has, and how to fix it.
+    """
+    fits = capacity(nodes, request, strategy)
+    if fits >= n:
+        return
+    total: dict[str, float] = {}
+    for node in nodes:
+        for k, v in node.items():
+            total[k] = total.get(k, 0.0) + v
+    listing = "; ".join(f"node {i}: {res.fmt(node)}" for i, node in enumerate(nodes)) or "no live nodes"
+    if strategy == "STRICT_PACK":
+        why = f"STRICT_PACK puts all {n} on one node, and the largest holds {fits}"
+    elif strategy == "STRICT_SPREAD":
+        why = f"STRICT_SPREAD needs {n} different nodes that each hold one, and {fits} do"
+    else:
+        why = f"a worker's bundle cannot span nodes, and the nodes together hold {fits} whole bundles"
+    hints = ["lower num_workers or the resources per worker", "add nodes to the cluster (`ray start --address=...`)"]
+    if strategy.startswith("STRICT"):
+        hints.insert(0, "use placement_strategy='PACK' or 'SPREAD'")
+    raise ResourcesUnavailableError(
+        f"{what}: cannot ever place {n} x {{{res.fmt(request)}}} ({strategy}) on this Ray cluster: {why}. "
+        f"Cluster: {listing}. Fix: {'; '.join(hints)}.",
+        requested={k: v * n for k, v in request.items()},
+        total=total,
+    )
+
+
+def cluster_view(raw: Mapping[str, float]) -> dict[str, float]:
+    """Ray's resource dict without its bookkeeping entries (memory, node:..., accelerator_type:...)."""
+    skip = ("memory", "object_store_memory")
+    return {
+        k: float(v)
+        for k, v in raw.items()
+        if k not in skip and not k.startswith(("node:", "accelerator_type:")) and v
+    }

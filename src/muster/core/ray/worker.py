@@ -1,0 +1,155 @@
+"""What runs inside Ray's worker processes: one actor class and one task function.
+
+Ray only ever moves *bytes* here: the driver cloudpickles calls with muster's
+serializer and the worker unpickles them after it has put the driver's
+``sys.path`` on its own, so functions and classes from the user's modules
+resolve on every node just as they do in the local engine's workers.
+
+Each process installs an event channel (``core.context``): an event is a
+call on the driver's hub actor (``hub.py``), made and *completed* before
+``send_event`` returns, so an event that left a worker is in the hub before
+the worker can die.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import sys
+import threading
+from typing import Any
+
+import cloudpickle
+import ray
+
+from muster.core import context, settings
+from muster.core.local.wire import capture_error
+from muster.core.serialization import dumps
+from muster.exceptions import MusterError
+
+
+def pack(obj: Any) -> bytes:
+    """muster's pickling (cloudpickle, protocol 5), flattened to bytes for Ray."""
+    body, _ = dumps(obj, out_of_band_min=sys.maxsize)  # every buffer in the stream
+    return bytes(body)
+
+
+def unpack(data: bytes) -> Any:
+    return cloudpickle.loads(data)
+
+
+class _HubChannel:
+    """Worker side of the event channel: one hub call per event, in order."""
+
+    def __init__(self, hub: Any, key: str):
+        self.hub, self.key = hub, key
+        self._ids = itertools.count()
+        self._lock = threading.Lock()  # one event in flight per process: order is send order
+        self.sent = 0
+
+    def send_event(self, payload: Any, wait: bool, timeout: float | None) -> Any:
+        data = pack(payload)
+        with self._lock:
+            event_id = next(self._ids)
+            self.sent += 1
+            if not wait:
+                ray.get(self.hub.push.remote(self.key, event_id, data))
+                return None
+            ref = self.hub.request.remote(self.key, event_id, data)
+        try:
+            # ray.get in a worker lends its CPUs while it waits (nested tasks never deadlock).
+            ok, value = ray.get(ref, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(f"the driver did not answer within {timeout} s") from None
+        value = unpack(value)
+        if not ok:
+            raise value
+        return value
+
+
+def _adopt_driver_paths(sys_path: list[str]) -> None:
+    for entry in reversed(sys_path):
+        if entry and entry not in sys.path and os.path.isdir(entry):
+            sys.path.insert(1, entry)
+
+
+def _describe_node() -> dict[str, Any]:
+    ctx = ray.get_runtime_context()
+    ip = ray.util.get_node_ip_address()
+    node_id = ctx.get_node_id()
+    settings.set_node_identity(node_id, ip)
+    try:
+        gpus = [int(g) for g in ray.get_gpu_ids()]
+    except Exception:  # noqa: BLE001 - ids that are not integers (MIG UUIDs): report none
+        gpus = []
+    return {"pid": os.getpid(), "node_id": node_id, "ip": ip, "host": socket.gethostname(), "gpu_ids": gpus}
+
+
+class RayWorker:
+    """The body of every muster actor on Ray (wrapped with ``ray.remote`` by the engine).
+
+    Calls in the default concurrency group run one at a time, in order;
+    ``watch`` runs in its own group and never returns, so the driver learns
+    of the process's death from its failed reference.
+    """
+
+    def __init__(self, hub: Any, key: str, label: str, sys_path: list[str], env: dict[str, str]):
+        _adopt_driver_paths(sys_path)
+        os.environ.update(env)
+        self.label, self.host = label, socket.gethostname()
+        self._obj: Any = None
+        self._stop = threading.Event()
+        context.install_channel(_HubChannel(hub, key))
+
+    def meta(self) -> dict[str, Any]:
+        return _describe_node()
+
+    def call(self, method: str, data: bytes) -> bytes:
+        """Run ``method`` on the hosted object (``__init__`` builds it); reply with pickled (ok, value)."""
+        try:
+            args, kwargs = unpack(data)
+            if method == "__init__":
+                cls = args[0]
+                self._obj, value = cls(*args[1:], **kwargs), None
+            else:
+                value = getattr(self._obj, method)(*args, **kwargs)
+            out: tuple[bool, Any] = (True, value)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+            out = (False, capture_error(exc, self.label, os.getpid(), self.host))
+        try:
+            return pack(out)
+        except Exception as exc:  # noqa: BLE001
+            err = MusterError(
+                f"{method} returned a value that cannot be sent back to the driver "
+                f"({type(exc).__name__}: {exc}); return plain data (numbers, lists, dicts, tensors)."
+            )
+            return pack((False, capture_error(err, self.label, os.getpid(), self.host)))
+
+    @ray.method(concurrency_group="watch")
+    def watch(self) -> None:
+        self._stop.wait()
+
+
+def run_task(hub: Any, key: str, label: str, sys_path: list[str], data: bytes) -> tuple[int, bytes]:
+    """Body of every muster task on Ray: unpickle, install the channel, run.
+
+    Returns how many events the task sent (the driver handles them all before
+    the result) and the pickled ``(ok, value)``.
+    """
+    _adopt_driver_paths(sys_path)
+    host = socket.gethostname()
+    channel = _HubChannel(hub, key)
+    context.install_channel(channel)
+    try:
+        fn, args, kwargs = unpack(data)
+        out: tuple[bool, Any] = (True, fn(*args, **kwargs))
+    except BaseException as exc:  # noqa: BLE001
+        out = (False, capture_error(exc, label, os.getpid(), host))
+    finally:
+        context.install_channel(None)
+    try:
+        return channel.sent, pack(out)
+    except Exception as exc:  # noqa: BLE001
+        err = MusterError(f"{label} returned a value that cannot be sent back to the driver: {exc}")
+        return channel.sent, pack((False, capture_error(err, label, os.getpid(), host)))
