@@ -40,6 +40,14 @@ class GetTimeoutError(MusterError, TimeoutError):
     """``get``/``result`` waited past its timeout."""
 
 
+class ClusterUnreachableError(MusterError, ConnectionError):
+    """``muster.init(address=...)`` found no Ray cluster answering at that address."""
+
+
+class StorageNotSharedError(MusterError):
+    """A worker cannot see the run's storage (a local path on a multi-node cluster)."""
+
+
 class RuntimeNotStartedError(MusterError):
     """An operation needed the engine, but it was shut down."""
 

@@ -33,19 +33,41 @@ def uninitialised(monkeypatch):
         leaked.shutdown()
 
 
-@pytest.mark.parametrize("address", ["ray://x:1", "10.0.0.1:6379"])
-def test_cluster_address_raises_value_error_saying_what_to_do(uninitialised, address):
-    with pytest.raises(ValueError) as info:
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("scheme", ["ray://", ""])
+def test_unreachable_cluster_address_fails_fast_saying_what_to_do(uninitialised, scheme):
+    """Nothing listens there: a ConnectionError in seconds that names the address and the fix."""
+    pytest.importorskip("ray")
+    address = f"{scheme}127.0.0.1:{_free_port()}"
+    with pytest.raises(ConnectionError) as info:
         muster.init(address=address)
     msg = str(info.value)
-    assert repr(address) in msg and "local" in msg and "RAY_ADDRESS" in msg
+    assert repr(address) in msg and "ray start --head" in msg and "address='local'" in msg
     assert api._runtime is None  # nothing was started
 
 
-def test_auto_address_without_a_cluster_means_this_machine(uninitialised, monkeypatch):
-    """A ported `ray.init(address="auto")` runs locally when no cluster is configured."""
+def test_malformed_address_raises_value_error(uninitialised):
+    with pytest.raises(ValueError, match="'nonsense'.*ray://<head>:10001"):
+        muster.init(address="nonsense")
+
+
+def test_cluster_address_refuses_local_resource_arguments(uninitialised):
+    with pytest.raises(ValueError, match="ray start --num-cpus"):
+        muster.init(address="ray://head:10001", num_cpus=4)
+
+
+def test_auto_address_without_a_cluster_means_this_machine(uninitialised, monkeypatch, tmp_path):
+    """A ported `ray.init(address="auto")` runs locally when no cluster is configured or running."""
     monkeypatch.delenv("MUSTER_ADDRESS", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # no `ray start` address file there
     rt = muster.init(address="auto", num_cpus=1, num_gpus=0)
     try:
         assert rt.name == "local" and rt.resources() == {"CPU": 1.0}
@@ -54,19 +76,17 @@ def test_auto_address_without_a_cluster_means_this_machine(uninitialised, monkey
         rt.shutdown()
 
 
-def test_auto_address_with_a_cluster_configured_is_refused(uninitialised, monkeypatch):
-    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
-    with pytest.raises(ValueError, match="ray://head:10001"):
-        muster.init(address="auto")
-
-
 def test_ray_address_env_is_read_when_no_address_given(uninitialised, monkeypatch):
+    pytest.importorskip("ray")
+    dead = f"127.0.0.1:{_free_port()}"
     monkeypatch.delenv("MUSTER_ADDRESS", raising=False)
-    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
-    with pytest.raises(ValueError, match="ray://head:10001"):
+    monkeypatch.setenv("RAY_ADDRESS", f"ray://{dead}")
+    with pytest.raises(ConnectionError, match=f"ray://{dead}"):
         muster.init()
-    monkeypatch.setenv("MUSTER_ADDRESS", "ray://other:10001")  # muster's own variable wins
-    with pytest.raises(ValueError, match="ray://other:10001"):
+    with pytest.raises(ConnectionError, match=f"ray://{dead}"):  # "auto" means the configured one
+        muster.init(address="auto")
+    monkeypatch.setenv("MUSTER_ADDRESS", dead)  # muster's own variable wins
+    with pytest.raises(ConnectionError, match=f"'{dead}'"):
         muster.init()
 
 

@@ -26,7 +26,13 @@ from typing import Any, Callable
 
 from muster.core.api import get_runtime
 from muster.core.runtime import ActorHandle
-from muster.exceptions import MusterError, TaskError, TrainingFailedError, WorkerCrashedError
+from muster.exceptions import (
+    MusterError,
+    StorageNotSharedError,
+    TaskError,
+    TrainingFailedError,
+    WorkerCrashedError,
+)
 from muster.observe.progress import ProgressView
 from muster.observe.recorder import RunRecorder
 from muster.train._internal import policies
@@ -143,6 +149,8 @@ class Controller:
                     break
                 self.failures.append(error)
                 decision = policies.on_failure(self.run_config.failure_config.max_failures, len(self.failures))  # type: ignore[union-attr]
+                if _cannot_be_retried(error):  # retrying would fail the same way
+                    decision = policies.Decision.RAISE
                 if decision is policies.Decision.RAISE:
                     self._transition(State.ERRORED)
                     raise TrainingFailedError(
@@ -351,6 +359,11 @@ def _root_cause(exc: BaseException, member: Member) -> BaseException:
             exc.pid or member.pid, exc.host or member.host, exc.cause,
         )
     return exc
+
+
+def _cannot_be_retried(err: BaseException) -> bool:
+    """A worker found the run's storage invisible from its node: no restart can fix that."""
+    return isinstance(getattr(err, "cause", None), StorageNotSharedError) or isinstance(err, StorageNotSharedError)
 
 
 def _first_line(err: BaseException) -> str:

@@ -28,24 +28,20 @@ def assign_ranks(infos: list[dict[str, Any]], gpu_ids: list[list[int]]) -> list[
     """``(rank, local_rank, local_world_size, node_rank)`` per member, in input order.
 
     Ranks are ordered by node (in order of first appearance, so the driver's
-    node, which the engine lists first, gets rank 0), then by GPU id.
+    node, which the engine lists first, gets rank 0), then by GPU id.  A node
+    is the engine's node id (``info["node"]``) when it gives one: simulated
+    nodes on one host share an IP address but not an id.
     """
-    nodes: list[str] = []
-    for info in infos:
-        if info["ip"] not in nodes:
-            nodes.append(info["ip"])
-    order = sorted(
-        range(len(infos)),
-        key=lambda i: (nodes.index(infos[i]["ip"]), gpu_ids[i][:1] or [0], i),
-    )
+    keys = [str(info.get("node") or info["ip"]) for info in infos]
+    nodes = list(dict.fromkeys(keys))
+    order = sorted(range(len(infos)), key=lambda i: (nodes.index(keys[i]), gpu_ids[i][:1] or [0], i))
     out: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * len(infos)
-    local_counts = {ip: sum(1 for info in infos if info["ip"] == ip) for ip in nodes}
+    local_counts = {node: keys.count(node) for node in nodes}
     seen: dict[str, int] = {}
     for rank, i in enumerate(order):
-        ip = infos[i]["ip"]
-        local = seen.get(ip, 0)
-        seen[ip] = local + 1
-        out[i] = (rank, local, local_counts[ip], nodes.index(ip))
+        local = seen.get(keys[i], 0)
+        seen[keys[i]] = local + 1
+        out[i] = (rank, local, local_counts[keys[i]], nodes.index(keys[i]))
     return out
 
 

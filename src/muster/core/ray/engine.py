@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -28,7 +29,7 @@ from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
 from muster.core.ray.worker import RayWorker, pack, run_task, unpack
 from muster.core.runtime import ActorHandle, EventHandler, Runtime
-from muster.exceptions import MusterError, RuntimeNotStartedError, WorkerCrashedError
+from muster.exceptions import ClusterUnreachableError, MusterError, RuntimeNotStartedError, WorkerCrashedError
 
 _POLL_S = 0.5
 
@@ -60,6 +61,7 @@ class RayRuntime(Runtime):
     def start(self) -> None:
         """Connect to the cluster (unless this process already did) and start the hub."""
         if not ray.is_initialized():
+            check_reachable(self.address)
             ray.init(address=self.address, log_to_driver=True, logging_level="WARNING")
             self._owns_ray = True
         here = ray.get_runtime_context().get_node_id()
@@ -336,6 +338,23 @@ class RayRuntime(Runtime):
                             ray.exceptions.ObjectLostError)):
             return False, WorkerCrashedError(task.label, None, None, "", reason=_ray_reason(exc)), 0
         return False, MusterError(f"{task.label} failed on Ray: {_ray_reason(exc)}"), 0
+
+
+def check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """Fail in seconds, not minutes, when nothing listens at a cluster address."""
+    host_port = address.removeprefix("ray://")
+    host, _, port = host_port.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return
+    except (OSError, ValueError) as exc:
+        why = exc
+    default = "10001 for ray://" if address.startswith("ray://") else "6379"
+    raise ClusterUnreachableError(
+        f"muster.init(address={address!r}): no Ray cluster answers there ({why}). Fix: start one with "
+        f"`ray start --head` on the head node, check the host and port (default {default}), or run on "
+        "this machine with address='local' (and unset MUSTER_ADDRESS / RAY_ADDRESS)."
+    )
 
 
 def _ray_reason(exc: BaseException) -> str:

@@ -8,16 +8,20 @@ import socket
 from typing import Any, Callable
 
 from muster.core import context as core_context
+from muster.core import settings
+from muster.exceptions import StorageNotSharedError
 from muster.observe.sampler import WorkerSampler
 from muster.train._internal import session as session_mod
 from muster.train._internal.backend import Backend
+from muster.train.storage import RUN_STATE, Storage
 
 
 class TrainWorker:
     """Lives in a worker process for one attempt of a run."""
 
     def info(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "host": socket.gethostname(), "ip": _node_ip()}
+        node_id, _ = settings.node_identity()
+        return {"pid": os.getpid(), "host": socket.gethostname(), "ip": _node_ip(), "node": node_id}
 
     def free_port(self) -> int:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -35,6 +39,7 @@ class TrainWorker:
     ) -> None:
         for key, value in env.items():
             os.environ[key] = value
+        check_storage_visible(spec.storage)
         backend.on_worker_start(spec.context)
         session = session_mod.Session(spec)
         session_mod.set_session(session)
@@ -73,8 +78,33 @@ def _takes_config(fn: Callable[..., Any]) -> bool:
     return bool(params)
 
 
+def check_storage_visible(storage: Storage) -> None:
+    """Fail at once when this worker cannot see the run folder the driver created.
+
+    The driver writes the run's state file before any worker starts; a worker
+    that does not find it is on a node where ``storage_path`` means something
+    else (a local folder on a multi-node cluster), and would otherwise fail
+    only at its first checkpoint.
+    """
+    marker = storage.join(storage.run_dir, RUN_STATE)
+    if storage.exists(marker):
+        return
+    node_id, ip = settings.node_identity()
+    node = f"{socket.gethostname()} ({ip or _node_ip()}" + (f", Ray node {node_id}" if node_id else "") + ")"
+    raise StorageNotSharedError(
+        f"This worker on node {node} cannot see the run folder {storage.uri}: the driver created "
+        f"{marker} there, but this node does not have it. On a cluster, every node must see the same "
+        "storage. Fix: set RunConfig(storage_path='s3://bucket/prefix') (pip install \"muster[s3]\"; "
+        "gs:// and other fsspec URLs work too), or mount one shared filesystem (NFS, EFS, Lustre) at the "
+        "same path on every node and point storage_path there."
+    )
+
+
 def _node_ip() -> str:
     """This node's address as other nodes reach it (loopback when it has no other)."""
+    _, ip = settings.node_identity()
+    if ip:
+        return ip
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
