@@ -1,0 +1,82 @@
+"""A real Ray cluster for the multi-node tests: a head and two worker nodes on loopback.
+
+The nodes are real raylets (``ray.cluster_utils.Cluster``), each with 2
+logical CPUs; one cluster serves the whole session because starting one
+takes seconds on this machine.  ``on_ray`` switches muster's engine to it for
+a module and back to the embedded engine after.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+import muster
+
+ray = pytest.importorskip("ray")
+
+NODE_CPUS = 2
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": NODE_CPUS})
+    for _ in range(2):
+        cluster.add_node(num_cpus=NODE_CPUS)
+    cluster.wait_for_nodes()
+    try:
+        yield cluster
+    finally:
+        muster.shutdown()
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def on_ray(ray_cluster):
+    """muster runs on the Ray cluster for this module."""
+    muster.shutdown()
+    muster.init(address=ray_cluster.address)
+    yield ray_cluster
+    muster.shutdown()
+    muster.init(num_cpus=4, num_gpus=0)  # the session's embedded engine, as tests/conftest.py starts it
+
+
+def _local_workers() -> list[psutil.Process]:
+    """The embedded engine's workers (children of its zygote); Ray's own processes are not ours to police."""
+    from muster.core.api import _runtime
+
+    zygote = getattr(_runtime, "_zygote", None)
+    if zygote is None:
+        return []
+    try:
+        return psutil.Process(zygote.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_workers(request):
+    """Overrides the suite's leak check: the cluster's raylets and Ray workers are children of this
+    process by design, so only the embedded engine's workers (and Ray actors muster made) count."""
+    yield
+    from muster.core.api import _runtime
+
+    if _runtime is not None and hasattr(_runtime, "retire_idle_workers"):
+        _runtime.retire_idle_workers()
+    deadline = time.monotonic() + 5
+    alive = _local_workers()
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    if alive:
+        pytest.fail(f"test leaked worker processes: {[p.pid for p in alive]}")
+    if _runtime is not None and getattr(_runtime, "name", "") == "ray":
+        deadline = time.monotonic() + 10
+        while _runtime._actors and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.05)
+        assert not _runtime._actors, f"test left muster actors on the cluster: {list(_runtime._actors.values())}"  # type: ignore[attr-defined]

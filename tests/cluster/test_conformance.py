@@ -1,0 +1,211 @@
+"""One behaviour, two engines: every test here runs on the embedded engine and on a Ray cluster.
+
+Tasks, actors, objects, errors and TorchTrainer (reports, checkpoints, a
+worker SIGKILLed mid-run and resumed from the checkpoint) must look the same
+to user code whichever engine runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+
+import pytest
+import torch
+
+import muster
+import muster.train as train
+from muster.exceptions import ActorDiedError, ResourcesUnavailableError, TaskError, WorkerCrashedError
+from muster.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig
+from muster.train.torch import TorchTrainer
+
+
+@pytest.fixture(scope="module", params=["local", "ray"])
+def engine(request):
+    """The engine under test: the session's embedded one, or the shared Ray cluster."""
+    if request.param == "local":
+        yield "local"
+        return
+    request.getfixturevalue("on_ray")
+    yield "ray"
+
+
+# -- tasks and objects ------------------------------------------------------------
+@muster.remote
+def double(x):
+    return 2 * x
+
+
+@muster.remote
+def fan_out(n):
+    """A task that starts tasks and gets their results (served by the driver)."""
+    return sum(muster.get([double.remote(i) for i in range(n)]))
+
+
+@muster.remote
+def total(values):
+    return sum(values)
+
+
+def test_tasks_return_values_in_order(engine):
+    assert muster.get([double.remote(i) for i in range(6)]) == [0, 2, 4, 6, 8, 10]
+
+
+def test_nested_tasks_do_not_deadlock(engine):
+    assert muster.get(fan_out.remote(4)) == 12
+
+
+def test_put_get_and_object_ref_arguments(engine):
+    ref = muster.put(list(range(100)))
+    assert muster.get(total.remote(ref)) == 4950
+    assert muster.get(total.remote(muster.put([1, 2]))) == 3
+    big = torch.arange(1 << 18, dtype=torch.float32)  # 1 MiB: out-of-band on the local engine
+    assert torch.equal(muster.get(muster.put(big)), big)
+
+
+def test_wait_returns_ready_refs_first(engine):
+    @muster.remote
+    def slow(s):
+        time.sleep(s)
+        return s
+
+    fast_ref, slow_ref = slow.remote(0.0), slow.remote(3.0)
+    ready, pending = muster.wait([slow_ref, fast_ref], num_returns=1, timeout=10)
+    assert ready == [fast_ref] and pending == [slow_ref]
+    assert muster.get(slow_ref) == 3.0
+
+
+def test_cluster_resources_are_plain_cpu_counts(engine):
+    total_cpus = muster.cluster_resources()["CPU"]
+    assert total_cpus >= 4 and set(muster.available_resources()) <= set(muster.cluster_resources())
+
+
+# -- errors -------------------------------------------------------------------------
+@muster.remote
+def fails(x):
+    raise KeyError(f"no such key {x}")
+
+
+@muster.remote
+def dies():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_task_error_carries_the_remote_traceback(engine):
+    with pytest.raises(TaskError) as info:
+        muster.get(fails.remote("k"))
+    err = info.value
+    assert err.cause_type == "KeyError" and isinstance(err.cause, KeyError)
+    assert "no such key k" in str(err) and "in fails" in err.remote_traceback
+
+
+def test_a_killed_task_is_a_worker_crash(engine):
+    with pytest.raises(WorkerCrashedError):
+        muster.get(dies.options(max_retries=0).remote(), timeout=60)
+
+
+def test_impossible_request_fails_at_once(engine):
+    t0 = time.monotonic()
+    with pytest.raises(ResourcesUnavailableError, match="CPU"):
+        muster.get(double.options(num_cpus=64).remote(1))
+    assert time.monotonic() - t0 < 10
+
+
+# -- actors -------------------------------------------------------------------------
+@muster.remote
+class Counter:
+    def __init__(self, start):
+        self.n = start
+
+    def add(self, k):
+        self.n += k
+        return self.n
+
+    def where(self):
+        return os.getpid()
+
+    def boom(self):
+        raise ValueError("actor method failed")
+
+
+def test_actor_calls_run_in_order_and_keep_state(engine):
+    c = Counter.remote(10)
+    assert muster.get([c.add.remote(i) for i in range(1, 5)]) == [11, 13, 16, 20]
+    muster.kill(c)
+
+
+def test_actor_error_leaves_the_actor_alive(engine):
+    c = Counter.remote(0)
+    with pytest.raises(TaskError, match="actor method failed"):
+        muster.get(c.boom.remote())
+    assert muster.get(c.add.remote(1)) == 1
+    muster.kill(c)
+
+
+def test_actor_killed_from_outside_fails_its_calls(engine):
+    c = Counter.remote(0)
+    pid = muster.get(c.where.remote())
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(ActorDiedError):
+        for _ in range(100):  # the death is noticed within moments
+            muster.get(c.add.remote(1), timeout=30)
+            time.sleep(0.05)
+    muster.kill(c)
+
+
+# -- training -----------------------------------------------------------------------
+def training_loop(config):
+    """Each rank reports 3 epochs with a checkpoint; rank 1 SIGKILLs itself once after epoch 0."""
+    import torch.distributed as dist
+
+    ctx = train.get_context()
+    rank = ctx.get_world_rank()
+    start = 0
+    ckpt = train.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as folder:
+            start = torch.load(os.path.join(folder, f"rank_{rank}.pt"))["epoch"] + 1
+    for epoch in range(start, 3):
+        t = torch.ones(1) * (rank + 1)
+        dist.all_reduce(t)  # a real collective across the gang
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.save({"epoch": epoch}, os.path.join(tmp, f"rank_{rank}.pt"))
+            train.report({"epoch": epoch, "sum": t.item(), "attempt": ctx.get_attempt()},
+                         checkpoint=Checkpoint.from_directory(tmp))
+        dist.barrier()  # every rank's report returned: this checkpoint must survive
+        if config.get("marker") and rank == 1 and epoch == 0 and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_trainer_reports_and_checkpoints(engine, storage):
+    result = TorchTrainer(
+        training_loop, train_loop_config={},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=storage, name=f"conf_{engine}", verbose=0),
+    ).fit()
+    assert result.error is None
+    assert list(result.metrics_dataframe["epoch"]) == [0, 1, 2]
+    assert all(r["sum"] == 3.0 for r in result.all_reports)
+    with result.checkpoint.as_directory() as folder:
+        assert {"rank_0.pt", "rank_1.pt"} <= set(os.listdir(folder))
+        assert torch.load(os.path.join(folder, "rank_1.pt")) == {"epoch": 2}
+
+
+def test_trainer_resumes_after_a_worker_is_sigkilled(engine, storage, tmp_path):
+    marker = str(tmp_path / "killed")
+    result = TorchTrainer(
+        training_loop, train_loop_config={"marker": marker},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=storage, name=f"kill_{engine}", verbose=0,
+                             failure_config=FailureConfig(max_failures=1)),
+    ).fit()
+    assert os.path.exists(marker)  # rank 1 really died
+    assert result.error is None
+    first = sorted((r["_rank"], r["epoch"]) for r in result.all_reports if r["_attempt"] == 0)
+    second = sorted((r["_rank"], r["epoch"]) for r in result.all_reports if r["_attempt"] == 1)
+    assert first == [(0, 0), (1, 0)]  # epoch 0's reports survived the kill ...
+    assert second == [(0, 1), (0, 2), (1, 1), (1, 2)]  # ... and the retry went on from its checkpoint
+    assert result.checkpoint.path.endswith("checkpoint_000003")
