@@ -4,7 +4,7 @@
     muster runs show NAME [--storage-path P]
     muster logs NAME [--rank N] [--tail N] [--follow] [--storage-path P]
     muster dashboard [--storage-path P] [--host H] [--port N] [--token T]
-    muster status
+    muster status [--address A] [--storage-path P]
 """
 
 from __future__ import annotations
@@ -180,16 +180,58 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from muster.core.local.engine import _detect_total
+def _fmt(resources: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(resources.items())) or "-"
 
-    total = _detect_total(None, None, None)
-    address = settings.cluster_address()
-    print("engine     local (embedded; starts with your script, no daemon)")
-    if address:
-        print(f"note       MUSTER_ADDRESS/RAY_ADDRESS is set to {address!r}, which this build does not use")
-    print(f"resources  {', '.join(f'{k}={v:g}' for k, v in sorted(total.items()))}")
-    print(f"storage    {settings.storage_path_default()}")
+
+def _running_runs(storage_path: str) -> list[str]:
+    """Runs whose status is RUNNING and whose driver is still alive (not STALE)."""
+    try:
+        return [r["name"] for r in _all_runs(storage_path) if r.get("status") == "RUNNING" and not r.get("stale")]
+    except (OSError, ValueError):
+        return []
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """The engine a script here would use, its nodes and resources, and the runs still running."""
+    from muster.core import api
+
+    address = args.address or settings.cluster_address()
+    if address == "auto":
+        address = api._running_ray_cluster() or "local"
+    if address in (None, "", "local"):
+        from muster.core.local.engine import _detect_total
+
+        total = _detect_total(None, None, None)
+        print("engine     local (embedded; starts with your script, no daemon)")
+        print("nodes      1 (this machine)")
+        print(f"resources  {_fmt(total)} (each script's engine has all of them; none is shared)")
+    else:
+        try:
+            from muster.core.ray.status import describe
+        except ImportError:
+            print(f"MUSTER_ADDRESS/RAY_ADDRESS is {address!r}, a Ray cluster; install Ray to reach it: "
+                  'pip install "muster[ray]"', file=sys.stderr)
+            return 2
+        try:
+            info = describe(address)
+        except ConnectionError as exc:
+            print(str(exc), file=sys.stderr)
+            return 2
+        alive = [n for n in info["nodes"] if n["alive"]]
+        print(f"engine     ray (cluster at {address})")
+        print(f"nodes      {len(alive)} alive" + (f", {len(info['nodes']) - len(alive)} dead" if len(alive) < len(info["nodes"]) else ""))
+        for n in info["nodes"]:
+            role = "head" if n["head"] else "worker"
+            state = "" if n["alive"] else "  DEAD"
+            print(f"  {n['id'][:12]}  {n['ip']:15} {role:6}  total {_fmt(n['total'])}  free {_fmt(n['free'])}{state}")
+        print(f"resources  total {_fmt(info['total'])}")
+        print(f"           free  {_fmt(info['free'])}")
+        if info["drivers"] is not None:
+            print(f"drivers    {info['drivers']} muster script(s) connected")
+    running = _running_runs(args.storage_path)
+    print(f"storage    {args.storage_path}")
+    print(f"running    {', '.join(running) if running else 'no runs'}")
     return 0
 
 
@@ -221,7 +263,11 @@ def _parser() -> argparse.ArgumentParser:
     dash.add_argument("--token", default=None,
                       help="access token; required (and generated when not given) for a non-loopback --host")
     dash.set_defaults(fn=cmd_dashboard)
-    status = sub.add_parser("status", help="the engine and the resources it would use")
+    status = sub.add_parser("status", parents=[storage],
+                            help="the engine, its nodes and resources, and the runs still running")
+    status.add_argument("--address", default=None,
+                        help="a Ray cluster ('auto', 'ray://head:10001', 'head:6379'); default: MUSTER_ADDRESS / "
+                             "RAY_ADDRESS, else this machine")
     status.set_defaults(fn=cmd_status)
     return parser
 

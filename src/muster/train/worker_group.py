@@ -22,6 +22,7 @@ class Member:
     host: str
     ip: str
     pid: int
+    node: str = ""  # the engine's node id (simulated nodes on one host share an IP)
 
 
 def assign_ranks(infos: list[dict[str, Any]], gpu_ids: list[list[int]]) -> list[tuple[int, int, int, int]]:
@@ -68,7 +69,8 @@ class WorkerGroup:
             for handle, info, (rank, local, local_n, node) in zip(handles, infos, ranks):
                 handle.label = f"rank {rank}"
                 handle.set_handlers(on_event, on_death)
-                self.members.append(Member(handle, rank, local, local_n, node, info["host"], info["ip"], info["pid"]))
+                self.members.append(Member(handle, rank, local, local_n, node, info["host"], info["ip"], info["pid"],
+                                           str(info.get("node") or info["ip"])))
             self.members.sort(key=lambda m: m.rank)
         except BaseException:
             for h in handles:
@@ -78,7 +80,8 @@ class WorkerGroup:
     def rendezvous_env(self) -> list[dict[str, str]]:
         """torchrun's variables for each member, rank order."""
         port = self.members[0].handle.call("free_port").result()
-        master = self.members[0].ip if len({m.ip for m in self.members}) > 1 else "127.0.0.1"
+        # Rank 0's node address once the gang spans nodes; loopback when it all runs on one.
+        master = self.members[0].ip if len({m.node for m in self.members}) > 1 else "127.0.0.1"
         n = len(self.members)
         return [
             {

@@ -29,7 +29,13 @@ from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
 from muster.core.ray.worker import RayWorker, pack, run_task, unpack
 from muster.core.runtime import ActorHandle, EventHandler, Runtime
-from muster.exceptions import ClusterUnreachableError, MusterError, RuntimeNotStartedError, WorkerCrashedError
+from muster.exceptions import (
+    ClusterUnreachableError,
+    MusterError,
+    ResourcesUnavailableError,
+    RuntimeNotStartedError,
+    WorkerCrashedError,
+)
 
 _POLL_S = 0.5
 
@@ -45,6 +51,7 @@ class RayRuntime(Runtime):
         self._token = secrets.token_hex(3)
         self._senders: dict[str, RaySender] = {}
         self._actors: dict[str, RayActor] = {}
+        self._known_nodes: dict[str, dict[str, float]] = {}  # every node seen alive: id -> resources
         self._gangs: dict[str, list[Any]] = {}  # placement group id -> [group, members left]
         self._lock = threading.RLock()
         self._routed = threading.Condition()
@@ -72,6 +79,7 @@ class RayRuntime(Runtime):
         self._worker_cls = ray.remote(concurrency_groups={"watch": 1})(RayWorker)
         self._task_fn = ray.remote(run_task)
         ray.get(self._hub.count.remote())
+        self.node_resources()  # remember the cluster's shape: a node lost later is waited for
         threading.Thread(target=self._poll_forever, name="muster-ray-poll", daemon=True).start()
 
     def shutdown(self) -> None:
@@ -165,9 +173,15 @@ class RayRuntime(Runtime):
         view = placement.cluster_view(ray.available_resources())
         return {k: view.get(k, 0.0) for k in self.resources()}
 
-    def node_resources(self) -> list[dict[str, float]]:
-        """Each live node's total resources, head first as Ray lists them."""
-        return [placement.cluster_view(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+    def node_resources(self, lost: bool = False) -> list[dict[str, float]]:
+        """Each live node's total resources, in Ray's order; with ``lost``, those of the nodes
+        this driver saw alive before that are gone now."""
+        alive = {n["NodeID"]: placement.cluster_view(n["Resources"]) for n in ray.nodes() if n.get("Alive")}
+        with self._lock:
+            self._known_nodes.update(alive)
+            if lost:
+                return [r for node_id, r in self._known_nodes.items() if node_id not in alive]
+        return list(alive.values())
 
     # -- actors ------------------------------------------------------------
     def _new_key(self, kind: str) -> str:
@@ -223,7 +237,7 @@ class RayRuntime(Runtime):
         timeout_s: float | None = None,
     ) -> list[ActorHandle]:
         request = res.normalize(resources_per_member, what="resources_per_worker")
-        placement.check_gang(self.node_resources(), request, n, strategy, what="ScalingConfig")
+        self._check_gang(request, n, strategy, on_wait)
         bundle = request or {"CPU": 0.001}  # Ray refuses empty bundles
         group = placement_group([dict(bundle) for _ in range(n)], strategy=strategy)
         self._wait_placed(group, n, bundle, strategy, on_wait, timeout_s)
@@ -246,6 +260,24 @@ class RayRuntime(Runtime):
                 remove_placement_group(group)
             raise
         return list(members)
+
+    def _check_gang(
+        self, request: dict[str, float], n: int, strategy: str, on_wait: Callable[[str], None] | None
+    ) -> None:
+        """Raise if the gang can never fit; but if it would fit with the nodes the cluster lost,
+        wait for them (or replacements) instead: nodes come back, a failure is not a shape."""
+        alive = self.node_resources()
+        try:
+            placement.check_gang(alive, request, n, strategy, what="ScalingConfig")
+        except ResourcesUnavailableError:
+            lost = self.node_resources(lost=True)
+            if not lost or placement.capacity(alive + lost, request, strategy) < n:
+                raise
+            if on_wait is not None:
+                on_wait(
+                    f"the cluster lost {len(lost)} node(s) and cannot hold {n} x {{{res.fmt(request)}}} "
+                    f"({strategy}) without them; waiting for nodes to join"
+                )
 
     def _wait_placed(
         self, group: Any, n: int, bundle: dict[str, float], strategy: str,

@@ -1,0 +1,182 @@
+"""Training across the nodes of a real Ray cluster: ranks by node, storage checks, a node lost mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+import torch
+
+import muster
+import muster.train as train
+from muster.exceptions import ResourcesUnavailableError, StorageNotSharedError, TrainingFailedError
+from muster.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig
+from muster.train.torch import TorchTrainer
+
+ray = pytest.importorskip("ray")
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def where_am_i(config):
+    """Every rank reports its torchrun variables and its Ray node, after a real all_reduce."""
+    import torch.distributed as dist
+
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    names = ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR")
+    train.report({**{k.lower(): os.environ[k] for k in names}, "sum": t.item(),
+                  "node": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address()})
+
+
+def test_two_node_run_orders_ranks_by_node(on_ray, storage):
+    # 4 workers x 2 CPUs cannot fit one 2-CPU node: PACK fills two nodes, two ranks each.
+    result = TorchTrainer(
+        where_am_i, scaling_config=ScalingConfig(num_workers=4, resources_per_worker={"CPU": 1}),
+        run_config=RunConfig(storage_path=storage, name="two_nodes", verbose=0),
+    ).fit()
+    rows = sorted(result.all_reports, key=lambda r: int(r["rank"]))
+    assert [int(r["rank"]) for r in rows] == [0, 1, 2, 3] and all(r["sum"] == 4.0 for r in rows)
+    nodes = [r["node"] for r in rows]
+    assert len(set(nodes)) >= 2, f"the gang stayed on one node: {nodes}"
+    # Ranks are ordered by node: each node holds a contiguous block of ranks.
+    order = list(dict.fromkeys(nodes))
+    assert nodes == sorted(nodes, key=order.index)
+    for r in rows:
+        on_node = [x for x in rows if x["node"] == r["node"]]
+        assert int(r["node_rank"]) == order.index(r["node"])
+        assert int(r["local_world_size"]) == len(on_node)
+        assert int(r["local_rank"]) == [int(x["rank"]) for x in on_node].index(int(r["rank"]))
+        assert r["master_addr"] == rows[0]["ip"]  # rank 0's node address, not loopback
+
+
+def test_run_fails_at_once_when_workers_cannot_see_storage(on_ray):
+    """A storage path only the driver sees (an in-process filesystem): every worker's check fails,
+    at the start, naming its node and the fix -- and no retry is wasted on it."""
+    t0 = time.monotonic()
+    with pytest.raises(TrainingFailedError) as info:
+        TorchTrainer(
+            where_am_i, scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(storage_path="memory://driver-only", name="unshared", verbose=0,
+                                 failure_config=FailureConfig(max_failures=3)),
+        ).fit()
+    assert len(info.value.attempts) == 1  # not retried: a restart cannot make the storage appear
+    cause = info.value.root_cause
+    assert isinstance(getattr(cause, "cause", None), StorageNotSharedError)
+    msg = str(cause)
+    assert "Ray node" in msg and "memory:///driver-only/unshared" in msg
+    assert "s3://" in msg and "NFS" in msg
+    assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize(
+    "scaling, needle",
+    [
+        (ScalingConfig(num_workers=2, resources_per_worker={"CPU": 3}), "cannot span nodes"),
+        (ScalingConfig(num_workers=3, placement_strategy="STRICT_PACK"), "STRICT_PACK"),
+        (ScalingConfig(num_workers=5, placement_strategy="STRICT_SPREAD"), "STRICT_SPREAD"),
+    ],
+)
+def test_gang_that_no_cluster_shape_can_hold_fails_at_once(on_ray, storage, scaling, needle):
+    """6 CPUs in total, but 2 per node: placements that never fit fail now, naming each node."""
+    t0 = time.monotonic()
+    with pytest.raises(ResourcesUnavailableError) as info:
+        TorchTrainer(where_am_i, scaling_config=scaling,
+                     run_config=RunConfig(storage_path=storage, name="never", verbose=0)).fit()
+    msg = str(info.value)
+    assert needle in msg and "node 0: CPU=2" in msg and "Fix:" in msg
+    assert time.monotonic() - t0 < 15
+
+
+def test_status_shows_the_cluster(on_ray, storage):
+    env = dict(os.environ, RAY_ADDRESS=on_ray.address)
+    env.pop("MUSTER_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-m", "muster.cli", "status", "--storage-path", storage],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "engine     ray" in out and "nodes      3 alive" in out
+    assert out.count("total CPU=2") == 3 and "total CPU=6" in out
+
+
+# -- a node lost mid-run ---------------------------------------------------------------
+def epochs_with_a_stall(config):
+    """Three epochs, a checkpoint each. The first attempt stalls after epoch 0 (until its node goes)."""
+    import torch.distributed as dist
+
+    ctx = train.get_context()
+    rank = ctx.get_world_rank()
+    start = 0
+    ckpt = train.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as folder:
+            start = torch.load(os.path.join(folder, f"rank_{rank}.pt"))["epoch"] + 1
+    with open(os.path.join(config["dir"], f"attempt{ctx.get_attempt()}_rank{rank}.json"), "w") as f:
+        json.dump({"node": ray.get_runtime_context().get_node_id()}, f)
+    for epoch in range(start, 3):
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.save({"epoch": epoch}, os.path.join(tmp, f"rank_{rank}.pt"))
+            train.report({"epoch": epoch, "attempt": ctx.get_attempt()}, checkpoint=Checkpoint.from_directory(tmp))
+        dist.barrier()
+        while ctx.get_attempt() == 0:  # stall: the test removes a node now
+            time.sleep(0.1)
+
+
+def test_node_removed_mid_run_recovers_from_the_checkpoint(on_ray, storage, tmp_path):
+    cluster = on_ray
+    # Two nodes of one "slot" each hold the gang; a third comes to replace the one removed.
+    spare_nodes = [cluster.add_node(num_cpus=1, resources={"slot": 1}) for _ in range(2)]
+    cluster.wait_for_nodes()
+    by_id = {n.node_id: n for n in spare_nodes}
+    out: dict = {}
+
+    def fit():
+        try:
+            out["result"] = TorchTrainer(
+                epochs_with_a_stall, train_loop_config={"dir": str(tmp_path)},
+                scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1, "slot": 1}),
+                run_config=RunConfig(storage_path=storage, name="node_loss", verbose=0,
+                                     failure_config=FailureConfig(max_failures=1)),
+            ).fit()
+        except BaseException as exc:  # noqa: BLE001
+            out["error"] = exc
+
+    runner = threading.Thread(target=fit)
+    runner.start()
+    replacement = None
+    try:
+        first_ckpt = os.path.join(storage, "node_loss", "checkpoint_000001")
+        _wait_for(lambda: os.path.exists(first_ckpt) or not runner.is_alive(), 90, "the first checkpoint")
+        assert runner.is_alive(), out
+        with open(tmp_path / "attempt0_rank1.json") as f:
+            victim = by_id[json.load(f)["node"]]
+        cluster.remove_node(victim)  # its raylet and every worker on it are killed
+        replacement = cluster.add_node(num_cpus=1, resources={"slot": 1})
+        runner.join(120)
+        assert not runner.is_alive(), "training did not finish after the node was replaced"
+    finally:
+        for node in [n for n in spare_nodes if n is not victim] + ([replacement] if replacement else []):
+            cluster.remove_node(node)
+    assert "error" not in out, out.get("error")
+    result = out["result"]
+    first = sorted((r["_rank"], r["epoch"]) for r in result.all_reports if r["_attempt"] == 0)
+    second = sorted((r["_rank"], r["epoch"]) for r in result.all_reports if r["_attempt"] == 1)
+    assert first == [(0, 0), (1, 0)]
+    assert second == [(0, 1), (0, 2), (1, 1), (1, 2)]  # resumed from epoch 0's checkpoint
+    with open(tmp_path / "attempt1_rank1.json") as f:
+        assert json.load(f)["node"] != victim.node_id
+    assert result.checkpoint.path.endswith("checkpoint_000003")
