@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+import threading
 import time
 
 import pytest
@@ -209,3 +210,42 @@ def test_trainer_resumes_after_a_worker_is_sigkilled(engine, storage, tmp_path):
     assert first == [(0, 0), (1, 0)]  # epoch 0's reports survived the kill ...
     assert second == [(0, 1), (0, 2), (1, 1), (1, 2)]  # ... and the retry went on from its checkpoint
     assert result.checkpoint.path.endswith("checkpoint_000003")
+
+
+# -- the seam's ordering contract ------------------------------------------------------
+class Chatty:
+    """Sends events to the driver, then dies without a word."""
+
+    def send_then_die(self, n):
+        from muster.core import context
+
+        for i in range(n):
+            context.send_event({"i": i}, wait=(i == n - 1))  # the last one waits: all have arrived
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_events_arrive_in_order_and_before_the_death(engine):
+    """The controller's durability rests on this: what a worker sent is handled before its death."""
+    from muster.core.api import get_runtime
+
+    seen: list = []
+    died = threading.Event()
+
+    def on_event(handle, payload):
+        time.sleep(0.002)  # a slow handler must not let the death overtake the events
+        seen.append(payload["i"])
+        return True
+
+    def on_death(handle, error):
+        seen.append(("died", type(error).__name__))
+        died.set()
+
+    runtime = get_runtime()
+    actor = runtime.create_actor(Chatty, (), {}, {"CPU": 1.0}, label="chatty")
+    actor.set_handlers(on_event, on_death)
+    fut = actor.call("send_then_die", 40)
+    with pytest.raises(ActorDiedError):
+        fut.result(timeout=60)
+    assert died.wait(30)
+    assert seen == list(range(40)) + [("died", "ActorDiedError")]
+    assert not actor.is_alive()

@@ -11,6 +11,7 @@ after every event the worker had sent, so it is reported after them.
 from __future__ import annotations
 
 import itertools
+import logging
 import secrets
 import socket
 import sys
@@ -69,14 +70,15 @@ class RayRuntime(Runtime):
         """Connect to the cluster (unless this process already did) and start the hub."""
         if not ray.is_initialized():
             check_reachable(self.address)
-            ray.init(address=self.address, log_to_driver=True, logging_level="WARNING")
+            ray.init(address=self.address, log_to_driver=True, logging_level=logging.WARNING)
             self._owns_ray = True
         here = ray.get_runtime_context().get_node_id()
-        hub_cls = ray.remote(num_cpus=0, max_concurrency=1000)(EventHub)
+        remote: Any = ray.remote  # its typed overloads do not list every actor option
+        hub_cls = remote(num_cpus=0, max_concurrency=1000)(EventHub)
         self._hub = hub_cls.options(
             name=f"muster-hub-{self._token}", scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)
         ).remote()
-        self._worker_cls = ray.remote(concurrency_groups={"watch": 1})(RayWorker)
+        self._worker_cls = remote(concurrency_groups={"watch": 1})(RayWorker)
         self._task_fn = ray.remote(run_task)
         ray.get(self._hub.count.remote())
         self.node_resources()  # remember the cluster's shape: a node lost later is waited for

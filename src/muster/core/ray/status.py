@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from muster.core.ray import placement
@@ -20,7 +21,7 @@ def describe(address: str) -> dict[str, Any]:
 
     if address != "auto":
         check_reachable(address)
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     try:
         free_by_node = _free_by_node()
         nodes = []
