@@ -249,3 +249,18 @@ def test_events_arrive_in_order_and_before_the_death(engine):
     assert died.wait(30)
     assert seen == list(range(40)) + [("died", "ActorDiedError")]
     assert not actor.is_alive()
+
+
+@muster.remote
+def read_env(names):
+    return {n: os.environ.get(n) for n in names}
+
+
+def test_driver_environment_reaches_workers(engine, monkeypatch):
+    """NCCL/torch/cloud variables and those named in MUSTER_WORKER_ENV reach every worker."""
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")
+    monkeypatch.setenv("MY_SETTING", "42")
+    monkeypatch.setenv("MUSTER_WORKER_ENV", "MY_SETTING")
+    names = ["NCCL_DEBUG", "AWS_REGION", "MY_SETTING"]
+    assert muster.get(read_env.remote(names)) == {"NCCL_DEBUG": "INFO", "AWS_REGION": "eu-west-3", "MY_SETTING": "42"}

@@ -79,3 +79,26 @@ def ray_address_file() -> str:
 
     base = os.environ.get("RAY_TMPDIR") or os.path.join(tempfile.gettempdir(), "ray")
     return os.path.join(base, "ray_current_cluster")
+
+
+#: Driver environment variables a cluster engine passes on to every worker (by prefix).
+FORWARDED_PREFIXES = ("MUSTER_", "NCCL_", "GLOO_", "TORCH_", "PYTORCH_", "CUDA_LAUNCH_BLOCKING", "AWS_",
+                      "GOOGLE_", "AZURE_", "HF_", "WANDB_", "MLFLOW_")
+_NOT_FORWARDED = ("MUSTER_ADDRESS", "MUSTER_NODE_ID", "MUSTER_NODE_IP", "MUSTER_ZYGOTE")
+
+
+def forwarded_env() -> dict[str, str]:
+    """What a cluster engine sets in each worker from the driver's environment.
+
+    On one machine every worker inherits the driver's environment; on a
+    cluster it starts from the node's.  muster carries over the variables
+    training depends on (see ``FORWARDED_PREFIXES``: NCCL/Gloo/torch tuning,
+    cloud storage credentials, experiment trackers) and any named in
+    ``MUSTER_WORKER_ENV`` (comma-separated), instead of losing them silently.
+    """
+    extra = {v.strip() for v in os.environ.get("MUSTER_WORKER_ENV", "").split(",") if v.strip()}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if (k.startswith(FORWARDED_PREFIXES) or k in extra) and k not in _NOT_FORWARDED
+    }

@@ -25,6 +25,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from muster.core import resources as res
+from muster.core import settings
 from muster.core.ray import placement
 from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
@@ -200,7 +201,7 @@ class RayRuntime(Runtime):
         if strategy is not None:
             options["scheduling_strategy"] = strategy
         ray_actor = self._worker_cls.options(max_restarts=0, **options).remote(
-            self._hub, key, label, list(sys.path), dict(env or {})
+            self._hub, key, label, list(sys.path), {**settings.forwarded_env(), **(env or {})}
         )
         actor = RayActor(self, key, label, ray_actor, on_event)
         with self._lock:
@@ -356,7 +357,7 @@ class RayRuntime(Runtime):
             out.set_exception(MusterError(f"Could not send the arguments of {label} to a worker: {exc}"))
             return out
         ref = self._task_fn.options(max_retries=0, name=label, **ray_options(request)).remote(
-            self._hub, task.key, label, list(sys.path), data
+            self._hub, task.key, label, list(sys.path), settings.forwarded_env(), data
         )
         ref.future().add_done_callback(lambda f: self.in_background(lambda: task.finish(f, out)))
         return out

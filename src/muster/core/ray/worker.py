@@ -131,13 +131,16 @@ class RayWorker:
         self._stop.wait()
 
 
-def run_task(hub: Any, key: str, label: str, sys_path: list[str], data: bytes) -> tuple[int, bytes]:
+def run_task(
+    hub: Any, key: str, label: str, sys_path: list[str], env: dict[str, str], data: bytes
+) -> tuple[int, bytes]:
     """Body of every muster task on Ray: unpickle, install the channel, run.
 
     Returns how many events the task sent (the driver handles them all before
     the result) and the pickled ``(ok, value)``.
     """
     _adopt_driver_paths(sys_path)
+    os.environ.update(env)
     host = socket.gethostname()
     channel = _HubChannel(hub, key)
     context.install_channel(channel)
