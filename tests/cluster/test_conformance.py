@@ -264,3 +264,48 @@ def test_driver_environment_reaches_workers(engine, monkeypatch):
     monkeypatch.setenv("MUSTER_WORKER_ENV", "MY_SETTING")
     names = ["NCCL_DEBUG", "AWS_REGION", "MY_SETTING"]
     assert muster.get(read_env.remote(names)) == {"NCCL_DEBUG": "INFO", "AWS_REGION": "eu-west-3", "MY_SETTING": "42"}
+
+
+# -- Tune -----------------------------------------------------------------------------
+def quadratic(config):
+    from muster import tune
+
+    for step in range(3):
+        tune.report({"score": (config["x"] - 2) ** 2 + step, "step": step})
+
+
+def test_tuner_grid_over_a_function(engine, storage):
+    from muster import tune
+
+    grid = tune.Tuner(
+        quadratic, param_space={"x": tune.grid_search([0, 1, 2, 3])},
+        tune_config=tune.TuneConfig(metric="score", mode="min"),
+        run_config=tune.RunConfig(storage_path=storage, name=f"grid_{engine}", verbose=0),
+    ).fit()
+    assert len(grid) == 4 and grid.num_errors == 0
+    best = grid.get_best_result(scope="last")
+    assert best.config["x"] == 2 and best.metrics["score"] == 2
+
+
+def ddp_trial(config):
+    import torch.distributed as dist
+
+    t = torch.ones(1) * config["lr"]
+    dist.all_reduce(t)
+    train.report({"loss": abs(t.item() - 0.2), "world": dist.get_world_size()})
+
+
+def test_tuner_over_a_two_worker_trainer(engine, storage):
+    from muster import tune
+
+    trainer = TorchTrainer(ddp_trial, scaling_config=ScalingConfig(num_workers=2),
+                           run_config=RunConfig(verbose=0))
+    grid = tune.Tuner(
+        trainer, param_space={"train_loop_config": {"lr": tune.grid_search([0.05, 0.1])}},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=tune.RunConfig(storage_path=storage, name=f"tune_trainer_{engine}", verbose=0),
+    ).fit()
+    assert len(grid) == 2 and grid.num_errors == 0, grid.errors
+    best = grid.get_best_result()
+    assert best.config["train_loop_config"]["lr"] == 0.1 and best.metrics["world"] == 2
+    assert best.metrics["loss"] == pytest.approx(0.0, abs=1e-6)
