@@ -101,6 +101,12 @@ class Runtime(abc.ABC):
     ) -> ActorHandle:
         """Start one actor of ``cls`` holding ``resources`` (``on_event`` is live during ``__init__``)."""
 
+    def capacity(self, request: Resources) -> int:
+        """How many more actors holding ``request`` would fit in what is free now."""
+        free = self.available()
+        counts = [int(free.get(k, 0.0) / v + 1e-9) for k, v in request.items() if v > 0]
+        return min(counts) if counts else 0
+
     def blocked(self, handle: ActorHandle) -> ContextManager[None]:
         """Context for an actor that waits on other work: its CPUs may be lent out meanwhile."""
         return contextlib.nullcontext()

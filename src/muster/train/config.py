@@ -21,7 +21,13 @@ class ScalingConfig:
     """How many workers, and what each one holds.
 
     Args:
-        num_workers: number of training processes (world size).
+        num_workers: number of training processes (world size), or
+            ``(min, max)`` for an elastic run: it starts as soon as ``min``
+            workers fit, grows toward ``max`` when resources free up, and
+            after losing workers (a node gone) goes on with those that fit,
+            if at least ``min``.  Each resize restarts the gang from the
+            latest checkpoint; prepared data loaders re-shard the rest of the
+            interrupted epoch over the new world size.
         use_gpu: give each worker one GPU (unless ``resources_per_worker``
             says otherwise) and use NCCL.
         resources_per_worker: e.g. ``{"CPU": 4, "GPU": 1}``.  Default: 1 CPU,
@@ -30,15 +36,24 @@ class ScalingConfig:
             STRICT_SPREAD; matters on a multi-node cluster.
     """
 
-    num_workers: int = 1
+    num_workers: int | tuple[int, int] = 1
     use_gpu: bool = False
     resources_per_worker: dict[str, float] | None = None
     placement_strategy: str = "PACK"
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 1:
+        if isinstance(self.num_workers, (tuple, list)):
+            bounds = tuple(self.num_workers)
+            if len(bounds) != 2 or not all(_count(b) for b in bounds) or bounds[0] > bounds[1]:
+                raise ValueError(
+                    f"ScalingConfig(num_workers={self.num_workers!r}): an elastic run takes (min, max) with "
+                    "integers 1 <= min <= max, e.g. num_workers=(2, 8)."
+                )
+            self.num_workers = (int(bounds[0]), int(bounds[1]))
+        elif not _count(self.num_workers):
             raise ValueError(
-                f"ScalingConfig(num_workers={self.num_workers!r}): num_workers must be an integer >= 1."
+                f"ScalingConfig(num_workers={self.num_workers!r}): num_workers must be an integer >= 1, "
+                "or (min, max) for an elastic run."
             )
         if not isinstance(self.use_gpu, bool):
             raise ValueError(f"ScalingConfig(use_gpu={self.use_gpu!r}): use_gpu must be True or False.")
@@ -69,8 +84,25 @@ class ScalingConfig:
         return res.normalize(out, what="ScalingConfig.resources_per_worker")
 
     @property
+    def elastic(self) -> bool:
+        """Whether the world size may change during the run (``num_workers=(min, max)``)."""
+        return isinstance(self.num_workers, tuple)
+
+    @property
+    def min_workers(self) -> int:
+        return self.num_workers[0] if isinstance(self.num_workers, tuple) else self.num_workers
+
+    @property
+    def max_workers(self) -> int:
+        return self.num_workers[1] if isinstance(self.num_workers, tuple) else self.num_workers
+
+    @property
     def total_resources(self) -> dict[str, float]:
-        return {k: v * self.num_workers for k, v in self.worker_resources.items()}
+        return {k: v * self.max_workers for k, v in self.worker_resources.items()}
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass(kw_only=True)

@@ -53,6 +53,10 @@ _DEATH_GRACE_S = 0.5  # after a rank raises, how long to look for a peer's death
 _DRAIN_S = 2.0  # after killing a gang, how long to wait for its last reports to be read
 
 
+class _Grow(Exception):
+    """Not a failure: an elastic gang ends its attempt to restart bigger."""
+
+
 class State(enum.Enum):
     INITIALIZING = "INITIALIZING"
     SCHEDULING = "SCHEDULING"
@@ -71,6 +75,7 @@ class _Attempt:
     events: "queue.Queue[tuple[str, Member | None, Any]]" = field(default_factory=queue.Queue)
     finished: set[int] = field(default_factory=set)
     last_activity: float = field(default_factory=time.monotonic)
+    start_latest: CheckpointRecord | None = None  # the latest checkpoint when the attempt began
 
 
 @dataclass
@@ -110,7 +115,7 @@ class Controller:
         self.initial_checkpoint = initial_checkpoint
         self.state = State.INITIALIZING
         self.failures: list[BaseException] = []
-        self.view = ProgressView(self.storage.name, scaling.num_workers, run_config.verbose, self.storage.uri)
+        self.view = ProgressView(self.storage.name, scaling.max_workers, run_config.verbose, self.storage.uri)
         self.ledger = Ledger(self.storage, run_config.checkpoint_config, on_commit=self._on_commit)  # type: ignore[arg-type]
         self._attempt: _Attempt | None = None
         self.hooks = hooks or ControllerHooks()
@@ -119,6 +124,8 @@ class Controller:
             root=record.state.get("store_root") or self.storage.storage_path, path=self.storage.uri,
             name=self.storage.name, state=record.state, resources=scaling.worker_resources,
         )
+        self._resizes = 0  # elastic restarts to grow the gang: not failures
+        self._next_check = 0.0
 
     def request_stop(self) -> None:
         """End the run early, as a success (Tune's schedulers and stoppers use this).
@@ -141,8 +148,17 @@ class Controller:
             self._callbacks("on_run_start", self.storage.uri, self.storage.name)
             while True:
                 # attempts are numbered across drivers: a resumed run's first attempt is not 0
-                index = self._previous_attempts + len(self.failures)
+                index = self._previous_attempts + len(self.failures) + self._resizes
                 error = self._run_attempt(index)
+                if isinstance(error, _Grow):  # not a failure: the gang restarts bigger
+                    self.recorder.attempt_ended(index, None)
+                    self._resizes += 1
+                    self._transition(State.RESTARTING)
+                    latest = self.ledger.latest
+                    grow = f"{error}; restarting from {latest.path.rsplit('/', 1)[-1] if latest else 'the start'}"
+                    self.view.event(grow)
+                    self.recorder.event("restart", grow)
+                    continue
                 self.recorder.attempt_ended(index, error)
                 if error is None:
                     self._transition(State.STOPPED if self._stop_requested.is_set() else State.FINISHED)
@@ -159,7 +175,7 @@ class Controller:
                 self._transition(State.RESTARTING)
                 latest = self.ledger.latest
                 restart = (
-                    f"attempt {self._previous_attempts + len(self.failures)} failed: {_first_line(error)}; restarting "
+                    f"attempt {self._previous_attempts + len(self.failures) + self._resizes} failed: {_first_line(error)}; restarting "
                     + (f"from {latest.path.rsplit('/', 1)[-1]}" if latest else "from the start (no checkpoint yet)")
                 )
                 self.view.event(restart)
@@ -199,15 +215,15 @@ class Controller:
         self._transition(State.SCHEDULING)
         self.record.state["attempts"] = index + 1
         group = WorkerGroup(get_runtime(), self.scaling)
-        attempt = self._attempt = _Attempt(index, group)
+        attempt = self._attempt = _Attempt(index, group, start_latest=self.ledger.latest)
         self.view.set_state("scheduling", workers_up=0, attempt=index)
         complete = False
         try:
-            group.start(self._on_event, self._on_death, on_wait=self.view.event)
+            group.start(self._on_event, self._on_death, on_wait=self.view.event, size=self._gang_size())
             self.view.set_state("running", workers_up=len(group.members))
             self.recorder.attempt_started(index, group.members)
             self.view.event(
-                f"{len(group.members)}/{self.scaling.num_workers} workers up (pids "
+                f"{len(group.members)}/{self.scaling.max_workers} workers up (pids "
                 f"{', '.join(str(m.pid) for m in group.members)})"
                 + (f", attempt {index + 1}" if index else "")
             )
@@ -250,6 +266,29 @@ class Controller:
             args.append((self.train_fn, self.train_config, spec, env, self.backend))
         return group.run("run", args)
 
+    # -- elastic runs -----------------------------------------------------------------
+    def _gang_size(self) -> int:
+        if not self.scaling.elastic:
+            return self.scaling.max_workers
+        fit = get_runtime().capacity(self.scaling.worker_resources)
+        return policies.elastic_size(self.scaling.min_workers, self.scaling.max_workers, fit)
+
+    def _grow_now(self, attempt: _Attempt) -> "_Grow | None":
+        """Checked while an elastic gang runs (at most once a second): do more workers fit now?"""
+        if not self.scaling.elastic or time.monotonic() < self._next_check:
+            return None
+        self._next_check = time.monotonic() + 1.0
+        size = len(attempt.group.members)
+        latest, before = self.ledger.latest, attempt.start_latest
+        fresh = latest is not None and (before is None or latest.round != before.round)
+        if size >= self.scaling.max_workers or not fresh:
+            return None
+        more = get_runtime().capacity(self.scaling.worker_resources)
+        if not policies.should_grow(size, self.scaling.max_workers, more, fresh):
+            return None
+        return _Grow(f"resources for {min(more, self.scaling.max_workers - size)} more worker(s) came free: "
+                     f"growing from {size} toward {self.scaling.max_workers}")
+
     def _watch(self, attempt: _Attempt) -> BaseException | None:
         n = len(attempt.group.members)
         timeout = self.run_config.worker_timeout_s
@@ -260,6 +299,9 @@ class Controller:
                 kind, member, payload = attempt.events.get(timeout=0.25)
             except queue.Empty:
                 self.ledger.tick()
+                grow = self._grow_now(attempt)
+                if grow is not None:
+                    return grow
                 if timeout is not None and time.monotonic() - attempt.last_activity > timeout:
                     return MusterError(
                         f"No worker reported for {timeout:.0f} s (RunConfig(worker_timeout_s={timeout})); "

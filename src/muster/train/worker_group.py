@@ -54,10 +54,12 @@ class WorkerGroup:
         self.members: list[Member] = []
 
     def start(
-        self, on_event: EventHandler, on_death: DeathHandler, on_wait: Callable[[str], None] | None = None
+        self, on_event: EventHandler, on_death: DeathHandler, on_wait: Callable[[str], None] | None = None,
+        size: int | None = None,
     ) -> None:
+        """Start the gang: ``size`` workers (default: the ScalingConfig's largest)."""
         handles = self.runtime.create_gang(
-            self.scaling.num_workers,
+            size or self.scaling.max_workers,
             TrainWorker,
             self.scaling.worker_resources,
             strategy=self.scaling.placement_strategy,

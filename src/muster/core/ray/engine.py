@@ -186,6 +186,16 @@ class RayRuntime(Runtime):
                 return [r for node_id, r in self._known_nodes.items() if node_id not in alive]
         return list(alive.values())
 
+    def capacity(self, request: dict[str, float]) -> int:
+        """Whole bundles of ``request`` that fit in each node's free resources, summed."""
+        try:
+            from ray._private.state import available_resources_per_node
+
+            free = [placement.cluster_view(r) for r in available_resources_per_node().values()]
+        except Exception:  # noqa: BLE001 - an internal API: fall back to the cluster-wide sum
+            return super().capacity(request)
+        return placement.capacity(free, res.normalize(request), "PACK") if request else 0
+
     # -- actors ------------------------------------------------------------
     def _new_key(self, kind: str) -> str:
         return f"{kind}{next(self._ids)}-{self._token}"

@@ -49,7 +49,7 @@ def describe(address: str) -> dict[str, Any]:
 
 def _free_by_node() -> dict[str, dict[str, float]]:
     try:
-        from ray._private.state import available_resources_per_node  # type: ignore[attr-defined]
+        from ray._private.state import available_resources_per_node
 
         return {k: placement.cluster_view(v) for k, v in available_resources_per_node().items()}
     except Exception:  # noqa: BLE001 - an internal API: without it, show totals only

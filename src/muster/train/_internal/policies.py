@@ -94,3 +94,16 @@ def round_ready(
     if usual_reporters and usual_reporters <= reported:
         return True
     return newest_round_seen > round_ and age_s >= grace_s
+
+
+# -- elastic runs -------------------------------------------------------------------
+def elastic_size(min_workers: int, max_workers: int, fit_now: int) -> int:
+    """How many workers the next gang of an elastic run asks for: as many as fit now,
+    within ``[min, max]`` (below ``min`` it asks for ``min`` and waits)."""
+    return max(min_workers, min(max_workers, fit_now))
+
+
+def should_grow(size: int, max_workers: int, fit_more: int, checkpoint_since_start: bool) -> bool:
+    """Grow a running elastic gang? Only when it is below ``max``, more workers fit now,
+    and a checkpoint committed during this attempt keeps the restart's lost work small."""
+    return size < max_workers and fit_more >= 1 and checkpoint_since_start

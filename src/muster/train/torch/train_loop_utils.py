@@ -6,7 +6,7 @@ import os
 import random
 import time
 import warnings
-from typing import Any, Iterator
+from typing import Any, Iterator, Sized, cast
 
 import torch
 import torch.distributed as dist
@@ -92,6 +92,8 @@ class _EpochSampler(DistributedSampler):
         self._passes = 0
         self._user_set = False
         self._skip: tuple[int, int] | None = None  # (epoch, samples) to skip on the next pass
+        self._reshard: tuple[int, int] | None = None  # (epoch, samples consumed by the whole gang)
+        self.offset = 0  # samples the whole gang consumed in this epoch before this pass began
         self.skipped = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -103,8 +105,14 @@ class _EpochSampler(DistributedSampler):
             self.epoch += 1
         self._user_set = False
         self._passes += 1
+        self.skipped, self.offset = 0, 0
+        if self._reshard is not None:
+            epoch, consumed = self._reshard
+            self._reshard = None
+            if epoch == self.epoch:  # the world size changed mid-epoch: share out what is left
+                self.offset = consumed
+                return iter(self._rest_of_epoch(consumed))
         indices = list(super().__iter__())
-        self.skipped = 0
         if self._skip is not None:
             epoch, samples = self._skip
             self._skip = None
@@ -112,6 +120,30 @@ class _EpochSampler(DistributedSampler):
                 self.skipped = min(samples, len(indices))
                 indices = indices[self.skipped :]
         return iter(indices)
+
+
+    def _rest_of_epoch(self, consumed: int) -> list[int]:
+        """This rank's share of the epoch's samples the gang has not consumed yet.
+
+        A DistributedSampler deals the epoch's order out round-robin, so the
+        samples a gang of any size consumed are a prefix of that order: the
+        rest is dealt out again over the current world size (padded by
+        repeating its own first samples so every rank gets as many)."""
+        n = len(cast(Sized, self.dataset))
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(n, generator=g).tolist()
+        else:
+            order = list(range(n))
+        rest = order[consumed:]
+        world = self.num_replicas
+        if self.drop_last:
+            rest = rest[: len(rest) - len(rest) % world]
+        elif rest and len(rest) % world:
+            pad = world - len(rest) % world
+            rest += (rest * (pad // len(rest) + 1))[:pad]
+        return rest[self.rank :: world]
 
 
 class PreparedDataLoader(DataLoader):
@@ -172,6 +204,8 @@ class PreparedDataLoader(DataLoader):
             "position": self._position,
             "exhausted": self._exhausted,
             "batch_size": self._loader.batch_size,
+            "world_size": self._sampler.num_replicas,
+            "offset": self._sampler.offset,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -189,7 +223,11 @@ class PreparedDataLoader(DataLoader):
             sampler._user_set = False  # the next pass is a new epoch, as it would have been
         else:
             sampler._user_set = True  # the next pass finishes the interrupted epoch
-            sampler._skip = (state["epoch"], state["position"] * state["batch_size"])
+            world, offset = state.get("world_size", sampler.num_replicas), state.get("offset", 0)
+            if world == sampler.num_replicas and not offset:  # same gang shape: skip by index, as before
+                sampler._skip = (state["epoch"], state["position"] * state["batch_size"])
+            else:  # elastic resize: the whole gang's progress, re-dealt over the new world size
+                sampler._reshard = (state["epoch"], offset + state["position"] * state["batch_size"] * world)
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
