@@ -309,3 +309,40 @@ def test_tuner_over_a_two_worker_trainer(engine, storage):
     best = grid.get_best_result()
     assert best.config["train_loop_config"]["lr"] == 0.1 and best.metrics["world"] == 2
     assert best.metrics["loss"] == pytest.approx(0.0, abs=1e-6)
+
+
+# -- elastic -------------------------------------------------------------------------
+@muster.remote(num_cpus=1)
+class Blocker:
+    def ready(self):
+        return True
+
+
+def test_elastic_run_starts_small_and_grows_when_cpus_free_up(engine, storage):
+    """(min=2, max=4) with only 2 CPUs free: it starts with 2, and grows to 4 once they free up,
+    carrying the data position across the change of world size."""
+    from _elastic import check_data_position, counts_by_attempt, elastic_loop
+
+    blockers = [Blocker.remote() for _ in range(int(muster.cluster_resources()["CPU"]) - 2)]
+    muster.get([b.ready.remote() for b in blockers])
+    out: dict = {}
+    runner = threading.Thread(target=lambda: out.update(result=TorchTrainer(
+        elastic_loop, train_loop_config={"step_s": 0.05},
+        scaling_config=ScalingConfig(num_workers=(2, 4)),
+        run_config=RunConfig(storage_path=storage, name=f"grow_{engine}", verbose=0),
+    ).fit()))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(storage, f"grow_{engine}", "checkpoint_000002")):
+            assert time.monotonic() < deadline and runner.is_alive(), "the 2-worker gang never checkpointed"
+            time.sleep(0.05)
+    finally:
+        for b in blockers:
+            muster.kill(b)
+    runner.join(120)
+    assert not runner.is_alive()
+    reports = out["result"].all_reports
+    worlds = list(counts_by_attempt(reports).values())
+    assert worlds[0] == 2 and worlds[-1] == 4, worlds
+    check_data_position(reports)

@@ -180,3 +180,63 @@ def test_node_removed_mid_run_recovers_from_the_checkpoint(on_ray, storage, tmp_
     with open(tmp_path / "attempt1_rank1.json") as f:
         assert json.load(f)["node"] != victim.node_id
     assert result.checkpoint.path.endswith("checkpoint_000003")
+
+
+# -- elastic: shrink when a node goes, grow when one comes ------------------------------
+def test_elastic_run_shrinks_on_node_loss_and_grows_back(on_ray, storage):
+    from _elastic import check_data_position, counts_by_attempt, elastic_loop
+
+    cluster = on_ray
+    nodes = [cluster.add_node(num_cpus=2, resources={"eslot": 2}) for _ in range(2)]
+    cluster.wait_for_nodes()
+    out: dict = {}
+
+    def fit():
+        try:
+            out["result"] = TorchTrainer(
+                elastic_loop, train_loop_config={"stall": True},
+                scaling_config=ScalingConfig(num_workers=(2, 4), resources_per_worker={"CPU": 1, "eslot": 1}),
+                run_config=RunConfig(storage_path=storage, name="elastic", verbose=0,
+                                     failure_config=FailureConfig(max_failures=1)),
+            ).fit()
+        except BaseException as exc:  # noqa: BLE001
+            out["error"] = exc
+
+    runner = threading.Thread(target=fit)
+    runner.start()
+    added = None
+    try:
+        run = os.path.join(storage, "elastic")
+        _wait_for(lambda: os.path.exists(os.path.join(run, "checkpoint_000003")) or not runner.is_alive(),
+                  90, "three checkpoints of the 4-worker gang")
+        assert runner.is_alive(), out
+        cluster.remove_node(nodes[1])  # two of the four workers die with it
+        # The run goes on with the 2 workers that fit, then grows when a node joins.
+        _wait_for(lambda: len(_attempt_worlds(run)) >= 1 or not runner.is_alive(), 90, "the shrunken gang")
+        added = cluster.add_node(num_cpus=2, resources={"eslot": 2})
+        runner.join(150)
+        assert not runner.is_alive(), "the elastic run did not finish"
+    finally:
+        for node in [nodes[0]] + ([added] if added else []):
+            cluster.remove_node(node)
+    assert "error" not in out, out.get("error")
+    reports = out["result"].all_reports
+    worlds = counts_by_attempt(reports)
+    assert list(worlds.values())[:2] == [4, 2], worlds  # full size, then shrunk after the loss
+    assert list(worlds.values())[-1] == 4, worlds  # and grown back once the node came
+    check_data_position(reports)
+
+
+def _attempt_worlds(run: str) -> dict[int, int]:
+    path = os.path.join(run, "result.json")
+    worlds: dict[int, int] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if row.get("attempt", 0) > 0:
+                    worlds[row["attempt"]] = row["world"]
+    return worlds

@@ -126,6 +126,7 @@ class Controller:
         )
         self._resizes = 0  # elastic restarts to grow the gang: not failures
         self._next_check = 0.0
+        self._grow_to = 0  # an elastic restart's target size (the resources were seen free)
 
     def request_stop(self) -> None:
         """End the run early, as a success (Tune's schedulers and stoppers use this).
@@ -270,7 +271,11 @@ class Controller:
     def _gang_size(self) -> int:
         if not self.scaling.elastic:
             return self.scaling.max_workers
+        grow_to, self._grow_to = self._grow_to, 0
+        # The last gang's resources return to the engine a moment after it is killed: look twice.
         fit = get_runtime().capacity(self.scaling.worker_resources)
+        time.sleep(0.5)
+        fit = max(fit, get_runtime().capacity(self.scaling.worker_resources), grow_to)
         return policies.elastic_size(self.scaling.min_workers, self.scaling.max_workers, fit)
 
     def _grow_now(self, attempt: _Attempt) -> "_Grow | None":
@@ -286,8 +291,9 @@ class Controller:
         more = get_runtime().capacity(self.scaling.worker_resources)
         if not policies.should_grow(size, self.scaling.max_workers, more, fresh):
             return None
-        return _Grow(f"resources for {min(more, self.scaling.max_workers - size)} more worker(s) came free: "
-                     f"growing from {size} toward {self.scaling.max_workers}")
+        self._grow_to = min(self.scaling.max_workers, size + more)
+        return _Grow(f"resources for {self._grow_to - size} more worker(s) came free: "
+                     f"growing from {size} to {self._grow_to} workers")
 
     def _watch(self, attempt: _Attempt) -> BaseException | None:
         n = len(attempt.group.members)
