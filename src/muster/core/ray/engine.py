@@ -139,18 +139,18 @@ class RayRuntime(Runtime):
         self._hub.answer.remote(key, event_id, ok, data)
 
     def flush(self, key: str | None = None, sent: int | None = None, timeout_s: float = 5.0) -> None:
-        """Wait until every event already in the hub (or ``sent`` events of ``key``) is routed."""
-        with self._routed:
-            if key is not None and sent is not None:
-                ok = self._routed.wait_for(lambda: self._routed_by_key.get(key, 0) >= sent, timeout_s)
-                return
+        """Wait until every event already in the hub -- or, given ``key`` and ``sent``, that
+        sender's first ``sent`` events -- has been routed to its mailbox."""
+        if key is not None and sent is not None:
+            with self._routed:
+                self._routed.wait_for(lambda: self._routed_by_key.get(key, 0) >= sent, timeout_s)
+            return
         try:
             target = ray.get(self._hub.count.remote(), timeout=timeout_s)
         except Exception:  # noqa: BLE001 - no hub: nothing more will arrive
             return
         with self._routed:
-            ok = self._routed.wait_for(lambda: self._routed_total >= target, timeout_s)
-        del ok
+            self._routed.wait_for(lambda: self._routed_total >= target, timeout_s)
 
     def in_background(self, fn: Callable[[], None]) -> None:
         """Run driver work off Ray's callback threads (which must never block on Ray)."""

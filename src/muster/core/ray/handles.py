@@ -199,7 +199,8 @@ class RayTask(RaySender):
     def finish(self, raw: Future, out: Future) -> None:
         """The Ray task ended: once its events are handled, settle ``out``."""
         ok, value, sent = self._runtime.task_result(self, raw)
-        self._runtime.flush(self.key, sent) if sent else None
+        if sent:
+            self._runtime.flush(self.key, sent)
 
         def settle() -> None:
             self._done = True
