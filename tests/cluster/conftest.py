@@ -1,9 +1,12 @@
 """A real Ray cluster for the multi-node tests: a head and two worker nodes on loopback.
 
 The nodes are real raylets (``ray.cluster_utils.Cluster``), each with 2
-logical CPUs; one cluster serves the whole session because starting one
-takes seconds on this machine.  ``on_ray`` switches muster's engine to it for
-a module and back to the embedded engine after.
+logical CPUs; one cluster serves all of ``tests/cluster`` because starting one
+takes seconds on this machine.  It is torn down after the last test of this
+folder: its raylets are children of the test process, so Ray's idle workers
+would look like leaks to the suite's leak check elsewhere.  ``on_ray``
+switches muster's engine to it for a module and back to the embedded engine
+after.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ ray = pytest.importorskip("ray")
 NODE_CPUS = 2
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_cluster():
     from ray.cluster_utils import Cluster
 
