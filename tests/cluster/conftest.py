@@ -1,10 +1,10 @@
 """A real Ray cluster for the multi-node tests: a head and two worker nodes on loopback.
 
 The nodes are real raylets (``ray.cluster_utils.Cluster``), each with 2
-logical CPUs; one cluster serves all of ``tests/cluster`` because starting one
-takes seconds on this machine.  It is torn down after the last test of this
-folder: its raylets are children of the test process, so Ray's idle workers
-would look like leaks to the suite's leak check elsewhere.  ``on_ray``
+logical CPUs; one cluster serves each test module (starting one takes
+seconds on this machine).  It is torn down, and its processes reaped, at the
+end of the module: its raylets are children of the test process, so Ray's
+idle workers would look like leaks to the suite's leak check elsewhere.  ``on_ray``
 switches muster's engine to it for a module and back to the embedded engine
 after.
 """
@@ -24,7 +24,7 @@ ray = pytest.importorskip("ray")
 NODE_CPUS = 2
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def ray_cluster():
     from ray.cluster_utils import Cluster
 
@@ -35,8 +35,31 @@ def ray_cluster():
     try:
         yield cluster
     finally:
-        muster.shutdown()
         cluster.shutdown()
+        _reap_ray_processes()
+
+
+def _reap_ray_processes(timeout: float = 20.0) -> None:
+    """Wait for the cluster's processes (ours: this fixture started them) to be gone; kill stragglers."""
+    me = psutil.Process()
+    deadline = time.monotonic() + timeout
+    while True:
+        engine = {p.pid for p in _local_workers()} | {_zygote_pid()}
+        left = [p for p in me.children(recursive=True) if p.pid not in engine and _alive(p)]
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            for p in left:
+                p.kill()
+            return
+        time.sleep(0.1)
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.fixture(scope="module")
@@ -49,15 +72,20 @@ def on_ray(ray_cluster):
     muster.init(num_cpus=4, num_gpus=0)  # the session's embedded engine, as tests/conftest.py starts it
 
 
-def _local_workers() -> list[psutil.Process]:
-    """The embedded engine's workers (children of its zygote); Ray's own processes are not ours to police."""
+def _zygote_pid() -> int | None:
     from muster.core.api import _runtime
 
     zygote = getattr(_runtime, "_zygote", None)
-    if zygote is None:
+    return zygote.pid if zygote is not None else None
+
+
+def _local_workers() -> list[psutil.Process]:
+    """The embedded engine's workers (children of its zygote); Ray's own processes are not ours to police."""
+    pid = _zygote_pid()
+    if pid is None:
         return []
     try:
-        return psutil.Process(zygote.pid).children(recursive=True)
+        return psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
 
