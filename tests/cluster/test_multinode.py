@@ -62,6 +62,25 @@ def test_two_node_run_orders_ranks_by_node(on_ray, storage):
         assert r["master_addr"] == rows[0]["ip"]  # rank 0's node address, not loopback
 
 
+@pytest.mark.parametrize(
+    "scaling, needle",
+    [
+        (ScalingConfig(num_workers=2, resources_per_worker={"CPU": 3}), "cannot span nodes"),
+        (ScalingConfig(num_workers=3, placement_strategy="STRICT_PACK"), "STRICT_PACK"),
+        (ScalingConfig(num_workers=5, placement_strategy="STRICT_SPREAD"), "STRICT_SPREAD"),
+    ],
+)
+def test_gang_that_no_cluster_shape_can_hold_fails_at_once(on_ray, storage, scaling, needle):
+    """6 CPUs in total, but 2 per node: placements that never fit fail now, naming each node."""
+    t0 = time.monotonic()
+    with pytest.raises(ResourcesUnavailableError) as info:
+        TorchTrainer(where_am_i, scaling_config=scaling,
+                     run_config=RunConfig(storage_path=storage, name="never", verbose=0)).fit()
+    msg = str(info.value)
+    assert needle in msg and "node 0: CPU=2" in msg and "Fix:" in msg
+    assert time.monotonic() - t0 < 15
+
+
 def test_run_fails_at_once_when_workers_cannot_see_storage(on_ray):
     """A storage path only the driver sees (an in-process filesystem): every worker's check fails,
     at the start, naming its node and the fix -- and no retry is wasted on it."""
@@ -81,23 +100,75 @@ def test_run_fails_at_once_when_workers_cannot_see_storage(on_ray):
     assert time.monotonic() - t0 < 60
 
 
-@pytest.mark.parametrize(
-    "scaling, needle",
-    [
-        (ScalingConfig(num_workers=2, resources_per_worker={"CPU": 3}), "cannot span nodes"),
-        (ScalingConfig(num_workers=3, placement_strategy="STRICT_PACK"), "STRICT_PACK"),
-        (ScalingConfig(num_workers=5, placement_strategy="STRICT_SPREAD"), "STRICT_SPREAD"),
-    ],
-)
-def test_gang_that_no_cluster_shape_can_hold_fails_at_once(on_ray, storage, scaling, needle):
-    """6 CPUs in total, but 2 per node: placements that never fit fail now, naming each node."""
-    t0 = time.monotonic()
-    with pytest.raises(ResourcesUnavailableError) as info:
-        TorchTrainer(where_am_i, scaling_config=scaling,
-                     run_config=RunConfig(storage_path=storage, name="never", verbose=0)).fit()
-    msg = str(info.value)
-    assert needle in msg and "node 0: CPU=2" in msg and "Fix:" in msg
-    assert time.monotonic() - t0 < 15
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def island_node(on_ray, tmp_path):
+    """A real extra Ray node (``ray start``) in its own mount namespace, where the storage folder is
+    an empty tmpfs: like a machine whose local disk has its own folder at that path. Yields
+    (storage path, node id). Skipped where mount namespaces are not allowed (unprivileged CI)."""
+    import shutil
+    import signal
+
+    shared = tmp_path / "results"
+    shared.mkdir()
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    ports = " ".join(f"--{flag}={_free_port()}" for flag in (
+        "node-manager-port", "object-manager-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+        "runtime-env-agent-port", "metrics-export-port"))
+    script = (f"mount -t tmpfs tmpfs {shared} && exec {ray_bin} start --address={on_ray.address} --num-cpus=1 "
+              f"--resources='{{\"anyslot\": 1}}' {ports} --block")
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) for a node with its own view of the filesystem")
+    known = {n["NodeID"] for n in ray.nodes()}
+    proc = subprocess.Popen(["unshare", "-m", "sh", "-c", script], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            new = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] not in known]
+            if new:
+                break
+            if proc.poll() is not None:
+                pytest.skip(f"could not start a node in a mount namespace here: {proc.stderr.read()[-300:]}")
+            assert time.monotonic() < deadline, "the namespaced node did not join"
+            time.sleep(0.2)
+        yield str(shared), new[0]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # `ray start --block` stops its raylet and workers
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_the_one_node_that_cannot_see_storage_is_named(on_ray, island_node):
+    """Two workers, one on a node whose filesystem has its own (empty) folder at the storage path:
+    the run fails at the start, and the error names that node."""
+    storage, island = island_node
+    other = on_ray.add_node(num_cpus=1, resources={"anyslot": 1})
+    try:
+        with pytest.raises(TrainingFailedError) as info:
+            TorchTrainer(
+                where_am_i,
+                scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1, "anyslot": 1}),
+                run_config=RunConfig(storage_path=storage, name="split_view", verbose=0,
+                                     failure_config=FailureConfig(max_failures=2)),
+            ).fit()
+    finally:
+        on_ray.remove_node(other)
+    assert len(info.value.attempts) == 1
+    cause = info.value.root_cause
+    assert isinstance(getattr(cause, "cause", None), StorageNotSharedError)
+    assert f"Ray node {island}" in str(cause) and other.node_id not in str(cause)
+    assert os.path.exists(os.path.join(storage, "split_view", ".muster_run.json"))  # the driver's view
 
 
 def test_status_shows_the_cluster(on_ray, storage):

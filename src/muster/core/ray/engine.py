@@ -40,6 +40,8 @@ from muster.exceptions import (
 )
 
 _POLL_S = 0.5
+#: A gang that fits only with nodes the cluster lost waits this long for nodes to join.
+_LOST_NODE_WAIT_S = 600.0
 
 
 class RayRuntime(Runtime):
@@ -54,6 +56,7 @@ class RayRuntime(Runtime):
         self._senders: dict[str, RaySender] = {}
         self._actors: dict[str, RayActor] = {}
         self._known_nodes: dict[str, dict[str, float]] = {}  # every node seen alive: id -> resources
+        self._lost_at: dict[str, float] = {}  # when each known node was first seen gone
         self._gangs: dict[str, list[Any]] = {}  # placement group id -> [group, members left]
         self._lock = threading.RLock()
         self._routed = threading.Condition()
@@ -178,12 +181,17 @@ class RayRuntime(Runtime):
 
     def node_resources(self, lost: bool = False) -> list[dict[str, float]]:
         """Each live node's total resources, in Ray's order; with ``lost``, those of the nodes
-        this driver saw alive before that are gone now."""
+        this driver saw alive that went away in the last ``_LOST_NODE_WAIT_S`` seconds."""
         alive = {n["NodeID"]: placement.cluster_view(n["Resources"]) for n in ray.nodes() if n.get("Alive")}
+        now = time.monotonic()
         with self._lock:
             self._known_nodes.update(alive)
+            for node_id in self._known_nodes:
+                if node_id not in alive:
+                    self._lost_at.setdefault(node_id, now)
             if lost:
-                return [r for node_id, r in self._known_nodes.items() if node_id not in alive]
+                return [r for node_id, r in self._known_nodes.items()
+                        if node_id not in alive and now - self._lost_at[node_id] < _LOST_NODE_WAIT_S]
         return list(alive.values())
 
     def capacity(self, request: dict[str, float]) -> int:
@@ -250,7 +258,8 @@ class RayRuntime(Runtime):
         timeout_s: float | None = None,
     ) -> list[ActorHandle]:
         request = res.normalize(resources_per_member, what="resources_per_worker")
-        self._check_gang(request, n, strategy, on_wait)
+        if not self._check_gang(request, n, strategy, on_wait):  # fits only with lost nodes: wait, bounded
+            timeout_s = min(timeout_s if timeout_s is not None else _LOST_NODE_WAIT_S, _LOST_NODE_WAIT_S)
         bundle = request or {"CPU": 0.001}  # Ray refuses empty bundles
         group = placement_group([dict(bundle) for _ in range(n)], strategy=strategy)
         self._wait_placed(group, n, bundle, strategy, on_wait, timeout_s)
@@ -276,12 +285,14 @@ class RayRuntime(Runtime):
 
     def _check_gang(
         self, request: dict[str, float], n: int, strategy: str, on_wait: Callable[[str], None] | None
-    ) -> None:
-        """Raise if the gang can never fit; but if it would fit with the nodes the cluster lost,
-        wait for them (or replacements) instead: nodes come back, a failure is not a shape."""
+    ) -> bool:
+        """Raise if the gang can never fit. If it fits the live nodes, return True; if it would
+        fit only with nodes lost in the last ``_LOST_NODE_WAIT_S`` seconds, say so and return
+        False: the caller waits for nodes to join (a lost node is often replaced), not forever."""
         alive = self.node_resources()
         try:
             placement.check_gang(alive, request, n, strategy, what="ScalingConfig")
+            return True
         except ResourcesUnavailableError:
             lost = self.node_resources(lost=True)
             if not lost or placement.capacity(alive + lost, request, strategy) < n:
@@ -289,8 +300,9 @@ class RayRuntime(Runtime):
             if on_wait is not None:
                 on_wait(
                     f"the cluster lost {len(lost)} node(s) and cannot hold {n} x {{{res.fmt(request)}}} "
-                    f"({strategy}) without them; waiting for nodes to join"
+                    f"({strategy}) without them; waiting up to {_LOST_NODE_WAIT_S:.0f} s for nodes to join"
                 )
+            return False
 
     def _wait_placed(
         self, group: Any, n: int, bundle: dict[str, float], strategy: str,
@@ -311,9 +323,12 @@ class RayRuntime(Runtime):
                 )
             if timeout_s is not None and waited > timeout_s:
                 remove_placement_group(group)
-                raise TimeoutError(
-                    f"a gang of {n} x {{{res.fmt(bundle)}}} was not placed within {timeout_s:.0f} s; "
-                    "the cluster stayed busy. Free resources or add nodes."
+                raise ResourcesUnavailableError(
+                    f"a gang of {n} x {{{res.fmt(bundle)}}} ({strategy}) was not placed within "
+                    f"{timeout_s:.0f} s: the cluster stayed too busy or too small (free now: "
+                    f"{res.fmt(self.available())}). Fix: add nodes (`ray start --address=...`), free "
+                    "resources, or ask for fewer workers.",
+                    requested={k: v * n for k, v in bundle.items()}, total=self.resources(),
                 )
 
     def kill(self, handle: ActorHandle, grace_s: float = 0.0) -> None:
