@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import secrets
 import socket
 import sys
@@ -64,6 +65,7 @@ class RayRuntime(Runtime):
         self._routed_by_key: dict[str, int] = {}
         self._closed = False
         self._owns_ray = False
+        self._breakpoint_hook: str | None = None
         self._hub: Any = None
         self._finisher = ThreadPoolExecutor(4, thread_name_prefix="muster-ray-finish")
         self._worker_cls: Any = None
@@ -74,6 +76,7 @@ class RayRuntime(Runtime):
         """Connect to the cluster (unless this process already did) and start the hub."""
         if not ray.is_initialized():
             check_reachable(self.address)
+            self._breakpoint_hook = os.environ.get("PYTHONBREAKPOINT")  # ray.init points it at Ray's debugger
             ray.init(address=self.address, log_to_driver=True, logging_level=logging.WARNING)
             self._owns_ray = True
         here = ray.get_runtime_context().get_node_id()
@@ -111,6 +114,10 @@ class RayRuntime(Runtime):
         self._finisher.shutdown(wait=False)
         if self._owns_ray:
             ray.shutdown()
+            if self._breakpoint_hook is None:
+                os.environ.pop("PYTHONBREAKPOINT", None)
+            else:
+                os.environ["PYTHONBREAKPOINT"] = self._breakpoint_hook
 
     # -- events ------------------------------------------------------------
     def _poll_forever(self) -> None:
