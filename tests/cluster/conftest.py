@@ -28,7 +28,10 @@ NODE_CPUS = 2
 def ray_cluster():
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": NODE_CPUS})
+    client_port = _free_port()
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": NODE_CPUS, "ray_client_server_port": client_port})
+    cluster.client_address = f"ray://127.0.0.1:{client_port}"  # Ray Client, as from a laptop
     for _ in range(2):
         cluster.add_node(num_cpus=NODE_CPUS)
     cluster.wait_for_nodes()
@@ -37,6 +40,14 @@ def ray_cluster():
     finally:
         cluster.shutdown()
         _reap_ray_processes()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _reap_ray_processes(timeout: float = 20.0) -> None:

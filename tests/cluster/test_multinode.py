@@ -171,6 +171,29 @@ def test_the_one_node_that_cannot_see_storage_is_named(on_ray, island_node):
     assert os.path.exists(os.path.join(storage, "split_view", ".muster_run.json"))  # the driver's view
 
 
+def test_ray_client_address_runs_tasks_and_training(on_ray, storage):
+    """muster.init("ray://head:10001"): the driver outside the cluster, through Ray Client."""
+    muster.shutdown()
+    try:
+        rt = muster.init(address=on_ray.client_address)
+        assert rt.name == "ray" and muster.cluster_resources()["CPU"] >= 4
+
+        @muster.remote
+        def square(x):
+            return x * x
+
+        assert muster.get([square.remote(i) for i in range(4)]) == [0, 1, 4, 9]
+        result = TorchTrainer(
+            where_am_i, scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(storage_path=storage, name="via_client", verbose=0),
+        ).fit()
+        assert sorted(int(r["rank"]) for r in result.all_reports) == [0, 1]
+        assert all(r["sum"] == 2.0 for r in result.all_reports)
+    finally:
+        muster.shutdown()
+        muster.init(address=on_ray.address)
+
+
 def test_status_shows_the_cluster(on_ray, storage):
     env = dict(os.environ, RAY_ADDRESS=on_ray.address)
     env.pop("MUSTER_ADDRESS", None)
