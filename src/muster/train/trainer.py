@@ -92,7 +92,7 @@ class DataParallelTrainer:
             storage,
             type(self).__name__,
             {
-                "num_workers": self.scaling_config.num_workers,
+                "num_workers": self.scaling_config.max_workers,  # an elastic run: its largest size
                 "checkpoint_config": vars(self.run_config.checkpoint_config),
             },
         )
