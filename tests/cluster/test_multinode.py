@@ -62,6 +62,29 @@ def test_two_node_run_orders_ranks_by_node(on_ray, storage):
         assert r["master_addr"] == rows[0]["ip"]  # rank 0's node address, not loopback
 
 
+def test_ray_client_address_runs_tasks_and_training(on_ray, storage):
+    """muster.init("ray://head:10001"): the driver outside the cluster, through Ray Client."""
+    muster.shutdown()
+    try:
+        rt = muster.init(address=on_ray.client_address)
+        assert rt.name == "ray" and muster.cluster_resources()["CPU"] >= 4
+
+        @muster.remote
+        def square(x):
+            return x * x
+
+        assert muster.get([square.remote(i) for i in range(4)]) == [0, 1, 4, 9]
+        result = TorchTrainer(
+            where_am_i, scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(storage_path=storage, name="via_client", verbose=0),
+        ).fit()
+        assert sorted(int(r["rank"]) for r in result.all_reports) == [0, 1]
+        assert all(r["sum"] == 2.0 for r in result.all_reports)
+    finally:
+        muster.shutdown()
+        muster.init(address=on_ray.address)
+
+
 @pytest.mark.parametrize(
     "scaling, needle",
     [
@@ -147,6 +170,9 @@ def island_node(on_ray, tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        # Leave the cluster settled for the next test: the node is gone for Ray too.
+        _wait_for(lambda: not [n for n in ray.nodes() if n["Alive"] and n["NodeID"] not in known], 60,
+                  "Ray to see the namespaced node gone")
 
 
 def test_the_one_node_that_cannot_see_storage_is_named(on_ray, island_node):
@@ -169,29 +195,6 @@ def test_the_one_node_that_cannot_see_storage_is_named(on_ray, island_node):
     assert isinstance(getattr(cause, "cause", None), StorageNotSharedError)
     assert f"Ray node {island}" in str(cause) and other.node_id not in str(cause)
     assert os.path.exists(os.path.join(storage, "split_view", ".muster_run.json"))  # the driver's view
-
-
-def test_ray_client_address_runs_tasks_and_training(on_ray, storage):
-    """muster.init("ray://head:10001"): the driver outside the cluster, through Ray Client."""
-    muster.shutdown()
-    try:
-        rt = muster.init(address=on_ray.client_address)
-        assert rt.name == "ray" and muster.cluster_resources()["CPU"] >= 4
-
-        @muster.remote
-        def square(x):
-            return x * x
-
-        assert muster.get([square.remote(i) for i in range(4)]) == [0, 1, 4, 9]
-        result = TorchTrainer(
-            where_am_i, scaling_config=ScalingConfig(num_workers=2),
-            run_config=RunConfig(storage_path=storage, name="via_client", verbose=0),
-        ).fit()
-        assert sorted(int(r["rank"]) for r in result.all_reports) == [0, 1]
-        assert all(r["sum"] == 2.0 for r in result.all_reports)
-    finally:
-        muster.shutdown()
-        muster.init(address=on_ray.address)
 
 
 def test_status_shows_the_cluster(on_ray, storage):

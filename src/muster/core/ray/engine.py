@@ -77,7 +77,11 @@ class RayRuntime(Runtime):
         if not ray.is_initialized():
             check_reachable(self.address)
             self._breakpoint_hook = os.environ.get("PYTHONBREAKPOINT")  # ray.init points it at Ray's debugger
-            ray.init(address=self.address, log_to_driver=True, logging_level=logging.WARNING)
+            try:
+                ray.init(address=self.address, log_to_driver=True, logging_level=logging.WARNING)
+            except BaseException:
+                ray.shutdown()  # a half-made connection (Ray Client) must not outlive the failed init
+                raise
             self._owns_ray = True
         here = ray.get_runtime_context().get_node_id()
         remote: Any = ray.remote  # its typed overloads do not list every actor option
