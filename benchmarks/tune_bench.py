@@ -65,7 +65,7 @@ def run_one(api: str, workload: str, samples: int, scheduler: str, step_s: float
         import ray
         from ray import tune as T
 
-        ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         RunConfig = T.RunConfig
     else:
         import muster
