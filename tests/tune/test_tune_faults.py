@@ -24,13 +24,18 @@ def _lines(path: pathlib.Path) -> list[tuple[str, int]]:
     return [(a, int(b)) for a, b in (line.split() for line in path.read_text().splitlines() if line.strip())]
 
 
-def test_sigkilled_experiment_restores_without_rerunning_finished_trials(storage, tmp_path):
-    progress = tmp_path / "progress"
+def _start_experiment(storage: str, progress: pathlib.Path) -> subprocess.Popen:
+    """The user's script, as its own driver process."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, str(HERE / "_experiment.py"), storage, "exp", str(progress)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
+
+
+def test_sigkilled_experiment_restores_without_rerunning_finished_trials(storage, tmp_path):
+    progress = tmp_path / "progress"
+    proc = _start_experiment(storage, progress)
     state_file = pathlib.Path(storage) / "exp" / "experiment_state.json"
     try:
         deadline = time.monotonic() + 90
@@ -94,11 +99,7 @@ def test_sigterm_stops_the_experiment_cleanly_and_says_how_to_resume(storage, tm
     import psutil
 
     progress = tmp_path / "progress"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "_experiment.py"), storage, "exp", str(progress)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )
+    proc = _start_experiment(storage, progress)
     try:
         deadline = time.monotonic() + 60
         while len(_lines(progress)) < 2 and time.monotonic() < deadline:

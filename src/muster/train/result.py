@@ -71,7 +71,7 @@ class Result:
     @classmethod
     def from_path(cls, path: str) -> "Result":
         """Read a run's result back from its folder (local or URL)."""
-        storage = Storage(path.rstrip("/").rsplit("/", 1)[0] or "/", path.rstrip("/").rsplit("/", 1)[-1])
+        storage = Storage.at(path)
         if not storage.exists(storage.run_dir):
             raise ValueError(f"Result.from_path({path!r}): no such run folder.")
         reports: list[dict[str, Any]] = []

@@ -76,6 +76,16 @@ class Storage:
         self.run_dir = self.join(self.root, name)
         self.storage_path = storage_path
 
+    @classmethod
+    def at(cls, path: str, filesystem: Any = None) -> "Storage":
+        """The run (or experiment) folder ``path``, i.e. ``<storage_path>/<name>``."""
+        parent, name = path.rstrip("/").rsplit("/", 1)
+        return cls(parent or "/", name, filesystem)
+
+    def has(self, *names: str) -> bool:
+        """Whether every one of ``names`` exists in the folder."""
+        return all(self.exists(self.join(self.run_dir, n)) for n in names)
+
     @property
     def is_local(self) -> bool:
         return isinstance(self.fs, LocalFileSystem)

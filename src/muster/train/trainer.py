@@ -119,8 +119,7 @@ class DataParallelTrainer:
 
     def _storage(self) -> Storage:
         if self._restore_path is not None:
-            parent, name = self._restore_path.rstrip("/").rsplit("/", 1)
-            return Storage(parent, name, self.run_config.storage_filesystem)
+            return Storage.at(self._restore_path, self.run_config.storage_filesystem)
         name = self.run_config.name or default_name(type(self).__name__)
         self.run_config.name = name
         return Storage(self.run_config.resolved_storage_path(), name, self.run_config.storage_filesystem)
@@ -129,11 +128,7 @@ class DataParallelTrainer:
     @classmethod
     def can_restore(cls, path: str) -> bool:
         """Whether ``path`` holds a run this trainer class can ``restore``."""
-        parent, name = path.rstrip("/").rsplit("/", 1)
-        storage = Storage(parent, name)
-        return storage.exists(storage.join(storage.run_dir, RUN_STATE)) and storage.exists(
-            storage.join(storage.run_dir, TRAINER_FILE)
-        )
+        return Storage.at(path).has(RUN_STATE, TRAINER_FILE)
 
     @classmethod
     def restore(
@@ -154,8 +149,7 @@ class DataParallelTrainer:
                 f"{cls.__name__}.restore({path!r}): no muster run there (expected {RUN_STATE} and "
                 f"{TRAINER_FILE}). Pass the run folder, i.e. <storage_path>/<name>."
             )
-        parent, name = path.rstrip("/").rsplit("/", 1)
-        storage = Storage(parent, name)
+        storage = Storage.at(path)
         with storage.fs.open(storage.join(storage.run_dir, TRAINER_FILE), "rb") as f:
             trainer: DataParallelTrainer = cloudpickle.loads(f.read())
         if train_loop_per_worker is not None:

@@ -136,8 +136,7 @@ class Tuner:
 
     def _storage(self) -> Storage:
         if self._path is not None:
-            parent, name = self._path.rstrip("/").rsplit("/", 1)
-            return Storage(parent, name, self.run_config.storage_filesystem)
+            return Storage.at(self._path, self.run_config.storage_filesystem)
         if self.run_config.name is None:
             stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
             self.run_config.name = f"{_trainable_name(self.trainable)}_{stamp}_{secrets.token_hex(2)}"
@@ -174,11 +173,7 @@ class Tuner:
     @classmethod
     def can_restore(cls, path: str) -> bool:
         """Whether ``path`` holds an experiment ``Tuner.restore`` can continue."""
-        parent, name = path.rstrip("/").rsplit("/", 1)
-        storage = Storage(parent, name)
-        return storage.exists(storage.join(storage.run_dir, EXPERIMENT_STATE)) and storage.exists(
-            storage.join(storage.run_dir, TUNER_FILE)
-        )
+        return Storage.at(path).has(EXPERIMENT_STATE, TUNER_FILE)
 
     @classmethod
     def restore(
@@ -205,8 +200,8 @@ class Tuner:
                 f"Tuner.restore({path!r}): no muster experiment there (expected {EXPERIMENT_STATE} and {TUNER_FILE}). "
                 "Pass the experiment folder, i.e. <storage_path>/<name>."
             )
-        parent, name = path.rstrip("/").rsplit("/", 1)
-        storage = Storage(parent, name, storage_filesystem)
+        storage = Storage.at(path, storage_filesystem)
+        name = storage.name
         with storage.fs.open(storage.join(storage.run_dir, TUNER_FILE), "rb") as f:
             saved = cloudpickle.loads(f.read())
         state = storage.read_json(storage.join(storage.run_dir, EXPERIMENT_STATE))
