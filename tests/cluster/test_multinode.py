@@ -300,7 +300,9 @@ def test_elastic_run_shrinks_on_node_loss_and_grows_back(on_ray, storage):
     def fit():
         try:
             out["result"] = TorchTrainer(
-                elastic_loop, train_loop_config={"stall": True},
+                # slow steps: the shrunken gang must still be training when the new node has joined
+                # (adding a Ray node takes seconds on a busy machine)
+                elastic_loop, train_loop_config={"stall": True, "step_s": 0.25},
                 scaling_config=ScalingConfig(num_workers=(2, 4), resources_per_worker={"CPU": 1, "eslot": 1}),
                 run_config=RunConfig(storage_path=storage, name="elastic", verbose=0,
                                      failure_config=FailureConfig(max_failures=1)),
