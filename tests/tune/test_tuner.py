@@ -274,8 +274,8 @@ def test_killed_trial_resumes_from_its_checkpoint(storage, tmp_path):
     assert sorted(set(r.all_metrics_dataframe["_attempt"])) == [0, 1]
 
 
-@pytest.mark.skipif(pytest.importorskip("optuna") is None, reason="optuna not installed")
 def test_optuna_search_suggests_inside_the_space_and_learns(storage):
+    pytest.importorskip("optuna")  # the `tune` extra; installed by scripts/test.sh
     from muster.tune.search import ConcurrencyLimiter, OptunaSearch
 
     searcher = OptunaSearch(seed=0)
