@@ -100,6 +100,7 @@ def test_resumed_loader_skips_consumed_batches(storage, tmp_path):
     def record(config):
         import json
         import signal
+        import time
 
         from torch.utils.data import DataLoader
 
@@ -116,7 +117,14 @@ def test_resumed_loader_skips_consumed_batches(storage, tmp_path):
                 d = os.path.join(config["dir"], f"ck{ctx.get_attempt()}_{ctx.get_world_rank()}")
                 os.makedirs(d, exist_ok=True)
                 train.report({"i": i}, checkpoint=Checkpoint.from_directory(d) if ctx.get_world_rank() == 0 else None)
+                if ctx.get_world_rank() == 0:  # the round is whole once both reports returned
+                    open(os.path.join(config["dir"], f"reported_{ctx.get_attempt()}"), "w").close()
             if ctx.get_attempt() == 0 and i == 6 and ctx.get_world_rank() == 1:
+                marker = os.path.join(config["dir"], "reported_0")
+                for _ in range(3000):  # bounded: rank 0's report() must have returned before the kill
+                    if os.path.exists(marker):
+                        break
+                    time.sleep(0.01)
                 os.kill(os.getpid(), signal.SIGKILL)
         with open(os.path.join(config["dir"], f"seen_{ctx.get_attempt()}_{ctx.get_world_rank()}.json"), "w") as f:
             json.dump(seen, f)

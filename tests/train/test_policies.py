@@ -10,9 +10,11 @@ import pytest
 from muster.train._internal.policies import (
     CheckpointRecord,
     Decision,
+    behind,
     on_failure,
     rank_best,
     round_ready,
+    settle_reporters,
     score_of,
     to_delete,
 )
@@ -23,6 +25,11 @@ def rec(round_: int, **metrics) -> CheckpointRecord:
 
 
 # -- on_failure ------------------------------------------------------------------
+def test_on_failure_never_retries_what_cannot_be_retried():
+    assert on_failure(-1, 1, retryable=False) is Decision.RAISE
+    assert on_failure(5, 1, retryable=True) is Decision.RETRY
+
+
 @pytest.mark.parametrize("max_failures", [0, 1, 2, 5])
 def test_on_failure_retries_exactly_max_failures_times(max_failures):
     decisions = [on_failure(max_failures, n) for n in range(1, max_failures + 3)]
@@ -151,42 +158,28 @@ def test_to_delete_invariants_over_all_orderings(num_to_keep, order):
         assert num_to_keep <= len(kept) <= num_to_keep + 1
 
 
-# -- round_ready -----------------------------------------------------------------
+# -- the commit rule: no clock ----------------------------------------------------
 def test_round_ready_when_every_rank_reported():
-    assert round_ready({0, 1, 2}, 3, None, 4, 4)
-    assert round_ready({0, 1, 2}, 3, frozenset({0}), 4, 4)
+    assert round_ready({0, 1, 2}, 3, None, 4)
+    assert round_ready({0, 1, 2}, 3, frozenset({0}), 4)
 
 
-def test_round_not_ready_while_ranks_missing_and_no_history():
-    assert not round_ready({0}, 3, None, 1, 1)
-    assert not round_ready({0, 2}, 3, None, 1, 1)
-    assert not round_ready(set(), 2, None, 1, 1)
+def test_round_not_ready_while_ranks_missing_and_reporters_unknown():
+    assert not round_ready({0}, 3, None, 1)
+    assert not round_ready({0, 2}, 3, None, 1)
+    assert not round_ready(set(), 2, None, 1)
 
 
-def test_round_ready_when_the_usual_reporters_are_in():
-    assert round_ready({0}, 4, frozenset({0}), 2, 2)
-    assert round_ready({0, 3}, 4, frozenset({0}), 2, 2)
-    assert round_ready({1, 2}, 4, frozenset({1, 2}), 2, 2)
-    assert not round_ready({1}, 4, frozenset({1, 2}), 2, 2)
-    assert not round_ready({0}, 4, frozenset(), 2, 2)  # an empty set says nothing
+def test_round_ready_when_the_reporters_are_in():
+    assert round_ready({0}, 4, frozenset({0}), 2)
+    assert round_ready({0, 3}, 4, frozenset({0}), 2)
+    assert round_ready({1, 2}, 4, frozenset({1, 2}), 2)
+    assert not round_ready({1}, 4, frozenset({1, 2}), 2)
 
 
-def test_round_ready_once_a_later_round_was_seen():
-    assert round_ready({0}, 3, None, 2, 1)
-    assert round_ready({0}, 3, frozenset({0, 1, 2}), 9, 8)
-    assert not round_ready({0}, 3, frozenset({0, 1, 2}), 8, 8)
-
-
-def test_round_ready_waits_a_grace_period_for_ranks_behind():
-    # A later round was seen, but the round is young: a slower rank may still be uploading.
-    assert not round_ready({0}, 3, None, 2, 1, age_s=0.5, grace_s=2.0)
-    assert round_ready({0}, 3, None, 2, 1, age_s=2.0, grace_s=2.0)
-    assert round_ready({0}, 3, None, 2, 1, age_s=0.1, grace_s=0.0)
-    # No later round: age alone never closes it.
-    assert not round_ready({0}, 3, None, 1, 1, age_s=1e9, grace_s=2.0)
-    # Every rank in, or the usual reporters in: closed at once, however young.
-    assert round_ready({0, 1, 2}, 3, None, 1, 1, age_s=0.0)
-    assert round_ready({0}, 3, frozenset({0}), 1, 1, age_s=0.0)
+def test_a_finished_rank_is_expected_only_up_to_its_last_round():
+    assert round_ready({0}, 2, None, 3, finished_at={1: 2})
+    assert not round_ready({0}, 2, None, 2, finished_at={1: 2})
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
@@ -194,9 +187,23 @@ def test_round_ready_exhaustive_small_worlds(world):
     ranks = range(world)
     subsets = [frozenset(c) for k in range(world + 1) for c in itertools.combinations(ranks, k)]
     for reported in subsets:
-        for usual in [None, *subsets]:
-            for newest in (3, 4):
-                for age in (0.0, 5.0):
-                    got = round_ready(set(reported), world, usual, newest, 3, age_s=age, grace_s=1.0)
-                    want = len(reported) == world or bool(usual and usual <= reported) or (newest > 3 and age >= 1)
-                    assert got == want, (reported, usual, newest, age)
+        for reporters in [None, *subsets]:
+            got = round_ready(set(reported), world, reporters, 3)
+            expected = frozenset(ranks) if reporters is None else reporters
+            assert got == (bool(reported) and expected <= reported), (reported, reporters)
+
+
+def test_reporters_settle_without_a_clock():
+    assert settle_reporters(2, {0: 1, 1: 1}, 0, set()) == frozenset({0, 1})
+    assert settle_reporters(2, {0: 10}, 0, set()) is None  # rank 1 may be slow
+    assert settle_reporters(2, {0: 11}, 0, set()) == frozenset({0})  # 11 rounds in: rank 1 never reports
+    assert settle_reporters(2, {0: 13}, 3, set()) is None  # counted from the attempt's first round
+    assert settle_reporters(2, {0: 1}, 0, {1}) == frozenset({0})  # rank 1 finished without a report
+    assert settle_reporters(2, {}, 0, set()) is None
+
+
+def test_behind_names_ranks_three_rounds_back():
+    assert behind({0: 1, 1: 4}, frozenset({0, 1}), 0) == [0]
+    assert behind({0: 2, 1: 4}, frozenset({0, 1}), 0) == []
+    assert behind({1: 3}, frozenset({0, 1}), 0) == [0]  # not reported yet in this attempt
+    assert behind({0: 1, 1: 4}, frozenset({1}), 0) == []  # rank 0 is not a reporter

@@ -176,6 +176,10 @@ class RunConfig:
         verbose: 0 silent, 1 live summary (default), 2 a line per report.
         worker_timeout_s: fail an attempt when no worker reports for this
             long (``None``: never).
+        upload_drain_s: when a rank fails, how long the healthy ranks may
+            take to finish the ``checkpoint_upload_mode="async"`` uploads
+            already queued before the gang is stopped (default 60 s), so
+            rounds every reporter returned from still commit.
         stop: Tune's stopping condition for each trial: a dict of metric
             thresholds (``{"training_iteration": 10}``: stop once a result
             reaches it), a ``(trial_id, result) -> bool`` function, or a
@@ -191,6 +195,7 @@ class RunConfig:
     worker_timeout_s: float | None = None
     storage_filesystem: Any = None
     stop: Any = None
+    upload_drain_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.stop is not None and not (isinstance(self.stop, dict) or callable(self.stop)):
@@ -213,6 +218,13 @@ class RunConfig:
         if self.worker_timeout_s is not None and not (self.worker_timeout_s > 0):
             raise ValueError(
                 f"RunConfig(worker_timeout_s={self.worker_timeout_s!r}): use a number of seconds > 0, or None."
+            )
+        if isinstance(self.upload_drain_s, bool) or not isinstance(self.upload_drain_s, (int, float)) or not (
+            self.upload_drain_s >= 0
+        ):
+            raise ValueError(
+                f"RunConfig(upload_drain_s={self.upload_drain_s!r}): use a number of seconds >= 0 "
+                "(0: stop at once on a failure, dropping async uploads in flight)."
             )
         self.checkpoint_config = self.checkpoint_config or CheckpointConfig()
         self.failure_config = self.failure_config or FailureConfig()

@@ -1,11 +1,12 @@
 """The training controller: an explicit state machine in the driver.
 
-    INITIALIZING -> SCHEDULING -> RUNNING -> FINISHED
+    INITIALIZING -> SCHEDULING -> RUNNING -> FINISHED | STOPPED
                         ^            |
                         |            v
                         +------ RESTARTING ----> ERRORED
 
-It alone acts; what to do on a failure and which checkpoints to keep are
+and INTERRUPTED (Ctrl-C, SIGTERM) or ERRORED from any state not final;
+``_ALLOWED`` is the table.  It alone acts; what to do on a failure and which checkpoints to keep are
 pure functions in ``_internal/policies.py``.  Reports are taken in on the
 worker reader threads (so ``report()`` returns as soon as it is recorded);
 everything else -- a worker finishing, raising, dying, or going silent --
@@ -35,9 +36,10 @@ from muster.exceptions import (
 )
 from muster.observe.progress import ProgressView
 from muster.observe.recorder import RunRecorder
+from muster.train._internal import events as ev
 from muster.train._internal import policies
 from muster.train._internal.backend import Backend
-from muster.train._internal.ledger import Ledger
+from muster.train._internal.checkpoint_manager import CheckpointManager
 from muster.train._internal.policies import CheckpointRecord
 from muster.train._internal.session import SessionSpec
 from muster.train.checkpoint import Checkpoint
@@ -53,8 +55,11 @@ _DEATH_GRACE_S = 0.5  # after a rank raises, how long to look for a peer's death
 _DRAIN_S = 2.0  # after killing a gang, how long to wait for its last reports to be read
 
 
-class _Grow(Exception):
+@dataclass(frozen=True)
+class _Grow:
     """Not a failure: an elastic gang ends its attempt to restart bigger."""
+
+    reason: str
 
 
 class State(enum.Enum):
@@ -68,12 +73,24 @@ class State(enum.Enum):
     STOPPED = "STOPPED"
 
 
+_FINAL = frozenset({State.FINISHED, State.ERRORED, State.INTERRUPTED, State.STOPPED})
+#: Every transition the controller may make; anything else is a bug and raises.
+_ALLOWED: dict[State, frozenset[State]] = {
+    State.INITIALIZING: frozenset({State.SCHEDULING, State.ERRORED, State.INTERRUPTED}),
+    State.SCHEDULING: frozenset({State.RUNNING, State.RESTARTING, State.ERRORED, State.INTERRUPTED, State.STOPPED}),
+    State.RUNNING: frozenset({State.FINISHED, State.STOPPED, State.RESTARTING, State.ERRORED, State.INTERRUPTED}),
+    State.RESTARTING: frozenset({State.SCHEDULING, State.ERRORED, State.INTERRUPTED}),
+    **{s: frozenset() for s in _FINAL},
+}
+
+
 @dataclass
 class _Attempt:
     index: int
     group: WorkerGroup
-    events: "queue.Queue[tuple[str, Member | None, Any]]" = field(default_factory=queue.Queue)
+    events: "queue.Queue[ev.ControlEvent]" = field(default_factory=queue.Queue)
     finished: set[int] = field(default_factory=set)
+    uploads: dict[int, set[int]] = field(default_factory=dict)  # rank -> rounds queued for async upload
     last_activity: float = field(default_factory=time.monotonic)
     start_latest: CheckpointRecord | None = None  # the latest checkpoint when the attempt began
 
@@ -116,7 +133,10 @@ class Controller:
         self.state = State.INITIALIZING
         self.failures: list[BaseException] = []
         self.view = ProgressView(self.storage.name, scaling.max_workers, run_config.verbose, self.storage.uri)
-        self.ledger = Ledger(self.storage, run_config.checkpoint_config, on_commit=self._on_commit)  # type: ignore[arg-type]
+        self.ledger = CheckpointManager(
+            self.storage, run_config.checkpoint_config, on_commit=self._on_commit,  # type: ignore[arg-type]
+            warn=lambda message: _warn(self.view, message),
+        )
         self._attempt: _Attempt | None = None
         self.hooks = hooks or ControllerHooks()
         self._stop_requested = threading.Event()
@@ -127,6 +147,7 @@ class Controller:
         self._resizes = 0  # elastic restarts to grow the gang: not failures
         self._next_check = 0.0
         self._grow_to = 0  # an elastic restart's target size (the resources were seen free)
+        self._uploads_lock = threading.Lock()
 
     def request_stop(self) -> None:
         """End the run early, as a success (Tune's schedulers and stoppers use this).
@@ -136,7 +157,7 @@ class Controller:
         self._stop_requested.set()
         attempt = self._attempt
         if attempt is not None:
-            attempt.events.put(("stop", None, None))
+            attempt.events.put(ev.StopRequested())
 
     # -- the state machine ----------------------------------------------------------
     def run(self) -> Result:
@@ -156,7 +177,7 @@ class Controller:
                     self._resizes += 1
                     self._transition(State.RESTARTING)
                     latest = self.ledger.latest
-                    grow = f"{error}; restarting from {latest.path.rsplit('/', 1)[-1] if latest else 'the start'}"
+                    grow = f"{error.reason}; restarting from {latest.path.rsplit('/', 1)[-1] if latest else 'the start'}"
                     self.view.event(grow)
                     self.recorder.event("restart", grow)
                     continue
@@ -165,9 +186,10 @@ class Controller:
                     self._transition(State.STOPPED if self._stop_requested.is_set() else State.FINISHED)
                     break
                 self.failures.append(error)
-                decision = policies.on_failure(self.run_config.failure_config.max_failures, len(self.failures))  # type: ignore[union-attr]
-                if _cannot_be_retried(error):  # retrying would fail the same way
-                    decision = policies.Decision.RAISE
+                decision = policies.on_failure(
+                    self.run_config.failure_config.max_failures, len(self.failures),  # type: ignore[union-attr]
+                    retryable=not _cannot_be_retried(error),
+                )
                 if decision is policies.Decision.RAISE:
                     self._transition(State.ERRORED)
                     raise TrainingFailedError(
@@ -185,7 +207,8 @@ class Controller:
             self._callbacks("on_run_end", result)
             return result
         except KeyboardInterrupt:
-            self._transition(State.INTERRUPTED)
+            if self.state not in _FINAL:
+                self._transition(State.INTERRUPTED)
             latest = self.ledger.latest
             self.view.event(
                 "interrupted; workers stopped. "
@@ -196,7 +219,7 @@ class Controller:
         except BaseException:
             # Not an attempt failure (those are handled above): e.g. the gang can never be
             # scheduled. Record the run as ERRORED rather than leave it RUNNING.
-            if self.state not in (State.FINISHED, State.ERRORED, State.INTERRUPTED, State.STOPPED):
+            if self.state not in _FINAL:
                 self._transition(State.ERRORED)
             raise
         finally:
@@ -205,13 +228,15 @@ class Controller:
             self.recorder.close()
 
     def _transition(self, state: State) -> None:
+        if state is not self.state and state not in _ALLOWED[self.state]:
+            raise AssertionError(f"controller bug: no transition {self.state.value} -> {state.value}")
         self.state = state
         self.view.set_state(state.value.lower())
-        if state in (State.FINISHED, State.ERRORED, State.INTERRUPTED, State.STOPPED):
+        if state in _FINAL:
             self.record.mark(state.value, self.ledger.latest, [str(e) for e in self.failures])
             self.recorder.finished(state.value, self.failures[-1] if state is State.ERRORED and self.failures else None)
 
-    def _run_attempt(self, index: int) -> BaseException | None:
+    def _run_attempt(self, index: int) -> BaseException | _Grow | None:
         """One gang, start to end. Returns the attempt's root cause, or None on success."""
         self._transition(State.SCHEDULING)
         self.record.state["attempts"] = index + 1
@@ -231,8 +256,10 @@ class Controller:
             self._transition(State.RUNNING)
             futures = self._launch(group, index)
             for member, fut in zip(group.members, futures):
-                fut.add_done_callback(lambda f, m=member: attempt.events.put(("done", m, f)))
+                fut.add_done_callback(lambda f, m=member: attempt.events.put(ev.WorkerDone(m, f)))
             error = self._watch(attempt)
+            if isinstance(error, BaseException):
+                self._drain_uploads(attempt)
             # a stopped gang was killed mid-loop: its open rounds are treated as after a failure
             complete = error is None and not self._stop_requested.is_set()
             return error
@@ -295,16 +322,15 @@ class Controller:
         return _Grow(f"resources for {self._grow_to - size} more worker(s) came free: "
                      f"growing from {size} to {self._grow_to} workers")
 
-    def _watch(self, attempt: _Attempt) -> BaseException | None:
+    def _watch(self, attempt: _Attempt) -> BaseException | _Grow | None:
         n = len(attempt.group.members)
         timeout = self.run_config.worker_timeout_s
         while len(attempt.finished) < n:
             if self._stop_requested.is_set():
                 return None
             try:
-                kind, member, payload = attempt.events.get(timeout=0.25)
+                event = attempt.events.get(timeout=0.25)
             except queue.Empty:
-                self.ledger.tick()
                 grow = self._grow_now(attempt)
                 if grow is not None:
                     return grow
@@ -315,17 +341,15 @@ class Controller:
                         "takes that long."
                     )
                 continue
-            if kind == "stop":
+            if isinstance(event, ev.StopRequested):
                 return None
-            assert member is not None
-            if kind == "done":
-                exc = payload.exception()
-                if exc is None:
-                    attempt.finished.add(member.rank)
-                    continue
-                return self._pick_root_cause(attempt, _root_cause(exc, member))
-            if kind == "died":
-                return _root_cause(payload, member)
+            if isinstance(event, ev.WorkerDied):
+                return _root_cause(event.error, event.member)
+            exc = event.future.exception()
+            if exc is not None:
+                return self._pick_root_cause(attempt, _root_cause(exc, event.member))
+            attempt.finished.add(event.member.rank)
+            self.ledger.rank_finished(event.member.rank)
         return None
 
     def _pick_root_cause(self, attempt: _Attempt, first: BaseException) -> BaseException:
@@ -336,37 +360,66 @@ class Controller:
         deadline = time.monotonic() + _DEATH_GRACE_S
         while (left := deadline - time.monotonic()) > 0:
             try:
-                kind, member, payload = attempt.events.get(timeout=left)
+                event = attempt.events.get(timeout=left)
             except queue.Empty:
                 break
-            assert member is not None
-            if member is None:
+            if isinstance(event, ev.StopRequested):  # a Tune stop while the cause is looked for
                 continue
-            exc = payload if kind == "died" else payload.exception()
+            exc = event.error if isinstance(event, ev.WorkerDied) else event.future.exception()
             if isinstance(exc, WorkerCrashedError):
-                return _root_cause(exc, member)
+                return _root_cause(exc, event.member)
         return first
+
+    def _drain_uploads(self, attempt: _Attempt) -> None:
+        """A rank failed: let the healthy ranks finish the async uploads they had queued
+        (up to ``RunConfig.upload_drain_s``), so rounds whose ``report()`` returned on
+        every reporter still commit. Their reports arrive on the reader threads meanwhile."""
+        deadline = time.monotonic() + self.run_config.upload_drain_s
+        members = {m.rank: m for m in attempt.group.members}
+        while time.monotonic() < deadline:
+            with self._uploads_lock:
+                waiting = [r for r, rounds in attempt.uploads.items() if rounds and members[r].handle.is_alive()]
+            if not waiting:
+                return
+            try:
+                attempt.events.get(timeout=0.05)  # deaths and ends are seen through is_alive()
+            except queue.Empty:
+                pass
+        with self._uploads_lock:
+            left = {r: sorted(rounds) for r, rounds in attempt.uploads.items() if rounds}
+        if left:
+            _warn(self.view, f"async checkpoint uploads still pending after RunConfig(upload_drain_s="
+                             f"{self.run_config.upload_drain_s}) were dropped (rank: rounds): {left}")
 
     # -- worker reader threads ------------------------------------------------------
     def _on_event(self, handle: ActorHandle, payload: Any) -> Any:
-        if isinstance(payload, dict) and payload.get("kind") == "sample":
-            self.recorder.sample(payload["rank"], payload)
+        if isinstance(payload, ev.Sample):
+            self.recorder.sample(payload.rank, payload.figures)
             return None
-        if not isinstance(payload, dict) or payload.get("kind") != "report":
+        if not isinstance(payload, (ev.Report, ev.ReportStarted, ev.UploadFailed)):
             return self.hooks.on_other_event(handle, payload) if self.hooks.on_other_event else None
         attempt = self._attempt
         if attempt is None:
             raise MusterError("the run is ending; this report was not recorded")
+        if isinstance(payload, ev.ReportStarted):
+            if payload.async_upload:
+                with self._uploads_lock:
+                    attempt.uploads.setdefault(payload.rank, set()).add(payload.round)
+            self.ledger.announce(payload.rank, payload.round)
+            return None
+        with self._uploads_lock:
+            attempt.uploads.get(payload.rank, set()).discard(payload.round)
+        if isinstance(payload, ev.UploadFailed):
+            return None
         attempt.last_activity = time.monotonic()
-        metrics = payload["metrics"]
+        metrics = payload.metrics
         if self.hooks.on_metrics is not None:
-            metrics = self.hooks.on_metrics(payload["rank"], metrics, payload["time"])
+            metrics = self.hooks.on_metrics(payload.rank, metrics, payload.time)
         row = self.ledger.record(
-            payload["rank"], payload["round"], metrics, payload["files"], payload["time"],
-            attempt.index, payload.get("state"),
+            payload.rank, payload.round, metrics, payload.files, payload.time, attempt.index, payload.state
         )
-        self.view.on_report(row, lead=payload["rank"] == 0)
-        self.recorder.report(row, payload.get("timing"))
+        self.view.on_report(row, lead=payload.rank == 0)
+        self.recorder.report(row, payload.timing)
         self._callbacks("on_report", row)
         return True
 
@@ -376,7 +429,7 @@ class Controller:
             return
         member = attempt.group.member_of(handle)
         if member is not None:
-            attempt.events.put(("died", member, error))
+            attempt.events.put(ev.WorkerDied(member, error))
 
     def _on_commit(self, record: CheckpointRecord) -> None:
         name = record.path.rstrip("/").rsplit("/", 1)[-1]

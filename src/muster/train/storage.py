@@ -158,7 +158,55 @@ class Storage:
         except FileNotFoundError:
             return []
 
+    # -- result.json: one JSON object a line, one report of one rank each ------------
+    def read_results(self) -> list[str]:
+        """The run's ``result.json`` lines (none when it has no file yet)."""
+        path = self.join(self.run_dir, RESULTS)
+        if not self.exists(path):
+            return []
+
+        def read() -> list[str]:
+            with self.fs.open(path, "r") as f:
+                return [line.rstrip("\n") for line in f if line.strip()]
+
+        return _retry(f"read {path}", read)
+
+    @staticmethod
+    def parse_result(line: str) -> dict[str, Any]:
+        """One ``result.json`` line as a row."""
+        row: dict[str, Any] = json.loads(line)
+        return row
+
+    @staticmethod
+    def format_result(row: str | dict[str, Any]) -> str:
+        """One row as its ``result.json`` line (a line read back is kept as it was)."""
+        return row if isinstance(row, str) else json.dumps(row, default=str)
+
+    def append_results(self, new: list[Any], everything: list[Any]) -> None:
+        """Add ``new`` rows to ``result.json``: appended on a local disk; on an object
+        store (no append) the file is rewritten with ``everything``, ``new`` last."""
+        path = self.join(self.run_dir, RESULTS)
+        if self.is_local:
+
+            def append() -> None:
+                os.makedirs(self.run_dir, exist_ok=True)
+                with open(path, "a") as f:
+                    f.write("".join(self.format_result(row) + "\n" for row in new))
+
+            _retry(f"append {path}", append)
+        else:
+            self.write_text(path, "".join(self.format_result(row) + "\n" for row in everything))
+
+    def read_manifest(self, checkpoint_path: str) -> dict[str, Any]:
+        """A committed checkpoint's manifest (files with sizes and checksums, ranks, metrics)."""
+        manifest: dict[str, Any] = self.read_json(self.join(checkpoint_path, MANIFEST))
+        return manifest
+
     # -- checkpoint files ----------------------------------------------------
+    def clear_staging(self) -> None:
+        """Remove every staged file (called when no worker is running: between attempts)."""
+        self.rm(self.join(self.run_dir, STAGING))
+
     def staging_dir(self, round_index: int) -> str:
         return self.join(self.run_dir, STAGING, checkpoint_dir_name(round_index))
 
@@ -197,7 +245,7 @@ class Storage:
     def verify(self, checkpoint_path: str) -> list[str]:
         """Problems with a committed checkpoint (missing file, wrong size or checksum); [] if sound."""
         try:
-            manifest = self.read_json(self.join(checkpoint_path, MANIFEST))
+            manifest = self.read_manifest(checkpoint_path)
         except (OSError, ValueError) as exc:
             return [f"manifest unreadable: {exc}"]
         problems = []

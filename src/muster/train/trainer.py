@@ -7,6 +7,7 @@ from typing import Any, Callable
 import cloudpickle
 
 from muster.train._internal.backend import Backend
+from muster.train._internal.events import FitRequest
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.controller import Controller, ControllerHooks
@@ -81,7 +82,7 @@ class DataParallelTrainer:
 
         if core_context.in_worker():
             # Inside a worker (a Tune trial that builds its own trainer, say): the driver runs it.
-            result: Result = core_context.send_event({"kind": "fit", "trainer": self}, wait=True)
+            result: Result = core_context.send_event(FitRequest(self), wait=True)
             return result
         return self._controller().run()
 

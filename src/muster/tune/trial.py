@@ -25,7 +25,9 @@ from typing import Any
 from muster.core.api import get_runtime
 from muster.core.resources import fmt
 from muster.core.runtime import ActorHandle
+from muster.exceptions import MusterError
 from muster.train._internal.backend import Backend
+from muster.train._internal.events import FitRequest
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.controller import Controller, ControllerHooks
@@ -188,9 +190,9 @@ class TrialRun:
     def _on_request(self, handle: ActorHandle, payload: Any) -> Any:
         """The trial's function called ``TorchTrainer(...).fit()``: run that trainer here, in the
         driver, as part of this trial. Its rank 0's reports become the trial's results."""
-        if not (isinstance(payload, dict) and payload.get("kind") == "fit"):
-            raise ValueError(f"unknown request from a trial's worker: {payload!r}")
-        trainer = payload["trainer"]
+        if not isinstance(payload, FitRequest):
+            raise MusterError(f"unknown request from a trial's worker: {payload!r}")
+        trainer = payload.trainer
         rc = trainer.run_config
         # Its run lives in the trial's folder, under a fixed name, so a restored trial resumes it.
         rc.storage_path = rc.storage_path or self.storage.uri

@@ -16,8 +16,11 @@ class Decision(enum.Enum):
     RAISE = "raise"
 
 
-def on_failure(max_failures: int, failures_so_far: int) -> Decision:
-    """After the ``failures_so_far``-th failure (counting this one), retry or give up?"""
+def on_failure(max_failures: int, failures_so_far: int, retryable: bool = True) -> Decision:
+    """After the ``failures_so_far``-th failure (counting this one), retry or give up?
+    ``retryable=False``: a restart would fail the same way (storage a worker cannot see)."""
+    if not retryable:
+        return Decision.RAISE
     if max_failures == -1 or failures_so_far <= max_failures:
         return Decision.RETRY
     return Decision.RAISE
@@ -68,32 +71,75 @@ def to_delete(
     return [r for r in records if r.round not in keep]
 
 
+#: How many rounds a reporting rank may fall behind the leading rank before a warning names it.
+LAG_ROUNDS = 3
+#: How many rounds into an attempt the leading rank must be, with some ranks that have not
+#: entered ``report()`` once, before those are taken for ranks that never report (the
+#: ``if rank == 0: report(...)`` pattern).  Large on purpose: a slow rank mistaken for a
+#: silent one would make partial checkpoints; a silent one mistaken for a slow one only
+#: delays commits.  A rank's first ``report()`` is always the attempt's first round.
+SILENT_ROUNDS = 10
+
+
+def expected_reporters(
+    world_size: int, reporters: frozenset[int] | None, finished_at: dict[int, int], round_: int
+) -> frozenset[int]:
+    """The ranks whose report of ``round_`` its checkpoint must hold.
+
+    ``reporters``: the ranks known to report (``None`` while not known: then
+    every rank).  A rank that finished its loop after reporting round
+    ``finished_at[rank]`` reports nothing later, so it is not waited for.
+    """
+    ranks = frozenset(range(world_size)) if reporters is None else reporters
+    return frozenset(r for r in ranks if finished_at.get(r, round_) >= round_)
+
+
 def round_ready(
     reported: set[int],
     world_size: int,
-    usual_reporters: frozenset[int] | None,
-    newest_round_seen: int,
+    reporters: frozenset[int] | None,
     round_: int,
-    age_s: float = math.inf,
-    grace_s: float = 2.0,
+    finished_at: dict[int, int] | None = None,
 ) -> bool:
-    """May report round ``round_`` be closed (its checkpoint committed) now?
+    """May round ``round_`` be committed now?  Only when every expected rank reported it.
 
-    ``report()`` never waits for other ranks, so the controller cannot know
-    whether a rank that has not reported yet ever will.  A round is closed as
-    soon as (a) every rank has reported it, or (b) the ranks that reported the
-    last closed round have all reported it (the ``rank == 0`` pattern closes
-    at once after its first round); or, failing those, (c) some rank already
-    reported a later round and the round has been open ``grace_s`` seconds.
-    The grace matters where ranks are not in step (no collective between
-    their reports): a rank still uploading its files is not left out because
-    a faster rank moved on.  The end of an attempt closes every open round.
+    There is no clock in this rule: a slow rank delays the commit of its
+    rounds, it never makes a round commit without it.  ``report()`` itself
+    never waits for other ranks, so a slow rank holds nothing up but the
+    commit.
     """
-    if len(reported) >= world_size:
-        return True
-    if usual_reporters and usual_reporters <= reported:
-        return True
-    return newest_round_seen > round_ and age_s >= grace_s
+    expected = expected_reporters(world_size, reporters, finished_at or {}, round_)
+    return bool(reported) and expected <= reported
+
+
+def settle_reporters(
+    world_size: int, last_round: dict[int, int], start_round: int, finished: set[int], lag: int = SILENT_ROUNDS
+) -> frozenset[int] | None:
+    """Which ranks report, once that can be told from the reports alone (else ``None``).
+
+    ``last_round``: each rank that has reported in this attempt -> its latest
+    round.  Known when every rank has reported; or when every rank that has
+    not is finished; or when the leading rank is more than ``lag`` rounds
+    into the attempt and some ranks have still reported nothing (they never
+    will: a rank's first report is always the attempt's first round).
+    """
+    seen = frozenset(last_round)
+    if len(seen) >= world_size or (set(range(world_size)) - seen) <= finished:
+        return seen
+    if seen and max(last_round.values()) - start_round > lag:
+        return seen
+    return None
+
+
+def behind(
+    last_round: dict[int, int], reporters: frozenset[int], start_round: int, lag: int = LAG_ROUNDS
+) -> list[int]:
+    """Reporting ranks ``lag`` or more rounds behind the leading rank (one that has not
+    reported in this attempt yet stands at ``start_round``)."""
+    if not last_round:
+        return []
+    lead = max(last_round.values())
+    return sorted(r for r in reporters if lead - last_round.get(r, start_round) >= lag)
 
 
 # -- elastic runs -------------------------------------------------------------------

@@ -24,7 +24,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from muster.core import context as core_context
 from muster.observe import sampler as sampler_mod
-from muster.train._internal import resume
+from muster.train._internal import events, resume
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
 from muster.train.storage import Storage
@@ -66,7 +66,13 @@ class Session:
             sampler = sampler_mod.current()
             timing = sampler.on_report() if sampler is not None else None
             item = (self.round, clean, checkpoint, resume.book().capture(), time.time(), timing)
-            if mode == "async" and checkpoint is not None:
+            uploads_later = mode == "async" and checkpoint is not None
+            # The controller learns at once that this rank reports this round (however long the
+            # upload takes), and of a pending async upload, which a failure elsewhere waits for.
+            core_context.send_event(
+                events.ReportStarted(self.context.world_rank, self.round, uploads_later), wait=False
+            )
+            if uploads_later and checkpoint is not None:
                 self._start_uploader()
                 assert self._uploads is not None
                 self._uploads.put((*item[:2], _snapshot(checkpoint), *item[3:]))
@@ -87,17 +93,7 @@ class Session:
             if owned:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
         core_context.send_event(
-            {
-                "kind": "report",
-                "rank": self.context.world_rank,
-                "round": round_index,
-                "metrics": metrics,
-                "files": files,
-                "state": state,
-                "time": t,
-                "timing": timing,
-            },
-            wait=True,
+            events.Report(self.context.world_rank, round_index, metrics, files, state, t, timing), wait=True
         )
 
     # -- async uploads: one thread, first in first out, so commits keep their order --
@@ -112,10 +108,16 @@ class Session:
         while True:
             item = self._uploads.get()
             try:
-                if item is not None and self._upload_error is None:
-                    self._send(*item, owned=True)
+                if item is None:
+                    continue
+                if self._upload_error is not None:  # an earlier round failed: later ones are not sent
+                    _tell_failed(self.context.world_rank, item[0], self._upload_error)
+                    continue
+                self._send(*item, owned=True)
             except BaseException as exc:  # noqa: BLE001 - surfaced at the next report() or at the end
                 self._upload_error = exc
+                if item is not None:
+                    _tell_failed(self.context.world_rank, item[0], exc)
             finally:
                 self._uploads.task_done()
 
@@ -129,6 +131,13 @@ class Session:
         if self._upload_error is not None:
             err, self._upload_error = self._upload_error, None
             raise RuntimeError(f"an asynchronous checkpoint upload failed: {err}") from err
+
+
+def _tell_failed(rank: int, round_index: int, exc: BaseException) -> None:
+    try:
+        core_context.send_event(events.UploadFailed(rank, round_index, str(exc)), wait=False)
+    except Exception:  # noqa: BLE001 - the driver may be gone too; the error is raised in report()
+        pass
 
 
 def _discard_if_temporary(checkpoint: Checkpoint | None) -> None:

@@ -11,6 +11,7 @@ from muster.core import context as core_context
 from muster.core import settings
 from muster.exceptions import StorageNotSharedError
 from muster.observe.sampler import WorkerSampler
+from muster.train._internal import events
 from muster.train._internal import session as session_mod
 from muster.train._internal.backend import Backend
 from muster.train.storage import RUN_STATE, Storage
@@ -45,7 +46,7 @@ class TrainWorker:
         session_mod.set_session(session)
         rank = spec.context.world_rank
         sampler = WorkerSampler(
-            lambda figures: core_context.send_event({"kind": "sample", "rank": rank, **figures}, wait=False)
+            lambda figures: core_context.send_event(events.Sample(rank, dict(figures)), wait=False)
         )
         sampler.start()
         try:

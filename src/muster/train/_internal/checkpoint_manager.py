@@ -1,0 +1,343 @@
+"""The controller's record of a run: every report, open rounds, committed checkpoints.
+
+The commit protocol (``docs/fault-tolerance.md`` states it with its invariants):
+
+* The i-th ``report()`` of each rank belongs to round i.  A rank's files are
+  staged in ``.staging/checkpoint_<i>/`` before its report reaches here.
+* A round commits when every rank expected to report it has (the ranks that
+  report, learned from the reports themselves: see ``policies``).  There is
+  no clock: a slow rank delays its rounds' commits, never makes one commit
+  without it.  Rounds commit in order; a committed folder is never changed.
+* After a failure, an open round commits only if it is whole; the rest are
+  dropped (their staged files removed).  Each attempt starts with an empty
+  staging area, so no file of a dead attempt is ever published.
+
+Reports arrive from worker reader threads; the manager is thread-safe and
+keeps everything in memory as well as in the run folder (``result.json``
+holds every report of every rank, so no metric is ever dropped).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from muster.train._internal import policies, resume
+from muster.train._internal.policies import CheckpointRecord
+from muster.train.config import CheckpointConfig
+from muster.train.storage import Storage
+
+_FLUSH_EVERY_S = 2.0  # how often result.json is appended to (commits flush at once)
+
+
+@dataclass
+class _OpenRound:
+    files: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)  # rank -> {relpath: meta}
+    states: dict[int, bytes] = field(default_factory=dict)  # rank -> resume state
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> its result.json row
+
+
+class CheckpointManager:
+    def __init__(
+        self,
+        storage: Storage,
+        checkpoint_config: CheckpointConfig,
+        on_commit: Callable[[CheckpointRecord], None] | None = None,
+        warn: Callable[[str], None] | None = None,
+    ):
+        self.storage = storage
+        self.config = checkpoint_config
+        self.reports: list[dict[str, Any]] = []
+        self.committed: list[CheckpointRecord] = []
+        self._open: dict[int, _OpenRound] = {}
+        self._closed: set[int] = set()  # rounds decided in this driver (committed or not)
+        self._reporters: frozenset[int] | None = None  # the ranks that report, once known
+        self._reporters_world = 0  # the world size ``_reporters`` was learned at
+        self._last: dict[int, int] = {}  # rank -> its latest round recorded in this attempt
+        self._announced: dict[int, int] = {}  # rank -> its latest round begun (report() entered)
+        self._finished: dict[int, int] = {}  # rank -> its last round; it finished its loop
+        self._warned_behind: set[int] = set()
+        self._newest_round = 0
+        self._start_round = 0
+        self._world_size = 1
+        self._unsound: set[int] = set()
+        self._lock = threading.RLock()
+        self._on_commit = on_commit
+        self._warn = warn or (lambda message: warnings.warn(message, stacklevel=4))
+        self._rows: list[str | dict[str, Any]] = []  # result.json lines; dicts are serialised when written
+        self._written = 0  # how many of ``_rows`` are in result.json
+        self._last_flush = time.monotonic()
+
+    # -- loading a previous run ------------------------------------------------
+    def load_previous(self) -> None:
+        """Take in the reports and checkpoints of earlier drivers of this run."""
+        for line in self.storage.read_results():
+            self._rows.append(line)
+            self.reports.append(self.storage.parse_result(line))
+        self._written = len(self._rows)
+        manifest: dict[str, Any] = {}
+        for r in self.storage.committed_rounds():
+            manifest = self.storage.read_manifest(self.storage.checkpoint_dir(r))
+            self.committed.append(CheckpointRecord(r, self.storage.checkpoint_dir(r), manifest.get("metrics", {})))
+        if manifest.get("reporters") is not None:
+            self._reporters = frozenset(manifest["reporters"])
+            self._reporters_world = int(manifest.get("world_size", 0))
+        rounds = [r.get("training_iteration", 0) for r in self.reports] + [c.round for c in self.committed]
+        self._newest_round = max(rounds + [0])
+
+    # -- during an attempt -------------------------------------------------------
+    def start_attempt(self, world_size: int) -> int:
+        """Reset per-attempt state and clear the staging area (every worker of the last
+        attempt is gone); return the round number the workers continue from."""
+        with self._lock:
+            self._world_size = world_size
+            self._open.clear()
+            self._last.clear()
+            self._announced.clear()
+            self._finished.clear()
+            self._warned_behind.clear()
+            if self._reporters_world != world_size:  # learned for another gang size: learn again
+                self._reporters = None
+            self.storage.clear_staging()
+            self._start_round = self._newest_round
+            return self._newest_round
+
+    def record(self, rank: int, round_: int, metrics: dict[str, Any], files: dict[str, dict[str, int]] | None,
+               t: float, attempt: int, state: bytes | None = None) -> dict[str, Any]:
+        """Take in one report; commit every round that is now whole. Returns the stored row."""
+        with self._lock:
+            row = dict(metrics)
+            row.update(
+                {"training_iteration": round_, "timestamp": t, "_rank": rank, "_attempt": attempt,
+                 "checkpoint_dir_name": None}
+            )
+            self.reports.append(row)
+            self._rows.append(row)
+            self._newest_round = max(self._newest_round, round_)
+            self._last[rank] = max(self._last.get(rank, 0), round_)
+            self._announced[rank] = max(self._announced.get(rank, 0), round_)
+            if round_ in self._closed:
+                self._late(round_, rank, files)
+            else:
+                rnd = self._open.setdefault(round_, _OpenRound())
+                rnd.rows[rank] = row
+                if files is not None:
+                    rnd.files[rank] = files
+                if state is not None:
+                    rnd.states[rank] = state
+            self._settle()
+            self._commit_ready()
+            self._warn_if_behind()
+            if time.monotonic() - self._last_flush > _FLUSH_EVERY_S:
+                self.flush()
+            return row
+
+    def announce(self, rank: int, round_: int) -> None:
+        """``rank`` entered ``report()`` for ``round_``; its files may take a while to arrive.
+        Only who reports is learned from this: no round commits before its ``record``."""
+        with self._lock:
+            self._announced[rank] = max(self._announced.get(rank, 0), round_)
+            self._settle()
+            self._commit_ready()
+
+    def rank_finished(self, rank: int) -> None:
+        """``rank``'s loop returned: it reports nothing more, so no round waits for it."""
+        with self._lock:
+            self._finished[rank] = self._last.get(rank, self._start_round)
+            self._settle()
+            self._commit_ready()
+
+    def _settle(self) -> None:
+        if self._reporters is not None:
+            unexpected = set(self._announced) - self._reporters
+            if not unexpected:
+                return
+            self._reporters = self._reporters | unexpected  # they do report: wait for them from now on
+            return
+        settled = policies.settle_reporters(
+            self._world_size, self._announced, self._start_round, set(self._finished)
+        )
+        if settled is not None:
+            self._reporters, self._reporters_world = settled, self._world_size
+
+    def _commit_ready(self) -> None:
+        for r in sorted(self._open):
+            if not policies.round_ready(set(self._open[r].rows), self._world_size, self._reporters, r, self._finished):
+                break  # rounds commit in order
+            self._close(r)
+
+    def _warn_if_behind(self) -> None:
+        if self._reporters is None:
+            return
+        for rank in policies.behind(self._last, self._reporters, self._start_round):
+            if rank in self._warned_behind or rank in self._finished:
+                continue
+            self._warned_behind.add(rank)
+            lead = max(self._last.values())
+            self._warn(
+                f"Rank {rank} is {lead - self._last.get(rank, self._start_round)} rounds behind: it last "
+                f"reported round {self._last.get(rank, self._start_round)}, another rank reported round {lead}. "
+                "Checkpoints of later rounds commit only once it reports them (a round is never committed "
+                "without a rank that reports). A slow save or disk, or no collective between report() calls?"
+            )
+
+    def close_all(self, complete: bool) -> None:
+        """End of an attempt, every worker gone. ``complete``: every worker finished its loop,
+        so every open round is whole. After a failure, a round commits only if every rank
+        expected to report it did (a partial sharded checkpoint would not load, and a rank
+        without its resume state would not resume exactly); the others are dropped."""
+        with self._lock:
+            if complete:
+                for rank in range(self._world_size):
+                    self._finished.setdefault(rank, self._last.get(rank, self._start_round))
+                self._settle()
+            for r in sorted(self._open):
+                rnd = self._open[r]
+                if complete or policies.round_ready(
+                    set(rnd.rows), self._world_size, self._reporters, r, self._finished
+                ):
+                    self._close(r)
+                    continue
+                self._open.pop(r)
+                self._closed.add(r)
+                if rnd.files:
+                    missing = sorted(
+                        policies.expected_reporters(self._world_size, self._reporters, self._finished, r)
+                        - set(rnd.rows)
+                    )
+                    self._warn(
+                        f"Checkpoint round {r} was not committed: rank(s) {missing} failed before reporting "
+                        "it. Training resumes from the previous checkpoint."
+                    )
+            self.storage.clear_staging()
+            self.flush()
+
+    def _close(self, r: int) -> None:
+        rnd = self._open.pop(r)
+        self._closed.add(r)
+        if not rnd.files:
+            return
+        lead = min(rnd.rows)
+        metrics = {k: v for k, v in rnd.rows[lead].items() if k != "checkpoint_dir_name"}
+        merged = _merge_files(rnd.files, r, self._warn)
+        staged = self.storage.staging_dir(r)
+        for rank, state in rnd.states.items():
+            rel = resume.state_file(rank)
+            self.storage.write_bytes(self.storage.join(staged, rel), state)
+            merged[rel] = {"size": len(state), "crc32": zlib.crc32(state), "rank": rank}
+        manifest = {
+            "round": r,
+            "committed_at": time.time(),
+            "ranks": sorted(rnd.rows),
+            "reporters": sorted(self._reporters) if self._reporters is not None else None,
+            "world_size": self._world_size,
+            "metrics": metrics,
+            "files": merged,
+        }
+        path = self.storage.commit(r, manifest)
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        for row in rnd.rows.values():
+            row["checkpoint_dir_name"] = name
+        record = CheckpointRecord(r, path, metrics)
+        self.committed.append(record)
+        self._apply_retention()
+        self.flush()
+        if self._on_commit is not None:
+            self._on_commit(record)
+
+    def _late(self, r: int, rank: int, files: dict[str, dict[str, int]] | None) -> None:
+        """A report for a round already decided: its rank was taken for one that does not
+        report (it had reported nothing for several rounds). The committed folder is never
+        changed: its files are dropped."""
+        if files:
+            self.storage.rm(self.storage.staging_dir(r))
+        self._warn(
+            f"Rank {rank} reported round {r} after that round was decided without it (it had reported "
+            f"nothing while another rank went {policies.SILENT_ROUNDS} rounds ahead, so it was taken for a rank "
+            "that never reports). " + ("Its files for that round were dropped; " if files else "")
+            + "later rounds wait for it. Call report() at the same point of every step on every rank."
+        )
+
+    def _apply_retention(self) -> None:
+        doomed = policies.to_delete(
+            self.committed,
+            self.config.num_to_keep,
+            self.config.checkpoint_score_attribute,
+            self.config.checkpoint_score_order,
+        )
+        for record in doomed:
+            self.storage.rm(record.path)
+            self.committed.remove(record)
+
+    # -- queries -----------------------------------------------------------------
+    @property
+    def latest(self) -> CheckpointRecord | None:
+        with self._lock:
+            sound = [r for r in self.committed if r.round not in self._unsound]
+            return max(sound, key=lambda r: r.round) if sound else None
+
+    def latest_sound(self, warn: Callable[[str], None]) -> CheckpointRecord | None:
+        """The newest committed checkpoint that passes verification (sizes and checksums).
+
+        A checkpoint that fails is reported through ``warn``, kept on disk for
+        inspection, and skipped; the one before it is tried next.
+        """
+        with self._lock:
+            candidates = sorted(self.committed, key=lambda r: -r.round)
+        for record in candidates:
+            if record.round in self._unsound:
+                continue
+            problems = self.storage.verify(record.path)
+            if not problems:
+                return record
+            self._unsound.add(record.round)
+            warn(
+                f"checkpoint {record.path} failed verification ({'; '.join(problems[:3])}); "
+                "skipping it and trying the one before."
+            )
+        return None
+
+    def best(self) -> list[CheckpointRecord]:
+        with self._lock:
+            return policies.rank_best(
+                [r for r in self.committed if r.round not in self._unsound],
+                self.config.checkpoint_score_attribute,
+                self.config.checkpoint_score_order,
+            )
+
+    def flush(self) -> None:
+        """Write the reports not yet in ``result.json``, in order, up to the first one whose
+        round is still open (so every written row already names its checkpoint)."""
+        with self._lock:
+            end = self._written
+            while end < len(self._rows):
+                row = self._rows[end]
+                if isinstance(row, dict) and row["training_iteration"] in self._open:
+                    break
+                end += 1
+            if end > self._written:
+                self.storage.append_results(self._rows[self._written : end], self._rows[:end])
+                self._written = end
+            self._last_flush = time.monotonic()
+
+
+def _merge_files(
+    per_rank: dict[int, dict[str, dict[str, int]]], round_: int, warn: Callable[[str], None]
+) -> dict[str, dict[str, Any]]:
+    merged: dict[str, dict[str, Any]] = {}
+    for rank in sorted(per_rank):
+        for rel, meta in per_rank[rank].items():
+            if rel in merged and merged[rel].get("crc32") != meta["crc32"]:
+                warn(
+                    f"Checkpoint round {round_}: ranks {merged[rel]['rank']} and {rank} both wrote {rel!r} "
+                    "with different contents; whichever finished last was kept. Save from one rank, or "
+                    "give each rank's files their own names (e.g. f'shard_{rank}.pt')."
+                )
+                merged[rel] = {"rank": "several"}  # unknown which copy won: no size/checksum to verify
+                continue
+            merged.setdefault(rel, {**meta, "rank": rank})
+    return merged
