@@ -123,6 +123,11 @@ def bad_metrics():
             train.report({"fine": 1.0, key: value})
         except TypeError as exc:
             errors[key] = str(exc)
+    try:
+        train.report({"fine": 1.0}, checkpoint_uplaod_mode="async")
+    except TypeError as exc:
+        errors["kw"] = str(exc)
+    train.report({"fine": 1.0}, checkpoint_dir_name="mine")  # Ray's keyword: accepted
     train.report(
         {
             "errors": errors,
@@ -138,7 +143,8 @@ def bad_metrics():
 def test_report_rejects_unrecordable_metrics_and_converts_tensors(fit):
     result = fit(bad_metrics, workers=1)
     m = result.metrics
-    assert m["training_iteration"] == 1  # the rejected calls did not use up a round
+    assert m["training_iteration"] == 2  # the rejected calls did not use up a round
+    assert "checkpoint_uplaod_mode" in m["errors"]["kw"] and "checkpoint_upload_mode" in m["errors"]["kw"]
     assert "metrics['obj']" in m["errors"]["obj"] and "object" in m["errors"]["obj"]
     assert "metrics['vec']" in m["errors"]["vec"] and "Tensor" in m["errors"]["vec"]
     assert "nested.deep[1]" in m["errors"]["nested"]

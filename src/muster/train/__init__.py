@@ -28,12 +28,14 @@ def report(
 ) -> None:
     """Record metrics (and, optionally, this rank's checkpoint files) for the current round.
 
-    Any subset of ranks may call it, and it never waits for other ranks: the
-    ``if rank == 0: report(...)`` pattern is fine.  The i-th call on each rank
-    belongs to round i; the files every rank passed in a round are merged into
-    one checkpoint folder, committed atomically.  Once ``report`` has returned
-    on every rank that reports in a round, that checkpoint survives any later
-    worker failure.
+    It never waits for other ranks.  The i-th call on each rank belongs to
+    round i; the files every rank passed in a round are merged into one
+    checkpoint folder, committed atomically once every rank that reports has
+    reported that round (never partially).  Once ``report`` has returned on
+    every rank that reports in a round, that checkpoint survives any later
+    worker failure.  Call it on every rank (files from one, metrics from all)
+    for exact resume of every rank's RNG; the ``if rank == 0: report(...)``
+    pattern works too (see docs/fault-tolerance.md for what it costs).
 
     Args:
         metrics: numbers, strings, or lists/dicts of them (one-element tensors are converted).
@@ -42,18 +44,32 @@ def report(
         checkpoint_upload_mode: ``"sync"`` (default) or ``"async"``: return at
             once and upload in the background (files are snapshotted by hard
             link first, so write each checkpoint into a new folder and do not
-            rewrite its files in place). Async reports commit in order; they
-            are durable once committed, not when ``report`` returns.
+            rewrite its files in place). Async reports commit in order; when
+            another rank fails, queued uploads still finish (up to
+            ``RunConfig(upload_drain_s)``) and their rounds commit.
 
     Besides your files, each checkpoint stores every rank's resume state (the
     position of each prepared data loader and the RNG states), so a resumed
     attempt continues mid-epoch exactly where this report was made.
 
     Raises:
-        TypeError: a metric value cannot be recorded.
+        TypeError: a metric value cannot be recorded, or a keyword is misspelt.
         RuntimeError: called outside a training worker.
     """
+    unknown = sorted(set(_compat) - _RAY_REPORT_KEYWORDS)
+    if unknown:
+        raise TypeError(
+            f"report() got unexpected keyword argument(s) {unknown}; it takes metrics, checkpoint, "
+            f"checkpoint_upload_mode and Ray's {sorted(_RAY_REPORT_KEYWORDS)} (accepted for "
+            "compatibility). Check the spelling."
+        )
     _session.get_session("report").report(metrics, checkpoint, checkpoint_upload_mode)
+
+
+#: Ray Train's other ``report()`` keywords: accepted so Ray scripts run unchanged.
+_RAY_REPORT_KEYWORDS = frozenset(
+    {"checkpoint_dir_name", "delete_local_checkpoint_after_upload", "checkpoint_upload_fn", "validation"}
+)
 
 
 def get_checkpoint() -> Checkpoint | None:
