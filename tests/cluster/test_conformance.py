@@ -212,6 +212,47 @@ def test_trainer_resumes_after_a_worker_is_sigkilled(engine, storage, tmp_path):
     assert result.checkpoint.path.endswith("checkpoint_000003")
 
 
+def out_of_step_loop(config):
+    """Round 1 in step; then rank 1 reports rounds 2 and 3 while rank 0 dies before its round 2."""
+    import torch.distributed as dist
+
+    ctx = train.get_context()
+    rank, ahead = ctx.get_world_rank(), os.path.join(config["dir"], "rank1_ahead")
+    if ctx.get_attempt() > 0:
+        ckpt = train.get_checkpoint()
+        with open(os.path.join(config["dir"], f"resumed_{rank}"), "w") as f:
+            f.write(" ".join([os.path.basename(ckpt.path), *sorted(os.listdir(ckpt.path))]))
+        return
+    for rnd in range(3):
+        if rank == 0 and rnd == 1:
+            for _ in range(6000):  # bounded wait: rank 1's reports of rounds 2 and 3 have returned
+                if os.path.exists(ahead):
+                    break
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGKILL)
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.save({"round": rnd}, os.path.join(tmp, f"part_{rank}.pt"))
+            train.report({"round": rnd}, checkpoint=Checkpoint.from_directory(tmp))
+        if rnd == 0:
+            dist.barrier()
+    open(ahead, "w").close()
+    time.sleep(120)  # stopped with the gang
+
+
+def test_out_of_step_ranks_resume_from_the_last_whole_checkpoint(engine, storage, tmp_path):
+    result = TorchTrainer(
+        out_of_step_loop, train_loop_config={"dir": str(tmp_path)},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=storage, name=f"step_{engine}", verbose=0,
+                             failure_config=FailureConfig(max_failures=1)),
+    ).fit()
+    for rank in (0, 1):
+        resumed = (tmp_path / f"resumed_{rank}").read_text().split()
+        assert resumed[0] == "checkpoint_000001"
+        assert {"part_0.pt", "part_1.pt"} <= set(resumed[1:])  # whole: both ranks' files
+    assert sorted(n for n in os.listdir(result.path) if n.startswith("checkpoint_")) == ["checkpoint_000001"]
+
+
 # -- the seam's ordering contract ------------------------------------------------------
 class Chatty:
     """Sends events to the driver, then dies without a word."""
