@@ -17,9 +17,12 @@ from typing import Any, Iterator
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from muster.train._internal.resume import STATE_DIR
+from muster.train.storage import MANIFEST
+
 _METADATA = ".metadata.json"
 _DICT_FILE = "dict_checkpoint.pt"
-_INTERNAL = (".muster_manifest.json", _METADATA, ".muster")
+_INTERNAL = (MANIFEST, _METADATA, STATE_DIR)
 
 
 class Checkpoint:

@@ -159,6 +159,11 @@ class Controller:
         if attempt is not None:
             attempt.events.put(ev.StopRequested())
 
+    def record_report(self, round_: int, metrics: dict[str, Any], t: float) -> dict[str, Any]:
+        """Record a report that no worker of this run made, as rank 0's (Tune records a nested
+        trainer's reports as its trial's own). Returns the stored row."""
+        return self.ledger.record(0, round_, metrics, None, t, 0)
+
     # -- the state machine ----------------------------------------------------------
     def run(self) -> Result:
         self.ledger.load_previous()

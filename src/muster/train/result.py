@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from muster.train._internal import policies
 from muster.train._internal.policies import CheckpointRecord
 from muster.train.checkpoint import Checkpoint
-from muster.train.storage import MANIFEST, RESULTS, RUN_STATE, Storage
+from muster.train.storage import RUN_STATE, Storage
 
 
 @dataclass
@@ -74,15 +73,11 @@ class Result:
         storage = Storage.at(path)
         if not storage.exists(storage.run_dir):
             raise ValueError(f"Result.from_path({path!r}): no such run folder.")
-        reports: list[dict[str, Any]] = []
-        results = storage.join(storage.run_dir, RESULTS)
-        if storage.exists(results):
-            with storage.fs.open(results, "r") as f:
-                reports = [json.loads(line) for line in f if line.strip()]
+        reports = [storage.parse_result(line) for line in storage.read_results()]
         records = []
         for r in storage.committed_rounds():
             ckpt_dir = storage.checkpoint_dir(r)
-            manifest = storage.read_json(storage.join(ckpt_dir, MANIFEST))
+            manifest = storage.read_manifest(ckpt_dir)
             records.append(CheckpointRecord(r, ckpt_dir, manifest.get("metrics", {})))
         state_path = storage.join(storage.run_dir, RUN_STATE)
         state = storage.read_json(state_path) if storage.exists(state_path) else {}

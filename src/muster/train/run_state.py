@@ -61,8 +61,7 @@ class RunRecord:
         return previous
 
     def save_trainer(self, trainer: Any) -> None:
-        with self.storage.fs.open(self.storage.join(self.storage.run_dir, TRAINER_FILE), "wb") as f:
-            f.write(cloudpickle.dumps(trainer))
+        self.storage.write_bytes(self.storage.join(self.storage.run_dir, TRAINER_FILE), cloudpickle.dumps(trainer))
 
     def mark(self, status: str, latest: CheckpointRecord | None, failures: list[str] | None = None) -> None:
         self.state["status"] = status

@@ -139,6 +139,14 @@ class Storage:
 
         _retry(f"write {path}", write)
 
+    def read_bytes(self, path: str) -> bytes:
+        def read() -> bytes:
+            with self.fs.open(path, "rb") as f:
+                data: bytes = f.read()
+                return data
+
+        return _retry(f"read {path}", read)
+
     def write_json(self, path: str, obj: Any) -> None:
         self.write_text(path, json.dumps(obj, indent=1, default=str))
 

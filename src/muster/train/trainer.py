@@ -84,10 +84,18 @@ class DataParallelTrainer:
             # Inside a worker (a Tune trial that builds its own trainer, say): the driver runs it.
             result: Result = core_context.send_event(FitRequest(self), wait=True)
             return result
-        return self._controller().run()
+        return self.controller().run()
 
-    def _controller(self, hooks: ControllerHooks | None = None, allow_finished: bool = False) -> Controller:
-        """The run's controller, ready to ``run()`` (Tune drives trainers through this)."""
+    def controller(self, hooks: ControllerHooks | None = None, allow_finished: bool = False) -> Controller:
+        """The run's controller, ready to ``run()``: how a library runs this trainer as part of
+        something larger (Tune runs a trainer built inside a trial this way).
+
+        Args:
+            hooks: what the caller plugs in (metrics added to each report, other worker
+                requests, the checkpoint to start from).
+            allow_finished: open a run that already finished (a restored trial) instead of
+                raising ``RunAlreadyFinishedError``.
+        """
         storage = self._storage()
         record = RunRecord(
             storage,
@@ -151,8 +159,7 @@ class DataParallelTrainer:
                 f"{TRAINER_FILE}). Pass the run folder, i.e. <storage_path>/<name>."
             )
         storage = Storage.at(path)
-        with storage.fs.open(storage.join(storage.run_dir, TRAINER_FILE), "rb") as f:
-            trainer: DataParallelTrainer = cloudpickle.loads(f.read())
+        trainer: DataParallelTrainer = cloudpickle.loads(storage.read_bytes(storage.join(storage.run_dir, TRAINER_FILE)))
         if train_loop_per_worker is not None:
             trainer.train_loop_per_worker = train_loop_per_worker
         if train_loop_config is not None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from muster.core.api import get_runtime
 from muster.core.resources import fmt
@@ -123,7 +123,7 @@ class TrialRun:
         plan: RunPlan,
         storage: Storage,
         extra: dict[str, Any],
-        events: queue.Queue[tuple[str, Trial, TrialRun, Any]],
+        events: queue.Queue[TrialEvent],
         start_from: Checkpoint | None = None,
         time_offset: float = 0.0,
     ):
@@ -175,7 +175,7 @@ class TrialRun:
             outcome = result
         except BaseException as exc:  # noqa: BLE001 - the trial's failure, handed to the controller
             outcome = exc
-        self.events.put(("end", self.trial, self, outcome))
+        self.events.put(TrialEnded(self.trial, self, outcome))
 
     def _add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float) -> dict[str, Any]:
         last = self._last_time.get(rank, self._started_wall)
@@ -201,7 +201,7 @@ class TrialRun:
             rc.storage_filesystem = self.storage.fs
         rc.verbose = 0
         rc.callbacks = [*(rc.callbacks or []), _Forward(self, into=self.controller)]
-        inner = trainer._controller(ControllerHooks(on_metrics=self._add_tune_fields), allow_finished=True)
+        inner = trainer.controller(ControllerHooks(on_metrics=self._add_tune_fields), allow_finished=True)
         self.inner = inner
         if self._stop.is_set():
             inner.request_stop()
@@ -218,6 +218,27 @@ class TrialRun:
         return out
 
 
+@dataclass(frozen=True)
+class TrialResult:
+    """A trial reported (its rank 0's row, Tune fields added)."""
+
+    trial: Trial
+    run: TrialRun
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TrialEnded:
+    """A trial's run ended: its ``Result``, or the exception that ended it."""
+
+    trial: Trial
+    run: TrialRun
+    outcome: Any
+
+
+TrialEvent = Union[TrialResult, TrialEnded]
+
+
 class _Forward:
     """The RunConfig callback that hands rank 0's reports to the Tune controller."""
 
@@ -230,5 +251,5 @@ class _Forward:
         if self.into is not None:
             # a nested trainer's report: recorded as the trial's own too, so its Result has the metrics
             metrics = {k: v for k, v in row.items() if not k.startswith("_") and k != "training_iteration"}
-            row = self.into.ledger.record(0, row["training_iteration"], metrics, None, row["timestamp"], 0)
-        self.run.events.put(("result", self.run.trial, self.run, row))
+            row = self.into.record_report(row["training_iteration"], metrics, row["timestamp"])
+        self.run.events.put(TrialResult(self.run.trial, self.run, row))

@@ -23,7 +23,7 @@ from muster.train.result import Result
 from muster.train.storage import Storage
 from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import trial as trial_mod
-from muster.tune.execution import EXPERIMENT_STATE, TuneController
+from muster.tune.tune_controller import EXPERIMENT_STATE, TuneController
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 from muster.tune.search.searcher import ConcurrencyLimiter, Searcher, SearchGenerator
@@ -96,8 +96,7 @@ class Tuner:
                 f"Tuner.restore({storage.uri!r}, trainable).fit(), or pick a new RunConfig(name=...)."
             )
         storage.makedirs(storage.run_dir)
-        with storage.fs.open(storage.join(storage.run_dir, TUNER_FILE), "wb") as f:
-            f.write(cloudpickle.dumps(self._saved()))
+        storage.write_bytes(storage.join(storage.run_dir, TUNER_FILE), cloudpickle.dumps(self._saved()))
         trials = [Trial.from_json(t) for t in (self._restored or {}).get("trials", [])]
         tc = self.tune_config
         scheduler = tc.scheduler or FIFOScheduler()
@@ -202,8 +201,7 @@ class Tuner:
             )
         storage = Storage.at(path, storage_filesystem)
         name = storage.name
-        with storage.fs.open(storage.join(storage.run_dir, TUNER_FILE), "rb") as f:
-            saved = cloudpickle.loads(f.read())
+        saved = cloudpickle.loads(storage.read_bytes(storage.join(storage.run_dir, TUNER_FILE)))
         state = storage.read_json(storage.join(storage.run_dir, EXPERIMENT_STATE))
         tuner = cls.__new__(cls)
         tuner.trainable = trainable if trainable is not None else saved["trainable"]

@@ -34,6 +34,9 @@ from muster.tune.trial import (
     TERMINATED,
     RunPlan,
     Trial,
+    TrialEnded,
+    TrialEvent,
+    TrialResult,
     TrialRun,
     latest_checkpoint,
 )
@@ -65,7 +68,7 @@ class TuneController:
         self.trainable_name, self.searcher, self.scheduler, self.stopper = trainable_name, searcher, scheduler, stopper
         self.metric, self.mode, self.max_concurrent, self.time_budget_s = metric, mode, max_concurrent, time_budget_s
         self.id_prefix, self.store_root = id_prefix, store_root
-        self.events: queue.Queue[tuple[str, Trial, TrialRun, Any]] = queue.Queue()
+        self.events: queue.Queue[TrialEvent] = queue.Queue()
         self.errors: dict[str, BaseException] = {}
         self.progress = TuneProgress(experiment.name, experiment.uri, metric, mode, verbose)
         self._search_done = False
@@ -93,7 +96,7 @@ class TuneController:
                 if not self._running() and not self._startable():
                     break
                 try:
-                    event: tuple[str, Trial, TrialRun, Any] | None = self.events.get(timeout=0.5)
+                    event: TrialEvent | None = self.events.get(timeout=0.5)
                 except queue.Empty:
                     event = None
                 while event is not None:
@@ -213,14 +216,13 @@ class TuneController:
         return Storage(self.experiment.uri, trial.trial_name, self.experiment.fs)
 
     # -- events -----------------------------------------------------------------------------
-    def _handle(self, event: tuple[str, Trial, TrialRun, Any]) -> None:
-        kind, trial, run, payload = event
-        if run is not trial.run:
+    def _handle(self, event: TrialEvent) -> None:
+        if event.run is not event.trial.run:
             return  # from a run already ended
-        if kind == "result":
-            self._on_result(trial, payload)
+        if isinstance(event, TrialResult):
+            self._on_result(event.trial, event.row)
         else:
-            self._on_end(trial, payload)
+            self._on_end(event.trial, event.outcome)
 
     def _on_result(self, trial: Trial, row: dict[str, Any]) -> None:
         if trial.ending_as is not None:
