@@ -16,6 +16,7 @@ import time
 
 import psutil
 import pytest
+from _shared import free_port
 
 import muster
 
@@ -28,7 +29,7 @@ NODE_CPUS = 2
 def ray_cluster():
     from ray.cluster_utils import Cluster
 
-    client_port = _free_port()
+    client_port = free_port()
     cluster = Cluster(initialize_head=True,
                       head_node_args={"num_cpus": NODE_CPUS, "ray_client_server_port": client_port})
     cluster.client_address = f"ray://127.0.0.1:{client_port}"  # Ray Client, as from a laptop
@@ -41,13 +42,6 @@ def ray_cluster():
         cluster.shutdown()
         _reap_ray_processes()
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _reap_ray_processes(timeout: float = 20.0) -> None:

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from _shared import free_port
 import torch
 
 import muster
@@ -132,13 +133,6 @@ def test_run_fails_at_once_when_workers_cannot_see_storage(on_ray):
     assert time.monotonic() - t0 < 60
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 @pytest.fixture
 def island_node(on_ray, tmp_path):
@@ -151,7 +145,7 @@ def island_node(on_ray, tmp_path):
     shared = tmp_path / "results"
     shared.mkdir()
     ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
-    ports = " ".join(f"--{flag}={_free_port()}" for flag in (
+    ports = " ".join(f"--{flag}={free_port()}" for flag in (
         "node-manager-port", "object-manager-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
         "runtime-env-agent-port", "metrics-export-port"))
     script = (f"mount -t tmpfs tmpfs {shared} && exec {ray_bin} start --address={on_ray.address} --num-cpus=1 "

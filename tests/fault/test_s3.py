@@ -7,7 +7,6 @@ started again while the run is checkpointing.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 
@@ -16,16 +15,12 @@ import pytest
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
 
-from muster.train import Checkpoint, FailureConfig, Result, RunConfig, ScalingConfig  # noqa: E402
+from muster.train import Checkpoint, FailureConfig, Result, RunConfig, ScalingConfig, TrainingFailedError  # noqa: E402
 from muster.train.torch import TorchTrainer  # noqa: E402
 
+from _shared import free_port  # noqa: E402
+
 BUCKET = "muster-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -35,7 +30,7 @@ def s3(monkeypatch):
     import s3fs
 
     s3fs.S3FileSystem.clear_instance_cache()  # fsspec caches clients; each test has its own server
-    port = _free_port()
+    port = free_port()
     holder = {"server": moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)}
     holder["server"].start()
     # The driver's environment reaches the workers, so they find the server too.
@@ -136,7 +131,7 @@ def test_restore_from_s3_after_driver_loss(s3):
     """TorchTrainer.restore on an S3 run folder continues from its latest checkpoint."""
     _, url = s3
     path = f"{url}/restored"
-    with pytest.raises(Exception):
+    with pytest.raises(TrainingFailedError):  # no retries: the crash ends this driver's fit()
         TorchTrainer(
             loop, train_loop_config={"steps": 4, "crash_step": 1},
             scaling_config=ScalingConfig(num_workers=2),
