@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import os
-import time
+
+from _shared import wait_for  # noqa: F401  (re-exported: the task tests import it from here)
 
 TIMEOUT = 30  # generous bound on one remote call on a loaded 2-core box
-
-
-def wait_for(predicate, timeout: float = TIMEOUT, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
 
 
 def wait_for_file(path: str, timeout: float = TIMEOUT) -> str:
