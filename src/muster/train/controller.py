@@ -37,6 +37,7 @@ from muster.exceptions import (
 from muster.observe.progress import ProgressView
 from muster.observe.recorder import RunRecorder
 from muster.train._internal import events as ev
+from muster.train._internal import listeners
 from muster.train._internal import policies
 from muster.train._internal.backend import Backend
 from muster.train._internal.checkpoint_manager import CheckpointManager
@@ -148,6 +149,14 @@ class Controller:
         self._next_check = 0.0
         self._grow_to = 0  # an elastic restart's target size (the resources were seen free)
         self._uploads_lock = threading.Lock()
+        self._user = listeners.UserCallbacks(run_config.callbacks or [], self.storage.fs)
+        # Every report and every commit goes to each of these, in this order.
+        self._listeners: list[listeners.RunListener] = [
+            listeners.ViewListener(self.view),
+            listeners.RecordListener(self.record, State.RUNNING.value),
+            listeners.RecorderListener(self.recorder),
+            self._user,
+        ]
 
     def request_stop(self) -> None:
         """End the run early, as a success (Tune's schedulers and stoppers use this).
@@ -172,7 +181,7 @@ class Controller:
         self.view.start()
         restore_sigterm = _sigterm_as_interrupt()
         try:
-            self._callbacks("on_run_start", self.storage.uri, self.storage.name)
+            self._user.call("on_run_start", self.storage.uri, self.storage.name)
             while True:
                 # attempts are numbered across drivers: a resumed run's first attempt is not 0
                 index = self._previous_attempts + len(self.failures) + self._resizes
@@ -209,7 +218,7 @@ class Controller:
                 self.view.event(restart)
                 self.recorder.event("restart", restart)
             result = build(self.storage, self.ledger.reports, self.ledger.best(), None)
-            self._callbacks("on_run_end", result)
+            self._user.call("on_run_end", result)
             return result
         except KeyboardInterrupt:
             if self.state not in _FINAL:
@@ -423,9 +432,8 @@ class Controller:
         row = self.ledger.record(
             payload.rank, payload.round, metrics, payload.files, payload.time, attempt.index, payload.state
         )
-        self.view.on_report(row, lead=payload.rank == 0)
-        self.recorder.report(row, payload.timing)
-        self._callbacks("on_report", row)
+        for listener in self._listeners:
+            listener.on_report(row, payload.timing)
         return True
 
     def _on_death(self, handle: ActorHandle, error: BaseException) -> None:
@@ -437,17 +445,8 @@ class Controller:
             attempt.events.put(ev.WorkerDied(member, error))
 
     def _on_commit(self, record: CheckpointRecord) -> None:
-        name = record.path.rstrip("/").rsplit("/", 1)[-1]
-        self.view.on_checkpoint(name)
-        self.record.mark(State.RUNNING.value, record)
-        self.recorder.checkpoint(record.round, record.path, record.metrics)
-        self._callbacks("on_checkpoint", Checkpoint(record.path, self.storage.fs), record.metrics)
-
-    def _callbacks(self, hook: str, *args: Any) -> None:
-        for cb in self.run_config.callbacks or []:
-            fn = getattr(cb, hook, None)
-            if fn is not None:
-                fn(*args)
+        for listener in self._listeners:
+            listener.on_checkpoint(record)
 
 
 def _warn(view: ProgressView, message: str) -> None:
