@@ -33,6 +33,8 @@ from muster.train.torch import TorchConfig
         (lambda: RunConfig(verbose=5), "verbose", "5"),
         (lambda: RunConfig(worker_timeout_s=0), "worker_timeout_s", "0"),
         (lambda: RunConfig(worker_timeout_s=-1.5), "worker_timeout_s", "-1.5"),
+        (lambda: RunConfig(upload_drain_s=-1), "upload_drain_s", "-1"),
+        (lambda: RunConfig(upload_drain_s="60"), "upload_drain_s", "'60'"),
         (lambda: TorchConfig(backend="tcp"), "backend", "'tcp'"),
         (lambda: TorchConfig(init_method="file"), "init_method", "'file'"),
         (lambda: TorchConfig(timeout_s=0), "timeout_s", "0"),
