@@ -163,5 +163,25 @@ class TrainingFailedError(MusterError):
     def root_cause(self) -> BaseException | None:
         return self.attempts[-1] if self.attempts else None
 
+
+def root_cause_summary(error: BaseException, tail: int = 3) -> str:
+    """A few lines for a console: the root cause's type and message, and its last traceback lines.
+
+    Unwraps ``TrainingFailedError`` to the failure that came first in its last
+    attempt, and a ``TaskError`` to the remote exception it carries.
+    """
+    while isinstance(error, TrainingFailedError) and error.root_cause is not None:
+        error = error.root_cause
+    if isinstance(error, TaskError):
+        head = f"{error.cause_type}: {error.message}".strip()
+        where = f" (in {error.label})" if error.label else ""
+        lines = [ln for ln in error.remote_traceback.rstrip().splitlines() if ln.strip()]
+        # The last line of a traceback repeats the message: show the frames above it.
+        frames = lines[:-1][-tail:] if len(lines) > 1 else []
+        return "\n".join([head + where, *frames])
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
     def __reduce__(self) -> Any:
         return (type(self), (self.attempts, self.run_path, self.max_failures))

@@ -20,7 +20,7 @@ from typing import Any
 
 from muster.core import resources as res
 from muster.core.api import get_runtime
-from muster.exceptions import ResourcesUnavailableError
+from muster.exceptions import ResourcesUnavailableError, root_cause_summary
 from muster.observe.tune_progress import TuneProgress, flatten_config
 from muster.train.checkpoint import Checkpoint
 from muster.train.storage import Storage
@@ -249,8 +249,7 @@ class TuneController:
             self.errors[trial.trial_id] = outcome
             self.scheduler.on_trial_error(self, trial)
             self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
-            first_line = str(outcome).strip().splitlines()[0] if str(outcome).strip() else type(outcome).__name__
-            self.progress.event(f"{trial.trial_name} ERROR: {first_line}")
+            self.progress.event(f"{trial.trial_name} ERROR: {root_cause_summary(outcome)}")
         elif trial.ending_as == PAUSED:
             trial.status = PAUSED
         else:
