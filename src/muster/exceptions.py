@@ -185,3 +185,78 @@ def root_cause_summary(error: BaseException, tail: int = 3) -> str:
 
     def __reduce__(self) -> Any:
         return (type(self), (self.attempts, self.run_path, self.max_failures))
+
+
+# --------------------------------------------------------------------------
+# tasks
+# --------------------------------------------------------------------------
+class TaskCancelledError(MusterError):
+    """``get`` on a task (or actor call) that ``muster.cancel`` cancelled."""
+
+    def __init__(self, label: str = "task", reason: str = "cancelled by muster.cancel()"):
+        self.label, self.reason = label, reason
+        super().__init__(f"{label} was {reason}" if reason.startswith("cancelled") else f"{label}: {reason}")
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.label, self.reason))
+
+
+# Ray raises these where muster's engine cannot fail that way; they exist so that
+# ported ``except`` clauses and ``isinstance`` checks keep working.
+class ObjectLostError(MusterError):
+    """An object's value was lost (Ray: its node died). muster's driver owns every value: not raised."""
+
+
+class OwnerDiedError(ObjectLostError):
+    """An object's owner died. muster's driver owns every object: not raised."""
+
+
+class ObjectStoreFullError(MusterError):
+    """Ray's object store ran out of memory. muster keeps values in the driver: not raised."""
+
+
+class OutOfDiskError(MusterError):
+    """Ray's object store spilled past the disk. Not raised by muster."""
+
+
+class OutOfMemoryError(MusterError):
+    """Ray's memory monitor killed a worker. On muster that shows as ``WorkerCrashedError`` (SIGKILL)."""
+
+
+class NodeDiedError(MusterError):
+    """A node of a Ray cluster died. On muster's engine a lost process is ``WorkerCrashedError``."""
+
+
+class RuntimeEnvSetupError(MusterError):
+    """Ray could not build a runtime_env. muster applies env_vars only: not raised."""
+
+
+class ActorUnavailableError(MusterError):
+    """Ray: an actor is temporarily unreachable. Not raised by muster."""
+
+
+class PendingCallsLimitExceeded(MusterError):
+    """Ray: an actor's ``max_pending_calls`` was exceeded. Not raised by muster."""
+
+
+class AsyncioActorExit(MusterError):
+    """Ray: raised inside an async actor by ``exit_actor()``. Not raised by muster."""
+
+
+# --------------------------------------------------------------------------
+# Ray's names (``ray.exceptions`` -> ``muster.exceptions``): the same classes.
+# --------------------------------------------------------------------------
+RayError = MusterError
+RaySystemError = MusterError
+RayTaskError = TaskError
+RayActorError = ActorDiedError
+TaskUnschedulableError = ResourcesUnavailableError
+ActorUnschedulableError = ResourcesUnavailableError
+LocalRayletDiedError = RuntimeNotStartedError
+
+
+class UnsupportedRayAPIError(MusterError, AttributeError):
+    """A Ray API muster does not provide; the message names the nearest muster equivalent.
+
+    Also an ``AttributeError``, so ``hasattr(muster, name)`` stays False.
+    """

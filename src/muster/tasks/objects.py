@@ -110,6 +110,19 @@ def as_instance_of_cause(err: TaskError) -> BaseException:
         return err
 
 
+def split(ref: ObjectRef, n: int) -> list[ObjectRef]:
+    """``n`` refs to the items of ``ref``'s value (a tuple of n); each fails as ``ref`` does (driver only)."""
+    parts: list[Future] = [Future() for _ in range(n)]
+
+    def fan_out(f: Future) -> None:
+        exc = f.exception()
+        for i, part in enumerate(parts):
+            part.set_exception(exc) if exc is not None else part.set_result(f.result()[i])
+
+    ref.future().add_done_callback(fan_out)
+    return [ObjectRef.new(p) for p in parts]
+
+
 def put(value: Any) -> ObjectRef:
     """Store a copy of ``value`` and return a ref to it (pass it to many tasks).
 

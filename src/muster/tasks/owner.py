@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from muster.core.api import get_runtime
 from muster.core.runtime import ActorHandle as CoreHandle
-from muster.tasks import objects
+from muster.tasks import events, objects
 
 
 def when_all(futures: list[Future], then: Callable[[], None]) -> None:
@@ -74,8 +74,23 @@ def _in_background(handle: CoreHandle, work: Callable[[], Any]) -> Future:
 
 def handle_event(handle: CoreHandle, payload: Any) -> Any:
     """Serve one request from a worker running a task or an actor."""
-    from muster.tasks import actor, remote_function
+    from muster.tasks import actor, named, remote_function
 
+    if isinstance(payload, events.TaskStarted):
+        remote_function.task_started(payload.task_id, handle)
+        return None
+    if isinstance(payload, events.ActorCallDone):
+        actor.lookup(payload.actor_id)._complete(payload.token, payload.ok, payload.value)
+        return None
+    if isinstance(payload, events.Cancel):
+        from muster.tasks.cancel import cancel
+
+        return cancel(objects.ObjectRef(payload.ref_id), force=payload.force)
+    if isinstance(payload, events.GetActor):
+        found = named.lookup(payload.name, payload.namespace)
+        return None if found is None else found._id
+    if isinstance(payload, events.ListNamedActors):
+        return named.listing(payload.all_namespaces)
     kind = payload.get("kind") if isinstance(payload, dict) else None
     if kind == "cluster_resources":
         return get_runtime().resources()
@@ -106,14 +121,26 @@ def handle_event(handle: CoreHandle, payload: Any) -> Any:
             handle, lambda: list(objects._wait_local(refs, payload["num_returns"], payload["timeout"]))
         )
     if kind == "submit":
-        ref = remote_function.submit(payload["fn"], payload["args"], payload["kwargs"], payload["options"])
-        return objects.pin(ref)
+        fn, options = payload["fn"], payload["options"]
+        ref = remote_function.submit(fn, payload["args"], payload["kwargs"], options)
+        n = remote_function.num_returns(fn, options)
+        return _pin_shaped(ref if n == "streaming" else remote_function.shape(ref, n))
     if kind == "create_actor":
-        return actor.ActorHandle(payload["cls"], payload["args"], payload["kwargs"], payload["options"])._id
+        return actor.create(payload["cls"], payload["args"], payload["kwargs"], payload["options"])._id
     if kind == "actor_call":
         target = actor.lookup(payload["actor"])
-        return objects.pin(target._call(payload["method"], payload["args"], payload["kwargs"]))
+        return _pin_shaped(target._call(payload["method"], payload["args"], payload["kwargs"],
+                                        payload.get("num_returns")))
     if kind == "kill":
         actor.lookup(payload["actor"])._kill(payload["no_restart"])
         return None
     raise ValueError(f"unknown request from a worker: {kind!r}")
+
+
+def _pin_shaped(refs: Any) -> Any:
+    """A ref's id, a list of ids, or None, for a worker to rebuild its refs from."""
+    if refs is None:
+        return None
+    if isinstance(refs, list):
+        return [objects.pin(r) for r in refs]
+    return objects.pin(refs)
