@@ -11,11 +11,10 @@ threaded actors: those accept a call at once and send its result back as an
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -47,6 +46,8 @@ def current() -> TaskInfo | None:
 
 def _collect(value: Any, num_returns: Any, name: str) -> Any:
     if inspect.iscoroutine(value):
+        import asyncio  # only async tasks pay for it
+
         value = asyncio.run(value)
     if num_returns in ("dynamic", "streaming"):
         return list(value)
@@ -114,14 +115,18 @@ class ActorHost:
     def __init__(self, obj: Any, info: TaskInfo, max_concurrency: int, is_async: bool):
         self._muster_obj, self._muster_info = obj, info
         self._muster_tasks: dict[int, Any] = {}
-        self._muster_loop: asyncio.AbstractEventLoop | None = None
-        self._muster_pool: ThreadPoolExecutor | None = None
+        self._muster_loop: Any = None  # an asyncio loop, for async actors
+        self._muster_pool: Any = None  # a ThreadPoolExecutor, for threaded actors
         if is_async:
+            import asyncio
+
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="muster-actor-loop", daemon=True).start()
             self._muster_loop = loop
             self._muster_sem = asyncio.Semaphore(max_concurrency)
         elif max_concurrency > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
             self._muster_pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="muster-actor")
 
     def __getattr__(self, name: str) -> Any:
@@ -137,6 +142,8 @@ class ActorHost:
         fn = getattr(self._muster_obj, method)
         name = f"{type(self._muster_obj).__name__}.{method}"
         if self._muster_loop is not None:
+            import asyncio
+
             async def run() -> Any:
                 async with self._muster_sem:
                     value = fn(*args, **kwargs)
