@@ -24,6 +24,7 @@ from muster.exceptions import ResourcesUnavailableError, root_cause_summary
 from muster.observe.tune_progress import TuneProgress, flatten_config
 from muster.train.checkpoint import Checkpoint
 from muster.train.storage import Storage
+from muster.tune.callback import CallbackList
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
 from muster.tune.stopper import Stopper
 from muster.tune.trial import (
@@ -73,6 +74,7 @@ class TuneController:
         self._dirty = True
         self._last_save = 0.0
         self._plans: dict[str, RunPlan] = {}
+        self.callbacks = CallbackList(None)  # the Tuner sets RunConfig(callbacks=...)'s Tune callbacks
 
     # -- what schedulers may ask ----------------------------------------------------------
     def live_trials(self) -> list[Trial]:
@@ -87,6 +89,7 @@ class TuneController:
         self.total = runtime.resources()
         started = time.monotonic()
         self.progress.start()
+        self.callbacks("setup")
         try:
             while True:
                 self._start_trials()
@@ -124,6 +127,7 @@ class TuneController:
         finally:
             self._save(force=True)
             self.progress.stop(self.trials)
+            self.callbacks("on_experiment_end", self.trials)
 
     def _running(self) -> list[Trial]:
         return [t for t in self.trials if t.run is not None]
@@ -207,6 +211,7 @@ class TuneController:
         trial.run, trial.status, trial.ending_as = run, RUNNING, None
         self._dirty = True
         self.progress.event(f"{trial.trial_name} started with {_short(trial.config)}")
+        self.callbacks.trial_event("on_trial_start", self.trials, trial)
         run.start()
 
     def _trial_storage(self, trial: Trial) -> Storage:
@@ -229,6 +234,7 @@ class TuneController:
         trial.last_result, trial.num_results = result, trial.num_results + 1
         self._dirty = True
         self.searcher.on_trial_result(trial.trial_id, result)
+        self.callbacks.trial_event("on_trial_result", self.trials, trial, result=result)
         if self.stopper(trial.trial_id, result):
             self._stop(trial, TERMINATED)
         else:
@@ -250,12 +256,14 @@ class TuneController:
             self.scheduler.on_trial_error(self, trial)
             self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
             self.progress.event(f"{trial.trial_name} ERROR: {root_cause_summary(outcome)}")
+            self.callbacks.trial_event("on_trial_error", self.trials, trial)
         elif trial.ending_as == PAUSED:
             trial.status = PAUSED
         else:
             trial.status = TERMINATED
             self.scheduler.on_trial_complete(self, trial, trial.last_result or None)
             self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None)
+            self.callbacks.trial_event("on_trial_complete", self.trials, trial)
         trial.ending_as = None
 
     def _stop(self, trial: Trial, ending_as: str) -> None:
