@@ -41,7 +41,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "annotations": "no muster equivalent",
     },
     "muster.train": {
-        "DataConfig": "muster.train.get_dataset_shard needs muster.data; pass datasets= to the trainer",
+        "DataConfig": "shard data in the loop with muster.train.torch.prepare_data_loader (DistributedSampler)",
+        "ValidationConfig": "validate in train_loop_per_worker and report the metrics with muster.train.report",
+        "LoggingConfig": "muster.init(logging_level=...) and RunConfig(verbose=...)",
+        "SyncConfig": "RunConfig(storage_path=...): checkpoints are written to storage directly",
         "BackendConfig": "TorchTrainer(torch_config=muster.train.torch.TorchConfig(...))",
     },
     "muster.tune": {
