@@ -42,7 +42,9 @@ def cluster_resources() -> dict[str, float]:
     from muster.core.api import get_runtime
 
     if context.in_worker():
-        return context.send_event({"kind": "cluster_resources"})
+        from muster.tasks.events import Resources
+
+        return context.send_event(Resources(available=False))
     return get_runtime().resources()
 
 
@@ -54,7 +56,9 @@ def available_resources() -> dict[str, float]:
     from muster.core.api import get_runtime
 
     if context.in_worker():
-        return context.send_event({"kind": "available_resources"})
+        from muster.tasks.events import Resources
+
+        return context.send_event(Resources(available=True))
     return get_runtime().available()
 
 

@@ -22,7 +22,7 @@ from muster.core.api import get_runtime
 from muster.core.init_options import current_namespace
 from muster.core.runtime import ActorHandle as CoreHandle
 from muster.exceptions import ActorDiedError, TaskCancelledError
-from muster.tasks import named, owner
+from muster.tasks import events, named, owner
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.objects import ObjectRef, snapshot_args, split
@@ -89,9 +89,7 @@ class ActorClass:
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Start the actor; returns its handle at once (creation goes on in the background)."""
         if core_context.in_worker():
-            actor_id = core_context.send_event(
-                {"kind": "create_actor", "cls": self._cls, "args": args, "kwargs": kwargs, "options": self._options}
-            )
+            actor_id = core_context.send_event(events.CreateActor(self._cls, args, kwargs, self._options))
             return WorkerActorHandle(actor_id, self._cls)
         args, kwargs = snapshot_args(args, kwargs, f"{self._cls.__name__}.remote()")  # as they are now
         return create(self._cls, args, kwargs, self._options)
@@ -331,16 +329,13 @@ class WorkerActorHandle:
         return _Method(self, name)
 
     def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None) -> Any:
-        reply = core_context.send_event(
-            {"kind": "actor_call", "actor": self._id, "method": method, "args": args, "kwargs": kwargs,
-             "num_returns": num_returns}
-        )
+        reply = core_context.send_event(events.ActorCall(self._id, method, args, kwargs, num_returns))
         if reply is None or isinstance(reply, list):
             return None if reply is None else [ObjectRef(i) for i in reply]
         return ObjectRef(reply)
 
     def _kill(self, no_restart: bool = True) -> None:
-        core_context.send_event({"kind": "kill", "actor": self._id, "no_restart": no_restart})
+        core_context.send_event(events.Kill(self._id, no_restart))
 
     def __reduce__(self) -> Any:
         return (_handle_from_id, (self._id,))

@@ -17,8 +17,8 @@ from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.init_options import current_namespace
 from muster.exceptions import ResourcesUnavailableError, TaskCancelledError, TaskError, WorkerCrashedError
+from muster.tasks import events, owner
 from muster.tasks import options as opts
-from muster.tasks import owner
 from muster.tasks import runtime_context as rc
 from muster.tasks.generators import ObjectRefGenerator
 from muster.tasks.objects import ObjectRef, snapshot_args, split
@@ -51,9 +51,7 @@ class RemoteFunction:
         ``num_returns="streaming"``) returns an ``ObjectRefGenerator`` itself.
         """
         if core_context.in_worker():
-            reply = core_context.send_event(
-                {"kind": "submit", "fn": self._fn, "args": args, "kwargs": kwargs, "options": self._options}
-            )
+            reply = core_context.send_event(events.Submit(self._fn, args, kwargs, self._options))
             if reply is None or isinstance(reply, list):
                 return None if reply is None else [ObjectRef(i) for i in reply]
             ref = ObjectRef(reply)
