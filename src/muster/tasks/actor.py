@@ -14,7 +14,7 @@ import itertools
 import queue
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from muster.core import context as core_context
 from muster.core import resources as res
@@ -57,7 +57,7 @@ def method(*args: Any, **options: Any) -> Any:
         raise TypeError(f"@muster.method takes keyword options only (num_returns=...); got {unknown or args}.")
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn.__muster_method_options__ = dict(options)  # type: ignore[attr-defined]
+        setattr(fn, "__muster_method_options__", dict(options))
         return fn
 
     return decorate
@@ -179,7 +179,7 @@ class ActorHandle:
                     dep.exception()  # wait for it
                 a, kw = owner.resolve(self._args, self._kwargs)
                 core = get_runtime().create_actor(
-                    self._factory(), a, kw, self._resources, label=f"actor {self._cls.__name__}",  # type: ignore[arg-type]
+                    cast(type, self._factory()), a, kw, self._resources, label=f"actor {self._cls.__name__}",
                     on_event=owner.handle_event,
                 )
                 core.set_handlers(owner.handle_event, self._on_death)

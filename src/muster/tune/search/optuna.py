@@ -57,10 +57,10 @@ class OptunaSearch(Searcher):
         self._metrics: list[str] | None = list(metric) if isinstance(metric, (list, tuple)) else None
         self._modes: list[str] | None = list(mode) if isinstance(mode, (list, tuple)) else None
         _check_objectives(self._metrics, self._modes)
-        super().__init__(
-            self._metrics[0] if self._metrics else metric,  # type: ignore[arg-type]
-            self._modes[0] if self._modes else mode,  # type: ignore[arg-type]
-        )
+        first_metric = self._metrics[0] if self._metrics else metric
+        first_mode = self._modes[0] if self._modes else mode
+        super().__init__(first_metric if isinstance(first_metric, str) else None,
+                         first_mode if isinstance(first_mode, str) else None)
         self._optuna = optuna
         optuna.logging.set_verbosity(logging.WARNING)
         self._sampler = sampler or optuna.samplers.TPESampler(seed=seed)
@@ -149,14 +149,15 @@ class OptunaSearch(Searcher):
             return
         result = result or self._last.pop(trial_id, None)
         names = self._metrics or ([self.metric] if self.metric else [])
-        values = [(result or {}).get(m) for m in names]
+        found = [(result or {}).get(m) for m in names]
+        values = [float(v) for v in found if isinstance(v, (int, float))]
         state = self._optuna.trial.TrialState
-        if error or not values or not all(isinstance(v, (int, float)) for v in values):
+        if error or not values or len(values) != len(found):
             self._study.tell(ot, state=state.FAIL)
         elif self._metrics:
-            self._study.tell(ot, [float(v) for v in values])  # type: ignore[arg-type]
+            self._study.tell(ot, values)
         else:
-            self._study.tell(ot, float(values[0]))  # type: ignore[arg-type]
+            self._study.tell(ot, values[0])
 
 
 def _check_objectives(metrics: list[str] | None, modes: list[str] | None) -> None:
