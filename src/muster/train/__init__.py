@@ -29,6 +29,7 @@ from muster.train.reported import (
     ReportedCheckpointStatus,
     get_all_reported_checkpoints,
     get_preemption_info,
+    note_report,
 )
 from muster.train.run_state import RunAlreadyFinishedError
 
@@ -81,6 +82,7 @@ def report(
                              "copies every reported checkpoint; use SYNC or ASYNC.")
         mode = mode.value.lower()
     _session.get_session("report").report(metrics, checkpoint, mode)
+    note_report(checkpoint)
 
 
 def get_checkpoint() -> Checkpoint | None:

@@ -1,8 +1,8 @@
 """Ray Train V2's calls about reported checkpoints and preemption, inside ``train_loop_per_worker``.
 
 ``get_all_reported_checkpoints`` reads the run's committed checkpoints (and
-the metrics reported with each) from storage, after this worker's uploads
-are done and no round is being committed.  ``get_preemption_info`` is always
+the metrics reported with each) from storage, once the latest round in which
+this worker reported a checkpoint is committed.  ``get_preemption_info`` is always
 None: muster's engine receives no preemption notices.
 """
 
@@ -16,9 +16,17 @@ from typing import Any
 from muster.train._internal import session as _session
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import CheckpointConsistencyMode
-from muster.train.storage import MANIFEST, STAGING, Storage
+from muster.train.storage import MANIFEST, Storage
 
 _DEFAULT_WAIT_S = 120.0
+_last_checkpoint_round: dict[int, int] = {}  # id(session) -> its latest round that reported a checkpoint
+
+
+def note_report(checkpoint: Checkpoint | None) -> None:
+    """Called after each ``report``: remember the round if it carried a checkpoint."""
+    if checkpoint is not None:
+        session = _session.get_session("report")
+        _last_checkpoint_round[id(session)] = session.round
 
 
 class ReportedCheckpointStatus(Enum):
@@ -58,11 +66,13 @@ def get_all_reported_checkpoints(
 ) -> list[ReportedCheckpoint]:
     """Every committed checkpoint of this run so far, oldest first (those retention deleted are gone).
 
-    Waits for this worker's asynchronous uploads and for any round being
-    committed (up to ``timeout_s``, default 120 s).
+    Waits for this worker's asynchronous uploads and until the latest round
+    in which it reported a checkpoint is committed (up to ``timeout_s``,
+    default 120 s; a round in which no rank's checkpoint folder had files is
+    never committed, so do not wait on one).
 
     Raises:
-        TimeoutError: a round was still being committed after ``timeout_s``.
+        TimeoutError: that round was not committed within ``timeout_s``.
         RuntimeError: called outside a training worker.
     """
     if not isinstance(consistency_mode, CheckpointConsistencyMode):
@@ -71,12 +81,12 @@ def get_all_reported_checkpoints(
     session = _session.get_session("get_all_reported_checkpoints")
     session.drain()
     storage = Storage.at(session.context.get_run_dir())
-    staging = storage.join(storage.run_dir, STAGING)
+    wanted = _last_checkpoint_round.get(id(session))
     deadline = time.monotonic() + (_DEFAULT_WAIT_S if timeout_s is None else timeout_s)
-    while storage.exists(staging) and storage.listdir(staging):
+    while wanted is not None and not storage.exists(storage.join(storage.checkpoint_dir(wanted), MANIFEST)):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"get_all_reported_checkpoints: a checkpoint was still being committed after "
-                               f"{timeout_s or _DEFAULT_WAIT_S} s; pass a larger timeout_s.")
+            raise TimeoutError(f"get_all_reported_checkpoints: the checkpoint of round {wanted} was not committed "
+                               f"within {timeout_s or _DEFAULT_WAIT_S} s; pass a larger timeout_s.")
         time.sleep(0.05)
     out = []
     for r in storage.committed_rounds():
