@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,7 @@ def init(
     resources: dict[str, float] | None = None,
     ignore_reinit_error: bool = False,
     configure_logging: bool = True,
-    logging_level: int | str = logging.INFO,
+    logging_level: int | str | None = None,
     logging_format: str | None = None,
     log_to_driver: bool = True,
     namespace: str | None = None,
@@ -50,8 +49,8 @@ def init(
         resources: custom resources, e.g. ``{"accelerator_x": 2}``.
         ignore_reinit_error: return the running engine instead of raising
             when called twice.
-        configure_logging / logging_level / logging_format: set up the
-            ``muster`` logger (as Ray does for ``ray``).
+        configure_logging / logging_level / logging_format: with a level or a
+            format, set up the ``muster`` logger (a handler on stderr).
         log_to_driver: ``False`` keeps workers' output off this console
             (the run store still records it).
         namespace: where named actors are registered and looked up.

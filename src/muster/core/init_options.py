@@ -6,7 +6,8 @@ something on its engine and accepts the rest as documented no-ops (never a
 
 =========================  ====================================================
 honoured                   ``configure_logging``, ``logging_level``,
-                           ``logging_format`` (the ``muster`` logger);
+                           ``logging_format`` (the ``muster`` logger, when a
+                           level or format is given);
                            ``log_to_driver`` (worker output on the driver's
                            console); ``namespace`` (named actors);
                            ``runtime_env={"env_vars": {...}}`` (set for every
@@ -52,7 +53,7 @@ class InitOptions:
     """The Ray keywords of one ``muster.init`` call (see the module docstring)."""
 
     configure_logging: bool = True
-    logging_level: int | str = logging.INFO
+    logging_level: int | str | None = None
     logging_format: str | None = None
     log_to_driver: bool = True
     namespace: str | None = None
@@ -60,7 +61,7 @@ class InitOptions:
     ignored: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if isinstance(self.logging_level, str):
+        if isinstance(self.logging_level, str):  # "info", "WARNING", ...
             level = logging.getLevelName(self.logging_level.upper())
             if not isinstance(level, int):
                 raise ValueError(
@@ -89,9 +90,9 @@ class InitOptions:
     def apply(self) -> None:
         """Act on the honoured keywords; warn once about runtime_env keys that do nothing here."""
         global _namespace
-        if self.configure_logging:
+        if self.configure_logging and (self.logging_level is not None or self.logging_format is not None):
             logger = logging.getLogger("muster")
-            logger.setLevel(self.logging_level)
+            logger.setLevel(self.logging_level if self.logging_level is not None else logging.INFO)
             if self.logging_format is not None or not logger.handlers:
                 handler = logging.StreamHandler()
                 handler.setFormatter(logging.Formatter(self.logging_format or "%(asctime)s %(levelname)s %(name)s: %(message)s"))
