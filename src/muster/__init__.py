@@ -2,16 +2,36 @@
 
 The public API follows Ray's name for name (``ray`` -> ``muster``).  Training
 lives in :mod:`muster.train`; this module holds the engine controls and Ray
-Core's tasks, actors and objects (``remote``, ``get``, ``wait``, ``put``, ``kill``).
+Core's tasks, actors and objects (``remote``, ``get``, ``wait``, ``put``,
+``kill``, ``cancel``, ``get_actor``, ``method``, ``get_runtime_context``).
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from muster.core.api import init, is_initialized, shutdown
 from muster.exceptions import MusterError
-from muster.tasks import ObjectRef, get, get_gpu_ids, kill, put, remote, wait
+from muster.tasks import (
+    ObjectRef,
+    ObjectRefGenerator,
+    cancel,
+    get,
+    get_actor,
+    get_gpu_ids,
+    get_runtime_context,
+    kill,
+    method,
+    put,
+    remote,
+    wait,
+)
 
 __version__ = "0.1.0"
+
+# Subpackages reached as attributes (``ray.util.ActorPool`` style) without an import first.
+_LAZY_SUBMODULES = ("util", "train", "tune", "exceptions", "data", "serve", "observe")
 
 
 def cluster_resources() -> dict[str, float]:
@@ -22,7 +42,9 @@ def cluster_resources() -> dict[str, float]:
     from muster.core.api import get_runtime
 
     if context.in_worker():
-        return context.send_event({"kind": "cluster_resources"})
+        from muster.tasks.events import Resources
+
+        return context.send_event(Resources(available=False))
     return get_runtime().resources()
 
 
@@ -34,16 +56,43 @@ def available_resources() -> dict[str, float]:
     from muster.core.api import get_runtime
 
     if context.in_worker():
-        return context.send_event({"kind": "available_resources"})
+        from muster.tasks.events import Resources
+
+        return context.send_event(Resources(available=True))
     return get_runtime().available()
+
+
+def nodes() -> list[dict[str, Any]]:
+    """The engine's nodes, as Ray's ``ray.nodes()`` lists them (one on the embedded engine)."""
+    from muster.tasks import runtime_context as rc
+
+    return [{"NodeID": rc.node_id(), "Alive": True, "NodeManagerAddress": rc.node_ip_address(),
+             "NodeManagerHostname": __import__("socket").gethostname(), "Resources": cluster_resources()}]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        try:
+            return importlib.import_module(f"muster.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"muster.{name}":
+                raise
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster", name)
 
 
 __all__ = [
     "MusterError",
     "ObjectRef",
+    "ObjectRefGenerator",
+    "cancel",
     "get",
+    "get_actor",
     "get_gpu_ids",
+    "get_runtime_context",
     "kill",
+    "method",
     "put",
     "remote",
     "wait",
@@ -52,5 +101,6 @@ __all__ = [
     "cluster_resources",
     "init",
     "is_initialized",
+    "nodes",
     "shutdown",
 ]

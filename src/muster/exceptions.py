@@ -163,5 +163,100 @@ class TrainingFailedError(MusterError):
     def root_cause(self) -> BaseException | None:
         return self.attempts[-1] if self.attempts else None
 
+
+def root_cause_summary(error: BaseException, tail: int = 3) -> str:
+    """A few lines for a console: the root cause's type and message, and its last traceback lines.
+
+    Unwraps ``TrainingFailedError`` to the failure that came first in its last
+    attempt, and a ``TaskError`` to the remote exception it carries.
+    """
+    while isinstance(error, TrainingFailedError) and error.root_cause is not None:
+        error = error.root_cause
+    if isinstance(error, TaskError):
+        head = f"{error.cause_type}: {error.message}".strip()
+        where = f" (in {error.label})" if error.label else ""
+        lines = [ln for ln in error.remote_traceback.rstrip().splitlines() if ln.strip()]
+        # The last line of a traceback repeats the message: show the frames above it.
+        frames = lines[:-1][-tail:] if len(lines) > 1 else []
+        return "\n".join([head + where, *frames])
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
     def __reduce__(self) -> Any:
         return (type(self), (self.attempts, self.run_path, self.max_failures))
+
+
+# --------------------------------------------------------------------------
+# tasks
+# --------------------------------------------------------------------------
+class TaskCancelledError(MusterError):
+    """``get`` on a task (or actor call) that ``muster.cancel`` cancelled."""
+
+    def __init__(self, label: str = "task", reason: str = "cancelled by muster.cancel()"):
+        self.label, self.reason = label, reason
+        super().__init__(f"{label} was {reason}" if reason.startswith("cancelled") else f"{label}: {reason}")
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.label, self.reason))
+
+
+# Ray raises these where muster's engine cannot fail that way; they exist so that
+# ported ``except`` clauses and ``isinstance`` checks keep working.
+class ObjectLostError(MusterError):
+    """An object's value was lost (Ray: its node died). muster's driver owns every value: not raised."""
+
+
+class OwnerDiedError(ObjectLostError):
+    """An object's owner died. muster's driver owns every object: not raised."""
+
+
+class ObjectStoreFullError(MusterError):
+    """Ray's object store ran out of memory. muster keeps values in the driver: not raised."""
+
+
+class OutOfDiskError(MusterError):
+    """Ray's object store spilled past the disk. Not raised by muster."""
+
+
+class OutOfMemoryError(MusterError):
+    """Ray's memory monitor killed a worker. On muster that shows as ``WorkerCrashedError`` (SIGKILL)."""
+
+
+class NodeDiedError(MusterError):
+    """A node of a Ray cluster died. On muster's engine a lost process is ``WorkerCrashedError``."""
+
+
+class RuntimeEnvSetupError(MusterError):
+    """Ray could not build a runtime_env. muster applies env_vars only: not raised."""
+
+
+class ActorUnavailableError(MusterError):
+    """Ray: an actor is temporarily unreachable. Not raised by muster."""
+
+
+class PendingCallsLimitExceeded(MusterError):
+    """Ray: an actor's ``max_pending_calls`` was exceeded. Not raised by muster."""
+
+
+class AsyncioActorExit(MusterError):
+    """Ray: raised inside an async actor by ``exit_actor()``. Not raised by muster."""
+
+
+# --------------------------------------------------------------------------
+# Ray's names (``ray.exceptions`` -> ``muster.exceptions``): the same classes.
+# --------------------------------------------------------------------------
+RayError = MusterError
+RaySystemError = MusterError
+RayTaskError = TaskError
+RayActorError = ActorDiedError
+TaskUnschedulableError = ResourcesUnavailableError
+ActorUnschedulableError = ResourcesUnavailableError
+LocalRayletDiedError = RuntimeNotStartedError
+
+
+class UnsupportedRayAPIError(MusterError, AttributeError):
+    """A Ray API muster does not provide; the message names the nearest muster equivalent.
+
+    Also an ``AttributeError``, so ``hasattr(muster, name)`` stays False.
+    """

@@ -88,8 +88,10 @@ def test_gpu_actor_holds_its_gpu_and_gpu_tasks_wait_for_the_other(gpu_engine):
         assert all(ids == [1 - actor_gpu] for _, _, ids in runs)  # never the actor's GPU
         for (_, end, _), (start, _, _) in zip(runs, runs[1:]):
             assert start >= end, f"two num_gpus=1 tasks shared the one free GPU: {runs}"
+        with pytest.warns(UserWarning, match="GPU=3"):
+            ref = gpu_window.options(num_gpus=3).remote(0)
         with pytest.raises(ResourcesUnavailableError, match="GPU=3"):
-            gpu_window.options(num_gpus=3).remote(0)
+            muster.get(ref, timeout=30)
     finally:
         muster.kill(a)
     assert muster.get_gpu_ids() == []  # the driver holds none

@@ -161,17 +161,27 @@ def test_same_resource_shape_reuses_the_worker_process():
     assert len(set(pids)) == 1 and pids[0] != os.getpid()
 
 
-def test_impossible_requests_fail_at_remote_time_naming_ask_and_supply():
+def test_impossible_requests_return_a_ref_that_fails_fast_naming_ask_and_supply():
+    """As in Ray, .remote() of a task that can never run returns a ref (with a warning naming what is
+    missing); get() and wait() raise/return at once instead of hanging."""
+    with pytest.warns(UserWarning, match="GPU=1"):
+        ref = square.options(num_gpus=1).remote(2)
+    ready, _ = muster.wait([ref], timeout=TIMEOUT)
+    assert ready == [ref]
     with pytest.raises(ResourcesUnavailableError) as info:
-        square.options(num_gpus=1).remote(2)
+        muster.get(ref, timeout=TIMEOUT)
     msg = str(info.value)
     assert "GPU=1" in msg and "GPU=0" in msg and "square" in msg
+    with pytest.warns(UserWarning, match="CPU=100"):
+        ref = square.options(num_cpus=100).remote(2)
     with pytest.raises(ResourcesUnavailableError) as info:
-        square.options(num_cpus=100).remote(2)
+        muster.get(ref, timeout=TIMEOUT)
     assert "CPU=100" in str(info.value) and "CPU=4" in str(info.value)
     assert info.value.requested == {"CPU": 100.0}
+    with pytest.warns(UserWarning, match="accelerator_x"):
+        ref = square.options(resources={"accelerator_x": 1}).remote(2)
     with pytest.raises(ResourcesUnavailableError, match="accelerator_x"):
-        square.options(resources={"accelerator_x": 1}).remote(2)
+        muster.get(ref, timeout=TIMEOUT)
 
 
 def test_options_are_validated():

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from muster.core import settings
+from muster.core.init_options import InitOptions, split_keywords
 from muster.core.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -23,6 +24,13 @@ def init(
     num_gpus: float | None = None,
     resources: dict[str, float] | None = None,
     ignore_reinit_error: bool = False,
+    configure_logging: bool = True,
+    logging_level: int | str | None = None,
+    logging_format: str | None = None,
+    log_to_driver: bool = True,
+    namespace: str | None = None,
+    runtime_env: dict[str, Any] | None = None,
+    **ray_keywords: Any,
 ) -> Runtime:
     """Start muster's engine in this process (optional: first use starts it).
 
@@ -41,6 +49,17 @@ def init(
         resources: custom resources, e.g. ``{"accelerator_x": 2}``.
         ignore_reinit_error: return the running engine instead of raising
             when called twice.
+        configure_logging / logging_level / logging_format: with a level or a
+            format, set up the ``muster`` logger (a handler on stderr).
+        log_to_driver: ``False`` keeps workers' output off this console
+            (the run store still records it).
+        namespace: where named actors are registered and looked up.
+        runtime_env: ``{"env_vars": {...}}`` is set for every worker started
+            afterwards; other keys warn and do nothing.
+        **ray_keywords: Ray's other ``init`` keywords (``include_dashboard``,
+            ``dashboard_host``/``dashboard_port``, ``object_store_memory``,
+            ``local_mode``, ``job_config``, ``_temp_dir``, ...), accepted and
+            ignored: see :mod:`muster.core.init_options`.
 
     Returns:
         The engine.
@@ -49,8 +68,14 @@ def init(
         RuntimeError: already initialised (unless ``ignore_reinit_error``).
         ValueError: a bad resource amount or an unknown address.
         ImportError: a cluster address without Ray installed.
+        TypeError: a keyword neither muster's nor Ray's ``init`` takes.
     """
     global _runtime
+    split_keywords(ray_keywords)  # an unknown keyword is a TypeError naming it
+    options = InitOptions(
+        configure_logging=configure_logging, logging_level=logging_level, logging_format=logging_format,
+        log_to_driver=log_to_driver, namespace=namespace, runtime_env=runtime_env, ignored=ray_keywords,
+    )
     with _lock:
         if _runtime is not None:
             if ignore_reinit_error:
@@ -59,6 +84,7 @@ def init(
                 "muster.init() was already called in this process. Call muster.shutdown() first, "
                 "or pass ignore_reinit_error=True."
             )
+        options.apply()
         rt = _make_engine(address, num_cpus, num_gpus, resources)
         rt.start()  # begin importing torch in the zygote while the caller goes on
         _runtime = rt

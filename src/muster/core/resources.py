@@ -73,6 +73,8 @@ def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str
     hints = []
     if "GPU" in missing and total.get("GPU", 0) == 0:
         hints.append("this machine has no GPU visible to muster: set ScalingConfig(use_gpu=False) / num_gpus=0")
+    elif "GPU" in missing:
+        hints.append(f"ask for at most {_n(total.get('GPU', 0))} GPUs in all (num_gpus= / num_workers)")
     if "CPU" in missing:
         hints.append(
             "lower num_workers or resources_per_worker={'CPU': ...} (num_cpus= for tasks), or tell muster "

@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from muster.tasks.actor import ActorClass, ActorHandle, WorkerActorHandle
+from muster.tasks.actor import ActorClass, ActorHandle, WorkerActorHandle, method
+from muster.tasks.cancel import cancel
+from muster.tasks.generators import ObjectRefGenerator
+from muster.tasks.named import get_actor, list_named_actors
 from muster.tasks.objects import ObjectRef, get, put, wait
 from muster.tasks.remote_function import RemoteFunction
+from muster.tasks.runtime_context import RuntimeContext, get_runtime_context
 
 
 def remote(*args: Any, **options: Any) -> Any:
@@ -15,7 +19,13 @@ def remote(*args: Any, **options: Any) -> Any:
 
     ``@muster.remote``, ``@muster.remote(num_cpus=2, num_gpus=1, resources={...})``,
     ``max_retries=`` (tasks: retries after the process died, default 3),
-    ``max_restarts=`` (actors: restarts after the process died, default 0).
+    ``max_restarts=`` (actors: restarts after the process died, default 0),
+    ``num_returns=`` (tasks: an int, "dynamic" or "streaming"),
+    ``max_concurrency=`` (actors: calls that may overlap; async actors default to 1000),
+    ``name=`` / ``namespace=`` / ``get_if_exists=`` / ``lifetime=`` (named actors),
+    ``runtime_env={"env_vars": {...}}``.  Ray's scheduling options
+    (``scheduling_strategy``, ``placement_group``...) are accepted and have no
+    effect on muster's one-node engine.
     """
     if len(args) == 1 and not options and callable(args[0]):
         return _make(args[0], {})
@@ -54,4 +64,8 @@ def get_gpu_ids() -> list[int]:
     return [int(d) for d in visible.split(",") if d.strip().isdigit()]
 
 
-__all__ = ["ActorClass", "ActorHandle", "ObjectRef", "RemoteFunction", "get", "get_gpu_ids", "kill", "put", "remote", "wait"]
+__all__ = [
+    "ActorClass", "ActorHandle", "ObjectRef", "ObjectRefGenerator", "RemoteFunction", "RuntimeContext", "cancel",
+    "get", "get_actor", "get_gpu_ids", "get_runtime_context", "kill", "list_named_actors", "method", "put",
+    "remote", "wait",
+]

@@ -2,7 +2,10 @@
 
 Calls on one actor run in the order they were made: each handle has one
 sender thread that waits for the actor to exist (or to restart), resolves
-ObjectRef arguments, and sends calls one after another.
+ObjectRef arguments, and sends calls one after another.  An async actor (one
+with ``async def`` methods) or a threaded one (``max_concurrency > 1``)
+accepts each call at once and answers through an event, so its calls overlap
+(see :mod:`muster.tasks.worker_side`).
 """
 
 from __future__ import annotations
@@ -11,20 +14,25 @@ import itertools
 import queue
 import threading
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Callable, cast
 
 from muster.core import context as core_context
 from muster.core import resources as res
 from muster.core.api import get_runtime
+from muster.core.init_options import current_namespace
 from muster.core.runtime import ActorHandle as CoreHandle
-from muster.exceptions import ActorDiedError
+from muster.exceptions import ActorDiedError, TaskCancelledError
+from muster.tasks import events, named, owner
 from muster.tasks import options as opts
-from muster.tasks import owner
-from muster.tasks.objects import ObjectRef, snapshot_args
+from muster.tasks import runtime_context as rc
+from muster.tasks.objects import ObjectRef, snapshot_args, split
+from muster.tasks.worker_side import ActorFactory, TaskInfo, is_async_class
 
 _ids = itertools.count(1)
 _actors: dict[int, "ActorHandle"] = {}
 _lock = threading.Lock()
+_calls_by_ref: dict[int, tuple[int, int]] = {}  # ref id -> (actor id, call token), while pending
+_DEFAULT_ASYNC_CONCURRENCY = 1000  # Ray's default for async actors
 
 
 def lookup(actor_id: int) -> "ActorHandle":
@@ -36,6 +44,28 @@ def _handle_from_id(actor_id: int) -> Any:
     if core_context.in_worker():
         return WorkerActorHandle(actor_id)
     return lookup(actor_id)
+
+
+def method(*args: Any, **options: Any) -> Any:
+    """Options for one actor method, as Ray's ``@ray.method(num_returns=2)``.
+
+    Raises:
+        TypeError: an option other than ``num_returns`` / ``concurrency_group``.
+    """
+    unknown = sorted(set(options) - {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions"})
+    if args or unknown:
+        raise TypeError(f"@muster.method takes keyword options only (num_returns=...); got {unknown or args}.")
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(fn, "__muster_method_options__", dict(options))
+        return fn
+
+    return decorate
+
+
+def _method_num_returns(cls: type | None, name: str) -> Any:
+    fn = getattr(cls, name, None) if cls is not None else None
+    return (getattr(fn, "__muster_method_options__", None) or {}).get("num_returns", 1)
 
 
 class ActorClass:
@@ -59,20 +89,34 @@ class ActorClass:
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Start the actor; returns its handle at once (creation goes on in the background)."""
         if core_context.in_worker():
-            actor_id = core_context.send_event(
-                {"kind": "create_actor", "cls": self._cls, "args": args, "kwargs": kwargs, "options": self._options}
-            )
-            return WorkerActorHandle(actor_id)
+            actor_id = core_context.send_event(events.CreateActor(self._cls, args, kwargs, self._options))
+            return WorkerActorHandle(actor_id, self._cls)
         args, kwargs = snapshot_args(args, kwargs, f"{self._cls.__name__}.remote()")  # as they are now
-        return ActorHandle(self._cls, args, kwargs, self._options)
+        return create(self._cls, args, kwargs, self._options)
+
+
+def create(cls: type, args: tuple, kwargs: dict, options: dict[str, Any]) -> "ActorHandle":
+    """A new actor, or with ``name=`` and ``get_if_exists=True`` the live one of that name."""
+    name = options.get("name")
+    if not name:
+        return ActorHandle(cls, args, kwargs, options)
+    namespace = options.get("namespace") or current_namespace()
+    return named.claim(namespace, name, lambda: ActorHandle(cls, args, kwargs, options),
+                       bool(options.get("get_if_exists")))
 
 
 class _Method:
-    def __init__(self, actor: Any, name: str):
-        self._actor, self._name = actor, name
+    def __init__(self, actor: Any, name: str, num_returns: Any = None):
+        self._actor, self._name, self._num_returns = actor, name, num_returns
 
-    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef:
-        return self._actor._call(self._name, args, kwargs)
+    def options(self, **options: Any) -> "_Method":
+        unknown = sorted(set(options) - {"num_returns", "name", "concurrency_group"})
+        if unknown:
+            raise TypeError(f"Actor method .options(): unknown option(s) {unknown}; supported: num_returns.")
+        return _Method(self._actor, self._name, options.get("num_returns", self._num_returns))
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._actor._call(self._name, args, kwargs, self._num_returns)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"Actor methods cannot be called directly. Use .{self._name}.remote(...).")
@@ -87,10 +131,19 @@ class ActorHandle:
         res.ensure_feasible(self._resources, 1, get_runtime().resources(), what=f"actor {cls.__name__}")
         self._restarts_left = options.get("max_restarts", 0)
         self._id = next(_ids)
+        concurrent_default = _DEFAULT_ASYNC_CONCURRENCY if is_async_class(cls) else 1
+        self._max_concurrency = int(options.get("max_concurrency") or concurrent_default)
+        self._concurrent = is_async_class(cls) or self._max_concurrency > 1
+        self._name = options.get("name")
+        self._namespace = options.get("namespace") or current_namespace()
+        self._env_vars = (options.get("runtime_env") or {}).get("env_vars") or {}
+        self._attempt = 0
         self._core: Future = Future()
         self._dead: BaseException | None = None
         self._no_restart = False
         self._calls: queue.Queue = queue.Queue()
+        self._tokens = itertools.count(1)
+        self._pending: dict[int, Future] = {}  # concurrent actors: calls sent, answer not back yet
         with _lock:
             _actors[self._id] = self
         self._start_core()
@@ -111,6 +164,14 @@ class ActorHandle:
         return f"ActorHandle({self._cls.__name__}, id={self._id})"
 
     # -- internals -------------------------------------------------------------
+    def _gone(self) -> bool:
+        return self._dead is not None
+
+    def _factory(self) -> ActorFactory:
+        info = TaskInfo(job_id=rc.driver_job_id(), actor_id=str(self._id), actor_name=self._name,
+                        namespace=self._namespace, resources=self._resources, attempt=self._attempt)
+        return ActorFactory(self._cls, info, self._max_concurrency, self._env_vars)
+
     def _start_core(self) -> None:
         def create() -> None:
             try:
@@ -118,47 +179,100 @@ class ActorHandle:
                     dep.exception()  # wait for it
                 a, kw = owner.resolve(self._args, self._kwargs)
                 core = get_runtime().create_actor(
-                    self._cls, a, kw, self._resources, label=f"actor {self._cls.__name__}",
+                    cast(type, self._factory()), a, kw, self._resources, label=f"actor {self._cls.__name__}",
                     on_event=owner.handle_event,
                 )
                 core.set_handlers(owner.handle_event, self._on_death)
                 self._core.set_result(core)
             except BaseException as exc:  # noqa: BLE001 - its calls will raise it
-                self._dead = exc
+                self._set_dead(exc)
                 self._core.set_exception(exc)
 
         threading.Thread(target=create, name=f"muster-actor-create-{self._id}", daemon=True).start()
 
+    def _set_dead(self, error: BaseException) -> None:
+        self._dead = error
+        named.forget(self)
+        self._fail_pending(error)
+
+    def _fail_pending(self, error: BaseException) -> None:
+        pending, self._pending = self._pending, {}
+        for out in pending.values():
+            if not out.done():
+                out.set_exception(error)
+
     def _on_death(self, core: CoreHandle, error: BaseException) -> None:
+        self._fail_pending(error)  # calls in flight die with the process
         if self._no_restart or self._restarts_left == 0:
-            self._dead = error
+            self._set_dead(error)
             return
         if self._restarts_left > 0:
             self._restarts_left -= 1
+        self._attempt += 1
         self._core = Future()
         self._start_core()
 
-    def _call(self, method: str, args: tuple, kwargs: dict) -> ObjectRef:
+    def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None) -> Any:
         args, kwargs = snapshot_args(args, kwargs, f"{self._cls.__name__}.{method}.remote()")  # as they are now
+        n = _method_num_returns(self._cls, method) if num_returns is None else num_returns
         out: Future = Future()
-        self._calls.put((method, args, kwargs, out))
-        return ObjectRef.new(out)
+        token = next(self._tokens)
+        ref = ObjectRef.new(out)
+        with _lock:
+            _calls_by_ref[ref.id] = (self._id, token)
+        ref_id = ref.id
+        out.add_done_callback(lambda _: _forget_call(ref_id))
+        self._calls.put((token, method, n, args, kwargs, out))
+        if n == 1:
+            return ref
+        return split(ref, n) if n else None
 
     def _send_forever(self) -> None:
         while True:
             self._send_one(*self._calls.get())  # idle, keeps no reference to the last call
 
-    def _send_one(self, method: str, args: tuple, kwargs: dict, out: Future) -> None:
+    def _send_one(self, token: int, method: str, n: Any, args: tuple, kwargs: dict, out: Future) -> None:
+        if out.done():  # cancelled before it was sent
+            return
         try:
             core: CoreHandle = self._core.result()
             for dep in owner.dependencies(args, kwargs):
                 dep.exception()  # wait for it
             a, kw = owner.resolve(args, kwargs)
         except BaseException as exc:  # noqa: BLE001 - creation failed, or a dependency did
-            out.set_exception(self._dead if isinstance(self._dead, ActorDiedError) else exc)
+            _settle(out, exc=self._dead if isinstance(self._dead, ActorDiedError) else exc)
             return
-        inner = core.call(method, *a, **kw)
+        if self._concurrent:
+            self._pending[token] = out
+            inner = core.call("_muster_submit", token, method, n, a, kw)
+            inner.add_done_callback(lambda f: self._submitted(token, f))
+            return
+        inner = core.call(method, *a, **kw) if n == 1 else core.call("_muster_call", method, n, a, kw)
         inner.add_done_callback(lambda f: _copy(f, out))
+
+    def _submitted(self, token: int, f: Future) -> None:
+        exc = f.exception()  # the call never started in the actor (the answer comes as an event otherwise)
+        if exc is not None:
+            self._complete(token, False, exc)
+
+    def _complete(self, token: int, ok: bool, value: Any) -> None:
+        """An async/threaded call's answer (its ActorCallDone event)."""
+        out = self._pending.pop(token, None)
+        if out is not None:
+            _settle(out, value=value) if ok else _settle(out, exc=value)
+
+    def _cancel(self, token: int, out: Future, force: bool) -> bool:
+        if force:
+            raise ValueError("muster.cancel(force=True) is not supported for actor calls (as in Ray); "
+                             "use force=False, or muster.kill(actor) to end the whole actor.")
+        if out.done():
+            return False
+        if self._concurrent and token in self._pending:  # running in the actor: cancel it there
+            core: CoreHandle = self._core.result()
+            core.call("_muster_cancel", token)
+            return True
+        _settle(out, exc=TaskCancelledError(f"{self._cls.__name__} call"))  # not sent yet: never will be
+        return True
 
     def _kill(self, no_restart: bool = True) -> None:
         self._no_restart = no_restart
@@ -169,38 +283,59 @@ class ActorHandle:
         get_runtime().kill(core)
         error = ActorDiedError(f"actor {self._cls.__name__}", core.pid, -9, reason="stopped by muster.kill()")
         if no_restart:
-            self._dead = error
+            self._set_dead(error)
         else:
             self._on_death(core, error)
 
 
+def _forget_call(ref_id: int) -> None:
+    with _lock:
+        _calls_by_ref.pop(ref_id, None)
+
+
+def cancel_call(ref: ObjectRef, force: bool) -> bool | None:
+    """Cancel the actor call behind ``ref``; None when ``ref`` is not an actor call's."""
+    with _lock:
+        entry = _calls_by_ref.get(ref.id)
+        actor = _actors.get(entry[0]) if entry else None
+    if entry is None or actor is None:
+        return None
+    return actor._cancel(entry[1], ref.future(), force)
+
+
+def _settle(out: Future, value: Any = None, exc: BaseException | None = None) -> None:
+    if out.done():
+        return
+    try:
+        out.set_exception(exc) if exc is not None else out.set_result(value)
+    except Exception:  # noqa: BLE001 - a racing cancel settled it first
+        pass
+
+
 def _copy(src: Future, dst: Future) -> None:
     exc = src.exception()
-    if exc is not None:
-        dst.set_exception(exc)
-    else:
-        dst.set_result(src.result())
+    _settle(dst, exc=exc) if exc is not None else _settle(dst, value=src.result())
 
 
 class WorkerActorHandle:
     """An actor handle inside a worker: calls go through the driver, which owns the actor."""
 
-    def __init__(self, actor_id: int):
-        self._id = actor_id
+    def __init__(self, actor_id: int, cls: type | None = None):
+        self._id, self._cls = actor_id, cls
 
     def __getattr__(self, name: str) -> _Method:
         if name.startswith("_"):
             raise AttributeError(name)
         return _Method(self, name)
 
-    def _call(self, method: str, args: tuple, kwargs: dict) -> ObjectRef:
-        ref_id = core_context.send_event(
-            {"kind": "actor_call", "actor": self._id, "method": method, "args": args, "kwargs": kwargs}
-        )
-        return ObjectRef(ref_id)
+    def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None) -> Any:
+        reply = core_context.send_event(events.ActorCall(self._id, method, args, kwargs, num_returns))
+        if reply is None or isinstance(reply, list):
+            return None if reply is None else [ObjectRef(i) for i in reply]
+        return ObjectRef(reply)
 
     def _kill(self, no_restart: bool = True) -> None:
-        core_context.send_event({"kind": "kill", "actor": self._id, "no_restart": no_restart})
+        core_context.send_event(events.Kill(self._id, no_restart))
 
     def __reduce__(self) -> Any:
         return (_handle_from_id, (self._id,))

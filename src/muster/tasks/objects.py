@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from muster.core import context as core_context
 from muster.core import serialization
+from muster.tasks import events
 from muster.exceptions import GetTimeoutError, TaskError
 
 _ids = itertools.count(1)
@@ -110,6 +111,19 @@ def as_instance_of_cause(err: TaskError) -> BaseException:
         return err
 
 
+def split(ref: ObjectRef, n: int) -> list[ObjectRef]:
+    """``n`` refs to the items of ``ref``'s value (a tuple of n); each fails as ``ref`` does (driver only)."""
+    parts: list[Future] = [Future() for _ in range(n)]
+
+    def fan_out(f: Future) -> None:
+        exc = f.exception()
+        for i, part in enumerate(parts):
+            part.set_exception(exc) if exc is not None else part.set_result(f.result()[i])
+
+    ref.future().add_done_callback(fan_out)
+    return [ObjectRef.new(p) for p in parts]
+
+
 def put(value: Any) -> ObjectRef:
     """Store a copy of ``value`` and return a ref to it (pass it to many tasks).
 
@@ -117,7 +131,7 @@ def put(value: Any) -> ObjectRef:
         TypeError: ``value`` cannot be serialized.
     """
     if core_context.in_worker():
-        return ObjectRef(core_context.send_event({"kind": "put", "value": value}))
+        return ObjectRef(core_context.send_event(events.Put(value)))
     return store(snapshot(value, "muster.put()"))
 
 
@@ -186,7 +200,7 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
                 "call .remote() to get a ref."
             )
     if core_context.in_worker():
-        ok_values = core_context.send_event({"kind": "get", "ids": [r.id for r in items], "timeout": timeout})
+        ok_values = core_context.send_event(events.Get([r.id for r in items], timeout))
         values = []
         for ok, value in ok_values:
             if not ok:
@@ -219,9 +233,7 @@ def wait(
         raise ValueError(f"muster.wait(num_returns={num_returns}): use a number from 0 to len(refs)={len(refs)}.")
     if core_context.in_worker():
         done_ids = set(
-            core_context.send_event(
-                {"kind": "wait", "ids": [r.id for r in refs], "num_returns": num_returns, "timeout": timeout}
-            )
+            core_context.send_event(events.Wait([r.id for r in refs], num_returns, timeout))
         )
     else:
         done_ids = _wait_local(refs, num_returns, timeout)

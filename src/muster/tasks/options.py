@@ -6,8 +6,15 @@ from typing import Any
 
 from muster.core import resources as res
 
-TASK_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_retries", "retry_exceptions", "name", "memory"}
-ACTOR_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_restarts", "max_task_retries", "name", "memory"}
+#: Ray's options that have no effect on muster's engine (one node, one Python environment); accepted.
+_NO_OP = {"scheduling_strategy", "placement_group", "placement_group_bundle_index",
+          "placement_group_capture_child_tasks", "accelerator_type", "label_selector", "_metadata",
+          "enable_task_events", "object_store_memory", "_labels"}
+TASK_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_retries", "retry_exceptions", "name", "memory",
+                "num_returns", "runtime_env", "max_calls"} | _NO_OP
+ACTOR_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_restarts", "max_task_retries", "name", "memory",
+                 "namespace", "get_if_exists", "lifetime", "max_concurrency", "runtime_env", "concurrency_groups",
+                 "max_pending_calls", "allow_out_of_order_execution"} | _NO_OP
 
 
 def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
@@ -24,6 +31,17 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
         v = options.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < -1):
             raise ValueError(f"{what}: {key}={v!r}; use an integer >= 0, or -1 for unlimited.")
+    n = options.get("num_returns")
+    if n is not None and n not in ("dynamic", "streaming") and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise ValueError(f"{what}: num_returns={n!r}; use an integer >= 0, 'dynamic' or 'streaming'.")
+    if options.get("lifetime") not in (None, "detached", "non_detached"):
+        raise ValueError(f"{what}: lifetime={options['lifetime']!r}; use None, 'detached' or 'non_detached'.")
+    mc = options.get("max_concurrency")
+    if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
+        raise ValueError(f"{what}: max_concurrency={mc!r}; use an integer >= 1.")
+    env = options.get("runtime_env")
+    if env is not None and (not isinstance(env, dict) or not isinstance(env.get("env_vars", {}), dict)):
+        raise ValueError(f"{what}: runtime_env={env!r}; pass a dict such as {{'env_vars': {{'NAME': 'value'}}}}.")
     if options.get("resources") is not None:
         custom = options["resources"]
         if not isinstance(custom, dict) or "CPU" in custom or "GPU" in custom:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from muster.core.api import get_runtime
 from muster.core.runtime import ActorHandle as CoreHandle
-from muster.tasks import objects
+from muster.tasks import events, objects
 
 
 def when_all(futures: list[Future], then: Callable[[], None]) -> None:
@@ -72,48 +72,118 @@ def _in_background(handle: CoreHandle, work: Callable[[], Any]) -> Future:
     return out
 
 
+def _get(handle: CoreHandle, e: events.Get) -> Future:
+    def get_all() -> list[tuple[bool, Any]]:
+        out = []
+        futures = [objects.lookup(i) for i in e.ids]
+        objects._wait_local([objects.ObjectRef(i, f) for i, f in zip(e.ids, futures)], len(futures), e.timeout)
+        for f in futures:
+            if not f.done():
+                from muster.exceptions import GetTimeoutError
+
+                raise GetTimeoutError(f"muster.get timed out after {e.timeout} s.")
+            exc = f.exception()
+            out.append((False, exc) if exc is not None else (True, f.result()))
+        return out
+
+    return _in_background(handle, get_all)
+
+
+def _wait(handle: CoreHandle, e: events.Wait) -> Future:
+    refs = [objects.ObjectRef(i) for i in e.ids]
+    return _in_background(handle, lambda: list(objects._wait_local(refs, e.num_returns, e.timeout)))
+
+
+def _submit(handle: CoreHandle, e: events.Submit) -> Any:
+    from muster.tasks import remote_function as rf
+
+    ref = rf.submit(e.fn, e.args, e.kwargs, e.options)
+    n = rf.num_returns(e.fn, e.options)
+    return _pin_shaped(ref if n == "streaming" else rf.shape(ref, n))
+
+
+def _create_actor(handle: CoreHandle, e: events.CreateActor) -> int:
+    from muster.tasks import actor
+
+    return actor.create(e.cls, e.args, e.kwargs, e.options)._id
+
+
+def _actor_call(handle: CoreHandle, e: events.ActorCall) -> Any:
+    from muster.tasks import actor
+
+    return _pin_shaped(actor.lookup(e.actor)._call(e.method, e.args, e.kwargs, e.num_returns))
+
+
+def _kill(handle: CoreHandle, e: events.Kill) -> None:
+    from muster.tasks import actor
+
+    actor.lookup(e.actor)._kill(e.no_restart)
+
+
+def _task_started(handle: CoreHandle, e: events.TaskStarted) -> None:
+    from muster.tasks import remote_function
+
+    remote_function.task_started(e.task_id, handle)
+
+
+def _actor_call_done(handle: CoreHandle, e: events.ActorCallDone) -> None:
+    from muster.tasks import actor
+
+    actor.lookup(e.actor_id)._complete(e.token, e.ok, e.value)
+
+
+def _cancel(handle: CoreHandle, e: events.Cancel) -> bool:
+    from muster.tasks.cancel import cancel
+
+    return cancel(objects.ObjectRef(e.ref_id), force=e.force)
+
+
+def _get_actor(handle: CoreHandle, e: events.GetActor) -> int | None:
+    from muster.tasks import named
+
+    found = named.lookup(e.name, e.namespace)
+    return None if found is None else found._id
+
+
+def _list_named(handle: CoreHandle, e: events.ListNamedActors) -> list[Any]:
+    from muster.tasks import named
+
+    return named.listing(e.all_namespaces)
+
+
+def _resources(handle: CoreHandle, e: events.Resources) -> dict[str, float]:
+    return get_runtime().available() if e.available else get_runtime().resources()
+
+
+_HANDLERS: dict[type, Callable[[CoreHandle, Any], Any]] = {
+    events.Resources: _resources,
+    events.Put: lambda handle, e: objects.pin(objects.store(e.value)),  # fresh off the wire: no copy
+    events.Get: _get,
+    events.Wait: _wait,
+    events.Submit: _submit,
+    events.CreateActor: _create_actor,
+    events.ActorCall: _actor_call,
+    events.Kill: _kill,
+    events.TaskStarted: _task_started,
+    events.ActorCallDone: _actor_call_done,
+    events.Cancel: _cancel,
+    events.GetActor: _get_actor,
+    events.ListNamedActors: _list_named,
+}
+
+
 def handle_event(handle: CoreHandle, payload: Any) -> Any:
-    """Serve one request from a worker running a task or an actor."""
-    from muster.tasks import actor, remote_function
+    """Serve one request from a worker running a task or an actor (one handler per event type)."""
+    handler = _HANDLERS.get(type(payload))
+    if handler is None:
+        raise ValueError(f"unknown request from a worker: {payload!r}")
+    return handler(handle, payload)
 
-    kind = payload.get("kind") if isinstance(payload, dict) else None
-    if kind == "cluster_resources":
-        return get_runtime().resources()
-    if kind == "available_resources":
-        return get_runtime().available()
-    if kind == "put":
-        return objects.pin(objects.store(payload["value"]))  # fresh off the wire: no copy
-    if kind == "get":
 
-        def get_all() -> list[tuple[bool, Any]]:
-            out = []
-            futures = [objects.lookup(i) for i in payload["ids"]]
-            objects._wait_local([objects.ObjectRef(i, f) for i, f in zip(payload["ids"], futures)],
-                                len(futures), payload["timeout"])
-            for f in futures:
-                if not f.done():
-                    from muster.exceptions import GetTimeoutError
-
-                    raise GetTimeoutError(f"muster.get timed out after {payload['timeout']} s.")
-                exc = f.exception()
-                out.append((False, exc) if exc is not None else (True, f.result()))
-            return out
-
-        return _in_background(handle, get_all)
-    if kind == "wait":
-        refs = [objects.ObjectRef(i) for i in payload["ids"]]
-        return _in_background(
-            handle, lambda: list(objects._wait_local(refs, payload["num_returns"], payload["timeout"]))
-        )
-    if kind == "submit":
-        ref = remote_function.submit(payload["fn"], payload["args"], payload["kwargs"], payload["options"])
-        return objects.pin(ref)
-    if kind == "create_actor":
-        return actor.ActorHandle(payload["cls"], payload["args"], payload["kwargs"], payload["options"])._id
-    if kind == "actor_call":
-        target = actor.lookup(payload["actor"])
-        return objects.pin(target._call(payload["method"], payload["args"], payload["kwargs"]))
-    if kind == "kill":
-        actor.lookup(payload["actor"])._kill(payload["no_restart"])
+def _pin_shaped(refs: Any) -> Any:
+    """A ref's id, a list of ids, or None, for a worker to rebuild its refs from."""
+    if refs is None:
         return None
-    raise ValueError(f"unknown request from a worker: {kind!r}")
+    if isinstance(refs, list):
+        return [objects.pin(r) for r in refs]
+    return objects.pin(refs)

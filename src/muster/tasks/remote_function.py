@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import functools
+import inspect
+import os
+import signal
+import threading
+import warnings
+import weakref
 from concurrent.futures import Future
 from typing import Any, Callable
 
 from muster.core import context as core_context
 from muster.core import resources as res
 from muster.core.api import get_runtime
-from muster.exceptions import TaskError, WorkerCrashedError
+from muster.core.init_options import current_namespace
+from muster.exceptions import ResourcesUnavailableError, TaskCancelledError, TaskError, WorkerCrashedError
+from muster.tasks import events, owner
 from muster.tasks import options as opts
-from muster.tasks import owner
-from muster.tasks.objects import ObjectRef, snapshot_args
+from muster.tasks import runtime_context as rc
+from muster.tasks.generators import ObjectRefGenerator
+from muster.tasks.objects import ObjectRef, snapshot_args, split
+from muster.tasks.worker_side import TaskBody, TaskInfo
 
 _DEFAULT_MAX_RETRIES = 3  # retries after the process died (Ray's default); exceptions are not retried
 
@@ -33,26 +43,76 @@ class RemoteFunction:
         """A copy with some options replaced, e.g. ``f.options(num_gpus=1).remote(x)``."""
         return RemoteFunction(self._fn, {**self._options, **options})
 
-    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef:
-        """Run the function as a task; returns a ref to its result at once."""
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the function as a task; returns a ref to its result at once.
+
+        With ``num_returns=n`` a list of n refs; with ``num_returns="dynamic"`` a
+        ref to an ``ObjectRefGenerator``; a generator function (or
+        ``num_returns="streaming"``) returns an ``ObjectRefGenerator`` itself.
+        """
         if core_context.in_worker():
-            ref_id = core_context.send_event(
-                {"kind": "submit", "fn": self._fn, "args": args, "kwargs": kwargs, "options": self._options}
-            )
-            return ObjectRef(ref_id)
+            reply = core_context.send_event(events.Submit(self._fn, args, kwargs, self._options))
+            if reply is None or isinstance(reply, list):
+                return None if reply is None else [ObjectRef(i) for i in reply]
+            ref = ObjectRef(reply)
+            return ObjectRefGenerator.of_list(ref) if num_returns(self._fn, self._options) == "streaming" else ref
         args, kwargs = snapshot_args(args, kwargs, f"{self._fn.__name__}.remote()")  # as they are now
-        return submit(self._fn, args, kwargs, self._options)
+        return shape(submit(self._fn, args, kwargs, self._options), num_returns(self._fn, self._options))
+
+
+def num_returns(fn: Callable[..., Any], options: dict[str, Any]) -> Any:
+    """``num_returns`` as given, else "streaming" for a generator function and 1 for the rest."""
+    n = options.get("num_returns")
+    if n is None:
+        return "streaming" if inspect.isgeneratorfunction(fn) else 1
+    return n
+
+
+def shape(ref: ObjectRef, n: Any) -> Any:
+    """A task's one ref as its caller expects it: one ref, n refs (None for 0), or a generator of refs."""
+    if n == "streaming":
+        return ObjectRefGenerator.of_list(ref)
+    if n == "dynamic":
+        return ObjectRef.new(ObjectRefGenerator.future_of_list(ref))
+    if n == 1:
+        return ref
+    return split(ref, n) if n else None
+
+
+_live: "weakref.WeakValueDictionary[str, _Attempts]" = weakref.WeakValueDictionary()  # task id -> its runs
+_by_ref: dict[int, str] = {}  # ref id -> task id, while the task is not done
+_live_lock = threading.Lock()
 
 
 def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str, Any]) -> ObjectRef:
     runtime = get_runtime()
     resources = opts.to_resources(options, default_cpus=1.0)
-    res.ensure_feasible(resources, 1, runtime.resources(), what=f"task {getattr(fn, '__name__', 'fn')}")
+    name = getattr(fn, "__name__", "fn")
     out: Future = Future()
     ref = ObjectRef.new(out)
-    attempts = _Attempts(runtime, fn, args, kwargs, resources, options, out)
+    try:
+        res.ensure_feasible(resources, 1, runtime.resources(), what=f"task {name}")
+    except ResourcesUnavailableError as exc:
+        # As in Ray: the ref comes back; get()/wait() raise at once. Warn now, naming what is missing.
+        warnings.warn(str(exc), stacklevel=3)
+        out.set_exception(exc)
+        return ref
+    info = TaskInfo(job_id=rc.driver_job_id(), task_id=rc.new_task_id(), namespace=current_namespace(),
+                    resources=resources)
+    body = TaskBody(fn, info, num_returns(fn, options), (options.get("runtime_env") or {}).get("env_vars") or {})
+    attempts = _Attempts(runtime, body, args, kwargs, resources, options, out)
+    with _live_lock:
+        _live[info.task_id or ""] = attempts
+        _by_ref[ref.id] = info.task_id or ""
+    ref_id = ref.id  # not the ref itself: the future must not keep its own ref alive
+    out.add_done_callback(lambda _: _forget(ref_id))
     owner.when_all(owner.dependencies(args, kwargs), attempts.start)
     return ref
+
+
+def _forget(ref_id: int) -> None:
+    with _live_lock:
+        _by_ref.pop(ref_id, None)
 
 
 class _Attempts:
@@ -63,29 +123,86 @@ class _Attempts:
     outlive its last ref until the cyclic garbage collector happened to run.
     """
 
-    def __init__(self, runtime: Any, fn: Callable[..., Any], args: tuple, kwargs: dict,
+    def __init__(self, runtime: Any, body: TaskBody, args: tuple, kwargs: dict,
                  resources: dict[str, float], options: dict[str, Any], out: Future):
-        self.runtime, self.fn, self.args, self.kwargs, self.resources, self.out = (
-            runtime, fn, args, kwargs, resources, out)
+        self.runtime, self.body, self.args, self.kwargs, self.resources, self.out = (
+            runtime, body, args, kwargs, resources, out)
         self.max_retries = options.get("max_retries", _DEFAULT_MAX_RETRIES)
         self.retry_exceptions = bool(options.get("retry_exceptions", False))
-        self.label = f"task {getattr(fn, '__name__', 'fn')}"
+        self.label = f"task {body.__name__}"
+        self.cancelled: bool | None = None  # None, or force
+        self.worker: Any = None  # the process running it now (from its TaskStarted event)
 
     def start(self, attempt: int = 0) -> None:
+        if self.cancelled is not None:
+            return
         try:
             a, kw = owner.resolve(self.args, self.kwargs)
-            inner = self.runtime.submit(self.fn, a, kw, self.resources, on_event=owner.handle_event, label=self.label)
+            inner = self.runtime.submit(self.body, a, kw, self.resources, on_event=owner.handle_event, label=self.label)
         except BaseException as exc:  # noqa: BLE001 - a failed dependency or an impossible request
-            self.out.set_exception(exc)
+            _settle(self.out, exc=exc)
             return
         inner.add_done_callback(functools.partial(self.finish, attempt=attempt))
 
     def finish(self, f: Future, attempt: int) -> None:
+        self.worker = None
         exc = f.exception()
         retriable = isinstance(exc, WorkerCrashedError) or (self.retry_exceptions and isinstance(exc, TaskError))
+        if self.cancelled is not None:
+            return  # its ref already says TaskCancelledError
         if exc is not None and retriable and (self.max_retries == -1 or attempt < self.max_retries):
             self.start(attempt + 1)
         elif exc is not None:
-            self.out.set_exception(exc)
+            _settle(self.out, exc=exc)
         else:
-            self.out.set_result(f.result())
+            _settle(self.out, value=f.result())
+
+    def started(self, worker: Any) -> None:
+        """Its TaskStarted event: the process running it (interrupt it now if cancelled meanwhile)."""
+        self.worker = worker
+        if self.cancelled is not None:
+            self.interrupt()
+
+    def cancel(self, force: bool) -> None:
+        self.cancelled = force
+        _settle(self.out, exc=TaskCancelledError(self.label))
+        self.interrupt()
+
+    def interrupt(self) -> None:
+        worker = self.worker
+        if worker is None:
+            return
+        if self.cancelled:  # force: end the process
+            self.runtime.kill(worker)
+        elif worker.pid is not None:  # KeyboardInterrupt in the task, as Ray does
+            try:
+                os.kill(worker.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+
+def _settle(out: Future, value: Any = None, exc: BaseException | None = None) -> None:
+    if out.done():
+        return
+    try:
+        out.set_exception(exc) if exc is not None else out.set_result(value)
+    except Exception:  # noqa: BLE001 - settled by a racing cancel
+        pass
+
+
+def task_started(task_id: str, worker: Any) -> None:
+    with _live_lock:
+        attempts = _live.get(task_id)
+    if attempts is not None:
+        attempts.started(worker)
+
+
+def cancel(ref: ObjectRef, force: bool) -> bool:
+    """Cancel the task behind ``ref`` (driver side); False when it is unknown or already done."""
+    with _live_lock:
+        task_id = _by_ref.get(ref.id)
+        attempts = _live.get(task_id) if task_id else None
+    if attempts is None or attempts.out.done():
+        return False
+    attempts.cancel(force)
+    return True

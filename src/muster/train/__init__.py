@@ -13,17 +13,38 @@ from typing import Any
 from muster.exceptions import TrainingFailedError
 from muster.train._internal import session as _session
 from muster.train.checkpoint import Checkpoint
-from muster.train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from muster.train.config import (
+    CheckpointConfig,
+    CheckpointConsistencyMode,
+    CheckpointUploadMode,
+    FailureConfig,
+    RunConfig,
+    ScalingConfig,
+)
 from muster.train.context import TrainContext
 from muster.train.result import Result
+from muster.train.reported import (
+    PreemptionInfo,
+    ReportedCheckpoint,
+    ReportedCheckpointStatus,
+    get_all_reported_checkpoints,
+    get_preemption_info,
+    note_report,
+)
 from muster.train.run_state import RunAlreadyFinishedError
+
+# Ray Train V2's failure classes: muster raises one, TrainingFailedError, whose attempts
+# name each root cause (a rank's exception or a dead worker); these names catch it.
+WorkerGroupError = TrainingFailedError
+ControllerError = TrainingFailedError
+PreemptionError = TrainingFailedError
 
 
 def report(
     metrics: dict[str, Any],
     checkpoint: Checkpoint | None = None,
     *,
-    checkpoint_upload_mode: str = "sync",
+    checkpoint_upload_mode: str | CheckpointUploadMode = "sync",
     **_compat: Any,
 ) -> None:
     """Record metrics (and, optionally, this rank's checkpoint files) for the current round.
@@ -41,7 +62,8 @@ def report(
         metrics: numbers, strings, or lists/dicts of them (one-element tensors are converted).
         checkpoint: ``Checkpoint.from_directory(folder)``; the files are copied
             to storage before ``report`` returns, so the folder may be deleted after.
-        checkpoint_upload_mode: ``"sync"`` (default) or ``"async"``: return at
+        checkpoint_upload_mode: ``"sync"`` (default) or ``"async"`` (or
+            ``CheckpointUploadMode.SYNC``/``ASYNC``): return at
             once and upload in the background (files are snapshotted by hard
             link first, so write each checkpoint into a new folder and do not
             rewrite its files in place). Async reports commit in order; when
@@ -63,7 +85,14 @@ def report(
             f"checkpoint_upload_mode and Ray's {sorted(_RAY_REPORT_KEYWORDS)} (accepted for "
             "compatibility). Check the spelling."
         )
-    _session.get_session("report").report(metrics, checkpoint, checkpoint_upload_mode)
+    mode = checkpoint_upload_mode
+    if isinstance(mode, CheckpointUploadMode):
+        if mode is CheckpointUploadMode.NO_UPLOAD:
+            raise ValueError("report(checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD) is not supported: muster "
+                             "copies every reported checkpoint; use SYNC or ASYNC.")
+        mode = mode.value.lower()
+    _session.get_session("report").report(metrics, checkpoint, mode)
+    note_report(checkpoint)
 
 
 #: Ray Train's other ``report()`` keywords: accepted so Ray scripts run unchanged.
@@ -82,9 +111,29 @@ def get_context() -> TrainContext:
     return _session.get_session("get_context").context
 
 
+def __getattr__(name: str) -> Any:
+    if name in ("torch", "lightning", "huggingface", "v2"):
+        import importlib
+
+        return importlib.import_module(f"muster.train.{name}")
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.train", name)
+
+
 __all__ = [
     "Checkpoint",
     "CheckpointConfig",
+    "CheckpointConsistencyMode",
+    "CheckpointUploadMode",
+    "ControllerError",
+    "PreemptionError",
+    "PreemptionInfo",
+    "ReportedCheckpoint",
+    "ReportedCheckpointStatus",
+    "WorkerGroupError",
+    "get_all_reported_checkpoints",
+    "get_preemption_info",
     "FailureConfig",
     "Result",
     "RunAlreadyFinishedError",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Literal
 
 from muster.core import resources as res
@@ -141,12 +142,26 @@ class FailureConfig:
     Args:
         max_failures: retries allowed; 0 fails on the first error, -1 retries forever.
         fail_fast: Ray's flag; ``True`` is the same as ``max_failures=0``.
+        max_preemption_failures / relax_collectives_on_preemption / preemption_grace_s:
+            Ray Train V2's preemption budget. muster's engine gets no preemption
+            notices, so a lost node counts against ``max_failures``; these are
+            accepted (and checked) so ported configs run.
     """
 
     max_failures: int = 0
     fail_fast: bool = False
+    max_preemption_failures: int = -1
+    relax_collectives_on_preemption: bool = False
+    preemption_grace_s: float = 0.0
 
     def __post_init__(self) -> None:
+        mpf = self.max_preemption_failures
+        if isinstance(mpf, bool) or not isinstance(mpf, int) or mpf < -1:
+            raise ValueError(
+                f"FailureConfig(max_preemption_failures={mpf!r}): use an integer >= 0, or -1 for no limit."
+            )
+        if not isinstance(self.preemption_grace_s, (int, float)) or self.preemption_grace_s < 0:
+            raise ValueError(f"FailureConfig(preemption_grace_s={self.preemption_grace_s!r}): use seconds >= 0.")
         if isinstance(self.max_failures, bool) or not isinstance(self.max_failures, int) or self.max_failures < -1:
             raise ValueError(
                 f"FailureConfig(max_failures={self.max_failures!r}): use an integer >= 0, or -1 to retry forever."
@@ -233,3 +248,22 @@ class RunConfig:
     def resolved_storage_path(self) -> str:
         return self.storage_path or settings.storage_path_default()
 
+
+
+class CheckpointUploadMode(Enum):
+    """How ``report`` uploads a checkpoint (Ray Train V2): ``SYNC`` before it returns, ``ASYNC`` in the background.
+
+    ``NO_UPLOAD`` (the files are already in storage) is Ray's; muster always copies, so it is refused.
+    """
+
+    ASYNC = "ASYNC"
+    SYNC = "SYNC"
+    NO_UPLOAD = "NO_UPLOAD"
+
+
+class CheckpointConsistencyMode(Enum):
+    """What ``get_all_reported_checkpoints`` waits for: ``COMMITTED`` checkpoints (``VALIDATED``: the same on muster,
+    which has no validation step)."""
+
+    COMMITTED = "COMMITTED"
+    VALIDATED = "VALIDATED"

@@ -8,7 +8,8 @@ runs trials on the same engine as training; inside a function trainable call
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import CheckpointConfig, FailureConfig, RunConfig
 from muster.train.result import Result
-from muster.tune import schedulers, search
+from muster.tune import logger, schedulers, search
+from muster.tune.callback import Callback
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.search.sample import (
     choice,
@@ -27,9 +28,22 @@ from muster.tune.search.sample import (
 from muster.tune.session import TuneContext, get_checkpoint, get_context, report
 from muster.tune.stopper import MaximumIterationStopper, Stopper
 from muster.tune.tune_config import TuneConfig, with_parameters, with_resources
+from muster.tune.trainable import Trainable
 from muster.tune.tuner import Tuner
 
+
+def __getattr__(name: str) -> object:
+    if name == "integration":
+        import importlib
+
+        return importlib.import_module("muster.tune.integration")
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.tune", name)
+
+
 __all__ = [
+    "Callback",
     "Checkpoint",
     "CheckpointConfig",
     "FailureConfig",
@@ -38,6 +52,7 @@ __all__ = [
     "ResultGrid",
     "RunConfig",
     "Stopper",
+    "Trainable",
     "TrialError",
     "TuneConfig",
     "TuneContext",
@@ -46,6 +61,7 @@ __all__ = [
     "get_checkpoint",
     "get_context",
     "grid_search",
+    "logger",
     "lograndint",
     "loguniform",
     "qloguniform",

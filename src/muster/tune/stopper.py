@@ -31,21 +31,33 @@ class MaximumIterationStopper(Stopper):
 
 
 class _DictStopper(Stopper):
-    """``{"metric": threshold, ...}``: stop a trial once any metric reaches its threshold."""
+    """``{"metric": threshold, ...}``: stop a trial once any metric reaches its threshold.
+
+    A boolean threshold (``{"done": True}``) stops once the result's value is
+    that boolean; a callable one (``{"loss": lambda v: v < 0.1}``) once it returns True.
+    """
 
     def __init__(self, criteria: dict[str, Any]):
         for key, value in criteria.items():
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
+            if not isinstance(value, (int, float)) and not callable(value):
                 raise ValueError(
-                    f"RunConfig(stop={criteria!r}): the threshold for {key!r} must be a number, e.g. "
-                    "{'training_iteration': 10, 'accuracy': 0.95}."
+                    f"RunConfig(stop={criteria!r}): the threshold for {key!r} must be a number, a bool or a "
+                    "function of the value, e.g. {'training_iteration': 10, 'accuracy': 0.95, 'done': True}."
                 )
         self.criteria = criteria
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         for key, threshold in self.criteria.items():
-            value = result.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= threshold:
+            if key not in result:
+                continue
+            value = result[key]
+            if isinstance(threshold, bool):
+                if bool(value) == threshold:
+                    return True
+            elif callable(threshold):
+                if threshold(value):
+                    return True
+            elif isinstance(value, (int, float)) and not isinstance(value, bool) and value >= threshold:
                 return True
         return False
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster.core import resources as res
+from muster.tune.trainable import as_function
 
 
 @dataclass(kw_only=True)
@@ -110,7 +111,7 @@ def with_resources(trainable: Callable[..., Any], resources: dict[str, float]) -
     """The same function trainable, asking for ``resources`` per trial (default 1 CPU)."""
     if not callable(trainable):
         raise TypeError(f"tune.with_resources({trainable!r}, ...): pass the trainable function.")
-    fn, _, parameters = _parts(trainable)
+    fn, _, parameters = _parts(as_function(trainable))
     return _Trainable(fn, _resources(resources), parameters)
 
 
@@ -122,5 +123,5 @@ def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Callable[..
     """
     if not callable(trainable):
         raise TypeError(f"tune.with_parameters({trainable!r}, ...): pass the trainable function.")
-    fn, resources, parameters = _parts(trainable)
+    fn, resources, parameters = _parts(as_function(trainable))
     return _Trainable(fn, resources, {**parameters, **kwargs})

@@ -20,10 +20,11 @@ from typing import Any
 
 from muster.core import resources as res
 from muster.core.api import get_runtime
-from muster.exceptions import ResourcesUnavailableError
+from muster.exceptions import ResourcesUnavailableError, root_cause_summary
 from muster.observe.tune_progress import TuneProgress, flatten_config
 from muster.train.checkpoint import Checkpoint
 from muster.train.storage import Storage
+from muster.tune.callback import CallbackList
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
 from muster.tune.stopper import Stopper
 from muster.tune.trial import (
@@ -76,6 +77,7 @@ class TuneController:
         self._dirty = True
         self._last_save = 0.0
         self._plans: dict[str, RunPlan] = {}
+        self.callbacks = CallbackList(None)  # the Tuner sets RunConfig(callbacks=...)'s Tune callbacks
 
     # -- what schedulers may ask ----------------------------------------------------------
     def live_trials(self) -> list[Trial]:
@@ -90,6 +92,7 @@ class TuneController:
         self.total = runtime.resources()
         started = time.monotonic()
         self.progress.start()
+        self.callbacks("setup")
         try:
             while True:
                 self._start_trials()
@@ -127,6 +130,7 @@ class TuneController:
         finally:
             self._save(force=True)
             self.progress.stop(self.trials)
+            self.callbacks("on_experiment_end", self.trials)
 
     def _running(self) -> list[Trial]:
         return [t for t in self.trials if t.run is not None]
@@ -210,6 +214,7 @@ class TuneController:
         trial.run, trial.status, trial.ending_as = run, RUNNING, None
         self._dirty = True
         self.progress.event(f"{trial.trial_name} started with {_short(trial.config)}")
+        self.callbacks.trial_event("on_trial_start", self.trials, trial)
         run.start()
 
     def _trial_storage(self, trial: Trial) -> Storage:
@@ -231,6 +236,7 @@ class TuneController:
         trial.last_result, trial.num_results = result, trial.num_results + 1
         self._dirty = True
         self.searcher.on_trial_result(trial.trial_id, result)
+        self.callbacks.trial_event("on_trial_result", self.trials, trial, result=result)
         if self.stopper(trial.trial_id, result):
             self._stop(trial, TERMINATED)
         else:
@@ -251,14 +257,15 @@ class TuneController:
             self.errors[trial.trial_id] = outcome
             self.scheduler.on_trial_error(self, trial)
             self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
-            first_line = str(outcome).strip().splitlines()[0] if str(outcome).strip() else type(outcome).__name__
-            self.progress.event(f"{trial.trial_name} ERROR: {first_line}")
+            self.progress.event(f"{trial.trial_name} ERROR: {root_cause_summary(outcome)}")
+            self.callbacks.trial_event("on_trial_error", self.trials, trial)
         elif trial.ending_as == PAUSED:
             trial.status = PAUSED
         else:
             trial.status = TERMINATED
             self.scheduler.on_trial_complete(self, trial, trial.last_result or None)
             self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None)
+            self.callbacks.trial_event("on_trial_complete", self.trials, trial)
         trial.ending_as = None
 
     def _stop(self, trial: Trial, ending_as: str) -> None:

@@ -23,6 +23,7 @@ from muster.train.result import Result
 from muster.train.storage import Storage
 from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import trial as trial_mod
+from muster.tune.callback import CallbackList
 from muster.tune.tune_controller import EXPERIMENT_STATE, TuneController
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
@@ -30,6 +31,7 @@ from muster.tune.search.searcher import ConcurrencyLimiter, Searcher, SearchGene
 from muster.tune.search.variant_generator import BasicVariantGenerator
 from muster.tune.session import FunctionTrial
 from muster.tune.stopper import as_stopper
+from muster.tune.trainable import as_function
 from muster.tune.trial import RunPlan, Trial
 from muster.tune.tune_config import TuneConfig, trial_parameters, trial_resources
 
@@ -62,6 +64,7 @@ class Tuner:
         tune_config: TuneConfig | None = None,
         run_config: RunConfig | None = None,
     ):
+        trainable = as_function(trainable)  # a tune.Trainable subclass runs as a function trainable
         _check_trainable(trainable)
         if param_space is not None and not isinstance(param_space, dict):
             raise TypeError(
@@ -117,6 +120,7 @@ class Tuner:
             (self._restored or {}).get("id_prefix") or secrets.token_hex(3)[:5],
             self.run_config.resolved_storage_path(),
         )
+        controller.callbacks = CallbackList(self.run_config.callbacks)
         if (self._restored or {}).get("search_done"):
             controller._search_done = True
         _replay(scheduler, controller, trials)
@@ -204,7 +208,7 @@ class Tuner:
         saved = cloudpickle.loads(storage.read_bytes(storage.join(storage.run_dir, TUNER_FILE)))
         state = storage.read_json(storage.join(storage.run_dir, EXPERIMENT_STATE))
         tuner = cls.__new__(cls)
-        tuner.trainable = trainable if trainable is not None else saved["trainable"]
+        tuner.trainable = as_function(trainable) if trainable is not None else saved["trainable"]
         _check_trainable(tuner.trainable)
         tuner.param_space = param_space if param_space is not None else saved["param_space"]
         tuner.tune_config, tuner.run_config = saved["tune_config"], saved["run_config"]
@@ -228,8 +232,8 @@ def _check_trainable(trainable: Any) -> None:
         return
     if isinstance(trainable, type):
         raise TypeError(
-            f"Tuner({trainable.__name__}): class trainables (tune.Trainable) are not supported; pass a function "
-            "trainable(config) that calls tune.report(...), or a TorchTrainer."
+            f"Tuner({trainable.__name__}): a class trainable must subclass muster.tune.Trainable; or pass a "
+            "function trainable(config) that calls tune.report(...), or a TorchTrainer."
         )
     if not callable(trainable):
         raise TypeError(

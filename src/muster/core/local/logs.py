@@ -19,6 +19,13 @@ from muster.core import settings
 LineSink = Callable[[int | None, list[str]], None]
 _sinks: list[LineSink] = []
 _sinks_lock = threading.Lock()
+_echo = True  # print relayed lines on the driver's stdout (``init(log_to_driver=False)`` turns it off)
+
+
+def set_echo(enabled: bool) -> None:
+    """Print workers' output on the driver's console (sinks get it either way)."""
+    global _echo
+    _echo = bool(enabled)
 
 
 def add_line_sink(sink: LineSink) -> None:
@@ -113,6 +120,8 @@ class LogRelay:
             return
         label, pid = self._label_for(st[0])
         _tee(pid, lines)
+        if not _echo:
+            return
         prefix = f"({label}, pid={pid}) " if self._prefix else ""
         text = "".join(f"{prefix}{line.decode('utf-8', 'backslashreplace')}\n" for line in lines)
         out = sys.stdout

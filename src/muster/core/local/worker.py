@@ -77,8 +77,28 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+def _reseed_library_rngs() -> None:
+    """Give this freshly forked worker its own numpy and torch random streams.
+
+    Python's ``random`` reseeds itself at fork; numpy's and torch's global
+    generators do not, so without this every worker forked from the zygote
+    would draw the same "random" numbers (DDP ranks generating identical data,
+    retries replaying the same draw).  Seeds come from the OS, distinct per
+    process; code that wants reproducible runs seeds explicitly afterwards
+    (``muster.train.torch.enable_reproducibility(seed)``, ``np.random.seed``).
+    """
+    seed = int.from_bytes(os.urandom(4), "little")
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:  # not imported yet: it seeds itself from the OS on import
+        numpy.random.seed(seed)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.random.default_generator.manual_seed(seed)
+
+
 def serve(conn: Connection, label: str, host: str) -> None:
     """Run calls from the driver until told to exit. Never returns."""
+    _reseed_library_rngs()
     channel = _Channel(conn, label, host)
     context.install_channel(channel)
     threading.Thread(target=channel.read_forever, name="muster-driver-link", daemon=True).start()

@@ -1,9 +1,10 @@
-"""Trial schedulers: FIFO, ASHA, median stopping, population-based training."""
+"""Trial schedulers: FIFO, ASHA, HyperBand, median stopping, population-based training."""
 
 from muster.tune.schedulers.async_hyperband import (
     ASHAScheduler,
     AsyncHyperBandScheduler,
 )
+from muster.tune.schedulers.hyperband import HyperBandScheduler
 from muster.tune.schedulers.median_stopping import MedianStoppingRule
 from muster.tune.schedulers.pbt import PopulationBasedTraining
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
@@ -12,6 +13,7 @@ __all__ = [
     "ASHAScheduler",
     "AsyncHyperBandScheduler",
     "FIFOScheduler",
+    "HyperBandScheduler",
     "MedianStoppingRule",
     "PopulationBasedTraining",
     "TrialScheduler",

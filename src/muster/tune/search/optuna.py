@@ -3,12 +3,18 @@
 Needs ``pip install "muster[tune]"`` (it installs optuna).  The param_space's
 domains become Optuna distributions, asked for with Optuna's ask/tell
 interface; each trial's last result is told back when the trial ends.
+
+``space`` may also be a define-by-run function, as in Ray: ``space(trial)``
+calls ``trial.suggest_float(...)`` and friends on the Optuna trial and may
+return a dict of constants to add.  Parameter names with ``/`` become nested
+config keys.  A list ``metric`` with a list ``mode`` makes a multi-objective
+study (each trial's last result is told back as one value per metric).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from muster.tune.search.sample import (
     Categorical,
@@ -24,8 +30,10 @@ from muster.tune.search.variant_generator import _walk
 
 class OptunaSearch(Searcher):
     """Args:
-        space: a param_space (tune domains); default: the Tuner's ``param_space``.
-        metric / mode: default: ``TuneConfig``'s.
+        space: a param_space (tune domains), or a define-by-run function
+            ``space(optuna_trial) -> dict | None``; default: the Tuner's ``param_space``.
+        metric / mode: default: ``TuneConfig``'s; lists of equal length for a
+            multi-objective study (``metric=["loss", "size"], mode=["min", "min"]``).
         points_to_evaluate: configs to try first.
         sampler: an ``optuna.samplers.BaseSampler``; default ``TPESampler(seed=seed)``.
         seed: seed of the default sampler.
@@ -33,9 +41,9 @@ class OptunaSearch(Searcher):
 
     def __init__(
         self,
-        space: dict[str, Any] | None = None,
-        metric: str | None = None,
-        mode: str | None = None,
+        space: dict[str, Any] | Callable[[Any], dict[str, Any] | None] | None = None,
+        metric: str | list[str] | None = None,
+        mode: str | list[str] | None = None,
         points_to_evaluate: list[dict[str, Any]] | None = None,
         sampler: Any = None,
         seed: int | None = None,
@@ -46,21 +54,36 @@ class OptunaSearch(Searcher):
             raise ImportError(
                 'OptunaSearch needs optuna: pip install "muster[tune]" (or pip install optuna).'
             ) from exc
-        super().__init__(metric, mode)
+        self._metrics: list[str] | None = list(metric) if isinstance(metric, (list, tuple)) else None
+        self._modes: list[str] | None = list(mode) if isinstance(mode, (list, tuple)) else None
+        _check_objectives(self._metrics, self._modes)
+        first_metric = self._metrics[0] if self._metrics else metric
+        first_mode = self._modes[0] if self._modes else mode
+        super().__init__(first_metric if isinstance(first_metric, str) else None,
+                         first_mode if isinstance(first_mode, str) else None)
         self._optuna = optuna
         optuna.logging.set_verbosity(logging.WARNING)
         self._sampler = sampler or optuna.samplers.TPESampler(seed=seed)
         self._points = list(points_to_evaluate or [])
         self._space: dict[str, Any] | None = None
+        self._define_by_run: Callable[[Any], dict[str, Any] | None] | None = None
         self._study: Any = None
         self._live: dict[str, Any] = {}
         self._last: dict[str, dict[str, Any]] = {}
-        if space is not None:
+        if callable(space) and not isinstance(space, dict):
+            self._define_by_run = space
+        elif space is not None:
             self._set_space(space)
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any) -> bool:
+        if isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple)):
+            self._metrics = list(metric) if isinstance(metric, (list, tuple)) else self._metrics
+            self._modes = list(mode) if isinstance(mode, (list, tuple)) else self._modes
+            _check_objectives(self._metrics, self._modes)
+            metric = self._metrics[0] if self._metrics else None
+            mode = self._modes[0] if self._modes else None
         super().set_search_properties(metric, mode, config)
-        if self._space is None:
+        if self._space is None and self._define_by_run is None:
             self._set_space(config)
         return True
 
@@ -87,24 +110,34 @@ class OptunaSearch(Searcher):
                     f"OptunaSearch needs a metric and mode (got {self.metric!r}, {self.mode!r}): pass them to "
                     "OptunaSearch(metric=..., mode=...) or TuneConfig(metric=..., mode=...)."
                 )
-            direction: Any = "minimize" if self.mode == "min" else "maximize"
-            self._study = self._optuna.create_study(sampler=self._sampler, direction=direction)
+            if self._metrics and self._modes:
+                directions: Any = ["minimize" if m == "min" else "maximize" for m in self._modes]
+                self._study = self._optuna.create_study(sampler=self._sampler, directions=directions)
+            else:
+                direction: Any = "minimize" if self.mode == "min" else "maximize"
+                self._study = self._optuna.create_study(sampler=self._sampler, direction=direction)
             for point in self._points:
                 self._study.enqueue_trial({"/".join(map(str, p)): v for p, v in _flatten(point)})
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        if self._space is None:
+        if self._space is None and self._define_by_run is None:
             raise ValueError("OptunaSearch has no search space: pass space=... or Tuner(param_space=...).")
         self._ensure_study()
         ot = self._study.ask()
         self._live[trial_id] = ot
         config: dict[str, Any] = {}
+        if self._define_by_run is not None:
+            constants = self._define_by_run(ot)
+            if constants is not None and not isinstance(constants, dict):
+                raise TypeError(
+                    f"OptunaSearch: the define-by-run space returned {type(constants).__name__}; return None "
+                    "or a dict of constant config values."
+                )
+            for name, value in {**ot.params, **(constants or {})}.items():
+                _set_path(config, tuple(str(name).split("/")), value)
+            return config
         for path, domain in self._leaves:
-            value = _ask(ot, "/".join(map(str, path)), domain)
-            node = config
-            for key in path[:-1]:
-                node = node.setdefault(key, {})
-            node[path[-1]] = value
+            _set_path(config, path, _ask(ot, "/".join(map(str, path)), domain))
         return config
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
@@ -115,12 +148,36 @@ class OptunaSearch(Searcher):
         if ot is None:
             return
         result = result or self._last.pop(trial_id, None)
-        value = (result or {}).get(self.metric) if self.metric else None
+        names = self._metrics or ([self.metric] if self.metric else [])
+        found = [(result or {}).get(m) for m in names]
+        values = [float(v) for v in found if isinstance(v, (int, float))]
         state = self._optuna.trial.TrialState
-        if error or not isinstance(value, (int, float)):
+        if error or not values or len(values) != len(found):
             self._study.tell(ot, state=state.FAIL)
+        elif self._metrics:
+            self._study.tell(ot, values)
         else:
-            self._study.tell(ot, float(value))
+            self._study.tell(ot, values[0])
+
+
+def _check_objectives(metrics: list[str] | None, modes: list[str] | None) -> None:
+    if metrics is None and modes is None:
+        return
+    if metrics is None or modes is None or len(metrics) != len(modes) or not metrics:
+        raise ValueError(
+            f"OptunaSearch: metric={metrics!r}, mode={modes!r}; a multi-objective search takes a list of "
+            "metrics and a list of modes of the same length, e.g. metric=['loss', 'size'], mode=['min', 'min']."
+        )
+    bad = [m for m in modes if m not in ("min", "max")]
+    if bad:
+        raise ValueError(f"OptunaSearch: mode={modes!r}; each mode is 'min' or 'max'.")
+
+
+def _set_path(config: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
+    node = config
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
 
 
 def _ask(ot: Any, name: str, d: Domain) -> Any:

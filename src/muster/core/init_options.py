@@ -1,0 +1,129 @@
+"""Ray's ``ray.init`` keywords that ``muster.init`` takes besides its own.
+
+Scripts written for Ray pass these; muster honours the ones that mean
+something on its engine and accepts the rest as documented no-ops (never a
+``TypeError``):
+
+=========================  ====================================================
+honoured                   ``configure_logging``, ``logging_level``,
+                           ``logging_format`` (the ``muster`` logger, when a
+                           level or format is given);
+                           ``log_to_driver`` (worker output on the driver's
+                           console); ``namespace`` (named actors);
+                           ``runtime_env={"env_vars": {...}}`` (set for every
+                           worker started afterwards)
+accepted, no effect        ``include_dashboard``, ``dashboard_host``,
+                           ``dashboard_port`` (muster's dashboard is
+                           ``muster dashboard``), ``object_store_memory``,
+                           ``local_mode``, ``job_config``, ``labels``,
+                           ``logging_config``, ``enable_resource_isolation``,
+                           ``system_reserved_cpu``/``_memory``, and Ray's
+                           ``_``-prefixed internals (``_temp_dir``,
+                           ``_system_config``, ...)
+=========================  ====================================================
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Keywords of ``ray.init`` accepted and ignored (their job is Ray's cluster plumbing).
+NO_OP_KEYWORDS = frozenset({
+    "include_dashboard", "dashboard_host", "dashboard_port", "object_store_memory", "local_mode",
+    "job_config", "labels", "logging_config", "enable_resource_isolation", "system_reserved_cpu",
+    "system_reserved_memory",
+})
+#: ``runtime_env`` keys muster acts on; the others are warned about and ignored.
+_RUNTIME_ENV_HONOURED = frozenset({"env_vars"})
+
+_namespace: str = "default"
+
+
+def current_namespace() -> str:
+    """The namespace named actors are registered in (``init(namespace=...)``; default ``"default"``)."""
+    return _namespace
+
+
+@dataclass(kw_only=True)
+class InitOptions:
+    """The Ray keywords of one ``muster.init`` call (see the module docstring)."""
+
+    configure_logging: bool = True
+    logging_level: int | str | None = None
+    logging_format: str | None = None
+    log_to_driver: bool = True
+    namespace: str | None = None
+    runtime_env: dict[str, Any] | None = None
+    ignored: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.logging_level, str):  # "info", "WARNING", ...
+            level = logging.getLevelName(self.logging_level.upper())
+            if not isinstance(level, int):
+                raise ValueError(
+                    f"muster.init(logging_level={self.logging_level!r}): use a logging level such as "
+                    "logging.INFO or 'debug'."
+                )
+            self.logging_level = level
+        if self.namespace is not None and (not isinstance(self.namespace, str) or not self.namespace):
+            raise ValueError(f"muster.init(namespace={self.namespace!r}): use a non-empty string.")
+        env = self.runtime_env
+        if env is not None and not isinstance(env, dict):
+            env = getattr(env, "to_dict", lambda: None)() if hasattr(env, "to_dict") else None
+            if env is None:
+                raise ValueError(
+                    f"muster.init(runtime_env={self.runtime_env!r}): pass a dict such as "
+                    "{'env_vars': {'NAME': 'value'}}."
+                )
+            self.runtime_env = env
+        env_vars = (self.runtime_env or {}).get("env_vars") or {}
+        if not isinstance(env_vars, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                     for k, v in env_vars.items()):
+            raise ValueError(
+                f"muster.init(runtime_env={{'env_vars': {env_vars!r}}}): env_vars maps names to string values."
+            )
+
+    def apply(self) -> None:
+        """Act on the honoured keywords; warn once about runtime_env keys that do nothing here."""
+        global _namespace
+        if self.configure_logging and (self.logging_level is not None or self.logging_format is not None):
+            logger = logging.getLogger("muster")
+            logger.setLevel(self.logging_level if self.logging_level is not None else logging.INFO)
+            if self.logging_format is not None or not logger.handlers:
+                handler = logging.StreamHandler()
+                handler.setFormatter(logging.Formatter(self.logging_format or "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+                logger.handlers[:] = [handler]
+        from muster.core.local import logs
+
+        logs.set_echo(self.log_to_driver)
+        _namespace = self.namespace or "default"
+        env = self.runtime_env or {}
+        os.environ.update(env.get("env_vars") or {})  # workers inherit the driver's environment
+        unused = sorted(set(env) - _RUNTIME_ENV_HONOURED)
+        if unused:
+            warnings.warn(
+                f"muster.init(runtime_env=...): {', '.join(unused)} have no effect on muster's engine (workers "
+                "run in this machine's Python environment and working directory); only env_vars is applied.",
+                stacklevel=3,
+            )
+
+
+def split_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The no-op keywords of ``kwargs`` (Ray's known ones and ``_``-prefixed internals).
+
+    Raises:
+        TypeError: a keyword that neither muster nor Ray's ``init`` knows.
+    """
+    unknown = sorted(k for k in kwargs if k not in NO_OP_KEYWORDS and not k.startswith("_"))
+    if unknown:
+        raise TypeError(
+            f"muster.init() got unknown keyword(s) {', '.join(unknown)}. It takes muster's own (address, "
+            "num_cpus, num_gpus, resources, ignore_reinit_error), Ray's honoured ones (configure_logging, "
+            "logging_level, logging_format, log_to_driver, namespace, runtime_env) and Ray's no-ops ("
+            f"{', '.join(sorted(NO_OP_KEYWORDS))}, _-prefixed internals)."
+        )
+    return dict(kwargs)

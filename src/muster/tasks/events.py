@@ -1,0 +1,120 @@
+"""Messages a task or actor process sends its owner (the driver), one frozen dataclass each.
+
+The driver's :func:`muster.tasks.owner.handle_event` dispatches on their
+type; every request a worker makes of the tasks layer is listed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Resources:
+    """``cluster_resources()`` (or, with ``available``, ``available_resources()``) inside a worker."""
+
+    available: bool
+
+
+@dataclass(frozen=True)
+class Put:
+    """``muster.put(value)`` inside a worker: the new ref's id."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Get:
+    """``muster.get(refs)``: one ``(ok, value or error)`` per id."""
+
+    ids: list[int]
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class Wait:
+    """``muster.wait(refs)``: the ids that are ready."""
+
+    ids: list[int]
+    num_returns: int
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class Submit:
+    """``f.remote(...)`` inside a worker: the ref id(s)."""
+
+    fn: Any
+    args: tuple
+    kwargs: dict
+    options: dict
+
+
+@dataclass(frozen=True)
+class CreateActor:
+    """``Cls.remote(...)`` inside a worker: the actor's id."""
+
+    cls: type
+    args: tuple
+    kwargs: dict
+    options: dict
+
+
+@dataclass(frozen=True)
+class ActorCall:
+    """``handle.method.remote(...)`` inside a worker: the ref id(s)."""
+
+    actor: int
+    method: str
+    args: tuple
+    kwargs: dict
+    num_returns: Any = None
+
+
+@dataclass(frozen=True)
+class Kill:
+    """``muster.kill(handle)`` inside a worker."""
+
+    actor: int
+    no_restart: bool
+
+
+@dataclass(frozen=True)
+class TaskStarted:
+    """A task began running in this worker (lets ``cancel`` find the process)."""
+
+    task_id: str
+
+
+@dataclass(frozen=True)
+class ActorCallDone:
+    """A call on an async or threaded actor finished (its reply travels as an event)."""
+
+    actor_id: int
+    token: int
+    ok: bool
+    value: Any
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """``muster.cancel(ref)`` called inside a worker."""
+
+    ref_id: int
+    force: bool
+
+
+@dataclass(frozen=True)
+class GetActor:
+    """``muster.get_actor(name)`` inside a worker: the actor's id, or None."""
+
+    name: str
+    namespace: str | None
+
+
+@dataclass(frozen=True)
+class ListNamedActors:
+    """``list_named_actors()`` inside a worker."""
+
+    all_namespaces: bool

@@ -1,0 +1,78 @@
+"""``ObjectRefGenerator``: the refs of a generator task's items (Ray's ``num_returns="dynamic"``/streaming).
+
+muster runs the generator to its end in the worker and sends the items back
+together; iterating the generator waits for that, then yields one ref per
+item.  (Ray streams items as they are yielded; here the first ``next`` waits
+for the last item, and an error raised mid-way is raised by that first
+``next``.)
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from muster.core import context as core_context
+from muster.tasks import objects
+from muster.tasks.objects import ObjectRef
+
+
+class ObjectRefGenerator:
+    """Iterate it for ``ObjectRef`` s, one per item the task yielded."""
+
+    def __init__(self, refs: list[ObjectRef] | None = None, source: ObjectRef | None = None):
+        self._refs, self._source, self._next = refs, source, 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of_list(cls, source: ObjectRef) -> "ObjectRefGenerator":
+        """Refs of the items of ``source``'s value (a list), made when first iterated."""
+        return cls(source=source)
+
+    @classmethod
+    def future_of_list(cls, source: ObjectRef) -> Future:
+        """A future of a generator over ``source``'s items, done when ``source`` is (driver only)."""
+        out: Future = Future()
+
+        def done(f: Future) -> None:
+            exc = f.exception()
+            if exc is not None:
+                out.set_exception(exc)
+            else:
+                out.set_result(cls([objects.store(v) for v in f.result()]))
+
+        source.future().add_done_callback(done)
+        return out
+
+    def _materialize(self) -> list[ObjectRef]:
+        with self._lock:
+            if self._refs is None:
+                assert self._source is not None
+                values = objects.get(self._source)
+                make = objects.put if core_context.in_worker() else objects.store
+                self._refs = [make(v) for v in values]
+            return self._refs
+
+    def __iter__(self) -> "ObjectRefGenerator":
+        return self
+
+    def __next__(self) -> ObjectRef:
+        refs = self._materialize()
+        if self._next >= len(refs):
+            raise StopIteration
+        self._next += 1
+        return refs[self._next - 1]
+
+    def __len__(self) -> int:
+        return len(self._materialize())
+
+    def completed(self) -> ObjectRef | None:
+        """The ref that is ready once the generator task finished."""
+        return self._source
+
+    def __reduce__(self) -> Any:
+        return (ObjectRefGenerator, (self._materialize(),))
+
+    def __repr__(self) -> str:
+        return f"ObjectRefGenerator({'pending' if self._refs is None else len(self._refs)})"

@@ -1,0 +1,90 @@
+"""Named actors: ``options(name=..., namespace=..., get_if_exists=...)``, ``get_actor``, ``list_named_actors``.
+
+The driver keeps the table; workers ask it through events.  A detached actor
+(``lifetime="detached"``) is kept like any other: on muster's engine every
+actor ends with the driver's ``shutdown()`` (there is no cluster to outlive it).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from muster.core import context as core_context
+from muster.core.init_options import current_namespace
+from muster.tasks import events
+
+_names: dict[tuple[str, str], Any] = {}  # (namespace, name) -> driver-side ActorHandle
+_lock = threading.Lock()
+
+
+def claim(namespace: str, name: str, make: Any, get_if_exists: bool) -> Any:
+    """The actor called ``name``: an existing one (``get_if_exists``), else ``make()``'s, registered."""
+    with _lock:
+        existing = _names.get((namespace, name))
+        if existing is not None and not existing._gone():
+            if get_if_exists:
+                return existing
+            raise ValueError(
+                f"An actor named {name!r} already exists in namespace {namespace!r}; pick another name, pass "
+                "get_if_exists=True to reuse it, or look it up with muster.get_actor(name)."
+            )
+        handle = make()
+        _names[(namespace, name)] = handle
+        return handle
+
+
+def forget(handle: Any) -> None:
+    with _lock:
+        for key, h in list(_names.items()):
+            if h is handle:
+                del _names[key]
+
+
+def lookup(name: str, namespace: str | None) -> Any:
+    ns = namespace or current_namespace()
+    with _lock:
+        handle = _names.get((ns, name))
+    return handle if handle is not None and not handle._gone() else None
+
+
+def listing(all_namespaces: bool) -> list[Any]:
+    ns = current_namespace()
+    with _lock:
+        live = [(k, h) for k, h in _names.items() if not h._gone()]
+    if all_namespaces:
+        return [{"name": n, "namespace": s} for (s, n), _ in live]
+    return [n for (s, n), _ in live if s == ns]
+
+
+def get_actor(name: str, namespace: str | None = None) -> Any:
+    """The handle of the live actor called ``name`` (in ``namespace``, default: the current one).
+
+    Raises:
+        ValueError: no live actor has that name there.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"muster.get_actor(name={name!r}): pass the actor's name, a non-empty string.")
+    if core_context.in_worker():
+        actor_id = core_context.send_event(events.GetActor(name, namespace))
+        if actor_id is not None:
+            from muster.tasks.actor import WorkerActorHandle
+
+            return WorkerActorHandle(actor_id)
+        handle = None
+    else:
+        handle = lookup(name, namespace)
+    if handle is None:
+        raise ValueError(
+            f"Failed to look up actor {name!r} in namespace {namespace or current_namespace()!r}: no live actor has "
+            "that name. Start it with Cls.options(name=...).remote(), or list names with "
+            "muster.util.list_named_actors()."
+        )
+    return handle
+
+
+def list_named_actors(all_namespaces: bool = False) -> list[Any]:
+    """Names of live named actors in the current namespace; with ``all_namespaces``, dicts of name and namespace."""
+    if core_context.in_worker():
+        return list(core_context.send_event(events.ListNamedActors(all_namespaces)))
+    return listing(all_namespaces)

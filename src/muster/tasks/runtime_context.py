@@ -1,0 +1,101 @@
+"""``muster.get_runtime_context()``: which job, task, actor and node the caller is (Ray's RuntimeContext)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import socket
+from typing import Any
+
+from muster.core import context as core_context
+from muster.tasks import worker_side
+
+_DRIVER_JOB_ID = f"{os.getpid():08x}"
+_task_ids = itertools.count(1)
+
+
+def driver_job_id() -> str:
+    return _DRIVER_JOB_ID
+
+
+def new_task_id() -> str:
+    """A task id unique within this driver: the job id and a counter, in hex."""
+    return f"{_DRIVER_JOB_ID}{next(_task_ids):016x}"
+
+
+def node_id() -> str:
+    """This machine's node id (hex, stable for the host)."""
+    return hashlib.sha1(socket.gethostname().encode()).hexdigest()
+
+
+def node_ip_address() -> str:
+    """This machine's IP address as other nodes would reach it (127.0.0.1 when it has none)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing interface
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+class RuntimeContext:
+    """What the code running now is: ``get_job_id``, ``get_task_id``, ``get_actor_id``, ``get_node_id``..."""
+
+    def __init__(self, info: worker_side.TaskInfo | None):
+        self._info = info
+
+    def get_job_id(self) -> str:
+        return self._info.job_id if self._info else _DRIVER_JOB_ID
+
+    def get_task_id(self) -> str | None:
+        """The running task's id (an actor's call has none here); None in the driver."""
+        return self._info.task_id if self._info else None
+
+    def get_actor_id(self) -> str | None:
+        return self._info.actor_id if self._info else None
+
+    def get_actor_name(self) -> str | None:
+        return self._info.actor_name if self._info else None
+
+    def get_node_id(self) -> str:
+        return node_id()
+
+    def get_worker_id(self) -> str:
+        return f"{os.getpid():08x}"
+
+    def get_assigned_resources(self) -> dict[str, float]:
+        """The resources this task or actor holds (``{}`` in the driver)."""
+        return dict(self._info.resources) if self._info else {}
+
+    def get_accelerator_ids(self) -> dict[str, list[str]]:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") if core_context.in_worker() else ""
+        return {"GPU": [d for d in visible.split(",") if d.strip()]}
+
+    @property
+    def namespace(self) -> str:
+        from muster.core.init_options import current_namespace
+
+        return self._info.namespace if self._info else current_namespace()
+
+    @property
+    def was_current_actor_reconstructed(self) -> bool:
+        return bool(self._info and self._info.actor_id and self._info.attempt > 0)
+
+    @property
+    def current_actor(self) -> Any:
+        """A handle to the actor this code runs in."""
+        if not (self._info and self._info.actor_id):
+            raise RuntimeError("current_actor is only available inside an actor.")
+        from muster.tasks.actor import WorkerActorHandle
+
+        return WorkerActorHandle(int(self._info.actor_id))
+
+    def get(self) -> dict[str, Any]:
+        return {"job_id": self.get_job_id(), "task_id": self.get_task_id(), "actor_id": self.get_actor_id(),
+                "node_id": self.get_node_id()}
+
+
+def get_runtime_context() -> RuntimeContext:
+    """The job, task, actor and node the caller runs as (Ray's ``ray.get_runtime_context()``)."""
+    return RuntimeContext(worker_side.current())

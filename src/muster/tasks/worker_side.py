@@ -1,0 +1,188 @@
+"""What runs inside the worker process around a task or an actor.
+
+The driver ships a :class:`TaskBody` instead of the bare function and an
+:class:`ActorFactory` instead of the bare class.  Inside the worker they
+record what :func:`muster.get_runtime_context` reports, run coroutines
+(``async def`` tasks) to completion, collect generators, and host async and
+threaded actors: those accept a call at once and send its result back as an
+:class:`~muster.tasks.events.ActorCallDone` event, so calls overlap up to
+``max_concurrency``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from muster.core import context as core_context
+from muster.tasks import events
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """Who is running here, for ``get_runtime_context()``."""
+
+    job_id: str
+    task_id: str | None = None
+    actor_id: str | None = None
+    actor_name: str | None = None
+    namespace: str = "default"
+    resources: dict[str, float] = field(default_factory=dict)
+    attempt: int = 0
+
+
+_local = threading.local()
+_actor_info: TaskInfo | None = None
+
+
+def current() -> TaskInfo | None:
+    """This thread's task or this process's actor; None in the driver."""
+    return getattr(_local, "info", None) or _actor_info
+
+
+def _collect(value: Any, num_returns: Any, name: str) -> Any:
+    if inspect.iscoroutine(value):
+        import asyncio  # only async tasks pay for it
+
+        value = asyncio.run(value)
+    if num_returns in ("dynamic", "streaming"):
+        return list(value)
+    if isinstance(num_returns, int) and num_returns != 1:
+        if inspect.isgenerator(value):
+            value = list(value)
+        if num_returns == 0:
+            return None
+        if not isinstance(value, (tuple, list)) or len(value) != num_returns:
+            got = f"{len(value)} values" if isinstance(value, (tuple, list)) else type(value).__name__
+            raise ValueError(
+                f"{name} was declared with num_returns={num_returns} but returned {got}; return a tuple of "
+                f"{num_returns} values or change num_returns."
+            )
+        return tuple(value)
+    return value
+
+
+class TaskBody:
+    """The function a task worker runs: ``fn`` plus who it is and how to return."""
+
+    def __init__(self, fn: Callable[..., Any], info: TaskInfo, num_returns: Any, env_vars: dict[str, str]):
+        self.fn, self.info, self.num_returns, self.env_vars = fn, info, num_returns, env_vars
+        self.__name__ = getattr(fn, "__name__", "task")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        core_context.send_event(events.TaskStarted(self.info.task_id or ""), wait=False)
+        saved = {k: os.environ.get(k) for k in self.env_vars}
+        os.environ.update(self.env_vars)
+        _local.info = self.info
+        try:
+            return _collect(self.fn(*args, **kwargs), self.num_returns, f"task {self.__name__}")
+        finally:
+            _local.info = None
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def is_async_class(cls: type) -> bool:
+    """An actor class with any ``async def`` method is an async actor (as in Ray)."""
+    return any(inspect.iscoroutinefunction(getattr(cls, n, None)) or inspect.isasyncgenfunction(getattr(cls, n, None))
+               for n in dir(cls) if not n.startswith("__"))
+
+
+class ActorFactory:
+    """What the engine instantiates in the actor's process: builds the :class:`ActorHost`."""
+
+    def __init__(self, cls: type, info: TaskInfo, max_concurrency: int, env_vars: dict[str, str]):
+        self.cls, self.info, self.max_concurrency, self.env_vars = cls, info, max_concurrency, env_vars
+        self.__name__ = cls.__name__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> "ActorHost":
+        global _actor_info
+        os.environ.update(self.env_vars)
+        _actor_info = self.info
+        return ActorHost(self.cls(*args, **kwargs), self.info, self.max_concurrency, is_async_class(self.cls))
+
+
+class ActorHost:
+    """Hosts the user's object: plain calls pass through; async/threaded ones overlap."""
+
+    def __init__(self, obj: Any, info: TaskInfo, max_concurrency: int, is_async: bool):
+        self._muster_obj, self._muster_info = obj, info
+        self._muster_tasks: dict[int, Any] = {}
+        self._muster_loop: Any = None  # an asyncio loop, for async actors
+        self._muster_pool: Any = None  # a ThreadPoolExecutor, for threaded actors
+        if is_async:
+            import asyncio
+
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="muster-actor-loop", daemon=True).start()
+            self._muster_loop = loop
+            self._muster_sem = asyncio.Semaphore(max_concurrency)
+        elif max_concurrency > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._muster_pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="muster-actor")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._muster_obj, name)
+
+    def _muster_call(self, method: str, num_returns: Any, args: tuple, kwargs: dict) -> Any:
+        """A plain call that returns ``num_returns`` values (checked here, split by the driver)."""
+        name = f"{type(self._muster_obj).__name__}.{method}"
+        return _collect(getattr(self._muster_obj, method)(*args, **kwargs), num_returns, name)
+
+    def _muster_submit(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> None:
+        """Start one call; its result goes back as an ``ActorCallDone`` event."""
+        fn = getattr(self._muster_obj, method)
+        name = f"{type(self._muster_obj).__name__}.{method}"
+        if self._muster_loop is not None:
+            import asyncio
+
+            async def run() -> Any:
+                async with self._muster_sem:
+                    value = fn(*args, **kwargs)
+                    if inspect.isawaitable(value):
+                        value = await value
+                    if inspect.isasyncgen(value):
+                        value = [v async for v in value]
+                    return _collect(value, num_returns, name)
+
+            fut = asyncio.run_coroutine_threadsafe(run(), self._muster_loop)
+        else:
+            assert self._muster_pool is not None
+            fut = self._muster_pool.submit(lambda: _collect(fn(*args, **kwargs), num_returns, name))
+        self._muster_tasks[token] = fut
+        fut.add_done_callback(lambda f: self._muster_reply(token, f))
+
+    def _muster_reply(self, token: int, fut: Future) -> None:
+        from muster.core.local.wire import capture_error
+        from muster.exceptions import TaskCancelledError
+
+        self._muster_tasks.pop(token, None)
+        value: Any
+        if fut.cancelled():
+            ok, value = False, TaskCancelledError(f"actor call {token}")
+        elif fut.exception() is not None:
+            exc = fut.exception()
+            assert exc is not None
+            ok, value = False, capture_error(exc, f"actor {type(self._muster_obj).__name__}", os.getpid(), "")
+        else:
+            ok, value = True, fut.result()
+        actor_id = int(self._muster_info.actor_id or 0)
+        try:
+            core_context.send_event(events.ActorCallDone(actor_id, token, ok, value), wait=False)
+        except Exception as exc:  # noqa: BLE001 - the value would not pickle: say so instead of hanging the caller
+            err = TypeError(f"{type(self._muster_obj).__name__} call returned a value that cannot be sent back "
+                            f"({type(exc).__name__}: {exc}); return plain data.")
+            core_context.send_event(events.ActorCallDone(actor_id, token, False, capture_error(err, "actor", os.getpid(), "")),
+                                    wait=False)
+
+    def _muster_cancel(self, token: int) -> bool:
+        fut = self._muster_tasks.get(token)
+        return bool(fut is not None and fut.cancel())

@@ -1,0 +1,5 @@
+"""``ray.train.v2.api.context``."""
+
+from muster.train.context import TrainContext
+
+__all__ = ["TrainContext"]

@@ -1,0 +1,5 @@
+"""``ray.train.v2.api.result``."""
+
+from muster.train.result import Result
+
+__all__ = ["Result"]

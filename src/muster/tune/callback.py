@@ -1,0 +1,57 @@
+"""Tune callbacks (Ray's ``tune.Callback``): hooks the Tune controller calls as trials start, report and end.
+
+Pass them as ``RunConfig(callbacks=[...])``.  Every hook runs on the
+controller's thread; one that raises is reported once as a warning and does
+not stop the experiment.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+
+class Callback:
+    """Override any of these hooks; ``iteration`` counts the controller's steps, ``trials`` is every trial."""
+
+    def setup(self, **info: Any) -> None:
+        """Before the first trial starts."""
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        """A trial (re)started."""
+
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                        **info: Any) -> None:
+        """A trial reported ``result``."""
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        """A trial finished (or was stopped)."""
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        """A trial failed for good."""
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        """After the last trial ended."""
+
+
+class CallbackList:
+    """Calls a hook on every callback that has it (train callbacks in the same list are skipped)."""
+
+    def __init__(self, callbacks: list[Any] | None):
+        self.callbacks = [c for c in callbacks or [] if isinstance(c, Callback)]
+        self.iteration = 0
+        self._broken: set[int] = set()
+
+    def __call__(self, hook: str, *args: Any, **kwargs: Any) -> None:
+        self.iteration += 1
+        for cb in self.callbacks:
+            try:
+                getattr(cb, hook)(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - a broken logger must not end the experiment
+                if id(cb) not in self._broken:
+                    self._broken.add(id(cb))
+                    warnings.warn(f"Tune callback {type(cb).__name__}.{hook} raised {type(exc).__name__}: {exc}; "
+                                  "the experiment goes on.", stacklevel=2)
+
+    def trial_event(self, hook: str, trials: list[Any], trial: Any, **kwargs: Any) -> None:
+        self(hook, self.iteration, trials, trial, **kwargs)

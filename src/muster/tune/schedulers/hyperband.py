@@ -1,0 +1,147 @@
+"""HyperBand (Li et al., 2017), synchronous, as Ray's ``HyperBandScheduler``.
+
+Trials are grouped in brackets; bracket ``s`` takes up to
+``ceil((s_max + 1) / (s + 1) * eta**s)`` trials and first judges them at
+``max_t / eta**s`` (in ``time_attr`` units).  A trial that reaches its
+bracket's milestone pauses until every trial of the bracket has; then the
+top ``1/eta`` go on to the next milestone (``eta`` times further) and the
+rest stop.  Paused trials resume from their latest checkpoint: report
+checkpoints, or they start over.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from muster.tune.schedulers.trial_scheduler import TrialScheduler
+
+if TYPE_CHECKING:
+    from muster.tune.trial import Trial
+
+
+class _Bracket:
+    def __init__(self, capacity: int, milestone: float):
+        self.capacity, self.milestone = capacity, milestone
+        self.ended = 0  # trials that left the bracket (finished, failed, stopped)
+        self.live: set[str] = set()  # trial ids not stopped or finished
+        self.reached: dict[str, float] = {}  # trial id -> score at the current milestone
+
+    def full(self) -> bool:
+        return len(self.live) + self.ended >= self.capacity
+
+
+class HyperBandScheduler(TrialScheduler):
+    """Args:
+        time_attr: the result field that measures progress (monotonic).
+        metric / mode: what to optimise (or set them on TuneConfig).
+        max_t: the most ``time_attr`` a trial gets.
+        reduction_factor: ``eta``: keep the top ``1/eta`` at each milestone.
+        stop_last_trials: stop trials at ``max_t`` (else let them run on).
+    """
+
+    def __init__(self, time_attr: str = "training_iteration", metric: str | None = None, mode: str | None = None,
+                 max_t: float = 81, reduction_factor: float = 3, stop_last_trials: bool = True):
+        super().__init__(metric, mode)
+        if not max_t > 0:
+            raise ValueError(f"HyperBandScheduler(max_t={max_t!r}): use a number > 0.")
+        if not reduction_factor > 1:
+            raise ValueError(f"HyperBandScheduler(reduction_factor={reduction_factor!r}): use a number > 1.")
+        self.time_attr, self.max_t, self.eta, self.stop_last_trials = time_attr, max_t, reduction_factor, stop_last_trials
+        self.s_max = int(math.log(max_t) / math.log(reduction_factor) + 1e-9)
+        self._brackets: list[_Bracket] = []
+        self._of: dict[str, _Bracket] = {}
+        self._promoted: set[str] = set()  # paused trials allowed to go on
+        self.num_stopped = 0
+
+    def _new_bracket(self) -> _Bracket:
+        s = self.s_max - len(self._brackets) % (self.s_max + 1)
+        capacity = math.ceil((self.s_max + 1) / (s + 1) * self.eta ** s)
+        return _Bracket(capacity, self.max_t / self.eta ** s)
+
+    def on_trial_add(self, controller: Any, trial: Trial) -> None:
+        if not self._brackets or self._brackets[-1].full():
+            self._brackets.append(self._new_bracket())
+        bracket = self._brackets[-1]
+        bracket.live.add(trial.trial_id)
+        self._of[trial.trial_id] = bracket
+
+    def on_trial_result(self, controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        self._require_metric()
+        t = result.get(self.time_attr)
+        bracket = self._of.get(trial.trial_id)
+        if bracket is None or not isinstance(t, (int, float)):
+            return self.CONTINUE
+        if t >= self.max_t:
+            return self.STOP if self.stop_last_trials else self.CONTINUE
+        if t < bracket.milestone:
+            return self.CONTINUE
+        score = self._score(result)
+        bracket.reached[trial.trial_id] = score if score is not None else -math.inf
+        if not self._judge(controller, bracket, trial.trial_id):
+            return self.PAUSE  # wait for the rest of the bracket
+        return self.CONTINUE if trial.trial_id in bracket.live else self.STOP
+
+    def _judge(self, controller: Any, bracket: _Bracket, current: str | None) -> bool:
+        """Promote the top of a bracket whose live trials all reached its milestone; stop the rest."""
+        complete = bracket.full() or getattr(controller, "_search_done", False)
+        if not bracket.live or not complete or not bracket.live <= set(bracket.reached):
+            return False
+        ranked = sorted(bracket.live, key=lambda i: bracket.reached[i], reverse=True)
+        keep = max(1, int(len(ranked) / self.eta))
+        for trial_id in ranked[keep:]:
+            self._drop(bracket, trial_id)
+            self.num_stopped += 1
+            if trial_id != current:
+                self._terminate_paused(controller, trial_id)
+        bracket.reached = {}
+        bracket.milestone = min(bracket.milestone * self.eta, self.max_t)
+        self._promoted |= {i for i in ranked[:keep] if i != current}
+        return True
+
+    def _drop(self, bracket: _Bracket, trial_id: str) -> None:
+        if trial_id in bracket.live:
+            bracket.live.discard(trial_id)
+            bracket.ended += 1
+        bracket.reached.pop(trial_id, None)
+
+    @staticmethod
+    def _terminate_paused(controller: Any, trial_id: str) -> None:
+        """End a trial that waits paused (it has no process to stop), telling whoever listens."""
+        for trial in controller.trials:
+            if trial.trial_id == trial_id and trial.run is None and trial.status == "PAUSED":
+                trial.status = "TERMINATED"
+                controller._dirty = True
+                controller.searcher.on_trial_complete(trial.trial_id, trial.last_result or None)
+                controller.callbacks.trial_event("on_trial_complete", controller.trials, trial)
+
+    def _left(self, controller: Any, trial: Trial) -> None:
+        bracket = self._of.get(trial.trial_id)
+        if bracket is not None:
+            self._drop(bracket, trial.trial_id)
+            self._judge(controller, bracket, None)
+
+    def on_trial_complete(self, controller: Any, trial: Trial, result: dict[str, Any] | None) -> None:
+        self._left(controller, trial)
+
+    def on_trial_error(self, controller: Any, trial: Trial) -> None:
+        self._left(controller, trial)
+
+    def on_trial_remove(self, controller: Any, trial: Trial) -> None:
+        self._left(controller, trial)
+
+    def choose_trial_to_run(self, controller: Any, candidates: list[Trial]) -> Trial | None:
+        """New trials first; a paused one only once its bracket promoted it."""
+        for trial in candidates:
+            if trial.status == "PENDING" or getattr(trial, "restart_plan", None):
+                return trial
+        for bracket in self._brackets:  # the search may have ended since the last result
+            self._judge(controller, bracket, None)
+        for trial in candidates:
+            if trial.trial_id in self._promoted:
+                self._promoted.discard(trial.trial_id)
+                return trial
+        return None
+
+    def debug_string(self) -> str:
+        return f"HyperBand: {len(self._brackets)} brackets, {self.num_stopped} trials stopped early"

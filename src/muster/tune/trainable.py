@@ -1,0 +1,153 @@
+"""``tune.Trainable``: Ray's class API for a trial (``setup``/``step``/``save_checkpoint``/``load_checkpoint``).
+
+The Tuner runs a Trainable subclass as a function trainable: build it with
+the trial's config, restore it from the trial's checkpoint (after a failure,
+a restored experiment, or population-based training's exploit), then call
+``step()`` and report its result, with a checkpoint when the class saves
+one, until the result says ``done`` or the stopper or scheduler stops the trial.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from typing import Any
+
+_DICT_FILE = "trainable_state.pkl"  # what save_checkpoint returned, when it returned a dict
+_ITER_FILE = "trainable_iteration"
+
+
+class Trainable:
+    """Subclass it and override ``setup``, ``step`` and, for checkpoints, ``save_checkpoint``/``load_checkpoint``.
+
+    Attributes:
+        config: the trial's config.
+        iteration / training_iteration: steps run so far (restored with checkpoints).
+    """
+
+    def __init__(self, config: dict[str, Any] | None = None, **setup_kwargs: Any):
+        self.config: dict[str, Any] = dict(config or {})
+        self._iteration = 0
+        self.setup(self.config, **setup_kwargs)
+
+    # -- what subclasses override ---------------------------------------------------------
+    def setup(self, config: dict[str, Any], **kwargs: Any) -> None:
+        """Build models and data from ``config`` (called once per trial start)."""
+
+    def step(self) -> dict[str, Any]:
+        """One iteration: return its metrics (``{"done": True}`` ends the trial)."""
+        raise NotImplementedError(f"{type(self).__name__}.step() is not implemented; return a dict of metrics.")
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any] | None:
+        """Write state into ``checkpoint_dir`` (or return a dict of it). Default: no checkpoints."""
+        return None
+
+    def load_checkpoint(self, checkpoint: dict[str, Any] | str) -> None:
+        """Restore what ``save_checkpoint`` saved: its dict, or the folder path."""
+
+    def cleanup(self) -> None:
+        """Release resources when the trial ends."""
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Ray's in-place reset; muster always starts a fresh object instead (returns False)."""
+        return False
+
+    # -- Ray's helpers -----------------------------------------------------------------------
+    @property
+    def iteration(self) -> int:
+        return self._iteration
+
+    @property
+    def training_iteration(self) -> int:
+        return self._iteration
+
+    @property
+    def trial_id(self) -> str:
+        from muster.tune.session import get_context
+
+        return get_context().get_trial_id()
+
+    @property
+    def trial_name(self) -> str:
+        from muster.tune.session import get_context
+
+        return get_context().get_trial_name()
+
+    def train(self) -> dict[str, Any]:
+        """Run one ``step()`` and return its result."""
+        result = self.step()
+        if not isinstance(result, dict):
+            raise TypeError(f"{type(self).__name__}.step() returned {type(result).__name__}; return a dict of metrics.")
+        self._iteration += 1
+        return result
+
+    def save(self, checkpoint_dir: str) -> str:
+        """Save into ``checkpoint_dir`` (the dict form is pickled there)."""
+        state = self.save_checkpoint(checkpoint_dir)
+        if state is not None:
+            if not isinstance(state, dict):
+                raise TypeError(f"{type(self).__name__}.save_checkpoint returned {type(state).__name__}; return "
+                                "None (after writing files into checkpoint_dir) or a dict.")
+            with open(os.path.join(checkpoint_dir, _DICT_FILE), "wb") as f:
+                pickle.dump(state, f)
+        with open(os.path.join(checkpoint_dir, _ITER_FILE), "w") as f:
+            f.write(str(self._iteration))
+        return checkpoint_dir
+
+    def restore(self, checkpoint_dir: str) -> None:
+        """Load what ``save`` wrote into ``checkpoint_dir``."""
+        state_file = os.path.join(checkpoint_dir, _DICT_FILE)
+        if os.path.exists(state_file):
+            with open(state_file, "rb") as f:
+                self.load_checkpoint(pickle.load(f))
+        else:
+            self.load_checkpoint(checkpoint_dir)
+        iter_file = os.path.join(checkpoint_dir, _ITER_FILE)
+        if os.path.exists(iter_file):
+            with open(iter_file) as f:
+                self._iteration = int(f.read().strip() or 0)
+
+
+def _saves_checkpoints(cls: type) -> bool:
+    return getattr(cls, "save_checkpoint", None) is not Trainable.save_checkpoint
+
+
+class ClassTrainable:
+    """A Trainable subclass as the function the Tuner runs in each trial."""
+
+    def __init__(self, cls: type[Trainable]):
+        self.cls = cls
+        self.__name__ = cls.__name__
+        self.__qualname__ = cls.__qualname__
+
+    def __call__(self, config: dict[str, Any], **setup_kwargs: Any) -> None:
+        from muster.train.checkpoint import Checkpoint
+        from muster.tune.session import get_checkpoint, report
+
+        trainable = self.cls(config, **setup_kwargs)
+        start = get_checkpoint()
+        if start is not None:
+            with start.as_directory() as d:
+                trainable.restore(d)
+        saves = _saves_checkpoints(self.cls)
+        try:
+            while True:
+                result = trainable.train()
+                if saves:
+                    with tempfile.TemporaryDirectory(prefix="muster-trainable-") as d:
+                        trainable.save(d)
+                        report(result, checkpoint=Checkpoint.from_directory(d))
+                else:
+                    report(result)
+                if result.get("done"):
+                    return
+        finally:
+            trainable.cleanup()
+
+
+def as_function(trainable: Any) -> Any:
+    """A Trainable subclass becomes a :class:`ClassTrainable`; anything else is returned as it is."""
+    if isinstance(trainable, type) and issubclass(trainable, Trainable):
+        return ClassTrainable(trainable)
+    return trainable

@@ -1,0 +1,141 @@
+"""``muster.util.queue.Queue``: a first-in first-out queue that tasks and actors share (Ray's ``ray.util.queue``).
+
+It lives in an async actor; the ``Queue`` object is a small picklable handle
+to it, so pass it to tasks and actors as an argument.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue as _stdlib_queue
+from typing import Any
+
+from muster.tasks import get, kill, remote
+
+
+class Empty(_stdlib_queue.Empty):
+    """``get`` found nothing (non-blocking, or past its timeout)."""
+
+
+class Full(_stdlib_queue.Full):
+    """``put`` found no room (non-blocking, or past its timeout)."""
+
+
+class _QueueActor:
+    def __init__(self, maxsize: int):
+        self.q: asyncio.Queue = asyncio.Queue(maxsize)
+
+    def qsize(self) -> int:
+        return self.q.qsize()
+
+    async def put(self, item: Any, block: bool, timeout: float | None) -> bool:
+        try:
+            if not block:
+                self.q.put_nowait(item)
+            else:
+                await asyncio.wait_for(self.q.put(item), timeout)
+            return True
+        except (asyncio.TimeoutError, asyncio.QueueFull):
+            return False
+
+    async def get(self, block: bool, timeout: float | None) -> tuple[bool, Any]:
+        try:
+            if not block:
+                return True, self.q.get_nowait()
+            return True, await asyncio.wait_for(self.q.get(), timeout)
+        except (asyncio.TimeoutError, asyncio.QueueEmpty):
+            return False, None
+
+    def put_nowait_batch(self, items: list[Any]) -> bool:
+        if self.q.maxsize > 0 and self.q.qsize() + len(items) > self.q.maxsize:
+            return False
+        for item in items:
+            self.q.put_nowait(item)
+        return True
+
+    def get_nowait_batch(self, n: int) -> tuple[bool, list[Any]]:
+        if n > self.q.qsize():
+            return False, []
+        return True, [self.q.get_nowait() for _ in range(n)]
+
+
+class Queue:
+    """A FIFO queue shared by the driver, tasks and actors.
+
+    Args:
+        maxsize: at most this many items (0: unbounded).
+        actor_options: options of the actor that holds the items (default ``num_cpus=0``).
+    """
+
+    def __init__(self, maxsize: int = 0, actor_options: dict[str, Any] | None = None):
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
+            raise ValueError(f"Queue(maxsize={maxsize!r}): use an integer >= 0 (0: unbounded).")
+        self.maxsize = maxsize
+        options = {"num_cpus": 0, **(actor_options or {})}
+        self.actor = remote(**options)(_QueueActor).remote(maxsize)
+
+    def __len__(self) -> int:
+        return self.size()
+
+    def size(self) -> int:
+        return int(get(self.actor.qsize.remote()))
+
+    def qsize(self) -> int:
+        return self.size()
+
+    def empty(self) -> bool:
+        return self.size() == 0
+
+    def full(self) -> bool:
+        return self.maxsize > 0 and self.size() >= self.maxsize
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        """Add ``item``; wait for room when full (up to ``timeout``), unless ``block=False``.
+
+        Raises:
+            Full: no room (at once with ``block=False``, or after ``timeout``).
+        """
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"Queue.put(timeout={timeout!r}): use a number >= 0, or None to wait for room.")
+        if not get(self.actor.put.remote(item, block, timeout)):
+            raise Full(f"Queue is full (maxsize={self.maxsize}).")
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        """Take the oldest item; wait for one when empty (up to ``timeout``), unless ``block=False``.
+
+        Raises:
+            Empty: nothing came (at once with ``block=False``, or after ``timeout``).
+        """
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"Queue.get(timeout={timeout!r}): use a number >= 0, or None to wait for an item.")
+        ok, item = get(self.actor.get.remote(block, timeout))
+        if not ok:
+            raise Empty("Queue is empty.")
+        return item
+
+    def put_nowait(self, item: Any) -> None:
+        self.put(item, block=False)
+
+    def get_nowait(self) -> Any:
+        return self.get(block=False)
+
+    def put_nowait_batch(self, items: list[Any]) -> None:
+        """Add all ``items`` at once, or none (``Full``) if they do not fit."""
+        if not get(self.actor.put_nowait_batch.remote(list(items))):
+            raise Full(f"Queue has no room for {len(items)} more items (maxsize={self.maxsize}).")
+
+    def get_nowait_batch(self, num_items: int) -> list[Any]:
+        """Take ``num_items`` at once, or none (``Empty``) if fewer are there."""
+        ok, items = get(self.actor.get_nowait_batch.remote(num_items))
+        if not ok:
+            raise Empty(f"Queue holds fewer than {num_items} items.")
+        return items
+
+    def shutdown(self, force: bool = False, grace_period_s: int = 5) -> None:
+        """End the queue's actor; items still in it are lost."""
+        if self.actor is not None:
+            kill(self.actor)
+            self.actor = None
+
+
+__all__ = ["Empty", "Full", "Queue"]

@@ -1,0 +1,285 @@
+"""Ray Core APIs beyond remote/get/put/wait: cancel, exception names, async and threaded actors,
+runtime context, num_returns and generators, named actors.  Real worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+from _task_helpers import TIMEOUT, wait_for_file
+
+import muster
+from muster import exceptions
+from muster.exceptions import TaskCancelledError
+
+
+# -- cancel ---------------------------------------------------------------------------------------
+@muster.remote(max_retries=3)
+def sleepy(path):
+    open(path, "w").write(str(os.getpid()))
+    time.sleep(60)
+    return "finished"
+
+
+@muster.remote
+def gate(path):
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return 1
+
+
+@muster.remote
+def after(x):
+    return x + 1
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_cancel_a_running_task(tmp_path, force):
+    marker = str(tmp_path / "started")
+    ref = sleepy.remote(marker)
+    pid = int(wait_for_file(marker))
+    t0 = time.monotonic()
+    assert muster.cancel(ref, force=force) is True
+    with pytest.raises(TaskCancelledError):
+        muster.get(ref, timeout=TIMEOUT)
+    assert time.monotonic() - t0 < TIMEOUT
+    if force:  # the process was killed; the task is not retried
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"worker {pid} still alive after cancel(force=True)")
+    time.sleep(0.3)
+    assert not os.path.exists(marker + ".again")
+    assert muster.get(after.remote(1), timeout=TIMEOUT) == 2  # the engine still runs tasks
+
+
+def test_cancel_a_task_waiting_on_its_argument_never_runs_it(tmp_path):
+    opened = str(tmp_path / "open")
+    dep = gate.remote(opened)
+    ref = after.remote(dep)
+    assert muster.cancel(ref) is True
+    open(opened, "w").close()
+    assert muster.get(dep, timeout=TIMEOUT) == 1
+    with pytest.raises(exceptions.TaskCancelledError):
+        muster.get(ref, timeout=TIMEOUT)
+    assert muster.cancel(dep) is False  # already finished
+
+
+def test_ray_exception_names_are_muster_classes():
+    from muster.exceptions import (
+        ActorDiedError,
+        GetTimeoutError,
+        RayActorError,
+        RayError,
+        RayTaskError,
+        TaskUnschedulableError,
+        WorkerCrashedError,
+    )
+
+    assert issubclass(RayTaskError, RayError) and issubclass(RayActorError, RayError)
+    assert RayActorError is ActorDiedError and issubclass(ActorDiedError, WorkerCrashedError)
+    for name in ("ObjectLostError", "OwnerDiedError", "OutOfMemoryError", "ObjectStoreFullError", "NodeDiedError",
+                 "TaskCancelledError", "RaySystemError", "ActorUnschedulableError", "RuntimeEnvSetupError"):
+        assert issubclass(getattr(exceptions, name), RayError), name
+
+    @muster.remote
+    def boom():
+        raise ValueError("bad input 7")
+
+    with pytest.raises(RayTaskError, match="bad input 7") as info:
+        muster.get(boom.remote(), timeout=TIMEOUT)
+    assert isinstance(info.value, ValueError)
+    slow = sleepy.remote(os.devnull)
+    with pytest.raises(GetTimeoutError):
+        muster.get(slow, timeout=0.1)
+    muster.cancel(slow, force=True)
+    assert issubclass(TaskUnschedulableError, exceptions.ResourcesUnavailableError)
+
+
+# -- async and threaded actors --------------------------------------------------------------------
+@muster.remote
+class AsyncWaiter:
+    def __init__(self):
+        self.event = asyncio.Event()
+        self.arrived = 0
+
+    async def wait_all(self, n):
+        self.arrived += 1
+        if self.arrived == n:
+            self.event.set()
+        await asyncio.wait_for(self.event.wait(), 30)  # only returns if n calls overlap
+        return self.arrived
+
+    async def forever(self):
+        await asyncio.sleep(60)
+
+    def plain(self):
+        return "plain"
+
+
+@muster.remote(max_concurrency=3)
+class Threaded:
+    def __init__(self):
+        import threading
+
+        self.barrier = threading.Barrier(3, timeout=30)
+
+    def meet(self):
+        return self.barrier.wait()  # needs three calls running at once
+
+
+def test_async_actor_runs_calls_concurrently_and_cancels_one():
+    a = AsyncWaiter.remote()
+    try:
+        assert sorted(muster.get([a.wait_all.remote(4) for _ in range(4)], timeout=TIMEOUT)) == [4, 4, 4, 4]
+        assert muster.get(a.plain.remote(), timeout=TIMEOUT) == "plain"
+        stuck = a.forever.remote()
+        time.sleep(0.2)
+        assert muster.cancel(stuck) is True
+        with pytest.raises(TaskCancelledError):
+            muster.get(stuck, timeout=TIMEOUT)
+        with pytest.raises(ValueError, match="force=True"):
+            muster.cancel(a.forever.remote(), force=True)
+    finally:
+        muster.kill(a)
+
+
+def test_threaded_actor_overlaps_up_to_max_concurrency():
+    t = Threaded.remote()
+    try:
+        assert sorted(muster.get([t.meet.remote() for _ in range(3)], timeout=TIMEOUT)) == [0, 1, 2]
+    finally:
+        muster.kill(t)
+
+
+@muster.remote
+async def async_task(x):
+    await asyncio.sleep(0.01)
+    return x * 3
+
+
+def test_async_task():
+    assert muster.get(async_task.remote(5), timeout=TIMEOUT) == 15
+
+
+# -- runtime context -------------------------------------------------------------------------------
+@muster.remote(num_cpus=2)
+def who():
+    ctx = muster.get_runtime_context()
+    return ctx.get_job_id(), ctx.get_task_id(), ctx.get_actor_id(), ctx.get_node_id(), ctx.get_assigned_resources()
+
+
+@muster.remote
+class Who:
+    def ids(self):
+        ctx = muster.get_runtime_context()
+        return ctx.get_actor_id(), ctx.get_task_id(), ctx.get_assigned_resources()
+
+
+def test_runtime_context_in_driver_task_and_actor():
+    driver = muster.get_runtime_context()
+    assert driver.get_task_id() is None and driver.get_actor_id() is None
+    job, task, actor, node, res = muster.get(who.remote(), timeout=TIMEOUT)
+    _, task2, _, _, _ = muster.get(who.remote(), timeout=TIMEOUT)
+    assert job == driver.get_job_id() and node == driver.get_node_id()
+    assert task and task2 and task != task2 and actor is None
+    assert res == {"CPU": 2.0}
+    w = Who.options(num_cpus=1).remote()
+    try:
+        actor_id, task_id, res = muster.get(w.ids.remote(), timeout=TIMEOUT)
+        assert actor_id and task_id is None and res == {"CPU": 1.0}
+    finally:
+        muster.kill(w)
+
+
+# -- num_returns and generators --------------------------------------------------------------------
+@muster.remote(num_returns=3)
+def three():
+    return 1, "two", [3]
+
+
+@muster.remote
+def count_to(n):
+    for i in range(n):
+        yield i * 10
+
+
+@muster.remote(num_returns="dynamic")
+def dynamic(n):
+    yield from range(n)
+
+
+@muster.remote
+class Pair:
+    @muster.method(num_returns=2)
+    def both(self):
+        return "a", "b"
+
+    def one(self):
+        return ("x", "y")
+
+
+def test_num_returns_generators_and_methods():
+    refs = three.remote()
+    assert len(refs) == 3 and muster.get(refs, timeout=TIMEOUT) == [1, "two", [3]]
+    gen = count_to.remote(4)
+    assert isinstance(gen, muster.ObjectRefGenerator)
+    assert [muster.get(r, timeout=TIMEOUT) for r in gen] == [0, 10, 20, 30]
+    inner = muster.get(dynamic.remote(3), timeout=TIMEOUT)
+    assert [muster.get(r, timeout=TIMEOUT) for r in inner] == [0, 1, 2]
+    with pytest.raises(ValueError, match="num_returns=2"):
+        muster.get(three.options(num_returns=2).remote()[0], timeout=TIMEOUT)
+    p = Pair.remote()
+    try:
+        a, b = p.both.remote()
+        assert muster.get([a, b], timeout=TIMEOUT) == ["a", "b"]
+        x, y = p.one.options(num_returns=2).remote()
+        assert muster.get(y, timeout=TIMEOUT) == "y"
+    finally:
+        muster.kill(p)
+
+
+# -- named actors ----------------------------------------------------------------------------------
+@muster.remote
+class Box:
+    def __init__(self, v):
+        self.v = v
+
+    def get(self):
+        return self.v
+
+
+@muster.remote
+def read_box(name):
+    return muster.get(muster.get_actor(name).get.remote())
+
+
+def test_named_actors_get_if_exists_namespaces_and_lookup_from_a_task():
+    from muster.util import list_named_actors
+
+    b = Box.options(name="box", lifetime="detached").remote(1)
+    try:
+        again = Box.options(name="box", get_if_exists=True).remote(2)
+        assert muster.get(again.get.remote(), timeout=TIMEOUT) == 1  # the existing one
+        with pytest.raises(ValueError, match="already exists"):
+            Box.options(name="box").remote(3)
+        other = Box.options(name="box", namespace="elsewhere").remote(4)
+        assert muster.get(muster.get_actor("box", namespace="elsewhere").get.remote(), timeout=TIMEOUT) == 4
+        assert "box" in list_named_actors()
+        assert {"name": "box", "namespace": "elsewhere"} in list_named_actors(all_namespaces=True)
+        assert muster.get(read_box.remote("box"), timeout=TIMEOUT) == 1
+        muster.kill(other)
+        with pytest.raises(ValueError, match="Failed to look up actor 'box'"):
+            muster.get_actor("box", namespace="elsewhere")
+    finally:
+        muster.kill(b)
+    with pytest.raises(ValueError, match="no live actor"):
+        muster.get_actor("box")

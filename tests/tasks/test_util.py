@@ -1,0 +1,106 @@
+"""``muster.util``: ActorPool, queue.Queue, placement groups and scheduling strategies, node address."""
+
+from __future__ import annotations
+
+import pytest
+from _task_helpers import TIMEOUT
+
+import muster
+from muster.exceptions import ResourcesUnavailableError, UnsupportedRayAPIError
+from muster.util import ActorPool, get_node_ip_address, placement_group, remove_placement_group
+from muster.util.queue import Empty, Full, Queue
+from muster.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+
+@muster.remote
+class Doubler:
+    def double(self, v):
+        return 2 * v
+
+
+def test_actor_pool_map_in_order_unordered_and_submit():
+    actors = [Doubler.remote(), Doubler.remote()]
+    try:
+        pool = ActorPool(actors)
+        assert list(pool.map(lambda a, v: a.double.remote(v), range(7))) == [0, 2, 4, 6, 8, 10, 12]
+        assert sorted(pool.map_unordered(lambda a, v: a.double.remote(v), [1, 2, 3])) == [2, 4, 6]
+        for v in (10, 20, 30):  # more values than actors: the third waits for a free actor
+            pool.submit(lambda a, v: a.double.remote(v), v)
+        assert not pool.has_free()
+        assert [pool.get_next(timeout=TIMEOUT) for _ in range(3)] == [20, 40, 60]
+        assert not pool.has_next() and pool.has_free()
+        idle = pool.pop_idle()
+        assert idle is not None
+        pool.push(idle)
+        with pytest.raises(StopIteration):
+            pool.get_next()
+    finally:
+        for a in actors:
+            muster.kill(a)
+
+
+@muster.remote
+def produce(q, n):
+    for i in range(n):
+        q.put(i)
+    return n
+
+
+def test_queue_shared_by_driver_and_tasks():
+    q = Queue(maxsize=3)
+    try:
+        assert q.empty() and not q.full()
+        ref = produce.remote(q, 5)  # blocks on the full queue until the driver takes items
+        got = [q.get(timeout=TIMEOUT) for _ in range(5)]
+        assert got == [0, 1, 2, 3, 4] and muster.get(ref, timeout=TIMEOUT) == 5
+        with pytest.raises(Empty):
+            q.get_nowait()
+        with pytest.raises(Empty):
+            q.get(timeout=0.05)
+        q.put_nowait_batch([7, 8, 9])
+        assert q.full() and q.qsize() == 3
+        with pytest.raises(Full):
+            q.put_nowait(10)
+        with pytest.raises(Full):
+            q.put(10, timeout=0.05)
+        assert q.get_nowait_batch(2) == [7, 8] and q.get_nowait() == 9
+    finally:
+        q.shutdown()
+
+
+@muster.remote(num_cpus=1)
+def in_group():
+    return "ran"
+
+
+def test_placement_group_feasible_infeasible_and_strategy():
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
+    assert muster.get(pg.ready(), timeout=TIMEOUT) is True and pg.wait(1)
+    strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=1)
+    assert muster.get(in_group.options(scheduling_strategy=strategy).remote(), timeout=TIMEOUT) == "ran"
+    remove_placement_group(pg)
+    too_big = placement_group([{"CPU": 3}, {"CPU": 3}])
+    with pytest.raises(ResourcesUnavailableError, match="2 bundles together"):
+        muster.get(too_big.ready(), timeout=TIMEOUT)
+    assert not too_big.wait(0.1)
+    with pytest.raises(ResourcesUnavailableError, match="STRICT_SPREAD"):
+        muster.get(placement_group([{"CPU": 1}] * 2, strategy="STRICT_SPREAD").ready(), timeout=TIMEOUT)
+    with pytest.raises(ValueError, match="strategy='TIGHT'"):
+        placement_group([{"CPU": 1}], strategy="TIGHT")
+    with pytest.raises(ValueError, match="bundle_index=5"):
+        PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=5)
+
+
+def test_node_ip_and_unsupported_names_say_what_to_use():
+    ip = get_node_ip_address()
+    assert ip.count(".") == 3
+    assert muster.nodes()[0]["NodeManagerAddress"] == ip
+    import muster.util as util
+
+    with pytest.raises(UnsupportedRayAPIError, match=r"muster.util.collective .*torch.distributed"):
+        util.collective
+    with pytest.raises(UnsupportedRayAPIError, match=r"muster.timeline .*muster dashboard"):
+        muster.timeline
+    with pytest.raises(AttributeError, match="no attribute 'not_a_ray_name'"):
+        muster.not_a_ray_name
+    assert muster.util.queue.Queue is Queue  # Ray's module layout, reached as attributes

@@ -1,0 +1,70 @@
+"""Ray Train V2 names: WorkerGroupError, muster.train.v2 paths, preemption config/info, upload modes,
+get_all_reported_checkpoints. Real 2-worker runs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+import muster.train as train
+from muster.train import CheckpointConsistencyMode, CheckpointUploadMode, Checkpoint, FailureConfig
+
+
+def reporting_loop(config):
+    rank = train.get_context().get_world_rank()
+    assert train.get_preemption_info() is None
+    for step in range(3):
+        with tempfile.TemporaryDirectory() as d:
+            if rank == 0:
+                open(os.path.join(d, "step"), "w").write(str(step))
+            mode = CheckpointUploadMode.ASYNC if step == 1 else CheckpointUploadMode.SYNC
+            train.report({"step": step}, checkpoint=Checkpoint.from_directory(d), checkpoint_upload_mode=mode)
+    seen = train.get_all_reported_checkpoints(consistency_mode=CheckpointConsistencyMode.COMMITTED, timeout_s=60)
+    steps = []
+    for reported in seen:
+        with reported.checkpoint.as_directory() as d:
+            steps.append((reported.metrics.get("step"), int(open(os.path.join(d, "step")).read())))
+    train.report({"seen": steps, "status": [r.status.value for r in seen]})
+
+
+def test_reported_checkpoints_upload_modes_and_preemption_info(fit):
+    result = fit(reporting_loop, workers=2, failure_config=FailureConfig(max_failures=1, max_preemption_failures=3))
+    rows = [r for r in result.all_reports if "seen" in r]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["seen"] == [[0, 0], [1, 1], [2, 2]], row
+        assert set(row["status"]) == {"COMMITTED"}
+
+
+def failing_loop(config):
+    if train.get_context().get_world_rank() == 1:
+        raise RuntimeError("rank one broke")
+    train.report({"ok": 1})
+
+
+def test_worker_group_error_names_catch_a_failed_run(fit):
+    from muster.train.v2.api.exceptions import WorkerGroupError as V2WorkerGroupError
+
+    with pytest.raises(train.WorkerGroupError, match="rank one broke") as info:
+        fit(failing_loop, workers=2)
+    assert isinstance(info.value, V2WorkerGroupError)
+
+
+def test_v2_module_paths_and_config_checks():
+    from muster.train.v2 import ScalingConfig as V2ScalingConfig
+    from muster.train.v2.api.config import FailureConfig as V2FailureConfig
+    from muster.train.v2.api.report_config import CheckpointUploadMode as V2Mode
+    from muster.train.v2.api.train_fn_utils import get_all_reported_checkpoints
+    from muster.train.v2.torch import TorchTrainer
+
+    assert V2ScalingConfig is train.ScalingConfig and V2FailureConfig is FailureConfig and V2Mode is CheckpointUploadMode
+    assert get_all_reported_checkpoints is train.get_all_reported_checkpoints
+    assert TorchTrainer is train.torch.TorchTrainer
+    with pytest.raises(ValueError, match="max_preemption_failures=-2"):
+        FailureConfig(max_preemption_failures=-2)
+    from muster.exceptions import UnsupportedRayAPIError
+
+    with pytest.raises(UnsupportedRayAPIError, match="ValidationConfig"):
+        train.ValidationConfig

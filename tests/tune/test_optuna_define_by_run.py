@@ -1,0 +1,72 @@
+"""OptunaSearch with a define-by-run space and with several objectives; a failed trial's cause on the console."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster import tune
+
+optuna = pytest.importorskip("optuna")  # the `tune` extra
+
+
+def _objective(config):
+    for i in range(3):
+        tune.report({"loss": (config["x"] - 0.3) ** 2 + config["net"]["w"] / 100, "size": config["net"]["w"],
+                     "tag": config["tag"]})
+
+
+def _define_by_run(trial):
+    trial.suggest_float("x", -1.0, 1.0)
+    trial.suggest_int("net/w", 1, 8)  # "/" nests: config["net"]["w"]
+    return {"tag": "const"}
+
+
+def test_define_by_run_space_samples_every_trial(storage):
+    from muster.tune.search import OptunaSearch
+
+    searcher = OptunaSearch(space=_define_by_run, metric="loss", mode="min", seed=1)
+    grid = tune.Tuner(
+        _objective,
+        tune_config=tune.TuneConfig(num_samples=4, search_alg=searcher, max_concurrent_trials=2),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    assert len(grid) == 4 and grid.num_errors == 0, grid.errors
+    for r in grid:
+        assert -1 <= r.config["x"] <= 1 and 1 <= r.config["net"]["w"] <= 8 and r.config["tag"] == "const"
+    assert len({r.config["x"] for r in grid}) == 4
+    assert sum(t.state.name == "COMPLETE" for t in searcher._study.trials) == 4
+
+
+def test_multi_objective_study(storage):
+    from muster.tune.search import OptunaSearch
+
+    searcher = OptunaSearch(space=_define_by_run, metric=["loss", "size"], mode=["min", "min"], seed=2)
+    grid = tune.Tuner(
+        _objective,
+        tune_config=tune.TuneConfig(num_samples=3, search_alg=searcher, max_concurrent_trials=2),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    done = [t for t in searcher._study.trials if t.state.name == "COMPLETE"]
+    assert len(done) == 3 and all(len(t.values) == 2 for t in done)
+    assert searcher._study.best_trials  # the Pareto front
+    with pytest.raises(ValueError, match="same length"):
+        OptunaSearch(metric=["loss", "size"], mode=["min"])
+
+
+def _needs_missing_key(config):
+    tune.report({"loss": config["missing_key"]})
+
+
+def test_failed_trial_shows_its_root_cause_on_the_console(storage, capsys):
+    grid = tune.Tuner(
+        _needs_missing_key,
+        param_space={"x": 1},
+        tune_config=tune.TuneConfig(num_samples=1),
+        run_config=tune.RunConfig(storage_path=storage, verbose=1),
+    ).fit()
+    assert grid.num_errors == 1
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if " ERROR: " in ln)
+    assert "KeyError" in line and "missing_key" in line, out
+    assert "config[\"missing_key\"]" in out or "_needs_missing_key" in out, out  # a traceback line
