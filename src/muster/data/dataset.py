@@ -35,6 +35,12 @@ class Dataset:
     def __repr__(self) -> str:
         return f"Dataset({self._node.describe()})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_node": self._node}  # the plan travels; stats and iterators stay here
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["_node"])  # type: ignore[misc]
+
     def _then(self, op: plan.Operator) -> "Dataset":
         return Dataset(self._node.then(op))
 

@@ -108,6 +108,12 @@ class _SchemaGuard:
         self._lock = threading.Lock()
         self._first: tuple[str, pa.Schema] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_first": self._first}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._lock, self._first = threading.Lock(), state["_first"]
+
     def check(self, path: str, schema: pa.Schema) -> None:
         with self._lock:
             if self._first is None:
