@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -10,13 +12,15 @@ import torch
 
 import muster.data as md
 
+TEST_CPUS = 4  # the session engine's CPUs (tests/conftest.py)
+
 
 def ids(ds_or_rows) -> list[int]:
     rows = ds_or_rows.take_all() if isinstance(ds_or_rows, md.Dataset) else ds_or_rows
     return [r["id"] for r in rows]
 
 
-def test_lazy_map_filter_flat_map_keep_order():
+def test_lazy_map_filter_flat_map_keep_order(threads_only):
     calls = []
     ds = md.range(50, override_num_blocks=5).map(lambda r: calls.append(1) or {"id": r["id"], "sq": r["id"] ** 2})
     assert calls == []  # lazy
@@ -29,7 +33,7 @@ def test_lazy_map_filter_flat_map_keep_order():
     assert "Map(" in repr(ds) and "Filter(" in repr(ds)
 
 
-def test_map_batches_formats_args_and_batch_size():
+def test_map_batches_formats_args_and_batch_size(threads_only):
     seen = []
 
     def add(batch, k, *, m):
@@ -138,9 +142,32 @@ def test_iter_batches_options():
     assert "ReadRange" in ds.stats()
 
 
-def test_early_break_stops_the_pipeline():
+def test_early_break_stops_the_pipeline(threads_only):
     made = []
     ds = md.range(10_000, override_num_blocks=100).map_batches(lambda b: made.append(1) or b, batch_size=None)
     for _ in ds.iter_batches(batch_size=10):
         break
     assert len(made) < 100  # only the blocks in flight were made, not the whole dataset
+
+
+def test_python_functions_run_in_idle_pooled_workers():
+    """The driver hands jobs with Python functions to the engine's idle workers (the session engine is up)."""
+    pids = {int(p) for p in md.range(400, override_num_blocks=8).map(lambda r: {"pid": os.getpid()}).take_batch(400)["pid"]}
+    assert pids - {os.getpid()}  # some jobs ran in other processes
+
+
+def test_driver_pipeline_runs_inline_when_every_cpu_is_held():
+    import muster
+
+    @muster.remote(num_cpus=TEST_CPUS)
+    class Hog:
+        def ping(self):
+            return os.getpid()
+
+    hog = Hog.remote()
+    try:
+        muster.get(hog.ping.remote(), timeout=60)  # it holds every CPU now
+        rows = md.range(200, override_num_blocks=4).map(lambda r: {"pid": os.getpid()}).take_all()
+        assert {r["pid"] for r in rows} == {os.getpid()}
+    finally:
+        muster.kill(hog)

@@ -219,15 +219,3 @@ def _check_columns(block: pa.Table, cols: list[str], where: str) -> None:
     missing = [c for c in cols if c not in block.column_names]
     if missing and block.num_columns:
         raise ValueError(f"{where}: no column {missing[0]!r}; the dataset has {block.column_names}.")
-
-
-def fuse(fns: list[BlockFn]) -> BlockFn:
-    """One function applying ``fns`` in order (a fused map chain)."""
-
-    def apply(block: pa.Table) -> list[pa.Table]:
-        blocks = [block]
-        for f in fns:
-            blocks = [out for b in blocks for out in f(b)]
-        return blocks
-
-    return apply
