@@ -139,3 +139,18 @@ def test_bad_datasets_argument(storage):
         TorchTrainer(shard_loop, datasets={"train": [1, 2]})
     with pytest.raises(ValueError, match="no dataset named 'nope'"):
         TorchTrainer(shard_loop, datasets={"train": md.range(3)}, dataset_config=DataConfig(datasets_to_split=["nope"]))
+
+
+def tuned_loop(config):
+    it = train.get_dataset_shard("train")
+    train.report({"loss": float(sum(float(b["id"].sum()) for b in it.iter_torch_batches(batch_size=8))) * config["k"]})
+
+
+def test_tuner_trials_get_the_trainers_datasets(storage):
+    from muster import tune
+
+    trainer = TorchTrainer(tuned_loop, scaling_config=ScalingConfig(num_workers=1), datasets={"train": md.range(10)})
+    grid = tune.Tuner(trainer, param_space={"k": tune.grid_search([1, 2])},
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                      run_config=tune.RunConfig(storage_path=storage)).fit()
+    assert sorted(r.metrics["loss"] for r in grid) == [45.0, 90.0]

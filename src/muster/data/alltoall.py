@@ -6,6 +6,8 @@ a new order, and every rank computes the same one (so the split stays exact).
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
 from typing import Any, Callable
 
 import numpy as np
@@ -19,13 +21,44 @@ def _rng(seed: int, epoch: int) -> np.random.Generator:
     return np.random.default_rng([seed, epoch])
 
 
+class _Permutations:
+    """Seeded per-epoch permutations; epoch e+1's is drawn on a background thread while epoch e is consumed."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self._next: tuple[int, int, Future[np.ndarray]] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"seed": self.seed}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["seed"])  # type: ignore[misc]
+
+    def _draw(self, epoch: int, n: int) -> np.ndarray:
+        perm = _rng(self.seed, epoch).permutation(n)
+        return perm.astype(np.int32) if n < 2**31 else perm
+
+    def get(self, epoch: int, n: int) -> np.ndarray:
+        ahead = self._next
+        perm = ahead[2].result() if ahead is not None and ahead[:2] == (epoch, n) else self._draw(epoch, n)
+        future: Future[np.ndarray] = Future()
+
+        def draw() -> None:
+            future.set_result(self._draw(epoch + 1, n))
+
+        threading.Thread(target=draw, name="muster-data-next-permutation", daemon=True).start()
+        self._next = (epoch + 1, n, future)
+        return perm
+
+
 def random_shuffle(seed: int, rows_per_block: int) -> Callable[[list[pa.Table], int], list[pa.Table]]:
+    perms = _Permutations(seed)
+
     def run(blocks: list[pa.Table], epoch: int) -> list[pa.Table]:
         table = blk.concat(blocks)
         if table.num_rows == 0:
             return [table]
-        perm = _rng(seed, epoch).permutation(table.num_rows)
-        return blk.split_rows(table.take(pa.array(perm)), rows_per_block)
+        return blk.split_rows(table.take(pa.array(perms.get(epoch, table.num_rows))), rows_per_block)
 
     return run
 

@@ -160,7 +160,14 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
 
         return read
 
-    by_path = [(f, sizes.get(f.path, 0)) for f in fragments]
+    by_path: list[tuple[Any, int]] = []
+    for frag in fragments:
+        n = sizes.get(frag.path, 0)
+        if n > TASK_BYTES:  # a big file: one job per row group, so memory stays bounded
+            groups = frag.split_by_row_group(filter=filter)
+            by_path.extend((g, n // max(1, len(groups))) for g in groups)
+        else:
+            by_path.append((frag, n))
     tasks: list[ReadTask] = []
     group: list[Any] = []
     size = 0
