@@ -48,6 +48,7 @@ class DataIterator:
         self._position = 0  # batches of the current pass handed out
         self._in_pass = False
         self._on_pass_start: Callable[[], None] | None = None
+        self._on_wait: Callable[[float], None] | None = None  # a trainer's data-wait meter
         self.last_wait_s = 0.0
 
     def __repr__(self) -> str:
@@ -103,7 +104,10 @@ class DataIterator:
             while True:
                 t = time.perf_counter()
                 batch = next(source, _END)
-                self.last_wait_s += time.perf_counter() - t
+                waited = time.perf_counter() - t
+                self.last_wait_s += waited
+                if self._on_wait is not None:
+                    self._on_wait(waited)
                 if batch is _END:
                     break
                 self._position += 1

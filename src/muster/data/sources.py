@@ -18,8 +18,9 @@ from muster.data import block as blk
 from muster.data.exceptions import DataSchemaError, DataSourceError
 from muster.data.plan import ReadTask
 
-#: Small files are read together, up to this many bytes per task.
+#: Small files are read together, up to this many bytes and files per task.
 TASK_BYTES = 32 * 1024 * 1024
+TASK_FILES = 64
 
 
 def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...] | None, where: str
@@ -91,7 +92,7 @@ def _group(files: list[tuple[str, int]], make: Callable[[list[str]], Callable[[]
     group: list[str] = []
     size = 0
     for path, n in files:
-        if group and size + n > TASK_BYTES:
+        if group and (size + n > TASK_BYTES or len(group) >= TASK_FILES):
             tasks.append(ReadTask(make(group), group[0], size))
             group, size = [], 0
         group.append(path)
@@ -148,15 +149,17 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
                              f"{dataset.schema.names}.")
     sizes = dict(files)
     fragments = list(dataset.get_fragments(filter=filter))
-    schema, guard = dataset.schema, _SchemaGuard()
+    schema = dataset.schema
+    guard = _SchemaGuard()
+    if fragments:
+        guard.check(fragments[0].path, fragments[0].physical_schema)  # the file the schema came from
 
     def make(group: list[Any]) -> Callable[[], list[pa.Table]]:
         def read() -> list[pa.Table]:
-            out = []
-            for frag in group:
+            for frag in group:  # files whose column types disagree are an error, not a silent cast
                 guard.check(frag.path, frag.physical_schema)
-                out.append(frag.to_table(schema=schema, columns=columns, filter=filter))
-            return out
+            sub = pads.FileSystemDataset(group, schema, dataset.format, afs)  # one C++ scan over the group
+            return [sub.to_table(columns=columns, filter=filter)]
 
         return read
 
@@ -172,7 +175,7 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
     group: list[Any] = []
     size = 0
     for frag, n in by_path:
-        if group and size + n > TASK_BYTES:
+        if group and (size + n > TASK_BYTES or len(group) >= TASK_FILES):
             tasks.append(ReadTask(make(group), group[0].path, size))
             group, size = [], 0
         group.append(frag)

@@ -26,6 +26,7 @@ class DatasetLoop:
     def __call__(self, config: dict[str, Any] | None = None) -> Any:
         from muster.data import DataIterator
         from muster.data.execution import DataContext
+        from muster.observe.sampler import note_data_wait
         from muster.train._internal.worker import _takes_config
         from muster.train import get_context
 
@@ -38,6 +39,7 @@ class DatasetLoop:
             split = self.data_config.splits(name) and world > 1
             it = DataIterator(self.datasets[name], rank if split else 0, world if split else 1, seed=self.seed)
             it._on_pass_start = resume.book().before_iteration
+            it._on_wait = note_data_wait  # the live view's data-wait figure, as for prepared loaders
             resume.book().register(it)
             _shards[name] = it
         try:
