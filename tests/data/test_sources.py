@@ -82,7 +82,7 @@ def test_big_parquet_file_reads_by_row_group(tmp_path, monkeypatch):
     from muster.data import sources
 
     pq.write_table(pa.table({"id": list(range(1000))}), tmp_path / "big.parquet", row_group_size=100)
-    monkeypatch.setattr(sources, "TASK_BYTES", 1)  # every file counts as big
+    monkeypatch.setattr(sources, "task_bytes", lambda: 1)  # every file counts as big
     ds = md.read_parquet(str(tmp_path / "big.parquet"))
     assert len(ds._node.op.tasks) == 10
     assert [r["id"] for r in ds.take_all()] == list(range(1000))

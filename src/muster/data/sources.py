@@ -23,6 +23,15 @@ TASK_BYTES = 32 * 1024 * 1024
 TASK_FILES = 64
 
 
+def task_bytes() -> int:
+    """Bytes of files per read job: ``TASK_BYTES``, or less so that the jobs a pipeline keeps
+    pending (2 x threads) fit in ``DataContext.max_bytes_in_flight``."""
+    from muster.data.execution import DataContext
+
+    ctx = DataContext.get_current()
+    return max(1 << 20, min(TASK_BYTES, ctx.max_bytes_in_flight // (4 * ctx.max_threads)))
+
+
 def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...] | None, where: str
             ) -> tuple[Any, list[tuple[str, int]], str | None]:
     """(fsspec filesystem, [(file, size)], the base folder when one folder was given)."""
@@ -91,8 +100,9 @@ def _group(files: list[tuple[str, int]], make: Callable[[list[str]], Callable[[]
     tasks: list[ReadTask] = []
     group: list[str] = []
     size = 0
+    cap = task_bytes()
     for path, n in files:
-        if group and (size + n > TASK_BYTES or len(group) >= TASK_FILES):
+        if group and (size + n > cap or len(group) >= TASK_FILES):
             tasks.append(ReadTask(make(group), group[0], size))
             group, size = [], 0
         group.append(path)
@@ -148,6 +158,7 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
             raise ValueError(f"read_parquet(columns={columns!r}): no column {missing[0]!r}; the files have "
                              f"{dataset.schema.names}.")
     sizes = dict(files)
+    cap = task_bytes()
     fragments = list(dataset.get_fragments(filter=filter))
     schema = dataset.schema
     guard = _SchemaGuard()
@@ -166,7 +177,7 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
     by_path: list[tuple[Any, int]] = []
     for frag in fragments:
         n = sizes.get(frag.path, 0)
-        if n > TASK_BYTES:  # a big file: one job per row group, so memory stays bounded
+        if n > cap:  # a big file: one job per row group, so memory stays bounded
             groups = frag.split_by_row_group(filter=filter)
             by_path.extend((g, n // max(1, len(groups))) for g in groups)
         else:
@@ -175,7 +186,7 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
     group: list[Any] = []
     size = 0
     for frag, n in by_path:
-        if group and (size + n > TASK_BYTES or len(group) >= TASK_FILES):
+        if group and (size + n > cap or len(group) >= TASK_FILES):
             tasks.append(ReadTask(make(group), group[0].path, size))
             group, size = [], 0
         group.append(frag)
