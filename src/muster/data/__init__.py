@@ -15,7 +15,11 @@ import builtins
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
+
+try:
+    import pyarrow as pa
+except ImportError as _exc:  # pragma: no cover - pyarrow ships with the data extra
+    raise ImportError('muster.data needs pyarrow: pip install "muster[data]"') from _exc
 
 from muster.data import block as _blk
 from muster.data import sources as _src
