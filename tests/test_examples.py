@@ -166,3 +166,12 @@ def test_fsdp_sharded(tmp_path):
     accuracy = float(re.search(r"^Final accuracy \(rank 0's shard\): ([0-9.]+)$", out, re.M).group(1))
     assert accuracy > 0.8, out
     assert "'__0_0.distcp', '__1_0.distcp'" in out, out
+
+
+def test_data_stream_train(tmp_path):
+    out = run_example("data_stream_train.py", tmp_path, "--epochs", "2", "--rows", "2000")
+    epochs = re.findall(r"^epoch (\d): loss=([0-9.]+) accuracy=([0-9.]+) rows/rank=(\d+)$", out, re.M)
+    assert [e for e, *_ in epochs] == ["0", "1"], out
+    assert float(epochs[-1][1]) < float(epochs[0][1]), out  # the loss falls
+    assert len({rows for *_, rows in epochs}) == 1 and 700 < int(epochs[0][3]) < 1000, out  # ~10% filtered, 2 ranks
+    assert float(re.search(r"^Final accuracy: ([0-9.]+)$", out, re.M).group(1)) > 0.8, out

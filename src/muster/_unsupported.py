@@ -41,7 +41,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "annotations": "no muster equivalent",
     },
     "muster.train": {
-        "DataConfig": "shard data in the loop with muster.train.torch.prepare_data_loader (DistributedSampler)",
         "ValidationConfig": "validate in train_loop_per_worker and report the metrics with muster.train.report",
         "LoggingConfig": "muster.init(logging_level=...) and RunConfig(verbose=...)",
         "SyncConfig": "RunConfig(storage_path=...): checkpoints are written to storage directly",

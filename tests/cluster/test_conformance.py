@@ -387,3 +387,26 @@ def test_elastic_run_starts_small_and_grows_when_cpus_free_up(engine, storage):
     worlds = list(counts_by_attempt(reports).values())
     assert worlds[0] == 2 and worlds[-1] == 4, worlds
     check_data_position(reports)
+
+
+def _dataset_loop():
+    shard = train.get_dataset_shard("train")
+    for epoch in range(2):
+        ids = [int(x) for b in shard.iter_torch_batches(batch_size=4) for x in b["id"]]
+        train.report({"epoch": epoch, "rank": train.get_context().get_world_rank(), "ids": ids})
+
+
+def test_trainer_datasets_split_exactly(engine, storage):
+    import muster.data as md
+
+    ds = md.range(41).map_batches(lambda b: {"id": b["id"] * 10}).random_shuffle(seed=3)
+    result = TorchTrainer(_dataset_loop, scaling_config=ScalingConfig(num_workers=2), datasets={"train": ds},
+                          run_config=RunConfig(storage_path=storage, name=f"data_{engine}", verbose=0)).fit()
+    by_epoch: dict = {}
+    for r in result.all_reports:
+        by_epoch.setdefault(r["epoch"], []).append(r["ids"])
+    for shards in by_epoch.values():
+        assert [len(s) for s in shards] == [20, 20]
+        flat = [x for s in shards for x in s]
+        assert len(set(flat)) == 40 and set(flat) <= {i * 10 for i in range(41)}
+    assert by_epoch[0] != by_epoch[1]

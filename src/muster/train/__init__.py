@@ -111,7 +111,31 @@ def get_context() -> TrainContext:
     return _session.get_session("get_context").context
 
 
+def get_dataset_shard(name: str) -> Any:
+    """This worker's iterator over ``datasets[name]`` of the trainer (``TorchTrainer(datasets=...)``).
+
+    A dataset that ``DataConfig.datasets_to_split`` names (all, by default) gives
+    rank r of n every n-th row, the same number of rows on every rank; others give
+    every rank all rows. Each pass is one epoch (``random_shuffle`` reorders per
+    epoch), and its position is saved with each checkpoint for exact resume.
+
+    Returns:
+        A ``muster.data.DataIterator`` (``iter_batches``, ``iter_torch_batches``, ``iter_rows``).
+
+    Raises:
+        KeyError: the trainer has no dataset of that name.
+        RuntimeError: called outside a training worker.
+    """
+    from muster.train._internal.datasets import get_dataset_shard as _get
+
+    return _get(name)
+
+
 def __getattr__(name: str) -> Any:
+    if name == "DataConfig":  # lazily: muster.data imports pyarrow
+        from muster.data import DataConfig
+
+        return DataConfig
     if name in ("torch", "lightning", "huggingface", "v2"):
         import importlib
 
@@ -141,7 +165,9 @@ __all__ = [
     "ScalingConfig",
     "TrainContext",
     "TrainingFailedError",
+    "DataConfig",
     "get_checkpoint",
     "get_context",
+    "get_dataset_shard",
     "report",
 ]

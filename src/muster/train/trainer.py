@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any, Callable
 
 import cloudpickle
@@ -27,6 +28,9 @@ class DataParallelTrainer:
         run_config: name, storage, checkpoint retention, failure budget.
         backend_config: framework setup on each worker (``TorchConfig``).
         resume_from_checkpoint: a checkpoint to start from when the run has none.
+        datasets: name -> ``muster.data.Dataset``; each worker reads its shard with
+            ``muster.train.get_dataset_shard(name)``.
+        dataset_config: a ``muster.train.DataConfig`` (which datasets are split across workers).
     """
 
     _default_backend: type[Backend] = Backend
@@ -41,6 +45,7 @@ class DataParallelTrainer:
         backend_config: Backend | None = None,
         resume_from_checkpoint: Checkpoint | None = None,
         datasets: dict[str, Any] | None = None,
+        dataset_config: Any = None,
     ):
         if not callable(train_loop_per_worker):
             raise TypeError(
@@ -52,10 +57,11 @@ class DataParallelTrainer:
                 f"{type(self).__name__}(train_loop_config=...) takes a dict, got {type(train_loop_config).__name__}."
             )
         if datasets:
-            raise ValueError(
-                f"{type(self).__name__}(datasets=...): muster.data datasets are not available in this version; "
-                "build a torch DataLoader inside train_loop_per_worker and call prepare_data_loader on it."
-            )
+            from muster.train._internal.datasets import check_datasets
+
+            check_datasets(datasets, dataset_config, type(self).__name__)
+        self.datasets, self.dataset_config = datasets or {}, dataset_config
+        self._data_seed = random.SystemRandom().randrange(2**63)  # local shuffles: one seed for every attempt
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.scaling_config = scaling_config or ScalingConfig()
@@ -108,7 +114,7 @@ class DataParallelTrainer:
         previous = record.open(allow_finished=allow_finished or self._restore_path is not None)
         record.save_trainer(self)
         controller = Controller(
-            self.train_loop_per_worker,
+            self._loop(),
             self.train_loop_config,
             self.scaling_config,
             self.run_config,
@@ -125,6 +131,16 @@ class DataParallelTrainer:
                 f"continuing from {where}."
             )
         return controller
+
+    def _loop(self) -> Callable[..., Any]:
+        """The function the workers run: the user's, with the datasets attached when there are any."""
+        datasets = getattr(self, "datasets", None)  # absent in trainers pickled by older versions
+        if not datasets:
+            return self.train_loop_per_worker
+        from muster.data import DataConfig
+        from muster.train._internal.datasets import DatasetLoop
+
+        return DatasetLoop(self.train_loop_per_worker, datasets, self.dataset_config or DataConfig(), self._data_seed)
 
     def _storage(self) -> Storage:
         if self._restore_path is not None:

@@ -154,7 +154,7 @@ class Tuner:
             scaling = config.get("scaling_config") or trainable.scaling_config
             if isinstance(scaling, dict):
                 scaling = ScalingConfig(**scaling)
-            return RunPlan(trainable.train_loop_per_worker, loop_config, scaling, trainable.backend_config, rc)
+            return RunPlan(trainable._loop(), loop_config, scaling, trainable.backend_config, rc)
         resources = trial_resources(trainable) or {"CPU": 1.0}
         info = {
             "trial_id": trial.trial_id, "trial_name": trial.trial_name, "path": trial.path,

@@ -29,6 +29,7 @@ class TorchTrainer(DataParallelTrainer):
         run_config: RunConfig | None = None,
         resume_from_checkpoint: Checkpoint | None = None,
         datasets: dict[str, Any] | None = None,
+        dataset_config: Any = None,
     ):
         scaling_config = scaling_config or ScalingConfig()
         self.torch_config = torch_config or TorchConfig()
@@ -40,4 +41,5 @@ class TorchTrainer(DataParallelTrainer):
             backend_config=TorchBackend(self.torch_config, scaling_config.use_gpu),
             resume_from_checkpoint=resume_from_checkpoint,
             datasets=datasets,
+            dataset_config=dataset_config,
         )

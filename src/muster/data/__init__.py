@@ -1,0 +1,133 @@
+"""muster.data: Ray Data's API (``ray.data`` -> ``muster.data``) on pyarrow.
+
+Build a lazy ``Dataset`` with ``read_parquet``/``read_csv``/``read_json``/
+``read_text``/``read_binary_files``/``from_items``/``from_pandas``/
+``from_numpy``/``from_arrow``/``range``/``range_tensor``; transform it with
+``map``, ``map_batches``, ``filter``...; consume it with ``iter_batches``,
+``iter_torch_batches``, ``take``, ``write_parquet``..., or pass it to a
+trainer: ``TorchTrainer(..., datasets={"train": ds})`` and, in the loop,
+``muster.train.get_dataset_shard("train")``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+
+try:
+    import pyarrow as pa
+except ImportError as _exc:  # pragma: no cover - pyarrow ships with the data extra
+    raise ImportError('muster.data needs pyarrow: pip install "muster[data]"') from _exc
+
+from muster.data import block as _blk
+from muster.data import sources as _src
+from muster.data.config import DataConfig
+from muster.data.dataset import Dataset, from_blocks
+from muster.data.exceptions import DataError, DataSchemaError, DataSourceError, DataTypeError, UserFunctionError
+from muster.data.execution import DataContext
+from muster.data.grouped import GroupedData
+from muster.data.iterator import DataIterator
+from muster.data.plan import Node, Read
+
+__all__ = [
+    "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
+    "DataTypeError", "Dataset", "GroupedData", "UserFunctionError", "from_arrow", "from_items", "from_numpy",
+    "from_pandas", "range", "range_tensor", "read_binary_files", "read_csv", "read_json", "read_parquet",
+    "read_text",
+]
+
+
+def _read(name: str, tasks: tuple) -> Dataset:
+    return Dataset(Node(Read(name, tasks)))
+
+
+def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, filter: Any = None,
+                 filesystem: Any = None, partitioning: Any = "hive", **_ray_options: Any) -> Dataset:
+    """Parquet files: a file, folder, glob, list or URL.
+
+    Args:
+        columns: read only these columns (pushed into the scan).
+        filter: a ``pyarrow.compute`` expression, e.g. ``pc.field("label") == 1``, pushed into the scan
+            (and used to skip hive partitions).
+        filesystem: a pyarrow or fsspec filesystem (default: from the path's URL scheme).
+        partitioning: ``"hive"`` (default: ``key=value`` folders become columns) or a pyarrow partitioning.
+
+    Raises:
+        DataSourceError: a path does not exist or holds no files.
+        DataSchemaError: (when read) two files disagree on a column's type.
+    """
+    return _read("ReadParquet", _src.parquet_tasks(paths, columns=columns, filter=filter, filesystem=filesystem,
+                                                   partitioning=partitioning))
+
+
+def read_csv(paths: str | list[str], *, filesystem: Any = None, **arrow_csv_args: Any) -> Dataset:
+    """CSV files (header row); extra keyword arguments go to ``pyarrow.csv.read_csv``."""
+    return _read("ReadCSV", _src.csv_tasks(paths, filesystem, **arrow_csv_args))
+
+
+def read_json(paths: str | list[str], *, filesystem: Any = None, lines: bool = True, **arrow_json_args: Any) -> Dataset:
+    """JSON lines files (one object per line)."""
+    if not lines:
+        raise ValueError("read_json(lines=False): only JSON lines (one object per line) is read; convert the file.")
+    return _read("ReadJSON", _src.json_tasks(paths, filesystem, **arrow_json_args))
+
+
+def read_text(paths: str | list[str], *, filesystem: Any = None, encoding: str = "utf-8",
+              drop_empty_lines: bool = True) -> Dataset:
+    """Text files: one row per line, column ``text``."""
+    return _read("ReadText", _src.text_tasks(paths, filesystem, encoding, drop_empty_lines))
+
+
+def read_binary_files(paths: str | list[str], *, filesystem: Any = None, include_paths: bool = False) -> Dataset:
+    """Whole files: one row per file, column ``bytes`` (and ``path`` with ``include_paths``)."""
+    return _read("ReadBinary", _src.binary_tasks(paths, filesystem, include_paths))
+
+
+def _rows() -> int:
+    return DataContext.get_current().target_block_rows
+
+
+def from_items(items: list[Any], *, override_num_blocks: int | None = None) -> Dataset:
+    """Rows from a list of dicts (other values become a column ``item``)."""
+    items = list(items)
+    rows = [x if isinstance(x, dict) else {"item": x} for x in items]
+    blocks = [_blk.rows_to_block(rows[i:i + _rows()], "from_items") for i in builtins.range(0, len(rows), _rows())]
+    if override_num_blocks:
+        blocks = _src.table_blocks(_blk.concat(blocks), _rows(), override_num_blocks)
+    return from_blocks(blocks or [pa.table({})], "FromItems")
+
+
+def from_arrow(tables: pa.Table | list[pa.Table]) -> Dataset:
+    tables = [tables] if isinstance(tables, (pa.Table, pa.RecordBatch)) else list(tables)
+    blocks = [t if isinstance(t, pa.Table) else pa.Table.from_batches([t]) for t in tables]
+    return from_blocks([b for t in blocks for b in _src.table_blocks(t, _rows())], "FromArrow")
+
+
+def from_pandas(dfs: Any) -> Dataset:
+    frames = dfs if isinstance(dfs, list) else [dfs]
+    return from_blocks([pa.Table.from_pandas(df, preserve_index=False) for df in frames], "FromPandas")
+
+
+def from_numpy(ndarrays: np.ndarray | list[np.ndarray]) -> Dataset:
+    """Arrays as a column ``data`` (rows along the first axis)."""
+    arrays = ndarrays if isinstance(ndarrays, list) else [ndarrays]
+    blocks = [pa.table({"data": _blk.array_from_values(np.asarray(a))}) for a in arrays]
+    return from_blocks([b for t in blocks for b in _src.table_blocks(t, _rows())], "FromNumpy")
+
+
+def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001 - Ray's name
+    """Rows ``{"id": 0} ... {"id": n-1}``."""
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"range({n!r}): use an integer >= 0.")
+    rows = -(-n // override_num_blocks) if override_num_blocks else _rows()
+    return _read("ReadRange", _src.range_tasks(n, max(1, rows), None))
+
+
+def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), override_num_blocks: int | None = None) -> Dataset:
+    """Rows ``{"data": array of shape ``shape`` filled with i}``."""
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"range_tensor({n!r}): use an integer >= 0.")
+    rows = -(-n // override_num_blocks) if override_num_blocks else _rows()
+    return _read("ReadRangeTensor", _src.range_tasks(n, max(1, rows), tuple(shape)))

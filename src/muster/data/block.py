@@ -1,0 +1,172 @@
+"""Blocks are ``pyarrow.Table``s; this module converts them to and from the batch
+formats user functions see (numpy dicts, pandas frames, Arrow tables) and rows.
+
+Multi-dimensional numpy columns are stored as Arrow fixed-shape tensor columns,
+so ``range_tensor`` and image-like columns round-trip without copies per row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+import pyarrow as pa
+
+from muster.data.exceptions import DataTypeError
+
+BATCH_FORMATS = ("numpy", "pandas", "pyarrow", "default")
+
+
+def check_batch_format(fmt: str, where: str) -> str:
+    if fmt not in BATCH_FORMATS:
+        raise ValueError(f"{where}(batch_format={fmt!r}): use one of 'numpy' (default), 'pandas' or 'pyarrow'.")
+    return "numpy" if fmt == "default" else fmt
+
+
+def nbytes(block: pa.Table) -> int:
+    return int(block.nbytes)
+
+
+def column_to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """One column as numpy: tensor columns keep their shape, strings become object arrays."""
+    if isinstance(col, pa.ChunkedArray):
+        if isinstance(col.type, pa.FixedShapeTensorType):
+            if col.num_chunks == 0:
+                return np.empty((0, *col.type.shape), dtype=col.type.value_type.to_pandas_dtype())
+            chunks = [c.to_numpy_ndarray() for c in col.chunks]
+            return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if isinstance(col.type, pa.FixedShapeTensorType):
+        return col.to_numpy_ndarray()  # type: ignore[attr-defined]
+    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_fixed_size_list(col.type):
+        values = col.to_pylist()
+        out = np.empty(len(values), dtype=object)
+        for i, v in enumerate(values):
+            out[i] = None if v is None else np.asarray(v)
+        return _stack_if_uniform(out)
+    return col.to_numpy(zero_copy_only=False)
+
+
+def _stack_if_uniform(values: np.ndarray) -> np.ndarray:
+    shapes = {getattr(v, "shape", None) for v in values}
+    if len(values) and len(shapes) == 1 and None not in shapes:
+        return np.stack(list(values))
+    return values
+
+
+def to_numpy(block: pa.Table) -> dict[str, np.ndarray]:
+    return {name: column_to_numpy(block.column(name)) for name in block.column_names}
+
+
+def to_batch(block: pa.Table, fmt: str) -> Any:
+    if fmt == "pyarrow":
+        return block
+    if fmt == "pandas":
+        return block.to_pandas()
+    return to_numpy(block)
+
+
+def array_from_values(values: Any) -> pa.Array:
+    """An Arrow array from a numpy array (any ndim), a list of arrays, or a list of scalars."""
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values
+    if isinstance(values, np.ndarray):
+        if values.ndim > 1:
+            return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(values))
+        if values.dtype == object:
+            return array_from_values(list(values))
+        return pa.array(values)
+    if hasattr(values, "numpy") and hasattr(values, "detach"):  # a torch tensor
+        return array_from_values(values.detach().cpu().numpy())
+    values = list(values)
+    if values and all(isinstance(v, np.ndarray) for v in values):
+        shapes = {v.shape for v in values}
+        if len(shapes) == 1 and values[0].ndim >= 1:
+            return pa.FixedShapeTensorArray.from_numpy_ndarray(np.stack(values))
+        return pa.array([v.tolist() for v in values])
+    return pa.array([v.item() if isinstance(v, np.generic) else v for v in values])
+
+
+def from_batch(batch: Any, where: str) -> pa.Table:
+    """A user function's output batch (dict of columns, DataFrame or Table) as a block."""
+    if isinstance(batch, pa.Table):
+        return batch
+    if isinstance(batch, pa.RecordBatch):
+        return pa.Table.from_batches([batch])
+    try:
+        import pandas as pd
+
+        if isinstance(batch, pd.DataFrame):
+            return pa.Table.from_pandas(batch, preserve_index=False)
+    except ImportError:  # pragma: no cover - pandas ships with pyarrow's extras here
+        pass
+    if isinstance(batch, dict):
+        if not batch:
+            return pa.table({})
+        return pa.table({str(k): array_from_values(v) for k, v in batch.items()})
+    raise DataTypeError(
+        f"{where} returned a {type(batch).__name__}; a batch function must return a dict of columns "
+        "(name -> numpy array or list), a pandas DataFrame or a pyarrow Table."
+    )
+
+
+def rows_to_block(rows: list[dict[str, Any]], where: str) -> pa.Table:
+    """Rows (dicts) as a block; keys come from the first row, in order."""
+    for row in rows:
+        if not isinstance(row, dict):
+            raise DataTypeError(
+                f"{where} returned a {type(row).__name__} ({_short(row)}); it must return a dict such as "
+                "{'x': 1}. Wrap the value: return {'item': value}."
+            )
+    if not rows:
+        return pa.table({})
+    names: dict[str, None] = {}
+    for row in rows:
+        names.update(dict.fromkeys(row))
+    return pa.table({str(k): array_from_values([r.get(k) for r in rows]) for k in names})
+
+
+def iter_rows(block: pa.Table) -> Iterable[dict[str, Any]]:
+    tensors = [n for n in block.column_names if isinstance(block.schema.field(n).type, pa.FixedShapeTensorType)]
+    if not tensors:
+        yield from block.to_pylist()
+        return
+    arrays = {n: column_to_numpy(block.column(n)) for n in tensors}
+    plain = block.drop_columns(tensors).to_pylist() if len(tensors) < block.num_columns else [{}] * block.num_rows
+    for i, row in enumerate(plain):
+        out = dict(row)
+        for n in tensors:
+            out[n] = arrays[n][i]
+        yield {n: out[n] for n in block.column_names}
+
+
+def first_row(block: pa.Table | None) -> str:
+    if block is None or block.num_rows == 0:
+        return "(empty batch)"
+    return _short(next(iter(iter_rows(block.slice(0, 1)))))
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def concat(blocks: list[pa.Table]) -> pa.Table:
+    blocks = [b for b in blocks if b.num_columns or b.num_rows]
+    if not blocks:
+        return pa.table({})
+    if len(blocks) == 1:
+        return blocks[0]
+    try:
+        return pa.concat_tables(blocks, promote_options="default")
+    except pa.ArrowInvalid as exc:
+        raise DataTypeError(
+            f"blocks with different schemas cannot be combined: {blocks[0].schema} vs {exc}. "
+            "Make every map return the same columns with the same types."
+        ) from exc
+
+
+def split_rows(block: pa.Table, rows: int) -> list[pa.Table]:
+    if rows <= 0 or block.num_rows <= rows:
+        return [block]
+    return [block.slice(i, rows) for i in range(0, block.num_rows, rows)]

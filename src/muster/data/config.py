@@ -1,0 +1,39 @@
+"""``DataConfig``: how a trainer hands its ``datasets`` to the workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from muster.data.execution import DataContext
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    """Which datasets are split across the training workers.
+
+    Attributes:
+        datasets_to_split: ``"all"`` (default) or a list of names; each split
+            dataset gives rank ``r`` of ``n`` every ``n``-th row, the same
+            number of rows per rank. Other datasets give every rank all rows.
+        execution_options: a ``DataContext`` for the workers (threads, bytes in flight).
+        enable_shard_locality: accepted for Ray compatibility (one machine: no effect).
+    """
+
+    datasets_to_split: Literal["all"] | list[str] = "all"
+    execution_options: DataContext | None = None
+    enable_shard_locality: bool = True
+    _extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.datasets_to_split != "all" and not (
+            isinstance(self.datasets_to_split, (list, tuple)) and all(isinstance(n, str) for n in self.datasets_to_split)
+        ):
+            raise ValueError(
+                f"DataConfig(datasets_to_split={self.datasets_to_split!r}): use 'all' or a list of dataset names."
+            )
+        if self.execution_options is not None and not isinstance(self.execution_options, DataContext):
+            raise TypeError(f"DataConfig(execution_options={self.execution_options!r}): pass a muster.data.DataContext.")
+
+    def splits(self, name: str) -> bool:
+        return self.datasets_to_split == "all" or name in self.datasets_to_split

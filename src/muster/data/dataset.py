@@ -1,0 +1,306 @@
+"""``Dataset``: a lazy plan of reads and transforms; consuming it runs the plan, streaming.
+
+Transforms return a new ``Dataset`` and run nothing; ``iter_*``, ``take*``,
+``count``, ``write_*``, ``materialize`` execute it (see ``execution``).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from muster.data import alltoall, execution, plan, writers
+from muster.data import block as blk
+from muster.data.grouped import GroupedData
+from muster.data.iterator import DataIterator
+from muster.data.plan import AllToAll, Limit, Node, Read, Transform, Union
+
+
+def _positive(value: Any, name: str, where: str) -> None:
+    if value is not None and (not isinstance(value, int) or value < 1):
+        raise ValueError(f"{where}({name}={value!r}): use a positive integer or None.")
+
+
+class Dataset:
+    """A distributed-style dataset of Arrow blocks (Ray Data's ``Dataset``, on one machine)."""
+
+    def __init__(self, node: Node):
+        self._node = node
+        self._stats: execution.Stats | None = None
+        self._iterator: DataIterator | None = None
+
+    def __repr__(self) -> str:
+        return f"Dataset({self._node.describe()})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_node": self._node}  # the plan travels; stats and iterators stay here
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["_node"])  # type: ignore[misc]
+
+    def _then(self, op: plan.Operator) -> "Dataset":
+        return Dataset(self._node.then(op))
+
+    def _execute(self, epoch: int = 0) -> Iterator[pa.Table]:
+        self._stats = execution.Stats()
+        return execution.execute(self._node, epoch, self._stats)
+
+    # -- transforms ---------------------------------------------------------------
+    def map(self, fn: Callable[[dict[str, Any]], dict[str, Any]], *, fn_args: tuple = (),
+            fn_kwargs: dict | None = None, **_resources: Any) -> "Dataset":
+        """Apply ``fn`` to each row (a dict); it must return a dict."""
+        return self._then(Transform(f"Map({plan.fn_name(fn)})", plan.map_rows(fn, fn_args, fn_kwargs or {})))
+
+    def map_batches(self, fn: Any, *, batch_size: int | None | str = 1024, batch_format: str = "numpy",
+                    fn_args: tuple = (), fn_kwargs: dict | None = None, fn_constructor_args: tuple = (),
+                    fn_constructor_kwargs: dict | None = None, concurrency: int | tuple[int, int] | None = None,
+                    num_cpus: float | None = None, num_gpus: float | None = None, zero_copy_batch: bool = False,
+                    **_ray_options: Any) -> "Dataset":
+        """Apply ``fn`` to batches of rows.
+
+        Args:
+            fn: a function ``batch -> batch``, or a callable class (built once per executing thread,
+                with ``fn_constructor_args/kwargs``).
+            batch_size: rows per batch (``None``: whole blocks).
+            batch_format: ``"numpy"`` (dict of arrays), ``"pandas"`` or ``"pyarrow"``.
+            concurrency: accepted for Ray compatibility; threads are bounded by ``DataContext.max_threads``.
+            num_cpus / num_gpus: validated; the pipeline runs on the consumer's own CPUs (see ``execution``).
+        """
+        if batch_size == "default":
+            batch_size = 1024
+        if not (batch_size is None or isinstance(batch_size, int)):
+            raise ValueError(f"map_batches(batch_size={batch_size!r}): use a positive integer or None.")
+        _positive(batch_size, "batch_size", "map_batches")
+        fmt = blk.check_batch_format(batch_format, "map_batches")
+        if not callable(fn):
+            raise TypeError(f"map_batches(fn={fn!r}): pass a function or a callable class.")
+        _check_concurrency(concurrency)
+        for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+            if value is not None and (not isinstance(value, (int, float)) or value < 0):
+                raise ValueError(f"map_batches({name}={value!r}): use a number >= 0.")
+        if fn_constructor_args or fn_constructor_kwargs:
+            if not isinstance(fn, type):
+                raise ValueError("map_batches(fn_constructor_args/kwargs=...) apply only when fn is a callable class.")
+        op = plan.MapBatches(fn, batch_size, fmt, tuple(fn_args), dict(fn_kwargs or {}), tuple(fn_constructor_args),
+                             dict(fn_constructor_kwargs or {}))
+        return self._then(Transform(f"MapBatches({plan.fn_name(fn)})", op))
+
+    def flat_map(self, fn: Callable[[dict[str, Any]], list[dict[str, Any]]], *, fn_args: tuple = (),
+                 fn_kwargs: dict | None = None, **_resources: Any) -> "Dataset":
+        """Apply ``fn`` to each row; it returns a list of output rows."""
+        return self._then(Transform(f"FlatMap({plan.fn_name(fn)})", plan.flat_map_rows(fn, fn_args, fn_kwargs or {})))
+
+    def filter(self, fn: Callable[[dict[str, Any]], bool] | None = None, *, fn_args: tuple = (),
+               fn_kwargs: dict | None = None, expr: Any = None, **_resources: Any) -> "Dataset":
+        """Keep the rows for which ``fn(row)`` is true (or a pyarrow ``expr`` holds)."""
+        if expr is not None:
+            return self._then(Transform("Filter(expr)", lambda b: [b.filter(expr)]))
+        if fn is None:
+            raise TypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
+        return self._then(Transform(f"Filter({plan.fn_name(fn)})", plan.filter_rows(fn, fn_args, fn_kwargs or {})))
+
+    def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas") -> "Dataset":
+        """Add (or replace) column ``col`` with ``fn(batch)``."""
+        fmt = blk.check_batch_format(batch_format, "add_column")
+        return self._then(Transform(f"AddColumn({col})", plan.add_column(col, fn, fmt)))
+
+    def drop_columns(self, cols: list[str]) -> "Dataset":
+        return self._then(Transform("DropColumns", plan.drop_columns(_names(cols, "drop_columns"))))
+
+    def select_columns(self, cols: list[str]) -> "Dataset":
+        return self._then(Transform("SelectColumns", plan.select_columns(_names(cols, "select_columns"))))
+
+    def rename_columns(self, names: dict[str, str]) -> "Dataset":
+        if not isinstance(names, dict):
+            raise TypeError(f"rename_columns({names!r}): pass a dict old name -> new name.")
+        return self._then(Transform("RenameColumns", plan.rename_columns(dict(names))))
+
+    def limit(self, n: int) -> "Dataset":
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"limit({n!r}): use an integer >= 0.")
+        return self._then(Limit(f"Limit({n})", n))
+
+    def union(self, *others: "Dataset") -> "Dataset":
+        for o in others:
+            if not isinstance(o, Dataset):
+                raise TypeError(f"union({o!r}): pass muster.data Datasets.")
+        return Dataset(Node(Union("Union"), (self._node, *(o._node for o in others))))
+
+    def random_shuffle(self, *, seed: int | None = None, **_ignored: Any) -> "Dataset":
+        """Shuffle all rows. Each pass (epoch) gets a new order, deterministic from (seed, epoch)."""
+        s = seed if seed is not None else random.SystemRandom().randrange(2**63)
+        rows = execution.DataContext.get_current().target_block_rows
+        return self._then(AllToAll("RandomShuffle", alltoall.random_shuffle(s, rows)))
+
+    def randomize_block_order(self, *, seed: int | None = None) -> "Dataset":
+        """Shuffle the order of blocks (files, for a read: no data is gathered), per epoch."""
+        s = seed if seed is not None else random.SystemRandom().randrange(2**63)
+        return self._then(AllToAll("RandomizeBlockOrder", alltoall.randomize_block_order(s), alltoall.randomize_reads(s)))
+
+    def repartition(self, num_blocks: int, *, shuffle: bool = False, **_ignored: Any) -> "Dataset":
+        _positive(num_blocks, "num_blocks", "repartition")
+        ds = self.random_shuffle() if shuffle else self
+        return ds._then(AllToAll(f"Repartition({num_blocks})", alltoall.repartition(num_blocks)))
+
+    def sort(self, key: str | list[str], descending: bool | list[bool] = False) -> "Dataset":
+        keys = [key] if isinstance(key, str) else list(key)
+        desc = [descending] * len(keys) if isinstance(descending, bool) else list(descending)
+        return self._then(AllToAll(f"Sort({', '.join(keys)})", alltoall.sort(keys, desc)))
+
+    def groupby(self, key: str | list[str]) -> GroupedData:
+        return GroupedData(self, [key] if isinstance(key, str) else list(key))
+
+    def sum(self, on: str) -> Any:
+        return self.groupby([])._agg([(on, "sum", f"sum({on})")]).take(1)[0][f"sum({on})"]
+
+    def mean(self, on: str) -> Any:
+        return self.groupby([])._agg([(on, "mean", f"mean({on})")]).take(1)[0][f"mean({on})"]
+
+    def min(self, on: str) -> Any:
+        return self.groupby([])._agg([(on, "min", f"min({on})")]).take(1)[0][f"min({on})"]
+
+    def max(self, on: str) -> Any:
+        return self.groupby([])._agg([(on, "max", f"max({on})")]).take(1)[0][f"max({on})"]
+
+    def unique(self, column: str) -> list[Any]:
+        import pyarrow.compute as pc
+
+        return pc.unique(self.select_columns([column]).to_arrow().column(column)).to_pylist()  # type: ignore[no-any-return]
+
+    # -- splits -------------------------------------------------------------------
+    def split(self, n: int, *, equal: bool = False, locality_hints: Any = None) -> list["Dataset"]:
+        """``n`` materialized parts, in order; ``equal=True`` drops the remainder so all have the same rows."""
+        _positive(n, "n", "split")
+        table = self.to_arrow()
+        per = table.num_rows // n
+        if equal:
+            return [from_blocks([table.slice(i * per, per)]) for i in range(n)]
+        bounds = np.linspace(0, table.num_rows, n + 1).astype(int)
+        return [from_blocks([table.slice(int(a), int(b - a))]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def split_at_indices(self, indices: list[int]) -> list["Dataset"]:
+        if any(b < a for a, b in zip(indices, indices[1:])) or any(i < 0 for i in indices):
+            raise ValueError(f"split_at_indices({indices!r}): indices must be >= 0 and sorted.")
+        table = self.to_arrow()
+        edges = [0, *[min(i, table.num_rows) for i in indices], table.num_rows]
+        return [from_blocks([table.slice(a, b - a)]) for a, b in zip(edges[:-1], edges[1:])]
+
+    def train_test_split(self, test_size: float | int, *, shuffle: bool = False, seed: int | None = None
+                         ) -> tuple["Dataset", "Dataset"]:
+        ds = self.random_shuffle(seed=seed) if shuffle else self
+        n = ds.count()
+        if isinstance(test_size, float):
+            if not 0 < test_size < 1:
+                raise ValueError(f"train_test_split(test_size={test_size}): a float must be in (0, 1).")
+            cut = n - int(np.ceil(n * test_size))
+        elif isinstance(test_size, int) and 0 < test_size <= n:
+            cut = n - test_size
+        else:
+            raise ValueError(f"train_test_split(test_size={test_size!r}): use a fraction in (0, 1) or a row count "
+                             f"in [1, {n}].")
+        train, test = ds.materialize().split_at_indices([cut])
+        return train, test
+
+    def streaming_split(self, n: int, *, equal: bool = True, locality_hints: Any = None) -> list[DataIterator]:
+        """``n`` iterators; iterator ``i`` streams rows ``i, i+n, ...`` of each pass (see ``DataIterator``)."""
+        _positive(n, "n", "streaming_split")
+        return [DataIterator(self, i, n, equal) for i in range(n)]
+
+    def iterator(self) -> DataIterator:
+        """The iterator behind ``iter_*``; each pass over it is one epoch."""
+        if self._iterator is None:
+            self._iterator = DataIterator(self)
+        return self._iterator
+
+    # -- consumption --------------------------------------------------------------
+    def iter_batches(self, **kwargs: Any) -> Iterator[Any]:
+        """See ``DataIterator.iter_batches``."""
+        return self.iterator().iter_batches(**kwargs)
+
+    def iter_torch_batches(self, **kwargs: Any) -> Iterator[Any]:
+        """See ``DataIterator.iter_torch_batches``."""
+        return self.iterator().iter_torch_batches(**kwargs)
+
+    def iter_rows(self) -> Iterator[dict[str, Any]]:
+        for block in self._execute():
+            yield from blk.iter_rows(block)
+
+    def take(self, limit: int = 20) -> list[dict[str, Any]]:
+        return list(blk.iter_rows(self.limit(limit).to_arrow()))
+
+    def take_all(self, limit: int | None = None) -> list[dict[str, Any]]:
+        return list(blk.iter_rows(self.to_arrow()))
+
+    def take_batch(self, batch_size: int = 20, *, batch_format: str = "numpy") -> Any:
+        fmt = blk.check_batch_format(batch_format, "take_batch")
+        return blk.to_batch(self.limit(batch_size).to_arrow(), fmt)
+
+    def show(self, limit: int = 20) -> None:
+        for row in self.take(limit):
+            print(row)
+
+    def count(self) -> int:
+        return sum(b.num_rows for b in self._execute())
+
+    def schema(self) -> pa.Schema:
+        """The schema of the first non-empty block (runs the plan until one is made)."""
+        for block in self._execute():
+            if block.num_columns:
+                return block.schema
+        return pa.schema([])
+
+    def columns(self) -> list[str]:
+        return list(self.schema().names)
+
+    def to_arrow(self) -> pa.Table:
+        return blk.concat(list(self._execute()))
+
+    def to_pandas(self, limit: int | None = None) -> Any:
+        return (self.limit(limit) if limit is not None else self).to_arrow().to_pandas()
+
+    def to_numpy_refs(self) -> list[dict[str, np.ndarray]]:
+        return [blk.to_numpy(b) for b in self._execute()]
+
+    def materialize(self) -> "Dataset":
+        """Run the plan once and keep its blocks in memory."""
+        ds = from_blocks(list(self._execute()))
+        ds._stats = self._stats
+        return ds
+
+    def stats(self) -> str:
+        """Per-operator rows, blocks and time of the last execution."""
+        return self._stats.summary() if self._stats is not None else "(not executed yet)"
+
+    def write_parquet(self, path: str, *, filesystem: Any = None, **arrow_args: Any) -> list[str]:
+        return writers.write_blocks(self._execute(), path, filesystem, "parquet", writers.parquet_writer(**arrow_args))
+
+    def write_csv(self, path: str, *, filesystem: Any = None) -> list[str]:
+        return writers.write_blocks(self._execute(), path, filesystem, "csv", writers.csv_writer())
+
+    def write_json(self, path: str, *, filesystem: Any = None) -> list[str]:
+        return writers.write_blocks(self._execute(), path, filesystem, "json", writers.json_writer())
+
+
+def _names(cols: Any, where: str) -> list[str]:
+    cols = [cols] if isinstance(cols, str) else list(cols)
+    if not all(isinstance(c, str) for c in cols):
+        raise TypeError(f"{where}({cols!r}): pass column names (strings).")
+    return cols
+
+
+def _check_concurrency(concurrency: Any) -> None:
+    ok = concurrency is None or (isinstance(concurrency, int) and concurrency >= 1) or (
+        isinstance(concurrency, tuple) and len(concurrency) == 2 and all(isinstance(c, int) for c in concurrency)
+        and 1 <= concurrency[0] <= concurrency[1])
+    if not ok:
+        raise ValueError(f"map_batches(concurrency={concurrency!r}): use a positive int or a (min, max) tuple.")
+
+
+def from_blocks(blocks: list[pa.Table], name: str = "FromArrow") -> Dataset:
+    from muster.data import sources
+
+    blocks = [b for b in blocks if b.num_rows] or blocks[:1] or [pa.table({})]
+    return Dataset(Node(Read(name, sources.block_tasks(blocks, name))))

@@ -1,0 +1,321 @@
+"""``DataIterator``: batches from a dataset (or one rank's shard of it), with
+prefetching, a local shuffle buffer, torch conversion and an exact position.
+
+A shard of ``n`` ranks keeps the rows whose index in the pass's output is
+``rank mod n``; with ``equal=True`` a row is handed out only once its whole
+group of ``n`` is complete, so every rank gets the same number of rows (and
+so of batches) and every kept row goes to exactly one rank.  Every rank runs
+the pipeline itself (the rows it keeps are chosen after execution), which is
+what makes the split deterministic and independent of timing.
+
+Each pass over an iterator is one epoch; ``random_shuffle`` and the local
+shuffle buffer are seeded from (seed, epoch).  ``state_dict()`` records the
+epoch and the batches handed out, and ``load_state_dict()`` makes the next
+pass continue that epoch with the first batch not yet handed out.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from muster.data import block as blk
+from muster.data.exceptions import DataTypeError
+
+if TYPE_CHECKING:
+    from muster.data.dataset import Dataset
+
+_END = object()
+
+
+class DataIterator:
+    """Iterates a dataset, or rank ``rank`` of ``world`` of it (``streaming_split``, ``get_dataset_shard``)."""
+
+    def __init__(self, dataset: "Dataset", rank: int = 0, world: int = 1, equal: bool = True,
+                 seed: int | None = None):
+        if not 0 <= rank < world:
+            raise ValueError(f"DataIterator(rank={rank}, world={world}): rank must be in [0, world).")
+        self._dataset, self._rank, self._world, self._equal = dataset, rank, world, equal
+        self._seed = seed  # the local shuffle buffer's seed when the call gives none
+        self._epoch = 0  # the next pass's epoch
+        self._skip = 0  # batches of the next pass already consumed before a restart
+        self._position = 0  # batches of the current pass handed out
+        self._in_pass = False
+        self._on_pass_start: Callable[[], None] | None = None
+        self._on_wait: Callable[[float], None] | None = None  # a trainer's data-wait meter
+        self.last_wait_s = 0.0
+
+    def __repr__(self) -> str:
+        return f"DataIterator(rank={self._rank}, world={self._world}, dataset={self._dataset!r})"
+
+    # -- blocks of one pass -------------------------------------------------------
+    def _blocks(self, epoch: int) -> Iterator[pa.Table]:
+        stream = self._dataset._execute(epoch)
+        if self._world == 1:
+            return stream
+        return _stride(stream, self._rank, self._world, self._equal)
+
+    # -- public iteration ---------------------------------------------------------
+    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "numpy", prefetch_batches: int = 1,
+                     drop_last: bool = False, local_shuffle_buffer_size: int | None = None,
+                     local_shuffle_seed: int | None = None, _finalize: Callable[[Any], Any] | None = None
+                     ) -> Iterator[Any]:
+        """Batches of ``batch_size`` rows (the last may be short unless ``drop_last``).
+
+        Args:
+            batch_size: rows per batch; ``None`` gives whole blocks.
+            batch_format: ``"numpy"`` (dict of arrays), ``"pandas"`` or ``"pyarrow"``.
+            prefetch_batches: batches prepared ahead on a background thread (0: none).
+            drop_last: drop a final short batch.
+            local_shuffle_buffer_size: shuffle rows within a buffer of at least this many rows.
+            local_shuffle_seed: seeds that buffer (combined with the epoch).
+        """
+        fmt = blk.check_batch_format(batch_format, "iter_batches")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"iter_batches(batch_size={batch_size}): use a positive number or None.")
+        if prefetch_batches < 0:
+            raise ValueError(f"iter_batches(prefetch_batches={prefetch_batches}): use 0 or more.")
+        epoch, skip = self._epoch, self._skip
+        self._epoch, self._skip = epoch + 1, 0
+        if self._on_pass_start is not None:
+            self._on_pass_start()
+
+        def produce() -> Iterator[Any]:
+            blocks = self._blocks(epoch)
+            if local_shuffle_buffer_size:
+                seed = local_shuffle_seed if local_shuffle_seed is not None else self._seed
+                blocks = _local_shuffle(blocks, local_shuffle_buffer_size, batch_size or 1024, seed, epoch, self._rank)
+            batches = _rebatch(blocks, batch_size, drop_last)
+            for i, b in enumerate(batches):
+                if i < skip:
+                    continue
+                out = blk.to_batch(b, fmt)
+                yield _finalize(out) if _finalize is not None else out
+
+        self._position, self._in_pass = skip, True
+        source = _prefetch(produce(), prefetch_batches) if prefetch_batches else produce()
+        try:
+            while True:
+                t = time.perf_counter()
+                batch = next(source, _END)
+                waited = time.perf_counter() - t
+                self.last_wait_s += waited
+                if self._on_wait is not None:
+                    self._on_wait(waited)
+                if batch is _END:
+                    break
+                self._position += 1
+                yield batch
+            self._in_pass = False
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    def iter_rows(self) -> Iterator[dict[str, Any]]:
+        """Rows as dicts."""
+        for table in self.iter_batches(batch_size=None, batch_format="pyarrow"):
+            yield from blk.iter_rows(table)
+
+    def iter_torch_batches(self, *, batch_size: int | None = 256, dtypes: Any = None, device: Any = "auto",
+                           collate_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
+                           drop_last: bool = False, prefetch_batches: int = 1,
+                           local_shuffle_buffer_size: int | None = None, local_shuffle_seed: int | None = None
+                           ) -> Iterator[Any]:
+        """Batches as dicts of torch tensors (or whatever ``collate_fn`` makes of a numpy batch).
+
+        Args:
+            dtypes: one torch dtype, or a dict column -> dtype.
+            device: where to put the tensors; ``"auto"`` is the training worker's device (CPU otherwise).
+            collate_fn: takes the numpy batch and returns the batch to yield (then ``dtypes`` is unused).
+
+        Raises:
+            DataTypeError: a column cannot become a tensor (strings, ragged lists).
+        """
+        import torch
+
+        dev = _device(device)
+
+        def finalize(batch: dict[str, np.ndarray]) -> Any:
+            if collate_fn is not None:
+                out = collate_fn(batch)
+                return _to_device(out, dev) if dev is not None else out
+            return {k: _tensor(k, v, dtypes, dev, torch) for k, v in batch.items()}
+
+        return self.iter_batches(batch_size=batch_size, batch_format="numpy", prefetch_batches=prefetch_batches,
+                                 drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
+                                 local_shuffle_seed=local_shuffle_seed, _finalize=finalize)
+
+    def materialize(self) -> "Dataset":
+        """This iterator's rows of one pass, as an in-memory dataset."""
+        from muster.data.dataset import from_blocks
+
+        return from_blocks(list(self.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0)))
+
+    def stats(self) -> str:
+        return self._dataset.stats()
+
+    # -- exact resume (muster.train saves this with each checkpoint) ---------------
+    def state_dict(self) -> dict[str, Any]:
+        if self._in_pass:
+            return {"epoch": self._epoch - 1, "position": self._position, "in_pass": True}
+        return {"epoch": self._epoch, "position": 0, "in_pass": False}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._epoch, self._skip = int(state["epoch"]), int(state["position"]) if state.get("in_pass") else 0
+
+
+def _stride(stream: Iterator[pa.Table], rank: int, world: int, equal: bool) -> Iterator[pa.Table]:
+    """Rows ``rank, rank+world, ...`` of ``stream``; with ``equal`` only whole groups of ``world`` rows."""
+    seen = 0  # rows of the stream so far
+    mine: list[pa.Table] = []  # this rank's rows not yet handed out
+    held = 0
+    given = 0
+    for table in stream:
+        first = (rank - seen) % world
+        idx = np.arange(first, table.num_rows, world)
+        seen += table.num_rows
+        if len(idx):
+            mine.append(table.take(pa.array(idx)))
+            held += len(idx)
+        ready = (seen // world - given) if equal else held
+        if ready > 0:
+            out = blk.concat(mine)
+            yield out.slice(0, ready)
+            rest = out.slice(ready)
+            mine, held, given = ([rest] if rest.num_rows else []), held - ready, given + ready
+    if not equal and held:
+        yield blk.concat(mine)
+
+
+def _rebatch(blocks: Iterator[pa.Table], batch_size: int | None, drop_last: bool) -> Iterator[pa.Table]:
+    if batch_size is None:
+        yield from (b for b in blocks if b.num_rows)
+        return
+    parts: list[pa.Table] = []
+    held = 0
+    for b in blocks:
+        while b.num_rows:
+            take = min(batch_size - held, b.num_rows)
+            parts.append(b.slice(0, take))
+            held += take
+            b = b.slice(take)
+            if held == batch_size:
+                yield blk.concat(parts) if len(parts) > 1 else parts[0]
+                parts, held = [], 0
+    if held and not drop_last:
+        yield blk.concat(parts)
+
+
+def _local_shuffle(blocks: Iterator[pa.Table], buffer: int, batch: int, seed: int | None, epoch: int, rank: int
+                   ) -> Iterator[pa.Table]:
+    """Rows shuffled within a window: fill to ``buffer + batch`` rows, permute, hand out all but ``buffer``."""
+    rng = np.random.default_rng(None if seed is None else [seed, epoch, rank])
+    held: list[pa.Table] = []
+    n = 0
+    for b in blocks:
+        held.append(b)
+        n += b.num_rows
+        if n >= buffer + batch:
+            table = blk.concat(held)
+            table = table.take(pa.array(rng.permutation(n)))
+            out = n - buffer
+            yield table.slice(0, out)
+            held, n = [table.slice(out)], buffer
+    if n:
+        table = blk.concat(held)
+        yield table.take(pa.array(rng.permutation(n)))
+
+
+def _prefetch(source: Iterator[Any], depth: int) -> Iterator[Any]:
+    """Run ``source`` on a background thread, at most ``depth`` items ahead."""
+    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def pump() -> None:
+        try:
+            for item in source:
+                while not stop.is_set():
+                    try:
+                        q.put(("item", item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    break
+            else:
+                _put(("end", None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            _put(("error", exc))
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    def _put(item: tuple[str, Any]) -> None:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    thread = threading.Thread(target=pump, name="muster-data-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+def _device(device: Any) -> Any:
+    import torch
+
+    if device == "auto":
+        try:
+            from muster.train.torch import get_device
+
+            return get_device() if torch.cuda.is_available() else None
+        except Exception:  # noqa: BLE001 - not in a training worker
+            return None
+    return None if device is None else torch.device(device)
+
+
+def _tensor(name: str, values: np.ndarray, dtypes: Any, device: Any, torch: Any) -> Any:
+    if values.dtype == object or values.dtype.kind in "USM":
+        sample = next((v for v in values if v is not None), None)
+        raise DataTypeError(
+            f"iter_torch_batches: column {name!r} holds {type(sample).__name__} values (numpy dtype "
+            f"{values.dtype}), which cannot become a tensor. Drop it (drop_columns([{name!r}])), encode it as "
+            "numbers in a map_batches, or pass collate_fn= to build the batch yourself."
+        )
+    with warnings.catch_warnings():  # read-only Arrow memory: the tensor is only read
+        warnings.simplefilter("ignore", UserWarning)
+        t = torch.as_tensor(values)
+    dtype = dtypes.get(name) if isinstance(dtypes, dict) else dtypes
+    if dtype is not None:
+        t = t.to(dtype)
+    return t.to(device) if device is not None else t
+
+
+def _to_device(batch: Any, device: Any) -> Any:
+    if hasattr(batch, "to"):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(v, device) for v in batch)
+    return batch

@@ -1,0 +1,221 @@
+"""The logical plan: a tree of nodes, each holding one operator.
+
+* ``Read``      -- a list of read tasks (each returns blocks), made by ``sources``;
+* ``Transform`` -- a per-block function (map, map_batches, filter, column ops);
+                   consecutive transforms fuse into the task that made the block;
+* ``AllToAll``  -- needs every upstream block first (shuffle, sort, repartition);
+* ``Limit``, ``Union``.
+
+Nothing runs until a dataset is consumed; ``execution`` walks this tree.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from muster.data import block as blk
+from muster.data.exceptions import DataError, UserFunctionError
+
+BlockFn = Callable[[pa.Table], list[pa.Table]]
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    """One unit of reading: ``read()`` returns blocks; ``label`` names what it reads (a file)."""
+
+    read: Callable[[], list[pa.Table]]
+    label: str
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class Read:
+    name: str
+    tasks: tuple[ReadTask, ...]
+
+
+@dataclass(frozen=True)
+class Transform:
+    name: str
+    fn: BlockFn
+
+
+@dataclass(frozen=True)
+class AllToAll:
+    """``fn(blocks, epoch)`` -> blocks; ``epoch`` seeds per-epoch randomness."""
+
+    name: str
+    fn: Callable[[list[pa.Table], int], list[pa.Table]]
+    reorders_reads: Callable[[tuple[ReadTask, ...], int], tuple[ReadTask, ...]] | None = None
+
+
+@dataclass(frozen=True)
+class Limit:
+    name: str
+    n: int
+
+
+@dataclass(frozen=True)
+class Union:
+    name: str
+
+
+Operator = Read | Transform | AllToAll | Limit | Union
+
+
+@dataclass(frozen=True)
+class Node:
+    op: Operator
+    inputs: tuple["Node", ...] = field(default=())
+
+    def then(self, op: Operator) -> "Node":
+        return Node(op, (self,))
+
+    def describe(self) -> str:
+        parts = [n.describe() for n in self.inputs]
+        here = self.op.name
+        if len(parts) > 1:
+            return f"Union[{', '.join(parts)}]"
+        return f"{parts[0]} -> {here}" if parts else here
+
+
+def fn_name(fn: Any) -> str:
+    if inspect.isclass(fn):
+        return fn.__qualname__
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+
+def _guard(op: str, fn: Any, block: pa.Table | None, call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except DataError:
+        raise
+    except Exception as exc:
+        raise UserFunctionError(
+            f"{op} failed in {fn_name(fn)}: {type(exc).__name__}: {exc}. "
+            f"The failing batch's first row: {blk.first_row(block)}"
+        ) from exc
+
+
+# -- row-wise -------------------------------------------------------------------
+def map_rows(fn: Callable[[dict], dict], args: tuple, kwargs: dict) -> BlockFn:
+    where = f"map({fn_name(fn)})"
+
+    def apply(block: pa.Table) -> list[pa.Table]:
+        rows = list(blk.iter_rows(block))
+        out = _guard("Map", fn, block, lambda: [fn(r, *args, **kwargs) for r in rows])
+        return [blk.rows_to_block(out, where)]
+
+    return apply
+
+
+def flat_map_rows(fn: Callable[[dict], list], args: tuple, kwargs: dict) -> BlockFn:
+    where = f"flat_map({fn_name(fn)})"
+
+    def apply(block: pa.Table) -> list[pa.Table]:
+        rows = list(blk.iter_rows(block))
+        out = _guard("FlatMap", fn, block, lambda: [x for r in rows for x in fn(r, *args, **kwargs)])
+        return [blk.rows_to_block(out, where)]
+
+    return apply
+
+
+def filter_rows(fn: Callable[[dict], bool], args: tuple, kwargs: dict) -> BlockFn:
+    def apply(block: pa.Table) -> list[pa.Table]:
+        rows = list(blk.iter_rows(block))
+        keep = _guard("Filter", fn, block, lambda: [bool(fn(r, *args, **kwargs)) for r in rows])
+        return [block.filter(pa.array(keep, type=pa.bool_()))] if rows else [block]
+
+    return apply
+
+
+# -- batch-wise -----------------------------------------------------------------
+class MapBatches:
+    """``map_batches``: a function, or a callable class built once per executing thread."""
+
+    def __init__(self, fn: Any, batch_size: int | None, batch_format: str, fn_args: tuple, fn_kwargs: dict,
+                 ctor_args: tuple, ctor_kwargs: dict, zero_copy: bool = False):
+        self.fn, self.batch_size, self.batch_format = fn, batch_size, batch_format
+        self.fn_args, self.fn_kwargs = fn_args, fn_kwargs
+        self.ctor_args, self.ctor_kwargs = ctor_args, ctor_kwargs
+        self.is_class = inspect.isclass(fn)
+        self._local: threading.local | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_local"] = None  # instances stay in the process that built them
+        return state
+
+    def _callable(self) -> Callable[..., Any]:
+        if not self.is_class:
+            return self.fn  # type: ignore[no-any-return]
+        if self._local is None:
+            self._local = threading.local()
+        inst = getattr(self._local, "inst", None)
+        if inst is None:
+            inst = _guard("MapBatches (constructor)", self.fn, None,
+                          lambda: self.fn(*self.ctor_args, **self.ctor_kwargs))
+            self._local.inst = inst
+        return inst  # type: ignore[no-any-return]
+
+    def __call__(self, block: pa.Table) -> list[pa.Table]:
+        fn = self._callable()
+        where = f"map_batches({fn_name(self.fn)})"
+        out: list[pa.Table] = []
+        for part in blk.split_rows(block, self.batch_size or 0):
+            batch = blk.to_batch(part, self.batch_format)
+            result = _guard("MapBatches", self.fn, part, lambda: fn(batch, *self.fn_args, **self.fn_kwargs))
+            if inspect.isgenerator(result):
+                out.extend(blk.from_batch(r, where) for r in _guard("MapBatches", self.fn, part, lambda: list(result)))
+            else:
+                out.append(blk.from_batch(result, where))
+        return out
+
+
+def add_column(col: str, fn: Callable[[Any], Any], batch_format: str) -> BlockFn:
+    def apply(block: pa.Table) -> list[pa.Table]:
+        batch = blk.to_batch(block, batch_format)
+        values = _guard("AddColumn", fn, block, lambda: fn(batch))
+        if hasattr(values, "to_numpy") and not isinstance(values, (pa.Array, pa.ChunkedArray)):
+            values = values.to_numpy()
+        arr = blk.array_from_values(values)
+        if col in block.column_names:
+            return [block.set_column(block.column_names.index(col), col, arr)]
+        return [block.append_column(col, arr)]
+
+    return apply
+
+
+def select_columns(cols: list[str]) -> BlockFn:
+    def apply(block: pa.Table) -> list[pa.Table]:
+        _check_columns(block, cols, "select_columns")
+        return [block.select(cols)]
+
+    return apply
+
+
+def drop_columns(cols: list[str]) -> BlockFn:
+    def apply(block: pa.Table) -> list[pa.Table]:
+        _check_columns(block, cols, "drop_columns")
+        return [block.drop_columns(cols)]
+
+    return apply
+
+
+def rename_columns(mapping: dict[str, str]) -> BlockFn:
+    def apply(block: pa.Table) -> list[pa.Table]:
+        _check_columns(block, list(mapping), "rename_columns")
+        return [block.rename_columns([mapping.get(n, n) for n in block.column_names])]
+
+    return apply
+
+
+def _check_columns(block: pa.Table, cols: list[str], where: str) -> None:
+    missing = [c for c in cols if c not in block.column_names]
+    if missing and block.num_columns:
+        raise ValueError(f"{where}: no column {missing[0]!r}; the dataset has {block.column_names}.")

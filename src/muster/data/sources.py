@@ -1,0 +1,282 @@
+"""Read tasks for files (parquet, CSV, JSON lines, text, binary) and in-memory data.
+
+Paths may be a file, a folder (read recursively; names starting with ``_`` or
+``.`` are skipped), a glob, a list of those, or any fsspec URL (``s3://``,
+``gs://``, ``memory://``...).  Parquet goes through ``pyarrow.dataset``:
+column selection and ``filter=`` expressions are pushed into the scan, hive
+partition folders (``year=2024/``) become columns and prune files.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from muster.data import block as blk
+from muster.data.exceptions import DataSchemaError, DataSourceError
+from muster.data.plan import ReadTask
+
+#: Small files are read together, up to this many bytes and files per task.
+TASK_BYTES = 32 * 1024 * 1024
+TASK_FILES = 64
+
+
+def task_bytes() -> int:
+    """Bytes of files per read job: ``TASK_BYTES``, or less so that the jobs a pipeline keeps
+    pending (2 x threads) fit in ``DataContext.max_bytes_in_flight``."""
+    from muster.data.execution import DataContext
+
+    ctx = DataContext.get_current()
+    return max(1 << 20, min(TASK_BYTES, ctx.max_bytes_in_flight // (4 * ctx.max_threads)))
+
+
+def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...] | None, where: str
+            ) -> tuple[Any, list[tuple[str, int]], str | None]:
+    """(fsspec filesystem, [(file, size)], the base folder when one folder was given)."""
+    import fsspec
+
+    items = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
+    if not items:
+        raise DataSourceError(f"{where}(paths=[]): pass at least one file, folder, glob or URL.")
+    fs = _fsspec(filesystem)
+    files: list[tuple[str, int]] = []
+    base: str | None = None
+    for item in items:
+        item = str(item)
+        this_fs, path = (fs, item) if fs is not None else fsspec.core.url_to_fs(item)
+        fs = this_fs
+        if any(ch in path for ch in "*?["):
+            found = sorted(fs.glob(path, detail=True).items())
+            files.extend((p, int(d.get("size") or 0)) for p, d in found if d.get("type") != "directory")
+            if not found:
+                raise DataSourceError(f"{where}: the glob {item!r} matches no file. Check the pattern.")
+            continue
+        if not fs.exists(path):
+            raise DataSourceError(f"{where}: no such file or folder {item!r}. Check the path (and the credentials "
+                                  "and endpoint for a URL).")
+        if fs.isdir(path):
+            found = sorted(fs.find(path, detail=True).items())
+            files.extend((p, int(d.get("size") or 0)) for p, d in found if not _hidden(p, path))
+            base = path if len(items) == 1 else None
+        else:
+            files.append((path, int(fs.size(path) or 0)))
+    if extensions:
+        files = [(p, s) for p, s in files if p.lower().endswith(extensions)] or files
+    if not files:
+        raise DataSourceError(f"{where}: {paths!r} holds no files to read.")
+    return fs, files, base
+
+
+def _fsspec(filesystem: Any) -> Any:
+    if filesystem is None:
+        return None
+    import pyarrow.fs as pafs
+
+    if isinstance(filesystem, pafs.FileSystem):
+        from fsspec.implementations.arrow import ArrowFSWrapper
+
+        return ArrowFSWrapper(filesystem)
+    return filesystem
+
+
+def _hidden(path: str, base: str) -> bool:
+    rel = path[len(base):].lstrip("/")
+    return any(part.startswith(("_", ".")) for part in rel.split("/"))
+
+
+def _arrow_fs(fs: Any) -> Any:
+    import pyarrow.fs as pafs
+    from fsspec.implementations.local import LocalFileSystem
+
+    if isinstance(fs, LocalFileSystem):
+        return pafs.LocalFileSystem()
+    return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+
+
+def _group(files: list[tuple[str, int]], make: Callable[[list[str]], Callable[[], list[pa.Table]]]) -> tuple[ReadTask, ...]:
+    """Read tasks over ``files``, small files grouped up to ``TASK_BYTES`` per task (order kept)."""
+    tasks: list[ReadTask] = []
+    group: list[str] = []
+    size = 0
+    cap = task_bytes()
+    for path, n in files:
+        if group and (size + n > cap or len(group) >= TASK_FILES):
+            tasks.append(ReadTask(make(group), group[0], size))
+            group, size = [], 0
+        group.append(path)
+        size += n
+    if group:
+        tasks.append(ReadTask(make(group), group[0], size))
+    return tuple(tasks)
+
+
+class _SchemaGuard:
+    """Remembers the first file's schema; any later file whose column types differ is an error."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._first: tuple[str, pa.Schema] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_first": self._first}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._lock, self._first = threading.Lock(), state["_first"]
+
+    def check(self, path: str, schema: pa.Schema) -> None:
+        with self._lock:
+            if self._first is None:
+                self._first = (path, schema)
+                return
+            first_path, first = self._first
+        for f in schema:
+            idx = first.get_field_index(f.name)
+            if idx >= 0 and first.field(idx).type != f.type and not (pa.types.is_null(f.type)
+                                                                     or pa.types.is_null(first.field(idx).type)):
+                raise DataSchemaError(
+                    f"files disagree on column {f.name!r}: {first_path} has {first.field(idx).type}, "
+                    f"{path} has {f.type}. Rewrite one of them with the same type, or cast the column "
+                    "in a map_batches after reading each separately."
+                )
+
+
+# -- parquet ------------------------------------------------------------------------
+def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesystem: Any,
+                  partitioning: Any) -> tuple[ReadTask, ...]:
+    import pyarrow.dataset as pads
+
+    fs, files, base = resolve(paths, filesystem, (".parquet", ".parq", ".pq"), "read_parquet")
+    afs = _arrow_fs(fs)
+    part = pads.partitioning(flavor="hive") if partitioning == "hive" else partitioning
+    kwargs: dict[str, Any] = {"partition_base_dir": base} if base else {}
+    dataset = pads.dataset([p for p, _ in files], format="parquet", filesystem=afs, partitioning=part, **kwargs)
+    if columns is not None:
+        missing = [c for c in columns if c not in dataset.schema.names]
+        if missing:
+            raise ValueError(f"read_parquet(columns={columns!r}): no column {missing[0]!r}; the files have "
+                             f"{dataset.schema.names}.")
+    sizes = dict(files)
+    cap = task_bytes()
+    fragments = list(dataset.get_fragments(filter=filter))
+    schema = dataset.schema
+    guard = _SchemaGuard()
+    if fragments:
+        guard.check(fragments[0].path, fragments[0].physical_schema)  # the file the schema came from
+
+    def make(group: list[Any]) -> Callable[[], list[pa.Table]]:
+        def read() -> list[pa.Table]:
+            for frag in group:  # files whose column types disagree are an error, not a silent cast
+                guard.check(frag.path, frag.physical_schema)
+            sub = pads.FileSystemDataset(group, schema, dataset.format, afs)  # one C++ scan over the group
+            return [sub.to_table(columns=columns, filter=filter)]
+
+        return read
+
+    by_path: list[tuple[Any, int]] = []
+    for frag in fragments:
+        n = sizes.get(frag.path, 0)
+        if n > cap:  # a big file: one job per row group, so memory stays bounded
+            groups = frag.split_by_row_group(filter=filter)
+            by_path.extend((g, n // max(1, len(groups))) for g in groups)
+        else:
+            by_path.append((frag, n))
+    tasks: list[ReadTask] = []
+    group: list[Any] = []
+    size = 0
+    for frag, n in by_path:
+        if group and (size + n > cap or len(group) >= TASK_FILES):
+            tasks.append(ReadTask(make(group), group[0].path, size))
+            group, size = [], 0
+        group.append(frag)
+        size += n
+    if group:
+        tasks.append(ReadTask(make(group), group[0].path, size))
+    return tuple(tasks)
+
+
+# -- text formats ---------------------------------------------------------------------
+def _file_reader(fs: Any, parse: Callable[[Any, str], pa.Table], guard: _SchemaGuard | None
+                 ) -> Callable[[list[str]], Callable[[], list[pa.Table]]]:
+    def make(group: list[str]) -> Callable[[], list[pa.Table]]:
+        def read() -> list[pa.Table]:
+            out = []
+            for path in group:
+                with fs.open(path, "rb") as f:
+                    table = parse(f, path)
+                if guard is not None:
+                    guard.check(path, table.schema)
+                out.append(table)
+            return out
+
+        return read
+
+    return make
+
+
+def csv_tasks(paths: Any, filesystem: Any, **arrow_args: Any) -> tuple[ReadTask, ...]:
+    import pyarrow.csv as pcsv
+
+    fs, files, _ = resolve(paths, filesystem, (".csv", ".csv.gz"), "read_csv")
+    return _group(files, _file_reader(fs, lambda f, _p: pcsv.read_csv(f, **arrow_args), _SchemaGuard()))
+
+
+def json_tasks(paths: Any, filesystem: Any, **arrow_args: Any) -> tuple[ReadTask, ...]:
+    import pyarrow.json as pjson
+
+    fs, files, _ = resolve(paths, filesystem, (".json", ".jsonl", ".json.gz", ".jsonl.gz"), "read_json")
+    return _group(files, _file_reader(fs, lambda f, _p: pjson.read_json(f, **arrow_args), _SchemaGuard()))
+
+
+def text_tasks(paths: Any, filesystem: Any, encoding: str, drop_empty_lines: bool) -> tuple[ReadTask, ...]:
+    fs, files, _ = resolve(paths, filesystem, None, "read_text")
+
+    def parse(f: Any, _path: str) -> pa.Table:
+        lines = f.read().decode(encoding).splitlines()
+        if drop_empty_lines:
+            lines = [ln for ln in lines if ln.strip()]
+        return pa.table({"text": pa.array(lines, type=pa.string())})
+
+    return _group(files, _file_reader(fs, parse, None))
+
+
+def binary_tasks(paths: Any, filesystem: Any, include_paths: bool) -> tuple[ReadTask, ...]:
+    fs, files, _ = resolve(paths, filesystem, None, "read_binary_files")
+
+    def parse(f: Any, path: str) -> pa.Table:
+        cols: dict[str, Any] = {"bytes": pa.array([f.read()], type=pa.binary())}
+        if include_paths:
+            cols["path"] = pa.array([path])
+        return pa.table(cols)
+
+    return _group(files, _file_reader(fs, parse, None))
+
+
+# -- in memory ------------------------------------------------------------------------
+def block_tasks(blocks: list[pa.Table], label: str) -> tuple[ReadTask, ...]:
+    return tuple(ReadTask((lambda b=b: [b]), f"{label}[{i}]", blk.nbytes(b)) for i, b in enumerate(blocks))
+
+
+def table_blocks(table: pa.Table, rows: int, parallelism: int = -1) -> list[pa.Table]:
+    if parallelism and parallelism > 0:
+        rows = max(1, -(-table.num_rows // parallelism))
+    return blk.split_rows(table, rows) if table.num_rows else [table]
+
+
+def range_tasks(n: int, rows: int, tensor_shape: tuple[int, ...] | None) -> tuple[ReadTask, ...]:
+    import numpy as np
+
+    def make(start: int, stop: int) -> Callable[[], list[pa.Table]]:
+        def read() -> list[pa.Table]:
+            ids = np.arange(start, stop, dtype=np.int64)
+            if tensor_shape is None:
+                return [pa.table({"id": ids})]
+            data = np.broadcast_to(ids.reshape(-1, *([1] * len(tensor_shape))), (len(ids), *tensor_shape))
+            return [pa.table({"data": blk.array_from_values(np.ascontiguousarray(data))})]
+
+        return read
+
+    return tuple(ReadTask(make(s, min(n, s + rows)), f"range[{s}:{min(n, s + rows)}]", 8 * rows)
+                 for s in range(0, n, rows)) or (ReadTask(lambda: [pa.table({"id": pa.array([], pa.int64())})],
+                                                          "range[0:0]"),)

@@ -1,0 +1,79 @@
+"""``TorchTrainer(datasets=...)``: each worker builds its shard iterators before the loop runs.
+
+The training function is wrapped in ``DatasetLoop``; on each worker it makes
+one ``muster.data.DataIterator`` per dataset (rank r of n for the datasets
+``DataConfig`` splits, all rows for the others), registers it with the
+resume book so its position is saved with every checkpoint (as a prepared
+DataLoader's is), and then calls the user's function.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from muster.train._internal import resume
+
+_shards: dict[str, Any] = {}
+
+
+class DatasetLoop:
+    """The user's loop with the trainer's datasets attached (pickled to every worker)."""
+
+    def __init__(self, fn: Callable[..., Any], datasets: dict[str, Any], data_config: Any, seed: int):
+        self.fn, self.datasets, self.data_config = fn, datasets, data_config
+        self.seed = seed  # seeds local shuffle buffers: the same on every rank and attempt
+
+    def __call__(self, config: dict[str, Any] | None = None) -> Any:
+        from muster.data import DataIterator
+        from muster.data.execution import DataContext
+        from muster.observe.sampler import note_data_wait
+        from muster.train._internal.worker import _takes_config
+        from muster.train import get_context
+
+        ctx = get_context()
+        rank, world = ctx.get_world_rank(), ctx.get_world_size()
+        if self.data_config.execution_options is not None:
+            DataContext._current = self.data_config.execution_options
+        _shards.clear()
+        for name in sorted(self.datasets):
+            split = self.data_config.splits(name) and world > 1
+            it = DataIterator(self.datasets[name], rank if split else 0, world if split else 1, seed=self.seed)
+            it._on_pass_start = resume.book().before_iteration
+            it._on_wait = note_data_wait  # the live view's data-wait figure, as for prepared loaders
+            resume.book().register(it)
+            _shards[name] = it
+        try:
+            return self.fn(config if config is not None else {}) if _takes_config(self.fn) else self.fn()
+        finally:
+            _shards.clear()
+
+
+def check_datasets(datasets: Any, data_config: Any, trainer: str) -> None:
+    from muster.data import DataConfig, Dataset
+
+    if not isinstance(datasets, dict):
+        raise TypeError(f"{trainer}(datasets={datasets!r}): pass a dict name -> muster.data Dataset.")
+    for name, ds in datasets.items():
+        if not isinstance(ds, Dataset):
+            raise TypeError(
+                f"{trainer}(datasets={{{name!r}: {type(ds).__name__}}}): each value must be a muster.data Dataset "
+                "(e.g. muster.data.read_parquet(...)); build other loaders inside train_loop_per_worker."
+            )
+    if data_config is not None and not isinstance(data_config, DataConfig):
+        raise TypeError(f"{trainer}(dataset_config={data_config!r}): pass a muster.train.DataConfig.")
+    if data_config is not None and data_config.datasets_to_split != "all":
+        unknown = [n for n in data_config.datasets_to_split if n not in datasets]
+        if unknown:
+            raise ValueError(f"DataConfig(datasets_to_split={data_config.datasets_to_split!r}): no dataset named "
+                             f"{unknown[0]!r}; the trainer has {sorted(datasets)}.")
+
+
+def get_dataset_shard(name: str) -> Any:
+    """This worker's ``DataIterator`` for ``datasets[name]``."""
+    from muster.train._internal import session
+
+    session.get_session("get_dataset_shard")
+    if name not in _shards:
+        raise KeyError(f"get_dataset_shard({name!r}): the trainer has no dataset named {name!r}; it has "
+                       f"{sorted(_shards) or 'none'} (pass TorchTrainer(datasets={{{name!r}: ds}})).")
+    return _shards[name]

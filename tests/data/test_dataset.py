@@ -1,0 +1,174 @@
+"""Transforms, splits and consumption of muster.data datasets, on small in-memory data."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import torch
+
+import muster.data as md
+
+TEST_CPUS = 4  # the session engine's CPUs (tests/conftest.py)
+
+
+def ids(ds_or_rows) -> list[int]:
+    rows = ds_or_rows.take_all() if isinstance(ds_or_rows, md.Dataset) else ds_or_rows
+    return [r["id"] for r in rows]
+
+
+def test_lazy_map_filter_flat_map_keep_order(threads_only):
+    calls = []
+    ds = md.range(50, override_num_blocks=5).map(lambda r: calls.append(1) or {"id": r["id"], "sq": r["id"] ** 2})
+    assert calls == []  # lazy
+    ds = ds.filter(lambda r: r["id"] % 2 == 0).flat_map(lambda r: [r, {"id": -r["id"], "sq": 0}])
+    rows = ds.take_all()
+    assert len(calls) == 50
+    assert [r["id"] for r in rows[:6]] == [0, 0, 2, -2, 4, -4]
+    assert rows[2] == {"id": 2, "sq": 4}
+    assert ds.count() == 50
+    assert "Map(" in repr(ds) and "Filter(" in repr(ds)
+
+
+def test_map_batches_formats_args_and_batch_size(threads_only):
+    seen = []
+
+    def add(batch, k, *, m):
+        seen.append(len(batch["id"]))
+        return {"id": batch["id"], "y": batch["id"] * k + m}
+
+    ds = md.range(25).map_batches(add, batch_size=10, fn_args=(3,), fn_kwargs={"m": 1})
+    assert ds.take_batch(25)["y"].tolist() == [i * 3 + 1 for i in range(25)]
+    assert seen == [10, 10, 5]
+    as_pandas = md.range(4).map_batches(lambda df: df.assign(z=df["id"] + 1), batch_format="pandas")
+    assert as_pandas.to_pandas()["z"].tolist() == [1, 2, 3, 4]
+    as_arrow = md.range(4).map_batches(lambda t: t.append_column("w", pa.array([9] * len(t))), batch_format="pyarrow")
+    assert as_arrow.take(1) == [{"id": 0, "w": 9}]
+
+
+def test_map_batches_callable_class_is_built_once_per_thread():
+    class AddOffset:
+        built = 0
+
+        def __init__(self, offset):
+            AddOffset.built += 1
+            self.offset = offset
+
+        def __call__(self, batch):
+            return {"id": batch["id"] + self.offset}
+
+    ds = md.range(100, override_num_blocks=10).map_batches(
+        AddOffset, fn_constructor_kwargs={"offset": 1000}, concurrency=2, num_cpus=1, batch_size=None)
+    assert ids(ds) == list(range(1000, 1100))
+    assert 1 <= AddOffset.built <= md.DataContext.get_current().max_threads
+
+
+def test_column_ops_limit_union_and_tensors():
+    ds = md.from_items([{"a": i, "b": str(i)} for i in range(10)])
+    ds = ds.add_column("c", lambda df: df["a"] * 2).rename_columns({"b": "s"}).drop_columns(["s"])
+    assert ds.columns() == ["a", "c"] and ds.select_columns(["c"]).take(2) == [{"c": 0}, {"c": 2}]
+    assert ds.limit(3).count() == 3
+    u = md.range(3).union(md.range(2))
+    assert ids(u) == [0, 1, 2, 0, 1]
+    t = md.range_tensor(6, shape=(2, 2)).take_batch(6)["data"]
+    assert t.shape == (6, 2, 2) and t[5].tolist() == [[5, 5], [5, 5]]
+    assert md.from_numpy(np.ones((4, 3))).take_batch(4)["data"].shape == (4, 3)
+    assert md.from_pandas(pd.DataFrame({"x": [1, 2]})).take_all() == [{"x": 1}, {"x": 2}]
+    assert md.from_arrow(pa.table({"x": [1]})).schema().names == ["x"]
+
+
+def test_shuffle_is_seeded_per_epoch_and_sort_groupby():
+    ds = md.range(200).random_shuffle(seed=5)
+    it = ds.iterator()
+    first = [int(x) for b in it.iter_batches(batch_size=50) for x in b["id"]]
+    second = [int(x) for b in it.iter_batches(batch_size=50) for x in b["id"]]
+    assert sorted(first) == sorted(second) == list(range(200))
+    assert first != second  # a new order each epoch ...
+    again = [int(x) for b in md.range(200).random_shuffle(seed=5).iter_batches(batch_size=50) for x in b["id"]]
+    assert again == first  # ... deterministic from (seed, epoch)
+    assert ids(md.range(20).random_shuffle(seed=1).sort("id", descending=True))[:3] == [19, 18, 17]
+    blocks = md.range(40, override_num_blocks=4).randomize_block_order(seed=2)
+    assert sorted(ids(blocks)) == list(range(40)) and ids(blocks) != list(range(40))
+    g = md.from_items([{"k": i % 3, "v": i} for i in range(9)]).groupby("k")
+    assert g.count().take_all() == [{"k": 0, "count()": 3}, {"k": 1, "count()": 3}, {"k": 2, "count()": 3}]
+    assert g.sum("v").take_all()[1] == {"k": 1, "sum(v)": 12}
+    assert g.mean("v").take_all()[2] == {"k": 2, "mean(v)": 5.0}
+    sizes = g.map_groups(lambda b: {"k": b["k"][:1], "n": np.array([len(b["v"])])}).take_all()
+    assert sizes == [{"k": 0, "n": 3}, {"k": 1, "n": 3}, {"k": 2, "n": 3}]
+    assert md.range(10).repartition(3).materialize().count() == 10
+    assert md.range(10).sum("id") == 45 and md.range(10).max("id") == 9
+
+
+def test_splits():
+    parts = md.range(10).split(3)
+    assert [p.count() for p in parts] == [3, 3, 4]
+    assert [p.count() for p in md.range(10).split(3, equal=True)] == [3, 3, 3]
+    a, b, c = md.range(10).split_at_indices([2, 5])
+    assert ids(a) == [0, 1] and ids(b) == [2, 3, 4] and ids(c) == list(range(5, 10))
+    train, test = md.range(10).train_test_split(0.3)
+    assert train.count() == 7 and ids(test) == [7, 8, 9]
+
+
+def test_streaming_split_equal_every_row_once():
+    ds = md.range(103).filter(lambda r: r["id"] % 5 != 0)  # 82 rows kept
+    shards = ds.streaming_split(3, equal=True)
+    got = [[int(x) for b in s.iter_batches(batch_size=7) for x in b["id"]] for s in shards]
+    assert len({len(g) for g in got}) == 1 and len(got[0]) == 82 // 3
+    flat = [x for g in got for x in g]
+    assert len(flat) == len(set(flat))  # no row twice
+    assert set(flat) <= {i for i in range(103) if i % 5}
+    batches = [sum(1 for _ in s.iter_batches(batch_size=7)) for s in shards]
+    assert len(set(batches)) == 1
+
+
+def test_iter_batches_options():
+    ds = md.range(23)
+    assert [len(b["id"]) for b in ds.iter_batches(batch_size=10)] == [10, 10, 3]
+    assert [len(b["id"]) for b in ds.iter_batches(batch_size=10, drop_last=True)] == [10, 10]
+    for pf in (0, 3):
+        assert [int(x) for b in ds.iter_batches(batch_size=4, prefetch_batches=pf) for x in b["id"]] == list(range(23))
+    shuffled = [int(x) for b in ds.iter_batches(batch_size=4, local_shuffle_buffer_size=8, local_shuffle_seed=1)
+                for x in b["id"]]
+    assert sorted(shuffled) == list(range(23)) and shuffled != list(range(23))
+    assert isinstance(next(ds.iter_batches(batch_format="pandas")), pd.DataFrame)
+    assert [r["id"] for r in ds.iter_rows()][:3] == [0, 1, 2]
+    tb = next(ds.iter_torch_batches(batch_size=5, dtypes=torch.float32))
+    assert tb["id"].dtype == torch.float32 and tb["id"].tolist() == [0, 1, 2, 3, 4]
+    collated = next(ds.iter_torch_batches(batch_size=5, collate_fn=lambda b: torch.as_tensor(b["id"]) * 2))
+    assert collated.tolist() == [0, 2, 4, 6, 8]
+    assert "ReadRange" in ds.stats()
+
+
+def test_early_break_stops_the_pipeline(threads_only):
+    made = []
+    ds = md.range(10_000, override_num_blocks=100).map_batches(lambda b: made.append(1) or b, batch_size=None)
+    for _ in ds.iter_batches(batch_size=10):
+        break
+    assert len(made) < 100  # only the blocks in flight were made, not the whole dataset
+
+
+def test_python_functions_run_in_idle_pooled_workers():
+    """The driver hands jobs with Python functions to the engine's idle workers (the session engine is up)."""
+    rows = md.range(400, override_num_blocks=8).map(lambda r: {"pid": os.getpid()}).take_all()  # whole pass: no job
+    pids = {r["pid"] for r in rows}  # is left running when the test ends
+    assert pids - {os.getpid()}  # some jobs ran in other processes
+
+
+def test_driver_pipeline_runs_inline_when_every_cpu_is_held():
+    import muster
+
+    @muster.remote(num_cpus=TEST_CPUS)
+    class Hog:
+        def ping(self):
+            return os.getpid()
+
+    hog = Hog.remote()
+    try:
+        muster.get(hog.ping.remote(), timeout=60)  # it holds every CPU now
+        rows = md.range(200, override_num_blocks=4).map(lambda r: {"pid": os.getpid()}).take_all()
+        assert {r["pid"] for r in rows} == {os.getpid()}
+    finally:
+        muster.kill(hog)

@@ -1,0 +1,74 @@
+"""Bad input gets errors that name the bad value and the fix."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import muster.data as md
+
+
+def test_missing_path_names_it(tmp_path):
+    missing = str(tmp_path / "nope.parquet")
+    with pytest.raises(md.DataSourceError, match="nope.parquet"):
+        md.read_parquet(missing)
+    with pytest.raises(FileNotFoundError, match=r"glob .*\*.csv"):
+        md.read_csv(str(tmp_path / "*.csv"))
+
+
+def test_udf_error_names_operator_function_and_first_row():
+    def explode(batch):
+        raise ValueError("bad batch")
+
+    with pytest.raises(md.UserFunctionError) as info:
+        md.range(20).map_batches(explode, batch_size=5).take_all()
+    msg = str(info.value)
+    assert "MapBatches" in msg and "explode" in msg and "{'id': 0}" in msg and "bad batch" in msg
+
+    def picky(row):
+        if row["id"] == 13:
+            raise KeyError("no 13")
+        return row
+
+    with pytest.raises(md.UserFunctionError, match=r"Map failed in .*picky.*first row: \{'id': 0\}"):
+        md.range(20).map(picky).count()
+
+
+def test_map_returning_a_non_dict_is_a_type_error():
+    with pytest.raises(TypeError, match=r"returned a int \(5\).*must return a dict"):
+        md.range(3).map(lambda r: 5).take_all()
+    with pytest.raises(TypeError, match="returned a list"):
+        md.range(3).map_batches(lambda b: [1, 2]).take_all()
+
+
+def test_disagreeing_schemas_name_both_files_and_the_column(tmp_path):
+    pq.write_table(pa.table({"a": [1, 2], "b": ["x", "y"]}), tmp_path / "one.parquet")
+    pq.write_table(pa.table({"a": ["1", "2"], "b": ["x", "y"]}), tmp_path / "two.parquet")
+    with pytest.raises(md.DataSchemaError) as info:
+        md.read_parquet(str(tmp_path)).take_all()
+    msg = str(info.value)
+    assert "one.parquet" in msg and "two.parquet" in msg and "'a'" in msg
+    (tmp_path / "c1.csv").write_text("a\n1\n")
+    (tmp_path / "c2.csv").write_text("a\nhello\n")
+    with pytest.raises(md.DataSchemaError, match=r"column 'a'.*c\d\.csv.*c\d\.csv"):
+        md.read_csv(str(tmp_path / "c*.csv")).take_all()
+
+
+def test_non_tensor_column_names_column_and_type():
+    ds = md.from_items([{"x": 1, "name": "a"}])
+    with pytest.raises(TypeError, match=r"column 'name' holds str.*drop_columns"):
+        next(ds.iter_torch_batches())
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="batch_format='tensor'"):
+        md.range(3).map_batches(lambda b: b, batch_format="tensor")
+    with pytest.raises(ValueError, match="concurrency=0"):
+        md.range(3).map_batches(lambda b: b, concurrency=0)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        next(md.range(3).iter_batches(batch_size=0))
+    with pytest.raises(ValueError, match="no column 'zz'"):
+        md.range(3).select_columns(["zz"]).take_all()
+    with pytest.raises(ValueError, match="datasets_to_split"):
+        md.DataConfig(datasets_to_split=3)  # type: ignore[arg-type]
