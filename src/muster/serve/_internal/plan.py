@@ -74,12 +74,18 @@ def check_picklable(p: "DeploymentPlan", app_name: str) -> None:
         ) from exc
 
 
-def build(app: Application, app_name: str) -> tuple[str, list[DeploymentPlan]]:
+def build(app: Application, app_name: str, overrides: dict[str, dict[str, Any]] | None = None,
+          ) -> tuple[str, list[DeploymentPlan]]:
     """``(ingress deployment name, every deployment)`` of ``app``; dependencies come first.
+
+    ``overrides`` maps deployment names to options (a config file's
+    ``deployments`` entries) applied on top of the code's.
 
     Raises:
         TypeError: ``app`` is not a bound deployment.
+        ValueError: an override names no deployment of the app.
     """
+    overrides = dict(overrides or {})
     if not isinstance(app, Application):
         hint = " (call .bind() on the deployment)" if hasattr(app, "bind") else ""
         raise TypeError(f"serve.run needs a bound application such as MyDeployment.bind(), got {app!r}{hint}.")
@@ -111,7 +117,15 @@ def build(app: Application, app_name: str) -> tuple[str, list[DeploymentPlan]]:
         args = tuple(sub(a) for a in node.args)
         kwargs = {k: sub(v) for k, v in node.kwargs.items()}
         config = node.deployment.config if name == node.deployment.name else node.deployment.config.replace(name=name)
+        if name in overrides:
+            config = config.replace(**overrides.pop(name))
         plans.append(DeploymentPlan(name, node.deployment.func_or_class, args, kwargs, config))
         return name
 
-    return visit(app), plans
+    ingress = visit(app)
+    if overrides:
+        raise ValueError(
+            f"app {app_name!r}: the config overrides deployment(s) {sorted(overrides)}, which the app does not have; "
+            f"its deployments: {[p.name for p in plans]}."
+        )
+    return ingress, plans
