@@ -16,7 +16,7 @@ from starlette.requests import Request
 from muster import serve
 from muster.exceptions import ResourcesUnavailableError
 
-from conftest import wait_until
+from serve_helpers import serving, wait_until
 
 pytestmark = pytest.mark.allow_leftover_workers
 
@@ -25,11 +25,8 @@ SMALL = {"num_cpus": 0.1}
 
 @pytest.fixture(scope="module")
 def client():
-    serve.start(http_options={"host": "127.0.0.1", "port": 0, "request_timeout_s": 4})
-    port = serve.status().http["port"]
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+    with serving(request_timeout_s=4) as c:
         yield c
-    serve.shutdown()
 
 
 @serve.deployment(ray_actor_options=SMALL)

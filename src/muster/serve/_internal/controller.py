@@ -25,6 +25,7 @@ from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.runtime import ActorHandle
 from muster.serve._internal import autoscaling, router
+from muster.serve._internal.metrics import DeploymentMetrics
 from muster.serve._internal.ingress import IngressActor
 from muster.serve._internal import plan
 from muster.serve._internal.plan import DeploymentPlan
@@ -57,7 +58,8 @@ class _Deployment:
     restarts: int = 0
     message: str = ""
     scale: autoscaling.ScaleState = field(default_factory=autoscaling.ScaleState)
-    stats: list[concurrent.futures.Future] | None = None
+    stats: dict[str, concurrent.futures.Future] | None = None
+    metrics: DeploymentMetrics = field(default_factory=DeploymentMetrics)
     last_stats: float = 0.0
     counter: itertools.count = field(default_factory=itertools.count)
     pending: int = 0  # replacements submitted, not yet started
@@ -344,8 +346,7 @@ class ServeController:
                     r.health = None
                     self._unhealthy(d, r, f"check_health did not answer within {cfg.health_check_timeout_s} s")
             self._ensure(d)
-            if cfg.autoscaling_config is not None:
-                self._autoscale(d, now)
+            self._poll(d, now)
 
     def _unhealthy(self, d: _Deployment, r: _Replica, why: str) -> None:
         print(f"[serve] replica {r.id} is unhealthy ({why}); replacing it", file=sys.stderr, flush=True)
@@ -353,21 +354,26 @@ class ServeController:
             self.runtime.kill(r.actor)  # an expected exit: the runtime sends no death notice
         self._died(d, r, RuntimeError(why))
 
-    def _autoscale(self, d: _Deployment, now: float) -> None:
-        cfg = d.plan.config.autoscaling_config
-        assert cfg is not None
+    def _poll(self, d: _Deployment, now: float) -> None:
+        """Collect the replicas' stats every interval; feed metrics and, if on, the autoscaler."""
+        auto = d.plan.config.autoscaling_config
+        interval = auto.metrics_interval_s if auto is not None else 1.0
         if d.stats is None:
-            if now - d.last_stats >= cfg.metrics_interval_s:
-                d.stats = [r.actor.call("stats") for r in d.running() if r.actor is not None]
+            if now - d.last_stats >= interval:
+                d.stats = {r.id: r.actor.call("stats") for r in d.running() if r.actor is not None}
                 d.last_stats = now
             return
-        if not all(f.done() for f in d.stats) and now - d.last_stats < 5:
+        if not all(f.done() for f in d.stats.values()) and now - d.last_stats < 5:
             return
-        ongoing = 0.0
-        for f in d.stats:
-            if f.done() and f.exception() is None:
-                ongoing += f.result()["ongoing"]
+        snaps = {rid: f.result() for rid, f in d.stats.items() if f.done() and f.exception() is None}
         d.stats = None
+        d.metrics.update(snaps, now)
+        if auto is not None:
+            self._autoscale(d, float(sum(s["ongoing"] for s in snaps.values())), now)
+
+    def _autoscale(self, d: _Deployment, ongoing: float, now: float) -> None:
+        cfg = d.plan.config.autoscaling_config
+        assert cfg is not None
         current = len([r for r in d.replicas.values() if r.state in ("STARTING", "RUNNING")])
         want = autoscaling.decide(cfg, current, ongoing, now, d.scale)
         if want > d.target or want < d.target:
@@ -399,7 +405,7 @@ class ServeController:
                         "status": "HEALTHY" if healthy else ("UPSCALING" if d.message.startswith("autoscaling")
                                                              else "UNHEALTHY" if d.message else "UPDATING"),
                         "replica_states": states, "target_replicas": d.target, "restarts": d.restarts,
-                        "message": d.message,
+                        "message": d.message, "metrics": d.metrics.as_dict(),
                     }
                 apps[a.name] = {"status": a.status, "message": a.message, "route_prefix": a.route_prefix,
                                 "last_deployed_time_s": a.deployed_at, "deployments": deps}
