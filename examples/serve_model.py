@@ -43,8 +43,8 @@ IN, OUT = 16, 2
 
 def make_data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
+    w = torch.randn(IN, OUT, generator=gen) / IN**0.5  # drawn first: the same function for every n
     X = torch.randn(n, IN, generator=gen)
-    w = torch.randn(IN, OUT, generator=gen) / IN**0.5
     return X, X @ w + 0.05 * torch.randn(n, OUT, generator=gen)
 
 
