@@ -25,7 +25,7 @@ SMALL = {"num_cpus": 0.1}
 
 @pytest.fixture(scope="module")
 def client():
-    with serving(request_timeout_s=4) as c:
+    with serving(request_timeout_s=4, max_body_bytes=1_000_000) as c:
         yield c
 
 
@@ -62,6 +62,16 @@ def test_request_timeout_gives_408_and_replica_lives_on(client):
     r = client.get("/slow?s=10")
     assert r.status_code == 408 and "request_timeout_s=4" in r.text
     assert client.get("/slow").status_code == 200
+
+
+def test_body_over_the_limit_is_413(client):
+    serve.run(Sleeper.bind(), name="body", route_prefix="/body")
+    r = client.post("/body", content=b"x" * 2_000_000)
+    assert r.status_code == 413 and "2000000 bytes is over the limit of 1000000" in r.text
+    r = client.post("/body", content=(b"x" * 100_000 for _ in range(20)))  # chunked: no content-length
+    assert r.status_code == 413 and "over the limit of 1000000" in r.text
+    assert client.post("/body", content=b"x" * 900_000).status_code == 200
+    serve.delete("body")
 
 
 def test_sigkilled_replica_is_replaced_and_only_its_requests_fail(client):

@@ -46,11 +46,22 @@ class ReplicaSpec:
 
 def _scope(fields: tuple) -> dict:
     method, path, root_path, query, headers, client, server = fields
+    if isinstance(query, str):  # from the RSGI ingress: str headers, "host:port" addresses
+        query = query.encode("latin-1")
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+        client, server = _address(client), _address(server)
     return {
         "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
         "method": method, "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": root_path,
         "query_string": query, "headers": headers, "client": client, "server": server, "state": {},
     }
+
+
+def _address(value: Any) -> Any:
+    if isinstance(value, str) and ":" in value:
+        host, port = value.rsplit(":", 1)
+        return (host, int(port)) if port.isdigit() else (host, 0)
+    return value
 
 
 def _receive_once(body: bytes) -> Any:
