@@ -85,15 +85,10 @@ class IngressApp:
             r.release(replica)
 
     async def _relay(self, stream: router.Stream, send: Any, timeout: float | None) -> None:
-        try:
-            kind, payload = await (asyncio.wait_for(stream.next(), timeout) if timeout else stream.next())
-        except asyncio.TimeoutError:
-            stream.cancel()
-            await _plain(send, 408, f"the request took longer than request_timeout_s={timeout} and was cancelled.")
+        kind, payload = await router.first_frame(stream, timeout)
+        if (kind, payload) == router.TIMED_OUT:
+            await _plain(send, 408, router.timeout_message(timeout))
             return
-        except asyncio.CancelledError:
-            stream.cancel()
-            raise
         if kind == wire.RESP_FULL:
             status, headers, body = wire.loads(payload)
             await send({"type": "http.response.start", "status": status, "headers": headers})

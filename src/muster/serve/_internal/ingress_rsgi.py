@@ -8,7 +8,6 @@ encoded in the replica (see ``replica._scope``).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from muster.serve._internal import router, wire
@@ -71,15 +70,10 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
 
 
 async def _relay(stream: router.Stream, proto: Any, timeout: float | None) -> None:
-    try:
-        kind, payload = await (asyncio.wait_for(stream.next(), timeout) if timeout else stream.next())
-    except asyncio.TimeoutError:
-        stream.cancel()
-        _plain(proto, 408, f"the request took longer than request_timeout_s={timeout} and was cancelled.")
+    kind, payload = await router.first_frame(stream, timeout)
+    if (kind, payload) == router.TIMED_OUT:
+        _plain(proto, 408, router.timeout_message(timeout))
         return
-    except asyncio.CancelledError:
-        stream.cancel()
-        raise
     if kind == wire.RESP_FULL:
         status, headers, body = wire.loads(payload)
         proto.response_bytes(status, _str_headers(headers), body)

@@ -94,6 +94,25 @@ class Stream:
             self.conn.send(self.id, wire.CANCEL)
 
 
+TIMED_OUT = (0, b"")
+
+
+async def first_frame(stream: Stream, timeout: float | None) -> tuple[int, bytes]:
+    """The replica's first answer on ``stream``, or ``TIMED_OUT`` (the replica is told to stop)."""
+    try:
+        return await (asyncio.wait_for(stream.next(), timeout) if timeout else stream.next())
+    except asyncio.TimeoutError:
+        stream.cancel()
+        return TIMED_OUT
+    except asyncio.CancelledError:
+        stream.cancel()
+        raise
+
+
+def timeout_message(timeout: float | None) -> str:
+    return f"the request took longer than request_timeout_s={timeout} and was cancelled."
+
+
 class ReplicaConnection(wire.FrameProtocol):
     """One persistent socket to one replica, carrying many streams."""
 
