@@ -57,6 +57,21 @@ def test_backpressure_gives_503_with_retry_after(client):
     serve.delete("bp")
 
 
+def test_one_slow_request_does_not_hold_up_the_others(client):
+    serve.run(Sleeper.options(name="S2", num_replicas=2, max_ongoing_requests=1).bind(), name="s2",
+              route_prefix="/s2")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(client.get, "/s2?s=4")
+        time.sleep(0.3)
+        quick = [client.get("/s2") for _ in range(10)]  # all go to the other replica meanwhile
+        assert not slow.done()
+        assert all(r.status_code == 200 for r in quick)
+        assert len({r.json()["pid"] for r in quick}) == 1
+        assert slow.result().status_code == 200
+    assert slow.result().json()["pid"] not in {r.json()["pid"] for r in quick}
+    serve.delete("s2")
+
+
 def test_request_timeout_gives_408_and_replica_lives_on(client):
     serve.run(Sleeper.bind(), name="slow", route_prefix="/slow")
     r = client.get("/slow?s=10")
