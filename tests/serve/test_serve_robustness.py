@@ -61,7 +61,7 @@ def test_one_slow_request_does_not_hold_up_the_others(client):
     serve.run(Sleeper.options(name="S2", num_replicas=2, max_ongoing_requests=1).bind(), name="s2",
               route_prefix="/s2")
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        slow = pool.submit(client.get, "/s2?s=4")
+        slow = pool.submit(client.get, "/s2?s=3")  # under the module's request_timeout_s=4
         time.sleep(0.3)
         quick = [client.get("/s2") for _ in range(10)]  # all go to the other replica meanwhile
         assert not slow.done()
