@@ -80,6 +80,24 @@ class _App:
     deployed_at: float = field(default_factory=time.time)
 
 
+class _InProcess:
+    """An object in this process, called like an actor (the ingress on a cluster engine)."""
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def call(self, method: str, *args: Any) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            fut.set_result(getattr(self.obj, method)(*args))
+        except BaseException as exc:  # noqa: BLE001 - delivered through the future, as an actor's would be
+            fut.set_exception(exc)
+        return fut
+
+    def is_alive(self) -> bool:
+        return not self.obj.task.done()
+
+
 class ServeController:
     """Everything ``serve.*`` does in the driver (thread-safe)."""
 
@@ -92,9 +110,13 @@ class ServeController:
         self.version = itertools.count(1)
         self.table = router.RouteTable()
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="muster-serve-ctl")
-        self.ingress = self.runtime.create_actor(
-            IngressActor, (http_options, self.table), {}, {}, label="serve ingress"
-        )
+        self.local = self.runtime.name == "local"
+        if self.local:
+            self.ingress: Any = self.runtime.create_actor(
+                IngressActor, (http_options, self.table), {}, {}, label="serve ingress"
+            )
+        else:  # on a cluster the ingress serves on the driver's node: in this process
+            self.ingress = _InProcess(IngressActor(http_options, self.table))
         self.host, self.port = self.ingress.call("address").result(30)
         self._stop = threading.Event()
         threading.Thread(target=self._supervise, name="muster-serve-supervisor", daemon=True).start()
@@ -210,7 +232,8 @@ class ServeController:
     def _start_replica(self, d: _Deployment, pending: bool = False) -> _Replica:
         n = next(d.counter)
         rid = f"{d.app}#{d.plan.name}#{os.urandom(4).hex()}"
-        rep = _Replica(rid, os.path.join(self.dir, f"{os.urandom(6).hex()}.sock"), d.plan.config.resources())
+        where = os.path.join(self.dir, f"{os.urandom(6).hex()}.sock") if self.local else "tcp:"
+        rep = _Replica(rid, where, d.plan.config.resources())
         with self.lock:
             d.replicas[rid] = rep
             if pending:
@@ -231,6 +254,8 @@ class ServeController:
                 f"{exc}"
             ) from exc
         rep.actor = actor
+        if not self.local:
+            rep.socket = actor.call("address").result(30)
         actor.set_handlers(None, lambda _h, err, d=d, rep=rep: self._died(d, rep, err))
         rep.state = "RUNNING"
         rep.last_health = time.monotonic()
@@ -422,6 +447,7 @@ class ServeController:
             self.ingress.call("stop").result(10)
         except BaseException:  # noqa: BLE001 - killed next anyway
             pass
-        self.runtime.kill(self.ingress, grace_s=1.0)
+        if self.local:
+            self.runtime.kill(self.ingress, grace_s=1.0)
         self.pool.shutdown(wait=False, cancel_futures=True)
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -134,9 +134,21 @@ class ReplicaActor:
         if spec.config.user_config is not None:
             self.reconfigure(spec.config.user_config)
         self.sem = eventloop.run_sync(self._make_semaphore())
-        self.server = eventloop.run_sync(
-            self.loop.create_unix_server(lambda: _Conn(self), spec.socket_path), timeout=30
-        )
+        if spec.socket_path.startswith("tcp:"):  # another node may call: listen on this node's address
+            from muster.core import settings
+
+            host = settings.node_identity()[1] or "127.0.0.1"
+            self.server = eventloop.run_sync(self.loop.create_server(lambda: _Conn(self), host, 0), timeout=30)
+            self._address = f"tcp:{host}:{self.server.sockets[0].getsockname()[1]}"
+        else:
+            self.server = eventloop.run_sync(
+                self.loop.create_unix_server(lambda: _Conn(self), spec.socket_path), timeout=30
+            )
+            self._address = spec.socket_path
+
+    def address(self) -> str:
+        """Where callers reach this replica: a unix socket path, or ``tcp:host:port``."""
+        return self._address
 
     async def _make_semaphore(self) -> asyncio.Semaphore:
         return asyncio.Semaphore(self.config.max_ongoing_requests)

@@ -26,7 +26,7 @@ _TERMINAL = frozenset((wire.RESP_FULL, wire.RESP_END, wire.RESP_VALUE, wire.RESP
 @dataclass(frozen=True)
 class ReplicaRoute:
     replica_id: str
-    path: str  # unix socket
+    path: str  # a unix socket, or "tcp:host:port" (replicas on a Ray cluster)
 
 
 @dataclass(frozen=True)
@@ -258,7 +258,12 @@ class Router:
     async def _open(self, r: _Replica) -> ReplicaConnection:
         loop = asyncio.get_running_loop()
         try:
-            _, proto = await loop.create_unix_connection(lambda: ReplicaConnection(r), r.route.path)
+            path = r.route.path
+            if path.startswith("tcp:"):
+                host, port = path[4:].rsplit(":", 1)
+                _, proto = await loop.create_connection(lambda: ReplicaConnection(r), host, int(port))
+            else:
+                _, proto = await loop.create_unix_connection(lambda: ReplicaConnection(r), path)
         except OSError as exc:
             r.dead = True
             raise DeploymentUnavailableError(
