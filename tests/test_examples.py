@@ -175,3 +175,14 @@ def test_data_stream_train(tmp_path):
     assert float(epochs[-1][1]) < float(epochs[0][1]), out  # the loss falls
     assert len({rows for *_, rows in epochs}) == 1 and 700 < int(epochs[0][3]) < 1000, out  # ~10% filtered, 2 ranks
     assert float(re.search(r"^Final accuracy: ([0-9.]+)$", out, re.M).group(1)) > 0.8, out
+
+
+def test_serve_model(tmp_path):
+    out = run_example("serve_model.py", tmp_path, "--epochs", "2", "--num-samples", "2000", "--requests", "48")
+    trained = float(re.search(r"^trained: loss (\d+\.\d+) after 2 epochs$", out, re.M).group(1))
+    m = re.search(r"^served 48 predictions over HTTP on port \d+: mse (\d+\.\d+), largest batch (\d+), "
+                  r"max gap to the checkpoint's model (\S+)$", out, re.M)
+    assert m, out
+    assert float(m.group(3)) < 1e-4  # the replicas serve the trained checkpoint
+    assert float(m.group(1)) < trained * 2 + 0.1  # and it predicts as well as training said
+    assert int(m.group(2)) > 1  # concurrent requests were batched

@@ -102,3 +102,8 @@ def forwarded_env() -> dict[str, str]:
         for k, v in os.environ.items()
         if (k.startswith(FORWARDED_PREFIXES) or k in extra) and k not in _NOT_FORWARDED
     }
+
+
+def serve_state_dir() -> str:
+    """Where running Serve instances record how to reach them (``MUSTER_SERVE_DIR``), for ``muster serve``."""
+    return os.environ.get("MUSTER_SERVE_DIR") or os.path.join(os.path.expanduser("~"), ".muster", "serve")

@@ -1,0 +1,55 @@
+"""muster.serve: Ray Serve's API on muster's runtime.
+
+Deployments run as replicas (actors holding their resources) behind one
+HTTP ingress process; handles call them from Python.  A Ray Serve script
+ports by changing ``from ray import serve`` to ``from muster import serve``.
+"""
+
+from __future__ import annotations
+
+from muster.serve.api import (
+    ApplicationStatusOverview,
+    DeploymentStatusOverview,
+    ServeStatus,
+    delete,
+    get_app_handle,
+    get_deployment_handle,
+    run,
+    shutdown,
+    start,
+    status,
+)
+from muster.serve.batching import batch
+from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions
+from muster.serve.context import ReplicaContext, get_replica_context
+from muster.serve.deployment import Application, Deployment, deployment, ingress
+from muster.serve.exceptions import BackPressureError, RayServeException
+from muster.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
+
+__all__ = [
+    "Application",
+    "ApplicationStatusOverview",
+    "AutoscalingConfig",
+    "BackPressureError",
+    "Deployment",
+    "DeploymentConfig",
+    "DeploymentHandle",
+    "DeploymentResponse",
+    "DeploymentResponseGenerator",
+    "DeploymentStatusOverview",
+    "HTTPOptions",
+    "RayServeException",
+    "ReplicaContext",
+    "ServeStatus",
+    "batch",
+    "delete",
+    "deployment",
+    "get_app_handle",
+    "get_deployment_handle",
+    "get_replica_context",
+    "ingress",
+    "run",
+    "shutdown",
+    "start",
+    "status",
+]

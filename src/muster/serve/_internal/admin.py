@@ -1,0 +1,115 @@
+"""How ``muster serve status|shutdown`` reach a running Serve instance from another process.
+
+The driver that runs Serve listens on a unix socket (one JSON line in, one
+out) and records it in ``<serve_state_dir>/serve-<port>.json``.  Ops:
+``{"op": "status"}`` -> the controller's status; ``{"op": "shutdown"}`` ->
+``{"ok": true}``, then the driver shuts Serve down (and ``muster serve run``
+exits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import threading
+from typing import Any
+
+from muster.core import settings
+from muster.serve._internal import eventloop
+
+shutdown_requested = threading.Event()
+_servers: dict[int, Any] = {}
+
+
+def state_file(port: int) -> str:
+    return os.path.join(settings.serve_state_dir(), f"serve-{port}.json")
+
+
+def start(controller: Any) -> None:
+    path = os.path.join(controller.dir, "admin.sock")
+    shutdown_requested.clear()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            req = json.loads(await asyncio.wait_for(reader.readline(), 10))
+            op = req.get("op")
+            loop = asyncio.get_running_loop()
+            if op == "status":
+                reply: dict[str, Any] = await loop.run_in_executor(None, controller.status)
+            elif op == "deploy":
+                from muster.serve import schema
+
+                config = schema.load_config(req["path"])
+                reply = {"applications": await loop.run_in_executor(None, schema.deploy, config)}
+            elif op == "shutdown":
+                reply = {"ok": True}
+                shutdown_requested.set()
+            else:
+                reply = {"error": f"unknown op {op!r}; use 'status', 'deploy' or 'shutdown'"}
+            writer.write(json.dumps(reply).encode() + b"\n")
+            await writer.drain()
+        except Exception as exc:  # noqa: BLE001 - answer the client, keep serving
+            writer.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode() + b"\n")
+            await writer.drain()
+        finally:
+            writer.close()
+
+    async def listen() -> Any:
+        return await asyncio.start_unix_server(handle, path)
+
+    _servers[id(controller)] = eventloop.run_sync(listen(), timeout=10)
+    os.makedirs(settings.serve_state_dir(), exist_ok=True)
+    tmp = state_file(controller.port) + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"pid": os.getpid(), "host": controller.host, "port": controller.port, "admin": path}, f)
+    os.replace(tmp, state_file(controller.port))
+
+
+def stop(controller: Any) -> None:
+    server = _servers.pop(id(controller), None)
+    if server is not None:
+        eventloop.get_loop().call_soon_threadsafe(server.close)
+    try:
+        with open(state_file(controller.port)) as f:
+            if json.load(f).get("pid") == os.getpid():
+                os.remove(state_file(controller.port))
+    except (OSError, ValueError):
+        pass
+
+
+def instances() -> list[dict[str, Any]]:
+    """Every recorded Serve instance whose admin socket still answers (stale records are removed)."""
+    out = []
+    d = settings.serve_state_dir()
+    for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if not (name.startswith("serve-") and name.endswith(".json")):
+            continue
+        path = os.path.join(d, name)
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+            request(rec, "status", timeout_s=5)
+            out.append(rec)
+        except (OSError, ValueError):
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+    return out
+
+
+def request(rec: dict[str, Any], op: str, timeout_s: float = 30.0, **fields: Any) -> dict[str, Any]:
+    """Send one op to the instance ``rec`` describes and return its answer."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(timeout_s)
+        s.connect(rec["admin"])
+        s.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return json.loads(buf)

@@ -1,0 +1,453 @@
+"""The Serve controller: lives in the driver, owns apps, replicas and the route table.
+
+It starts replicas as actors on the runtime (all of an app's replicas, or a
+clear error at once if they can never fit), pushes a new
+:class:`RouteTable` to the ingress, every replica and this process whenever
+the set of live replicas changes, replaces replicas that die or fail their
+health check, drains replicas it stops, and autoscales on ongoing requests
+(:mod:`autoscaling`).  One supervisor thread does the periodic work.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.core import resources as res
+from muster.core.api import get_runtime
+from muster.core.runtime import ActorHandle
+from muster.serve._internal import autoscaling, router
+from muster.serve._internal.metrics import DeploymentMetrics
+from muster.serve._internal.ingress import IngressActor
+from muster.serve._internal import plan
+from muster.serve._internal.plan import DeploymentPlan
+from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
+from muster.serve.config import HTTPOptions
+from muster.serve.exceptions import RayServeException
+
+_BUSY_WAIT_S = 120.0  # how long a replica waits for resources other work holds
+_PUSH_TIMEOUT_S = 10.0
+
+
+@dataclass(eq=False)
+class _Replica:
+    id: str
+    socket: str
+    resources: dict[str, float]
+    actor: ActorHandle | None = None
+    state: str = "STARTING"  # STARTING, RUNNING, STOPPING, DEAD
+    health: concurrent.futures.Future | None = None
+    health_started: float = 0.0
+    last_health: float = field(default_factory=time.monotonic)
+
+
+@dataclass(eq=False)
+class _Deployment:
+    app: str
+    plan: DeploymentPlan
+    replicas: dict[str, _Replica] = field(default_factory=dict)
+    target: int = 1
+    restarts: int = 0
+    message: str = ""
+    scale: autoscaling.ScaleState = field(default_factory=autoscaling.ScaleState)
+    stats: dict[str, concurrent.futures.Future] | None = None
+    metrics: DeploymentMetrics = field(default_factory=DeploymentMetrics)
+    last_stats: float = 0.0
+    counter: itertools.count = field(default_factory=itertools.count)
+    pending: int = 0  # replacements submitted, not yet started
+    retry_at: float = 0.0
+
+    def running(self) -> list[_Replica]:
+        return [r for r in self.replicas.values() if r.state == "RUNNING"]
+
+
+@dataclass(eq=False)
+class _App:
+    name: str
+    route_prefix: str | None
+    ingress: str
+    deployments: dict[str, _Deployment]
+    status: str = "DEPLOYING"
+    message: str = ""
+    deployed_at: float = field(default_factory=time.time)
+
+
+class _InProcess:
+    """An object in this process, called like an actor (the ingress on a cluster engine)."""
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def call(self, method: str, *args: Any) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            fut.set_result(getattr(self.obj, method)(*args))
+        except BaseException as exc:  # noqa: BLE001 - delivered through the future, as an actor's would be
+            fut.set_exception(exc)
+        return fut
+
+    def is_alive(self) -> bool:
+        return not self.obj.task.done()
+
+
+class ServeController:
+    """Everything ``serve.*`` does in the driver (thread-safe)."""
+
+    def __init__(self, http_options: HTTPOptions):
+        self.runtime = get_runtime()
+        self.options = http_options
+        self.dir = tempfile.mkdtemp(prefix="muster-serve-", dir="/tmp")
+        self.apps: dict[str, _App] = {}
+        self.lock = threading.RLock()
+        self.version = itertools.count(1)
+        self.table = router.RouteTable()
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="muster-serve-ctl")
+        self.local = self.runtime.name == "local"
+        if self.local:
+            self.ingress: Any = self.runtime.create_actor(
+                IngressActor, (http_options, self.table), {}, {}, label="serve ingress"
+            )
+        else:  # on a cluster the ingress serves on the driver's node: in this process
+            self.ingress = _InProcess(IngressActor(http_options, self.table))
+        self.host, self.port = self.ingress.call("address").result(30)
+        self._stop = threading.Event()
+        threading.Thread(target=self._supervise, name="muster-serve-supervisor", daemon=True).start()
+
+    # -- apps -------------------------------------------------------------------
+    def deploy(self, name: str, route_prefix: str | None, ingress: str, plans: list[DeploymentPlan]) -> None:
+        """Start (or replace) app ``name``; returns once every replica is up.
+
+        Raises:
+            ResourcesUnavailableError: its replicas can never fit next to the other apps.
+            RayServeException: a replica failed to start (its constructor raised).
+        """
+        with self.lock:
+            for other in self.apps.values():
+                if other.name != name and route_prefix is not None and other.route_prefix == route_prefix:
+                    raise ValueError(
+                        f"serve.run(name={name!r}, route_prefix={route_prefix!r}): app {other.name!r} already serves "
+                        "that prefix; pick another route_prefix or serve.delete the other app."
+                    )
+            self._check_fits(name, plans)
+        for p in plans:
+            plan.check_picklable(p, name)
+            old = self.apps.get(name)
+        new = _App(name, route_prefix, ingress, {
+            p.name: _Deployment(name, p, target=p.config.initial_replicas) for p in plans
+        })
+        need = self._need(plans)
+        stop_old_first = old is not None and not res.fits(need, self.runtime.available())
+        if stop_old_first and old is not None:
+            self._stop_app(old)
+        try:
+            starts = [(d, n) for d in new.deployments.values() for n in range(d.target)]
+            futs = [self.pool.submit(self._start_replica, d) for d, _ in starts]
+            for f in futs:
+                f.result()
+        except BaseException:
+            for d in new.deployments.values():
+                self._stop_replicas(d, list(d.replicas.values()), drain=False)
+            with self.lock:
+                if self.apps.get(name) is old and old is not None and stop_old_first:
+                    self.apps.pop(name, None)
+            raise
+        new.status = "RUNNING"
+        with self.lock:
+            self.apps[name] = new
+        self._push()
+        if old is not None and not stop_old_first:
+            self._stop_app(old, push=False)
+
+    def delete(self, name: str) -> bool:
+        with self.lock:
+            app = self.apps.pop(name, None)
+        if app is None:
+            return False
+        self._stop_app(app)
+        return True
+
+    def _stop_app(self, app: _App, push: bool = True) -> None:
+        with self.lock:
+            if self.apps.get(app.name) is app:
+                del self.apps[app.name]
+        for d in app.deployments.values():
+            for r in d.replicas.values():
+                r.state = "STOPPING"
+        if push:
+            self._push()
+        futs = [self.pool.submit(self._stop_replicas, d, list(d.replicas.values())) for d in app.deployments.values()]
+        concurrent.futures.wait(futs, timeout=max(
+            [d.plan.config.graceful_shutdown_timeout_s for d in app.deployments.values()] + [0]) + 10)
+
+    def _need(self, plans: list[DeploymentPlan]) -> dict[str, float]:
+        need: dict[str, float] = {}
+        for p in plans:
+            for k, v in p.config.resources().items():
+                need[k] = need.get(k, 0.0) + v * p.config.initial_replicas
+        return need
+
+    def _check_fits(self, name: str, plans: list[DeploymentPlan]) -> None:
+        total = self.runtime.resources()
+        for p in plans:
+            res.ensure_feasible(p.config.resources(), 1, total, what=f"serve deployment {p.name!r} of app {name!r}")
+        held: dict[str, dict[str, float]] = {}
+        for app in self.apps.values():
+            if app.name == name:
+                continue
+            for d in app.deployments.values():
+                for r in d.replicas.values():
+                    if r.state != "DEAD":
+                        for k, v in r.resources.items():
+                            held.setdefault(app.name, {}).setdefault(k, 0.0)
+                            held[app.name][k] += v
+        room = dict(total)
+        for h in held.values():
+            for k, v in h.items():
+                room[k] = room.get(k, 0.0) - v
+        need = self._need(plans)
+        missing = res.shortfall(need, room)
+        if not missing:
+            return
+        from muster.exceptions import ResourcesUnavailableError
+
+        asked = ", ".join(f"{p.config.initial_replicas} x {p.name} {{{res.fmt(p.config.resources())}}}" for p in plans)
+        others = "; ".join(f"app {a!r} holds {res.fmt(h)}" for a, h in held.items()) or "no other app runs"
+        raise ResourcesUnavailableError(
+            f"serve.run(app {name!r}) can never start: its replicas ({asked}) need {res.fmt(need)}, but this engine "
+            f"has {res.fmt(total)} in total and {others}, leaving {res.fmt({k: max(v, 0) for k, v in room.items()})}. "
+            "Fix: lower num_replicas or ray_actor_options num_cpus/num_gpus, serve.delete another app, or start "
+            "the engine with more (muster.init(num_cpus=N) oversubscribes).",
+            requested=need, total=total,
+        )
+
+    # -- replicas ------------------------------------------------------------------
+    def _start_replica(self, d: _Deployment, pending: bool = False) -> _Replica:
+        n = next(d.counter)
+        rid = f"{d.app}#{d.plan.name}#{os.urandom(4).hex()}"
+        where = os.path.join(self.dir, f"{os.urandom(6).hex()}.sock") if self.local else "tcp:"
+        rep = _Replica(rid, where, d.plan.config.resources())
+        with self.lock:
+            d.replicas[rid] = rep
+            if pending:
+                d.pending -= 1
+        spec = ReplicaSpec(d.app, d.plan.name, rid, rep.socket, plan.portable(d.plan.target), d.plan.args, d.plan.kwargs,
+                           d.plan.config, self.table)
+        try:
+            self._wait_for_room(d, rep)
+            actor = self.runtime.create_actor(ReplicaActor, (spec,), {}, rep.resources,
+                                              label=f"serve {d.app}/{d.plan.name} #{n}")
+        except BaseException as exc:
+            rep.state = "DEAD"
+            with self.lock:
+                d.replicas.pop(rid, None)
+                d.message = f"replica failed to start: {type(exc).__name__}: {exc}"
+            raise RayServeException(
+                f"deployment {d.plan.name!r} of app {d.app!r}: a replica failed to start: {type(exc).__name__}: "
+                f"{exc}"
+            ) from exc
+        rep.actor = actor
+        if not self.local:
+            rep.socket = actor.call("address").result(30)
+        actor.set_handlers(None, lambda _h, err, d=d, rep=rep: self._died(d, rep, err))
+        rep.state = "RUNNING"
+        rep.last_health = time.monotonic()
+        return rep
+
+    def _wait_for_room(self, d: _Deployment, rep: _Replica) -> None:
+        deadline = time.monotonic() + _BUSY_WAIT_S
+        while self.runtime.capacity(rep.resources) < 1 if rep.resources else False:
+            with self.lock:
+                d.message = (f"waiting for resources: a replica needs {res.fmt(rep.resources)}, "
+                             f"free now: {res.fmt(self.runtime.available())} (other work holds the rest)")
+            if time.monotonic() > deadline or self._stop.is_set():
+                raise RayServeException(f"deployment {d.plan.name!r} of app {d.app!r}: {d.message}; gave up after "
+                                        f"{_BUSY_WAIT_S:.0f} s.")
+            time.sleep(0.1)
+        d.message = ""
+
+    def _died(self, d: _Deployment, rep: _Replica, err: BaseException) -> None:
+        with self.lock:
+            if rep.state in ("STOPPING", "DEAD"):
+                rep.state = "DEAD"
+                return
+            rep.state = "DEAD"
+            d.replicas.pop(rep.id, None)
+            d.restarts += 1
+            d.message = f"replica {rep.id} died ({err}); replacing it"
+            live = self.apps.get(d.app)
+            keep = live is not None and live.deployments.get(d.plan.name) is d
+        print(f"[serve] {d.message}", file=sys.stderr, flush=True)
+        self.pool.submit(self._push)
+        if keep:
+            self._ensure(d)
+
+    def _ensure(self, d: _Deployment) -> None:
+        """Start replicas until the deployment has its target count (counting those on their way)."""
+        with self.lock:
+            if self._stop.is_set() or time.monotonic() < d.retry_at:
+                return
+            missing = d.target - len([r for r in d.replicas.values() if r.state in ("STARTING", "RUNNING")]) - d.pending
+            d.pending += max(missing, 0)
+        for _ in range(missing):
+            self.pool.submit(self._replace, d)
+
+    def _replace(self, d: _Deployment) -> None:
+        try:
+            self._start_replica(d, pending=True)
+            d.message = ""
+            self._push()
+        except BaseException as exc:  # noqa: BLE001 - shown in status; the supervisor retries
+            d.message = f"could not replace a replica: {exc}"
+            d.retry_at = time.monotonic() + 2.0
+
+    def _stop_replicas(self, d: _Deployment, reps: list[_Replica], drain: bool = True) -> None:
+        for r in reps:
+            if r.state != "DEAD":
+                r.state = "STOPPING"
+        grace = d.plan.config.graceful_shutdown_timeout_s
+        drains = [(r, r.actor.call("drain", grace)) for r in reps if r.actor is not None and drain]
+        for r, f in drains:
+            try:
+                f.result(grace + 5)
+            except BaseException:  # noqa: BLE001 - it is being stopped anyway
+                pass
+        for r in reps:
+            if r.actor is not None:
+                self.runtime.kill(r.actor, grace_s=1.0)
+            r.state = "DEAD"
+            with self.lock:
+                d.replicas.pop(r.id, None)
+
+    # -- the route table ---------------------------------------------------------------
+    def _push(self) -> None:
+        with self.lock:
+            apps = {a.name: router.AppRoute(a.name, a.route_prefix, a.ingress) for a in self.apps.values()}
+            deps = {
+                (a.name, d.plan.name): router.DeploymentRoute(
+                    tuple(router.ReplicaRoute(r.id, r.socket) for r in d.running()),
+                    d.plan.config.max_ongoing_requests, d.plan.config.max_queued_requests,
+                )
+                for a in self.apps.values() for d in a.deployments.values()
+            }
+            self.table = table = router.RouteTable(next(self.version), apps, deps)
+            actors = [r.actor for a in self.apps.values() for d in a.deployments.values() for r in d.running()
+                      if r.actor is not None]
+        router.set_table(table)
+        futs = [self.ingress.call("update_routes", table)] + [a.call("update_routes", table) for a in actors]
+        concurrent.futures.wait(futs, timeout=_PUSH_TIMEOUT_S)
+
+    # -- periodic work: health checks and autoscaling ----------------------------------
+    def _supervise(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                self._tick(time.monotonic())
+            except Exception as exc:  # noqa: BLE001 - keep supervising
+                print(f"[serve] supervisor: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+    def _tick(self, now: float) -> None:
+        with self.lock:
+            deps = [d for a in self.apps.values() if a.status == "RUNNING" for d in a.deployments.values()]
+        for d in deps:
+            cfg = d.plan.config
+            for r in d.running():
+                if r.actor is None:
+                    continue
+                if r.health is None and now - r.last_health >= cfg.health_check_period_s:
+                    r.health, r.health_started = r.actor.call("check_health"), now
+                elif r.health is not None and r.health.done():
+                    exc = r.health.exception()
+                    r.health, r.last_health = None, now
+                    if exc is not None:
+                        self._unhealthy(d, r, f"check_health raised {type(exc).__name__}: {exc}")
+                elif r.health is not None and now - r.health_started > cfg.health_check_timeout_s:
+                    r.health = None
+                    self._unhealthy(d, r, f"check_health did not answer within {cfg.health_check_timeout_s} s")
+            self._ensure(d)
+            self._poll(d, now)
+
+    def _unhealthy(self, d: _Deployment, r: _Replica, why: str) -> None:
+        print(f"[serve] replica {r.id} is unhealthy ({why}); replacing it", file=sys.stderr, flush=True)
+        if r.actor is not None:
+            self.runtime.kill(r.actor)  # an expected exit: the runtime sends no death notice
+        self._died(d, r, RuntimeError(why))
+
+    def _poll(self, d: _Deployment, now: float) -> None:
+        """Collect the replicas' stats every interval; feed metrics and, if on, the autoscaler."""
+        auto = d.plan.config.autoscaling_config
+        interval = auto.metrics_interval_s if auto is not None else 1.0
+        if d.stats is None:
+            if now - d.last_stats >= interval:
+                d.stats = {r.id: r.actor.call("stats") for r in d.running() if r.actor is not None}
+                d.last_stats = now
+            return
+        if not all(f.done() for f in d.stats.values()) and now - d.last_stats < 5:
+            return
+        snaps = {rid: f.result() for rid, f in d.stats.items() if f.done() and f.exception() is None}
+        d.stats = None
+        d.metrics.update(snaps, now)
+        if auto is not None:
+            self._autoscale(d, float(sum(s["ongoing"] for s in snaps.values())), now)
+
+    def _autoscale(self, d: _Deployment, ongoing: float, now: float) -> None:
+        cfg = d.plan.config.autoscaling_config
+        assert cfg is not None
+        current = len([r for r in d.replicas.values() if r.state in ("STARTING", "RUNNING")])
+        want = autoscaling.decide(cfg, current, ongoing, now, d.scale)
+        if want > d.target or want < d.target:
+            d.message = f"autoscaling from {d.target} to {want} replicas ({ongoing:g} ongoing requests)"
+            print(f"[serve] {d.plan.name}: {d.message}", file=sys.stderr, flush=True)
+        if want > current:
+            d.target = want
+            self._ensure(d)
+        elif want < current:
+            d.target = want
+            victims = d.running()[: current - want]
+            for r in victims:
+                r.state = "STOPPING"
+            self.pool.submit(self._push)
+            self.pool.submit(self._stop_replicas, d, victims)
+
+    # -- status and shutdown ---------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        with self.lock:
+            apps = {}
+            for a in self.apps.values():
+                deps = {}
+                for d in a.deployments.values():
+                    states: dict[str, int] = {}
+                    for r in d.replicas.values():
+                        states[r.state] = states.get(r.state, 0) + 1
+                    healthy = states.get("RUNNING", 0) >= d.target
+                    deps[d.plan.name] = {
+                        "status": "HEALTHY" if healthy else ("UPSCALING" if d.message.startswith("autoscaling")
+                                                             else "UNHEALTHY" if d.message else "UPDATING"),
+                        "replica_states": states, "target_replicas": d.target, "restarts": d.restarts,
+                        "message": d.message, "metrics": d.metrics.as_dict(),
+                    }
+                apps[a.name] = {"status": a.status, "message": a.message, "route_prefix": a.route_prefix,
+                                "last_deployed_time_s": a.deployed_at, "deployments": deps}
+        return {"proxies": {"ingress": "HEALTHY" if self.ingress.is_alive() else "UNHEALTHY"},
+                "http": {"host": self.host, "port": self.port}, "applications": apps}
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        with self.lock:
+            apps = list(self.apps.values())
+        for a in apps:
+            self._stop_app(a, push=False)
+        try:
+            self.ingress.call("stop").result(10)
+        except BaseException:  # noqa: BLE001 - killed next anyway
+            pass
+        if self.local:
+            self.runtime.kill(self.ingress, grace_s=1.0)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(self.dir, ignore_errors=True)

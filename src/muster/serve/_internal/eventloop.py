@@ -1,0 +1,70 @@
+"""One asyncio loop per process, on its own thread, for everything Serve does there.
+
+The ingress, replicas and handles all run their sockets on it; code on other
+threads reaches it with :func:`submit`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Coroutine
+
+_loop: asyncio.AbstractEventLoop | None = None
+_lock = threading.Lock()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
+        return asyncio.new_event_loop()
+
+
+def get_loop() -> asyncio.AbstractEventLoop:
+    """The process's Serve loop, started on first use."""
+    global _loop
+    loop = _loop
+    if loop is not None and not loop.is_closed():
+        return loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            loop = _new_loop()
+            ready = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            threading.Thread(target=run, name="muster-serve-loop", daemon=True).start()
+            ready.wait(10)
+            _loop = loop
+        return _loop
+
+
+def on_loop() -> bool:
+    """True when the caller runs on the Serve loop's thread."""
+    try:
+        return asyncio.get_running_loop() is _loop
+    except RuntimeError:
+        return False
+
+
+def submit(coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
+    """Schedule ``coro`` on the Serve loop from any thread."""
+    return asyncio.run_coroutine_threadsafe(coro, get_loop())
+
+
+def run_sync(coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+    """Run ``coro`` on the Serve loop and wait for its result (not from the loop itself)."""
+    if on_loop():
+        coro.close()
+        raise RuntimeError(
+            "a blocking Serve call (.result(), serve.run from a replica, ...) was made on the Serve event "
+            "loop, where it would wait on itself forever; use `await` instead."
+        )
+    return submit(coro).result(timeout)

@@ -1,0 +1,260 @@
+"""The HTTP ingress: one process, a production ASGI server, a small routing table.
+
+:class:`IngressApp` is a plain ASGI app: it matches the longest route prefix,
+reads the body (up to ``max_body_bytes``, else 413), picks a replica of the
+app's ingress deployment through its :class:`Router`, and relays the answer
+-- whole or streamed.  Nothing in it waits on one replica while serving
+others: every request is its own task on the server's loop.
+:class:`IngressActor` hosts it in an actor, on granian (measured fastest
+here, see docs/benchmarks.md) or uvicorn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from typing import Any
+
+from muster.serve._internal import eventloop, router, wire
+from muster.serve.config import HTTPOptions
+from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+_TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
+
+
+async def _plain(send: Any, status: int, text: str, headers: list | None = None) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": _TEXT + (headers or [])})
+    await send({"type": "http.response.body", "body": text.encode()})
+
+
+async def _discard(receive: Any, size: int) -> None:
+    """Read and drop a body that is over the limit (up to ``DISCARD_MAX``), so the client gets the 413."""
+    from muster.serve._internal.ingress_rsgi import DISCARD_MAX
+
+    if size > DISCARD_MAX:
+        return
+    while True:
+        msg = await receive()
+        if msg["type"] != "http.request" or not msg.get("more_body", False):
+            return
+
+
+class IngressApp:
+    """Routes HTTP requests to the replicas of each app's ingress deployment."""
+
+    def __init__(self, options: HTTPOptions):
+        self.options = options
+        self.prefixes: list[tuple[str, str, str]] = []  # (prefix, app, deployment), longest first
+
+    def apply(self, table: router.RouteTable) -> None:
+        router.registry.apply(table)
+        rows = [(a.route_prefix, a.name, a.ingress) for a in table.apps.values() if a.route_prefix]
+        self.prefixes = sorted(rows, key=lambda r: len(r[0]), reverse=True)
+
+    def match(self, path: str) -> tuple[str, str, str] | None:
+        for prefix, app, dep in self.prefixes:
+            if prefix == "/" or path == prefix or path.startswith(prefix + "/"):
+                return prefix, app, dep
+        return None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            while True:
+                msg = await receive()
+                await send({"type": msg["type"] + ".complete"})
+                if msg["type"] == "lifespan.shutdown":
+                    return
+        if kind != "http":
+            await send({"type": "websocket.close", "code": 1003})
+            return
+        path = scope["path"]
+        hit = self.match(path)
+        if hit is None:
+            await self._special(path, send)
+            return
+        prefix, app, dep = hit
+        body = await self._body(scope, receive, send)
+        if body is None:
+            return
+        fields = (scope["method"], path, "" if prefix == "/" else prefix, scope.get("query_string", b""),
+                  scope.get("headers", []), scope.get("client"), scope.get("server"))
+        timeout = self.options.request_timeout_s
+        r = router.registry.router(app, dep)
+        try:
+            replica, stream = await r.open_stream(wire.REQ_HTTP, wire.dumps((fields, body)), timeout or 30.0)
+        except BackPressureError as exc:
+            await _plain(send, 503, str(exc), [(b"retry-after", b"1")])
+            return
+        except DeploymentUnavailableError as exc:
+            await _plain(send, 503, str(exc), [(b"retry-after", b"1")])
+            return
+        try:
+            await self._relay(stream, send, timeout)
+        finally:
+            r.release(replica)
+
+    async def _relay(self, stream: router.Stream, send: Any, timeout: float | None) -> None:
+        kind, payload = await router.first_frame(stream, timeout)
+        if (kind, payload) == router.TIMED_OUT:
+            await _plain(send, 408, router.timeout_message(timeout))
+            return
+        if kind == wire.RESP_FULL:
+            status, headers, body = wire.loads(payload)
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        if kind == wire.RESP_ERROR:
+            err: wire.RemoteError = wire.loads(payload)
+            hdrs = [(k.encode(), v.encode()) for k, v in err.headers]
+            await _plain(send, err.status, err.message, hdrs)
+            return
+        if kind != wire.RESP_HEAD:
+            await _plain(send, 500, f"the replica answered with frame kind {kind}, not an HTTP response.")
+            return
+        status, headers = wire.loads(payload)
+        try:
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            while True:
+                kind, payload = await stream.next()
+                if kind == wire.RESP_BODY:
+                    await send({"type": "http.response.body", "body": payload, "more_body": True})
+                elif kind == wire.RESP_END:
+                    await send({"type": "http.response.body", "body": b""})
+                    return
+                else:  # the replica failed or died mid-stream: end the response there
+                    await send({"type": "http.response.body", "body": b""})
+                    return
+        except BaseException:
+            stream.cancel()  # the client went away: stop the replica's generator
+            raise
+
+    async def _body(self, scope: dict, receive: Any, send: Any) -> bytes | None:
+        limit = self.options.max_body_bytes
+        for k, v in scope.get("headers", ()):
+            if k == b"content-length" and v.isdigit() and int(v) > limit:
+                await _discard(receive, int(v))
+                await _plain(send, 413, f"request body of {int(v)} bytes is over the limit of {limit} bytes "
+                                        "(http_options max_body_bytes).")
+                return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return None
+            chunk = msg.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    if msg.get("more_body", False):
+                        await _discard(receive, 0)
+                    await _plain(send, 413, f"request body is over the limit of {limit} bytes "
+                                            "(http_options max_body_bytes).")
+                    return None
+                chunks.append(chunk)
+            if not msg.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _special(self, path: str, send: Any) -> None:
+        status, headers, body = self.special(path)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def special(self, path: str) -> tuple[int, list, bytes]:
+        """Paths no app serves: ``/-/healthz``, ``/-/routes``, else 404 listing the prefixes."""
+        if path == "/-/healthz":
+            return 200, _TEXT, b"success"
+        if path == "/-/routes":
+            return 200, [(b"content-type", b"application/json")], \
+                json.dumps({p: a for p, a, _ in self.prefixes}).encode()
+        routes = ", ".join(p for p, _, _ in self.prefixes) or "none (no app is running)"
+        return 404, _TEXT, f"no application serves path {path!r}; route prefixes: {routes}.".encode()
+
+    async def __rsgi__(self, scope: Any, proto: Any) -> None:
+        from muster.serve._internal import ingress_rsgi
+
+        await ingress_rsgi.handle(self, scope, proto)
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class IngressActor:
+    """Hosts :class:`IngressApp` on an ASGI server, on this process's Serve loop."""
+
+    def __init__(self, options: HTTPOptions, table: router.RouteTable):
+        self.options = options
+        self.app = IngressApp(options)
+        self.loop = eventloop.get_loop()
+        eventloop.run_sync(self._apply(table))
+        self.port = options.port or free_port(options.host)
+        self.server: Any = None
+        self.task = eventloop.run_sync(self._start())
+        self._wait_listening()
+
+    async def _apply(self, table: router.RouteTable) -> None:
+        self.app.apply(table)
+
+    async def _start(self) -> asyncio.Task:
+        o = self.options
+        if o.server == "granian":
+            from granian.constants import HTTPModes, Interfaces
+            from granian.server.embed import Server
+
+            self.server = Server(
+                self.app, address=o.host, port=self.port, interface=Interfaces.RSGI, http=HTTPModes.http1,
+                websockets=False, log_enabled=False, backlog=2048,
+            )
+        else:
+            import uvicorn
+
+            self.server = uvicorn.Server(uvicorn.Config(
+                self.app, host=o.host, port=self.port, loop="none", http="httptools", lifespan="off",
+                log_level="warning", access_log=False, timeout_keep_alive=int(o.keep_alive_timeout_s),
+                backlog=2048,
+            ))
+        return asyncio.ensure_future(self.server.serve())
+
+    def _wait_listening(self, timeout_s: float = 15.0) -> None:
+        from muster.serve.exceptions import RayServeException
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.task.done():
+                exc = self.task.exception() if not self.task.cancelled() else None
+                raise RayServeException(
+                    f"the HTTP ingress ({self.options.server}) could not listen on {self.options.host}:{self.port}"
+                    f" ({exc or 'it stopped'}); is the port in use? Pick another with serve.start("
+                    "http_options={'port': N})."
+                )
+            try:
+                with socket.create_connection((self.options.host, self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        raise RayServeException(f"the HTTP ingress did not listen on {self.options.host}:{self.port} "
+                                f"within {timeout_s} s.")
+
+    def address(self) -> tuple[str, int]:
+        return self.options.host, self.port
+
+    def update_routes(self, table: router.RouteTable) -> None:
+        eventloop.run_sync(self._apply(table), timeout=10)
+
+    def stop(self) -> None:
+        def _stop() -> None:
+            if self.options.server == "granian":
+                self.server.stop()
+            else:
+                self.server.should_exit = True
+
+        self.loop.call_soon_threadsafe(_stop)
+        deadline = time.monotonic() + 5
+        while not self.task.done() and time.monotonic() < deadline:
+            time.sleep(0.02)

@@ -1,0 +1,31 @@
+"""``@serve.ingress(fastapi_app)``: a FastAPI app whose routes are methods of the deployment class."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def bind_routes(app: Any, cls: type, instance: Any) -> Any:
+    """Return a copy of ``app`` whose routes defined on ``cls`` call ``instance``'s bound methods."""
+    from fastapi import FastAPI
+    from fastapi.routing import APIRoute
+
+    prefix = cls.__qualname__ + "."
+    bound = FastAPI(
+        title=app.title, version=app.version, openapi_url=app.openapi_url, docs_url=app.docs_url,
+        redoc_url=app.redoc_url, exception_handlers=dict(app.exception_handlers),
+    )
+    bound.user_middleware = list(app.user_middleware)
+    bound.state = app.state
+    for route in app.router.routes:
+        endpoint = getattr(route, "endpoint", None)
+        if endpoint is not None and isinstance(route, APIRoute) and getattr(endpoint, "__qualname__", "").startswith(prefix):
+            method = getattr(instance, endpoint.__name__)
+            bound.router.add_api_route(
+                route.path, method, methods=sorted(route.methods or ()), response_model=route.response_model,
+                status_code=route.status_code, name=route.name, response_class=route.response_class,
+                dependencies=route.dependencies, summary=route.summary, tags=route.tags,
+            )
+        elif route.path not in ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"):
+            bound.router.routes.append(route)
+    return bound

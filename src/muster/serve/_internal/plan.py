@@ -1,0 +1,131 @@
+"""From a bound application graph to the deployments that make it up."""
+
+from __future__ import annotations
+
+import copyreg
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from muster.serve.config import DeploymentConfig
+from muster.serve.deployment import Application
+from muster.serve.handle import DeploymentHandle
+
+
+@dataclass
+class DeploymentPlan:
+    """One deployment of an app, with its constructor arguments (nested apps already handles)."""
+
+    name: str
+    target: Any
+    args: tuple
+    kwargs: dict
+    config: DeploymentConfig
+
+
+@dataclass(frozen=True)
+class TargetRef:
+    """A deployment's class or function by import path (``module.attr`` holds the Deployment)."""
+
+    module: str
+    attr: str
+
+    def load(self) -> Any:
+        return getattr(importlib.import_module(self.module), self.attr).func_or_class
+
+
+def portable(target: Any) -> Any:
+    """What to ship to replicas for ``target``: an import path when it has one, else the object itself.
+
+    ``@serve.deployment`` rebinds the module's name to a Deployment, so pickle
+    cannot find the class by reference; the replica imports it instead.
+    """
+    from muster.serve.deployment import Deployment
+
+    module, name = getattr(target, "__module__", None), getattr(target, "__name__", None)
+    mod = sys.modules.get(module or "")
+    if mod is not None and module != "__main__" and name:
+        d = getattr(mod, name, None)
+        if isinstance(d, Deployment) and d.func_or_class is target:
+            return TargetRef(module, name)  # type: ignore[arg-type]
+    _register_reducers()
+    return target
+
+
+def _register_reducers() -> None:
+    """Let classes holding a Starlette/FastAPI app pickle by value (their ``State`` recurses when unpickled)."""
+    from starlette.datastructures import State
+
+    copyreg.pickle(State, lambda s: (State, (dict(s._state),)))
+
+
+def check_picklable(p: "DeploymentPlan", app_name: str) -> None:
+    """Fail in the driver, naming the deployment, when what its replicas need cannot cross to them."""
+    import cloudpickle
+
+    try:
+        cloudpickle.loads(cloudpickle.dumps((portable(p.target), p.args, p.kwargs, p.config)))
+    except Exception as exc:
+        raise TypeError(
+            f"deployment {p.name!r} of app {app_name!r}: its class/function or bind() arguments cannot be sent to "
+            f"its replicas ({type(exc).__name__}: {exc}); define the class at module level and pass plain data "
+            "(or other bound deployments) to bind()."
+        ) from exc
+
+
+def build(app: Application, app_name: str, overrides: dict[str, dict[str, Any]] | None = None,
+          ) -> tuple[str, list[DeploymentPlan]]:
+    """``(ingress deployment name, every deployment)`` of ``app``; dependencies come first.
+
+    ``overrides`` maps deployment names to options (a config file's
+    ``deployments`` entries) applied on top of the code's.
+
+    Raises:
+        TypeError: ``app`` is not a bound deployment.
+        ValueError: an override names no deployment of the app.
+    """
+    overrides = dict(overrides or {})
+    if not isinstance(app, Application):
+        hint = " (call .bind() on the deployment)" if hasattr(app, "bind") else ""
+        raise TypeError(f"serve.run needs a bound application such as MyDeployment.bind(), got {app!r}{hint}.")
+    plans: list[DeploymentPlan] = []
+    names: dict[int, str] = {}
+    taken: set[str] = set()
+
+    def visit(node: Application) -> str:
+        if id(node) in names:
+            return names[id(node)]
+        name = node.deployment.name
+        i = 1
+        while name in taken:
+            name, i = f"{node.deployment.name}_{i}", i + 1
+        taken.add(name)
+        names[id(node)] = name
+
+        def sub(v: Any) -> Any:
+            if isinstance(v, Application):
+                return DeploymentHandle(visit(v), app_name)
+            if isinstance(v, list):
+                return [sub(x) for x in v]
+            if isinstance(v, tuple):
+                return tuple(sub(x) for x in v)
+            if isinstance(v, dict):
+                return {k: sub(x) for k, x in v.items()}
+            return v
+
+        args = tuple(sub(a) for a in node.args)
+        kwargs = {k: sub(v) for k, v in node.kwargs.items()}
+        config = node.deployment.config if name == node.deployment.name else node.deployment.config.replace(name=name)
+        if name in overrides:
+            config = config.replace(**overrides.pop(name))
+        plans.append(DeploymentPlan(name, node.deployment.func_or_class, args, kwargs, config))
+        return name
+
+    ingress = visit(app)
+    if overrides:
+        raise ValueError(
+            f"app {app_name!r}: the config overrides deployment(s) {sorted(overrides)}, which the app does not have; "
+            f"its deployments: {[p.name for p in plans]}."
+        )
+    return ingress, plans

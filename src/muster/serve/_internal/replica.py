@@ -1,0 +1,316 @@
+"""A replica: an actor on muster's runtime that serves one deployment over a unix socket.
+
+The runtime starts :class:`ReplicaActor` like any actor (a warm-forked
+process holding the replica's resources) and uses ordinary actor calls for
+control: ``check_health``, ``reconfigure``, ``update_routes``, ``stats``,
+``drain``.  Requests do not go through those calls: the actor listens on its
+own socket (see :mod:`wire`), and runs each request as a task on the Serve
+loop -- async user methods there, sync ones on a thread pool -- with at most
+``max_ongoing_requests`` running at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextvars
+import functools
+import inspect
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from muster.serve import context as replica_context
+from muster.serve._internal import eventloop, responses, router, wire
+from muster.serve._internal.plan import TargetRef
+from muster.serve.config import DeploymentConfig
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """Everything a replica needs to start."""
+
+    app: str
+    deployment: str
+    replica_id: str
+    socket_path: str
+    target: Any  # the user's class or function
+    init_args: tuple
+    init_kwargs: dict
+    config: DeploymentConfig
+    table: router.RouteTable
+
+
+def _scope(fields: tuple) -> dict:
+    method, path, root_path, query, headers, client, server = fields
+    if isinstance(query, str):  # from the RSGI ingress: str headers, "host:port" addresses
+        query = query.encode("latin-1")
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+        client, server = _address(client), _address(server)
+    return {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+        "method": method, "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": root_path,
+        "query_string": query, "headers": headers, "client": client, "server": server, "state": {},
+    }
+
+
+def _address(value: Any) -> Any:
+    if isinstance(value, str) and ":" in value:
+        host, port = value.rsplit(":", 1)
+        return (host, int(port)) if port.isdigit() else (host, 0)
+    return value
+
+
+def _receive_once(body: bytes) -> Any:
+    sent = False
+
+    async def receive() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # nothing more will come; the task ends by cancellation
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+class _Conn(wire.FrameProtocol):
+    def __init__(self, replica: "ReplicaActor"):
+        super().__init__()
+        self.replica = replica
+        self.tasks: dict[int, asyncio.Task] = {}
+
+    def on_frame(self, stream: int, kind: int, payload: bytes) -> None:
+        if kind == wire.CANCEL:
+            task = self.tasks.get(stream)
+            if task is not None:
+                task.cancel()
+            return
+        coro = self.replica._serve_http(self, stream, payload) if kind == wire.REQ_HTTP else \
+            self.replica._serve_call(self, stream, payload)
+        task = asyncio.ensure_future(coro)
+        self.tasks[stream] = task
+        task.add_done_callback(lambda _t, s=stream: self.tasks.pop(s, None))
+
+    def on_lost(self, exc: Exception | None) -> None:
+        for task in list(self.tasks.values()):
+            task.cancel()
+
+
+class ReplicaActor:
+    """The object the runtime hosts in a replica's process."""
+
+    def __init__(self, spec: ReplicaSpec):
+        os.environ.update(spec.config.env_vars())
+        self.spec = spec
+        self.config = spec.config
+        self.where = f"deployment {spec.deployment!r} (replica {spec.replica_id})"
+        self.loop = eventloop.get_loop()
+        router.set_table(spec.table)
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(4, spec.config.max_ongoing_requests), thread_name_prefix="muster-replica"
+        )
+        self.ongoing = 0
+        self.served = 0
+        self.errors = 0
+        self.latency_ms: collections.deque[float] = collections.deque(maxlen=20000)
+        replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id))
+        target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
+        self.target = target
+        self.asgi = getattr(target, "__serve_asgi_app__", None)
+        if inspect.isclass(target):
+            self.obj = target(*spec.init_args, **spec.init_kwargs)
+        else:
+            self.obj = target
+        replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj))
+        if self.asgi is not None and inspect.isclass(target):
+            from muster.serve._internal.ingress_fastapi import bind_routes
+
+            self.asgi = bind_routes(self.asgi, target, self.obj)
+        if spec.config.user_config is not None:
+            self.reconfigure(spec.config.user_config)
+        self.sem = eventloop.run_sync(self._make_semaphore())
+        if spec.socket_path.startswith("tcp:"):  # another node may call: listen on this node's address
+            from muster.core import settings
+
+            host = settings.node_identity()[1] or "127.0.0.1"
+            self.server = eventloop.run_sync(self.loop.create_server(lambda: _Conn(self), host, 0), timeout=30)
+            self._address = f"tcp:{host}:{self.server.sockets[0].getsockname()[1]}"
+        else:
+            self.server = eventloop.run_sync(
+                self.loop.create_unix_server(lambda: _Conn(self), spec.socket_path), timeout=30
+            )
+            self._address = spec.socket_path
+
+    def address(self) -> str:
+        """Where callers reach this replica: a unix socket path, or ``tcp:host:port``."""
+        return self._address
+
+    async def _make_semaphore(self) -> asyncio.Semaphore:
+        return asyncio.Semaphore(self.config.max_ongoing_requests)
+
+    # -- control (actor calls, on the actor's main thread) --------------------
+    def _run_user(self, name: str, *args: Any) -> Any:
+        fn = getattr(self.obj, name, None)
+        if fn is None:
+            return None
+        if inspect.iscoroutinefunction(fn):
+            return eventloop.run_sync(fn(*args))
+        return fn(*args)
+
+    def check_health(self) -> bool:
+        self._run_user("check_health")
+        return True
+
+    def reconfigure(self, user_config: Any) -> None:
+        if not hasattr(self.obj, "reconfigure"):
+            from muster.serve.exceptions import RayServeException
+
+            raise RayServeException(
+                f"{self.where} got user_config={user_config!r} but its class has no reconfigure(self, config) "
+                "method; add one or drop user_config."
+            )
+        self._run_user("reconfigure", user_config)
+
+    def update_routes(self, table: router.RouteTable) -> None:
+        router.set_table(table)
+
+    def stats(self) -> dict[str, Any]:
+        lat = list(self.latency_ms)
+        self.latency_ms.clear()
+        return {"ongoing": self.ongoing, "served": self.served, "errors": self.errors, "latency_ms": lat}
+
+    def drain(self, timeout_s: float) -> int:
+        """Wait (bounded) until no request is in flight; return how many were left."""
+        deadline = time.monotonic() + timeout_s
+        while self.ongoing and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.ongoing
+
+    # -- requests (on the Serve loop) -----------------------------------------
+    def _method(self, name: str) -> Any:
+        if name == "__call__" and not inspect.isclass(self.target):
+            return self.obj
+        fn = getattr(self.obj, name, None)
+        if fn is None or not callable(fn):
+            raise AttributeError(f"{self.where} has no method {name!r}.")
+        return fn
+
+    async def _invoke(self, name: str, args: tuple, kwargs: dict) -> Any:
+        fn = self._method(name)
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+            result = fn(*args, **kwargs)
+        else:
+            ctx = contextvars.copy_context()
+            result = await self.loop.run_in_executor(self.pool, functools.partial(ctx.run, fn, *args, **kwargs))
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def _iterate(self, result: Any) -> Any:
+        if inspect.isasyncgen(result):
+            async for item in result:
+                yield item
+            return
+        done = object()
+        while True:
+            item = await self.loop.run_in_executor(self.pool, next, result, done)
+            if item is done:
+                return
+            yield item
+
+    def _failed(self, proto: _Conn, stream: int, exc: BaseException, what: str) -> None:
+        self.errors += 1
+        err = responses.error_for(exc, f"{self.where} {what}")
+        if err.status >= 500:
+            print(f"[serve] {self.where}: {what} failed:\n{err.traceback}", file=sys.stderr, flush=True)
+        proto.send(stream, wire.RESP_ERROR, wire.dumps(err))
+
+    async def _serve_http(self, proto: _Conn, stream: int, payload: bytes) -> None:
+        self.ongoing += 1
+        t0 = time.perf_counter()
+        try:
+            async with self.sem:
+                fields, body = wire.loads(payload)
+                scope = _scope(fields)
+                receive = _receive_once(body)
+                sender = responses.FrameSender(proto.send, stream)
+                try:
+                    if self.asgi is not None:
+                        await self.asgi(scope, receive, sender)
+                    else:
+                        from starlette.requests import Request
+
+                        result = await self._invoke("__call__", (Request(scope, receive),), {})
+                        await self._reply_http(proto, stream, result, scope, receive, sender)
+                    if sender.state != 2:
+                        await sender({"type": "http.response.body", "body": b"", "more_body": False})
+                    self.served += 1
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - user code: 500 (or its own status), replica lives on
+                    self._failed(proto, stream, exc, f"{fields[0]} {fields[1]}")
+        finally:
+            self.ongoing -= 1
+            self.latency_ms.append((time.perf_counter() - t0) * 1e3)
+
+    async def _reply_http(self, proto: _Conn, stream: int, result: Any, scope: dict, receive: Any,
+                          sender: responses.FrameSender) -> None:
+        simple = responses.simple_body(result)
+        if simple is not None:
+            proto.send(stream, wire.RESP_FULL, wire.dumps(simple))
+            sender.state = 2
+            return
+        from starlette.responses import Response
+
+        if isinstance(result, Response):
+            await result(scope, receive, sender)
+            return
+        if responses.is_stream(result):
+            proto.send(stream, wire.RESP_HEAD, wire.dumps((200, [(b"content-type", b"text/plain; charset=utf-8")])))
+            sender.state = 1
+            async for item in self._iterate(result):
+                proto.send(stream, wire.RESP_BODY, responses.chunk_bytes(item))
+            proto.send(stream, wire.RESP_END)
+            sender.state = 2
+            return
+        raise TypeError(
+            f"__call__ returned {type(result).__name__}, which is not an HTTP response: return a dict/list (JSON), "
+            "str, bytes, a starlette Response, or a generator (streamed)."
+        )
+
+    async def _serve_call(self, proto: _Conn, stream: int, payload: bytes) -> None:
+        self.ongoing += 1
+        t0 = time.perf_counter()
+        try:
+            async with self.sem:
+                method, args, kwargs, streaming = wire.loads(payload)
+                try:
+                    result = await self._invoke(method, args, kwargs)
+                    if streaming:
+                        if not responses.is_stream(result):
+                            raise TypeError(
+                                f"{method} returned {type(result).__name__}, not a generator, but the handle asked "
+                                "for a stream; drop .options(stream=True) or make the method yield."
+                            )
+                        async for item in self._iterate(result):
+                            proto.send(stream, wire.RESP_ITEM, wire.dumps(item))
+                        proto.send(stream, wire.RESP_END)
+                    else:
+                        if responses.is_stream(result):
+                            raise TypeError(
+                                f"{method} is a generator; call it through handle.options(stream=True)."
+                            )
+                        proto.send(stream, wire.RESP_VALUE, wire.dumps(result))
+                    self.served += 1
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - goes back to the caller
+                    self._failed(proto, stream, exc, f"{method}()")
+        finally:
+            self.ongoing -= 1
+            self.latency_ms.append((time.perf_counter() - t0) * 1e3)

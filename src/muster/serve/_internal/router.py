@@ -1,0 +1,332 @@
+"""Caller side of the replica hop: the route table, one router per deployment.
+
+A :class:`Router` keeps a persistent connection per replica and picks one
+per request by the power of two choices on this process's ongoing requests.
+A replica at ``max_ongoing_requests`` takes no more from this caller; the
+request then waits in a bounded queue (``max_queued_requests``), and past it
+fails at once with :class:`BackPressureError` (the ingress answers 503).
+Everything here runs on the Serve loop (:mod:`eventloop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.serve._internal import wire
+from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+_TERMINAL = frozenset((wire.RESP_FULL, wire.RESP_END, wire.RESP_VALUE, wire.RESP_ERROR))
+
+
+@dataclass(frozen=True)
+class ReplicaRoute:
+    replica_id: str
+    path: str  # a unix socket, or "tcp:host:port" (replicas on a Ray cluster)
+
+
+@dataclass(frozen=True)
+class DeploymentRoute:
+    replicas: tuple[ReplicaRoute, ...]
+    max_ongoing_requests: int
+    max_queued_requests: int
+
+
+@dataclass(frozen=True)
+class AppRoute:
+    name: str
+    route_prefix: str | None
+    ingress: str  # the deployment HTTP requests go to
+
+
+@dataclass(frozen=True)
+class RouteTable:
+    """Every app and the live replicas of each deployment; the controller pushes a new one on each change."""
+
+    version: int = 0
+    apps: dict[str, AppRoute] = field(default_factory=dict)
+    deployments: dict[tuple[str, str], DeploymentRoute] = field(default_factory=dict)
+
+
+_EXPIRED = object()
+
+
+def _expire(w: asyncio.Future) -> None:
+    if not w.done():
+        w.set_result(_EXPIRED)
+
+
+class Stream:
+    """One request's answers, in order."""
+
+    __slots__ = ("conn", "id", "_frames", "_waiter", "done")
+
+    def __init__(self, conn: "ReplicaConnection", stream_id: int):
+        self.conn, self.id = conn, stream_id
+        self._frames: collections.deque[tuple[int, bytes]] = collections.deque()
+        self._waiter: asyncio.Future | None = None
+        self.done = False
+
+    def feed(self, kind: int, payload: bytes) -> None:
+        self._frames.append((kind, payload))
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def next(self) -> tuple[int, bytes]:
+        while not self._frames:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        kind, payload = self._frames.popleft()
+        if kind in _TERMINAL:
+            self.done = True
+        return kind, payload
+
+    def cancel(self) -> None:
+        """Tell the replica to stop (the caller went away)."""
+        if not self.done:
+            self.done = True
+            self.conn.streams.pop(self.id, None)
+            self.conn.send(self.id, wire.CANCEL)
+
+
+TIMED_OUT = (0, b"")
+
+
+async def first_frame(stream: Stream, timeout: float | None) -> tuple[int, bytes]:
+    """The replica's first answer on ``stream``, or ``TIMED_OUT`` (the replica is told to stop)."""
+    try:
+        return await (asyncio.wait_for(stream.next(), timeout) if timeout else stream.next())
+    except asyncio.TimeoutError:
+        stream.cancel()
+        return TIMED_OUT
+    except asyncio.CancelledError:
+        stream.cancel()
+        raise
+
+
+def timeout_message(timeout: float | None) -> str:
+    return f"the request took longer than request_timeout_s={timeout} and was cancelled."
+
+
+class ReplicaConnection(wire.FrameProtocol):
+    """One persistent socket to one replica, carrying many streams."""
+
+    def __init__(self, replica: "_Replica"):
+        super().__init__()
+        self.replica = replica
+        self.streams: dict[int, Stream] = {}
+        self._ids = itertools.count(1)
+
+    def open(self, kind: int, payload: bytes) -> Stream:
+        s = Stream(self, next(self._ids))
+        self.streams[s.id] = s
+        self.send(s.id, kind, payload)
+        return s
+
+    def on_frame(self, stream: int, kind: int, payload: bytes) -> None:
+        s = self.streams.get(stream)
+        if s is not None:
+            if kind in _TERMINAL:
+                del self.streams[stream]
+            s.feed(kind, payload)
+
+    def on_lost(self, exc: Exception | None) -> None:
+        self.replica.dead = True
+        self.replica.conn = None
+        err = wire.dumps(wire.RemoteError(
+            502, f"replica {self.replica.route.replica_id} died (or closed its connection) before it answered",
+        ))
+        streams, self.streams = self.streams, {}
+        for s in streams.values():
+            s.feed(wire.RESP_ERROR, err)
+
+
+class _Replica:
+    __slots__ = ("route", "ongoing", "conn", "connecting", "dead")
+
+    def __init__(self, route: ReplicaRoute):
+        self.route = route
+        self.ongoing = 0
+        self.conn: ReplicaConnection | None = None
+        self.connecting: asyncio.Future | None = None
+        self.dead = False
+
+
+class Router:
+    """Picks a replica of one deployment for each request from this process."""
+
+    def __init__(self, app: str, deployment: str):
+        self.app, self.deployment = app, deployment
+        self.replicas: dict[str, _Replica] = {}
+        self.max_ongoing, self.max_queued = 5, -1
+        self._waiters: collections.deque[asyncio.Future] = collections.deque()
+
+    def update(self, route: DeploymentRoute | None) -> None:
+        wanted = {r.replica_id: r for r in (route.replicas if route else ())}
+        for rid in list(self.replicas):
+            if wanted.get(rid) != self.replicas[rid].route:
+                del self.replicas[rid]  # in-flight streams finish on their own connection
+        for rid, r in wanted.items():
+            if rid not in self.replicas:
+                self.replicas[rid] = _Replica(r)
+        if route is not None:
+            self.max_ongoing, self.max_queued = route.max_ongoing_requests, route.max_queued_requests
+        self._wake(len(self._waiters))
+
+    def _pick(self) -> _Replica | None:
+        ok = [r for r in self.replicas.values() if not r.dead and r.ongoing < self.max_ongoing]
+        if not ok:
+            return None
+        if len(ok) == 1:
+            return ok[0]
+        a, b = random.sample(ok, 2)
+        return a if a.ongoing <= b.ongoing else b
+
+    def _wake(self, n: int = 1) -> None:
+        while n > 0 and self._waiters:
+            w = self._waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+                n -= 1
+
+    async def acquire(self, timeout_s: float | None) -> _Replica:
+        """A replica with room for one more request (its ongoing count taken)."""
+        r = self._pick()
+        if r is None:
+            r = await self._wait_for_room(timeout_s)
+        r.ongoing += 1
+        return r
+
+    async def _wait_for_room(self, timeout_s: float | None) -> _Replica:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            if self.max_queued != -1 and self._queued() >= self.max_queued:
+                raise BackPressureError(
+                    f"deployment {self.deployment!r} of app {self.app!r}: every replica is at max_ongoing_requests="
+                    f"{self.max_ongoing} and {self._queued()} requests already wait (max_queued_requests="
+                    f"{self.max_queued}); retry later, or raise num_replicas / max_queued_requests."
+                )
+            w = loop.create_future()
+            self._waiters.append(w)
+            timer = None if deadline is None else loop.call_later(max(0.0, deadline - loop.time()), _expire, w)
+            try:
+                woken = await w
+            except asyncio.CancelledError:
+                if w.done() and not w.cancelled() and w.result() is None:
+                    self._wake()  # pass on the turn this waiter was given
+                raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if woken is _EXPIRED:
+                live = sum(1 for r in self.replicas.values() if not r.dead)
+                raise DeploymentUnavailableError(
+                    f"deployment {self.deployment!r} of app {self.app!r}: no replica had room within {timeout_s} s "
+                    f"({live} live replica(s), max_ongoing_requests={self.max_ongoing})."
+                )
+            r = self._pick()
+            if r is not None:
+                return r
+
+    def _queued(self) -> int:
+        while self._waiters and self._waiters[0].done():
+            self._waiters.popleft()
+        return sum(1 for w in self._waiters if not w.done())
+
+    def release(self, r: _Replica) -> None:
+        r.ongoing -= 1
+        self._wake()
+
+    async def connect(self, r: _Replica) -> ReplicaConnection:
+        conn = r.conn
+        if conn is not None and not conn.closed:
+            return conn
+        if r.connecting is None:
+            r.connecting = asyncio.ensure_future(self._open(r))
+        try:
+            return await asyncio.shield(r.connecting)
+        finally:
+            if r.connecting is not None and r.connecting.done():
+                r.connecting = None
+
+    async def _open(self, r: _Replica) -> ReplicaConnection:
+        loop = asyncio.get_running_loop()
+        try:
+            path = r.route.path
+            if path.startswith("tcp:"):
+                host, port = path[4:].rsplit(":", 1)
+                _, proto = await loop.create_connection(lambda: ReplicaConnection(r), host, int(port))
+            else:
+                _, proto = await loop.create_unix_connection(lambda: ReplicaConnection(r), path)
+        except OSError as exc:
+            r.dead = True
+            raise DeploymentUnavailableError(
+                f"replica {r.route.replica_id} of deployment {self.deployment!r} is not reachable at "
+                f"{r.route.path} ({exc}); it is being replaced."
+            ) from exc
+        r.conn = proto
+        return proto
+
+    async def open_stream(self, kind: int, payload: bytes, timeout_s: float | None) -> tuple[_Replica, Stream]:
+        """Send one request to a chosen replica; the caller must :meth:`release` the replica."""
+        r = await self.acquire(timeout_s)
+        try:
+            conn = await self.connect(r)
+            return r, conn.open(kind, payload)
+        except BaseException:
+            self.release(r)
+            raise
+
+
+class _Registry:
+    """This process's route table and routers (touched only on the Serve loop)."""
+
+    def __init__(self) -> None:
+        self.table = RouteTable()
+        self.routers: dict[tuple[str, str], Router] = {}
+
+    def apply(self, table: RouteTable) -> None:
+        if table.version < self.table.version:
+            return
+        self.table = table
+        for key, router in self.routers.items():
+            router.update(table.deployments.get(key))
+
+    def router(self, app: str, deployment: str) -> Router:
+        key = (app, deployment)
+        r = self.routers.get(key)
+        if r is None:
+            r = self.routers[key] = Router(app, deployment)
+            r.update(self.table.deployments.get(key))
+        return r
+
+
+registry = _Registry()
+
+
+def set_table(table: RouteTable) -> None:
+    """Install a new route table in this process (from any thread)."""
+    from muster.serve._internal import eventloop
+
+    eventloop.get_loop().call_soon_threadsafe(registry.apply, table)
+
+
+def raise_remote(err: wire.RemoteError) -> Any:
+    """Re-raise a replica's failure in the caller."""
+    from muster.serve.exceptions import RayServeException, ReplicaDiedError
+
+    if err.exc is not None:
+        if err.traceback:
+            add_note = getattr(err.exc, "add_note", None)  # Python >= 3.11
+            if add_note is not None:
+                add_note(f"raised in the replica:\n{err.traceback}")
+        raise err.exc
+    if err.status == 502:
+        raise ReplicaDiedError(err.message)
+    raise RayServeException(err.message)

@@ -1,0 +1,194 @@
+"""``serve.start / run / status / delete / shutdown`` and handle lookup."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.serve.config import HTTPOptions
+from muster.serve.deployment import Application
+from muster.serve.handle import DeploymentHandle
+
+_controller: Any = None
+_lock = threading.RLock()
+
+
+def _get() -> Any:
+    from muster.serve.exceptions import RayServeException
+
+    if _controller is None:
+        raise RayServeException("Serve is not running in this process: call serve.run(app) (or serve.start()) first.")
+    return _controller
+
+
+def start(http_options: HTTPOptions | dict[str, Any] | None = None, **_ignored: Any) -> None:
+    """Start Serve's HTTP ingress (``serve.run`` does it for you on first use).
+
+    Args:
+        http_options: ``{"host": "127.0.0.1", "port": 8000}`` (the defaults);
+            also ``request_timeout_s``, ``max_body_bytes``, ``server``
+            ("granian" or "uvicorn").  ``port=0`` picks a free port.
+
+    Raises:
+        ValueError: a bad option.
+        RayServeException: the ingress could not listen (port in use).
+    """
+    global _controller
+    opts = HTTPOptions.coerce(http_options)
+    with _lock:
+        if _controller is not None:
+            return
+        from muster.serve._internal import admin
+        from muster.serve._internal.controller import ServeController
+
+        _controller = ServeController(opts)
+        admin.start(_controller)
+
+
+def run(
+    target: Application,
+    *,
+    name: str = "default",
+    route_prefix: str | None = "/",
+    blocking: bool = False,
+    _local_testing_mode: bool = False,
+    **_ignored: Any,
+) -> DeploymentHandle:
+    """Deploy an application and return a handle to its ingress deployment.
+
+    Returns once every replica is up.  Running it again with the same name
+    replaces that app's replicas without dropping requests.
+
+    Args:
+        target: a bound deployment (``MyDeployment.bind(...)``).
+        name: the app's name (several apps run side by side).
+        route_prefix: the HTTP path it serves (``None``: handles only).
+        blocking: keep serving until Ctrl-C, then shut down.
+
+    Raises:
+        ResourcesUnavailableError: its replicas can never fit (names what was asked and what exists).
+        RayServeException: a replica's constructor raised.
+        TypeError / ValueError: bad arguments.
+    """
+    handle = _run(target, name=name, route_prefix=route_prefix)
+    if blocking:
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            shutdown()
+    return handle
+
+
+def _run(target: Application, *, name: str, route_prefix: str | None,
+         overrides: dict[str, dict[str, Any]] | None = None) -> DeploymentHandle:
+    from muster.serve._internal import plan
+
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"serve.run(name={name!r}): give the app a non-empty name.")
+    if route_prefix is not None and (not isinstance(route_prefix, str) or not route_prefix.startswith("/")
+                                     or (len(route_prefix) > 1 and route_prefix.endswith("/"))):
+        raise ValueError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
+    ingress, plans = plan.build(target, name, overrides)
+    start()
+    _get().deploy(name, route_prefix, ingress, plans)
+    return DeploymentHandle(ingress, name)
+
+
+@dataclass
+class DeploymentStatusOverview:
+    status: str
+    replica_states: dict[str, int] = field(default_factory=dict)
+    message: str = ""
+    target_replicas: int = 0
+    restarts: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)  # requests_per_s, p50_ms, p99_ms, served, errors, ...
+
+
+@dataclass
+class ApplicationStatusOverview:
+    status: str
+    message: str = ""
+    route_prefix: str | None = None
+    last_deployed_time_s: float = 0.0
+    deployments: dict[str, DeploymentStatusOverview] = field(default_factory=dict)
+
+
+@dataclass
+class ServeStatus:
+    """What ``serve.status()`` returns (Ray's shape: ``.applications[name].deployments[name]``)."""
+
+    proxies: dict[str, str] = field(default_factory=dict)
+    applications: dict[str, ApplicationStatusOverview] = field(default_factory=dict)
+    http: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ServeStatus":
+        apps = {
+            n: ApplicationStatusOverview(
+                a["status"], a["message"], a["route_prefix"], a["last_deployed_time_s"],
+                {dn: DeploymentStatusOverview(dd["status"], dd["replica_states"], dd["message"],
+                                              dd["target_replicas"], dd["restarts"], dd.get("metrics", {}))
+                 for dn, dd in a["deployments"].items()},
+            )
+            for n, a in d.get("applications", {}).items()
+        }
+        return cls(d.get("proxies", {}), apps, d.get("http", {}))
+
+
+def status() -> ServeStatus:
+    """Every app's and deployment's state (empty when Serve is not running)."""
+    c = _controller
+    return ServeStatus() if c is None else ServeStatus.from_dict(c.status())
+
+
+def delete(name: str, _blocking: bool = True) -> None:
+    """Stop app ``name``: it leaves the routes, its replicas finish their requests, then stop."""
+    c = _controller
+    if c is not None:
+        c.delete(name)
+
+
+def shutdown() -> None:
+    """Stop every app (draining requests), the HTTP ingress, and Serve's state. Safe to call twice."""
+    global _controller
+    with _lock:
+        c, _controller = _controller, None
+    if c is not None:
+        from muster.serve._internal import admin
+
+        admin.stop(c)
+        c.shutdown()
+
+
+def get_app_handle(name: str) -> DeploymentHandle:
+    """A handle to app ``name``'s ingress deployment (in the driver or inside a replica).
+
+    Raises:
+        RayServeException: no app of that name runs.
+    """
+    from muster.serve._internal import eventloop
+    from muster.serve.exceptions import RayServeException
+
+    c = _controller
+    apps = {n: a.ingress for n, a in c.apps.items()} if c is not None else eventloop.run_sync(_apps())
+    if name not in apps:
+        raise RayServeException(f"no Serve app named {name!r} is running; running apps: {sorted(apps) or 'none'}.")
+    return DeploymentHandle(apps[name], name)
+
+
+async def _apps() -> dict[str, str]:
+    from muster.serve._internal import router
+
+    return {n: a.ingress for n, a in router.registry.table.apps.items()}
+
+
+def get_deployment_handle(deployment_name: str, app_name: str | None = None) -> DeploymentHandle:
+    """A handle to one deployment (``app_name`` defaults to the current replica's app, else "default")."""
+    if app_name is None:
+        from muster.serve import context
+
+        app_name = context._current.app_name if context._current is not None else "default"
+    return DeploymentHandle(deployment_name, app_name)

@@ -1,0 +1,159 @@
+"""``@serve.deployment``, ``.bind()``, ``.options()`` and ``@serve.ingress``."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from muster.serve.config import DeploymentConfig
+
+
+class Application:
+    """A deployment bound to its constructor arguments: what ``serve.run`` deploys.
+
+    Other applications among the arguments become deployments of the same
+    app, and reach the constructor as :class:`DeploymentHandle` objects.
+    """
+
+    def __init__(self, deployment: "Deployment", args: tuple, kwargs: dict):
+        self.deployment, self.args, self.kwargs = deployment, args, kwargs
+
+    def __repr__(self) -> str:
+        return f"Application({self.deployment.name})"
+
+
+class Deployment:
+    """A class or function that Serve runs as replicas (make one with ``@serve.deployment``)."""
+
+    def __init__(self, target: Any, config: DeploymentConfig):
+        self.func_or_class, self.config = target, config
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def num_replicas(self) -> Any:
+        return self.config.num_replicas
+
+    @property
+    def user_config(self) -> Any:
+        return self.config.user_config
+
+    @property
+    def max_ongoing_requests(self) -> int:
+        return self.config.max_ongoing_requests
+
+    @property
+    def ray_actor_options(self) -> dict[str, Any]:
+        return dict(self.config.ray_actor_options)
+
+    def bind(self, *args: Any, **kwargs: Any) -> Application:
+        """Bind constructor arguments (other bound deployments arrive as handles)."""
+        return Application(self, args, kwargs)
+
+    def options(self, **options: Any) -> "Deployment":
+        """A copy with some options changed (the same keywords as ``@serve.deployment``)."""
+        options.pop("version", None)
+        options.pop("_internal", None)
+        return Deployment(self.func_or_class, self.config.replace(**options))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"Deployment {self.name!r} cannot be called or constructed directly; bind it with "
+            f"{self.name}.bind(...) and pass that to serve.run(...), or call it through a DeploymentHandle."
+        )
+
+    def __repr__(self) -> str:
+        return f"Deployment(name={self.name!r})"
+
+
+_IGNORED = ("version", "placement_group_bundles", "placement_group_strategy", "max_replicas_per_node",
+            "logging_config", "request_router_config", "is_driver_deployment")
+
+
+def deployment(
+    _func_or_class: Callable | type | None = None,
+    /,
+    name: str | None = None,
+    num_replicas: int | str | None = None,
+    ray_actor_options: dict[str, Any] | None = None,
+    max_ongoing_requests: int = 5,
+    max_queued_requests: int = -1,
+    autoscaling_config: Any = None,
+    user_config: Any = None,
+    health_check_period_s: float = 10.0,
+    health_check_timeout_s: float = 30.0,
+    graceful_shutdown_timeout_s: float = 20.0,
+    graceful_shutdown_wait_loop_s: float = 2.0,
+    **ignored: Any,
+) -> Any:
+    """Make a class or function a Serve deployment (Ray Serve's ``@serve.deployment``).
+
+    Args:
+        name: the deployment's name (default: the class or function name).
+        num_replicas: how many replicas, or ``"auto"`` to autoscale.
+        ray_actor_options: per replica ``num_cpus`` (default 1), ``num_gpus``,
+            ``resources``, ``runtime_env={"env_vars": {...}}``.
+        max_ongoing_requests: requests one replica runs at once.
+        max_queued_requests: requests a caller queues when every replica is
+            full; past it, HTTP answers 503 (``-1``: no limit).
+        autoscaling_config: ``min_replicas``, ``initial_replicas``,
+            ``max_replicas``, ``target_ongoing_requests``,
+            ``upscale_delay_s``, ``downscale_delay_s``.
+        user_config: passed to the class's ``reconfigure(config)`` at start
+            and on redeploy.
+        health_check_period_s / health_check_timeout_s: how often
+            ``check_health()`` runs and how long it may take; a replica that
+            fails it is replaced.
+        graceful_shutdown_timeout_s: how long a stopping replica may finish
+            its requests.
+
+    Returns:
+        A :class:`Deployment` (or a decorator, when called with options only).
+
+    Raises:
+        ValueError: a bad option value (the message names it).
+        TypeError: an unknown option.
+    """
+    unknown = sorted(set(ignored) - set(_IGNORED))
+    if unknown:
+        raise TypeError(f"@serve.deployment got unknown option(s) {unknown}.")
+
+    def wrap(target: Any) -> Deployment:
+        if not (inspect.isclass(target) or callable(target)):
+            raise TypeError(f"@serve.deployment goes on a class or a function, not {target!r}.")
+        config = DeploymentConfig(
+            name=name or target.__name__, num_replicas=num_replicas, ray_actor_options=dict(ray_actor_options or {}),
+            max_ongoing_requests=max_ongoing_requests, max_queued_requests=max_queued_requests,
+            autoscaling_config=autoscaling_config, user_config=user_config,
+            health_check_period_s=health_check_period_s, health_check_timeout_s=health_check_timeout_s,
+            graceful_shutdown_timeout_s=graceful_shutdown_timeout_s,
+            graceful_shutdown_wait_loop_s=graceful_shutdown_wait_loop_s,
+        )
+        return Deployment(target, config)
+
+    if _func_or_class is not None:
+        return wrap(_func_or_class)
+    return wrap
+
+
+def ingress(app: Any) -> Callable[[type], type]:
+    """Serve a FastAPI (or any ASGI) app from a deployment class: its routes may be the class's methods.
+
+    Put it under ``@serve.deployment``::
+
+        @serve.deployment
+        @serve.ingress(app)
+        class Api:
+            @app.get("/hello")
+            def hello(self) -> str: ...
+    """
+
+    def wrap(cls: type) -> type:
+        if not inspect.isclass(cls):
+            raise TypeError(f"@serve.ingress goes on a class, not {cls!r}.")
+        cls.__serve_asgi_app__ = app  # type: ignore[attr-defined]
+        return cls
+
+    return wrap

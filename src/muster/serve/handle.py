@@ -1,0 +1,197 @@
+"""``DeploymentHandle``: call a deployment from Python (the driver, or another replica).
+
+``handle.remote(...)`` / ``handle.method.remote(...)`` return at once with a
+:class:`DeploymentResponse` (``await`` it, or ``.result(timeout_s=)``);
+``handle.options(stream=True)`` returns a :class:`DeploymentResponseGenerator`
+(``async for`` / ``for``).  Calls travel the same router and socket as HTTP
+requests; a ``DeploymentResponse`` passed as an argument is awaited first,
+so calls chain without a round trip through the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any, AsyncIterator, Iterator
+
+from muster.serve._internal import eventloop, router, wire
+
+_CALL_TIMEOUT_S = 30.0  # waiting for room on a replica; the call itself is unbounded, as in Ray
+
+
+class DeploymentResponse:
+    """The future result of one handle call."""
+
+    def __init__(self, fut: "asyncio.Future | concurrent.futures.Future"):
+        self._fut = fut
+
+    def __await__(self) -> Any:
+        fut = self._fut
+        if isinstance(fut, concurrent.futures.Future):
+            return asyncio.wrap_future(fut).__await__()
+        if eventloop.on_loop():
+            return fut.__await__()
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_await(fut), eventloop.get_loop())).__await__()
+
+    def result(self, *, timeout_s: float | None = None) -> Any:
+        """Block until the call finishes and return its value (not from inside an async method).
+
+        Raises:
+            TimeoutError: it did not finish within ``timeout_s``.
+            The replica's exception, when the call raised.
+        """
+        fut = self._fut
+        if eventloop.on_loop():
+            raise RuntimeError(
+                "DeploymentResponse.result() blocks, and was called on the event loop that must produce the "
+                "result; use `await response` inside async methods."
+            )
+        if not isinstance(fut, concurrent.futures.Future):
+            fut = asyncio.run_coroutine_threadsafe(_await(fut), eventloop.get_loop())
+        try:
+            return fut.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"the deployment call did not finish within timeout_s={timeout_s}.") from None
+
+    def cancel(self) -> None:
+        loop = eventloop.get_loop()
+        loop.call_soon_threadsafe(self._fut.cancel)
+
+    async def _to_value(self) -> Any:
+        return await self
+
+
+async def _await(fut: Any) -> Any:
+    return await fut
+
+
+class DeploymentResponseGenerator:
+    """The items a streaming handle call yields, as they come."""
+
+    def __init__(self, call: "_StreamCall"):
+        self._call = call
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        if eventloop.on_loop():
+            return await self._call.next()
+        return await asyncio.wrap_future(eventloop.submit(self._call.next()))
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return eventloop.run_sync(self._call.next())
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def cancel(self) -> None:
+        eventloop.get_loop().call_soon_threadsafe(self._call.close)
+
+
+async def _resolve(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    if any(isinstance(a, DeploymentResponse) for a in args) or any(
+        isinstance(v, DeploymentResponse) for v in kwargs.values()
+    ):
+        args = tuple([await a if isinstance(a, DeploymentResponse) else a for a in args])
+        kwargs = {k: (await v if isinstance(v, DeploymentResponse) else v) for k, v in kwargs.items()}
+    return args, kwargs
+
+
+async def _call(app: str, dep: str, method: str, args: tuple, kwargs: dict) -> Any:
+    args, kwargs = await _resolve(args, kwargs)
+    r = router.registry.router(app, dep)
+    replica, stream = await r.open_stream(wire.REQ_CALL, wire.dumps((method, args, kwargs, False)), _CALL_TIMEOUT_S)
+    try:
+        kind, payload = await stream.next()
+    except asyncio.CancelledError:
+        stream.cancel()
+        raise
+    finally:
+        r.release(replica)
+    if kind == wire.RESP_VALUE:
+        return wire.loads(payload)
+    if kind == wire.RESP_ERROR:
+        return router.raise_remote(wire.loads(payload))
+    raise RuntimeError(f"unexpected answer (frame kind {kind}) to a call of {dep}.{method}")
+
+
+class _StreamCall:
+    """A streaming call's state, living on the Serve loop."""
+
+    def __init__(self, app: str, dep: str, method: str, args: tuple, kwargs: dict):
+        self.key, self.method, self.args, self.kwargs = (app, dep), method, args, kwargs
+        self.stream: router.Stream | None = None
+        self.replica: Any = None
+        self.finished = False
+
+    async def next(self) -> Any:
+        if self.finished:
+            raise StopAsyncIteration
+        r = router.registry.router(*self.key)
+        if self.stream is None:
+            args, kwargs = await _resolve(self.args, self.kwargs)
+            payload = wire.dumps((self.method, args, kwargs, True))
+            self.replica, self.stream = await r.open_stream(wire.REQ_CALL, payload, _CALL_TIMEOUT_S)
+        try:
+            kind, payload = await self.stream.next()
+        except asyncio.CancelledError:
+            self.close()
+            raise
+        if kind == wire.RESP_ITEM:
+            return wire.loads(payload)
+        self.close()
+        if kind == wire.RESP_ERROR:
+            router.raise_remote(wire.loads(payload))
+        raise StopAsyncIteration
+
+    def close(self) -> None:
+        if not self.finished:
+            self.finished = True
+            if self.stream is not None:
+                self.stream.cancel()
+                router.registry.router(*self.key).release(self.replica)
+
+
+class DeploymentHandle:
+    """Calls one deployment of one app; picklable, so it can be passed to other deployments."""
+
+    def __init__(self, deployment_name: str, app_name: str = "default", *, method_name: str = "__call__",
+                 stream: bool = False):
+        self.deployment_name, self.app_name = deployment_name, app_name
+        self._method, self._stream = method_name, stream
+
+    def options(self, *, method_name: str | None = None, stream: bool | None = None, **_ignored: Any) -> "DeploymentHandle":
+        """A handle with other call options (``stream=True`` for generator methods)."""
+        return DeploymentHandle(
+            self.deployment_name, self.app_name, method_name=method_name or self._method,
+            stream=self._stream if stream is None else stream,
+        )
+
+    def __getattr__(self, name: str) -> "DeploymentHandle":
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.options(method_name=name)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the deployment; returns a DeploymentResponse (or a generator with ``stream=True``) at once."""
+        if self._stream:
+            call = _StreamCall(self.app_name, self.deployment_name, self._method, args, kwargs)
+            return DeploymentResponseGenerator(call)
+        coro = _call(self.app_name, self.deployment_name, self._method, args, kwargs)
+        if eventloop.on_loop():
+            return DeploymentResponse(asyncio.ensure_future(coro))
+        return DeploymentResponse(eventloop.submit(coro))
+
+    def __reduce__(self) -> Any:
+        return (_rebuild, (self.deployment_name, self.app_name, self._method, self._stream))
+
+    def __repr__(self) -> str:
+        return f"DeploymentHandle(deployment={self.deployment_name!r}, app={self.app_name!r})"
+
+
+def _rebuild(dep: str, app: str, method: str, stream: bool) -> DeploymentHandle:
+    return DeploymentHandle(dep, app, method_name=method, stream=stream)
