@@ -43,6 +43,11 @@ def force_plain_progress() -> bool:
     return os.environ.get("MUSTER_PLAIN_PROGRESS", "0") == "1"
 
 
+def zygote_fork_enabled() -> bool:
+    """``MUSTER_ZYGOTE_FORK=0``: always start the zygote as a fresh interpreter, never fork the driver."""
+    return os.environ.get("MUSTER_ZYGOTE_FORK", "1") != "0"
+
+
 def shared_memory_transport() -> bool:
     """``MUSTER_SHARED_MEMORY=0`` streams big buffers through the socket instead of memfds."""
     return os.environ.get("MUSTER_SHARED_MEMORY", "1") != "0"
