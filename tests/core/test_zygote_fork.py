@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 TIMEOUT = 120
 
 _DRIVER = r"""
@@ -104,3 +106,38 @@ def test_muster_zygote_fork_0_turns_the_fork_off(tmp_path):
     assert "MUSTER_ZYGOTE_FORK=0" in output
     assert report["zygote_comm"] != "muster-zygote"
     assert report["zygote_sid"] == report["zygote_pid"]
+
+
+_TORCHLESS = r"""
+import sys, tempfile
+import muster
+from muster import tune
+from muster.train._internal import resume
+
+
+def trial(config):
+    import random
+    import sys
+
+    random.seed(7)
+    tune.report({"step": 1})
+    tune.report({"torch_in_worker": "torch" in sys.modules})
+
+
+grid = tune.Tuner(trial, tune_config=tune.TuneConfig(num_samples=1),
+                  run_config=tune.RunConfig(storage_path=tempfile.mkdtemp(), verbose=0)).fit()
+state = resume.load(resume.book().capture(), own_rng=True)  # the torch-less format round-trips
+assert "torch" not in state["rng"] and state["rng"]["python"][1][:3] == __import__("random").getstate()[1][:3]
+print("RESULT", grid[0].metrics["torch_in_worker"], "torch" in sys.modules)
+"""
+
+
+@pytest.mark.skipif(os.path.isdir("/proc/driver/nvidia/gpus"), reason="with GPUs the engine asks torch to count them")
+def test_a_driver_without_torch_runs_tune_trials_that_never_import_it(tmp_path):
+    script = tmp_path / "torchless.py"
+    script.write_text(_TORCHLESS)
+    env = {k: v for k, v in os.environ.items() if k not in ("MUSTER_ADDRESS", "RAY_ADDRESS", "MUSTER_PRELOAD")}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "RESULT False False" in proc.stdout, proc.stdout + proc.stderr

@@ -156,7 +156,7 @@ class LocalRuntime(Runtime):
             pid = os.fork()
             if pid == 0:  # pragma: no cover - the child never returns
                 ours.close()
-                zygote.run_forked(theirs.detach(), settings.preload_modules(), blocked)
+                zygote.run_forked(theirs.detach(), _preload(), blocked)
         finally:
             if pid != 0:
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -170,7 +170,7 @@ class LocalRuntime(Runtime):
             "address": self._listener.address,  # type: ignore[union-attr]
             "authkey": self._authkey.hex(),
             "sys_path": [p for p in sys.path if p],
-            "preload": settings.preload_modules(),
+            "preload": _preload(),
         }
         env = dict(os.environ, MUSTER_ZYGOTE=json.dumps(config))
         self._zygote = subprocess.Popen(
@@ -378,6 +378,7 @@ class LocalRuntime(Runtime):
             "address": self._listener.address,  # type: ignore[union-attr]
             "authkey": self._authkey,
             "log_address": self._logs.address,  # type: ignore[union-attr]
+            "preload": _preload(),  # the driver may have imported torch since the zygote started
         }
         with self._zygote_lock:
             if self._zygote_conn is None:
@@ -571,6 +572,11 @@ class LocalRuntime(Runtime):
             out.set_exception(exc)
 
 
+def _preload() -> list[str]:
+    """The zygote preloads torch (and DDP's torch._dynamo) once the driver has imported torch."""
+    return settings.preload_modules(with_torch="torch" in sys.modules)
+
+
 def _kill_group(pid: int) -> None:
     """SIGKILL the zygote's process group (it leads its own session), or it alone if it has none yet."""
     try:
@@ -599,6 +605,8 @@ def _count_gpus() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    if "torch" not in sys.modules and not os.path.isdir("/proc/driver/nvidia/gpus"):
+        return 0  # no NVIDIA driver here: do not import torch (seconds) only to hear that
     try:
         import torch
 

@@ -222,6 +222,7 @@ def _serve(conn: Connection) -> None:
                     return
                 if msg[0] == "fork":
                     spec = msg[2]
+                    _preload(spec.get("preload", []))  # what the driver needs now (no-op once imported)
                     pid = os.fork()
                     if pid == 0:
                         sel.close()
