@@ -29,6 +29,7 @@ r, w = os.pipe()                                              # nor the write en
 stop = threading.Event()
 if mode == "thread":
     threading.Thread(target=stop.wait, name="users-thread", daemon=True).start()
+driver_seed = torch.initial_seed()  # workers must not continue the driver's torch random stream
 print("buffered before the engine started", end="")          # must reach the terminal once, not per process
 
 rt = muster.init(num_cpus=2, num_gpus=0)
@@ -43,7 +44,8 @@ def probe():
         except OSError:
             pass
     return {"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "fds": fds,
-            "initialised": muster.is_initialized(), "comm": open("/proc/self/comm").read().strip()}
+            "initialised": muster.is_initialized(), "torch_seed": torch.initial_seed(),
+            "comm": open("/proc/self/comm").read().strip()}
 
 
 info = muster.get(probe.remote(), timeout=60)
@@ -52,7 +54,8 @@ zygote_fds = sorted(os.readlink(f"/proc/{zpid}/fd/{fd}") for fd in os.listdir(f"
 stop.set()
 os.close(w)
 eof = os.read(r, 1) == b""  # our write end is closed; EOF proves no child kept a copy
-json.dump({"forked": rt.zygote_forked, "zygote_pid": zpid, "driver_pid": os.getpid(),
+json.dump({"forked": rt.zygote_forked, "driver_torch_seed": driver_seed, "zygote_pid": zpid,
+           "driver_pid": os.getpid(),
            "zygote_comm": open(f"/proc/{zpid}/comm").read().strip(), "zygote_sid": os.getsid(zpid),
            "zygote_fds": zygote_fds, "worker": info, "pipe_eof": eof,
            "held": os.path.realpath(held.name)}, open(os.path.join(out, "report.json"), "w"))
@@ -83,6 +86,7 @@ def test_a_safe_driver_forks_its_zygote_which_holds_no_driver_files(tmp_path):
     assert worker["ppid"] == report["zygote_pid"]
     assert worker["comm"] != "muster-zygote"
     assert not worker["initialised"], "a worker must not think it owns the driver's engine"
+    assert worker["torch_seed"] != report["driver_torch_seed"], "a worker must not share the driver's torch seed"
     assert report["pipe_eof"], "a child kept the driver's pipe open"
     held = report["held"]
     assert held not in report["zygote_fds"], report["zygote_fds"]

@@ -166,6 +166,9 @@ def run_forked(link_fd: int, preload: list[str], sigmask: "set[int | signal.Sign
         os.closerange(3, link_fd)
         os.closerange(link_fd + 1, _max_fd())
         _driver_name = _set_name(FORKED_NAME.encode())
+        torch = sys.modules.get("torch")
+        if torch is not None:  # a fresh seed, as a new interpreter's torch draws: not the driver's stream
+            torch.random.default_generator.seed()
         _preload(preload)
         _serve(Connection(link_fd))
     except BaseException:  # noqa: BLE001
