@@ -118,6 +118,8 @@ def main() -> None:
     ap.add_argument("--only", choices=["muster", "ray"])
     ap.add_argument("--repeat", type=int, default=3, help="runs of each variant (interleaved); figures are medians")
     ap.add_argument("--no-asha", action="store_true", help="only the trivial workload")
+    ap.add_argument("--ray-reuse-only", action="store_true",
+                    help="run Ray's trivial workload only with reuse_actors=True (its fastest mode)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "tune_bench.json"))
     a = ap.parse_args()
     if a.one:
@@ -131,7 +133,8 @@ def main() -> None:
             apis.remove("ray")
     variants = []
     for api in apis:
-        variants.append((f"{api} trivial", [f"--api={api}", "--workload=trivial", f"--samples={a.samples}"]))
+        if api == "muster" or not a.ray_reuse_only:
+            variants.append((f"{api} trivial", [f"--api={api}", "--workload=trivial", f"--samples={a.samples}"]))
         if api == "ray":
             variants.append(("ray trivial reuse_actors", [f"--api={api}", "--workload=trivial",
                                                           f"--samples={a.samples}", "--reuse-actors"]))
