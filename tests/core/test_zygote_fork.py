@@ -50,6 +50,17 @@ def probe():
 
 info = muster.get(probe.remote(), timeout=60)
 zpid = rt._zygote.pid
+
+
+def rss_file_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssFile:"))
+
+
+deadline = time.monotonic() + 30  # an idle zygote sheds its library pages after a few seconds
+while rss_file_kib(zpid) > 10 * 1024 and time.monotonic() < deadline:
+    time.sleep(0.2)
+zygote_rss_file_kib = rss_file_kib(zpid)
 zygote_fds = sorted(os.readlink(f"/proc/{zpid}/fd/{fd}") for fd in os.listdir(f"/proc/{zpid}/fd"))
 stop.set()
 os.close(w)
@@ -57,7 +68,7 @@ eof = os.read(r, 1) == b""  # our write end is closed; EOF proves no child kept 
 json.dump({"forked": rt.zygote_forked, "driver_torch_seed": driver_seed, "zygote_pid": zpid,
            "driver_pid": os.getpid(),
            "zygote_comm": open(f"/proc/{zpid}/comm").read().strip(), "zygote_sid": os.getsid(zpid),
-           "zygote_fds": zygote_fds, "worker": info, "pipe_eof": eof,
+           "zygote_fds": zygote_fds, "worker": info, "zygote_rss_file_kib": zygote_rss_file_kib, "pipe_eof": eof,
            "held": os.path.realpath(held.name)}, open(os.path.join(out, "report.json"), "w"))
 muster.shutdown()
 print("\ndriver done")
@@ -92,6 +103,7 @@ def test_a_safe_driver_forks_its_zygote_which_holds_no_driver_files(tmp_path):
     assert held not in report["zygote_fds"], report["zygote_fds"]
     assert held not in worker["fds"].values(), worker["fds"]
     assert output.count("buffered before the engine started") == 1, output
+    assert report["zygote_rss_file_kib"] <= 10 * 1024, "the idle zygote should have shed its library pages"
     assert "fresh interpreter" not in output
 
 

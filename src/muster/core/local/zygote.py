@@ -197,11 +197,45 @@ def _preload(names: list[str]) -> None:
     gc.freeze()
 
 
+_MADV_DONTNEED = 4
+_TRIM_AFTER_IDLE_S = 3.0
+
+
+def _drop_file_pages() -> None:
+    """Drop this process's page-table entries for read-only, file-backed mappings (shared libraries).
+
+    An idle zygote needs none of them, and the pages stay in the page cache (a
+    later touch maps them back); this only takes them off its resident set, so
+    the zygote's RSS is what it holds of its own.  A mapping with any private
+    (anonymous) page, such as relocated read-only data, is left alone.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        candidate: tuple[int, int] | None = None
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 5 and "-" in parts[0] and ":" in parts[3]:  # a mapping's header line
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    file_backed = len(parts) > 5 and parts[5].startswith("/")
+                    candidate = (lo, hi) if file_backed and parts[1] in ("r--p", "r-xp") else None
+                elif parts and parts[0] == "Anonymous:" and candidate is not None:
+                    if parts[1] == "0":
+                        libc.madvise(candidate[0], candidate[1] - candidate[0], _MADV_DONTNEED)
+                    candidate = None
+    except (OSError, ValueError):  # not Linux, or an unexpected smaps: keep the pages
+        pass
+
+
 def _serve(conn: Connection) -> None:
     """Fork a worker per request until the driver's link closes; then kill them all. Never returns."""
+    import time
+
     from muster.core.local import wire
 
     wire.send(conn, ("ready", os.getpid()))
+    trim_at: float | None = time.monotonic() + _TRIM_AFTER_IDLE_S
     children: set[int] = set()
     rfd, wfd = os.pipe()
     os.set_blocking(wfd, False)
@@ -212,7 +246,12 @@ def _serve(conn: Connection) -> None:
     sel.register(rfd, selectors.EVENT_READ, "sigchld")
     try:
         while True:
-            for key, _ in sel.select():
+            timeout = None if trim_at is None else max(0.0, trim_at - time.monotonic())
+            events = sel.select(timeout)
+            if not events and trim_at is not None:
+                _drop_file_pages()  # idle a while after importing or forking: shed library pages
+                trim_at = None
+            for key, _ in events:
                 if key.data == "sigchld":
                     os.read(rfd, 4096)
                     _reap(children, conn)
@@ -226,6 +265,7 @@ def _serve(conn: Connection) -> None:
                 if msg[0] == "fork":
                     spec = msg[2]
                     _preload(spec.get("preload", []))  # what the driver needs now (no-op once imported)
+                    trim_at = time.monotonic() + _TRIM_AFTER_IDLE_S
                     pid = os.fork()
                     if pid == 0:
                         sel.close()
