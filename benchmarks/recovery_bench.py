@@ -107,7 +107,7 @@ def run_muster(workdir: str, kills: int, every: int, batch: int, seed: int, api:
         from ray.train import FailureConfig, RunConfig, ScalingConfig
         from ray.train.torch import TorchTrainer
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # a new local cluster
     else:
         from muster.train import FailureConfig, RunConfig, ScalingConfig
         from muster.train.torch import TorchTrainer
