@@ -7,7 +7,12 @@ loop; saving the file (torch.save) is the user's own cost and is timed
 separately.  The run's wall time shows whether async uploads slow the steps
 they overlap with.
 
-    python benchmarks/async_checkpoint_bench.py --mb 500 --checkpoints 4
+Each run is a fresh driver process with its own engine (so neither mode pays
+or skips engine start-up for the other); the modes are interleaved, order
+rotating each repeat, and figures are medians over ``--repeat`` runs with the
+spread (min-max).
+
+    python benchmarks/async_checkpoint_bench.py --mb 500 --checkpoints 4 --repeat 3
 """
 
 from __future__ import annotations
@@ -16,8 +21,12 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench import fmt, interleaved, run_child, summary  # noqa: E402
 
 
 def loop(config):
@@ -88,21 +97,41 @@ def run(mode: str, args: argparse.Namespace, base: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--one", choices=["sync", "async"], help=argparse.SUPPRESS)
     ap.add_argument("--mb", type=int, default=500, help="checkpoint size in MB")
     ap.add_argument("--checkpoints", type=int, default=4)
     ap.add_argument("--every", type=int, default=20, help="steps between checkpoints")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per mode (interleaved); figures are medians")
     ap.add_argument("--storage-path", default=None, help="default: a temporary local folder")
     args = ap.parse_args()
-    base = tempfile.mkdtemp(prefix="muster-async-bench-")
-    rows = [run("sync", args, base), run("async", args, base)]
-    print(f"{'mode':6} {'stall median':>13} {'stall max':>10} {'torch.save':>11} {'wall':>7}")
-    for r in rows:
-        print(f"{r['mode']:6} {r['stall_median_s']:12.3f}s {r['stall_max_s']:9.3f}s "
-              f"{r['torch_save_median_s']:10.3f}s {r['wall_s']:6.1f}s")
+    if args.one:  # one measured run, in this fresh process
+        base = tempfile.mkdtemp(prefix="muster-async-bench-")
+        print(json.dumps(run(args.one, args, base)), flush=True)
+        return
+    passed = [f"--mb={args.mb}", f"--checkpoints={args.checkpoints}", f"--every={args.every}"]
+    if args.storage_path:
+        passed.append(f"--storage-path={args.storage_path}")
+    runs: dict[str, list[dict]] = {"sync": [], "async": []}
+    for rep, mode in interleaved(["sync", "async"], args.repeat):
+        row = run_child(__file__, [mode, *passed])
+        runs[mode].append(row)
+        print(f"[{rep + 1}/{args.repeat}] {mode:5s} stall median {row['stall_median_s']:.3f} s, "
+              f"max {row['stall_max_s']:.3f} s, wall {row['wall_s']:.1f} s", flush=True)
+    table = {mode: {key: summary([r[key] for r in rows])
+                    for key in ("stall_median_s", "stall_max_s", "torch_save_median_s", "wall_s")}
+             for mode, rows in runs.items()}
+    print("\nmedian over runs (min-max):")
+    for mode, t in table.items():
+        print(f"  {mode:5s} stall per checkpoint {fmt(t['stall_median_s'], digits=3)}; worst stall "
+              f"{fmt(t['stall_max_s'], digits=3)}; torch.save {fmt(t['torch_save_median_s'])}; "
+              f"wall {fmt(t['wall_s'], digits=1)}")
     results = os.path.join(os.path.dirname(__file__), "results")
     os.makedirs(results, exist_ok=True)
-    with open(os.path.join(results, f"async_{int(time.time())}.json"), "w") as f:
-        json.dump({"mb": args.mb, "rows": rows}, f, indent=1)
+    path = os.path.join(results, f"async_{int(time.time())}.json")
+    with open(path, "w") as f:
+        json.dump({"mb": args.mb, "checkpoints": args.checkpoints, "repeat": args.repeat, "summary": table,
+                   "runs": runs}, f, indent=1)
+    print(f"results: {path}")
 
 
 if __name__ == "__main__":

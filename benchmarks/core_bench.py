@@ -64,7 +64,7 @@ def child(system: str, opts: argparse.Namespace) -> dict[str, Any]:
         import ray as api
 
         kwargs = {"include_dashboard": False} if opts.ray_no_dashboard else {}
-        api.init(logging_level="ERROR", **kwargs)
+        api.init(address="local", logging_level="ERROR", **kwargs)  # a new local instance, never a running cluster
 
     @api.remote
     def noop():

@@ -10,11 +10,14 @@ with a wall-clock time, so the script measures, for each kill:
   whose ``report()`` had returned on every rank before the kill (steps redone
   beyond it must be 0: only the steps after it are repeated).
 
-It then runs the same job uninterrupted and checks the final weights are
-equal bit for bit (the soak).  ``--ray`` adds Ray Train's recovery time for
-the same job when ``ray`` is installed.
+It also runs the same job uninterrupted and checks each killed run's final
+weights against it, bit for bit.  ``--ray`` measures Ray Train on the same job
+with the same kills (same count, same seeded moments and ranks): every run is
+a fresh driver process, and the frameworks are interleaved, order rotating
+each repeat.  Figures are medians over every kill of every repeat, with the
+spread.
 
-    python benchmarks/recovery_bench.py --kills 8
+    python benchmarks/recovery_bench.py --kills 3 --repeat 3 --ray
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ import threading
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench import fmt, interleaved, run_child, summary  # noqa: E402
 
 STEPS_PER_EPOCH = 60
 EPOCHS = 4
@@ -101,7 +107,7 @@ def run_muster(workdir: str, kills: int, every: int, batch: int, seed: int, api:
         from ray.train import FailureConfig, RunConfig, ScalingConfig
         from ray.train.torch import TorchTrainer
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # a new local cluster
     else:
         from muster.train import FailureConfig, RunConfig, ScalingConfig
         from muster.train.torch import TorchTrainer
@@ -192,40 +198,64 @@ def _steps(workdir: str, name: str = "steps.log") -> list[tuple[int, int, float]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kills", type=int, default=8)
+    ap.add_argument("--one", choices=["muster", "ray", "clean"], help=argparse.SUPPRESS)
+    ap.add_argument("--workdir", help=argparse.SUPPRESS)
+    ap.add_argument("--kills", type=int, default=3, help="kills per run, the same for every framework")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per framework (interleaved)")
     ap.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--ray", action="store_true", help="also measure Ray Train's recovery (needs ray)")
+    ap.add_argument("--ray", action="store_true", help="also measure Ray Train on the same job (needs ray)")
     args = ap.parse_args()
+    if args.one:  # one run, in this fresh process
+        if args.one == "clean":
+            row: dict = {"wall_s": run_clean(args.workdir, args.every, args.batch)}
+        else:
+            row = run_muster(args.workdir, args.kills, args.every, args.batch, args.seed, args.one)
+        print(json.dumps(row), flush=True)
+        return
     base = tempfile.mkdtemp(prefix="muster-recovery-")
-    ray_report = None
-    if args.ray:
-        ray_soak = run_muster(os.path.join(base, "ray"), min(args.kills, 3), args.every, args.batch, args.seed, "ray")
-        ray_report = {"wall_s": ray_soak["wall_s"], "kills": ray_soak["kills"], "recovery_s": ray_soak["recovery_s"],
-                      "recovery_median_s": statistics.median(ray_soak["recovery_s"]) if ray_soak["recovery_s"] else None}
-    soak = run_muster(os.path.join(base, "soak"), args.kills, args.every, args.batch, args.seed)
-    clean_wall = run_clean(os.path.join(base, "clean"), args.every, args.batch)
-    a = torch.load(os.path.join(base, "soak", "final.pt"))
-    b = torch.load(os.path.join(base, "clean", "final.pt"))
-    identical = all(torch.equal(a[k], b[k]) for k in a)
-    rec = soak["recovery_s"]
-    report = {
-        **soak,
-        "clean_wall_s": clean_wall,
-        "final_weights_identical_to_uninterrupted": identical,
-        "recovery_median_s": statistics.median(rec) if rec else None,
-        "recovery_max_s": max(rec) if rec else None,
-        "torch": torch.__version__,
-        "cpus": os.cpu_count(),
-        "ray": ray_report,
-    }
-    print(json.dumps(report, indent=1))
+    common = [f"--kills={args.kills}", f"--every={args.every}", f"--batch={args.batch}", f"--seed={args.seed}"]
+    clean_dir = os.path.join(base, "clean")
+    clean = run_child(__file__, ["clean", f"--workdir={clean_dir}", *common])
+    reference = torch.load(os.path.join(clean_dir, "final.pt"))
+    frameworks = ["muster", "ray"] if args.ray else ["muster"]
+    runs: dict[str, list[dict]] = {fw: [] for fw in frameworks}
+    for rep, fw in interleaved(frameworks, args.repeat):
+        workdir = os.path.join(base, f"{fw}-{rep}")
+        row = run_child(__file__, [fw, f"--workdir={workdir}", *common])
+        final = torch.load(os.path.join(workdir, "final.pt"))
+        final = {k.removeprefix("module."): v for k, v in final.items()}
+        row["final_weights_identical_to_uninterrupted"] = all(torch.equal(final[k], reference[k]) for k in reference)
+        runs[fw].append(row)
+        print(f"[{rep + 1}/{args.repeat}] {fw:6s} kills {row['kills']}, recovery "
+              f"{', '.join(f'{r:.2f}' for r in row['recovery_s'])} s, redone beyond durable "
+              f"{row['steps_redone_beyond_last_checkpoint']}, identical weights "
+              f"{row['final_weights_identical_to_uninterrupted']}, wall {row['wall_s']:.1f} s", flush=True)
+    report: dict = {"kills_per_run": args.kills, "repeat": args.repeat, "clean_wall_s": clean["wall_s"],
+                    "torch": torch.__version__, "cpus": os.cpu_count(), "frameworks": {}}
+    for fw, rows in runs.items():
+        rec = summary([r for row in rows for r in row["recovery_s"]])
+        redone = [d for row in rows for d in row["steps_redone_beyond_last_checkpoint"]]
+        report["frameworks"][fw] = {
+            "kills": sum(r["kills"] for r in rows),
+            "recovery_s": rec,
+            "steps_redone_beyond_last_durable": redone,
+            "durable_checkpoints_lost": sum(1 for d in redone if d > 0),
+            "identical_final_weights": [r["final_weights_identical_to_uninterrupted"] for r in rows],
+            "wall_s": summary([r["wall_s"] for r in rows]),
+        }
+        print(f"{fw:6s} SIGKILL -> next step {fmt(rec)} over {report['frameworks'][fw]['kills']} kills; "
+              f"durable checkpoints lost {report['frameworks'][fw]['durable_checkpoints_lost']}; "
+              f"run wall {fmt(report['frameworks'][fw]['wall_s'], digits=1)} (uninterrupted {clean['wall_s']:.1f} s)")
     out = os.path.join(os.path.dirname(__file__), "results")
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"recovery_{int(time.time())}.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    sys.exit(0 if identical and all(r <= 0 for r in soak["steps_redone_beyond_last_checkpoint"]) else 1)
+    path = os.path.join(out, f"recovery_{int(time.time())}.json")
+    with open(path, "w") as f:
+        json.dump({**report, "runs": runs}, f, indent=1)
+    print(f"results: {path}")
+    ok = all(d <= 0 for d in report["frameworks"]["muster"]["steps_redone_beyond_last_durable"])
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,12 @@ is counted, as a user sees it):
   when wall time falls in proportion to the iterations cut.
 
 Both frameworks use their defaults (1 CPU per trial, as many trials at once as
-CPUs) unless ``--reuse-actors`` is given for Ray.
+CPUs); Ray runs the trivial workload twice, with and without
+``reuse_actors=True`` (its fastest mode).  Every run is a fresh process; the
+runs are interleaved (the order rotates each repeat) and each figure is the
+median over ``--repeat`` runs with the spread (min-max).
 
-    python benchmarks/tune_bench.py            # muster, and Ray when installed
+    python benchmarks/tune_bench.py --samples 32 --repeat 3   # muster, and Ray when installed
     python benchmarks/tune_bench.py --only muster
 """
 
@@ -22,12 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from _bench import fmt, interleaved, run_child, summary  # noqa: E402
 
 
 # -- the trainables (the same code for both frameworks) ------------------------------
@@ -102,24 +106,20 @@ def run_one(api: str, workload: str, samples: int, scheduler: str, step_s: float
     }
 
 
-def _in_subprocess(args: list[str]) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--one", *args], capture_output=True, text=True, timeout=1800)
-    for line in reversed(out.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise RuntimeError(f"benchmark run failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--api", default="muster")
     ap.add_argument("--workload", default="trivial")
     ap.add_argument("--scheduler", default="fifo")
-    ap.add_argument("--samples", type=int, default=64)
+    ap.add_argument("--samples", type=int, default=32)
     ap.add_argument("--step-s", type=float, default=0.1)
     ap.add_argument("--reuse-actors", action="store_true")
     ap.add_argument("--only", choices=["muster", "ray"])
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each variant (interleaved); figures are medians")
+    ap.add_argument("--no-asha", action="store_true", help="only the trivial workload")
+    ap.add_argument("--ray-reuse-only", action="store_true",
+                    help="run Ray's trivial workload only with reuse_actors=True (its fastest mode)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "tune_bench.json"))
     a = ap.parse_args()
     if a.one:
@@ -131,24 +131,38 @@ def main() -> None:
             import ray  # noqa: F401
         except ImportError:
             apis.remove("ray")
-    plan = []
+    variants = []
     for api in apis:
-        plan.append([f"--api={api}", "--workload=trivial", f"--samples={a.samples}"])
+        if api == "muster" or not a.ray_reuse_only:
+            variants.append((f"{api} trivial", [f"--api={api}", "--workload=trivial", f"--samples={a.samples}"]))
         if api == "ray":
-            plan.append([f"--api={api}", "--workload=trivial", f"--samples={a.samples}", "--reuse-actors"])
-        for sched in ("fifo", "asha"):
-            plan.append([f"--api={api}", "--workload=asha", "--samples=32", f"--scheduler={sched}",
-                         f"--step-s={a.step_s}"])
-    rows = []
-    for args in plan:
-        row = _in_subprocess(args)
-        rows.append(row)
-        print(f"{row['api']:7s} {row['workload']:8s} {row['scheduler']:5s} reuse={row['reuse_actors']!s:5s} "
-              f"trials={row['trials']:3d} errors={row['errors']} iters={row['iterations']:4d} "
-              f"wall={row['wall_s']:7.2f}s fit={row['fit_s']:7.2f}s trials/s={row['trials_per_s']:.2f}", flush=True)
+            variants.append(("ray trivial reuse_actors", [f"--api={api}", "--workload=trivial",
+                                                          f"--samples={a.samples}", "--reuse-actors"]))
+        if not a.no_asha:
+            for sched in ("fifo", "asha"):
+                variants.append((f"{api} curve {sched}", [f"--api={api}", "--workload=asha", "--samples=32",
+                                                          f"--scheduler={sched}", f"--step-s={a.step_s}"]))
+    rows: dict[str, list[dict]] = {name: [] for name, _ in variants}
+    for rep, (name, args) in interleaved(variants, a.repeat):
+        row = run_child(__file__, args)
+        rows[name].append(row)
+        print(f"[{rep + 1}/{a.repeat}] {name:26s} trials={row['trials']:3d} errors={row['errors']} "
+              f"iters={row['iterations']:4d} wall={row['wall_s']:7.2f}s fit={row['fit_s']:7.2f}s", flush=True)
+    table = {name: {key: summary([r[key] for r in rs]) for key in ("wall_s", "fit_s", "iterations", "trials_per_s")}
+             for name, rs in rows.items()}
+    print("\nmedian over runs (min-max):")
+    for name, t in table.items():
+        print(f"  {name:26s} wall {fmt(t['wall_s'])}  fit {fmt(t['fit_s'])}  iterations "
+              f"{fmt(t['iterations'], unit='', digits=0)}")
+    base = table.get("muster trivial", {}).get("wall_s", {}).get("median")
+    for name in ("ray trivial", "ray trivial reuse_actors"):
+        other = table.get(name, {}).get("wall_s", {}).get("median")
+        if base and other:
+            print(f"  {name} / muster trivial, wall: {other / base:.2f}x")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
-        json.dump(rows, f, indent=1)
+        json.dump({"samples": a.samples, "repeat": a.repeat, "summary": table, "runs": rows}, f, indent=1)
+    print(f"results: {a.out}")
 
 
 if __name__ == "__main__":

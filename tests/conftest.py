@@ -36,7 +36,8 @@ def _workers() -> list[psutil.Process]:
     out = []
     for child in psutil.Process().children(recursive=False):
         try:
-            if "muster.core.local.zygote" not in " ".join(child.cmdline()):
+            # A zygote forked from this process is named muster-zygote; a fresh one runs the module.
+            if child.name() != "muster-zygote" and "muster.core.local.zygote" not in " ".join(child.cmdline()):
                 continue
             out.extend(child.children(recursive=True))
         except psutil.NoSuchProcess:

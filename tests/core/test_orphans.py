@@ -65,7 +65,8 @@ class Driver:
         try:
             for child in psutil.Process(self.proc.pid).children():
                 try:
-                    if "muster.core.local.zygote" in " ".join(child.cmdline()):
+                    # Forked from the driver it is named muster-zygote; a fresh interpreter runs the module.
+                    if child.name() == "muster-zygote" or "muster.core.local.zygote" in " ".join(child.cmdline()):
                         self.zygotes.add(child.pid)
                 except psutil.NoSuchProcess:
                     pass

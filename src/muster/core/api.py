@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,16 @@ if TYPE_CHECKING:
 
 _runtime: Runtime | None = None
 _lock = threading.Lock()
+
+
+def _forget_engine_in_child() -> None:
+    """A forked child (the zygote, its workers, a DataLoader worker) does not own its parent's engine;
+    and the lock may have been held by the thread that forked."""
+    global _runtime, _lock
+    _runtime, _lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_engine_in_child)
 
 
 def init(

@@ -18,10 +18,14 @@ DEFAULT_PRELOAD = (
 )
 
 
-def preload_modules() -> list[str]:
+def preload_modules(with_torch: bool = True) -> list[str]:
+    """What the zygote imports before forking: ``MUSTER_PRELOAD`` (comma-separated) when set, else
+    :data:`DEFAULT_PRELOAD`, less the torch family while the driver has not imported torch
+    (``with_torch`` false): workers of a driver that never uses torch (plain Tune trials, tasks) then
+    start seconds sooner, and a driver that imports torch later gets it preloaded from then on."""
     raw = os.environ.get("MUSTER_PRELOAD")
     if raw is None:
-        return list(DEFAULT_PRELOAD)
+        return [m for m in DEFAULT_PRELOAD if with_torch or not (m == "torch" or m.startswith("torch."))]
     return [m.strip() for m in raw.split(",") if m.strip()]
 
 
@@ -41,6 +45,11 @@ def log_prefix_enabled() -> bool:
 def force_plain_progress() -> bool:
     """``MUSTER_PLAIN_PROGRESS=1``: plain lines even on a terminal."""
     return os.environ.get("MUSTER_PLAIN_PROGRESS", "0") == "1"
+
+
+def zygote_fork_enabled() -> bool:
+    """``MUSTER_ZYGOTE_FORK=0``: always start the zygote as a fresh interpreter, never fork the driver."""
+    return os.environ.get("MUSTER_ZYGOTE_FORK", "1") != "0"
 
 
 def shared_memory_transport() -> bool:

@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import itertools
 import json
+import logging
 import os
 import queue
 import secrets
@@ -33,7 +34,7 @@ from typing import Any, Callable, Iterator
 
 from muster.core import resources as res
 from muster.core import settings
-from muster.core.local import wire
+from muster.core.local import wire, zygote
 from muster.core.local.actor import LocalActor
 from muster.core.local.logs import LogRelay
 from muster.core.local.slots import Allocation, SlotTable
@@ -48,6 +49,35 @@ from muster.exceptions import (
 )
 
 _STARTUP_TIMEOUT_S = 60.0
+_log = logging.getLogger("muster")
+
+
+class _ForkedZygote:
+    """The zygote when it was forked from the driver: the few ``Popen`` members the engine uses."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (a SIGCHLD handler of the user's)
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"zygote {self.pid}", timeout or 0.0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
 
 
 class LocalRuntime(Runtime):
@@ -76,7 +106,8 @@ class LocalRuntime(Runtime):
         self._start_error: BaseException | None = None
         self._start_lock = threading.Lock()
         self._closed = False
-        self._zygote: subprocess.Popen | None = None
+        self._zygote: subprocess.Popen | _ForkedZygote | None = None
+        self.zygote_forked = False  # True when the zygote is a fork of this driver (see start())
         self._zygote_conn: Connection | None = None
         self._zygote_lock = threading.Lock()
         self._tmp = tempfile.mkdtemp(prefix="muster-")
@@ -94,19 +125,52 @@ class LocalRuntime(Runtime):
             if self._closed:
                 raise RuntimeNotStartedError("This muster runtime was shut down; call muster.init() again.")
             if self._listener is None:
+                # Fork the zygote before this engine starts any thread of its own (fork_blocker checks).
+                blocker = zygote.fork_blocker()
+                if blocker is None:
+                    self._fork_zygote()
                 self._listener = Listener(os.path.join(self._tmp, "ctl.sock"), "AF_UNIX", authkey=self._authkey)
                 self._logs = LogRelay(os.path.join(self._tmp, "log.sock"), self._label_for)
                 threading.Thread(target=self._accept_forever, name="muster-accept", daemon=True).start()
-                self._spawn_zygote()
+                if blocker is None:
+                    threading.Thread(target=self._read_zygote, name="muster-zygote", daemon=True).start()
+                else:
+                    _log.debug("muster: starting the zygote as a fresh interpreter, not a fork: %s", blocker)
+                    self._spawn_zygote()
         if wait:
             self._wait_started()
+
+    def _fork_zygote(self) -> None:
+        """Fork the zygote from this process, which already holds torch (when it has imported it)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        for stream in (sys.stdout, sys.stderr):  # or the child would write our buffered output again
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or odd stream: nothing to flush
+                pass
+        # A Ctrl-C between fork() and the child's setsid() must not reach the child: hold SIGINT
+        # blocked across the fork (the child ignores it before unblocking; we get ours after).
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        pid = -1
+        try:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child never returns
+                ours.close()
+                zygote.run_forked(theirs.detach(), _preload(), blocked)
+        finally:
+            if pid != 0:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        theirs.close()
+        self._zygote = _ForkedZygote(pid)
+        self._zygote_conn = Connection(ours.detach())
+        self.zygote_forked = True
 
     def _spawn_zygote(self) -> None:
         config = {
             "address": self._listener.address,  # type: ignore[union-attr]
             "authkey": self._authkey.hex(),
             "sys_path": [p for p in sys.path if p],
-            "preload": settings.preload_modules(),
+            "preload": _preload(),
         }
         env = dict(os.environ, MUSTER_ZYGOTE=json.dumps(config))
         self._zygote = subprocess.Popen(
@@ -141,7 +205,7 @@ class LocalRuntime(Runtime):
                 if self._closed:
                     return
                 continue
-            if hello[0] == "ready":
+            if hello[0] == "ready" and self._zygote_conn is None:
                 self._zygote_conn = conn
                 threading.Thread(target=self._read_zygote, name="muster-zygote", daemon=True).start()
                 self._started.set()
@@ -162,7 +226,9 @@ class LocalRuntime(Runtime):
                 msg = wire.recv(self._zygote_conn)
             except (EOFError, OSError):
                 break
-            if msg[0] == "forked":
+            if msg[0] == "ready":  # a forked zygote's link is a socket pair, not an accepted connection
+                self._started.set()
+            elif msg[0] == "forked":
                 actor = self._actors.get(msg[1])
                 if actor is not None:
                     actor.pid = msg[2]
@@ -188,24 +254,21 @@ class LocalRuntime(Runtime):
                 q.put(None)  # its dispatcher fails what is still queued, then ends
         for actor in list(self._actors.values()):
             self._terminate(actor, grace_s=0.0)
-        if self._zygote_conn is not None:
+        if self._started.is_set() and self._zygote_conn is not None:
             try:
                 with self._zygote_lock:
                     wire.send(self._zygote_conn, ("quit",))
             except OSError:
                 pass
         elif self._zygote is not None and self._zygote.poll() is None:
-            # Still importing, so it forked nothing (forks go over the link it has not
-            # opened) and would never hear "quit": stop it now instead of waiting 3 s.
-            try:
-                os.killpg(self._zygote.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            # Still importing, so it forked nothing (forks wait until it is ready) and
+            # would hear "quit" only then: stop it now instead of waiting 3 s.
+            _kill_group(self._zygote.pid)
         if self._zygote is not None:
             try:
                 self._zygote.wait(3)
             except subprocess.TimeoutExpired:
-                os.killpg(self._zygote.pid, signal.SIGKILL)
+                _kill_group(self._zygote.pid)
                 self._zygote.wait()
         if self._zygote_conn is not None:
             wire.close(self._zygote_conn)
@@ -315,6 +378,7 @@ class LocalRuntime(Runtime):
             "address": self._listener.address,  # type: ignore[union-attr]
             "authkey": self._authkey,
             "log_address": self._logs.address,  # type: ignore[union-attr]
+            "preload": _preload(),  # the driver may have imported torch since the zygote started
         }
         with self._zygote_lock:
             if self._zygote_conn is None:
@@ -508,6 +572,22 @@ class LocalRuntime(Runtime):
             out.set_exception(exc)
 
 
+def _preload() -> list[str]:
+    """The zygote preloads torch (and DDP's torch._dynamo) once the driver has imported torch."""
+    return settings.preload_modules(with_torch="torch" in sys.modules)
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the zygote's process group (it leads its own session), or it alone if it has none yet."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _detect_total(num_cpus: float | None, num_gpus: float | None, custom: dict[str, float] | None) -> dict[str, float]:
     if num_cpus is None:
         num_cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
@@ -525,6 +605,8 @@ def _count_gpus() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    if "torch" not in sys.modules and not os.path.isdir("/proc/driver/nvidia/gpus"):
+        return 0  # no NVIDIA driver here: do not import torch (seconds) only to hear that
     try:
         import torch
 

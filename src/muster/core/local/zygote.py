@@ -4,6 +4,12 @@ Forking a worker from here costs milliseconds instead of the seconds a fresh
 interpreter needs to import torch, and the workers share torch's pages
 copy-on-write.  The zygote stays single-threaded so that forking it is safe.
 
+It starts one of two ways.  When the driver is safe to fork (no other Python
+thread, CUDA not initialised: see :func:`fork_blocker`), the engine forks it
+from the driver itself (:func:`run_forked`), so it holds the driver's torch
+at once and only imports what the driver has not.  Otherwise it is a fresh
+``python -m muster.core.local.zygote`` (:func:`main`) that imports torch itself.
+
 It watches its link to the driver: when the driver dies (even by SIGKILL) the
 link closes, the zygote kills every worker it forked and exits.  Workers also
 carry PR_SET_PDEATHSIG, so a killed zygote takes them with it.
@@ -23,6 +29,51 @@ import sys
 from multiprocessing.connection import Client, Connection
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+#: The forked zygote's process name (``/proc/<pid>/comm``): its command line is the driver's.
+FORKED_NAME = "muster-zygote"
+_driver_name: bytes | None = None  # the forked zygote's name before it renamed itself
+
+
+def fork_blocker() -> str | None:
+    """Why this process must not be forked into the zygote now, or ``None`` when it may be.
+
+    Forking copies only the calling thread: another Python thread could hold a
+    lock (logging, an import, a queue) that the child would then wait on
+    forever, and CUDA does not survive a fork.  Native thread pools that
+    libraries start at import (OpenBLAS, OpenMP) shut down or rebuild
+    themselves around ``fork()``, as PyTorch's DataLoader workers rely on.
+    """
+    from muster.core import settings
+
+    if not settings.zygote_fork_enabled():
+        return "MUSTER_ZYGOTE_FORK=0"
+    if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
+        return f"fork() of the driver is supported on Linux only (this is {sys.platform})"
+    import threading
+
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if others:
+        return f"the driver runs {len(others)} other Python thread(s): {', '.join(sorted(others)[:4])}"
+    if threading.current_thread() is not threading.main_thread():
+        return "the engine is starting from a thread other than the main thread"
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
+        return "CUDA is initialised in the driver (it does not survive fork())"
+    return None
+
+
+def _set_name(name: bytes) -> bytes | None:
+    """Set this process's name (``/proc/<pid>/comm``); return the old one."""
+    try:
+        with open("/proc/self/comm", "rb") as f:
+            old = f.read().strip()
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name[:15]), 0, 0, 0)
+        return old
+    except OSError:
+        return None
 
 
 def _die_with_parent() -> None:
@@ -39,6 +90,8 @@ def _child(spec: dict, zygote_conn: Connection) -> None:
     try:
         _die_with_parent()
         zygote_conn.close()
+        if _driver_name is not None:
+            _set_name(_driver_name)  # a worker of a forked zygote keeps the driver's name, as before
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -81,24 +134,108 @@ def _attach_logs(address: str, worker_id: int) -> None:
 
 
 def main() -> None:
+    """Entry point of ``python -m muster.core.local.zygote`` (the fresh-interpreter start)."""
     config = json.loads(os.environ.pop("MUSTER_ZYGOTE", "{}"))
     sys.path[:] = config.get("sys_path", sys.path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the driver
-    for name in config.get("preload", []):
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a module that fails here fails later, in context
-            pass
-    from muster.core.local import wire
-
-    # Everything imported so far is shared with the workers copy-on-write; keep
-    # Python's collector from touching (and so copying) those objects in them.
-    gc.freeze()
+    _preload(config.get("preload", []))
     try:
         conn = Client(config["address"], family="AF_UNIX", authkey=bytes.fromhex(config["authkey"]))
     except OSError:  # the driver is already gone: nothing to serve
         os._exit(0)
+    _serve(conn)
+
+
+def run_forked(link_fd: int, preload: list[str], sigmask: "set[int | signal.Signals]") -> None:
+    """Become the zygote in a child just forked from the driver. Never returns.
+
+    ``link_fd`` is this end of a socket pair whose other end the driver keeps;
+    SIGINT arrives blocked, and ``sigmask`` is the mask to restore once it is ignored.
+    """
+    global _driver_name
+    try:
+        os.setsid()  # Ctrl-C in the terminal reaches the driver only
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, sigmask)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        # Keep only stdio and the link: the driver's files, sockets and pipes must not stay open
+        # here (a pipe's reader would never see EOF), just as a fresh interpreter would not hold them.
+        os.closerange(3, link_fd)
+        os.closerange(link_fd + 1, _max_fd())
+        _driver_name = _set_name(FORKED_NAME.encode())
+        torch = sys.modules.get("torch")
+        if torch is not None:  # a fresh seed, as a new interpreter's torch draws: not the driver's stream
+            torch.random.default_generator.seed()
+        _preload(preload)
+        _serve(Connection(link_fd))
+    except BaseException:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(1)
+
+
+def _max_fd() -> int:
+    try:
+        return max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1
+    except (OSError, ValueError):
+        return os.sysconf("SC_OPEN_MAX")
+
+
+def _preload(names: list[str]) -> None:
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a module that fails here fails later, in context
+            pass
+    # Everything imported so far is shared with the workers copy-on-write; keep
+    # Python's collector from touching (and so copying) those objects in them.
+    gc.freeze()
+
+
+_MADV_DONTNEED = 4
+_TRIM_AFTER_IDLE_S = 3.0
+
+
+def _drop_file_pages() -> None:
+    """Drop this process's page-table entries for read-only, file-backed mappings (shared libraries).
+
+    An idle zygote needs none of them, and the pages stay in the page cache (a
+    later touch maps them back); this only takes them off its resident set, so
+    the zygote's RSS is what it holds of its own.  A mapping with any private
+    (anonymous) page, such as relocated read-only data, is left alone.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        candidate: tuple[int, int] | None = None
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 5 and "-" in parts[0] and ":" in parts[3]:  # a mapping's header line
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    file_backed = len(parts) > 5 and parts[5].startswith("/")
+                    candidate = (lo, hi) if file_backed and parts[1] in ("r--p", "r-xp") else None
+                elif parts and parts[0] == "Anonymous:" and candidate is not None:
+                    if parts[1] == "0":
+                        libc.madvise(candidate[0], candidate[1] - candidate[0], _MADV_DONTNEED)
+                    candidate = None
+    except (OSError, ValueError):  # not Linux, or an unexpected smaps: keep the pages
+        pass
+
+
+def _serve(conn: Connection) -> None:
+    """Fork a worker per request until the driver's link closes; then kill them all. Never returns."""
+    import time
+
+    from muster.core.local import wire
+
     wire.send(conn, ("ready", os.getpid()))
+    trim_at: float | None = time.monotonic() + _TRIM_AFTER_IDLE_S
     children: set[int] = set()
     rfd, wfd = os.pipe()
     os.set_blocking(wfd, False)
@@ -109,7 +246,12 @@ def main() -> None:
     sel.register(rfd, selectors.EVENT_READ, "sigchld")
     try:
         while True:
-            for key, _ in sel.select():
+            timeout = None if trim_at is None else max(0.0, trim_at - time.monotonic())
+            events = sel.select(timeout)
+            if not events and trim_at is not None:
+                _drop_file_pages()  # idle a while after importing or forking: shed library pages
+                trim_at = None
+            for key, _ in events:
                 if key.data == "sigchld":
                     os.read(rfd, 4096)
                     _reap(children, conn)
@@ -122,6 +264,8 @@ def main() -> None:
                     return
                 if msg[0] == "fork":
                     spec = msg[2]
+                    _preload(spec.get("preload", []))  # what the driver needs now (no-op once imported)
+                    trim_at = time.monotonic() + _TRIM_AFTER_IDLE_S
                     pid = os.fork()
                     if pid == 0:
                         sel.close()

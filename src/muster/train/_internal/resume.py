@@ -20,7 +20,9 @@ state was never seen, so only its loaders resume exactly.
 from __future__ import annotations
 
 import io
+import pickle
 import random
+import sys
 from typing import Any, Protocol
 
 STATE_DIR = ".muster"
@@ -58,48 +60,57 @@ class ResumeBook:
             set_rng(self._restore["rng"])
 
     def capture(self) -> bytes:
+        state = {"loaders": [loader.state_dict() for loader in self._loaders], "rng": get_rng()}
+        if "torch" not in sys.modules:  # a worker that never imported torch (a plain Tune trial) need not
+            return pickle.dumps(state)  # import it (seconds) to save Python's and numpy's RNG states
         import torch
 
         buf = io.BytesIO()
-        torch.save({"loaders": [loader.state_dict() for loader in self._loaders], "rng": get_rng()}, buf)
+        torch.save(state, buf)
         return buf.getvalue()
 
 
 def load(data: bytes, own_rng: bool) -> dict[str, Any]:
-    import torch
+    if not data.startswith(b"PK"):  # torch.save writes a zip archive; a plain pickle is the torch-less state
+        state = pickle.loads(data)
+    else:
+        import torch
 
-    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
     if not own_rng:
         state.pop("rng", None)
     return state
 
 
 def get_rng() -> dict[str, Any]:
-    import torch
-
-    out: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    out: dict[str, Any] = {"python": random.getstate()}
     try:
         import numpy as np
 
         out["numpy"] = np.random.get_state()
     except ImportError:
         pass
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return out
+    out["torch"] = torch.get_rng_state()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         out["cuda"] = torch.cuda.get_rng_state_all()
     return out
 
 
 def set_rng(state: dict[str, Any]) -> None:
-    import torch
-
     random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
     if "numpy" in state:
         import numpy as np
 
         np.random.set_state(state["numpy"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "torch" in state:
+        import torch
+
+        torch.set_rng_state(state["torch"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
 
 
 _book = ResumeBook()

@@ -1,0 +1,159 @@
+"""The zygote forked from the driver, and the fresh-interpreter fallback.
+
+Each test runs a small driver script as its own process (a pytest process has
+threads of its own, so the engine in it never forks itself): one that is safe
+to fork, and ones that are not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+TIMEOUT = 120
+
+_DRIVER = r"""
+import json, logging, os, sys, threading, time
+import torch  # the driver holds torch: the forked zygote must not import it again
+import muster
+from muster.core.local import zygote as zygote_mod
+
+mode, out = sys.argv[1], sys.argv[2]
+logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
+held = open(os.path.join(out, "held-by-driver.txt"), "w")   # must not stay open in the zygote or workers
+r, w = os.pipe()                                              # nor the write end of this pipe
+stop = threading.Event()
+if mode == "thread":
+    threading.Thread(target=stop.wait, name="users-thread", daemon=True).start()
+driver_seed = torch.initial_seed()  # workers must not continue the driver's torch random stream
+print("buffered before the engine started", end="")          # must reach the terminal once, not per process
+
+rt = muster.init(num_cpus=2, num_gpus=0)
+
+
+@muster.remote
+def probe():
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return {"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "fds": fds,
+            "initialised": muster.is_initialized(), "torch_seed": torch.initial_seed(),
+            "comm": open("/proc/self/comm").read().strip()}
+
+
+info = muster.get(probe.remote(), timeout=60)
+zpid = rt._zygote.pid
+
+
+def rss_file_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssFile:"))
+
+
+deadline = time.monotonic() + 30  # an idle zygote sheds its library pages after a few seconds
+while rss_file_kib(zpid) > 10 * 1024 and time.monotonic() < deadline:
+    time.sleep(0.2)
+zygote_rss_file_kib = rss_file_kib(zpid)
+zygote_fds = sorted(os.readlink(f"/proc/{zpid}/fd/{fd}") for fd in os.listdir(f"/proc/{zpid}/fd"))
+stop.set()
+os.close(w)
+eof = os.read(r, 1) == b""  # our write end is closed; EOF proves no child kept a copy
+json.dump({"forked": rt.zygote_forked, "driver_torch_seed": driver_seed, "zygote_pid": zpid,
+           "driver_pid": os.getpid(),
+           "zygote_comm": open(f"/proc/{zpid}/comm").read().strip(), "zygote_sid": os.getsid(zpid),
+           "zygote_fds": zygote_fds, "worker": info, "zygote_rss_file_kib": zygote_rss_file_kib, "pipe_eof": eof,
+           "held": os.path.realpath(held.name)}, open(os.path.join(out, "report.json"), "w"))
+muster.shutdown()
+print("\ndriver done")
+"""
+
+
+def _run(tmp_path, mode: str, **env: str) -> tuple[dict, str]:
+    script = tmp_path / "driver.py"
+    script.write_text(_DRIVER)
+    full_env = {k: v for k, v in os.environ.items() if k not in ("MUSTER_ADDRESS", "RAY_ADDRESS")}
+    full_env.update(env)
+    proc = subprocess.run([sys.executable, str(script), mode, str(tmp_path)], capture_output=True, text=True,
+                          timeout=TIMEOUT, env=full_env, cwd=tmp_path)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    with open(tmp_path / "report.json") as f:
+        return json.load(f), output
+
+
+def test_a_safe_driver_forks_its_zygote_which_holds_no_driver_files(tmp_path):
+    report, output = _run(tmp_path, "plain")
+    assert report["forked"], output
+    worker = report["worker"]
+    assert report["zygote_comm"] == "muster-zygote"
+    assert report["zygote_sid"] == report["zygote_pid"], "the zygote leads its own session (Ctrl-C skips it)"
+    assert worker["ppid"] == report["zygote_pid"]
+    assert worker["comm"] != "muster-zygote"
+    assert not worker["initialised"], "a worker must not think it owns the driver's engine"
+    assert worker["torch_seed"] != report["driver_torch_seed"], "a worker must not share the driver's torch seed"
+    assert report["pipe_eof"], "a child kept the driver's pipe open"
+    held = report["held"]
+    assert held not in report["zygote_fds"], report["zygote_fds"]
+    assert held not in worker["fds"].values(), worker["fds"]
+    assert output.count("buffered before the engine started") == 1, output
+    assert report["zygote_rss_file_kib"] <= 10 * 1024, "the idle zygote should have shed its library pages"
+    assert "fresh interpreter" not in output
+
+
+def test_a_driver_running_another_thread_starts_a_fresh_zygote_and_says_why(tmp_path):
+    report, output = _run(tmp_path, "thread")
+    assert not report["forked"]
+    assert "starting the zygote as a fresh interpreter, not a fork" in output
+    assert "users-thread" in output, output
+    assert report["worker"]["ppid"] == report["zygote_pid"]
+    assert report["pipe_eof"]
+
+
+def test_muster_zygote_fork_0_turns_the_fork_off(tmp_path):
+    report, output = _run(tmp_path, "plain", MUSTER_ZYGOTE_FORK="0")
+    assert not report["forked"]
+    assert "MUSTER_ZYGOTE_FORK=0" in output
+    assert report["zygote_comm"] != "muster-zygote"
+    assert report["zygote_sid"] == report["zygote_pid"]
+
+
+_TORCHLESS = r"""
+import sys, tempfile
+import muster
+from muster import tune
+from muster.train._internal import resume
+
+
+def trial(config):
+    import random
+    import sys
+
+    random.seed(7)
+    tune.report({"step": 1})
+    tune.report({"torch_in_worker": "torch" in sys.modules})
+
+
+grid = tune.Tuner(trial, tune_config=tune.TuneConfig(num_samples=1),
+                  run_config=tune.RunConfig(storage_path=tempfile.mkdtemp(), verbose=0)).fit()
+state = resume.load(resume.book().capture(), own_rng=True)  # the torch-less format round-trips
+assert "torch" not in state["rng"] and state["rng"]["python"][1][:3] == __import__("random").getstate()[1][:3]
+print("RESULT", grid[0].metrics["torch_in_worker"], "torch" in sys.modules)
+"""
+
+
+@pytest.mark.skipif(os.path.isdir("/proc/driver/nvidia/gpus"), reason="with GPUs the engine asks torch to count them")
+def test_a_driver_without_torch_runs_tune_trials_that_never_import_it(tmp_path):
+    script = tmp_path / "torchless.py"
+    script.write_text(_TORCHLESS)
+    env = {k: v for k, v in os.environ.items() if k not in ("MUSTER_ADDRESS", "RAY_ADDRESS", "MUSTER_PRELOAD")}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "RESULT False False" in proc.stdout, proc.stdout + proc.stderr
