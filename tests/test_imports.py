@@ -51,7 +51,7 @@ def _imports(path: pathlib.Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("layer", ["train", "tasks", "observe", "tune"])
+@pytest.mark.parametrize("layer", ["train", "tasks", "observe", "tune", "serve"])
 def test_layers_above_core_use_the_seam(layer):
     """Above core/, nothing starts processes or talks to Ray directly."""
     banned = {"multiprocessing", "subprocess", "ray"}

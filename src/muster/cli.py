@@ -5,6 +5,7 @@
     muster logs NAME [--rank N] [--tail N] [--follow] [--storage-path P]
     muster dashboard [--storage-path P] [--host H] [--port N] [--token T]
     muster status [--address A] [--storage-path P]
+    muster serve run|deploy|status|shutdown ...
 """
 
 from __future__ import annotations
@@ -269,6 +270,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="a Ray cluster ('auto', 'ray://head:10001', 'head:6379'); default: MUSTER_ADDRESS / "
                              "RAY_ADDRESS, else this machine")
     status.set_defaults(fn=cmd_status)
+    from muster.serve.cli_commands import register as register_serve
+
+    register_serve(sub)
     return parser
 
 

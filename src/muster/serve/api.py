@@ -72,17 +72,7 @@ def run(
         RayServeException: a replica's constructor raised.
         TypeError / ValueError: bad arguments.
     """
-    from muster.serve._internal import plan
-
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"serve.run(name={name!r}): give the app a non-empty name.")
-    if route_prefix is not None and (not isinstance(route_prefix, str) or not route_prefix.startswith("/")
-                                     or (len(route_prefix) > 1 and route_prefix.endswith("/"))):
-        raise ValueError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
-    ingress, plans = plan.build(target, name)
-    start()
-    _get().deploy(name, route_prefix, ingress, plans)
-    handle = DeploymentHandle(ingress, name)
+    handle = _run(target, name=name, route_prefix=route_prefix)
     if blocking:
         try:
             while True:
@@ -90,6 +80,21 @@ def run(
         except KeyboardInterrupt:
             shutdown()
     return handle
+
+
+def _run(target: Application, *, name: str, route_prefix: str | None,
+         overrides: dict[str, dict[str, Any]] | None = None) -> DeploymentHandle:
+    from muster.serve._internal import plan
+
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"serve.run(name={name!r}): give the app a non-empty name.")
+    if route_prefix is not None and (not isinstance(route_prefix, str) or not route_prefix.startswith("/")
+                                     or (len(route_prefix) > 1 and route_prefix.endswith("/"))):
+        raise ValueError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
+    ingress, plans = plan.build(target, name, overrides)
+    start()
+    _get().deploy(name, route_prefix, ingress, plans)
+    return DeploymentHandle(ingress, name)
 
 
 @dataclass

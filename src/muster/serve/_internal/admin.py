@@ -38,15 +38,21 @@ def start(controller: Any) -> None:
             loop = asyncio.get_running_loop()
             if op == "status":
                 reply: dict[str, Any] = await loop.run_in_executor(None, controller.status)
+            elif op == "deploy":
+                from muster.serve import schema
+
+                config = schema.load_config(req["path"])
+                reply = {"applications": await loop.run_in_executor(None, schema.deploy, config)}
             elif op == "shutdown":
                 reply = {"ok": True}
                 shutdown_requested.set()
             else:
-                reply = {"error": f"unknown op {op!r}; use 'status' or 'shutdown'"}
+                reply = {"error": f"unknown op {op!r}; use 'status', 'deploy' or 'shutdown'"}
             writer.write(json.dumps(reply).encode() + b"\n")
             await writer.drain()
         except Exception as exc:  # noqa: BLE001 - answer the client, keep serving
             writer.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode() + b"\n")
+            await writer.drain()
         finally:
             writer.close()
 
@@ -94,12 +100,12 @@ def instances() -> list[dict[str, Any]]:
     return out
 
 
-def request(rec: dict[str, Any], op: str, timeout_s: float = 30.0) -> dict[str, Any]:
+def request(rec: dict[str, Any], op: str, timeout_s: float = 30.0, **fields: Any) -> dict[str, Any]:
     """Send one op to the instance ``rec`` describes and return its answer."""
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(timeout_s)
         s.connect(rec["admin"])
-        s.sendall(json.dumps({"op": op}).encode() + b"\n")
+        s.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
         buf = b""
         while not buf.endswith(b"\n"):
             chunk = s.recv(65536)

@@ -26,6 +26,7 @@ from muster.core.api import get_runtime
 from muster.core.runtime import ActorHandle
 from muster.serve._internal import autoscaling, router
 from muster.serve._internal.ingress import IngressActor
+from muster.serve._internal import plan
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
 from muster.serve.config import HTTPOptions
@@ -112,6 +113,8 @@ class ServeController:
                         "that prefix; pick another route_prefix or serve.delete the other app."
                     )
             self._check_fits(name, plans)
+        for p in plans:
+            plan.check_picklable(p, name)
             old = self.apps.get(name)
         new = _App(name, route_prefix, ingress, {
             p.name: _Deployment(name, p, target=p.config.initial_replicas) for p in plans
@@ -204,13 +207,13 @@ class ServeController:
     # -- replicas ------------------------------------------------------------------
     def _start_replica(self, d: _Deployment, pending: bool = False) -> _Replica:
         n = next(d.counter)
-        rid = f"{d.app}#{d.plan.name}#{n}"
+        rid = f"{d.app}#{d.plan.name}#{os.urandom(4).hex()}"
         rep = _Replica(rid, os.path.join(self.dir, f"{os.urandom(6).hex()}.sock"), d.plan.config.resources())
         with self.lock:
             d.replicas[rid] = rep
             if pending:
                 d.pending -= 1
-        spec = ReplicaSpec(d.app, d.plan.name, rid, rep.socket, d.plan.target, d.plan.args, d.plan.kwargs,
+        spec = ReplicaSpec(d.app, d.plan.name, rid, rep.socket, plan.portable(d.plan.target), d.plan.args, d.plan.kwargs,
                            d.plan.config, self.table)
         try:
             self._wait_for_room(d, rep)
@@ -345,10 +348,10 @@ class ServeController:
                 self._autoscale(d, now)
 
     def _unhealthy(self, d: _Deployment, r: _Replica, why: str) -> None:
-        d.message = f"replica {r.id} is unhealthy ({why}); replacing it"
-        print(f"[serve] {d.message}", file=sys.stderr, flush=True)
+        print(f"[serve] replica {r.id} is unhealthy ({why}); replacing it", file=sys.stderr, flush=True)
         if r.actor is not None:
-            self.runtime.kill(r.actor)  # its death notice starts the replacement
+            self.runtime.kill(r.actor)  # an expected exit: the runtime sends no death notice
+        self._died(d, r, RuntimeError(why))
 
     def _autoscale(self, d: _Deployment, now: float) -> None:
         cfg = d.plan.config.autoscaling_config

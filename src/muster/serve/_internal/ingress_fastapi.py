@@ -19,7 +19,7 @@ def bind_routes(app: Any, cls: type, instance: Any) -> Any:
     bound.state = app.state
     for route in app.router.routes:
         endpoint = getattr(route, "endpoint", None)
-        if isinstance(route, APIRoute) and getattr(endpoint, "__qualname__", "").startswith(prefix):
+        if endpoint is not None and isinstance(route, APIRoute) and getattr(endpoint, "__qualname__", "").startswith(prefix):
             method = getattr(instance, endpoint.__name__)
             bound.router.add_api_route(
                 route.path, method, methods=sorted(route.methods or ()), response_model=route.response_model,

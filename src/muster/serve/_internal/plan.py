@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copyreg
+import importlib
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,12 +24,68 @@ class DeploymentPlan:
     config: DeploymentConfig
 
 
-def build(app: Application, app_name: str) -> tuple[str, list[DeploymentPlan]]:
+@dataclass(frozen=True)
+class TargetRef:
+    """A deployment's class or function by import path (``module.attr`` holds the Deployment)."""
+
+    module: str
+    attr: str
+
+    def load(self) -> Any:
+        return getattr(importlib.import_module(self.module), self.attr).func_or_class
+
+
+def portable(target: Any) -> Any:
+    """What to ship to replicas for ``target``: an import path when it has one, else the object itself.
+
+    ``@serve.deployment`` rebinds the module's name to a Deployment, so pickle
+    cannot find the class by reference; the replica imports it instead.
+    """
+    from muster.serve.deployment import Deployment
+
+    module, name = getattr(target, "__module__", None), getattr(target, "__name__", None)
+    mod = sys.modules.get(module or "")
+    if mod is not None and module != "__main__" and name:
+        d = getattr(mod, name, None)
+        if isinstance(d, Deployment) and d.func_or_class is target:
+            return TargetRef(module, name)  # type: ignore[arg-type]
+    _register_reducers()
+    return target
+
+
+def _register_reducers() -> None:
+    """Let classes holding a Starlette/FastAPI app pickle by value (their ``State`` recurses when unpickled)."""
+    from starlette.datastructures import State
+
+    copyreg.pickle(State, lambda s: (State, (dict(s._state),)))
+
+
+def check_picklable(p: "DeploymentPlan", app_name: str) -> None:
+    """Fail in the driver, naming the deployment, when what its replicas need cannot cross to them."""
+    import cloudpickle
+
+    try:
+        cloudpickle.loads(cloudpickle.dumps((portable(p.target), p.args, p.kwargs, p.config)))
+    except Exception as exc:
+        raise TypeError(
+            f"deployment {p.name!r} of app {app_name!r}: its class/function or bind() arguments cannot be sent to "
+            f"its replicas ({type(exc).__name__}: {exc}); define the class at module level and pass plain data "
+            "(or other bound deployments) to bind()."
+        ) from exc
+
+
+def build(app: Application, app_name: str, overrides: dict[str, dict[str, Any]] | None = None,
+          ) -> tuple[str, list[DeploymentPlan]]:
     """``(ingress deployment name, every deployment)`` of ``app``; dependencies come first.
+
+    ``overrides`` maps deployment names to options (a config file's
+    ``deployments`` entries) applied on top of the code's.
 
     Raises:
         TypeError: ``app`` is not a bound deployment.
+        ValueError: an override names no deployment of the app.
     """
+    overrides = dict(overrides or {})
     if not isinstance(app, Application):
         hint = " (call .bind() on the deployment)" if hasattr(app, "bind") else ""
         raise TypeError(f"serve.run needs a bound application such as MyDeployment.bind(), got {app!r}{hint}.")
@@ -58,7 +117,15 @@ def build(app: Application, app_name: str) -> tuple[str, list[DeploymentPlan]]:
         args = tuple(sub(a) for a in node.args)
         kwargs = {k: sub(v) for k, v in node.kwargs.items()}
         config = node.deployment.config if name == node.deployment.name else node.deployment.config.replace(name=name)
+        if name in overrides:
+            config = config.replace(**overrides.pop(name))
         plans.append(DeploymentPlan(name, node.deployment.func_or_class, args, kwargs, config))
         return name
 
-    return visit(app), plans
+    ingress = visit(app)
+    if overrides:
+        raise ValueError(
+            f"app {app_name!r}: the config overrides deployment(s) {sorted(overrides)}, which the app does not have; "
+            f"its deployments: {[p.name for p in plans]}."
+        )
+    return ingress, plans

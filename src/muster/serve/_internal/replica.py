@@ -25,6 +25,7 @@ from typing import Any
 
 from muster.serve import context as replica_context
 from muster.serve._internal import eventloop, responses, router, wire
+from muster.serve._internal.plan import TargetRef
 from muster.serve.config import DeploymentConfig
 
 
@@ -107,7 +108,8 @@ class ReplicaActor:
         self.errors = 0
         self.latency_ms: collections.deque[float] = collections.deque(maxlen=20000)
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id))
-        target = spec.target
+        target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
+        self.target = target
         self.asgi = getattr(target, "__serve_asgi_app__", None)
         if inspect.isclass(target):
             self.obj = target(*spec.init_args, **spec.init_kwargs)
@@ -168,7 +170,7 @@ class ReplicaActor:
 
     # -- requests (on the Serve loop) -----------------------------------------
     def _method(self, name: str) -> Any:
-        if name == "__call__" and not inspect.isclass(self.spec.target):
+        if name == "__call__" and not inspect.isclass(self.target):
             return self.obj
         fn = getattr(self.obj, name, None)
         if fn is None or not callable(fn):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, MutableMapping
 
 from muster.serve._internal import wire
 
@@ -78,7 +78,7 @@ class FrameSender:
         self._start: tuple[int, list] = (200, [])
         self.state = 0  # 0: nothing sent, 1: head sent, 2: finished
 
-    async def __call__(self, message: dict) -> None:
+    async def __call__(self, message: MutableMapping[str, Any]) -> None:
         t = message["type"]
         if t == "http.response.start":
             self._start = (message["status"], list(message.get("headers") or ()))

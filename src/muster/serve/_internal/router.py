@@ -142,7 +142,7 @@ class Router:
     def update(self, route: DeploymentRoute | None) -> None:
         wanted = {r.replica_id: r for r in (route.replicas if route else ())}
         for rid in list(self.replicas):
-            if rid not in wanted:
+            if wanted.get(rid) != self.replicas[rid].route:
                 del self.replicas[rid]  # in-flight streams finish on their own connection
         for rid, r in wanted.items():
             if rid not in self.replicas:
@@ -286,10 +286,9 @@ def raise_remote(err: wire.RemoteError) -> Any:
 
     if err.exc is not None:
         if err.traceback:
-            try:
-                err.exc.add_note(f"raised in the replica:\n{err.traceback}")
-            except AttributeError:  # pragma: no cover
-                pass
+            add_note = getattr(err.exc, "add_note", None)  # Python >= 3.11
+            if add_note is not None:
+                add_note(f"raised in the replica:\n{err.traceback}")
         raise err.exc
     if err.status == 502:
         raise ReplicaDiedError(err.message)

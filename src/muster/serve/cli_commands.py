@@ -1,0 +1,135 @@
+"""``muster serve run|deploy|status|shutdown``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add the ``serve`` command group to the ``muster`` parser."""
+    p = sub.add_parser("serve", help="run and manage Serve applications")
+    ss = p.add_subparsers(dest="serve_command", required=True)
+    run = ss.add_parser("run", help="serve module:app (or a config file) until Ctrl-C")
+    run.add_argument("target", help="'module:app' or a config .yaml")
+    run.add_argument("--host", default=None, help="interface to listen on (default 127.0.0.1)")
+    run.add_argument("--port", type=int, default=None, help="port (default 8000; 0 picks a free one)")
+    run.add_argument("--name", default="default", help="application name (module:app only)")
+    run.add_argument("--route-prefix", default="/", help="route prefix (module:app only)")
+    run.set_defaults(fn=cmd_run)
+    dep = ss.add_parser("deploy", help="deploy a config file's apps onto the running Serve instance")
+    dep.add_argument("config")
+    dep.add_argument("--port", type=int, default=None, help="which instance, by its HTTP port")
+    dep.set_defaults(fn=cmd_deploy)
+    st = ss.add_parser("status", help="apps and deployments of running Serve instances")
+    st.add_argument("--port", type=int, default=None)
+    st.set_defaults(fn=cmd_status)
+    sh = ss.add_parser("shutdown", help="drain and stop a running Serve instance")
+    sh.add_argument("--port", type=int, default=None)
+    sh.set_defaults(fn=cmd_shutdown)
+
+
+def _deploy_config(config: Any) -> None:
+    from muster.serve import schema
+
+    schema.deploy(config)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from muster.serve import api, schema
+    from muster.serve._internal import admin
+
+    try:
+        if args.target.endswith((".yaml", ".yml", ".json")):
+            config = schema.load_config(args.target)
+            http = dict(config.http_options)
+            apps: Any = config
+        else:
+            http, apps = {}, schema.import_app(args.target)
+    except (ImportError, TypeError, ValueError, OSError) as exc:
+        print(f"muster serve run: {exc}", file=sys.stderr)
+        return 2
+    if args.host is not None:
+        http["host"] = args.host
+    if args.port is not None:
+        http["port"] = args.port
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        api.start(http_options=http)
+        if isinstance(apps, schema.ServeConfig):
+            _deploy_config(apps)
+        else:
+            api._run(apps, name=args.name, route_prefix=args.route_prefix)
+        st = api.status()
+        print(f"Serving {', '.join(st.applications)} at http://{st.http['host']}:{st.http['port']} "
+              "(Ctrl-C drains and stops)", flush=True)
+        while not stop.wait(0.2) and not admin.shutdown_requested.is_set():
+            pass
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:  # noqa: BLE001 - a CLI: say what failed, exit non-zero
+        print(f"muster serve run: {type(exc).__name__}: {exc}", file=sys.stderr)
+        api.shutdown()
+        return 1
+    print("Draining and stopping...", flush=True)
+    api.shutdown()
+    return 0
+
+
+def _instance(port: int | None) -> dict[str, Any] | None:
+    from muster.serve._internal import admin
+
+    found = [r for r in admin.instances() if port is None or r["port"] == port]
+    if not found:
+        where = f" on port {port}" if port is not None else ""
+        print(f"no running Serve instance{where} (start one with `muster serve run module:app`).", file=sys.stderr)
+        return None
+    return found[0]
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from muster.serve import schema
+    from muster.serve._internal import admin
+
+    try:
+        schema.load_config(args.config)  # validate here, before the server sees it
+    except (ValueError, OSError) as exc:
+        print(f"muster serve deploy: {exc}", file=sys.stderr)
+        return 2
+    rec = _instance(args.port)
+    if rec is None:
+        return 1
+    import os
+
+    reply = admin.request(rec, "deploy", timeout_s=600, path=os.path.abspath(args.config))
+    if "error" in reply:
+        print(f"muster serve deploy: {reply['error']}", file=sys.stderr)
+        return 1
+    print(f"deployed {', '.join(reply['applications'])} to http://{rec['host']}:{rec['port']}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from muster.serve._internal import admin
+
+    rec = _instance(args.port)
+    if rec is None:
+        return 1
+    print(json.dumps(admin.request(rec, "status"), indent=2))
+    return 0
+
+
+def cmd_shutdown(args: argparse.Namespace) -> int:
+    from muster.serve._internal import admin
+
+    rec = _instance(args.port)
+    if rec is None:
+        return 1
+    admin.request(rec, "shutdown")
+    print(f"asked the Serve instance on port {rec['port']} (pid {rec['pid']}) to drain and stop")
+    return 0

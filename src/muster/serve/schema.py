@@ -1,0 +1,144 @@
+"""Serve config files (Ray's schema) and import paths, for ``muster serve run|deploy``.
+
+    http_options: {host: 127.0.0.1, port: 8000}
+    applications:
+      - name: app1
+        route_prefix: /
+        import_path: my_module:app        # or my_module.app
+        args: {model_path: ...}           # passed to an app builder function
+        deployments:                      # per-deployment overrides, by name
+          - name: Model
+            num_replicas: 2
+            ray_actor_options: {num_cpus: 1}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.serve.deployment import Application, Deployment
+
+
+@dataclass(kw_only=True)
+class AppSchema:
+    """One application of a config file."""
+
+    import_path: str
+    name: str = "default"
+    route_prefix: str | None = "/"
+    args: dict[str, Any] = field(default_factory=dict)
+    deployments: list[dict[str, Any]] = field(default_factory=list)
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.import_path, str) or not self.import_path:
+            raise ValueError(f"application {self.name!r}: import_path={self.import_path!r}: use 'module:attribute'.")
+        if not isinstance(self.args, dict):
+            raise ValueError(f"application {self.name!r}: args={self.args!r}: use a mapping.")
+        for d in self.deployments:
+            if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+                raise ValueError(f"application {self.name!r}: every deployments entry needs a name; got {d!r}.")
+
+    def overrides(self) -> dict[str, dict[str, Any]]:
+        return {d["name"]: {k: v for k, v in d.items() if k != "name"} for d in self.deployments}
+
+
+@dataclass(kw_only=True)
+class ServeConfig:
+    """A whole config file."""
+
+    applications: list[AppSchema]
+    http_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [a.name for a in self.applications]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"config: application names must be unique; repeated: {dup}.")
+
+    @classmethod
+    def from_dict(cls, raw: Any, source: str = "config") -> "ServeConfig":
+        if not isinstance(raw, dict) or not isinstance(raw.get("applications"), list):
+            raise ValueError(f"{source}: expected a mapping with an 'applications' list (Ray Serve's config schema).")
+        known = {f.name for f in dataclasses.fields(AppSchema)}
+        apps = []
+        for i, a in enumerate(raw["applications"]):
+            if not isinstance(a, dict):
+                raise ValueError(f"{source}: applications[{i}] must be a mapping, got {a!r}.")
+            unknown = sorted(set(a) - known)
+            if unknown:
+                raise ValueError(f"{source}: applications[{i}] has unknown field(s) {unknown}; known: {sorted(known)}.")
+            apps.append(AppSchema(**a))
+        return cls(applications=apps, http_options=dict(raw.get("http_options") or {}))
+
+
+def load_config(path: str) -> ServeConfig:
+    """Read and validate a YAML (or JSON) config file.
+
+    Raises:
+        FileNotFoundError / ValueError: the file is missing or does not follow the schema.
+    """
+    try:
+        import yaml
+    except ImportError as exc:  # pragma: no cover - pyyaml ships with the serve extra
+        raise ImportError('reading Serve config files needs PyYAML: pip install "muster[serve]"') from exc
+    with open(path) as f:
+        raw = yaml.safe_load(f)
+    return ServeConfig.from_dict(raw, source=path)
+
+
+def import_app(import_path: str, args: dict[str, Any] | None = None) -> Application:
+    """The application ``module:attr`` names: a bound app, a deployment (bound with no args), or a builder.
+
+    Raises:
+        ImportError: the module or the attribute does not exist (the message names which).
+        TypeError: the attribute is none of those.
+    """
+    if ":" in import_path:
+        module_name, attr = import_path.split(":", 1)
+    elif "." in import_path:
+        module_name, attr = import_path.rsplit(".", 1)
+    else:
+        raise ImportError(f"import path {import_path!r}: use 'module:attribute' (for example 'serve_app:app').")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ImportError(
+            f"import path {import_path!r}: module {module_name!r} was not found ({exc}); run from the folder that "
+            "holds it or add that folder to PYTHONPATH."
+        ) from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise ImportError(
+            f"import path {import_path!r}: module {module_name!r} ({module.__file__}) has no attribute {attr!r}."
+        ) from None
+    if isinstance(obj, Application):
+        if args:
+            raise TypeError(f"{import_path} is already bound; args={args!r} need an application builder function.")
+        return obj
+    if isinstance(obj, Deployment):
+        return obj.bind(**(args or {}))
+    if callable(obj):
+        app = obj(args or {})
+        if isinstance(app, Application):
+            return app
+        raise TypeError(f"{import_path}(args) returned {app!r}, not a bound application (Deployment.bind(...)).")
+    raise TypeError(f"{import_path} is {type(obj).__name__}, not an application: point at Deployment.bind(...).")
+
+
+def deploy(config: ServeConfig) -> list[str]:
+    """Run every application of ``config`` (replacing those of the same name); return their names."""
+    from muster.serve import api
+
+    for app in config.applications:
+        api._run(import_app(app.import_path, app.args), name=app.name, route_prefix=app.route_prefix,
+                 overrides=app.overrides())
+    return [a.name for a in config.applications]

@@ -1,0 +1,141 @@
+"""``muster serve run|deploy|status|shutdown`` as a user runs them: real subprocesses, a free port."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+APP = '''
+from muster import serve
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.1})
+class Hello:
+    def __init__(self, who: str = "world"):
+        self.who = who
+
+    def __call__(self, request):
+        return {"hello": self.who}
+
+app = Hello.bind()
+
+def build(args):
+    return Hello.bind(args["who"])
+'''
+
+CONFIG = '''
+applications:
+  - name: second
+    route_prefix: /second
+    import_path: cli_app:build
+    args: {who: config}
+    deployments:
+      - name: Hello
+        num_replicas: 2
+'''
+
+
+@pytest.fixture
+def env(tmp_path):
+    (tmp_path / "cli_app.py").write_text(APP)
+    (tmp_path / "serve.yaml").write_text(CONFIG)
+    e = dict(os.environ)
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+    e.update(PYTHONPATH=os.pathsep.join([os.path.abspath(src), str(tmp_path)]), MUSTER_SERVE_DIR=str(tmp_path / "state"),
+             MUSTER_PRELOAD="", MUSTER_RUN_STORE="0")
+    return e
+
+
+def _muster(env, cwd, *args, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "muster.cli", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _start(env, cwd, *args):
+    proc = subprocess.Popen([sys.executable, "-m", "muster.cli", "serve", "run", *args], env=env, cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    deadline = time.monotonic() + 120
+    seen = []
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            if proc.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        m = re.search(r"at http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            return proc, int(m.group(1)), lines
+    proc.kill()
+    pytest.fail(f"`muster serve run` did not come up:\n{''.join(seen)}")
+
+
+def _wait_exit(proc, timeout=60) -> int:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the serve process did not exit")
+
+
+def test_run_status_deploy_shutdown(env, tmp_path):
+    proc, port, _ = _start(env, tmp_path, "cli_app:app", "--port", "0")
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "world"}
+        st = _muster(env, tmp_path, "serve", "status")
+        assert st.returncode == 0, st.stderr
+        status = json.loads(st.stdout)
+        assert status["applications"]["default"]["status"] == "RUNNING"
+        assert status["http"]["port"] == port
+        dep = _muster(env, tmp_path, "serve", "deploy", "serve.yaml", "--port", str(port))
+        assert dep.returncode == 0, dep.stderr + dep.stdout
+        assert httpx.get(f"http://127.0.0.1:{port}/second", timeout=30).json() == {"hello": "config"}
+        status = json.loads(_muster(env, tmp_path, "serve", "status").stdout)
+        assert status["applications"]["second"]["deployments"]["Hello"]["replica_states"] == {"RUNNING": 2}
+        down = _muster(env, tmp_path, "serve", "shutdown", "--port", str(port))
+        assert down.returncode == 0, down.stderr
+        assert _wait_exit(proc) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    gone = _muster(env, tmp_path, "serve", "status")
+    assert gone.returncode == 1 and "no running Serve instance" in gone.stderr
+
+
+def test_ctrl_c_drains_and_stops(env, tmp_path):
+    proc, port, lines = _start(env, tmp_path, "serve.yaml", "--port", "0")
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/second", timeout=30).json() == {"hello": "config"}
+        proc.send_signal(signal.SIGINT)
+        assert _wait_exit(proc) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    out = []
+    while not lines.empty():
+        out.append(lines.get())
+    assert "Draining and stopping" in "".join(out)
+
+
+def test_bad_import_path_names_module_and_attribute(env, tmp_path):
+    r = _muster(env, tmp_path, "serve", "run", "no_such_module:app", timeout=60)
+    assert r.returncode == 2 and "module 'no_such_module' was not found" in r.stderr
+    r = _muster(env, tmp_path, "serve", "run", "cli_app:nope", timeout=60)
+    assert r.returncode == 2 and "has no attribute 'nope'" in r.stderr and "cli_app" in r.stderr
+    (tmp_path / "bad.yaml").write_text("applications:\n  - name: x\n    import_path: cli_app:app\n    colour: red\n")
+    r = _muster(env, tmp_path, "serve", "deploy", "bad.yaml", timeout=60)
+    assert r.returncode == 2 and "unknown field(s) ['colour']" in r.stderr

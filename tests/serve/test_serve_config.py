@@ -1,0 +1,98 @@
+"""Pure checks: option validation, the autoscaling policy, the app graph, config files."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster import serve
+from muster.serve._internal import autoscaling, plan
+from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions
+from muster.serve.schema import ServeConfig, import_app
+
+
+@serve.deployment
+class A:
+    pass
+
+
+@serve.deployment(num_replicas=3, ray_actor_options={"num_cpus": 0.5, "resources": {"acc": 1}})
+class B:
+    def __init__(self, a, items):
+        pass
+
+
+def test_bad_options_name_the_field():
+    with pytest.raises(ValueError, match="max_ongoing_requests=0"):
+        DeploymentConfig(name="x", max_ongoing_requests=0)
+    with pytest.raises(ValueError, match="max_queued_requests=-2"):
+        DeploymentConfig(name="x", max_queued_requests=-2)
+    with pytest.raises(ValueError, match="both set"):
+        DeploymentConfig(name="x", num_replicas=2, autoscaling_config={"max_replicas": 2})
+    with pytest.raises(ValueError, match="max_replicas=1 is below min_replicas=2"):
+        AutoscalingConfig(min_replicas=2, max_replicas=1)
+    with pytest.raises(ValueError, match="unknown key"):
+        DeploymentConfig(name="x", ray_actor_options={"num_cpu": 1})
+    with pytest.raises(ValueError, match="env_vars must map str to str"):
+        DeploymentConfig(name="x", ray_actor_options={"runtime_env": {"env_vars": {"A": 1}}})
+    with pytest.raises(ValueError, match="port=70000"):
+        HTTPOptions(port=70000)
+    with pytest.raises(TypeError, match="unknown option"):
+        serve.deployment(colour="red")
+    with pytest.raises(TypeError, match="async def"):
+        serve.batch(lambda xs: xs)
+    with pytest.raises(TypeError, match="bind"):
+        A()
+
+
+def test_options_and_resources():
+    assert B.config.resources() == {"CPU": 0.5, "acc": 1.0}
+    auto = B.options(num_replicas="auto")
+    assert auto.config.autoscaling_config is not None and auto.config.initial_replicas == 1
+    scaled = B.options(autoscaling_config={"min_replicas": 2, "max_replicas": 4})
+    assert scaled.config.num_replicas is None and scaled.config.initial_replicas == 2
+    assert A.config.resources() == {"CPU": 1.0}  # Ray's default: one CPU per replica
+
+
+def test_graph_turns_bound_deployments_into_handles():
+    a = A.bind()
+    ingress, plans = plan.build(B.bind(a, [a]), "app")
+    assert ingress == "B" and [p.name for p in plans] == ["A", "B"]
+    handle, items = plans[1].args
+    assert isinstance(handle, serve.DeploymentHandle) and handle.deployment_name == "A"
+    assert items[0].deployment_name == "A"
+    _, plans = plan.build(B.bind(A.bind(), A.bind()), "app")
+    assert [p.name for p in plans] == ["A", "A_1", "B"]
+    _, plans = plan.build(B.bind(a, []), "app", overrides={"A": {"num_replicas": 4}})
+    assert plans[0].config.initial_replicas == 4
+    with pytest.raises(ValueError, match=r"overrides deployment\(s\) \['Z'\]"):
+        plan.build(B.bind(a, []), "app", overrides={"Z": {"num_replicas": 4}})
+    with pytest.raises(TypeError, match="call .bind()"):
+        plan.build(A, "app")  # type: ignore[arg-type]
+
+
+def test_autoscaling_policy_waits_for_its_delays():
+    cfg = AutoscalingConfig(min_replicas=1, max_replicas=4, target_ongoing_requests=2, upscale_delay_s=1,
+                            downscale_delay_s=5)
+    st = autoscaling.ScaleState()
+    assert autoscaling.decide(cfg, 1, 7, now=0.0, state=st) == 1  # wants 4, waits
+    assert autoscaling.decide(cfg, 1, 7, now=1.0, state=st) == 4
+    assert autoscaling.decide(cfg, 4, 100, now=2.0, state=st) == 4  # capped at max
+    assert autoscaling.decide(cfg, 4, 0, now=3.0, state=st) == 4
+    assert autoscaling.decide(cfg, 4, 0, now=8.0, state=st) == 1
+    assert autoscaling.decide(cfg, 1, 3, now=9.0, state=st) == 1  # need gone before the delay: resets
+    assert autoscaling.decide(cfg, 1, 0, now=10.0, state=st) == 1
+
+
+def test_config_schema_and_import_errors():
+    cfg = ServeConfig.from_dict({"applications": [{"name": "a", "import_path": "m:app",
+                                                   "deployments": [{"name": "X", "num_replicas": 2}]}]})
+    assert cfg.applications[0].overrides() == {"X": {"num_replicas": 2}}
+    with pytest.raises(ValueError, match="unique"):
+        ServeConfig.from_dict({"applications": [{"name": "a", "import_path": "m:x"}, {"name": "a", "import_path": "m:y"}]})
+    with pytest.raises(ValueError, match="applications"):
+        ServeConfig.from_dict({"apps": []})
+    with pytest.raises(ImportError, match="module 'nowhere_xyz' was not found"):
+        import_app("nowhere_xyz:app")
+    with pytest.raises(ImportError, match="has no attribute 'missing'"):
+        import_app("muster.serve:missing")
+    assert import_app(f"{__name__}:A").deployment is A

@@ -1,0 +1,137 @@
+"""Handles and composition: bound deployments arrive as handles, responses chain, streams flow,
+``@serve.batch`` groups calls, ``user_config`` reaches ``reconfigure``."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+
+import pytest
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+
+from muster import serve
+
+pytestmark = pytest.mark.allow_leftover_workers
+
+SMALL = {"num_cpus": 0.1}
+
+
+@serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=32)
+class Model:
+    def __init__(self, scale: int):
+        self.scale = scale
+
+    def predict(self, x: int) -> int:
+        return x * self.scale
+
+    async def tokens(self, n: int):
+        for i in range(n):
+            await asyncio.sleep(0.01)
+            yield f"tok{i}"
+
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.2)
+    async def batched(self, xs: list[int]) -> list[tuple[int, int]]:
+        return [(x * self.scale, len(xs)) for x in xs]
+
+
+@serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=32)
+class Adder:
+    def add(self, x: int, y: int) -> int:
+        return x + y
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class Ingress:
+    def __init__(self, model, adder):
+        self.model, self.adder = model, adder
+
+    async def __call__(self, request: Request):
+        x = int(request.query_params["x"])
+        if request.url.path.endswith("/stream"):
+            gen = self.model.options(stream=True).tokens.remote(x)
+
+            async def body():
+                async for t in gen:
+                    yield t + "\n"
+
+            return StreamingResponse(body(), media_type="text/plain")
+        doubled = self.model.predict.remote(x)
+        total = await self.adder.add.remote(doubled, 1)  # a response passed as an argument is awaited first
+        return {"result": total}
+
+
+@serve.deployment(ray_actor_options=SMALL, user_config={"threshold": 1})
+class Configured:
+    def __init__(self):
+        self.threshold = None
+
+    def reconfigure(self, config: dict) -> None:
+        self.threshold = config["threshold"]
+
+    def get(self) -> int:
+        return self.threshold
+
+
+@pytest.fixture(scope="module")
+def graph(client):
+    handle = serve.run(Ingress.bind(Model.bind(3), Adder.bind()), name="graph", route_prefix="/graph")
+    return handle
+
+
+def test_composition_over_http_and_handles(client, graph):
+    assert client.get("/graph", params={"x": 5}).json() == {"result": 16}
+    h = serve.get_deployment_handle("Model", "graph")
+    assert h.predict.remote(7).result(timeout_s=10) == 21
+    chained = serve.get_deployment_handle("Adder", "graph").add.remote(h.predict.remote(2), 10)
+    assert chained.result(timeout_s=10) == 16
+
+
+def test_streaming_through_a_handle(client, graph):
+    h = serve.get_deployment_handle("Model", "graph").options(stream=True)
+    assert list(h.tokens.remote(4)) == ["tok0", "tok1", "tok2", "tok3"]
+
+    async def consume() -> list[str]:
+        return [t async for t in h.tokens.remote(3)]
+
+    assert asyncio.run(consume()) == ["tok0", "tok1", "tok2"]
+    with client.stream("GET", "/graph/stream", params={"x": 5}) as r:
+        lines = [line for line in r.iter_lines() if line]
+    assert lines == [f"tok{i}" for i in range(5)]
+    with pytest.raises(TypeError, match="not a generator"):
+        list(h.predict.remote(1))
+
+
+def test_batch_groups_concurrent_calls(graph):
+    h = serve.get_deployment_handle("Model", "graph")
+    responses = [h.batched.remote(i) for i in range(8)]
+    results = [r.result(timeout_s=10) for r in responses]
+    assert [v for v, _ in results] == [i * 3 for i in range(8)]
+    assert max(size for _, size in results) > 1  # calls were grouped
+    assert all(size <= 8 for _, size in results)
+
+
+def test_handle_calls_from_many_threads(graph):
+    h = serve.get_deployment_handle("Adder", "graph")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        out = list(pool.map(lambda i: h.add.remote(i, i).result(timeout_s=10), range(64)))
+    assert out == [2 * i for i in range(64)]
+
+
+def test_user_config_reaches_reconfigure_and_redeploy_updates_it(client):
+    h = serve.run(Configured.bind(), name="cfg", route_prefix=None)
+    assert h.get.remote().result(timeout_s=10) == 1
+    h = serve.run(Configured.options(user_config={"threshold": 7}).bind(), name="cfg", route_prefix=None)
+    assert h.get.remote().result(timeout_s=10) == 7
+    serve.delete("cfg")
+
+
+def test_replica_context_and_result_timeout(graph):
+    h = serve.get_deployment_handle("Model", "graph").options(stream=True)
+    gen = h.tokens.remote(200)
+    assert next(iter(gen)) == "tok0"
+    gen.cancel()
+    with pytest.raises(serve.RayServeException, match="only works inside"):
+        serve.get_replica_context()
+    assert os.getpid()  # the driver is not a replica

@@ -1,0 +1,204 @@
+"""HTTP through the ingress to real replica processes: routing, return types, streaming, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from fastapi import FastAPI, HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, StreamingResponse
+
+from muster import serve
+
+pytestmark = pytest.mark.allow_leftover_workers
+
+SMALL = {"num_cpus": 0.1}
+
+
+@serve.deployment(num_replicas=2, ray_actor_options=SMALL)
+class Echo:
+    def __init__(self, greeting: str):
+        self.greeting = greeting
+        self.pid = os.getpid()
+
+    async def __call__(self, request: Request) -> dict:
+        body = await request.body()
+        return {
+            "greeting": self.greeting, "path": request.url.path, "root": request.scope["root_path"],
+            "method": request.method, "query": dict(request.query_params), "body": body.decode(), "pid": self.pid,
+        }
+
+
+@serve.deployment(ray_actor_options=SMALL)
+def hello(request: Request) -> str:
+    return f"hello {request.query_params.get('name', 'world')}"
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class Kinds:
+    def __call__(self, request: Request):
+        kind = request.query_params["kind"]
+        if kind == "bytes":
+            return b"\x00\x01raw"
+        if kind == "response":
+            return PlainTextResponse("teapot", status_code=418, headers={"x-muster": "yes"})
+        if kind == "list":
+            return [1, 2, 3]
+        if kind == "stream":
+            def gen():
+                for i in range(5):
+                    yield f"chunk{i};"
+            return StreamingResponse(gen(), media_type="text/plain")
+        if kind == "generator":
+            return (f"g{i};" for i in range(3))
+        if kind == "raise":
+            raise ValueError("bad input: kind=raise")
+        if kind == "http":
+            raise HTTPException(status_code=422, detail="you sent something odd")
+        if kind == "context":
+            ctx = serve.get_replica_context()
+            return {"app": ctx.app_name, "deployment": ctx.deployment, "replica": ctx.replica_tag}
+        if kind == "env":
+            return os.environ.get("MUSTER_SERVE_TEST_VAR", "missing")
+        return object()  # not a response
+
+
+api = FastAPI()
+
+
+@serve.deployment(ray_actor_options=SMALL)
+@serve.ingress(api)
+class Api:
+    def __init__(self):
+        self.count = 0
+
+    @api.get("/items/{item_id}")
+    def get_item(self, item_id: int) -> dict:
+        self.count += 1
+        return {"item": item_id, "count": self.count}
+
+    @api.post("/items")
+    async def create(self, payload: dict) -> dict:
+        if "name" not in payload:
+            raise HTTPException(status_code=400, detail="name is required")
+        return {"created": payload["name"]}
+
+
+@pytest.fixture(scope="module")
+def apps(client):
+    serve.run(Echo.bind("hi"), name="echo", route_prefix="/echo")
+    serve.run(hello.bind(), name="hello", route_prefix="/hello")
+    env_kinds = Kinds.options(ray_actor_options={**SMALL, "runtime_env": {"env_vars": {"MUSTER_SERVE_TEST_VAR": "set"}}})
+    serve.run(env_kinds.bind(), name="kinds", route_prefix="/kinds")
+    serve.run(Api.bind(), name="api", route_prefix="/api")
+    return client
+
+
+def test_routes_by_prefix_and_spreads_over_replicas(apps):
+    pids = set()
+    for i in range(30):
+        r = apps.post(f"/echo/sub/{i}?a=1", content=b"payload")
+        assert r.status_code == 200, r.text
+        j = r.json()
+        assert (j["greeting"], j["path"], j["root"], j["method"]) == ("hi", f"/echo/sub/{i}", "/echo", "POST")
+        assert j["query"] == {"a": "1"} and j["body"] == "payload"
+        pids.add(j["pid"])
+    assert len(pids) == 2  # both replicas served
+    assert apps.get("/hello?name=ann").text == "hello ann"
+    assert apps.get("/-/healthz").text == "success"
+    assert set(apps.get("/-/routes").json()) == {"/echo", "/hello", "/kinds", "/api"}
+
+
+def test_return_types(apps):
+    r = apps.get("/kinds", params={"kind": "bytes"})
+    assert r.content == b"\x00\x01raw"
+    r = apps.get("/kinds", params={"kind": "response"})
+    assert (r.status_code, r.text, r.headers["x-muster"]) == (418, "teapot", "yes")
+    assert apps.get("/kinds", params={"kind": "list"}).json() == [1, 2, 3]
+    ctx = apps.get("/kinds", params={"kind": "context"}).json()
+    assert ctx["app"] == "kinds" and ctx["deployment"] == "Kinds" and ctx["replica"].startswith("kinds#Kinds#")
+    assert apps.get("/kinds", params={"kind": "env"}).text == "set"
+
+
+def test_streaming_responses_arrive_in_chunks(apps):
+    with apps.stream("GET", "/kinds", params={"kind": "stream"}) as r:
+        assert r.status_code == 200
+        assert "".join(r.iter_text()) == "".join(f"chunk{i};" for i in range(5))
+    assert apps.get("/kinds", params={"kind": "generator"}).text == "g0;g1;g2;"
+
+
+def test_bad_input(apps):
+    r = apps.get("/nowhere")
+    assert r.status_code == 404 and "/echo" in r.text
+    r = apps.get("/kinds", params={"kind": "raise"})
+    assert r.status_code == 500 and "ValueError" in r.text and "bad input: kind=raise" in r.text
+    r = apps.get("/kinds", params={"kind": "http"})
+    assert r.status_code == 422 and "something odd" in r.text
+    r = apps.get("/kinds", params={"kind": "other"})
+    assert r.status_code == 500 and "not an HTTP response" in r.text
+    # the deployment keeps serving after its errors
+    assert apps.get("/kinds", params={"kind": "list"}).json() == [1, 2, 3]
+
+
+def test_fastapi_ingress(apps):
+    assert apps.get("/api/items/7").json()["item"] == 7
+    assert apps.post("/api/items", json={"name": "x"}).json() == {"created": "x"}
+    r = apps.post("/api/items", json={})
+    assert r.status_code == 400 and "name is required" in r.text
+    assert apps.delete("/api/items/7").status_code == 405
+    assert apps.get("/api/items/notanint").status_code == 422
+
+
+def test_body_over_limit_is_413():
+    # a second ingress would need a second Serve; the limit lives in HTTPOptions, so check it with a fresh one
+    from muster.serve._internal.ingress import IngressApp
+    from muster.serve.config import HTTPOptions
+
+    app = IngressApp(HTTPOptions(max_body_bytes=10))
+    app.prefixes = [("/", "a", "d")]
+    sent: list[dict] = []
+
+    async def go(body: bytes, declared: bool) -> None:
+        headers = [(b"content-length", str(len(body)).encode())] if declared else []
+        scope = {"type": "http", "method": "POST", "path": "/x", "headers": headers, "query_string": b""}
+        msgs = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict:
+            return msgs.pop(0)
+
+        async def send(m: dict) -> None:
+            sent.append(m)
+
+        await app(scope, receive, send)
+
+    asyncio.run(go(b"x" * 11, True))
+    assert sent[0]["status"] == 413
+    sent.clear()
+    asyncio.run(go(b"x" * 11, False))
+    assert sent[0]["status"] == 413
+
+
+def test_handles(apps):
+    h = serve.get_app_handle("echo")
+    assert h.remote is not None
+    api_handle = serve.get_deployment_handle("Api", "api")
+    assert api_handle.get_item.remote(3).result(timeout_s=10) == {"item": 3, "count": api_handle.get_item.remote(3)
+                                                                  .result(timeout_s=10)["count"] - 1}
+
+    async def via_await() -> str:
+        return await serve.get_deployment_handle("Kinds", "kinds").remote(_FakeRequest("list"))
+
+    assert asyncio.run(via_await()) == [1, 2, 3]
+    with pytest.raises(ValueError, match="bad input"):
+        serve.get_deployment_handle("Kinds", "kinds").remote(_FakeRequest("raise")).result(timeout_s=10)
+    with pytest.raises(serve.RayServeException, match="no Serve app named 'nope'"):
+        serve.get_app_handle("nope")
+
+
+class _FakeRequest:
+    """What a handle caller passes where HTTP would pass a Request (only query_params is read)."""
+
+    def __init__(self, kind: str):
+        self.query_params = {"kind": kind}

@@ -1,0 +1,219 @@
+"""Limits and faults, for real: backpressure, timeouts, SIGKILLed replicas, health checks,
+autoscaling, draining, redeploys, and resources that can never fit."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+from starlette.requests import Request
+
+from muster import serve
+from muster.exceptions import ResourcesUnavailableError
+
+from conftest import wait_until
+
+pytestmark = pytest.mark.allow_leftover_workers
+
+SMALL = {"num_cpus": 0.1}
+
+
+@pytest.fixture(scope="module")
+def client():
+    serve.start(http_options={"host": "127.0.0.1", "port": 0, "request_timeout_s": 4})
+    port = serve.status().http["port"]
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+        yield c
+    serve.shutdown()
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class Sleeper:
+    def __init__(self, tag: str = "v1"):
+        self.tag = tag
+
+    async def __call__(self, request: Request) -> dict:
+        import asyncio
+
+        await asyncio.sleep(float(request.query_params.get("s", "0")))
+        return {"pid": os.getpid(), "tag": self.tag}
+
+
+def _parallel(c: httpx.Client, n: int, path: str) -> list[httpx.Response]:
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda _: c.get(path), range(n)))
+
+
+def test_backpressure_gives_503_with_retry_after(client):
+    app = Sleeper.options(max_ongoing_requests=1, max_queued_requests=1).bind()
+    serve.run(app, name="bp", route_prefix="/bp")
+    rs = _parallel(client, 5, "/bp?s=1")
+    codes = sorted(r.status_code for r in rs)
+    assert codes.count(200) >= 2 and 503 in codes, codes
+    busy = next(r for r in rs if r.status_code == 503)
+    assert busy.headers["retry-after"] == "1" and "max_queued_requests=1" in busy.text
+    serve.delete("bp")
+
+
+def test_request_timeout_gives_408_and_replica_lives_on(client):
+    serve.run(Sleeper.bind(), name="slow", route_prefix="/slow")
+    r = client.get("/slow?s=10")
+    assert r.status_code == 408 and "request_timeout_s=4" in r.text
+    assert client.get("/slow").status_code == 200
+
+
+def test_sigkilled_replica_is_replaced_and_only_its_requests_fail(client):
+    serve.run(Sleeper.options(num_replicas=2, name="K").bind(), name="kill", route_prefix="/kill")
+    pids = wait_until(lambda: {client.get("/kill").json()["pid"] for _ in range(20)} if True else None)
+    pids = set()
+    for _ in range(40):
+        pids.add(client.get("/kill").json()["pid"])
+        if len(pids) == 2:
+            break
+    assert len(pids) == 2
+    victim = sorted(pids)[0]
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        futs = [pool.submit(client.get, "/kill?s=2") for _ in range(6)]
+        time.sleep(0.8)
+        os.kill(victim, signal.SIGKILL)
+        rs = [f.result() for f in futs]
+    failed = [r for r in rs if r.status_code != 200]
+    ok = [r for r in rs if r.status_code == 200]
+    assert failed and ok, [r.status_code for r in rs]
+    assert all(r.status_code == 502 and "died" in r.text for r in failed)
+    assert all(r.json()["pid"] != victim for r in ok)
+
+    def replaced() -> bool:
+        d = serve.status().applications["kill"].deployments["K"]
+        return d.replica_states.get("RUNNING", 0) == 2 and d.restarts >= 1
+
+    wait_until(replaced, 60, "the killed replica's replacement")
+    after = {client.get("/kill").json()["pid"] for _ in range(20)}
+    assert victim not in after
+    serve.delete("kill")
+
+
+@serve.deployment(ray_actor_options=SMALL, health_check_period_s=0.2, health_check_timeout_s=5)
+class Flaky:
+    def __init__(self, flag: str):
+        self.flag = flag
+
+    def check_health(self) -> None:
+        if os.path.exists(self.flag):
+            os.remove(self.flag)
+            raise RuntimeError("flag file says unhealthy")
+
+    def __call__(self, request: Request) -> int:
+        return os.getpid()
+
+
+def test_failed_health_check_replaces_the_replica(client, tmp_path):
+    flag = str(tmp_path / "unhealthy")
+    serve.run(Flaky.bind(flag), name="flaky", route_prefix="/flaky")
+    before = client.get("/flaky").json()
+    open(flag, "w").close()
+    wait_until(lambda: serve.status().applications["flaky"].deployments["Flaky"].restarts >= 1, 30, "a restart")
+    pid = wait_until(lambda: (lambda r: r.status_code == 200 and r.json())(client.get("/flaky")), 30, "new replica")
+    assert pid != before
+    serve.delete("flaky")
+
+
+def test_autoscaling_follows_ongoing_requests(client):
+    app = Sleeper.options(name="Auto", autoscaling_config={
+        "min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1, "upscale_delay_s": 0,
+        "downscale_delay_s": 0.5, "metrics_interval_s": 0.1}).bind()
+    serve.run(app, name="auto", route_prefix="/auto")
+
+    def running() -> int:
+        return serve.status().applications["auto"].deployments["Auto"].replica_states.get("RUNNING", 0)
+
+    assert running() == 1
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            client.get("/auto?s=0.5")
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: running() == 2, 60, "scale up to 2 replicas")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    wait_until(lambda: running() == 1, 60, "scale down to 1 replica")
+    serve.delete("auto")
+
+
+def test_delete_drains_in_flight_requests(client):
+    serve.run(Sleeper.bind(), name="drain", route_prefix="/drain")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        fut = pool.submit(client.get, "/drain?s=1.5")
+        time.sleep(0.5)
+        serve.delete("drain")
+        r = fut.result()
+    assert r.status_code == 200
+    assert client.get("/drain").status_code == 404
+    assert "drain" not in serve.status().applications
+
+
+def test_redeploy_replaces_replicas_without_dropping_requests(client):
+    serve.run(Sleeper.options(num_replicas=2).bind("v1"), name="rd", route_prefix="/rd")
+    stop = threading.Event()
+    results: list[tuple[int, str]] = []
+
+    def load() -> None:
+        while not stop.is_set() and len(results) < 5000:
+            r = client.get("/rd?s=0.05")
+            results.append((r.status_code, r.json()["tag"] if r.status_code == 200 else r.text))
+
+    threads = [threading.Thread(target=load) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        serve.run(Sleeper.options(num_replicas=2).bind("v2"), name="rd", route_prefix="/rd")
+        wait_until(lambda: results and results[-1][1] == "v2", 30, "v2 answers")
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    bad = [r for r in results if r[0] != 200]
+    assert not bad, bad[:3]
+    assert {tag for _, tag in results} == {"v1", "v2"}
+    serve.delete("rd")
+
+
+def test_replicas_that_can_never_fit_fail_at_once(client):
+    # the session engine has 4 CPUs: two apps of 2 x 1.5 CPUs can never run side by side
+    big = Sleeper.options(name="Big", num_replicas=2, ray_actor_options={"num_cpus": 1.5})
+    serve.run(big.bind(), name="big1", route_prefix="/big1")
+    with pytest.raises(ResourcesUnavailableError) as info:
+        serve.run(big.bind(), name="big2", route_prefix="/big2")
+    msg = str(info.value)
+    assert "big2" in msg and "CPU=3" in msg and "app 'big1' holds CPU=3" in msg and "CPU=4" in msg
+    with pytest.raises(ResourcesUnavailableError, match="CPU=64"):
+        serve.run(Sleeper.options(ray_actor_options={"num_cpus": 64}).bind(), name="huge", route_prefix="/huge")
+    serve.delete("big1")
+    assert set(serve.status().applications) <= {"slow"}
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class Broken:
+    def __init__(self):
+        raise RuntimeError("cannot load the model")
+
+
+def test_constructor_error_fails_serve_run_naming_it(client):
+    with pytest.raises(serve.RayServeException, match="Broken.*cannot load the model"):
+        serve.run(Broken.bind(), name="broken", route_prefix="/broken")
+    assert "broken" not in serve.status().applications
+    assert client.get("/broken").status_code == 404
