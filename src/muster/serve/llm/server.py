@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import struct
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,14 +101,15 @@ class LLMServer:
             yield parts
             return
         try:
-            async for part in parts:
-                yield part
+            async with contextlib.aclosing(parts):
+                async for part in parts:
+                    yield part
         except Exception as exc:  # the stream has started: report the error as an SSE event, then end it
             yield f"data: {json.dumps(error_body(_as_request_error(exc)))}\n\n"
             yield "data: [DONE]\n\n"
 
     # ------------------------------------------------------------------ chat
-    async def _chat(self, req: p.ChatCompletionRequest) -> str | AsyncIterator[str]:
+    async def _chat(self, req: p.ChatCompletionRequest) -> str | AsyncGenerator[str, None]:
         req.check_supported()
         if not req.messages:
             raise InvalidRequestError("messages is empty: send at least one message", param="messages")
@@ -129,7 +131,7 @@ class LLMServer:
         return p.ChatCompletion(id=rid, created=created, model=self.model_id, choices=choices,
                                 usage=usage).model_dump_json()
 
-    async def _chat_events(self, streams: list[_Primed], rid: str, created: int, include_usage: bool) -> AsyncIterator[str]:
+    async def _chat_events(self, streams: list[_Primed], rid: str, created: int, include_usage: bool) -> AsyncGenerator[str, None]:
         def event(choices: list[p.ChatChunkChoice], usage: p.Usage | None = None) -> str:
             chunk = p.ChatCompletionChunk(id=rid, created=created, model=self.model_id, choices=choices, usage=usage)
             return f"data: {chunk.model_dump_json(exclude_none=usage is None)}\n\n"
@@ -137,16 +139,17 @@ class LLMServer:
         for i in range(len(streams)):
             yield event([p.ChatChunkChoice(index=i, delta=p.ChatDelta(role="assistant", content=""))])
         counts = [0] * len(streams)
-        async for i, chunk in _merge(streams):
-            counts[i] = chunk.num_generated_tokens
-            delta = p.ChatDelta(content=chunk.text) if chunk.text else p.ChatDelta()
-            yield event([p.ChatChunkChoice(index=i, delta=delta, finish_reason=chunk.finish_reason)])
+        async with contextlib.aclosing(_merge(streams)) as merged:
+            async for i, chunk in merged:
+                counts[i] = chunk.num_generated_tokens
+                delta = p.ChatDelta(content=chunk.text) if chunk.text else p.ChatDelta()
+                yield event([p.ChatChunkChoice(index=i, delta=delta, finish_reason=chunk.finish_reason)])
         if include_usage:
             yield event([], _usage(streams[0].prompt_tokens, sum(counts)))
         yield "data: [DONE]\n\n"
 
     # ------------------------------------------------------------------ completions
-    async def _completions(self, req: p.CompletionRequest) -> str | AsyncIterator[str]:
+    async def _completions(self, req: p.CompletionRequest) -> str | AsyncGenerator[str, None]:
         req.check_supported()
         for name in ("echo", "suffix", "logprobs"):
             if getattr(req, name) not in (None, False):
@@ -167,13 +170,14 @@ class LLMServer:
                             usage=_usage(prompt_tokens, sum(n for _, _, n in results))).model_dump_json()
 
     async def _completion_events(self, streams: list[_Primed], rid: str, created: int, include_usage: bool,
-                                 prompt_tokens: int) -> AsyncIterator[str]:
+                                 prompt_tokens: int) -> AsyncGenerator[str, None]:
         counts = [0] * len(streams)
-        async for i, chunk in _merge(streams):
-            counts[i] = chunk.num_generated_tokens
-            choice = p.CompletionChoice(index=i, text=chunk.text, finish_reason=chunk.finish_reason)
-            body = p.Completion(id=rid, created=created, model=self.model_id, choices=[choice])
-            yield f"data: {body.model_dump_json(exclude_none=True)}\n\n"
+        async with contextlib.aclosing(_merge(streams)) as merged:
+            async for i, chunk in merged:
+                counts[i] = chunk.num_generated_tokens
+                choice = p.CompletionChoice(index=i, text=chunk.text, finish_reason=chunk.finish_reason)
+                body = p.Completion(id=rid, created=created, model=self.model_id, choices=[choice])
+                yield f"data: {body.model_dump_json(exclude_none=True)}\n\n"
         if include_usage:
             body = p.Completion(id=rid, created=created, model=self.model_id, choices=[],
                                 usage=_usage(prompt_tokens, sum(counts)))
@@ -223,19 +227,20 @@ async def _open(requests: Sequence[tuple[list[int], SamplingParams]], engine: LL
     return opened
 
 
-async def _stream(primed: _Primed) -> AsyncIterator[GenerationChunk]:
+async def _stream(primed: _Primed) -> AsyncGenerator[GenerationChunk, None]:
     if primed.first is not None:
         yield primed.first
     async for chunk in primed.rest:
         yield chunk
 
 
-async def _merge(streams: list[_Primed]) -> AsyncIterator[tuple[int, GenerationChunk]]:
+async def _merge(streams: list[_Primed]) -> AsyncGenerator[tuple[int, GenerationChunk], None]:
     """Chunks of several generations as they come, tagged with their index; closing stops them all."""
     if len(streams) == 1:
         try:
-            async for chunk in _stream(streams[0]):
-                yield 0, chunk
+            async with contextlib.aclosing(_stream(streams[0])) as chunks:
+                async for chunk in chunks:
+                    yield 0, chunk
         finally:
             await streams[0].rest.aclose()  # type: ignore[attr-defined]
         return
