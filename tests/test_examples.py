@@ -166,3 +166,14 @@ def test_fsdp_sharded(tmp_path):
     accuracy = float(re.search(r"^Final accuracy \(rank 0's shard\): ([0-9.]+)$", out, re.M).group(1))
     assert accuracy > 0.8, out
     assert "'__0_0.distcp', '__1_0.distcp'" in out, out
+
+
+def test_serve_model(tmp_path):
+    out = run_example("serve_model.py", tmp_path, "--epochs", "2", "--num-samples", "2000", "--requests", "48")
+    trained = float(re.search(r"^trained: loss (\d+\.\d+) after 2 epochs$", out, re.M).group(1))
+    m = re.search(r"^served 48 predictions over HTTP on port \d+: mse (\d+\.\d+), largest batch (\d+), "
+                  r"max gap to the checkpoint's model (\S+)$", out, re.M)
+    assert m, out
+    assert float(m.group(3)) < 1e-4  # the replicas serve the trained checkpoint
+    assert float(m.group(1)) < trained * 2 + 0.1  # and it predicts as well as training said
+    assert int(m.group(2)) > 1  # concurrent requests were batched

@@ -12,6 +12,8 @@ from starlette.responses import PlainTextResponse, StreamingResponse
 
 from muster import serve
 
+from serve_helpers import wait_until
+
 pytestmark = pytest.mark.allow_leftover_workers
 
 SMALL = {"num_cpus": 0.1}
@@ -109,6 +111,23 @@ def test_routes_by_prefix_and_spreads_over_replicas(apps):
     assert apps.get("/hello?name=ann").text == "hello ann"
     assert apps.get("/-/healthz").text == "success"
     assert set(apps.get("/-/routes").json()) == {"/echo", "/hello", "/kinds", "/api"}
+
+
+def test_status_reports_request_metrics(apps):
+    for _ in range(10):
+        assert apps.get("/hello").status_code == 200
+    assert apps.get("/kinds", params={"kind": "raise"}).status_code == 500
+
+    def metrics(app: str, dep: str) -> dict:
+        return serve.status().applications[app].deployments[dep].metrics
+
+    m = wait_until(lambda: (lambda m: m if m.get("served", 0) >= 10 else None)(metrics("hello", "hello")), 30,
+                   "hello's metrics")
+    assert m["p50_ms"] is not None and m["p99_ms"] >= m["p50_ms"] and m["errors"] == 0
+    wait_until(lambda: metrics("kinds", "Kinds").get("errors", 0) >= 1, 30, "the error to be counted")
+    st = serve.status().applications["echo"]
+    assert st.status == "RUNNING" and st.deployments["Echo"].replica_states == {"RUNNING": 2}
+    assert st.deployments["Echo"].status == "HEALTHY"
 
 
 def test_return_types(apps):

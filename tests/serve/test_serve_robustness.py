@@ -16,7 +16,7 @@ from starlette.requests import Request
 from muster import serve
 from muster.exceptions import ResourcesUnavailableError
 
-from conftest import wait_until
+from serve_helpers import serving, wait_until
 
 pytestmark = pytest.mark.allow_leftover_workers
 
@@ -25,11 +25,8 @@ SMALL = {"num_cpus": 0.1}
 
 @pytest.fixture(scope="module")
 def client():
-    serve.start(http_options={"host": "127.0.0.1", "port": 0, "request_timeout_s": 4})
-    port = serve.status().http["port"]
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+    with serving(request_timeout_s=4, max_body_bytes=1_000_000) as c:
         yield c
-    serve.shutdown()
 
 
 @serve.deployment(ray_actor_options=SMALL)
@@ -60,11 +57,36 @@ def test_backpressure_gives_503_with_retry_after(client):
     serve.delete("bp")
 
 
+def test_one_slow_request_does_not_hold_up_the_others(client):
+    serve.run(Sleeper.options(name="S2", num_replicas=2, max_ongoing_requests=1).bind(), name="s2",
+              route_prefix="/s2")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(client.get, "/s2?s=3")  # under the module's request_timeout_s=4
+        time.sleep(0.3)
+        quick = [client.get("/s2") for _ in range(10)]  # all go to the other replica meanwhile
+        assert not slow.done()
+        assert all(r.status_code == 200 for r in quick)
+        assert len({r.json()["pid"] for r in quick}) == 1
+        assert slow.result().status_code == 200
+    assert slow.result().json()["pid"] not in {r.json()["pid"] for r in quick}
+    serve.delete("s2")
+
+
 def test_request_timeout_gives_408_and_replica_lives_on(client):
     serve.run(Sleeper.bind(), name="slow", route_prefix="/slow")
     r = client.get("/slow?s=10")
     assert r.status_code == 408 and "request_timeout_s=4" in r.text
     assert client.get("/slow").status_code == 200
+
+
+def test_body_over_the_limit_is_413(client):
+    serve.run(Sleeper.bind(), name="body", route_prefix="/body")
+    r = client.post("/body", content=b"x" * 2_000_000)
+    assert r.status_code == 413 and "2000000 bytes is over the limit of 1000000" in r.text
+    r = client.post("/body", content=(b"x" * 100_000 for _ in range(20)))  # chunked: no content-length
+    assert r.status_code == 413 and "over the limit of 1000000" in r.text
+    assert client.post("/body", content=b"x" * 900_000).status_code == 200
+    serve.delete("body")
 
 
 def test_sigkilled_replica_is_replaced_and_only_its_requests_fail(client):

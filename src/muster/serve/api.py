@@ -104,6 +104,7 @@ class DeploymentStatusOverview:
     message: str = ""
     target_replicas: int = 0
     restarts: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)  # requests_per_s, p50_ms, p99_ms, served, errors, ...
 
 
 @dataclass
@@ -129,7 +130,7 @@ class ServeStatus:
             n: ApplicationStatusOverview(
                 a["status"], a["message"], a["route_prefix"], a["last_deployed_time_s"],
                 {dn: DeploymentStatusOverview(dd["status"], dd["replica_states"], dd["message"],
-                                              dd["target_replicas"], dd["restarts"])
+                                              dd["target_replicas"], dd["restarts"], dd.get("metrics", {}))
                  for dn, dd in a["deployments"].items()},
             )
             for n, a in d.get("applications", {}).items()

@@ -69,6 +69,19 @@ class _Batcher:
             self.sem.release()
 
 
+# Batch queues live here, not in the decorator's closure, so decorated classes still pickle by value.
+_by_owner: "weakref.WeakKeyDictionary[Any, dict[int, _Batcher]]" = weakref.WeakKeyDictionary()
+_plain: dict[int, _Batcher] = {}
+
+
+def _batcher(owner: Any, fn: Callable, opts: tuple[int, float, int]) -> _Batcher:
+    table = _plain if owner is None else _by_owner.setdefault(owner, {})
+    b = table.get(id(fn))
+    if b is None:
+        b = table[id(fn)] = _Batcher(fn, *opts)
+    return b
+
+
 def batch(
     _fn: Callable | None = None,
     /,
@@ -92,28 +105,17 @@ def batch(
     if not isinstance(batch_wait_timeout_s, (int, float)) or batch_wait_timeout_s < 0:
         raise ValueError(f"@serve.batch batch_wait_timeout_s={batch_wait_timeout_s!r}: use a number >= 0.")
 
+    opts = (max_batch_size, batch_wait_timeout_s, max_concurrent_batches)
+
     def wrap(fn: Callable) -> Callable:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"@serve.batch needs an `async def` function; {fn.__qualname__} is not one.")
         is_method = "self" in inspect.signature(fn).parameters
-        batchers: "weakref.WeakKeyDictionary[Any, _Batcher]" = weakref.WeakKeyDictionary()
-        plain: dict[int, _Batcher] = {}
-
-        def batcher_for(owner: Any) -> _Batcher:
-            if owner is None:
-                b = plain.get(0)
-                if b is None:
-                    b = plain[0] = _Batcher(fn, max_batch_size, batch_wait_timeout_s, max_concurrent_batches)
-                return b
-            b = batchers.get(owner)
-            if b is None:
-                b = batchers[owner] = _Batcher(fn, max_batch_size, batch_wait_timeout_s, max_concurrent_batches)
-            return b
 
         @functools.wraps(fn)
         async def call(*args: Any) -> Any:
             owner, item = (args[0], args[1]) if is_method else (None, args[0])
-            return await batcher_for(owner).submit(owner, item)
+            return await _batcher(owner, fn, opts).submit(owner, item)
 
         call.__serve_batch__ = True  # type: ignore[attr-defined]
         return call

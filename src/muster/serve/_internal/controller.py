@@ -25,6 +25,7 @@ from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.runtime import ActorHandle
 from muster.serve._internal import autoscaling, router
+from muster.serve._internal.metrics import DeploymentMetrics
 from muster.serve._internal.ingress import IngressActor
 from muster.serve._internal import plan
 from muster.serve._internal.plan import DeploymentPlan
@@ -57,7 +58,8 @@ class _Deployment:
     restarts: int = 0
     message: str = ""
     scale: autoscaling.ScaleState = field(default_factory=autoscaling.ScaleState)
-    stats: list[concurrent.futures.Future] | None = None
+    stats: dict[str, concurrent.futures.Future] | None = None
+    metrics: DeploymentMetrics = field(default_factory=DeploymentMetrics)
     last_stats: float = 0.0
     counter: itertools.count = field(default_factory=itertools.count)
     pending: int = 0  # replacements submitted, not yet started
@@ -78,6 +80,24 @@ class _App:
     deployed_at: float = field(default_factory=time.time)
 
 
+class _InProcess:
+    """An object in this process, called like an actor (the ingress on a cluster engine)."""
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def call(self, method: str, *args: Any) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            fut.set_result(getattr(self.obj, method)(*args))
+        except BaseException as exc:  # noqa: BLE001 - delivered through the future, as an actor's would be
+            fut.set_exception(exc)
+        return fut
+
+    def is_alive(self) -> bool:
+        return not self.obj.task.done()
+
+
 class ServeController:
     """Everything ``serve.*`` does in the driver (thread-safe)."""
 
@@ -90,9 +110,13 @@ class ServeController:
         self.version = itertools.count(1)
         self.table = router.RouteTable()
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="muster-serve-ctl")
-        self.ingress = self.runtime.create_actor(
-            IngressActor, (http_options, self.table), {}, {}, label="serve ingress"
-        )
+        self.local = self.runtime.name == "local"
+        if self.local:
+            self.ingress: Any = self.runtime.create_actor(
+                IngressActor, (http_options, self.table), {}, {}, label="serve ingress"
+            )
+        else:  # on a cluster the ingress serves on the driver's node: in this process
+            self.ingress = _InProcess(IngressActor(http_options, self.table))
         self.host, self.port = self.ingress.call("address").result(30)
         self._stop = threading.Event()
         threading.Thread(target=self._supervise, name="muster-serve-supervisor", daemon=True).start()
@@ -208,7 +232,8 @@ class ServeController:
     def _start_replica(self, d: _Deployment, pending: bool = False) -> _Replica:
         n = next(d.counter)
         rid = f"{d.app}#{d.plan.name}#{os.urandom(4).hex()}"
-        rep = _Replica(rid, os.path.join(self.dir, f"{os.urandom(6).hex()}.sock"), d.plan.config.resources())
+        where = os.path.join(self.dir, f"{os.urandom(6).hex()}.sock") if self.local else "tcp:"
+        rep = _Replica(rid, where, d.plan.config.resources())
         with self.lock:
             d.replicas[rid] = rep
             if pending:
@@ -229,6 +254,8 @@ class ServeController:
                 f"{exc}"
             ) from exc
         rep.actor = actor
+        if not self.local:
+            rep.socket = actor.call("address").result(30)
         actor.set_handlers(None, lambda _h, err, d=d, rep=rep: self._died(d, rep, err))
         rep.state = "RUNNING"
         rep.last_health = time.monotonic()
@@ -344,8 +371,7 @@ class ServeController:
                     r.health = None
                     self._unhealthy(d, r, f"check_health did not answer within {cfg.health_check_timeout_s} s")
             self._ensure(d)
-            if cfg.autoscaling_config is not None:
-                self._autoscale(d, now)
+            self._poll(d, now)
 
     def _unhealthy(self, d: _Deployment, r: _Replica, why: str) -> None:
         print(f"[serve] replica {r.id} is unhealthy ({why}); replacing it", file=sys.stderr, flush=True)
@@ -353,21 +379,26 @@ class ServeController:
             self.runtime.kill(r.actor)  # an expected exit: the runtime sends no death notice
         self._died(d, r, RuntimeError(why))
 
-    def _autoscale(self, d: _Deployment, now: float) -> None:
-        cfg = d.plan.config.autoscaling_config
-        assert cfg is not None
+    def _poll(self, d: _Deployment, now: float) -> None:
+        """Collect the replicas' stats every interval; feed metrics and, if on, the autoscaler."""
+        auto = d.plan.config.autoscaling_config
+        interval = auto.metrics_interval_s if auto is not None else 1.0
         if d.stats is None:
-            if now - d.last_stats >= cfg.metrics_interval_s:
-                d.stats = [r.actor.call("stats") for r in d.running() if r.actor is not None]
+            if now - d.last_stats >= interval:
+                d.stats = {r.id: r.actor.call("stats") for r in d.running() if r.actor is not None}
                 d.last_stats = now
             return
-        if not all(f.done() for f in d.stats) and now - d.last_stats < 5:
+        if not all(f.done() for f in d.stats.values()) and now - d.last_stats < 5:
             return
-        ongoing = 0.0
-        for f in d.stats:
-            if f.done() and f.exception() is None:
-                ongoing += f.result()["ongoing"]
+        snaps = {rid: f.result() for rid, f in d.stats.items() if f.done() and f.exception() is None}
         d.stats = None
+        d.metrics.update(snaps, now)
+        if auto is not None:
+            self._autoscale(d, float(sum(s["ongoing"] for s in snaps.values())), now)
+
+    def _autoscale(self, d: _Deployment, ongoing: float, now: float) -> None:
+        cfg = d.plan.config.autoscaling_config
+        assert cfg is not None
         current = len([r for r in d.replicas.values() if r.state in ("STARTING", "RUNNING")])
         want = autoscaling.decide(cfg, current, ongoing, now, d.scale)
         if want > d.target or want < d.target:
@@ -399,7 +430,7 @@ class ServeController:
                         "status": "HEALTHY" if healthy else ("UPSCALING" if d.message.startswith("autoscaling")
                                                              else "UNHEALTHY" if d.message else "UPDATING"),
                         "replica_states": states, "target_replicas": d.target, "restarts": d.restarts,
-                        "message": d.message,
+                        "message": d.message, "metrics": d.metrics.as_dict(),
                     }
                 apps[a.name] = {"status": a.status, "message": a.message, "route_prefix": a.route_prefix,
                                 "last_deployed_time_s": a.deployed_at, "deployments": deps}
@@ -416,6 +447,7 @@ class ServeController:
             self.ingress.call("stop").result(10)
         except BaseException:  # noqa: BLE001 - killed next anyway
             pass
-        self.runtime.kill(self.ingress, grace_s=1.0)
+        if self.local:
+            self.runtime.kill(self.ingress, grace_s=1.0)
         self.pool.shutdown(wait=False, cancel_futures=True)
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -85,15 +85,10 @@ class IngressApp:
             r.release(replica)
 
     async def _relay(self, stream: router.Stream, send: Any, timeout: float | None) -> None:
-        try:
-            kind, payload = await (asyncio.wait_for(stream.next(), timeout) if timeout else stream.next())
-        except asyncio.TimeoutError:
-            stream.cancel()
-            await _plain(send, 408, f"the request took longer than request_timeout_s={timeout} and was cancelled.")
+        kind, payload = await router.first_frame(stream, timeout)
+        if (kind, payload) == router.TIMED_OUT:
+            await _plain(send, 408, router.timeout_message(timeout))
             return
-        except asyncio.CancelledError:
-            stream.cancel()
-            raise
         if kind == wire.RESP_FULL:
             status, headers, body = wire.loads(payload)
             await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -149,16 +144,24 @@ class IngressApp:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _special(self, path: str, send: Any) -> None:
+        status, headers, body = self.special(path)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def special(self, path: str) -> tuple[int, list, bytes]:
+        """Paths no app serves: ``/-/healthz``, ``/-/routes``, else 404 listing the prefixes."""
         if path == "/-/healthz":
-            await _plain(send, 200, "success")
-        elif path == "/-/routes":
-            body = json.dumps({p: a for p, a, _ in self.prefixes}).encode()
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json")]})
-            await send({"type": "http.response.body", "body": body})
-        else:
-            routes = ", ".join(p for p, _, _ in self.prefixes) or "none (no app is running)"
-            await _plain(send, 404, f"no application serves path {path!r}; route prefixes: {routes}.")
+            return 200, _TEXT, b"success"
+        if path == "/-/routes":
+            return 200, [(b"content-type", b"application/json")], \
+                json.dumps({p: a for p, a, _ in self.prefixes}).encode()
+        routes = ", ".join(p for p, _, _ in self.prefixes) or "none (no app is running)"
+        return 404, _TEXT, f"no application serves path {path!r}; route prefixes: {routes}.".encode()
+
+    async def __rsgi__(self, scope: Any, proto: Any) -> None:
+        from muster.serve._internal import ingress_rsgi
+
+        await ingress_rsgi.handle(self, scope, proto)
 
 
 def free_port(host: str) -> int:
@@ -190,7 +193,7 @@ class IngressActor:
             from granian.server.embed import Server
 
             self.server = Server(
-                self.app, address=o.host, port=self.port, interface=Interfaces.ASGINL, http=HTTPModes.http1,
+                self.app, address=o.host, port=self.port, interface=Interfaces.RSGI, http=HTTPModes.http1,
                 websockets=False, log_enabled=False, backlog=2048,
             )
         else:

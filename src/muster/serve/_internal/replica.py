@@ -46,11 +46,22 @@ class ReplicaSpec:
 
 def _scope(fields: tuple) -> dict:
     method, path, root_path, query, headers, client, server = fields
+    if isinstance(query, str):  # from the RSGI ingress: str headers, "host:port" addresses
+        query = query.encode("latin-1")
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+        client, server = _address(client), _address(server)
     return {
         "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
         "method": method, "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": root_path,
         "query_string": query, "headers": headers, "client": client, "server": server, "state": {},
     }
+
+
+def _address(value: Any) -> Any:
+    if isinstance(value, str) and ":" in value:
+        host, port = value.rsplit(":", 1)
+        return (host, int(port)) if port.isdigit() else (host, 0)
+    return value
 
 
 def _receive_once(body: bytes) -> Any:
@@ -123,9 +134,21 @@ class ReplicaActor:
         if spec.config.user_config is not None:
             self.reconfigure(spec.config.user_config)
         self.sem = eventloop.run_sync(self._make_semaphore())
-        self.server = eventloop.run_sync(
-            self.loop.create_unix_server(lambda: _Conn(self), spec.socket_path), timeout=30
-        )
+        if spec.socket_path.startswith("tcp:"):  # another node may call: listen on this node's address
+            from muster.core import settings
+
+            host = settings.node_identity()[1] or "127.0.0.1"
+            self.server = eventloop.run_sync(self.loop.create_server(lambda: _Conn(self), host, 0), timeout=30)
+            self._address = f"tcp:{host}:{self.server.sockets[0].getsockname()[1]}"
+        else:
+            self.server = eventloop.run_sync(
+                self.loop.create_unix_server(lambda: _Conn(self), spec.socket_path), timeout=30
+            )
+            self._address = spec.socket_path
+
+    def address(self) -> str:
+        """Where callers reach this replica: a unix socket path, or ``tcp:host:port``."""
+        return self._address
 
     async def _make_semaphore(self) -> asyncio.Semaphore:
         return asyncio.Semaphore(self.config.max_ongoing_requests)

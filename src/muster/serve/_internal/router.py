@@ -26,7 +26,7 @@ _TERMINAL = frozenset((wire.RESP_FULL, wire.RESP_END, wire.RESP_VALUE, wire.RESP
 @dataclass(frozen=True)
 class ReplicaRoute:
     replica_id: str
-    path: str  # unix socket
+    path: str  # a unix socket, or "tcp:host:port" (replicas on a Ray cluster)
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,14 @@ class RouteTable:
     version: int = 0
     apps: dict[str, AppRoute] = field(default_factory=dict)
     deployments: dict[tuple[str, str], DeploymentRoute] = field(default_factory=dict)
+
+
+_EXPIRED = object()
+
+
+def _expire(w: asyncio.Future) -> None:
+    if not w.done():
+        w.set_result(_EXPIRED)
 
 
 class Stream:
@@ -84,6 +92,25 @@ class Stream:
             self.done = True
             self.conn.streams.pop(self.id, None)
             self.conn.send(self.id, wire.CANCEL)
+
+
+TIMED_OUT = (0, b"")
+
+
+async def first_frame(stream: Stream, timeout: float | None) -> tuple[int, bytes]:
+    """The replica's first answer on ``stream``, or ``TIMED_OUT`` (the replica is told to stop)."""
+    try:
+        return await (asyncio.wait_for(stream.next(), timeout) if timeout else stream.next())
+    except asyncio.TimeoutError:
+        stream.cancel()
+        return TIMED_OUT
+    except asyncio.CancelledError:
+        stream.cancel()
+        raise
+
+
+def timeout_message(timeout: float | None) -> str:
+    return f"the request took longer than request_timeout_s={timeout} and was cancelled."
 
 
 class ReplicaConnection(wire.FrameProtocol):
@@ -179,33 +206,38 @@ class Router:
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
-            if self.max_queued != -1 and len(self._waiters) >= self.max_queued:
+            if self.max_queued != -1 and self._queued() >= self.max_queued:
                 raise BackPressureError(
                     f"deployment {self.deployment!r} of app {self.app!r}: every replica is at max_ongoing_requests="
-                    f"{self.max_ongoing} and {len(self._waiters)} requests already wait (max_queued_requests="
+                    f"{self.max_ongoing} and {self._queued()} requests already wait (max_queued_requests="
                     f"{self.max_queued}); retry later, or raise num_replicas / max_queued_requests."
                 )
             w = loop.create_future()
             self._waiters.append(w)
-            remaining = None if deadline is None else deadline - loop.time()
+            timer = None if deadline is None else loop.call_later(max(0.0, deadline - loop.time()), _expire, w)
             try:
-                await asyncio.wait_for(w, remaining)
-            except asyncio.TimeoutError:
+                woken = await w
+            except asyncio.CancelledError:
+                if w.done() and not w.cancelled() and w.result() is None:
+                    self._wake()  # pass on the turn this waiter was given
+                raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if woken is _EXPIRED:
                 live = sum(1 for r in self.replicas.values() if not r.dead)
                 raise DeploymentUnavailableError(
                     f"deployment {self.deployment!r} of app {self.app!r}: no replica had room within {timeout_s} s "
                     f"({live} live replica(s), max_ongoing_requests={self.max_ongoing})."
-                ) from None
-            finally:
-                if not w.done():
-                    w.cancel()
-                try:
-                    self._waiters.remove(w)
-                except ValueError:
-                    pass
+                )
             r = self._pick()
             if r is not None:
                 return r
+
+    def _queued(self) -> int:
+        while self._waiters and self._waiters[0].done():
+            self._waiters.popleft()
+        return sum(1 for w in self._waiters if not w.done())
 
     def release(self, r: _Replica) -> None:
         r.ongoing -= 1
@@ -226,7 +258,12 @@ class Router:
     async def _open(self, r: _Replica) -> ReplicaConnection:
         loop = asyncio.get_running_loop()
         try:
-            _, proto = await loop.create_unix_connection(lambda: ReplicaConnection(r), r.route.path)
+            path = r.route.path
+            if path.startswith("tcp:"):
+                host, port = path[4:].rsplit(":", 1)
+                _, proto = await loop.create_connection(lambda: ReplicaConnection(r), host, int(port))
+            else:
+                _, proto = await loop.create_unix_connection(lambda: ReplicaConnection(r), path)
         except OSError as exc:
             r.dead = True
             raise DeploymentUnavailableError(

@@ -1,0 +1,309 @@
+"""muster.serve vs a plain Starlette app (the limit) vs Ray Serve, driven by wrk.
+
+Every target answers ``GET /?x=N`` with ``{"echo": "N"}``:
+
+* ``limit``: the same handler as a plain Starlette app on one granian process
+  (what one ASGI process can do here, with no hop to a replica);
+* ``muster``: ``@serve.deployment(num_replicas=2)`` behind muster's ingress
+  (granian, plus a uvicorn-ingress point at 64 connections: how the server was chosen);
+* ``muster-compose``: an ingress deployment that calls a model deployment through a handle;
+* ``muster-batch``: ``__call__`` awaits a ``@serve.batch`` method;
+* ``ray``: the same deployment on Ray Serve (when installed), 2 replicas.
+
+Points run interleaved (limit, muster, ray at each connection count, for
+``--rounds`` rounds); each is ``--duration`` seconds of ``wrk -t1 --latency``.
+Medians (with min-max spread) of req/s, p50 and p99 are printed and written to
+``--out`` as JSON, with the time from ``serve.run`` to ready.
+
+    python benchmarks/serve_bench.py --duration 5 --rounds 2 --out /tmp/serve_bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+LIMIT_APP = textwrap.dedent('''
+    import asyncio, sys
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def echo(request):
+        return JSONResponse({"echo": request.query_params.get("x")})
+
+    app = Starlette(routes=[Route("/", echo)])
+
+    from granian.constants import HTTPModes, Interfaces
+    from granian.server.embed import Server
+    import uvloop
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    server = Server(app, address="127.0.0.1", port=int(sys.argv[1]), interface=Interfaces.ASGINL,
+                    http=HTTPModes.http1, websockets=False, log_enabled=False, backlog=2048)
+    print("READY", flush=True)
+    loop.run_until_complete(server.serve())
+''')
+
+RAY_APP = textwrap.dedent('''
+    import sys, time
+    import ray
+    from ray import serve
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[1])})
+
+    @serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.5})
+    class Echo:
+        async def __call__(self, request):
+            return {"echo": request.query_params.get("x")}
+
+    t0 = time.perf_counter()
+    serve.run(Echo.bind(), name="echo", route_prefix="/")
+    print("READY", time.perf_counter() - t0, flush=True)
+    sys.stdin.read()
+    serve.shutdown()
+    ray.shutdown()
+''')
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ms(value: str, unit: str) -> float:
+    return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+
+def wrk(url: str, conns: int, duration: float) -> dict[str, float]:
+    proc = subprocess.run(
+        ["wrk", "-t1", f"-c{conns}", f"-d{max(1, round(duration))}s", "--latency", "--timeout", "10s", url],
+        capture_output=True, text=True, timeout=duration + 60,
+    )
+    out = proc.stdout
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if m is None:
+        raise RuntimeError(f"wrk failed on {url}: {proc.stdout}{proc.stderr}")
+    rps = float(m.group(1))
+    lat = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.M))
+    pct = {}
+    for k, v in lat.items():
+        m = re.match(r"([\d.]+)(\w+)", v)
+        pct[k] = _ms(m.group(1), m.group(2))  # type: ignore[union-attr]
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    errors = re.search(r"Socket errors:.*", out)
+    return {"rps": rps, "p50_ms": pct.get("50", float("nan")), "p99_ms": pct.get("99", float("nan")),
+            "non2xx": float(non2xx.group(1)) if non2xx else 0.0, "socket_errors": 1.0 if errors else 0.0}
+
+
+def wait_http(url: str, timeout_s: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout_s} s")
+
+
+def start_script(code: str, port: int, ready_timeout: float) -> tuple[subprocess.Popen, float | None]:
+    path = os.path.join(tempfile.mkdtemp(prefix="serve-bench-"), "app.py")
+    with open(path, "w") as f:
+        f.write(code)
+    proc = subprocess.Popen([sys.executable, path, str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + ready_timeout
+    ready_s = None
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith("READY"):
+            parts = line.split()
+            ready_s = float(parts[1]) if len(parts) > 1 else None
+            wait_http(f"http://127.0.0.1:{port}/?x=1", max(1.0, deadline - time.monotonic()))
+            return proc, ready_s
+    proc.kill()
+    raise RuntimeError("the app did not start")
+
+
+def stop_script(proc: subprocess.Popen) -> None:
+    try:
+        if proc.stdin:
+            proc.stdin.close()
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def start_muster(port: int) -> tuple[dict[str, str], dict[str, float]]:
+    """Serve four muster apps on one ingress; return their URLs and the time each took to be ready."""
+    import muster
+    from muster import serve
+
+    muster.init(num_cpus=4)
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=100)
+    class Model:
+        async def predict(self, x):
+            return {"echo": x}
+
+        @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002)
+        async def batched(self, xs):
+            return [{"echo": x} for x in xs]
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=100)
+    class Compose:
+        def __init__(self, model):
+            self.model = model
+
+        async def __call__(self, request):
+            return await self.model.predict.remote(request.query_params.get("x"))
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=100)
+    class Batch:
+        def __init__(self, model):
+            self.model = model
+
+        async def __call__(self, request):
+            return await self.model.batched.remote(request.query_params.get("x"))
+
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    ready = {}
+    t0 = time.perf_counter()
+    serve.run(_echo_app(), name="echo", route_prefix="/")
+    ready["muster"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    serve.run(Compose.bind(Model.bind()), name="compose", route_prefix="/compose")
+    ready["muster-compose"] = time.perf_counter() - t0
+    serve.run(Batch.bind(Model.bind()), name="batch", route_prefix="/batch")
+    base = f"http://127.0.0.1:{port}"
+    return {"muster": f"{base}/?x=1", "muster-compose": f"{base}/compose?x=1",
+            "muster-batch": f"{base}/batch?x=1"}, ready
+
+
+def summarize(samples: list[dict[str, float]]) -> dict[str, float]:
+    out = {}
+    for key in ("rps", "p50_ms", "p99_ms"):
+        vals = [s[key] for s in samples]
+        out[key] = statistics.median(vals)
+        out[key + "_min"], out[key + "_max"] = min(vals), max(vals)
+    out["non2xx"] = sum(s["non2xx"] for s in samples)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--conns", default="1,16,64,256")
+    ap.add_argument("--no-ray", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("wrk is not installed (apt-get install wrk)")
+    conns = [int(c) for c in args.conns.split(",")]
+
+    limit_port, muster_port, ray_port = free_port(), free_port(), free_port()
+    limit, _ = start_script(LIMIT_APP, limit_port, 60)
+    urls = {"limit": f"http://127.0.0.1:{limit_port}/?x=1"}
+    muster_urls, ready = start_muster(muster_port)
+    urls.update(muster_urls)
+    ray_proc = None
+    if not args.no_ray:
+        try:
+            import ray  # noqa: F401
+
+            t0 = time.perf_counter()
+            ray_proc, ray_ready = start_script(RAY_APP, ray_port, 300)
+            ready["ray"] = ray_ready if ray_ready is not None else time.perf_counter() - t0
+            urls["ray"] = f"http://127.0.0.1:{ray_port}/?x=1"
+        except Exception as exc:  # noqa: BLE001 - measure the rest
+            print(f"Ray Serve not measured: {exc}", file=sys.stderr)
+    results: dict[str, dict[int, list[dict[str, float]]]] = {}
+    points = [(name, c) for c in conns for name in ("limit", "muster", "ray") if name in urls]
+    points += [(name, 64) for name in ("muster-compose", "muster-batch")]
+    try:
+        for rnd in range(args.rounds):
+            for name, c in points:
+                r = wrk(urls[name], c, args.duration)
+                results.setdefault(name, {}).setdefault(c, []).append(r)
+                print(f"round {rnd} {name:15s} c={c:<4d} {r['rps']:9.0f} req/s  p50 {r['p50_ms']:8.2f} ms  "
+                      f"p99 {r['p99_ms']:8.2f} ms  non-2xx {r['non2xx']:.0f}", flush=True)
+        # the ingress server, chosen by measurement: the same echo behind a uvicorn ingress
+        from muster import serve
+
+        serve.shutdown()
+        serve.start(http_options={"host": "127.0.0.1", "port": muster_port, "server": "uvicorn"})
+        serve.run(_echo_app(), name="echo", route_prefix="/")
+        for rnd in range(args.rounds):
+            r = wrk(urls["muster"], 64, args.duration)
+            results.setdefault("muster-uvicorn-ingress", {}).setdefault(64, []).append(r)
+            print(f"round {rnd} muster-uvicorn  c=64   {r['rps']:9.0f} req/s  p50 {r['p50_ms']:8.2f} ms  "
+                  f"p99 {r['p99_ms']:8.2f} ms", flush=True)
+    finally:
+        from muster import serve
+
+        serve.shutdown()
+        stop_script(limit)
+        if ray_proc is not None:
+            stop_script(ray_proc)
+    summary = {name: {str(c): summarize(s) for c, s in per.items()} for name, per in results.items()}
+    print("\nmedians (min-max) over", args.rounds, "rounds of", args.duration, "s")
+    for name, per in summary.items():
+        for c, s in per.items():
+            print(f"{name:22s} c={c:<4s} {s['rps']:9.0f} req/s ({s['rps_min']:.0f}-{s['rps_max']:.0f})  "
+                  f"p50 {s['p50_ms']:7.2f} ms  p99 {s['p99_ms']:8.2f} ms")
+    print("ready after serve.run:", {k: round(v, 2) for k, v in ready.items()})
+    m, lim = summary["muster"], summary["limit"]
+    ratios = {f"muster/limit req/s c={c}": m[c]["rps"] / lim[c]["rps"] for c in m if c in lim}
+    if "ray" in summary:
+        ratios.update({f"muster/ray req/s c={c}": m[c]["rps"] / summary["ray"][c]["rps"] for c in m
+                       if c in summary["ray"]})
+    if "1" in m and "1" in lim:
+        ratios["added p50 at c=1 (ms)"] = m["1"]["p50_ms"] - lim["1"]["p50_ms"]
+    if "1" in m and "256" in m:
+        ratios["muster p99 c=256 / p99 c=1"] = m["256"]["p99_ms"] / m["1"]["p99_ms"]
+    if "64" in m:
+        ratios["compose/single req/s c=64"] = summary["muster-compose"]["64"]["rps"] / m["64"]["rps"]
+        ratios["batch/single req/s c=64"] = summary["muster-batch"]["64"]["rps"] / m["64"]["rps"]
+        ratios["granian/uvicorn ingress req/s c=64"] = m["64"]["rps"] / summary["muster-uvicorn-ingress"]["64"]["rps"]
+    for k, v in ratios.items():
+        print(f"{k:40s} {v:8.2f}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"summary": summary, "ready_s": ready, "ratios": ratios, "duration": args.duration,
+                       "rounds": args.rounds}, f, indent=2)
+
+
+def _echo_app():  # type: ignore[no-untyped-def]
+    from muster import serve
+
+    @serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=100)
+    class Echo:
+        async def __call__(self, request):
+            return {"echo": request.query_params.get("x")}
+
+    return Echo.bind()
+
+
+if __name__ == "__main__":
+    main()

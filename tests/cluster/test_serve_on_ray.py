@@ -1,0 +1,57 @@
+"""muster.serve on a Ray cluster: replicas are Ray actors (through the runtime seam), reached over TCP;
+the HTTP ingress runs in the driver's process, on the driver's node."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+from starlette.requests import Request
+
+from muster import serve
+
+
+@serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.5})
+class Where:
+    def __init__(self, offset: int):
+        self.offset = offset
+
+    async def __call__(self, request: Request) -> dict:
+        return {"pid": os.getpid(), "x": int(request.query_params.get("x", "0")) + self.offset}
+
+    def add(self, x: int) -> int:
+        return x + self.offset
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.5})
+class Front:
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def __call__(self, request: Request) -> dict:
+        return {"sum": await self.inner.add.remote(int(request.query_params["x"]))}
+
+
+def test_serve_on_ray(on_ray):
+    from muster.core.api import get_runtime
+    from muster.serve import api
+
+    assert get_runtime().name == "ray"
+    serve.start(http_options={"host": "127.0.0.1", "port": 0})
+    try:
+        port = serve.status().http["port"]
+        serve.run(Where.bind(10), name="where", route_prefix="/where")
+        serve.run(Front.bind(Where.options(name="Inner", num_replicas=1).bind(5)), name="front", route_prefix="/front")
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+            answers = [c.get("/where", params={"x": i}).json() for i in range(20)]
+            assert [a["x"] for a in answers] == [i + 10 for i in range(20)]
+            assert len({a["pid"] for a in answers}) == 2
+            assert c.get("/front", params={"x": 1}).json() == {"sum": 6}
+        assert serve.get_app_handle("where").add.remote(1).result(timeout_s=30) == 11
+        st = serve.status().applications["where"].deployments["Where"]
+        assert st.replica_states == {"RUNNING": 2}
+        routes = api._controller.table.deployments[("where", "Where")].replicas
+        assert all(r.path.startswith("tcp:") for r in routes)  # Ray actors, reached over TCP
+    finally:
+        serve.shutdown()

@@ -1,0 +1,49 @@
+"""Helpers shared by the Serve tests."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import httpx
+import psutil
+import pytest
+
+
+def wait_until(cond, timeout_s: float = 30.0, what: str = "condition"):
+    """Poll ``cond`` (bounded); return its truthy value or fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def _workers() -> set[int]:
+    """Worker processes of this test process's engine (children of its zygote)."""
+    out: set[int] = set()
+    for child in psutil.Process().children():
+        try:
+            if "muster.core.local.zygote" in " ".join(child.cmdline()):
+                out.update(p.pid for p in child.children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@contextlib.contextmanager
+def serving(**http_options):
+    """Serve on a free port; yield an httpx client; then shut Serve down and check its processes are gone."""
+    from muster import serve
+
+    before = _workers()
+    serve.start(http_options={"host": "127.0.0.1", "port": 0, **http_options})
+    port = serve.status().http["port"]
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+            yield c
+    finally:
+        serve.shutdown()
+    wait_until(lambda: not (_workers() - before), 15, "Serve's replica and ingress processes to exit")

@@ -1,0 +1,40 @@
+"""The ingress on uvicorn (``http_options={"server": "uvicorn"}``): the ASGI path end to end."""
+
+from __future__ import annotations
+
+import pytest
+from serve_helpers import serving
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+
+from muster import serve
+
+pytestmark = pytest.mark.allow_leftover_workers
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.1})
+class Mixed:
+    async def __call__(self, request: Request):
+        kind = request.query_params.get("kind")
+        if kind == "stream":
+            return StreamingResponse((f"{i};" for i in range(4)), media_type="text/plain")
+        if kind == "raise":
+            raise KeyError("missing-key")
+        return {"body": (await request.body()).decode(), "path": request.url.path}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with serving(server="uvicorn", max_body_bytes=1000) as c:
+        yield c
+
+
+def test_uvicorn_ingress(client):
+    serve.run(Mixed.bind(), name="mixed", route_prefix="/m")
+    assert client.post("/m/a", content=b"hi").json() == {"body": "hi", "path": "/m/a"}
+    with client.stream("GET", "/m", params={"kind": "stream"}) as r:
+        assert "".join(r.iter_text()) == "0;1;2;3;"
+    r = client.get("/m", params={"kind": "raise"})
+    assert r.status_code == 500 and "KeyError" in r.text
+    assert client.post("/m", content=b"x" * 2000).status_code == 413
+    assert client.get("/elsewhere").status_code == 404
