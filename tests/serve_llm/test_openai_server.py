@@ -136,8 +136,10 @@ def test_sixteen_concurrent_requests_batch_together(client):
     before = engine_stats()["steps"]
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         results = list(pool.map(lambda _: greedy_chat(client, max_tokens=16), range(16)))
-    steps = engine_stats()["steps"] - before
+    stats = engine_stats()
+    steps = stats["steps"] - before
     assert [r.choices[0].message.content for r in results] == [expected] * 16
+    assert stats["tokens_per_s"] > 0 and stats["ttft_p50_s"] > 0 and stats["waiting"] == 0
     assert steps < 16 * 16 / 2, f"16 concurrent requests took {steps} decoding steps: they were not batched"
 
 
