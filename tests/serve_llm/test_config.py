@@ -98,3 +98,30 @@ def test_app_deployments_carry_the_replica_resources():
     assert server.config.ray_actor_options["num_gpus"] == 2
     assert server.config.ray_actor_options["resources"] == {"accelerator_type:A100": 0.001}
     assert by_name[ingress].config.ray_actor_options["num_cpus"] == 0
+
+
+def test_serve_config_file_can_name_build_openai_app_as_its_builder(tmp_path):
+    """`import_path: muster.serve.llm:build_openai_app` with `args: {llm_configs: [...]}`, as in Ray's YAML."""
+    from muster.serve import schema
+    from muster.serve._internal import plan
+
+    (tmp_path / "serve.yaml").write_text(
+        "applications:\n"
+        "  - name: llms\n"
+        "    route_prefix: /\n"
+        "    import_path: muster.serve.llm:build_openai_app\n"
+        "    args:\n"
+        "      llm_configs:\n"
+        "        - model_loading_config: {model_id: a, model_source: /models/a}\n"
+        "          llm_engine: transformers\n"
+        "          engine_kwargs: {max_model_len: 512}\n"
+        "        - model_loading_config: {model_id: b}\n"
+        "          llm_engine: transformers\n"
+    )
+    config = schema.load_config(str(tmp_path / "serve.yaml"))
+    (app_config,) = config.applications
+    app = schema.import_app(app_config.import_path, app_config.args)
+    ingress, plans = plan.build(app, "llms")
+    assert sorted(p.name for p in plans) == ["LLMServer:a", "LLMServer:b", ingress]
+    (a,) = [p for p in plans if p.name == "LLMServer:a"]
+    assert a.args[0].engine_kwargs == {"max_model_len": 512}
