@@ -97,6 +97,11 @@ def test_chat_options_n_stop_and_max_completion_tokens(client):
     assert [c.index for c in two.choices] == [0, 1]
     assert all(c.message.content == full for c in two.choices)
     assert two.usage.completion_tokens == 40
+    texts = {0: "", 1: ""}
+    for chunk in greedy_chat(client, max_tokens=20, n=2, stream=True):
+        for c in chunk.choices:
+            texts[c.index] += c.delta.content or ""
+    assert texts == {0: full, 1: full}
     stop = full[5:8]
     cut = greedy_chat(client, max_tokens=20, stop=[stop]).choices[0]
     assert cut.finish_reason == "stop" and cut.message.content == full[: full.index(stop)]
