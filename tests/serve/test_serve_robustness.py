@@ -81,12 +81,14 @@ def test_request_timeout_gives_408_and_replica_lives_on(client):
 
 def test_body_over_the_limit_is_413(client):
     serve.run(Sleeper.bind(), name="body", route_prefix="/body")
-    r = client.post("/body", content=b"x" * 2_000_000)
-    assert r.status_code == 413 and "2000000 bytes is over the limit of 1000000" in r.text
-    r = client.post("/body", content=(b"x" * 100_000 for _ in range(20)))  # chunked: no content-length
-    assert r.status_code == 413 and "over the limit of 1000000" in r.text
-    assert client.post("/body", content=b"x" * 900_000).status_code == 200
-    serve.delete("body")
+    try:
+        r = client.post("/body", content=b"x" * 2_000_000)
+        assert r.status_code == 413 and "2000000 bytes is over the limit of 1000000" in r.text
+        r = client.post("/body", content=(b"x" * 100_000 for _ in range(20)))  # chunked: no content-length
+        assert r.status_code == 413 and "over the limit of 1000000" in r.text
+        assert client.post("/body", content=b"x" * 900_000).status_code == 200
+    finally:
+        serve.delete("body")
 
 
 def test_sigkilled_replica_is_replaced_and_only_its_requests_fail(client):

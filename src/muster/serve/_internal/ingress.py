@@ -29,6 +29,18 @@ async def _plain(send: Any, status: int, text: str, headers: list | None = None)
     await send({"type": "http.response.body", "body": text.encode()})
 
 
+async def _discard(receive: Any, size: int) -> None:
+    """Read and drop a body that is over the limit (up to ``DISCARD_MAX``), so the client gets the 413."""
+    from muster.serve._internal.ingress_rsgi import DISCARD_MAX
+
+    if size > DISCARD_MAX:
+        return
+    while True:
+        msg = await receive()
+        if msg["type"] != "http.request" or not msg.get("more_body", False):
+            return
+
+
 class IngressApp:
     """Routes HTTP requests to the replicas of each app's ingress deployment."""
 
@@ -123,6 +135,7 @@ class IngressApp:
         limit = self.options.max_body_bytes
         for k, v in scope.get("headers", ()):
             if k == b"content-length" and v.isdigit() and int(v) > limit:
+                await _discard(receive, int(v))
                 await _plain(send, 413, f"request body of {int(v)} bytes is over the limit of {limit} bytes "
                                         "(http_options max_body_bytes).")
                 return None
@@ -136,6 +149,8 @@ class IngressApp:
             if chunk:
                 size += len(chunk)
                 if size > limit:
+                    if msg.get("more_body", False):
+                        await _discard(receive, 0)
                     await _plain(send, 413, f"request body is over the limit of {limit} bytes "
                                             "(http_options max_body_bytes).")
                     return None

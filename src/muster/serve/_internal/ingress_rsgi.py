@@ -20,6 +20,21 @@ def _plain(proto: Any, status: int, text: str, headers: list | None = None) -> N
     proto.response_str(status, _TEXT + (headers or []), text)
 
 
+#: A body over the limit is still read (and dropped) up to this size before the 413, so the client, still
+#: sending, gets the answer instead of a reset connection; past it the connection just closes.
+DISCARD_MAX = 64 * 1024 * 1024
+
+
+async def _discard(proto: Any, size: int) -> None:
+    if size > DISCARD_MAX:
+        return
+    try:
+        async for _ in proto:
+            pass
+    except Exception:  # noqa: BLE001 - the client went away: nothing to answer
+        pass
+
+
 def _str_headers(headers: list) -> list[tuple[str, str]]:
     return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
 
@@ -40,6 +55,7 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
     limit = app.options.max_body_bytes
     declared = hdrs.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
+        await _discard(proto, int(declared))
         _plain(proto, 413, f"request body of {declared} bytes is over the limit of {limit} bytes "
                            "(http_options max_body_bytes).")
         return
@@ -50,6 +66,7 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
         async for chunk in proto:
             size += len(chunk)
             if size > limit:
+                await _discard(proto, DISCARD_MAX)
                 _plain(proto, 413, f"request body is over the limit of {limit} bytes (http_options max_body_bytes).")
                 return
             chunks.append(chunk)
