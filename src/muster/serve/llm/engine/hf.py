@@ -164,7 +164,7 @@ class TransformersEngine(LLMEngine):
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[GenerationChunk]:
         max_tokens = self.check_prompt(prompt_ids, params.max_tokens, self.vocab_size)
-        request_id, outputs = self._submit(prompt_ids, params, max_tokens)
+        request_id, outputs = await self._submit(prompt_ids, params, max_tokens)
         assembler = TextAssembler(self.tokenizer, params.stop)
         seen, finished, started = 0, False, time.perf_counter()
         try:
@@ -191,8 +191,7 @@ class TransformersEngine(LLMEngine):
         finally:
             self._release(request_id, cancel=not finished)
 
-    def _submit(self, prompt_ids: list[int], params: SamplingParams, max_tokens: int) -> tuple[str, asyncio.Queue]:
-        self.check_health_for_request()
+    async def _submit(self, prompt_ids: list[int], params: SamplingParams, max_tokens: int) -> tuple[str, asyncio.Queue]:
         with self._lock:
             if len(self._in_flight) >= self.max_num_seqs + self.max_waiting:
                 raise EngineOverloadedError(
@@ -204,22 +203,32 @@ class TransformersEngine(LLMEngine):
             request_id = uuid.uuid4().hex
             self._in_flight[request_id] = False
         outputs: asyncio.Queue = asyncio.Queue()
-        self._manager.register_result_handler(request_id, outputs.put_nowait)
         temperature = GREEDY_TEMPERATURE if params.temperature <= 0 else params.temperature
-        accepted = self._manager.add_request(
-            list(prompt_ids), request_id=request_id, max_new_tokens=max_tokens, streaming=True,
-            temperature=temperature, top_p=params.top_p,
-        )
-        if accepted is None:
-            self._release(request_id, cancel=False)
-            raise EngineError(f"the engine of model {self.config.model_id!r} refused the request (it is stopping)")
-        return request_id, outputs
+        for attempt in range(2):
+            self.check_health_for_request()
+            self._manager.register_result_handler(request_id, outputs.put_nowait)
+            accepted = self._manager.add_request(
+                list(prompt_ids), request_id=request_id, max_new_tokens=max_tokens, streaming=True,
+                temperature=temperature, top_p=params.top_p,
+            )
+            if accepted is not None:
+                return request_id, outputs
+            # Refused: the loop is stopping after a fatal error it has not recorded yet. Wait for the
+            # thread to end (bounded), then the next attempt restarts it.
+            for _ in range(1000):
+                if not self._manager.is_running():
+                    break
+                await asyncio.sleep(0.01)
+        self._release(request_id, cancel=False)
+        raise EngineError(f"the engine of model {self.config.model_id!r} refused the request (its decoding loop "
+                          "is stopping and did not restart)")
 
     def check_health_for_request(self) -> None:
         """Before a request: restart the decoding loop if a fatal error stopped it (that error already
         failed the requests it was running)."""
         manager = self._manager
-        if manager is not None and manager.background_thread_status.fatal_error is not None:
+        if manager is not None and (manager.background_thread_status.fatal_error is not None
+                                    or not manager.is_running()):
             self._steps_before_restart += getattr(manager, "current_batch", 0)
             manager.stop(block=True, timeout=10, hard_stop=True)
             manager.destroy()
