@@ -170,6 +170,8 @@ class TransformersEngine(LLMEngine):
         try:
             while not finished:
                 out = await outputs.get()
+                while not outputs.empty():  # fell behind: outputs are cumulative, so the latest one covers all
+                    out = outputs.get_nowait()
                 if out.status == _failed():
                     raise EngineError(f"generation failed in the engine of model {self.config.model_id!r}: {out.error}")
                 new = list(out.generated_tokens[seen:])
