@@ -1,0 +1,257 @@
+"""Serve LLM throughput and time to first token: naive generate vs the continuous-batching engine vs HTTP.
+
+    python benchmarks/llm_bench.py                   # tiny random Llama, 3 rounds, concurrency 1/8/32
+    python benchmarks/llm_bench.py --rounds 5 --max-tokens 64 --hidden 256 --layers 4
+
+One process; a tiny random-weight Llama built offline (``build_tiny_model``).
+Each round runs every system at every concurrency, interleaved (so a busy
+spell on a shared machine hits all of them), and the table gives the median
+over rounds with the spread (min-max):
+
+* ``naive``: one request at a time through ``model.generate`` (greedy). At
+  concurrency C, C clients queue for the one model, so TTFT includes the wait;
+  its TTFT is measured with a streamer on the first new token.
+* ``engine``: muster's transformers engine (continuous batching) driven
+  directly with C concurrent async requests -- the bare engine.
+* ``serve``: the same engine behind ``serve.run(build_openai_app(...))``, called
+  over HTTP by C concurrent official ``openai`` async clients, streaming.
+
+All three use one torch thread by default (``--threads``): a Serve replica
+with ``num_cpus=1`` gets ``OMP_NUM_THREADS=1``, and on a shared box more
+threads than cores make OpenMP spin (the decoding thread of the engine then
+slows ~8x).
+
+Figures: output tokens/s (all tokens of all requests / wall time) and TTFT
+p50/p99 (request sent -> first text). The goals (issue #15): engine and serve
+>= 5x naive tokens/s at concurrency 32; serve's TTFT p50 over the engine's at
+concurrency 1 (the added latency of the HTTP + Serve path) <= 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROMPT = "Explain gradient checkpointing in two sentences, please."
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def summarize(tokens: int, wall: float, ttfts: list[float]) -> dict[str, float]:
+    return {"tok_s": tokens / wall, "ttft_p50_ms": 1e3 * pct(ttfts, 0.5), "ttft_p99_ms": 1e3 * pct(ttfts, 0.99)}
+
+
+# ----------------------------------------------------------------------------- naive
+def run_naive(model: Any, tokenizer: Any, conc: int, n: int, max_tokens: int) -> dict[str, float]:
+    """n requests from `conc` clients, served one at a time by model.generate."""
+    import torch
+    from transformers.generation.streamers import BaseStreamer
+
+    class FirstToken(BaseStreamer):
+        def __init__(self) -> None:
+            self.calls, self.at = 0, 0.0
+
+        def put(self, value: Any) -> None:
+            self.calls += 1
+            if self.calls == 2:  # the first call is the prompt
+                self.at = time.perf_counter()
+
+        def end(self) -> None:
+            pass
+
+    ids = torch.tensor([tokenizer(PROMPT)["input_ids"]])
+    lock = threading.Lock()
+    ttfts: list[float] = []
+    tokens = 0
+
+    def client(k: int) -> None:
+        nonlocal tokens
+        for _ in range(k):
+            sent = time.perf_counter()
+            with lock:
+                streamer = FirstToken()
+                out = model.generate(ids, max_new_tokens=max_tokens, do_sample=False, streamer=streamer)
+            ttfts.append(streamer.at - sent)
+            tokens += out.shape[1] - ids.shape[1]
+
+    per = [n // conc + (1 if i < n % conc else 0) for i in range(conc)]
+    threads = [threading.Thread(target=client, args=(k,)) for k in per]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return summarize(tokens, time.perf_counter() - start, ttfts)
+
+
+# ----------------------------------------------------------------------------- engine
+async def run_engine(engine: Any, conc: int, n: int, max_tokens: int) -> dict[str, float]:
+    from muster.serve.llm.engine import SamplingParams
+
+    prompt = engine.encode(PROMPT)
+    ttfts: list[float] = []
+    tokens = 0
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(n):
+        queue.put_nowait(i)
+
+    async def client() -> None:
+        nonlocal tokens
+        while not queue.empty():
+            queue.get_nowait()
+            sent, first = time.perf_counter(), None
+            async for chunk in engine.generate(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0)):
+                if first is None:
+                    first = time.perf_counter()
+                last = chunk
+            ttfts.append((first or time.perf_counter()) - sent)
+            tokens += last.num_generated_tokens
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(conc)))
+    return summarize(tokens, time.perf_counter() - start, ttfts)
+
+
+# ----------------------------------------------------------------------------- serve
+async def run_http(base_url: str, conc: int, n: int, max_tokens: int) -> dict[str, float]:
+    import httpx
+    import openai
+
+    http = httpx.AsyncClient(limits=httpx.Limits(max_connections=conc + 4), timeout=300)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="x", http_client=http, max_retries=0)
+    ttfts: list[float] = []
+    tokens = 0
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(n):
+        queue.put_nowait(i)
+
+    async def one() -> None:
+        nonlocal tokens
+        while not queue.empty():
+            queue.get_nowait()
+            sent, first = time.perf_counter(), None
+            stream = await client.completions.create(
+                model="bench", prompt=PROMPT, max_tokens=max_tokens, temperature=0, stream=True,
+                stream_options={"include_usage": True})
+            async for chunk in stream:
+                if first is None and chunk.choices and chunk.choices[0].text:
+                    first = time.perf_counter()
+                if chunk.usage:
+                    tokens += chunk.usage.completion_tokens
+            ttfts.append((first or time.perf_counter()) - sent)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(conc)))
+    wall = time.perf_counter() - start
+    await http.aclose()
+    return summarize(tokens, wall, ttfts)
+
+
+# ----------------------------------------------------------------------------- main
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--requests", type=int, default=32, help="requests per (system, concurrency), at least C")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for naive and engine (a Serve replica with num_cpus=1 gets 1)")
+    parser.add_argument("--no-serve", action="store_true", help="skip the HTTP (muster.serve) system")
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from muster.serve.llm import LLMConfig
+    from muster.serve.llm.engine.hf import TransformersEngine
+    from muster.serve.llm.tiny_model import build_tiny_model
+
+    torch.set_num_threads(args.threads)
+    path = build_tiny_model(tempfile.mkdtemp(prefix="llm-bench-"), hidden_size=args.hidden, num_layers=args.layers)
+    config = LLMConfig(model_loading_config=dict(model_id="bench", model_source=str(path)), llm_engine="transformers",
+                       engine_kwargs=dict(max_model_len=256, max_num_seqs=64),
+                       deployment_config=dict(ray_actor_options={"num_cpus": 1}))
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval()
+    engine = TransformersEngine(config)
+    engine.start()
+    base_url = None
+    if not args.no_serve:
+        from muster import serve
+        from muster.serve.llm import build_openai_app
+
+        serve.start(http_options={"host": "127.0.0.1", "port": 0})
+        serve.run(build_openai_app({"llm_configs": [config]}), name="bench")
+        base_url = f"http://127.0.0.1:{serve.status().http['port']}/v1"
+
+    systems = ["naive", "engine"] + ([] if base_url is None else ["serve"])
+    results: dict[str, dict[int, list[dict[str, float]]]] = {s: {c: [] for c in args.concurrency} for s in systems}
+    loop = asyncio.new_event_loop()
+    with torch.no_grad():
+        # warm-up: first calls pay for lazy initialisation
+        run_naive(model, tokenizer, 1, 2, 4)
+        loop.run_until_complete(run_engine(engine, 2, 2, 4))
+        if base_url:
+            loop.run_until_complete(run_http(base_url, 2, 2, 4))
+        for r in range(args.rounds):
+            for conc in args.concurrency:
+                n = max(args.requests, conc)
+                for system in systems:
+                    if system == "naive":
+                        res = run_naive(model, tokenizer, conc, n, args.max_tokens)
+                    elif system == "engine":
+                        res = loop.run_until_complete(run_engine(engine, conc, n, args.max_tokens))
+                    else:
+                        res = loop.run_until_complete(run_http(base_url, conc, n, args.max_tokens))  # type: ignore[arg-type]
+                    results[system][conc].append(res)
+                    print(f"round {r} c={conc:<3} {system:<7} {res['tok_s']:8.0f} tok/s  "
+                          f"ttft p50 {res['ttft_p50_ms']:7.1f} ms  p99 {res['ttft_p99_ms']:7.1f} ms", flush=True)
+    engine.shutdown()
+    if base_url:
+        serve.shutdown()
+    report(results, args)
+
+
+def report(results: dict[str, dict[int, list[dict[str, float]]]], args: argparse.Namespace) -> None:
+    def med(system: str, conc: int, key: str) -> tuple[float, float, float]:
+        vals = [r[key] for r in results[system][conc]]
+        return statistics.median(vals), min(vals), max(vals)
+
+    print(f"\nmedian over {args.rounds} rounds (min-max); {args.max_tokens} tokens/request; "
+          f"tiny Llama hidden={args.hidden} layers={args.layers}; torch threads={__import__('torch').get_num_threads()}")
+    print(f"{'conc':>4} {'system':<7} {'tok/s':>18} {'x naive':>8} {'TTFT p50 ms':>20} {'TTFT p99 ms':>10}")
+    for conc in args.concurrency:
+        naive = med("naive", conc, "tok_s")[0]
+        for system in results:
+            t = med(system, conc, "tok_s")
+            p50 = med(system, conc, "ttft_p50_ms")
+            p99 = med(system, conc, "ttft_p99_ms")
+            print(f"{conc:>4} {system:<7} {t[0]:7.0f} ({t[1]:.0f}-{t[2]:.0f}) {t[0] / naive:7.1f}x "
+                  f"{p50[0]:7.1f} ({p50[1]:.1f}-{p50[2]:.1f}) {p99[0]:10.1f}")
+    if "serve" in results and 1 in args.concurrency:
+        added = [s["ttft_p50_ms"] - e["ttft_p50_ms"] for s, e in zip(results["serve"][1], results["engine"][1])]
+        print(f"added TTFT p50 at c=1 (serve - engine, per round): median {statistics.median(added):.1f} ms "
+              f"({min(added):.1f}-{max(added):.1f})")
+    out = os.path.join(HERE, "results")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "llm_bench.json"), "w") as f:
+        json.dump({"args": vars(args), "results": {s: {str(c): v for c, v in d.items()} for s, d in results.items()},
+                   "loadavg": os.getloadavg(), "python": sys.version}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

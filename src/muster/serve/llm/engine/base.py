@@ -1,0 +1,194 @@
+"""The engine seam: what an LLM server needs from an inference engine, and the pieces engines share.
+
+An engine owns a model and its tokenizer and runs many requests at once.
+:meth:`LLMEngine.generate` returns an async iterator of
+:class:`GenerationChunk`; closing it early (the client went away) aborts the
+request and frees its place in the batch. Engines are used from one event
+loop; their own threads (a decoding loop) hand results back to that loop.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.serve.llm.config import LLMConfig
+from muster.serve.llm.errors import InvalidRequestError
+
+# Sampling at this temperature is argmax in float32: every other token's probability underflows to 0.
+GREEDY_TEMPERATURE = 1e-10
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingParams:
+    """How to pick tokens for one sequence.
+
+    Attributes:
+        max_tokens: most tokens to generate (None: up to ``max_model_len``).
+        temperature: 0 is greedy (argmax); higher is more random.
+        top_p: nucleus sampling mass (1.0 keeps every token).
+        stop: strings that end the completion (not included in the text).
+        seed: the client's seed (engines that sample per request honour it).
+    """
+
+    max_tokens: int | None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationChunk:
+    """New output of one sequence since its previous chunk.
+
+    Attributes:
+        text: the text added since the previous chunk.
+        num_prompt_tokens: tokens in the prompt.
+        num_generated_tokens: tokens generated so far (all chunks together).
+        finish_reason: ``"stop"`` (end of sequence or a stop string), ``"length"``
+            (``max_tokens`` reached), or None while the sequence goes on.
+    """
+
+    text: str
+    num_prompt_tokens: int
+    num_generated_tokens: int
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineStats:
+    """Counters of one engine, for metrics and for tests that prove batching.
+
+    Attributes:
+        steps: decoding steps run so far (one forward pass of the running batch each).
+        running: requests generating now.
+        waiting: requests accepted but not yet in the batch.
+        requests_finished: requests that ended (finished, stopped, aborted or failed).
+        generated_tokens: tokens generated over the engine's life.
+        ttft_s: time to first token of recent requests, in seconds.
+        tokens_per_s: generated tokens per second over the recent window.
+    """
+
+    steps: int
+    running: int
+    waiting: int
+    requests_finished: int
+    generated_tokens: int
+    ttft_s: tuple[float, ...] = field(default_factory=tuple)
+    tokens_per_s: float = 0.0
+
+
+class LLMEngine(abc.ABC):
+    """A model that generates for many requests at once.
+
+    Contract: :meth:`start` loads the model (the replica is ready only after it
+    returns); everything else is called from one event loop afterwards.
+    Errors a client caused are :class:`InvalidRequestError`; a full queue is
+    ``EngineOverloadedError``; a failure of the engine itself is ``EngineError``.
+    """
+
+    def __init__(self, config: LLMConfig):
+        self.config = config
+        self.max_model_len = 0
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Load the tokenizer and weights and start generating (blocking); raise if that is impossible."""
+
+    @abc.abstractmethod
+    def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Token ids of a chat rendered with the tokenizer's chat template (generation prompt added)."""
+
+    @abc.abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Token ids of plain text."""
+
+    @abc.abstractmethod
+    def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[GenerationChunk]:
+        """Generate for one sequence; closing the iterator early aborts it."""
+
+    @abc.abstractmethod
+    async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        """One embedding vector per input."""
+
+    @abc.abstractmethod
+    def stats(self) -> EngineStats:
+        """Current counters."""
+
+    @abc.abstractmethod
+    def check_health(self) -> None:
+        """Raise if the engine can no longer serve (a replica that fails this is replaced)."""
+
+    @abc.abstractmethod
+    def shutdown(self) -> None:
+        """Stop generating and free the model."""
+
+    def check_prompt(self, prompt_ids: Sequence[int], max_tokens: int | None, vocab_size: int) -> int:
+        """Check a prompt against ``max_model_len`` and the vocabulary; return the tokens to generate.
+
+        Raises:
+            InvalidRequestError: the prompt (plus ``max_tokens``) does not fit, or holds ids
+                outside the vocabulary.
+        """
+        if not prompt_ids:
+            raise InvalidRequestError("the prompt is empty: send at least one token of text", param="prompt")
+        bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
+        if bad:
+            raise InvalidRequestError(
+                f"token ids {bad[:5]} are outside the vocabulary of {self.config.model_id!r} (0..{vocab_size - 1})",
+                param="prompt",
+            )
+        room = self.max_model_len - len(prompt_ids)
+        if room <= 0 or (max_tokens is not None and max_tokens > room):
+            asked = len(prompt_ids) + (max_tokens or 0)
+            raise InvalidRequestError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                f"{asked} tokens ({len(prompt_ids)} in the prompt, {max_tokens or 0} for the completion). "
+                "Shorten the prompt or lower max_tokens (or raise engine_kwargs['max_model_len']).",
+                param="max_tokens" if room > 0 else "messages",
+                code="context_length_exceeded",
+            )
+        return max_tokens if max_tokens is not None else room
+
+
+class TextAssembler:
+    """Turns a growing list of token ids into text deltas, cutting at stop strings.
+
+    Text that could still become a stop string, or a half-decoded UTF-8
+    character, is held back until the next tokens decide it.
+    """
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str]):
+        self._tokenizer = tokenizer
+        self._stop = tuple(stop)
+        self._ids: list[int] = []
+        self._sent = 0
+        self.stopped = False
+
+    def push(self, new_ids: Sequence[int], final: bool) -> str:
+        """Add tokens; return the text that is now certain. Sets ``stopped`` when a stop string appeared."""
+        self._ids.extend(new_ids)
+        text = self._tokenizer.decode(self._ids, skip_special_tokens=True)
+        for stop in self._stop:
+            cut = text.find(stop, max(0, self._sent - len(stop)))
+            if cut >= 0:
+                self.stopped = True
+                text = text[:cut]
+        if not (final or self.stopped):
+            text = text.rstrip("\ufffd")
+            text = text[: len(text) - self._held_back(text)]
+        delta, self._sent = text[self._sent:], max(self._sent, len(text))
+        return delta
+
+    def _held_back(self, text: str) -> int:
+        """Length of the longest tail of ``text`` that begins some stop string."""
+        longest = 0
+        for stop in self._stop:
+            for n in range(min(len(stop) - 1, len(text)), longest, -1):
+                if text.endswith(stop[:n]):
+                    longest = n
+                    break
+        return longest

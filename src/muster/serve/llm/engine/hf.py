@@ -1,0 +1,294 @@
+"""The default engine: a Hugging Face transformers model with continuous batching.
+
+It drives transformers' own ``ContinuousBatchingManager`` (a paged KV cache,
+one slot per sequence; a background thread runs one forward pass per step over
+every running sequence, and requests join and leave between steps). This
+module adds what a server needs around it: admission with a bounded queue,
+per-request temperature/top_p, stop strings, incremental text, abort on
+disconnect, restart after a fatal engine error, and counters.
+
+Greedy requests (temperature 0) run in the same sampling batch at
+``GREEDY_TEMPERATURE``, which makes sampling an argmax. The manager has one
+random generator, so a request's ``seed`` does not make sampled output
+reproducible here (OpenAI calls seed best-effort too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from muster.serve.llm.config import LLMConfig
+from muster.serve.llm.engine.base import (
+    GREEDY_TEMPERATURE,
+    EngineStats,
+    GenerationChunk,
+    LLMEngine,
+    SamplingParams,
+    TextAssembler,
+)
+from muster.serve.llm.errors import EngineError, EngineOverloadedError, InvalidRequestError, LLMConfigError
+
+DEFAULT_MAX_NUM_SEQS = 64
+DEFAULT_MAX_WAITING = 256
+DEFAULT_PAGE_SIZE = 64
+_RECENT = 256  # requests kept for time-to-first-token and tokens/s figures
+
+
+class TransformersEngine(LLMEngine):
+    """Continuous batching over a transformers causal LM (CPU or GPU)."""
+
+    def __init__(self, config: LLMConfig):
+        super().__init__(config)
+        kw = config.engine_kwargs
+        self.max_num_seqs = int(kw.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS))
+        self.max_waiting = int(kw.get("max_waiting_requests", DEFAULT_MAX_WAITING))
+        self.tokenizer: Any = None
+        self.model: Any = None
+        self._manager: Any = None
+        self._lock = threading.Lock()
+        self._in_flight: dict[str, bool] = {}  # request id -> has produced a token
+        self._finished = 0
+        self._generated = 0
+        self._steps_before_restart = 0
+        self._ttft: deque[float] = deque(maxlen=_RECENT)
+        self._token_times: deque[tuple[float, int]] = deque(maxlen=_RECENT)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._load()
+        self._start_manager()
+
+    def _load(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        kw = self.config.engine_kwargs
+        gpus = self.config.num_gpus()
+        seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus > seen:
+            raise LLMConfigError(
+                f"model {self.config.model_id!r} asks for {gpus} GPU(s) per replica (tensor_parallel_size x "
+                f"pipeline_parallel_size, or accelerator_type={self.config.accelerator_type!r}), but this replica "
+                f"sees {seen}. Run it on a node with {gpus} GPU(s), or drop accelerator_type and set "
+                "tensor_parallel_size=1 to serve on CPU."
+            )
+        device = kw.get("device", "auto")
+        if device == "auto":
+            device = "cuda" if gpus or seen else "cpu"
+        trust = bool(kw.get("trust_remote_code", False))
+        source = self.config.model_source
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust)
+            placement: dict[str, Any] = {"device_map": "auto"} if gpus > 1 else {}
+            self.model = AutoModelForCausalLM.from_pretrained(
+                source, dtype=kw.get("dtype", "auto"), attn_implementation="sdpa", trust_remote_code=trust, **placement
+            )
+        except OSError as exc:
+            raise LLMConfigError(
+                f"could not load model_source={source!r} for model {self.config.model_id!r}: {exc}. Give a local "
+                "directory holding config.json, the weights and the tokenizer, or a Hugging Face repository id "
+                "this machine can download."
+            ) from exc
+        if gpus <= 1:
+            self.model.to(device)
+        self.model.eval()
+        limit = getattr(self.model.config.get_text_config(), "max_position_embeddings", None) or 2048
+        self.max_model_len = int(kw.get("max_model_len", limit))
+
+    def _start_manager(self) -> None:
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+        kw = self.config.engine_kwargs
+        page = int(kw.get("page_size", DEFAULT_PAGE_SIZE))
+        on_cpu = self.model.device.type == "cpu"
+        blocks = kw.get("num_blocks")
+        if blocks is None and on_cpu:
+            blocks = self.max_num_seqs * math.ceil(min(self.max_model_len, 2048) / page) + 1
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        generation = GenerationConfig(
+            # Temperature and top_p are set per request; these non-default values make the
+            # manager build the per-request warpers at all.
+            do_sample=True, temperature=0.5, top_p=0.99, max_new_tokens=16,
+            eos_token_id=eos if eos is not None else -1,
+        )
+        cb = ContinuousBatchingConfig(
+            page_size=page, num_blocks=blocks, max_requests_per_batch=self.max_num_seqs,
+            max_batch_tokens=max(page, min(self.max_model_len, 1024)) if on_cpu else None,
+            per_request_processors=True, seed=int(kw.get("seed", 0)), allow_block_sharing=False,
+        )
+        self._manager = self.model.init_continuous_batching(generation_config=generation, continuous_batching_config=cb)
+        self._manager.start()
+
+    def check_health(self) -> None:
+        manager = self._manager
+        if manager is None:
+            raise EngineError(f"the engine of model {self.config.model_id!r} is not started")
+        fatal = manager.background_thread_status.fatal_error
+        if fatal is not None or not manager.is_running():
+            raise EngineError(f"the decoding loop of model {self.config.model_id!r} stopped: {fatal!r}")
+
+    def shutdown(self) -> None:
+        manager, self._manager = self._manager, None
+        if manager is not None:
+            manager.stop(block=True, timeout=10, hard_stop=True)
+            manager.destroy()
+
+    # ------------------------------------------------------------------ requests
+    def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise InvalidRequestError(
+                f"model {self.config.model_id!r} has no chat template, so /v1/chat/completions cannot render "
+                "messages. Use /v1/completions with a plain prompt, or save a chat template with the tokenizer "
+                "(tokenizer.chat_template = ...; tokenizer.save_pretrained(model_source)).",
+                param="messages", code="no_chat_template",
+            )
+        rendered = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text)["input_ids"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.get_text_config().vocab_size)
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[GenerationChunk]:
+        max_tokens = self.check_prompt(prompt_ids, params.max_tokens, self.vocab_size)
+        request_id, outputs = await self._submit(prompt_ids, params, max_tokens)
+        assembler = TextAssembler(self.tokenizer, params.stop)
+        seen, finished, started = 0, False, time.perf_counter()
+        try:
+            while not finished:
+                out = await outputs.get()
+                while not outputs.empty():  # fell behind: outputs are cumulative, so the latest one covers all
+                    out = outputs.get_nowait()
+                if out.status == _failed():
+                    raise EngineError(f"generation failed in the engine of model {self.config.model_id!r}: {out.error}")
+                new = list(out.generated_tokens[seen:])
+                if new and seen == 0:
+                    self._ttft.append(time.perf_counter() - started)
+                seen += len(new)
+                self._generated += len(new)
+                self._token_times.append((time.perf_counter(), len(new)))
+                finished = out.is_finished()
+                text = assembler.push(new, final=finished)
+                reason = None
+                if assembler.stopped:
+                    reason, finished = "stop", True
+                elif finished:
+                    reason = "length" if seen >= max_tokens else "stop"
+                if text or reason:
+                    yield GenerationChunk(text=text, num_prompt_tokens=len(prompt_ids),
+                                          num_generated_tokens=seen, finish_reason=reason)
+        finally:
+            self._release(request_id, cancel=not finished)
+
+    async def _submit(self, prompt_ids: list[int], params: SamplingParams, max_tokens: int) -> tuple[str, asyncio.Queue]:
+        with self._lock:
+            if len(self._in_flight) >= self.max_num_seqs + self.max_waiting:
+                raise EngineOverloadedError(
+                    f"model {self.config.model_id!r} is overloaded: {len(self._in_flight)} requests are running or "
+                    f"waiting (max_num_seqs={self.max_num_seqs} + max_waiting_requests={self.max_waiting}). "
+                    "Retry later, add replicas, or raise engine_kwargs['max_waiting_requests'].",
+                    code="overloaded",
+                )
+            request_id = uuid.uuid4().hex
+            self._in_flight[request_id] = False
+        outputs: asyncio.Queue = asyncio.Queue()
+        temperature = GREEDY_TEMPERATURE if params.temperature <= 0 else params.temperature
+        for attempt in range(2):
+            self.check_health_for_request()
+            self._manager.register_result_handler(request_id, outputs.put_nowait)
+            accepted = self._manager.add_request(
+                list(prompt_ids), request_id=request_id, max_new_tokens=max_tokens, streaming=True,
+                temperature=temperature, top_p=params.top_p,
+            )
+            if accepted is not None:
+                return request_id, outputs
+            # Refused: the loop is stopping after a fatal error it has not recorded yet. Wait for the
+            # thread to end (bounded), then the next attempt restarts it.
+            for _ in range(1000):
+                if not self._manager.is_running():
+                    break
+                await asyncio.sleep(0.01)
+        self._release(request_id, cancel=False)
+        raise EngineError(f"the engine of model {self.config.model_id!r} refused the request (its decoding loop "
+                          "is stopping and did not restart)")
+
+    def check_health_for_request(self) -> None:
+        """Before a request: restart the decoding loop if a fatal error stopped it (that error already
+        failed the requests it was running)."""
+        manager = self._manager
+        if manager is not None and (manager.background_thread_status.fatal_error is not None
+                                    or not manager.is_running()):
+            self._steps_before_restart += getattr(manager, "current_batch", 0)
+            manager.stop(block=True, timeout=10, hard_stop=True)
+            manager.destroy()
+            self._manager = None
+            self._start_manager()
+        self.check_health()
+
+    def _release(self, request_id: str, cancel: bool) -> None:
+        with self._lock:
+            if self._in_flight.pop(request_id, None) is None:
+                return
+            self._finished += 1
+        manager = self._manager
+        if manager is None:
+            return
+        if cancel:
+            manager.cancel_request(request_id)
+        router = manager.output_router
+        with router._lock:
+            router.result_handlers.pop(request_id, None)
+
+    # ------------------------------------------------------------------ embeddings and stats
+    async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        for ids in inputs:
+            self.check_prompt(ids, None, self.vocab_size)
+        return await asyncio.to_thread(self._embed, inputs)
+
+    def _embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        import torch
+
+        vectors = []
+        with torch.no_grad():
+            for ids in inputs:  # one at a time: no padding, so no attention-mask subtleties
+                out = self.model(torch.tensor([ids], device=self.model.device), output_hidden_states=True)
+                vectors.append(out.hidden_states[-1][0].float().mean(dim=0).tolist())
+        return vectors
+
+    def stats(self) -> EngineStats:
+        manager = self._manager
+        steps = self._steps_before_restart + (getattr(manager, "current_batch", 0) if manager is not None else 0)
+        running = waiting = 0
+        processor = getattr(manager, "batch_processor", None)
+        scheduler = getattr(processor, "scheduler", None)
+        if scheduler is not None:
+            running = len(scheduler.active_requests)
+            waiting = len(scheduler.waiting_requests)
+        with self._lock:
+            in_flight = len(self._in_flight)
+        waiting = max(waiting, in_flight - running)
+        window = list(self._token_times)
+        rate = 0.0
+        if len(window) > 1 and window[-1][0] > window[0][0]:
+            rate = sum(n for _, n in window[1:]) / (window[-1][0] - window[0][0])
+        return EngineStats(steps=steps, running=running, waiting=waiting, requests_finished=self._finished,
+                           generated_tokens=self._generated, ttft_s=tuple(self._ttft), tokens_per_s=rate)
+
+
+def _failed() -> Any:
+    from transformers.generation.continuous_batching.requests import RequestStatus
+
+    return RequestStatus.FAILED

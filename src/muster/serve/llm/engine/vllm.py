@@ -1,0 +1,123 @@
+"""The vLLM engine (``pip install "muster[vllm]"``): vLLM's own async engine, ``engine_kwargs`` passed through.
+
+vLLM does continuous batching with a paged KV cache itself; this adapter only
+maps :class:`SamplingParams` and its outputs onto the engine seam. Stop
+strings, seeds and temperature 0 (greedy) are vLLM's. Embeddings need a
+pooling model and are not offered through this engine.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from muster.serve.llm.config import LLMConfig
+from muster.serve.llm.engine.base import EngineStats, GenerationChunk, LLMEngine, SamplingParams
+from muster.serve.llm.errors import EngineError, InvalidRequestError, LLMConfigError
+
+_RECENT = 256
+
+
+class VLLMEngine(LLMEngine):
+    """vLLM's ``AsyncLLM`` behind the engine seam."""
+
+    def __init__(self, config: LLMConfig):
+        super().__init__(config)
+        self.engine: Any = None
+        self.tokenizer: Any = None
+        self._running: set[str] = set()
+        self._finished = 0
+        self._generated = 0
+        self._ttft: deque[float] = deque(maxlen=_RECENT)
+        self._token_times: deque[tuple[float, int]] = deque(maxlen=_RECENT)
+
+    def start(self) -> None:
+        try:
+            from transformers import AutoTokenizer
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as exc:
+            raise LLMConfigError(
+                f"model {self.config.model_id!r} uses the vLLM engine, which could not be imported ({exc}): "
+                "pip install \"muster[vllm]\"."
+            ) from exc
+        kwargs = dict(self.config.engine_kwargs)
+        kwargs.setdefault("served_model_name", self.config.model_id)
+        args = AsyncEngineArgs(model=self.config.model_source, **kwargs)
+        self.engine = AsyncLLM.from_engine_args(args)
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            self.config.model_source, trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
+        self.max_model_len = int(self.engine.model_config.max_model_len)
+
+    def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise InvalidRequestError(
+                f"model {self.config.model_id!r} has no chat template; use /v1/completions or save one with "
+                "the tokenizer.", param="messages", code="no_chat_template",
+            )
+        rendered = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text)["input_ids"])
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[GenerationChunk]:
+        from vllm import SamplingParams as VSamplingParams
+        from vllm import TokensPrompt
+
+        max_tokens = self.check_prompt(prompt_ids, params.max_tokens, len(self.tokenizer))
+        request_id = uuid.uuid4().hex
+        sampling = VSamplingParams(max_tokens=max_tokens, temperature=params.temperature, top_p=params.top_p,
+                                   stop=list(params.stop) or None, seed=params.seed)
+        self._running.add(request_id)
+        sent_text, sent_tokens, finished, started = 0, 0, False, time.perf_counter()
+        try:
+            async for out in self.engine.generate(TokensPrompt(prompt_token_ids=prompt_ids), sampling, request_id):
+                completion = out.outputs[0]
+                tokens = len(completion.token_ids)
+                if tokens and sent_tokens == 0:
+                    self._ttft.append(time.perf_counter() - started)
+                self._generated += tokens - sent_tokens
+                self._token_times.append((time.perf_counter(), tokens - sent_tokens))
+                finished = bool(out.finished)
+                text = completion.text[sent_text:]
+                sent_text, sent_tokens = len(completion.text), tokens
+                reason = completion.finish_reason if finished else None
+                if text or reason:
+                    yield GenerationChunk(text=text, num_prompt_tokens=len(prompt_ids),
+                                          num_generated_tokens=tokens, finish_reason=reason)
+        except InvalidRequestError:
+            raise
+        except Exception as exc:  # (a closed stream raises GeneratorExit, which is not an Exception)
+            raise EngineError(f"vLLM failed for model {self.config.model_id!r}: {exc}") from exc
+        finally:
+            self._running.discard(request_id)
+            self._finished += 1
+            if not finished:
+                await self.engine.abort(request_id)
+
+    async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        raise InvalidRequestError(
+            f"model {self.config.model_id!r} runs on vLLM for generation; embeddings are served by the "
+            "transformers engine (llm_engine='transformers').", param="model",
+        )
+
+    def stats(self) -> EngineStats:
+        window = list(self._token_times)
+        rate = 0.0
+        if len(window) > 1 and window[-1][0] > window[0][0]:
+            rate = sum(n for _, n in window[1:]) / (window[-1][0] - window[0][0])
+        return EngineStats(steps=0, running=len(self._running), waiting=0, requests_finished=self._finished,
+                           generated_tokens=self._generated, ttft_s=tuple(self._ttft), tokens_per_s=rate)
+
+    def check_health(self) -> None:
+        if self.engine is None or getattr(self.engine, "errored", False):
+            raise EngineError(f"the vLLM engine of model {self.config.model_id!r} is not running")
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None

@@ -1,0 +1,323 @@
+"""``LLMServer``: one model's OpenAI endpoints over an engine.
+
+:meth:`LLMServer.handle` answers one request as an async stream of parts: a
+:class:`ResponseHead` (status, streaming or not) first, then the body as
+strings (one JSON document, or SSE events ending with ``data: [DONE]``).
+Because the head comes first and every part is plain data, the same stream
+works in-process and through a Serve deployment handle, and the ingress turns
+it into an HTTP response without knowing about engines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import struct
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from muster.serve.llm import protocol as p
+from muster.serve.llm.config import LLMConfig
+from muster.serve.llm.engine import GenerationChunk, LLMEngine, SamplingParams, create_engine
+from muster.serve.llm.errors import EngineError, InvalidRequestError, LLMRequestError, error_body
+
+logger = logging.getLogger(__name__)
+
+ROUTES = ("chat/completions", "completions", "embeddings")
+
+
+@dataclass(frozen=True)
+class ResponseHead:
+    """First part of every answer: the HTTP status and whether the body is an SSE stream."""
+
+    status: int
+    streaming: bool
+
+
+Part = ResponseHead | str
+
+
+class LLMServer:
+    """Serves one :class:`LLMConfig`'s model: loads its engine, answers OpenAI requests for it.
+
+    Args:
+        llm_config: the model to serve (an ``LLMConfig`` or a dict of its fields).
+    """
+
+    def __init__(self, llm_config: LLMConfig | dict[str, Any]):
+        self.config = llm_config if isinstance(llm_config, LLMConfig) else LLMConfig(**llm_config)
+        self.engine: LLMEngine = create_engine(self.config)
+        self.engine.start()
+        self.created = p.now()
+
+    @property
+    def model_id(self) -> str:
+        return self.config.model_id
+
+    def model_card(self) -> dict[str, Any]:
+        """This model's entry in ``/v1/models``."""
+        return p.ModelCard(id=self.model_id, created=self.created, root=self.config.model_source).model_dump()
+
+    def check_health(self) -> None:
+        """Raise if the engine can no longer serve."""
+        self.engine.check_health()
+
+    def stats(self) -> dict[str, Any]:
+        """The engine's counters as a dict (steps, running, waiting, tokens/s, time to first token)."""
+        s = self.engine.stats()
+        ttft = sorted(s.ttft_s)
+        return {
+            "model": self.model_id, "steps": s.steps, "running": s.running, "waiting": s.waiting,
+            "requests_finished": s.requests_finished, "generated_tokens": s.generated_tokens,
+            "tokens_per_s": s.tokens_per_s, "ttft_p50_s": ttft[len(ttft) // 2] if ttft else None,
+        }
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+    async def handle(self, route: str, body: Any) -> AsyncIterator[Part]:
+        """Answer one request to ``/v1/<route>``; yields a :class:`ResponseHead`, then body strings."""
+        try:
+            if route == "chat/completions":
+                parts = await self._chat(p.parse_request(p.ChatCompletionRequest, body))
+            elif route == "completions":
+                parts = await self._completions(p.parse_request(p.CompletionRequest, body))
+            elif route == "embeddings":
+                parts = await self._embeddings(p.parse_request(p.EmbeddingRequest, body))
+            else:
+                raise InvalidRequestError(f"unknown route /v1/{route}; this server answers {ROUTES}")
+        except Exception as exc:  # every failure before the first byte becomes OpenAI's error shape
+            error = _as_request_error(exc)
+            yield ResponseHead(error.status, streaming=False)
+            yield json.dumps(error_body(error))
+            return
+        streaming = not isinstance(parts, str)
+        yield ResponseHead(200, streaming=streaming)
+        if isinstance(parts, str):
+            yield parts
+            return
+        try:
+            async with contextlib.aclosing(parts):
+                async for part in parts:
+                    yield part
+        except Exception as exc:  # the stream has started: report the error as an SSE event, then end it
+            yield f"data: {json.dumps(error_body(_as_request_error(exc)))}\n\n"
+            yield "data: [DONE]\n\n"
+
+    # ------------------------------------------------------------------ chat
+    async def _chat(self, req: p.ChatCompletionRequest) -> str | AsyncGenerator[str, None]:
+        req.check_supported()
+        if not req.messages:
+            raise InvalidRequestError("messages is empty: send at least one message", param="messages")
+        if req.logprobs:
+            raise InvalidRequestError("logprobs is not supported; leave it out.", param="logprobs")
+        prompt = self.engine.encode_chat([{"role": m.role, "content": m.text()} for m in req.messages])
+        params = _sampling(req, req.token_limit())
+        streams = await _open([(prompt, params)] * req.n, self.engine)
+        rid, created = p.new_id("chatcmpl"), p.now()
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return self._chat_events(streams, rid, created, include_usage)
+        results = await _collect(streams)
+        choices = [
+            p.ChatChoice(index=i, message=p.AssistantMessage(content=text), finish_reason=reason)
+            for i, (text, reason, _) in enumerate(results)
+        ]
+        usage = _usage(len(prompt), sum(n for _, _, n in results))
+        return p.ChatCompletion(id=rid, created=created, model=self.model_id, choices=choices,
+                                usage=usage).model_dump_json()
+
+    async def _chat_events(self, streams: list[_Primed], rid: str, created: int, include_usage: bool) -> AsyncGenerator[str, None]:
+        def event(choices: list[p.ChatChunkChoice], usage: p.Usage | None = None) -> str:
+            chunk = p.ChatCompletionChunk(id=rid, created=created, model=self.model_id, choices=choices, usage=usage)
+            return f"data: {chunk.model_dump_json(exclude_none=usage is None)}\n\n"
+
+        for i in range(len(streams)):
+            yield event([p.ChatChunkChoice(index=i, delta=p.ChatDelta(role="assistant", content=""))])
+        counts = [0] * len(streams)
+        async with contextlib.aclosing(_merge(streams)) as merged:
+            async for i, chunk in merged:
+                counts[i] = chunk.num_generated_tokens
+                delta = p.ChatDelta(content=chunk.text) if chunk.text else p.ChatDelta()
+                yield event([p.ChatChunkChoice(index=i, delta=delta, finish_reason=chunk.finish_reason)])
+        if include_usage:
+            yield event([], _usage(streams[0].prompt_tokens, sum(counts)))
+        yield "data: [DONE]\n\n"
+
+    # ------------------------------------------------------------------ completions
+    async def _completions(self, req: p.CompletionRequest) -> str | AsyncGenerator[str, None]:
+        req.check_supported()
+        for name in ("echo", "suffix", "logprobs"):
+            if getattr(req, name) not in (None, False):
+                raise InvalidRequestError(f"{name}={getattr(req, name)!r} is not supported; leave it out.", param=name)
+        if req.best_of not in (None, 1, req.n):
+            raise InvalidRequestError(f"best_of={req.best_of} is not supported; leave it out.", param="best_of")
+        prompts = [self._prompt_ids(x) for x in _prompt_list(req.prompt)]
+        params = _sampling(req, req.max_tokens)
+        streams = await _open([(ids, params) for ids in prompts for _ in range(req.n)], self.engine)
+        rid, created = p.new_id("cmpl"), p.now()
+        prompt_tokens = sum(len(ids) for ids in prompts)
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return self._completion_events(streams, rid, created, include_usage, prompt_tokens)
+        results = await _collect(streams)
+        choices = [p.CompletionChoice(index=i, text=text, finish_reason=reason) for i, (text, reason, _) in enumerate(results)]
+        return p.Completion(id=rid, created=created, model=self.model_id, choices=choices,
+                            usage=_usage(prompt_tokens, sum(n for _, _, n in results))).model_dump_json()
+
+    async def _completion_events(self, streams: list[_Primed], rid: str, created: int, include_usage: bool,
+                                 prompt_tokens: int) -> AsyncGenerator[str, None]:
+        counts = [0] * len(streams)
+        async with contextlib.aclosing(_merge(streams)) as merged:
+            async for i, chunk in merged:
+                counts[i] = chunk.num_generated_tokens
+                choice = p.CompletionChoice(index=i, text=chunk.text, finish_reason=chunk.finish_reason)
+                body = p.Completion(id=rid, created=created, model=self.model_id, choices=[choice])
+                yield f"data: {body.model_dump_json(exclude_none=True)}\n\n"
+        if include_usage:
+            body = p.Completion(id=rid, created=created, model=self.model_id, choices=[],
+                                usage=_usage(prompt_tokens, sum(counts)))
+            yield f"data: {body.model_dump_json()}\n\n"
+        yield "data: [DONE]\n\n"
+
+    def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
+        return self.engine.encode(prompt) if isinstance(prompt, str) else list(prompt)
+
+    # ------------------------------------------------------------------ embeddings
+    async def _embeddings(self, req: p.EmbeddingRequest) -> str:
+        if req.dimensions is not None:
+            raise InvalidRequestError("dimensions is not supported by this model; leave it out.", param="dimensions")
+        inputs = [self._prompt_ids(x) for x in _prompt_list(req.input)]
+        vectors = await self.engine.embed(inputs)
+        data = [
+            p.EmbeddingData(index=i, embedding=_b64(v) if req.encoding_format == "base64" else v)
+            for i, v in enumerate(vectors)
+        ]
+        tokens = sum(len(x) for x in inputs)
+        return p.EmbeddingList(data=data, model=self.model_id,
+                               usage=p.Usage(prompt_tokens=tokens, total_tokens=tokens)).model_dump_json()
+
+
+# ---------------------------------------------------------------------------- helpers
+@dataclass
+class _Primed:
+    """A generation whose first chunk has been read (so errors show before the response starts)."""
+
+    first: GenerationChunk | None
+    rest: AsyncIterator[GenerationChunk]
+    prompt_tokens: int
+
+
+async def _open(requests: Sequence[tuple[list[int], SamplingParams]], engine: LLMEngine) -> list[_Primed]:
+    """Start every generation and read its first chunk; on any error close them all and raise."""
+    opened: list[_Primed] = []
+    try:
+        for ids, params in requests:
+            gen = engine.generate(ids, params)
+            opened.append(_Primed(None, gen, len(ids)))
+            opened[-1].first = await anext(gen, None)  # type: ignore[arg-type]
+    except BaseException:
+        for primed in opened:
+            await primed.rest.aclose()  # type: ignore[attr-defined]
+        raise
+    return opened
+
+
+async def _stream(primed: _Primed) -> AsyncGenerator[GenerationChunk, None]:
+    if primed.first is not None:
+        yield primed.first
+    async for chunk in primed.rest:
+        yield chunk
+
+
+async def _merge(streams: list[_Primed]) -> AsyncGenerator[tuple[int, GenerationChunk], None]:
+    """Chunks of several generations as they come, tagged with their index; closing stops them all."""
+    if len(streams) == 1:
+        try:
+            async with contextlib.aclosing(_stream(streams[0])) as chunks:
+                async for chunk in chunks:
+                    yield 0, chunk
+        finally:
+            await streams[0].rest.aclose()  # type: ignore[attr-defined]
+        return
+    queue: asyncio.Queue[tuple[int, GenerationChunk | BaseException | None]] = asyncio.Queue()
+
+    async def pump(i: int, primed: _Primed) -> None:
+        try:
+            async for chunk in _stream(primed):
+                await queue.put((i, chunk))
+            await queue.put((i, None))
+        except Exception as exc:
+            await queue.put((i, exc))
+        finally:
+            await primed.rest.aclose()  # type: ignore[attr-defined]
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        left = len(tasks)
+        while left:
+            i, item = await queue.get()
+            if item is None:
+                left -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield i, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _collect(streams: list[_Primed]) -> list[tuple[str, str | None, int]]:
+    """(text, finish_reason, generated tokens) of each generation, run together."""
+    async def one(primed: _Primed) -> tuple[str, str | None, int]:
+        text, reason, count = [], None, 0
+        try:
+            async for chunk in _stream(primed):
+                text.append(chunk.text)
+                reason, count = chunk.finish_reason or reason, chunk.num_generated_tokens
+        finally:
+            await primed.rest.aclose()  # type: ignore[attr-defined]
+        return "".join(text), reason, count
+
+    return list(await asyncio.gather(*(one(s) for s in streams)))
+
+
+def _sampling(req: p.ChatCompletionRequest | p.CompletionRequest, max_tokens: int | None) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        stop=tuple(req.stop_list()), seed=req.seed,
+    )
+
+
+def _prompt_list(value: str | list[str] | list[int] | list[list[int]]) -> list[str | list[int]]:
+    if isinstance(value, str):
+        return [value]
+    if not value:
+        raise InvalidRequestError("the prompt/input list is empty: send at least one item", param="prompt")
+    if all(isinstance(x, int) for x in value):
+        return [list(value)]  # type: ignore[arg-type]
+    return list(value)  # type: ignore[arg-type]
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> p.Usage:
+    return p.Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                   total_tokens=prompt_tokens + completion_tokens)
+
+
+def _b64(vector: list[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+
+
+def _as_request_error(exc: Exception) -> LLMRequestError:
+    if isinstance(exc, LLMRequestError):
+        return exc
+    logger.exception("LLM request failed")
+    return EngineError(f"the server failed to answer: {type(exc).__name__}: {exc}")

@@ -1,0 +1,127 @@
+"""LLMConfig validation and how it maps to replica resources (no GPU needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster.serve.llm import LLMConfig, LLMConfigError, build_openai_app
+from muster.serve.llm.engine.hf import TransformersEngine
+
+
+def config(**kw):
+    kw.setdefault("model_loading_config", dict(model_id="m", model_source="/nowhere"))
+    kw.setdefault("llm_engine", "transformers")
+    return LLMConfig(**kw)
+
+
+def test_seed_config_maps_to_gpus_and_accelerator_resource():
+    cfg = config(
+        accelerator_type="A100",
+        deployment_config=dict(autoscaling_config=dict(min_replicas=1, max_replicas=4)),
+        engine_kwargs=dict(max_model_len=8192, tensor_parallel_size=2),
+    )
+    assert cfg.model_id == "m" and cfg.model_source == "/nowhere"
+    assert cfg.num_gpus() == 2
+    opts = cfg.deployment_options()
+    assert opts["ray_actor_options"]["num_gpus"] == 2
+    assert opts["ray_actor_options"]["resources"] == {"accelerator_type:A100": 0.001}
+    assert opts["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 4}
+
+
+def test_pipeline_parallel_multiplies_gpus_and_cpu_default_holds_none():
+    assert config(engine_kwargs=dict(tensor_parallel_size=2, pipeline_parallel_size=2)).num_gpus() == 4
+    assert config(accelerator_type="L4").num_gpus() == 1
+    plain = config()
+    assert plain.num_gpus() == 0 and "ray_actor_options" not in plain.deployment_options()
+
+
+def test_model_source_defaults_to_model_id():
+    cfg = LLMConfig(model_loading_config=dict(model_id="org/model"), llm_engine="transformers")
+    assert cfg.model_source == "org/model"
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(model_loading_config=dict(model_id="")), ["model_id=''"]),
+    (dict(model_loading_config=dict(model_id="m", source="x")), ["unknown keys", "source"]),
+    (dict(llm_engine="tgi"), ["llm_engine='tgi'"]),
+    (dict(engine_kwargs=dict(max_model_len=0)), ["max_model_len", "positive integer"]),
+    (dict(engine_kwargs=dict(tensor_parallel_size="2")), ["tensor_parallel_size", "positive integer"]),
+    (dict(engine_kwargs=dict(gpu_memory_utilization=0.9)), ["gpu_memory_utilization", "transformers engine", "muster[vllm]"]),
+    (dict(engine_kwargs=dict(dtype="int3")), ["dtype", "bfloat16"]),
+    (dict(deployment_config=dict(replicas=2)), ["unknown keys", "replicas", "num_replicas"]),
+])
+def test_bad_values_are_named(kw, words):
+    with pytest.raises(LLMConfigError) as err:
+        config(**kw)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_vllm_engine_needs_vllm_installed():
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here; this checks the error when it is not")
+    with pytest.raises(LLMConfigError, match=r'pip install "muster\[vllm\]"'):
+        config(llm_engine="vllm")
+    assert config(llm_engine="auto").resolved_engine() == "transformers"
+
+
+def test_tensor_parallel_on_a_gpu_less_replica_fails_clearly(tiny_model):
+    """tensor_parallel_size=2 asks the replica for 2 GPUs; without them the engine refuses to start."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has 2 GPUs: the request can be met")
+    engine = TransformersEngine(config(model_loading_config=dict(model_id="m", model_source=str(tiny_model)),
+                                       engine_kwargs=dict(tensor_parallel_size=2)))
+    with pytest.raises(LLMConfigError, match=r"asks for 2 GPU\(s\) per replica.*sees \d"):
+        engine.start()
+
+
+def test_duplicate_model_ids_and_empty_config_list_are_refused():
+    cfg = config()
+    with pytest.raises(LLMConfigError, match="more than one llm_config"):
+        build_openai_app({"llm_configs": [cfg, cfg]})
+    with pytest.raises(LLMConfigError, match="non-empty list"):
+        build_openai_app({"llm_configs": []})
+
+
+def test_app_deployments_carry_the_replica_resources():
+    cfg = config(accelerator_type="A100", engine_kwargs=dict(tensor_parallel_size=2))
+    app = build_openai_app({"llm_configs": [cfg]})
+    from muster.serve._internal import plan
+
+    ingress, plans = plan.build(app, "llm")
+    by_name = {p.name: p for p in plans}
+    server = by_name["LLMServer:m"]
+    assert server.config.ray_actor_options["num_gpus"] == 2
+    assert server.config.ray_actor_options["resources"] == {"accelerator_type:A100": 0.001}
+    assert by_name[ingress].config.ray_actor_options["num_cpus"] == 0
+
+
+def test_serve_config_file_can_name_build_openai_app_as_its_builder(tmp_path):
+    """`import_path: muster.serve.llm:build_openai_app` with `args: {llm_configs: [...]}`, as in Ray's YAML."""
+    from muster.serve import schema
+    from muster.serve._internal import plan
+
+    (tmp_path / "serve.yaml").write_text(
+        "applications:\n"
+        "  - name: llms\n"
+        "    route_prefix: /\n"
+        "    import_path: muster.serve.llm:build_openai_app\n"
+        "    args:\n"
+        "      llm_configs:\n"
+        "        - model_loading_config: {model_id: a, model_source: /models/a}\n"
+        "          llm_engine: transformers\n"
+        "          engine_kwargs: {max_model_len: 512}\n"
+        "        - model_loading_config: {model_id: b}\n"
+        "          llm_engine: transformers\n"
+    )
+    config = schema.load_config(str(tmp_path / "serve.yaml"))
+    (app_config,) = config.applications
+    app = schema.import_app(app_config.import_path, app_config.args)
+    ingress, plans = plan.build(app, "llms")
+    assert sorted(p.name for p in plans) == ["LLMServer:a", "LLMServer:b", ingress]
+    (a,) = [p for p in plans if p.name == "LLMServer:a"]
+    assert a.args[0].engine_kwargs == {"max_model_len": 512}

@@ -1,0 +1,203 @@
+"""The seed's app (build_openai_app on muster.serve) driven with the official openai client over real HTTP."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import json
+import struct
+import time
+
+import httpx
+import openai
+import pytest
+
+from muster import serve
+from muster.serve.llm import LLMConfig, build_openai_app
+
+pytestmark = [pytest.mark.allow_leftover_workers, pytest.mark.timeout(400)]
+
+CHAT = [{"role": "user", "content": "Explain gradient checkpointing in 2 sentences."}]
+
+
+@pytest.fixture(scope="module")
+def base_url(tiny_model, tiny_gpt2_no_template):
+    """Two models in one app: a chat model and one whose tokenizer has no chat template."""
+    chat = LLMConfig(
+        model_loading_config=dict(model_id="tiny-chat", model_source=str(tiny_model)), llm_engine="transformers",
+        deployment_config=dict(ray_actor_options={"num_cpus": 1}),
+        engine_kwargs=dict(max_model_len=256, max_num_seqs=32),
+    )
+    plain = LLMConfig(
+        model_loading_config=dict(model_id="tiny-plain", model_source=str(tiny_gpt2_no_template)),
+        llm_engine="transformers", deployment_config=dict(ray_actor_options={"num_cpus": 0.5}),
+        engine_kwargs=dict(max_model_len=128),
+    )
+    serve.start(http_options={"host": "127.0.0.1", "port": 0})
+    try:
+        serve.run(build_openai_app({"llm_configs": [chat, plain]}), name="llm")
+        yield f"http://127.0.0.1:{serve.status().http['port']}/v1"
+    finally:
+        serve.shutdown()
+
+
+@pytest.fixture(scope="module")
+def client(base_url):
+    return openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=120)
+
+
+def engine_stats(model: str = "tiny-chat") -> dict:
+    return serve.get_deployment_handle(f"LLMServer:{model}", "llm").stats.remote().result(timeout_s=30)
+
+
+def greedy_chat(client, **kw):
+    kw.setdefault("max_tokens", 12)
+    return client.chat.completions.create(model="tiny-chat", messages=CHAT, temperature=0, **kw)
+
+
+def test_models_are_listed_and_retrievable(client):
+    assert sorted(m.id for m in client.models.list().data) == ["tiny-chat", "tiny-plain"]
+    card = client.models.retrieve("tiny-plain")
+    assert card.id == "tiny-plain" and card.object == "model"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-5")
+
+
+def test_chat_plain_and_streamed_give_the_same_greedy_text(client):
+    plain = greedy_chat(client)
+    assert plain.object == "chat.completion" and plain.model == "tiny-chat"
+    choice = plain.choices[0]
+    assert choice.message.role == "assistant" and choice.finish_reason == "length"
+    assert plain.usage.completion_tokens == 12
+    assert plain.usage.total_tokens == plain.usage.prompt_tokens + 12
+    assert greedy_chat(client).choices[0].message.content == choice.message.content  # deterministic
+
+    chunks = list(greedy_chat(client, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == choice.message.content
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == plain.usage.model_dump()
+    assert {c.id for c in chunks} == {chunks[0].id} and all(c.object == "chat.completion.chunk" for c in chunks)
+
+
+def test_sse_wire_format_ends_with_done(base_url):
+    body = {"model": "tiny-chat", "messages": CHAT, "max_completion_tokens": 3, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{base_url}/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in r.iter_lines() if line]
+    assert all(e.startswith("data: ") for e in events)
+    assert events[-1] == "data: [DONE]"
+    assert json.loads(events[-2][6:])["choices"][0]["finish_reason"] == "length"
+
+
+def test_chat_options_n_stop_and_max_completion_tokens(client):
+    full = greedy_chat(client, max_tokens=20).choices[0].message.content
+    two = greedy_chat(client, max_tokens=None, max_completion_tokens=20, n=2)
+    assert [c.index for c in two.choices] == [0, 1]
+    assert all(c.message.content == full for c in two.choices)
+    assert two.usage.completion_tokens == 40
+    texts = {0: "", 1: ""}
+    for chunk in greedy_chat(client, max_tokens=20, n=2, stream=True):
+        for c in chunk.choices:
+            texts[c.index] += c.delta.content or ""
+    assert texts == {0: full, 1: full}
+    stop = full[5:8]
+    cut = greedy_chat(client, max_tokens=20, stop=[stop]).choices[0]
+    assert cut.finish_reason == "stop" and cut.message.content == full[: full.index(stop)]
+    sampled = client.chat.completions.create(model="tiny-chat", messages=CHAT, max_tokens=8, temperature=1.0,
+                                             top_p=0.9, seed=7)
+    assert sampled.usage.completion_tokens <= 8
+
+
+def test_completions_take_a_string_or_a_list(client):
+    one = client.completions.create(model="tiny-plain", prompt="The quick brown fox", max_tokens=6, temperature=0)
+    assert one.object == "text_completion" and one.choices[0].finish_reason == "length"
+    assert one.usage.completion_tokens == 6
+    many = client.completions.create(model="tiny-plain", prompt=["The quick brown fox", "hello"], max_tokens=6,
+                                     temperature=0)
+    assert [c.index for c in many.choices] == [0, 1]
+    assert many.choices[0].text == one.choices[0].text
+    streamed = client.completions.create(model="tiny-plain", prompt="The quick brown fox", max_tokens=6,
+                                         temperature=0, stream=True)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == one.choices[0].text
+
+
+def test_embeddings_float_and_base64(client):
+    out = client.embeddings.create(model="tiny-chat", input=["hello world", "lazy dog"])
+    assert [d.index for d in out.data] == [0, 1] and len(out.data[0].embedding) == 64
+    assert out.usage.prompt_tokens > 0
+    raw = client.embeddings.create(model="tiny-chat", input="hello world", encoding_format="base64")
+    vec = raw.data[0].embedding
+    if isinstance(vec, str):  # the client leaves base64 as sent when asked for it explicitly
+        vec = list(struct.unpack(f"<{len(base64.b64decode(vec)) // 4}f", base64.b64decode(vec)))
+    assert vec == pytest.approx(out.data[0].embedding, abs=1e-5)
+
+
+def test_sixteen_concurrent_requests_batch_together(client):
+    """16 clients at once: every answer equals the same request alone, and the engine decoded them in
+    shared steps (far fewer than 16 x 16)."""
+    expected = greedy_chat(client, max_tokens=16).choices[0].message.content
+    before = engine_stats()["steps"]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda _: greedy_chat(client, max_tokens=16), range(16)))
+    stats = engine_stats()
+    steps = stats["steps"] - before
+    assert [r.choices[0].message.content for r in results] == [expected] * 16
+    assert stats["tokens_per_s"] > 0 and stats["ttft_p50_s"] > 0 and stats["waiting"] == 0
+    assert steps < 16 * 16 / 2, f"16 concurrent requests took {steps} decoding steps: they were not batched"
+
+
+@pytest.mark.parametrize("kw, status, words", [
+    (dict(messages=[]), 400, "messages is empty"),
+    (dict(messages=CHAT, temperature=5), 400, "temperature"),
+    (dict(messages=CHAT, n=0), 400, "n"),
+    (dict(messages=CHAT, frequency_penalty=0.5), 400, "frequency_penalty"),
+    (dict(messages=[{"role": "user", "content": "long " * 300}], max_tokens=4), 400, "maximum context length"),
+    (dict(messages=CHAT, max_tokens=500), 400, "maximum context length"),
+    (dict(messages=CHAT, model="no-such-model"), 404, "does not exist"),
+    (dict(messages=CHAT, model="tiny-plain"), 400, "no chat template"),
+])
+def test_errors_have_openai_shape_and_status(client, kw, status, words):
+    kw.setdefault("model", "tiny-chat")
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(**kw)
+    assert err.value.status_code == status
+    body = err.value.body
+    assert set(body) >= {"message", "type", "param", "code"}, body  # the client unwraps {"error": {...}}
+    assert words in body["message"]
+
+
+def test_malformed_json_is_a_400(base_url):
+    r = httpx.post(f"{base_url}/chat/completions", content=b"{not json", timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_client_disconnect_stops_generation(base_url):
+    before = engine_stats()
+    body = {"model": "tiny-chat", "messages": CHAT, "max_tokens": 200, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{base_url}/chat/completions", json=body, timeout=60) as r:
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(6)]
+    assert all(line.startswith("data: ") or not line for line in got)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        now = engine_stats()
+        if now["requests_finished"] > before["requests_finished"] and now["running"] == 0:
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    after = engine_stats()
+    assert after["running"] == 0 and after["requests_finished"] == before["requests_finished"] + 1
+    generated = after["generated_tokens"] - before["generated_tokens"]
+    assert generated < 150, f"the request generated {generated} of 200 tokens after its client left"
+
+
+def test_tensor_parallel_replica_that_can_never_fit_fails_at_deploy(base_url, tiny_model):
+    """tensor_parallel_size=2 makes the replica ask for 2 GPUs; this GPU-less engine says so at once."""
+    from muster.exceptions import ResourcesUnavailableError
+
+    cfg = LLMConfig(model_loading_config=dict(model_id="tp2", model_source=str(tiny_model)), llm_engine="transformers",
+                    accelerator_type="A100", engine_kwargs=dict(tensor_parallel_size=2))
+    with pytest.raises(ResourcesUnavailableError, match="GPU"):
+        serve.run(build_openai_app({"llm_configs": [cfg]}), name="tp2", route_prefix="/tp2")
