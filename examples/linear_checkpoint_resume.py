@@ -3,7 +3,11 @@
 Step 4 of the Ray Cluster tutorial ("Save and Load Checkpoints") ported to
 muster by changing the imports: rank 0 saves ``checkpoint.pt`` into a
 temporary folder every epoch and reports it with
-``Checkpoint.from_directory``; at start-up every worker calls
+``Checkpoint.from_directory``, and the other workers report the same epoch
+without a checkpoint (Ray Train asks every worker to call ``report()`` the
+same number of times; muster also accepts the tutorial's rank-0-only
+``report()``, but can then commit only once it has learned that the other
+ranks never report: see docs/fault-tolerance.md); at start-up every worker calls
 ``train.get_checkpoint()`` and, when there is one, loads the model and
 optimizer state and continues at ``start_epoch``.
 
@@ -77,17 +81,19 @@ def train_loop_per_worker(config):
             optimizer.step()
             total_loss += loss.item()
 
-        # Save checkpoint every epoch -- only worker 0 saves to avoid conflicts
-        if train.get_context().get_world_rank() == 0:
-            with tempfile.TemporaryDirectory() as tmpdir:
+        # Save checkpoint every epoch -- only worker 0 saves to avoid conflicts. Every worker
+        # calls report() (Ray Train requires it; workers other than 0 pass no checkpoint), so
+        # each epoch's checkpoint commits as soon as it is whole, with every rank's resume state.
+        metrics = {"loss": total_loss / len(loader), "epoch": epoch}
+        with tempfile.TemporaryDirectory() as tmpdir:
+            checkpoint = None
+            if train.get_context().get_world_rank() == 0:
                 torch.save(
                     {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
                     os.path.join(tmpdir, "checkpoint.pt"),
                 )
-                train.report(
-                    {"loss": total_loss / len(loader), "epoch": epoch},
-                    checkpoint=Checkpoint.from_directory(tmpdir),
-                )
+                checkpoint = Checkpoint.from_directory(tmpdir)
+            train.report(metrics, checkpoint=checkpoint)
 
 
 def should_crash(ctx, epoch, config):

@@ -9,6 +9,7 @@ import tempfile
 
 import pytest
 import torch
+import torch.distributed
 
 import muster.data as md
 import muster.train as train
@@ -97,6 +98,7 @@ def exact_loop(config):
             loss.backward()
             opt.step()
             seen += [int(v) for v in batch["id"]]
+            torch.distributed.barrier()  # ranks in step, as DDP's gradient all-reduce keeps them
             with tempfile.TemporaryDirectory() as tmp:
                 torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "seen": seen, "epoch": epoch},
                            os.path.join(tmp, f"rank_{rank}.pt"))
