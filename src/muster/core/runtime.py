@@ -20,6 +20,10 @@ Contract, for implementers:
   the reply when it completes.  Events from one actor reach ``on_event`` in the order
   they were sent, and always before the actor's death is reported: a
   report that left the worker is never lost behind the failure it preceded.
+* Worker output (stdout and stderr, one line at a time) goes to every
+  *log sink* (``add_log_sink``) as ``sink(label, pid, lines)``.  The
+  engine feeds them: a line a worker printed during a call reaches the
+  sinks before that call's result does.
 * All methods are thread-safe.
 """
 
@@ -27,12 +31,14 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import threading
 from concurrent.futures import Future
 from typing import Any, Callable, ContextManager
 
 Resources = dict[str, float]
 EventHandler = Callable[["ActorHandle", Any], Any]
 DeathHandler = Callable[["ActorHandle", BaseException], None]
+LogSink = Callable[[str, "int | None", list[str]], None]  # (label, pid, lines)
 
 
 class ActorHandle(abc.ABC):
@@ -68,6 +74,34 @@ class Runtime(abc.ABC):
     """An engine that runs functions and actors under resource limits."""
 
     name: str
+
+    def __init__(self) -> None:
+        self._log_sinks: list[LogSink] = []
+        self._log_sinks_lock = threading.Lock()
+
+    def add_log_sink(self, sink: LogSink) -> None:
+        """Also hand every line of worker output to ``sink(label, pid, lines)``.
+
+        It runs on an engine thread and must not block (the run store queues
+        rows). ``pid`` is the worker process's id, or None when unknown."""
+        with self._log_sinks_lock:
+            self._log_sinks.append(sink)
+
+    def remove_log_sink(self, sink: LogSink) -> None:
+        """Stop handing lines to ``sink`` (no-op when it was not added)."""
+        with self._log_sinks_lock:
+            if sink in self._log_sinks:
+                self._log_sinks.remove(sink)
+
+    def emit_logs(self, label: str, pid: int | None, lines: list[str]) -> None:
+        """For engines: give one worker's new lines to every sink (a failing sink is skipped)."""
+        with self._log_sinks_lock:
+            sinks = list(self._log_sinks)
+        for sink in sinks:
+            try:
+                sink(label, pid, lines)
+            except Exception:  # noqa: BLE001 - a broken sink must not stop the engine's relay
+                pass
 
     @abc.abstractmethod
     def resources(self) -> Resources:

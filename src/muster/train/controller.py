@@ -144,6 +144,7 @@ class Controller:
         self.recorder = RunRecorder(
             root=record.state.get("store_root") or self.storage.storage_path, path=self.storage.uri,
             name=self.storage.name, state=record.state, resources=scaling.worker_resources,
+            logs=get_runtime(),
         )
         self._resizes = 0  # elastic restarts to grow the gang: not failures
         self._next_check = 0.0

@@ -91,6 +91,7 @@ class LocalRuntime(Runtime):
         num_gpus: float | None = None,
         resources: dict[str, float] | None = None,
     ):
+        super().__init__()
         self.node_id = socket.gethostname()
         self.slots = SlotTable(_detect_total(num_cpus, num_gpus, resources))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -130,7 +131,7 @@ class LocalRuntime(Runtime):
                 if blocker is None:
                     self._fork_zygote()
                 self._listener = Listener(os.path.join(self._tmp, "ctl.sock"), "AF_UNIX", authkey=self._authkey)
-                self._logs = LogRelay(os.path.join(self._tmp, "log.sock"), self._label_for)
+                self._logs = LogRelay(os.path.join(self._tmp, "log.sock"), self._label_for, self.emit_logs)
                 threading.Thread(target=self._accept_forever, name="muster-accept", daemon=True).start()
                 if blocker is None:
                     threading.Thread(target=self._read_zygote, name="muster-zygote", daemon=True).start()

@@ -51,6 +51,7 @@ class RayRuntime(Runtime):
     name = "ray"
 
     def __init__(self, address: str):
+        super().__init__()
         self.address = address
         self._ids = itertools.count()
         self._token = secrets.token_hex(3)

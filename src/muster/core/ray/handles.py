@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import ray
 
-from muster.core.ray.worker import pack, unpack
+from muster.core.ray.worker import LogLines, pack, unpack
 from muster.core.runtime import ActorHandle, DeathHandler, EventHandler
 from muster.exceptions import ActorDiedError, MusterError
 
@@ -69,6 +69,9 @@ class RaySender(ActorHandle):
         ok, value = True, None
         try:
             payload = unpack(data)
+            if isinstance(payload, LogLines):  # the worker's output: for the log sinks only
+                self._runtime.emit_logs(self.label, self.pid, list(payload.lines))
+                return
             value = self._on_event(self, payload) if self._on_event else None
         except BaseException as exc:  # noqa: BLE001 - the worker gets the error
             ok, value = False, exc
