@@ -21,7 +21,7 @@ from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.init_options import current_namespace
 from muster.core.runtime import ActorHandle as CoreHandle
-from muster.exceptions import ActorDiedError, TaskCancelledError
+from muster.exceptions import ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError
 from muster.tasks import events, named, owner
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
@@ -54,7 +54,7 @@ def method(*args: Any, **options: Any) -> Any:
     """
     unknown = sorted(set(options) - {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions"})
     if args or unknown:
-        raise TypeError(f"@muster.method takes keyword options only (num_returns=...); got {unknown or args}.")
+        raise InvalidTypeError(f"@muster.method takes keyword options only (num_returns=...); got {unknown or args}.")
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         setattr(fn, "__muster_method_options__", dict(options))
@@ -78,7 +78,7 @@ class ActorClass:
         self.__doc__ = cls.__doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(
+        raise InvalidTypeError(
             f"Actor class {self._cls.__name__} cannot be instantiated directly. "
             f"Use {self._cls.__name__}.remote(...) to start an actor."
         )
@@ -112,14 +112,14 @@ class _Method:
     def options(self, **options: Any) -> "_Method":
         unknown = sorted(set(options) - {"num_returns", "name", "concurrency_group"})
         if unknown:
-            raise TypeError(f"Actor method .options(): unknown option(s) {unknown}; supported: num_returns.")
+            raise InvalidTypeError(f"Actor method .options(): unknown option(s) {unknown}; supported: num_returns.")
         return _Method(self._actor, self._name, options.get("num_returns", self._num_returns))
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         return self._actor._call(self._name, args, kwargs, self._num_returns)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(f"Actor methods cannot be called directly. Use .{self._name}.remote(...).")
+        raise InvalidTypeError(f"Actor methods cannot be called directly. Use .{self._name}.remote(...).")
 
 
 class ActorHandle:
@@ -263,7 +263,7 @@ class ActorHandle:
 
     def _cancel(self, token: int, out: Future, force: bool) -> bool:
         if force:
-            raise ValueError("muster.cancel(force=True) is not supported for actor calls (as in Ray); "
+            raise InvalidArgumentError("muster.cancel(force=True) is not supported for actor calls (as in Ray); "
                              "use force=False, or muster.kill(actor) to end the whole actor.")
         if out.done():
             return False

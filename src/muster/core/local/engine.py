@@ -41,11 +41,12 @@ from muster.core.local.slots import Allocation, SlotTable
 from muster.core.runtime import ActorHandle, EventHandler, Runtime
 from muster.exceptions import (
     ActorDiedError,
+    describe_exit,
+    InvalidArgumentError,
     MusterError,
     RuntimeNotStartedError,
     TaskError,
     WorkerCrashedError,
-    describe_exit,
 )
 
 _STARTUP_TIMEOUT_S = 60.0
@@ -597,7 +598,7 @@ def _detect_total(num_cpus: float | None, num_gpus: float | None, custom: dict[s
     total = {"CPU": float(num_cpus), "GPU": float(num_gpus)}
     for k, v in (custom or {}).items():
         if k in ("CPU", "GPU"):
-            raise ValueError(f"muster.init(resources={{{k!r}: ...}}): pass num_cpus=/num_gpus= for {k}.")
+            raise InvalidArgumentError(f"muster.init(resources={{{k!r}: ...}}): pass num_cpus=/num_gpus= for {k}.")
         total[k] = float(v)
     return res.normalize(total, what="muster.init")
 

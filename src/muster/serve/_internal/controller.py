@@ -24,6 +24,7 @@ from typing import Any
 from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.runtime import ActorHandle
+from muster.exceptions import InvalidArgumentError
 from muster.serve._internal import autoscaling, router
 from muster.serve._internal.metrics import DeploymentMetrics
 from muster.serve._internal.ingress import IngressActor
@@ -132,7 +133,7 @@ class ServeController:
         with self.lock:
             for other in self.apps.values():
                 if other.name != name and route_prefix is not None and other.route_prefix == route_prefix:
-                    raise ValueError(
+                    raise InvalidArgumentError(
                         f"serve.run(name={name!r}, route_prefix={route_prefix!r}): app {other.name!r} already serves "
                         "that prefix; pick another route_prefix or serve.delete the other app."
                     )

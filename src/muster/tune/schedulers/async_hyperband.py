@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from muster.exceptions import InvalidArgumentError
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
 
 if TYPE_CHECKING:
@@ -71,15 +72,15 @@ class AsyncHyperBandScheduler(TrialScheduler):
     ):
         super().__init__(metric, mode)
         if not grace_period > 0:
-            raise ValueError(f"{type(self).__name__}(grace_period={grace_period!r}): use a number > 0.")
+            raise InvalidArgumentError(f"{type(self).__name__}(grace_period={grace_period!r}): use a number > 0.")
         if not max_t >= grace_period:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{type(self).__name__}(max_t={max_t!r}, grace_period={grace_period!r}): max_t must be >= grace_period."
             )
         if not reduction_factor > 1:
-            raise ValueError(f"{type(self).__name__}(reduction_factor={reduction_factor!r}): use a number > 1.")
+            raise InvalidArgumentError(f"{type(self).__name__}(reduction_factor={reduction_factor!r}): use a number > 1.")
         if isinstance(brackets, bool) or not isinstance(brackets, int) or brackets < 1:
-            raise ValueError(f"{type(self).__name__}(brackets={brackets!r}): use an integer >= 1.")
+            raise InvalidArgumentError(f"{type(self).__name__}(brackets={brackets!r}): use an integer >= 1.")
         self.time_attr, self.max_t, self.grace_period = time_attr, max_t, grace_period
         self.reduction_factor, self.stop_last_trials = reduction_factor, stop_last_trials
         self._brackets = [_Bracket(grace_period, max_t, reduction_factor, s) for s in range(brackets)]

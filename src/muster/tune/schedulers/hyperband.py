@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from muster.exceptions import InvalidArgumentError
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
 
 if TYPE_CHECKING:
@@ -44,9 +45,9 @@ class HyperBandScheduler(TrialScheduler):
                  max_t: float = 81, reduction_factor: float = 3, stop_last_trials: bool = True):
         super().__init__(metric, mode)
         if not max_t > 0:
-            raise ValueError(f"HyperBandScheduler(max_t={max_t!r}): use a number > 0.")
+            raise InvalidArgumentError(f"HyperBandScheduler(max_t={max_t!r}): use a number > 0.")
         if not reduction_factor > 1:
-            raise ValueError(f"HyperBandScheduler(reduction_factor={reduction_factor!r}): use a number > 1.")
+            raise InvalidArgumentError(f"HyperBandScheduler(reduction_factor={reduction_factor!r}): use a number > 1.")
         self.time_attr, self.max_t, self.eta, self.stop_last_trials = time_attr, max_t, reduction_factor, stop_last_trials
         self.s_max = int(math.log(max_t) / math.log(reduction_factor) + 1e-9)
         self._brackets: list[_Bracket] = []
