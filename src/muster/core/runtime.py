@@ -11,7 +11,7 @@ Contract, for implementers:
   their resources, or raises.  If the request can *never* be satisfied it
   raises ``ResourcesUnavailableError`` at once; if it is only busy it waits
   (calling ``on_wait`` with a sentence saying what it waits for).
-* An ``ActorHandle``'s calls run one at a time, in submission order, in the
+* An ``RuntimeActor``'s calls run one at a time, in submission order, in the
   actor's own process.  A call returns a ``concurrent.futures.Future``.
   When the process dies, every pending and later call fails with
   ``ActorDiedError``.
@@ -36,12 +36,12 @@ from concurrent.futures import Future
 from typing import Any, Callable, ContextManager
 
 Resources = dict[str, float]
-EventHandler = Callable[["ActorHandle", Any], Any]
-DeathHandler = Callable[["ActorHandle", BaseException], None]
+EventHandler = Callable[["RuntimeActor", Any], Any]
+DeathHandler = Callable[["RuntimeActor", BaseException], None]
 LogSink = Callable[[str, "int | None", list[str]], None]  # (label, pid, lines)
 
 
-class ActorHandle(abc.ABC):
+class RuntimeActor(abc.ABC):
     """A live actor: one process (or Ray actor) running one object."""
 
     pid: int | None
@@ -132,7 +132,7 @@ class Runtime(abc.ABC):
         resources: Resources,
         label: str = "",
         on_event: EventHandler | None = None,
-    ) -> ActorHandle:
+    ) -> RuntimeActor:
         """Start one actor of ``cls`` holding ``resources`` (``on_event`` is live during ``__init__``)."""
 
     def capacity(self, request: Resources) -> int:
@@ -141,7 +141,7 @@ class Runtime(abc.ABC):
         counts = [int(free.get(k, 0.0) / v + 1e-9) for k, v in request.items() if v > 0]
         return min(counts) if counts else 0
 
-    def blocked(self, handle: ActorHandle) -> ContextManager[None]:
+    def blocked(self, handle: RuntimeActor) -> ContextManager[None]:
         """Context for an actor that waits on other work: its CPUs may be lent out meanwhile."""
         return contextlib.nullcontext()
 
@@ -155,15 +155,15 @@ class Runtime(abc.ABC):
         env: dict[str, str] | None = None,
         on_wait: Callable[[str], None] | None = None,
         timeout_s: float | None = None,
-    ) -> list[ActorHandle]:
+    ) -> list[RuntimeActor]:
         """Start ``n`` actors of ``cls`` together, all or nothing."""
 
     @abc.abstractmethod
-    def kill(self, handle: ActorHandle, grace_s: float = 0.0) -> None:
+    def kill(self, handle: RuntimeActor, grace_s: float = 0.0) -> None:
         """End an actor's process and free its resources (force after ``grace_s``)."""
 
     @abc.abstractmethod
-    def exit_status(self, handle: ActorHandle, timeout_s: float = 0.5) -> int | None:
+    def exit_status(self, handle: RuntimeActor, timeout_s: float = 0.5) -> int | None:
         """The dead actor's exit code (negative: signal), waiting up to ``timeout_s``."""
 
     @abc.abstractmethod

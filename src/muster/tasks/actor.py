@@ -20,7 +20,7 @@ from muster.core import context as core_context
 from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.init_options import current_namespace
-from muster.core.runtime import ActorHandle as CoreHandle
+from muster.core.runtime import RuntimeActor
 from muster.exceptions import ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError
 from muster.tasks import events, named, owner
 from muster.tasks import options as opts
@@ -201,7 +201,7 @@ class ActorHandle:
             if not out.done():
                 out.set_exception(error)
 
-    def _on_death(self, core: CoreHandle, error: BaseException) -> None:
+    def _on_death(self, core: RuntimeActor, error: BaseException) -> None:
         self._fail_pending(error)  # calls in flight die with the process
         if self._no_restart or self._restarts_left == 0:
             self._set_dead(error)
@@ -235,7 +235,7 @@ class ActorHandle:
         if out.done():  # cancelled before it was sent
             return
         try:
-            core: CoreHandle = self._core.result()
+            core: RuntimeActor = self._core.result()
             for dep in owner.dependencies(args, kwargs):
                 dep.exception()  # wait for it
             a, kw = owner.resolve(args, kwargs)
@@ -268,7 +268,7 @@ class ActorHandle:
         if out.done():
             return False
         if self._concurrent and token in self._pending:  # running in the actor: cancel it there
-            core: CoreHandle = self._core.result()
+            core: RuntimeActor = self._core.result()
             core.call("_muster_cancel", token)
             return True
         _settle(out, exc=TaskCancelledError(f"{self._cls.__name__} call"))  # not sent yet: never will be

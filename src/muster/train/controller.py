@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from muster.core.api import get_runtime
-from muster.core.runtime import ActorHandle
+from muster.core.runtime import RuntimeActor
 from muster.exceptions import (
     MusterError,
     StorageNotSharedError,
@@ -110,7 +110,7 @@ class ControllerHooks:
     """
 
     on_metrics: Callable[[int, dict[str, Any], float], dict[str, Any]] | None = None
-    on_other_event: Callable[[ActorHandle, Any], Any] | None = None
+    on_other_event: Callable[[RuntimeActor, Any], Any] | None = None
     start_from: Checkpoint | None = None
 
 
@@ -407,7 +407,7 @@ class Controller:
                              f"{self.run_config.upload_drain_s}) were dropped (rank: rounds): {left}")
 
     # -- worker reader threads ------------------------------------------------------
-    def _on_event(self, handle: ActorHandle, payload: Any) -> Any:
+    def _on_event(self, handle: RuntimeActor, payload: Any) -> Any:
         if isinstance(payload, ev.Sample):
             self.recorder.sample(payload.rank, payload.figures)
             return None
@@ -437,7 +437,7 @@ class Controller:
             listener.on_report(row, payload.timing)
         return True
 
-    def _on_death(self, handle: ActorHandle, error: BaseException) -> None:
+    def _on_death(self, handle: RuntimeActor, error: BaseException) -> None:
         attempt = self._attempt
         if attempt is None:
             return

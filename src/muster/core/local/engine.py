@@ -38,7 +38,7 @@ from muster.core.local import wire, zygote
 from muster.core.local.actor import LocalActor
 from muster.core.local.logs import LogRelay
 from muster.core.local.slots import Allocation, SlotTable
-from muster.core.runtime import ActorHandle, EventHandler, Runtime
+from muster.core.runtime import RuntimeActor, EventHandler, Runtime
 from muster.exceptions import (
     ActorDiedError,
     describe_exit,
@@ -295,7 +295,7 @@ class LocalRuntime(Runtime):
         resources: dict[str, float],
         label: str = "",
         on_event: EventHandler | None = None,
-    ) -> ActorHandle:
+    ) -> RuntimeActor:
         (actor,) = self._launch(
             1, cls, args, kwargs, resources, None, None, None, [label] if label else None, on_event
         )
@@ -310,7 +310,7 @@ class LocalRuntime(Runtime):
         env: dict[str, str] | None = None,
         on_wait: Callable[[str], None] | None = None,
         timeout_s: float | None = None,
-    ) -> list[ActorHandle]:
+    ) -> list[RuntimeActor]:
         # One machine: PACK, SPREAD and STRICT_PACK all place every member here.
         return list(self._launch(n, cls, (), {}, resources_per_member, env, on_wait, timeout_s, None))
 
@@ -394,7 +394,7 @@ class LocalRuntime(Runtime):
                     "workers can start. Call muster.shutdown() and then muster.init() to start a fresh engine."
                 ) from exc
 
-    def kill(self, handle: ActorHandle, grace_s: float = 0.0) -> None:
+    def kill(self, handle: RuntimeActor, grace_s: float = 0.0) -> None:
         assert isinstance(handle, LocalActor)
         self._terminate(handle, grace_s)
 
@@ -418,7 +418,7 @@ class LocalRuntime(Runtime):
             actor._alive = False
             self._release(actor)
 
-    def exit_status(self, handle: ActorHandle, timeout_s: float = 0.5) -> int | None:
+    def exit_status(self, handle: RuntimeActor, timeout_s: float = 0.5) -> int | None:
         assert isinstance(handle, LocalActor)
         handle.exited.wait(timeout_s)
         return handle.exitcode
@@ -532,7 +532,7 @@ class LocalRuntime(Runtime):
         return len(idle)
 
     @contextlib.contextmanager
-    def blocked(self, handle: ActorHandle) -> Iterator[None]:
+    def blocked(self, handle: RuntimeActor) -> Iterator[None]:
         """While ``handle`` waits on other work, lend its CPUs out (nested tasks cannot deadlock)."""
         assert isinstance(handle, LocalActor)
         lent = Allocation({k: v for k, v in handle.allocation.resources.items() if k == "CPU"})

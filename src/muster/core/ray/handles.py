@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import ray
 
 from muster.core.ray.worker import LogLines, pack, unpack
-from muster.core.runtime import ActorHandle, DeathHandler, EventHandler
+from muster.core.runtime import RuntimeActor, DeathHandler, EventHandler
 from muster.exceptions import ActorDiedError, MusterError
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def ray_options(request: dict[str, float]) -> dict[str, Any]:
     return out
 
 
-class RaySender(ActorHandle):
+class RaySender(RuntimeActor):
     """Anything whose code may send events: a Ray actor or a running Ray task."""
 
     def __init__(self, runtime: "RayRuntime", key: str, label: str, on_event: EventHandler | None):

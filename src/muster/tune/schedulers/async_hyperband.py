@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from muster.tune.trial import Trial
 
 
-class _Bracket:
+class _AshaBracket:
     def __init__(self, min_t: float, max_t: float, rf: float, s: int):
         self.rf = rf
         count = int(math.log(max_t / min_t) / math.log(rf) - s + 1) if max_t > min_t else 0
@@ -83,8 +83,8 @@ class AsyncHyperBandScheduler(TrialScheduler):
             raise InvalidArgumentError(f"{type(self).__name__}(brackets={brackets!r}): use an integer >= 1.")
         self.time_attr, self.max_t, self.grace_period = time_attr, max_t, grace_period
         self.reduction_factor, self.stop_last_trials = reduction_factor, stop_last_trials
-        self._brackets = [_Bracket(grace_period, max_t, reduction_factor, s) for s in range(brackets)]
-        self._bracket_of: dict[str, _Bracket] = {}
+        self._brackets = [_AshaBracket(grace_period, max_t, reduction_factor, s) for s in range(brackets)]
+        self._bracket_of: dict[str, _AshaBracket] = {}
         self.num_stopped = 0
 
     def on_trial_add(self, controller: Any, trial: Trial) -> None:
