@@ -21,13 +21,12 @@ Python (C libraries writing to fd 1 directly) reaches only Ray's console.
 from __future__ import annotations
 
 import dataclasses
-import io
 import itertools
 import os
 import socket
 import sys
 import threading
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import cloudpickle
 import ray
@@ -78,6 +77,7 @@ class _HubChannel:
 
 
 _LOG_FLUSH_S = 0.2
+_LOG_MAX_LINE = 65_536  # characters held for an unfinished line before it is sent as one
 _LOG_MAX_PENDING = 10_000  # lines kept while no channel can take them (older ones dropped)
 
 
@@ -88,11 +88,12 @@ class LogLines:
     lines: tuple[str, ...]
 
 
-class _TeeStream(io.TextIOBase):
+class _TeeStream:
     """A text stream that writes through to ``target`` and hands whole lines to ``forwarder``."""
 
     def __init__(self, target: TextIO, forwarder: "_LogForwarder"):
         self._target, self._forwarder, self._tail = target, forwarder, ""
+        self.encoding: str = getattr(target, "encoding", None) or "utf-8"
 
     def write(self, text: str) -> int:
         n = self._target.write(text)
@@ -101,6 +102,8 @@ class _TeeStream(io.TextIOBase):
             self._forwarder.add(lines)
         else:
             self._tail += text
+            if len(self._tail) > _LOG_MAX_LINE:  # a progress bar redrawn with \r: never one endless line
+                self._forwarder.add([self.take_tail()])
         return n if n is not None else len(text)
 
     def take_tail(self) -> str:
@@ -116,10 +119,6 @@ class _TeeStream(io.TextIOBase):
     def isatty(self) -> bool:
         return self._target.isatty()
 
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return getattr(self._target, "encoding", "utf-8")
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
 
@@ -133,7 +132,7 @@ class _LogForwarder:
         self._lock = threading.Lock()  # guards _pending
         self._send_lock = threading.Lock()  # one batch on the wire at a time: lines stay in order
         self._streams = [_TeeStream(sys.stdout, self), _TeeStream(sys.stderr, self)]
-        sys.stdout, sys.stderr = self._streams  # type: ignore[assignment]
+        sys.stdout, sys.stderr = (cast(TextIO, stream) for stream in self._streams)
         threading.Thread(target=self._run, name="muster-log-forward", daemon=True).start()
 
     def add(self, lines: list[str]) -> None:
