@@ -33,7 +33,7 @@ class _Permutations:
         return {"seed": self.seed}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["seed"])  # type: ignore[misc]
+        _Permutations.__init__(self, state["seed"])
 
     def _draw(self, epoch: int, n: int) -> np.ndarray:
         perm = _rng(self.seed, epoch).permutation(n)

@@ -40,7 +40,7 @@ class Dataset:
         return {"_node": self._node}  # the plan travels; stats and iterators stay here
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["_node"])  # type: ignore[misc]
+        Dataset.__init__(self, state["_node"])
 
     def _then(self, op: plan.Operator) -> "Dataset":
         return Dataset(self._node.then(op))

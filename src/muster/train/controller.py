@@ -159,6 +159,11 @@ class Controller:
             self._user,
         ]
 
+    def _max_failures(self) -> int:
+        config = self.run_config.failure_config
+        assert config is not None  # RunConfig.__post_init__ fills it
+        return config.max_failures
+
     def request_stop(self) -> None:
         """End the run early, as a success (Tune's schedulers and stoppers use this).
 
@@ -201,14 +206,15 @@ class Controller:
                     self._transition(State.STOPPED if self._stop_requested.is_set() else State.FINISHED)
                     break
                 self.failures.append(error)
+                max_failures = self._max_failures()
                 decision = policies.on_failure(
-                    self.run_config.failure_config.max_failures, len(self.failures),  # type: ignore[union-attr]
+                    max_failures, len(self.failures),
                     retryable=not _cannot_be_retried(error),
                 )
                 if decision is policies.Decision.RAISE:
                     self._transition(State.ERRORED)
                     raise TrainingFailedError(
-                        self.failures, self.storage.uri, self.run_config.failure_config.max_failures  # type: ignore[union-attr]
+                        self.failures, self.storage.uri, max_failures
                     )
                 self._transition(State.RESTARTING)
                 latest = self.ledger.latest

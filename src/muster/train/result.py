@@ -90,9 +90,8 @@ class Result:
 
 
 def _lead_rank(reports: list[dict[str, Any]]) -> int | None:
-    ranks = {r.get("_rank") for r in reports}
-    ranks.discard(None)
-    return min(ranks) if ranks else None  # type: ignore[type-var]
+    ranks = {int(r["_rank"]) for r in reports if r.get("_rank") is not None}
+    return min(ranks) if ranks else None
 
 
 def build(

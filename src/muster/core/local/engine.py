@@ -168,8 +168,9 @@ class LocalRuntime(Runtime):
         self.zygote_forked = True
 
     def _spawn_zygote(self) -> None:
+        assert self._listener is not None  # start() made it
         config = {
-            "address": self._listener.address,  # type: ignore[union-attr]
+            "address": self._listener.address,
             "authkey": self._authkey.hex(),
             "sys_path": [p for p in sys.path if p],
             "preload": _preload(),
@@ -370,6 +371,8 @@ class LocalRuntime(Runtime):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self._gpu_names[g] for g in actor.allocation.gpu_ids)
         cpus = actor.allocation.resources.get("CPU", 1.0)
         env.setdefault("OMP_NUM_THREADS", str(max(1, int(cpus))))
+        listener, logs = self._listener, self._logs
+        assert listener is not None and logs is not None  # start() made both
         spec = {
             "worker_id": actor.worker_id,
             "label": actor.label,
@@ -377,9 +380,9 @@ class LocalRuntime(Runtime):
             "env": env,
             "cwd": os.getcwd(),
             "sys_path": list(sys.path),
-            "address": self._listener.address,  # type: ignore[union-attr]
+            "address": listener.address,
             "authkey": self._authkey,
-            "log_address": self._logs.address,  # type: ignore[union-attr]
+            "log_address": logs.address,
             "preload": _preload(),  # the driver may have imported torch since the zygote started
         }
         with self._zygote_lock:
