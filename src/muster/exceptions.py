@@ -2,8 +2,9 @@
 
 Three families, as STYLE.md asks:
 
-* user input      -- ``ValueError``/``TypeError`` subclasses raised before any
-                     work starts (bad config, bad resource request);
+* user input      -- ``InvalidArgumentError``/``InvalidTypeError``, also
+                     ``ValueError``/``TypeError``, raised before any work
+                     starts (bad config, bad resource request);
 * worker failure  -- a remote function raised, or a worker process died;
 * infrastructure  -- the engine could not give what was asked.
 
@@ -19,6 +20,17 @@ from typing import Any
 
 class MusterError(Exception):
     """Root of every error muster raises on purpose."""
+
+
+# --------------------------------------------------------------------------
+# user input: also the builtin, so ``except ValueError`` / ``except TypeError`` still work
+# --------------------------------------------------------------------------
+class InvalidArgumentError(MusterError, ValueError):
+    """A bad value for an argument or config field; the message names it and the fix."""
+
+
+class InvalidTypeError(MusterError, TypeError):
+    """An argument of the wrong type; the message names what to pass instead."""
 
 
 # --------------------------------------------------------------------------

@@ -63,6 +63,29 @@ def test_two_node_run_orders_ranks_by_node(on_ray, storage):
         assert r["master_addr"] == rows[0]["ip"]  # rank 0's node address, not loopback
 
 
+def print_and_report(config):
+    """Each rank prints to stdout and stderr (an unfinished last line too), then reports."""
+    rank = train.get_context().get_world_rank()
+    print(f"out line of rank {rank}")
+    print(f"err line of rank {rank}", file=sys.stderr)
+    sys.stdout.write(f"no newline from rank {rank}")
+    train.report({"rank": rank})
+
+
+def test_muster_logs_shows_what_ray_workers_printed(on_ray, storage):
+    """Worker output on the Ray engine reaches the run store through the runtime's log sink."""
+    TorchTrainer(
+        print_and_report, scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}),
+        run_config=RunConfig(storage_path=storage, name="ray_logs", verbose=0),
+    ).fit()
+    for rank in (0, 1):
+        proc = subprocess.run([sys.executable, "-m", "muster.cli", "logs", "ray_logs", "--rank", str(rank),
+                               "--storage-path", storage], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        lines = sorted(line.split(") ", 1)[1] for line in proc.stdout.splitlines())
+        assert lines == sorted([f"out line of rank {rank}", f"err line of rank {rank}", f"no newline from rank {rank}"])
+
+
 def test_ray_client_address_runs_tasks_and_training(on_ray, storage):
     """muster.init("ray://head:10001"): the driver outside the cluster, through Ray Client."""
     muster.shutdown()

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from _shared import free_port
 
 import muster
 from muster.core import api
@@ -33,19 +34,11 @@ def uninitialised(monkeypatch):
         leaked.shutdown()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("scheme", ["ray://", ""])
 def test_unreachable_cluster_address_fails_fast_saying_what_to_do(uninitialised, scheme):
     """Nothing listens there: a ConnectionError in seconds that names the address and the fix."""
     pytest.importorskip("ray")
-    address = f"{scheme}127.0.0.1:{_free_port()}"
+    address = f"{scheme}127.0.0.1:{free_port()}"
     with pytest.raises(ConnectionError) as info:
         muster.init(address=address)
     msg = str(info.value)
@@ -78,7 +71,7 @@ def test_auto_address_without_a_cluster_means_this_machine(uninitialised, monkey
 
 def test_ray_address_env_is_read_when_no_address_given(uninitialised, monkeypatch):
     pytest.importorskip("ray")
-    dead = f"127.0.0.1:{_free_port()}"
+    dead = f"127.0.0.1:{free_port()}"
     monkeypatch.delenv("MUSTER_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_ADDRESS", f"ray://{dead}")
     with pytest.raises(ConnectionError, match=f"ray://{dead}"):

@@ -16,7 +16,7 @@ import pytest
 
 from muster.exceptions import ActorDiedError, RuntimeNotStartedError
 
-from _waiting import wait_for
+from _shared import wait_for
 
 TIMEOUT = 30
 

@@ -20,7 +20,7 @@ from muster.core.local import LocalRuntime, slots
 from muster.core.local.slots import SlotTable
 from muster.exceptions import GetTimeoutError, ResourcesUnavailableError
 
-from _waiting import wait_for
+from _shared import wait_for
 
 TIMEOUT = 30
 FULL = {"CPU": 2.0, "GPU": 2.0, "tpu_like": 1.0}

@@ -114,10 +114,15 @@ def test_lightning_run_killed_after_an_epoch_resumes_from_its_checkpoint(trainer
     assert final[0]["state_dict"].keys() == final[1]["state_dict"].keys()
     for key, value in final[0]["state_dict"].items():
         assert value.shape == Regressor().state_dict()[key].shape  # full tensors, not shards
-        if not fsdp:  # Lightning's FSDP1 on CPU resumes from the right epoch but not bit for bit (see docs/porting.md)
-            assert torch.equal(value, final[1]["state_dict"][key]), f"{key} differs after resume"
-    if not fsdp:
-        assert clean.metrics["val_loss"] == killed.metrics["val_loss"]
+        assert torch.equal(value, final[1]["state_dict"][key]), f"{key} differs after resume"
+    # Adam's moments too (FSDP on CPU once saved exp_avg as a copy of exp_avg_sq: a resume diverged)
+    opt_clean, opt_killed = (f["optimizer_states"][0]["state"] for f in final)
+    assert opt_clean.keys() == opt_killed.keys()
+    for pid, moments in opt_clean.items():
+        assert not torch.equal(moments["exp_avg"], moments["exp_avg_sq"])
+        for name, value in moments.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(opt_killed[pid][name])), f"{pid}.{name}"
+    assert clean.metrics["val_loss"] == killed.metrics["val_loss"]
     assert clean.metrics["val_loss"] < clean.all_reports[0]["val_loss"]  # it learned
 
 

@@ -170,12 +170,19 @@ class Dashboard:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in self.proc.stdout], daemon=True).start()
+        stdout, stderr = self.proc.stdout, self.proc.stderr
+        assert stdout is not None and stderr is not None
+
+        def pump() -> None:
+            for line in stdout:
+                lines.put(line)
+
+        threading.Thread(target=pump, daemon=True).start()
         try:
             first = lines.get(timeout=60)
         except queue.Empty:
             self.stop()
-            raise AssertionError(f"the dashboard printed nothing: {self.proc.stderr.read()}")
+            raise AssertionError(f"the dashboard printed nothing: {stderr.read()}")
         assert first.startswith("muster dashboard: http://"), first
         self.url = first.split(": ", 1)[1].strip()
         self.base = self.url.split("?", 1)[0]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from muster.core import settings
 from muster.core.init_options import InitOptions, split_keywords
 from muster.core.runtime import Runtime
+from muster.exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:
     from muster.core.local import LocalRuntime
@@ -117,12 +118,12 @@ def _make_engine(
 
         return LocalRuntime(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources)
     if not isinstance(address, str) or not (address.startswith("ray://") or ":" in address):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"muster.init(address={address!r}): use 'local' (this machine), 'auto' (the Ray cluster this "
             "machine belongs to), 'ray://<head>:10001' (Ray Client) or '<head-ip>:6379' (the head's GCS)."
         )
     if num_cpus is not None or num_gpus is not None or resources:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"muster.init(address={address!r}, num_cpus/num_gpus/resources=...): a Ray cluster's resources "
             "are set when its nodes start (`ray start --num-cpus=N --num-gpus=M --resources='{...}'`); "
             "drop these arguments."

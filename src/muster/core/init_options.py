@@ -31,6 +31,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
+
 #: Keywords of ``ray.init`` accepted and ignored (their job is Ray's cluster plumbing).
 NO_OP_KEYWORDS = frozenset({
     "include_dashboard", "dashboard_host", "dashboard_port", "object_store_memory", "local_mode",
@@ -64,18 +66,18 @@ class InitOptions:
         if isinstance(self.logging_level, str):  # "info", "WARNING", ...
             level = logging.getLevelName(self.logging_level.upper())
             if not isinstance(level, int):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"muster.init(logging_level={self.logging_level!r}): use a logging level such as "
                     "logging.INFO or 'debug'."
                 )
             self.logging_level = level
         if self.namespace is not None and (not isinstance(self.namespace, str) or not self.namespace):
-            raise ValueError(f"muster.init(namespace={self.namespace!r}): use a non-empty string.")
+            raise InvalidArgumentError(f"muster.init(namespace={self.namespace!r}): use a non-empty string.")
         env = self.runtime_env
         if env is not None and not isinstance(env, dict):
             env = getattr(env, "to_dict", lambda: None)() if hasattr(env, "to_dict") else None
             if env is None:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"muster.init(runtime_env={self.runtime_env!r}): pass a dict such as "
                     "{'env_vars': {'NAME': 'value'}}."
                 )
@@ -83,7 +85,7 @@ class InitOptions:
         env_vars = (self.runtime_env or {}).get("env_vars") or {}
         if not isinstance(env_vars, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                      for k, v in env_vars.items()):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"muster.init(runtime_env={{'env_vars': {env_vars!r}}}): env_vars maps names to string values."
             )
 
@@ -120,7 +122,7 @@ def split_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
     """
     unknown = sorted(k for k in kwargs if k not in NO_OP_KEYWORDS and not k.startswith("_"))
     if unknown:
-        raise TypeError(
+        raise InvalidTypeError(
             f"muster.init() got unknown keyword(s) {', '.join(unknown)}. It takes muster's own (address, "
             "num_cpus, num_gpus, resources, ignore_reinit_error), Ray's honoured ones (configure_logging, "
             "logging_level, logging_format, log_to_driver, namespace, runtime_env) and Ray's no-ops ("

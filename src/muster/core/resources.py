@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+from muster.exceptions import InvalidArgumentError
+
 Resources = dict[str, float]
 
 
@@ -17,11 +19,11 @@ def normalize(resources: Mapping[str, float] | None, *, what: str = "resources")
     out: Resources = {}
     for name, amount in (resources or {}).items():
         if not isinstance(name, str) or not name:
-            raise ValueError(f"{what}: resource names must be non-empty strings, got {name!r}.")
+            raise InvalidArgumentError(f"{what}: resource names must be non-empty strings, got {name!r}.")
         if isinstance(amount, bool) or not isinstance(amount, (int, float)) or math.isnan(amount) or amount < 0:
-            raise ValueError(f"{what}[{name!r}] = {amount!r}: amounts must be numbers >= 0.")
+            raise InvalidArgumentError(f"{what}[{name!r}] = {amount!r}: amounts must be numbers >= 0.")
         if name == "GPU" and amount > 1 and amount != int(amount):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{what}['GPU'] = {amount}: ask for a whole number of GPUs, or a fraction below 1 to share one."
             )
         if amount:

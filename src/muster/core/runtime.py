@@ -11,7 +11,7 @@ Contract, for implementers:
   their resources, or raises.  If the request can *never* be satisfied it
   raises ``ResourcesUnavailableError`` at once; if it is only busy it waits
   (calling ``on_wait`` with a sentence saying what it waits for).
-* An ``ActorHandle``'s calls run one at a time, in submission order, in the
+* An ``RuntimeActor``'s calls run one at a time, in submission order, in the
   actor's own process.  A call returns a ``concurrent.futures.Future``.
   When the process dies, every pending and later call fails with
   ``ActorDiedError``.
@@ -20,6 +20,10 @@ Contract, for implementers:
   the reply when it completes.  Events from one actor reach ``on_event`` in the order
   they were sent, and always before the actor's death is reported: a
   report that left the worker is never lost behind the failure it preceded.
+* Worker output (stdout and stderr, one line at a time) goes to every
+  *log sink* (``add_log_sink``) as ``sink(label, pid, lines)``.  The
+  engine feeds them: a line a worker printed during a call reaches the
+  sinks before that call's result does.
 * All methods are thread-safe.
 """
 
@@ -27,15 +31,17 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import threading
 from concurrent.futures import Future
 from typing import Any, Callable, ContextManager
 
 Resources = dict[str, float]
-EventHandler = Callable[["ActorHandle", Any], Any]
-DeathHandler = Callable[["ActorHandle", BaseException], None]
+EventHandler = Callable[["RuntimeActor", Any], Any]
+DeathHandler = Callable[["RuntimeActor", BaseException], None]
+LogSink = Callable[[str, "int | None", list[str]], None]  # (label, pid, lines)
 
 
-class ActorHandle(abc.ABC):
+class RuntimeActor(abc.ABC):
     """A live actor: one process (or Ray actor) running one object."""
 
     pid: int | None
@@ -69,6 +75,34 @@ class Runtime(abc.ABC):
 
     name: str
 
+    def __init__(self) -> None:
+        self._log_sinks: list[LogSink] = []
+        self._log_sinks_lock = threading.Lock()
+
+    def add_log_sink(self, sink: LogSink) -> None:
+        """Also hand every line of worker output to ``sink(label, pid, lines)``.
+
+        It runs on an engine thread and must not block (the run store queues
+        rows). ``pid`` is the worker process's id, or None when unknown."""
+        with self._log_sinks_lock:
+            self._log_sinks.append(sink)
+
+    def remove_log_sink(self, sink: LogSink) -> None:
+        """Stop handing lines to ``sink`` (no-op when it was not added)."""
+        with self._log_sinks_lock:
+            if sink in self._log_sinks:
+                self._log_sinks.remove(sink)
+
+    def emit_logs(self, label: str, pid: int | None, lines: list[str]) -> None:
+        """For engines: give one worker's new lines to every sink (a failing sink is skipped)."""
+        with self._log_sinks_lock:
+            sinks = list(self._log_sinks)
+        for sink in sinks:
+            try:
+                sink(label, pid, lines)
+            except Exception:  # noqa: BLE001 - a broken sink must not stop the engine's relay
+                pass
+
     @abc.abstractmethod
     def resources(self) -> Resources:
         """Everything the engine has, free or not."""
@@ -98,7 +132,7 @@ class Runtime(abc.ABC):
         resources: Resources,
         label: str = "",
         on_event: EventHandler | None = None,
-    ) -> ActorHandle:
+    ) -> RuntimeActor:
         """Start one actor of ``cls`` holding ``resources`` (``on_event`` is live during ``__init__``)."""
 
     def capacity(self, request: Resources) -> int:
@@ -107,7 +141,7 @@ class Runtime(abc.ABC):
         counts = [int(free.get(k, 0.0) / v + 1e-9) for k, v in request.items() if v > 0]
         return min(counts) if counts else 0
 
-    def blocked(self, handle: ActorHandle) -> ContextManager[None]:
+    def blocked(self, handle: RuntimeActor) -> ContextManager[None]:
         """Context for an actor that waits on other work: its CPUs may be lent out meanwhile."""
         return contextlib.nullcontext()
 
@@ -121,15 +155,15 @@ class Runtime(abc.ABC):
         env: dict[str, str] | None = None,
         on_wait: Callable[[str], None] | None = None,
         timeout_s: float | None = None,
-    ) -> list[ActorHandle]:
+    ) -> list[RuntimeActor]:
         """Start ``n`` actors of ``cls`` together, all or nothing."""
 
     @abc.abstractmethod
-    def kill(self, handle: ActorHandle, grace_s: float = 0.0) -> None:
+    def kill(self, handle: RuntimeActor, grace_s: float = 0.0) -> None:
         """End an actor's process and free its resources (force after ``grace_s``)."""
 
     @abc.abstractmethod
-    def exit_status(self, handle: ActorHandle, timeout_s: float = 0.5) -> int | None:
+    def exit_status(self, handle: RuntimeActor, timeout_s: float = 0.5) -> int | None:
         """The dead actor's exit code (negative: signal), waiting up to ``timeout_s``."""
 
     @abc.abstractmethod

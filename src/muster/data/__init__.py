@@ -30,6 +30,7 @@ from muster.data.execution import DataContext
 from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator
 from muster.data.plan import Node, Read
+from muster.exceptions import InvalidArgumentError
 
 __all__ = [
     "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
@@ -70,7 +71,7 @@ def read_csv(paths: str | list[str], *, filesystem: Any = None, **arrow_csv_args
 def read_json(paths: str | list[str], *, filesystem: Any = None, lines: bool = True, **arrow_json_args: Any) -> Dataset:
     """JSON lines files (one object per line)."""
     if not lines:
-        raise ValueError("read_json(lines=False): only JSON lines (one object per line) is read; convert the file.")
+        raise InvalidArgumentError("read_json(lines=False): only JSON lines (one object per line) is read; convert the file.")
     return _read("ReadJSON", _src.json_tasks(paths, filesystem, **arrow_json_args))
 
 
@@ -120,7 +121,7 @@ def from_numpy(ndarrays: np.ndarray | list[np.ndarray]) -> Dataset:
 def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001 - Ray's name
     """Rows ``{"id": 0} ... {"id": n-1}``."""
     if not isinstance(n, int) or n < 0:
-        raise ValueError(f"range({n!r}): use an integer >= 0.")
+        raise InvalidArgumentError(f"range({n!r}): use an integer >= 0.")
     rows = -(-n // override_num_blocks) if override_num_blocks else _rows()
     return _read("ReadRange", _src.range_tasks(n, max(1, rows), None))
 
@@ -128,6 +129,6 @@ def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa
 def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), override_num_blocks: int | None = None) -> Dataset:
     """Rows ``{"data": array of shape ``shape`` filled with i}``."""
     if not isinstance(n, int) or n < 0:
-        raise ValueError(f"range_tensor({n!r}): use an integer >= 0.")
+        raise InvalidArgumentError(f"range_tensor({n!r}): use an integer >= 0.")
     rows = -(-n // override_num_blocks) if override_num_blocks else _rows()
     return _read("ReadRangeTensor", _src.range_tasks(n, max(1, rows), tuple(shape)))

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from muster.data import block as blk
 from muster.data.plan import ReadTask
+from muster.exceptions import InvalidArgumentError
 
 
 def _rng(seed: int, epoch: int) -> np.random.Generator:
@@ -32,7 +33,7 @@ class _Permutations:
         return {"seed": self.seed}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["seed"])  # type: ignore[misc]
+        _Permutations.__init__(self, state["seed"])
 
     def _draw(self, epoch: int, n: int) -> np.ndarray:
         perm = _rng(self.seed, epoch).permutation(n)
@@ -93,7 +94,7 @@ def sort(keys: list[str], descending: list[bool]) -> Callable[[list[pa.Table], i
         table = blk.concat(blocks)
         for k in keys:
             if table.num_columns and k not in table.column_names:
-                raise ValueError(f"sort(key={k!r}): no such column; the dataset has {table.column_names}.")
+                raise InvalidArgumentError(f"sort(key={k!r}): no such column; the dataset has {table.column_names}.")
         return [table.sort_by(order)] if table.num_rows else [table]
 
     return run
@@ -106,7 +107,7 @@ def aggregate(keys: list[str], aggs: list[tuple[str, str, str]]) -> Callable[[li
         table = blk.concat(blocks)
         for k in keys + [c for c, _, _ in aggs if c]:
             if k not in table.column_names:
-                raise ValueError(f"groupby/aggregate: no column {k!r}; the dataset has {table.column_names}.")
+                raise InvalidArgumentError(f"groupby/aggregate: no column {k!r}; the dataset has {table.column_names}.")
         if not keys:
             out = {name: [_whole(table, col, fn)] for col, fn, name in aggs}
             return [pa.table(out)]

@@ -13,13 +13,14 @@ import numpy as np
 import pyarrow as pa
 
 from muster.data.exceptions import DataTypeError
+from muster.exceptions import InvalidArgumentError
 
 BATCH_FORMATS = ("numpy", "pandas", "pyarrow", "default")
 
 
 def check_batch_format(fmt: str, where: str) -> str:
     if fmt not in BATCH_FORMATS:
-        raise ValueError(f"{where}(batch_format={fmt!r}): use one of 'numpy' (default), 'pandas' or 'pyarrow'.")
+        raise InvalidArgumentError(f"{where}(batch_format={fmt!r}): use one of 'numpy' (default), 'pandas' or 'pyarrow'.")
     return "numpy" if fmt == "default" else fmt
 
 

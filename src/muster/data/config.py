@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from muster.data.execution import DataContext
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 
 @dataclass(kw_only=True)
@@ -29,11 +30,11 @@ class DataConfig:
         if self.datasets_to_split != "all" and not (
             isinstance(self.datasets_to_split, (list, tuple)) and all(isinstance(n, str) for n in self.datasets_to_split)
         ):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"DataConfig(datasets_to_split={self.datasets_to_split!r}): use 'all' or a list of dataset names."
             )
         if self.execution_options is not None and not isinstance(self.execution_options, DataContext):
-            raise TypeError(f"DataConfig(execution_options={self.execution_options!r}): pass a muster.data.DataContext.")
+            raise InvalidTypeError(f"DataConfig(execution_options={self.execution_options!r}): pass a muster.data.DataContext.")
 
     def splits(self, name: str) -> bool:
         return self.datasets_to_split == "all" or name in self.datasets_to_split

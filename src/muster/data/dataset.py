@@ -17,11 +17,12 @@ from muster.data import block as blk
 from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator
 from muster.data.plan import AllToAll, Limit, Node, Read, Transform, Union
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 
 def _positive(value: Any, name: str, where: str) -> None:
     if value is not None and (not isinstance(value, int) or value < 1):
-        raise ValueError(f"{where}({name}={value!r}): use a positive integer or None.")
+        raise InvalidArgumentError(f"{where}({name}={value!r}): use a positive integer or None.")
 
 
 class Dataset:
@@ -39,7 +40,7 @@ class Dataset:
         return {"_node": self._node}  # the plan travels; stats and iterators stay here
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["_node"])  # type: ignore[misc]
+        Dataset.__init__(self, state["_node"])
 
     def _then(self, op: plan.Operator) -> "Dataset":
         return Dataset(self._node.then(op))
@@ -72,18 +73,18 @@ class Dataset:
         if batch_size == "default":
             batch_size = 1024
         if not (batch_size is None or isinstance(batch_size, int)):
-            raise ValueError(f"map_batches(batch_size={batch_size!r}): use a positive integer or None.")
+            raise InvalidArgumentError(f"map_batches(batch_size={batch_size!r}): use a positive integer or None.")
         _positive(batch_size, "batch_size", "map_batches")
         fmt = blk.check_batch_format(batch_format, "map_batches")
         if not callable(fn):
-            raise TypeError(f"map_batches(fn={fn!r}): pass a function or a callable class.")
+            raise InvalidTypeError(f"map_batches(fn={fn!r}): pass a function or a callable class.")
         _check_concurrency(concurrency)
         for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
             if value is not None and (not isinstance(value, (int, float)) or value < 0):
-                raise ValueError(f"map_batches({name}={value!r}): use a number >= 0.")
+                raise InvalidArgumentError(f"map_batches({name}={value!r}): use a number >= 0.")
         if fn_constructor_args or fn_constructor_kwargs:
             if not isinstance(fn, type):
-                raise ValueError("map_batches(fn_constructor_args/kwargs=...) apply only when fn is a callable class.")
+                raise InvalidArgumentError("map_batches(fn_constructor_args/kwargs=...) apply only when fn is a callable class.")
         op = plan.MapBatches(fn, batch_size, fmt, tuple(fn_args), dict(fn_kwargs or {}), tuple(fn_constructor_args),
                              dict(fn_constructor_kwargs or {}))
         return self._then(Transform(f"MapBatches({plan.fn_name(fn)})", op))
@@ -99,7 +100,7 @@ class Dataset:
         if expr is not None:
             return self._then(Transform("Filter(expr)", lambda b: [b.filter(expr)]))
         if fn is None:
-            raise TypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
+            raise InvalidTypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
         return self._then(Transform(f"Filter({plan.fn_name(fn)})", plan.filter_rows(fn, fn_args, fn_kwargs or {})))
 
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas") -> "Dataset":
@@ -115,18 +116,18 @@ class Dataset:
 
     def rename_columns(self, names: dict[str, str]) -> "Dataset":
         if not isinstance(names, dict):
-            raise TypeError(f"rename_columns({names!r}): pass a dict old name -> new name.")
+            raise InvalidTypeError(f"rename_columns({names!r}): pass a dict old name -> new name.")
         return self._then(Transform("RenameColumns", plan.rename_columns(dict(names))))
 
     def limit(self, n: int) -> "Dataset":
         if not isinstance(n, int) or n < 0:
-            raise ValueError(f"limit({n!r}): use an integer >= 0.")
+            raise InvalidArgumentError(f"limit({n!r}): use an integer >= 0.")
         return self._then(Limit(f"Limit({n})", n))
 
     def union(self, *others: "Dataset") -> "Dataset":
         for o in others:
             if not isinstance(o, Dataset):
-                raise TypeError(f"union({o!r}): pass muster.data Datasets.")
+                raise InvalidTypeError(f"union({o!r}): pass muster.data Datasets.")
         return Dataset(Node(Union("Union"), (self._node, *(o._node for o in others))))
 
     def random_shuffle(self, *, seed: int | None = None, **_ignored: Any) -> "Dataset":
@@ -183,7 +184,7 @@ class Dataset:
 
     def split_at_indices(self, indices: list[int]) -> list["Dataset"]:
         if any(b < a for a, b in zip(indices, indices[1:])) or any(i < 0 for i in indices):
-            raise ValueError(f"split_at_indices({indices!r}): indices must be >= 0 and sorted.")
+            raise InvalidArgumentError(f"split_at_indices({indices!r}): indices must be >= 0 and sorted.")
         table = self.to_arrow()
         edges = [0, *[min(i, table.num_rows) for i in indices], table.num_rows]
         return [from_blocks([table.slice(a, b - a)]) for a, b in zip(edges[:-1], edges[1:])]
@@ -194,12 +195,12 @@ class Dataset:
         n = ds.count()
         if isinstance(test_size, float):
             if not 0 < test_size < 1:
-                raise ValueError(f"train_test_split(test_size={test_size}): a float must be in (0, 1).")
+                raise InvalidArgumentError(f"train_test_split(test_size={test_size}): a float must be in (0, 1).")
             cut = n - int(np.ceil(n * test_size))
         elif isinstance(test_size, int) and 0 < test_size <= n:
             cut = n - test_size
         else:
-            raise ValueError(f"train_test_split(test_size={test_size!r}): use a fraction in (0, 1) or a row count "
+            raise InvalidArgumentError(f"train_test_split(test_size={test_size!r}): use a fraction in (0, 1) or a row count "
                              f"in [1, {n}].")
         train, test = ds.materialize().split_at_indices([cut])
         return train, test
@@ -287,7 +288,7 @@ class Dataset:
 def _names(cols: Any, where: str) -> list[str]:
     cols = [cols] if isinstance(cols, str) else list(cols)
     if not all(isinstance(c, str) for c in cols):
-        raise TypeError(f"{where}({cols!r}): pass column names (strings).")
+        raise InvalidTypeError(f"{where}({cols!r}): pass column names (strings).")
     return cols
 
 
@@ -296,7 +297,7 @@ def _check_concurrency(concurrency: Any) -> None:
         isinstance(concurrency, tuple) and len(concurrency) == 2 and all(isinstance(c, int) for c in concurrency)
         and 1 <= concurrency[0] <= concurrency[1])
     if not ok:
-        raise ValueError(f"map_batches(concurrency={concurrency!r}): use a positive int or a (min, max) tuple.")
+        raise InvalidArgumentError(f"map_batches(concurrency={concurrency!r}): use a positive int or a (min, max) tuple.")
 
 
 def from_blocks(blocks: list[pa.Table], name: str = "FromArrow") -> Dataset:

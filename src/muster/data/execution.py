@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from muster.data import block as blk
 from muster.data.plan import AllToAll, BlockFn, Limit, Node, Read, Transform, Union
+from muster.exceptions import InvalidArgumentError
 
 
 @dataclass(kw_only=True)
@@ -55,11 +56,11 @@ class DataContext:
 
     def __post_init__(self) -> None:
         if self.max_threads < 1:
-            raise ValueError(f"DataContext(max_threads={self.max_threads}): use 1 or more.")
+            raise InvalidArgumentError(f"DataContext(max_threads={self.max_threads}): use 1 or more.")
         if self.max_bytes_in_flight < 1:
-            raise ValueError(f"DataContext(max_bytes_in_flight={self.max_bytes_in_flight}): use a positive size.")
+            raise InvalidArgumentError(f"DataContext(max_bytes_in_flight={self.max_bytes_in_flight}): use a positive size.")
         if self.target_block_rows < 1:
-            raise ValueError(f"DataContext(target_block_rows={self.target_block_rows}): use 1 or more.")
+            raise InvalidArgumentError(f"DataContext(target_block_rows={self.target_block_rows}): use 1 or more.")
 
     _current: "DataContext | None" = None
 

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from muster.data import block as blk
 from muster.data.exceptions import DataTypeError
+from muster.exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:
     from muster.data.dataset import Dataset
@@ -40,7 +41,7 @@ class DataIterator:
     def __init__(self, dataset: "Dataset", rank: int = 0, world: int = 1, equal: bool = True,
                  seed: int | None = None):
         if not 0 <= rank < world:
-            raise ValueError(f"DataIterator(rank={rank}, world={world}): rank must be in [0, world).")
+            raise InvalidArgumentError(f"DataIterator(rank={rank}, world={world}): rank must be in [0, world).")
         self._dataset, self._rank, self._world, self._equal = dataset, rank, world, equal
         self._seed = seed  # the local shuffle buffer's seed when the call gives none
         self._epoch = 0  # the next pass's epoch
@@ -78,9 +79,9 @@ class DataIterator:
         """
         fmt = blk.check_batch_format(batch_format, "iter_batches")
         if batch_size is not None and batch_size < 1:
-            raise ValueError(f"iter_batches(batch_size={batch_size}): use a positive number or None.")
+            raise InvalidArgumentError(f"iter_batches(batch_size={batch_size}): use a positive number or None.")
         if prefetch_batches < 0:
-            raise ValueError(f"iter_batches(prefetch_batches={prefetch_batches}): use 0 or more.")
+            raise InvalidArgumentError(f"iter_batches(prefetch_batches={prefetch_batches}): use 0 or more.")
         epoch, skip = self._epoch, self._skip
         self._epoch, self._skip = epoch + 1, 0
         if self._on_pass_start is not None:

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from muster.data import block as blk
 from muster.data.exceptions import DataError, UserFunctionError
+from muster.exceptions import InvalidArgumentError
 
 BlockFn = Callable[[pa.Table], list[pa.Table]]
 
@@ -218,4 +219,4 @@ def rename_columns(mapping: dict[str, str]) -> BlockFn:
 def _check_columns(block: pa.Table, cols: list[str], where: str) -> None:
     missing = [c for c in cols if c not in block.column_names]
     if missing and block.num_columns:
-        raise ValueError(f"{where}: no column {missing[0]!r}; the dataset has {block.column_names}.")
+        raise InvalidArgumentError(f"{where}: no column {missing[0]!r}; the dataset has {block.column_names}.")

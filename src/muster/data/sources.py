@@ -17,6 +17,7 @@ import pyarrow as pa
 from muster.data import block as blk
 from muster.data.exceptions import DataSchemaError, DataSourceError
 from muster.data.plan import ReadTask
+from muster.exceptions import InvalidArgumentError
 
 #: Small files are read together, up to this many bytes and files per task.
 TASK_BYTES = 32 * 1024 * 1024
@@ -155,7 +156,7 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
     if columns is not None:
         missing = [c for c in columns if c not in dataset.schema.names]
         if missing:
-            raise ValueError(f"read_parquet(columns={columns!r}): no column {missing[0]!r}; the files have "
+            raise InvalidArgumentError(f"read_parquet(columns={columns!r}): no column {missing[0]!r}; the files have "
                              f"{dataset.schema.names}.")
     sizes = dict(files)
     cap = task_bytes()

@@ -26,6 +26,7 @@ import threading
 import time
 from typing import Any, TextIO
 
+from muster.exceptions import InvalidArgumentError
 from muster.observe.recorder import BOOKKEEPING, finite
 
 _ROW_KEYS = ("training_iteration", "timestamp", "_rank", "_attempt")
@@ -36,7 +37,7 @@ def _local_dir(run_path: str, logdir: str | None, what: str) -> str:
     if folder.startswith("file://"):
         folder = folder[len("file://"):]
     if "://" in folder:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{what}: the run folder {run_path!r} is not on a local disk, where this logger writes. "
             f"Pass {what}(logdir='/a/local/folder')."
         )

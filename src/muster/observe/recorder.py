@@ -3,8 +3,8 @@
 The training controller calls one method per event it already handles
 (attempt started, report, checkpoint committed, attempt failed, restart,
 finish). Each call turns into rows queued on the store's writer thread, so
-none of them waits on the disk. Worker log lines are teed from the local
-engine's log relay. With ``MUSTER_RUN_STORE=0``, or when the store cannot be
+none of them waits on the disk. Worker log lines come from the runtime's
+log sink (``Runtime.add_log_sink``), which both engines feed. With ``MUSTER_RUN_STORE=0``, or when the store cannot be
 opened, every method does nothing.
 """
 
@@ -18,16 +18,23 @@ import socket
 import threading
 import time
 import warnings
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from muster.core import settings
-from muster.core.local import logs as log_relay
 from muster.observe.store import store_path, writer
 
 #: report keys the ledger adds; the rest of a row is the user's metrics
 BOOKKEEPING = frozenset({"training_iteration", "timestamp", "_rank", "_attempt", "checkpoint_dir_name"})
 _RUN_TOUCH_EVERY_S = 1.0
 _RANK_LABEL = re.compile(r"^rank (\d+)$")
+
+
+class LogSource(Protocol):
+    """Where worker output comes from (``core.runtime.Runtime`` is one)."""
+
+    def add_log_sink(self, sink: Callable[[str, int | None, list[str]], None]) -> None: ...
+
+    def remove_log_sink(self, sink: Callable[[str, int | None, list[str]], None]) -> None: ...
 
 
 class WorkerInfo(Protocol):
@@ -71,8 +78,10 @@ class RunRecorder:
         name: str,
         state: dict[str, Any],
         resources: dict[str, float],
+        logs: LogSource | None = None,
     ):
         self.path, self.name, self.resources = path, name, dict(resources)
+        self._logs = logs
         self.run_id = 0
         self._w: writer.StoreWriter | None = None
         self._attempt: int | None = None
@@ -95,7 +104,8 @@ class RunRecorder:
                 self._w.release()
             self._w = None
             return
-        log_relay.add_line_sink(self._on_log_lines)
+        if logs is not None:
+            logs.add_log_sink(self._on_log_lines)
 
     @property
     def enabled(self) -> bool:
@@ -231,13 +241,14 @@ class RunRecorder:
         """Write what is queued and let go of the store (the run's last call)."""
         if self._w is None:
             return
-        log_relay.remove_line_sink(self._on_log_lines)
+        if self._logs is not None:
+            self._logs.remove_log_sink(self._on_log_lines)
         w, self._w = self._w, None
         w.flush()
         w.release()
 
     # -- worker logs ------------------------------------------------------------------
-    def _on_log_lines(self, pid: int | None, lines: list[str]) -> None:
+    def _on_log_lines(self, label: str, pid: int | None, lines: list[str]) -> None:
         with self._lock:
             rank = self._pids.get(pid) if pid is not None else None
             attempt = self._attempt

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError
 from muster.serve.config import HTTPOptions
 from muster.serve.deployment import Application
 from muster.serve.handle import DeploymentHandle
@@ -87,10 +88,10 @@ def _run(target: Application, *, name: str, route_prefix: str | None,
     from muster.serve._internal import plan
 
     if not isinstance(name, str) or not name:
-        raise ValueError(f"serve.run(name={name!r}): give the app a non-empty name.")
+        raise InvalidArgumentError(f"serve.run(name={name!r}): give the app a non-empty name.")
     if route_prefix is not None and (not isinstance(route_prefix, str) or not route_prefix.startswith("/")
                                      or (len(route_prefix) > 1 and route_prefix.endswith("/"))):
-        raise ValueError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
+        raise InvalidArgumentError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
     ingress, plans = plan.build(target, name, overrides)
     start()
     _get().deploy(name, route_prefix, ingress, plans)

@@ -13,6 +13,8 @@ import inspect
 import weakref
 from typing import Any, Callable
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
+
 
 class _Batcher:
     def __init__(self, fn: Callable, max_batch_size: int, wait_s: float, max_concurrent: int):
@@ -54,7 +56,7 @@ class _Batcher:
             if not isinstance(results, (list, tuple)) or len(results) != len(items):
                 got = f"{type(results).__name__} of length {len(results)}" if isinstance(results, (list, tuple)) \
                     else type(results).__name__
-                raise TypeError(
+                raise InvalidTypeError(
                     f"@serve.batch method {self.fn.__qualname__} got {len(items)} inputs and returned {got}; "
                     "return a list with one result per input, in order."
                 )
@@ -101,15 +103,15 @@ def batch(
         ValueError: a bad size or timeout.
     """
     if not isinstance(max_batch_size, int) or isinstance(max_batch_size, bool) or max_batch_size < 1:
-        raise ValueError(f"@serve.batch max_batch_size={max_batch_size!r}: use an integer >= 1.")
+        raise InvalidArgumentError(f"@serve.batch max_batch_size={max_batch_size!r}: use an integer >= 1.")
     if not isinstance(batch_wait_timeout_s, (int, float)) or batch_wait_timeout_s < 0:
-        raise ValueError(f"@serve.batch batch_wait_timeout_s={batch_wait_timeout_s!r}: use a number >= 0.")
+        raise InvalidArgumentError(f"@serve.batch batch_wait_timeout_s={batch_wait_timeout_s!r}: use a number >= 0.")
 
     opts = (max_batch_size, batch_wait_timeout_s, max_concurrent_batches)
 
     def wrap(fn: Callable) -> Callable:
         if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"@serve.batch needs an `async def` function; {fn.__qualname__} is not one.")
+            raise InvalidTypeError(f"@serve.batch needs an `async def` function; {fn.__qualname__} is not one.")
         is_method = "self" in inspect.signature(fn).parameters
 
         @functools.wraps(fn)
@@ -117,7 +119,7 @@ def batch(
             owner, item = (args[0], args[1]) if is_method else (None, args[0])
             return await _batcher(owner, fn, opts).submit(owner, item)
 
-        call.__serve_batch__ = True  # type: ignore[attr-defined]
+        setattr(call, "__serve_batch__", True)  # noqa: B010 - a marker the replica looks for
         return call
 
     if _fn is not None:

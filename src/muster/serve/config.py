@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from muster.core import resources as res
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 _ACTOR_OPTION_KEYS = ("num_cpus", "num_gpus", "resources", "runtime_env", "memory")
 
@@ -23,7 +24,7 @@ def _positive(name: str, value: Any, *, allow_zero: bool = False, integer: bool 
     ok = isinstance(value, kind) and not isinstance(value, bool) and not (isinstance(value, float) and math.isnan(value))
     if not ok or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name}={value!r}: must be {'an integer' if integer else 'a number'} {bound}.")
+        raise InvalidArgumentError(f"{name}={value!r}: must be {'an integer' if integer else 'a number'} {bound}.")
 
 
 @dataclass(kw_only=True)
@@ -42,14 +43,14 @@ class AutoscalingConfig:
         _positive("autoscaling_config.min_replicas", self.min_replicas, allow_zero=True, integer=True)
         _positive("autoscaling_config.max_replicas", self.max_replicas, integer=True)
         if self.max_replicas < self.min_replicas:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"autoscaling_config: max_replicas={self.max_replicas} is below min_replicas={self.min_replicas}; "
                 "raise max_replicas or lower min_replicas."
             )
         if self.initial_replicas is not None:
             _positive("autoscaling_config.initial_replicas", self.initial_replicas, allow_zero=True, integer=True)
             if not self.min_replicas <= self.initial_replicas <= self.max_replicas:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"autoscaling_config.initial_replicas={self.initial_replicas} must lie between min_replicas="
                     f"{self.min_replicas} and max_replicas={self.max_replicas}."
                 )
@@ -68,11 +69,11 @@ class AutoscalingConfig:
         if value is None or isinstance(value, AutoscalingConfig):
             return value
         if not isinstance(value, Mapping):
-            raise ValueError(f"autoscaling_config={value!r}: pass a dict such as {{'min_replicas': 1, 'max_replicas': 4}}.")
+            raise InvalidArgumentError(f"autoscaling_config={value!r}: pass a dict such as {{'min_replicas': 1, 'max_replicas': 4}}.")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(value) - known)
         if unknown:
-            raise ValueError(f"autoscaling_config: unknown field(s) {unknown}; known: {sorted(known)}.")
+            raise InvalidArgumentError(f"autoscaling_config: unknown field(s) {unknown}; known: {sorted(known)}.")
         return cls(**dict(value))
 
 
@@ -95,7 +96,7 @@ class DeploymentConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" in self.name:
-            raise ValueError(f"deployment name={self.name!r}: use a non-empty string without '/'.")
+            raise InvalidArgumentError(f"deployment name={self.name!r}: use a non-empty string without '/'.")
         self.autoscaling_config = AutoscalingConfig.coerce(self.autoscaling_config)
         if self.num_replicas == "auto":
             if self.autoscaling_config is None:  # Ray's defaults for "auto"
@@ -103,23 +104,23 @@ class DeploymentConfig:
         elif self.num_replicas is not None:
             _positive(f"{self.name}: num_replicas", self.num_replicas, allow_zero=True, integer=True)
             if self.autoscaling_config is not None:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"{self.name}: num_replicas={self.num_replicas} and autoscaling_config are both set; "
                     "give one (num_replicas='auto' or autoscaling_config for autoscaling)."
                 )
         _positive(f"{self.name}: max_ongoing_requests", self.max_ongoing_requests, integer=True)
         if not isinstance(self.max_queued_requests, int) or (self.max_queued_requests < 0 and self.max_queued_requests != -1):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self.name}: max_queued_requests={self.max_queued_requests!r}: use -1 (no limit) or an integer >= 0."
             )
         for f in ("health_check_period_s", "health_check_timeout_s"):
             _positive(f"{self.name}: {f}", getattr(self, f))
         _positive(f"{self.name}: graceful_shutdown_timeout_s", self.graceful_shutdown_timeout_s, allow_zero=True)
         if not isinstance(self.ray_actor_options, Mapping):
-            raise ValueError(f"{self.name}: ray_actor_options={self.ray_actor_options!r}: pass a dict.")
+            raise InvalidArgumentError(f"{self.name}: ray_actor_options={self.ray_actor_options!r}: pass a dict.")
         unknown = sorted(set(self.ray_actor_options) - set(_ACTOR_OPTION_KEYS))
         if unknown:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self.name}: ray_actor_options has unknown key(s) {unknown}; known: {list(_ACTOR_OPTION_KEYS)}."
             )
         self.resources()  # validates amounts
@@ -141,18 +142,18 @@ class DeploymentConfig:
     def env_vars(self) -> dict[str, str]:
         runtime_env = self.ray_actor_options.get("runtime_env") or {}
         if not isinstance(runtime_env, Mapping):
-            raise ValueError(f"{self.name}: runtime_env={runtime_env!r}: pass a dict such as {{'env_vars': {{...}}}}.")
+            raise InvalidArgumentError(f"{self.name}: runtime_env={runtime_env!r}: pass a dict such as {{'env_vars': {{...}}}}.")
         env = runtime_env.get("env_vars") or {}
         bad = {k: v for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
-            raise ValueError(f"{self.name}: runtime_env env_vars must map str to str; bad entries: {bad!r}.")
+            raise InvalidArgumentError(f"{self.name}: runtime_env env_vars must map str to str; bad entries: {bad!r}.")
         return dict(env)
 
     def replace(self, **changes: Any) -> "DeploymentConfig":
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - known)
         if unknown:
-            raise TypeError(f"deployment options: unknown option(s) {unknown}; known: {sorted(known)}.")
+            raise InvalidTypeError(f"deployment options: unknown option(s) {unknown}; known: {sorted(known)}.")
         if "num_replicas" in changes and "autoscaling_config" not in changes:
             changes["autoscaling_config"] = None
         if "autoscaling_config" in changes and "num_replicas" not in changes and changes["autoscaling_config"] is not None:
@@ -173,11 +174,11 @@ class HTTPOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
-            raise ValueError(f"http_options host={self.host!r}: give an interface address such as '127.0.0.1'.")
+            raise InvalidArgumentError(f"http_options host={self.host!r}: give an interface address such as '127.0.0.1'.")
         if not isinstance(self.port, int) or isinstance(self.port, bool) or not 0 <= self.port <= 65535:
-            raise ValueError(f"http_options port={self.port!r}: use an integer in 0..65535 (0 picks a free port).")
+            raise InvalidArgumentError(f"http_options port={self.port!r}: use an integer in 0..65535 (0 picks a free port).")
         if self.server not in ("granian", "uvicorn"):
-            raise ValueError(f"http_options server={self.server!r}: use 'granian' or 'uvicorn'.")
+            raise InvalidArgumentError(f"http_options server={self.server!r}: use 'granian' or 'uvicorn'.")
         if self.request_timeout_s is not None:
             _positive("http_options.request_timeout_s", self.request_timeout_s)
         _positive("http_options.max_body_bytes", self.max_body_bytes, integer=True)
@@ -189,10 +190,10 @@ class HTTPOptions:
         if isinstance(value, HTTPOptions):
             return value
         if not isinstance(value, Mapping):
-            raise ValueError(f"http_options={value!r}: pass a dict such as {{'host': '127.0.0.1', 'port': 8000}}.")
+            raise InvalidArgumentError(f"http_options={value!r}: pass a dict such as {{'host': '127.0.0.1', 'port': 8000}}.")
         known = {f.name for f in dataclasses.fields(cls)}
         ignored = {"location", "root_path", "middlewares", "num_cpus"}  # Ray-only knobs with no meaning here
         unknown = sorted(set(value) - known - ignored)
         if unknown:
-            raise ValueError(f"http_options: unknown field(s) {unknown}; known: {sorted(known)}.")
+            raise InvalidArgumentError(f"http_options: unknown field(s) {unknown}; known: {sorted(known)}.")
         return cls(**{k: v for k, v in value.items() if k in known})

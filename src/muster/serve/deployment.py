@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
+from muster.exceptions import InvalidTypeError
 from muster.serve.config import DeploymentConfig
 
 
@@ -59,7 +60,7 @@ class Deployment:
         return Deployment(self.func_or_class, self.config.replace(**options))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(
+        raise InvalidTypeError(
             f"Deployment {self.name!r} cannot be called or constructed directly; bind it with "
             f"{self.name}.bind(...) and pass that to serve.run(...), or call it through a DeploymentHandle."
         )
@@ -118,11 +119,11 @@ def deployment(
     """
     unknown = sorted(set(ignored) - set(_IGNORED))
     if unknown:
-        raise TypeError(f"@serve.deployment got unknown option(s) {unknown}.")
+        raise InvalidTypeError(f"@serve.deployment got unknown option(s) {unknown}.")
 
     def wrap(target: Any) -> Deployment:
         if not (inspect.isclass(target) or callable(target)):
-            raise TypeError(f"@serve.deployment goes on a class or a function, not {target!r}.")
+            raise InvalidTypeError(f"@serve.deployment goes on a class or a function, not {target!r}.")
         config = DeploymentConfig(
             name=name or target.__name__, num_replicas=num_replicas, ray_actor_options=dict(ray_actor_options or {}),
             max_ongoing_requests=max_ongoing_requests, max_queued_requests=max_queued_requests,
@@ -152,8 +153,8 @@ def ingress(app: Any) -> Callable[[type], type]:
 
     def wrap(cls: type) -> type:
         if not inspect.isclass(cls):
-            raise TypeError(f"@serve.ingress goes on a class, not {cls!r}.")
-        cls.__serve_asgi_app__ = app  # type: ignore[attr-defined]
+            raise InvalidTypeError(f"@serve.ingress goes on a class, not {cls!r}.")
+        setattr(cls, "__serve_asgi_app__", app)  # noqa: B010 - a marker the replica looks for
         return cls
 
     return wrap

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve.deployment import Application, Deployment
 
 
@@ -37,12 +38,12 @@ class AppSchema:
 
     def __post_init__(self) -> None:
         if not isinstance(self.import_path, str) or not self.import_path:
-            raise ValueError(f"application {self.name!r}: import_path={self.import_path!r}: use 'module:attribute'.")
+            raise InvalidArgumentError(f"application {self.name!r}: import_path={self.import_path!r}: use 'module:attribute'.")
         if not isinstance(self.args, dict):
-            raise ValueError(f"application {self.name!r}: args={self.args!r}: use a mapping.")
+            raise InvalidArgumentError(f"application {self.name!r}: args={self.args!r}: use a mapping.")
         for d in self.deployments:
             if not isinstance(d, dict) or not isinstance(d.get("name"), str):
-                raise ValueError(f"application {self.name!r}: every deployments entry needs a name; got {d!r}.")
+                raise InvalidArgumentError(f"application {self.name!r}: every deployments entry needs a name; got {d!r}.")
 
     def overrides(self) -> dict[str, dict[str, Any]]:
         return {d["name"]: {k: v for k, v in d.items() if k != "name"} for d in self.deployments}
@@ -59,20 +60,20 @@ class ServeConfig:
         names = [a.name for a in self.applications]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise ValueError(f"config: application names must be unique; repeated: {dup}.")
+            raise InvalidArgumentError(f"config: application names must be unique; repeated: {dup}.")
 
     @classmethod
     def from_dict(cls, raw: Any, source: str = "config") -> "ServeConfig":
         if not isinstance(raw, dict) or not isinstance(raw.get("applications"), list):
-            raise ValueError(f"{source}: expected a mapping with an 'applications' list (Ray Serve's config schema).")
+            raise InvalidArgumentError(f"{source}: expected a mapping with an 'applications' list (Ray Serve's config schema).")
         known = {f.name for f in dataclasses.fields(AppSchema)}
         apps = []
         for i, a in enumerate(raw["applications"]):
             if not isinstance(a, dict):
-                raise ValueError(f"{source}: applications[{i}] must be a mapping, got {a!r}.")
+                raise InvalidArgumentError(f"{source}: applications[{i}] must be a mapping, got {a!r}.")
             unknown = sorted(set(a) - known)
             if unknown:
-                raise ValueError(f"{source}: applications[{i}] has unknown field(s) {unknown}; known: {sorted(known)}.")
+                raise InvalidArgumentError(f"{source}: applications[{i}] has unknown field(s) {unknown}; known: {sorted(known)}.")
             apps.append(AppSchema(**a))
         return cls(applications=apps, http_options=dict(raw.get("http_options") or {}))
 
@@ -122,7 +123,7 @@ def import_app(import_path: str, args: dict[str, Any] | None = None) -> Applicat
         ) from None
     if isinstance(obj, Application):
         if args:
-            raise TypeError(f"{import_path} is already bound; args={args!r} need an application builder function.")
+            raise InvalidTypeError(f"{import_path} is already bound; args={args!r} need an application builder function.")
         return obj
     if isinstance(obj, Deployment):
         return obj.bind(**(args or {}))
@@ -130,8 +131,8 @@ def import_app(import_path: str, args: dict[str, Any] | None = None) -> Applicat
         app = obj(args or {})
         if isinstance(app, Application):
             return app
-        raise TypeError(f"{import_path}(args) returned {app!r}, not a bound application (Deployment.bind(...)).")
-    raise TypeError(f"{import_path} is {type(obj).__name__}, not an application: point at Deployment.bind(...).")
+        raise InvalidTypeError(f"{import_path}(args) returned {app!r}, not a bound application (Deployment.bind(...)).")
+    raise InvalidTypeError(f"{import_path} is {type(obj).__name__}, not an application: point at Deployment.bind(...).")
 
 
 def deploy(config: ServeConfig) -> list[str]:

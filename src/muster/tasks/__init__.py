@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
+from muster.exceptions import InvalidTypeError
 from muster.tasks.actor import ActorClass, ActorHandle, WorkerActorHandle, method
 from muster.tasks.cancel import cancel
 from muster.tasks.generators import ObjectRefGenerator
@@ -30,7 +31,7 @@ def remote(*args: Any, **options: Any) -> Any:
     if len(args) == 1 and not options and callable(args[0]):
         return _make(args[0], {})
     if args:
-        raise TypeError("Use @muster.remote or @muster.remote(num_cpus=..., ...) with keyword options only.")
+        raise InvalidTypeError("Use @muster.remote or @muster.remote(num_cpus=..., ...) with keyword options only.")
 
     def decorate(target: Callable[..., Any] | type) -> Any:
         return _make(target, options)
@@ -50,7 +51,7 @@ def kill(actor: ActorHandle | WorkerActorHandle, *, no_restart: bool = True) -> 
     With ``no_restart=False`` an actor that has ``max_restarts`` left is started again.
     """
     if not isinstance(actor, (ActorHandle, WorkerActorHandle)):
-        raise TypeError(f"muster.kill() takes an actor handle, got {type(actor).__name__}.")
+        raise InvalidTypeError(f"muster.kill() takes an actor handle, got {type(actor).__name__}.")
     actor._kill(no_restart)
 
 

@@ -20,8 +20,8 @@ from muster.core import context as core_context
 from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.init_options import current_namespace
-from muster.core.runtime import ActorHandle as CoreHandle
-from muster.exceptions import ActorDiedError, TaskCancelledError
+from muster.core.runtime import RuntimeActor
+from muster.exceptions import ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError
 from muster.tasks import events, named, owner
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
@@ -54,7 +54,7 @@ def method(*args: Any, **options: Any) -> Any:
     """
     unknown = sorted(set(options) - {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions"})
     if args or unknown:
-        raise TypeError(f"@muster.method takes keyword options only (num_returns=...); got {unknown or args}.")
+        raise InvalidTypeError(f"@muster.method takes keyword options only (num_returns=...); got {unknown or args}.")
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         setattr(fn, "__muster_method_options__", dict(options))
@@ -78,7 +78,7 @@ class ActorClass:
         self.__doc__ = cls.__doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(
+        raise InvalidTypeError(
             f"Actor class {self._cls.__name__} cannot be instantiated directly. "
             f"Use {self._cls.__name__}.remote(...) to start an actor."
         )
@@ -112,14 +112,14 @@ class _Method:
     def options(self, **options: Any) -> "_Method":
         unknown = sorted(set(options) - {"num_returns", "name", "concurrency_group"})
         if unknown:
-            raise TypeError(f"Actor method .options(): unknown option(s) {unknown}; supported: num_returns.")
+            raise InvalidTypeError(f"Actor method .options(): unknown option(s) {unknown}; supported: num_returns.")
         return _Method(self._actor, self._name, options.get("num_returns", self._num_returns))
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         return self._actor._call(self._name, args, kwargs, self._num_returns)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(f"Actor methods cannot be called directly. Use .{self._name}.remote(...).")
+        raise InvalidTypeError(f"Actor methods cannot be called directly. Use .{self._name}.remote(...).")
 
 
 class ActorHandle:
@@ -201,7 +201,7 @@ class ActorHandle:
             if not out.done():
                 out.set_exception(error)
 
-    def _on_death(self, core: CoreHandle, error: BaseException) -> None:
+    def _on_death(self, core: RuntimeActor, error: BaseException) -> None:
         self._fail_pending(error)  # calls in flight die with the process
         if self._no_restart or self._restarts_left == 0:
             self._set_dead(error)
@@ -235,7 +235,7 @@ class ActorHandle:
         if out.done():  # cancelled before it was sent
             return
         try:
-            core: CoreHandle = self._core.result()
+            core: RuntimeActor = self._core.result()
             for dep in owner.dependencies(args, kwargs):
                 dep.exception()  # wait for it
             a, kw = owner.resolve(args, kwargs)
@@ -263,12 +263,12 @@ class ActorHandle:
 
     def _cancel(self, token: int, out: Future, force: bool) -> bool:
         if force:
-            raise ValueError("muster.cancel(force=True) is not supported for actor calls (as in Ray); "
+            raise InvalidArgumentError("muster.cancel(force=True) is not supported for actor calls (as in Ray); "
                              "use force=False, or muster.kill(actor) to end the whole actor.")
         if out.done():
             return False
         if self._concurrent and token in self._pending:  # running in the actor: cancel it there
-            core: CoreHandle = self._core.result()
+            core: RuntimeActor = self._core.result()
             core.call("_muster_cancel", token)
             return True
         _settle(out, exc=TaskCancelledError(f"{self._cls.__name__} call"))  # not sent yet: never will be

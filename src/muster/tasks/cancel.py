@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from muster.core import context as core_context
+from muster.exceptions import InvalidTypeError
 from muster.tasks import actor, events, remote_function
 from muster.tasks.objects import ObjectRef
 
@@ -25,7 +26,7 @@ def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> bo
         ValueError: ``force=True`` on an actor call.
     """
     if not isinstance(ref, ObjectRef):
-        raise TypeError(f"muster.cancel() takes an ObjectRef, got {type(ref).__name__}.")
+        raise InvalidTypeError(f"muster.cancel() takes an ObjectRef, got {type(ref).__name__}.")
     if core_context.in_worker():
         return bool(core_context.send_event(events.Cancel(ref.id, force)))
     done = actor.cancel_call(ref, force)

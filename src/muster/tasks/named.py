@@ -12,6 +12,7 @@ from typing import Any
 
 from muster.core import context as core_context
 from muster.core.init_options import current_namespace
+from muster.exceptions import InvalidArgumentError
 from muster.tasks import events
 
 _names: dict[tuple[str, str], Any] = {}  # (namespace, name) -> driver-side ActorHandle
@@ -25,7 +26,7 @@ def claim(namespace: str, name: str, make: Any, get_if_exists: bool) -> Any:
         if existing is not None and not existing._gone():
             if get_if_exists:
                 return existing
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"An actor named {name!r} already exists in namespace {namespace!r}; pick another name, pass "
                 "get_if_exists=True to reuse it, or look it up with muster.get_actor(name)."
             )
@@ -64,7 +65,7 @@ def get_actor(name: str, namespace: str | None = None) -> Any:
         ValueError: no live actor has that name there.
     """
     if not isinstance(name, str) or not name:
-        raise ValueError(f"muster.get_actor(name={name!r}): pass the actor's name, a non-empty string.")
+        raise InvalidArgumentError(f"muster.get_actor(name={name!r}): pass the actor's name, a non-empty string.")
     if core_context.in_worker():
         actor_id = core_context.send_event(events.GetActor(name, namespace))
         if actor_id is not None:
@@ -75,7 +76,7 @@ def get_actor(name: str, namespace: str | None = None) -> Any:
     else:
         handle = lookup(name, namespace)
     if handle is None:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"Failed to look up actor {name!r} in namespace {namespace or current_namespace()!r}: no live actor has "
             "that name. Start it with Cls.options(name=...).remote(), or list names with "
             "muster.util.list_named_actors()."

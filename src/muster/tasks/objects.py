@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 from muster.core import context as core_context
 from muster.core import serialization
 from muster.tasks import events
-from muster.exceptions import GetTimeoutError, TaskError
+from muster.exceptions import GetTimeoutError, InvalidArgumentError, InvalidTypeError, TaskError
 
 _ids = itertools.count(1)
 _table: "weakref.WeakValueDictionary[int, Future]" = weakref.WeakValueDictionary()
@@ -54,7 +54,7 @@ class ObjectRef:
             with _table_lock:
                 self._future = _table.get(self.id)
             if self._future is None:
-                raise ValueError(f"ObjectRef({self.id}) is not known in this process.")
+                raise InvalidArgumentError(f"ObjectRef({self.id}) is not known in this process.")
         return self._future
 
     def __reduce__(self) -> Any:
@@ -168,7 +168,7 @@ def snapshot(value: Any, what: str) -> Any:
     try:
         body, buffers = serialization.dumps(value, out_of_band_min=0)
     except Exception as exc:
-        raise TypeError(f"{what}: could not serialize {type(value).__name__} ({type(exc).__name__}: {exc}); "
+        raise InvalidTypeError(f"{what}: could not serialize {type(value).__name__} ({type(exc).__name__}: {exc}); "
                         "pass plain data, arrays, tensors or picklable objects.") from exc
     return pickle.loads(body, buffers=[_copy(b) for b in buffers])
 
@@ -195,7 +195,7 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
             pass
     for r in items:
         if not isinstance(r, ObjectRef):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"muster.get() takes an ObjectRef or a list of them, got {type(r).__name__}; "
                 "call .remote() to get a ref."
             )
@@ -230,7 +230,7 @@ def wait(
     """
     refs = list(refs)
     if not 0 <= num_returns <= len(refs):
-        raise ValueError(f"muster.wait(num_returns={num_returns}): use a number from 0 to len(refs)={len(refs)}.")
+        raise InvalidArgumentError(f"muster.wait(num_returns={num_returns}): use a number from 0 to len(refs)={len(refs)}.")
     if core_context.in_worker():
         done_ids = set(
             core_context.send_event(events.Wait([r.id for r in refs], num_returns, timeout))

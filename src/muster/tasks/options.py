@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from muster.core import resources as res
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 #: Ray's options that have no effect on muster's engine (one node, one Python environment); accepted.
 _NO_OP = {"scheduling_strategy", "placement_group", "placement_group_bundle_index",
@@ -20,32 +21,32 @@ ACTOR_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_restarts", "max_task_
 def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise TypeError(
+        raise InvalidTypeError(
             f"{what}: unknown option(s) {', '.join(unknown)}. Supported: {', '.join(sorted(allowed))}."
         )
     for key in ("num_cpus", "num_gpus"):
         v = options.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
-            raise ValueError(f"{what}: {key}={v!r}; use a number >= 0.")
+            raise InvalidArgumentError(f"{what}: {key}={v!r}; use a number >= 0.")
     for key in ("max_retries", "max_restarts", "max_task_retries"):
         v = options.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < -1):
-            raise ValueError(f"{what}: {key}={v!r}; use an integer >= 0, or -1 for unlimited.")
+            raise InvalidArgumentError(f"{what}: {key}={v!r}; use an integer >= 0, or -1 for unlimited.")
     n = options.get("num_returns")
     if n is not None and n not in ("dynamic", "streaming") and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
-        raise ValueError(f"{what}: num_returns={n!r}; use an integer >= 0, 'dynamic' or 'streaming'.")
+        raise InvalidArgumentError(f"{what}: num_returns={n!r}; use an integer >= 0, 'dynamic' or 'streaming'.")
     if options.get("lifetime") not in (None, "detached", "non_detached"):
-        raise ValueError(f"{what}: lifetime={options['lifetime']!r}; use None, 'detached' or 'non_detached'.")
+        raise InvalidArgumentError(f"{what}: lifetime={options['lifetime']!r}; use None, 'detached' or 'non_detached'.")
     mc = options.get("max_concurrency")
     if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
-        raise ValueError(f"{what}: max_concurrency={mc!r}; use an integer >= 1.")
+        raise InvalidArgumentError(f"{what}: max_concurrency={mc!r}; use an integer >= 1.")
     env = options.get("runtime_env")
     if env is not None and (not isinstance(env, dict) or not isinstance(env.get("env_vars", {}), dict)):
-        raise ValueError(f"{what}: runtime_env={env!r}; pass a dict such as {{'env_vars': {{'NAME': 'value'}}}}.")
+        raise InvalidArgumentError(f"{what}: runtime_env={env!r}; pass a dict such as {{'env_vars': {{'NAME': 'value'}}}}.")
     if options.get("resources") is not None:
         custom = options["resources"]
         if not isinstance(custom, dict) or "CPU" in custom or "GPU" in custom:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{what}: resources={custom!r}; pass a dict of custom resources, and CPU/GPU as num_cpus=/num_gpus=."
             )
         res.normalize(custom, what=f"{what} resources")

@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 from muster.core.api import get_runtime
-from muster.core.runtime import ActorHandle as CoreHandle
+from muster.core.runtime import RuntimeActor
 from muster.tasks import events, objects
 
 
@@ -57,7 +57,7 @@ def dependencies(args: tuple, kwargs: dict) -> list[Future]:
     return [a.future() for a in (*args, *kwargs.values()) if isinstance(a, objects.ObjectRef)]
 
 
-def _in_background(handle: CoreHandle, work: Callable[[], Any]) -> Future:
+def _in_background(handle: RuntimeActor, work: Callable[[], Any]) -> Future:
     out: Future = Future()
 
     def run() -> None:
@@ -72,7 +72,7 @@ def _in_background(handle: CoreHandle, work: Callable[[], Any]) -> Future:
     return out
 
 
-def _get(handle: CoreHandle, e: events.Get) -> Future:
+def _get(handle: RuntimeActor, e: events.Get) -> Future:
     def get_all() -> list[tuple[bool, Any]]:
         out = []
         futures = [objects.lookup(i) for i in e.ids]
@@ -89,12 +89,12 @@ def _get(handle: CoreHandle, e: events.Get) -> Future:
     return _in_background(handle, get_all)
 
 
-def _wait(handle: CoreHandle, e: events.Wait) -> Future:
+def _wait(handle: RuntimeActor, e: events.Wait) -> Future:
     refs = [objects.ObjectRef(i) for i in e.ids]
     return _in_background(handle, lambda: list(objects._wait_local(refs, e.num_returns, e.timeout)))
 
 
-def _submit(handle: CoreHandle, e: events.Submit) -> Any:
+def _submit(handle: RuntimeActor, e: events.Submit) -> Any:
     from muster.tasks import remote_function as rf
 
     ref = rf.submit(e.fn, e.args, e.kwargs, e.options)
@@ -102,60 +102,60 @@ def _submit(handle: CoreHandle, e: events.Submit) -> Any:
     return _pin_shaped(ref if n == "streaming" else rf.shape(ref, n))
 
 
-def _create_actor(handle: CoreHandle, e: events.CreateActor) -> int:
+def _create_actor(handle: RuntimeActor, e: events.CreateActor) -> int:
     from muster.tasks import actor
 
     return actor.create(e.cls, e.args, e.kwargs, e.options)._id
 
 
-def _actor_call(handle: CoreHandle, e: events.ActorCall) -> Any:
+def _actor_call(handle: RuntimeActor, e: events.ActorCall) -> Any:
     from muster.tasks import actor
 
     return _pin_shaped(actor.lookup(e.actor)._call(e.method, e.args, e.kwargs, e.num_returns))
 
 
-def _kill(handle: CoreHandle, e: events.Kill) -> None:
+def _kill(handle: RuntimeActor, e: events.Kill) -> None:
     from muster.tasks import actor
 
     actor.lookup(e.actor)._kill(e.no_restart)
 
 
-def _task_started(handle: CoreHandle, e: events.TaskStarted) -> None:
+def _task_started(handle: RuntimeActor, e: events.TaskStarted) -> None:
     from muster.tasks import remote_function
 
     remote_function.task_started(e.task_id, handle)
 
 
-def _actor_call_done(handle: CoreHandle, e: events.ActorCallDone) -> None:
+def _actor_call_done(handle: RuntimeActor, e: events.ActorCallDone) -> None:
     from muster.tasks import actor
 
     actor.lookup(e.actor_id)._complete(e.token, e.ok, e.value)
 
 
-def _cancel(handle: CoreHandle, e: events.Cancel) -> bool:
+def _cancel(handle: RuntimeActor, e: events.Cancel) -> bool:
     from muster.tasks.cancel import cancel
 
     return cancel(objects.ObjectRef(e.ref_id), force=e.force)
 
 
-def _get_actor(handle: CoreHandle, e: events.GetActor) -> int | None:
+def _get_actor(handle: RuntimeActor, e: events.GetActor) -> int | None:
     from muster.tasks import named
 
     found = named.lookup(e.name, e.namespace)
     return None if found is None else found._id
 
 
-def _list_named(handle: CoreHandle, e: events.ListNamedActors) -> list[Any]:
+def _list_named(handle: RuntimeActor, e: events.ListNamedActors) -> list[Any]:
     from muster.tasks import named
 
     return named.listing(e.all_namespaces)
 
 
-def _resources(handle: CoreHandle, e: events.Resources) -> dict[str, float]:
+def _resources(handle: RuntimeActor, e: events.Resources) -> dict[str, float]:
     return get_runtime().available() if e.available else get_runtime().resources()
 
 
-_HANDLERS: dict[type, Callable[[CoreHandle, Any], Any]] = {
+_HANDLERS: dict[type, Callable[[RuntimeActor, Any], Any]] = {
     events.Resources: _resources,
     events.Put: lambda handle, e: objects.pin(objects.store(e.value)),  # fresh off the wire: no copy
     events.Get: _get,
@@ -172,7 +172,7 @@ _HANDLERS: dict[type, Callable[[CoreHandle, Any], Any]] = {
 }
 
 
-def handle_event(handle: CoreHandle, payload: Any) -> Any:
+def handle_event(handle: RuntimeActor, payload: Any) -> Any:
     """Serve one request from a worker running a task or an actor (one handler per event type)."""
     handler = _HANDLERS.get(type(payload))
     if handler is None:

@@ -16,7 +16,13 @@ from muster.core import context as core_context
 from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.init_options import current_namespace
-from muster.exceptions import ResourcesUnavailableError, TaskCancelledError, TaskError, WorkerCrashedError
+from muster.exceptions import (
+    InvalidTypeError,
+    ResourcesUnavailableError,
+    TaskCancelledError,
+    TaskError,
+    WorkerCrashedError,
+)
 from muster.tasks import events, owner
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
@@ -34,7 +40,7 @@ class RemoteFunction:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(
+        raise InvalidTypeError(
             f"Remote function {self._fn.__name__}() cannot be called directly. "
             f"Use {self._fn.__name__}.remote(...) to run it as a task, and muster.get() for the result."
         )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from muster.core import context as core_context
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.tasks import events
 
 
@@ -58,7 +59,7 @@ def _collect(value: Any, num_returns: Any, name: str) -> Any:
             return None
         if not isinstance(value, (tuple, list)) or len(value) != num_returns:
             got = f"{len(value)} values" if isinstance(value, (tuple, list)) else type(value).__name__
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{name} was declared with num_returns={num_returns} but returned {got}; return a tuple of "
                 f"{num_returns} values or change num_returns."
             )
@@ -178,7 +179,7 @@ class ActorHost:
         try:
             core_context.send_event(events.ActorCallDone(actor_id, token, ok, value), wait=False)
         except Exception as exc:  # noqa: BLE001 - the value would not pickle: say so instead of hanging the caller
-            err = TypeError(f"{type(self._muster_obj).__name__} call returned a value that cannot be sent back "
+            err = InvalidTypeError(f"{type(self._muster_obj).__name__} call returned a value that cannot be sent back "
                             f"({type(exc).__name__}: {exc}); return plain data.")
             core_context.send_event(events.ActorCallDone(actor_id, token, False, capture_error(err, "actor", os.getpid(), "")),
                                     wait=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from muster.exceptions import TrainingFailedError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, TrainingFailedError
 from muster.train._internal import session as _session
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import (
@@ -80,7 +80,7 @@ def report(
     """
     unknown = sorted(set(_compat) - _RAY_REPORT_KEYWORDS)
     if unknown:
-        raise TypeError(
+        raise InvalidTypeError(
             f"report() got unexpected keyword argument(s) {unknown}; it takes metrics, checkpoint, "
             f"checkpoint_upload_mode and Ray's {sorted(_RAY_REPORT_KEYWORDS)} (accepted for "
             "compatibility). Check the spelling."
@@ -88,7 +88,7 @@ def report(
     mode = checkpoint_upload_mode
     if isinstance(mode, CheckpointUploadMode):
         if mode is CheckpointUploadMode.NO_UPLOAD:
-            raise ValueError("report(checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD) is not supported: muster "
+            raise InvalidArgumentError("report(checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD) is not supported: muster "
                              "copies every reported checkpoint; use SYNC or ASYNC.")
         mode = mode.value.lower()
     _session.get_session("report").report(metrics, checkpoint, mode)

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train._internal.resume import STATE_DIR
 from muster.train.storage import MANIFEST
 
@@ -47,7 +48,7 @@ class Checkpoint:
         """A checkpoint of the files in a local folder (copied when reported)."""
         path = os.fspath(path)
         if not os.path.isdir(path):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"Checkpoint.from_directory({path!r}): no such folder. Save your files into a folder "
                 "(for example tempfile.mkdtemp()) and pass that folder."
             )
@@ -57,7 +58,7 @@ class Checkpoint:
     def from_dict(cls, data: dict[str, Any]) -> "Checkpoint":
         """A checkpoint holding one dict (tensors included), saved with ``torch.save``."""
         if not isinstance(data, dict):
-            raise TypeError(f"Checkpoint.from_dict expects a dict, got {type(data).__name__}.")
+            raise InvalidTypeError(f"Checkpoint.from_dict expects a dict, got {type(data).__name__}.")
         import torch
 
         folder = tempfile.mkdtemp(prefix="muster-ckpt-")
@@ -78,7 +79,7 @@ class Checkpoint:
         with self.as_directory() as folder:
             target = os.path.join(folder, _DICT_FILE)
             if not os.path.exists(target):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"{self!r} was not made by Checkpoint.from_dict (no {_DICT_FILE} in it); "
                     "read its files with checkpoint.as_directory()."
                 )
@@ -123,7 +124,7 @@ class Checkpoint:
         try:
             body = json.dumps(metadata)
         except TypeError as exc:
-            raise TypeError(f"Checkpoint metadata must be JSON-serialisable: {exc}") from None
+            raise InvalidTypeError(f"Checkpoint metadata must be JSON-serialisable: {exc}") from None
         with self.filesystem.open(f"{self.path.rstrip('/')}/{_METADATA}", "w") as f:
             f.write(body)
 

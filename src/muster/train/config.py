@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from muster.core import resources as res
 from muster.core import settings
+from muster.exceptions import InvalidArgumentError
 
 _PLACEMENT = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -46,31 +47,31 @@ class ScalingConfig:
         if isinstance(self.num_workers, (tuple, list)):
             bounds = tuple(self.num_workers)
             if len(bounds) != 2 or not all(_count(b) for b in bounds) or bounds[0] > bounds[1]:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"ScalingConfig(num_workers={self.num_workers!r}): an elastic run takes (min, max) with "
                     "integers 1 <= min <= max, e.g. num_workers=(2, 8)."
                 )
             self.num_workers = (int(bounds[0]), int(bounds[1]))
         elif not _count(self.num_workers):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"ScalingConfig(num_workers={self.num_workers!r}): num_workers must be an integer >= 1, "
                 "or (min, max) for an elastic run."
             )
         if not isinstance(self.use_gpu, bool):
-            raise ValueError(f"ScalingConfig(use_gpu={self.use_gpu!r}): use_gpu must be True or False.")
+            raise InvalidArgumentError(f"ScalingConfig(use_gpu={self.use_gpu!r}): use_gpu must be True or False.")
         if self.placement_strategy not in _PLACEMENT:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"ScalingConfig(placement_strategy={self.placement_strategy!r}): use one of {', '.join(_PLACEMENT)}."
             )
         if self.resources_per_worker is not None:
             if not isinstance(self.resources_per_worker, dict):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"ScalingConfig(resources_per_worker={self.resources_per_worker!r}): pass a dict such as "
                     "{'CPU': 2, 'GPU': 1}."
                 )
             normal = res.normalize(self.resources_per_worker, what="ScalingConfig.resources_per_worker")
             if self.use_gpu and "GPU" in self.resources_per_worker and not normal.get("GPU"):
-                raise ValueError(
+                raise InvalidArgumentError(
                     "ScalingConfig(use_gpu=True, resources_per_worker={'GPU': 0}): a GPU run needs GPU > 0 "
                     "per worker; drop 'GPU' from resources_per_worker or set use_gpu=False."
                 )
@@ -126,11 +127,11 @@ class CheckpointConfig:
         if self.num_to_keep is not None and (
             isinstance(self.num_to_keep, bool) or not isinstance(self.num_to_keep, int) or self.num_to_keep < 1
         ):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"CheckpointConfig(num_to_keep={self.num_to_keep!r}): use an integer >= 1, or None to keep all."
             )
         if self.checkpoint_score_order not in ("max", "min"):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}): use 'max' or 'min'."
             )
 
@@ -157,13 +158,13 @@ class FailureConfig:
     def __post_init__(self) -> None:
         mpf = self.max_preemption_failures
         if isinstance(mpf, bool) or not isinstance(mpf, int) or mpf < -1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"FailureConfig(max_preemption_failures={mpf!r}): use an integer >= 0, or -1 for no limit."
             )
         if not isinstance(self.preemption_grace_s, (int, float)) or self.preemption_grace_s < 0:
-            raise ValueError(f"FailureConfig(preemption_grace_s={self.preemption_grace_s!r}): use seconds >= 0.")
+            raise InvalidArgumentError(f"FailureConfig(preemption_grace_s={self.preemption_grace_s!r}): use seconds >= 0.")
         if isinstance(self.max_failures, bool) or not isinstance(self.max_failures, int) or self.max_failures < -1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"FailureConfig(max_failures={self.max_failures!r}): use an integer >= 0, or -1 to retry forever."
             )
         if self.fail_fast:
@@ -214,30 +215,30 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.stop is not None and not (isinstance(self.stop, dict) or callable(self.stop)):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"RunConfig(stop={self.stop!r}): pass a dict such as {{'training_iteration': 10}}, a function "
                 "(trial_id, result) -> bool, or a muster.tune.Stopper."
             )
         if self.name is not None and (not isinstance(self.name, str) or not _NAME_OK.match(self.name)):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"RunConfig(name={self.name!r}): use letters, digits and _ . = + - (no slashes), "
                 "e.g. name='mnist_ddp'."
             )
         if self.storage_path is not None and (not isinstance(self.storage_path, str) or not self.storage_path):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"RunConfig(storage_path={self.storage_path!r}): pass a local path or an fsspec URL "
                 "such as 's3://bucket/runs'."
             )
         if self.verbose not in (0, 1, 2):
-            raise ValueError(f"RunConfig(verbose={self.verbose!r}): use 0 (silent), 1 (summary) or 2 (every report).")
+            raise InvalidArgumentError(f"RunConfig(verbose={self.verbose!r}): use 0 (silent), 1 (summary) or 2 (every report).")
         if self.worker_timeout_s is not None and not (self.worker_timeout_s > 0):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"RunConfig(worker_timeout_s={self.worker_timeout_s!r}): use a number of seconds > 0, or None."
             )
         if isinstance(self.upload_drain_s, bool) or not isinstance(self.upload_drain_s, (int, float)) or not (
             self.upload_drain_s >= 0
         ):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"RunConfig(upload_drain_s={self.upload_drain_s!r}): use a number of seconds >= 0 "
                 "(0: stop at once on a failure, dropping async uploads in flight)."
             )

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from muster.core.api import get_runtime
-from muster.core.runtime import ActorHandle
+from muster.core.runtime import RuntimeActor
 from muster.exceptions import (
     MusterError,
     StorageNotSharedError,
@@ -110,7 +110,7 @@ class ControllerHooks:
     """
 
     on_metrics: Callable[[int, dict[str, Any], float], dict[str, Any]] | None = None
-    on_other_event: Callable[[ActorHandle, Any], Any] | None = None
+    on_other_event: Callable[[RuntimeActor, Any], Any] | None = None
     start_from: Checkpoint | None = None
 
 
@@ -144,6 +144,7 @@ class Controller:
         self.recorder = RunRecorder(
             root=record.state.get("store_root") or self.storage.storage_path, path=self.storage.uri,
             name=self.storage.name, state=record.state, resources=scaling.worker_resources,
+            logs=get_runtime(),
         )
         self._resizes = 0  # elastic restarts to grow the gang: not failures
         self._next_check = 0.0
@@ -157,6 +158,11 @@ class Controller:
             listeners.RecorderListener(self.recorder),
             self._user,
         ]
+
+    def _max_failures(self) -> int:
+        config = self.run_config.failure_config
+        assert config is not None  # RunConfig.__post_init__ fills it
+        return config.max_failures
 
     def request_stop(self) -> None:
         """End the run early, as a success (Tune's schedulers and stoppers use this).
@@ -200,14 +206,15 @@ class Controller:
                     self._transition(State.STOPPED if self._stop_requested.is_set() else State.FINISHED)
                     break
                 self.failures.append(error)
+                max_failures = self._max_failures()
                 decision = policies.on_failure(
-                    self.run_config.failure_config.max_failures, len(self.failures),  # type: ignore[union-attr]
+                    max_failures, len(self.failures),
                     retryable=not _cannot_be_retried(error),
                 )
                 if decision is policies.Decision.RAISE:
                     self._transition(State.ERRORED)
                     raise TrainingFailedError(
-                        self.failures, self.storage.uri, self.run_config.failure_config.max_failures  # type: ignore[union-attr]
+                        self.failures, self.storage.uri, max_failures
                     )
                 self._transition(State.RESTARTING)
                 latest = self.ledger.latest
@@ -406,7 +413,7 @@ class Controller:
                              f"{self.run_config.upload_drain_s}) were dropped (rank: rounds): {left}")
 
     # -- worker reader threads ------------------------------------------------------
-    def _on_event(self, handle: ActorHandle, payload: Any) -> Any:
+    def _on_event(self, handle: RuntimeActor, payload: Any) -> Any:
         if isinstance(payload, ev.Sample):
             self.recorder.sample(payload.rank, payload.figures)
             return None
@@ -436,7 +443,7 @@ class Controller:
             listener.on_report(row, payload.timing)
         return True
 
-    def _on_death(self, handle: ActorHandle, error: BaseException) -> None:
+    def _on_death(self, handle: RuntimeActor, error: BaseException) -> None:
         attempt = self._attempt
         if attempt is None:
             return

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError
 from muster.train._internal import session as _session
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import CheckpointConsistencyMode
@@ -76,7 +77,7 @@ def get_all_reported_checkpoints(
         RuntimeError: called outside a training worker.
     """
     if not isinstance(consistency_mode, CheckpointConsistencyMode):
-        raise ValueError(f"get_all_reported_checkpoints(consistency_mode={consistency_mode!r}): pass a "
+        raise InvalidArgumentError(f"get_all_reported_checkpoints(consistency_mode={consistency_mode!r}): pass a "
                          "muster.train.CheckpointConsistencyMode.")
     session = _session.get_session("get_all_reported_checkpoints")
     session.drain()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError
 from muster.train._internal import policies
 from muster.train._internal.policies import CheckpointRecord
 from muster.train.checkpoint import Checkpoint
@@ -54,12 +55,12 @@ class Result:
     def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
         """The committed checkpoint whose reported ``metric`` is best (``mode``: "max" or "min")."""
         if mode not in ("max", "min"):
-            raise ValueError(f"get_best_checkpoint(mode={mode!r}): use 'max' or 'min'.")
+            raise InvalidArgumentError(f"get_best_checkpoint(mode={mode!r}): use 'max' or 'min'.")
         records = [CheckpointRecord(i, c.path, m) for i, (c, m) in enumerate(self.best_checkpoints)]
         scored = [r for r in records if policies.score_of(r, metric) is not None]
         if not scored:
             if records:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"get_best_checkpoint(metric={metric!r}): no checkpoint was reported with that metric; "
                     f"reported metrics are {sorted(self.best_checkpoints[0][1])}."
                 )
@@ -72,7 +73,7 @@ class Result:
         """Read a run's result back from its folder (local or URL)."""
         storage = Storage.at(path)
         if not storage.exists(storage.run_dir):
-            raise ValueError(f"Result.from_path({path!r}): no such run folder.")
+            raise InvalidArgumentError(f"Result.from_path({path!r}): no such run folder.")
         reports = [storage.parse_result(line) for line in storage.read_results()]
         records = []
         for r in storage.committed_rounds():
@@ -89,9 +90,8 @@ class Result:
 
 
 def _lead_rank(reports: list[dict[str, Any]]) -> int | None:
-    ranks = {r.get("_rank") for r in reports}
-    ranks.discard(None)
-    return min(ranks) if ranks else None  # type: ignore[type-var]
+    ranks = {int(r["_rank"]) for r in reports if r.get("_rank") is not None}
+    return min(ranks) if ranks else None
 
 
 def build(

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import cloudpickle
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train._internal.backend import Backend
 from muster.train._internal.events import FitRequest
 from muster.train.checkpoint import Checkpoint
@@ -48,12 +49,12 @@ class DataParallelTrainer:
         dataset_config: Any = None,
     ):
         if not callable(train_loop_per_worker):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"{type(self).__name__}(train_loop_per_worker={train_loop_per_worker!r}): pass the training "
                 "function itself, e.g. TorchTrainer(train_func, ...)."
             )
         if train_loop_config is not None and not isinstance(train_loop_config, dict):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"{type(self).__name__}(train_loop_config=...) takes a dict, got {type(train_loop_config).__name__}."
             )
         if datasets:
@@ -170,7 +171,7 @@ class DataParallelTrainer:
             train_loop_per_worker / train_loop_config: replace the saved ones.
         """
         if not cls.can_restore(path):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{cls.__name__}.restore({path!r}): no muster run there (expected {RUN_STATE} and "
                 f"{TRAINER_FILE}). Pass the run folder, i.e. <storage_path>/<name>."
             )

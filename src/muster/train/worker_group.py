@@ -7,14 +7,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from muster.core.runtime import ActorHandle, DeathHandler, EventHandler, Runtime
+from muster.core.runtime import RuntimeActor, DeathHandler, EventHandler, Runtime
 from muster.train._internal.worker import TrainWorker
 from muster.train.config import ScalingConfig
 
 
 @dataclass
 class Member:
-    handle: ActorHandle
+    handle: RuntimeActor
     rank: int
     local_rank: int
     local_world_size: int
@@ -102,7 +102,7 @@ class WorkerGroup:
     def run(self, method: str, per_member_args: list[tuple]) -> list[Future]:
         return [m.handle.call(method, *args) for m, args in zip(self.members, per_member_args)]
 
-    def member_of(self, handle: ActorHandle) -> Member | None:
+    def member_of(self, handle: RuntimeActor) -> Member | None:
         for m in self.members:
             if m.handle is handle:
                 return m

@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from muster.exceptions import MusterError
+from muster.exceptions import InvalidArgumentError, MusterError
 from muster.observe.tune_progress import flatten_config
 from muster.train.result import Result
 
@@ -69,12 +69,12 @@ class ResultGrid:
         """
         metric, mode = metric or self._metric, mode or self._mode
         if not metric or mode not in ("min", "max"):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"get_best_result(metric={metric!r}, mode={mode!r}): name the metric and mode ('min' or 'max') "
                 "here or in TuneConfig(metric=..., mode=...)."
             )
         if scope not in _SCOPES:
-            raise ValueError(f"get_best_result(scope={scope!r}): use one of {', '.join(_SCOPES)}.")
+            raise InvalidArgumentError(f"get_best_result(scope={scope!r}): use one of {', '.join(_SCOPES)}.")
         scored = []
         for r in self._results:
             value = _score(_values(r, metric), scope, mode, filter_nan_and_inf)
@@ -82,7 +82,7 @@ class ResultGrid:
                 scored.append((value, r))
         if not scored:
             reported = sorted({k for r in self._results for k in (r.metrics or {})})
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"get_best_result: no trial reported {metric!r}"
                 + (" with a finite value" if filter_nan_and_inf else "")
                 + f". Reported metrics: {reported or 'none'}."
@@ -96,7 +96,7 @@ class ResultGrid:
         import pandas as pd
 
         if (filter_metric is None) != (filter_mode is None):
-            raise ValueError("get_dataframe: pass both filter_metric and filter_mode, or neither.")
+            raise InvalidArgumentError("get_dataframe: pass both filter_metric and filter_mode, or neither.")
         rows = []
         for r, trial_id in zip(self._results, self._ids):
             reports = _lead_reports(r)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from muster.exceptions import InvalidTypeError
 from muster.train import get_checkpoint as _train_get_checkpoint
 from muster.train import get_context as _train_get_context
 from muster.train import report as _train_report
@@ -92,7 +93,7 @@ class FunctionTrial:
         if isinstance(final, dict):  # Ray: a returned dict is the trial's last result
             report(final)
         elif final is not None:
-            raise TypeError(
+            raise InvalidTypeError(
                 f"trainable {getattr(self.fn, '__name__', self.fn)!r} returned a {type(final).__name__}; a "
                 "trainable returns None or a dict of final metrics (report the rest with tune.report)."
             )

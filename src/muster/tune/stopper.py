@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError
+
 
 class Stopper:
     """Decides, after each result, whether a trial (or the whole experiment) stops."""
@@ -23,7 +25,7 @@ class MaximumIterationStopper(Stopper):
 
     def __init__(self, max_iter: int):
         if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-            raise ValueError(f"MaximumIterationStopper(max_iter={max_iter!r}): use an integer >= 1.")
+            raise InvalidArgumentError(f"MaximumIterationStopper(max_iter={max_iter!r}): use an integer >= 1.")
         self.max_iter = max_iter
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
@@ -40,7 +42,7 @@ class _DictStopper(Stopper):
     def __init__(self, criteria: dict[str, Any]):
         for key, value in criteria.items():
             if not isinstance(value, (int, float)) and not callable(value):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"RunConfig(stop={criteria!r}): the threshold for {key!r} must be a number, a bool or a "
                     "function of the value, e.g. {'training_iteration': 10, 'accuracy': 0.95, 'done': True}."
                 )
@@ -80,7 +82,7 @@ def as_stopper(stop: Any) -> Stopper:
         return _DictStopper(stop)
     if callable(stop):
         return _FunctionStopper(stop)
-    raise ValueError(
+    raise InvalidArgumentError(
         f"RunConfig(stop={stop!r}): pass a dict such as {{'training_iteration': 10}}, a function "
         "(trial_id, result) -> bool, or a muster.tune.Stopper."
     )

@@ -14,6 +14,8 @@ import pickle
 import tempfile
 from typing import Any
 
+from muster.exceptions import InvalidTypeError
+
 _DICT_FILE = "trainable_state.pkl"  # what save_checkpoint returned, when it returned a dict
 _ITER_FILE = "trainable_iteration"
 
@@ -78,7 +80,7 @@ class Trainable:
         """Run one ``step()`` and return its result."""
         result = self.step()
         if not isinstance(result, dict):
-            raise TypeError(f"{type(self).__name__}.step() returned {type(result).__name__}; return a dict of metrics.")
+            raise InvalidTypeError(f"{type(self).__name__}.step() returned {type(result).__name__}; return a dict of metrics.")
         self._iteration += 1
         return result
 
@@ -87,7 +89,7 @@ class Trainable:
         state = self.save_checkpoint(checkpoint_dir)
         if state is not None:
             if not isinstance(state, dict):
-                raise TypeError(f"{type(self).__name__}.save_checkpoint returned {type(state).__name__}; return "
+                raise InvalidTypeError(f"{type(self).__name__}.save_checkpoint returned {type(state).__name__}; return "
                                 "None (after writing files into checkpoint_dir) or a dict.")
             with open(os.path.join(checkpoint_dir, _DICT_FILE), "wb") as f:
                 pickle.dump(state, f)

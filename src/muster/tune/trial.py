@@ -24,7 +24,7 @@ from typing import Any, Union
 
 from muster.core.api import get_runtime
 from muster.core.resources import fmt
-from muster.core.runtime import ActorHandle
+from muster.core.runtime import RuntimeActor
 from muster.exceptions import MusterError
 from muster.train._internal.backend import Backend
 from muster.train._internal.events import FitRequest
@@ -187,7 +187,7 @@ class TrialRun:
         return out
 
 
-    def _on_request(self, handle: ActorHandle, payload: Any) -> Any:
+    def _on_request(self, handle: RuntimeActor, payload: Any) -> Any:
         """The trial's function called ``TorchTrainer(...).fit()``: run that trainer here, in the
         driver, as part of this trial. Its rank 0's reports become the trial's results."""
         if not isinstance(payload, FitRequest):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster.core import resources as res
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.tune.trainable import as_function
 
 
@@ -43,14 +44,14 @@ class TuneConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in (None, "min", "max"):
-            raise ValueError(f"TuneConfig(mode={self.mode!r}): use 'min' or 'max'.")
+            raise InvalidArgumentError(f"TuneConfig(mode={self.mode!r}): use 'min' or 'max'.")
         if self.mode is not None and self.metric is None:
-            raise ValueError(f"TuneConfig(mode={self.mode!r}) without a metric: pass metric='loss' (say) as well.")
+            raise InvalidArgumentError(f"TuneConfig(mode={self.mode!r}) without a metric: pass metric='loss' (say) as well.")
         if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) or self.num_samples == 0 \
                 or self.num_samples < -1:
-            raise ValueError(f"TuneConfig(num_samples={self.num_samples!r}): use an integer >= 1.")
+            raise InvalidArgumentError(f"TuneConfig(num_samples={self.num_samples!r}): use an integer >= 1.")
         if self.num_samples == -1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "TuneConfig(num_samples=-1) (sample forever) needs a stopping condition muster does not have; "
                 "pass a number of samples, with time_budget_s to bound the time."
             )
@@ -58,11 +59,11 @@ class TuneConfig:
             isinstance(self.max_concurrent_trials, bool) or not isinstance(self.max_concurrent_trials, int)
             or self.max_concurrent_trials < 1
         ):
-            raise ValueError(f"TuneConfig(max_concurrent_trials={self.max_concurrent_trials!r}): use an integer >= 1.")
+            raise InvalidArgumentError(f"TuneConfig(max_concurrent_trials={self.max_concurrent_trials!r}): use an integer >= 1.")
         if self.time_budget_s is not None and not self.time_budget_s > 0:
-            raise ValueError(f"TuneConfig(time_budget_s={self.time_budget_s!r}): use a number of seconds > 0.")
+            raise InvalidArgumentError(f"TuneConfig(time_budget_s={self.time_budget_s!r}): use a number of seconds > 0.")
         if self.trial_name_creator is not None or self.trial_dirname_creator is not None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "TuneConfig(trial_name_creator/trial_dirname_creator) is not supported: trial folders are named "
                 "<trainable>_<trial_id> so that Tuner.restore can find them. Leave them unset."
             )
@@ -71,7 +72,7 @@ class TuneConfig:
 def _resources(spec: Any) -> dict[str, float]:
     """``{"cpu": 2, "gpu": 1, "custom": 1}`` (Ray's lowercase keys accepted) as engine resources."""
     if not isinstance(spec, dict):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"tune.with_resources(trainable, {spec!r}): pass a dict such as {{'cpu': 2, 'gpu': 1}}. "
             "For a TorchTrainer, set its ScalingConfig instead."
         )
@@ -110,7 +111,7 @@ def trial_parameters(trainable: Callable[..., Any]) -> dict[str, Any]:
 def with_resources(trainable: Callable[..., Any], resources: dict[str, float]) -> Callable[..., Any]:
     """The same function trainable, asking for ``resources`` per trial (default 1 CPU)."""
     if not callable(trainable):
-        raise TypeError(f"tune.with_resources({trainable!r}, ...): pass the trainable function.")
+        raise InvalidTypeError(f"tune.with_resources({trainable!r}, ...): pass the trainable function.")
     fn, _, parameters = _parts(as_function(trainable))
     return _Trainable(fn, _resources(resources), parameters)
 
@@ -122,6 +123,6 @@ def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Callable[..
     and arrays travel through the engine's shared-memory transport).
     """
     if not callable(trainable):
-        raise TypeError(f"tune.with_parameters({trainable!r}, ...): pass the trainable function.")
+        raise InvalidTypeError(f"tune.with_parameters({trainable!r}, ...): pass the trainable function.")
     fn, resources, parameters = _parts(as_function(trainable))
     return _Trainable(fn, resources, {**parameters, **kwargs})

@@ -16,6 +16,7 @@ from typing import Any
 import cloudpickle
 
 from muster.core.api import get_runtime
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train._internal.backend import Backend
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.controller import _sigterm_as_interrupt
@@ -67,11 +68,11 @@ class Tuner:
         trainable = as_function(trainable)  # a tune.Trainable subclass runs as a function trainable
         _check_trainable(trainable)
         if param_space is not None and not isinstance(param_space, dict):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"Tuner(param_space={param_space!r}): pass a dict, e.g. {{'lr': tune.loguniform(1e-4, 1e-1)}}."
             )
         if tune_config is not None and not isinstance(tune_config, TuneConfig):
-            raise TypeError(f"Tuner(tune_config={tune_config!r}): pass a muster.tune.TuneConfig.")
+            raise InvalidTypeError(f"Tuner(tune_config={tune_config!r}): pass a muster.tune.TuneConfig.")
         self.trainable = trainable
         self.param_space = _trainer_space(trainable, param_space or {})
         self.tune_config = tune_config or TuneConfig()
@@ -94,7 +95,7 @@ class Tuner:
         storage = self._storage()
         state_path = storage.join(storage.run_dir, EXPERIMENT_STATE)
         if self._restored is None and storage.exists(state_path):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"An experiment named {storage.name!r} already exists in {storage.storage_path}. Continue it with "
                 f"Tuner.restore({storage.uri!r}, trainable).fit(), or pick a new RunConfig(name=...)."
             )
@@ -104,9 +105,9 @@ class Tuner:
         tc = self.tune_config
         scheduler = tc.scheduler or FIFOScheduler()
         if not isinstance(scheduler, TrialScheduler):
-            raise TypeError(f"TuneConfig(scheduler={scheduler!r}): pass a muster.tune.schedulers scheduler.")
+            raise InvalidTypeError(f"TuneConfig(scheduler={scheduler!r}): pass a muster.tune.schedulers scheduler.")
         if not scheduler.set_search_properties(tc.metric, tc.mode):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"TuneConfig(metric={tc.metric!r}) differs from {type(scheduler).__name__}(metric="
                 f"{scheduler.metric!r}); set the metric in one place."
             )
@@ -199,7 +200,7 @@ class Tuner:
         it can be unpickled).
         """
         if not cls.can_restore(path):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"Tuner.restore({path!r}): no muster experiment there (expected {EXPERIMENT_STATE} and {TUNER_FILE}). "
                 "Pass the experiment folder, i.e. <storage_path>/<name>."
             )
@@ -231,12 +232,12 @@ def _check_trainable(trainable: Any) -> None:
     if isinstance(trainable, DataParallelTrainer):
         return
     if isinstance(trainable, type):
-        raise TypeError(
+        raise InvalidTypeError(
             f"Tuner({trainable.__name__}): a class trainable must subclass muster.tune.Trainable; or pass a "
             "function trainable(config) that calls tune.report(...), or a TorchTrainer."
         )
     if not callable(trainable):
-        raise TypeError(
+        raise InvalidTypeError(
             f"Tuner(trainable={trainable!r}): pass a function trainable(config) that calls tune.report(...), "
             "or a TorchTrainer."
         )
@@ -269,12 +270,12 @@ def _search_generator(search_alg: Any, metric: str | None, mode: str | None, spa
     if isinstance(alg, BasicVariantGenerator):
         return alg
     if not isinstance(alg, Searcher):
-        raise TypeError(
+        raise InvalidTypeError(
             f"TuneConfig(search_alg={alg!r}): pass a BasicVariantGenerator, a muster.tune.search.Searcher "
             "(OptunaSearch, ...), or a ConcurrencyLimiter around one."
         )
     if not alg.set_search_properties(metric, mode, space):
-        raise ValueError(f"{type(alg).__name__} refused the search space or metric ({metric!r}, {mode!r}).")
+        raise InvalidArgumentError(f"{type(alg).__name__} refused the search space or metric ({metric!r}, {mode!r}).")
     return SearchGenerator(alg)
 
 

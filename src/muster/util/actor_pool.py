@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator
 
-from muster.exceptions import GetTimeoutError
+from muster.exceptions import GetTimeoutError, InvalidArgumentError, InvalidTypeError
 from muster.tasks import get, wait
 from muster.tasks.objects import ObjectRef
 
@@ -56,7 +56,7 @@ class ActorPool:
         actor = self._idle.pop()
         ref = fn(actor, value)
         if not isinstance(ref, ObjectRef):
-            raise TypeError(f"ActorPool: fn must return the ref of an actor call (actor.method.remote(v)), "
+            raise InvalidTypeError(f"ActorPool: fn must return the ref of an actor call (actor.method.remote(v)), "
                             f"got {type(ref).__name__}.")
         self._by_index[self._next_index] = ref
         self._owner[ref] = (self._next_index, actor)
@@ -109,7 +109,7 @@ class ActorPool:
     def push(self, actor: Any) -> None:
         """Add an actor to the pool."""
         if any(a is actor for a in self._idle) or any(a is actor for _, a in self._owner.values()):
-            raise ValueError("ActorPool.push: that actor is already in the pool.")
+            raise InvalidArgumentError("ActorPool.push: that actor is already in the pool.")
         self._return(actor)
 
     # -- internals -------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 from muster.core import resources as res
 from muster.core.api import get_runtime
-from muster.exceptions import ResourcesUnavailableError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, ResourcesUnavailableError
 from muster.tasks import objects
 from muster.tasks.objects import ObjectRef
 
@@ -69,13 +69,13 @@ def placement_group(
         ValueError: an empty or malformed bundle, or an unknown strategy.
     """
     if strategy not in STRATEGIES:
-        raise ValueError(f"placement_group(strategy={strategy!r}): use one of {', '.join(STRATEGIES)}.")
+        raise InvalidArgumentError(f"placement_group(strategy={strategy!r}): use one of {', '.join(STRATEGIES)}.")
     if not isinstance(bundles, list) or not bundles:
-        raise ValueError(f"placement_group(bundles={bundles!r}): pass a non-empty list of dicts like [{{'CPU': 1}}].")
+        raise InvalidArgumentError(f"placement_group(bundles={bundles!r}): pass a non-empty list of dicts like [{{'CPU': 1}}].")
     clean = []
     for i, b in enumerate(bundles):
         if not isinstance(b, dict) or not b or not any(v > 0 for v in b.values()):
-            raise ValueError(f"placement_group: bundle {i} is {b!r}; each bundle is a dict of positive amounts, "
+            raise InvalidArgumentError(f"placement_group: bundle {i} is {b!r}; each bundle is a dict of positive amounts, "
                              "e.g. {'CPU': 1}.")
         clean.append(res.normalize(dict(b), what=f"placement_group bundle {i}"))
     error: BaseException | None = None
@@ -99,7 +99,7 @@ def placement_group(
 def remove_placement_group(pg: PlacementGroup) -> None:
     """Remove ``pg`` (tasks already running in it go on)."""
     if not isinstance(pg, PlacementGroup):
-        raise TypeError(f"remove_placement_group() takes a PlacementGroup, got {type(pg).__name__}.")
+        raise InvalidTypeError(f"remove_placement_group() takes a PlacementGroup, got {type(pg).__name__}.")
     pg.removed = True
 
 

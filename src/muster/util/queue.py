@@ -10,6 +10,7 @@ import asyncio
 import queue as _stdlib_queue
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError
 from muster.tasks import get, kill, remote
 
 
@@ -69,7 +70,7 @@ class Queue:
 
     def __init__(self, maxsize: int = 0, actor_options: dict[str, Any] | None = None):
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
-            raise ValueError(f"Queue(maxsize={maxsize!r}): use an integer >= 0 (0: unbounded).")
+            raise InvalidArgumentError(f"Queue(maxsize={maxsize!r}): use an integer >= 0 (0: unbounded).")
         self.maxsize = maxsize
         options = {"num_cpus": 0, **(actor_options or {})}
         self.actor = remote(**options)(_QueueActor).remote(maxsize)
@@ -96,7 +97,7 @@ class Queue:
             Full: no room (at once with ``block=False``, or after ``timeout``).
         """
         if timeout is not None and timeout < 0:
-            raise ValueError(f"Queue.put(timeout={timeout!r}): use a number >= 0, or None to wait for room.")
+            raise InvalidArgumentError(f"Queue.put(timeout={timeout!r}): use a number >= 0, or None to wait for room.")
         if not get(self.actor.put.remote(item, block, timeout)):
             raise Full(f"Queue is full (maxsize={self.maxsize}).")
 
@@ -107,7 +108,7 @@ class Queue:
             Empty: nothing came (at once with ``block=False``, or after ``timeout``).
         """
         if timeout is not None and timeout < 0:
-            raise ValueError(f"Queue.get(timeout={timeout!r}): use a number >= 0, or None to wait for an item.")
+            raise InvalidArgumentError(f"Queue.get(timeout={timeout!r}): use a number >= 0, or None to wait for an item.")
         ok, item = get(self.actor.get.remote(block, timeout))
         if not ok:
             raise Empty("Queue is empty.")

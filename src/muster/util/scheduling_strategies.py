@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.util.placement_group import PlacementGroup
 
 
@@ -23,11 +24,11 @@ class PlacementGroupSchedulingStrategy:
     def __init__(self, placement_group: PlacementGroup | None, placement_group_bundle_index: int = -1,
                  placement_group_capture_child_tasks: bool | None = None):
         if placement_group is not None and not isinstance(placement_group, PlacementGroup):
-            raise TypeError(f"PlacementGroupSchedulingStrategy(placement_group={placement_group!r}): pass the "
+            raise InvalidTypeError(f"PlacementGroupSchedulingStrategy(placement_group={placement_group!r}): pass the "
                             "group muster.util.placement_group(...) returned.")
         count = placement_group.bundle_count if placement_group is not None else 0
         if placement_group is not None and not -1 <= placement_group_bundle_index < count:
-            raise ValueError(f"PlacementGroupSchedulingStrategy(placement_group_bundle_index="
+            raise InvalidArgumentError(f"PlacementGroupSchedulingStrategy(placement_group_bundle_index="
                              f"{placement_group_bundle_index}): the group has {count} bundles; use -1 to {count - 1}.")
         self.placement_group = placement_group
         self.placement_group_bundle_index = placement_group_bundle_index

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from muster.core.local import wire
 from muster.core.local.slots import Allocation
-from muster.core.runtime import ActorHandle, DeathHandler, EventHandler
+from muster.core.runtime import RuntimeActor, DeathHandler, EventHandler
 from muster.exceptions import ActorDiedError, MusterError
 
 if TYPE_CHECKING:
     from muster.core.local.engine import LocalRuntime
 
 
-class LocalActor(ActorHandle):
+class LocalActor(RuntimeActor):
     """Driver-side handle to one worker process."""
 
     def __init__(self, runtime: "LocalRuntime", worker_id: int, label: str, allocation: Allocation):
@@ -44,7 +44,7 @@ class LocalActor(ActorHandle):
         self.exited = threading.Event()
         self._death_lock = threading.Lock()
 
-    # -- ActorHandle -------------------------------------------------------
+    # -- RuntimeActor -------------------------------------------------------
     @property
     def gpu_ids(self) -> list[int]:
         return list(self.allocation.gpu_ids)

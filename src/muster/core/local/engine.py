@@ -38,14 +38,15 @@ from muster.core.local import wire, zygote
 from muster.core.local.actor import LocalActor
 from muster.core.local.logs import LogRelay
 from muster.core.local.slots import Allocation, SlotTable
-from muster.core.runtime import ActorHandle, EventHandler, Runtime
+from muster.core.runtime import RuntimeActor, EventHandler, Runtime
 from muster.exceptions import (
     ActorDiedError,
+    describe_exit,
+    InvalidArgumentError,
     MusterError,
     RuntimeNotStartedError,
     TaskError,
     WorkerCrashedError,
-    describe_exit,
 )
 
 _STARTUP_TIMEOUT_S = 60.0
@@ -91,6 +92,7 @@ class LocalRuntime(Runtime):
         num_gpus: float | None = None,
         resources: dict[str, float] | None = None,
     ):
+        super().__init__()
         self.node_id = socket.gethostname()
         self.slots = SlotTable(_detect_total(num_cpus, num_gpus, resources))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -130,7 +132,7 @@ class LocalRuntime(Runtime):
                 if blocker is None:
                     self._fork_zygote()
                 self._listener = Listener(os.path.join(self._tmp, "ctl.sock"), "AF_UNIX", authkey=self._authkey)
-                self._logs = LogRelay(os.path.join(self._tmp, "log.sock"), self._label_for)
+                self._logs = LogRelay(os.path.join(self._tmp, "log.sock"), self._label_for, self.emit_logs)
                 threading.Thread(target=self._accept_forever, name="muster-accept", daemon=True).start()
                 if blocker is None:
                     threading.Thread(target=self._read_zygote, name="muster-zygote", daemon=True).start()
@@ -166,8 +168,9 @@ class LocalRuntime(Runtime):
         self.zygote_forked = True
 
     def _spawn_zygote(self) -> None:
+        assert self._listener is not None  # start() made it
         config = {
-            "address": self._listener.address,  # type: ignore[union-attr]
+            "address": self._listener.address,
             "authkey": self._authkey.hex(),
             "sys_path": [p for p in sys.path if p],
             "preload": _preload(),
@@ -293,7 +296,7 @@ class LocalRuntime(Runtime):
         resources: dict[str, float],
         label: str = "",
         on_event: EventHandler | None = None,
-    ) -> ActorHandle:
+    ) -> RuntimeActor:
         (actor,) = self._launch(
             1, cls, args, kwargs, resources, None, None, None, [label] if label else None, on_event
         )
@@ -308,7 +311,7 @@ class LocalRuntime(Runtime):
         env: dict[str, str] | None = None,
         on_wait: Callable[[str], None] | None = None,
         timeout_s: float | None = None,
-    ) -> list[ActorHandle]:
+    ) -> list[RuntimeActor]:
         # One machine: PACK, SPREAD and STRICT_PACK all place every member here.
         return list(self._launch(n, cls, (), {}, resources_per_member, env, on_wait, timeout_s, None))
 
@@ -368,6 +371,8 @@ class LocalRuntime(Runtime):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self._gpu_names[g] for g in actor.allocation.gpu_ids)
         cpus = actor.allocation.resources.get("CPU", 1.0)
         env.setdefault("OMP_NUM_THREADS", str(max(1, int(cpus))))
+        listener, logs = self._listener, self._logs
+        assert listener is not None and logs is not None  # start() made both
         spec = {
             "worker_id": actor.worker_id,
             "label": actor.label,
@@ -375,9 +380,9 @@ class LocalRuntime(Runtime):
             "env": env,
             "cwd": os.getcwd(),
             "sys_path": list(sys.path),
-            "address": self._listener.address,  # type: ignore[union-attr]
+            "address": listener.address,
             "authkey": self._authkey,
-            "log_address": self._logs.address,  # type: ignore[union-attr]
+            "log_address": logs.address,
             "preload": _preload(),  # the driver may have imported torch since the zygote started
         }
         with self._zygote_lock:
@@ -392,7 +397,7 @@ class LocalRuntime(Runtime):
                     "workers can start. Call muster.shutdown() and then muster.init() to start a fresh engine."
                 ) from exc
 
-    def kill(self, handle: ActorHandle, grace_s: float = 0.0) -> None:
+    def kill(self, handle: RuntimeActor, grace_s: float = 0.0) -> None:
         assert isinstance(handle, LocalActor)
         self._terminate(handle, grace_s)
 
@@ -416,7 +421,7 @@ class LocalRuntime(Runtime):
             actor._alive = False
             self._release(actor)
 
-    def exit_status(self, handle: ActorHandle, timeout_s: float = 0.5) -> int | None:
+    def exit_status(self, handle: RuntimeActor, timeout_s: float = 0.5) -> int | None:
         assert isinstance(handle, LocalActor)
         handle.exited.wait(timeout_s)
         return handle.exitcode
@@ -530,7 +535,7 @@ class LocalRuntime(Runtime):
         return len(idle)
 
     @contextlib.contextmanager
-    def blocked(self, handle: ActorHandle) -> Iterator[None]:
+    def blocked(self, handle: RuntimeActor) -> Iterator[None]:
         """While ``handle`` waits on other work, lend its CPUs out (nested tasks cannot deadlock)."""
         assert isinstance(handle, LocalActor)
         lent = Allocation({k: v for k, v in handle.allocation.resources.items() if k == "CPU"})
@@ -596,7 +601,7 @@ def _detect_total(num_cpus: float | None, num_gpus: float | None, custom: dict[s
     total = {"CPU": float(num_cpus), "GPU": float(num_gpus)}
     for k, v in (custom or {}).items():
         if k in ("CPU", "GPU"):
-            raise ValueError(f"muster.init(resources={{{k!r}: ...}}): pass num_cpus=/num_gpus= for {k}.")
+            raise InvalidArgumentError(f"muster.init(resources={{{k!r}: ...}}): pass num_cpus=/num_gpus= for {k}.")
         total[k] = float(v)
     return res.normalize(total, what="muster.init")
 

@@ -2,7 +2,8 @@
 
 Workers write straight into a Unix socket (their fds 1 and 2 *are* the
 socket), so nothing sits in a buffer inside a worker that a SIGKILL could
-lose, and C-level output (gloo, NCCL) is captured too.
+lose, and C-level output (gloo, NCCL) is captured too.  Every line also goes
+to the runtime's log sinks (``Runtime.add_log_sink``: the run store keeps them).
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ import threading
 from typing import Callable
 
 from muster.core import settings
+from muster.core.runtime import LogSink
 
-LineSink = Callable[[int | None, list[str]], None]
-_sinks: list[LineSink] = []
-_sinks_lock = threading.Lock()
 _echo = True  # print relayed lines on the driver's stdout (``init(log_to_driver=False)`` turns it off)
 
 
@@ -28,23 +27,11 @@ def set_echo(enabled: bool) -> None:
     _echo = bool(enabled)
 
 
-def add_line_sink(sink: LineSink) -> None:
-    """Also hand every relayed line to ``sink(pid, lines)`` (called on the relay thread;
-    it must not block). The run store uses this to keep worker logs."""
-    with _sinks_lock:
-        _sinks.append(sink)
-
-
-def remove_line_sink(sink: LineSink) -> None:
-    with _sinks_lock:
-        if sink in _sinks:
-            _sinks.remove(sink)
-
-
 class LogRelay:
-    def __init__(self, address: str, label_for: Callable[[int], tuple[str, int | None]]):
+    def __init__(self, address: str, label_for: Callable[[int], tuple[str, int | None]], sink: LogSink):
         self.address = address
         self._label_for = label_for
+        self._sink = sink
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(address)
         self._server.listen(256)
@@ -119,11 +106,12 @@ class LogRelay:
         if not lines:
             return
         label, pid = self._label_for(st[0])
-        _tee(pid, lines)
+        decoded = [line.decode("utf-8", "backslashreplace") for line in lines]
+        self._sink(label, pid, decoded)
         if not _echo:
             return
         prefix = f"({label}, pid={pid}) " if self._prefix else ""
-        text = "".join(f"{prefix}{line.decode('utf-8', 'backslashreplace')}\n" for line in lines)
+        text = "".join(f"{prefix}{line}\n" for line in decoded)
         out = sys.stdout
         try:
             out.write(text)
@@ -131,15 +119,3 @@ class LogRelay:
         except Exception:
             pass
 
-
-def _tee(pid: int | None, lines: list[bytes]) -> None:
-    with _sinks_lock:
-        sinks = list(_sinks)
-    if not sinks:
-        return
-    text = [line.decode("utf-8", "backslashreplace") for line in lines]
-    for sink in sinks:
-        try:
-            sink(pid, text)
-        except Exception:  # noqa: BLE001 - a broken sink must not stop the relay
-            pass

@@ -31,7 +31,7 @@ from muster.core.ray import placement
 from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
 from muster.core.ray.worker import RayWorker, pack, run_task, unpack
-from muster.core.runtime import ActorHandle, EventHandler, Runtime
+from muster.core.runtime import RuntimeActor, EventHandler, Runtime
 from muster.exceptions import (
     ClusterUnreachableError,
     MusterError,
@@ -51,6 +51,7 @@ class RayRuntime(Runtime):
     name = "ray"
 
     def __init__(self, address: str):
+        super().__init__()
         self.address = address
         self._ids = itertools.count()
         self._token = secrets.token_hex(3)
@@ -246,7 +247,7 @@ class RayRuntime(Runtime):
         resources: dict[str, float],
         label: str = "",
         on_event: EventHandler | None = None,
-    ) -> ActorHandle:
+    ) -> RuntimeActor:
         request = res.normalize(resources, what="actor resources")
         placement.check_gang(self.node_resources(), request, 1, "PACK", what=f"actor {label or cls.__name__}")
         actor = self._spawn(label or cls.__name__, request, None, None, on_event)
@@ -267,7 +268,7 @@ class RayRuntime(Runtime):
         env: dict[str, str] | None = None,
         on_wait: Callable[[str], None] | None = None,
         timeout_s: float | None = None,
-    ) -> list[ActorHandle]:
+    ) -> list[RuntimeActor]:
         request = res.normalize(resources_per_member, what="resources_per_worker")
         if not self._check_gang(request, n, strategy, on_wait):  # fits only with lost nodes: wait, bounded
             timeout_s = min(timeout_s if timeout_s is not None else _LOST_NODE_WAIT_S, _LOST_NODE_WAIT_S)
@@ -342,7 +343,7 @@ class RayRuntime(Runtime):
                     requested={k: v * n for k, v in bundle.items()}, total=self.resources(),
                 )
 
-    def kill(self, handle: ActorHandle, grace_s: float = 0.0) -> None:
+    def kill(self, handle: RuntimeActor, grace_s: float = 0.0) -> None:
         assert isinstance(handle, RayActor)
         handle._expected_exit = True
         try:
@@ -363,7 +364,7 @@ class RayRuntime(Runtime):
                         except Exception:  # noqa: BLE001
                             pass
 
-    def exit_status(self, handle: ActorHandle, timeout_s: float = 0.5) -> int | None:
+    def exit_status(self, handle: RuntimeActor, timeout_s: float = 0.5) -> int | None:
         """Ray does not report a dead actor's exit code; its death message says what happened."""
         return None
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import ray
 
-from muster.core.ray.worker import pack, unpack
-from muster.core.runtime import ActorHandle, DeathHandler, EventHandler
+from muster.core.ray.worker import LogLines, pack, unpack
+from muster.core.runtime import RuntimeActor, DeathHandler, EventHandler
 from muster.exceptions import ActorDiedError, MusterError
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def ray_options(request: dict[str, float]) -> dict[str, Any]:
     return out
 
 
-class RaySender(ActorHandle):
+class RaySender(RuntimeActor):
     """Anything whose code may send events: a Ray actor or a running Ray task."""
 
     def __init__(self, runtime: "RayRuntime", key: str, label: str, on_event: EventHandler | None):
@@ -69,6 +69,9 @@ class RaySender(ActorHandle):
         ok, value = True, None
         try:
             payload = unpack(data)
+            if isinstance(payload, LogLines):  # the worker's output: for the log sinks only
+                self._runtime.emit_logs(self.label, self.pid, list(payload.lines))
+                return
             value = self._on_event(self, payload) if self._on_event else None
         except BaseException as exc:  # noqa: BLE001 - the worker gets the error
             ok, value = False, exc

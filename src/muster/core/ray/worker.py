@@ -9,16 +9,24 @@ Each process installs an event channel (``core.context``): an event is a
 call on the driver's hub actor (``hub.py``), made and *completed* before
 ``send_event`` returns, so an event that left a worker is in the hub before
 the worker can die.
+
+Ray shows workers' output on the driver's console itself (``log_to_driver``);
+for the runtime's log sinks each process also tees what Python writes to
+``sys.stdout``/``sys.stderr`` into ``LogLines`` events on the same channel,
+sent every ``_LOG_FLUSH_S`` and at the end of every call, so the lines a
+call printed reach the driver before its result.  Output written below
+Python (C libraries writing to fd 1 directly) reaches only Ray's console.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, TextIO, cast
 
 import cloudpickle
 import ray
@@ -68,6 +76,113 @@ class _HubChannel:
         return value
 
 
+_LOG_FLUSH_S = 0.2
+_LOG_MAX_LINE = 65_536  # characters held for an unfinished line before it is sent as one
+_LOG_MAX_PENDING = 10_000  # lines kept while no channel can take them (older ones dropped)
+
+
+@dataclasses.dataclass(frozen=True)
+class LogLines:
+    """Lines a Ray worker printed, on their way to the driver's log sinks (never to ``on_event``)."""
+
+    lines: tuple[str, ...]
+
+
+class _TeeStream:
+    """A text stream that writes through to ``target`` and hands whole lines to ``forwarder``."""
+
+    def __init__(self, target: TextIO, forwarder: "_LogForwarder"):
+        self._target, self._forwarder, self._tail = target, forwarder, ""
+        self.encoding: str = getattr(target, "encoding", None) or "utf-8"
+
+    def write(self, text: str) -> int:
+        n = self._target.write(text)
+        if "\n" in text:
+            *lines, self._tail = (self._tail + text).split("\n")
+            self._forwarder.add(lines)
+        else:
+            self._tail += text
+            if len(self._tail) > _LOG_MAX_LINE:  # a progress bar redrawn with \r: never one endless line
+                self._forwarder.add([self.take_tail()])
+        return n if n is not None else len(text)
+
+    def take_tail(self) -> str:
+        tail, self._tail = self._tail, ""
+        return tail
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def fileno(self) -> int:
+        return self._target.fileno()
+
+    def isatty(self) -> bool:
+        return self._target.isatty()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+
+class _LogForwarder:
+    """One per Ray worker process: batches the tee'd lines into ``LogLines`` events."""
+
+    def __init__(self) -> None:
+        self.channel: _HubChannel | None = None
+        self._pending: list[str] = []
+        self._lock = threading.Lock()  # guards _pending
+        self._send_lock = threading.Lock()  # one batch on the wire at a time: lines stay in order
+        self._streams = [_TeeStream(sys.stdout, self), _TeeStream(sys.stderr, self)]
+        sys.stdout, sys.stderr = (cast(TextIO, stream) for stream in self._streams)
+        threading.Thread(target=self._run, name="muster-log-forward", daemon=True).start()
+
+    def add(self, lines: list[str]) -> None:
+        with self._lock:
+            self._pending.extend(lines)
+            if len(self._pending) > _LOG_MAX_PENDING:
+                del self._pending[: len(self._pending) - _LOG_MAX_PENDING]
+
+    def flush(self, tails: bool = False) -> None:
+        """Send what is pending (``tails``: also an unfinished last line) on the current channel."""
+        with self._send_lock:
+            if tails:
+                self.add([t for t in (s.take_tail() for s in self._streams) if t])
+            channel = self.channel
+            if channel is None:
+                return
+            with self._lock:
+                lines, self._pending = self._pending, []
+            if not lines:
+                return
+            try:
+                channel.send_event(LogLines(tuple(lines)), False, None)
+            except Exception:  # noqa: BLE001 - the driver is gone: the lines went to Ray's log files anyway
+                pass
+
+    def detach(self) -> None:
+        """Send nothing more on the current channel (its task is done)."""
+        with self._send_lock:
+            self.channel = None
+
+    def _run(self) -> None:
+        stop = threading.Event()
+        while not stop.wait(_LOG_FLUSH_S):
+            self.flush()
+
+
+_forwarder: _LogForwarder | None = None
+_forwarder_lock = threading.Lock()
+
+
+def _forward_logs(channel: "_HubChannel | None") -> _LogForwarder:
+    """This process's forwarder (started on first use), now sending on ``channel``."""
+    global _forwarder
+    with _forwarder_lock:
+        if _forwarder is None:
+            _forwarder = _LogForwarder()
+        _forwarder.channel = channel
+        return _forwarder
+
+
 def _adopt_driver_paths(sys_path: list[str]) -> None:
     for entry in reversed(sys_path):
         if entry and entry not in sys.path and os.path.isdir(entry):
@@ -100,7 +215,9 @@ class RayWorker:
         self.label, self.host = label, socket.gethostname()
         self._obj: Any = None
         self._stop = threading.Event()
-        context.install_channel(_HubChannel(hub, key))
+        channel = _HubChannel(hub, key)
+        context.install_channel(channel)
+        self._logs = _forward_logs(channel)
 
     def meta(self) -> dict[str, Any]:
         return _describe_node()
@@ -117,6 +234,7 @@ class RayWorker:
             out: tuple[bool, Any] = (True, value)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
             out = (False, capture_error(exc, self.label, os.getpid(), self.host))
+        self._logs.flush(tails=True)  # what the call printed reaches the driver before its result
         try:
             return pack(out)
         except Exception as exc:  # noqa: BLE001
@@ -144,12 +262,15 @@ def run_task(
     host = socket.gethostname()
     channel = _HubChannel(hub, key)
     context.install_channel(channel)
+    logs = _forward_logs(channel)
     try:
         fn, args, kwargs = unpack(data)
         out: tuple[bool, Any] = (True, fn(*args, **kwargs))
     except BaseException as exc:  # noqa: BLE001
         out = (False, capture_error(exc, label, os.getpid(), host))
     finally:
+        logs.flush(tails=True)  # counted in channel.sent: the driver routes them before the result
+        logs.detach()
         context.install_channel(None)
     try:
         return channel.sent, pack(out)

@@ -23,7 +23,8 @@ from typing import Any
 
 from muster.core import resources as res
 from muster.core.api import get_runtime
-from muster.core.runtime import ActorHandle
+from muster.core.runtime import RuntimeActor
+from muster.exceptions import InvalidArgumentError
 from muster.serve._internal import autoscaling, router
 from muster.serve._internal.metrics import DeploymentMetrics
 from muster.serve._internal.ingress import IngressActor
@@ -38,11 +39,11 @@ _PUSH_TIMEOUT_S = 10.0
 
 
 @dataclass(eq=False)
-class _Replica:
+class _ReplicaState:
     id: str
     socket: str
     resources: dict[str, float]
-    actor: ActorHandle | None = None
+    actor: RuntimeActor | None = None
     state: str = "STARTING"  # STARTING, RUNNING, STOPPING, DEAD
     health: concurrent.futures.Future | None = None
     health_started: float = 0.0
@@ -53,7 +54,7 @@ class _Replica:
 class _Deployment:
     app: str
     plan: DeploymentPlan
-    replicas: dict[str, _Replica] = field(default_factory=dict)
+    replicas: dict[str, _ReplicaState] = field(default_factory=dict)
     target: int = 1
     restarts: int = 0
     message: str = ""
@@ -65,7 +66,7 @@ class _Deployment:
     pending: int = 0  # replacements submitted, not yet started
     retry_at: float = 0.0
 
-    def running(self) -> list[_Replica]:
+    def running(self) -> list[_ReplicaState]:
         return [r for r in self.replicas.values() if r.state == "RUNNING"]
 
 
@@ -132,7 +133,7 @@ class ServeController:
         with self.lock:
             for other in self.apps.values():
                 if other.name != name and route_prefix is not None and other.route_prefix == route_prefix:
-                    raise ValueError(
+                    raise InvalidArgumentError(
                         f"serve.run(name={name!r}, route_prefix={route_prefix!r}): app {other.name!r} already serves "
                         "that prefix; pick another route_prefix or serve.delete the other app."
                     )
@@ -229,11 +230,11 @@ class ServeController:
         )
 
     # -- replicas ------------------------------------------------------------------
-    def _start_replica(self, d: _Deployment, pending: bool = False) -> _Replica:
+    def _start_replica(self, d: _Deployment, pending: bool = False) -> _ReplicaState:
         n = next(d.counter)
         rid = f"{d.app}#{d.plan.name}#{os.urandom(4).hex()}"
         where = os.path.join(self.dir, f"{os.urandom(6).hex()}.sock") if self.local else "tcp:"
-        rep = _Replica(rid, where, d.plan.config.resources())
+        rep = _ReplicaState(rid, where, d.plan.config.resources())
         with self.lock:
             d.replicas[rid] = rep
             if pending:
@@ -261,7 +262,7 @@ class ServeController:
         rep.last_health = time.monotonic()
         return rep
 
-    def _wait_for_room(self, d: _Deployment, rep: _Replica) -> None:
+    def _wait_for_room(self, d: _Deployment, rep: _ReplicaState) -> None:
         deadline = time.monotonic() + _BUSY_WAIT_S
         while self.runtime.capacity(rep.resources) < 1 if rep.resources else False:
             with self.lock:
@@ -273,7 +274,7 @@ class ServeController:
             time.sleep(0.1)
         d.message = ""
 
-    def _died(self, d: _Deployment, rep: _Replica, err: BaseException) -> None:
+    def _died(self, d: _Deployment, rep: _ReplicaState, err: BaseException) -> None:
         with self.lock:
             if rep.state in ("STOPPING", "DEAD"):
                 rep.state = "DEAD"
@@ -308,7 +309,7 @@ class ServeController:
             d.message = f"could not replace a replica: {exc}"
             d.retry_at = time.monotonic() + 2.0
 
-    def _stop_replicas(self, d: _Deployment, reps: list[_Replica], drain: bool = True) -> None:
+    def _stop_replicas(self, d: _Deployment, reps: list[_ReplicaState], drain: bool = True) -> None:
         for r in reps:
             if r.state != "DEAD":
                 r.state = "STOPPING"
@@ -373,7 +374,7 @@ class ServeController:
             self._ensure(d)
             self._poll(d, now)
 
-    def _unhealthy(self, d: _Deployment, r: _Replica, why: str) -> None:
+    def _unhealthy(self, d: _Deployment, r: _ReplicaState, why: str) -> None:
         print(f"[serve] replica {r.id} is unhealthy ({why}); replacing it", file=sys.stderr, flush=True)
         if r.actor is not None:
             self.runtime.kill(r.actor)  # an expected exit: the runtime sends no death notice

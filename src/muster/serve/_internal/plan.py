@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve.config import DeploymentConfig
 from muster.serve.deployment import Application
 from muster.serve.handle import DeploymentHandle
@@ -67,7 +68,7 @@ def check_picklable(p: "DeploymentPlan", app_name: str) -> None:
     try:
         cloudpickle.loads(cloudpickle.dumps((portable(p.target), p.args, p.kwargs, p.config)))
     except Exception as exc:
-        raise TypeError(
+        raise InvalidTypeError(
             f"deployment {p.name!r} of app {app_name!r}: its class/function or bind() arguments cannot be sent to "
             f"its replicas ({type(exc).__name__}: {exc}); define the class at module level and pass plain data "
             "(or other bound deployments) to bind()."
@@ -88,7 +89,7 @@ def build(app: Application, app_name: str, overrides: dict[str, dict[str, Any]] 
     overrides = dict(overrides or {})
     if not isinstance(app, Application):
         hint = " (call .bind() on the deployment)" if hasattr(app, "bind") else ""
-        raise TypeError(f"serve.run needs a bound application such as MyDeployment.bind(), got {app!r}{hint}.")
+        raise InvalidTypeError(f"serve.run needs a bound application such as MyDeployment.bind(), got {app!r}{hint}.")
     plans: list[DeploymentPlan] = []
     names: dict[int, str] = {}
     taken: set[str] = set()
@@ -124,7 +125,7 @@ def build(app: Application, app_name: str, overrides: dict[str, dict[str, Any]] 
 
     ingress = visit(app)
     if overrides:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"app {app_name!r}: the config overrides deployment(s) {sorted(overrides)}, which the app does not have; "
             f"its deployments: {[p.name for p in plans]}."
         )

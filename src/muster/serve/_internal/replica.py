@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from muster.exceptions import InvalidTypeError
 from muster.serve import context as replica_context
 from muster.serve._internal import eventloop, responses, router, wire
 from muster.serve._internal.plan import TargetRef
@@ -278,7 +279,7 @@ class ReplicaActor:
             proto.send(stream, wire.RESP_END)
             sender.state = 2
             return
-        raise TypeError(
+        raise InvalidTypeError(
             f"__call__ returned {type(result).__name__}, which is not an HTTP response: return a dict/list (JSON), "
             "str, bytes, a starlette Response, or a generator (streamed)."
         )
@@ -293,7 +294,7 @@ class ReplicaActor:
                     result = await self._invoke(method, args, kwargs)
                     if streaming:
                         if not responses.is_stream(result):
-                            raise TypeError(
+                            raise InvalidTypeError(
                                 f"{method} returned {type(result).__name__}, not a generator, but the handle asked "
                                 "for a stream; drop .options(stream=True) or make the method yield."
                             )
@@ -302,7 +303,7 @@ class ReplicaActor:
                         proto.send(stream, wire.RESP_END)
                     else:
                         if responses.is_stream(result):
-                            raise TypeError(
+                            raise InvalidTypeError(
                                 f"{method} is a generator; call it through handle.options(stream=True)."
                             )
                         proto.send(stream, wire.RESP_VALUE, wire.dumps(result))

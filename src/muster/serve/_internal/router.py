@@ -116,7 +116,7 @@ def timeout_message(timeout: float | None) -> str:
 class ReplicaConnection(wire.FrameProtocol):
     """One persistent socket to one replica, carrying many streams."""
 
-    def __init__(self, replica: "_Replica"):
+    def __init__(self, replica: "_RoutedReplica"):
         super().__init__()
         self.replica = replica
         self.streams: dict[int, Stream] = {}
@@ -146,7 +146,7 @@ class ReplicaConnection(wire.FrameProtocol):
             s.feed(wire.RESP_ERROR, err)
 
 
-class _Replica:
+class _RoutedReplica:
     __slots__ = ("route", "ongoing", "conn", "connecting", "dead")
 
     def __init__(self, route: ReplicaRoute):
@@ -162,7 +162,7 @@ class Router:
 
     def __init__(self, app: str, deployment: str):
         self.app, self.deployment = app, deployment
-        self.replicas: dict[str, _Replica] = {}
+        self.replicas: dict[str, _RoutedReplica] = {}
         self.max_ongoing, self.max_queued = 5, -1
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
 
@@ -173,12 +173,12 @@ class Router:
                 del self.replicas[rid]  # in-flight streams finish on their own connection
         for rid, r in wanted.items():
             if rid not in self.replicas:
-                self.replicas[rid] = _Replica(r)
+                self.replicas[rid] = _RoutedReplica(r)
         if route is not None:
             self.max_ongoing, self.max_queued = route.max_ongoing_requests, route.max_queued_requests
         self._wake(len(self._waiters))
 
-    def _pick(self) -> _Replica | None:
+    def _pick(self) -> _RoutedReplica | None:
         ok = [r for r in self.replicas.values() if not r.dead and r.ongoing < self.max_ongoing]
         if not ok:
             return None
@@ -194,7 +194,7 @@ class Router:
                 w.set_result(None)
                 n -= 1
 
-    async def acquire(self, timeout_s: float | None) -> _Replica:
+    async def acquire(self, timeout_s: float | None) -> _RoutedReplica:
         """A replica with room for one more request (its ongoing count taken)."""
         r = self._pick()
         if r is None:
@@ -202,7 +202,7 @@ class Router:
         r.ongoing += 1
         return r
 
-    async def _wait_for_room(self, timeout_s: float | None) -> _Replica:
+    async def _wait_for_room(self, timeout_s: float | None) -> _RoutedReplica:
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
@@ -239,11 +239,11 @@ class Router:
             self._waiters.popleft()
         return sum(1 for w in self._waiters if not w.done())
 
-    def release(self, r: _Replica) -> None:
+    def release(self, r: _RoutedReplica) -> None:
         r.ongoing -= 1
         self._wake()
 
-    async def connect(self, r: _Replica) -> ReplicaConnection:
+    async def connect(self, r: _RoutedReplica) -> ReplicaConnection:
         conn = r.conn
         if conn is not None and not conn.closed:
             return conn
@@ -255,7 +255,7 @@ class Router:
             if r.connecting is not None and r.connecting.done():
                 r.connecting = None
 
-    async def _open(self, r: _Replica) -> ReplicaConnection:
+    async def _open(self, r: _RoutedReplica) -> ReplicaConnection:
         loop = asyncio.get_running_loop()
         try:
             path = r.route.path
@@ -273,7 +273,7 @@ class Router:
         r.conn = proto
         return proto
 
-    async def open_stream(self, kind: int, payload: bytes, timeout_s: float | None) -> tuple[_Replica, Stream]:
+    async def open_stream(self, kind: int, payload: bytes, timeout_s: float | None) -> tuple[_RoutedReplica, Stream]:
         """Send one request to a chosen replica; the caller must :meth:`release` the replica."""
         r = await self.acquire(timeout_s)
         try:

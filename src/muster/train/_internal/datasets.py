@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train._internal import resume
 
 _shards: dict[str, Any] = {}
@@ -52,19 +53,19 @@ def check_datasets(datasets: Any, data_config: Any, trainer: str) -> None:
     from muster.data import DataConfig, Dataset
 
     if not isinstance(datasets, dict):
-        raise TypeError(f"{trainer}(datasets={datasets!r}): pass a dict name -> muster.data Dataset.")
+        raise InvalidTypeError(f"{trainer}(datasets={datasets!r}): pass a dict name -> muster.data Dataset.")
     for name, ds in datasets.items():
         if not isinstance(ds, Dataset):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"{trainer}(datasets={{{name!r}: {type(ds).__name__}}}): each value must be a muster.data Dataset "
                 "(e.g. muster.data.read_parquet(...)); build other loaders inside train_loop_per_worker."
             )
     if data_config is not None and not isinstance(data_config, DataConfig):
-        raise TypeError(f"{trainer}(dataset_config={data_config!r}): pass a muster.train.DataConfig.")
+        raise InvalidTypeError(f"{trainer}(dataset_config={data_config!r}): pass a muster.train.DataConfig.")
     if data_config is not None and data_config.datasets_to_split != "all":
         unknown = [n for n in data_config.datasets_to_split if n not in datasets]
         if unknown:
-            raise ValueError(f"DataConfig(datasets_to_split={data_config.datasets_to_split!r}): no dataset named "
+            raise InvalidArgumentError(f"DataConfig(datasets_to_split={data_config.datasets_to_split!r}): no dataset named "
                              f"{unknown[0]!r}; the trainer has {sorted(datasets)}.")
 
 

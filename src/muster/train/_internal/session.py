@@ -23,6 +23,7 @@ from typing import Any
 from fsspec.implementations.local import LocalFileSystem
 
 from muster.core import context as core_context
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.observe import sampler as sampler_mod
 from muster.train._internal import events, resume
 from muster.train.checkpoint import Checkpoint
@@ -56,7 +57,7 @@ class Session:
         clean = _plain_metrics(metrics)
         mode = _upload_mode(upload_mode)
         if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"report(checkpoint={checkpoint!r}): pass a muster.train.Checkpoint, e.g. "
                 "Checkpoint.from_directory(folder)."
             )
@@ -149,7 +150,7 @@ def _discard_if_temporary(checkpoint: Checkpoint | None) -> None:
 def _upload_mode(mode: Any) -> str:
     value = str(getattr(mode, "name", mode)).lower()
     if value not in ("sync", "async"):
-        raise ValueError(f"report(checkpoint_upload_mode={mode!r}): use 'sync' (default) or 'async'.")
+        raise InvalidArgumentError(f"report(checkpoint_upload_mode={mode!r}): use 'sync' (default) or 'async'.")
     return value
 
 
@@ -192,7 +193,7 @@ def _read_resume_state(checkpoint: Checkpoint | None, rank: int) -> dict[str, An
 def _plain_metrics(metrics: Any) -> dict[str, Any]:
     """Metrics as JSON-ready Python values (0-d tensors and numpy scalars become numbers)."""
     if not isinstance(metrics, dict):
-        raise TypeError(
+        raise InvalidTypeError(
             f"report(metrics=...) takes a dict such as {{'loss': 0.1}}, got {type(metrics).__name__}."
         )
     return {str(k): _plain(v, str(k)) for k, v in metrics.items()}
@@ -211,7 +212,7 @@ def _plain(value: Any, key: str) -> Any:
         return {str(k): _plain(v, f"{key}.{k}") for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v, f"{key}[{i}]") for i, v in enumerate(value)]
-    raise TypeError(
+    raise InvalidTypeError(
         f"report(metrics): metrics[{key!r}] is a {type(value).__name__}, which cannot be recorded. "
         "Report numbers, strings, or lists/dicts of them (call .item() on a one-element tensor)."
     )

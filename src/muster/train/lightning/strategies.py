@@ -72,3 +72,29 @@ class MusterFSDPStrategy(_OnMusterWorker, FSDPStrategy):
         config = FullStateDictConfig(offload_to_cpu=False, rank0_only=True)
         with FullyShardedDataParallel.state_dict_type(self.model, StateDictType.FULL_STATE_DICT, config):
             return self.model.state_dict()
+
+    def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
+        if self.root_device.type != "cpu" or self._state_dict_type != "full":
+            return super().optimizer_state(optimizer)
+        # As above: with offload_to_cpu=True on CPU the gathered Adam moments share freed storage
+        # (exp_avg and exp_avg_sq come out equal), so a resumed run diverges. Gather in place.
+        from lightning.pytorch.core.optimizer import LightningOptimizer
+        from torch.distributed.fsdp import (
+            FullOptimStateDictConfig,
+            FullStateDictConfig,
+            FullyShardedDataParallel,
+            OptimStateKeyType,
+            StateDictType,
+        )
+
+        if isinstance(optimizer, LightningOptimizer):
+            optimizer = optimizer._optimizer
+        assert self.model is not None
+        with FullyShardedDataParallel.state_dict_type(
+            self.model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(offload_to_cpu=False, rank0_only=True),
+            FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=True),
+        ):
+            state = FullyShardedDataParallel.optim_state_dict(self.model, optimizer)
+            if self.global_rank == 0:  # the standard (parameter id) keys, as Lightning stores them
+                state = FullyShardedDataParallel.rekey_optim_state_dict(state, OptimStateKeyType.PARAM_ID, self.model)
+            return state

@@ -7,6 +7,7 @@ import warnings
 import lightning.pytorch as pl
 
 import muster.train as train
+from muster.exceptions import InvalidTypeError
 from muster.train.lightning.environment import MusterLightningEnvironment
 from muster.train.lightning.strategies import MusterDDPStrategy, MusterFSDPStrategy
 
@@ -22,7 +23,7 @@ def prepare_trainer(trainer: pl.Trainer) -> pl.Trainer:
             or its world size differs from the run's (each worker would train alone).
     """
     if not isinstance(trainer, pl.Trainer):
-        raise TypeError(
+        raise InvalidTypeError(
             f"prepare_trainer expects a lightning.pytorch.Trainer, got {type(trainer).__name__}. "
             "(muster supports the `lightning` package; import Trainer from lightning.pytorch.)"
         )

@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import torch
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
+
 
 @dataclass
 class _AmpSettings:
@@ -47,7 +49,7 @@ def accelerate(amp: bool = False, *, amp_dtype: torch.dtype | None = None) -> No
             "train_loop_per_worker, before prepare_model and prepare_optimizer."
         )
     if amp_dtype not in (None, torch.bfloat16, torch.float16):
-        raise ValueError(f"accelerate(amp_dtype={amp_dtype!r}): use torch.bfloat16, torch.float16 or None.")
+        raise InvalidArgumentError(f"accelerate(amp_dtype={amp_dtype!r}): use torch.bfloat16, torch.float16 or None.")
     _settings.enabled, _settings.dtype, _settings.configured = bool(amp), amp_dtype, True
 
 
@@ -102,7 +104,7 @@ class _ScaledOptimizer(torch.optim.Optimizer):
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         if closure is not None:
-            raise ValueError("prepare_optimizer: with a GradScaler, optimizer.step(closure) is not supported; "
+            raise InvalidArgumentError("prepare_optimizer: with a GradScaler, optimizer.step(closure) is not supported; "
                              "compute the loss, call muster.train.torch.backward(loss), then optimizer.step().")
         out = self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -132,7 +134,7 @@ def prepare_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer
     other case (bfloat16, CPU, amp off) ``optimizer`` itself is returned.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"prepare_optimizer expects a torch.optim.Optimizer, got {type(optimizer).__name__}.")
+        raise InvalidTypeError(f"prepare_optimizer expects a torch.optim.Optimizer, got {type(optimizer).__name__}.")
     from muster.train.torch.train_loop_utils import get_device
 
     device = get_device()

@@ -6,6 +6,7 @@ import datetime
 import os
 from dataclasses import dataclass
 
+from muster.exceptions import InvalidArgumentError
 from muster.train._internal.backend import Backend
 from muster.train.context import TrainContext
 
@@ -29,11 +30,11 @@ class TorchConfig:
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in _BACKENDS:
-            raise ValueError(f"TorchConfig(backend={self.backend!r}): use one of {', '.join(_BACKENDS)}, or None.")
+            raise InvalidArgumentError(f"TorchConfig(backend={self.backend!r}): use one of {', '.join(_BACKENDS)}, or None.")
         if self.init_method not in ("env", "tcp"):
-            raise ValueError(f"TorchConfig(init_method={self.init_method!r}): use 'env' or 'tcp'.")
+            raise InvalidArgumentError(f"TorchConfig(init_method={self.init_method!r}): use 'env' or 'tcp'.")
         if not (self.timeout_s > 0):
-            raise ValueError(f"TorchConfig(timeout_s={self.timeout_s!r}): use a number of seconds > 0.")
+            raise InvalidArgumentError(f"TorchConfig(timeout_s={self.timeout_s!r}): use a number of seconds > 0.")
 
 
 class TorchBackend(Backend):

@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from muster.exceptions import InvalidArgumentError
+
 # FSDP1 keyword arguments (Ray passes parallel_strategy_kwargs to FullyShardedDataParallel) -> what to use instead.
 _FSDP1_ONLY = {
     "sharding_strategy": "reshard_after_forward=True (FULL_SHARD) or False (SHARD_GRAD_OP)",
@@ -45,7 +47,7 @@ def shard_model(model: torch.nn.Module, device: torch.device, kwargs: dict[str, 
     unknown = sorted(set(kwargs) - set(_FSDP2_KWARGS) - {"shard_modules"})
     if unknown:
         hints = "; ".join(f"{k}: use {_FSDP1_ONLY[k]}" for k in unknown if k in _FSDP1_ONLY)
-        raise ValueError(
+        raise InvalidArgumentError(
             f"prepare_model(parallel_strategy='fsdp', parallel_strategy_kwargs=...): unknown key(s) {unknown}. "
             f"muster shards with FSDP2 fully_shard, which takes {', '.join(_FSDP2_KWARGS)} and shard_modules. "
             + (hints + "." if hints else "")
@@ -65,7 +67,7 @@ def _unit_predicate(spec: Any) -> ShardPredicate:
         return spec
     classes = (spec,) if isinstance(spec, type) else tuple(spec)
     if not all(isinstance(c, type) and issubclass(c, torch.nn.Module) for c in classes):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"prepare_model(parallel_strategy_kwargs={{'shard_modules': {spec!r}}}): pass nn.Module classes "
             "(for example (nn.TransformerEncoderLayer,)) or a function module -> bool."
         )

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 
 import torch
 
+from muster.exceptions import InvalidArgumentError
 from muster.train.checkpoint import Checkpoint
 
 _EXTRA_FILE = "extra.pt"
@@ -117,7 +118,7 @@ def load_sharded(
 
     with _local(checkpoint) as folder:
         if not os.path.exists(os.path.join(folder, ".metadata")):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"load_sharded({checkpoint!r}): no torch.distributed.checkpoint index (.metadata) in {folder!r}. "
                 "Save with muster.train.torch.save_sharded on every rank, and report the folder from every rank."
             )
@@ -126,7 +127,7 @@ def load_sharded(
             dcp.load(state, checkpoint_id=folder)
         except Exception as exc:
             if optimizer is not None and "optimizer" in str(exc):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"load_sharded({checkpoint!r}, optimizer=...): the checkpoint has no optimizer state "
                     f"({exc}). Save it with save_sharded(folder, model, optimizer), or load without optimizer."
                 ) from exc

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.observe.sampler import note_data_wait
 from muster.train._internal import resume
 
@@ -64,7 +65,7 @@ def prepare_model(
     from muster.train.torch import amp, fsdp
 
     if parallel_strategy not in ("ddp", "fsdp", None):
-        raise ValueError(f"prepare_model(parallel_strategy={parallel_strategy!r}): use 'ddp', 'fsdp' or None.")
+        raise InvalidArgumentError(f"prepare_model(parallel_strategy={parallel_strategy!r}): use 'ddp', 'fsdp' or None.")
     device = move_to_device if isinstance(move_to_device, torch.device) else get_device()
     if move_to_device is not False:
         model = model.to(device)
@@ -260,7 +261,7 @@ def prepare_data_loader(
             governed by ``move_to_device``.
     """
     if not isinstance(data_loader, DataLoader):
-        raise TypeError(
+        raise InvalidTypeError(
             f"prepare_data_loader expects a torch.utils.data.DataLoader, got {type(data_loader).__name__}."
         )
     rank, world_size = _world()
@@ -283,7 +284,7 @@ def _with_sampler(loader: DataLoader, rank: int, world_size: int) -> DataLoader:
     if loader.batch_size is None:
         if world_size == 1:
             return loader
-        raise ValueError(
+        raise InvalidArgumentError(
             "prepare_data_loader: this DataLoader uses a custom batch_sampler, which muster cannot shard. "
             "Build it with batch_size=... (and shuffle=...) instead, or pass add_dist_sampler=False and "
             "shard it yourself."

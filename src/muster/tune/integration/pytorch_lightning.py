@@ -12,6 +12,7 @@ import os
 import tempfile
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError
 from muster.train.lightning._compat import pl
 from muster.train.checkpoint import Checkpoint
 
@@ -41,7 +42,7 @@ class TuneReportCheckpointCallback(pl.Callback):
         hooks = [on] if isinstance(on, str) else list(on)
         unknown = [h for h in hooks if h not in _HOOKS]
         if unknown:
-            raise ValueError(f"TuneReportCallback(on={on!r}): use one or more of {', '.join(_HOOKS)}.")
+            raise InvalidArgumentError(f"TuneReportCallback(on={on!r}): use one or more of {', '.join(_HOOKS)}.")
         self._metrics = [metrics] if isinstance(metrics, str) else metrics
         self._filename, self._save = filename, save_checkpoints
         for hook in hooks:

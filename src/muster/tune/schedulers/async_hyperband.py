@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from muster.exceptions import InvalidArgumentError
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
 
 if TYPE_CHECKING:
     from muster.tune.trial import Trial
 
 
-class _Bracket:
+class _AshaBracket:
     def __init__(self, min_t: float, max_t: float, rf: float, s: int):
         self.rf = rf
         count = int(math.log(max_t / min_t) / math.log(rf) - s + 1) if max_t > min_t else 0
@@ -71,19 +72,19 @@ class AsyncHyperBandScheduler(TrialScheduler):
     ):
         super().__init__(metric, mode)
         if not grace_period > 0:
-            raise ValueError(f"{type(self).__name__}(grace_period={grace_period!r}): use a number > 0.")
+            raise InvalidArgumentError(f"{type(self).__name__}(grace_period={grace_period!r}): use a number > 0.")
         if not max_t >= grace_period:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{type(self).__name__}(max_t={max_t!r}, grace_period={grace_period!r}): max_t must be >= grace_period."
             )
         if not reduction_factor > 1:
-            raise ValueError(f"{type(self).__name__}(reduction_factor={reduction_factor!r}): use a number > 1.")
+            raise InvalidArgumentError(f"{type(self).__name__}(reduction_factor={reduction_factor!r}): use a number > 1.")
         if isinstance(brackets, bool) or not isinstance(brackets, int) or brackets < 1:
-            raise ValueError(f"{type(self).__name__}(brackets={brackets!r}): use an integer >= 1.")
+            raise InvalidArgumentError(f"{type(self).__name__}(brackets={brackets!r}): use an integer >= 1.")
         self.time_attr, self.max_t, self.grace_period = time_attr, max_t, grace_period
         self.reduction_factor, self.stop_last_trials = reduction_factor, stop_last_trials
-        self._brackets = [_Bracket(grace_period, max_t, reduction_factor, s) for s in range(brackets)]
-        self._bracket_of: dict[str, _Bracket] = {}
+        self._brackets = [_AshaBracket(grace_period, max_t, reduction_factor, s) for s in range(brackets)]
+        self._bracket_of: dict[str, _AshaBracket] = {}
         self.num_stopped = 0
 
     def on_trial_add(self, controller: Any, trial: Trial) -> None:

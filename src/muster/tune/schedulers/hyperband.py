@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from muster.exceptions import InvalidArgumentError
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
 
 if TYPE_CHECKING:
     from muster.tune.trial import Trial
 
 
-class _Bracket:
+class _HyperBandBracket:
     def __init__(self, capacity: int, milestone: float):
         self.capacity, self.milestone = capacity, milestone
         self.ended = 0  # trials that left the bracket (finished, failed, stopped)
@@ -44,20 +45,20 @@ class HyperBandScheduler(TrialScheduler):
                  max_t: float = 81, reduction_factor: float = 3, stop_last_trials: bool = True):
         super().__init__(metric, mode)
         if not max_t > 0:
-            raise ValueError(f"HyperBandScheduler(max_t={max_t!r}): use a number > 0.")
+            raise InvalidArgumentError(f"HyperBandScheduler(max_t={max_t!r}): use a number > 0.")
         if not reduction_factor > 1:
-            raise ValueError(f"HyperBandScheduler(reduction_factor={reduction_factor!r}): use a number > 1.")
+            raise InvalidArgumentError(f"HyperBandScheduler(reduction_factor={reduction_factor!r}): use a number > 1.")
         self.time_attr, self.max_t, self.eta, self.stop_last_trials = time_attr, max_t, reduction_factor, stop_last_trials
         self.s_max = int(math.log(max_t) / math.log(reduction_factor) + 1e-9)
-        self._brackets: list[_Bracket] = []
-        self._of: dict[str, _Bracket] = {}
+        self._brackets: list[_HyperBandBracket] = []
+        self._of: dict[str, _HyperBandBracket] = {}
         self._promoted: set[str] = set()  # paused trials allowed to go on
         self.num_stopped = 0
 
-    def _new_bracket(self) -> _Bracket:
+    def _new_bracket(self) -> _HyperBandBracket:
         s = self.s_max - len(self._brackets) % (self.s_max + 1)
         capacity = math.ceil((self.s_max + 1) / (s + 1) * self.eta ** s)
-        return _Bracket(capacity, self.max_t / self.eta ** s)
+        return _HyperBandBracket(capacity, self.max_t / self.eta ** s)
 
     def on_trial_add(self, controller: Any, trial: Trial) -> None:
         if not self._brackets or self._brackets[-1].full():
@@ -82,7 +83,7 @@ class HyperBandScheduler(TrialScheduler):
             return self.PAUSE  # wait for the rest of the bracket
         return self.CONTINUE if trial.trial_id in bracket.live else self.STOP
 
-    def _judge(self, controller: Any, bracket: _Bracket, current: str | None) -> bool:
+    def _judge(self, controller: Any, bracket: _HyperBandBracket, current: str | None) -> bool:
         """Promote the top of a bracket whose live trials all reached its milestone; stop the rest."""
         complete = bracket.full() or getattr(controller, "_search_done", False)
         if not bracket.live or not complete or not bracket.live <= set(bracket.reached):
@@ -99,7 +100,7 @@ class HyperBandScheduler(TrialScheduler):
         self._promoted |= {i for i in ranked[:keep] if i != current}
         return True
 
-    def _drop(self, bracket: _Bracket, trial_id: str) -> None:
+    def _drop(self, bracket: _HyperBandBracket, trial_id: str) -> None:
         if trial_id in bracket.live:
             bracket.live.discard(trial_id)
             bracket.ended += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
+from muster.exceptions import InvalidArgumentError
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
 
 if TYPE_CHECKING:
@@ -38,9 +39,9 @@ class MedianStoppingRule(TrialScheduler):
         super().__init__(metric, mode)
         n = min_samples_required
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"MedianStoppingRule(min_samples_required={min_samples_required!r}): use an integer >= 1.")
+            raise InvalidArgumentError(f"MedianStoppingRule(min_samples_required={min_samples_required!r}): use an integer >= 1.")
         if grace_period < 0:
-            raise ValueError(f"MedianStoppingRule(grace_period={grace_period!r}): use a number >= 0.")
+            raise InvalidArgumentError(f"MedianStoppingRule(grace_period={grace_period!r}): use a number >= 0.")
         self.time_attr, self.grace_period = time_attr, grace_period
         self.min_samples_required, self.min_time_slice, self.hard_stop = min_samples_required, min_time_slice, hard_stop
         self._history: dict[str, list[tuple[float, float]]] = {}  # trial -> [(t, score)]

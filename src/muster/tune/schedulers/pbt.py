@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from muster.exceptions import InvalidArgumentError
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
 from muster.tune.search.sample import Categorical, Domain
 
@@ -65,18 +66,18 @@ class PopulationBasedTraining(TrialScheduler):
     ):
         super().__init__(metric, mode)
         if not hyperparam_mutations and custom_explore_fn is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "PopulationBasedTraining needs hyperparam_mutations (e.g. {'lr': tune.loguniform(1e-4, 1e-1)}) "
                 "or a custom_explore_fn to explore new configs."
             )
         if not 0 < quantile_fraction <= 0.5:
-            raise ValueError(f"PopulationBasedTraining(quantile_fraction={quantile_fraction!r}): use 0 < q <= 0.5.")
+            raise InvalidArgumentError(f"PopulationBasedTraining(quantile_fraction={quantile_fraction!r}): use 0 < q <= 0.5.")
         if not perturbation_interval > 0:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"PopulationBasedTraining(perturbation_interval={perturbation_interval!r}): use a number > 0."
             )
         if synch:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "PopulationBasedTraining(synch=True) is not supported in muster; the asynchronous version "
                 "(synch=False) is, and it keeps every worker busy."
             )
@@ -97,7 +98,7 @@ class PopulationBasedTraining(TrialScheduler):
         t, score = result.get(self.time_attr), self._score(result)
         if not isinstance(t, (int, float)) or score is None:
             if self.require_attrs:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"PopulationBasedTraining: trial {trial.trial_id} reported {sorted(result)} without "
                     f"{self.time_attr!r} or {self.metric!r}; report both, or pass require_attrs=False."
                 )

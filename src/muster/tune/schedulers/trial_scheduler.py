@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from muster.exceptions import InvalidArgumentError
+
 if TYPE_CHECKING:
     from muster.tune.trial import Trial
 
@@ -24,7 +26,7 @@ class TrialScheduler:
 
     def __init__(self, metric: str | None = None, mode: str | None = None):
         if mode not in (None, "min", "max"):
-            raise ValueError(f"{type(self).__name__}(mode={mode!r}): use 'min' or 'max'.")
+            raise InvalidArgumentError(f"{type(self).__name__}(mode={mode!r}): use 'min' or 'max'.")
         self.metric, self.mode = metric, mode
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
@@ -37,7 +39,7 @@ class TrialScheduler:
 
     def _require_metric(self) -> None:
         if not self.metric or self.mode not in ("min", "max"):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{type(self).__name__} needs a metric and a mode (got metric={self.metric!r}, mode={self.mode!r}): "
                 f"pass them to {type(self).__name__}(metric=..., mode=...) or to TuneConfig(metric=..., mode=...)."
             )

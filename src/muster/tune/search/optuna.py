@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.tune.search.sample import (
     Categorical,
     Domain,
@@ -91,12 +92,12 @@ class OptunaSearch(Searcher):
         leaves = list(_walk(space))
         for path, leaf in leaves:
             if isinstance(leaf, dict):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"OptunaSearch: grid_search at {'/'.join(map(str, path))} is not supported; use "
                     "tune.choice([...]) (Optuna samples it) or the default search algorithm for grids."
                 )
             if isinstance(leaf, (Normal, Function)):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"OptunaSearch: {leaf!r} at {'/'.join(map(str, path))} has no Optuna equivalent; use uniform, "
                     "loguniform, randint, qrandint or choice."
                 )
@@ -106,7 +107,7 @@ class OptunaSearch(Searcher):
     def _ensure_study(self) -> None:
         if self._study is None:
             if not self.metric or self.mode not in ("min", "max"):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"OptunaSearch needs a metric and mode (got {self.metric!r}, {self.mode!r}): pass them to "
                     "OptunaSearch(metric=..., mode=...) or TuneConfig(metric=..., mode=...)."
                 )
@@ -121,7 +122,7 @@ class OptunaSearch(Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         if self._space is None and self._define_by_run is None:
-            raise ValueError("OptunaSearch has no search space: pass space=... or Tuner(param_space=...).")
+            raise InvalidArgumentError("OptunaSearch has no search space: pass space=... or Tuner(param_space=...).")
         self._ensure_study()
         ot = self._study.ask()
         self._live[trial_id] = ot
@@ -129,7 +130,7 @@ class OptunaSearch(Searcher):
         if self._define_by_run is not None:
             constants = self._define_by_run(ot)
             if constants is not None and not isinstance(constants, dict):
-                raise TypeError(
+                raise InvalidTypeError(
                     f"OptunaSearch: the define-by-run space returned {type(constants).__name__}; return None "
                     "or a dict of constant config values."
                 )
@@ -164,13 +165,13 @@ def _check_objectives(metrics: list[str] | None, modes: list[str] | None) -> Non
     if metrics is None and modes is None:
         return
     if metrics is None or modes is None or len(metrics) != len(modes) or not metrics:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"OptunaSearch: metric={metrics!r}, mode={modes!r}; a multi-objective search takes a list of "
             "metrics and a list of modes of the same length, e.g. metric=['loss', 'size'], mode=['min', 'min']."
         )
     bad = [m for m in modes if m not in ("min", "max")]
     if bad:
-        raise ValueError(f"OptunaSearch: mode={modes!r}; each mode is 'min' or 'max'.")
+        raise InvalidArgumentError(f"OptunaSearch: mode={modes!r}; each mode is 'min' or 'max'.")
 
 
 def _set_path(config: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
@@ -191,7 +192,7 @@ def _ask(ot: Any, name: str, d: Domain) -> Any:
         if plain:
             return ot.suggest_categorical(name, d.categories)
         return d.categories[ot.suggest_categorical(name, list(range(len(d.categories))))]
-    raise ValueError(f"OptunaSearch: cannot sample {d!r}.")
+    raise InvalidArgumentError(f"OptunaSearch: cannot sample {d!r}.")
 
 
 def _flatten(config: dict[str, Any], path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], Any]]:

@@ -12,6 +12,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError
+
 
 class Domain:
     """A set of values to draw a hyperparameter from."""
@@ -27,7 +29,7 @@ class Float(Domain):
     def __init__(self, lower: float, upper: float, *, log_base: float | None = None, q: float | None = None):
         _check_range("uniform" if log_base is None else "loguniform", lower, upper)
         if log_base is not None and lower <= 0:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"loguniform(lower={lower!r}, upper={upper!r}): a log scale needs lower > 0, "
                 "e.g. loguniform(1e-5, 1e-1)."
             )
@@ -50,7 +52,7 @@ class Float(Domain):
 class Normal(Domain):
     def __init__(self, mean: float = 0.0, sd: float = 1.0, q: float | None = None):
         if not sd > 0:
-            raise ValueError(f"randn(mean={mean!r}, sd={sd!r}): sd must be > 0.")
+            raise InvalidArgumentError(f"randn(mean={mean!r}, sd={sd!r}): sd must be > 0.")
         _check_q(q)
         self.mean, self.sd, self.q = float(mean), float(sd), q
 
@@ -68,16 +70,16 @@ class Integer(Domain):
     def __init__(self, lower: int, upper: int, *, q: int | None = None, log: bool = False, inclusive: bool = False):
         for name, v in (("lower", lower), ("upper", upper)):
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError(f"randint({name}={v!r}): bounds must be integers.")
+                raise InvalidArgumentError(f"randint({name}={v!r}): bounds must be integers.")
         if upper < lower or (upper == lower and not inclusive):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"randint(lower={lower}, upper={upper}): need lower < upper (upper is excluded for randint, "
                 "included for qrandint)."
             )
         if log and lower <= 0:
-            raise ValueError(f"lograndint(lower={lower}, upper={upper}): a log scale needs lower > 0.")
+            raise InvalidArgumentError(f"lograndint(lower={lower}, upper={upper}): a log scale needs lower > 0.")
         if q is not None and (isinstance(q, bool) or not isinstance(q, int) or q < 1):
-            raise ValueError(f"qrandint(q={q!r}): q must be an integer >= 1.")
+            raise InvalidArgumentError(f"qrandint(q={q!r}): q must be an integer >= 1.")
         self.lower, self.upper, self.q, self.log, self.inclusive = lower, upper, q, log, inclusive
 
     def sample(self, rng: random.Random, spec: Any = None) -> int:
@@ -98,7 +100,7 @@ class Integer(Domain):
 class Categorical(Domain):
     def __init__(self, categories: Sequence[Any]):
         if isinstance(categories, (str, bytes)) or not isinstance(categories, Sequence) or not categories:
-            raise ValueError(f"choice({categories!r}): pass a non-empty list, e.g. choice([16, 32, 64]).")
+            raise InvalidArgumentError(f"choice({categories!r}): pass a non-empty list, e.g. choice([16, 32, 64]).")
         self.categories = list(categories)
 
     def sample(self, rng: random.Random, spec: Any = None) -> Any:
@@ -113,7 +115,7 @@ class Function(Domain):
 
     def __init__(self, fn: Callable[..., Any]):
         if not callable(fn):
-            raise ValueError(f"sample_from({fn!r}): pass a function, e.g. sample_from(lambda spec: 2 ** 4).")
+            raise InvalidArgumentError(f"sample_from({fn!r}): pass a function, e.g. sample_from(lambda spec: 2 ** 4).")
         self.fn = fn
 
     def sample(self, rng: random.Random, spec: Any = None) -> Any:
@@ -128,12 +130,12 @@ class Function(Domain):
 
 def _check_range(name: str, lower: float, upper: float) -> None:
     if not (isinstance(lower, (int, float)) and isinstance(upper, (int, float))) or not lower < upper:
-        raise ValueError(f"{name}(lower={lower!r}, upper={upper!r}): need two numbers with lower < upper.")
+        raise InvalidArgumentError(f"{name}(lower={lower!r}, upper={upper!r}): need two numbers with lower < upper.")
 
 
 def _check_q(q: float | None) -> None:
     if q is not None and not (isinstance(q, (int, float)) and q > 0):
-        raise ValueError(f"q={q!r}: the quantization step must be a number > 0.")
+        raise InvalidArgumentError(f"q={q!r}: the quantization step must be a number > 0.")
 
 
 def _quantize(value: float, q: float, lower: float, upper: float) -> float:
@@ -205,5 +207,5 @@ def sample_from(fn: Callable[..., Any]) -> Function:
 def grid_search(values: Sequence[Any]) -> dict[str, list[Any]]:
     """Try every value: the grid's points are crossed with the other grids and repeated ``num_samples`` times."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-        raise ValueError(f"grid_search({values!r}): pass a non-empty list, e.g. grid_search([0.1, 0.01]).")
+        raise InvalidArgumentError(f"grid_search({values!r}): pass a non-empty list, e.g. grid_search([0.1, 0.01]).")
     return {"grid_search": list(values)}

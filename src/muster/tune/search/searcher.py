@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.tune.search.variant_generator import (
     FINISHED,
     BasicVariantGenerator,
@@ -26,7 +27,7 @@ class Searcher:
 
     def __init__(self, metric: str | None = None, mode: str | None = None):
         if mode not in (None, "min", "max"):
-            raise ValueError(f"{type(self).__name__}(mode={mode!r}): use 'min' or 'max'.")
+            raise InvalidArgumentError(f"{type(self).__name__}(mode={mode!r}): use 'min' or 'max'.")
         self.metric, self.mode = metric, mode
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any) -> bool:
@@ -57,7 +58,7 @@ class ConcurrencyLimiter(Searcher):
 
     def __init__(self, searcher: Searcher | BasicVariantGenerator, max_concurrent: int, batch: bool = False):
         if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
-            raise ValueError(f"ConcurrencyLimiter(max_concurrent={max_concurrent!r}): use an integer >= 1.")
+            raise InvalidArgumentError(f"ConcurrencyLimiter(max_concurrent={max_concurrent!r}): use an integer >= 1.")
         super().__init__(getattr(searcher, "metric", None), getattr(searcher, "mode", None))
         self.searcher, self.max_concurrent, self.batch = searcher, max_concurrent, batch
         self._live: set[str] = set()
@@ -108,7 +109,7 @@ class SearchGenerator:
         if config is None or config == FINISHED:
             return config
         if not isinstance(config, dict):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"{type(self.searcher).__name__}.suggest() returned {config!r}; a Searcher returns a config dict, "
                 "None (ask again later) or Searcher.FINISHED."
             )

@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+from muster.exceptions import InvalidArgumentError
 from muster.tune.search.sample import Domain, Function
 
 Path = tuple[Any, ...]
@@ -111,11 +112,11 @@ class BasicVariantGenerator:
         random_state: int | random.Random | None = None,
     ):
         if points_to_evaluate is not None and not all(isinstance(p, dict) for p in points_to_evaluate):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"BasicVariantGenerator(points_to_evaluate={points_to_evaluate!r}): pass a list of config dicts."
             )
         if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 0:
-            raise ValueError(f"BasicVariantGenerator(max_concurrent={max_concurrent!r}): use an integer >= 0.")
+            raise InvalidArgumentError(f"BasicVariantGenerator(max_concurrent={max_concurrent!r}): use an integer >= 0.")
         self.points_to_evaluate = list(points_to_evaluate or [])
         self.max_concurrent = max_concurrent
         self.rng = random_state if isinstance(random_state, random.Random) else random.Random(random_state)

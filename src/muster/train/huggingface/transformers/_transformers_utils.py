@@ -16,6 +16,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 import muster.train as train
+from muster.exceptions import InvalidTypeError
 from muster.train.checkpoint import Checkpoint
 
 
@@ -71,7 +72,7 @@ def prepare_trainer(trainer: transformers.Trainer) -> transformers.Trainer:
             (it did not join muster's process group: each worker would train alone).
     """
     if not isinstance(trainer, transformers.Trainer):
-        raise TypeError(f"prepare_trainer expects a transformers.Trainer, got {type(trainer).__name__}.")
+        raise InvalidTypeError(f"prepare_trainer expects a transformers.Trainer, got {type(trainer).__name__}.")
     expected = train.get_context().get_world_size()
     if trainer.args.world_size != expected:
         raise RuntimeError(
