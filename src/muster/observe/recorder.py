@@ -229,12 +229,8 @@ class RunRecorder:
 
     def close(self) -> None:
         """Write what is queued and let go of the store (the run's last call)."""
-        if self._w is None:
-            return
-        log_relay.remove_line_sink(self._on_log_lines)
         w, self._w = self._w, None
-        w.flush()
-        w.release()
+        let_go(w, self._on_log_lines)
 
     # -- worker logs ------------------------------------------------------------------
     def _on_log_lines(self, pid: int | None, lines: list[str]) -> None:
@@ -249,6 +245,15 @@ class RunRecorder:
                 "INSERT INTO logs (run_id, attempt, rank, pid, time, line) VALUES (?, ?, ?, ?, ?, ?)",
                 (self.run_id, attempt, rank, pid, now, line),
             )
+
+
+def let_go(w: writer.StoreWriter | None, sink: log_relay.LineSink) -> None:
+    """Stop feeding worker lines to ``sink``, write what is queued, and hand the store writer back."""
+    if w is None:
+        return
+    log_relay.remove_line_sink(sink)
+    w.flush()
+    w.release()
 
 
 def _first_line(err: BaseException) -> str:

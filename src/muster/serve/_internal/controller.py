@@ -29,6 +29,7 @@ from muster.serve._internal.metrics import DeploymentMetrics
 from muster.serve._internal.ingress import IngressActor
 from muster.serve._internal import plan
 from muster.serve._internal.plan import DeploymentPlan
+from muster.serve._internal.record import ServeRecorder
 from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
 from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import RayServeException
@@ -42,6 +43,7 @@ class _Replica:
     id: str
     socket: str
     resources: dict[str, float]
+    number: int = 0  # the ``#N`` of its log label: what ``muster logs --replica N`` names
     actor: ActorHandle | None = None
     state: str = "STARTING"  # STARTING, RUNNING, STOPPING, DEAD
     health: concurrent.futures.Future | None = None
@@ -111,6 +113,7 @@ class ServeController:
         self.table = router.RouteTable()
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="muster-serve-ctl")
         self.local = self.runtime.name == "local"
+        self.record = ServeRecorder()
         if self.local:
             self.ingress: Any = self.runtime.create_actor(
                 IngressActor, (http_options, self.table), {}, {}, label="serve ingress"
@@ -162,6 +165,9 @@ class ServeController:
         new.status = "RUNNING"
         with self.lock:
             self.apps[name] = new
+        self.record.event(name, None, None, "deploy", f"app {name!r} deployed"
+                          f"{' (replacing the running one)' if old is not None else ''}: "
+                          + ", ".join(f"{d.plan.name} x{d.target}" for d in new.deployments.values()))
         self._push()
         if old is not None and not stop_old_first:
             self._stop_app(old, push=False)
@@ -172,6 +178,7 @@ class ServeController:
         if app is None:
             return False
         self._stop_app(app)
+        self.record.event(name, None, None, "delete", f"app {name!r} deleted")
         return True
 
     def _stop_app(self, app: _App, push: bool = True) -> None:
@@ -233,7 +240,7 @@ class ServeController:
         n = next(d.counter)
         rid = f"{d.app}#{d.plan.name}#{os.urandom(4).hex()}"
         where = os.path.join(self.dir, f"{os.urandom(6).hex()}.sock") if self.local else "tcp:"
-        rep = _Replica(rid, where, d.plan.config.resources())
+        rep = _Replica(rid, where, d.plan.config.resources(), n)
         with self.lock:
             d.replicas[rid] = rep
             if pending:
@@ -259,6 +266,7 @@ class ServeController:
         actor.set_handlers(None, lambda _h, err, d=d, rep=rep: self._died(d, rep, err))
         rep.state = "RUNNING"
         rep.last_health = time.monotonic()
+        self.record.replica_started(d.app, d.plan.name, n, rid, actor.pid)
         return rep
 
     def _wait_for_room(self, d: _Deployment, rep: _Replica) -> None:
@@ -285,6 +293,10 @@ class ServeController:
             live = self.apps.get(d.app)
             keep = live is not None and live.deployments.get(d.plan.name) is d
         print(f"[serve] {d.message}", file=sys.stderr, flush=True)
+        self.record.replica_ended(d.app, d.plan.name, rep.number, rep.id, "DEAD", str(err))
+        if keep:
+            self.record.event(d.app, d.plan.name, rep.number, "restart",
+                              f"replacing replica #{rep.number} (restart {d.restarts})")
         self.pool.submit(self._push)
         if keep:
             self._ensure(d)
@@ -322,6 +334,8 @@ class ServeController:
         for r in reps:
             if r.actor is not None:
                 self.runtime.kill(r.actor, grace_s=1.0)
+                if r.state != "DEAD":
+                    self.record.replica_ended(d.app, d.plan.name, r.number, r.id, "STOPPED")
             r.state = "DEAD"
             with self.lock:
                 d.replicas.pop(r.id, None)
@@ -393,6 +407,10 @@ class ServeController:
         snaps = {rid: f.result() for rid, f in d.stats.items() if f.done() and f.exception() is None}
         d.stats = None
         d.metrics.update(snaps, now)
+        with self.lock:
+            numbers = {r.id: r.number for r in d.replicas.values()}
+            running = len(d.running())
+        self.record.sample(d.app, d.plan.name, d.metrics.as_dict(), numbers, running, d.target, d.restarts, now)
         if auto is not None:
             self._autoscale(d, float(sum(s["ongoing"] for s in snaps.values())), now)
 
@@ -450,4 +468,5 @@ class ServeController:
         if self.local:
             self.runtime.kill(self.ingress, grace_s=1.0)
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.record.close()
         shutil.rmtree(self.dir, ignore_errors=True)
