@@ -276,7 +276,7 @@ def _parser() -> argparse.ArgumentParser:
     show = runs_sub.add_parser("show", parents=[storage], help="one run: summary, checkpoints, failures, workers")
     show.add_argument("name")
     show.set_defaults(fn=cmd_runs_show)
-    logs = sub.add_parser("logs", parents=[storage], help="what a run's workers printed")
+    logs = sub.add_parser("logs", parents=[storage], help="what a run's workers (or a Serve app's replicas) printed")
     logs.add_argument("name")
     logs.add_argument("--rank", type=int, default=None, help="only this rank")
     logs.add_argument("--replica", type=int, default=None,
