@@ -153,3 +153,25 @@ def test_serve_page(served, dashboard, chromium, screenshots):
     finally:
         context.close()
     assert not errors, errors
+
+
+def test_a_replica_whose_process_is_gone_reads_lost(tmp_path):
+    """A driver that died without serve.shutdown() leaves RUNNING rows: the reader tells them apart."""
+    import socket
+
+    from muster.observe.store import writer
+    from muster.observe.store.reader import StoreReader
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(30)
+    path = str(tmp_path / "runs.db")
+    conn = writer.connect(path)
+    for rid, n, pid in (("a#D#1", 0, gone.pid), ("a#D#2", 1, os.getpid())):
+        conn.execute("INSERT INTO serve_replicas (id, app, deployment, replica, host, pid, state, started_at)"
+                     " VALUES (?, 'a', 'D', ?, ?, ?, 'RUNNING', 1)", (rid, n, socket.gethostname(), pid))
+    conn.commit()
+    conn.close()
+    reader = StoreReader(path)
+    assert {r["replica"]: r["state"] for r in reader.serve_replicas("a", "D")} == {0: "LOST", 1: "RUNNING"}
+    (dep,) = reader.serve_deployments()
+    assert (dep["running"], dep["lost"], dep["dead"]) == (1, 1, 0)

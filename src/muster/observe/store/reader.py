@@ -174,10 +174,11 @@ class StoreReader:
         """Every Serve deployment ever recorded, newest first: its last sample and its replicas by state."""
         rows = self._serve(
             "SELECT app, deployment, MIN(started_at) AS first_started, MAX(started_at) AS last_started,"
-            " SUM(state = 'RUNNING') AS running, SUM(state = 'DEAD') AS dead, COUNT(*) AS replicas"
-            " FROM serve_replicas GROUP BY app, deployment ORDER BY MAX(started_at) DESC"
+            " COUNT(*) AS replicas FROM serve_replicas GROUP BY app, deployment ORDER BY MAX(started_at) DESC"
         )
         for r in rows:
+            states = [x["state"] for x in self.serve_replicas(r["app"], r["deployment"])]
+            r["running"], r["dead"], r["lost"] = states.count("RUNNING"), states.count("DEAD"), states.count("LOST")
             last = self._serve(
                 "SELECT * FROM serve_metrics WHERE app = ? AND deployment = ? AND replica IS NULL"
                 " ORDER BY id DESC LIMIT 1", (r["app"], r["deployment"]))
@@ -185,13 +186,16 @@ class StoreReader:
         return rows
 
     def serve_replicas(self, app: str, deployment: str) -> list[dict[str, Any]]:
-        """The deployment's replicas, newest first, each with its last sample."""
+        """The deployment's replicas, newest first, each with its last sample. A replica recorded RUNNING
+        whose process on this machine is gone (its driver died without stopping Serve) reads ``LOST``."""
         rows = self._serve("SELECT * FROM serve_replicas WHERE app = ? AND deployment = ? ORDER BY started_at DESC",
                            (app, deployment))
         last = {m["replica"]: m for m in self._serve(
             "SELECT * FROM serve_metrics WHERE id IN (SELECT MAX(id) FROM serve_metrics WHERE app = ?"
             " AND deployment = ? AND replica IS NOT NULL GROUP BY replica)", (app, deployment))}
         for r in rows:
+            if r["state"] == "RUNNING" and _driver_gone(r["host"], r["pid"]):
+                r["state"] = "LOST"  # its process is gone without a word (the driver running Serve died)
             r["last"] = last.get(r["replica"]) if r["state"] == "RUNNING" else None
         return rows
 
