@@ -266,7 +266,7 @@ class ServeController:
         actor.set_handlers(None, lambda _h, err, d=d, rep=rep: self._died(d, rep, err))
         rep.state = "RUNNING"
         rep.last_health = time.monotonic()
-        self.record.replica_started(d.app, d.plan.name, n, rid, actor.pid)
+        self.record.replica_started(d.app, d.plan.name, n, rid, actor.pid, here=self.local)
         return rep
 
     def _wait_for_room(self, d: _Deployment, rep: _Replica) -> None:

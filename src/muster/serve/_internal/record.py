@@ -65,7 +65,10 @@ class ServeRecorder:
         self._put("INSERT INTO serve_events (time, app, deployment, replica, kind, message) VALUES (?, ?, ?, ?, ?, ?)",
                   (time.time(), app, deployment, replica, kind, message))
 
-    def replica_started(self, app: str, deployment: str, number: int, rid: str, pid: int | None) -> None:
+    def replica_started(self, app: str, deployment: str, number: int, rid: str, pid: int | None,
+                        here: bool = True) -> None:
+        """``here``: the replica runs on this machine (the local engine); otherwise its host is left unknown,
+        so no reader takes its pid for one of its own machine's."""
         early: list[tuple[float, str]] = []
         if pid is not None:
             with self._lock:
@@ -76,7 +79,7 @@ class ServeRecorder:
         self._put(
             "INSERT OR REPLACE INTO serve_replicas (id, app, deployment, replica, host, pid, state, started_at)"
             " VALUES (?, ?, ?, ?, ?, ?, 'RUNNING', ?)",
-            (rid, app, deployment, number, self._host, pid, time.time()),
+            (rid, app, deployment, number, self._host if here else None, pid, time.time()),
         )
         self.event(app, deployment, number, "replica_started", f"replica #{number} started (pid {pid})")
 
