@@ -36,6 +36,7 @@ from muster.serve.exceptions import RayServeException
 
 _BUSY_WAIT_S = 120.0  # how long a replica waits for resources other work holds
 _PUSH_TIMEOUT_S = 10.0
+_TABLE_VERSIONS = itertools.count(1)  # route tables this process has made, across serve.start/shutdown
 
 
 @dataclass(eq=False)
@@ -109,7 +110,7 @@ class ServeController:
         self.dir = tempfile.mkdtemp(prefix="muster-serve-", dir="/tmp")
         self.apps: dict[str, _App] = {}
         self.lock = threading.RLock()
-        self.version = itertools.count(1)
+        self.version = _TABLE_VERSIONS  # process-wide: a later Serve instance's tables outrank an earlier one's
         self.table = router.RouteTable()
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="muster-serve-ctl")
         self.local = self.runtime.name == "local"
