@@ -3,6 +3,7 @@
     muster runs list [--storage-path P]
     muster runs show NAME [--storage-path P]
     muster logs NAME [--rank N] [--tail N] [--follow] [--storage-path P]
+    muster logs APP[/DEPLOYMENT] [--replica N] [--tail N] [--follow]   (a Serve app's replicas)
     muster dashboard [--storage-path P] [--host H] [--port N] [--token T]
     muster status [--address A] [--storage-path P]
     muster serve run|deploy|status|shutdown ...
@@ -149,8 +150,15 @@ def _print_store_details(reader: Any, run_id: int) -> None:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     reader = _reader(args.storage_path)
-    run = reader.find_run(args.name) if reader is not None else None
+    run = reader.find_run(args.name) if reader is not None and args.replica is None else None
+    if run is None and reader is not None and reader.find_serve(args.name):
+        return _serve_logs(reader, args)
     if run is None:
+        if args.replica is not None:
+            print(f"No Serve app or deployment {args.name!r} recorded in {args.storage_path}; `muster dashboard "
+                  f"--storage-path {args.storage_path}` lists them (Serve records under MUSTER_STORAGE_PATH).",
+                  file=sys.stderr)
+            return 1
         return _no_run(args.name, args.storage_path)
     after, last_pass = 0, not args.follow
     lines = reader.logs(run["id"], args.rank, 0, args.tail)
@@ -165,6 +173,22 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if not last_pass:
             time.sleep(1.0)
         lines = reader.logs(run["id"], args.rank, after, 10_000)
+
+
+def _serve_logs(reader: Any, args: argparse.Namespace) -> int:
+    """What the replicas of a Serve app (or one deployment) printed; ``--replica N`` is the ``#N`` of their label."""
+    pairs = reader.find_serve(args.name)
+    after = 0
+    lines = reader.serve_logs(pairs, args.replica, 0, args.tail)
+    while True:
+        for line in lines:
+            print(f"(serve {line['app']}/{line['deployment']} #{line['replica']}, pid={line['pid']}) {line['line']}",
+                  flush=True)
+            after = line["id"]
+        if not args.follow or not any(r["state"] == "RUNNING" for a, d in pairs for r in reader.serve_replicas(a, d)):
+            return 0
+        time.sleep(1.0)
+        lines = reader.serve_logs(pairs, args.replica, after, 10_000)
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -252,9 +276,11 @@ def _parser() -> argparse.ArgumentParser:
     show = runs_sub.add_parser("show", parents=[storage], help="one run: summary, checkpoints, failures, workers")
     show.add_argument("name")
     show.set_defaults(fn=cmd_runs_show)
-    logs = sub.add_parser("logs", parents=[storage], help="what a run's workers printed")
+    logs = sub.add_parser("logs", parents=[storage], help="what a run's workers (or a Serve app's replicas) printed")
     logs.add_argument("name")
     logs.add_argument("--rank", type=int, default=None, help="only this rank")
+    logs.add_argument("--replica", type=int, default=None,
+                      help="NAME is a Serve app or app/deployment: only its replica #N (the number in its log prefix)")
     logs.add_argument("--tail", type=int, default=1000, help="the last N lines (default: %(default)s)")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing while the run is going")
     logs.set_defaults(fn=cmd_logs)

@@ -4,6 +4,7 @@ the HTTP ingress runs in the driver's process, on the driver's node."""
 from __future__ import annotations
 
 import os
+import time
 
 import httpx
 import pytest
@@ -33,9 +34,12 @@ class Front:
         return {"sum": await self.inner.add.remote(int(request.query_params["x"]))}
 
 
-def test_serve_on_ray(on_ray):
+def test_serve_on_ray(on_ray, tmp_path, monkeypatch):
     from muster.core.api import get_runtime
+    from muster.observe.store.reader import StoreReader
     from muster.serve import api
+
+    monkeypatch.setenv("MUSTER_STORAGE_PATH", str(tmp_path))  # Serve records its replicas and metrics there
 
     assert get_runtime().name == "ray"
     serve.start(http_options={"host": "127.0.0.1", "port": 0})
@@ -53,5 +57,13 @@ def test_serve_on_ray(on_ray):
         assert st.replica_states == {"RUNNING": 2}
         routes = api._controller.table.deployments[("where", "Where")].replicas
         assert all(r.path.startswith("tcp:") for r in routes)  # Ray actors, reached over TCP
+        reader = StoreReader.for_root(str(tmp_path))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+                (m["served"] or 0) >= 20 for m in reader.serve_metrics("where", "Where")):
+            time.sleep(0.2)
+        assert any((m["served"] or 0) >= 20 for m in reader.serve_metrics("where", "Where"))
+        reps = reader.serve_replicas("where", "Where")
+        assert [r["state"] for r in reps] == ["RUNNING", "RUNNING"] and all(r["host"] is None for r in reps)
     finally:
         serve.shutdown()

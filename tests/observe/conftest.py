@@ -212,9 +212,10 @@ def dashboard():
         d.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
-    """Headless Debian chromium driven by playwright (no browser download)."""
+    """Headless Debian chromium driven by playwright (no browser download). Per module: playwright's sync API
+    keeps an asyncio loop running on the main thread while open, and later tests call asyncio.run()."""
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
         pytest.skip("chromium is not installed (`apt-get install chromium`; .ci/run does this)")

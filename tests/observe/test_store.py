@@ -26,7 +26,7 @@ def test_store_lives_in_the_storage_root_and_is_versioned(recorded):
     assert path == os.path.join(recorded["storage"], ".muster", "runs.db") and os.path.exists(path)
     conn = sqlite3.connect(path)
     try:
-        assert schema.version(conn) == schema.SCHEMA_VERSION == 1
+        assert schema.version(conn) == schema.SCHEMA_VERSION == 2
     finally:
         conn.close()
 
@@ -113,6 +113,27 @@ def test_a_newer_schema_is_refused_with_the_fix(tmp_path):
     conn.close()
     with pytest.raises(schema.SchemaTooNewError, match="version 99.*pip install -U muster"):
         StoreReader(path).runs()
+
+
+def test_a_version_1_store_gains_the_serve_tables(tmp_path):
+    path = str(tmp_path / "runs.db")
+    conn = sqlite3.connect(path)
+    conn.executescript(schema._V1)
+    conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '1')")
+    conn.execute("INSERT INTO runs (path, name, status, created_at, updated_at) VALUES ('/r', 'old', 'FINISHED', 1, 1)")
+    conn.commit()
+    conn.close()
+    reader = StoreReader(path)
+    assert reader.serve_deployments() == [] and reader.find_serve("x") == []  # v1: no Serve tables, no error
+    writer.connect(path).close()  # a newer writer migrates it forward, keeping what was there
+    conn = sqlite3.connect(path)
+    try:
+        assert schema.version(conn) == 2
+        assert {"serve_replicas", "serve_metrics", "serve_events", "serve_logs"} <= {
+            r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        conn.close()
+    assert [r["name"] for r in reader.runs()] == ["old"] and reader.serve_deployments() == []
 
 
 def test_reader_says_where_it_looked(tmp_path):

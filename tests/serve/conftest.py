@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from serve_helpers import serving
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _serve_store(tmp_path_factory):
+    """Serve records into the run store of MUSTER_STORAGE_PATH: a temporary one here, never ~/muster_results."""
+    old = os.environ.get("MUSTER_STORAGE_PATH")
+    os.environ["MUSTER_STORAGE_PATH"] = str(tmp_path_factory.mktemp("serve-runs"))
+    yield
+    if old is None:
+        os.environ.pop("MUSTER_STORAGE_PATH", None)
+    else:
+        os.environ["MUSTER_STORAGE_PATH"] = old
 
 
 @pytest.fixture(scope="module")

@@ -239,13 +239,8 @@ class RunRecorder:
 
     def close(self) -> None:
         """Write what is queued and let go of the store (the run's last call)."""
-        if self._w is None:
-            return
-        if self._logs is not None:
-            self._logs.remove_log_sink(self._on_log_lines)
         w, self._w = self._w, None
-        w.flush()
-        w.release()
+        let_go(w, self._on_log_lines, self._logs)
 
     # -- worker logs ------------------------------------------------------------------
     def _on_log_lines(self, label: str, pid: int | None, lines: list[str]) -> None:
@@ -260,6 +255,17 @@ class RunRecorder:
                 "INSERT INTO logs (run_id, attempt, rank, pid, time, line) VALUES (?, ?, ?, ?, ?, ?)",
                 (self.run_id, attempt, rank, pid, now, line),
             )
+
+
+def let_go(w: writer.StoreWriter | None, sink: Callable[[str, int | None, list[str]], None],
+           logs: LogSource | None) -> None:
+    """Stop feeding worker lines to ``sink``, write what is queued, and hand the store writer back."""
+    if logs is not None:
+        logs.remove_log_sink(sink)
+    if w is None:
+        return
+    w.flush()
+    w.release()
 
 
 def _first_line(err: BaseException) -> str:

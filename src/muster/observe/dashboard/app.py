@@ -99,8 +99,34 @@ def create_app(reader: StoreReader, root: str, token: str | None = None, loopbac
             return not_found(f"experiment {name!r}")
         return _Json({"name": name, "trials": trials, **_experiment_state(root, name)})
 
+    async def serve_list(request: Request) -> Response:
+        return _Json({"deployments": reader.serve_deployments()})
+
+    async def serve_deployment(request: Request) -> Response:
+        app, dep = request.path_params["app"], request.path_params["deployment"]
+        replicas = reader.serve_replicas(app, dep)
+        if not replicas:
+            return not_found(f"Serve deployment {app}/{dep}")
+        return _Json({"app": app, "deployment": dep, "replicas": replicas,
+                      "events": [e for e in reader.serve_events(app) if e["deployment"] in (None, dep)]})
+
+    async def serve_metrics(request: Request) -> Response:
+        app, dep = request.path_params["app"], request.path_params["deployment"]
+        return _Json({"metrics": reader.serve_metrics(app, dep, _int(request, "replica", None),
+                                                      _int(request, "after", 0) or 0)})
+
+    async def serve_logs(request: Request) -> Response:
+        pair = (request.path_params["app"], request.path_params["deployment"])
+        lines = reader.serve_logs([pair], _int(request, "replica", None), _int(request, "after", 0) or 0,
+                                  min(_int(request, "tail", 500) or 500, 5000))
+        return _Json({"logs": lines})
+
     routes = [
         Route("/", index),
+        Route("/api/serve", serve_list),
+        Route("/api/serve/{app}/{deployment}", serve_deployment),
+        Route("/api/serve/{app}/{deployment}/metrics", serve_metrics),
+        Route("/api/serve/{app}/{deployment}/logs", serve_logs),
         Route("/api/runs", runs),
         Route("/api/runs/{run_id:int}", run),
         Route("/api/runs/{run_id:int}/reports", reports),

@@ -43,13 +43,14 @@ class StoreReader:
             )
         return cls(path)
 
-    def _query(self, sql: str, params: tuple = ()) -> list[dict[str, Any]]:
+    def _query(self, sql: str, params: tuple = (), need: int = 1) -> list[dict[str, Any]]:
+        """Rows of ``sql``; none when the file predates schema version ``need`` (whose tables it reads)."""
         conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10.0)
         try:
             conn.row_factory = sqlite3.Row
             have = schema.version(conn)
-            if have == 0:
-                return []  # the first writer has created the file but not yet its tables
+            if have < need:
+                return []  # not yet created by the first writer, or written by a muster before those tables
             if have > schema.SCHEMA_VERSION:
                 schema.migrate(conn, self.path)  # raises SchemaTooNewError with the fix
             return [dict(r) for r in conn.execute(sql, params).fetchall()]
@@ -164,6 +165,70 @@ class StoreReader:
             " MIN(created_at) AS created_at, MAX(updated_at) AS updated_at FROM runs WHERE experiment IS NOT NULL"
             " GROUP BY experiment ORDER BY MAX(created_at) DESC"
         )
+
+    # -- Serve (schema version 2) -------------------------------------------------------
+    def _serve(self, sql: str, params: tuple = ()) -> list[dict[str, Any]]:
+        return self._query(sql, params, need=2)
+
+    def serve_deployments(self) -> list[dict[str, Any]]:
+        """Every Serve deployment ever recorded, newest first: its last sample and its replicas by state."""
+        rows = self._serve(
+            "SELECT app, deployment, MIN(started_at) AS first_started, MAX(started_at) AS last_started,"
+            " COUNT(*) AS replicas FROM serve_replicas GROUP BY app, deployment ORDER BY MAX(started_at) DESC"
+        )
+        for r in rows:
+            states = [x["state"] for x in self.serve_replicas(r["app"], r["deployment"])]
+            r["running"], r["dead"], r["lost"] = states.count("RUNNING"), states.count("DEAD"), states.count("LOST")
+            last = self._serve(
+                "SELECT * FROM serve_metrics WHERE app = ? AND deployment = ? AND replica IS NULL"
+                " ORDER BY id DESC LIMIT 1", (r["app"], r["deployment"]))
+            r["last"] = last[0] if last else None
+        return rows
+
+    def serve_replicas(self, app: str, deployment: str) -> list[dict[str, Any]]:
+        """The deployment's replicas, newest first, each with its last sample. A replica recorded RUNNING
+        whose process on this machine is gone (its driver died without stopping Serve) reads ``LOST``."""
+        rows = self._serve("SELECT * FROM serve_replicas WHERE app = ? AND deployment = ? ORDER BY started_at DESC",
+                           (app, deployment))
+        last = {m["replica"]: m for m in self._serve(
+            "SELECT * FROM serve_metrics WHERE id IN (SELECT MAX(id) FROM serve_metrics WHERE app = ?"
+            " AND deployment = ? AND replica IS NOT NULL GROUP BY replica)", (app, deployment))}
+        for r in rows:
+            if r["state"] == "RUNNING" and _driver_gone(r["host"], r["pid"]):
+                r["state"] = "LOST"  # its process is gone without a word (the driver running Serve died)
+            r["last"] = last.get(r["replica"]) if r["state"] == "RUNNING" else None
+        return rows
+
+    def serve_metrics(self, app: str, deployment: str, replica: int | None = None, after: int = 0,
+                      limit: int = 20000) -> list[dict[str, Any]]:
+        """Samples of the deployment (``replica`` None) or of one replica, oldest first."""
+        who = "replica IS NULL" if replica is None else "replica = ?"
+        return self._serve(
+            f"SELECT * FROM serve_metrics WHERE app = ? AND deployment = ? AND {who} AND id > ? ORDER BY id LIMIT ?",
+            (app, deployment, *(() if replica is None else (replica,)), after, limit),
+        )
+
+    def serve_events(self, app: str, after: int = 0) -> list[dict[str, Any]]:
+        return self._serve("SELECT * FROM serve_events WHERE app = ? AND id > ? ORDER BY id", (app, after))
+
+    def find_serve(self, name: str) -> list[tuple[str, str]]:
+        """``(app, deployment)`` pairs ``name`` means: ``app/deployment``, an app, or a deployment name."""
+        pairs = [(r["app"], r["deployment"]) for r in self._serve(
+            "SELECT DISTINCT app, deployment FROM serve_replicas ORDER BY app, deployment")]
+        return [(a, d) for a, d in pairs if name in (f"{a}/{d}", a, d)]
+
+    def serve_logs(self, pairs: list[tuple[str, str]], replica: int | None = None, after: int = 0,
+                   tail: int = 1000) -> list[dict[str, Any]]:
+        """The last ``tail`` lines the replicas of ``pairs`` printed (all, or replica number ``replica``)."""
+        if not pairs:
+            return []
+        where = " OR ".join("(app = ? AND deployment = ?)" for _ in pairs)
+        params: tuple = tuple(x for p in pairs for x in p)
+        if replica is not None:
+            where, params = f"({where}) AND replica = ?", (*params, replica)
+        rows = self._serve(f"SELECT * FROM serve_logs WHERE ({where}) AND id > ? ORDER BY id DESC LIMIT ?",
+                           (*params, after, tail))
+        return rows[::-1]
 
 
 def _run_row(r: dict[str, Any]) -> dict[str, Any]:

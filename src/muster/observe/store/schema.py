@@ -20,6 +20,22 @@ table                   one row per
 ``logs``                line a worker printed (stdout and stderr)
 ======================  =====================================================================
 
+Version 2 adds Serve (``muster.serve``), in tables of their own; a version 1
+file gains them when a newer muster opens it:
+
+======================  =====================================================================
+``serve_replicas``      replica ever started: app, deployment, replica number (the ``#N`` of
+                        its log label), host, pid, state (``RUNNING``, ``STOPPED``, ``DEAD``),
+                        start and end, the cause of its end
+``serve_metrics``       sample of a deployment (``replica`` NULL) or one replica, at most one
+                        a second: requests/s, p50/p99 latency (ms), requests served and
+                        errors since start, ongoing requests; running and target replicas
+                        and restarts on the deployment rows
+``serve_events``        deployment event: ``deploy``, ``replica_started``, ``replica_died``,
+                        ``restart``, ``replica_stopped``, ``delete``
+``serve_logs``          line a replica printed (stdout and stderr)
+======================  =====================================================================
+
 Times are Unix seconds (float). JSON columns hold text. A newer muster
 migrates an older file forward in :func:`migrate`; an older muster refuses
 a newer file with a message instead of misreading it.
@@ -29,7 +45,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -126,6 +142,59 @@ CREATE TABLE IF NOT EXISTS logs (
 CREATE INDEX IF NOT EXISTS logs_run ON logs (run_id, rank, id);
 """
 
+_V2 = """
+CREATE TABLE IF NOT EXISTS serve_replicas (
+    id TEXT PRIMARY KEY,
+    app TEXT NOT NULL,
+    deployment TEXT NOT NULL,
+    replica INTEGER NOT NULL,
+    host TEXT,
+    pid INTEGER,
+    state TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    cause TEXT
+);
+CREATE INDEX IF NOT EXISTS serve_replicas_dep ON serve_replicas (app, deployment, started_at);
+CREATE TABLE IF NOT EXISTS serve_metrics (
+    id INTEGER PRIMARY KEY,
+    time REAL NOT NULL,
+    app TEXT NOT NULL,
+    deployment TEXT NOT NULL,
+    replica INTEGER,
+    requests_per_s REAL,
+    p50_ms REAL,
+    p99_ms REAL,
+    served INTEGER,
+    errors INTEGER,
+    ongoing INTEGER,
+    running INTEGER,
+    target INTEGER,
+    restarts INTEGER
+);
+CREATE INDEX IF NOT EXISTS serve_metrics_dep ON serve_metrics (app, deployment, id);
+CREATE TABLE IF NOT EXISTS serve_events (
+    id INTEGER PRIMARY KEY,
+    time REAL NOT NULL,
+    app TEXT NOT NULL,
+    deployment TEXT,
+    replica INTEGER,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS serve_events_app ON serve_events (app, id);
+CREATE TABLE IF NOT EXISTS serve_logs (
+    id INTEGER PRIMARY KEY,
+    time REAL NOT NULL,
+    app TEXT NOT NULL,
+    deployment TEXT NOT NULL,
+    replica INTEGER NOT NULL,
+    pid INTEGER,
+    line TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS serve_logs_dep ON serve_logs (app, deployment, replica, id);
+"""
+
 
 class SchemaTooNewError(RuntimeError):
     """The store was written by a newer muster than this one."""
@@ -152,7 +221,11 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
             f"The run store {path} has schema version {have}, newer than this muster's {SCHEMA_VERSION}. "
             'Upgrade muster (pip install -U muster) to read it, or point storage_path elsewhere.'
         )
+    if have >= SCHEMA_VERSION:
+        return
     if have < 1:
         conn.executescript(_V1)
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        conn.commit()
+    if have < 2:
+        conn.executescript(_V2)
+    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+    conn.commit()

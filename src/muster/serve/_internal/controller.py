@@ -30,12 +30,14 @@ from muster.serve._internal.metrics import DeploymentMetrics
 from muster.serve._internal.ingress import IngressActor
 from muster.serve._internal import plan
 from muster.serve._internal.plan import DeploymentPlan
+from muster.serve._internal.record import ServeRecorder
 from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
 from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import RayServeException
 
 _BUSY_WAIT_S = 120.0  # how long a replica waits for resources other work holds
 _PUSH_TIMEOUT_S = 10.0
+_TABLE_VERSIONS = itertools.count(1)  # route tables this process has made, across serve.start/shutdown
 
 
 @dataclass(eq=False)
@@ -43,6 +45,7 @@ class _ReplicaState:
     id: str
     socket: str
     resources: dict[str, float]
+    number: int = 0  # the ``#N`` of its log label: what ``muster logs --replica N`` names
     actor: RuntimeActor | None = None
     state: str = "STARTING"  # STARTING, RUNNING, STOPPING, DEAD
     health: concurrent.futures.Future | None = None
@@ -108,10 +111,11 @@ class ServeController:
         self.dir = tempfile.mkdtemp(prefix="muster-serve-", dir="/tmp")
         self.apps: dict[str, _App] = {}
         self.lock = threading.RLock()
-        self.version = itertools.count(1)
+        self.version = _TABLE_VERSIONS  # process-wide: a later Serve instance's tables outrank an earlier one's
         self.table = router.RouteTable()
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="muster-serve-ctl")
         self.local = self.runtime.name == "local"
+        self.record = ServeRecorder(self.runtime)
         if self.local:
             self.ingress: Any = self.runtime.create_actor(
                 IngressActor, (http_options, self.table), {}, {}, label="serve ingress"
@@ -163,6 +167,9 @@ class ServeController:
         new.status = "RUNNING"
         with self.lock:
             self.apps[name] = new
+        self.record.event(name, None, None, "deploy", f"app {name!r} deployed"
+                          f"{' (replacing the running one)' if old is not None else ''}: "
+                          + ", ".join(f"{d.plan.name} x{d.target}" for d in new.deployments.values()))
         self._push()
         if old is not None and not stop_old_first:
             self._stop_app(old, push=False)
@@ -173,6 +180,7 @@ class ServeController:
         if app is None:
             return False
         self._stop_app(app)
+        self.record.event(name, None, None, "delete", f"app {name!r} deleted")
         return True
 
     def _stop_app(self, app: _App, push: bool = True) -> None:
@@ -234,7 +242,7 @@ class ServeController:
         n = next(d.counter)
         rid = f"{d.app}#{d.plan.name}#{os.urandom(4).hex()}"
         where = os.path.join(self.dir, f"{os.urandom(6).hex()}.sock") if self.local else "tcp:"
-        rep = _ReplicaState(rid, where, d.plan.config.resources())
+        rep = _ReplicaState(rid, where, d.plan.config.resources(), n)
         with self.lock:
             d.replicas[rid] = rep
             if pending:
@@ -260,6 +268,7 @@ class ServeController:
         actor.set_handlers(None, lambda _h, err, d=d, rep=rep: self._died(d, rep, err))
         rep.state = "RUNNING"
         rep.last_health = time.monotonic()
+        self.record.replica_started(d.app, d.plan.name, n, rid, actor.pid, here=self.local)
         return rep
 
     def _wait_for_room(self, d: _Deployment, rep: _ReplicaState) -> None:
@@ -286,6 +295,10 @@ class ServeController:
             live = self.apps.get(d.app)
             keep = live is not None and live.deployments.get(d.plan.name) is d
         print(f"[serve] {d.message}", file=sys.stderr, flush=True)
+        self.record.replica_ended(d.app, d.plan.name, rep.number, rep.id, "DEAD", str(err))
+        if keep:
+            self.record.event(d.app, d.plan.name, rep.number, "restart",
+                              f"replacing replica #{rep.number} (restart {d.restarts})")
         self.pool.submit(self._push)
         if keep:
             self._ensure(d)
@@ -323,6 +336,8 @@ class ServeController:
         for r in reps:
             if r.actor is not None:
                 self.runtime.kill(r.actor, grace_s=1.0)
+                if r.state != "DEAD":
+                    self.record.replica_ended(d.app, d.plan.name, r.number, r.id, "STOPPED")
             r.state = "DEAD"
             with self.lock:
                 d.replicas.pop(r.id, None)
@@ -394,6 +409,10 @@ class ServeController:
         snaps = {rid: f.result() for rid, f in d.stats.items() if f.done() and f.exception() is None}
         d.stats = None
         d.metrics.update(snaps, now)
+        with self.lock:
+            numbers = {r.id: r.number for r in d.replicas.values()}
+            running = len(d.running())
+        self.record.sample(d.app, d.plan.name, d.metrics.as_dict(), numbers, running, d.target, d.restarts, now)
         if auto is not None:
             self._autoscale(d, float(sum(s["ongoing"] for s in snaps.values())), now)
 
@@ -451,4 +470,5 @@ class ServeController:
         if self.local:
             self.runtime.kill(self.ingress, grace_s=1.0)
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.record.close()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -31,18 +31,22 @@ class DeploymentMetrics:
         window_served = 0
         lat: list[float] = []
         ongoing = 0
+        dt = now - self.last if self.last is not None else None
         for rid, s in snapshots.items():
             prev = self.by_replica.get(rid, {"served": 0, "errors": 0})
-            window_served += max(0, s["served"] - prev["served"]) + max(0, s["errors"] - prev["errors"])
+            done = max(0, s["served"] - prev["served"]) + max(0, s["errors"] - prev["errors"])
+            window_served += done
             self.served += max(0, s["served"] - prev["served"])
             self.errors += max(0, s["errors"] - prev["errors"])
             ongoing += s["ongoing"]
             lat.extend(s["latency_ms"])
-            self.by_replica[rid] = {"served": s["served"], "errors": s["errors"], "ongoing": s["ongoing"]}
+            mine = sorted(s["latency_ms"])
+            self.by_replica[rid] = {"served": s["served"], "errors": s["errors"], "ongoing": s["ongoing"],
+                                    "requests_per_s": round(done / dt, 2) if dt else 0.0,
+                                    "p50_ms": _pct(mine, 0.5), "p99_ms": _pct(mine, 0.99)}
         for rid in list(self.by_replica):
             if rid not in snapshots:
                 del self.by_replica[rid]
-        dt = now - self.last if self.last is not None else None
         self.last = now
         self.ongoing = ongoing
         self.requests_per_s = round(window_served / dt, 2) if dt else 0.0

@@ -228,6 +228,59 @@ async function experimentPage(v, name) {
   return trials.some(t => t.status === "RUNNING" && !t.stale);
 }
 
+// ---- Serve: deployments and their replicas (schema v2 tables) ------------------------------------
+async function servePage(v) {
+  const {deployments} = await api("api/serve");
+  if (v !== view) return false;
+  const ms = x => x == null ? "-" : num(x) + " ms";
+  document.getElementById("main").innerHTML = `<h1>Serve deployments</h1><table id="serve-deps"><tr><th>app / deployment</th>
+    <th>running</th><th>target</th><th>restarts</th><th>req/s</th><th>p50</th><th>p99</th><th>served</th><th>errors</th>
+    <th>ongoing</th><th>last sample</th></tr>${deployments.map(d => { const m = d.last || {}; return `<tr data-dep="${esc(d.app + "/" + d.deployment)}">
+    <td><a href="#/serve/${encodeURIComponent(d.app)}/${encodeURIComponent(d.deployment)}">${esc(d.app)} / ${esc(d.deployment)}</a></td>
+    <td class="num">${d.running}</td><td class="num">${m.target ?? "-"}</td><td class="num">${m.restarts ?? "-"}</td>
+    <td class="num">${num(m.requests_per_s)}</td><td class="num">${ms(m.p50_ms)}</td><td class="num">${ms(m.p99_ms)}</td>
+    <td class="num">${num(m.served)}</td><td class="num">${num(m.errors)}</td><td class="num">${num(m.ongoing)}</td>
+    <td>${when(m.time)}</td></tr>`; }).join("") || '<tr><td colspan="11" class="muted">No Serve deployments recorded.</td></tr>'}</table>`;
+  return deployments.some(d => d.running > 0);
+}
+
+async function serveDeploymentPage(v, app, dep) {
+  const base = `api/serve/${encodeURIComponent(app)}/${encodeURIComponent(dep)}`;
+  const [detail, {metrics}] = await Promise.all([api(base), api(base + "/metrics")]);
+  if (v !== view) return false;
+  const main = document.getElementById("main");
+  if (!main.querySelector("#serve-dep")) {
+    clearCharts();
+    main.innerHTML = `<div id="serve-dep"><h1 id="serve-title">${esc(app)} / ${esc(dep)} <span class="muted">Serve deployment</span></h1>
+      <div class="card" id="chart-rate"></div><div class="card" id="chart-latency"></div><div class="card" id="chart-ongoing"></div>
+      <h2>Replicas</h2><div id="serve-replicas"></div><h2>Events</h2><ul id="serve-events"></ul>
+      <h2>Logs <select id="log-replica"><option value="">all replicas</option></select></h2><pre id="serve-logs" class="logs"></pre></div>`;
+    main.querySelector("#log-replica").addEventListener("change", () => render(view));
+  }
+  const t0 = metrics.length ? metrics[0].time : 0, xs = metrics.map(m => m.time - t0);
+  plot("chart-rate", "requests / s", "s", ["requests/s", "errors (total)"], [xs, metrics.map(m => m.requests_per_s), metrics.map(m => m.errors)]);
+  plot("chart-latency", "latency (ms)", "s", ["p50", "p99"], [xs, metrics.map(m => m.p50_ms), metrics.map(m => m.p99_ms)]);
+  plot("chart-ongoing", "ongoing requests and replicas", "s", ["ongoing", "running replicas"], [xs, metrics.map(m => m.ongoing), metrics.map(m => m.running)]);
+  const reps = detail.replicas;
+  main.querySelector("#serve-replicas").innerHTML = `<table id="replicas"><tr><th>replica</th><th>state</th><th>pid</th><th>host</th>
+    <th>started</th><th>ended</th><th>req/s</th><th>p50</th><th>p99</th><th>served</th><th>errors</th><th>ongoing</th><th>cause</th></tr>
+    ${reps.map(r => { const m = r.last || {}; return `<tr data-replica="${r.replica}"><td>#${r.replica}</td><td>${badge(r.state)}</td>
+    <td class="num">${r.pid ?? "-"}</td><td>${esc(r.host)}</td><td>${when(r.started_at)}</td><td>${when(r.ended_at)}</td>
+    <td class="num">${num(m.requests_per_s)}</td><td class="num">${num(m.p50_ms)}</td><td class="num">${num(m.p99_ms)}</td>
+    <td class="num">${num(m.served)}</td><td class="num">${num(m.errors)}</td><td class="num">${num(m.ongoing)}</td>
+    <td>${esc(r.cause || "")}</td></tr>`; }).join("")}</table>`;
+  main.querySelector("#serve-events").innerHTML = detail.events.slice(-200).map(e =>
+    `<li class="k-${esc(e.kind)}">${when(e.time)} <b>${esc(e.kind)}</b> ${esc(e.message)}</li>`).join("");
+  const sel = main.querySelector("#log-replica"), cur = sel.value;
+  const numbers = [...new Set(reps.map(r => r.replica))].sort((a, b) => a - b);
+  sel.innerHTML = '<option value="">all replicas</option>' + numbers.map(n => `<option value="${n}">#${n}</option>`).join("");
+  sel.value = cur;
+  const {logs} = await api(base + "/logs?tail=500" + (cur === "" ? "" : "&replica=" + cur));
+  const pre = main.querySelector("#serve-logs");
+  pre.textContent = logs.map(l => `(#${l.replica}, pid=${l.pid}) ${l.line}`).join("\n") || "(no output yet)";
+  return reps.some(r => r.state === "RUNNING");
+}
+
 // ---- routing and live refresh -----------------------------------------------------------------
 async function render(v) {
   const [, page, arg] = (location.hash || "#/").split("/");
@@ -236,6 +289,8 @@ async function render(v) {
     if (page === "run") live = await runPage(v, Number(arg));
     else if (page === "experiments") live = await experimentsPage(v);
     else if (page === "experiment") live = await experimentPage(v, decodeURIComponent(arg));
+    else if (page === "serve" && arg) live = await serveDeploymentPage(v, decodeURIComponent(arg), decodeURIComponent((location.hash.split("/")[3] || "")));
+    else if (page === "serve") live = await servePage(v);
     else live = await runsPage(v);
   } catch (err) {
     document.getElementById("main").innerHTML = `<p class="s-ERRORED badge">error</p><pre>${esc(err.message)}</pre>`;
@@ -244,7 +299,7 @@ async function render(v) {
   document.getElementById("live").textContent = live ? "● live" : "";
   document.body.dataset.ready = "1";   // the browser tests wait for this
   clearTimeout(timer);
-  const listing = page !== "run" && page !== "experiment";   // lists keep polling: new runs appear
+  const listing = page !== "run" && page !== "experiment" && !(page === "serve" && arg);   // lists keep polling: new runs appear
   if (live || listing) timer = setTimeout(() => render(v), live ? POLL_MS : 3 * POLL_MS);
 }
 window.addEventListener("hashchange", () => { view += 1; clearCharts(); document.getElementById("main").innerHTML = ""; render(view); });
