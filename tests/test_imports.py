@@ -25,6 +25,7 @@ def _import_alone(module: str) -> str | None:
     return None if proc.returncode == 0 else f"{module}: {proc.stderr.strip().splitlines()[-1]}"
 
 
+@pytest.mark.timeout(900)  # ~180 fresh interpreters, several importing torch, on 2 cores
 def test_every_module_imports_alone():
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         failures = [f for f in pool.map(_import_alone, MODULES) if f]

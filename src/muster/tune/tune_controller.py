@@ -230,9 +230,12 @@ class TuneController:
             self._on_end(event.trial, event.outcome)
 
     def _on_result(self, trial: Trial, row: dict[str, Any]) -> None:
-        if trial.ending_as is not None:
-            return  # reported while being stopped: recorded in its run, not acted on
         result = {k: v for k, v in row.items() if not k.startswith("_")}
+        if trial.ending_as is not None:
+            # Reported while being stopped: recorded in its run and shown to callbacks (loggers keep
+            # every result), but no searcher, stopper or scheduler acts on it.
+            self.callbacks.trial_event("on_trial_result", self.trials, trial, result=result)
+            return
         trial.last_result, trial.num_results = result, trial.num_results + 1
         self._dirty = True
         self.searcher.on_trial_result(trial.trial_id, result)
