@@ -160,11 +160,7 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
             name = child.op.name
             yield from _run((Job(t.read, name, chain) for t in op.reorders_reads(child.op.tasks, epoch)), stats)
             return
-        t = time.perf_counter()
-        blocks = list(_stream(child, epoch, stats))
-        out = op.fn(blocks, epoch)
-        stats.add(op.name, sum(b.num_rows for b in out), len(out), time.perf_counter() - t)
-        upstream: Iterator[pa.Table] = iter(out)
+        upstream: Iterator[pa.Table] = _timed(op.name, lambda: op.fn(list(_stream(child, epoch, stats)), epoch), stats)
     elif isinstance(op, Limit):
         upstream = _limit(_stream(node.inputs[0], epoch, stats), op.n)
     elif isinstance(op, Union):
@@ -175,6 +171,23 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
         yield from upstream
     else:
         yield from _run((Job(functools.partial(_one, b), None, chain) for b in upstream), stats)
+
+
+def _timed(name: str, make: Callable[[], list[pa.Table] | Iterator[pa.Table]], stats: Stats) -> Iterator[pa.Table]:
+    """The blocks ``make`` returns, with the time spent making them (lazily, too) counted for ``name``."""
+    t = time.perf_counter()
+    out = iter(make())
+    busy = time.perf_counter() - t
+    while True:
+        t = time.perf_counter()
+        b = next(out, None)
+        busy += time.perf_counter() - t
+        if b is None:
+            stats.add(name, 0, 0, busy)
+            return
+        stats.add(name, b.num_rows, 1, busy)
+        busy = 0.0
+        yield b
 
 
 def _one(block: pa.Table) -> list[pa.Table]:
