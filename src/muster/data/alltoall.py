@@ -48,13 +48,14 @@ class _Plan:
     def gather(self, table: pa.Table) -> Iterator[pa.Table]:
         """``table``'s rows in this plan's order, one block a pile: each pile is gathered with
         rising indices, then permuted within itself (while it is in cache)."""
-        columns = [_numpy_or_none(c) for c in table.columns]
+        found = [_numpy_or_none(c) for c in table.columns]
+        columns = [c for c in found if c is not None]
         for i in range(len(self.bounds) - 1):
             idx = self.order[self.bounds[i]:self.bounds[i + 1]]
             if not len(idx):
                 continue
             within = self.within[self.bounds[i]:self.bounds[i + 1]]
-            if all(c is not None for c in columns):  # numpy's take is the fastest gather for plain numbers
+            if len(columns) == len(found):  # numpy's take is the fastest gather for plain numbers
                 yield pa.Table.from_arrays([np.take(np.take(c, idx), within) for c in columns], schema=table.schema)
             else:
                 yield table.take(pa.array(idx)).take(pa.array(within))
