@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -48,10 +48,11 @@ class Transform:
 
 @dataclass(frozen=True)
 class AllToAll:
-    """``fn(blocks, epoch)`` -> blocks; ``epoch`` seeds per-epoch randomness."""
+    """``fn(blocks, epoch)`` -> blocks (a list, or an iterator that makes them as they are
+    consumed); ``epoch`` seeds per-epoch randomness."""
 
     name: str
-    fn: Callable[[list[pa.Table], int], list[pa.Table]]
+    fn: Callable[[list[pa.Table], int], list[pa.Table] | Iterator[pa.Table]]
     reorders_reads: Callable[[tuple[ReadTask, ...], int], tuple[ReadTask, ...]] | None = None
 
 
