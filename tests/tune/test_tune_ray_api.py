@@ -103,7 +103,7 @@ def test_hyperband_promotes_the_best_and_logger_callback_sees_every_trial(storag
     ).fit()
     assert grid.num_errors == 0, grid.errors
     iters = {r.config["x"]: r.metrics["training_iteration"] for r in grid}
-    assert iters[0.1] == 9, iters  # the best went all the way to max_t
+    assert iters[0.1] in (9, 10), iters  # the best went all the way to max_t (a stopping trial may get one more out)
     # the second best was promoted once (6 -> 2 -> 1); the rest stopped at the first milestone (a trial
     # told to pause may get a result or two out before its process stops)
     assert 3 <= iters[0.3] < 9, iters

@@ -98,6 +98,8 @@ class TuneController:
                 self._start_trials()
                 if not self._running() and not self._startable():
                     break
+                if not self._running() and self._stalled():
+                    continue  # the paused trials nobody would resume were ended: look again
                 try:
                     event: TrialEvent | None = self.events.get(timeout=0.5)
                 except queue.Empty:
@@ -141,6 +143,24 @@ class TuneController:
         waiting = [t for t in self.trials if t.status == PENDING or (t.status == PAUSED and t.restart_plan)]
         paused = [t for t in self.trials if t.status == PAUSED]
         return bool(waiting) or not self._search_done or bool(paused)
+
+    def _stalled(self) -> bool:
+        """Nothing runs, the search is done, and the scheduler resumes none of the paused trials: no
+        event can change that, so rather than wait forever, end them (their results stay) and say so."""
+        paused = [t for t in self.trials if t.status == PAUSED and t.run is None and not t.restart_plan]
+        if not self._search_done or not paused or any(t.status == PENDING for t in self.trials):
+            return False
+        self.progress.event(
+            f"{type(self.scheduler).__name__} resumes none of the {len(paused)} paused trial(s) and nothing else "
+            "runs: ending them as TERMINATED (their results are kept)"
+        )
+        for trial in paused:
+            trial.status = TERMINATED
+            self._dirty = True
+            self.scheduler.on_trial_complete(self, trial, trial.last_result or None)
+            self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None)
+            self.callbacks.trial_event("on_trial_complete", self.trials, trial)
+        return True
 
     def _start_trials(self) -> None:
         while not self._stopping_all:
