@@ -10,6 +10,7 @@ from muster import tune
 from muster.train import Checkpoint
 from muster.tune.logger import LoggerCallback
 from muster.tune.schedulers import HyperBandScheduler, PopulationBasedTraining
+from muster.tune.schedulers.trial_scheduler import TrialScheduler
 
 
 class Counter(tune.Trainable):
@@ -113,3 +114,24 @@ def test_hyperband_promotes_the_best_and_logger_callback_sees_every_trial(storag
     assert {e[1] for e in log.events if e[0] == "start"} == ids
     assert {e[1] for e in log.events if e[0] == "end"} == ids and not any(e[2] for e in log.events if e[0] == "end")
     assert sum(e[0] == "result" for e in log.events) == sum(iters.values())
+
+
+class _PauseForever(TrialScheduler):
+    """Pauses every trial at its second result and never resumes one (a scheduler bug)."""
+
+    def on_trial_result(self, controller, trial, result):
+        return self.PAUSE if result["training_iteration"] >= 2 else self.CONTINUE
+
+    def choose_trial_to_run(self, controller, candidates):
+        return next((t for t in candidates if t.status == "PENDING"), None)
+
+
+def test_paused_trials_no_scheduler_resumes_end_instead_of_hanging(storage):
+    grid = tune.Tuner(
+        _climber,
+        param_space={"x": tune.grid_search([0.1, 0.2])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=_PauseForever()),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    assert all(2 <= r.metrics["training_iteration"] < 30 for r in grid)  # paused early, then ended
