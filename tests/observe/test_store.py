@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -92,13 +93,22 @@ def test_writes_never_wait_on_a_locked_database(tmp_path):
         )
         blocker = sqlite3.connect(path, timeout=0)
         blocker.execute("BEGIN EXCLUSIVE")  # another process holds the file
-        start = time.perf_counter()
-        for i in range(5000):
-            w.put("INSERT INTO events (run_id, time, kind, message) VALUES (?, ?, 'x', ?)", (run_id, i, str(i)))
-        assert time.perf_counter() - start < 0.5  # the training thread only queued them
-        time.sleep(0.3)  # the writer is now retrying against the lock
-        blocker.rollback()
-        blocker.close()
+        try:
+
+            def put_all() -> None:
+                for i in range(5000):
+                    w.put("INSERT INTO events (run_id, time, kind, message) VALUES (?, ?, 'x', ?)", (run_id, i, str(i)))
+
+            training = threading.Thread(target=put_all, daemon=True)
+            training.start()
+            training.join(20)
+            # All 5000 puts returned while the lock is still held: the training thread only queued them.
+            # Had put waited for its write, it would be stuck until the rollback below.
+            assert not training.is_alive()
+            time.sleep(0.3)  # the writer is now retrying against the lock
+        finally:
+            blocker.rollback()
+            blocker.close()
         assert w.flush(timeout=30)
         assert w.query_now("SELECT COUNT(*) FROM events")[0][0] == 5000
     finally:
