@@ -14,6 +14,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from muster.exceptions import InvalidArgumentError
 from muster.serve.llm.errors import InvalidRequestError
 
 MAX_N = 16
@@ -66,7 +67,7 @@ class _SamplingRequest(_Request):
     def _check_stop(cls, value: str | list[str] | None) -> str | list[str] | None:
         stops = [value] if isinstance(value, str) else value or []
         if len(stops) > MAX_STOP or any(not s for s in stops):
-            raise ValueError(f"stop takes up to {MAX_STOP} non-empty strings, got {value!r}")
+            raise InvalidArgumentError(f"stop takes up to {MAX_STOP} non-empty strings, got {value!r}")
         return value
 
     def stop_list(self) -> list[str]:

@@ -212,6 +212,13 @@ class _Primed:
     prompt_tokens: int
 
 
+async def _close(chunks: AsyncIterator[GenerationChunk]) -> None:
+    """Close a generation if it can be closed (async generators can; a bare iterator has nothing to close)."""
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
 async def _open(requests: Sequence[tuple[list[int], SamplingParams]], engine: LLMEngine) -> list[_Primed]:
     """Start every generation and read its first chunk; on any error close them all and raise."""
     opened: list[_Primed] = []
@@ -219,10 +226,10 @@ async def _open(requests: Sequence[tuple[list[int], SamplingParams]], engine: LL
         for ids, params in requests:
             gen = engine.generate(ids, params)
             opened.append(_Primed(None, gen, len(ids)))
-            opened[-1].first = await anext(gen, None)  # type: ignore[arg-type]
+            opened[-1].first = await anext(gen, None)
     except BaseException:
         for primed in opened:
-            await primed.rest.aclose()  # type: ignore[attr-defined]
+            await _close(primed.rest)
         raise
     return opened
 
@@ -242,7 +249,7 @@ async def _merge(streams: list[_Primed]) -> AsyncGenerator[tuple[int, Generation
                 async for chunk in chunks:
                     yield 0, chunk
         finally:
-            await streams[0].rest.aclose()  # type: ignore[attr-defined]
+            await _close(streams[0].rest)
         return
     queue: asyncio.Queue[tuple[int, GenerationChunk | BaseException | None]] = asyncio.Queue()
 
@@ -254,7 +261,7 @@ async def _merge(streams: list[_Primed]) -> AsyncGenerator[tuple[int, Generation
         except Exception as exc:
             await queue.put((i, exc))
         finally:
-            await primed.rest.aclose()  # type: ignore[attr-defined]
+            await _close(primed.rest)
 
     tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
     try:
@@ -282,7 +289,7 @@ async def _collect(streams: list[_Primed]) -> list[tuple[str, str | None, int]]:
                 text.append(chunk.text)
                 reason, count = chunk.finish_reason or reason, chunk.num_generated_tokens
         finally:
-            await primed.rest.aclose()  # type: ignore[attr-defined]
+            await _close(primed.rest)
         return "".join(text), reason, count
 
     return list(await asyncio.gather(*(one(s) for s in streams)))
@@ -303,8 +310,8 @@ def _prompt_list(value: str | list[str] | list[int] | list[list[int]]) -> list[s
     if not value:
         raise InvalidRequestError("the prompt/input list is empty: send at least one item", param="prompt")
     if all(isinstance(x, int) for x in value):
-        return [list(value)]  # type: ignore[arg-type]
-    return list(value)  # type: ignore[arg-type]
+        return [[x for x in value if isinstance(x, int)]]
+    return [x for x in value if isinstance(x, (str, list))]
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> p.Usage:

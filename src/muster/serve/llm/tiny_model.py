@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from muster.exceptions import InvalidArgumentError
+
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}</s>\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
@@ -51,14 +53,15 @@ def build_tiny_model(
         seed: seed of the random weights.
 
     Raises:
-        ValueError: ``architecture`` is not one of the two above.
+        InvalidArgumentError: ``architecture`` is not one of the two above.
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedModel,
+                              PreTrainedTokenizerFast)
 
     if architecture not in ("llama", "gpt2"):
-        raise ValueError(f"architecture={architecture!r}: use 'llama' or 'gpt2'")
+        raise InvalidArgumentError(f"architecture={architecture!r}: use 'llama' or 'gpt2'")
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     bpe = Tokenizer(models.BPE())
@@ -72,9 +75,9 @@ def build_tiny_model(
     if chat_template:
         tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(out)
-    ids: dict[str, int] = {name: int(tokenizer.convert_tokens_to_ids(name)) for name in ("<s>", "</s>", "<pad>")}  # type: ignore[arg-type]
+    ids: dict[str, int] = {name: _token_id(tokenizer.convert_tokens_to_ids(name)) for name in ("<s>", "</s>", "<pad>")}
     torch.manual_seed(seed)
-    model: torch.nn.Module
+    model: PreTrainedModel
     if architecture == "llama":
         model = LlamaForCausalLM(LlamaConfig(
             vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
@@ -87,5 +90,10 @@ def build_tiny_model(
             vocab_size=len(tokenizer), n_embd=hidden_size, n_layer=num_layers, n_head=4, n_positions=max_positions,
             bos_token_id=ids["<s>"], eos_token_id=ids["</s>"], pad_token_id=ids["<pad>"],
         ))
-    model.save_pretrained(out)  # type: ignore[operator]
+    model.save_pretrained(out)
     return out
+
+
+def _token_id(found: int | list[int]) -> int:
+    """One token's id (``convert_tokens_to_ids`` of a single token gives an int)."""
+    return found if isinstance(found, int) else found[0]
