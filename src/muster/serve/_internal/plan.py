@@ -46,10 +46,10 @@ def portable(target: Any) -> Any:
 
     module, name = getattr(target, "__module__", None), getattr(target, "__name__", None)
     mod = sys.modules.get(module or "")
-    if mod is not None and module != "__main__" and name:
+    if mod is not None and module is not None and module != "__main__" and name:
         d = getattr(mod, name, None)
         if isinstance(d, Deployment) and d.func_or_class is target:
-            return TargetRef(module, name)  # type: ignore[arg-type]
+            return TargetRef(module, name)
     _register_reducers()
     return target
 

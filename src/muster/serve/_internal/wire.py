@@ -26,7 +26,7 @@ import asyncio
 import pickle
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 HEADER = struct.Struct("!IIB")
 REQ_HTTP, REQ_CALL, CANCEL = 1, 2, 3
@@ -74,7 +74,7 @@ class FrameProtocol(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's transport
 
     def data_received(self, data: bytes) -> None:
         buf = self._buf
