@@ -80,7 +80,7 @@ class _Plans:
         return {"seed": self.seed}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        _Permutations.__init__(self, state["seed"])
+        _Plans.__init__(self, state["seed"])
 
     def get(self, epoch: int, n: int, rows: int) -> _Plan:
         ahead = self._next
