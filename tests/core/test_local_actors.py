@@ -59,12 +59,28 @@ class Counter:
     def make_lock(self):
         return threading.Lock()
 
+    def make_pid_bound(self):
+        return PidBound()
+
 
 class NeedsTwoArgs(Exception):
     """Pickles but does not unpickle (its __init__ wants two arguments, args holds one)."""
 
     def __init__(self, a: str, b: str):
         super().__init__(f"{a}+{b}")
+
+
+def _rebuild_in(pid: int) -> "PidBound":
+    if os.getpid() != pid:
+        raise ModuleNotFoundError(f"No module named 'only_in_{pid}'")
+    return PidBound()
+
+
+class PidBound:
+    """Pickles anywhere, unpickles only in the process that made it (like a class only it can import)."""
+
+    def __reduce__(self):
+        return (_rebuild_in, (os.getpid(),))
 
 
 class Eventer:
@@ -142,6 +158,23 @@ def test_unpicklable_argument_or_result_fails_that_call_only(actors):
     err = h.call("make_lock").exception(TIMEOUT)
     assert isinstance(err, TaskError) and "cannot be sent back" in str(err)
     assert h.call("add", 7).result(TIMEOUT) == 7  # the actor and its link are fine
+
+
+def test_message_that_will_not_unpickle_fails_its_call_not_the_link(actors):
+    """A body the receiver cannot unpickle answers its own call with the cause and the fix (it used
+    to kill the worker's reader, or be dropped by the driver's, and the caller waited forever)."""
+    h = actors(Counter)
+    err = h.call("echo", PidBound()).exception(TIMEOUT)
+    assert isinstance(err, TaskError) and "could not be unpickled" in str(err)
+    assert "No module named 'only_in_" in str(err) and "before muster.init()" in str(err)
+    err = h.call("make_pid_bound").exception(TIMEOUT)
+    assert "sent back could not be unpickled" in str(err) and "only_in_" in str(err)
+    assert h.call("add", 3).result(TIMEOUT) == 3  # the actor and its link are fine
+
+
+def test_constructor_arguments_that_will_not_unpickle_fail_create_actor(rt):
+    with pytest.raises(TaskError, match="could not be unpickled"):
+        rt.create_actor(Counter, (PidBound(),), {}, {"CPU": 1})
 
 
 def test_constructor_error_fails_create_actor_and_frees_resources(rt):

@@ -94,8 +94,8 @@ class LocalActor(RuntimeActor):
                 msg = wire.recv(self._conn)
             except (EOFError, OSError):
                 break
-            except Exception as exc:  # a value that will not unpickle here
-                print(f"muster: could not read a message from {self.label}: {exc}", file=sys.stderr)
+            except wire.Unreadable as bad:  # its waiter gets the error instead of waiting forever
+                self._unreadable(bad)
                 continue
             self._dispatch(msg)
             del msg  # while it waits, this reader must not keep the last result alive
@@ -109,6 +109,16 @@ class LocalActor(RuntimeActor):
                 (fut.set_result if msg[2] else fut.set_exception)(msg[3])
         elif kind == "event":
             self._handle_event(msg[1], msg[2], msg[3])
+
+    def _unreadable(self, bad: wire.Unreadable) -> None:
+        if bad.kind == "result":
+            fut = self._pending.pop(bad.msg_id, None)
+            if fut is not None:
+                fut.set_exception(MusterError(bad.explain(f"The value {self.label} sent back")))
+        elif bad.kind == "event":  # a worker that waits for a reply gets this one; others ignore it
+            self._reply(bad.msg_id, False, MusterError(bad.explain(f"A request from {self.label}")))
+        else:
+            print(f"muster: could not read a message from {self.label}: {bad.error!r}", file=sys.stderr)
 
     def _handle_event(self, event_id: int, wants_reply: bool, payload: Any) -> None:
         ok, value = True, None

@@ -5,6 +5,12 @@ Worker -> driver:  ("hello", worker_id, pid, node_id) | ("result", call_id, ok, 
                    | ("event", event_id, wants_reply, payload)
 Driver -> zygote:  ("fork", worker_id, spec) | ("quit",)
 Zygote -> driver:  ("ready", pid) | ("forked", worker_id, pid) | ("exited", pid, exitcode)
+
+Each frame's header also carries the message's kind and id outside the pickle,
+so a message whose body will not unpickle on the receiving side (a class only
+the sender can import) still names the call it belongs to: the receiver
+answers that call with the error (see :class:`Unreadable`) instead of
+dropping it and leaving its caller waiting forever.
 """
 
 from __future__ import annotations
@@ -25,7 +31,31 @@ from muster.core import settings
 from muster.core.serialization import dumps, empty_buffer, shared_buffer_of
 from muster.exceptions import TaskError
 
-_HEADER = struct.Struct("!I")
+_HEADER = struct.Struct("!IBq")  # buffer count, routed kind, id
+ROUTED = ("call", "reply", "result", "event")  # kinds whose second field is an id the peer waits on
+
+
+class Unreadable(Exception):
+    """A whole message arrived but its body would not unpickle here.
+
+    ``kind`` and ``msg_id`` come from the frame header (``kind`` is ``None``
+    for messages nobody waits on), ``error`` is what unpickling raised.
+    """
+
+    def __init__(self, kind: str | None, msg_id: int, error: BaseException):
+        super().__init__(f"{kind} {msg_id}: {type(error).__name__}: {error}")
+        self.kind, self.msg_id, self.error = kind, msg_id, error
+
+    def explain(self, what: str) -> str:
+        """One paragraph for the user: what could not be read, why, and the fix."""
+        hint = ""
+        if isinstance(self.error, ModuleNotFoundError | AttributeError):
+            hint = (" The receiving process cannot import what the sender pickled: workers are forked"
+                    " when muster starts, so a module or class made importable later (a folder added to"
+                    " sys.path after muster.init(), a class defined after it in an interactive session)"
+                    " is missing there. Make it importable before muster.init() (PYTHONPATH, an"
+                    " installed package) or pass plain data (numbers, lists, dicts, arrays, tensors).")
+        return f"{what} could not be unpickled: {type(self.error).__name__}: {self.error}.{hint}"
 
 
 _raw_sockets: "weakref.WeakKeyDictionary[Connection, socket.socket]" = weakref.WeakKeyDictionary()
@@ -66,7 +96,9 @@ def send(conn: Connection, msg: tuple) -> None:
     body, buffers = dumps(msg)
     shared = [_SHARED and b.raw().nbytes >= _SHARED_MIN for b in buffers]
     sizes = [-b.raw().nbytes if s else b.raw().nbytes for b, s in zip(buffers, shared)]
-    conn.send_bytes(_HEADER.pack(len(sizes)) + struct.pack(f"!{len(sizes)}q", *sizes) + body)
+    routed = ROUTED.index(msg[0]) + 1 if msg and msg[0] in ROUTED else 0
+    header = _HEADER.pack(len(sizes), routed, msg[1] if routed else 0)
+    conn.send_bytes(header + struct.pack(f"!{len(sizes)}q", *sizes) + body)
     if buffers:
         sock = _raw(conn)
         for buf, is_shared in zip(buffers, shared):
@@ -89,7 +121,7 @@ def send(conn: Connection, msg: tuple) -> None:
 
 def recv(conn: Connection) -> Any:
     frame = conn.recv_bytes()
-    (count,) = _HEADER.unpack_from(frame)
+    count, routed, msg_id = _HEADER.unpack_from(frame)
     sizes = struct.unpack_from(f"!{count}q", frame, _HEADER.size)
     body = memoryview(frame)[_HEADER.size + 8 * count :]
     buffers = []
@@ -115,7 +147,10 @@ def recv(conn: Connection) -> Any:
                 raise EOFError("connection closed in the middle of a message")
             got += n
         buffers.append(buf)
-    return pickle.loads(body, buffers=buffers)
+    try:
+        return pickle.loads(body, buffers=buffers)
+    except Exception as exc:  # the frame was read whole, so the stream stays in step
+        raise Unreadable(ROUTED[routed - 1] if routed else None, msg_id, exc) from exc
 
 
 def capture_error(exc: BaseException, label: str, pid: int, host: str) -> TaskError:

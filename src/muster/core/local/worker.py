@@ -41,6 +41,10 @@ class _Channel:
                 msg = wire.recv(self.conn)
             except (EOFError, OSError):
                 _exit_now(0)  # the driver is gone: so are we
+            except wire.Unreadable as bad:
+                msg = self._unreadable(bad)
+                if msg is None:
+                    continue
             if msg[0] == "reply":
                 slot = self._waiting.get(msg[1])
                 if slot is not None:
@@ -48,6 +52,16 @@ class _Channel:
                     slot[0].set()
             else:
                 self.calls.put(msg)
+
+    def _unreadable(self, bad: wire.Unreadable) -> tuple | None:
+        """Turn a message that will not unpickle into the answer its waiter needs (or drop it)."""
+        if bad.kind == "call":  # the serve loop raises it as that call's error
+            err = MusterError(bad.explain(f"The arguments the driver sent to {self.label}"))
+            return ("unreadable", bad.msg_id, err)
+        if bad.kind == "reply":
+            return ("reply", bad.msg_id, False, MusterError(bad.explain("The driver's answer")))
+        print(f"muster: {self.label} could not read a message from the driver: {bad.error!r}", file=sys.stderr)
+        return None
 
     def send_event(self, payload: Any, wait: bool, timeout: float | None) -> Any:
         event_id = next(self._ids)
@@ -107,10 +121,14 @@ def serve(conn: Connection, label: str, host: str) -> None:
         msg = channel.calls.get()
         if msg[0] == "exit":
             _exit_now(0)
+        if msg[0] == "unreadable":
+            msg = ("call", msg[1], "__unreadable__", (msg[2],), {})
         _, call_id, method, args, kwargs = msg
         value: Any = None
         fn: Any = None
         try:
+            if method == "__unreadable__":
+                raise args[0]
             if method == "__init__":
                 cls = args[0]
                 obj, value = cls(*args[1:], **kwargs), None
