@@ -99,11 +99,17 @@ def _threads() -> ThreadPoolExecutor:
 
 def execute(node: Node, epoch: int = 0, stats: Stats | None = None) -> Iterator[pa.Table]:
     """Stream the blocks ``node`` produces, in order, for pass ``epoch``."""
-    stats = stats or Stats(DataContext.get_current().max_bytes_in_flight)
+    from muster.data import live_view
+
+    ctx = DataContext.get_current()
+    stats = stats or Stats(ctx.max_bytes_in_flight)
+    stats.budget = ctx.max_bytes_in_flight
+    ended = live_view.start(stats, ctx.progress_every_s, ctx.enable_progress_bars)
     try:
         yield from (b for b in _stream(node, epoch, stats) if b.num_rows or b.num_columns)
     finally:
         stats.finish()
+        ended()
 
 
 class Job:

@@ -99,6 +99,7 @@ async function runPage(v, id) {
       <h2>Resources <span class="muted">per worker</span></h2><div class="grid" id="resource-charts">
         <div class="card" id="chart-cpu"></div><div class="card" id="chart-rss"></div>
         <div class="card" id="chart-gpu"></div><div class="card" id="chart-gpumem"></div></div>
+      <h2>Data <span class="muted">muster.data operators per worker, latest sample</span></h2><div id="data-ops"></div>
       <h2>Events</h2><ul class="events" id="events"></ul>
       <h2>Checkpoints</h2><div id="checkpoints"></div>
       <h2>Logs <select id="log-rank"><option value="">all ranks</option></select></h2>
@@ -162,8 +163,23 @@ async function runPage(v, id) {
     : '<p class="muted">No checkpoint committed yet.</p>';
   const sel = main.querySelector("#log-rank");
   for (const r of ranks) if (!sel.querySelector(`option[value="${r}"]`)) sel.insertAdjacentHTML("beforeend", `<option value="${r}">rank ${r}</option>`);
+  await refreshData(id);
   await refreshLogs(id);
   return run.status === "RUNNING" && !run.stale;
+}
+
+async function refreshData(id) {
+  const ops = (await api(`api/runs/${id}/data`)).latest;
+  const holder = document.getElementById("data-ops");
+  if (!holder) return;
+  holder.innerHTML = ops.length ? `<table id="data-table"><tr><th>rank</th><th>pass</th><th>operator</th><th>rows in</th>
+    <th>rows out</th><th>rows/s</th><th>in flight / budget</th><th>blocked on backpressure</th><th>actors</th><th>state</th></tr>
+    ${ops.map(o => `<tr data-op="${esc(o.op)}" data-rank="${o.rank}"><td class="num">${o.rank}</td><td class="num">${o.execution}</td>
+    <td>${esc(o.op)}</td><td class="num">${num(o.rows_in)}</td><td class="num">${num(o.rows_out)}</td>
+    <td class="num">${o.rows_per_s == null ? "-" : Math.round(o.rows_per_s)}</td>
+    <td class="num">${mb(o.bytes_in_flight)} / ${mb(o.budget_bytes)}</td><td class="num">${secs(o.blocked_s)}</td>
+    <td class="num">${o.actors || "-"}</td><td>${o.done ? "done" : "running"}</td></tr>`).join("")}</table>`
+    : '<p class="muted">No muster.data pipeline ran in this run\'s workers.</p>';
 }
 
 async function refreshLogs(id) {
