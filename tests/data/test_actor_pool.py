@@ -154,3 +154,28 @@ def test_function_concurrency_bounds_tasks_at_once(threads_only):
         assert 1 <= peak[0] <= 2
     finally:
         ctx.max_threads = saved
+
+
+class DiesOnce:
+    """SIGKILLs its own actor process on the block starting at row 40, the first time only."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __call__(self, batch):
+        import signal
+
+        if int(batch["id"][0]) == 40 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"id": batch["id"], "pid": [os.getpid()] * len(batch["id"])}
+
+
+def test_a_killed_actor_leaves_the_pool_and_its_block_reruns_here(tmp_path, caplog):
+    marker = str(tmp_path / "killed")
+    with caplog.at_level(logging.WARNING, logger="muster.data"):
+        rows = md.range(100, override_num_blocks=10).map_batches(DiesOnce, fn_constructor_args=(marker,),
+                                                                 concurrency=2, batch_size=None).take_all()
+    assert os.path.exists(marker)  # an actor really died
+    assert [r["id"] for r in rows] == list(range(100))  # nothing lost, order kept
+    assert any("died" in r.getMessage() for r in caplog.records)

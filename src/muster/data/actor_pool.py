@@ -15,7 +15,8 @@ Otherwise the pool starts only the actors whose resources are free *now*
 (and waits at most ``_START_WAIT_S`` for a race); with none free -- a
 training gang holds every CPU -- or inside a training worker, the class runs
 in the consumer's threads instead and one log line says why.  A pool also
-never grows by waiting.  An actor that dies has its block re-run in the
+never grows by waiting.  A pool in the driver starts muster's engine if it is
+not running yet (the user asked for actors).  An actor that dies has its block re-run in the
 consumer once, and leaves the pool.
 """
 
@@ -124,13 +125,7 @@ class ActorPool:
         if want < pool.min_size:
             _log.warning("muster.data: %s starts %d actor(s), not %d: only that many x {%s} are free now.",
                          describe(op), want, pool.min_size, res.fmt(pool.request))
-        try:
-            for _ in range(want):
-                if pool._grow() is None:
-                    break
-        except BaseException:
-            pool.close()
-            raise
+        pool._add(want)
         if not pool.members:
             _log.warning("muster.data: %s runs in this process's threads: its actors' resources were taken "
                          "meanwhile.", describe(op))
@@ -141,26 +136,34 @@ class ActorPool:
         """One more actor, if the pool may grow and its resources are free now; never waits long."""
         if len(self.members) >= self.max_size or self.runtime.capacity(self.request) < 1:
             return None
+        added = self._add(1)
+        return added[0] if added else None
+
+    def _add(self, n: int) -> list[_Member]:
+        """Start ``n`` actors together (their constructors run in parallel); none if they are not free."""
         try:
-            (actor,) = self.runtime.create_gang(1, UdfActor, self.request, timeout_s=_START_WAIT_S)
+            actors = self.runtime.create_gang(n, UdfActor, self.request, timeout_s=_START_WAIT_S)
         except GetTimeoutError:
-            return None
+            return []
         try:
-            pid = int(actor.call("setup", self.op).result())
+            pids = [int(f.result()) for f in [a.call("setup", self.op) for a in actors]]
         except TaskError as exc:  # the constructor raised: its own error, as if it had run here
-            self.runtime.kill(actor)
+            self._kill(actors)
             raise exc.cause if exc.cause is not None else exc from None
         except BaseException:
-            self.runtime.kill(actor)
+            self._kill(actors)
             raise
-        member = _Member(actor, pid)
-        self.members.append(member)
-        self.started += 1
-        return member
+        added = [_Member(a, pid) for a, pid in zip(actors, pids)]
+        self.members += added
+        self.started += n
+        return added
+
+    def _kill(self, actors: list[RuntimeActor]) -> None:
+        for actor in actors:
+            self.runtime.kill(actor)
 
     def close(self) -> None:
-        for m in self.members:
-            self.runtime.kill(m.actor)
+        self._kill([m.actor for m in self.members])
         self.members = []
 
     @property
@@ -169,7 +172,8 @@ class ActorPool:
 
     # -- the stage ------------------------------------------------------------------
     def _least_busy(self) -> _Member | None:
-        open_ = [m for m in self.members if m.in_flight < _PER_ACTOR and m.actor.is_alive()]
+        self.members = [m for m in self.members if m.actor.is_alive()]  # a dead one's blocks re-run here
+        open_ = [m for m in self.members if m.in_flight < _PER_ACTOR]
         return min(open_, key=lambda m: m.in_flight) if open_ else self._grow()
 
     def map(self, upstream: Iterator[pa.Table], stats: Any, ordered: bool = True) -> Iterator[pa.Table]:
