@@ -179,3 +179,12 @@ def test_a_killed_actor_leaves_the_pool_and_its_block_reruns_here(tmp_path, capl
     assert os.path.exists(marker)  # an actor really died
     assert [r["id"] for r in rows] == list(range(100))  # nothing lost, order kept
     assert any("died" in r.getMessage() for r in caplog.records)
+
+
+def test_chained_pools_a_map_after_and_an_early_stop(tmp_path):
+    ds = (md.range(60, override_num_blocks=6)
+          .map_batches(Tagger, fn_constructor_args=(1,), concurrency=1)
+          .map_batches(Tagger, fn_constructor_args=(0,), concurrency=(1, 2))  # y = 2 * id again
+          .filter(lambda r: r["id"] % 2 == 0))
+    assert [r["y"] for r in ds.take_all()] == [2 * i for i in range(0, 60, 2)]
+    assert [r["id"] for r in ds.take(3)] == [0, 2, 4]  # stops early; its actors are stopped (leak check)

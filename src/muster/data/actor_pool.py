@@ -40,6 +40,14 @@ from muster.exceptions import ActorDiedError, GetTimeoutError, TaskError
 _log = logging.getLogger("muster.data")
 _PER_ACTOR = 2  # blocks in flight per actor: one running, one queued behind it
 _START_WAIT_S = 5.0  # at most this long for resources that looked free (another caller may take them)
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """Log a fallback's reason once per process (a pass per epoch would repeat it every epoch)."""
+    if message not in _said:
+        _said.add(message)
+        _log.warning(message)
 
 
 class UdfActor:
@@ -109,17 +117,16 @@ class ActorPool:
         from muster.core import api, context
 
         if context.in_worker():
-            _log.info("muster.data: %s runs in this training worker's threads: its CPUs belong to the gang "
-                      "(an actor pool would wait for them).", describe(op))
+            _say_once(f"muster.data: {describe(op)} runs in this worker's threads, not in actors: its CPUs "
+                      "belong to the gang (an actor pool would wait for them).")
             return None
         runtime = api.get_runtime()
         pool = ActorPool(runtime, op, name)
         res.ensure_feasible(pool.request, 1, runtime.resources(), what=describe(op))
         fits = runtime.capacity(pool.request)
         if fits < 1:
-            _log.warning("muster.data: %s runs in this process's threads, not in actors: none of {%s} is free "
-                         "now (free: %s; something, e.g. a training gang, holds the rest).",
-                         describe(op), res.fmt(pool.request), res.fmt(runtime.available()))
+            _say_once(f"muster.data: {describe(op)} runs in this process's threads, not in actors: none of "
+                      f"{{{res.fmt(pool.request)}}} is free now (something, e.g. a training gang, holds it).")
             return None
         want = min(pool.min_size, fits)
         if want < pool.min_size:
