@@ -67,7 +67,8 @@ def test_min_max_pool_scales_up_with_the_queue(tmp_path):
 
 def test_unordered_pool_gives_the_same_rows(tmp_path):
     ctx = md.DataContext.get_current()
-    ctx.preserve_order = False
+    ctx.execution_options.preserve_order = False  # Ray's spelling
+    assert ctx.preserve_order is False
     try:
         rows = md.range(100, override_num_blocks=10).map_batches(Tagger, fn_constructor_args=(1,),
                                                                  concurrency=2).take_all()

@@ -76,11 +76,31 @@ class DataContext:
 
     _current: "DataContext | None" = None
 
+    @property
+    def execution_options(self) -> "_ExecutionOptions":
+        """Ray's ``ctx.execution_options``: its ``preserve_order`` is this context's; Ray's other options
+        (``resource_limits``, ``verbose_progress``...) are accepted and have no effect here."""
+        return _ExecutionOptions(self)
+
     @staticmethod
     def get_current() -> "DataContext":
         if DataContext._current is None:
             DataContext._current = DataContext()
         return DataContext._current
+
+
+class _ExecutionOptions:
+    def __init__(self, ctx: DataContext):
+        object.__setattr__(self, "_ctx", ctx)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "preserve_order":
+            return self._ctx.preserve_order
+        raise AttributeError(f"DataContext.execution_options.{name}: muster keeps only preserve_order here.")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "preserve_order":
+            self._ctx.preserve_order = bool(value)
 
 
 _pool: ThreadPoolExecutor | None = None
