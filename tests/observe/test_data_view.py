@@ -74,7 +74,7 @@ def test_store_gets_per_operator_rows_from_the_workers(data_run):
     assert all(r["execution"] >= 1 for r in reader.data_ops(run_id))
 
 
-def test_dashboard_api_and_page_show_the_data_panel(data_run, dashboard, page):
+def test_dashboard_api_and_page_show_the_data_panel(data_run, dashboard, page, screenshots):
     _, run_id = _run_id(data_run["storage"])
     d = dashboard(data_run["storage"])
     body = httpx.get(f"{d.base}api/runs/{run_id}/data").json()
@@ -86,6 +86,9 @@ def test_dashboard_api_and_page_show_the_data_panel(data_run, dashboard, page):
     row = page.wait_for_selector("#data-table tr[data-op='MapBatches(Scale)'][data-rank='1']")
     text = row.inner_text()
     assert str(ROWS) in text and "done" in text and "256 MiB" in text
+    assert page.query_selector("#chart-data-rate canvas") is not None  # rows/s per operator over time
+    page.query_selector("#data-ops").scroll_into_view_if_needed()
+    screenshots(page, "dashboard-data")
 
 
 def test_training_view_prints_a_data_line(capsys):
