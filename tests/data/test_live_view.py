@@ -49,10 +49,10 @@ def test_counters_show_rows_in_out_and_backpressure(ctx, threads_only):
     ds = md.range(20000, override_num_blocks=20).filter(lambda r: r["id"] % 2 == 0)
     for _ in ds.iter_batches(batch_size=1000, prefetch_batches=0):
         time.sleep(0.01)
-    ops = {op["op"]: op for op in ds._stats.snapshot()}
+    ops = {op.op: op for op in ds._stats.snapshot()}
     filt = next(v for k, v in ops.items() if k.startswith("Filter("))
-    assert (filt["rows_in"], filt["rows_out"]) == (20000, 10000)
-    assert ops["ReadRange"]["rows_out"] == 20000 and filt["rows_per_s"] > 0
-    assert filt["blocked_s"] > 0  # ready tasks were held back by the budget
-    assert filt["budget_bytes"] == 1000 and filt["bytes_in_flight"] == 0  # the pass ended
+    assert (filt.rows_in, filt.rows_out) == (20000, 10000)
+    assert ops["ReadRange"].rows_out == 20000 and filt.rows_per_s > 0
+    assert filt.blocked_s > 0  # ready tasks were held back by the budget
+    assert filt.budget_bytes == 1000 and filt.bytes_in_flight == 0 and filt.done  # the pass ended
     assert "blocked on backpressure" in ds.stats()

@@ -92,11 +92,12 @@ def test_dashboard_api_and_page_show_the_data_panel(data_run, dashboard, page, s
 
 
 def test_training_view_prints_a_data_line(capsys):
+    from muster.observe.data_progress import OpSample
     from muster.observe.progress import ProgressView
 
     view = ProgressView("run", 2, 1, "/tmp/run")
-    op = {"execution": 1, "op": "MapBatches(f)", "rows_in": 10, "rows_out": 10, "rows_per_s": 5.0,
-          "bytes_in_flight": 2**20, "budget_bytes": 2**28, "blocked_s": 0.5, "actors": 0}
+    op = OpSample(op="MapBatches(f)", rows_in=10, rows_out=10, blocks=1, busy_s=2.0, bytes_in_flight=2**20,
+                  blocked_s=0.5, actors=0, rows_per_s=5.0, budget_bytes=2**28, execution=1)
     view.on_data(1, [op])  # rank 1: every rank runs the same pipeline; rank 0's is shown
     view.on_data(0, [op])
     out = capsys.readouterr().out

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Callable
+from typing import Callable
 
 from muster.data.stats import Stats
+from muster.observe.data_progress import OpSample
 
 _ids = itertools.count(1)
 _lock = threading.Lock()
@@ -24,14 +25,14 @@ _passes: dict[int, Stats] = {}  # passes a training worker has not yet sent the 
 _hooked = False
 
 
-def _drain() -> list[dict[str, Any]]:
+def _drain() -> list[OpSample]:
     """Counters of every pass running or ended since the last sample (ended ones are then forgotten)."""
     with _lock:
         items = list(_passes.items())
         for n, stats in items:
             if stats.done:
                 del _passes[n]
-    return [{"execution": n, "done": stats.done, **op} for n, stats in items for op in stats.snapshot()]
+    return [op for n, stats in items for op in stats.snapshot(n)]
 
 
 def start(stats: Stats, every_s: float, terminal: bool) -> Callable[[], None]:

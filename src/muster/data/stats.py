@@ -12,7 +12,8 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+
+from muster.observe.data_progress import OpSample
 
 
 @dataclass
@@ -76,12 +77,12 @@ class Stats:
     def elapsed(self) -> float:
         return self.wall if self.done else time.perf_counter() - self.started
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        """One dict per operator: its counters, rows/s over the execution so far, and the budget."""
+    def snapshot(self, execution: int = 0) -> list[OpSample]:
+        """One sample per operator: its counters, rows/s over the execution so far, and the budget."""
         elapsed = max(self.elapsed(), 1e-9)
         with self._lock:
-            return [{"op": name, **asdict(o), "rows_per_s": o.rows_out / elapsed, "budget_bytes": self.budget}
-                    for name, o in self.ops.items()]
+            return [OpSample(op=name, **asdict(o), rows_per_s=o.rows_out / elapsed, budget_bytes=self.budget,
+                             execution=execution, done=self.done) for name, o in self.ops.items()]
 
     def summary(self) -> str:
         lines = [f"Execution: {self.wall:.3f} s wall, peak {self.peak_bytes_in_flight / 2**20:.1f} MiB in flight"]

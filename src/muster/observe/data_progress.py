@@ -12,29 +12,54 @@ from __future__ import annotations
 
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from muster.core import settings
 
-Snapshot = Callable[[], list[dict[str, Any]]]
+
+@dataclass(frozen=True)
+class OpSample:
+    """One dataset operator's counters at one moment: what the live view shows, what a training
+    worker's samples carry to the driver (``figures["data"]``) and what the run store keeps (``data_ops``).
+
+    ``rows_per_s`` is over the pass so far; ``blocked_s`` is how long a ready task was held back
+    because ``bytes_in_flight`` of the stage had reached ``budget_bytes``; ``execution`` numbers the
+    passes of one process; ``done`` says the pass has ended.
+    """
+
+    op: str
+    rows_in: int
+    rows_out: int
+    blocks: int
+    busy_s: float
+    bytes_in_flight: int
+    blocked_s: float
+    actors: int
+    rows_per_s: float
+    budget_bytes: int
+    execution: int = 0
+    done: bool = False
+
+
+Snapshot = Callable[[], list[OpSample]]
 
 
 def _mib(n: float) -> str:
     return f"{n / 2**20:.1f}"
 
 
-def format_op(op: dict[str, Any]) -> str:
+def format_op(op: OpSample) -> str:
     """``MapBatches(f): 1,200 in -> 1,180 out, 540 rows/s, 1.2/256.0 MiB in flight, blocked 0.3 s``."""
-    text = (f"{op['op']}: {int(op.get('rows_in') or 0):,} in -> {int(op.get('rows_out') or 0):,} out, "
-            f"{float(op.get('rows_per_s') or 0):,.0f} rows/s, {_mib(op.get('bytes_in_flight') or 0)}/"
-            f"{_mib(op.get('budget_bytes') or 0)} MiB in flight, blocked {float(op.get('blocked_s') or 0):.1f} s")
-    if op.get("actors"):
-        text += f", {op['actors']} actors"
+    text = (f"{op.op}: {op.rows_in:,} in -> {op.rows_out:,} out, {op.rows_per_s:,.0f} rows/s, "
+            f"{_mib(op.bytes_in_flight)}/{_mib(op.budget_bytes)} MiB in flight, blocked {op.blocked_s:.1f} s")
+    if op.actors:
+        text += f", {op.actors} actors"
     return text
 
 
 class DataProgress:
-    """Shows ``snapshot()`` (one dict per operator) every ``every_s`` until ``stop()``."""
+    """Shows ``snapshot()`` (one sample per operator) every ``every_s`` until ``stop()``."""
 
     def __init__(self, snapshot: Snapshot, every_s: float):
         self._snapshot, self._every = snapshot, every_s

@@ -196,15 +196,14 @@ class RunRecorder:
                 figures.get("gpu_mem_bytes"),
             ),
         )
-        for op in figures.get("data") or ():  # muster.data's operators in this worker (live_view)
+        for op in figures.get("data") or ():  # muster.data's operators in this worker: OpSample each
             self._put(
                 "INSERT INTO data_ops (run_id, attempt, rank, time, execution, op, rows_in, rows_out, rows_per_s,"
                 " bytes_in_flight, budget_bytes, blocked_s, actors, done) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    self.run_id, self._attempt or 0, rank, float(figures.get("time") or time.time()),
-                    int(op.get("execution", 0)), str(op.get("op")), op.get("rows_in"), op.get("rows_out"),
-                    op.get("rows_per_s"), op.get("bytes_in_flight"), op.get("budget_bytes"), op.get("blocked_s"),
-                    op.get("actors"), int(bool(op.get("done"))),
+                    self.run_id, self._attempt or 0, rank, float(figures.get("time") or time.time()), op.execution,
+                    op.op, op.rows_in, op.rows_out, op.rows_per_s, op.bytes_in_flight, op.budget_bytes,
+                    op.blocked_s, op.actors, int(op.done),
                 ),
             )
 
