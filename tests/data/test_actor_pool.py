@@ -182,7 +182,7 @@ def test_a_killed_actor_leaves_the_pool_and_its_block_reruns_here(tmp_path, capl
     assert any("died" in r.getMessage() for r in caplog.records)
 
 
-def test_chained_pools_a_map_after_and_an_early_stop(tmp_path):
+def test_chained_pools_a_map_after_and_an_early_stop(threads_only):
     ds = (md.range(60, override_num_blocks=6)
           .map_batches(Tagger, fn_constructor_args=(1,), concurrency=1)
           .map_batches(Tagger, fn_constructor_args=(0,), concurrency=(1, 2))  # y = 2 * id again
