@@ -61,7 +61,7 @@ def test_map_batches_callable_class_is_built_once_per_thread():
             return {"id": batch["id"] + self.offset}
 
     ds = md.range(100, override_num_blocks=10).map_batches(
-        AddOffset, fn_constructor_kwargs={"offset": 1000}, concurrency=2, num_cpus=1, batch_size=None)
+        AddOffset, fn_constructor_kwargs={"offset": 1000}, batch_size=None)  # no concurrency=: threads, not actors
     assert ids(ds) == list(range(1000, 1100))
     assert 1 <= AddOffset.built <= md.DataContext.get_current().max_threads
 

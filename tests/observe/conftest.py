@@ -227,6 +227,19 @@ def chromium():
 
 
 @pytest.fixture
+def page(chromium):
+    """A fresh browser page; the test fails if the page raised a script error."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+    page.set_default_timeout(30_000)
+    yield page
+    context.close()
+    assert not page.errors, page.errors
+
+
+@pytest.fixture
 def screenshots(tmp_path):
     """Where a test saves its screenshots (and MUSTER_SCREENSHOTS_DIR too, to refresh docs/images)."""
     def save(page, name: str) -> str:

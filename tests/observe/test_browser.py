@@ -7,18 +7,6 @@ import pytest
 pytest.importorskip("starlette")
 
 
-@pytest.fixture
-def page(chromium):
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
-    page.set_default_timeout(30_000)
-    yield page
-    context.close()
-    assert not page.errors, page.errors
-
-
 def test_finished_run(recorded, dashboard, page, screenshots):
     d = dashboard(recorded["storage"])
     page.goto(d.base)

@@ -27,7 +27,7 @@ def test_store_lives_in_the_storage_root_and_is_versioned(recorded):
     assert path == os.path.join(recorded["storage"], ".muster", "runs.db") and os.path.exists(path)
     conn = sqlite3.connect(path)
     try:
-        assert schema.version(conn) == schema.SCHEMA_VERSION == 2
+        assert schema.version(conn) == schema.SCHEMA_VERSION == 3
     finally:
         conn.close()
 
@@ -135,11 +135,12 @@ def test_a_version_1_store_gains_the_serve_tables(tmp_path):
     conn.close()
     reader = StoreReader(path)
     assert reader.serve_deployments() == [] and reader.find_serve("x") == []  # v1: no Serve tables, no error
+    assert reader.data_ops(1) == [] and reader.data_ops_latest(1) == []  # nor muster.data's
     writer.connect(path).close()  # a newer writer migrates it forward, keeping what was there
     conn = sqlite3.connect(path)
     try:
-        assert schema.version(conn) == 2
-        assert {"serve_replicas", "serve_metrics", "serve_events", "serve_logs"} <= {
+        assert schema.version(conn) == 3
+        assert {"serve_replicas", "serve_metrics", "serve_events", "serve_logs", "data_ops"} <= {
             r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     finally:
         conn.close()

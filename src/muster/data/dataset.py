@@ -63,12 +63,15 @@ class Dataset:
         """Apply ``fn`` to batches of rows.
 
         Args:
-            fn: a function ``batch -> batch``, or a callable class (built once per executing thread,
-                with ``fn_constructor_args/kwargs``).
+            fn: a function ``batch -> batch``, or a callable class (built with ``fn_constructor_args/kwargs``
+                once per actor of a pool when ``concurrency`` is given, else once per executing thread).
             batch_size: rows per batch (``None``: whole blocks).
             batch_format: ``"numpy"`` (dict of arrays), ``"pandas"`` or ``"pyarrow"``.
-            concurrency: accepted for Ray compatibility; threads are bounded by ``DataContext.max_threads``.
-            num_cpus / num_gpus: validated; the pipeline runs on the consumer's own CPUs (see ``execution``).
+            concurrency: for a callable class, the actor pool's size (``n``), or ``(min, max)`` to scale
+                with the queue of blocks; for a function, at most this many of its tasks at once.
+            num_cpus / num_gpus: what each actor (or pooled task) holds of the engine's resources. If the
+                machine can never give them, execution fails at once naming both; if they are busy (a
+                training gang holds them), the class runs in the consumer's threads and a log line says so.
         """
         if batch_size == "default":
             batch_size = 1024
@@ -86,7 +89,8 @@ class Dataset:
             if not isinstance(fn, type):
                 raise InvalidArgumentError("map_batches(fn_constructor_args/kwargs=...) apply only when fn is a callable class.")
         op = plan.MapBatches(fn, batch_size, fmt, tuple(fn_args), dict(fn_kwargs or {}), tuple(fn_constructor_args),
-                             dict(fn_constructor_kwargs or {}))
+                             dict(fn_constructor_kwargs or {}), concurrency=concurrency, num_cpus=num_cpus,
+                             num_gpus=num_gpus)
         return self._then(Transform(f"MapBatches({plan.fn_name(fn)})", op))
 
     def flat_map(self, fn: Callable[[dict[str, Any]], list[dict[str, Any]]], *, fn_args: tuple = (),

@@ -33,7 +33,8 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 
 from muster.data import block as blk
-from muster.data.plan import AllToAll, BlockFn, Limit, Node, Read, Transform, Union
+from muster.data.plan import AllToAll, BlockFn, Limit, MapBatches, Node, Read, Transform, Union
+from muster.data.stats import Stats
 from muster.exceptions import InvalidArgumentError
 
 
@@ -47,28 +48,59 @@ class DataContext:
         target_block_rows: rows per block that in-memory sources and shuffles aim for.
         use_workers: let the driver run jobs with Python functions on idle pooled workers
             of an engine that is already running (see ``_Workers``).
+        preserve_order: keep the input order of blocks (default, and what exact training
+            shards need); off, an actor pool hands blocks on as they finish.
+        enable_progress_bars: show the live per-operator view while a pass runs in the driver
+            (see ``progress``).
+        progress_every_s: how often the live view refreshes (plain lines: one per this period,
+            the first only once a pass has run this long).
     """
 
     max_threads: int = field(default_factory=lambda: max(2, min(8, os.cpu_count() or 2)))
     max_bytes_in_flight: int = 256 * 1024 * 1024
     target_block_rows: int = 64 * 1024
     use_workers: bool = True
+    preserve_order: bool = True
+    enable_progress_bars: bool = True
+    progress_every_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.max_threads < 1:
             raise InvalidArgumentError(f"DataContext(max_threads={self.max_threads}): use 1 or more.")
         if self.max_bytes_in_flight < 1:
             raise InvalidArgumentError(f"DataContext(max_bytes_in_flight={self.max_bytes_in_flight}): use a positive size.")
+        if self.progress_every_s <= 0:
+            raise InvalidArgumentError(f"DataContext(progress_every_s={self.progress_every_s}): use a positive number of seconds.")
         if self.target_block_rows < 1:
             raise InvalidArgumentError(f"DataContext(target_block_rows={self.target_block_rows}): use 1 or more.")
 
     _current: "DataContext | None" = None
+
+    @property
+    def execution_options(self) -> "_ExecutionOptions":
+        """Ray's ``ctx.execution_options``: its ``preserve_order`` is this context's; Ray's other options
+        (``resource_limits``, ``verbose_progress``...) are accepted and have no effect here."""
+        return _ExecutionOptions(self)
 
     @staticmethod
     def get_current() -> "DataContext":
         if DataContext._current is None:
             DataContext._current = DataContext()
         return DataContext._current
+
+
+class _ExecutionOptions:
+    def __init__(self, ctx: DataContext):
+        object.__setattr__(self, "_ctx", ctx)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "preserve_order":
+            return self._ctx.preserve_order
+        raise AttributeError(f"DataContext.execution_options.{name}: muster keeps only preserve_order here.")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "preserve_order":
+            self._ctx.preserve_order = bool(value)
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -85,38 +117,19 @@ def _threads() -> ThreadPoolExecutor:
         return _pool
 
 
-class Stats:
-    """Rows, blocks and busy seconds per operator for one execution (``Dataset.stats()``)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.ops: dict[str, list[float]] = {}
-        self.started = time.perf_counter()
-        self.wall = 0.0
-        self.peak_bytes_in_flight = 0
-
-    def add(self, op: str, rows: int, blocks: int, seconds: float) -> None:
-        with self._lock:
-            entry = self.ops.setdefault(op, [0, 0, 0.0])
-            entry[0] += rows
-            entry[1] += blocks
-            entry[2] += seconds
-
-    def summary(self) -> str:
-        lines = [f"Execution: {self.wall:.3f} s wall, peak {self.peak_bytes_in_flight / 2**20:.1f} MiB in flight"]
-        for name, (rows, blocks, secs) in self.ops.items():
-            rate = rows / secs if secs > 0 else float("inf")
-            lines.append(f"  {name}: {int(rows)} rows in {int(blocks)} blocks, {secs:.3f} s busy ({rate:,.0f} rows/s)")
-        return "\n".join(lines)
-
-
 def execute(node: Node, epoch: int = 0, stats: Stats | None = None) -> Iterator[pa.Table]:
     """Stream the blocks ``node`` produces, in order, for pass ``epoch``."""
-    stats = stats or Stats()
+    from muster.data import live_view
+
+    ctx = DataContext.get_current()
+    stats = stats or Stats(ctx.max_bytes_in_flight)
+    stats.budget = ctx.max_bytes_in_flight
+    ended = live_view.start(stats, ctx.progress_every_s, ctx.enable_progress_bars)
     try:
         yield from (b for b in _stream(node, epoch, stats) if b.num_rows or b.num_columns)
     finally:
-        stats.wall = time.perf_counter() - stats.started
+        stats.finish()
+        ended()
 
 
 class Job:
@@ -129,43 +142,75 @@ class Job:
         self.size = size  # bytes it reads (file bytes, or its input block's), for the in-flight budget
 
     @property
+    def stage(self) -> str:
+        """The operator whose output this job's blocks are (what the live view names its stage)."""
+        return self.chain[-1][0] if self.chain else self.source_name or "Input"
+
+    def limit(self, threads: int) -> int | None:
+        """At most this many such jobs at once: a map's ``concurrency=``, or ``threads / num_cpus``."""
+        limits = []
+        for _, fn in self.chain:
+            if isinstance(fn, MapBatches):
+                if fn.task_limit is not None:
+                    limits.append(fn.task_limit)
+                if fn.num_cpus:
+                    limits.append(max(1, int(threads / fn.num_cpus)))
+        return min(limits) if limits else None
+
+    def resources(self) -> dict[str, float]:
+        """What one such job holds on a pooled worker: the largest ``num_cpus``/``num_gpus`` of its maps."""
+        maps = [fn for _, fn in self.chain if isinstance(fn, MapBatches)]
+        cpus = max([1.0] + [float(m.num_cpus) for m in maps if m.num_cpus])
+        gpus = max([0.0] + [float(m.num_gpus) for m in maps if m.num_gpus])
+        return {"CPU": cpus, "GPU": gpus} if gpus else {"CPU": cpus}
+
+    @property
     def needs_process(self) -> bool:
         """Whether it runs Python per row or batch (so a process beats a GIL-bound thread)."""
         return bool(self.chain) and not any(getattr(fn, "is_class", False) for _, fn in self.chain)
 
-    def __call__(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float]]]:
+    def __call__(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float, int]]]:
         timings = []
         t = time.perf_counter()
         blocks = self.source()
+        rows = sum(b.num_rows for b in blocks)
         if self.source_name is not None:
-            timings.append((self.source_name, sum(b.num_rows for b in blocks), len(blocks), time.perf_counter() - t))
+            timings.append((self.source_name, rows, len(blocks), time.perf_counter() - t, rows))
         for name, fn in self.chain:
             t = time.perf_counter()
             blocks = [out for b in blocks for out in fn(b)]
-            timings.append((name, sum(b.num_rows for b in blocks), len(blocks), time.perf_counter() - t))
+            rows_in, rows = rows, sum(b.num_rows for b in blocks)
+            timings.append((name, rows, len(blocks), time.perf_counter() - t, rows_in))
         # Hand the decoder's scratch memory back now: Arrow's allocator otherwise keeps freed
         # pages per thread, which put peak RSS at 2.2-3x the in-flight budget (measured).
         pa.default_memory_pool().release_unused()
         return blocks, timings
 
 
+def _on_actors(op: object) -> bool:
+    return isinstance(op, Transform) and isinstance(op.fn, MapBatches) and op.fn.uses_actors
+
+
 def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
     chain: list[tuple[str, BlockFn]] = []
-    while isinstance(node.op, Transform):
+    while isinstance(node.op, Transform) and not _on_actors(node.op):
         chain.append((node.op.name, node.op.fn))
         node = node.inputs[0]
     chain.reverse()
     op = node.op
-    if isinstance(op, Read):
+    upstream: Iterator[pa.Table]
+    if isinstance(op, Transform):  # a callable class on an actor pool: a stage of its own
+        upstream = _actor_stage(op, _stream(node.inputs[0], epoch, stats), stats)
+    elif isinstance(op, Read):
         yield from _run((Job(t.read, op.name, chain, t.size) for t in op.tasks), stats)
         return
-    if isinstance(op, AllToAll):
+    elif isinstance(op, AllToAll):
         child = node.inputs[0]
         if op.reorders_reads is not None and isinstance(child.op, Read):  # streaming: reorder the reads only
             name = child.op.name
             yield from _run((Job(t.read, name, chain, t.size) for t in op.reorders_reads(child.op.tasks, epoch)), stats)
             return
-        upstream: Iterator[pa.Table] = _timed(op.name, lambda: op.fn(list(_stream(child, epoch, stats)), epoch), stats)
+        upstream = _timed(op.name, lambda: op.fn(list(_stream(child, epoch, stats)), epoch), stats)
     elif isinstance(op, Limit):
         upstream = _limit(_stream(node.inputs[0], epoch, stats), op.n)
     elif isinstance(op, Union):
@@ -176,6 +221,22 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
         yield from upstream
     else:
         yield from _run((Job(functools.partial(_one, b), None, chain, blk.nbytes(b)) for b in upstream), stats)
+
+
+def _actor_stage(op: Transform, upstream: Iterator[pa.Table], stats: Stats) -> Iterator[pa.Table]:
+    """``op``'s blocks from its actor pool, or from this process's threads when no pool can start now."""
+    from muster.data.actor_pool import ActorPool
+
+    assert isinstance(op.fn, MapBatches)
+    pool = ActorPool.start(op.fn, op.name)
+    if pool is None:
+        yield from _run((Job(functools.partial(_one, b), None, [(op.name, op.fn)], blk.nbytes(b)) for b in upstream),
+                        stats)
+        return
+    try:
+        yield from pool.map(upstream, stats, DataContext.get_current().preserve_order)
+    finally:
+        pool.close()
 
 
 def _timed(name: str, make: Callable[[], list[pa.Table] | Iterator[pa.Table]], stats: Stats) -> Iterator[pa.Table]:
@@ -219,7 +280,8 @@ def _run(jobs: Iterator[Job], stats: Stats) -> Iterator[pa.Table]:
     pending: collections.deque[tuple[Job, Future[Any], bool]] = collections.deque()
     max_tasks = 2 * ctx.max_threads
     source = iter(jobs)
-    waiting: Job | None = None  # the next job, when it did not fit in the budget yet
+    waiting: Job | None = None  # the next job, when it did not fit in the budget (or its limit) yet
+    blocked_since: float | None = None  # when the budget began holding ``waiting`` back
     exhausted = False
     grown = [0, 0]  # bytes read, bytes of blocks made: how much a job's output outgrows its input
 
@@ -244,9 +306,18 @@ def _run(jobs: Iterator[Job], stats: Stats) -> Iterator[pa.Table]:
                 if job is None:
                     exhausted = True
                     break
+                limit = job.limit(ctx.max_threads)
+                if limit is not None and sum(1 for _, f, _ in pending if not f.done()) >= limit:
+                    waiting = job  # concurrency= / num_cpus= of a map in its chain
+                    break
                 if pending and in_flight() + estimate(job) > ctx.max_bytes_in_flight:
                     waiting = job  # the head job is always admitted, so the pipeline moves
+                    if blocked_since is None:
+                        blocked_since = time.perf_counter()
                     break
+                if blocked_since is not None:
+                    stats.add_blocked(job.stage, time.perf_counter() - blocked_since)
+                    blocked_since = None
                 fut = None
                 if workers is not None and job.needs_process:
                     fut = workers.submit(job, sum(1 for _, f, r in pending if r and not f.done()))
@@ -255,15 +326,17 @@ def _run(jobs: Iterator[Job], stats: Stats) -> Iterator[pa.Table]:
                 return
             job, head, remote = pending.popleft()
             blocks, timings = _result(job, head, remote, workers)
-            for name, rows, count, secs in timings:
-                stats.add(name, rows, count, secs)
+            for name, rows, count, secs, rows_in in timings:
+                stats.add(name, rows, count, secs, rows_in)
             made = sum(blk.nbytes(b) for b in blocks)
             if job.size:
                 grown[0] += job.size
                 grown[1] += made
-            stats.peak_bytes_in_flight = max(stats.peak_bytes_in_flight, in_flight() + made)
+            stats.set_in_flight(job.stage, in_flight() + made)
             yield from blocks
     finally:
+        if blocked_since is not None and waiting is not None:
+            stats.add_blocked(waiting.stage, time.perf_counter() - blocked_since)
         for _, f, remote in pending:
             if not remote:  # the engine's futures are the engine's to settle
                 f.cancel()
@@ -325,11 +398,13 @@ class _Workers:
         return self.free_cpus() >= 1
 
     def submit(self, job: Job, mine: int) -> Future[Any] | None:
-        """Submit ``job`` if a CPU is free beyond the ``mine`` jobs this pipeline already has out."""
-        if self.free_cpus() - mine < 1:
-            return None
+        """Submit ``job`` if its resources (a CPU by default) are free beyond the ``mine`` jobs this
+        pipeline already has out."""
+        request = job.resources()
         try:
-            fut: Future[Any] = self.runtime.submit(job, (), {}, {"CPU": 1}, label="muster.data")
+            if self.runtime.capacity(request) - mine < 1:
+                return None
+            fut: Future[Any] = self.runtime.submit(job, (), {}, request, label="muster.data")
             return fut
         except Exception:  # noqa: BLE001 - not picklable, engine gone: run it here
             return None

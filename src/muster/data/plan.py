@@ -138,20 +138,42 @@ def filter_rows(fn: Callable[[dict], bool], args: tuple, kwargs: dict) -> BlockF
 
 # -- batch-wise -----------------------------------------------------------------
 class MapBatches:
-    """``map_batches``: a function, or a callable class built once per executing thread."""
+    """``map_batches``: a function, or a callable class (built once per executing thread, or once
+    per actor of a pool when ``concurrency`` is given: see ``actor_pool``)."""
 
     def __init__(self, fn: Any, batch_size: int | None, batch_format: str, fn_args: tuple, fn_kwargs: dict,
-                 ctor_args: tuple, ctor_kwargs: dict, zero_copy: bool = False):
+                 ctor_args: tuple, ctor_kwargs: dict, zero_copy: bool = False,
+                 concurrency: int | tuple[int, int] | None = None, num_cpus: float | None = None,
+                 num_gpus: float | None = None):
         self.fn, self.batch_size, self.batch_format = fn, batch_size, batch_format
         self.fn_args, self.fn_kwargs = fn_args, fn_kwargs
         self.ctor_args, self.ctor_kwargs = ctor_args, ctor_kwargs
+        self.concurrency, self.num_cpus, self.num_gpus = concurrency, num_cpus, num_gpus
         self.is_class = inspect.isclass(fn)
         self._local: threading.local | None = None
+
+    @property
+    def uses_actors(self) -> bool:
+        """A callable class with ``concurrency=``: it runs in a pool of actors."""
+        return self.is_class and self.concurrency is not None
+
+    @property
+    def task_limit(self) -> int | None:
+        """For a function with ``concurrency=``: at most that many of its tasks at once."""
+        if self.is_class or self.concurrency is None:
+            return None
+        return self.concurrency if isinstance(self.concurrency, int) else self.concurrency[1]
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_local"] = None  # instances stay in the process that built them
         return state
+
+    def build(self) -> Any:
+        """A new instance of the callable class (the function itself for a function)."""
+        if not self.is_class:
+            return self.fn
+        return _guard("MapBatches (constructor)", self.fn, None, lambda: self.fn(*self.ctor_args, **self.ctor_kwargs))
 
     def _callable(self) -> Callable[..., Any]:
         if not self.is_class:
@@ -160,13 +182,14 @@ class MapBatches:
             self._local = threading.local()
         inst = getattr(self._local, "inst", None)
         if inst is None:
-            inst = _guard("MapBatches (constructor)", self.fn, None,
-                          lambda: self.fn(*self.ctor_args, **self.ctor_kwargs))
-            self._local.inst = inst
+            inst = self._local.inst = self.build()
         return inst  # type: ignore[no-any-return]
 
     def __call__(self, block: pa.Table) -> list[pa.Table]:
-        fn = self._callable()
+        return self.apply(block, self._callable())
+
+    def apply(self, block: pa.Table, fn: Callable[..., Any]) -> list[pa.Table]:
+        """``fn`` (this op's function, or an instance of its class) over ``block``, batch by batch."""
         where = f"map_batches({fn_name(self.fn)})"
         out: list[pa.Table] = []
         for part in blk.split_rows(block, self.batch_size or 0):

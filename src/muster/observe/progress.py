@@ -15,6 +15,7 @@ from collections import deque
 from typing import Any
 
 from muster.core import settings
+from muster.observe.data_progress import OpSample, format_op
 
 _PLAIN_EVERY_S = 5.0
 _HIDDEN = {"training_iteration", "_rank", "timestamp", "_attempt", "checkpoint_dir_name"}
@@ -40,6 +41,8 @@ class ProgressView:
         self._lock = threading.Lock()
         self._print_lock = threading.Lock()
         self._last_plain = 0.0
+        self._last_data = 0.0
+        self.data_ops: list[OpSample] = []  # rank 0's dataset operators, latest sample
         self._live: Any = None
         self._rich = verbose > 0 and sys.stdout.isatty() and not settings.force_plain_progress()
 
@@ -80,6 +83,19 @@ class ProgressView:
         if self.verbose == 2 or (not self._rich and self.verbose and now - self._last_plain > _PLAIN_EVERY_S):
             self._last_plain = now
             self._print(f"iter {self.iteration} | {self._metrics_line()} | {self.rate():.1f} reports/s")
+
+    def on_data(self, rank: int, ops: list[OpSample]) -> None:
+        """A worker's muster.data operators (rank 0's are shown: every rank runs the same pipeline)."""
+        if rank != 0 or not ops:
+            return
+        last = max(op.execution for op in ops)
+        with self._lock:
+            self.data_ops = [op for op in ops if op.execution == last]
+        now = time.monotonic()
+        if not self._rich and self.verbose and now - self._last_data > _PLAIN_EVERY_S:
+            self._last_data = now
+            for op in self.data_ops:
+                self._print(f"data rank 0: {format_op(op)}")
 
     def on_checkpoint(self, name: str) -> None:
         self.checkpoint = name
@@ -126,6 +142,7 @@ class ProgressView:
             ("metrics", self._metrics_line()),
             ("checkpoint", self.checkpoint),
         ]
+        rows += [("data", format_op(op)) for op in self.data_ops]
         for name, value in rows:
             table.add_row(name, Text(value))  # Text: brackets in names or metrics are not markup
         return table

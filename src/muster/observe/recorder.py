@@ -186,7 +186,7 @@ class RunRecorder:
             self._put("UPDATE runs SET updated_at = ? WHERE id = ?", (now, self.run_id))
 
     def sample(self, rank: int, figures: dict[str, Any]) -> None:
-        """One worker's system figures (CPU, RSS, GPU), sent every few seconds."""
+        """One worker's system figures (CPU, RSS, GPU, and its dataset operators), sent every few seconds."""
         self._put(
             "INSERT INTO samples (run_id, attempt, rank, time, cpu_percent, rss_bytes, gpu_util, gpu_mem_bytes)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -196,6 +196,16 @@ class RunRecorder:
                 figures.get("gpu_mem_bytes"),
             ),
         )
+        for op in figures.get("data") or ():  # muster.data's operators in this worker: OpSample each
+            self._put(
+                "INSERT INTO data_ops (run_id, attempt, rank, time, execution, op, rows_in, rows_out, rows_per_s,"
+                " bytes_in_flight, budget_bytes, blocked_s, actors, done) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    self.run_id, self._attempt or 0, rank, float(figures.get("time") or time.time()), op.execution,
+                    op.op, op.rows_in, op.rows_out, op.rows_per_s, op.bytes_in_flight, op.budget_bytes,
+                    op.blocked_s, op.actors, int(op.done),
+                ),
+            )
 
     def checkpoint(self, round_: int, path: str, metrics: dict[str, Any]) -> None:
         clean = {k: v for k, v in metrics.items() if k not in BOOKKEEPING}

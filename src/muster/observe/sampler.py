@@ -21,6 +21,12 @@ import psutil
 SAMPLE_EVERY_S = 2.0
 
 _current: "WorkerSampler | None" = None
+_providers: dict[str, Callable[[], Any]] = {}  # extra figures each sample carries (muster.data's operators)
+
+
+def add_figures(name: str, provider: Callable[[], Any]) -> None:
+    """Make every later sample carry ``figures[name] = provider()`` (left out when it returns nothing)."""
+    _providers[name] = provider
 
 
 def note_data_wait(seconds: float) -> None:
@@ -44,6 +50,7 @@ class WorkerSampler:
         self._lock = threading.Lock()
         self._data_wait = 0.0
         self._last_report = time.monotonic()
+        self._last_sent = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._gpu = _Nvml.open()
@@ -76,6 +83,18 @@ class WorkerSampler:
             except Exception:  # noqa: BLE001 - the driver may be gone; training decides, not the sampler
                 return
 
+    def send_now(self, min_gap_s: float = 0.5) -> None:
+        """Send a sample now (e.g. a dataset pass just ended), unless one went less than ``min_gap_s`` ago."""
+        now = time.monotonic()
+        with self._lock:
+            if self._send is None or now - self._last_sent < min_gap_s:
+                return
+            self._last_sent = now
+        try:
+            self._send(self.sample())
+        except Exception:  # noqa: BLE001 - the driver may be gone
+            pass
+
     # -- figures ---------------------------------------------------------------------
     def add_data_wait(self, seconds: float) -> None:
         with self._lock:
@@ -99,6 +118,13 @@ class WorkerSampler:
                 pass
         figures: dict[str, Any] = {"time": time.time(), "cpu_percent": cpu, "rss_bytes": rss}
         figures.update(self._gpu.read(os.getpid()))
+        for name, provider in list(_providers.items()):
+            try:
+                extra = provider()
+            except Exception:  # noqa: BLE001 - a broken provider must not cost the system figures
+                continue
+            if extra:
+                figures[name] = extra
         return figures
 
     def _live_children(self) -> list[psutil.Process]:

@@ -416,6 +416,8 @@ class Controller:
     def _on_event(self, handle: RuntimeActor, payload: Any) -> Any:
         if isinstance(payload, ev.Sample):
             self.recorder.sample(payload.rank, payload.figures)
+            if payload.figures.get("data"):  # muster.data's operators in that worker
+                self.view.on_data(payload.rank, payload.figures["data"])
             return None
         if not isinstance(payload, (ev.Report, ev.ReportStarted, ev.UploadFailed)):
             return self.hooks.on_other_event(handle, payload) if self.hooks.on_other_event else None

@@ -82,6 +82,12 @@ def create_app(reader: StoreReader, root: str, token: str | None = None, loopbac
     async def samples(request: Request) -> Response:
         return _Json({"samples": reader.samples(int(request.path_params["run_id"]), _int(request, "after", 0) or 0)})
 
+    async def data(request: Request) -> Response:
+        run_id = int(request.path_params["run_id"])
+        after = _int(request, "after", None)  # with ?after=ID: also every sample past that id (charts, polling)
+        return _Json({"latest": reader.data_ops_latest(run_id),
+                      **({"samples": reader.data_ops(run_id, after)} if after is not None else {})})
+
     async def logs(request: Request) -> Response:
         lines = reader.logs(
             int(request.path_params["run_id"]), _int(request, "rank", None), _int(request, "after", 0) or 0,
@@ -132,6 +138,7 @@ def create_app(reader: StoreReader, root: str, token: str | None = None, loopbac
         Route("/api/runs/{run_id:int}/reports", reports),
         Route("/api/runs/{run_id:int}/samples", samples),
         Route("/api/runs/{run_id:int}/logs", logs),
+        Route("/api/runs/{run_id:int}/data", data),
         Route("/api/experiments", experiments),
         Route("/api/experiments/{name}", experiment),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),

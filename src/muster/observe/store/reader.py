@@ -99,6 +99,17 @@ class StoreReader:
             "SELECT * FROM samples WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?", (run_id, after, limit)
         )
 
+    def data_ops(self, run_id: int, after: int = 0, limit: int = 20000) -> list[dict[str, Any]]:
+        """muster.data operator samples of a run's workers (``data_ops``), oldest first."""
+        return self._query("SELECT * FROM data_ops WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+                           (run_id, after, limit), need=3)
+
+    def data_ops_latest(self, run_id: int) -> list[dict[str, Any]]:
+        """The latest sample of each (rank, operator) of a run: what the dashboard's Data panel shows."""
+        return self._query(
+            "SELECT * FROM data_ops WHERE id IN (SELECT MAX(id) FROM data_ops WHERE run_id = ? GROUP BY rank, op)"
+            " ORDER BY rank, id", (run_id,), need=3)
+
     def attempts(self, run_id: int) -> list[dict[str, Any]]:
         return self._query("SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt", (run_id,))
 

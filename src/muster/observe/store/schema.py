@@ -36,6 +36,17 @@ file gains them when a newer muster opens it:
 ``serve_logs``          line a replica printed (stdout and stderr)
 ======================  =====================================================================
 
+Version 3 adds ``muster.data``'s live view, in a table of its own; older files
+gain it when a newer muster opens them:
+
+======================  =====================================================================
+``data_ops``            sample of one dataset operator in one training worker (with each system
+                        sample, ~2 s, and when a pass ends): rank, the worker's pass number
+                        (``execution``), operator, rows in and out, rows/s, bytes in flight
+                        and the budget, seconds blocked on backpressure, actors, whether the
+                        pass had ended
+======================  =====================================================================
+
 Times are Unix seconds (float). JSON columns hold text. A newer muster
 migrates an older file forward in :func:`migrate`; an older muster refuses
 a newer file with a message instead of misreading it.
@@ -45,7 +56,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -196,6 +207,28 @@ CREATE INDEX IF NOT EXISTS serve_logs_dep ON serve_logs (app, deployment, replic
 """
 
 
+_V3 = """
+CREATE TABLE IF NOT EXISTS data_ops (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs (id),
+    attempt INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    time REAL NOT NULL,
+    execution INTEGER NOT NULL,
+    op TEXT NOT NULL,
+    rows_in INTEGER,
+    rows_out INTEGER,
+    rows_per_s REAL,
+    bytes_in_flight INTEGER,
+    budget_bytes INTEGER,
+    blocked_s REAL,
+    actors INTEGER,
+    done INTEGER
+);
+CREATE INDEX IF NOT EXISTS data_ops_run ON data_ops (run_id, id);
+"""
+
+
 class SchemaTooNewError(RuntimeError):
     """The store was written by a newer muster than this one."""
 
@@ -227,5 +260,7 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
         conn.executescript(_V1)
     if have < 2:
         conn.executescript(_V2)
+    if have < 3:
+        conn.executescript(_V3)
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
     conn.commit()

@@ -99,6 +99,7 @@ async function runPage(v, id) {
       <h2>Resources <span class="muted">per worker</span></h2><div class="grid" id="resource-charts">
         <div class="card" id="chart-cpu"></div><div class="card" id="chart-rss"></div>
         <div class="card" id="chart-gpu"></div><div class="card" id="chart-gpumem"></div></div>
+      <h2>Data <span class="muted">muster.data operators per worker, latest sample</span></h2><div class="grid" id="data-charts"><div class="card" id="chart-data-rate"></div></div><div id="data-ops"></div>
       <h2>Events</h2><ul class="events" id="events"></ul>
       <h2>Checkpoints</h2><div id="checkpoints"></div>
       <h2>Logs <select id="log-rank"><option value="">all ranks</option></select></h2>
@@ -162,8 +163,27 @@ async function runPage(v, id) {
     : '<p class="muted">No checkpoint committed yet.</p>';
   const sel = main.querySelector("#log-rank");
   for (const r of ranks) if (!sel.querySelector(`option[value="${r}"]`)) sel.insertAdjacentHTML("beforeend", `<option value="${r}">rank ${r}</option>`);
+  await refreshData(id, run.created_at);
   await refreshLogs(id);
   return run.status === "RUNNING" && !run.stale;
+}
+
+async function refreshData(id, t0) {
+  const {latest: ops, samples} = await api(`api/runs/${id}/data?after=0`);
+  const holder = document.getElementById("data-ops");
+  if (!holder) return;
+  document.getElementById("data-charts").style.display = ops.length ? "" : "none";
+  const lead = samples.filter(r => r.rank === 0), names = [...new Set(lead.map(r => r.op))];
+  if (ops.length) plot("chart-data-rate", "rows/s per operator (rank 0)", "seconds", names,
+                       byRank(lead.map(r => ({x: Math.round((r.time - t0) * 10) / 10, rank: r.op, y: r.rows_per_s})), names));
+  holder.innerHTML = ops.length ? `<table id="data-table"><tr><th>rank</th><th>pass</th><th>operator</th><th>rows in</th>
+    <th>rows out</th><th>rows/s</th><th>in flight / budget</th><th>blocked on backpressure</th><th>actors</th><th>state</th></tr>
+    ${ops.map(o => `<tr data-op="${esc(o.op)}" data-rank="${o.rank}"><td class="num">${o.rank}</td><td class="num">${o.execution}</td>
+    <td>${esc(o.op)}</td><td class="num">${num(o.rows_in)}</td><td class="num">${num(o.rows_out)}</td>
+    <td class="num">${o.rows_per_s == null ? "-" : Math.round(o.rows_per_s)}</td>
+    <td class="num">${mb(o.bytes_in_flight)} / ${mb(o.budget_bytes)}</td><td class="num">${secs(o.blocked_s)}</td>
+    <td class="num">${o.actors || "-"}</td><td>${o.done ? "done" : "running"}</td></tr>`).join("")}</table>`
+    : '<p class="muted">No muster.data pipeline ran in this run\'s workers.</p>';
 }
 
 async function refreshLogs(id) {

@@ -1,0 +1,58 @@
+"""The live per-operator view of a pass in the driver's terminal (plain lines when not a TTY), and the
+counters behind it: rows in/out, rows/s, bytes in flight against the budget, time blocked on backpressure."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import muster.data as md
+
+
+@pytest.fixture
+def ctx():
+    c = md.DataContext.get_current()
+    saved = (c.progress_every_s, c.max_bytes_in_flight, c.enable_progress_bars)
+    yield c
+    c.progress_every_s, c.max_bytes_in_flight, c.enable_progress_bars = saved
+
+
+def slow(batch):
+    time.sleep(0.03)
+    return {"id": batch["id"], "sq": batch["id"] ** 2}
+
+
+def test_plain_lines_per_operator_while_a_pass_runs(ctx, capsys, threads_only):
+    ctx.progress_every_s = 0.2
+    rows = md.range(600, override_num_blocks=30).map_batches(slow, batch_size=None).take_all()
+    assert len(rows) == 600
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("[muster.data] ")]
+    assert any(line.startswith("[muster.data] MapBatches(slow): ") for line in lines), out
+    assert any(line.startswith("[muster.data] ReadRange: ") for line in lines), out
+    line = next(line for line in lines if "MapBatches(slow)" in line)
+    assert " rows/s, " in line and " MiB in flight, blocked " in line and " in -> " in line
+    assert "/256.0 MiB" in line  # the budget
+
+
+def test_no_lines_for_a_short_pass_or_when_turned_off(ctx, capsys, threads_only):
+    ctx.progress_every_s = 5.0
+    md.range(100).map_batches(slow).take_all()
+    ctx.progress_every_s, ctx.enable_progress_bars = 0.1, False
+    md.range(300, override_num_blocks=10).map_batches(slow, batch_size=None).take_all()
+    assert "[muster.data]" not in capsys.readouterr().out
+
+
+def test_counters_show_rows_in_out_and_backpressure(ctx, threads_only):
+    ctx.max_bytes_in_flight = 1000  # less than one block (8 kB): the slow consumer below holds the pipeline back
+    ds = md.range(20000, override_num_blocks=20).filter(lambda r: r["id"] % 2 == 0)
+    for _ in ds.iter_batches(batch_size=1000, prefetch_batches=0):
+        time.sleep(0.01)
+    ops = {op.op: op for op in ds._stats.snapshot()}
+    filt = next(v for k, v in ops.items() if k.startswith("Filter("))
+    assert (filt.rows_in, filt.rows_out) == (20000, 10000)
+    assert ops["ReadRange"].rows_out == 20000 and filt.rows_per_s > 0
+    assert filt.blocked_s > 0  # ready tasks were held back by the budget
+    assert filt.budget_bytes == 1000 and filt.bytes_in_flight == 0 and filt.done  # the pass ended
+    assert "blocked on backpressure" in ds.stats()
