@@ -27,7 +27,7 @@ def test_store_lives_in_the_storage_root_and_is_versioned(recorded):
     assert path == os.path.join(recorded["storage"], ".muster", "runs.db") and os.path.exists(path)
     conn = sqlite3.connect(path)
     try:
-        assert schema.version(conn) == schema.SCHEMA_VERSION == 2
+        assert schema.version(conn) == schema.SCHEMA_VERSION == 3
     finally:
         conn.close()
 
@@ -138,12 +138,30 @@ def test_a_version_1_store_gains_the_serve_tables(tmp_path):
     writer.connect(path).close()  # a newer writer migrates it forward, keeping what was there
     conn = sqlite3.connect(path)
     try:
-        assert schema.version(conn) == 2
+        assert schema.version(conn) == 3
         assert {"serve_replicas", "serve_metrics", "serve_events", "serve_logs"} <= {
             r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     finally:
         conn.close()
     assert [r["name"] for r in reader.runs()] == ["old"] and reader.serve_deployments() == []
+
+
+def test_a_version_2_store_gains_the_llm_columns(tmp_path):
+    path = str(tmp_path / "runs.db")
+    conn = sqlite3.connect(path)
+    conn.executescript(schema._V1 + schema._V2)
+    conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '2')")
+    conn.execute("INSERT INTO serve_metrics (time, app, deployment, served) VALUES (1, 'a', 'D', 7)")
+    conn.commit()
+    conn.close()
+    writer.connect(path).close()
+    (row,) = StoreReader(path).serve_metrics("a", "D")
+    assert row["served"] == 7 and row["completion_tokens"] is None and row["queue_depth"] is None
+    conn = sqlite3.connect(path)
+    try:
+        assert schema.version(conn) == 3
+    finally:
+        conn.close()
 
 
 def test_reader_says_where_it_looked(tmp_path):

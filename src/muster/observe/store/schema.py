@@ -36,6 +36,14 @@ file gains them when a newer muster opens it:
 ``serve_logs``          line a replica printed (stdout and stderr)
 ======================  =====================================================================
 
+Version 3 adds an LLM deployment's figures (``muster.serve.llm``) as columns of
+``serve_metrics``, NULL on the rows of other deployments: ``llm_requests``,
+``prompt_tokens`` and ``completion_tokens`` since start (as the clients' ``usage``
+counts them), ``tokens_per_s`` (completion tokens per second over the sample's
+window), ``ttft_p50_ms`` / ``ttft_p99_ms`` / ``ttft_samples`` (time to first
+token of the requests that started in the window), and the engines' queue now:
+``engine_running``, ``engine_waiting`` and their sum ``queue_depth``.
+
 Times are Unix seconds (float). JSON columns hold text. A newer muster
 migrates an older file forward in :func:`migrate`; an older muster refuses
 a newer file with a message instead of misreading it.
@@ -45,7 +53,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -195,6 +203,13 @@ CREATE TABLE IF NOT EXISTS serve_logs (
 CREATE INDEX IF NOT EXISTS serve_logs_dep ON serve_logs (app, deployment, replica, id);
 """
 
+_LLM_COLUMNS = (
+    ("llm_requests", "INTEGER"), ("prompt_tokens", "INTEGER"), ("completion_tokens", "INTEGER"),
+    ("tokens_per_s", "REAL"), ("ttft_p50_ms", "REAL"), ("ttft_p99_ms", "REAL"), ("ttft_samples", "INTEGER"),
+    ("engine_running", "INTEGER"), ("engine_waiting", "INTEGER"), ("queue_depth", "INTEGER"),
+)
+_V3 = "".join(f"ALTER TABLE serve_metrics ADD COLUMN {name} {kind};\n" for name, kind in _LLM_COLUMNS)
+
 
 class SchemaTooNewError(RuntimeError):
     """The store was written by a newer muster than this one."""
@@ -227,5 +242,7 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
         conn.executescript(_V1)
     if have < 2:
         conn.executescript(_V2)
+    if have < 3:
+        conn.executescript(_V3)
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
     conn.commit()
