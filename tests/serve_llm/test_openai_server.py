@@ -217,6 +217,39 @@ def test_tensor_parallel_replica_that_can_never_fit_fails_at_deploy(base_url, ti
         serve.run(build_openai_app({"llm_configs": [cfg]}), name="tp2", route_prefix="/tp2")
 
 
+def test_an_app_of_one_model_is_its_llm_server_alone(base_url, tiny_model):
+    """One model: the LLMServer deployment answers HTTP itself (no OpenAiIngress hop); streaming, listing and
+    client disconnect work the same."""
+    cfg = LLMConfig(model_loading_config=dict(model_id="solo", model_source=str(tiny_model)), llm_engine="transformers",
+                    deployment_config=dict(ray_actor_options={"num_cpus": 0.5}), engine_kwargs=dict(max_model_len=256))
+    serve.run(build_openai_app({"llm_configs": [cfg]}), name="solo", route_prefix="/solo")
+    try:
+        assert sorted(serve.status().applications["solo"].deployments) == ["LLMServer:solo"]
+        url = base_url.replace("/v1", "/solo/v1")
+        solo = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=120)
+        assert [m.id for m in solo.models.list().data] == ["solo"]
+        plain = solo.chat.completions.create(model="solo", messages=CHAT, temperature=0, max_tokens=12)
+        streamed = solo.chat.completions.create(model="solo", messages=CHAT, temperature=0, max_tokens=12, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == plain.choices[0].message.content
+        with pytest.raises(openai.NotFoundError):
+            solo.chat.completions.create(model="tiny-chat", messages=CHAT, max_tokens=2)
+        handle = serve.get_deployment_handle("LLMServer:solo", "solo")
+        before = handle.stats.remote().result(timeout_s=30)
+        body = {"model": "solo", "messages": CHAT, "max_tokens": 200, "temperature": 0, "stream": True}
+        with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=60) as r:
+            lines = r.iter_lines()
+            [next(lines) for _ in range(6)]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            after = handle.stats.remote().result(timeout_s=30)
+            if after["requests_finished"] > before["requests_finished"] and after["running"] == 0:
+                break
+            time.sleep(0.1)
+        assert after["running"] == 0 and after["generated_tokens"] - before["generated_tokens"] < 150
+    finally:
+        serve.delete("solo")
+
+
 def test_token_counts_time_to_first_token_and_queue_depth_reach_the_store_and_dashboard(client, storage):
     """Real traffic on tiny-plain (streamed and not): the run store's counts equal the usage the client got,
     and samples taken under load hold time to first token and a non-empty engine queue."""
