@@ -6,7 +6,11 @@ test module can ``from _shared import free_port, wait_for``.
 
 from __future__ import annotations
 
+import queue
 import socket
+import subprocess
+import sys
+import threading
 import time
 from typing import Callable
 
@@ -26,3 +30,39 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: flo
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+class Dashboard:
+    """``muster dashboard`` in its own process, on a free port."""
+
+    def __init__(self, storage: str, *args: str):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "muster.cli", "dashboard", "--storage-path", storage, "--port", "0", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        stdout, stderr = self.proc.stdout, self.proc.stderr
+        assert stdout is not None and stderr is not None
+
+        def pump() -> None:
+            for line in stdout:
+                lines.put(line)
+
+        threading.Thread(target=pump, daemon=True).start()
+        try:
+            first = lines.get(timeout=60)
+        except queue.Empty:
+            self.stop()
+            raise AssertionError(f"the dashboard printed nothing: {stderr.read()}")
+        assert first.startswith("muster dashboard: http://"), first
+        self.url = first.split(": ", 1)[1].strip()
+        self.base = self.url.split("?", 1)[0]
+        self.token = self.url.split("?token=", 1)[1] if "?token=" in self.url else None
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

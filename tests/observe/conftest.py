@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import queue
 import shutil
-import subprocess
-import sys
 import threading
 
 import pytest
+from _shared import Dashboard
 
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -159,42 +157,6 @@ def live_run(storage, tmp_path):
     for run in runs:
         run.release()
         run.thread.join(120)
-
-
-class Dashboard:
-    """``muster dashboard`` in its own process, on a free port."""
-
-    def __init__(self, storage: str, *args: str):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "muster.cli", "dashboard", "--storage-path", storage, "--port", "0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        lines: queue.Queue[str] = queue.Queue()
-        stdout, stderr = self.proc.stdout, self.proc.stderr
-        assert stdout is not None and stderr is not None
-
-        def pump() -> None:
-            for line in stdout:
-                lines.put(line)
-
-        threading.Thread(target=pump, daemon=True).start()
-        try:
-            first = lines.get(timeout=60)
-        except queue.Empty:
-            self.stop()
-            raise AssertionError(f"the dashboard printed nothing: {stderr.read()}")
-        assert first.startswith("muster dashboard: http://"), first
-        self.url = first.split(": ", 1)[1].strip()
-        self.base = self.url.split("?", 1)[0]
-        self.token = self.url.split("?token=", 1)[1] if "?token=" in self.url else None
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture

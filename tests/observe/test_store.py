@@ -147,6 +147,24 @@ def test_a_version_1_store_gains_the_serve_tables(tmp_path):
     assert [r["name"] for r in reader.runs()] == ["old"] and reader.serve_deployments() == []
 
 
+def test_a_version_2_store_gains_the_llm_columns(tmp_path):
+    path = str(tmp_path / "runs.db")
+    conn = sqlite3.connect(path)
+    conn.executescript(schema._V1 + schema._V2)
+    conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '2')")
+    conn.execute("INSERT INTO serve_metrics (time, app, deployment, served) VALUES (1, 'a', 'D', 7)")
+    conn.commit()
+    conn.close()
+    writer.connect(path).close()
+    (row,) = StoreReader(path).serve_metrics("a", "D")
+    assert row["served"] == 7 and row["completion_tokens"] is None and row["queue_depth"] is None
+    conn = sqlite3.connect(path)
+    try:
+        assert schema.version(conn) == 3
+    finally:
+        conn.close()
+
+
 def test_reader_says_where_it_looked(tmp_path):
     with pytest.raises(StoreNotFoundError, match="--storage-path"):
         StoreReader.for_root(str(tmp_path / "nothing"))

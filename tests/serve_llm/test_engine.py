@@ -96,12 +96,20 @@ def test_stop_string_cuts_the_text(engine):
     assert text == full[: full.index(stop)]
 
 
-def test_text_assembler_holds_back_a_possible_stop_prefix():
-    class CharTokenizer:
-        def decode(self, ids, skip_special_tokens=True):
-            return "".join(chr(i) for i in ids)
+def test_the_rust_tokenizer_fast_path_gives_what_the_wrapper_gives(engine):
+    tok = engine.tokenizer
+    assert engine._ids_of.__name__ == "fast_ids" and engine._text_of.__name__ == "fast_text"  # the tiny model's is fast
+    for text in ("Explain gradient checkpointing.", "  tabs\tand\nnewlines ", "\u00fcn\u00efcode \u2713 \u4f60\u597d", "a"):
+        assert engine.encode(text) == list(tok(text)["input_ids"])
+        ids = engine.encode(text)
+        assert engine._text_of(ids) == tok.decode(ids, skip_special_tokens=True)
+    msgs = [{"role": "user", "content": "hi there"}]
+    assert engine.encode_chat(msgs) == list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                                                    return_dict=True)["input_ids"])
 
-    asm = TextAssembler(CharTokenizer(), stop=["END"])
+
+def test_text_assembler_holds_back_a_possible_stop_prefix():
+    asm = TextAssembler(lambda ids: "".join(chr(i) for i in ids), stop=["END"])
     out = [asm.push([ord(c)], final=False) for c in "abcEN"]
     assert "".join(out) == "abc"  # "EN" may still become END
     assert asm.push([ord("X")], final=False) == "ENX"

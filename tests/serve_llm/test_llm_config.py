@@ -88,16 +88,21 @@ def test_duplicate_model_ids_and_empty_config_list_are_refused():
 
 
 def test_app_deployments_carry_the_replica_resources():
-    cfg = config(accelerator_type="A100", engine_kwargs=dict(tensor_parallel_size=2))
-    app = build_openai_app({"llm_configs": [cfg]})
+    """One model: its LLMServer deployment is the whole app (it answers HTTP); several: an OpenAiIngress
+    that holds no CPU routes to one LLMServer deployment per model."""
     from muster.serve._internal import plan
 
-    ingress, plans = plan.build(app, "llm")
+    cfg = config(accelerator_type="A100", engine_kwargs=dict(tensor_parallel_size=2))
+    ingress, plans = plan.build(build_openai_app({"llm_configs": [cfg]}), "llm")
+    assert ingress == "LLMServer:m" and [p.name for p in plans] == [ingress]
+    other = config(model_loading_config=dict(model_id="other", model_source="/nowhere"))
+    ingress, plans = plan.build(build_openai_app({"llm_configs": [cfg, other]}), "llm")
     by_name = {p.name: p for p in plans}
     server = by_name["LLMServer:m"]
     assert server.config.ray_actor_options["num_gpus"] == 2
     assert server.config.ray_actor_options["resources"] == {"accelerator_type:A100": 0.001}
-    assert by_name[ingress].config.ray_actor_options["num_cpus"] == 0
+    assert ingress == "OpenAiIngress" and by_name[ingress].config.ray_actor_options["num_cpus"] == 0
+    assert sorted(by_name) == ["LLMServer:m", "LLMServer:other", "OpenAiIngress"]
 
 
 def test_serve_config_file_can_name_build_openai_app_as_its_builder(tmp_path):

@@ -21,7 +21,21 @@ CHAT = [{"role": "user", "content": "Explain gradient checkpointing in 2 sentenc
 
 
 @pytest.fixture(scope="module")
-def base_url(tiny_model, tiny_gpt2_no_template):
+def storage(tmp_path_factory, monkeypatch_module):
+    """The storage path whose run store records this module's Serve app."""
+    path = str(tmp_path_factory.mktemp("llm-store"))
+    monkeypatch_module.setenv("MUSTER_STORAGE_PATH", path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+@pytest.fixture(scope="module")
+def base_url(tiny_model, tiny_gpt2_no_template, storage):
     """Two models in one app: a chat model and one whose tokenizer has no chat template."""
     chat = LLMConfig(
         model_loading_config=dict(model_id="tiny-chat", model_source=str(tiny_model)), llm_engine="transformers",
@@ -201,3 +215,100 @@ def test_tensor_parallel_replica_that_can_never_fit_fails_at_deploy(base_url, ti
                     accelerator_type="A100", engine_kwargs=dict(tensor_parallel_size=2))
     with pytest.raises(ResourcesUnavailableError, match="GPU"):
         serve.run(build_openai_app({"llm_configs": [cfg]}), name="tp2", route_prefix="/tp2")
+
+
+def test_an_app_of_one_model_is_its_llm_server_alone(base_url, tiny_model):
+    """One model: the LLMServer deployment answers HTTP itself (no OpenAiIngress hop); streaming, listing and
+    client disconnect work the same."""
+    cfg = LLMConfig(model_loading_config=dict(model_id="solo", model_source=str(tiny_model)), llm_engine="transformers",
+                    deployment_config=dict(ray_actor_options={"num_cpus": 0.5}), engine_kwargs=dict(max_model_len=256))
+    serve.run(build_openai_app({"llm_configs": [cfg]}), name="solo", route_prefix="/solo")
+    try:
+        assert sorted(serve.status().applications["solo"].deployments) == ["LLMServer:solo"]
+        url = base_url.replace("/v1", "/solo/v1")
+        solo = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=120)
+        assert [m.id for m in solo.models.list().data] == ["solo"]
+        plain = solo.chat.completions.create(model="solo", messages=CHAT, temperature=0, max_tokens=12)
+        streamed = solo.chat.completions.create(model="solo", messages=CHAT, temperature=0, max_tokens=12, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == plain.choices[0].message.content
+        with pytest.raises(openai.NotFoundError):
+            solo.chat.completions.create(model="tiny-chat", messages=CHAT, max_tokens=2)
+        handle = serve.get_deployment_handle("LLMServer:solo", "solo")
+        before = handle.stats.remote().result(timeout_s=30)
+        body = {"model": "solo", "messages": CHAT, "max_tokens": 200, "temperature": 0, "stream": True}
+        with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=60) as r:
+            lines = r.iter_lines()
+            [next(lines) for _ in range(6)]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            after = handle.stats.remote().result(timeout_s=30)
+            if after["requests_finished"] > before["requests_finished"] and after["running"] == 0:
+                break
+            time.sleep(0.1)
+        assert after["running"] == 0 and after["generated_tokens"] - before["generated_tokens"] < 150
+    finally:
+        serve.delete("solo")
+
+
+def test_token_counts_time_to_first_token_and_queue_depth_reach_the_store_and_dashboard(client, storage):
+    """Real traffic on tiny-plain (streamed and not): the run store's counts equal the usage the client got,
+    and samples taken under load hold time to first token and a non-empty engine queue."""
+    import threading
+
+    from _shared import Dashboard
+    from muster.observe.store.reader import StoreReader
+
+    before = engine_stats("tiny-plain")
+    usage = {"prompt": 0, "completion": 0, "requests": 0}
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        prompt = ["The quick brown fox", "hello there"][i % 2]
+        if i % 2:
+            r = client.completions.create(model="tiny-plain", prompt=prompt, max_tokens=48, temperature=0)
+            got = r.usage
+        else:
+            got = [c.usage for c in client.completions.create(
+                model="tiny-plain", prompt=prompt, max_tokens=48, temperature=0, stream=True,
+                stream_options={"include_usage": True}) if c.usage][-1]
+        with lock:
+            usage["prompt"] += got.prompt_tokens
+            usage["completion"] += got.completion_tokens
+            usage["requests"] += 1
+
+    reader = StoreReader.for_root(storage)
+    dep = "LLMServer:tiny-plain"
+    loaded = lambda: [m for m in reader.serve_metrics("llm", dep)  # noqa: E731
+                      if (m["queue_depth"] or 0) > 0 and m["ttft_samples"]]
+    deadline = time.monotonic() + 60
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        while not loaded() and time.monotonic() < deadline:  # rounds of 8 at once until a sample saw them queued
+            list(pool.map(one, range(8)))
+    assert loaded(), "no metrics sample was taken while 8 requests were in the engine"
+    want = {"llm_requests": before["requests"] + usage["requests"],
+            "prompt_tokens": before["prompt_tokens"] + usage["prompt"],
+            "completion_tokens": before["completion_tokens"] + usage["completion"]}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        last = reader.serve_metrics("llm", dep)[-1]
+        if {k: last[k] for k in want} == want:
+            break
+        time.sleep(0.2)
+    assert {k: last[k] for k in want} == want, "the store's totals differ from the usage the client saw"
+    rows = reader.serve_metrics("llm", dep)
+    assert any(r["tokens_per_s"] and r["tokens_per_s"] > 0 for r in rows)
+    assert all(0 < r["ttft_p50_ms"] <= r["ttft_p99_ms"] for r in rows if r["ttft_samples"])
+    assert all(r["queue_depth"] == r["engine_running"] + r["engine_waiting"] for r in rows)
+    per_replica = reader.serve_metrics("llm", dep, replica=0)
+    assert per_replica and per_replica[-1]["completion_tokens"] == want["completion_tokens"]
+    ingress_rows = reader.serve_metrics("llm", "OpenAiIngress")
+    assert ingress_rows and ingress_rows[-1]["completion_tokens"] is None  # not an LLM deployment
+
+    board = Dashboard(storage)
+    try:
+        listed = {d["deployment"]: d for d in httpx.get(board.base + "api/serve", timeout=30).json()["deployments"]}
+        assert listed[dep]["last"]["completion_tokens"] == want["completion_tokens"]
+        metrics = httpx.get(f"{board.base}api/serve/llm/{dep}/metrics", timeout=30).json()["metrics"]
+        assert any(m["ttft_p50_ms"] for m in metrics) and any(m["queue_depth"] for m in metrics)
+    finally:
+        board.stop()

@@ -47,6 +47,14 @@ gain it when a newer muster opens them:
                         pass had ended
 ======================  =====================================================================
 
+Version 3 also adds an LLM deployment's figures (``muster.serve.llm``) as columns of
+``serve_metrics``, NULL on the rows of other deployments: ``llm_requests``,
+``prompt_tokens`` and ``completion_tokens`` since start (as the clients' ``usage``
+counts them), ``tokens_per_s`` (completion tokens per second over the sample's
+window), ``ttft_p50_ms`` / ``ttft_p99_ms`` / ``ttft_samples`` (time to first
+token of the requests that started in the window), and the engines' queue now:
+``engine_running``, ``engine_waiting`` and their sum ``queue_depth``.
+
 Times are Unix seconds (float). JSON columns hold text. A newer muster
 migrates an older file forward in :func:`migrate`; an older muster refuses
 a newer file with a message instead of misreading it.
@@ -206,6 +214,13 @@ CREATE TABLE IF NOT EXISTS serve_logs (
 CREATE INDEX IF NOT EXISTS serve_logs_dep ON serve_logs (app, deployment, replica, id);
 """
 
+_LLM_COLUMNS = (
+    ("llm_requests", "INTEGER"), ("prompt_tokens", "INTEGER"), ("completion_tokens", "INTEGER"),
+    ("tokens_per_s", "REAL"), ("ttft_p50_ms", "REAL"), ("ttft_p99_ms", "REAL"), ("ttft_samples", "INTEGER"),
+    ("engine_running", "INTEGER"), ("engine_waiting", "INTEGER"), ("queue_depth", "INTEGER"),
+)
+_V3_LLM = "".join(f"ALTER TABLE serve_metrics ADD COLUMN {name} {kind};\n" for name, kind in _LLM_COLUMNS)
+
 
 _V3 = """
 CREATE TABLE IF NOT EXISTS data_ops (
@@ -226,7 +241,7 @@ CREATE TABLE IF NOT EXISTS data_ops (
     done INTEGER
 );
 CREATE INDEX IF NOT EXISTS data_ops_run ON data_ops (run_id, id);
-"""
+""" + _V3_LLM
 
 
 class SchemaTooNewError(RuntimeError):

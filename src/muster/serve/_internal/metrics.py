@@ -1,9 +1,16 @@
-"""Per-deployment request metrics, from the replicas' ``stats()`` snapshots."""
+"""Per-deployment request metrics, from the replicas' ``stats()`` snapshots.
+
+A replica whose object has a :data:`LLM_METRICS_HOOK` method (``LLMServer``)
+adds its token counters, time to first token samples and engine queue to its
+snapshot under ``"llm"``; :class:`LLMMetrics` folds those per deployment.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+LLM_METRICS_HOOK = "__muster_llm_metrics__"  # a replica object's method: () -> LLMMeter.snapshot() dict
 
 
 def _pct(sorted_vals: list[float], q: float) -> float | None:
@@ -25,6 +32,7 @@ class DeploymentMetrics:
     p99_ms: float | None = None
     last: float | None = None
     by_replica: dict[str, dict[str, Any]] = field(default_factory=dict)
+    llm: "LLMMetrics | None" = None
 
     def update(self, snapshots: dict[str, dict[str, Any]], now: float) -> None:
         """Fold in one round of ``{replica id: stats()}``."""
@@ -52,8 +60,72 @@ class DeploymentMetrics:
         self.requests_per_s = round(window_served / dt, 2) if dt else 0.0
         lat.sort()
         self.p50_ms, self.p99_ms = _pct(lat, 0.5), _pct(lat, 0.99)
+        llm = {rid: s["llm"] for rid, s in snapshots.items() if s.get("llm")}
+        if llm or self.llm is not None:
+            self.llm = self.llm or LLMMetrics()
+            self.llm.update(llm, dt)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"requests_per_s": self.requests_per_s, "p50_ms": self.p50_ms, "p99_ms": self.p99_ms,
-                "served": self.served, "errors": self.errors, "ongoing": self.ongoing,
+        out = {"requests_per_s": self.requests_per_s, "p50_ms": self.p50_ms, "p99_ms": self.p99_ms,
+               "served": self.served, "errors": self.errors, "ongoing": self.ongoing,
+               "replicas": dict(self.by_replica)}
+        if self.llm is not None:
+            out["llm"] = self.llm.as_dict()
+        return out
+
+
+@dataclass
+class LLMMetrics:
+    """An LLM deployment's token throughput, time to first token and engine queue.
+
+    Token and request counts are totals since the deployment started (a replica's counts
+    stay in after it is gone); ``tokens_per_s`` and the time to first token percentiles are
+    over the last polling window; ``running``/``waiting`` are the engines' queues now.
+    """
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tokens_per_s: float = 0.0
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    ttft_samples: int = 0
+    running: int = 0
+    waiting: int = 0
+    by_replica: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _counted: dict[str, dict[str, int]] = field(default_factory=dict)  # replica id -> counts folded in so far
+
+    def update(self, snapshots: dict[str, dict[str, Any]], dt: float | None) -> None:
+        """Fold in one round of ``{replica id: stats()["llm"]}`` taken ``dt`` seconds after the previous one."""
+        window_tokens, ttft, running, waiting = 0, [], 0, 0
+        for rid, s in snapshots.items():
+            prev = self._counted.get(rid, {})
+            deltas = {k: max(0, s[k] - prev.get(k, 0)) for k in ("requests", "prompt_tokens", "completion_tokens")}
+            self.requests += deltas["requests"]
+            self.prompt_tokens += deltas["prompt_tokens"]
+            self.completion_tokens += deltas["completion_tokens"]
+            window_tokens += deltas["completion_tokens"]
+            ttft.extend(s["ttft_ms"])
+            running, waiting = running + s["running"], waiting + s["waiting"]
+            self._counted[rid] = {k: s[k] for k in deltas}
+            mine = sorted(s["ttft_ms"])
+            self.by_replica[rid] = {
+                "requests": s["requests"], "prompt_tokens": s["prompt_tokens"],
+                "completion_tokens": s["completion_tokens"], "running": s["running"], "waiting": s["waiting"],
+                "tokens_per_s": round(deltas["completion_tokens"] / dt, 2) if dt else 0.0,
+                "ttft_p50_ms": _pct(mine, 0.5), "ttft_p99_ms": _pct(mine, 0.99), "ttft_samples": len(mine),
+            }
+        for rid in list(self.by_replica):
+            if rid not in snapshots:  # gone, or late this round (its counts stay in _counted either way)
+                del self.by_replica[rid]
+        ttft.sort()
+        self.tokens_per_s = round(window_tokens / dt, 2) if dt else 0.0
+        self.ttft_p50_ms, self.ttft_p99_ms, self.ttft_samples = _pct(ttft, 0.5), _pct(ttft, 0.99), len(ttft)
+        self.running, self.waiting = running, waiting
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "tokens_per_s": self.tokens_per_s,
+                "ttft_p50_ms": self.ttft_p50_ms, "ttft_p99_ms": self.ttft_p99_ms, "ttft_samples": self.ttft_samples,
+                "running": self.running, "waiting": self.waiting, "queue_depth": self.running + self.waiting,
                 "replicas": dict(self.by_replica)}

@@ -23,6 +23,18 @@ from muster.observe.store import store_path, writer
 
 _EARLY_PIDS, _EARLY_LINES = 64, 200  # bounds on the lines kept for processes not yet known as replicas
 SAMPLE_MIN_S = 1.0  # at most one metrics row per deployment (and per replica) this often
+# serve_metrics columns of an LLM deployment (schema v3) and the LLMMetrics keys they come from
+LLM_FIELDS = ("llm_requests", "prompt_tokens", "completion_tokens", "tokens_per_s", "ttft_p50_ms", "ttft_p99_ms",
+              "ttft_samples", "engine_running", "engine_waiting", "queue_depth")
+_LLM_KEYS = ("requests", "prompt_tokens", "completion_tokens", "tokens_per_s", "ttft_p50_ms", "ttft_p99_ms",
+             "ttft_samples", "running", "waiting")
+
+
+def _llm_row(llm: dict[str, Any]) -> tuple:
+    """The LLM columns' values (all NULL for a deployment that is no LLM)."""
+    if not llm:
+        return (None,) * len(LLM_FIELDS)
+    return (*(llm.get(k) for k in _LLM_KEYS), llm["running"] + llm["waiting"])
 
 
 class ServeRecorder:
@@ -103,14 +115,18 @@ class ServeRecorder:
             self._last[key] = now
         t = time.time()
         sql = ("INSERT INTO serve_metrics (time, app, deployment, replica, requests_per_s, p50_ms, p99_ms, served,"
-               " errors, ongoing, running, target, restarts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+               " errors, ongoing, running, target, restarts, " + ", ".join(LLM_FIELDS) + ")"
+               " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?" + ", ?" * len(LLM_FIELDS) + ")")
         m = metrics
+        llm = m.get("llm") or {}
         self._put(sql, (t, app, deployment, None, m["requests_per_s"], m["p50_ms"], m["p99_ms"], m["served"],
-                        m["errors"], m["ongoing"], running, target, restarts))
+                        m["errors"], m["ongoing"], running, target, restarts, *_llm_row(llm)))
+        llm_replicas = llm.get("replicas", {})
         for rid, r in m.get("replicas", {}).items():
             if rid in numbers:
                 self._put(sql, (t, app, deployment, numbers[rid], r.get("requests_per_s"), r.get("p50_ms"),
-                                r.get("p99_ms"), r["served"], r["errors"], r["ongoing"], None, None, None))
+                                r.get("p99_ms"), r["served"], r["errors"], r["ongoing"], None, None, None,
+                                *_llm_row(llm_replicas.get(rid) or {})))
 
     def close(self) -> None:
         """Write what is queued and let go of the store (at ``serve.shutdown()``)."""

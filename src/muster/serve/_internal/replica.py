@@ -25,7 +25,7 @@ from typing import Any
 
 from muster.exceptions import InvalidTypeError
 from muster.serve import context as replica_context
-from muster.serve._internal import eventloop, responses, router, wire
+from muster.serve._internal import eventloop, metrics, responses, router, wire
 from muster.serve._internal.plan import TargetRef
 from muster.serve.config import DeploymentConfig
 
@@ -183,7 +183,14 @@ class ReplicaActor:
     def stats(self) -> dict[str, Any]:
         lat = list(self.latency_ms)
         self.latency_ms.clear()
-        return {"ongoing": self.ongoing, "served": self.served, "errors": self.errors, "latency_ms": lat}
+        snap = {"ongoing": self.ongoing, "served": self.served, "errors": self.errors, "latency_ms": lat}
+        hook = getattr(self.obj, metrics.LLM_METRICS_HOOK, None)
+        if callable(hook):
+            try:
+                snap["llm"] = hook()
+            except Exception as exc:  # noqa: BLE001 - metrics never fail the replica
+                print(f"[serve] {self.where}: reading its LLM metrics failed: {exc!r}", file=sys.stderr, flush=True)
+        return snap
 
     def drain(self, timeout_s: float) -> int:
         """Wait (bounded) until no request is in flight; return how many were left."""

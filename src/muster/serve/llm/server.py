@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import struct
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from muster.serve.llm import protocol as p
 from muster.serve.llm.config import LLMConfig
 from muster.serve.llm.engine import GenerationChunk, LLMEngine, SamplingParams, create_engine
 from muster.serve.llm.errors import EngineError, InvalidRequestError, LLMRequestError, error_body
+from muster.serve.llm.metrics import LLMMeter
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class LLMServer:
         self.engine: LLMEngine = create_engine(self.config)
         self.engine.start()
         self.created = p.now()
+        self.meter = LLMMeter()
 
     @property
     def model_id(self) -> str:
@@ -74,18 +77,25 @@ class LLMServer:
             "model": self.model_id, "steps": s.steps, "running": s.running, "waiting": s.waiting,
             "requests_finished": s.requests_finished, "generated_tokens": s.generated_tokens,
             "tokens_per_s": s.tokens_per_s, "ttft_p50_s": ttft[len(ttft) // 2] if ttft else None,
+            **self.meter.counts(),
         }
+
+    def __muster_llm_metrics__(self) -> dict[str, Any]:
+        """Serve's replica reads this with its stats: token counts, time to first token samples, engine queue."""
+        s = self.engine.stats()
+        return self.meter.snapshot(s.running, s.waiting)
 
     def shutdown(self) -> None:
         self.engine.shutdown()
 
     async def handle(self, route: str, body: Any) -> AsyncIterator[Part]:
         """Answer one request to ``/v1/<route>``; yields a :class:`ResponseHead`, then body strings."""
+        t0 = time.perf_counter()
         try:
             if route == "chat/completions":
-                parts = await self._chat(p.parse_request(p.ChatCompletionRequest, body))
+                parts = await self._chat(p.parse_request(p.ChatCompletionRequest, body), t0)
             elif route == "completions":
-                parts = await self._completions(p.parse_request(p.CompletionRequest, body))
+                parts = await self._completions(p.parse_request(p.CompletionRequest, body), t0)
             elif route == "embeddings":
                 parts = await self._embeddings(p.parse_request(p.EmbeddingRequest, body))
             else:
@@ -109,7 +119,7 @@ class LLMServer:
             yield "data: [DONE]\n\n"
 
     # ------------------------------------------------------------------ chat
-    async def _chat(self, req: p.ChatCompletionRequest) -> str | AsyncGenerator[str, None]:
+    async def _chat(self, req: p.ChatCompletionRequest, t0: float) -> str | AsyncGenerator[str, None]:
         req.check_supported()
         if not req.messages:
             raise InvalidRequestError("messages is empty: send at least one message", param="messages")
@@ -117,7 +127,7 @@ class LLMServer:
             raise InvalidRequestError("logprobs is not supported; leave it out.", param="logprobs")
         prompt = self.engine.encode_chat([{"role": m.role, "content": m.text()} for m in req.messages])
         params = _sampling(req, req.token_limit())
-        streams = await _open([(prompt, params)] * req.n, self.engine)
+        streams = await self._open([(prompt, params)] * req.n, len(prompt), t0)
         rid, created = p.new_id("chatcmpl"), p.now()
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -149,7 +159,7 @@ class LLMServer:
         yield "data: [DONE]\n\n"
 
     # ------------------------------------------------------------------ completions
-    async def _completions(self, req: p.CompletionRequest) -> str | AsyncGenerator[str, None]:
+    async def _completions(self, req: p.CompletionRequest, t0: float) -> str | AsyncGenerator[str, None]:
         req.check_supported()
         for name in ("echo", "suffix", "logprobs"):
             if getattr(req, name) not in (None, False):
@@ -158,9 +168,9 @@ class LLMServer:
             raise InvalidRequestError(f"best_of={req.best_of} is not supported; leave it out.", param="best_of")
         prompts = [self._prompt_ids(x) for x in _prompt_list(req.prompt)]
         params = _sampling(req, req.max_tokens)
-        streams = await _open([(ids, params) for ids in prompts for _ in range(req.n)], self.engine)
-        rid, created = p.new_id("cmpl"), p.now()
         prompt_tokens = sum(len(ids) for ids in prompts)
+        streams = await self._open([(ids, params) for ids in prompts for _ in range(req.n)], prompt_tokens, t0)
+        rid, created = p.new_id("cmpl"), p.now()
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return self._completion_events(streams, rid, created, include_usage, prompt_tokens)
@@ -183,6 +193,13 @@ class LLMServer:
                                 usage=_usage(prompt_tokens, sum(counts)))
             yield f"data: {body.model_dump_json()}\n\n"
         yield "data: [DONE]\n\n"
+
+    async def _open(self, requests: Sequence[tuple[list[int], SamplingParams]], prompt_tokens: int,
+                    t0: float) -> list[_Primed]:
+        """Start the request's generations and read their first chunks; meter it (prompt tokens as in its usage)."""
+        streams = await _open(requests, self.engine, self.meter)
+        self.meter.started(prompt_tokens, time.perf_counter() - t0)
+        return streams
 
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
         return self.engine.encode(prompt) if isinstance(prompt, str) else list(prompt)
@@ -210,6 +227,7 @@ class _Primed:
     first: GenerationChunk | None
     rest: AsyncIterator[GenerationChunk]
     prompt_tokens: int
+    meter: LLMMeter | None = None
 
 
 async def _close(chunks: AsyncIterator[GenerationChunk]) -> None:
@@ -219,13 +237,14 @@ async def _close(chunks: AsyncIterator[GenerationChunk]) -> None:
         await aclose()
 
 
-async def _open(requests: Sequence[tuple[list[int], SamplingParams]], engine: LLMEngine) -> list[_Primed]:
+async def _open(requests: Sequence[tuple[list[int], SamplingParams]], engine: LLMEngine,
+                meter: LLMMeter | None = None) -> list[_Primed]:
     """Start every generation and read its first chunk; on any error close them all and raise."""
     opened: list[_Primed] = []
     try:
         for ids, params in requests:
             gen = engine.generate(ids, params)
-            opened.append(_Primed(None, gen, len(ids)))
+            opened.append(_Primed(None, gen, len(ids), meter))
             opened[-1].first = await anext(gen, None)
     except BaseException:
         for primed in opened:
@@ -235,10 +254,14 @@ async def _open(requests: Sequence[tuple[list[int], SamplingParams]], engine: LL
 
 
 async def _stream(primed: _Primed) -> AsyncGenerator[GenerationChunk, None]:
-    if primed.first is not None:
-        yield primed.first
-    async for chunk in primed.rest:
+    """The generation's chunks, the primed first one included; counts its tokens on the meter as they pass."""
+    seen, chunk = 0, primed.first
+    while chunk is not None:  # the first chunk is None only when the generation is already over
+        if primed.meter is not None:
+            primed.meter.generated(chunk.num_generated_tokens - seen)
+        seen = chunk.num_generated_tokens
         yield chunk
+        chunk = await anext(primed.rest, None)
 
 
 async def _merge(streams: list[_Primed]) -> AsyncGenerator[tuple[int, GenerationChunk], None]:

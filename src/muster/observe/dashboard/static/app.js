@@ -255,12 +255,13 @@ async function servePage(v) {
   const ms = x => x == null ? "-" : num(x) + " ms";
   document.getElementById("main").innerHTML = `<h1>Serve deployments</h1><table id="serve-deps"><tr><th>app / deployment</th>
     <th>running</th><th>target</th><th>restarts</th><th>req/s</th><th>p50</th><th>p99</th><th>served</th><th>errors</th>
-    <th>ongoing</th><th>last sample</th></tr>${deployments.map(d => { const m = d.last || {}; return `<tr data-dep="${esc(d.app + "/" + d.deployment)}">
+    <th>ongoing</th><th>tokens/s</th><th>TTFT p50</th><th>queue</th><th>last sample</th></tr>${deployments.map(d => { const m = d.last || {}; return `<tr data-dep="${esc(d.app + "/" + d.deployment)}">
     <td><a href="#/serve/${encodeURIComponent(d.app)}/${encodeURIComponent(d.deployment)}">${esc(d.app)} / ${esc(d.deployment)}</a></td>
     <td class="num">${d.running}</td><td class="num">${m.target ?? "-"}</td><td class="num">${m.restarts ?? "-"}</td>
     <td class="num">${num(m.requests_per_s)}</td><td class="num">${ms(m.p50_ms)}</td><td class="num">${ms(m.p99_ms)}</td>
     <td class="num">${num(m.served)}</td><td class="num">${num(m.errors)}</td><td class="num">${num(m.ongoing)}</td>
-    <td>${when(m.time)}</td></tr>`; }).join("") || '<tr><td colspan="11" class="muted">No Serve deployments recorded.</td></tr>'}</table>`;
+    <td class="num">${num(m.tokens_per_s)}</td><td class="num">${ms(m.ttft_p50_ms)}</td><td class="num">${num(m.queue_depth)}</td>
+    <td>${when(m.time)}</td></tr>`; }).join("") || '<tr><td colspan="14" class="muted">No Serve deployments recorded.</td></tr>'}</table>`;
   return deployments.some(d => d.running > 0);
 }
 
@@ -273,6 +274,8 @@ async function serveDeploymentPage(v, app, dep) {
     clearCharts();
     main.innerHTML = `<div id="serve-dep"><h1 id="serve-title">${esc(app)} / ${esc(dep)} <span class="muted">Serve deployment</span></h1>
       <div class="card" id="chart-rate"></div><div class="card" id="chart-latency"></div><div class="card" id="chart-ongoing"></div>
+      <div id="serve-llm" hidden><h2>LLM</h2><div class="card" id="chart-tokens"></div><div class="card" id="chart-ttft"></div>
+      <div class="card" id="chart-queue"></div></div>
       <h2>Replicas</h2><div id="serve-replicas"></div><h2>Events</h2><ul id="serve-events"></ul>
       <h2>Logs <select id="log-replica"><option value="">all replicas</option></select></h2><pre id="serve-logs" class="logs"></pre></div>`;
     main.querySelector("#log-replica").addEventListener("change", () => render(view));
@@ -281,6 +284,12 @@ async function serveDeploymentPage(v, app, dep) {
   plot("chart-rate", "requests / s", "s", ["requests/s", "errors (total)"], [xs, metrics.map(m => m.requests_per_s), metrics.map(m => m.errors)]);
   plot("chart-latency", "latency (ms)", "s", ["p50", "p99"], [xs, metrics.map(m => m.p50_ms), metrics.map(m => m.p99_ms)]);
   plot("chart-ongoing", "ongoing requests and replicas", "s", ["ongoing", "running replicas"], [xs, metrics.map(m => m.ongoing), metrics.map(m => m.running)]);
+  if (metrics.some(m => m.completion_tokens != null)) {   // an LLM deployment (schema v3 columns)
+    main.querySelector("#serve-llm").hidden = false;
+    plot("chart-tokens", "output tokens / s", "s", ["tokens/s"], [xs, metrics.map(m => m.tokens_per_s)]);
+    plot("chart-ttft", "time to first token (ms)", "s", ["p50", "p99"], [xs, metrics.map(m => m.ttft_p50_ms), metrics.map(m => m.ttft_p99_ms)]);
+    plot("chart-queue", "engine queue (requests)", "s", ["queue depth", "running", "waiting"], [xs, metrics.map(m => m.queue_depth), metrics.map(m => m.engine_running), metrics.map(m => m.engine_waiting)]);
+  }
   const reps = detail.replicas;
   main.querySelector("#serve-replicas").innerHTML = `<table id="replicas"><tr><th>replica</th><th>state</th><th>pid</th><th>host</th>
     <th>started</th><th>ended</th><th>req/s</th><th>p50</th><th>p99</th><th>served</th><th>errors</th><th>ongoing</th><th>cause</th></tr>

@@ -10,7 +10,7 @@ loop; their own threads (a decoding loop) hand results back to that loop.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,8 +135,8 @@ class LLMEngine(abc.ABC):
         """
         if not prompt_ids:
             raise InvalidRequestError("the prompt is empty: send at least one token of text", param="prompt")
-        bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
-        if bad:
+        if min(prompt_ids) < 0 or max(prompt_ids) >= vocab_size:
+            bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
             raise InvalidRequestError(
                 f"token ids {bad[:5]} are outside the vocabulary of {self.config.model_id!r} (0..{vocab_size - 1})",
                 param="prompt",
@@ -161,8 +161,8 @@ class TextAssembler:
     character, is held back until the next tokens decide it.
     """
 
-    def __init__(self, tokenizer: Any, stop: Sequence[str]):
-        self._tokenizer = tokenizer
+    def __init__(self, decode: Callable[[list[int]], str], stop: Sequence[str]):
+        self._decode = decode  # token ids -> text, special tokens skipped
         self._stop = tuple(stop)
         self._ids: list[int] = []
         self._sent = 0
@@ -171,7 +171,7 @@ class TextAssembler:
     def push(self, new_ids: Sequence[int], final: bool) -> str:
         """Add tokens; return the text that is now certain. Sets ``stopped`` when a stop string appeared."""
         self._ids.extend(new_ids)
-        text = self._tokenizer.decode(self._ids, skip_special_tokens=True)
+        text = self._decode(self._ids)
         for stop in self._stop:
             cut = text.find(stop, max(0, self._sent - len(stop)))
             if cut >= 0:
