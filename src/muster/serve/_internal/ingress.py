@@ -84,7 +84,7 @@ class IngressApp:
         timeout = self.options.request_timeout_s
         r = router.registry.router(app, dep)
         try:
-            replica, stream = await r.open_stream(wire.REQ_HTTP, wire.dumps((fields, body)), timeout or 30.0)
+            replica, stream = await r.open_stream(wire.REQ_HTTP, wire.http_request(fields, body), timeout or 30.0)
         except BackPressureError as exc:
             await _plain(send, 503, str(exc), [(b"retry-after", b"1")])
             return
@@ -97,13 +97,13 @@ class IngressApp:
             r.release(replica)
 
     async def _relay(self, stream: router.Stream, send: Any, timeout: float | None) -> None:
-        kind, payload = await router.first_frame(stream, timeout)
+        kind, payload = await stream.next(timeout)
         if (kind, payload) == router.TIMED_OUT:
             await _plain(send, 408, router.timeout_message(timeout))
             return
         if kind == wire.RESP_FULL:
-            status, headers, body = wire.loads(payload)
-            await send({"type": "http.response.start", "status": status, "headers": headers})
+            status, block, body = wire.parse_http_response(payload)
+            await send({"type": "http.response.start", "status": status, "headers": wire.split_block(block)})
             await send({"type": "http.response.body", "body": body})
             return
         if kind == wire.RESP_ERROR:
