@@ -15,9 +15,9 @@ import asyncio
 import json
 import socket
 import time
-from typing import Any
+from typing import Any, Coroutine
 
-from muster.serve._internal import eventloop, router, wire
+from muster.serve._internal import eventloop, ingress_rsgi, router, wire
 from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
@@ -31,9 +31,7 @@ async def _plain(send: Any, status: int, text: str, headers: list | None = None)
 
 async def _discard(receive: Any, size: int) -> None:
     """Read and drop a body that is over the limit (up to ``DISCARD_MAX``), so the client gets the 413."""
-    from muster.serve._internal.ingress_rsgi import DISCARD_MAX
-
-    if size > DISCARD_MAX:
+    if size > ingress_rsgi.DISCARD_MAX:
         return
     while True:
         msg = await receive()
@@ -173,10 +171,8 @@ class IngressApp:
         routes = ", ".join(p for p, _, _ in self.prefixes) or "none (no app is running)"
         return 404, _TEXT, f"no application serves path {path!r}; route prefixes: {routes}.".encode()
 
-    async def __rsgi__(self, scope: Any, proto: Any) -> None:
-        from muster.serve._internal import ingress_rsgi
-
-        await ingress_rsgi.handle(self, scope, proto)
+    def __rsgi__(self, scope: Any, proto: Any) -> Coroutine[Any, Any, None]:
+        return ingress_rsgi.handle(self, scope, proto)  # no wrapping coroutine: granian awaits this one
 
 
 def free_port(host: str) -> int:

@@ -58,6 +58,21 @@ def _scope(fields: tuple) -> dict:
     }
 
 
+_ADDRESSES: dict[str, tuple[str, int]] = {}
+
+
+def _address(value: Any) -> Any:
+    if isinstance(value, str) and ":" in value:
+        got = _ADDRESSES.get(value)
+        if got is None:
+            host, port = value.rsplit(":", 1)
+            got = (host, int(port)) if port.isdigit() else (host, 0)
+            if len(_ADDRESSES) < 4096:
+                _ADDRESSES[value] = got
+        return got
+    return value
+
+
 _REQUEST: list[type] = []
 
 
@@ -68,13 +83,6 @@ def _request_class() -> type:
 
         _REQUEST.append(Request)
     return _REQUEST[0]
-
-
-def _address(value: Any) -> Any:
-    if isinstance(value, str) and ":" in value:
-        host, port = value.rsplit(":", 1)
-        return (host, int(port)) if port.isdigit() else (host, 0)
-    return value
 
 
 def _receive_once(body: bytes) -> Any:
