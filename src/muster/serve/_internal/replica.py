@@ -228,7 +228,7 @@ class ReplicaActor:
             inline = inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn) or \
                 inspect.isgeneratorfunction(fn)
             got = (fn, inline)
-            if name == "__call__":  # other names may be set per instance later: only this one is cached
+            if name not in getattr(self.obj, "__dict__", {}):  # set on the instance: may change, not cached
                 self._methods[name] = got
         return got
 

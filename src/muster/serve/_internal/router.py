@@ -15,7 +15,7 @@ import collections
 import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from muster.serve._internal import wire
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
@@ -68,15 +68,23 @@ def _expire(w: asyncio.Future) -> None:
 class Stream:
     """One request's answers, in order."""
 
-    __slots__ = ("conn", "id", "_frames", "_waiter", "done")
+    __slots__ = ("conn", "id", "_frames", "_waiter", "done", "on_end")
 
     def __init__(self, conn: "ReplicaConnection", stream_id: int):
         self.conn, self.id = conn, stream_id
         self._frames: collections.deque[tuple[int, bytes]] = collections.deque()
         self._waiter: asyncio.Future | None = None
         self.done = False
+        #: for a one-answer call: called with the answer instead of queueing it (no one awaits :meth:`next`)
+        self.on_end: Callable[[int, bytes], None] | None = None
 
     def feed(self, kind: int, payload: bytes) -> None:
+        on_end = self.on_end
+        if on_end is not None:
+            self.on_end = None
+            self.done = True
+            on_end(kind, payload)
+            return
         self._frames.append((kind, payload))
         w = self._waiter
         if w is not None and not w.done():
