@@ -61,48 +61,29 @@ LIMIT_APP = textwrap.dedent('''
     loop.run_until_complete(server.serve())
 ''')
 
-RAY_APP = textwrap.dedent('''
+# The echo app as a script, on Ray Serve or muster (``lib``): the same deployment, started the same way.
+_ECHO_APP = textwrap.dedent('''
     import sys, time
-    import ray
-    from ray import serve
+    import {lib}
+    from {lib} import serve
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[1])})
+    {lib}.init({init})
+    serve.start(http_options={{"host": "127.0.0.1", "port": int(sys.argv[1])}})
 
-    @serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.5})
+    @serve.deployment(num_replicas=2, ray_actor_options={{"num_cpus": 0.5}}{options})
     class Echo:
         async def __call__(self, request):
-            return {"echo": request.query_params.get("x")}
+            return {{"echo": request.query_params.get("x")}}
 
     t0 = time.perf_counter()
     serve.run(Echo.bind(), name="echo", route_prefix="/")
     print("READY", time.perf_counter() - t0, flush=True)
     sys.stdin.read()
     serve.shutdown()
-    ray.shutdown()
+    {lib}.shutdown()
 ''')
-
-
-MUSTER_APP = textwrap.dedent('''
-    import sys, time
-    import muster
-    from muster import serve
-
-    muster.init(num_cpus=4)
-    serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[1])})
-
-    @serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=100)
-    class Echo:
-        async def __call__(self, request):
-            return {"echo": request.query_params.get("x")}
-
-    t0 = time.perf_counter()
-    serve.run(Echo.bind(), name="echo", route_prefix="/")
-    print("READY", time.perf_counter() - t0, flush=True)
-    sys.stdin.read()
-    serve.shutdown()
-    muster.shutdown()
-''')
+RAY_APP = _ECHO_APP.format(lib="ray", init="num_cpus=2, include_dashboard=False, log_to_driver=False", options="")
+MUSTER_APP = _ECHO_APP.format(lib="muster", init="num_cpus=4", options=", max_ongoing_requests=100")
 
 
 def cpu_seconds(pid: int) -> float:
