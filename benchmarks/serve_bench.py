@@ -8,7 +8,13 @@ Every target answers ``GET /?x=N`` with ``{"echo": "N"}``:
   (granian, plus a uvicorn-ingress point at 64 connections: how the server was chosen);
 * ``muster-compose``: an ingress deployment that calls a model deployment through a handle;
 * ``muster-batch``: ``__call__`` awaits a ``@serve.batch`` method;
-* ``ray``: the same deployment on Ray Serve (when installed), 2 replicas.
+* ``ray``: the same deployment on Ray Serve (when installed), 2 replicas;
+* ``muster-base`` (with ``--base-src DIR``): the same echo as ``muster`` on the muster source tree in
+  ``DIR`` (e.g. ``git archive main src | tar -x -C /tmp/base``): an interleaved A/B of a change.
+
+``muster`` and ``muster-base`` each run in their own driver process; for them and the limit the CPU
+time their processes used per request (all cores, from ``psutil``) is printed too: on a shared machine
+it is steadier than req/s.
 
 Points run interleaved (limit, muster, ray at each connection count, for
 ``--rounds`` rounds); each is ``--duration`` seconds of ``wrk -t1 --latency``.
@@ -55,26 +61,48 @@ LIMIT_APP = textwrap.dedent('''
     loop.run_until_complete(server.serve())
 ''')
 
-RAY_APP = textwrap.dedent('''
+# The echo app as a script, on Ray Serve or muster (``lib``): the same deployment, started the same way.
+_ECHO_APP = textwrap.dedent('''
     import sys, time
-    import ray
-    from ray import serve
+    import {lib}
+    from {lib} import serve
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[1])})
+    {lib}.init({init})
+    serve.start(http_options={{"host": "127.0.0.1", "port": int(sys.argv[1])}})
 
-    @serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.5})
+    @serve.deployment(num_replicas=2, ray_actor_options={{"num_cpus": 0.5}}{options})
     class Echo:
         async def __call__(self, request):
-            return {"echo": request.query_params.get("x")}
+            return {{"echo": request.query_params.get("x")}}
 
     t0 = time.perf_counter()
     serve.run(Echo.bind(), name="echo", route_prefix="/")
     print("READY", time.perf_counter() - t0, flush=True)
     sys.stdin.read()
     serve.shutdown()
-    ray.shutdown()
+    {lib}.shutdown()
 ''')
+RAY_APP = _ECHO_APP.format(lib="ray", init="num_cpus=2, include_dashboard=False, log_to_driver=False", options="")
+MUSTER_APP = _ECHO_APP.format(lib="muster", init="num_cpus=4", options=", max_ongoing_requests=100")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) used so far by process ``pid`` and its descendants."""
+    import psutil
+
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return float("nan")
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
 
 
 def free_port() -> int:
@@ -122,12 +150,17 @@ def wait_http(url: str, timeout_s: float) -> None:
     raise RuntimeError(f"{url} did not answer within {timeout_s} s")
 
 
-def start_script(code: str, port: int, ready_timeout: float) -> tuple[subprocess.Popen, float | None]:
+def start_script(code: str, port: int, ready_timeout: float,
+                 src: str | None = None) -> tuple[subprocess.Popen, float | None]:
+    """Run ``code`` as a script with ``port``; ``src``: put that muster source tree first on its path."""
     path = os.path.join(tempfile.mkdtemp(prefix="serve-bench-"), "app.py")
     with open(path, "w") as f:
         f.write(code)
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
     proc = subprocess.Popen([sys.executable, path, str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.DEVNULL, text=True, env=env)
     deadline = time.monotonic() + ready_timeout
     ready_s = None
     assert proc.stdout is not None
@@ -155,7 +188,7 @@ def stop_script(proc: subprocess.Popen) -> None:
 
 
 def start_muster(port: int) -> tuple[dict[str, str], dict[str, float]]:
-    """Serve four muster apps on one ingress; return their URLs and the time each took to be ready."""
+    """Serve the composition and batching apps on one ingress in this process; their URLs and ready times."""
     import muster
     from muster import serve
 
@@ -189,21 +222,19 @@ def start_muster(port: int) -> tuple[dict[str, str], dict[str, float]]:
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     ready = {}
     t0 = time.perf_counter()
-    serve.run(_echo_app(), name="echo", route_prefix="/")
-    ready["muster"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
     serve.run(Compose.bind(Model.bind()), name="compose", route_prefix="/compose")
     ready["muster-compose"] = time.perf_counter() - t0
     serve.run(Batch.bind(Model.bind()), name="batch", route_prefix="/batch")
     base = f"http://127.0.0.1:{port}"
-    return {"muster": f"{base}/?x=1", "muster-compose": f"{base}/compose?x=1",
-            "muster-batch": f"{base}/batch?x=1"}, ready
+    return {"muster-compose": f"{base}/compose?x=1", "muster-batch": f"{base}/batch?x=1"}, ready
 
 
 def summarize(samples: list[dict[str, float]]) -> dict[str, float]:
     out = {}
-    for key in ("rps", "p50_ms", "p99_ms"):
-        vals = [s[key] for s in samples]
+    for key in ("rps", "p50_ms", "p99_ms", "cpu_us"):
+        vals = [s[key] for s in samples if key in s]
+        if not vals:
+            continue
         out[key] = statistics.median(vals)
         out[key + "_min"], out[key + "_max"] = min(vals), max(vals)
     out["non2xx"] = sum(s["non2xx"] for s in samples)
@@ -217,16 +248,30 @@ def main() -> None:
     ap.add_argument("--conns", default="1,16,64,256")
     ap.add_argument("--no-ray", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--base-src", default=None, help="a muster source tree to measure side by side (muster-base)")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk is not installed (apt-get install wrk)")
     conns = [int(c) for c in args.conns.split(",")]
 
-    limit_port, muster_port, ray_port = free_port(), free_port(), free_port()
+    limit_port, ray_port = free_port(), free_port()
     limit, _ = start_script(LIMIT_APP, limit_port, 60)
     urls = {"limit": f"http://127.0.0.1:{limit_port}/?x=1"}
-    muster_urls, ready = start_muster(muster_port)
+    procs = {"limit": limit}
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "src")
+    ready: dict[str, float] = {}
+    for name, src in (("muster", here), ("muster-base", args.base_src)):
+        if src is None:
+            continue
+        port = free_port()
+        procs[name], took = start_script(MUSTER_APP, port, 120, os.path.abspath(src))
+        urls[name] = f"http://127.0.0.1:{port}/?x=1"
+        if took is not None:
+            ready[name] = took
+    in_process_port = free_port()
+    muster_urls, more_ready = start_muster(in_process_port)
     urls.update(muster_urls)
+    ready.update(more_ready)
     ray_proc = None
     if not args.no_ray:
         try:
@@ -239,23 +284,28 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - measure the rest
             print(f"Ray Serve not measured: {exc}", file=sys.stderr)
     results: dict[str, dict[int, list[dict[str, float]]]] = {}
-    points = [(name, c) for c in conns for name in ("limit", "muster", "ray") if name in urls]
+    points = [(name, c) for c in conns for name in ("limit", "muster", "muster-base", "ray") if name in urls]
     points += [(name, 64) for name in ("muster-compose", "muster-batch")]
     try:
         for rnd in range(args.rounds):
             for name, c in points:
+                proc = procs.get(name)
+                cpu0 = cpu_seconds(proc.pid) if proc is not None else None
                 r = wrk(urls[name], c, args.duration)
+                if proc is not None and cpu0 is not None:
+                    r["cpu_us"] = (cpu_seconds(proc.pid) - cpu0) / max(1.0, r["rps"] * max(1, round(args.duration))) * 1e6
                 results.setdefault(name, {}).setdefault(c, []).append(r)
                 print(f"round {rnd} {name:15s} c={c:<4d} {r['rps']:9.0f} req/s  p50 {r['p50_ms']:8.2f} ms  "
-                      f"p99 {r['p99_ms']:8.2f} ms  non-2xx {r['non2xx']:.0f}", flush=True)
+                      f"p99 {r['p99_ms']:8.2f} ms  cpu/req {r.get('cpu_us', float('nan')):6.0f} us  "
+                      f"non-2xx {r['non2xx']:.0f}", flush=True)
         # the ingress server, chosen by measurement: the same echo behind a uvicorn ingress
         from muster import serve
 
         serve.shutdown()
-        serve.start(http_options={"host": "127.0.0.1", "port": muster_port, "server": "uvicorn"})
+        serve.start(http_options={"host": "127.0.0.1", "port": in_process_port, "server": "uvicorn"})
         serve.run(_echo_app(), name="echo", route_prefix="/")
         for rnd in range(args.rounds):
-            r = wrk(urls["muster"], 64, args.duration)
+            r = wrk(f"http://127.0.0.1:{in_process_port}/?x=1", 64, args.duration)
             results.setdefault("muster-uvicorn-ingress", {}).setdefault(64, []).append(r)
             print(f"round {rnd} muster-uvicorn  c=64   {r['rps']:9.0f} req/s  p50 {r['p50_ms']:8.2f} ms  "
                   f"p99 {r['p99_ms']:8.2f} ms", flush=True)
@@ -263,7 +313,8 @@ def main() -> None:
         from muster import serve
 
         serve.shutdown()
-        stop_script(limit)
+        for proc in procs.values():
+            stop_script(proc)
         if ray_proc is not None:
             stop_script(ray_proc)
     summary = {name: {str(c): summarize(s) for c, s in per.items()} for name, per in results.items()}
@@ -271,7 +322,7 @@ def main() -> None:
     for name, per in summary.items():
         for c, s in per.items():
             print(f"{name:22s} c={c:<4s} {s['rps']:9.0f} req/s ({s['rps_min']:.0f}-{s['rps_max']:.0f})  "
-                  f"p50 {s['p50_ms']:7.2f} ms  p99 {s['p99_ms']:8.2f} ms")
+                  f"p50 {s['p50_ms']:7.2f} ms  p99 {s['p99_ms']:8.2f} ms  cpu/req {s.get('cpu_us', float('nan')):6.0f} us")
     print("ready after serve.run:", {k: round(v, 2) for k, v in ready.items()})
     m, lim = summary["muster"], summary["limit"]
     ratios = {f"muster/limit req/s c={c}": m[c]["rps"] / lim[c]["rps"] for c in m if c in lim}
@@ -280,6 +331,16 @@ def main() -> None:
                        if c in summary["ray"]})
     if "1" in m and "1" in lim:
         ratios["added p50 at c=1 (ms)"] = m["1"]["p50_ms"] - lim["1"]["p50_ms"]
+    ratios.update({f"muster/limit cpu per request c={c}": m[c]["cpu_us"] / lim[c]["cpu_us"] for c in m
+                   if c in lim and "cpu_us" in m[c] and "cpu_us" in lim[c]})
+    if "muster-base" in summary:
+        b = summary["muster-base"]
+        ratios.update({f"muster/muster-base req/s c={c}": m[c]["rps"] / b[c]["rps"] for c in m if c in b})
+        ratios.update({f"muster-base/limit req/s c={c}": b[c]["rps"] / lim[c]["rps"] for c in b if c in lim})
+        if "1" in b and "1" in lim:
+            ratios["muster-base added p50 at c=1 (ms)"] = b["1"]["p50_ms"] - lim["1"]["p50_ms"]
+        ratios.update({f"muster/muster-base cpu per request c={c}": m[c]["cpu_us"] / b[c]["cpu_us"] for c in m
+                       if c in b and "cpu_us" in m[c] and "cpu_us" in b[c]})
     if "1" in m and "256" in m:
         ratios["muster p99 c=256 / p99 c=1"] = m["256"]["p99_ms"] / m["1"]["p99_ms"]
     if "64" in m:

@@ -410,3 +410,44 @@ def test_trainer_datasets_split_exactly(engine, storage):
         flat = [x for s in shards for x in s]
         assert len(set(flat)) == 40 and set(flat) <= {i * 10 for i in range(41)}
     assert by_epoch[0] != by_epoch[1]
+
+
+# -- serve ------------------------------------------------------------------------------
+def test_serve_replica_logs_reach_the_store(engine, tmp_path, monkeypatch):
+    """What a replica prints (in its constructor and per request) is in the run store, under its number."""
+    import httpx
+
+    from muster import serve
+    from muster.observe.store.reader import StoreReader
+
+    monkeypatch.setenv("MUSTER_STORAGE_PATH", str(tmp_path))
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.5})
+    class Talker:
+        def __init__(self):
+            print(f"talker up on {engine}", flush=True)
+
+        def __call__(self, request):
+            print(f"talker served x={request.query_params['x']}", flush=True)
+            return {"pid": os.getpid()}
+
+    serve.start(http_options={"host": "127.0.0.1", "port": 0})
+    try:
+        port = serve.status().http["port"]
+        serve.run(Talker.bind(), name="talk", route_prefix="/talk")
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+            pid = c.get("/talk", params={"x": 7}).json()["pid"]
+        reader = StoreReader.for_root(str(tmp_path))
+        want = {f"talker up on {engine}", "talker served x=7"}
+        deadline = time.monotonic() + 30
+        rows: list = []
+        while time.monotonic() < deadline:
+            rows = reader.serve_logs(reader.find_serve("talk"))
+            if want <= {r["line"] for r in rows}:
+                break
+            time.sleep(0.2)
+        got = {r["line"]: r for r in rows}
+        assert want <= set(got), [r["line"] for r in rows]
+        assert {(got[w]["deployment"], got[w]["replica"], got[w]["pid"]) for w in want} == {("Talker", 0, pid)}
+    finally:
+        serve.shutdown()

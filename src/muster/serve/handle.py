@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import pickle
 from typing import Any, AsyncIterator, Iterator
 
 from muster.serve._internal import eventloop, router, wire
@@ -101,6 +102,54 @@ async def _resolve(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
+def _call_now(app: str, dep: str, method: str, args: tuple, kwargs: dict) -> asyncio.Future | None:
+    """Send a call at once, with no task (on the Serve loop, a replica with room): the future of its answer.
+
+    ``None`` when that cannot be done (an argument is a pending ``DeploymentResponse``, arguments that only
+    cloudpickle, no room): the caller then goes through :func:`_call`.
+    """
+    for a in args:
+        if isinstance(a, DeploymentResponse):
+            return None
+    for v in kwargs.values():
+        if isinstance(v, DeploymentResponse):
+            return None
+    try:
+        payload = pickle.dumps((method, args, kwargs, False), protocol=5)
+    except Exception:  # noqa: BLE001 - wire.dumps falls back to cloudpickle in _call
+        return None
+    r = router.registry.router(app, dep)
+    got = r.open_now(wire.REQ_CALL, payload)
+    if got is None:
+        return None
+    replica, stream = got
+    fut = asyncio.get_running_loop().create_future()
+
+    def answered(kind: int, data: bytes) -> None:
+        r.release(replica)
+        if fut.done():
+            return
+        try:
+            if kind == wire.RESP_VALUE:
+                fut.set_result(wire.loads(data))
+            elif kind == wire.RESP_ERROR:
+                router.raise_remote(wire.loads(data))
+            else:
+                raise RuntimeError(f"unexpected answer (frame kind {kind}) to a call of {dep}.{method}")
+        except BaseException as exc:  # noqa: BLE001 - the caller gets it from the future
+            fut.set_exception(exc)
+
+    def given_up(f: asyncio.Future) -> None:
+        if f.cancelled() and not stream.done:
+            stream.on_end = None
+            stream.cancel()
+            r.release(replica)
+
+    stream.on_end = answered
+    fut.add_done_callback(given_up)
+    return fut
+
+
 async def _call(app: str, dep: str, method: str, args: tuple, kwargs: dict) -> Any:
     args, kwargs = await _resolve(args, kwargs)
     r = router.registry.router(app, dep)
@@ -174,17 +223,23 @@ class DeploymentHandle:
     def __getattr__(self, name: str) -> "DeploymentHandle":
         if name.startswith("_"):
             raise AttributeError(name)
-        return self.options(method_name=name)
+        h = self.options(method_name=name)
+        self.__dict__[name] = h  # the next ``handle.name`` is a plain attribute
+        return h
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Call the deployment; returns a DeploymentResponse (or a generator with ``stream=True``) at once."""
         if self._stream:
             call = _StreamCall(self.app_name, self.deployment_name, self._method, args, kwargs)
             return DeploymentResponseGenerator(call)
-        coro = _call(self.app_name, self.deployment_name, self._method, args, kwargs)
         if eventloop.on_loop():
-            return DeploymentResponse(asyncio.ensure_future(coro))
-        return DeploymentResponse(eventloop.submit(coro))
+            fut = _call_now(self.app_name, self.deployment_name, self._method, args, kwargs)
+            if fut is not None:
+                return DeploymentResponse(fut)
+            return DeploymentResponse(asyncio.ensure_future(
+                _call(self.app_name, self.deployment_name, self._method, args, kwargs)))
+        return DeploymentResponse(eventloop.submit(_call(self.app_name, self.deployment_name, self._method, args,
+                                                         kwargs)))
 
     def __reduce__(self) -> Any:
         return (_rebuild, (self.deployment_name, self.app_name, self._method, self._stream))

@@ -247,12 +247,12 @@ class ServeController:
             d.replicas[rid] = rep
             if pending:
                 d.pending -= 1
+        label = f"serve {d.app}/{d.plan.name} #{n}"  # the prefix of its log lines, and their key in the store
         spec = ReplicaSpec(d.app, d.plan.name, rid, rep.socket, plan.portable(d.plan.target), d.plan.args, d.plan.kwargs,
                            d.plan.config, self.table)
         try:
             self._wait_for_room(d, rep)
-            actor = self.runtime.create_actor(ReplicaActor, (spec,), {}, rep.resources,
-                                              label=f"serve {d.app}/{d.plan.name} #{n}")
+            actor = self.runtime.create_actor(ReplicaActor, (spec,), {}, rep.resources, label=label)
         except BaseException as exc:
             rep.state = "DEAD"
             with self.lock:
@@ -268,7 +268,7 @@ class ServeController:
         actor.set_handlers(None, lambda _h, err, d=d, rep=rep: self._died(d, rep, err))
         rep.state = "RUNNING"
         rep.last_health = time.monotonic()
-        self.record.replica_started(d.app, d.plan.name, n, rid, actor.pid, here=self.local)
+        self.record.replica_started(d.app, d.plan.name, n, rid, actor.pid, here=self.local, label=label)
         return rep
 
     def _wait_for_room(self, d: _Deployment, rep: _ReplicaState) -> None:

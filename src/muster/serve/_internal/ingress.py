@@ -15,9 +15,9 @@ import asyncio
 import json
 import socket
 import time
-from typing import Any
+from typing import Any, Coroutine
 
-from muster.serve._internal import eventloop, router, wire
+from muster.serve._internal import eventloop, ingress_rsgi, router, wire
 from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
@@ -31,9 +31,7 @@ async def _plain(send: Any, status: int, text: str, headers: list | None = None)
 
 async def _discard(receive: Any, size: int) -> None:
     """Read and drop a body that is over the limit (up to ``DISCARD_MAX``), so the client gets the 413."""
-    from muster.serve._internal.ingress_rsgi import DISCARD_MAX
-
-    if size > DISCARD_MAX:
+    if size > ingress_rsgi.DISCARD_MAX:
         return
     while True:
         msg = await receive()
@@ -84,7 +82,7 @@ class IngressApp:
         timeout = self.options.request_timeout_s
         r = router.registry.router(app, dep)
         try:
-            replica, stream = await r.open_stream(wire.REQ_HTTP, wire.dumps((fields, body)), timeout or 30.0)
+            replica, stream = await r.open_stream(wire.REQ_HTTP, wire.http_request(fields, body), timeout or 30.0)
         except BackPressureError as exc:
             await _plain(send, 503, str(exc), [(b"retry-after", b"1")])
             return
@@ -97,13 +95,13 @@ class IngressApp:
             r.release(replica)
 
     async def _relay(self, stream: router.Stream, send: Any, timeout: float | None) -> None:
-        kind, payload = await router.first_frame(stream, timeout)
+        kind, payload = await stream.next(timeout)
         if (kind, payload) == router.TIMED_OUT:
             await _plain(send, 408, router.timeout_message(timeout))
             return
         if kind == wire.RESP_FULL:
-            status, headers, body = wire.loads(payload)
-            await send({"type": "http.response.start", "status": status, "headers": headers})
+            status, block, body = wire.parse_http_response(payload)
+            await send({"type": "http.response.start", "status": status, "headers": wire.split_block(block)})
             await send({"type": "http.response.body", "body": body})
             return
         if kind == wire.RESP_ERROR:
@@ -173,10 +171,8 @@ class IngressApp:
         routes = ", ".join(p for p, _, _ in self.prefixes) or "none (no app is running)"
         return 404, _TEXT, f"no application serves path {path!r}; route prefixes: {routes}.".encode()
 
-    async def __rsgi__(self, scope: Any, proto: Any) -> None:
-        from muster.serve._internal import ingress_rsgi
-
-        await ingress_rsgi.handle(self, scope, proto)
+    def __rsgi__(self, scope: Any, proto: Any) -> Coroutine[Any, Any, None]:
+        return ingress_rsgi.handle(self, scope, proto)  # no wrapping coroutine: granian awaits this one
 
 
 def free_port(host: str) -> int:

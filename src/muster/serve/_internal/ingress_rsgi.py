@@ -61,6 +61,8 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
         return
     if declared is not None:
         body = await proto() if declared != "0" else b""
+    elif "transfer-encoding" not in hdrs:
+        body = b""  # HTTP/1.1: no length and no chunked encoding means no body
     else:
         chunks, size = [], 0
         async for chunk in proto:
@@ -75,11 +77,15 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
               scope.client, scope.server)
     timeout = app.options.request_timeout_s
     r = router.registry.router(app_name, dep)
-    try:
-        replica, stream = await r.open_stream(wire.REQ_HTTP, wire.dumps((fields, body)), timeout or 30.0)
-    except (BackPressureError, DeploymentUnavailableError) as exc:
-        _plain(proto, 503, str(exc), [("retry-after", "1")])
-        return
+    payload = wire.http_request(fields, body)
+    got = r.open_now(wire.REQ_HTTP, payload)  # the common case: a replica has room, no await
+    if got is None:
+        try:
+            got = await r.open_stream(wire.REQ_HTTP, payload, timeout or 30.0)
+        except (BackPressureError, DeploymentUnavailableError) as exc:
+            _plain(proto, 503, str(exc), [("retry-after", "1")])
+            return
+    replica, stream = got
     try:
         await _relay(stream, proto, timeout)
     finally:
@@ -87,13 +93,13 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
 
 
 async def _relay(stream: router.Stream, proto: Any, timeout: float | None) -> None:
-    kind, payload = await router.first_frame(stream, timeout)
+    kind, payload = await stream.next(timeout)
+    if kind == wire.RESP_FULL:
+        status, block, body = wire.parse_http_response(payload)
+        proto.response_bytes(status, wire.split_block_str(block), body)
+        return
     if (kind, payload) == router.TIMED_OUT:
         _plain(proto, 408, router.timeout_message(timeout))
-        return
-    if kind == wire.RESP_FULL:
-        status, headers, body = wire.loads(payload)
-        proto.response_bytes(status, _str_headers(headers), body)
         return
     if kind == wire.RESP_ERROR:
         err: wire.RemoteError = wire.loads(payload)

@@ -44,10 +44,12 @@ class ServeRecorder:
         self.root = root or settings.storage_path_default()
         self._logs = logs
         self._w: writer.StoreWriter | None = None
-        self._pids: dict[int, tuple[str, str, int]] = {}  # pid -> (app, deployment, replica number)
+        # (log label, pid) -> (app, deployment, replica number): the label too, since on a Ray cluster two
+        # replicas on two nodes may have the same pid
+        self._pids: dict[tuple[str, int], tuple[str, str, int]] = {}
         self._last: dict[tuple[str, str], float] = {}
         # lines of pids not (yet) known as replicas: a replica prints in its constructor before it is registered
-        self._early: dict[int, list[tuple[float, str]]] = {}
+        self._early: dict[tuple[str, int], list[tuple[float, str]]] = {}
         self._lock = threading.Lock()
         self._host = socket.gethostname()
         if not settings.run_store_enabled():
@@ -79,14 +81,15 @@ class ServeRecorder:
                   (time.time(), app, deployment, replica, kind, message))
 
     def replica_started(self, app: str, deployment: str, number: int, rid: str, pid: int | None,
-                        here: bool = True) -> None:
+                        here: bool = True, label: str = "") -> None:
         """``here``: the replica runs on this machine (the local engine); otherwise its host is left unknown,
-        so no reader takes its pid for one of its own machine's."""
+        so no reader takes its pid for one of its own machine's.  ``label``: the replica's actor label, which
+        its log lines come with (from either engine's log sink)."""
         early: list[tuple[float, str]] = []
         if pid is not None:
             with self._lock:
-                self._pids[pid] = (app, deployment, number)
-                early = self._early.pop(pid, [])
+                self._pids[(label, pid)] = (app, deployment, number)
+                early = self._early.pop((label, pid), [])
             for t, line in early:
                 self._put_line(t, (app, deployment, number), pid, line)
         self._put(
@@ -137,12 +140,13 @@ class ServeRecorder:
         if pid is None:
             return
         now = time.time()
+        key = (label, pid)
         with self._lock:
-            who = self._pids.get(pid)
+            who = self._pids.get(key)
             if who is None:
-                if pid in self._early or len(self._early) < _EARLY_PIDS:
-                    self._early.setdefault(pid, []).extend((now, line) for line in lines)
-                    del self._early[pid][:-_EARLY_LINES]
+                if key in self._early or len(self._early) < _EARLY_PIDS:
+                    self._early.setdefault(key, []).extend((now, line) for line in lines)
+                    del self._early[key][:-_EARLY_LINES]
                 return
         for line in lines:
             self._put_line(now, who, pid, line)

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from muster.exceptions import InvalidTypeError
 from muster.serve import context as replica_context
@@ -58,11 +58,31 @@ def _scope(fields: tuple) -> dict:
     }
 
 
+_ADDRESSES: dict[str, tuple[str, int]] = {}
+
+
 def _address(value: Any) -> Any:
     if isinstance(value, str) and ":" in value:
-        host, port = value.rsplit(":", 1)
-        return (host, int(port)) if port.isdigit() else (host, 0)
+        got = _ADDRESSES.get(value)
+        if got is None:
+            host, port = value.rsplit(":", 1)
+            got = (host, int(port)) if port.isdigit() else (host, 0)
+            if len(_ADDRESSES) < 4096:
+                _ADDRESSES[value] = got
+        return got
     return value
+
+
+_REQUEST: list[type] = []
+
+
+def _request_class() -> type:
+    """Starlette's ``Request``, imported once (on the first request)."""
+    if not _REQUEST:
+        from starlette.requests import Request
+
+        _REQUEST.append(Request)
+    return _REQUEST[0]
 
 
 def _receive_once(body: bytes) -> Any:
@@ -83,19 +103,17 @@ class _Conn(wire.FrameProtocol):
     def __init__(self, replica: "ReplicaActor"):
         super().__init__()
         self.replica = replica
-        self.tasks: dict[int, asyncio.Task] = {}
+        self.tasks: dict[int, asyncio.Task] = {}  # a request's task, until it finishes (it removes itself)
 
     def on_frame(self, stream: int, kind: int, payload: bytes) -> None:
         if kind == wire.CANCEL:
-            task = self.tasks.get(stream)
+            task = self.tasks.pop(stream, None)
             if task is not None:
                 task.cancel()
             return
         coro = self.replica._serve_http(self, stream, payload) if kind == wire.REQ_HTTP else \
             self.replica._serve_call(self, stream, payload)
-        task = asyncio.ensure_future(coro)
-        self.tasks[stream] = task
-        task.add_done_callback(lambda _t, s=stream: self.tasks.pop(s, None))
+        self.tasks[stream] = cast(asyncio.AbstractEventLoop, self._loop).create_task(coro)
 
     def on_lost(self, exc: Exception | None) -> None:
         for task in list(self.tasks.values()):
@@ -119,6 +137,7 @@ class ReplicaActor:
         self.served = 0
         self.errors = 0
         self.latency_ms: collections.deque[float] = collections.deque(maxlen=20000)
+        self._methods: dict[str, tuple[Any, bool]] = {}
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id))
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
         self.target = target
@@ -208,9 +227,21 @@ class ReplicaActor:
             raise AttributeError(f"{self.where} has no method {name!r}.")
         return fn
 
+    def _resolve(self, name: str) -> tuple[Any, bool]:
+        """``(method, runs on the loop)``: async functions and generators run on the loop, the rest on the pool."""
+        got = self._methods.get(name)
+        if got is None:
+            fn = self._method(name)
+            inline = inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn) or \
+                inspect.isgeneratorfunction(fn)
+            got = (fn, inline)
+            if name not in getattr(self.obj, "__dict__", {}):  # set on the instance: may change, not cached
+                self._methods[name] = got
+        return got
+
     async def _invoke(self, name: str, args: tuple, kwargs: dict) -> Any:
-        fn = self._method(name)
-        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        fn, inline = self._resolve(name)
+        if inline:
             result = fn(*args, **kwargs)
         else:
             ctx = contextvars.copy_context()
@@ -243,7 +274,7 @@ class ReplicaActor:
         t0 = time.perf_counter()
         try:
             async with self.sem:
-                fields, body = wire.loads(payload)
+                fields, body = wire.parse_http_request(payload)
                 scope = _scope(fields)
                 receive = _receive_once(body)
                 sender = responses.FrameSender(proto.send, stream)
@@ -251,9 +282,7 @@ class ReplicaActor:
                     if self.asgi is not None:
                         await self.asgi(scope, receive, sender)
                     else:
-                        from starlette.requests import Request
-
-                        result = await self._invoke("__call__", (Request(scope, receive),), {})
+                        result = await self._invoke("__call__", (_request_class()(scope, receive),), {})
                         await self._reply_http(proto, stream, result, scope, receive, sender)
                     if sender.state != 2:
                         await sender({"type": "http.response.body", "body": b"", "more_body": False})
@@ -265,12 +294,13 @@ class ReplicaActor:
         finally:
             self.ongoing -= 1
             self.latency_ms.append((time.perf_counter() - t0) * 1e3)
+            proto.tasks.pop(stream, None)
 
     async def _reply_http(self, proto: _Conn, stream: int, result: Any, scope: dict, receive: Any,
                           sender: responses.FrameSender) -> None:
         simple = responses.simple_body(result)
         if simple is not None:
-            proto.send(stream, wire.RESP_FULL, wire.dumps(simple))
+            proto.send(stream, wire.RESP_FULL, simple)
             sender.state = 2
             return
         from starlette.responses import Response
@@ -322,3 +352,4 @@ class ReplicaActor:
         finally:
             self.ongoing -= 1
             self.latency_ms.append((time.perf_counter() - t0) * 1e3)
+            proto.tasks.pop(stream, None)

@@ -15,22 +15,23 @@ from typing import Any, Callable, MutableMapping
 
 from muster.serve._internal import wire
 
-_JSON_HEADERS = [(b"content-type", b"application/json")]
-_TEXT_HEADERS = [(b"content-type", b"text/plain; charset=utf-8")]
-_BYTES_HEADERS = [(b"content-type", b"application/octet-stream")]
+_JSON_HEAD = wire.http_head(200, [(b"content-type", b"application/json")])
+_TEXT_HEAD = wire.http_head(200, [(b"content-type", b"text/plain; charset=utf-8")])
+_BYTES_HEAD = wire.http_head(200, [(b"content-type", b"application/octet-stream")])
+_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def simple_body(result: Any) -> tuple[int, list, bytes] | None:
-    """``(status, headers, body)`` for a plain value, or ``None`` when it needs the ASGI path."""
+def simple_body(result: Any) -> bytes | None:
+    """The RESP_FULL payload for a plain value, or ``None`` when it needs the ASGI path."""
     if isinstance(result, (dict, list, int, float, bool)) or result is None:
-        return 200, _JSON_HEADERS, json.dumps(result, separators=(",", ":")).encode()
+        return _JSON_HEAD + _json(result).encode()
     if isinstance(result, str):
-        return 200, _TEXT_HEADERS, result.encode()
+        return _TEXT_HEAD + result.encode()
     if isinstance(result, (bytes, bytearray, memoryview)):
-        return 200, _BYTES_HEADERS, bytes(result)
+        return _BYTES_HEAD + bytes(result)
     dump = getattr(result, "model_dump", None)  # pydantic models
     if callable(dump) and not isinstance(result, type):
-        return 200, _JSON_HEADERS, json.dumps(dump(mode="json"), separators=(",", ":")).encode()
+        return _JSON_HEAD + _json(dump(mode="json")).encode()
     return None
 
 
@@ -89,7 +90,7 @@ class FrameSender:
         more = message.get("more_body", False)
         if self.state == 0 and not more:
             status, headers = self._start
-            self._send(self._stream, wire.RESP_FULL, wire.dumps((status, headers, bytes(body))))
+            self._send(self._stream, wire.RESP_FULL, wire.http_response(status, headers, bytes(body)))
             self.state = 2
             return
         if self.state == 0:

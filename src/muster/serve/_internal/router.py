@@ -15,7 +15,7 @@ import collections
 import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from muster.serve._internal import wire
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
@@ -53,6 +53,11 @@ class RouteTable:
 
 
 _EXPIRED = object()
+_random = random.random
+
+
+def _ongoing(r: "_RoutedReplica") -> int:
+    return r.ongoing
 
 
 def _expire(w: asyncio.Future) -> None:
@@ -63,28 +68,61 @@ def _expire(w: asyncio.Future) -> None:
 class Stream:
     """One request's answers, in order."""
 
-    __slots__ = ("conn", "id", "_frames", "_waiter", "done")
+    __slots__ = ("conn", "id", "_frames", "_waiter", "done", "on_end")
 
     def __init__(self, conn: "ReplicaConnection", stream_id: int):
         self.conn, self.id = conn, stream_id
         self._frames: collections.deque[tuple[int, bytes]] = collections.deque()
         self._waiter: asyncio.Future | None = None
         self.done = False
+        #: for a one-answer call: called with the answer instead of queueing it (no one awaits :meth:`next`)
+        self.on_end: Callable[[int, bytes], None] | None = None
 
     def feed(self, kind: int, payload: bytes) -> None:
+        on_end = self.on_end
+        if on_end is not None:
+            self.on_end = None
+            self.done = True
+            on_end(kind, payload)
+            return
         self._frames.append((kind, payload))
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
 
-    async def next(self) -> tuple[int, bytes]:
-        while not self._frames:
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
+    def _pop(self) -> tuple[int, bytes]:
         kind, payload = self._frames.popleft()
         if kind in _TERMINAL:
             self.done = True
         return kind, payload
+
+    async def next(self, timeout: float | None = None) -> tuple[int, bytes]:
+        """The next frame; ``TIMED_OUT`` after ``timeout`` seconds without one (then the replica is told to stop)."""
+        if not self._frames:
+            loop = asyncio.get_running_loop()
+            expired: list[bool] = []
+            timer = loop.call_later(timeout, self._expire, expired) if timeout else None
+            try:
+                while not self._frames:
+                    if expired:
+                        self.cancel()
+                        return TIMED_OUT
+                    self._waiter = loop.create_future()
+                    await self._waiter
+            except asyncio.CancelledError:
+                self.cancel()
+                raise
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+        return self._pop()
+
+    def _expire(self, flag: list[bool]) -> None:
+        flag.append(True)
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
 
     def cancel(self) -> None:
         """Tell the replica to stop (the caller went away)."""
@@ -95,18 +133,6 @@ class Stream:
 
 
 TIMED_OUT = (0, b"")
-
-
-async def first_frame(stream: Stream, timeout: float | None) -> tuple[int, bytes]:
-    """The replica's first answer on ``stream``, or ``TIMED_OUT`` (the replica is told to stop)."""
-    try:
-        return await (asyncio.wait_for(stream.next(), timeout) if timeout else stream.next())
-    except asyncio.TimeoutError:
-        stream.cancel()
-        return TIMED_OUT
-    except asyncio.CancelledError:
-        stream.cancel()
-        raise
 
 
 def timeout_message(timeout: float | None) -> str:
@@ -163,6 +189,7 @@ class Router:
     def __init__(self, app: str, deployment: str):
         self.app, self.deployment = app, deployment
         self.replicas: dict[str, _RoutedReplica] = {}
+        self._list: list[_RoutedReplica] = []
         self.max_ongoing, self.max_queued = 5, -1
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
 
@@ -174,18 +201,31 @@ class Router:
         for rid, r in wanted.items():
             if rid not in self.replicas:
                 self.replicas[rid] = _RoutedReplica(r)
+        self._list = list(self.replicas.values())
         if route is not None:
             self.max_ongoing, self.max_queued = route.max_ongoing_requests, route.max_queued_requests
         self._wake(len(self._waiters))
 
     def _pick(self) -> _RoutedReplica | None:
-        ok = [r for r in self.replicas.values() if not r.dead and r.ongoing < self.max_ongoing]
+        """Power of two choices: the less busy of two random replicas with room (a full scan when both are full)."""
+        reps = self._list
+        n = len(reps)
+        if n:
+            if n == 2:
+                a, b = reps if _random() < 0.5 else (reps[1], reps[0])  # ties go either way
+            elif n > 2:
+                i = int(_random() * n)
+                j = int(_random() * (n - 1))
+                a, b = reps[i], reps[j + 1 if j >= i else j]
+            else:
+                a = b = reps[0]
+            best = a if a.ongoing <= b.ongoing else b
+            if not best.dead and best.ongoing < self.max_ongoing:
+                return best
+        ok = [r for r in reps if not r.dead and r.ongoing < self.max_ongoing]
         if not ok:
             return None
-        if len(ok) == 1:
-            return ok[0]
-        a, b = random.sample(ok, 2)
-        return a if a.ongoing <= b.ongoing else b
+        return min(ok, key=_ongoing)
 
     def _wake(self, n: int = 1) -> None:
         while n > 0 and self._waiters:
@@ -241,7 +281,8 @@ class Router:
 
     def release(self, r: _RoutedReplica) -> None:
         r.ongoing -= 1
-        self._wake()
+        if self._waiters:
+            self._wake()
 
     async def connect(self, r: _RoutedReplica) -> ReplicaConnection:
         conn = r.conn
@@ -273,8 +314,24 @@ class Router:
         r.conn = proto
         return proto
 
+    def open_now(self, kind: int, payload: bytes) -> tuple[_RoutedReplica, Stream] | None:
+        """:meth:`open_stream` without waiting: ``None`` when that would wait (no room, nobody connected, a queue)."""
+        if self._waiters:
+            return None  # others wait for room: keep their turn
+        r = self._pick()
+        if r is None:
+            return None
+        conn = r.conn
+        if conn is None or conn.closed:
+            return None
+        r.ongoing += 1
+        return r, conn.open(kind, payload)
+
     async def open_stream(self, kind: int, payload: bytes, timeout_s: float | None) -> tuple[_RoutedReplica, Stream]:
         """Send one request to a chosen replica; the caller must :meth:`release` the replica."""
+        got = self.open_now(kind, payload)
+        if got is not None:
+            return got
         r = await self.acquire(timeout_s)
         try:
             conn = await self.connect(r)

@@ -7,17 +7,24 @@ caller picks); the replica answers on the same id.  Every frame kind is listed
 here, with what its payload holds:
 
 caller -> replica
-    REQ_HTTP   pickle((scope fields, body bytes))         an HTTP request
+    REQ_HTTP   u32 n, pickle(scope fields) (n bytes), body  an HTTP request (see :func:`http_request`)
     REQ_CALL   pickle((method, args, kwargs, stream))      a handle call
     CANCEL     b""                                          the caller gave up
 replica -> caller
-    RESP_FULL  pickle((status, headers, body))              a whole HTTP response
+    RESP_FULL  u16 status, u32 n, header block, body        a whole HTTP response (see :func:`http_response`)
     RESP_HEAD  pickle((status, headers))                    a streamed HTTP response starts
     RESP_BODY  raw bytes                                    one chunk of it
     RESP_END   b""                                          stream finished
     RESP_VALUE pickle(value)                                a handle call's return value
     RESP_ITEM  pickle(item)                                 one item of a streaming handle call
     RESP_ERROR pickle(RemoteError)                          the call failed
+
+HTTP request bodies and response bodies travel raw after a small binary head
+(no pickling of the body); a header block is ``name\0value\0...`` in latin-1
+(HTTP header names and values never hold NUL), which both ingress flavours
+turn into their header lists with one split.  Frames are not written one by
+one: :meth:`FrameProtocol.send` queues them and one write per loop turn
+carries every frame queued in it (many concurrent requests share a syscall).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 HEADER = struct.Struct("!IIB")
+_U32 = struct.Struct("!I")
+_RESP_HEAD = struct.Struct("!HI")
 REQ_HTTP, REQ_CALL, CANCEL = 1, 2, 3
 RESP_FULL, RESP_HEAD, RESP_BODY, RESP_END, RESP_VALUE, RESP_ITEM, RESP_ERROR = 10, 11, 12, 13, 14, 15, 16
 
@@ -64,6 +73,67 @@ def frame(stream: int, kind: int, payload: bytes = b"") -> bytes:
     return HEADER.pack(len(payload), stream, kind) + payload
 
 
+def http_request(fields: tuple, body: bytes) -> bytes:
+    """A REQ_HTTP payload: the pickled scope fields, then the raw body."""
+    meta = pickle.dumps(fields, protocol=5)
+    return _U32.pack(len(meta)) + meta + body if body else _U32.pack(len(meta)) + meta
+
+
+def parse_http_request(payload: bytes) -> tuple[tuple, bytes]:
+    """``(fields, body)`` of a REQ_HTTP payload."""
+    n = _U32.unpack_from(payload)[0]
+    return pickle.loads(payload[4 : 4 + n]), payload[4 + n :]
+
+
+def header_block(headers: Any) -> bytes:
+    """``[(name, value), ...]`` (bytes or str) as a ``name\0value\0...`` block."""
+    parts: list[bytes] = []
+    for k, v in headers:
+        parts.append(k if isinstance(k, bytes) else k.encode("latin-1"))
+        parts.append(v if isinstance(v, bytes) else str(v).encode("latin-1"))
+    return b"\0".join(parts)
+
+
+def http_head(status: int, headers: Any) -> bytes:
+    """The fixed part of a RESP_FULL payload (status and header block): prepend it to the body."""
+    block = header_block(headers)
+    return _RESP_HEAD.pack(status, len(block)) + block
+
+
+def http_response(status: int, headers: Any, body: bytes) -> bytes:
+    """A RESP_FULL payload."""
+    return http_head(status, headers) + body
+
+
+def parse_http_response(payload: bytes) -> tuple[int, bytes, bytes]:
+    """``(status, header block, body)`` of a RESP_FULL payload."""
+    status, n = _RESP_HEAD.unpack_from(payload)
+    end = 6 + n
+    return status, payload[6:end], payload[end:]
+
+
+def split_block(block: bytes) -> list[tuple[bytes, bytes]]:
+    """A header block as ``[(name, value), ...]`` of bytes (ASGI's form)."""
+    if not block:
+        return []
+    it = iter(block.split(b"\0"))
+    return list(zip(it, it))
+
+
+_STR_HEADERS: dict[bytes, list[tuple[str, str]]] = {}
+
+
+def split_block_str(block: bytes) -> list[tuple[str, str]]:
+    """A header block as ``[(name, value), ...]`` of str (RSGI's form); the common blocks are cached."""
+    got = _STR_HEADERS.get(block)
+    if got is None:
+        it = iter(block.decode("latin-1").split("\0")) if block else iter(())
+        got = list(zip(it, it))
+        if len(_STR_HEADERS) < 256 and b"content-length" not in block:
+            _STR_HEADERS[block] = got
+    return got
+
+
 class FrameProtocol(asyncio.Protocol):
     """Splits the byte stream into frames and hands each to :meth:`on_frame`."""
 
@@ -71,32 +141,55 @@ class FrameProtocol(asyncio.Protocol):
 
     def __init__(self) -> None:
         self._buf = bytearray()
+        self._out: list[bytes] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # a stream connection's transport
+        self._loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         buf = self._buf
-        buf += data
+        if buf:
+            buf += data
+            src: bytes | bytearray = buf
+        else:  # the common case: whole frames in one read, sliced straight out of ``data``
+            src = data
         size = HEADER.size
         pos = 0
-        end = len(buf)
+        end = len(src)
+        on_frame = self.on_frame
         while end - pos >= size:
-            n, stream, kind = HEADER.unpack_from(buf, pos)
-            if end - pos - size < n:
-                break
+            n, stream, kind = HEADER.unpack_from(src, pos)
             start = pos + size
-            payload = bytes(buf[start : start + n])
+            if end - start < n:
+                break
             pos = start + n
-            self.on_frame(stream, kind, payload)
-        if pos:
-            del buf[:pos]
+            on_frame(stream, kind, bytes(src[start:pos]))  # a copy out of ``buf``; a plain slice of ``data``
+        if src is buf:
+            if pos:
+                del buf[:pos]
+        elif pos < end:
+            buf += data[pos:]
 
     def send(self, stream: int, kind: int, payload: bytes = b"") -> None:
+        """Queue one frame; everything queued in this loop turn goes out in one write (on the loop only)."""
+        if self.transport is None or self.closed:
+            return
+        out = self._out
+        if not out:
+            cast(asyncio.AbstractEventLoop, self._loop).call_soon(self._flush)
+        out.append(HEADER.pack(len(payload), stream, kind))
+        if payload:
+            out.append(payload)
+
+    def _flush(self) -> None:
+        out = self._out
         t = self.transport
-        if t is not None and not self.closed:
-            t.write(HEADER.pack(len(payload), stream, kind) + payload)
+        if out and t is not None and not self.closed:
+            t.write(out[0] if len(out) == 1 else b"".join(out))
+        out.clear()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
