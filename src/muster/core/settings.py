@@ -7,13 +7,16 @@ import os
 #: Modules the local engine's zygote imports once, so forked workers start warm.
 #: torch._dynamo is imported by DistributedDataParallel's constructor (about 800
 #: modules, 2-4 s per process here): paying it once in the zygote takes it off
-#: every worker's, and every restart's, path to the first step.
+#: every worker's, and every restart's, path to the first step.  numpy (2.x) imports
+#: ``numpy.random`` lazily, on first use: ~25-100 ms that every worker paid when it
+#: drew its own seed at start (and every report, to save its state), so it is preloaded too.
 DEFAULT_PRELOAD = (
     "torch",
     "torch.distributed",
     "torch.nn.parallel",
     "torch._dynamo",
     "numpy",
+    "numpy.random",
     "muster.train._internal.worker",
 )
 
