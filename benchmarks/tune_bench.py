@@ -18,6 +18,11 @@ median over ``--repeat`` runs with the spread (min-max).
 
     python benchmarks/tune_bench.py --samples 32 --repeat 3   # muster, and Ray when installed
     python benchmarks/tune_bench.py --only muster
+    python benchmarks/tune_bench.py --samples 32 --no-asha --ray-reuse-only --import-torch
+
+``--import-torch`` adds a trivial variant per framework whose driver imports
+torch first (counted in its wall time), as a PyTorch user's script does: the
+engine then starts its workers from a process holding torch.
 """
 
 from __future__ import annotations
@@ -63,8 +68,11 @@ def _report(api):
 
 
 # -- one measurement, in this process -------------------------------------------------
-def run_one(api: str, workload: str, samples: int, scheduler: str, step_s: float, reuse: bool) -> dict:
+def run_one(api: str, workload: str, samples: int, scheduler: str, step_s: float, reuse: bool,
+            import_torch: bool = False) -> dict:
     t0 = time.perf_counter()
+    if import_torch:
+        import torch  # noqa: F401 - a PyTorch user's driver has it imported
     if api == "ray":
         import ray
         from ray import tune as T
@@ -102,7 +110,7 @@ def run_one(api: str, workload: str, samples: int, scheduler: str, step_s: float
     return {
         "api": api, "workload": workload, "scheduler": scheduler, "trials": len(grid), "errors": errors,
         "iterations": iters, "wall_s": end - t0, "fit_s": end - t_fit, "trials_per_s": len(grid) / (end - t0),
-        "reuse_actors": reuse,
+        "reuse_actors": reuse, "import_torch": import_torch,
     }
 
 
@@ -120,10 +128,13 @@ def main() -> None:
     ap.add_argument("--no-asha", action="store_true", help="only the trivial workload")
     ap.add_argument("--ray-reuse-only", action="store_true",
                     help="run Ray's trivial workload only with reuse_actors=True (its fastest mode)")
+    ap.add_argument("--import-torch", action="store_true",
+                    help="also run the trivial workload with torch imported in the driver first")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "tune_bench.json"))
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(run_one(a.api, a.workload, a.samples, a.scheduler, a.step_s, a.reuse_actors)), flush=True)
+        print(json.dumps(run_one(a.api, a.workload, a.samples, a.scheduler, a.step_s, a.reuse_actors,
+                                 a.import_torch)), flush=True)
         return
     apis = [a.only] if a.only else ["muster", "ray"]
     if "ray" in apis:
@@ -138,6 +149,11 @@ def main() -> None:
         if api == "ray":
             variants.append(("ray trivial reuse_actors", [f"--api={api}", "--workload=trivial",
                                                           f"--samples={a.samples}", "--reuse-actors"]))
+        if a.import_torch:
+            ray_flag = ["--reuse-actors"] if api == "ray" else []
+            name = "ray trivial reuse_actors +torch" if api == "ray" else f"{api} trivial +torch"
+            variants.append((name, [f"--api={api}", "--workload=trivial", f"--samples={a.samples}", "--import-torch",
+                                    *ray_flag]))
         if not a.no_asha:
             for sched in ("fifo", "asha"):
                 variants.append((f"{api} curve {sched}", [f"--api={api}", "--workload=asha", "--samples=32",
@@ -146,19 +162,22 @@ def main() -> None:
     for rep, (name, args) in interleaved(variants, a.repeat):
         row = run_child(__file__, args)
         rows[name].append(row)
-        print(f"[{rep + 1}/{a.repeat}] {name:26s} trials={row['trials']:3d} errors={row['errors']} "
+        print(f"[{rep + 1}/{a.repeat}] {name:32s} trials={row['trials']:3d} errors={row['errors']} "
               f"iters={row['iterations']:4d} wall={row['wall_s']:7.2f}s fit={row['fit_s']:7.2f}s", flush=True)
     table = {name: {key: summary([r[key] for r in rs]) for key in ("wall_s", "fit_s", "iterations", "trials_per_s")}
              for name, rs in rows.items()}
     print("\nmedian over runs (min-max):")
     for name, t in table.items():
-        print(f"  {name:26s} wall {fmt(t['wall_s'])}  fit {fmt(t['fit_s'])}  iterations "
+        print(f"  {name:32s} wall {fmt(t['wall_s'])}  fit {fmt(t['fit_s'])}  iterations "
               f"{fmt(t['iterations'], unit='', digits=0)}")
-    base = table.get("muster trivial", {}).get("wall_s", {}).get("median")
-    for name in ("ray trivial", "ray trivial reuse_actors"):
-        other = table.get(name, {}).get("wall_s", {}).get("median")
-        if base and other:
-            print(f"  {name} / muster trivial, wall: {other / base:.2f}x")
+    pairs = [("ray trivial", "muster trivial"), ("ray trivial reuse_actors", "muster trivial"),
+             ("ray trivial reuse_actors +torch", "muster trivial +torch")]
+    for other_name, base_name in pairs:
+        for key in ("wall_s", "fit_s"):
+            base = table.get(base_name, {}).get(key, {}).get("median")
+            other = table.get(other_name, {}).get(key, {}).get("median")
+            if base and other:
+                print(f"  {other_name} / {base_name}, {key[:-2]}: {other / base:.2f}x")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"samples": a.samples, "repeat": a.repeat, "summary": table, "runs": rows}, f, indent=1)

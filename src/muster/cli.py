@@ -225,9 +225,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if address == "auto":
         address = api._running_ray_cluster() or "local"
     if address in (None, "", "local"):
-        from muster.core.local.engine import _detect_total
+        from muster.core.local.slots import detect_total
 
-        total = _detect_total(None, None, None)
+        total = detect_total(None, None, None)
         print("engine     local (embedded; starts with your script, no daemon)")
         print("nodes      1 (this machine)")
         print(f"resources  {_fmt(total)} (each script's engine has all of them; none is shared)")

@@ -148,12 +148,63 @@ print("RESULT", grid[0].metrics["torch_in_worker"], "torch" in sys.modules)
 """
 
 
-@pytest.mark.skipif(os.path.isdir("/proc/driver/nvidia/gpus"), reason="with GPUs the engine asks torch to count them")
-def test_a_driver_without_torch_runs_tune_trials_that_never_import_it(tmp_path):
-    script = tmp_path / "torchless.py"
-    script.write_text(_TORCHLESS)
+def _run_script(tmp_path, text: str) -> subprocess.CompletedProcess:
+    """Run ``text`` as a driver script with the default preload; it must exit 0."""
+    script = tmp_path / "driver_script.py"
+    script.write_text(text)
     env = {k: v for k, v in os.environ.items() if k not in ("MUSTER_ADDRESS", "RAY_ADDRESS", "MUSTER_PRELOAD")}
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT, env=env,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.mark.skipif(os.path.isdir("/proc/driver/nvidia/gpus"), reason="with GPUs the engine asks torch to count them")
+def test_a_driver_without_torch_runs_tune_trials_that_never_import_it(tmp_path):
+    proc = _run_script(tmp_path, _TORCHLESS)
     assert "RESULT False False" in proc.stdout, proc.stdout + proc.stderr
+
+
+_PRELOAD_BY_NEED = r"""
+import json, sys, tempfile
+import torch  # a PyTorch user's driver: the zygote preloads torch
+import muster
+import muster.train as train
+from muster import tune
+from muster.train import ScalingConfig
+from muster.train.torch import TorchTrainer
+
+
+def held():
+    return {"torch": "torch" in sys.modules, "dynamo": "torch._dynamo" in sys.modules}
+
+
+def trial(config):
+    tune.report(held())
+
+
+def loop():
+    train.report(held())  # before the loop builds DDP: what the zygote handed over
+
+
+muster.init(num_cpus=2, num_gpus=0)
+storage = tempfile.mkdtemp()
+grid = tune.Tuner(trial, tune_config=tune.TuneConfig(num_samples=1),
+                  run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+trial_held = {k: grid[0].metrics[k] for k in ("torch", "dynamo")}
+result = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=1),
+                      run_config=train.RunConfig(storage_path=storage, verbose=0)).fit()
+print("RESULT", json.dumps({"trial": trial_held, "trainer": {k: result.metrics[k] for k in ("torch", "dynamo")}}))
+"""
+
+
+def test_ddp_modules_are_preloaded_for_a_torch_trainer_not_for_tune_function_trials(tmp_path):
+    proc = _run_script(tmp_path, _PRELOAD_BY_NEED)
+    output = proc.stdout + proc.stderr
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, output
+    held = json.loads(line[len("RESULT "):])
+    # A function trial's worker gets torch warm, but not torch._dynamo (2-4 s to import, ~2x slower forks).
+    assert held["trial"] == {"torch": True, "dynamo": False}, output
+    # A TorchTrainer asked for DDP's modules: its workers start with them already imported.
+    assert held["trainer"] == {"torch": True, "dynamo": True}, output

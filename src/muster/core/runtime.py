@@ -111,6 +111,10 @@ class Runtime(abc.ABC):
     def available(self) -> Resources:
         """What is free now."""
 
+    def preload(self, modules: list[str]) -> None:  # noqa: B027 - a no-op unless an engine can use it
+        """A hint: workers started from now on will import ``modules``. An engine that can import
+        them once, ahead of the workers (the local engine's zygote), does; others ignore it."""
+
     @abc.abstractmethod
     def submit(
         self,

@@ -4,29 +4,40 @@ from __future__ import annotations
 
 import os
 
-#: Modules the local engine's zygote imports once, so forked workers start warm.
-#: torch._dynamo is imported by DistributedDataParallel's constructor (about 800
-#: modules, 2-4 s per process here): paying it once in the zygote takes it off
-#: every worker's, and every restart's, path to the first step.
+#: Modules the local engine's zygote imports once, so forked workers start warm
+#: (the torch family only once the driver has imported torch).  numpy (2.x) imports
+#: ``numpy.random`` lazily, on first use: ~25-100 ms that every worker paid when it
+#: drew its own seed at start (and every report, to save its state), so it is preloaded too.
 DEFAULT_PRELOAD = (
     "torch",
+    "numpy",
+    "numpy.random",
+    "muster.train._internal.worker",
+)
+#: What DDP needs on top, which ``TorchTrainer`` asks the engine to preload as soon as it
+#: is built (``Runtime.preload``): torch._dynamo is imported by DistributedDataParallel's
+#: constructor (about 800 modules, 2-4 s per process here), so paying it once in the zygote
+#: takes it off every worker's, and every restart's, path to the first step.  Workers that
+#: never build DDP (Tune function trials, tasks, actors) neither wait for it nor carry it
+#: (a zygote holding it forks and exits ~2x slower).
+DDP_PRELOAD = (
     "torch.distributed",
     "torch.nn.parallel",
     "torch._dynamo",
-    "numpy",
-    "muster.train._internal.worker",
 )
 
 
-def preload_modules(with_torch: bool = True) -> list[str]:
+def preload_modules(with_torch: bool = True, extra: "list[str] | tuple[str, ...]" = ()) -> list[str]:
     """What the zygote imports before forking: ``MUSTER_PRELOAD`` (comma-separated) when set, else
-    :data:`DEFAULT_PRELOAD`, less the torch family while the driver has not imported torch
-    (``with_torch`` false): workers of a driver that never uses torch (plain Tune trials, tasks) then
-    start seconds sooner, and a driver that imports torch later gets it preloaded from then on."""
+    :data:`DEFAULT_PRELOAD` plus ``extra`` (what trainers asked for, e.g. :data:`DDP_PRELOAD`),
+    less the torch family of the default while the driver has not imported torch (``with_torch``
+    false): workers of a driver that never uses torch (plain Tune trials, tasks) then start seconds
+    sooner, and a driver that imports torch later gets it preloaded from then on."""
     raw = os.environ.get("MUSTER_PRELOAD")
-    if raw is None:
-        return [m for m in DEFAULT_PRELOAD if with_torch or not (m == "torch" or m.startswith("torch."))]
-    return [m.strip() for m in raw.split(",") if m.strip()]
+    if raw is not None:
+        return [m.strip() for m in raw.split(",") if m.strip()]
+    base = [m for m in DEFAULT_PRELOAD if with_torch or not (m == "torch" or m.startswith("torch."))]
+    return base + [m for m in extra if m not in base]
 
 
 def cluster_address() -> str | None:

@@ -35,6 +35,8 @@ class DataParallelTrainer:
     """
 
     _default_backend: type[Backend] = Backend
+    #: what every worker will import, which the engine may preload once (``Runtime.preload``)
+    _worker_modules: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -70,9 +72,14 @@ class DataParallelTrainer:
         self.backend_config = backend_config or self._default_backend()
         self.resume_from_checkpoint = resume_from_checkpoint
         self._restore_path: str | None = None
+        self._warm_engine()
+
+    def _warm_engine(self) -> None:
+        """Start the engine now: its zygote imports torch (and what this trainer's workers need,
+        e.g. DDP's modules) while the caller goes on."""
         from muster.core.api import get_runtime
 
-        get_runtime()  # start the engine now: its zygote imports torch while the caller goes on
+        get_runtime().preload(list(self._worker_modules))
 
     def fit(self) -> Result:
         """Run training to the end.
@@ -103,6 +110,7 @@ class DataParallelTrainer:
             allow_finished: open a run that already finished (a restored trial) instead of
                 raising ``RunAlreadyFinishedError``.
         """
+        self._warm_engine()  # a restored trainer was not built by __init__
         storage = self._storage()
         record = RunRecord(
             storage,

@@ -37,12 +37,11 @@ from muster.core import settings
 from muster.core.local import wire, zygote
 from muster.core.local.actor import LocalActor
 from muster.core.local.logs import LogRelay
-from muster.core.local.slots import Allocation, SlotTable
+from muster.core.local.slots import Allocation, SlotTable, detect_total
 from muster.core.runtime import RuntimeActor, EventHandler, Runtime
 from muster.exceptions import (
     ActorDiedError,
     describe_exit,
-    InvalidArgumentError,
     MusterError,
     RuntimeNotStartedError,
     TaskError,
@@ -94,7 +93,7 @@ class LocalRuntime(Runtime):
     ):
         super().__init__()
         self.node_id = socket.gethostname()
-        self.slots = SlotTable(_detect_total(num_cpus, num_gpus, resources))
+        self.slots = SlotTable(detect_total(num_cpus, num_gpus, resources))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         names = [d.strip() for d in visible.split(",") if d.strip()] if visible else []
         n_gpus = int(self.slots.total().get("GPU", 0))
@@ -112,6 +111,7 @@ class LocalRuntime(Runtime):
         self.zygote_forked = False  # True when the zygote is a fork of this driver (see start())
         self._zygote_conn: Connection | None = None
         self._zygote_lock = threading.Lock()
+        self._preload_extra: list[str] = []  # what trainers asked the zygote to import too (preload())
         self._tmp = tempfile.mkdtemp(prefix="muster-")
         self._authkey = secrets.token_bytes(16)
         self._listener: Listener | None = None
@@ -158,7 +158,7 @@ class LocalRuntime(Runtime):
             pid = os.fork()
             if pid == 0:  # pragma: no cover - the child never returns
                 ours.close()
-                zygote.run_forked(theirs.detach(), _preload(), blocked)
+                zygote.run_forked(theirs.detach(), _preload(self._preload_extra), blocked)
         finally:
             if pid != 0:
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -173,7 +173,7 @@ class LocalRuntime(Runtime):
             "address": self._listener.address,
             "authkey": self._authkey.hex(),
             "sys_path": [p for p in sys.path if p],
-            "preload": _preload(),
+            "preload": _preload(self._preload_extra),
         }
         env = dict(os.environ, MUSTER_ZYGOTE=json.dumps(config))
         self._zygote = subprocess.Popen(
@@ -288,6 +288,15 @@ class LocalRuntime(Runtime):
     def available(self) -> dict[str, float]:
         return self.slots.free()
 
+    def preload(self, modules: list[str]) -> None:
+        wanted = settings.preload_modules(extra=modules)  # MUSTER_PRELOAD, when set, has the last word
+        new = [m for m in modules if m in wanted and m not in self._preload_extra]
+        self._preload_extra += new
+        with self._zygote_lock:  # a running zygote imports them now, before the next fork asks
+            if new and self._zygote_conn is not None:
+                with contextlib.suppress(OSError):
+                    wire.send(self._zygote_conn, ("preload", new))
+
     def create_actor(
         self,
         cls: type,
@@ -383,7 +392,7 @@ class LocalRuntime(Runtime):
             "address": listener.address,
             "authkey": self._authkey,
             "log_address": logs.address,
-            "preload": _preload(),  # the driver may have imported torch since the zygote started
+            "preload": _preload(self._preload_extra),  # the driver may have imported torch since the zygote started
         }
         with self._zygote_lock:
             if self._zygote_conn is None:
@@ -577,9 +586,9 @@ class LocalRuntime(Runtime):
             out.set_exception(exc)
 
 
-def _preload() -> list[str]:
-    """The zygote preloads torch (and DDP's torch._dynamo) once the driver has imported torch."""
-    return settings.preload_modules(with_torch="torch" in sys.modules)
+def _preload(extra: list[str]) -> list[str]:
+    """The zygote preloads torch once the driver has imported torch, and what trainers asked for."""
+    return settings.preload_modules(with_torch="torch" in sys.modules, extra=extra)
 
 
 def _kill_group(pid: int) -> None:
@@ -591,33 +600,6 @@ def _kill_group(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-
-def _detect_total(num_cpus: float | None, num_gpus: float | None, custom: dict[str, float] | None) -> dict[str, float]:
-    if num_cpus is None:
-        num_cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    if num_gpus is None:
-        num_gpus = float(_count_gpus())
-    total = {"CPU": float(num_cpus), "GPU": float(num_gpus)}
-    for k, v in (custom or {}).items():
-        if k in ("CPU", "GPU"):
-            raise InvalidArgumentError(f"muster.init(resources={{{k!r}: ...}}): pass num_cpus=/num_gpus= for {k}.")
-        total[k] = float(v)
-    return res.normalize(total, what="muster.init")
-
-
-def _count_gpus() -> int:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    if "torch" not in sys.modules and not os.path.isdir("/proc/driver/nvidia/gpus"):
-        return 0  # no NVIDIA driver here: do not import torch (seconds) only to hear that
-    try:
-        import torch
-
-        return int(torch.cuda.device_count())  # NVML-based: does not initialise CUDA here
-    except Exception:
-        return 0
 
 
 __all__ = ["LocalRuntime", "LocalActor", "TaskError"]

@@ -1,14 +1,16 @@
-"""Resource slots on one machine: all-or-nothing acquisition, GPUs by id."""
+"""Resource slots on one machine: what it has, all-or-nothing acquisition, GPUs by id."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from muster.core import resources as res
-from muster.exceptions import GetTimeoutError
+from muster.exceptions import GetTimeoutError, InvalidArgumentError
 
 _WAIT_NOTICE_S = 5.0
 
@@ -132,3 +134,30 @@ class SlotTable:
         for i in alloc.gpu_ids:
             self._gpu_free[i] += sign * alloc.gpu_share
 
+
+def detect_total(num_cpus: float | None, num_gpus: float | None, custom: dict[str, float] | None) -> dict[str, float]:
+    """This machine's resources: what ``muster.init`` was given, else every CPU and visible GPU."""
+    if num_cpus is None:
+        num_cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    if num_gpus is None:
+        num_gpus = float(_count_gpus())
+    total = {"CPU": float(num_cpus), "GPU": float(num_gpus)}
+    for k, v in (custom or {}).items():
+        if k in ("CPU", "GPU"):
+            raise InvalidArgumentError(f"muster.init(resources={{{k!r}: ...}}): pass num_cpus=/num_gpus= for {k}.")
+        total[k] = float(v)
+    return res.normalize(total, what="muster.init")
+
+
+def _count_gpus() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    if "torch" not in sys.modules and not os.path.isdir("/proc/driver/nvidia/gpus"):
+        return 0  # no NVIDIA driver here: do not import torch (seconds) only to hear that
+    try:
+        import torch
+
+        return int(torch.cuda.device_count())  # NVML-based: does not initialise CUDA here
+    except Exception:
+        return 0

@@ -102,9 +102,9 @@ def _reseed_library_rngs() -> None:
     (``muster.train.torch.enable_reproducibility(seed)``, ``np.random.seed``).
     """
     seed = int.from_bytes(os.urandom(4), "little")
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:  # not imported yet: it seeds itself from the OS on import
-        numpy.random.seed(seed)
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:  # not imported yet (numpy imports it lazily): it seeds itself from the OS on import
+        np_random.seed(seed)
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.random.default_generator.manual_seed(seed)

@@ -262,6 +262,9 @@ def _serve(conn: Connection) -> None:
                     return
                 if msg[0] == "quit":
                     return
+                if msg[0] == "preload":  # a trainer's workers will need these: import them while idle
+                    _preload(msg[1])
+                    trim_at = time.monotonic() + _TRIM_AFTER_IDLE_S
                 if msg[0] == "fork":
                     spec = msg[2]
                     _preload(spec.get("preload", []))  # what the driver needs now (no-op once imported)

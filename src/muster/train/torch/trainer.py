@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from muster.core import settings
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.torch.config import TorchBackend, TorchConfig
@@ -18,6 +19,8 @@ class TorchTrainer(DataParallelTrainer):
     process group is initialised (gloo on CPU, nccl on GPU) before the
     function starts.  See ``DataParallelTrainer`` for the arguments.
     """
+
+    _worker_modules = settings.DDP_PRELOAD  # the engine preloads DDP's imports for these workers
 
     def __init__(
         self,
