@@ -105,7 +105,6 @@ class ActorPool:
         self.request = request_of(op)
         self.min_size, self.max_size = sizes(op)
         self.members: list[_Member] = []
-        self.started = 0  # actors ever started (the pool's peak size, as none is retired mid-pass)
 
     @staticmethod
     def start(op: MapBatches, name: str) -> "ActorPool | None":
@@ -162,7 +161,6 @@ class ActorPool:
             raise
         added = [_Member(a, pid) for a, pid in zip(actors, pids)]
         self.members += added
-        self.started += n
         return added
 
     def _kill(self, actors: list[RuntimeActor]) -> None:
