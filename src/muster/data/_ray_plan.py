@@ -66,8 +66,8 @@ def to_ray(node: Node) -> Any:
     return _apply(inputs[0], _steps(op), op.name)
 
 
-def _steps(op: Read | Transform | AllToAll | Any) -> tuple[tuple[str, tuple, dict], ...]:
-    ray = getattr(op, "ray", None)
+def _steps(op: Read | Transform | AllToAll) -> tuple[tuple[str, tuple, dict], ...]:
+    ray = op.ray
     if not isinstance(ray, RayCall):
         raise InvalidArgumentError(f"{op.name} cannot run on the Ray engine: {ray or _NO_EQUIVALENT}.")
     return ray.steps

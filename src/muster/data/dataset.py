@@ -70,7 +70,8 @@ class Dataset:
                 with ``fn_constructor_args/kwargs``).
             batch_size: rows per batch (``None``: whole blocks).
             batch_format: ``"numpy"`` (dict of arrays), ``"pandas"`` or ``"pyarrow"``.
-            concurrency: accepted for Ray compatibility; threads are bounded by ``DataContext.max_threads``.
+            concurrency: threads are bounded by ``DataContext.max_threads``; on the Ray engine this becomes
+                Ray's ``compute=`` (an actor pool for a class, a task pool for a function).
             num_cpus / num_gpus: validated; the pipeline runs on the consumer's own CPUs (see ``execution``).
         """
         if batch_size == "default":
