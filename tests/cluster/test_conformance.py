@@ -433,6 +433,7 @@ def _seed_loop(config):
         dist.barrier()  # rank 0 waits here for rank 1: no epoch 1 in the gang that loses it
 
 
+@pytest.mark.timeout(300)  # two gangs and three ray.data pipelines; alone, it also pays the cluster's start
 def test_seed_pipeline_streams_exact_shards_into_the_trainer(engine, storage, tmp_path):
     """read_parquet -> map -> filter -> TorchTrainer(datasets=...): each epoch every kept row reaches
     exactly one rank, ranks get equal batch counts, the unsplit dataset gives every rank all rows,
