@@ -473,6 +473,7 @@ def test_seed_pipeline_streams_exact_shards_into_the_trainer(engine, storage, tm
         assert [r["shuffled"] for r in ranked if r["epoch"] == 0] != [r["shuffled"] for r in ranked if r["epoch"] == 1]
 
 
+@pytest.mark.timeout(240)  # six ray.data pipelines on a loaded machine; alone, it also pays the cluster's start
 def test_dataset_transforms_and_consumption(engine, tmp_path):
     """The same plan gives the same answers on both engines; on Ray, ray.data's workers run the UDFs."""
     import pyarrow as pa
