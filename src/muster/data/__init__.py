@@ -29,7 +29,7 @@ from muster.data.exceptions import DataError, DataSchemaError, DataSourceError, 
 from muster.data.execution import DataContext
 from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator
-from muster.data.plan import Node, Read
+from muster.data.plan import Node, RayCall, Read
 from muster.exceptions import InvalidArgumentError
 
 __all__ = [
@@ -40,8 +40,12 @@ __all__ = [
 ]
 
 
-def _read(name: str, tasks: tuple) -> Dataset:
-    return Dataset(Node(Read(name, tasks)))
+def _read(name: str, tasks: tuple, ray: RayCall) -> Dataset:
+    return Dataset(Node(Read(name, tasks, ray)))
+
+
+def _fs(filesystem: Any) -> dict[str, Any]:
+    return {} if filesystem is None else {"filesystem": filesystem}
 
 
 def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, filter: Any = None,
@@ -59,31 +63,40 @@ def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, fi
         DataSourceError: a path does not exist or holds no files.
         DataSchemaError: (when read) two files disagree on a column's type.
     """
+    ray_args = dict(_ray_options, columns=columns, **_fs(filesystem))
+    if filter is not None:
+        ray_args["filter"] = filter
+    if partitioning != "hive":  # hive is ray.data's default too
+        ray_args["partitioning"] = partitioning
     return _read("ReadParquet", _src.parquet_tasks(paths, columns=columns, filter=filter, filesystem=filesystem,
-                                                   partitioning=partitioning))
+                                                   partitioning=partitioning), RayCall.of("read_parquet", paths, **ray_args))
 
 
 def read_csv(paths: str | list[str], *, filesystem: Any = None, **arrow_csv_args: Any) -> Dataset:
     """CSV files (header row); extra keyword arguments go to ``pyarrow.csv.read_csv``."""
-    return _read("ReadCSV", _src.csv_tasks(paths, filesystem, **arrow_csv_args))
+    return _read("ReadCSV", _src.csv_tasks(paths, filesystem, **arrow_csv_args),
+                 RayCall.of("read_csv", paths, **_fs(filesystem), **arrow_csv_args))
 
 
 def read_json(paths: str | list[str], *, filesystem: Any = None, lines: bool = True, **arrow_json_args: Any) -> Dataset:
     """JSON lines files (one object per line)."""
     if not lines:
         raise InvalidArgumentError("read_json(lines=False): only JSON lines (one object per line) is read; convert the file.")
-    return _read("ReadJSON", _src.json_tasks(paths, filesystem, **arrow_json_args))
+    return _read("ReadJSON", _src.json_tasks(paths, filesystem, **arrow_json_args),
+                 RayCall.of("read_json", paths, lines=True, **_fs(filesystem), **arrow_json_args))
 
 
 def read_text(paths: str | list[str], *, filesystem: Any = None, encoding: str = "utf-8",
               drop_empty_lines: bool = True) -> Dataset:
     """Text files: one row per line, column ``text``."""
-    return _read("ReadText", _src.text_tasks(paths, filesystem, encoding, drop_empty_lines))
+    return _read("ReadText", _src.text_tasks(paths, filesystem, encoding, drop_empty_lines),
+                 RayCall.of("read_text", paths, encoding=encoding, drop_empty_lines=drop_empty_lines, **_fs(filesystem)))
 
 
 def read_binary_files(paths: str | list[str], *, filesystem: Any = None, include_paths: bool = False) -> Dataset:
     """Whole files: one row per file, column ``bytes`` (and ``path`` with ``include_paths``)."""
-    return _read("ReadBinary", _src.binary_tasks(paths, filesystem, include_paths))
+    return _read("ReadBinary", _src.binary_tasks(paths, filesystem, include_paths),
+                 RayCall.of("read_binary_files", paths, include_paths=include_paths, **_fs(filesystem)))
 
 
 def _rows() -> int:
@@ -123,7 +136,8 @@ def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa
     if not isinstance(n, int) or n < 0:
         raise InvalidArgumentError(f"range({n!r}): use an integer >= 0.")
     rows = -(-n // override_num_blocks) if override_num_blocks else _rows()
-    return _read("ReadRange", _src.range_tasks(n, max(1, rows), None))
+    return _read("ReadRange", _src.range_tasks(n, max(1, rows), None),
+                 RayCall.of("range", n, override_num_blocks=override_num_blocks))
 
 
 def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), override_num_blocks: int | None = None) -> Dataset:
@@ -131,4 +145,5 @@ def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), override_num_blocks: 
     if not isinstance(n, int) or n < 0:
         raise InvalidArgumentError(f"range_tensor({n!r}): use an integer >= 0.")
     rows = -(-n // override_num_blocks) if override_num_blocks else _rows()
-    return _read("ReadRangeTensor", _src.range_tasks(n, max(1, rows), tuple(shape)))
+    return _read("ReadRangeTensor", _src.range_tasks(n, max(1, rows), tuple(shape)),
+                 RayCall.of("range_tensor", n, shape=tuple(shape), override_num_blocks=override_num_blocks))

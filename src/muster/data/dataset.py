@@ -12,11 +12,11 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from muster.data import alltoall, execution, plan, writers
+from muster.data import _ray_plan, alltoall, execution, plan, writers
 from muster.data import block as blk
 from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator
-from muster.data.plan import AllToAll, Limit, Node, Read, Transform, Union
+from muster.data.plan import AllToAll, Limit, Node, RayCall, Read, Transform, Union
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 
@@ -46,6 +46,8 @@ class Dataset:
         return Dataset(self._node.then(op))
 
     def _execute(self, epoch: int = 0) -> Iterator[pa.Table]:
+        if _ray_plan.on_ray_engine():  # ray.data runs the plan (its own order per epoch)
+            return _ray_plan.blocks(self._node)
         self._stats = execution.Stats()
         return execution.execute(self._node, epoch, self._stats)
 
@@ -53,7 +55,8 @@ class Dataset:
     def map(self, fn: Callable[[dict[str, Any]], dict[str, Any]], *, fn_args: tuple = (),
             fn_kwargs: dict | None = None, **_resources: Any) -> "Dataset":
         """Apply ``fn`` to each row (a dict); it must return a dict."""
-        return self._then(Transform(f"Map({plan.fn_name(fn)})", plan.map_rows(fn, fn_args, fn_kwargs or {})))
+        ray = RayCall.of("map", fn, fn_args=fn_args, fn_kwargs=fn_kwargs, **_resources)
+        return self._then(Transform(f"Map({plan.fn_name(fn)})", plan.map_rows(fn, fn_args, fn_kwargs or {}), ray))
 
     def map_batches(self, fn: Any, *, batch_size: int | None | str = 1024, batch_format: str = "numpy",
                     fn_args: tuple = (), fn_kwargs: dict | None = None, fn_constructor_args: tuple = (),
@@ -68,7 +71,9 @@ class Dataset:
             batch_size: rows per batch (``None``: whole blocks).
             batch_format: ``"numpy"`` (dict of arrays), ``"pandas"`` or ``"pyarrow"``.
             concurrency: for a callable class, the actor pool's size (``n``), or ``(min, max)`` to scale
-                with the queue of blocks; for a function, at most this many of its tasks at once.
+                with the queue of blocks; for a function, at most this many of its tasks at once. On the
+                Ray engine this becomes Ray's ``compute=`` (an actor pool for a class, a task pool for a
+                function).
             num_cpus / num_gpus: what each actor (or pooled task) holds of the engine's resources. If the
                 machine can never give them, execution fails at once naming both; if they are busy (a
                 training gang holds them), the class runs in the consumer's threads and a log line says so.
@@ -91,37 +96,49 @@ class Dataset:
         op = plan.MapBatches(fn, batch_size, fmt, tuple(fn_args), dict(fn_kwargs or {}), tuple(fn_constructor_args),
                              dict(fn_constructor_kwargs or {}), concurrency=concurrency, num_cpus=num_cpus,
                              num_gpus=num_gpus)
-        return self._then(Transform(f"MapBatches({plan.fn_name(fn)})", op))
+        ray = RayCall.of("map_batches", fn, batch_size=batch_size, batch_format=fmt, fn_args=tuple(fn_args),
+                         fn_kwargs=fn_kwargs, fn_constructor_args=tuple(fn_constructor_args),
+                         fn_constructor_kwargs=fn_constructor_kwargs, concurrency=concurrency, num_cpus=num_cpus,
+                         num_gpus=num_gpus, zero_copy_batch=zero_copy_batch, **_ray_options)
+        return self._then(Transform(f"MapBatches({plan.fn_name(fn)})", op, ray))
 
     def flat_map(self, fn: Callable[[dict[str, Any]], list[dict[str, Any]]], *, fn_args: tuple = (),
                  fn_kwargs: dict | None = None, **_resources: Any) -> "Dataset":
         """Apply ``fn`` to each row; it returns a list of output rows."""
-        return self._then(Transform(f"FlatMap({plan.fn_name(fn)})", plan.flat_map_rows(fn, fn_args, fn_kwargs or {})))
+        ray = RayCall.of("flat_map", fn, fn_args=fn_args, fn_kwargs=fn_kwargs, **_resources)
+        return self._then(Transform(f"FlatMap({plan.fn_name(fn)})", plan.flat_map_rows(fn, fn_args, fn_kwargs or {}), ray))
 
     def filter(self, fn: Callable[[dict[str, Any]], bool] | None = None, *, fn_args: tuple = (),
                fn_kwargs: dict | None = None, expr: Any = None, **_resources: Any) -> "Dataset":
         """Keep the rows for which ``fn(row)`` is true (or a pyarrow ``expr`` holds)."""
         if expr is not None:
-            return self._then(Transform("Filter(expr)", lambda b: [b.filter(expr)]))
+            why = ("filter(expr=<pyarrow expression>) has no ray.data equivalent (Ray takes its own expressions): "
+                   "pass a function, filter(lambda row: ...), or push the filter into read_parquet(filter=...)")
+            return self._then(Transform("Filter(expr)", lambda b: [b.filter(expr)], why))
         if fn is None:
             raise InvalidTypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
-        return self._then(Transform(f"Filter({plan.fn_name(fn)})", plan.filter_rows(fn, fn_args, fn_kwargs or {})))
+        ray = RayCall.of("filter", fn, fn_args=fn_args, fn_kwargs=fn_kwargs, **_resources)
+        return self._then(Transform(f"Filter({plan.fn_name(fn)})", plan.filter_rows(fn, fn_args, fn_kwargs or {}), ray))
 
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas") -> "Dataset":
         """Add (or replace) column ``col`` with ``fn(batch)``."""
         fmt = blk.check_batch_format(batch_format, "add_column")
-        return self._then(Transform(f"AddColumn({col})", plan.add_column(col, fn, fmt)))
+        ray = RayCall.of("add_column", col, fn, batch_format=fmt)
+        return self._then(Transform(f"AddColumn({col})", plan.add_column(col, fn, fmt), ray))
 
     def drop_columns(self, cols: list[str]) -> "Dataset":
-        return self._then(Transform("DropColumns", plan.drop_columns(_names(cols, "drop_columns"))))
+        cols = _names(cols, "drop_columns")
+        return self._then(Transform("DropColumns", plan.drop_columns(cols), RayCall.of("drop_columns", cols)))
 
     def select_columns(self, cols: list[str]) -> "Dataset":
-        return self._then(Transform("SelectColumns", plan.select_columns(_names(cols, "select_columns"))))
+        cols = _names(cols, "select_columns")
+        return self._then(Transform("SelectColumns", plan.select_columns(cols), RayCall.of("select_columns", cols)))
 
     def rename_columns(self, names: dict[str, str]) -> "Dataset":
         if not isinstance(names, dict):
             raise InvalidTypeError(f"rename_columns({names!r}): pass a dict old name -> new name.")
-        return self._then(Transform("RenameColumns", plan.rename_columns(dict(names))))
+        ray = RayCall.of("rename_columns", dict(names))
+        return self._then(Transform("RenameColumns", plan.rename_columns(dict(names)), ray))
 
     def limit(self, n: int) -> "Dataset":
         if not isinstance(n, int) or n < 0:
@@ -138,22 +155,26 @@ class Dataset:
         """Shuffle all rows. Each pass (epoch) gets a new order, deterministic from (seed, epoch)."""
         s = seed if seed is not None else random.SystemRandom().randrange(2**63)
         rows = execution.DataContext.get_current().target_block_rows
-        return self._then(AllToAll("RandomShuffle", alltoall.random_shuffle(s, rows)))
+        ray = RayCall.of("random_shuffle", seed=seed, **_ignored)
+        return self._then(AllToAll("RandomShuffle", alltoall.random_shuffle(s, rows), ray=ray))
 
     def randomize_block_order(self, *, seed: int | None = None) -> "Dataset":
         """Shuffle the order of blocks (files, for a read: no data is gathered), per epoch."""
         s = seed if seed is not None else random.SystemRandom().randrange(2**63)
-        return self._then(AllToAll("RandomizeBlockOrder", alltoall.randomize_block_order(s), alltoall.randomize_reads(s)))
+        return self._then(AllToAll("RandomizeBlockOrder", alltoall.randomize_block_order(s), alltoall.randomize_reads(s),
+                                   ray=RayCall.of("randomize_block_order", seed=seed)))
 
     def repartition(self, num_blocks: int, *, shuffle: bool = False, **_ignored: Any) -> "Dataset":
         _positive(num_blocks, "num_blocks", "repartition")
         ds = self.random_shuffle() if shuffle else self
-        return ds._then(AllToAll(f"Repartition({num_blocks})", alltoall.repartition(num_blocks)))
+        ray = RayCall.of("repartition", num_blocks, **_ignored)
+        return ds._then(AllToAll(f"Repartition({num_blocks})", alltoall.repartition(num_blocks), ray=ray))
 
     def sort(self, key: str | list[str], descending: bool | list[bool] = False) -> "Dataset":
         keys = [key] if isinstance(key, str) else list(key)
         desc = [descending] * len(keys) if isinstance(descending, bool) else list(descending)
-        return self._then(AllToAll(f"Sort({', '.join(keys)})", alltoall.sort(keys, desc)))
+        ray = RayCall.of("sort", keys, descending=desc)
+        return self._then(AllToAll(f"Sort({', '.join(keys)})", alltoall.sort(keys, desc), ray=ray))
 
     def groupby(self, key: str | list[str]) -> GroupedData:
         return GroupedData(self, [key] if isinstance(key, str) else list(key))
@@ -212,12 +233,15 @@ class Dataset:
     def streaming_split(self, n: int, *, equal: bool = True, locality_hints: Any = None) -> list[DataIterator]:
         """``n`` iterators; iterator ``i`` streams rows ``i, i+n, ...`` of each pass (see ``DataIterator``)."""
         _positive(n, "n", "streaming_split")
+        if _ray_plan.on_ray_engine():
+            return _ray_plan.streaming_split(self, n, equal, locality_hints)
         return [DataIterator(self, i, n, equal) for i in range(n)]
 
     def iterator(self) -> DataIterator:
         """The iterator behind ``iter_*``; each pass over it is one epoch."""
-        if self._iterator is None:
-            self._iterator = DataIterator(self)
+        on_ray = _ray_plan.on_ray_engine()
+        if self._iterator is None or isinstance(self._iterator, _ray_plan.RayDataIterator) != on_ray:
+            self._iterator = _ray_plan.RayDataIterator(self, _ray_plan.to_ray(self._node)) if on_ray else DataIterator(self)
         return self._iterator
 
     # -- consumption --------------------------------------------------------------
@@ -248,6 +272,8 @@ class Dataset:
             print(row)
 
     def count(self) -> int:
+        if _ray_plan.on_ray_engine():
+            return int(_ray_plan.to_ray(self._node).count())
         return sum(b.num_rows for b in self._execute())
 
     def schema(self) -> pa.Schema:
@@ -276,16 +302,25 @@ class Dataset:
         return ds
 
     def stats(self) -> str:
-        """Per-operator rows, blocks and time of the last execution."""
+        """Per-operator rows, blocks and time of the last execution (on Ray: the last iterator's ``ray.data`` stats)."""
+        if self._stats is None and self._iterator is not None and _ray_plan.on_ray_engine():
+            return self._iterator.stats()
         return self._stats.summary() if self._stats is not None else "(not executed yet)"
 
     def write_parquet(self, path: str, *, filesystem: Any = None, **arrow_args: Any) -> list[str]:
+        """One Parquet file per output block under ``path`` (a folder or URL); returns the files written."""
+        if _ray_plan.on_ray_engine():
+            return _ray_plan.write(self._node, "parquet", path, filesystem, **arrow_args)
         return writers.write_blocks(self._execute(), path, filesystem, "parquet", writers.parquet_writer(**arrow_args))
 
     def write_csv(self, path: str, *, filesystem: Any = None) -> list[str]:
+        if _ray_plan.on_ray_engine():
+            return _ray_plan.write(self._node, "csv", path, filesystem)
         return writers.write_blocks(self._execute(), path, filesystem, "csv", writers.csv_writer())
 
     def write_json(self, path: str, *, filesystem: Any = None) -> list[str]:
+        if _ray_plan.on_ray_engine():
+            return _ray_plan.write(self._node, "json", path, filesystem)
         return writers.write_blocks(self._execute(), path, filesystem, "json", writers.json_writer())
 
 
@@ -308,4 +343,4 @@ def from_blocks(blocks: list[pa.Table], name: str = "FromArrow") -> Dataset:
     from muster.data import sources
 
     blocks = [b for b in blocks if b.num_rows] or blocks[:1] or [pa.table({})]
-    return Dataset(Node(Read(name, sources.block_tasks(blocks, name))))
+    return Dataset(Node(Read(name, sources.block_tasks(blocks, name), RayCall.of("from_arrow", blocks))))

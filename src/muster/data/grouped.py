@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from muster.data import alltoall
 from muster.data import block as blk
-from muster.data.plan import AllToAll
+from muster.data.plan import AllToAll, RayCall
 
 if TYPE_CHECKING:
     from muster.data.dataset import Dataset
@@ -20,7 +20,14 @@ class GroupedData:
 
     def _agg(self, aggs: list[tuple[str, str, str]]) -> "Dataset":
         name = f"Aggregate({', '.join(n for _, _, n in aggs)})"
-        return self._ds._then(AllToAll(name, alltoall.aggregate(self._keys, aggs)))
+        kinds = {kind for _, kind, _ in aggs}
+        cols = [c for c, _, _ in aggs]
+        # ray.data: groupby(keys or None) then one aggregation over the columns (same output names)
+        ray = self._ray().then(aggs[0][1], *([] if kinds == {"count"} else [cols if len(cols) > 1 else cols[0]]))
+        return self._ds._then(AllToAll(name, alltoall.aggregate(self._keys, aggs), ray=ray))
+
+    def _ray(self) -> RayCall:
+        return RayCall.of("groupby", (self._keys if len(self._keys) > 1 else self._keys[0]) if self._keys else None)
 
     def count(self) -> "Dataset":
         """One row per group: the keys and ``count()``."""
@@ -45,4 +52,5 @@ class GroupedData:
     def map_groups(self, fn: Callable[[Any], Any], *, batch_format: str = "numpy") -> "Dataset":
         """Apply ``fn`` to each group (a batch in ``batch_format``); its outputs form the new dataset."""
         fmt = blk.check_batch_format(batch_format, "map_groups")
-        return self._ds._then(AllToAll("MapGroups", alltoall.map_groups(self._keys, fn, fmt)))
+        ray = self._ray().then("map_groups", fn, batch_format=fmt)
+        return self._ds._then(AllToAll("MapGroups", alltoall.map_groups(self._keys, fn, fmt), ray=ray))

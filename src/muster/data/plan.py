@@ -7,6 +7,9 @@
 * ``Limit``, ``Union``.
 
 Nothing runs until a dataset is consumed; ``execution`` walks this tree.
+Reads, transforms and all-to-all operators also carry ``ray``: the same
+operator as ``ray.data`` calls (a ``RayCall``), or a sentence saying why it
+has none; ``_ray_plan`` builds a ``ray.data.Dataset`` from them on the Ray engine.
 """
 
 from __future__ import annotations
@@ -26,6 +29,27 @@ BlockFn = Callable[[pa.Table], list[pa.Table]]
 
 
 @dataclass(frozen=True)
+class RayCall:
+    """An operator as ``ray.data`` spells it: ``steps`` applied in turn, each ``(name, args, kwargs)``.
+
+    A source's first step names a ``ray.data`` function (``read_parquet``); every other step
+    is a method of what the previous one returned (``groupby`` then ``sum``)."""
+
+    steps: tuple[tuple[str, tuple, dict], ...]
+
+    @staticmethod
+    def of(name: str, *args: Any, **kwargs: Any) -> "RayCall":
+        return RayCall(((name, args, kwargs),))
+
+    def then(self, name: str, *args: Any, **kwargs: Any) -> "RayCall":
+        return RayCall((*self.steps, (name, args, kwargs)))
+
+
+#: What ``ray`` holds on an operator: its ``ray.data`` call, or why it has none (and what to do).
+RayEquivalent = RayCall | str | None
+
+
+@dataclass(frozen=True)
 class ReadTask:
     """One unit of reading: ``read()`` returns blocks; ``label`` names what it reads (a file)."""
 
@@ -38,12 +62,14 @@ class ReadTask:
 class Read:
     name: str
     tasks: tuple[ReadTask, ...]
+    ray: RayEquivalent = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
 class Transform:
     name: str
     fn: BlockFn
+    ray: RayEquivalent = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -54,6 +80,7 @@ class AllToAll:
     name: str
     fn: Callable[[list[pa.Table], int], list[pa.Table] | Iterator[pa.Table]]
     reorders_reads: Callable[[tuple[ReadTask, ...], int], tuple[ReadTask, ...]] | None = None
+    ray: RayEquivalent = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

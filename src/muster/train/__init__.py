@@ -118,6 +118,8 @@ def get_dataset_shard(name: str) -> Any:
     rank r of n every n-th row, the same number of rows on every rank; others give
     every rank all rows. Each pass is one epoch (``random_shuffle`` reorders per
     epoch), and its position is saved with each checkpoint for exact resume.
+    On the Ray engine the split is Ray's ``streaming_split(n, equal=True)``
+    and a resumed run restarts the interrupted epoch (see docs/data.md).
 
     Returns:
         A ``muster.data.DataIterator`` (``iter_batches``, ``iter_torch_batches``, ``iter_rows``).

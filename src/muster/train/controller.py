@@ -41,6 +41,7 @@ from muster.train._internal import listeners
 from muster.train._internal import policies
 from muster.train._internal.backend import Backend
 from muster.train._internal.checkpoint_manager import CheckpointManager
+from muster.train._internal.datasets import DatasetLoop
 from muster.train._internal.policies import CheckpointRecord
 from muster.train._internal.session import SessionSpec
 from muster.train.checkpoint import Checkpoint
@@ -299,6 +300,9 @@ class Controller:
         checkpoint = Checkpoint(latest.path, self.storage.fs) if latest else self.initial_checkpoint
         if self.hooks.start_from is not None:  # once: e.g. a PBT trial cloning another's checkpoint
             checkpoint, self.hooks.start_from = self.hooks.start_from, None
+        train_fn = self.train_fn
+        if isinstance(train_fn, DatasetLoop):  # on the Ray engine: this gang's streaming splits
+            train_fn = train_fn.for_gang(len(group.members))
         args = []
         for member, env in zip(group.members, envs):
             ctx = TrainContext(
@@ -312,7 +316,7 @@ class Controller:
                 attempt=index,
             )
             spec = SessionSpec(ctx, self.storage, start_round, checkpoint)
-            args.append((self.train_fn, self.train_config, spec, env, self.backend))
+            args.append((train_fn, self.train_config, spec, env, self.backend))
         return group.run("run", args)
 
     # -- elastic runs -----------------------------------------------------------------

@@ -5,10 +5,17 @@ one ``muster.data.DataIterator`` per dataset (rank r of n for the datasets
 ``DataConfig`` splits, all rows for the others), registers it with the
 resume book so its position is saved with every checkpoint (as a prepared
 DataLoader's is), and then calls the user's function.
+
+On the Ray engine the controller calls ``for_gang(n)`` on the driver before
+each attempt: every split dataset becomes a ``ray.data`` dataset split with
+Ray's ``streaming_split(n, equal=True)`` (as Ray Train's ``DataConfig``
+does), and rank r iterates shard r; an unsplit dataset is translated on each
+worker and read whole.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
@@ -23,9 +30,42 @@ class DatasetLoop:
     def __init__(self, fn: Callable[..., Any], datasets: dict[str, Any], data_config: Any, seed: int):
         self.fn, self.datasets, self.data_config = fn, datasets, data_config
         self.seed = seed  # seeds local shuffle buffers: the same on every rank and attempt
+        self.ray_splits: dict[str, list[Any]] | None = None  # on the Ray engine: name -> a shard per rank
+
+    def for_gang(self, world: int) -> "DatasetLoop":
+        """The loop one attempt of ``world`` workers runs: on the Ray engine, with fresh streaming splits."""
+        from muster.data import _ray_plan
+
+        if not _ray_plan.on_ray_engine():
+            return self
+        loop = copy.copy(self)
+        loop.ray_splits = {
+            name: _ray_plan.to_ray(ds._node).streaming_split(world, equal=True)
+            for name, ds in self.datasets.items() if self.data_config.splits(name) and world > 1
+        }
+        # Ray counts the driver's handles on each split's coordinator actor, not the pickled copies the
+        # workers hold: keep this attempt's alive here until the next attempt replaces them.
+        self._live_splits = loop.ray_splits
+        return loop
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_live_splits", None)
+        return state
+
+    def _iterator(self, name: str, rank: int, world: int) -> Any:
+        from muster.data import DataIterator
+        from muster.data import _ray_plan
+
+        ds = self.datasets[name]
+        if self.ray_splits is None:
+            split = self.data_config.splits(name) and world > 1
+            return DataIterator(ds, rank if split else 0, world if split else 1, seed=self.seed)
+        if name in self.ray_splits:
+            return _ray_plan.RayDataIterator(ds, self.ray_splits[name][rank], rank, world, seed=self.seed)
+        return _ray_plan.RayDataIterator(ds, _ray_plan.to_ray(ds._node), seed=self.seed)
 
     def __call__(self, config: dict[str, Any] | None = None) -> Any:
-        from muster.data import DataIterator
         from muster.data.execution import DataContext
         from muster.observe.sampler import note_data_wait
         from muster.train._internal.worker import _takes_config
@@ -37,8 +77,7 @@ class DatasetLoop:
             DataContext._current = self.data_config.execution_options
         _shards.clear()
         for name in sorted(self.datasets):
-            split = self.data_config.splits(name) and world > 1
-            it = DataIterator(self.datasets[name], rank if split else 0, world if split else 1, seed=self.seed)
+            it = self._iterator(name, rank, world)
             it._on_pass_start = resume.book().before_iteration
             it._on_wait = note_data_wait  # the live view's data-wait figure, as for prepared loaders
             resume.book().register(it)

@@ -1,0 +1,154 @@
+"""On the Ray engine: a muster logical plan as the ``ray.data`` calls that build the same dataset.
+
+Every read, transform and all-to-all operator records its ``ray.data`` call
+(``plan.RayCall``) when it is made; ``to_ray`` replays them bottom-up, so
+``read_parquet(...).map(f).filter(g)`` becomes ``ray.data.read_parquet(...)
+.map(f).filter(g)`` and Ray's streaming executor runs it on the cluster.
+An operator with no ``ray.data`` equivalent carries a sentence instead, and
+translating it raises ``InvalidArgumentError`` naming the operator and the fix.
+
+``RayDataIterator`` is muster's ``DataIterator`` fed by a Ray one (a
+``streaming_split`` shard, or a whole ``ray.data.Dataset``): Ray produces the
+blocks, muster batches them, shuffles them locally, converts them to tensors
+and meters the wait, exactly as on the embedded engine.  Ray restarts an
+epoch's stream after a failure, so a restored position keeps the epoch and
+starts it from its first row (Ray Train's behaviour).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+import pyarrow as pa
+
+from muster.data.iterator import DataIterator
+from muster.data.plan import AllToAll, Limit, Node, RayCall, Read, Transform, Union
+from muster.exceptions import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from muster.data.dataset import Dataset
+
+_NO_EQUIVALENT = "it has no ray.data equivalent; build it from ray.data's operators, or run on the embedded engine"
+#: Ray's ``concurrency=`` argument is deprecated (2.51): these calls get ``compute=`` instead.
+_COMPUTE_OPS = ("map", "map_batches", "flat_map", "filter")
+
+
+def on_ray_engine() -> bool:
+    """Whether datasets run on Ray: the driver's engine is Ray, or this is a worker of the Ray engine."""
+    import sys
+
+    from muster.core import api, context
+
+    if api.is_initialized():
+        return api.get_runtime().name == "ray"
+    ray = sys.modules.get("ray")
+    return context.in_worker() and ray is not None and bool(ray.is_initialized())
+
+
+def to_ray(node: Node) -> Any:
+    """The ``ray.data.Dataset`` for the plan ending at ``node``.
+
+    Raises:
+        InvalidArgumentError: an operator of the plan has no ``ray.data`` equivalent (named, with the fix).
+    """
+    import ray.data
+
+    op = node.op
+    if isinstance(op, Read):
+        name, args, kwargs = _steps(op)[0]
+        ds = getattr(ray.data, name)(*args, **_clean(kwargs))
+        return _apply(ds, _steps(op)[1:], op.name)
+    inputs = [to_ray(n) for n in node.inputs]
+    if isinstance(op, Union):
+        return inputs[0].union(*inputs[1:]) if len(inputs) > 1 else inputs[0]
+    if isinstance(op, Limit):
+        return inputs[0].limit(op.n)
+    return _apply(inputs[0], _steps(op), op.name)
+
+
+def _steps(op: Read | Transform | AllToAll) -> tuple[tuple[str, tuple, dict], ...]:
+    ray = op.ray
+    if not isinstance(ray, RayCall):
+        raise InvalidArgumentError(f"{op.name} cannot run on the Ray engine: {ray or _NO_EQUIVALENT}.")
+    return ray.steps
+
+
+def _apply(ds: Any, steps: tuple[tuple[str, tuple, dict], ...], where: str) -> Any:
+    for name, args, kwargs in steps:
+        kwargs = _clean(kwargs)
+        if name in _COMPUTE_OPS and "concurrency" in kwargs:
+            kwargs["compute"] = _compute(args[0], kwargs.pop("concurrency"), where)
+        ds = getattr(ds, name)(*args, **kwargs)
+    return ds
+
+
+def _clean(kwargs: dict) -> dict:
+    """Keyword arguments with the ``None``s (and empty ``fn_*`` arguments) left out: Ray's defaults apply
+    (as muster's do), and Ray rejects constructor arguments for a plain function even when empty."""
+    return {k: v for k, v in kwargs.items() if v is not None and not (k.startswith("fn_") and v in ((), {}))}
+
+
+def _compute(fn: Any, concurrency: Any, where: str) -> Any:
+    """``concurrency=`` as Ray's compute strategy: an actor pool for a callable class, else a task pool."""
+    import ray.data
+
+    if isinstance(fn, type):
+        if isinstance(concurrency, tuple):
+            return ray.data.ActorPoolStrategy(min_size=concurrency[0], max_size=concurrency[1])
+        return ray.data.ActorPoolStrategy(size=concurrency)
+    if isinstance(concurrency, tuple):  # Ray takes (min, max) only for classes: a function gets the max
+        return ray.data.TaskPoolStrategy(size=concurrency[1])
+    if isinstance(concurrency, int):
+        return ray.data.TaskPoolStrategy(size=concurrency)
+    raise InvalidArgumentError(f"{where}: concurrency={concurrency!r}: use a positive int or a (min, max) tuple.")
+
+
+def blocks(node: Node) -> Iterator[pa.Table]:
+    """The plan's output, executed by ``ray.data``, as Arrow blocks on this process."""
+    yield from to_ray(node).iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1)
+
+
+def write(node: Node, kind: str, path: str, filesystem: Any, **kwargs: Any) -> list[str]:
+    """``write_parquet/csv/json`` by ``ray.data``: the files it wrote under ``path`` (as muster returns them)."""
+    import fsspec
+
+    fs, root = (filesystem, path) if filesystem is not None else fsspec.core.url_to_fs(path)
+    before = set(_files(fs, root))
+    getattr(to_ray(node), f"write_{kind}")(path, **({"filesystem": filesystem} if filesystem is not None else {}),
+                                          **kwargs)
+    return sorted(set(_files(fs, root)) - before)
+
+
+def _files(fs: Any, root: str) -> list[str]:
+    try:
+        return [str(p) for p in fs.find(root)]
+    except FileNotFoundError:
+        return []
+
+
+class RayDataIterator(DataIterator):
+    """muster's iterator API over a Ray source: a ``ray.data.DataIterator`` (one ``streaming_split``
+    shard) or a ``ray.data.Dataset`` (all rows, e.g. an unsplit dataset on every rank)."""
+
+    def __init__(self, dataset: "Dataset", source: Any, rank: int = 0, world: int = 1, seed: int | None = None):
+        super().__init__(dataset, rank, world, True, seed)
+        self._source = source
+
+    def __repr__(self) -> str:
+        return f"RayDataIterator(rank={self._rank}, world={self._world}, source={type(self._source).__name__})"
+
+    def _blocks(self, epoch: int) -> Iterator[pa.Table]:
+        return iter(self._source.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1))
+
+    def stats(self) -> str:
+        return str(self._source.stats())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue at the saved epoch, from its first row: Ray's stream cannot skip to a position."""
+        self._epoch, self._skip = int(state["epoch"]), 0
+
+
+def streaming_split(dataset: "Dataset", n: int, equal: bool, locality_hints: Any = None) -> list[DataIterator]:
+    """``n`` shards by Ray's ``streaming_split`` (one coordinator streams each epoch to all of them)."""
+    splits = to_ray(dataset._node).streaming_split(n, equal=equal, locality_hints=locality_hints)
+    return [RayDataIterator(dataset, it, i, n) for i, it in enumerate(splits)]
