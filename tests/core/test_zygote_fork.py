@@ -148,11 +148,12 @@ print("RESULT", grid[0].metrics["torch_in_worker"], "torch" in sys.modules)
 """
 
 
-def _run_script(tmp_path, text: str) -> subprocess.CompletedProcess:
+def _run_script(tmp_path, text: str, **extra_env: str) -> subprocess.CompletedProcess:
     """Run ``text`` as a driver script with the default preload; it must exit 0."""
     script = tmp_path / "driver_script.py"
     script.write_text(text)
     env = {k: v for k, v in os.environ.items() if k not in ("MUSTER_ADDRESS", "RAY_ADDRESS", "MUSTER_PRELOAD")}
+    env.update(extra_env)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT, env=env,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -198,8 +199,9 @@ print("RESULT", json.dumps({"trial": trial_held, "trainer": {k: result.metrics[k
 """
 
 
-def test_ddp_modules_are_preloaded_for_a_torch_trainer_not_for_tune_function_trials(tmp_path):
-    proc = _run_script(tmp_path, _PRELOAD_BY_NEED)
+@pytest.mark.parametrize("fork", ["1", "0"])  # a zygote forked from the driver, or a fresh interpreter
+def test_ddp_modules_are_preloaded_for_a_torch_trainer_not_for_tune_function_trials(tmp_path, fork):
+    proc = _run_script(tmp_path, _PRELOAD_BY_NEED, MUSTER_ZYGOTE_FORK=fork)
     output = proc.stdout + proc.stderr
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line is not None, output

@@ -209,7 +209,10 @@ class LocalRuntime(Runtime):
                     return
                 continue
             if hello[0] == "ready" and self._zygote_conn is None:
-                self._zygote_conn = conn
+                with self._zygote_lock, contextlib.suppress(OSError):  # hints given while it started
+                    self._zygote_conn = conn
+                    if self._preload_extra:
+                        wire.send(conn, ("preload", list(self._preload_extra)))
                 threading.Thread(target=self._read_zygote, name="muster-zygote", daemon=True).start()
                 self._started.set()
             elif hello[0] == "hello":
@@ -290,9 +293,9 @@ class LocalRuntime(Runtime):
 
     def preload(self, modules: list[str]) -> None:
         wanted = settings.preload_modules(extra=modules)  # MUSTER_PRELOAD, when set, has the last word
-        new = [m for m in modules if m in wanted and m not in self._preload_extra]
-        self._preload_extra += new
         with self._zygote_lock:  # a running zygote imports them now, before the next fork asks
+            new = [m for m in modules if m in wanted and m not in self._preload_extra]
+            self._preload_extra += new
             if new and self._zygote_conn is not None:
                 with contextlib.suppress(OSError):
                     wire.send(self._zygote_conn, ("preload", new))
