@@ -14,7 +14,11 @@ over rounds with the spread (min-max):
 * ``engine``: muster's transformers engine (continuous batching) driven
   directly with C concurrent async requests -- the bare engine.
 * ``serve``: the same engine behind ``serve.run(build_openai_app(...))``, called
-  over HTTP by C concurrent official ``openai`` async clients, streaming.
+  over HTTP by C concurrent official ``openai`` async clients, streaming. An app
+  of one model is its ``LLMServer`` deployment alone (HTTP ingress -> replica).
+* ``serve2hop``: the same, laid out as an app of several models is
+  (HTTP ingress -> ``OpenAiIngress`` replica -> ``LLMServer`` replica), which
+  was every app's layout before 2026-11-23 (``--no-2hop`` skips it).
 
 All three use one torch thread by default (``--threads``): a Serve replica
 with ``num_cpus=1`` gets ``OMP_NUM_THREADS=1``, and on a shared box more
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import statistics
@@ -125,7 +130,7 @@ async def run_engine(engine: Any, conc: int, n: int, max_tokens: int) -> dict[st
 
 
 # ----------------------------------------------------------------------------- serve
-async def run_http(base_url: str, conc: int, n: int, max_tokens: int) -> dict[str, float]:
+async def run_http(base_url: str, conc: int, n: int, max_tokens: int, model: str = "bench") -> dict[str, float]:
     import httpx
     import openai
 
@@ -143,7 +148,7 @@ async def run_http(base_url: str, conc: int, n: int, max_tokens: int) -> dict[st
             queue.get_nowait()
             sent, first = time.perf_counter(), None
             stream = await client.completions.create(
-                model="bench", prompt=PROMPT, max_tokens=max_tokens, temperature=0, stream=True,
+                model=model, prompt=PROMPT, max_tokens=max_tokens, temperature=0, stream=True,
                 stream_options={"include_usage": True})
             async for chunk in stream:
                 if first is None and chunk.choices and chunk.choices[0].text:
@@ -170,7 +175,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads for naive and engine (a Serve replica with num_cpus=1 gets 1)")
-    parser.add_argument("--no-serve", action="store_true", help="skip the HTTP (muster.serve) system")
+    parser.add_argument("--no-serve", action="store_true", help="skip the HTTP (muster.serve) systems")
+    parser.add_argument("--no-2hop", action="store_true", help="skip serve2hop (the OpenAiIngress layout)")
     args = parser.parse_args()
 
     import torch
@@ -197,8 +203,12 @@ def main() -> None:
         serve.start(http_options={"host": "127.0.0.1", "port": 0})
         serve.run(build_openai_app({"llm_configs": [config]}), name="bench")
         base_url = f"http://127.0.0.1:{serve.status().http['port']}/v1"
+        if not args.no_2hop:  # a non-empty ingress_deployment_config keeps the OpenAiIngress deployment
+            two = dataclasses.replace(config, model_loading_config=dict(model_id="bench2", model_source=str(path)))
+            serve.run(build_openai_app({"llm_configs": [two], "ingress_deployment_config": {"num_replicas": 1}}),
+                      name="bench2", route_prefix="/bench2")
 
-    systems = ["naive", "engine"] + ([] if base_url is None else ["serve"])
+    systems = ["naive", "engine"] + ([] if base_url is None else ["serve"] + ([] if args.no_2hop else ["serve2hop"]))
     results: dict[str, dict[int, list[dict[str, float]]]] = {s: {c: [] for c in args.concurrency} for s in systems}
     loop = asyncio.new_event_loop()
     with torch.no_grad():
@@ -207,6 +217,8 @@ def main() -> None:
         loop.run_until_complete(run_engine(engine, 2, 2, 4))
         if base_url:
             loop.run_until_complete(run_http(base_url, 2, 2, 4))
+            if "serve2hop" in systems:
+                loop.run_until_complete(run_http(base_url.replace("/v1", "/bench2/v1"), 2, 2, 4, "bench2"))
         for r in range(args.rounds):
             for conc in args.concurrency:
                 n = max(args.requests, conc)
@@ -215,8 +227,11 @@ def main() -> None:
                         res = run_naive(model, tokenizer, conc, n, args.max_tokens)
                     elif system == "engine":
                         res = loop.run_until_complete(run_engine(engine, conc, n, args.max_tokens))
-                    else:
+                    elif system == "serve":
                         res = loop.run_until_complete(run_http(base_url, conc, n, args.max_tokens))  # type: ignore[arg-type]
+                    else:
+                        res = loop.run_until_complete(run_http(base_url.replace("/v1", "/bench2/v1"),  # type: ignore[union-attr]
+                                                               conc, n, args.max_tokens, "bench2"))
                     results[system][conc].append(res)
                     print(f"round {r} c={conc:<3} {system:<7} {res['tok_s']:8.0f} tok/s  "
                           f"ttft p50 {res['ttft_p50_ms']:7.1f} ms  p99 {res['ttft_p99_ms']:7.1f} ms", flush=True)
@@ -246,6 +261,10 @@ def report(results: dict[str, dict[int, list[dict[str, float]]]], args: argparse
         added = [s["ttft_p50_ms"] - e["ttft_p50_ms"] for s, e in zip(results["serve"][1], results["engine"][1])]
         print(f"added TTFT p50 at c=1 (serve - engine, per round): median {statistics.median(added):.1f} ms "
               f"({min(added):.1f}-{max(added):.1f})")
+        if "serve2hop" in results:
+            added = [s["ttft_p50_ms"] - e["ttft_p50_ms"] for s, e in zip(results["serve2hop"][1], results["engine"][1])]
+            print(f"added TTFT p50 at c=1 (serve2hop - engine, per round): median {statistics.median(added):.1f} ms "
+                  f"({min(added):.1f}-{max(added):.1f})")
     out = os.path.join(HERE, "results")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "llm_bench.json"), "w") as f:

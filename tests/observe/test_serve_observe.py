@@ -175,3 +175,43 @@ def test_a_replica_whose_process_is_gone_reads_lost(tmp_path):
     assert {r["replica"]: r["state"] for r in reader.serve_replicas("a", "D")} == {0: "LOST", 1: "RUNNING"}
     (dep,) = reader.serve_deployments()
     assert (dep["running"], dep["lost"], dep["dead"]) == (1, 1, 0)
+
+
+def test_llm_deployment_rows_show_on_the_serve_pages(tmp_path, dashboard, chromium):
+    """Rows with the LLM columns (schema v3): the list shows tokens/s, TTFT and queue; the deployment page
+    charts them. (The rows' real origin is tested in tests/serve_llm/test_openai_server.py.)"""
+    import socket
+
+    from muster.observe.store import writer
+
+    path = str(tmp_path / ".muster" / "runs.db")
+    os.makedirs(os.path.dirname(path))
+    conn = writer.connect(path)
+    conn.execute("INSERT INTO serve_replicas (id, app, deployment, replica, host, pid, state, started_at)"
+                 " VALUES ('r1', 'llm', 'LLMServer:m', 0, ?, ?, 'RUNNING', 1)", (socket.gethostname(), os.getpid()))
+    for i in range(5):
+        conn.execute("INSERT INTO serve_metrics (time, app, deployment, replica, served, errors, ongoing, running,"
+                     " llm_requests, prompt_tokens, completion_tokens, tokens_per_s, ttft_p50_ms, ttft_p99_ms,"
+                     " ttft_samples, engine_running, engine_waiting, queue_depth)"
+                     " VALUES (?, 'llm', 'LLMServer:m', NULL, ?, 0, 3, 1, ?, ?, ?, 4321.5, 12.5, 40.0, 8, 3, 2, 5)",
+                     (100.0 + i, 8 * i, 8 * i, 80 * i, 256 * i))
+    conn.commit()
+    conn.close()
+    d = dashboard(str(tmp_path))
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(d.base + "#/serve")
+        row = page.wait_for_selector("#serve-deps tr[data-dep='llm/LLMServer:m']")
+        cells = row.inner_text().split("\t")
+        assert cells[-4:-1] == ["4322", "12.50 ms", "5"], cells  # tokens/s, TTFT p50, queue depth
+        row.query_selector("a").click()
+        page.wait_for_selector("#serve-llm:not([hidden])")
+        for chart in ("#chart-tokens", "#chart-ttft", "#chart-queue"):
+            assert page.query_selector(f"{chart} canvas") is not None, chart
+    finally:
+        context.close()
+    assert not errors, errors

@@ -295,6 +295,8 @@ def test_token_counts_time_to_first_token_and_queue_depth_reach_the_store_and_da
             break
         time.sleep(0.2)
     assert {k: last[k] for k in want} == want, "the store's totals differ from the usage the client saw"
+    live = serve.status().applications["llm"].deployments[dep].metrics["llm"]
+    assert live["completion_tokens"] == want["completion_tokens"] and live["queue_depth"] == 0
     rows = reader.serve_metrics("llm", dep)
     assert any(r["tokens_per_s"] and r["tokens_per_s"] > 0 for r in rows)
     assert all(0 < r["ttft_p50_ms"] <= r["ttft_p99_ms"] for r in rows if r["ttft_samples"])
