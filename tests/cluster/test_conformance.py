@@ -516,6 +516,33 @@ def test_dataset_transforms_and_consumption(engine, tmp_path):
         assert expr.count() == 4
 
 
+@pytest.mark.timeout(240)
+def test_user_function_errors_are_musters_on_both_engines(engine):
+    """A UDF that raises names the operator, the function and the batch's first row; a map that returns a
+    non-dict says what came back; on Ray these cross Ray's workers and come back as muster's errors."""
+    import muster.data as md
+    from muster.data.exceptions import DataTypeError, UserFunctionError
+
+    class _Exploding:
+        """Fails on the batch holding id 7 (runs in an actor pool on either engine)."""
+
+        def __call__(self, batch):
+            if 7 in batch["id"]:
+                raise KeyError("no weights for 7")
+            return batch
+
+    def invert(row):
+        return {"id": row["id"], "inv": 1 // (row["id"] - 3)}
+
+    with pytest.raises(UserFunctionError, match=r"Map failed in .*invert: ZeroDivisionError.*first row: \{'id': "):
+        md.range(10).map(invert).take_all()
+    with pytest.raises(DataTypeError, match=r"returned a int \(\d\); it must return a dict"):
+        md.range(4).map(lambda row: row["id"]).take_all()
+    with pytest.raises(UserFunctionError, match=r"MapBatches failed in .*_Exploding: KeyError.*"
+                                                r"first row: \{'id': "):
+        md.range(20).map_batches(_Exploding, batch_size=5, concurrency=1).take_all()
+
+
 def test_a_restored_shard_position_resumes_without_error(engine):
     """muster's own engine resumes an epoch at the first batch not yet handed out; on Ray the epoch's
     stream starts over (as in Ray Train); either way the resumed pass runs to its end."""

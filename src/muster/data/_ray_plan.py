@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import pyarrow as pa
 
+from muster.data import _ray_guard
 from muster.data.iterator import DataIterator
 from muster.data.plan import AllToAll, Limit, Node, RayCall, Read, Transform, Union
 from muster.exceptions import InvalidArgumentError
@@ -78,6 +79,8 @@ def _apply(ds: Any, steps: tuple[tuple[str, tuple, dict], ...], where: str) -> A
         kwargs = _clean(kwargs)
         if name in _COMPUTE_OPS and "concurrency" in kwargs:
             kwargs["compute"] = _compute(args[0], kwargs.pop("concurrency"), where)
+        if name in _ray_guard.GUARDED and args:  # user code fails with muster's errors, as on its own engine
+            args = (_ray_guard.guard(name, args[0]), *args[1:])
         ds = getattr(ds, name)(*args, **kwargs)
     return ds
 
@@ -105,7 +108,17 @@ def _compute(fn: Any, concurrency: Any, where: str) -> Any:
 
 def blocks(node: Node) -> Iterator[pa.Table]:
     """The plan's output, executed by ``ray.data``, as Arrow blocks on this process."""
-    yield from to_ray(node).iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1)
+    yield from _ray_guard.unwrapped(iter(to_ray(node).iter_batches(batch_size=None, batch_format="pyarrow",
+                                                                     prefetch_batches=1)))
+
+
+def count(node: Node) -> int:
+    """The plan's row count by ``ray.data`` (a user function's failure raised as muster's error)."""
+    try:
+        return int(to_ray(node).count())
+    except Exception as exc:
+        _ray_guard.reraise(exc)
+        raise
 
 
 def write(node: Node, kind: str, path: str, filesystem: Any, **kwargs: Any) -> list[str]:
@@ -114,8 +127,12 @@ def write(node: Node, kind: str, path: str, filesystem: Any, **kwargs: Any) -> l
 
     fs, root = (filesystem, path) if filesystem is not None else fsspec.core.url_to_fs(path)
     before = set(_files(fs, root))
-    getattr(to_ray(node), f"write_{kind}")(path, **({"filesystem": filesystem} if filesystem is not None else {}),
-                                          **kwargs)
+    try:
+        getattr(to_ray(node), f"write_{kind}")(path, **({"filesystem": filesystem} if filesystem is not None else {}),
+                                              **kwargs)
+    except Exception as exc:
+        _ray_guard.reraise(exc)
+        raise
     return sorted(set(_files(fs, root)) - before)
 
 
@@ -138,7 +155,8 @@ class RayDataIterator(DataIterator):
         return f"RayDataIterator(rank={self._rank}, world={self._world}, source={type(self._source).__name__})"
 
     def _blocks(self, epoch: int) -> Iterator[pa.Table]:
-        return iter(self._source.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1))
+        return _ray_guard.unwrapped(iter(self._source.iter_batches(batch_size=None, batch_format="pyarrow",
+                                                                   prefetch_batches=1)))
 
     def stats(self) -> str:
         return str(self._source.stats())

@@ -273,7 +273,7 @@ class Dataset:
 
     def count(self) -> int:
         if _ray_plan.on_ray_engine():
-            return int(_ray_plan.to_ray(self._node).count())
+            return _ray_plan.count(self._node)
         return sum(b.num_rows for b in self._execute())
 
     def schema(self) -> pa.Schema:
