@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
-import json
 import logging
 import os
 import queue
@@ -34,7 +33,7 @@ from typing import Any, Callable, Iterator
 
 from muster.core import resources as res
 from muster.core import settings
-from muster.core.local import wire, zygote
+from muster.core.local import wire, zygote, zygote_process
 from muster.core.local.actor import LocalActor
 from muster.core.local.logs import LogRelay
 from muster.core.local.slots import Allocation, SlotTable, detect_total
@@ -50,34 +49,6 @@ from muster.exceptions import (
 
 _STARTUP_TIMEOUT_S = 60.0
 _log = logging.getLogger("muster")
-
-
-class _ForkedZygote:
-    """The zygote when it was forked from the driver: the few ``Popen`` members the engine uses."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere (a SIGCHLD handler of the user's)
-                self.returncode = -signal.SIGKILL
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"zygote {self.pid}", timeout or 0.0)
-            time.sleep(0.01)
-        assert self.returncode is not None
-        return self.returncode
 
 
 class LocalRuntime(Runtime):
@@ -107,7 +78,7 @@ class LocalRuntime(Runtime):
         self._start_error: BaseException | None = None
         self._start_lock = threading.Lock()
         self._closed = False
-        self._zygote: subprocess.Popen | _ForkedZygote | None = None
+        self._zygote: subprocess.Popen | zygote_process.ForkedZygote | None = None
         self.zygote_forked = False  # True when the zygote is a fork of this driver (see start())
         self._zygote_conn: Connection | None = None
         self._zygote_lock = threading.Lock()
@@ -143,46 +114,12 @@ class LocalRuntime(Runtime):
             self._wait_started()
 
     def _fork_zygote(self) -> None:
-        """Fork the zygote from this process, which already holds torch (when it has imported it)."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        for stream in (sys.stdout, sys.stderr):  # or the child would write our buffered output again
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed or odd stream: nothing to flush
-                pass
-        # A Ctrl-C between fork() and the child's setsid() must not reach the child: hold SIGINT
-        # blocked across the fork (the child ignores it before unblocking; we get ours after).
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        pid = -1
-        try:
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - the child never returns
-                ours.close()
-                zygote.run_forked(theirs.detach(), _preload(self._preload_extra), blocked)
-        finally:
-            if pid != 0:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        theirs.close()
-        self._zygote = _ForkedZygote(pid)
-        self._zygote_conn = Connection(ours.detach())
+        self._zygote, self._zygote_conn = zygote_process.fork(_preload(self._preload_extra))
         self.zygote_forked = True
 
     def _spawn_zygote(self) -> None:
         assert self._listener is not None  # start() made it
-        config = {
-            "address": self._listener.address,
-            "authkey": self._authkey.hex(),
-            "sys_path": [p for p in sys.path if p],
-            "preload": _preload(self._preload_extra),
-        }
-        env = dict(os.environ, MUSTER_ZYGOTE=json.dumps(config))
-        self._zygote = subprocess.Popen(
-            [sys.executable, "-m", "muster.core.local.zygote"],
-            env=env,
-            cwd=os.getcwd(),
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C in the terminal reaches the driver only
-        )
+        self._zygote = zygote_process.spawn(self._listener.address, self._authkey, _preload(self._preload_extra))
 
     def _wait_started(self) -> None:
         deadline = time.monotonic() + _STARTUP_TIMEOUT_S
@@ -269,12 +206,12 @@ class LocalRuntime(Runtime):
         elif self._zygote is not None and self._zygote.poll() is None:
             # Still importing, so it forked nothing (forks wait until it is ready) and
             # would hear "quit" only then: stop it now instead of waiting 3 s.
-            _kill_group(self._zygote.pid)
+            zygote_process.kill_group(self._zygote.pid)
         if self._zygote is not None:
             try:
                 self._zygote.wait(3)
             except subprocess.TimeoutExpired:
-                _kill_group(self._zygote.pid)
+                zygote_process.kill_group(self._zygote.pid)
                 self._zygote.wait()
         if self._zygote_conn is not None:
             wire.close(self._zygote_conn)
@@ -592,17 +529,6 @@ class LocalRuntime(Runtime):
 def _preload(extra: list[str]) -> list[str]:
     """The zygote preloads torch once the driver has imported torch, and what trainers asked for."""
     return settings.preload_modules(with_torch="torch" in sys.modules, extra=extra)
-
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL the zygote's process group (it leads its own session), or it alone if it has none yet."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 __all__ = ["LocalRuntime", "LocalActor", "TaskError"]
