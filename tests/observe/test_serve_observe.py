@@ -131,28 +131,19 @@ def test_dashboard_api(served, dashboard):
     assert httpx.get(d.base + "api/serve/obs/Nope").status_code == 404
 
 
-def test_serve_page(served, dashboard, chromium, screenshots):
+def test_serve_page(served, dashboard, page, screenshots):
     d = dashboard(served["storage"])
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.set_default_timeout(30_000)
-    try:
-        page.goto(d.base + "#/serve")
-        row = page.wait_for_selector("#serve-deps tr[data-dep='obs/Echo']")
-        assert str(GOOD) in row.inner_text() and str(BAD) in row.inner_text()
-        row.query_selector("a").click()
-        page.wait_for_selector("#replicas tr[data-replica='2']")
-        assert "DEAD" in page.inner_text("#replicas tr[data-replica='1']")
-        for chart in ("#chart-rate", "#chart-latency", "#chart-ongoing"):
-            assert page.query_selector(f"{chart} canvas") is not None, chart
-        assert "replica_died" in page.inner_text("#serve-events")
-        page.wait_for_selector("#serve-logs:has-text('served')")
-        screenshots(page, "dashboard-serve")
-    finally:
-        context.close()
-    assert not errors, errors
+    page.goto(d.base + "#/serve")
+    row = page.wait_for_selector("#serve-deps tr[data-dep='obs/Echo']")
+    assert str(GOOD) in row.inner_text() and str(BAD) in row.inner_text()
+    row.query_selector("a").click()
+    page.wait_for_selector("#replicas tr[data-replica='2']")
+    assert "DEAD" in page.inner_text("#replicas tr[data-replica='1']")
+    for chart in ("#chart-rate", "#chart-latency", "#chart-ongoing"):
+        assert page.query_selector(f"{chart} canvas") is not None, chart
+    assert "replica_died" in page.inner_text("#serve-events")
+    page.wait_for_selector("#serve-logs:has-text('served')")
+    screenshots(page, "dashboard-serve")
 
 
 def test_a_replica_whose_process_is_gone_reads_lost(tmp_path):
@@ -177,7 +168,7 @@ def test_a_replica_whose_process_is_gone_reads_lost(tmp_path):
     assert (dep["running"], dep["lost"], dep["dead"]) == (1, 1, 0)
 
 
-def test_llm_deployment_rows_show_on_the_serve_pages(tmp_path, dashboard, chromium):
+def test_llm_deployment_rows_show_on_the_serve_pages(tmp_path, dashboard, page):
     """Rows with the LLM columns (schema v3): the list shows tokens/s, TTFT and queue; the deployment page
     charts them. (The rows' real origin is tested in tests/serve_llm/test_openai_server.py.)"""
     import socket
@@ -198,20 +189,11 @@ def test_llm_deployment_rows_show_on_the_serve_pages(tmp_path, dashboard, chromi
     conn.commit()
     conn.close()
     d = dashboard(str(tmp_path))
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.set_default_timeout(30_000)
-    try:
-        page.goto(d.base + "#/serve")
-        row = page.wait_for_selector("#serve-deps tr[data-dep='llm/LLMServer:m']")
-        cells = row.inner_text().split("\t")
-        assert cells[-4:-1] == ["4322", "12.50 ms", "5"], cells  # tokens/s, TTFT p50, queue depth
-        row.query_selector("a").click()
-        page.wait_for_selector("#serve-llm:not([hidden])")
-        for chart in ("#chart-tokens", "#chart-ttft", "#chart-queue"):
-            assert page.query_selector(f"{chart} canvas") is not None, chart
-    finally:
-        context.close()
-    assert not errors, errors
+    page.goto(d.base + "#/serve")
+    row = page.wait_for_selector("#serve-deps tr[data-dep='llm/LLMServer:m']")
+    cells = row.inner_text().split("\t")
+    assert cells[-4:-1] == ["4322", "12.50 ms", "5"], cells  # tokens/s, TTFT p50, queue depth
+    row.query_selector("a").click()
+    page.wait_for_selector("#serve-llm:not([hidden])")
+    for chart in ("#chart-tokens", "#chart-ttft", "#chart-queue"):
+        assert page.query_selector(f"{chart} canvas") is not None, chart
