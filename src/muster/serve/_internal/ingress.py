@@ -181,6 +181,31 @@ def free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
+class _BindFailed(Exception):
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+def listening(host: str, port: int) -> bool:
+    """Whether a socket listens on ``port`` (Linux: the kernel's own table; elsewhere a probe)."""
+    rows = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows += f.read().splitlines()[1:]
+        except OSError:
+            continue
+    if rows:  # columns: sl local_address rem_address st ...; st 0A is LISTEN
+        want = f":{port:04X}"
+        return any(c[1].endswith(want) and c[3] == "0A" for c in (r.split() for r in rows) if len(c) > 3)
+    try:
+        with socket.create_connection((host, port), timeout=0.5) as s:
+            return bool(s.getsockname() != s.getpeername())  # not a connect that met itself
+    except OSError:
+        return False
+
+
 class IngressActor:
     """Hosts :class:`IngressApp` on an ASGI server, on this process's Serve loop."""
 
@@ -189,10 +214,17 @@ class IngressActor:
         self.app = IngressApp(options)
         self.loop = eventloop.get_loop()
         eventloop.run_sync(self._apply(table))
-        self.port = options.port or free_port(options.host)
         self.server: Any = None
-        self.task = eventloop.run_sync(self._start())
-        self._wait_listening()
+        # A port we picked can be taken between our probe and the server's bind: pick again.
+        for attempt in range(1 if options.port else 3):
+            self.port = options.port or free_port(options.host)
+            self.task = eventloop.run_sync(self._start())
+            try:
+                self._wait_listening()
+                break
+            except _BindFailed as failed:
+                if options.port or attempt == 2:
+                    raise failed.error from None
 
     async def _apply(self, table: router.RouteTable) -> None:
         self.app.apply(table)
@@ -218,22 +250,22 @@ class IngressActor:
         return asyncio.ensure_future(self.server.serve())
 
     def _wait_listening(self, timeout_s: float = 15.0) -> None:
+        """Return once the server listens on our port (asked of the kernel: probing with a
+        connect can meet itself on a free port and then hold it against the server's bind)."""
         from muster.serve.exceptions import RayServeException
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.task.done():
                 exc = self.task.exception() if not self.task.cancelled() else None
-                raise RayServeException(
+                raise _BindFailed(RayServeException(
                     f"the HTTP ingress ({self.options.server}) could not listen on {self.options.host}:{self.port}"
                     f" ({exc or 'it stopped'}); is the port in use? Pick another with serve.start("
                     "http_options={'port': N})."
-                )
-            try:
-                with socket.create_connection((self.options.host, self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.02)
+                ))
+            if listening(self.options.host, self.port):
+                return
+            time.sleep(0.02)
         raise RayServeException(f"the HTTP ingress did not listen on {self.options.host}:{self.port} "
                                 f"within {timeout_s} s.")
 
