@@ -102,6 +102,30 @@ def test_shuffle_is_seeded_per_epoch_and_sort_groupby():
     assert md.range(10).sum("id") == 45 and md.range(10).max("id") == 9
 
 
+def test_shuffle_plan_is_one_uniform_permutation_for_every_column_kind():
+    """The two-level shuffle (many piles): numeric columns (scattered) and other columns (taken)
+    land in the same order, every row once, and a row's final position is uniform over seeds."""
+    from muster.data.alltoall import _Plan
+
+    n = 1000
+    table = pa.table({"id": np.arange(n), "s": [str(i) for i in range(n)]})
+    plan = _Plan(seed=3, epoch=1, n=n, rows_per_pile=40)
+    assert len(plan.bounds) - 1 == 32
+    numeric = pa.concat_tables(list(plan.gather(table.select(["id"])))).column("id").to_pylist()
+    general = pa.concat_tables(list(plan.gather(table))).column("s").to_pylist()
+    assert sorted(numeric) == list(range(n)) and numeric != list(range(n))
+    assert general == [str(i) for i in numeric]
+    m, trials = 64, 3200
+    where = np.zeros(m, dtype=int)  # the final position of row 0, over many epochs
+    for epoch in range(trials):
+        p = _Plan(seed=9, epoch=epoch, n=m, rows_per_pile=4)
+        order = pa.concat_tables(list(p.gather(pa.table({"id": np.arange(m)})))).column("id").to_pylist()
+        where[order.index(0)] += 1
+    expected = trials / m
+    chi2 = float(((where - expected) ** 2 / expected).sum())
+    assert chi2 < 130, (chi2, where)  # 63 degrees of freedom: p < 1e-6 to fail when uniform
+
+
 def test_splits():
     parts = md.range(10).split(3)
     assert [p.count() for p in parts] == [3, 3, 4]

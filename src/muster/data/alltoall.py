@@ -26,40 +26,80 @@ class _Plan:
     """One epoch's shuffle, drawn in two levels (Rao-Sandelius): every row goes to one of
     ``piles`` piles uniformly at random, keeping its order within the pile; then each pile is
     permuted on its own.  The result is a uniform random permutation of all rows, but the
-    draw is a radix sort of one byte a row instead of a full permutation, and each pile is
-    gathered with rising indices and then permuted within cache (about 2x less work than a
-    ``take`` of a full permutation of 10M rows, measured), pile by pile, as it is consumed."""
+    draw is a radix sort of one byte a row instead of a full permutation.  Plain numeric
+    columns are scattered into their piles in one sequential read (each pile a write stream,
+    about 2x faster than gathering a pile at a time with strided reads, measured); each pile
+    is then permuted within cache, pile by pile, as it is consumed."""
 
     def __init__(self, seed: int, epoch: int, n: int, rows_per_pile: int):
         piles = 1 << max(0, min(16, (-(-n // max(1, rows_per_pile)) - 1).bit_length()))  # a power of two
         if piles == 1:
-            self.order, self.bounds = np.arange(n, dtype=np.int64), np.array([0, n])
+            self._order, self.bounds = np.arange(n, dtype=np.int64), np.array([0, n])
+            self.rank = None
             self.within = _rng(seed, epoch).permutation(n)
             return
         dtype = np.uint8 if piles <= 256 else np.uint16
         pile = np.frombuffer(_rng(seed, epoch).bytes(n * dtype().itemsize), dtype=dtype) & dtype(piles - 1)
-        order = np.argsort(pile, kind="stable")  # a radix sort for one- and two-byte keys
-        self.order = order.astype(np.int32) if n < 2**31 else order
-        self.bounds = np.concatenate([[0], np.cumsum(np.bincount(pile, minlength=piles))])
+        counts = np.bincount(pile, minlength=piles)
+        self.bounds = np.concatenate([[0], np.cumsum(counts)])
+        self.rank = _slots(pile, self.bounds[:-1].astype(np.int64), np.int32 if n < 2**31 else np.int64)
+        self._order: np.ndarray | None = None
         rng = _rng(seed, epoch + (1 << 32))  # each pile's own order, drawn here, off the consumer's path
         self.within = np.empty(n, dtype=np.int32)
         for a, b in zip(self.bounds[:-1], self.bounds[1:]):
             self.within[a:b] = rng.permutation(int(b - a))
+
+    @property
+    def order(self) -> np.ndarray:
+        """Row indices grouped by pile (the inverse of ``rank``), for the general gather."""
+        if self._order is None:
+            assert self.rank is not None
+            self._order = np.empty_like(self.rank)
+            self._order[self.rank] = np.arange(len(self.rank), dtype=self.rank.dtype)
+        return self._order
 
     def gather(self, table: pa.Table) -> Iterator[pa.Table]:
         """``table``'s rows in this plan's order, one block a pile: each pile is gathered with
         rising indices, then permuted within itself (while it is in cache)."""
         found = [_numpy_or_none(c) for c in table.columns]
         columns = [c for c in found if c is not None]
+        numeric = len(columns) == len(found)
+        if numeric and self.rank is not None:
+            piled = []
+            for c in columns:
+                out = np.empty_like(c)
+                out[self.rank] = c
+                piled.append(out)
+            columns = piled
         for i in range(len(self.bounds) - 1):
-            idx = self.order[self.bounds[i]:self.bounds[i + 1]]
-            if not len(idx):
+            a, b = self.bounds[i], self.bounds[i + 1]
+            if a == b:
                 continue
-            within = self.within[self.bounds[i]:self.bounds[i + 1]]
-            if len(columns) == len(found):  # numpy's take is the fastest gather for plain numbers
-                yield pa.Table.from_arrays([np.take(np.take(c, idx), within) for c in columns], schema=table.schema)
+            within = self.within[a:b]
+            if numeric:  # numpy's take is the fastest gather for plain numbers
+                if self.rank is None:
+                    yield pa.Table.from_arrays([np.take(c, within) for c in columns], schema=table.schema)
+                else:
+                    yield pa.Table.from_arrays([np.take(c[a:b], within) for c in columns], schema=table.schema)
             else:
-                yield table.take(pa.array(idx)).take(pa.array(within))
+                yield table.take(pa.array(self.order[a:b])).take(pa.array(within))
+
+
+def _slots(pile: np.ndarray, starts: np.ndarray, dtype: Any, chunk: int = 1 << 16) -> np.ndarray:
+    """Each row's slot when rows are grouped by pile in input order (``starts``: each pile's
+    first slot).  Counted a cache-sized chunk at a time: about 2x faster than inverting one
+    big stable argsort, whose scatter misses cache on every row (measured, 10M rows)."""
+    piles = len(starts)
+    slots = np.empty(len(pile), dtype=dtype)
+    base = starts.copy()
+    step = np.arange(chunk, dtype=np.int64)
+    for s in range(0, len(pile), chunk):
+        part = pile[s:s + chunk]
+        counts = np.bincount(part, minlength=piles)
+        first = np.cumsum(counts) - counts  # each pile's first position in this chunk's sorted order
+        slots[s:s + len(part)][np.argsort(part, kind="stable")] = np.repeat(base - first, counts) + step[:len(part)]
+        base += counts
+    return slots
 
 
 def _numpy_or_none(col: pa.ChunkedArray) -> np.ndarray | None:
