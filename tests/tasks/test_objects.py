@@ -269,3 +269,36 @@ def test_a_big_put_value_reaches_tasks_as_private_writable_copies():
     ref = muster.put(np.zeros(1_000_000))  # 8 MB: above the shared-memory threshold
     assert muster.get([bump.remote(ref), bump.remote(ref)]) == [(1.0, True), (1.0, True)]
     assert muster.get(ref)[0] == 0.0  # the driver's value is untouched
+
+
+def _inode_under(array) -> int:
+    """The shared-memory file under an array that crossed the wire (its mmap's descriptor)."""
+    from muster.core.serialization import ReceivedBuffer, SharedBuffer
+
+    base = array
+    while not isinstance(base, ReceivedBuffer | SharedBuffer):
+        base = base.obj if isinstance(base, memoryview) else base.base
+    return os.fstat(base.fd).st_ino
+
+
+def test_an_unchanged_argument_is_passed_back_without_a_copy_and_a_changed_one_is_copied():
+    """A task returning the big array it was given (untouched) sends back the same shared file;
+    one that wrote a single element sends a copy with that change, and the put value stays."""
+
+    @muster.remote
+    def touch(a, write):
+        if write:
+            a[123_456] = -1.0
+        return a
+
+    array = np.random.default_rng(1).standard_normal(2_000_000)  # 16 MB
+    ref = muster.put(array)
+    same = muster.get(touch.remote(ref, False), timeout=TIMEOUT)
+    assert np.array_equal(same, array) and same.flags.writeable
+    assert _inode_under(same) == _inode_under(muster.get(ref))  # passed back, not copied
+    changed = muster.get(touch.remote(ref, True), timeout=TIMEOUT)
+    assert changed[123_456] == -1.0 and np.array_equal(np.delete(changed, 123_456), np.delete(array, 123_456))
+    assert _inode_under(changed) != _inode_under(same)
+    same[0] = 42.0  # the driver's copy-on-write view: neither the put value nor a later task sees it
+    assert muster.get(ref)[0] == array[0]
+    assert muster.get(touch.remote(ref, False), timeout=TIMEOUT)[0] == array[0]

@@ -84,20 +84,82 @@ class SharedBuffer(mmap.mmap):
         return buf
 
 
+class ReceivedBuffer(mmap.mmap):
+    """A private, copy-on-write mapping of a shared-memory file that another process sent.
+
+    It keeps the file, so that while no page of it has been written, passing it on
+    (a task that returns its argument, a result handed to the next task) passes the
+    file again instead of copying the bytes.
+    """
+
+    fd: int
+
+    @classmethod
+    def mapping(cls, fd: int, size: int) -> "ReceivedBuffer | mmap.mmap":
+        """Map ``fd`` (taking ownership of it)."""
+        try:
+            if len(_by_address) >= _KEEP_MAX:  # keep the process's descriptors for its own use
+                return mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            buf = cls(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not isinstance(buf, cls):  # pragma: no cover - mmap always returns its subclass
+            os.close(fd)
+            return buf
+        buf.fd = fd
+        key = (_address(memoryview(buf)), size)
+        _by_address[key] = weakref.ref(buf)
+        weakref.finalize(buf, _forget, key, fd)
+        return buf
+
+
+_KEEP_MAX = 256  # shared-memory files a process keeps open for passing buffers on
+
+
 def _forget(key: tuple[int, int], fd: int) -> None:
     _by_address.pop(key, None)
     os.close(fd)
 
 
-def shared_buffer_of(view: memoryview) -> SharedBuffer | None:
-    """The SharedBuffer that ``view`` covers exactly, if any (an array or tensor built on one)."""
+def shared_fd_of(view: memoryview) -> int | None:
+    """A shared-memory file holding exactly ``view``'s bytes, if one exists: the file of a
+    SharedBuffer ``view`` covers, or of a ReceivedBuffer it covers that nobody has written to."""
     if view.readonly or view.nbytes < 1:
         return None
-    ref = _by_address.get((_address(view), view.nbytes))
-    return ref() if ref is not None else None
+    address = _address(view)
+    ref = _by_address.get((address, view.nbytes))
+    buf = ref() if ref is not None else None
+    if isinstance(buf, SharedBuffer) or (isinstance(buf, ReceivedBuffer) and not _written(address, view.nbytes)):
+        return buf.fd
+    return None
 
 
-_by_address: dict[tuple[int, int], "weakref.ref[SharedBuffer]"] = {}
+_PAGE = mmap.PAGESIZE
+
+
+def _written(address: int, size: int) -> bool:
+    """Whether any page of a private file mapping was written (copied on write: now anonymous
+    memory), read from the kernel's page map; True (so: copy) when it cannot be read."""
+    first, count = address // _PAGE, -(-(address % _PAGE + size) // _PAGE)
+    try:
+        with open("/proc/self/pagemap", "rb", buffering=0) as f:
+            raw = os.pread(f.fileno(), 8 * count, 8 * first)
+    except OSError:
+        return True
+    if len(raw) != 8 * count:
+        return True
+    present, swapped, file_page = 1 << 63, 1 << 62, 1 << 61
+    try:
+        import numpy
+    except ImportError:
+        return any(e & swapped or (e & present and not e & file_page) for e in memoryview(raw).cast("Q"))
+    e = numpy.frombuffer(raw, dtype=numpy.uint64)
+    return bool(((e & numpy.uint64(swapped)) != 0).any()
+                or (((e & numpy.uint64(present)) != 0) & ((e & numpy.uint64(file_page)) == 0)).any())
+
+
+_by_address: dict[tuple[int, int], "weakref.ref[SharedBuffer | ReceivedBuffer]"] = {}
 
 
 def _address(view: memoryview) -> int:

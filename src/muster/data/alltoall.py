@@ -33,9 +33,10 @@ class _Plan:
 
     def __init__(self, seed: int, epoch: int, n: int, rows_per_pile: int):
         piles = 1 << max(0, min(16, (-(-n // max(1, rows_per_pile)) - 1).bit_length()))  # a power of two
+        self._order: np.ndarray | None = None
+        self.rank: np.ndarray | None = None
         if piles == 1:
             self._order, self.bounds = np.arange(n, dtype=np.int64), np.array([0, n])
-            self.rank = None
             self.within = _rng(seed, epoch).permutation(n)
             return
         dtype = np.uint8 if piles <= 256 else np.uint16
@@ -43,7 +44,6 @@ class _Plan:
         counts = np.bincount(pile, minlength=piles)
         self.bounds = np.concatenate([[0], np.cumsum(counts)])
         self.rank = _slots(pile, self.bounds[:-1].astype(np.int64), np.int32 if n < 2**31 else np.int64)
-        self._order: np.ndarray | None = None
         rng = _rng(seed, epoch + (1 << 32))  # each pile's own order, drawn here, off the consumer's path
         self.within = np.empty(n, dtype=np.int32)
         for a, b in zip(self.bounds[:-1], self.bounds[1:]):

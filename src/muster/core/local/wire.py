@@ -15,7 +15,6 @@ dropping it and leaving its caller waiting forever.
 
 from __future__ import annotations
 
-import mmap
 import os
 import pickle
 import socket
@@ -28,7 +27,7 @@ from typing import Any
 import cloudpickle
 
 from muster.core import settings
-from muster.core.serialization import dumps, empty_buffer, shared_buffer_of
+from muster.core.serialization import ReceivedBuffer, dumps, empty_buffer, shared_fd_of
 from muster.exceptions import TaskError
 
 _HEADER = struct.Struct("!IBq")  # buffer count, routed kind, id
@@ -103,9 +102,9 @@ def send(conn: Connection, msg: tuple) -> None:
         sock = _raw(conn)
         for buf, is_shared in zip(buffers, shared):
             if is_shared:
-                owner = shared_buffer_of(buf.raw())
-                if owner is not None:  # already in shared memory (a put value): pass it, no copy
-                    socket.send_fds(sock, [b"m"], [owner.fd])
+                owner = shared_fd_of(buf.raw())
+                if owner is not None:  # already in shared memory (a put value, an unchanged argument): pass it
+                    socket.send_fds(sock, [b"m"], [owner])
                     continue
                 fd = os.memfd_create("muster-buffer", os.MFD_CLOEXEC)
                 try:
@@ -131,11 +130,7 @@ def recv(conn: Connection) -> Any:
             _, fds, _, _ = socket.recv_fds(sock, 1, 1)  # type: ignore[arg-type]
             if not fds:
                 raise EOFError("connection closed in the middle of a message")
-            try:
-                buffers.append(mmap.mmap(fds[0], -size, flags=mmap.MAP_PRIVATE,
-                                         prot=mmap.PROT_READ | mmap.PROT_WRITE))
-            finally:
-                os.close(fds[0])
+            buffers.append(ReceivedBuffer.mapping(fds[0], -size))
             continue
         # Writable (arrays rebuilt on it can be changed in place) and not zero-filled
         # first, unlike bytearray: the kernel hands out fresh pages as they are written.
