@@ -14,11 +14,18 @@ over rounds with the spread (min-max):
 * ``engine``: muster's transformers engine (continuous batching) driven
   directly with C concurrent async requests -- the bare engine.
 * ``serve``: the same engine behind ``serve.run(build_openai_app(...))``, called
-  over HTTP by C concurrent official ``openai`` async clients, streaming. An app
+  over HTTP by C concurrent streaming requests from a lean client (httpx, one
+  ``json.loads`` per SSE event), on keep-alive connections opened once. An app
   of one model is its ``LLMServer`` deployment alone (HTTP ingress -> replica).
-* ``serve2hop``: the same, laid out as an app of several models is
-  (HTTP ingress -> ``OpenAiIngress`` replica -> ``LLMServer`` replica), which
-  was every app's layout before 2026-11-23 (``--no-2hop`` skips it).
+* ``serve-oai``: the same app and load, from the official ``openai`` async
+  client.  It builds a pydantic object per SSE event and is the heaviest
+  process here: at concurrency 32 its one thread is busy ~100% of the time
+  (py-spy), on the same 2 cores as the server, so it measures the client as
+  much as the server (``--no-openai`` skips it).
+* ``serve2hop``: the lean client against an app laid out as an app of several
+  models is (HTTP ingress -> ``OpenAiIngress`` replica -> ``LLMServer``
+  replica), which was every app's layout before 2026-11-23 (``--no-2hop``
+  skips it).
 
 All three use one torch thread by default (``--threads``): a Serve replica
 with ``num_cpus=1`` gets ``OMP_NUM_THREADS=1``, and on a shared box more
@@ -27,7 +34,7 @@ slows ~8x).
 
 Figures: output tokens/s (all tokens of all requests / wall time) and TTFT
 p50/p99 (request sent -> first text). The goals (issue #15): engine and serve
->= 5x naive tokens/s at concurrency 32; serve's TTFT p50 over the engine's at
+>= 5x naive tokens/s at concurrency 32 (serve: with the lean client); serve's TTFT p50 over the engine's at
 concurrency 1 (the added latency of the HTTP + Serve path) <= 5 ms.
 """
 
@@ -130,38 +137,68 @@ async def run_engine(engine: Any, conc: int, n: int, max_tokens: int) -> dict[st
 
 
 # ----------------------------------------------------------------------------- serve
-async def run_http(base_url: str, conc: int, n: int, max_tokens: int, model: str = "bench") -> dict[str, float]:
-    import httpx
-    import openai
+class Clients:
+    """HTTP clients made once and kept across rounds (warm keep-alive connections, as a
+    real client keeps them): a plain httpx client and the official openai client on it."""
 
-    http = httpx.AsyncClient(limits=httpx.Limits(max_connections=conc + 4), timeout=300)
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="x", http_client=http, max_retries=0)
+    def __init__(self, conc: int) -> None:
+        import httpx
+        import openai
+
+        self.http = httpx.AsyncClient(limits=httpx.Limits(max_connections=conc + 4), timeout=300)
+        self.openai = openai.AsyncOpenAI(base_url="http://unused/v1", api_key="x", http_client=self.http,
+                                         max_retries=0)
+
+
+async def run_http(clients: Clients, base_url: str, conc: int, n: int, max_tokens: int, model: str = "bench",
+                   official: bool = False) -> dict[str, float]:
+    client = clients.openai.with_options(base_url=base_url)
     ttfts: list[float] = []
     tokens = 0
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(n):
         queue.put_nowait(i)
+    body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+
+    async def lean() -> tuple[float | None, int]:
+        first, used = None, 0
+        async with clients.http.stream("POST", f"{base_url}/completions", json=body) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                event = json.loads(line[6:])
+                if first is None and event["choices"] and event["choices"][0]["text"]:
+                    first = time.perf_counter()
+                if event.get("usage"):
+                    used = event["usage"]["completion_tokens"]
+        return first, used
+
+    async def official_client() -> tuple[float | None, int]:
+        first, used = None, 0
+        stream = await client.completions.create(
+            model=model, prompt=PROMPT, max_tokens=max_tokens, temperature=0, stream=True,
+            stream_options={"include_usage": True})
+        async for chunk in stream:
+            if first is None and chunk.choices and chunk.choices[0].text:
+                first = time.perf_counter()
+            if chunk.usage:
+                used = chunk.usage.completion_tokens
+        return first, used
 
     async def one() -> None:
         nonlocal tokens
         while not queue.empty():
             queue.get_nowait()
-            sent, first = time.perf_counter(), None
-            stream = await client.completions.create(
-                model=model, prompt=PROMPT, max_tokens=max_tokens, temperature=0, stream=True,
-                stream_options={"include_usage": True})
-            async for chunk in stream:
-                if first is None and chunk.choices and chunk.choices[0].text:
-                    first = time.perf_counter()
-                if chunk.usage:
-                    tokens += chunk.usage.completion_tokens
+            sent = time.perf_counter()
+            first, used = await (official_client() if official else lean())
+            tokens += used
             ttfts.append((first or time.perf_counter()) - sent)
 
     start = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(conc)))
-    wall = time.perf_counter() - start
-    await http.aclose()
-    return summarize(tokens, wall, ttfts)
+    return summarize(tokens, time.perf_counter() - start, ttfts)
 
 
 # ----------------------------------------------------------------------------- main
@@ -177,6 +214,7 @@ def main() -> None:
                         help="torch CPU threads for naive and engine (a Serve replica with num_cpus=1 gets 1)")
     parser.add_argument("--no-serve", action="store_true", help="skip the HTTP (muster.serve) systems")
     parser.add_argument("--no-2hop", action="store_true", help="skip serve2hop (the OpenAiIngress layout)")
+    parser.add_argument("--no-openai", action="store_true", help="skip serve-oai (the official openai client)")
     args = parser.parse_args()
 
     import torch
@@ -208,17 +246,27 @@ def main() -> None:
             serve.run(build_openai_app({"llm_configs": [two], "ingress_deployment_config": {"num_replicas": 1}}),
                       name="bench2", route_prefix="/bench2")
 
-    systems = ["naive", "engine"] + ([] if base_url is None else ["serve"] + ([] if args.no_2hop else ["serve2hop"]))
+    systems = ["naive", "engine"]
+    if base_url is not None:
+        systems += ["serve"] + ([] if args.no_openai else ["serve-oai"]) + ([] if args.no_2hop else ["serve2hop"])
     results: dict[str, dict[int, list[dict[str, float]]]] = {s: {c: [] for c in args.concurrency} for s in systems}
     loop = asyncio.new_event_loop()
+    clients = Clients(max(args.concurrency)) if base_url else None
+
+    def over_http(system: str, conc: int, n: int, max_tokens: int) -> dict[str, float]:
+        assert clients is not None and base_url is not None
+        if system == "serve2hop":
+            url, model = base_url.replace("/v1", "/bench2/v1"), "bench2"
+        else:
+            url, model = base_url, "bench"
+        return loop.run_until_complete(run_http(clients, url, conc, n, max_tokens, model, system == "serve-oai"))
+
     with torch.no_grad():
-        # warm-up: first calls pay for lazy initialisation
+        # warm-up: first calls pay for lazy initialisation (and open the clients' connections)
         run_naive(model, tokenizer, 1, 2, 4)
         loop.run_until_complete(run_engine(engine, 2, 2, 4))
-        if base_url:
-            loop.run_until_complete(run_http(base_url, 2, 2, 4))
-            if "serve2hop" in systems:
-                loop.run_until_complete(run_http(base_url.replace("/v1", "/bench2/v1"), 2, 2, 4, "bench2"))
+        for system in systems[2:]:
+            over_http(system, max(args.concurrency), max(args.concurrency), 4)
         for r in range(args.rounds):
             for conc in args.concurrency:
                 n = max(args.requests, conc)
@@ -227,14 +275,13 @@ def main() -> None:
                         res = run_naive(model, tokenizer, conc, n, args.max_tokens)
                     elif system == "engine":
                         res = loop.run_until_complete(run_engine(engine, conc, n, args.max_tokens))
-                    elif system == "serve":
-                        res = loop.run_until_complete(run_http(base_url, conc, n, args.max_tokens))  # type: ignore[arg-type]
                     else:
-                        res = loop.run_until_complete(run_http(base_url.replace("/v1", "/bench2/v1"),  # type: ignore[union-attr]
-                                                               conc, n, args.max_tokens, "bench2"))
+                        res = over_http(system, conc, n, args.max_tokens)
                     results[system][conc].append(res)
-                    print(f"round {r} c={conc:<3} {system:<7} {res['tok_s']:8.0f} tok/s  "
+                    print(f"round {r} c={conc:<3} {system:<9} {res['tok_s']:8.0f} tok/s  "
                           f"ttft p50 {res['ttft_p50_ms']:7.1f} ms  p99 {res['ttft_p99_ms']:7.1f} ms", flush=True)
+    if clients is not None:
+        loop.run_until_complete(clients.http.aclose())
     engine.shutdown()
     if base_url:
         serve.shutdown()
@@ -248,22 +295,19 @@ def report(results: dict[str, dict[int, list[dict[str, float]]]], args: argparse
 
     print(f"\nmedian over {args.rounds} rounds (min-max); {args.max_tokens} tokens/request; "
           f"tiny Llama hidden={args.hidden} layers={args.layers}; torch threads={__import__('torch').get_num_threads()}")
-    print(f"{'conc':>4} {'system':<7} {'tok/s':>18} {'x naive':>8} {'TTFT p50 ms':>20} {'TTFT p99 ms':>10}")
+    print(f"{'conc':>4} {'system':<9} {'tok/s':>18} {'x naive':>8} {'TTFT p50 ms':>20} {'TTFT p99 ms':>10}")
     for conc in args.concurrency:
         naive = med("naive", conc, "tok_s")[0]
         for system in results:
             t = med(system, conc, "tok_s")
             p50 = med(system, conc, "ttft_p50_ms")
             p99 = med(system, conc, "ttft_p99_ms")
-            print(f"{conc:>4} {system:<7} {t[0]:7.0f} ({t[1]:.0f}-{t[2]:.0f}) {t[0] / naive:7.1f}x "
+            print(f"{conc:>4} {system:<9} {t[0]:7.0f} ({t[1]:.0f}-{t[2]:.0f}) {t[0] / naive:7.1f}x "
                   f"{p50[0]:7.1f} ({p50[1]:.1f}-{p50[2]:.1f}) {p99[0]:10.1f}")
-    if "serve" in results and 1 in args.concurrency:
-        added = [s["ttft_p50_ms"] - e["ttft_p50_ms"] for s, e in zip(results["serve"][1], results["engine"][1])]
-        print(f"added TTFT p50 at c=1 (serve - engine, per round): median {statistics.median(added):.1f} ms "
-              f"({min(added):.1f}-{max(added):.1f})")
-        if "serve2hop" in results:
-            added = [s["ttft_p50_ms"] - e["ttft_p50_ms"] for s, e in zip(results["serve2hop"][1], results["engine"][1])]
-            print(f"added TTFT p50 at c=1 (serve2hop - engine, per round): median {statistics.median(added):.1f} ms "
+    if 1 in args.concurrency:
+        for system in [s for s in results if s.startswith("serve")]:
+            added = [s["ttft_p50_ms"] - e["ttft_p50_ms"] for s, e in zip(results[system][1], results["engine"][1])]
+            print(f"added TTFT p50 at c=1 ({system} - engine, per round): median {statistics.median(added):.1f} ms "
                   f"({min(added):.1f}-{max(added):.1f})")
     out = os.path.join(HERE, "results")
     os.makedirs(out, exist_ok=True)
