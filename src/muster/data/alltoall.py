@@ -110,7 +110,8 @@ def _numpy_or_none(col: pa.ChunkedArray) -> np.ndarray | None:
 
 
 class _Plans:
-    """Seeded per-epoch plans; epoch e+1's is drawn on a background thread while epoch e is consumed."""
+    """Seeded per-epoch plans; epoch e+1's is drawn on a background thread once epoch e's rows
+    are all gathered (so the draw never competes with the epoch it follows)."""
 
     def __init__(self, seed: int):
         self.seed = seed
@@ -124,15 +125,19 @@ class _Plans:
 
     def get(self, epoch: int, n: int, rows: int) -> _Plan:
         ahead = self._next
-        plan = ahead[2].result() if ahead is not None and ahead[:2] == (epoch, n) else _Plan(self.seed, epoch, n, rows)
+        return ahead[2].result() if ahead is not None and ahead[:2] == (epoch, n) else _Plan(self.seed, epoch, n, rows)
+
+    def draw_ahead(self, epoch: int, n: int, rows: int) -> None:
         future: Future[_Plan] = Future()
 
         def draw() -> None:
-            future.set_result(_Plan(self.seed, epoch + 1, n, rows))
+            try:
+                future.set_result(_Plan(self.seed, epoch, n, rows))
+            except BaseException as exc:  # seen by get(), in the consumer's thread
+                future.set_exception(exc)
 
         threading.Thread(target=draw, name="muster-data-next-shuffle", daemon=True).start()
-        self._next = (epoch + 1, n, future)
-        return plan
+        self._next = (epoch, n, future)
 
 
 def random_shuffle(seed: int, rows_per_block: int) -> Callable[[list[pa.Table], int], Iterator[pa.Table]]:
@@ -146,6 +151,7 @@ def random_shuffle(seed: int, rows_per_block: int) -> Callable[[list[pa.Table], 
             return
         table = table.combine_chunks()  # a take from many chunks would combine them on every call
         yield from plans.get(epoch, table.num_rows, rows_per_block).gather(table)
+        plans.draw_ahead(epoch + 1, table.num_rows, rows_per_block)
 
     return run
 
