@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import psutil
 import pytest
 
 import muster
+
+# A suite started as a background job (``cmd &`` in a script) inherits SIGINT ignored, and so
+# would every driver the Ctrl-C tests start: give this process Python's own handler, which
+# its children get back as the default action.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Tests run 2-4 workers on a 2-core machine: let the engine hand out 4 CPUs.
 TEST_CPUS = 4
