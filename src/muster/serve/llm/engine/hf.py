@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 import threading
 import time
 import uuid
@@ -39,6 +40,11 @@ DEFAULT_MAX_NUM_SEQS = 64
 DEFAULT_MAX_WAITING = 256
 DEFAULT_PAGE_SIZE = 64
 _RECENT = 256  # requests kept for time-to-first-token and tokens/s figures
+# The decoding loop is a Python thread beside the serving event loop; with CPython's default
+# 5 ms GIL switch interval, each token waits for the loop to get the GIL.  At 0.5 ms, measured
+# with llm_bench.py (tiny model, CPU): added time to first token 5.5-6.2 -> 4.5-4.9 ms, tokens/s
+# +50% at concurrency 1 and +13% at 32.
+_SWITCH_INTERVAL_S = 0.0005
 _PROBE = "Hello, world! 12 h\u00e9llo\n  x<|y|> \u4f60\u597d"  # text on which the fast tokenizer paths must agree
 
 
@@ -67,6 +73,8 @@ class TransformersEngine(LLMEngine):
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self._load()
+        if sys.getswitchinterval() > _SWITCH_INTERVAL_S:
+            sys.setswitchinterval(_SWITCH_INTERVAL_S)
         self._start_manager()
 
     def _load(self) -> None:
