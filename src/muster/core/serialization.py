@@ -14,7 +14,7 @@ import os
 import pickle
 import sys
 import weakref
-from typing import Any
+from typing import Any, TypeVar
 
 import cloudpickle
 
@@ -77,11 +77,7 @@ class SharedBuffer(mmap.mmap):
         except BaseException:
             os.close(fd)
             raise
-        buf.fd = fd
-        key = (_address(memoryview(buf)), view.nbytes)
-        _by_address[key] = weakref.ref(buf)
-        weakref.finalize(buf, _forget, key, fd)
-        return buf
+        return _register(buf, fd)
 
 
 class ReceivedBuffer(mmap.mmap):
@@ -97,24 +93,31 @@ class ReceivedBuffer(mmap.mmap):
     @classmethod
     def mapping(cls, fd: int, size: int) -> "ReceivedBuffer | mmap.mmap":
         """Map ``fd`` (taking ownership of it)."""
+        flags, prot = mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE
+        if len(_by_address) >= _KEEP_MAX:  # keep the process's descriptors for its own use
+            try:
+                return mmap.mmap(fd, size, flags=flags, prot=prot)
+            finally:
+                os.close(fd)
         try:
-            if len(_by_address) >= _KEEP_MAX:  # keep the process's descriptors for its own use
-                return mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-            buf = cls(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            return _register(cls(fd, size, flags=flags, prot=prot), fd)
         except BaseException:
             os.close(fd)
             raise
-        if not isinstance(buf, cls):  # pragma: no cover - mmap always returns its subclass
-            os.close(fd)
-            return buf
-        buf.fd = fd
-        key = (_address(memoryview(buf)), size)
-        _by_address[key] = weakref.ref(buf)
-        weakref.finalize(buf, _forget, key, fd)
-        return buf
 
 
 _KEEP_MAX = 256  # shared-memory files a process keeps open for passing buffers on
+
+_Kept = TypeVar("_Kept", SharedBuffer, ReceivedBuffer)
+
+
+def _register(buf: _Kept, fd: int) -> _Kept:
+    """Remember ``buf``'s file under its address, so that sending it passes ``fd``; closed with it."""
+    buf.fd = fd
+    key = (_address(memoryview(buf)), len(buf))
+    _by_address[key] = weakref.ref(buf)
+    weakref.finalize(buf, _forget, key, fd)
+    return buf
 
 
 def _forget(key: tuple[int, int], fd: int) -> None:

@@ -59,8 +59,9 @@ class _Plan:
         return self._order
 
     def gather(self, table: pa.Table) -> Iterator[pa.Table]:
-        """``table``'s rows in this plan's order, one block a pile: each pile is gathered with
-        rising indices, then permuted within itself (while it is in cache)."""
+        """``table``'s rows in this plan's order, one block a pile: numeric columns are first
+        scattered into their piles, other columns taken pile by pile; each pile is then
+        permuted within itself (while it is in cache)."""
         found = [_numpy_or_none(c) for c in table.columns]
         columns = [c for c in found if c is not None]
         numeric = len(columns) == len(found)
