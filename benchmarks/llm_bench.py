@@ -18,10 +18,10 @@ over rounds with the spread (min-max):
   ``json.loads`` per SSE event), on keep-alive connections opened once. An app
   of one model is its ``LLMServer`` deployment alone (HTTP ingress -> replica).
 * ``serve-oai``: the same app and load, from the official ``openai`` async
-  client.  It builds a pydantic object per SSE event and is the heaviest
-  process here: at concurrency 32 its one thread is busy ~100% of the time
-  (py-spy), on the same 2 cores as the server, so it measures the client as
-  much as the server (``--no-openai`` skips it).
+  client.  It builds a pydantic object per SSE event and its thread was the
+  busiest one in a py-spy profile at concurrency 32, on the same 2 cores as
+  the server, so it measures the client as much as the server
+  (``--no-openai`` skips it).
 * ``serve2hop``: the lean client against an app laid out as an app of several
   models is (HTTP ingress -> ``OpenAiIngress`` replica -> ``LLMServer``
   replica), which was every app's layout before 2026-11-23 (``--no-2hop``
