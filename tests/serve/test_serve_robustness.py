@@ -93,7 +93,6 @@ def test_body_over_the_limit_is_413(client):
 
 def test_sigkilled_replica_is_replaced_and_only_its_requests_fail(client):
     serve.run(Sleeper.options(num_replicas=2, name="K").bind(), name="kill", route_prefix="/kill")
-    pids = wait_until(lambda: {client.get("/kill").json()["pid"] for _ in range(20)} if True else None)
     pids = set()
     for _ in range(40):
         pids.add(client.get("/kill").json()["pid"])
@@ -241,3 +240,55 @@ def test_constructor_error_fails_serve_run_naming_it(client):
         serve.run(Broken.bind(), name="broken", route_prefix="/broken")
     assert "broken" not in serve.status().applications
     assert client.get("/broken").status_code == 404
+
+
+def _answer(c: httpx.Client, path: str) -> httpx.Response | None:
+    try:
+        return c.get(path, timeout=2)
+    except httpx.TransportError:
+        return None
+
+
+def test_sigkilled_ingress_is_replaced_on_the_same_port_and_says_so(client, capfd):
+    from muster.serve import api
+
+    serve.run(Sleeper.options(name="I").bind(), name="ing", route_prefix="/ing")
+    assert client.get("/ing").status_code == 200
+    port, victim = serve.status().http["port"], api._controller.ingress.pid
+    os.kill(victim, signal.SIGKILL)
+    r = wait_until(lambda: (_answer(client, "/ing") or None), 30, "an answer from the new ingress")
+    assert r.status_code == 200 and r.json()["tag"] == "v1"
+    assert serve.status().http["port"] == port and serve.status().proxies["ingress"] == "HEALTHY"
+    assert api._controller.ingress.pid != victim
+    err = capfd.readouterr().err
+    assert f"the HTTP ingress on 127.0.0.1:{port} is down (its process has exited (killed by SIGKILL" in err, err
+    serve.delete("ing")
+
+
+@pytest.mark.parametrize("server", ["granian", "uvicorn"])
+def test_ingress_whose_server_stops_unasked_serves_again_on_its_port(server, capfd):
+    """The server inside a live ingress ends (as when one of granian's workers fails): it comes back."""
+    from muster.serve._internal import router
+    from muster.serve._internal.ingress import IngressActor, answers
+    from muster.serve.config import HTTPOptions
+
+    ingress = IngressActor(HTTPOptions(host="127.0.0.1", port=0, server=server), router.RouteTable())
+    try:
+        first = ingress.task
+        assert answers("127.0.0.1", ingress.port)
+
+        def end() -> None:
+            if server == "granian":
+                ingress.server.stop()
+            else:
+                ingress.server.should_exit = True
+
+        ingress.loop.call_soon_threadsafe(end)  # not through IngressActor.stop: nobody asked it to stop
+        wait_until(lambda: ingress.task is not first and answers("127.0.0.1", ingress.port), 15,
+                   "the server to serve again")
+        assert first.done() and ingress.serving()
+        assert f"the HTTP ingress on 127.0.0.1:{ingress.port} stopped unasked (it returned without an error); " \
+            "serving again on the same port." in capfd.readouterr().err
+    finally:
+        ingress.stop()
+    assert not ingress.serving() and not answers("127.0.0.1", ingress.port, timeout_s=0.5)

@@ -11,6 +11,7 @@ health check, drains replicas it stops, and autoscales on ongoing requests
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import itertools
 import os
 import shutil
@@ -24,10 +25,10 @@ from typing import Any
 from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.runtime import RuntimeActor
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, describe_exit
 from muster.serve._internal import autoscaling, router
 from muster.serve._internal.metrics import DeploymentMetrics
-from muster.serve._internal.ingress import IngressActor
+from muster.serve._internal.ingress import IngressActor, answers
 from muster.serve._internal import plan
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.record import ServeRecorder
@@ -116,12 +117,9 @@ class ServeController:
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="muster-serve-ctl")
         self.local = self.runtime.name == "local"
         self.record = ServeRecorder(self.runtime)
-        if self.local:
-            self.ingress: Any = self.runtime.create_actor(
-                IngressActor, (http_options, self.table), {}, {}, label="serve ingress"
-            )
-        else:  # on a cluster the ingress serves on the driver's node: in this process
-            self.ingress = _InProcess(IngressActor(http_options, self.table))
+        self.ingress_lock = threading.Lock()
+        self.ingress_checked = 0.0
+        self.ingress = self._new_ingress(http_options)
         self.host, self.port = self.ingress.call("address").result(30)
         self._stop = threading.Event()
         threading.Thread(target=self._supervise, name="muster-serve-supervisor", daemon=True).start()
@@ -171,6 +169,7 @@ class ServeController:
                           f"{' (replacing the running one)' if old is not None else ''}: "
                           + ", ".join(f"{d.plan.name} x{d.target}" for d in new.deployments.values()))
         self._push()
+        self.confirm_ingress()
         if old is not None and not stop_old_first:
             self._stop_app(old, push=False)
 
@@ -342,6 +341,53 @@ class ServeController:
             with self.lock:
                 d.replicas.pop(r.id, None)
 
+    # -- the HTTP ingress --------------------------------------------------------------
+    def _new_ingress(self, options: HTTPOptions) -> Any:
+        if self.local:
+            return self.runtime.create_actor(IngressActor, (options, self.table), {}, {}, label="serve ingress")
+        return _InProcess(IngressActor(options, self.table))  # on a cluster: the driver's node, this process
+
+    def _ingress_down(self) -> str | None:
+        """Why the ingress cannot serve now (None: it can)."""
+        if not self.ingress.is_alive():
+            if self.local:
+                return f"its process has exited ({describe_exit(self.runtime.exit_status(self.ingress, 0.2))})"
+            return "its server has stopped"
+        return None
+
+    def _replace_ingress(self, why: str) -> None:
+        """Start a new ingress on the same port, with the current routes."""
+        with self.ingress_lock:
+            if self._stop.is_set() or self._ingress_down() is None:
+                return
+            print(f"[serve] the HTTP ingress on {self.host}:{self.port} is down ({why}); starting a new one "
+                  "on the same port", file=sys.stderr, flush=True)
+            if self.local:
+                self.runtime.kill(self.ingress)
+            self.ingress = self._new_ingress(dataclasses.replace(self.options, port=self.port))
+            self.ingress.call("address").result(30)
+        self._push()  # whatever changed while it started
+
+    def confirm_ingress(self, timeout_s: float = 10.0) -> None:
+        """Return once ``GET /-/healthz`` on the ingress answers from this process; replace a dead one.
+
+        Raises:
+            RayServeException: it does not answer within ``timeout_s`` (says what was seen).
+        """
+        deadline = time.monotonic() + timeout_s
+        while not answers(self.host, self.port, timeout_s=2.0):
+            why = self._ingress_down()
+            if why is not None:
+                self._replace_ingress(why)
+            elif time.monotonic() > deadline:
+                raise RayServeException(
+                    f"the HTTP ingress at http://{self.host}:{self.port} does not answer GET /-/healthz although "
+                    f"its process lives (after {timeout_s:g} s); its stderr says why. Restart Serve with "
+                    "serve.shutdown() and serve.start(), or pick another port with http_options={'port': N}."
+                )
+            else:
+                time.sleep(0.05)
+
     # -- the route table ---------------------------------------------------------------
     def _push(self) -> None:
         with self.lock:
@@ -369,6 +415,11 @@ class ServeController:
                 print(f"[serve] supervisor: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
     def _tick(self, now: float) -> None:
+        if now - self.ingress_checked >= 1.0:
+            self.ingress_checked = now
+            why = self._ingress_down()
+            if why is not None:
+                self._replace_ingress(why)
         with self.lock:
             deps = [d for a in self.apps.values() if a.status == "RUNNING" for d in a.deployments.values()]
         for d in deps:
@@ -463,12 +514,13 @@ class ServeController:
             apps = list(self.apps.values())
         for a in apps:
             self._stop_app(a, push=False)
-        try:
-            self.ingress.call("stop").result(10)
-        except BaseException:  # noqa: BLE001 - killed next anyway
-            pass
-        if self.local:
-            self.runtime.kill(self.ingress, grace_s=1.0)
+        with self.ingress_lock:  # a replacement under way finishes first; none starts after
+            try:
+                self.ingress.call("stop").result(10)
+            except BaseException:  # noqa: BLE001 - killed next anyway
+                pass
+            if self.local:
+                self.runtime.kill(self.ingress, grace_s=1.0)
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.record.close()
         shutil.rmtree(self.dir, ignore_errors=True)

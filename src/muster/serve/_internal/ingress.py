@@ -12,8 +12,10 @@ here, see docs/benchmarks.md) or uvicorn.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import socket
+import sys
 import time
 from typing import Any, Coroutine
 
@@ -206,8 +208,46 @@ def listening(host: str, port: int) -> bool:
         return False
 
 
+def probe_host(host: str) -> str:
+    """Where a client on this machine reaches a server bound to ``host`` (any-address: loopback)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def answers(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Whether the ingress at ``host:port`` answers ``GET /-/healthz`` with 200."""
+    conn = http.client.HTTPConnection(probe_host(host), port, timeout=timeout_s)
+    try:
+        conn.request("GET", "/-/healthz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def why_stopped(task: asyncio.Task, server: Any) -> str:
+    """What ended a server's task: its own error, else a failed worker's (granian keeps those)."""
+    if not task.done():
+        return "it is still running"
+    if task.cancelled():
+        return "its task was cancelled"
+    errors = [task.exception()] + [
+        w._task.exception() for w in getattr(server, "wrks", ())
+        if getattr(w, "_task", None) is not None and w._task.done() and not w._task.cancelled()
+    ]
+    found = [e for e in errors if e is not None]
+    return f"{type(found[0]).__name__}: {found[0]}" if found else "it returned without an error"
+
+
 class IngressActor:
-    """Hosts :class:`IngressApp` on an ASGI server, on this process's Serve loop."""
+    """Hosts :class:`IngressApp` on an ASGI server, on this process's Serve loop.
+
+    It is ready only once it answers ``GET /-/healthz`` over HTTP.  Should its
+    server stop without being asked (a worker of the server failed), it says
+    why on stderr and serves again on the same port.
+    """
+
+    RESTARTS_PER_MINUTE = 5
 
     def __init__(self, options: HTTPOptions, table: router.RouteTable):
         self.options = options
@@ -215,12 +255,15 @@ class IngressActor:
         self.loop = eventloop.get_loop()
         eventloop.run_sync(self._apply(table))
         self.server: Any = None
+        self.stopping = self.ready = False
+        self.restarts: list[float] = []
         # A port we picked can be taken between our probe and the server's bind: pick again.
         for attempt in range(1 if options.port else 3):
             self.port = options.port or free_port(options.host)
             self.task = eventloop.run_sync(self._start())
             try:
-                self._wait_listening()
+                self._wait_serving()
+                self.ready = True
                 break
             except _BindFailed as failed:
                 if options.port or attempt == 2:
@@ -230,6 +273,10 @@ class IngressActor:
         self.app.apply(table)
 
     async def _start(self) -> asyncio.Task:
+        return self._serve()
+
+    def _serve(self) -> asyncio.Task:
+        """Start the server on our port (on the loop); its end is watched by :meth:`_ended`."""
         o = self.options
         if o.server == "granian":
             from granian.constants import HTTPModes, Interfaces
@@ -247,26 +294,45 @@ class IngressActor:
                 log_level="warning", access_log=False, timeout_keep_alive=int(o.keep_alive_timeout_s),
                 backlog=2048,
             ))
-        return asyncio.ensure_future(self.server.serve())
+        task = asyncio.ensure_future(self.server.serve())
+        task.add_done_callback(self._ended)
+        return task
 
-    def _wait_listening(self, timeout_s: float = 15.0) -> None:
-        """Return once the server listens on our port (asked of the kernel: probing with a
-        connect can meet itself on a free port and then hold it against the server's bind)."""
+    def _ended(self, task: asyncio.Task) -> None:
+        if self.stopping or not self.ready or task is not self.task:
+            return
+        now = time.monotonic()
+        self.restarts = [t for t in self.restarts if now - t < 60] + [now]
+        again = len(self.restarts) <= self.RESTARTS_PER_MINUTE
+        print(f"[serve] the HTTP ingress on {self.options.host}:{self.port} stopped unasked "
+              f"({why_stopped(task, self.server)}); "
+              + ("serving again on the same port." if again else
+                 f"it stopped {len(self.restarts)} times within a minute, so it stays down."),
+              file=sys.stderr, flush=True)
+        if again:
+            self.task = self._serve()
+
+    def _wait_serving(self, timeout_s: float = 15.0) -> None:
+        """Return once the server answers ``GET /-/healthz`` on our port.
+
+        A connect is tried only once the kernel lists the port as listening:
+        probing a port nobody listens on can connect to itself and then hold
+        the port against the server's bind.
+        """
         from muster.serve.exceptions import RayServeException
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.task.done():
-                exc = self.task.exception() if not self.task.cancelled() else None
                 raise _BindFailed(RayServeException(
                     f"the HTTP ingress ({self.options.server}) could not listen on {self.options.host}:{self.port}"
-                    f" ({exc or 'it stopped'}); is the port in use? Pick another with serve.start("
-                    "http_options={'port': N})."
+                    f" ({why_stopped(self.task, self.server)}); is the port in use? Pick another with "
+                    "serve.start(http_options={'port': N})."
                 ))
-            if listening(self.options.host, self.port):
+            if listening(self.options.host, self.port) and answers(self.options.host, self.port):
                 return
             time.sleep(0.02)
-        raise RayServeException(f"the HTTP ingress did not listen on {self.options.host}:{self.port} "
+        raise RayServeException(f"the HTTP ingress did not answer on {self.options.host}:{self.port} "
                                 f"within {timeout_s} s.")
 
     def address(self) -> tuple[str, int]:
@@ -275,7 +341,12 @@ class IngressActor:
     def update_routes(self, table: router.RouteTable) -> None:
         eventloop.run_sync(self._apply(table), timeout=10)
 
+    def serving(self) -> bool:
+        return not self.task.done()
+
     def stop(self) -> None:
+        self.stopping = True
+
         def _stop() -> None:
             if self.options.server == "granian":
                 self.server.stop()
