@@ -113,6 +113,17 @@ def test_routes_by_prefix_and_spreads_over_replicas(apps):
     assert set(apps.get("/-/routes").json()) == {"/echo", "/hello", "/kinds", "/api"}
 
 
+def test_an_app_at_the_root_leaves_the_ingress_its_own_paths(apps):
+    serve.run(hello.options(name="root_hello").bind(), name="root", route_prefix="/")
+    try:
+        assert apps.get("/anything?name=bo").text == "hello bo"
+        assert apps.get("/-/healthz").text == "success"
+        assert apps.get("/-/routes").json()["/"] == "root"
+    finally:
+        serve.delete("root")
+    assert apps.get("/anything").status_code == 404
+
+
 def test_status_reports_request_metrics(apps):
     for _ in range(10):
         assert apps.get("/hello").status_code == 200

@@ -24,6 +24,7 @@ from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
+RESERVED_PATHS = ("/-/healthz", "/-/routes")
 
 
 async def _plain(send: Any, status: int, text: str, headers: list | None = None) -> None:
@@ -54,6 +55,8 @@ class IngressApp:
         self.prefixes = sorted(rows, key=lambda r: len(r[0]), reverse=True)
 
     def match(self, path: str) -> tuple[str, str, str] | None:
+        if path in RESERVED_PATHS:  # the ingress's own, whatever the apps' prefixes (as Ray Serve's proxy)
+            return None
         for prefix, app, dep in self.prefixes:
             if prefix == "/" or path == prefix or path.startswith(prefix + "/"):
                 return prefix, app, dep
