@@ -292,3 +292,24 @@ def test_ingress_whose_server_stops_unasked_serves_again_on_its_port(server, cap
     finally:
         ingress.stop()
     assert not ingress.serving() and not answers("127.0.0.1", ingress.port, timeout_s=0.5)
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class Finalized:
+    def __init__(self, mark: str):
+        self.mark = mark
+
+    def __call__(self, request: Request) -> str:
+        return "up"
+
+    def __del__(self):  # Ray Serve's hook for a graceful stop
+        with open(self.mark, "w") as f:
+            f.write(str(os.getpid()))
+
+
+def test_a_stopped_replica_runs_its_del_once_drained(client, tmp_path):
+    mark = tmp_path / "finalized"
+    serve.run(Finalized.bind(str(mark)), name="fin", route_prefix="/fin")
+    assert client.get("/fin").text == "up" and not mark.exists()
+    serve.delete("fin")
+    assert mark.exists() and int(mark.read_text()) != os.getpid()

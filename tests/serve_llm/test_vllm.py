@@ -7,6 +7,7 @@ how it was installed); starting its engine takes about a minute on 2 cores.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -74,3 +75,13 @@ def test_the_seed_app_on_vllm_answers_the_openai_client(tiny_model_32):
             client.completions.create(model="tiny", prompt="x " * 400, max_tokens=4)
     finally:
         serve.shutdown()
+    # vLLM's engine processes stop with their replica (LLMServer.__del__ runs on the graceful stop)
+    import psutil
+
+    def engine_processes() -> list:
+        return [p for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("VLLM::")]
+
+    deadline = time.monotonic() + 30
+    while engine_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not engine_processes(), [p.info["name"] for p in engine_processes()]

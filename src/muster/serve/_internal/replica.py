@@ -142,6 +142,7 @@ class ReplicaActor:
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
         self.target = target
         self.asgi = getattr(target, "__serve_asgi_app__", None)
+        self._finalized = False
         if inspect.isclass(target):
             self.obj = target(*spec.init_args, **spec.init_kwargs)
         else:
@@ -212,10 +213,18 @@ class ReplicaActor:
         return snap
 
     def drain(self, timeout_s: float) -> int:
-        """Wait (bounded) until no request is in flight; return how many were left."""
+        """Wait (bounded) until no request is in flight, then run the object's ``__del__`` (as Ray
+        Serve does on a graceful stop: an engine it started stops with it); return how many were left."""
         deadline = time.monotonic() + timeout_s
         while self.ongoing and time.monotonic() < deadline:
             time.sleep(0.01)
+        finalize = getattr(type(self.obj), "__del__", None) if inspect.isclass(self.target) else None
+        if finalize is not None and not self._finalized:
+            self._finalized = True
+            try:
+                finalize(self.obj)
+            except Exception as exc:  # noqa: BLE001 - the replica stops anyway; say why it was not clean
+                print(f"[serve] {self.where}: __del__ raised {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return self.ongoing
 
     # -- requests (on the Serve loop) -----------------------------------------

@@ -88,6 +88,11 @@ class LLMServer:
     def shutdown(self) -> None:
         self.engine.shutdown()
 
+    def __del__(self) -> None:  # Serve calls it when it stops the replica: the engine's processes end too
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()
+
     async def handle(self, route: str, body: Any) -> AsyncIterator[Part]:
         """Answer one request to ``/v1/<route>``; yields a :class:`ResponseHead`, then body strings."""
         t0 = time.perf_counter()
