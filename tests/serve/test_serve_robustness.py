@@ -84,8 +84,10 @@ def test_body_over_the_limit_is_413(client):
     try:
         r = client.post("/body", content=b"x" * 2_000_000)
         assert r.status_code == 413 and "2000000 bytes is over the limit of 1000000" in r.text
+        assert r.headers["connection"] == "close"  # so the client opens a fresh connection next
         r = client.post("/body", content=(b"x" * 100_000 for _ in range(20)))  # chunked: no content-length
         assert r.status_code == 413 and "over the limit of 1000000" in r.text
+        assert r.headers["connection"] == "close"
         assert client.post("/body", content=b"x" * 900_000).status_code == 200
     finally:
         serve.delete("body")
@@ -258,7 +260,9 @@ def test_sigkilled_ingress_is_replaced_on_the_same_port_and_says_so(client, capf
     os.kill(victim, signal.SIGKILL)
     r = wait_until(lambda: (_answer(client, "/ing") or None), 30, "an answer from the new ingress")
     assert r.status_code == 200 and r.json()["tag"] == "v1"
-    assert serve.status().http["port"] == port and serve.status().proxies["ingress"] == "HEALTHY"
+    # the new ingress answers as soon as it listens; the controller records it a moment later
+    wait_until(lambda: serve.status().proxies["ingress"] == "HEALTHY", 30, "the new ingress in the status")
+    assert serve.status().http["port"] == port
     assert api._controller.ingress.pid != victim
     err = capfd.readouterr().err
     assert f"the HTTP ingress on 127.0.0.1:{port} is down (its process has exited (killed by SIGKILL" in err, err

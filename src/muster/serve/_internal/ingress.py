@@ -25,6 +25,7 @@ from muster.serve.exceptions import BackPressureError, DeploymentUnavailableErro
 
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 RESERVED_PATHS = ("/-/healthz", "/-/routes")
+_CLOSE = [(b"connection", b"close")]  # a 413 ends its connection (see ingress_rsgi._CLOSE)
 
 
 async def _plain(send: Any, status: int, text: str, headers: list | None = None) -> None:
@@ -140,7 +141,7 @@ class IngressApp:
             if k == b"content-length" and v.isdigit() and int(v) > limit:
                 await _discard(receive, int(v))
                 await _plain(send, 413, f"request body of {int(v)} bytes is over the limit of {limit} bytes "
-                                        "(http_options max_body_bytes).")
+                                        "(http_options max_body_bytes).", _CLOSE)
                 return None
         chunks: list[bytes] = []
         size = 0
@@ -155,7 +156,7 @@ class IngressApp:
                     if msg.get("more_body", False):
                         await _discard(receive, 0)
                     await _plain(send, 413, f"request body is over the limit of {limit} bytes "
-                                            "(http_options max_body_bytes).")
+                                            "(http_options max_body_bytes).", _CLOSE)
                     return None
                 chunks.append(chunk)
             if not msg.get("more_body", False):

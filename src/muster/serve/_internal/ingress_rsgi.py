@@ -23,6 +23,9 @@ def _plain(proto: Any, status: int, text: str, headers: list | None = None) -> N
 #: A body over the limit is still read (and dropped) up to this size before the 413, so the client, still
 #: sending, gets the answer instead of a reset connection; past it the connection just closes.
 DISCARD_MAX = 64 * 1024 * 1024
+#: A 413 ends its connection, said in the answer: a client must not send its next request on a
+#: connection whose last body was cut off (it raced the server's close, and lost, in CI).
+_CLOSE = [("connection", "close")]
 
 
 async def _discard(proto: Any, size: int) -> None:
@@ -57,7 +60,7 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         await _discard(proto, int(declared))
         _plain(proto, 413, f"request body of {declared} bytes is over the limit of {limit} bytes "
-                           "(http_options max_body_bytes).")
+                           "(http_options max_body_bytes).", _CLOSE)
         return
     if declared is not None:
         body = await proto() if declared != "0" else b""
@@ -69,7 +72,8 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
             size += len(chunk)
             if size > limit:
                 await _discard(proto, DISCARD_MAX)
-                _plain(proto, 413, f"request body is over the limit of {limit} bytes (http_options max_body_bytes).")
+                _plain(proto, 413, f"request body is over the limit of {limit} bytes (http_options max_body_bytes).",
+                       _CLOSE)
                 return
             chunks.append(chunk)
         body = b"".join(chunks)
