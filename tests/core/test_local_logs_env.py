@@ -33,6 +33,13 @@ class Talker:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+    def crash(self) -> None:
+        import ctypes
+
+        print("about to crash", flush=True)
+        ctypes.string_at(0)  # a real SIGSEGV, in C
+
+
 class Probe:
     def env(self, names: list[str]) -> dict[str, str | None]:
         return {n: os.environ.get(n) for n in names}
@@ -99,6 +106,18 @@ def test_output_printed_just_before_a_sigkill_is_not_lost(actors, capsys):
     h.call("last_words_then_sigkill", "bye-now").exception(TIMEOUT)
     wanted = [f"(doomed, pid={pid}) last bye-now"]
     assert all(w in _collect(capsys, wanted) for w in wanted)
+
+
+def test_a_native_crash_prints_the_python_stack_where_it_happened(actors, capsys):
+    h = actors(Talker, label="segv")
+    pid = h.pid
+    h.call("crash").exception(TIMEOUT)
+    prefix = f"(segv, pid={pid}) "
+    wanted = [f"{prefix}about to crash", f"{prefix}Fatal Python error: Segmentation fault"]
+    lines = _collect(capsys, wanted)
+    assert all(w in lines for w in wanted), lines
+    assert any(line.startswith(prefix) and 'line' in line and 'in crash' in line for line in lines), lines
+    assert get_runtime().exit_status(h, 5) == -signal.SIGSEGV
 
 
 def test_omp_threads_follow_cpus_by_default(actors, monkeypatch):

@@ -18,6 +18,7 @@ carry PR_SET_PDEATHSIG, so a killed zygote takes them with it.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import gc
 import importlib
 import json
@@ -103,6 +104,9 @@ def _child(spec: dict, zygote_conn: Connection) -> None:
         except OSError:
             pass
         _attach_logs(spec["log_address"], spec["worker_id"])
+        # A native crash (SIGSEGV, SIGBUS, SIGABRT...) prints every thread's Python stack into the
+        # worker's log before the process dies, so the driver says where, not only "killed by SIGSEGV".
+        faulthandler.enable(file=sys.stderr, all_threads=True)
         threads = os.environ.get("OMP_NUM_THREADS")
         if threads and threads.isdigit() and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(threads))

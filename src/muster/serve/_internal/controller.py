@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -25,7 +26,7 @@ from typing import Any
 from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.runtime import RuntimeActor
-from muster.exceptions import InvalidArgumentError, describe_exit
+from muster.exceptions import ActorDiedError, InvalidArgumentError, describe_exit
 from muster.serve._internal import autoscaling, router
 from muster.serve._internal.metrics import DeploymentMetrics
 from muster.serve._internal.ingress import IngressActor, answers
@@ -101,6 +102,10 @@ class _InProcess:
 
     def is_alive(self) -> bool:
         return not self.obj.task.done()
+
+
+#: Signals by which a process dies of its own fault (SIGKILL and SIGTERM come from outside it).
+_CRASHES = {signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE}
 
 
 class ServeController:
@@ -342,10 +347,29 @@ class ServeController:
                 d.replicas.pop(r.id, None)
 
     # -- the HTTP ingress --------------------------------------------------------------
+    #: The class the ingress process runs (a test swaps in one that crashes, to check the fallback).
+    ingress_class: type = IngressActor
+
     def _new_ingress(self, options: HTTPOptions) -> Any:
-        if self.local:
-            return self.runtime.create_actor(IngressActor, (options, self.table), {}, {}, label="serve ingress")
-        return _InProcess(IngressActor(options, self.table))  # on a cluster: the driver's node, this process
+        """Start the ingress; one whose process dies while starting is started again on the other server.
+
+        The fallback is kept for later replacements (``self.options``), and said on stderr.
+        """
+        if not self.local:
+            return _InProcess(IngressActor(options, self.table))  # on a cluster: the driver's node, this process
+        try:
+            return self.runtime.create_actor(self.ingress_class, (options, self.table), {}, {}, label="serve ingress")
+        except ActorDiedError as exc:
+            options = self._switch_server(f"died while starting on {options.server} ({exc})", options)
+            return self.runtime.create_actor(self.ingress_class, (options, self.table), {}, {}, label="serve ingress")
+
+    def _switch_server(self, what: str, options: HTTPOptions) -> HTTPOptions:
+        """Run the ingress on the other server from now on (``options`` changed to match), saying why."""
+        other = "uvicorn" if options.server == "granian" else "granian"
+        print(f"[serve] the HTTP ingress {what}; starting it on {other} instead (choose one outright with "
+              "serve.start(http_options={'server': ...})).", file=sys.stderr, flush=True)
+        self.options = dataclasses.replace(self.options, server=other)
+        return dataclasses.replace(options, server=other)
 
     def _ingress_down(self) -> str | None:
         """Why the ingress cannot serve now (None: it can)."""
@@ -362,9 +386,13 @@ class ServeController:
                 return
             print(f"[serve] the HTTP ingress on {self.host}:{self.port} is down ({why}); starting a new one "
                   "on the same port", file=sys.stderr, flush=True)
+            options = dataclasses.replace(self.options, port=self.port)
             if self.local:
+                code = self.runtime.exit_status(self.ingress, 0.2)
                 self.runtime.kill(self.ingress)
-            self.ingress = self._new_ingress(dataclasses.replace(self.options, port=self.port))
+                if code is not None and -code in _CRASHES:  # the server's own fault, not an OOM kill: try the other
+                    options = self._switch_server(f"crashed ({describe_exit(code)})", options)
+            self.ingress = self._new_ingress(options)
             self.ingress.call("address").result(30)
         self._push()  # whatever changed while it started
 
@@ -506,7 +534,7 @@ class ServeController:
                 apps[a.name] = {"status": a.status, "message": a.message, "route_prefix": a.route_prefix,
                                 "last_deployed_time_s": a.deployed_at, "deployments": deps}
         return {"proxies": {"ingress": "HEALTHY" if self.ingress.is_alive() else "UNHEALTHY"},
-                "http": {"host": self.host, "port": self.port}, "applications": apps}
+                "http": {"host": self.host, "port": self.port, "server": self.options.server}, "applications": apps}
 
     def shutdown(self) -> None:
         self._stop.set()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import os
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -53,7 +54,11 @@ class RouteTable:
 
 
 _EXPIRED = object()
-_random = random.random
+# The router's own random stream: drawing from the global one would shift a user's seeded `random`
+# sequence with every request routed. Reseeded in a forked child, so replicas do not all route alike.
+_rng = random.Random()
+_random = _rng.random
+os.register_at_fork(after_in_child=_rng.seed)
 
 
 def _ongoing(r: "_RoutedReplica") -> int:
@@ -192,6 +197,7 @@ class Router:
         self._list: list[_RoutedReplica] = []
         self.max_ongoing, self.max_queued = 5, -1
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
+        self._chosen: _RoutedReplica | None = None  # picked by open_now but not connected yet
 
     def update(self, route: DeploymentRoute | None) -> None:
         wanted = {r.replica_id: r for r in (route.replicas if route else ())}
@@ -323,16 +329,27 @@ class Router:
             return None
         conn = r.conn
         if conn is None or conn.closed:
+            self._chosen = r  # the choice stands: open_stream connects it (another draw would favour connected ones)
             return None
         r.ongoing += 1
         return r, conn.open(kind, payload)
 
+    def _take_chosen(self) -> _RoutedReplica | None:
+        """The replica open_now chose but could not send to yet, if it still has room (its ongoing count taken)."""
+        r, self._chosen = self._chosen, None
+        if r is None or r.dead or r.ongoing >= self.max_ongoing or r not in self._list or self._waiters:
+            return None
+        r.ongoing += 1
+        return r
+
     async def open_stream(self, kind: int, payload: bytes, timeout_s: float | None) -> tuple[_RoutedReplica, Stream]:
         """Send one request to a chosen replica; the caller must :meth:`release` the replica."""
-        got = self.open_now(kind, payload)
-        if got is not None:
-            return got
-        r = await self.acquire(timeout_s)
+        r = self._take_chosen()
+        if r is None:
+            got = self.open_now(kind, payload)
+            if got is not None:
+                return got
+            r = self._take_chosen() or await self.acquire(timeout_s)
         try:
             conn = await self.connect(r)
             return r, conn.open(kind, payload)

@@ -1,0 +1,74 @@
+"""An ingress whose process dies while starting on granian is started again on uvicorn, and says so."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from serve_helpers import serving, wait_until
+from starlette.requests import Request
+
+from muster import serve
+from muster.serve._internal.controller import ServeController
+from muster.serve._internal.ingress import IngressActor
+
+pytestmark = pytest.mark.allow_leftover_workers
+
+
+class DiesOnGranian(IngressActor):
+    """The real ingress, except that its process takes a real SIGSEGV when asked to run granian."""
+
+    def __init__(self, options, table):
+        if options.server == "granian":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        super().__init__(options, table)
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.1})
+def hello(request: Request) -> str:
+    return "hello"
+
+
+def test_an_ingress_that_dies_at_start_on_granian_serves_on_uvicorn(monkeypatch, capfd):
+    monkeypatch.setattr(ServeController, "ingress_class", DiesOnGranian)
+    with serving() as client:
+        out, err = capfd.readouterr()
+        assert "[serve] the HTTP ingress died while starting on granian (" in err, err
+        assert "killed by SIGSEGV" in err and "starting it on uvicorn instead" in err, err
+        # where it died, from the dead process's own log (relayed by a thread: give it a moment)
+        seen = [out]
+
+        def crash_report() -> bool:
+            seen.append(capfd.readouterr().out)
+            return "Fatal Python error: Segmentation fault" in "".join(seen)
+
+        wait_until(crash_report, 10, "the crashed ingress's stack in the driver's output")
+        assert serve.status().http["server"] == "uvicorn"
+        serve.run(hello.bind(), name="hello", route_prefix="/hello")
+        r = client.get("/hello")
+        assert r.status_code == 200 and r.text == "hello"
+
+
+def test_an_ingress_that_crashes_while_serving_is_replaced_on_the_other_server(capfd):
+    from muster.serve import api
+
+    with serving() as client:
+        serve.run(hello.bind(), name="hello", route_prefix="/hello")
+        port, victim = serve.status().http["port"], api._controller.ingress.pid
+        assert serve.status().http["server"] == "granian"
+        os.kill(victim, signal.SIGSEGV)  # as a crash inside the server would end it (an OOM kill keeps the server)
+        wait_until(lambda: _answer(client, "/hello") == "hello", 30, "an answer from the new ingress")
+        wait_until(lambda: serve.status().proxies["ingress"] == "HEALTHY", 30, "the new ingress in the status")
+        assert serve.status().http == {"host": "127.0.0.1", "port": port, "server": "uvicorn"}
+        err = capfd.readouterr().err
+        assert "[serve] the HTTP ingress crashed (killed by SIGSEGV); starting it on uvicorn instead" in err, err
+
+
+def _answer(client, path: str) -> str | None:
+    import httpx
+
+    try:
+        return client.get(path).text
+    except httpx.TransportError:
+        return None
