@@ -130,9 +130,21 @@ def test_omp_threads_follow_cpus_by_default(actors, monkeypatch):
 
 
 def test_driver_omp_num_threads_wins(actors, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    """The driver's value reaches the worker, and its torch uses what a fresh interpreter's would.
+
+    Whether the zygote imported torch before the fork (the driver had) must not matter.
+    """
+    import subprocess
+
+    wanted = os.cpu_count() + 1  # more than the machine has: torch caps it
+    monkeypatch.setenv("OMP_NUM_THREADS", str(wanted))
+    fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                           capture_output=True, text=True, check=True).stdout.strip()
     h = actors(Probe, resources={"CPU": 1})
-    assert h.call("threads").result(TIMEOUT) == ("3", 3)
+    assert h.call("threads").result(TIMEOUT) == (str(wanted), int(fresh))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    h = actors(Probe, resources={"CPU": 2})
+    assert h.call("threads").result(TIMEOUT) == ("1", 1)
 
 
 def test_driver_env_at_creation_reaches_the_worker(actors, monkeypatch):

@@ -108,8 +108,10 @@ def _child(spec: dict, zygote_conn: Connection) -> None:
         # worker's log before the process dies, so the driver says where, not only "killed by SIGSEGV".
         faulthandler.enable(file=sys.stderr, all_threads=True)
         threads = os.environ.get("OMP_NUM_THREADS")
-        if threads and threads.isdigit() and "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(int(threads))
+        if threads and threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
+            # torch was imported here under the zygote's environment: give it the count a fresh
+            # `import torch` takes from this worker's OMP_NUM_THREADS (capped at the machine's cores).
+            sys.modules["torch"].set_num_threads(min(int(threads), os.cpu_count() or int(threads)))
         from muster.core.local.worker import serve
 
         conn = Client(spec["address"], family="AF_UNIX", authkey=spec["authkey"])
