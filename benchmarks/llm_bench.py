@@ -33,7 +33,9 @@ over rounds with the spread (min-max):
   app with ``llm_engine="vllm"``, both on the same tiny model, driven by the
   lean client. vLLM's CPU attention needs heads of 32 or more: pass
   ``--hidden 128``. The added TTFT of ``serve-vllm`` is reported over
-  ``vllm``'s own server.
+  ``vllm``'s own server. ``--only SYSTEM ...`` measures just those (and
+  naive); ``--only serve-vllm`` leaves vLLM's own server unstarted, so one
+  vLLM engine has the machine.
 
 All use one torch thread by default (``--threads``): a Serve replica
 with ``num_cpus=1`` gets ``OMP_NUM_THREADS=1``, and on a shared box more
@@ -230,6 +232,8 @@ def main() -> None:
     parser.add_argument("--no-2hop", action="store_true", help="skip serve2hop (the OpenAiIngress layout)")
     parser.add_argument("--no-openai", action="store_true", help="skip serve-oai (the official openai client)")
     parser.add_argument("--no-vllm", action="store_true", help="skip vllm and serve-vllm (run only where vLLM imports)")
+    parser.add_argument("--only", nargs="+", metavar="SYSTEM",
+                        help="measure only these systems and naive (e.g. --only serve-vllm: vLLM's server is not started)")
     args = parser.parse_args()
     import importlib.util
 
@@ -270,9 +274,10 @@ def main() -> None:
                       name="bench2", route_prefix="/bench2")
 
     urls: dict[str, tuple[str, str]] = {}  # system -> (base url, model)
-    if use_vllm:
+    if use_vllm and (not args.only or "vllm" in args.only):
         _, url = start_vllm_server(str(path), args)
         urls["vllm"] = (url, "bench-vllm")
+    if use_vllm:
         if not args.no_serve:
             vcfg = LLMConfig(model_loading_config=dict(model_id="benchv", model_source=str(path)), llm_engine="vllm",
                              engine_kwargs=dict(max_model_len=256, max_num_seqs=64, enforce_eager=True,
@@ -288,6 +293,8 @@ def main() -> None:
         urls["serve"] = urls["serve-oai"] = (base_url, "bench")
         urls["serve2hop"] = (base_url.replace("/v1", "/bench2/v1"), "bench2")
     systems += [s for s in ("vllm", "serve-vllm") if s in urls]
+    if args.only:
+        systems = [s for s in systems if s in args.only or s == "naive"]  # naive: the ratios' base
     results: dict[str, dict[int, list[dict[str, float]]]] = {s: {c: [] for c in args.concurrency} for s in systems}
     loop = asyncio.new_event_loop()
     clients = Clients(max(args.concurrency)) if urls else None
@@ -378,6 +385,8 @@ def report(results: dict[str, dict[int, list[dict[str, float]]]], args: argparse
         pairs = [(s, "engine") for s in results if s.startswith("serve") and s != "serve-vllm"]
         pairs += [("serve-vllm", "vllm")] if "serve-vllm" in results else []
         for system, base in pairs:
+            if base not in results:
+                continue
             added = [s["ttft_p50_ms"] - e["ttft_p50_ms"] for s, e in zip(results[system][1], results[base][1])]
             print(f"added TTFT p50 at c=1 ({system} - {base}, per round): median {statistics.median(added):.1f} ms "
                   f"({min(added):.1f}-{max(added):.1f})")
