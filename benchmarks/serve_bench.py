@@ -68,7 +68,9 @@ _ECHO_APP = textwrap.dedent('''
     from {lib} import serve
 
     {lib}.init({init})
+    t0 = time.perf_counter()
     serve.start(http_options={{"host": "127.0.0.1", "port": int(sys.argv[1])}})
+    started = time.perf_counter() - t0
 
     @serve.deployment(num_replicas=2, ray_actor_options={{"num_cpus": 0.5}}{options})
     class Echo:
@@ -77,7 +79,7 @@ _ECHO_APP = textwrap.dedent('''
 
     t0 = time.perf_counter()
     serve.run(Echo.bind(), name="echo", route_prefix="/")
-    print("READY", time.perf_counter() - t0, flush=True)
+    print("READY", time.perf_counter() - t0, started, flush=True)
     sys.stdin.read()
     serve.shutdown()
     {lib}.shutdown()
@@ -151,8 +153,11 @@ def wait_http(url: str, timeout_s: float) -> None:
 
 
 def start_script(code: str, port: int, ready_timeout: float,
-                 src: str | None = None) -> tuple[subprocess.Popen, float | None]:
-    """Run ``code`` as a script with ``port``; ``src``: put that muster source tree first on its path."""
+                 src: str | None = None) -> tuple[subprocess.Popen, list[float]]:
+    """Run ``code`` as a script with ``port``; ``src``: put that muster source tree first on its path.
+
+    Returns the process and the times its READY line gave (``serve.run`` to ready, then ``serve.start``).
+    """
     path = os.path.join(tempfile.mkdtemp(prefix="serve-bench-"), "app.py")
     with open(path, "w") as f:
         f.write(code)
@@ -162,17 +167,14 @@ def start_script(code: str, port: int, ready_timeout: float,
     proc = subprocess.Popen([sys.executable, path, str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env=env)
     deadline = time.monotonic() + ready_timeout
-    ready_s = None
     assert proc.stdout is not None
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
             break
         if line.startswith("READY"):
-            parts = line.split()
-            ready_s = float(parts[1]) if len(parts) > 1 else None
             wait_http(f"http://127.0.0.1:{port}/?x=1", max(1.0, deadline - time.monotonic()))
-            return proc, ready_s
+            return proc, [float(x) for x in line.split()[1:]]
     proc.kill()
     raise RuntimeError("the app did not start")
 
@@ -260,14 +262,17 @@ def main() -> None:
     procs = {"limit": limit}
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "src")
     ready: dict[str, float] = {}
+    started: dict[str, float] = {}  # serve.start (the ingress up), before serve.run
     for name, src in (("muster", here), ("muster-base", args.base_src)):
         if src is None:
             continue
         port = free_port()
         procs[name], took = start_script(MUSTER_APP, port, 120, os.path.abspath(src))
         urls[name] = f"http://127.0.0.1:{port}/?x=1"
-        if took is not None:
-            ready[name] = took
+        if took:
+            ready[name] = took[0]
+        if len(took) > 1:
+            started[name] = took[1]
     in_process_port = free_port()
     muster_urls, more_ready = start_muster(in_process_port)
     urls.update(muster_urls)
@@ -278,8 +283,10 @@ def main() -> None:
             import ray  # noqa: F401
 
             t0 = time.perf_counter()
-            ray_proc, ray_ready = start_script(RAY_APP, ray_port, 300)
-            ready["ray"] = ray_ready if ray_ready is not None else time.perf_counter() - t0
+            ray_proc, ray_took = start_script(RAY_APP, ray_port, 300)
+            ready["ray"] = ray_took[0] if ray_took else time.perf_counter() - t0
+            if len(ray_took) > 1:
+                started["ray"] = ray_took[1]
             urls["ray"] = f"http://127.0.0.1:{ray_port}/?x=1"
         except Exception as exc:  # noqa: BLE001 - measure the rest
             print(f"Ray Serve not measured: {exc}", file=sys.stderr)
@@ -324,6 +331,7 @@ def main() -> None:
             print(f"{name:22s} c={c:<4s} {s['rps']:9.0f} req/s ({s['rps_min']:.0f}-{s['rps_max']:.0f})  "
                   f"p50 {s['p50_ms']:7.2f} ms  p99 {s['p99_ms']:8.2f} ms  cpu/req {s.get('cpu_us', float('nan')):6.0f} us")
     print("ready after serve.run:", {k: round(v, 2) for k, v in ready.items()})
+    print("serve.start:", {k: round(v, 2) for k, v in started.items()})
     m, lim = summary["muster"], summary["limit"]
     ratios = {f"muster/limit req/s c={c}": m[c]["rps"] / lim[c]["rps"] for c in m if c in lim}
     if "ray" in summary:
@@ -351,7 +359,7 @@ def main() -> None:
         print(f"{k:40s} {v:8.2f}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"summary": summary, "ready_s": ready, "ratios": ratios, "duration": args.duration,
+            json.dump({"summary": summary, "ready_s": ready, "start_s": started, "ratios": ratios, "duration": args.duration,
                        "rounds": args.rounds}, f, indent=2)
 
 

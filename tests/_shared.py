@@ -14,12 +14,32 @@ import threading
 import time
 from typing import Callable
 
+import psutil
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now (never a fixed port in a test)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def engine_workers() -> list[psutil.Process]:
+    """The embedded engine's worker processes: the children of its zygote (this process's child,
+    forked and named muster-zygote or a fresh interpreter running the module), and the workers
+    it started as fresh interpreters of their own (``muster.core.local.zygote --worker``: the
+    Serve ingress).  Other children, such as a browser's driver or Ray's processes, are not workers."""
+    out = []
+    for child in psutil.Process().children():
+        try:
+            cmdline = child.cmdline()
+            if "muster.core.local.zygote" in cmdline and "--worker" in cmdline:
+                out.append(child)
+            elif child.name() == "muster-zygote" or "muster.core.local.zygote" in cmdline:
+                out.extend(child.children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.02) -> bool:

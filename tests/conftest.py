@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 import muster
+from _shared import engine_workers
 
 # A suite started as a background job (``cmd &`` in a script) inherits SIGINT ignored, and so
 # would every driver the Ctrl-C tests start: give this process Python's own handler, which
@@ -37,21 +38,6 @@ def _restore_env():
     os.environ.update(saved)
 
 
-def _workers() -> list[psutil.Process]:
-    """Worker processes: grandchildren of this process (children of the zygote; other
-    helpers a test starts, such as a browser's driver, are not workers)."""
-    out = []
-    for child in psutil.Process().children(recursive=False):
-        try:
-            # A zygote forked from this process is named muster-zygote; a fresh one runs the module.
-            if child.name() != "muster-zygote" and "muster.core.local.zygote" not in " ".join(child.cmdline()):
-                continue
-            out.extend(child.children(recursive=True))
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
 @pytest.fixture(autouse=True)
 def _no_leaked_workers(request):
     yield
@@ -62,7 +48,7 @@ def _no_leaked_workers(request):
     if _runtime is not None and hasattr(_runtime, "retire_idle_workers"):
         _runtime.retire_idle_workers()  # warm task workers are a cache, not a leak
     deadline = time.monotonic() + 5
-    alive = _workers()
+    alive = engine_workers()
     while alive and time.monotonic() < deadline:
         time.sleep(0.05)
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

@@ -16,7 +16,7 @@ import time
 
 import psutil
 import pytest
-from _shared import free_port
+from _shared import engine_workers, free_port
 
 import muster
 
@@ -85,14 +85,8 @@ def _zygote_pid() -> int | None:
 
 
 def _local_workers() -> list[psutil.Process]:
-    """The embedded engine's workers (children of its zygote); Ray's own processes are not ours to police."""
-    pid = _zygote_pid()
-    if pid is None:
-        return []
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
+    """The embedded engine's workers; Ray's own processes are not ours to police."""
+    return engine_workers()
 
 
 @pytest.fixture(autouse=True)

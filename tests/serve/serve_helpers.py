@@ -6,8 +6,8 @@ import contextlib
 import time
 
 import httpx
-import psutil
 import pytest
+from _shared import engine_workers
 
 
 def wait_until(cond, timeout_s: float = 30.0, what: str = "condition"):
@@ -22,15 +22,8 @@ def wait_until(cond, timeout_s: float = 30.0, what: str = "condition"):
 
 
 def _workers() -> set[int]:
-    """Worker processes of this test process's engine (children of its zygote)."""
-    out: set[int] = set()
-    for child in psutil.Process().children():
-        try:
-            if "muster.core.local.zygote" in " ".join(child.cmdline()):
-                out.update(p.pid for p in child.children(recursive=True))
-        except psutil.NoSuchProcess:
-            pass
-    return out
+    """Worker processes of this test process's engine."""
+    return {p.pid for p in engine_workers()}
 
 
 @contextlib.contextmanager

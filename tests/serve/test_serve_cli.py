@@ -131,6 +131,26 @@ def test_ctrl_c_drains_and_stops(env, tmp_path):
     assert "Draining and stopping" in "".join(out)
 
 
+def test_sigkill_of_serve_run_leaves_no_process(env, tmp_path):
+    """The ingress (a fresh interpreter, not a fork of the zygote) and the replicas go with a killed driver."""
+    import psutil
+
+    proc, port, _ = _start(env, tmp_path, "cli_app:app", "--port", "0")
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "world"}
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        fresh = [p for p in tree if "--worker" in p.cmdline()]
+        assert len(fresh) == 1, [p.cmdline() for p in tree]  # the ingress
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    _, alive = psutil.wait_procs(tree, timeout=10)
+    assert not alive, f"still alive 10 s after `serve run` was killed: {[p.cmdline() for p in alive]}"
+
+
 def test_bad_import_path_names_module_and_attribute(env, tmp_path):
     r = _muster(env, tmp_path, "serve", "run", "no_such_module:app", timeout=60)
     assert r.returncode == 2 and "module 'no_such_module' was not found" in r.stderr

@@ -36,6 +36,8 @@ def test_bad_options_name_the_field():
         DeploymentConfig(name="x", ray_actor_options={"runtime_env": {"env_vars": {"A": 1}}})
     with pytest.raises(ValueError, match="port=70000"):
         HTTPOptions(port=70000)
+    with pytest.raises(ValueError, match="loop='trio': use 'uvloop' or 'asyncio'"):
+        HTTPOptions.coerce({"loop": "trio"})
     with pytest.raises(TypeError, match="unknown option"):
         serve.deployment(colour="red")
     with pytest.raises(TypeError, match="async def"):

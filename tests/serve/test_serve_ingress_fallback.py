@@ -1,4 +1,5 @@
-"""An ingress whose process dies while starting on granian is started again on uvicorn, and says so."""
+"""An ingress whose process dies (starting, or later by a crash) runs again on the other server, on
+asyncio's own event loop, and says so."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_an_ingress_that_dies_at_start_on_granian_serves_on_uvicorn(monkeypatch,
     with serving() as client:
         out, err = capfd.readouterr()
         assert "[serve] the HTTP ingress died while starting on granian (" in err, err
-        assert "killed by SIGSEGV" in err and "starting it on uvicorn instead" in err, err
+        assert "killed by SIGSEGV" in err and "starting it on uvicorn with asyncio's own event loop" in err, err
         # where it died, from the dead process's own log (relayed by a thread: give it a moment)
         seen = [out]
 
@@ -44,25 +45,27 @@ def test_an_ingress_that_dies_at_start_on_granian_serves_on_uvicorn(monkeypatch,
             return "Fatal Python error: Segmentation fault" in "".join(seen)
 
         wait_until(crash_report, 10, "the crashed ingress's stack in the driver's output")
-        assert serve.status().http["server"] == "uvicorn"
+        assert (serve.status().http["server"], serve.status().http["loop"]) == ("uvicorn", "asyncio")
         serve.run(hello.bind(), name="hello", route_prefix="/hello")
         r = client.get("/hello")
         assert r.status_code == 200 and r.text == "hello"
 
 
-def test_an_ingress_that_crashes_while_serving_is_replaced_on_the_other_server(capfd):
+@pytest.mark.parametrize("first,then", [("granian", "uvicorn"), ("uvicorn", "granian")])
+def test_an_ingress_that_crashes_while_serving_is_replaced_on_the_other_server(first, then, capfd):
     from muster.serve import api
 
-    with serving() as client:
+    with serving(server=first) as client:
         serve.run(hello.bind(), name="hello", route_prefix="/hello")
         port, victim = serve.status().http["port"], api._controller.ingress.pid
-        assert serve.status().http["server"] == "granian"
+        assert (serve.status().http["server"], serve.status().http["loop"]) == (first, "uvloop")
         os.kill(victim, signal.SIGSEGV)  # as a crash inside the server would end it (an OOM kill keeps the server)
         wait_until(lambda: _answer(client, "/hello") == "hello", 30, "an answer from the new ingress")
         wait_until(lambda: serve.status().proxies["ingress"] == "HEALTHY", 30, "the new ingress in the status")
-        assert serve.status().http == {"host": "127.0.0.1", "port": port, "server": "uvicorn"}
+        assert serve.status().http == {"host": "127.0.0.1", "port": port, "server": then, "loop": "asyncio"}
         err = capfd.readouterr().err
-        assert "[serve] the HTTP ingress crashed (killed by SIGSEGV); starting it on uvicorn instead" in err, err
+        assert (f"[serve] the HTTP ingress crashed (killed by SIGSEGV); starting it on {then} with asyncio's own "
+                "event loop instead") in err, err
 
 
 def _answer(client, path: str) -> str | None:

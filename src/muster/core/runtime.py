@@ -136,8 +136,13 @@ class Runtime(abc.ABC):
         resources: Resources,
         label: str = "",
         on_event: EventHandler | None = None,
+        fresh_process: bool = False,
     ) -> RuntimeActor:
-        """Start one actor of ``cls`` holding ``resources`` (``on_event`` is live during ``__init__``)."""
+        """Start one actor of ``cls`` holding ``resources`` (``on_event`` is live during ``__init__``).
+
+        ``fresh_process``: start it in a new interpreter, not a fork of one that holds the driver's
+        state (an engine whose actors are all new processes has nothing to change).
+        """
 
     def capacity(self, request: Resources) -> int:
         """How many more actors holding ``request`` would fit in what is free now."""

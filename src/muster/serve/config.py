@@ -168,6 +168,7 @@ class HTTPOptions:
     host: str = "127.0.0.1"
     port: int = 8000
     server: str = "granian"  # measured fastest here; "uvicorn" also works
+    loop: str = "uvloop"  # the ingress's event loop; "asyncio" is the standard library's own
     request_timeout_s: float | None = None
     max_body_bytes: int = 100 * 1024 * 1024
     keep_alive_timeout_s: float = 5.0
@@ -179,6 +180,8 @@ class HTTPOptions:
             raise InvalidArgumentError(f"http_options port={self.port!r}: use an integer in 0..65535 (0 picks a free port).")
         if self.server not in ("granian", "uvicorn"):
             raise InvalidArgumentError(f"http_options server={self.server!r}: use 'granian' or 'uvicorn'.")
+        if self.loop not in ("uvloop", "asyncio"):
+            raise InvalidArgumentError(f"http_options loop={self.loop!r}: use 'uvloop' or 'asyncio'.")
         if self.request_timeout_s is not None:
             _positive("http_options.request_timeout_s", self.request_timeout_s)
         _positive("http_options.max_body_bytes", self.max_body_bytes, integer=True)

@@ -178,15 +178,19 @@ class LocalRuntime(Runtime):
                     with self._lock:
                         self._by_pid[msg[2]] = actor
             elif msg[0] == "exited":
-                with self._lock:
-                    actor = self._by_pid.pop(msg[1], None)
-                if actor is not None:
-                    actor.exitcode = msg[2]
-                    actor.exited.set()
+                self._exited(msg[1], msg[2])
         if not self._closed:
             print("muster: the worker launcher (zygote) exited; workers are gone.", file=sys.stderr)
             for actor in list(self._actors.values()):
                 actor.exited.set()
+
+    def _exited(self, pid: int, code: int) -> None:
+        """Worker ``pid`` has exited with ``code`` (negative: the signal that killed it)."""
+        with self._lock:
+            actor = self._by_pid.pop(pid, None)
+        if actor is not None:
+            actor.exitcode = code
+            actor.exited.set()
 
     def shutdown(self) -> None:
         if self._closed:
@@ -245,9 +249,11 @@ class LocalRuntime(Runtime):
         resources: dict[str, float],
         label: str = "",
         on_event: EventHandler | None = None,
+        fresh_process: bool = False,
     ) -> RuntimeActor:
         (actor,) = self._launch(
-            1, cls, args, kwargs, resources, None, None, None, [label] if label else None, on_event
+            1, cls, args, kwargs, resources, None, None, None, [label] if label else None, on_event,
+            fresh_process=fresh_process,
         )
         return actor
 
@@ -277,6 +283,7 @@ class LocalRuntime(Runtime):
         labels: list[str] | None,
         on_event: EventHandler | None = None,
         allocations: list[Allocation] | None = None,
+        fresh_process: bool = False,
     ) -> list[LocalActor]:
         request = res.normalize(request, what="resources_per_worker")
         self.slots.check_feasible(request, n)
@@ -295,7 +302,7 @@ class LocalRuntime(Runtime):
                 actors.append(actor)
             self._wait_started()
             for actor in actors:
-                self._fork(actor, env)
+                (self._spawn if fresh_process else self._fork)(actor, env)
             deadline = time.monotonic() + _STARTUP_TIMEOUT_S
             for actor in actors:
                 if not actor.connected.wait(max(0.0, deadline - time.monotonic())):
@@ -313,7 +320,8 @@ class LocalRuntime(Runtime):
             raise
         return actors
 
-    def _fork(self, actor: LocalActor, extra_env: dict[str, str] | None) -> None:
+    def _spec(self, actor: LocalActor, extra_env: dict[str, str] | None) -> dict:
+        """What a new worker needs to become ``actor``: its environment, paths and the driver's addresses."""
         env = dict(os.environ)
         env.update(extra_env or {})
         if "GPU" in self.slots.total():
@@ -322,7 +330,7 @@ class LocalRuntime(Runtime):
         env.setdefault("OMP_NUM_THREADS", str(max(1, int(cpus))))
         listener, logs = self._listener, self._logs
         assert listener is not None and logs is not None  # start() made both
-        spec = {
+        return {
             "worker_id": actor.worker_id,
             "label": actor.label,
             "node_id": self.node_id,
@@ -334,6 +342,9 @@ class LocalRuntime(Runtime):
             "log_address": logs.address,
             "preload": _preload(self._preload_extra),  # the driver may have imported torch since the zygote started
         }
+
+    def _fork(self, actor: LocalActor, extra_env: dict[str, str] | None) -> None:
+        spec = self._spec(actor, extra_env)
         with self._zygote_lock:
             if self._zygote_conn is None:
                 raise RuntimeNotStartedError("muster's worker launcher is not running; call muster.init() again.")
@@ -345,6 +356,18 @@ class LocalRuntime(Runtime):
                     f"muster's worker launcher (zygote) has exited ({describe_exit(code)}), so no new "
                     "workers can start. Call muster.shutdown() and then muster.init() to start a fresh engine."
                 ) from exc
+
+    def _spawn(self, actor: LocalActor, extra_env: dict[str, str] | None) -> None:
+        """Start ``actor`` in a fresh interpreter of its own (not forked from the zygote), and reap it."""
+        proc = zygote_process.spawn_worker(self._spec(actor, extra_env))
+        actor.pid = proc.pid
+        with self._lock:
+            self._by_pid[proc.pid] = actor
+
+        def reap() -> None:
+            self._exited(proc.pid, proc.wait())
+
+        threading.Thread(target=reap, name=f"muster-reaper-{actor.worker_id}", daemon=True).start()
 
     def kill(self, handle: RuntimeActor, grace_s: float = 0.0) -> None:
         assert isinstance(handle, LocalActor)

@@ -10,6 +10,11 @@ from the driver itself (:func:`run_forked`), so it holds the driver's torch
 at once and only imports what the driver has not.  Otherwise it is a fresh
 ``python -m muster.core.local.zygote`` (:func:`main`) that imports torch itself.
 
+A worker that must not inherit the driver's state (the Serve ingress, whose
+native event loops have crashed in a fork of a busy driver) skips the zygote:
+``python -m muster.core.local.zygote --worker`` (:func:`worker_main`) becomes
+that one worker in a fresh interpreter.
+
 It watches its link to the driver: when the driver dies (even by SIGKILL) the
 link closes, the zygote kills every worker it forked and exits.  Workers also
 carry PR_SET_PDEATHSIG, so a killed zygote takes them with it.
@@ -86,7 +91,7 @@ def _die_with_parent() -> None:
 
 
 def _child(spec: dict, zygote_conn: Connection) -> None:
-    """Become a worker. Never returns."""
+    """Become a worker (in a child the zygote just forked). Never returns."""
     code = 1
     try:
         _die_with_parent()
@@ -103,28 +108,56 @@ def _child(spec: dict, zygote_conn: Connection) -> None:
             os.chdir(spec["cwd"])
         except OSError:
             pass
-        _attach_logs(spec["log_address"], spec["worker_id"])
-        # A native crash (SIGSEGV, SIGBUS, SIGABRT...) prints every thread's Python stack into the
-        # worker's log before the process dies, so the driver says where, not only "killed by SIGSEGV".
-        faulthandler.enable(file=sys.stderr, all_threads=True)
-        threads = os.environ.get("OMP_NUM_THREADS")
-        if threads and threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
-            # torch was imported here under the zygote's environment: give it the count a fresh
-            # `import torch` takes from this worker's OMP_NUM_THREADS (capped at the machine's cores).
-            sys.modules["torch"].set_num_threads(min(int(threads), os.cpu_count() or int(threads)))
-        from muster.core.local.worker import serve
-
-        conn = Client(spec["address"], family="AF_UNIX", authkey=spec["authkey"])
-        from muster.core.local import wire
-
-        wire.send(conn, ("hello", spec["worker_id"], os.getpid(), spec["node_id"]))
-        serve(conn, spec["label"], spec["node_id"])
+        _run_worker(spec)
     except BaseException:  # noqa: BLE001
         import traceback
 
         traceback.print_exc()
     finally:
         os._exit(code)
+
+
+#: The environment variable that carries a fresh worker's spec (see :func:`worker_main`).
+WORKER_SPEC_ENV = "MUSTER_WORKER"
+
+
+def worker_main() -> None:
+    """Entry point of ``python -m muster.core.local.zygote --worker``: one worker, in a fresh interpreter.
+
+    Its environment and working directory come from the engine's ``Popen``;
+    the rest of its spec (JSON, the authkey in hex) from ``$MUSTER_WORKER``.
+    """
+    code = 1
+    try:
+        spec = json.loads(os.environ.pop(WORKER_SPEC_ENV))
+        spec["authkey"] = bytes.fromhex(spec["authkey"])
+        sys.path[:] = spec["sys_path"]
+        _run_worker(spec)
+    except BaseException:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _run_worker(spec: dict) -> None:
+    """Connect to the driver and serve its calls (both starts end here). Never returns."""
+    _attach_logs(spec["log_address"], spec["worker_id"])
+    # A native crash (SIGSEGV, SIGBUS, SIGABRT...) prints every thread's Python stack into the
+    # worker's log before the process dies, so the driver says where, not only "killed by SIGSEGV".
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
+        # torch was imported here under the zygote's environment: give it the count a fresh
+        # `import torch` takes from this worker's OMP_NUM_THREADS (capped at the machine's cores).
+        sys.modules["torch"].set_num_threads(min(int(threads), os.cpu_count() or int(threads)))
+    from muster.core.local import wire
+    from muster.core.local.worker import serve
+
+    conn = Client(spec["address"], family="AF_UNIX", authkey=spec["authkey"])
+    wire.send(conn, ("hello", spec["worker_id"], os.getpid(), spec["node_id"]))
+    serve(conn, spec["label"], spec["node_id"])
 
 
 def _attach_logs(address: str, worker_id: int) -> None:
@@ -313,4 +346,7 @@ def _reap(children: set[int], conn: Connection) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--worker"]:
+        worker_main()
+    else:
+        main()

@@ -1,5 +1,6 @@
 """The driver's side of the zygote process: start it (a fork of the driver, or a fresh
-interpreter), hold a handle on it, and kill its process group.
+interpreter), hold a handle on it, and kill its process group; and start a worker
+as a fresh interpreter of its own, without the zygote.
 
 The zygote's own loop is in :mod:`muster.core.local.zygote`; the engine decides
 which start applies (``zygote.fork_blocker``) and talks to the running zygote.
@@ -86,6 +87,22 @@ def spawn(address: str, authkey: bytes, preload: list[str]) -> subprocess.Popen:
         cwd=os.getcwd(),
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # Ctrl-C in the terminal reaches the driver only
+    )
+
+
+def spawn_worker(spec: dict) -> subprocess.Popen:
+    """Start one worker as a fresh interpreter (no zygote, none of the driver's state); it connects
+    back as a forked one does.  ``spec`` is the fork request's: its ``env`` and ``cwd`` go to ``Popen``."""
+    spec = dict(spec)
+    env, cwd = spec.pop("env"), spec.pop("cwd")
+    spec.pop("preload", None)
+    spec["authkey"] = spec["authkey"].hex()
+    return subprocess.Popen(
+        [sys.executable, "-m", "muster.core.local.zygote", "--worker"],
+        env=dict(env, **{zygote.WORKER_SPEC_ENV: json.dumps(spec)}),
+        cwd=cwd if os.path.isdir(cwd) else None,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # Ctrl-C in the terminal reaches the driver only, as with forked workers
     )
 
 

@@ -247,6 +247,7 @@ class RayRuntime(Runtime):
         resources: dict[str, float],
         label: str = "",
         on_event: EventHandler | None = None,
+        fresh_process: bool = False,  # every Ray actor is a new worker process
     ) -> RuntimeActor:
         request = res.normalize(resources, what="actor resources")
         placement.check_gang(self.node_resources(), request, 1, "PACK", what=f"actor {label or cls.__name__}")

@@ -358,18 +358,27 @@ class ServeController:
         if not self.local:
             return _InProcess(IngressActor(options, self.table))  # on a cluster: the driver's node, this process
         try:
-            return self.runtime.create_actor(self.ingress_class, (options, self.table), {}, {}, label="serve ingress")
+            return self._start_ingress(options)
         except ActorDiedError as exc:
             options = self._switch_server(f"died while starting on {options.server} ({exc})", options)
-            return self.runtime.create_actor(self.ingress_class, (options, self.table), {}, {}, label="serve ingress")
+            return self._start_ingress(options)
+
+    def _start_ingress(self, options: HTTPOptions) -> Any:
+        # A fresh interpreter, not a fork of the zygote: in CI a forked ingress inherited the test
+        # driver's state and its native loop aborted (granian) or crashed (uvicorn) while starting.
+        return self.runtime.create_actor(
+            self.ingress_class, (options, self.table), {}, {}, label="serve ingress", fresh_process=True
+        )
 
     def _switch_server(self, what: str, options: HTTPOptions) -> HTTPOptions:
-        """Run the ingress on the other server from now on (``options`` changed to match), saying why."""
+        """Run the ingress on the other server, on asyncio's own event loop, from now on (``options``
+        changed to match), saying why.  Both crashes seen in CI were inside uvloop's native code."""
         other = "uvicorn" if options.server == "granian" else "granian"
-        print(f"[serve] the HTTP ingress {what}; starting it on {other} instead (choose one outright with "
-              "serve.start(http_options={'server': ...})).", file=sys.stderr, flush=True)
-        self.options = dataclasses.replace(self.options, server=other)
-        return dataclasses.replace(options, server=other)
+        print(f"[serve] the HTTP ingress {what}; starting it on {other} with asyncio's own event loop instead "
+              "(choose outright with serve.start(http_options={'server': ..., 'loop': ...})).",
+              file=sys.stderr, flush=True)
+        self.options = dataclasses.replace(self.options, server=other, loop="asyncio")
+        return dataclasses.replace(options, server=other, loop="asyncio")
 
     def _ingress_down(self) -> str | None:
         """Why the ingress cannot serve now (None: it can)."""
@@ -534,7 +543,8 @@ class ServeController:
                 apps[a.name] = {"status": a.status, "message": a.message, "route_prefix": a.route_prefix,
                                 "last_deployed_time_s": a.deployed_at, "deployments": deps}
         return {"proxies": {"ingress": "HEALTHY" if self.ingress.is_alive() else "UNHEALTHY"},
-                "http": {"host": self.host, "port": self.port, "server": self.options.server}, "applications": apps}
+                "http": {"host": self.host, "port": self.port, "server": self.options.server,
+                         "loop": self.options.loop}, "applications": apps}
 
     def shutdown(self) -> None:
         self._stop.set()

@@ -15,24 +15,27 @@ _loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
+def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    if kind == "uvloop":
+        try:
+            import uvloop
 
-        return uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
-        return asyncio.new_event_loop()
+            return uvloop.new_event_loop()
+        except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
+            pass
+    return asyncio.new_event_loop()
 
 
-def get_loop() -> asyncio.AbstractEventLoop:
-    """The process's Serve loop, started on first use."""
+def get_loop(kind: str = "uvloop") -> asyncio.AbstractEventLoop:
+    """The process's Serve loop, started on first use: ``kind`` "uvloop" (when installed) or
+    "asyncio" (the standard library's own), which only the first call chooses."""
     global _loop
     loop = _loop
     if loop is not None and not loop.is_closed():
         return loop
     with _lock:
         if _loop is None or _loop.is_closed():
-            loop = _new_loop()
+            loop = _new_loop(kind)
             ready = threading.Event()
 
             def run() -> None:

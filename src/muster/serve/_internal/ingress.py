@@ -256,7 +256,7 @@ class IngressActor:
     def __init__(self, options: HTTPOptions, table: router.RouteTable):
         self.options = options
         self.app = IngressApp(options)
-        self.loop = eventloop.get_loop()
+        self.loop = eventloop.get_loop(options.loop)
         eventloop.run_sync(self._apply(table))
         self.server: Any = None
         self.stopping = self.ready = False
