@@ -210,3 +210,67 @@ def test_ddp_modules_are_preloaded_for_a_torch_trainer_not_for_tune_function_tri
     assert held["trial"] == {"torch": True, "dynamo": False}, output
     # A TorchTrainer asked for DDP's modules: its workers start with them already imported.
     assert held["trainer"] == {"torch": True, "dynamo": True}, output
+
+
+_SMAPS = """\
+7f0000000000-7f0000002000 r--p 00000000 fe:00 11   /usr/lib/libclean.so
+Rss:                   8 kB
+Anonymous:             0 kB
+Swap:                  0 kB
+7f0000002000-7f0000003000 r--p 00002000 fe:00 11   /usr/lib/libclean.so
+Rss:                   4 kB
+Anonymous:             4 kB
+Swap:                  0 kB
+7f0000003000-7f0000004000 r--p 00003000 fe:00 11   /usr/lib/libclean.so
+Rss:                   0 kB
+Anonymous:             0 kB
+Swap:                  4 kB
+7f0000004000-7f0000005000 rw-p 00004000 fe:00 11   /usr/lib/libclean.so
+Anonymous:             0 kB
+Swap:                  0 kB
+7f0000005000-7f0000006000 r-xp 00000000 00:00 0    [vdso]
+Anonymous:             0 kB
+Swap:                  0 kB
+7f0000006000-7f0000008000 r-xp 00000000 fe:00 12   /usr/lib/libcode.so
+Anonymous:             0 kB
+"""
+
+
+def test_an_idle_zygote_drops_only_pages_its_files_hold_unchanged():
+    """Only clean read-only file mappings are dropped: never one with an anonymous copy, resident
+    (relocated data) or swapped out (dropping it would bring back the file's original bytes)."""
+    from muster.core.local.zygote import droppable_mappings
+
+    assert droppable_mappings(_SMAPS.splitlines(True)) == [(0x7F0000000000, 0x7F0000002000)]
+
+
+def test_dropping_file_pages_keeps_a_private_copy_made_read_only(tmp_path):
+    """For real: a file page written privately, then made read-only, keeps what was written."""
+    script = r"""
+import ctypes, mmap, sys
+from muster.core.local import zygote
+
+path = sys.argv[1]
+with open(path, "wb") as f:
+    f.write(b"file" * 2048)
+libc = ctypes.CDLL("libc.so.6", use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+with open(path, "rb+") as f:
+    copied = mmap.mmap(f.fileno(), 8192, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    clean = mmap.mmap(f.fileno(), 8192, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+copied[:4] = b"mine"
+address = ctypes.addressof(ctypes.c_char.from_buffer(copied))
+assert libc.mprotect(address, 8192, mmap.PROT_READ) == 0  # now r--p, with one anonymous page
+assert clean[:4] == b"file"
+with open("/proc/self/smaps") as f:
+    dropped = zygote.droppable_mappings(f)
+ours = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in open("/proc/self/maps") if path in line]
+assert len(ours) == 2, ours  # the copy and the clean mapping, both r--p now
+assert [m for m in ours if m in dropped] == [m for m in ours if not m[0] <= address < m[1]], (ours, dropped)
+zygote._drop_file_pages()
+print(copied[:4].decode(), clean[:4].decode())
+"""
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data.bin")], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["mine", "file"]

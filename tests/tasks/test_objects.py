@@ -302,3 +302,25 @@ def test_an_unchanged_argument_is_passed_back_without_a_copy_and_a_changed_one_i
     same[0] = 42.0  # the driver's copy-on-write view: neither the put value nor a later task sees it
     assert muster.get(ref)[0] == array[0]
     assert muster.get(touch.remote(ref, False), timeout=TIMEOUT)[0] == array[0]
+
+
+def test_a_function_sent_by_value_keeps_its_file_for_tracebacks(tmp_path):
+    """Code from a script (not importable by workers) travels by value with its file name, so a
+    remote traceback shows the user's source lines (cloudpickle alone sends '<dynamic-code>')."""
+    import pickle
+    import traceback
+
+    from muster.core import serialization
+
+    path = tmp_path / "user_script.py"
+    path.write_text("def outer():\n    def inner():\n        raise ValueError('from the user')\n    return inner\n")
+    namespace = {"__name__": "a_script_workers_cannot_import"}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    body, buffers = serialization.dumps(namespace["outer"])
+    outer = pickle.loads(body, buffers=buffers)
+    assert outer is not namespace["outer"] and outer.__code__.co_filename == str(path)
+    inner = outer()
+    with pytest.raises(ValueError) as info:
+        inner()
+    shown = "".join(traceback.format_exception(info.value))
+    assert f'File "{path}", line 3, in inner' in shown and "raise ValueError('from the user')" in shown, shown

@@ -13,6 +13,7 @@ import mmap
 import os
 import pickle
 import sys
+import types
 import weakref
 from typing import Any, TypeVar
 
@@ -28,10 +29,25 @@ def _tensor_from_numpy(array: Any) -> Any:
     return torch.from_numpy(array)
 
 
+def _code_from(rebuild: Any, args: tuple, filename: str) -> types.CodeType:
+    """A code object sent by value, with the file it came from again."""
+    code: types.CodeType = rebuild(*args)
+    return code.replace(co_filename=filename)
+
+
+#: How cloudpickle reduces a code object (a function sent by value carries its code).
+_reduce_code = cloudpickle.Pickler.dispatch_table.get(types.CodeType)
+
+
 class Pickler(cloudpickle.Pickler):
-    """cloudpickle, plus plain CPU tensors travel as numpy views (so out of band)."""
+    """cloudpickle, plus plain CPU tensors travel as numpy views (so out of band), and code sent
+    by value keeps its file name: cloudpickle 3.1.3 names it ``<dynamic-code>``, which would leave
+    a remote traceback through a function from ``__main__`` without the user's source lines."""
 
     def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is types.CodeType and _reduce_code is not None:
+            rebuild, args = _reduce_code(obj)
+            return _code_from, (rebuild, args, obj.co_filename)
         torch = sys.modules.get("torch")
         if torch is not None and type(obj) is torch.Tensor:
             if obj.device.type == "cpu" and obj.layout == torch.strided and not obj.requires_grad:

@@ -33,6 +33,7 @@ import signal
 import socket
 import sys
 from multiprocessing.connection import Client, Connection
+from typing import Iterable
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -245,26 +246,46 @@ def _drop_file_pages() -> None:
 
     An idle zygote needs none of them, and the pages stay in the page cache (a
     later touch maps them back); this only takes them off its resident set, so
-    the zygote's RSS is what it holds of its own.  A mapping with any private
-    (anonymous) page, such as relocated read-only data, is left alone.
+    the zygote's RSS is what it holds of its own.
     """
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        candidate: tuple[int, int] | None = None
         with open("/proc/self/smaps") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) >= 5 and "-" in parts[0] and ":" in parts[3]:  # a mapping's header line
-                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                    file_backed = len(parts) > 5 and parts[5].startswith("/")
-                    candidate = (lo, hi) if file_backed and parts[1] in ("r--p", "r-xp") else None
-                elif parts and parts[0] == "Anonymous:" and candidate is not None:
-                    if parts[1] == "0":
-                        libc.madvise(candidate[0], candidate[1] - candidate[0], _MADV_DONTNEED)
-                    candidate = None
+            for lo, hi in droppable_mappings(f):
+                libc.madvise(lo, hi - lo, _MADV_DONTNEED)
     except (OSError, ValueError):  # not Linux, or an unexpected smaps: keep the pages
         pass
+
+
+def droppable_mappings(smaps: Iterable[str]) -> list[tuple[int, int]]:
+    """The address ranges in ``smaps`` (``/proc/<pid>/smaps`` lines) whose pages can be dropped and
+    read back from their file unchanged: read-only private file mappings with no page of their own.
+
+    A page of its own is an anonymous copy (relocated read-only data, written before it was made
+    read-only), resident ("Anonymous") or swapped out ("Swap"): dropping it would bring back the
+    file's original bytes in its place.  A mapping whose smaps lacks either count is kept.
+    """
+    out: list[tuple[int, int]] = []
+    span: tuple[int, int] | None = None
+    counts: dict[str, str] = {}
+
+    def close() -> None:
+        if span is not None and counts.get("Anonymous:") == "0" and counts.get("Swap:") == "0":
+            out.append(span)
+
+    for line in smaps:
+        parts = line.split()
+        if len(parts) >= 5 and "-" in parts[0] and ":" in parts[3]:  # a mapping's header line
+            close()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            file_backed = len(parts) > 5 and parts[5].startswith("/")
+            span = (lo, hi) if file_backed and parts[1] in ("r--p", "r-xp") else None
+            counts = {}
+        elif len(parts) > 1 and parts[0] in ("Anonymous:", "Swap:"):
+            counts[parts[0]] = parts[1]
+    close()
+    return out
 
 
 def _serve(conn: Connection) -> None:
