@@ -18,7 +18,9 @@ from muster.exceptions import TaskCancelledError
 # -- cancel ---------------------------------------------------------------------------------------
 @muster.remote(max_retries=3)
 def sleepy(path):
-    open(path, "w").write(str(os.getpid()))
+    with open(path + ".part", "w") as f:  # whole or absent: the driver reads it as soon as it exists
+        f.write(str(os.getpid()))
+    os.replace(path + ".part", path)
     time.sleep(60)
     return "finished"
 
@@ -73,7 +75,7 @@ def test_cancel_a_task_waiting_on_its_argument_never_runs_it(tmp_path):
     assert muster.cancel(dep) is False  # already finished
 
 
-def test_ray_exception_names_are_muster_classes():
+def test_ray_exception_names_are_muster_classes(tmp_path):
     from muster.exceptions import (
         ActorDiedError,
         GetTimeoutError,
@@ -97,7 +99,7 @@ def test_ray_exception_names_are_muster_classes():
     with pytest.raises(RayTaskError, match="bad input 7") as info:
         muster.get(boom.remote(), timeout=TIMEOUT)
     assert isinstance(info.value, ValueError)
-    slow = sleepy.remote(os.devnull)
+    slow = sleepy.remote(str(tmp_path / "started"))
     with pytest.raises(GetTimeoutError):
         muster.get(slow, timeout=0.1)
     muster.cancel(slow, force=True)
