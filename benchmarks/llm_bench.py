@@ -37,6 +37,10 @@ over rounds with the spread (min-max):
   naive); ``--only serve-vllm`` leaves vLLM's own server unstarted, so one
   vLLM engine has the machine.
 
+``--schedstat`` also reports, for every process under the benchmark, its
+time on a CPU and its time runnable but waiting for one while each HTTP
+system ran (``/proc/<pid>/task/*/schedstat``): where the chain waits for CPU.
+
 All use one torch thread by default (``--threads``): a Serve replica
 with ``num_cpus=1`` gets ``OMP_NUM_THREADS=1``, and on a shared box more
 threads than cores make OpenMP spin (the decoding thread of the engine then
@@ -232,6 +236,9 @@ def main() -> None:
     parser.add_argument("--no-2hop", action="store_true", help="skip serve2hop (the OpenAiIngress layout)")
     parser.add_argument("--no-openai", action="store_true", help="skip serve-oai (the official openai client)")
     parser.add_argument("--no-vllm", action="store_true", help="skip vllm and serve-vllm (run only where vLLM imports)")
+    parser.add_argument("--schedstat", action="store_true",
+                        help="also report, per process under this one, its time on a CPU and waiting for one "
+                             "(/proc/<pid>/task/*/schedstat) while each HTTP system ran")
     parser.add_argument("--only", nargs="+", metavar="SYSTEM",
                         help="measure only these systems and naive (e.g. --only serve-vllm: vLLM's server is not started)")
     args = parser.parse_args()
@@ -298,6 +305,7 @@ def main() -> None:
     results: dict[str, dict[int, list[dict[str, float]]]] = {s: {c: [] for c in args.concurrency} for s in systems}
     loop = asyncio.new_event_loop()
     clients = Clients(max(args.concurrency)) if urls else None
+    sched: dict[tuple[str, int], dict[str, list[float]]] = {}  # (system, c) -> process -> [on CPU ms, waiting ms]
 
     def over_http(system: str, conc: int, n: int, max_tokens: int) -> dict[str, float]:
         assert clients is not None
@@ -319,7 +327,10 @@ def main() -> None:
                     elif system == "engine":
                         res = loop.run_until_complete(run_engine(engine, conc, n, args.max_tokens))
                     else:
+                        before = sched_snapshot() if args.schedstat else {}
                         res = over_http(system, conc, n, args.max_tokens)
+                        if args.schedstat:
+                            sched_add(sched.setdefault((system, conc), {}), before, sched_snapshot())
                     results[system][conc].append(res)
                     print(f"round {r} c={conc:<3} {system:<10} {res['tok_s']:8.0f} tok/s  "
                           f"ttft p50 {res['ttft_p50_ms']:7.1f} ms  p99 {res['ttft_p99_ms']:7.1f} ms", flush=True)
@@ -327,6 +338,45 @@ def main() -> None:
         loop.run_until_complete(clients.http.aclose())
     _clean_up()
     report(results, args)
+    for (system, conc), procs in sched.items():
+        print(f"\n{system} c={conc}, all rounds: ms on a CPU / ms runnable but waiting for one")
+        for label, (run, wait) in sorted(procs.items(), key=lambda kv: -kv[1][1]):
+            print(f"  {label:<28} {run:8.0f} / {wait:8.0f}")
+
+
+def sched_snapshot() -> dict[int, tuple[str, int, int]]:
+    """Per process under this one: (label, ns on a CPU, ns runnable but waiting), summed over its threads."""
+    import glob
+
+    import psutil
+
+    out = {}
+    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        try:
+            cmdline, name = proc.cmdline(), proc.name()
+        except psutil.Error:
+            continue
+        label = ("benchmark driver (client)" if proc.pid == os.getpid() else "serve ingress" if "--worker" in cmdline
+                 else name if name.startswith("VLLM") else f"{name} {proc.pid}")
+        run = wait = 0
+        for task in glob.glob(f"/proc/{proc.pid}/task/*/schedstat"):
+            try:
+                fields = open(task).read().split()
+            except OSError:  # the thread ended
+                continue
+            run, wait = run + int(fields[0]), wait + int(fields[1])
+        out[proc.pid] = (label, run, wait)
+    return out
+
+
+def sched_add(into: dict[str, list[float]], before: dict[int, tuple[str, int, int]],
+              after: dict[int, tuple[str, int, int]]) -> None:
+    """Add what each process (present at both ends) used and waited between two snapshots, in ms."""
+    for pid, (label, run, wait) in after.items():
+        if pid in before:
+            total = into.setdefault(label, [0.0, 0.0])
+            total[0] += (run - before[pid][1]) / 1e6
+            total[1] += (wait - before[pid][2]) / 1e6
 
 
 def start_vllm_server(model_path: str, args: argparse.Namespace) -> tuple[Any, str]:

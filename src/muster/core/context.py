@@ -29,6 +29,11 @@ def in_worker() -> bool:
     return _channel is not None
 
 
+def worker_engine() -> str | None:
+    """The engine whose worker this process is ("local" or "ray"), or None outside a worker."""
+    return getattr(_channel, "engine", None) if _channel is not None else None
+
+
 def send_event(payload: Any, *, wait: bool = True, timeout: float | None = None) -> Any:
     """Send ``payload`` to the driver's handler for this actor.
 

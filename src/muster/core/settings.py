@@ -63,6 +63,12 @@ def zygote_fork_enabled() -> bool:
     return os.environ.get("MUSTER_ZYGOTE_FORK", "1") != "0"
 
 
+def vllm_group_nice() -> str:
+    """``MUSTER_VLLM_NICE``: the nice of the scheduling group a vLLM replica and its engine's processes
+    run in (0 leaves them in the worker's group); checked where it is used."""
+    return os.environ.get("MUSTER_VLLM_NICE", "10")
+
+
 def shared_memory_transport() -> bool:
     """``MUSTER_SHARED_MEMORY=0`` streams big buffers through the socket instead of memfds."""
     return os.environ.get("MUSTER_SHARED_MEMORY", "1") != "0"

@@ -23,6 +23,8 @@ from muster.exceptions import MusterError
 class _Channel:
     """Worker side of one driver connection (also the ``context`` event channel)."""
 
+    engine = "local"
+
     def __init__(self, conn: Connection, label: str, host: str):
         self.conn, self.label, self.host = conn, label, host
         self.pid = os.getpid()

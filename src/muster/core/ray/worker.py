@@ -50,6 +50,8 @@ def unpack(data: bytes) -> Any:
 class _HubChannel:
     """Worker side of the event channel: one hub call per event, in order."""
 
+    engine = "ray"
+
     def __init__(self, hub: Any, key: str):
         self.hub, self.key = hub, key
         self._ids = itertools.count()

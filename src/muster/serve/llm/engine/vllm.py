@@ -8,12 +8,14 @@ pooling model and are not offered through this engine.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from muster.core import context, settings
 from muster.serve.llm.config import LLMConfig
 from muster.serve.llm.engine.base import EngineStats, GenerationChunk, LLMEngine, SamplingParams
 from muster.serve.llm.errors import EngineError, InvalidRequestError, LLMConfigError
@@ -47,6 +49,7 @@ class VLLMEngine(LLMEngine):
         kwargs = dict(self.config.engine_kwargs)
         kwargs.setdefault("served_model_name", self.config.model_id)
         args = AsyncEngineArgs(model=self.config.model_source, **kwargs)
+        _own_scheduling_group(_group_nice())
         self.engine = AsyncLLM.from_engine_args(args)
         self.tokenizer = AutoTokenizer.from_pretrained(
             self.config.model_source, trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
@@ -121,3 +124,38 @@ class VLLMEngine(LLMEngine):
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None
+
+
+def _group_nice() -> int:
+    raw = settings.vllm_group_nice()
+    try:
+        nice = int(raw)
+    except ValueError:
+        nice = -1
+    if not 0 <= nice <= 19:
+        raise LLMConfigError(f"MUSTER_VLLM_NICE={raw!r}: use an integer from 0 (off) to 19 (the lowest weight).")
+    return nice
+
+
+def _own_scheduling_group(nice: int) -> None:
+    """Put this replica, and the engine processes vLLM is about to start from it, in a scheduling
+    group of their own at ``nice`` (0: leave them where they are); only in a local engine's worker.
+
+    vLLM's engine core and worker busy-poll while they serve (on 2 cores: ~170% CPU). With the
+    kernel's autogroup scheduling on, CPU is shared between sessions first, so a process's own
+    nice does not reach across them, and the Serve ingress and clients waited tens of ms behind
+    the pollers (docs/serve-llm.md). A new session is a new autogroup; its nice lowers the whole
+    group's weight, which only matters while cores are short. Without autogroup: nothing to do.
+    """
+    if nice == 0 or context.worker_engine() != "local":  # not a driver's process, nor a Ray worker (Ray's)
+        return
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            if f.read().strip() != "1":
+                return
+        os.setsid()
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:  # not Linux, already a session leader, or not allowed: keep the default
+        pass
+
