@@ -6,7 +6,9 @@ test module can ``from _shared import free_port, wait_for``.
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +17,8 @@ import time
 from typing import Callable
 
 import psutil
+
+from muster.core.local import zygote_process
 
 
 def free_port() -> int:
@@ -27,15 +31,15 @@ def free_port() -> int:
 def engine_workers() -> list[psutil.Process]:
     """The embedded engine's worker processes: the children of its zygote (this process's child,
     forked and named muster-zygote or a fresh interpreter running the module), and the workers
-    it started as fresh interpreters of their own (``muster.core.local.zygote --worker``: the
+    it started as fresh interpreters of their own (``python -m muster.core.local --worker``: the
     Serve ingress).  Other children, such as a browser's driver or Ray's processes, are not workers."""
     out = []
     for child in psutil.Process().children():
         try:
             cmdline = child.cmdline()
-            if "muster.core.local.zygote" in cmdline and "--worker" in cmdline:
+            if zygote_process.MODULE in cmdline and "--worker" in cmdline:
                 out.append(child)
-            elif child.name() == "muster-zygote" or "muster.core.local.zygote" in cmdline:
+            elif child.name() == "muster-zygote" or zygote_process.MODULE in cmdline:
                 out.extend(child.children(recursive=True))
         except psutil.NoSuchProcess:
             pass
@@ -86,3 +90,23 @@ class Dashboard:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def check_in_fork(check: Callable[[], bool], timeout: float = 30.0) -> str:
+    """Run ``check`` in a child forked from this process (threads and all, as a user's fork would
+    be) and say how it went: "passed", "failed", "raised" or "hung" (killed after ``timeout``)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            code = 0 if check() else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "hung"
+        time.sleep(0.02)
+    return {0: "passed", 1: "failed"}.get(os.waitstatus_to_exitcode(done[1]), "raised")

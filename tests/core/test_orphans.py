@@ -17,6 +17,8 @@ import time
 import psutil
 import pytest
 
+from muster.core.local import zygote_process
+
 DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_driver.py")
 START_TIMEOUT = 60  # a fresh interpreter importing torch on a loaded 2-core box
 GONE_WITHIN = 5.0
@@ -66,7 +68,7 @@ class Driver:
             for child in psutil.Process(self.proc.pid).children():
                 try:
                     # Forked from the driver it is named muster-zygote; a fresh interpreter runs the module.
-                    if child.name() == "muster-zygote" or "muster.core.local.zygote" in " ".join(child.cmdline()):
+                    if child.name() == "muster-zygote" or zygote_process.MODULE in child.cmdline():
                         self.zygotes.add(child.pid)
                 except psutil.NoSuchProcess:
                     pass

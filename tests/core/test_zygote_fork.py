@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -274,3 +275,33 @@ print(copied[:4].decode(), clean[:4].decode())
                        text=True, timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["mine", "file"]
+
+
+@pytest.mark.parametrize("worker", [False, True], ids=["zygote", "worker"])
+def test_a_fresh_interpreter_start_warns_nothing(monkeypatch, tmp_path, worker):
+    """The fresh zygote and the fresh worker run muster's module exactly once: with every warning an
+    error, one that connects to no driver exits cleanly instead of failing on runpy's warning about a
+    module executed twice (which users saw on their terminal at each start)."""
+    from muster.core.local import zygote_process
+
+    monkeypatch.setenv("PYTHONWARNINGS", "error")
+    nowhere = str(tmp_path / "no-driver.sock")
+    if worker:
+        log = socket.socket(socket.AF_UNIX)
+        log.bind(str(tmp_path / "log.sock"))
+        log.listen(1)
+        log.settimeout(TIMEOUT)
+        spec = {"address": nowhere, "authkey": b"k", "sys_path": sys.path, "worker_id": 1, "node_id": "n",
+                "label": "w", "log_address": str(tmp_path / "log.sock"),
+                "env": dict(os.environ), "cwd": str(tmp_path)}
+        proc = zygote_process.spawn_worker(spec)
+    else:
+        proc = zygote_process.spawn(nowhere, b"k", [])
+    assert proc.wait(TIMEOUT) == (1 if worker else 0)
+    if worker:  # it failed only where it should: connecting to the driver, after its log was attached
+        conn, _ = log.accept()
+        conn.settimeout(10)
+        text = b""
+        while chunk := conn.recv(65536):
+            text += chunk
+        assert b"RuntimeWarning" not in text and b"FileNotFoundError" in text, text.decode(errors="replace")

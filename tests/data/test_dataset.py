@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import muster.data as md
+from _shared import check_in_fork
 
 TEST_CPUS = 4  # the session engine's CPUs (tests/conftest.py)
 
@@ -172,6 +173,18 @@ def test_early_break_stops_the_pipeline(threads_only):
     for _ in ds.iter_batches(batch_size=10):
         break
     assert len(made) < 100  # only the blocks in flight were made, not the whole dataset
+
+
+def test_a_forked_child_runs_pipelines_on_threads_of_its_own(threads_only):
+    """A process forked after a pipeline ran (a DataLoader worker, a user's fork) inherits the
+    thread pool but none of its threads: its pipelines must start threads of their own, not wait."""
+    def double(b):
+        return {"id": b["id"] * 2}
+
+    assert ids(md.range(64, override_num_blocks=8).map_batches(double)) == list(range(0, 128, 2))
+    assert check_in_fork(
+        lambda: ids(md.range(64, override_num_blocks=8).map_batches(double)) == list(range(0, 128, 2))
+    ) == "passed"
 
 
 def test_python_functions_run_in_idle_pooled_workers():

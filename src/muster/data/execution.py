@@ -108,6 +108,15 @@ _pool_size = 0
 _pool_lock = threading.Lock()
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child inherits the pool but none of its threads: work submitted there would wait forever."""
+    global _pool, _pool_size, _pool_lock
+    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 def _threads() -> ThreadPoolExecutor:
     global _pool, _pool_size
     want = DataContext.get_current().max_threads

@@ -127,7 +127,7 @@ class LocalRuntime(Runtime):
             if self._zygote is not None and self._zygote.poll() is not None:
                 raise MusterError(
                     f"muster's worker launcher (zygote) exited with code {self._zygote.returncode} before "
-                    "it was ready; its stderr is above. Check that `python -m muster.core.local.zygote` "
+                    "it was ready; its stderr is above. Check that `python -m muster.core.local` "
                     "can import muster and torch in this environment."
                 )
             if time.monotonic() > deadline:

@@ -8,11 +8,11 @@ It starts one of two ways.  When the driver is safe to fork (no other Python
 thread, CUDA not initialised: see :func:`fork_blocker`), the engine forks it
 from the driver itself (:func:`run_forked`), so it holds the driver's torch
 at once and only imports what the driver has not.  Otherwise it is a fresh
-``python -m muster.core.local.zygote`` (:func:`main`) that imports torch itself.
+``python -m muster.core.local`` (:func:`main`) that imports torch itself.
 
 A worker that must not inherit the driver's state (the Serve ingress, whose
 native event loops have crashed in a fork of a busy driver) skips the zygote:
-``python -m muster.core.local.zygote --worker`` (:func:`worker_main`) becomes
+``python -m muster.core.local --worker`` (:func:`worker_main`) becomes
 that one worker in a fresh interpreter.
 
 It watches its link to the driver: when the driver dies (even by SIGKILL) the
@@ -123,7 +123,7 @@ WORKER_SPEC_ENV = "MUSTER_WORKER"
 
 
 def worker_main() -> None:
-    """Entry point of ``python -m muster.core.local.zygote --worker``: one worker, in a fresh interpreter.
+    """Entry point of ``python -m muster.core.local --worker``: one worker, in a fresh interpreter.
 
     Its environment and working directory come from the engine's ``Popen``;
     the rest of its spec (JSON, the authkey in hex) from ``$MUSTER_WORKER``.
@@ -174,7 +174,7 @@ def _attach_logs(address: str, worker_id: int) -> None:
 
 
 def main() -> None:
-    """Entry point of ``python -m muster.core.local.zygote`` (the fresh-interpreter start)."""
+    """Entry point of ``python -m muster.core.local`` (the fresh-interpreter start)."""
     config = json.loads(os.environ.pop("MUSTER_ZYGOTE", "{}"))
     sys.path[:] = config.get("sys_path", sys.path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the driver
@@ -365,9 +365,3 @@ def _reap(children: set[int], conn: Connection) -> None:
         except OSError:
             return
 
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--worker"]:
-        worker_main()
-    else:
-        main()

@@ -19,6 +19,9 @@ from multiprocessing.connection import Connection
 
 from muster.core.local import zygote
 
+#: What a fresh zygote or worker runs, ``python -m MODULE [--worker]`` (its ``__main__``).
+MODULE = "muster.core.local"
+
 
 class ForkedZygote:
     """The zygote when it was forked from the driver: the few ``Popen`` members the engine uses."""
@@ -82,7 +85,7 @@ def spawn(address: str, authkey: bytes, preload: list[str]) -> subprocess.Popen:
         "preload": preload,
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "muster.core.local.zygote"],
+        [sys.executable, "-m", MODULE],
         env=dict(os.environ, MUSTER_ZYGOTE=json.dumps(config)),
         cwd=os.getcwd(),
         stdin=subprocess.DEVNULL,
@@ -98,7 +101,7 @@ def spawn_worker(spec: dict) -> subprocess.Popen:
     spec.pop("preload", None)
     spec["authkey"] = spec["authkey"].hex()
     return subprocess.Popen(
-        [sys.executable, "-m", "muster.core.local.zygote", "--worker"],
+        [sys.executable, "-m", MODULE, "--worker"],
         env=dict(env, **{zygote.WORKER_SPEC_ENV: json.dumps(spec)}),
         cwd=cwd if os.path.isdir(cwd) else None,
         stdin=subprocess.DEVNULL,

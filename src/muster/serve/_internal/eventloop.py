@@ -8,11 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 from typing import Any, Coroutine
 
 _loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
+
+
+def _forget_loop_in_child() -> None:
+    """A forked child has the parent's loop object but not the thread that ran it (and, in a
+    worker, not its file descriptors either): using it would hang or, on uvloop, abort. The
+    child starts a loop of its own on first use."""
+    global _loop, _lock
+    _loop = None
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_loop_in_child)
 
 
 def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
