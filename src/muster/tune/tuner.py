@@ -20,7 +20,7 @@ from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train._internal.backend import Backend
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.controller import _sigterm_as_interrupt
-from muster.train.result import Result
+from muster.train.result import Result, _public
 from muster.train.storage import Storage
 from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import trial as trial_mod
@@ -295,6 +295,19 @@ def _replay(scheduler: TrialScheduler, controller: TuneController, trials: list[
         trial.restart_plan = None
 
 
+def _metrics_acted_on(result: Result, trial: Trial) -> None:
+    """A trial that the stopper or a scheduler stopped can report more while the stop is on its
+    way (its process runs on until it arrives): its metrics are the result they acted on, as on
+    Ray, where it runs no further, so that they do not depend on timing. The later rows are kept
+    in its ``metrics_dataframe``."""
+    at = trial.last_result.get("training_iteration")
+    if at is None or not result.metrics or result.metrics.get("training_iteration") == at:
+        return
+    rows = [r for r in result.all_reports if r.get("_rank", 0) == 0 and r.get("training_iteration") == at]
+    if rows:
+        result.metrics = _public(rows[-1])
+
+
 def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException], metric: str | None,
           mode: str | None) -> ResultGrid:
     results = []
@@ -303,6 +316,7 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
             result = Result.from_path(trial.path)
         except ValueError:
             result = Result(metrics=None, checkpoint=None, path=trial.path)
+        _metrics_acted_on(result, trial)
         nested = storage.join(trial.path, trial_mod.NESTED_RUN)
         if result.checkpoint is None and storage.exists(nested):  # the trial's function fit a trainer
             inner = Result.from_path(nested)

@@ -9,7 +9,8 @@ import sys
 
 from muster.core.local import zygote
 
-if sys.argv[1:] == ["--worker"]:
-    zygote.worker_main()
-else:
-    zygote.main()
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--worker"]:
+        zygote.worker_main()
+    else:
+        zygote.main()
