@@ -127,6 +127,28 @@ def test_shuffle_plan_is_one_uniform_permutation_for_every_column_kind():
     assert chi2 < 130, (chi2, where)  # 63 degrees of freedom: p < 1e-6 to fail when uniform
 
 
+def test_shuffle_scatter_from_many_chunks_on_two_threads_keeps_rows_whole():
+    """Numeric columns are scattered straight from their chunks, the rows split between two
+    threads when there are many: the order is the plan's, whatever the chunking, and every row's
+    columns stay together."""
+    from muster.data.alltoall import _SCATTER_SPLIT_ROWS, _Plan
+
+    n = _SCATTER_SPLIT_ROWS + 7
+    plan = _Plan(seed=4, epoch=2, n=n, rows_per_pile=1 << 15)
+    expected = np.concatenate([plan.order[a:b][plan.within[a:b]] for a, b in zip(plan.bounds[:-1], plan.bounds[1:])])
+    ids_ = np.arange(n, dtype=np.int64)
+    cuts = [0, 1000, n // 2 - 3, n // 2 + 5, n - 1, n]  # uneven chunks, one across the threads' split
+    table = pa.Table.from_batches([
+        pa.record_batch([pa.array(ids_[a:b]), pa.array(ids_[a:b].astype(np.float32) * 0.5)], names=["id", "x"])
+        for a, b in zip(cuts[:-1], cuts[1:])
+    ])
+    assert table.column("id").num_chunks == 5
+    out = pa.concat_tables(list(plan.gather(table)))
+    got = out.column("id").to_numpy()
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(out.column("x").to_numpy(), got.astype(np.float32) * 0.5)
+
+
 def test_splits():
     parts = md.range(10).split(3)
     assert [p.count() for p in parts] == [3, 3, 4]

@@ -6,6 +6,7 @@ a new order, and every rank computes the same one (so the split stays exact).
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Iterator
@@ -60,30 +61,65 @@ class _Plan:
 
     def gather(self, table: pa.Table) -> Iterator[pa.Table]:
         """``table``'s rows in this plan's order, one block a pile: numeric columns are first
-        scattered into their piles, other columns taken pile by pile; each pile is then
-        permuted within itself (while it is in cache)."""
-        found = [_numpy_or_none(c) for c in table.columns]
-        columns = [c for c in found if c is not None]
-        numeric = len(columns) == len(found)
-        if numeric and self.rank is not None:
-            piled = []
-            for c in columns:
-                out = np.empty_like(c)
-                out[self.rank] = c
-                piled.append(out)
-            columns = piled
+        scattered into their piles (straight from their chunks), other columns taken pile by
+        pile; each pile is then permuted within itself (while it is in cache)."""
+        found = [_numpy_chunks(c) for c in table.columns]
+        numeric = all(c is not None for c in found)
+        if not numeric:
+            table = table.combine_chunks()  # a take from many chunks would combine them on every call
+        elif self.rank is not None:
+            columns = _scatter([c for c in found if c is not None], self.rank)
+        else:  # one pile: permuted whole
+            columns = [c[0] if len(c) == 1 else np.concatenate(c) for c in found if c is not None]
         for i in range(len(self.bounds) - 1):
             a, b = self.bounds[i], self.bounds[i + 1]
             if a == b:
                 continue
             within = self.within[a:b]
             if numeric:  # numpy's take is the fastest gather for plain numbers
-                if self.rank is None:
-                    yield pa.Table.from_arrays([np.take(c, within) for c in columns], schema=table.schema)
-                else:
-                    yield pa.Table.from_arrays([np.take(c[a:b], within) for c in columns], schema=table.schema)
+                yield pa.Table.from_arrays([np.take(c[a:b], within) for c in columns], schema=table.schema)
             else:
                 yield table.take(pa.array(self.order[a:b])).take(pa.array(within))
+
+
+#: Rows from which a scatter is split between two threads (below, a thread costs more than it saves).
+_SCATTER_SPLIT_ROWS = 1 << 20
+
+
+def _scatter(columns: list[list[np.ndarray]], rank: np.ndarray) -> list[np.ndarray]:
+    """Each column (a list of chunks) with row ``i`` moved to slot ``rank[i]``, into memory from
+    Arrow's pool (which keeps freed pages: the next epoch's scatter does not fault them in again,
+    as numpy's own large allocations do).  A large scatter is split in two halves of the rows, one
+    on a helper thread: numpy releases the GIL while it copies, so on two cores it takes about
+    half the time (10M rows, measured)."""
+    out = [np.frombuffer(pa.allocate_buffer(len(rank) * c[0].itemsize), dtype=c[0].dtype) for c in columns]
+
+    def move(lo: int, hi: int) -> None:
+        for chunks, o in zip(columns, out):
+            start = 0
+            for chunk in chunks:
+                a, b = max(lo, start), min(hi, start + len(chunk))
+                if a < b:
+                    o[rank[a:b]] = chunk[a - start:b - start]
+                start += len(chunk)
+
+    n = len(rank)
+    if n < _SCATTER_SPLIT_ROWS or (os.cpu_count() or 1) < 2:
+        move(0, n)
+        return out
+    helper: Future[None] = Future()
+
+    def second_half() -> None:
+        try:
+            move(n // 2, n)
+            helper.set_result(None)
+        except BaseException as exc:  # raised in the caller's thread, below
+            helper.set_exception(exc)
+
+    threading.Thread(target=second_half, name="muster-data-scatter", daemon=True).start()
+    move(0, n // 2)
+    helper.result()
+    return out
 
 
 def _slots(pile: np.ndarray, starts: np.ndarray, dtype: Any, chunk: int = 1 << 16) -> np.ndarray:
@@ -103,11 +139,11 @@ def _slots(pile: np.ndarray, starts: np.ndarray, dtype: Any, chunk: int = 1 << 1
     return slots
 
 
-def _numpy_or_none(col: pa.ChunkedArray) -> np.ndarray | None:
-    """A one-chunk column of plain numbers without nulls, as numpy (no copy); otherwise None."""
-    if col.num_chunks != 1 or col.null_count or not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+def _numpy_chunks(col: pa.ChunkedArray) -> list[np.ndarray] | None:
+    """A column of plain numbers without nulls, as its chunks in numpy (no copy); otherwise None."""
+    if col.num_chunks == 0 or col.null_count or not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
         return None
-    return col.chunk(0).to_numpy()
+    return [chunk.to_numpy() for chunk in col.chunks]
 
 
 class _Plans:
@@ -150,7 +186,6 @@ def random_shuffle(seed: int, rows_per_block: int) -> Callable[[list[pa.Table], 
         if table.num_rows == 0:
             yield table
             return
-        table = table.combine_chunks()  # a take from many chunks would combine them on every call
         yield from plans.get(epoch, table.num_rows, rows_per_block).gather(table)
         plans.draw_ahead(epoch + 1, table.num_rows, rows_per_block)
 
