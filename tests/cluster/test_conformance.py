@@ -15,6 +15,7 @@ import time
 
 import pytest
 import torch
+from _shared import check_in_fork
 
 import muster
 import muster.train as train
@@ -105,6 +106,23 @@ def test_task_error_carries_the_remote_traceback(engine):
 def test_a_killed_task_is_a_worker_crash(engine):
     with pytest.raises(WorkerCrashedError):
         muster.get(dies.options(max_retries=0).remote(), timeout=60)
+
+
+@muster.remote
+def forks_and_prints():
+    """Fork a child (as a DataLoader's workers are) at the worst moment for log forwarding: while
+    the worker's forwarder, where there is one, is in the middle of a batch (its lock held)."""
+    import sys
+
+    forwarder = getattr(sys.modules.get("muster.core.ray.worker"), "_forwarder", None)
+    with forwarder._lock if forwarder is not None else threading.Lock():
+        outcome = check_in_fork(lambda: print("printed by the forked child", flush=True) is None, timeout=20)
+    print("printed by the task after its child ended")
+    return outcome
+
+
+def test_a_child_forked_by_a_task_prints_and_exits(engine):
+    assert muster.get(forks_and_prints.remote(), timeout=90) == "passed"
 
 
 def test_impossible_request_fails_at_once(engine):

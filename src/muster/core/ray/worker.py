@@ -175,6 +175,24 @@ _forwarder: _LogForwarder | None = None
 _forwarder_lock = threading.Lock()
 
 
+def _no_forwarding_in_child() -> None:
+    """A process that user code forks here (a DataLoader's workers) writes straight to the real
+    streams: the forwarder's thread is not in it, its channel is the parent's connection, and its
+    locks may have been held at the fork (a print would then wait forever)."""
+    global _forwarder, _forwarder_lock
+    _forwarder_lock = threading.Lock()
+    if _forwarder is not None:
+        tee_out, tee_err = _forwarder._streams
+        if sys.stdout is tee_out:
+            sys.stdout = tee_out._target
+        if sys.stderr is tee_err:
+            sys.stderr = tee_err._target
+        _forwarder = None
+
+
+os.register_at_fork(after_in_child=_no_forwarding_in_child)
+
+
 def _forward_logs(channel: "_HubChannel | None") -> _LogForwarder:
     """This process's forwarder (started on first use), now sending on ``channel``."""
     global _forwarder
