@@ -164,6 +164,43 @@ def test_prepare_data_loader_shards_and_keeps_shuffle(fit):
             assert sorted(shard0 + shard1) == list(range(n)), (key, p)
 
 
+class _WhereLoaded(torch.utils.data.Dataset):
+    """Item i is (i, the pid of the process that loaded it)."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        import os
+
+        return torch.tensor([i, os.getpid()])
+
+
+def loader_with_workers_loop(config):
+    import os
+
+    loader = prepare_data_loader(DataLoader(_WhereLoaded(), batch_size=4, num_workers=2, persistent_workers=True))
+    passes = []
+    for epoch in range(2):
+        loader.sampler.set_epoch(epoch)
+        passes.append(torch.cat(list(loader)).tolist())
+    train.report({"passes": passes, "pid": os.getpid(), "num_workers": loader.num_workers})
+
+
+def test_prepared_loader_loads_in_its_worker_processes(fit):
+    """A DataLoader with worker processes (forked from the training worker, as on a plain
+    torchrun job) keeps them through prepare_data_loader, and they load every rank's shard."""
+    result = fit(loader_with_workers_loop, workers=2)
+    rows = {r["_rank"]: r for r in result.all_reports}
+    for epoch in range(2):
+        shards = [[i for i, _ in rows[rank]["passes"][epoch]] for rank in (0, 1)]
+        assert sorted(shards[0] + shards[1]) == list(range(24)), epoch
+    for row in rows.values():
+        assert row["num_workers"] == 2
+        loaders = {pid for p in row["passes"] for _, pid in p}
+        assert len(loaders) == 2 and row["pid"] not in loaders  # persistent: the same two processes both epochs
+
+
 def seeded_training(config):
     import torch.distributed as dist
 
