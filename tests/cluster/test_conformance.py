@@ -19,7 +19,13 @@ from _shared import check_in_fork
 
 import muster
 import muster.train as train
-from muster.exceptions import ActorDiedError, ResourcesUnavailableError, TaskError, WorkerCrashedError
+from muster.exceptions import (
+    ActorDiedError,
+    ResourcesUnavailableError,
+    RuntimeNotStartedError,
+    TaskError,
+    WorkerCrashedError,
+)
 from muster.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
 
@@ -123,6 +129,25 @@ def forks_and_prints():
 
 def test_a_child_forked_by_a_task_prints_and_exits(engine):
     assert muster.get(forks_and_prints.remote(), timeout=90) == "passed"
+
+
+def _put_says_why_it_cannot() -> bool:
+    try:
+        muster.put(1)
+    except RuntimeNotStartedError as err:
+        return "forked from a muster worker by user code" in str(err)
+    return False
+
+
+@muster.remote
+def child_calls_muster():
+    """A forked child that calls muster (as a DataLoader worker reading a shard would) is told why it
+    cannot, instead of writing on its parent's connection and waiting for a reply that never comes."""
+    return check_in_fork(_put_says_why_it_cannot, timeout=20), muster.get(muster.put("parent"))
+
+
+def test_a_child_forked_by_a_task_gets_a_clear_error_from_muster_calls(engine):
+    assert muster.get(child_calls_muster.remote(), timeout=90) == ("passed", "parent")
 
 
 def test_impossible_request_fails_at_once(engine):

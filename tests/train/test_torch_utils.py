@@ -165,7 +165,7 @@ def test_prepare_data_loader_shards_and_keeps_shuffle(fit):
 
 
 class _WhereLoaded(torch.utils.data.Dataset):
-    """Item i is (i, the pid of the process that loaded it)."""
+    """Item i is (i, the pid of the process that loaded it, the rank train.get_context() gives there)."""
 
     def __len__(self):
         return 24
@@ -173,7 +173,7 @@ class _WhereLoaded(torch.utils.data.Dataset):
     def __getitem__(self, i):
         import os
 
-        return torch.tensor([i, os.getpid()])
+        return torch.tensor([i, os.getpid(), train.get_context().get_world_rank()])
 
 
 def loader_with_workers_loop(config):
@@ -193,11 +193,12 @@ def test_prepared_loader_loads_in_its_worker_processes(fit):
     result = fit(loader_with_workers_loop, workers=2)
     rows = {r["_rank"]: r for r in result.all_reports}
     for epoch in range(2):
-        shards = [[i for i, _ in rows[rank]["passes"][epoch]] for rank in (0, 1)]
+        shards = [[i for i, _, _ in rows[rank]["passes"][epoch]] for rank in (0, 1)]
         assert sorted(shards[0] + shards[1]) == list(range(24)), epoch
-    for row in rows.values():
+    for rank, row in rows.items():
         assert row["num_workers"] == 2
-        loaders = {pid for p in row["passes"] for _, pid in p}
+        assert {r for p in row["passes"] for _, _, r in p} == {rank}  # the context works in a loader process
+        loaders = {pid for p in row["passes"] for _, pid, _ in p}
         assert len(loaders) == 2 and row["pid"] not in loaders  # persistent: the same two processes both epochs
 
 

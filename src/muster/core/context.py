@@ -7,8 +7,11 @@ without knowing which engine they run on.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Protocol
+
+from muster.exceptions import RuntimeNotStartedError
 
 
 class EventChannel(Protocol):
@@ -17,6 +20,35 @@ class EventChannel(Protocol):
 
 _channel: EventChannel | None = None
 _lock = threading.Lock()
+
+
+class _ForkedChild:
+    """The channel of a process that user code forked from a worker (a DataLoader's workers, a
+    multiprocessing pool). The worker's own channel is its connection to the driver: a write from
+    here would interleave with the worker's, and the reply would go to the worker, so the call
+    would wait forever. It says so instead."""
+
+    def __init__(self, engine: str | None):
+        self.engine = engine
+
+    def send_event(self, payload: Any, wait: bool, timeout: float | None) -> Any:
+        raise RuntimeNotStartedError(
+            f"muster cannot serve this call ({type(payload).__name__}) in process {os.getpid()}: it was "
+            "forked from a muster worker by user code (a DataLoader worker, a multiprocessing pool), and "
+            "only the worker's own process is connected to the engine. Make the call in the worker's "
+            "process (the training function, the task) and hand the child what it needs, or read the "
+            "dataset shard in the training function instead of inside a DataLoader worker."
+        )
+
+
+def _forked_child_channel() -> None:
+    global _channel, _lock
+    _lock = threading.Lock()
+    if _channel is not None:
+        _channel = _ForkedChild(getattr(_channel, "engine", None))
+
+
+os.register_at_fork(after_in_child=_forked_child_channel)
 
 
 def install_channel(channel: EventChannel | None) -> None:
