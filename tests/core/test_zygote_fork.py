@@ -279,12 +279,12 @@ print(copied[:4].decode(), clean[:4].decode())
 
 @pytest.mark.parametrize("worker", [False, True], ids=["zygote", "worker"])
 def test_a_fresh_interpreter_start_warns_nothing(monkeypatch, tmp_path, worker):
-    """The fresh zygote and the fresh worker run muster's module exactly once: with every warning an
-    error, one that connects to no driver exits cleanly instead of failing on runpy's warning about a
-    module executed twice (which users saw on their terminal at each start)."""
+    """The fresh zygote and the fresh worker run muster's module exactly once: with runtime warnings
+    made errors, one that connects to no driver exits cleanly instead of failing on runpy's warning
+    about a module executed twice (which users saw on their terminal at each start)."""
     from muster.core.local import zygote_process
 
-    monkeypatch.setenv("PYTHONWARNINGS", "error")
+    monkeypatch.setenv("PYTHONWARNINGS", "error::RuntimeWarning")
     nowhere = str(tmp_path / "no-driver.sock")
     if worker:
         log = socket.socket(socket.AF_UNIX)
