@@ -110,15 +110,11 @@ def shuffle_contenders(table: pa.Table, with_ray: bool) -> dict[str, Callable[[]
 
     def pipelined() -> float:
         """One epoch of a training loop's shuffled iterator: this epoch's order was drawn in the
-        background after the last epoch's gather; that draw is let finish before the next
-        contender runs, so that it slows nobody's timing."""
+        background after the last epoch's gather; interleave() lets that draw finish before the
+        next contender runs, so that it slows nobody's timing."""
         t = time.perf_counter()
         sum(len(b["id"]) for b in shuffled.iter_batches(batch_size=BATCH))
-        elapsed = time.perf_counter() - t
-        for thread in threading.enumerate():
-            if thread.name == "muster-data-next-shuffle":
-                thread.join()
-        return elapsed
+        return time.perf_counter() - t
 
     seeds = iter(range(1, 1_000_000))
     out: dict[str, Callable[[], Any]] = {
@@ -196,12 +192,20 @@ def interleave(contenders: dict[str, Callable[[], Any]], repeats: int) -> dict[s
     times: dict[str, list[float]] = {k: [] for k in contenders}
     for fn in contenders.values():
         fn()  # warm up: imports, caches, Ray's worker pool
+        _join_background_draws()
     for _ in range(repeats):
         for name, fn in contenders.items():
             t = time.perf_counter()
             value = fn()
             times[name].append(value if isinstance(value, float) else time.perf_counter() - t)
+            _join_background_draws()  # a shuffle's next order, drawn after its pass: not in the next timing
     return times
+
+
+def _join_background_draws() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "muster-data-next-shuffle":
+            thread.join()
 
 
 def fmt(values: list[float], rows: int | None) -> str:
