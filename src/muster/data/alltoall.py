@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -107,19 +107,27 @@ def _scatter(columns: list[list[np.ndarray]], rank: np.ndarray) -> list[np.ndarr
     if n < _SCATTER_SPLIT_ROWS or (os.cpu_count() or 1) < 2:
         move(0, n)
         return out
-    helper: Future[None] = Future()
-
-    def second_half() -> None:
-        try:
-            move(n // 2, n)
-            helper.set_result(None)
-        except BaseException as exc:  # raised in the caller's thread, below
-            helper.set_exception(exc)
-
-    threading.Thread(target=second_half, name="muster-data-scatter", daemon=True).start()
+    second_half = _on_a_thread(lambda: move(n // 2, n), "muster-data-scatter")
     move(0, n // 2)
-    helper.result()
+    second_half.result()  # its error, if any, raised here
     return out
+
+
+_T = TypeVar("_T")
+
+
+def _on_a_thread(fn: Callable[[], _T], name: str) -> Future[_T]:
+    """``fn()`` started on a new daemon thread; its result or error comes through the future."""
+    future: Future[_T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # seen by whoever waits on the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
 
 
 def _slots(pile: np.ndarray, starts: np.ndarray, dtype: Any, chunk: int = 1 << 16) -> np.ndarray:
@@ -165,16 +173,8 @@ class _Plans:
         return ahead[2].result() if ahead is not None and ahead[:2] == (epoch, n) else _Plan(self.seed, epoch, n, rows)
 
     def draw_ahead(self, epoch: int, n: int, rows: int) -> None:
-        future: Future[_Plan] = Future()
-
-        def draw() -> None:
-            try:
-                future.set_result(_Plan(self.seed, epoch, n, rows))
-            except BaseException as exc:  # seen by get(), in the consumer's thread
-                future.set_exception(exc)
-
-        threading.Thread(target=draw, name="muster-data-next-shuffle", daemon=True).start()
-        self._next = (epoch, n, future)
+        plan = _on_a_thread(lambda: _Plan(self.seed, epoch, n, rows), "muster-data-next-shuffle")
+        self._next = (epoch, n, plan)
 
 
 def random_shuffle(seed: int, rows_per_block: int) -> Callable[[list[pa.Table], int], Iterator[pa.Table]]:
