@@ -3,6 +3,7 @@
     python benchmarks/ddp_bench.py                       # every framework installed, once
     python benchmarks/ddp_bench.py --repeat 3            # median of 3 runs each
     python benchmarks/ddp_bench.py --frameworks torchrun,muster --quick
+    python benchmarks/ddp_bench.py --gpu --workers 1     # one GPU per worker, nccl
 
 The job (benchmarks/jobs/torchrun_job.py for raw torchrun; trainer_job.py for
 muster and Ray Train, which differ only in their imports: identical model,
@@ -129,7 +130,7 @@ def framework_available(name: str) -> tuple[bool, str]:
 
 def command(name: str, args: argparse.Namespace, out: str, scratch: str) -> list[str]:
     job = ["--rows", str(args.rows), "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-           "--out", out]
+           "--out", out, *(["--gpu"] if args.gpu else [])]
     if name == "torchrun":
         return [
             sys.executable, "-m", "torch.distributed.run",
@@ -292,6 +293,9 @@ def machine_info() -> dict[str, Any]:
         "torch": torch.__version__,
         "cuda": torch.cuda.is_available(),
     }
+    if info["cuda"]:
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        info["cuda_version"] = torch.version.cuda
     for mod in ("muster", "ray"):
         try:
             info[mod] = __import__(mod).__version__
@@ -367,6 +371,8 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=128, help="per worker")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--gpu", action="store_true",
+                   help="one GPU per worker: nccl, the model and batches on the GPU (needs --workers <= GPUs)")
     p.add_argument("--skip-steps", type=int, default=20, help="steps skipped at the start of each epoch")
     p.add_argument("--omp-threads", type=int, default=1, help="OMP_NUM_THREADS for every framework")
     p.add_argument("--interval", type=float, default=0.05, help="RSS sampling interval (s)")
@@ -401,8 +407,9 @@ def main() -> int:
     print(f"machine: {info['cpus']} CPUs ({info.get('cpu_model')}), {info['memory_gib']} GiB, "
           f"torch {info['torch']}, python {info['python']}, muster {info['muster']} "
           f"(commit {str(info.get('git_commit'))[:10]}{', src modified' if info.get('git_src_modified') else ''}), "
-          f"ray {info['ray']}")
-    print(f"job: MLP 784-512-512-10, {args.rows} rows, batch {args.batch_size}/worker, {args.workers} workers, "
+          f"ray {info['ray']}" + (f"; GPUs {info['gpus']} (CUDA {info['cuda_version']})" if info.get("gpus") else ""))
+    print(f"job: MLP 784-512-512-10, {args.rows} rows, batch {args.batch_size}/worker, {args.workers} workers"
+          f"{' (one GPU each, nccl)' if args.gpu else ''}, "
           f"{args.epochs} epochs, Adam, checkpoint per epoch; OMP_NUM_THREADS={args.omp_threads}; "
           f"repeat {args.repeat}")
     if not args.no_warmup:
@@ -439,7 +446,7 @@ def main() -> int:
     }
     os.makedirs(args.results_dir, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = os.path.join(args.results_dir, f"ddp_bench_{stamp}{'_quick' if args.quick else ''}.json")
+    path = os.path.join(args.results_dir, f"ddp_bench_{stamp}{'_gpu' if args.gpu else ''}{'_quick' if args.quick else ''}.json")
     with open(path, "w") as f:
         json.dump({"time": stamp, "machine": info, "config": vars(args), "skipped": skipped,
                    "median": summary, "ratio_to_torchrun": ratios, "table": table, "runs": runs}, f, indent=1)

@@ -58,6 +58,28 @@ def _no_leaked_workers(request):
         pytest.fail(f"test leaked worker processes: {[p.pid for p in alive]}")
 
 
+@pytest.fixture(scope="module")
+def gpu_engine():
+    """For a module's tests: an engine that declares 2 GPUs (ids handed out through
+    CUDA_VISIBLE_DEVICES; no CUDA is touched); the session engine comes back after."""
+    saved = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "MUSTER_PRELOAD")}
+    session = muster.cluster_resources()
+    muster.shutdown()
+    try:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        os.environ["MUSTER_PRELOAD"] = ""  # task workers never import torch (a trainer asks for it)
+        muster.init(num_cpus=2, num_gpus=2, resources={"licence": 1})
+        yield
+    finally:
+        muster.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        muster.init(num_cpus=session["CPU"], num_gpus=session.get("GPU", 0))
+
+
 @pytest.fixture
 def storage(tmp_path) -> str:
     """A fresh storage_path for RunConfig."""

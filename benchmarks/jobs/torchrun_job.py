@@ -32,7 +32,11 @@ def mark(out, name, t=None):  # bench: append one timestamp to out/marks.txt
 
 
 def main(config):
-    dist.init_process_group("gloo")
+    gpu = config["gpu"]
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if gpu else torch.device("cpu")
+    if gpu:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if gpu else "gloo")
     rank = dist.get_rank()
     out = config["out"]  # bench
     if rank == 0:  # bench
@@ -52,7 +56,9 @@ def main(config):
         torch.nn.Linear(512, 512), torch.nn.ReLU(),
         torch.nn.Linear(512, 10),
     )
-    model = DistributedDataParallel(model)
+    model = model.to(device)
+    if dist.get_world_size() > 1:  # one worker trains the bare model (as prepare_model leaves it)
+        model = DistributedDataParallel(model, device_ids=[device] if gpu else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     if rank == 0:  # bench
         mark(out, "setup_done")  # bench
@@ -64,6 +70,7 @@ def main(config):
         epoch_times, epoch_cpu, epoch_wait = [], [], []  # bench
         last, last_cpu, last_wait = time.perf_counter(), time.thread_time(), cpu_wait()  # bench
         for inputs, targets in loader:
+            inputs, targets = inputs.to(device), targets.to(device)
             optimizer.zero_grad()
             loss = F.cross_entropy(model(inputs), targets)
             loss.backward()
@@ -85,7 +92,7 @@ def main(config):
             d = os.path.join(config["ckpt_dir"], f"checkpoint_{epoch:06d}")
             os.makedirs(d, exist_ok=True)
             torch.save(
-                {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+                {"model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
                 os.path.join(d, "checkpoint.pt"),
             )
             print(f"epoch {epoch}: {metrics}", flush=True)
@@ -109,6 +116,7 @@ if __name__ == "__main__":
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--out", required=True)
     p.add_argument("--ckpt-dir", default=tempfile.gettempdir())
+    p.add_argument("--gpu", action="store_true", help="one GPU per worker, nccl")
     args = p.parse_args()
     main({"rows": args.rows, "epochs": args.epochs, "batch_size": args.batch_size, "out": args.out,
-          "ckpt_dir": args.ckpt_dir})
+          "ckpt_dir": args.ckpt_dir, "gpu": args.gpu})

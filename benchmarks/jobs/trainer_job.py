@@ -95,7 +95,7 @@ def train_func(config):
         if rank == 0:
             with tempfile.TemporaryDirectory() as d:
                 torch.save(
-                    {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+                    {"model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
                     os.path.join(d, "checkpoint.pt"),
                 )
                 train.report(metrics, checkpoint=Checkpoint.from_directory(d))
@@ -122,6 +122,7 @@ if __name__ == "__main__":
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", required=True)
     p.add_argument("--storage", default=tempfile.gettempdir())
+    p.add_argument("--gpu", action="store_true", help="one GPU per worker (nccl)")
     args = p.parse_args()
     mark(args.out, "driver_start", T_START)  # bench
     mark(args.out, "imports_done")  # bench
@@ -131,7 +132,7 @@ if __name__ == "__main__":
     trainer = TorchTrainer(
         train_func,
         train_loop_config={"rows": args.rows, "epochs": args.epochs, "batch_size": args.batch_size, "out": args.out},
-        scaling_config=ScalingConfig(num_workers=args.workers),
+        scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=args.gpu),
         run_config=RunConfig(storage_path=args.storage, **({"verbose": 0} if API == "muster" else {})),
     )
     result = trainer.fit()

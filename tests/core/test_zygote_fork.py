@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -30,6 +31,9 @@ r, w = os.pipe()                                              # nor the write en
 stop = threading.Event()
 if mode == "thread":
     threading.Thread(target=stop.wait, name="users-thread", daemon=True).start()
+if mode.startswith("nvidia="):  # a stand-in for one of NVIDIA's libraries, loaded as torch loads it
+    import ctypes
+    ctypes.CDLL(mode.split("=", 1)[1])
 driver_seed = torch.initial_seed()  # workers must not continue the driver's torch random stream
 print("buffered before the engine started", end="")          # must reach the terminal once, not per process
 
@@ -115,6 +119,48 @@ def test_a_driver_running_another_thread_starts_a_fresh_zygote_and_says_why(tmp_
     assert "users-thread" in output, output
     assert report["worker"]["ppid"] == report["zygote_pid"]
     assert report["pipe_eof"]
+
+
+_STAND_IN = """
+/* Device counts as NVIDIA's libraries answer them before they are started: CUDA_ERROR_NOT_INITIALIZED (3)
+   before cuInit, NVML_ERROR_UNINITIALIZED (1) before nvmlInit. */
+int cuDeviceGetCount(int *count) { *count = STARTED; return STARTED ? 0 : 3; }
+int nvmlDeviceGetCount_v2(unsigned *count) { *count = STARTED; return STARTED ? 0 : 1; }
+"""
+
+
+def _stand_in(folder, soname: str, started: bool) -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip(f"no C compiler here to build a stand-in {soname}")
+    folder.mkdir()
+    source, lib = folder / "stand_in.c", folder / soname
+    source.write_text(_STAND_IN)
+    subprocess.run([cc, "-shared", "-fPIC", f"-DSTARTED={int(started)}", f"-Wl,-soname,{soname}",
+                    "-o", str(lib), str(source)], check=True, capture_output=True, timeout=60)
+    return str(lib)
+
+
+@pytest.mark.parametrize(
+    "soname, started, reason",
+    [
+        # On an H200 (torch 2.11, CUDA 13) `import torch` maps libcuda without starting it, and a child
+        # forked then uses the GPU; after torch.cuda.is_available() (which starts it) a forked child cannot.
+        ("libcuda.so.1", True, "the CUDA driver was started in the driver"),
+        ("libcuda.so.1", False, None),
+        # torch.cuda.device_count() leaves NVML started; on an H200, workers forked (through the zygote)
+        # from such a driver counted 0 GPUs.
+        ("libnvidia-ml.so.1", True, "NVML was started in the driver"),
+    ],
+    ids=["cuda-started", "cuda-mapped-only", "nvml-started"],
+)
+def test_the_zygote_is_forked_unless_the_driver_started_cuda_or_nvml(tmp_path, soname, started, reason):
+    lib = _stand_in(tmp_path / "lib", soname, started)
+    report, output = _run(tmp_path, f"nvidia={lib}")
+    assert report["forked"] is (reason is None), output
+    if reason:
+        assert reason in output, output
+    assert report["worker"]["ppid"] == report["zygote_pid"]
 
 
 def test_muster_zygote_fork_0_turns_the_fork_off(tmp_path):

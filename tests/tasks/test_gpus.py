@@ -1,9 +1,9 @@
 """GPU ids and custom resources on an engine that declares 2 GPUs.
 
 No CUDA is touched: a GPU here is an id the engine hands out through
-CUDA_VISIBLE_DEVICES, which is all ``muster.get_gpu_ids()`` reads.  The test
-swaps the session engine for ``muster.init(num_cpus=2, num_gpus=2, ...)`` and
-puts the session engine back afterwards.
+CUDA_VISIBLE_DEVICES, which is all ``muster.get_gpu_ids()`` reads.  The
+``gpu_engine`` fixture (tests/conftest.py) swaps the session engine for one with
+2 GPUs and puts it back afterwards.
 """
 
 from __future__ import annotations
@@ -16,26 +16,6 @@ from _task_helpers import TIMEOUT
 
 import muster
 from muster.exceptions import ResourcesUnavailableError
-
-
-@pytest.fixture(scope="module")
-def gpu_engine():
-    saved = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "MUSTER_PRELOAD")}
-    session = muster.cluster_resources()
-    muster.shutdown()
-    try:
-        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        os.environ["MUSTER_PRELOAD"] = ""  # these workers never import torch
-        muster.init(num_cpus=2, num_gpus=2, resources={"licence": 1})
-        yield
-    finally:
-        muster.shutdown()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        muster.init(num_cpus=session["CPU"], num_gpus=session.get("GPU", 0))
 
 
 @muster.remote(num_gpus=1)

@@ -268,6 +268,7 @@ class Controller:
         complete = False
         try:
             group.start(self._on_event, self._on_death, on_wait=self.view.event, size=self._gang_size())
+            self.backend.check_placement([(m.rank, m.node, m.handle.gpu_ids) for m in group.members])
             self.view.set_state("running", workers_up=len(group.members))
             self.recorder.attempt_started(index, group.members)
             self.view.event(

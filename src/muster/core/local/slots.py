@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -150,14 +151,23 @@ def detect_total(num_cpus: float | None, num_gpus: float | None, custom: dict[st
 
 
 def _count_gpus() -> int:
+    """The GPUs this process may use, counted without starting CUDA or NVML here: a driver that
+    has started either cannot be forked into the zygote (see ``zygote.fork_blocker``)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    if "torch" not in sys.modules and not os.path.isdir("/proc/driver/nvidia/gpus"):
-        return 0  # no NVIDIA driver here: do not import torch (seconds) only to hear that
-    try:
-        import torch
-
-        return int(torch.cuda.device_count())  # NVML-based: does not initialise CUDA here
-    except Exception:
-        return 0
+    try:  # one device node per NVIDIA GPU this machine (or container) was given
+        nodes = [n for n in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", n)]
+        if nodes:
+            return len(nodes)
+        if os.path.isdir("/proc/driver/nvidia/gpus"):
+            return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch.version, "hip", None):  # AMD: torch asks ROCm's own library
+        try:
+            return int(torch.cuda.device_count())
+        except Exception:
+            return 0
+    return 0

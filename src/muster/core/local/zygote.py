@@ -68,7 +68,53 @@ def fork_blocker() -> str | None:
     cuda = getattr(torch, "cuda", None)
     if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
         return "CUDA is initialised in the driver (it does not survive fork())"
+    if cuda_driver_started():
+        # torch.cuda.is_available() starts the CUDA driver without initialising torch.cuda; a child
+        # forked after it cannot use the GPU (seen on an H200).
+        return "the CUDA driver was started in the driver (by torch.cuda.is_available() or another CUDA call)"
+    if nvml_started():
+        # torch.cuda.device_count() starts NVML and leaves it running. Seen on an H200: workers forked
+        # (through the zygote) from such a driver counted 0 GPUs while is_available() was True.
+        return "NVML was started in the driver (by torch.cuda.device_count() or nvidia-ml-py)"
     return None
+
+
+def _loaded(name: str) -> str | None:
+    """The path of the shared library ``name`` (e.g. ``/libcuda.so``) if this process has it mapped."""
+    try:
+        with open("/proc/self/maps") as f:
+            return next((line.split(None, 5)[-1].strip() for line in f if name in line), None)
+    except OSError:
+        return None
+
+
+def _answers(path: str, call: str, not_started: int) -> bool:
+    """Whether the already-mapped library at ``path`` answers a device count with anything but
+    its "not initialised" code, i.e. whether it was started.  Loads and starts nothing."""
+    try:
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        count = ctypes.c_uint(0)
+        return bool(getattr(lib, call)(ctypes.byref(count)) != not_started)
+    except (OSError, AttributeError):
+        return True  # a library that cannot be asked: a fresh launcher is safe either way
+
+
+def cuda_driver_started() -> bool:
+    """Whether this process has started NVIDIA's CUDA driver (``cuInit``), which a forked child cannot use.
+
+    Importing torch may map ``libcuda`` without starting it (torch 2.11 with CUDA 13 does), and a
+    child forked then uses the GPU; the first CUDA runtime call starts it.  Before ``cuInit`` the
+    library answers every call with CUDA_ERROR_NOT_INITIALIZED (3).
+    """
+    path = _loaded("/libcuda.so")
+    return path is not None and _answers(path, "cuDeviceGetCount", 3)
+
+
+def nvml_started() -> bool:
+    """Whether this process has started NVML (``nvmlInit``, which ``torch.cuda.device_count()`` calls
+    and never shuts down).  Before that NVML answers NVML_ERROR_UNINITIALIZED (1)."""
+    path = _loaded("/libnvidia-ml.so")
+    return path is not None and _answers(path, "nvmlDeviceGetCount_v2", 1)
 
 
 def _set_name(name: bytes) -> bytes | None:

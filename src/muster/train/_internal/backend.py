@@ -6,7 +6,11 @@ from muster.train.context import TrainContext
 
 
 class Backend:
-    """Base backend: nothing to set up. Subclasses (``TorchConfig``) override both hooks."""
+    """Base backend: nothing to set up. Subclasses (``TorchConfig``) override the hooks."""
+
+    def check_placement(self, placements: list[tuple[int, str, list[int]]]) -> None:  # noqa: B027
+        """Called in the driver once the gang is placed, before any worker starts its loop:
+        ``(rank, node, gpu_ids)`` per worker.  Raise to refuse a placement the backend cannot use."""
 
     def on_worker_start(self, context: TrainContext) -> None:  # noqa: B027 - a no-op by design
         """Called in every worker before the user's loop (after env vars are set)."""

@@ -43,6 +43,28 @@ class TorchBackend(Backend):
     def __init__(self, config: TorchConfig, use_gpu: bool):
         self.config, self.use_gpu = config, use_gpu
 
+    @property
+    def backend(self) -> str:
+        return self.config.backend or ("nccl" if self.use_gpu else "gloo")
+
+    def check_placement(self, placements: list[tuple[int, str, list[int]]]) -> None:
+        """NCCL refuses two ranks on one GPU, but only at the first collective, inside the user's loop
+        ("invalid usage ... Duplicate GPU detected", seen on an H200 with NCCL 2.28): refuse it before
+        any loop starts, naming the ranks, the GPU and the two ways out."""
+        if self.backend != "nccl":
+            return
+        owner: dict[tuple[str, int], int] = {}
+        for rank, node, gpus in sorted(placements):
+            for gpu in gpus:
+                first = owner.setdefault((node, gpu), rank)
+                if first != rank:
+                    raise InvalidArgumentError(
+                        f"ranks {first} and {rank} share GPU {gpu} on node {node}, and NCCL (the default backend with "
+                        "use_gpu=True) needs a GPU of its own for each rank. Give every worker a whole GPU "
+                        "(ScalingConfig(resources_per_worker={'GPU': 1}), at most as many workers as GPUs), or "
+                        "keep sharing it with TorchTrainer(torch_config=TorchConfig(backend='gloo'))."
+                    )
+
     def on_worker_start(self, context: TrainContext) -> None:
         import torch
         import torch.distributed as dist
@@ -50,7 +72,7 @@ class TorchBackend(Backend):
         from muster.train.torch import train_loop_utils
 
         train_loop_utils._USE_GPU = self.use_gpu
-        backend = self.config.backend or ("nccl" if self.use_gpu else "gloo")
+        backend = self.backend
         if self.use_gpu and torch.cuda.is_available():
             torch.cuda.set_device(train_loop_utils.get_device())
         if backend == "nccl":
