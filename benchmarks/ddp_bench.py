@@ -4,6 +4,7 @@
     python benchmarks/ddp_bench.py --repeat 3            # median of 3 runs each
     python benchmarks/ddp_bench.py --frameworks torchrun,muster --quick
     python benchmarks/ddp_bench.py --gpu --workers 1     # one GPU per worker, nccl
+    python benchmarks/ddp_bench.py --strategy fsdp --amp # FSDP2 and mixed precision (Ray: no --amp)
 
 The job (benchmarks/jobs/torchrun_job.py for raw torchrun; trainer_job.py for
 muster and Ray Train, which differ only in their imports: identical model,
@@ -130,7 +131,8 @@ def framework_available(name: str) -> tuple[bool, str]:
 
 def command(name: str, args: argparse.Namespace, out: str, scratch: str) -> list[str]:
     job = ["--rows", str(args.rows), "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-           "--out", out, *(["--gpu"] if args.gpu else [])]
+           "--out", out, "--strategy", args.strategy, *(["--gpu"] if args.gpu else []),
+           *(["--amp"] if args.amp else [])]
     if name == "torchrun":
         return [
             sys.executable, "-m", "torch.distributed.run",
@@ -371,6 +373,10 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=128, help="per worker")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp",
+                   help="fsdp: FSDP2 fully_shard on the whole model (prepare_model(parallel_strategy='fsdp'))")
+    p.add_argument("--amp", action="store_true",
+                   help="mixed precision: float16 + GradScaler on CUDA, bfloat16 on CPU (accelerate(amp=True))")
     p.add_argument("--gpu", action="store_true",
                    help="one GPU per worker: nccl, the model and batches on the GPU (needs --workers <= GPUs)")
     p.add_argument("--skip-steps", type=int, default=20, help="steps skipped at the start of each epoch")
@@ -409,7 +415,7 @@ def main() -> int:
           f"(commit {str(info.get('git_commit'))[:10]}{', src modified' if info.get('git_src_modified') else ''}), "
           f"ray {info['ray']}" + (f"; GPUs {info['gpus']} (CUDA {info['cuda_version']})" if info.get("gpus") else ""))
     print(f"job: MLP 784-512-512-10, {args.rows} rows, batch {args.batch_size}/worker, {args.workers} workers"
-          f"{' (one GPU each, nccl)' if args.gpu else ''}, "
+          f"{' (one GPU each, nccl)' if args.gpu else ''}, {args.strategy.upper()}{', AMP' if args.amp else ''}, "
           f"{args.epochs} epochs, Adam, checkpoint per epoch; OMP_NUM_THREADS={args.omp_threads}; "
           f"repeat {args.repeat}")
     if not args.no_warmup:
@@ -446,7 +452,8 @@ def main() -> int:
     }
     os.makedirs(args.results_dir, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = os.path.join(args.results_dir, f"ddp_bench_{stamp}{'_gpu' if args.gpu else ''}{'_quick' if args.quick else ''}.json")
+    path = os.path.join(args.results_dir, f"ddp_bench_{stamp}{'_gpu' if args.gpu else ''}{'_fsdp' if args.strategy == 'fsdp' else ''}"
+                        f"{'_amp' if args.amp else ''}{'_quick' if args.quick else ''}.json")
     with open(path, "w") as f:
         json.dump({"time": stamp, "machine": info, "config": vars(args), "skipped": skipped,
                    "median": summary, "ratio_to_torchrun": ratios, "table": table, "runs": runs}, f, indent=1)

@@ -17,6 +17,7 @@ import tempfile
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -57,9 +58,13 @@ def main(config):
         torch.nn.Linear(512, 10),
     )
     model = model.to(device)
-    if dist.get_world_size() > 1:  # one worker trains the bare model (as prepare_model leaves it)
+    if dist.get_world_size() > 1 and config["strategy"] == "fsdp":
+        fully_shard(model)  # FSDP2 over all ranks (the default mesh)
+    elif dist.get_world_size() > 1:  # one worker trains the bare model (as prepare_model leaves it)
         model = DistributedDataParallel(model, device_ids=[device] if gpu else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    amp_dtype = torch.float16 if gpu else torch.bfloat16
+    scaler = torch.amp.GradScaler("cuda") if config["amp"] and gpu else None
     if rank == 0:  # bench
         mark(out, "setup_done")  # bench
 
@@ -72,9 +77,16 @@ def main(config):
         for inputs, targets in loader:
             inputs, targets = inputs.to(device), targets.to(device)
             optimizer.zero_grad()
-            loss = F.cross_entropy(model(inputs), targets)
-            loss.backward()
-            optimizer.step()
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=config["amp"]):
+                outputs = model(inputs)
+            loss = F.cross_entropy(outputs.float(), targets)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
             running_loss += loss.item()
             now, now_cpu, now_wait = time.perf_counter(), time.thread_time(), cpu_wait()  # bench
             if rank == 0 and not step_times and not epoch_times:  # bench
@@ -117,6 +129,9 @@ if __name__ == "__main__":
     p.add_argument("--out", required=True)
     p.add_argument("--ckpt-dir", default=tempfile.gettempdir())
     p.add_argument("--gpu", action="store_true", help="one GPU per worker, nccl")
+    p.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp")
+    p.add_argument("--amp", action="store_true", help="autocast (float16 + GradScaler on CUDA, bfloat16 on CPU)")
     args = p.parse_args()
     main({"rows": args.rows, "epochs": args.epochs, "batch_size": args.batch_size, "out": args.out,
-          "ckpt_dir": args.ckpt_dir, "gpu": args.gpu})
+          "ckpt_dir": args.ckpt_dir, "gpu": args.gpu,
+          "strategy": args.strategy, "amp": args.amp})

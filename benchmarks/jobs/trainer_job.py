@@ -29,10 +29,12 @@ if API == "ray":
     import ray.train as train
     from ray.train import Checkpoint, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer, prepare_data_loader, prepare_model
+    from ray.train.torch import accelerate, backward, prepare_optimizer
 else:
     import muster.train as train
     from muster.train import Checkpoint, RunConfig, ScalingConfig
     from muster.train.torch import TorchTrainer, prepare_data_loader, prepare_model
+    from muster.train.torch import accelerate, backward, prepare_optimizer
 
 
 def cpu_wait():  # bench: seconds this thread has spent runnable but waiting for a CPU
@@ -63,8 +65,12 @@ def train_func(config):
         torch.nn.Linear(512, 512), torch.nn.ReLU(),
         torch.nn.Linear(512, 10),
     )
-    model = prepare_model(model)
+    if config["amp"]:
+        accelerate(amp=True)  # autocast: float16 + GradScaler on CUDA, bfloat16 on CPU
+    model = prepare_model(model, parallel_strategy=config["strategy"])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if config["amp"]:  # Ray 2.60 refuses these three (deprecated): --amp runs on muster only
+        optimizer = prepare_optimizer(optimizer)
     if rank == 0:  # bench
         mark(out, "setup_done")  # bench
 
@@ -77,7 +83,7 @@ def train_func(config):
         for inputs, targets in loader:
             optimizer.zero_grad()
             loss = F.cross_entropy(model(inputs), targets)
-            loss.backward()
+            backward(loss) if config["amp"] else loss.backward()
             optimizer.step()
             running_loss += loss.item()
             now, now_cpu, now_wait = time.perf_counter(), time.thread_time(), cpu_wait()  # bench
@@ -123,6 +129,8 @@ if __name__ == "__main__":
     p.add_argument("--out", required=True)
     p.add_argument("--storage", default=tempfile.gettempdir())
     p.add_argument("--gpu", action="store_true", help="one GPU per worker (nccl)")
+    p.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp")
+    p.add_argument("--amp", action="store_true", help="mixed precision (accelerate(amp=True))")
     args = p.parse_args()
     mark(args.out, "driver_start", T_START)  # bench
     mark(args.out, "imports_done")  # bench
@@ -131,7 +139,8 @@ if __name__ == "__main__":
         ray.init()
     trainer = TorchTrainer(
         train_func,
-        train_loop_config={"rows": args.rows, "epochs": args.epochs, "batch_size": args.batch_size, "out": args.out},
+        train_loop_config={"rows": args.rows, "epochs": args.epochs, "batch_size": args.batch_size, "out": args.out,
+                           "strategy": args.strategy, "amp": args.amp},
         scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=args.gpu),
         run_config=RunConfig(storage_path=args.storage, **({"verbose": 0} if API == "muster" else {})),
     )
