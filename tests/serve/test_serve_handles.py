@@ -8,6 +8,7 @@ import concurrent.futures
 import os
 
 import pytest
+from _shared import check_in_fork
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
@@ -117,6 +118,19 @@ def test_handle_calls_from_many_threads(graph):
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         out = list(pool.map(lambda i: h.add.remote(i, i).result(timeout_s=10), range(64)))
     assert out == [2 * i for i in range(64)]
+
+
+def test_a_handle_used_in_a_forked_child_opens_connections_of_its_own(graph):
+    """A child forked after the parent used a handle (a DataLoader worker, a pool process) must not
+    use the parent's connections: their loop does not run in the child, and the parent reads them."""
+    h = serve.get_deployment_handle("Adder", "graph")
+    assert h.add.remote(1, 1).result(timeout_s=10) == 2  # the parent's router holds a live connection
+
+    def child_calls() -> bool:
+        return [h.add.remote(i, 1).result(timeout_s=10) for i in range(20)] == [i + 1 for i in range(20)]
+
+    assert check_in_fork(child_calls, timeout=30) == "passed"
+    assert [h.add.remote(i, 2).result(timeout_s=10) for i in range(20)] == [i + 2 for i in range(20)]
 
 
 def test_user_config_reaches_reconfigure_and_redeploy_updates_it(client):

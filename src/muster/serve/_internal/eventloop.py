@@ -14,6 +14,7 @@ from typing import Any, Coroutine
 
 _loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
+_inherited: list[asyncio.AbstractEventLoop] = []  # a forked child's copy of its parent's loop
 
 
 def _forget_loop_in_child() -> None:
@@ -21,6 +22,8 @@ def _forget_loop_in_child() -> None:
     worker, not its file descriptors either): using it would hang or, on uvloop, abort. The
     child starts a loop of its own on first use."""
     global _loop, _lock
+    if _loop is not None:
+        _inherited.append(_loop)  # kept, not collected: its teardown would act on the parent's descriptors
     _loop = None
     _lock = threading.Lock()
 

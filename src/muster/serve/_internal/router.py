@@ -382,6 +382,22 @@ class _Registry:
 
 
 registry = _Registry()
+_inherited: list[_Registry] = []  # a forked child's copies of its parent's routers, never touched again
+
+
+def _routers_of_its_own_in_child() -> None:
+    """A forked child (a DataLoader worker, a pool process) inherits the parent's routers, whose
+    connections belong to the parent's loop (not running here) over sockets the parent still
+    reads. The child keeps the route table and opens connections of its own. The inherited
+    routers are kept, not collected, so that nothing closes or unregisters what they hold on
+    the parent's behalf."""
+    global registry
+    _inherited.append(registry)
+    registry = _Registry()
+    registry.table = _inherited[-1].table
+
+
+os.register_at_fork(after_in_child=_routers_of_its_own_in_child)
 
 
 def set_table(table: RouteTable) -> None:
