@@ -351,3 +351,45 @@ def test_a_fresh_interpreter_start_warns_nothing(monkeypatch, tmp_path, worker):
         while chunk := conn.recv(65536):
             text += chunk
         assert b"RuntimeWarning" not in text and b"FileNotFoundError" in text, text.decode(errors="replace")
+
+
+_BY_HAND = r"""
+import os, sys
+sys.path.insert(0, sys.argv[1])  # muster from a checkout, put on sys.path by hand: not installed here
+import muster
+
+@muster.remote
+def where():
+    return os.path.dirname(muster.__file__)
+
+muster.init(num_cpus=1, num_gpus=0)
+print("worker found muster in", muster.get(where.remote(), timeout=60))
+muster.shutdown()
+"""
+
+
+def test_a_driver_with_muster_on_sys_path_by_hand_starts_fresh_interpreters_that_find_it(tmp_path):
+    import site
+    import sysconfig
+
+    import muster
+
+    src = os.path.dirname(os.path.dirname(muster.__file__))
+    venv = tmp_path / "venv"  # sees this environment's packages (torch, ...) but not muster's install
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    ours = [p for p in site.getsitepackages() + [sysconfig.get_paths()["purelib"]] if os.path.isdir(p)]
+    with open(os.path.join(purelib, "ours.pth"), "w") as f:
+        f.write("\n".join(ours) + "\n")  # a path line: its folder's own .pth files (muster's install) are not read
+    hidden = subprocess.run([str(python), "-c", "import muster"], capture_output=True, timeout=60)
+    assert hidden.returncode != 0, "muster must not be importable in this venv without the driver's sys.path"
+    script = tmp_path / "driver.py"
+    script.write_text(_BY_HAND)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MUSTER_ADDRESS", "RAY_ADDRESS")}
+    env["MUSTER_ZYGOTE_FORK"] = "0"  # the fresh interpreter start (as a Serve ingress always is)
+    proc = subprocess.run([str(python), str(script), src], capture_output=True, text=True, timeout=TIMEOUT,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"worker found muster in {os.path.join(src, 'muster')}" in proc.stdout

@@ -86,7 +86,7 @@ def spawn(address: str, authkey: bytes, preload: list[str]) -> subprocess.Popen:
     }
     return subprocess.Popen(
         [sys.executable, "-m", MODULE],
-        env=dict(os.environ, MUSTER_ZYGOTE=json.dumps(config)),
+        env=finds_muster(dict(os.environ, MUSTER_ZYGOTE=json.dumps(config))),
         cwd=os.getcwd(),
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # Ctrl-C in the terminal reaches the driver only
@@ -102,11 +102,29 @@ def spawn_worker(spec: dict) -> subprocess.Popen:
     spec["authkey"] = spec["authkey"].hex()
     return subprocess.Popen(
         [sys.executable, "-m", MODULE, "--worker"],
-        env=dict(env, **{zygote.WORKER_SPEC_ENV: json.dumps(spec)}),
+        env=finds_muster(dict(env, **{zygote.WORKER_SPEC_ENV: json.dumps(spec)})),
         cwd=cwd if os.path.isdir(cwd) else None,
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # Ctrl-C in the terminal reaches the driver only, as with forked workers
     )
+
+
+def finds_muster(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a fresh interpreter that must import muster before it can read the driver's
+    ``sys.path``: when this process found muster in a folder put on ``sys.path`` by hand (a
+    checkout, not an install), that folder goes first on the child's PYTHONPATH."""
+    import sysconfig
+
+    import muster
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(muster.__file__)))
+    if root not in [os.path.abspath(p or ".") for p in sys.path]:
+        return env  # found through an installed package's finder: any interpreter here finds it
+    site_dirs = {os.path.abspath(p) for p in sysconfig.get_paths().values()}
+    pythonpath = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root in site_dirs or root in [os.path.abspath(p) for p in pythonpath]:
+        return env
+    return dict(env, PYTHONPATH=os.pathsep.join([root, *pythonpath]))
 
 
 def kill_group(pid: int) -> None:
