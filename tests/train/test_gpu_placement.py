@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch.distributed
+import torch
 
 from muster.exceptions import InvalidArgumentError, TrainingFailedError
-from muster.train import ScalingConfig
+from muster.train import FailureConfig, ScalingConfig
 from muster.train.torch import TorchConfig, TorchTrainer
 
 pytestmark = pytest.mark.usefixtures("gpu_engine")
@@ -22,7 +22,7 @@ def mark_started(config):
     train.report({"rank": rank})
 
 
-def _fit(tmp_path, workers, share, torch_config=None):
+def _fit(tmp_path, workers, share, torch_config=None, failure_config=None):
     from muster.train import RunConfig
 
     trainer = TorchTrainer(
@@ -31,7 +31,8 @@ def _fit(tmp_path, workers, share, torch_config=None):
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=True,
                                      resources_per_worker={"CPU": 1, "GPU": share}),
         torch_config=torch_config,
-        run_config=RunConfig(name="placement", storage_path=str(tmp_path / "runs"), verbose=0),
+        run_config=RunConfig(name="placement", storage_path=str(tmp_path / "runs"), verbose=0,
+                             failure_config=failure_config or FailureConfig()),
     )
     return trainer.fit()
 
@@ -46,14 +47,17 @@ def test_two_ranks_on_one_gpu_under_nccl_fail_at_once_naming_the_ranks_and_both_
     assert not [f for f in os.listdir(tmp_path) if f.startswith("rank")], "no loop may start"
 
 
-def test_ranks_sharing_a_gpu_under_gloo_start(tmp_path):
-    _fit(tmp_path, workers=2, share=0.5, torch_config=TorchConfig(backend="gloo"))
-    assert sorted(f for f in os.listdir(tmp_path) if f.startswith("rank")) == ["rank0-0", "rank1-0"]
-
-
-@pytest.mark.skipif(torch.distributed.is_nccl_available(), reason="this torch has NCCL: the run would need real GPUs")
-def test_ranks_on_gpus_of_their_own_pass_the_check_under_nccl(tmp_path):
-    # This CPU build of torch has no NCCL, so the run fails, but in the workers, past the placement check.
+@pytest.mark.skipif(torch.version.cuda is not None or torch.cuda.is_available(), reason="this torch has CUDA")
+@pytest.mark.parametrize("share, backend", [(0.5, "gloo"), (1, None)], ids=["sharing-under-gloo", "whole-gpus-nccl"])
+def test_placements_nccl_can_use_pass_and_a_torch_without_cuda_then_fails_once_saying_so(tmp_path, share, backend):
+    # This CPU build of torch is what a GPU machine with the wrong wheel installed would have: the gang passes
+    # the placement check, then each worker says what is wrong (before: NCCL's "not built in", or a silent
+    # fall-back to the CPU under gloo). Both placements trained on a real GPU (benchmarks/gpu_check.py).
     with pytest.raises(TrainingFailedError) as info:
-        _fit(tmp_path, workers=2, share=1)
-    assert "NCCL built in" in str(info.value) and "share GPU" not in str(info.value), str(info.value)
+        _fit(tmp_path, workers=2, share=share, failure_config=FailureConfig(max_failures=2),
+             torch_config=TorchConfig(backend=backend) if backend else None)
+    message = str(info.value)
+    assert "built without CUDA" in message and "use_gpu=False" in message, message
+    assert "share GPU" not in message and "NCCL" not in message, message
+    assert len(info.value.attempts) == 1, "no restart can give torch CUDA: it must not be retried"
+    assert not [f for f in os.listdir(tmp_path) if f.startswith("rank")], "no loop may start"

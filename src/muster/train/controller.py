@@ -29,6 +29,7 @@ from muster.core.api import get_runtime
 from muster.core.runtime import RuntimeActor
 from muster.exceptions import (
     MusterError,
+    ResourcesUnavailableError,
     StorageNotSharedError,
     TaskError,
     TrainingFailedError,
@@ -481,8 +482,10 @@ def _root_cause(exc: BaseException, member: Member) -> BaseException:
 
 
 def _cannot_be_retried(err: BaseException) -> bool:
-    """A worker found the run's storage invisible from its node: no restart can fix that."""
-    return isinstance(getattr(err, "cause", None), StorageNotSharedError) or isinstance(err, StorageNotSharedError)
+    """A worker found the run's storage invisible from its node, or a resource it was given unusable
+    (a GPU under a torch built without CUDA): no restart can fix that."""
+    final = (StorageNotSharedError, ResourcesUnavailableError)
+    return isinstance(getattr(err, "cause", None), final) or isinstance(err, final)
 
 
 def _first_line(err: BaseException) -> str:

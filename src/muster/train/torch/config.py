@@ -6,7 +6,7 @@ import datetime
 import os
 from dataclasses import dataclass
 
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, ResourcesUnavailableError
 from muster.train._internal.backend import Backend
 from muster.train.context import TrainContext
 
@@ -73,6 +73,13 @@ class TorchBackend(Backend):
 
         train_loop_utils._USE_GPU = self.use_gpu
         backend = self.backend
+        if self.use_gpu and torch.version.cuda is None and not torch.cuda.is_available():
+            raise ResourcesUnavailableError(
+                f"ScalingConfig(use_gpu=True): this worker holds GPU(s) (CUDA_VISIBLE_DEVICES="
+                f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}), but its torch {torch.__version__} was built without "
+                "CUDA. Install a CUDA build of torch in this environment, or set use_gpu=False to train on the CPU.",
+                requested={"GPU": 1},
+            )
         if self.use_gpu and torch.cuda.is_available():
             torch.cuda.set_device(train_loop_utils.get_device())
         if backend == "nccl":
