@@ -9,6 +9,7 @@ so the module's runtime holds no workers between tests.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -233,3 +234,23 @@ def test_slot_table_gpu_ids_and_sharing():
     assert both.gpu_ids == [0, 1]
     table.release(both)
     assert table.free() == {"CPU": 4.0, "GPU": 2.0}
+
+
+def test_without_device_nodes_gpus_are_counted_by_nvidia_smi_in_its_own_process(monkeypatch, tmp_path):
+    """Under WSL there is no /dev/nvidiaN: `nvidia-smi -L` is asked (NVML must not start in the
+    driver, or the zygote cannot be forked); CUDA_VISIBLE_DEVICES still wins."""
+    from muster.core.local import slots
+
+    if any(re.fullmatch(r"nvidia\d+", n) for n in os.listdir("/dev")) or os.path.isdir("/proc/driver/nvidia"):
+        pytest.skip("this machine has NVIDIA device nodes, which are counted first")
+    smi = tmp_path / "nvidia-smi"  # GPU lines as nvidia-smi -L printed them on an H200; a MIG slice's line under one
+    smi.write_text("#!/bin/sh\n"
+                   "echo 'GPU 0: NVIDIA H200 (UUID: GPU-cae00d89-2a52-31bf-f7f3-5abe1952d1ae)'\n"
+                   "echo '  MIG 1g.18gb     Device  0: (UUID: MIG-0a1b2c3d)'\n"
+                   "echo 'GPU 1: NVIDIA H200 (UUID: GPU-0b2d1c4e-2a52-31bf-f7f3-5abe1952d1af)'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert slots._count_gpus() == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert slots._count_gpus() == 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -164,6 +166,13 @@ def _count_gpus() -> int:
             return len(os.listdir("/proc/driver/nvidia/gpus"))
     except OSError:
         pass
+    smi = shutil.which("nvidia-smi")  # no device nodes, e.g. under WSL: ask in another process
+    if smi is not None:
+        try:
+            listing = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10).stdout
+            return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
+        except (OSError, subprocess.SubprocessError):
+            pass
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch.version, "hip", None):  # AMD: torch asks ROCm's own library
         try:
