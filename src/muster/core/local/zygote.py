@@ -5,7 +5,7 @@ interpreter needs to import torch, and the workers share torch's pages
 copy-on-write.  The zygote stays single-threaded so that forking it is safe.
 
 It starts one of two ways.  When the driver is safe to fork (no other Python
-thread, CUDA not initialised: see :func:`fork_blocker`), the engine forks it
+thread, neither CUDA nor NVML started: see :func:`fork_blocker`), the engine forks it
 from the driver itself (:func:`run_forked`), so it holds the driver's torch
 at once and only imports what the driver has not.  Otherwise it is a fresh
 ``python -m muster.core.local`` (:func:`main`) that imports torch itself.
