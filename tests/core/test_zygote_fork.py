@@ -214,7 +214,7 @@ def test_a_driver_without_torch_runs_tune_trials_that_never_import_it(tmp_path):
 
 
 _PRELOAD_BY_NEED = r"""
-import json, sys, tempfile
+import gc, json, sys, tempfile
 import torch  # a PyTorch user's driver: the zygote preloads torch
 import muster
 import muster.train as train
@@ -222,9 +222,15 @@ from muster import tune
 from muster.train import ScalingConfig
 from muster.train.torch import TorchTrainer
 
+DRIVER_GC = gc.isenabled(), gc.get_threshold()
+
 
 def held():
-    return {"torch": "torch" in sys.modules, "dynamo": "torch._dynamo" in sys.modules}
+    return {"torch": "torch" in sys.modules, "dynamo": "torch._dynamo" in sys.modules,
+            # the zygote imports without full collections: they must be back in the workers, and what
+            # they inherited frozen (their collections never walk, so never copy, those objects)
+            "gc_as_driver": (gc.isenabled(), gc.get_threshold()) == DRIVER_GC,
+            "frozen": gc.get_freeze_count() > 10_000}
 
 
 def trial(config):
@@ -239,10 +245,11 @@ muster.init(num_cpus=2, num_gpus=0)
 storage = tempfile.mkdtemp()
 grid = tune.Tuner(trial, tune_config=tune.TuneConfig(num_samples=1),
                   run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
-trial_held = {k: grid[0].metrics[k] for k in ("torch", "dynamo")}
+KEYS = ("torch", "dynamo", "gc_as_driver", "frozen")
+trial_held = {k: grid[0].metrics[k] for k in KEYS}
 result = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=1),
                       run_config=train.RunConfig(storage_path=storage, verbose=0)).fit()
-print("RESULT", json.dumps({"trial": trial_held, "trainer": {k: result.metrics[k] for k in ("torch", "dynamo")}}))
+print("RESULT", json.dumps({"trial": trial_held, "trainer": {k: result.metrics[k] for k in KEYS}}))
 """
 
 
@@ -254,9 +261,9 @@ def test_ddp_modules_are_preloaded_for_a_torch_trainer_not_for_tune_function_tri
     assert line is not None, output
     held = json.loads(line[len("RESULT "):])
     # A function trial's worker gets torch warm, but not torch._dynamo (2-4 s to import, ~2x slower forks).
-    assert held["trial"] == {"torch": True, "dynamo": False}, output
+    assert held["trial"] == {"torch": True, "dynamo": False, "gc_as_driver": True, "frozen": True}, output
     # A TorchTrainer asked for DDP's modules: its workers start with them already imported.
-    assert held["trainer"] == {"torch": True, "dynamo": True}, output
+    assert held["trainer"] == {"torch": True, "dynamo": True, "gc_as_driver": True, "frozen": True}, output
 
 
 _SMAPS = """\
