@@ -200,6 +200,25 @@ def test_actor_killed_from_outside_fails_its_calls(engine):
 
 
 # -- training -----------------------------------------------------------------------
+def core_calls_loop():
+    """Ray Core from the training function: tasks, and an actor that ends with the run."""
+    rank = train.get_context().get_world_rank()
+    counter = Counter.options(name=f"in-run-{rank}").remote(rank)
+    train.report({"doubled": muster.get(double.remote(21)), "count": muster.get(counter.add.remote(5))})
+
+
+def test_a_training_loop_runs_tasks_and_its_actors_end_with_the_run(engine, storage):
+    result = TorchTrainer(
+        core_calls_loop, scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=storage, name=f"core_calls_{engine}", verbose=0),
+    ).fit()
+    assert result.error is None
+    assert (result.metrics["doubled"], result.metrics["count"]) == (42, 5)
+    for rank in (0, 1):
+        with pytest.raises(ValueError):
+            muster.get_actor(f"in-run-{rank}")
+
+
 def training_loop(config):
     """Each rank reports 3 epochs with a checkpoint; rank 1 SIGKILLs itself once after epoch 0."""
     import torch.distributed as dist

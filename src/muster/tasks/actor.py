@@ -274,14 +274,14 @@ class ActorHandle:
         _settle(out, exc=TaskCancelledError(f"{self._cls.__name__} call"))  # not sent yet: never will be
         return True
 
-    def _kill(self, no_restart: bool = True) -> None:
+    def _kill(self, no_restart: bool = True, reason: str = "stopped by muster.kill()") -> None:
         self._no_restart = no_restart
         try:
             core = self._core.result(timeout=60)
         except BaseException:  # noqa: BLE001 - never started: nothing to kill
             return
         get_runtime().kill(core)
-        error = ActorDiedError(f"actor {self._cls.__name__}", core.pid, -9, reason="stopped by muster.kill()")
+        error = ActorDiedError(f"actor {self._cls.__name__}", core.pid, -9, reason=reason)
         if no_restart:
             self._set_dead(error)
         else:

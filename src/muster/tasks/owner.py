@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from muster.core.api import get_runtime
 from muster.core.runtime import RuntimeActor
+from muster.exceptions import MusterError
 from muster.tasks import events, objects
 
 
@@ -172,11 +173,52 @@ _HANDLERS: dict[type, Callable[[RuntimeActor, Any], Any]] = {
 }
 
 
+def serves(payload: Any) -> bool:
+    """Whether ``payload`` is a request of the tasks layer (``.remote()``, get, put, actors)."""
+    return type(payload) in _HANDLERS
+
+
+class Gang:
+    """The tasks layer's owner for a gang of workers it did not start (a training run's).
+
+    Their requests are served as any worker's, but the actors they create share the gang's
+    fate, as an actor shares its creator's in Ray: :meth:`close` (the gang has ended) kills
+    each one not made with ``lifetime="detached"``, so a run or a Tune trial leaves none behind.
+    """
+
+    def __init__(self, what: str):
+        self._what = what
+        self._actors: list[int] = []
+        self._lock = threading.Lock()
+
+    def handle_event(self, handle: RuntimeActor, payload: Any) -> Any:
+        reply = handle_event(handle, payload)
+        if isinstance(payload, events.CreateActor) and payload.options.get("lifetime") != "detached":
+            with self._lock:
+                self._actors.append(reply)
+        return reply
+
+    def close(self) -> None:
+        from muster.tasks import actor
+
+        with self._lock:
+            ids, self._actors = self._actors, []
+        for actor_id in ids:
+            try:
+                owned = actor.lookup(actor_id)
+            except KeyError:
+                continue
+            owned._kill(no_restart=True, reason=f"{self._what} ended")
+
+
 def handle_event(handle: RuntimeActor, payload: Any) -> Any:
     """Serve one request from a worker running a task or an actor (one handler per event type)."""
     handler = _HANDLERS.get(type(payload))
     if handler is None:
-        raise ValueError(f"unknown request from a worker: {payload!r}")
+        raise MusterError(
+            f"unknown request from a worker: {type(payload).__name__}. The worker runs a muster other "
+            "than the driver's: install the same muster version on every node."
+        )
     return handler(handle, payload)
 
 

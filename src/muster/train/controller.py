@@ -37,6 +37,7 @@ from muster.exceptions import (
 )
 from muster.observe.progress import ProgressView
 from muster.observe.recorder import RunRecorder
+from muster.tasks import owner as task_owner
 from muster.train._internal import events as ev
 from muster.train._internal import listeners
 from muster.train._internal import policies
@@ -87,6 +88,9 @@ _ALLOWED: dict[State, frozenset[State]] = {
 }
 
 
+_GANG = "the Train run or Tune trial whose worker made it"
+
+
 @dataclass
 class _Attempt:
     index: int
@@ -96,6 +100,7 @@ class _Attempt:
     uploads: dict[int, set[int]] = field(default_factory=dict)  # rank -> rounds queued for async upload
     last_activity: float = field(default_factory=time.monotonic)
     start_latest: CheckpointRecord | None = None  # the latest checkpoint when the attempt began
+    owner: task_owner.Gang = field(default_factory=lambda: task_owner.Gang(_GANG))
 
 
 @dataclass
@@ -106,7 +111,8 @@ class ControllerHooks:
         on_metrics: ``(rank, metrics, time) -> metrics`` applied to each report
             before it is recorded (Tune adds ``time_total_s``, ``trial_id``...).
         on_other_event: handles worker events that are not reports; its
-            return value (or Future) is the reply.
+            return value (or Future) is the reply. Requests of the tasks layer
+            (``.remote()``, ``muster.get``, actors) never reach it.
         start_from: the checkpoint the first attempt starts from, even if the
             run has committed checkpoints of its own (PBT's exploit step).
     """
@@ -291,6 +297,7 @@ class Controller:
             # Kill the gang, then take in every report its members had already sent
             # (their links are read to the end) before deciding what is committed.
             group.shutdown(drain_s=_DRAIN_S)
+            attempt.owner.close()  # the actors its workers made go with them
             self._attempt = None
             self.view.set_state(self.state.value.lower(), workers_up=0)
             self.ledger.close_all(complete=complete)
@@ -425,8 +432,15 @@ class Controller:
             if payload.figures.get("data"):  # muster.data's operators in that worker
                 self.view.on_data(payload.rank, payload.figures["data"])
             return None
+        if task_owner.serves(payload):
+            # The training function called .remote(), muster.get/put or made an actor: the driver
+            # owns those, as it owns a task's (before, these got None back and went on silently).
+            attempt = self._attempt
+            return (attempt.owner if attempt else task_owner).handle_event(handle, payload)
         if not isinstance(payload, (ev.Report, ev.ReportStarted, ev.UploadFailed)):
-            return self.hooks.on_other_event(handle, payload) if self.hooks.on_other_event else None
+            if self.hooks.on_other_event is None:
+                raise MusterError(f"unknown request from a training worker: {type(payload).__name__}")
+            return self.hooks.on_other_event(handle, payload)
         attempt = self._attempt
         if attempt is None:
             raise MusterError("the run is ending; this report was not recorded")

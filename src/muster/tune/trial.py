@@ -191,7 +191,7 @@ class TrialRun:
         """The trial's function called ``TorchTrainer(...).fit()``: run that trainer here, in the
         driver, as part of this trial. Its rank 0's reports become the trial's results."""
         if not isinstance(payload, FitRequest):
-            raise MusterError(f"unknown request from a trial's worker: {payload!r}")
+            raise MusterError(f"unknown request from a trial's worker: {type(payload).__name__}")
         trainer = payload.trainer
         rc = trainer.run_config
         # Its run lives in the trial's folder, under a fixed name, so a restored trial resumes it.

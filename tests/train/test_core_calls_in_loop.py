@@ -1,0 +1,89 @@
+"""Ray Core calls made from a training loop or a Tune trial: tasks, actors, put and get.
+
+Ray's guides launch nested tasks from a Train worker (for example to fan work
+out past the worker's placement group). Before, muster's training workers sent
+those requests to the run's controller, which answered None: ``.remote()``
+returned None and the loop went on without a word.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import muster
+import muster.train as train
+from muster import tune
+from muster.train import RunConfig, ScalingConfig
+from muster.train.torch import TorchTrainer
+from muster.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+
+@muster.remote(num_cpus=1)
+def square(x):
+    return x * x
+
+
+@muster.remote(num_cpus=0)
+class Tally:
+    def __init__(self):
+        self.total = 0
+
+    def add(self, n):
+        self.total += n
+        return self.total
+
+
+def core_calls(rank: int) -> dict:
+    refs = [square.remote(i) for i in range(3)]
+    outside = square.options(scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None)).remote(4)
+    tally = Tally.options(name=f"tally-{rank}").remote()  # ends with the run, as in Ray
+    Tally.options(name=f"kept-{rank}", lifetime="detached").remote()  # outlives it
+    muster.get(tally.add.remote(rank + 1))
+    return {
+        "squares": muster.get(refs, timeout=60),
+        "outside": muster.get(outside, timeout=60),
+        "tally": muster.get(tally.add.remote(10), timeout=60),
+        "put": muster.get(muster.put({"rank": rank}), timeout=60),
+    }
+
+
+def train_loop():
+    rank = train.get_context().get_world_rank()
+    train.report({"rank": rank, **core_calls(rank)})
+
+
+def trial(config):
+    tune.report(core_calls(config["rank"]))
+
+
+def test_a_training_loop_runs_tasks_and_actors(tmp_path):
+    result = TorchTrainer(
+        train_loop,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path)),
+    ).fit()
+    assert result.error is None
+    m = result.metrics  # rank 0's; rank 1 made the same calls at the same time
+    assert (m["rank"], m["squares"], m["outside"], m["tally"], m["put"]) == (0, [0, 1, 4], 16, 11, {"rank": 0})
+    assert_only_detached_actors_outlive_it(ranks=(0, 1))
+
+
+def test_a_tune_trial_runs_tasks_and_actors(tmp_path):
+    grid = tune.Tuner(
+        trial,
+        param_space={"rank": 5},
+        run_config=tune.RunConfig(storage_path=str(tmp_path)),
+    ).fit()
+    assert grid[0].error is None, grid[0].error
+    m = grid[0].metrics
+    assert (m["squares"], m["outside"], m["tally"], m["put"]) == ([0, 1, 4], 16, 16, {"rank": 5})
+    assert_only_detached_actors_outlive_it(ranks=(5,))
+
+
+def assert_only_detached_actors_outlive_it(ranks):
+    for rank in ranks:
+        with pytest.raises(ValueError):
+            muster.get_actor(f"tally-{rank}")
+        kept = muster.get_actor(f"kept-{rank}")
+        assert muster.get(kept.add.remote(1), timeout=60) == 1
+        muster.kill(kept)
