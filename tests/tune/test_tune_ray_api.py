@@ -70,6 +70,32 @@ def test_boolean_and_callable_stop_criteria(storage):
     assert list(grid[0].metrics_dataframe["i"])[:6] == [0, 1, 2, 3, 4, 5]
 
 
+def _falls_or_flat(config):
+    for i in range(20):
+        tune.report({"i": i, "loss": 1.0 / (i + 1) if config["shape"] == "falls" else 0.15})
+
+
+def _late_stop(loss):
+    """Stop below 0.2, deciding slowly: the trial reports on while the stop is on its way."""
+    return loss < 0.2 and not time.sleep(0.5)
+
+
+def test_the_best_result_is_ranked_on_the_results_the_experiment_acted_on(storage):
+    grid = tune.Tuner(
+        _falls_or_flat,
+        param_space={"shape": tune.grid_search(["falls", "flat"])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0, stop={"loss": _late_stop}),
+    ).fit()
+    falls, flat = sorted(grid, key=lambda r: r.config["shape"])
+    # Acted on: "falls" at i=5 (loss 1/6), "flat" at i=0 (0.15); "falls" reported lower losses
+    # after its stop was decided (kept in its dataframe), which must not make it the best.
+    assert (falls.metrics["i"], flat.metrics["i"]) == (5, 0)
+    assert falls.metrics_dataframe["loss"].min() < 0.15, "the late stop let no later result in"
+    for scope in ("last", "all", "avg"):
+        assert grid.get_best_result(scope=scope).config["shape"] == "flat", scope
+
+
 def _climber(config):
     start = 0
     ckpt = tune.get_checkpoint()

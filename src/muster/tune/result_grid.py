@@ -116,9 +116,18 @@ class ResultGrid:
 
 
 def _lead_reports(r: Result) -> list[dict[str, Any]]:
+    """The lead rank's reports, up to the one the experiment acted on (``r.metrics``).
+
+    A trial that a scheduler or stopper stopped may report more while the stop is on its way;
+    those rows stay in its ``metrics_dataframe`` but rank nothing here, so the best trial is
+    the one the experiment's summary names, and does not depend on timing (on Ray they never
+    happen: the trial runs no further)."""
     ranks = [int(x["_rank"]) for x in r.all_reports if x.get("_rank") is not None]
     lead = min(ranks) if ranks else None
-    return [x for x in r.all_reports if x.get("_rank") == lead]
+    reports = [x for x in r.all_reports if x.get("_rank") == lead]
+    at = (r.metrics or {}).get("training_iteration")
+    acted = [i for i, x in enumerate(reports) if at is not None and x.get("training_iteration") == at]
+    return reports[: acted[-1] + 1] if acted else reports
 
 
 def _values(r: Result, metric: str) -> list[float]:
