@@ -103,13 +103,16 @@ def test_a_slow_rank_only_delays_the_commit(run, tmp_path):
     assert manifests[0]["committed_at"] <= manifests[1]["committed_at"]
 
 
-def test_a_rank_far_behind_is_named(run, tmp_path):
+def test_a_rank_far_behind_is_named_once_a_checkpoint_waits_on_it(run, tmp_path):
     ledger = make_ledger(run)
-    report(ledger, run, tmp_path, 0, 1)
-    for r in (1, 2, 3):
-        report(ledger, run, tmp_path, 1, r)
-    with pytest.warns(UserWarning, match=r"Rank 0 is 3 rounds behind"):
-        report(ledger, run, tmp_path, 1, 4)
+    report(ledger, run, tmp_path, 0, 1, {"w0": b"1"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for r in (1, 2, 3, 4):  # reports without checkpoints: nothing waits on rank 0
+            report(ledger, run, tmp_path, 1, r, {"w1": b"1"} if r == 1 else None)
+    with pytest.warns(UserWarning, match=r"Rank 0 is 4 rounds behind"):
+        report(ledger, run, tmp_path, 1, 5, {"w1": b"5"})  # round 5's checkpoint waits for rank 0
+    assert run.committed_rounds() == [1]
 
 
 SILENT = policies.SILENT_ROUNDS

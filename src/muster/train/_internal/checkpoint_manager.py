@@ -173,8 +173,13 @@ class CheckpointManager:
     def _warn_if_behind(self) -> None:
         if self._reporters is None:
             return
+        # Only a checkpoint can wait on a rank: ranks running apart with none to commit (a loop
+        # with no collective between its reports) lose nothing, and are not worth a warning.
+        saved = [r for r, rnd in self._open.items() if rnd.files]
         for rank in policies.behind(self._last, self._reporters, self._start_round):
             if rank in self._warned_behind or rank in self._finished:
+                continue
+            if not any(r > self._last.get(rank, self._start_round) for r in saved):
                 continue
             self._warned_behind.add(rank)
             lead = max(self._last.values())
