@@ -20,6 +20,8 @@ from muster.train.torch import TorchConfig
         (lambda: ScalingConfig(resources_per_worker=[1]), "resources_per_worker", "[1]"),
         (lambda: ScalingConfig(resources_per_worker={"CPU": -1}), "resources_per_worker", "-1"),
         (lambda: ScalingConfig(use_gpu=True, resources_per_worker={"GPU": 0}), "use_gpu", "GPU"),
+        # the cluster tutorial's `use_gpu=True,  # False if CPU-only` with its {"GPU": 1} left in
+        (lambda: ScalingConfig(use_gpu=False, resources_per_worker={"GPU": 1}), "use_gpu=True", "{'GPU': 1}"),
         (lambda: CheckpointConfig(num_to_keep=0), "num_to_keep", "0"),
         (lambda: CheckpointConfig(num_to_keep=-1), "num_to_keep", "-1"),
         (lambda: CheckpointConfig(num_to_keep=1.5), "num_to_keep", "1.5"),

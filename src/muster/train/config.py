@@ -70,6 +70,12 @@ class ScalingConfig:
                     "{'CPU': 2, 'GPU': 1}."
                 )
             normal = res.normalize(self.resources_per_worker, what="ScalingConfig.resources_per_worker")
+            if not self.use_gpu and normal.get("GPU"):
+                raise InvalidArgumentError(
+                    f"ScalingConfig(use_gpu=False, resources_per_worker={self.resources_per_worker!r}): GPUs "
+                    "asked for a run that will not use them. Set use_gpu=True to train on them, or drop 'GPU' "
+                    "from resources_per_worker to train on the CPU."
+                )
             if self.use_gpu and "GPU" in self.resources_per_worker and not normal.get("GPU"):
                 raise InvalidArgumentError(
                     "ScalingConfig(use_gpu=True, resources_per_worker={'GPU': 0}): a GPU run needs GPU > 0 "

@@ -15,6 +15,7 @@ from typing import Any
 
 import cloudpickle
 
+from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train._internal.backend import Backend
@@ -162,7 +163,8 @@ class Tuner:
             "resources": resources, "experiment": self.run_config.name,
         }
         fn = FunctionTrial(trainable, trial_parameters(trainable), info)
-        scaling = ScalingConfig(num_workers=1, resources_per_worker=resources)
+        gpus = bool(res.normalize(resources, what="tune.with_resources").get("GPU"))
+        scaling = ScalingConfig(num_workers=1, use_gpu=gpus, resources_per_worker=resources)
         return RunPlan(fn, config, scaling, Backend(), rc)
 
     def _saved(self) -> dict[str, Any]:
