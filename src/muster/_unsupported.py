@@ -7,9 +7,12 @@ instead (the porting guide, docs/porting.md, lists the same by Ray module).
 
 from __future__ import annotations
 
+import dis
+import sys
+from types import FrameType
 from typing import NoReturn
 
-from muster.exceptions import UnsupportedRayAPIError
+from muster.exceptions import UnsupportedRayAPIError, UnsupportedRayImportError
 
 _GUIDE = "See docs/porting.md for what is supported."
 
@@ -46,6 +49,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "SyncConfig": "RunConfig(storage_path=...): checkpoints are written to storage directly",
         "BackendConfig": "TorchTrainer(torch_config=muster.train.torch.TorchConfig(...))",
     },
+    "muster.train.huggingface": {
+        "TransformersTrainer": "TorchTrainer, with muster.train.huggingface.transformers.prepare_trainer(trainer) "
+        "on the transformers.Trainer inside train_loop_per_worker (as Ray's own guide now does)",
+    },
     "muster.tune": {
         "run": "muster.tune.Tuner(trainable, param_space=..., tune_config=..., run_config=...).fit()",
         "run_experiments": "muster.tune.Tuner(...).fit()",
@@ -64,8 +71,25 @@ def raise_unsupported(module: str, name: str) -> NoReturn:
     """Raise the error for ``module.name``: unsupported (with its equivalent) or simply unknown."""
     nearest = UNSUPPORTED.get(module, {}).get(name)
     if nearest is not None:
-        raise UnsupportedRayAPIError(
+        message = (
             f"{module}.{name} (Ray's ray{module.removeprefix('muster')}.{name}) is not supported by muster; "
             f"nearest equivalent: {nearest}. {_GUIDE}"
         )
+        if _from_import():
+            raise UnsupportedRayImportError(message, name=name)
+        raise UnsupportedRayAPIError(message)
     raise AttributeError(f"module {module!r} has no attribute {name!r}. {_GUIDE}")
+
+
+_IMPORT_FROM = dis.opmap["IMPORT_FROM"]
+
+
+def _from_import() -> bool:
+    """Whether a ``from module import name`` statement is looking the name up."""
+    frame: FrameType | None = sys._getframe(2)  # this <- raise_unsupported <- the module's __getattr__
+    while frame is not None and frame.f_code.co_name == "__getattr__":
+        frame = frame.f_back
+    if frame is None or frame.f_lasti < 0:
+        return False
+    code = frame.f_code.co_code
+    return frame.f_lasti < len(code) and code[frame.f_lasti] == _IMPORT_FROM

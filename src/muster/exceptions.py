@@ -272,3 +272,11 @@ class UnsupportedRayAPIError(MusterError, AttributeError):
 
     Also an ``AttributeError``, so ``hasattr(muster, name)`` stays False.
     """
+
+
+class UnsupportedRayImportError(MusterError, ImportError):
+    """The same, raised by ``from muster.x import Name``, the form ported scripts use most.
+
+    An ``ImportError``, as that statement raises for any name it cannot import (Python would
+    turn an ``AttributeError`` there into a bare "cannot import name", dropping the equivalent).
+    """

@@ -6,7 +6,7 @@ import pytest
 from _task_helpers import TIMEOUT
 
 import muster
-from muster.exceptions import ResourcesUnavailableError, UnsupportedRayAPIError
+from muster.exceptions import ResourcesUnavailableError, UnsupportedRayAPIError, UnsupportedRayImportError
 from muster.util import ActorPool, get_node_ip_address, placement_group, remove_placement_group
 from muster.util.queue import Empty, Full, Queue
 from muster.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -103,4 +103,23 @@ def test_node_ip_and_unsupported_names_say_what_to_use():
         muster.timeline
     with pytest.raises(AttributeError, match="no attribute 'not_a_ray_name'"):
         muster.not_a_ray_name
+
+
+def test_from_imports_of_unsupported_ray_names_name_the_equivalent_too():
+    """``from ray.train import X`` is how ported scripts meet a missing name; Python turns the
+    AttributeError of a module's __getattr__ there into a bare "cannot import name"."""
+    with pytest.raises(UnsupportedRayImportError, match=r"muster.train.ValidationConfig .*muster.train.report"):
+        from muster.train import ValidationConfig  # noqa: F401
+    with pytest.raises(ImportError, match=r"TransformersTrainer .*TorchTrainer.*prepare_trainer"):
+        from muster.train.huggingface import TransformersTrainer  # noqa: F401
+    with pytest.raises(ImportError, match=r"muster.timeline .*muster dashboard"):
+        from muster import timeline  # noqa: F401
+    with pytest.raises(ImportError, match="cannot import name 'not_a_ray_name'"):
+        from muster.util import not_a_ray_name  # noqa: F401
+    import muster.train as train
+
+    assert not hasattr(train, "ValidationConfig") and not hasattr(train.huggingface, "TransformersTrainer")
+    from muster.train.huggingface import transformers  # the package's own submodule still imports
+
+    assert transformers.__name__ == "muster.train.huggingface.transformers"
     assert muster.util.queue.Queue is Queue  # Ray's module layout, reached as attributes

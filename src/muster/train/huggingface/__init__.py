@@ -2,3 +2,11 @@
 
 See ``muster.train.huggingface.transformers``.
 """
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.train.huggingface", name)
