@@ -81,15 +81,12 @@ def raise_unsupported(module: str, name: str) -> NoReturn:
     raise AttributeError(f"module {module!r} has no attribute {name!r}. {_GUIDE}")
 
 
-_IMPORT_FROM = dis.opmap["IMPORT_FROM"]
-
-
 def _from_import() -> bool:
     """Whether a ``from module import name`` statement is looking the name up."""
     frame: FrameType | None = sys._getframe(2)  # this <- raise_unsupported <- the module's __getattr__
     while frame is not None and frame.f_code.co_name == "__getattr__":
         frame = frame.f_back
-    if frame is None or frame.f_lasti < 0:
+    if frame is None:
         return False
-    code = frame.f_code.co_code
-    return frame.f_lasti < len(code) and code[frame.f_lasti] == _IMPORT_FROM
+    at = frame.f_lasti
+    return any(i.offset == at and i.opname == "IMPORT_FROM" for i in dis.get_instructions(frame.f_code))
