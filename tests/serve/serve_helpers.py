@@ -39,4 +39,8 @@ def serving(**http_options):
             yield c
     finally:
         serve.shutdown()
+    from muster.core.api import _runtime
+
+    if _runtime is not None and hasattr(_runtime, "retire_idle_workers"):
+        _runtime.retire_idle_workers()  # warm task workers (tasks that called Serve) are a cache, not Serve's
     wait_until(lambda: not (_workers() - before), 15, "Serve's replica and ingress processes to exit")

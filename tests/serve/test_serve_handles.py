@@ -7,12 +7,19 @@ import asyncio
 import concurrent.futures
 import os
 
+import signal
+
 import pytest
 from _shared import check_in_fork
+from serve_helpers import wait_until
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+import muster
+import muster.train as train
 from muster import serve
+from muster.train import RunConfig, ScalingConfig
+from muster.train.torch import TorchTrainer
 
 pytestmark = pytest.mark.allow_leftover_workers
 
@@ -149,3 +156,61 @@ def test_replica_context_and_result_timeout(graph):
     with pytest.raises(serve.RayServeException, match="only works inside"):
         serve.get_replica_context()
     assert os.getpid()  # the driver is not a replica
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class Where:
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@muster.remote(num_cpus=0)
+def pids_through(handle, n: int) -> list[int]:
+    return [handle.pid.remote().result(timeout_s=10) for _ in range(n)]
+
+
+@muster.remote(num_cpus=0)
+def pid_by_name() -> int:
+    return serve.get_deployment_handle("Where", "elsewhere").pid.remote().result(timeout_s=10)
+
+
+@muster.remote(num_cpus=0)
+class Caller:
+    def __init__(self, handle):
+        self.handle = handle
+
+    def pid(self) -> int:
+        return self.handle.pid.remote().result(timeout_s=10)
+
+
+def loop_calls_serve(config):
+    train.report({"pid": serve.get_deployment_handle("Where", "elsewhere").pid.remote().result(timeout_s=10)})
+
+
+def test_handles_work_in_tasks_actors_and_training_loops_and_follow_a_replacement(tmp_path):
+    """Serve pushes route tables to its ingress and replicas only; any other worker asks the
+    driver for the table (before, a handle passed to a task timed out, and a lookup by name said
+    no app was running)."""
+    handle = serve.run(Where.bind(), name="elsewhere", route_prefix=None)
+    first = handle.pid.remote().result(timeout_s=10)
+    assert muster.get(pids_through.remote(handle, 3), timeout=60) == [first] * 3
+    assert muster.get(pid_by_name.remote(), timeout=60) == first
+    result = TorchTrainer(loop_calls_serve, scaling_config=ScalingConfig(num_workers=1),
+                          run_config=RunConfig(storage_path=str(tmp_path), verbose=0)).fit()
+    assert result.metrics["pid"] == first
+    caller = Caller.remote(handle)
+    assert muster.get(caller.pid.remote(), timeout=60) == first  # the actor now holds the old route
+    os.kill(first, signal.SIGKILL)
+
+    def replaced() -> bool:
+        d = serve.status().applications["elsewhere"].deployments["Where"]
+        return d.replica_states.get("RUNNING", 0) == 1 and d.restarts >= 1
+
+    wait_until(replaced, 60, "the killed replica's replacement")
+    second = handle.pid.remote().result(timeout_s=10)
+    assert second != first
+    assert muster.get(caller.pid.remote(), timeout=60) == second  # it pulled the new table
+    muster.kill(caller)
+    serve.delete("elsewhere")
+    with pytest.raises(muster.exceptions.TaskError, match="not running"):
+        muster.get(pid_by_name.remote(), timeout=60)

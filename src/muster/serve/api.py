@@ -165,7 +165,7 @@ def shutdown() -> None:
 
 
 def get_app_handle(name: str) -> DeploymentHandle:
-    """A handle to app ``name``'s ingress deployment (in the driver or inside a replica).
+    """A handle to app ``name``'s ingress deployment (in the driver, a replica, a task or a training loop).
 
     Raises:
         RayServeException: no app of that name runs.
@@ -174,15 +174,17 @@ def get_app_handle(name: str) -> DeploymentHandle:
     from muster.serve.exceptions import RayServeException
 
     c = _controller
-    apps = {n: a.ingress for n, a in c.apps.items()} if c is not None else eventloop.run_sync(_apps())
+    apps = {n: a.ingress for n, a in c.apps.items()} if c is not None else eventloop.run_sync(_apps(name))
     if name not in apps:
         raise RayServeException(f"no Serve app named {name!r} is running; running apps: {sorted(apps) or 'none'}.")
     return DeploymentHandle(apps[name], name)
 
 
-async def _apps() -> dict[str, str]:
+async def _apps(wanted: str) -> dict[str, str]:
     from muster.serve._internal import router
 
+    if wanted not in router.registry.table.apps:  # in a task or a training loop: ask the driver
+        router.registry.pull()
     return {n: a.ingress for n, a in router.registry.table.apps.items()}
 
 

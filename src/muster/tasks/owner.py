@@ -173,6 +173,11 @@ _HANDLERS: dict[type, Callable[[RuntimeActor, Any], Any]] = {
 }
 
 
+def register(request: type, handler: Callable[[RuntimeActor, Any], Any]) -> None:
+    """Answer workers' ``request`` events with ``handler`` here (a layer above, e.g. Serve's routes)."""
+    _HANDLERS[request] = handler
+
+
 def serves(payload: Any) -> bool:
     """Whether ``payload`` is a request of the tasks layer (``.remote()``, get, put, actors)."""
     return type(payload) in _HANDLERS

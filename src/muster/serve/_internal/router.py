@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import math
 import os
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from muster.serve._internal import wire
+from muster.tasks import owner
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 _TERMINAL = frozenset((wire.RESP_FULL, wire.RESP_END, wire.RESP_VALUE, wire.RESP_ERROR))
@@ -191,8 +194,9 @@ class _RoutedReplica:
 class Router:
     """Picks a replica of one deployment for each request from this process."""
 
-    def __init__(self, app: str, deployment: str):
+    def __init__(self, app: str, deployment: str, refresh: "Callable[[], bool] | None" = None):
         self.app, self.deployment = app, deployment
+        self._refresh = refresh  # asks the driver for a newer table (a process Serve pushes none to)
         self.replicas: dict[str, _RoutedReplica] = {}
         self._list: list[_RoutedReplica] = []
         self.max_ongoing, self.max_queued = 5, -1
@@ -252,6 +256,17 @@ class Router:
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
+            stale = self._refresh is not None and not any(not r.dead for r in self._list)
+            if stale:
+                # No live replica known here: a pulled table may be stale (replicas replaced since),
+                # or say that the deployment is gone, which no wait would change.
+                if self._refresh() and (r := self._pick()) is not None:
+                    return r
+                if not self.replicas:
+                    raise DeploymentUnavailableError(
+                        f"deployment {self.deployment!r} of app {self.app!r} is not running; running apps: "
+                        f"{sorted(registry.table.apps) or 'none'} (serve.run it in the driver first)."
+                    )
             if self.max_queued != -1 and self._queued() >= self.max_queued:
                 raise BackPressureError(
                     f"deployment {self.deployment!r} of app {self.app!r}: every replica is at max_ongoing_requests="
@@ -260,7 +275,10 @@ class Router:
                 )
             w = loop.create_future()
             self._waiters.append(w)
-            timer = None if deadline is None else loop.call_later(max(0.0, deadline - loop.time()), _expire, w)
+            wake_at = deadline
+            if stale:  # ask the driver again soon: nothing else will tell this process of a replacement
+                wake_at = min(deadline if deadline is not None else math.inf, loop.time() + _PULL_EVERY_S)
+            timer = None if wake_at is None else loop.call_later(max(0.0, wake_at - loop.time()), _expire, w)
             try:
                 woken = await w
             except asyncio.CancelledError:
@@ -270,6 +288,8 @@ class Router:
             finally:
                 if timer is not None:
                     timer.cancel()
+            if woken is _EXPIRED and (deadline is None or loop.time() < deadline):
+                continue  # the turn to pull again, not the deadline
             if woken is _EXPIRED:
                 live = sum(1 for r in self.replicas.values() if not r.dead)
                 raise DeploymentUnavailableError(
@@ -353,34 +373,82 @@ class Router:
         try:
             conn = await self.connect(r)
             return r, conn.open(kind, payload)
+        except DeploymentUnavailableError:
+            self.release(r)
+            if self._refresh is None or not self._refresh():  # a pulled table: the replica may be replaced
+                raise
         except BaseException:
             self.release(r)
             raise
+        return await self.open_stream(kind, payload, timeout_s)  # once more, on the fresh table
+
+
+@dataclass(frozen=True)
+class TableRequest:
+    """A worker Serve pushes no table to (a task, an actor, a training worker) asks the driver for its."""
 
 
 class _Registry:
-    """This process's route table and routers (touched only on the Serve loop)."""
+    """This process's route table and routers (touched only on the Serve loop).
+
+    The controller pushes each new table to the ingress and the replicas. Any other muster
+    worker that uses a handle (a task, an actor, a training loop) pulls the driver's table when
+    it first routes to a deployment, and again when it knows no live replica of one.
+    """
 
     def __init__(self) -> None:
         self.table = RouteTable()
         self.routers: dict[tuple[str, str], Router] = {}
+        self.pushed = False
+        self._pulled_at = -_PULL_EVERY_S
 
-    def apply(self, table: RouteTable) -> None:
+    def apply(self, table: RouteTable, pushed: bool = True) -> None:
+        self.pushed = self.pushed or pushed
         if table.version < self.table.version:
             return
         self.table = table
         for key, router in self.routers.items():
             router.update(table.deployments.get(key))
 
+    def pull(self) -> bool:
+        """Fetch the driver's table, in a worker that gets no pushes; whether one came."""
+        from muster.core import context
+
+        now = time.monotonic()
+        if self.pushed or not context.in_worker() or now - self._pulled_at < _PULL_EVERY_S:
+            return False
+        self._pulled_at = now
+        try:
+            table = context.send_event(TableRequest(), timeout=_PULL_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - a child forked by user code, or a driver without Serve
+            return False
+        if not isinstance(table, RouteTable):
+            return False
+        self.apply(table, pushed=False)
+        return True
+
+    def _pulls(self) -> bool:
+        from muster.core import context
+
+        return not self.pushed and context.in_worker()
+
     def router(self, app: str, deployment: str) -> Router:
         key = (app, deployment)
         r = self.routers.get(key)
         if r is None:
-            r = self.routers[key] = Router(app, deployment)
+            pulls = self._pulls()
+            if pulls and key not in self.table.deployments:
+                self.pull()
+            r = self.routers[key] = Router(app, deployment, self._refresh if pulls else None)
             r.update(self.table.deployments.get(key))
         return r
 
+    def _refresh(self) -> bool:
+        return self.pull() if self._pulls() else False
 
+
+_PULL_EVERY_S = 0.2  # at most this often per process
+_PULL_TIMEOUT_S = 30.0
 registry = _Registry()
 _inherited: list[_Registry] = []  # a forked child's copies of its parent's routers, never touched again
 
@@ -394,10 +462,18 @@ def _routers_of_its_own_in_child() -> None:
     global registry
     _inherited.append(registry)
     registry = _Registry()
-    registry.table = _inherited[-1].table
+    registry.table = _inherited[-1].table  # a muster worker pulls fresh ones; a user's child cannot
 
 
 os.register_at_fork(after_in_child=_routers_of_its_own_in_child)
+
+
+def _answer_table_request(handle: Any, request: TableRequest) -> RouteTable:
+    """In the driver: a worker's :class:`TableRequest` gets the table the controller last set."""
+    return registry.table
+
+
+owner.register(TableRequest, _answer_table_request)
 
 
 def set_table(table: RouteTable) -> None:
