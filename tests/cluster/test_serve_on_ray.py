@@ -10,6 +10,7 @@ import httpx
 import pytest
 from starlette.requests import Request
 
+import muster
 from muster import serve
 
 
@@ -34,6 +35,16 @@ class Front:
         return {"sum": await self.inner.add.remote(int(request.query_params["x"]))}
 
 
+@muster.remote(num_cpus=0.1)
+def add_in_a_task(handle, x: int) -> int:
+    return handle.add.remote(x).result(timeout_s=30)
+
+
+@muster.remote(num_cpus=0.1)
+def add_by_name_in_a_task(x: int) -> int:
+    return serve.get_app_handle("where").add.remote(x).result(timeout_s=30)
+
+
 def test_serve_on_ray(on_ray, tmp_path, monkeypatch):
     from muster.core.api import get_runtime
     from muster.observe.store.reader import StoreReader
@@ -53,6 +64,9 @@ def test_serve_on_ray(on_ray, tmp_path, monkeypatch):
             assert len({a["pid"] for a in answers}) == 2
             assert c.get("/front", params={"x": 1}).json() == {"sum": 6}
         assert serve.get_app_handle("where").add.remote(1).result(timeout_s=30) == 11
+        # a Ray task (on any node) asks the driver for the route table and calls over TCP
+        assert muster.get(add_in_a_task.remote(serve.get_app_handle("where"), 2), timeout=60) == 12
+        assert muster.get(add_by_name_in_a_task.remote(3), timeout=60) == 13
         st = serve.status().applications["where"].deployments["Where"]
         assert st.replica_states == {"RUNNING": 2}
         routes = api._controller.table.deployments[("where", "Where")].replicas
