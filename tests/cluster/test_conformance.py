@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 from _shared import check_in_fork
@@ -556,11 +557,27 @@ def test_dataset_transforms_and_consumption(engine, tmp_path):
             in_ray_task = ray.is_initialized() and worker.mode == ray._private.worker.WORKER_MODE
             return {**batch, "w": batch["v"] + self.base, "on_ray": [in_ray_task] * len(batch["v"])}
 
+    class AddOneRow:  # row-wise ops with a callable class (defined here: Ray's workers get it by value)
+        def __init__(self, base):
+            self.base = base
+
+        def __call__(self, row):
+            return {**row, "v": row["v"] + self.base}
+
+    class KeepOdd:
+        def __call__(self, row):
+            return row["v"] % 2 == 1
+
     ds = md.from_items([{"k": i % 3, "v": i} for i in range(30)])
     assert ds.count() == 30
     assert sorted(r["v"] for r in ds.limit(4).union(ds.limit(2)).take_all()) == [0, 0, 1, 1, 2, 3]
     sums = ds.groupby("k").sum("v").sort("k", descending=True).take_all()
     assert [(r["k"], r["sum(v)"]) for r in sums] == [(2, 155), (1, 145), (0, 135)]
+    spread = ds.groupby("k").std(["v"]).sort("k").take_all()
+    assert [round(r["std(v)"], 6) for r in spread] == [round(float(np.std(range(k, 30, 3), ddof=1)), 6) for k in range(3)]
+    assert ds.max(["k", "v"]) == {"max(k)": 2, "max(v)": 29}
+    tagged = ds.map(AddOneRow, fn_constructor_args=(1000,), concurrency=1).filter(KeepOdd, concurrency=1)
+    assert sorted(r["v"] for r in tagged.take_all()) == list(range(1001, 1030, 2))
     cols = ds.add_column("u", lambda df: df["v"] * 2).drop_columns(["k"]).rename_columns({"u": "twice"})
     assert cols.take(2) == [{"v": 0, "twice": 0}, {"v": 1, "twice": 2}]
     sizes = [len(b["v"]) for b in ds.filter(lambda r: r["v"] >= 10).iter_batches(batch_size=7)]

@@ -189,3 +189,44 @@ def test_chained_pools_a_map_after_and_an_early_stop(threads_only):
           .filter(lambda r: r["id"] % 2 == 0))
     assert [r["y"] for r in ds.take_all()] == [2 * i for i in range(0, 60, 2)]
     assert [r["id"] for r in ds.take(3)] == [0, 2, 4]  # stops early; its actors are stopped (leak check)
+
+
+class RowTagger:
+    """A callable class for the row-wise ops: ``map``, ``flat_map`` and ``filter``."""
+
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, row):
+        return {"id": row["id"], "y": row["id"] + self.k, "pid": os.getpid()}
+
+
+class Twice:
+    def __call__(self, row):
+        return [row, row]
+
+
+class Even:
+    def __call__(self, row):
+        return row["id"] % 2 == 0
+
+
+def test_row_ops_take_a_callable_class_on_a_pool_or_threads():
+    """Ray's map/flat_map/filter take a callable class (built with fn_constructor_args, pooled with
+    concurrency= or Ray's older compute=ActorPoolStrategy); before, muster called the class per row."""
+    base = md.range(40, override_num_blocks=4)
+    pooled = base.map(RowTagger, fn_constructor_args=(100,), concurrency=2).take_all()
+    assert [(r["id"], r["y"]) for r in pooled] == [(i, i + 100) for i in range(40)]
+    assert os.getpid() not in {r["pid"] for r in pooled}  # mapped in actor processes
+    threaded = base.map(RowTagger, fn_constructor_kwargs={"k": 1}).take_all()  # no concurrency=: threads here
+    assert {r["pid"] for r in threaded} == {os.getpid()} and threaded[3]["y"] == 4
+    assert base.flat_map(Twice, compute=md.ActorPoolStrategy(size=1)).count() == 80
+    assert [r["id"] for r in base.filter(Even, concurrency=1).take_all()] == list(range(0, 40, 2))
+    by_strategy = base.map_batches(Tagger, fn_constructor_args=(0,), compute=md.ActorPoolStrategy(min_size=1, max_size=2))
+    assert [r["y"] for r in by_strategy.take_all()] == [2 * i for i in range(40)]
+    with pytest.raises(ValueError, match="applies only when fn is a callable class"):
+        base.map(lambda r: r, fn_constructor_args=(1,))
+    with pytest.raises(ValueError, match="pass one of the two"):
+        base.map_batches(Tagger, compute=md.ActorPoolStrategy(size=1), concurrency=1)
+    with pytest.raises(ValueError, match=r"ActorPoolStrategy\(size=0"):
+        md.ActorPoolStrategy(size=0)

@@ -81,6 +81,47 @@ def test_column_ops_limit_union_and_tensors():
     assert md.from_arrow(pa.table({"x": [1]})).schema().names == ["x"]
 
 
+def test_tensor_columns_keep_their_shape_through_pandas(threads_only):
+    """Ray's pandas batches hold one ndarray of the column's shape per row; Arrow's own conversion
+    flattened each row, and a pandas map_batches turned the column into flat lists."""
+    ds = md.from_numpy(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    seen = []
+
+    def identity(df):
+        seen.append(np.asarray(df["data"].iloc[0]).shape)
+        return df
+
+    out = ds.map_batches(identity, batch_format="pandas")
+    assert out.take_batch(2)["data"].shape == (2, 3, 4) and seen == [(3, 4)]
+    assert isinstance(out.schema().field("data").type, pa.FixedShapeTensorType)
+    frame = ds.to_pandas()
+    assert frame["data"].iloc[1].shape == (3, 4) and frame["data"].iloc[1][2, 3] == 23
+    assert next(iter(ds.iter_batches(batch_format="pandas")))["data"].iloc[0].shape == (3, 4)
+    rows = md.range(3).map(lambda r: {"z": np.full((2, 2), r["id"]), "id": r["id"]}).to_pandas()
+    assert list(rows.columns) == ["z", "id"] and rows["z"].iloc[2].tolist() == [[2, 2], [2, 2]]
+    back = md.from_pandas(rows, override_num_blocks=2)
+    assert back.take_batch(3)["z"].shape == (3, 2, 2) and back.schema().metadata is None
+
+
+def test_aggregations_over_lists_of_columns_every_column_and_no_key():
+    ds = md.from_items([{"g": i % 3, "v": float(i), "w": 2 * i} for i in range(12)])
+    assert ds.groupby("g").max(["v", "w"]).take_all()[0] == {"g": 0, "max(v)": 9.0, "max(w)": 18}
+    assert ds.groupby("g").sum().take_all()[2] == {"g": 2, "sum(v)": 26.0, "sum(w)": 52}
+    assert ds.groupby(None).count().take_all() == [{"count()": 12}]
+    assert ds.sum(["v", "w"]) == {"sum(v)": 66.0, "sum(w)": 132} and ds.sum("w") == 132
+    assert ds.std("v") == pytest.approx(float(np.std(np.arange(12.0), ddof=1)))
+    assert ds.std("v", ddof=0) == pytest.approx(float(np.std(np.arange(12.0))))
+    assert ds.groupby("g").std("v").take_all()[1]["std(v)"] == pytest.approx(float(np.std([1.0, 4, 7, 10], ddof=1)))
+    nulls = md.from_items([{"a": 1.0}, {"a": None}, {"a": 3.0}])
+    assert (nulls.sum("a"), nulls.sum("a", ignore_nulls=False), nulls.mean("a")) == (4.0, None, 2.0)
+    assert nulls.filter(lambda r: False).sum("a") is None  # an empty dataset's aggregate is null, as in Ray
+    assert ds.rename_columns(["G", "V", "W"]).columns() == ["G", "V", "W"] and ds.limit(limit=2).count() == 2
+    with pytest.raises(ValueError, match=r"std\(ddof=-1\)"):
+        ds.std("v", ddof=-1)
+    with pytest.raises(ValueError, match="2 names for 3 columns"):
+        ds.rename_columns(["a", "b"]).take_all()
+
+
 def test_shuffle_is_seeded_per_epoch_and_sort_groupby():
     ds = md.range(200).random_shuffle(seed=5)
     it = ds.iterator()

@@ -30,13 +30,14 @@ from muster.data.execution import DataContext
 from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator
 from muster.data.plan import Node, RayCall, Read
+from muster.data.strategies import ActorPoolStrategy, TaskPoolStrategy
 from muster.exceptions import InvalidArgumentError
 
 __all__ = [
-    "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
+    "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
     "DataTypeError", "Dataset", "GroupedData", "UserFunctionError", "from_arrow", "from_items", "from_numpy",
     "from_pandas", "range", "range_tensor", "read_binary_files", "read_csv", "read_json", "read_parquet",
-    "read_text",
+    "read_text", "TaskPoolStrategy",
 ]
 
 
@@ -119,9 +120,13 @@ def from_arrow(tables: pa.Table | list[pa.Table]) -> Dataset:
     return from_blocks([b for t in blocks for b in _src.table_blocks(t, _rows())], "FromArrow")
 
 
-def from_pandas(dfs: Any) -> Dataset:
+def from_pandas(dfs: Any, *, override_num_blocks: int | None = None) -> Dataset:
+    """Rows from one DataFrame or a list of them (a column of same-shape ndarrays becomes a tensor column)."""
     frames = dfs if isinstance(dfs, list) else [dfs]
-    return from_blocks([pa.Table.from_pandas(df, preserve_index=False) for df in frames], "FromPandas")
+    blocks = [_blk.from_batch(df, "from_pandas") for df in frames]
+    if override_num_blocks:
+        blocks = _src.table_blocks(_blk.concat(blocks), _rows(), override_num_blocks)
+    return from_blocks(blocks, "FromPandas")
 
 
 def from_numpy(ndarrays: np.ndarray | list[np.ndarray]) -> Dataset:

@@ -228,32 +228,56 @@ def sort(keys: list[str], descending: list[bool]) -> Callable[[list[pa.Table], i
     return run
 
 
-def aggregate(keys: list[str], aggs: list[tuple[str, str, str]]) -> Callable[[list[pa.Table], int], list[pa.Table]]:
-    """``aggs``: (column, pyarrow aggregation, output name); ``keys`` may be empty (whole dataset)."""
+#: Ray's aggregation names -> pyarrow's
+_PA_AGG = {"count": "count_all", "sum": "sum", "mean": "mean", "min": "min", "max": "max", "std": "stddev"}
+
+
+def _pa_options(method: str, options: dict[str, Any]) -> Any:
+    import pyarrow.compute as pc
+
+    skip = bool(options.get("ignore_nulls", True))
+    if method == "std":
+        return pc.VarianceOptions(ddof=int(options.get("ddof", 1)), skip_nulls=skip)
+    if method == "count":
+        return None
+    return pc.ScalarAggregateOptions(skip_nulls=skip)  # an empty column (or an unskipped null) gives None, as in Ray
+
+
+def aggregate(keys: list[str], aggs: list[tuple[str, str, dict[str, Any]]], every_column: bool = False
+              ) -> Callable[[list[pa.Table], int], list[pa.Table]]:
+    """``aggs``: (column, Ray's aggregation name, its options), output column ``name(column)``; ``keys``
+    may be empty (the whole dataset). ``every_column``: the aggregation (one of ``aggs``, column "")
+    applies to every column but the keys."""
 
     def run(blocks: list[pa.Table], _epoch: int) -> list[pa.Table]:
         table = blk.concat(blocks)
-        for k in keys + [c for c, _, _ in aggs if c]:
+        todo = aggs
+        if every_column:
+            method, options = aggs[0][1], aggs[0][2]
+            todo = [(c, method, options) for c in table.column_names if c not in keys]
+        for k in keys + [c for c, _, _ in todo if c]:
             if k not in table.column_names:
                 raise InvalidArgumentError(f"groupby/aggregate: no column {k!r}; the dataset has {table.column_names}.")
+        names = [f"{method}({col})" for col, method, _ in todo]
         if not keys:
-            out = {name: [_whole(table, col, fn)] for col, fn, name in aggs}
-            return [pa.table(out)]
-        spec = [(col, fn) if col else ([], "count_all") for col, fn, _ in aggs]
+            return [pa.table({name: [_whole(table, col, method, options)] for (col, method, options), name
+                              in zip(todo, names)})]
+        spec: list[tuple[Any, ...]] = [(col, _PA_AGG[method], _pa_options(method, options)) if col
+                                       else ([], "count_all") for col, method, options in todo]
         grouped = table.group_by(keys, use_threads=False).aggregate(spec)  # type: ignore[arg-type]
-        names = [f"{col}_{fn}" if col else "count_all" for col, fn, _ in aggs]
-        grouped = grouped.select(keys + names).rename_columns(keys + [name for _, _, name in aggs])
+        produced = [f"{col}_{_PA_AGG[method]}" if col else "count_all" for col, method, _ in todo]
+        grouped = grouped.select(keys + produced).rename_columns(keys + names)
         return [grouped.sort_by([(k, "ascending") for k in keys])]
 
     return run
 
 
-def _whole(table: pa.Table, col: str, fn: str) -> Any:
+def _whole(table: pa.Table, col: str, method: str, options: dict[str, Any]) -> Any:
     import pyarrow.compute as pc
 
     if not col:
         return table.num_rows
-    return getattr(pc, fn)(table.column(col)).as_py()
+    return getattr(pc, _PA_AGG[method])(table.column(col), options=_pa_options(method, options)).as_py()
 
 
 def map_groups(keys: list[str], fn: Callable[[Any], Any], batch_format: str

@@ -63,8 +63,47 @@ def to_batch(block: pa.Table, fmt: str) -> Any:
     if fmt == "pyarrow":
         return block
     if fmt == "pandas":
-        return block.to_pandas()
+        return to_pandas(block)
     return to_numpy(block)
+
+
+def _tensor_columns(block: pa.Table) -> list[str]:
+    return [n for n in block.column_names if isinstance(block.schema.field(n).type, pa.FixedShapeTensorType)]
+
+
+def to_pandas(block: pa.Table) -> Any:
+    """A block as a DataFrame; a tensor column holds one ndarray of the column's shape per row (as in
+    Ray), where Arrow's own conversion would give each row its values flattened."""
+    import pandas as pd
+
+    tensors = _tensor_columns(block)
+    if not tensors:
+        return block.to_pandas()
+    plain = block.drop_columns(tensors)
+    df = plain.to_pandas() if plain.num_columns else pd.DataFrame(index=pd.RangeIndex(block.num_rows))
+    for name in tensors:
+        stacked = column_to_numpy(block.column(name))
+        cells = np.empty(len(stacked), dtype=object)
+        for i in range(len(stacked)):
+            cells[i] = stacked[i]
+        df[name] = cells
+    return df[block.column_names]
+
+
+def _pandas_to_block(df: Any) -> pa.Table:
+    """A DataFrame as a block: a column of same-shape ndarrays (what :func:`to_pandas` gives for a tensor
+    column, or a function's output) becomes a tensor column again, not a list of flat lists."""
+    tensors = [
+        c for c in df.columns
+        if df[c].dtype == object and len(df) and all(isinstance(v, np.ndarray) and v.ndim >= 1 for v in df[c])
+    ]
+    if not tensors:
+        return pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
+    plain = pa.Table.from_pandas(df.drop(columns=tensors), preserve_index=False) if len(tensors) < len(df.columns) else None
+    cols = {}
+    for c in df.columns:
+        cols[str(c)] = array_from_values(list(df[c])) if c in tensors else plain.column(str(c))  # type: ignore[union-attr]
+    return pa.table(cols)
 
 
 def array_from_values(values: Any) -> pa.Array:
@@ -98,7 +137,7 @@ def from_batch(batch: Any, where: str) -> pa.Table:
         import pandas as pd
 
         if isinstance(batch, pd.DataFrame):
-            return pa.Table.from_pandas(batch, preserve_index=False)
+            return _pandas_to_block(batch)
     except ImportError:  # pragma: no cover - pandas ships with pyarrow's extras here
         pass
     if isinstance(batch, dict):
@@ -128,7 +167,7 @@ def rows_to_block(rows: list[dict[str, Any]], where: str) -> pa.Table:
 
 
 def iter_rows(block: pa.Table) -> Iterable[dict[str, Any]]:
-    tensors = [n for n in block.column_names if isinstance(block.schema.field(n).type, pa.FixedShapeTensorType)]
+    tensors = _tensor_columns(block)
     if not tensors:
         yield from block.to_pylist()
         return

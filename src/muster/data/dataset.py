@@ -53,16 +53,33 @@ class Dataset:
 
     # -- transforms ---------------------------------------------------------------
     def map(self, fn: Callable[[dict[str, Any]], dict[str, Any]], *, fn_args: tuple = (),
-            fn_kwargs: dict | None = None, **_resources: Any) -> "Dataset":
-        """Apply ``fn`` to each row (a dict); it must return a dict."""
-        ray = RayCall.of("map", fn, fn_args=fn_args, fn_kwargs=fn_kwargs, **_resources)
-        return self._then(Transform(f"Map({plan.fn_name(fn)})", plan.map_rows(fn, fn_args, fn_kwargs or {}), ray))
+            fn_kwargs: dict | None = None, **options: Any) -> "Dataset":
+        """Apply ``fn`` to each row (a dict); it must return a dict.
+
+        ``fn`` may be a callable class, built with ``fn_constructor_args/kwargs`` and run as
+        :meth:`map_batches` runs one (``concurrency=``, ``num_cpus=``, ``num_gpus=``, ``compute=``).
+        """
+        return self._rows("map", "Map", plan.map_rows, fn, fn_args, fn_kwargs, options)
+
+    def _rows(self, kind: str, label: str, by_function: Callable[..., Any], fn: Any, fn_args: tuple,
+              fn_kwargs: dict | None, options: dict[str, Any]) -> "Dataset":
+        """``map``, ``flat_map`` or ``filter``: a function runs inline; a callable class as ``map_batches`` runs one."""
+        if not callable(fn):
+            raise InvalidTypeError(f"{kind}(fn={fn!r}): pass a function or a callable class.")
+        if isinstance(fn, type):
+            return self.map_batches(fn, batch_size=None, fn_args=fn_args, fn_kwargs=fn_kwargs, _rows=kind, **options)
+        for name in ("fn_constructor_args", "fn_constructor_kwargs"):
+            if options.pop(name, None):
+                raise InvalidArgumentError(f"{kind}({name}=...) applies only when fn is a callable class.")
+        concurrency = _concurrency(options.pop("compute", None), options.get("concurrency"), kind)
+        ray = RayCall.of(kind, fn, fn_args=fn_args, fn_kwargs=fn_kwargs, **_given(options, concurrency=concurrency))
+        return self._then(Transform(f"{label}({plan.fn_name(fn)})", by_function(fn, fn_args, fn_kwargs or {}), ray))
 
     def map_batches(self, fn: Any, *, batch_size: int | None | str = 1024, batch_format: str = "numpy",
                     fn_args: tuple = (), fn_kwargs: dict | None = None, fn_constructor_args: tuple = (),
                     fn_constructor_kwargs: dict | None = None, concurrency: int | tuple[int, int] | None = None,
                     num_cpus: float | None = None, num_gpus: float | None = None, zero_copy_batch: bool = False,
-                    **_ray_options: Any) -> "Dataset":
+                    compute: Any = None, _rows: str | None = None, **_ray_options: Any) -> "Dataset":
         """Apply ``fn`` to batches of rows.
 
         Args:
@@ -74,10 +91,14 @@ class Dataset:
                 with the queue of blocks; for a function, at most this many of its tasks at once. On the
                 Ray engine this becomes Ray's ``compute=`` (an actor pool for a class, a task pool for a
                 function).
+            compute: Ray's older spelling of ``concurrency``: ``ActorPoolStrategy(size=n)`` or
+                ``(min_size=, max_size=)``, ``TaskPoolStrategy(size=n)``.
             num_cpus / num_gpus: what each actor (or pooled task) holds of the engine's resources. If the
                 machine can never give them, execution fails at once naming both; if they are busy (a
                 training gang holds them), the class runs in the consumer's threads and a log line says so.
         """
+        where = _rows or "map_batches"
+        concurrency = _concurrency(compute, concurrency, where)
         if batch_size == "default":
             batch_size = 1024
         if not (batch_size is None or isinstance(batch_size, int)):
@@ -85,40 +106,48 @@ class Dataset:
         _positive(batch_size, "batch_size", "map_batches")
         fmt = blk.check_batch_format(batch_format, "map_batches")
         if not callable(fn):
-            raise InvalidTypeError(f"map_batches(fn={fn!r}): pass a function or a callable class.")
-        _check_concurrency(concurrency)
+            raise InvalidTypeError(f"{where}(fn={fn!r}): pass a function or a callable class.")
         for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
             if value is not None and (not isinstance(value, (int, float)) or value < 0):
-                raise InvalidArgumentError(f"map_batches({name}={value!r}): use a number >= 0.")
+                raise InvalidArgumentError(f"{where}({name}={value!r}): use a number >= 0.")
         if fn_constructor_args or fn_constructor_kwargs:
             if not isinstance(fn, type):
-                raise InvalidArgumentError("map_batches(fn_constructor_args/kwargs=...) apply only when fn is a callable class.")
+                raise InvalidArgumentError(f"{where}(fn_constructor_args/kwargs=...) apply only when fn is a callable class.")
         op = plan.MapBatches(fn, batch_size, fmt, tuple(fn_args), dict(fn_kwargs or {}), tuple(fn_constructor_args),
                              dict(fn_constructor_kwargs or {}), concurrency=concurrency, num_cpus=num_cpus,
-                             num_gpus=num_gpus)
-        ray = RayCall.of("map_batches", fn, batch_size=batch_size, batch_format=fmt, fn_args=tuple(fn_args),
-                         fn_kwargs=fn_kwargs, fn_constructor_args=tuple(fn_constructor_args),
-                         fn_constructor_kwargs=fn_constructor_kwargs, concurrency=concurrency, num_cpus=num_cpus,
-                         num_gpus=num_gpus, zero_copy_batch=zero_copy_batch, **_ray_options)
-        return self._then(Transform(f"MapBatches({plan.fn_name(fn)})", op, ray))
+                             num_gpus=num_gpus, rows=_rows)
+        label = {"map": "Map", "flat_map": "FlatMap", "filter": "Filter"}.get(where, "MapBatches")
+        if _rows is None:
+            ray = RayCall.of("map_batches", fn, batch_size=batch_size, batch_format=fmt, fn_args=tuple(fn_args),
+                             fn_kwargs=fn_kwargs, fn_constructor_args=tuple(fn_constructor_args),
+                             fn_constructor_kwargs=fn_constructor_kwargs, concurrency=concurrency, num_cpus=num_cpus,
+                             num_gpus=num_gpus, zero_copy_batch=zero_copy_batch, **_ray_options)
+        else:
+            ray = RayCall.of(_rows, fn, fn_args=tuple(fn_args), fn_kwargs=fn_kwargs, **_given(
+                {"fn_constructor_args": tuple(fn_constructor_args), "fn_constructor_kwargs": fn_constructor_kwargs,
+                 "num_cpus": num_cpus, "num_gpus": num_gpus, **_ray_options}, concurrency=concurrency))
+        return self._then(Transform(f"{label}({plan.fn_name(fn)})", op, ray))
 
     def flat_map(self, fn: Callable[[dict[str, Any]], list[dict[str, Any]]], *, fn_args: tuple = (),
-                 fn_kwargs: dict | None = None, **_resources: Any) -> "Dataset":
-        """Apply ``fn`` to each row; it returns a list of output rows."""
-        ray = RayCall.of("flat_map", fn, fn_args=fn_args, fn_kwargs=fn_kwargs, **_resources)
-        return self._then(Transform(f"FlatMap({plan.fn_name(fn)})", plan.flat_map_rows(fn, fn_args, fn_kwargs or {}), ray))
+                 fn_kwargs: dict | None = None, **options: Any) -> "Dataset":
+        """Apply ``fn`` to each row; it returns a list of output rows (``fn`` may be a callable class, as for :meth:`map`)."""
+        return self._rows("flat_map", "FlatMap", plan.flat_map_rows, fn, fn_args, fn_kwargs, options)
 
     def filter(self, fn: Callable[[dict[str, Any]], bool] | None = None, *, fn_args: tuple = (),
-               fn_kwargs: dict | None = None, expr: Any = None, **_resources: Any) -> "Dataset":
-        """Keep the rows for which ``fn(row)`` is true (or a pyarrow ``expr`` holds)."""
+               fn_kwargs: dict | None = None, expr: Any = None, **options: Any) -> "Dataset":
+        """Keep the rows for which ``fn(row)`` is true (or a pyarrow ``expr`` holds); ``fn`` may be a callable class."""
+        if isinstance(expr, str):
+            raise InvalidTypeError(
+                f"filter(expr={expr!r}): muster takes a pyarrow.compute expression here (pc.field('x') > 1), "
+                "or a function: filter(lambda row: ...)."
+            )
         if expr is not None:
             why = ("filter(expr=<pyarrow expression>) has no ray.data equivalent (Ray takes its own expressions): "
                    "pass a function, filter(lambda row: ...), or push the filter into read_parquet(filter=...)")
             return self._then(Transform("Filter(expr)", lambda b: [b.filter(expr)], why))
         if fn is None:
             raise InvalidTypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
-        ray = RayCall.of("filter", fn, fn_args=fn_args, fn_kwargs=fn_kwargs, **_resources)
-        return self._then(Transform(f"Filter({plan.fn_name(fn)})", plan.filter_rows(fn, fn_args, fn_kwargs or {}), ray))
+        return self._rows("filter", "Filter", plan.filter_rows, fn, fn_args, fn_kwargs, options)
 
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas") -> "Dataset":
         """Add (or replace) column ``col`` with ``fn(batch)``."""
@@ -134,16 +163,22 @@ class Dataset:
         cols = _names(cols, "select_columns")
         return self._then(Transform("SelectColumns", plan.select_columns(cols), RayCall.of("select_columns", cols)))
 
-    def rename_columns(self, names: dict[str, str]) -> "Dataset":
+    def rename_columns(self, names: dict[str, str] | list[str]) -> "Dataset":
+        """Rename columns: a dict old name -> new name, or a list of new names for every column, in order."""
+        if isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
+            ray = RayCall.of("rename_columns", list(names))
+            return self._then(Transform("RenameColumns", plan.rename_all_columns(list(names)), ray))
         if not isinstance(names, dict):
-            raise InvalidTypeError(f"rename_columns({names!r}): pass a dict old name -> new name.")
+            raise InvalidTypeError(
+                f"rename_columns({names!r}): pass a dict old name -> new name, or a list of new names for every column."
+            )
         ray = RayCall.of("rename_columns", dict(names))
         return self._then(Transform("RenameColumns", plan.rename_columns(dict(names)), ray))
 
-    def limit(self, n: int) -> "Dataset":
-        if not isinstance(n, int) or n < 0:
-            raise InvalidArgumentError(f"limit({n!r}): use an integer >= 0.")
-        return self._then(Limit(f"Limit({n})", n))
+    def limit(self, limit: int) -> "Dataset":
+        if not isinstance(limit, int) or limit < 0:
+            raise InvalidArgumentError(f"limit({limit!r}): use an integer >= 0.")
+        return self._then(Limit(f"Limit({limit})", limit))
 
     def union(self, *others: "Dataset") -> "Dataset":
         for o in others:
@@ -176,20 +211,34 @@ class Dataset:
         ray = RayCall.of("sort", keys, descending=desc)
         return self._then(AllToAll(f"Sort({', '.join(keys)})", alltoall.sort(keys, desc), ray=ray))
 
-    def groupby(self, key: str | list[str]) -> GroupedData:
-        return GroupedData(self, [key] if isinstance(key, str) else list(key))
+    def groupby(self, key: str | list[str] | None, **_ray_only: Any) -> GroupedData:
+        """Group by one or more key columns; ``None`` puts every row in one group."""
+        keys = [] if key is None else [key] if isinstance(key, str) else list(key)
+        if not all(isinstance(k, str) for k in keys):
+            raise InvalidTypeError(f"groupby({key!r}): pass a column name, a list of them, or None.")
+        return GroupedData(self, keys)
 
-    def sum(self, on: str) -> Any:
-        return self.groupby([])._agg([(on, "sum", f"sum({on})")]).take(1)[0][f"sum({on})"]
+    def _whole(self, method: str, on: str | list[str] | None, **options: Any) -> Any:
+        """An aggregation over the whole dataset, as Ray returns it: one column's value, else a dict."""
+        row = self.groupby(None)._agg(method, on, options).take(1)[0]
+        return row[f"{method}({on})"] if isinstance(on, str) else row
 
-    def mean(self, on: str) -> Any:
-        return self.groupby([])._agg([(on, "mean", f"mean({on})")]).take(1)[0][f"mean({on})"]
+    def sum(self, on: str | list[str] | None = None, ignore_nulls: bool = True) -> Any:
+        """The sum of column ``on`` (a list, or None for every column: a dict ``{"sum(col)": value}``)."""
+        return self._whole("sum", on, ignore_nulls=ignore_nulls)
 
-    def min(self, on: str) -> Any:
-        return self.groupby([])._agg([(on, "min", f"min({on})")]).take(1)[0][f"min({on})"]
+    def mean(self, on: str | list[str] | None = None, ignore_nulls: bool = True) -> Any:
+        return self._whole("mean", on, ignore_nulls=ignore_nulls)
 
-    def max(self, on: str) -> Any:
-        return self.groupby([])._agg([(on, "max", f"max({on})")]).take(1)[0][f"max({on})"]
+    def min(self, on: str | list[str] | None = None, ignore_nulls: bool = True) -> Any:
+        return self._whole("min", on, ignore_nulls=ignore_nulls)
+
+    def max(self, on: str | list[str] | None = None, ignore_nulls: bool = True) -> Any:
+        return self._whole("max", on, ignore_nulls=ignore_nulls)
+
+    def std(self, on: str | list[str] | None = None, ddof: int = 1, ignore_nulls: bool = True) -> Any:
+        """The standard deviation of ``on`` (the sample one, ``ddof=1``, as Ray's)."""
+        return self._whole("std", on, ddof=ddof, ignore_nulls=ignore_nulls)
 
     def unique(self, column: str) -> list[Any]:
         import pyarrow.compute as pc
@@ -290,7 +339,7 @@ class Dataset:
         return blk.concat(list(self._execute()))
 
     def to_pandas(self, limit: int | None = None) -> Any:
-        return (self.limit(limit) if limit is not None else self).to_arrow().to_pandas()
+        return blk.to_pandas((self.limit(limit) if limit is not None else self).to_arrow())
 
     def to_numpy_refs(self) -> list[dict[str, np.ndarray]]:
         return [blk.to_numpy(b) for b in self._execute()]
@@ -331,12 +380,30 @@ def _names(cols: Any, where: str) -> list[str]:
     return cols
 
 
-def _check_concurrency(concurrency: Any) -> None:
+def _concurrency(compute: Any, concurrency: Any, where: str) -> Any:
+    """``concurrency=``, or what Ray's older ``compute=`` strategy says; checked."""
+    from muster.data.strategies import ActorPoolStrategy, TaskPoolStrategy
+
+    if compute is not None:
+        if concurrency is not None:
+            raise InvalidArgumentError(f"{where}(compute=..., concurrency=...): pass one of the two (concurrency=).")
+        if not isinstance(compute, (ActorPoolStrategy, TaskPoolStrategy)):
+            raise InvalidTypeError(
+                f"{where}(compute={compute!r}): pass muster.data.ActorPoolStrategy(size=n) or "
+                "TaskPoolStrategy(size=n), or concurrency=n."
+            )
+        concurrency = compute.concurrency
     ok = concurrency is None or (isinstance(concurrency, int) and concurrency >= 1) or (
         isinstance(concurrency, tuple) and len(concurrency) == 2 and all(isinstance(c, int) for c in concurrency)
         and 1 <= concurrency[0] <= concurrency[1])
     if not ok:
-        raise InvalidArgumentError(f"map_batches(concurrency={concurrency!r}): use a positive int or a (min, max) tuple.")
+        raise InvalidArgumentError(f"{where}(concurrency={concurrency!r}): use a positive int or a (min, max) tuple.")
+    return concurrency
+
+
+def _given(options: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """The options a caller set (not None, not empty): what a ``ray.data`` call is passed."""
+    return {k: v for k, v in {**options, **more}.items() if v is not None and v != () and v != {}}
 
 
 def from_blocks(blocks: list[pa.Table], name: str = "FromArrow") -> Dataset:

@@ -7,47 +7,61 @@ from typing import TYPE_CHECKING, Any, Callable
 from muster.data import alltoall
 from muster.data import block as blk
 from muster.data.plan import AllToAll, RayCall
+from muster.exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:
     from muster.data.dataset import Dataset
 
 
 class GroupedData:
-    """Rows grouped by one or more key columns; each method returns a new ``Dataset``."""
+    """Rows grouped by one or more key columns (none: the whole dataset); each method returns a new ``Dataset``."""
 
     def __init__(self, dataset: "Dataset", keys: list[str]):
         self._ds, self._keys = dataset, keys
 
-    def _agg(self, aggs: list[tuple[str, str, str]]) -> "Dataset":
-        name = f"Aggregate({', '.join(n for _, _, n in aggs)})"
-        kinds = {kind for _, kind, _ in aggs}
-        cols = [c for c, _, _ in aggs]
-        # ray.data: groupby(keys or None) then one aggregation over the columns (same output names)
-        ray = self._ray().then(aggs[0][1], *([] if kinds == {"count"} else [cols if len(cols) > 1 else cols[0]]))
-        return self._ds._then(AllToAll(name, alltoall.aggregate(self._keys, aggs), ray=ray))
+    def _agg(self, method: str, on: str | list[str] | None, options: dict[str, Any] | None = None) -> "Dataset":
+        """One aggregation over each column of ``on`` (None: every column but the keys), named ``method(col)``
+        as Ray names them; ``options``: Ray's keywords (``ignore_nulls``, ``ddof``)."""
+        options = dict(options or {})
+        ddof = options.get("ddof", 1)
+        if not isinstance(ddof, int) or isinstance(ddof, bool) or ddof < 0:
+            raise InvalidArgumentError(f"std(ddof={ddof!r}): use an integer >= 0 (1: the sample deviation).")
+        cols = None if on is None else ([on] if isinstance(on, str) else list(on))
+        if cols is not None and (not cols or not all(isinstance(c, str) for c in cols)):
+            raise InvalidArgumentError(f"{method}(on={on!r}): pass a column name, a list of them, or None (every column).")
+        every = cols is None and method != "count"
+        aggs = [("", method, options)] if cols is None else [(c, method, options) for c in cols]
+        name = f"Aggregate({method}({', '.join(cols) if cols else ''}))"
+        ray_args = [] if method == "count" or on is None else [on]
+        ray = self._ray().then(method, *ray_args, **options)
+        return self._ds._then(AllToAll(name, alltoall.aggregate(self._keys, aggs, every_column=every), ray=ray))
 
     def _ray(self) -> RayCall:
         return RayCall.of("groupby", (self._keys if len(self._keys) > 1 else self._keys[0]) if self._keys else None)
 
     def count(self) -> "Dataset":
         """One row per group: the keys and ``count()``."""
-        return self._agg([("", "count", "count()")])
+        return self._agg("count", None)
 
-    def sum(self, on: str | list[str]) -> "Dataset":
-        """One row per group: the keys and ``sum(<col>)`` for each column in ``on``."""
-        cols = [on] if isinstance(on, str) else list(on)
-        return self._agg([(c, "sum", f"sum({c})") for c in cols])
+    def sum(self, on: str | list[str] | None = None, ignore_nulls: bool = True) -> "Dataset":
+        """One row per group: the keys and ``sum(<col>)`` for each column in ``on`` (None: every other column)."""
+        return self._agg("sum", on, {"ignore_nulls": ignore_nulls})
 
-    def mean(self, on: str | list[str]) -> "Dataset":
+    def mean(self, on: str | list[str] | None = None, ignore_nulls: bool = True) -> "Dataset":
         """One row per group: the keys and ``mean(<col>)`` for each column in ``on``."""
-        cols = [on] if isinstance(on, str) else list(on)
-        return self._agg([(c, "mean", f"mean({c})") for c in cols])
+        return self._agg("mean", on, {"ignore_nulls": ignore_nulls})
 
-    def min(self, on: str) -> "Dataset":
-        return self._agg([(on, "min", f"min({on})")])
+    def min(self, on: str | list[str] | None = None, ignore_nulls: bool = True) -> "Dataset":
+        """One row per group: the keys and ``min(<col>)`` for each column in ``on``."""
+        return self._agg("min", on, {"ignore_nulls": ignore_nulls})
 
-    def max(self, on: str) -> "Dataset":
-        return self._agg([(on, "max", f"max({on})")])
+    def max(self, on: str | list[str] | None = None, ignore_nulls: bool = True) -> "Dataset":
+        """One row per group: the keys and ``max(<col>)`` for each column in ``on``."""
+        return self._agg("max", on, {"ignore_nulls": ignore_nulls})
+
+    def std(self, on: str | list[str] | None = None, ddof: int = 1, ignore_nulls: bool = True) -> "Dataset":
+        """One row per group: the keys and ``std(<col>)`` (sample standard deviation with ``ddof=1``)."""
+        return self._agg("std", on, {"ddof": ddof, "ignore_nulls": ignore_nulls})
 
     def map_groups(self, fn: Callable[[Any], Any], *, batch_format: str = "numpy") -> "Dataset":
         """Apply ``fn`` to each group (a batch in ``batch_format``); its outputs form the new dataset."""

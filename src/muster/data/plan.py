@@ -132,35 +132,41 @@ def _guard(op: str, fn: Any, block: pa.Table | None, call: Callable[[], Any]) ->
 
 
 # -- row-wise -------------------------------------------------------------------
+def _map_rows(block: pa.Table, fn: Callable[..., Any], args: tuple, kwargs: dict, named: Any) -> list[pa.Table]:
+    rows = list(blk.iter_rows(block))
+    out = _guard("Map", named, block, lambda: [fn(r, *args, **kwargs) for r in rows])
+    return [blk.rows_to_block(out, f"map({fn_name(named)})")]
+
+
+def _flat_map_rows(block: pa.Table, fn: Callable[..., Any], args: tuple, kwargs: dict, named: Any) -> list[pa.Table]:
+    rows = list(blk.iter_rows(block))
+    out = _guard("FlatMap", named, block, lambda: [x for r in rows for x in fn(r, *args, **kwargs)])
+    return [blk.rows_to_block(out, f"flat_map({fn_name(named)})")]
+
+
+def _filter_rows(block: pa.Table, fn: Callable[..., Any], args: tuple, kwargs: dict, named: Any) -> list[pa.Table]:
+    rows = list(blk.iter_rows(block))
+    keep = _guard("Filter", named, block, lambda: [bool(fn(r, *args, **kwargs)) for r in rows])
+    return [block.filter(pa.array(keep, type=pa.bool_()))] if rows else [block]
+
+
+#: ``map``, ``flat_map`` and ``filter``: the row-wise ops, by name (a callable class runs them through
+#: :class:`MapBatches`, which builds its instances, in threads or an actor pool)
+ROW_OPS: dict[str, Callable[[pa.Table, Callable[..., Any], tuple, dict, Any], list[pa.Table]]] = {
+    "map": _map_rows, "flat_map": _flat_map_rows, "filter": _filter_rows,
+}
+
+
 def map_rows(fn: Callable[[dict], dict], args: tuple, kwargs: dict) -> BlockFn:
-    where = f"map({fn_name(fn)})"
-
-    def apply(block: pa.Table) -> list[pa.Table]:
-        rows = list(blk.iter_rows(block))
-        out = _guard("Map", fn, block, lambda: [fn(r, *args, **kwargs) for r in rows])
-        return [blk.rows_to_block(out, where)]
-
-    return apply
+    return lambda block: _map_rows(block, fn, args, kwargs, fn)
 
 
 def flat_map_rows(fn: Callable[[dict], list], args: tuple, kwargs: dict) -> BlockFn:
-    where = f"flat_map({fn_name(fn)})"
-
-    def apply(block: pa.Table) -> list[pa.Table]:
-        rows = list(blk.iter_rows(block))
-        out = _guard("FlatMap", fn, block, lambda: [x for r in rows for x in fn(r, *args, **kwargs)])
-        return [blk.rows_to_block(out, where)]
-
-    return apply
+    return lambda block: _flat_map_rows(block, fn, args, kwargs, fn)
 
 
 def filter_rows(fn: Callable[[dict], bool], args: tuple, kwargs: dict) -> BlockFn:
-    def apply(block: pa.Table) -> list[pa.Table]:
-        rows = list(blk.iter_rows(block))
-        keep = _guard("Filter", fn, block, lambda: [bool(fn(r, *args, **kwargs)) for r in rows])
-        return [block.filter(pa.array(keep, type=pa.bool_()))] if rows else [block]
-
-    return apply
+    return lambda block: _filter_rows(block, fn, args, kwargs, fn)
 
 
 # -- batch-wise -----------------------------------------------------------------
@@ -171,8 +177,9 @@ class MapBatches:
     def __init__(self, fn: Any, batch_size: int | None, batch_format: str, fn_args: tuple, fn_kwargs: dict,
                  ctor_args: tuple, ctor_kwargs: dict, zero_copy: bool = False,
                  concurrency: int | tuple[int, int] | None = None, num_cpus: float | None = None,
-                 num_gpus: float | None = None):
+                 num_gpus: float | None = None, rows: str | None = None):
         self.fn, self.batch_size, self.batch_format = fn, batch_size, batch_format
+        self.rows = rows  # "map", "flat_map" or "filter": a row-wise op of a callable class
         self.fn_args, self.fn_kwargs = fn_args, fn_kwargs
         self.ctor_args, self.ctor_kwargs = ctor_args, ctor_kwargs
         self.concurrency, self.num_cpus, self.num_gpus = concurrency, num_cpus, num_gpus
@@ -217,6 +224,8 @@ class MapBatches:
 
     def apply(self, block: pa.Table, fn: Callable[..., Any]) -> list[pa.Table]:
         """``fn`` (this op's function, or an instance of its class) over ``block``, batch by batch."""
+        if self.rows is not None:
+            return ROW_OPS[self.rows](block, fn, self.fn_args, self.fn_kwargs, self.fn)
         where = f"map_batches({fn_name(self.fn)})"
         out: list[pa.Table] = []
         for part in blk.split_rows(block, self.batch_size or 0):
@@ -263,6 +272,18 @@ def rename_columns(mapping: dict[str, str]) -> BlockFn:
     def apply(block: pa.Table) -> list[pa.Table]:
         _check_columns(block, list(mapping), "rename_columns")
         return [block.rename_columns([mapping.get(n, n) for n in block.column_names])]
+
+    return apply
+
+
+def rename_all_columns(names: list[str]) -> BlockFn:
+    def apply(block: pa.Table) -> list[pa.Table]:
+        if block.num_columns and len(names) != block.num_columns:
+            raise InvalidArgumentError(
+                f"rename_columns({names!r}): {len(names)} names for {block.num_columns} columns "
+                f"{block.column_names}; give one name per column, or a dict old name -> new name."
+            )
+        return [block.rename_columns(names) if block.num_columns else block]
 
     return apply
 

@@ -1,0 +1,59 @@
+"""Ray Data's compute strategies, the older spelling of ``concurrency=``.
+
+``map_batches(fn, compute=ActorPoolStrategy(size=2))`` is ``concurrency=2``;
+``ActorPoolStrategy(min_size=1, max_size=4)`` is ``concurrency=(1, 4)``;
+``TaskPoolStrategy(size=n)`` limits a function's tasks to ``n`` at once.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from muster.exceptions import InvalidArgumentError
+
+
+def _count(value: Any, what: str) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise InvalidArgumentError(f"{what}={value!r}: use a positive integer.")
+    return value  # type: ignore[no-any-return]
+
+
+class ActorPoolStrategy:
+    """A pool of actors for a callable class: ``size`` of them, or between ``min_size`` and ``max_size``
+    (no ``max_size``: up to the machine's CPUs)."""
+
+    def __init__(self, *, size: int | None = None, min_size: int | None = None, max_size: int | None = None,
+                 **_ray_only: Any):
+        _count(size, "ActorPoolStrategy(size")
+        _count(min_size, "ActorPoolStrategy(min_size")
+        _count(max_size, "ActorPoolStrategy(max_size")
+        if size is not None and (min_size is not None or max_size is not None):
+            raise InvalidArgumentError("ActorPoolStrategy: pass size=, or min_size= and max_size=, not both.")
+        if size is None and min_size is not None and max_size is not None and min_size > max_size:
+            raise InvalidArgumentError(f"ActorPoolStrategy(min_size={min_size}, max_size={max_size}): min_size > max_size.")
+        self.size, self.min_size, self.max_size = size, min_size, max_size
+
+    @property
+    def concurrency(self) -> int | tuple[int, int]:
+        if self.size is not None:
+            return self.size
+        low = self.min_size or 1
+        return (low, self.max_size if self.max_size is not None else max(low, os.cpu_count() or 1))
+
+    def __repr__(self) -> str:
+        return f"ActorPoolStrategy(concurrency={self.concurrency!r})"
+
+
+class TaskPoolStrategy:
+    """Tasks for a function, at most ``size`` at once (no limit when None)."""
+
+    def __init__(self, size: int | None = None):
+        self.size = _count(size, "TaskPoolStrategy(size")
+
+    @property
+    def concurrency(self) -> int | None:
+        return self.size
+
+    def __repr__(self) -> str:
+        return f"TaskPoolStrategy(size={self.size!r})"
