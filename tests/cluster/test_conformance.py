@@ -576,6 +576,9 @@ def test_dataset_transforms_and_consumption(engine, tmp_path):
     spread = ds.groupby("k").std(["v"]).sort("k").take_all()
     assert [round(r["std(v)"], 6) for r in spread] == [round(float(np.std(range(k, 30, 3), ddof=1)), 6) for k in range(3)]
     assert ds.max(["k", "v"]) == {"max(k)": 2, "max(v)": 29}
+    from muster.data.aggregate import Count, Mean
+
+    assert ds.aggregate(Count(), Mean("v", alias_name="avg")) == {"count()": 30, "avg": 14.5}
     tagged = ds.map(AddOneRow, fn_constructor_args=(1000,), concurrency=1).filter(KeepOdd, concurrency=1)
     assert sorted(r["v"] for r in tagged.take_all()) == list(range(1001, 1030, 2))
     cols = ds.add_column("u", lambda df: df["v"] * 2).drop_columns(["k"]).rename_columns({"u": "twice"})

@@ -122,6 +122,34 @@ def test_aggregations_over_lists_of_columns_every_column_and_no_key():
         ds.rename_columns(["a", "b"]).take_all()
 
 
+def test_aggregate_objects_zip_sampling_and_unsupported_names():
+    from muster.data.aggregate import AggregateFn, Count, Mean, Std, Sum, Unique
+    from muster.exceptions import UnsupportedRayAPIError, UnsupportedRayImportError
+
+    ds = md.from_items([{"n": i, "g": i % 2} for i in range(1, 10)])
+    prod = AggregateFn(init=lambda key: 1, accumulate_row=lambda acc, row: acc * row["n"], merge=lambda a, b: a * b,
+                       name="prod")
+    assert ds.aggregate(prod) == {"prod": 362880}  # Ray's own example
+    whole = ds.aggregate(Count(), Mean("n"), Std("n", alias_name="sd"), Unique("g"))
+    assert whole["count()"] == 9 and whole["mean(n)"] == 5.0 and sorted(whole["unique(g)"]) == [0, 1]
+    assert whole["sd"] == pytest.approx(float(np.std(np.arange(1, 10), ddof=1)))
+    assert ds.groupby("g").aggregate(Count(), Sum("n"), prod).take_all() == [
+        {"g": 0, "count()": 4, "sum(n)": 20, "prod": 2 * 4 * 6 * 8},
+        {"g": 1, "count()": 5, "sum(n)": 25, "prod": 1 * 3 * 5 * 7 * 9},
+    ]
+    assert ds.zip(md.range(9)).take(2) == [{"n": 1, "g": 1, "id": 0}, {"n": 2, "g": 0, "id": 1}]
+    assert ds.zip(ds).columns() == ["n", "g", "n_1", "g_1"]
+    with pytest.raises(ValueError, match=r"\[9, 3\] rows"):
+        ds.zip(md.range(3))
+    assert [p.count() for p in ds.split_proportionately([0.5, 0.25])] == [4, 2, 3]
+    assert 50 < md.range(1000).random_sample(0.1, seed=1).count() < 150
+    assert ds.num_blocks() >= 1 and ds.size_bytes() > 0
+    with pytest.raises(UnsupportedRayAPIError, match="input_files .*read_binary_files"):
+        ds.input_files()
+    with pytest.raises(UnsupportedRayImportError, match="Quantile .*AggregateFn"):
+        from muster.data.aggregate import Quantile  # noqa: F401
+
+
 def test_shuffle_is_seeded_per_epoch_and_sort_groupby():
     ds = md.range(200).random_shuffle(seed=5)
     it = ds.iterator()

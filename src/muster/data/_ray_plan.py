@@ -81,6 +81,8 @@ def _apply(ds: Any, steps: tuple[tuple[str, tuple, dict], ...], where: str) -> A
             kwargs["compute"] = _compute(args[0], kwargs.pop("concurrency"), where)
         if name in _ray_guard.GUARDED and args:  # user code fails with muster's errors, as on its own engine
             args = (_ray_guard.guard(name, args[0]), *args[1:])
+        if name == "aggregate":  # muster.data.aggregate objects as ray.data.aggregate's
+            args = tuple(a.to_ray() for a in args)
         ds = getattr(ds, name)(*args, **kwargs)
     return ds
 

@@ -229,55 +229,88 @@ def sort(keys: list[str], descending: list[bool]) -> Callable[[list[pa.Table], i
 
 
 #: Ray's aggregation names -> pyarrow's
-_PA_AGG = {"count": "count_all", "sum": "sum", "mean": "mean", "min": "min", "max": "max", "std": "stddev"}
+_PA_AGG = {"count": "count", "sum": "sum", "mean": "mean", "min": "min", "max": "max", "std": "stddev",
+           "unique": "distinct"}
 
 
-def _pa_options(method: str, options: dict[str, Any]) -> Any:
+def _pa_spec(agg: Any) -> tuple[Any, ...]:
+    """``agg`` (a built-in of :mod:`muster.data.aggregate`) as a pyarrow grouped aggregation."""
     import pyarrow.compute as pc
 
-    skip = bool(options.get("ignore_nulls", True))
-    if method == "std":
-        return pc.VarianceOptions(ddof=int(options.get("ddof", 1)), skip_nulls=skip)
-    if method == "count":
-        return None
-    return pc.ScalarAggregateOptions(skip_nulls=skip)  # an empty column (or an unskipped null) gives None, as in Ray
+    skip = bool(agg.options.get("ignore_nulls", True))
+    if agg.method == "count" and agg.on is None:
+        return ([], "count_all")
+    if agg.method in ("count", "unique"):
+        options: Any = pc.CountOptions(mode="only_valid" if skip else "all")
+    elif agg.method == "std":
+        options = pc.VarianceOptions(ddof=int(agg.options.get("ddof", 1)), skip_nulls=skip)
+    else:  # an empty column (or an unskipped null) gives None, as in Ray
+        options = pc.ScalarAggregateOptions(skip_nulls=skip)
+    return (agg.on, _PA_AGG[agg.method], options)
 
 
-def aggregate(keys: list[str], aggs: list[tuple[str, str, dict[str, Any]]], every_column: bool = False
-              ) -> Callable[[list[pa.Table], int], list[pa.Table]]:
-    """``aggs``: (column, Ray's aggregation name, its options), output column ``name(column)``; ``keys``
-    may be empty (the whole dataset). ``every_column``: the aggregation (one of ``aggs``, column "")
-    applies to every column but the keys."""
+def aggregate(keys: list[str], aggs: list[Any], every_column: bool = False) -> Callable[[list[pa.Table], int], list[pa.Table]]:
+    """``aggs``: :mod:`muster.data.aggregate` objects, each giving column ``agg.name``; ``keys`` may be
+    empty (the whole dataset). ``every_column``: ``aggs[0]`` applies to every column but the keys."""
 
     def run(blocks: list[pa.Table], _epoch: int) -> list[pa.Table]:
         table = blk.concat(blocks)
         todo = aggs
         if every_column:
-            method, options = aggs[0][1], aggs[0][2]
-            todo = [(c, method, options) for c in table.column_names if c not in keys]
-        for k in keys + [c for c, _, _ in todo if c]:
+            template = aggs[0]
+            todo = [type(template)(c, **template.options) for c in table.column_names if c not in keys]
+        for k in keys + [a.on for a in todo if a.on]:
             if k not in table.column_names:
                 raise InvalidArgumentError(f"groupby/aggregate: no column {k!r}; the dataset has {table.column_names}.")
-        names = [f"{method}({col})" for col, method, _ in todo]
         if not keys:
-            return [pa.table({name: [_whole(table, col, method, options)] for (col, method, options), name
-                              in zip(todo, names)})]
-        spec: list[tuple[Any, ...]] = [(col, _PA_AGG[method], _pa_options(method, options)) if col
-                                       else ([], "count_all") for col, method, options in todo]
-        grouped = table.group_by(keys, use_threads=False).aggregate(spec)  # type: ignore[arg-type]
-        produced = [f"{col}_{_PA_AGG[method]}" if col else "count_all" for col, method, _ in todo]
-        grouped = grouped.select(keys + produced).rename_columns(keys + names)
-        return [grouped.sort_by([(k, "ascending") for k in keys])]
+            return [pa.table({a.name: [_whole(table, a)] for a in todo})]
+        builtin = [a for a in todo if a.method != "custom"]
+        specs = [_pa_spec(a) for a in builtin]
+        grouped = table.group_by(keys, use_threads=False).aggregate(specs)  # type: ignore[arg-type]
+        produced = [f"{spec[0]}_{spec[1]}" if spec[0] else "count_all" for spec in specs]
+        grouped = grouped.select(keys + produced).rename_columns(keys + [a.name for a in builtin])
+        grouped = grouped.sort_by([(k, "ascending") for k in keys])
+        custom = [a for a in todo if a.method == "custom"]
+        if custom:
+            groups = _groups(table, keys)
+            for a in custom:
+                grouped = grouped.append_column(a.name, pa.array([a.run(key, part) for key, part in groups]))
+        return [grouped.select(keys + [a.name for a in todo])]
 
     return run
 
 
-def _whole(table: pa.Table, col: str, method: str, options: dict[str, Any]) -> Any:
+def _groups(table: pa.Table, keys: list[str]) -> list[tuple[Any, pa.Table]]:
+    """The table's groups in ascending key order: (the key, or a tuple of keys, and the group's rows)."""
+    if table.num_rows == 0:
+        return []
+    table = table.sort_by([(k, "ascending") for k in keys])
+    key_cols = [table.column(k).to_numpy(zero_copy_only=False) for k in keys]
+    change = np.zeros(table.num_rows, dtype=bool)
+    change[0] = True
+    for col in key_cols:
+        change[1:] |= col[1:] != col[:-1]
+    starts = list(np.flatnonzero(change)) + [table.num_rows]
+    out = []
+    for a, b in zip(starts[:-1], starts[1:]):
+        key = tuple(col[a].item() if hasattr(col[a], "item") else col[a] for col in key_cols)
+        out.append((key[0] if len(key) == 1 else key, table.slice(int(a), int(b - a))))
+    return out
+
+
+def _whole(table: pa.Table, agg: Any) -> Any:
     import pyarrow.compute as pc
 
-    if not col:
+    if agg.method == "custom":
+        return agg.run(None, table)
+    if agg.method == "count" and agg.on is None:
         return table.num_rows
-    return getattr(pc, _PA_AGG[method])(table.column(col), options=_pa_options(method, options)).as_py()
+    on, name, options = _pa_spec(agg)
+    column = table.column(on)
+    if agg.method == "unique":
+        values = pc.unique(column)
+        return [v for v in values.to_pylist() if v is not None or options.mode == "all"]
+    return getattr(pc, name)(column, options=options).as_py()
 
 
 def map_groups(keys: list[str], fn: Callable[[Any], Any], batch_format: str
@@ -285,19 +318,8 @@ def map_groups(keys: list[str], fn: Callable[[Any], Any], batch_format: str
     from muster.data.plan import _guard, fn_name
 
     def run(blocks: list[pa.Table], _epoch: int) -> list[pa.Table]:
-        table = blk.concat(blocks)
-        if table.num_rows == 0:
-            return []
-        table = table.sort_by([(k, "ascending") for k in keys])
-        key_cols = [table.column(k).to_numpy(zero_copy_only=False) for k in keys]
-        change = np.zeros(table.num_rows, dtype=bool)
-        change[0] = True
-        for col in key_cols:
-            change[1:] |= col[1:] != col[:-1]
-        starts = list(np.flatnonzero(change)) + [table.num_rows]
         out = []
-        for a, b in zip(starts[:-1], starts[1:]):
-            part = table.slice(int(a), int(b - a))
+        for _key, part in _groups(blk.concat(blocks), keys):
             batch = blk.to_batch(part, batch_format)
             result = _guard("MapGroups", fn, part, lambda: fn(batch))
             out.append(blk.from_batch(result, f"map_groups({fn_name(fn)})"))

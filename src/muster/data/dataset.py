@@ -39,6 +39,13 @@ class Dataset:
     def __getstate__(self) -> dict[str, Any]:
         return {"_node": self._node}  # the plan travels; stats and iterators stay here
 
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from muster._unsupported import raise_unsupported
+
+        raise_unsupported("muster.data.Dataset", name)
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         Dataset.__init__(self, state["_node"])
 
@@ -223,6 +230,12 @@ class Dataset:
         row = self.groupby(None)._agg(method, on, options).take(1)[0]
         return row[f"{method}({on})"] if isinstance(on, str) else row
 
+    def aggregate(self, *aggs: Any) -> dict[str, Any]:
+        """The aggregations (``muster.data.aggregate``'s ``Count()``, ``Mean("x")``, an ``AggregateFn``...)
+        over the whole dataset, as a dict of their names to their values."""
+        row: dict[str, Any] = self.groupby(None).aggregate(*aggs).take(1)[0]
+        return row
+
     def sum(self, on: str | list[str] | None = None, ignore_nulls: bool = True) -> Any:
         """The sum of column ``on`` (a list, or None for every column: a dict ``{"sum(col)": value}``)."""
         return self._whole("sum", on, ignore_nulls=ignore_nulls)
@@ -239,6 +252,42 @@ class Dataset:
     def std(self, on: str | list[str] | None = None, ddof: int = 1, ignore_nulls: bool = True) -> Any:
         """The standard deviation of ``on`` (the sample one, ``ddof=1``, as Ray's)."""
         return self._whole("std", on, ddof=ddof, ignore_nulls=ignore_nulls)
+
+    def zip(self, *others: "Dataset") -> "Dataset":
+        """Columns of datasets with the same number of rows side by side; a repeated name gets ``_1``, ``_2``..."""
+        tables = [self.to_arrow()]
+        for o in others:
+            if not isinstance(o, Dataset):
+                raise InvalidTypeError(f"zip({o!r}): pass muster.data Datasets.")
+            tables.append(o.to_arrow())
+        if len({t.num_rows for t in tables}) > 1:
+            raise InvalidArgumentError(
+                f"zip(): the datasets have {[t.num_rows for t in tables]} rows; zip needs the same number in each."
+            )
+        columns: dict[str, Any] = {}
+        for t in tables:
+            for name in t.column_names:
+                out, k = name, 1
+                while out in columns:
+                    out, k = f"{name}_{k}", k + 1
+                columns[out] = t.column(name)
+        return from_blocks([pa.table(columns)], "Zip")
+
+    def random_sample(self, fraction: float, *, seed: int | None = None) -> "Dataset":
+        """Each row kept with probability ``fraction`` (about that share of the rows; not an exact count)."""
+        if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise InvalidArgumentError(f"random_sample(fraction={fraction!r}): use a number in [0, 1].")
+        table = self.to_arrow()
+        keep = np.random.default_rng(seed).random(table.num_rows) < fraction
+        return from_blocks([table.filter(pa.array(keep))], "RandomSample")
+
+    def num_blocks(self) -> int:
+        """How many blocks running the plan gives (it runs it)."""
+        return sum(1 for _ in self._execute())
+
+    def size_bytes(self) -> int:
+        """The in-memory size of the dataset's Arrow data (it runs the plan)."""
+        return sum(blk.nbytes(b) for b in self._execute())
 
     def unique(self, column: str) -> list[Any]:
         import pyarrow.compute as pc
@@ -262,6 +311,17 @@ class Dataset:
         table = self.to_arrow()
         edges = [0, *[min(i, table.num_rows) for i in indices], table.num_rows]
         return [from_blocks([table.slice(a, b - a)]) for a, b in zip(edges[:-1], edges[1:])]
+
+    def split_proportionately(self, proportions: list[float]) -> list["Dataset"]:
+        """``len(proportions) + 1`` parts in order: each given fraction of the rows, then the rest."""
+        if not proportions or any(not 0 < p < 1 for p in proportions) or sum(proportions) >= 1:
+            raise InvalidArgumentError(
+                f"split_proportionately({proportions!r}): pass fractions in (0, 1) that sum to less than 1 "
+                "(the last part takes the rest)."
+            )
+        n = self.count()
+        edges = np.cumsum([int(p * n) for p in proportions]).tolist()
+        return self.materialize().split_at_indices(edges)
 
     def train_test_split(self, test_size: float | int, *, shuffle: bool = False, seed: int | None = None
                          ) -> tuple["Dataset", "Dataset"]:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from muster.data import alltoall
 from muster.data import block as blk
 from muster.data.plan import AllToAll, RayCall
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 if TYPE_CHECKING:
     from muster.data.dataset import Dataset
@@ -20,21 +20,43 @@ class GroupedData:
         self._ds, self._keys = dataset, keys
 
     def _agg(self, method: str, on: str | list[str] | None, options: dict[str, Any] | None = None) -> "Dataset":
-        """One aggregation over each column of ``on`` (None: every column but the keys), named ``method(col)``
-        as Ray names them; ``options``: Ray's keywords (``ignore_nulls``, ``ddof``)."""
+        """One built-in aggregation over each column of ``on`` (None: every column but the keys), named
+        ``method(col)`` as Ray names them; ``options``: Ray's keywords (``ignore_nulls``, ``ddof``)."""
+        from muster.data import aggregate as agg
+
         options = dict(options or {})
+        cls = {"count": agg.Count, "sum": agg.Sum, "mean": agg.Mean, "min": agg.Min, "max": agg.Max,
+               "std": agg.Std}[method]
         ddof = options.get("ddof", 1)
         if not isinstance(ddof, int) or isinstance(ddof, bool) or ddof < 0:
             raise InvalidArgumentError(f"std(ddof={ddof!r}): use an integer >= 0 (1: the sample deviation).")
         cols = None if on is None else ([on] if isinstance(on, str) else list(on))
         if cols is not None and (not cols or not all(isinstance(c, str) for c in cols)):
             raise InvalidArgumentError(f"{method}(on={on!r}): pass a column name, a list of them, or None (every column).")
+        if method == "count":
+            aggs = [agg.Count()]
+        elif cols is None:
+            aggs = [_template(cls, options)]
+        else:
+            aggs = [cls(c, **options) for c in cols]
         every = cols is None and method != "count"
-        aggs = [("", method, options)] if cols is None else [(c, method, options) for c in cols]
-        name = f"Aggregate({method}({', '.join(cols) if cols else ''}))"
         ray_args = [] if method == "count" or on is None else [on]
         ray = self._ray().then(method, *ray_args, **options)
+        name = f"Aggregate({method}({', '.join(cols) if cols else ''}))"
         return self._ds._then(AllToAll(name, alltoall.aggregate(self._keys, aggs, every_column=every), ray=ray))
+
+    def aggregate(self, *aggs: Any) -> "Dataset":
+        """One row per group: the keys and one column per aggregation (``muster.data.aggregate``'s
+        ``Count``, ``Sum``, ``Min``, ``Max``, ``Mean``, ``Std``, ``Unique``, or an ``AggregateFn``)."""
+        from muster.data.aggregate import AggregateFn
+
+        if not aggs or not all(isinstance(a, AggregateFn) for a in aggs):
+            raise InvalidTypeError(
+                f"aggregate{aggs!r}: pass one or more muster.data.aggregate objects, e.g. aggregate(Count(), Mean('x'))."
+            )
+        ray = self._ray().then("aggregate", *aggs)
+        name = f"Aggregate({', '.join(a.name for a in aggs)})"
+        return self._ds._then(AllToAll(name, alltoall.aggregate(self._keys, list(aggs)), ray=ray))
 
     def _ray(self) -> RayCall:
         return RayCall.of("groupby", (self._keys if len(self._keys) > 1 else self._keys[0]) if self._keys else None)
@@ -68,3 +90,11 @@ class GroupedData:
         fmt = blk.check_batch_format(batch_format, "map_groups")
         ray = self._ray().then("map_groups", fn, batch_format=fmt)
         return self._ds._then(AllToAll("MapGroups", alltoall.map_groups(self._keys, fn, fmt), ray=ray))
+
+
+def _template(cls: type, options: dict[str, Any]) -> Any:
+    """An aggregation that ``alltoall.aggregate(every_column=True)`` copies for each column."""
+    template: Any = object.__new__(cls)
+    template.on, template.alias_name, template.options = None, None, options
+    template.name = ""
+    return template

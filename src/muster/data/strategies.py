@@ -14,9 +14,11 @@ from muster.exceptions import InvalidArgumentError
 
 
 def _count(value: Any, what: str) -> int | None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidArgumentError(f"{what}={value!r}: use a positive integer.")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 class ActorPoolStrategy:
