@@ -152,3 +152,9 @@ def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), override_num_blocks: 
     rows = -(-n // override_num_blocks) if override_num_blocks else _rows()
     return _read("ReadRangeTensor", _src.range_tasks(n, max(1, rows), tuple(shape)),
                  RayCall.of("range_tensor", n, shape=tuple(shape), override_num_blocks=override_num_blocks))
+
+
+def __getattr__(name: str) -> Any:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.data", name)

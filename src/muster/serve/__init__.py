@@ -53,3 +53,9 @@ __all__ = [
     "start",
     "status",
 ]
+
+
+def __getattr__(name: str) -> object:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.serve", name)
