@@ -76,8 +76,34 @@ def test_points_to_evaluate_come_first_and_restore_skips_made_variants():
     first = gen.suggest("a")
     assert first == {"lr": 0.5, "k": 1}
     resumed = BasicVariantGenerator(points_to_evaluate=[{"lr": 0.5}], random_state=0)
-    resumed.setup({"lr": tune.uniform(0, 1), "k": 1}, num_samples=2, skip=2)
+    resumed.setup({"lr": tune.uniform(0, 1), "k": 1}, num_samples=2, skip=1)
     assert isinstance(resumed.suggest("c"), dict) and resumed.suggest("d") == FINISHED
+
+
+def _all(gen):
+    configs = []
+    while (c := gen.suggest(f"t{len(configs)}")) != FINISHED:
+        configs.append(c)
+    return configs
+
+
+def test_each_point_to_evaluate_takes_the_place_of_one_sample():
+    # Ray's BasicVariantGenerator docstring example: 3 points and num_samples=4 make 6 trials.
+    gen = BasicVariantGenerator(points_to_evaluate=[{"a": 2, "b": 2}, {"a": 1}, {"b": 2}], random_state=0)
+    gen.setup({"a": tune.grid_search([1, 2]), "b": tune.randint(0, 3)}, num_samples=4)
+    configs = _all(gen)
+    assert gen.total == 6 and len(configs) == 6
+    assert configs[0] == {"a": 2, "b": 2}
+    assert configs[1]["a"] == 1 and configs[1]["b"] in (0, 1, 2)  # b drawn
+    assert configs[2:4] == [{"a": 1, "b": 2}, {"a": 2, "b": 2}]  # the grid it left open is crossed
+    assert [c["a"] for c in configs[4:]] == [1, 2]  # the one pass left over the space
+    assert all(not isinstance(v, dict) for c in configs for v in c.values())
+
+
+def test_more_points_than_samples_runs_every_point_and_draws_nothing():
+    gen = BasicVariantGenerator(points_to_evaluate=[{"x": 0.1}, {"x": 0.2}, {"x": 0.3}], random_state=0)
+    gen.setup({"x": tune.uniform(0, 1)}, num_samples=2)
+    assert _all(gen) == [{"x": 0.1}, {"x": 0.2}, {"x": 0.3}]
 
 
 def test_concurrency_limiter_holds_back_until_a_trial_completes():
@@ -104,6 +130,9 @@ def test_concurrency_limiter_holds_back_until_a_trial_completes():
         (lambda: tune.TuneConfig(mode="best"), "mode='best'"),
         (lambda: tune.TuneConfig(metric=None, mode="min"), "without a metric"),
         (lambda: tune.with_resources(lambda c: None, "2 cpus"), "pass a dict"),
+        (lambda: tune.with_resources(lambda c: None, {"cpu": 0}), "asks for nothing"),
+        (lambda: tune.CheckpointConfig(checkpoint_frequency=-1), "checkpoint_frequency=-1"),
+        (lambda: tune.CheckpointConfig(checkpoint_at_end="yes"), "checkpoint_at_end='yes'"),
         (lambda: tune.schedulers.ASHAScheduler(max_t=1, grace_period=5), "max_t must be >= grace_period"),
         (lambda: tune.schedulers.PopulationBasedTraining(), "hyperparam_mutations"),
         (lambda: tune.RunConfig(stop=5), "stop=5"),

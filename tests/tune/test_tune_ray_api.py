@@ -6,7 +6,10 @@ import os
 import tempfile
 import time
 
+import pytest
+
 from muster import tune
+from muster.exceptions import InvalidArgumentError
 from muster.train import Checkpoint
 from muster.tune.logger import LoggerCallback
 from muster.tune.schedulers import HyperBandScheduler, PopulationBasedTraining
@@ -45,6 +48,66 @@ def test_trainable_class_runs_until_done_and_pbt_exploits_its_checkpoints(storag
     assert all(r.metrics["done"] is True for r in grid), [r.metrics for r in grid]  # ran until step() said done
     assert pbt.num_perturbations >= 1
     assert max(r.metrics["restored"] for r in grid) >= 1  # load_checkpoint got the donor's dict
+
+
+class Seven(tune.Trainable):
+    def setup(self, config):
+        self.value = 0
+
+    def step(self):
+        self.value += 1
+        return {"value": self.value, "done": self.iteration + 1 >= 7}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"value": self.value}
+
+
+def _saved_iterations(storage, name, **checkpointing):
+    grid = tune.Tuner(
+        Seven,
+        run_config=tune.RunConfig(storage_path=storage, name=name, verbose=0,
+                                  checkpoint_config=tune.CheckpointConfig(**checkpointing)),
+    ).fit()
+    assert grid.num_errors == 0, grid.errors
+    return sorted(m["training_iteration"] for _, m in grid[0].best_checkpoints)
+
+
+def test_class_trainable_checkpoint_frequency_and_at_end(storage):
+    assert _saved_iterations(storage, "k3", checkpoint_frequency=3, checkpoint_at_end=True) == [3, 6, 7]
+    assert _saved_iterations(storage, "k3_no_end", checkpoint_frequency=3, checkpoint_at_end=False) == [3, 6]
+    assert _saved_iterations(storage, "end_only", checkpoint_frequency=0) == [7]  # at_end defaults to True
+    assert _saved_iterations(storage, "default") == [1, 2, 3, 4, 5, 6, 7]
+
+
+def _one_report(config):
+    tune.report({"ok": 1})
+
+
+@pytest.mark.parametrize(
+    "checkpointing, fix",
+    [({"checkpoint_frequency": 2}, "every 2 iterations"), ({"checkpoint_at_end": True}, "its last tune.report")],
+)
+def test_function_trainables_refuse_class_checkpoint_settings(storage, checkpointing, fix):
+    tuner = tune.Tuner(_one_report, run_config=tune.RunConfig(
+        storage_path=storage, verbose=0, checkpoint_config=tune.CheckpointConfig(**checkpointing)))
+    with pytest.raises(InvalidArgumentError, match=f"class trainables .*{fix}"):
+        tuner.fit()
+    # As in Ray, the settings that ask for nothing are fine for a function.
+    grid = tune.Tuner(_one_report, run_config=tune.RunConfig(
+        storage_path=storage, verbose=0,
+        checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=0, checkpoint_at_end=False))).fit()
+    assert grid.num_errors == 0 and grid[0].metrics["ok"] == 1
+
+
+def test_a_trainer_refuses_class_checkpoint_settings(storage):
+    from muster.train import ScalingConfig
+    from muster.train.torch import TorchTrainer
+
+    trainer = TorchTrainer(_one_report, scaling_config=ScalingConfig(num_workers=1))
+    tuner = tune.Tuner(trainer, run_config=tune.RunConfig(
+        storage_path=storage, verbose=0, checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False)))
+    with pytest.raises(InvalidArgumentError, match=r"does not apply to a TorchTrainer.*train.report"):
+        tuner.fit()
 
 
 def _stepper(config):

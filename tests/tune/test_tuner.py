@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from muster import train, tune
-from muster.exceptions import ResourcesUnavailableError
+from muster.exceptions import InvalidTypeError, ResourcesUnavailableError
 from muster.train import Checkpoint, FailureConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
+from muster.tune.search import BasicVariantGenerator
 from muster.tune.schedulers import (
     ASHAScheduler,
     MedianStoppingRule,
@@ -81,6 +82,47 @@ def test_trials_needing_more_than_the_engine_fail_at_once(storage):
         tune.Tuner(tune.with_resources(_quadratic, {"cpu": 64}), param_space={"x": 0.1},
                    run_config=tune.RunConfig(storage_path=storage)).fit()
     assert time.monotonic() - t0 < 10
+
+
+def _once(config):
+    tune.report({"x": config["x"], "cpus": tune.get_context().get_trial_resources().get("CPU", 0.0)})
+
+
+def test_points_to_evaluate_count_against_num_samples(storage):
+    grid = tune.Tuner(
+        _once,
+        param_space={"x": tune.uniform(0, 1)},
+        tune_config=tune.TuneConfig(num_samples=3, search_alg=BasicVariantGenerator(points_to_evaluate=[{"x": 7.0}])),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    xs = sorted(r.config["x"] for r in grid)
+    assert len(grid) == 3 and xs[-1] == 7.0 and all(0 <= x < 1 for x in xs[:2])  # the point, then 2 draws
+
+
+def test_with_resources_function_of_the_config_sizes_each_trial(storage):
+    fn = tune.with_resources(_once, lambda config: {"cpu": 1 if config["x"] < 0.5 else 2})
+    grid = tune.Tuner(fn, param_space={"x": tune.grid_search([0.1, 0.9])},
+                      run_config=tune.RunConfig(storage_path=storage, name="sized", verbose=0)).fit()
+    assert grid.num_errors == 0, grid.errors
+    assert sorted((r.config["x"], r.metrics["cpus"]) for r in grid) == [(0.1, 1.0), (0.9, 2.0)]
+    state = json.load(open(os.path.join(storage, "sized", "experiment_state.json")))
+    assert sorted(t["resources"]["CPU"] for t in state["trials"]) == [1.0, 2.0]  # what was scheduled
+
+
+def test_with_resources_function_returning_no_dict_names_it(storage):
+    def per_trial(config):
+        return 2
+
+    with pytest.raises(InvalidTypeError, match=r"per_trial returned 2 .*return a dict such as"):
+        tune.Tuner(tune.with_resources(_once, per_trial), param_space={"x": 0.1},
+                   run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+
+
+def test_with_resources_dict_without_cpu_asks_for_no_cpu(storage):
+    # Ray's dict path: a missing "cpu" is 0 CPUs, so {"gpu": 1} is one GPU alone (here: more than exists).
+    with pytest.raises(ResourcesUnavailableError, match=r"needs 1 x GPU=1 = GPU=1, but"):
+        tune.Tuner(tune.with_resources(_once, {"gpu": 1}), param_space={"x": 0.1},
+                   run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
 
 
 def test_rerunning_an_existing_experiment_name_points_to_restore(storage):

@@ -6,7 +6,7 @@ runs trials on the same engine as training; inside a function trainable call
 """
 
 from muster.train.checkpoint import Checkpoint
-from muster.train.config import CheckpointConfig, FailureConfig, RunConfig
+from muster.train.config import FailureConfig, RunConfig
 from muster.train.result import Result
 from muster.tune import logger, schedulers, search
 from muster.tune.callback import Callback
@@ -27,7 +27,7 @@ from muster.tune.search.sample import (
 )
 from muster.tune.session import TuneContext, get_checkpoint, get_context, report
 from muster.tune.stopper import MaximumIterationStopper, Stopper
-from muster.tune.tune_config import TuneConfig, with_parameters, with_resources
+from muster.tune.tune_config import CheckpointConfig, TuneConfig, with_parameters, with_resources
 from muster.tune.trainable import Trainable
 from muster.tune.tuner import Tuner
 

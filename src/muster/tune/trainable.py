@@ -3,8 +3,11 @@
 The Tuner runs a Trainable subclass as a function trainable: build it with
 the trial's config, restore it from the trial's checkpoint (after a failure,
 a restored experiment, or population-based training's exploit), then call
-``step()`` and report its result, with a checkpoint when the class saves
-one, until the result says ``done`` or the stopper or scheduler stops the trial.
+``step()`` and report its result until the result says ``done`` or the
+stopper or scheduler stops the trial. A class that overrides
+``save_checkpoint`` is saved with the report of every iteration, or, under
+``tune.CheckpointConfig(checkpoint_frequency=K)``, every K-th, plus the last
+(``done``) one unless ``checkpoint_at_end=False``.
 """
 
 from __future__ import annotations
@@ -116,12 +119,27 @@ def _saves_checkpoints(cls: type) -> bool:
 
 
 class ClassTrainable:
-    """A Trainable subclass as the function the Tuner runs in each trial."""
+    """A Trainable subclass as the function the Tuner runs in each trial.
 
-    def __init__(self, cls: type[Trainable]):
+    Args:
+        cls: the ``Trainable`` subclass.
+        checkpoint_frequency: save every this many iterations (0: not periodically).
+        checkpoint_at_end: save the iteration whose result says ``done``.
+    """
+
+    def __init__(self, cls: type[Trainable], checkpoint_frequency: int = 1, checkpoint_at_end: bool = True):
         self.cls = cls
+        self.checkpoint_frequency, self.checkpoint_at_end = checkpoint_frequency, checkpoint_at_end
         self.__name__ = cls.__name__
         self.__qualname__ = cls.__qualname__
+
+    def checkpointing(self, frequency: int, at_end: bool) -> ClassTrainable:
+        """The same class, saved every ``frequency`` iterations and (``at_end``) at its end."""
+        return ClassTrainable(self.cls, frequency, at_end)
+
+    def _due(self, trainable: Trainable, done: bool) -> bool:
+        every = self.checkpoint_frequency
+        return bool(every and trainable.iteration % every == 0) or (done and self.checkpoint_at_end)
 
     def __call__(self, config: dict[str, Any], **setup_kwargs: Any) -> None:
         from muster.train.checkpoint import Checkpoint
@@ -136,13 +154,14 @@ class ClassTrainable:
         try:
             while True:
                 result = trainable.train()
-                if saves:
+                done = bool(result.get("done"))
+                if saves and self._due(trainable, done):
                     with tempfile.TemporaryDirectory(prefix="muster-trainable-") as d:
                         trainable.save(d)
                         report(result, checkpoint=Checkpoint.from_directory(d))
                 else:
                     report(result)
-                if result.get("done"):
+                if done:
                     return
         finally:
             trainable.cleanup()

@@ -1,14 +1,15 @@
-"""``TuneConfig``, ``with_resources`` and ``with_parameters``: Ray Tune's names and fields."""
+"""``TuneConfig``, ``CheckpointConfig``, ``with_resources`` and ``with_parameters``: Ray Tune's names and fields."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 from muster.core import resources as res
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.train.config import CheckpointConfig as _TrainCheckpointConfig
 from muster.tune.trainable import as_function
 
 
@@ -69,22 +70,81 @@ class TuneConfig:
             )
 
 
-def _resources(spec: Any) -> dict[str, float]:
-    """``{"cpu": 2, "gpu": 1, "custom": 1}`` (Ray's lowercase keys accepted) as engine resources."""
+_NAMES = {"cpu": "CPU", "gpu": "GPU", "memory": "memory"}
+Resources = Union[dict[str, float], Callable[[dict[str, Any]], Any]]
+
+
+@dataclass(kw_only=True)
+class CheckpointConfig(_TrainCheckpointConfig):
+    """``muster.train.CheckpointConfig`` (retention) plus Ray Tune's two settings for class trainables.
+
+    Args:
+        checkpoint_frequency: save a ``tune.Trainable`` every this many
+            iterations (0: not periodically). Default ``None``: every
+            iteration, so that failure restarts and population-based training
+            always have a checkpoint (Ray saves on demand when it pauses a
+            trial; muster stops a trial's process at once instead).
+        checkpoint_at_end: also save when ``step()`` returns ``done`` (default
+            for a class trainable: True, as in Ray).
+        num_to_keep / checkpoint_score_attribute / checkpoint_score_order: see
+            ``muster.train.CheckpointConfig``.
+
+    A function trainable (and a ``TorchTrainer``) saves its own checkpoints
+    by passing one to ``report``: as in Ray, the Tuner refuses these two
+    settings for them.
+    """
+
+    checkpoint_frequency: int | None = None
+    checkpoint_at_end: bool | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        freq = self.checkpoint_frequency
+        if freq is not None and (isinstance(freq, bool) or not isinstance(freq, int) or freq < 0):
+            raise InvalidArgumentError(
+                f"CheckpointConfig(checkpoint_frequency={freq!r}): use an integer >= 0 (0: no periodic "
+                "checkpoints), or None to save every iteration."
+            )
+        if self.checkpoint_at_end is not None and not isinstance(self.checkpoint_at_end, bool):
+            raise InvalidArgumentError(
+                f"CheckpointConfig(checkpoint_at_end={self.checkpoint_at_end!r}): use True, False or None."
+            )
+
+
+def _resources(spec: Any, what: str = "tune.with_resources") -> dict[str, float]:
+    """``{"cpu": 2, "gpu": 1, "custom": 1}`` (Ray's lowercase keys accepted) as one worker's resources.
+
+    As in Ray, a dict without a CPU entry asks for no CPU (``{"gpu": 1}`` is one GPU and
+    0 CPUs), and an empty dict is the default, 1 CPU.
+    """
     if not isinstance(spec, dict):
         raise InvalidArgumentError(
-            f"tune.with_resources(trainable, {spec!r}): pass a dict such as {{'cpu': 2, 'gpu': 1}}. "
-            "For a TorchTrainer, set its ScalingConfig instead."
+            f"{what}: got {spec!r}; pass a dict such as {{'cpu': 2, 'gpu': 1}}, or a function "
+            "config -> dict for per-trial resources. For a TorchTrainer, set its ScalingConfig instead."
         )
-    names = {"cpu": "CPU", "gpu": "GPU", "memory": "memory"}
-    mapped = {names.get(k.lower(), k) if isinstance(k, str) else k: v for k, v in spec.items()}
-    return res.normalize(mapped, what="tune.with_resources")
+    if not spec:
+        return {"CPU": 1.0}
+    mapped = {_NAMES.get(k.lower(), k) if isinstance(k, str) else k: v for k, v in spec.items()}
+    normal = res.normalize(mapped, what=what)
+    if not normal:
+        raise InvalidArgumentError(
+            f"{what}: {spec!r} asks for nothing, so a trial could never be placed; ask for at least "
+            "{'cpu': 1} (or leave with_resources out for the default of 1 CPU)."
+        )
+    return {"CPU": 0.0, **normal}  # the explicit 0 keeps ScalingConfig's default CPU out
+
+
+def _check_resources(spec: Any) -> Resources:
+    """A dict is checked (and normalized) now; a function of the config is called for each trial."""
+    if callable(spec):
+        return spec
+    return _resources(spec)
 
 
 class _Trainable:
     """A function trainable with its trial resources and extra arguments attached."""
 
-    def __init__(self, fn: Callable[..., Any], resources: dict[str, float] | None, parameters: dict[str, Any]):
+    def __init__(self, fn: Callable[..., Any], resources: Resources | None, parameters: dict[str, Any]):
         self.fn, self.resources, self.parameters = fn, resources, parameters
         functools.update_wrapper(self, fn)
 
@@ -92,15 +152,37 @@ class _Trainable:
         return self.fn(config, **kwargs)
 
 
-def _parts(trainable: Callable[..., Any]) -> tuple[Callable[..., Any], dict[str, float] | None, dict[str, Any]]:
+def _parts(trainable: Callable[..., Any]) -> tuple[Callable[..., Any], Resources | None, dict[str, Any]]:
     if isinstance(trainable, _Trainable):
         return trainable.fn, trainable.resources, trainable.parameters
     return trainable, None, {}
 
 
-def trial_resources(trainable: Callable[..., Any]) -> dict[str, float] | None:
-    """What ``with_resources`` asked for (None: the default, 1 CPU)."""
-    return _parts(trainable)[1]
+def trial_function(trainable: Callable[..., Any]) -> Callable[..., Any]:
+    """The function (or ``ClassTrainable``) under ``with_resources``/``with_parameters``."""
+    return _parts(trainable)[0]
+
+
+def trial_resources(trainable: Callable[..., Any], config: dict[str, Any]) -> dict[str, float] | None:
+    """What ``with_resources`` asks for one worker of the trial with ``config`` (None: the default, 1 CPU).
+
+    Raises:
+        InvalidArgumentError / InvalidTypeError: a resources function returned something other
+            than a dict (or None for the default).
+    """
+    spec = _parts(trainable)[1]
+    if spec is None or isinstance(spec, dict):
+        return spec
+    name = getattr(spec, "__name__", repr(spec))
+    got = spec(config)
+    if got is None:
+        return None
+    if not isinstance(got, dict):
+        raise InvalidTypeError(
+            f"tune.with_resources: the resources function {name} returned {got!r} for config {config!r}; "
+            "return a dict such as {'cpu': 2, 'gpu': 1} (or None for the default, 1 CPU)."
+        )
+    return _resources(got, what=f"tune.with_resources (what {name} returned for config {config!r})")
 
 
 def trial_parameters(trainable: Callable[..., Any]) -> dict[str, Any]:
@@ -108,12 +190,23 @@ def trial_parameters(trainable: Callable[..., Any]) -> dict[str, Any]:
     return _parts(trainable)[2]
 
 
-def with_resources(trainable: Callable[..., Any], resources: dict[str, float]) -> Callable[..., Any]:
-    """The same function trainable, asking for ``resources`` per trial (default 1 CPU)."""
+def with_resources(trainable: Callable[..., Any], resources: Resources) -> Callable[..., Any]:
+    """The same trainable, asking for ``resources`` per trial (default 1 CPU).
+
+    Args:
+        trainable: a function trainable or a ``tune.Trainable`` subclass.
+        resources: a dict such as ``{"cpu": 2, "gpu": 1}`` (Ray's keys; as in Ray, a dict
+            without ``"cpu"`` asks for no CPU), or a function ``config -> dict`` called
+            with each trial's resolved config, so trials may differ.
+
+    Raises:
+        InvalidTypeError: ``trainable`` is not callable.
+        InvalidArgumentError: ``resources`` is neither a dict nor a function, or asks for nothing.
+    """
     if not callable(trainable):
         raise InvalidTypeError(f"tune.with_resources({trainable!r}, ...): pass the trainable function.")
     fn, _, parameters = _parts(as_function(trainable))
-    return _Trainable(fn, _resources(resources), parameters)
+    return _Trainable(fn, _check_resources(resources), parameters)
 
 
 def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:

@@ -33,9 +33,9 @@ from muster.tune.search.searcher import ConcurrencyLimiter, Searcher, SearchGene
 from muster.tune.search.variant_generator import BasicVariantGenerator
 from muster.tune.session import FunctionTrial
 from muster.tune.stopper import as_stopper
-from muster.tune.trainable import as_function
+from muster.tune.trainable import ClassTrainable, as_function
 from muster.tune.trial import RunPlan, Trial
-from muster.tune.tune_config import TuneConfig, trial_parameters, trial_resources
+from muster.tune.tune_config import TuneConfig, trial_function, trial_parameters, trial_resources
 
 TUNER_FILE = "tuner.pkl"
 _TRAINER_ARGS = ("train_loop_config", "scaling_config")
@@ -91,8 +91,11 @@ class Tuner:
 
         Raises:
             ResourcesUnavailableError: one trial needs more than the engine has.
-            ValueError: the experiment folder exists already (use ``Tuner.restore``).
+            InvalidArgumentError: the experiment folder exists already (use ``Tuner.restore``), or
+                ``CheckpointConfig(checkpoint_frequency/checkpoint_at_end)`` is set for a trainable
+                that saves its own checkpoints (a function or a trainer).
         """
+        _class_checkpointing(self.trainable, self.run_config.checkpoint_config)
         storage = self._storage()
         state_path = storage.join(storage.run_dir, EXPERIMENT_STATE)
         if self._restored is None and storage.exists(state_path):
@@ -157,15 +160,17 @@ class Tuner:
             if isinstance(scaling, dict):
                 scaling = ScalingConfig(**scaling)
             return RunPlan(trainable._loop(), loop_config, scaling, trainable.backend_config, rc)
-        resources = trial_resources(trainable) or {"CPU": 1.0}
-        info = {
-            "trial_id": trial.trial_id, "trial_name": trial.trial_name, "path": trial.path,
-            "resources": resources, "experiment": self.run_config.name,
-        }
-        fn = FunctionTrial(trainable, trial_parameters(trainable), info)
+        resources = trial_resources(trainable, config) or {"CPU": 1.0}
         gpus = bool(res.normalize(resources, what="tune.with_resources").get("GPU"))
         scaling = ScalingConfig(num_workers=1, use_gpu=gpus, resources_per_worker=resources)
-        return RunPlan(fn, config, scaling, Backend(), rc)
+        info = {
+            "trial_id": trial.trial_id, "trial_name": trial.trial_name, "path": trial.path,
+            "resources": scaling.worker_resources, "experiment": self.run_config.name,
+        }
+        fn = trial_function(trainable)
+        if isinstance(fn, ClassTrainable):
+            fn = fn.checkpointing(*_class_checkpointing(trainable, rc.checkpoint_config))
+        return RunPlan(FunctionTrial(fn, trial_parameters(trainable), info), config, scaling, Backend(), rc)
 
     def _saved(self) -> dict[str, Any]:
         return {
@@ -243,6 +248,42 @@ def _check_trainable(trainable: Any) -> None:
             f"Tuner(trainable={trainable!r}): pass a function trainable(config) that calls tune.report(...), "
             "or a TorchTrainer."
         )
+
+
+def _class_checkpointing(trainable: Any, config: Any) -> tuple[int, bool]:
+    """A class trainable's ``(checkpoint_frequency, checkpoint_at_end)`` under ``config``.
+
+    Unset, a class trainable is saved every iteration (muster stops trials at once, so it
+    cannot ask for a save then, as Ray does) and at its end (Ray's default). A trainable that
+    saves its own checkpoints, a function or a trainer, gets neither setting, as in Ray.
+    """
+    frequency = getattr(config, "checkpoint_frequency", None)
+    at_end = getattr(config, "checkpoint_at_end", None)
+    if isinstance(trainable, DataParallelTrainer):
+        if frequency or at_end is not None:
+            raise InvalidArgumentError(
+                f"CheckpointConfig(checkpoint_frequency={frequency!r}, checkpoint_at_end={at_end!r}) does not "
+                f"apply to a {type(trainable).__name__}: its train loop saves checkpoints by passing one to "
+                "muster.train.report(metrics, checkpoint=...). Leave both unset."
+            )
+        return 0, False
+    if isinstance(trial_function(trainable), ClassTrainable):
+        return (1 if frequency is None else frequency), (True if at_end is None else at_end)
+    name = _trainable_name(trainable)
+    if frequency:
+        raise InvalidArgumentError(
+            f"CheckpointConfig(checkpoint_frequency={frequency!r}) applies to class trainables (tune.Trainable "
+            f"subclasses) only; the function trainable {name!r} saves its own: call tune.report(metrics, "
+            f"checkpoint=Checkpoint.from_directory(d)) every {frequency} iterations, and leave "
+            "checkpoint_frequency unset."
+        )
+    if at_end:
+        raise InvalidArgumentError(
+            f"CheckpointConfig(checkpoint_at_end=True) applies to class trainables (tune.Trainable subclasses) "
+            f"only; the function trainable {name!r} saves its own: pass a checkpoint to its last "
+            "tune.report(metrics, checkpoint=...), and leave checkpoint_at_end unset."
+        )
+    return 0, False
 
 
 def _trainer_space(trainable: Any, space: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 ``BasicVariantGenerator`` is the default search algorithm (random search plus
 grid search, as in Ray): every grid point is tried ``num_samples`` times, and
-each time the random domains are drawn afresh.
+each time the random domains are drawn afresh. Each of ``points_to_evaluate``
+takes the place of one of those ``num_samples`` passes, as in Ray.
 """
 
 from __future__ import annotations
@@ -100,7 +101,11 @@ class BasicVariantGenerator:
 
     Args:
         points_to_evaluate: configs (complete or partial) to try first; a
-            partial one has its missing keys drawn from the space.
+            partial one has its missing keys drawn from the space, and makes
+            one trial per grid point of the grids it leaves open. Each point
+            counts as one of ``num_samples`` (as in Ray): ``num_samples=3``
+            with one point is the point plus 2 passes over the space; with
+            as many points as samples or more, only the points are tried.
         max_concurrent: at most this many of its trials at once (0: no limit).
         random_state: a seed (or ``random.Random``) for reproducible draws.
     """
@@ -120,17 +125,24 @@ class BasicVariantGenerator:
         self.points_to_evaluate = list(points_to_evaluate or [])
         self.max_concurrent = max_concurrent
         self.rng = random_state if isinstance(random_state, random.Random) else random.Random(random_state)
-        self._queue: list[tuple[dict[Path, Any], dict[str, Any] | None]] = []
+        self._queue: list[tuple[dict[str, Any], dict[Path, Any]]] = []
         self._space: dict[str, Any] = {}
         self._live: set[str] = set()
         self.total = 0
 
     def setup(self, space: dict[str, Any], num_samples: int, skip: int = 0) -> None:
-        """Plan ``num_samples`` passes over the grid; ``skip`` variants already made (a restored run)."""
+        """Plan ``num_samples`` passes over the grid; ``skip`` variants already made (a restored run).
+
+        Each point to evaluate replaces one pass: it is written into the space
+        and the grids it leaves open are crossed (Ray's rule).
+        """
         self._space = space
-        points = grid_points(space)
-        plan: list[tuple[dict[Path, Any], dict[str, Any] | None]] = [({}, p) for p in self.points_to_evaluate]
-        plan += [(point, None) for _ in range(num_samples) for point in points]
+        plan: list[tuple[dict[str, Any], dict[Path, Any]]] = []
+        for given in self.points_to_evaluate:
+            preset = _preset(space, given)
+            plan += [(preset, point) for point in grid_points(preset)]
+        passes = max(num_samples - len(self.points_to_evaluate), 0)
+        plan += [(space, point) for _ in range(passes) for point in grid_points(space)]
         self.total = len(plan)
         self._queue = plan[skip:]
 
@@ -139,10 +151,8 @@ class BasicVariantGenerator:
             return FINISHED
         if self.max_concurrent and len(self._live) >= self.max_concurrent:
             return None
-        point, given = self._queue.pop(0)
-        config = resolve(self._space, point, self.rng)
-        if given is not None:
-            config = _overlay(config, given)
+        space, point = self._queue.pop(0)
+        config = resolve(space, point, self.rng)
         self._live.add(trial_id)
         return config
 
@@ -151,6 +161,19 @@ class BasicVariantGenerator:
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         self._live.discard(trial_id)
+
+
+def _preset(space: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """``space`` with a point's values written in: a value replaces the grid or domain at its key,
+    nested dicts are merged key by key, and keys the space lacks are added."""
+    out = dict(space)
+    for key, value in given.items():
+        here = out.get(key)
+        if isinstance(value, dict) and isinstance(here, dict) and set(here) != {"grid_search"}:
+            out[key] = _preset(here, value)
+        else:
+            out[key] = value
+    return out
 
 
 def _overlay(base: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
