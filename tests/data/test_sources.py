@@ -3,6 +3,8 @@ text, binary; paths as file, folder, glob, list and fsspec URL; writers round-tr
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -67,6 +69,27 @@ def test_writers_round_trip(tmp_path, pq_dir):
     assert [r["id"] for r in md.read_csv(str(tmp_path / "csv")).take_all()] == [0, 1, 2, 3, 4]
     md.from_items([{"a": 1, "s": "q"}]).write_json(str(tmp_path / "js"))
     assert md.read_json(str(tmp_path / "js")).take_all() == [{"a": 1, "s": "q"}]
+
+
+def test_writers_take_rays_mode_rows_per_file_and_partition_columns(tmp_path):
+    """Ray's write_* keywords: before, mode=/min_rows_per_file=/partition_cols= reached pyarrow, which
+    refused them naming its own __cinit__."""
+    out = str(tmp_path / "w")
+    ds = md.from_items([{"g": i % 2, "v": i} for i in range(20)], override_num_blocks=4)
+    assert len(ds.write_parquet(out)) == 4 and len(ds.write_parquet(out)) == 4  # append (Ray's default)
+    assert md.read_parquet(out).count() == 40
+    files = ds.write_parquet(out, mode="overwrite", min_rows_per_file=10)
+    assert len(files) == 2 and sorted(os.listdir(out)) == sorted(os.path.basename(f) for f in files)
+    assert md.read_parquet(out).count() == 20
+    assert ds.write_csv(out, mode=md.SaveMode.IGNORE) == [] and md.read_parquet(out).count() == 20
+    with pytest.raises(ValueError, match="already holds files"):
+        ds.write_json(out, mode="error")
+    parts = ds.write_parquet(str(tmp_path / "p"), partition_cols=["g"])
+    assert sorted({os.path.basename(os.path.dirname(f)) for f in parts}) == ["g=0", "g=1"]
+    odd = md.read_parquet(str(tmp_path / "p" / "g=1"))
+    assert odd.columns() == ["v"] and sorted(r["v"] for r in odd.take_all()) == list(range(1, 20, 2))
+    with pytest.raises(ValueError, match=r"mode='sometimes'"):
+        ds.write_parquet(out, mode="sometimes")
 
 
 def test_memory_url_round_trip():

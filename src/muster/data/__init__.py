@@ -31,13 +31,14 @@ from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator
 from muster.data.plan import Node, RayCall, Read
 from muster.data.strategies import ActorPoolStrategy, TaskPoolStrategy
+from muster.data.writers import SaveMode
 from muster.exceptions import InvalidArgumentError
 
 __all__ = [
     "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
     "DataTypeError", "Dataset", "GroupedData", "UserFunctionError", "from_arrow", "from_items", "from_numpy",
     "from_pandas", "range", "range_tensor", "read_binary_files", "read_csv", "read_json", "read_parquet",
-    "read_text", "TaskPoolStrategy",
+    "read_text", "SaveMode", "TaskPoolStrategy",
 ]
 
 

@@ -416,21 +416,38 @@ class Dataset:
             return self._iterator.stats()
         return self._stats.summary() if self._stats is not None else "(not executed yet)"
 
-    def write_parquet(self, path: str, *, filesystem: Any = None, **arrow_args: Any) -> list[str]:
-        """One Parquet file per output block under ``path`` (a folder or URL); returns the files written."""
-        if _ray_plan.on_ray_engine():
-            return _ray_plan.write(self._node, "parquet", path, filesystem, **arrow_args)
-        return writers.write_blocks(self._execute(), path, filesystem, "parquet", writers.parquet_writer(**arrow_args))
+    def write_parquet(self, path: str, *, filesystem: Any = None, mode: Any = "append",
+                      min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
+                      num_rows_per_file: int | None = None, **arrow_args: Any) -> list[str]:
+        """One Parquet file per output block under ``path`` (a folder or URL); returns the files written.
 
-    def write_csv(self, path: str, *, filesystem: Any = None) -> list[str]:
-        if _ray_plan.on_ray_engine():
-            return _ray_plan.write(self._node, "csv", path, filesystem)
-        return writers.write_blocks(self._execute(), path, filesystem, "csv", writers.csv_writer())
+        ``mode``, ``min_rows_per_file`` (or its older name ``num_rows_per_file``) and ``partition_cols``
+        as in Ray (see ``writers.write_blocks``); other keywords go to ``pyarrow.parquet.write_table``.
+        """
+        return self._write("parquet", path, filesystem, writers.parquet_writer(**arrow_args), mode,
+                           min_rows_per_file or num_rows_per_file, partition_cols, arrow_args)
 
-    def write_json(self, path: str, *, filesystem: Any = None) -> list[str]:
+    def write_csv(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
+                  partition_cols: list[str] | None = None, num_rows_per_file: int | None = None) -> list[str]:
+        return self._write("csv", path, filesystem, writers.csv_writer(), mode, min_rows_per_file or num_rows_per_file,
+                           partition_cols, {})
+
+    def write_json(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
+                   partition_cols: list[str] | None = None, num_rows_per_file: int | None = None) -> list[str]:
+        return self._write("json", path, filesystem, writers.json_writer(), mode, min_rows_per_file or num_rows_per_file,
+                           partition_cols, {})
+
+    def _write(self, kind: str, path: str, filesystem: Any, write: Callable[[pa.Table, Any], None], mode: Any,
+               min_rows: int | None, partition_cols: list[str] | None, arrow_args: dict[str, Any]) -> list[str]:
         if _ray_plan.on_ray_engine():
-            return _ray_plan.write(self._node, "json", path, filesystem)
-        return writers.write_blocks(self._execute(), path, filesystem, "json", writers.json_writer())
+            from ray.data import SaveMode as RaySaveMode
+
+            ray_mode = RaySaveMode(str(getattr(mode, "value", mode)).lower())
+            options = {k: v for k, v in {"mode": ray_mode, "min_rows_per_file": min_rows,
+                                         "partition_cols": partition_cols}.items() if v is not None}
+            return _ray_plan.write(self._node, kind, path, filesystem, **options, **arrow_args)
+        return writers.write_blocks(self._execute(), path, filesystem, kind, write, mode=mode, min_rows_per_file=min_rows,
+                                    partition_cols=partition_cols, where=f"write_{kind}")
 
 
 def _names(cols: Any, where: str) -> list[str]:

@@ -2,28 +2,107 @@
 
 from __future__ import annotations
 
+import enum
 import uuid
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
+from muster.exceptions import InvalidArgumentError
+
+
+class SaveMode(str, enum.Enum):
+    """What ``write_*`` do when the folder already holds files (Ray's ``ray.data.SaveMode``)."""
+
+    APPEND = "append"
+    OVERWRITE = "overwrite"
+    IGNORE = "ignore"
+    ERROR = "error"
+    CREATE = "create"  # as ERROR: the folder must not hold files yet
+
+
+_MODES = tuple(m.value for m in SaveMode)
+
 
 def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: str,
-                 write: Callable[[pa.Table, Any], None]) -> list[str]:
+                 write: Callable[[pa.Table, Any], None], *, mode: Any = "append",
+                 min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
+                 where: str = "write") -> list[str]:
+    """Write ``blocks`` under ``path``, as Ray's ``write_*`` do.
+
+    ``mode`` (a :class:`SaveMode` or its value): "append" (add files next to any there), "overwrite"
+    (empty the folder first), "ignore" (write nothing if it holds files), "error"/"create" (raise if it does).
+    ``min_rows_per_file``: blocks are gathered until a file has at least that many rows.
+    ``partition_cols``: hive-style folders ``col=value/`` per distinct value, without those columns.
+    """
     import fsspec
 
+    mode = str(getattr(mode, "value", mode)).lower()
+    if mode not in _MODES:
+        raise InvalidArgumentError(f"{where}(mode={mode!r}): use one of {', '.join(_MODES)}.")
+    if min_rows_per_file is not None and (not isinstance(min_rows_per_file, int) or min_rows_per_file < 1):
+        raise InvalidArgumentError(f"{where}(min_rows_per_file={min_rows_per_file!r}): use a positive integer.")
     fs, root = (filesystem, path) if filesystem is not None else fsspec.core.url_to_fs(path)
+    root = root.rstrip("/")
+    existing = fs.exists(root) and bool(fs.ls(root))
+    if existing and mode in ("error", "create"):
+        raise InvalidArgumentError(
+            f"{where}({path!r}, mode={mode!r}): the folder already holds files; pick another path, or "
+            "mode='overwrite' / 'append'."
+        )
+    if existing and mode == "ignore":
+        return []
+    if existing and mode == "overwrite":
+        fs.rm(root, recursive=True)
     fs.makedirs(root, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
-    written = []
-    for i, block in enumerate(blocks):
+    written: list[str] = []
+
+    def emit(block: pa.Table) -> None:
+        for folder, part in _partitions(block, partition_cols or [], where):
+            target = f"{root}/{folder}" if folder else root
+            if folder:
+                fs.makedirs(target, exist_ok=True)
+            name = f"{target}/{tag}_{len(written):06d}.{ext}"
+            with fs.open(name, "wb") as f:
+                write(part, f)
+            written.append(name)
+
+    pending: list[pa.Table] = []
+    rows = 0
+    for block in blocks:
         if block.num_rows == 0:
             continue
-        name = f"{root.rstrip('/')}/{tag}_{i:06d}.{ext}"
-        with fs.open(name, "wb") as f:
-            write(block, f)
-        written.append(name)
+        pending.append(block)
+        rows += block.num_rows
+        if rows >= (min_rows_per_file or 1):
+            emit(pa.concat_tables(pending, promote_options="default") if len(pending) > 1 else pending[0])
+            pending, rows = [], 0
+    if pending:
+        emit(pa.concat_tables(pending, promote_options="default") if len(pending) > 1 else pending[0])
     return written
+
+
+def _partitions(block: pa.Table, cols: list[str], where: str) -> Iterator[tuple[str, pa.Table]]:
+    """``block`` split by the distinct values of ``cols``: (``a=1/b=x`` folder, rows without those columns)."""
+    if not cols:
+        yield "", block
+        return
+    missing = [c for c in cols if c not in block.column_names]
+    if missing:
+        raise InvalidArgumentError(f"{where}(partition_cols={cols!r}): no column {missing[0]!r}; the dataset has "
+                                   f"{block.column_names}.")
+    import pyarrow.compute as pc
+
+    keys = block.select(cols).group_by(cols).aggregate([]).to_pylist()
+    for key in keys:
+        mask = None
+        for c in cols:
+            hit = pc.equal(block.column(c), pa.scalar(key[c], block.schema.field(c).type)) if key[c] is not None \
+                else pc.is_null(block.column(c))
+            mask = hit if mask is None else pc.and_(mask, hit)
+        folder = "/".join(f"{c}={key[c]}" for c in cols)
+        yield folder, block.filter(mask).drop_columns(cols)
 
 
 def parquet_writer(**kwargs: Any) -> Callable[[pa.Table, Any], None]:
