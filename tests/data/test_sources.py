@@ -92,6 +92,14 @@ def test_writers_take_rays_mode_rows_per_file_and_partition_columns(tmp_path):
         ds.write_parquet(out, mode="sometimes")
 
 
+def test_readers_take_rays_task_options_and_refuse_a_path_column_they_cannot_add(tmp_path, pq_dir):
+    md.range(3).write_csv(str(tmp_path / "c"))
+    assert md.read_csv(str(tmp_path / "c"), override_num_blocks=2).count() == 3  # before: pyarrow's TypeError
+    assert md.read_parquet(str(pq_dir), override_num_blocks=4, ray_remote_args={"num_cpus": 1}).count() == 30
+    with pytest.raises(ValueError, match=r"read_parquet\(include_paths=True\).*read_binary_files"):
+        md.read_parquet(str(pq_dir), include_paths=True)  # before: accepted, and no path column came
+
+
 def test_memory_url_round_trip():
     import fsspec
 

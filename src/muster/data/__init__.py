@@ -50,6 +50,24 @@ def _fs(filesystem: Any) -> dict[str, Any]:
     return {} if filesystem is None else {"filesystem": filesystem}
 
 
+#: Ray's read_* options that only size or place Ray's own read tasks: accepted, with no effect here
+_RAY_READ_OPTIONS = ("override_num_blocks", "parallelism", "ray_remote_args", "concurrency", "meta_provider",
+                     "shuffle", "file_extensions", "ignore_missing_paths", "arrow_open_stream_args")
+
+
+def _ray_only(where: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Take Ray's read options out of ``options`` (what is left goes to pyarrow); refuse what muster
+    would otherwise ignore silently."""
+    if options.get("include_paths"):
+        raise InvalidArgumentError(
+            f"{where}(include_paths=True): muster does not add a path column to this reader yet; "
+            "read_binary_files(include_paths=True) gives each file's path, or read each file with its own "
+            "read_*() and add_column('path', ...)."
+        )
+    options.pop("include_paths", None)
+    return {k: options.pop(k) for k in list(options) if k in _RAY_READ_OPTIONS}
+
+
 def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, filter: Any = None,
                  filesystem: Any = None, partitioning: Any = "hive", **_ray_options: Any) -> Dataset:
     """Parquet files: a file, folder, glob, list or URL.
@@ -65,7 +83,7 @@ def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, fi
         DataSourceError: a path does not exist or holds no files.
         DataSchemaError: (when read) two files disagree on a column's type.
     """
-    ray_args = dict(_ray_options, columns=columns, **_fs(filesystem))
+    ray_args = dict(_ray_only("read_parquet", _ray_options), **_ray_options, columns=columns, **_fs(filesystem))
     if filter is not None:
         ray_args["filter"] = filter
     if partitioning != "hive":  # hive is ray.data's default too
@@ -75,17 +93,20 @@ def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, fi
 
 
 def read_csv(paths: str | list[str], *, filesystem: Any = None, **arrow_csv_args: Any) -> Dataset:
-    """CSV files (header row); extra keyword arguments go to ``pyarrow.csv.read_csv``."""
+    """CSV files (header row); extra keyword arguments go to ``pyarrow.csv.read_csv`` (Ray's task options
+    such as ``override_num_blocks`` are accepted with no effect)."""
+    ray_only = _ray_only("read_csv", arrow_csv_args)
     return _read("ReadCSV", _src.csv_tasks(paths, filesystem, **arrow_csv_args),
-                 RayCall.of("read_csv", paths, **_fs(filesystem), **arrow_csv_args))
+                 RayCall.of("read_csv", paths, **_fs(filesystem), **ray_only, **arrow_csv_args))
 
 
 def read_json(paths: str | list[str], *, filesystem: Any = None, lines: bool = True, **arrow_json_args: Any) -> Dataset:
     """JSON lines files (one object per line)."""
     if not lines:
         raise InvalidArgumentError("read_json(lines=False): only JSON lines (one object per line) is read; convert the file.")
+    ray_only = _ray_only("read_json", arrow_json_args)
     return _read("ReadJSON", _src.json_tasks(paths, filesystem, **arrow_json_args),
-                 RayCall.of("read_json", paths, lines=True, **_fs(filesystem), **arrow_json_args))
+                 RayCall.of("read_json", paths, lines=True, **_fs(filesystem), **ray_only, **arrow_json_args))
 
 
 def read_text(paths: str | list[str], *, filesystem: Any = None, encoding: str = "utf-8",
