@@ -32,6 +32,9 @@ def test_quantized_domains_give_multiples_inside_bounds():
     for v in _draws(tune.qloguniform(1e-3, 1.0, 1e-3)):
         assert 1e-3 <= v <= 1.0 and math.isclose(round(v / 1e-3) * 1e-3, v, abs_tol=1e-9)
     assert set(_draws(tune.qrandint(0, 10, 5))) == {0, 5, 10}  # upper included
+    logq = _draws(tune.qlograndint(1, 1000, 5))
+    assert all(isinstance(v, int) and v % 5 == 0 and 5 <= v <= 1000 for v in logq)
+    assert sum(v <= 100 for v in logq) > len(logq) / 2  # log scale: most draws in the lower decades
 
 
 def test_integer_domains():

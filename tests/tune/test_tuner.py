@@ -109,6 +109,19 @@ def test_with_resources_function_of_the_config_sizes_each_trial(storage):
     assert sorted(t["resources"]["CPU"] for t in state["trials"]) == [1.0, 2.0]  # what was scheduled
 
 
+def test_with_resources_takes_rays_placement_group_factory(storage):
+    pgf = tune.PlacementGroupFactory([{"cpu": 1}, {"CPU": 1}])  # a trial's bundles, held together here
+    assert pgf.required_resources == {"CPU": 2.0} and pgf.head_cpus == 1.0
+    per_trial = tune.with_resources(_once, lambda config: tune.PlacementGroupFactory([{"cpu": 1 + (config["x"] > 0.5)}]))
+    for trainable, name, want in ((tune.with_resources(_once, pgf), "pgf", [2.0]), (per_trial, "pgf_fn", [1.0, 2.0])):
+        grid = tune.Tuner(trainable, param_space={"x": tune.grid_search([0.1, 0.9][:len(want)])},
+                          run_config=tune.RunConfig(storage_path=storage, name=name, verbose=0)).fit()
+        assert grid.num_errors == 0, grid.errors
+        assert sorted(r.metrics["cpus"] for r in grid) == want
+    with pytest.raises(ValueError, match="strategy='TIGHT'"):
+        tune.PlacementGroupFactory([{"cpu": 1}], strategy="TIGHT")
+
+
 def test_with_resources_function_returning_no_dict_names_it(storage):
     def per_trial(config):
         return 2

@@ -7,6 +7,7 @@ runs trials on the same engine as training; inside a function trainable call
 
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import FailureConfig, RunConfig
+from muster.exceptions import MusterError as TuneError  # Ray's base error of ray.tune: muster's base error
 from muster.train.result import Result
 from muster.tune import logger, schedulers, search
 from muster.tune.callback import Callback
@@ -17,6 +18,7 @@ from muster.tune.search.sample import (
     lograndint,
     loguniform,
     qloguniform,
+    qlograndint,
     qrandint,
     qrandn,
     quniform,
@@ -27,7 +29,13 @@ from muster.tune.search.sample import (
 )
 from muster.tune.session import TuneContext, get_checkpoint, get_context, report
 from muster.tune.stopper import MaximumIterationStopper, Stopper
-from muster.tune.tune_config import CheckpointConfig, TuneConfig, with_parameters, with_resources
+from muster.tune.tune_config import (
+    CheckpointConfig,
+    PlacementGroupFactory,
+    TuneConfig,
+    with_parameters,
+    with_resources,
+)
 from muster.tune.trainable import Trainable
 from muster.tune.tuner import Tuner
 
@@ -48,6 +56,7 @@ __all__ = [
     "CheckpointConfig",
     "FailureConfig",
     "MaximumIterationStopper",
+    "PlacementGroupFactory",
     "Result",
     "ResultGrid",
     "RunConfig",
@@ -55,6 +64,7 @@ __all__ = [
     "Trainable",
     "TrialError",
     "TuneConfig",
+    "TuneError",
     "TuneContext",
     "Tuner",
     "choice",
@@ -65,6 +75,7 @@ __all__ = [
     "lograndint",
     "loguniform",
     "qloguniform",
+    "qlograndint",
     "qrandint",
     "qrandn",
     "quniform",

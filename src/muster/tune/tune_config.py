@@ -134,8 +134,49 @@ def _resources(spec: Any, what: str = "tune.with_resources") -> dict[str, float]
     return {"CPU": 0.0, **normal}  # the explicit 0 keeps ScalingConfig's default CPU out
 
 
+class PlacementGroupFactory:
+    """Ray's resource request for a trial: ``bundles`` (dicts) and a ``strategy``.
+
+    On one machine a trial's bundles are held together, so a trial asks for their sum
+    (``[{"cpu": 1}, {"cpu": 2, "gpu": 1}]`` is 3 CPUs and 1 GPU); the strategy is accepted and
+    checked, as muster's placement groups are.
+    """
+
+    def __init__(self, bundles: list[dict[str, float]], strategy: str = "PACK", *args: Any, **kwargs: Any):
+        if not isinstance(bundles, list) or not bundles or not all(isinstance(b, dict) for b in bundles):
+            raise InvalidArgumentError(
+                f"PlacementGroupFactory({bundles!r}): pass a non-empty list of resource dicts, e.g. [{{'cpu': 1}}]."
+            )
+        if strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+            raise InvalidArgumentError(
+                f"PlacementGroupFactory(strategy={strategy!r}): use PACK, SPREAD, STRICT_PACK or STRICT_SPREAD."
+            )
+        self.bundles, self.strategy = [dict(b) for b in bundles], strategy
+
+    @property
+    def required_resources(self) -> dict[str, float]:
+        """The bundles' sum, with Ray's upper-case names."""
+        total: dict[str, float] = {}
+        for bundle in self.bundles:
+            for key, value in bundle.items():
+                name = _NAMES.get(key.lower(), key) if isinstance(key, str) else key
+                total[name] = total.get(name, 0.0) + float(value)
+        return total
+
+    @property
+    def head_cpus(self) -> float:
+        """The first bundle's CPUs (Ray's trial "head")."""
+        return float(next((v for k, v in self.bundles[0].items() if isinstance(k, str) and k.lower() == "cpu"), 0.0))
+
+    def __repr__(self) -> str:
+        return f"PlacementGroupFactory({self.bundles!r}, strategy={self.strategy!r})"
+
+
 def _check_resources(spec: Any) -> Resources:
-    """A dict is checked (and normalized) now; a function of the config is called for each trial."""
+    """A dict or a placement group factory is checked (and normalized) now; a function of the
+    config is called for each trial."""
+    if isinstance(spec, PlacementGroupFactory):
+        return _resources(spec.required_resources)
     if callable(spec):
         return spec
     return _resources(spec)
@@ -177,6 +218,8 @@ def trial_resources(trainable: Callable[..., Any], config: dict[str, Any]) -> di
     got = spec(config)
     if got is None:
         return None
+    if isinstance(got, PlacementGroupFactory):
+        got = got.required_resources
     if not isinstance(got, dict):
         raise InvalidTypeError(
             f"tune.with_resources: the resources function {name} returned {got!r} for config {config!r}; "

@@ -189,9 +189,14 @@ def qrandint(lower: int, upper: int, q: int = 1) -> Integer:
     return Integer(lower, upper, q=q, inclusive=True)
 
 
-def lograndint(lower: int, upper: int) -> Integer:
-    """An integer in ``[lower, upper)`` drawn on a log scale."""
+def lograndint(lower: int, upper: int, base: float = 10) -> Integer:
+    """An integer in ``[lower, upper)`` drawn on a log scale (the draw does not depend on ``base``)."""
     return Integer(lower, upper, log=True)
+
+
+def qlograndint(lower: int, upper: int, q: int, base: float = 10) -> Integer:
+    """A multiple of ``q`` in ``[lower, upper]`` (upper included) drawn on a log scale."""
+    return Integer(lower, upper, q=q, log=True, inclusive=True)
 
 
 def choice(categories: Sequence[Any]) -> Categorical:
