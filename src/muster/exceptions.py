@@ -15,7 +15,7 @@ every message says what happened and what to do about it.
 from __future__ import annotations
 
 import signal
-from typing import Any
+from typing import Any, TypeVar
 
 
 class MusterError(Exception):
@@ -174,6 +174,29 @@ class TrainingFailedError(MusterError):
     @property
     def root_cause(self) -> BaseException | None:
         return self.attempts[-1] if self.attempts else None
+
+    def __reduce__(self) -> Any:
+        # by this class, not type(self): a copy made an instance of the user's error type too
+        # (see also_an_instance_of) pickles as the plain error
+        return (TrainingFailedError, (self.attempts, self.run_path, self.max_failures))
+
+
+E_ = TypeVar("E_", bound=BaseException)
+
+
+def also_an_instance_of(err: E_, cls: type[BaseException]) -> E_:
+    """``err`` as an instance of a class made from both its class and ``cls``, so that
+    ``except cls`` catches it (Ray's task errors are instances of the task's exception type);
+    ``err`` itself when ``cls`` cannot be a base class."""
+    try:
+        base = type(err)
+        dual = type(f"{base.__name__}({cls.__name__})", (base, cls), {"__module__": base.__module__})
+        out: E_ = dual.__new__(dual)  # type: ignore[call-overload]
+        out.__dict__.update(err.__dict__)
+        out.args = err.args
+        return out
+    except TypeError:  # a class that cannot be a base (e.g. final builtins), or layouts that clash
+        return err
 
 
 def root_cause_summary(error: BaseException, tail: int = 3) -> str:

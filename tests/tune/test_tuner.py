@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import tempfile
 import time
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from muster import train, tune
-from muster.exceptions import InvalidTypeError, ResourcesUnavailableError
+from muster.exceptions import InvalidTypeError, ResourcesUnavailableError, TrainingFailedError
 from muster.train import Checkpoint, FailureConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
 from muster.tune.search import BasicVariantGenerator
@@ -296,6 +297,10 @@ def test_failed_trial_is_reported_and_the_others_finish(storage):
                       tune_config=tune.TuneConfig(metric="v", mode="max"),
                       run_config=tune.RunConfig(storage_path=storage)).fit()
     assert grid.num_errors == 1 and "bad trial 1" in str(grid.errors[0])
+    # as Ray's, the trial's error is also an instance of what the trainable raised
+    err = grid.errors[0]
+    assert isinstance(err, RuntimeError) and isinstance(err, TrainingFailedError)
+    assert type(pickle.loads(pickle.dumps(err))) is TrainingFailedError  # and travels as the plain error
     assert grid.get_best_result().config == {"bad": 0}
     df = grid.get_dataframe()
     assert "error" in df.columns and df["error"].notna().sum() == 1

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 from muster.core import context as core_context
 from muster.core import serialization
 from muster.tasks import events
-from muster.exceptions import GetTimeoutError, InvalidArgumentError, InvalidTypeError, TaskError
+from muster.exceptions import GetTimeoutError, InvalidArgumentError, InvalidTypeError, TaskError, also_an_instance_of
 
 _ids = itertools.count(1)
 _table: "weakref.WeakValueDictionary[int, Future]" = weakref.WeakValueDictionary()
@@ -100,15 +100,7 @@ def as_instance_of_cause(err: TaskError) -> BaseException:
     cause = err.cause
     if cause is None or isinstance(cause, TaskError):
         return err
-    cls = type(cause)
-    try:
-        dual = type(f"TaskError({cls.__name__})", (TaskError, cls), {"__module__": __name__})
-        out = dual.__new__(dual)  # type: ignore[call-overload]
-        out.__dict__.update(err.__dict__)
-        out.args = err.args
-        return out
-    except TypeError:  # a class that cannot be a base (e.g. final builtins)
-        return err
+    return also_an_instance_of(err, type(cause))
 
 
 def split(ref: ObjectRef, n: int) -> list[ObjectRef]:

@@ -17,7 +17,14 @@ import cloudpickle
 
 from muster.core import resources as res
 from muster.core.api import get_runtime
-from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.exceptions import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    MusterError,
+    TaskError,
+    TrainingFailedError,
+    also_an_instance_of,
+)
 from muster.train._internal.backend import Backend
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.controller import _sigterm_as_interrupt
@@ -351,6 +358,17 @@ def _metrics_acted_on(result: Result, trial: Trial) -> None:
         result.metrics = _public(rows[-1])
 
 
+def _as_users_error(err: BaseException | None) -> BaseException | None:
+    """A trial's ``TrainingFailedError`` that is also an instance of what the trainable raised, as
+    Ray's trial errors are (``isinstance(result.error, ValueError)``); its message is unchanged."""
+    if not isinstance(err, TrainingFailedError):
+        return err
+    cause = err.root_cause
+    if isinstance(cause, TaskError) and cause.cause is not None and not isinstance(cause.cause, MusterError):
+        return also_an_instance_of(err, type(cause.cause))
+    return err
+
+
 def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException], metric: str | None,
           mode: str | None) -> ResultGrid:
     results = []
@@ -366,7 +384,7 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
             result.checkpoint, result.best_checkpoints = inner.checkpoint, inner.best_checkpoints
         result.config = trial.config
         if trial.error is not None:
-            result.error = errors.get(trial.trial_id) or TrialError(trial.error)
+            result.error = _as_users_error(errors.get(trial.trial_id)) or TrialError(trial.error)
         results.append(result)
     return ResultGrid(results, storage.uri, metric, mode, [t.trial_id for t in trials])
 
