@@ -150,6 +150,33 @@ def test_aggregate_objects_zip_sampling_and_unsupported_names():
         from muster.data.aggregate import Quantile  # noqa: F401
 
 
+class _Scaled:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, batch, add):
+        return {"g": batch["g"][:1], "s": [int(batch["v"].sum()) * self.k + add]}
+
+
+def test_rays_keywords_for_map_groups_splits_sort_and_torch_batches():
+    ds = md.from_items([{"g": i % 2, "v": i, "c": "a" if i < 8 else "b"} for i in range(10)])
+    by_class = ds.groupby("g").map_groups(_Scaled, fn_constructor_args=(2,), fn_kwargs={"add": 1}).take_all()
+    assert by_class == [{"g": 0, "s": 41}, {"g": 1, "s": 51}]
+    sized = ds.groupby("g").map_groups(lambda b, m: {"g": b["g"][:1], "n": [len(b["v"]) * m]}, fn_args=(10,),
+                                      concurrency=2)  # Ray's pool size: accepted, groups map here
+    assert [r["n"] for r in sized.take_all()] == [50, 50]
+    train, test = ds.train_test_split(0.5, stratify="c")
+    assert sorted(r["c"] for r in train.take_all()) == sorted(r["c"] for r in test.take_all()) == ["a"] * 4 + ["b"]
+    assert ids_of(ds.sort("v", descending=True, boundaries=[3, 6]))[:2] == [9, 8]
+    assert ds.iterator().schema().names == ["g", "v", "c"]
+    batch = next(iter(ds.select_columns(["v"]).iter_torch_batches(batch_size=4, pin_memory=True)))
+    assert batch["v"].tolist() == [0, 1, 2, 3]  # pin_memory: no effect without CUDA
+
+
+def ids_of(ds):
+    return [r["v"] for r in ds.take_all()]
+
+
 def test_shuffle_is_seeded_per_epoch_and_sort_groupby():
     ds = md.range(200).random_shuffle(seed=5)
     it = ds.iterator()

@@ -313,16 +313,33 @@ def _whole(table: pa.Table, agg: Any) -> Any:
     return getattr(pc, name)(column, options=options).as_py()
 
 
-def map_groups(keys: list[str], fn: Callable[[Any], Any], batch_format: str
+def group_function(fn: Any, args: tuple, kwargs: dict[str, Any], ctor_args: tuple, ctor_kwargs: dict[str, Any]
+                   ) -> Callable[[Any], Any]:
+    """``batch -> fn(batch, *args, **kwargs)``; a callable class is built once, on first use."""
+    built: list[Any] = []
+
+    def call(batch: Any) -> Any:
+        if isinstance(fn, type):
+            if not built:
+                built.append(fn(*ctor_args, **ctor_kwargs))
+            return built[0](batch, *args, **kwargs)
+        return fn(batch, *args, **kwargs)
+
+    return call
+
+
+def map_groups(keys: list[str], fn: Callable[[Any], Any], batch_format: str, named: Any = None
                ) -> Callable[[list[pa.Table], int], list[pa.Table]]:
     from muster.data.plan import _guard, fn_name
+
+    named = fn if named is None else named
 
     def run(blocks: list[pa.Table], _epoch: int) -> list[pa.Table]:
         out = []
         for _key, part in _groups(blk.concat(blocks), keys):
             batch = blk.to_batch(part, batch_format)
-            result = _guard("MapGroups", fn, part, lambda: fn(batch))
-            out.append(blk.from_batch(result, f"map_groups({fn_name(fn)})"))
+            result = _guard("MapGroups", named, part, lambda: fn(batch))
+            out.append(blk.from_batch(result, f"map_groups({fn_name(named)})"))
         return out
 
     return run

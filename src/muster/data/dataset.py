@@ -212,7 +212,10 @@ class Dataset:
         ray = RayCall.of("repartition", num_blocks, **_ignored)
         return ds._then(AllToAll(f"Repartition({num_blocks})", alltoall.repartition(num_blocks), ray=ray))
 
-    def sort(self, key: str | list[str], descending: bool | list[bool] = False) -> "Dataset":
+    def sort(self, key: str | list[str], descending: bool | list[bool] = False, boundaries: list[Any] | None = None
+             ) -> "Dataset":
+        """Rows ordered by ``key``. Ray's ``boundaries`` (how its range partitions split) do not change
+        the result and are not needed on one machine."""
         keys = [key] if isinstance(key, str) else list(key)
         desc = [descending] * len(keys) if isinstance(descending, bool) else list(descending)
         ray = RayCall.of("sort", keys, descending=desc)
@@ -323,9 +326,15 @@ class Dataset:
         edges = np.cumsum([int(p * n) for p in proportions]).tolist()
         return self.materialize().split_at_indices(edges)
 
-    def train_test_split(self, test_size: float | int, *, shuffle: bool = False, seed: int | None = None
-                         ) -> tuple["Dataset", "Dataset"]:
+    def train_test_split(self, test_size: float | int, *, shuffle: bool = False, seed: int | None = None,
+                         stratify: str | None = None) -> tuple["Dataset", "Dataset"]:
+        """``(train, test)``: the last ``test_size`` (a fraction, or a row count) of the rows go to test.
+
+        ``stratify``: split each value of that column alike, so both parts keep its proportions.
+        """
         ds = self.random_shuffle(seed=seed) if shuffle else self
+        if stratify is not None:
+            return ds._stratified_split(test_size, stratify)
         n = ds.count()
         if isinstance(test_size, float):
             if not 0 < test_size < 1:
@@ -338,6 +347,30 @@ class Dataset:
                              f"in [1, {n}].")
         train, test = ds.materialize().split_at_indices([cut])
         return train, test
+
+    def _stratified_split(self, test_size: float | int, column: str) -> tuple["Dataset", "Dataset"]:
+        import pyarrow.compute as pc
+
+        table = self.to_arrow()
+        n = table.num_rows
+        if column not in table.column_names:
+            raise InvalidArgumentError(f"train_test_split(stratify={column!r}): no such column; the dataset has "
+                                       f"{table.column_names}.")
+        if isinstance(test_size, float) and 0 < test_size < 1:
+            share = test_size
+        elif isinstance(test_size, int) and 0 < test_size <= n:
+            share = test_size / n
+        else:
+            raise InvalidArgumentError(f"train_test_split(test_size={test_size!r}): use a fraction in (0, 1) or a row "
+                                       f"count in [1, {n}].")
+        train, test = [], []
+        for value in pc.unique(table.column(column)).to_pylist():
+            rows = table.filter(pc.is_null(table.column(column)) if value is None
+                                else pc.equal(table.column(column), pa.scalar(value, table.schema.field(column).type)))
+            cut = rows.num_rows - int(np.ceil(rows.num_rows * share))
+            train.append(rows.slice(0, cut))
+            test.append(rows.slice(cut))
+        return from_blocks([blk.concat(train)]), from_blocks([blk.concat(test)])
 
     def streaming_split(self, n: int, *, equal: bool = True, locality_hints: Any = None) -> list[DataIterator]:
         """``n`` iterators; iterator ``i`` streams rows ``i, i+n, ...`` of each pass (see ``DataIterator``)."""

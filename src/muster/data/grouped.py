@@ -85,11 +85,24 @@ class GroupedData:
         """One row per group: the keys and ``std(<col>)`` (sample standard deviation with ``ddof=1``)."""
         return self._agg("std", on, {"ddof": ddof, "ignore_nulls": ignore_nulls})
 
-    def map_groups(self, fn: Callable[[Any], Any], *, batch_format: str = "numpy") -> "Dataset":
-        """Apply ``fn`` to each group (a batch in ``batch_format``); its outputs form the new dataset."""
+    def map_groups(self, fn: Callable[[Any], Any], *, batch_format: str = "numpy", fn_args: tuple = (),
+                   fn_kwargs: dict[str, Any] | None = None, fn_constructor_args: tuple = (),
+                   fn_constructor_kwargs: dict[str, Any] | None = None, **ray_options: Any) -> "Dataset":
+        """Apply ``fn`` to each group (a batch in ``batch_format``); its outputs form the new dataset.
+
+        ``fn`` may be a callable class, built once (with ``fn_constructor_args/kwargs``). The groups are
+        mapped in this process; Ray's ``concurrency=``/``num_cpus=`` are passed on to Ray's engine only.
+        """
         fmt = blk.check_batch_format(batch_format, "map_groups")
-        ray = self._ray().then("map_groups", fn, batch_format=fmt)
-        return self._ds._then(AllToAll("MapGroups", alltoall.map_groups(self._keys, fn, fmt), ray=ray))
+        if (fn_constructor_args or fn_constructor_kwargs) and not isinstance(fn, type):
+            raise InvalidArgumentError("map_groups(fn_constructor_args/kwargs=...) apply only when fn is a callable class.")
+        call = alltoall.group_function(fn, tuple(fn_args), dict(fn_kwargs or {}), tuple(fn_constructor_args),
+                                       dict(fn_constructor_kwargs or {}))
+        given = {"fn_args": tuple(fn_args), "fn_kwargs": fn_kwargs, "fn_constructor_args": tuple(fn_constructor_args),
+                 "fn_constructor_kwargs": fn_constructor_kwargs, **ray_options}
+        ray = self._ray().then("map_groups", fn, batch_format=fmt,
+                               **{k: v for k, v in given.items() if v not in (None, (), {})})
+        return self._ds._then(AllToAll("MapGroups", alltoall.map_groups(self._keys, call, fmt, named=fn), ray=ray))
 
 
 def _template(cls: type, options: dict[str, Any]) -> Any:

@@ -127,14 +127,16 @@ class DataIterator:
     def iter_torch_batches(self, *, batch_size: int | None = 256, dtypes: Any = None, device: Any = "auto",
                            collate_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
                            drop_last: bool = False, prefetch_batches: int = 1,
-                           local_shuffle_buffer_size: int | None = None, local_shuffle_seed: int | None = None
-                           ) -> Iterator[Any]:
+                           local_shuffle_buffer_size: int | None = None, local_shuffle_seed: int | None = None,
+                           pin_memory: bool = False) -> Iterator[Any]:
         """Batches as dicts of torch tensors (or whatever ``collate_fn`` makes of a numpy batch).
 
         Args:
             dtypes: one torch dtype, or a dict column -> dtype.
             device: where to put the tensors; ``"auto"`` is the training worker's device (CPU otherwise).
             collate_fn: takes the numpy batch and returns the batch to yield (then ``dtypes`` is unused).
+            pin_memory: page-lock the tensors before they go to a CUDA device (faster, asynchronous
+                copies); no effect without CUDA.
 
         Raises:
             DataTypeError: a column cannot become a tensor (strings, ragged lists).
@@ -142,16 +144,24 @@ class DataIterator:
         import torch
 
         dev = _device(device)
+        pin = bool(pin_memory) and dev is not None and dev.type == "cuda" and torch.cuda.is_available()
 
         def finalize(batch: dict[str, np.ndarray]) -> Any:
             if collate_fn is not None:
                 out = collate_fn(batch)
                 return _to_device(out, dev) if dev is not None else out
+            if pin:
+                return {k: _tensor(k, v, dtypes, None, torch).pin_memory().to(dev, non_blocking=True)
+                        for k, v in batch.items()}
             return {k: _tensor(k, v, dtypes, dev, torch) for k, v in batch.items()}
 
         return self.iter_batches(batch_size=batch_size, batch_format="numpy", prefetch_batches=prefetch_batches,
                                  drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
                                  local_shuffle_seed=local_shuffle_seed, _finalize=finalize)
+
+    def schema(self) -> pa.Schema:
+        """The columns and types of the dataset this iterator reads."""
+        return self._dataset.schema()
 
     def materialize(self) -> "Dataset":
         """This iterator's rows of one pass, as an in-memory dataset."""
