@@ -43,6 +43,7 @@ class TuneProgress:
         self._live: Any = None
         self._lock = threading.Lock()
         self._last_plain = time.monotonic()
+        self.interrupted = False  # set by the loop on Ctrl-C: the last line says so
         self._rich = verbose > 0 and sys.stdout.isatty() and not settings.force_plain_progress()
 
     def start(self) -> None:
@@ -66,7 +67,8 @@ class TuneProgress:
         if self._live is not None:
             self._live.stop()
             self._live = None
-        self.event(f"experiment {self.name!r} done after {time.monotonic() - self._start:.1f} s: {self.summary()}")
+        ended = "interrupted" if self.interrupted else "done"
+        self.event(f"experiment {self.name!r} {ended} after {time.monotonic() - self._start:.1f} s: {self.summary()}")
 
     def event(self, text: str) -> None:
         if self.verbose:

@@ -13,12 +13,14 @@ next one, and a decision to stop a trial kills its workers at once.
 from __future__ import annotations
 
 import queue
+import signal
 import time
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 from muster.core import resources as res
+from muster.core.interrupts import SafeInterrupts
 from muster.core.api import get_runtime
 from muster.exceptions import ResourcesUnavailableError, root_cause_summary
 from muster.observe.tune_progress import TuneProgress, flatten_config
@@ -93,29 +95,10 @@ class TuneController:
         started = time.monotonic()
         self.progress.start()
         self.callbacks("setup")
+        interrupts = SafeInterrupts(signal.SIGINT, signal.SIGTERM)
         try:
-            while True:
-                self._start_trials()
-                if not self._running() and not self._startable():
-                    break
-                if not self._running() and self._stalled():
-                    continue  # the paused trials nobody would resume were ended: look again
-                try:
-                    event: TrialEvent | None = self.events.get(timeout=0.5)
-                except queue.Empty:
-                    event = None
-                while event is not None:
-                    self._handle(event)
-                    try:
-                        event = self.events.get_nowait()
-                    except queue.Empty:
-                        event = None
-                if self.time_budget_s is not None and time.monotonic() - started > self.time_budget_s:
-                    if not self._stopping_all:
-                        self.progress.event(f"time budget of {self.time_budget_s:g} s spent; stopping every trial")
-                    self._stop_everything()
-                self.progress.update(self.trials, self.scheduler.debug_string())
-                self._save()
+            with interrupts:
+                self._loop(started, interrupts)
         except BaseException as exc:
             # Ctrl-C, or an error of the search itself: stop the workers, keep trial states as
             # they are (RUNNING ones resume on Tuner.restore), and say how to go on.
@@ -125,6 +108,7 @@ class TuneController:
             self._wait_for_runs(10.0)
             self._save(force=True)
             if isinstance(exc, KeyboardInterrupt):
+                self.progress.interrupted = True
                 self.progress.event(
                     f"experiment interrupted; resume it with Tuner.restore({self.experiment.uri!r}, trainable)"
                 )
@@ -133,6 +117,32 @@ class TuneController:
             self._save(force=True)
             self.progress.stop(self.trials)
             self.callbacks("on_experiment_end", self.trials)
+
+    def _loop(self, started: float, interrupts: SafeInterrupts) -> None:
+        """The scheduling loop; a Ctrl-C takes effect between its waits (see SafeInterrupts)."""
+        while True:
+            interrupts.check()
+            self._start_trials()
+            if not self._running() and not self._startable():
+                break
+            if not self._running() and self._stalled():
+                continue  # the paused trials nobody would resume were ended: look again
+            try:
+                event: TrialEvent | None = self.events.get(timeout=0.5)
+            except queue.Empty:
+                event = None
+            while event is not None:
+                self._handle(event)
+                try:
+                    event = self.events.get_nowait()
+                except queue.Empty:
+                    event = None
+            if self.time_budget_s is not None and time.monotonic() - started > self.time_budget_s:
+                if not self._stopping_all:
+                    self.progress.event(f"time budget of {self.time_budget_s:g} s spent; stopping every trial")
+                self._stop_everything()
+            self.progress.update(self.trials, self.scheduler.debug_string())
+            self._save()
 
     def _running(self) -> list[Trial]:
         return [t for t in self.trials if t.run is not None]
