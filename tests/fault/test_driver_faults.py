@@ -102,6 +102,8 @@ def test_ctrl_c_or_sigterm_stops_cleanly_and_the_run_resumes(storage, tmp_path, 
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode != 0
     assert "interrupted" in out and "to resume" in out
+    # the signal takes effect between the controller's waits, never inside a queue's lock
+    assert "release unlocked lock" not in out and out.count("Traceback") <= 1, out
     assert _gone(kids), "workers outlived a stopped driver"
     state = st.read_json(st.join(st.run_dir, RUN_STATE))
     assert state["status"] == "INTERRUPTED"

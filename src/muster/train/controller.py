@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from muster.core.api import get_runtime
+from muster.core.interrupts import SafeInterrupts
 from muster.core.runtime import RuntimeActor
 from muster.exceptions import (
     MusterError,
@@ -359,7 +360,13 @@ class Controller:
     def _watch(self, attempt: _Attempt) -> BaseException | _Grow | None:
         n = len(attempt.group.members)
         timeout = self.run_config.worker_timeout_s
+        with SafeInterrupts(signal.SIGINT, signal.SIGTERM) as interrupts:  # Ctrl-C between waits, not in one
+            return self._watch_until_done(attempt, n, timeout, interrupts)
+
+    def _watch_until_done(self, attempt: _Attempt, n: int, timeout: float | None,
+                          interrupts: SafeInterrupts) -> BaseException | _Grow | None:
         while len(attempt.finished) < n:
+            interrupts.check()
             if self._stop_requested.is_set():
                 return None
             try:
