@@ -227,3 +227,17 @@ def test_paused_trials_no_scheduler_resumes_end_instead_of_hanging(storage):
     ).fit()
     assert grid.num_errors == 0
     assert all(2 <= r.metrics["training_iteration"] < 30 for r in grid)  # paused early, then ended
+
+
+def _three(config):
+    for i in range(3):
+        tune.report({"v": i})
+
+
+def test_results_carry_rays_automatic_fields(storage):
+    grid = tune.Tuner(_three, run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    df = grid[0].metrics_dataframe
+    assert list(df["iterations_since_restore"]) == [1, 2, 3] and list(df["training_iteration"]) == [1, 2, 3]
+    assert (df["time_since_restore"].diff().dropna() >= 0).all()
+    for field in ("hostname", "node_ip", "date", "time_total_s", "time_this_iter_s", "trial_id"):
+        assert field in grid.get_dataframe().columns, field

@@ -14,7 +14,9 @@ workers are the engine's processes); a trial that is paused and restarted
 
 from __future__ import annotations
 
+import functools
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -109,6 +111,16 @@ class RunPlan:
         return f"{self.scaling.num_workers} x {fmt(self.scaling.worker_resources)}"
 
 
+_HOST = socket.gethostname()
+
+
+@functools.lru_cache(maxsize=1)
+def _node_ip() -> str:
+    from muster.util import get_node_ip_address
+
+    return get_node_ip_address()
+
+
 class TrialRun:
     """One stretch of a trial: a training run's controller on a driver thread.
 
@@ -133,6 +145,7 @@ class TrialRun:
         self.inner: Controller | None = None  # a trainer the trial's function built and fit
         self._started_wall = time.time()
         self._last_time: dict[int, float] = {}
+        self._since_restore: dict[int, int] = {}
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._main, name=f"muster-trial-{trial.trial_id}", daemon=True)
 
@@ -180,9 +193,16 @@ class TrialRun:
     def _add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float) -> dict[str, Any]:
         last = self._last_time.get(rank, self._started_wall)
         self._last_time[rank] = t
+        self._since_restore[rank] = self._since_restore.get(rank, 0) + 1
         out = dict(metrics)
         out.setdefault("time_this_iter_s", max(t - last, 0.0))
         out.setdefault("time_total_s", self.time_offset + max(t - self._started_wall, 0.0))
+        # the rest of what Ray adds to every result (this run of the trial is its "restore")
+        out.setdefault("time_since_restore", max(t - self._started_wall, 0.0))
+        out.setdefault("iterations_since_restore", self._since_restore[rank])
+        out.setdefault("date", time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(t)))
+        out.setdefault("hostname", _HOST)
+        out.setdefault("node_ip", _node_ip())
         out["trial_id"] = self.trial.trial_id
         return out
 
