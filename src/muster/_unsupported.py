@@ -125,7 +125,9 @@ def raise_unsupported(module: str, name: str) -> NoReturn:
         if _from_import():
             raise UnsupportedRayImportError(message, name=name)
         raise UnsupportedRayAPIError(message)
-    raise AttributeError(f"module {module!r} has no attribute {name!r}. {_GUIDE}")
+    owner = module.rsplit(".", 1)[-1]
+    what = f"{owner!r} object" if owner[:1].isupper() else f"module {module!r}"  # a class's table, or a module's
+    raise AttributeError(f"{what} has no attribute {name!r}. {_GUIDE}")
 
 
 def _from_import() -> bool:
