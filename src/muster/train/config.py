@@ -206,6 +206,9 @@ class RunConfig:
             thresholds (``{"training_iteration": 10}``: stop once a result
             reaches it), a ``(trial_id, result) -> bool`` function, or a
             ``muster.tune.Stopper``. Only Tune reads it.
+        log_to_file: accepted for Ray's scripts; muster always keeps each
+            worker's output in the run store (``muster logs``), so there is
+            nothing to turn on.
     """
 
     name: str | None = None
@@ -218,6 +221,7 @@ class RunConfig:
     storage_filesystem: Any = None
     stop: Any = None
     upload_drain_s: float = 60.0
+    log_to_file: Any = False
 
     def __post_init__(self) -> None:
         if self.stop is not None and not (isinstance(self.stop, dict) or callable(self.stop)):
