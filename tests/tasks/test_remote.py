@@ -311,3 +311,11 @@ def test_exceptions_are_not_retried_unless_asked(tmp_path):
         muster.get(raise_value_error.options(retry_exceptions=True, max_retries=2).remote(str(attempts)),
                    timeout=TIMEOUT)
     assert attempts.read_text() == "xxx"
+    for listed, runs in (([KeyError], "x"), ([KeyError, ValueError], "xxx"), ([Exception], "xxx")):
+        attempts.unlink()  # a list retries only those types (and their subclasses), as in Ray
+        with pytest.raises(ValueError):
+            muster.get(raise_value_error.options(retry_exceptions=listed, max_retries=2).remote(str(attempts)),
+                       timeout=TIMEOUT)
+        assert attempts.read_text() == runs, listed
+    with pytest.raises(ValueError, match=r"retry_exceptions='yes'"):
+        raise_value_error.options(retry_exceptions="yes")

@@ -37,6 +37,12 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
         raise InvalidArgumentError(f"{what}: num_returns={n!r}; use an integer >= 0, 'dynamic' or 'streaming'.")
     if options.get("lifetime") not in (None, "detached", "non_detached"):
         raise InvalidArgumentError(f"{what}: lifetime={options['lifetime']!r}; use None, 'detached' or 'non_detached'.")
+    rx = options.get("retry_exceptions")
+    if rx is not None and not isinstance(rx, bool) and not (
+            isinstance(rx, (list, tuple)) and all(isinstance(t, type) and issubclass(t, BaseException) for t in rx)):
+        raise InvalidArgumentError(
+            f"{what}: retry_exceptions={rx!r}; use True (retry any exception) or a list of exception classes."
+        )
     mc = options.get("max_concurrency")
     if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
         raise InvalidArgumentError(f"{what}: max_concurrency={mc!r}; use an integer >= 1.")

@@ -134,7 +134,7 @@ class _Attempts:
         self.runtime, self.body, self.args, self.kwargs, self.resources, self.out = (
             runtime, body, args, kwargs, resources, out)
         self.max_retries = options.get("max_retries", _DEFAULT_MAX_RETRIES)
-        self.retry_exceptions = bool(options.get("retry_exceptions", False))
+        self.retry_exceptions = options.get("retry_exceptions", False)  # True, or a list of exception types
         self.label = f"task {body.__name__}"
         self.cancelled: bool | None = None  # None, or force
         self.worker: Any = None  # the process running it now (from its TaskStarted event)
@@ -153,7 +153,7 @@ class _Attempts:
     def finish(self, f: Future, attempt: int) -> None:
         self.worker = None
         exc = f.exception()
-        retriable = isinstance(exc, WorkerCrashedError) or (self.retry_exceptions and isinstance(exc, TaskError))
+        retriable = isinstance(exc, WorkerCrashedError) or (isinstance(exc, TaskError) and self._retries(exc))
         if self.cancelled is not None:
             return  # its ref already says TaskCancelledError
         if exc is not None and retriable and (self.max_retries == -1 or attempt < self.max_retries):
@@ -162,6 +162,17 @@ class _Attempts:
             _settle(self.out, exc=exc)
         else:
             _settle(self.out, value=f.result())
+
+    def _retries(self, exc: TaskError) -> bool:
+        """``retry_exceptions``: True retries any exception the task raised; a list, only those types
+        (and their subclasses), as in Ray."""
+        wanted = self.retry_exceptions
+        if isinstance(wanted, bool) or not wanted:
+            return bool(wanted)
+        cause = exc.cause
+        if cause is not None:
+            return isinstance(cause, tuple(wanted))
+        return any(exc.cause_type in (t.__name__, t.__qualname__, f"{t.__module__}.{t.__qualname__}") for t in wanted)
 
     def started(self, worker: Any) -> None:
         """Its TaskStarted event: the process running it (interrupt it now if cancelled meanwhile)."""
