@@ -31,6 +31,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "autoscaler": "a Ray cluster's autoscaler, through muster.init(address=...)",
         "job_submission": "run the script itself (python script.py); on a cluster, muster.init(address=...)",
         "get_dashboard_url": "`muster dashboard` (the run store's dashboard)",
+        "actor": "muster.kill(handle) from the caller to end an actor (exit_actor is not provided)",
+    },
+    "muster.util.placement_group": {
+        "placement_group_table": "the PlacementGroup objects you made: pg.bundle_specs and pg.ready()",
     },
     "muster.util": {
         "inspect_serializability": "muster.put(value): it raises a TypeError naming what cannot be serialized",

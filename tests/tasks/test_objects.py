@@ -324,3 +324,47 @@ def test_a_function_sent_by_value_keeps_its_file_for_tracebacks(tmp_path):
         inner()
     shown = "".join(traceback.format_exception(info.value))
     assert f'File "{path}", line 3, in inner' in shown and "raise ValueError('from the user')" in shown, shown
+
+
+@muster.remote
+def _square(x):
+    return x * x
+
+
+@muster.remote
+def _key_error():
+    raise KeyError("missing")
+
+
+@muster.remote
+class _AsyncUser:
+    async def run(self):
+        import asyncio
+
+        one = await _square.remote(3)
+        many = await asyncio.gather(*[_square.remote(i) for i in range(4)])
+        wrapped = await asyncio.wrap_future(_square.remote(5).future())  # ref.future() in a worker
+        try:
+            await _key_error.remote()
+            caught = False
+        except KeyError:
+            caught = True
+        return one, many, wrapped, caught
+
+
+def test_refs_are_awaitable_in_the_driver_and_in_async_actors():
+    """Ray's asyncio guides await refs; before, `await ref` was a TypeError and ref.future()
+    failed in a worker ("not known in this process")."""
+    import asyncio
+
+    async def driver():
+        actor = _AsyncUser.remote()
+        try:
+            in_actor = await actor.run.remote()
+        finally:
+            muster.kill(actor)
+        with pytest.raises(KeyError):
+            await _key_error.remote()
+        return in_actor, await _square.remote(7), await asyncio.gather(_square.remote(1), _square.remote(2))
+
+    assert asyncio.run(asyncio.wait_for(driver(), TIMEOUT)) == ((9, [0, 1, 4, 9], 25, True), 49, [1, 4])

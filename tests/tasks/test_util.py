@@ -127,3 +127,22 @@ def test_from_imports_of_unsupported_ray_names_name_the_equivalent_too():
 
     assert transformers.__name__ == "muster.train.huggingface.transformers"
     assert muster.util.queue.Queue is Queue  # Ray's module layout, reached as attributes
+
+
+def test_queue_async_methods_wait_fetch_local_and_more_named_gaps():
+    import asyncio
+
+    q = Queue()
+
+    async def round_trip():
+        await q.put_async({"x": 1})
+        return await q.get_async(timeout=TIMEOUT)
+
+    assert asyncio.run(round_trip()) == {"x": 1}
+    q.shutdown()
+    refs = [muster.put(1)]
+    assert muster.wait(refs, fetch_local=True) == (refs, [])  # Ray's keyword: accepted
+    with pytest.raises(ImportError, match="placement_group_table .*pg.bundle_specs"):
+        from muster.util.placement_group import placement_group_table  # noqa: F401
+    with pytest.raises(UnsupportedRayAPIError, match=r"muster.actor .*muster.kill"):
+        muster.actor

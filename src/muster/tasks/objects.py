@@ -36,10 +36,11 @@ _table_lock = threading.Lock()
 class ObjectRef:
     """A handle to a value that a task returns (or that ``put`` stored)."""
 
-    __slots__ = ("id", "_future", "__weakref__")
+    __slots__ = ("id", "_future", "_fetched", "__weakref__")
 
     def __init__(self, id_: int, future: Future | None = None):
         self.id, self._future = id_, future
+        self._fetched: Future | None = None  # in a worker: the value being fetched from the driver
 
     @classmethod
     def new(cls, future: Future) -> "ObjectRef":
@@ -49,13 +50,38 @@ class ObjectRef:
         return ref
 
     def future(self) -> Future:
-        """The driver-side future behind this ref (driver only)."""
+        """A ``concurrent.futures.Future`` of the value: the driver's own, or in a worker (a task, an
+        actor) one that a thread fills by asking the driver."""
         if self._future is None:
             with _table_lock:
                 self._future = _table.get(self.id)
             if self._future is None:
+                if core_context.in_worker():
+                    return self._fetch()
                 raise InvalidArgumentError(f"ObjectRef({self.id}) is not known in this process.")
         return self._future
+
+    def _fetch(self) -> Future:
+        if self._fetched is None:
+            fetched: Future = Future()
+
+            def fill() -> None:
+                try:
+                    fetched.set_result(get(self))
+                except BaseException as exc:  # noqa: BLE001 - the task's error, for whoever waits
+                    fetched.set_exception(exc)
+
+            threading.Thread(target=fill, name=f"muster-fetch-{self.id}", daemon=True).start()
+            self._fetched = fetched
+        return self._fetched
+
+    def __await__(self) -> Any:
+        """``await ref`` in any event loop (the driver's, an async actor's): its value, or its task's
+        error raised as ``muster.get`` raises it."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(None, get, self).__await__()
 
     def __reduce__(self) -> Any:
         if self._future is not None:  # the id is leaving this driver-side ref: keep the value reachable
@@ -214,11 +240,12 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
 
 
 def wait(
-    refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | None = None
+    refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | None = None, fetch_local: bool = True
 ) -> tuple[list[ObjectRef], list[ObjectRef]]:
     """Return ``(ready, not_ready)`` once ``num_returns`` refs are done or ``timeout`` passes.
 
-    Both lists keep the input order.
+    Both lists keep the input order. ``fetch_local`` (Ray's) changes nothing here: a value is
+    in this machine's memory once its task is done.
     """
     refs = list(refs)
     if not 0 <= num_returns <= len(refs):

@@ -106,3 +106,9 @@ def remove_placement_group(pg: PlacementGroup) -> None:
 def get_current_placement_group() -> PlacementGroup | None:
     """The group the caller runs in: always None here (groups do not reserve resources on this engine)."""
     return None
+
+
+def __getattr__(name: str) -> Any:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.util.placement_group", name)

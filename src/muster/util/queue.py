@@ -114,6 +114,18 @@ class Queue:
             raise Empty("Queue is empty.")
         return item
 
+    async def put_async(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        """:meth:`put` for an event loop: waits without blocking it."""
+        import asyncio
+
+        await asyncio.get_running_loop().run_in_executor(None, lambda: self.put(item, block, timeout))
+
+    async def get_async(self, block: bool = True, timeout: float | None = None) -> Any:
+        """:meth:`get` for an event loop: waits without blocking it."""
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(None, lambda: self.get(block, timeout))
+
     def put_nowait(self, item: Any) -> None:
         self.put(item, block=False)
 
