@@ -127,19 +127,44 @@ class TaskError(MusterError):
         pid: int | None = None,
         host: str = "",
         cause: BaseException | None = None,
+        cause_parts: tuple[type, tuple, dict] | None = None,
     ):
+        if cause is None and cause_parts is not None:
+            cause = _rebuilt(*cause_parts)
         self.cause_type, self.message, self.remote_traceback = cause_type, message, remote_traceback
         self.label, self.pid, self.host, self.cause = label, pid, host, cause
+        # an exception whose __init__ cannot be called again with its args (e.g. __init__(self, msg, code)
+        # passing only msg on) travels as (class, args, attributes) and is rebuilt without calling __init__
+        self.cause_parts = cause_parts
         where = f"{label} (pid {pid}{', ' + host if host else ''})" if label else f"pid {pid}"
         super().__init__(
             f"{cause_type}: {message}\n\nRaised in {where}; remote traceback:\n{remote_traceback.rstrip()}"
         )
 
+    def relabelled(self, label: str, pid: int | None = None, host: str | None = None) -> "TaskError":
+        """The same error, naming another place it ran (a new one: the message is made when built)."""
+        return TaskError(self.cause_type, self.message, self.remote_traceback, label,
+                         pid if pid is not None else self.pid, host if host is not None else self.host,
+                         self.cause, self.cause_parts)
+
     def __reduce__(self) -> Any:
+        cause = None if self.cause_parts is not None else self.cause
         return (
             type(self),
-            (self.cause_type, self.message, self.remote_traceback, self.label, self.pid, self.host, self.cause),
+            (self.cause_type, self.message, self.remote_traceback, self.label, self.pid, self.host, cause,
+             self.cause_parts),
         )
+
+
+def _rebuilt(cls: type, args: tuple, state: dict) -> BaseException | None:
+    """An instance of exception class ``cls`` with ``args`` and attributes ``state``, made without its ``__init__``."""
+    try:
+        exc: BaseException = BaseException.__new__(cls)
+        exc.args = args
+        exc.__dict__.update(state)
+        return exc
+    except Exception:  # noqa: BLE001 - not an exception class we can make: the message stays
+        return None
 
 
 # --------------------------------------------------------------------------
@@ -184,14 +209,16 @@ class TrainingFailedError(MusterError):
 E_ = TypeVar("E_", bound=BaseException)
 
 
-def also_an_instance_of(err: E_, cls: type[BaseException]) -> E_:
+def also_an_instance_of(err: E_, cls: type[BaseException], attributes: dict[str, Any] | None = None) -> E_:
     """``err`` as an instance of a class made from both its class and ``cls``, so that
-    ``except cls`` catches it (Ray's task errors are instances of the task's exception type);
+    ``except cls`` catches it (Ray's task errors are instances of the task's exception type),
+    with ``attributes`` (the original exception's, e.g. its ``.code``) under ``err``'s own;
     ``err`` itself when ``cls`` cannot be a base class."""
     try:
         base = type(err)
         dual = type(f"{base.__name__}({cls.__name__})", (base, cls), {"__module__": base.__module__})
         out: E_ = dual.__new__(dual)  # type: ignore[call-overload]
+        out.__dict__.update(attributes or {})
         out.__dict__.update(err.__dict__)
         out.args = err.args
         return out

@@ -319,3 +319,32 @@ def test_exceptions_are_not_retried_unless_asked(tmp_path):
         assert attempts.read_text() == runs, listed
     with pytest.raises(ValueError, match=r"retry_exceptions='yes'"):
         raise_value_error.options(retry_exceptions="yes")
+
+
+class _CodedError(Exception):
+    """An exception whose __init__ cannot be called again with its args (pickling it fails)."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+@muster.remote
+def _raise_coded():
+    raise _CodedError("bad thing", 42)
+
+
+@muster.remote
+def _code_seen_in_a_task():
+    try:
+        muster.get(_raise_coded.remote(), timeout=TIMEOUT)
+    except _CodedError as exc:
+        return exc.code
+
+
+def test_an_exception_that_does_not_pickle_is_still_caught_by_its_type_with_its_attributes():
+    """Before, it came back as a bare TaskError (cause None): `except _CodedError` missed it."""
+    with pytest.raises(_CodedError, match="bad thing") as info:
+        muster.get(_raise_coded.remote(), timeout=TIMEOUT)
+    assert info.value.code == 42 and "_raise_coded" in str(info.value)  # the remote traceback stays
+    assert muster.get(_code_seen_in_a_task.remote(), timeout=TIMEOUT) == 42

@@ -126,7 +126,7 @@ def as_instance_of_cause(err: TaskError) -> BaseException:
     cause = err.cause
     if cause is None or isinstance(cause, TaskError):
         return err
-    return also_an_instance_of(err, type(cause))
+    return also_an_instance_of(err, type(cause), getattr(cause, "__dict__", None))
 
 
 def split(ref: ObjectRef, n: int) -> list[ObjectRef]:

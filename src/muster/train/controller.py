@@ -494,11 +494,7 @@ def _root_cause(exc: BaseException, member: Member) -> BaseException:
     if isinstance(exc, WorkerCrashedError):
         return WorkerCrashedError(f"rank {member.rank}", exc.pid or member.pid, exc.exitcode, member.host)
     if isinstance(exc, TaskError):
-        # Rebuilt, not relabelled: the message naming the worker is made in __init__.
-        return TaskError(
-            exc.cause_type, exc.message, exc.remote_traceback, f"rank {member.rank}",
-            exc.pid or member.pid, exc.host or member.host, exc.cause,
-        )
+        return exc.relabelled(f"rank {member.rank}", exc.pid or member.pid, exc.host or member.host)
     return exc
 
 

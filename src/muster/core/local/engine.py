@@ -543,8 +543,7 @@ class LocalRuntime(Runtime):
         elif isinstance(exc, ActorDiedError):
             out.set_exception(WorkerCrashedError(label, exc.pid, exc.exitcode, exc.host))
         elif isinstance(exc, TaskError) and exc.label != label:  # the pooled worker was forked for another task
-            out.set_exception(TaskError(exc.cause_type, exc.message, exc.remote_traceback, label=label,
-                                        pid=exc.pid, host=exc.host, cause=exc.cause))
+            out.set_exception(exc.relabelled(label))
         else:
             out.set_exception(exc)
 

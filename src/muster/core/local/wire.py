@@ -151,12 +151,18 @@ def recv(conn: Connection) -> Any:
 def capture_error(exc: BaseException, label: str, pid: int, host: str) -> TaskError:
     """Wrap an exception raised in a worker so it crosses back intact."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    exc.__traceback__ = None
     cause: BaseException | None = exc
+    parts: tuple[type, tuple, dict] | None = None
     try:
         pickle.loads(cloudpickle.dumps(exc))
-    except Exception:  # an exception that does not survive pickling travels as text
+    except Exception:  # it does not survive pickling: send its class, args and attributes instead
         cause = None
-    exc.__traceback__ = None
+        parts = (type(exc), exc.args, {k: v for k, v in vars(exc).items() if not k.startswith("__")})
+        try:
+            pickle.loads(cloudpickle.dumps(parts))
+        except Exception:  # not even those: the exception travels as text
+            parts = None
     return TaskError(
         f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
         str(exc),
@@ -165,4 +171,5 @@ def capture_error(exc: BaseException, label: str, pid: int, host: str) -> TaskEr
         pid=pid,
         host=host,
         cause=cause,
+        cause_parts=parts,
     )
