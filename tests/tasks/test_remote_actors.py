@@ -248,3 +248,22 @@ def test_kill_frees_the_actors_resources():
 def test_kill_rejects_what_is_not_an_actor():
     with pytest.raises(TypeError, match="actor handle"):
         muster.kill(Counter)
+
+
+@muster.remote
+class _FailsToStart:
+    def __init__(self):
+        raise ValueError("no config")
+
+    def ping(self):
+        return 1
+
+
+def test_an_actor_whose_constructor_raised_is_dead_naming_why():
+    """As Ray's RayActorError: its calls raise ActorDiedError, naming the constructor's exception."""
+    actor = _FailsToStart.remote()
+    with pytest.raises(ActorDiedError, match=r"constructor raised ValueError: no config") as info:
+        muster.get(actor.ping.remote(), timeout=TIMEOUT)
+    assert "_FailsToStart" in str(info.value) and "Traceback" in str(info.value)
+    with pytest.raises(ActorDiedError):  # and stays so
+        muster.get(actor.ping.remote(), timeout=TIMEOUT)

@@ -21,7 +21,7 @@ from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.init_options import current_namespace
 from muster.core.runtime import RuntimeActor
-from muster.exceptions import ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError
+from muster.exceptions import ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError, TaskError
 from muster.tasks import events, named, owner
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
@@ -178,10 +178,17 @@ class ActorHandle:
                 for dep in owner.dependencies(self._args, self._kwargs):
                     dep.exception()  # wait for it
                 a, kw = owner.resolve(self._args, self._kwargs)
-                core = get_runtime().create_actor(
-                    cast(type, self._factory()), a, kw, self._resources, label=f"actor {self._cls.__name__}",
-                    on_event=owner.handle_event,
-                )
+                try:
+                    core = get_runtime().create_actor(
+                        cast(type, self._factory()), a, kw, self._resources, label=f"actor {self._cls.__name__}",
+                        on_event=owner.handle_event,
+                    )
+                except TaskError as exc:  # its __init__ raised: the actor never lived (Ray's RayActorError)
+                    died = ActorDiedError(
+                        f"actor {self._cls.__name__}", exc.pid, None, exc.host,
+                        reason=f"its constructor raised {exc.cause_type}: {exc.message}\n{exc.remote_traceback.rstrip()}",
+                    )
+                    raise died from exc
                 core.set_handlers(owner.handle_event, self._on_death)
                 self._core.set_result(core)
             except BaseException as exc:  # noqa: BLE001 - its calls will raise it
