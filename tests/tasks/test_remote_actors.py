@@ -267,3 +267,33 @@ def test_an_actor_whose_constructor_raised_is_dead_naming_why():
     assert "_FailsToStart" in str(info.value) and "Traceback" in str(info.value)
     with pytest.raises(ActorDiedError):  # and stays so
         muster.get(actor.ping.remote(), timeout=TIMEOUT)
+
+
+@muster.remote
+class _Streams:
+    def count(self, n):
+        yield from range(n)
+
+    async def tens(self, n):
+        for i in range(n):
+            yield i * 10
+
+
+@muster.remote
+class _SyncStreams:
+    def count(self, n):
+        yield from range(n)
+
+
+def test_generator_methods_stream_their_items_as_generator_tasks_do(actors):
+    """Ray's generator guide: generator methods of plain, threaded and async actors. Before, the
+    call returned one ref to an unpicklable generator, and num_returns="streaming" raised."""
+    plain, threaded = actors(_SyncStreams.remote()), actors(_SyncStreams.options(max_concurrency=2).remote())
+    asynchronous = actors(_Streams.remote())
+    for actor in (plain, threaded, asynchronous):
+        assert [muster.get(r, timeout=TIMEOUT) for r in actor.count.remote(3)] == [0, 1, 2]
+    assert [muster.get(r, timeout=TIMEOUT) for r in asynchronous.tens.remote(2)] == [0, 10]
+    streamed = plain.count.options(num_returns="streaming").remote(2)
+    assert [muster.get(r, timeout=TIMEOUT) for r in streamed] == [0, 1]
+    dynamic = muster.get(plain.count.options(num_returns="dynamic").remote(2), timeout=TIMEOUT)
+    assert [muster.get(r, timeout=TIMEOUT) for r in dynamic] == [0, 1]

@@ -10,6 +10,7 @@ accepts each call at once and answers through an event, so its calls overlap
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import queue
 import threading
@@ -222,6 +223,9 @@ class ActorHandle:
     def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None) -> Any:
         args, kwargs = snapshot_args(args, kwargs, f"{self._cls.__name__}.{method}.remote()")  # as they are now
         n = _method_num_returns(self._cls, method) if num_returns is None else num_returns
+        fn = getattr(self._cls, method, None)
+        if num_returns is None and n == 1 and (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)):
+            n = "streaming"  # a generator method streams its items, as a generator task does
         out: Future = Future()
         token = next(self._tokens)
         ref = ObjectRef.new(out)
@@ -230,6 +234,10 @@ class ActorHandle:
         ref_id = ref.id
         out.add_done_callback(lambda _: _forget_call(ref_id))
         self._calls.put((token, method, n, args, kwargs, out))
+        if n in ("streaming", "dynamic"):
+            from muster.tasks.remote_function import shape
+
+            return shape(ref, n)
         if n == 1:
             return ref
         return split(ref, n) if n else None
