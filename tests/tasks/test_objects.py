@@ -368,3 +368,17 @@ def test_refs_are_awaitable_in_the_driver_and_in_async_actors():
         return in_actor, await _square.remote(7), await asyncio.gather(_square.remote(1), _square.remote(2))
 
     assert asyncio.run(asyncio.wait_for(driver(), TIMEOUT)) == ((9, [0, 1, 4, 9], 25, True), 49, [1, 4])
+
+
+@muster.remote
+def _three_items():
+    yield from range(3)
+
+
+def test_wait_takes_generators_as_ray_does():
+    gen, ref = _three_items.remote(), _square.remote(2)
+    ready, rest = muster.wait([gen, ref], num_returns=2, timeout=TIMEOUT)
+    assert ready == [gen, ref] and rest == []  # a generator is ready once its task finished
+    assert [muster.get(r, timeout=TIMEOUT) for r in gen] == [0, 1, 2]
+    with pytest.raises(TypeError, match="got int"):
+        muster.wait([1])

@@ -250,15 +250,32 @@ def wait(
     refs = list(refs)
     if not 0 <= num_returns <= len(refs):
         raise InvalidArgumentError(f"muster.wait(num_returns={num_returns}): use a number from 0 to len(refs)={len(refs)}.")
+    keys = [_waited(r) for r in refs]  # a generator is waited on through the ref of its task
     if core_context.in_worker():
         done_ids = set(
-            core_context.send_event(events.Wait([r.id for r in refs], num_returns, timeout))
+            core_context.send_event(events.Wait([k.id for k in keys], num_returns, timeout))
         )
     else:
-        done_ids = _wait_local(refs, num_returns, timeout)
-    ready = [r for r in refs if r.id in done_ids][: max(num_returns, 0)] if num_returns else []
-    ready_ids = {r.id for r in ready}
-    return ready, [r for r in refs if r.id not in ready_ids]
+        done_ids = _wait_local(keys, num_returns, timeout)
+    ready = [r for r, k in zip(refs, keys) if k.id in done_ids][: max(num_returns, 0)] if num_returns else []
+    taken = {id(r) for r in ready}
+    return ready, [r for r in refs if id(r) not in taken]
+
+
+def _waited(item: Any) -> ObjectRef:
+    """What ``wait`` watches for ``item``: a ref itself; for an ``ObjectRefGenerator``, its task's ref
+    (ready once the generator ran to its end: muster sends its items together)."""
+    if isinstance(item, ObjectRef):
+        return item
+    completed = getattr(item, "completed", None)
+    if completed is not None:
+        source = completed()
+        if isinstance(source, ObjectRef):
+            return source
+        done: Future = Future()  # no task behind it: its items are here already
+        done.set_result(None)
+        return ObjectRef.new(done)
+    raise InvalidTypeError(f"muster.wait() takes ObjectRefs (or generators of them), got {type(item).__name__}.")
 
 
 def _wait_local(refs: Iterable[ObjectRef], num_returns: int, timeout: float | None) -> set[int]:
