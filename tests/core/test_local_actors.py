@@ -53,6 +53,9 @@ class Counter:
     def fail_unpicklable(self) -> None:
         raise NeedsTwoArgs("first", "second")
 
+    def fail_holding_a_lock(self) -> None:
+        raise HoldsALock("held")
+
     def echo(self, value):
         return value
 
@@ -68,6 +71,17 @@ class NeedsTwoArgs(Exception):
 
     def __init__(self, a: str, b: str):
         super().__init__(f"{a}+{b}")
+
+
+class HoldsALock(Exception):
+    """Neither it nor its attributes pickle (a lock): it can only travel as text."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+    def __reduce__(self):
+        raise TypeError("cannot pickle a lock")
 
 
 def _rebuild_in(pid: int) -> "PidBound":
@@ -141,13 +155,17 @@ def test_remote_exception_becomes_task_error_with_traceback_and_cause(actors):
     assert h.call("add", 5).result(TIMEOUT) == 5
 
 
-def test_unpicklable_remote_exception_still_reaches_caller_as_text(actors):
+def test_an_exception_that_does_not_unpickle_is_rebuilt_and_one_that_cannot_travel_arrives_as_text(actors):
     h = actors(Counter)
     err = h.call("fail_unpicklable").exception(TIMEOUT)
     assert isinstance(err, TaskError)
-    assert err.cause is None
+    # rebuilt from its class, args and attributes, without calling its two-argument __init__
+    assert isinstance(err.cause, NeedsTwoArgs) and err.cause.args == ("first+second",)
     assert err.cause_type.endswith("NeedsTwoArgs")
     assert "first+second" in err.remote_traceback
+    err = h.call("fail_holding_a_lock").exception(TIMEOUT)  # not even its attributes pickle
+    assert isinstance(err, TaskError) and err.cause is None and err.cause_type.endswith("HoldsALock")
+    assert "held" in err.remote_traceback
     assert h.is_alive()
 
 
