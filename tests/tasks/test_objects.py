@@ -382,3 +382,12 @@ def test_wait_takes_generators_as_ray_does():
     assert [muster.get(r, timeout=TIMEOUT) for r in gen] == [0, 1, 2]
     with pytest.raises(TypeError, match="got int"):
         muster.wait([1])
+
+
+def test_put_of_a_ref_and_wait_on_a_repeated_ref_are_refused_as_ray_does():
+    ref = muster.put(1)
+    with pytest.raises(TypeError, match=r"put\(\[ref\]\)"):
+        muster.put(ref)
+    assert muster.get(muster.get(muster.put([ref]))[0]) == 1  # wrapped in a list, as Ray asks
+    with pytest.raises(ValueError, match="more than once"):
+        muster.wait([ref, ref])

@@ -148,6 +148,11 @@ def put(value: Any) -> ObjectRef:
     Raises:
         TypeError: ``value`` cannot be serialized.
     """
+    if isinstance(value, ObjectRef):
+        raise InvalidTypeError(
+            f"muster.put({value!r}): the value is already stored behind that ref; pass the ref itself "
+            "where it is needed, or put([ref]) to store a list holding it (as Ray asks)."
+        )
     if core_context.in_worker():
         return ObjectRef(core_context.send_event(events.Put(value)))
     return store(snapshot(value, "muster.put()"))
@@ -251,6 +256,10 @@ def wait(
     if not 0 <= num_returns <= len(refs):
         raise InvalidArgumentError(f"muster.wait(num_returns={num_returns}): use a number from 0 to len(refs)={len(refs)}.")
     keys = [_waited(r) for r in refs]  # a generator is waited on through the ref of its task
+    if len({k.id for k in keys}) != len(keys):
+        raise InvalidArgumentError(
+            f"muster.wait({refs!r}): a ref appears more than once; pass each once (as Ray requires)."
+        )
     if core_context.in_worker():
         done_ids = set(
             core_context.send_event(events.Wait([k.id for k in keys], num_returns, timeout))
