@@ -439,12 +439,9 @@ class _Registry:
             pulls = self._pulls()
             if pulls and key not in self.table.deployments:
                 self.pull()
-            r = self.routers[key] = Router(app, deployment, self._refresh if pulls else None)
+            r = self.routers[key] = Router(app, deployment, self.pull if pulls else None)
             r.update(self.table.deployments.get(key))
         return r
-
-    def _refresh(self) -> bool:
-        return self.pull() if self._pulls() else False
 
 
 _PULL_EVERY_S = 0.2  # at most this often per process
