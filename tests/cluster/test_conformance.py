@@ -110,6 +110,31 @@ def test_task_error_carries_the_remote_traceback(engine):
     assert "no such key k" in str(err) and "in fails" in err.remote_traceback
 
 
+@muster.remote
+def yields_then_fails(n):
+    yield from range(n)
+    raise KeyError("after the items")
+
+
+@muster.remote
+def yields_then_dies():
+    yield "kept"
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_failing_generator_keeps_the_items_it_yielded(engine):
+    """Items yielded before an error arrive, then one ref that raises; a worker's death, which loses
+    the items here (they travel together), is that one ref (as in Ray: next() does not raise)."""
+    refs = list(yields_then_fails.remote(2))
+    assert len(refs) == 3 and muster.get(refs[:2]) == [0, 1]
+    with pytest.raises(KeyError, match="after the items"):
+        muster.get(refs[2])
+    crashed = list(yields_then_dies.options(max_retries=0).remote())
+    assert len(crashed) == 1
+    with pytest.raises(WorkerCrashedError):
+        muster.get(crashed[0], timeout=60)
+
+
 def test_a_killed_task_is_a_worker_crash(engine):
     with pytest.raises(WorkerCrashedError):
         muster.get(dies.options(max_retries=0).remote(), timeout=60)

@@ -297,3 +297,62 @@ def test_generator_methods_stream_their_items_as_generator_tasks_do(actors):
     assert [muster.get(r, timeout=TIMEOUT) for r in streamed] == [0, 1]
     dynamic = muster.get(plain.count.options(num_returns="dynamic").remote(2), timeout=TIMEOUT)
     assert [muster.get(r, timeout=TIMEOUT) for r in dynamic] == [0, 1]
+
+
+class _Broke(Exception):
+    pass
+
+
+@muster.remote
+def _two_then_raise(fail_at=2):
+    for i in range(fail_at):
+        yield i
+    raise _Broke(f"broke after {fail_at}")
+
+
+@muster.remote
+class _BrokenStreams:
+    def count(self, n):
+        yield from range(n)
+        raise _Broke("plain")
+
+    async def tens(self, n):
+        for i in range(n):
+            yield i * 10
+        raise _Broke("async")
+
+
+def _drain(gen):
+    """Each item's value, or the exception its get raised."""
+    out = []
+    for ref in gen:
+        try:
+            out.append(muster.get(ref, timeout=TIMEOUT))
+        except _Broke as exc:
+            out.append(exc)
+    return out
+
+
+@muster.remote
+def _drain_in_a_task(gen_or_actor):
+    gen = _two_then_raise.remote() if gen_or_actor is None else gen_or_actor.count.remote(1)
+    return [v if not isinstance(v, Exception) else str(v).splitlines()[0] for v in _drain(gen)]
+
+
+def test_items_a_generator_yielded_before_it_raised_are_kept_then_its_error(actors):
+    """Ray's generator guide: on a failure, next() returns a ref whose get raises; the items before it
+    stay readable. Before, the first next() raised and every item was lost."""
+    values = _drain(_two_then_raise.remote())
+    assert values[:2] == [0, 1] and len(values) == 3
+    assert isinstance(values[2], _Broke) and "broke after 2" in str(values[2])
+    first = _drain(_two_then_raise.remote(0))  # raised before any item: one ref that raises
+    assert len(first) == 1 and isinstance(first[0], _Broke)
+    inner = muster.get(_two_then_raise.options(num_returns="dynamic").remote(), timeout=TIMEOUT)
+    assert _drain(inner)[:2] == [0, 1]
+    streams = actors(_BrokenStreams.remote())
+    plain, tens = _drain(streams.count.remote(2)), _drain(streams.tens.remote(2))
+    assert plain[:2] == [0, 1] and isinstance(plain[2], _Broke) and "plain" in str(plain[2])
+    assert tens[:2] == [0, 10] and isinstance(tens[2], _Broke) and "async" in str(tens[2])
+    # from inside a worker, for a generator task and an actor's generator method alike
+    assert muster.get(_drain_in_a_task.remote(None), timeout=TIMEOUT) == [0, 1, "test_remote_actors._Broke: broke after 2"]
+    assert muster.get(_drain_in_a_task.remote(streams), timeout=TIMEOUT) == [0, "test_remote_actors._Broke: plain"]

@@ -344,10 +344,9 @@ class WorkerActorHandle:
         return _Method(self, name)
 
     def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None) -> Any:
-        reply = core_context.send_event(events.ActorCall(self._id, method, args, kwargs, num_returns))
-        if reply is None or isinstance(reply, list):
-            return None if reply is None else [ObjectRef(i) for i in reply]
-        return ObjectRef(reply)
+        from muster.tasks.generators import shaped
+
+        return shaped(core_context.send_event(events.ActorCall(self._id, method, args, kwargs, num_returns)))
 
     def _kill(self, no_restart: bool = True) -> None:
         core_context.send_event(events.Kill(self._id, no_restart))

@@ -19,9 +19,17 @@ class Resources:
 
 @dataclass(frozen=True)
 class Put:
-    """``muster.put(value)`` inside a worker: the new ref's id."""
+    """``muster.put(value)`` inside a worker: the new ref's id (``failed``: a ref whose get raises ``value``)."""
 
     value: Any
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """The owner's reply to a Submit or ActorCall that streams: the id of the ref to the items' list."""
+
+    ref: int
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,11 @@
 muster runs the generator to its end in the worker and sends the items back
 together; iterating the generator waits for that, then yields one ref per
 item.  (Ray streams items as they are yielded; here the first ``next`` waits
-for the last item, and an error raised mid-way is raised by that first
-``next``.)
+for the last item.)  As in Ray, an error does not lose what came before it:
+the items yielded before the generator raised come first, then one ref whose
+``get`` raises the error, then the end.  A task that fails as a whole (it
+raised before its first item and its retries are spent, or its worker died,
+which loses the items not yet sent: all of them here) gives that one ref.
 """
 
 from __future__ import annotations
@@ -14,8 +17,32 @@ from concurrent.futures import Future
 from typing import Any
 
 from muster.core import context as core_context
-from muster.tasks import objects
+from muster.tasks import events, objects
 from muster.tasks.objects import ObjectRef
+
+
+def shaped(reply: Any) -> Any:
+    """In a worker, the refs a ``.remote()`` call returns, from the owner's reply to it."""
+    if reply is None:
+        return None
+    if isinstance(reply, list):
+        return [ObjectRef(i) for i in reply]
+    if isinstance(reply, events.Streamed):
+        return ObjectRefGenerator.of_list(ObjectRef(reply.ref))
+    return ObjectRef(reply)
+
+
+class GeneratorRaised:
+    """Follows the items of a generator that raised after yielding some: its error, as a ``TaskError``."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _ref(item: Any, in_worker: bool) -> ObjectRef:
+    if isinstance(item, GeneratorRaised):
+        return objects.failed(item.error)
+    return objects.put(item) if in_worker else objects.store(item)
 
 
 class ObjectRefGenerator:
@@ -40,7 +67,7 @@ class ObjectRefGenerator:
             if exc is not None:
                 out.set_exception(exc)
             else:
-                out.set_result(cls([objects.store(v) for v in f.result()]))
+                out.set_result(cls([_ref(v, False) for v in f.result()]))
 
         source.future().add_done_callback(done)
         return out
@@ -49,9 +76,11 @@ class ObjectRefGenerator:
         with self._lock:
             if self._refs is None:
                 assert self._source is not None
-                values = objects.get(self._source)
-                make = objects.put if core_context.in_worker() else objects.store
-                self._refs = [make(v) for v in values]
+                ok, values = objects.settled(self._source)
+                if not ok:  # the task failed before its first item: one ref carries the error
+                    values = [GeneratorRaised(values)]
+                in_worker = core_context.in_worker()
+                self._refs = [_ref(v, in_worker) for v in values]
             return self._refs
 
     def __iter__(self) -> "ObjectRefGenerator":

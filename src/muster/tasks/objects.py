@@ -165,6 +165,25 @@ def store(value: Any) -> ObjectRef:
     return ObjectRef.new(fut)
 
 
+def failed(error: BaseException) -> ObjectRef:
+    """A ref whose ``get`` raises ``error`` (a task's error as it came back from the worker)."""
+    if core_context.in_worker():
+        return ObjectRef(core_context.send_event(events.Put(error, failed=True)))
+    fut: Future = Future()
+    fut.set_exception(error)
+    return ObjectRef.new(fut)
+
+
+def settled(ref: ObjectRef) -> tuple[bool, Any]:
+    """Wait for ``ref``: ``(True, value)``, or ``(False, error)`` with the error as its task raised it."""
+    if core_context.in_worker():
+        ok_value: tuple[bool, Any] = core_context.send_event(events.Get([ref.id], None))[0]
+        return ok_value
+    fut = ref.future()
+    exc = fut.exception()
+    return (True, fut.result()) if exc is None else (False, exc)
+
+
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), ObjectRef)
 
 

@@ -98,9 +98,7 @@ def _wait(handle: RuntimeActor, e: events.Wait) -> Future:
 def _submit(handle: RuntimeActor, e: events.Submit) -> Any:
     from muster.tasks import remote_function as rf
 
-    ref = rf.submit(e.fn, e.args, e.kwargs, e.options)
-    n = rf.num_returns(e.fn, e.options)
-    return _pin_shaped(ref if n == "streaming" else rf.shape(ref, n))
+    return _pin_shaped(rf.shape(rf.submit(e.fn, e.args, e.kwargs, e.options), rf.num_returns(e.fn, e.options)))
 
 
 def _create_actor(handle: RuntimeActor, e: events.CreateActor) -> int:
@@ -158,7 +156,7 @@ def _resources(handle: RuntimeActor, e: events.Resources) -> dict[str, float]:
 
 _HANDLERS: dict[type, Callable[[RuntimeActor, Any], Any]] = {
     events.Resources: _resources,
-    events.Put: lambda handle, e: objects.pin(objects.store(e.value)),  # fresh off the wire: no copy
+    events.Put: lambda handle, e: objects.pin((objects.failed if e.failed else objects.store)(e.value)),  # no copy
     events.Get: _get,
     events.Wait: _wait,
     events.Submit: _submit,
@@ -228,9 +226,16 @@ def handle_event(handle: RuntimeActor, payload: Any) -> Any:
 
 
 def _pin_shaped(refs: Any) -> Any:
-    """A ref's id, a list of ids, or None, for a worker to rebuild its refs from."""
+    """A ref's id, a list of ids, None, or ``Streamed``, for a worker to rebuild its refs from
+    (:func:`muster.tasks.generators.shaped`)."""
+    from muster.tasks.generators import ObjectRefGenerator
+
     if refs is None:
         return None
     if isinstance(refs, list):
         return [objects.pin(r) for r in refs]
+    if isinstance(refs, ObjectRefGenerator):
+        source = refs.completed()
+        assert source is not None  # the caller's generator, not yet iterated
+        return events.Streamed(objects.pin(source))
     return objects.pin(refs)

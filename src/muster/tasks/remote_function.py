@@ -26,7 +26,7 @@ from muster.exceptions import (
 from muster.tasks import events, owner
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
-from muster.tasks.generators import ObjectRefGenerator
+from muster.tasks.generators import ObjectRefGenerator, shaped
 from muster.tasks.objects import ObjectRef, snapshot_args, split
 from muster.tasks.worker_side import TaskBody, TaskInfo
 
@@ -57,11 +57,7 @@ class RemoteFunction:
         ``num_returns="streaming"``) returns an ``ObjectRefGenerator`` itself.
         """
         if core_context.in_worker():
-            reply = core_context.send_event(events.Submit(self._fn, args, kwargs, self._options))
-            if reply is None or isinstance(reply, list):
-                return None if reply is None else [ObjectRef(i) for i in reply]
-            ref = ObjectRef(reply)
-            return ObjectRefGenerator.of_list(ref) if num_returns(self._fn, self._options) == "streaming" else ref
+            return shaped(core_context.send_event(events.Submit(self._fn, args, kwargs, self._options)))
         args, kwargs = snapshot_args(args, kwargs, f"{self._fn.__name__}.remote()")  # as they are now
         return shape(submit(self._fn, args, kwargs, self._options), num_returns(self._fn, self._options))
 

@@ -51,7 +51,7 @@ def _collect(value: Any, num_returns: Any, name: str) -> Any:
 
         value = asyncio.run(value)
     if num_returns in ("dynamic", "streaming"):
-        return list(value)
+        return _items(value, name)
     if isinstance(num_returns, int) and num_returns != 1:
         if inspect.isgenerator(value):
             value = list(value)
@@ -65,6 +65,41 @@ def _collect(value: Any, num_returns: Any, name: str) -> Any:
             )
         return tuple(value)
     return value
+
+
+def _items(generator: Any, name: str) -> list[Any]:
+    """The items ``generator`` yields; when it raises after yielding some, they are kept and its
+    error follows them (Ray's streaming generators deliver the items yielded before an error).
+    An error before the first item fails the task as a whole, so its retries still apply."""
+    items: list[Any] = []
+    try:
+        for item in generator:
+            items.append(item)
+    except Exception as exc:  # noqa: BLE001 - handed on after the items, as the task's error would be
+        if not items:
+            raise
+        items.append(_raised(exc, name))
+    return items
+
+
+async def _async_items(generator: Any, name: str) -> list[Any]:
+    """:func:`_items` of an async generator."""
+    items: list[Any] = []
+    try:
+        async for item in generator:
+            items.append(item)
+    except Exception as exc:  # noqa: BLE001 - as in _items
+        if not items:
+            raise
+        items.append(_raised(exc, name))
+    return items
+
+
+def _raised(exc: BaseException, name: str) -> Any:
+    from muster.core.local.wire import capture_error
+    from muster.tasks.generators import GeneratorRaised
+
+    return GeneratorRaised(capture_error(exc, name, os.getpid(), ""))
 
 
 class TaskBody:
@@ -151,7 +186,7 @@ class ActorHost:
                     if inspect.isawaitable(value):
                         value = await value
                     if inspect.isasyncgen(value):
-                        value = [v async for v in value]
+                        value = await _async_items(value, name)
                     return _collect(value, num_returns, name)
 
             fut = asyncio.run_coroutine_threadsafe(run(), self._muster_loop)
