@@ -141,6 +141,16 @@ class TaskError(MusterError):
             f"{cause_type}: {message}\n\nRaised in {where}; remote traceback:\n{remote_traceback.rstrip()}"
         )
 
+    @property
+    def function_name(self) -> str:
+        """What raised, by name (Ray's ``RayTaskError.function_name``): the function, or the actor's class."""
+        return self.label.removeprefix("task ").removeprefix("actor ")
+
+    @property
+    def traceback_str(self) -> str:
+        """The remote traceback (Ray's name for it)."""
+        return self.remote_traceback
+
     def relabelled(self, label: str, pid: int | None = None, host: str | None = None) -> "TaskError":
         """The same error, naming another place it ran (a new one: the message is made when built)."""
         return TaskError(self.cause_type, self.message, self.remote_traceback, label,

@@ -108,6 +108,7 @@ def test_task_error_carries_the_remote_traceback(engine):
     err = info.value
     assert err.cause_type == "KeyError" and isinstance(err.cause, KeyError)
     assert "no such key k" in str(err) and "in fails" in err.remote_traceback
+    assert err.function_name == "fails" and err.traceback_str == err.remote_traceback  # Ray's names
 
 
 @muster.remote

@@ -181,9 +181,22 @@ def who():
 
 @muster.remote
 class Who:
+    def __init__(self):
+        self.created_by = muster.get_runtime_context().get_task_id()
+
     def ids(self):
         ctx = muster.get_runtime_context()
-        return ctx.get_actor_id(), ctx.get_task_id(), ctx.get_assigned_resources()
+        return ctx.get_actor_id(), ctx.get_task_id(), ctx.get_assigned_resources(), self.created_by
+
+
+@muster.remote
+class AsyncWho:
+    async def task_id(self, delay):
+        import asyncio
+
+        before = muster.get_runtime_context().get_task_id()
+        await asyncio.sleep(delay)  # the other call starts meanwhile
+        return before, muster.get_runtime_context().get_task_id()
 
 
 def test_runtime_context_in_driver_task_and_actor():
@@ -196,10 +209,21 @@ def test_runtime_context_in_driver_task_and_actor():
     assert res == {"CPU": 2.0}
     w = Who.options(num_cpus=1).remote()
     try:
-        actor_id, task_id, res = muster.get(w.ids.remote(), timeout=TIMEOUT)
-        assert actor_id and task_id is None and res == {"CPU": 1.0}
+        actor_id, task_id, res, created_by = muster.get(w.ids.remote(), timeout=TIMEOUT)
+        again = muster.get(w.ids.remote(), timeout=TIMEOUT)[1]
+        assert res == {"CPU": 1.0}
+        int(actor_id, 16)  # hex, as Ray's ids are
+        assert actor_id.startswith(job) and len(actor_id) > len(job)
+        # each actor call (and the constructor) runs as a task with an id of its own, as in Ray
+        assert len({task_id, again, created_by, task, task2}) == 5 and None not in {task_id, created_by}
     finally:
         muster.kill(w)
+    a = AsyncWho.remote()
+    try:
+        first, second = muster.get([a.task_id.remote(0.3), a.task_id.remote(0)], timeout=TIMEOUT)
+        assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0]  # one per coroutine
+    finally:
+        muster.kill(a)
 
 
 # -- num_returns and generators --------------------------------------------------------------------

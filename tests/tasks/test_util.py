@@ -91,6 +91,46 @@ def test_placement_group_feasible_infeasible_and_strategy():
         PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=5)
 
 
+@muster.remote
+def group_id(depth=0):
+    """The id of the group this task runs in, and of the group a child it starts runs in."""
+    from muster.util.placement_group import get_current_placement_group
+
+    pg = get_current_placement_group()
+    child = muster.get(group_id.remote(depth + 1)) if depth == 0 else None
+    return (pg.id if pg is not None else None), (child[0] if child else None)
+
+
+@muster.remote
+class GroupMember:
+    def group(self):
+        from muster.util.placement_group import get_current_placement_group
+
+        pg = get_current_placement_group()
+        return pg.id if pg is not None else None
+
+
+def test_get_current_placement_group_inside_tasks_actors_and_captured_children():
+    """Ray's placement-group guide: the group a task or actor was scheduled into; children join it
+    only with placement_group_capture_child_tasks=True. Before, it was None everywhere."""
+    from muster.util.placement_group import get_current_placement_group
+
+    pg = placement_group([{"CPU": 1}])
+    assert get_current_placement_group() is None  # the driver is in no group
+    plain = PlacementGroupSchedulingStrategy(placement_group=pg)
+    capturing = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_capture_child_tasks=True)
+    assert muster.get(group_id.remote(), timeout=TIMEOUT) == (None, None)
+    assert muster.get(group_id.options(scheduling_strategy=plain).remote(), timeout=TIMEOUT) == (pg.id, None)
+    assert muster.get(group_id.options(scheduling_strategy=capturing).remote(), timeout=TIMEOUT) == (pg.id, pg.id)
+    assert muster.get(group_id.options(placement_group=pg).remote(), timeout=TIMEOUT) == (pg.id, None)
+    member = GroupMember.options(scheduling_strategy=plain).remote()
+    try:
+        assert muster.get(member.group.remote(), timeout=TIMEOUT) == pg.id
+    finally:
+        muster.kill(member)
+    remove_placement_group(pg)
+
+
 def test_node_ip_and_unsupported_names_say_what_to_use():
     ip = get_node_ip_address()
     assert ip.count(".") == 3

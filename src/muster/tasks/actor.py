@@ -23,7 +23,7 @@ from muster.core.api import get_runtime
 from muster.core.init_options import current_namespace
 from muster.core.runtime import RuntimeActor
 from muster.exceptions import ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError, TaskError
-from muster.tasks import events, named, owner
+from muster.tasks import events, named, owner, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.objects import ObjectRef, snapshot_args, split
@@ -90,7 +90,8 @@ class ActorClass:
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Start the actor; returns its handle at once (creation goes on in the background)."""
         if core_context.in_worker():
-            actor_id = core_context.send_event(events.CreateActor(self._cls, args, kwargs, self._options))
+            options = worker_side.child_options(self._options)
+            actor_id = core_context.send_event(events.CreateActor(self._cls, args, kwargs, options))
             return WorkerActorHandle(actor_id, self._cls)
         args, kwargs = snapshot_args(args, kwargs, f"{self._cls.__name__}.remote()")  # as they are now
         return create(self._cls, args, kwargs, self._options)
@@ -138,6 +139,7 @@ class ActorHandle:
         self._name = options.get("name")
         self._namespace = options.get("namespace") or current_namespace()
         self._env_vars = (options.get("runtime_env") or {}).get("env_vars") or {}
+        self._placement_group, self._capture_child_tasks = opts.placement_group_of(options)
         self._attempt = 0
         self._core: Future = Future()
         self._dead: BaseException | None = None
@@ -170,7 +172,8 @@ class ActorHandle:
 
     def _factory(self) -> ActorFactory:
         info = TaskInfo(job_id=rc.driver_job_id(), actor_id=str(self._id), actor_name=self._name,
-                        namespace=self._namespace, resources=self._resources, attempt=self._attempt)
+                        namespace=self._namespace, resources=self._resources, attempt=self._attempt,
+                        placement_group=self._placement_group, capture_child_tasks=self._capture_child_tasks)
         return ActorFactory(self._cls, info, self._max_concurrency, self._env_vars)
 
     def _start_core(self) -> None:

@@ -59,6 +59,25 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
     return dict(options)
 
 
+def placement_group_of(options: dict[str, Any]) -> tuple[Any, bool]:
+    """The placement group ``options`` schedule into (None: none), and whether child tasks inherit it."""
+    strategy: Any = options.get("scheduling_strategy")
+    if hasattr(strategy, "placement_group"):
+        return strategy.placement_group, bool(strategy.placement_group_capture_child_tasks)
+    group = options.get("placement_group")
+    if group is None or group == "default":
+        return None, False
+    return group, bool(options.get("placement_group_capture_child_tasks"))
+
+
+def inherit_placement_group(options: dict[str, Any], group: Any) -> dict[str, Any]:
+    """``options`` of a task or actor started inside a group that captures its children (Ray's
+    ``placement_group_capture_child_tasks``): in that group too, unless they name a strategy or group."""
+    if group is None or options.get("scheduling_strategy") is not None or options.get("placement_group") is not None:
+        return options
+    return {**options, "placement_group": group, "placement_group_capture_child_tasks": True}
+
+
 def to_resources(options: dict[str, Any], default_cpus: float) -> dict[str, float]:
     out: dict[str, float] = {"CPU": float(options.get("num_cpus", default_cpus) or 0.0)}
     if options.get("num_gpus"):

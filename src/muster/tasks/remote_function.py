@@ -23,7 +23,7 @@ from muster.exceptions import (
     TaskError,
     WorkerCrashedError,
 )
-from muster.tasks import events, owner
+from muster.tasks import events, owner, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.generators import ObjectRefGenerator, shaped
@@ -57,7 +57,8 @@ class RemoteFunction:
         ``num_returns="streaming"``) returns an ``ObjectRefGenerator`` itself.
         """
         if core_context.in_worker():
-            return shaped(core_context.send_event(events.Submit(self._fn, args, kwargs, self._options)))
+            options = worker_side.child_options(self._options)
+            return shaped(core_context.send_event(events.Submit(self._fn, args, kwargs, options)))
         args, kwargs = snapshot_args(args, kwargs, f"{self._fn.__name__}.remote()")  # as they are now
         return shape(submit(self._fn, args, kwargs, self._options), num_returns(self._fn, self._options))
 
@@ -99,8 +100,9 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
         warnings.warn(str(exc), stacklevel=3)
         out.set_exception(exc)
         return ref
+    group, capture = opts.placement_group_of(options)
     info = TaskInfo(job_id=rc.driver_job_id(), task_id=rc.new_task_id(), namespace=current_namespace(),
-                    resources=resources)
+                    resources=resources, placement_group=group, capture_child_tasks=capture)
     body = TaskBody(fn, info, num_returns(fn, options), (options.get("runtime_env") or {}).get("env_vars") or {})
     attempts = _Attempts(runtime, body, args, kwargs, resources, options, out)
     with _live_lock:

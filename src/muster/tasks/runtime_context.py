@@ -24,6 +24,11 @@ def new_task_id() -> str:
     return f"{_DRIVER_JOB_ID}{next(_task_ids):016x}"
 
 
+def actor_hex_id(job_id: str, actor: int) -> str:
+    """An actor's id as Ray shows one: hex, the job's id then the actor's number."""
+    return f"{job_id}{actor:016x}"
+
+
 def node_id() -> str:
     """This machine's node id (hex, stable for the host)."""
     return hashlib.sha1(socket.gethostname().encode()).hexdigest()
@@ -49,11 +54,14 @@ class RuntimeContext:
         return self._info.job_id if self._info else _DRIVER_JOB_ID
 
     def get_task_id(self) -> str | None:
-        """The running task's id (an actor's call has none here); None in the driver."""
-        return self._info.task_id if self._info else None
+        """The running task's id (each actor call has its own, as in Ray); None in the driver."""
+        return worker_side.current_task_id() if self._info else None
 
     def get_actor_id(self) -> str | None:
-        return self._info.actor_id if self._info else None
+        """The actor's id in hex (unique within the job), None outside an actor."""
+        if not (self._info and self._info.actor_id):
+            return None
+        return actor_hex_id(self._info.job_id, int(self._info.actor_id))
 
     def get_actor_name(self) -> str | None:
         return self._info.actor_name if self._info else None

@@ -11,7 +11,9 @@ threaded actors: those accept a call at once and send its result back as an
 
 from __future__ import annotations
 
+import contextvars
 import inspect
+import itertools
 import os
 import threading
 from concurrent.futures import Future
@@ -21,6 +23,7 @@ from typing import Any, Callable
 from muster.core import context as core_context
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.tasks import events
+from muster.tasks import options as opts
 
 
 @dataclass(frozen=True)
@@ -34,15 +37,41 @@ class TaskInfo:
     namespace: str = "default"
     resources: dict[str, float] = field(default_factory=dict)
     attempt: int = 0
+    placement_group: Any = None
+    capture_child_tasks: bool = False
 
 
 _local = threading.local()
 _actor_info: TaskInfo | None = None
 
 
+_call_number: contextvars.ContextVar[int] = contextvars.ContextVar("muster_actor_call", default=0)
+_call_ids = itertools.count(1)
+
+
 def current() -> TaskInfo | None:
     """This thread's task or this process's actor; None in the driver."""
     return getattr(_local, "info", None) or _actor_info
+
+
+def current_task_id() -> str | None:
+    """The running task's id, or the id of the actor call running in this thread or coroutine."""
+    info = current()
+    if info is None or info.task_id is not None:
+        return None if info is None else info.task_id
+    return f"{info.job_id}{int(info.actor_id or 0):08x}{_call_number.get():08x}"
+
+
+def child_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` of a task or actor started here, in this one's placement group when it captures children."""
+    info = current()
+    return options if info is None or not info.capture_child_tasks else \
+        opts.inherit_placement_group(options, info.placement_group)
+
+
+def _begin_call() -> None:
+    """Number the actor call starting in this thread or coroutine: its task id (Ray gives each call one)."""
+    _call_number.set(next(_call_ids))
 
 
 def _collect(value: Any, num_returns: Any, name: str) -> Any:
@@ -142,6 +171,7 @@ class ActorFactory:
         global _actor_info
         os.environ.update(self.env_vars)
         _actor_info = self.info
+        _begin_call()  # the constructor runs as the actor's creation task
         return ActorHost(self.cls(*args, **kwargs), self.info, self.max_concurrency, is_async_class(self.cls))
 
 
@@ -166,11 +196,13 @@ class ActorHost:
             self._muster_pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="muster-actor")
 
     def __getattr__(self, name: str) -> Any:
+        _begin_call()  # the engine looks up each plain call's method here, just before it runs it
         return getattr(self._muster_obj, name)
 
     def _muster_call(self, method: str, num_returns: Any, args: tuple, kwargs: dict) -> Any:
         """A plain call that returns ``num_returns`` values (checked here, split by the driver)."""
         name = f"{type(self._muster_obj).__name__}.{method}"
+        _begin_call()
         return _collect(getattr(self._muster_obj, method)(*args, **kwargs), num_returns, name)
 
     def _muster_submit(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> None:
@@ -182,6 +214,7 @@ class ActorHost:
 
             async def run() -> Any:
                 async with self._muster_sem:
+                    _begin_call()
                     value = fn(*args, **kwargs)
                     if inspect.isawaitable(value):
                         value = await value
@@ -192,7 +225,12 @@ class ActorHost:
             fut = asyncio.run_coroutine_threadsafe(run(), self._muster_loop)
         else:
             assert self._muster_pool is not None
-            fut = self._muster_pool.submit(lambda: _collect(fn(*args, **kwargs), num_returns, name))
+
+            def call() -> Any:
+                _begin_call()
+                return _collect(fn(*args, **kwargs), num_returns, name)
+
+            fut = self._muster_pool.submit(call)
         self._muster_tasks[token] = fut
         fut.add_done_callback(lambda f: self._muster_reply(token, f))
 

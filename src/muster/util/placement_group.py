@@ -104,8 +104,11 @@ def remove_placement_group(pg: PlacementGroup) -> None:
 
 
 def get_current_placement_group() -> PlacementGroup | None:
-    """The group the caller runs in: always None here (groups do not reserve resources on this engine)."""
-    return None
+    """The group the calling task or actor was scheduled into (None in the driver and outside any group)."""
+    from muster.tasks import worker_side
+
+    info = worker_side.current()
+    return info.placement_group if info is not None else None
 
 
 def __getattr__(name: str) -> Any:
