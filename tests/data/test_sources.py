@@ -92,12 +92,34 @@ def test_writers_take_rays_mode_rows_per_file_and_partition_columns(tmp_path):
         ds.write_parquet(out, mode="sometimes")
 
 
-def test_readers_take_rays_task_options_and_refuse_a_path_column_they_cannot_add(tmp_path, pq_dir):
+def test_readers_take_rays_task_options(tmp_path, pq_dir):
     md.range(3).write_csv(str(tmp_path / "c"))
     assert md.read_csv(str(tmp_path / "c"), override_num_blocks=2).count() == 3  # before: pyarrow's TypeError
     assert md.read_parquet(str(pq_dir), override_num_blocks=4, ray_remote_args={"num_cpus": 1}).count() == 30
-    with pytest.raises(ValueError, match=r"read_parquet\(include_paths=True\).*read_binary_files"):
-        md.read_parquet(str(pq_dir), include_paths=True)  # before: accepted, and no path column came
+
+
+def test_every_file_reader_adds_each_rows_file_with_include_paths(tmp_path, pq_dir):
+    """Ray's include_paths: a last column ``path``. Before, read_parquet ignored it, then refused it."""
+    (tmp_path / "a.csv").write_text("a\n1\n2\n")
+    (tmp_path / "b.csv").write_text("a\n3\n")
+    rows = md.read_csv(str(tmp_path / "*.csv"), include_paths=True).take_all()
+    assert [(r["a"], os.path.basename(r["path"])) for r in rows] == [(1, "a.csv"), (2, "a.csv"), (3, "b.csv")]
+    (tmp_path / "r.jsonl").write_text('{"k": 1}\n')
+    assert md.read_json(str(tmp_path / "r.jsonl"), include_paths=True).columns() == ["k", "path"]
+    (tmp_path / "t.txt").write_text("x\ny\n")
+    text = md.read_text(str(tmp_path / "t.txt"), include_paths=True).take_all()
+    assert [r["text"] for r in text] == ["x", "y"] and all(r["path"].endswith("t.txt") for r in text)
+    parquet = md.read_parquet(str(pq_dir), include_paths=True)
+    assert parquet.columns()[-1] == "path" and parquet.count() == 30
+    by_file = {}
+    for r in parquet.take_all():
+        by_file.setdefault(r["path"], []).append(r["id"])
+    assert sorted(by_file) == sorted(str(f) for f in pq_dir.glob("*.parquet"))  # every file, named in full
+    for path, ids in by_file.items():  # each row names the file it is in
+        assert sorted(ids) == sorted(pq.read_table(path)["id"].to_pylist())
+    # a filter and a column subset go through the per-file scan
+    one = md.read_parquet(str(pq_dir), columns=["id"], filter=pc.field("id") < 3, include_paths=True).take_all()
+    assert sorted(r["id"] for r in one) == [0, 1, 2] and set(one[0]) == {"id", "path"}
 
 
 def test_memory_url_round_trip():

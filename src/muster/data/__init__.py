@@ -55,21 +55,14 @@ _RAY_READ_OPTIONS = ("override_num_blocks", "parallelism", "ray_remote_args", "c
                      "shuffle", "file_extensions", "ignore_missing_paths", "arrow_open_stream_args")
 
 
-def _ray_only(where: str, options: dict[str, Any]) -> dict[str, Any]:
-    """Take Ray's read options out of ``options`` (what is left goes to pyarrow); refuse what muster
-    would otherwise ignore silently."""
-    if options.get("include_paths"):
-        raise InvalidArgumentError(
-            f"{where}(include_paths=True): muster does not add a path column to this reader yet; "
-            "read_binary_files(include_paths=True) gives each file's path, or read each file with its own "
-            "read_*() and add_column('path', ...)."
-        )
-    options.pop("include_paths", None)
+def _ray_only(options: dict[str, Any]) -> dict[str, Any]:
+    """Take Ray's read options out of ``options`` (what is left goes to pyarrow)."""
     return {k: options.pop(k) for k in list(options) if k in _RAY_READ_OPTIONS}
 
 
 def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, filter: Any = None,
-                 filesystem: Any = None, partitioning: Any = "hive", **_ray_options: Any) -> Dataset:
+                 filesystem: Any = None, partitioning: Any = "hive", include_paths: bool = False,
+                 **_ray_options: Any) -> Dataset:
     """Parquet files: a file, folder, glob, list or URL.
 
     Args:
@@ -78,42 +71,54 @@ def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, fi
             (and used to skip hive partitions).
         filesystem: a pyarrow or fsspec filesystem (default: from the path's URL scheme).
         partitioning: ``"hive"`` (default: ``key=value`` folders become columns) or a pyarrow partitioning.
+        include_paths: add a column ``path``, the file each row came from (as all the file readers do).
 
     Raises:
         DataSourceError: a path does not exist or holds no files.
         DataSchemaError: (when read) two files disagree on a column's type.
     """
-    ray_args = dict(_ray_only("read_parquet", _ray_options), **_ray_options, columns=columns, **_fs(filesystem))
+    ray_args = dict(_ray_only(_ray_options), **_ray_options, columns=columns, **_fs(filesystem))
+    if include_paths:
+        ray_args["include_paths"] = True
     if filter is not None:
         ray_args["filter"] = filter
     if partitioning != "hive":  # hive is ray.data's default too
         ray_args["partitioning"] = partitioning
     return _read("ReadParquet", _src.parquet_tasks(paths, columns=columns, filter=filter, filesystem=filesystem,
-                                                   partitioning=partitioning), RayCall.of("read_parquet", paths, **ray_args))
+                                                   partitioning=partitioning, include_paths=include_paths),
+                 RayCall.of("read_parquet", paths, **ray_args))
 
 
-def read_csv(paths: str | list[str], *, filesystem: Any = None, **arrow_csv_args: Any) -> Dataset:
+def _paths(include_paths: bool) -> dict[str, Any]:
+    return {"include_paths": True} if include_paths else {}
+
+
+def read_csv(paths: str | list[str], *, filesystem: Any = None, include_paths: bool = False,
+             **arrow_csv_args: Any) -> Dataset:
     """CSV files (header row); extra keyword arguments go to ``pyarrow.csv.read_csv`` (Ray's task options
-    such as ``override_num_blocks`` are accepted with no effect)."""
-    ray_only = _ray_only("read_csv", arrow_csv_args)
-    return _read("ReadCSV", _src.csv_tasks(paths, filesystem, **arrow_csv_args),
-                 RayCall.of("read_csv", paths, **_fs(filesystem), **ray_only, **arrow_csv_args))
+    such as ``override_num_blocks`` are accepted with no effect). ``include_paths`` adds a column ``path``."""
+    ray_only = _ray_only(arrow_csv_args)
+    return _read("ReadCSV", _src.csv_tasks(paths, filesystem, include_paths, **arrow_csv_args),
+                 RayCall.of("read_csv", paths, **_fs(filesystem), **ray_only, **_paths(include_paths), **arrow_csv_args))
 
 
-def read_json(paths: str | list[str], *, filesystem: Any = None, lines: bool = True, **arrow_json_args: Any) -> Dataset:
-    """JSON lines files (one object per line)."""
+def read_json(paths: str | list[str], *, filesystem: Any = None, lines: bool = True, include_paths: bool = False,
+              **arrow_json_args: Any) -> Dataset:
+    """JSON lines files (one object per line); ``include_paths`` adds a column ``path``."""
     if not lines:
         raise InvalidArgumentError("read_json(lines=False): only JSON lines (one object per line) is read; convert the file.")
-    ray_only = _ray_only("read_json", arrow_json_args)
-    return _read("ReadJSON", _src.json_tasks(paths, filesystem, **arrow_json_args),
-                 RayCall.of("read_json", paths, lines=True, **_fs(filesystem), **ray_only, **arrow_json_args))
+    ray_only = _ray_only(arrow_json_args)
+    return _read("ReadJSON", _src.json_tasks(paths, filesystem, include_paths, **arrow_json_args),
+                 RayCall.of("read_json", paths, lines=True, **_fs(filesystem), **ray_only, **_paths(include_paths),
+                            **arrow_json_args))
 
 
 def read_text(paths: str | list[str], *, filesystem: Any = None, encoding: str = "utf-8",
-              drop_empty_lines: bool = True) -> Dataset:
-    """Text files: one row per line, column ``text``."""
-    return _read("ReadText", _src.text_tasks(paths, filesystem, encoding, drop_empty_lines),
-                 RayCall.of("read_text", paths, encoding=encoding, drop_empty_lines=drop_empty_lines, **_fs(filesystem)))
+              drop_empty_lines: bool = True, include_paths: bool = False) -> Dataset:
+    """Text files: one row per line, column ``text`` (and ``path`` with ``include_paths``)."""
+    return _read("ReadText", _src.text_tasks(paths, filesystem, encoding, drop_empty_lines, include_paths),
+                 RayCall.of("read_text", paths, encoding=encoding, drop_empty_lines=drop_empty_lines,
+                            **_paths(include_paths), **_fs(filesystem)))
 
 
 def read_binary_files(paths: str | list[str], *, filesystem: Any = None, include_paths: bool = False) -> Dataset:

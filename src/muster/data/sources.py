@@ -145,7 +145,7 @@ class _SchemaGuard:
 
 # -- parquet ------------------------------------------------------------------------
 def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesystem: Any,
-                  partitioning: Any) -> tuple[ReadTask, ...]:
+                  partitioning: Any, include_paths: bool = False) -> tuple[ReadTask, ...]:
     import pyarrow.dataset as pads
 
     fs, files, base = resolve(paths, filesystem, (".parquet", ".parq", ".pq"), "read_parquet")
@@ -179,12 +179,15 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
                 table = _read_file(afs, frag.path, columns, schema, guard) if direct and whole else None
                 if table is None:
                     guard.check(frag.path, frag.physical_schema)  # disagreeing types: an error, not a cast
+                    if include_paths:  # each file's rows get its path: scanned alone
+                        tables.append(with_path(_scan([frag], schema, dataset.format, afs, columns, filter), frag.path))
+                        continue
                     scan.append(frag)
                     continue
                 if scan:  # keep the files' order
                     tables.append(_scan(scan, schema, dataset.format, afs, columns, filter))
                     scan = []
-                tables.append(table)
+                tables.append(with_path(table, frag.path) if include_paths else table)
             if scan:
                 tables.append(_scan(scan, schema, dataset.format, afs, columns, filter))
             return [tables[0] if len(tables) == 1 else pa.concat_tables(tables)]
@@ -236,8 +239,13 @@ def _read_file(afs: Any, path: str, columns: list[str] | None, schema: pa.Schema
 
 
 # -- text formats ---------------------------------------------------------------------
-def _file_reader(fs: Any, parse: Callable[[Any, str], pa.Table], guard: _SchemaGuard | None
-                 ) -> Callable[[list[str]], Callable[[], list[pa.Table]]]:
+def with_path(table: pa.Table, path: str) -> pa.Table:
+    """``table`` with a last column ``path`` naming the file its rows came from (Ray's ``include_paths``)."""
+    return table.append_column("path", pa.array([path] * table.num_rows, type=pa.string()))
+
+
+def _file_reader(fs: Any, parse: Callable[[Any, str], pa.Table], guard: _SchemaGuard | None,
+                 include_paths: bool = False) -> Callable[[list[str]], Callable[[], list[pa.Table]]]:
     def make(group: list[str]) -> Callable[[], list[pa.Table]]:
         def read() -> list[pa.Table]:
             out = []
@@ -246,7 +254,7 @@ def _file_reader(fs: Any, parse: Callable[[Any, str], pa.Table], guard: _SchemaG
                     table = parse(f, path)
                 if guard is not None:
                     guard.check(path, table.schema)
-                out.append(table)
+                out.append(with_path(table, path) if include_paths else table)
             return out
 
         return read
@@ -254,21 +262,22 @@ def _file_reader(fs: Any, parse: Callable[[Any, str], pa.Table], guard: _SchemaG
     return make
 
 
-def csv_tasks(paths: Any, filesystem: Any, **arrow_args: Any) -> tuple[ReadTask, ...]:
+def csv_tasks(paths: Any, filesystem: Any, include_paths: bool = False, **arrow_args: Any) -> tuple[ReadTask, ...]:
     import pyarrow.csv as pcsv
 
     fs, files, _ = resolve(paths, filesystem, (".csv", ".csv.gz"), "read_csv")
-    return _group(files, _file_reader(fs, lambda f, _p: pcsv.read_csv(f, **arrow_args), _SchemaGuard()))
+    return _group(files, _file_reader(fs, lambda f, _p: pcsv.read_csv(f, **arrow_args), _SchemaGuard(), include_paths))
 
 
-def json_tasks(paths: Any, filesystem: Any, **arrow_args: Any) -> tuple[ReadTask, ...]:
+def json_tasks(paths: Any, filesystem: Any, include_paths: bool = False, **arrow_args: Any) -> tuple[ReadTask, ...]:
     import pyarrow.json as pjson
 
     fs, files, _ = resolve(paths, filesystem, (".json", ".jsonl", ".json.gz", ".jsonl.gz"), "read_json")
-    return _group(files, _file_reader(fs, lambda f, _p: pjson.read_json(f, **arrow_args), _SchemaGuard()))
+    return _group(files, _file_reader(fs, lambda f, _p: pjson.read_json(f, **arrow_args), _SchemaGuard(), include_paths))
 
 
-def text_tasks(paths: Any, filesystem: Any, encoding: str, drop_empty_lines: bool) -> tuple[ReadTask, ...]:
+def text_tasks(paths: Any, filesystem: Any, encoding: str, drop_empty_lines: bool,
+               include_paths: bool = False) -> tuple[ReadTask, ...]:
     fs, files, _ = resolve(paths, filesystem, None, "read_text")
 
     def parse(f: Any, _path: str) -> pa.Table:
@@ -277,19 +286,16 @@ def text_tasks(paths: Any, filesystem: Any, encoding: str, drop_empty_lines: boo
             lines = [ln for ln in lines if ln.strip()]
         return pa.table({"text": pa.array(lines, type=pa.string())})
 
-    return _group(files, _file_reader(fs, parse, None))
+    return _group(files, _file_reader(fs, parse, None, include_paths))
 
 
 def binary_tasks(paths: Any, filesystem: Any, include_paths: bool) -> tuple[ReadTask, ...]:
     fs, files, _ = resolve(paths, filesystem, None, "read_binary_files")
 
-    def parse(f: Any, path: str) -> pa.Table:
-        cols: dict[str, Any] = {"bytes": pa.array([f.read()], type=pa.binary())}
-        if include_paths:
-            cols["path"] = pa.array([path])
-        return pa.table(cols)
+    def parse(f: Any, _path: str) -> pa.Table:
+        return pa.table({"bytes": pa.array([f.read()], type=pa.binary())})
 
-    return _group(files, _file_reader(fs, parse, None))
+    return _group(files, _file_reader(fs, parse, None, include_paths))
 
 
 # -- in memory ------------------------------------------------------------------------
