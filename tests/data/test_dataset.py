@@ -199,6 +199,20 @@ def test_shuffle_is_seeded_per_epoch_and_sort_groupby():
     assert md.range(10).sum("id") == 45 and md.range(10).max("id") == 9
 
 
+def test_repartition_to_a_number_of_rows_per_block():
+    """Ray's repartition(target_num_rows_per_block=): small blocks combined, big ones split. Before,
+    a TypeError (num_blocks was required)."""
+    ds = md.range(25, override_num_blocks=10).repartition(target_num_rows_per_block=10).materialize()
+    assert [b.num_rows for b in ds._execute()] == [10, 10, 5]
+    assert [r["id"] for r in ds.take_all()] == list(range(25))
+    with pytest.raises(ValueError, match="not both"):
+        md.range(5).repartition(2, target_num_rows_per_block=2)
+    with pytest.raises(ValueError, match="not both"):
+        md.range(5).repartition()
+    with pytest.raises(ValueError, match="target_num_rows_per_block=0"):
+        md.range(5).repartition(target_num_rows_per_block=0)
+
+
 def test_shuffle_plan_is_one_uniform_permutation_for_every_column_kind():
     """The two-level shuffle (many piles): numeric columns (scattered) and other columns (taken)
     land in the same order, every row once, and a row's final position is uniform over seeds."""

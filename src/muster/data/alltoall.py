@@ -215,6 +215,16 @@ def repartition(n: int) -> Callable[[list[pa.Table], int], list[pa.Table]]:
     return run
 
 
+def blocks_of(rows: int) -> Callable[[list[pa.Table], int], list[pa.Table]]:
+    """Blocks of ``rows`` rows each, in order (the last one holds the rest): small blocks are
+    combined, big ones split."""
+    def run(blocks: list[pa.Table], _epoch: int) -> list[pa.Table]:
+        table = blk.concat(blocks)
+        return blk.split_rows(table, rows) if table.num_rows else [table]
+
+    return run
+
+
 def sort(keys: list[str], descending: list[bool]) -> Callable[[list[pa.Table], int], list[pa.Table]]:
     order = [(k, "descending" if d else "ascending") for k, d in zip(keys, descending)]
 

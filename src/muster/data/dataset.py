@@ -206,8 +206,23 @@ class Dataset:
         return self._then(AllToAll("RandomizeBlockOrder", alltoall.randomize_block_order(s), alltoall.randomize_reads(s),
                                    ray=RayCall.of("randomize_block_order", seed=seed)))
 
-    def repartition(self, num_blocks: int, *, shuffle: bool = False, **_ignored: Any) -> "Dataset":
+    def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None, *,
+                    shuffle: bool = False, **_ignored: Any) -> "Dataset":
+        """Exactly ``num_blocks`` blocks of near-equal size (after a full shuffle with ``shuffle=True``),
+        or blocks of ``target_num_rows_per_block`` rows each, the last holding what is left."""
         _positive(num_blocks, "num_blocks", "repartition")
+        _positive(target_num_rows_per_block, "target_num_rows_per_block", "repartition")
+        if (num_blocks is None) == (target_num_rows_per_block is None) or (target_num_rows_per_block and shuffle):
+            raise InvalidArgumentError(
+                f"repartition(num_blocks={num_blocks!r}, target_num_rows_per_block={target_num_rows_per_block!r}, "
+                f"shuffle={shuffle}): give num_blocks (optionally with shuffle=True) or target_num_rows_per_block, "
+                "not both."
+            )
+        if target_num_rows_per_block is not None:
+            rows = target_num_rows_per_block
+            ray = RayCall.of("repartition", target_num_rows_per_block=rows, **_ignored)
+            return self._then(AllToAll(f"Repartition(rows={rows})", alltoall.blocks_of(rows), ray=ray))
+        assert num_blocks is not None
         ds = self.random_shuffle() if shuffle else self
         ray = RayCall.of("repartition", num_blocks, **_ignored)
         return ds._then(AllToAll(f"Repartition({num_blocks})", alltoall.repartition(num_blocks), ray=ray))
