@@ -64,7 +64,8 @@ def test_context_parameters_resources_and_returned_metrics(storage):
             "sum": int(data.sum()) * config["k"],
             "trial_id": ctx.get_trial_id(),
             "name": ctx.get_trial_name(),
-            "cpus": ctx.get_trial_resources()["CPU"],
+            "cpus": ctx.get_trial_resources().required_resources["CPU"],  # Ray's PlacementGroupFactory
+            "head_cpus": ctx.get_trial_resources().head_cpus,
             "visible": len(os.sched_getaffinity(0)) > 0,
         }
 
@@ -73,7 +74,7 @@ def test_context_parameters_resources_and_returned_metrics(storage):
                       run_config=tune.RunConfig(storage_path=storage)).fit()
     assert sorted(r.metrics["sum"] for r in grid) == [45, 90]
     for r in grid:
-        assert r.metrics["cpus"] == 2.0 and r.path.endswith(r.metrics["name"])
+        assert r.metrics["cpus"] == r.metrics["head_cpus"] == 2.0 and r.path.endswith(r.metrics["name"])
         assert r.metrics["name"].startswith("trainable_") and r.metrics["name"].endswith(r.metrics["trial_id"])
 
 
@@ -86,7 +87,7 @@ def test_trials_needing_more_than_the_engine_fail_at_once(storage):
 
 
 def _once(config):
-    tune.report({"x": config["x"], "cpus": tune.get_context().get_trial_resources().get("CPU", 0.0)})
+    tune.report({"x": config["x"], "cpus": tune.get_context().get_trial_resources().required_resources.get("CPU", 0.0)})
 
 
 def test_points_to_evaluate_count_against_num_samples(storage):

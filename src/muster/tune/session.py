@@ -52,8 +52,12 @@ class TuneContext:
     def get_trial_dir(self) -> str:
         return str(self._trial["path"])
 
-    def get_trial_resources(self) -> dict[str, float]:
-        return dict(self._trial["resources"])
+    def get_trial_resources(self) -> Any:
+        """What the trial holds, as Ray gives it: a ``PlacementGroupFactory`` (``required_resources``,
+        ``head_cpus``, ``bundles``) of one bundle, the trial's resources."""
+        from muster.tune.tune_config import PlacementGroupFactory
+
+        return PlacementGroupFactory([dict(self._trial["resources"])])
 
     def get_experiment_name(self) -> str:
         return str(self._trial["experiment"])
