@@ -213,6 +213,19 @@ def test_repartition_to_a_number_of_rows_per_block():
         md.range(5).repartition(target_num_rows_per_block=0)
 
 
+def test_data_context_takes_rays_cluster_settings_and_refuses_a_typo():
+    """Ray scripts set ctx.target_max_block_size and the like (they tune a cluster: kept, no effect);
+    before, any name was taken silently, so ctx.max_thread = 4 (a typo) changed nothing unnoticed."""
+    ctx = md.DataContext()
+    ctx.target_max_block_size = 64 * 1024 * 1024
+    ctx.use_push_based_shuffle = True
+    assert ctx.target_max_block_size == 64 * 1024 * 1024
+    ctx.max_threads = 3
+    assert ctx.max_threads == 3
+    with pytest.raises(AttributeError, match=r"no setting 'max_thread'\. muster's: .*max_threads"):
+        ctx.max_thread = 4
+
+
 def test_shuffle_plan_is_one_uniform_permutation_for_every_column_kind():
     """The two-level shuffle (many piles): numeric columns (scattered) and other columns (taken)
     land in the same order, every row once, and a row's final position is uniform over seeds."""

@@ -76,6 +76,18 @@ class DataContext:
 
     _current: "DataContext | None" = None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A setting muster has, or one of Ray's that only tunes Ray's cluster execution (kept, no
+        effect); any other name is a mistake worth saying (a typo would otherwise change nothing)."""
+        if name not in _SETTINGS and name not in RAY_ONLY_SETTINGS and not name.startswith("_"):
+            raise AttributeError(
+                f"DataContext has no setting {name!r}. muster's: "
+                f"{', '.join(sorted(n for n in _SETTINGS if not n.startswith('_')))}; Ray's settings that tune "
+                "a cluster's execution (target_max_block_size, use_push_based_shuffle, ...: "
+                "muster.data.execution.RAY_ONLY_SETTINGS) are accepted and change nothing here."
+            )
+        object.__setattr__(self, name, value)
+
     @property
     def execution_options(self) -> "_ExecutionOptions":
         """Ray's ``ctx.execution_options``: its ``preserve_order`` is this context's; Ray's other options
@@ -87,6 +99,20 @@ class DataContext:
         if DataContext._current is None:
             DataContext._current = DataContext()
         return DataContext._current
+
+
+_SETTINGS = frozenset(DataContext.__dataclass_fields__)
+
+#: Ray's DataContext settings that size blocks or place tasks on a cluster: accepted, no effect on one machine
+RAY_ONLY_SETTINGS = frozenset({
+    "target_max_block_size", "target_min_block_size", "target_shuffle_max_block_size", "use_push_based_shuffle",
+    "shuffle_strategy", "scheduling_strategy", "scheduling_strategy_large_args", "large_args_threshold",
+    "read_op_min_num_blocks", "enable_operator_progress_bars", "enable_progress_bar_name_truncation",
+    "verbose_stats_logs", "enable_auto_log_stats", "enable_get_object_locations_for_metrics",
+    "op_resource_reservation_enabled", "op_resource_reservation_ratio", "actor_prefetcher_enabled",
+    "wait_for_min_actors_s", "eager_free", "trace_allocations", "log_internal_stack_trace_to_stdout",
+    "enable_tensor_extension_casting", "use_ray_tqdm", "print_on_execution_start",
+})
 
 
 class _ExecutionOptions:
