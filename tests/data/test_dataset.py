@@ -312,6 +312,22 @@ def test_iter_batches_options():
     assert "ReadRange" in ds.stats()
 
 
+def test_an_iterable_made_once_gives_a_new_pass_each_time():
+    """Ray's iter_* return iterables: a loader made once serves every epoch. Before, the second pass
+    of muster's (a generator) was empty: a training loop trained on nothing after epoch 1."""
+    ds = md.range(40, override_num_blocks=4).random_shuffle(seed=3)
+    loader = ds.iter_torch_batches(batch_size=8)
+    epochs = [[int(v) for b in loader for v in b["id"]] for _ in range(2)]
+    assert [sorted(e) for e in epochs] == [list(range(40))] * 2 and epochs[0] != epochs[1]  # reshuffled
+    rows = ds.iter_rows()
+    assert [sum(1 for _ in rows) for _ in range(2)] == [40, 40]
+    it_rows = ds.iterator().iter_rows()
+    assert [sum(1 for _ in it_rows) for _ in range(2)] == [40, 40]
+    batches = md.range(20).iter_batches(batch_size=10)
+    assert [len(b["id"]) for b in batches] == [10, 10] and sum(1 for _ in batches) == 2
+    assert list(next(batches)["id"][:2]) == [0, 1]  # next() on it goes through one pass of its own
+
+
 def test_early_break_stops_the_pipeline(threads_only):
     made = []
     ds = md.range(10_000, override_num_blocks=100).map_batches(lambda b: made.append(1) or b, batch_size=None)

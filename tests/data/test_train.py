@@ -33,8 +33,9 @@ def fit(loop, datasets, storage, workers=2, config=None, data_config=None, **run
 def shard_loop():
     rank = train.get_context().get_world_rank()
     split, whole = train.get_dataset_shard("train"), train.get_dataset_shard("val")
+    loader = split.iter_torch_batches(batch_size=5)  # made once, a pass per epoch (Ray's ingest guide)
     for epoch in range(2):
-        got = [int(x) for b in split.iter_torch_batches(batch_size=5) for x in b["id"]]
+        got = [int(x) for b in loader for x in b["id"]]
         batches = sum(1 for _ in split.iter_batches(batch_size=5)) if epoch == 0 else None
         val = [r["id"] for r in whole.iter_rows()]
         train.report({"epoch": epoch, "rank": rank, "ids": got, "val": val, "batches": batches})

@@ -15,7 +15,7 @@ import pyarrow as pa
 from muster.data import _ray_plan, alltoall, execution, plan, writers
 from muster.data import block as blk
 from muster.data.grouped import GroupedData
-from muster.data.iterator import DataIterator
+from muster.data.iterator import DataIterator, Passes
 from muster.data.plan import AllToAll, Limit, Node, RayCall, Read, Transform, Union
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
@@ -402,17 +402,17 @@ class Dataset:
         return self._iterator
 
     # -- consumption --------------------------------------------------------------
-    def iter_batches(self, **kwargs: Any) -> Iterator[Any]:
-        """See ``DataIterator.iter_batches``."""
+    def iter_batches(self, **kwargs: Any) -> Passes:
+        """See ``DataIterator.iter_batches`` (each ``for`` over the result is a new pass, as in Ray)."""
         return self.iterator().iter_batches(**kwargs)
 
-    def iter_torch_batches(self, **kwargs: Any) -> Iterator[Any]:
+    def iter_torch_batches(self, **kwargs: Any) -> Passes:
         """See ``DataIterator.iter_torch_batches``."""
         return self.iterator().iter_torch_batches(**kwargs)
 
-    def iter_rows(self) -> Iterator[dict[str, Any]]:
-        for block in self._execute():
-            yield from blk.iter_rows(block)
+    def iter_rows(self) -> Passes:
+        """Rows as dicts; each ``for`` over the result runs the plan again."""
+        return Passes(lambda: (row for block in self._execute() for row in blk.iter_rows(block)))
 
     def take(self, limit: int = 20) -> list[dict[str, Any]]:
         return list(blk.iter_rows(self.limit(limit).to_arrow()))

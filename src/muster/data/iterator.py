@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -66,7 +66,7 @@ class DataIterator:
     def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "numpy", prefetch_batches: int = 1,
                      drop_last: bool = False, local_shuffle_buffer_size: int | None = None,
                      local_shuffle_seed: int | None = None, _finalize: Callable[[Any], Any] | None = None
-                     ) -> Iterator[Any]:
+                     ) -> "Passes":
         """Batches of ``batch_size`` rows (the last may be short unless ``drop_last``).
 
         Args:
@@ -82,6 +82,13 @@ class DataIterator:
             raise InvalidArgumentError(f"iter_batches(batch_size={batch_size}): use a positive number or None.")
         if prefetch_batches < 0:
             raise InvalidArgumentError(f"iter_batches(prefetch_batches={prefetch_batches}): use 0 or more.")
+        return Passes(lambda: self._pass(batch_size, fmt, prefetch_batches, drop_last, local_shuffle_buffer_size,
+                                         local_shuffle_seed, _finalize))
+
+    def _pass(self, batch_size: int | None, fmt: str, prefetch_batches: int, drop_last: bool,
+              local_shuffle_buffer_size: int | None, local_shuffle_seed: int | None,
+              _finalize: Callable[[Any], Any] | None) -> Iterator[Any]:
+        """One pass (epoch) of batches; it starts when its first batch is asked for."""
         epoch, skip = self._epoch, self._skip
         self._epoch, self._skip = epoch + 1, 0
         if self._on_pass_start is not None:
@@ -119,16 +126,16 @@ class DataIterator:
             if close is not None:
                 close()
 
-    def iter_rows(self) -> Iterator[dict[str, Any]]:
-        """Rows as dicts."""
-        for table in self.iter_batches(batch_size=None, batch_format="pyarrow"):
-            yield from blk.iter_rows(table)
+    def iter_rows(self) -> Iterable[dict[str, Any]]:
+        """Rows as dicts (each ``for`` over the result is a new pass, as with ``iter_batches``)."""
+        tables = self.iter_batches(batch_size=None, batch_format="pyarrow")
+        return Passes(lambda: (row for table in tables for row in blk.iter_rows(table)))
 
     def iter_torch_batches(self, *, batch_size: int | None = 256, dtypes: Any = None, device: Any = "auto",
                            collate_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
                            drop_last: bool = False, prefetch_batches: int = 1,
                            local_shuffle_buffer_size: int | None = None, local_shuffle_seed: int | None = None,
-                           pin_memory: bool = False) -> Iterator[Any]:
+                           pin_memory: bool = False) -> "Passes":
         """Batches as dicts of torch tensors (or whatever ``collate_fn`` makes of a numpy batch).
 
         Args:
@@ -180,6 +187,24 @@ class DataIterator:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._epoch, self._skip = int(state["epoch"]), int(state["position"]) if state.get("in_pass") else 0
+
+
+class Passes:
+    """What ``iter_batches``/``iter_torch_batches``/``iter_rows`` return: an iterable, as Ray's, each
+    ``for`` over which is a new pass (an epoch), so a loader made once serves every epoch. ``next()``
+    on it directly also works: it goes on through one pass of its own."""
+
+    def __init__(self, start: Callable[[], Iterator[Any]]):
+        self._start = start
+        self._current: Iterator[Any] | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._start()
+
+    def __next__(self) -> Any:
+        if self._current is None:
+            self._current = self._start()
+        return next(self._current)
 
 
 def _stride(stream: Iterator[pa.Table], rank: int, world: int, equal: bool) -> Iterator[pa.Table]:
