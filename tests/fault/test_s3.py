@@ -93,6 +93,26 @@ def test_s3_run_survives_a_killed_worker(s3):
         assert ckpt.filesystem.exists(f"{ckpt.path}/.muster_manifest.json")
 
 
+def test_a_pyarrow_filesystem_as_ray_takes_it(s3):
+    """Ray's persistent-storage guide passes RunConfig(storage_filesystem=pyarrow.fs.S3FileSystem(...))
+    with a path in the bucket; before, fit() failed: 'S3FileSystem' has no attribute '_strip_protocol'."""
+    import pyarrow.fs as pafs
+
+    _, url = s3
+    fs = pafs.S3FileSystem(access_key="testing", secret_key="testing", region="us-east-1", scheme="http",
+                           endpoint_override=os.environ["AWS_ENDPOINT_URL_S3"].removeprefix("http://"))
+    result = TorchTrainer(
+        loop, train_loop_config={"steps": 2},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name="pa", storage_path=url.removeprefix("s3://"), storage_filesystem=fs),
+    ).fit()
+    assert result.metrics["step"] == 1 and result.checkpoint.to_dict()["step"] == 1
+    bucket_path = url.removeprefix("s3://") + "/pa"
+    assert fs.get_file_info(f"{bucket_path}/{os.path.basename(result.checkpoint.path)}").type == pafs.FileType.Directory
+    assert Result.from_path(bucket_path, storage_filesystem=fs).metrics["step"] == 1
+    assert Checkpoint(result.checkpoint.path, filesystem=fs).to_dict()["step"] == 1
+
+
 @pytest.mark.timeout(180)
 def test_s3_outage_mid_run_loses_nothing(s3):
     holder, url = s3

@@ -154,6 +154,9 @@ def test_report_rejects_unrecordable_metrics_and_converts_tensors(fit):
     assert m["np"] == 1.5
     assert m["ok"] == [1, "a", {"b": True}]
     assert result.metrics_dataframe["t1"].dtype.kind == "f"
+    columns = set(result.metrics_dataframe.columns)  # nested dicts flattened as a/b, as Ray's columns
+    assert {"errors/obj", "errors/vec"} <= columns and "errors" not in columns
+    assert m["errors"]["obj"] == result.metrics_dataframe["errors/obj"].dropna().iloc[-1]
 
 
 def test_plain_metrics_unit():

@@ -19,7 +19,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train._internal.resume import STATE_DIR
-from muster.train.storage import MANIFEST
+from muster.train.storage import MANIFEST, as_fsspec
 
 _METADATA = ".metadata.json"
 _DICT_FILE = "dict_checkpoint.pt"
@@ -31,11 +31,13 @@ class Checkpoint:
 
     Args:
         path: the folder (a local path, or a path/URL on ``filesystem``).
-        filesystem: an fsspec filesystem; inferred from ``path`` when omitted.
+        filesystem: a pyarrow (as in Ray) or fsspec filesystem; inferred from ``path`` when omitted.
+            ``checkpoint.filesystem`` is the fsspec one muster works with.
     """
 
     def __init__(self, path: str | os.PathLike, filesystem: Any = None):
         where = str(os.fspath(path))
+        filesystem = as_fsspec(filesystem, "Checkpoint(filesystem=)")
         if filesystem is None:
             filesystem, where = fsspec.core.url_to_fs(where)
         self.path: str = where

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError
+from muster.observe.tune_progress import flatten_config
 from muster.train._internal import policies
 from muster.train._internal.policies import CheckpointRecord
 from muster.train.checkpoint import Checkpoint
@@ -39,18 +40,19 @@ class Result:
 
     @property
     def metrics_dataframe(self) -> Any:
-        """Every report of the result's rank (rank 0 normally) as a pandas DataFrame."""
+        """Every report of the result's rank (rank 0 normally) as a pandas DataFrame; nested dicts
+        become ``a/b`` columns, as in Ray."""
         import pandas as pd
 
         rank = _lead_rank(self.all_reports)
-        return pd.DataFrame([r for r in self.all_reports if r.get("_rank") == rank])
+        return pd.DataFrame([flatten_config(r) for r in self.all_reports if r.get("_rank") == rank])
 
     @property
     def all_metrics_dataframe(self) -> Any:
         """Every report of every rank (column ``_rank`` tells whose, ``_attempt`` which attempt)."""
         import pandas as pd
 
-        return pd.DataFrame(self.all_reports)
+        return pd.DataFrame([flatten_config(r) for r in self.all_reports])
 
     def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
         """The committed checkpoint whose reported ``metric`` is best (``mode``: "max" or "min")."""
@@ -69,9 +71,10 @@ class Result:
         return self.best_checkpoints[best.round][0]
 
     @classmethod
-    def from_path(cls, path: str) -> "Result":
-        """Read a run's result back from its folder (local or URL)."""
-        storage = Storage.at(path)
+    def from_path(cls, path: str, storage_filesystem: Any = None) -> "Result":
+        """Read a run's result back from its folder (local or URL; or a path on ``storage_filesystem``,
+        a pyarrow or fsspec filesystem, as in Ray)."""
+        storage = Storage.at(path, storage_filesystem)
         if not storage.exists(storage.run_dir):
             raise InvalidArgumentError(f"Result.from_path({path!r}): no such run folder.")
         reports = [storage.parse_result(line) for line in storage.read_results()]

@@ -29,6 +29,8 @@ from typing import Any, Callable, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from muster.exceptions import InvalidTypeError
+
 MANIFEST = ".muster_manifest.json"
 RUN_STATE = ".muster_run.json"
 RESULTS = "result.json"
@@ -39,6 +41,23 @@ T = TypeVar("T")
 
 def checkpoint_dir_name(round_index: int) -> str:
     return f"checkpoint_{round_index:06d}"
+
+
+def as_fsspec(filesystem: Any, what: str = "storage_filesystem") -> Any:
+    """``filesystem`` as the fsspec filesystem muster works with: an fsspec one as it is; a pyarrow
+    one (what Ray takes: ``pyarrow.fs.S3FileSystem(...)``, ``LocalFileSystem()``) wrapped."""
+    if filesystem is None or isinstance(filesystem, fsspec.AbstractFileSystem):
+        return filesystem
+    import pyarrow.fs as pafs
+
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        return LocalFileSystem()
+    if isinstance(filesystem, pafs.FileSystem):
+        from fsspec.implementations.arrow import ArrowFSWrapper
+
+        return ArrowFSWrapper(filesystem)
+    raise InvalidTypeError(f"{what}={filesystem!r}: pass a pyarrow.fs.FileSystem (as Ray takes) or an fsspec "
+                           "filesystem, or leave it out to infer one from the path's URL (s3://..., gs://...).")
 
 
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
@@ -66,6 +85,7 @@ class Storage:
     """One run folder on one filesystem. Picklable: workers get a copy."""
 
     def __init__(self, storage_path: str, name: str, filesystem: Any = None):
+        filesystem = as_fsspec(filesystem)
         if filesystem is None:
             filesystem, root = fsspec.core.url_to_fs(storage_path)
         else:
