@@ -210,6 +210,14 @@ class TrainingFailedError(MusterError):
     def root_cause(self) -> BaseException | None:
         return self.attempts[-1] if self.attempts else None
 
+    @property
+    def worker_failures(self) -> dict[int, BaseException]:
+        """Ray V2's ``WorkerGroupError.worker_failures``, ``{rank: error}``: here the rank whose failure
+        ended the last attempt (muster records each attempt's first failure); empty when no rank failed."""
+        label = getattr(self.root_cause, "label", "")
+        rank = label.removeprefix("rank ")
+        return {int(rank): self.root_cause} if label.startswith("rank ") and rank.isdigit() and self.root_cause else {}
+
     def __reduce__(self) -> Any:
         # by this class, not type(self): a copy made an instance of the user's error type too
         # (see also_an_instance_of) pickles as the plain error

@@ -225,6 +225,16 @@ def test_data_context_takes_rays_cluster_settings_and_refuses_a_typo():
     with pytest.raises(AttributeError, match=r"no setting 'max_thread'\. muster's: .*max_threads"):
         ctx.max_thread = 4
 
+    # Ray's ingest guide: DataConfig.default_ingest_options(), resource_limits set, passed back
+    from muster.train import DataConfig
+
+    options = DataConfig.default_ingest_options()
+    options.resource_limits.object_store_memory = 10e9
+    options.preserve_order = False
+    assert DataConfig(execution_options=options).execution_options.preserve_order is False
+    with pytest.raises(AttributeError, match="execution_options.bogus: muster has preserve_order"):
+        options.bogus = 1
+
 
 def test_shuffle_plan_is_one_uniform_permutation_for_every_column_kind():
     """The two-level shuffle (many piles): numeric columns (scattered) and other columns (taken)

@@ -43,6 +43,7 @@ def test_worker_exception_names_rank_type_message_and_traceback(fit, storage):
     assert isinstance(cause, TaskError)
     assert cause.label == "rank 1" and cause.cause_type.endswith("ValueError")
     assert "raise_on_rank1" in cause.remote_traceback
+    assert err.worker_failures == {1: cause}  # Ray V2's WorkerGroupError.worker_failures
 
 
 def test_first_failure_is_the_root_cause_not_the_peer_it_broke(fit):

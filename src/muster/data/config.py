@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from muster.data.execution import DataContext
+from muster.data.execution import DataContext, ExecutionOptions
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 
@@ -33,8 +33,18 @@ class DataConfig:
             raise InvalidArgumentError(
                 f"DataConfig(datasets_to_split={self.datasets_to_split!r}): use 'all' or a list of dataset names."
             )
+        if isinstance(self.execution_options, ExecutionOptions):  # Ray's type: its context's options
+            self.execution_options = self.execution_options.context
         if self.execution_options is not None and not isinstance(self.execution_options, DataContext):
-            raise InvalidTypeError(f"DataConfig(execution_options={self.execution_options!r}): pass a muster.data.DataContext.")
+            raise InvalidTypeError(f"DataConfig(execution_options={self.execution_options!r}): pass a "
+                                   "muster.data.DataContext, or DataConfig.default_ingest_options() changed.")
+
+    @staticmethod
+    def default_ingest_options() -> Any:
+        """The execution options training workers use unless told otherwise (Ray's name): the
+        ``execution_options`` of a fresh ``DataContext``, to change and pass back as
+        ``DataConfig(execution_options=...)``."""
+        return DataContext().execution_options
 
     def splits(self, name: str) -> bool:
         return self.datasets_to_split == "all" or name in self.datasets_to_split

@@ -26,6 +26,7 @@ import functools
 import os
 import threading
 import time
+import types
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -89,10 +90,10 @@ class DataContext:
         object.__setattr__(self, name, value)
 
     @property
-    def execution_options(self) -> "_ExecutionOptions":
+    def execution_options(self) -> "ExecutionOptions":
         """Ray's ``ctx.execution_options``: its ``preserve_order`` is this context's; Ray's other options
         (``resource_limits``, ``verbose_progress``...) are accepted and have no effect here."""
-        return _ExecutionOptions(self)
+        return ExecutionOptions(self)
 
     @staticmethod
     def get_current() -> "DataContext":
@@ -115,18 +116,40 @@ RAY_ONLY_SETTINGS = frozenset({
 })
 
 
-class _ExecutionOptions:
+class ExecutionOptions:
+    """Ray's ``ExecutionOptions`` view of a context: ``preserve_order`` is the context's; Ray's
+    cluster options (``resource_limits.cpu/gpu/object_store_memory``, ``exclude_resources``,
+    ``locality_with_output``, ``verbose_progress``...) can be set and change nothing here."""
+
+    _RAY_ONLY = ("locality_with_output", "actor_locality_enabled", "verbose_progress")
+
     def __init__(self, ctx: DataContext):
         object.__setattr__(self, "_ctx", ctx)
+
+    @property
+    def context(self) -> DataContext:
+        """The context whose options these are."""
+        return self._ctx
 
     def __getattr__(self, name: str) -> Any:
         if name == "preserve_order":
             return self._ctx.preserve_order
-        raise AttributeError(f"DataContext.execution_options.{name}: muster keeps only preserve_order here.")
+        if name in ("resource_limits", "exclude_resources"):
+            limits = self._ctx.__dict__.setdefault(f"_ray_{name}", types.SimpleNamespace(
+                cpu=None, gpu=None, object_store_memory=None))
+            return limits
+        if name in self._RAY_ONLY:
+            return self._ctx.__dict__.get(f"_ray_{name}", False)
+        raise AttributeError(f"DataContext.execution_options.{name}: muster has preserve_order, and takes Ray's "
+                             f"resource_limits, exclude_resources, {', '.join(self._RAY_ONLY)} with no effect.")
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "preserve_order":
             self._ctx.preserve_order = bool(value)
+        elif name in ("resource_limits", "exclude_resources", *self._RAY_ONLY):
+            self._ctx.__dict__[f"_ray_{name}"] = value
+        else:
+            self.__getattr__(name)  # raises, naming what there is
 
 
 _pool: ThreadPoolExecutor | None = None
