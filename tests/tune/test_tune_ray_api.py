@@ -9,7 +9,7 @@ import time
 import pytest
 
 from muster import tune
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train import Checkpoint
 from muster.tune.logger import LoggerCallback
 from muster.tune.schedulers import HyperBandScheduler, PopulationBasedTraining
@@ -241,3 +241,114 @@ def test_results_carry_rays_automatic_fields(storage):
     assert (df["time_since_restore"].diff().dropna() >= 0).all()
     for field in ("hostname", "node_ip", "date", "time_total_s", "time_this_iter_s", "trial_id"):
         assert field in grid.get_dataframe().columns, field
+
+
+class SavesIntoItsFolder(tune.Trainable):
+    """Ray's "How to Save and Load Trial Checkpoints" sample: save_checkpoint returns its folder."""
+
+    def setup(self, config):
+        self.value = 0
+
+    def step(self):
+        self.value += 1
+        return {"value": self.value, "done": self.iteration + 1 >= 2}
+
+    def save_checkpoint(self, tmp_checkpoint_dir):
+        with open(os.path.join(tmp_checkpoint_dir, "value.txt"), "w") as f:
+            f.write(str(self.value))
+        return tmp_checkpoint_dir
+
+    def load_checkpoint(self, tmp_checkpoint_dir):
+        with open(os.path.join(tmp_checkpoint_dir, "value.txt")) as f:
+            self.value = int(f.read())
+
+
+def test_save_checkpoint_may_return_the_folder_it_was_given(storage, tmp_path):
+    grid = tune.Tuner(SavesIntoItsFolder, run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0, grid.errors
+    with grid[0].checkpoint.as_directory() as d:
+        assert open(os.path.join(d, "value.txt")).read() == "2"
+
+    class Elsewhere(SavesIntoItsFolder):
+        def save_checkpoint(self, tmp_checkpoint_dir):
+            return str(tmp_path)
+
+    with pytest.raises(InvalidTypeError, match=rf"returned '{tmp_path}'.*return None or the checkpoint_dir"):
+        Elsewhere({}).save(str(tmp_path / "given"))
+
+
+class _StopAtFour(tune.Stopper):
+    def __call__(self, trial_id, result):
+        return result["training_iteration"] >= 4
+
+
+@pytest.mark.parametrize(
+    "stop, checkpointing, saved",
+    [
+        ({"training_iteration": 2}, {"checkpoint_frequency": 0}, [2]),
+        (_StopAtFour(), {"checkpoint_frequency": 3}, [3, 4]),
+    ],
+)
+def test_checkpoint_at_end_saves_a_class_trial_a_stop_condition_ends(storage, stop, checkpointing, saved):
+    grid = tune.Tuner(
+        Seven,
+        run_config=tune.RunConfig(storage_path=storage, verbose=0, stop=stop,
+                                  checkpoint_config=tune.CheckpointConfig(**checkpointing)),
+    ).fit()
+    assert grid.num_errors == 0, grid.errors
+    assert sorted(m["training_iteration"] for _, m in grid[0].best_checkpoints) == saved
+    # the trial ran no further than the stop, and its saved result was reported once
+    df = grid[0].metrics_dataframe
+    assert list(df["training_iteration"]) == list(range(1, saved[-1] + 1))
+    assert list(df["iterations_since_restore"]) == list(df["training_iteration"])
+    assert grid[0].metrics["training_iteration"] == saved[-1] == df["value"].iloc[-1]
+    assert grid[0].best_checkpoints[0][1]["trial_id"] == grid[0].metrics["trial_id"]
+
+
+class _RaysCustomLogger(LoggerCallback):
+    """Ray's Tune "Loggers" guide sample: one file per trial, in the trial's folder, keyed by trial."""
+
+    def __init__(self, filename="out.log"):
+        self._trial_files = {}
+        self._filename = filename
+        self.steps = []
+
+    def log_trial_start(self, trial):
+        self._trial_files[trial] = open(os.path.join(trial.local_path, self._filename), "at")
+
+    def log_trial_result(self, iteration, trial, result):
+        if trial in self._trial_files:
+            self._trial_files[trial].write(f"{result['training_iteration']} {result['v']}\n")
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        if trial in self._trial_files:
+            self._trial_files[trial].close()
+            del self._trial_files[trial]
+
+    def on_step_begin(self, iteration, trials, **info):
+        self.steps.append(("begin", iteration))
+
+    def on_step_end(self, iteration, trials, **info):
+        self.steps.append(("end", iteration))
+
+
+def test_rays_logger_callback_sample_writes_into_each_trials_local_path(storage):
+    log = _RaysCustomLogger()
+    grid = tune.Tuner(_three, param_space={"x": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[log])).fit()
+    assert grid.num_errors == 0 and log._trial_files == {}
+    for r in grid:
+        assert open(os.path.join(r.path, "out.log")).read() == "1 0\n2 1\n3 2\n"
+    # Ray calls on_step_begin/on_step_end once per step of its loop, counting the steps
+    begins = [i for kind, i in log.steps if kind == "begin"]
+    ends = [i for kind, i in log.steps if kind == "end"]
+    assert begins and begins == list(range(len(begins))) and ends == list(range(1, len(ends) + 1))
+
+
+@pytest.mark.filterwarnings("ignore:tune.get_context")
+def test_get_context_outside_a_trial_gives_none_as_rays_does():
+    ctx = tune.get_context()  # Ray's guides call a trainable's function directly to try it out
+    assert ctx.get_trial_id() is None
+    assert ctx.get_trial_name() is None and ctx.get_trial_dir() is None and ctx.get_experiment_name() is None
+    assert ctx.get_trial_resources() is None
+    assert (ctx.get_world_rank(), ctx.get_world_size(), ctx.get_local_rank()) == (0, 1, 0)

@@ -12,7 +12,12 @@ import pytest
 import torch
 
 from muster import train, tune
-from muster.exceptions import InvalidTypeError, ResourcesUnavailableError, TrainingFailedError
+from muster.exceptions import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    ResourcesUnavailableError,
+    TrainingFailedError,
+)
 from muster.train import Checkpoint, FailureConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
 from muster.tune.search import BasicVariantGenerator
@@ -305,6 +310,61 @@ def test_failed_trial_is_reported_and_the_others_finish(storage):
     assert grid.get_best_result().config == {"bad": 0}
     df = grid.get_dataframe()
     assert "error" in df.columns and df["error"].notna().sum() == 1
+
+
+def _fails_or_reports(config):
+    if config["x"] == 0:
+        raise ValueError("trial zero fails before reporting")
+    for i in range(config["steps"]):
+        tune.report({"v": i})
+        time.sleep(0.05)
+
+
+def test_a_trial_that_never_reported_has_a_metrics_dict(storage):
+    grid = tune.Tuner(_fails_or_reports, param_space={"x": tune.grid_search([0, 1]), "steps": 1},
+                      tune_config=tune.TuneConfig(metric="v", mode="max"),
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    failed, ok = sorted(grid, key=lambda r: r.config["x"])
+    # Ray's doc sample: result.metrics.get("training_iteration", 0); Ray's last_result has the trial id
+    assert isinstance(failed.metrics, dict) and failed.metrics.get("training_iteration", 0) == 0
+    assert failed.metrics["trial_id"] and failed.error is not None
+    assert grid.get_best_result() is ok
+    df = grid.get_dataframe()
+    assert len(df) == 2 and sorted(df["trial_id"]) == sorted(r.metrics["trial_id"] for r in grid)
+
+
+def _statuses(storage, name):
+    state = json.load(open(os.path.join(storage, name, "experiment_state.json")))
+    return [t["status"] for t in state["trials"]]
+
+
+def test_fail_fast_stops_the_experiment_at_the_first_trial_error(storage):
+    grid = tune.Tuner(
+        _fails_or_reports, param_space={"x": tune.grid_search([0, 1, 2]), "steps": 100},
+        tune_config=tune.TuneConfig(max_concurrent_trials=2),
+        run_config=tune.RunConfig(storage_path=storage, name="ff", verbose=0,
+                                  failure_config=FailureConfig(fail_fast=True)),
+    ).fit()
+    assert grid.num_errors == 1 and isinstance(grid[0].error, ValueError)
+    # the running trial was stopped long before its 100 reports; the third never started
+    statuses = _statuses(storage, "ff")
+    assert statuses[:2] == ["ERROR", "TERMINATED"] and set(statuses[2:]) <= {"TERMINATED"}
+    assert len(grid[1].metrics_dataframe) < 100
+    assert all(r.metrics == {"trial_id": r.metrics["trial_id"]} and r.error is None for r in list(grid)[2:])
+
+
+def test_fail_fast_raise_raises_the_trial_error_from_fit(storage):
+    tuner = tune.Tuner(
+        _fails_or_reports, param_space={"x": tune.grid_search([0, 1]), "steps": 100},
+        run_config=tune.RunConfig(storage_path=storage, name="ffr", verbose=0,
+                                  failure_config=FailureConfig(fail_fast="raise")),
+    )
+    with pytest.raises(ValueError, match="trial zero fails"):
+        tuner.fit()
+    assert _statuses(storage, "ffr") == ["ERROR", "TERMINATED"]
+    with pytest.raises(InvalidArgumentError, match="fail_fast='sometimes'.*'raise'"):
+        tune.Tuner(_fails_or_reports, run_config=tune.RunConfig(
+            storage_path=storage, failure_config=FailureConfig(fail_fast="sometimes"))).fit()
 
 
 def test_killed_trial_resumes_from_its_checkpoint(storage, tmp_path):

@@ -1,8 +1,8 @@
 """Tune callbacks (Ray's ``tune.Callback``): hooks the Tune controller calls as trials start, report and end.
 
 Pass them as ``RunConfig(callbacks=[...])``.  Every hook runs on the
-controller's thread; one that raises is reported once as a warning and does
-not stop the experiment.
+controller's thread, with Ray's keyword arguments; one that raises is reported
+once as a warning and does not stop the experiment.
 """
 
 from __future__ import annotations
@@ -12,13 +12,25 @@ from typing import Any
 
 
 class Callback:
-    """Override any of these hooks; ``iteration`` counts the controller's steps, ``trials`` is every trial."""
+    """Override any of these hooks. ``iteration`` counts the steps of the controller's loop (one
+    step: start what fits, handle the results and ends that arrived, save the experiment state);
+    ``trials`` is every trial; ``trial`` is a ``muster.tune.trial.Trial``.
+
+    Ray's ``on_trial_restore``, ``on_trial_save``, ``on_trial_recover`` and ``on_checkpoint`` are
+    not called: a trial's restarts and checkpoints happen inside its run.
+    """
 
     def setup(self, **info: Any) -> None:
         """Before the first trial starts."""
 
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        """At the start of each step of the controller's loop."""
+
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        """At the end of each step of the controller's loop."""
+
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        """A trial (re)started."""
+        """A trial (re)started; its folder (``trial.local_path``) exists."""
 
     def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
                         **info: Any) -> None:
@@ -42,11 +54,10 @@ class CallbackList:
         self.iteration = 0
         self._broken: set[int] = set()
 
-    def __call__(self, hook: str, *args: Any, **kwargs: Any) -> None:
-        self.iteration += 1
+    def __call__(self, hook: str, **kwargs: Any) -> None:
         for cb in self.callbacks:
             try:
-                getattr(cb, hook)(*args, **kwargs)
+                getattr(cb, hook)(**kwargs)
             except Exception as exc:  # noqa: BLE001 - a broken logger must not end the experiment
                 if id(cb) not in self._broken:
                     self._broken.add(id(cb))
@@ -54,4 +65,11 @@ class CallbackList:
                                   "the experiment goes on.", stacklevel=2)
 
     def trial_event(self, hook: str, trials: list[Any], trial: Any, **kwargs: Any) -> None:
-        self(hook, self.iteration, trials, trial, **kwargs)
+        self(hook, iteration=self.iteration, trials=trials, trial=trial, **kwargs)
+
+    def step_begin(self, trials: list[Any]) -> None:
+        self("on_step_begin", iteration=self.iteration, trials=trials)
+
+    def step_end(self, trials: list[Any]) -> None:
+        self.iteration += 1
+        self("on_step_end", iteration=self.iteration, trials=trials)

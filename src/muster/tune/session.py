@@ -6,16 +6,20 @@ session's own calls; ``get_context`` adds the trial's identity.
 
 from __future__ import annotations
 
+import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from muster.exceptions import InvalidTypeError
+from muster.core import context as core_context
+from muster.exceptions import InvalidTypeError, MusterError
 from muster.train import get_checkpoint as _train_get_checkpoint
 from muster.train import get_context as _train_get_context
 from muster.train import report as _train_report
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
+from muster.tune.messages import StepDecision, StepResult
 
 _trial: dict[str, Any] | None = None
 
@@ -38,47 +42,100 @@ def get_checkpoint() -> Checkpoint | None:
 
 @dataclass
 class TuneContext:
-    """Who this trial is. Ray's ``TuneContext`` methods."""
+    """Who this trial is: Ray's ``TuneContext`` methods.
 
-    _train: TrainContext
-    _trial: dict[str, Any]
+    Outside a trial (a trainable's function called directly, as Ray's guides do to try it
+    out) the trial's getters return None, and the rank getters those of a single process
+    (rank 0 of 1), each with a warning the first time, as Ray's do.
+    """
 
-    def get_trial_id(self) -> str:
-        return str(self._trial["trial_id"])
+    _train: TrainContext | None
+    _trial: dict[str, Any] | None
 
-    def get_trial_name(self) -> str:
-        return str(self._trial["trial_name"])
+    def _get(self, key: str, getter: str) -> Any:
+        if self._trial is None:
+            _warn_outside(getter, None)
+            return None
+        return self._trial[key]
 
-    def get_trial_dir(self) -> str:
-        return str(self._trial["path"])
+    def get_trial_id(self) -> str | None:
+        return self._get("trial_id", "get_trial_id")
+
+    def get_trial_name(self) -> str | None:
+        return self._get("trial_name", "get_trial_name")
+
+    def get_trial_dir(self) -> str | None:
+        return self._get("path", "get_trial_dir")
 
     def get_trial_resources(self) -> Any:
         """What the trial holds, as Ray gives it: a ``PlacementGroupFactory`` (``required_resources``,
-        ``head_cpus``, ``bundles``) of one bundle, the trial's resources."""
+        ``head_cpus``, ``bundles``) of one bundle, the trial's resources (None outside a trial)."""
         from muster.tune.tune_config import PlacementGroupFactory
 
-        return PlacementGroupFactory([dict(self._trial["resources"])])
+        resources = self._get("resources", "get_trial_resources")
+        return None if resources is None else PlacementGroupFactory([dict(resources)])
 
-    def get_experiment_name(self) -> str:
-        return str(self._trial["experiment"])
+    def get_experiment_name(self) -> str | None:
+        return self._get("experiment", "get_experiment_name")
+
+    def _rank(self, getter: str, default: int) -> int:
+        if self._train is None:
+            _warn_outside(getter, default)
+            return default
+        return int(getattr(self._train, getter)())
 
     def get_world_rank(self) -> int:
-        return self._train.get_world_rank()
+        return self._rank("get_world_rank", 0)
 
     def get_world_size(self) -> int:
-        return self._train.get_world_size()
+        return self._rank("get_world_size", 1)
+
+    def get_local_rank(self) -> int:
+        return self._rank("get_local_rank", 0)
+
+    def get_local_world_size(self) -> int:
+        return self._rank("get_local_world_size", 1)
+
+    def get_node_rank(self) -> int:
+        return self._rank("get_node_rank", 0)
 
     def get_attempt(self) -> int:
-        return self._train.get_attempt()
+        return self._rank("get_attempt", 0)
+
+
+_warned: set[str] = set()
+
+
+def _warn_outside(getter: str, value: Any) -> None:
+    if getter not in _warned:
+        _warned.add(getter)
+        warnings.warn(
+            f"tune.get_context().{getter}() was called outside a trial that a Tuner runs; it returns {value!r}.",
+            stacklevel=4,
+        )
 
 
 def get_context() -> TuneContext:
-    """This trial's id, name, folder and resources (inside a trainable only)."""
-    if _trial is None:
-        raise RuntimeError(
-            "muster.tune.get_context() works only inside a trainable that a Tuner runs; it was called elsewhere."
-        )
-    return TuneContext(_train_get_context(), _trial)
+    """This trial's id, name, folder and resources.
+
+    Returns:
+        The trial's ``TuneContext``; outside a trial (the trainable called directly) one
+        whose trial getters return None, as Ray's does.
+    """
+    try:
+        train = _train_get_context()
+    except RuntimeError:  # not in a training worker: the function was called directly
+        train = None
+    return TuneContext(train, _trial)
+
+
+def decide_step(metrics: dict[str, Any]) -> StepDecision:
+    """Inside a class trainable's trial: hand a step's result to the Tune controller before it is
+    reported, and learn whether the trial ends with it (then the trainable is saved with it)."""
+    decision = core_context.send_event(StepResult(dict(metrics), time.time()), wait=True)
+    if not isinstance(decision, StepDecision):
+        raise MusterError(f"the Tune controller answered a step with {decision!r}, not a StepDecision")
+    return decision
 
 
 class FunctionTrial:

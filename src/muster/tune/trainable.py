@@ -7,7 +7,10 @@ a restored experiment, or population-based training's exploit), then call
 stopper or scheduler stops the trial. A class that overrides
 ``save_checkpoint`` is saved with the report of every iteration, or, under
 ``tune.CheckpointConfig(checkpoint_frequency=K)``, every K-th, plus the last
-(``done``) one unless ``checkpoint_at_end=False``.
+one unless ``checkpoint_at_end=False``: the one whose result says ``done``, or
+the one on which a stop condition, the scheduler or a pause ends the trial (as
+in Ray). For that last one the worker asks the controller, before reporting a
+result it would not save, whether the trial ends there (see ``messages``).
 """
 
 from __future__ import annotations
@@ -44,8 +47,9 @@ class Trainable:
         """One iteration: return its metrics (``{"done": True}`` ends the trial)."""
         raise NotImplementedError(f"{type(self).__name__}.step() is not implemented; return a dict of metrics.")
 
-    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any] | None:
-        """Write state into ``checkpoint_dir`` (or return a dict of it). Default: no checkpoints."""
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any] | str | None:
+        """Write state into ``checkpoint_dir`` and return None or ``checkpoint_dir`` itself, or
+        return a dict of the state. Default: no checkpoints."""
         return None
 
     def load_checkpoint(self, checkpoint: dict[str, Any] | str) -> None:
@@ -68,13 +72,13 @@ class Trainable:
         return self._iteration
 
     @property
-    def trial_id(self) -> str:
+    def trial_id(self) -> str | None:
         from muster.tune.session import get_context
 
         return get_context().get_trial_id()
 
     @property
-    def trial_name(self) -> str:
+    def trial_name(self) -> str | None:
         from muster.tune.session import get_context
 
         return get_context().get_trial_name()
@@ -88,14 +92,23 @@ class Trainable:
         return result
 
     def save(self, checkpoint_dir: str) -> str:
-        """Save into ``checkpoint_dir`` (the dict form is pickled there)."""
+        """Save into ``checkpoint_dir`` (the dict form is pickled there).
+
+        Raises:
+            InvalidTypeError: ``save_checkpoint`` returned something other than None, a dict,
+                or ``checkpoint_dir`` itself.
+        """
         state = self.save_checkpoint(checkpoint_dir)
-        if state is not None:
-            if not isinstance(state, dict):
-                raise InvalidTypeError(f"{type(self).__name__}.save_checkpoint returned {type(state).__name__}; return "
-                                "None (after writing files into checkpoint_dir) or a dict.")
+        if isinstance(state, dict):
             with open(os.path.join(checkpoint_dir, _DICT_FILE), "wb") as f:
                 pickle.dump(state, f)
+        elif state is not None and not _same_folder(state, checkpoint_dir):
+            got = repr(state) if isinstance(state, (str, os.PathLike)) else f"a {type(state).__name__}"
+            raise InvalidTypeError(
+                f"{type(self).__name__}.save_checkpoint returned {got}; return None or the checkpoint_dir it "
+                f"was given ({checkpoint_dir!r}) after writing files into that folder, or return a dict of "
+                "the state."
+            )
         with open(os.path.join(checkpoint_dir, _ITER_FILE), "w") as f:
             f.write(str(self._iteration))
         return checkpoint_dir
@@ -114,6 +127,13 @@ class Trainable:
                 self._iteration = int(f.read().strip() or 0)
 
 
+def _same_folder(returned: Any, checkpoint_dir: str) -> bool:
+    """Whether ``save_checkpoint`` returned the folder it was given (Ray's samples return it)."""
+    if not isinstance(returned, (str, os.PathLike)):
+        return False
+    return os.path.realpath(os.fspath(returned)) == os.path.realpath(checkpoint_dir)
+
+
 def _saves_checkpoints(cls: type) -> bool:
     return getattr(cls, "save_checkpoint", None) is not Trainable.save_checkpoint
 
@@ -124,7 +144,7 @@ class ClassTrainable:
     Args:
         cls: the ``Trainable`` subclass.
         checkpoint_frequency: save every this many iterations (0: not periodically).
-        checkpoint_at_end: save the iteration whose result says ``done``.
+        checkpoint_at_end: save the last iteration (its result says ``done``, or the trial is stopped on it).
     """
 
     def __init__(self, cls: type[Trainable], checkpoint_frequency: int = 1, checkpoint_at_end: bool = True):
@@ -143,7 +163,7 @@ class ClassTrainable:
 
     def __call__(self, config: dict[str, Any], **setup_kwargs: Any) -> None:
         from muster.train.checkpoint import Checkpoint
-        from muster.tune.session import get_checkpoint, report
+        from muster.tune.session import decide_step, get_checkpoint, report
 
         trainable = self.cls(config, **setup_kwargs)
         start = get_checkpoint()
@@ -155,7 +175,13 @@ class ClassTrainable:
             while True:
                 result = trainable.train()
                 done = bool(result.get("done"))
-                if saves and self._due(trainable, done):
+                due = saves and self._due(trainable, done)
+                if saves and self.checkpoint_at_end and not due:
+                    # Would the trial end here (stopper, scheduler)? Then it is saved with this result.
+                    decision = decide_step(result)
+                    result = {**result, **decision.fields}
+                    done = due = decision.ends
+                if due:
                     with tempfile.TemporaryDirectory(prefix="muster-trainable-") as d:
                         trainable.save(d)
                         report(result, checkpoint=Checkpoint.from_directory(d))

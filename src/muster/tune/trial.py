@@ -15,8 +15,11 @@ workers are the engine's processes); a trial that is paused and restarted
 from __future__ import annotations
 
 import functools
+import os
+import posixpath
 import queue
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +39,7 @@ from muster.train.controller import Controller, ControllerHooks
 from muster.train.result import Result
 from muster.train.run_state import RunRecord
 from muster.train.storage import Storage
+from muster.tune.messages import StepDecision, StepResult
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 NESTED_RUN = "trainer"  # the run folder, inside a trial's, of a trainer its function fit
@@ -50,9 +54,15 @@ def latest_checkpoint(storage: Storage) -> Checkpoint | None:
     return None
 
 
-@dataclass
+@dataclass(eq=False)  # hashed and compared by identity, as Ray's Trial (callbacks key dicts by trial)
 class Trial:
-    """One configuration being tried. ``status`` is Ray's: PENDING, RUNNING, PAUSED, TERMINATED or ERROR."""
+    """One configuration being tried, as Tune callbacks and schedulers see it.
+
+    Ray's attributes: ``trial_id``, ``config``, ``status`` (PENDING, RUNNING, PAUSED,
+    TERMINATED or ERROR), ``last_result``, ``path`` (the trial's folder in storage, a
+    local path or a URL), ``local_path`` (that folder on this machine's disk; it exists
+    when ``on_trial_start`` is called), ``trainable_name``; ``str(trial)`` is its name.
+    """
 
     trial_id: str
     trial_name: str
@@ -67,6 +77,23 @@ class Trial:
     restart_plan: tuple[dict[str, Any], Checkpoint | None, str] | None = None
     run: TrialRun | None = field(default=None, repr=False)
     ending_as: str | None = field(default=None, repr=False)  # the status a stop request ends it in
+
+    @property
+    def local_path(self) -> str:
+        """The trial's folder on the driver's disk: ``path`` itself for local storage; for a
+        URL (``s3://...``), a folder under the temp dir that muster does not upload."""
+        if "://" not in self.path:
+            return self.path
+        experiment = posixpath.basename(posixpath.dirname(self.path.rstrip("/")))
+        return os.path.join(tempfile.gettempdir(), "muster-tune", experiment, self.trial_name)
+
+    @property
+    def trainable_name(self) -> str:
+        suffix = f"_{self.trial_id}"
+        return self.trial_name[: -len(suffix)] if self.trial_name.endswith(suffix) else self.trial_name
+
+    def is_finished(self) -> bool:
+        return self.status in (TERMINATED, ERROR)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -147,6 +174,8 @@ class TrialRun:
         self._last_time: dict[int, float] = {}
         self._since_restore: dict[int, int] = {}
         self._stop = threading.Event()
+        self.deciding: Future | None = None  # the worker waits for the answer to its StepResult
+        self.decided_round: int | None = None  # the round of that result: not handed on again when reported
         self.thread = threading.Thread(target=self._main, name=f"muster-trial-{trial.trial_id}", daemon=True)
 
     def start(self) -> None:
@@ -155,6 +184,8 @@ class TrialRun:
     def stop(self) -> None:
         """Kill the trial's workers; the run ends as STOPPED with its checkpoints kept."""
         self._stop.set()
+        if self.deciding is not None and not self.deciding.done():
+            self.deciding.set_result(StepDecision(ends=True))  # nothing waits on a killed worker
         for controller in (self.inner, self.controller):
             if controller is not None:
                 controller.request_stop()
@@ -191,25 +222,52 @@ class TrialRun:
         self.events.put(TrialEnded(self.trial, self, outcome))
 
     def _add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float) -> dict[str, Any]:
-        last = self._last_time.get(rank, self._started_wall)
+        out = self._tune_fields(rank, metrics, t)
         self._last_time[rank] = t
-        self._since_restore[rank] = self._since_restore.get(rank, 0) + 1
+        self._since_restore[rank] = out["iterations_since_restore"]
+        return out
+
+    def _tune_fields(self, rank: int, metrics: dict[str, Any], t: float) -> dict[str, Any]:
+        """``metrics`` with what Tune adds to a result (fields already there are kept)."""
+        last = self._last_time.get(rank, self._started_wall)
         out = dict(metrics)
         out.setdefault("time_this_iter_s", max(t - last, 0.0))
         out.setdefault("time_total_s", self.time_offset + max(t - self._started_wall, 0.0))
         # the rest of what Ray adds to every result (this run of the trial is its "restore")
         out.setdefault("time_since_restore", max(t - self._started_wall, 0.0))
-        out.setdefault("iterations_since_restore", self._since_restore[rank])
+        out.setdefault("iterations_since_restore", self._since_restore.get(rank, 0) + 1)
         out.setdefault("date", time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(t)))
         out.setdefault("hostname", _HOST)
         out.setdefault("node_ip", _node_ip())
         out["trial_id"] = self.trial.trial_id
         return out
 
+    def _on_step(self, step: StepResult) -> Future:
+        """A class trainable's result before it is reported: the controller acts on it as on a
+        report (``TrialStep``) and answers whether the trial ends there. The worker reports it
+        with the Tune fields computed here, so the recorded row is the one acted on."""
+        fields = self._tune_fields(0, step.metrics, step.time)
+        round_ = self._next_round()
+        row = {**fields, "training_iteration": round_, "timestamp": step.time}
+        added = {k: v for k, v in fields.items() if k not in step.metrics or k == "trial_id"}
+        self.decided_round = round_
+        self.deciding = Future()
+        self.events.put(TrialStep(self.trial, self, row, added, self.deciding))
+        return self.deciding
+
+    def _next_round(self) -> int:
+        """The round the worker's next report gets: one past the newest its run has seen."""
+        ledger = self.controller.ledger if self.controller is not None else None
+        if ledger is None:
+            return 1
+        rounds = [int(r.get("training_iteration", 0)) for r in ledger.reports] + [c.round for c in ledger.committed]
+        return max(rounds + [0]) + 1
 
     def _on_request(self, handle: RuntimeActor, payload: Any) -> Any:
         """The trial's function called ``TorchTrainer(...).fit()``: run that trainer here, in the
         driver, as part of this trial. Its rank 0's reports become the trial's results."""
+        if isinstance(payload, StepResult):
+            return self._on_step(payload)
         if not isinstance(payload, FitRequest):
             raise MusterError(f"unknown request from a trial's worker: {type(payload).__name__}")
         trainer = payload.trainer
@@ -256,7 +314,18 @@ class TrialEnded:
     outcome: Any
 
 
-TrialEvent = Union[TrialResult, TrialEnded]
+@dataclass(frozen=True)
+class TrialStep:
+    """A class trainable's step result, before it is reported; ``reply`` gets the decision."""
+
+    trial: Trial
+    run: TrialRun
+    row: dict[str, Any]
+    fields: dict[str, Any]  # the Tune fields the worker reports with the result
+    reply: Future
+
+
+TrialEvent = Union[TrialResult, TrialEnded, TrialStep]
 
 
 class _Forward:
@@ -268,6 +337,9 @@ class _Forward:
     def on_report(self, row: dict[str, Any]) -> None:
         if row.get("_rank") != 0:
             return
+        if self.into is None and row.get("training_iteration") == self.run.decided_round:
+            self.run.decided_round = None
+            return  # a class trainable's result the controller acted on before it was reported
         if self.into is not None:
             # a nested trainer's report: recorded as the trial's own too, so its Result has the metrics
             metrics = {k: v for k, v in row.items() if not k.startswith("_") and k != "training_iteration"}

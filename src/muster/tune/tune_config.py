@@ -84,8 +84,10 @@ class CheckpointConfig(_TrainCheckpointConfig):
             iteration, so that failure restarts and population-based training
             always have a checkpoint (Ray saves on demand when it pauses a
             trial; muster stops a trial's process at once instead).
-        checkpoint_at_end: also save when ``step()`` returns ``done`` (default
-            for a class trainable: True, as in Ray).
+        checkpoint_at_end: also save the trial's last iteration: when ``step()``
+            returns ``done``, or a stop condition or the scheduler stops (or
+            pauses) the trial on that result (default for a class trainable:
+            True, as in Ray).
         num_to_keep / checkpoint_score_attribute / checkpoint_score_order: see
             ``muster.train.CheckpointConfig``.
 

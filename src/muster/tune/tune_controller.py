@@ -7,11 +7,15 @@ leave free, so gangs never hold half their members while waiting for the
 rest, and too many multi-worker trials cannot deadlock.  Each trial's run
 reports on its own thread; results and ends arrive on one queue and are
 handled here, in order: searcher and scheduler see each result before the
-next one, and a decision to stop a trial kills its workers at once.
+next one, and a decision to stop a trial kills its workers at once -- except a
+class trainable's that is to be saved at its end: it hands each result over
+before reporting it (``TrialStep``), and a decision to stop or pause it on that
+result lets it save, report and end by itself.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import time
@@ -41,8 +45,10 @@ from muster.tune.trial import (
     TrialEvent,
     TrialResult,
     TrialRun,
+    TrialStep,
     latest_checkpoint,
 )
+from muster.tune.messages import StepDecision
 
 EXPERIMENT_STATE = "experiment_state.json"
 _SAVE_EVERY_S = 1.0
@@ -66,11 +72,17 @@ class TuneController:
         verbose: int,
         id_prefix: str,
         store_root: str,
+        fail_fast: bool | str = False,
     ):
         self.experiment, self.trials, self.make_plan = experiment, trials, make_plan
         self.trainable_name, self.searcher, self.scheduler, self.stopper = trainable_name, searcher, scheduler, stopper
         self.metric, self.mode, self.max_concurrent, self.time_budget_s = metric, mode, max_concurrent, time_budget_s
         self.id_prefix, self.store_root = id_prefix, store_root
+        # FailureConfig(fail_fast=True): the first trial error stops the experiment; "raise": and
+        # Tuner.fit() raises it (``failed_fast`` names that trial)
+        self.fail_fast = fail_fast
+        self.failed_fast: str | None = None
+        self._deciding: Trial | None = None  # the trial whose step result is being acted on
         self.events: queue.Queue[TrialEvent] = queue.Queue()
         self.errors: dict[str, BaseException] = {}
         self.progress = TuneProgress(experiment.name, experiment.uri, metric, mode, verbose)
@@ -116,33 +128,43 @@ class TuneController:
         finally:
             self._save(force=True)
             self.progress.stop(self.trials)
-            self.callbacks("on_experiment_end", self.trials)
+            self.callbacks("on_experiment_end", trials=self.trials)
 
     def _loop(self, started: float, interrupts: SafeInterrupts) -> None:
         """The scheduling loop; a Ctrl-C takes effect between its waits (see SafeInterrupts)."""
         while True:
             interrupts.check()
-            self._start_trials()
-            if not self._running() and not self._startable():
-                break
-            if not self._running() and self._stalled():
-                continue  # the paused trials nobody would resume were ended: look again
+            self.callbacks.step_begin(self.trials)
+            going_on = self._step(started)
+            self.callbacks.step_end(self.trials)
+            if not going_on:
+                return
+
+    def _step(self, started: float) -> bool:
+        """One step: start what fits, handle what arrived (waiting up to 0.5 s), save the state.
+        Returns False once nothing runs and nothing can start."""
+        self._start_trials()
+        if not self._running() and not self._startable():
+            return False
+        if not self._running() and self._stalled():
+            return True  # the paused trials nobody would resume were ended: look again
+        try:
+            event: TrialEvent | None = self.events.get(timeout=0.5)
+        except queue.Empty:
+            event = None
+        while event is not None:
+            self._handle(event)
             try:
-                event: TrialEvent | None = self.events.get(timeout=0.5)
+                event = self.events.get_nowait()
             except queue.Empty:
                 event = None
-            while event is not None:
-                self._handle(event)
-                try:
-                    event = self.events.get_nowait()
-                except queue.Empty:
-                    event = None
-            if self.time_budget_s is not None and time.monotonic() - started > self.time_budget_s:
-                if not self._stopping_all:
-                    self.progress.event(f"time budget of {self.time_budget_s:g} s spent; stopping every trial")
-                self._stop_everything()
-            self.progress.update(self.trials, self.scheduler.debug_string())
-            self._save()
+        if self.time_budget_s is not None and time.monotonic() - started > self.time_budget_s:
+            if not self._stopping_all:
+                self.progress.event(f"time budget of {self.time_budget_s:g} s spent; stopping every trial")
+            self._stop_everything()
+        self.progress.update(self.trials, self.scheduler.debug_string())
+        self._save()
+        return True
 
     def _running(self) -> list[Trial]:
         return [t for t in self.trials if t.run is not None]
@@ -243,6 +265,10 @@ class TuneController:
         )
         trial.run, trial.status, trial.ending_as = run, RUNNING, None
         self._dirty = True
+        # The trial's folder exists before callbacks see it (Ray's loggers open files in it).
+        storage = self._trial_storage(trial)
+        storage.makedirs(storage.run_dir)
+        os.makedirs(trial.local_path, exist_ok=True)
         self.progress.event(f"{trial.trial_name} started with {_short(trial.config)}")
         self.callbacks.trial_event("on_trial_start", self.trials, trial)
         run.start()
@@ -256,8 +282,22 @@ class TuneController:
             return  # from a run already ended
         if isinstance(event, TrialResult):
             self._on_result(event.trial, event.row)
+        elif isinstance(event, TrialStep):
+            self._on_step(event)
         else:
             self._on_end(event.trial, event.outcome)
+
+    def _on_step(self, step: TrialStep) -> None:
+        """A class trainable's result, acted on before the worker reports it: a decision to stop
+        or pause the trial on it lets the worker save the trainable and report the result with
+        that checkpoint (``checkpoint_at_end``) and end, instead of being killed."""
+        self._deciding = step.trial
+        try:
+            self._on_result(step.trial, step.row)
+        finally:
+            self._deciding = None
+        if not step.reply.done():
+            step.reply.set_result(StepDecision(ends=step.trial.ending_as is not None, fields=step.fields))
 
     def _on_result(self, trial: Trial, row: dict[str, Any]) -> None:
         result = {k: v for k, v in row.items() if not k.startswith("_")}
@@ -292,6 +332,12 @@ class TuneController:
             self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
             self.progress.event(f"{trial.trial_name} ERROR: {root_cause_summary(outcome)}")
             self.callbacks.trial_event("on_trial_error", self.trials, trial)
+            if self.fail_fast and not self._stopping_all:
+                self.progress.event(f"FailureConfig(fail_fast={self.fail_fast!r}): {trial.trial_name} failed; "
+                                    "stopping the experiment")
+                if isinstance(self.fail_fast, str):
+                    self.failed_fast = trial.trial_id
+                self._stop_everything()
         elif trial.ending_as == PAUSED:
             trial.status = PAUSED
         else:
@@ -304,7 +350,8 @@ class TuneController:
     def _stop(self, trial: Trial, ending_as: str) -> None:
         if trial.run is not None and trial.ending_as is None:
             trial.ending_as = ending_as
-            trial.run.stop()
+            if trial is not self._deciding:  # that one's worker waits for the decision: it saves and ends
+                trial.run.stop()
 
     def _stop_everything(self) -> None:
         self._stopping_all = True

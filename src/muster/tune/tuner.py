@@ -98,11 +98,14 @@ class Tuner:
 
         Raises:
             ResourcesUnavailableError: one trial needs more than the engine has.
+            TrainingFailedError: under ``FailureConfig(fail_fast="raise")``, the first trial
+                error (also an instance of what the trainable raised), once the others stopped.
             InvalidArgumentError: the experiment folder exists already (use ``Tuner.restore``), or
                 ``CheckpointConfig(checkpoint_frequency/checkpoint_at_end)`` is set for a trainable
                 that saves its own checkpoints (a function or a trainer).
         """
         _class_checkpointing(self.trainable, self.run_config.checkpoint_config)
+        fail_fast = _fail_fast(self.run_config.failure_config)
         storage = self._storage()
         state_path = storage.join(storage.run_dir, EXPERIMENT_STATE)
         if self._restored is None and storage.exists(state_path):
@@ -130,7 +133,7 @@ class Tuner:
             storage, trials, self._make_plan, name, searcher, scheduler, as_stopper(self.run_config.stop),
             metric, mode, tc.max_concurrent_trials, tc.time_budget_s, self.run_config.verbose,
             (self._restored or {}).get("id_prefix") or secrets.token_hex(3)[:5],
-            self.run_config.resolved_storage_path(),
+            self.run_config.resolved_storage_path(), fail_fast,
         )
         controller.callbacks = CallbackList(self.run_config.callbacks)
         if (self._restored or {}).get("search_done"):
@@ -141,6 +144,8 @@ class Tuner:
             controller.run()
         finally:
             restore_sigterm()
+        if controller.failed_fast is not None:  # FailureConfig(fail_fast="raise")
+            raise _as_users_error(controller.errors[controller.failed_fast]) or TrialError(controller.failed_fast)
         return _grid(storage, controller.trials, controller.errors, metric, mode)
 
     def get_results(self) -> ResultGrid:
@@ -293,6 +298,23 @@ def _class_checkpointing(trainable: Any, config: Any) -> tuple[int, bool]:
     return 0, False
 
 
+def _fail_fast(config: Any) -> bool | str:
+    """``FailureConfig.fail_fast`` as Ray takes it: True/False, or ``"raise"`` (any case).
+
+    True stops the experiment at the first trial error (the others are stopped, the pending ones
+    never start; ``fit()`` returns the grid with the error); ``"raise"`` also raises it from ``fit()``.
+    """
+    value = getattr(config, "fail_fast", False)
+    if isinstance(value, str):
+        if value.upper() != "RAISE":
+            raise InvalidArgumentError(
+                f"FailureConfig(fail_fast={value!r}): use True, False or 'raise' (raise the first trial error "
+                "from Tuner.fit())."
+            )
+        return "raise"
+    return bool(value)
+
+
 def _trainer_space(trainable: Any, space: dict[str, Any]) -> dict[str, Any]:
     """For a trainer, hyperparameters given at the top level go under ``train_loop_config``."""
     if not isinstance(trainable, DataParallelTrainer):
@@ -377,6 +399,8 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
             result = Result.from_path(trial.path)
         except ValueError:
             result = Result(metrics=None, checkpoint=None, path=trial.path)
+        if result.metrics is None:  # it never reported: Ray's last_result has its id
+            result.metrics = {"trial_id": trial.trial_id}
         _metrics_acted_on(result, trial)
         nested = storage.join(trial.path, trial_mod.NESTED_RUN)
         if result.checkpoint is None and storage.exists(nested):  # the trial's function fit a trainer

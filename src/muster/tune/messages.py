@@ -1,0 +1,30 @@
+"""What a class trainable's worker and the Tune controller tell each other about one step.
+
+A ``tune.Trainable`` that is to be saved when its trial ends (``checkpoint_at_end``)
+asks before it reports a step's result: the controller acts on the result (stopper,
+scheduler, searcher, callbacks) and answers whether the trial ends there, so that
+the worker can save the trainable and report the result with that checkpoint before
+it stops, as Ray saves a trial that a stop condition ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Worker -> driver: the result ``step()`` returned, not yet reported, and when."""
+
+    metrics: dict[str, Any]
+    time: float
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    """Driver -> worker: whether the trial ends with this result, and the Tune fields
+    (``time_total_s``, ``trial_id``...) the controller acted on, to report with it."""
+
+    ends: bool
+    fields: dict[str, Any] = field(default_factory=dict)
