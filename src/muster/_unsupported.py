@@ -107,6 +107,12 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "multiplexed": "one deployment per model, or a dict of models inside one deployment keyed by a request field",
         "get_multiplexed_model_id": "read the model id from the request (a header or a query parameter) yourself",
     },
+    "muster.air": {
+        "session": "muster.train.report / get_checkpoint / get_context",
+    },
+    "muster.air.integrations.mlflow": {
+        "setup_mlflow": "mlflow.start_run() in rank 0 of train_loop_per_worker, or MLflowLoggerCallback",
+    },
     "muster.tune": {
         "run": "muster.tune.Tuner(trainable, param_space=..., tune_config=..., run_config=...).fit()",
         "run_experiments": "muster.tune.Tuner(...).fit()",

@@ -37,6 +37,7 @@ def test_csv_and_json_keep_every_report_of_every_rank(storage):
     # a metric that first appears late widens the header; earlier rows have it empty
     assert {r["late"] for r in rows if r["training_iteration"] == "4"} == {"yes"}
     assert {r["late"] for r in rows if r["training_iteration"] != "4"} == {""}
+    assert "extra/grad_norm" in rows[0] and "extra" not in rows[0]  # nested metrics flattened, as Ray's CSV
     with open(os.path.join(result.path, "progress.json")) as f:
         lines = [json.loads(line) for line in f]
     assert len(lines) == 8 and {line["_rank"] for line in lines} == {0, 1}
@@ -78,6 +79,37 @@ def test_mlflow_run_with_metrics_and_params(storage, tmp_path):
     assert run.data.tags["team"] == "infra" and run.data.tags["muster.run_path"] == result.path
     history = client.get_metric_history(callback.run_id, "loss")
     assert sorted((m.step, m.value) for m in history) == [(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3)), (4, 0.0)]
+
+
+def _trial(config):
+    from muster import tune
+
+    for i in range(2):
+        tune.report({"score": config["x"] * i, "extra": {"i": i}})
+
+
+def test_loggers_in_a_tuner_write_each_trials_own_files_and_mlflow_run(storage, tmp_path):
+    """Ray's Tune guides pass the loggers (by Ray's import paths) in tune.RunConfig(callbacks=);
+    each trial gets its files in its folder and its own MLflow run with its config as params.
+    Before, a Tuner over a function skipped them silently."""
+    tracking = pytest.importorskip("mlflow.tracking")
+    from muster import tune
+    from muster.air.integrations.mlflow import MLflowLoggerCallback as AirMLflow
+    from muster.tune.logger import CSVLoggerCallback as TuneCSV
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    grid = tune.Tuner(_trial, param_space={"x": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(storage_path=storage, name="logged", verbose=0,
+                                                callbacks=[TuneCSV(), AirMLflow(uri, experiment_name="tuned")])).fit()
+    for r in grid:
+        with open(os.path.join(r.path, "progress.csv")) as f:
+            rows = list(csv.DictReader(f))
+        assert [float(row["score"]) for row in rows] == [0.0, float(r.config["x"])] and "extra/i" in rows[0]
+    assert "extra/i" in grid.get_dataframe().columns and "extra/i" in grid[0].metrics_dataframe.columns
+    client = tracking.MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("tuned").experiment_id])
+    assert sorted(run.data.params["x"] for run in runs) == ["1", "2"]  # one run per trial, its config
+    assert all(run.info.status == "FINISHED" for run in runs)
 
 
 def test_remote_run_folder_needs_a_logdir():

@@ -274,8 +274,11 @@ def test_torch_trainer_trials_are_gang_scheduled_without_deadlock(storage):
 
 def test_function_that_fits_a_trainer_reports_through_the_trial(storage):
     def trial_fn(config):
-        result = TorchTrainer(_train_loop, train_loop_config=config,
-                              scaling_config=ScalingConfig(num_workers=2)).fit()
+        from muster.train import RunConfig
+        from muster.tune.integration.ray_train import TuneReportCallback  # Ray's; muster needs none
+
+        result = TorchTrainer(_train_loop, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+                              run_config=RunConfig(callbacks=[TuneReportCallback()])).fit()
         assert result.metrics["world"] == 2
 
     grid = tune.Tuner(
@@ -290,6 +293,11 @@ def test_function_that_fits_a_trainer_reports_through_the_trial(storage):
         with r.checkpoint.as_directory() as d:
             assert open(os.path.join(d, "epoch")).read() == "2"
     assert grid.get_best_result().config == {"lr": 0.1}
+    from muster.exceptions import MusterError
+    from muster.tune.integration.ray_train import TuneReportCallback
+
+    with pytest.raises(MusterError, match="outside a Tune trial"):
+        TuneReportCallback()  # as Ray's: it belongs to a trainer inside a trial
 
 
 def test_failed_trial_is_reported_and_the_others_finish(storage):
@@ -393,6 +401,10 @@ def test_killed_trial_resumes_from_its_checkpoint(storage, tmp_path):
     assert list(df["i"]) == [0, 1, 2, 3, 4, 5]  # nothing redone, nothing lost
     assert list(df["resumed_at"]) == [0, 0, 0, 3, 3, 3]
     assert sorted(set(r.all_metrics_dataframe["_attempt"])) == [0, 1]
+    # the restart is Ray's "restore": its counters start again, the totals go on
+    assert list(df["iterations_since_restore"]) == [1, 2, 3, 1, 2, 3]
+    assert df["time_since_restore"].iloc[3] < df["time_total_s"].iloc[3] - df["time_total_s"].iloc[2] + 0.5
+    assert (df["time_total_s"].diff().dropna() >= 0).all()
 
 
 def test_optuna_search_suggests_inside_the_space_and_learns(storage):

@@ -18,6 +18,7 @@ prefixes each metric with ``rank<N>/``.
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import os
@@ -28,6 +29,7 @@ from typing import Any, TextIO
 
 from muster.exceptions import InvalidArgumentError
 from muster.observe.recorder import BOOKKEEPING, finite
+from muster.observe.tune_progress import flatten_config
 
 _ROW_KEYS = ("training_iteration", "timestamp", "_rank", "_attempt")
 
@@ -74,6 +76,12 @@ class _LoggerCallback:
         self.folder: str | None = None
         self._lock = threading.Lock()
 
+    def for_trial(self, config: dict[str, Any]) -> "_LoggerCallback":
+        """A fresh copy for one trial of a Tuner (each trial's run has its own files or MLflow run)."""
+        clone = copy.copy(self)
+        clone._lock = threading.Lock()
+        return clone
+
     def on_run_start(self, run_path: str, run_name: str) -> None:
         self.folder = _local_dir(run_path, self.logdir, type(self).__name__)
         self._open(run_name)
@@ -108,7 +116,7 @@ class CSVLoggerCallback(_LoggerCallback):
 
     def _write(self, row: dict[str, Any]) -> None:
         flat = {k: row.get(k) for k in _ROW_KEYS}
-        flat.update({k: v for k, v in row.items() if k not in BOOKKEEPING})
+        flat.update(flatten_config({k: v for k, v in row.items() if k not in BOOKKEEPING}))  # a/b, as Ray's
         self._rows.append(flat)
         new = [k for k in flat if k not in self._fields]
         if new or self._file is None:
@@ -203,6 +211,14 @@ class MLflowLoggerCallback(_LoggerCallback):
         self.tracking_uri, self.experiment_name = tracking_uri, experiment_name or "muster"
         self.tags, self.params, self.all_ranks = dict(tags or {}), dict(params or {}), all_ranks
         self.run_id: str | None = None
+
+    def for_trial(self, config: dict[str, Any]) -> "MLflowLoggerCallback":
+        """One MLflow run per trial, whose parameters are the trial's config (as Ray logs them)
+        unless ``params=`` was given."""
+        clone = super().for_trial(config)
+        assert isinstance(clone, MLflowLoggerCallback)
+        clone.params = dict(self.params) or flatten_config(config)
+        return clone
 
     def on_run_start(self, run_path: str, run_name: str) -> None:
         self.folder = run_path

@@ -101,6 +101,7 @@ class _Attempt:
     uploads: dict[int, set[int]] = field(default_factory=dict)  # rank -> rounds queued for async upload
     last_activity: float = field(default_factory=time.monotonic)
     start_latest: CheckpointRecord | None = None  # the latest checkpoint when the attempt began
+    started_wall: float = field(default_factory=time.time)  # when it began (epoch seconds)
     owner: task_owner.Gang = field(default_factory=lambda: task_owner.Gang(_GANG))
 
 
@@ -109,8 +110,9 @@ class ControllerHooks:
     """What a library running trainers (Tune) may plug into a run's controller.
 
     Attributes:
-        on_metrics: ``(rank, metrics, time) -> metrics`` applied to each report
-            before it is recorded (Tune adds ``time_total_s``, ``trial_id``...).
+        on_metrics: ``(rank, metrics, time, attempt_started) -> metrics`` applied to each
+            report before it is recorded (Tune adds ``time_total_s``, ``trial_id``...);
+            ``attempt_started`` is when the attempt that reported began (a restart: a new one).
         on_other_event: handles worker events that are not reports; its
             return value (or Future) is the reply. Requests of the tasks layer
             (``.remote()``, ``muster.get``, actors) never reach it.
@@ -118,7 +120,7 @@ class ControllerHooks:
             run has committed checkpoints of its own (PBT's exploit step).
     """
 
-    on_metrics: Callable[[int, dict[str, Any], float], dict[str, Any]] | None = None
+    on_metrics: Callable[[int, dict[str, Any], float, float], dict[str, Any]] | None = None
     on_other_event: Callable[[RuntimeActor, Any], Any] | None = None
     start_from: Checkpoint | None = None
 
@@ -464,7 +466,7 @@ class Controller:
         attempt.last_activity = time.monotonic()
         metrics = payload.metrics
         if self.hooks.on_metrics is not None:
-            metrics = self.hooks.on_metrics(payload.rank, metrics, payload.time)
+            metrics = self.hooks.on_metrics(payload.rank, metrics, payload.time, attempt.started_wall)
         row = self.ledger.record(
             payload.rank, payload.round, metrics, payload.files, payload.time, attempt.index, payload.state
         )

@@ -1,13 +1,16 @@
-"""``tune.logger.LoggerCallback``: Ray's base class for per-trial loggers.
+"""``tune.logger``: Ray's base class for per-trial loggers, and its ready-made ones.
 
-Subclass it and override ``log_trial_start``, ``log_trial_result`` and
-``log_trial_end``; pass an instance in ``RunConfig(callbacks=[...])``.
+Subclass ``LoggerCallback`` and override ``log_trial_start``, ``log_trial_result``
+and ``log_trial_end``; pass an instance in ``RunConfig(callbacks=[...])``.
+``CSVLoggerCallback``, ``JsonLoggerCallback`` and ``TBXLoggerCallback`` are
+``muster.observe.loggers``' (each trial writes into its own folder).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from muster.observe.loggers import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 from muster.tune.callback import Callback
 
 
@@ -37,4 +40,4 @@ class LoggerCallback(Callback):
         self.log_trial_end(trial, failed=True)
 
 
-__all__ = ["LoggerCallback"]
+__all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "TBXLoggerCallback"]

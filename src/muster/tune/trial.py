@@ -14,6 +14,7 @@ workers are the engine's processes); a trial that is paused and restarted
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import posixpath
@@ -171,6 +172,8 @@ class TrialRun:
         self.controller: Controller | None = None
         self.inner: Controller | None = None  # a trainer the trial's function built and fit
         self._started_wall = time.time()
+        self._restored_wall = self._started_wall  # when the run's current attempt began (a restart restores)
+        self._attempt_seen: float | None = None  # the start of the attempt whose reports came last
         self._last_time: dict[int, float] = {}
         self._since_restore: dict[int, int] = {}
         self._stop = threading.Event()
@@ -203,7 +206,7 @@ class TrialRun:
                 failure_config=self.plan.run_config.failure_config,
                 worker_timeout_s=self.plan.run_config.worker_timeout_s,
                 storage_filesystem=self.storage.fs,
-                callbacks=[_Forward(self)],
+                callbacks=[_Forward(self), *run_loggers(self.plan.run_config.callbacks, self.trial.config)],
                 verbose=0,
             )
             self.controller = Controller(
@@ -221,7 +224,12 @@ class TrialRun:
             outcome = exc
         self.events.put(TrialEnded(self.trial, self, outcome))
 
-    def _add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float) -> dict[str, Any]:
+    def _add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float, attempt_started: float) -> dict[str, Any]:
+        if self._attempt_seen is not None and attempt_started != self._attempt_seen:
+            self._restored_wall = attempt_started  # a restart after a failure: Ray's "restore"
+            self._since_restore.clear()
+            self._last_time.clear()
+        self._attempt_seen = attempt_started
         out = self._tune_fields(rank, metrics, t)
         self._last_time[rank] = t
         self._since_restore[rank] = out["iterations_since_restore"]
@@ -229,12 +237,13 @@ class TrialRun:
 
     def _tune_fields(self, rank: int, metrics: dict[str, Any], t: float) -> dict[str, Any]:
         """``metrics`` with what Tune adds to a result (fields already there are kept)."""
-        last = self._last_time.get(rank, self._started_wall)
+        last = self._last_time.get(rank, self._restored_wall)
         out = dict(metrics)
         out.setdefault("time_this_iter_s", max(t - last, 0.0))
         out.setdefault("time_total_s", self.time_offset + max(t - self._started_wall, 0.0))
-        # the rest of what Ray adds to every result (this run of the trial is its "restore")
-        out.setdefault("time_since_restore", max(t - self._started_wall, 0.0))
+        # the rest of what Ray adds to every result (each start of the trial's run is a "restore":
+        # this run of a paused or restored trial, and each restart after a failure)
+        out.setdefault("time_since_restore", max(t - self._restored_wall, 0.0))
         out.setdefault("iterations_since_restore", self._since_restore.get(rank, 0) + 1)
         out.setdefault("date", time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(t)))
         out.setdefault("hostname", _HOST)
@@ -326,6 +335,21 @@ class TrialStep:
 
 
 TrialEvent = Union[TrialResult, TrialEnded, TrialStep]
+
+
+def run_loggers(callbacks: list[Any] | None, config: dict[str, Any]) -> list[Any]:
+    """Copies, for one trial, of the ``RunConfig(callbacks=...)`` that log a training run's reports
+    (``muster.observe.loggers``' CSV, JSON, TensorBoard and MLflow loggers, or any object with
+    ``on_report``): as Ray's loggers do, each trial gets its own files (in its folder) or MLflow run.
+    Tune's own callbacks (``tune.Callback``) are the controller's, not the trial's."""
+    from muster.tune.callback import Callback
+
+    out = []
+    for cb in callbacks or []:
+        if isinstance(cb, Callback) or not hasattr(cb, "on_report"):
+            continue
+        out.append(cb.for_trial(config) if hasattr(cb, "for_trial") else copy.copy(cb))
+    return out
 
 
 class _Forward:

@@ -2,4 +2,6 @@
 
 ``muster.tune.integration.pytorch_lightning``: ``TuneReportCallback`` and
 ``TuneReportCheckpointCallback`` (needs ``pip install "muster[lightning]"``).
+``muster.tune.integration.ray_train``: ``TuneReportCallback`` for a trainer fit inside a trial
+(accepted; muster forwards the trainer's reports to the trial without it).
 """
