@@ -206,6 +206,13 @@ class Passes:
             self._current = self._start()
         return next(self._current)
 
+    def close(self) -> None:
+        """End the pass ``next()`` is going through (its prefetching stops), as a generator's ``close``."""
+        current, self._current = self._current, None
+        close = getattr(current, "close", None)
+        if close is not None:
+            close()
+
 
 def _stride(stream: Iterator[pa.Table], rank: int, world: int, equal: bool) -> Iterator[pa.Table]:
     """Rows ``rank, rank+world, ...`` of ``stream``; with ``equal`` only whole groups of ``world`` rows."""
