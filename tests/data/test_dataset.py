@@ -236,6 +236,29 @@ def test_data_context_takes_rays_cluster_settings_and_refuses_a_typo():
         options.bogus = 1
 
 
+def test_refs_materialized_datasets_and_rays_names():
+    """Ray's saving guide: to_numpy_refs() gives refs (it gave the dicts, and muster.get refused them);
+    MaterializedDataset is what materialize() and in-memory sources give (it was an AttributeError);
+    Ray's other names fail naming the equivalent."""
+    import muster
+    from muster.exceptions import UnsupportedRayAPIError
+
+    ds = md.range(5, override_num_blocks=2)
+    assert [list(d["id"]) for d in muster.get(ds.to_numpy_refs())] == [[0, 1, 2], [3, 4]]
+    assert [t.num_rows for t in muster.get(ds.to_arrow_refs())] == [3, 2]
+    assert list(muster.get(ds.to_pandas_refs()[1])["id"]) == [3, 4]
+    assert isinstance(ds.materialize(), md.MaterializedDataset) and isinstance(md.from_items([{"a": 1}]),
+                                                                                md.MaterializedDataset)
+    assert type(md.from_items([{"a": 1}]).map(lambda r: r)) is md.Dataset  # a transform is lazy again
+    for name in ("read_numpy", "ExecutionResources", "ShuffleStrategy"):
+        with pytest.raises(UnsupportedRayAPIError, match="nearest equivalent"):
+            getattr(md, name)
+    with pytest.raises(UnsupportedRayAPIError, match=r"Partitioning.*partitioning='hive'"):
+        md.datasource.Partitioning
+    ctx = md.DataContext()
+    ctx.max_errored_blocks = 0  # a Ray setting: kept, no effect
+
+
 def test_shuffle_plan_is_one_uniform_permutation_for_every_column_kind():
     """The two-level shuffle (many piles): numeric columns (scattered) and other columns (taken)
     land in the same order, every row once, and a row's final position is uniform over seeds."""

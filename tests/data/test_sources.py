@@ -122,6 +122,32 @@ def test_every_file_reader_adds_each_rows_file_with_include_paths(tmp_path, pq_d
     assert sorted(r["id"] for r in one) == [0, 1, 2] and set(one[0]) == {"id", "path"}
 
 
+def test_compressed_files_and_file_extensions(tmp_path):
+    """Ray's loading guide: .gz files are read (by suffix, or arrow_open_stream_args={"compression":
+    "gzip"}) and file_extensions= picks the files. Before, the gzip bytes were parsed as text
+    (ArrowInvalid) and file_extensions was ignored (read_binary_files: a TypeError)."""
+    import gzip
+
+    with gzip.open(tmp_path / "a.csv.gz", "wt") as f:
+        f.write("a,b\n1,x\n2,y\n")
+    with gzip.open(tmp_path / "r.jsonl.gz", "wt") as f:
+        f.write('{"k": 1}\n{"k": 2}\n')
+    assert md.read_csv(str(tmp_path / "a.csv.gz")).take_all() == [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]
+    assert md.read_csv(str(tmp_path / "a.csv.gz"), arrow_open_stream_args={"compression": "gzip"}).count() == 2
+    assert [r["k"] for r in md.read_json(str(tmp_path / "r.jsonl.gz")).take_all()] == [1, 2]
+    raw = md.read_binary_files(str(tmp_path / "a.csv.gz")).take_all()[0]["bytes"]
+    assert raw[:2] == b"\x1f\x8b"  # binary files come as stored
+    assert md.read_binary_files(str(tmp_path / "a.csv.gz"),
+                                arrow_open_stream_args={"compression": "gzip"}).take_all()[0]["bytes"] == b"a,b\n1,x\n2,y\n"
+    (tmp_path / "note.txt").write_text("skip me\n")
+    assert md.read_binary_files(str(tmp_path), file_extensions=["gz"]).count() == 2
+    assert md.read_text(str(tmp_path), file_extensions=["txt"]).take_all() == [{"text": "skip me"}]
+    with pytest.raises(Exception, match=r"file_extensions=\['.png'\]"):
+        md.read_binary_files(str(tmp_path), file_extensions=["png"])
+    with pytest.raises(TypeError, match="unexpected keyword argument.*'colums'"):
+        md.read_text(str(tmp_path), colums=["x"])
+
+
 def test_memory_url_round_trip():
     import fsspec
 

@@ -111,6 +111,7 @@ def test_a_pyarrow_filesystem_as_ray_takes_it(s3):
     assert fs.get_file_info(f"{bucket_path}/{os.path.basename(result.checkpoint.path)}").type == pafs.FileType.Directory
     assert Result.from_path(bucket_path, storage_filesystem=fs).metrics["step"] == 1
     assert Checkpoint(result.checkpoint.path, filesystem=fs).to_dict()["step"] == 1
+    assert not os.path.exists(bucket_path.split("/")[0])  # nothing written locally (the run store was, here)
 
 
 @pytest.mark.timeout(180)

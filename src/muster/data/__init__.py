@@ -24,7 +24,7 @@ except ImportError as _exc:  # pragma: no cover - pyarrow ships with the data ex
 from muster.data import block as _blk
 from muster.data import sources as _src
 from muster.data.config import DataConfig
-from muster.data.dataset import Dataset, from_blocks
+from muster.data.dataset import Dataset, MaterializedDataset, from_blocks
 from muster.data.exceptions import DataError, DataSchemaError, DataSourceError, DataTypeError, UserFunctionError
 from muster.data.execution import DataContext
 from muster.data.grouped import GroupedData
@@ -32,11 +32,11 @@ from muster.data.iterator import DataIterator
 from muster.data.plan import Node, RayCall, Read
 from muster.data.strategies import ActorPoolStrategy, TaskPoolStrategy
 from muster.data.writers import SaveMode
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
     "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
-    "DataTypeError", "Dataset", "GroupedData", "UserFunctionError", "from_arrow", "from_items", "from_numpy",
+    "DataTypeError", "Dataset", "GroupedData", "MaterializedDataset", "UserFunctionError", "from_arrow", "from_items", "from_numpy",
     "from_pandas", "range", "range_tensor", "read_binary_files", "read_csv", "read_json", "read_parquet",
     "read_text", "SaveMode", "TaskPoolStrategy",
 ]
@@ -50,7 +50,8 @@ def _fs(filesystem: Any) -> dict[str, Any]:
     return {} if filesystem is None else {"filesystem": filesystem}
 
 
-#: Ray's read_* options that only size or place Ray's own read tasks: accepted, with no effect here
+#: Ray's read_* options: ``file_extensions`` and ``arrow_open_stream_args`` (compression) apply here
+#: (``FileOptions``); the others only size or place Ray's own read tasks and have no effect here
 _RAY_READ_OPTIONS = ("override_num_blocks", "parallelism", "ray_remote_args", "concurrency", "meta_provider",
                      "shuffle", "file_extensions", "ignore_missing_paths", "arrow_open_stream_args")
 
@@ -58,6 +59,10 @@ _RAY_READ_OPTIONS = ("override_num_blocks", "parallelism", "ray_remote_args", "c
 def _ray_only(options: dict[str, Any]) -> dict[str, Any]:
     """Take Ray's read options out of ``options`` (what is left goes to pyarrow)."""
     return {k: options.pop(k) for k in list(options) if k in _RAY_READ_OPTIONS}
+
+
+def _file_options(include_paths: bool, ray_only: dict[str, Any]) -> _src.FileOptions:
+    return _src.FileOptions.of(include_paths, ray_only)
 
 
 def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, filter: Any = None,
@@ -77,7 +82,8 @@ def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, fi
         DataSourceError: a path does not exist or holds no files.
         DataSchemaError: (when read) two files disagree on a column's type.
     """
-    ray_args = dict(_ray_only(_ray_options), **_ray_options, columns=columns, **_fs(filesystem))
+    ray_only = _ray_only(_ray_options)
+    ray_args = dict(ray_only, **_ray_options, columns=columns, **_fs(filesystem))
     if include_paths:
         ray_args["include_paths"] = True
     if filter is not None:
@@ -85,7 +91,8 @@ def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, fi
     if partitioning != "hive":  # hive is ray.data's default too
         ray_args["partitioning"] = partitioning
     return _read("ReadParquet", _src.parquet_tasks(paths, columns=columns, filter=filter, filesystem=filesystem,
-                                                   partitioning=partitioning, include_paths=include_paths),
+                                                   partitioning=partitioning,
+                                                   options=_file_options(include_paths, ray_only)),
                  RayCall.of("read_parquet", paths, **ray_args))
 
 
@@ -98,7 +105,7 @@ def read_csv(paths: str | list[str], *, filesystem: Any = None, include_paths: b
     """CSV files (header row); extra keyword arguments go to ``pyarrow.csv.read_csv`` (Ray's task options
     such as ``override_num_blocks`` are accepted with no effect). ``include_paths`` adds a column ``path``."""
     ray_only = _ray_only(arrow_csv_args)
-    return _read("ReadCSV", _src.csv_tasks(paths, filesystem, include_paths, **arrow_csv_args),
+    return _read("ReadCSV", _src.csv_tasks(paths, filesystem, _file_options(include_paths, ray_only), **arrow_csv_args),
                  RayCall.of("read_csv", paths, **_fs(filesystem), **ray_only, **_paths(include_paths), **arrow_csv_args))
 
 
@@ -108,23 +115,37 @@ def read_json(paths: str | list[str], *, filesystem: Any = None, lines: bool = T
     if not lines:
         raise InvalidArgumentError("read_json(lines=False): only JSON lines (one object per line) is read; convert the file.")
     ray_only = _ray_only(arrow_json_args)
-    return _read("ReadJSON", _src.json_tasks(paths, filesystem, include_paths, **arrow_json_args),
+    return _read("ReadJSON", _src.json_tasks(paths, filesystem, _file_options(include_paths, ray_only), **arrow_json_args),
                  RayCall.of("read_json", paths, lines=True, **_fs(filesystem), **ray_only, **_paths(include_paths),
                             **arrow_json_args))
 
 
 def read_text(paths: str | list[str], *, filesystem: Any = None, encoding: str = "utf-8",
-              drop_empty_lines: bool = True, include_paths: bool = False) -> Dataset:
+              drop_empty_lines: bool = True, include_paths: bool = False, **ray_options: Any) -> Dataset:
     """Text files: one row per line, column ``text`` (and ``path`` with ``include_paths``)."""
-    return _read("ReadText", _src.text_tasks(paths, filesystem, encoding, drop_empty_lines, include_paths),
+    ray_only = _ray_options_only("read_text", ray_options)
+    return _read("ReadText", _src.text_tasks(paths, filesystem, encoding, drop_empty_lines,
+                                             _file_options(include_paths, ray_only)),
                  RayCall.of("read_text", paths, encoding=encoding, drop_empty_lines=drop_empty_lines,
-                            **_paths(include_paths), **_fs(filesystem)))
+                            **_paths(include_paths), **_fs(filesystem), **ray_only))
 
 
-def read_binary_files(paths: str | list[str], *, filesystem: Any = None, include_paths: bool = False) -> Dataset:
-    """Whole files: one row per file, column ``bytes`` (and ``path`` with ``include_paths``)."""
-    return _read("ReadBinary", _src.binary_tasks(paths, filesystem, include_paths),
-                 RayCall.of("read_binary_files", paths, include_paths=include_paths, **_fs(filesystem)))
+def read_binary_files(paths: str | list[str], *, filesystem: Any = None, include_paths: bool = False,
+                      **ray_options: Any) -> Dataset:
+    """Whole files: one row per file, column ``bytes`` (and ``path`` with ``include_paths``); the bytes
+    as stored unless ``arrow_open_stream_args={"compression": ...}`` says how to decompress them."""
+    ray_only = _ray_options_only("read_binary_files", ray_options)
+    return _read("ReadBinary", _src.binary_tasks(paths, filesystem, _file_options(include_paths, ray_only)),
+                 RayCall.of("read_binary_files", paths, include_paths=include_paths, **_fs(filesystem), **ray_only))
+
+
+def _ray_options_only(where: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Ray's read options, for a reader that takes no others: anything else is named as unknown."""
+    ray_only = _ray_only(options)
+    if options:
+        raise InvalidTypeError(f"{where}() got unexpected keyword argument(s) {sorted(options)}; it takes "
+                               f"filesystem=, include_paths= and Ray's {', '.join(_RAY_READ_OPTIONS)}.")
+    return ray_only
 
 
 def _rows() -> int:
@@ -182,6 +203,10 @@ def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), override_num_blocks: 
 
 
 def __getattr__(name: str) -> Any:
+    if name == "datasource":  # Ray scripts reach it as ray.data.datasource.X
+        import importlib
+
+        return importlib.import_module("muster.data.datasource")
     from muster._unsupported import raise_unsupported
 
     raise_unsupported("muster.data", name)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from muster.core import context as core_context
 from muster.data import _ray_plan, alltoall, execution, plan, writers
 from muster.data import block as blk
 from muster.data.grouped import GroupedData
@@ -23,6 +24,14 @@ from muster.exceptions import InvalidArgumentError, InvalidTypeError
 def _positive(value: Any, name: str, where: str) -> None:
     if value is not None and (not isinstance(value, int) or value < 1):
         raise InvalidArgumentError(f"{where}({name}={value!r}): use a positive integer or None.")
+
+
+def _ref(value: Any) -> Any:
+    """A ref to a block made here, for ``to_*_refs`` (as ``muster.put`` would: in a worker, stored
+    with the driver)."""
+    from muster.tasks import objects  # the tasks layer, only when refs are asked for
+
+    return objects.put(value) if core_context.in_worker() else objects.store(value)
 
 
 class Dataset:
@@ -449,10 +458,19 @@ class Dataset:
     def to_pandas(self, limit: int | None = None) -> Any:
         return blk.to_pandas((self.limit(limit) if limit is not None else self).to_arrow())
 
-    def to_numpy_refs(self) -> list[dict[str, np.ndarray]]:
-        return [blk.to_numpy(b) for b in self._execute()]
+    def to_numpy_refs(self) -> list[Any]:
+        """One ``ObjectRef`` per block, to a dict of numpy arrays (``muster.get(refs)`` for the values)."""
+        return [_ref(blk.to_numpy(b)) for b in self._execute()]
 
-    def materialize(self) -> "Dataset":
+    def to_arrow_refs(self) -> list[Any]:
+        """One ``ObjectRef`` per block, to a ``pyarrow.Table``."""
+        return [_ref(b) for b in self._execute()]
+
+    def to_pandas_refs(self) -> list[Any]:
+        """One ``ObjectRef`` per block, to a pandas ``DataFrame``."""
+        return [_ref(blk.to_pandas(b)) for b in self._execute()]
+
+    def materialize(self) -> "MaterializedDataset":
         """Run the plan once and keep its blocks in memory."""
         ds = from_blocks(list(self._execute()))
         ds._stats = self._stats
@@ -531,8 +549,13 @@ def _given(options: dict[str, Any], **more: Any) -> dict[str, Any]:
     return {k: v for k, v in {**options, **more}.items() if v is not None and v != () and v != {}}
 
 
-def from_blocks(blocks: list[pa.Table], name: str = "FromArrow") -> Dataset:
+class MaterializedDataset(Dataset):
+    """A dataset whose blocks are in memory (Ray's name): what ``materialize()`` and the in-memory
+    sources (``from_items``, ``from_pandas``...) return; its transforms are plain ``Dataset`` s."""
+
+
+def from_blocks(blocks: list[pa.Table], name: str = "FromArrow") -> MaterializedDataset:
     from muster.data import sources
 
     blocks = [b for b in blocks if b.num_rows] or blocks[:1] or [pa.table({})]
-    return Dataset(Node(Read(name, sources.block_tasks(blocks, name), RayCall.of("from_arrow", blocks))))
+    return MaterializedDataset(Node(Read(name, sources.block_tasks(blocks, name), RayCall.of("from_arrow", blocks))))

@@ -113,6 +113,9 @@ RAY_ONLY_SETTINGS = frozenset({
     "op_resource_reservation_enabled", "op_resource_reservation_ratio", "actor_prefetcher_enabled",
     "wait_for_min_actors_s", "eager_free", "trace_allocations", "log_internal_stack_trace_to_stdout",
     "enable_tensor_extension_casting", "use_ray_tqdm", "print_on_execution_start",
+    # and these, which change what Ray tolerates or how it stores blocks: here errors still fail
+    # the pass, writes are not retried, and blocks are Arrow tables
+    "max_errored_blocks", "write_file_retry_on_errors", "retried_io_errors", "enable_pandas_block",
 })
 
 

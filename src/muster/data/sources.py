@@ -10,6 +10,7 @@ partition folders (``year=2024/``) become columns and prune files.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -17,6 +18,7 @@ import pyarrow as pa
 from muster.data import block as blk
 from muster.data.exceptions import DataSchemaError, DataSourceError
 from muster.data.plan import ReadTask
+from muster.core.filesystem import as_fsspec
 from muster.exceptions import InvalidArgumentError
 
 #: Small files are read together, up to this many bytes and files per task.
@@ -33,15 +35,41 @@ def task_bytes() -> int:
     return max(1 << 20, min(TASK_BYTES, ctx.max_bytes_in_flight // (4 * ctx.max_threads)))
 
 
-def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...] | None, where: str
-            ) -> tuple[Any, list[tuple[str, int]], str | None]:
+@dataclass(frozen=True)
+class FileOptions:
+    """Ray's options shared by the file readers.
+
+    Attributes:
+        include_paths: add a last column ``path``, the file each row came from.
+        file_extensions: read only files with these extensions (``["csv"]``); None: every file.
+        compression: how the files are compressed (Ray's ``arrow_open_stream_args={"compression":
+            "gzip"}``); None: by each file's suffix (``.gz``, ``.bz2``, ``.xz``, ``.zst``) for the text
+            formats, not at all for binary files.
+    """
+
+    include_paths: bool = False
+    file_extensions: tuple[str, ...] | None = None
+    compression: str | None = None
+
+    @classmethod
+    def of(cls, include_paths: bool, ray_only: dict[str, Any]) -> "FileOptions":
+        extensions = ray_only.get("file_extensions")
+        if isinstance(extensions, str):
+            extensions = [extensions]
+        stream = ray_only.get("arrow_open_stream_args") or {}
+        return cls(bool(include_paths), tuple(f".{e.lower().lstrip('.')}" for e in extensions) if extensions else None,
+                   stream.get("compression"))
+
+
+def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...] | None, where: str,
+            options: FileOptions | None = None) -> tuple[Any, list[tuple[str, int]], str | None]:
     """(fsspec filesystem, [(file, size)], the base folder when one folder was given)."""
     import fsspec
 
     items = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
     if not items:
         raise DataSourceError(f"{where}(paths=[]): pass at least one file, folder, glob or URL.")
-    fs = _fsspec(filesystem)
+    fs = as_fsspec(filesystem, f"{where}(filesystem=)")
     files: list[tuple[str, int]] = []
     base: str | None = None
     for item in items:
@@ -63,23 +91,16 @@ def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...]
             base = path if len(items) == 1 else None
         else:
             files.append((path, int(fs.size(path) or 0)))
-    if extensions:
+    if options is not None and options.file_extensions:
+        files = [(p, s) for p, s in files if p.lower().endswith(options.file_extensions)]
+        if not files:
+            raise DataSourceError(f"{where}(file_extensions={list(options.file_extensions)}): {paths!r} holds no file "
+                                  "with those extensions. Check the extensions (without the dot, e.g. ['csv']).")
+    elif extensions:
         files = [(p, s) for p, s in files if p.lower().endswith(extensions)] or files
     if not files:
         raise DataSourceError(f"{where}: {paths!r} holds no files to read.")
     return fs, files, base
-
-
-def _fsspec(filesystem: Any) -> Any:
-    if filesystem is None:
-        return None
-    import pyarrow.fs as pafs
-
-    if isinstance(filesystem, pafs.FileSystem):
-        from fsspec.implementations.arrow import ArrowFSWrapper
-
-        return ArrowFSWrapper(filesystem)
-    return filesystem
 
 
 def _hidden(path: str, base: str) -> bool:
@@ -145,10 +166,11 @@ class _SchemaGuard:
 
 # -- parquet ------------------------------------------------------------------------
 def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesystem: Any,
-                  partitioning: Any, include_paths: bool = False) -> tuple[ReadTask, ...]:
+                  partitioning: Any, options: FileOptions = FileOptions()) -> tuple[ReadTask, ...]:
     import pyarrow.dataset as pads
 
-    fs, files, base = resolve(paths, filesystem, (".parquet", ".parq", ".pq"), "read_parquet")
+    fs, files, base = resolve(paths, filesystem, (".parquet", ".parq", ".pq"), "read_parquet", options)
+    include_paths = options.include_paths
     afs = _arrow_fs(fs)
     part = pads.partitioning(flavor="hive") if partitioning == "hive" else partitioning
     kwargs: dict[str, Any] = {"partition_base_dir": base} if base else {}
@@ -245,16 +267,20 @@ def with_path(table: pa.Table, path: str) -> pa.Table:
 
 
 def _file_reader(fs: Any, parse: Callable[[Any, str], pa.Table], guard: _SchemaGuard | None,
-                 include_paths: bool = False) -> Callable[[list[str]], Callable[[], list[pa.Table]]]:
+                 options: FileOptions, compression: str | None = "infer"
+                 ) -> Callable[[list[str]], Callable[[], list[pa.Table]]]:
+    """``compression``: the format's default when ``options`` name none ("infer": by the file's suffix)."""
+    how = options.compression or compression
+
     def make(group: list[str]) -> Callable[[], list[pa.Table]]:
         def read() -> list[pa.Table]:
             out = []
             for path in group:
-                with fs.open(path, "rb") as f:
+                with fs.open(path, "rb", compression=how) as f:
                     table = parse(f, path)
                 if guard is not None:
                     guard.check(path, table.schema)
-                out.append(with_path(table, path) if include_paths else table)
+                out.append(with_path(table, path) if options.include_paths else table)
             return out
 
         return read
@@ -262,23 +288,23 @@ def _file_reader(fs: Any, parse: Callable[[Any, str], pa.Table], guard: _SchemaG
     return make
 
 
-def csv_tasks(paths: Any, filesystem: Any, include_paths: bool = False, **arrow_args: Any) -> tuple[ReadTask, ...]:
+def csv_tasks(paths: Any, filesystem: Any, options: FileOptions, **arrow_args: Any) -> tuple[ReadTask, ...]:
     import pyarrow.csv as pcsv
 
-    fs, files, _ = resolve(paths, filesystem, (".csv", ".csv.gz"), "read_csv")
-    return _group(files, _file_reader(fs, lambda f, _p: pcsv.read_csv(f, **arrow_args), _SchemaGuard(), include_paths))
+    fs, files, _ = resolve(paths, filesystem, (".csv", ".csv.gz"), "read_csv", options)
+    return _group(files, _file_reader(fs, lambda f, _p: pcsv.read_csv(f, **arrow_args), _SchemaGuard(), options))
 
 
-def json_tasks(paths: Any, filesystem: Any, include_paths: bool = False, **arrow_args: Any) -> tuple[ReadTask, ...]:
+def json_tasks(paths: Any, filesystem: Any, options: FileOptions, **arrow_args: Any) -> tuple[ReadTask, ...]:
     import pyarrow.json as pjson
 
-    fs, files, _ = resolve(paths, filesystem, (".json", ".jsonl", ".json.gz", ".jsonl.gz"), "read_json")
-    return _group(files, _file_reader(fs, lambda f, _p: pjson.read_json(f, **arrow_args), _SchemaGuard(), include_paths))
+    fs, files, _ = resolve(paths, filesystem, (".json", ".jsonl", ".json.gz", ".jsonl.gz"), "read_json", options)
+    return _group(files, _file_reader(fs, lambda f, _p: pjson.read_json(f, **arrow_args), _SchemaGuard(), options))
 
 
 def text_tasks(paths: Any, filesystem: Any, encoding: str, drop_empty_lines: bool,
-               include_paths: bool = False) -> tuple[ReadTask, ...]:
-    fs, files, _ = resolve(paths, filesystem, None, "read_text")
+               options: FileOptions) -> tuple[ReadTask, ...]:
+    fs, files, _ = resolve(paths, filesystem, None, "read_text", options)
 
     def parse(f: Any, _path: str) -> pa.Table:
         lines = f.read().decode(encoding).splitlines()
@@ -286,16 +312,16 @@ def text_tasks(paths: Any, filesystem: Any, encoding: str, drop_empty_lines: boo
             lines = [ln for ln in lines if ln.strip()]
         return pa.table({"text": pa.array(lines, type=pa.string())})
 
-    return _group(files, _file_reader(fs, parse, None, include_paths))
+    return _group(files, _file_reader(fs, parse, None, options))
 
 
-def binary_tasks(paths: Any, filesystem: Any, include_paths: bool) -> tuple[ReadTask, ...]:
-    fs, files, _ = resolve(paths, filesystem, None, "read_binary_files")
+def binary_tasks(paths: Any, filesystem: Any, options: FileOptions) -> tuple[ReadTask, ...]:
+    fs, files, _ = resolve(paths, filesystem, None, "read_binary_files", options)
 
     def parse(f: Any, _path: str) -> pa.Table:
         return pa.table({"bytes": pa.array([f.read()], type=pa.binary())})
 
-    return _group(files, _file_reader(fs, parse, None, include_paths))
+    return _group(files, _file_reader(fs, parse, None, options, compression=None))  # the bytes as stored
 
 
 # -- in memory ------------------------------------------------------------------------

@@ -17,9 +17,10 @@ from typing import Any, Iterator
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from muster.core.filesystem import as_fsspec
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train._internal.resume import STATE_DIR
-from muster.train.storage import MANIFEST, as_fsspec
+from muster.train.storage import MANIFEST
 
 _METADATA = ".metadata.json"
 _DICT_FILE = "dict_checkpoint.pt"

@@ -153,7 +153,7 @@ class Controller:
         self.hooks = hooks or ControllerHooks()
         self._stop_requested = threading.Event()
         self.recorder = RunRecorder(
-            root=record.state.get("store_root") or self.storage.storage_path, path=self.storage.uri,
+            root=record.state.get("store_root") or self.storage.root_uri, path=self.storage.uri,
             name=self.storage.name, state=record.state, resources=scaling.worker_resources,
             logs=get_runtime(),
         )

@@ -29,7 +29,7 @@ from typing import Any, Callable, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from muster.exceptions import InvalidTypeError
+from muster.core.filesystem import as_fsspec
 
 MANIFEST = ".muster_manifest.json"
 RUN_STATE = ".muster_run.json"
@@ -41,23 +41,6 @@ T = TypeVar("T")
 
 def checkpoint_dir_name(round_index: int) -> str:
     return f"checkpoint_{round_index:06d}"
-
-
-def as_fsspec(filesystem: Any, what: str = "storage_filesystem") -> Any:
-    """``filesystem`` as the fsspec filesystem muster works with: an fsspec one as it is; a pyarrow
-    one (what Ray takes: ``pyarrow.fs.S3FileSystem(...)``, ``LocalFileSystem()``) wrapped."""
-    if filesystem is None or isinstance(filesystem, fsspec.AbstractFileSystem):
-        return filesystem
-    import pyarrow.fs as pafs
-
-    if isinstance(filesystem, pafs.LocalFileSystem):
-        return LocalFileSystem()
-    if isinstance(filesystem, pafs.FileSystem):
-        from fsspec.implementations.arrow import ArrowFSWrapper
-
-        return ArrowFSWrapper(filesystem)
-    raise InvalidTypeError(f"{what}={filesystem!r}: pass a pyarrow.fs.FileSystem (as Ray takes) or an fsspec "
-                           "filesystem, or leave it out to infer one from the path's URL (s3://..., gs://...).")
 
 
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
@@ -113,10 +96,19 @@ class Storage:
     @property
     def uri(self) -> str:
         """The run folder as a URL a user can pass back (``s3://...`` or a local path)."""
+        return self._url(self.run_dir)
+
+    @property
+    def root_uri(self) -> str:
+        """The storage root as a URL (``s3://bucket/runs``) or a local path: where the run store is
+        keyed, whether the root was given as a URL or as a path on a filesystem object."""
+        return self._url(self.root)
+
+    def _url(self, path: str) -> str:
         if self.is_local:
-            return self.run_dir
+            return path
         proto = self.fs.protocol[0] if isinstance(self.fs.protocol, (tuple, list)) else self.fs.protocol
-        return f"{proto}://{self.run_dir}"
+        return f"{proto}://{path}"
 
     @staticmethod
     def join(*parts: str) -> str:

@@ -133,7 +133,7 @@ class Tuner:
             storage, trials, self._make_plan, name, searcher, scheduler, as_stopper(self.run_config.stop),
             metric, mode, tc.max_concurrent_trials, tc.time_budget_s, self.run_config.verbose,
             (self._restored or {}).get("id_prefix") or secrets.token_hex(3)[:5],
-            self.run_config.resolved_storage_path(), fail_fast,
+            storage.root_uri, fail_fast,
         )
         controller.callbacks = CallbackList(self.run_config.callbacks)
         if (self._restored or {}).get("search_done"):
