@@ -230,3 +230,30 @@ def test_row_ops_take_a_callable_class_on_a_pool_or_threads():
         base.map_batches(Tagger, compute=md.ActorPoolStrategy(size=1), concurrency=1)
     with pytest.raises(ValueError, match=r"ActorPoolStrategy\(size=0"):
         md.ActorPoolStrategy(size=0)
+
+
+class TorchModel:
+    """A model as Ray's batch-inference guide builds one (torch runs in the actor)."""
+
+    def __init__(self):
+        import torch
+
+        self.model = torch.nn.Linear(4, 1)
+
+    def __call__(self, batch):
+        import torch
+
+        with torch.inference_mode():
+            self.model(torch.ones(len(batch["id"]), 4))
+        return {"id": batch["id"], "pid": [os.getpid()] * len(batch["id"])}
+
+
+def test_a_pool_right_after_another_gets_its_actors(caplog):
+    """Ray's batch-inference guide runs pools back to back. Before, the second started while the
+    first one's killed actors still held their CPUs, and ran short or in the driver's threads."""
+    ds = md.range(8, override_num_blocks=4)
+    with caplog.at_level(logging.WARNING, logger="muster.data"):
+        for _ in range(2):
+            pids = {r["pid"] for r in ds.map_batches(TorchModel, concurrency=4).take_all()}  # every CPU
+            assert os.getpid() not in pids  # mapped in the pool's actors
+    assert not [r for r in caplog.records if "free now" in r.getMessage()]

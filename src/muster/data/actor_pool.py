@@ -39,6 +39,7 @@ from muster.exceptions import ActorDiedError, GetTimeoutError, TaskError
 
 _log = logging.getLogger("muster.data")
 _PER_ACTOR = 2  # blocks in flight per actor: one running, one queued behind it
+_FREEING_S = 1.0  # how long a new pool waits for CPUs that killed actors are giving back
 _START_WAIT_S = 5.0  # at most this long for resources that looked free (another caller may take them)
 _said: set[str] = set()
 
@@ -97,6 +98,18 @@ def sizes(op: MapBatches) -> tuple[int, int]:
     return (c, c) if isinstance(c, int) else (int(c[0]), int(c[1])) if c is not None else (1, 1)
 
 
+def _capacity_soon(runtime: Runtime, request: dict[str, float], want: int, wait_s: float = _FREEING_S) -> int:
+    """How many actors of ``request`` fit, waiting up to ``wait_s`` for ``want`` to: a pool that just
+    ended (the pass before) gives its CPUs back as its killed actors' deaths are seen, within ms to
+    half a second; without the wait the next pool started short or not at all."""
+    deadline = time.monotonic() + wait_s
+    fits = runtime.capacity(request)
+    while fits < want and time.monotonic() < deadline:
+        time.sleep(0.02)
+        fits = runtime.capacity(request)
+    return fits
+
+
 class ActorPool:
     """The actors of one ``map_batches`` operator for one pass. Use ``start``, then ``map``, then ``close``."""
 
@@ -122,7 +135,7 @@ class ActorPool:
         runtime = api.get_runtime()
         pool = ActorPool(runtime, op, name)
         res.ensure_feasible(pool.request, 1, runtime.resources(), what=describe(op))
-        fits = runtime.capacity(pool.request)
+        fits = _capacity_soon(runtime, pool.request, pool.min_size)
         if fits < 1:
             _say_once(f"muster.data: {describe(op)} runs in this process's threads, not in actors: none of "
                       f"{{{res.fmt(pool.request)}}} is free now (something, e.g. a training gang, holds it).")
