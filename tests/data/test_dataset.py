@@ -259,6 +259,19 @@ def test_refs_materialized_datasets_and_rays_names():
     ctx.max_errored_blocks = 0  # a Ray setting: kept, no effect
 
 
+def test_filter_takes_rays_string_expressions():
+    """Ray's transforming guide: filter(expr="..."). Before, a string was refused."""
+    ds = md.from_items([{"id": i, "sepal.length": i / 2, "label": "ab"[i % 2]} for i in range(10)])
+    assert [r["id"] for r in ds.filter(expr="id > 7").take_all()] == [8, 9]
+    assert [r["id"] for r in ds.filter(expr="sepal.length >= 3.5 and label == 'b'").take_all()] == [7, 9]
+    assert [r["id"] for r in ds.filter(expr="id in [1, 2] or not id < 9").take_all()] == [1, 2, 9]
+    assert [r["id"] for r in ds.filter(expr="2 < id * 2 <= 6").take_all()] == [2, 3]
+    with pytest.raises(ValueError, match=r"filter\(expr='id >'\): not an expression"):
+        ds.filter(expr="id >")
+    with pytest.raises(ValueError, match="'len\\(label\\)' is not supported"):
+        ds.filter(expr="len(label) > 1")
+
+
 def test_shuffle_plan_is_one_uniform_permutation_for_every_column_kind():
     """The two-level shuffle (many piles): numeric columns (scattered) and other columns (taken)
     land in the same order, every row once, and a row's final position is uniform over seeds."""

@@ -15,6 +15,7 @@ import pyarrow as pa
 from muster.core import context as core_context
 from muster.data import _ray_plan, alltoall, execution, plan, writers
 from muster.data import block as blk
+from muster.data import expr as expr_parser
 from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator, Passes
 from muster.data.plan import AllToAll, Limit, Node, RayCall, Read, Transform, Union
@@ -151,12 +152,13 @@ class Dataset:
 
     def filter(self, fn: Callable[[dict[str, Any]], bool] | None = None, *, fn_args: tuple = (),
                fn_kwargs: dict | None = None, expr: Any = None, **options: Any) -> "Dataset":
-        """Keep the rows for which ``fn(row)`` is true (or a pyarrow ``expr`` holds); ``fn`` may be a callable class."""
+        """Keep the rows for which ``fn(row)`` is true, or ``expr`` holds: Ray's string expression
+        (``"x > 5 and label == 'a'"``, see ``muster.data.expr``) or a pyarrow compute expression;
+        ``fn`` may be a callable class."""
         if isinstance(expr, str):
-            raise InvalidTypeError(
-                f"filter(expr={expr!r}): muster takes a pyarrow.compute expression here (pc.field('x') > 1), "
-                "or a function: filter(lambda row: ...)."
-            )
+            text, parsed = expr, expr_parser.parse(expr)
+            return self._then(Transform(f"Filter({text})", lambda b: [b.filter(parsed)],
+                                        RayCall.of("filter", expr=text)))
         if expr is not None:
             why = ("filter(expr=<pyarrow expression>) has no ray.data equivalent (Ray takes its own expressions): "
                    "pass a function, filter(lambda row: ...), or push the filter into read_parquet(filter=...)")
