@@ -250,6 +250,8 @@ def test_refs_materialized_datasets_and_rays_names():
     assert isinstance(ds.materialize(), md.MaterializedDataset) and isinstance(md.from_items([{"a": 1}]),
                                                                                 md.MaterializedDataset)
     assert type(md.from_items([{"a": 1}]).map(lambda r: r)) is md.Dataset  # a transform is lazy again
+    assert repr(md.from_items([{"food": "spam", "price": 9.34}])) == (
+        "MaterializedDataset(num_blocks=1, num_rows=1, schema={food: string, price: double})")  # Ray's form
     for name in ("read_numpy", "ExecutionResources", "ShuffleStrategy"):
         with pytest.raises(UnsupportedRayAPIError, match="nearest equivalent"):
             getattr(md, name)

@@ -555,6 +555,13 @@ class MaterializedDataset(Dataset):
     """A dataset whose blocks are in memory (Ray's name): what ``materialize()`` and the in-memory
     sources (``from_items``, ``from_pandas``...) return; its transforms are plain ``Dataset`` s."""
 
+    def __repr__(self) -> str:
+        """As Ray shows one: ``MaterializedDataset(num_blocks=2, num_rows=3, schema={a: int64})``."""
+        blocks = [b for task in self._node.op.tasks for b in task.read()] if isinstance(self._node.op, Read) else []
+        fields = ", ".join(f"{f.name}: {f.type}" for f in (blocks[0].schema if blocks else pa.schema([])))
+        return (f"MaterializedDataset(num_blocks={len(blocks)}, num_rows={sum(b.num_rows for b in blocks)}, "
+                f"schema={{{fields}}})")
+
 
 def from_blocks(blocks: list[pa.Table], name: str = "FromArrow") -> MaterializedDataset:
     from muster.data import sources
