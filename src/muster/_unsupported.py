@@ -78,6 +78,12 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "streaming_train_test_split": "train_test_split()",
     },
     "muster.data": {
+        "read_numpy": "from_numpy(numpy.load(path)) (a column 'data', rows along the first axis)",
+        "ExecutionOptions": "DataContext.get_current().execution_options (preserve_order; Ray's cluster "
+        "options are accepted there with no effect)",
+        "ExecutionResources": "nothing: muster's pipelines run in the consuming process's threads and idle "
+        "workers (DataContext.max_threads bounds them)",
+        "ShuffleStrategy": "random_shuffle(seed=...): one machine needs no shuffle strategy",
         "expressions": "a function: filter(lambda row: ...), or filter(expr=pyarrow.compute expression)",
         "read_images": "read_binary_files() and a map that decodes them (PIL)",
         "read_tfrecords": "read_parquet() after converting the files",
@@ -97,6 +103,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "from_modin": "from_pandas()",
         "from_tf": "from_numpy() or from_items()",
     },
+    "muster.data.datasource": {
+        "Partitioning": "read_parquet(partitioning='hive') (the default) or a pyarrow.dataset.partitioning(...)",
+        "FileShuffleConfig": "random_shuffle() after the read, or iter_batches(local_shuffle_buffer_size=...)",
+    },
     "muster.data.aggregate": {
         "AbsMax": "Max() of a column made with add_column(..., lambda df: df['x'].abs())",
         "Quantile": "an AggregateFn that collects the values and returns numpy.quantile of them",
@@ -106,6 +116,34 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "muster.serve": {
         "multiplexed": "one deployment per model, or a dict of models inside one deployment keyed by a request field",
         "get_multiplexed_model_id": "read the model id from the request (a header or a query parameter) yourself",
+    },
+    "muster.serve.schema": {
+        "ServeDeploySchema": "muster.serve.schema.ServeConfig (load_config(path) reads a config file)",
+        "ServeApplicationSchema": "muster.serve.schema.AppSchema",
+        "DeploymentSchema": "a `deployments:` entry of an application in the config file (DeploymentConfig fields)",
+        "ServeInstanceDetails": "muster.serve.status() (a ServeStatus)",
+        "ApplicationDetails": "muster.serve.status().applications[name] (an ApplicationStatusOverview)",
+        "DeploymentDetails": "muster.serve.status().applications[app].deployments[name] (a DeploymentStatusOverview)",
+        "ReplicaDetails": "DeploymentStatusOverview.replica_states (replicas per state)",
+        "ProxyDetails": "muster.serve.status().proxies and .http (one ingress process)",
+        "ApplicationStatus": "the strings in ApplicationStatusOverview.status ('RUNNING', 'DEPLOYING', ...)",
+        "LoggingConfig": "logging.getLogger('muster.serve') in the replica (INFO and up reach its output)",
+        "HTTPOptionsSchema": "muster.serve.config.HTTPOptions",
+        "gRPCOptionsSchema": "none: muster serves HTTP only (http_options)",
+    },
+    "muster.serve.config": {
+        "RequestRouterConfig": "none: replicas are picked by power of two choices over their requests in flight",
+        "gRPCOptions": "none: muster serves HTTP only (http_options)",
+        "ProxyLocation": "http_options={'host': ..., 'port': ...}: one ingress process per Serve instance",
+    },
+    "muster.serve.handle": {
+        "RayServeHandle": "muster.serve.handle.DeploymentHandle (serve.get_deployment_handle / get_app_handle)",
+        "RayServeSyncHandle": "muster.serve.handle.DeploymentHandle (.remote(...).result())",
+    },
+    "muster.serve.request_router": {
+        name: "none: replicas are picked by power of two choices over their requests in flight (no custom router)"
+        for name in ("RequestRouter", "PendingRequest", "ReplicaID", "RunningReplica", "ReplicaResult",
+                     "FIFOMixin", "LocalityMixin", "MultiplexMixin")
     },
     "muster.air": {
         "session": "muster.train.report / get_checkpoint / get_context",

@@ -74,7 +74,7 @@ def test_graph_turns_bound_deployments_into_handles():
 
 def test_autoscaling_policy_waits_for_its_delays():
     cfg = AutoscalingConfig(min_replicas=1, max_replicas=4, target_ongoing_requests=2, upscale_delay_s=1,
-                            downscale_delay_s=5)
+                            downscale_delay_s=5, look_back_period_s=0.5)  # a window of one sample
     st = autoscaling.ScaleState()
     assert autoscaling.decide(cfg, 1, 7, now=0.0, state=st) == 1  # wants 4, waits
     assert autoscaling.decide(cfg, 1, 7, now=1.0, state=st) == 4
@@ -83,6 +83,28 @@ def test_autoscaling_policy_waits_for_its_delays():
     assert autoscaling.decide(cfg, 4, 0, now=8.0, state=st) == 1
     assert autoscaling.decide(cfg, 1, 3, now=9.0, state=st) == 1  # need gone before the delay: resets
     assert autoscaling.decide(cfg, 1, 0, now=10.0, state=st) == 1
+
+
+def test_autoscaling_averages_over_its_look_back_window_and_smooths():
+    # Ray's keys are accepted (the Ray autoscaling guide's config)
+    keys = dict(look_back_period_s=2.0, smoothing_factor=1.0, upscale_smoothing_factor=None,
+                downscale_smoothing_factor=None, upscaling_factor=None, downscaling_factor=None,
+                downscale_to_zero_delay_s=60, aggregation_function="mean")
+    assert DeploymentConfig(name="x", autoscaling_config={"max_replicas": 4, **keys}).autoscaling_config is not None
+    with pytest.raises(ValueError, match="aggregation_function='median'"):
+        AutoscalingConfig(aggregation_function="median")
+    # bursty load (8 ongoing, then none, in turn) averages 4 over the window: it scales up, as Ray does,
+    # though the instantaneous count is never above target for the whole upscale delay
+    cfg = AutoscalingConfig(max_replicas=4, target_ongoing_requests=2, upscale_delay_s=2, look_back_period_s=10)
+    st = autoscaling.ScaleState()
+    got = [autoscaling.decide(cfg, 1, 8.0 if i % 2 == 0 else 0.0, now=i * 0.5, state=st) for i in range(5)]
+    assert got == [1, 1, 1, 1, 3]  # after upscale_delay_s: the mean 4.8 over the window wants ceil(4.8 / 2)
+    # smoothing: a decision moves part of the way (upscaling_factor), "max" aggregates the peak
+    assert autoscaling.wanted(AutoscalingConfig(max_replicas=10, upscaling_factor=0.5), 1, 8.0) == 3  # 1 -> 4, half
+    assert autoscaling.wanted(AutoscalingConfig(max_replicas=10, downscaling_factor=0.5), 4, 0.0) == 2
+    peak = AutoscalingConfig(max_replicas=10, aggregation_function="max", upscale_delay_s=0)
+    st = autoscaling.ScaleState()
+    assert [autoscaling.decide(peak, 1, v, now=t, state=st) for t, v in enumerate([8.0, 0.0])] == [4, 4]
 
 
 def test_config_schema_and_import_errors():
@@ -98,3 +120,19 @@ def test_config_schema_and_import_errors():
     with pytest.raises(ImportError, match="has no attribute 'missing'"):
         import_app("muster.serve:missing")
     assert import_app(f"{__name__}:A").deployment is A
+
+
+def test_ray_schema_names_import_and_unsupported_ones_name_the_equivalent():
+    from muster.exceptions import UnsupportedRayImportError
+    from muster.serve.schema import ApplicationStatusOverview, DeploymentStatusOverview, ServeStatus
+
+    assert (ServeStatus, ApplicationStatusOverview, DeploymentStatusOverview) == \
+        (serve.ServeStatus, serve.ApplicationStatusOverview, serve.DeploymentStatusOverview)
+    cases = [("muster.serve.schema", "ServeDeploySchema", "ServeConfig"),
+             ("muster.serve.config", "RequestRouterConfig", "power of two choices"),
+             ("muster.serve.config", "gRPCOptions", "HTTP only"),
+             ("muster.serve.handle", "RayServeHandle", "DeploymentHandle"),
+             ("muster.serve.request_router", "RequestRouter", "power of two choices")]
+    for module, name, hint in cases:
+        with pytest.raises(UnsupportedRayImportError, match=hint):
+            exec(f"from {module} import {name}")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 
 import signal
 
+import numpy as np
 import pytest
 from _shared import check_in_fork
 from serve_helpers import wait_until
@@ -77,9 +79,34 @@ class Configured:
 
     def reconfigure(self, config: dict) -> None:
         self.threshold = config["threshold"]
+        self.calls = getattr(self, "calls", 0) + 1
 
     def get(self) -> int:
         return self.threshold
+
+    def state(self) -> tuple[int, int]:
+        return os.getpid(), self.calls
+
+
+@serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=16, user_config={"max_batch_size": 8})
+class NumpyBatch:
+    """Ray's "Dynamic Request Batching" sample: returns an ndarray; reconfigure resizes the batch."""
+
+    @serve.batch(max_batch_size=4, batch_wait_timeout_s=0.2)
+    async def __call__(self, xs: list[int]) -> np.ndarray:
+        return np.array([[x * 2, len(xs)] for x in xs])
+
+    def reconfigure(self, config: dict) -> None:
+        self.__call__.set_max_batch_size(config["max_batch_size"])
+        self.__call__.set_batch_wait_timeout_s(config.get("batch_wait_timeout_s", 0.2))
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class Logs:
+    def __call__(self, word: str) -> str:
+        logging.getLogger("muster.serve").info("serve-logger says %s", word)  # Ray: "ray.serve"
+        logging.getLogger("muster.serve.mine").info("child-logger says %s", word)
+        return word
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +147,35 @@ def test_batch_groups_concurrent_calls(graph):
     assert all(size <= 8 for _, size in results)
 
 
+def test_batch_returning_an_ndarray_and_resized_by_reconfigure(client):
+    def sizes(h) -> set[int]:
+        rows = [r.result(timeout_s=10).tolist() for r in [h.remote(i) for i in range(8)]]
+        assert [v for v, _ in rows] == [i * 2 for i in range(8)]
+        return {n for _, n in rows}
+
+    h = serve.run(NumpyBatch.bind(), name="npbatch", route_prefix=None)
+    assert max(sizes(h)) > 4  # user_config's 8 replaced the decorator's 4
+    h = serve.run(NumpyBatch.options(user_config={"max_batch_size": 2}).bind(), name="npbatch", route_prefix=None)
+    assert max(sizes(h)) <= 2
+    serve.delete("npbatch")
+
+
+def test_info_from_the_serve_logger_reaches_the_replica_output(client, capfd):
+    h = serve.run(Logs.bind(), name="logs", route_prefix=None)
+    assert h.remote("kiwi").result(timeout_s=10) == "kiwi"
+    seen: list[str] = []
+
+    def logged() -> bool:
+        seen.append("".join(capfd.readouterr()))  # the runtime relays worker output to the driver's stdout
+        text = "".join(seen)
+        return "serve-logger says kiwi" in text and "child-logger says kiwi" in text
+
+    wait_until(logged, 15, "the replica's INFO lines in its output")
+    line = next(x for x in "".join(seen).splitlines() if "serve-logger says kiwi" in x)
+    assert "INFO" in line and "Logs" in line
+    serve.delete("logs")
+
+
 def test_handle_calls_from_many_threads(graph):
     h = serve.get_deployment_handle("Adder", "graph")
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -143,8 +199,16 @@ def test_a_handle_used_in_a_forked_child_opens_connections_of_its_own(graph):
 def test_user_config_reaches_reconfigure_and_redeploy_updates_it(client):
     h = serve.run(Configured.bind(), name="cfg", route_prefix=None)
     assert h.get.remote().result(timeout_s=10) == 1
+    pid, calls = h.state.remote().result(timeout_s=10)
     h = serve.run(Configured.options(user_config={"threshold": 7}).bind(), name="cfg", route_prefix=None)
     assert h.get.remote().result(timeout_s=10) == 7
+    assert h.state.remote().result(timeout_s=10) == (pid, calls + 1)  # reconfigured in place, as Ray: same replica
+    h = serve.run(Configured.options(user_config={"threshold": 7}).bind(), name="cfg", route_prefix=None)
+    assert h.state.remote().result(timeout_s=10) == (pid, calls + 1)  # unchanged: left alone
+    h = serve.run(Configured.options(user_config={"threshold": 8}, max_ongoing_requests=3).bind(), name="cfg",
+                  route_prefix=None)
+    assert h.get.remote().result(timeout_s=10) == 8
+    assert h.state.remote().result(timeout_s=10)[0] != pid  # another option changed: replicas replaced
     serve.delete("cfg")
 
 

@@ -64,7 +64,24 @@ class Kinds:
             return {"app": ctx.app_name, "deployment": ctx.deployment, "replica": ctx.replica_tag}
         if kind == "env":
             return os.environ.get("MUSTER_SERVE_TEST_VAR", "missing")
+        if kind == "query":
+            return request.query_params  # a Mapping, not a dict: JSON as in Ray
+        if kind == "headers":
+            return request.headers
+        if kind == "tuple":
+            return (1, "two")
         return object()  # not a response
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class NoRequest:
+    async def __call__(self) -> str:  # takes no request: Ray calls it without one
+        return "no request needed"
+
+
+@serve.deployment(ray_actor_options=SMALL)
+def no_request_fn() -> dict:
+    return {"fn": True}
 
 
 api = FastAPI()
@@ -95,6 +112,8 @@ def apps(client):
     env_kinds = Kinds.options(ray_actor_options={**SMALL, "runtime_env": {"env_vars": {"MUSTER_SERVE_TEST_VAR": "set"}}})
     serve.run(env_kinds.bind(), name="kinds", route_prefix="/kinds")
     serve.run(Api.bind(), name="api", route_prefix="/api")
+    serve.run(NoRequest.bind(), name="noreq", route_prefix="/noreq")
+    serve.run(no_request_fn.bind(), name="noreqfn", route_prefix="/noreqfn")
     return client
 
 
@@ -110,7 +129,7 @@ def test_routes_by_prefix_and_spreads_over_replicas(apps):
     assert len(pids) == 2  # both replicas served
     assert apps.get("/hello?name=ann").text == "hello ann"
     assert apps.get("/-/healthz").text == "success"
-    assert set(apps.get("/-/routes").json()) == {"/echo", "/hello", "/kinds", "/api"}
+    assert set(apps.get("/-/routes").json()) == {"/echo", "/hello", "/kinds", "/api", "/noreq", "/noreqfn"}
 
 
 def test_an_app_at_the_root_leaves_the_ingress_its_own_paths(apps):
@@ -150,6 +169,25 @@ def test_return_types(apps):
     ctx = apps.get("/kinds", params={"kind": "context"}).json()
     assert ctx["app"] == "kinds" and ctx["deployment"] == "Kinds" and ctx["replica"].startswith("kinds#Kinds#")
     assert apps.get("/kinds", params={"kind": "env"}).text == "set"
+
+
+def test_handlers_without_a_request_parameter_and_mapping_returns(apps):
+    assert apps.get("/noreq").text == "no request needed"
+    assert apps.get("/noreqfn").json() == {"fn": True}
+    assert apps.get("/kinds?kind=query&a=b&c=d").json() == {"kind": "query", "a": "b", "c": "d"}
+    assert apps.get("/kinds?kind=headers", headers={"x-custom": "v"}).json()["x-custom"] == "v"
+    assert apps.get("/kinds?kind=tuple").json() == [1, "two"]
+
+
+def test_x_request_id_is_echoed_or_generated(apps):
+    r = apps.get("/hello", headers={"X-Request-ID": "my-id-123"})
+    assert r.status_code == 200 and r.headers["x-request-id"] == "my-id-123"
+    seen = apps.get("/kinds?kind=headers").json()["x-request-id"]  # a generated id reaches the replica too
+    ids = {apps.get("/hello").headers["x-request-id"] for _ in range(3)} | {seen}
+    assert len(ids) == 4 and all(len(i) == 36 for i in ids)  # uuid4, one per request
+    assert apps.get("/kinds?kind=raise", headers={"x-request-id": "e1"}).headers["x-request-id"] == "e1"
+    with apps.stream("GET", "/kinds", params={"kind": "stream"}, headers={"x-request-id": "s1"}) as r:
+        assert r.headers["x-request-id"] == "s1"
 
 
 def test_streaming_responses_arrive_in_chunks(apps):

@@ -34,7 +34,8 @@ def test_uvicorn_ingress(client):
     assert client.post("/m/a", content=b"hi").json() == {"body": "hi", "path": "/m/a"}
     with client.stream("GET", "/m", params={"kind": "stream"}) as r:
         assert "".join(r.iter_text()) == "0;1;2;3;"
-    r = client.get("/m", params={"kind": "raise"})
-    assert r.status_code == 500 and "KeyError" in r.text
+    r = client.get("/m", params={"kind": "raise"}, headers={"x-request-id": "abc"})
+    assert r.status_code == 500 and "KeyError" in r.text and r.headers["x-request-id"] == "abc"
+    assert len(client.get("/m").headers["x-request-id"]) == 36  # generated when the client sent none
     assert client.post("/m", content=b"x" * 2000).status_code == 413
     assert client.get("/elsewhere").status_code == 404

@@ -60,7 +60,9 @@ def run(
     """Deploy an application and return a handle to its ingress deployment.
 
     Returns once every replica is up.  Running it again with the same name
-    replaces that app's replicas without dropping requests.
+    replaces that app's replicas without dropping requests; when nothing but
+    ``user_config`` changed, the live replicas run ``reconfigure`` instead
+    and stay (nothing changed: nothing happens), as in Ray.
 
     Args:
         target: a bound deployment (``MyDeployment.bind(...)``).

@@ -38,6 +38,14 @@ class AutoscalingConfig:
     upscale_delay_s: float = 30.0
     downscale_delay_s: float = 600.0
     metrics_interval_s: float = 0.5
+    look_back_period_s: float = 30.0  # the policy works on the ongoing requests aggregated over this window
+    aggregation_function: str = "mean"  # how: "mean", "max" or "min" of the samples in the window
+    smoothing_factor: float = 1.0  # how far each decision moves toward the wanted count (1: all the way)
+    upscaling_factor: float | None = None  # the smoothing factor up (default: smoothing_factor)
+    downscaling_factor: float | None = None  # ... and down
+    upscale_smoothing_factor: float | None = None  # Ray's older names of the two above
+    downscale_smoothing_factor: float | None = None
+    downscale_to_zero_delay_s: float | None = None  # accepted, no effect: a deployment keeps at least one replica
 
     def __post_init__(self) -> None:
         _positive("autoscaling_config.min_replicas", self.min_replicas, allow_zero=True, integer=True)
@@ -58,6 +66,27 @@ class AutoscalingConfig:
         _positive("autoscaling_config.upscale_delay_s", self.upscale_delay_s, allow_zero=True)
         _positive("autoscaling_config.downscale_delay_s", self.downscale_delay_s, allow_zero=True)
         _positive("autoscaling_config.metrics_interval_s", self.metrics_interval_s)
+        _positive("autoscaling_config.look_back_period_s", self.look_back_period_s)
+        _positive("autoscaling_config.smoothing_factor", self.smoothing_factor)
+        for f in ("upscaling_factor", "downscaling_factor", "upscale_smoothing_factor", "downscale_smoothing_factor"):
+            if getattr(self, f) is not None:
+                _positive(f"autoscaling_config.{f}", getattr(self, f))
+        if self.downscale_to_zero_delay_s is not None:
+            _positive("autoscaling_config.downscale_to_zero_delay_s", self.downscale_to_zero_delay_s, allow_zero=True)
+        self.aggregation_function = str(getattr(self.aggregation_function, "value", self.aggregation_function))
+        if self.aggregation_function.lower() not in ("mean", "max", "min"):
+            raise InvalidArgumentError(
+                f"autoscaling_config.aggregation_function={self.aggregation_function!r}: use 'mean', 'max' or 'min'."
+            )
+        self.aggregation_function = self.aggregation_function.lower()
+
+    def factor(self, up: bool) -> float:
+        """The smoothing factor of a decision up (or down): the specific one, else ``smoothing_factor``."""
+        if up:
+            got = self.upscaling_factor if self.upscaling_factor is not None else self.upscale_smoothing_factor
+        else:
+            got = self.downscaling_factor if self.downscaling_factor is not None else self.downscale_smoothing_factor
+        return self.smoothing_factor if got is None else got
 
     @property
     def start_replicas(self) -> int:
@@ -200,3 +229,9 @@ class HTTPOptions:
         if unknown:
             raise InvalidArgumentError(f"http_options: unknown field(s) {unknown}; known: {sorted(known)}.")
         return cls(**{k: v for k, v in value.items() if k in known})
+
+
+def __getattr__(name: str) -> object:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.serve.config", name)

@@ -250,3 +250,9 @@ class DeploymentHandle:
 
 def _rebuild(dep: str, app: str, method: str, stream: bool) -> DeploymentHandle:
     return DeploymentHandle(dep, app, method_name=method, stream=stream)
+
+
+def __getattr__(name: str) -> object:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.serve.handle", name)

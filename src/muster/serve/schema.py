@@ -22,7 +22,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.serve.api import ApplicationStatusOverview, DeploymentStatusOverview, ServeStatus
+from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions
 from muster.serve.deployment import Application, Deployment
+
+__all__ = [  # Ray keeps these in ray.serve.schema; the status and config classes are the ones muster.serve exports
+    "AppSchema", "ApplicationStatusOverview", "AutoscalingConfig", "DeploymentConfig", "DeploymentStatusOverview",
+    "HTTPOptions", "ServeConfig", "ServeStatus", "deploy", "import_app", "load_config",
+]
+
+
+def __getattr__(name: str) -> object:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.serve.schema", name)
 
 
 @dataclass(kw_only=True)

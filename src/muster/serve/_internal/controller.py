@@ -145,6 +145,9 @@ class ServeController:
                         "that prefix; pick another route_prefix or serve.delete the other app."
                     )
             self._check_fits(name, plans)
+            old = self.apps.get(name)
+        if old is not None and self._reconfigure_in_place(old, route_prefix, ingress, plans):
+            return
         for p in plans:
             plan.check_picklable(p, name)
             old = self.apps.get(name)
@@ -177,6 +180,32 @@ class ServeController:
         self.confirm_ingress()
         if old is not None and not stop_old_first:
             self._stop_app(old, push=False)
+
+    def _reconfigure_in_place(self, app: _App, route_prefix: str | None, ingress: str,
+                              plans: list[DeploymentPlan]) -> bool:
+        """Keep ``app``'s replicas when the redeploy changes nothing, or only ``user_config`` (each live replica
+        then runs ``reconfigure`` with the new one); ``False`` when they must be replaced."""
+        same = (app.route_prefix, app.ingress, app.status) == (route_prefix, ingress, "RUNNING")
+        changes = plan.user_config_changes({n: d.plan for n, d in app.deployments.items()}, plans) if same else None
+        if changes is None:
+            return False
+        by_name = {p.name: p for p in plans}
+        for dep, config in changes.items():
+            d = app.deployments[dep]
+            d.plan = by_name[dep]  # replicas started from now on get the new user_config
+            calls = [(r, r.actor.call("reconfigure", config)) for r in list(d.replicas.values())
+                     if r.state == "RUNNING" and r.actor is not None]
+            for r, fut in calls:
+                try:
+                    fut.result(d.plan.config.health_check_timeout_s)
+                except Exception as exc:
+                    raise RayServeException(
+                        f"deployment {dep!r} of app {app.name!r}: replica {r.id} failed to apply user_config="
+                        f"{config!r} in reconfigure(): {type(exc).__name__}: {exc}; fix reconfigure or the config."
+                    ) from exc
+        what = ", ".join(f"{dep} user_config" for dep in changes) or "nothing changed"
+        self.record.event(app.name, None, None, "deploy", f"app {app.name!r} updated in place ({what})")
+        return True
 
     def delete(self, name: str) -> bool:
         with self.lock:

@@ -17,6 +17,7 @@ import json
 import socket
 import sys
 import time
+import uuid
 from typing import Any, Coroutine
 
 from muster.serve._internal import eventloop, ingress_rsgi, router, wire
@@ -41,6 +42,17 @@ async def _discard(receive: Any, size: int) -> None:
         msg = await receive()
         if msg["type"] != "http.request" or not msg.get("more_body", False):
             return
+
+
+def request_id(headers: list) -> tuple[bytes, list]:
+    """The request's ``X-Request-ID`` (a new uuid when it sent none) and its headers, carrying it for the replica.
+
+    Every answer to a routed request echoes it in ``x-request-id``, as Ray Serve's proxy does."""
+    for k, v in headers:
+        if k == b"x-request-id":
+            return v, headers
+    rid = str(uuid.uuid4()).encode()
+    return rid, [*headers, (b"x-request-id", rid)]
 
 
 class IngressApp:
@@ -83,44 +95,43 @@ class IngressApp:
         body = await self._body(scope, receive, send)
         if body is None:
             return
+        rid, headers = request_id(scope.get("headers", []))
+        echo = [(b"x-request-id", rid)]
         fields = (scope["method"], path, "" if prefix == "/" else prefix, scope.get("query_string", b""),
-                  scope.get("headers", []), scope.get("client"), scope.get("server"))
+                  headers, scope.get("client"), scope.get("server"))
         timeout = self.options.request_timeout_s
         r = router.registry.router(app, dep)
         try:
             replica, stream = await r.open_stream(wire.REQ_HTTP, wire.http_request(fields, body), timeout or 30.0)
-        except BackPressureError as exc:
-            await _plain(send, 503, str(exc), [(b"retry-after", b"1")])
-            return
-        except DeploymentUnavailableError as exc:
-            await _plain(send, 503, str(exc), [(b"retry-after", b"1")])
+        except (BackPressureError, DeploymentUnavailableError) as exc:
+            await _plain(send, 503, str(exc), [(b"retry-after", b"1"), *echo])
             return
         try:
-            await self._relay(stream, send, timeout)
+            await self._relay(stream, send, timeout, echo)
         finally:
             r.release(replica)
 
-    async def _relay(self, stream: router.Stream, send: Any, timeout: float | None) -> None:
+    async def _relay(self, stream: router.Stream, send: Any, timeout: float | None, echo: list) -> None:
         kind, payload = await stream.next(timeout)
         if (kind, payload) == router.TIMED_OUT:
-            await _plain(send, 408, router.timeout_message(timeout))
+            await _plain(send, 408, router.timeout_message(timeout), echo)
             return
         if kind == wire.RESP_FULL:
             status, block, body = wire.parse_http_response(payload)
-            await send({"type": "http.response.start", "status": status, "headers": wire.split_block(block)})
+            await send({"type": "http.response.start", "status": status, "headers": wire.split_block(block) + echo})
             await send({"type": "http.response.body", "body": body})
             return
         if kind == wire.RESP_ERROR:
             err: wire.RemoteError = wire.loads(payload)
             hdrs = [(k.encode(), v.encode()) for k, v in err.headers]
-            await _plain(send, err.status, err.message, hdrs)
+            await _plain(send, err.status, err.message, hdrs + echo)
             return
         if kind != wire.RESP_HEAD:
-            await _plain(send, 500, f"the replica answered with frame kind {kind}, not an HTTP response.")
+            await _plain(send, 500, f"the replica answered with frame kind {kind}, not an HTTP response.", echo)
             return
         status, headers = wire.loads(payload)
         try:
-            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.start", "status": status, "headers": [*headers, *echo]})
             while True:
                 kind, payload = await stream.next()
                 if kind == wire.RESP_BODY:

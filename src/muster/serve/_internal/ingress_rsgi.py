@@ -8,6 +8,7 @@ encoded in the replica (see ``replica._scope``).
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from muster.serve._internal import router, wire
@@ -77,7 +78,13 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
                 return
             chunks.append(chunk)
         body = b"".join(chunks)
-    fields = (scope.method, path, "" if prefix == "/" else prefix, scope.query_string, hdrs.items(),
+    items = hdrs.items()
+    rid = hdrs.get("x-request-id")
+    if rid is None:  # echoed on the answer (see ingress.request_id), and passed on to the replica
+        rid = str(uuid.uuid4())
+        items = [*items, ("x-request-id", rid)]
+    echo = [("x-request-id", rid)]
+    fields = (scope.method, path, "" if prefix == "/" else prefix, scope.query_string, items,
               scope.client, scope.server)
     timeout = app.options.request_timeout_s
     r = router.registry.router(app_name, dep)
@@ -87,33 +94,33 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
         try:
             got = await r.open_stream(wire.REQ_HTTP, payload, timeout or 30.0)
         except (BackPressureError, DeploymentUnavailableError) as exc:
-            _plain(proto, 503, str(exc), [("retry-after", "1")])
+            _plain(proto, 503, str(exc), [("retry-after", "1"), *echo])
             return
     replica, stream = got
     try:
-        await _relay(stream, proto, timeout)
+        await _relay(stream, proto, timeout, echo)
     finally:
         r.release(replica)
 
 
-async def _relay(stream: router.Stream, proto: Any, timeout: float | None) -> None:
+async def _relay(stream: router.Stream, proto: Any, timeout: float | None, echo: list) -> None:
     kind, payload = await stream.next(timeout)
     if kind == wire.RESP_FULL:
         status, block, body = wire.parse_http_response(payload)
-        proto.response_bytes(status, wire.split_block_str(block), body)
+        proto.response_bytes(status, wire.split_block_str(block) + echo, body)
         return
     if (kind, payload) == router.TIMED_OUT:
-        _plain(proto, 408, router.timeout_message(timeout))
+        _plain(proto, 408, router.timeout_message(timeout), echo)
         return
     if kind == wire.RESP_ERROR:
         err: wire.RemoteError = wire.loads(payload)
-        _plain(proto, err.status, err.message, list(err.headers))
+        _plain(proto, err.status, err.message, [*err.headers, *echo])
         return
     if kind != wire.RESP_HEAD:
-        _plain(proto, 500, f"the replica answered with frame kind {kind}, not an HTTP response.")
+        _plain(proto, 500, f"the replica answered with frame kind {kind}, not an HTTP response.", echo)
         return
     status, headers = wire.loads(payload)
-    transport = proto.response_stream(status, _str_headers(headers))
+    transport = proto.response_stream(status, _str_headers(headers) + echo)
     try:
         while True:
             kind, payload = await stream.next()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copyreg
+import dataclasses
 import importlib
 import sys
 from dataclasses import dataclass
@@ -130,3 +131,32 @@ def build(app: Application, app_name: str, overrides: dict[str, dict[str, Any]] 
             f"its deployments: {[p.name for p in plans]}."
         )
     return ingress, plans
+
+
+def _same_code(a: DeploymentPlan, b: DeploymentPlan) -> bool:
+    """Same class/function (the object, or the same import path) and the same bind() arguments."""
+    import cloudpickle
+
+    if a.target is not b.target and not (isinstance(pa := portable(a.target), TargetRef) and pa == portable(b.target)):
+        return False
+    try:
+        return cloudpickle.dumps((a.args, a.kwargs)) == cloudpickle.dumps((b.args, b.kwargs))
+    except Exception:  # noqa: BLE001 - arguments that cannot be compared: treat as changed (replicas restart)
+        return False
+
+
+def user_config_changes(old: dict[str, DeploymentPlan], new: list[DeploymentPlan]) -> dict[str, Any] | None:
+    """What a redeploy changes when it changes no more than ``user_config``: ``{deployment: new user_config}``
+    for each that changed (``{}``: nothing did), applied by ``reconfigure`` on the live replicas, as Ray
+    does; ``None`` when anything else differs (its replicas are replaced)."""
+    if set(old) != {p.name for p in new}:
+        return None
+    changes: dict[str, Any] = {}
+    for p in new:
+        before = old[p.name]
+        if not _same_code(before, p) or \
+                dataclasses.replace(before.config, user_config=None) != dataclasses.replace(p.config, user_config=None):
+            return None
+        if before.config.user_config != p.config.user_config:
+            changes[p.name] = p.config.user_config
+    return changes

@@ -17,6 +17,7 @@ import concurrent.futures
 import contextvars
 import functools
 import inspect
+import logging
 import os
 import sys
 import time
@@ -99,6 +100,37 @@ def _receive_once(body: bytes) -> Any:
     return receive
 
 
+SERVE_LOGGER = "muster.serve"  # Ray's "ray.serve": what replicas log there shows in their output
+
+
+def _log_to_output(spec: "ReplicaSpec") -> None:
+    """Send INFO and up from the ``muster.serve`` logger (and those under it) to this replica's stderr, which
+    the runtime captures (the driver's output, ``muster logs``, the run store), as Ray Serve does with
+    ``ray.serve``.  A level the user set on the logger is kept; once per process."""
+    logger = logging.getLogger(SERVE_LOGGER)
+    if any(getattr(h, "_muster_replica", False) for h in logger.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(
+        f"%(levelname)s %(asctime)s {spec.deployment} {spec.replica_id} %(filename)s:%(lineno)d - %(message)s"
+    ))
+    setattr(handler, "_muster_replica", True)  # noqa: B010 - marks the handler this function added
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+    logger.propagate = False  # as Ray's: not twice when the user configured the root logger
+
+
+def _takes_positional(fn: Any) -> bool:
+    """Whether ``fn`` (bound) takes at least one positional argument; ``True`` when its signature is unknown."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    return any(p.kind in kinds for p in params)
+
+
 class _Conn(wire.FrameProtocol):
     def __init__(self, replica: "ReplicaActor"):
         super().__init__()
@@ -125,6 +157,7 @@ class ReplicaActor:
 
     def __init__(self, spec: ReplicaSpec):
         os.environ.update(spec.config.env_vars())
+        _log_to_output(spec)
         self.spec = spec
         self.config = spec.config
         self.where = f"deployment {spec.deployment!r} (replica {spec.replica_id})"
@@ -138,6 +171,7 @@ class ReplicaActor:
         self.errors = 0
         self.latency_ms: collections.deque[float] = collections.deque(maxlen=20000)
         self._methods: dict[str, tuple[Any, bool]] = {}
+        self._wants_request: dict[str, bool] = {}  # does __call__ take the Request (see _http_args)
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id))
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
         self.target = target
@@ -248,6 +282,16 @@ class ReplicaActor:
                 self._methods[name] = got
         return got
 
+    def _http_args(self, scope: dict, receive: Any) -> tuple:
+        """``(Request,)``, or ``()`` when ``__call__`` takes no positional parameter (Ray passes the
+        request only to a callable that takes one: ``def __call__(self)`` and ``def f()`` serve HTTP too)."""
+        wants = self._wants_request.get("__call__")
+        if wants is None:
+            wants = _takes_positional(self._resolve("__call__")[0])
+            if "__call__" in self._methods:  # cached the same way as the method itself
+                self._wants_request["__call__"] = wants
+        return (_request_class()(scope, receive),) if wants else ()
+
     async def _invoke(self, name: str, args: tuple, kwargs: dict) -> Any:
         fn, inline = self._resolve(name)
         if inline:
@@ -291,7 +335,7 @@ class ReplicaActor:
                     if self.asgi is not None:
                         await self.asgi(scope, receive, sender)
                     else:
-                        result = await self._invoke("__call__", (_request_class()(scope, receive),), {})
+                        result = await self._invoke("__call__", self._http_args(scope, receive), {})
                         await self._reply_http(proto, stream, result, scope, receive, sender)
                     if sender.state != 2:
                         await sender({"type": "http.response.body", "body": b"", "more_body": False})

@@ -1,6 +1,6 @@
 """What a replica sends back for what the user's code returned.
 
-A dict/list/number becomes JSON, ``str`` text, ``bytes`` raw, a Starlette
+A dict (any Mapping)/list/tuple/number becomes JSON, ``str`` text, ``bytes`` raw, a Starlette
 ``Response`` (``StreamingResponse`` included) runs as the ASGI app it is, and
 a generator streams its chunks.  Errors become a :class:`wire.RemoteError`
 with the HTTP status the ingress answers with.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import traceback
+from collections.abc import Mapping
 from typing import Any, Callable, MutableMapping
 
 from muster.serve._internal import wire
@@ -23,8 +24,10 @@ _json = json.JSONEncoder(separators=(",", ":")).encode
 
 def simple_body(result: Any) -> bytes | None:
     """The RESP_FULL payload for a plain value, or ``None`` when it needs the ASGI path."""
-    if isinstance(result, (dict, list, int, float, bool)) or result is None:
+    if isinstance(result, (dict, list, tuple, int, float, bool)) or result is None:
         return _JSON_HEAD + _json(result).encode()
+    if isinstance(result, Mapping):  # Starlette's QueryParams/Headers and other read-only mappings, as Ray
+        return _JSON_HEAD + _json(dict(result)).encode()
     if isinstance(result, str):
         return _TEXT_HEAD + result.encode()
     if isinstance(result, (bytes, bytearray, memoryview)):
