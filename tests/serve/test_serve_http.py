@@ -219,6 +219,28 @@ def test_fastapi_ingress(apps):
     assert apps.get("/api/items/notanint").status_code == 422
 
 
+def make_api():
+    """Ray's FastAPI factory pattern: the app is built in each replica."""
+    built = FastAPI()
+
+    @built.get("/ping")
+    def ping() -> dict:
+        return {"pong": os.getpid()}
+
+    return built
+
+
+def test_fastapi_factory_pattern(apps):
+    """serve.deployment(serve.ingress(factory)()) (Ray's HTTP guide). Before: a bare TypeError."""
+    serve.run(serve.deployment(ray_actor_options=SMALL)(serve.ingress(make_api)()).bind(), name="factory",
+              route_prefix="/factory")
+    try:
+        r = apps.get("/factory/ping")
+        assert r.status_code == 200 and r.json()["pong"] != os.getpid()
+    finally:
+        serve.delete("factory")
+
+
 def test_body_over_limit_is_413():
     # a second ingress would need a second Serve; the limit lives in HTTPOptions, so check it with a fresh one
     from muster.serve._internal.ingress import IngressApp

@@ -139,7 +139,7 @@ def deployment(
     return wrap
 
 
-def ingress(app: Any) -> Callable[[type], type]:
+def ingress(app: Any) -> Callable[..., type]:
     """Serve a FastAPI (or any ASGI) app from a deployment class: its routes may be the class's methods.
 
     Put it under ``@serve.deployment``::
@@ -149,9 +149,15 @@ def ingress(app: Any) -> Callable[[type], type]:
         class Api:
             @app.get("/hello")
             def hello(self) -> str: ...
+
+    ``app`` may also be a function of no arguments that builds the app in each replica (Ray's
+    factory pattern, for apps that do not pickle), and ``serve.ingress(app)()`` with no class makes
+    a deployment that only serves it: ``serve.deployment(serve.ingress(make_app)())``.
     """
 
-    def wrap(cls: type) -> type:
+    def wrap(cls: type | None = None) -> type:
+        if cls is None:
+            cls = type("ASGIIngress", (), {"__doc__": "Serves the ASGI app given to serve.ingress."})
         if not inspect.isclass(cls):
             raise InvalidTypeError(f"@serve.ingress goes on a class, not {cls!r}.")
         setattr(cls, "__serve_asgi_app__", app)  # noqa: B010 - a marker the replica looks for

@@ -176,6 +176,8 @@ class ReplicaActor:
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
         self.target = target
         self.asgi = getattr(target, "__serve_asgi_app__", None)
+        if inspect.isfunction(self.asgi) and not _takes_positional(self.asgi):  # a factory: build the app here
+            self.asgi = self.asgi()
         self._finalized = False
         if inspect.isclass(target):
             self.obj = target(*spec.init_args, **spec.init_kwargs)
