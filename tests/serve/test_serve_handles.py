@@ -109,6 +109,11 @@ class Logs:
         return word
 
 
+@muster.remote
+def _plus_one(x):
+    return x + 1
+
+
 @pytest.fixture(scope="module")
 def graph(client):
     handle = serve.run(Ingress.bind(Model.bind(3), Adder.bind()), name="graph", route_prefix="/graph")
@@ -121,6 +126,13 @@ def test_composition_over_http_and_handles(client, graph):
     assert h.predict.remote(7).result(timeout_s=10) == 21
     chained = serve.get_deployment_handle("Adder", "graph").add.remote(h.predict.remote(2), 10)
     assert chained.result(timeout_s=10) == 16
+    # Ray's DeploymentResponse -> ObjectRef, handed to a task (before: no such attribute)
+    ref = h.predict.remote(4)._to_object_ref_sync()
+    assert muster.get(ref, timeout=10) == 12 and muster.get(_plus_one.remote(ref), timeout=10) == 13
+    failed = h.predict.remote("x")._to_object_ref_sync()  # "x" * 3 works; a missing method raises
+    assert muster.get(failed, timeout=10) == "xxx"
+    with pytest.raises(Exception, match="no_such"):
+        muster.get(h.no_such.remote()._to_object_ref_sync(), timeout=10)
 
 
 def test_streaming_through_a_handle(client, graph):

@@ -61,6 +61,28 @@ class DeploymentResponse:
     async def _to_value(self) -> Any:
         return await self
 
+    async def _to_object_ref(self) -> Any:
+        """The call's result as a muster ``ObjectRef`` (Ray's), to pass to a task or ``muster.get``;
+        a call that raised gives a ref whose ``get`` raises. Here the ref is made once the result
+        is in (Ray's may come earlier)."""
+        from muster.tasks import objects
+
+        try:
+            value = await self
+        except Exception as exc:  # noqa: BLE001 - handed on in the ref, as Ray's ref would carry it
+            return objects.failed(exc)
+        return objects.put(value)
+
+    def _to_object_ref_sync(self) -> Any:
+        """:meth:`_to_object_ref` from synchronous code (not on the Serve event loop)."""
+        from muster.tasks import objects
+
+        try:
+            value = self.result()
+        except Exception as exc:  # noqa: BLE001 - as above
+            return objects.failed(exc)
+        return objects.put(value)
+
 
 async def _await(fut: Any) -> Any:
     return await fut
