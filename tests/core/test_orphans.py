@@ -2,13 +2,16 @@
 
 Each test runs ``_driver.py`` (a real 2-worker ``TorchTrainer``) as its own
 process, lets it end one way, and checks that every worker pid and the
-driver's zygote are gone within a few seconds.
+driver's zygote are gone within a few seconds, and so is the engine's folder of
+sockets in the temporary directory (removed by the driver, or by the zygote
+when the driver was killed).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,6 +48,9 @@ class Driver:
         self.outdir = outdir
         env = {k: v for k, v in os.environ.items() if k not in ("MUSTER_ADDRESS", "RAY_ADDRESS")}
         env["MUSTER_PLAIN_PROGRESS"] = "1"
+        self.tmpdir = os.path.join(outdir, "tmp")
+        os.makedirs(self.tmpdir)
+        env["TMPDIR"] = self.tmpdir
         self._out = open(os.path.join(outdir, "driver.out"), "w")
         self.proc = subprocess.Popen(
             [sys.executable, DRIVER, mode, outdir],
@@ -128,6 +134,8 @@ def _assert_all_gone(d: Driver) -> None:
         f"still alive {GONE_WITHIN:.0f} s after the driver ended: {alive} "
         f"(workers {d.workers}, zygote {sorted(d.zygotes)}); driver output:\n{d.output()}"
     )
+    engine_dirs = [n for n in os.listdir(d.tmpdir) if re.fullmatch(r"muster-[a-z0-9_]{8}", n)]
+    assert not engine_dirs, f"the engine's folder of sockets was left in {d.tmpdir}: {engine_dirs}"
 
 
 def _after_fit(d: Driver) -> dict:

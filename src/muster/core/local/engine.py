@@ -20,6 +20,7 @@ import logging
 import os
 import queue
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -114,7 +115,7 @@ class LocalRuntime(Runtime):
             self._wait_started()
 
     def _fork_zygote(self) -> None:
-        self._zygote, self._zygote_conn = zygote_process.fork(_preload(self._preload_extra))
+        self._zygote, self._zygote_conn = zygote_process.fork(_preload(self._preload_extra), self._tmp)
         self.zygote_forked = True
 
     def _spawn_zygote(self) -> None:
@@ -223,6 +224,7 @@ class LocalRuntime(Runtime):
             self._listener.close()
         if self._logs is not None:
             self._logs.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)  # its sockets: nothing else lives there
         atexit.unregister(self.shutdown)
 
     # -- Runtime -----------------------------------------------------------

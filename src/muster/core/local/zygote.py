@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import sys
@@ -227,16 +228,18 @@ def main() -> None:
     _preload(config.get("preload", []))
     try:
         conn = Client(config["address"], family="AF_UNIX", authkey=bytes.fromhex(config["authkey"]))
-    except OSError:  # the driver is already gone: nothing to serve
+    except OSError:  # the driver is already gone: nothing to serve, only its folder to remove
+        shutil.rmtree(os.path.dirname(config["address"]), ignore_errors=True)
         os._exit(0)
-    _serve(conn)
+    _serve(conn, os.path.dirname(config["address"]))
 
 
-def run_forked(link_fd: int, preload: list[str], sigmask: "set[int | signal.Signals]") -> None:
+def run_forked(link_fd: int, preload: list[str], sigmask: "set[int | signal.Signals]", driver_dir: str) -> None:
     """Become the zygote in a child just forked from the driver. Never returns.
 
     ``link_fd`` is this end of a socket pair whose other end the driver keeps;
     SIGINT arrives blocked, and ``sigmask`` is the mask to restore once it is ignored.
+    ``driver_dir`` is the engine's folder of sockets (see :func:`_serve`).
     """
     global _driver_name
     try:
@@ -256,7 +259,7 @@ def run_forked(link_fd: int, preload: list[str], sigmask: "set[int | signal.Sign
         if torch is not None:  # a fresh seed, as a new interpreter's torch draws: not the driver's stream
             torch.random.default_generator.seed()
         _preload(preload)
-        _serve(Connection(link_fd))
+        _serve(Connection(link_fd), driver_dir)
     except BaseException:  # noqa: BLE001
         import traceback
 
@@ -344,8 +347,12 @@ def droppable_mappings(smaps: Iterable[str]) -> list[tuple[int, int]]:
     return out
 
 
-def _serve(conn: Connection) -> None:
-    """Fork a worker per request until the driver's link closes; then kill them all. Never returns."""
+def _serve(conn: Connection, driver_dir: str) -> None:
+    """Fork a worker per request until the driver's link closes; then kill them all. Never returns.
+
+    A driver that shuts down says "quit" and removes its own folder of sockets (``driver_dir``);
+    one killed outright cannot, so when the link just closes the zygote removes it instead.
+    """
     import time
 
     from muster.core.local import wire
@@ -375,6 +382,7 @@ def _serve(conn: Connection) -> None:
                 try:
                     msg = wire.recv(conn)
                 except (EOFError, OSError):
+                    shutil.rmtree(driver_dir, ignore_errors=True)
                     return
                 if msg[0] == "quit":
                     return

@@ -51,9 +51,10 @@ class ForkedZygote:
         return self.returncode
 
 
-def fork(preload: list[str]) -> tuple[ForkedZygote, Connection]:
+def fork(preload: list[str], driver_dir: str) -> tuple[ForkedZygote, Connection]:
     """Fork the zygote from this process, which already holds torch (when it has imported it);
-    returns its handle and the driver's end of their socket."""
+    returns its handle and the driver's end of their socket.  ``driver_dir`` is the engine's
+    folder of sockets, which the zygote removes if the driver dies without saying goodbye."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     for stream in (sys.stdout, sys.stderr):  # or the child would write our buffered output again
         try:
@@ -68,7 +69,7 @@ def fork(preload: list[str]) -> tuple[ForkedZygote, Connection]:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns
             ours.close()
-            zygote.run_forked(theirs.detach(), preload, blocked)
+            zygote.run_forked(theirs.detach(), preload, blocked, driver_dir)
     finally:
         if pid != 0:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -77,7 +78,8 @@ def fork(preload: list[str]) -> tuple[ForkedZygote, Connection]:
 
 
 def spawn(address: str, authkey: bytes, preload: list[str]) -> subprocess.Popen:
-    """Start the zygote as a fresh interpreter that connects back to ``address``."""
+    """Start the zygote as a fresh interpreter that connects back to ``address`` (a socket in the
+    engine's folder, which the zygote removes if the driver dies without saying goodbye)."""
     config = {
         "address": address,
         "authkey": authkey.hex(),
