@@ -352,3 +352,73 @@ def test_get_context_outside_a_trial_gives_none_as_rays_does():
     assert ctx.get_trial_name() is None and ctx.get_trial_dir() is None and ctx.get_experiment_name() is None
     assert ctx.get_trial_resources() is None
     assert (ctx.get_world_rank(), ctx.get_world_size(), ctx.get_local_rank()) == (0, 1, 0)
+
+
+class _Hooks(tune.Callback):
+    """Records the trial hooks Ray's callbacks get, in order, with the checkpoints handed over."""
+
+    def __init__(self):
+        self.calls, self.checkpoints = [], []
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.calls.append("start")
+
+    def on_trial_save(self, iteration, trials, trial, **info):
+        self.calls.append("save")
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        self.calls.append("checkpoint")
+        with checkpoint.as_directory() as folder:
+            self.checkpoints.append(open(os.path.join(folder, "step.txt")).read())
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        self.calls.append("recover")
+
+    def on_trial_restore(self, iteration, trials, trial, **info):
+        self.calls.append("restore")
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.calls.append("complete")
+
+
+def _saves_then_fails_once(config):
+    start = 0
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as folder:
+            start = int(open(os.path.join(folder, "step.txt")).read())
+    for step in range(start + 1, 4):
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "step.txt"), "w") as f:
+                f.write(str(step))
+            tune.report({"step": step}, checkpoint=Checkpoint.from_directory(folder))
+        if step == 2 and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError("planned failure after the second checkpoint")
+
+
+class _SaveLog(LoggerCallback):
+    def __init__(self):
+        self.saved = self.restored = 0
+
+    def log_trial_save(self, trial):
+        self.saved += 1
+
+    def log_trial_restore(self, trial):
+        self.restored += 1
+
+
+def test_callbacks_hear_of_each_checkpoint_a_recovery_and_the_restore(storage, tmp_path):
+    hooks, log = _Hooks(), _SaveLog()
+    grid = tune.Tuner(
+        _saves_then_fails_once, param_space={"marker": str(tmp_path / "failed-once")},
+        run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[hooks, log],
+                                  failure_config=tune.FailureConfig(max_failures=1)),
+    ).fit()
+    assert grid.num_errors == 0 and grid[0].metrics["step"] == 3
+    # Ray's order: each commit is a save and then on_checkpoint with it; the failure is a recovery,
+    # and the restart from the second checkpoint a restore
+    assert hooks.calls == ["start", "save", "checkpoint", "save", "checkpoint", "recover", "restore",
+                           "save", "checkpoint", "complete"], hooks.calls
+    assert hooks.checkpoints == ["1", "2", "3"]
+    assert (log.saved, log.restored) == (3, 1)  # a LoggerCallback hears of them as log_trial_save/restore

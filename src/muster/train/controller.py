@@ -118,11 +118,17 @@ class ControllerHooks:
             (``.remote()``, ``muster.get``, actors) never reach it.
         start_from: the checkpoint the first attempt starts from, even if the
             run has committed checkpoints of its own (PBT's exploit step).
+        on_restore: ``(checkpoint) -> None``, called as an attempt's gang starts from a
+            checkpoint of the run's own, or from ``start_from`` (not from the trainer's
+            ``resume_from_checkpoint``, which starts a run rather than restores one).
+        on_recover: ``(error) -> None``, called when an attempt failed and the run restarts.
     """
 
     on_metrics: Callable[[int, dict[str, Any], float, float], dict[str, Any]] | None = None
     on_other_event: Callable[[RuntimeActor, Any], Any] | None = None
     start_from: Checkpoint | None = None
+    on_restore: Callable[[Checkpoint], None] | None = None
+    on_recover: Callable[[BaseException], None] | None = None
 
 
 class Controller:
@@ -228,6 +234,8 @@ class Controller:
                         self.failures, self.storage.uri, max_failures
                     )
                 self._transition(State.RESTARTING)
+                if self.hooks.on_recover is not None:
+                    self.hooks.on_recover(error)
                 latest = self.ledger.latest
                 restart = (
                     f"attempt {self._previous_attempts + len(self.failures) + self._resizes} failed: {_first_line(error)}; restarting "
@@ -309,9 +317,12 @@ class Controller:
         envs = group.rendezvous_env()
         start_round = self.ledger.start_attempt(len(group.members))
         latest = self.ledger.latest_sound(lambda msg: _warn(self.view, msg)) if self.ledger.committed else None
-        checkpoint = Checkpoint(latest.path, self.storage.fs) if latest else self.initial_checkpoint
+        restored = Checkpoint(latest.path, self.storage.fs) if latest else None
         if self.hooks.start_from is not None:  # once: e.g. a PBT trial cloning another's checkpoint
-            checkpoint, self.hooks.start_from = self.hooks.start_from, None
+            restored, self.hooks.start_from = self.hooks.start_from, None
+        if restored is not None and self.hooks.on_restore is not None:
+            self.hooks.on_restore(restored)
+        checkpoint = restored if restored is not None else self.initial_checkpoint
         train_fn = self.train_fn
         if isinstance(train_fn, DatasetLoop):  # on the Ray engine: this gang's streaming splits
             train_fn = train_fn.for_gang(len(group.members))

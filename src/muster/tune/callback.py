@@ -15,9 +15,6 @@ class Callback:
     """Override any of these hooks. ``iteration`` counts the steps of the controller's loop (one
     step: start what fits, handle the results and ends that arrived, save the experiment state);
     ``trials`` is every trial; ``trial`` is a ``muster.tune.trial.Trial``.
-
-    Ray's ``on_trial_restore``, ``on_trial_save``, ``on_trial_recover`` and ``on_checkpoint`` are
-    not called: a trial's restarts and checkpoints happen inside its run.
     """
 
     def setup(self, **info: Any) -> None:
@@ -35,6 +32,19 @@ class Callback:
     def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
                         **info: Any) -> None:
         """A trial reported ``result``."""
+
+    def on_trial_save(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        """A trial committed a checkpoint (``on_checkpoint`` follows, with it)."""
+
+    def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
+        """A trial committed ``checkpoint`` (a ``muster.train.Checkpoint`` in the trial's storage)."""
+
+    def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        """A trial failed and restarts (``FailureConfig(max_failures=...)``)."""
+
+    def on_trial_restore(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        """A trial's workers start from a checkpoint: a restart after a failure, a paused trial
+        resumed, or a PBT exploit (another trial's checkpoint)."""
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         """A trial finished (or was stopped)."""

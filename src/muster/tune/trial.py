@@ -212,7 +212,8 @@ class TrialRun:
             self.controller = Controller(
                 self.plan.train_fn, self.plan.train_config, self.plan.scaling, run_config, self.plan.backend, record,
                 hooks=ControllerHooks(
-                    on_metrics=self._add_tune_fields, on_other_event=self._on_request, start_from=self.start_from
+                    on_metrics=self._add_tune_fields, on_other_event=self._on_request, start_from=self.start_from,
+                    on_restore=self._restored, on_recover=self._recovering,
                 ),
             )
             if self._stop.is_set():
@@ -223,6 +224,12 @@ class TrialRun:
         except BaseException as exc:  # noqa: BLE001 - the trial's failure, handed to the controller
             outcome = exc
         self.events.put(TrialEnded(self.trial, self, outcome))
+
+    def _restored(self, checkpoint: Checkpoint) -> None:
+        self.events.put(TrialNotice(self.trial, self, "on_trial_restore", {}))
+
+    def _recovering(self, error: BaseException) -> None:
+        self.events.put(TrialNotice(self.trial, self, "on_trial_recover", {}))
 
     def _add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float, attempt_started: float) -> dict[str, Any]:
         if self._attempt_seen is not None and attempt_started != self._attempt_seen:
@@ -288,7 +295,9 @@ class TrialRun:
             rc.storage_filesystem = self.storage.fs
         rc.verbose = 0
         rc.callbacks = [*(rc.callbacks or []), _Forward(self, into=self.controller)]
-        inner = trainer.controller(ControllerHooks(on_metrics=self._add_tune_fields), allow_finished=True)
+        hooks = ControllerHooks(on_metrics=self._add_tune_fields, on_restore=self._restored,
+                                on_recover=self._recovering)
+        inner = trainer.controller(hooks, allow_finished=True)
         self.inner = inner
         if self._stop.is_set():
             inner.request_stop()
@@ -334,7 +343,18 @@ class TrialStep:
     reply: Future
 
 
-TrialEvent = Union[TrialResult, TrialEnded, TrialStep]
+@dataclass(frozen=True)
+class TrialNotice:
+    """Something a Tune callback hears of and nothing else acts on: the ``hook`` to call, with
+    ``kwargs`` (a checkpoint committed, a restart after a failure, a restore)."""
+
+    trial: Trial
+    run: TrialRun
+    hook: str
+    kwargs: dict[str, Any]
+
+
+TrialEvent = Union[TrialResult, TrialEnded, TrialStep, TrialNotice]
 
 
 def run_loggers(callbacks: list[Any] | None, config: dict[str, Any]) -> list[Any]:
@@ -369,3 +389,8 @@ class _Forward:
             metrics = {k: v for k, v in row.items() if not k.startswith("_") and k != "training_iteration"}
             row = self.into.record_report(row["training_iteration"], metrics, row["timestamp"])
         self.run.events.put(TrialResult(self.run.trial, self.run, row))
+
+    def on_checkpoint(self, checkpoint: Checkpoint, metrics: dict[str, Any]) -> None:
+        """A checkpoint was committed: Ray's ``on_trial_save``, then ``on_checkpoint`` with it."""
+        self.run.events.put(TrialNotice(self.run.trial, self.run, "on_trial_save", {}))
+        self.run.events.put(TrialNotice(self.run.trial, self.run, "on_checkpoint", {"checkpoint": checkpoint}))

@@ -43,6 +43,7 @@ from muster.tune.trial import (
     Trial,
     TrialEnded,
     TrialEvent,
+    TrialNotice,
     TrialResult,
     TrialRun,
     TrialStep,
@@ -284,6 +285,8 @@ class TuneController:
             self._on_result(event.trial, event.row)
         elif isinstance(event, TrialStep):
             self._on_step(event)
+        elif isinstance(event, TrialNotice):
+            self.callbacks.trial_event(event.hook, self.trials, event.trial, **event.kwargs)
         else:
             self._on_end(event.trial, event.outcome)
 
