@@ -105,7 +105,23 @@ class WorkerCrashedError(MusterError):
 
 
 class ActorDiedError(WorkerCrashedError):
-    """The process hosting an actor died; its pending and later calls fail."""
+    """The process hosting an actor died; its pending and later calls fail.
+
+    Attributes:
+        actor_id: the actor's id in hex, as ``get_runtime_context().get_actor_id()`` gave it
+            inside the actor (Ray's ``RayActorError.actor_id``); None before it is known.
+    """
+
+    actor_id: str | None = None
+
+    def __reduce__(self) -> Any:
+        return _with_actor_id, (type(self), (self.label, self.pid, self.exitcode, self.host, self.reason), self.actor_id)
+
+
+def _with_actor_id(cls: type[ActorDiedError], args: tuple, actor_id: str | None) -> ActorDiedError:
+    error = cls(*args)
+    error.actor_id = actor_id
+    return error
 
 
 class TaskError(MusterError):

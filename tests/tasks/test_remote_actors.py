@@ -7,6 +7,7 @@ sees no worker left behind.  Deaths are real SIGKILLs.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import time
 
@@ -46,6 +47,9 @@ class Log:
 
     def pid(self):
         return os.getpid()
+
+    def actor_id(self):
+        return muster.get_runtime_context().get_actor_id()
 
     def block(self, started, seconds):
         open(started, "w").close()
@@ -173,6 +177,7 @@ def test_kill_fails_pending_and_later_calls(actors, tmp_path):
 def test_actor_whose_process_dies_fails_pending_and_later_calls(actors, tmp_path):
     log = actors(Log.remote())
     pid = muster.get(log.pid.remote(), timeout=TIMEOUT)
+    actor_id = muster.get(log.actor_id.remote(), timeout=TIMEOUT)
     started = str(tmp_path / "started")
     pending = log.block.remote(started, 30)
     wait_for_file(started)
@@ -180,9 +185,12 @@ def test_actor_whose_process_dies_fails_pending_and_later_calls(actors, tmp_path
     with pytest.raises(ActorDiedError) as info:
         muster.get(pending, timeout=TIMEOUT)
     assert info.value.pid == pid and info.value.exitcode == -signal.SIGKILL
+    assert info.value.actor_id == actor_id  # Ray's RayActorError.actor_id: which actor died
+    assert pickle.loads(pickle.dumps(info.value)).actor_id == actor_id  # kept when passed on
     for _ in range(2):
-        with pytest.raises(ActorDiedError):
+        with pytest.raises(ActorDiedError) as info:
             muster.get(log.pid.remote(), timeout=TIMEOUT)
+        assert info.value.actor_id == actor_id
 
 
 def _first_answer(make_ref, timeout=TIMEOUT):

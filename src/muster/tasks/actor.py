@@ -201,12 +201,19 @@ class ActorHandle:
 
         threading.Thread(target=create, name=f"muster-actor-create-{self._id}", daemon=True).start()
 
+    def _named(self, error: BaseException) -> BaseException:
+        """``error``, naming this actor when it is its death (Ray's ``RayActorError.actor_id``)."""
+        if isinstance(error, ActorDiedError) and error.actor_id is None:
+            error.actor_id = rc.actor_hex_id(rc.driver_job_id(), self._id)
+        return error
+
     def _set_dead(self, error: BaseException) -> None:
         self._dead = error
         named.forget(self)
         self._fail_pending(error)
 
     def _fail_pending(self, error: BaseException) -> None:
+        self._named(error)
         pending, self._pending = self._pending, {}
         for out in pending.values():
             if not out.done():
@@ -266,12 +273,16 @@ class ActorHandle:
             inner.add_done_callback(lambda f: self._submitted(token, f))
             return
         inner = core.call(method, *a, **kw) if n == 1 else core.call("_muster_call", method, n, a, kw)
-        inner.add_done_callback(lambda f: _copy(f, out))
+        inner.add_done_callback(lambda f: self._answer(f, out))
+
+    def _answer(self, f: Future, out: Future) -> None:
+        exc = f.exception()
+        _settle(out, exc=self._named(exc)) if exc is not None else _settle(out, value=f.result())
 
     def _submitted(self, token: int, f: Future) -> None:
         exc = f.exception()  # the call never started in the actor (the answer comes as an event otherwise)
         if exc is not None:
-            self._complete(token, False, exc)
+            self._complete(token, False, self._named(exc))
 
     def _complete(self, token: int, ok: bool, value: Any) -> None:
         """An async/threaded call's answer (its ActorCallDone event)."""
@@ -328,11 +339,6 @@ def _settle(out: Future, value: Any = None, exc: BaseException | None = None) ->
         out.set_exception(exc) if exc is not None else out.set_result(value)
     except Exception:  # noqa: BLE001 - a racing cancel settled it first
         pass
-
-
-def _copy(src: Future, dst: Future) -> None:
-    exc = src.exception()
-    _settle(dst, exc=exc) if exc is not None else _settle(dst, value=src.result())
 
 
 class WorkerActorHandle:
