@@ -55,6 +55,27 @@ def test_options_and_resources():
     assert A.config.resources() == {"CPU": 1.0}  # Ray's default: one CPU per replica
 
 
+def test_rays_options_with_no_effect_here_are_accepted_with_a_warning_that_says_so():
+    with pytest.warns(UserWarning, match=r"deployment 'C': max_replicas_per_node=1 has no effect in muster: "
+                                         r"replicas are not capped per node"):
+        @serve.deployment(max_replicas_per_node=1, version="v2")
+        class C:
+            pass
+    assert C.config.name == "C"
+    with pytest.warns(UserWarning, match=r"logging_config=\{'log_level': 'DEBUG'\} has no effect in muster"):
+        A.options(logging_config={"log_level": "DEBUG"})
+    with pytest.warns(UserWarning, match=r"deployment 'A': request_router_config=.*power of two choices"):
+        plan.build(A.bind(), "app", overrides={"A": {"request_router_config": {"request_router_class": "x.Y"}}})
+    with pytest.warns(UserWarning, match=r"deployment 'D': runtime_env pip, working_dir have no effect on muster"):
+        serve.deployment(name="D", ray_actor_options={"runtime_env": {"pip": ["requests"], "working_dir": "."}})(A.func_or_class)
+    handle = serve.DeploymentHandle("A", "app")
+    assert handle.options(use_new_handle_api=True, stream=True)._stream  # Ray's no-op option
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['stram'\]"):
+        handle.options(stram=True)
+    with pytest.raises(ValueError, match="multiplexed_model_id='m1'.*one deployment per model"):
+        handle.options(multiplexed_model_id="m1")
+
+
 def test_graph_turns_bound_deployments_into_handles():
     a = A.bind()
     ingress, plans = plan.build(B.bind(a, [a]), "app")

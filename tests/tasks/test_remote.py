@@ -192,6 +192,9 @@ def test_options_are_validated():
         square.options(num_cpus=-1)
     with pytest.raises(TypeError, match="keyword"):
         muster.remote(1, 2)
+    # Ray's runtime_env keys other than env_vars are accepted, and said to do nothing here
+    with pytest.warns(UserWarning, match=r"@muster.remote on square: runtime_env pip, working_dir have no effect"):
+        square.options(runtime_env={"pip": ["requests"], "working_dir": ".", "env_vars": {"A": "1"}})
 
 
 def test_get_gpu_ids_is_empty_without_gpus():

@@ -42,6 +42,23 @@ NO_OP_KEYWORDS = frozenset({
 #: ``runtime_env`` keys muster acts on; the others are warned about and ignored.
 _RUNTIME_ENV_HONOURED = frozenset({"env_vars"})
 
+
+_warned_runtime_env: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def warn_unused_runtime_env(env: Any, what: str, stacklevel: int = 3) -> None:
+    """Warn that ``env``'s keys other than ``env_vars`` (``pip``, ``working_dir``, ``py_modules``...)
+    do nothing here, naming ``what`` took them: never dropped silently, said once per ``what``."""
+    unused = tuple(sorted(set(env or {}) - _RUNTIME_ENV_HONOURED)) if isinstance(env, dict) else ()
+    if unused and (what, unused) not in _warned_runtime_env:
+        _warned_runtime_env.add((what, unused))
+        warnings.warn(
+            f"{what}: runtime_env {', '.join(unused)} have no effect on muster (workers run in this machine's "
+            "Python environment and working directory); only env_vars is applied. Install what they need "
+            "before starting, and pass files by path or in the arguments.",
+            stacklevel=stacklevel + 1,
+        )
+
 _namespace: str = "default"
 
 
@@ -105,13 +122,7 @@ class InitOptions:
         _namespace = self.namespace or "default"
         env = self.runtime_env or {}
         os.environ.update(env.get("env_vars") or {})  # workers inherit the driver's environment
-        unused = sorted(set(env) - _RUNTIME_ENV_HONOURED)
-        if unused:
-            warnings.warn(
-                f"muster.init(runtime_env=...): {', '.join(unused)} have no effect on muster's engine (workers "
-                "run in this machine's Python environment and working directory); only env_vars is applied.",
-                stacklevel=3,
-            )
+        warn_unused_runtime_env(env, "muster.init()")
 
 
 def split_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:

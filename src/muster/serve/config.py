@@ -10,13 +10,40 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from muster.core import resources as res
+from muster.core.init_options import warn_unused_runtime_env
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 _ACTOR_OPTION_KEYS = ("num_cpus", "num_gpus", "resources", "runtime_env", "memory")
+
+
+#: Ray's deployment options with no effect here, and what happens instead (None: nothing to say,
+#: Ray deprecated or keeps them internal). Each is accepted, and the others said so in a warning.
+NO_EFFECT: dict[str, str | None] = {
+    "version": None,
+    "is_driver_deployment": None,
+    "placement_group_bundles": "each replica holds its ray_actor_options resources; replicas get no placement group",
+    "placement_group_strategy": "each replica holds its ray_actor_options resources; replicas get no placement group",
+    "max_replicas_per_node": "replicas are not capped per node",
+    "logging_config": "replica logs go to the driver's output and `muster logs`, at the level of the "
+                      "muster.serve logger (or what the replica's code sets)",
+    "request_router_config": "requests go to the replica with fewer ongoing requests of two picked at random "
+                             "(power of two choices); custom routers are not supported",
+}
+
+
+def drop_no_effect(options: dict[str, Any], name: str) -> dict[str, Any]:
+    """``options`` less Ray's options with no effect here, with a warning for each one that matters."""
+    for key in sorted(set(options) & set(NO_EFFECT)):
+        why = NO_EFFECT[key]
+        if why is not None and options[key] is not None:
+            warnings.warn(f"deployment {name!r}: {key}={options[key]!r} has no effect in muster: {why}.",
+                          stacklevel=3)
+    return {k: v for k, v in options.items() if k not in NO_EFFECT}
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False, integer: bool = False) -> None:
@@ -154,6 +181,7 @@ class DeploymentConfig:
             )
         self.resources()  # validates amounts
         self.env_vars()
+        warn_unused_runtime_env(self.ray_actor_options.get("runtime_env"), f"deployment {self.name!r}", stacklevel=5)
 
     @property
     def initial_replicas(self) -> int:

@@ -6,7 +6,7 @@ import inspect
 from typing import Any, Callable
 
 from muster.exceptions import InvalidTypeError
-from muster.serve.config import DeploymentConfig
+from muster.serve.config import NO_EFFECT, DeploymentConfig, drop_no_effect
 
 
 class Application:
@@ -55,9 +55,8 @@ class Deployment:
 
     def options(self, **options: Any) -> "Deployment":
         """A copy with some options changed (the same keywords as ``@serve.deployment``)."""
-        options.pop("version", None)
         options.pop("_internal", None)
-        return Deployment(self.func_or_class, self.config.replace(**options))
+        return Deployment(self.func_or_class, self.config.replace(**drop_no_effect(options, self.name)))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise InvalidTypeError(
@@ -67,10 +66,6 @@ class Deployment:
 
     def __repr__(self) -> str:
         return f"Deployment(name={self.name!r})"
-
-
-_IGNORED = ("version", "placement_group_bundles", "placement_group_strategy", "max_replicas_per_node",
-            "logging_config", "request_router_config", "is_driver_deployment")
 
 
 def deployment(
@@ -117,13 +112,14 @@ def deployment(
         ValueError: a bad option value (the message names it).
         TypeError: an unknown option.
     """
-    unknown = sorted(set(ignored) - set(_IGNORED))
+    unknown = sorted(set(ignored) - set(NO_EFFECT))
     if unknown:
         raise InvalidTypeError(f"@serve.deployment got unknown option(s) {unknown}.")
 
     def wrap(target: Any) -> Deployment:
         if not (inspect.isclass(target) or callable(target)):
             raise InvalidTypeError(f"@serve.deployment goes on a class or a function, not {target!r}.")
+        drop_no_effect(ignored, name or target.__name__)
         config = DeploymentConfig(
             name=name or target.__name__, num_replicas=num_replicas, ray_actor_options=dict(ray_actor_options or {}),
             max_ongoing_requests=max_ongoing_requests, max_queued_requests=max_queued_requests,

@@ -15,6 +15,7 @@ import concurrent.futures
 import pickle
 from typing import Any, AsyncIterator, Iterator
 
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve._internal import eventloop, router, wire
 
 _CALL_TIMEOUT_S = 30.0  # waiting for room on a replica; the call itself is unbounded, as in Ray
@@ -235,8 +236,18 @@ class DeploymentHandle:
         self.deployment_name, self.app_name = deployment_name, app_name
         self._method, self._stream = method_name, stream
 
-    def options(self, *, method_name: str | None = None, stream: bool | None = None, **_ignored: Any) -> "DeploymentHandle":
-        """A handle with other call options (``stream=True`` for generator methods)."""
+    def options(self, *, method_name: str | None = None, stream: bool | None = None, **others: Any) -> "DeploymentHandle":
+        """A handle with other call options (``stream=True`` for generator methods). Ray's
+        ``use_new_handle_api`` and ``_``-prefixed options are accepted and do nothing here."""
+        if others.get("multiplexed_model_id") is not None:
+            raise InvalidArgumentError(
+                f"handle.options(multiplexed_model_id={others['multiplexed_model_id']!r}): model multiplexing is not "
+                "supported; deploy one deployment per model, or keep a dict of models in one deployment and pass "
+                "the model id as an argument of the call."
+            )
+        unknown = sorted(k for k in others if not k.startswith("_") and k not in ("use_new_handle_api", "multiplexed_model_id"))
+        if unknown:
+            raise InvalidTypeError(f"handle.options(): unknown option(s) {unknown}; known: method_name, stream.")
         return DeploymentHandle(
             self.deployment_name, self.app_name, method_name=method_name or self._method,
             stream=self._stream if stream is None else stream,

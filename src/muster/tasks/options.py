@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from muster.core import resources as res
+from muster.core.init_options import warn_unused_runtime_env
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 #: Ray's options that have no effect on muster's engine (one node, one Python environment); accepted.
@@ -49,6 +50,7 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
     env = options.get("runtime_env")
     if env is not None and (not isinstance(env, dict) or not isinstance(env.get("env_vars", {}), dict)):
         raise InvalidArgumentError(f"{what}: runtime_env={env!r}; pass a dict such as {{'env_vars': {{'NAME': 'value'}}}}.")
+    warn_unused_runtime_env(env, what, stacklevel=4)
     if options.get("resources") is not None:
         custom = options["resources"]
         if not isinstance(custom, dict) or "CPU" in custom or "GPU" in custom:

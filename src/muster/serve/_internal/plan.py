@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
-from muster.serve.config import DeploymentConfig
+from muster.serve.config import DeploymentConfig, drop_no_effect
 from muster.serve.deployment import Application
 from muster.serve.handle import DeploymentHandle
 
@@ -120,7 +120,7 @@ def build(app: Application, app_name: str, overrides: dict[str, dict[str, Any]] 
         kwargs = {k: sub(v) for k, v in node.kwargs.items()}
         config = node.deployment.config if name == node.deployment.name else node.deployment.config.replace(name=name)
         if name in overrides:
-            config = config.replace(**overrides.pop(name))
+            config = config.replace(**drop_no_effect(overrides.pop(name), name))
         plans.append(DeploymentPlan(name, node.deployment.func_or_class, args, kwargs, config))
         return name
 
