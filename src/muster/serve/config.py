@@ -46,6 +46,9 @@ def drop_no_effect(options: dict[str, Any], name: str) -> dict[str, Any]:
     return {k: v for k, v in options.items() if k not in NO_EFFECT}
 
 
+_warned_min_zero: list[bool] = []  # said once per process
+
+
 def _positive(name: str, value: Any, *, allow_zero: bool = False, integer: bool = False) -> None:
     kind = int if integer else (int, float)
     ok = isinstance(value, kind) and not isinstance(value, bool) and not (isinstance(value, float) and math.isnan(value))
@@ -100,6 +103,13 @@ class AutoscalingConfig:
                 _positive(f"autoscaling_config.{f}", getattr(self, f))
         if self.downscale_to_zero_delay_s is not None:
             _positive("autoscaling_config.downscale_to_zero_delay_s", self.downscale_to_zero_delay_s, allow_zero=True)
+        if self.min_replicas == 0 and not _warned_min_zero:
+            _warned_min_zero.append(True)
+            warnings.warn(
+                "autoscaling_config.min_replicas=0: muster keeps at least one replica running (no scale to zero "
+                "yet), so an idle deployment still holds one replica's resources; downscale_to_zero_delay_s has "
+                "no effect.", stacklevel=4,
+            )
         self.aggregation_function = str(getattr(self.aggregation_function, "value", self.aggregation_function))
         if self.aggregation_function.lower() not in ("mean", "max", "min"):
             raise InvalidArgumentError(
