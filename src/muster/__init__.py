@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from muster._unsupported import install_finder
 from muster.core.api import init, is_initialized, shutdown
 from muster.exceptions import MusterError
 from muster.tasks import (
@@ -30,8 +31,12 @@ from muster.tasks import (
 
 __version__ = "0.1.0"
 
+install_finder()  # `import muster.util.state` (not provided) names the equivalent, not "no module named"
+
+DynamicObjectRefGenerator = ObjectRefGenerator  # Ray's older name (num_returns="dynamic")
+
 # Subpackages reached as attributes (``ray.util.ActorPool`` style) without an import first.
-_LAZY_SUBMODULES = ("util", "train", "tune", "exceptions", "data", "serve", "observe")
+_LAZY_SUBMODULES = ("util", "train", "tune", "exceptions", "data", "serve", "observe", "actor")
 
 
 def cluster_resources() -> dict[str, float]:
@@ -83,6 +88,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DynamicObjectRefGenerator",
     "MusterError",
     "ObjectRef",
     "ObjectRefGenerator",

@@ -8,9 +8,10 @@ instead (the porting guide, docs/porting.md, lists the same by Ray module).
 from __future__ import annotations
 
 import dis
+import importlib.abc
 import sys
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from muster.exceptions import UnsupportedRayAPIError, UnsupportedRayImportError
 
@@ -31,7 +32,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "autoscaler": "a Ray cluster's autoscaler, through muster.init(address=...)",
         "job_submission": "run the script itself (python script.py); on a cluster, muster.init(address=...)",
         "get_dashboard_url": "`muster dashboard` (the run store's dashboard)",
-        "actor": "muster.kill(handle) from the caller to end an actor (exit_actor is not provided)",
+    },
+    "muster.actor": {
+        "exit_actor": "sys.exit() in the actor's method (its process ends; max_restarts applies), or "
+        "muster.kill(handle) from the caller",
     },
     "muster.util.placement_group": {
         "placement_group_table": "the PlacementGroup objects you made: pg.bundle_specs and pg.ready()",
@@ -163,6 +167,27 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "register_env": "no muster equivalent (RLlib environments)",
     },
 }
+
+
+class UnsupportedModuleFinder(importlib.abc.MetaPathFinder):
+    """Last on ``sys.meta_path``: ``import muster.util.multiprocessing`` (a Ray module muster does not
+    provide) raises :class:`UnsupportedRayImportError` naming the equivalent, not a bare
+    ``ModuleNotFoundError``. Asked only once every other finder found nothing."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> None:
+        parent, _, name = fullname.rpartition(".")
+        nearest = UNSUPPORTED.get(parent, {}).get(name) if parent.split(".")[0] == "muster" else None
+        if nearest is not None:
+            raise UnsupportedRayImportError(
+                f"{fullname} (Ray's ray{fullname.removeprefix('muster')}) is not supported by muster; nearest "
+                f"equivalent: {nearest}. {_GUIDE}", name=fullname,
+            )
+        return None
+
+
+def install_finder() -> None:
+    if not any(isinstance(f, UnsupportedModuleFinder) for f in sys.meta_path):
+        sys.meta_path.append(UnsupportedModuleFinder())
 
 
 def raise_unsupported(module: str, name: str) -> NoReturn:

@@ -4,6 +4,7 @@ runtime context, num_returns and generators, named actors.  Real worker processe
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import time
 
@@ -162,6 +163,35 @@ def test_threaded_actor_overlaps_up_to_max_concurrency():
         muster.kill(t)
 
 
+class Looper:
+    """Ray's concurrency-groups sample, threaded: a control method stops a running loop."""
+
+    def __init__(self):
+        self.stopped = False
+
+    @muster.method(concurrency_group="work")
+    def loop(self):
+        deadline = time.monotonic() + 20
+        while not self.stopped and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.stopped
+
+    @muster.method(concurrency_group="control")
+    def stop(self):
+        self.stopped = True
+
+
+def test_concurrency_groups_let_a_control_method_run_beside_a_busy_one():
+    with pytest.warns(UserWarning, match=r"concurrency_groups \['control', 'work'\] are not kept apart"):
+        looper = muster.remote(concurrency_groups={"control": 1, "work": 1})(Looper).remote()
+    try:
+        running = looper.loop.remote()
+        muster.get(looper.stop.remote(), timeout=TIMEOUT)  # waited for the loop before: the loop ran to its end
+        assert muster.get(running, timeout=TIMEOUT) is True
+    finally:
+        muster.kill(looper)
+
+
 @muster.remote
 async def async_task(x):
     await asyncio.sleep(0.01)
@@ -261,6 +291,12 @@ def test_num_returns_generators_and_methods():
     assert [muster.get(r, timeout=TIMEOUT) for r in gen] == [0, 10, 20, 30]
     inner = muster.get(dynamic.remote(3), timeout=TIMEOUT)
     assert [muster.get(r, timeout=TIMEOUT) for r in inner] == [0, 1, 2]
+    assert isinstance(inner, muster.DynamicObjectRefGenerator)  # Ray's older name
+
+    async def consume():  # Ray's asyncio form: async for over the generator, await each ref
+        return [await ref async for ref in count_to.remote(3)]
+
+    assert asyncio.run(consume()) == [0, 10, 20]
     with pytest.raises(ValueError, match="num_returns=2"):
         muster.get(three.options(num_returns=2).remote()[0], timeout=TIMEOUT)
     p = Pair.remote()
@@ -271,6 +307,22 @@ def test_num_returns_generators_and_methods():
         assert muster.get(y, timeout=TIMEOUT) == "y"
     finally:
         muster.kill(p)
+
+
+@muster.remote
+def yields_two_then_raises():
+    yield 0
+    yield 1
+    raise KeyError("no third")
+
+
+def test_a_generator_with_num_returns_keeps_the_values_it_yielded_before_raising():
+    refs = yields_two_then_raises.options(num_returns=4).remote()
+    assert muster.get(refs[:2], timeout=TIMEOUT) == [0, 1]  # as in Ray: only the refs past them raise
+    for ref in refs[2:]:
+        with pytest.raises(KeyError, match="no third"):
+            muster.get(ref, timeout=TIMEOUT)
+    assert muster.get(yields_two_then_raises.options(num_returns=2).remote(), timeout=TIMEOUT) == [0, 1]
 
 
 # -- named actors ----------------------------------------------------------------------------------
@@ -309,3 +361,22 @@ def test_named_actors_get_if_exists_namespaces_and_lookup_from_a_task():
         muster.kill(b)
     with pytest.raises(ValueError, match="no live actor"):
         muster.get_actor("box")
+
+
+def test_ray_core_odds_and_ends():
+    ref = muster.put(1)
+    assert len(ref.hex()) == 56 and int(ref.hex(), 16) and ref.hex() != muster.put(2).hex()
+    assert muster.wait([]) == ([], [])  # as Ray: nothing to wait for
+    from muster.actor import ActorHandle  # Ray's type-hint import (the Monte Carlo walkthrough's)
+
+    box = Box.remote(1)
+    try:
+        assert isinstance(box, ActorHandle)
+    finally:
+        muster.kill(box)
+    with pytest.raises(exceptions.UnsupportedRayImportError, match=r"muster.util.multiprocessing .*ActorPool"):
+        importlib.import_module("muster.util.multiprocessing")  # a Ray module muster does not provide
+    with pytest.raises(exceptions.UnsupportedRayImportError, match=r"muster.actor.exit_actor .*sys.exit"):
+        from muster.actor import exit_actor  # noqa: F401
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("muster.no_such_module")  # an unknown name is still Python's own error

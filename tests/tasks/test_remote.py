@@ -195,6 +195,8 @@ def test_options_are_validated():
     # Ray's runtime_env keys other than env_vars are accepted, and said to do nothing here
     with pytest.warns(UserWarning, match=r"@muster.remote on square: runtime_env pip, working_dir have no effect"):
         square.options(runtime_env={"pip": ["requests"], "working_dir": ".", "env_vars": {"A": "1"}})
+    with pytest.warns(UserWarning, match=r"memory=1073741824 is not reserved by muster.*num_cpus"):
+        square.options(memory=2**30)
 
 
 def test_get_gpu_ids_is_empty_without_gpus():

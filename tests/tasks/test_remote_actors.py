@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import sys
 import time
 
 import pytest
@@ -191,6 +192,60 @@ def test_actor_whose_process_dies_fails_pending_and_later_calls(actors, tmp_path
         with pytest.raises(ActorDiedError) as info:
             muster.get(log.pid.remote(), timeout=TIMEOUT)
         assert info.value.actor_id == actor_id
+
+
+class Flaky:
+    """Dies (its process exits) the first time it runs ``work(1)``; logs each call it finishes."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def work(self, i):
+        if i == 1 and not os.path.exists(os.path.join(self.folder, "died")):
+            open(os.path.join(self.folder, "died"), "w").close()
+            sys.exit(3)  # ends the actor, as in Ray
+        with open(os.path.join(self.folder, "log"), "a") as f:
+            f.write(f"{i}\n")
+        return i
+
+
+@pytest.mark.parametrize("max_concurrency", [1, 2])
+def test_max_task_retries_sends_the_calls_the_actor_died_under_again_in_order(actors, tmp_path, max_concurrency):
+    flaky = actors(muster.remote(max_restarts=1, max_task_retries=1, max_concurrency=max_concurrency)(Flaky)
+                   .remote(str(tmp_path)))
+    assert muster.get([flaky.work.remote(i) for i in range(4)], timeout=TIMEOUT) == [0, 1, 2, 3]
+    if max_concurrency == 1:  # one at a time: the retried calls ran in their order on the new process
+        assert open(tmp_path / "log").read().split() == ["0", "1", "2", "3"]
+
+
+def test_without_task_retries_the_call_fails_naming_the_exit_and_the_actor_restarts(actors, tmp_path):
+    flaky = actors(muster.remote(max_restarts=1)(Flaky).remote(str(tmp_path)))
+    assert muster.get(flaky.work.remote(0), timeout=TIMEOUT) == 0
+    with pytest.raises(ActorDiedError, match="exited with code 3") as info:
+        muster.get(flaky.work.remote(1), timeout=TIMEOUT)
+    assert info.value.exitcode == 3
+    assert _first_answer(lambda: flaky.work.remote(2)) == 2  # restarted (max_restarts=1)
+
+
+class AsyncLeaver:
+    async def leave(self):
+        sys.exit(4)
+
+
+def test_sys_exit_in_an_async_actor_ends_it_instead_of_stopping_its_event_loop(actors):
+    leaver = actors(muster.remote(AsyncLeaver).remote())
+    with pytest.raises(ActorDiedError, match="exited with code 4"):
+        muster.get(leaver.leave.remote(), timeout=TIMEOUT)
+
+
+def test_sys_exit_in_a_task_fails_the_task_and_never_ends_the_driver():
+    @muster.remote(max_retries=0)
+    def leaves():
+        sys.exit(2)
+
+    with pytest.raises(muster.exceptions.RayTaskError, match="SystemExit: 2") as info:
+        muster.get(leaves.remote(), timeout=TIMEOUT)
+    assert not isinstance(info.value, SystemExit)  # raised as the task's own type, it would end the driver
 
 
 def _first_answer(make_ref, timeout=TIMEOUT):

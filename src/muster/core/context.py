@@ -8,8 +8,9 @@ without knowing which engine they run on.
 from __future__ import annotations
 
 import os
+import sys
 import threading
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from muster.exceptions import RuntimeNotStartedError
 
@@ -80,3 +81,17 @@ def send_event(payload: Any, *, wait: bool = True, timeout: float | None = None)
             "train_loop_per_worker passed to TorchTrainer); it was called in the driver."
         )
     return _channel.send_event(payload, wait, timeout)
+
+
+def exit_process(code: int | str | None) -> NoReturn:
+    """End this worker process as ``sys.exit(code)`` would end a program (an actor's ``sys.exit()``
+    ends its actor, as in Ray): output flushed, a text ``code`` printed, then the exit status."""
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or odd stream: nothing to flush
+            pass
+    os._exit(code or 0)

@@ -14,6 +14,7 @@ import inspect
 import itertools
 import queue
 import threading
+import warnings
 from concurrent.futures import Future
 from typing import Any, Callable, cast
 
@@ -27,7 +28,7 @@ from muster.tasks import events, named, owner, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.objects import ObjectRef, snapshot_args, split
-from muster.tasks.worker_side import ActorFactory, TaskInfo, is_async_class
+from muster.tasks.worker_side import ActorFactory, TaskInfo, freeze, is_async_class
 
 _ids = itertools.count(1)
 _actors: dict[int, "ActorHandle"] = {}
@@ -131,10 +132,15 @@ class ActorHandle:
         self._cls, self._args, self._kwargs = cls, args, kwargs
         self._resources = opts.to_resources(options, default_cpus=0.0)
         res.ensure_feasible(self._resources, 1, get_runtime().resources(), what=f"actor {cls.__name__}")
+        self._frozen = freeze(cls)  # the class as of now, before creation goes on in the background
         self._restarts_left = options.get("max_restarts", 0)
+        self._task_retries = options.get("max_task_retries", 0)  # per call, when the actor dies under it
         self._id = next(_ids)
         concurrent_default = _DEFAULT_ASYNC_CONCURRENCY if is_async_class(cls) else 1
         self._max_concurrency = int(options.get("max_concurrency") or concurrent_default)
+        groups = options.get("concurrency_groups")
+        if groups:
+            self._max_concurrency += _grouped_concurrency(cls.__name__, groups, self._max_concurrency)
         self._concurrent = is_async_class(cls) or self._max_concurrency > 1
         self._name = options.get("name")
         self._namespace = options.get("namespace") or current_namespace()
@@ -147,6 +153,11 @@ class ActorHandle:
         self._calls: queue.Queue = queue.Queue()
         self._tokens = itertools.count(1)
         self._pending: dict[int, Future] = {}  # concurrent actors: calls sent, answer not back yet
+        self._sent: dict[int, _Call] = {}  # calls sent to the actor, answer not back yet (for retries)
+        self._retries_left: dict[int, int] = {}  # token -> retries left, once a call was retried
+        self._restart_lock = threading.Lock()  # _core and _attempt change together
+        self._awaiting_restart: list[_Call] = []  # calls to send again once the actor is back
+        self._resend: list[_Call] = []  # ... and back: sent before any other call
         with _lock:
             _actors[self._id] = self
         self._start_core()
@@ -174,7 +185,7 @@ class ActorHandle:
         info = TaskInfo(job_id=rc.driver_job_id(), actor_id=str(self._id), actor_name=self._name,
                         namespace=self._namespace, resources=self._resources, attempt=self._attempt,
                         placement_group=self._placement_group, capture_child_tasks=self._capture_child_tasks)
-        return ActorFactory(self._cls, info, self._max_concurrency, self._env_vars)
+        return ActorFactory(self._cls, info, self._max_concurrency, self._env_vars, self._frozen)
 
     def _start_core(self) -> None:
         def create() -> None:
@@ -220,15 +231,45 @@ class ActorHandle:
                 out.set_exception(error)
 
     def _on_death(self, core: RuntimeActor, error: BaseException) -> None:
-        self._fail_pending(error)  # calls in flight die with the process
-        if self._no_restart or self._restarts_left == 0:
+        for token in list(self._pending):  # concurrent calls in flight: retried, or they die with it
+            call = self._sent.get(token)
+            if call is not None and self._retry(call, self._attempt, error):
+                self._pending.pop(token, None)
+        self._fail_pending(error)
+        restarts = not self._no_restart and self._restarts_left != 0
+        with self._restart_lock:
+            waiting, self._awaiting_restart = self._awaiting_restart, []
+            if restarts:
+                if self._restarts_left > 0:
+                    self._restarts_left -= 1
+                self._attempt += 1
+                self._core = Future()
+                # max_task_retries: sent again to the restarted actor, in their order and before any
+                # call not sent yet (the sender sees the new actor and these together)
+                self._resend += waiting
+        if not restarts:
             self._set_dead(error)
+            for call in waiting:
+                _settle(call[-1], exc=self._named(error))
             return
-        if self._restarts_left > 0:
-            self._restarts_left -= 1
-        self._attempt += 1
-        self._core = Future()
         self._start_core()
+        self._calls.put(None)  # wake the sender for them
+
+    def _retry(self, call: "_Call", attempt: int, error: BaseException) -> bool:
+        """``call`` died with the actor (that ran it as of ``attempt``): send it again once the actor
+        is back, while its ``max_task_retries`` last and the actor will restart. False: settle it."""
+        token = call[0]
+        left = self._retries_left.get(token, self._task_retries)
+        if left == 0 or not isinstance(error, ActorDiedError) or self._no_restart or self._dead is not None:
+            return False
+        self._retries_left[token] = left - 1 if left > 0 else left
+        with self._restart_lock:
+            if attempt == self._attempt:  # its death is not handled yet: _on_death sends it
+                self._awaiting_restart.append(call)
+            else:
+                self._resend.append(call)
+        self._calls.put(None)
+        return True
 
     def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None) -> Any:
         args, kwargs = snapshot_args(args, kwargs, f"{self._cls.__name__}.{method}.remote()")  # as they are now
@@ -254,38 +295,63 @@ class ActorHandle:
 
     def _send_forever(self) -> None:
         while True:
-            self._send_one(*self._calls.get())  # idle, keeps no reference to the last call
+            call = self._calls.get()  # idle, keeps no reference to the last call
+            with self._restart_lock:  # the actor to send to, and the calls to send again before this one
+                started, attempt = self._core, self._attempt
+                batch, self._resend = self._resend, []
+            if call is not None:
+                batch.append(call)
+            del call
+            while batch:
+                self._send_one(batch.pop(0), started, attempt)
 
-    def _send_one(self, token: int, method: str, n: Any, args: tuple, kwargs: dict, out: Future) -> None:
+    def _send_one(self, call: "_Call", started: Future, attempt: int) -> None:
+        token, method, n, args, kwargs, out = call
         if out.done():  # cancelled before it was sent
+            self._retries_left.pop(token, None)
             return
         try:
-            core: RuntimeActor = self._core.result()
+            core: RuntimeActor = started.result()
             for dep in owner.dependencies(args, kwargs):
                 dep.exception()  # wait for it
             a, kw = owner.resolve(args, kwargs)
         except BaseException as exc:  # noqa: BLE001 - creation failed, or a dependency did
             _settle(out, exc=self._dead if isinstance(self._dead, ActorDiedError) else exc)
             return
+        if self._task_retries:
+            self._sent[token] = call
         if self._concurrent:
             self._pending[token] = out
             inner = core.call("_muster_submit", token, method, n, a, kw)
-            inner.add_done_callback(lambda f: self._submitted(token, f))
+            inner.add_done_callback(lambda f: self._submitted(call, attempt, f))
             return
         inner = core.call(method, *a, **kw) if n == 1 else core.call("_muster_call", method, n, a, kw)
-        inner.add_done_callback(lambda f: self._answer(f, out))
+        inner.add_done_callback(lambda f: self._answer(f, call, attempt))
 
-    def _answer(self, f: Future, out: Future) -> None:
+    def _answer(self, f: Future, call: "_Call", attempt: int) -> None:
         exc = f.exception()
+        if exc is not None and self._retry(call, attempt, exc):
+            return
+        self._done_with(call[0])
+        out = call[-1]
         _settle(out, exc=self._named(exc)) if exc is not None else _settle(out, value=f.result())
 
-    def _submitted(self, token: int, f: Future) -> None:
+    def _submitted(self, call: "_Call", attempt: int, f: Future) -> None:
         exc = f.exception()  # the call never started in the actor (the answer comes as an event otherwise)
-        if exc is not None:
-            self._complete(token, False, self._named(exc))
+        if exc is None:
+            return
+        if call[0] in self._pending and self._retry(call, attempt, exc):
+            self._pending.pop(call[0], None)
+            return
+        self._complete(call[0], False, self._named(exc))
+
+    def _done_with(self, token: int) -> None:
+        self._sent.pop(token, None)
+        self._retries_left.pop(token, None)
 
     def _complete(self, token: int, ok: bool, value: Any) -> None:
         """An async/threaded call's answer (its ActorCallDone event)."""
+        self._done_with(token)
         out = self._pending.pop(token, None)
         if out is not None:
             _settle(out, value=value) if ok else _settle(out, exc=value)
@@ -315,6 +381,25 @@ class ActorHandle:
             self._set_dead(error)
         else:
             self._on_death(core, error)
+
+
+_Call = tuple  # (token, method, num_returns, args, kwargs, out): one call, as queued and as sent
+
+
+def _grouped_concurrency(name: str, groups: Any, default: int) -> int:
+    """Ray's ``concurrency_groups``: the calls they add to the actor's one pool (per-group limits
+    are not kept; a warning says so), so a method of one group still runs while others are busy."""
+    if not isinstance(groups, dict) or not all(isinstance(v, int) and v >= 1 for v in groups.values()):
+        raise InvalidArgumentError(
+            f"actor {name}: concurrency_groups={groups!r}; pass a dict of group name -> max concurrency (>= 1)."
+        )
+    extra = sum(groups.values())
+    warnings.warn(
+        f"actor {name}: concurrency_groups {sorted(groups)} are not kept apart in muster: their calls share "
+        f"one pool of {default + extra} (max_concurrency {default} plus the groups' {extra}), so no group "
+        "waits for another's, but no group's own limit holds either.", stacklevel=5,
+    )
+    return extra
 
 
 def _forget_call(ref_id: int) -> None:

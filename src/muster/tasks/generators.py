@@ -93,6 +93,20 @@ class ObjectRefGenerator:
         self._next += 1
         return refs[self._next - 1]
 
+    def __aiter__(self) -> "ObjectRefGenerator":
+        return self
+
+    async def __anext__(self) -> ObjectRef:
+        """``async for ref in gen`` (Ray's asyncio form): waits for the items without blocking the loop."""
+        if self._refs is None:
+            import asyncio
+
+            await asyncio.get_running_loop().run_in_executor(None, self._materialize)
+        try:
+            return self.__next__()
+        except StopIteration:
+            raise StopAsyncIteration from None
+
     def __len__(self) -> int:
         return len(self._materialize())
 

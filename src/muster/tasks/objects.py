@@ -91,6 +91,10 @@ class ObjectRef:
     def __repr__(self) -> str:
         return f"ObjectRef({self.id})"
 
+    def hex(self) -> str:
+        """The ref's id in hex, as Ray's ``ObjectRef.hex()`` (56 digits; unique within the job)."""
+        return f"{self.id:056x}"
+
     def __hash__(self) -> int:
         return hash(self.id)
 
@@ -124,19 +128,26 @@ def as_instance_of_cause(err: TaskError) -> BaseException:
     message still carries the remote traceback.
     """
     cause = err.cause
-    if cause is None or isinstance(cause, TaskError):
-        return err
+    if cause is None or isinstance(cause, TaskError) or not isinstance(cause, Exception):
+        return err  # a task's SystemExit or KeyboardInterrupt must not end the caller
     return also_an_instance_of(err, type(cause), getattr(cause, "__dict__", None))
 
 
 def split(ref: ObjectRef, n: int) -> list[ObjectRef]:
-    """``n`` refs to the items of ``ref``'s value (a tuple of n); each fails as ``ref`` does (driver only)."""
+    """``n`` refs to the items of ``ref``'s value (a tuple of n); each fails as ``ref`` does, or as
+    its item says (a generator that raised after some items: ``GeneratorRaised``) (driver only)."""
+    from muster.tasks.generators import GeneratorRaised
+
     parts: list[Future] = [Future() for _ in range(n)]
 
     def fan_out(f: Future) -> None:
         exc = f.exception()
         for i, part in enumerate(parts):
-            part.set_exception(exc) if exc is not None else part.set_result(f.result()[i])
+            if exc is not None:
+                part.set_exception(exc)
+                continue
+            item = f.result()[i]
+            part.set_exception(item.error) if isinstance(item, GeneratorRaised) else part.set_result(item)
 
     ref.future().add_done_callback(fan_out)
     return [ObjectRef.new(p) for p in parts]
@@ -272,6 +283,8 @@ def wait(
     in this machine's memory once its task is done.
     """
     refs = list(refs)
+    if not refs:
+        return [], []  # as Ray: nothing to wait for
     if not 0 <= num_returns <= len(refs):
         raise InvalidArgumentError(f"muster.wait(num_returns={num_returns}): use a number from 0 to len(refs)={len(refs)}.")
     keys = [_waited(r) for r in refs]  # a generator is waited on through the ref of its task

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from muster.core import resources as res
@@ -17,6 +18,9 @@ TASK_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_retries", "retry_excep
 ACTOR_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_restarts", "max_task_retries", "name", "memory",
                  "namespace", "get_if_exists", "lifetime", "max_concurrency", "runtime_env", "concurrency_groups",
                  "max_pending_calls", "allow_out_of_order_execution"} | _NO_OP
+
+
+_warned_memory: set[str] = set()
 
 
 def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
@@ -51,6 +55,13 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
     if env is not None and (not isinstance(env, dict) or not isinstance(env.get("env_vars", {}), dict)):
         raise InvalidArgumentError(f"{what}: runtime_env={env!r}; pass a dict such as {{'env_vars': {{'NAME': 'value'}}}}.")
     warn_unused_runtime_env(env, what, stacklevel=4)
+    if options.get("memory") and what not in _warned_memory:
+        _warned_memory.add(what)
+        warnings.warn(
+            f"{what}: memory={options['memory']!r} is not reserved by muster (memory is not a resource its "
+            "engine schedules by): as many run at once as their CPUs allow. To run fewer at once, ask for more "
+            "num_cpus each.", stacklevel=4,
+        )
     if options.get("resources") is not None:
         custom = options["resources"]
         if not isinstance(custom, dict) or "CPU" in custom or "GPU" in custom:

@@ -15,6 +15,7 @@ import contextvars
 import inspect
 import itertools
 import os
+import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -83,7 +84,14 @@ def _collect(value: Any, num_returns: Any, name: str) -> Any:
         return _items(value, name)
     if isinstance(num_returns, int) and num_returns != 1:
         if inspect.isgenerator(value):
-            value = list(value)
+            value = _items(value, name)
+            if value and _is_raised(value[-1]) and len(value) - 1 <= num_returns:
+                # it raised after some items: those are kept, and every later ref raises (as in Ray);
+                # after all of them, the error has no ref to go to and is printed instead
+                raised, value = value[-1], value[:-1]
+                if len(value) == num_returns:
+                    print(f"{name} raised after its num_returns={num_returns} values: {raised.error}", file=sys.stderr)
+                return tuple(value) + (raised,) * (num_returns - len(value))
         if num_returns == 0:
             return None
         if not isinstance(value, (tuple, list)) or len(value) != num_returns:
@@ -124,6 +132,12 @@ async def _async_items(generator: Any, name: str) -> list[Any]:
     return items
 
 
+def _is_raised(item: Any) -> bool:
+    from muster.tasks.generators import GeneratorRaised
+
+    return isinstance(item, GeneratorRaised)
+
+
 def _raised(exc: BaseException, name: str) -> Any:
     from muster.core.local.wire import capture_error
     from muster.tasks.generators import GeneratorRaised
@@ -160,12 +174,36 @@ def is_async_class(cls: type) -> bool:
                for n in dir(cls) if not n.startswith("__"))
 
 
-class ActorFactory:
-    """What the engine instantiates in the actor's process: builds the :class:`ActorHost`."""
+def freeze(cls: type) -> bytes:
+    """``cls`` pickled now: an actor's class travels as it was at ``.remote()`` (Ray exports it
+    then), so module globals it reads by value are those of that moment, not of whenever the
+    actor's process happens to start."""
+    from muster.core import serialization
 
-    def __init__(self, cls: type, info: TaskInfo, max_concurrency: int, env_vars: dict[str, str]):
+    stream, _ = serialization.dumps(cls, out_of_band_min=sys.maxsize)
+    return bytes(stream)
+
+
+def _thawed(frozen: bytes, info: TaskInfo, max_concurrency: int, env_vars: dict[str, str]) -> "ActorFactory":
+    import pickle
+
+    return ActorFactory(pickle.loads(frozen), info, max_concurrency, env_vars)
+
+
+class ActorFactory:
+    """What the engine instantiates in the actor's process: builds the :class:`ActorHost`.
+    ``frozen`` is the class as :func:`freeze` took it, what the factory travels as."""
+
+    def __init__(self, cls: type, info: TaskInfo, max_concurrency: int, env_vars: dict[str, str],
+                 frozen: bytes | None = None):
         self.cls, self.info, self.max_concurrency, self.env_vars = cls, info, max_concurrency, env_vars
+        self.frozen = frozen
         self.__name__ = cls.__name__
+
+    def __reduce__(self) -> Any:
+        if self.frozen is None:
+            return super().__reduce__()
+        return _thawed, (self.frozen, self.info, self.max_concurrency, self.env_vars)
 
     def __call__(self, *args: Any, **kwargs: Any) -> "ActorHost":
         global _actor_info
@@ -176,7 +214,10 @@ class ActorFactory:
 
 
 class ActorHost:
-    """Hosts the user's object: plain calls pass through; async/threaded ones overlap."""
+    """Hosts the user's object: plain calls pass through; async/threaded ones overlap.
+    ``sys.exit()`` in a method ends the actor's process (the engine sees ``exits_on_system_exit``)."""
+
+    exits_on_system_exit = True
 
     def __init__(self, obj: Any, info: TaskInfo, max_concurrency: int, is_async: bool):
         self._muster_obj, self._muster_info = obj, info
@@ -215,11 +256,14 @@ class ActorHost:
             async def run() -> Any:
                 async with self._muster_sem:
                     _begin_call()
-                    value = fn(*args, **kwargs)
-                    if inspect.isawaitable(value):
-                        value = await value
-                    if inspect.isasyncgen(value):
-                        value = await _async_items(value, name)
+                    try:
+                        value = fn(*args, **kwargs)
+                        if inspect.isawaitable(value):
+                            value = await value
+                        if inspect.isasyncgen(value):
+                            value = await _async_items(value, name)
+                    except SystemExit as exc:  # asyncio would stop the actor's loop with it, hanging every call
+                        core_context.exit_process(exc.code)
                     return _collect(value, num_returns, name)
 
             fut = asyncio.run_coroutine_threadsafe(run(), self._muster_loop)
@@ -245,6 +289,8 @@ class ActorHost:
         elif fut.exception() is not None:
             exc = fut.exception()
             assert exc is not None
+            if isinstance(exc, SystemExit):
+                core_context.exit_process(exc.code)  # as a plain call's sys.exit() does
             ok, value = False, capture_error(exc, f"actor {type(self._muster_obj).__name__}", os.getpid(), "")
         else:
             ok, value = True, fut.result()

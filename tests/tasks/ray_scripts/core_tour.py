@@ -98,6 +98,22 @@ ray.get(pg.ready())
 assert ray.get(square.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg)).remote(3)) == 9
 remove_placement_group(pg)
 
+# Ray's "global variables" anti-pattern page: an actor's class is exported at .remote(), so it reads
+# the global as it was then, however soon the driver changes it (muster pickled it later, in the
+# background, and the answer depended on timing)
+seen_at_remote = 3
+
+
+@ray.remote
+class ReadsAGlobal:
+    def f(self):
+        return seen_at_remote + 3
+
+
+reader = ReadsAGlobal.remote()
+seen_at_remote = 4
+assert ray.get(reader.f.remote()) == 6
+
 print(ray.util.get_node_ip_address(), ray.util.list_named_actors())
 print("resources", ray.cluster_resources())
 ray.shutdown()

@@ -141,6 +141,8 @@ def serve(conn: Connection, label: str, host: str) -> None:
                 value = getattr(obj, method)(*args, **kwargs)
             reply: tuple = ("result", call_id, True, value)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+            if isinstance(exc, SystemExit) and getattr(type(obj), "exits_on_system_exit", False):
+                context.exit_process(exc.code)  # sys.exit() in an actor ends the actor, as in Ray
             reply = ("result", call_id, False, wire.capture_error(exc, channel.label, channel.pid, host))
         try:
             channel.send(reply)
