@@ -150,6 +150,7 @@ class ActorHandle:
         self._core: Future = Future()
         self._dead: BaseException | None = None
         self._no_restart = False
+        self._kill_reason = ""  # set by muster.kill: what calls failing with the death say
         self._calls: queue.Queue = queue.Queue()
         self._tokens = itertools.count(1)
         self._pending: dict[int, Future] = {}  # concurrent actors: calls sent, answer not back yet
@@ -213,18 +214,23 @@ class ActorHandle:
         threading.Thread(target=create, name=f"muster-actor-create-{self._id}", daemon=True).start()
 
     def _named(self, error: BaseException) -> BaseException:
-        """``error``, naming this actor when it is its death (Ray's ``RayActorError.actor_id``)."""
-        if isinstance(error, ActorDiedError) and error.actor_id is None:
-            error.actor_id = rc.actor_hex_id(rc.driver_job_id(), self._id)
+        """``error``, naming this actor when it is its death (Ray's ``RayActorError.actor_id``), and
+        ``muster.kill`` when that caused it (the process's own exit status says only "killed")."""
+        if isinstance(error, ActorDiedError):
+            if self._kill_reason and not error.reason:
+                error = ActorDiedError(error.label, error.pid, error.exitcode, error.host, reason=self._kill_reason)
+            if error.actor_id is None:
+                error.actor_id = rc.actor_hex_id(rc.driver_job_id(), self._id)
         return error
 
     def _set_dead(self, error: BaseException) -> None:
+        error = self._named(error)
         self._dead = error
         named.forget(self)
         self._fail_pending(error)
 
     def _fail_pending(self, error: BaseException) -> None:
-        self._named(error)
+        error = self._named(error)
         pending, self._pending = self._pending, {}
         for out in pending.values():
             if not out.done():
@@ -252,6 +258,7 @@ class ActorHandle:
             for call in waiting:
                 _settle(call[-1], exc=self._named(error))
             return
+        self._kill_reason = ""  # a kill(no_restart=False) is over: later deaths are the new process's
         self._start_core()
         self._calls.put(None)  # wake the sender for them
 
@@ -371,6 +378,7 @@ class ActorHandle:
 
     def _kill(self, no_restart: bool = True, reason: str = "stopped by muster.kill()") -> None:
         self._no_restart = no_restart
+        self._kill_reason = reason
         try:
             core = self._core.result(timeout=60)
         except BaseException:  # noqa: BLE001 - never started: nothing to kill
