@@ -197,15 +197,44 @@ def test_hyperband_promotes_the_best_and_logger_callback_sees_every_trial(storag
     assert grid.num_errors == 0, grid.errors
     iters = {r.config["x"]: r.metrics["training_iteration"] for r in grid}
     # Each trial's metrics are the result the scheduler acted on, whatever it reported before the
-    # stop reached it: the best went all the way to max_t, the second best was promoted once
-    # (6 -> 2 -> 1), the rest stopped at the first milestone.
-    assert iters == {0.1: 9, 0.3: 3, 0.5: 1, 0.6: 1, 0.7: 1, 0.9: 1}, iters
+    # stop reached it: the best went all the way to max_t, the next two were promoted once (as in
+    # Ray, the bracket of 9 keeps ceil(9/3) = 3, then 1), the rest stopped at the first milestone.
+    assert iters == {0.1: 9, 0.3: 3, 0.5: 3, 0.6: 1, 0.7: 1, 0.9: 1}, iters
     assert hb.num_stopped == 5
     ids = {r.metrics["trial_id"] for r in grid}
     assert {e[1] for e in log.events if e[0] == "start"} == ids
     assert {e[1] for e in log.events if e[0] == "end"} == ids and not any(e[2] for e in log.events if e[0] == "end")
     # the logger saw every result, those reported while a stop was on its way included
     assert sum(e[0] == "result" for e in log.events) == sum(len(r.metrics_dataframe) for r in grid)
+
+
+class _Steps(tune.Trainable):
+    def setup(self, config):
+        self.it = 0
+
+    def step(self):
+        self.it += 1
+        return {"score": self.config["x"] * self.it}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"it": self.it}
+
+    def load_checkpoint(self, checkpoint):
+        self.it = checkpoint["it"]
+
+
+def test_hyperband_resumes_every_promoted_trial_even_when_they_wait_for_room(storage):
+    # two trials at a time (2 of the session's 4 CPUs each): at a milestone the promoted trials cannot
+    # all restart at once, and the one left waiting used to lose its promotion, so the bracket
+    # stalled and ended early
+    grid = tune.Tuner(
+        tune.with_resources(_Steps, {"cpu": 2}), param_space={"x": tune.grid_search(list(range(1, 10)))},
+        tune_config=tune.TuneConfig(metric="score", mode="max",
+                                    scheduler=HyperBandScheduler(max_t=9, reduction_factor=3)),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    iters = {r.config["x"]: r.metrics["training_iteration"] for r in grid}
+    assert iters == {1: 1, 2: 1, 3: 1, 4: 1, 5: 1, 6: 1, 7: 3, 8: 3, 9: 9}, iters  # Ray's 9 -> 3 -> 1
 
 
 class _PauseForever(TrialScheduler):

@@ -4,8 +4,9 @@ Trials are grouped in brackets; bracket ``s`` takes up to
 ``ceil((s_max + 1) / (s + 1) * eta**s)`` trials and first judges them at
 ``max_t / eta**s`` (in ``time_attr`` units).  A trial that reaches its
 bracket's milestone pauses until every trial of the bracket has; then the
-top ``1/eta`` go on to the next milestone (``eta`` times further) and the
-rest stop.  Paused trials resume from their latest checkpoint: report
+top ``ceil(n/eta)`` of the bracket's ``n`` go on to the next milestone (``eta``
+times further) and the rest stop, ``n`` shrinking so at each milestone, as in
+Ray.  Paused trials resume from their latest checkpoint: report
 checkpoints, or they start over.
 """
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 class _HyperBandBracket:
     def __init__(self, capacity: int, milestone: float):
         self.capacity, self.milestone = capacity, milestone
+        self.n = capacity  # how many the bracket keeps going at this milestone (Ray's nominal size)
         self.ended = 0  # trials that left the bracket (finished, failed, stopped)
         self.live: set[str] = set()  # trial ids not stopped or finished
         self.reached: dict[str, float] = {}  # trial id -> score at the current milestone
@@ -71,6 +73,7 @@ class HyperBandScheduler(TrialScheduler):
         self._require_metric()
         t = result.get(self.time_attr)
         bracket = self._of.get(trial.trial_id)
+        self._promoted.discard(trial.trial_id)  # running again: its promotion is used
         if bracket is None or not isinstance(t, (int, float)):
             return self.CONTINUE
         if t >= self.max_t:
@@ -89,7 +92,8 @@ class HyperBandScheduler(TrialScheduler):
         if not bracket.live or not complete or not bracket.live <= set(bracket.reached):
             return False
         ranked = sorted(bracket.live, key=lambda i: bracket.reached[i], reverse=True)
-        keep = max(1, int(len(ranked) / self.eta))
+        bracket.n = math.ceil(bracket.n / self.eta)
+        keep = max(1, min(bracket.n, len(ranked)))
         for trial_id in ranked[keep:]:
             self._drop(bracket, trial_id)
             self.num_stopped += 1
@@ -117,6 +121,7 @@ class HyperBandScheduler(TrialScheduler):
                 controller.callbacks.trial_event("on_trial_complete", controller.trials, trial)
 
     def _left(self, controller: Any, trial: Trial) -> None:
+        self._promoted.discard(trial.trial_id)
         bracket = self._of.get(trial.trial_id)
         if bracket is not None:
             self._drop(bracket, trial.trial_id)
@@ -138,9 +143,8 @@ class HyperBandScheduler(TrialScheduler):
                 return trial
         for bracket in self._brackets:  # the search may have ended since the last result
             self._judge(controller, bracket, None)
-        for trial in candidates:
+        for trial in candidates:  # kept promoted until it reports: the controller may not have room now
             if trial.trial_id in self._promoted:
-                self._promoted.discard(trial.trial_id)
                 return trial
         return None
 
