@@ -29,6 +29,9 @@ class _Controller:
     def latest_checkpoint(self, trial):
         return f"ckpt-of-{trial.trial_id}"
 
+    def clone_latest_checkpoint(self, donor, into):
+        return f"copy-of-ckpt-of-{donor.trial_id}-for-{into.trial_id}"
+
 
 def test_asha_stops_the_worse_half_at_each_rung_in_lockstep():
     sched = ASHAScheduler(metric="loss", mode="min", max_t=8, grace_period=1, reduction_factor=2)
@@ -89,6 +92,6 @@ def test_pbt_bottom_trial_exploits_a_top_trial_and_explores_its_config():
                  for t, s in zip(trials, (1.0, 2.0, 3.0, 4.0))}
     assert decisions["t0"] == "PAUSE" and decisions["t3"] == "CONTINUE"
     new_config, checkpoint, donor = trials[0].restart_plan
-    assert donor == "t3" and checkpoint == "ckpt-of-t3"
+    assert donor == "t3" and checkpoint == "copy-of-ckpt-of-t3-for-t0"  # copied when picked
     assert new_config["lr"] in (0.001, 0.01, 0.1)
     assert new_config["momentum"] != 0.5  # nudged by a factor or resampled

@@ -237,6 +237,37 @@ def test_hyperband_resumes_every_promoted_trial_even_when_they_wait_for_room(sto
     assert iters == {1: 1, 2: 1, 3: 1, 4: 1, 5: 1, 6: 1, 7: 3, 8: 3, 9: 9}, iters  # Ray's 9 -> 3 -> 1
 
 
+def _keeps_one_checkpoint(config):
+    step, restored = 0, 0
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as folder:
+            step, restored = int(open(os.path.join(folder, "step")).read()), 1
+    while step < 12:
+        step += 1
+        time.sleep(0.05)
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "step"), "w") as f:
+                f.write(str(step))
+            tune.report({"score": config["lr"] * step, "restored": restored},
+                        checkpoint=Checkpoint.from_directory(folder))
+
+
+def test_pbt_exploits_a_donor_checkpoint_even_after_the_donors_run_deleted_it(storage):
+    # num_to_keep=1: each new checkpoint deletes the one before, so the donor's checkpoint PBT picked
+    # was gone by the time the exploiting trial restarted (FileNotFoundError); it is copied at once now
+    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=3,
+                                  hyperparam_mutations={"lr": [0.1, 1.0, 10.0]}, quantile_fraction=0.5, seed=0)
+    grid = tune.Tuner(
+        _keeps_one_checkpoint, param_space={"lr": tune.grid_search([0.1, 0.1, 10.0, 10.0])},
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pbt),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0,
+                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+    ).fit()
+    assert grid.num_errors == 0, grid.errors
+    assert pbt.num_perturbations > 0 and any(r.metrics["restored"] for r in grid)
+
+
 class _PauseForever(TrialScheduler):
     """Pauses every trial at its second result and never resumes one (a scheduler bug)."""
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import signal
 import time
 import warnings
@@ -100,6 +101,32 @@ class TuneController:
 
     def latest_checkpoint(self, trial: Trial) -> Checkpoint | None:
         return latest_checkpoint(self._trial_storage(trial))
+
+    def clone_latest_checkpoint(self, donor: Trial, into: Trial) -> Checkpoint | None:
+        """``donor``'s latest checkpoint, copied now into ``into``'s folder (``pbt_exploit``, replacing
+        the last one): ``into`` restarts from it later, and by then the donor's own run may have
+        deleted the original (``CheckpointConfig(num_to_keep=...)``). None if there is none, or it
+        went away while being copied."""
+        storage = self._trial_storage(into)
+        dest = storage.join(storage.run_dir, "pbt_exploit")
+        for _ in range(2):  # the donor may commit, and drop the one being copied, meanwhile: once more
+            source = self.latest_checkpoint(donor)
+            if source is None:
+                return None
+            storage.rm(dest)
+            try:
+                if storage.is_local and source.is_local:
+                    shutil.copytree(source.path, dest)
+                else:
+                    local = source.to_directory()
+                    try:
+                        storage.upload_dir(local, dest)
+                    finally:
+                        shutil.rmtree(local, ignore_errors=True)
+            except FileNotFoundError:
+                continue
+            return Checkpoint(dest, storage.fs)
+        return None
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> None:

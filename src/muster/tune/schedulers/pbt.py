@@ -122,8 +122,11 @@ class PopulationBasedTraining(TrialScheduler):
                 self._warned = True
             return self.CONTINUE
         donor = self.rng.choice(donors)
+        start_from = controller.clone_latest_checkpoint(donor, trial)  # the donor's run may delete its own
+        if start_from is None:
+            return self.CONTINUE
         new_config = self.explore(donor.config)
-        trial.restart_plan = (new_config, controller.latest_checkpoint(donor), donor.trial_id)
+        trial.restart_plan = (new_config, start_from, donor.trial_id)
         self.num_perturbations += 1
         return self.PAUSE
 
