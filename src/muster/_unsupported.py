@@ -165,6 +165,23 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ProgressReporter": "the console table muster.tune prints (RunConfig(verbose=...))",
         "register_trainable": "pass the function or Trainable class to muster.tune.Tuner directly",
         "register_env": "no muster equivalent (RLlib environments)",
+        "ExperimentAnalysis": "muster.tune.Tuner.restore(path, trainable).get_results() (a ResultGrid), or "
+        "muster.tune.ResultGrid's get_best_result()/get_dataframe() on what fit() returned",
+        "is_session_enabled": "muster.tune.get_context().get_trial_id() is not None (inside a trial)",
+    },
+    "muster.tune.search": {
+        name: "muster.tune.search.optuna.OptunaSearch (Optuna's TPE and other samplers), or "
+        "BasicVariantGenerator for grid and random search"
+        for name in ("hyperopt", "bayesopt", "bohb", "ax", "nevergrad", "hebo", "zoopt", "skopt", "dragonfly",
+                     "flaml", "HyperOptSearch", "BayesOptSearch", "TuneBOHB", "AxSearch", "NevergradSearch",
+                     "HEBOSearch", "ZOOptSearch", "SkOptSearch")
+    } | {"Repeater": "repeat the config in param_space (tune.grid_search over a seed) and average the results"},
+    "muster.tune.schedulers": {
+        "pb2": "muster.tune.schedulers.PopulationBasedTraining",
+        "PB2": "muster.tune.schedulers.PopulationBasedTraining",
+        "HyperBandForBOHB": "muster.tune.schedulers.HyperBandScheduler",
+        "ResourceChangingScheduler": "fixed resources per trial: tune.with_resources(trainable, {...})",
+        "PopulationBasedTrainingReplay": "run the trial again with the configs PBT logged, one Tuner per stage",
     },
 }
 

@@ -12,7 +12,9 @@ def __getattr__(name: str) -> Any:
         from muster.tune.search.optuna import OptunaSearch
 
         return OptunaSearch
-    raise AttributeError(f"module 'muster.tune.search' has no attribute {name!r}")
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.tune.search", name)
 
 
 __all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "OptunaSearch", "Searcher"]

@@ -1,0 +1,93 @@
+"""Ray's ready-made stoppers: each decision on its own, and a plateau stopper ending real trials."""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import pytest
+
+from muster import tune
+from muster.exceptions import InvalidArgumentError
+from muster.tune.stopper import (
+    CombinedStopper,
+    ExperimentPlateauStopper,
+    FunctionStopper,
+    MaximumIterationStopper,
+    NoopStopper,
+    TimeoutStopper,
+    TrialPlateauStopper,
+)
+
+
+def _feed(stopper, trial_id, values, metric="loss"):
+    return [stopper(trial_id, {metric: v}) for v in values]
+
+
+def test_trial_plateau_stopper_waits_for_its_window_and_grace_period_then_stops_a_flat_trial():
+    stopper = TrialPlateauStopper("loss", std=0.001, num_results=3, grace_period=4)
+    assert _feed(stopper, "a", [1.0, 1.0, 1.0, 1.0]) == [False, False, False, True]  # grace period: 4 results
+    assert _feed(stopper, "b", [1.0, 0.5, 0.2, 0.19, 0.19, 0.19]) == [False] * 5 + [True]  # its own window
+    assert not stopper("c", {"other": 1.0})  # a result without the metric counts for nothing
+    # with a threshold, a flat trial stops only once it is better than it
+    gated = TrialPlateauStopper("loss", num_results=2, grace_period=0, metric_threshold=0.5, mode="min")
+    assert _feed(gated, "a", [0.9, 0.9, 0.4, 0.4]) == [False, False, False, True]
+    with pytest.raises(InvalidArgumentError, match="mode=None; use 'min' or 'max'"):
+        TrialPlateauStopper("loss", metric_threshold=0.5)
+
+
+def test_experiment_plateau_stopper_stops_everything_once_the_best_values_agree():
+    stopper = ExperimentPlateauStopper("acc", std=0.01, top=3, mode="max", patience=1)
+    decisions = [stopper(f"t{i}", {"acc": v}) for i, v in enumerate([0.1, 0.9, 0.5, 0.9, 0.2, 0.9, 0.3])]
+    # the top 3 are 0.9 three times from the sixth result on; patience 1: that result already stops
+    assert decisions == [False] * 5 + [True, True] and stopper.stop_all()
+    with pytest.raises(InvalidArgumentError, match="top=1 must be >= 2"):
+        ExperimentPlateauStopper("acc", top=1)
+
+
+def test_combined_function_timeout_noop_and_max_iteration_stoppers():
+    combined = CombinedStopper(MaximumIterationStopper(3), FunctionStopper(lambda tid, r: r["loss"] < 0.1))
+    assert not combined("a", {"training_iteration": 1, "loss": 1.0})
+    assert combined("a", {"training_iteration": 3, "loss": 1.0}) and combined("b", {"training_iteration": 1, "loss": 0.0})
+    assert not NoopStopper()("a", {"loss": 0.0}) and not NoopStopper().stop_all()
+    timeout = TimeoutStopper(datetime.timedelta(seconds=0.2))
+    assert not timeout.stop_all() and not CombinedStopper(timeout).stop_all()
+    time.sleep(0.25)
+    assert timeout.stop_all() and CombinedStopper(NoopStopper(), timeout).stop_all()
+    with pytest.raises(InvalidArgumentError, match="TimeoutStopper\\(timeout=0\\)"):
+        TimeoutStopper(0)
+    with pytest.raises(InvalidArgumentError, match="every argument must be a muster.tune.Stopper"):
+        CombinedStopper({"loss": 0.1})
+
+
+def _flattens(config):
+    for i in range(1, 31):
+        tune.report({"loss": max(config["floor"], 1.0 - 0.2 * i)})
+
+
+def test_a_trial_plateau_stopper_ends_flat_trials_in_a_real_experiment(storage):
+    grid = tune.Tuner(
+        _flattens, param_space={"floor": tune.grid_search([0.5, 0.0])},
+        run_config=tune.RunConfig(storage_path=storage, verbose=0,
+                                  stop=TrialPlateauStopper("loss", std=0.001, num_results=3, grace_period=3)),
+    ).fit()
+    iters = {r.config["floor"]: r.metrics["training_iteration"] for r in grid}
+    # floor 0.5: flat at 0.5 from iteration 3 on, so stopped at the third flat value (iteration 5);
+    # floor 0.0: flat at 0.0 from iteration 5 on, stopped at iteration 7
+    assert iters == {0.5: 5, 0.0: 7}, iters
+
+
+def test_rays_tune_import_paths_resolve_or_name_the_equivalent():
+    import importlib
+
+    from muster.exceptions import UnsupportedRayAPIError, UnsupportedRayImportError
+    from muster.tune.search.basic_variant import BasicVariantGenerator  # the path Ray's docs use
+
+    assert BasicVariantGenerator is tune.search.BasicVariantGenerator
+    assert tune.stopper.TrialPlateauStopper is TrialPlateauStopper
+    with pytest.raises(UnsupportedRayImportError, match=r"muster.tune.search.hyperopt .*OptunaSearch"):
+        importlib.import_module("muster.tune.search.hyperopt")
+    with pytest.raises(UnsupportedRayImportError, match=r"muster.tune.schedulers.PB2 .*PopulationBasedTraining"):
+        from muster.tune.schedulers import PB2  # noqa: F401
+    with pytest.raises(UnsupportedRayAPIError, match=r"ExperimentAnalysis .*get_results"):
+        tune.ExperimentAnalysis  # noqa: B018
