@@ -73,6 +73,21 @@ def test_basic_variant_generator_makes_num_samples_per_grid_point_then_finishes(
     assert len({c["lr"] for c in configs}) == 6  # each sample draws afresh
 
 
+def test_numpys_global_seed_makes_the_search_repeat_as_rays_faq_says():
+    import numpy as np
+
+    def draw():
+        gen = BasicVariantGenerator()  # no random_state: numpy's global generator decides
+        gen.setup({"lr": tune.uniform(0, 1), "units": tune.randint(1, 1000)}, num_samples=4)
+        return [gen.suggest(f"t{i}") for i in range(4)]
+
+    np.random.seed(1234)
+    first = draw()
+    np.random.seed(1234)
+    assert draw() == first
+    assert draw() != first  # unseeded again: other draws
+
+
 def test_points_to_evaluate_come_first_and_restore_skips_made_variants():
     gen = BasicVariantGenerator(points_to_evaluate=[{"lr": 0.5}], random_state=0)
     gen.setup({"lr": tune.uniform(0, 1), "k": 1}, num_samples=2)

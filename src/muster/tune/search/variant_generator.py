@@ -107,7 +107,9 @@ class BasicVariantGenerator:
             with one point is the point plus 2 passes over the space; with
             as many points as samples or more, only the points are tried.
         max_concurrent: at most this many of its trials at once (0: no limit).
-        random_state: a seed (or ``random.Random``) for reproducible draws.
+        random_state: a seed (or ``random.Random``) for reproducible draws. Without one the
+            draws follow numpy's global generator, as Ray's do: ``np.random.seed(...)`` before
+            making the search makes its configs repeat.
     """
 
     def __init__(
@@ -124,6 +126,10 @@ class BasicVariantGenerator:
             raise InvalidArgumentError(f"BasicVariantGenerator(max_concurrent={max_concurrent!r}): use an integer >= 0.")
         self.points_to_evaluate = list(points_to_evaluate or [])
         self.max_concurrent = max_concurrent
+        if random_state is None:
+            import numpy as np
+
+            random_state = int(np.random.randint(0, 2**31 - 1))  # one draw: np.random.seed governs it
         self.rng = random_state if isinstance(random_state, random.Random) else random.Random(random_state)
         self._queue: list[tuple[dict[str, Any], dict[Path, Any]]] = []
         self._space: dict[str, Any] = {}
