@@ -272,6 +272,18 @@ def test_torch_trainer_trials_are_gang_scheduled_without_deadlock(storage):
     assert grid.get_best_result().config == {"train_loop_config": {"lr": 0.1}}
 
 
+def _reports_lr(config):
+    train.report({"loss": config["lr"]})
+
+
+def test_a_trainers_run_config_names_the_experiment_when_the_tuner_has_none(storage):
+    trainer = TorchTrainer(_reports_lr, scaling_config=ScalingConfig(num_workers=1),
+                           run_config=tune.RunConfig(name="named_by_the_trainer", storage_path=storage))
+    grid = tune.Tuner(trainer, param_space={"lr": tune.grid_search([0.1])}).fit()  # as in Ray's Lightning+ASHA guide
+    assert grid.num_errors == 0
+    assert os.path.basename(os.path.dirname(grid[0].path)) == "named_by_the_trainer"
+
+
 def test_function_that_fits_a_trainer_reports_through_the_trial(storage):
     def trial_fn(config):
         from muster.train import RunConfig

@@ -85,8 +85,7 @@ class Tuner:
         self.param_space = _trainer_space(trainable, param_space or {})
         self.tune_config = tune_config or TuneConfig()
         if run_config is None and isinstance(trainable, DataParallelTrainer):
-            run_config = copy.copy(trainable.run_config)
-            run_config.name = None
+            run_config = copy.copy(trainable.run_config)  # its name, too, names the experiment (as Ray)
         self.run_config = run_config or RunConfig()
         self._restored: dict[str, Any] | None = None
         self._path: str | None = None
