@@ -1,11 +1,13 @@
 """A user's Tune script, run as its own process by the experiment-fault tests.
 
-usage: _experiment.py STORAGE NAME PROGRESS_FILE
+usage: _experiment.py STORAGE NAME PROGRESS_FILE [kill-after-last-step]
 Four trials, two at a time; each step sleeps, appends "<trial_id> <step>" to
-PROGRESS_FILE, and reports a checkpoint.
+PROGRESS_FILE, and reports a checkpoint. With ``kill-after-last-step``, the first
+trial to report its last step then SIGKILLs this driver (once: a marker file says so).
 """
 
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -29,13 +31,19 @@ def trainable(config):
         with tempfile.TemporaryDirectory() as d:
             open(os.path.join(d, "step"), "w").write(str(step))
             tune.report({"step": step, "resumed_from": start}, checkpoint=Checkpoint.from_directory(d))
+    marker = config["progress"] + ".killed"
+    if config.get("kill_driver") and not os.path.exists(marker):
+        open(marker, "w").close()
+        time.sleep(0.3)  # the last checkpoint is committed; the experiment state is saved at most once a second
+        os.kill(config["kill_driver"], signal.SIGKILL)
 
 
 if __name__ == "__main__":
     storage, name, progress = sys.argv[1:4]
     grid = tune.Tuner(
         trainable,
-        param_space={"x": tune.grid_search([1, 2, 3, 4]), "progress": progress},
+        param_space={"x": tune.grid_search([1, 2, 3, 4]), "progress": progress,
+                     "kill_driver": os.getpid() if sys.argv[4:] == ["kill-after-last-step"] else 0},
         tune_config=tune.TuneConfig(max_concurrent_trials=2, metric="step", mode="max"),
         run_config=tune.RunConfig(name=name, storage_path=storage),
     ).fit()

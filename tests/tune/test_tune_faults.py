@@ -24,11 +24,11 @@ def _lines(path: pathlib.Path) -> list[tuple[str, int]]:
     return [(a, int(b)) for a, b in (line.split() for line in path.read_text().splitlines() if line.strip())]
 
 
-def _start_experiment(storage: str, progress: pathlib.Path) -> subprocess.Popen:
+def _start_experiment(storage: str, progress: pathlib.Path, *mode: str) -> subprocess.Popen:
     """The user's script, as its own driver process."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     return subprocess.Popen(
-        [sys.executable, str(HERE / "_experiment.py"), storage, "exp", str(progress)],
+        [sys.executable, str(HERE / "_experiment.py"), storage, "exp", str(progress), *mode],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
 
@@ -86,6 +86,26 @@ def test_sigkilled_experiment_restores_without_rerunning_finished_trials(storage
         assert first_after == r.metrics["resumed_from"]
     state = json.loads(state_file.read_text())
     assert [t["status"] for t in state["trials"]] == ["TERMINATED"] * 4
+
+
+def test_a_trial_that_reported_its_last_step_just_before_the_kill_keeps_those_metrics(storage, tmp_path):
+    # the driver dies before the experiment state records the trial's last results; restored, the
+    # trial resumes from its last checkpoint and has nothing left to report, so its metrics must
+    # come from what it recorded (they were the state's stale ones, a step or more behind)
+    progress = tmp_path / "progress"
+    proc = _start_experiment(storage, progress, "kill-after-last-step")
+    try:
+        assert proc.wait(90) == -9, proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(0.5)  # let the orphaned workers notice
+    grid = tune.Tuner.restore(str(pathlib.Path(storage) / "exp"), trainable=_experiment.trainable).fit()
+    assert grid.num_errors == 0
+    for r in grid:
+        assert r.metrics["step"] == _experiment.STEPS - 1, (r.metrics, r.metrics_dataframe)
+        assert r.metrics["step"] == r.metrics_dataframe["step"].iloc[-1]
+    assert grid.get_best_result().metrics["step"] == _experiment.STEPS - 1
 
 
 def test_restore_of_a_non_experiment_names_the_expected_files(tmp_path):

@@ -351,7 +351,11 @@ def _search_generator(search_alg: Any, metric: str | None, mode: str | None, spa
 
 
 def _replay(scheduler: TrialScheduler, controller: TuneController, trials: list[Trial]) -> None:
-    """A restored experiment: rebuild the scheduler's view from the trials' recorded results."""
+    """A restored experiment: rebuild the scheduler's view from the trials' recorded results.
+
+    A trial that goes on (it was running) takes its last recorded result as its own: the saved
+    experiment state, written at most once a second, can be behind what the trial reported before
+    the driver died, and a trial that resumes past its last report reports nothing more."""
     rows = []
     for trial in trials:
         scheduler.on_trial_add(controller, trial)
@@ -359,7 +363,11 @@ def _replay(scheduler: TrialScheduler, controller: TuneController, trials: list[
             reports = Result.from_path(trial.path).all_reports
         except ValueError:
             continue
-        rows += [(r.get("timestamp", 0), trial, r) for r in reports if r.get("_rank") == 0]
+        mine = [r for r in reports if r.get("_rank") == 0]
+        if trial.status == trial_mod.PENDING and mine:
+            trial.last_result = _public(mine[-1])
+            trial.num_results = max(trial.num_results, len(mine))
+        rows += [(r.get("timestamp", 0), trial, r) for r in mine]
     for _, trial, row in sorted(rows, key=lambda x: x[0]):
         scheduler.on_trial_result(controller, trial, {k: v for k, v in row.items() if not k.startswith("_")})
     for trial in trials:
