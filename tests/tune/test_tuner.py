@@ -366,6 +366,8 @@ def test_fail_fast_stops_the_experiment_at_the_first_trial_error(storage):
                                   failure_config=FailureConfig(fail_fast=True)),
     ).fit()
     assert grid.num_errors == 1 and isinstance(grid[0].error, ValueError)
+    restored = tune.Tuner.restore(os.path.join(storage, "ff"), _fails_or_reports).get_results()
+    assert isinstance(restored[0].error, ValueError)  # kept with the trial (error.pkl), as in Ray
     # the running trial was stopped long before its 100 reports; the third never started
     statuses = _statuses(storage, "ff")
     assert statuses[:2] == ["ERROR", "TERMINATED"] and set(statuses[2:]) <= {"TERMINATED"}

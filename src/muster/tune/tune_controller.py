@@ -15,6 +15,7 @@ result lets it save, report and end by itself.
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import shutil
@@ -23,6 +24,8 @@ import time
 import warnings
 from collections.abc import Callable
 from typing import Any
+
+import cloudpickle
 
 from muster.core import resources as res
 from muster.core.interrupts import SafeInterrupts
@@ -53,6 +56,9 @@ from muster.tune.trial import (
 from muster.tune.messages import StepDecision
 
 EXPERIMENT_STATE = "experiment_state.json"
+ERROR_FILE = "error.pkl"  # a failed trial's error, in its folder
+
+_log = logging.getLogger(__name__)
 _SAVE_EVERY_S = 1.0
 _FINISHED = "FINISHED"
 
@@ -358,6 +364,7 @@ class TuneController:
         if isinstance(outcome, BaseException):
             trial.status, trial.error = ERROR, f"{type(outcome).__name__}: {outcome}"
             self.errors[trial.trial_id] = outcome
+            self._keep_error(trial, outcome)
             self.scheduler.on_trial_error(self, trial)
             self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
             self.progress.event(f"{trial.trial_name} ERROR: {root_cause_summary(outcome)}")
@@ -376,6 +383,15 @@ class TuneController:
             self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None)
             self.callbacks.trial_event("on_trial_complete", self.trials, trial)
         trial.ending_as = None
+
+    def _keep_error(self, trial: Trial, error: BaseException) -> None:
+        """The error itself in the trial's folder (``error.pkl``, as Ray keeps it), so a restored
+        ResultGrid's ``result.error`` is still an instance of what the trainable raised."""
+        storage = self._trial_storage(trial)
+        try:
+            storage.write_bytes(storage.join(storage.run_dir, ERROR_FILE), cloudpickle.dumps(error))
+        except Exception as exc:  # noqa: BLE001 - an error that does not pickle: its text is kept anyway
+            _log.debug("muster: could not keep %s's error as %s: %s", trial.trial_name, ERROR_FILE, exc)
 
     def _stop(self, trial: Trial, ending_as: str) -> None:
         if trial.run is not None and trial.ending_as is None:

@@ -33,7 +33,7 @@ from muster.train.storage import Storage
 from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import trial as trial_mod
 from muster.tune.callback import CallbackList
-from muster.tune.tune_controller import EXPERIMENT_STATE, TuneController
+from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, TuneController
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 from muster.tune.search.searcher import ConcurrencyLimiter, Searcher, SearchGenerator
@@ -398,6 +398,17 @@ def _as_users_error(err: BaseException | None) -> BaseException | None:
     return err
 
 
+def _kept_error(storage: Storage, trial: Trial) -> BaseException | None:
+    """The error a trial failed with, as the controller kept it (a restored experiment's)."""
+    where = Storage(storage.uri, trial.trial_name, storage.fs)  # as the controller wrote it
+    path = where.join(where.run_dir, ERROR_FILE)
+    try:
+        error = cloudpickle.loads(where.read_bytes(path)) if where.exists(path) else None
+    except Exception:  # noqa: BLE001 - unreadable (another version's classes): the text says enough
+        return None
+    return error if isinstance(error, BaseException) else None
+
+
 def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException], metric: str | None,
           mode: str | None) -> ResultGrid:
     results = []
@@ -415,7 +426,8 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
             result.checkpoint, result.best_checkpoints = inner.checkpoint, inner.best_checkpoints
         result.config = trial.config
         if trial.error is not None:
-            result.error = _as_users_error(errors.get(trial.trial_id)) or TrialError(trial.error)
+            error = errors.get(trial.trial_id) or _kept_error(storage, trial)
+            result.error = _as_users_error(error) or TrialError(trial.error)
         results.append(result)
     return ResultGrid(results, storage.uri, metric, mode, [t.trial_id for t in trials])
 
