@@ -268,6 +268,29 @@ def test_pbt_exploits_a_donor_checkpoint_even_after_the_donors_run_deleted_it(st
     assert pbt.num_perturbations > 0 and any(r.metrics["restored"] for r in grid)
 
 
+class _AsksForCheckpoints(tune.Trainable):
+    def setup(self, config):
+        self.n = 0
+
+    def step(self):
+        self.n += 1
+        return {"n": self.n, "should_checkpoint": self.n % 2 == 0, "done": self.n == 5}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"n": self.n}
+
+    def load_checkpoint(self, checkpoint):
+        self.n = checkpoint["n"]
+
+
+def test_a_step_result_with_should_checkpoint_is_saved_whatever_the_frequency(storage):
+    grid = tune.Tuner(_AsksForCheckpoints, run_config=tune.RunConfig(
+        storage_path=storage, verbose=0,
+        checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=0, checkpoint_at_end=False))).fit()
+    saved = sorted(metrics["n"] for _, metrics in grid[0].best_checkpoints)
+    assert saved == [2, 4], saved  # the steps that asked (Ray's manual checkpointing), and no others
+
+
 class _PauseForever(TrialScheduler):
     """Pauses every trial at its second result and never resumes one (a scheduler bug)."""
 

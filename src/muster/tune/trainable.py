@@ -9,7 +9,8 @@ stopper or scheduler stops the trial. A class that overrides
 ``tune.CheckpointConfig(checkpoint_frequency=K)``, every K-th, plus the last
 one unless ``checkpoint_at_end=False``: the one whose result says ``done``, or
 the one on which a stop condition, the scheduler or a pause ends the trial (as
-in Ray). For that last one the worker asks the controller, before reporting a
+in Ray). A result with ``should_checkpoint: True`` is saved too, whatever the
+frequency (Ray's way for ``step()`` to ask). For that last one the worker asks the controller, before reporting a
 result it would not save, whether the trial ends there (see ``messages``).
 """
 
@@ -157,9 +158,9 @@ class ClassTrainable:
         """The same class, saved every ``frequency`` iterations and (``at_end``) at its end."""
         return ClassTrainable(self.cls, frequency, at_end)
 
-    def _due(self, trainable: Trainable, done: bool) -> bool:
+    def _due(self, trainable: Trainable, done: bool, asked: bool = False) -> bool:
         every = self.checkpoint_frequency
-        return bool(every and trainable.iteration % every == 0) or (done and self.checkpoint_at_end)
+        return asked or bool(every and trainable.iteration % every == 0) or (done and self.checkpoint_at_end)
 
     def __call__(self, config: dict[str, Any], **setup_kwargs: Any) -> None:
         from muster.train.checkpoint import Checkpoint
@@ -175,7 +176,7 @@ class ClassTrainable:
             while True:
                 result = trainable.train()
                 done = bool(result.get("done"))
-                due = saves and self._due(trainable, done)
+                due = saves and self._due(trainable, done, asked=bool(result.get("should_checkpoint")))
                 if saves and self.checkpoint_at_end and not due:
                     # Would the trial end here (stopper, scheduler)? Then it is saved with this result.
                     decision = decide_step(result)
