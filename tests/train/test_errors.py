@@ -179,3 +179,28 @@ def test_worker_timeout_stops_a_hung_gang(fit):
     with pytest.raises(TrainingFailedError, match="No worker reported for 3 s"):
         fit(hang_on_rank1, workers=2, worker_timeout_s=3)
     assert time.monotonic() - start < 30
+
+
+def barrier_on_rank0_only():
+    import torch.distributed as dist
+
+    train.report({"up": 1})
+    if train.get_context().get_world_rank() == 0:
+        dist.barrier()  # rank 1 never makes it: rank 0 waits here (the bug of a Ray Lightning sample)
+    else:
+        time.sleep(60)  # busy elsewhere, alive: nothing breaks the barrier
+
+
+def test_a_quiet_gang_is_reported_with_each_running_ranks_stacks(fit, capsys):
+    with pytest.warns(UserWarning, match=r"no rank has reported for \d+ s; ranks \[0, 1\] still run; "
+                                         r"ranks \[0, 1\] printed their Python stacks"):
+        with pytest.raises(TrainingFailedError, match="No worker reported for 6 s"):
+            fit(barrier_on_rank0_only, workers=2, stall_report_s=1.5, worker_timeout_s=6)
+    out = capsys.readouterr().out.splitlines()
+    # each stack says where its rank waits: both in the loop, rank 0 inside torch's barrier
+    stacks = {rank: [line for line in out if line.startswith(f"(rank {rank}")] for rank in (0, 1)}
+    for rank, lines in stacks.items():
+        assert any("in barrier_on_rank0_only" in line for line in lines), (rank, out[-60:])
+    assert any(line.endswith(" in barrier") for line in stacks[0]), stacks[0]
+    with pytest.raises(ValueError, match=r"stall_report_s=0"):
+        RunConfig(stall_report_s=0)

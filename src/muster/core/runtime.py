@@ -111,6 +111,11 @@ class Runtime(abc.ABC):
     def available(self) -> Resources:
         """What is free now."""
 
+    def show_stacks(self, handle: "RuntimeActor") -> bool:
+        """Have ``handle``'s process print every thread's Python stack into its output, and go on;
+        False where the engine cannot (its processes are Ray's, maybe on other nodes)."""
+        return False
+
     def preload(self, modules: list[str]) -> None:  # noqa: B027 - a no-op unless an engine can use it
         """A hint: workers started from now on will import ``modules``. An engine that can import
         them once, ahead of the workers (the local engine's zygote), does; others ignore it."""

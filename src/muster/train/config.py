@@ -198,6 +198,12 @@ class RunConfig:
         verbose: 0 silent, 1 live summary (default), 2 a line per report.
         worker_timeout_s: fail an attempt when no worker reports for this
             long (``None``: never).
+        stall_report_s: when no worker has reported (or finished) for this
+            long, say so, name the ranks still running, and have each of them
+            print its Python stacks (every thread) into its output, where a
+            hang shows (a rank waiting in a collective another rank never
+            makes). Said again after twice as long, and so on; the run goes
+            on. Default 300 s; ``None``: never. Local engine only for stacks.
         upload_drain_s: when a rank fails, how long the healthy ranks may
             take to finish the ``checkpoint_upload_mode="async"`` uploads
             already queued before the gang is stopped (default 60 s), so
@@ -218,6 +224,7 @@ class RunConfig:
     callbacks: list[Any] | None = None
     verbose: int = 1
     worker_timeout_s: float | None = None
+    stall_report_s: float | None = 300.0
     storage_filesystem: Any = None
     stop: Any = None
     upload_drain_s: float = 60.0
@@ -241,10 +248,10 @@ class RunConfig:
             )
         if self.verbose not in (0, 1, 2):
             raise InvalidArgumentError(f"RunConfig(verbose={self.verbose!r}): use 0 (silent), 1 (summary) or 2 (every report).")
-        if self.worker_timeout_s is not None and not (self.worker_timeout_s > 0):
-            raise InvalidArgumentError(
-                f"RunConfig(worker_timeout_s={self.worker_timeout_s!r}): use a number of seconds > 0, or None."
-            )
+        for name in ("worker_timeout_s", "stall_report_s"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise InvalidArgumentError(f"RunConfig({name}={value!r}): use a number of seconds > 0, or None.")
         if isinstance(self.upload_drain_s, bool) or not isinstance(self.upload_drain_s, (int, float)) or not (
             self.upload_drain_s >= 0
         ):

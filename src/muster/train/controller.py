@@ -100,6 +100,7 @@ class _Attempt:
     finished: set[int] = field(default_factory=set)
     uploads: dict[int, set[int]] = field(default_factory=dict)  # rank -> rounds queued for async upload
     last_activity: float = field(default_factory=time.monotonic)
+    stall_reported: tuple[float, float] | None = None  # (last_activity then, quiet seconds said)
     start_latest: CheckpointRecord | None = None  # the latest checkpoint when the attempt began
     started_wall: float = field(default_factory=time.time)  # when it began (epoch seconds)
     owner: task_owner.Gang = field(default_factory=lambda: task_owner.Gang(_GANG))
@@ -388,6 +389,7 @@ class Controller:
                 grow = self._grow_now(attempt)
                 if grow is not None:
                     return grow
+                self._report_stall(attempt)
                 if timeout is not None and time.monotonic() - attempt.last_activity > timeout:
                     return MusterError(
                         f"No worker reported for {timeout:.0f} s (RunConfig(worker_timeout_s={timeout})); "
@@ -403,8 +405,35 @@ class Controller:
             if exc is not None:
                 return self._pick_root_cause(attempt, _root_cause(exc, event.member))
             attempt.finished.add(event.member.rank)
+            attempt.last_activity = time.monotonic()
             self.ledger.rank_finished(event.member.rank)
         return None
+
+    def _report_stall(self, attempt: _Attempt) -> None:
+        """No rank reported or finished for ``RunConfig.stall_report_s``: say so, naming the ranks
+        still running, and have each print its Python stacks into its output (local engine), so a
+        hang shows where it waits. Said again after twice as long, and so on; the run goes on."""
+        limit = self.run_config.stall_report_s
+        quiet = time.monotonic() - attempt.last_activity
+        said = attempt.stall_reported[1] if attempt.stall_reported and \
+            attempt.stall_reported[0] == attempt.last_activity else None
+        if limit is None or quiet < (limit if said is None else 2 * said):
+            return
+        attempt.stall_reported = (attempt.last_activity, quiet)
+        running = [m for m in attempt.group.members if m.rank not in attempt.finished]
+        runtime = get_runtime()
+        shown = [m.rank for m in running if runtime.show_stacks(m.handle)]
+        done = f"ranks {sorted(attempt.finished)} finished their loop; " if attempt.finished else ""
+        message = (
+            f"no rank has reported for {quiet:.0f} s; {done}ranks {[m.rank for m in running]} still run"
+            + (f"; ranks {shown} printed their Python stacks in their output above" if shown else "")
+            + ". A rank waiting in a collective (all_reduce, barrier, a checkpoint save that gathers from "
+            "every rank) that another rank never makes waits forever: every rank must make the same "
+            "collective calls. (RunConfig(stall_report_s=None) turns this off; worker_timeout_s fails such "
+            "a run instead.)"
+        )
+        _warn(self.view, message)
+        self.recorder.event("stall", message)
 
     def _pick_root_cause(self, attempt: _Attempt, first: BaseException) -> BaseException:
         """A rank raised. If a peer died, its death caused this (a dead peer breaks the

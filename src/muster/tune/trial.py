@@ -205,6 +205,7 @@ class TrialRun:
                 checkpoint_config=self.plan.run_config.checkpoint_config,
                 failure_config=self.plan.run_config.failure_config,
                 worker_timeout_s=self.plan.run_config.worker_timeout_s,
+                stall_report_s=self.plan.run_config.stall_report_s,
                 storage_filesystem=self.storage.fs,
                 callbacks=[_Forward(self), *run_loggers(self.plan.run_config.callbacks, self.trial.config)],
                 verbose=0,

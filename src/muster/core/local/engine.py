@@ -371,6 +371,16 @@ class LocalRuntime(Runtime):
 
         threading.Thread(target=reap, name=f"muster-reaper-{actor.worker_id}", daemon=True).start()
 
+    def show_stacks(self, handle: RuntimeActor) -> bool:
+        pid = getattr(handle, "pid", None)
+        if not isinstance(handle, LocalActor) or pid is None or not handle.is_alive():
+            return False
+        try:
+            os.kill(pid, zygote.STACKS_SIGNAL)  # its faulthandler prints them into its log
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
     def kill(self, handle: RuntimeActor, grace_s: float = 0.0) -> None:
         assert isinstance(handle, LocalActor)
         self._terminate(handle, grace_s)

@@ -189,12 +189,18 @@ def worker_main() -> None:
         os._exit(code)
 
 
+#: The signal on which a worker prints every thread's Python stack into its output (and goes on).
+STACKS_SIGNAL = signal.SIGUSR2
+
+
 def _run_worker(spec: dict) -> None:
     """Connect to the driver and serve its calls (both starts end here). Never returns."""
     _attach_logs(spec["log_address"], spec["worker_id"])
     # A native crash (SIGSEGV, SIGBUS, SIGABRT...) prints every thread's Python stack into the
     # worker's log before the process dies, so the driver says where, not only "killed by SIGSEGV".
     faulthandler.enable(file=sys.stderr, all_threads=True)
+    # ... and STACKS_SIGNAL prints them and goes on: how the driver shows where a quiet gang waits.
+    faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True)
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads and threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
         # torch was imported here under the zygote's environment: give it the count a fresh
