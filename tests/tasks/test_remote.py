@@ -192,6 +192,8 @@ def test_options_are_validated():
         square.options(num_cpus=-1)
     with pytest.raises(TypeError, match="keyword"):
         muster.remote(1, 2)
+    with pytest.raises(TypeError, match=r"square is already remote; call square.remote\(...\)"):
+        muster.remote(square)
     # Ray's runtime_env keys other than env_vars are accepted, and said to do nothing here
     with pytest.warns(UserWarning, match=r"@muster.remote on square: runtime_env pip, working_dir have no effect"):
         square.options(runtime_env={"pip": ["requests"], "working_dir": ".", "env_vars": {"A": "1"}})

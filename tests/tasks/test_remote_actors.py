@@ -248,6 +248,26 @@ def test_sys_exit_in_a_task_fails_the_task_and_never_ends_the_driver():
     assert not isinstance(info.value, SystemExit)  # raised as the task's own type, it would end the driver
 
 
+class Parent:
+    def make_children(self, detached_name):
+        self.child = Log.remote()
+        self.detached = Log.options(name=detached_name, lifetime="detached").remote()
+        return self.child, self.detached, os.getpid()
+
+
+def test_an_actors_children_die_with_it_unless_detached(actors, tmp_path):
+    parent = actors(muster.remote(Parent).remote())
+    child, detached, pid = muster.get(parent.make_children.remote(f"kept-{tmp_path.name}"), timeout=TIMEOUT)
+    try:
+        assert muster.get([child.pid.remote(), detached.pid.remote()], timeout=TIMEOUT)
+        os.kill(pid, signal.SIGKILL)  # the owner dies: Ray's actor fate-sharing
+        with pytest.raises(ActorDiedError, match="the actor Parent that created it ended"):
+            wait_for(lambda: muster.get(child.pid.remote(), timeout=TIMEOUT) and False, timeout=TIMEOUT)
+        assert muster.get(detached.pid.remote(), timeout=TIMEOUT)  # lifetime="detached" outlives it
+    finally:
+        muster.kill(detached)
+
+
 def _first_answer(make_ref, timeout=TIMEOUT):
     """Call until the actor answers (calls made while it restarts fail with ActorDiedError)."""
     deadline = time.monotonic() + timeout

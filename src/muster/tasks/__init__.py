@@ -40,6 +40,12 @@ def remote(*args: Any, **options: Any) -> Any:
 
 
 def _make(target: Any, options: dict[str, Any]) -> Any:
+    if isinstance(target, (ActorClass, RemoteFunction)):
+        name = getattr(target, "__name__", None) or type(target).__name__
+        raise InvalidTypeError(
+            f"muster.remote({name}): {name} is already remote; call {name}.remote(...), or "
+            f"{name}.options(...).remote(...) for other options."
+        )
     if isinstance(target, type):
         return ActorClass(target, options)
     return RemoteFunction(target, options)

@@ -133,6 +133,8 @@ class ActorHandle:
         self._resources = opts.to_resources(options, default_cpus=0.0)
         res.ensure_feasible(self._resources, 1, get_runtime().resources(), what=f"actor {cls.__name__}")
         self._frozen = freeze(cls)  # the class as of now, before creation goes on in the background
+        # the actors this one makes share its fate, as in Ray: they die with each of its processes
+        self._owned = owner.Gang(f"the actor {cls.__name__} that created it")
         self._restarts_left = options.get("max_restarts", 0)
         self._task_retries = options.get("max_task_retries", 0)  # per call, when the actor dies under it
         self._id = next(_ids)
@@ -197,7 +199,7 @@ class ActorHandle:
                 try:
                     core = get_runtime().create_actor(
                         cast(type, self._factory()), a, kw, self._resources, label=f"actor {self._cls.__name__}",
-                        on_event=owner.handle_event,
+                        on_event=self._owned.handle_event,
                     )
                 except TaskError as exc:  # its __init__ raised: the actor never lived (Ray's RayActorError)
                     died = ActorDiedError(
@@ -205,7 +207,7 @@ class ActorHandle:
                         reason=f"its constructor raised {exc.cause_type}: {exc.message}\n{exc.remote_traceback.rstrip()}",
                     )
                     raise died from exc
-                core.set_handlers(owner.handle_event, self._on_death)
+                core.set_handlers(self._owned.handle_event, self._on_death)
                 self._core.set_result(core)
             except BaseException as exc:  # noqa: BLE001 - its calls will raise it
                 self._set_dead(exc)
@@ -227,6 +229,7 @@ class ActorHandle:
         error = self._named(error)
         self._dead = error
         named.forget(self)
+        self._owned.close()
         self._fail_pending(error)
 
     def _fail_pending(self, error: BaseException) -> None:
@@ -237,6 +240,7 @@ class ActorHandle:
                 out.set_exception(error)
 
     def _on_death(self, core: RuntimeActor, error: BaseException) -> None:
+        self._owned.close()  # the actors it made die with its process (a restart makes them anew)
         for token in list(self._pending):  # concurrent calls in flight: retried, or they die with it
             call = self._sent.get(token)
             if call is not None and self._retry(call, self._attempt, error):
