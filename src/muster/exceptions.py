@@ -286,6 +286,15 @@ def root_cause_summary(error: BaseException, tail: int = 3) -> str:
 # --------------------------------------------------------------------------
 # tasks
 # --------------------------------------------------------------------------
+class RunOutputWarning(UserWarning):
+    """A warning a run's live output has already printed (``[muster] WARNING: ...``).
+
+    Recorded as any warning (``pytest.warns``, ``warnings.catch_warnings``, ``-W error``), but
+    not printed a second time: a filter muster adds after the defaults ignores it, and any
+    ``-W``/``filterwarnings`` of your own comes first.
+    """
+
+
 class TaskCancelledError(MusterError):
     """``get`` on a task (or actor call) that ``muster.cancel`` cancelled."""
 

@@ -204,3 +204,24 @@ def test_a_quiet_gang_is_reported_with_each_running_ranks_stacks(fit, capsys):
     assert any(line.endswith(" in barrier") for line in stacks[0]), stacks[0]
     with pytest.raises(ValueError, match=r"stall_report_s=0"):
         RunConfig(stall_report_s=0)
+
+
+def test_a_run_warning_is_printed_once_and_still_recorded():
+    import subprocess
+    import sys
+
+    from muster.exceptions import RunOutputWarning
+    from muster.observe.progress import ProgressView
+    from muster.train.controller import _warn
+
+    script = ("from muster.observe.progress import ProgressView\n"
+              "from muster.train.controller import _warn\n"
+              "_warn(ProgressView('run', 1, verbose=1, run_path='/tmp/run'), 'disk nearly full')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (out.stdout + out.stderr).count("disk nearly full") == 1, (out.stdout, out.stderr)  # once, not twice
+    assert "[muster] WARNING: disk nearly full" in out.stdout
+    with pytest.warns(RunOutputWarning, match="disk nearly full"):  # and still recorded for code that checks
+        _warn(ProgressView("run", 1, verbose=1, run_path="/tmp/run"), "disk nearly full")
+    with pytest.warns(UserWarning, match="quiet run"):  # verbose=0: no live output, a plain warning
+        _warn(ProgressView("run", 1, verbose=0, run_path="/tmp/run"), "quiet run")

@@ -31,6 +31,7 @@ from muster.core.runtime import RuntimeActor
 from muster.exceptions import (
     MusterError,
     ResourcesUnavailableError,
+    RunOutputWarning,
     StorageNotSharedError,
     TaskError,
     TrainingFailedError,
@@ -528,8 +529,16 @@ class Controller:
 
 
 def _warn(view: ProgressView, message: str) -> None:
-    warnings.warn(message, stacklevel=3)
-    view.event(f"WARNING: {message}")
+    """Say ``message`` once: on the run's live output when it has one (and as a RunOutputWarning,
+    recorded but not printed again), else as a plain UserWarning."""
+    if view.verbose:
+        view.event(f"WARNING: {message}")
+        warnings.warn(RunOutputWarning(message), stacklevel=3)
+    else:
+        warnings.warn(message, stacklevel=3)
+
+
+warnings.filterwarnings("ignore", category=RunOutputWarning, append=True)  # printed by the run's output
 
 
 def _root_cause(exc: BaseException, member: Member) -> BaseException:
