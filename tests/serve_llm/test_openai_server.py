@@ -103,6 +103,12 @@ def test_sse_wire_format_ends_with_done(base_url):
     assert all(e.startswith("data: ") for e in events)
     assert events[-1] == "data: [DONE]"
     assert json.loads(events[-2][6:])["choices"][0]["finish_reason"] == "length"
+    # as OpenAI's: every chunk's choice has finish_reason and logprobs (null until the end), the delta
+    # has the role in the first chunk only, and no usage unless stream_options asked for it
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert all({"finish_reason", "logprobs"} <= set(c["choices"][0]) and "usage" not in c for c in chunks), chunks
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant" and chunks[0]["choices"][0]["finish_reason"] is None
+    assert all("role" not in c["choices"][0]["delta"] for c in chunks[1:])
 
 
 def test_chat_options_n_stop_and_max_completion_tokens(client):
@@ -167,6 +173,14 @@ def test_sixteen_concurrent_requests_batch_together(client):
     (dict(messages=CHAT, temperature=5), 400, "temperature"),
     (dict(messages=CHAT, n=0), 400, "n"),
     (dict(messages=CHAT, frequency_penalty=0.5), 400, "frequency_penalty"),
+    # structured output, tools and images would be silently ignored otherwise: refused, by name
+    (dict(messages=CHAT, response_format={"type": "json_object"}), 400, "response_format type 'json_object'"),
+    (dict(messages=CHAT, tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+          tool_choice="required"), 400, "tools (function calling) are not supported"),
+    (dict(messages=CHAT, extra_body={"guided_json": {"type": "object"}}), 400, "guided_json"),
+    (dict(messages=[{"role": "user", "content": [{"type": "text", "text": "hi"},
+                                                 {"type": "image_url", "image_url": {"url": "data:,"}}]}]),
+     400, "content parts of type 'image_url' are not supported"),
     (dict(messages=[{"role": "user", "content": "long " * 300}], max_tokens=4), 400, "maximum context length"),
     (dict(messages=CHAT, max_tokens=500), 400, "maximum context length"),
     (dict(messages=CHAT, model="no-such-model"), 404, "does not exist"),

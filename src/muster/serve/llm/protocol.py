@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
 from muster.exceptions import InvalidArgumentError
 from muster.serve.llm.errors import InvalidRequestError
@@ -31,8 +31,8 @@ class StreamOptions(_Request):
 
 
 class ContentPart(_Request):
-    type: Literal["text"]
-    text: str
+    type: str
+    text: str | None = None
 
 
 class ChatMessage(_Request):
@@ -46,7 +46,17 @@ class ChatMessage(_Request):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text or "" for part in self.content)
+
+    def check_supported(self, index: int) -> None:
+        """Text only: an image, audio or file part is refused by name (not dropped)."""
+        for j, part in enumerate(self.content if isinstance(self.content, list) else []):
+            if part.type != "text" or part.text is None:
+                raise InvalidRequestError(
+                    f"messages.{index}.content.{j}: content parts of type {part.type!r} are not supported; this "
+                    "server's models take text only (send {'type': 'text', 'text': ...} parts or a string).",
+                    param=f"messages.{index}.content",
+                )
 
 
 class _SamplingRequest(_Request):
@@ -61,6 +71,15 @@ class _SamplingRequest(_Request):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+    # structured output and tool calling: read only to be refused (they need constrained decoding)
+    response_format: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
 
     @field_validator("stop")
     @classmethod
@@ -81,6 +100,22 @@ class _SamplingRequest(_Request):
                 raise InvalidRequestError(f"{name}={getattr(self, name)!r} is not supported; leave it out or 0.", param=name)
         if self.logit_bias:
             raise InvalidRequestError("logit_bias is not supported; leave it out.", param="logit_bias")
+        kind = (self.response_format or {}).get("type", "text")
+        if kind != "text":
+            raise InvalidRequestError(
+                f"response_format type {kind!r} (structured output) is not supported: it needs constrained "
+                "decoding, which this server's engines do not do. Leave it out and ask for JSON in the prompt, "
+                "then validate the answer.", param="response_format",
+            )
+        if (self.tools or self.functions) and self.tool_choice != "none":
+            raise InvalidRequestError(
+                "tools (function calling) are not supported: the model would answer in text and never call one. "
+                "Leave tools out, or send tool_choice='none'.", param="tools",
+            )
+        for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar"):
+            if getattr(self, name) is not None:
+                raise InvalidRequestError(f"{name} (vLLM's guided decoding) is not supported; leave it out.",
+                                          param=name)
 
 
 class ChatCompletionRequest(_SamplingRequest):
@@ -171,6 +206,11 @@ class ChatCompletion(BaseModel):
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _present_only(self, handler: Any) -> dict[str, Any]:
+        """As OpenAI's: ``role`` in the first chunk only, ``content`` where there is some."""
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 class ChatChunkChoice(BaseModel):

@@ -126,6 +126,8 @@ class LLMServer:
     # ------------------------------------------------------------------ chat
     async def _chat(self, req: p.ChatCompletionRequest, t0: float) -> str | AsyncGenerator[str, None]:
         req.check_supported()
+        for i, message in enumerate(req.messages):
+            message.check_supported(i)
         if not req.messages:
             raise InvalidRequestError("messages is empty: send at least one message", param="messages")
         if req.logprobs:
@@ -149,7 +151,9 @@ class LLMServer:
     async def _chat_events(self, streams: list[_Primed], rid: str, created: int, include_usage: bool) -> AsyncGenerator[str, None]:
         def event(choices: list[p.ChatChunkChoice], usage: p.Usage | None = None) -> str:
             chunk = p.ChatCompletionChunk(id=rid, created=created, model=self.model_id, choices=choices, usage=usage)
-            return f"data: {chunk.model_dump_json(exclude_none=usage is None)}\n\n"
+            # OpenAI's chunks carry finish_reason and logprobs (null until the end) and leave usage out
+            # unless stream_options asked for it
+            return f"data: {chunk.model_dump_json(exclude={'usage'} if usage is None else None)}\n\n"
 
         for i in range(len(streams)):
             yield event([p.ChatChunkChoice(index=i, delta=p.ChatDelta(role="assistant", content=""))])
@@ -192,7 +196,7 @@ class LLMServer:
                 counts[i] = chunk.num_generated_tokens
                 choice = p.CompletionChoice(index=i, text=chunk.text, finish_reason=chunk.finish_reason)
                 body = p.Completion(id=rid, created=created, model=self.model_id, choices=[choice])
-                yield f"data: {body.model_dump_json(exclude_none=True)}\n\n"
+                yield f"data: {body.model_dump_json(exclude={'usage'})}\n\n"
         if include_usage:
             body = p.Completion(id=rid, created=created, model=self.model_id, choices=[],
                                 usage=_usage(prompt_tokens, sum(counts)))
