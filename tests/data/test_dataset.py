@@ -418,3 +418,16 @@ def test_driver_pipeline_runs_inline_when_every_cpu_is_held():
         assert {r["pid"] for r in rows} == {os.getpid()}
     finally:
         muster.kill(hog)
+
+
+def test_torch_tensors_in_rows_are_stored_as_numpy_as_in_ray(tmp_path):
+    # "Working with PyTorch": a map that returns tensors, and items holding tensors (a 0-d one too)
+    images = md.from_items([{"image": np.full((2, 2), i, np.float32)} for i in range(3)])
+    mapped = images.map(lambda row: {"tensor": torch.as_tensor(np.array(row["image"])) * 2})
+    assert [r["tensor"].tolist() for r in mapped.take_all()] == [[[2 * i] * 2] * 2 for i in range(3)]
+    assert mapped.take(1)[0]["tensor"].dtype == np.float32
+    items = md.from_items([{"tensor": torch.ones(3), "label": torch.tensor(7)} for _ in range(2)])
+    row = items.take(1)[0]
+    assert row["tensor"].tolist() == [1.0, 1.0, 1.0] and row["label"] == 7
+    items.write_parquet(str(tmp_path / "t"))  # "Saving Datasets containing torch tensors"
+    assert md.read_parquet(str(tmp_path / "t")).count() == 2

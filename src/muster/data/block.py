@@ -116,15 +116,27 @@ def array_from_values(values: Any) -> pa.Array:
         if values.dtype == object:
             return array_from_values(list(values))
         return pa.array(values)
-    if hasattr(values, "numpy") and hasattr(values, "detach"):  # a torch tensor
+    if _is_torch_tensor(values):
         return array_from_values(values.detach().cpu().numpy())
-    values = list(values)
+    values = [_numpy_of(v) for v in values]  # torch tensors in rows are stored as numpy, as in Ray
     if values and all(isinstance(v, np.ndarray) for v in values):
         shapes = {v.shape for v in values}
         if len(shapes) == 1 and values[0].ndim >= 1:
             return pa.FixedShapeTensorArray.from_numpy_ndarray(np.stack(values))
         return pa.array([v.tolist() for v in values])
     return pa.array([v.item() if isinstance(v, np.generic) else v for v in values])
+
+
+def _is_torch_tensor(value: Any) -> bool:
+    return hasattr(value, "numpy") and hasattr(value, "detach") and hasattr(value, "device")
+
+
+def _numpy_of(value: Any) -> Any:
+    """A torch tensor as numpy (a 0-d one as its Python scalar); anything else as it is."""
+    if not _is_torch_tensor(value):
+        return value
+    array = value.detach().cpu().numpy()
+    return array.item() if array.ndim == 0 else array
 
 
 def from_batch(batch: Any, where: str) -> pa.Table:
