@@ -109,7 +109,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     },
     "muster.data.datasource": {
         "Partitioning": "read_parquet(partitioning='hive') (the default) or a pyarrow.dataset.partitioning(...)",
-        "FileShuffleConfig": "random_shuffle() after the read, or iter_batches(local_shuffle_buffer_size=...)",
     },
     "muster.data.aggregate": {
         "AbsMax": "Max() of a column made with add_column(..., lambda df: df['x'].abs())",

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet  # noqa: F401 - pa.parquet
 import pytest
 import torch
 
@@ -431,3 +432,25 @@ def test_torch_tensors_in_rows_are_stored_as_numpy_as_in_ray(tmp_path):
     assert row["tensor"].tolist() == [1.0, 1.0, 1.0] and row["label"] == 7
     items.write_parquet(str(tmp_path / "t"))  # "Saving Datasets containing torch tensors"
     assert md.read_parquet(str(tmp_path / "t")).count() == 2
+
+
+def test_rays_file_reader_options_pick_order_and_skip_files(tmp_path):
+    from muster.data.datasource import PathPartitionFilter
+
+    for target in (0, 1):
+        for part in range(3):
+            folder = tmp_path / "p" / f"target={target}"
+            folder.mkdir(parents=True, exist_ok=True)
+            pa.parquet.write_table(pa.table({"v": [target * 10 + part]}), str(folder / f"{part}.parquet"))
+    root = str(tmp_path / "p")
+    zero = md.read_parquet(root, partition_filter=PathPartitionFilter.of(lambda d: d["target"] == "0"))
+    assert sorted(zero.to_pandas()["v"]) == [0, 1, 2]  # Ray's partition_filter: only those folders are read
+    by_paths = md.read_parquet(root, partition_filter=lambda paths: [p for p in paths if "target=1" in p])
+    assert sorted(by_paths.to_pandas()["v"]) == [10, 11, 12]
+    plain = list(md.read_parquet(root).to_pandas()["v"])
+    seeded = [list(md.read_parquet(root, shuffle=md.FileShuffleConfig(seed=s)).to_pandas()["v"]) for s in (1, 1, 2)]
+    assert seeded[0] == seeded[1] and sorted(seeded[0]) == sorted(plain)  # same seed, same file order
+    assert any(list(md.read_parquet(root, shuffle="files").to_pandas()["v"]) != plain for _ in range(8))
+    assert md.read_parquet([root, str(tmp_path / "missing")], ignore_missing_paths=True).count() == 6
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['colums'\]"):
+        md.read_parquet(root, colums=["v"])  # a typo used to read every column

@@ -25,6 +25,7 @@ from muster.data import block as _blk
 from muster.data import sources as _src
 from muster.data.config import DataConfig
 from muster.data.dataset import Dataset, MaterializedDataset, from_blocks
+from muster.data.datasource import FileShuffleConfig
 from muster.data.exceptions import DataError, DataSchemaError, DataSourceError, DataTypeError, UserFunctionError
 from muster.data.execution import DataContext
 from muster.data.grouped import GroupedData
@@ -35,6 +36,7 @@ from muster.data.writers import SaveMode
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
+    "FileShuffleConfig",
     "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
     "DataTypeError", "Dataset", "GroupedData", "MaterializedDataset", "UserFunctionError", "from_arrow", "from_items", "from_numpy",
     "from_pandas", "range", "range_tensor", "read_binary_files", "read_csv", "read_json", "read_parquet",
@@ -53,7 +55,8 @@ def _fs(filesystem: Any) -> dict[str, Any]:
 #: Ray's read_* options: ``file_extensions`` and ``arrow_open_stream_args`` (compression) apply here
 #: (``FileOptions``); the others only size or place Ray's own read tasks and have no effect here
 _RAY_READ_OPTIONS = ("override_num_blocks", "parallelism", "ray_remote_args", "concurrency", "meta_provider",
-                     "shuffle", "file_extensions", "ignore_missing_paths", "arrow_open_stream_args")
+                     "shuffle", "file_extensions", "ignore_missing_paths", "arrow_open_stream_args",
+                     "partition_filter")
 
 
 def _ray_only(options: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +86,12 @@ def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, fi
         DataSchemaError: (when read) two files disagree on a column's type.
     """
     ray_only = _ray_only(_ray_options)
-    ray_args = dict(ray_only, **_ray_options, columns=columns, **_fs(filesystem))
+    if _ray_options:  # a typo, or one of Ray's pyarrow pass-through options muster does not take
+        raise InvalidTypeError(
+            f"read_parquet: unknown option(s) {sorted(_ray_options)}; it takes columns, filter, filesystem, "
+            f"partitioning, include_paths and Ray's {', '.join(_RAY_READ_OPTIONS)}."
+        )
+    ray_args = dict(ray_only, columns=columns, **_fs(filesystem))
     if include_paths:
         ray_args["include_paths"] = True
     if filter is not None:

@@ -57,7 +57,11 @@ def to_ray(node: Node) -> Any:
     op = node.op
     if isinstance(op, Read):
         name, args, kwargs = _steps(op)[0]
-        ds = getattr(ray.data, name)(*args, **_clean(kwargs))
+        kwargs = _clean(kwargs)
+        shuffle = kwargs.get("shuffle")
+        if shuffle is not None and shuffle != "files":  # muster's FileShuffleConfig as Ray's
+            kwargs["shuffle"] = ray.data.FileShuffleConfig(seed=shuffle.seed)
+        ds = getattr(ray.data, name)(*args, **kwargs)
         return _apply(ds, _steps(op)[1:], op.name)
     inputs = [to_ray(n) for n in node.inputs]
     if isinstance(op, Union):

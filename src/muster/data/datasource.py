@@ -1,12 +1,67 @@
-"""``ray.data.datasource``: Ray's datasource classes; muster's readers take their options directly
-(``read_parquet(partitioning=...)``), so each name here fails naming that equivalent."""
+"""``ray.data.datasource``: the options objects of Ray's file readers that muster's readers take
+(``FileShuffleConfig``, ``PathPartitionFilter``); Ray's other datasource classes fail naming the
+equivalent (muster's readers take their options directly, e.g. ``read_parquet(partitioning=...)``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
+
+
+@dataclass(frozen=True)
+class FileShuffleConfig:
+    """``read_*(shuffle=FileShuffleConfig(seed=...))``: read the files in a shuffled order, the same
+    one for the same seed (``shuffle="files"``: a new order each time the read is planned)."""
+
+    seed: int | None = None
+
+
+class PathPartitionFilter:
+    """``read_*(partition_filter=...)``: keep only the files whose partition values pass ``filter_fn``.
+
+    Make one with :meth:`of`; a plain function ``list of paths -> list of paths`` works too.
+    """
+
+    def __init__(self, filter_fn: Callable[[dict[str, str]], bool], field_names: list[str] | None = None,
+                 base_dir: str | None = None):
+        if not callable(filter_fn):
+            raise InvalidTypeError(f"PathPartitionFilter.of(filter_fn={filter_fn!r}): pass a function of the "
+                                   "partition values (a dict of str) -> bool.")
+        self.filter_fn, self.field_names, self.base_dir = filter_fn, field_names, base_dir
+
+    @classmethod
+    def of(cls, filter_fn: Callable[[dict[str, str]], bool], style: str = "hive", base_dir: str | None = None,
+           field_names: list[str] | None = None, **_ray_options: Any) -> "PathPartitionFilter":
+        """``style="hive"``: ``key=value`` folders; ``"dirname"``: plain folders named by ``field_names``
+        in order (from ``base_dir``)."""
+        if style not in ("hive", "dirname"):
+            raise InvalidArgumentError(f"PathPartitionFilter.of(style={style!r}): use 'hive' or 'dirname'.")
+        if style == "dirname" and not field_names:
+            raise InvalidArgumentError("PathPartitionFilter.of(style='dirname'): pass field_names, the name of "
+                                       "each folder level.")
+        return cls(filter_fn, field_names if style == "dirname" else None, base_dir)
+
+    def values(self, path: str) -> dict[str, str]:
+        """The partition values in ``path``'s folders."""
+        folders = path.rsplit("/", 1)[0]
+        if self.base_dir:
+            folders = folders.split(self.base_dir.rstrip("/"), 1)[-1]
+        parts = [p for p in folders.split("/") if p]
+        if self.field_names is None:
+            return dict(p.split("=", 1) for p in parts if "=" in p)
+        return dict(zip(self.field_names, parts[-len(self.field_names):]))
+
+    def __call__(self, paths: list[str]) -> list[str]:
+        return [p for p in paths if self.filter_fn(self.values(p))]
 
 
 def __getattr__(name: str) -> Any:
     from muster._unsupported import raise_unsupported
 
     raise_unsupported("muster.data.datasource", name)
+
+
+__all__ = ["FileShuffleConfig", "PathPartitionFilter"]
