@@ -92,6 +92,28 @@ def test_writers_take_rays_mode_rows_per_file_and_partition_columns(tmp_path):
         ds.write_parquet(out, mode="sometimes")
 
 
+def test_writes_are_whole_or_absent_and_take_rays_write_options(tmp_path):
+    import pyarrow.fs as pafs
+
+    out, ds = str(tmp_path / "w"), md.from_items([{"a": i, "s": str(i)} for i in range(6)])
+    with pytest.raises(Exception):
+        ds.write_parquet(out, compression="no-such-codec")  # fails inside pyarrow, mid-file
+    assert [n for n in os.listdir(out) if not n.startswith(".")] == []  # no 0-byte file left behind
+    ds.write_parquet(out)  # the retry appends, and the folder reads
+    assert md.read_parquet(out).count() == 6
+    # Ray's task options change nothing here; its *_args_fn and a pyarrow filesystem are taken
+    files = ds.write_parquet(str(tmp_path / "p"), filesystem=pafs.LocalFileSystem(), concurrency=2,
+                             ray_remote_args={"num_cpus": 1}, try_create_dir=True,
+                             arrow_parquet_args_fn=lambda: {"compression": "gzip"})
+    assert pq.ParquetFile(files[0]).metadata.row_group(0).column(0).compression == "GZIP"
+    gz = ds.write_csv(str(tmp_path / "c"), arrow_open_stream_args={"compression": "gzip"}, concurrency=2)
+    assert gz[0].endswith(".csv.gz") and md.read_csv(str(tmp_path / "c")).count() == 6
+    ds.write_json(str(tmp_path / "j"), filesystem=pafs.LocalFileSystem(), pandas_json_args_fn=lambda: {"index": False})
+    assert md.read_json(str(tmp_path / "j")).count() == 6
+    with pytest.raises(TypeError, match=r"write_csv: unknown option\(s\) \['colums'\]"):
+        ds.write_csv(str(tmp_path / "x"), colums=["a"])
+
+
 def test_readers_take_rays_task_options(tmp_path, pq_dir):
     md.range(3).write_csv(str(tmp_path / "c"))
     assert md.read_csv(str(tmp_path / "c"), override_num_blocks=2).count() == 3  # before: pyarrow's TypeError

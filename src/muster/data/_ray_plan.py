@@ -131,7 +131,10 @@ def write(node: Node, kind: str, path: str, filesystem: Any, **kwargs: Any) -> l
     """``write_parquet/csv/json`` by ``ray.data``: the files it wrote under ``path`` (as muster returns them)."""
     import fsspec
 
-    fs, root = (filesystem, path) if filesystem is not None else fsspec.core.url_to_fs(path)
+    from muster.core.filesystem import as_fsspec
+
+    listing = as_fsspec(filesystem, f"write_{kind}(filesystem=)")  # Ray takes pyarrow's; the listing, fsspec
+    fs, root = (listing, path) if listing is not None else fsspec.core.url_to_fs(path)
     before = set(_files(fs, root))
     try:
         getattr(to_ray(node), f"write_{kind}")(path, **({"filesystem": filesystem} if filesystem is not None else {}),

@@ -490,23 +490,35 @@ class Dataset:
         """One Parquet file per output block under ``path`` (a folder or URL); returns the files written.
 
         ``mode``, ``min_rows_per_file`` (or its older name ``num_rows_per_file``) and ``partition_cols``
-        as in Ray (see ``writers.write_blocks``); other keywords go to ``pyarrow.parquet.write_table``.
+        as in Ray (see ``writers.write_blocks``); other keywords, and what Ray's ``arrow_parquet_args_fn``
+        returns, go to ``pyarrow.parquet.write_table``. Ray's ``concurrency``, ``ray_remote_args`` and
+        ``try_create_dir`` change nothing here; ``arrow_open_stream_args={"compression": ...}``
+        compresses each file.
         """
-        return self._write("parquet", path, filesystem, writers.parquet_writer(**arrow_args), mode,
-                           min_rows_per_file or num_rows_per_file, partition_cols, arrow_args)
+        options, compression = writers.ray_write_options(arrow_args, "arrow_parquet_args_fn", "write_parquet",
+                                                         pass_through=True)
+        return self._write("parquet", path, filesystem, writers.parquet_writer(**options), mode,
+                           min_rows_per_file or num_rows_per_file, partition_cols, arrow_args, compression)
 
     def write_csv(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
-                  partition_cols: list[str] | None = None, num_rows_per_file: int | None = None) -> list[str]:
-        return self._write("csv", path, filesystem, writers.csv_writer(), mode, min_rows_per_file or num_rows_per_file,
-                           partition_cols, {})
+                  partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
+                  **ray_options: Any) -> list[str]:
+        """As :meth:`write_parquet`; what Ray's ``arrow_csv_args_fn`` returns goes to ``pyarrow.csv.write_csv``."""
+        options, compression = writers.ray_write_options(ray_options, "arrow_csv_args_fn", "write_csv")
+        return self._write("csv", path, filesystem, writers.csv_writer(**options), mode,
+                           min_rows_per_file or num_rows_per_file, partition_cols, ray_options, compression)
 
     def write_json(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
-                   partition_cols: list[str] | None = None, num_rows_per_file: int | None = None) -> list[str]:
-        return self._write("json", path, filesystem, writers.json_writer(), mode, min_rows_per_file or num_rows_per_file,
-                           partition_cols, {})
+                   partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
+                   **ray_options: Any) -> list[str]:
+        """As :meth:`write_parquet`; what Ray's ``pandas_json_args_fn`` returns goes to ``DataFrame.to_json``."""
+        options, compression = writers.ray_write_options(ray_options, "pandas_json_args_fn", "write_json")
+        return self._write("json", path, filesystem, writers.json_writer(**options), mode,
+                           min_rows_per_file or num_rows_per_file, partition_cols, ray_options, compression)
 
     def _write(self, kind: str, path: str, filesystem: Any, write: Callable[[pa.Table, Any], None], mode: Any,
-               min_rows: int | None, partition_cols: list[str] | None, arrow_args: dict[str, Any]) -> list[str]:
+               min_rows: int | None, partition_cols: list[str] | None, arrow_args: dict[str, Any],
+               compression: str | None = None) -> list[str]:
         if _ray_plan.on_ray_engine():
             from ray.data import SaveMode as RaySaveMode
 
@@ -515,7 +527,7 @@ class Dataset:
                                          "partition_cols": partition_cols}.items() if v is not None}
             return _ray_plan.write(self._node, kind, path, filesystem, **options, **arrow_args)
         return writers.write_blocks(self._execute(), path, filesystem, kind, write, mode=mode, min_rows_per_file=min_rows,
-                                    partition_cols=partition_cols, where=f"write_{kind}")
+                                    partition_cols=partition_cols, where=f"write_{kind}", compression=compression)
 
 
 def _names(cols: Any, where: str) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 
 class SaveMode(str, enum.Enum):
@@ -23,20 +23,50 @@ class SaveMode(str, enum.Enum):
 
 _MODES = tuple(m.value for m in SaveMode)
 
+#: Ray's write options about its tasks, which change nothing here (one process writes the files).
+RAY_TASK_OPTIONS = ("concurrency", "ray_remote_args", "try_create_dir")
+
+
+def ray_write_options(options: dict[str, Any], fn_name: str, where: str,
+                      pass_through: bool = False) -> tuple[dict[str, Any], str | None]:
+    """Ray's write options in ``options``, taken apart: (the writer's own keyword arguments: what
+    ``fn_name`` (Ray's ``arrow_parquet_args_fn`` and the like) returns, plus, with ``pass_through``,
+    the other keywords; the output stream's compression from ``arrow_open_stream_args``).
+
+    Raises:
+        InvalidTypeError: a keyword that is none of those (without ``pass_through``).
+    """
+    options = {k: v for k, v in options.items() if k not in RAY_TASK_OPTIONS}
+    compression = (options.pop("arrow_open_stream_args", None) or {}).get("compression")
+    fn = options.pop(fn_name, None)
+    if options and not pass_through:
+        raise InvalidTypeError(f"{where}: unknown option(s) {sorted(options)}; Ray's {fn_name}, "
+                               f"arrow_open_stream_args and {', '.join(RAY_TASK_OPTIONS)} are taken.")
+    extra = fn() if fn is not None else {}
+    if not isinstance(extra, dict):
+        raise InvalidArgumentError(f"{where}: {fn_name} returned {extra!r}; it must return a dict of keyword arguments.")
+    return {**options, **extra}, compression
+
 
 def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: str,
                  write: Callable[[pa.Table, Any], None], *, mode: Any = "append",
                  min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
-                 where: str = "write") -> list[str]:
+                 where: str = "write", compression: str | None = None) -> list[str]:
     """Write ``blocks`` under ``path``, as Ray's ``write_*`` do.
 
     ``mode`` (a :class:`SaveMode` or its value): "append" (add files next to any there), "overwrite"
     (empty the folder first), "ignore" (write nothing if it holds files), "error"/"create" (raise if it does).
     ``min_rows_per_file``: blocks are gathered until a file has at least that many rows.
     ``partition_cols``: hive-style folders ``col=value/`` per distinct value, without those columns.
+    ``filesystem``: a pyarrow or fsspec filesystem (default: from the path's URL scheme).
+    Each file is whole or absent: it is written under a hidden name and renamed when complete, so a
+    write that fails leaves no half file for a reader to trip on.
     """
     import fsspec
 
+    from muster.core.filesystem import as_fsspec
+
+    filesystem = as_fsspec(filesystem, f"{where}(filesystem=)")
     mode = str(getattr(mode, "value", mode)).lower()
     if mode not in _MODES:
         raise InvalidArgumentError(f"{where}(mode={mode!r}): use one of {', '.join(_MODES)}.")
@@ -63,9 +93,18 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
             target = f"{root}/{folder}" if folder else root
             if folder:
                 fs.makedirs(target, exist_ok=True)
-            name = f"{target}/{tag}_{len(written):06d}.{ext}"
-            with fs.open(name, "wb") as f:
-                write(part, f)
+            base = f"{tag}_{len(written):06d}.{ext}" + (f".{_SUFFIX.get(compression, compression)}" if compression else "")
+            name, partial = f"{target}/{base}", f"{target}/.{base}.partial"  # readers skip dot files
+            try:
+                with fs.open(partial, "wb", compression=compression) as f:
+                    write(part, f)
+                fs.mv(partial, name)
+            except BaseException:
+                try:
+                    fs.rm(partial)
+                except Exception:  # noqa: BLE001 - never written, or the store is gone: nothing to remove
+                    pass
+                raise
             written.append(name)
 
     pending: list[pa.Table] = []
@@ -81,6 +120,9 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
     if pending:
         emit(pa.concat_tables(pending, promote_options="default") if len(pending) > 1 else pending[0])
     return written
+
+
+_SUFFIX = {"gzip": "gz", "bzip2": "bz2", "zstd": "zst", "lzma": "xz"}
 
 
 def _partitions(block: pa.Table, cols: list[str], where: str) -> Iterator[tuple[str, pa.Table]]:
@@ -111,15 +153,17 @@ def parquet_writer(**kwargs: Any) -> Callable[[pa.Table, Any], None]:
     return lambda block, f: pq.write_table(block, f, **kwargs)
 
 
-def csv_writer() -> Callable[[pa.Table, Any], None]:
+def csv_writer(**kwargs: Any) -> Callable[[pa.Table, Any], None]:
     import pyarrow.csv as pcsv
 
-    return lambda block, f: pcsv.write_csv(block, f)
+    return lambda block, f: pcsv.write_csv(block, f, **kwargs)
 
 
-def json_writer() -> Callable[[pa.Table, Any], None]:
+def json_writer(**kwargs: Any) -> Callable[[pa.Table, Any], None]:
+    options = {"orient": "records", "lines": True, **kwargs}  # pandas.DataFrame.to_json's
+
     def write(block: pa.Table, f: Any) -> None:
-        text = block.to_pandas().to_json(orient="records", lines=True)
+        text = block.to_pandas().to_json(**options)
         f.write(text.encode())
 
     return write
