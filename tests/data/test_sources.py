@@ -114,6 +114,16 @@ def test_writes_are_whole_or_absent_and_take_rays_write_options(tmp_path):
         ds.write_csv(str(tmp_path / "x"), colums=["a"])
 
 
+def test_read_json_takes_a_json_array_file_as_ray_does(tmp_path):
+    (tmp_path / "arr.json").write_text('\n [{"a": 1, "s": "x"}, {"a": 2, "s": "y"}]')
+    (tmp_path / "lines.jsonl").write_text('{"a": 3, "s": "z"}\n')
+    rows = md.read_json([str(tmp_path / "arr.json"), str(tmp_path / "lines.jsonl")]).take_all()
+    assert rows == [{"a": 1, "s": "x"}, {"a": 2, "s": "y"}, {"a": 3, "s": "z"}]
+    (tmp_path / "nums.json").write_text("[1, 2]")
+    with pytest.raises(Exception, match="holds a JSON array of ints; its items must be objects"):
+        md.read_json(str(tmp_path / "nums.json")).take_all()
+
+
 def test_readers_take_rays_task_options(tmp_path, pq_dir):
     md.range(3).write_csv(str(tmp_path / "c"))
     assert md.read_csv(str(tmp_path / "c"), override_num_blocks=2).count() == 3  # before: pyarrow's TypeError

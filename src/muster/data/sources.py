@@ -320,7 +320,24 @@ def json_tasks(paths: Any, filesystem: Any, options: FileOptions, **arrow_args: 
     import pyarrow.json as pjson
 
     fs, files, _ = resolve(paths, filesystem, (".json", ".jsonl", ".json.gz", ".jsonl.gz"), "read_json", options)
-    return _group(files, _file_reader(fs, lambda f, _p: pjson.read_json(f, **arrow_args), _SchemaGuard(), options))
+
+    def parse(f: Any, path: str) -> pa.Table:
+        """JSON lines (pyarrow's reader); a file holding one JSON array of objects is read too, as Ray does."""
+        head = f.read(1)
+        while head and head.isspace():
+            head = f.read(1)
+        f.seek(0)
+        if head != b"[":
+            return pjson.read_json(f, **arrow_args)
+        import json
+
+        rows = json.load(f)
+        if not all(isinstance(r, dict) for r in rows):
+            raise DataSourceError(f"read_json: {path} holds a JSON array of {type(rows[0]).__name__}s; its items "
+                                  "must be objects (one row each), or write the file as JSON lines.")
+        return blk.rows_to_block(rows, f"read_json({path})")
+
+    return _group(files, _file_reader(fs, parse, _SchemaGuard(), options))
 
 
 def text_tasks(paths: Any, filesystem: Any, encoding: str, drop_empty_lines: bool,
