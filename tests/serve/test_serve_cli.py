@@ -16,6 +16,10 @@ import httpx
 import pytest
 
 APP = '''
+import os
+
+from pydantic import BaseModel
+
 from muster import serve
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.1})
@@ -24,12 +28,20 @@ class Hello:
         self.who = who
 
     def __call__(self, request):
-        return {"hello": self.who}
+        greeting = os.environ.get("GREETING")
+        return {"hello": self.who, **({"greeting": greeting} if greeting else {})}
 
 app = Hello.bind()
 
 def build(args):
     return Hello.bind(args["who"])
+
+class Args(BaseModel):
+    who: str
+    times: int = 1
+
+def build_typed(args: Args):  # Ray's typed app builder: args arrive as the model
+    return Hello.bind(args.who * args.times)
 '''
 
 CONFIG = '''
@@ -38,6 +50,7 @@ applications:
     route_prefix: /second
     import_path: cli_app:build
     args: {who: config}
+    runtime_env: {env_vars: {GREETING: hi}}
     deployments:
       - name: Hello
         num_replicas: 2
@@ -91,9 +104,10 @@ def _wait_exit(proc, timeout=60) -> int:
 
 
 def test_run_status_deploy_shutdown(env, tmp_path):
-    proc, port, _ = _start(env, tmp_path, "cli_app:app", "--port", "0")
+    # Ray's `serve run module:builder key=value`, into a typed builder
+    proc, port, _ = _start(env, tmp_path, "cli_app:build_typed", "who=ab", "times=2", "--port", "0")
     try:
-        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "world"}
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "abab"}
         st = _muster(env, tmp_path, "serve", "status")
         assert st.returncode == 0, st.stderr
         status = json.loads(st.stdout)
@@ -101,10 +115,14 @@ def test_run_status_deploy_shutdown(env, tmp_path):
         assert status["http"]["port"] == port
         dep = _muster(env, tmp_path, "serve", "deploy", "serve.yaml", "--port", str(port))
         assert dep.returncode == 0, dep.stderr + dep.stdout
-        assert httpx.get(f"http://127.0.0.1:{port}/second", timeout=30).json() == {"hello": "config"}
+        # the app's runtime_env env_vars reach its replicas
+        assert httpx.get(f"http://127.0.0.1:{port}/second", timeout=30).json() == {"hello": "config", "greeting": "hi"}
         status = json.loads(_muster(env, tmp_path, "serve", "status").stdout)
         assert status["applications"]["second"]["deployments"]["Hello"]["replica_states"] == {"RUNNING": 2}
-        down = _muster(env, tmp_path, "serve", "shutdown", "--port", str(port))
+        # as Ray's serve deploy: the running apps are the config's, so the one it does not list is gone
+        assert set(status["applications"]) == {"second"}
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).status_code == 404
+        down = _muster(env, tmp_path, "serve", "shutdown", "-y", "--port", str(port))  # Ray's scripts pass -y
         assert down.returncode == 0, down.stderr
         assert _wait_exit(proc) == 0
     finally:

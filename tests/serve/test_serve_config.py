@@ -138,6 +138,11 @@ def test_config_schema_and_import_errors():
         ServeConfig.from_dict({"applications": [{"name": "a", "import_path": "m:x"}, {"name": "a", "import_path": "m:y"}]})
     with pytest.raises(ValueError, match="applications"):
         ServeConfig.from_dict({"apps": []})
+    one = [{"name": "a", "import_path": "m:app"}]
+    with pytest.raises(ValueError, match=r"unknown top-level field\(s\) \['http_option'\]"):
+        ServeConfig.from_dict({"applications": one, "http_option": {"port": 1}})  # a typo was ignored
+    with pytest.warns(UserWarning, match="proxy_location have no effect in muster"):
+        ServeConfig.from_dict({"applications": one, "proxy_location": "EveryNode"})
     with pytest.raises(ImportError, match="module 'nowhere_xyz' was not found"):
         import_app("nowhere_xyz:app")
     with pytest.raises(ImportError, match="has no attribute 'missing'"):

@@ -86,7 +86,7 @@ def run(
 
 
 def _run(target: Application, *, name: str, route_prefix: str | None,
-         overrides: dict[str, dict[str, Any]] | None = None) -> DeploymentHandle:
+         overrides: dict[str, dict[str, Any]] | None = None, env_vars: dict[str, str] | None = None) -> DeploymentHandle:
     from muster.serve._internal import plan
 
     if not isinstance(name, str) or not name:
@@ -94,7 +94,7 @@ def _run(target: Application, *, name: str, route_prefix: str | None,
     if route_prefix is not None and (not isinstance(route_prefix, str) or not route_prefix.startswith("/")
                                      or (len(route_prefix) > 1 and route_prefix.endswith("/"))):
         raise InvalidArgumentError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
-    ingress, plans = plan.build(target, name, overrides)
+    ingress, plans = plan.build(target, name, overrides, env_vars)
     start()
     _get().deploy(name, route_prefix, ingress, plans)
     return DeploymentHandle(ingress, name)

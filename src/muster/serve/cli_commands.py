@@ -16,6 +16,8 @@ def register(sub: Any) -> None:
     ss = p.add_subparsers(dest="serve_command", required=True)
     run = ss.add_parser("run", help="serve module:app (or a config file) until Ctrl-C")
     run.add_argument("target", help="'module:app' or a config .yaml")
+    run.add_argument("arguments", nargs="*", metavar="key=value",
+                     help="arguments for an application builder function (module:builder key=value ...), as Ray's")
     run.add_argument("--host", default=None, help="interface to listen on (default 127.0.0.1)")
     run.add_argument("--port", type=int, default=None, help="port (default 8000; 0 picks a free one)")
     run.add_argument("--name", default="default", help="application name (module:app only)")
@@ -30,7 +32,11 @@ def register(sub: Any) -> None:
     st.set_defaults(fn=cmd_status)
     sh = ss.add_parser("shutdown", help="drain and stop a running Serve instance")
     sh.add_argument("--port", type=int, default=None)
+    sh.add_argument("-y", "--yes", action="store_true", help="accepted for Ray's scripts (muster does not ask)")
     sh.set_defaults(fn=cmd_shutdown)
+    for cmd in (dep, st, sh):  # Ray's scripts pass its dashboard address; muster finds local instances by --port
+        cmd.add_argument("-a", "--address", default=None,
+                         help="Ray's dashboard address: ignored (muster finds the instance on this machine; --port picks one)")
 
 
 def _deploy_config(config: Any) -> None:
@@ -45,11 +51,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         if args.target.endswith((".yaml", ".yml", ".json")):
+            if args.arguments:
+                raise ValueError(f"{' '.join(args.arguments)}: key=value arguments go with module:builder; a "
+                                 "config file gives an app's args under applications[].args.")
             config = schema.load_config(args.target)
             http = dict(config.http_options)
             apps: Any = config
         else:
-            http, apps = {}, schema.import_app(args.target)
+            http, apps = {}, schema.import_app(args.target, _key_values(args.arguments))
     except (ImportError, TypeError, ValueError, OSError) as exc:
         print(f"muster serve run: {exc}", file=sys.stderr)
         return 2
@@ -79,6 +88,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     print("Draining and stopping...", flush=True)
     api.shutdown()
     return 0
+
+
+def _key_values(pairs: list[str]) -> dict[str, str]:
+    """``key=value`` words as a dict (the values stay strings, as Ray passes them)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            from muster.exceptions import InvalidArgumentError
+
+            raise InvalidArgumentError(f"argument {pair!r}: pass a builder's arguments as key=value.")
+        out[key] = value
+    return out
 
 
 def _instance(port: int | None) -> dict[str, Any] | None:

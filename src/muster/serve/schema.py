@@ -62,6 +62,10 @@ class AppSchema:
         return {d["name"]: {k: v for k, v in d.items() if k != "name"} for d in self.deployments}
 
 
+#: Ray's top-level config fields with no effect here (accepted with a warning).
+_RAY_TOP_LEVEL = ("proxy_location", "grpc_options", "logging_config", "target_capacity")
+
+
 @dataclass(kw_only=True)
 class ServeConfig:
     """A whole config file."""
@@ -88,6 +92,16 @@ class ServeConfig:
             if unknown:
                 raise InvalidArgumentError(f"{source}: applications[{i}] has unknown field(s) {unknown}; known: {sorted(known)}.")
             apps.append(AppSchema(**a))
+        top = set(raw) - {"applications", "http_options"}
+        unknown = sorted(top - set(_RAY_TOP_LEVEL))
+        if unknown:
+            raise InvalidArgumentError(f"{source}: unknown top-level field(s) {unknown}; known: applications, "
+                                       f"http_options (and Ray's {', '.join(_RAY_TOP_LEVEL)}, which have no effect).")
+        if top:
+            import warnings
+
+            warnings.warn(f"{source}: {', '.join(sorted(top))} have no effect in muster (one HTTP ingress in this "
+                          "process, no gRPC proxy; logs go to the console and `muster logs`).", stacklevel=3)
         return cls(applications=apps, http_options=dict(raw.get("http_options") or {}))
 
 
@@ -141,18 +155,47 @@ def import_app(import_path: str, args: dict[str, Any] | None = None) -> Applicat
     if isinstance(obj, Deployment):
         return obj.bind(**(args or {}))
     if callable(obj):
-        app = obj(args or {})
+        app = obj(_typed_args(obj, args or {}, import_path))
         if isinstance(app, Application):
             return app
         raise InvalidTypeError(f"{import_path}(args) returned {app!r}, not a bound application (Deployment.bind(...)).")
     raise InvalidTypeError(f"{import_path} is {type(obj).__name__}, not an application: point at Deployment.bind(...).")
 
 
+def _typed_args(builder: Any, args: dict[str, Any], import_path: str) -> Any:
+    """``args`` for an app builder: as its first parameter's pydantic model when it is annotated with
+    one (Ray's typed app builders), else the dict itself."""
+    import inspect
+    import typing
+
+    try:
+        params = list(inspect.signature(builder).parameters.values())
+        hints = typing.get_type_hints(builder)
+    except (TypeError, ValueError, NameError):
+        return args
+    model = hints.get(params[0].name) if params else None
+    validate = getattr(model, "model_validate", None) if isinstance(model, type) else None
+    if validate is None:
+        return args
+    try:
+        return validate(args)
+    except Exception as exc:  # pydantic's ValidationError names each bad field
+        raise InvalidArgumentError(f"{import_path}: args {args!r} do not fit {model.__name__}: {exc}") from exc
+
+
 def deploy(config: ServeConfig) -> list[str]:
-    """Run every application of ``config`` (replacing those of the same name); return their names."""
+    """Make the running apps what ``config`` says, as Ray's ``serve deploy`` does: run each of its
+    applications (replacing the one of that name), then delete the apps it no longer lists. Returns
+    the names of its applications."""
+    from muster.core.init_options import warn_unused_runtime_env
     from muster.serve import api
 
     for app in config.applications:
+        warn_unused_runtime_env(app.runtime_env, f"application {app.name!r}", stacklevel=2)
         api._run(import_app(app.import_path, app.args), name=app.name, route_prefix=app.route_prefix,
-                 overrides=app.overrides())
+                 overrides=app.overrides(), env_vars=dict(app.runtime_env.get("env_vars") or {}))
+    wanted = {a.name for a in config.applications}
+    for name in list(api.status().applications):
+        if name not in wanted:
+            api.delete(name)
     return [a.name for a in config.applications]

@@ -77,11 +77,13 @@ def check_picklable(p: "DeploymentPlan", app_name: str) -> None:
 
 
 def build(app: Application, app_name: str, overrides: dict[str, dict[str, Any]] | None = None,
-          ) -> tuple[str, list[DeploymentPlan]]:
+          env_vars: dict[str, str] | None = None) -> tuple[str, list[DeploymentPlan]]:
     """``(ingress deployment name, every deployment)`` of ``app``; dependencies come first.
 
     ``overrides`` maps deployment names to options (a config file's
-    ``deployments`` entries) applied on top of the code's.
+    ``deployments`` entries) applied on top of the code's. ``env_vars`` (a config
+    file's app-level ``runtime_env``) go to every deployment's replicas, under
+    the deployment's own.
 
     Raises:
         TypeError: ``app`` is not a bound deployment.
@@ -121,6 +123,11 @@ def build(app: Application, app_name: str, overrides: dict[str, dict[str, Any]] 
         config = node.deployment.config if name == node.deployment.name else node.deployment.config.replace(name=name)
         if name in overrides:
             config = config.replace(**drop_no_effect(overrides.pop(name), name))
+        if env_vars:
+            options = dict(config.ray_actor_options)
+            own = dict(options.get("runtime_env") or {})
+            own["env_vars"] = {**env_vars, **(own.get("env_vars") or {})}
+            config = config.replace(ray_actor_options={**options, "runtime_env": own})
         plans.append(DeploymentPlan(name, node.deployment.func_or_class, args, kwargs, config))
         return name
 
