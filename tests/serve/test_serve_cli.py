@@ -136,7 +136,7 @@ def test_run_status_deploy_shutdown(env, tmp_path):
 def test_ctrl_c_drains_and_stops(env, tmp_path):
     proc, port, lines = _start(env, tmp_path, "serve.yaml", "--port", "0")
     try:
-        assert httpx.get(f"http://127.0.0.1:{port}/second", timeout=30).json() == {"hello": "config"}
+        assert httpx.get(f"http://127.0.0.1:{port}/second", timeout=30).json() == {"hello": "config", "greeting": "hi"}
         proc.send_signal(signal.SIGINT)
         assert _wait_exit(proc) == 0
     finally:

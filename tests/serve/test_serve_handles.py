@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import time
 
 import signal
 
@@ -217,6 +218,17 @@ def test_user_config_reaches_reconfigure_and_redeploy_updates_it(client):
     assert h.state.remote().result(timeout_s=10) == (pid, calls + 1)  # reconfigured in place, as Ray: same replica
     h = serve.run(Configured.options(user_config={"threshold": 7}).bind(), name="cfg", route_prefix=None)
     assert h.state.remote().result(timeout_s=10) == (pid, calls + 1)  # unchanged: left alone
+    # Ray's lightweight update: a new replica count keeps the live replica and adds one (then drains it)
+    serve.run(Configured.options(user_config={"threshold": 7}, num_replicas=2).bind(), name="cfg", route_prefix=None)
+    st = serve.status().applications["cfg"].deployments["Configured"]
+    assert st.replica_states == {"RUNNING": 2}
+    pids = {h.state.remote().result(timeout_s=10)[0] for _ in range(20)}
+    assert pid in pids and len(pids) == 2
+    h = serve.run(Configured.options(user_config={"threshold": 7}, num_replicas=1).bind(), name="cfg", route_prefix=None)
+    deadline = time.monotonic() + 30
+    while serve.status().applications["cfg"].deployments["Configured"].replica_states != {"RUNNING": 1}:
+        assert time.monotonic() < deadline, serve.status().applications["cfg"].deployments["Configured"]
+        time.sleep(0.05)
     h = serve.run(Configured.options(user_config={"threshold": 8}, max_ongoing_requests=3).bind(), name="cfg",
                   route_prefix=None)
     assert h.get.remote().result(timeout_s=10) == 8

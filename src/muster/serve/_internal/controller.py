@@ -184,15 +184,21 @@ class ServeController:
     def _reconfigure_in_place(self, app: _App, route_prefix: str | None, ingress: str,
                               plans: list[DeploymentPlan]) -> bool:
         """Keep ``app``'s replicas when the redeploy changes nothing, or only ``user_config`` (each live replica
-        then runs ``reconfigure`` with the new one); ``False`` when they must be replaced."""
+        then runs ``reconfigure`` with the new one) and the replica count (replicas are added or drained);
+        ``False`` when they must be replaced."""
         same = (app.route_prefix, app.ingress, app.status) == (route_prefix, ingress, "RUNNING")
-        changes = plan.user_config_changes({n: d.plan for n, d in app.deployments.items()}, plans) if same else None
+        changes = plan.in_place_changes({n: d.plan for n, d in app.deployments.items()}, plans) if same else None
         if changes is None:
             return False
         by_name = {p.name: p for p in plans}
-        for dep, config in changes.items():
+        for dep, changed in changes.items():
             d = app.deployments[dep]
-            d.plan = by_name[dep]  # replicas started from now on get the new user_config
+            d.plan = by_name[dep]  # replicas started from now on get the new options
+            if changed & {"num_replicas", "autoscaling_config"}:
+                self._resize(d, self._new_target(d), wait=True)  # serve.run returns with the new ones up
+            if "user_config" not in changed:
+                continue
+            config = d.plan.config.user_config
             calls = [(r, r.actor.call("reconfigure", config)) for r in list(d.replicas.values())
                      if r.state == "RUNNING" and r.actor is not None]
             for r, fut in calls:
@@ -203,7 +209,7 @@ class ServeController:
                         f"deployment {dep!r} of app {app.name!r}: replica {r.id} failed to apply user_config="
                         f"{config!r} in reconfigure(): {type(exc).__name__}: {exc}; fix reconfigure or the config."
                     ) from exc
-        what = ", ".join(f"{dep} user_config" for dep in changes) or "nothing changed"
+        what = ", ".join(f"{dep} {'/'.join(sorted(changed))}" for dep, changed in changes.items()) or "nothing changed"
         self.record.event(app.name, None, None, "deploy", f"app {app.name!r} updated in place ({what})")
         return True
 
@@ -541,11 +547,34 @@ class ServeController:
         if want > d.target or want < d.target:
             d.message = f"autoscaling from {d.target} to {want} replicas ({ongoing:g} ongoing requests)"
             print(f"[serve] {d.plan.name}: {d.message}", file=sys.stderr, flush=True)
-        if want > current:
+        if want != current:
+            self._resize(d, want)
+
+    @staticmethod
+    def _new_target(d: _Deployment) -> int:
+        """The replica count a redeployed deployment's new options ask for: ``num_replicas``, or the
+        current count kept within the new autoscaling bounds."""
+        auto = d.plan.config.autoscaling_config
+        if auto is None:
+            return d.plan.config.initial_replicas
+        return max(max(auto.min_replicas, 1), min(d.target, auto.max_replicas))
+
+    def _resize(self, d: _Deployment, want: int, wait: bool = False) -> None:
+        """Start replicas up to ``want`` (``wait``: and return once they are up, raising if one cannot
+        start), or drain the extra ones (the routes drop them first)."""
+        with self.lock:
+            current = len([r for r in d.replicas.values() if r.state in ("STARTING", "RUNNING")])
+            more = want - current - d.pending
             d.target = want
+            if more > 0 and wait:
+                d.pending += more  # counted as on their way: the supervisor starts no more
+        if more > 0 and wait:
+            for fut in [self.pool.submit(self._start_replica, d, True) for _ in range(more)]:
+                fut.result()
+            self._push()
+        elif want > current:
             self._ensure(d)
         elif want < current:
-            d.target = want
             victims = d.running()[: current - want]
             for r in victims:
                 r.state = "STOPPING"

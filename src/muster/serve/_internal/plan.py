@@ -152,18 +152,25 @@ def _same_code(a: DeploymentPlan, b: DeploymentPlan) -> bool:
         return False
 
 
-def user_config_changes(old: dict[str, DeploymentPlan], new: list[DeploymentPlan]) -> dict[str, Any] | None:
-    """What a redeploy changes when it changes no more than ``user_config``: ``{deployment: new user_config}``
-    for each that changed (``{}``: nothing did), applied by ``reconfigure`` on the live replicas, as Ray
-    does; ``None`` when anything else differs (its replicas are replaced)."""
+#: What a redeploy may change and keep the live replicas (Ray's "lightweight" config updates).
+_IN_PLACE = {"user_config": None, "num_replicas": None, "autoscaling_config": None}
+
+
+def in_place_changes(old: dict[str, DeploymentPlan], new: list[DeploymentPlan]) -> dict[str, set[str]] | None:
+    """What a redeploy changes when it changes no more than ``user_config`` and the replica count
+    (``num_replicas``, ``autoscaling_config``): ``{deployment: the names of those that changed}``
+    (``{}``: nothing did), applied to the live replicas, as Ray does (``reconfigure`` with the new
+    ``user_config``; replicas added or drained to the new count); ``None`` when anything else differs
+    (its replicas are replaced)."""
     if set(old) != {p.name for p in new}:
         return None
-    changes: dict[str, Any] = {}
+    changes: dict[str, set[str]] = {}
     for p in new:
         before = old[p.name]
         if not _same_code(before, p) or \
-                dataclasses.replace(before.config, user_config=None) != dataclasses.replace(p.config, user_config=None):
+                dataclasses.replace(before.config, **_IN_PLACE) != dataclasses.replace(p.config, **_IN_PLACE):
             return None
-        if before.config.user_config != p.config.user_config:
-            changes[p.name] = p.config.user_config
+        changed = {k for k in _IN_PLACE if getattr(before.config, k) != getattr(p.config, k)}
+        if changed:
+            changes[p.name] = changed
     return changes
