@@ -103,7 +103,7 @@ def _wait_exit(proc, timeout=60) -> int:
         pytest.fail("the serve process did not exit")
 
 
-def test_run_status_deploy_shutdown(env, tmp_path):
+def test_run_status_deploy_shutdown(env, tmp_path, monkeypatch):
     # Ray's `serve run module:builder key=value`, into a typed builder
     proc, port, _ = _start(env, tmp_path, "cli_app:build_typed", "who=ab", "times=2", "--port", "0")
     try:
@@ -121,6 +121,12 @@ def test_run_status_deploy_shutdown(env, tmp_path):
         assert status["applications"]["second"]["deployments"]["Hello"]["replica_states"] == {"RUNNING": 2}
         # as Ray's serve deploy: the running apps are the config's, so the one it does not list is gone
         assert set(status["applications"]) == {"second"}
+        # a handle from another process: not supported, and the error says where the app is and what to do
+        from muster import serve
+
+        monkeypatch.setenv("MUSTER_SERVE_DIR", env["MUSTER_SERVE_DIR"])
+        with pytest.raises(serve.RayServeException, match=rf"another process \(pid {proc.pid}.*127.0.0.1:{port}/second"):
+            serve.get_app_handle("second")
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).status_code == 404
         down = _muster(env, tmp_path, "serve", "shutdown", "-y", "--port", str(port))  # Ray's scripts pass -y
         assert down.returncode == 0, down.stderr

@@ -178,8 +178,32 @@ def get_app_handle(name: str) -> DeploymentHandle:
     c = _controller
     apps = {n: a.ingress for n, a in c.apps.items()} if c is not None else eventloop.run_sync(_apps(name))
     if name not in apps:
-        raise RayServeException(f"no Serve app named {name!r} is running; running apps: {sorted(apps) or 'none'}.")
+        raise RayServeException(f"no Serve app named {name!r} is running here; running apps: {sorted(apps) or 'none'}."
+                                + _elsewhere(name))
     return DeploymentHandle(apps[name], name)
+
+
+def _elsewhere(name: str) -> str:
+    """A hint when app ``name`` runs in another process of this machine (``muster serve run``)."""
+    import os
+
+    from muster.serve._internal import admin
+
+    try:
+        others = [r for r in admin.instances() if r.get("pid") != os.getpid()]
+    except Exception:  # noqa: BLE001 - only a hint
+        return ""
+    for rec in others:
+        try:
+            running = admin.request(rec, "status", timeout_s=5).get("applications", {})
+        except Exception:  # noqa: BLE001 - it went away meanwhile
+            continue
+        if name in running:
+            prefix = running[name].get("route_prefix") or "/"
+            return (f" It runs in another process (pid {rec['pid']}, `muster serve run`), and handles reach only the "
+                    f"apps of their own process: call it over HTTP at http://{rec['host']}:{rec['port']}{prefix}, or "
+                    "take the handle inside that process.")
+    return ""
 
 
 async def _apps(wanted: str) -> dict[str, str]:
