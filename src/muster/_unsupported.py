@@ -120,6 +120,13 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "multiplexed": "one deployment per model, or a dict of models inside one deployment keyed by a request field",
         "get_multiplexed_model_id": "read the model id from the request (a header or a query parameter) yourself",
     },
+    "muster.serve.llm": {
+        "LLMRouter": "muster.serve.llm.build_openai_app({'llm_configs': [...]}) (its OpenAiIngress routes by model)",
+        "LoraConfig": "none: serve a model with the adapter merged, one LLMConfig per model",
+        "build_vllm_deployment": "muster.serve.llm.build_llm_deployment(LLMConfig(..., llm_engine='vllm'))",
+        "deployment": "muster.serve.llm.build_llm_deployment(llm_config) or muster.serve.llm.LLMServer",
+        "ingress": "muster.serve.llm.build_openai_app(...) or muster.serve.llm.OpenAiIngress",
+    },
     "muster.serve.schema": {
         "ServeDeploySchema": "muster.serve.schema.ServeConfig (load_config(path) reads a config file)",
         "ServeApplicationSchema": "muster.serve.schema.AppSchema",

@@ -38,6 +38,23 @@ def test_pipeline_parallel_multiplies_gpus_and_cpu_default_holds_none():
 def test_model_source_defaults_to_model_id():
     cfg = LLMConfig(model_loading_config=dict(model_id="org/model"), llm_engine="transformers")
     assert cfg.model_source == "org/model"
+    assert cfg.model_loading_config["model_source"] == "org/model"  # read as a mapping too, as Ray's docs do
+
+
+def test_rays_other_llm_config_fields_and_names():
+    import importlib
+
+    from muster.exceptions import UnsupportedRayImportError
+
+    assert config(llm_engine="Transformers", log_engine_metrics=True).llm_engine == "transformers"  # Ray's "vLLM" spelling
+    with pytest.warns(UserWarning, match=r"placement_group_config=...\) has no effect"):
+        config(placement_group_config={"bundles": [{"GPU": 1}]})
+    with pytest.raises(LLMConfigError, match="LoRA adapters are not supported"):
+        config(lora_config={"dynamic_lora_loading_path": "s3://x"})
+    with pytest.raises(UnsupportedRayImportError, match=r"muster.serve.llm.LLMRouter .*build_openai_app"):
+        from muster.serve.llm import LLMRouter  # noqa: F401 - Ray 2.44's bind pattern
+    with pytest.raises(UnsupportedRayImportError, match=r"muster.serve.llm.deployment .*build_llm_deployment"):
+        importlib.import_module("muster.serve.llm.deployment")
 
 
 @pytest.mark.parametrize("kw, words", [

@@ -21,6 +21,13 @@ from muster.serve.llm.errors import (
 from muster.serve.llm.openai_app import openai_asgi_app
 from muster.serve.llm.server import LLMServer
 
+
+def __getattr__(name: str) -> object:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.serve.llm", name)
+
+
 __all__ = [
     "EngineError",
     "EngineOverloadedError",

@@ -8,6 +8,7 @@ value named, not minutes later inside a replica.
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,12 @@ class ModelLoadingConfig:
                 "or a local directory holding the model (config.json, weights, tokenizer)."
             )
 
+    def __getitem__(self, key: str) -> Any:
+        """``config["model_source"]``, as Ray's (a pydantic model there, read either way in its docs)."""
+        if key not in ("model_id", "model_source"):
+            raise KeyError(key)
+        return getattr(self, key)
+
 
 @dataclass(kw_only=True)
 class LLMConfig:
@@ -90,6 +97,10 @@ class LLMConfig:
     deployment_config: dict[str, Any] = field(default_factory=dict)
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     runtime_env: dict[str, Any] | None = None
+    log_engine_metrics: bool = True  # Ray's switch: muster's engines always keep their metrics (``stats``)
+    experimental_configs: dict[str, Any] = field(default_factory=dict)
+    placement_group_config: dict[str, Any] | None = None
+    lora_config: Any = None
 
     def __post_init__(self) -> None:
         if isinstance(self.model_loading_config, dict):
@@ -103,8 +114,17 @@ class LLMConfig:
             raise LLMConfigError(
                 f"model_loading_config={self.model_loading_config!r} must be a dict(model_id=..., model_source=...)."
             )
+        if isinstance(self.llm_engine, str):
+            self.llm_engine = self.llm_engine.lower()  # Ray spells its engine "vLLM"
         if self.llm_engine not in ENGINES:
             raise LLMConfigError(f"llm_engine={self.llm_engine!r} is not one of {ENGINES}.")
+        if self.lora_config is not None:
+            raise LLMConfigError("lora_config: LoRA adapters are not supported; serve a model with the adapter "
+                                 "merged into its weights (peft's merge_and_unload), one LLMConfig per model.")
+        for name in ("experimental_configs", "placement_group_config"):
+            if getattr(self, name):
+                warnings.warn(f"LLMConfig({name}=...) has no effect in muster: each replica holds the resources "
+                              "of its deployment_config's ray_actor_options (and accelerator_type).", stacklevel=3)
         if self.accelerator_type is not None and (not isinstance(self.accelerator_type, str) or not self.accelerator_type):
             raise LLMConfigError(f"accelerator_type={self.accelerator_type!r} must be a GPU type name such as 'A100'.")
         if not isinstance(self.deployment_config, dict):
