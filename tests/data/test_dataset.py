@@ -454,3 +454,19 @@ def test_rays_file_reader_options_pick_order_and_skip_files(tmp_path):
     assert md.read_parquet([root, str(tmp_path / "missing")], ignore_missing_paths=True).count() == 6
     with pytest.raises(TypeError, match=r"unknown option\(s\) \['colums'\]"):
         md.read_parquet(root, colums=["v"])  # a typo used to read every column
+
+
+def test_arrays_of_different_shapes_keep_their_dtype_and_combine(tmp_path):
+    # Ray's variable-shaped tensors: images of different sizes (from_items, or decoded by a map)
+    ds = md.from_items([{"image": np.full((h, 4, 3), h, np.uint8)} for h in (2, 3)])
+    rows = ds.take_all()
+    assert [(r["image"].dtype, r["image"].shape) for r in rows] == [(np.uint8, (2, 4, 3)), (np.uint8, (3, 4, 3))]
+    # blocks whose own images agree in shape, but not with each other's, combine in every consumer
+    decoded = md.range(6, override_num_blocks=3).map(lambda r: {"image": np.ones((r["id"] % 2 + 2, 5), np.float32)})
+    shapes = [x.shape for x in decoded.take_batch(6)["image"]]
+    assert shapes == [(2, 5), (3, 5)] * 3
+    assert decoded.to_pandas()["image"].map(lambda a: a.dtype == np.float32).all()
+    assert decoded.random_shuffle(seed=1).count() == decoded.repartition(2).count() == 6
+    decoded.write_parquet(str(tmp_path / "rag"))  # and the type survives a Parquet round trip
+    back = md.read_parquet(str(tmp_path / "rag")).take_batch(6)["image"]
+    assert sorted(x.shape for x in back) == sorted(shapes) and all(x.dtype == np.float32 for x in back)

@@ -3,10 +3,15 @@ formats user functions see (numpy dicts, pandas frames, Arrow tables) and rows.
 
 Multi-dimensional numpy columns are stored as Arrow fixed-shape tensor columns,
 so ``range_tensor`` and image-like columns round-trip without copies per row.
+Arrays whose shapes differ from row to row (images of different sizes) are
+stored as :class:`VariableShapeTensorType` columns, keeping their dtype, as
+Ray's variable-shaped tensor type does; blocks that hold the same column with
+different shapes are combined into one.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable
 
 import numpy as np
@@ -24,12 +29,98 @@ def check_batch_format(fmt: str, where: str) -> str:
     return "numpy" if fmt == "default" else fmt
 
 
+class VariableShapeTensorType(pa.ExtensionType):
+    """Tensors of one dtype and number of dimensions whose shapes differ row to row: each row's
+    values, flat (``data``), and its ``shape``. Registered with pyarrow, so Parquet files keep it."""
+
+    def __init__(self, value_type: pa.DataType, ndim: int):
+        self.value_type, self.ndim = value_type, ndim
+        storage = pa.struct([("data", pa.large_list(value_type)), ("shape", pa.list_(pa.int64(), ndim))])
+        super().__init__(storage, "muster.variable_shape_tensor")
+
+    def __arrow_ext_serialize__(self) -> bytes:
+        return json.dumps({"ndim": self.ndim}).encode()
+
+    @classmethod
+    def __arrow_ext_deserialize__(cls, storage_type: pa.DataType, serialized: bytes) -> "VariableShapeTensorType":
+        return cls(storage_type.field("data").type.value_type, int(json.loads(serialized)["ndim"]))
+
+    def __reduce__(self) -> Any:
+        return VariableShapeTensorType, (self.value_type, self.ndim)
+
+
+try:
+    pa.register_extension_type(VariableShapeTensorType(pa.uint8(), 1))
+except pa.ArrowKeyError:  # registered already (this module imported again)
+    pass
+
+_TENSOR_TYPES = (pa.FixedShapeTensorType, VariableShapeTensorType)
+
+
+def variable_tensor_array(values: list[np.ndarray]) -> pa.ExtensionArray:
+    """Arrays of one number of dimensions and any shapes as one :class:`VariableShapeTensorType` array."""
+    dtype = np.result_type(*values)
+    flat = [np.ascontiguousarray(v, dtype=dtype).ravel() for v in values]
+    offsets = np.zeros(len(flat) + 1, dtype=np.int64)
+    np.cumsum([f.size for f in flat], out=offsets[1:])
+    data = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(flat) if flat else
+                                                                      np.empty(0, dtype)))
+    ndim = values[0].ndim
+    shapes = pa.FixedSizeListArray.from_arrays(pa.array(np.array([v.shape for v in values], dtype=np.int64).ravel()),
+                                                ndim)
+    storage = pa.StructArray.from_arrays([data, shapes], names=["data", "shape"])
+    return pa.ExtensionArray.from_storage(VariableShapeTensorType(data.type.value_type, ndim), storage)
+
+
+def _variable_to_numpy(arr: pa.ExtensionArray) -> np.ndarray:
+    """A :class:`VariableShapeTensorType` array as an object array of ndarrays (stacked when the shapes agree)."""
+    data, shapes = arr.storage.flatten()
+    flat = data.values.to_numpy(zero_copy_only=False)
+    offsets = data.offsets.to_numpy()
+    dims = shapes.flatten().to_numpy().reshape(len(arr), arr.type.ndim)
+    out = np.empty(len(arr), dtype=object)
+    for i in range(len(arr)):
+        out[i] = None if not arr[i].is_valid else flat[offsets[i]:offsets[i + 1]].reshape(dims[i])
+    return _stack_if_uniform(out)
+
+
+def _as_variable(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A tensor column (fixed shape or not) as a :class:`VariableShapeTensorType` one."""
+    if isinstance(col.type, VariableShapeTensorType):
+        return col
+    rows = [a for a in column_to_numpy(col)]
+    return pa.chunked_array([variable_tensor_array(rows)]) if rows else pa.chunked_array([], col.type)
+
+
+def _unify_tensors(blocks: list[pa.Table]) -> list[pa.Table]:
+    """Blocks whose same-named tensor columns differ in shape (fixed ``[20,30,3]`` here, ``[32,32,3]``
+    there) with those columns as variable-shape tensors, so they combine (Ray unifies them so too)."""
+    out = list(blocks)
+    for name in blocks[0].column_names:
+        types = [b.schema.field(name).type for b in blocks if name in b.column_names]
+        if len({str(t) for t in types}) < 2 or not all(isinstance(t, _TENSOR_TYPES) for t in types):
+            continue
+        if len({(str(t.value_type), t.ndim) for t in types}) > 1:
+            continue  # different dtypes or ranks: left to concat_tables, whose error names them
+        out = [b.set_column(b.schema.get_field_index(name), name, _as_variable(b.column(name)))
+               if name in b.column_names else b for b in out]
+    return out
+
+
 def nbytes(block: pa.Table) -> int:
     return int(block.nbytes)
 
 
 def column_to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """One column as numpy: tensor columns keep their shape, strings become object arrays."""
+    if isinstance(col.type, VariableShapeTensorType):
+        chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+        parts = [_variable_to_numpy(c) for c in chunks]
+        if not parts:
+            return np.empty(0, dtype=object)
+        joined = np.empty(sum(len(p) for p in parts), dtype=object)
+        joined[:] = [row for p in parts for row in p]
+        return _stack_if_uniform(joined)
     if isinstance(col, pa.ChunkedArray):
         if isinstance(col.type, pa.FixedShapeTensorType):
             if col.num_chunks == 0:
@@ -68,7 +159,7 @@ def to_batch(block: pa.Table, fmt: str) -> Any:
 
 
 def _tensor_columns(block: pa.Table) -> list[str]:
-    return [n for n in block.column_names if isinstance(block.schema.field(n).type, pa.FixedShapeTensorType)]
+    return [n for n in block.column_names if isinstance(block.schema.field(n).type, _TENSOR_TYPES)]
 
 
 def to_pandas(block: pa.Table) -> Any:
@@ -123,6 +214,8 @@ def array_from_values(values: Any) -> pa.Array:
         shapes = {v.shape for v in values}
         if len(shapes) == 1 and values[0].ndim >= 1:
             return pa.FixedShapeTensorArray.from_numpy_ndarray(np.stack(values))
+        if len({v.ndim for v in values}) == 1 and values[0].ndim >= 1 and values[0].dtype != object:
+            return variable_tensor_array(values)  # ragged: one dtype kept (not nested int64 lists)
         return pa.array([v.tolist() for v in values])
     return pa.array([v.item() if isinstance(v, np.generic) else v for v in values])
 
@@ -210,7 +303,7 @@ def concat(blocks: list[pa.Table]) -> pa.Table:
     if len(blocks) == 1:
         return blocks[0]
     try:
-        return pa.concat_tables(blocks, promote_options="default")
+        return pa.concat_tables(_unify_tensors(blocks), promote_options="default")
     except pa.ArrowInvalid as exc:
         raise DataTypeError(
             f"blocks with different schemas cannot be combined: {blocks[0].schema} vs {exc}. "

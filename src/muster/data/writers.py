@@ -8,6 +8,8 @@ from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
+from muster.data import block as blk
+
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 
@@ -115,10 +117,10 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
         pending.append(block)
         rows += block.num_rows
         if rows >= (min_rows_per_file or 1):
-            emit(pa.concat_tables(pending, promote_options="default") if len(pending) > 1 else pending[0])
+            emit(blk.concat(pending))
             pending, rows = [], 0
     if pending:
-        emit(pa.concat_tables(pending, promote_options="default") if len(pending) > 1 else pending[0])
+        emit(blk.concat(pending))
     return written
 
 

@@ -174,9 +174,9 @@ def _typed_args(builder: Any, args: dict[str, Any], import_path: str) -> Any:
     except (TypeError, ValueError, NameError):
         return args
     model = hints.get(params[0].name) if params else None
-    validate = getattr(model, "model_validate", None) if isinstance(model, type) else None
-    if validate is None:
+    if not isinstance(model, type) or not hasattr(model, "model_validate"):
         return args
+    validate = model.model_validate
     try:
         return validate(args)
     except Exception as exc:  # pydantic's ValidationError names each bad field

@@ -153,7 +153,7 @@ def _same_code(a: DeploymentPlan, b: DeploymentPlan) -> bool:
 
 
 #: What a redeploy may change and keep the live replicas (Ray's "lightweight" config updates).
-_IN_PLACE = {"user_config": None, "num_replicas": None, "autoscaling_config": None}
+_IN_PLACE: dict[str, Any] = {"user_config": None, "num_replicas": None, "autoscaling_config": None}
 
 
 def in_place_changes(old: dict[str, DeploymentPlan], new: list[DeploymentPlan]) -> dict[str, set[str]] | None:
