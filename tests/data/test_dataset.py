@@ -470,3 +470,7 @@ def test_arrays_of_different_shapes_keep_their_dtype_and_combine(tmp_path):
     decoded.write_parquet(str(tmp_path / "rag"))  # and the type survives a Parquet round trip
     back = md.read_parquet(str(tmp_path / "rag")).take_batch(6)["image"]
     assert sorted(x.shape for x in back) == sorted(shapes) and all(x.dtype == np.float32 for x in back)
+    # files written one shape each (each block's images agreed) read back as one dataset
+    for h in (2, 4):
+        md.from_items([{"image": np.ones((h, 3), np.uint8)}] * 2).write_parquet(str(tmp_path / "two"))
+    assert sorted(r["image"].shape for r in md.read_parquet(str(tmp_path / "two")).iter_rows()) == [(2, 3)] * 2 + [(4, 3)] * 2

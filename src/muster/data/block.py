@@ -92,16 +92,23 @@ def _as_variable(col: pa.ChunkedArray) -> pa.ChunkedArray:
     return pa.chunked_array([variable_tensor_array(rows)]) if rows else pa.chunked_array([], col.type)
 
 
+def same_kind_of_tensor(a: pa.DataType, b: pa.DataType) -> bool:
+    """Tensor types that differ only in shape (one combines with the other as variable-shape)."""
+    def rank(t: Any) -> int:
+        return int(t.ndim) if isinstance(t, VariableShapeTensorType) else len(t.shape)
+
+    return isinstance(a, _TENSOR_TYPES) and isinstance(b, _TENSOR_TYPES) and \
+        (str(a.value_type), rank(a)) == (str(b.value_type), rank(b))
+
+
 def _unify_tensors(blocks: list[pa.Table]) -> list[pa.Table]:
     """Blocks whose same-named tensor columns differ in shape (fixed ``[20,30,3]`` here, ``[32,32,3]``
     there) with those columns as variable-shape tensors, so they combine (Ray unifies them so too)."""
     out = list(blocks)
     for name in blocks[0].column_names:
         types = [b.schema.field(name).type for b in blocks if name in b.column_names]
-        if len({str(t) for t in types}) < 2 or not all(isinstance(t, _TENSOR_TYPES) for t in types):
-            continue
-        if len({(str(t.value_type), t.ndim) for t in types}) > 1:
-            continue  # different dtypes or ranks: left to concat_tables, whose error names them
+        if len({str(t) for t in types}) < 2 or not all(same_kind_of_tensor(types[0], t) for t in types):
+            continue  # one type, or different dtypes or ranks: left to concat_tables, whose error names them
         out = [b.set_column(b.schema.get_field_index(name), name, _as_variable(b.column(name)))
                if name in b.column_names else b for b in out]
     return out

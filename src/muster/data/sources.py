@@ -177,7 +177,8 @@ class _SchemaGuard:
         for f in schema:
             idx = first.get_field_index(f.name)
             if idx >= 0 and first.field(idx).type != f.type and not (pa.types.is_null(f.type)
-                                                                     or pa.types.is_null(first.field(idx).type)):
+                                                                     or pa.types.is_null(first.field(idx).type)) \
+                    and not blk.same_kind_of_tensor(first.field(idx).type, f.type):
                 raise DataSchemaError(
                     f"files disagree on column {f.name!r}: {first_path} has {first.field(idx).type}, "
                     f"{path} has {f.type}. Rewrite one of them with the same type, or cast the column "
@@ -233,7 +234,7 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
                 tables.append(with_path(table, frag.path) if include_paths else table)
             if scan:
                 tables.append(_scan(scan, schema, dataset.format, afs, columns, filter))
-            return [tables[0] if len(tables) == 1 else pa.concat_tables(tables)]
+            return [blk.concat(tables)]  # tensors of different shapes combine (variable-shape)
 
         return read
 
