@@ -107,6 +107,9 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "from_modin": "from_pandas()",
         "from_tf": "from_numpy() or from_items()",
     },
+    "muster.data.context": {
+        "ShuffleStrategy": "random_shuffle(seed=...): one machine needs no shuffle strategy",
+    },
     "muster.data.datasource": {
         "Partitioning": "read_parquet(partitioning='hive') (the default) or a pyarrow.dataset.partitioning(...)",
     },

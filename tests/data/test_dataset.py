@@ -474,3 +474,14 @@ def test_arrays_of_different_shapes_keep_their_dtype_and_combine(tmp_path):
     for h in (2, 4):
         md.from_items([{"image": np.ones((h, 3), np.uint8)}] * 2).write_parquet(str(tmp_path / "two"))
     assert sorted(r["image"].shape for r in md.read_parquet(str(tmp_path / "two")).iter_rows()) == [(2, 3)] * 2 + [(4, 3)] * 2
+
+
+def test_schema_prints_and_answers_as_rays():
+    from muster.data.context import DataContext  # Ray's module path
+
+    assert DataContext.get_current() is md.DataContext.get_current()
+    schema = md.from_items([{"id": 1, "name": "a", "img": np.zeros((2, 2), np.uint8)}]).schema()
+    assert repr(schema) == ("Column  Type\n------  ----\nid      int64\nname    string\n"
+                            "img     numpy.ndarray(shape=(2, 2), dtype=uint8)")
+    assert schema.names == ["id", "name", "img"] and schema.types[0] == pa.int64()
+    assert isinstance(schema.base_schema, pa.Schema) and schema.field("name").type == pa.string()

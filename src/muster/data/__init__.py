@@ -31,11 +31,13 @@ from muster.data.execution import DataContext
 from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator
 from muster.data.plan import Node, RayCall, Read
+from muster.data.schema import Schema
 from muster.data.strategies import ActorPoolStrategy, TaskPoolStrategy
 from muster.data.writers import SaveMode
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
+    "Schema",
     "FileShuffleConfig",
     "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
     "DataTypeError", "Dataset", "GroupedData", "MaterializedDataset", "UserFunctionError", "from_arrow", "from_items", "from_numpy",

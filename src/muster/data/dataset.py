@@ -19,6 +19,7 @@ from muster.data import expr as expr_parser
 from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator, Passes
 from muster.data.plan import AllToAll, Limit, Node, RayCall, Read, Transform, Union
+from muster.data.schema import Schema
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 
@@ -444,12 +445,14 @@ class Dataset:
             return _ray_plan.count(self._node)
         return sum(b.num_rows for b in self._execute())
 
-    def schema(self) -> pa.Schema:
-        """The schema of the first non-empty block (runs the plan until one is made)."""
+    def schema(self) -> Schema:
+        """The schema of the first non-empty block (runs the plan until one is made), as Ray's
+        ``Schema``: ``names``, ``types``, ``base_schema`` (the pyarrow schema, whose other attributes
+        it answers too); it prints as Ray's Column/Type table."""
         for block in self._execute():
             if block.num_columns:
-                return block.schema
-        return pa.schema([])
+                return Schema(block.schema)
+        return Schema(pa.schema([]))
 
     def columns(self) -> list[str]:
         return list(self.schema().names)
