@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 
 from muster.data import block as blk
-from muster.data.exceptions import DataError, UserFunctionError
+from muster.data.exceptions import DataError, DataTypeError, UserFunctionError
 from muster.exceptions import InvalidArgumentError
 
 BlockFn = Callable[[pa.Table], list[pa.Table]]
@@ -242,8 +242,21 @@ def add_column(col: str, fn: Callable[[Any], Any], batch_format: str) -> BlockFn
     def apply(block: pa.Table) -> list[pa.Table]:
         batch = blk.to_batch(block, batch_format)
         values = _guard("AddColumn", fn, block, lambda: fn(batch))
+        if hasattr(values, "columns") or isinstance(values, (dict, pa.Table)):
+            names = list(values.column_names if isinstance(values, pa.Table) else
+                         values.columns if hasattr(values, "columns") else values)
+            raise DataTypeError(
+                f"add_column({col!r}, {fn_name(fn)}) returned a {type(values).__name__} (columns {names}); it must "
+                "return the one new column: a pandas Series, a numpy array or a list, one value per row. Pick the "
+                "column, e.g. return df['x'], or use map_batches to return several."
+            )
         if hasattr(values, "to_numpy") and not isinstance(values, (pa.Array, pa.ChunkedArray)):
             values = values.to_numpy()
+        if getattr(values, "__len__", None) is None or len(values) != block.num_rows:
+            raise DataTypeError(
+                f"add_column({col!r}, {fn_name(fn)}) returned {blk._short(values)}; it must return one value per "
+                f"row of the batch ({block.num_rows} rows)."
+            )
         arr = blk.array_from_values(values)
         if col in block.column_names:
             return [block.set_column(block.column_names.index(col), col, arr)]
