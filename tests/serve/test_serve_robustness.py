@@ -137,7 +137,7 @@ class Flaky:
         return os.getpid()
 
 
-def test_failed_health_check_replaces_the_replica(client, tmp_path):
+def test_failed_health_check_replaces_the_replica(client, tmp_path, capfd):
     flag = str(tmp_path / "unhealthy")
     serve.run(Flaky.bind(flag), name="flaky", route_prefix="/flaky")
     before = client.get("/flaky").json()
@@ -145,6 +145,8 @@ def test_failed_health_check_replaces_the_replica(client, tmp_path):
     wait_until(lambda: serve.status().applications["flaky"].deployments["Flaky"].restarts >= 1, 30, "a restart")
     pid = wait_until(lambda: (lambda r: r.status_code == 200 and r.json())(client.get("/flaky")), 30, "new replica")
     assert pid != before
+    said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("[serve] replica")]
+    assert len(said) == 1 and "is unhealthy (check_health raised" in said[0], said  # once, not twice
     serve.delete("flaky")
 
 

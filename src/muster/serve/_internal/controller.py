@@ -322,7 +322,7 @@ class ServeController:
             time.sleep(0.1)
         d.message = ""
 
-    def _died(self, d: _Deployment, rep: _ReplicaState, err: BaseException) -> None:
+    def _died(self, d: _Deployment, rep: _ReplicaState, err: BaseException, what: str = "died") -> None:
         with self.lock:
             if rep.state in ("STOPPING", "DEAD"):
                 rep.state = "DEAD"
@@ -330,7 +330,7 @@ class ServeController:
             rep.state = "DEAD"
             d.replicas.pop(rep.id, None)
             d.restarts += 1
-            d.message = f"replica {rep.id} died ({err}); replacing it"
+            d.message = f"replica {rep.id} {what} ({err}); replacing it"
             live = self.apps.get(d.app)
             keep = live is not None and live.deployments.get(d.plan.name) is d
         print(f"[serve] {d.message}", file=sys.stderr, flush=True)
@@ -513,10 +513,9 @@ class ServeController:
             self._poll(d, now)
 
     def _unhealthy(self, d: _Deployment, r: _ReplicaState, why: str) -> None:
-        print(f"[serve] replica {r.id} is unhealthy ({why}); replacing it", file=sys.stderr, flush=True)
         if r.actor is not None:
             self.runtime.kill(r.actor)  # an expected exit: the runtime sends no death notice
-        self._died(d, r, RuntimeError(why))
+        self._died(d, r, RuntimeError(why), what="is unhealthy")  # said once, there
 
     def _poll(self, d: _Deployment, now: float) -> None:
         """Collect the replicas' stats every interval; feed metrics and, if on, the autoscaler."""
