@@ -88,7 +88,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ExecutionResources": "nothing: muster's pipelines run in the consuming process's threads and idle "
         "workers (DataContext.max_threads bounds them)",
         "ShuffleStrategy": "random_shuffle(seed=...): one machine needs no shuffle strategy",
-        "expressions": "a function: filter(lambda row: ...), or filter(expr=pyarrow.compute expression)",
         "read_images": "read_binary_files() and a map that decodes them (PIL)",
         "read_tfrecords": "read_parquet() after converting the files",
         "read_webdataset": "read_binary_files()",
@@ -106,6 +105,11 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "from_dask": "from_pandas(dask_df.compute())",
         "from_modin": "from_pandas()",
         "from_tf": "from_numpy() or from_items()",
+    },
+    "muster.data.expressions": {
+        "download": "a map_batches that fetches each URI (fsspec.open(uri).read())",
+        "udf": "map_batches(fn): a function over whole batches",
+        "star": "select_columns(ds.columns())",
     },
     "muster.data.context": {
         "ShuffleStrategy": "random_shuffle(seed=...): one machine needs no shuffle strategy",

@@ -495,3 +495,17 @@ def test_add_column_that_returns_a_frame_or_a_scalar_says_what_it_must_return():
     with pytest.raises(DataTypeError, match=r"returned 5; it must return one value per row"):
         md.range(4).add_column("g", lambda df: 5).take_all()
     assert [r["g"] for r in md.range(4).add_column("g", lambda df: df["id"] % 2).take_all()] == [0, 1, 0, 1]
+
+
+def test_rays_expressions_in_with_column_and_filter():
+    from muster.data import DataTypeError
+    from muster.data.expressions import col, lit
+
+    ds = md.from_items([{"a": i, "b": 2 * i, "label": "x" if i % 2 else "y"} for i in range(5)])
+    assert [r["total"] for r in ds.with_column("total", col("a") + col("b") * lit(2)).take_all()] == [0, 5, 10, 15, 20]
+    assert [r["a"] for r in ds.with_column("a", col("a") * 10).take_all()] == [0, 10, 20, 30, 40]  # replaced in place
+    assert ds.filter(expr=(col("a") > 1) & (col("label") == "x")).take_all() == [{"a": 3, "b": 6, "label": "x"}]
+    with pytest.raises(DataTypeError, match=r"(?s)with_column\('z'.*nope.*columns are \['a', 'b', 'label'\]"):
+        ds.with_column("z", col("nope") + 1).take_all()
+    with pytest.raises(TypeError, match="pass an expression such as col"):
+        ds.with_column("z", lambda row: 1)

@@ -168,6 +168,20 @@ class Dataset:
             raise InvalidTypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
         return self._rows("filter", "Filter", plan.filter_rows, fn, fn_args, fn_kwargs, options)
 
+    def with_column(self, column_name: str, expr: Any) -> "Dataset":
+        """Add (or replace) column ``column_name`` with the value of ``expr``, an expression of
+        ``muster.data.expressions`` (``col("a") + col("b")``) or any pyarrow compute expression."""
+        import pyarrow.compute as pc
+
+        if not isinstance(expr, pc.Expression):
+            raise InvalidTypeError(
+                f"with_column({column_name!r}, {expr!r}): pass an expression such as col('a') + lit(1) "
+                "(from muster.data.expressions import col, lit); for a function, use add_column."
+            )
+        why = ("with_column with muster's (pyarrow) expressions has no ray.data equivalent: use add_column(name, "
+               "fn) for a script that also runs on the Ray engine")
+        return self._then(Transform(f"WithColumn({column_name})", plan.with_column(column_name, expr), why))
+
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas") -> "Dataset":
         """Add (or replace) column ``col`` with ``fn(batch)``."""
         fmt = blk.check_batch_format(batch_format, "add_column")

@@ -265,6 +265,23 @@ def add_column(col: str, fn: Callable[[Any], Any], batch_format: str) -> BlockFn
     return apply
 
 
+def with_column(col: str, expr: Any) -> BlockFn:
+    """``col`` = ``expr`` (a pyarrow compute expression) over each block."""
+    import pyarrow.dataset as pads
+
+    def apply(block: pa.Table) -> list[pa.Table]:
+        try:
+            arr = pads.dataset(block).to_table(columns={col: expr}).column(0)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise DataTypeError(f"with_column({col!r}, {expr}): {exc}. The block's columns are "
+                                f"{block.column_names}.") from exc
+        if col in block.column_names:
+            return [block.set_column(block.column_names.index(col), col, arr)]
+        return [block.append_column(col, arr)]
+
+    return apply
+
+
 def select_columns(cols: list[str]) -> BlockFn:
     def apply(block: pa.Table) -> list[pa.Table]:
         _check_columns(block, cols, "select_columns")
