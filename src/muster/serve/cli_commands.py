@@ -52,8 +52,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         if args.target.endswith((".yaml", ".yml", ".json")):
             if args.arguments:
-                raise ValueError(f"{' '.join(args.arguments)}: key=value arguments go with module:builder; a "
-                                 "config file gives an app's args under applications[].args.")
+                from muster.exceptions import InvalidArgumentError
+
+                raise InvalidArgumentError(f"{' '.join(args.arguments)}: key=value arguments go with module:builder; "
+                                           "a config file gives an app's args under applications[].args.")
             config = schema.load_config(args.target)
             http = dict(config.http_options)
             apps: Any = config
