@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import signal
 import time
 
 import pytest
@@ -323,6 +324,49 @@ def test_a_generator_with_num_returns_keeps_the_values_it_yielded_before_raising
         with pytest.raises(KeyError, match="no third"):
             muster.get(ref, timeout=TIMEOUT)
     assert muster.get(yields_two_then_raises.options(num_returns=2).remote(), timeout=TIMEOUT) == [0, 1]
+
+
+@muster.remote(max_retries=0)
+def gated_stream(gate, die_after=None):
+    yield "first"
+    deadline = time.monotonic() + 60
+    while not os.path.exists(gate) and time.monotonic() < deadline:  # held until the caller has the first
+        time.sleep(0.01)
+    yield "second"
+    if die_after is not None:
+        os.kill(os.getpid(), signal.SIGKILL)
+    yield "third"
+
+
+@muster.remote
+def endless():
+    i = 0
+    while True:
+        yield i
+        i += 1
+        time.sleep(0.005)
+
+
+def test_a_streaming_generator_hands_out_each_item_as_it_is_yielded(tmp_path):
+    gate = str(tmp_path / "gate")
+    gen = gated_stream.remote(gate)
+    # the first item comes while the task is still running (it waits for this test's gate)
+    assert muster.get(next(gen), timeout=TIMEOUT) == "first" and not gen.completed().future().done()
+    open(gate, "w").close()
+    assert [muster.get(r, timeout=TIMEOUT) for r in gen] == ["second", "third"]
+    # an endless generator can be consumed as far as wanted
+    stream = endless.remote()
+    assert [muster.get(next(stream), timeout=TIMEOUT) for _ in range(5)] == [0, 1, 2, 3, 4]
+    muster.cancel(stream.completed(), force=True)
+    # a worker that dies mid-stream loses nothing it had yielded: then one ref that raises the crash
+    dying = gated_stream.remote(gate, die_after=1)
+    got = []
+    for ref in dying:
+        try:
+            got.append(muster.get(ref, timeout=TIMEOUT))
+        except exceptions.WorkerCrashedError:
+            got.append("crashed")
+    assert got == ["first", "second", "crashed"]
 
 
 # -- named actors ----------------------------------------------------------------------------------

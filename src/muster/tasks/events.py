@@ -33,6 +33,23 @@ class Streamed:
 
 
 @dataclass(frozen=True)
+class Yielded:
+    """A streaming generator task yielded its ``index``-th item (sent as it is yielded)."""
+
+    task_id: str
+    index: int
+    value: Any
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    """What a streaming generator task returns: how many items it sent (the last may be a
+    ``GeneratorRaised``). The owner ends the stream once it holds that many."""
+
+    count: int
+
+
+@dataclass(frozen=True)
 class Get:
     """``muster.get(refs)``: one ``(ok, value or error)`` per id."""
 

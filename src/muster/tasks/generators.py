@@ -1,13 +1,16 @@
 """``ObjectRefGenerator``: the refs of a generator task's items (Ray's ``num_returns="dynamic"``/streaming).
 
-muster runs the generator to its end in the worker and sends the items back
-together; iterating the generator waits for that, then yields one ref per
-item.  (Ray streams items as they are yielded; here the first ``next`` waits
-for the last item.)  As in Ray, an error does not lose what came before it:
-the items yielded before the generator raised come first, then one ref whose
-``get`` raises the error, then the end.  A task that fails as a whole (it
-raised before its first item and its retries are spent, or its worker died,
-which loses the items not yet sent: all of them here) gives that one ref.
+A streaming generator *task* called from the driver streams, as Ray's does: the
+worker sends each item as it is yielded (:class:`Stream` collects them), so the
+caller's ``next`` returns as soon as the next item exists, and an endless
+generator can be consumed. Elsewhere (``num_returns="dynamic"``, actor
+generator methods, a generator task called from inside a worker) the generator
+runs to its end and its items come back together. Either way, as in Ray, an
+error does not lose what came before it: the items yielded before the
+generator raised come first, then one ref whose ``get`` raises the error, then
+the end. A task that fails as a whole (it raised before its first item and its
+retries are spent, or its worker died) gives that one ref after the items that
+had arrived (a retried task sends its items again; those already here are kept).
 """
 
 from __future__ import annotations
@@ -45,11 +48,91 @@ def _ref(item: Any, in_worker: bool) -> ObjectRef:
     return objects.put(item) if in_worker else objects.store(item)
 
 
+class Stream:
+    """The items a streaming task has sent so far (driver side), in order, and how it ended.
+
+    ``source`` gets the list of every item (the last one a ``GeneratorRaised`` if the generator
+    raised) once the task returned and all its items are here, or the task's error if it failed
+    before its first item: what ``ObjectRefGenerator.completed()`` and nested callers wait for.
+    """
+
+    def __init__(self, task_id: str, source: Future):
+        self.task_id, self.source = task_id, source
+        self._values: list[Any] = []
+        self._refs: list[ObjectRef] = []
+        self._expected: int | None = None
+        self._error: BaseException | None = None
+        self._cond = threading.Condition()
+        with _streams_lock:
+            _streams[task_id] = self
+
+    def add(self, index: int, value: Any) -> None:
+        """The worker's ``index``-th item (a retried task sends its items again: kept once)."""
+        with self._cond:
+            if index != len(self._values) or self._done():
+                return
+            self._values.append(value)
+            self._refs.append(_ref(value, False))
+            self._cond.notify_all()
+            self._maybe_finish()
+
+    def end(self, result: Any = None, error: BaseException | None = None) -> None:
+        """The task's own end: how many items it sent, or the error it failed with."""
+        with self._cond:
+            if error is not None:
+                self._error = error
+            else:
+                self._expected = int(getattr(result, "count", len(self._values)))
+            self._cond.notify_all()
+            self._maybe_finish()
+
+    def _done(self) -> bool:
+        return self._error is not None or (self._expected is not None and len(self._values) >= self._expected)
+
+    def _maybe_finish(self) -> None:
+        if not self._done() or self.source.done():
+            return
+        with _streams_lock:
+            _streams.pop(self.task_id, None)
+        if self._error is not None:
+            self._refs.append(objects.failed(self._error))  # the items that came, then the error
+            if not self._values:
+                self.source.set_exception(self._error)
+                return
+        values = list(self._values) + ([GeneratorRaised(self._error)] if self._error is not None else [])
+        self.source.set_result(values)
+
+    def ref(self, index: int) -> ObjectRef | None:
+        """The ``index``-th item's ref once it is here, or None once the stream ended before it."""
+        with self._cond:
+            while index >= len(self._refs) and not (self._done() and self.source.done()):
+                self._cond.wait(0.5)
+            return self._refs[index] if index < len(self._refs) else None
+
+    def all_refs(self) -> list[ObjectRef]:
+        self.ref(1 << 62)  # waits for the end
+        with self._cond:
+            return list(self._refs)
+
+
+_streams: dict[str, Stream] = {}
+_streams_lock = threading.Lock()
+
+
+def yielded(task_id: str, index: int, value: Any) -> None:
+    """A streaming task's item arrived (its ``Yielded`` event); one whose stream ended is dropped."""
+    with _streams_lock:
+        stream = _streams.get(task_id)
+    if stream is not None:
+        stream.add(index, value)
+
+
 class ObjectRefGenerator:
     """Iterate it for ``ObjectRef`` s, one per item the task yielded."""
 
-    def __init__(self, refs: list[ObjectRef] | None = None, source: ObjectRef | None = None):
-        self._refs, self._source, self._next = refs, source, 0
+    def __init__(self, refs: list[ObjectRef] | None = None, source: ObjectRef | None = None,
+                 stream: Stream | None = None):
+        self._refs, self._source, self._next, self._stream = refs, source, 0, stream
         self._lock = threading.Lock()
 
     @classmethod
@@ -74,6 +157,8 @@ class ObjectRefGenerator:
 
     def _materialize(self) -> list[ObjectRef]:
         with self._lock:
+            if self._refs is None and self._stream is not None:
+                self._refs = self._stream.all_refs()
             if self._refs is None:
                 assert self._source is not None
                 ok, values = objects.settled(self._source)
@@ -87,6 +172,12 @@ class ObjectRefGenerator:
         return self
 
     def __next__(self) -> ObjectRef:
+        if self._refs is None and self._stream is not None:  # streaming: this item, as soon as it is here
+            ref = self._stream.ref(self._next)
+            if ref is None:
+                raise StopIteration
+            self._next += 1
+            return ref
         refs = self._materialize()
         if self._next >= len(refs):
             raise StopIteration
@@ -98,10 +189,14 @@ class ObjectRefGenerator:
 
     async def __anext__(self) -> ObjectRef:
         """``async for ref in gen`` (Ray's asyncio form): waits for the items without blocking the loop."""
-        if self._refs is None:
-            import asyncio
+        import asyncio
 
+        if self._refs is None and self._stream is None:
             await asyncio.get_running_loop().run_in_executor(None, self._materialize)
+            return self._sync_next_or_stop()
+        return await asyncio.get_running_loop().run_in_executor(None, self._sync_next_or_stop)
+
+    def _sync_next_or_stop(self) -> ObjectRef:
         try:
             return self.__next__()
         except StopIteration:

@@ -125,6 +125,12 @@ def _task_started(handle: RuntimeActor, e: events.TaskStarted) -> None:
     remote_function.task_started(e.task_id, handle)
 
 
+def _yielded(handle: RuntimeActor, e: events.Yielded) -> None:
+    from muster.tasks import generators
+
+    generators.yielded(e.task_id, e.index, e.value)
+
+
 def _actor_call_done(handle: RuntimeActor, e: events.ActorCallDone) -> None:
     from muster.tasks import actor
 
@@ -164,6 +170,7 @@ _HANDLERS: dict[type, Callable[[RuntimeActor, Any], Any]] = {
     events.ActorCall: _actor_call,
     events.Kill: _kill,
     events.TaskStarted: _task_started,
+    events.Yielded: _yielded,
     events.ActorCallDone: _actor_call_done,
     events.Cancel: _cancel,
     events.GetActor: _get_actor,

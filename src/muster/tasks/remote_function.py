@@ -26,7 +26,7 @@ from muster.exceptions import (
 from muster.tasks import events, owner, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
-from muster.tasks.generators import ObjectRefGenerator, shaped
+from muster.tasks.generators import ObjectRefGenerator, Stream, shaped
 from muster.tasks.objects import ObjectRef, snapshot_args, split
 from muster.tasks.worker_side import TaskBody, TaskInfo
 
@@ -60,7 +60,11 @@ class RemoteFunction:
             options = worker_side.child_options(self._options)
             return shaped(core_context.send_event(events.Submit(self._fn, args, kwargs, options)))
         args, kwargs = snapshot_args(args, kwargs, f"{self._fn.__name__}.remote()")  # as they are now
-        return shape(submit(self._fn, args, kwargs, self._options), num_returns(self._fn, self._options))
+        n = num_returns(self._fn, self._options)
+        if n == "streaming":  # the items come as they are yielded
+            source, stream = submit_streaming(self._fn, args, kwargs, self._options)
+            return ObjectRefGenerator(source=source, stream=stream)
+        return shape(submit(self._fn, args, kwargs, self._options), n)
 
 
 def num_returns(fn: Callable[..., Any], options: dict[str, Any]) -> Any:
@@ -87,7 +91,19 @@ _by_ref: dict[int, str] = {}  # ref id -> task id, while the task is not done
 _live_lock = threading.Lock()
 
 
-def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str, Any]) -> ObjectRef:
+def submit_streaming(fn: Callable[..., Any], args: tuple, kwargs: dict,
+                     options: dict[str, Any]) -> tuple[ObjectRef, Stream | None]:
+    """A streaming generator task: (the ref to the list of its items once it ended, the live
+    :class:`Stream` its items arrive in as they are yielded; None if it never starts)."""
+    streams: list[Stream] = []
+    task = submit(fn, args, kwargs, options, on_stream=streams.append)
+    return task, streams[0] if streams else None
+
+
+def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str, Any],
+           on_stream: Callable[[Stream], None] | None = None) -> ObjectRef:
+    """Run ``fn`` as a task; its ref. A streaming generator task's items arrive as it yields them
+    (a :class:`Stream`, handed to ``on_stream``); its ref gets the list of them once it ended."""
     runtime = get_runtime()
     resources = opts.to_resources(options, default_cpus=1.0)
     name = getattr(fn, "__name__", "fn")
@@ -104,7 +120,15 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
     info = TaskInfo(job_id=rc.driver_job_id(), task_id=rc.new_task_id(), namespace=current_namespace(),
                     resources=resources, placement_group=group, capture_child_tasks=capture)
     body = TaskBody(fn, info, num_returns(fn, options), (options.get("runtime_env") or {}).get("env_vars") or {})
-    attempts = _Attempts(runtime, body, args, kwargs, resources, options, out)
+    ended = out
+    if body.num_returns == "streaming":  # its end goes to the stream, which settles ``out`` once every item is in
+        ended = Future()
+        stream = Stream(info.task_id or "", out)
+        ended.add_done_callback(lambda f: stream.end(error=f.exception()) if f.exception() is not None
+                                else stream.end(result=f.result()))
+        if on_stream is not None:
+            on_stream(stream)
+    attempts = _Attempts(runtime, body, args, kwargs, resources, options, ended)
     with _live_lock:
         _live[info.task_id or ""] = attempts
         _by_ref[ref.id] = info.task_id or ""

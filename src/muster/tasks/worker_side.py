@@ -138,6 +138,24 @@ def _is_raised(item: Any) -> bool:
     return isinstance(item, GeneratorRaised)
 
 
+def _stream(generator: Any, task_id: str, name: str) -> events.StreamEnd:
+    """Send each item to the owner as it is yielded (Ray's streaming generators): the caller's
+    ``next`` has it at once, and an endless generator can be consumed. When it raises after some
+    items, the error follows them as one more item; before the first, the task fails as a whole
+    (so its retries apply)."""
+    sent = 0
+    try:
+        for item in generator:
+            core_context.send_event(events.Yielded(task_id, sent, item), wait=False)
+            sent += 1
+    except Exception as exc:  # noqa: BLE001 - handed on after the items, as the task's error would be
+        if not sent:
+            raise
+        core_context.send_event(events.Yielded(task_id, sent, _raised(exc, name)), wait=False)
+        sent += 1
+    return events.StreamEnd(sent)
+
+
 def _raised(exc: BaseException, name: str) -> Any:
     from muster.core.local.wire import capture_error
     from muster.tasks.generators import GeneratorRaised
@@ -158,7 +176,10 @@ class TaskBody:
         os.environ.update(self.env_vars)
         _local.info = self.info
         try:
-            return _collect(self.fn(*args, **kwargs), self.num_returns, f"task {self.__name__}")
+            value = self.fn(*args, **kwargs)
+            if self.num_returns == "streaming" and inspect.isgenerator(value) and self.info.task_id:
+                return _stream(value, self.info.task_id, f"task {self.__name__}")
+            return _collect(value, self.num_returns, f"task {self.__name__}")
         finally:
             _local.info = None
             for k, v in saved.items():
