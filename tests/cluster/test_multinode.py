@@ -86,36 +86,55 @@ def test_muster_logs_shows_what_ray_workers_printed(on_ray, storage):
         assert lines == sorted([f"out line of rank {rank}", f"err line of rank {rank}", f"no newline from rank {rank}"])
 
 
-def test_ray_client_address_runs_tasks_and_training(on_ray, storage):
-    """muster.init("ray://head:10001"): the driver outside the cluster, through Ray Client."""
-    muster.shutdown()
+_CLIENT_DRIVER = """
+import sys
+import muster
+import muster.train as train
+from muster.train import RunConfig, ScalingConfig
+from muster.train.torch import TorchTrainer
+
+def where(config):
+    import torch, torch.distributed as dist
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    train.report({"rank": train.get_context().get_world_rank(), "sum": t.item()})
+
+address, storage = sys.argv[1:3]
+# Ray Client's per-driver server sometimes exits at start (Ray's own flake): connect again, three tries
+for attempt in range(3):
     try:
-        # Ray Client's per-driver server sometimes exits at start in this test process (after an
-        # earlier cluster in the same session; not seen in a fresh process): that is Ray's, so
-        # connect again rather than fail -- at most three tries.
-        for attempt in range(3):
-            try:
-                rt = muster.init(address=on_ray.client_address)
-                break
-            except ConnectionAbortedError:
-                if attempt == 2:
-                    raise
-        assert rt.name == "ray" and muster.cluster_resources()["CPU"] >= 4
+        rt = muster.init(address=address)
+        break
+    except ConnectionAbortedError:
+        if attempt == 2:
+            raise
+assert rt.name == "ray" and muster.cluster_resources()["CPU"] >= 4
 
-        @muster.remote
-        def square(x):
-            return x * x
+@muster.remote
+def square(x):
+    return x * x
 
-        assert muster.get([square.remote(i) for i in range(4)]) == [0, 1, 4, 9]
-        result = TorchTrainer(
-            where_am_i, scaling_config=ScalingConfig(num_workers=2),
-            run_config=RunConfig(storage_path=storage, name="via_client", verbose=0),
-        ).fit()
-        assert sorted(int(r["rank"]) for r in result.all_reports) == [0, 1]
-        assert all(r["sum"] == 2.0 for r in result.all_reports)
-    finally:
-        muster.shutdown()
-        muster.init(address=on_ray.address)
+assert muster.get([square.remote(i) for i in range(4)]) == [0, 1, 4, 9]
+result = TorchTrainer(where, scaling_config=ScalingConfig(num_workers=2),
+                      run_config=RunConfig(storage_path=storage, name="via_client", verbose=0)).fit()
+assert sorted(int(r["rank"]) for r in result.all_reports) == [0, 1]
+assert all(r["sum"] == 2.0 for r in result.all_reports)
+muster.shutdown()
+print("CLIENT OK")
+"""
+
+
+@pytest.mark.timeout(300)  # a fresh interpreter connects through Ray Client and trains
+def test_ray_client_address_runs_tasks_and_training(on_ray, storage, tmp_path):
+    """muster.init("ray://head:10001"): the driver outside the cluster, through Ray Client. It runs as
+    its own process, as a laptop's script would: Ray Client's connection ending takes its process with
+    it at times, which must not be the test session's."""
+    script = tmp_path / "client_driver.py"
+    script.write_text(_CLIENT_DRIVER)
+    env = {k: v for k, v in os.environ.items() if k not in ("MUSTER_ADDRESS", "RAY_ADDRESS")}
+    proc = subprocess.run([sys.executable, str(script), on_ray.client_address, storage], capture_output=True,
+                          text=True, timeout=240, env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and "CLIENT OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize(
