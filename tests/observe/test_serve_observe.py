@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -119,7 +120,7 @@ def test_logs_per_replica(served):
 
 def test_dashboard_api(served, dashboard):
     d = dashboard(served["storage"])
-    (dep,) = httpx.get(d.base + "api/serve").json()["deployments"]
+    (dep,) = [x for x in httpx.get(d.base + "api/serve").json()["deployments"] if x["app"] == "obs"]
     assert dep["app"] == "obs" and dep["last"]["served"] == GOOD and dep["last"]["errors"] == BAD
     detail = httpx.get(d.base + "api/serve/obs/Echo").json()
     assert sorted(r["replica"] for r in detail["replicas"]) == [0, 1, 2]
@@ -197,3 +198,39 @@ def test_llm_deployment_rows_show_on_the_serve_pages(tmp_path, dashboard, page):
     page.wait_for_selector("#serve-llm:not([hidden])")
     for chart in ("#chart-tokens", "#chart-ttft", "#chart-queue"):
         assert page.query_selector(f"{chart} canvas") is not None, chart
+
+
+def test_a_late_stats_reply_loses_no_latency_and_counts_nothing_twice(served):
+    """The controller samples each replica about once a second and leaves out a reply that takes over
+    5 s. Here the reply waits behind a 7 s ``reconfigure``: its requests' latencies must come in a later
+    sample (they were dropped), and the requests served before it must not be counted again."""
+    from muster import serve
+
+    @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0}, user_config={"sleep_s": 0})
+    class Slow:
+        def reconfigure(self, config):
+            time.sleep(config["sleep_s"])
+
+        def __call__(self, request):
+            return "ok"
+
+    reader = served["reader"]
+    serve.run(Slow.bind(), name="late", route_prefix="/late")
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{served['port']}", timeout=30) as c:
+            assert {c.get("/late").status_code for _ in range(10)} == {200}
+            _wait(lambda: any(m["served"] == 10 for m in reader.serve_metrics("late", "Slow")), 30, "10 served")
+            update = threading.Thread(target=serve.run, args=(Slow.options(user_config={"sleep_s": 7}).bind(),),
+                                      kwargs={"name": "late", "route_prefix": "/late"})
+            update.start()
+            time.sleep(1.5)  # the next stats call now waits behind reconfigure() in the replica
+            seen = len(reader.serve_metrics("late", "Slow"))
+            assert {c.get("/late").status_code for _ in range(20)} == {200}
+            update.join(timeout=60)
+        _wait(lambda: [m for m in reader.serve_metrics("late", "Slow")[seen:] if m["served"] >= 30],
+                     30, "the 20 requests served during reconfigure() in the samples")
+        after = reader.serve_metrics("late", "Slow")[seen:]
+        assert any(m["p50_ms"] is not None for m in after), after
+        assert max(m["served"] for m in after) == 30, after
+    finally:
+        serve.delete("late")

@@ -53,6 +53,7 @@ class _ReplicaState:
     health: concurrent.futures.Future | None = None
     health_started: float = 0.0
     last_health: float = field(default_factory=time.monotonic)
+    stats_acks: dict[str, int] = field(default_factory=dict)  # from the last stats() folded in (ReplicaActor.stats)
 
 
 @dataclass(eq=False)
@@ -523,15 +524,19 @@ class ServeController:
         interval = auto.metrics_interval_s if auto is not None else 1.0
         if d.stats is None:
             if now - d.last_stats >= interval:
-                d.stats = {r.id: r.actor.call("stats") for r in d.running() if r.actor is not None}
+                d.stats = {r.id: r.actor.call("stats", r.stats_acks) for r in d.running() if r.actor is not None}
                 d.last_stats = now
             return
         if not all(f.done() for f in d.stats.values()) and now - d.last_stats < 5:
             return
+        # a reply still missing after 5 s is left out of this sample; its latencies come in the next one
         snaps = {rid: f.result() for rid, f in d.stats.items() if f.done() and f.exception() is None}
         d.stats = None
-        d.metrics.update(snaps, now)
         with self.lock:
+            d.metrics.update(snaps, now, live=list(d.replicas))
+            for rid, snap in snaps.items():
+                if rid in d.replicas:
+                    d.replicas[rid].stats_acks = snap["acks"]
             numbers = {r.id: r.number for r in d.replicas.values()}
             running = len(d.running())
         self.record.sample(d.app, d.plan.name, d.metrics.as_dict(), numbers, running, d.target, d.restarts, now)

@@ -8,9 +8,37 @@ snapshot under ``"llm"``; :class:`LLMMetrics` folds those per deployment.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import itertools
+from collections import deque
+from collections.abc import Collection
 from typing import Any
 
-LLM_METRICS_HOOK = "__muster_llm_metrics__"  # a replica object's method: () -> LLMMeter.snapshot() dict
+LLM_METRICS_HOOK = "__muster_llm_metrics__"  # a replica object's method: (ack) -> LLMMeter.snapshot() dict
+
+
+class Unacked:
+    """Samples (latencies in ms) kept until their reader says it has them.
+
+    :meth:`add` numbers each sample. :meth:`read` first forgets the samples numbered up to ``ack``
+    (the number the reader's previous read gave, once it has used that read), then returns the rest
+    and the number to acknowledge next. A read whose reply was lost or dropped therefore loses
+    nothing: the next read returns its samples again. One thread adds and one reader reads at a time
+    (a deque's two ends are thread-safe); at most ``maxlen`` samples wait, the oldest going first.
+    """
+
+    def __init__(self, maxlen: int) -> None:
+        self._q: deque[tuple[int, float]] = deque(maxlen=maxlen)
+        self._n = itertools.count(1)
+
+    def add(self, value: float) -> None:
+        self._q.append((next(self._n), value))
+
+    def read(self, ack: int) -> tuple[list[float], int]:
+        q = self._q
+        while q and q[0][0] <= ack:
+            q.popleft()
+        kept = list(q)
+        return [v for _, v in kept], (kept[-1][0] if kept else ack)
 
 
 def _pct(sorted_vals: list[float], q: float) -> float | None:
@@ -31,33 +59,42 @@ class DeploymentMetrics:
     p50_ms: float | None = None
     p99_ms: float | None = None
     last: float | None = None
-    by_replica: dict[str, dict[str, Any]] = field(default_factory=dict)
+    by_replica: dict[str, dict[str, Any]] = field(default_factory=dict)  # the replicas of the last round
     llm: "LLMMetrics | None" = None
+    # per replica: (served, errors, when) of its last snapshot; counts are differences from it, so a
+    # replica missing from a round (its reply late) is neither lost nor counted twice
+    _seen: dict[str, tuple[int, int, float | None]] = field(default_factory=dict)
 
-    def update(self, snapshots: dict[str, dict[str, Any]], now: float) -> None:
-        """Fold in one round of ``{replica id: stats()}``."""
-        window_served = 0
+    def update(self, snapshots: dict[str, dict[str, Any]], now: float,
+               live: Collection[str] | None = None) -> None:
+        """Fold in one round of ``{replica id: stats()}``; ``live`` (all the deployment's replicas,
+        answering or not) lets the replicas that are gone be forgotten."""
         lat: list[float] = []
         ongoing = 0
-        dt = now - self.last if self.last is not None else None
+        rate = 0.0
+        view: dict[str, dict[str, Any]] = {}
         for rid, s in snapshots.items():
-            prev = self.by_replica.get(rid, {"served": 0, "errors": 0})
-            done = max(0, s["served"] - prev["served"]) + max(0, s["errors"] - prev["errors"])
-            window_served += done
-            self.served += max(0, s["served"] - prev["served"])
-            self.errors += max(0, s["errors"] - prev["errors"])
+            served, errors, since = self._seen.get(rid, (0, 0, self.last))
+            new_served, new_errors = max(0, s["served"] - served), max(0, s["errors"] - errors)
+            self._seen[rid] = (s["served"], s["errors"], now)
+            self.served += new_served
+            self.errors += new_errors
+            mine_rate = round((new_served + new_errors) / (now - since), 2) if since is not None and now > since \
+                else 0.0
+            rate += mine_rate
             ongoing += s["ongoing"]
             lat.extend(s["latency_ms"])
             mine = sorted(s["latency_ms"])
-            self.by_replica[rid] = {"served": s["served"], "errors": s["errors"], "ongoing": s["ongoing"],
-                                    "requests_per_s": round(done / dt, 2) if dt else 0.0,
-                                    "p50_ms": _pct(mine, 0.5), "p99_ms": _pct(mine, 0.99)}
-        for rid in list(self.by_replica):
-            if rid not in snapshots:
-                del self.by_replica[rid]
+            view[rid] = {"served": s["served"], "errors": s["errors"], "ongoing": s["ongoing"],
+                         "requests_per_s": mine_rate, "p50_ms": _pct(mine, 0.5), "p99_ms": _pct(mine, 0.99)}
+        if live is not None:
+            for rid in set(self._seen) - set(live):
+                del self._seen[rid]
+        dt = now - self.last if self.last is not None else None
+        self.by_replica = view
         self.last = now
         self.ongoing = ongoing
-        self.requests_per_s = round(window_served / dt, 2) if dt else 0.0
+        self.requests_per_s = round(rate, 2)
         lat.sort()
         self.p50_ms, self.p99_ms = _pct(lat, 0.5), _pct(lat, 0.99)
         llm = {rid: s["llm"] for rid, s in snapshots.items() if s.get("llm")}

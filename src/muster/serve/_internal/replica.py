@@ -12,7 +12,6 @@ loop -- async user methods there, sync ones on a thread pool -- with at most
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextvars
 import functools
@@ -169,7 +168,7 @@ class ReplicaActor:
         self.ongoing = 0
         self.served = 0
         self.errors = 0
-        self.latency_ms: collections.deque[float] = collections.deque(maxlen=20000)
+        self.latency_ms = metrics.Unacked(maxlen=20000)  # finished requests', until the controller has them
         self._methods: dict[str, tuple[Any, bool]] = {}
         self._wants_request: dict[str, bool] = {}  # does __call__ take the Request (see _http_args)
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id))
@@ -236,14 +235,18 @@ class ReplicaActor:
     def update_routes(self, table: router.RouteTable) -> None:
         router.set_table(table)
 
-    def stats(self) -> dict[str, Any]:
-        lat = list(self.latency_ms)
-        self.latency_ms.clear()
-        snap = {"ongoing": self.ongoing, "served": self.served, "errors": self.errors, "latency_ms": lat}
+    def stats(self, acks: dict[str, int] | None = None) -> dict[str, Any]:
+        """Counters, and the samples the controller does not have yet. ``acks`` is the ``"acks"`` of
+        the last snapshot it used; a snapshot it dropped (late) or never got loses no sample."""
+        acks = acks or {}
+        lat, lat_ack = self.latency_ms.read(acks.get("latency_ms", 0))
+        snap: dict[str, Any] = {"ongoing": self.ongoing, "served": self.served, "errors": self.errors,
+                                "latency_ms": lat, "acks": {"latency_ms": lat_ack}}
         hook = getattr(self.obj, metrics.LLM_METRICS_HOOK, None)
         if callable(hook):
             try:
-                snap["llm"] = hook()
+                snap["llm"] = hook(acks.get("ttft_ms", 0))
+                snap["acks"]["ttft_ms"] = snap["llm"].pop("ack")
             except Exception as exc:  # noqa: BLE001 - metrics never fail the replica
                 print(f"[serve] {self.where}: reading its LLM metrics failed: {exc!r}", file=sys.stderr, flush=True)
         return snap
@@ -348,7 +351,7 @@ class ReplicaActor:
                     self._failed(proto, stream, exc, f"{fields[0]} {fields[1]}")
         finally:
             self.ongoing -= 1
-            self.latency_ms.append((time.perf_counter() - t0) * 1e3)
+            self.latency_ms.add((time.perf_counter() - t0) * 1e3)
             proto.tasks.pop(stream, None)
 
     async def _reply_http(self, proto: _Conn, stream: int, result: Any, scope: dict, receive: Any,
@@ -406,5 +409,5 @@ class ReplicaActor:
                     self._failed(proto, stream, exc, f"{method}()")
         finally:
             self.ongoing -= 1
-            self.latency_ms.append((time.perf_counter() - t0) * 1e3)
+            self.latency_ms.add((time.perf_counter() - t0) * 1e3)
             proto.tasks.pop(stream, None)

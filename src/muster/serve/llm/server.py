@@ -80,10 +80,11 @@ class LLMServer:
             **self.meter.counts(),
         }
 
-    def __muster_llm_metrics__(self) -> dict[str, Any]:
-        """Serve's replica reads this with its stats: token counts, time to first token samples, engine queue."""
+    def __muster_llm_metrics__(self, ack: int = 0) -> dict[str, Any]:
+        """Serve's replica reads this with its stats: token counts, time to first token samples (those after
+        ``ack``), engine queue."""
         s = self.engine.stats()
-        return self.meter.snapshot(s.running, s.waiting)
+        return self.meter.snapshot(s.running, s.waiting, ack)
 
     def shutdown(self) -> None:
         self.engine.shutdown()
