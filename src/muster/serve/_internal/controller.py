@@ -20,71 +20,23 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from muster.core import resources as res
 from muster.core.api import get_runtime
-from muster.core.runtime import RuntimeActor
 from muster.exceptions import ActorDiedError, InvalidArgumentError, describe_exit
-from muster.serve._internal import autoscaling, router
-from muster.serve._internal.metrics import DeploymentMetrics
+from muster.serve._internal import autoscaling, plan, router
 from muster.serve._internal.ingress import IngressActor, answers
-from muster.serve._internal import plan
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.record import ServeRecorder
 from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
+from muster.serve._internal.state import AppState, DeploymentState, ReplicaState
 from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import RayServeException
 
 _BUSY_WAIT_S = 120.0  # how long a replica waits for resources other work holds
 _PUSH_TIMEOUT_S = 10.0
 _TABLE_VERSIONS = itertools.count(1)  # route tables this process has made, across serve.start/shutdown
-
-
-@dataclass(eq=False)
-class _ReplicaState:
-    id: str
-    socket: str
-    resources: dict[str, float]
-    number: int = 0  # the ``#N`` of its log label: what ``muster logs --replica N`` names
-    actor: RuntimeActor | None = None
-    state: str = "STARTING"  # STARTING, RUNNING, STOPPING, DEAD
-    health: concurrent.futures.Future | None = None
-    health_started: float = 0.0
-    last_health: float = field(default_factory=time.monotonic)
-    stats_acks: dict[str, int] = field(default_factory=dict)  # from the last stats() folded in (ReplicaActor.stats)
-
-
-@dataclass(eq=False)
-class _Deployment:
-    app: str
-    plan: DeploymentPlan
-    replicas: dict[str, _ReplicaState] = field(default_factory=dict)
-    target: int = 1
-    restarts: int = 0
-    message: str = ""
-    scale: autoscaling.ScaleState = field(default_factory=autoscaling.ScaleState)
-    stats: dict[str, concurrent.futures.Future] | None = None
-    metrics: DeploymentMetrics = field(default_factory=DeploymentMetrics)
-    last_stats: float = 0.0
-    counter: itertools.count = field(default_factory=itertools.count)
-    pending: int = 0  # replacements submitted, not yet started
-    retry_at: float = 0.0
-
-    def running(self) -> list[_ReplicaState]:
-        return [r for r in self.replicas.values() if r.state == "RUNNING"]
-
-
-@dataclass(eq=False)
-class _App:
-    name: str
-    route_prefix: str | None
-    ingress: str
-    deployments: dict[str, _Deployment]
-    status: str = "DEPLOYING"
-    message: str = ""
-    deployed_at: float = field(default_factory=time.time)
 
 
 class _InProcess:
@@ -116,7 +68,7 @@ class ServeController:
         self.runtime = get_runtime()
         self.options = http_options
         self.dir = tempfile.mkdtemp(prefix="muster-serve-", dir="/tmp")
-        self.apps: dict[str, _App] = {}
+        self.apps: dict[str, AppState] = {}
         self.lock = threading.RLock()
         self.version = _TABLE_VERSIONS  # process-wide: a later Serve instance's tables outrank an earlier one's
         self.table = router.RouteTable()
@@ -152,8 +104,8 @@ class ServeController:
         for p in plans:
             plan.check_picklable(p, name)
             old = self.apps.get(name)
-        new = _App(name, route_prefix, ingress, {
-            p.name: _Deployment(name, p, target=p.config.initial_replicas) for p in plans
+        new = AppState(name, route_prefix, ingress, {
+            p.name: DeploymentState(name, p, target=p.config.initial_replicas) for p in plans
         })
         need = self._need(plans)
         stop_old_first = old is not None and not res.fits(need, self.runtime.available())
@@ -182,7 +134,7 @@ class ServeController:
         if old is not None and not stop_old_first:
             self._stop_app(old, push=False)
 
-    def _reconfigure_in_place(self, app: _App, route_prefix: str | None, ingress: str,
+    def _reconfigure_in_place(self, app: AppState, route_prefix: str | None, ingress: str,
                               plans: list[DeploymentPlan]) -> bool:
         """Keep ``app``'s replicas when the redeploy changes nothing, or only ``user_config`` (each live replica
         then runs ``reconfigure`` with the new one) and the replica count (replicas are added or drained);
@@ -196,7 +148,7 @@ class ServeController:
             d = app.deployments[dep]
             d.plan = by_name[dep]  # replicas started from now on get the new options
             if changed & {"num_replicas", "autoscaling_config"}:
-                self._resize(d, self._new_target(d), wait=True)  # serve.run returns with the new ones up
+                self._resize(d, d.new_target(), wait=True)  # serve.run returns with the new ones up
             if "user_config" not in changed:
                 continue
             config = d.plan.config.user_config
@@ -223,7 +175,7 @@ class ServeController:
         self.record.event(name, None, None, "delete", f"app {name!r} deleted")
         return True
 
-    def _stop_app(self, app: _App, push: bool = True) -> None:
+    def _stop_app(self, app: AppState, push: bool = True) -> None:
         with self.lock:
             if self.apps.get(app.name) is app:
                 del self.apps[app.name]
@@ -278,11 +230,11 @@ class ServeController:
         )
 
     # -- replicas ------------------------------------------------------------------
-    def _start_replica(self, d: _Deployment, pending: bool = False) -> _ReplicaState:
+    def _start_replica(self, d: DeploymentState, pending: bool = False) -> ReplicaState:
         n = next(d.counter)
         rid = f"{d.app}#{d.plan.name}#{os.urandom(4).hex()}"
         where = os.path.join(self.dir, f"{os.urandom(6).hex()}.sock") if self.local else "tcp:"
-        rep = _ReplicaState(rid, where, d.plan.config.resources(), n)
+        rep = ReplicaState(rid, where, d.plan.config.resources(), n)
         with self.lock:
             d.replicas[rid] = rep
             if pending:
@@ -311,7 +263,7 @@ class ServeController:
         self.record.replica_started(d.app, d.plan.name, n, rid, actor.pid, here=self.local, label=label)
         return rep
 
-    def _wait_for_room(self, d: _Deployment, rep: _ReplicaState) -> None:
+    def _wait_for_room(self, d: DeploymentState, rep: ReplicaState) -> None:
         deadline = time.monotonic() + _BUSY_WAIT_S
         while self.runtime.capacity(rep.resources) < 1 if rep.resources else False:
             with self.lock:
@@ -323,7 +275,7 @@ class ServeController:
             time.sleep(0.1)
         d.message = ""
 
-    def _died(self, d: _Deployment, rep: _ReplicaState, err: BaseException, what: str = "died") -> None:
+    def _died(self, d: DeploymentState, rep: ReplicaState, err: BaseException, what: str = "died") -> None:
         with self.lock:
             if rep.state in ("STOPPING", "DEAD"):
                 rep.state = "DEAD"
@@ -343,7 +295,7 @@ class ServeController:
         if keep:
             self._ensure(d)
 
-    def _ensure(self, d: _Deployment) -> None:
+    def _ensure(self, d: DeploymentState) -> None:
         """Start replicas until the deployment has its target count (counting those on their way)."""
         with self.lock:
             if self._stop.is_set() or time.monotonic() < d.retry_at:
@@ -353,7 +305,7 @@ class ServeController:
         for _ in range(missing):
             self.pool.submit(self._replace, d)
 
-    def _replace(self, d: _Deployment) -> None:
+    def _replace(self, d: DeploymentState) -> None:
         try:
             self._start_replica(d, pending=True)
             d.message = ""
@@ -362,7 +314,7 @@ class ServeController:
             d.message = f"could not replace a replica: {exc}"
             d.retry_at = time.monotonic() + 2.0
 
-    def _stop_replicas(self, d: _Deployment, reps: list[_ReplicaState], drain: bool = True) -> None:
+    def _stop_replicas(self, d: DeploymentState, reps: list[ReplicaState], drain: bool = True) -> None:
         for r in reps:
             if r.state != "DEAD":
                 r.state = "STOPPING"
@@ -498,55 +450,33 @@ class ServeController:
         for d in deps:
             cfg = d.plan.config
             for r in d.running():
-                if r.actor is None:
-                    continue
-                if r.health is None and now - r.last_health >= cfg.health_check_period_s:
-                    r.health, r.health_started = r.actor.call("check_health"), now
-                elif r.health is not None and r.health.done():
-                    exc = r.health.exception()
-                    r.health, r.last_health = None, now
-                    if exc is not None:
-                        self._unhealthy(d, r, f"check_health raised {type(exc).__name__}: {exc}")
-                elif r.health is not None and now - r.health_started > cfg.health_check_timeout_s:
-                    r.health = None
-                    self._unhealthy(d, r, f"check_health did not answer within {cfg.health_check_timeout_s} s")
+                why = r.check_health(now, cfg.health_check_period_s, cfg.health_check_timeout_s)
+                if why is not None:
+                    self._unhealthy(d, r, why)
             self._ensure(d)
             self._poll(d, now)
 
-    def _unhealthy(self, d: _Deployment, r: _ReplicaState, why: str) -> None:
+    def _unhealthy(self, d: DeploymentState, r: ReplicaState, why: str) -> None:
         if r.actor is not None:
             self.runtime.kill(r.actor)  # an expected exit: the runtime sends no death notice
         self._died(d, r, RuntimeError(why), what="is unhealthy")  # said once, there
 
-    def _poll(self, d: _Deployment, now: float) -> None:
-        """Collect the replicas' stats every interval; feed metrics and, if on, the autoscaler."""
-        auto = d.plan.config.autoscaling_config
-        interval = auto.metrics_interval_s if auto is not None else 1.0
-        if d.stats is None:
-            if now - d.last_stats >= interval:
-                d.stats = {r.id: r.actor.call("stats", r.stats_acks) for r in d.running() if r.actor is not None}
-                d.last_stats = now
+    def _poll(self, d: DeploymentState, now: float) -> None:
+        """Record each round of the replicas' stats and, if on, feed the autoscaler."""
+        snaps = d.poll_stats(now, self.lock)
+        if snaps is None:
             return
-        if not all(f.done() for f in d.stats.values()) and now - d.last_stats < 5:
-            return
-        # a reply still missing after 5 s is left out of this sample; its latencies come in the next one
-        snaps = {rid: f.result() for rid, f in d.stats.items() if f.done() and f.exception() is None}
-        d.stats = None
         with self.lock:
-            d.metrics.update(snaps, now, live=list(d.replicas))
-            for rid, snap in snaps.items():
-                if rid in d.replicas:
-                    d.replicas[rid].stats_acks = snap["acks"]
             numbers = {r.id: r.number for r in d.replicas.values()}
             running = len(d.running())
         self.record.sample(d.app, d.plan.name, d.metrics.as_dict(), numbers, running, d.target, d.restarts, now)
-        if auto is not None:
+        if d.plan.config.autoscaling_config is not None:
             self._autoscale(d, float(sum(s["ongoing"] for s in snaps.values())), now)
 
-    def _autoscale(self, d: _Deployment, ongoing: float, now: float) -> None:
+    def _autoscale(self, d: DeploymentState, ongoing: float, now: float) -> None:
         cfg = d.plan.config.autoscaling_config
         assert cfg is not None
-        current = len([r for r in d.replicas.values() if r.state in ("STARTING", "RUNNING")])
+        current = d.live()
         want = autoscaling.decide(cfg, current, ongoing, now, d.scale)
         if want > d.target or want < d.target:
             d.message = f"autoscaling from {d.target} to {want} replicas ({ongoing:g} ongoing requests)"
@@ -554,20 +484,11 @@ class ServeController:
         if want != current:
             self._resize(d, want)
 
-    @staticmethod
-    def _new_target(d: _Deployment) -> int:
-        """The replica count a redeployed deployment's new options ask for: ``num_replicas``, or the
-        current count kept within the new autoscaling bounds."""
-        auto = d.plan.config.autoscaling_config
-        if auto is None:
-            return d.plan.config.initial_replicas
-        return max(max(auto.min_replicas, 1), min(d.target, auto.max_replicas))
-
-    def _resize(self, d: _Deployment, want: int, wait: bool = False) -> None:
+    def _resize(self, d: DeploymentState, want: int, wait: bool = False) -> None:
         """Start replicas up to ``want`` (``wait``: and return once they are up, raising if one cannot
         start), or drain the extra ones (the routes drop them first)."""
         with self.lock:
-            current = len([r for r in d.replicas.values() if r.state in ("STARTING", "RUNNING")])
+            current = d.live()
             more = want - current - d.pending
             d.target = want
             if more > 0 and wait:
@@ -590,18 +511,7 @@ class ServeController:
         with self.lock:
             apps = {}
             for a in self.apps.values():
-                deps = {}
-                for d in a.deployments.values():
-                    states: dict[str, int] = {}
-                    for r in d.replicas.values():
-                        states[r.state] = states.get(r.state, 0) + 1
-                    healthy = states.get("RUNNING", 0) >= d.target
-                    deps[d.plan.name] = {
-                        "status": "HEALTHY" if healthy else ("UPSCALING" if d.message.startswith("autoscaling")
-                                                             else "UNHEALTHY" if d.message else "UPDATING"),
-                        "replica_states": states, "target_replicas": d.target, "restarts": d.restarts,
-                        "message": d.message, "metrics": d.metrics.as_dict(),
-                    }
+                deps = {d.plan.name: d.status() for d in a.deployments.values()}
                 apps[a.name] = {"status": a.status, "message": a.message, "route_prefix": a.route_prefix,
                                 "last_deployed_time_s": a.deployed_at, "deployments": deps}
         return {"proxies": {"ingress": "HEALTHY" if self.ingress.is_alive() else "UNHEALTHY"},

@@ -1,0 +1,135 @@
+"""What the Serve controller knows of its apps, deployments and replicas, and the periodic reads it
+makes of them: each replica's health check, and each deployment's round of ``stats()`` calls.
+
+The controller (:mod:`controller`) starts, replaces and stops replicas; these classes hold their
+state and answer "is this replica healthy?" and "what did this round of stats say?" without
+starting or stopping anything.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.core.runtime import RuntimeActor
+from muster.serve._internal import autoscaling
+from muster.serve._internal.metrics import DeploymentMetrics
+from muster.serve._internal.plan import DeploymentPlan
+
+STATS_LATE_S = 5.0  # a round of stats is folded in without the replies still missing after this long
+
+
+@dataclass(eq=False)
+class ReplicaState:
+    id: str
+    socket: str
+    resources: dict[str, float]
+    number: int = 0  # the ``#N`` of its log label: what ``muster logs --replica N`` names
+    actor: RuntimeActor | None = None
+    state: str = "STARTING"  # STARTING, RUNNING, STOPPING, DEAD
+    health: concurrent.futures.Future | None = None
+    health_started: float = 0.0
+    last_health: float = field(default_factory=time.monotonic)
+    stats_acks: dict[str, int] = field(default_factory=dict)  # from the last stats() folded in (ReplicaActor.stats)
+
+    def check_health(self, now: float, period_s: float, timeout_s: float) -> str | None:
+        """Start this replica's ``check_health`` call every ``period_s``, or read the one under way;
+        why the replica is unhealthy, or ``None``."""
+        if self.actor is None:
+            return None
+        if self.health is None:
+            if now - self.last_health >= period_s:
+                self.health, self.health_started = self.actor.call("check_health"), now
+            return None
+        if self.health.done():
+            exc = self.health.exception()
+            self.health, self.last_health = None, now
+            return None if exc is None else f"check_health raised {type(exc).__name__}: {exc}"
+        if now - self.health_started > timeout_s:
+            self.health = None
+            return f"check_health did not answer within {timeout_s} s"
+        return None
+
+
+@dataclass(eq=False)
+class DeploymentState:
+    app: str
+    plan: DeploymentPlan
+    replicas: dict[str, ReplicaState] = field(default_factory=dict)
+    target: int = 1
+    restarts: int = 0
+    message: str = ""
+    scale: autoscaling.ScaleState = field(default_factory=autoscaling.ScaleState)
+    stats: dict[str, concurrent.futures.Future] | None = None
+    metrics: DeploymentMetrics = field(default_factory=DeploymentMetrics)
+    last_stats: float = 0.0
+    counter: itertools.count = field(default_factory=itertools.count)
+    pending: int = 0  # replacements submitted, not yet started
+    retry_at: float = 0.0
+
+    def running(self) -> list[ReplicaState]:
+        return [r for r in self.replicas.values() if r.state == "RUNNING"]
+
+    def live(self) -> int:
+        """Replicas starting or running: what the target is compared with."""
+        return len([r for r in self.replicas.values() if r.state in ("STARTING", "RUNNING")])
+
+    def new_target(self) -> int:
+        """The replica count a redeployed deployment's new options ask for: ``num_replicas``, or the
+        current count kept within the new autoscaling bounds."""
+        auto = self.plan.config.autoscaling_config
+        if auto is None:
+            return self.plan.config.initial_replicas
+        return max(max(auto.min_replicas, 1), min(self.target, auto.max_replicas))
+
+    def poll_stats(self, now: float, lock: AbstractContextManager[Any]) -> dict[str, dict[str, Any]] | None:
+        """Start a round of ``stats()`` calls to the running replicas every metrics interval. Once
+        every reply is in, or :data:`STATS_LATE_S` has passed, fold the replies into :attr:`metrics`
+        (under ``lock``) and return them; ``None`` until then. A late reply is left out and loses
+        nothing (see ``ReplicaActor.stats``)."""
+        auto = self.plan.config.autoscaling_config
+        interval = auto.metrics_interval_s if auto is not None else 1.0
+        if self.stats is None:
+            if now - self.last_stats >= interval:
+                self.stats = {r.id: r.actor.call("stats", r.stats_acks) for r in self.running()
+                              if r.actor is not None}
+                self.last_stats = now
+            return None
+        if not all(f.done() for f in self.stats.values()) and now - self.last_stats < STATS_LATE_S:
+            return None
+        snaps = {rid: f.result() for rid, f in self.stats.items() if f.done() and f.exception() is None}
+        self.stats = None
+        with lock:
+            self.metrics.update(snaps, now, live=list(self.replicas))
+            for rid, snap in snaps.items():
+                if rid in self.replicas:
+                    self.replicas[rid].stats_acks = snap["acks"]
+        return snaps
+
+    def status(self) -> dict[str, Any]:
+        """This deployment's entry in ``serve.status()``."""
+        states: dict[str, int] = {}
+        for r in self.replicas.values():
+            states[r.state] = states.get(r.state, 0) + 1
+        healthy = states.get("RUNNING", 0) >= self.target
+        return {
+            "status": "HEALTHY" if healthy else ("UPSCALING" if self.message.startswith("autoscaling")
+                                                 else "UNHEALTHY" if self.message else "UPDATING"),
+            "replica_states": states, "target_replicas": self.target, "restarts": self.restarts,
+            "message": self.message, "metrics": self.metrics.as_dict(),
+        }
+
+
+@dataclass(eq=False)
+class AppState:
+    name: str
+    route_prefix: str | None
+    ingress: str
+    deployments: dict[str, DeploymentState]
+    status: str = "DEPLOYING"
+    message: str = ""
+    deployed_at: float = field(default_factory=time.time)
