@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 from serve_helpers import serving, wait_until
@@ -75,3 +76,16 @@ def _answer(client, path: str) -> str | None:
         return client.get(path).text
     except httpx.TransportError:
         return None
+
+
+def test_after_shutdown_handles_fail_at_once_and_lookups_say_nothing_runs():
+    """A handle kept past ``serve.shutdown()`` failed only after its timeout (or never, without one)
+    with "it is being replaced"; ``get_app_handle`` returned a stale handle."""
+    with serving():
+        handle = serve.run(hello.bind(), name="hello", route_prefix="/hello")
+    t0 = time.monotonic()
+    with pytest.raises(serve.exceptions.DeploymentUnavailableError, match="'hello' of app 'hello' is not running"):
+        handle.remote(None).result()
+    assert time.monotonic() - t0 < 5
+    with pytest.raises(serve.RayServeException, match="no Serve app named 'hello' is running here"):
+        serve.get_app_handle("hello")

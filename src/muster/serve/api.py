@@ -214,10 +214,43 @@ async def _apps(wanted: str) -> dict[str, str]:
     return {n: a.ingress for n, a in router.registry.table.apps.items()}
 
 
-def get_deployment_handle(deployment_name: str, app_name: str | None = None) -> DeploymentHandle:
-    """A handle to one deployment (``app_name`` defaults to the current replica's app, else "default")."""
-    if app_name is None:
-        from muster.serve import context
+async def _deployments(app: str, wanted: str) -> list[str]:
+    """The deployments of ``app`` this process's route table knows (pulled from the driver if needed)."""
+    from muster.serve._internal import router
 
-        app_name = context._current.app_name if context._current is not None else "default"
+    if (app, wanted) not in router.registry.table.deployments:
+        router.registry.pull()
+    return [d for a, d in router.registry.table.deployments if a == app]
+
+
+def get_deployment_handle(deployment_name: str, app_name: str | None = None) -> DeploymentHandle:
+    """A handle to one deployment of a running app (``app_name`` defaults to the current replica's app).
+
+    Raises:
+        RayServeException: no ``app_name`` outside a replica.
+        KeyError: the app has no such deployment (or is not running).
+    """
+    from muster.serve import context
+    from muster.serve._internal import eventloop
+    from muster.serve.exceptions import RayServeException
+
+    if app_name is None:
+        if context._current is None:
+            raise RayServeException(
+                f"get_deployment_handle({deployment_name!r}) outside a Serve replica needs the app's name: "
+                f"get_deployment_handle({deployment_name!r}, app_name=...)."
+            )
+        app_name = context._current.app_name
+    c = _controller
+    if c is not None:
+        app = c.apps.get(app_name)
+        deps = list(app.deployments) if app is not None else []
+    elif context._current is None:  # a task, an actor, a training loop (a replica's app may still be starting)
+        deps = eventloop.run_sync(_deployments(app_name, deployment_name))
+    else:
+        deps = [deployment_name]
+    if deployment_name not in deps:
+        where = f"its deployments are {sorted(deps)}" if deps else f"app {app_name!r} is not running here"
+        raise KeyError(f"Deployment {deployment_name!r} does not exist in app {app_name!r}: {where}."
+                       + ("" if deps else _elsewhere(app_name)))
     return DeploymentHandle(deployment_name, app_name)

@@ -524,6 +524,7 @@ class ServeController:
             apps = list(self.apps.values())
         for a in apps:
             self._stop_app(a, push=False)
+        router.set_table(router.RouteTable(next(self.version), {}, {}))  # this process's handles: nothing runs
         with self.ingress_lock:  # a replacement under way finishes first; none starts after
             try:
                 self.ingress.call("stop").result(10)

@@ -202,6 +202,7 @@ class Router:
         self.max_ongoing, self.max_queued = 5, -1
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._chosen: _RoutedReplica | None = None  # picked by open_now but not connected yet
+        self.known = False  # is the deployment in this process's route table
 
     def update(self, route: DeploymentRoute | None) -> None:
         wanted = {r.replica_id: r for r in (route.replicas if route else ())}
@@ -212,6 +213,7 @@ class Router:
             if rid not in self.replicas:
                 self.replicas[rid] = _RoutedReplica(r)
         self._list = list(self.replicas.values())
+        self.known = route is not None
         if route is not None:
             self.max_ongoing, self.max_queued = route.max_ongoing_requests, route.max_queued_requests
         self._wake(len(self._waiters))
@@ -256,6 +258,11 @@ class Router:
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
+            if self._refresh is None and not self.known:  # Serve pushes this process its table: it is gone
+                raise DeploymentUnavailableError(
+                    f"deployment {self.deployment!r} of app {self.app!r} is not running (deleted, Serve shut down, "
+                    f"or never deployed); running apps: {sorted(registry.table.apps) or 'none'}."
+                )
             stale = self._refresh is not None and not any(not r.dead for r in self._list)
             if stale:
                 # No live replica known here: a pulled table may be stale (replicas replaced since),
