@@ -61,7 +61,8 @@ def test_split_and_unsplit_datasets(storage):
 
 
 def all_cpus_loop():
-    it = train.get_dataset_shard("train")
+    it = train.get_dataset_shard()  # Ray's signature: the only dataset, or get_dataset_shard(dataset_name=...)
+    assert train.get_dataset_shard(dataset_name="train") is it
     total = sum(float(b["y"].sum()) for b in it.iter_torch_batches(batch_size=32))
     train.report({"total": total})
 

@@ -8,13 +8,14 @@ import random
 import pytest
 
 from muster import tune
+from muster.exceptions import InvalidArgumentError
 from muster.tune.search import BasicVariantGenerator, ConcurrencyLimiter
 from muster.tune.search.variant_generator import FINISHED, grid_points, resolve
 
 
 def _draws(domain, n=400, seed=0):
     rng = random.Random(seed)
-    return [domain.sample(rng) for _ in range(n)]
+    return [domain.sample(random_state=rng) for _ in range(n)]
 
 
 def test_uniform_and_loguniform_stay_in_bounds_and_spread():
@@ -160,3 +161,41 @@ def test_bad_input_names_the_value_and_the_fix(make, fragment):
     with pytest.raises((ValueError, TypeError)) as info:
         make()
     assert fragment in str(info.value)
+
+
+def test_rays_sample_api_on_every_domain():
+    """``Domain.sample(config=None, size=1, random_state=None)`` as in Ray (it needed an rng before)."""
+    import numpy as np
+
+    for domain in (tune.uniform(0, 1), tune.loguniform(1e-3, 1), tune.randint(0, 5), tune.choice(["x", "y"]),
+                   tune.randn(0, 1), tune.qrandint(0, 10, 2)):
+        one, many = domain.sample(), domain.sample(size=3)
+        assert not isinstance(one, list) and isinstance(many, list) and len(many) == 3
+        assert domain.sample(random_state=7) == domain.sample(random_state=7)
+    np.random.seed(3)
+    first = tune.uniform(0, 1).sample(size=4)
+    np.random.seed(3)
+    assert tune.uniform(0, 1).sample(size=4) == first  # numpy's global seed, as in Ray
+    assert tune.uniform(0, 1).sample(random_state=np.random.default_rng(1)) == \
+        tune.uniform(0, 1).sample(random_state=np.random.default_rng(1))
+    assert all(v in (0.0, 0.25, 0.5, 0.75, 1.0) for v in tune.uniform(0, 1).quantized(0.25).sample(size=20))
+    assert all(v % 3 == 0 for v in tune.randint(0, 30).quantized(3).sample(size=20))
+    assert tune.sample_from(lambda: 1).is_function() and not tune.uniform(0, 1).is_function()
+    with pytest.raises(InvalidArgumentError, match="size=0"):
+        tune.uniform(0, 1).sample(size=0)
+
+
+def test_sample_from_reads_the_config_or_rays_older_spec():
+    space = {
+        "a": tune.randint(5, 10),
+        "b": tune.sample_from(lambda config: config["a"] * 10),  # Ray's current form (a KeyError before)
+        "c": tune.sample_from(lambda spec: spec.config.a + 1),  # its older form
+        "nested": {"d": tune.sample_from(lambda config: config.nested.e + 1), "e": 5},
+        "z": tune.sample_from(lambda: "no arguments"),
+    }
+    config = resolve(space, {}, random.Random(0))
+    assert config["b"] == config["a"] * 10 and config["c"] == config["a"] + 1
+    assert config["nested"]["d"] == 6 and config["z"] == "no arguments"
+    with pytest.raises(KeyError, match="typo"):  # the function's own error, not the fallback's
+        resolve({"x": tune.sample_from(lambda config: config["typo"])}, {}, random.Random(0))
+    assert tune.sample_from(lambda config: config["a"] + 1).sample(config={"a": 1}) == 2

@@ -505,3 +505,86 @@ def test_callbacks_hear_of_each_checkpoint_a_recovery_and_the_restore(storage, t
                            "save", "checkpoint", "complete"], hooks.calls
     assert hooks.checkpoints == ["1", "2", "3"]
     assert (log.saved, log.restored) == (3, 1)  # a LoggerCallback hears of them as log_trial_save/restore
+
+
+def _uses_mutated_keys(config):
+    for step in range(3):
+        tune.report({"score": config["factor"] + config["nested"]["k"] + config["pick"] + step})
+
+
+def test_pbt_draws_the_keys_of_its_mutations_that_the_config_lacks(storage):
+    # Ray's PBT example has no param_space: every key comes from hyperparam_mutations (each trial failed
+    # with KeyError before)
+    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2, seed=1,
+                                  hyperparam_mutations={"factor": lambda: 5.0, "pick": [1, 2],
+                                                        "nested": {"k": tune.uniform(0, 1)}})
+    grid = tune.Tuner(_uses_mutated_keys, tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pbt,
+                                                                      num_samples=2),
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0, grid.errors
+    for r in grid:
+        assert r.config["factor"] == 5.0 and r.config["pick"] in (1, 2) and 0 <= r.config["nested"]["k"] <= 1
+
+
+def _returns_a_number(config):
+    return config["a"] + config["b"]
+
+
+def _yields(config):
+    for i in range(3):
+        yield {"i": i, "score": config["a"] * i}
+
+
+def test_a_trainable_may_return_a_number_or_yield_results_as_in_ray(storage):
+    grid = tune.Tuner(_returns_a_number, param_space={"a": tune.grid_search([1, 2]), "b": 10},
+                      tune_config=tune.TuneConfig(metric="_metric", mode="max"),
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0 and sorted(r.metrics["_metric"] for r in grid) == [11, 12]
+    assert grid.get_best_result().config["a"] == 2
+    (r,) = tune.Tuner(_yields, param_space={"a": 3},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert [row["i"] for row in r.metrics_dataframe.to_dict("records")] == [0, 1, 2]
+    assert r.metrics["score"] == 6 and r.metrics["training_iteration"] == 3
+
+
+class _RaysExampleSearcher(tune.search.Searcher):
+    """Ray's Searcher docstring example: its hooks take keywords (result=, error=) in **kwargs."""
+
+    def __init__(self, metric="score", mode="max", **kwargs):
+        super().__init__(metric=metric, mode=mode, **kwargs)
+        self.configurations, self.completed = {}, []
+
+    def suggest(self, trial_id):
+        if len(self.configurations) >= 3:
+            return tune.search.Searcher.FINISHED
+        self.configurations[trial_id] = {"a": len(self.configurations)}
+        return self.configurations[trial_id]
+
+    def on_trial_complete(self, trial_id, result, **kwargs):
+        self.completed.append((trial_id, result["score"], kwargs.get("error", False)))
+
+
+def _score_is_a(config):
+    tune.report({"score": config["a"]})
+
+
+class _SetupSees(tune.Callback):
+    def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
+        self.seen = (stop, num_samples, total_num_samples, info.get("time_budget_s"))
+
+
+def test_a_searcher_with_rays_hook_signatures_and_what_callback_setup_is_told(storage):
+    from muster.tune.experiment import Trial
+    from muster.tune.experiment.trial import Trial as SameTrial
+
+    assert Trial is SameTrial  # Ray's callback examples import it from there
+    searcher, seen = _RaysExampleSearcher(), _SetupSees()
+    grid = tune.Tuner(_score_is_a, tune_config=tune.TuneConfig(search_alg=searcher, num_samples=5),
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[seen])).fit()
+    assert grid.num_errors == 0, grid.errors
+    assert sorted(s for _, s, _ in searcher.completed) == [0, 1, 2] and not any(e for _, _, e in searcher.completed)
+    grid = tune.Tuner(_one_report, param_space={"a": tune.grid_search([1, 2, 3])},
+                      tune_config=tune.TuneConfig(num_samples=2, time_budget_s=60),
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[seen],
+                                                stop={"training_iteration": 5})).fit()
+    assert seen.seen == ({"training_iteration": 5}, 2, 6, 60)

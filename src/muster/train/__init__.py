@@ -111,8 +111,9 @@ def get_context() -> TrainContext:
     return _session.get_session("get_context").context
 
 
-def get_dataset_shard(name: str) -> Any:
-    """This worker's iterator over ``datasets[name]`` of the trainer (``TorchTrainer(datasets=...)``).
+def get_dataset_shard(dataset_name: str | None = None) -> Any:
+    """This worker's iterator over ``datasets[dataset_name]`` of the trainer (``TorchTrainer(datasets=...)``);
+    without a name, its only dataset.
 
     A dataset that ``DataConfig.datasets_to_split`` names (all, by default) gives
     rank r of n every n-th row, the same number of rows on every rank; others give
@@ -130,7 +131,7 @@ def get_dataset_shard(name: str) -> Any:
     """
     from muster.train._internal.datasets import get_dataset_shard as _get
 
-    return _get(name)
+    return _get(dataset_name)
 
 
 def __getattr__(name: str) -> Any:

@@ -6,6 +6,8 @@ session's own calls; ``get_context`` adds the trial's identity.
 
 from __future__ import annotations
 
+import inspect
+import numbers
 import time
 import warnings
 from collections.abc import Callable
@@ -20,6 +22,8 @@ from muster.train import report as _train_report
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
 from muster.tune.messages import StepDecision, StepResult
+
+DEFAULT_METRIC = "_metric"  # Ray's name for the result of a trainable that returns a number
 
 _trial: dict[str, Any] | None = None
 
@@ -149,12 +153,24 @@ class FunctionTrial:
         _trial = self.trial
         try:
             final = self.fn(config, **self.parameters)
+            if inspect.isgenerator(final):  # Ray: each value a generator trainable yields is a result
+                for value in final:
+                    self._result(value)
+                final = None
         finally:
             _trial = None
-        if isinstance(final, dict):  # Ray: a returned dict is the trial's last result
-            report(final)
-        elif final is not None:
+        self._result(final)
+
+    def _result(self, value: Any) -> None:
+        """Ray's rule for what a trainable returns or yields: a dict is a result, a number is the result
+        ``{"_metric": value}`` (``TuneConfig(metric="_metric")``), ``None`` is nothing."""
+        if isinstance(value, dict):
+            report(value)
+        elif isinstance(value, numbers.Number) and not isinstance(value, bool):
+            report({DEFAULT_METRIC: value})
+        elif value is not None:
             raise InvalidTypeError(
-                f"trainable {getattr(self.fn, '__name__', self.fn)!r} returned a {type(final).__name__}; a "
-                "trainable returns None or a dict of final metrics (report the rest with tune.report)."
+                f"trainable {getattr(self.fn, '__name__', self.fn)!r} returned a {type(value).__name__}; a "
+                "trainable returns (or yields) None, a number or a dict of metrics (report the rest with "
+                "tune.report)."
             )

@@ -100,6 +100,7 @@ class TuneController:
         self._last_save = 0.0
         self._plans: dict[str, RunPlan] = {}
         self.callbacks = CallbackList(None)  # the Tuner sets RunConfig(callbacks=...)'s Tune callbacks
+        self.setup_info: dict[str, Any] = {}  # and the keywords of their setup()
 
     # -- what schedulers may ask ----------------------------------------------------------
     def live_trials(self) -> list[Trial]:
@@ -140,7 +141,7 @@ class TuneController:
         self.total = runtime.resources()
         started = time.monotonic()
         self.progress.start()
-        self.callbacks("setup")
+        self.callbacks("setup", **self.setup_info)
         interrupts = SafeInterrupts(signal.SIGINT, signal.SIGTERM)
         try:
             with interrupts:
@@ -224,7 +225,7 @@ class TuneController:
             trial.status = TERMINATED
             self._dirty = True
             self.scheduler.on_trial_complete(self, trial, trial.last_result or None)
-            self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None)
+            self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None)
             self.callbacks.trial_event("on_trial_complete", self.trials, trial)
         return True
 
@@ -366,7 +367,7 @@ class TuneController:
             self.errors[trial.trial_id] = outcome
             self._keep_error(trial, outcome)
             self.scheduler.on_trial_error(self, trial)
-            self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
+            self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True)
             self.progress.event(f"{trial.trial_name} ERROR: {root_cause_summary(outcome)}")
             self.callbacks.trial_event("on_trial_error", self.trials, trial)
             if self.fail_fast and not self._stopping_all:
@@ -380,7 +381,7 @@ class TuneController:
         else:
             trial.status = TERMINATED
             self.scheduler.on_trial_complete(self, trial, trial.last_result or None)
-            self.searcher.on_trial_complete(trial.trial_id, trial.last_result or None)
+            self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None)
             self.callbacks.trial_event("on_trial_complete", self.trials, trial)
         trial.ending_as = None
 

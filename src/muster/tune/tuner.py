@@ -135,6 +135,10 @@ class Tuner:
             storage.root_uri, fail_fast,
         )
         controller.callbacks = CallbackList(self.run_config.callbacks)
+        controller.setup_info = {  # what Ray's Callback.setup gets
+            "stop": self.run_config.stop, "num_samples": tc.num_samples, "time_budget_s": tc.time_budget_s,
+            "total_num_samples": getattr(searcher, "total", 0) or tc.num_samples,
+        }
         if (self._restored or {}).get("search_done"):
             controller._search_done = True
         _replay(scheduler, controller, trials)

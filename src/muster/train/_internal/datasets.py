@@ -108,11 +108,16 @@ def check_datasets(datasets: Any, data_config: Any, trainer: str) -> None:
                              f"{unknown[0]!r}; the trainer has {sorted(datasets)}.")
 
 
-def get_dataset_shard(name: str) -> Any:
-    """This worker's ``DataIterator`` for ``datasets[name]``."""
+def get_dataset_shard(name: str | None = None) -> Any:
+    """This worker's ``DataIterator`` for ``datasets[name]`` (``None``: the trainer's only dataset)."""
     from muster.train._internal import session
 
     session.get_session("get_dataset_shard")
+    if name is None:
+        if len(_shards) != 1:
+            raise KeyError(f"get_dataset_shard() without a name needs a trainer with exactly one dataset; it has "
+                           f"{sorted(_shards) or 'none'}: pass one of them, e.g. get_dataset_shard('train').")
+        (name,) = _shards
     if name not in _shards:
         raise KeyError(f"get_dataset_shard({name!r}): the trainer has no dataset named {name!r}; it has "
                        f"{sorted(_shards) or 'none'} (pass TorchTrainer(datasets={{{name!r}: ds}})).")

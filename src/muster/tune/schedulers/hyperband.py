@@ -117,7 +117,7 @@ class HyperBandScheduler(TrialScheduler):
             if trial.trial_id == trial_id and trial.run is None and trial.status == "PAUSED":
                 trial.status = "TERMINATED"
                 controller._dirty = True
-                controller.searcher.on_trial_complete(trial.trial_id, trial.last_result or None)
+                controller.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None)
                 controller.callbacks.trial_event("on_trial_complete", controller.trials, trial)
 
     def _left(self, controller: Any, trial: Trial) -> None:

@@ -92,6 +92,19 @@ class PopulationBasedTraining(TrialScheduler):
 
     def on_trial_add(self, controller: Any, trial: Trial) -> None:
         self._state.setdefault(trial.trial_id, _State())
+        self._fill(trial.config, self.mutations)  # as Ray: the mutations may be the only search space
+
+    def _fill(self, config: dict[str, Any], mutations: dict[str, Any]) -> None:
+        """Draw each key of ``mutations`` that ``config`` lacks from its mutation's values."""
+        for key, spec in mutations.items():
+            if isinstance(spec, dict):
+                if isinstance(config.setdefault(key, {}), dict):
+                    self._fill(config[key], spec)
+            elif key not in config:
+                if isinstance(spec, (list, tuple)) or isinstance(spec, Categorical):
+                    config[key] = self.rng.choice(list(spec.categories if isinstance(spec, Categorical) else spec))
+                else:
+                    config[key] = spec.draw(self.rng, config) if isinstance(spec, Domain) else spec()
 
     def on_trial_result(self, controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         self._require_metric()
@@ -161,7 +174,7 @@ class PopulationBasedTraining(TrialScheduler):
                     i = values.index(current) + self.rng.choice((-1, 1))
                     config[key] = values[min(max(i, 0), len(values) - 1)]
             elif resample or not isinstance(current, (int, float)):
-                config[key] = spec.sample(self.rng) if isinstance(spec, Domain) else spec()
+                config[key] = spec.draw(self.rng, config) if isinstance(spec, Domain) else spec()
             else:
                 nudged = current * self.rng.choice(self.factors)
                 config[key] = int(nudged) if isinstance(current, int) and not isinstance(current, bool) else nudged

@@ -1,12 +1,15 @@
 """Search-space primitives: Ray Tune's names (``tune.uniform``, ``tune.choice``, ...).
 
-A *domain* describes where a hyperparameter's values come from and draws one
-with ``sample(rng)``.  ``grid_search`` is not a domain: it marks a list whose
+A *domain* describes where a hyperparameter's values come from. Searches draw
+with ``draw(rng)``; users call Ray's ``sample(config=None, size=1,
+random_state=None)``. ``grid_search`` is not a domain: it marks a list whose
 every value is tried (``{"grid_search": [...]}``, as in Ray).
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -18,11 +21,40 @@ from muster.exceptions import InvalidArgumentError
 class Domain:
     """A set of values to draw a hyperparameter from."""
 
-    def sample(self, rng: random.Random, spec: Any = None) -> Any:
+    def draw(self, rng: random.Random, config: dict[str, Any] | None = None) -> Any:
+        """One value; ``config`` is the trial's config so far (what ``sample_from`` functions read)."""
         raise NotImplementedError
+
+    def sample(self, config: dict[str, Any] | None = None, size: int = 1, random_state: Any = None) -> Any:
+        """Ray's: one value, or a list of ``size``. ``random_state``: a seed, a ``random.Random`` or a numpy
+        ``RandomState``/``Generator``; without one the draw follows numpy's global seed (``np.random.seed``)."""
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise InvalidArgumentError(f"{self!r}.sample(size={size!r}): size is a number of values >= 1.")
+        rng = _as_rng(random_state)
+        values = [self.draw(rng, config) for _ in range(size)]
+        return values[0] if size == 1 else values
 
     def is_grid(self) -> bool:
         return False
+
+    def is_function(self) -> bool:
+        return False
+
+
+def _as_rng(random_state: Any) -> random.Random:
+    if isinstance(random_state, random.Random):
+        return random_state
+    if random_state is None or hasattr(random_state, "randint") or hasattr(random_state, "integers"):
+        import numpy as np
+
+        source = np.random if random_state is None else random_state
+        pick = source.integers if hasattr(source, "integers") else source.randint
+        return random.Random(int(pick(0, 2**31 - 1)))
+    if isinstance(random_state, int) and not isinstance(random_state, bool):
+        return random.Random(random_state)
+    raise InvalidArgumentError(
+        f"sample(random_state={random_state!r}): pass a seed, a random.Random or a numpy RandomState/Generator."
+    )
 
 
 class Float(Domain):
@@ -36,13 +68,25 @@ class Float(Domain):
         _check_q(q)
         self.lower, self.upper, self.log_base, self.q = float(lower), float(upper), log_base, q
 
-    def sample(self, rng: random.Random, spec: Any = None) -> float:
+    def draw(self, rng: random.Random, config: dict[str, Any] | None = None) -> float:
         if self.log_base is None:
             value = rng.uniform(self.lower, self.upper)
         else:
             b = math.log(self.log_base)
             value = math.exp(rng.uniform(math.log(self.lower) / b, math.log(self.upper) / b) * b)
         return _quantize(value, self.q, self.lower, self.upper) if self.q else value
+
+    def uniform(self) -> Float:
+        """This range drawn uniformly (Ray's ``Float(lower, upper).uniform()``)."""
+        return Float(self.lower, self.upper, q=self.q)
+
+    def loguniform(self, base: float = 10) -> Float:
+        """This range drawn on a log scale."""
+        return Float(self.lower, self.upper, log_base=base, q=self.q)
+
+    def quantized(self, q: float) -> Float:
+        """This domain rounded to multiples of ``q`` (``tune.uniform(0, 1).quantized(0.1)``)."""
+        return Float(self.lower, self.upper, log_base=self.log_base, q=q)
 
     def __repr__(self) -> str:
         kind = "uniform" if self.log_base is None else "loguniform"
@@ -56,7 +100,7 @@ class Normal(Domain):
         _check_q(q)
         self.mean, self.sd, self.q = float(mean), float(sd), q
 
-    def sample(self, rng: random.Random, spec: Any = None) -> float:
+    def draw(self, rng: random.Random, config: dict[str, Any] | None = None) -> float:
         value = rng.gauss(self.mean, self.sd)
         return round(value / self.q) * self.q if self.q else value
 
@@ -82,7 +126,7 @@ class Integer(Domain):
             raise InvalidArgumentError(f"qrandint(q={q!r}): q must be an integer >= 1.")
         self.lower, self.upper, self.q, self.log, self.inclusive = lower, upper, q, log, inclusive
 
-    def sample(self, rng: random.Random, spec: Any = None) -> int:
+    def draw(self, rng: random.Random, config: dict[str, Any] | None = None) -> int:
         hi = self.upper if self.inclusive else self.upper - 1
         if self.log:
             value = int(math.exp(rng.uniform(math.log(self.lower), math.log(hi + 1))))
@@ -92,6 +136,13 @@ class Integer(Domain):
         if self.q:
             value = int(_quantize(value, self.q, self.lower, hi))
         return value
+
+    def uniform(self) -> Integer:
+        return copy.copy(self)
+
+    def quantized(self, q: int) -> Integer:
+        """This domain's multiples of ``q`` (upper bound included, as ``qrandint``)."""
+        return Integer(self.lower, self.upper, q=q, log=self.log, inclusive=True)
 
     def __repr__(self) -> str:
         return f"randint({self.lower}, {self.upper}{f', q={self.q}' if self.q else ''})"
@@ -103,29 +154,64 @@ class Categorical(Domain):
             raise InvalidArgumentError(f"choice({categories!r}): pass a non-empty list, e.g. choice([16, 32, 64]).")
         self.categories = list(categories)
 
-    def sample(self, rng: random.Random, spec: Any = None) -> Any:
+    def draw(self, rng: random.Random, config: dict[str, Any] | None = None) -> Any:
         return self.categories[rng.randrange(len(self.categories))]
+
+    def uniform(self) -> Categorical:
+        return copy.copy(self)
 
     def __repr__(self) -> str:
         return f"choice({self.categories!r})"
 
 
 class Function(Domain):
-    """``sample_from(fn)``: ``fn(spec)`` computes the value; ``spec.config`` holds the other values."""
+    """``sample_from(fn)``: ``fn(config)`` computes the value from the other values of the trial's config
+    (``config["lr"]`` or ``config.lr``); Ray's older ``fn(spec)`` form (``spec.config.lr``) and a function of
+    no arguments work too."""
 
     def __init__(self, fn: Callable[..., Any]):
         if not callable(fn):
             raise InvalidArgumentError(f"sample_from({fn!r}): pass a function, e.g. sample_from(lambda spec: 2 ** 4).")
         self.fn = fn
-
-    def sample(self, rng: random.Random, spec: Any = None) -> Any:
         try:
-            return self.fn(spec)
+            inspect.signature(fn).bind(None)
+            self.pass_config = True
         except TypeError:
+            self.pass_config = False
+        except ValueError:  # no signature to read (a builtin): give it the config
+            self.pass_config = True
+
+    def is_function(self) -> bool:
+        return True
+
+    def draw(self, rng: random.Random, config: dict[str, Any] | None = None) -> Any:
+        if not self.pass_config:
             return self.fn()
+        view = AttrDict(config or {})
+        try:
+            return self.fn(view)
+        except (AttributeError, KeyError) as first:
+            try:
+                return self.fn(AttrDict(config=view))  # Ray's older form: fn(spec), spec.config.lr
+            except (AttributeError, KeyError):
+                raise first from None
 
     def __repr__(self) -> str:
         return f"sample_from({getattr(self.fn, '__name__', self.fn)})"
+
+
+class AttrDict(dict):
+    """A config as ``sample_from`` functions see it: ``config["lr"]`` and ``config.lr`` both work."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = self[name]
+        except KeyError:
+            raise AttributeError(
+                f"config.{name}: the trial config has no key {name!r} (yet: values are resolved in order, "
+                "and sample_from runs after every other domain)."
+            ) from None
+        return AttrDict(value) if isinstance(value, dict) else value
 
 
 def _check_range(name: str, lower: float, upper: float) -> None:
@@ -205,7 +291,8 @@ def choice(categories: Sequence[Any]) -> Categorical:
 
 
 def sample_from(fn: Callable[..., Any]) -> Function:
-    """A value computed by ``fn(spec)``, where ``spec.config`` is the trial's config so far."""
+    """A value computed by ``fn(config)`` from the trial's config so far (``config["a"]``; Ray's older
+    ``fn(spec)`` with ``spec.config.a`` works too)."""
     return Function(fn)
 
 

@@ -85,7 +85,7 @@ class ConcurrencyLimiter(Searcher):
         if trial_id in self._live:
             self._live.discard(trial_id)
             self._batch_done += 1
-        self.searcher.on_trial_complete(trial_id, result, error)
+        self.searcher.on_trial_complete(trial_id, result=result, error=error)
 
 
 class SearchGenerator:
@@ -120,7 +120,7 @@ class SearchGenerator:
         self.searcher.on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
-        self.searcher.on_trial_complete(trial_id, result, error)
+        self.searcher.on_trial_complete(trial_id, result=result, error=error)
 
 
 def _without_domains(space: Any) -> Any:

@@ -21,20 +21,6 @@ Path = tuple[Any, ...]
 FINISHED = "FINISHED"
 
 
-class _Spec(dict):
-    """The argument of a ``sample_from`` function: ``spec.config.lr`` and ``spec["config"]["lr"]`` both work."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            value = self[name]
-        except KeyError:
-            raise AttributeError(
-                f"spec.{name}: the trial config has no key {name!r} (yet: values are resolved in order, "
-                "and sample_from runs after every other domain)."
-            ) from None
-        return _Spec(value) if isinstance(value, dict) else value
-
-
 def _walk(space: Any, path: Path = ()) -> Iterator[tuple[Path, Any]]:
     """Every leaf that is a grid or a domain, with its path of keys."""
     if isinstance(space, dict):
@@ -75,9 +61,9 @@ def resolve(space: dict[str, Any], point: dict[Path, Any], rng: random.Random) -
         if isinstance(leaf, Function):
             later.append((path, leaf))
         elif isinstance(leaf, Domain):
-            _set(config, path, leaf.sample(rng))
+            _set(config, path, leaf.draw(rng))
     for path, leaf in later:
-        _set(config, path, leaf.sample(rng, _Spec(config=config)))
+        _set(config, path, leaf.draw(rng, config))
     return config
 
 
