@@ -187,6 +187,13 @@ def test_shuffle_is_seeded_per_epoch_and_sort_groupby():
     assert first != second  # a new order each epoch ...
     again = [int(x) for b in md.range(200).random_shuffle(seed=5).iter_batches(batch_size=50) for x in b["id"]]
     assert again == first  # ... deterministic from (seed, epoch)
+    fixed = md.range(200).random_shuffle(seed=md.RandomSeedConfig(5, reseed_after_execution=False)).iterator()
+    passes = [[int(x) for b in fixed.iter_batches(batch_size=50) for x in b["id"]] for _ in range(2)]
+    assert passes[0] == passes[1] != list(range(200))  # Ray's integer-seed behaviour, asked for by name
+    per_pass = md.range(200).random_shuffle(seed=md.RandomSeedConfig(5)).iterator()
+    assert [[int(x) for b in per_pass.iter_batches(batch_size=50) for x in b["id"]] for _ in range(2)] == [first, second]
+    with pytest.raises(TypeError, match="seed='5'"):
+        md.range(3).random_shuffle(seed="5")
     assert ids(md.range(20).random_shuffle(seed=1).sort("id", descending=True))[:3] == [19, 18, 17]
     blocks = md.range(40, override_num_blocks=4).randomize_block_order(seed=2)
     assert sorted(ids(blocks)) == list(range(40)) and ids(blocks) != list(range(40))
@@ -509,3 +516,29 @@ def test_rays_expressions_in_with_column_and_filter():
         ds.with_column("z", col("nope") + 1).take_all()
     with pytest.raises(TypeError, match="pass an expression such as col"):
         ds.with_column("z", lambda row: 1)
+
+
+def test_whole_dataset_results_and_guards_as_rays():
+    """One aggregate is a value, not a dict; two of one name are both kept; take_all/to_pandas(limit)
+    refuse a bigger dataset; Ray's batch_size="auto" and keywords are taken (each differed or failed)."""
+    from muster.data.aggregate import Count, Unique
+
+    ds = md.range(10)
+    assert (ds.sum(), ds.min(), ds.max(), ds.mean(), ds.sum(["id"])) == (45, 0, 9, 4.5, 45)
+    two = md.from_items([{"a": 1, "b": 2.0}, {"a": 3, "b": None}])
+    assert two.sum() == {"sum(a)": 4, "sum(b)": 2.0}
+    assert two.aggregate(Count("b"), Count("b", ignore_nulls=True)) == {"count(b)": 2, "count(b)_2": 1}
+    grouped = two.groupby("a").aggregate(Count("b"), Count("b", ignore_nulls=True)).take_all()
+    assert grouped == [{"a": 1, "count(b)": 1, "count(b)_2": 1}, {"a": 3, "count(b)": 1, "count(b)_2": 0}]
+    assert sorted(two.aggregate(Unique("b"))["unique(b)"], key=str) == [2.0, None]  # crashed on the null
+    assert two.unique("b", ignore_nulls=True) == [2.0] and None in two.unique("b")
+    with pytest.raises(ValueError, match=r"take_all\(limit=5\): the dataset has more than 5 rows"):
+        ds.take_all(limit=5)
+    with pytest.raises(ValueError, match=r"to_pandas\(limit=3\)"):
+        ds.to_pandas(limit=3)
+    assert len(ds.take_all(limit=10)) == 10 and ds.to_pandas(limit=10).shape == (10, 1)
+    assert ids(ds.map_batches(lambda b: b, batch_size="auto")) == list(range(10))
+    assert ds.columns(fetch_if_missing=True) == ["id"] and ds.schema(fetch_if_missing=False).names == ["id"]
+    import muster
+
+    assert np.concatenate(muster.get(ds.to_numpy_refs(column="id"))).tolist() == list(range(10))

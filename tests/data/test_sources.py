@@ -197,3 +197,23 @@ def test_big_parquet_file_reads_by_row_group(tmp_path, monkeypatch):
     ds = md.read_parquet(str(tmp_path / "big.parquet"))
     assert len(ds._node.op.tasks) == 10
     assert [r["id"] for r in ds.take_all()] == list(range(1000))
+
+
+def test_csv_and_json_add_hive_folders_as_string_columns_and_files_keep_a_row_cap(tmp_path):
+    """Ray's read_csv/read_json partition on hive folders by default (muster's dropped them);
+    write_*(max_rows_per_file=) was passed on to pyarrow, which refused it."""
+    folder = tmp_path / "year=2022" / "month=09"
+    folder.mkdir(parents=True)
+    (folder / "sales.csv").write_text("order,qty\n10107,30\n")
+    (folder / "sales.jsonl").write_text('{"order": 10107, "qty": 30}\n')
+    want = [{"order": 10107, "qty": 30, "year": "2022", "month": "09"}]
+    assert md.read_csv(str(tmp_path), file_extensions=["csv"]).take_all() == want
+    assert md.read_json(str(tmp_path / "year=2022"), file_extensions=["jsonl"]).take_all() == want
+    assert md.read_csv(str(folder / "sales.csv"), partitioning=None).take_all() == [{"order": 10107, "qty": 30}]
+    with pytest.raises(ValueError, match="partitioning='dirname'"):
+        md.read_csv(str(folder / "sales.csv"), partitioning="dirname")
+    out = str(tmp_path / "capped")
+    files = md.range(25, override_num_blocks=1).write_parquet(out, max_rows_per_file=10)
+    assert sorted(pq.read_metadata(f).num_rows for f in files) == [5, 10, 10]
+    with pytest.raises(ValueError, match="min_rows_per_file=20, max_rows_per_file=10"):
+        md.range(5).write_csv(out, min_rows_per_file=20, max_rows_per_file=10)

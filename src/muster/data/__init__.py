@@ -12,6 +12,7 @@ trainer: ``TorchTrainer(..., datasets={"train": ds})`` and, in the loop,
 from __future__ import annotations
 
 import builtins
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from muster.data import block as _blk
 from muster.data import sources as _src
 from muster.data.config import DataConfig
 from muster.data.dataset import Dataset, MaterializedDataset, from_blocks
-from muster.data.datasource import FileShuffleConfig
+from muster.data.datasource import FileShuffleConfig, RandomSeedConfig
 from muster.data.exceptions import DataError, DataSchemaError, DataSourceError, DataTypeError, UserFunctionError
 from muster.data.execution import DataContext
 from muster.data.grouped import GroupedData
@@ -39,6 +40,7 @@ from muster.exceptions import InvalidArgumentError, InvalidTypeError
 __all__ = [
     "Schema",
     "FileShuffleConfig",
+    "RandomSeedConfig",
     "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
     "DataTypeError", "Dataset", "GroupedData", "MaterializedDataset", "UserFunctionError", "from_arrow", "from_items", "from_numpy",
     "from_pandas", "range", "range_tensor", "read_binary_files", "read_csv", "read_json", "read_parquet",
@@ -111,23 +113,40 @@ def _paths(include_paths: bool) -> dict[str, Any]:
 
 
 def read_csv(paths: str | list[str], *, filesystem: Any = None, include_paths: bool = False,
-             **arrow_csv_args: Any) -> Dataset:
+             partitioning: Any = "hive", **arrow_csv_args: Any) -> Dataset:
     """CSV files (header row); extra keyword arguments go to ``pyarrow.csv.read_csv`` (Ray's task options
-    such as ``override_num_blocks`` are accepted with no effect). ``include_paths`` adds a column ``path``."""
+    such as ``override_num_blocks`` are accepted with no effect). ``include_paths`` adds a column ``path``;
+    as in Ray, each ``key=value`` folder of a file's path adds a string column (``partitioning=None``: not)."""
     ray_only = _ray_only(arrow_csv_args)
-    return _read("ReadCSV", _src.csv_tasks(paths, filesystem, _file_options(include_paths, ray_only), **arrow_csv_args),
-                 RayCall.of("read_csv", paths, **_fs(filesystem), **ray_only, **_paths(include_paths), **arrow_csv_args))
+    options = _text_options(include_paths, ray_only, partitioning, "read_csv")
+    return _read("ReadCSV", _src.csv_tasks(paths, filesystem, options, **arrow_csv_args),
+                 RayCall.of("read_csv", paths, **_fs(filesystem), **ray_only, **_paths(include_paths),
+                            **_no_partitioning(partitioning), **arrow_csv_args))
+
+
+def _text_options(include_paths: bool, ray_only: dict[str, Any], partitioning: Any, where: str) -> _src.FileOptions:
+    """The file options of a reader whose ``partitioning`` is Ray's default hive one, or None (off)."""
+    style = partitioning if isinstance(partitioning, str) else getattr(partitioning, "style", "hive")
+    if partitioning is not None and style != "hive":
+        raise InvalidArgumentError(f"{where}(partitioning={partitioning!r}): hive folders (the default) or None; "
+                                   "filter other layouts with partition_filter=PathPartitionFilter.of(...).")
+    return dataclasses.replace(_file_options(include_paths, ray_only), hive=partitioning is not None)
+
+
+def _no_partitioning(partitioning: Any) -> dict[str, Any]:
+    return {"partitioning": None} if partitioning is None else {}
 
 
 def read_json(paths: str | list[str], *, filesystem: Any = None, lines: bool = True, include_paths: bool = False,
-              **arrow_json_args: Any) -> Dataset:
-    """JSON lines files (one object per line); ``include_paths`` adds a column ``path``."""
+              partitioning: Any = "hive", **arrow_json_args: Any) -> Dataset:
+    """JSON lines files (one object per line); ``include_paths`` and ``partitioning`` as in :func:`read_csv`."""
     if not lines:
         raise InvalidArgumentError("read_json(lines=False): only JSON lines (one object per line) is read; convert the file.")
     ray_only = _ray_only(arrow_json_args)
-    return _read("ReadJSON", _src.json_tasks(paths, filesystem, _file_options(include_paths, ray_only), **arrow_json_args),
+    options = _text_options(include_paths, ray_only, partitioning, "read_json")
+    return _read("ReadJSON", _src.json_tasks(paths, filesystem, options, **arrow_json_args),
                  RayCall.of("read_json", paths, lines=True, **_fs(filesystem), **ray_only, **_paths(include_paths),
-                            **arrow_json_args))
+                            **_no_partitioning(partitioning), **arrow_json_args))
 
 
 def read_text(paths: str | list[str], *, filesystem: Any = None, encoding: str = "utf-8",

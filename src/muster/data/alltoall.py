@@ -176,9 +176,17 @@ class _Plans:
         plan = _on_a_thread(lambda: _Plan(self.seed, epoch, n, rows), "muster-data-next-shuffle")
         self._next = (epoch, n, plan)
 
+    def keep(self, epoch: int, n: int, plan: _Plan) -> None:
+        """Use ``plan`` again for the next pass (a shuffle whose order is the same every pass)."""
+        done: Future[_Plan] = Future()
+        done.set_result(plan)
+        self._next = (epoch, n, done)
 
-def random_shuffle(seed: int, rows_per_block: int) -> Callable[[list[pa.Table], int], Iterator[pa.Table]]:
-    """A full, uniform shuffle of all rows, seeded from (seed, epoch); blocks are gathered lazily."""
+
+def random_shuffle(seed: int, rows_per_block: int, per_epoch: bool = True
+                   ) -> Callable[[list[pa.Table], int], Iterator[pa.Table]]:
+    """A full, uniform shuffle of all rows, seeded from (seed, epoch), or from seed alone (the same
+    order every pass) when not ``per_epoch``; blocks are gathered lazily."""
     plans = _Plans(seed)
 
     def run(blocks: list[pa.Table], epoch: int) -> Iterator[pa.Table]:
@@ -186,22 +194,28 @@ def random_shuffle(seed: int, rows_per_block: int) -> Callable[[list[pa.Table], 
         if table.num_rows == 0:
             yield table
             return
-        yield from plans.get(epoch, table.num_rows, rows_per_block).gather(table)
-        plans.draw_ahead(epoch + 1, table.num_rows, rows_per_block)
+        e = epoch if per_epoch else 0
+        plan = plans.get(e, table.num_rows, rows_per_block)
+        yield from plan.gather(table)
+        if per_epoch:
+            plans.draw_ahead(e + 1, table.num_rows, rows_per_block)
+        else:
+            plans.keep(e, table.num_rows, plan)
 
     return run
 
 
-def randomize_block_order(seed: int) -> Callable[[list[pa.Table], int], list[pa.Table]]:
+def randomize_block_order(seed: int, per_epoch: bool = True) -> Callable[[list[pa.Table], int], list[pa.Table]]:
     def run(blocks: list[pa.Table], epoch: int) -> list[pa.Table]:
-        return [blocks[i] for i in _rng(seed, epoch).permutation(len(blocks))]
+        return [blocks[i] for i in _rng(seed, epoch if per_epoch else 0).permutation(len(blocks))]
 
     return run
 
 
-def randomize_reads(seed: int) -> Callable[[tuple[ReadTask, ...], int], tuple[ReadTask, ...]]:
+def randomize_reads(seed: int, per_epoch: bool = True
+                    ) -> Callable[[tuple[ReadTask, ...], int], tuple[ReadTask, ...]]:
     def run(tasks: tuple[ReadTask, ...], epoch: int) -> tuple[ReadTask, ...]:
-        return tuple(tasks[i] for i in _rng(seed, epoch).permutation(len(tasks)))
+        return tuple(tasks[i] for i in _rng(seed, epoch if per_epoch else 0).permutation(len(tasks)))
 
     return run
 
@@ -272,22 +286,34 @@ def aggregate(keys: list[str], aggs: list[Any], every_column: bool = False) -> C
         for k in keys + [a.on for a in todo if a.on]:
             if k not in table.column_names:
                 raise InvalidArgumentError(f"groupby/aggregate: no column {k!r}; the dataset has {table.column_names}.")
+        names = _distinct([a.name for a in todo])  # two aggregations of one name: "count(v)", "count(v)_2"
         if not keys:
-            return [pa.table({a.name: [_whole(table, a)] for a in todo})]
-        builtin = [a for a in todo if a.method != "custom"]
-        specs = [_pa_spec(a) for a in builtin]
+            return [pa.table({n: [_whole(table, a)] for a, n in zip(todo, names)})]
+        builtin = [(a, n) for a, n in zip(todo, names) if a.method != "custom"]
+        specs = [_pa_spec(a) for a, _ in builtin]
         grouped = table.group_by(keys, use_threads=False).aggregate(specs)  # type: ignore[arg-type]
-        produced = [f"{spec[0]}_{spec[1]}" if spec[0] else "count_all" for spec in specs]
-        grouped = grouped.select(keys + produced).rename_columns(keys + [a.name for a in builtin])
+        results = [n for _, n in builtin]  # by position: two specs of one column get the same pyarrow name
+        keys_first = grouped.column_names[:len(keys)] == keys
+        grouped = grouped.rename_columns(keys + results if keys_first else results + keys)
         grouped = grouped.sort_by([(k, "ascending") for k in keys])
-        custom = [a for a in todo if a.method == "custom"]
+        custom = [(a, n) for a, n in zip(todo, names) if a.method == "custom"]
         if custom:
             groups = _groups(table, keys)
-            for a in custom:
-                grouped = grouped.append_column(a.name, pa.array([a.run(key, part) for key, part in groups]))
-        return [grouped.select(keys + [a.name for a in todo])]
+            for a, n in custom:
+                grouped = grouped.append_column(n, pa.array([a.run(key, part) for key, part in groups]))
+        return [grouped.select(keys + names)]
 
     return run
+
+
+def _distinct(names: list[str]) -> list[str]:
+    """``names`` with the second of a name and after suffixed ``_2``, ``_3``... (Ray's rule)."""
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        out.append(n if seen[n] == 1 else f"{n}_{seen[n]}")
+    return out
 
 
 def _groups(table: pa.Table, keys: list[str]) -> list[tuple[Any, pa.Table]]:
@@ -319,7 +345,7 @@ def _whole(table: pa.Table, agg: Any) -> Any:
     column = table.column(on)
     if agg.method == "unique":
         values = pc.unique(column)
-        return [v for v in values.to_pylist() if v is not None or options.mode == "all"]
+        return [v for v in values.to_pylist() if v is not None or not agg.options.get("ignore_nulls", True)]
     return getattr(pc, name)(column, options=options).as_py()
 
 

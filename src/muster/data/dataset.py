@@ -6,7 +6,6 @@ Transforms return a new ``Dataset`` and run nothing; ``iter_*``, ``take*``,
 
 from __future__ import annotations
 
-import random
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -16,11 +15,17 @@ from muster.core import context as core_context
 from muster.data import _ray_plan, alltoall, execution, plan, writers
 from muster.data import block as blk
 from muster.data import expr as expr_parser
+from muster.data.datasource import RandomSeedConfig
 from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator, Passes
 from muster.data.plan import AllToAll, Limit, Node, RayCall, Read, Transform, Union
 from muster.data.schema import Schema
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+
+
+def _ray_seed(seed: Any) -> Any:
+    """``seed=`` for the Ray engine: a RandomSeedConfig as Ray's own."""
+    return seed.to_ray() if isinstance(seed, RandomSeedConfig) else seed
 
 
 def _positive(value: Any, name: str, where: str) -> None:
@@ -103,7 +108,7 @@ class Dataset:
         Args:
             fn: a function ``batch -> batch``, or a callable class (built with ``fn_constructor_args/kwargs``
                 once per actor of a pool when ``concurrency`` is given, else once per executing thread).
-            batch_size: rows per batch (``None``: whole blocks).
+            batch_size: rows per batch (``None``: whole blocks; Ray's ``"auto"`` and ``"default"``: 1024).
             batch_format: ``"numpy"`` (dict of arrays), ``"pandas"`` or ``"pyarrow"``.
             concurrency: for a callable class, the actor pool's size (``n``), or ``(min, max)`` to scale
                 with the queue of blocks; for a function, at most this many of its tasks at once. On the
@@ -117,10 +122,11 @@ class Dataset:
         """
         where = _rows or "map_batches"
         concurrency = _concurrency(compute, concurrency, where)
-        if batch_size == "default":
+        if batch_size in ("default", "auto"):
             batch_size = 1024
         if not (batch_size is None or isinstance(batch_size, int)):
-            raise InvalidArgumentError(f"map_batches(batch_size={batch_size!r}): use a positive integer or None.")
+            raise InvalidArgumentError(f"map_batches(batch_size={batch_size!r}): use a positive integer, None (whole "
+                                       "blocks) or \"auto\".")
         _positive(batch_size, "batch_size", "map_batches")
         fmt = blk.check_batch_format(batch_format, "map_batches")
         if not callable(fn):
@@ -219,18 +225,22 @@ class Dataset:
                 raise InvalidTypeError(f"union({o!r}): pass muster.data Datasets.")
         return Dataset(Node(Union("Union"), (self._node, *(o._node for o in others))))
 
-    def random_shuffle(self, *, seed: int | None = None, **_ignored: Any) -> "Dataset":
-        """Shuffle all rows. Each pass (epoch) gets a new order, deterministic from (seed, epoch)."""
-        s = seed if seed is not None else random.SystemRandom().randrange(2**63)
+    def random_shuffle(self, *, seed: "int | RandomSeedConfig | None" = None, **_ignored: Any) -> "Dataset":
+        """Shuffle all rows. Each pass (epoch) gets a new order, deterministic from (seed, epoch);
+        ``seed=RandomSeedConfig(seed, reseed_after_execution=False)`` repeats one order every pass
+        (what Ray does for an integer seed)."""
+        s, per_epoch = RandomSeedConfig.of(seed, "random_shuffle").plan()
         rows = execution.DataContext.get_current().target_block_rows
-        ray = RayCall.of("random_shuffle", seed=seed, **_ignored)
-        return self._then(AllToAll("RandomShuffle", alltoall.random_shuffle(s, rows), ray=ray))
+        ray = RayCall.of("random_shuffle", seed=_ray_seed(seed), **_ignored)
+        return self._then(AllToAll("RandomShuffle", alltoall.random_shuffle(s, rows, per_epoch), ray=ray))
 
-    def randomize_block_order(self, *, seed: int | None = None) -> "Dataset":
-        """Shuffle the order of blocks (files, for a read: no data is gathered), per epoch."""
-        s = seed if seed is not None else random.SystemRandom().randrange(2**63)
-        return self._then(AllToAll("RandomizeBlockOrder", alltoall.randomize_block_order(s), alltoall.randomize_reads(s),
-                                   ray=RayCall.of("randomize_block_order", seed=seed)))
+    def randomize_block_order(self, *, seed: "int | RandomSeedConfig | None" = None) -> "Dataset":
+        """Shuffle the order of blocks (files, for a read: no data is gathered); ``seed`` as in
+        :meth:`random_shuffle`."""
+        s, per_epoch = RandomSeedConfig.of(seed, "randomize_block_order").plan()
+        return self._then(AllToAll("RandomizeBlockOrder", alltoall.randomize_block_order(s, per_epoch),
+                                   alltoall.randomize_reads(s, per_epoch),
+                                   ray=RayCall.of("randomize_block_order", seed=_ray_seed(seed))))
 
     def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None, *,
                     shuffle: bool = False, **_ignored: Any) -> "Dataset":
@@ -270,9 +280,10 @@ class Dataset:
         return GroupedData(self, keys)
 
     def _whole(self, method: str, on: str | list[str] | None, **options: Any) -> Any:
-        """An aggregation over the whole dataset, as Ray returns it: one column's value, else a dict."""
+        """An aggregation over the whole dataset, as Ray returns it: a value when there is one
+        (one column, given or the only one), else a dict of ``"method(column)"`` to value."""
         row = self.groupby(None)._agg(method, on, options).take(1)[0]
-        return row[f"{method}({on})"] if isinstance(on, str) else row
+        return next(iter(row.values())) if len(row) == 1 else row
 
     def aggregate(self, *aggs: Any) -> dict[str, Any]:
         """The aggregations (``muster.data.aggregate``'s ``Count()``, ``Mean("x")``, an ``AggregateFn``...)
@@ -317,12 +328,13 @@ class Dataset:
                 columns[out] = t.column(name)
         return from_blocks([pa.table(columns)], "Zip")
 
-    def random_sample(self, fraction: float, *, seed: int | None = None) -> "Dataset":
+    def random_sample(self, fraction: float, *, seed: "int | RandomSeedConfig | None" = None) -> "Dataset":
         """Each row kept with probability ``fraction`` (about that share of the rows; not an exact count)."""
         if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
             raise InvalidArgumentError(f"random_sample(fraction={fraction!r}): use a number in [0, 1].")
         table = self.to_arrow()
-        keep = np.random.default_rng(seed).random(table.num_rows) < fraction
+        rng = np.random.default_rng(RandomSeedConfig.of(seed, "random_sample").seed)
+        keep = rng.random(table.num_rows) < fraction
         return from_blocks([table.filter(pa.array(keep))], "RandomSample")
 
     def num_blocks(self) -> int:
@@ -333,10 +345,12 @@ class Dataset:
         """The in-memory size of the dataset's Arrow data (it runs the plan)."""
         return sum(blk.nbytes(b) for b in self._execute())
 
-    def unique(self, column: str) -> list[Any]:
+    def unique(self, column: str, ignore_nulls: bool = False) -> list[Any]:
+        """The distinct values of ``column`` (a null among them unless ``ignore_nulls``)."""
         import pyarrow.compute as pc
 
-        return pc.unique(self.select_columns([column]).to_arrow().column(column)).to_pylist()  # type: ignore[no-any-return]
+        values = pc.unique(self.select_columns([column]).to_arrow().column(column)).to_pylist()
+        return [v for v in values if v is not None] if ignore_nulls else values
 
     # -- splits -------------------------------------------------------------------
     def split(self, n: int, *, equal: bool = False, locality_hints: Any = None) -> list["Dataset"]:
@@ -444,7 +458,8 @@ class Dataset:
         return list(blk.iter_rows(self.limit(limit).to_arrow()))
 
     def take_all(self, limit: int | None = None) -> list[dict[str, Any]]:
-        return list(blk.iter_rows(self.to_arrow()))
+        """Every row; with ``limit``, an error if there are more (a guard against gathering a huge dataset)."""
+        return list(blk.iter_rows(self._within(limit, "take_all")))
 
     def take_batch(self, batch_size: int = 20, *, batch_format: str = "numpy") -> Any:
         fmt = blk.check_batch_format(batch_format, "take_batch")
@@ -459,27 +474,45 @@ class Dataset:
             return _ray_plan.count(self._node)
         return sum(b.num_rows for b in self._execute())
 
-    def schema(self) -> Schema:
+    def schema(self, fetch_if_missing: bool = True) -> Schema:
         """The schema of the first non-empty block (runs the plan until one is made), as Ray's
         ``Schema``: ``names``, ``types``, ``base_schema`` (the pyarrow schema, whose other attributes
-        it answers too); it prints as Ray's Column/Type table."""
+        it answers too); it prints as Ray's Column/Type table. The schema is always fetched here
+        (Ray's ``fetch_if_missing=False`` may give None instead)."""
         for block in self._execute():
             if block.num_columns:
                 return Schema(block.schema)
         return Schema(pa.schema([]))
 
-    def columns(self) -> list[str]:
+    def columns(self, fetch_if_missing: bool = True) -> list[str]:
         return list(self.schema().names)
 
     def to_arrow(self) -> pa.Table:
         return blk.concat(list(self._execute()))
 
     def to_pandas(self, limit: int | None = None) -> Any:
-        return blk.to_pandas((self.limit(limit) if limit is not None else self).to_arrow())
+        """The whole dataset as one DataFrame; with ``limit``, an error if it has more rows."""
+        return blk.to_pandas(self._within(limit, "to_pandas"))
 
-    def to_numpy_refs(self) -> list[Any]:
-        """One ``ObjectRef`` per block, to a dict of numpy arrays (``muster.get(refs)`` for the values)."""
-        return [_ref(blk.to_numpy(b)) for b in self._execute()]
+    def _within(self, limit: int | None, where: str) -> pa.Table:
+        """All rows as one table, refusing (as Ray does) when there are more than ``limit``."""
+        if limit is None:
+            return self.to_arrow()
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidArgumentError(f"{where}(limit={limit!r}): use a number of rows >= 0, or None.")
+        table = self.limit(limit + 1).to_arrow()
+        if table.num_rows > limit:
+            raise InvalidArgumentError(
+                f"{where}(limit={limit}): the dataset has more than {limit} rows; raise the limit, or take the "
+                f"first rows with take({limit}) / limit({limit})."
+            )
+        return table
+
+    def to_numpy_refs(self, *, column: str | None = None) -> list[Any]:
+        """One ``ObjectRef`` per block, to a dict of numpy arrays, or to ``column``'s array
+        (``muster.get(refs)`` for the values)."""
+        ds = self.select_columns([column]) if column is not None else self
+        return [_ref(blk.to_numpy(b)[column] if column is not None else blk.to_numpy(b)) for b in ds._execute()]
 
     def to_arrow_refs(self) -> list[Any]:
         """One ``ObjectRef`` per block, to a ``pyarrow.Table``."""
@@ -503,11 +536,12 @@ class Dataset:
 
     def write_parquet(self, path: str, *, filesystem: Any = None, mode: Any = "append",
                       min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
-                      num_rows_per_file: int | None = None, **arrow_args: Any) -> list[str]:
+                      num_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
+                      **arrow_args: Any) -> list[str]:
         """One Parquet file per output block under ``path`` (a folder or URL); returns the files written.
 
-        ``mode``, ``min_rows_per_file`` (or its older name ``num_rows_per_file``) and ``partition_cols``
-        as in Ray (see ``writers.write_blocks``); other keywords, and what Ray's ``arrow_parquet_args_fn``
+        ``mode``, ``min_rows_per_file`` (or its older name ``num_rows_per_file``), ``max_rows_per_file`` and
+        ``partition_cols`` as in Ray (see ``writers.write_blocks``); other keywords, and what Ray's ``arrow_parquet_args_fn``
         returns, go to ``pyarrow.parquet.write_table``. Ray's ``concurrency``, ``ray_remote_args`` and
         ``try_create_dir`` change nothing here; ``arrow_open_stream_args={"compression": ...}``
         compresses each file.
@@ -515,36 +549,40 @@ class Dataset:
         options, compression = writers.ray_write_options(arrow_args, "arrow_parquet_args_fn", "write_parquet",
                                                          pass_through=True)
         return self._write("parquet", path, filesystem, writers.parquet_writer(**options), mode,
-                           min_rows_per_file or num_rows_per_file, partition_cols, arrow_args, compression)
+                           min_rows_per_file or num_rows_per_file, partition_cols, arrow_args, compression,
+                           max_rows_per_file)
 
     def write_csv(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
                   partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
-                  **ray_options: Any) -> list[str]:
+                  max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
         """As :meth:`write_parquet`; what Ray's ``arrow_csv_args_fn`` returns goes to ``pyarrow.csv.write_csv``."""
         options, compression = writers.ray_write_options(ray_options, "arrow_csv_args_fn", "write_csv")
         return self._write("csv", path, filesystem, writers.csv_writer(**options), mode,
-                           min_rows_per_file or num_rows_per_file, partition_cols, ray_options, compression)
+                           min_rows_per_file or num_rows_per_file, partition_cols, ray_options, compression,
+                           max_rows_per_file)
 
     def write_json(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
                    partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
-                   **ray_options: Any) -> list[str]:
+                   max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
         """As :meth:`write_parquet`; what Ray's ``pandas_json_args_fn`` returns goes to ``DataFrame.to_json``."""
         options, compression = writers.ray_write_options(ray_options, "pandas_json_args_fn", "write_json")
         return self._write("json", path, filesystem, writers.json_writer(**options), mode,
-                           min_rows_per_file or num_rows_per_file, partition_cols, ray_options, compression)
+                           min_rows_per_file or num_rows_per_file, partition_cols, ray_options, compression,
+                           max_rows_per_file)
 
     def _write(self, kind: str, path: str, filesystem: Any, write: Callable[[pa.Table, Any], None], mode: Any,
                min_rows: int | None, partition_cols: list[str] | None, arrow_args: dict[str, Any],
-               compression: str | None = None) -> list[str]:
+               compression: str | None = None, max_rows: int | None = None) -> list[str]:
         if _ray_plan.on_ray_engine():
             from ray.data import SaveMode as RaySaveMode
 
             ray_mode = RaySaveMode(str(getattr(mode, "value", mode)).lower())
-            options = {k: v for k, v in {"mode": ray_mode, "min_rows_per_file": min_rows,
+            options = {k: v for k, v in {"mode": ray_mode, "min_rows_per_file": min_rows, "max_rows_per_file": max_rows,
                                          "partition_cols": partition_cols}.items() if v is not None}
             return _ray_plan.write(self._node, kind, path, filesystem, **options, **arrow_args)
         return writers.write_blocks(self._execute(), path, filesystem, kind, write, mode=mode, min_rows_per_file=min_rows,
-                                    partition_cols=partition_cols, where=f"write_{kind}", compression=compression)
+                                    partition_cols=partition_cols, where=f"write_{kind}", compression=compression,
+                                    max_rows_per_file=max_rows)
 
 
 def _names(cols: Any, where: str) -> list[str]:

@@ -19,6 +19,45 @@ class FileShuffleConfig:
     seed: int | None = None
 
 
+@dataclass(frozen=True)
+class RandomSeedConfig:
+    """The ``seed=`` of ``random_shuffle``, ``randomize_block_order`` and ``random_sample``, as Ray's:
+    with a ``seed``, each pass (epoch) has its own order drawn from (seed, pass), or, with
+    ``reseed_after_execution=False``, every pass the same one; without a seed, each pass a new
+    random order. A plain integer seed is ``RandomSeedConfig(seed)`` here: a new order every epoch,
+    where Ray repeats one (see docs/data.md, "Per-epoch shuffle")."""
+
+    seed: int | None = None
+    reseed_after_execution: bool = True
+    use_timestamp_as_default: bool = False  # Ray's retry detail; muster draws an unseeded order once per pass
+
+    def __post_init__(self) -> None:
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise InvalidTypeError(f"RandomSeedConfig(seed={self.seed!r}): the seed is an integer or None.")
+
+    @staticmethod
+    def of(seed: "int | RandomSeedConfig | None", where: str) -> "RandomSeedConfig":
+        """``seed=`` as given to ``where`` (an integer, a config or None) as a config."""
+        if isinstance(seed, RandomSeedConfig):
+            return seed
+        if seed is None or (isinstance(seed, int) and not isinstance(seed, bool)):
+            return RandomSeedConfig(seed)
+        raise InvalidTypeError(f"{where}(seed={seed!r}): pass an integer, a RandomSeedConfig or None.")
+
+    def plan(self) -> tuple[int, bool]:
+        """``(seed, per pass)``: the base seed to draw from, and whether each pass draws its own order."""
+        if self.seed is None:
+            import random
+
+            return random.SystemRandom().randrange(2**63), True
+        return self.seed, self.reseed_after_execution
+
+    def to_ray(self) -> Any:
+        import ray.data
+
+        return ray.data.RandomSeedConfig(seed=self.seed, reseed_after_execution=self.reseed_after_execution)
+
+
 class PathPartitionFilter:
     """``read_*(partition_filter=...)``: keep only the files whose partition values pass ``filter_fn``.
 
@@ -46,16 +85,22 @@ class PathPartitionFilter:
 
     def values(self, path: str) -> dict[str, str]:
         """The partition values in ``path``'s folders."""
-        folders = path.rsplit("/", 1)[0]
-        if self.base_dir:
-            folders = folders.split(self.base_dir.rstrip("/"), 1)[-1]
-        parts = [p for p in folders.split("/") if p]
-        if self.field_names is None:
-            return dict(p.split("=", 1) for p in parts if "=" in p)
-        return dict(zip(self.field_names, parts[-len(self.field_names):]))
+        return partition_values(path, self.base_dir, self.field_names)
 
     def __call__(self, paths: list[str]) -> list[str]:
         return [p for p in paths if self.filter_fn(self.values(p))]
+
+
+def partition_values(path: str, base_dir: str | None = None, field_names: list[str] | None = None) -> dict[str, str]:
+    """The partition values in ``path``'s folders: hive's ``key=value`` ones, or with ``field_names``
+    the last folders' names in order (below ``base_dir``)."""
+    folders = path.rsplit("/", 1)[0]
+    if base_dir:
+        folders = folders.split(base_dir.rstrip("/"), 1)[-1]
+    parts = [p for p in folders.split("/") if p]
+    if field_names is None:
+        return dict(p.split("=", 1) for p in parts if "=" in p)
+    return dict(zip(field_names, parts[-len(field_names):]))
 
 
 def __getattr__(name: str) -> Any:

@@ -54,6 +54,7 @@ class FileOptions:
     ignore_missing_paths: bool = False
     partition_filter: Callable[[list[str]], list[str]] | None = None
     shuffle: Any = None  # "files", or a FileShuffleConfig
+    hive: bool = False  # add each file's ``key=value`` folders as string columns (read_csv, read_json)
 
     @classmethod
     def of(cls, include_paths: bool, ray_only: dict[str, Any]) -> "FileOptions":
@@ -288,6 +289,16 @@ def with_path(table: pa.Table, path: str) -> pa.Table:
     return table.append_column("path", pa.array([path] * table.num_rows, type=pa.string()))
 
 
+def with_partitions(table: pa.Table, path: str) -> pa.Table:
+    """``table`` with a string column per ``key=value`` folder of ``path`` it lacks (Ray's hive partitioning)."""
+    from muster.data.datasource import partition_values
+
+    for key, value in partition_values(path).items():
+        if key not in table.column_names:
+            table = table.append_column(key, pa.array([value] * table.num_rows, type=pa.string()))
+    return table
+
+
 def _file_reader(fs: Any, parse: Callable[[Any, str], pa.Table], guard: _SchemaGuard | None,
                  options: FileOptions, compression: str | None = "infer"
                  ) -> Callable[[list[str]], Callable[[], list[pa.Table]]]:
@@ -302,6 +313,8 @@ def _file_reader(fs: Any, parse: Callable[[Any, str], pa.Table], guard: _SchemaG
                     table = parse(f, path)
                 if guard is not None:
                     guard.check(path, table.schema)
+                if options.hive:
+                    table = with_partitions(table, path)
                 out.append(with_path(table, path) if options.include_paths else table)
             return out
 

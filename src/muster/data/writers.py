@@ -53,12 +53,14 @@ def ray_write_options(options: dict[str, Any], fn_name: str, where: str,
 def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: str,
                  write: Callable[[pa.Table, Any], None], *, mode: Any = "append",
                  min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
-                 where: str = "write", compression: str | None = None) -> list[str]:
+                 where: str = "write", compression: str | None = None, max_rows_per_file: int | None = None
+                 ) -> list[str]:
     """Write ``blocks`` under ``path``, as Ray's ``write_*`` do.
 
     ``mode`` (a :class:`SaveMode` or its value): "append" (add files next to any there), "overwrite"
     (empty the folder first), "ignore" (write nothing if it holds files), "error"/"create" (raise if it does).
-    ``min_rows_per_file``: blocks are gathered until a file has at least that many rows.
+    ``min_rows_per_file``: blocks are gathered until a file has at least that many rows;
+    ``max_rows_per_file``: a file has at most that many (a bigger block is split over several).
     ``partition_cols``: hive-style folders ``col=value/`` per distinct value, without those columns.
     ``filesystem``: a pyarrow or fsspec filesystem (default: from the path's URL scheme).
     Each file is whole or absent: it is written under a hidden name and renamed when complete, so a
@@ -72,8 +74,12 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
     mode = str(getattr(mode, "value", mode)).lower()
     if mode not in _MODES:
         raise InvalidArgumentError(f"{where}(mode={mode!r}): use one of {', '.join(_MODES)}.")
-    if min_rows_per_file is not None and (not isinstance(min_rows_per_file, int) or min_rows_per_file < 1):
-        raise InvalidArgumentError(f"{where}(min_rows_per_file={min_rows_per_file!r}): use a positive integer.")
+    for name, n in (("min_rows_per_file", min_rows_per_file), ("max_rows_per_file", max_rows_per_file)):
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise InvalidArgumentError(f"{where}({name}={n!r}): use a positive integer.")
+    if min_rows_per_file and max_rows_per_file and min_rows_per_file > max_rows_per_file:
+        raise InvalidArgumentError(f"{where}(min_rows_per_file={min_rows_per_file}, max_rows_per_file="
+                                   f"{max_rows_per_file}): the minimum is above the maximum.")
     fs, root = (filesystem, path) if filesystem is not None else fsspec.core.url_to_fs(path)
     root = root.rstrip("/")
     existing = fs.exists(root) and bool(fs.ls(root))
@@ -90,7 +96,11 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
     tag = uuid.uuid4().hex[:8]
     written: list[str] = []
 
-    def emit(block: pa.Table) -> None:
+    def emit(table: pa.Table) -> None:
+        for block in blk.split_rows(table, max_rows_per_file) if max_rows_per_file else [table]:
+            emit_one(block)
+
+    def emit_one(block: pa.Table) -> None:
         for folder, part in _partitions(block, partition_cols or [], where):
             target = f"{root}/{folder}" if folder else root
             if folder:
