@@ -45,12 +45,16 @@ def _no_leaked_workers(request):
         return
     from muster.core.api import _runtime
 
-    if _runtime is not None and hasattr(_runtime, "retire_idle_workers"):
-        _runtime.retire_idle_workers()  # warm task workers are a cache, not a leak
+    def retire() -> None:  # warm task workers are a cache, not a leak (also one a cancel just freed)
+        if _runtime is not None and hasattr(_runtime, "retire_idle_workers"):
+            _runtime.retire_idle_workers()
+
+    retire()
     deadline = time.monotonic() + 5
     alive = engine_workers()
     while alive and time.monotonic() < deadline:
         time.sleep(0.05)
+        retire()
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     if alive:
         for p in alive:

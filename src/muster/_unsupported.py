@@ -33,13 +33,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "job_submission": "run the script itself (python script.py); on a cluster, muster.init(address=...)",
         "get_dashboard_url": "`muster dashboard` (the run store's dashboard)",
     },
-    "muster.actor": {
-        "exit_actor": "sys.exit() in the actor's method (its process ends; max_restarts applies), or "
-        "muster.kill(handle) from the caller",
-    },
-    "muster.util.placement_group": {
-        "placement_group_table": "the PlacementGroup objects you made: pg.bundle_specs and pg.ready()",
-    },
     "muster.util": {
         "inspect_serializability": "muster.put(value): it raises a TypeError naming what cannot be serialized",
         "collective": "torch.distributed inside a TorchTrainer (muster.train.torch.TorchTrainer)",

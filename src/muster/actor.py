@@ -1,15 +1,36 @@
-"""Ray's ``ray.actor``: the actor types, for type hints (``handle: muster.actor.ActorHandle``).
-
-``exit_actor`` is not provided: end an actor with ``muster.kill(handle)``, or with ``sys.exit()``
-in one of its methods (the call raises ``ActorDiedError``, and ``max_restarts`` applies).
+"""Ray's ``ray.actor``: the actor types, for type hints (``handle: muster.actor.ActorHandle``), and
+``exit_actor()``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import atexit
+from typing import Any, NoReturn
 
 from muster.tasks.actor import ActorClass, ActorHandle
 from muster.tasks.actor import _Method as ActorMethod
+
+
+def exit_actor() -> NoReturn:
+    """End the calling actor on purpose, as Ray's: it is not restarted (whatever ``max_restarts``
+    says), its ``atexit`` handlers run, and the call that asked, with every call queued behind it,
+    fails with ``ActorDiedError`` saying it exited. (``sys.exit()`` in a method ends the process
+    too, but as a failure: ``max_restarts`` applies.)
+
+    Raises:
+        TypeError: called outside an actor.
+    """
+    from muster.core import context as core_context
+    from muster.exceptions import InvalidTypeError
+    from muster.tasks import events, worker_side
+
+    info = worker_side.current()
+    if info is None or info.actor_id is None:
+        raise InvalidTypeError("exit_actor() ends the actor it is called in; here no actor runs (end one from "
+                               "outside with muster.kill(handle)).")
+    core_context.send_event(events.ExitActor(int(info.actor_id)))  # waits: the owner knows before the death
+    atexit._run_exitfuncs()
+    core_context.exit_process(0)
 
 
 def __getattr__(name: str) -> Any:
@@ -18,4 +39,4 @@ def __getattr__(name: str) -> Any:
     raise_unsupported("muster.actor", name)
 
 
-__all__ = ["ActorClass", "ActorHandle", "ActorMethod"]
+__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor"]

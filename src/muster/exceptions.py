@@ -312,6 +312,18 @@ class ObjectLostError(MusterError):
     """An object's value was lost (Ray: its node died). muster's driver owns every value: not raised."""
 
 
+class ObjectFreedError(ObjectLostError):
+    """Ray: an object was freed by its owner (``ray._private.internal_api.free``). Not raised by muster."""
+
+
+class ObjectReconstructionFailedError(ObjectLostError):
+    """Ray: a lost object could not be rebuilt from its lineage. Not raised by muster."""
+
+
+class ObjectFetchTimedOutError(ObjectLostError):
+    """Ray: fetching an object from another node timed out. Not raised by muster."""
+
+
 class OwnerDiedError(ObjectLostError):
     """An object's owner died. muster's driver owns every object: not raised."""
 
@@ -334,6 +346,10 @@ class NodeDiedError(MusterError):
 
 class RuntimeEnvSetupError(MusterError):
     """Ray could not build a runtime_env. muster applies env_vars only: not raised."""
+
+
+class ActorAlreadyExistsError(InvalidArgumentError):
+    """An actor of that name already exists in the namespace (Ray's class; still a ``ValueError``)."""
 
 
 class ActorUnavailableError(MusterError):

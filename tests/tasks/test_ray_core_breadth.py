@@ -391,7 +391,7 @@ def test_named_actors_get_if_exists_namespaces_and_lookup_from_a_task():
     try:
         again = Box.options(name="box", get_if_exists=True).remote(2)
         assert muster.get(again.get.remote(), timeout=TIMEOUT) == 1  # the existing one
-        with pytest.raises(ValueError, match="already exists"):
+        with pytest.raises(exceptions.ActorAlreadyExistsError, match="already exists"):  # a ValueError too
             Box.options(name="box").remote(3)
         other = Box.options(name="box", namespace="elsewhere").remote(4)
         assert muster.get(muster.get_actor("box", namespace="elsewhere").get.remote(), timeout=TIMEOUT) == 4
@@ -420,7 +420,115 @@ def test_ray_core_odds_and_ends():
         muster.kill(box)
     with pytest.raises(exceptions.UnsupportedRayImportError, match=r"muster.util.multiprocessing .*ActorPool"):
         importlib.import_module("muster.util.multiprocessing")  # a Ray module muster does not provide
-    with pytest.raises(exceptions.UnsupportedRayImportError, match=r"muster.actor.exit_actor .*sys.exit"):
-        from muster.actor import exit_actor  # noqa: F401
+    with pytest.raises(exceptions.UnsupportedRayImportError, match=r"muster.util.state .*list_named_actors"):
+        from muster.util.state import list_actors  # noqa: F401
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("muster.no_such_module")  # an unknown name is still Python's own error
+
+
+# -- what Ray's docstrings show (a sweep of them found each of these failing or different) ---------
+@muster.remote
+def _fails_fast():
+    raise ValueError("bad")
+
+
+@muster.remote
+def _slow_one():
+    time.sleep(4)
+    return 1
+
+
+@muster.remote
+def _gets_both():
+    t0 = time.monotonic()
+    slow = _slow_one.remote()
+    try:
+        muster.get([slow, _fails_fast.remote()])
+    except ValueError:
+        return time.monotonic() - t0, [slow]  # in a list: the caller waits for it (a ref as a result is its value)
+    return None
+
+
+@muster.remote
+def _ticks(n, every):
+    for i in range(n):
+        time.sleep(every)
+        yield i
+
+
+@muster.remote
+def _named_task():
+    ctx = muster.get_runtime_context()
+    return ctx.get_task_name(), ctx.get_task_function_name()
+
+
+@muster.remote(max_restarts=3)
+class _Leaves:
+    def __init__(self, marker):
+        import atexit
+
+        self.marker = marker
+        atexit.register(lambda: open(marker, "w").close())
+
+    @muster.method  # bare, as Ray allows
+    def names(self):
+        ctx = muster.get_runtime_context()
+        return ctx.get_task_name(), ctx.get_task_function_name()
+
+    def leave(self):
+        from muster.actor import exit_actor
+
+        exit_actor()
+
+
+def test_get_raises_the_first_error_at_once_and_wait_sees_a_generators_next_item():
+    t0 = time.monotonic()
+    slow = _slow_one.remote()
+    with pytest.raises(ValueError, match="bad"):
+        muster.get([slow, _fails_fast.remote()])  # it waited for the slow task first
+    assert time.monotonic() - t0 < 3
+    took, (nested,) = muster.get(_gets_both.remote(), timeout=TIMEOUT)
+    assert took < 3  # the same in a worker
+    assert muster.get([slow, nested], timeout=TIMEOUT) == [1, 1]  # they ran on: done before the test ends
+    gen = _ticks.remote(20, 0.25)
+    t0 = time.monotonic()
+    ready, _ = muster.wait([gen], timeout=TIMEOUT)  # it waited for the whole stream (5 s)
+    assert ready == [gen] and time.monotonic() - t0 < 3
+    assert muster.get(next(gen)) == 0
+    assert muster.cancel(gen) is True  # a generator is cancelled through its task (refused before)
+    with pytest.raises(TaskCancelledError):
+        for ref in gen:
+            muster.get(ref, timeout=TIMEOUT)
+
+
+def test_exit_actor_task_names_placement_group_table_and_init_as_a_context(tmp_path):
+    from muster.actor import exit_actor
+    from muster.util import get_placement_group, placement_group, placement_group_table
+
+    assert muster.get(_named_task.remote(), timeout=TIMEOUT) == ("_named_task", f"{__name__}._named_task")
+    marker = str(tmp_path / "atexit")
+    a = _Leaves.remote(marker)
+    assert muster.get(a.names.remote(), timeout=TIMEOUT) == ("_Leaves.names", f"{__name__}._Leaves.names")
+    with pytest.raises(exceptions.ActorDiedError, match="exited by muster.actor.exit_actor"):
+        muster.get(a.leave.remote(), timeout=TIMEOUT)
+    with pytest.raises(exceptions.ActorDiedError, match="exited by"):  # not restarted, whatever max_restarts says
+        muster.get(a.names.remote(), timeout=TIMEOUT)
+    assert os.path.exists(marker)  # its own atexit handlers ran
+    with pytest.raises(TypeError, match="no actor runs"):
+        exit_actor()
+    assert muster.get_runtime_context().get_task_name() is None
+    pg = placement_group([{"CPU": 1}], name="pg-table")
+    assert pickle_round_trip(pg) == pg and len({pg, pickle_round_trip(pg)}) == 1
+    assert placement_group_table(pg)["state"] == "CREATED" and pg.id in placement_group_table()
+    assert get_placement_group("pg-table") == pg
+    muster.util.remove_placement_group(pg)
+    with pytest.raises(ValueError, match="no live placement group"):
+        get_placement_group("pg-table")
+    rt = muster.init(ignore_reinit_error=True)
+    assert rt.address_info["address"] == "local" and rt.dashboard_url is None
+
+
+def pickle_round_trip(obj):
+    import pickle
+
+    return pickle.loads(pickle.dumps(obj))

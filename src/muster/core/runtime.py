@@ -79,6 +79,28 @@ class Runtime(abc.ABC):
         self._log_sinks: list[LogSink] = []
         self._log_sinks_lock = threading.Lock()
 
+    # -- what Ray's ``ray.init()`` returns (its RayContext): ``with muster.init(): ...``, address_info
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from muster.core.api import shutdown
+
+        shutdown()
+
+    @property
+    def address_info(self) -> dict[str, Any]:
+        """Ray's ``RayContext.address_info``: where this engine runs (``address``, ``node_ip_address``)."""
+        from muster.core.settings import node_ip_address
+
+        return {"address": getattr(self, "address", None) or "local", "node_ip_address": node_ip_address(),
+                "engine": self.name}
+
+    @property
+    def dashboard_url(self) -> str | None:
+        """None: muster starts no dashboard with the engine (``muster dashboard`` serves the run store)."""
+        return None
+
     def add_log_sink(self, sink: LogSink) -> None:
         """Also hand every line of worker output to ``sink(label, pid, lines)``.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 #: Modules the local engine's zygote imports once, so forked workers start warm
 #: (the torch family only once the driver has imported torch).  numpy (2.x) imports
@@ -92,6 +93,16 @@ def dashboard_token() -> str | None:
 def node_identity() -> tuple[str | None, str | None]:
     """``(node id, node IP)`` a cluster engine recorded for this worker process, if any."""
     return os.environ.get("MUSTER_NODE_ID") or None, os.environ.get("MUSTER_NODE_IP") or None
+
+
+def node_ip_address() -> str:
+    """This machine's IP address as other nodes would reach it (127.0.0.1 when it has none)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing interface
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
 
 
 def set_node_identity(node_id: str, ip: str) -> None:

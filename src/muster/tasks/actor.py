@@ -49,11 +49,14 @@ def _handle_from_id(actor_id: int) -> Any:
 
 
 def method(*args: Any, **options: Any) -> Any:
-    """Options for one actor method, as Ray's ``@ray.method(num_returns=2)``.
+    """Options for one actor method, as Ray's ``@ray.method(num_returns=2)`` (``@ray.method`` alone: none).
 
     Raises:
         TypeError: an option other than ``num_returns`` / ``concurrency_group``.
     """
+    if len(args) == 1 and callable(args[0]) and not options:  # bare @muster.method
+        setattr(args[0], "__muster_method_options__", {})
+        return args[0]
     unknown = sorted(set(options) - {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions"})
     if args or unknown:
         raise InvalidTypeError(f"@muster.method takes keyword options only (num_returns=...); got {unknown or args}.")
@@ -379,6 +382,11 @@ class ActorHandle:
             return True
         _settle(out, exc=TaskCancelledError(f"{self._cls.__name__} call"))  # not sent yet: never will be
         return True
+
+    def _exiting(self) -> None:
+        """The actor called ``exit_actor()``: its coming death is on purpose (no restart, and said so)."""
+        self._no_restart = True
+        self._kill_reason = "it exited by muster.actor.exit_actor()"
 
     def _kill(self, no_restart: bool = True, reason: str = "stopped by muster.kill()") -> None:
         self._no_restart = no_restart

@@ -5,11 +5,13 @@ from __future__ import annotations
 from muster.core import context as core_context
 from muster.exceptions import InvalidTypeError
 from muster.tasks import actor, events, remote_function
+from muster.tasks.generators import ObjectRefGenerator
 from muster.tasks.objects import ObjectRef
 
 
-def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> bool:
-    """Cancel the task or actor call behind ``ref``; ``get(ref)`` then raises ``TaskCancelledError``.
+def cancel(ref: "ObjectRef | ObjectRefGenerator", *, force: bool = False, recursive: bool = True) -> bool:
+    """Cancel the task or actor call behind ``ref`` (or a generator's task: its next item then
+    raises); ``get(ref)`` then raises ``TaskCancelledError``.
 
     A task not started yet never runs.  A running task gets a
     ``KeyboardInterrupt`` (``force=False``) or its process is killed
@@ -25,8 +27,13 @@ def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> bo
         TypeError: ``ref`` is not an ObjectRef.
         ValueError: ``force=True`` on an actor call.
     """
+    if isinstance(ref, ObjectRefGenerator):
+        source = ref.completed()
+        if source is None:  # its items are all here: nothing runs
+            return False
+        ref = source
     if not isinstance(ref, ObjectRef):
-        raise InvalidTypeError(f"muster.cancel() takes an ObjectRef, got {type(ref).__name__}.")
+        raise InvalidTypeError(f"muster.cancel() takes an ObjectRef or an ObjectRefGenerator, got {type(ref).__name__}.")
     if core_context.in_worker():
         return bool(core_context.send_event(events.Cancel(ref.id, force)))
     done = actor.cancel_call(ref, force)

@@ -106,6 +106,13 @@ class Kill:
 
 
 @dataclass(frozen=True)
+class ExitActor:
+    """``muster.actor.exit_actor()`` in an actor: it ends on purpose (no restart); its process exits next."""
+
+    actor: int
+
+
+@dataclass(frozen=True)
 class TaskStarted:
     """A task began running in this worker (lets ``cancel`` find the process)."""
 

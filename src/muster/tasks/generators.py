@@ -63,6 +63,7 @@ class Stream:
         self._expected: int | None = None
         self._error: BaseException | None = None
         self._cond = threading.Condition()
+        self._watchers: list[tuple[int, Future]] = []  # (item index, future done once it or the end is here)
         with _streams_lock:
             _streams[task_id] = self
 
@@ -75,6 +76,7 @@ class Stream:
             self._refs.append(_ref(value, False))
             self._cond.notify_all()
             self._maybe_finish()
+            self._wake()
 
     def end(self, result: Any = None, error: BaseException | None = None) -> None:
         """The task's own end: how many items it sent, or the error it failed with."""
@@ -85,6 +87,27 @@ class Stream:
                 self._expected = int(getattr(result, "count", len(self._values)))
             self._cond.notify_all()
             self._maybe_finish()
+            self._wake()
+
+    def next_ready(self, index: int) -> Future:
+        """A future done once the ``index``-th item is here or the stream has ended (what Ray's
+        ``wait`` calls a generator being ready)."""
+        fut: Future = Future()
+        with self._cond:
+            self._watchers.append((index, fut))
+            self._wake()
+        return fut
+
+    def _wake(self) -> None:
+        ended = self._done() and self.source.done()
+        keep = []
+        for index, fut in self._watchers:
+            if ended or index < len(self._refs):
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((index, fut))
+        self._watchers = keep
 
     def _done(self) -> bool:
         return self._error is not None or (self._expected is not None and len(self._values) >= self._expected)
@@ -208,6 +231,13 @@ class ObjectRefGenerator:
     def completed(self) -> ObjectRef | None:
         """The ref that is ready once the generator task finished."""
         return self._source
+
+    def next_ready(self) -> ObjectRef | None:
+        """A ref ready once this generator's next item (or its end) is here; None when it is not
+        streamed (its items come together, with its task's end)."""
+        if self._refs is not None or self._stream is None:
+            return None
+        return objects.ObjectRef.new(self._stream.next_ready(self._next))
 
     def __reduce__(self) -> Any:
         return (ObjectRefGenerator, (self._materialize(),))

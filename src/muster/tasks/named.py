@@ -12,7 +12,7 @@ from typing import Any
 
 from muster.core import context as core_context
 from muster.core.init_options import current_namespace
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import ActorAlreadyExistsError, InvalidArgumentError
 from muster.tasks import events
 
 _names: dict[tuple[str, str], Any] = {}  # (namespace, name) -> driver-side ActorHandle
@@ -26,7 +26,7 @@ def claim(namespace: str, name: str, make: Any, get_if_exists: bool) -> Any:
         if existing is not None and not existing._gone():
             if get_if_exists:
                 return existing
-            raise InvalidArgumentError(
+            raise ActorAlreadyExistsError(
                 f"An actor named {name!r} already exists in namespace {namespace!r}; pick another name, pass "
                 "get_if_exists=True to reuse it, or look it up with muster.get_actor(name)."
             )

@@ -260,17 +260,13 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
                 raise_remote(value)
             values.append(value)
         return values[0] if single else values
-    deadline = None if timeout is None else time.monotonic() + timeout
-    values = []
-    for r in items:
-        fut = r.future()
-        try:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            values.append(fut.result(remaining))
-        except cf.TimeoutError:
-            raise GetTimeoutError(f"muster.get timed out after {timeout} s waiting for {r!r}.") from None
-        except BaseException as exc:  # noqa: BLE001
-            raise_remote(exc)
+    futures = [r.future() for r in items]
+    failed, pending = settle(futures, timeout)
+    if failed is not None:
+        raise_remote(failed.exception() or cf.CancelledError())
+    if pending:
+        raise GetTimeoutError(f"muster.get timed out after {timeout} s waiting for {items[pending[0]]!r}.")
+    values = [f.result() for f in futures]
     return values[0] if single else values
 
 
@@ -304,10 +300,14 @@ def wait(
 
 
 def _waited(item: Any) -> ObjectRef:
-    """What ``wait`` watches for ``item``: a ref itself; for an ``ObjectRefGenerator``, its task's ref
-    (ready once the generator ran to its end: muster sends its items together)."""
+    """What ``wait`` watches for ``item``: a ref itself; for an ``ObjectRefGenerator``, as in Ray, a
+    ref ready once its next item is here (or it ended), or, for a generator whose items come
+    together, its task's ref."""
     if isinstance(item, ObjectRef):
         return item
+    next_ready = getattr(item, "next_ready", None)
+    if next_ready is not None and (ref := next_ready()) is not None:
+        return ref
     completed = getattr(item, "completed", None)
     if completed is not None:
         source = completed()
@@ -317,6 +317,15 @@ def _waited(item: Any) -> ObjectRef:
         done.set_result(None)
         return ObjectRef.new(done)
     raise InvalidTypeError(f"muster.wait() takes ObjectRefs (or generators of them), got {type(item).__name__}.")
+
+
+def settle(futures: list[cf.Future], timeout: float | None) -> tuple[cf.Future | None, list[int]]:
+    """Wait until every future is done, or one has failed, or ``timeout`` passes (Ray's ``get`` raises
+    the first error at once, without waiting for the rest). Returns the failed future (the first of
+    the list that failed) or None, and the positions of those still pending."""
+    cf.wait(futures, timeout, return_when=cf.FIRST_EXCEPTION)
+    failed = next((f for f in futures if f.done() and f.exception() is not None), None)
+    return failed, [i for i, f in enumerate(futures) if not f.done()]
 
 
 def _wait_local(refs: Iterable[ObjectRef], num_returns: int, timeout: float | None) -> set[int]:

@@ -75,17 +75,15 @@ def _in_background(handle: RuntimeActor, work: Callable[[], Any]) -> Future:
 
 def _get(handle: RuntimeActor, e: events.Get) -> Future:
     def get_all() -> list[tuple[bool, Any]]:
-        out = []
         futures = [objects.lookup(i) for i in e.ids]
-        objects._wait_local([objects.ObjectRef(i, f) for i, f in zip(e.ids, futures)], len(futures), e.timeout)
-        for f in futures:
-            if not f.done():
-                from muster.exceptions import GetTimeoutError
+        failed, pending = objects.settle(futures, e.timeout)
+        if failed is not None:  # the worker raises it at once, as Ray's get does
+            return [(False, failed.exception())]
+        if pending:
+            from muster.exceptions import GetTimeoutError
 
-                raise GetTimeoutError(f"muster.get timed out after {e.timeout} s.")
-            exc = f.exception()
-            out.append((False, exc) if exc is not None else (True, f.result()))
-        return out
+            raise GetTimeoutError(f"muster.get timed out after {e.timeout} s.")
+        return [(True, f.result()) for f in futures]
 
     return _in_background(handle, get_all)
 
@@ -111,6 +109,12 @@ def _actor_call(handle: RuntimeActor, e: events.ActorCall) -> Any:
     from muster.tasks import actor
 
     return _pin_shaped(actor.lookup(e.actor)._call(e.method, e.args, e.kwargs, e.num_returns))
+
+
+def _exit_actor(handle: RuntimeActor, e: events.ExitActor) -> None:
+    from muster.tasks import actor
+
+    actor.lookup(e.actor)._exiting()
 
 
 def _kill(handle: RuntimeActor, e: events.Kill) -> None:
@@ -169,6 +173,7 @@ _HANDLERS: dict[type, Callable[[RuntimeActor, Any], Any]] = {
     events.CreateActor: _create_actor,
     events.ActorCall: _actor_call,
     events.Kill: _kill,
+    events.ExitActor: _exit_actor,
     events.TaskStarted: _task_started,
     events.Yielded: _yielded,
     events.ActorCallDone: _actor_call_done,

@@ -118,7 +118,8 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
         return ref
     group, capture = opts.placement_group_of(options)
     info = TaskInfo(job_id=rc.driver_job_id(), task_id=rc.new_task_id(), namespace=current_namespace(),
-                    resources=resources, placement_group=group, capture_child_tasks=capture)
+                    resources=resources, placement_group=group, capture_child_tasks=capture,
+                    function=f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}")
     body = TaskBody(fn, info, num_returns(fn, options), (options.get("runtime_env") or {}).get("env_vars") or {})
     ended = out
     if body.num_returns == "streaming":  # its end goes to the stream, which settles ``out`` once every item is in

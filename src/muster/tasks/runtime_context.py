@@ -9,6 +9,7 @@ import socket
 from typing import Any
 
 from muster.core import context as core_context
+from muster.core.settings import node_ip_address
 from muster.tasks import worker_side
 
 _DRIVER_JOB_ID = f"{os.getpid():08x}"
@@ -34,14 +35,6 @@ def node_id() -> str:
     return hashlib.sha1(socket.gethostname().encode()).hexdigest()
 
 
-def node_ip_address() -> str:
-    """This machine's IP address as other nodes would reach it (127.0.0.1 when it has none)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing interface
-            return str(s.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
 
 
 class RuntimeContext:
@@ -65,6 +58,17 @@ class RuntimeContext:
 
     def get_actor_name(self) -> str | None:
         return self._info.actor_name if self._info else None
+
+    def get_task_name(self) -> str | None:
+        """The running task's name: its function's (``f``), or for an actor call ``Class.method``; None
+        in the driver."""
+        names = worker_side.task_names() if self._info else None
+        return names[0] if names else None
+
+    def get_task_function_name(self) -> str | None:
+        """The running task's function with its module: ``module.f`` or ``module.Class.method``."""
+        names = worker_side.task_names() if self._info else None
+        return names[1] if names else None
 
     def get_node_id(self) -> str:
         return node_id()

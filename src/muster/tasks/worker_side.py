@@ -40,13 +40,16 @@ class TaskInfo:
     attempt: int = 0
     placement_group: Any = None
     capture_child_tasks: bool = False
+    function: str | None = None  # a task's function, ``module.qualname`` (an actor's calls: see call_name)
 
 
 _local = threading.local()
 _actor_info: TaskInfo | None = None
+_actor_class: type | None = None  # the class of this process's actor
 
 
 _call_number: contextvars.ContextVar[int] = contextvars.ContextVar("muster_actor_call", default=0)
+_call_method: contextvars.ContextVar[str] = contextvars.ContextVar("muster_actor_method", default="__init__")
 _call_ids = itertools.count(1)
 
 
@@ -70,9 +73,25 @@ def child_options(options: dict[str, Any]) -> dict[str, Any]:
         opts.inherit_placement_group(options, info.placement_group)
 
 
-def _begin_call() -> None:
-    """Number the actor call starting in this thread or coroutine: its task id (Ray gives each call one)."""
+def _begin_call(method: str = "__init__") -> None:
+    """Number the actor call starting in this thread or coroutine (its task id: Ray gives each call
+    one) and note its method (its task name)."""
     _call_number.set(next(_call_ids))
+    _call_method.set(method)
+
+
+def task_names() -> tuple[str, str] | None:
+    """``(name, function name)`` of the running task or actor call, as Ray's runtime context gives
+    them (``f`` and ``module.f``; ``Class.method`` and ``module.Class.method``); None in the driver."""
+    info = current()
+    if info is None:
+        return None
+    if info.actor_id is None or info.function is not None:
+        function = info.function or ""
+        return function.rsplit(".", 1)[-1], function
+    cls = _actor_class
+    qual = f"{cls.__qualname__}.{_call_method.get()}" if cls is not None else _call_method.get()
+    return qual, f"{cls.__module__}.{qual}" if cls is not None else qual
 
 
 def _collect(value: Any, num_returns: Any, name: str) -> Any:
@@ -227,9 +246,9 @@ class ActorFactory:
         return _thawed, (self.frozen, self.info, self.max_concurrency, self.env_vars)
 
     def __call__(self, *args: Any, **kwargs: Any) -> "ActorHost":
-        global _actor_info
+        global _actor_info, _actor_class
         os.environ.update(self.env_vars)
-        _actor_info = self.info
+        _actor_info, _actor_class = self.info, self.cls
         _begin_call()  # the constructor runs as the actor's creation task
         return ActorHost(self.cls(*args, **kwargs), self.info, self.max_concurrency, is_async_class(self.cls))
 
@@ -258,13 +277,13 @@ class ActorHost:
             self._muster_pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="muster-actor")
 
     def __getattr__(self, name: str) -> Any:
-        _begin_call()  # the engine looks up each plain call's method here, just before it runs it
+        _begin_call(name)  # the engine looks up each plain call's method here, just before it runs it
         return getattr(self._muster_obj, name)
 
     def _muster_call(self, method: str, num_returns: Any, args: tuple, kwargs: dict) -> Any:
         """A plain call that returns ``num_returns`` values (checked here, split by the driver)."""
         name = f"{type(self._muster_obj).__name__}.{method}"
-        _begin_call()
+        _begin_call(method)
         return _collect(getattr(self._muster_obj, method)(*args, **kwargs), num_returns, name)
 
     def _muster_submit(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> None:
@@ -276,7 +295,7 @@ class ActorHost:
 
             async def run() -> Any:
                 async with self._muster_sem:
-                    _begin_call()
+                    _begin_call(method)
                     try:
                         value = fn(*args, **kwargs)
                         if inspect.isawaitable(value):
@@ -292,7 +311,7 @@ class ActorHost:
             assert self._muster_pool is not None
 
             def call() -> Any:
-                _begin_call()
+                _begin_call(method)
                 return _collect(fn(*args, **kwargs), num_returns, name)
 
             fut = self._muster_pool.submit(call)

@@ -10,7 +10,9 @@ from muster.util.actor_pool import ActorPool
 from muster.util.placement_group import (
     PlacementGroup,
     get_current_placement_group,
+    get_placement_group,
     placement_group,
+    placement_group_table,
     remove_placement_group,
 )
 
@@ -35,7 +37,9 @@ __all__ = [
     "PlacementGroup",
     "get_current_placement_group",
     "get_node_ip_address",
+    "get_placement_group",
     "list_named_actors",
     "placement_group",
+    "placement_group_table",
     "remove_placement_group",
 ]

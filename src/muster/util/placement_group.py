@@ -22,6 +22,7 @@ from muster.tasks.objects import ObjectRef
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 _ids = itertools.count(1)
+_made: "dict[str, PlacementGroup]" = {}  # this process's groups, by id (placement_group_table)
 
 
 class PlacementGroup:
@@ -52,8 +53,19 @@ class PlacementGroup:
         """Whether the group is placed (at once on this engine)."""
         return self._error is None and not self.removed
 
+    def __eq__(self, other: object) -> bool:  # the same group, also when it came back from a worker
+        return isinstance(other, PlacementGroup) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
     def __repr__(self) -> str:
         return f"PlacementGroup(id={self.id[-8:]}, bundles={self.bundle_specs}, strategy={self.strategy})"
+
+    def _row(self) -> dict[str, Any]:
+        state = "REMOVED" if self.removed else "CREATED" if self._error is None else "INFEASIBLE"
+        return {"placement_group_id": self.id, "name": self.name, "strategy": self.strategy, "state": state,
+                "bundles": dict(enumerate(self.bundle_specs))}
 
 
 def placement_group(
@@ -93,7 +105,9 @@ def placement_group(
         res.ensure_feasible(summed, 1, total, what=f"placement group ({len(clean)} bundles together)")
     except ResourcesUnavailableError as exc:
         error = exc
-    return PlacementGroup(clean, strategy, name, error)
+    pg = PlacementGroup(clean, strategy, name, error)
+    _made[pg.id] = pg
+    return pg
 
 
 def remove_placement_group(pg: PlacementGroup) -> None:
@@ -101,6 +115,29 @@ def remove_placement_group(pg: PlacementGroup) -> None:
     if not isinstance(pg, PlacementGroup):
         raise InvalidTypeError(f"remove_placement_group() takes a PlacementGroup, got {type(pg).__name__}.")
     pg.removed = True
+
+
+def placement_group_table(placement_group: PlacementGroup | None = None) -> dict[str, Any]:
+    """Ray's table of placement groups: one group's row, or every group this process made by id
+    (``placement_group_id``, ``name``, ``strategy``, ``state``: CREATED, REMOVED or INFEASIBLE,
+    ``bundles`` by index)."""
+    if placement_group is not None:
+        return placement_group._row()
+    return {pg.id: pg._row() for pg in _made.values()}
+
+
+def get_placement_group(placement_group_name: str) -> PlacementGroup:
+    """The live group named ``placement_group_name`` (made in this process).
+
+    Raises:
+        ValueError: no live group has that name.
+    """
+    for pg in reversed(list(_made.values())):
+        if pg.name == placement_group_name and pg.name and not pg.removed:
+            return pg
+    names = sorted({pg.name for pg in _made.values() if pg.name and not pg.removed})
+    raise InvalidArgumentError(f"get_placement_group({placement_group_name!r}): no live placement group has that "
+                               f"name; the named ones are {names or 'none'} (name it with placement_group(..., name=)).")
 
 
 def get_current_placement_group() -> PlacementGroup | None:

@@ -22,6 +22,7 @@ carry PR_SET_PDEATHSIG, so a killed zygote takes them with it.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import faulthandler
 import gc
@@ -144,6 +145,7 @@ def _child(spec: dict, zygote_conn: Connection) -> None:
     try:
         _die_with_parent()
         zygote_conn.close()
+        atexit._clear()  # the driver's exit handlers (a forked zygote inherits them) are not this worker's
         if _driver_name is not None:
             _set_name(_driver_name)  # a worker of a forked zygote keeps the driver's name, as before
         signal.signal(signal.SIGINT, signal.default_int_handler)
