@@ -102,6 +102,24 @@ class NumpyBatch:
         self.__call__.set_batch_wait_timeout_s(config.get("batch_wait_timeout_s", 0.2))
 
 
+@serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=32)
+class Batches:
+    """Ray's other @serve.batch forms: several arguments, an async generator, batch_size_fn."""
+
+    @serve.batch(max_batch_size=4, batch_wait_timeout_s=0.3)
+    async def pairs(self, xs: list[int], ys: list[int], scale: list[int]) -> list[tuple[int, int]]:
+        return [((x + y) * s, len(xs)) for x, y, s in zip(xs, ys, scale)]
+
+    @serve.batch(max_batch_size=4, batch_wait_timeout_s=0.3)
+    async def steps(self, xs: list[int]):
+        for step in range(3):
+            yield [StopIteration if x == 0 and step == 1 else f"{x}-{step}" for x in xs]
+
+    @serve.batch(max_batch_size=6, batch_wait_timeout_s=0.3, batch_size_fn=lambda words: sum(map(len, words)))
+    async def by_letters(self, words: list[str]) -> list[int]:
+        return [len(words)] * len(words)
+
+
 @serve.deployment(ray_actor_options=SMALL)
 class Logs:
     def __call__(self, word: str) -> str:
@@ -158,6 +176,23 @@ def test_batch_groups_concurrent_calls(graph):
     assert [v for v, _ in results] == [i * 3 for i in range(8)]
     assert max(size for _, size in results) > 1  # calls were grouped
     assert all(size <= 8 for _, size in results)
+
+
+def test_batch_of_several_arguments_of_a_generator_and_by_a_size_function(client):
+    """Each was refused or broken: a second argument was dropped, keywords raised, an async generator
+    was refused, batch_size_fn was unknown, max_concurrent_batches=0 hung every call."""
+    h = serve.run(Batches.bind(), name="batches", route_prefix=None)
+    try:
+        got = [r.result(timeout_s=30) for r in [h.pairs.remote(i, 1, scale=10) for i in range(4)]]
+        assert [v for v, _ in got] == [10, 20, 30, 40] and max(n for _, n in got) > 1  # batched together
+        streams = [h.options(stream=True).steps.remote(x) for x in range(3)]
+        assert [list(s) for s in streams] == [["0-0"], ["1-0", "1-1", "1-2"], ["2-0", "2-1", "2-2"]]
+        sizes = [r.result(timeout_s=30) for r in [h.by_letters.remote("abc") for _ in range(4)]]
+        assert max(sizes) == 2  # 3 letters each: two fill the 6 that batch_size_fn counts
+    finally:
+        serve.delete("batches")
+    with pytest.raises(ValueError, match="max_concurrent_batches=0"):
+        serve.batch(max_concurrent_batches=0)
 
 
 def test_batch_returning_an_ndarray_and_resized_by_reconfigure(client):

@@ -230,10 +230,17 @@ def make_api():
     return built
 
 
+@serve.deployment(ray_actor_options=SMALL)
+class Sub:
+    def __call__(self) -> str:
+        return "from the sub-deployment"
+
+
 def test_fastapi_factory_pattern(apps):
-    """serve.deployment(serve.ingress(factory)()) (Ray's HTTP guide). Before: a bare TypeError."""
-    serve.run(serve.deployment(ray_actor_options=SMALL)(serve.ingress(make_api)()).bind(), name="factory",
-              route_prefix="/factory")
+    """serve.deployment(serve.ingress(factory)()) (Ray's HTTP guide). Before: a bare TypeError; bound to a
+    sub-deployment (Ray's ingress docstring), "ASGIIngress() takes no arguments"."""
+    serve.run(serve.deployment(ray_actor_options=SMALL)(serve.ingress(make_api)()).bind(Sub.bind()),
+              name="factory", route_prefix="/factory")
     try:
         r = apps.get("/factory/ping")
         assert r.status_code == 200 and r.json()["pong"] != os.getpid()

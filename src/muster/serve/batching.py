@@ -1,9 +1,13 @@
 """``@serve.batch``: callers pass one item each; the method runs on a list of them.
 
 Calls that arrive within ``batch_wait_timeout_s`` of the first (up to
-``max_batch_size``) run together as one call with a list, and each caller
-gets its own element of the returned sequence (a list, tuple, numpy array:
-anything with one item per input).  ``set_max_batch_size`` and
+``max_batch_size``, or what ``batch_size_fn`` counts) run together as one call
+with a list, and each caller gets its own element of the returned sequence (a
+list, tuple, numpy array: anything with one item per input). A call of several
+arguments batches each one into its own list (``f(self, xs, ys, flag=flags)``),
+as Ray does. An ``async def`` generator yields a list per step; each caller
+streams its own element of each (``StopIteration`` in its place ends that
+caller's stream).  ``set_max_batch_size`` and
 ``set_batch_wait_timeout_s`` on the decorated method change both for the
 batches that follow (a replica is one process, so this is per replica, as in
 Ray; call them from ``reconfigure`` to drive them by ``user_config``).
@@ -32,11 +36,24 @@ class _Options:
     max_batch_size: int
     batch_wait_timeout_s: float
     max_concurrent_batches: int
+    batch_size_fn: Callable[[list], int] | None = None
+
+    def size(self, calls: list["_Call"]) -> int:
+        """The batch size of ``calls``: their count, or what ``batch_size_fn`` says of their items
+        (each call's first argument)."""
+        if self.batch_size_fn is None:
+            return len(calls)
+        return int(self.batch_size_fn([args[0] if args else next(iter(kw.values()), None) for args, kw in calls]))
 
 
-def _check_size(value: Any) -> int:
+#: One call: its positional arguments and keyword arguments (what the batched function gets, listed).
+_Call = tuple[tuple, dict]
+_END = object()  # a streaming caller's last item
+
+
+def _check_size(value: Any, name: str = "max_batch_size") -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidArgumentError(f"@serve.batch max_batch_size={value!r}: use an integer >= 1.")
+        raise InvalidArgumentError(f"@serve.batch {name}={value!r}: use an integer >= 1.")
     return value
 
 
@@ -61,52 +78,106 @@ def _results(fn: Callable, results: Any, n: int) -> list:
     return got
 
 
+def _batched(fn: Callable, calls: list[_Call]) -> tuple[tuple, dict]:
+    """The calls' arguments, each position and keyword as one list over the calls."""
+    shapes = {(len(a), tuple(sorted(k))) for a, k in calls}
+    if len(shapes) != 1:
+        raise InvalidTypeError(
+            f"@serve.batch method {fn.__qualname__}: the calls of one batch passed different arguments "
+            f"({sorted(shapes)}); pass the same positional count and keywords in every call."
+        )
+    n, keys = shapes.pop()
+    return (tuple([a[i] for a, _ in calls] for i in range(n)),
+            {key: [k[key] for _, k in calls] for key in keys})
+
+
 class _Batcher:
     def __init__(self, fn: Callable, opts: _Options):
         self.fn, self.opts = fn, opts
+        self.streams = inspect.isasyncgenfunction(fn)
         self.queue: asyncio.Queue | None = None
         self.sem = asyncio.Semaphore(opts.max_concurrent_batches)
         self.task: asyncio.Task | None = None
+        self.carry: tuple | None = None  # an item that would have made the last batch too big
 
-    async def submit(self, owner: Any, item: Any) -> Any:
+    def _start(self, owner: Any) -> asyncio.Queue:
         if self.queue is None:
             self.queue = asyncio.Queue()
             self.task = asyncio.ensure_future(self._run(owner))
+        return self.queue
+
+    async def submit(self, owner: Any, call: _Call) -> Any:
         fut = asyncio.get_running_loop().create_future()
-        await self.queue.put((item, fut))
+        await self._start(owner).put((call, fut))
         return await fut
+
+    async def stream(self, owner: Any, call: _Call) -> Any:
+        """The caller's own element of each list the batched generator yields."""
+        out: asyncio.Queue = asyncio.Queue()
+        await self._start(owner).put((call, out))
+        while (item := await out.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
 
     async def _run(self, owner: Any) -> None:
         assert self.queue is not None
         loop = asyncio.get_running_loop()
         while True:
-            batch = [await self.queue.get()]
+            first, self.carry = self.carry or await self.queue.get(), None
+            batch = [first]
             deadline = loop.time() + self.opts.batch_wait_timeout_s
-            while len(batch) < self.opts.max_batch_size:
+            while self.opts.size([c for c, _ in batch]) < self.opts.max_batch_size:
                 remaining = deadline - loop.time()
                 if remaining <= 0 and self.queue.empty():
                     break
                 try:
-                    batch.append(await asyncio.wait_for(self.queue.get(), max(remaining, 0)))
+                    got = await asyncio.wait_for(self.queue.get(), max(remaining, 0))
                 except asyncio.TimeoutError:
                     break
+                if self.opts.size([c for c, _ in batch] + [got[0]]) > self.opts.max_batch_size:
+                    self.carry = got  # it starts the next batch
+                    break
+                batch.append(got)
             await self.sem.acquire()
             asyncio.ensure_future(self._call(owner, batch))
 
     async def _call(self, owner: Any, batch: list) -> None:
-        items = [i for i, _ in batch]
+        waiters = [w for _, w in batch]
         try:
-            args = (owner, items) if owner is not None else (items,)
-            results = _results(self.fn, await self.fn(*args), len(items))
-            for (_, fut), r in zip(batch, results):
+            args, kwargs = _batched(self.fn, [c for c, _ in batch])
+            args = (owner, *args) if owner is not None else args
+            if self.streams:
+                await self._stream(self.fn(*args, **kwargs), waiters)
+                return
+            results = _results(self.fn, await self.fn(*args, **kwargs), len(waiters))
+            for fut, r in zip(waiters, results):
                 if not fut.done():
                     fut.set_result(r)
         except Exception as exc:  # noqa: BLE001 - every caller of the batch sees it
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc)
+            for w in waiters:
+                if isinstance(w, asyncio.Queue):
+                    w.put_nowait(exc)
+                elif not w.done():
+                    w.set_exception(exc)
         finally:
             self.sem.release()
+
+    async def _stream(self, gen: Any, queues: list[asyncio.Queue]) -> None:
+        live: list[asyncio.Queue | None] = list(queues)
+        async for results in gen:
+            for i, r in enumerate(_results(self.fn, results, len(queues))):
+                q = live[i]
+                if q is None:
+                    continue
+                if r is StopIteration or r is StopAsyncIteration:
+                    q.put_nowait(_END)
+                    live[i] = None
+                else:
+                    q.put_nowait(r)
+        for q in live:
+            if q is not None:
+                q.put_nowait(_END)
 
 
 # Batch queues live here, not in the decorator's closure, so decorated classes still pickle by value.
@@ -128,6 +199,7 @@ def batch(
     max_batch_size: int = 10,
     batch_wait_timeout_s: float = 0.01,
     max_concurrent_batches: int = 1,
+    batch_size_fn: Callable[[list], int] | None = None,
 ) -> Any:
     """Batch calls of an async method (or function) that takes a list (Ray Serve's ``@serve.batch``).
 
@@ -135,6 +207,8 @@ def batch(
         max_batch_size: most items in one call.
         batch_wait_timeout_s: how long the first item waits for others.
         max_concurrent_batches: batches that may run at once.
+        batch_size_fn: what a list of items counts as (default ``len``), e.g. their total tokens;
+            a batch stays at ``max_batch_size`` or under by it.
 
     Returns:
         The decorated function; its ``set_max_batch_size(n)`` and ``set_batch_wait_timeout_s(s)`` change
@@ -146,12 +220,16 @@ def batch(
     """
     _check_size(max_batch_size)
     _check_wait(batch_wait_timeout_s)
+    _check_size(max_concurrent_batches, "max_concurrent_batches")
+    if batch_size_fn is not None and not callable(batch_size_fn):
+        raise InvalidTypeError(f"@serve.batch batch_size_fn={batch_size_fn!r}: pass a function list of items -> int.")
 
     def wrap(fn: Callable) -> Callable:
-        if not inspect.iscoroutinefunction(fn):
+        streams = inspect.isasyncgenfunction(fn)
+        if not (inspect.iscoroutinefunction(fn) or streams):
             raise InvalidTypeError(f"@serve.batch needs an `async def` function; {fn.__qualname__} is not one.")
         is_method = "self" in inspect.signature(fn).parameters
-        opts = _Options(max_batch_size, batch_wait_timeout_s, max_concurrent_batches)
+        opts = _Options(max_batch_size, batch_wait_timeout_s, max_concurrent_batches, batch_size_fn)
 
         def set_max_batch_size(value: int) -> None:
             opts.max_batch_size = _check_size(value)
@@ -159,10 +237,19 @@ def batch(
         def set_batch_wait_timeout_s(value: float) -> None:
             opts.batch_wait_timeout_s = _check_wait(value)
 
-        @functools.wraps(fn)
-        async def call(*args: Any) -> Any:
-            owner, item = (args[0], args[1]) if is_method else (None, args[0])
-            return await _batcher(owner, fn, opts).submit(owner, item)
+        def split(args: tuple, kwargs: dict) -> tuple[Any, _Call]:
+            return (args[0], (args[1:], kwargs)) if is_method else (None, (args, kwargs))
+
+        async def streamed(*args: Any, **kwargs: Any) -> Any:
+            owner, one = split(args, kwargs)
+            async for item in _batcher(owner, fn, opts).stream(owner, one):
+                yield item
+
+        async def returned(*args: Any, **kwargs: Any) -> Any:
+            owner, one = split(args, kwargs)
+            return await _batcher(owner, fn, opts).submit(owner, one)
+
+        call = functools.wraps(fn)(streamed if streams else returned)
 
         setattr(call, "__serve_batch__", True)  # noqa: B010 - a marker the replica looks for
         setattr(call, "set_max_batch_size", set_max_batch_size)  # noqa: B010 - Ray's names, on the method

@@ -135,6 +135,12 @@ def deployment(
     return wrap
 
 
+def _keep_bound_args(self: Any, *args: Any, **kwargs: Any) -> None:
+    """``serve.ingress(app)()``'s class takes what ``.bind()`` gives it (handles the app's routes look
+    up themselves), as Ray's does."""
+    self.args, self.kwargs = args, kwargs
+
+
 def ingress(app: Any) -> Callable[..., type]:
     """Serve a FastAPI (or any ASGI) app from a deployment class: its routes may be the class's methods.
 
@@ -153,7 +159,8 @@ def ingress(app: Any) -> Callable[..., type]:
 
     def wrap(cls: type | None = None) -> type:
         if cls is None:
-            cls = type("ASGIIngress", (), {"__doc__": "Serves the ASGI app given to serve.ingress."})
+            cls = type("ASGIIngress", (), {"__doc__": "Serves the ASGI app given to serve.ingress.",
+                                           "__init__": _keep_bound_args})
         if not inspect.isclass(cls):
             raise InvalidTypeError(f"@serve.ingress goes on a class, not {cls!r}.")
         setattr(cls, "__serve_asgi_app__", app)  # noqa: B010 - a marker the replica looks for
