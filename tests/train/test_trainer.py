@@ -86,6 +86,25 @@ def test_driver_omp_num_threads_is_respected(fit, monkeypatch):
     assert [rows[r]["omp"] for r in (0, 1)] == ["3", "3"]
 
 
+def reports_my_env():
+    import os
+
+    train.report({"level": os.environ.get("MY_LEVEL"), "rank": train.get_context().get_world_rank()})
+
+
+def test_rays_run_and_scaling_options_reach_the_workers_or_say_they_do_nothing(fit):
+    """worker_runtime_env env_vars, trainer_resources, sync_config... were TypeErrors (unknown keywords)."""
+    with pytest.warns(UserWarning, match="sync_config=...\\) has no effect"):
+        result = fit(reports_my_env, worker_runtime_env={"env_vars": {"MY_LEVEL": "7"}},
+                     scaling=ScalingConfig(num_workers=2, trainer_resources={"CPU": 0}),
+                     sync_config=object())
+    assert sorted((r["rank"], r["level"]) for r in result.all_reports) == [(0, "7"), (1, "7")]
+    with pytest.warns(UserWarning, match="not reserved"):
+        assert ScalingConfig(num_workers=2, trainer_resources={"CPU": 1}).num_cpus_per_worker == 1.0
+    with pytest.raises(ValueError, match="storage_path='/tmp/x' instead"):
+        RunConfig(local_dir="/tmp/x")
+
+
 def all_reduce_loop():
     import torch.distributed as dist
 

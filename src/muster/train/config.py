@@ -7,6 +7,7 @@ raises ``ValueError`` naming the field, the value and what is allowed.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
@@ -36,12 +37,19 @@ class ScalingConfig:
             plus 1 GPU when ``use_gpu``.
         placement_strategy: PACK (default), SPREAD, STRICT_PACK or
             STRICT_SPREAD; matters on a multi-node cluster.
+        trainer_resources: Ray's resources for its trainer actor. muster's
+            controller runs in the driver and holds none: ``{"CPU": 0}``
+            (Ray V2's default) is taken as is, anything more warns.
+        accelerator_type: Ray's; one machine has one kind, so a type warns
+            and changes nothing.
     """
 
     num_workers: int | tuple[int, int] = 1
     use_gpu: bool = False
     resources_per_worker: dict[str, float] | None = None
     placement_strategy: str = "PACK"
+    trainer_resources: dict[str, float] | None = None
+    accelerator_type: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.num_workers, (tuple, list)):
@@ -81,6 +89,20 @@ class ScalingConfig:
                     "ScalingConfig(use_gpu=True, resources_per_worker={'GPU': 0}): a GPU run needs GPU > 0 "
                     "per worker; drop 'GPU' from resources_per_worker or set use_gpu=False."
                 )
+        if self.trainer_resources is not None and any(v for v in dict(self.trainer_resources).values()):
+            warnings.warn(f"ScalingConfig(trainer_resources={self.trainer_resources!r}): muster's run controller lives "
+                          "in the driver and holds no resources, so these are not reserved.", stacklevel=3)
+        if self.accelerator_type is not None:
+            warnings.warn(f"ScalingConfig(accelerator_type={self.accelerator_type!r}) has no effect here: workers "
+                          "get this machine's GPUs (use_gpu=True).", stacklevel=3)
+
+    @property
+    def num_cpus_per_worker(self) -> float:
+        return self.worker_resources.get("CPU", 0.0)
+
+    @property
+    def num_gpus_per_worker(self) -> float:
+        return self.worker_resources.get("GPU", 0.0)
 
     @property
     def worker_resources(self) -> dict[str, float]:
@@ -153,10 +175,13 @@ class FailureConfig:
             Ray Train V2's preemption budget. muster's engine gets no preemption
             notices, so a lost node counts against ``max_failures``; these are
             accepted (and checked) so ported configs run.
+        controller_failure_limit: Ray V2's retries of its controller; muster's
+            controller is the driver, so it is accepted with no effect.
     """
 
     max_failures: int = 0
     fail_fast: bool = False
+    controller_failure_limit: int = -1
     max_preemption_failures: int = -1
     relax_collectives_on_preemption: bool = False
     preemption_grace_s: float = 0.0
@@ -215,6 +240,12 @@ class RunConfig:
         log_to_file: accepted for Ray's scripts; muster always keeps each
             worker's output in the run store (``muster logs``), so there is
             nothing to turn on.
+        worker_runtime_env: Ray V2's runtime env of the training workers:
+            its ``env_vars`` are set in each worker (other keys warn).
+        sync_config / progress_reporter / logging_config: Ray's; muster writes
+            to ``storage_path`` directly and prints its own progress
+            (``verbose``), so a value warns and changes nothing.
+        local_dir: refused, as in Ray: use ``storage_path``.
     """
 
     name: str | None = None
@@ -229,8 +260,29 @@ class RunConfig:
     stop: Any = None
     upload_drain_s: float = 60.0
     log_to_file: Any = False
+    worker_runtime_env: dict[str, Any] | None = None
+    sync_config: Any = None
+    progress_reporter: Any = None
+    logging_config: Any = None
+    local_dir: str | None = None
 
     def __post_init__(self) -> None:
+        if self.local_dir is not None:
+            raise InvalidArgumentError(
+                f"RunConfig(local_dir={self.local_dir!r}) is Ray's older option (Ray refuses it too): pass "
+                f"storage_path={self.local_dir!r} instead."
+            )
+        for name in ("sync_config", "progress_reporter", "logging_config"):
+            if getattr(self, name) is not None:
+                warnings.warn(f"RunConfig({name}=...) has no effect on muster: results and checkpoints go to "
+                              "storage_path directly, and progress prints as verbose= says.", stacklevel=3)
+        if self.worker_runtime_env is not None:
+            from muster.core.init_options import warn_unused_runtime_env
+
+            if not isinstance(self.worker_runtime_env, dict):
+                raise InvalidArgumentError(f"RunConfig(worker_runtime_env={self.worker_runtime_env!r}): pass a dict "
+                                           "such as {'env_vars': {'NCCL_DEBUG': 'INFO'}}.")
+            warn_unused_runtime_env(self.worker_runtime_env, "RunConfig(worker_runtime_env=...)")
         if self.stop is not None and not (isinstance(self.stop, dict) or callable(self.stop)):
             raise InvalidArgumentError(
                 f"RunConfig(stop={self.stop!r}): pass a dict such as {{'training_iteration': 10}}, a function "

@@ -282,7 +282,8 @@ class Controller:
         """One gang, start to end. Returns the attempt's root cause, or None on success."""
         self._transition(State.SCHEDULING)
         self.record.state["attempts"] = index + 1
-        group = WorkerGroup(get_runtime(), self.scaling)
+        env_vars = (self.run_config.worker_runtime_env or {}).get("env_vars") or {}
+        group = WorkerGroup(get_runtime(), self.scaling, {str(k): str(v) for k, v in env_vars.items()})
         attempt = self._attempt = _Attempt(index, group, start_latest=self.ledger.latest)
         self.view.set_state("scheduling", workers_up=0, attempt=index)
         complete = False

@@ -49,8 +49,8 @@ def assign_ranks(infos: list[dict[str, Any]], gpu_ids: list[list[int]]) -> list[
 class WorkerGroup:
     """Starts ``num_workers`` TrainWorkers together and tears them down together."""
 
-    def __init__(self, runtime: Runtime, scaling: ScalingConfig):
-        self.runtime, self.scaling = runtime, scaling
+    def __init__(self, runtime: Runtime, scaling: ScalingConfig, env: dict[str, str] | None = None):
+        self.runtime, self.scaling, self.env = runtime, scaling, env
         self.members: list[Member] = []
 
     def start(
@@ -63,6 +63,7 @@ class WorkerGroup:
             TrainWorker,
             self.scaling.worker_resources,
             strategy=self.scaling.placement_strategy,
+            env=self.env,
             on_wait=on_wait,
         )
         try:

@@ -197,9 +197,10 @@ class Tuner:
 
     # -- restore -------------------------------------------------------------------------------
     @classmethod
-    def can_restore(cls, path: str) -> bool:
-        """Whether ``path`` holds an experiment ``Tuner.restore`` can continue."""
-        return Storage.at(path).has(EXPERIMENT_STATE, TUNER_FILE)
+    def can_restore(cls, path: str, storage_filesystem: Any = None) -> bool:
+        """Whether ``path`` (on ``storage_filesystem``, default: from the path) holds an experiment
+        ``Tuner.restore`` can continue."""
+        return Storage.at(path, storage_filesystem).has(EXPERIMENT_STATE, TUNER_FILE)
 
     @classmethod
     def restore(
