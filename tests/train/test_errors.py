@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import warnings
 
 import pytest
 import torch
@@ -128,7 +129,10 @@ def bad_metrics():
         train.report({"fine": 1.0}, checkpoint_uplaod_mode="async")
     except TypeError as exc:
         errors["kw"] = str(exc)
-    train.report({"fine": 1.0}, checkpoint_dir_name="mine")  # Ray's keyword: accepted
+    with warnings.catch_warnings(record=True) as said:  # Ray's keyword: accepted, and said to be unused
+        warnings.simplefilter("always")
+        train.report({"fine": 1.0}, checkpoint_dir_name="mine")
+    errors["dir_name"] = [str(w.message) for w in said]
     train.report(
         {
             "errors": errors,
@@ -146,6 +150,7 @@ def test_report_rejects_unrecordable_metrics_and_converts_tensors(fit):
     m = result.metrics
     assert m["training_iteration"] == 2  # the rejected calls did not use up a round
     assert "checkpoint_uplaod_mode" in m["errors"]["kw"] and "checkpoint_upload_mode" in m["errors"]["kw"]
+    assert any("checkpoint_dir_name='mine') is not used" in w for w in m["errors"]["dir_name"])
     assert "metrics['obj']" in m["errors"]["obj"] and "object" in m["errors"]["obj"]
     assert "metrics['vec']" in m["errors"]["vec"] and "Tensor" in m["errors"]["vec"]
     assert "nested.deep[1]" in m["errors"]["nested"]

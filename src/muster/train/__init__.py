@@ -8,6 +8,7 @@ Inside ``train_loop_per_worker``: ``report``, ``get_checkpoint``,
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError, TrainingFailedError
@@ -85,6 +86,11 @@ def report(
             f"checkpoint_upload_mode and Ray's {sorted(_RAY_REPORT_KEYWORDS)} (accepted for "
             "compatibility). Check the spelling."
         )
+    if _compat.get("checkpoint_dir_name") is not None and not _said_dir_name:
+        _said_dir_name.append(True)
+        warnings.warn(f"report(checkpoint_dir_name={_compat['checkpoint_dir_name']!r}) is not used: muster names each "
+                      "checkpoint folder checkpoint_<round> (its commit and resume find them by that name).",
+                      stacklevel=2)
     mode = checkpoint_upload_mode
     if isinstance(mode, CheckpointUploadMode):
         if mode is CheckpointUploadMode.NO_UPLOAD:
@@ -94,6 +100,8 @@ def report(
     _session.get_session("report").report(metrics, checkpoint, mode)
     note_report(checkpoint)
 
+
+_said_dir_name: list[bool] = []  # the checkpoint_dir_name warning is given once per process
 
 #: Ray Train's other ``report()`` keywords: accepted so Ray scripts run unchanged.
 _RAY_REPORT_KEYWORDS = frozenset(
