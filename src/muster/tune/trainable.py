@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import tempfile
+import time
 from typing import Any
 
 from muster.exceptions import InvalidTypeError
@@ -38,6 +40,9 @@ class Trainable:
     def __init__(self, config: dict[str, Any] | None = None, **setup_kwargs: Any):
         self.config: dict[str, Any] = dict(config or {})
         self._iteration = 0
+        self._time_total = 0.0
+        self._since_restore = (0, time.time())  # (iteration, wall time) of the last start or restore
+        self._logdir: str | None = None
         self.setup(self.config, **setup_kwargs)
 
     # -- what subclasses override ---------------------------------------------------------
@@ -73,32 +78,65 @@ class Trainable:
         return self._iteration
 
     @property
-    def trial_id(self) -> str | None:
-        from muster.tune.session import get_context
-
-        return get_context().get_trial_id()
+    def trial_id(self) -> str:
+        """The trial's id; ``"default"`` for an object made outside a Tuner, as in Ray."""
+        return self._trial_value("get_trial_id")
 
     @property
-    def trial_name(self) -> str | None:
-        from muster.tune.session import get_context
+    def trial_name(self) -> str:
+        return self._trial_value("get_trial_name")
 
-        return get_context().get_trial_name()
+    @property
+    def logdir(self) -> str:
+        """The trial's folder; outside a Tuner, a temporary folder made on first use."""
+        trial_dir = self._trial_value("get_trial_dir", None)
+        if trial_dir is not None:
+            return trial_dir
+        if self._logdir is None:
+            self._logdir = tempfile.mkdtemp(prefix=f"{type(self).__name__}_")
+        return self._logdir
+
+    @staticmethod
+    def _trial_value(getter: str, default: Any = "default") -> Any:
+        from muster.tune import session
+
+        if session._trial is None:
+            return default
+        return getattr(session.get_context(), getter)()
 
     def train(self) -> dict[str, Any]:
-        """Run one ``step()`` and return its result."""
+        """Run one ``step()`` and return its result. Outside a Tuner it carries what Tune adds to a
+        result, as Ray's does (``training_iteration``, ``done``, ``time_this_iter_s``, ``pid``...);
+        inside one, the Tuner adds them when it records the result."""
+        start = time.time()
         result = self.step()
         if not isinstance(result, dict):
             raise InvalidTypeError(f"{type(self).__name__}.step() returned {type(result).__name__}; return a dict of metrics.")
         self._iteration += 1
-        return result
+        from muster.tune import session
 
-    def save(self, checkpoint_dir: str) -> str:
-        """Save into ``checkpoint_dir`` (the dict form is pickled there).
+        if session._trial is not None:
+            return result
+        now = time.time()
+        self._time_total += now - start
+        since_iter, since_time = self._since_restore
+        return {**result, "done": bool(result.get("done", False)), "training_iteration": self._iteration,
+                "trial_id": "default", "time_this_iter_s": now - start, "time_total_s": self._time_total,
+                "timestamp": int(now), "date": time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now)),
+                "pid": os.getpid(), "hostname": socket.gethostname(), "config": dict(self.config),
+                "iterations_since_restore": self._iteration - since_iter, "time_since_restore": now - since_time}
+
+    def save(self, checkpoint_dir: str | None = None) -> str:
+        """Save into ``checkpoint_dir`` (made if missing; default: a new folder under :attr:`logdir`),
+        and return it; the dict form is pickled there.
 
         Raises:
             InvalidTypeError: ``save_checkpoint`` returned something other than None, a dict,
                 or ``checkpoint_dir`` itself.
         """
+        if checkpoint_dir is None:
+            checkpoint_dir = os.path.join(self.logdir, f"checkpoint_{self._iteration:06d}")
+        os.makedirs(checkpoint_dir, exist_ok=True)
         state = self.save_checkpoint(checkpoint_dir)
         if isinstance(state, dict):
             with open(os.path.join(checkpoint_dir, _DICT_FILE), "wb") as f:
@@ -114,8 +152,9 @@ class Trainable:
             f.write(str(self._iteration))
         return checkpoint_dir
 
-    def restore(self, checkpoint_dir: str) -> None:
-        """Load what ``save`` wrote into ``checkpoint_dir``."""
+    def restore(self, checkpoint_dir: Any) -> None:
+        """Load what ``save`` wrote into ``checkpoint_dir`` (a path, or a local ``Checkpoint``)."""
+        checkpoint_dir = os.fspath(getattr(checkpoint_dir, "path", checkpoint_dir))
         state_file = os.path.join(checkpoint_dir, _DICT_FILE)
         if os.path.exists(state_file):
             with open(state_file, "rb") as f:
@@ -126,6 +165,7 @@ class Trainable:
         if os.path.exists(iter_file):
             with open(iter_file) as f:
                 self._iteration = int(f.read().strip() or 0)
+        self._since_restore = (self._iteration, time.time())
 
 
 def _same_folder(returned: Any, checkpoint_dir: str) -> bool:
