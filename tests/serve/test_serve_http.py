@@ -70,6 +70,8 @@ class Kinds:
             return request.headers
         if kind == "tuple":
             return (1, "two")
+        if kind == "none":
+            return None
         return object()  # not a response
 
 
@@ -169,6 +171,8 @@ def test_return_types(apps):
     ctx = apps.get("/kinds", params={"kind": "context"}).json()
     assert ctx["app"] == "kinds" and ctx["deployment"] == "Kinds" and ctx["replica"].startswith("kinds#Kinds#")
     assert apps.get("/kinds", params={"kind": "env"}).text == "set"
+    r = apps.get("/kinds", params={"kind": "none"})  # as Ray: an empty text body (it was "null", JSON)
+    assert (r.status_code, r.content, r.headers["content-type"].split(";")[0]) == (200, b"", "text/plain")
 
 
 def test_handlers_without_a_request_parameter_and_mapping_returns(apps):

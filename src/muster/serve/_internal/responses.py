@@ -23,8 +23,11 @@ _json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def simple_body(result: Any) -> bytes | None:
-    """The RESP_FULL payload for a plain value, or ``None`` when it needs the ASGI path."""
-    if isinstance(result, (dict, list, tuple, int, float, bool)) or result is None:
+    """The RESP_FULL payload for a plain value, or ``None`` when it needs the ASGI path (as Ray's:
+    ``None`` is an empty text body, a str text, bytes as they are, other values JSON)."""
+    if result is None:
+        return _TEXT_HEAD
+    if isinstance(result, (dict, list, tuple, int, float, bool)):
         return _JSON_HEAD + _json(result).encode()
     if isinstance(result, Mapping):  # Starlette's QueryParams/Headers and other read-only mappings, as Ray
         return _JSON_HEAD + _json(dict(result)).encode()
