@@ -52,6 +52,10 @@ class Adder:
     def add(self, x: int, y: int) -> int:
         return x + y
 
+    async def slow(self, s: float) -> str:
+        await asyncio.sleep(s)
+        return "finished"
+
 
 @serve.deployment(ray_actor_options=SMALL)
 class Ingress:
@@ -269,6 +273,26 @@ def test_user_config_reaches_reconfigure_and_redeploy_updates_it(client):
     assert h.get.remote().result(timeout_s=10) == 8
     assert h.state.remote().result(timeout_s=10)[0] != pid  # another option changed: replicas replaced
     serve.delete("cfg")
+
+
+def test_a_cancelled_call_raises_request_cancelled_as_rays(graph):
+    """It raised concurrent.futures.CancelledError; Ray's is RequestCancelledError, a TaskCancelledError."""
+    h = serve.get_deployment_handle("Adder", "graph")
+    r = h.slow.remote(30)
+    time.sleep(0.3)  # it reached the replica
+    r.cancel()
+    with pytest.raises(serve.exceptions.RequestCancelledError) as info:
+        r.result(timeout_s=10)
+    assert isinstance(info.value, muster.exceptions.TaskCancelledError)
+
+    async def cancelled_then_awaited():
+        r = h.slow.remote(30)
+        r.cancel()
+        with pytest.raises(serve.exceptions.RequestCancelledError):
+            await r
+
+    asyncio.run(cancelled_then_awaited())
+    assert h.slow.remote(0).result(timeout_s=10) == "finished"
 
 
 def test_replica_context_and_result_timeout(graph):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from muster.exceptions import MusterError
+from typing import Any
+
+from muster.exceptions import MusterError, TaskCancelledError
 
 
 class RayServeException(MusterError):
@@ -21,5 +23,13 @@ class ReplicaDiedError(RayServeException):
     """The replica serving this request died before it answered."""
 
 
-class RequestCancelledError(RayServeException):
-    """The request was cancelled before it finished."""
+class RequestCancelledError(RayServeException, TaskCancelledError):
+    """The request was cancelled (``response.cancel()``) before it finished; as Ray's, also a
+    ``TaskCancelledError``."""
+
+    def __init__(self, message: str = "the request was cancelled by response.cancel()"):
+        Exception.__init__(self, message)
+        self.label, self.reason = "request", message
+
+    def __reduce__(self) -> Any:
+        return (type(self), (str(self),))

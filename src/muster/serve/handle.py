@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator, Iterator
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve._internal import eventloop, router, wire
+from muster.serve.exceptions import RequestCancelledError
 
 _CALL_TIMEOUT_S = 30.0  # waiting for room on a replica; the call itself is unbounded, as in Ray
 
@@ -26,14 +27,23 @@ class DeploymentResponse:
 
     def __init__(self, fut: "asyncio.Future | concurrent.futures.Future"):
         self._fut = fut
+        self._cancelled = False
 
     def __await__(self) -> Any:
+        return self._awaited().__await__()
+
+    async def _awaited(self) -> Any:
         fut = self._fut
-        if isinstance(fut, concurrent.futures.Future):
-            return asyncio.wrap_future(fut).__await__()
-        if eventloop.on_loop():
-            return fut.__await__()
-        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_await(fut), eventloop.get_loop())).__await__()
+        try:
+            if isinstance(fut, concurrent.futures.Future):
+                return await asyncio.wrap_future(fut)
+            if eventloop.on_loop():
+                return await fut
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_await(fut), eventloop.get_loop()))
+        except (asyncio.CancelledError, concurrent.futures.CancelledError):
+            if self._cancelled:  # this response's own cancel, not the awaiting task's
+                raise RequestCancelledError() from None
+            raise
 
     def result(self, *, timeout_s: float | None = None) -> Any:
         """Block until the call finishes and return its value (not from inside an async method).
@@ -54,8 +64,15 @@ class DeploymentResponse:
             return fut.result(timeout_s)
         except concurrent.futures.TimeoutError:
             raise TimeoutError(f"the deployment call did not finish within timeout_s={timeout_s}.") from None
+        except (asyncio.CancelledError, concurrent.futures.CancelledError):
+            if self._cancelled:
+                raise RequestCancelledError() from None
+            raise
 
     def cancel(self) -> None:
+        """Cancel the call (in the replica too, once it runs there); waiting on it then raises
+        ``RequestCancelledError``, as in Ray."""
+        self._cancelled = True
         loop = eventloop.get_loop()
         loop.call_soon_threadsafe(self._fut.cancel)
 
