@@ -81,7 +81,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ExecutionResources": "nothing: muster's pipelines run in the consuming process's threads and idle "
         "workers (DataContext.max_threads bounds them)",
         "ShuffleStrategy": "random_shuffle(seed=...): one machine needs no shuffle strategy",
-        "read_images": "read_binary_files() and a map that decodes them (PIL)",
         "read_tfrecords": "read_parquet() after converting the files",
         "read_webdataset": "read_binary_files()",
         "read_sql": "from_pandas(pandas.read_sql(...))",
@@ -93,7 +92,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "read_iceberg": "read_parquet() of the table's files",
         "read_hudi": "read_parquet() of the table's files",
         "from_huggingface": "from_pandas(hf_dataset.to_pandas()) or from_arrow(hf_dataset.data.table)",
-        "from_torch": "from_items([...]) of the torch dataset's rows",
         "from_spark": "from_pandas(spark_df.toPandas())",
         "from_dask": "from_pandas(dask_df.compute())",
         "from_modin": "from_pandas()",

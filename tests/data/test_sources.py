@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 import muster.data as md
 
@@ -217,3 +219,32 @@ def test_csv_and_json_add_hive_folders_as_string_columns_and_files_keep_a_row_ca
     assert sorted(pq.read_metadata(f).num_rows for f in files) == [5, 10, 10]
     with pytest.raises(ValueError, match="min_rows_per_file=20, max_rows_per_file=10"):
         md.range(5).write_csv(out, min_rows_per_file=20, max_rows_per_file=10)
+
+
+def test_read_images_and_from_torch_as_rays(tmp_path):
+    """Ray Data's image batch-inference examples start with read_images; both were refused."""
+    from PIL import Image
+
+    (tmp_path / "sub").mkdir()
+    Image.fromarray(np.full((4, 6, 3), 200, np.uint8)).save(tmp_path / "a.png")
+    Image.fromarray(np.full((5, 3, 3), 10, np.uint8)).save(tmp_path / "sub" / "b.bmp")
+    (tmp_path / "notes.txt").write_text("not an image")  # skipped: not an image extension
+    rows = sorted(md.read_images(str(tmp_path), include_paths=True).take_all(), key=lambda r: r["path"])
+    assert [(r["image"].shape, r["image"].dtype, os.path.basename(r["path"])) for r in rows] == [
+        ((4, 6, 3), np.uint8, "a.png"), ((5, 3, 3), np.uint8, "b.bmp")]  # sizes differ: kept as they are
+    assert (rows[0]["image"] == 200).all()
+    batch = md.read_images(str(tmp_path), size=(2, 3), mode="L").take_batch()
+    assert batch["image"].shape == (2, 2, 3) and batch["image"].dtype == np.uint8
+    with pytest.raises(ValueError, match=r"size=\(2,\)"):
+        md.read_images(str(tmp_path), size=(2,))
+
+    class Squares(torch.utils.data.Dataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return torch.full((2,), float(i * i))
+
+    assert [r["item"].tolist() for r in md.from_torch(Squares()).take_all()] == [[0, 0], [1, 1], [4, 4]]
+    with pytest.raises(TypeError, match="from_items"):
+        md.from_torch(torch.utils.data.TensorDataset(torch.zeros(2, 2), torch.zeros(2)))

@@ -156,8 +156,8 @@ def test_from_imports_of_unsupported_ray_names_name_the_equivalent_too():
         from muster import timeline  # noqa: F401
     with pytest.raises(ImportError, match=r"muster.serve.multiplexed .*one deployment per model"):
         from muster.serve import multiplexed  # noqa: F401
-    with pytest.raises(ImportError, match=r"muster.data.read_images .*read_binary_files"):
-        from muster.data import read_images  # noqa: F401
+    with pytest.raises(ImportError, match=r"muster.data.from_huggingface .*from_pandas"):
+        from muster.data import from_huggingface  # noqa: F401
     with pytest.raises(ImportError, match="cannot import name 'not_a_ray_name'"):
         from muster.util import not_a_ray_name  # noqa: F401
     import muster.train as train

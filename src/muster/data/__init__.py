@@ -43,7 +43,7 @@ __all__ = [
     "RandomSeedConfig",
     "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
     "DataTypeError", "Dataset", "GroupedData", "MaterializedDataset", "UserFunctionError", "from_arrow", "from_items", "from_numpy",
-    "from_pandas", "range", "range_tensor", "read_binary_files", "read_csv", "read_json", "read_parquet",
+    "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files", "read_csv", "read_images", "read_json", "read_parquet",
     "read_text", "SaveMode", "TaskPoolStrategy",
 ]
 
@@ -168,6 +168,22 @@ def read_binary_files(paths: str | list[str], *, filesystem: Any = None, include
                  RayCall.of("read_binary_files", paths, include_paths=include_paths, **_fs(filesystem), **ray_only))
 
 
+def read_images(paths: str | list[str], *, filesystem: Any = None, size: tuple[int, int] | None = None,
+                mode: str | None = None, include_paths: bool = False, **ray_options: Any) -> Dataset:
+    """Image files (png, jpg, tiff, bmp, gif by default; ``file_extensions=`` to pick others): one row
+    per file, column ``image``, a uint8 array (height, width, channels), as Ray's. ``size=(height,
+    width)`` resizes each, ``mode`` converts it (Pillow's ``"RGB"``, ``"L"``...). Images of different
+    sizes make a variable-shape tensor column. Needs Pillow (``pip install "muster[data]"``)."""
+    if size is not None and not (isinstance(size, (tuple, list)) and len(size) == 2
+                                 and all(isinstance(v, int) and v > 0 for v in size)):
+        raise InvalidArgumentError(f"read_images(size={size!r}): pass (height, width), two positive integers.")
+    ray_only = _ray_options_only("read_images", ray_options)
+    return _read("ReadImages", _src.image_tasks(paths, filesystem, (size[0], size[1]) if size else None, mode,
+                                                _file_options(include_paths, ray_only)),
+                 RayCall.of("read_images", paths, size=size, mode=mode, include_paths=include_paths,
+                            **_fs(filesystem), **ray_only))
+
+
 def _ray_options_only(where: str, options: dict[str, Any]) -> dict[str, Any]:
     """Ray's read options, for a reader that takes no others: anything else is named as unknown."""
     ray_only = _ray_only(options)
@@ -189,6 +205,27 @@ def from_items(items: list[Any], *, override_num_blocks: int | None = None) -> D
     if override_num_blocks:
         blocks = _src.table_blocks(_blk.concat(blocks), _rows(), override_num_blocks)
     return from_blocks(blocks or [pa.table({})], "FromItems")
+
+
+def from_torch(dataset: Any, local_read: bool = False) -> Dataset:
+    """A torch ``Dataset`` (map-style or iterable) as rows ``{"item": sample}``, as Ray's; tensors
+    become numpy arrays. It is read here, once, into memory (``local_read`` is Ray's and changes
+    nothing). A sample that is a tuple (``TensorDataset``'s ``(x, y)``) is refused: Ray keeps it as a
+    Python object, muster's columns are Arrow; make the rows yourself, e.g.
+    ``from_items([{"x": x.numpy(), "y": int(y)} for x, y in dataset])``."""
+    if not (hasattr(dataset, "__iter__") or hasattr(dataset, "__getitem__")):
+        raise InvalidTypeError(f"from_torch({type(dataset).__name__}): pass a torch.utils.data.Dataset.")
+    if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
+        samples = [dataset[i] for i in builtins.range(len(dataset))]
+    else:
+        samples = list(dataset)
+    if samples and isinstance(samples[0], (tuple, list)):
+        raise InvalidTypeError(
+            f"from_torch: the samples are {type(samples[0]).__name__}s of {len(samples[0])}; muster keeps columns, "
+            "not Python objects: make named columns, e.g. from_items([{'x': x.numpy(), 'y': int(y)} for x, y in "
+            "dataset])."
+        )
+    return from_blocks([_blk.rows_to_block([{"item": x} for x in samples], "from_torch")], "FromTorch")
 
 
 def from_arrow(tables: pa.Table | list[pa.Table]) -> Dataset:

@@ -9,11 +9,13 @@ partition folders (``year=2024/``) become columns and prune files.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import pyarrow as pa
 
 from muster.data import block as blk
@@ -376,6 +378,36 @@ def binary_tasks(paths: Any, filesystem: Any, options: FileOptions) -> tuple[Rea
     return _group(files, _file_reader(fs, parse, None, options, compression=None))  # the bytes as stored
 
 
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif")
+
+
+def image_tasks(paths: Any, filesystem: Any, size: tuple[int, int] | None, mode: str | None,
+                options: FileOptions) -> tuple[ReadTask, ...]:
+    """One row per image file, column ``image``: a uint8 array (height, width[, channels])."""
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise ImportError('read_images needs Pillow: pip install "muster[data]" (or pip install pillow).') from exc
+    if options.file_extensions is None:
+        options = dataclasses.replace(options, file_extensions=IMAGE_EXTENSIONS)
+    fs, files, _ = resolve(paths, filesystem, None, "read_images", options)
+
+    def parse(f: Any, path: str) -> pa.Table:
+        image: Any
+        try:
+            image = Image.open(f)
+            image.load()
+        except Exception as exc:  # noqa: BLE001 - named with its file
+            raise DataSourceError(f"read_images: {path} is not an image Pillow can read ({exc}).") from exc
+        if mode is not None:
+            image = image.convert(mode)
+        if size is not None:
+            image = image.resize((size[1], size[0]))  # Ray's size is (height, width); Pillow's is (width, height)
+        return blk.rows_to_block([{"image": np.asarray(image)}], f"read_images({path})")
+
+    return _group(files, _file_reader(fs, parse, None, options, compression=None))
+
+
 # -- in memory ------------------------------------------------------------------------
 def block_tasks(blocks: list[pa.Table], label: str) -> tuple[ReadTask, ...]:
     return tuple(ReadTask((lambda b=b: [b]), f"{label}[{i}]", blk.nbytes(b)) for i, b in enumerate(blocks))
@@ -388,8 +420,6 @@ def table_blocks(table: pa.Table, rows: int, parallelism: int = -1) -> list[pa.T
 
 
 def range_tasks(n: int, rows: int, tensor_shape: tuple[int, ...] | None) -> tuple[ReadTask, ...]:
-    import numpy as np
-
     def make(start: int, stop: int) -> Callable[[], list[pa.Table]]:
         def read() -> list[pa.Table]:
             ids = np.arange(start, stop, dtype=np.int64)
