@@ -509,11 +509,17 @@ def test_exit_actor_task_names_placement_group_table_and_init_as_a_context(tmp_p
     marker = str(tmp_path / "atexit")
     a = _Leaves.remote(marker)
     assert muster.get(a.names.remote(), timeout=TIMEOUT) == ("_Leaves.names", f"{__name__}._Leaves.names")
-    with pytest.raises(exceptions.ActorDiedError, match="exited by muster.actor.exit_actor"):
+    with pytest.raises(exceptions.ActorDiedError, match=r"exited on purpose \(muster.actor.exit_actor\(\)"):
         muster.get(a.leave.remote(), timeout=TIMEOUT)
-    with pytest.raises(exceptions.ActorDiedError, match="exited by"):  # not restarted, whatever max_restarts says
+    with pytest.raises(exceptions.ActorDiedError, match="exited on purpose"):  # not restarted, despite max_restarts
         muster.get(a.names.remote(), timeout=TIMEOUT)
     assert os.path.exists(marker)  # its own atexit handlers ran
+    b = _Leaves.remote(str(tmp_path / "b"))  # Ray's built-in methods of every actor
+    assert muster.get(b.__ray_ready__.remote(), timeout=TIMEOUT) is True
+    assert muster.get(b.__ray_call__.remote(lambda obj, suffix: obj.marker + suffix, "!"), timeout=TIMEOUT) \
+        == str(tmp_path / "b") + "!"
+    with pytest.raises(exceptions.ActorDiedError, match="exited on purpose"):
+        muster.get(b.__ray_terminate__.remote(), timeout=TIMEOUT)
     with pytest.raises(TypeError, match="no actor runs"):
         exit_actor()
     assert muster.get_runtime_context().get_task_name() is None

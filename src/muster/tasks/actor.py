@@ -171,6 +171,8 @@ class ActorHandle:
 
     # -- public --------------------------------------------------------------
     def __getattr__(self, name: str) -> _Method:
+        if name in worker_side.RAY_BUILTINS:
+            return _Method(self, name)
         if name.startswith("_"):
             raise AttributeError(name)
         if not hasattr(self._cls, name):
@@ -386,7 +388,7 @@ class ActorHandle:
     def _exiting(self) -> None:
         """The actor called ``exit_actor()``: its coming death is on purpose (no restart, and said so)."""
         self._no_restart = True
-        self._kill_reason = "it exited by muster.actor.exit_actor()"
+        self._kill_reason = "it exited on purpose (muster.actor.exit_actor(), or a __ray_terminate__ call)"
 
     def _kill(self, no_restart: bool = True, reason: str = "stopped by muster.kill()") -> None:
         self._no_restart = no_restart
@@ -453,7 +455,7 @@ class WorkerActorHandle:
         self._id, self._cls = actor_id, cls
 
     def __getattr__(self, name: str) -> _Method:
-        if name.startswith("_"):
+        if name.startswith("_") and name not in worker_side.RAY_BUILTINS:
             raise AttributeError(name)
         return _Method(self, name)
 

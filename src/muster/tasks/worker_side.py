@@ -43,6 +43,11 @@ class TaskInfo:
     function: str | None = None  # a task's function, ``module.qualname`` (an actor's calls: see call_name)
 
 
+#: Ray's built-in methods of every actor: ``__ray_ready__()`` (True once it is built),
+#: ``__ray_terminate__()`` (it ends on purpose, as ``exit_actor``), ``__ray_call__(fn, *args)``
+#: (``fn(the actor's object, *args)`` run in the actor).
+RAY_BUILTINS = frozenset({"__ray_ready__", "__ray_terminate__", "__ray_call__"})
+
 _local = threading.local()
 _actor_info: TaskInfo | None = None
 _actor_class: type | None = None  # the class of this process's actor
@@ -278,17 +283,29 @@ class ActorHost:
 
     def __getattr__(self, name: str) -> Any:
         _begin_call(name)  # the engine looks up each plain call's method here, just before it runs it
+        return self._muster_method(name)
+
+    def _muster_method(self, name: str) -> Any:
+        """The object's method ``name``, or one of Ray's built-in actor methods (:data:`RAY_BUILTINS`)."""
+        if name == "__ray_ready__":
+            return lambda: True
+        if name == "__ray_terminate__":
+            from muster.actor import exit_actor
+
+            return exit_actor
+        if name == "__ray_call__":
+            return lambda fn, *args, **kwargs: fn(self._muster_obj, *args, **kwargs)
         return getattr(self._muster_obj, name)
 
     def _muster_call(self, method: str, num_returns: Any, args: tuple, kwargs: dict) -> Any:
         """A plain call that returns ``num_returns`` values (checked here, split by the driver)."""
         name = f"{type(self._muster_obj).__name__}.{method}"
         _begin_call(method)
-        return _collect(getattr(self._muster_obj, method)(*args, **kwargs), num_returns, name)
+        return _collect(self._muster_method(method)(*args, **kwargs), num_returns, name)
 
     def _muster_submit(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> None:
         """Start one call; its result goes back as an ``ActorCallDone`` event."""
-        fn = getattr(self._muster_obj, method)
+        fn = self._muster_method(method)
         name = f"{type(self._muster_obj).__name__}.{method}"
         if self._muster_loop is not None:
             import asyncio
