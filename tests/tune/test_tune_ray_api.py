@@ -324,6 +324,7 @@ def test_results_carry_rays_automatic_fields(storage):
     assert (df["time_since_restore"].diff().dropna() >= 0).all()
     for field in ("hostname", "node_ip", "date", "time_total_s", "time_this_iter_s", "trial_id"):
         assert field in grid.get_dataframe().columns, field
+    assert grid[0].metrics["done"] is True and grid[0].metrics["config"] == grid[0].config  # Ray's last result
 
 
 class SavesIntoItsFolder(tune.Trainable):

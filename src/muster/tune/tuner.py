@@ -422,9 +422,13 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
             result = Result.from_path(trial.path)
         except ValueError:
             result = Result(metrics=None, checkpoint=None, path=trial.path)
-        if result.metrics is None:  # it never reported: Ray's last_result has its id
+        reported = result.metrics is not None
+        if not reported:  # Ray's last_result has its id
             result.metrics = {"trial_id": trial.trial_id}
         _metrics_acted_on(result, trial)
+        if reported:  # what Ray's last result also holds: whether the trial finished, and its config
+            result.metrics = {"config": trial.config, **(result.metrics or {}),
+                              "done": trial.status == trial_mod.TERMINATED}
         nested = storage.join(trial.path, trial_mod.NESTED_RUN)
         if result.checkpoint is None and storage.exists(nested):  # the trial's function fit a trainer
             inner = Result.from_path(nested)
