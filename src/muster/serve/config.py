@@ -161,8 +161,9 @@ class DeploymentConfig:
     route_prefix: str | None = None  # deprecated in Ray; accepted for old scripts
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name or "/" in self.name:
-            raise InvalidArgumentError(f"deployment name={self.name!r}: use a non-empty string without '/'.")
+        if not isinstance(self.name, str) or not self.name or "/" in self.name or "#" in self.name:
+            raise InvalidArgumentError(f"deployment name={self.name!r}: use a non-empty string without '/' or '#' "
+                                       "(replica names are app#deployment#n, as in Ray).")
         self.autoscaling_config = AutoscalingConfig.coerce(self.autoscaling_config)
         if self.num_replicas == "auto":
             if self.autoscaling_config is None:  # Ray's defaults for "auto"
