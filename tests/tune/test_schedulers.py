@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from muster import tune
 from muster.tune.schedulers import (
     ASHAScheduler,
     MedianStoppingRule,
@@ -95,3 +98,15 @@ def test_pbt_bottom_trial_exploits_a_top_trial_and_explores_its_config():
     assert donor == "t3" and checkpoint == "copy-of-ckpt-of-t3-for-t0"  # copied when picked
     assert new_config["lr"] in (0.001, 0.01, 0.1)
     assert new_config["momentum"] != 0.5  # nudged by a factor or resampled
+
+
+def test_create_scheduler_and_searcher_by_rays_names():
+    from muster.tune.search import BasicVariantGenerator
+
+    asha = tune.create_scheduler("async_hyperband", metric="loss", mode="min", max_t=8)
+    assert isinstance(asha, ASHAScheduler) and isinstance(tune.create_scheduler("pbt", hyperparam_mutations={"lr": [1, 2]}), PopulationBasedTraining)
+    assert isinstance(tune.create_searcher("random", max_concurrent=2), BasicVariantGenerator)
+    with pytest.raises(ValueError, match="create_scheduler\\('pb2'\\): muster's schedulers are"):
+        tune.create_scheduler("pb2")
+    with pytest.raises(ValueError, match="'hyperopt'.*not ported"):
+        tune.create_searcher("hyperopt")

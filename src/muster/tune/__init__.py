@@ -12,6 +12,8 @@ from muster.train.result import Result
 from muster.tune import logger, schedulers, search
 from muster.tune.callback import Callback
 from muster.tune.result_grid import ResultGrid, TrialError
+from muster.tune.schedulers import create_scheduler
+from muster.tune.search import create_searcher
 from muster.tune.search.sample import (
     choice,
     grid_search,
@@ -68,6 +70,8 @@ __all__ = [
     "TuneContext",
     "Tuner",
     "choice",
+    "create_scheduler",
+    "create_searcher",
     "get_checkpoint",
     "get_context",
     "grid_search",

@@ -12,6 +12,30 @@ from muster.tune.schedulers.pbt import PopulationBasedTraining
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 
 
+#: ``create_scheduler``'s names (Ray's), for the schedulers muster has.
+SCHEDULERS: dict[str, type] = {
+    "fifo": FIFOScheduler, "async_hyperband": AsyncHyperBandScheduler, "asynchyperband": AsyncHyperBandScheduler,
+    "asha": ASHAScheduler, "median_stopping_rule": MedianStoppingRule, "medianstopping": MedianStoppingRule,
+    "hyperband": HyperBandScheduler, "pbt": PopulationBasedTraining,
+}
+
+
+def create_scheduler(scheduler: str, **kwargs: Any) -> TrialScheduler:
+    """A scheduler by Ray's name (``"asha"``, ``"hyperband"``, ``"pbt"``...), made with ``kwargs``.
+
+    Raises:
+        ValueError: a name muster has no scheduler for.
+    """
+    from muster.exceptions import InvalidArgumentError
+
+    cls = SCHEDULERS.get(str(scheduler).lower())
+    if cls is None:
+        raise InvalidArgumentError(f"create_scheduler({scheduler!r}): muster's schedulers are {sorted(SCHEDULERS)} "
+                                   "(Ray's hb_bohb, pbt_replay, pb2 and resource_changing are not ported).")
+    made: TrialScheduler = cls(**kwargs)
+    return made
+
+
 def __getattr__(name: str) -> Any:
     from muster._unsupported import raise_unsupported
 
@@ -26,4 +50,5 @@ __all__ = [
     "MedianStoppingRule",
     "PopulationBasedTraining",
     "TrialScheduler",
+    "create_scheduler",
 ]
