@@ -38,6 +38,10 @@ def test_bad_options_name_the_field():
         DeploymentConfig(name="a#b")
     with pytest.raises(ValueError, match="port=70000"):
         HTTPOptions(port=70000)
+    with pytest.warns(UserWarning, match="location='EveryNode' have no effect"):  # a TypeError before
+        assert HTTPOptions(location="EveryNode").port == 8000
+    with pytest.warns(UserWarning, match="root_path='/api'"):  # dropped silently from a dict before
+        HTTPOptions.coerce({"root_path": "/api"})
     with pytest.raises(ValueError, match="loop='trio': use 'uvloop' or 'asyncio'"):
         HTTPOptions.coerce({"loop": "trio"})
     with pytest.raises(TypeError, match="unknown option"):

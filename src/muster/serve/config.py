@@ -240,8 +240,20 @@ class HTTPOptions:
     request_timeout_s: float | None = None
     max_body_bytes: int = 100 * 1024 * 1024
     keep_alive_timeout_s: float = 5.0
+    # Ray's, with no effect here (a value that would change something warns): one ingress runs, on
+    # the driver's node (Ray's "HeadOnly"), at the root path, with no extra middlewares
+    location: str | None = None
+    root_path: str = ""
+    middlewares: list[Any] | None = None
+    num_cpus: float | None = None
 
     def __post_init__(self) -> None:
+        said = [f"{k}={v!r}" for k, v in (("location", self.location), ("root_path", self.root_path),
+                                         ("middlewares", self.middlewares), ("num_cpus", self.num_cpus))
+                if v not in (None, "", [], "HeadOnly")]
+        if said:
+            warnings.warn(f"http_options {', '.join(said)} have no effect on muster: one HTTP ingress runs on the "
+                          "driver's node, at the root path, with no extra middlewares.", stacklevel=3)
         if not isinstance(self.host, str) or not self.host:
             raise InvalidArgumentError(f"http_options host={self.host!r}: give an interface address such as '127.0.0.1'.")
         if not isinstance(self.port, int) or isinstance(self.port, bool) or not 0 <= self.port <= 65535:
@@ -263,8 +275,7 @@ class HTTPOptions:
         if not isinstance(value, Mapping):
             raise InvalidArgumentError(f"http_options={value!r}: pass a dict such as {{'host': '127.0.0.1', 'port': 8000}}.")
         known = {f.name for f in dataclasses.fields(cls)}
-        ignored = {"location", "root_path", "middlewares", "num_cpus"}  # Ray-only knobs with no meaning here
-        unknown = sorted(set(value) - known - ignored)
+        unknown = sorted(set(value) - known)
         if unknown:
             raise InvalidArgumentError(f"http_options: unknown field(s) {unknown}; known: {sorted(known)}.")
         return cls(**{k: v for k, v in value.items() if k in known})
