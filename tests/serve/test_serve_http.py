@@ -61,7 +61,9 @@ class Kinds:
             raise HTTPException(status_code=422, detail="you sent something odd")
         if kind == "context":
             ctx = serve.get_replica_context()
-            return {"app": ctx.app_name, "deployment": ctx.deployment, "replica": ctx.replica_tag}
+            rid = ctx.replica_id  # Ray's ReplicaID (it was a plain string)
+            return {"app": ctx.app_name, "deployment": ctx.deployment, "replica": ctx.replica_tag,
+                    "unique": rid.unique_id, "dep_id": [rid.deployment_id.app_name, rid.deployment_id.name]}
         if kind == "env":
             return os.environ.get("MUSTER_SERVE_TEST_VAR", "missing")
         if kind == "query":
@@ -170,6 +172,7 @@ def test_return_types(apps):
     assert apps.get("/kinds", params={"kind": "list"}).json() == [1, 2, 3]
     ctx = apps.get("/kinds", params={"kind": "context"}).json()
     assert ctx["app"] == "kinds" and ctx["deployment"] == "Kinds" and ctx["replica"].startswith("kinds#Kinds#")
+    assert ctx["replica"].endswith("#" + ctx["unique"]) and ctx["dep_id"] == ["kinds", "Kinds"]
     assert apps.get("/kinds", params={"kind": "env"}).text == "set"
     r = apps.get("/kinds", params={"kind": "none"})  # as Ray: an empty text body (it was "null", JSON)
     assert (r.status_code, r.content, r.headers["content-type"].split(";")[0]) == (200, b"", "text/plain")

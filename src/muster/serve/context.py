@@ -7,6 +7,31 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class DeploymentID:
+    """Ray's ``DeploymentID``: a deployment's ``name`` and ``app_name``."""
+
+    name: str
+    app_name: str
+
+
+class ReplicaID(str):
+    """Ray's ``ReplicaID``: the replica's tag (``app#deployment#id``, as a string), with Ray's
+    ``unique_id`` (the last part) and ``deployment_id``."""
+
+    @property
+    def unique_id(self) -> str:
+        return self.rsplit("#", 1)[-1]
+
+    @property
+    def deployment_id(self) -> DeploymentID:
+        app, _, rest = self.partition("#")
+        return DeploymentID(rest.rsplit("#", 1)[0], app)
+
+    def to_full_id_str(self) -> str:
+        return str(self)
+
+
+@dataclass(frozen=True)
 class ReplicaContext:
     """The replica running the current code (Ray Serve's fields)."""
 
@@ -16,8 +41,9 @@ class ReplicaContext:
     servable_object: Any = None
 
     @property
-    def replica_id(self) -> str:
-        return self.replica_tag
+    def replica_id(self) -> ReplicaID:
+        """The replica's tag as Ray's ``ReplicaID`` (a string with ``unique_id`` and ``deployment_id``)."""
+        return ReplicaID(self.replica_tag)
 
 
 _current: ReplicaContext | None = None
