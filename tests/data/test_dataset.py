@@ -542,3 +542,27 @@ def test_whole_dataset_results_and_guards_as_rays():
     import muster
 
     assert np.concatenate(muster.get(ds.to_numpy_refs(column="id"))).tolist() == list(range(10))
+
+
+def test_join_as_rays():
+    """Ray Data's join (it was missing): every join type, keys named differently, suffixes."""
+    left = md.from_items([{"id": i, "v": f"l{i}"} for i in range(5)])
+    right = md.from_items([{"key": i, "w": i * 10} for i in range(3, 8)])
+
+    def rows(ds):
+        return sorted(ds.take_all(), key=lambda r: (r.get("id") is None, r.get("id"), r.get("key")))
+
+    inner = left.join(right, "inner", 2, on=("id",), right_on=("key",))
+    assert rows(inner) == [{"id": 3, "v": "l3", "w": 30}, {"id": 4, "v": "l4", "w": 40}]
+    assert inner.num_blocks() == 2  # num_partitions blocks
+    counts = {t: left.join(right, t, 1, on="id", right_on="key").count()
+              for t in ("left_outer", "right_outer", "full_outer", "left_semi", "left_anti", "right_anti")}
+    assert counts == {"left_outer": 5, "right_outer": 5, "full_outer": 8, "left_semi": 2, "left_anti": 3,
+                      "right_anti": 3}
+    with pytest.raises(ValueError, match=r"columns \['v'\] besides the keys; pass left_suffix="):
+        left.join(left, "inner", 1)  # one side's v would be lost
+    assert rows(left.join(left, "inner", 1, right_suffix="_r"))[0] == {"id": 0, "v": "l0", "v_r": "l0"}
+    with pytest.raises(ValueError, match="join_type='cross'"):
+        left.join(right, "cross", 1)
+    with pytest.raises(ValueError, match="no column 'nope'"):
+        left.join(right, "inner", 1, on="nope")

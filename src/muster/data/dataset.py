@@ -328,6 +328,48 @@ class Dataset:
                 columns[out] = t.column(name)
         return from_blocks([pa.table(columns)], "Zip")
 
+    def join(self, ds: "Dataset", join_type: str, num_partitions: int, on: tuple[str, ...] | list[str] | str = ("id",),
+             right_on: tuple[str, ...] | list[str] | str | None = None, left_suffix: str | None = None,
+             right_suffix: str | None = None, **_ray_options: Any) -> "Dataset":
+        """Rows of this dataset joined with ``ds``'s on key columns (Ray's ``join``): ``join_type`` one of
+        ``inner``, ``left_outer``, ``right_outer``, ``full_outer``, ``left_semi``, ``right_semi``,
+        ``left_anti``, ``right_anti``; ``on`` this side's keys, ``right_on`` the other's (default: the
+        same). Columns both sides have besides the keys need ``left_suffix``/``right_suffix`` (one side's
+        would be lost). Both sides are gathered here and joined with pyarrow, in ``num_partitions``
+        blocks; the row order is not defined (nor is Ray's). Ray's shuffle options change nothing.
+        """
+        kinds = {"inner": "inner", "left_outer": "left outer", "right_outer": "right outer",
+                 "full_outer": "full outer", "left_semi": "left semi", "right_semi": "right semi",
+                 "left_anti": "left anti", "right_anti": "right anti"}
+        if join_type not in kinds:
+            raise InvalidArgumentError(f"join(join_type={join_type!r}): use one of {', '.join(kinds)}.")
+        unknown = sorted(set(_ray_options) - {"partition_size_hint", "aggregator_ray_remote_args", "validate_schemas"})
+        if unknown:
+            raise InvalidTypeError(f"join() got unknown option(s) {unknown}.")
+        if not isinstance(ds, Dataset):
+            raise InvalidTypeError(f"join({ds!r}): pass a muster.data Dataset.")
+        _positive(num_partitions, "num_partitions", "join")
+        keys = _names(on, "join(on=)")
+        right_keys = _names(right_on, "join(right_on=)") if right_on is not None else keys
+        if len(keys) != len(right_keys):
+            raise InvalidArgumentError(f"join(on={on!r}, right_on={right_on!r}): give as many keys on each side.")
+        left, right = self.to_arrow(), ds.to_arrow()
+        for side, table, names in (("left", left, keys), ("right", right, right_keys)):
+            missing = [k for k in names if k not in table.column_names]
+            if missing:
+                raise InvalidArgumentError(f"join: the {side} dataset has no column {missing[0]!r}; it has "
+                                           f"{table.column_names}.")
+        both = (set(left.column_names) - set(keys)) & (set(right.column_names) - set(right_keys))
+        if both and not (left_suffix or right_suffix) and kinds[join_type].split()[-1] not in ("semi", "anti"):
+            raise InvalidArgumentError(
+                f"join: both datasets have the columns {sorted(both)} besides the keys; pass left_suffix= and/or "
+                "right_suffix= (e.g. right_suffix='_right') so that neither side's values are lost."
+            )
+        joined = left.join(right, keys=keys, right_keys=right_keys, join_type=kinds[join_type],
+                           left_suffix=left_suffix, right_suffix=right_suffix, use_threads=False)
+        size = max(1, -(-joined.num_rows // num_partitions))
+        return from_blocks(blk.split_rows(joined, size) if joined.num_rows else [joined], "Join")
+
     def random_sample(self, fraction: float, *, seed: "int | RandomSeedConfig | None" = None) -> "Dataset":
         """Each row kept with probability ``fraction`` (about that share of the rows; not an exact count)."""
         if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
