@@ -154,3 +154,19 @@ def test_folders_without_manifest_are_not_checkpoints(tmp_path):
 def test_result_from_path_missing_folder(tmp_path):
     with pytest.raises(ValueError, match="no such run folder"):
         Result.from_path(str(tmp_path / "nothing"))
+
+
+def test_torch_checkpoint_as_in_rays_examples():
+    """Ray's TorchCheckpoint (from_state_dict / from_model / get_model); it was missing."""
+    import torch
+
+    from muster.train.torch import TorchCheckpoint
+
+    model = torch.nn.Linear(3, 1)
+    saved = TorchCheckpoint.from_state_dict(model.state_dict())
+    loaded = saved.get_model(torch.nn.Linear(3, 1))
+    assert torch.equal(loaded.weight, model.weight) and torch.equal(loaded.bias, model.bias)
+    with pytest.raises(ValueError, match="holds a state dict; pass the model"):
+        saved.get_model()
+    whole = TorchCheckpoint.from_checkpoint(Checkpoint(TorchCheckpoint.from_model(model).path))
+    assert isinstance(whole.get_model(), torch.nn.Linear)

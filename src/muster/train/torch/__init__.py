@@ -4,6 +4,7 @@ from muster.train.torch.amp import accelerate, backward, prepare_optimizer
 from muster.train.torch.config import TorchConfig
 from muster.train.torch.fsdp import no_sync
 from muster.train.torch.sharded_checkpoint import load_sharded, save_sharded
+from muster.train.torch.torch_checkpoint import TorchCheckpoint
 from muster.train.torch.train_loop_utils import (
     enable_reproducibility,
     get_device,
@@ -14,6 +15,7 @@ from muster.train.torch.train_loop_utils import (
 from muster.train.torch.trainer import TorchTrainer
 
 __all__ = [
+    "TorchCheckpoint",
     "TorchConfig",
     "TorchTrainer",
     "accelerate",
