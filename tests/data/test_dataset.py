@@ -532,6 +532,10 @@ def test_whole_dataset_results_and_guards_as_rays():
     assert grouped == [{"a": 1, "count(b)": 1, "count(b)_2": 1}, {"a": 3, "count(b)": 1, "count(b)_2": 0}]
     assert sorted(two.aggregate(Unique("b"))["unique(b)"], key=str) == [2.0, None]  # crashed on the null
     assert two.unique("b", ignore_nulls=True) == [2.0] and None in two.unique("b")
+    assert np.isnan(two.std("b"))  # one value: NaN for ddof=1, as Ray's (it was None), also per group
+    by_a = two.groupby("a").std("b").take_all()
+    assert np.isnan(by_a[0]["std(b)"]) and by_a[1]["std(b)"] is None  # no value at all: None
+    assert md.from_items([{"v": None}]).std("v") is None  # an all-null column crashed pyarrow
     with pytest.raises(ValueError, match=r"take_all\(limit=5\): the dataset has more than 5 rows"):
         ds.take_all(limit=5)
     with pytest.raises(ValueError, match=r"to_pandas\(limit=3\)"):

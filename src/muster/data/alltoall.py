@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from muster.data import block as blk
 from muster.data.plan import ReadTask
@@ -259,7 +260,6 @@ _PA_AGG = {"count": "count", "sum": "sum", "mean": "mean", "min": "min", "max": 
 
 def _pa_spec(agg: Any) -> tuple[Any, ...]:
     """``agg`` (a built-in of :mod:`muster.data.aggregate`) as a pyarrow grouped aggregation."""
-    import pyarrow.compute as pc
 
     skip = bool(agg.options.get("ignore_nulls", True))
     if agg.method == "count" and agg.on is None:
@@ -290,11 +290,17 @@ def aggregate(keys: list[str], aggs: list[Any], every_column: bool = False) -> C
         if not keys:
             return [pa.table({n: [_whole(table, a)] for a, n in zip(todo, names)})]
         builtin = [(a, n) for a, n in zip(todo, names) if a.method != "custom"]
-        specs = [_pa_spec(a) for a, _ in builtin]
+        stds = [(a, n) for a, n in builtin if a.method == "std"]  # each with its group's count of values
+        specs = [_pa_spec(a) for a, _ in builtin] + [(a.on, "count", pc.CountOptions(mode="only_valid")) for a, _ in stds]
         grouped = table.group_by(keys, use_threads=False).aggregate(specs)  # type: ignore[arg-type]
-        results = [n for _, n in builtin]  # by position: two specs of one column get the same pyarrow name
+        counts = [f"__count_{i}" for i in range(len(stds))]
+        results = [n for _, n in builtin] + counts  # by position: two specs of one column get one pyarrow name
         keys_first = grouped.column_names[:len(keys)] == keys
         grouped = grouped.rename_columns(keys + results if keys_first else results + keys)
+        for (_, n), c in zip(stds, counts):  # too few values for ddof: NaN, as Ray's (None: no values at all)
+            i = grouped.column_names.index(n)
+            nan = pc.and_(pc.is_null(grouped[n]), pc.greater(grouped[c], 0))
+            grouped = grouped.set_column(i, n, pc.if_else(nan, pa.scalar(float("nan")), grouped[n]))
         grouped = grouped.sort_by([(k, "ascending") for k in keys])
         custom = [(a, n) for a, n in zip(todo, names) if a.method == "custom"]
         if custom:
@@ -335,7 +341,6 @@ def _groups(table: pa.Table, keys: list[str]) -> list[tuple[Any, pa.Table]]:
 
 
 def _whole(table: pa.Table, agg: Any) -> Any:
-    import pyarrow.compute as pc
 
     if agg.method == "custom":
         return agg.run(None, table)
@@ -346,7 +351,12 @@ def _whole(table: pa.Table, agg: Any) -> Any:
     if agg.method == "unique":
         values = pc.unique(column)
         return [v for v in values.to_pylist() if v is not None or not agg.options.get("ignore_nulls", True)]
-    return getattr(pc, name)(column, options=options).as_py()
+    if pa.types.is_null(column.type) and agg.method != "count":
+        return None  # a column of nulls only: nothing to aggregate, as an empty one
+    value = getattr(pc, name)(column, options=options).as_py()
+    if value is None and agg.method == "std" and pc.count(column).as_py() > 0:
+        return float("nan")  # too few values for ddof: NaN, as Ray's (None: no values at all)
+    return value
 
 
 def group_function(fn: Any, args: tuple, kwargs: dict[str, Any], ctor_args: tuple, ctor_kwargs: dict[str, Any]
