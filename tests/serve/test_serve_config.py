@@ -34,6 +34,7 @@ def test_bad_options_name_the_field():
         DeploymentConfig(name="x", ray_actor_options={"num_cpu": 1})
     with pytest.raises(ValueError, match="env_vars must map str to str"):
         DeploymentConfig(name="x", ray_actor_options={"runtime_env": {"env_vars": {"A": 1}}})
+    assert (AutoscalingConfig.default().min_replicas, AutoscalingConfig.default().max_replicas) == (1, 100)
     with pytest.raises(ValueError, match="name='a#b'.* without '/' or '#'"):
         DeploymentConfig(name="a#b")
     with pytest.raises(ValueError, match="port=70000"):

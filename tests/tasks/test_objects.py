@@ -185,6 +185,8 @@ def test_wait_returns_ready_and_not_ready_in_input_order():
 def test_wait_rejects_more_returns_than_refs():
     with pytest.raises(ValueError, match="num_returns=3"):
         muster.wait([muster.put(1)], num_returns=3)
+    with pytest.raises(ValueError, match=r"num_returns=0\): use a number from 1"):  # as Ray (it returned at once)
+        muster.wait([muster.put(1)], num_returns=0)
 
 
 # -- big data -------------------------------------------------------------------------

@@ -126,6 +126,7 @@ class ServeStatus:
     proxies: dict[str, str] = field(default_factory=dict)
     applications: dict[str, ApplicationStatusOverview] = field(default_factory=dict)
     http: dict[str, Any] = field(default_factory=dict)
+    target_capacity: float | None = None  # Ray's; muster has no target capacity: always None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ServeStatus":

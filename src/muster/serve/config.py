@@ -77,6 +77,11 @@ class AutoscalingConfig:
     downscale_smoothing_factor: float | None = None
     downscale_to_zero_delay_s: float | None = None  # accepted, no effect: a deployment keeps at least one replica
 
+    @classmethod
+    def default(cls) -> "AutoscalingConfig":
+        """Ray's default for ``num_replicas="auto"``: 1 to 100 replicas, 2 ongoing requests each."""
+        return cls(min_replicas=1, max_replicas=100, target_ongoing_requests=2.0)
+
     def __post_init__(self) -> None:
         _positive("autoscaling_config.min_replicas", self.min_replicas, allow_zero=True, integer=True)
         _positive("autoscaling_config.max_replicas", self.max_replicas, integer=True)
@@ -166,8 +171,8 @@ class DeploymentConfig:
                                        "(replica names are app#deployment#n, as in Ray).")
         self.autoscaling_config = AutoscalingConfig.coerce(self.autoscaling_config)
         if self.num_replicas == "auto":
-            if self.autoscaling_config is None:  # Ray's defaults for "auto"
-                self.autoscaling_config = AutoscalingConfig(min_replicas=1, max_replicas=100)
+            if self.autoscaling_config is None:
+                self.autoscaling_config = AutoscalingConfig.default()
         elif self.num_replicas is not None:
             _positive(f"{self.name}: num_replicas", self.num_replicas, allow_zero=True, integer=True)
             if self.autoscaling_config is not None:

@@ -281,8 +281,8 @@ def wait(
     refs = list(refs)
     if not refs:
         return [], []  # as Ray: nothing to wait for
-    if not 0 <= num_returns <= len(refs):
-        raise InvalidArgumentError(f"muster.wait(num_returns={num_returns}): use a number from 0 to len(refs)={len(refs)}.")
+    if not 1 <= num_returns <= len(refs):
+        raise InvalidArgumentError(f"muster.wait(num_returns={num_returns}): use a number from 1 to len(refs)={len(refs)}.")
     keys = [_waited(r) for r in refs]  # a generator is waited on through the ref of its task
     if len({k.id for k in keys}) != len(keys):
         raise InvalidArgumentError(
