@@ -7,10 +7,10 @@ snapshot under ``"llm"``; :class:`LLMMetrics` folds those per deployment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import itertools
 from collections import deque
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import Any
 
 LLM_METRICS_HOOK = "__muster_llm_metrics__"  # a replica object's method: (ack) -> LLMMeter.snapshot() dict
