@@ -27,8 +27,10 @@ def register(sub: Any) -> None:
     dep.add_argument("config")
     dep.add_argument("--port", type=int, default=None, help="which instance, by its HTTP port")
     dep.set_defaults(fn=cmd_deploy)
-    st = ss.add_parser("status", help="apps and deployments of running Serve instances")
+    st = ss.add_parser("status", help="apps and deployments of a running Serve instance, as YAML (as Ray's)")
     st.add_argument("--port", type=int, default=None)
+    st.add_argument("-n", "--name", default=None, help="only this app (Ray's option)")
+    st.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     st.set_defaults(fn=cmd_status)
     sh = ss.add_parser("shutdown", help="drain and stop a running Serve instance")
     sh.add_argument("--port", type=int, default=None)
@@ -144,7 +146,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     rec = _instance(args.port)
     if rec is None:
         return 1
-    print(json.dumps(admin.request(rec, "status"), indent=2))
+    status = admin.request(rec, "status")
+    if args.name is not None:
+        apps = status.get("applications", {})
+        if args.name not in apps:
+            print(f"no Serve app named {args.name!r} runs on port {rec['port']}; its apps: {sorted(apps) or 'none'}",
+                  file=sys.stderr)
+            return 1
+        status = {**status, "applications": {args.name: apps[args.name]}}
+    if args.json:
+        print(json.dumps(status, indent=2))
+    else:
+        import yaml
+
+        print(yaml.safe_dump(status, sort_keys=False, default_flow_style=False), end="")
     return 0
 
 
