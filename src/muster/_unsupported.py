@@ -58,7 +58,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "on the transformers.Trainer inside train_loop_per_worker (as Ray's own guide now does)",
     },
     "muster.data.Dataset": {
-        "input_files": "the paths you passed to read_*(); read_*(include_paths=True) for a path column",
         "to_torch": "iter_torch_batches(batch_size=...)",
         "to_tf": "iter_batches(batch_format='numpy') fed to tf.data",
         "iter_tf_batches": "iter_batches(batch_format='numpy')",

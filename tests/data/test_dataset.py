@@ -145,8 +145,9 @@ def test_aggregate_objects_zip_sampling_and_unsupported_names():
     assert [p.count() for p in ds.split_proportionately([0.5, 0.25])] == [4, 2, 3]
     assert 50 < md.range(1000).random_sample(0.1, seed=1).count() < 150
     assert ds.num_blocks() >= 1 and ds.size_bytes() > 0
-    with pytest.raises(UnsupportedRayAPIError, match="input_files .*include_paths=True"):
-        ds.input_files()
+    assert ds.input_files() == []  # in memory: no files
+    with pytest.raises(UnsupportedRayAPIError, match="streaming_train_test_split"):
+        ds.streaming_train_test_split
     with pytest.raises(UnsupportedRayImportError, match="Quantile .*AggregateFn"):
         from muster.data.aggregate import Quantile  # noqa: F401
 

@@ -233,6 +233,9 @@ def test_read_images_and_from_torch_as_rays(tmp_path):
     assert [(r["image"].shape, r["image"].dtype, os.path.basename(r["path"])) for r in rows] == [
         ((4, 6, 3), np.uint8, "a.png"), ((5, 3, 3), np.uint8, "b.bmp")]  # sizes differ: kept as they are
     assert (rows[0]["image"] == 200).all()
+    assert sorted(md.read_images(str(tmp_path)).map(lambda r: r).input_files()) == [
+        str(tmp_path / "a.png"), str(tmp_path / "sub" / "b.bmp")]  # Ray's input_files (it was missing)
+    assert md.range(3).input_files() == []
     batch = md.read_images(str(tmp_path), size=(2, 3), mode="L").take_batch()
     assert batch["image"].shape == (2, 2, 3) and batch["image"].dtype == np.uint8
     with pytest.raises(ValueError, match=r"size=\(2,\)"):

@@ -379,6 +379,18 @@ class Dataset:
         keep = rng.random(table.num_rows) < fraction
         return from_blocks([table.filter(pa.array(keep))], "RandomSample")
 
+    def input_files(self) -> list[str]:
+        """The files this dataset reads (its file readers' paths, each once, in order); ``[]`` for
+        in-memory sources. Nothing is read to answer."""
+        found: dict[str, None] = {}
+        todo = [self._node]
+        while todo:
+            node = todo.pop()
+            if isinstance(node.op, Read):
+                found.update(dict.fromkeys(f for task in node.op.tasks for f in task.files))
+            todo.extend(reversed(node.inputs))
+        return list(found)
+
     def num_blocks(self) -> int:
         """How many blocks running the plan gives (it runs it)."""
         return sum(1 for _ in self._execute())

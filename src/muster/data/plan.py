@@ -56,6 +56,7 @@ class ReadTask:
     read: Callable[[], list[pa.Table]]
     label: str
     size: int = 0
+    files: tuple[str, ...] = ()  # the files it reads (``Dataset.input_files``)
 
 
 @dataclass(frozen=True)

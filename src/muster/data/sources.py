@@ -149,12 +149,12 @@ def _group(files: list[tuple[str, int]], make: Callable[[list[str]], Callable[[]
     cap = task_bytes()
     for path, n in files:
         if group and (size + n > cap or len(group) >= TASK_FILES):
-            tasks.append(ReadTask(make(group), group[0], size))
+            tasks.append(ReadTask(make(group), group[0], size, tuple(group)))
             group, size = [], 0
         group.append(path)
         size += n
     if group:
-        tasks.append(ReadTask(make(group), group[0], size))
+        tasks.append(ReadTask(make(group), group[0], size, tuple(group)))
     return tuple(tasks)
 
 
@@ -254,12 +254,12 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
     size = 0
     for frag, n, whole in by_path:
         if group and (size + n > cap or len(group) >= TASK_FILES):
-            tasks.append(ReadTask(make(group), group[0][0].path, size))
+            tasks.append(ReadTask(make(group), group[0][0].path, size, tuple(f.path for f, _ in group)))
             group, size = [], 0
         group.append((frag, whole))
         size += n
     if group:
-        tasks.append(ReadTask(make(group), group[0][0].path, size))
+        tasks.append(ReadTask(make(group), group[0][0].path, size, tuple(f.path for f, _ in group)))
     return tuple(tasks)
 
 
