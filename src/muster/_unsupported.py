@@ -74,7 +74,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "streaming_train_test_split": "train_test_split()",
     },
     "muster.data": {
-        "read_numpy": "from_numpy(numpy.load(path)) (a column 'data', rows along the first axis)",
         "ExecutionOptions": "DataContext.get_current().execution_options (preserve_order; Ray's cluster "
         "options are accepted there with no effect)",
         "ExecutionResources": "nothing: muster's pipelines run in the consuming process's threads and idle "

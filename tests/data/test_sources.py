@@ -241,6 +241,11 @@ def test_read_images_and_from_torch_as_rays(tmp_path):
     with pytest.raises(ValueError, match=r"size=\(2,\)"):
         md.read_images(str(tmp_path), size=(2,))
 
+    np.save(tmp_path / "a.npy", np.arange(6).reshape(3, 2))
+    np.save(tmp_path / "sub" / "b.npy", np.arange(10, 12).reshape(1, 2))
+    got = md.read_numpy(str(tmp_path)).take_batch()["data"]  # Ray's read_numpy (it was refused)
+    assert sorted(got.tolist()) == [[0, 1], [2, 3], [4, 5], [10, 11]]
+
     class Squares(torch.utils.data.Dataset):
         def __len__(self):
             return 3

@@ -104,7 +104,8 @@ def test_create_scheduler_and_searcher_by_rays_names():
     from muster.tune.search import BasicVariantGenerator
 
     asha = tune.create_scheduler("async_hyperband", metric="loss", mode="min", max_t=8)
-    assert isinstance(asha, ASHAScheduler) and isinstance(tune.create_scheduler("pbt", hyperparam_mutations={"lr": [1, 2]}), PopulationBasedTraining)
+    pbt = tune.create_scheduler("pbt", hyperparam_mutations={"lr": [1, 2]})
+    assert isinstance(asha, ASHAScheduler) and isinstance(pbt, PopulationBasedTraining)
     assert isinstance(tune.create_searcher("random", max_concurrent=2), BasicVariantGenerator)
     with pytest.raises(ValueError, match="create_scheduler\\('pb2'\\): muster's schedulers are"):
         tune.create_scheduler("pb2")

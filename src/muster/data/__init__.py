@@ -43,8 +43,8 @@ __all__ = [
     "RandomSeedConfig",
     "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
     "DataTypeError", "Dataset", "GroupedData", "MaterializedDataset", "UserFunctionError", "from_arrow", "from_items", "from_numpy",
-    "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files", "read_csv", "read_images", "read_json", "read_parquet",
-    "read_text", "SaveMode", "TaskPoolStrategy",
+    "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files", "read_csv", "read_images",
+    "read_json", "read_numpy", "read_parquet", "read_text", "SaveMode", "TaskPoolStrategy",
 ]
 
 
@@ -166,6 +166,15 @@ def read_binary_files(paths: str | list[str], *, filesystem: Any = None, include
     ray_only = _ray_options_only("read_binary_files", ray_options)
     return _read("ReadBinary", _src.binary_tasks(paths, filesystem, _file_options(include_paths, ray_only)),
                  RayCall.of("read_binary_files", paths, include_paths=include_paths, **_fs(filesystem), **ray_only))
+
+
+def read_numpy(paths: str | list[str], *, filesystem: Any = None, include_paths: bool = False,
+               **ray_options: Any) -> Dataset:
+    """``.npy`` files (``file_extensions=`` to pick others): one row per element of each array's first
+    axis, column ``data`` (a tensor column for arrays of 2 or more dimensions), as Ray's."""
+    ray_only = _ray_options_only("read_numpy", ray_options)
+    return _read("ReadNumpy", _src.numpy_tasks(paths, filesystem, _file_options(include_paths, ray_only)),
+                 RayCall.of("read_numpy", paths, include_paths=include_paths, **_fs(filesystem), **ray_only))
 
 
 def read_images(paths: str | list[str], *, filesystem: Any = None, size: tuple[int, int] | None = None,

@@ -291,7 +291,8 @@ def aggregate(keys: list[str], aggs: list[Any], every_column: bool = False) -> C
             return [pa.table({n: [_whole(table, a)] for a, n in zip(todo, names)})]
         builtin = [(a, n) for a, n in zip(todo, names) if a.method != "custom"]
         stds = [(a, n) for a, n in builtin if a.method == "std"]  # each with its group's count of values
-        specs = [_pa_spec(a) for a, _ in builtin] + [(a.on, "count", pc.CountOptions(mode="only_valid")) for a, _ in stds]
+        valid = pc.CountOptions(mode="only_valid")
+        specs = [_pa_spec(a) for a, _ in builtin] + [(a.on, "count", valid) for a, _ in stds]
         grouped = table.group_by(keys, use_threads=False).aggregate(specs)  # type: ignore[arg-type]
         counts = [f"__count_{i}" for i in range(len(stds))]
         results = [n for _, n in builtin] + counts  # by position: two specs of one column get one pyarrow name

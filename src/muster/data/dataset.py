@@ -595,7 +595,8 @@ class Dataset:
         """One Parquet file per output block under ``path`` (a folder or URL); returns the files written.
 
         ``mode``, ``min_rows_per_file`` (or its older name ``num_rows_per_file``), ``max_rows_per_file`` and
-        ``partition_cols`` as in Ray (see ``writers.write_blocks``); other keywords, and what Ray's ``arrow_parquet_args_fn``
+        ``partition_cols`` as in Ray (see ``writers.write_blocks``); other keywords, and what Ray's
+        ``arrow_parquet_args_fn``
         returns, go to ``pyarrow.parquet.write_table``. Ray's ``concurrency``, ``ray_remote_args`` and
         ``try_create_dir`` change nothing here; ``arrow_open_stream_args={"compression": ...}``
         compresses each file.

@@ -378,6 +378,26 @@ def binary_tasks(paths: Any, filesystem: Any, options: FileOptions) -> tuple[Rea
     return _group(files, _file_reader(fs, parse, None, options, compression=None))  # the bytes as stored
 
 
+def numpy_tasks(paths: Any, filesystem: Any, options: FileOptions) -> tuple[ReadTask, ...]:
+    """``.npy`` files: one row per element of each array's first axis, column ``data``."""
+    import io
+
+    if options.file_extensions is None:
+        options = dataclasses.replace(options, file_extensions=(".npy",))
+    fs, files, _ = resolve(paths, filesystem, None, "read_numpy", options)
+
+    def parse(f: Any, path: str) -> pa.Table:
+        try:
+            array = np.load(io.BytesIO(f.read()), allow_pickle=False)
+        except Exception as exc:  # noqa: BLE001 - named with its file
+            raise DataSourceError(f"read_numpy: {path} is not a .npy array numpy can read ({exc}).") from exc
+        if array.ndim == 0:
+            array = array.reshape(1)
+        return pa.table({"data": blk.array_from_values(array)})
+
+    return _group(files, _file_reader(fs, parse, None, options, compression=None))
+
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif")
 
 

@@ -33,7 +33,9 @@ def cancel(ref: "ObjectRef | ObjectRefGenerator", *, force: bool = False, recurs
             return False
         ref = source
     if not isinstance(ref, ObjectRef):
-        raise InvalidTypeError(f"muster.cancel() takes an ObjectRef or an ObjectRefGenerator, got {type(ref).__name__}.")
+        raise InvalidTypeError(
+            f"muster.cancel() takes an ObjectRef or an ObjectRefGenerator, got {type(ref).__name__}."
+        )
     if core_context.in_worker():
         return bool(core_context.send_event(events.Cancel(ref.id, force)))
     done = actor.cancel_call(ref, force)

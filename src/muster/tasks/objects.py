@@ -282,7 +282,9 @@ def wait(
     if not refs:
         return [], []  # as Ray: nothing to wait for
     if not 1 <= num_returns <= len(refs):
-        raise InvalidArgumentError(f"muster.wait(num_returns={num_returns}): use a number from 1 to len(refs)={len(refs)}.")
+        raise InvalidArgumentError(
+            f"muster.wait(num_returns={num_returns}): use a number from 1 to len(refs)={len(refs)}."
+        )
     keys = [_waited(r) for r in refs]  # a generator is waited on through the ref of its task
     if len({k.id for k in keys}) != len(keys):
         raise InvalidArgumentError(

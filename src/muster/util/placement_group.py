@@ -136,8 +136,10 @@ def get_placement_group(placement_group_name: str) -> PlacementGroup:
         if pg.name == placement_group_name and pg.name and not pg.removed:
             return pg
     names = sorted({pg.name for pg in _made.values() if pg.name and not pg.removed})
-    raise InvalidArgumentError(f"get_placement_group({placement_group_name!r}): no live placement group has that "
-                               f"name; the named ones are {names or 'none'} (name it with placement_group(..., name=)).")
+    raise InvalidArgumentError(
+        f"get_placement_group({placement_group_name!r}): no live placement group has that name; the named ones "
+        f"are {names or 'none'} (name it with placement_group(..., name=))."
+    )
 
 
 def get_current_placement_group() -> PlacementGroup | None:
