@@ -367,6 +367,18 @@ def test_iter_batches_options():
     assert tb["id"].dtype == torch.float32 and tb["id"].tolist() == [0, 1, 2, 3, 4]
     collated = next(ds.iter_torch_batches(batch_size=5, collate_fn=lambda b: torch.as_tensor(b["id"]) * 2))
     assert collated.tolist() == [0, 2, 4, 6, 8]
+    from muster.data.collate_fn import ArrowBatchCollateFn, PandasBatchCollateFn
+
+    class FromArrow(ArrowBatchCollateFn):  # Ray's collate_fn base classes: the batch comes in their format
+        def __call__(self, table):
+            return torch.as_tensor(table.column("id").to_numpy()) + 100
+
+    class FromPandas(PandasBatchCollateFn):
+        def __call__(self, df):
+            return torch.as_tensor(df["id"].to_numpy()) - 1
+
+    assert next(ds.iter_torch_batches(batch_size=3, collate_fn=FromArrow())).tolist() == [100, 101, 102]
+    assert next(ds.iter_torch_batches(batch_size=3, collate_fn=FromPandas())).tolist() == [-1, 0, 1]
     assert "ReadRange" in ds.stats()
 
 

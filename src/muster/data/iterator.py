@@ -141,7 +141,9 @@ class DataIterator:
         Args:
             dtypes: one torch dtype, or a dict column -> dtype.
             device: where to put the tensors; ``"auto"`` is the training worker's device (CPU otherwise).
-            collate_fn: takes the numpy batch and returns the batch to yield (then ``dtypes`` is unused).
+            collate_fn: takes the batch and returns the batch to yield (then ``dtypes`` is unused): a numpy
+                batch for a plain function, or the format of its ``muster.data.collate_fn`` base class
+                (``ArrowBatchCollateFn``: a ``pyarrow.Table``; ``PandasBatchCollateFn``: a DataFrame).
             pin_memory: page-lock the tensors before they go to a CUDA device (faster, asynchronous
                 copies); no effect without CUDA.
 
@@ -153,7 +155,9 @@ class DataIterator:
         dev = _device(device)
         pin = bool(pin_memory) and dev is not None and dev.type == "cuda" and torch.cuda.is_available()
 
-        def finalize(batch: dict[str, np.ndarray]) -> Any:
+        from muster.data.collate_fn import batch_format_of
+
+        def finalize(batch: Any) -> Any:
             if collate_fn is not None:
                 out = collate_fn(batch)
                 return _to_device(out, dev) if dev is not None else out
@@ -162,7 +166,8 @@ class DataIterator:
                         for k, v in batch.items()}
             return {k: _tensor(k, v, dtypes, dev, torch) for k, v in batch.items()}
 
-        return self.iter_batches(batch_size=batch_size, batch_format="numpy", prefetch_batches=prefetch_batches,
+        fmt = batch_format_of(collate_fn) if collate_fn is not None else "numpy"
+        return self.iter_batches(batch_size=batch_size, batch_format=fmt, prefetch_batches=prefetch_batches,
                                  drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
                                  local_shuffle_seed=local_shuffle_seed, _finalize=finalize)
 
