@@ -32,10 +32,16 @@ def _engine():
 
 @pytest.fixture(autouse=True)
 def _restore_env():
+    """Put back what a test changed in the environment, and only that. Clearing and refilling it after
+    every test rewrote every variable while the Ray engine's native threads read it (getenv is not safe
+    against a concurrent setenv): a CI run died of SIGSEGV in getenv, in the cluster tests."""
     saved = dict(os.environ)
     yield
-    os.environ.clear()
-    os.environ.update(saved)
+    for key in [k for k in os.environ if k not in saved]:
+        del os.environ[key]
+    for key, value in saved.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
 
 
 @pytest.fixture(autouse=True)
