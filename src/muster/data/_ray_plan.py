@@ -127,18 +127,23 @@ def count(node: Node) -> int:
         raise
 
 
-def write(node: Node, kind: str, path: str, filesystem: Any, **kwargs: Any) -> list[str]:
-    """``write_parquet/csv/json`` by ``ray.data``: the files it wrote under ``path`` (as muster returns them)."""
+def write(node: Node, kind: str, path: str, filesystem: Any, mode: Any = "append", **kwargs: Any) -> list[str]:
+    """``write_parquet/csv/json`` by ``ray.data``: the files it wrote under ``path`` (as muster returns them).
+    ``mode`` is muster's (a ``SaveMode`` or its value), given to Ray as Ray's; options left None are Ray's
+    defaults."""
     import fsspec
+    from ray.data import SaveMode as RaySaveMode
 
     from muster.core.filesystem import as_fsspec
 
     listing = as_fsspec(filesystem, f"write_{kind}(filesystem=)")  # Ray takes pyarrow's; the listing, fsspec
     fs, root = (listing, path) if listing is not None else fsspec.core.url_to_fs(path)
     before = set(_files(fs, root))
+    options = {k: v for k, v in kwargs.items() if v is not None}
+    options["mode"] = RaySaveMode(str(getattr(mode, "value", mode)).lower())
     try:
         getattr(to_ray(node), f"write_{kind}")(path, **({"filesystem": filesystem} if filesystem is not None else {}),
-                                              **kwargs)
+                                              **options)
     except Exception as exc:
         _ray_guard.reraise(exc)
         raise

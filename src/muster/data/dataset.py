@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from muster.core import context as core_context
-from muster.data import _ray_plan, alltoall, execution, plan, writers
+from muster.data import _ray_plan, alltoall, combine, execution, plan, strategies, writers
 from muster.data import block as blk
 from muster.data import expr as expr_parser
 from muster.data.datasource import RandomSeedConfig
@@ -94,7 +94,7 @@ class Dataset:
         for name in ("fn_constructor_args", "fn_constructor_kwargs"):
             if options.pop(name, None):
                 raise InvalidArgumentError(f"{kind}({name}=...) applies only when fn is a callable class.")
-        concurrency = _concurrency(options.pop("compute", None), options.get("concurrency"), kind)
+        concurrency = strategies.concurrency_of(options.pop("compute", None), options.get("concurrency"), kind)
         ray = RayCall.of(kind, fn, fn_args=fn_args, fn_kwargs=fn_kwargs, **_given(options, concurrency=concurrency))
         return self._then(Transform(f"{label}({plan.fn_name(fn)})", by_function(fn, fn_args, fn_kwargs or {}), ray))
 
@@ -121,7 +121,7 @@ class Dataset:
                 training gang holds them), the class runs in the consumer's threads and a log line says so.
         """
         where = _rows or "map_batches"
-        concurrency = _concurrency(compute, concurrency, where)
+        concurrency = strategies.concurrency_of(compute, concurrency, where)
         if batch_size in ("default", "auto"):
             batch_size = 1024
         if not (batch_size is None or isinstance(batch_size, int)):
@@ -310,23 +310,10 @@ class Dataset:
 
     def zip(self, *others: "Dataset") -> "Dataset":
         """Columns of datasets with the same number of rows side by side; a repeated name gets ``_1``, ``_2``..."""
-        tables = [self.to_arrow()]
         for o in others:
             if not isinstance(o, Dataset):
                 raise InvalidTypeError(f"zip({o!r}): pass muster.data Datasets.")
-            tables.append(o.to_arrow())
-        if len({t.num_rows for t in tables}) > 1:
-            raise InvalidArgumentError(
-                f"zip(): the datasets have {[t.num_rows for t in tables]} rows; zip needs the same number in each."
-            )
-        columns: dict[str, Any] = {}
-        for t in tables:
-            for name in t.column_names:
-                out, k = name, 1
-                while out in columns:
-                    out, k = f"{name}_{k}", k + 1
-                columns[out] = t.column(name)
-        return from_blocks([pa.table(columns)], "Zip")
+        return from_blocks([combine.zip_tables([self.to_arrow(), *(o.to_arrow() for o in others)])], "Zip")
 
     def join(self, ds: "Dataset", join_type: str, num_partitions: int, on: tuple[str, ...] | list[str] | str = ("id",),
              right_on: tuple[str, ...] | list[str] | str | None = None, left_suffix: str | None = None,
@@ -338,35 +325,14 @@ class Dataset:
         would be lost). Both sides are gathered here and joined with pyarrow, in ``num_partitions``
         blocks; the row order is not defined (nor is Ray's). Ray's shuffle options change nothing.
         """
-        kinds = {"inner": "inner", "left_outer": "left outer", "right_outer": "right outer",
-                 "full_outer": "full outer", "left_semi": "left semi", "right_semi": "right semi",
-                 "left_anti": "left anti", "right_anti": "right anti"}
-        if join_type not in kinds:
-            raise InvalidArgumentError(f"join(join_type={join_type!r}): use one of {', '.join(kinds)}.")
-        unknown = sorted(set(_ray_options) - {"partition_size_hint", "aggregator_ray_remote_args", "validate_schemas"})
-        if unknown:
-            raise InvalidTypeError(f"join() got unknown option(s) {unknown}.")
+        keys = _names(on, "join(on=)")
+        right_keys = _names(right_on, "join(right_on=)") if right_on is not None else keys
+        combine.check_join(join_type, keys, right_keys, _ray_options)
         if not isinstance(ds, Dataset):
             raise InvalidTypeError(f"join({ds!r}): pass a muster.data Dataset.")
         _positive(num_partitions, "num_partitions", "join")
-        keys = _names(on, "join(on=)")
-        right_keys = _names(right_on, "join(right_on=)") if right_on is not None else keys
-        if len(keys) != len(right_keys):
-            raise InvalidArgumentError(f"join(on={on!r}, right_on={right_on!r}): give as many keys on each side.")
-        left, right = self.to_arrow(), ds.to_arrow()
-        for side, table, names in (("left", left, keys), ("right", right, right_keys)):
-            missing = [k for k in names if k not in table.column_names]
-            if missing:
-                raise InvalidArgumentError(f"join: the {side} dataset has no column {missing[0]!r}; it has "
-                                           f"{table.column_names}.")
-        both = (set(left.column_names) - set(keys)) & (set(right.column_names) - set(right_keys))
-        if both and not (left_suffix or right_suffix) and kinds[join_type].split()[-1] not in ("semi", "anti"):
-            raise InvalidArgumentError(
-                f"join: both datasets have the columns {sorted(both)} besides the keys; pass left_suffix= and/or "
-                "right_suffix= (e.g. right_suffix='_right') so that neither side's values are lost."
-            )
-        joined = left.join(right, keys=keys, right_keys=right_keys, join_type=kinds[join_type],
-                           left_suffix=left_suffix, right_suffix=right_suffix, use_threads=False)
+        joined = combine.join_tables(self.to_arrow(), ds.to_arrow(), join_type, keys, right_keys, left_suffix,
+                                     right_suffix)
         size = max(1, -(-joined.num_rows // num_partitions))
         return from_blocks(blk.split_rows(joined, size) if joined.num_rows else [joined], "Join")
 
@@ -382,14 +348,7 @@ class Dataset:
     def input_files(self) -> list[str]:
         """The files this dataset reads (its file readers' paths, each once, in order); ``[]`` for
         in-memory sources. Nothing is read to answer."""
-        found: dict[str, None] = {}
-        todo = [self._node]
-        while todo:
-            node = todo.pop()
-            if isinstance(node.op, Read):
-                found.update(dict.fromkeys(f for task in node.op.tasks for f in task.files))
-            todo.extend(reversed(node.inputs))
-        return list(found)
+        return self._node.files_read()
 
     def num_blocks(self) -> int:
         """How many blocks running the plan gives (it runs it)."""
@@ -443,7 +402,8 @@ class Dataset:
         """
         ds = self.random_shuffle(seed=seed) if shuffle else self
         if stratify is not None:
-            return ds._stratified_split(test_size, stratify)
+            train_rows, test_rows = combine.stratified_split(ds.to_arrow(), test_size, stratify)
+            return from_blocks([train_rows]), from_blocks([test_rows])
         n = ds.count()
         if isinstance(test_size, float):
             if not 0 < test_size < 1:
@@ -456,30 +416,6 @@ class Dataset:
                              f"in [1, {n}].")
         train, test = ds.materialize().split_at_indices([cut])
         return train, test
-
-    def _stratified_split(self, test_size: float | int, column: str) -> tuple["Dataset", "Dataset"]:
-        import pyarrow.compute as pc
-
-        table = self.to_arrow()
-        n = table.num_rows
-        if column not in table.column_names:
-            raise InvalidArgumentError(f"train_test_split(stratify={column!r}): no such column; the dataset has "
-                                       f"{table.column_names}.")
-        if isinstance(test_size, float) and 0 < test_size < 1:
-            share = test_size
-        elif isinstance(test_size, int) and 0 < test_size <= n:
-            share = test_size / n
-        else:
-            raise InvalidArgumentError(f"train_test_split(test_size={test_size!r}): use a fraction in (0, 1) or a row "
-                                       f"count in [1, {n}].")
-        train, test = [], []
-        for value in pc.unique(table.column(column)).to_pylist():
-            rows = table.filter(pc.is_null(table.column(column)) if value is None
-                                else pc.equal(table.column(column), pa.scalar(value, table.schema.field(column).type)))
-            cut = rows.num_rows - int(np.ceil(rows.num_rows * share))
-            train.append(rows.slice(0, cut))
-            test.append(rows.slice(cut))
-        return from_blocks([blk.concat(train)]), from_blocks([blk.concat(test)])
 
     def streaming_split(self, n: int, *, equal: bool = True, locality_hints: Any = None) -> list[DataIterator]:
         """``n`` iterators; iterator ``i`` streams rows ``i, i+n, ...`` of each pass (see ``DataIterator``)."""
@@ -629,12 +565,8 @@ class Dataset:
                min_rows: int | None, partition_cols: list[str] | None, arrow_args: dict[str, Any],
                compression: str | None = None, max_rows: int | None = None) -> list[str]:
         if _ray_plan.on_ray_engine():
-            from ray.data import SaveMode as RaySaveMode
-
-            ray_mode = RaySaveMode(str(getattr(mode, "value", mode)).lower())
-            options = {k: v for k, v in {"mode": ray_mode, "min_rows_per_file": min_rows, "max_rows_per_file": max_rows,
-                                         "partition_cols": partition_cols}.items() if v is not None}
-            return _ray_plan.write(self._node, kind, path, filesystem, **options, **arrow_args)
+            return _ray_plan.write(self._node, kind, path, filesystem, mode=mode, min_rows_per_file=min_rows,
+                                   max_rows_per_file=max_rows, partition_cols=partition_cols, **arrow_args)
         return writers.write_blocks(self._execute(), path, filesystem, kind, write, mode=mode, min_rows_per_file=min_rows,
                                     partition_cols=partition_cols, where=f"write_{kind}", compression=compression,
                                     max_rows_per_file=max_rows)
@@ -645,27 +577,6 @@ def _names(cols: Any, where: str) -> list[str]:
     if not all(isinstance(c, str) for c in cols):
         raise InvalidTypeError(f"{where}({cols!r}): pass column names (strings).")
     return cols
-
-
-def _concurrency(compute: Any, concurrency: Any, where: str) -> Any:
-    """``concurrency=``, or what Ray's older ``compute=`` strategy says; checked."""
-    from muster.data.strategies import ActorPoolStrategy, TaskPoolStrategy
-
-    if compute is not None:
-        if concurrency is not None:
-            raise InvalidArgumentError(f"{where}(compute=..., concurrency=...): pass one of the two (concurrency=).")
-        if not isinstance(compute, (ActorPoolStrategy, TaskPoolStrategy)):
-            raise InvalidTypeError(
-                f"{where}(compute={compute!r}): pass muster.data.ActorPoolStrategy(size=n) or "
-                "TaskPoolStrategy(size=n), or concurrency=n."
-            )
-        concurrency = compute.concurrency
-    ok = concurrency is None or (isinstance(concurrency, int) and concurrency >= 1) or (
-        isinstance(concurrency, tuple) and len(concurrency) == 2 and all(isinstance(c, int) for c in concurrency)
-        and 1 <= concurrency[0] <= concurrency[1])
-    if not ok:
-        raise InvalidArgumentError(f"{where}(concurrency={concurrency!r}): use a positive int or a (min, max) tuple.")
-    return concurrency
 
 
 def _given(options: dict[str, Any], **more: Any) -> dict[str, Any]:

@@ -106,6 +106,17 @@ class Node:
     def then(self, op: Operator) -> "Node":
         return Node(op, (self,))
 
+    def files_read(self) -> list[str]:
+        """The files the reads of this plan read, each once, in order (``Dataset.input_files``)."""
+        found: dict[str, None] = {}
+        todo: list[Node] = [self]
+        while todo:
+            node = todo.pop()
+            if isinstance(node.op, Read):
+                found.update(dict.fromkeys(f for task in node.op.tasks for f in task.files))
+            todo.extend(reversed(node.inputs))
+        return list(found)
+
     def describe(self) -> str:
         parts = [n.describe() for n in self.inputs]
         here = self.op.name

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 
 def _count(value: Any, what: str) -> int | None:
@@ -59,3 +59,22 @@ class TaskPoolStrategy:
 
     def __repr__(self) -> str:
         return f"TaskPoolStrategy(size={self.size!r})"
+
+
+def concurrency_of(compute: Any, concurrency: Any, where: str) -> Any:
+    """``concurrency=``, or what Ray's older ``compute=`` strategy says; checked."""
+    if compute is not None:
+        if concurrency is not None:
+            raise InvalidArgumentError(f"{where}(compute=..., concurrency=...): pass one of the two (concurrency=).")
+        if not isinstance(compute, (ActorPoolStrategy, TaskPoolStrategy)):
+            raise InvalidTypeError(
+                f"{where}(compute={compute!r}): pass muster.data.ActorPoolStrategy(size=n) or "
+                "TaskPoolStrategy(size=n), or concurrency=n."
+            )
+        concurrency = compute.concurrency
+    ok = concurrency is None or (isinstance(concurrency, int) and concurrency >= 1) or (
+        isinstance(concurrency, tuple) and len(concurrency) == 2 and all(isinstance(c, int) for c in concurrency)
+        and 1 <= concurrency[0] <= concurrency[1])
+    if not ok:
+        raise InvalidArgumentError(f"{where}(concurrency={concurrency!r}): use a positive int or a (min, max) tuple.")
+    return concurrency

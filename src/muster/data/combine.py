@@ -1,0 +1,90 @@
+"""Whole-table operations behind ``Dataset.zip``, ``Dataset.join`` and the stratified
+``train_test_split``: both sides are gathered (one machine), combined with pyarrow, and checked so
+that nothing is lost silently."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from muster.data import block as blk
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
+
+#: Ray's join types, as pyarrow names them.
+JOIN_TYPES = {"inner": "inner", "left_outer": "left outer", "right_outer": "right outer",
+              "full_outer": "full outer", "left_semi": "left semi", "right_semi": "right semi",
+              "left_anti": "left anti", "right_anti": "right anti"}
+_RAY_JOIN_OPTIONS = {"partition_size_hint", "aggregator_ray_remote_args", "validate_schemas"}
+
+
+def zip_tables(tables: list[pa.Table]) -> pa.Table:
+    """Columns side by side; a repeated name gets ``_1``, ``_2``..."""
+    if len({t.num_rows for t in tables}) > 1:
+        raise InvalidArgumentError(
+            f"zip(): the datasets have {[t.num_rows for t in tables]} rows; zip needs the same number in each."
+        )
+    columns: dict[str, Any] = {}
+    for t in tables:
+        for name in t.column_names:
+            out, k = name, 1
+            while out in columns:
+                out, k = f"{name}_{k}", k + 1
+            columns[out] = t.column(name)
+    return pa.table(columns)
+
+
+def check_join(join_type: str, keys: list[str], right_keys: list[str], ray_options: dict[str, Any]) -> None:
+    """The join's arguments that need no data: its type, Ray's options, the keys' count."""
+    if join_type not in JOIN_TYPES:
+        raise InvalidArgumentError(f"join(join_type={join_type!r}): use one of {', '.join(JOIN_TYPES)}.")
+    unknown = sorted(set(ray_options) - _RAY_JOIN_OPTIONS)
+    if unknown:
+        raise InvalidTypeError(f"join() got unknown option(s) {unknown}.")
+    if len(keys) != len(right_keys):
+        raise InvalidArgumentError(f"join(on={keys!r}, right_on={right_keys!r}): give as many keys on each side.")
+
+
+def join_tables(left: pa.Table, right: pa.Table, join_type: str, keys: list[str], right_keys: list[str],
+                left_suffix: str | None, right_suffix: str | None) -> pa.Table:
+    """``left`` joined with ``right``; columns both have besides the keys need a suffix (pyarrow would
+    keep one side's values silently)."""
+    for side, table, names in (("left", left, keys), ("right", right, right_keys)):
+        missing = [k for k in names if k not in table.column_names]
+        if missing:
+            raise InvalidArgumentError(f"join: the {side} dataset has no column {missing[0]!r}; it has "
+                                       f"{table.column_names}.")
+    how = JOIN_TYPES[join_type]
+    both = (set(left.column_names) - set(keys)) & (set(right.column_names) - set(right_keys))
+    if both and not (left_suffix or right_suffix) and how.split()[-1] not in ("semi", "anti"):
+        raise InvalidArgumentError(
+            f"join: both datasets have the columns {sorted(both)} besides the keys; pass left_suffix= and/or "
+            "right_suffix= (e.g. right_suffix='_right') so that neither side's values are lost."
+        )
+    return left.join(right, keys=keys, right_keys=right_keys, join_type=how, left_suffix=left_suffix,
+                     right_suffix=right_suffix, use_threads=False)
+
+
+def stratified_split(table: pa.Table, test_size: float | int, column: str) -> tuple[pa.Table, pa.Table]:
+    """``(train, test)`` with each value of ``column`` split alike, so both keep its proportions."""
+    n = table.num_rows
+    if column not in table.column_names:
+        raise InvalidArgumentError(f"train_test_split(stratify={column!r}): no such column; the dataset has "
+                                   f"{table.column_names}.")
+    if isinstance(test_size, float) and 0 < test_size < 1:
+        share = test_size
+    elif isinstance(test_size, int) and 0 < test_size <= n:
+        share = test_size / n
+    else:
+        raise InvalidArgumentError(f"train_test_split(test_size={test_size!r}): use a fraction in (0, 1) or a row "
+                                   f"count in [1, {n}].")
+    train, test = [], []
+    for value in pc.unique(table.column(column)).to_pylist():
+        rows = table.filter(pc.is_null(table.column(column)) if value is None
+                            else pc.equal(table.column(column), pa.scalar(value, table.schema.field(column).type)))
+        cut = rows.num_rows - int(np.ceil(rows.num_rows * share))
+        train.append(rows.slice(0, cut))
+        test.append(rows.slice(cut))
+    return blk.concat(train), blk.concat(test)
