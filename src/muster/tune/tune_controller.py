@@ -430,6 +430,9 @@ class TuneController:
             "trials": [t.to_json() for t in self.trials],
             "updated_at": time.time(),
         }
+        save_searcher = getattr(self.searcher, "save_to", None)  # a Searcher's state, as of these trials
+        if save_searcher is not None:
+            save_searcher(self.experiment)
         try:
             self.experiment.write_json(self.experiment.join(self.experiment.run_dir, EXPERIMENT_STATE), state)
         except (TypeError, ValueError) as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import logging
 import re
 import secrets
 from typing import Any
@@ -44,6 +45,7 @@ from muster.tune.trainable import ClassTrainable, as_function
 from muster.tune.trial import RunPlan, Trial
 from muster.tune.tune_config import TuneConfig, trial_function, trial_parameters, trial_resources
 
+_log = logging.getLogger(__name__)
 TUNER_FILE = "tuner.pkl"
 _TRAINER_ARGS = ("train_loop_config", "scaling_config")
 
@@ -127,6 +129,12 @@ class Tuner:
         metric, mode = tc.metric or scheduler.metric, tc.mode or scheduler.mode  # set on either
         searcher = _search_generator(tc.search_alg, metric, mode, self.param_space)
         searcher.setup(self.param_space, tc.num_samples, skip=len(trials))
+        finished = sum(t.status in (trial_mod.TERMINATED, trial_mod.ERROR) for t in trials)
+        if trials and isinstance(searcher, SearchGenerator) and not searcher.restore_from(storage) and finished:
+            _log.warning(
+                "%s keeps no state (it does not implement save()/restore()): the restored search goes on without "
+                "what it learned from the %d finished trials", type(searcher.searcher).__name__, finished,
+            )
         name = _trainable_name(self.trainable)
         controller = TuneController(
             storage, trials, self._make_plan, name, searcher, scheduler, as_stopper(self.run_config.stop),

@@ -25,7 +25,7 @@ from muster.tune.search.sample import (
     Integer,
     Normal,
 )
-from muster.tune.search.searcher import Searcher
+from muster.tune.search.searcher import Searcher, _dump, _load
 from muster.tune.search.variant_generator import _walk
 
 
@@ -143,6 +143,19 @@ class OptunaSearch(Searcher):
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         self._last[trial_id] = result
+
+    def get_state(self) -> dict[str, Any]:
+        """The study (every trial told so far), the sampler and the trials still running."""
+        return {k: v for k, v in self.__dict__.items() if k != "_optuna"}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def save(self, checkpoint_path: str) -> None:
+        _dump(checkpoint_path, self.get_state())
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.set_state(_load(checkpoint_path))
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         ot = self._live.pop(trial_id, None)

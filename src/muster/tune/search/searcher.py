@@ -4,15 +4,26 @@
 from __future__ import annotations
 
 import copy
+import glob
+import logging
+import os
+import pathlib
+import tempfile
+import uuid
 from typing import Any
 
+import cloudpickle
+
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.train.storage import Storage
 from muster.tune.search.variant_generator import (
     FINISHED,
     BasicVariantGenerator,
     _overlay,
     _walk,
 )
+
+_log = logging.getLogger(__name__)
 
 
 class Searcher:
@@ -24,6 +35,7 @@ class Searcher:
     """
 
     FINISHED = FINISHED
+    CKPT_FILE_TMPL = "searcher-state-{}.pkl"
 
     def __init__(self, metric: str | None = None, mode: str | None = None):
         if mode not in (None, "min", "max"):
@@ -44,6 +56,69 @@ class Searcher:
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         """A trial ended (``error``: it failed); ``result`` is its last result."""
+
+    # -- state, for Tuner.restore ------------------------------------------------------------
+    def save(self, checkpoint_path: str) -> None:
+        """Write this searcher's state to the file ``checkpoint_path``. ``Tuner.fit()`` calls it as
+        the experiment goes (through ``save_to_dir``), and ``Tuner.restore`` gives the state back
+        through ``restore``, so that a resumed search goes on from what it learned. A searcher that
+        does not implement it starts a restored search afresh."""
+        raise NotImplementedError
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Load the state that ``save`` wrote to ``checkpoint_path``."""
+        raise NotImplementedError
+
+    def get_state(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def save_to_dir(self, checkpoint_dir: str, session_str: str = "default") -> bool:
+        """``save`` into ``checkpoint_dir`` under ``CKPT_FILE_TMPL``, whole or not at all (a file
+        written aside, then renamed). Returns False if the searcher does not implement ``save``."""
+        final = os.path.join(checkpoint_dir, self.CKPT_FILE_TMPL.format(session_str))
+        partial = os.path.join(checkpoint_dir, f".{uuid.uuid4().hex}-{os.path.basename(final)}")
+        try:
+            self.save(partial)
+        except NotImplementedError:
+            return False
+        if not os.path.exists(partial):
+            return False
+        os.replace(partial, final)
+        return True
+
+    def restore_from_dir(self, checkpoint_dir: str) -> None:
+        """``restore`` from the newest state file ``save_to_dir`` left in ``checkpoint_dir``."""
+        found = glob.glob(os.path.join(glob.escape(checkpoint_dir), self.CKPT_FILE_TMPL.format("*")))
+        if not found:
+            raise FileNotFoundError(
+                f"{type(self).__name__}.restore_from_dir({checkpoint_dir!r}): no "
+                f"{self.CKPT_FILE_TMPL.format('*')} there; it holds what save_to_dir() writes."
+            )
+        self.restore(max(found, key=os.path.getmtime))
+
+    def add_evaluated_point(
+        self,
+        parameters: dict[str, Any],
+        value: float,
+        error: bool = False,
+        pruned: bool = False,
+        intermediate_values: list[float] | None = None,
+    ) -> None:
+        """Tell the searcher the outcome of a config evaluated outside this search, where it can use one."""
+        raise NotImplementedError
+
+
+def _dump(path: str, state: Any) -> None:
+    with open(path, "wb") as f:
+        cloudpickle.dump(state, f)
+
+
+def _load(path: str) -> Any:
+    with open(path, "rb") as f:
+        return cloudpickle.load(f)
 
 
 class ConcurrencyLimiter(Searcher):
@@ -87,6 +162,30 @@ class ConcurrencyLimiter(Searcher):
             self._batch_done += 1
         self.searcher.on_trial_complete(trial_id, result=result, error=error)
 
+    def save(self, checkpoint_path: str) -> None:
+        if not isinstance(self.searcher, Searcher):
+            raise NotImplementedError  # a BasicVariantGenerator: Tuner.restore counts what it made
+        inner = checkpoint_path + ".inner"
+        self.searcher.save(inner)  # NotImplementedError: nothing to keep
+        try:
+            with open(inner, "rb") as f:
+                _dump(checkpoint_path, {"live": self._live, "batch_done": self._batch_done, "inner": f.read()})
+        finally:
+            os.remove(inner)
+
+    def restore(self, checkpoint_path: str) -> None:
+        if not isinstance(self.searcher, Searcher):
+            raise NotImplementedError
+        state = _load(checkpoint_path)
+        self._live, self._batch_done = state["live"], state["batch_done"]
+        inner = checkpoint_path + ".inner"
+        with open(inner, "wb") as f:
+            f.write(state["inner"])
+        try:
+            self.searcher.restore(inner)
+        finally:
+            os.remove(inner)
+
 
 class SearchGenerator:
     """Drives a ``Searcher`` for ``num_samples`` trials; constants of the
@@ -94,6 +193,7 @@ class SearchGenerator:
 
     def __init__(self, searcher: Searcher):
         self.searcher = searcher
+        self._save_failed = False
         self.total = 0
         self._made = 0
         self._constants: dict[str, Any] = {}
@@ -121,6 +221,37 @@ class SearchGenerator:
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         self.searcher.on_trial_complete(trial_id, result=result, error=error)
+
+    def save_to_dir(self, checkpoint_dir: str, session_str: str = "default") -> bool:
+        try:
+            return self.searcher.save_to_dir(checkpoint_dir, session_str)
+        except Exception:  # a user's searcher that cannot save must not stop the experiment
+            if not self._save_failed:
+                _log.warning("%s.save() failed; a restored search would start it afresh",
+                             type(self.searcher).__name__, exc_info=True)
+            self._save_failed = True
+            return False
+
+    def restore_from_dir(self, checkpoint_dir: str) -> None:
+        self.searcher.restore_from_dir(checkpoint_dir)
+
+    def save_to(self, experiment: Storage) -> None:
+        """Keep the searcher's state in the experiment folder, for ``Tuner.restore``."""
+        with tempfile.TemporaryDirectory() as d:
+            if self.save_to_dir(d):
+                for name in os.listdir(d):
+                    experiment.write_bytes(experiment.join(experiment.run_dir, name), pathlib.Path(d, name).read_bytes())
+
+    def restore_from(self, experiment: Storage) -> bool:
+        """Give the searcher the state ``save_to`` kept; False if there is none."""
+        name = self.searcher.CKPT_FILE_TMPL.format("default")
+        path = experiment.join(experiment.run_dir, name)
+        if not experiment.exists(path):
+            return False
+        with tempfile.TemporaryDirectory() as d:
+            pathlib.Path(d, name).write_bytes(experiment.read_bytes(path))
+            self.restore_from_dir(d)
+        return True
 
 
 def _without_domains(space: Any) -> Any:
