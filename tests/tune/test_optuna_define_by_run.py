@@ -1,4 +1,5 @@
-"""OptunaSearch with a define-by-run space and with several objectives; a failed trial's cause on the console."""
+"""OptunaSearch with a define-by-run space, with several objectives and with points evaluated elsewhere; a failed
+trial's cause on the console."""
 
 from __future__ import annotations
 
@@ -70,3 +71,43 @@ def test_failed_trial_shows_its_root_cause_on_the_console(storage, capsys):
     line = next(ln for ln in out.splitlines() if " ERROR: " in ln)
     assert "KeyError" in line and "missing_key" in line, out
     assert "config[\"missing_key\"]" in out or "_needs_missing_key" in out, out  # a traceback line
+
+
+def test_evaluated_rewards_are_told_to_the_study_not_run(storage):
+    from muster.tune.search import OptunaSearch
+
+    objects = [("a",), ("b",)]  # a choice of Python objects: Optuna records their indexes
+    points = [{"x": 0.3, "net": {"w": 1}, "obj": ("a",)}, {"x": -1.0, "net": {"w": 8}, "obj": ("b",)}]
+    searcher = OptunaSearch(points_to_evaluate=points, evaluated_rewards=[0.01, 1.77], seed=0)
+    grid = tune.Tuner(
+        _objective,
+        param_space={"x": tune.uniform(-1.0, 1.0), "net": {"w": tune.randint(1, 9)}, "obj": tune.choice(objects),
+                     "tag": "t"},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=3, search_alg=searcher),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    assert len(grid) == 3 and grid.num_errors == 0
+    assert all(r.config["x"] not in (0.3, -1.0) for r in grid)  # the evaluated points did not run
+    told = searcher._study.trials[:2]
+    assert [t.values for t in told] == [[0.01], [1.77]] and [t.state.name for t in told] == ["COMPLETE"] * 2
+    assert [t.params for t in told] == [{"x": 0.3, "net/w": 1, "obj": 0}, {"x": -1.0, "net/w": 8, "obj": 1}]
+    assert len(searcher._study.trials) == 5
+
+
+def test_add_evaluated_point_and_its_bad_input():
+    from muster.exceptions import InvalidArgumentError
+    from muster.tune.search import OptunaSearch
+
+    space = {"x": tune.uniform(-1.0, 1.0), "n": tune.qrandint(0, 10, 2)}
+    searcher = OptunaSearch(space=space, metric="loss", mode="min")
+    searcher.add_evaluated_point({"x": 0.5, "n": 4}, 0.25, intermediate_values=[1.0, 0.5])
+    searcher.add_evaluated_point({"x": 0.1, "n": 2}, 0.0, error=True)
+    trials = searcher._study.trials
+    assert [(t.state.name, t.params) for t in trials] == [("COMPLETE", {"x": 0.5, "n": 4}), ("FAIL", {"x": 0.1, "n": 2})]
+    assert trials[0].intermediate_values == {0: 1.0, 1: 0.5}
+    with pytest.raises(InvalidArgumentError, match="lack 'n'"):
+        searcher.add_evaluated_point({"x": 0.5}, 0.1)
+    with pytest.raises(InvalidArgumentError, match="1 reward"):
+        OptunaSearch(points_to_evaluate=[{"x": 1}, {"x": 2}], evaluated_rewards=[0.1])
+    with pytest.raises(InvalidArgumentError, match="define-by-run"):
+        OptunaSearch(space=_define_by_run, points_to_evaluate=[{"x": 1}], evaluated_rewards=[0.1])

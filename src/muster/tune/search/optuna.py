@@ -36,6 +36,8 @@ class OptunaSearch(Searcher):
         metric / mode: default: ``TuneConfig``'s; lists of equal length for a
             multi-objective study (``metric=["loss", "size"], mode=["min", "min"]``).
         points_to_evaluate: configs to try first.
+        evaluated_rewards: the metric each of ``points_to_evaluate`` already
+            reached: they are told to the study as finished trials instead of run.
         sampler: an ``optuna.samplers.BaseSampler``; default ``TPESampler(seed=seed)``.
         seed: seed of the default sampler.
     """
@@ -48,6 +50,7 @@ class OptunaSearch(Searcher):
         points_to_evaluate: list[dict[str, Any]] | None = None,
         sampler: Any = None,
         seed: int | None = None,
+        evaluated_rewards: list[Any] | None = None,
     ):
         try:
             import optuna
@@ -66,6 +69,17 @@ class OptunaSearch(Searcher):
         optuna.logging.set_verbosity(logging.WARNING)
         self._sampler = sampler or optuna.samplers.TPESampler(seed=seed)
         self._points = list(points_to_evaluate or [])
+        self._rewards = list(evaluated_rewards) if evaluated_rewards is not None else None
+        if self._rewards is not None and len(self._rewards) != len(self._points):
+            raise InvalidArgumentError(
+                f"OptunaSearch(evaluated_rewards=...): {len(self._rewards)} reward(s) for {len(self._points)} "
+                "points_to_evaluate; give one reward per point, in the same order."
+            )
+        if self._rewards is not None and callable(space) and not isinstance(space, dict):
+            raise InvalidArgumentError(
+                "OptunaSearch(evaluated_rewards=...) needs a param_space of tune domains, not a define-by-run "
+                "function: Optuna needs each parameter's distribution to record a finished trial."
+            )
         self._space: dict[str, Any] | None = None
         self._define_by_run: Callable[[Any], dict[str, Any] | None] | None = None
         self._study: Any = None
@@ -117,6 +131,10 @@ class OptunaSearch(Searcher):
             else:
                 direction: Any = "minimize" if self.mode == "min" else "maximize"
                 self._study = self._optuna.create_study(sampler=self._sampler, direction=direction)
+            if self._rewards is not None:
+                for point, reward in zip(self._points, self._rewards):
+                    self.add_evaluated_point(point, reward)
+                return
             for point in self._points:
                 self._study.enqueue_trial({"/".join(map(str, p)): v for p, v in _flatten(point)})
 
@@ -143,6 +161,40 @@ class OptunaSearch(Searcher):
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         self._last[trial_id] = result
+
+    def add_evaluated_point(
+        self,
+        parameters: dict[str, Any],
+        value: Any,
+        error: bool = False,
+        pruned: bool = False,
+        intermediate_values: list[float] | None = None,
+    ) -> None:
+        """Tell the study a config evaluated elsewhere (``value``: its metric, a list for several)."""
+        if self._space is None:
+            raise InvalidArgumentError(
+                "OptunaSearch.add_evaluated_point needs the search space first: pass space=... (tune domains); "
+                "a define-by-run function cannot describe a finished trial to Optuna."
+            )
+        self._ensure_study()
+        given = dict(_flatten(parameters))
+        params, distributions = {}, {}
+        for path, domain in self._leaves:
+            name = "/".join(map(str, path))
+            if path not in given:
+                raise InvalidArgumentError(
+                    f"OptunaSearch.add_evaluated_point: parameters {parameters!r} lack {name!r}; give a value for "
+                    f"every searched parameter ({', '.join('/'.join(map(str, p)) for p, _ in self._leaves)})."
+                )
+            distributions[name], params[name] = _distribution(domain), _as_param(domain, given[path])
+        state = self._optuna.trial.TrialState
+        kind = state.FAIL if error else state.PRUNED if pruned else state.COMPLETE
+        values = value if isinstance(value, (list, tuple)) else [value]
+        self._study.add_trial(self._optuna.trial.create_trial(
+            state=kind, params=params, distributions=distributions,
+            values=None if kind == state.FAIL else [float(v) for v in values],
+            intermediate_values=dict(enumerate(intermediate_values or [])),
+        ))
 
     def get_state(self) -> dict[str, Any]:
         """The study (every trial told so far), the sampler and the trials still running."""
@@ -195,17 +247,43 @@ def _set_path(config: dict[str, Any], path: tuple[Any, ...], value: Any) -> None
 
 
 def _ask(ot: Any, name: str, d: Domain) -> Any:
+    """Sample ``d`` as ``name`` on the Optuna trial ``ot``."""
+    dist = _distribution(d)
     if isinstance(d, Float):
-        return ot.suggest_float(name, d.lower, d.upper, log=d.log_base is not None and not d.q, step=d.q)
+        return ot.suggest_float(name, dist.low, dist.high, log=dist.log, step=dist.step)
     if isinstance(d, Integer):
-        high = d.upper if d.inclusive else d.upper - 1
-        return ot.suggest_int(name, d.lower, high, log=d.log and not d.q, step=d.q or 1)
+        return ot.suggest_int(name, dist.low, dist.high, log=dist.log, step=dist.step)
+    choice = ot.suggest_categorical(name, dist.choices)
+    return _as_param(d, choice, decode=True)
+
+
+def _distribution(d: Domain) -> Any:
+    """The Optuna distribution ``d`` is sampled from (a choice of Python objects: of their indexes)."""
+    from optuna import distributions as dist
+
+    if isinstance(d, Float):
+        return dist.FloatDistribution(d.lower, d.upper, log=d.log_base is not None and not d.q, step=d.q)
+    if isinstance(d, Integer):
+        return dist.IntDistribution(d.lower, d.upper if d.inclusive else d.upper - 1, log=d.log and not d.q,
+                                    step=d.q or 1)
     if isinstance(d, Categorical):
-        plain = all(c is None or isinstance(c, (bool, int, float, str)) for c in d.categories)
-        if plain:
-            return ot.suggest_categorical(name, d.categories)
-        return d.categories[ot.suggest_categorical(name, list(range(len(d.categories))))]
+        return dist.CategoricalDistribution(d.categories if _plain(d) else list(range(len(d.categories))))
     raise InvalidArgumentError(f"OptunaSearch: cannot sample {d!r}.")
+
+
+def _plain(d: Categorical) -> bool:
+    return all(c is None or isinstance(c, (bool, int, float, str)) for c in d.categories)
+
+
+def _as_param(d: Domain, value: Any, decode: bool = False) -> Any:
+    """``value`` of ``d`` as Optuna records it (``decode``: the other way)."""
+    if not isinstance(d, Categorical) or _plain(d):
+        return value
+    if decode:
+        return d.categories[value]
+    if value not in d.categories:
+        raise InvalidArgumentError(f"OptunaSearch: {value!r} is not one of {d.categories!r}.")
+    return d.categories.index(value)
 
 
 def _flatten(config: dict[str, Any], path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], Any]]:
