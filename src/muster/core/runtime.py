@@ -33,11 +33,22 @@ import abc
 import contextlib
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, NoReturn
 
 Resources = dict[str, float]
 EventHandler = Callable[["RuntimeActor", Any], Any]
 DeathHandler = Callable[["RuntimeActor", BaseException], None]
+
+
+def unserved(label: str, payload: Any) -> NoReturn:
+    """The answer to a request from an actor whose starter serves none: an error, never a silent ``None``
+    (a ``.remote()`` that returned ``None`` and never ran)."""
+    from muster.exceptions import MusterError
+
+    raise MusterError(
+        f"{label} asked the driver for {type(payload).__name__}, but the code that started it serves no "
+        "requests from its process (tasks, actors, get, put). This is a bug in muster: please report it."
+    )
 LogSink = Callable[[str, "int | None", list[str]], None]  # (label, pid, lines)
 
 

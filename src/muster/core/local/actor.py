@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from muster.core.local import wire
 from muster.core.local.slots import Allocation
-from muster.core.runtime import RuntimeActor, DeathHandler, EventHandler
+from muster.core.runtime import DeathHandler, EventHandler, RuntimeActor, unserved
 from muster.exceptions import ActorDiedError, MusterError
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class LocalActor(RuntimeActor):
     def _handle_event(self, event_id: int, wants_reply: bool, payload: Any) -> None:
         ok, value = True, None
         try:
-            value = self._on_event(self, payload) if self._on_event else None
+            value = self._on_event(self, payload) if self._on_event else unserved(self.label, payload)
         except BaseException as exc:  # noqa: BLE001 - the worker gets the error
             ok, value = False, exc
         if not wants_reply:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import ray
 
 from muster.core.ray.worker import LogLines, pack, unpack
-from muster.core.runtime import RuntimeActor, DeathHandler, EventHandler
+from muster.core.runtime import DeathHandler, EventHandler, RuntimeActor, unserved
 from muster.exceptions import ActorDiedError, MusterError
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class RaySender(RuntimeActor):
             if isinstance(payload, LogLines):  # the worker's output: for the log sinks only
                 self._runtime.emit_logs(self.label, self.pid, list(payload.lines))
                 return
-            value = self._on_event(self, payload) if self._on_event else None
+            value = self._on_event(self, payload) if self._on_event else unserved(self.label, payload)
         except BaseException as exc:  # noqa: BLE001 - the worker gets the error
             ok, value = False, exc
         if not wants_reply:

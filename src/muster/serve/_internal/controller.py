@@ -26,13 +26,14 @@ from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.exceptions import ActorDiedError, InvalidArgumentError, describe_exit
 from muster.serve._internal import autoscaling, plan, router
-from muster.serve._internal.ingress import IngressActor, answers
+from muster.serve._internal.ingress import IngressActor, answers, listening
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.record import ServeRecorder
 from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
 from muster.serve._internal.state import AppState, DeploymentState, ReplicaState
 from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import RayServeException
+from muster.tasks import owner as task_owner
 
 _BUSY_WAIT_S = 120.0  # how long a replica waits for resources other work holds
 _PUSH_TIMEOUT_S = 10.0
@@ -61,10 +62,25 @@ class _InProcess:
 _CRASHES = {signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE}
 
 
+def _check_port_free(options: HTTPOptions) -> None:
+    """Refuse a port another process listens on. The HTTP servers bind with SO_REUSEPORT, so a second
+    driver's Serve would share port 8000 with the first, each answering every other request."""
+    deadline = time.monotonic() + 2.0  # an ingress just stopped may still be closing its socket
+    while options.port and listening(options.host, options.port):
+        if time.monotonic() > deadline:
+            raise RayServeException(
+                f"Serve cannot listen on {options.host}:{options.port}: another process listens there (another "
+                "driver's Serve, or any server). Fix: stop it, or pick another port with "
+                "serve.start(http_options={'port': 8001}) (port 0 picks a free one)."
+            )
+        time.sleep(0.1)
+
+
 class ServeController:
     """Everything ``serve.*`` does in the driver (thread-safe)."""
 
     def __init__(self, http_options: HTTPOptions):
+        _check_port_free(http_options)
         self.runtime = get_runtime()
         self.options = http_options
         self.dir = tempfile.mkdtemp(prefix="muster-serve-", dir="/tmp")
@@ -244,8 +260,12 @@ class ServeController:
                            d.plan.config, self.table)
         try:
             self._wait_for_room(d, rep)
-            actor = self.runtime.create_actor(ReplicaActor, (spec,), {}, rep.resources, label=label)
+            # The replica's tasks, actors and gets are served as any actor's; the actors it makes die with it.
+            rep.owned = task_owner.Gang(f"the Serve replica {label} that created it")
+            actor = self.runtime.create_actor(ReplicaActor, (spec,), {}, rep.resources, label=label,
+                                              on_event=rep.owned.handle_event)
         except BaseException as exc:
+            rep.release()
             rep.state = "DEAD"
             with self.lock:
                 d.replicas.pop(rid, None)
@@ -257,7 +277,7 @@ class ServeController:
         rep.actor = actor
         if not self.local:
             rep.socket = actor.call("address").result(30)
-        actor.set_handlers(None, lambda _h, err, d=d, rep=rep: self._died(d, rep, err))
+        actor.set_handlers(rep.owned.handle_event, lambda _h, err, d=d, rep=rep: self._died(d, rep, err))
         rep.state = "RUNNING"
         rep.last_health = time.monotonic()
         self.record.replica_started(d.app, d.plan.name, n, rid, actor.pid, here=self.local, label=label)
@@ -276,6 +296,7 @@ class ServeController:
         d.message = ""
 
     def _died(self, d: DeploymentState, rep: ReplicaState, err: BaseException, what: str = "died") -> None:
+        rep.release()
         with self.lock:
             if rep.state in ("STOPPING", "DEAD"):
                 rep.state = "DEAD"
@@ -328,6 +349,7 @@ class ServeController:
         for r in reps:
             if r.actor is not None:
                 self.runtime.kill(r.actor, grace_s=1.0)
+                r.release()
                 if r.state != "DEAD":
                     self.record.replica_ended(d.app, d.plan.name, r.number, r.id, "STOPPED")
             r.state = "DEAD"

@@ -35,6 +35,12 @@ class ReplicaState:
     health_started: float = 0.0
     last_health: float = field(default_factory=time.monotonic)
     stats_acks: dict[str, int] = field(default_factory=dict)  # from the last stats() folded in (ReplicaActor.stats)
+    owned: Any = None  # the tasks layer's owner of what the replica starts (a ``Gang``): closed when it ends
+
+    def release(self) -> None:
+        """Kill the actors the replica created (not detached ones): they share its fate, as in Ray."""
+        if self.owned is not None:
+            self.owned.close()
 
     def check_health(self, now: float, period_s: float, timeout_s: float) -> str | None:
         """Start this replica's ``check_health`` call every ``period_s``, or read the one under way;
