@@ -7,9 +7,11 @@ import asyncio
 import concurrent.futures
 import logging
 import os
-import time
-
 import signal
+import subprocess
+import sys
+import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -379,3 +381,93 @@ def test_handles_work_in_tasks_actors_and_training_loops_and_follow_a_replacemen
     serve.delete("elsewhere")
     with pytest.raises(muster.exceptions.TaskError, match="not running"):
         muster.get(pid_by_name.remote(), timeout=60)
+
+
+@muster.remote
+def doubled(x: int) -> int:
+    return 2 * x
+
+
+@muster.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def add(self, x: int) -> int:
+        self.n += x
+        return self.n
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class UsesCore:
+    def __init__(self):
+        self.counter = Counter.remote()
+
+    async def __call__(self, x: int) -> list:
+        task, call = doubled.remote(x), self.counter.add.remote(x)  # both ObjectRefs, awaitable as in Ray
+        return [await task, await call, muster.get(self.counter.pid.remote(), timeout=30)]
+
+
+def test_a_replica_runs_tasks_and_actors_and_its_actors_die_with_it():
+    """Before, ``.remote()`` in a replica returned None and never ran: nothing on the driver served its requests."""
+    handle = serve.run(UsesCore.bind(), name="core", route_prefix=None)
+    assert handle.remote(3).result(timeout_s=30)[:2] == [6, 3]
+    total, _, pid = handle.remote(4).result(timeout_s=30)
+    assert total == 8
+    serve.delete("core")
+    wait_until(lambda: not _alive(pid), 30, "the replica's actor to die with it")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class Field:
+    def __call__(self, obj: Any) -> Any:
+        return obj.x
+
+
+def test_an_argument_the_replica_cannot_unpickle_fails_the_call_naming_why(tmp_path, monkeypatch):
+    """Before, the replica only logged the error and ``.result()`` waited for ever."""
+    handle = serve.run(Field.bind(), name="field", route_prefix=None)
+    (tmp_path / "driver_only_types.py").write_text("class Point:\n    def __init__(self, x):\n        self.x = x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # on the driver's path only: the replica started before
+    import driver_only_types
+
+    with pytest.raises(muster.exceptions.MusterError, match="could not read the call's arguments.*driver_only_types"):
+        handle.remote(driver_only_types.Point(1)).result(timeout_s=30)
+    serve.delete("field")
+
+
+SCRIPT = """
+from muster import serve
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.1})
+def field(obj):
+    return obj.x
+
+handle = serve.run(field.bind(), route_prefix=None)
+
+class DefinedLater:  # after the replica started: it exists in the driver's __main__ only
+    def __init__(self, x):
+        self.x = x
+
+print("got", handle.remote(DefinedLater(7)).result(timeout_s=30))
+serve.shutdown()
+"""
+
+
+def test_a_class_the_script_defines_after_serve_run_travels_by_value(tmp_path):
+    script = tmp_path / "late_class.py"
+    script.write_text(SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "got 7" in done.stdout

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from muster.exceptions import InvalidTypeError
+from muster.exceptions import InvalidTypeError, MusterError
 from muster.serve import context as replica_context
 from muster.serve._internal import eventloop, metrics, responses, router, wire
 from muster.serve._internal.plan import TargetRef
@@ -149,6 +149,18 @@ class _Conn(wire.FrameProtocol):
     def on_lost(self, exc: Exception | None) -> None:
         for task in list(self.tasks.values()):
             task.cancel()
+
+
+def _call_of(payload: bytes) -> tuple[str, tuple, dict, bool]:
+    """A handle call's (method, args, kwargs, streaming); an error for its caller if it will not unpickle."""
+    try:
+        return wire.loads(payload)
+    except Exception as exc:  # noqa: BLE001 - whatever unpickling raised, the caller hears of it
+        raise MusterError(
+            f"the replica could not read the call's arguments: {type(exc).__name__}: {exc}. Fix: define their "
+            "classes in a module the replica can import (a file beside the script, installed code), not only in "
+            "the driver's running session."
+        ) from exc
 
 
 class ReplicaActor:
@@ -384,8 +396,9 @@ class ReplicaActor:
         t0 = time.perf_counter()
         try:
             async with self.sem:
-                method, args, kwargs, streaming = wire.loads(payload)
+                method = "a handle call"
                 try:
+                    method, args, kwargs, streaming = _call_of(payload)
                     result = await self._invoke(method, args, kwargs)
                     if streaming:
                         if not responses.is_stream(result):

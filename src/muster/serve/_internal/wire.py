@@ -58,12 +58,18 @@ class RemoteError:
 
 
 def dumps(obj: Any) -> bytes:
+    """pickle, fast, for what every process can import; cloudpickle for the rest: what plain pickle refuses
+    (lambdas, local classes) and what it would name in the sender's ``__main__`` (a class the driver's script
+    defined after the replicas started: by reference it would not resolve there)."""
     try:
-        return pickle.dumps(obj, protocol=5)
+        data = pickle.dumps(obj, protocol=5)
     except (pickle.PicklingError, TypeError, AttributeError):
-        import cloudpickle
+        data = b"__main__"
+    if b"__main__" not in data:  # a scan at memory speed; a false hit only costs the slower pickler
+        return data
+    import cloudpickle
 
-        return cloudpickle.dumps(obj, protocol=5)
+    return cloudpickle.dumps(obj, protocol=5)
 
 
 loads = pickle.loads
