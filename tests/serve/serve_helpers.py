@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 
 import httpx
 import pytest
 from _shared import engine_workers
+
+from muster import serve
 
 
 def wait_until(cond, timeout_s: float = 30.0, what: str = "condition"):
@@ -29,8 +32,6 @@ def _workers() -> set[int]:
 @contextlib.contextmanager
 def serving(**http_options):
     """Serve on a free port; yield an httpx client; then shut Serve down and check its processes are gone."""
-    from muster import serve
-
     before = _workers()
     serve.start(http_options={"host": "127.0.0.1", "port": 0, **http_options})
     port = serve.status().http["port"]
@@ -44,3 +45,37 @@ def serving(**http_options):
     if _runtime is not None and hasattr(_runtime, "retire_idle_workers"):
         _runtime.retire_idle_workers()  # warm task workers (tasks that called Serve) are a cache, not Serve's
     wait_until(lambda: not (_workers() - before), 15, "Serve's replica and ingress processes to exit")
+
+
+def check_a_client_that_leaves_cancels_its_request(client: httpx.Client, tmp_path) -> None:
+    """The replica's handler gets ``CancelledError`` once the HTTP client has gone, as in Ray (before, only
+    streamed responses were stopped: a plain one ran to its end for no one)."""
+    outcome = tmp_path / "outcome"
+    serve.run(_SlowToAnswer.bind(str(outcome)), name="slow", route_prefix="/slow")
+    with pytest.raises(httpx.ReadTimeout):
+        client.get("/slow", timeout=1.0)
+    wait_until(outcome.exists, 15, "the request's outcome")
+    assert outcome.read_text() == "cancelled"
+    serve.delete("slow")
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.1})
+class _SlowToAnswer:
+    """Answers after 4 s, and writes to ``path`` how its request ended: "finished" or "cancelled"."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    async def __call__(self) -> str:
+        try:
+            await asyncio.sleep(4)
+        except asyncio.CancelledError:
+            _write(self.path, "cancelled")
+            raise
+        _write(self.path, "finished")
+        return "late"
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)

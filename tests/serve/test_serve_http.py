@@ -12,7 +12,7 @@ from starlette.responses import PlainTextResponse, StreamingResponse
 
 from muster import serve
 
-from serve_helpers import wait_until
+from serve_helpers import check_a_client_that_leaves_cancels_its_request, wait_until
 
 pytestmark = pytest.mark.allow_leftover_workers
 
@@ -306,3 +306,7 @@ class _FakeRequest:
 
     def __init__(self, kind: str):
         self.query_params = {"kind": kind}
+
+
+def test_a_client_that_leaves_cancels_its_request(apps, tmp_path):
+    check_a_client_that_leaves_cancels_its_request(apps, tmp_path)

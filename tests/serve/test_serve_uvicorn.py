@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from serve_helpers import serving
+from serve_helpers import check_a_client_that_leaves_cancels_its_request, serving
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
@@ -39,3 +39,7 @@ def test_uvicorn_ingress(client):
     assert len(client.get("/m").headers["x-request-id"]) == 36  # generated when the client sent none
     assert client.post("/m", content=b"x" * 2000).status_code == 413
     assert client.get("/elsewhere").status_code == 404
+
+
+def test_a_client_that_leaves_cancels_its_request_on_uvicorn(client, tmp_path):
+    check_a_client_that_leaves_cancels_its_request(client, tmp_path)

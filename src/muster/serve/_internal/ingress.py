@@ -106,13 +106,18 @@ class IngressApp:
         except (BackPressureError, DeploymentUnavailableError) as exc:
             await _plain(send, 503, str(exc), [(b"retry-after", b"1"), *echo])
             return
+        watch = asyncio.ensure_future(_disconnect(receive))  # ASGI says the client left only through receive()
+        watch.add_done_callback(lambda w: None if w.cancelled() else stream.abandon())
         try:
             await self._relay(stream, send, timeout, echo)
         finally:
+            watch.cancel()
             r.release(replica)
 
     async def _relay(self, stream: router.Stream, send: Any, timeout: float | None, echo: list) -> None:
         kind, payload = await stream.next(timeout)
+        if kind == router.GONE[0]:
+            return  # the client left; the replica was told to stop
         if (kind, payload) == router.TIMED_OUT:
             await _plain(send, 408, router.timeout_message(timeout), echo)
             return
@@ -190,6 +195,12 @@ class IngressApp:
 
     def __rsgi__(self, scope: Any, proto: Any) -> Coroutine[Any, Any, None]:
         return ingress_rsgi.handle(self, scope, proto)  # no wrapping coroutine: granian awaits this one
+
+
+async def _disconnect(receive: Any) -> None:
+    """Return once the client has gone (the request's body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def free_port(host: str) -> int:

@@ -97,14 +97,19 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
             _plain(proto, 503, str(exc), [("retry-after", "1"), *echo])
             return
     replica, stream = got
+    gone = proto.client_disconnect()  # a future granian resolves if the client leaves: no task, no await
+    gone.add_done_callback(stream.abandon)
     try:
         await _relay(stream, proto, timeout, echo)
     finally:
+        gone.remove_done_callback(stream.abandon)
         r.release(replica)
 
 
 async def _relay(stream: router.Stream, proto: Any, timeout: float | None, echo: list) -> None:
     kind, payload = await stream.next(timeout)
+    if kind == router.GONE[0]:
+        return  # the client left; the replica was told to stop
     if kind == wire.RESP_FULL:
         status, block, body = wire.parse_http_response(payload)
         proto.response_bytes(status, wire.split_block_str(block) + echo, body)

@@ -139,8 +139,19 @@ class Stream:
             self.conn.streams.pop(self.id, None)
             self.conn.send(self.id, wire.CANCEL)
 
+    def abandon(self, _: Any = None) -> None:
+        """The HTTP client went away before the answer: the replica is told to stop (its handler gets
+        ``CancelledError``, as in Ray), and :meth:`next` returns ``GONE``."""
+        if not self.done:
+            self.cancel()
+            self._frames.append(GONE)
+            w = self._waiter
+            if w is not None and not w.done():
+                w.set_result(None)
+
 
 TIMED_OUT = (0, b"")
+GONE = (-1, b"")  # the client disconnected (see Stream.abandon)
 
 
 def timeout_message(timeout: float | None) -> str:
