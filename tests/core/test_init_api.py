@@ -84,7 +84,8 @@ def test_ray_address_env_is_read_when_no_address_given(uninitialised, monkeypatc
 
 
 def test_fresh_process_init_shutdown_init():
-    """In a clean interpreter: init, init again fails, shutdown, init works again."""
+    """In a clean interpreter: init, init again fails, shutdown, init works again, and actor names do not
+    outlive their engine (before, the new engine refused the name: ActorAlreadyExistsError)."""
     code = r"""
 import time
 import muster
@@ -105,6 +106,21 @@ muster.shutdown()  # idempotent
 assert not muster.is_initialized()
 rt2 = muster.init(num_cpus=1, num_gpus=0)
 assert rt2 is not rt
+
+@muster.remote(num_cpus=0)
+class Named:
+    def pid(self):
+        import os
+        return os.getpid()
+
+first = muster.get(Named.options(name="kept").remote().pid.remote())
+muster.shutdown()
+muster.init(num_cpus=1, num_gpus=0)  # a new job: the names of the last one's actors are free, as in Ray
+try:
+    muster.get_actor("kept")
+except ValueError:
+    print("name-freed")
+assert muster.get(Named.options(name="kept").remote().pid.remote()) != first
 muster.shutdown()
 print("ok")
 """
@@ -112,4 +128,4 @@ print("ok")
     env.pop("MUSTER_PRELOAD", None)  # the default preload (torch) keeps the launcher busy at first
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["second-init-raised", "ok"]
+    assert proc.stdout.split() == ["second-init-raised", "name-freed", "ok"]

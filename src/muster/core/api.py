@@ -164,6 +164,11 @@ def is_initialized() -> bool:
     return _runtime is not None
 
 
+def is_current(runtime: Runtime) -> bool:
+    """Whether ``runtime`` is the running engine (not one since shut down)."""
+    return runtime is _runtime
+
+
 def shutdown() -> None:
     """Stop the engine and every worker it started. Safe to call twice."""
     global _runtime

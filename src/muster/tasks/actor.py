@@ -20,7 +20,7 @@ from typing import Any, Callable, cast
 
 from muster.core import context as core_context
 from muster.core import resources as res
-from muster.core.api import get_runtime
+from muster.core.api import get_runtime, is_current
 from muster.core.init_options import current_namespace
 from muster.core.runtime import RuntimeActor
 from muster.exceptions import ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError, TaskError
@@ -134,7 +134,8 @@ class ActorHandle:
     def __init__(self, cls: type, args: tuple, kwargs: dict, options: dict[str, Any]):
         self._cls, self._args, self._kwargs = cls, args, kwargs
         self._resources = opts.to_resources(options, default_cpus=0.0)
-        res.ensure_feasible(self._resources, 1, get_runtime().resources(), what=f"actor {cls.__name__}")
+        self._engine = get_runtime()  # the engine it lives on: a name outlives neither (see :meth:`_gone`)
+        res.ensure_feasible(self._resources, 1, self._engine.resources(), what=f"actor {cls.__name__}")
         self._frozen = freeze(cls)  # the class as of now, before creation goes on in the background
         # the actors this one makes share its fate, as in Ray: they die with each of its processes
         self._owned = owner.Gang(f"the actor {cls.__name__} that created it")
@@ -187,7 +188,8 @@ class ActorHandle:
 
     # -- internals -------------------------------------------------------------
     def _gone(self) -> bool:
-        return self._dead is not None
+        """Dead, or of an engine since shut down: its name is free again, as a new job's names are in Ray."""
+        return self._dead is not None or not is_current(self._engine)
 
     def _factory(self) -> ActorFactory:
         info = TaskInfo(job_id=rc.driver_job_id(), actor_id=str(self._id), actor_name=self._name,
