@@ -538,3 +538,51 @@ def pickle_round_trip(obj):
     import pickle
 
     return pickle.loads(pickle.dumps(obj))
+
+
+# -- Ray's smaller names ---------------------------------------------------------------------------
+@muster.remote
+def env_and_group(name: str):
+    context = muster.get_runtime_context()
+    return os.environ.get(name), context.get_placement_group_id(), context.should_capture_child_tasks_in_placement_group
+
+
+@muster.remote
+class Quiet:
+    @muster.method(enable_task_events=False)  # Ray's switch for its task-event log; muster keeps none
+    def ping(self):
+        return "pong"
+
+
+def test_runtime_env_cloudpickle_and_deprecated_context_ids_as_rays():
+    from muster import cloudpickle
+    from muster.runtime_env import RuntimeEnv
+    from muster.util.placement_group import placement_group, remove_placement_group
+    from muster.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    env = RuntimeEnv(env_vars={"MUSTER_BREADTH": "typed"}, pip=["nothing-installed"])
+    assert env == {"env_vars": {"MUSTER_BREADTH": "typed"}, "pip": ["nothing-installed"]}
+    with pytest.warns(UserWarning, match="runtime_env pip have no effect"):
+        ref = env_and_group.options(runtime_env=env).remote("MUSTER_BREADTH")
+    assert muster.get(ref, timeout=TIMEOUT) == ("typed", None, False)
+    with pytest.raises(TypeError, match="env_vars maps names to string values"):
+        RuntimeEnv(env_vars={"N": 4})
+    group = placement_group([{"CPU": 1}])
+    try:
+        muster.get(group.ready(), timeout=TIMEOUT)
+        strategy = PlacementGroupSchedulingStrategy(group, placement_group_capture_child_tasks=True)
+        ref = env_and_group.options(scheduling_strategy=strategy).remote("NOT_SET")
+        assert muster.get(ref, timeout=TIMEOUT) == (None, group.id, True)
+    finally:
+        remove_placement_group(group)
+
+    square = cloudpickle.loads(cloudpickle.dumps(lambda x: x * x))  # plain pickle refuses a lambda
+    assert square(7) == 49
+    q = Quiet.remote()
+    assert muster.get(q.ping.remote(), timeout=TIMEOUT) == "pong"
+    muster.kill(q)
+    context = muster.get_runtime_context()
+    with pytest.warns(DeprecationWarning, match="use get_node_id"):
+        assert context.node_id.hex() == context.get_node_id()
+    with pytest.warns(DeprecationWarning, match="use get_job_id"):
+        assert context.job_id.hex() == context.get_job_id()

@@ -57,7 +57,8 @@ def method(*args: Any, **options: Any) -> Any:
     if len(args) == 1 and callable(args[0]) and not options:  # bare @muster.method
         setattr(args[0], "__muster_method_options__", {})
         return args[0]
-    unknown = sorted(set(options) - {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions"})
+    unknown = sorted(set(options) - {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
+                                     "enable_task_events"})  # the last: muster records no per-call events
     if args or unknown:
         raise InvalidTypeError(f"@muster.method takes keyword options only (num_returns=...); got {unknown or args}.")
 

@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import os
 import socket
+import warnings
 from typing import Any
 
 from muster.core import context as core_context
@@ -35,6 +36,19 @@ def node_id() -> str:
     return hashlib.sha1(socket.gethostname().encode()).hexdigest()
 
 
+
+
+class HexId(str):
+    """An id as Ray's deprecated ``RuntimeContext`` properties give one: ``.hex()`` is the id in hex."""
+
+    def hex(self) -> str:
+        return str(self)
+
+
+def _deprecated_id(name: str, value: str | None) -> HexId | None:
+    warnings.warn(f"RuntimeContext.{name} is deprecated, as in Ray: use get_{name}(), which returns the hex "
+                  "string.", DeprecationWarning, stacklevel=3)
+    return None if value is None else HexId(value)
 
 
 class RuntimeContext:
@@ -83,6 +97,31 @@ class RuntimeContext:
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") if core_context.in_worker() else ""
         return {"GPU": [d for d in visible.split(",") if d.strip()]}
+
+    def get_placement_group_id(self) -> str | None:
+        """The id of the placement group the caller was scheduled into (None outside any)."""
+        group = self._info.placement_group if self._info else None
+        return group.id if group is not None else None
+
+    @property
+    def should_capture_child_tasks_in_placement_group(self) -> bool:
+        return bool(self._info and self._info.capture_child_tasks)
+
+    @property
+    def job_id(self) -> HexId | None:
+        return _deprecated_id("job_id", self.get_job_id())
+
+    @property
+    def node_id(self) -> HexId | None:
+        return _deprecated_id("node_id", self.get_node_id())
+
+    @property
+    def task_id(self) -> HexId | None:
+        return _deprecated_id("task_id", self.get_task_id())
+
+    @property
+    def actor_id(self) -> HexId | None:
+        return _deprecated_id("actor_id", self.get_actor_id())
 
     @property
     def namespace(self) -> str:

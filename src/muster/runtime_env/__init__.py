@@ -1,0 +1,45 @@
+"""``muster.runtime_env``: Ray's ``RuntimeEnv``, a typed ``runtime_env`` dict.
+
+It is accepted wherever a ``runtime_env`` dict is (``muster.init``, ``.options()``, ``ray_actor_options``,
+``ScalingConfig``-started workers). As with the dict, muster applies ``env_vars``; every other key
+(``pip``, ``working_dir``, ``py_modules``...) is kept, and warned about once where it is used: workers run in
+this machine's Python environment and working directory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from muster.exceptions import InvalidTypeError
+
+
+class RuntimeEnv(dict):
+    """``RuntimeEnv(env_vars={"NAME": "value"}, pip=[...], ...)``: a dict of the keys given."""
+
+    def __init__(self, *, env_vars: dict[str, str] | None = None, **fields: Any):
+        if env_vars is not None:
+            bad = {k: v for k, v in env_vars.items() if not (isinstance(k, str) and isinstance(v, str))}
+            if not isinstance(env_vars, dict) or bad:
+                raise InvalidTypeError(
+                    f"RuntimeEnv(env_vars={env_vars!r}): env_vars maps names to string values; "
+                    f"{bad or 'pass a dict'} is not (write numbers as strings: {{'N': '4'}})."
+                )
+            fields["env_vars"] = dict(env_vars)
+        super().__init__({k: v for k, v in fields.items() if v is not None})
+
+    def env_vars(self) -> dict[str, str]:
+        return dict(self.get("env_vars") or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self)
+
+
+class RuntimeEnvConfig(dict):
+    """Ray's runtime-environment setup options (``setup_timeout_seconds``, ``eager_install``): muster sets up
+    nothing, so they are kept and have no effect."""
+
+    def __init__(self, setup_timeout_seconds: int = 600, eager_install: bool = True, **fields: Any):
+        super().__init__(setup_timeout_seconds=setup_timeout_seconds, eager_install=eager_install, **fields)
+
+
+__all__ = ["RuntimeEnv", "RuntimeEnvConfig"]
