@@ -158,3 +158,38 @@ def test_tuner_trials_get_the_trainers_datasets(storage):
                       tune_config=tune.TuneConfig(metric="loss", mode="min"),
                       run_config=tune.RunConfig(storage_path=storage)).fit()
     assert sorted(r.metrics["loss"] for r in grid) == [45.0, 90.0]
+
+
+class SwappedShards(DataConfig):
+    """Ray's custom-ingest pattern: configure() builds each worker's iterators (here rank r reads shard n-1-r)."""
+
+    def configure(self, datasets, world_size, worker_handles, worker_node_ids, **kwargs):
+        assert worker_handles is None and len(worker_node_ids) == world_size
+        shards = datasets["train"].streaming_split(world_size, equal=True, locality_hints=worker_node_ids)
+        whole = super().configure({"val": datasets["val"]}, world_size, worker_handles, worker_node_ids)
+        return [{"train": shards[world_size - 1 - rank], **whole[rank]} for rank in range(world_size)]
+
+
+def ids_loop():
+    rank = train.get_context().get_world_rank()
+    got = [r["id"] for r in train.get_dataset_shard("train").iter_rows()]
+    train.report({"rank": rank, "ids": got, "val": [r["id"] for r in train.get_dataset_shard("val").iter_rows()]})
+
+
+def test_a_data_configs_own_configure_decides_the_shards(storage):
+    """Before, an overridden configure() was never called: every worker got the default split."""
+    result = fit(ids_loop, {"train": md.range(8), "val": md.range(3)}, storage,
+                 data_config=SwappedShards(datasets_to_split=["train"]))  # its super().configure: val whole
+    by_rank = {r["rank"]: r for r in result.all_reports}
+    assert by_rank[0]["ids"] == [1, 3, 5, 7] and by_rank[1]["ids"] == [0, 2, 4, 6]
+    assert by_rank[0]["val"] == by_rank[1]["val"] == [0, 1, 2]
+
+
+class BadConfigure(DataConfig):
+    def configure(self, datasets, world_size, worker_handles, worker_node_ids, **kwargs):
+        return {"train": datasets["train"]}
+
+
+def test_a_configure_that_returns_the_wrong_shape_is_named(storage):
+    with pytest.raises(Exception, match=r"BadConfigure.configure\(world_size=2\) returned .*return a list of 2 dicts"):
+        fit(ids_loop, {"train": md.range(8)}, storage, data_config=BadConfigure())

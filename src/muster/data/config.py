@@ -46,5 +46,16 @@ class DataConfig:
         ``DataConfig(execution_options=...)``."""
         return DataContext().execution_options
 
+    def configure(self, datasets: dict[str, Any], world_size: int, worker_handles: Any = None,
+                  worker_node_ids: list[str] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+        """Each worker's iterators, as Ray's ``DataConfig.configure``: a list (one dict per rank) of name ->
+        ``DataIterator`` (a ``Dataset`` is iterated whole). A subclass that overrides it decides the shards;
+        the trainer calls it on the driver before each attempt of the run. ``worker_handles`` is always
+        ``None`` here (workers are not actors); ``worker_node_ids`` names each rank's node."""
+        from muster.data.iterator import DataIterator
+
+        return [{name: DataIterator(ds, rank, world_size) if self.splits(name) and world_size > 1 else ds.iterator()
+                 for name, ds in datasets.items()} for rank in range(world_size)]
+
     def splits(self, name: str) -> bool:
         return self.datasets_to_split == "all" or name in self.datasets_to_split

@@ -327,7 +327,7 @@ class Controller:
             self.hooks.on_restore(restored)
         checkpoint = restored if restored is not None else self.initial_checkpoint
         train_fn = self.train_fn
-        if isinstance(train_fn, DatasetLoop):  # on the Ray engine: this gang's streaming splits
+        if isinstance(train_fn, DatasetLoop):  # this gang's shards (a DataConfig.configure; Ray's streaming splits)
             train_fn = train_fn.for_gang(len(group.members))
         args = []
         for member, env in zip(group.members, envs):

@@ -31,11 +31,17 @@ class DatasetLoop:
         self.fn, self.datasets, self.data_config = fn, datasets, data_config
         self.seed = seed  # seeds local shuffle buffers: the same on every rank and attempt
         self.ray_splits: dict[str, list[Any]] | None = None  # on the Ray engine: name -> a shard per rank
+        self.custom: list[dict[str, Any]] | None = None  # a user's DataConfig.configure: rank -> name -> shard
 
     def for_gang(self, world: int) -> "DatasetLoop":
-        """The loop one attempt of ``world`` workers runs: on the Ray engine, with fresh streaming splits."""
-        from muster.data import _ray_plan
+        """The loop one attempt of ``world`` workers runs: the shards of a user's ``DataConfig.configure``
+        if it has one; on the Ray engine, with fresh streaming splits."""
+        from muster.data import DataConfig, _ray_plan
 
+        if type(self.data_config).configure is not DataConfig.configure:
+            loop = copy.copy(self)
+            loop.custom = _configured(self.data_config, self.datasets, world)
+            return loop
         if not _ray_plan.on_ray_engine():
             return self
         loop = copy.copy(self)
@@ -54,10 +60,13 @@ class DatasetLoop:
         return state
 
     def _iterator(self, name: str, rank: int, world: int) -> Any:
-        from muster.data import DataIterator
+        from muster.data import DataIterator, Dataset
         from muster.data import _ray_plan
 
         ds = self.datasets[name]
+        if self.custom is not None:
+            shard = self.custom[rank][name]
+            return shard.iterator() if isinstance(shard, Dataset) else shard
         if self.ray_splits is None:
             split = self.data_config.splits(name) and world > 1
             return DataIterator(ds, rank if split else 0, world if split else 1, seed=self.seed)
@@ -76,7 +85,7 @@ class DatasetLoop:
         if self.data_config.execution_options is not None:
             DataContext._current = self.data_config.execution_options
         _shards.clear()
-        for name in sorted(self.datasets):
+        for name in sorted(self.custom[rank] if self.custom is not None else self.datasets):
             it = self._iterator(name, rank, world)
             it._on_pass_start = resume.book().before_iteration
             it._on_wait = note_data_wait  # the live view's data-wait figure, as for prepared loaders
@@ -86,6 +95,24 @@ class DatasetLoop:
             return self.fn(config if config is not None else {}) if _takes_config(self.fn) else self.fn()
         finally:
             _shards.clear()
+
+
+def _configured(config: Any, datasets: dict[str, Any], world: int) -> list[dict[str, Any]]:
+    """A user's ``DataConfig.configure`` result, checked: one dict of name -> iterator per rank."""
+    from muster.data import DataIterator, Dataset
+    from muster.tasks.runtime_context import node_id
+
+    shards = config.configure(dict(datasets), world, worker_handles=None, worker_node_ids=[node_id()] * world)
+    what = f"{type(config).__name__}.configure(world_size={world})"
+    if not isinstance(shards, (list, tuple)) or len(shards) != world or not all(isinstance(d, dict) for d in shards):
+        raise InvalidTypeError(f"{what} returned {shards!r}; return a list of {world} dicts (one per worker) of "
+                               "dataset name -> DataIterator, e.g. [{'train': it} for it in ds.streaming_split(n)].")
+    for rank, named in enumerate(shards):
+        for name, shard in named.items():
+            if not isinstance(shard, (DataIterator, Dataset)):
+                raise InvalidTypeError(f"{what}: worker {rank}'s {name!r} is a {type(shard).__name__}; give a "
+                                       "DataIterator (ds.streaming_split(n)[i], ds.iterator()) or a Dataset.")
+    return list(shards)
 
 
 def check_datasets(datasets: Any, data_config: Any, trainer: str) -> None:
