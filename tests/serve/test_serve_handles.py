@@ -471,3 +471,21 @@ def test_a_class_the_script_defines_after_serve_run_travels_by_value(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "got 7" in done.stdout
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class AsyncBuilt:
+    async def __init__(self, greeting: str):  # awaited on the replica's loop, as in Ray
+        await asyncio.sleep(0)
+        self.greeting = greeting
+        self.loop = asyncio.get_running_loop()
+
+    async def __call__(self) -> str:
+        return f"{self.greeting} {self.loop is asyncio.get_running_loop()}"
+
+
+def test_a_replicas_constructor_runs_on_its_loop_and_may_be_async():
+    """Before, an ``async def __init__`` failed the replica's start, and so did ``get_running_loop()``."""
+    handle = serve.run(AsyncBuilt.bind("hello"), name="built", route_prefix=None)
+    assert handle.remote().result(timeout_s=30) == "hello True"
+    serve.delete("built")

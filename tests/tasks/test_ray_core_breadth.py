@@ -586,3 +586,41 @@ def test_runtime_env_cloudpickle_and_deprecated_context_ids_as_rays():
         assert context.node_id.hex() == context.get_node_id()
     with pytest.warns(DeprecationWarning, match="use get_job_id"):
         assert context.job_id.hex() == context.get_job_id()
+
+
+@muster.remote
+class AsyncInit:
+    async def __init__(self, x):  # awaited on the actor's loop, as in Ray
+        await asyncio.sleep(0)
+        self.x, self.loop = x, asyncio.get_running_loop()
+
+    async def state(self):
+        return self.x, self.loop is asyncio.get_running_loop()
+
+
+@muster.remote
+class LoopInInit:
+    def __init__(self):  # an async actor's constructor runs on its loop: it may start background tasks there
+        self.ticks = 0
+        self.ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self):
+        while True:
+            self.ticks += 1
+            await asyncio.sleep(0.01)
+
+    async def ticked(self):
+        await asyncio.sleep(0.1)
+        return self.ticks
+
+
+def test_an_async_actors_constructor_runs_on_its_loop_and_may_be_async():
+    """Before, ``async def __init__`` failed (__init__() should return None, not 'coroutine') and
+    ``asyncio.get_running_loop()`` in a constructor raised: there was no loop yet."""
+    a, b = AsyncInit.remote(5), LoopInInit.remote()
+    try:
+        assert muster.get(a.state.remote(), timeout=TIMEOUT) == (5, True)
+        assert muster.get(b.ticked.remote(), timeout=TIMEOUT) > 1
+    finally:
+        muster.kill(a)
+        muster.kill(b)

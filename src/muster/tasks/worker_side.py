@@ -214,9 +214,19 @@ class TaskBody:
 
 
 def is_async_class(cls: type) -> bool:
-    """An actor class with any ``async def`` method is an async actor (as in Ray)."""
+    """An actor class with any ``async def`` method (``__init__`` included) is an async actor (as in Ray)."""
     return any(inspect.iscoroutinefunction(getattr(cls, n, None)) or inspect.isasyncgenfunction(getattr(cls, n, None))
-               for n in dir(cls) if not n.startswith("__"))
+               for n in dir(cls) if n == "__init__" or not n.startswith("__"))
+
+
+async def construct(cls: type, args: tuple, kwargs: dict) -> Any:
+    """An instance of ``cls`` built on the running event loop, as Ray builds async actors and Serve replicas:
+    ``asyncio.get_running_loop()`` works in ``__init__``, and an ``async def __init__`` is awaited."""
+    obj: Any = object.__new__(cls) if cls.__new__ is object.__new__ else cls.__new__(cls, *args, **kwargs)
+    pending = obj.__init__(*args, **kwargs)
+    if inspect.isawaitable(pending):
+        await pending
+    return obj
 
 
 def freeze(cls: type) -> bytes:
@@ -254,8 +264,20 @@ class ActorFactory:
         global _actor_info, _actor_class
         os.environ.update(self.env_vars)
         _actor_info, _actor_class = self.info, self.cls
-        _begin_call()  # the constructor runs as the actor's creation task
-        return ActorHost(self.cls(*args, **kwargs), self.info, self.max_concurrency, is_async_class(self.cls))
+        if not is_async_class(self.cls):
+            _begin_call()  # the constructor runs as the actor's creation task
+            return ActorHost(self.cls(*args, **kwargs), self.info, self.max_concurrency)
+        import asyncio
+
+        loop = asyncio.new_event_loop()
+        threading.Thread(target=loop.run_forever, name="muster-actor-loop", daemon=True).start()
+
+        async def creation_task() -> Any:
+            _begin_call()
+            return await construct(self.cls, args, kwargs)
+
+        obj = asyncio.run_coroutine_threadsafe(creation_task(), loop).result()
+        return ActorHost(obj, self.info, self.max_concurrency, loop)
 
 
 class ActorHost:
@@ -264,17 +286,14 @@ class ActorHost:
 
     exits_on_system_exit = True
 
-    def __init__(self, obj: Any, info: TaskInfo, max_concurrency: int, is_async: bool):
+    def __init__(self, obj: Any, info: TaskInfo, max_concurrency: int, loop: Any = None):
         self._muster_obj, self._muster_info = obj, info
         self._muster_tasks: dict[int, Any] = {}
-        self._muster_loop: Any = None  # an asyncio loop, for async actors
+        self._muster_loop: Any = loop  # an async actor's asyncio loop, running on a thread of its own
         self._muster_pool: Any = None  # a ThreadPoolExecutor, for threaded actors
-        if is_async:
+        if loop is not None:
             import asyncio
 
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="muster-actor-loop", daemon=True).start()
-            self._muster_loop = loop
             self._muster_sem = asyncio.Semaphore(max_concurrency)
         elif max_concurrency > 1:
             from concurrent.futures import ThreadPoolExecutor

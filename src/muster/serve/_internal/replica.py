@@ -28,6 +28,7 @@ from muster.serve import context as replica_context
 from muster.serve._internal import eventloop, metrics, responses, router, wire
 from muster.serve._internal.plan import TargetRef
 from muster.serve.config import DeploymentConfig
+from muster.tasks import worker_side
 
 
 @dataclass(frozen=True)
@@ -190,8 +191,8 @@ class ReplicaActor:
         if inspect.isfunction(self.asgi) and not _takes_positional(self.asgi):  # a factory: build the app here
             self.asgi = self.asgi()
         self._finalized = False
-        if inspect.isclass(target):
-            self.obj = target(*spec.init_args, **spec.init_kwargs)
+        if inspect.isclass(target):  # on the Serve loop, as in Ray (an async __init__ is awaited)
+            self.obj = eventloop.run_sync(worker_side.construct(target, spec.init_args, spec.init_kwargs))
         else:
             self.obj = target
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj))
