@@ -74,8 +74,10 @@ def _file_options(include_paths: bool, ray_only: dict[str, Any]) -> _src.FileOpt
 
 def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, filter: Any = None,
                  filesystem: Any = None, partitioning: Any = "hive", include_paths: bool = False,
+                 tensor_column_schema: dict[str, tuple[Any, tuple[int, ...]]] | None = None,
                  **_ray_options: Any) -> Dataset:
-    """Parquet files: a file, folder, glob, list or URL.
+    """Parquet files: a file, folder, glob, list or URL. Tensor columns Ray wrote (its
+    ``ArrowTensorType``/``ArrowTensorTypeV2``/variable-shaped type) read back with their shape and dtype.
 
     Args:
         columns: read only these columns (pushed into the scan).
@@ -84,16 +86,19 @@ def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, fi
         filesystem: a pyarrow or fsspec filesystem (default: from the path's URL scheme).
         partitioning: ``"hive"`` (default: ``key=value`` folders become columns) or a pyarrow partitioning.
         include_paths: add a column ``path``, the file each row came from (as all the file readers do).
+        tensor_column_schema: ``{column: (dtype, shape)}`` for binary columns whose rows are ndarrays'
+            raw bytes (``arr.tobytes()``, C order): each becomes a tensor column of that dtype and shape.
 
     Raises:
         DataSourceError: a path does not exist or holds no files.
         DataSchemaError: (when read) two files disagree on a column's type.
+        DataTypeError: (when read) a ``tensor_column_schema`` row's bytes do not fit its dtype and shape.
     """
     ray_only = _ray_only(_ray_options)
     if _ray_options:  # a typo, or one of Ray's pyarrow pass-through options muster does not take
         raise InvalidTypeError(
             f"read_parquet: unknown option(s) {sorted(_ray_options)}; it takes columns, filter, filesystem, "
-            f"partitioning, include_paths and Ray's {', '.join(_RAY_READ_OPTIONS)}."
+            f"partitioning, include_paths, tensor_column_schema and Ray's {', '.join(_RAY_READ_OPTIONS)}."
         )
     ray_args = dict(ray_only, columns=columns, **_fs(filesystem))
     if include_paths:
@@ -102,9 +107,12 @@ def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, fi
         ray_args["filter"] = filter
     if partitioning != "hive":  # hive is ray.data's default too
         ray_args["partitioning"] = partitioning
+    if tensor_column_schema is not None:
+        ray_args["tensor_column_schema"] = tensor_column_schema
     return _read("ReadParquet", _src.parquet_tasks(paths, columns=columns, filter=filter, filesystem=filesystem,
                                                    partitioning=partitioning,
-                                                   options=_file_options(include_paths, ray_only)),
+                                                   options=_file_options(include_paths, ray_only),
+                                                   tensor_column_schema=tensor_column_schema),
                  RayCall.of("read_parquet", paths, **ray_args))
 
 
