@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -215,12 +216,16 @@ def _rows() -> int:
 
 
 def from_items(items: list[Any], *, override_num_blocks: int | None = None) -> Dataset:
-    """Rows from a list of dicts (other values become a column ``item``)."""
+    """Rows from a list of dicts (other values become a column ``item``); blocks of
+    ``DataContext.target_block_rows`` rows, fewer where they would pass ``target_max_block_size`` bytes."""
+    num_blocks = override_num_blocks
     items = list(items)
     rows = [x if isinstance(x, dict) else {"item": x} for x in items]
     blocks = [_blk.rows_to_block(rows[i:i + _rows()], "from_items") for i in builtins.range(0, len(rows), _rows())]
-    if override_num_blocks:
-        blocks = _src.table_blocks(_blk.concat(blocks), _rows(), override_num_blocks)
+    if num_blocks:
+        blocks = _src.table_blocks(_blk.concat(blocks), parallelism=num_blocks)
+    else:
+        blocks = [b for t in blocks for b in _src.table_blocks(t)]
     return from_blocks(blocks or [pa.table({})], "FromItems")
 
 
@@ -248,7 +253,7 @@ def from_torch(dataset: Any, local_read: bool = False) -> Dataset:
 def from_arrow(tables: pa.Table | list[pa.Table]) -> Dataset:
     tables = [tables] if isinstance(tables, (pa.Table, pa.RecordBatch)) else list(tables)
     blocks = [t if isinstance(t, pa.Table) else pa.Table.from_batches([t]) for t in tables]
-    return from_blocks([b for t in blocks for b in _src.table_blocks(t, _rows())], "FromArrow")
+    return from_blocks([b for t in blocks for b in _src.table_blocks(t)], "FromArrow")
 
 
 def from_pandas(dfs: Any, *, override_num_blocks: int | None = None) -> Dataset:
@@ -256,7 +261,7 @@ def from_pandas(dfs: Any, *, override_num_blocks: int | None = None) -> Dataset:
     frames = dfs if isinstance(dfs, list) else [dfs]
     blocks = [_blk.from_batch(df, "from_pandas") for df in frames]
     if override_num_blocks:
-        blocks = _src.table_blocks(_blk.concat(blocks), _rows(), override_num_blocks)
+        blocks = _src.table_blocks(_blk.concat(blocks), parallelism=override_num_blocks)
     return from_blocks(blocks, "FromPandas")
 
 
@@ -264,25 +269,28 @@ def from_numpy(ndarrays: np.ndarray | list[np.ndarray]) -> Dataset:
     """Arrays as a column ``data`` (rows along the first axis)."""
     arrays = ndarrays if isinstance(ndarrays, list) else [ndarrays]
     blocks = [pa.table({"data": _blk.array_from_values(np.asarray(a))}) for a in arrays]
-    return from_blocks([b for t in blocks for b in _src.table_blocks(t, _rows())], "FromNumpy")
+    return from_blocks([b for t in blocks for b in _src.table_blocks(t)], "FromNumpy")
 
 
-def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001 - Ray's name
-    """Rows ``{"id": 0} ... {"id": n-1}``."""
+def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001
+    """Rows ``{"id": 0} ... {"id": n-1}`` (``range`` is Ray's name)."""
     if not isinstance(n, int) or n < 0:
         raise InvalidArgumentError(f"range({n!r}): use an integer >= 0.")
-    rows = -(-n // override_num_blocks) if override_num_blocks else _rows()
+    num_blocks = override_num_blocks
+    rows = -(-n // num_blocks) if num_blocks else _src.rows_per_block(8)
     return _read("ReadRange", _src.range_tasks(n, max(1, rows), None),
-                 RayCall.of("range", n, override_num_blocks=override_num_blocks))
+                 RayCall.of("range", n, override_num_blocks=num_blocks))
 
 
 def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), override_num_blocks: int | None = None) -> Dataset:
-    """Rows ``{"data": array of shape ``shape`` filled with i}``."""
+    """Rows ``{"data": array of shape ``shape`` filled with i}`` (int64), in blocks of at most
+    ``DataContext.target_max_block_size`` bytes (and ``target_block_rows`` rows)."""
     if not isinstance(n, int) or n < 0:
         raise InvalidArgumentError(f"range_tensor({n!r}): use an integer >= 0.")
-    rows = -(-n // override_num_blocks) if override_num_blocks else _rows()
+    num_blocks = override_num_blocks
+    rows = -(-n // num_blocks) if num_blocks else _src.rows_per_block(8 * math.prod(shape))
     return _read("ReadRangeTensor", _src.range_tasks(n, max(1, rows), tuple(shape)),
-                 RayCall.of("range_tensor", n, shape=tuple(shape), override_num_blocks=override_num_blocks))
+                 RayCall.of("range_tensor", n, shape=tuple(shape), override_num_blocks=num_blocks))
 
 
 def __getattr__(name: str) -> Any:

@@ -10,6 +10,7 @@ partition folders (``year=2024/``) become columns and prune files.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import threading
 from dataclasses import dataclass
@@ -450,13 +451,33 @@ def block_tasks(blocks: list[pa.Table], label: str) -> tuple[ReadTask, ...]:
     return tuple(ReadTask((lambda b=b: [b]), f"{label}[{i}]", blk.nbytes(b)) for i, b in enumerate(blocks))
 
 
-def table_blocks(table: pa.Table, rows: int, parallelism: int = -1) -> list[pa.Table]:
+def rows_per_block(row_bytes: int) -> int:
+    """``DataContext.target_block_rows``, or fewer rows where those would pass ``target_max_block_size``
+    bytes (Ray's 128 MiB): 32 KiB tensors make blocks of 4,096 rows, not 2 GiB ones of 65,536."""
+    from muster.data.execution import DataContext
+
+    ctx = DataContext.get_current()
+    cap = ctx.target_max_block_size
+    if cap is None or row_bytes <= 0:
+        return ctx.target_block_rows
+    return max(1, min(ctx.target_block_rows, cap // row_bytes))
+
+
+def table_blocks(table: pa.Table, rows: int | None = None, parallelism: int = -1) -> list[pa.Table]:
+    """``table`` sliced (no copy) into ``parallelism`` blocks, or else blocks of ``rows`` rows
+    (default: :func:`rows_per_block` of the table's bytes per row)."""
     if parallelism and parallelism > 0:
         rows = max(1, -(-table.num_rows // parallelism))
+    elif rows is None:
+        rows = rows_per_block(-(-blk.nbytes(table) // table.num_rows) if table.num_rows else 0)
     return blk.split_rows(table, rows) if table.num_rows else [table]
 
 
 def range_tasks(n: int, rows: int, tensor_shape: tuple[int, ...] | None) -> tuple[ReadTask, ...]:
+    """``range``/``range_tensor`` in blocks of ``rows`` rows; each task's size (for the in-flight
+    budget) is the bytes its block will hold."""
+    row_bytes = 8 * math.prod(tensor_shape or ())
+
     def make(start: int, stop: int) -> Callable[[], list[pa.Table]]:
         def read() -> list[pa.Table]:
             ids = np.arange(start, stop, dtype=np.int64)
@@ -467,6 +488,6 @@ def range_tasks(n: int, rows: int, tensor_shape: tuple[int, ...] | None) -> tupl
 
         return read
 
-    return tuple(ReadTask(make(s, min(n, s + rows)), f"range[{s}:{min(n, s + rows)}]", 8 * rows)
-                 for s in range(0, n, rows)) or (ReadTask(lambda: [pa.table({"id": pa.array([], pa.int64())})],
-                                                          "range[0:0]"),)
+    spans = [(s, min(n, s + rows)) for s in range(0, n, rows)]
+    return tuple(ReadTask(make(s, e), f"range[{s}:{e}]", row_bytes * (e - s)) for s, e in spans) or \
+        (ReadTask(lambda: [pa.table({"id": pa.array([], pa.int64())})], "range[0:0]"),)
