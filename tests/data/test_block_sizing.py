@@ -1,5 +1,6 @@
 """How many rows a block holds: ``DataContext.target_max_block_size`` (bytes, Ray's 128 MiB by default)
-caps the sources that know their row size."""
+caps the sources that know their row size, and Ray's deprecated ``parallelism=`` means
+``override_num_blocks=``."""
 
 from __future__ import annotations
 
@@ -48,3 +49,14 @@ def test_take_batch_of_big_tensor_rows_stays_small():
     assert peak < 600 * 1024 * 1024, f"peak {peak / 2**20:.0f} MiB"
     assert md.DataContext().target_max_block_size == 128 * 1024 * 1024  # Ray's default
 
+
+def test_parallelism_means_override_num_blocks_as_in_ray():
+    """Ray's deprecated parallelism= (still taken by ray.data.range/range_tensor/from_items, with a
+    warning): before, a TypeError."""
+    with pytest.warns(DeprecationWarning, match=r"range\(parallelism=3\).*override_num_blocks=3"):
+        assert md.range(10, parallelism=3).num_blocks() == 3
+    with pytest.warns(DeprecationWarning, match="override_num_blocks=2"):
+        assert md.range_tensor(8, shape=(2,), parallelism=2).num_blocks() == 2
+    with pytest.warns(DeprecationWarning, match=r"from_items\(parallelism=5\)"):
+        ds = md.from_items(list(range(10)), parallelism=5)
+    assert ds.num_blocks() == 5 and [r["item"] for r in ds.take_all()] == list(range(10))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -215,10 +216,19 @@ def _rows() -> int:
     return DataContext.get_current().target_block_rows
 
 
-def from_items(items: list[Any], *, override_num_blocks: int | None = None) -> Dataset:
+def _num_blocks(where: str, parallelism: int, override_num_blocks: int | None) -> int | None:
+    """``override_num_blocks``, or Ray's deprecated ``parallelism`` (which wins when given, as in Ray)."""
+    if parallelism == -1:
+        return override_num_blocks
+    warnings.warn(f"{where}(parallelism={parallelism}): parallelism is deprecated (as in Ray since 2.10); "
+                  f"pass override_num_blocks={parallelism} instead.", DeprecationWarning, stacklevel=3)
+    return parallelism
+
+
+def from_items(items: list[Any], *, parallelism: int = -1, override_num_blocks: int | None = None) -> Dataset:
     """Rows from a list of dicts (other values become a column ``item``); blocks of
     ``DataContext.target_block_rows`` rows, fewer where they would pass ``target_max_block_size`` bytes."""
-    num_blocks = override_num_blocks
+    num_blocks = _num_blocks("from_items", parallelism, override_num_blocks)
     items = list(items)
     rows = [x if isinstance(x, dict) else {"item": x} for x in items]
     blocks = [_blk.rows_to_block(rows[i:i + _rows()], "from_items") for i in builtins.range(0, len(rows), _rows())]
@@ -272,22 +282,23 @@ def from_numpy(ndarrays: np.ndarray | list[np.ndarray]) -> Dataset:
     return from_blocks([b for t in blocks for b in _src.table_blocks(t)], "FromNumpy")
 
 
-def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001
+def range(n: int, *, parallelism: int = -1, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001
     """Rows ``{"id": 0} ... {"id": n-1}`` (``range`` is Ray's name)."""
     if not isinstance(n, int) or n < 0:
         raise InvalidArgumentError(f"range({n!r}): use an integer >= 0.")
-    num_blocks = override_num_blocks
+    num_blocks = _num_blocks("range", parallelism, override_num_blocks)
     rows = -(-n // num_blocks) if num_blocks else _src.rows_per_block(8)
     return _read("ReadRange", _src.range_tasks(n, max(1, rows), None),
                  RayCall.of("range", n, override_num_blocks=num_blocks))
 
 
-def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), override_num_blocks: int | None = None) -> Dataset:
+def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), parallelism: int = -1,
+                 override_num_blocks: int | None = None) -> Dataset:
     """Rows ``{"data": array of shape ``shape`` filled with i}`` (int64), in blocks of at most
     ``DataContext.target_max_block_size`` bytes (and ``target_block_rows`` rows)."""
     if not isinstance(n, int) or n < 0:
         raise InvalidArgumentError(f"range_tensor({n!r}): use an integer >= 0.")
-    num_blocks = override_num_blocks
+    num_blocks = _num_blocks("range_tensor", parallelism, override_num_blocks)
     rows = -(-n // num_blocks) if num_blocks else _src.rows_per_block(8 * math.prod(shape))
     return _read("ReadRangeTensor", _src.range_tasks(n, max(1, rows), tuple(shape)),
                  RayCall.of("range_tensor", n, shape=tuple(shape), override_num_blocks=num_blocks))
