@@ -224,12 +224,12 @@ def test_repartition_to_a_number_of_rows_per_block():
 
 
 def test_data_context_takes_rays_cluster_settings_and_refuses_a_typo():
-    """Ray scripts set ctx.target_max_block_size and the like (they tune a cluster: kept, no effect);
+    """Ray scripts set ctx.target_min_block_size and the like (they tune a cluster: kept, no effect);
     before, any name was taken silently, so ctx.max_thread = 4 (a typo) changed nothing unnoticed."""
     ctx = md.DataContext()
-    ctx.target_max_block_size = 64 * 1024 * 1024
+    ctx.target_min_block_size = 1024 * 1024
     ctx.use_push_based_shuffle = True
-    assert ctx.target_max_block_size == 64 * 1024 * 1024
+    assert ctx.target_min_block_size == 1024 * 1024
     ctx.max_threads = 3
     assert ctx.max_threads == 3
     with pytest.raises(AttributeError, match=r"no setting 'max_thread'\. muster's: .*max_threads"):

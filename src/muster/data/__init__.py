@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -74,8 +76,10 @@ def _file_options(include_paths: bool, ray_only: dict[str, Any]) -> _src.FileOpt
 
 def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, filter: Any = None,
                  filesystem: Any = None, partitioning: Any = "hive", include_paths: bool = False,
+                 tensor_column_schema: dict[str, tuple[Any, tuple[int, ...]]] | None = None,
                  **_ray_options: Any) -> Dataset:
-    """Parquet files: a file, folder, glob, list or URL.
+    """Parquet files: a file, folder, glob, list or URL. Tensor columns Ray wrote (its
+    ``ArrowTensorType``/``ArrowTensorTypeV2``/variable-shaped type) read back with their shape and dtype.
 
     Args:
         columns: read only these columns (pushed into the scan).
@@ -84,16 +88,19 @@ def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, fi
         filesystem: a pyarrow or fsspec filesystem (default: from the path's URL scheme).
         partitioning: ``"hive"`` (default: ``key=value`` folders become columns) or a pyarrow partitioning.
         include_paths: add a column ``path``, the file each row came from (as all the file readers do).
+        tensor_column_schema: ``{column: (dtype, shape)}`` for binary columns whose rows are ndarrays'
+            raw bytes (``arr.tobytes()``, C order): each becomes a tensor column of that dtype and shape.
 
     Raises:
         DataSourceError: a path does not exist or holds no files.
         DataSchemaError: (when read) two files disagree on a column's type.
+        DataTypeError: (when read) a ``tensor_column_schema`` row's bytes do not fit its dtype and shape.
     """
     ray_only = _ray_only(_ray_options)
     if _ray_options:  # a typo, or one of Ray's pyarrow pass-through options muster does not take
         raise InvalidTypeError(
             f"read_parquet: unknown option(s) {sorted(_ray_options)}; it takes columns, filter, filesystem, "
-            f"partitioning, include_paths and Ray's {', '.join(_RAY_READ_OPTIONS)}."
+            f"partitioning, include_paths, tensor_column_schema and Ray's {', '.join(_RAY_READ_OPTIONS)}."
         )
     ray_args = dict(ray_only, columns=columns, **_fs(filesystem))
     if include_paths:
@@ -102,9 +109,12 @@ def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, fi
         ray_args["filter"] = filter
     if partitioning != "hive":  # hive is ray.data's default too
         ray_args["partitioning"] = partitioning
+    if tensor_column_schema is not None:
+        ray_args["tensor_column_schema"] = tensor_column_schema
     return _read("ReadParquet", _src.parquet_tasks(paths, columns=columns, filter=filter, filesystem=filesystem,
                                                    partitioning=partitioning,
-                                                   options=_file_options(include_paths, ray_only)),
+                                                   options=_file_options(include_paths, ray_only),
+                                                   tensor_column_schema=tensor_column_schema),
                  RayCall.of("read_parquet", paths, **ray_args))
 
 
@@ -206,13 +216,26 @@ def _rows() -> int:
     return DataContext.get_current().target_block_rows
 
 
-def from_items(items: list[Any], *, override_num_blocks: int | None = None) -> Dataset:
-    """Rows from a list of dicts (other values become a column ``item``)."""
+def _num_blocks(where: str, parallelism: int, override_num_blocks: int | None) -> int | None:
+    """``override_num_blocks``, or Ray's deprecated ``parallelism`` (which wins when given, as in Ray)."""
+    if parallelism == -1:
+        return override_num_blocks
+    warnings.warn(f"{where}(parallelism={parallelism}): parallelism is deprecated (as in Ray since 2.10); "
+                  f"pass override_num_blocks={parallelism} instead.", DeprecationWarning, stacklevel=3)
+    return parallelism
+
+
+def from_items(items: list[Any], *, parallelism: int = -1, override_num_blocks: int | None = None) -> Dataset:
+    """Rows from a list of dicts (other values become a column ``item``); blocks of
+    ``DataContext.target_block_rows`` rows, fewer where they would pass ``target_max_block_size`` bytes."""
+    num_blocks = _num_blocks("from_items", parallelism, override_num_blocks)
     items = list(items)
     rows = [x if isinstance(x, dict) else {"item": x} for x in items]
     blocks = [_blk.rows_to_block(rows[i:i + _rows()], "from_items") for i in builtins.range(0, len(rows), _rows())]
-    if override_num_blocks:
-        blocks = _src.table_blocks(_blk.concat(blocks), _rows(), override_num_blocks)
+    if num_blocks:
+        blocks = _src.table_blocks(_blk.concat(blocks), parallelism=num_blocks)
+    else:
+        blocks = [b for t in blocks for b in _src.table_blocks(t)]
     return from_blocks(blocks or [pa.table({})], "FromItems")
 
 
@@ -240,7 +263,7 @@ def from_torch(dataset: Any, local_read: bool = False) -> Dataset:
 def from_arrow(tables: pa.Table | list[pa.Table]) -> Dataset:
     tables = [tables] if isinstance(tables, (pa.Table, pa.RecordBatch)) else list(tables)
     blocks = [t if isinstance(t, pa.Table) else pa.Table.from_batches([t]) for t in tables]
-    return from_blocks([b for t in blocks for b in _src.table_blocks(t, _rows())], "FromArrow")
+    return from_blocks([b for t in blocks for b in _src.table_blocks(t)], "FromArrow")
 
 
 def from_pandas(dfs: Any, *, override_num_blocks: int | None = None) -> Dataset:
@@ -248,7 +271,7 @@ def from_pandas(dfs: Any, *, override_num_blocks: int | None = None) -> Dataset:
     frames = dfs if isinstance(dfs, list) else [dfs]
     blocks = [_blk.from_batch(df, "from_pandas") for df in frames]
     if override_num_blocks:
-        blocks = _src.table_blocks(_blk.concat(blocks), _rows(), override_num_blocks)
+        blocks = _src.table_blocks(_blk.concat(blocks), parallelism=override_num_blocks)
     return from_blocks(blocks, "FromPandas")
 
 
@@ -256,25 +279,29 @@ def from_numpy(ndarrays: np.ndarray | list[np.ndarray]) -> Dataset:
     """Arrays as a column ``data`` (rows along the first axis)."""
     arrays = ndarrays if isinstance(ndarrays, list) else [ndarrays]
     blocks = [pa.table({"data": _blk.array_from_values(np.asarray(a))}) for a in arrays]
-    return from_blocks([b for t in blocks for b in _src.table_blocks(t, _rows())], "FromNumpy")
+    return from_blocks([b for t in blocks for b in _src.table_blocks(t)], "FromNumpy")
 
 
-def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001 - Ray's name
-    """Rows ``{"id": 0} ... {"id": n-1}``."""
+def range(n: int, *, parallelism: int = -1, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001
+    """Rows ``{"id": 0} ... {"id": n-1}`` (``range`` is Ray's name)."""
     if not isinstance(n, int) or n < 0:
         raise InvalidArgumentError(f"range({n!r}): use an integer >= 0.")
-    rows = -(-n // override_num_blocks) if override_num_blocks else _rows()
+    num_blocks = _num_blocks("range", parallelism, override_num_blocks)
+    rows = -(-n // num_blocks) if num_blocks else _src.rows_per_block(8)
     return _read("ReadRange", _src.range_tasks(n, max(1, rows), None),
-                 RayCall.of("range", n, override_num_blocks=override_num_blocks))
+                 RayCall.of("range", n, override_num_blocks=num_blocks))
 
 
-def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), override_num_blocks: int | None = None) -> Dataset:
-    """Rows ``{"data": array of shape ``shape`` filled with i}``."""
+def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), parallelism: int = -1,
+                 override_num_blocks: int | None = None) -> Dataset:
+    """Rows ``{"data": array of shape ``shape`` filled with i}`` (int64), in blocks of at most
+    ``DataContext.target_max_block_size`` bytes (and ``target_block_rows`` rows)."""
     if not isinstance(n, int) or n < 0:
         raise InvalidArgumentError(f"range_tensor({n!r}): use an integer >= 0.")
-    rows = -(-n // override_num_blocks) if override_num_blocks else _rows()
+    num_blocks = _num_blocks("range_tensor", parallelism, override_num_blocks)
+    rows = -(-n // num_blocks) if num_blocks else _src.rows_per_block(8 * math.prod(shape))
     return _read("ReadRangeTensor", _src.range_tasks(n, max(1, rows), tuple(shape)),
-                 RayCall.of("range_tensor", n, shape=tuple(shape), override_num_blocks=override_num_blocks))
+                 RayCall.of("range_tensor", n, shape=tuple(shape), override_num_blocks=num_blocks))
 
 
 def __getattr__(name: str) -> Any:

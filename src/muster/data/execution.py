@@ -47,6 +47,10 @@ class DataContext:
         max_threads: threads that run read and map tasks per consuming process.
         max_bytes_in_flight: finished blocks not yet consumed, at most (bytes).
         target_block_rows: rows per block that in-memory sources and shuffles aim for.
+        target_max_block_size: bytes per block, at most, for the sources that know their rows' size
+            (``range_tensor``, ``from_numpy``, ``from_items``, ``from_arrow``...): they make blocks of
+            fewer rows when ``target_block_rows`` rows would be bigger (Ray's setting and default,
+            128 MiB; None: no cap).
         use_workers: let the driver run jobs with Python functions on idle pooled workers
             of an engine that is already running (see ``_Workers``).
         preserve_order: keep the input order of blocks (default, and what exact training
@@ -60,6 +64,7 @@ class DataContext:
     max_threads: int = field(default_factory=lambda: max(2, min(8, os.cpu_count() or 2)))
     max_bytes_in_flight: int = 256 * 1024 * 1024
     target_block_rows: int = 64 * 1024
+    target_max_block_size: int | None = 128 * 1024 * 1024
     use_workers: bool = True
     preserve_order: bool = True
     enable_progress_bars: bool = True
@@ -74,6 +79,9 @@ class DataContext:
             raise InvalidArgumentError(f"DataContext(progress_every_s={self.progress_every_s}): use a positive number of seconds.")
         if self.target_block_rows < 1:
             raise InvalidArgumentError(f"DataContext(target_block_rows={self.target_block_rows}): use 1 or more.")
+        if self.target_max_block_size is not None and self.target_max_block_size < 1:
+            raise InvalidArgumentError(f"DataContext(target_max_block_size={self.target_max_block_size}): use a "
+                                       "positive number of bytes (Ray's default: 128 MiB), or None for no cap.")
 
     _current: "DataContext | None" = None
 
@@ -84,7 +92,7 @@ class DataContext:
             raise AttributeError(
                 f"DataContext has no setting {name!r}. muster's: "
                 f"{', '.join(sorted(n for n in _SETTINGS if not n.startswith('_')))}; Ray's settings that tune "
-                "a cluster's execution (target_max_block_size, use_push_based_shuffle, ...: "
+                "a cluster's execution (target_min_block_size, use_push_based_shuffle, ...: "
                 "muster.data.execution.RAY_ONLY_SETTINGS) are accepted and change nothing here."
             )
         object.__setattr__(self, name, value)
@@ -106,7 +114,7 @@ _SETTINGS = frozenset(DataContext.__dataclass_fields__)
 
 #: Ray's DataContext settings that size blocks or place tasks on a cluster: accepted, no effect on one machine
 RAY_ONLY_SETTINGS = frozenset({
-    "target_max_block_size", "target_min_block_size", "target_shuffle_max_block_size", "use_push_based_shuffle",
+    "target_min_block_size", "target_shuffle_max_block_size", "use_push_based_shuffle",
     "shuffle_strategy", "scheduling_strategy", "scheduling_strategy_large_args", "large_args_threshold",
     "read_op_min_num_blocks", "enable_operator_progress_bars", "enable_progress_bar_name_truncation",
     "verbose_stats_logs", "enable_auto_log_stats", "enable_get_object_locations_for_metrics",

@@ -10,6 +10,7 @@ partition folders (``year=2024/``) become columns and prune files.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import threading
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from muster.data import block as blk
+from muster.data import ray_tensors
 from muster.data.exceptions import DataSchemaError, DataSourceError
 from muster.data.plan import ReadTask
 from muster.core.filesystem import as_fsspec
@@ -181,7 +183,8 @@ class _SchemaGuard:
             idx = first.get_field_index(f.name)
             if idx >= 0 and first.field(idx).type != f.type and not (pa.types.is_null(f.type)
                                                                      or pa.types.is_null(first.field(idx).type)) \
-                    and not blk.same_kind_of_tensor(first.field(idx).type, f.type):
+                    and not blk.same_kind_of_tensor(first.field(idx).type, f.type) \
+                    and not ray_tensors.same_kind(first.field(idx), f):
                 raise DataSchemaError(
                     f"files disagree on column {f.name!r}: {first_path} has {first.field(idx).type}, "
                     f"{path} has {f.type}. Rewrite one of them with the same type, or cast the column "
@@ -191,7 +194,10 @@ class _SchemaGuard:
 
 # -- parquet ------------------------------------------------------------------------
 def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesystem: Any,
-                  partitioning: Any, options: FileOptions = FileOptions()) -> tuple[ReadTask, ...]:
+                  partitioning: Any, options: FileOptions = FileOptions(),
+                  tensor_column_schema: Any = None) -> tuple[ReadTask, ...]:
+    """Read tasks for parquet files; Ray's tensor columns become muster's (:mod:`ray_tensors`), and so do
+    the binary columns ``tensor_column_schema`` names."""
     import pyarrow.dataset as pads
 
     fs, files, base = resolve(paths, filesystem, (".parquet", ".parq", ".pq"), "read_parquet", options)
@@ -205,6 +211,7 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
         if missing:
             raise InvalidArgumentError(f"read_parquet(columns={columns!r}): no column {missing[0]!r}; the files have "
                              f"{dataset.schema.names}.")
+    tensors = ray_tensors.check_tensor_columns(tensor_column_schema, dataset.schema) if tensor_column_schema else {}
     sizes = dict(files)
     cap = task_bytes()
     fragments = list(dataset.get_fragments(filter=filter))
@@ -237,7 +244,8 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
                 tables.append(with_path(table, frag.path) if include_paths else table)
             if scan:
                 tables.append(_scan(scan, schema, dataset.format, afs, columns, filter))
-            return [blk.concat(tables)]  # tensors of different shapes combine (variable-shape)
+            block = blk.concat(tables)  # tensors of different shapes combine (variable-shape)
+            return [ray_tensors.decode_bytes(block, tensors) if tensors else block]
 
         return read
 
@@ -266,6 +274,16 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
 def _scan(frags: list[Any], schema: pa.Schema, fmt: Any, afs: Any, columns: list[str] | None, filter: Any) -> pa.Table:
     import pyarrow.dataset as pads
 
+    if ray_tensors.has_ray_tensors(schema):  # each file's own tensor shape (the dataset's is the first file's)
+        return blk.concat([ray_tensors.to_muster(_scan_as([f], ray_tensors.with_files_tensor_fields(
+            schema, f.physical_schema), fmt, afs, columns, filter), f"read_parquet({f.path})") for f in frags])
+    return _scan_as(frags, schema, fmt, afs, columns, filter)
+
+
+def _scan_as(frags: list[Any], schema: pa.Schema, fmt: Any, afs: Any, columns: list[str] | None,
+             filter: Any) -> pa.Table:
+    import pyarrow.dataset as pads
+
     sub = pads.FileSystemDataset(frags, schema, fmt, afs)  # one C++ scan over the group
     return sub.to_table(columns=columns, filter=filter, use_threads=False)  # the pool's threads run the jobs
 
@@ -282,7 +300,7 @@ def _read_file(afs: Any, path: str, columns: list[str] | None, schema: pa.Schema
         if file_schema.names != schema.names:
             return None
         table = pf.read(columns=columns, use_threads=False)
-    return table.select(columns) if columns is not None else table
+    return ray_tensors.to_muster(table.select(columns) if columns is not None else table, f"read_parquet({path})")
 
 
 # -- text formats ---------------------------------------------------------------------
@@ -433,13 +451,33 @@ def block_tasks(blocks: list[pa.Table], label: str) -> tuple[ReadTask, ...]:
     return tuple(ReadTask((lambda b=b: [b]), f"{label}[{i}]", blk.nbytes(b)) for i, b in enumerate(blocks))
 
 
-def table_blocks(table: pa.Table, rows: int, parallelism: int = -1) -> list[pa.Table]:
+def rows_per_block(row_bytes: int) -> int:
+    """``DataContext.target_block_rows``, or fewer rows where those would pass ``target_max_block_size``
+    bytes (Ray's 128 MiB): 32 KiB tensors make blocks of 4,096 rows, not 2 GiB ones of 65,536."""
+    from muster.data.execution import DataContext
+
+    ctx = DataContext.get_current()
+    cap = ctx.target_max_block_size
+    if cap is None or row_bytes <= 0:
+        return ctx.target_block_rows
+    return max(1, min(ctx.target_block_rows, cap // row_bytes))
+
+
+def table_blocks(table: pa.Table, rows: int | None = None, parallelism: int = -1) -> list[pa.Table]:
+    """``table`` sliced (no copy) into ``parallelism`` blocks, or else blocks of ``rows`` rows
+    (default: :func:`rows_per_block` of the table's bytes per row)."""
     if parallelism and parallelism > 0:
         rows = max(1, -(-table.num_rows // parallelism))
+    elif rows is None:
+        rows = rows_per_block(-(-blk.nbytes(table) // table.num_rows) if table.num_rows else 0)
     return blk.split_rows(table, rows) if table.num_rows else [table]
 
 
 def range_tasks(n: int, rows: int, tensor_shape: tuple[int, ...] | None) -> tuple[ReadTask, ...]:
+    """``range``/``range_tensor`` in blocks of ``rows`` rows; each task's size (for the in-flight
+    budget) is the bytes its block will hold."""
+    row_bytes = 8 * math.prod(tensor_shape or ())
+
     def make(start: int, stop: int) -> Callable[[], list[pa.Table]]:
         def read() -> list[pa.Table]:
             ids = np.arange(start, stop, dtype=np.int64)
@@ -450,6 +488,6 @@ def range_tasks(n: int, rows: int, tensor_shape: tuple[int, ...] | None) -> tupl
 
         return read
 
-    return tuple(ReadTask(make(s, min(n, s + rows)), f"range[{s}:{min(n, s + rows)}]", 8 * rows)
-                 for s in range(0, n, rows)) or (ReadTask(lambda: [pa.table({"id": pa.array([], pa.int64())})],
-                                                          "range[0:0]"),)
+    spans = [(s, min(n, s + rows)) for s in range(0, n, rows)]
+    return tuple(ReadTask(make(s, e), f"range[{s}:{e}]", row_bytes * (e - s)) for s, e in spans) or \
+        (ReadTask(lambda: [pa.table({"id": pa.array([], pa.int64())})], "range[0:0]"),)
