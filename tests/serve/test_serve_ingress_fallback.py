@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 
 import pytest
@@ -91,16 +90,3 @@ def test_after_shutdown_handles_fail_at_once_and_lookups_say_nothing_runs():
     with pytest.raises(serve.RayServeException, match="no Serve app named 'hello' is running here"):
         serve.get_app_handle("hello")
 
-
-def test_a_port_another_process_listens_on_is_refused_naming_it():
-    """Both servers bind with SO_REUSEPORT: a second driver's Serve on port 8000 shared the port with the
-    first, and requests went to one or the other in turn."""
-    with socket.socket() as other:
-        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # as a second Serve's server would find it
-        other.bind(("127.0.0.1", 0))
-        other.listen()
-        port = other.getsockname()[1]
-        with pytest.raises(serve.RayServeException, match=f"cannot listen on 127.0.0.1:{port}: another process"):
-            serve.start(http_options={"host": "127.0.0.1", "port": port})
-    with serving():  # nothing was left half started
-        assert serve.run(hello.bind(), name="hello", route_prefix="/hello").remote(None).result(timeout_s=30)

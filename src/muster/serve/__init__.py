@@ -10,12 +10,15 @@ from __future__ import annotations
 from muster.serve.api import (
     ApplicationStatusOverview,
     DeploymentStatusOverview,
+    RunTarget,
     ServeStatus,
     delete,
     get_app_handle,
     get_deployment_handle,
     run,
+    run_many,
     shutdown,
+    shutdown_async,
     start,
     status,
 )
@@ -40,6 +43,7 @@ __all__ = [
     "HTTPOptions",
     "RayServeException",
     "ReplicaContext",
+    "RunTarget",
     "ServeStatus",
     "batch",
     "delete",
@@ -49,7 +53,9 @@ __all__ = [
     "get_replica_context",
     "ingress",
     "run",
+    "run_many",
     "shutdown",
+    "shutdown_async",
     "start",
     "status",
 ]

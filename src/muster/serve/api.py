@@ -77,12 +77,54 @@ def run(
     """
     handle = _run(target, name=name, route_prefix=route_prefix)
     if blocking:
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            shutdown()
+        _serve_until_interrupted()
     return handle
+
+
+@dataclass
+class RunTarget:
+    """One application for :func:`run_many` (Ray's): what ``serve.run`` takes, as fields."""
+
+    target: Application
+    name: str = "default"
+    route_prefix: str | None = "/"
+    logging_config: Any = None  # Ray's; muster's replicas log to the run store
+    external_scaler_enabled: bool = False  # Ray's; muster's autoscaler is its own
+
+
+def run_many(targets: list[RunTarget], blocking: bool = False, wait_for_ingress_deployment_creation: bool = True,
+             wait_for_applications_running: bool = True, **_ignored: Any) -> list[DeploymentHandle]:
+    """Deploy several applications; the handles to their ingress deployments, in order (Ray's ``run_many``).
+
+    Each is deployed as ``serve.run`` deploys one, and every replica is up when it returns.
+
+    Raises:
+        ValueError: no targets, a target that is not a ``RunTarget``, or two with the same name.
+    """
+    targets = list(targets)
+    if not targets:
+        raise InvalidArgumentError("serve.run_many([]): give at least one serve.RunTarget(target=App.bind(), name=...).")
+    bad = [t for t in targets if not isinstance(t, RunTarget)]
+    if bad:
+        raise InvalidArgumentError(f"serve.run_many: {bad[0]!r} is not a RunTarget; wrap each app as "
+                                   "serve.RunTarget(target=App.bind(), name='app', route_prefix='/app').")
+    names = [t.name for t in targets]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidArgumentError(f"serve.run_many: the app name(s) {twice} are given more than once; each "
+                                   "application needs a name of its own (RunTarget(name=...)).")
+    handles = [_run(t.target, name=t.name, route_prefix=t.route_prefix) for t in targets]
+    if blocking:
+        _serve_until_interrupted()
+    return handles
+
+
+def _serve_until_interrupted() -> None:
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        shutdown()
 
 
 def _run(target: Application, *, name: str, route_prefix: str | None,
@@ -165,6 +207,13 @@ def shutdown() -> None:
 
         admin.stop(c)
         c.shutdown()
+
+
+async def shutdown_async() -> None:
+    """``shutdown()`` for code on an event loop (Ray's): the loop keeps running while Serve drains and stops."""
+    import asyncio
+
+    await asyncio.to_thread(shutdown)
 
 
 def get_app_handle(name: str) -> DeploymentHandle:

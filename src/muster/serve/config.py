@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -245,6 +246,11 @@ class HTTPOptions:
     request_timeout_s: float | None = None
     max_body_bytes: int = 100 * 1024 * 1024
     keep_alive_timeout_s: float = 5.0
+    # HTTPS: the server's certificate and key files (PEM), both or neither, as in Ray
+    ssl_keyfile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile_password: str | None = None
+    ssl_ca_certs: str | None = None
     # Ray's, with no effect here (a value that would change something warns): one ingress runs, on
     # the driver's node (Ray's "HeadOnly"), at the root path, with no extra middlewares
     location: str | None = None
@@ -270,6 +276,23 @@ class HTTPOptions:
         if self.request_timeout_s is not None:
             _positive("http_options.request_timeout_s", self.request_timeout_s)
         _positive("http_options.max_body_bytes", self.max_body_bytes, integer=True)
+        self._check_tls()
+
+    @property
+    def tls(self) -> bool:
+        """Whether the ingress serves HTTPS."""
+        return self.ssl_certfile is not None
+
+    def _check_tls(self) -> None:
+        if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
+            raise InvalidArgumentError(
+                f"http_options ssl_keyfile={self.ssl_keyfile!r}, ssl_certfile={self.ssl_certfile!r}: HTTPS needs "
+                "both, the server's private key and its certificate (PEM files); give both or neither."
+            )
+        for name in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(path):
+                raise InvalidArgumentError(f"http_options {name}={path!r}: no such file; give the path of a PEM file.")
 
     @classmethod
     def coerce(cls, value: "HTTPOptions | Mapping[str, Any] | None") -> "HTTPOptions":

@@ -422,7 +422,7 @@ class ServeController:
             RayServeException: it does not answer within ``timeout_s`` (says what was seen).
         """
         deadline = time.monotonic() + timeout_s
-        while not answers(self.host, self.port, timeout_s=2.0):
+        while not answers(self.host, self.port, timeout_s=2.0, tls=self.options.tls):
             why = self._ingress_down()
             if why is not None:
                 self._replace_ingress(why)

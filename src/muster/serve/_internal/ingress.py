@@ -239,9 +239,17 @@ def probe_host(host: str) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
 
 
-def answers(host: str, port: int, timeout_s: float = 2.0) -> bool:
-    """Whether the ingress at ``host:port`` answers ``GET /-/healthz`` with 200."""
-    conn = http.client.HTTPConnection(probe_host(host), port, timeout=timeout_s)
+def answers(host: str, port: int, timeout_s: float = 2.0, tls: bool = False) -> bool:
+    """Whether the ingress at ``host:port`` answers ``GET /-/healthz`` with 200 (over HTTPS with ``tls``: its
+    certificate is not checked, the probe only asks whether it serves)."""
+    conn: http.client.HTTPConnection
+    if tls:
+        import ssl
+
+        conn = http.client.HTTPSConnection(probe_host(host), port, timeout=timeout_s,
+                                           context=ssl._create_unverified_context())
+    else:
+        conn = http.client.HTTPConnection(probe_host(host), port, timeout=timeout_s)
     try:
         conn.request("GET", "/-/healthz")
         return conn.getresponse().status == 200
@@ -308,9 +316,16 @@ class IngressActor:
             from granian.constants import HTTPModes, Interfaces
             from granian.server.embed import Server
 
+            tls: dict[str, Any] = {}
+            if o.tls:
+                from pathlib import Path
+
+                tls = {"ssl_cert": Path(str(o.ssl_certfile)), "ssl_key": Path(str(o.ssl_keyfile)),
+                       "ssl_key_password": o.ssl_keyfile_password,
+                       "ssl_ca": Path(o.ssl_ca_certs) if o.ssl_ca_certs else None}
             self.server = Server(
                 self.app, address=o.host, port=self.port, interface=Interfaces.RSGI, http=HTTPModes.http1,
-                websockets=False, log_enabled=False, backlog=2048,
+                websockets=False, log_enabled=False, backlog=2048, **tls,
             )
         else:
             import uvicorn
@@ -318,7 +333,8 @@ class IngressActor:
             self.server = uvicorn.Server(uvicorn.Config(
                 self.app, host=o.host, port=self.port, loop="none", http="httptools", lifespan="off",
                 log_level="warning", access_log=False, timeout_keep_alive=int(o.keep_alive_timeout_s),
-                backlog=2048,
+                backlog=2048, ssl_keyfile=o.ssl_keyfile, ssl_certfile=o.ssl_certfile,
+                ssl_keyfile_password=o.ssl_keyfile_password, ssl_ca_certs=o.ssl_ca_certs,
             ))
         task = asyncio.ensure_future(self.server.serve())
         task.add_done_callback(self._ended)
@@ -355,7 +371,7 @@ class IngressActor:
                     f" ({why_stopped(self.task, self.server)}); is the port in use? Pick another with "
                     "serve.start(http_options={'port': N})."
                 ))
-            if listening(self.options.host, self.port) and answers(self.options.host, self.port):
+            if listening(self.options.host, self.port) and answers(self.options.host, self.port, tls=self.options.tls):
                 return
             time.sleep(0.02)
         raise RayServeException(f"the HTTP ingress did not answer on {self.options.host}:{self.port} "

@@ -1,0 +1,82 @@
+"""Starting and stopping Serve as Ray's API does: the port, HTTPS, several apps at once, async shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import ssl
+import subprocess
+
+import httpx
+import pytest
+from serve_helpers import serving
+
+from muster import serve
+
+pytestmark = pytest.mark.allow_leftover_workers
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.1})
+def hello() -> str:
+    return "hello"
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.1})
+class Named:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self) -> str:
+        return self.name
+
+
+def test_a_port_another_process_listens_on_is_refused_naming_it():
+    """Both servers bind with SO_REUSEPORT: a second driver's Serve on port 8000 shared the port with the
+    first, and requests went to one or the other in turn."""
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # as a second Serve's server would find it
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(serve.RayServeException, match=f"cannot listen on 127.0.0.1:{port}: another process"):
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
+    with serving():  # nothing was left half started
+        assert serve.run(hello.bind(), name="hello", route_prefix="/hello").remote().result(timeout_s=30) == "hello"
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command makes the test's certificate")
+@pytest.mark.parametrize("server", ["granian", "uvicorn"])
+def test_https_with_a_certificate_and_key(tmp_path, server):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    with serving(server=server, ssl_keyfile=str(key), ssl_certfile=str(cert)):
+        serve.run(hello.bind(), name="hello", route_prefix="/hello")
+        port = serve.status().http["port"]
+        assert httpx.get(f"https://127.0.0.1:{port}/hello", verify=ssl.create_default_context(cafile=str(cert)), timeout=10).text == "hello"
+        with pytest.raises(httpx.HTTPError):  # plain HTTP on the HTTPS port is not served
+            httpx.get(f"http://127.0.0.1:{port}/hello", timeout=5)
+
+
+def test_https_options_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="HTTPS needs both"):
+        serve.start(http_options={"port": 0, "ssl_certfile": str(tmp_path)})
+    with pytest.raises(ValueError, match=r"ssl_keyfile='/nonexistent/key.pem': no such file"):
+        serve.start(http_options={"port": 0, "ssl_keyfile": "/nonexistent/key.pem", "ssl_certfile": "/nonexistent/c"})
+
+
+def test_run_many_deploys_each_app_and_shutdown_async_stops_them():
+    with serving() as client:
+        first, second = serve.run_many([serve.RunTarget(Named.bind("a"), name="a", route_prefix="/a"),
+                                        serve.RunTarget(Named.bind("b"), name="b", route_prefix=None)])
+        assert (first.remote().result(timeout_s=30), second.remote().result(timeout_s=30)) == ("a", "b")
+        assert client.get("/a").text == "a"
+        assert set(serve.status().applications) == {"a", "b"}
+        with pytest.raises(ValueError, match=r"the app name\(s\) \['x'\] are given more than once"):
+            serve.run_many([serve.RunTarget(hello.bind(), name="x"), serve.RunTarget(hello.bind(), name="x")])
+        with pytest.raises(ValueError, match="is not a RunTarget"):
+            serve.run_many([hello.bind()])
+        asyncio.run(serve.shutdown_async())
+        assert serve.status().applications == {}
