@@ -79,3 +79,13 @@ class _SlowToAnswer:
 def _write(path: str, text: str) -> None:
     with open(path, "w") as f:
         f.write(text)
+
+
+WEBSOCKET_UPGRADE = {"upgrade": "websocket", "connection": "Upgrade", "sec-websocket-version": "13",
+                     "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ=="}
+
+
+def check_a_websocket_upgrade_is_refused_naming_it(client: httpx.Client, path: str) -> None:
+    """muster Serve serves no WebSockets: an upgrade gets a 501 that says so (it was a bare 404)."""
+    r = client.get(path, headers=WEBSOCKET_UPGRADE)
+    assert r.status_code == 501 and "upgrade to a WebSocket" in r.text and "StreamingResponse" in r.text

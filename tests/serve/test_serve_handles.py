@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from typing import Any
 
 import numpy as np
@@ -489,3 +490,13 @@ def test_a_replicas_constructor_runs_on_its_loop_and_may_be_async():
     handle = serve.run(AsyncBuilt.bind("hello"), name="built", route_prefix=None)
     assert handle.remote().result(timeout_s=30) == "hello True"
     serve.delete("built")
+
+
+def test_a_response_nested_in_an_argument_is_refused_naming_the_fix():
+    """Only top-level responses are resolved, as in Ray; a nested one said "cannot pickle '_asyncio.Future'"."""
+    handle = serve.run(Field.bind(), name="nested", route_prefix=None)
+    inner = handle.remote(types.SimpleNamespace(x=1))
+    with pytest.raises(serve.RayServeException, match="only a top-level argument of a handle call is passed on"):
+        handle.remote([inner]).result(timeout_s=30)
+    assert inner.result(timeout_s=30) == 1
+    serve.delete("nested")

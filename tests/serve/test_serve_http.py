@@ -12,7 +12,11 @@ from starlette.responses import PlainTextResponse, StreamingResponse
 
 from muster import serve
 
-from serve_helpers import check_a_client_that_leaves_cancels_its_request, wait_until
+from serve_helpers import (
+    check_a_client_that_leaves_cancels_its_request,
+    check_a_websocket_upgrade_is_refused_naming_it,
+    wait_until,
+)
 
 pytestmark = pytest.mark.allow_leftover_workers
 
@@ -310,3 +314,7 @@ class _FakeRequest:
 
 def test_a_client_that_leaves_cancels_its_request(apps, tmp_path):
     check_a_client_that_leaves_cancels_its_request(apps, tmp_path)
+
+
+def test_a_websocket_upgrade_is_refused_naming_it(apps):
+    check_a_websocket_upgrade_is_refused_naming_it(apps, "/hello")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from serve_helpers import check_a_client_that_leaves_cancels_its_request, serving
+from serve_helpers import (
+    check_a_client_that_leaves_cancels_its_request,
+    check_a_websocket_upgrade_is_refused_naming_it,
+    serving,
+)
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
@@ -43,3 +47,8 @@ def test_uvicorn_ingress(client):
 
 def test_a_client_that_leaves_cancels_its_request_on_uvicorn(client, tmp_path):
     check_a_client_that_leaves_cancels_its_request(client, tmp_path)
+
+
+def test_a_websocket_upgrade_is_refused_naming_it_on_uvicorn(client):
+    serve.run(Mixed.bind(), name="mixed", route_prefix="/m")
+    check_a_websocket_upgrade_is_refused_naming_it(client, "/m")

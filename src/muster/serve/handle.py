@@ -22,12 +22,25 @@ from muster.serve.exceptions import RequestCancelledError
 _CALL_TIMEOUT_S = 30.0  # waiting for room on a replica; the call itself is unbounded, as in Ray
 
 
+def _not_sendable(what: str) -> Exception:
+    from muster.serve.exceptions import RayServeException
+
+    return RayServeException(
+        f"a {what} cannot be sent to another process: only a top-level argument of a handle call is passed on "
+        "(resolved to its value first). Fix: pass it as an argument of its own (handle.remote(response)), or await "
+        "it (`await response`, `response.result()`) and pass the value, as in Ray."
+    )
+
+
 class DeploymentResponse:
     """The future result of one handle call."""
 
     def __init__(self, fut: "asyncio.Future | concurrent.futures.Future"):
         self._fut = fut
         self._cancelled = False
+
+    def __reduce__(self) -> Any:
+        raise _not_sendable("DeploymentResponse")
 
     def __await__(self) -> Any:
         return self._awaited().__await__()
@@ -111,6 +124,9 @@ class DeploymentResponseGenerator:
 
     def __init__(self, call: "_StreamCall"):
         self._call = call
+
+    def __reduce__(self) -> Any:
+        raise _not_sendable("DeploymentResponseGenerator")
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self

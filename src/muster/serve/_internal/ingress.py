@@ -92,6 +92,9 @@ class IngressApp:
             await self._special(path, send)
             return
         prefix, app, dep = hit
+        if any(k == b"upgrade" and v.lower() == b"websocket" for k, v in scope.get("headers", ())):
+            await _plain(send, 501, ingress_rsgi.websocket_refusal(path), _CLOSE)
+            return
         body = await self._body(scope, receive, send)
         if body is None:
             return
@@ -332,7 +335,7 @@ class IngressActor:
 
             self.server = uvicorn.Server(uvicorn.Config(
                 self.app, host=o.host, port=self.port, loop="none", http="httptools", lifespan="off",
-                log_level="warning", access_log=False, timeout_keep_alive=int(o.keep_alive_timeout_s),
+                log_level="warning", access_log=False, timeout_keep_alive=int(o.keep_alive_timeout_s), ws="none",
                 backlog=2048, ssl_keyfile=o.ssl_keyfile, ssl_certfile=o.ssl_certfile,
                 ssl_keyfile_password=o.ssl_keyfile_password, ssl_ca_certs=o.ssl_ca_certs,
             ))

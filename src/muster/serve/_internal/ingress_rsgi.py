@@ -17,6 +17,12 @@ from muster.serve.exceptions import BackPressureError, DeploymentUnavailableErro
 _TEXT = [("content-type", "text/plain; charset=utf-8")]
 
 
+def websocket_refusal(path: str) -> str:
+    """The 501's text for a WebSocket upgrade (both servers answer one with it)."""
+    return (f"the request to {path} asks to upgrade to a WebSocket, which muster Serve does not serve. Fix: stream "
+            "over HTTP instead (return a generator or a StreamingResponse: the client reads the chunks as they come).")
+
+
 def _plain(proto: Any, status: int, text: str, headers: list | None = None) -> None:
     proto.response_str(status, _TEXT + (headers or []), text)
 
@@ -56,6 +62,9 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
         return
     prefix, app_name, dep = hit
     hdrs = scope.headers
+    if "upgrade" in hdrs and hdrs.get("upgrade", "").lower() == "websocket":
+        _plain(proto, 501, websocket_refusal(path), _CLOSE)
+        return
     limit = app.options.max_body_bytes
     declared = hdrs.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
