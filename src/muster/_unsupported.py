@@ -33,6 +33,14 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "job_submission": "run the script itself (python script.py); on a cluster, muster.init(address=...)",
         "get_dashboard_url": "`muster dashboard` (the run store's dashboard)",
     },
+    "muster.RemoteFunction": {
+        "bind": "call f.remote(...) and pass its ObjectRef to the next .remote() call (Ray's DAG API, "
+        ".bind()/.execute() and compiled graphs, is not ported)",
+    },
+    "muster.ActorClass": {
+        "bind": "start the actor with Cls.remote(...) and call its methods with .remote() (Ray's DAG API, "
+        ".bind()/.execute() and compiled graphs, is not ported)",
+    },
     "muster.util": {
         "inspect_serializability": "muster.put(value): it raises a TypeError naming what cannot be serialized",
         "collective": "torch.distributed inside a TorchTrainer (muster.train.torch.TorchTrainer)",

@@ -144,6 +144,19 @@ def test_node_ip_and_unsupported_names_say_what_to_use():
     with pytest.raises(AttributeError, match="no attribute 'not_a_ray_name'"):
         muster.not_a_ray_name
 
+    @muster.remote
+    def f(x):
+        return x
+
+    @muster.remote
+    class A:
+        pass
+
+    with pytest.raises(UnsupportedRayAPIError, match=r"RemoteFunction.bind .*pass its ObjectRef to the next"):
+        f.bind(1)  # Ray's DAG API: a bare AttributeError before
+    with pytest.raises(UnsupportedRayAPIError, match=r"ActorClass.bind .*Cls.remote"):
+        A.bind()
+
 
 def test_from_imports_of_unsupported_ray_names_name_the_equivalent_too():
     """``from ray.train import X`` is how ported scripts meet a missing name; Python turns the

@@ -16,8 +16,9 @@ import queue
 import threading
 import warnings
 from concurrent.futures import Future
-from typing import Any, Callable, cast
+from typing import Any, Callable, NoReturn, cast
 
+from muster._unsupported import raise_unsupported
 from muster.core import context as core_context
 from muster.core import resources as res
 from muster.core.api import get_runtime, is_current
@@ -88,6 +89,9 @@ class ActorClass:
             f"Actor class {self._cls.__name__} cannot be instantiated directly. "
             f"Use {self._cls.__name__}.remote(...) to start an actor."
         )
+
+    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise_unsupported("muster.ActorClass", "bind")
 
     def options(self, **options: Any) -> "ActorClass":
         return ActorClass(self._cls, {**self._options, **options})

@@ -10,8 +10,9 @@ import threading
 import warnings
 import weakref
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
+from muster._unsupported import raise_unsupported
 from muster.core import context as core_context
 from muster.core import resources as res
 from muster.core.api import get_runtime
@@ -44,6 +45,9 @@ class RemoteFunction:
             f"Remote function {self._fn.__name__}() cannot be called directly. "
             f"Use {self._fn.__name__}.remote(...) to run it as a task, and muster.get() for the result."
         )
+
+    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise_unsupported("muster.RemoteFunction", "bind")
 
     def options(self, **options: Any) -> "RemoteFunction":
         """A copy with some options replaced, e.g. ``f.options(num_gpus=1).remote(x)``."""
