@@ -148,8 +148,9 @@ def test_async_actor_runs_calls_concurrently_and_cancels_one():
         stuck = a.forever.remote()
         time.sleep(0.2)
         assert muster.cancel(stuck) is True
-        with pytest.raises(TaskCancelledError):
+        with pytest.raises(TaskCancelledError) as cancelled:
             muster.get(stuck, timeout=TIMEOUT)
+        assert isinstance(cancelled.value, exceptions.TaskError)  # Ray's RayTaskError(TaskCancelledError)
         with pytest.raises(ValueError, match="force=True"):
             muster.cancel(a.forever.remote(), force=True)
     finally:

@@ -360,8 +360,9 @@ class ActorHost:
 
         self._muster_tasks.pop(token, None)
         value: Any
-        if fut.cancelled():
-            ok, value = False, TaskCancelledError(f"actor call {token}")
+        if fut.cancelled():  # a task error that is a TaskCancelledError too, as Ray's RayTaskError(TaskCancelledError)
+            cancelled = TaskCancelledError(f"{type(self._muster_obj).__name__} call")
+            ok, value = False, capture_error(cancelled, f"actor {type(self._muster_obj).__name__}", os.getpid(), "")
         elif fut.exception() is not None:
             exc = fut.exception()
             assert exc is not None
