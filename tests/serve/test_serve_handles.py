@@ -500,3 +500,34 @@ def test_a_response_nested_in_an_argument_is_refused_naming_the_fix():
         handle.remote([inner]).result(timeout_s=30)
     assert inner.result(timeout_s=30) == 1
     serve.delete("nested")
+
+
+@serve.deployment(num_replicas=2, ray_actor_options=SMALL)
+class Ranked:
+    def __call__(self) -> tuple:
+        context = serve.get_replica_context()
+        return context.rank.rank, context.world_size, os.getpid()
+
+
+def test_replicas_have_ranks_and_a_replacement_takes_the_rank_it_replaces():
+    """Ray's ReplicaContext.rank and world_size (they were missing)."""
+    handle = serve.run(Ranked.bind(), name="ranked", route_prefix=None)
+
+    def seen() -> dict:
+        out: dict = {}
+        for _ in range(40):
+            rank, world, pid = handle.remote().result(timeout_s=30)
+            out[rank] = (world, pid)
+            if len(out) == 2:
+                break
+        return out
+
+    first = seen()
+    assert sorted(first) == [0, 1] and {w for w, _ in first.values()} == {2}
+    os.kill(first[1][1], signal.SIGKILL)
+    wait_until(lambda: serve.status().applications["ranked"].deployments["Ranked"].restarts >= 1, 60, "a replacement")
+    wait_until(lambda: serve.status().applications["ranked"].deployments["Ranked"].replica_states.get("RUNNING") == 2,
+               60, "two running replicas")
+    again = seen()
+    assert sorted(again) == [0, 1] and again[0][1] == first[0][1] and again[1][1] != first[1][1]
+    serve.delete("ranked")

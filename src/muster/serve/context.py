@@ -32,13 +32,26 @@ class ReplicaID(str):
 
 
 @dataclass(frozen=True)
+class ReplicaRank:
+    """A replica's place among its deployment's replicas (Ray's): ``rank`` runs 0..n-1 over the live ones, and
+    a replacement takes the rank of the replica it replaces; ``local_rank`` counts on its node."""
+
+    rank: int
+    node_rank: int = 0
+    local_rank: int = 0
+
+
+@dataclass(frozen=True)
 class ReplicaContext:
-    """The replica running the current code (Ray Serve's fields)."""
+    """The replica running the current code (Ray Serve's fields). ``world_size`` is the deployment's replica
+    count when this replica started."""
 
     app_name: str
     deployment: str
     replica_tag: str
     servable_object: Any = None
+    rank: ReplicaRank | None = None
+    world_size: int = 0
 
     @property
     def replica_id(self) -> ReplicaID:

@@ -252,12 +252,14 @@ class ServeController:
         where = os.path.join(self.dir, f"{os.urandom(6).hex()}.sock") if self.local else "tcp:"
         rep = ReplicaState(rid, where, d.plan.config.resources(), n)
         with self.lock:
+            held = {r.rank for r in d.replicas.values() if r.state in ("STARTING", "RUNNING")}
+            rep.rank = next(i for i in itertools.count() if i not in held)
             d.replicas[rid] = rep
             if pending:
                 d.pending -= 1
         label = f"serve {d.app}/{d.plan.name} #{n}"  # the prefix of its log lines, and their key in the store
         spec = ReplicaSpec(d.app, d.plan.name, rid, rep.socket, plan.portable(d.plan.target), d.plan.args, d.plan.kwargs,
-                           d.plan.config, self.table)
+                           d.plan.config, self.table, rep.rank, max(d.target, rep.rank + 1))
         try:
             self._wait_for_room(d, rep)
             # The replica's tasks, actors and gets are served as any actor's; the actors it makes die with it.

@@ -44,6 +44,8 @@ class ReplicaSpec:
     init_kwargs: dict
     config: DeploymentConfig
     table: router.RouteTable
+    rank: int = 0  # 0..n-1 over the deployment's live replicas (on a cluster, node_rank is not worked out: 0)
+    world_size: int = 1
 
 
 def _scope(fields: tuple) -> dict:
@@ -184,7 +186,9 @@ class ReplicaActor:
         self.latency_ms = metrics.Unacked(maxlen=20000)  # finished requests', until the controller has them
         self._methods: dict[str, tuple[Any, bool]] = {}
         self._wants_request: dict[str, bool] = {}  # does __call__ take the Request (see _http_args)
-        replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id))
+        rank = replica_context.ReplicaRank(spec.rank, 0, spec.rank)  # one node's ranks (see ReplicaSpec.rank)
+        replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, None, rank,
+                                                            spec.world_size))
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
         self.target = target
         self.asgi = getattr(target, "__serve_asgi_app__", None)
@@ -195,7 +199,8 @@ class ReplicaActor:
             self.obj = eventloop.run_sync(worker_side.construct(target, spec.init_args, spec.init_kwargs))
         else:
             self.obj = target
-        replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj))
+        replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj, rank,
+                                                            spec.world_size))
         if self.asgi is not None and inspect.isclass(target):
             from muster.serve._internal.ingress_fastapi import bind_routes
 

@@ -29,6 +29,7 @@ class ReplicaState:
     socket: str
     resources: dict[str, float]
     number: int = 0  # the ``#N`` of its log label: what ``muster logs --replica N`` names
+    rank: int = 0  # Ray's replica rank: the lowest not held by another live replica of the deployment
     actor: RuntimeActor | None = None
     state: str = "STARTING"  # STARTING, RUNNING, STOPPING, DEAD
     health: concurrent.futures.Future | None = None
