@@ -206,6 +206,13 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
     part = pads.partitioning(flavor="hive") if partitioning == "hive" else partitioning
     kwargs: dict[str, Any] = {"partition_base_dir": base} if base else {}
     dataset = pads.dataset([p for p, _ in files], format="parquet", filesystem=afs, partitioning=part, **kwargs)
+    found = dataset.partitioning.schema if partitioning == "hive" and dataset.partitioning is not None else None
+    if found is not None and any(f.type != pa.string() for f in found):  # Ray's hive values are strings ...
+        stored = next(iter(dataset.get_fragments()), None)
+        stored_names = set(stored.physical_schema.names) if stored is not None else set()
+        fields = [(f.name, f.type if f.name in stored_names else pa.string()) for f in found]  # ... unless stored
+        part = pads.partitioning(pa.schema(fields), flavor="hive")
+        dataset = pads.dataset([p for p, _ in files], format="parquet", filesystem=afs, partitioning=part, **kwargs)
     if columns is not None:
         missing = [c for c in columns if c not in dataset.schema.names]
         if missing:
