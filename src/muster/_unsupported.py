@@ -115,9 +115,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "Partitioning": "read_parquet(partitioning='hive') (the default) or a pyarrow.dataset.partitioning(...)",
     },
     "muster.data.aggregate": {
-        "AbsMax": "Max() of a column made with add_column(..., lambda df: df['x'].abs())",
-        "Quantile": "an AggregateFn that collects the values and returns numpy.quantile of them",
-        "ApproximateQuantile": "an AggregateFn that collects the values and returns numpy.quantile of them",
+        "ApproximateQuantile": "Quantile(on, q=...): exact, computed over each group's values",
         "ApproximateTopK": "an AggregateFn over the group's rows",
     },
     "muster.serve": {

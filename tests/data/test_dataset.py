@@ -148,8 +148,27 @@ def test_aggregate_objects_zip_sampling_and_unsupported_names():
     assert ds.input_files() == []  # in memory: no files
     with pytest.raises(UnsupportedRayAPIError, match="streaming_train_test_split"):
         ds.streaming_train_test_split
-    with pytest.raises(UnsupportedRayImportError, match="Quantile .*AggregateFn"):
-        from muster.data.aggregate import Quantile  # noqa: F401
+    with pytest.raises(UnsupportedRayImportError, match=r"ApproximateQuantile .*Quantile\(on, q=...\): exact"):
+        from muster.data.aggregate import ApproximateQuantile  # noqa: F401
+
+
+def test_rays_other_builtin_aggregations_give_rays_values():
+    """AbsMax, Quantile, CountDistinct, MissingValuePercentage, ZeroPercentage: the expected values are what
+    Ray 2.60 gave for the same rows (they were ImportErrors)."""
+    from muster.data.aggregate import AbsMax, CountDistinct, MissingValuePercentage, Quantile, ZeroPercentage
+
+    ds = md.from_items([{"g": i % 2, "v": v} for i, v in enumerate([-5, 0, 3, None, 0, 7, 2, -9, 0.0, 4])])
+    aggs = [AbsMax("v"), Quantile("v", q=0.25), CountDistinct("v"), MissingValuePercentage("v"), ZeroPercentage("v"),
+            ZeroPercentage("v", ignore_nulls=False)]
+    names = ["abs_max(v)", "quantile(v)", "count_distinct(v)", "missing_pct(v)", "zero_pct(v)", "zero_pct(v)_2"]
+    groups = sorted(ds.groupby("g").aggregate(*aggs).take_all(), key=lambda r: r["g"])
+    assert [[r[n] for n in names] for r in groups] == [[5.0, 0.0, 4, 0.0, 40.0, 40.0], [9.0, -2.25, 4, 20.0, 25.0, 20.0]]
+    whole = ds.aggregate(*aggs, Quantile("v", alias_name="median"))
+    assert [whole[n] for n in names] == [9.0, 0.0, 7, 10.0, pytest.approx(100 / 3), 30.0] and whole["median"] == 0.0
+    with pytest.raises(ValueError, match=r"Quantile\(q=2\): give a number from 0 to 1"):
+        Quantile("v", q=2)
+    with pytest.raises(ValueError, match=r"AbsMax\(on=None\): name the one column"):
+        AbsMax()
 
 
 class _Scaled:

@@ -1,7 +1,9 @@
 """Aggregations for ``Dataset.aggregate(*aggs)`` and ``groupby(...).aggregate(*aggs)``, by Ray's names.
 
 The built-in ones (``Count``, ``Sum``, ``Min``, ``Max``, ``Mean``, ``Std``, ``Unique``) run as
-Arrow's grouped aggregations; an ``AggregateFn`` runs its Python functions over each group's rows.
+Arrow's grouped aggregations; Ray's others (``AbsMax``, ``Quantile``, ``CountDistinct``,
+``MissingValuePercentage``, ``ZeroPercentage``) gather each group's column and compute it with
+pyarrow; an ``AggregateFn`` runs its Python functions over each group's rows.
 Each output column is named as Ray names it (``sum(x)``, ``count()``), or ``alias_name``.
 """
 
@@ -113,7 +115,129 @@ class Unique(_Builtin):
         super().__init__(on, ignore_nulls, alias_name)
 
 
-__all__ = ["AggregateFn", "Count", "Max", "Mean", "Min", "Std", "Sum", "Unique"]
+class _ColumnFn(AggregateFn):
+    """One of Ray's other built-ins: each group's values of ``on``, gathered, then one pyarrow computation."""
+
+    prefix = ""
+
+    def __init__(self, on: str | None = None, alias_name: str | None = None, **options: Any):
+        cls = type(self).__name__
+        if not isinstance(on, str) or not on:
+            raise InvalidArgumentError(f"{cls}(on={on!r}): name the one column to aggregate, e.g. {cls}('x').")
+        super().__init__(init=lambda _key: [], merge=lambda a, b: a + b, name=alias_name or f"{self.prefix}({on})",
+                         accumulate_block=self._gather, finalize=self._finish)
+        self.on, self.alias_name, self.options = on, alias_name, options
+
+    def _gather(self, acc: list, table: Any) -> list:
+        acc.append(table.column(self.on))
+        return acc
+
+    def _finish(self, acc: list) -> Any:
+        import pyarrow as pa
+
+        chunks = [c for column in acc for c in column.chunks]
+        column = pa.chunked_array(chunks, type=acc[0].type) if acc else pa.chunked_array([], type=pa.null())
+        return self.compute(column)
+
+    def compute(self, column: Any) -> Any:
+        raise NotImplementedError
+
+    def to_ray(self) -> Any:
+        import ray.data.aggregate as ray_agg
+
+        return getattr(ray_agg, type(self).__name__)(self.on, alias_name=self.alias_name, **self.options)
+
+
+class AbsMax(_ColumnFn):
+    """The largest absolute value of ``on``."""
+
+    prefix = "abs_max"
+
+    def __init__(self, on: str | None = None, ignore_nulls: bool = True, alias_name: str | None = None):
+        super().__init__(on, alias_name, ignore_nulls=ignore_nulls)
+
+    def compute(self, column: Any) -> Any:
+        import pyarrow.compute as pc
+
+        if column.null_count and not self.options["ignore_nulls"]:
+            return None
+        return pc.max(pc.abs(column)).as_py() if len(column) - column.null_count else None
+
+
+class Quantile(_ColumnFn):
+    """The ``q`` quantile of ``on`` (0.5: the median), exact, interpolated linearly between values."""
+
+    prefix = "quantile"
+
+    def __init__(self, on: str | None = None, q: float = 0.5, ignore_nulls: bool = True,
+                 alias_name: str | None = None):
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 <= q <= 1:
+            raise InvalidArgumentError(f"Quantile(q={q!r}): give a number from 0 to 1 (0.5 is the median).")
+        super().__init__(on, alias_name, q=q, ignore_nulls=ignore_nulls)
+
+    def compute(self, column: Any) -> Any:
+        import pyarrow.compute as pc
+
+        if column.null_count and not self.options["ignore_nulls"]:
+            return None
+        if len(column) == column.null_count:
+            return None
+        return pc.quantile(column, q=self.options["q"], interpolation="linear").to_pylist()[0]
+
+
+class CountDistinct(_ColumnFn):
+    """How many distinct values ``on`` has (a null counts as one unless ``ignore_nulls``)."""
+
+    prefix = "count_distinct"
+
+    def __init__(self, on: str | None = None, ignore_nulls: bool = True, alias_name: str | None = None):
+        super().__init__(on, alias_name, ignore_nulls=ignore_nulls)
+
+    def compute(self, column: Any) -> Any:
+        import pyarrow.compute as pc
+
+        mode = "only_valid" if self.options["ignore_nulls"] else "all"
+        return pc.count_distinct(column, mode=mode).as_py()
+
+
+class MissingValuePercentage(_ColumnFn):
+    """The percentage of ``on``'s values that are null (or NaN); None for no rows."""
+
+    prefix = "missing_pct"
+
+    def __init__(self, on: str | None = None, alias_name: str | None = None):
+        super().__init__(on, alias_name)
+
+    def compute(self, column: Any) -> Any:
+        import pyarrow.compute as pc
+
+        if not len(column):
+            return None
+        missing = pc.sum(pc.is_null(column, nan_is_null=True)).as_py() or 0
+        return missing / len(column) * 100.0
+
+
+class ZeroPercentage(_ColumnFn):
+    """The percentage of ``on``'s values that are zero, of its non-null values (of all with
+    ``ignore_nulls=False``); None for none."""
+
+    prefix = "zero_pct"
+
+    def __init__(self, on: str | None = None, ignore_nulls: bool = True, alias_name: str | None = None):
+        super().__init__(on, alias_name, ignore_nulls=ignore_nulls)
+
+    def compute(self, column: Any) -> Any:
+        import pyarrow.compute as pc
+
+        count = len(column) - (column.null_count if self.options["ignore_nulls"] else 0)
+        if not count:
+            return None
+        zeros = pc.sum(pc.equal(column, 0)).as_py() or 0
+        return zeros / count * 100.0
+
+
+__all__ = ["AbsMax", "AggregateFn", "Count", "CountDistinct", "Max", "Mean", "Min", "MissingValuePercentage",
+           "Quantile", "Std", "Sum", "Unique", "ZeroPercentage"]
 
 
 def __getattr__(name: str) -> Any:
