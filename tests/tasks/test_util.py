@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from _task_helpers import TIMEOUT
 
@@ -197,3 +199,33 @@ def test_queue_async_methods_wait_fetch_local_and_more_named_gaps():
     assert muster.wait(refs, fetch_local=True) == (refs, [])  # Ray's keyword: accepted
     with pytest.raises(UnsupportedRayAPIError, match=r"muster.util.inspect_serializability .*muster.put"):
         muster.util.inspect_serializability
+
+
+class _Locked:
+    """Holds a lock: plain pickle refuses it."""
+
+    def __init__(self, x, rebuilt=False):
+        self.x, self.rebuilt, self.lock = x, rebuilt, threading.Lock()
+
+
+@muster.remote
+def _locked_fields(obj):
+    return obj.x, obj.rebuilt, type(obj.lock).__name__
+
+
+def test_register_serializer_sends_what_pickle_refuses_until_deregistered():
+    """Ray's ray.util.register_serializer (it was missing)."""
+    from muster.util import deregister_serializer, register_serializer
+
+    with pytest.raises(TypeError, match="cannot pickle '_thread.lock'.*register_serializer"):
+        _locked_fields.remote(_Locked(1))
+    register_serializer(_Locked, serializer=lambda obj: obj.x, deserializer=lambda x: _Locked(x, rebuilt=True))
+    try:
+        assert muster.get(_locked_fields.remote(_Locked(2)), timeout=60) == (2, True, "lock")
+        assert muster.get(muster.put(_Locked(3)), timeout=60).rebuilt
+    finally:
+        deregister_serializer(_Locked)
+    with pytest.raises(TypeError, match="cannot pickle '_thread.lock'.*register_serializer"):
+        _locked_fields.remote(_Locked(1))
+    with pytest.raises(TypeError, match="pass a function"):
+        register_serializer(_Locked, serializer="x", deserializer=lambda x: x)

@@ -39,12 +39,45 @@ def _code_from(rebuild: Any, args: tuple, filename: str) -> types.CodeType:
 _reduce_code = cloudpickle.Pickler.dispatch_table.get(types.CodeType)
 
 
+#: class -> (serializer, deserializer), as ``register_serializer`` set them in this process
+_custom: dict[type, tuple[Any, Any]] = {}
+
+
+def register_serializer(cls: type, *, serializer: Any, deserializer: Any) -> None:
+    """Send instances of ``cls`` as ``serializer(obj)``, rebuilt with ``deserializer(that)`` where they arrive
+    (Ray's ``ray.util.register_serializer``). As in Ray, it holds in the process that calls it: the driver's
+    registration covers what the driver sends (task and actor arguments, ``put``); a worker that returns such
+    objects registers too. It wins over the class's own pickling, and makes unpicklable classes sendable."""
+    from muster.exceptions import InvalidTypeError
+
+    if not isinstance(cls, type):
+        raise InvalidTypeError(f"register_serializer({cls!r}, ...): the first argument is the class to serialize.")
+    for name, fn in (("serializer", serializer), ("deserializer", deserializer)):
+        if not callable(fn):
+            raise InvalidTypeError(f"register_serializer({cls.__name__}, {name}={fn!r}): pass a function "
+                                   f"({name}=lambda obj: ... / lambda value: ...).")
+    _custom[cls] = (serializer, deserializer)
+
+
+def deregister_serializer(cls: type) -> None:
+    """Undo ``register_serializer(cls, ...)`` in this process (nothing to undo: nothing happens)."""
+    _custom.pop(cls, None)
+
+
+def _deserialized(deserializer: Any, value: Any) -> Any:
+    return deserializer(value)
+
+
 class Pickler(cloudpickle.Pickler):
     """cloudpickle, plus plain CPU tensors travel as numpy views (so out of band), and code sent
     by value keeps its file name: cloudpickle 3.1.3 names it ``<dynamic-code>``, which would leave
     a remote traceback through a function from ``__main__`` without the user's source lines."""
 
     def reducer_override(self, obj: Any) -> Any:
+        if _custom:
+            custom = _custom.get(type(obj))
+            if custom is not None:
+                return _deserialized, (custom[1], custom[0](obj))
         if type(obj) is types.CodeType and _reduce_code is not None:
             rebuild, args = _reduce_code(obj)
             return _code_from, (rebuild, args, obj.co_filename)

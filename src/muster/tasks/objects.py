@@ -222,7 +222,8 @@ def snapshot(value: Any, what: str) -> Any:
         body, buffers = serialization.dumps(value, out_of_band_min=0)
     except Exception as exc:
         raise InvalidTypeError(f"{what}: could not serialize {type(value).__name__} ({type(exc).__name__}: {exc}); "
-                        "pass plain data, arrays, tensors or picklable objects.") from exc
+                        "pass plain data, arrays, tensors or picklable objects, or teach muster the class with "
+                        "muster.util.register_serializer(cls, serializer=..., deserializer=...).") from exc
     return pickle.loads(body, buffers=[_copy(b) for b in buffers])
 
 

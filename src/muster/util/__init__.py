@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from muster.core.serialization import deregister_serializer, register_serializer
 from muster.tasks import list_named_actors
 from muster.tasks.runtime_context import node_ip_address
 from muster.util.actor_pool import ActorPool
@@ -35,11 +36,13 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ActorPool",
     "PlacementGroup",
+    "deregister_serializer",
     "get_current_placement_group",
     "get_node_ip_address",
     "get_placement_group",
     "list_named_actors",
     "placement_group",
     "placement_group_table",
+    "register_serializer",
     "remove_placement_group",
 ]
