@@ -130,6 +130,7 @@ class RunPlan:
     scaling: ScalingConfig
     backend: Backend
     run_config: RunConfig  # checkpoint/failure settings and worker timeout for the trial
+    resume_from: Checkpoint | None = None  # a trainer's resume_from_checkpoint: where a trial without its own starts
 
     @property
     def resources(self) -> dict[str, float]:
@@ -212,6 +213,7 @@ class TrialRun:
             )
             self.controller = Controller(
                 self.plan.train_fn, self.plan.train_config, self.plan.scaling, run_config, self.plan.backend, record,
+                self.plan.resume_from,
                 hooks=ControllerHooks(
                     on_metrics=self._add_tune_fields, on_other_event=self._on_request, start_from=self.start_from,
                     on_restore=self._restored, on_recover=self._recovering,
