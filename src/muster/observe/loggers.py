@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Any, TextIO
 
+from muster.core.serialization import json_default
 from muster.exceptions import InvalidArgumentError
 from muster.observe.recorder import BOOKKEEPING, finite
 from muster.observe.tune_progress import flatten_config
@@ -150,7 +151,7 @@ class JsonLoggerCallback(_LoggerCallback):
 
     def _write(self, row: dict[str, Any]) -> None:
         assert self._file is not None
-        self._file.write(json.dumps(finite(row), default=str) + "\n")
+        self._file.write(json.dumps(finite(row), default=json_default) + "\n")
         self._file.flush()
 
     def _close(self) -> None:

@@ -406,6 +406,17 @@ def _metrics_acted_on(result: Result, trial: Trial) -> None:
         result.metrics = _public(rows[-1])
 
 
+def _as_reported(result: Result, trial: Trial) -> None:
+    """A trial's metrics with its values as reported (a numpy array, a set, a date, an object of
+    the user's), as Ray keeps them: ``result.json`` holds JSON's forms of them, and the trial's last
+    result, which the controller acted on in this process, the values themselves. (A restored
+    experiment's trials were acted on by another process: their metrics keep JSON's forms.)"""
+    live, metrics = trial.last_result, result.metrics
+    if not live or not metrics or live.get("training_iteration") != metrics.get("training_iteration"):
+        return
+    result.metrics = {**metrics, **{k: v for k, v in live.items() if k in metrics}}
+
+
 def _as_users_error(err: BaseException | None) -> BaseException | None:
     """A trial's ``TrainingFailedError`` that is also an instance of what the trainable raised, as
     Ray's trial errors are (``isinstance(result.error, ValueError)``); its message is unchanged."""
@@ -440,6 +451,7 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
         if not reported:  # Ray's last_result has its id
             result.metrics = {"trial_id": trial.trial_id}
         _metrics_acted_on(result, trial)
+        _as_reported(result, trial)
         if reported:  # what Ray's last result also holds: whether the trial finished, and its config
             result.metrics = {"config": trial.config, **(result.metrics or {}),
                               "done": trial.status == trial_mod.TERMINATED}
