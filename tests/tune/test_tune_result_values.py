@@ -81,3 +81,71 @@ def test_train_report_in_a_trainer_keeps_them_too(storage):
                          run_config=train.RunConfig(name="alone", storage_path=storage)).fit()
     assert isinstance(alone.metrics["arr"], np.ndarray) and alone.metrics["tags"] == {"b"}
 
+
+def _with_pid(config):
+    for _ in range(2):
+        tune.report({"loss": config["lr"], "my_pid": os.getpid()})
+
+
+class _Fields(tune.Stopper):
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, trial_id, result):
+        self.seen.append((result["experiment_tag"], result["pid"], result["my_pid"], result["config"]["lr"]))
+        return False
+
+    def stop_all(self):
+        return False
+
+
+def test_results_have_rays_auto_filled_fields(storage):
+    fields = _Fields()
+    grid = tune.Tuner(
+        _with_pid, param_space={"lr": tune.grid_search([0.01, 0.1]), "fixed": {"depth": 3}},
+        run_config=tune.RunConfig(name="fields", storage_path=storage, stop=fields),
+    ).fit()
+    assert grid.num_errors == 0, grid.errors
+    auto = {"trial_id", "date", "timestamp", "time_this_iter_s", "time_total_s", "pid", "hostname", "node_ip",
+            "config", "time_since_restore", "iterations_since_restore", "experiment_tag", "done",
+            "training_iteration"}
+    by_lr = {r.config["lr"]: r.metrics for r in grid}
+    for m in by_lr.values():
+        assert auto <= set(m), auto - set(m)
+        assert m["pid"] == m["my_pid"] != os.getpid()  # the trial's process, not the driver
+    # Ray's tag: the trial's index, then the searched values (floats to 4 places), constants left out
+    assert by_lr[0.01]["experiment_tag"] == "0_lr=0.0100" and by_lr[0.1]["experiment_tag"] == "1_lr=0.1000"
+    # schedulers, searchers and stoppers see them in every result, config included
+    assert sorted(set(fields.seen)) == sorted({(m["experiment_tag"], m["pid"], m["pid"], lr)
+                                               for lr, m in by_lr.items()})
+    df = grid[0].metrics_dataframe
+    assert list(df["experiment_tag"]) == [grid[0].metrics["experiment_tag"]] * 2
+
+
+def _trainer_pid(config):
+    train.report({"my_pid": os.getpid(), "rank": train.get_context().get_world_rank()})
+
+
+def test_trainer_trial_results_have_them_too(storage):
+    trainer = TorchTrainer(_trainer_pid, scaling_config=ScalingConfig(num_workers=2))
+    grid = tune.Tuner(
+        trainer, param_space={"train_loop_config": {"lr": tune.grid_search([0.5])}},
+        run_config=tune.RunConfig(name="trainer_fields", storage_path=storage),
+    ).fit()
+    m = grid[0].metrics
+    assert m["rank"] == 0 and m["pid"] == m["my_pid"] != os.getpid()
+    assert m["experiment_tag"] == "0_lr=0.5000"
+
+
+def test_experiment_tags_as_rays_search_algorithms_make_them():
+    from muster.tune.search import BasicVariantGenerator, Searcher
+    from muster.tune.search.searcher import SearchGenerator
+
+    config = {"lr": 0.01, "opt": {"m": 0.9}, "name": "a b/c"}
+    # a Searcher's trials: counted from 1, every value of the config (Ray's SearchGenerator)
+    assert SearchGenerator(Searcher()).experiment_tag(0, config) == "1_lr=0.0100,name=a_b_c,m=0.9000"
+    basic = BasicVariantGenerator()
+    basic.setup({"lr": tune.uniform(0, 1), "opt": {"m": tune.grid_search([0.9])}, "name": "a b/c"}, 1)
+    assert basic.experiment_tag(4, config) == "4_lr=0.0100,m=0.9000"  # only what was searched
+    basic.setup({"name": "fixed"}, 1)
+    assert basic.experiment_tag(0, {"name": "fixed"}) == "0"

@@ -48,8 +48,13 @@ def _local_dir(run_path: str, logdir: str | None, what: str) -> str:
     return folder
 
 
+#: what Tune adds to a trial's results that is no metric to chart (as Ray's TensorBoard logger leaves them out)
+_NOT_CHARTED = frozenset({"pid", "config"})
+
+
 def _numbers(row: dict[str, Any]) -> dict[str, float]:
-    """The row's numeric metrics (nested dicts flattened as ``a/b``), bookkeeping left out."""
+    """The row's numeric metrics (nested dicts flattened as ``a/b``), bookkeeping, a Tune trial's
+    ``pid`` and ``config`` left out."""
     out: dict[str, float] = {}
 
     def walk(prefix: str, value: Any) -> None:
@@ -62,7 +67,7 @@ def _numbers(row: dict[str, Any]) -> dict[str, float]:
                 walk(f"{prefix}/{k}", v)
 
     for key, value in row.items():
-        if key not in BOOKKEEPING:
+        if key not in BOOKKEEPING and key not in _NOT_CHARTED:
             walk(key, value)
     return out
 
