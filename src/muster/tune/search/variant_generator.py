@@ -80,11 +80,16 @@ def _unlist(space: Any) -> Any:
 
 
 def experiment_tag(index: int, values: dict[Path, Any]) -> str:
-    """Ray's ``experiment_tag``: ``"<index>_<key>=<value>,..."``, one ``key=value`` per searched
-    value (the last key of its path; floats to 4 places, other values made safe for a folder name),
-    in order of their paths; just ``"<index>"`` without any."""
-    parts = [f"{_tag_value(path[-1])}={_tag_value(v)}" for path, v in sorted(values.items(), key=lambda x: str(x[0]))]
-    return f"{index}_{','.join(parts)}" if parts else str(index)
+    """Ray's ``experiment_tag``: ``"<index>_<key>=<value>,..."`` (see ``format_vars``); just
+    ``"<index>"`` without any value."""
+    return f"{index}_{format_vars(values)}" if values else str(index)
+
+
+def format_vars(values: dict[Path, Any]) -> str:
+    """``"key=value,..."`` as Ray's ``format_vars``: one per value, by the last key of its path
+    (floats to 4 places, other values made safe for a folder name), in order of their paths."""
+    ordered = sorted(values.items(), key=lambda x: str(x[0]))
+    return ",".join(f"{_tag_value(path[-1])}={_tag_value(v)}" for path, v in ordered)
 
 
 def _tag_value(value: Any) -> str:
