@@ -87,6 +87,8 @@ def test_pbt_bottom_trial_exploits_a_top_trial_and_explores_its_config():
         quantile_fraction=0.25, seed=0,
     )
     trials = [_trial(i, {"lr": 0.01, "momentum": 0.5}) for i in range(4)]
+    for i, t in enumerate(trials):
+        t.experiment_tag = f"{i}_lr=0.0100"
     ctl = _Controller(trials)
     for t, score in zip(trials, (1.0, 2.0, 3.0, 4.0)):
         sched.on_trial_add(ctl, t)
@@ -98,6 +100,11 @@ def test_pbt_bottom_trial_exploits_a_top_trial_and_explores_its_config():
     assert donor == "t3" and checkpoint == "copy-of-ckpt-of-t3-for-t0"  # copied when picked
     assert new_config["lr"] in (0.001, 0.01, 0.1)
     assert new_config["momentum"] != 0.5  # nudged by a factor or resampled
+    # Ray's tag of an exploited trial: its own, and the new values of the mutated keys
+    assert trials[0].experiment_tag == (
+        f"0_lr=0.0100@perturbed[lr={new_config['lr']:.4f},momentum={new_config['momentum']:.4f}]"
+    )
+    assert trials[3].experiment_tag == "3_lr=0.0100"
 
 
 def test_create_scheduler_and_searcher_by_rays_names():

@@ -1,4 +1,5 @@
-"""How muster turns values into bytes, for the engine's wire and for task snapshots.
+"""How muster turns values into bytes, for the engine's wire and for task snapshots, and
+into JSON, for the logs it writes (``json_default``).
 
 cloudpickle (functions and classes from ``__main__`` travel by value) with
 pickle protocol 5: big buffers -- numpy arrays, and plain CPU tensors, which
@@ -8,6 +9,7 @@ of being copied into the pickle stream.
 
 from __future__ import annotations
 
+import datetime
 import io
 import mmap
 import os
@@ -244,3 +246,25 @@ def copy_of(data: memoryview) -> Any:
     dst = empty_buffer(data.nbytes)
     memoryview(dst).cast("B")[:] = data.cast("B")
     return dst
+
+
+def json_default(value: Any) -> Any:
+    """What ``json.dumps(..., default=json_default)`` writes for a value JSON has no form for:
+    arrays and tensors as (nested) lists, numpy scalars as numbers, sets as lists, dates and
+    times as ISO text, anything else as its ``str()``. For logs (``result.json``, a checkpoint's
+    manifest): a reported value is kept as it is in memory (``Result.metrics``)."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):  # numpy arrays and scalars, torch tensors
+        try:
+            detached = getattr(value, "detach", None)
+            return detached().cpu().tolist() if callable(detached) else tolist()
+        except Exception:  # noqa: BLE001 - some other object's tolist: its text instead
+            return str(value)
+    if isinstance(value, (set, frozenset)):
+        try:
+            return sorted(value)
+        except TypeError:  # values that do not order: as they come
+            return list(value)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    return str(value)

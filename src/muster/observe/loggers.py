@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Any, TextIO
 
+from muster.core.serialization import json_default
 from muster.exceptions import InvalidArgumentError
 from muster.observe.recorder import BOOKKEEPING, finite
 from muster.observe.tune_progress import flatten_config
@@ -47,8 +48,13 @@ def _local_dir(run_path: str, logdir: str | None, what: str) -> str:
     return folder
 
 
+#: what Tune adds to a trial's results that is no metric to chart (as Ray's TensorBoard logger leaves them out)
+_NOT_CHARTED = frozenset({"pid", "config"})
+
+
 def _numbers(row: dict[str, Any]) -> dict[str, float]:
-    """The row's numeric metrics (nested dicts flattened as ``a/b``), bookkeeping left out."""
+    """The row's numeric metrics (nested dicts flattened as ``a/b``), bookkeeping, a Tune trial's
+    ``pid`` and ``config`` left out."""
     out: dict[str, float] = {}
 
     def walk(prefix: str, value: Any) -> None:
@@ -61,7 +67,7 @@ def _numbers(row: dict[str, Any]) -> dict[str, float]:
                 walk(f"{prefix}/{k}", v)
 
     for key, value in row.items():
-        if key not in BOOKKEEPING:
+        if key not in BOOKKEEPING and key not in _NOT_CHARTED:
             walk(key, value)
     return out
 
@@ -150,7 +156,7 @@ class JsonLoggerCallback(_LoggerCallback):
 
     def _write(self, row: dict[str, Any]) -> None:
         assert self._file is not None
-        self._file.write(json.dumps(finite(row), default=str) + "\n")
+        self._file.write(json.dumps(finite(row), default=json_default) + "\n")
         self._file.flush()
 
     def _close(self) -> None:

@@ -21,6 +21,7 @@ import warnings
 from typing import Any, Callable, Protocol, Sequence
 
 from muster.core import settings
+from muster.core.serialization import json_default
 from muster.observe.store import store_path, writer
 
 #: report keys the ledger adds; the rest of a row is the user's metrics
@@ -47,7 +48,7 @@ class WorkerInfo(Protocol):
 
 def to_json(value: Any) -> str:
     """JSON text for the store; NaN and infinities become null (browsers cannot parse them)."""
-    return json.dumps(finite(value), default=str)
+    return json.dumps(finite(value), default=json_default)
 
 
 def finite(value: Any) -> Any:

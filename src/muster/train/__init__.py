@@ -60,7 +60,11 @@ def report(
     pattern works too (see docs/fault-tolerance.md for what it costs).
 
     Args:
-        metrics: numbers, strings, or lists/dicts of them (one-element tensors are converted).
+        metrics: a dict of any picklable values, as in Ray: ``Result.metrics`` and Tune's
+            schedulers, searchers and stoppers get them as reported (one-element tensors and
+            numpy scalars become numbers; other tensors are sent detached, on the CPU).
+            ``result.json`` holds what JSON can: arrays as lists, sets as lists, dates as
+            ISO text, other objects as their ``str()``.
         checkpoint: ``Checkpoint.from_directory(folder)``; the files are copied
             to storage before ``report`` returns, so the folder may be deleted after.
         checkpoint_upload_mode: ``"sync"`` (default) or ``"async"`` (or
@@ -76,7 +80,7 @@ def report(
     attempt continues mid-epoch exactly where this report was made.
 
     Raises:
-        TypeError: a metric value cannot be recorded, or a keyword is misspelt.
+        TypeError: ``metrics`` is not a dict, or a keyword is misspelt.
         RuntimeError: called outside a training worker.
     """
     unknown = sorted(set(_compat) - _RAY_REPORT_KEYWORDS)

@@ -30,6 +30,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from muster.core.filesystem import as_fsspec
+from muster.core.serialization import json_default
 
 MANIFEST = ".muster_manifest.json"
 RUN_STATE = ".muster_run.json"
@@ -160,7 +161,7 @@ class Storage:
         return _retry(f"read {path}", read)
 
     def write_json(self, path: str, obj: Any) -> None:
-        self.write_text(path, json.dumps(obj, indent=1, default=str))
+        self.write_text(path, json.dumps(obj, indent=1, default=json_default))
 
     def makedirs(self, path: str) -> None:
         _retry(f"mkdir {path}", lambda: self.fs.makedirs(path, exist_ok=True))
@@ -200,7 +201,7 @@ class Storage:
     @staticmethod
     def format_result(row: str | dict[str, Any]) -> str:
         """One row as its ``result.json`` line (a line read back is kept as it was)."""
-        return row if isinstance(row, str) else json.dumps(row, default=str)
+        return row if isinstance(row, str) else json.dumps(row, default=json_default)
 
     def append_results(self, new: list[Any], everything: list[Any]) -> None:
         """Add ``new`` rows to ``result.json``: appended on a local disk; on an object
@@ -289,7 +290,7 @@ class Storage:
     def commit(self, round_index: int, manifest: dict[str, Any]) -> str:
         """Publish a staged checkpoint under its final name; return its path."""
         staged, final = self.staging_dir(round_index), self.checkpoint_dir(round_index)
-        body = json.dumps(manifest, indent=1, default=str)
+        body = json.dumps(manifest, indent=1, default=json_default)
         if self.is_local:
             os.makedirs(staged, exist_ok=True)
             with open(os.path.join(staged, MANIFEST), "w") as f:

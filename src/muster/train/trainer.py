@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import random
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import cloudpickle
 
@@ -16,6 +18,8 @@ from muster.train.controller import Controller, ControllerHooks
 from muster.train.result import Result
 from muster.train.run_state import RUN_STATE, TRAINER_FILE, RunRecord, default_name
 from muster.train.storage import Storage
+
+_Trainer = TypeVar("_Trainer", bound="DataParallelTrainer")
 
 
 class DataParallelTrainer:
@@ -35,6 +39,11 @@ class DataParallelTrainer:
     """
 
     _default_backend: type[Backend] = Backend
+    #: the constructor arguments that ``Tuner(trainer, param_space=...)`` sets per trial from the
+    #: param_space's top-level keys (see ``with_args``); Tune puts other top-level keys in ``train_loop_config``
+    tunable_args: tuple[str, ...] = (
+        "train_loop_config", "scaling_config", "datasets", "dataset_config", "resume_from_checkpoint", "backend_config",
+    )
     #: what every worker will import, which the engine may preload once (``Runtime.preload``)
     _worker_modules: tuple[str, ...] = ()
 
@@ -73,6 +82,52 @@ class DataParallelTrainer:
         self.resume_from_checkpoint = resume_from_checkpoint
         self._restore_path: str | None = None
         self._warm_engine()
+
+    def with_args(self: _Trainer, args: dict[str, Any]) -> _Trainer:
+        """A copy of this trainer with some constructor arguments set: what one trial of
+        ``Tuner(trainer, param_space=...)`` runs, as Ray merges a trial's config into its trainer's.
+
+        Args:
+            args: argument name (one of ``tunable_args``) -> value. ``train_loop_config`` is
+                merged into the trainer's key by key (nested dicts too) and ``datasets`` name
+                by name; ``scaling_config`` may be a dict of ``ScalingConfig`` fields (it replaces
+                the trainer's); any other argument replaces the trainer's.
+
+        Returns:
+            The new trainer; this one is unchanged.
+
+        Raises:
+            InvalidArgumentError: a key is not a tunable argument, or a ``scaling_config`` dict
+                names a field ScalingConfig has not.
+            InvalidTypeError: a value has the wrong type (as the constructor says).
+        """
+        name = type(self).__name__
+        unknown = sorted(set(args) - set(self.tunable_args))
+        if unknown:
+            raise InvalidArgumentError(
+                f"{name} has no argument {unknown[0]!r} that a Tuner's param_space can set; it sets "
+                f"{list(self.tunable_args)}. Put hyperparameters under 'train_loop_config'."
+            )
+        trainer = copy.copy(self)
+        for key, value in args.items():
+            if key == "train_loop_config":
+                if not isinstance(value, dict):
+                    raise InvalidTypeError(
+                        f"param_space['train_loop_config']={value!r}: pass a dict of hyperparameters."
+                    )
+                value = _deep_merge(self.train_loop_config or {}, value)
+            elif key == "scaling_config":
+                value = _scaling_config(value, name)
+            elif key == "datasets":
+                if not isinstance(value, dict):
+                    raise InvalidTypeError(f"param_space['datasets']={value!r}: pass a dict name -> Dataset.")
+                value = {**self.datasets, **value}
+            setattr(trainer, key, value)
+        if trainer.datasets:
+            from muster.train._internal.datasets import check_datasets
+
+            check_datasets(trainer.datasets, trainer.dataset_config, name)
+        return trainer
 
     def _warm_engine(self) -> None:
         """Start the engine now: its zygote imports torch (and what this trainer's workers need,
@@ -204,3 +259,31 @@ def _without_callbacks(rc: RunConfig) -> RunConfig:
     clone = copy.copy(rc)
     clone.callbacks = []
     return clone
+
+
+def _deep_merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated with ``new``, nested dicts merged key by key (Ray's ``deep_update``)."""
+    out = dict(base)
+    for key, value in new.items():
+        old = out.get(key)
+        out[key] = _deep_merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
+
+
+def _scaling_config(value: Any, trainer: str) -> ScalingConfig:
+    """A ScalingConfig from a param_space value: one already, or a dict of its fields."""
+    if isinstance(value, ScalingConfig):
+        return value
+    if not isinstance(value, dict):
+        raise InvalidTypeError(
+            f"param_space['scaling_config']={value!r}: pass a ScalingConfig or a dict of its fields, "
+            "e.g. {'num_workers': 2}."
+        )
+    fields = {f.name for f in dataclasses.fields(ScalingConfig)}
+    unknown = sorted(set(value) - fields)
+    if unknown:
+        raise InvalidArgumentError(
+            f"param_space['scaling_config'] for {trainer} has {unknown[0]!r}, which is not a ScalingConfig "
+            f"field; use {sorted(fields)}."
+        )
+    return ScalingConfig(**value)

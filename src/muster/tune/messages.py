@@ -19,6 +19,7 @@ class StepResult:
 
     metrics: dict[str, Any]
     time: float
+    pid: int | None = None  # the trial's process (Tune's ``pid`` field)
 
 
 @dataclass(frozen=True)

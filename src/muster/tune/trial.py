@@ -74,6 +74,7 @@ class Trial:
     last_result: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     num_results: int = 0
+    experiment_tag: str = ""  # Ray's: the trial's index and its searched values, e.g. "0_lr=0.0100"
     # set by a scheduler that pauses the trial to restart it: (config, checkpoint, donor trial id)
     restart_plan: tuple[dict[str, Any], Checkpoint | None, str] | None = None
     run: TrialRun | None = field(default=None, repr=False)
@@ -107,6 +108,7 @@ class Trial:
             "path": self.path,
             "resources": self.resources,
             "num_results": self.num_results,
+            "experiment_tag": self.experiment_tag,
         }
 
     @classmethod
@@ -114,7 +116,7 @@ class Trial:
         return cls(
             d["trial_id"], d["trial_name"], d["config"], d["path"], d.get("resources", {}),
             status=d.get("status", PENDING), last_result=d.get("last_result") or {}, error=d.get("error"),
-            num_results=d.get("num_results", 0),
+            num_results=d.get("num_results", 0), experiment_tag=d.get("experiment_tag", ""),
         )
 
     def __str__(self) -> str:
@@ -130,6 +132,7 @@ class RunPlan:
     scaling: ScalingConfig
     backend: Backend
     run_config: RunConfig  # checkpoint/failure settings and worker timeout for the trial
+    resume_from: Checkpoint | None = None  # a trainer's resume_from_checkpoint: where a trial without its own starts
 
     @property
     def resources(self) -> dict[str, float]:
@@ -212,6 +215,7 @@ class TrialRun:
             )
             self.controller = Controller(
                 self.plan.train_fn, self.plan.train_config, self.plan.scaling, run_config, self.plan.backend, record,
+                self.plan.resume_from,
                 hooks=ControllerHooks(
                     on_metrics=self._add_tune_fields, on_other_event=self._on_request, start_from=self.start_from,
                     on_restore=self._restored, on_recover=self._recovering,
@@ -232,18 +236,19 @@ class TrialRun:
     def _recovering(self, error: BaseException) -> None:
         self.events.put(TrialNotice(self.trial, self, "on_trial_recover", {}))
 
-    def _add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float, attempt_started: float) -> dict[str, Any]:
+    def _add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float, attempt_started: float,
+                         pid: int | None) -> dict[str, Any]:
         if self._attempt_seen is not None and attempt_started != self._attempt_seen:
             self._restored_wall = attempt_started  # a restart after a failure: Ray's "restore"
             self._since_restore.clear()
             self._last_time.clear()
         self._attempt_seen = attempt_started
-        out = self._tune_fields(rank, metrics, t)
+        out = self._tune_fields(rank, metrics, t, pid)
         self._last_time[rank] = t
         self._since_restore[rank] = out["iterations_since_restore"]
         return out
 
-    def _tune_fields(self, rank: int, metrics: dict[str, Any], t: float) -> dict[str, Any]:
+    def _tune_fields(self, rank: int, metrics: dict[str, Any], t: float, pid: int | None) -> dict[str, Any]:
         """``metrics`` with what Tune adds to a result (fields already there are kept)."""
         last = self._last_time.get(rank, self._restored_wall)
         out = dict(metrics)
@@ -256,6 +261,11 @@ class TrialRun:
         out.setdefault("date", time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(t)))
         out.setdefault("hostname", _HOST)
         out.setdefault("node_ip", _node_ip())
+        if pid is not None:  # the reporting process (the trial's function, or a trainer's worker)
+            out.setdefault("pid", pid)
+        out.setdefault("config", self.trial.config)
+        if self.trial.experiment_tag:
+            out.setdefault("experiment_tag", self.trial.experiment_tag)
         out["trial_id"] = self.trial.trial_id
         return out
 
@@ -263,7 +273,7 @@ class TrialRun:
         """A class trainable's result before it is reported: the controller acts on it as on a
         report (``TrialStep``) and answers whether the trial ends there. The worker reports it
         with the Tune fields computed here, so the recorded row is the one acted on."""
-        fields = self._tune_fields(0, step.metrics, step.time)
+        fields = self._tune_fields(0, step.metrics, step.time, step.pid)
         round_ = self._next_round()
         row = {**fields, "training_iteration": round_, "timestamp": step.time}
         added = {k: v for k, v in fields.items() if k not in step.metrics or k == "trial_id"}

@@ -257,6 +257,8 @@ class TuneController:
             elif config is not None:
                 name = f"{self.trainable_name}_{trial_id}"
                 trial = Trial(trial_id, name, config, self.experiment.join(self.experiment.uri, name), {})
+                tag = getattr(self.searcher, "experiment_tag", None)
+                trial.experiment_tag = tag(len(self.trials), config) if tag else str(len(self.trials))
                 self.trials.append(trial)
                 self.scheduler.on_trial_add(self, trial)
                 self._dirty = True

@@ -47,7 +47,6 @@ from muster.tune.tune_config import TuneConfig, trial_function, trial_parameters
 
 _log = logging.getLogger(__name__)
 TUNER_FILE = "tuner.pkl"
-_TRAINER_ARGS = ("train_loop_config", "scaling_config")
 
 
 class Tuner:
@@ -61,7 +60,8 @@ class Tuner:
         param_space: the search space: nested dicts of constants, domains
             (``tune.uniform(...)``...) and ``tune.grid_search([...])``. For a
             trainer, put hyperparameters under ``"train_loop_config"`` (as in
-            Ray); keys that are not trainer arguments are put there for you.
+            Ray); keys that are not trainer arguments are put there for you, and
+            keys that are (``"datasets"``, ``"scaling_config"``...) set them per trial.
         tune_config: metric, mode, scheduler, search algorithm, samples.
         run_config: the experiment's name and storage, the trials' checkpoint
             and failure settings, and ``stop``.
@@ -177,12 +177,10 @@ class Tuner:
 
     def _make_plan(self, trial: Trial, config: dict[str, Any]) -> RunPlan:
         trainable, rc = self.trainable, self.run_config
-        if isinstance(trainable, DataParallelTrainer):
-            loop_config = {**(trainable.train_loop_config or {}), **(config.get("train_loop_config") or {})}
-            scaling = config.get("scaling_config") or trainable.scaling_config
-            if isinstance(scaling, dict):
-                scaling = ScalingConfig(**scaling)
-            return RunPlan(trainable._loop(), loop_config, scaling, trainable.backend_config, rc)
+        if isinstance(trainable, DataParallelTrainer):  # the trial's config sets the trainer's arguments (as Ray)
+            trainer = trainable.with_args({k: v for k, v in config.items() if k in trainable.tunable_args})
+            return RunPlan(trainer._loop(), trainer.train_loop_config, trainer.scaling_config, trainer.backend_config,
+                           rc, trainer.resume_from_checkpoint)
         resources = trial_resources(trainable, config) or {"CPU": 1.0}
         gpus = bool(res.normalize(resources, what="tune.with_resources").get("GPU"))
         scaling = ScalingConfig(num_workers=1, use_gpu=gpus, resources_per_worker=resources)
@@ -328,13 +326,21 @@ def _fail_fast(config: Any) -> bool | str:
 
 
 def _trainer_space(trainable: Any, space: dict[str, Any]) -> dict[str, Any]:
-    """For a trainer, hyperparameters given at the top level go under ``train_loop_config``."""
+    """For a trainer, top-level keys that name its arguments (``trainer.tunable_args``) set them per
+    trial; other hyperparameters given at the top level go under ``train_loop_config``. A
+    ``run_config`` is not tuned: as in Ray, the Tuner's (or the trainer's) is every trial's."""
     if not isinstance(trainable, DataParallelTrainer):
         return space
-    loose = {k: v for k, v in space.items() if k not in _TRAINER_ARGS}
+    if "run_config" in space:
+        _log.warning(
+            "param_space['run_config'] is ignored, as in Ray: a RunConfig is not tuned per trial. Pass "
+            "Tuner(run_config=RunConfig(...)) instead."
+        )
+        space = {k: v for k, v in space.items() if k != "run_config"}
+    loose = {k: v for k, v in space.items() if k not in trainable.tunable_args}
     if not loose:
         return space
-    out = {k: v for k, v in space.items() if k in _TRAINER_ARGS}
+    out = {k: v for k, v in space.items() if k in trainable.tunable_args}
     out["train_loop_config"] = {**loose, **(space.get("train_loop_config") or {})}
     return out
 
@@ -400,6 +406,17 @@ def _metrics_acted_on(result: Result, trial: Trial) -> None:
         result.metrics = _public(rows[-1])
 
 
+def _as_reported(result: Result, trial: Trial) -> None:
+    """A trial's metrics with its values as reported (a numpy array, a set, a date, an object of
+    the user's), as Ray keeps them: ``result.json`` holds JSON's forms of them, and the trial's last
+    result, which the controller acted on in this process, the values themselves. (A restored
+    experiment's trials were acted on by another process: their metrics keep JSON's forms.)"""
+    live, metrics = trial.last_result, result.metrics
+    if not live or not metrics or live.get("training_iteration") != metrics.get("training_iteration"):
+        return
+    result.metrics = {**metrics, **{k: v for k, v in live.items() if k in metrics}}
+
+
 def _as_users_error(err: BaseException | None) -> BaseException | None:
     """A trial's ``TrainingFailedError`` that is also an instance of what the trainable raised, as
     Ray's trial errors are (``isinstance(result.error, ValueError)``); its message is unchanged."""
@@ -434,6 +451,7 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
         if not reported:  # Ray's last_result has its id
             result.metrics = {"trial_id": trial.trial_id}
         _metrics_acted_on(result, trial)
+        _as_reported(result, trial)
         if reported:  # what Ray's last result also holds: whether the trial finished, and its config
             result.metrics = {"config": trial.config, **(result.metrics or {}),
                               "done": trial.status == trial_mod.TERMINATED}

@@ -191,31 +191,36 @@ def _read_resume_state(checkpoint: Checkpoint | None, rank: int) -> dict[str, An
 
 
 def _plain_metrics(metrics: Any) -> dict[str, Any]:
-    """Metrics as JSON-ready Python values (0-d tensors and numpy scalars become numbers)."""
+    """The metrics to send: 0-d and one-element tensors and numpy scalars become numbers (as
+    Python's own), keys become strings, tuples lists; other values (arrays, sets, dates, objects
+    of the user's) are kept as they are, as in Ray: ``Result.metrics`` holds them, and the logs
+    on disk hold what JSON can (``core.serialization.json_default``). Tensors are sent detached,
+    on the CPU, so the driver can read them."""
     if not isinstance(metrics, dict):
         raise InvalidTypeError(
             f"report(metrics=...) takes a dict such as {{'loss': 0.1}}, got {type(metrics).__name__}."
         )
-    return {str(k): _plain(v, str(k)) for k, v in metrics.items()}
+    return {str(k): _plain(v) for k, v in metrics.items()}
 
 
-def _plain(value: Any, key: str) -> Any:
+def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
         return float(value)  # NaN and inf stay floats (result.json writes them as NaN / Infinity)
-    if hasattr(value, "item") and hasattr(value, "shape") and math.prod(value.shape) == 1:
-        return _plain(value.item(), key)
+    shape = getattr(value, "shape", None)
+    if hasattr(value, "item") and isinstance(shape, tuple) and math.prod(shape) == 1:
+        return _plain(value.item())
     if isinstance(value, dict):
-        return {str(k): _plain(v, f"{key}.{k}") for k, v in value.items()}
+        return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v, f"{key}[{i}]") for i, v in enumerate(value)]
-    raise InvalidTypeError(
-        f"report(metrics): metrics[{key!r}] is a {type(value).__name__}, which cannot be recorded. "
-        "Report numbers, strings, or lists/dicts of them (call .item() on a one-element tensor)."
-    )
+        return [_plain(v) for v in value]
+    detach = getattr(value, "detach", None)
+    if callable(detach) and hasattr(value, "cpu"):  # a tensor: no graph, nor a device the driver lacks
+        return detach().cpu()
+    return value
 
 
 _session: Session | None = None

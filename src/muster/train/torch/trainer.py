@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from muster.core import settings
+from muster.exceptions import InvalidTypeError
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.torch.config import TorchBackend, TorchConfig
@@ -21,6 +22,9 @@ class TorchTrainer(DataParallelTrainer):
     """
 
     _worker_modules = settings.DDP_PRELOAD  # the engine preloads DDP's imports for these workers
+    tunable_args = (
+        "train_loop_config", "scaling_config", "datasets", "dataset_config", "resume_from_checkpoint", "torch_config",
+    )
 
     def __init__(
         self,
@@ -46,3 +50,16 @@ class TorchTrainer(DataParallelTrainer):
             datasets=datasets,
             dataset_config=dataset_config,
         )
+
+    def with_args(self, args: dict[str, Any]) -> TorchTrainer:
+        """As ``DataParallelTrainer.with_args``, with ``torch_config`` too; the process group's
+        backend follows the new ``scaling_config`` (nccl when it asks for GPUs)."""
+        torch_config = args.get("torch_config", self.torch_config)
+        if not isinstance(torch_config, TorchConfig):
+            raise InvalidTypeError(
+                f"param_space['torch_config']={torch_config!r}: pass a muster.train.torch.TorchConfig."
+            )
+        trainer = super().with_args({k: v for k, v in args.items() if k != "torch_config"})
+        trainer.torch_config = torch_config
+        trainer.backend_config = TorchBackend(torch_config, trainer.scaling_config.use_gpu)
+        return trainer

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from muster.exceptions import InvalidArgumentError
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
 from muster.tune.search.sample import Categorical, Domain
+from muster.tune.search.variant_generator import format_vars
 
 if TYPE_CHECKING:
     from muster.tune.trial import Trial
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 class _State:
     last_score: float | None = None
     last_perturbed: float = 0.0
+    orig_tag: str = ""  # the trial's experiment_tag before any exploit
 
 
 class PopulationBasedTraining(TrialScheduler):
@@ -91,7 +93,8 @@ class PopulationBasedTraining(TrialScheduler):
         self._warned = False
 
     def on_trial_add(self, controller: Any, trial: Trial) -> None:
-        self._state.setdefault(trial.trial_id, _State())
+        state = self._state.setdefault(trial.trial_id, _State())
+        state.orig_tag = trial.experiment_tag.split("@perturbed[")[0]  # a restored trial's, too
         self._fill(trial.config, self.mutations)  # as Ray: the mutations may be the only search space
 
     def _fill(self, config: dict[str, Any], mutations: dict[str, Any]) -> None:
@@ -140,6 +143,9 @@ class PopulationBasedTraining(TrialScheduler):
             return self.CONTINUE
         new_config = self.explore(donor.config)
         trial.restart_plan = (new_config, start_from, donor.trial_id)
+        # as Ray's: the original tag and the new values of the mutated keys, e.g. "0_lr=0.0100@perturbed[lr=0.0120]"
+        values = {(k,): new_config[k] for k in self.mutations if k in new_config}
+        trial.experiment_tag = f"{state.orig_tag}@perturbed[{format_vars(values)}]"
         self.num_perturbations += 1
         return self.PAUSE
 

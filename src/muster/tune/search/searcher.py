@@ -21,6 +21,7 @@ from muster.tune.search.variant_generator import (
     BasicVariantGenerator,
     _overlay,
     _walk,
+    experiment_tag,
 )
 
 _log = logging.getLogger(__name__)
@@ -216,6 +217,11 @@ class SearchGenerator:
         self._made += 1
         return _overlay(copy.deepcopy(self._constants), config)
 
+    def experiment_tag(self, index: int, config: dict[str, Any]) -> str:
+        """The tag of the ``index``-th trial (from 0) as Ray's SearchGenerator makes it: counted
+        from 1, over every value of the config (nested dicts flattened)."""
+        return experiment_tag(index + 1, dict(_leaves(config)))
+
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         self.searcher.on_trial_result(trial_id, result)
 
@@ -252,6 +258,13 @@ class SearchGenerator:
             pathlib.Path(d, name).write_bytes(experiment.read_bytes(path))
             self.restore_from_dir(d)
         return True
+
+
+def _leaves(config: dict[str, Any], path: tuple = ()) -> list[tuple[tuple, Any]]:
+    out: list[tuple[tuple, Any]] = []
+    for key, value in config.items():
+        out += _leaves(value, (*path, key)) if isinstance(value, dict) else [((*path, key), value)]
+    return out
 
 
 def _without_domains(space: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import random
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,6 +77,31 @@ def _unlist(space: Any) -> Any:
     if isinstance(space, list):
         return [_unlist(v) for v in space]
     return space
+
+
+def experiment_tag(index: int, values: dict[Path, Any]) -> str:
+    """Ray's ``experiment_tag``: ``"<index>_<key>=<value>,..."`` (see ``format_vars``); just
+    ``"<index>"`` without any value."""
+    return f"{index}_{format_vars(values)}" if values else str(index)
+
+
+def format_vars(values: dict[Path, Any]) -> str:
+    """``"key=value,..."`` as Ray's ``format_vars``: one per value, by the last key of its path
+    (floats to 4 places, other values made safe for a folder name), in order of their paths."""
+    ordered = sorted(values.items(), key=lambda x: str(x[0]))
+    return ",".join(f"{_tag_value(path[-1])}={_tag_value(v)}" for path, v in ordered)
+
+
+def _tag_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return re.sub(r"[^a-zA-Z0-9_-]+", "_", str(value)).strip("_")
+
+
+def _at(config: Any, path: Path) -> Any:
+    for key in path:
+        config = config[key]
+    return config
 
 
 def has_search_space(space: Any) -> bool:
@@ -147,6 +173,16 @@ class BasicVariantGenerator:
         config = resolve(space, point, self.rng)
         self._live.add(trial_id)
         return config
+
+    def experiment_tag(self, index: int, config: dict[str, Any]) -> str:
+        """The tag of the ``index``-th trial (from 0), over the values its grids and domains took."""
+        values = {}
+        for path, _ in _walk(self._space):
+            try:
+                values[path] = _at(config, path)
+            except (KeyError, IndexError, TypeError):  # a point to evaluate that left it out
+                continue
+        return experiment_tag(index, values)
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         pass
