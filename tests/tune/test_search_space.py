@@ -147,7 +147,6 @@ def test_concurrency_limiter_holds_back_until_a_trial_completes():
         (lambda: tune.randn(0, -1), "sd must be"),
         (lambda: tune.TuneConfig(num_samples=0), "num_samples=0"),
         (lambda: tune.TuneConfig(mode="best"), "mode='best'"),
-        (lambda: tune.TuneConfig(metric=None, mode="min"), "without a metric"),
         (lambda: tune.with_resources(lambda c: None, "2 cpus"), "pass a dict"),
         (lambda: tune.with_resources(lambda c: None, {"cpu": 0}), "asks for nothing"),
         (lambda: tune.CheckpointConfig(checkpoint_frequency=-1), "checkpoint_frequency=-1"),

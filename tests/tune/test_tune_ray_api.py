@@ -608,3 +608,16 @@ def test_a_trainable_used_on_its_own_as_rays_docstrings_do(tmp_path):
     assert fresh.iteration == 1 and fresh.value == 2.0 and fresh.restored == 1
     fresh.restore(Checkpoint(named))
     assert fresh.iteration == 2 and fresh.value == 4.0
+
+
+def _score_is_x(config):
+    tune.report({"score": config["x"]})
+
+
+def test_a_mode_without_a_metric_serves_get_best_result_later(storage):
+    """Ray takes TuneConfig(mode=...) alone and the metric at get_best_result (muster refused the config)."""
+    grid = tune.Tuner(_score_is_x, param_space={"x": tune.grid_search([1, 3, 2])},
+                      tune_config=tune.TuneConfig(mode="max"),
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid.get_best_result(metric="score").config == {"x": 3}
+    assert grid.get_best_result(metric="score", mode="min").config == {"x": 1}

@@ -46,8 +46,6 @@ class TuneConfig:
     def __post_init__(self) -> None:
         if self.mode not in (None, "min", "max"):
             raise InvalidArgumentError(f"TuneConfig(mode={self.mode!r}): use 'min' or 'max'.")
-        if self.mode is not None and self.metric is None:
-            raise InvalidArgumentError(f"TuneConfig(mode={self.mode!r}) without a metric: pass metric='loss' (say) as well.")
         if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) or self.num_samples == 0 \
                 or self.num_samples < -1:
             raise InvalidArgumentError(f"TuneConfig(num_samples={self.num_samples!r}): use an integer >= 1.")
