@@ -185,3 +185,49 @@ def test_bad_import_path_names_module_and_attribute(env, tmp_path):
     (tmp_path / "bad.yaml").write_text("applications:\n  - name: x\n    import_path: cli_app:app\n    colour: red\n")
     r = _muster(env, tmp_path, "serve", "deploy", "bad.yaml", timeout=60)
     assert r.returncode == 2 and "unknown field(s) ['colour']" in r.stderr
+
+
+BUILT = '''
+from muster import serve
+
+@serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.1}, user_config={"k": 1})
+class Model:
+    def reconfigure(self, config):
+        self.config = config
+
+    def __call__(self):
+        return self.config
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=7)
+class Front:
+    def __init__(self, model):
+        self.model = model
+
+    async def __call__(self):
+        return await self.model.remote()
+
+app = Front.bind(Model.bind())
+'''
+
+
+def test_build_writes_a_config_that_serve_run_serves(env, tmp_path):
+    """Ray's `serve build` (it was an unknown command)."""
+    (tmp_path / "built_app.py").write_text(BUILT)
+    r = _muster(env, tmp_path, "serve", "build", "built_app:app", "cli_app:app", "-o", "built.yaml", timeout=60)
+    assert r.returncode == 0, r.stderr
+    config = yaml.safe_load((tmp_path / "built.yaml").read_text())
+    first, second = config["applications"]
+    assert (first["name"], first["route_prefix"], first["import_path"]) == ("app1", "/", "built_app:app")
+    assert first["deployments"] == [
+        {"name": "Model", "num_replicas": 2, "ray_actor_options": {"num_cpus": 0.1}, "user_config": {"k": 1}},
+        {"name": "Front", "ray_actor_options": {"num_cpus": 0.1}, "max_ongoing_requests": 7}]
+    assert (second["name"], second["route_prefix"]) == ("app2", "/app2")
+    proc, port, _ = _start(env, tmp_path, "built.yaml", "--port", "0")
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"k": 1}
+        assert httpx.get(f"http://127.0.0.1:{port}/app2", timeout=30).json() == {"hello": "world"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert _wait_exit(proc) == 0
+    r = _muster(env, tmp_path, "serve", "build", "built_app:nope", timeout=60)
+    assert r.returncode == 2 and "has no attribute 'nope'" in r.stderr

@@ -1,4 +1,4 @@
-"""``muster serve run|deploy|status|shutdown``."""
+"""``muster serve run|deploy|status|shutdown|build``."""
 
 from __future__ import annotations
 
@@ -36,6 +36,13 @@ def register(sub: Any) -> None:
     sh.add_argument("--port", type=int, default=None)
     sh.add_argument("-y", "--yes", action="store_true", help="accepted for Ray's scripts (muster does not ask)")
     sh.set_defaults(fn=cmd_shutdown)
+    build = ss.add_parser("build", help="write a config file for module:app targets (Ray's `serve build`)")
+    build.add_argument("import_paths", nargs="+", metavar="module:app")
+    build.add_argument("-o", "--output-path", default=None, help="the file to write (default: print it)")
+    build.add_argument("-d", "--app-dir", default=".", help="the folder to import the modules from (default: .)")
+    build.add_argument("-k", "--kubernetes-format", action="store_true",
+                       help="Ray's KubeRay layout: refused, muster's clusters are Ray's own (see docs/multinode.md)")
+    build.set_defaults(fn=cmd_build)
     for cmd in (dep, st, sh):  # Ray's scripts pass its dashboard address; muster finds local instances by --port
         cmd.add_argument("-a", "--address", default=None,
                          help="Ray's dashboard address: ignored (muster finds the instance on this machine; --port picks one)")
@@ -171,4 +178,34 @@ def cmd_shutdown(args: argparse.Namespace) -> int:
         return 1
     admin.request(rec, "shutdown")
     print(f"asked the Serve instance on port {rec['port']} (pid {rec['pid']}) to drain and stop")
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """Print (or write) a config file that ``muster serve run|deploy`` takes, as Ray's ``serve build`` does:
+    one application per import path, each deployment with the options its code sets (defaults left out)."""
+    import os
+
+    import yaml
+
+    from muster.serve import schema
+
+    if args.kubernetes_format:
+        print("muster serve build: --kubernetes-format writes KubeRay's layout, which muster does not use; drop it "
+              "and deploy the plain config with `muster serve deploy`.", file=sys.stderr)
+        return 2
+    sys.path.insert(0, os.path.abspath(args.app_dir))
+    try:
+        config = schema.build_config(args.import_paths)
+    except (ImportError, ValueError, TypeError) as exc:
+        print(f"muster serve build: {exc}", file=sys.stderr)
+        return 2
+    text = "# made by `muster serve build`: edit it, then `muster serve deploy` or `muster serve run` it\n"
+    text += yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+    if args.output_path is None:
+        print(text, end="")
+    else:
+        with open(args.output_path, "w") as f:
+            f.write(text)
+        print(f"wrote {args.output_path}")
     return 0

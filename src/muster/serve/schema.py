@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import os
@@ -28,7 +29,7 @@ from muster.serve.deployment import Application, Deployment
 
 __all__ = [  # Ray keeps these in ray.serve.schema; the status and config classes are the ones muster.serve exports
     "AppSchema", "ApplicationStatusOverview", "AutoscalingConfig", "DeploymentConfig", "DeploymentStatusOverview",
-    "HTTPOptions", "ServeConfig", "ServeStatus", "deploy", "import_app", "load_config",
+    "HTTPOptions", "ServeConfig", "ServeStatus", "build_config", "deploy", "import_app", "load_config",
 ]
 
 
@@ -181,6 +182,35 @@ def _typed_args(builder: Any, args: dict[str, Any], import_path: str) -> Any:
         return validate(args)
     except Exception as exc:  # pydantic's ValidationError names each bad field
         raise InvalidArgumentError(f"{import_path}: args {args!r} do not fit {model.__name__}: {exc}") from exc
+
+
+def build_config(import_paths: list[str]) -> dict[str, Any]:
+    """A config (as a dict, Ray's schema) running the apps ``import_paths`` name: ``app1``, ``app2``... at ``/``,
+    ``/app2``...; each deployment lists the options its code sets that differ from the defaults."""
+    from muster.serve._internal import plan
+
+    apps = []
+    for i, path in enumerate(import_paths, start=1):
+        name = f"app{i}"
+        _, plans = plan.build(import_app(path), name)
+        apps.append({"name": name, "route_prefix": "/" if i == 1 else f"/{name}", "import_path": path,
+                     "runtime_env": {}, "deployments": [_set_options(p.config) for p in plans]})
+    defaults = HTTPOptions()
+    return {"http_options": {"host": defaults.host, "port": defaults.port}, "applications": apps}
+
+
+def _set_options(config: DeploymentConfig) -> dict[str, Any]:
+    """``config``'s name and the options that differ from a bare ``@serve.deployment``'s, as plain data."""
+    bare = DeploymentConfig(name=config.name)
+    out: dict[str, Any] = {"name": config.name}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.name in ("name", "route_prefix") or value == getattr(bare, f.name):
+            continue
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = {k: v for k, v in dataclasses.asdict(value).items() if v is not None}
+        out[f.name] = copy.deepcopy(value)  # one object per place: YAML writes no anchors
+    return out
 
 
 def deploy(config: ServeConfig) -> list[str]:
