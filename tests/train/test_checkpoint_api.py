@@ -170,3 +170,17 @@ def test_torch_checkpoint_as_in_rays_examples():
         saved.get_model()
     whole = TorchCheckpoint.from_checkpoint(Checkpoint(TorchCheckpoint.from_model(model).path))
     assert isinstance(whole.get_model(), torch.nn.Linear)
+
+
+def test_torch_checkpoint_keeps_a_fitted_preprocessor():
+    """TorchCheckpoint.from_model(model, preprocessor=p) / get_preprocessor(), as in Ray (it was refused)."""
+    import muster.data as md
+    from muster.data.preprocessors import StandardScaler
+    from muster.train.torch import TorchCheckpoint
+
+    scaler = StandardScaler(["x"]).fit(md.from_items([{"x": 1.0}, {"x": 3.0}]))
+    saved = TorchCheckpoint.from_model(torch.nn.Linear(1, 1), preprocessor=scaler)
+    reopened = TorchCheckpoint.from_checkpoint(Checkpoint(saved.path))
+    assert reopened.get_preprocessor().stats_ == {"mean(x)": 2.0, "std(x)": 1.0}
+    assert isinstance(reopened.get_model(), torch.nn.Linear)
+    assert TorchCheckpoint.from_state_dict(torch.nn.Linear(1, 1).state_dict()).get_preprocessor() is None

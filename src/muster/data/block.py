@@ -137,6 +137,10 @@ def column_to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     if isinstance(col.type, pa.FixedShapeTensorType):
         return col.to_numpy_ndarray()  # type: ignore[attr-defined]
+    if pa.types.is_fixed_size_list(col.type) and col.null_count == 0:
+        flat = col.flatten()  # one row per list, their values' dtype kept (a one-hot column stays uint8)
+        if flat.null_count == 0:
+            return flat.to_numpy(zero_copy_only=False).reshape(len(col), col.type.list_size)
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_fixed_size_list(col.type):
         values = col.to_pylist()
         out = np.empty(len(values), dtype=object)

@@ -1,0 +1,58 @@
+"""Ray's ``Normalizer``: scale each row of a set of columns to unit norm (nothing to fit)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from muster.data.preprocessor import Preprocessor, derive_output_columns
+from muster.exceptions import InvalidArgumentError
+
+_NORMS = {
+    "l1": lambda rows: np.abs(rows).sum(axis=1),
+    "l2": lambda rows: np.sqrt(np.square(rows).sum(axis=1)),
+    "max": lambda rows: np.abs(rows).max(axis=1),
+}
+
+
+class Normalizer(Preprocessor):
+    """Divide each row's values in ``columns`` by that row's ``norm`` over them: ``"l2"`` (Euclidean),
+    ``"l1"`` (sum of absolute values) or ``"max"`` (largest absolute value). A row of zeros becomes NaN,
+    as in Ray."""
+
+    _is_fittable = False
+
+    def __init__(self, columns: list[str], norm: str = "l2", *, output_columns: list[str] | None = None):
+        super().__init__()
+        if norm not in _NORMS:
+            raise InvalidArgumentError(f"Normalizer(norm={norm!r}): use one of {list(_NORMS)}.")
+        self._output_columns = derive_output_columns("Normalizer", columns, output_columns)
+        self._columns = list(columns)
+        self._norm = norm
+
+    @property
+    def columns(self) -> list[str]:
+        return self._columns
+
+    @property
+    def norm(self) -> str:
+        return self._norm
+
+    @property
+    def output_columns(self) -> list[str]:
+        return self._output_columns
+
+    def _transform_pandas(self, df: Any) -> Any:
+        rows = df[self._columns].to_numpy(dtype="float64")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scaled = rows / _NORMS[self._norm](rows)[:, None]
+        for i, out in enumerate(self._output_columns):
+            df[out] = scaled[:, i]
+        return df
+
+    def __repr__(self) -> str:
+        return f"Normalizer(columns={self._columns!r}, norm={self._norm!r}, output_columns={self._output_columns!r})"
+
+
+__all__ = ["Normalizer"]
