@@ -102,6 +102,8 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "from_dask": "from_pandas(dask_df.compute())",
         "from_modin": "from_pandas()",
         "from_tf": "from_numpy() or from_items()",
+        "BlockBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
+        "RowBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
     },
     "muster.data.expressions": {
         "download": "a map_batches that fetches each URI (fsspec.open(uri).read())",
@@ -113,6 +115,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     },
     "muster.data.datasource": {
         "Partitioning": "read_parquet(partitioning='hive') (the default) or a pyarrow.dataset.partitioning(...)",
+        "FileBasedDatasource": "a muster.data.Datasource subclass whose read tasks read the files, or "
+        "read_binary_files() and map()",
+        "BlockBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
+        "RowBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
     },
     "muster.data.aggregate": {
         "ApproximateQuantile": "Quantile(on, q=...): exact, computed over each group's values",

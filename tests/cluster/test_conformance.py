@@ -628,6 +628,55 @@ def test_dataset_transforms_and_consumption(engine, tmp_path):
 
 
 @pytest.mark.timeout(240)
+def test_a_custom_datasource_and_datasink_on_both_engines(engine):
+    """read_datasource's tasks and write_datasink's writes run on the engine (Ray's tasks on Ray, each
+    with its pid); the sink's callbacks run in the driver; a failing write reaches on_write_failed."""
+    import pyarrow as pa
+
+    import muster.data as md
+    from muster.data.block import BlockMetadata
+    from muster.data.exceptions import UserFunctionError
+
+    class Squares(md.Datasource):
+        def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
+            step = -(-15 // parallelism)  # 15 rows, in about ``parallelism`` tasks
+            return [md.ReadTask(lambda lo=lo: [pa.table({"x": [i * i for i in range(lo, min(15, lo + step))]})],
+                                BlockMetadata(min(15, lo + step) - lo, None, None, input_files=[f"part-{lo}"]))
+                    for lo in range(0, 15, step)]
+
+    class Sink(md.Datasink):
+        def __init__(self, fail=False):
+            self.fail, self.events = fail, []
+
+        def on_write_start(self, schema=None):
+            self.events.append("start")
+
+        def write(self, blocks, ctx):
+            if self.fail:
+                raise OSError("disk full")
+            return [(ctx.task_idx, x, os.getpid()) for b in blocks for x in b.column("x").to_pylist()]
+
+        def on_write_complete(self, write_result):
+            self.events.append(("complete", write_result.num_rows, write_result.write_returns))
+
+        def on_write_failed(self, error):
+            self.events.append(("failed", isinstance(error, UserFunctionError)))
+
+    ds = md.read_datasource(Squares(), override_num_blocks=3)
+    assert ds.count() == 15 and sorted(r["x"] for r in ds.take_all()) == [i * i for i in range(15)]
+    sink = Sink()
+    assert ds.map(lambda r: {"x": r["x"] + 1}).write_datasink(sink) is None
+    assert sink.events[0] == "start" and sink.events[1][:2] == ("complete", 15)
+    written = [w for task in sink.events[1][2] for w in task]
+    assert sorted(x for _, x, _ in written) == [i * i + 1 for i in range(15)]
+    assert ({pid for _, _, pid in written} == {os.getpid()}) == (engine == "local")
+    failing = Sink(fail=True)
+    with pytest.raises(UserFunctionError, match=r"Sink.write \(task \d+, \d+ rows\) failed: OSError: disk full"):
+        ds.write_datasink(failing)
+    assert failing.events[-1] == ("failed", True)  # on Ray: a RayTaskError(UserFunctionError)
+
+
+@pytest.mark.timeout(240)
 def test_user_function_errors_are_musters_on_both_engines(engine):
     """A UDF that raises names the operator, the function and the batch's first row; a map that returns a
     non-dict says what came back; on Ray these cross Ray's workers and come back as muster's errors."""

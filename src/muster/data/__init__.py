@@ -28,7 +28,8 @@ from muster.data import block as _blk
 from muster.data import sources as _src
 from muster.data.config import DataConfig
 from muster.data.dataset import Dataset, MaterializedDataset, from_blocks
-from muster.data.datasource import FileShuffleConfig, RandomSeedConfig
+from muster.data.datasource import Datasink, Datasource, FileShuffleConfig, RandomSeedConfig, ReadTask
+from muster.data.datasource import datasource as _custom
 from muster.data.exceptions import DataError, DataSchemaError, DataSourceError, DataTypeError, UserFunctionError
 from muster.data.execution import DataContext
 from muster.data.grouped import GroupedData
@@ -47,6 +48,7 @@ __all__ = [
     "DataTypeError", "Dataset", "GroupedData", "MaterializedDataset", "UserFunctionError", "from_arrow", "from_items", "from_numpy",
     "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files", "read_csv", "read_images",
     "read_json", "read_numpy", "read_parquet", "read_text", "SaveMode", "TaskPoolStrategy",
+    "Datasink", "Datasource", "ReadTask", "read_datasource",
 ]
 
 
@@ -210,6 +212,31 @@ def _ray_options_only(where: str, options: dict[str, Any]) -> dict[str, Any]:
         raise InvalidTypeError(f"{where}() got unexpected keyword argument(s) {sorted(options)}; it takes "
                                f"filesystem=, include_paths= and Ray's {', '.join(_RAY_READ_OPTIONS)}.")
     return ray_only
+
+
+def read_datasource(datasource: Datasource, *, parallelism: int = -1, override_num_blocks: int | None = None,
+                    **read_args: Any) -> Dataset:
+    """A custom source's data: ``datasource.get_read_tasks(n)`` is asked once, now, for its read tasks,
+    which then run as muster's own read tasks do (lazily, in parallel, streaming; again each pass).
+
+    Args:
+        datasource: an instance of a :class:`Datasource` subclass.
+        override_num_blocks: the ``n`` given to ``get_read_tasks`` (default: as Ray picks it, from
+            ``estimate_inmemory_data_size()`` and the CPUs, 200 at most unless the data is large).
+        parallelism: Ray's deprecated name for ``override_num_blocks``.
+        read_args: Ray's task options (``num_cpus``, ``concurrency``, ``ray_remote_args``...: no effect
+            here, passed on to Ray on the Ray engine); for a legacy source (``create_reader``/
+            ``prepare_read``), its read arguments.
+
+    Raises:
+        InvalidTypeError: ``datasource`` is no Datasource, or ``get_read_tasks`` returns no list of ReadTasks.
+        DataTypeError: (when read) a read task yields something that is no block.
+        UserFunctionError: (when read) a read task raised.
+    """
+    num_blocks = _num_blocks("read_datasource", parallelism, override_num_blocks)
+    tasks = _custom.read_tasks(datasource, num_blocks, read_args)
+    ray_args = dict(read_args, override_num_blocks=num_blocks)
+    return _read(f"Read{datasource.get_name()}", tasks, RayCall.of("read_datasource", datasource, **ray_args))
 
 
 def _rows() -> int:

@@ -61,6 +61,10 @@ def to_ray(node: Node) -> Any:
         shuffle = kwargs.get("shuffle")
         if shuffle is not None and shuffle != "files":  # muster's FileShuffleConfig as Ray's
             kwargs["shuffle"] = ray.data.FileShuffleConfig(seed=shuffle.seed)
+        if name == "read_datasource":  # a muster Datasource, as Ray's
+            from muster.data.datasource._on_ray import ray_datasource
+
+            args = (ray_datasource(args[0]),)
         ds = getattr(ray.data, name)(*args, **kwargs)
         return _apply(ds, _steps(op)[1:], op.name)
     inputs = [to_ray(n) for n in node.inputs]
@@ -148,6 +152,21 @@ def write(node: Node, kind: str, path: str, filesystem: Any, mode: Any = "append
         _ray_guard.reraise(exc)
         raise
     return sorted(set(_files(fs, root)) - before)
+
+
+def write_datasink(node: Node, sink: Any, ray_remote_args: dict[str, Any] | None, concurrency: int | None) -> None:
+    """``write_datasink`` by ``ray.data``: the muster ``Datasink`` as Ray's (its ``write`` runs in Ray's workers)."""
+    from muster.data.datasource import Datasink
+    from muster.data.datasource._on_ray import ray_datasink
+    from muster.exceptions import InvalidTypeError
+
+    if not isinstance(sink, Datasink):
+        raise InvalidTypeError(f"write_datasink({sink!r}): pass an instance of a muster.data.Datasink subclass.")
+    try:
+        to_ray(node).write_datasink(ray_datasink(sink), ray_remote_args=ray_remote_args, concurrency=concurrency)
+    except Exception as exc:
+        _ray_guard.reraise(exc)
+        raise
 
 
 def _files(fs: Any, root: str) -> list[str]:

@@ -12,13 +12,53 @@ different shapes are combined into one.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+import numbers
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
 
 from muster.data.exceptions import DataTypeError
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
+
+if TYPE_CHECKING:
+    import pandas
+
+#: What a custom source's read task yields (Ray's ``ray.data.block.Block``): a pyarrow Table or a
+#: pandas DataFrame; muster keeps every block as an Arrow table
+Block = Union[pa.Table, "pandas.DataFrame"]
+
+
+@dataclass(frozen=True)
+class BlockMetadata:
+    """What a read task knows of its blocks before reading them (Ray's ``ray.data.block.BlockMetadata``,
+    with its fields in its order): ``num_rows`` (all its blocks together; ``count()`` sums them without
+    reading when every task of a read knows its own), ``size_bytes`` (in memory), Ray's ``exec_stats`` and
+    ``task_exec_stats`` (kept, unused), and ``input_files`` (``Dataset.input_files()``). None: unknown."""
+
+    num_rows: Optional[int]
+    size_bytes: Optional[int]
+    exec_stats: Any
+    task_exec_stats: Any = None
+    input_files: Optional[tuple[str, ...]] = None
+
+    def __post_init__(self) -> None:
+        for name in ("num_rows", "size_bytes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                                      or value < 0):
+                raise InvalidTypeError(f"BlockMetadata({name}={value!r}): pass a whole number >= 0, or None "
+                                       "when it is unknown.")
+            if value is not None:
+                object.__setattr__(self, name, int(value))
+        files = self.input_files
+        if files is not None:
+            if isinstance(files, str) or not all(isinstance(f, str) for f in files):
+                raise InvalidTypeError(f"BlockMetadata(input_files={files!r}): pass a list of paths (strings), "
+                                       "or None.")
+            object.__setattr__(self, "input_files", tuple(files))
+
 
 BATCH_FORMATS = ("numpy", "pandas", "pyarrow", "default")
 

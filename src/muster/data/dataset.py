@@ -16,6 +16,7 @@ from muster.data import _ray_plan, alltoall, combine, execution, plan, strategie
 from muster.data import block as blk
 from muster.data import expr as expr_parser
 from muster.data.datasource import RandomSeedConfig
+from muster.data.datasource import datasink as sinks
 from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator, Passes
 from muster.data.plan import AllToAll, Limit, Node, RayCall, Read, Transform, Union
@@ -460,9 +461,11 @@ class Dataset:
             print(row)
 
     def count(self) -> int:
+        """The rows (a read whose tasks know theirs, from ``BlockMetadata``, adds them up unread, as Ray)."""
         if _ray_plan.on_ray_engine():
             return _ray_plan.count(self._node)
-        return sum(b.num_rows for b in self._execute())
+        known = self._node.known_rows()
+        return known if known is not None else sum(b.num_rows for b in self._execute())
 
     def schema(self, fetch_if_missing: bool = True) -> Schema:
         """The schema of the first non-empty block (runs the plan until one is made), as Ray's
@@ -560,6 +563,13 @@ class Dataset:
         return self._write("json", path, filesystem, writers.json_writer(**options), mode,
                            min_rows_per_file or num_rows_per_file, partition_cols, ray_options, compression,
                            max_rows_per_file)
+
+    def write_datasink(self, datasink: Any, *, ray_remote_args: dict[str, Any] | None = None,
+                       concurrency: int | None = None) -> None:
+        """To a custom ``Datasink``, ``concurrency`` writes at once (see ``datasource.datasink.write``)."""
+        if _ray_plan.on_ray_engine():
+            return _ray_plan.write_datasink(self._node, datasink, ray_remote_args, concurrency)
+        sinks.write(self._execute(), datasink, concurrency, execution.DataContext.get_current().max_threads)
 
     def _write(self, kind: str, path: str, filesystem: Any, write: Callable[[pa.Table, Any], None], mode: Any,
                min_rows: int | None, partition_cols: list[str] | None, arrow_args: dict[str, Any],

@@ -57,6 +57,7 @@ class ReadTask:
     label: str
     size: int = 0
     files: tuple[str, ...] = ()  # the files it reads (``Dataset.input_files``)
+    rows: int | None = None  # the rows it makes, when known before reading (``count()`` adds them up)
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,12 @@ class Node:
                 found.update(dict.fromkeys(f for task in node.op.tasks for f in task.files))
             todo.extend(reversed(node.inputs))
         return list(found)
+
+    def known_rows(self) -> int | None:
+        """The rows this plan makes, when a bare read knows every task's count before reading; else None."""
+        if not isinstance(self.op, Read) or any(t.rows is None for t in self.op.tasks):
+            return None
+        return sum(t.rows or 0 for t in self.op.tasks)
 
     def describe(self) -> str:
         parts = [n.describe() for n in self.inputs]

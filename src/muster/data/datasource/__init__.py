@@ -1,6 +1,8 @@
-"""``ray.data.datasource``: the options objects of Ray's file readers that muster's readers take
-(``FileShuffleConfig``, ``PathPartitionFilter``); Ray's other datasource classes fail naming the
-equivalent (muster's readers take their options directly, e.g. ``read_parquet(partitioning=...)``)."""
+"""``ray.data.datasource``: custom sources and sinks (``Datasource``, ``ReadTask``, ``Datasink``,
+``WriteResult``: see ``datasource.py`` and ``datasink.py``), and the options objects of Ray's file
+readers that muster's readers take (``FileShuffleConfig``, ``PathPartitionFilter``); Ray's other
+datasource classes fail naming the equivalent (muster's readers take their options directly, e.g.
+``read_parquet(partitioning=...)``)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from muster.data.datasource.datasink import Datasink, TaskContext, WriteResult, WriteReturnType
+from muster.data.datasource.datasource import Datasource, Reader, ReadTask
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 
@@ -109,4 +113,5 @@ def __getattr__(name: str) -> Any:
     raise_unsupported("muster.data.datasource", name)
 
 
-__all__ = ["FileShuffleConfig", "PathPartitionFilter"]
+__all__ = ["Datasink", "Datasource", "FileShuffleConfig", "PathPartitionFilter", "ReadTask", "Reader", "TaskContext",
+           "WriteResult", "WriteReturnType"]
