@@ -109,12 +109,11 @@ class IngressApp:
         except (BackPressureError, DeploymentUnavailableError) as exc:
             await _plain(send, 503, str(exc), [(b"retry-after", b"1"), *echo])
             return
-        watch = asyncio.ensure_future(_disconnect(receive))  # ASGI says the client left only through receive()
-        watch.add_done_callback(lambda w: None if w.cancelled() else stream.abandon())
+        ingress_rsgi.late.add(stream, lambda: _watch_asgi(receive, stream))  # only once it runs long
         try:
             await self._relay(stream, send, timeout, echo)
         finally:
-            watch.cancel()
+            ingress_rsgi.late.remove(stream)
             r.release(replica)
 
     async def _relay(self, stream: router.Stream, send: Any, timeout: float | None, echo: list) -> None:
@@ -198,6 +197,13 @@ class IngressApp:
 
     def __rsgi__(self, scope: Any, proto: Any) -> Coroutine[Any, Any, None]:
         return ingress_rsgi.handle(self, scope, proto)  # no wrapping coroutine: granian awaits this one
+
+
+def _watch_asgi(receive: Any, stream: router.Stream) -> Any:
+    """Abandon ``stream`` if the client leaves (ASGI says so only through ``receive()``); returns the undo."""
+    watch = asyncio.ensure_future(_disconnect(receive))
+    watch.add_done_callback(lambda w: None if w.cancelled() else stream.abandon())
+    return watch.cancel
 
 
 async def _disconnect(receive: Any) -> None:
