@@ -535,34 +535,26 @@ class Dataset:
 
         ``mode``, ``min_rows_per_file`` (or its older name ``num_rows_per_file``), ``max_rows_per_file`` and
         ``partition_cols`` as in Ray (see ``writers.write_blocks``); other keywords, and what Ray's
-        ``arrow_parquet_args_fn``
-        returns, go to ``pyarrow.parquet.write_table``. Ray's ``concurrency``, ``ray_remote_args`` and
-        ``try_create_dir`` change nothing here; ``arrow_open_stream_args={"compression": ...}``
-        compresses each file.
+        ``arrow_parquet_args_fn`` returns, go to ``pyarrow.parquet.write_table``. Ray's ``concurrency``,
+        ``ray_remote_args`` and ``try_create_dir`` change nothing here; ``arrow_open_stream_args=
+        {"compression": ...}`` compresses each file.
         """
-        options, compression = writers.ray_write_options(arrow_args, "arrow_parquet_args_fn", "write_parquet",
-                                                         pass_through=True)
-        return self._write("parquet", path, filesystem, writers.parquet_writer(**options), mode,
-                           min_rows_per_file or num_rows_per_file, partition_cols, arrow_args, compression,
-                           max_rows_per_file)
+        return writers.write_dataset(self, "parquet", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
+                                     max_rows_per_file, partition_cols, arrow_args)
 
     def write_csv(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
                   partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
                   max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
         """As :meth:`write_parquet`; what Ray's ``arrow_csv_args_fn`` returns goes to ``pyarrow.csv.write_csv``."""
-        options, compression = writers.ray_write_options(ray_options, "arrow_csv_args_fn", "write_csv")
-        return self._write("csv", path, filesystem, writers.csv_writer(**options), mode,
-                           min_rows_per_file or num_rows_per_file, partition_cols, ray_options, compression,
-                           max_rows_per_file)
+        return writers.write_dataset(self, "csv", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
+                                     max_rows_per_file, partition_cols, ray_options)
 
     def write_json(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
                    partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
                    max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
         """As :meth:`write_parquet`; what Ray's ``pandas_json_args_fn`` returns goes to ``DataFrame.to_json``."""
-        options, compression = writers.ray_write_options(ray_options, "pandas_json_args_fn", "write_json")
-        return self._write("json", path, filesystem, writers.json_writer(**options), mode,
-                           min_rows_per_file or num_rows_per_file, partition_cols, ray_options, compression,
-                           max_rows_per_file)
+        return writers.write_dataset(self, "json", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
+                                     max_rows_per_file, partition_cols, ray_options)
 
     def write_datasink(self, datasink: Any, *, ray_remote_args: dict[str, Any] | None = None,
                        concurrency: int | None = None) -> None:
@@ -570,16 +562,6 @@ class Dataset:
         if _ray_plan.on_ray_engine():
             return _ray_plan.write_datasink(self._node, datasink, ray_remote_args, concurrency)
         sinks.write(self._execute(), datasink, concurrency, execution.DataContext.get_current().max_threads)
-
-    def _write(self, kind: str, path: str, filesystem: Any, write: Callable[[pa.Table, Any], None], mode: Any,
-               min_rows: int | None, partition_cols: list[str] | None, arrow_args: dict[str, Any],
-               compression: str | None = None, max_rows: int | None = None) -> list[str]:
-        if _ray_plan.on_ray_engine():
-            return _ray_plan.write(self._node, kind, path, filesystem, mode=mode, min_rows_per_file=min_rows,
-                                   max_rows_per_file=max_rows, partition_cols=partition_cols, **arrow_args)
-        return writers.write_blocks(self._execute(), path, filesystem, kind, write, mode=mode, min_rows_per_file=min_rows,
-                                    partition_cols=partition_cols, where=f"write_{kind}", compression=compression,
-                                    max_rows_per_file=max_rows)
 
 
 def _names(cols: Any, where: str) -> list[str]:

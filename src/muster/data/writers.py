@@ -50,6 +50,23 @@ def ray_write_options(options: dict[str, Any], fn_name: str, where: str,
     return {**options, **extra}, compression
 
 
+def write_dataset(dataset: Any, kind: str, path: str, filesystem: Any, mode: Any, min_rows: int | None,
+                  max_rows: int | None, partition_cols: list[str] | None, options: dict[str, Any]) -> list[str]:
+    """``Dataset.write_<kind>`` ("parquet", "csv" or "json") on either engine; the files written.
+    ``options``: the call's other keywords (Ray's, or with Parquet also ``pyarrow.parquet.write_table``'s)."""
+    from muster.data import _ray_plan
+
+    fn_name, make = {"parquet": ("arrow_parquet_args_fn", parquet_writer), "csv": ("arrow_csv_args_fn", csv_writer),
+                     "json": ("pandas_json_args_fn", json_writer)}[kind]
+    writer_options, compression = ray_write_options(options, fn_name, f"write_{kind}", pass_through=kind == "parquet")
+    if _ray_plan.on_ray_engine():
+        return _ray_plan.write(dataset._node, kind, path, filesystem, mode=mode, min_rows_per_file=min_rows,
+                               max_rows_per_file=max_rows, partition_cols=partition_cols, **options)
+    return write_blocks(dataset._execute(), path, filesystem, kind, make(**writer_options), mode=mode,
+                        min_rows_per_file=min_rows, partition_cols=partition_cols, where=f"write_{kind}",
+                        compression=compression, max_rows_per_file=max_rows)
+
+
 def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: str,
                  write: Callable[[pa.Table, Any], None], *, mode: Any = "append",
                  min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
