@@ -132,7 +132,8 @@ async function runPage(v, id) {
   const reports = rep.reports;
   const ranks = [...new Set(reports.map(r => r.rank).concat(workers.map(w => w.rank)))].sort((a, b) => a - b);
   const names = ranks.map(r => "rank " + r);
-  const keys = [...new Set(reports.flatMap(r => Object.keys(r.metrics).filter(k => typeof r.metrics[k] === "number")))];
+  const charted = k => k !== "pid";  // a Tune result's process id: a number, not a metric
+  const keys = [...new Set(reports.flatMap(r => Object.keys(r.metrics).filter(k => charted(k) && typeof r.metrics[k] === "number")))];
   const holder = main.querySelector("#metric-charts");
   for (const k of keys) {
     const cid = "metric-" + k.replace(/[^A-Za-z0-9_-]/g, "_");
