@@ -133,10 +133,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "PowerTransformer": "a map_batches with sklearn.preprocessing.PowerTransformer fitted on a sample",
         "TorchVisionPreprocessor": "a map_batches that applies the torchvision transform to each image",
     },
-    "muster.serve": {
-        "multiplexed": "one deployment per model, or a dict of models inside one deployment keyed by a request field",
-        "get_multiplexed_model_id": "read the model id from the request (a header or a query parameter) yourself",
-    },
     "muster.serve.llm": {
         "LLMRouter": "muster.serve.llm.build_openai_app({'llm_configs': [...]}) (its OpenAiIngress routes by model)",
         "LoraConfig": "none: serve a model with the adapter merged, one LLMConfig per model",

@@ -81,8 +81,9 @@ def test_rays_options_with_no_effect_here_are_accepted_with_a_warning_that_says_
     assert handle.options(use_new_handle_api=True, stream=True)._stream  # Ray's no-op option
     with pytest.raises(TypeError, match=r"unknown option\(s\) \['stram'\]"):
         handle.options(stram=True)
-    with pytest.raises(ValueError, match="multiplexed_model_id='m1'.*one deployment per model"):
-        handle.options(multiplexed_model_id="m1")
+    with pytest.raises(TypeError, match=r"multiplexed_model_id=1\): a model id is a string"):
+        handle.options(multiplexed_model_id=1)
+    assert handle.options(multiplexed_model_id="m1").options(stream=True)._model_id == "m1"  # kept through options
 
 
 def test_graph_turns_bound_deployments_into_handles():

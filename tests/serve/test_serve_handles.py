@@ -531,3 +531,54 @@ def test_replicas_have_ranks_and_a_replacement_takes_the_rank_it_replaces():
     again = seen()
     assert sorted(again) == [0, 1] and again[0][1] == first[0][1] and again[1][1] != first[1][1]
     serve.delete("ranked")
+
+
+@serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=16)
+class Models:
+    """Ray's multiplexing: a loader whose 2 last-used models each replica keeps."""
+
+    def __init__(self):
+        self.loads: list[str] = []
+
+    @serve.multiplexed(max_num_models_per_replica=2)
+    async def get_model(self, model_id: str):
+        self.loads.append(model_id)
+        await asyncio.sleep(0.05)
+        if model_id == "broken":
+            raise KeyError(model_id)
+        return f"model {model_id}"
+
+    async def __call__(self, *args) -> tuple:
+        model = await self.get_model(serve.get_multiplexed_model_id())
+        return model, list(self.loads)
+
+
+def test_multiplexed_models_load_once_and_the_least_recently_used_goes(client):
+    """They were refused; the handle option and the HTTP header both name the model."""
+    handle = serve.run(Models.bind(), name="models", route_prefix="/models")
+
+    def call(model_id: str) -> tuple:
+        return handle.options(multiplexed_model_id=model_id).remote().result(timeout_s=30)
+
+    assert call("a") == ("model a", ["a"])
+    assert call("b")[1] == ["a", "b"]
+    assert call("a")[1] == ["a", "b"]  # kept
+    assert call("c")[1] == ["a", "b", "c"]  # b, the least recently used, goes
+    assert call("a")[1] == ["a", "b", "c"]
+    assert call("b")[1] == ["a", "b", "c", "b"]  # loaded again
+    together = [handle.options(multiplexed_model_id="z").remote() for _ in range(4)]
+    assert [r.result(timeout_s=30)[1].count("z") for r in together] == [1, 1, 1, 1]  # one load, shared
+    with pytest.raises(KeyError):
+        call("broken")
+    with pytest.raises(KeyError):
+        call("broken")  # a failed load is not kept: it is tried again
+    r = client.get("/models", headers={"serve_multiplexed_model_id": "h"})
+    assert r.json()[0] == "model h"
+    serve.delete("models")
+
+
+def test_multiplexed_refuses_what_is_not_an_async_loader():
+    with pytest.raises(TypeError, match="decorate `async def get_model"):
+        serve.multiplexed(lambda self, model_id: None)
+    with pytest.raises(ValueError, match="max_num_models_per_replica=0"):
+        serve.multiplexed(max_num_models_per_replica=0)

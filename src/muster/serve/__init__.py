@@ -28,6 +28,7 @@ from muster.serve.context import ReplicaContext, get_replica_context
 from muster.serve.deployment import Application, Deployment, deployment, ingress
 from muster.serve.exceptions import BackPressureError, RayServeException
 from muster.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
+from muster.serve.multiplex import get_multiplexed_model_id, multiplexed
 
 __all__ = [
     "Application",
@@ -50,8 +51,10 @@ __all__ = [
     "deployment",
     "get_app_handle",
     "get_deployment_handle",
+    "get_multiplexed_model_id",
     "get_replica_context",
     "ingress",
+    "multiplexed",
     "run",
     "run_many",
     "shutdown",

@@ -15,7 +15,7 @@ import concurrent.futures
 import pickle
 from typing import Any, AsyncIterator, Iterator
 
-from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.exceptions import InvalidTypeError
 from muster.serve._internal import eventloop, router, wire
 from muster.serve.exceptions import RequestCancelledError
 
@@ -158,7 +158,12 @@ async def _resolve(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
-def _call_now(app: str, dep: str, method: str, args: tuple, kwargs: dict) -> asyncio.Future | None:
+def _request(method: str, args: tuple, kwargs: dict, stream: bool, model_id: str) -> tuple:
+    """A handle call as it travels: a fifth item only when it names a model (``multiplexed_model_id``)."""
+    return (method, args, kwargs, stream, model_id) if model_id else (method, args, kwargs, stream)
+
+
+def _call_now(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str = "") -> asyncio.Future | None:
     """Send a call at once, with no task (on the Serve loop, a replica with room): the future of its answer.
 
     ``None`` when that cannot be done (an argument is a pending ``DeploymentResponse``, arguments that only
@@ -171,7 +176,7 @@ def _call_now(app: str, dep: str, method: str, args: tuple, kwargs: dict) -> asy
         if isinstance(v, DeploymentResponse):
             return None
     try:
-        payload = pickle.dumps((method, args, kwargs, False), protocol=5)
+        payload = pickle.dumps(_request(method, args, kwargs, False, model_id), protocol=5)
     except Exception:  # noqa: BLE001 - wire.dumps falls back to cloudpickle in _call
         return None
     r = router.registry.router(app, dep)
@@ -206,10 +211,11 @@ def _call_now(app: str, dep: str, method: str, args: tuple, kwargs: dict) -> asy
     return fut
 
 
-async def _call(app: str, dep: str, method: str, args: tuple, kwargs: dict) -> Any:
+async def _call(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str = "") -> Any:
     args, kwargs = await _resolve(args, kwargs)
     r = router.registry.router(app, dep)
-    replica, stream = await r.open_stream(wire.REQ_CALL, wire.dumps((method, args, kwargs, False)), _CALL_TIMEOUT_S)
+    payload = wire.dumps(_request(method, args, kwargs, False, model_id))
+    replica, stream = await r.open_stream(wire.REQ_CALL, payload, _CALL_TIMEOUT_S)
     try:
         kind, payload = await stream.next()
     except asyncio.CancelledError:
@@ -227,8 +233,8 @@ async def _call(app: str, dep: str, method: str, args: tuple, kwargs: dict) -> A
 class _StreamCall:
     """A streaming call's state, living on the Serve loop."""
 
-    def __init__(self, app: str, dep: str, method: str, args: tuple, kwargs: dict):
-        self.key, self.method, self.args, self.kwargs = (app, dep), method, args, kwargs
+    def __init__(self, app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str = ""):
+        self.key, self.method, self.args, self.kwargs, self.model_id = (app, dep), method, args, kwargs, model_id
         self.stream: router.Stream | None = None
         self.replica: Any = None
         self.finished = False
@@ -239,7 +245,7 @@ class _StreamCall:
         r = router.registry.router(*self.key)
         if self.stream is None:
             args, kwargs = await _resolve(self.args, self.kwargs)
-            payload = wire.dumps((self.method, args, kwargs, True))
+            payload = wire.dumps(_request(self.method, args, kwargs, True, self.model_id))
             self.replica, self.stream = await r.open_stream(wire.REQ_CALL, payload, _CALL_TIMEOUT_S)
         try:
             kind, payload = await self.stream.next()
@@ -265,25 +271,24 @@ class DeploymentHandle:
     """Calls one deployment of one app; picklable, so it can be passed to other deployments."""
 
     def __init__(self, deployment_name: str, app_name: str = "default", *, method_name: str = "__call__",
-                 stream: bool = False):
+                 stream: bool = False, multiplexed_model_id: str = ""):
         self.deployment_name, self.app_name = deployment_name, app_name
-        self._method, self._stream = method_name, stream
+        self._method, self._stream, self._model_id = method_name, stream, multiplexed_model_id
 
     def options(self, *, method_name: str | None = None, stream: bool | None = None, **others: Any) -> "DeploymentHandle":
         """A handle with other call options (``stream=True`` for generator methods). Ray's
         ``use_new_handle_api`` and ``_``-prefixed options are accepted and do nothing here."""
-        if others.get("multiplexed_model_id") is not None:
-            raise InvalidArgumentError(
-                f"handle.options(multiplexed_model_id={others['multiplexed_model_id']!r}): model multiplexing is not "
-                "supported; deploy one deployment per model, or keep a dict of models in one deployment and pass "
-                "the model id as an argument of the call."
-            )
+        model_id = others.get("multiplexed_model_id")
+        if model_id is not None and not isinstance(model_id, str):
+            raise InvalidTypeError(f"handle.options(multiplexed_model_id={model_id!r}): a model id is a string.")
         unknown = sorted(k for k in others if not k.startswith("_") and k not in ("use_new_handle_api", "multiplexed_model_id"))
         if unknown:
-            raise InvalidTypeError(f"handle.options(): unknown option(s) {unknown}; known: method_name, stream.")
+            raise InvalidTypeError(f"handle.options(): unknown option(s) {unknown}; known: method_name, stream, "
+                                   "multiplexed_model_id.")
         return DeploymentHandle(
             self.deployment_name, self.app_name, method_name=method_name or self._method,
             stream=self._stream if stream is None else stream,
+            multiplexed_model_id=self._model_id if model_id is None else model_id,
         )
 
     def __getattr__(self, name: str) -> "DeploymentHandle":
@@ -296,26 +301,26 @@ class DeploymentHandle:
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Call the deployment; returns a DeploymentResponse (or a generator with ``stream=True``) at once."""
         if self._stream:
-            call = _StreamCall(self.app_name, self.deployment_name, self._method, args, kwargs)
+            call = _StreamCall(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id)
             return DeploymentResponseGenerator(call)
         if eventloop.on_loop():
-            fut = _call_now(self.app_name, self.deployment_name, self._method, args, kwargs)
+            fut = _call_now(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id)
             if fut is not None:
                 return DeploymentResponse(fut)
             return DeploymentResponse(asyncio.ensure_future(
-                _call(self.app_name, self.deployment_name, self._method, args, kwargs)))
+                _call(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id)))
         return DeploymentResponse(eventloop.submit(_call(self.app_name, self.deployment_name, self._method, args,
-                                                         kwargs)))
+                                                         kwargs, self._model_id)))
 
     def __reduce__(self) -> Any:
-        return (_rebuild, (self.deployment_name, self.app_name, self._method, self._stream))
+        return (_rebuild, (self.deployment_name, self.app_name, self._method, self._stream, self._model_id))
 
     def __repr__(self) -> str:
         return f"DeploymentHandle(deployment={self.deployment_name!r}, app={self.app_name!r})"
 
 
-def _rebuild(dep: str, app: str, method: str, stream: bool) -> DeploymentHandle:
-    return DeploymentHandle(dep, app, method_name=method, stream=stream)
+def _rebuild(dep: str, app: str, method: str, stream: bool, model_id: str = "") -> DeploymentHandle:
+    return DeploymentHandle(dep, app, method_name=method, stream=stream, multiplexed_model_id=model_id)
 
 
 def __getattr__(name: str) -> object:

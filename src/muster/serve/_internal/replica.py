@@ -25,6 +25,7 @@ from typing import Any, cast
 
 from muster.exceptions import InvalidTypeError, MusterError
 from muster.serve import context as replica_context
+from muster.serve import multiplex
 from muster.serve._internal import eventloop, metrics, responses, router, wire
 from muster.serve._internal.plan import TargetRef
 from muster.serve.config import DeploymentConfig
@@ -154,7 +155,7 @@ class _Conn(wire.FrameProtocol):
             task.cancel()
 
 
-def _call_of(payload: bytes) -> tuple[str, tuple, dict, bool]:
+def _call_of(payload: bytes) -> tuple:
     """A handle call's (method, args, kwargs, streaming); an error for its caller if it will not unpickle."""
     try:
         return wire.loads(payload)
@@ -201,6 +202,8 @@ class ReplicaActor:
             self.obj = target
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj, rank,
                                                             spec.world_size))
+        self.multiplexed = inspect.isclass(target) and any(
+            getattr(getattr(target, n, None), multiplex.MARK, False) for n in dir(target) if not n.startswith("__"))
         if self.asgi is not None and inspect.isclass(target):
             from muster.serve._internal.ingress_fastapi import bind_routes
 
@@ -352,6 +355,10 @@ class ReplicaActor:
             async with self.sem:
                 fields, body = wire.parse_http_request(payload)
                 scope = _scope(fields)
+                if self.multiplexed:  # the header naming the request's model, for get_multiplexed_model_id()
+                    for k, v in scope["headers"]:
+                        if k == multiplex.MODEL_ID_HEADER:
+                            multiplex.set_model_id(v.decode("latin-1"))
                 receive = _receive_once(body)
                 sender = responses.FrameSender(proto.send, stream)
                 try:
@@ -404,7 +411,9 @@ class ReplicaActor:
             async with self.sem:
                 method = "a handle call"
                 try:
-                    method, args, kwargs, streaming = _call_of(payload)
+                    method, args, kwargs, streaming, *model = _call_of(payload)
+                    if model:
+                        multiplex.set_model_id(model[0])
                     result = await self._invoke(method, args, kwargs)
                     if streaming:
                         if not responses.is_stream(result):

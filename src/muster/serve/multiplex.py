@@ -1,0 +1,99 @@
+"""Model multiplexing, as Ray's: ``@serve.multiplexed`` and ``serve.get_multiplexed_model_id()``.
+
+One deployment serves many models: a request names its model (``handle.options(multiplexed_model_id=...)``,
+or the HTTP header ``serve_multiplexed_model_id``), and the replica's loader, decorated with
+``@serve.multiplexed(max_num_models_per_replica=n)``, keeps the ``n`` models it used last. A model asked for
+again is not loaded again; requests for one model that arrive while it loads share the one load; a load that
+fails is not kept. Unlike Ray, requests are not routed to the replicas that hold their model already: each
+replica keeps its own ``n``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import inspect
+import weakref
+from contextvars import ContextVar
+from typing import Any, Awaitable, Callable
+
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
+
+#: the HTTP header a request names its model in (Ray's name)
+MODEL_ID_HEADER = b"serve_multiplexed_model_id"
+
+#: set on the loaders ``@serve.multiplexed`` makes (the replica reads the header only for their deployments)
+MARK = "__muster_multiplexed__"
+
+_model_id: ContextVar[str] = ContextVar("muster_serve_multiplexed_model_id", default="")
+
+
+def get_multiplexed_model_id() -> str:
+    """The model the request being served names ("" when it names none)."""
+    return _model_id.get()
+
+
+def set_model_id(model_id: str) -> None:
+    """Name the model of the request running in this context (the replica does it)."""
+    _model_id.set(model_id)
+
+
+class _Models:
+    """The models one loader keeps: the ``size`` used last (``-1``: every one), by model id."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.loaded: collections.OrderedDict[str, asyncio.Future] = collections.OrderedDict()
+
+    async def get(self, model_id: str, load: Callable[[], Awaitable[Any]]) -> Any:
+        held = self.loaded.get(model_id)
+        if held is None:
+            held = asyncio.ensure_future(load())
+            self.loaded[model_id] = held
+            while 0 < self.size < len(self.loaded):  # the least recently used go; Python frees them
+                self.loaded.popitem(last=False)
+        else:
+            self.loaded.move_to_end(model_id)
+        try:
+            return await asyncio.shield(held)
+        except BaseException:
+            if held.done() and self.loaded.get(model_id) is held:  # a failed load is not kept
+                del self.loaded[model_id]
+            raise
+
+
+def multiplexed(func: Callable[..., Any] | None = None, *, max_num_models_per_replica: int = 3) -> Any:
+    """Make ``async def get_model(self, model_id)`` a loader whose models each replica keeps (Ray's).
+
+    Raises:
+        ValueError: ``max_num_models_per_replica`` is not a positive integer (or -1: no limit).
+        TypeError: the function is not ``async def`` of one model id (after ``self``).
+    """
+    size = max_num_models_per_replica
+    if isinstance(size, bool) or not isinstance(size, int) or not (size >= 1 or size == -1):
+        raise InvalidArgumentError(f"serve.multiplexed(max_num_models_per_replica={size!r}): give a positive "
+                                   "integer (-1: keep every model loaded).")
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        params = list(inspect.signature(fn).parameters)
+        method = params[:1] == ["self"]
+        if not inspect.iscoroutinefunction(fn) or len(params) != 1 + method:
+            raise InvalidTypeError(f"@serve.multiplexed on {fn.__qualname__}{inspect.signature(fn)}: decorate "
+                                   "`async def get_model(self, model_id: str)`, which loads and returns one model.")
+        per_owner: weakref.WeakKeyDictionary[Any, _Models] = weakref.WeakKeyDictionary()
+        alone = _Models(size)
+
+        @functools.wraps(fn)
+        async def load(*args: Any) -> Any:
+            model_id = args[-1]
+            if not isinstance(model_id, str) or not model_id:
+                raise InvalidArgumentError(f"{fn.__qualname__}(model_id={model_id!r}): a model id is a non-empty "
+                                           "string (serve.get_multiplexed_model_id() gives the request's).")
+            models = per_owner.setdefault(args[0], _Models(size)) if method else alone
+            return await models.get(model_id, lambda: fn(*args))
+
+        setattr(load, MARK, True)
+        return load
+
+    return decorate(func) if func is not None else decorate
