@@ -227,6 +227,23 @@ def _check_dataset(ds: Any, where: str) -> None:
                                f"muster.data.from_pandas(df){hint}.")
 
 
+class ColumnsPreprocessor(Preprocessor):
+    """A preprocessor of named ``columns`` whose results go to ``output_columns`` (default: over the inputs)."""
+
+    def __init__(self, columns: list[str], output_columns: list[str] | None = None):
+        super().__init__()
+        self._output_columns = derive_output_columns(type(self).__name__, columns, output_columns)
+        self._columns = list(columns)
+
+    @property
+    def columns(self) -> list[str]:
+        return self._columns
+
+    @property
+    def output_columns(self) -> list[str]:
+        return self._output_columns
+
+
 def derive_output_columns(who: str, columns: Any, output_columns: Any) -> list[str]:
     """``output_columns`` checked against ``columns`` (the same number), or ``columns`` when not given."""
     check_columns(who, columns)

@@ -9,21 +9,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from muster.data.aggregate import Max, Min
-from muster.data.preprocessor import Preprocessor, check_present, derive_output_columns
+from muster.data.preprocessor import ColumnsPreprocessor, Preprocessor, check_present
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 if TYPE_CHECKING:
     from muster.data.dataset import Dataset
 
 
-class _KBinsDiscretizer(Preprocessor):
+class _KBinsDiscretizer(ColumnsPreprocessor):
     def __init__(self, columns: list[str], bins: Any, *, right: bool = True, include_lowest: bool = False,
                  duplicates: str = "raise", dtypes: dict[str, Any] | None = None,
                  output_columns: list[str] | None = None):
-        super().__init__()
+        super().__init__(columns, output_columns)
         name = type(self).__name__
-        self._output_columns = derive_output_columns(name, columns, output_columns)
-        self._columns = list(columns)
         if isinstance(bins, dict) and any(c not in bins for c in self._columns):
             raise InvalidArgumentError(f"{name}(bins={bins!r}): bins is a dict, so give bins for every column of "
                                        f"{self._columns!r}.")
@@ -32,13 +30,11 @@ class _KBinsDiscretizer(Preprocessor):
         self._bins, self._right, self._include_lowest = bins, right, include_lowest
         self._duplicates, self._dtypes = duplicates, dtypes
 
-    columns = property(lambda self: self._columns)
     bins = property(lambda self: self._bins)
     right = property(lambda self: self._right)
     include_lowest = property(lambda self: self._include_lowest)
     duplicates = property(lambda self: self._duplicates)
     dtypes = property(lambda self: self._dtypes)
-    output_columns = property(lambda self: self._output_columns)
 
     def _edges(self, column: str) -> Any:
         return self._bins[column] if isinstance(self._bins, dict) else self._bins

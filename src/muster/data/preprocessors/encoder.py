@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from muster.data.preprocessor import Preprocessor, check_columns, check_present, derive_output_columns
+from muster.data.preprocessor import ColumnsPreprocessor, Preprocessor, check_present
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 if TYPE_CHECKING:
@@ -82,20 +82,7 @@ def _upsert(table: pa.Table, name: str, values: Any) -> pa.Table:
     return table.append_column(name, values)
 
 
-class _Encoder(Preprocessor):
-    def __init__(self, columns: list[str], output_columns: list[str] | None):
-        super().__init__()
-        self._columns = list(columns) if isinstance(columns, (list, tuple)) else columns
-        self._output_columns = derive_output_columns(type(self).__name__, columns, output_columns)
-
-    @property
-    def columns(self) -> list[str]:
-        return self._columns
-
-    @property
-    def output_columns(self) -> list[str]:
-        return self._output_columns
-
+class _Encoder(ColumnsPreprocessor):
     @classmethod
     def preferred_batch_format(cls) -> str:
         return "pyarrow"
@@ -235,30 +222,19 @@ class LabelEncoder(Preprocessor):
         return f"LabelEncoder(label_column={self._label_column!r}, output_column={self._output_column!r})"
 
 
-class Categorizer(Preprocessor):
+class Categorizer(ColumnsPreprocessor):
     """Columns as pandas categoricals (Arrow dictionary columns): the categories are the sorted values
     ``fit`` saw (nulls left out), or the ``dtypes={col: pandas.CategoricalDtype(...)}`` given.
     ``stats_``: ``{col: CategoricalDtype}``."""
 
     def __init__(self, columns: list[str], dtypes: dict[str, Any] | None = None,
                  output_columns: list[str] | None = None):
-        super().__init__()
-        check_columns("Categorizer", columns)
-        self._columns = list(columns)
+        super().__init__(columns, output_columns)
         self._dtypes = dict(dtypes or {})
-        self._output_columns = derive_output_columns("Categorizer", columns, output_columns)
-
-    @property
-    def columns(self) -> list[str]:
-        return self._columns
 
     @property
     def dtypes(self) -> dict[str, Any]:
         return self._dtypes
-
-    @property
-    def output_columns(self) -> list[str]:
-        return self._output_columns
 
     def _fit(self, ds: "Dataset") -> Preprocessor:
         import pandas as pd

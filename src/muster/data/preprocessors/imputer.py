@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 
 from muster.data.aggregate import Mean
-from muster.data.preprocessor import Preprocessor, check_present, derive_output_columns
+from muster.data.preprocessor import ColumnsPreprocessor, Preprocessor, check_present
 from muster.exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def _most_frequent(ds: "Dataset", columns: list[str]) -> dict[str, Any]:
     return {c: (counts[c].most_common(1)[0][0] if counts[c] else None) for c in columns}
 
 
-class SimpleImputer(Preprocessor):
+class SimpleImputer(ColumnsPreprocessor):
     """Fill each column's missing values with its mean (``strategy="mean"``), its most frequent value
     (``"most_frequent"``, which also works for strings) or ``fill_value`` (``"constant"``, nothing to fit).
 
@@ -39,7 +39,7 @@ class SimpleImputer(Preprocessor):
 
     def __init__(self, columns: list[str], strategy: str = "mean", fill_value: str | Number | None = None, *,
                  output_columns: list[str] | None = None):
-        super().__init__()
+        super().__init__(columns, output_columns)
         if strategy not in _STRATEGIES:
             raise InvalidArgumentError(f"SimpleImputer(strategy={strategy!r}): use one of {list(_STRATEGIES)}.")
         if strategy == "constant":
@@ -47,14 +47,8 @@ class SimpleImputer(Preprocessor):
             if fill_value is None:
                 raise InvalidArgumentError("SimpleImputer(strategy='constant'): also pass the value to fill with, "
                                            "fill_value=0 for example.")
-        self._output_columns = derive_output_columns("SimpleImputer", columns, output_columns)
-        self._columns = list(columns)
         self._strategy = strategy
         self._fill_value = fill_value
-
-    @property
-    def columns(self) -> list[str]:
-        return self._columns
 
     @property
     def strategy(self) -> str:
@@ -63,10 +57,6 @@ class SimpleImputer(Preprocessor):
     @property
     def fill_value(self) -> str | Number | None:
         return self._fill_value
-
-    @property
-    def output_columns(self) -> list[str]:
-        return self._output_columns
 
     def _fit(self, ds: "Dataset") -> Preprocessor:
         check_present(f"{self!r}.fit", ds, self._columns)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from muster.data.preprocessor import Preprocessor, derive_output_columns
+from muster.data.preprocessor import ColumnsPreprocessor
 from muster.exceptions import InvalidArgumentError
 
 _NORMS = {
@@ -16,7 +16,7 @@ _NORMS = {
 }
 
 
-class Normalizer(Preprocessor):
+class Normalizer(ColumnsPreprocessor):
     """Divide each row's values in ``columns`` by that row's ``norm`` over them: ``"l2"`` (Euclidean),
     ``"l1"`` (sum of absolute values) or ``"max"`` (largest absolute value). A row of zeros becomes NaN,
     as in Ray."""
@@ -24,24 +24,14 @@ class Normalizer(Preprocessor):
     _is_fittable = False
 
     def __init__(self, columns: list[str], norm: str = "l2", *, output_columns: list[str] | None = None):
-        super().__init__()
+        super().__init__(columns, output_columns)
         if norm not in _NORMS:
             raise InvalidArgumentError(f"Normalizer(norm={norm!r}): use one of {list(_NORMS)}.")
-        self._output_columns = derive_output_columns("Normalizer", columns, output_columns)
-        self._columns = list(columns)
         self._norm = norm
-
-    @property
-    def columns(self) -> list[str]:
-        return self._columns
 
     @property
     def norm(self) -> str:
         return self._norm
-
-    @property
-    def output_columns(self) -> list[str]:
-        return self._output_columns
 
     def _transform_pandas(self, df: Any) -> Any:
         rows = df[self._columns].to_numpy(dtype="float64")

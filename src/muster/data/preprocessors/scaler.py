@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from muster.data.aggregate import Max, Mean, Min, Std
-from muster.data.preprocessor import Preprocessor, check_present, derive_output_columns
+from muster.data.preprocessor import ColumnsPreprocessor, Preprocessor, check_present
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 if TYPE_CHECKING:
@@ -24,21 +24,8 @@ if TYPE_CHECKING:
 _EPSILON = 1e-8  # a spread below this divides by 1 (a constant column is only shifted), as in Ray
 
 
-class _ColumnScaler(Preprocessor):
+class _ColumnScaler(ColumnsPreprocessor):
     """Scales each column as ``(x - center) / scale`` from its fitted statistics."""
-
-    def __init__(self, columns: list[str], output_columns: list[str] | None = None):
-        super().__init__()
-        self._columns = list(columns) if isinstance(columns, (list, tuple)) else columns
-        self._output_columns = derive_output_columns(type(self).__name__, columns, output_columns)
-
-    @property
-    def columns(self) -> list[str]:
-        return self._columns
-
-    @property
-    def output_columns(self) -> list[str]:
-        return self._output_columns
 
     def _center_and_scale(self, column: str) -> tuple[float, float] | None:
         raise NotImplementedError
