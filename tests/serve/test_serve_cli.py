@@ -1,4 +1,4 @@
-"""``muster serve run|deploy|status|shutdown`` as a user runs them: real subprocesses, a free port."""
+"""``muster serve run|deploy|config|status|shutdown`` as a user runs them: real subprocesses, a free port."""
 
 from __future__ import annotations
 
@@ -115,8 +115,14 @@ def test_run_status_deploy_shutdown(env, tmp_path, monkeypatch):
         assert st.stdout.startswith("proxies:")
         assert status["applications"]["default"]["status"] == "RUNNING"
         assert status["http"]["port"] == port
+        # Ray's `serve config`: only apps deployed from a config file have one
+        assert _muster(env, tmp_path, "serve", "config").stdout == "No configuration was found.\n"
         dep = _muster(env, tmp_path, "serve", "deploy", "serve.yaml", "--port", str(port))
         assert dep.returncode == 0, dep.stderr + dep.stdout
+        cf = _muster(env, tmp_path, "serve", "config", "--port", str(port))
+        assert cf.returncode == 0, cf.stderr
+        assert yaml.safe_load(cf.stdout) == yaml.safe_load(CONFIG)["applications"][0]  # the entry as the file has it
+        assert yaml.safe_load(_muster(env, tmp_path, "serve", "config", "-n", "second").stdout)["args"] == {"who": "config"}
         # the app's runtime_env env_vars reach its replicas
         assert httpx.get(f"http://127.0.0.1:{port}/second", timeout=30).json() == {"hello": "config", "greeting": "hi"}
         status = json.loads(_muster(env, tmp_path, "serve", "status", "--json", "-n", "second").stdout)

@@ -14,7 +14,7 @@ import pytest
 from starlette.requests import Request
 
 from muster import serve
-from muster.exceptions import ResourcesUnavailableError
+from muster.exceptions import InvalidArgumentError, ResourcesUnavailableError
 
 from serve_helpers import serving, wait_until
 
@@ -55,6 +55,29 @@ def test_backpressure_gives_503_with_retry_after(client):
     busy = next(r for r in rs if r.status_code == 503)
     assert busy.headers["retry-after"] == "1" and "max_queued_requests=1" in busy.text
     serve.delete("bp")
+
+
+def test_backpressure_config_sets_status_and_retry_after(client):
+    """Ray's BackpressureConfig: 429 and a Retry-After rounded up to whole seconds (the options' dict form too);
+    a bad value is refused where it is made, naming it."""
+    from muster.serve.config import BackpressureConfig
+
+    app = Sleeper.options(name="bp429", max_ongoing_requests=1, max_queued_requests=0,
+                          backpressure_config=BackpressureConfig(status_code=429, retry_after_s=2.5)).bind()
+    serve.run(app, name="bp429", route_prefix="/bp429")
+    rs = _parallel(client, 3, "/bp429?s=1")
+    busy = [r for r in rs if r.status_code != 200]
+    assert busy and all(r.status_code == 429 and r.headers["retry-after"] == "3" for r in busy), rs
+    # a dict (as a config file gives it), with no retry_after_s: no Retry-After header, as in Ray
+    serve.run(Sleeper.options(name="bp429", max_ongoing_requests=1, max_queued_requests=0,
+                              backpressure_config={"status_code": 503}).bind(), name="bp429", route_prefix="/bp429")
+    busy = [r for r in _parallel(client, 3, "/bp429?s=1") if r.status_code != 200]
+    assert busy and all(r.status_code == 503 and "retry-after" not in r.headers for r in busy)
+    serve.delete("bp429")
+    with pytest.raises(InvalidArgumentError, match=r"status_code=418.*503.*429"):
+        BackpressureConfig(status_code=418)
+    with pytest.raises(InvalidArgumentError, match=r"unknown field\(s\) \['retry_after'\]"):
+        Sleeper.options(backpressure_config={"retry_after": 5})
 
 
 def test_one_slow_request_does_not_hold_up_the_others(client):

@@ -128,7 +128,8 @@ def _serve_until_interrupted() -> None:
 
 
 def _run(target: Application, *, name: str, route_prefix: str | None,
-         overrides: dict[str, dict[str, Any]] | None = None, env_vars: dict[str, str] | None = None) -> DeploymentHandle:
+         overrides: dict[str, dict[str, Any]] | None = None, env_vars: dict[str, str] | None = None,
+         config: dict[str, Any] | None = None) -> DeploymentHandle:
     from muster.serve._internal import plan
 
     if not isinstance(name, str) or not name:
@@ -138,7 +139,7 @@ def _run(target: Application, *, name: str, route_prefix: str | None,
         raise InvalidArgumentError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
     ingress, plans = plan.build(target, name, overrides, env_vars)
     start()
-    _get().deploy(name, route_prefix, ingress, plans)
+    _get().deploy(name, route_prefix, ingress, plans, config=config)
     return DeploymentHandle(ingress, name)
 
 

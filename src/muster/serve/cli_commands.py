@@ -1,4 +1,4 @@
-"""``muster serve run|deploy|status|shutdown|build``."""
+"""``muster serve run|deploy|config|status|shutdown|build``."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def register(sub: Any) -> None:
     dep.add_argument("config")
     dep.add_argument("--port", type=int, default=None, help="which instance, by its HTTP port")
     dep.set_defaults(fn=cmd_deploy)
+    cf = ss.add_parser("config", help="the config each app was deployed with, as YAML (Ray's `serve config`)")
+    cf.add_argument("--port", type=int, default=None)
+    cf.add_argument("-n", "--name", default=None, help="only this app")
+    cf.set_defaults(fn=cmd_config)
     st = ss.add_parser("status", help="apps and deployments of a running Serve instance, as YAML (as Ray's)")
     st.add_argument("--port", type=int, default=None)
     st.add_argument("-n", "--name", default=None, help="only this app (Ray's option)")
@@ -43,7 +47,7 @@ def register(sub: Any) -> None:
     build.add_argument("-k", "--kubernetes-format", action="store_true",
                        help="Ray's KubeRay layout: refused, muster's clusters are Ray's own (see docs/multinode.md)")
     build.set_defaults(fn=cmd_build)
-    for cmd in (dep, st, sh):  # Ray's scripts pass its dashboard address; muster finds local instances by --port
+    for cmd in (dep, cf, st, sh):  # Ray's scripts pass its dashboard address; muster finds local instances by --port
         cmd.add_argument("-a", "--address", default=None,
                          help="Ray's dashboard address: ignored (muster finds the instance on this machine; --port picks one)")
 
@@ -144,6 +148,27 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         print(f"muster serve deploy: {reply['error']}", file=sys.stderr)
         return 1
     print(f"deployed {', '.join(reply['applications'])} to http://{rec['host']}:{rec['port']}")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """Print the config file entry each running app was deployed from (``muster serve deploy`` or ``serve run
+    config.yaml``), one YAML document per app, as Ray's ``serve config``; apps ``serve.run`` started have none."""
+    import yaml
+
+    from muster.serve._internal import admin
+
+    rec = _instance(args.port)
+    if rec is None:
+        return 1
+    configs = admin.request(rec, "config").get("applications", {})
+    if args.name is not None:
+        if configs.get(args.name) is None:
+            print(f'No config has been deployed for application "{args.name}".')
+            return 0
+        configs = {args.name: configs[args.name]}
+    docs = [yaml.safe_dump(c, sort_keys=False, default_flow_style=False) for c in configs.values() if c is not None]
+    print("\n---\n\n".join(docs), end="") if docs else print("No configuration was found.")
     return 0
 
 

@@ -150,6 +150,49 @@ class AutoscalingConfig:
 
 
 @dataclass(kw_only=True)
+class BackpressureConfig:
+    """The HTTP answer to a request refused because the deployment's queue is full (Ray's
+    ``ray.serve.config.BackpressureConfig``): ``status_code`` 503 or 429, and ``retry_after_s``, sent as a
+    ``Retry-After`` header rounded up to whole seconds (None: no header). A deployment without one
+    answers 503 with ``Retry-After: 1``; an unavailable deployment always gets 503."""
+
+    status_code: int = 503
+    retry_after_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.status_code not in (503, 429) or isinstance(self.status_code, bool):
+            raise InvalidArgumentError(f"BackpressureConfig(status_code={self.status_code!r}): use 503 (the default) "
+                                       "or 429, as Ray allows.")
+        if self.retry_after_s is not None:
+            _positive("BackpressureConfig(retry_after_s", self.retry_after_s, allow_zero=True)
+            if math.isinf(self.retry_after_s):
+                raise InvalidArgumentError(f"BackpressureConfig(retry_after_s={self.retry_after_s!r}): use a finite "
+                                           "number of seconds, or None for no Retry-After header.")
+
+    @classmethod
+    def coerce(cls, value: "BackpressureConfig | Mapping[str, Any] | None") -> "BackpressureConfig | None":
+        if value is None or isinstance(value, BackpressureConfig):
+            return value
+        if not isinstance(value, Mapping):
+            raise InvalidArgumentError(f"backpressure_config={value!r}: pass a BackpressureConfig or a dict such as "
+                                       "{'status_code': 429, 'retry_after_s': 5}.")
+        unknown = sorted(set(value) - {"status_code", "retry_after_s"})
+        if unknown:  # Ray refuses them too, so a typo (retry_after) is not silently dropped
+            raise InvalidArgumentError(f"backpressure_config: unknown field(s) {unknown}; known: retry_after_s, "
+                                       "status_code.")
+        return cls(**dict(value))
+
+    def rejection(self) -> tuple[int, str | None]:
+        """The status and ``Retry-After`` value a refused request gets."""
+        retry = None if self.retry_after_s is None else str(max(0, math.ceil(self.retry_after_s)))
+        return self.status_code, retry
+
+
+#: What a refused request gets when the deployment sets no ``backpressure_config``.
+DEFAULT_REJECTION: tuple[int, str | None] = (503, "1")
+
+
+@dataclass(kw_only=True)
 class DeploymentConfig:
     """Everything ``@serve.deployment(...)`` / ``.options(...)`` sets for one deployment."""
 
@@ -164,6 +207,7 @@ class DeploymentConfig:
     health_check_timeout_s: float = 30.0
     graceful_shutdown_timeout_s: float = 20.0
     graceful_shutdown_wait_loop_s: float = 2.0
+    backpressure_config: BackpressureConfig | None = None
     route_prefix: str | None = None  # deprecated in Ray; accepted for old scripts
 
     def __post_init__(self) -> None:
@@ -171,6 +215,7 @@ class DeploymentConfig:
             raise InvalidArgumentError(f"deployment name={self.name!r}: use a non-empty string without '/' or '#' "
                                        "(replica names are app#deployment#n, as in Ray).")
         self.autoscaling_config = AutoscalingConfig.coerce(self.autoscaling_config)
+        self.backpressure_config = BackpressureConfig.coerce(self.backpressure_config)
         if self.num_replicas == "auto":
             if self.autoscaling_config is None:
                 self.autoscaling_config = AutoscalingConfig.default()
@@ -205,6 +250,10 @@ class DeploymentConfig:
         if self.autoscaling_config is not None:
             return self.autoscaling_config.start_replicas
         return 1 if self.num_replicas is None else int(self.num_replicas)
+
+    def rejection(self) -> tuple[int, str | None]:
+        """The HTTP status and ``Retry-After`` value of a request the full queue refuses."""
+        return DEFAULT_REJECTION if self.backpressure_config is None else self.backpressure_config.rejection()
 
     def resources(self) -> dict[str, float]:
         """The resources one replica holds (Ray's default: 1 CPU)."""

@@ -82,6 +82,7 @@ def deployment(
     health_check_timeout_s: float = 30.0,
     graceful_shutdown_timeout_s: float = 20.0,
     graceful_shutdown_wait_loop_s: float = 2.0,
+    backpressure_config: Any = None,
     **ignored: Any,
 ) -> Any:
     """Make a class or function a Serve deployment (Ray Serve's ``@serve.deployment``).
@@ -94,6 +95,8 @@ def deployment(
         max_ongoing_requests: requests one replica runs at once.
         max_queued_requests: requests a caller queues when every replica is
             full; past it, HTTP answers 503 (``-1``: no limit).
+        backpressure_config: that answer instead: a ``BackpressureConfig``
+            (or dict) with ``status_code`` 503 or 429 and ``retry_after_s``.
         autoscaling_config: ``min_replicas``, ``initial_replicas``,
             ``max_replicas``, ``target_ongoing_requests``,
             ``upscale_delay_s``, ``downscale_delay_s``.
@@ -126,7 +129,7 @@ def deployment(
             autoscaling_config=autoscaling_config, user_config=user_config,
             health_check_period_s=health_check_period_s, health_check_timeout_s=health_check_timeout_s,
             graceful_shutdown_timeout_s=graceful_shutdown_timeout_s,
-            graceful_shutdown_wait_loop_s=graceful_shutdown_wait_loop_s,
+            graceful_shutdown_wait_loop_s=graceful_shutdown_wait_loop_s, backpressure_config=backpressure_config,
         )
         return Deployment(target, config)
 

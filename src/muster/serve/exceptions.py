@@ -12,7 +12,16 @@ class RayServeException(MusterError):
 
 
 class BackPressureError(RayServeException):
-    """Every replica is at ``max_ongoing_requests`` and the queue is at ``max_queued_requests``."""
+    """Every replica is at ``max_ongoing_requests`` and the queue is at ``max_queued_requests``.
+    ``status_code`` and ``retry_after`` (the ``Retry-After`` header's value, or None) are what HTTP answers
+    (the deployment's ``backpressure_config``)."""
+
+    def __init__(self, message: str, status_code: int = 503, retry_after: str | None = "1"):
+        super().__init__(message, status_code, retry_after)  # all in args: the error pickles whole
+        self.status_code, self.retry_after = status_code, retry_after
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class DeploymentUnavailableError(RayServeException):

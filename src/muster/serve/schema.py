@@ -49,6 +49,8 @@ class AppSchema:
     args: dict[str, Any] = field(default_factory=dict)
     deployments: list[dict[str, Any]] = field(default_factory=list)
     runtime_env: dict[str, Any] = field(default_factory=dict)
+    #: the mapping as the file gave it (what ``muster serve config`` prints back, as Ray's does)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.import_path, str) or not self.import_path:
@@ -84,7 +86,7 @@ class ServeConfig:
     def from_dict(cls, raw: Any, source: str = "config") -> "ServeConfig":
         if not isinstance(raw, dict) or not isinstance(raw.get("applications"), list):
             raise InvalidArgumentError(f"{source}: expected a mapping with an 'applications' list (Ray Serve's config schema).")
-        known = {f.name for f in dataclasses.fields(AppSchema)}
+        known = {f.name for f in dataclasses.fields(AppSchema)} - {"raw"}
         apps = []
         for i, a in enumerate(raw["applications"]):
             if not isinstance(a, dict):
@@ -92,7 +94,7 @@ class ServeConfig:
             unknown = sorted(set(a) - known)
             if unknown:
                 raise InvalidArgumentError(f"{source}: applications[{i}] has unknown field(s) {unknown}; known: {sorted(known)}.")
-            apps.append(AppSchema(**a))
+            apps.append(AppSchema(**a, raw=copy.deepcopy(a)))
         top = set(raw) - {"applications", "http_options"}
         unknown = sorted(top - set(_RAY_TOP_LEVEL))
         if unknown:
@@ -223,7 +225,7 @@ def deploy(config: ServeConfig) -> list[str]:
     for app in config.applications:
         warn_unused_runtime_env(app.runtime_env, f"application {app.name!r}", stacklevel=2)
         api._run(import_app(app.import_path, app.args), name=app.name, route_prefix=app.route_prefix,
-                 overrides=app.overrides(), env_vars=dict(app.runtime_env.get("env_vars") or {}))
+                 overrides=app.overrides(), env_vars=dict(app.runtime_env.get("env_vars") or {}), config=app.raw)
     wanted = {a.name for a in config.applications}
     for name in list(api.status().applications):
         if name not in wanted:

@@ -2,7 +2,8 @@
 
 The driver that runs Serve listens on a unix socket (one JSON line in, one
 out) and records it in ``<serve_state_dir>/serve-<port>.json``.  Ops:
-``{"op": "status"}`` -> the controller's status; ``{"op": "shutdown"}`` ->
+``{"op": "status"}`` -> the controller's status; ``{"op": "config"}`` -> each app's config file
+entry; ``{"op": "shutdown"}`` ->
 ``{"ok": true}``, then the driver shuts Serve down (and ``muster serve run``
 exits).
 """
@@ -38,6 +39,8 @@ def start(controller: Any) -> None:
             loop = asyncio.get_running_loop()
             if op == "status":
                 reply: dict[str, Any] = await loop.run_in_executor(None, controller.status)
+            elif op == "config":
+                reply = {"applications": controller.app_configs()}
             elif op == "deploy":
                 from muster.serve import schema
 
@@ -47,7 +50,7 @@ def start(controller: Any) -> None:
                 reply = {"ok": True}
                 shutdown_requested.set()
             else:
-                reply = {"error": f"unknown op {op!r}; use 'status', 'deploy' or 'shutdown'"}
+                reply = {"error": f"unknown op {op!r}; use 'status', 'config', 'deploy' or 'shutdown'"}
             writer.write(json.dumps(reply).encode() + b"\n")
             await writer.drain()
         except Exception as exc:  # noqa: BLE001 - answer the client, keep serving

@@ -99,8 +99,10 @@ class ServeController:
         threading.Thread(target=self._supervise, name="muster-serve-supervisor", daemon=True).start()
 
     # -- apps -------------------------------------------------------------------
-    def deploy(self, name: str, route_prefix: str | None, ingress: str, plans: list[DeploymentPlan]) -> None:
-        """Start (or replace) app ``name``; returns once every replica is up.
+    def deploy(self, name: str, route_prefix: str | None, ingress: str, plans: list[DeploymentPlan],
+               config: dict[str, Any] | None = None) -> None:
+        """Start (or replace) app ``name``; returns once every replica is up. ``config``: the config file's
+        entry for it (``muster serve deploy``), kept for ``muster serve config``; None from ``serve.run``.
 
         Raises:
             ResourcesUnavailableError: its replicas can never fit next to the other apps.
@@ -116,13 +118,14 @@ class ServeController:
             self._check_fits(name, plans)
             old = self.apps.get(name)
         if old is not None and self._reconfigure_in_place(old, route_prefix, ingress, plans):
+            old.config = config
             return
         for p in plans:
             plan.check_picklable(p, name)
             old = self.apps.get(name)
         new = AppState(name, route_prefix, ingress, {
             p.name: DeploymentState(name, p, target=p.config.initial_replicas) for p in plans
-        })
+        }, config=config)
         need = self._need(plans)
         stop_old_first = old is not None and not res.fits(need, self.runtime.available())
         if stop_old_first and old is not None:
@@ -444,7 +447,7 @@ class ServeController:
             deps = {
                 (a.name, d.plan.name): router.DeploymentRoute(
                     tuple(router.ReplicaRoute(r.id, r.socket) for r in d.running()),
-                    d.plan.config.max_ongoing_requests, d.plan.config.max_queued_requests,
+                    d.plan.config.max_ongoing_requests, d.plan.config.max_queued_requests, d.plan.config.rejection(),
                 )
                 for a in self.apps.values() for d in a.deployments.values()
             }
@@ -541,6 +544,11 @@ class ServeController:
         return {"proxies": {"ingress": "HEALTHY" if self.ingress.is_alive() else "UNHEALTHY"},
                 "http": {"host": self.host, "port": self.port, "server": self.options.server,
                          "loop": self.options.loop}, "applications": apps}
+
+    def app_configs(self) -> dict[str, Any]:
+        """Each app's config file entry (None for an app ``serve.run`` started), for ``muster serve config``."""
+        with self.lock:
+            return {a.name: a.config for a in self.apps.values()}
 
     def shutdown(self) -> None:
         self._stop.set()

@@ -107,7 +107,8 @@ class IngressApp:
         try:
             replica, stream = await r.open_stream(wire.REQ_HTTP, wire.http_request(fields, body), timeout or 30.0)
         except (BackPressureError, DeploymentUnavailableError) as exc:
-            await _plain(send, 503, str(exc), [(b"retry-after", b"1"), *echo])
+            status, retry = ingress_rsgi.refusal(exc)
+            await _plain(send, status, str(exc), [*([(b"retry-after", retry.encode())] if retry else []), *echo])
             return
         ingress_rsgi.late.add(stream, lambda: _watch_asgi(receive, stream))  # only once it runs long
         try:

@@ -18,6 +18,14 @@ from muster.serve.exceptions import BackPressureError, DeploymentUnavailableErro
 _TEXT = [("content-type", "text/plain; charset=utf-8")]
 
 
+def refusal(exc: Exception) -> tuple[int, str | None]:
+    """The status and ``Retry-After`` of a request no replica could take: the deployment's
+    ``backpressure_config`` for a full queue, 503 and 1 s for a deployment that is not running."""
+    if isinstance(exc, BackPressureError):
+        return exc.status_code, exc.retry_after
+    return 503, "1"
+
+
 def websocket_refusal(path: str) -> str:
     """The 501's text for a WebSocket upgrade (both servers answer one with it)."""
     return (f"the request to {path} asks to upgrade to a WebSocket, which muster Serve does not serve. Fix: stream "
@@ -104,7 +112,8 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
         try:
             got = await r.open_stream(wire.REQ_HTTP, payload, timeout or 30.0)
         except (BackPressureError, DeploymentUnavailableError) as exc:
-            _plain(proto, 503, str(exc), [("retry-after", "1"), *echo])
+            status, retry = refusal(exc)
+            _plain(proto, status, str(exc), [*([("retry-after", retry)] if retry else []), *echo])
             return
     replica, stream = got
     late.add(stream, lambda: _watch_granian(proto, stream))

@@ -38,6 +38,7 @@ class DeploymentRoute:
     replicas: tuple[ReplicaRoute, ...]
     max_ongoing_requests: int
     max_queued_requests: int
+    rejection: tuple[int, str | None] = (503, "1")  # HTTP status and Retry-After when the queue is full
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,7 @@ class Router:
         self.replicas: dict[str, _RoutedReplica] = {}
         self._list: list[_RoutedReplica] = []
         self.max_ongoing, self.max_queued = 5, -1
+        self.rejection: tuple[int, str | None] = (503, "1")
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._chosen: _RoutedReplica | None = None  # picked by open_now but not connected yet
         self.known = False  # is the deployment in this process's route table
@@ -227,6 +229,7 @@ class Router:
         self.known = route is not None
         if route is not None:
             self.max_ongoing, self.max_queued = route.max_ongoing_requests, route.max_queued_requests
+            self.rejection = route.rejection
         self._wake(len(self._waiters))
 
     def _pick(self) -> _RoutedReplica | None:
@@ -289,7 +292,8 @@ class Router:
                 raise BackPressureError(
                     f"deployment {self.deployment!r} of app {self.app!r}: every replica is at max_ongoing_requests="
                     f"{self.max_ongoing} and {self._queued()} requests already wait (max_queued_requests="
-                    f"{self.max_queued}); retry later, or raise num_replicas / max_queued_requests."
+                    f"{self.max_queued}); retry later, or raise num_replicas / max_queued_requests.",
+                    *self.rejection,
                 )
             w = loop.create_future()
             self._waiters.append(w)

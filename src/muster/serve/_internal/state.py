@@ -140,3 +140,4 @@ class AppState:
     status: str = "DEPLOYING"
     message: str = ""
     deployed_at: float = field(default_factory=time.time)
+    config: dict[str, Any] | None = None  # the config file's entry it was deployed from (None: serve.run)
