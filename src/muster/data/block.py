@@ -244,12 +244,17 @@ def _pandas_to_block(df: Any) -> pa.Table:
     plain = pa.Table.from_pandas(df.drop(columns=tensors), preserve_index=False) if len(tensors) < len(df.columns) else None
     cols = {}
     for c in df.columns:
-        cols[str(c)] = array_from_values(list(df[c])) if c in tensors else plain.column(str(c))  # type: ignore[union-attr]
+        cols[str(c)] = array_from_values(list(df[c]), str(c)) if c in tensors else plain.column(str(c))  # type: ignore[union-attr]
     return pa.table(cols)
 
 
-def array_from_values(values: Any) -> pa.Array:
-    """An Arrow array from a numpy array (any ndim), a list of arrays, or a list of scalars."""
+def array_from_values(values: Any, column: str | None = None) -> pa.Array:
+    """An Arrow array from a numpy array (any ndim), a list of arrays, or a list of scalars (``column``: its
+    name, for errors).
+
+    Raises:
+        DataTypeError: arrays and None mixed (a tensor column holds no nulls), named with the fix.
+    """
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         return values
     if isinstance(values, np.ndarray):
@@ -268,7 +273,27 @@ def array_from_values(values: Any) -> pa.Array:
         if len({v.ndim for v in values}) == 1 and values[0].ndim >= 1 and values[0].dtype != object:
             return variable_tensor_array(values)  # ragged: one dtype kept (not nested int64 lists)
         return pa.array([v.tolist() for v in values])
-    return pa.array([v.item() if isinstance(v, np.generic) else v for v in values])
+    try:
+        return pa.array([v.item() if isinstance(v, np.generic) else v for v in values])
+    except pa.ArrowInvalid:
+        _no_null_tensors(values, column)  # the likely cause, said with its fix; else pyarrow's own error
+        raise
+
+
+def _no_null_tensors(values: list[Any], column: str | None) -> None:
+    """Refuse arrays mixed with None, which pyarrow turns into a bare ``ArrowInvalid``."""
+    arrays = [v for v in values if isinstance(v, np.ndarray) and v.ndim >= 2]  # 1-d ones make a list column
+    if not arrays or not any(v is None for v in values):
+        return
+    rows = [i for i, v in enumerate(values) if v is None]
+    shape, dtype = arrays[0].shape, arrays[0].dtype
+    where = f"column {column!r}" if column is not None else "a column"
+    raise DataTypeError(
+        f"{where} holds arrays (the first of shape {shape}, {dtype}) and None in {len(rows)} row(s) (the first "
+        f"at {rows[0]}): a tensor column cannot hold nulls. Put an array there instead (np.zeros({shape}, "
+        f"dtype='{dtype}'), with a flag column saying it is missing), or drop those rows (.filter(lambda r: "
+        f"r[{column or 'column'!r}] is not None) before the tensor column is made)."
+    )
 
 
 def _is_torch_tensor(value: Any) -> bool:
@@ -299,7 +324,7 @@ def from_batch(batch: Any, where: str) -> pa.Table:
     if isinstance(batch, dict):
         if not batch:
             return pa.table({})
-        return pa.table({str(k): array_from_values(v) for k, v in batch.items()})
+        return pa.table({str(k): array_from_values(v, str(k)) for k, v in batch.items()})
     raise DataTypeError(
         f"{where} returned a {type(batch).__name__}; a batch function must return a dict of columns "
         "(name -> numpy array or list), a pandas DataFrame or a pyarrow Table."
@@ -319,7 +344,7 @@ def rows_to_block(rows: list[dict[str, Any]], where: str) -> pa.Table:
     names: dict[str, None] = {}
     for row in rows:
         names.update(dict.fromkeys(row))
-    return pa.table({str(k): array_from_values([r.get(k) for r in rows]) for k in names})
+    return pa.table({str(k): array_from_values([r.get(k) for r in rows], str(k)) for k in names})
 
 
 def iter_rows(block: pa.Table) -> Iterable[dict[str, Any]]:
