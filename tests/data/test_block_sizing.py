@@ -35,6 +35,21 @@ def test_target_max_block_size_caps_rows_per_block(small_blocks):
         md.DataContext(target_max_block_size=0)
 
 
+def test_shuffle_and_sort_blocks_respect_the_byte_cap(small_blocks):
+    """Before: a shuffle dealt 65,536 rows to a block whatever their size (one 3 MiB block here; a
+    2 GiB one for 64K image rows), and a sort gave back the whole dataset as one block."""
+    shuffled = [b.num_rows for b in md.range_tensor(100, shape=(64, 64)).random_shuffle(seed=1)._execute()]
+    assert sum(shuffled) == 100 and len(shuffled) >= 12 and max(shuffled) <= 16, shuffled
+    ctx = md.DataContext.get_current()
+    saved, ctx.target_block_rows = ctx.target_block_rows, 40
+    try:
+        ordered = md.range(100, override_num_blocks=3).sort("id", descending=True)
+        assert [b.num_rows for b in ordered._execute()] == [40, 40, 20]
+        assert [r["id"] for r in ordered.take_all()] == list(range(99, -1, -1))
+    finally:
+        ctx.target_block_rows = saved
+
+
 def test_take_batch_of_big_tensor_rows_stays_small():
     """Before: 64K-row blocks of 32 KiB rows (2 GiB each) and a byte estimate of 8 bytes a row, so
     several were made at once: more than 5 GiB for five rows. Now a block is at most 128 MiB and the

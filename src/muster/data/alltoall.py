@@ -184,10 +184,21 @@ class _Plans:
         self._next = (epoch, n, done)
 
 
+def _block_rows(table: pa.Table, most: int | None = None) -> int:
+    """Rows per output block for ``table``: at most ``most`` (``DataContext.target_block_rows``), and fewer
+    where those would pass ``target_max_block_size`` bytes (rows of images: a few thousand, not 65,536)."""
+    from muster.data.execution import DataContext
+    from muster.data.sources import rows_per_block
+
+    most = DataContext.get_current().target_block_rows if most is None else most
+    return min(most, rows_per_block(-(-blk.nbytes(table) // table.num_rows))) if table.num_rows else most
+
+
 def random_shuffle(seed: int, rows_per_block: int, per_epoch: bool = True
                    ) -> Callable[[list[pa.Table], int], Iterator[pa.Table]]:
     """A full, uniform shuffle of all rows, seeded from (seed, epoch), or from seed alone (the same
-    order every pass) when not ``per_epoch``; blocks are gathered lazily."""
+    order every pass) when not ``per_epoch``; blocks (of at most ``rows_per_block`` rows and
+    ``target_max_block_size`` bytes) are gathered lazily."""
     plans = _Plans(seed)
 
     def run(blocks: list[pa.Table], epoch: int) -> Iterator[pa.Table]:
@@ -195,11 +206,12 @@ def random_shuffle(seed: int, rows_per_block: int, per_epoch: bool = True
         if table.num_rows == 0:
             yield table
             return
+        rows = _block_rows(table, rows_per_block)
         e = epoch if per_epoch else 0
-        plan = plans.get(e, table.num_rows, rows_per_block)
+        plan = plans.get(e, table.num_rows, rows)
         yield from plan.gather(table)
         if per_epoch:
-            plans.draw_ahead(e + 1, table.num_rows, rows_per_block)
+            plans.draw_ahead(e + 1, table.num_rows, rows)
         else:
             plans.keep(e, table.num_rows, plan)
 
@@ -248,7 +260,10 @@ def sort(keys: list[str], descending: list[bool]) -> Callable[[list[pa.Table], i
         for k in keys:
             if table.num_columns and k not in table.column_names:
                 raise InvalidArgumentError(f"sort(key={k!r}): no such column; the dataset has {table.column_names}.")
-        return [table.sort_by(order)] if table.num_rows else [table]
+        if not table.num_rows:
+            return [table]
+        ordered = table.sort_by(order)  # sliced into blocks (no copy), so what follows runs on several at once
+        return blk.split_rows(ordered, _block_rows(ordered))
 
     return run
 
