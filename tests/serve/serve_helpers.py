@@ -89,3 +89,62 @@ def check_a_websocket_upgrade_is_refused_naming_it(client: httpx.Client, path: s
     """muster Serve serves no WebSockets: an upgrade gets a 501 that says so (it was a bare 404)."""
     r = client.get(path, headers=WEBSOCKET_UPGRADE)
     assert r.status_code == 501 and "upgrade to a WebSocket" in r.text and "StreamingResponse" in r.text
+
+
+CHUNK = b"x" * 65536
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.1})
+class Flood:
+    """Streams up to 4,000 chunks of 64 KiB (250 MiB), from a generator or a StreamingResponse, or items
+    through a handle, and counts what it has made."""
+
+    def __init__(self):
+        self.made = 0
+
+    def _chunks(self, n: int):
+        for _ in range(n):
+            self.made += 1
+            yield CHUNK
+
+    def __call__(self, request):
+        if request.query_params.get("kind") == "starlette":
+            from starlette.responses import StreamingResponse
+
+            return StreamingResponse(self._chunks(4000), media_type="application/octet-stream")
+        return self._chunks(4000)
+
+    async def items(self, n: int):
+        for i in range(n):
+            self.made += 1
+            yield i
+
+    def count(self) -> int:
+        return self.made
+
+    def reset(self) -> None:
+        self.made = 0
+
+
+def check_a_slow_reader_pauses_the_stream(client, kind: str) -> None:
+    """A client that stops reading a streamed response pauses the replica's generator (the socket buffers and
+    the replica's window of 64 chunks fill, then it waits); reading again resumes it, to the end."""
+    import socket
+
+    handle = serve.run(Flood.bind(), name="flood", route_prefix="/flood")
+    handle.reset.remote().result(timeout_s=10)
+    with socket.create_connection(("127.0.0.1", client.base_url.port)) as s:
+        s.sendall(f"GET /flood?kind={kind} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert s.recv(65536).startswith(b"HTTP/1.1 200")
+        wait_until(lambda: handle.count.remote().result(timeout_s=10) > 0, 10, "the stream to start")
+        time.sleep(1.0)  # not reading
+        stalled = handle.count.remote().result(timeout_s=10)
+        time.sleep(0.3)
+        assert handle.count.remote().result(timeout_s=10) == stalled < 1000, stalled  # 4000 before
+        got = 0
+        while handle.count.remote().result(timeout_s=10) < 4000 or got < 1000 * len(CHUNK):
+            data = s.recv(1 << 20)
+            assert data, got
+            got += len(data)
+    assert handle.count.remote().result(timeout_s=10) == 4000
+    serve.delete("flood")

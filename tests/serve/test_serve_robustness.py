@@ -16,7 +16,7 @@ from starlette.requests import Request
 from muster import serve
 from muster.exceptions import InvalidArgumentError, ResourcesUnavailableError
 
-from serve_helpers import serving, wait_until
+from serve_helpers import Flood, serving, wait_until
 
 pytestmark = pytest.mark.allow_leftover_workers
 
@@ -342,3 +342,26 @@ def test_a_stopped_replica_runs_its_del_once_drained(client, tmp_path):
     assert client.get("/fin").text == "up" and not mark.exists()
     serve.delete("fin")
     assert mark.exists() and int(mark.read_text()) != os.getpid()
+
+
+
+def test_a_slow_stream_consumer_pauses_the_replica(client):
+    """Before: the replica ran a handle stream's generator to its end whatever the caller took, and the
+    caller's process kept every item in memory. (HTTP streams: test_serve_uvicorn.py.)"""
+    import asyncio
+
+    handle = serve.run(Flood.bind(), name="flood", route_prefix="/flood")
+
+    async def take_five():
+        stream = handle.options(stream=True).items.remote(10_000)
+        taken = []
+        async for item in stream:
+            taken.append(item)
+            if len(taken) == 5:
+                break
+        await asyncio.sleep(0.5)
+        return taken, await handle.count.remote()
+
+    taken, made = asyncio.run(take_five())
+    assert taken == [0, 1, 2, 3, 4] and 5 <= made <= 5 + 64 + 16, made  # the window (64) and a credit (16)
+    serve.delete("flood")

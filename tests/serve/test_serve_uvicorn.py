@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from serve_helpers import (
     check_a_client_that_leaves_cancels_its_request,
+    check_a_slow_reader_pauses_the_stream,
     check_a_websocket_upgrade_is_refused_naming_it,
     serving,
 )
@@ -52,3 +53,10 @@ def test_a_client_that_leaves_cancels_its_request_on_uvicorn(client, tmp_path):
 def test_a_websocket_upgrade_is_refused_naming_it_on_uvicorn(client):
     serve.run(Mixed.bind(), name="mixed", route_prefix="/m")
     check_a_websocket_upgrade_is_refused_naming_it(client, "/m")
+
+
+@pytest.mark.parametrize("kind", ["generator", "starlette"])
+def test_a_slow_reader_pauses_the_stream_on_uvicorn(client, kind):
+    """Before: the replica made all 4,000 chunks (250 MiB) for a client that read none, and the ingress held
+    them. (On granian the ingress still takes every chunk: its RSGI stream has no backpressure.)"""
+    check_a_slow_reader_pauses_the_stream(client, kind)

@@ -134,13 +134,46 @@ def _takes_positional(fn: Any) -> bool:
     return any(p.kind in kinds for p in params)
 
 
+class _Window:
+    """A stream's chunks sent and not yet credited, and the sender waiting for credit."""
+
+    __slots__ = ("ahead", "waiter")
+
+    def __init__(self) -> None:
+        self.ahead = 0
+        self.waiter: asyncio.Future | None = None
+
+
 class _Conn(wire.FrameProtocol):
     def __init__(self, replica: "ReplicaActor"):
         super().__init__()
         self.replica = replica
         self.tasks: dict[int, asyncio.Task] = {}  # a request's task, until it finishes (it removes itself)
+        self.windows: dict[int, _Window] = {}  # a streaming request's flow control, until it finishes
+
+    async def send_chunk(self, stream: int, kind: int, payload: bytes) -> None:
+        """Send one chunk of a stream once the caller has room for it (``wire.STREAM_WINDOW``)."""
+        w = self.windows.get(stream)
+        if w is None:
+            w = self.windows[stream] = _Window()
+        while w.ahead >= wire.STREAM_WINDOW:
+            w.waiter = cast(asyncio.AbstractEventLoop, self._loop).create_future()
+            await w.waiter
+        w.ahead += 1
+        self.send(stream, kind, payload)
+
+    def finished(self, stream: int) -> None:
+        self.tasks.pop(stream, None)
+        self.windows.pop(stream, None)
 
     def on_frame(self, stream: int, kind: int, payload: bytes) -> None:
+        if kind == wire.CREDIT:
+            w = self.windows.get(stream)
+            if w is not None:
+                w.ahead -= wire.CREDIT_EVERY
+                if w.waiter is not None and not w.waiter.done():
+                    w.waiter.set_result(None)
+            return
         if kind == wire.CANCEL:
             task = self.tasks.pop(stream, None)
             if task is not None:
@@ -360,7 +393,7 @@ class ReplicaActor:
                         if k == multiplex.MODEL_ID_HEADER:
                             multiplex.set_model_id(v.decode("latin-1"))
                 receive = _receive_once(body)
-                sender = responses.FrameSender(proto.send, stream)
+                sender = responses.FrameSender(proto, stream)
                 try:
                     if self.asgi is not None:
                         await self.asgi(scope, receive, sender)
@@ -377,7 +410,7 @@ class ReplicaActor:
         finally:
             self.ongoing -= 1
             self.latency_ms.add((time.perf_counter() - t0) * 1e3)
-            proto.tasks.pop(stream, None)
+            proto.finished(stream)
 
     async def _reply_http(self, proto: _Conn, stream: int, result: Any, scope: dict, receive: Any,
                           sender: responses.FrameSender) -> None:
@@ -395,7 +428,7 @@ class ReplicaActor:
             proto.send(stream, wire.RESP_HEAD, wire.dumps((200, [(b"content-type", b"text/plain; charset=utf-8")])))
             sender.state = 1
             async for item in self._iterate(result):
-                proto.send(stream, wire.RESP_BODY, responses.chunk_bytes(item))
+                await proto.send_chunk(stream, wire.RESP_BODY, responses.chunk_bytes(item))
             proto.send(stream, wire.RESP_END)
             sender.state = 2
             return
@@ -422,7 +455,7 @@ class ReplicaActor:
                                 "for a stream; drop .options(stream=True) or make the method yield."
                             )
                         async for item in self._iterate(result):
-                            proto.send(stream, wire.RESP_ITEM, wire.dumps(item))
+                            await proto.send_chunk(stream, wire.RESP_ITEM, wire.dumps(item))
                         proto.send(stream, wire.RESP_END)
                     else:
                         if responses.is_stream(result):
@@ -438,4 +471,4 @@ class ReplicaActor:
         finally:
             self.ongoing -= 1
             self.latency_ms.add((time.perf_counter() - t0) * 1e3)
-            proto.tasks.pop(stream, None)
+            proto.finished(stream)

@@ -12,7 +12,7 @@ import inspect
 import json
 import traceback
 from collections.abc import Mapping
-from typing import Any, Callable, MutableMapping
+from typing import Any, MutableMapping
 
 from muster.serve._internal import wire
 
@@ -78,10 +78,10 @@ def _picklable(exc: BaseException) -> BaseException | None:
 class FrameSender:
     """An ASGI ``send`` that turns response messages into frames on one stream."""
 
-    __slots__ = ("_send", "_stream", "_start", "state")
+    __slots__ = ("_conn", "_send", "_stream", "_start", "state")
 
-    def __init__(self, send: Callable[[int, int, bytes], None], stream: int):
-        self._send, self._stream = send, stream
+    def __init__(self, conn: Any, stream: int):
+        self._conn, self._send, self._stream = conn, conn.send, stream  # a replica's connection (_Conn)
         self._start: tuple[int, list] = (200, [])
         self.state = 0  # 0: nothing sent, 1: head sent, 2: finished
 
@@ -103,7 +103,7 @@ class FrameSender:
             self._send(self._stream, wire.RESP_HEAD, wire.dumps(self._start))
             self.state = 1
         if body:
-            self._send(self._stream, wire.RESP_BODY, bytes(body))
+            await self._conn.send_chunk(self._stream, wire.RESP_BODY, bytes(body))
         if not more:
             self._send(self._stream, wire.RESP_END, b"")
             self.state = 2

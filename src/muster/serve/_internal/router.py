@@ -77,7 +77,7 @@ def _expire(w: asyncio.Future) -> None:
 class Stream:
     """One request's answers, in order."""
 
-    __slots__ = ("conn", "id", "_frames", "_waiter", "done", "on_end")
+    __slots__ = ("conn", "id", "_frames", "_waiter", "done", "on_end", "_taken")
 
     def __init__(self, conn: "ReplicaConnection", stream_id: int):
         self.conn, self.id = conn, stream_id
@@ -86,6 +86,7 @@ class Stream:
         self.done = False
         #: for a one-answer call: called with the answer instead of queueing it (no one awaits :meth:`next`)
         self.on_end: Callable[[int, bytes], None] | None = None
+        self._taken = 0  # chunks taken since the last CREDIT (see wire's flow control)
 
     def feed(self, kind: int, payload: bytes) -> None:
         on_end = self.on_end
@@ -103,6 +104,11 @@ class Stream:
         kind, payload = self._frames.popleft()
         if kind in _TERMINAL:
             self.done = True
+        elif kind == wire.RESP_BODY or kind == wire.RESP_ITEM:
+            self._taken += 1
+            if self._taken == wire.CREDIT_EVERY:
+                self._taken = 0
+                self.conn.send(self.id, wire.CREDIT)
         return kind, payload
 
     async def next(self, timeout: float | None = None) -> tuple[int, bytes]:
