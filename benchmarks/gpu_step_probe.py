@@ -122,7 +122,8 @@ def probe(device_name: str, rounds: int, steps: int, prepared: bool) -> dict[str
         for name in order:
             samples[name].extend(variants[name]())
     medians = {name: round(statistics.median(s) * 1e3, 4) for name, s in samples.items()}
-    return {"environment": environment, "median_step_ms": medians, "steps_each": {k: len(v) for k, v in samples.items()}}
+    counts = {k: len(v) for k, v in samples.items()}
+    return {"environment": environment, "median_step_ms": medians, "steps_each": counts}
 
 
 def train_func(config: dict) -> None:

@@ -97,7 +97,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "read_delta": "read_parquet() of the table's files",
         "read_iceberg": "read_parquet() of the table's files",
         "read_hudi": "read_parquet() of the table's files",
-        "from_huggingface": "from_pandas(hf_dataset.to_pandas()) or from_arrow(hf_dataset.data.table)",
         "from_spark": "from_pandas(spark_df.toPandas())",
         "from_dask": "from_pandas(dask_df.compute())",
         "from_modin": "from_pandas()",

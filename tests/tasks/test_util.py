@@ -171,8 +171,8 @@ def test_from_imports_of_unsupported_ray_names_name_the_equivalent_too():
         from muster import timeline  # noqa: F401
     with pytest.raises(ImportError, match=r"muster.serve.llm.LoraConfig .*one LLMConfig per model"):
         from muster.serve.llm import LoraConfig  # noqa: F401
-    with pytest.raises(ImportError, match=r"muster.data.from_huggingface .*from_pandas"):
-        from muster.data import from_huggingface  # noqa: F401
+    with pytest.raises(ImportError, match=r"muster.data.from_spark .*from_pandas"):
+        from muster.data import from_spark  # noqa: F401
     with pytest.raises(ImportError, match="cannot import name 'not_a_ray_name'"):
         from muster.util import not_a_ray_name  # noqa: F401
     import muster.train as train

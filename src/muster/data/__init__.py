@@ -33,6 +33,7 @@ from muster.data.datasource import datasource as _custom
 from muster.data.exceptions import DataError, DataSchemaError, DataSourceError, DataTypeError, UserFunctionError
 from muster.data.execution import DataContext
 from muster.data.grouped import GroupedData
+from muster.data.huggingface import from_huggingface
 from muster.data.iterator import DataIterator
 from muster.data.plan import Node, RayCall, Read
 from muster.data.schema import Schema
@@ -45,7 +46,7 @@ __all__ = [
     "FileShuffleConfig",
     "RandomSeedConfig",
     "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
-    "DataTypeError", "Dataset", "GroupedData", "MaterializedDataset", "UserFunctionError", "from_arrow", "from_items", "from_numpy",
+    "DataTypeError", "Dataset", "GroupedData", "MaterializedDataset", "UserFunctionError", "from_arrow", "from_huggingface", "from_items", "from_numpy",
     "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files", "read_csv", "read_images",
     "read_json", "read_numpy", "read_parquet", "read_text", "SaveMode", "TaskPoolStrategy",
     "Datasink", "Datasource", "ReadTask", "read_datasource",
@@ -287,9 +288,12 @@ def from_torch(dataset: Any, local_read: bool = False) -> Dataset:
     return from_blocks([_blk.rows_to_block([{"item": x} for x in samples], "from_torch")], "FromTorch")
 
 
-def from_arrow(tables: pa.Table | list[pa.Table]) -> Dataset:
+def from_arrow(tables: pa.Table | list[pa.Table], *, override_num_blocks: int | None = None) -> Dataset:
+    """Rows of Arrow tables (or record batches); ``override_num_blocks`` slices them into that many blocks."""
     tables = [tables] if isinstance(tables, (pa.Table, pa.RecordBatch)) else list(tables)
     blocks = [t if isinstance(t, pa.Table) else pa.Table.from_batches([t]) for t in tables]
+    if override_num_blocks:
+        return from_blocks(_src.table_blocks(_blk.concat(blocks), parallelism=override_num_blocks), "FromArrow")
     return from_blocks([b for t in blocks for b in _src.table_blocks(t)], "FromArrow")
 
 

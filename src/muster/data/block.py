@@ -244,7 +244,8 @@ def _pandas_to_block(df: Any) -> pa.Table:
     plain = pa.Table.from_pandas(df.drop(columns=tensors), preserve_index=False) if len(tensors) < len(df.columns) else None
     cols = {}
     for c in df.columns:
-        cols[str(c)] = array_from_values(list(df[c]), str(c)) if c in tensors else plain.column(str(c))  # type: ignore[union-attr]
+        name = str(c)
+        cols[name] = array_from_values(list(df[c]), name) if c in tensors else plain.column(name)  # type: ignore[union-attr]
     return pa.table(cols)
 
 
