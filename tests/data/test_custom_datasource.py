@@ -159,6 +159,26 @@ def test_write_datasink_calls_the_sink_as_ray_does():
     assert empty.calls == [("complete", WriteResult(0, 0, []))]
 
 
+class PerTaskStateDatasink(Datasink):
+    """Keeps a write task's state on self, as Ray's sinks may: each of Ray's write tasks has its own copy."""
+
+    def __init__(self):
+        self.parts, self.both_started = {}, threading.Barrier(2, timeout=10)
+
+    def write(self, blocks, ctx):
+        self.out = self.parts.setdefault(ctx.task_idx, [])  # this task's part
+        self.both_started.wait()  # both writes have set self.out before either uses it
+        for b in blocks:
+            self.out.extend(b.column("id").to_pylist())
+
+
+def test_each_write_task_has_its_own_copy_of_the_sink():
+    """Before: the tasks shared one sink on their threads, so both wrote to the part set last."""
+    sink = PerTaskStateDatasink()
+    md.range(6, override_num_blocks=2).write_datasink(sink, concurrency=2)
+    assert sink.parts == {0: [0, 1, 2], 1: [3, 4, 5]}
+
+
 def test_a_failing_write_reaches_on_write_failed_and_the_caller_naming_the_sink():
     sink = RecordingDatasink(fail_task=1)
     with pytest.raises(UserFunctionError, match=r"write_datasink\(RecordingDatasink\): RecordingDatasink.write "

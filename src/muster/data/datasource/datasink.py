@@ -3,7 +3,8 @@ and how ``Dataset.write_datasink`` runs one.
 
 The dataset's blocks stream from its plan; they are grouped into write tasks (one block each, or
 enough blocks for the sink's ``min_rows_per_write`` / ``min_bytes_per_write``), and each task calls
-``datasink.write(blocks, ctx)`` on a thread, a bounded number at once. ``on_write_start(schema)``
+``write(blocks, ctx)`` on a thread, a bounded number at once, on its own shallow copy of the sink (as
+each of Ray's write tasks has its own copy: what a write sets on ``self`` is its own). ``on_write_start(schema)``
 runs once, before the first write (not at all for a dataset with no blocks, as in Ray);
 ``on_write_complete(WriteResult)`` once after the last; ``on_write_failed(error)`` with the first
 error, which then reaches the caller naming the sink.
@@ -12,6 +13,7 @@ error, which then reaches the caller naming the sink.
 from __future__ import annotations
 
 import collections
+import copy
 import itertools
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -57,8 +59,10 @@ class Datasink(Generic[WriteReturnType]):
     """A custom destination (Ray's ``ray.data.Datasink``): subclass it, implement :meth:`write`, and
     pass an instance to ``Dataset.write_datasink``.
 
-    Contract: ``write`` runs once per write task, on a thread of this process (several at once, so
-    what it changes on ``self`` needs care; on the Ray engine, in Ray's worker processes on a copy);
+    Contract: ``write`` runs once per write task, on a thread of this process (several at once), on a
+    shallow copy of the sink, so an attribute it sets on ``self`` (a file, a per-task buffer) is that
+    task's own, as on Ray where each task gets a copy; objects the copies share (a list, a client) are
+    shared between threads (on the Ray engine, in Ray's worker processes, each a full copy);
     the other methods run in the caller, in the order ``on_write_start``, the writes,
     ``on_write_complete``, or ``on_write_failed`` when any of them raised.
     """
@@ -125,7 +129,7 @@ def write(blocks: Iterator[pa.Table], sink: Datasink, concurrency: int | None, t
         for idx, group in enumerate(_groups(blocks, enough)):
             if idx == 0:
                 call_sink(name, "on_write_start", lambda: sink.on_write_start(group[0].schema))
-            pending.append(pool.submit(_write_task, sink, name, group, idx))
+            pending.append(pool.submit(_write_task, copy.copy(sink), name, group, idx))
             while pending and (len(pending) >= 2 * width or pending[0].done()):
                 done.append(pending.popleft().result())
         while pending:
