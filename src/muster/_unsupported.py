@@ -178,9 +178,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "run_experiments": "muster.tune.Tuner(...).fit()",
         "Experiment": "muster.tune.Tuner(...)",
         "SyncConfig": "muster.train.RunConfig(storage_path=...): storage is written directly",
-        "CLIReporter": "the console table muster.tune prints (RunConfig(verbose=...))",
-        "JupyterNotebookReporter": "the console table muster.tune prints (RunConfig(verbose=...))",
-        "ProgressReporter": "the console table muster.tune prints (RunConfig(verbose=...))",
         "register_trainable": "pass the function or Trainable class to muster.tune.Tuner directly",
         "register_env": "no muster equivalent (RLlib environments)",
         "ExperimentAnalysis": "muster.tune.Tuner.restore(path, trainable).get_results() (a ResultGrid), or "

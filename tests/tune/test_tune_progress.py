@@ -48,3 +48,72 @@ def test_silent_at_verbose_0(capsys):
     view.update(_trials(), "")
     view.stop(_trials())
     assert capsys.readouterr().out == ""
+
+
+def test_a_cli_reporter_picks_columns_rows_and_order(capsys):
+    """Ray's CLIReporter: before, importing it raised muster's unsupported-API error."""
+    from muster.tune import CLIReporter
+
+    reporter = CLIReporter(metric_columns={"loss": "Loss"}, parameter_columns=["lr"], max_progress_rows=2,
+                           sort_by_metric=True, max_report_frequency=0)
+    reporter.add_metric_column("accuracy")
+    view = TuneProgress("exp", "/x", "loss", "min", verbose=1)
+    view.use(reporter)
+    view.update(_trials(), "")  # off a terminal: the table, as often as max_report_frequency says
+    text = capsys.readouterr().out
+    header = next(line for line in text.splitlines() if "trial" in line and "status" in line)
+    assert [c.strip() for c in header.strip("│┃| ").replace("┃", "│").split("│")] == \
+        ["trial", "status", "lr", "iter", "Loss", "accuracy"]
+    assert "net/width" not in text and "(+1 more)" in text
+    assert text.index("ab_00001") < text.index("ab_00000")  # the best loss first (sort_by_metric)
+
+
+def test_a_reporter_of_the_user_s_own_replaces_the_table(capsys):
+    from muster.tune import ProgressReporter
+
+    class Counting(ProgressReporter):
+        def __init__(self):
+            self.calls = []
+
+        def setup(self, start_time=None, total_samples=None, metric=None, mode=None, **kwargs):
+            self.calls.append(("setup", metric, mode))
+
+        def should_report(self, trials, done=False):
+            return True
+
+        def report(self, trials, done, *sys_info):
+            self.calls.append(("report", done, [(t.trial_id, t.last_result.get("loss")) for t in trials]))
+
+    mine = Counting()
+    view = TuneProgress("exp", "/x", "loss", "min", verbose=1)
+    view.use(mine)
+    view.update(_trials(), "note")
+    view.stop(_trials())
+    assert mine.calls[0] == ("setup", "loss", "min")
+    assert [c[1] for c in mine.calls[1:]] == [False, True]  # once per refresh, then done
+    assert mine.calls[-1][2] == [("ab_00000", 0.5), ("ab_00001", 0.25), ("ab_00002", None)]
+    assert "┃" not in capsys.readouterr().out  # no table of muster's
+
+
+def test_run_config_takes_a_reporter_in_a_tuner(capsys):
+    import warnings
+
+    from muster import tune
+    from muster.exceptions import InvalidTypeError
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a reporter is used, not warned about
+        config = tune.RunConfig(progress_reporter=tune.CLIReporter(metric_columns=["score"], max_report_frequency=0))
+
+    def trainable(cfg):
+        tune.report({"score": cfg["x"] * 2})
+
+    grid = tune.Tuner(trainable, param_space={"x": tune.grid_search([1, 2])},
+                      tune_config=tune.TuneConfig(metric="score", mode="max"), run_config=config).fit()
+    assert sorted(r.metrics["score"] for r in grid) == [2, 4]
+    out = capsys.readouterr().out
+    assert "score" in out and " x " in out.replace("│", " ")
+    import pytest
+
+    with pytest.raises(InvalidTypeError, match=r"progress_reporter=.*CLIReporter"):
+        tune.Tuner(trainable, run_config=tune.RunConfig(progress_reporter="table")).fit()

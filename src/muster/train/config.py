@@ -242,9 +242,11 @@ class RunConfig:
             nothing to turn on.
         worker_runtime_env: Ray V2's runtime env of the training workers:
             its ``env_vars`` are set in each worker (other keys warn).
-        sync_config / progress_reporter / logging_config: Ray's; muster writes
-            to ``storage_path`` directly and prints its own progress
-            (``verbose``), so a value warns and changes nothing.
+        progress_reporter: a Tuner's trial table (``muster.tune.CLIReporter``
+            or a ``ProgressReporter`` of your own); a trainer's ``fit`` prints
+            its own progress (``verbose``).
+        sync_config / logging_config: Ray's; muster writes to ``storage_path``
+            directly, so a value warns and changes nothing.
         local_dir: refused, as in Ray: use ``storage_path``.
     """
 
@@ -272,7 +274,7 @@ class RunConfig:
                 f"RunConfig(local_dir={self.local_dir!r}) is Ray's older option (Ray refuses it too): pass "
                 f"storage_path={self.local_dir!r} instead."
             )
-        for name in ("sync_config", "progress_reporter", "logging_config"):
+        for name in ("sync_config", "logging_config"):  # progress_reporter: a Tuner checks and uses it
             if getattr(self, name) is not None:
                 warnings.warn(f"RunConfig({name}=...) has no effect on muster: results and checkpoints go to "
                               "storage_path directly, and progress prints as verbose= says.", stacklevel=3)
@@ -337,3 +339,4 @@ class CheckpointConsistencyMode(Enum):
 
     COMMITTED = "COMMITTED"
     VALIDATED = "VALIDATED"
+

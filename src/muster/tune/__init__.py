@@ -11,6 +11,7 @@ from muster.exceptions import MusterError as TuneError  # Ray's base error of ra
 from muster.train.result import Result
 from muster.tune import logger, schedulers, search
 from muster.tune.callback import Callback
+from muster.tune.progress_reporter import CLIReporter, JupyterNotebookReporter, ProgressReporter
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.schedulers import create_scheduler
 from muster.tune.search import create_searcher
@@ -53,7 +54,10 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "CLIReporter",
     "Callback",
+    "JupyterNotebookReporter",
+    "ProgressReporter",
     "Checkpoint",
     "CheckpointConfig",
     "FailureConfig",

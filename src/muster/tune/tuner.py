@@ -32,6 +32,7 @@ from muster.train.controller import _sigterm_as_interrupt
 from muster.train.result import Result, _public
 from muster.train.storage import Storage
 from muster.train.trainer import DataParallelTrainer, _without_callbacks
+from muster.tune import progress_reporter
 from muster.tune import trial as trial_mod
 from muster.tune.callback import CallbackList
 from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, TuneController
@@ -143,6 +144,7 @@ class Tuner:
             storage.root_uri, fail_fast,
         )
         controller.callbacks = CallbackList(self.run_config.callbacks)
+        controller.progress.use(progress_reporter.check(self.run_config.progress_reporter))
         controller.setup_info = {  # what Ray's Callback.setup gets
             "stop": self.run_config.stop, "num_samples": tc.num_samples, "time_budget_s": tc.time_budget_s,
             "total_num_samples": getattr(searcher, "total", 0) or tc.num_samples,
