@@ -42,7 +42,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         ".bind()/.execute() and compiled graphs, is not ported)",
     },
     "muster.util": {
-        "inspect_serializability": "muster.put(value): it raises a TypeError naming what cannot be serialized",
         "collective": "torch.distributed inside a TorchTrainer (muster.train.torch.TorchTrainer)",
         "multiprocessing": "muster.util.ActorPool, or tasks with muster.remote",
         "dask": "no muster equivalent",

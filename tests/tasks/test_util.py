@@ -197,8 +197,8 @@ def test_queue_async_methods_wait_fetch_local_and_more_named_gaps():
     q.shutdown()
     refs = [muster.put(1)]
     assert muster.wait(refs, fetch_local=True) == (refs, [])  # Ray's keyword: accepted
-    with pytest.raises(UnsupportedRayAPIError, match=r"muster.util.inspect_serializability .*muster.put"):
-        muster.util.inspect_serializability
+    with pytest.raises(UnsupportedRayAPIError, match=r"muster.util.multiprocessing .*ActorPool"):
+        muster.util.multiprocessing
 
 
 class _Locked:
@@ -229,3 +229,67 @@ def test_register_serializer_sends_what_pickle_refuses_until_deregistered():
         _locked_fields.remote(_Locked(1))
     with pytest.raises(TypeError, match="pass a function"):
         register_serializer(_Locked, serializer="x", deserializer=lambda x: x)
+
+
+@muster.remote
+def _nap(seconds, value):
+    import time
+
+    time.sleep(seconds)
+    return value
+
+
+def test_as_completed_and_map_unordered_yield_as_tasks_finish():
+    """Ray's ray.util.as_completed / map_unordered (before: AttributeError)."""
+    from muster.util import as_completed, map_unordered
+
+    refs = [_nap.remote(1.5, "slow"), _nap.remote(0.0, "fast")]
+    assert list(as_completed(refs, chunk_size=1)) == ["fast", "slow"]
+    assert list(as_completed([_nap.remote(0, 1)], yield_obj_refs=True))[0].__class__.__name__ == "ObjectRef"
+    pulled = []
+
+    def items():
+        for i in range(6):
+            pulled.append(i)
+            yield i
+
+    @muster.remote
+    def square(x):
+        return x * x
+
+    results = map_unordered(square, items(), backpressure_size=2, chunk_size=1)
+    first = next(results)
+    assert len(pulled) == 2 and first in (0, 1)  # two in flight, then one result before the third is sent
+    assert sorted([first, *results]) == [0, 1, 4, 9, 16, 25]
+    with pytest.raises(muster.exceptions.InvalidArgumentError, match=r"chunk_size=0"):
+        list(as_completed(refs, chunk_size=0))
+    with pytest.raises(muster.exceptions.InvalidArgumentError, match=r"num_returns.*chunk_size="):
+        list(as_completed(refs, num_returns=2))
+    assert muster.util.log_once("k") and not muster.util.log_once("k")
+
+
+def test_inspect_serializability_names_the_part_that_fails():
+    """Ray's ray.util.inspect_serializability (before: muster's unsupported-API error)."""
+    import io
+
+    from muster.util import inspect_serializability
+
+    lock = threading.Lock()
+
+    class Holder:
+        def __init__(self):
+            self.guard, self.n = lock, 1
+
+    held = Holder()
+
+    def uses_it(x):
+        return x + held.n
+
+    report = io.StringIO()
+    ok, failures = inspect_serializability(uses_it, name="uses_it", print_file=report)
+    assert not ok and {(f.name, type(f.obj).__name__, type(f.parent).__name__) for f in failures} == {
+        ("guard", "lock", "Holder")}
+    text = report.getvalue()
+    assert "held (Holder): FAILS" in text and "guard (lock): FAILS: TypeError: cannot pickle '_thread.lock'" in text
+    assert "make these inside the function" in text
+    assert inspect_serializability(lambda: 1, print_file=io.StringIO()) == (True, set())
