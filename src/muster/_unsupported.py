@@ -189,7 +189,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         for name in ("hyperopt", "bayesopt", "bohb", "ax", "nevergrad", "hebo", "zoopt", "skopt", "dragonfly",
                      "flaml", "HyperOptSearch", "BayesOptSearch", "TuneBOHB", "AxSearch", "NevergradSearch",
                      "HEBOSearch", "ZOOptSearch", "SkOptSearch")
-    } | {"Repeater": "repeat the config in param_space (tune.grid_search over a seed) and average the results"},
+    },
     "muster.tune.schedulers": {
         "pb2": "muster.tune.schedulers.PopulationBasedTraining",
         "PB2": "muster.tune.schedulers.PopulationBasedTraining",

@@ -3,7 +3,9 @@ and ``ConcurrencyLimiter``."""
 
 from typing import Any
 
+from muster.tune.search.repeater import Repeater
 from muster.tune.search.searcher import ConcurrencyLimiter, Searcher
+from muster.tune.search.sample import grid_search
 from muster.tune.search.variant_generator import BasicVariantGenerator
 
 
@@ -37,4 +39,5 @@ def __getattr__(name: str) -> Any:
     raise_unsupported("muster.tune.search", name)
 
 
-__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "OptunaSearch", "Searcher", "create_searcher"]
+__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "OptunaSearch", "Repeater", "Searcher", "create_searcher",
+           "grid_search"]
