@@ -292,6 +292,10 @@ def test_refs_materialized_datasets_and_rays_names():
     assert type(md.from_items([{"a": 1}]).map(lambda r: r)) is md.Dataset  # a transform is lazy again
     assert repr(md.from_items([{"food": "spam", "price": 9.34}])) == (
         "MaterializedDataset(num_blocks=1, num_rows=1, schema={food: string, price: double})")  # Ray's form
+    assert (md.DatasetContext, md.DatasetIterator) == (md.DataContext, md.DataIterator)  # Ray's older names
+    import muster.train
+
+    assert muster.train.TRAIN_DATASET_KEY == "train"
     for name in ("from_spark", "ExecutionResources", "ShuffleStrategy"):
         with pytest.raises(UnsupportedRayAPIError, match="nearest equivalent"):
             getattr(md, name)

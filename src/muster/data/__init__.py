@@ -35,6 +35,8 @@ from muster.data.execution import DataContext
 from muster.data.grouped import GroupedData
 from muster.data.huggingface import from_huggingface
 from muster.data.iterator import DataIterator
+
+DatasetContext, DatasetIterator = DataContext, DataIterator  # Ray's older names, still exported by Ray
 from muster.data.plan import Node, RayCall, Read
 from muster.data.schema import Schema
 from muster.data.strategies import ActorPoolStrategy, TaskPoolStrategy
@@ -45,8 +47,9 @@ __all__ = [
     "Schema",
     "FileShuffleConfig",
     "RandomSeedConfig",
-    "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DataSchemaError", "DataSourceError",
-    "DataTypeError", "Dataset", "GroupedData", "MaterializedDataset", "UserFunctionError", "from_arrow", "from_huggingface", "from_items", "from_numpy",
+    "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DatasetContext",
+    "DatasetIterator", "DataSchemaError", "DataSourceError", "DataTypeError", "Dataset", "GroupedData",
+    "MaterializedDataset", "UserFunctionError", "from_arrow", "from_huggingface", "from_items", "from_numpy",
     "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files", "read_csv", "read_images",
     "read_json", "read_numpy", "read_parquet", "read_text", "SaveMode", "TaskPoolStrategy",
     "Datasink", "Datasource", "ReadTask", "read_datasource",

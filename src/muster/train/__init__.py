@@ -146,6 +146,10 @@ def get_dataset_shard(dataset_name: str | None = None) -> Any:
     return _get(dataset_name)
 
 
+#: The name of the dataset ``DataConfig`` splits by default (Ray's constant)
+TRAIN_DATASET_KEY = "train"
+
+
 def __getattr__(name: str) -> Any:
     if name == "DataConfig":  # lazily: muster.data imports pyarrow
         from muster.data import DataConfig
@@ -161,6 +165,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "TRAIN_DATASET_KEY",
     "Checkpoint",
     "CheckpointConfig",
     "CheckpointConsistencyMode",
