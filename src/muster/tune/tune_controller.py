@@ -33,6 +33,7 @@ from muster.core.api import get_runtime
 from muster.exceptions import ResourcesUnavailableError, root_cause_summary
 from muster.observe.tune_progress import TuneProgress, flatten_config
 from muster.train.checkpoint import Checkpoint
+from muster.train.result import _public
 from muster.train.storage import Storage
 from muster.tune.callback import CallbackList
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
@@ -339,7 +340,7 @@ class TuneController:
             step.reply.set_result(StepDecision(ends=step.trial.ending_as is not None, fields=step.fields))
 
     def _on_result(self, trial: Trial, row: dict[str, Any]) -> None:
-        result = {k: v for k, v in row.items() if not k.startswith("_")}
+        result = _public(row)  # the user's own "_" keys too: Ray hands schedulers the whole result
         if trial.ending_as is not None:
             # Reported while being stopped: recorded in its run and shown to callbacks (loggers keep
             # every result), but no searcher, stopper or scheduler acts on it.

@@ -388,7 +388,7 @@ def _replay(scheduler: TrialScheduler, controller: TuneController, trials: list[
             trial.num_results = max(trial.num_results, len(mine))
         rows += [(r.get("timestamp", 0), trial, r) for r in mine]
     for _, trial, row in sorted(rows, key=lambda x: x[0]):
-        scheduler.on_trial_result(controller, trial, {k: v for k, v in row.items() if not k.startswith("_")})
+        scheduler.on_trial_result(controller, trial, _public(row))
     for trial in trials:
         trial.restart_plan = None
 
