@@ -5,6 +5,7 @@ from, the ``_`` keys schedulers see, and the trial folders' names."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import tempfile
 import time
@@ -32,17 +33,26 @@ class _Seen(FIFOScheduler):
         return self.CONTINUE
 
 
-def _stepper(config):
-    step = 0
+def _restored_step() -> int:
+    """The step of the checkpoint the trial restored (0 without one)."""
     ckpt = tune.get_checkpoint()
-    if ckpt:
-        with ckpt.as_directory() as d:
-            step = json.load(open(os.path.join(d, "s.json")))["step"]
+    if not ckpt:
+        return 0
+    with ckpt.as_directory() as d:
+        return int(json.load(open(os.path.join(d, "s.json")))["step"])
+
+
+def _report_step(step: int, **metrics: Any) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        json.dump({"step": step}, open(os.path.join(d, "s.json"), "w"))
+        tune.report({"step": step, **metrics}, checkpoint=Checkpoint.from_directory(d))
+
+
+def _stepper(config):
+    step = _restored_step()
     while step < 8:
         step += 1
-        with tempfile.TemporaryDirectory() as d:
-            json.dump({"step": step}, open(os.path.join(d, "s.json"), "w"))
-            tune.report({"score": config["lr"] * step, "step": step}, checkpoint=Checkpoint.from_directory(d))
+        _report_step(step, score=config["lr"] * step)
         time.sleep(0.15 if config["lr"] < 0.1 else 0.03)  # the weak trial lags: its donor is steps ahead
 
 
@@ -153,3 +163,51 @@ def test_schedulers_see_the_results_own_underscore_keys(storage):
     (seen,) = sched.seen.values()
     assert seen[0]["_private"] == 7 and "_rank" not in seen[0] and "_attempt" not in seen[0]
     assert grid[0].metrics["_private"] == 7
+
+
+def _named(config):
+    tune.report({"dir": tune.get_context().get_trial_dir()})
+
+
+def test_trial_folders_are_named_as_rays(storage):
+    grid = tune.Tuner(
+        _named, param_space={"lr": tune.grid_search([0.01]), "opt": tune.grid_search(["a/b c"])},
+        run_config=tune.RunConfig(storage_path=storage, name="exp"),
+    ).fit()
+    (r,) = list(grid)
+    name = os.path.basename(r.path)
+    # <trainable>_<trial_id>_<experiment tag>_<date>; "/", " " and "," (Ray keeps the comma) become "_"
+    assert re.fullmatch(rf"named_{r.metrics['trial_id']}_0_lr=0\.0100_opt=a_b_c_\d{{4}}-\d\d-\d\d_\d\d-\d\d-\d\d",
+                        name), name
+    assert r.metrics["dir"] == r.path and os.path.isdir(r.path)
+
+
+def _fails_once(config):
+    step = _restored_step()
+    while step < 4:
+        step += 1
+        if step == 3 and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError("once")
+        _report_step(step)
+
+
+def test_an_experiment_with_folders_named_the_old_way_still_restores(storage, tmp_path):
+    # experiments written before trial folders had Ray's names: <trainable>_<trial_id>
+    marker = str(tmp_path / "failed")
+    grid = tune.Tuner(_fails_once, param_space={"marker": marker},
+                      run_config=tune.RunConfig(storage_path=storage, name="old")).fit()
+    assert grid.num_errors == 1
+    exp = os.path.join(storage, "old")
+    state_file = os.path.join(exp, "experiment_state.json")
+    state = json.load(open(state_file))
+    (t,) = state["trials"]
+    old = os.path.join(exp, t["trial_name"])
+    os.rename(t["path"], old)
+    t["path"] = old
+    json.dump(state, open(state_file, "w"))
+    grid = tune.Tuner.restore(exp, _fails_once, resume_errored=True).fit()
+    (r,) = list(grid)
+    assert r.error is None and r.path == old and r.metrics["step"] == 4
+    assert list(r.metrics_dataframe["step"]) == [1, 2, 3, 4]
+    assert [n for n in os.listdir(exp) if n.startswith("fails_once")] == [t["trial_name"]]  # no new folder

@@ -1,7 +1,7 @@
 """A trial, and one run of it.
 
 Every trial is an ordinary muster training run in its own folder under the
-experiment (``<storage_path>/<experiment>/<trial_name>/``): a function
+experiment (``<storage_path>/<experiment>/<trial dirname>/``): a function
 trainable runs as a one-worker run, a ``TorchTrainer`` as its gang.  So a
 trial gets, for free, what a run has: committed checkpoints, restarts from
 the latest one under ``FailureConfig``, exact mid-epoch resume, every report
@@ -19,6 +19,7 @@ import functools
 import os
 import posixpath
 import queue
+import re
 import socket
 import tempfile
 import threading
@@ -83,13 +84,19 @@ class Trial:
     ending_as: str | None = field(default=None, repr=False)  # the status a stop request ends it in
 
     @property
+    def dirname(self) -> str:
+        """The trial's folder's name (Ray's shape, ``trial_dirname``; ``<trainable>_<trial_id>`` in
+        experiments written before muster named them so): the last part of ``path``."""
+        return posixpath.basename(self.path.rstrip("/").replace("\\", "/"))
+
+    @property
     def local_path(self) -> str:
         """The trial's folder on the driver's disk: ``path`` itself for local storage; for a
         URL (``s3://...``), a folder under the temp dir that muster does not upload."""
         if "://" not in self.path:
             return self.path
         experiment = posixpath.basename(posixpath.dirname(self.path.rstrip("/")))
-        return os.path.join(tempfile.gettempdir(), "muster-tune", experiment, self.trial_name)
+        return os.path.join(tempfile.gettempdir(), "muster-tune", experiment, self.dirname)
 
     @property
     def trainable_name(self) -> str:
@@ -123,6 +130,22 @@ class Trial:
 
     def __str__(self) -> str:
         return self.trial_name
+
+
+_MAX_IDENTIFIER = 130  # Ray's TUNE_MAX_LEN_IDENTIFIER: the name and tag part of a trial's folder name
+# Ray replaces / ( ) < > : " \ | ? * (rsync's and Windows' refusals); a trial's folder is a muster run,
+# whose name keeps to letters, digits and _ . = + - (valid on every file system and in URLs): the rest
+# becomes "_" too (so Ray's "lr=0.0100,momentum=0.9000" is "lr=0.0100_momentum=0.9000" here)
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]")
+
+
+def trial_dirname(trial_name: str, experiment_tag: str) -> str:
+    """A trial's folder's name, as Ray makes it: ``<trainable>_<trial_id>_<experiment tag>``, cut to
+    130 characters, then ``_<date>_<time>``, with characters other than letters, digits and
+    ``_ . = + -`` as ``_`` (``train_fn_a1b2c_00000_0_lr=0.0100_2026-01-31_12-00-00``)."""
+    identifier = f"{trial_name}_{experiment_tag}" if experiment_tag else trial_name
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    return _UNSAFE.sub("_", f"{identifier[:_MAX_IDENTIFIER]}_{stamp}")
 
 
 @dataclass

@@ -53,6 +53,7 @@ from muster.tune.trial import (
     TrialRun,
     TrialStep,
     latest_checkpoint,
+    trial_dirname,
 )
 from muster.tune.messages import StepDecision
 
@@ -257,9 +258,10 @@ class TuneController:
                 self._search_done = True
             elif config is not None:
                 name = f"{self.trainable_name}_{trial_id}"
-                trial = Trial(trial_id, name, config, self.experiment.join(self.experiment.uri, name), {})
-                tag = getattr(self.searcher, "experiment_tag", None)
-                trial.experiment_tag = tag(len(self.trials), config) if tag else str(len(self.trials))
+                tagger = getattr(self.searcher, "experiment_tag", None)
+                tag = tagger(len(self.trials), config) if tagger else str(len(self.trials))
+                path = self.experiment.join(self.experiment.uri, trial_dirname(name, tag))
+                trial = Trial(trial_id, name, config, path, {}, experiment_tag=tag)
                 self.trials.append(trial)
                 self.scheduler.on_trial_add(self, trial)
                 self._dirty = True
@@ -312,7 +314,7 @@ class TuneController:
         run.start()
 
     def _trial_storage(self, trial: Trial) -> Storage:
-        return Storage(self.experiment.uri, trial.trial_name, self.experiment.fs)
+        return Storage(self.experiment.uri, trial.dirname, self.experiment.fs)
 
     # -- events -----------------------------------------------------------------------------
     def _handle(self, event: TrialEvent) -> None:
