@@ -79,7 +79,9 @@ def test_context_parameters_resources_and_returned_metrics(storage):
                       run_config=tune.RunConfig(storage_path=storage)).fit()
     assert sorted(r.metrics["sum"] for r in grid) == [45, 90]
     for r in grid:
-        assert r.metrics["cpus"] == r.metrics["head_cpus"] == 2.0 and r.path.endswith(r.metrics["name"])
+        assert r.metrics["cpus"] == r.metrics["head_cpus"] == 2.0
+        # Ray's folder name: <trial name>_<experiment tag>_<date>
+        assert os.path.basename(r.path).startswith(f"{r.metrics['name']}_{r.config['k'] - 1}_k={r.config['k']}_")
         assert r.metrics["name"].startswith("trainable_") and r.metrics["name"].endswith(r.metrics["trial_id"])
 
 

@@ -32,7 +32,7 @@ from muster.exceptions import InvalidArgumentError
 from muster.observe.recorder import BOOKKEEPING, finite
 from muster.observe.tune_progress import flatten_config
 
-_ROW_KEYS = ("training_iteration", "timestamp", "_rank", "_attempt")
+_ROW_KEYS = ("training_iteration", "timestamp", "_rank", "_attempt", "_round")
 
 
 def _local_dir(run_path: str, logdir: str | None, what: str) -> str:

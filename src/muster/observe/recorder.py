@@ -25,7 +25,7 @@ from muster.core.serialization import json_default
 from muster.observe.store import store_path, writer
 
 #: report keys the ledger adds; the rest of a row is the user's metrics
-BOOKKEEPING = frozenset({"training_iteration", "timestamp", "_rank", "_attempt", "checkpoint_dir_name"})
+BOOKKEEPING = frozenset({"training_iteration", "timestamp", "_rank", "_attempt", "_round", "checkpoint_dir_name"})
 _RUN_TOUCH_EVERY_S = 1.0
 _RANK_LABEL = re.compile(r"^rank (\d+)$")
 

@@ -112,10 +112,11 @@ class ControllerHooks:
     """What a library running trainers (Tune) may plug into a run's controller.
 
     Attributes:
-        on_metrics: ``(rank, metrics, time, attempt_started, pid) -> metrics`` applied to each
+        on_metrics: ``(rank, metrics, time, attempt_started, member) -> metrics`` applied to each
             report before it is recorded (Tune adds ``time_total_s``, ``trial_id``...);
             ``attempt_started`` is when the attempt that reported began (a restart: a new one),
-            ``pid`` the reporting worker's process id (None if it is no longer in the gang).
+            ``member`` the reporting worker (its pid, host and IP, as the worker gave them; None if
+            it is no longer in the gang).
         on_other_event: handles worker events that are not reports; its
             return value (or Future) is the reply. Requests of the tasks layer
             (``.remote()``, ``muster.get``, actors) never reach it.
@@ -127,7 +128,7 @@ class ControllerHooks:
         on_recover: ``(error) -> None``, called when an attempt failed and the run restarts.
     """
 
-    on_metrics: Callable[[int, dict[str, Any], float, float, int | None], dict[str, Any]] | None = None
+    on_metrics: Callable[[int, dict[str, Any], float, float, Member | None], dict[str, Any]] | None = None
     on_other_event: Callable[[RuntimeActor, Any], Any] | None = None
     start_from: Checkpoint | None = None
     on_restore: Callable[[Checkpoint], None] | None = None
@@ -510,8 +511,7 @@ class Controller:
         metrics = payload.metrics
         if self.hooks.on_metrics is not None:
             member = attempt.group.member_of(handle)
-            pid = member.pid if member is not None else None
-            metrics = self.hooks.on_metrics(payload.rank, metrics, payload.time, attempt.started_wall, pid)
+            metrics = self.hooks.on_metrics(payload.rank, metrics, payload.time, attempt.started_wall, member)
         row = self.ledger.record(
             payload.rank, payload.round, metrics, payload.files, payload.time, attempt.index, payload.state
         )

@@ -115,4 +115,4 @@ def build(
 
 
 def _public(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k not in ("_rank", "_attempt")}
+    return {k: v for k, v in row.items() if k not in ("_rank", "_attempt", "_round")}

@@ -23,6 +23,7 @@ class Member:
     ip: str
     pid: int
     node: str = ""  # the engine's node id (simulated nodes on one host share an IP)
+    node_ip: str = ""  # what muster.util.get_node_ip_address() says in the worker (Tune's ``node_ip``)
 
 
 def assign_ranks(infos: list[dict[str, Any]], gpu_ids: list[list[int]]) -> list[tuple[int, int, int, int]]:
@@ -73,7 +74,7 @@ class WorkerGroup:
                 handle.label = f"rank {rank}"
                 handle.set_handlers(on_event, on_death)
                 self.members.append(Member(handle, rank, local, local_n, node, info["host"], info["ip"], info["pid"],
-                                           str(info.get("node") or info["ip"])))
+                                           str(info.get("node") or info["ip"]), info.get("node_ip", "")))
             self.members.sort(key=lambda m: m.rank)
         except BaseException:
             for h in handles:

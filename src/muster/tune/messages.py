@@ -20,6 +20,8 @@ class StepResult:
     metrics: dict[str, Any]
     time: float
     pid: int | None = None  # the trial's process (Tune's ``pid`` field)
+    host: str | None = None  # and its host name and IP (``hostname``, ``node_ip``)
+    ip: str | None = None
 
 
 @dataclass(frozen=True)

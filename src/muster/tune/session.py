@@ -7,8 +7,9 @@ session's own calls; ``get_context`` adds the trial's identity.
 from __future__ import annotations
 
 import inspect
-import os
 import numbers
+import os
+import socket
 import time
 import warnings
 from collections.abc import Callable
@@ -137,7 +138,10 @@ def get_context() -> TuneContext:
 def decide_step(metrics: dict[str, Any]) -> StepDecision:
     """Inside a class trainable's trial: hand a step's result to the Tune controller before it is
     reported, and learn whether the trial ends with it (then the trainable is saved with it)."""
-    decision = core_context.send_event(StepResult(dict(metrics), time.time(), os.getpid()), wait=True)
+    from muster.util import get_node_ip_address
+
+    step = StepResult(dict(metrics), time.time(), os.getpid(), socket.gethostname(), get_node_ip_address())
+    decision = core_context.send_event(step, wait=True)
     if not isinstance(decision, StepDecision):
         raise MusterError(f"the Tune controller answered a step with {decision!r}, not a StepDecision")
     return decision

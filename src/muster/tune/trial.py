@@ -1,7 +1,7 @@
 """A trial, and one run of it.
 
 Every trial is an ordinary muster training run in its own folder under the
-experiment (``<storage_path>/<experiment>/<trial_name>/``): a function
+experiment (``<storage_path>/<experiment>/<trial dirname>/``): a function
 trainable runs as a one-worker run, a ``TorchTrainer`` as its gang.  So a
 trial gets, for free, what a run has: committed checkpoints, restarts from
 the latest one under ``FailureConfig``, exact mid-epoch resume, every report
@@ -19,6 +19,7 @@ import functools
 import os
 import posixpath
 import queue
+import re
 import socket
 import tempfile
 import threading
@@ -33,13 +34,15 @@ from muster.core.resources import fmt
 from muster.core.runtime import RuntimeActor
 from muster.exceptions import MusterError
 from muster.train._internal.backend import Backend
+from muster.train._internal.checkpoint_manager import SHOWN_ITERATION, round_of
 from muster.train._internal.events import FitRequest
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.controller import Controller, ControllerHooks
-from muster.train.result import Result
+from muster.train.result import Result, _public
 from muster.train.run_state import RunRecord
 from muster.train.storage import Storage
+from muster.train.worker_group import Member
 from muster.tune.messages import StepDecision, StepResult
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
@@ -81,13 +84,19 @@ class Trial:
     ending_as: str | None = field(default=None, repr=False)  # the status a stop request ends it in
 
     @property
+    def dirname(self) -> str:
+        """The trial's folder's name (Ray's shape, ``trial_dirname``; ``<trainable>_<trial_id>`` in
+        experiments written before muster named them so): the last part of ``path``."""
+        return posixpath.basename(self.path.rstrip("/").replace("\\", "/"))
+
+    @property
     def local_path(self) -> str:
         """The trial's folder on the driver's disk: ``path`` itself for local storage; for a
         URL (``s3://...``), a folder under the temp dir that muster does not upload."""
         if "://" not in self.path:
             return self.path
         experiment = posixpath.basename(posixpath.dirname(self.path.rstrip("/")))
-        return os.path.join(tempfile.gettempdir(), "muster-tune", experiment, self.trial_name)
+        return os.path.join(tempfile.gettempdir(), "muster-tune", experiment, self.dirname)
 
     @property
     def trainable_name(self) -> str:
@@ -121,6 +130,22 @@ class Trial:
 
     def __str__(self) -> str:
         return self.trial_name
+
+
+_MAX_IDENTIFIER = 130  # Ray's TUNE_MAX_LEN_IDENTIFIER: the name and tag part of a trial's folder name
+# Ray replaces / ( ) < > : " \ | ? * (rsync's and Windows' refusals); a trial's folder is a muster run,
+# whose name keeps to letters, digits and _ . = + - (valid on every file system and in URLs): the rest
+# becomes "_" too (so Ray's "lr=0.0100,momentum=0.9000" is "lr=0.0100_momentum=0.9000" here)
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]")
+
+
+def trial_dirname(trial_name: str, experiment_tag: str) -> str:
+    """A trial's folder's name, as Ray makes it: ``<trainable>_<trial_id>_<experiment tag>``, cut to
+    130 characters, then ``_<date>_<time>``, with characters other than letters, digits and
+    ``_ . = + -`` as ``_`` (``train_fn_a1b2c_00000_0_lr=0.0100_2026-01-31_12-00-00``)."""
+    identifier = f"{trial_name}_{experiment_tag}" if experiment_tag else trial_name
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    return _UNSAFE.sub("_", f"{identifier[:_MAX_IDENTIFIER]}_{stamp}")
 
 
 @dataclass
@@ -179,6 +204,11 @@ class TrialRun:
         self._attempt_seen: float | None = None  # the start of the attempt whose reports came last
         self._last_time: dict[int, float] = {}
         self._since_restore: dict[int, int] = {}
+        # Ray's training_iteration: the iteration of the checkpoint the attempt restored (0 without
+        # one) plus its iterations since: a trial restarted from scratch counts from 1 again, one that
+        # exploited another's checkpoint (PBT) from that checkpoint's iteration
+        self._restored_iteration: int | None = None  # set by a restore, taken by the attempt's first report
+        self._attempt_base = 0
         self._stop = threading.Event()
         self.deciding: Future | None = None  # the worker waits for the answer to its StepResult
         self.decided_round: int | None = None  # the round of that result: not handed on again when reported
@@ -231,25 +261,36 @@ class TrialRun:
         self.events.put(TrialEnded(self.trial, self, outcome))
 
     def _restored(self, checkpoint: Checkpoint) -> None:
+        try:
+            metrics = self.storage.read_manifest(checkpoint.path).get("metrics", {})
+            self._restored_iteration = int(metrics.get("training_iteration", 0))
+        except (OSError, ValueError, TypeError):
+            self._restored_iteration = 0  # not a committed checkpoint (a trainer's resume_from_checkpoint)
         self.events.put(TrialNotice(self.trial, self, "on_trial_restore", {}))
 
     def _recovering(self, error: BaseException) -> None:
         self.events.put(TrialNotice(self.trial, self, "on_trial_recover", {}))
 
     def _add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float, attempt_started: float,
-                         pid: int | None) -> dict[str, Any]:
-        if self._attempt_seen is not None and attempt_started != self._attempt_seen:
-            self._restored_wall = attempt_started  # a restart after a failure: Ray's "restore"
-            self._since_restore.clear()
-            self._last_time.clear()
+                         member: Member | None) -> dict[str, Any]:
+        if attempt_started != self._attempt_seen:
+            if self._attempt_seen is not None:
+                self._restored_wall = attempt_started  # a restart after a failure: Ray's "restore"
+                self._since_restore.clear()
+                self._last_time.clear()
+            self._attempt_base, self._restored_iteration = self._restored_iteration or 0, None
         self._attempt_seen = attempt_started
-        out = self._tune_fields(rank, metrics, t, pid)
+        where = (member.pid, member.host, member.node_ip) if member is not None else None
+        out = self._tune_fields(rank, metrics, t, where)
         self._last_time[rank] = t
         self._since_restore[rank] = out["iterations_since_restore"]
         return out
 
-    def _tune_fields(self, rank: int, metrics: dict[str, Any], t: float, pid: int | None) -> dict[str, Any]:
-        """``metrics`` with what Tune adds to a result (fields already there are kept)."""
+    def _tune_fields(self, rank: int, metrics: dict[str, Any], t: float,
+                     where: tuple[int | None, str | None, str | None] | None) -> dict[str, Any]:
+        """``metrics`` with what Tune adds to a result (fields already there are kept); ``where``:
+        the reporting process's pid, host name and IP, as it gave them."""
+        pid, host, ip = where or (None, None, None)
         last = self._last_time.get(rank, self._restored_wall)
         out = dict(metrics)
         out.setdefault("time_this_iter_s", max(t - last, 0.0))
@@ -258,9 +299,11 @@ class TrialRun:
         # this run of a paused or restored trial, and each restart after a failure)
         out.setdefault("time_since_restore", max(t - self._restored_wall, 0.0))
         out.setdefault("iterations_since_restore", self._since_restore.get(rank, 0) + 1)
+        base = self._attempt_base if self._restored_iteration is None else self._restored_iteration
+        out.setdefault(SHOWN_ITERATION, base + out["iterations_since_restore"])
         out.setdefault("date", time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(t)))
-        out.setdefault("hostname", _HOST)
-        out.setdefault("node_ip", _node_ip())
+        out.setdefault("hostname", host or _HOST)  # the reporting worker's, as Ray's (the trial actor's)
+        out.setdefault("node_ip", ip or _node_ip())
         if pid is not None:  # the reporting process (the trial's function, or a trainer's worker)
             out.setdefault("pid", pid)
         out.setdefault("config", self.trial.config)
@@ -273,9 +316,9 @@ class TrialRun:
         """A class trainable's result before it is reported: the controller acts on it as on a
         report (``TrialStep``) and answers whether the trial ends there. The worker reports it
         with the Tune fields computed here, so the recorded row is the one acted on."""
-        fields = self._tune_fields(0, step.metrics, step.time, step.pid)
+        fields = self._tune_fields(0, step.metrics, step.time, (step.pid, step.host, step.ip))
         round_ = self._next_round()
-        row = {**fields, "training_iteration": round_, "timestamp": step.time}
+        row = {**fields, "training_iteration": fields[SHOWN_ITERATION], "timestamp": step.time}
         added = {k: v for k, v in fields.items() if k not in step.metrics or k == "trial_id"}
         self.decided_round = round_
         self.deciding = Future()
@@ -287,7 +330,7 @@ class TrialRun:
         ledger = self.controller.ledger if self.controller is not None else None
         if ledger is None:
             return 1
-        rounds = [int(r.get("training_iteration", 0)) for r in ledger.reports] + [c.round for c in ledger.committed]
+        rounds = [round_of(r) for r in ledger.reports] + [c.round for c in ledger.committed]
         return max(rounds + [0]) + 1
 
     def _on_request(self, handle: RuntimeActor, payload: Any) -> Any:
@@ -392,13 +435,14 @@ class _Forward:
     def on_report(self, row: dict[str, Any]) -> None:
         if row.get("_rank") != 0:
             return
-        if self.into is None and row.get("training_iteration") == self.run.decided_round:
+        if self.into is None and round_of(row) == self.run.decided_round:
             self.run.decided_round = None
             return  # a class trainable's result the controller acted on before it was reported
         if self.into is not None:
             # a nested trainer's report: recorded as the trial's own too, so its Result has the metrics
-            metrics = {k: v for k, v in row.items() if not k.startswith("_") and k != "training_iteration"}
-            row = self.into.record_report(row["training_iteration"], metrics, row["timestamp"])
+            metrics = {k: v for k, v in _public(row).items() if k != "training_iteration"}
+            metrics[SHOWN_ITERATION] = row["training_iteration"]
+            row = self.into.record_report(round_of(row), metrics, row["timestamp"])
         self.run.events.put(TrialResult(self.run.trial, self.run, row))
 
     def on_checkpoint(self, checkpoint: Checkpoint, metrics: dict[str, Any]) -> None:

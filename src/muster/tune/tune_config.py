@@ -64,7 +64,7 @@ class TuneConfig:
         if self.trial_name_creator is not None or self.trial_dirname_creator is not None:
             raise InvalidArgumentError(
                 "TuneConfig(trial_name_creator/trial_dirname_creator) is not supported: trial folders are named "
-                "<trainable>_<trial_id> so that Tuner.restore can find them. Leave them unset."
+                "as Ray names them by default (<trainable>_<trial_id>_<experiment tag>_<date>). Leave them unset."
             )
 
 

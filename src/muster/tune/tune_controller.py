@@ -33,6 +33,7 @@ from muster.core.api import get_runtime
 from muster.exceptions import ResourcesUnavailableError, root_cause_summary
 from muster.observe.tune_progress import TuneProgress, flatten_config
 from muster.train.checkpoint import Checkpoint
+from muster.train.result import _public
 from muster.train.storage import Storage
 from muster.tune.callback import CallbackList
 from muster.tune.schedulers.trial_scheduler import TrialScheduler
@@ -52,6 +53,7 @@ from muster.tune.trial import (
     TrialRun,
     TrialStep,
     latest_checkpoint,
+    trial_dirname,
 )
 from muster.tune.messages import StepDecision
 
@@ -256,9 +258,10 @@ class TuneController:
                 self._search_done = True
             elif config is not None:
                 name = f"{self.trainable_name}_{trial_id}"
-                trial = Trial(trial_id, name, config, self.experiment.join(self.experiment.uri, name), {})
-                tag = getattr(self.searcher, "experiment_tag", None)
-                trial.experiment_tag = tag(len(self.trials), config) if tag else str(len(self.trials))
+                tagger = getattr(self.searcher, "experiment_tag", None)
+                tag = tagger(len(self.trials), config) if tagger else str(len(self.trials))
+                path = self.experiment.join(self.experiment.uri, trial_dirname(name, tag))
+                trial = Trial(trial_id, name, config, path, {}, experiment_tag=tag)
                 self.trials.append(trial)
                 self.scheduler.on_trial_add(self, trial)
                 self._dirty = True
@@ -311,7 +314,7 @@ class TuneController:
         run.start()
 
     def _trial_storage(self, trial: Trial) -> Storage:
-        return Storage(self.experiment.uri, trial.trial_name, self.experiment.fs)
+        return Storage(self.experiment.uri, trial.dirname, self.experiment.fs)
 
     # -- events -----------------------------------------------------------------------------
     def _handle(self, event: TrialEvent) -> None:
@@ -339,7 +342,7 @@ class TuneController:
             step.reply.set_result(StepDecision(ends=step.trial.ending_as is not None, fields=step.fields))
 
     def _on_result(self, trial: Trial, row: dict[str, Any]) -> None:
-        result = {k: v for k, v in row.items() if not k.startswith("_")}
+        result = _public(row)  # the user's own "_" keys too: Ray hands schedulers the whole result
         if trial.ending_as is not None:
             # Reported while being stopped: recorded in its run and shown to callbacks (loggers keep
             # every result), but no searcher, stopper or scheduler acts on it.

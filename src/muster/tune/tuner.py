@@ -250,7 +250,7 @@ class Tuner:
                 t["status"] = trial_mod.PENDING if resume_unfinished else trial_mod.TERMINATED
             elif t["status"] == trial_mod.ERROR and (resume_errored or restart_errored):
                 if restart_errored:
-                    storage.rm(storage.join(storage.run_dir, t["trial_name"]))
+                    storage.rm(storage.join(storage.run_dir, Trial.from_json(t).dirname))
                     t["last_result"], t["num_results"] = {}, 0
                 t["status"], t["error"] = trial_mod.PENDING, None
         tuner._restored, tuner._path = state, storage.uri
@@ -390,7 +390,7 @@ def _replay(scheduler: TrialScheduler, controller: TuneController, trials: list[
             trial.num_results = max(trial.num_results, len(mine))
         rows += [(r.get("timestamp", 0), trial, r) for r in mine]
     for _, trial, row in sorted(rows, key=lambda x: x[0]):
-        scheduler.on_trial_result(controller, trial, {k: v for k, v in row.items() if not k.startswith("_")})
+        scheduler.on_trial_result(controller, trial, _public(row))
     for trial in trials:
         trial.restart_plan = None
 
@@ -432,7 +432,7 @@ def _as_users_error(err: BaseException | None) -> BaseException | None:
 
 def _kept_error(storage: Storage, trial: Trial) -> BaseException | None:
     """The error a trial failed with, as the controller kept it (a restored experiment's)."""
-    where = Storage(storage.uri, trial.trial_name, storage.fs)  # as the controller wrote it
+    where = Storage(storage.uri, trial.dirname, storage.fs)  # as the controller wrote it
     path = where.join(where.run_dir, ERROR_FILE)
     try:
         error = cloudpickle.loads(where.read_bytes(path)) if where.exists(path) else None

@@ -31,6 +31,18 @@ from muster.train._internal.policies import CheckpointRecord
 from muster.train.config import CheckpointConfig
 from muster.train.storage import Storage
 
+# A report's metrics may carry, under SHOWN_ITERATION, the ``training_iteration`` to record instead
+# of its round (Tune's count restarts with the checkpoint a trial restores, as Ray's does); the
+# round, which names checkpoint folders and only grows, is then kept in the row under ROUND.
+SHOWN_ITERATION = "_shown_iteration"
+ROUND = "_round"
+
+
+def round_of(row: dict[str, Any]) -> int:
+    """The round of a recorded row (its ``training_iteration`` unless Tune showed another)."""
+    return int(row.get(ROUND, row.get("training_iteration", 0)))
+
+
 _FLUSH_EVERY_S = 2.0  # how often result.json is appended to (commits flush at once)
 
 
@@ -86,7 +98,7 @@ class CheckpointManager:
         if manifest.get("reporters") is not None:
             self._reporters = frozenset(manifest["reporters"])
             self._reporters_world = int(manifest.get("world_size", 0))
-        rounds = [r.get("training_iteration", 0) for r in self.reports] + [c.round for c in self.committed]
+        rounds = [round_of(r) for r in self.reports] + [c.round for c in self.committed]
         self._newest_round = max(rounds + [0])
 
     # -- during an attempt -------------------------------------------------------
@@ -111,10 +123,13 @@ class CheckpointManager:
         """Take in one report; commit every round that is now whole. Returns the stored row."""
         with self._lock:
             row = dict(metrics)
+            shown = row.pop(SHOWN_ITERATION, None)
             row.update(
                 {"training_iteration": round_, "timestamp": t, "_rank": rank, "_attempt": attempt,
                  "checkpoint_dir_name": None}
             )
+            if shown is not None and shown != round_:  # Tune's count (Ray's): the round is kept too
+                row["training_iteration"], row[ROUND] = shown, round_
             self.reports.append(row)
             self._rows.append(row)
             self._newest_round = max(self._newest_round, round_)
@@ -321,7 +336,7 @@ class CheckpointManager:
             end = self._written
             while end < len(self._rows):
                 row = self._rows[end]
-                if isinstance(row, dict) and row["training_iteration"] in self._open:
+                if isinstance(row, dict) and round_of(row) in self._open:
                     break
                 end += 1
             if end > self._written:

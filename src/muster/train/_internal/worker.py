@@ -22,7 +22,8 @@ class TrainWorker:
 
     def info(self) -> dict[str, Any]:
         node_id, _ = settings.node_identity()
-        return {"pid": os.getpid(), "host": socket.gethostname(), "ip": _node_ip(), "node": node_id}
+        return {"pid": os.getpid(), "host": socket.gethostname(), "ip": _node_ip(), "node": node_id,
+                "node_ip": settings.node_ip_address()}
 
     def free_port(self) -> int:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

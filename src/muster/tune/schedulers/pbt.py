@@ -143,6 +143,9 @@ class PopulationBasedTraining(TrialScheduler):
             return self.CONTINUE
         new_config = self.explore(donor.config)
         trial.restart_plan = (new_config, start_from, donor.trial_id)
+        # as Ray's: the trial goes on from the donor checkpoint's training_iteration, so it takes the
+        # donor's last perturbation time too
+        state.last_perturbed = self._state.get(donor.trial_id, _State()).last_perturbed
         # as Ray's: the original tag and the new values of the mutated keys, e.g. "0_lr=0.0100@perturbed[lr=0.0120]"
         values = {(k,): new_config[k] for k in self.mutations if k in new_config}
         trial.experiment_tag = f"{state.orig_tag}@perturbed[{format_vars(values)}]"

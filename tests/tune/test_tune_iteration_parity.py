@@ -1,0 +1,213 @@
+"""Differences from Ray Tune 2.60 that were fixed: what ``training_iteration`` counts after a
+trial restarts (PBT exploit, a pause without a checkpoint), where ``hostname``/``node_ip`` come
+from, the ``_`` keys schedulers see, and the trial folders' names."""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+import tempfile
+import time
+from typing import Any
+
+from muster import tune
+from muster.train import Checkpoint
+from muster.tune.schedulers import FIFOScheduler, PopulationBasedTraining
+
+
+class _Seen(FIFOScheduler):
+    """FIFO that records every result it is shown, per trial; pauses each trial once at ``pause_at``."""
+
+    def __init__(self, pause_at: int | None = None):
+        super().__init__()
+        self.seen: dict[str, list[dict[str, Any]]] = {}
+        self.pause_at, self.paused = pause_at, set()
+
+    def on_trial_result(self, controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        self.seen.setdefault(trial.trial_id, []).append(dict(result))
+        if self.pause_at is not None and result["training_iteration"] == self.pause_at and \
+                trial.trial_id not in self.paused:
+            self.paused.add(trial.trial_id)
+            return self.PAUSE
+        return self.CONTINUE
+
+
+def _restored_step() -> int:
+    """The step of the checkpoint the trial restored (0 without one)."""
+    ckpt = tune.get_checkpoint()
+    if not ckpt:
+        return 0
+    with ckpt.as_directory() as d:
+        return int(json.load(open(os.path.join(d, "s.json")))["step"])
+
+
+def _report_step(step: int, **metrics: Any) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        json.dump({"step": step}, open(os.path.join(d, "s.json"), "w"))
+        tune.report({"step": step, **metrics}, checkpoint=Checkpoint.from_directory(d))
+
+
+def _stepper(config):
+    step = _restored_step()
+    while step < 8:
+        step += 1
+        _report_step(step, score=config["lr"] * step)
+        time.sleep(0.15 if config["lr"] < 0.1 else 0.03)  # the weak trial lags: its donor is steps ahead
+
+
+class _PBTSeen(PopulationBasedTraining):
+    seen: dict[str, list[dict[str, Any]]]
+
+    def on_trial_result(self, controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        self.seen.setdefault(trial.trial_id, []).append(dict(result))
+        return super().on_trial_result(controller, trial, result)
+
+
+def test_pbt_exploit_continues_from_the_donor_checkpoints_iteration(storage):
+    # Ray: the exploiting trial restores the donor's checkpoint, and its training_iteration goes on
+    # from that checkpoint's (here, always equal to the step the trainable counts)
+    sched = _PBTSeen(time_attr="training_iteration", perturbation_interval=2,
+                     hyperparam_mutations={"lr": tune.uniform(0.5, 1.5)}, quantile_fraction=0.5, seed=1)
+    sched.seen = {}
+    grid = tune.Tuner(
+        _stepper, param_space={"lr": tune.grid_search([0.01, 1.0])},
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=sched),
+        run_config=tune.RunConfig(storage_path=storage),
+    ).fit()
+    assert grid.num_errors == 0 and sched.num_perturbations >= 1
+    for r in grid:
+        df = r.metrics_dataframe
+        assert list(df["training_iteration"]) == list(df["step"])
+        assert r.metrics["training_iteration"] == r.metrics["step"]
+    for results in sched.seen.values():
+        assert all(x["training_iteration"] == x["step"] for x in results)
+    weak = min(grid, key=lambda r: r.metrics_dataframe["score"].iloc[0])
+    assert (weak.metrics_dataframe["iterations_since_restore"] == 1).sum() >= 2  # it was restarted
+
+
+def _no_checkpoints(config):
+    for work in range(1, 5):
+        tune.report({"work": work})
+        time.sleep(0.02)
+
+
+def test_a_trial_restarted_without_a_checkpoint_counts_from_one_again(storage):
+    # Ray: a paused trial with no checkpoint restarts its trainable from scratch, iteration 1 again
+    sched = _Seen(pause_at=2)
+    grid = tune.Tuner(
+        _no_checkpoints, param_space={"x": tune.grid_search([1])},
+        tune_config=tune.TuneConfig(scheduler=sched), run_config=tune.RunConfig(storage_path=storage),
+    ).fit()
+    (r,) = list(grid)
+    df = r.metrics_dataframe
+    assert list(df["training_iteration"]) == list(df["work"]) == [1, 2, 1, 2, 3, 4]
+    assert [x["training_iteration"] for x in next(iter(sched.seen.values()))] == [1, 2, 1, 2, 3, 4]
+    assert r.metrics["training_iteration"] == 4 and r.metrics["work"] == 4
+
+
+def _late_checkpoint(config):
+    for work in range(1, 5):
+        if work == 3:
+            with tempfile.TemporaryDirectory() as d:
+                open(os.path.join(d, "w"), "w").write(str(work))
+                tune.report({"work": work}, checkpoint=Checkpoint.from_directory(d))
+        else:
+            tune.report({"work": work})
+
+
+def test_checkpoints_of_a_restarted_trial_keep_distinct_folders(storage):
+    # the first stretch checkpoints at its iteration 3, then is paused at 4 and restored from it
+    # (iterations 4, 5, ... again): no checkpoint folder is written twice under one name
+    sched = _Seen(pause_at=4)
+    grid = tune.Tuner(
+        _late_checkpoint, param_space={"x": tune.grid_search([1])},
+        tune_config=tune.TuneConfig(scheduler=sched), run_config=tune.RunConfig(storage_path=storage),
+    ).fit()
+    (r,) = list(grid)
+    df = r.metrics_dataframe
+    # restored from iteration 3's checkpoint, the function runs from scratch: Ray counts on from 3
+    assert list(df["training_iteration"]) == [1, 2, 3, 4, 4, 5, 6, 7]
+    names = [n for n in df["checkpoint_dir_name"] if isinstance(n, str)]
+    assert len(names) == 2 and len(set(names)) == 2
+    assert r.checkpoint is not None and open(os.path.join(r.checkpoint.path, "w")).read() == "3"
+
+
+def _where(config):
+    import socket
+
+    from muster.util import get_node_ip_address
+
+    tune.report({"host_here": socket.gethostname(), "ip_here": get_node_ip_address(), "_private": 7})
+
+
+def test_hostname_and_node_ip_are_the_trial_workers(storage, monkeypatch):
+    # the driver's own values are made different, so the test tells whose the results carry
+    # (on one machine they are the same host; on a cluster they differ)
+    from muster.tune import trial as trial_mod
+
+    monkeypatch.setattr(trial_mod, "_HOST", "the-driver")
+    monkeypatch.setattr(trial_mod, "_node_ip", lambda: "203.0.113.9")
+    grid = tune.Tuner(_where, run_config=tune.RunConfig(storage_path=storage)).fit()
+    (r,) = list(grid)
+    assert r.metrics["hostname"] == r.metrics["host_here"] != "the-driver"
+    assert r.metrics["node_ip"] == r.metrics["ip_here"] != "203.0.113.9"
+
+
+def test_schedulers_see_the_results_own_underscore_keys(storage):
+    # Ray hands the scheduler (and searchers, callbacks) the whole result; muster's bookkeeping
+    # (_rank, _attempt) is not part of it
+    sched = _Seen()
+    grid = tune.Tuner(_where, tune_config=tune.TuneConfig(scheduler=sched),
+                      run_config=tune.RunConfig(storage_path=storage)).fit()
+    (seen,) = sched.seen.values()
+    assert seen[0]["_private"] == 7 and "_rank" not in seen[0] and "_attempt" not in seen[0]
+    assert grid[0].metrics["_private"] == 7
+
+
+def _named(config):
+    tune.report({"dir": tune.get_context().get_trial_dir()})
+
+
+def test_trial_folders_are_named_as_rays(storage):
+    grid = tune.Tuner(
+        _named, param_space={"lr": tune.grid_search([0.01]), "opt": tune.grid_search(["a/b c"])},
+        run_config=tune.RunConfig(storage_path=storage, name="exp"),
+    ).fit()
+    (r,) = list(grid)
+    name = os.path.basename(r.path)
+    # <trainable>_<trial_id>_<experiment tag>_<date>; "/", " " and "," (Ray keeps the comma) become "_"
+    assert re.fullmatch(rf"named_{r.metrics['trial_id']}_0_lr=0\.0100_opt=a_b_c_\d{{4}}-\d\d-\d\d_\d\d-\d\d-\d\d",
+                        name), name
+    assert r.metrics["dir"] == r.path and os.path.isdir(r.path)
+
+
+def _fails_once(config):
+    step = _restored_step()
+    while step < 4:
+        step += 1
+        if step == 3 and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError("once")
+        _report_step(step)
+
+
+def test_an_experiment_with_folders_named_the_old_way_still_restores(storage, tmp_path):
+    # experiments written before trial folders had Ray's names: <trainable>_<trial_id>
+    marker = str(tmp_path / "failed")
+    grid = tune.Tuner(_fails_once, param_space={"marker": marker},
+                      run_config=tune.RunConfig(storage_path=storage, name="old")).fit()
+    assert grid.num_errors == 1
+    exp = os.path.join(storage, "old")
+    state_file = os.path.join(exp, "experiment_state.json")
+    state = json.load(open(state_file))
+    (t,) = state["trials"]
+    old = os.path.join(exp, t["trial_name"])
+    os.rename(t["path"], old)
+    t["path"] = old
+    json.dump(state, open(state_file, "w"))
+    grid = tune.Tuner.restore(exp, _fails_once, resume_errored=True).fit()
+    (r,) = list(grid)
+    assert r.error is None and r.path == old and r.metrics["step"] == 4
+    assert list(r.metrics_dataframe["step"]) == [1, 2, 3, 4]
+    assert [n for n in os.listdir(exp) if n.startswith("fails_once")] == [t["trial_name"]]  # no new folder
