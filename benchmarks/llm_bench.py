@@ -2,6 +2,7 @@
 
     python benchmarks/llm_bench.py                   # tiny random Llama, 3 rounds, concurrency 1/8/32
     python benchmarks/llm_bench.py --rounds 5 --max-tokens 64 --hidden 256 --layers 4
+    python benchmarks/llm_bench.py --gpu --no-2hop --no-openai   # on a machine with a CUDA GPU
 
 One process; a tiny random-weight Llama built offline (``build_tiny_model``).
 Each round runs every system at every concurrency, interleaved (so a busy
@@ -40,6 +41,10 @@ over rounds with the spread (min-max):
 ``--schedstat`` also reports, for every process under the benchmark, its
 time on a CPU and its time runnable but waiting for one while each HTTP
 system ran (``/proc/<pid>/task/*/schedstat``): where the chain waits for CPU.
+
+``--gpu`` puts the model on the GPU: naive's and the bare engine's in this
+process, and the Serve replica's, which asks for ``num_gpus=0.5`` (so that
+``serve2hop``'s replica fits on the same GPU).
 
 All use one torch thread by default (``--threads``): a Serve replica
 with ``num_cpus=1`` gets ``OMP_NUM_THREADS=1``, and on a shared box more
@@ -103,7 +108,7 @@ def run_naive(model: Any, tokenizer: Any, conc: int, n: int, max_tokens: int) ->
         def end(self) -> None:
             pass
 
-    ids = torch.tensor([tokenizer(PROMPT)["input_ids"]])
+    ids = torch.tensor([tokenizer(PROMPT)["input_ids"]], device=model.device)
     lock = threading.Lock()
     ttfts: list[float] = []
     tokens = 0
@@ -161,18 +166,21 @@ class Clients:
     """HTTP clients made once and kept across rounds (warm keep-alive connections, as a
     real client keeps them): a plain httpx client and the official openai client on it."""
 
-    def __init__(self, conc: int) -> None:
+    def __init__(self, conc: int, official: bool = True) -> None:
         import httpx
-        import openai
 
         self.http = httpx.AsyncClient(limits=httpx.Limits(max_connections=conc + 4), timeout=300)
-        self.openai = openai.AsyncOpenAI(base_url="http://unused/v1", api_key="x", http_client=self.http,
-                                         max_retries=0)
+        self.openai: Any = None
+        if official:  # --no-openai: the openai package need not be installed
+            import openai
+
+            self.openai = openai.AsyncOpenAI(base_url="http://unused/v1", api_key="x", http_client=self.http,
+                                             max_retries=0)
 
 
 async def run_http(clients: Clients, base_url: str, conc: int, n: int, max_tokens: int, model: str = "bench",
                    official: bool = False) -> dict[str, float]:
-    client = clients.openai.with_options(base_url=base_url)
+    client = clients.openai.with_options(base_url=base_url) if official else None
     ttfts: list[float] = []
     tokens = 0
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -232,6 +240,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads for naive and engine (a Serve replica with num_cpus=1 gets 1)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="the model on the GPU (naive, engine, and the Serve replicas with num_gpus=0.5)")
     parser.add_argument("--no-serve", action="store_true", help="skip the HTTP (muster.serve) systems")
     parser.add_argument("--no-2hop", action="store_true", help="skip serve2hop (the OpenAiIngress layout)")
     parser.add_argument("--no-openai", action="store_true", help="skip serve-oai (the official openai client)")
@@ -258,11 +268,13 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     path = build_tiny_model(tempfile.mkdtemp(prefix="llm-bench-"), hidden_size=args.hidden, num_layers=args.layers)
+    device = "cuda" if args.gpu else "cpu"
+    actor = {"num_cpus": 1, **({"num_gpus": 0.5} if args.gpu else {})}
     config = LLMConfig(model_loading_config=dict(model_id="bench", model_source=str(path)), llm_engine="transformers",
-                       engine_kwargs=dict(max_model_len=256, max_num_seqs=64),
-                       deployment_config=dict(ray_actor_options={"num_cpus": 1}))
+                       engine_kwargs=dict(max_model_len=256, max_num_seqs=64, device=device),
+                       deployment_config=dict(ray_actor_options=actor))
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval()
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval().to(device)
     engine = TransformersEngine(config)
     engine.start()
     _CLEANUP.append(engine.shutdown)  # its decoding thread would keep the process alive after an error
@@ -304,7 +316,7 @@ def main() -> None:
         systems = [s for s in systems if s in args.only or s == "naive"]  # naive: the ratios' base
     results: dict[str, dict[int, list[dict[str, float]]]] = {s: {c: [] for c in args.concurrency} for s in systems}
     loop = asyncio.new_event_loop()
-    clients = Clients(max(args.concurrency)) if urls else None
+    clients = Clients(max(args.concurrency), official="serve-oai" in systems) if urls else None
     sched: dict[tuple[str, int], dict[str, list[float]]] = {}  # (system, c) -> process -> [on CPU ms, waiting ms]
 
     def over_http(system: str, conc: int, n: int, max_tokens: int) -> dict[str, float]:

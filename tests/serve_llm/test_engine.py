@@ -195,3 +195,30 @@ def test_embeddings_are_mean_pooled_hidden_states(engine):
         hidden = engine.model(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0]
     assert torch.allclose(torch.tensor(vector), hidden.mean(0), atol=1e-5)
     assert len(vector) == engine.model.config.hidden_size
+
+
+def test_a_transformers_too_old_for_the_engine_is_named_with_the_fix(tiny_model, monkeypatch):
+    """transformers 5.17 (found on a GPU machine) failed inside its own ContinuousBatchingConfig with
+    "unexpected keyword argument 'page_size'"; 5.18 broke plain forwards after the batching started."""
+    import transformers
+
+    from muster.serve.llm import LLMConfigError
+
+    monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    eng = TransformersEngine(LLMConfig(model_loading_config=dict(model_id="tiny", model_source=str(tiny_model)),
+                                       llm_engine="transformers"))
+    with pytest.raises(LLMConfigError, match=r"'tiny'.*transformers >= 5.19, and 5.17.0 is installed.*pip install -U"):
+        eng.start()
+
+
+def test_a_replica_sharing_a_gpu_caps_its_kv_cache_at_its_share(tiny_model):
+    """transformers sizes the KV cache from the whole device (80-90%); a replica with num_gpus=0.5 took that
+    much, leaving the GPU's other replica no room. (Run for real on an H200: benchmarks/llm_gpu_share.py.)"""
+    def share(actor_options, **engine_kwargs):
+        return TransformersEngine(LLMConfig(
+            model_loading_config=dict(model_id="tiny", model_source=str(tiny_model)), llm_engine="transformers",
+            engine_kwargs=engine_kwargs, deployment_config=dict(ray_actor_options=actor_options)))._gpu_memory_share()
+
+    assert share({"num_gpus": 0.5}) == pytest.approx(0.45)
+    assert share({"num_gpus": 0.5}, gpu_memory_utilization=0.3) == 0.3  # vLLM's name, set by hand
+    assert share({"num_gpus": 1}) is None and share({}) is None  # a whole GPU: transformers' own default

@@ -63,7 +63,8 @@ def test_rays_other_llm_config_fields_and_names():
     (dict(llm_engine="tgi"), ["llm_engine='tgi'"]),
     (dict(engine_kwargs=dict(max_model_len=0)), ["max_model_len", "positive integer"]),
     (dict(engine_kwargs=dict(tensor_parallel_size="2")), ["tensor_parallel_size", "positive integer"]),
-    (dict(engine_kwargs=dict(gpu_memory_utilization=0.9)), ["gpu_memory_utilization", "transformers engine", "muster[vllm]"]),
+    (dict(engine_kwargs=dict(enforce_eager=True)), ["enforce_eager", "transformers engine", "muster[vllm]"]),
+    (dict(engine_kwargs=dict(gpu_memory_utilization=1.5)), ["gpu_memory_utilization", "1.5", "(0, 1]"]),
     (dict(engine_kwargs=dict(dtype="int3")), ["dtype", "bfloat16"]),
     (dict(deployment_config=dict(replicas=2)), ["unknown keys", "replicas", "num_replicas"]),
 ])

@@ -25,7 +25,10 @@ TRANSFORMERS_ENGINE_KWARGS = {
     "pipeline_parallel_size": "multiplies the GPUs per replica (same split as tensor_parallel_size)",
     "dtype": "'auto', 'float32', 'float16' or 'bfloat16' (default 'auto')",
     "device": "'cpu', 'cuda' or 'auto' (default: 'cuda' when the replica holds GPUs, else 'cpu')",
-    "num_blocks": "KV cache pages (default: sized from max_num_seqs and max_model_len)",
+    "num_blocks": "KV cache pages (default: on CPU sized from max_num_seqs and max_model_len; on a GPU as many as "
+                  "gpu_memory_utilization allows)",
+    "gpu_memory_utilization": "the share of the GPU's memory the KV cache may fill, 0-1 (vLLM's name; default: "
+                              "0.9 x the replica's num_gpus when it holds part of a GPU, else transformers' 0.8-0.9)",
     "page_size": "tokens per KV cache page (default 64)",
     "seed": "seed of the engine's sampler (default 0)",
     "trust_remote_code": "let transformers run the model repository's own code (default False)",
@@ -207,6 +210,10 @@ class LLMConfig:
                 raise LLMConfigError(
                     f"engine_kwargs['dtype']={dtype!r}: use 'auto', 'float32', 'float16' or 'bfloat16'."
                 )
+            share = kwargs.get("gpu_memory_utilization")
+            if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float))
+                                      or not 0 < share <= 1):
+                raise LLMConfigError(f"engine_kwargs['gpu_memory_utilization']={share!r}: use a fraction in (0, 1].")
             device = kwargs.get("device", "auto")
             if device not in ("auto", "cpu", "cuda"):
                 raise LLMConfigError(f"engine_kwargs['device']={device!r}: use 'auto', 'cpu' or 'cuda'.")

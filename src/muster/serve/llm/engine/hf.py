@@ -48,6 +48,25 @@ _SWITCH_INTERVAL_S = 0.0005
 _PROBE = "Hello, world! 12 h\u00e9llo\n  x<|y|> \u4f60\u597d"  # text on which the fast tokenizer paths must agree
 
 
+#: The oldest transformers this engine runs on: the continuous-batching manager it drives changed
+#: its arguments (page_size, 5.18) and how the model answers a plain forward after it (5.19).
+MIN_TRANSFORMERS = (5, 19)
+
+
+def _check_transformers(model_id: str) -> None:
+    import transformers
+
+    found = transformers.__version__
+    release = tuple(int(p) for p in found.split("+")[0].split(".")[:2] if p.isdigit())
+    if release < MIN_TRANSFORMERS:
+        need = ".".join(map(str, MIN_TRANSFORMERS))
+        raise LLMConfigError(
+            f"model {model_id!r}: muster's transformers engine needs transformers >= {need}, and {found} is "
+            f"installed (its continuous batching takes other arguments). Fix: pip install -U 'transformers>={need}' "
+            "(muster[llm] asks for it), or llm_engine='vllm' where vLLM is installed."
+        )
+
+
 class TransformersEngine(LLMEngine):
     """Continuous batching over a transformers causal LM (CPU or GPU)."""
 
@@ -72,6 +91,7 @@ class TransformersEngine(LLMEngine):
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        _check_transformers(self.config.model_id)
         self._load()
         if sys.getswitchinterval() > _SWITCH_INTERVAL_S:
             sys.setswitchinterval(_SWITCH_INTERVAL_S)
@@ -166,11 +186,22 @@ class TransformersEngine(LLMEngine):
         )
         cb = ContinuousBatchingConfig(
             page_size=page, num_blocks=blocks, max_requests_per_batch=self.max_num_seqs,
+            max_memory_percent=None if on_cpu else self._gpu_memory_share(),
             max_batch_tokens=max(page, min(self.max_model_len, 1024)) if on_cpu else None,
             per_request_processors=True, seed=int(kw.get("seed", 0)), allow_block_sharing=False,
         )
         self._manager = self.model.init_continuous_batching(generation_config=generation, continuous_batching_config=cb)
         self._manager.start()
+
+    def _gpu_memory_share(self) -> float | None:
+        """The fraction of the GPU's memory the KV cache may take: ``gpu_memory_utilization``, else 0.9 x the
+        replica's part of a GPU it shares (transformers would size it from the whole device, so the second
+        replica on the GPU would find it full), else None (transformers' default)."""
+        share = self.config.engine_kwargs.get("gpu_memory_utilization")
+        if share is not None:
+            return float(share)
+        gpus = float((self.config.deployment_config.get("ray_actor_options") or {}).get("num_gpus", 0) or 0)
+        return 0.9 * gpus if 0 < gpus < 1 else None
 
     def check_health(self) -> None:
         manager = self._manager
