@@ -123,12 +123,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ApproximateTopK": "an AggregateFn over the group's rows",
     },
     "muster.data.preprocessors": {
-        "MultiHotEncoder": "OrdinalEncoder(columns) for list columns, then a map_batches that counts each index",
-        "FeatureHasher": "a map_batches that hashes the columns (sklearn.feature_extraction.FeatureHasher)",
-        "HashingVectorizer": "a map_batches with sklearn.feature_extraction.text.HashingVectorizer",
-        "CountVectorizer": "a map_batches with sklearn.feature_extraction.text.CountVectorizer fitted on a sample",
-        "Tokenizer": "a map_batches that splits the text column (str.split or your tokenizer)",
-        "PowerTransformer": "a map_batches with sklearn.preprocessing.PowerTransformer fitted on a sample",
         "TorchVisionPreprocessor": "a map_batches that applies the torchvision transform to each image",
     },
     "muster.serve.llm": {

@@ -267,11 +267,15 @@ def check_columns(who: str, columns: Any, name: str = "columns") -> None:
 
 def check_present(who: str, ds: "Dataset", columns: list[str]) -> None:
     """Every one of ``columns`` is in ``ds`` (read from its schema: this may run the first block)."""
-    have = ds.columns()
+    check_in(who, ds.columns(), columns, "dataset")
+
+
+def check_in(who: str, have: Any, columns: list[str], where: str = "batch") -> None:
+    """Every one of ``columns`` is among ``have`` (a batch's or dataset's column names)."""
     missing = [c for c in columns if c not in have]
     if missing:
-        raise InvalidArgumentError(f"{who}: column(s) {missing!r} are not in the dataset, whose columns are "
-                                   f"{have!r}; name existing columns.")
+        raise InvalidArgumentError(f"{who}: column(s) {missing!r} are not in the {where}, whose columns are "
+                                   f"{list(have)!r}; name existing columns.")
 
 
 __all__ = ["Preprocessor", "PreprocessorNotFittedException"]

@@ -15,15 +15,21 @@ from muster.data.preprocessor import Preprocessor, PreprocessorNotFittedExceptio
 from muster.data.preprocessors.chain import Chain
 from muster.data.preprocessors.concatenator import Concatenator
 from muster.data.preprocessors.discretizer import CustomKBinsDiscretizer, UniformKBinsDiscretizer
-from muster.data.preprocessors.encoder import Categorizer, LabelEncoder, OneHotEncoder, OrdinalEncoder
+from muster.data.preprocessors.encoder import (Categorizer, LabelEncoder, MultiHotEncoder, OneHotEncoder,
+                                               OrdinalEncoder)
+from muster.data.preprocessors.hasher import FeatureHasher
 from muster.data.preprocessors.imputer import SimpleImputer
 from muster.data.preprocessors.normalizer import Normalizer
 from muster.data.preprocessors.scaler import MaxAbsScaler, MinMaxScaler, RobustScaler, StandardScaler
+from muster.data.preprocessors.tokenizer import Tokenizer
+from muster.data.preprocessors.transformer import PowerTransformer
+from muster.data.preprocessors.vectorizer import CountVectorizer, HashingVectorizer
 
 __all__ = [
-    "Categorizer", "Chain", "Concatenator", "CustomKBinsDiscretizer", "LabelEncoder", "MaxAbsScaler", "MinMaxScaler",
-    "Normalizer", "OneHotEncoder", "OrdinalEncoder", "Preprocessor", "PreprocessorNotFittedException",
-    "RobustScaler", "SimpleImputer", "StandardScaler", "UniformKBinsDiscretizer",
+    "Categorizer", "Chain", "Concatenator", "CountVectorizer", "CustomKBinsDiscretizer", "FeatureHasher",
+    "HashingVectorizer", "LabelEncoder", "MaxAbsScaler", "MinMaxScaler", "MultiHotEncoder", "Normalizer",
+    "OneHotEncoder", "OrdinalEncoder", "PowerTransformer", "Preprocessor", "PreprocessorNotFittedException",
+    "RobustScaler", "SimpleImputer", "StandardScaler", "Tokenizer", "UniformKBinsDiscretizer",
 ]
 
 

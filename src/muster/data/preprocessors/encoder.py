@@ -1,4 +1,5 @@
-"""Ray's categorical encoders: ``OrdinalEncoder``, ``OneHotEncoder``, ``LabelEncoder``, ``Categorizer``.
+"""Ray's categorical encoders: ``OrdinalEncoder``, ``OneHotEncoder``, ``MultiHotEncoder``, ``LabelEncoder``,
+``Categorizer``.
 
 ``fit`` counts each column's distinct values in one streaming pass over the dataset's batches
 (Arrow's ``value_counts`` per batch, merged); the categories, sorted, get the indices 0, 1, ... and
@@ -15,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from muster.data.preprocessor import ColumnsPreprocessor, Preprocessor, check_present
+from muster.data.preprocessor import ColumnsPreprocessor, Preprocessor, check_in, check_present
+from muster.data.preprocessors.utils import count_into, object_column
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 if TYPE_CHECKING:
@@ -129,11 +131,11 @@ class OrdinalEncoder(_Encoder):
                 f"output_columns={self._output_columns!r})")
 
 
-class OneHotEncoder(_Encoder):
-    """Each category as a one-hot vector: one column per input column, of ``uint8`` vectors as long as
-    the number of categories (Ray 2.60's format; numpy batches hold a 2-D array). A category not seen
-    in ``fit``, or outside the ``max_categories={col: k}`` most frequent, is all zeros. A list value
-    is one category (its tuple)."""
+class _TopCategories(ColumnsPreprocessor):
+    """Fits each column's sorted categories, only the ``max_categories={col: k}`` most frequent where given;
+    ``_count_lists``: a list value's elements are the categories (else the whole list, as a tuple)."""
+
+    _count_lists = False
 
     def __init__(self, columns: list[str], *, max_categories: dict[str, int] | None = None,
                  output_columns: list[str] | None = None):
@@ -141,8 +143,9 @@ class OneHotEncoder(_Encoder):
         self._max_categories = dict(max_categories or {})
         unknown = [c for c in self._max_categories if c not in self._columns]
         if unknown:
-            raise InvalidArgumentError(f"OneHotEncoder(max_categories={self._max_categories!r}): {unknown!r} are not "
-                                       f"in columns={self._columns!r}; set max_categories only for encoded columns.")
+            raise InvalidArgumentError(f"{type(self).__name__}(max_categories={self._max_categories!r}): {unknown!r} "
+                                       f"are not in columns={self._columns!r}; set max_categories only for encoded "
+                                       "columns.")
 
     @property
     def max_categories(self) -> dict[str, int]:
@@ -150,10 +153,21 @@ class OneHotEncoder(_Encoder):
 
     def _fit(self, ds: "Dataset") -> Preprocessor:
         who = f"{self!r}.fit"
-        counts = _count_values(ds, self._columns, False, who)
+        counts = _count_values(ds, self._columns, self._count_lists, who)
         self.stats_ = {f"unique_values({c})": _index(who, c, counts[c], self._max_categories.get(c))
                        for c in self._columns}
         return self
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(columns={self._columns!r}, max_categories={self._max_categories!r}, "
+                f"output_columns={self._output_columns!r})")
+
+
+class OneHotEncoder(_Encoder, _TopCategories):
+    """Each category as a one-hot vector: one column per input column, of ``uint8`` vectors as long as
+    the number of categories (Ray 2.60's format; numpy batches hold a 2-D array). A category not seen
+    in ``fit``, or outside the ``max_categories={col: k}`` most frequent, is all zeros. A list value
+    is one category (its tuple)."""
 
     def _encode(self, values: pa.ChunkedArray, column: str) -> pa.Array:
         stats = self.stats_[f"unique_values({column})"]
@@ -166,9 +180,26 @@ class OneHotEncoder(_Encoder):
         one_hot[np.nonzero(hit)[0], codes[hit]] = 1
         return pa.FixedSizeListArray.from_arrays(pa.array(one_hot.ravel()), len(stats))
 
-    def __repr__(self) -> str:
-        return (f"OneHotEncoder(columns={self._columns!r}, max_categories={self._max_categories!r}, "
-                f"output_columns={self._output_columns!r})")
+
+class MultiHotEncoder(_TopCategories):
+    """Each list of categories as a ``list<int64>`` as long as the column's categories: item ``i`` counts
+    how often category ``i`` (of the sorted categories ``fit`` saw in the lists) is in the row's list, as
+    Ray's does (so usually 0 or 1). A scalar value is a list of one; a category not seen in ``fit``, or
+    outside the ``max_categories={col: k}`` most frequent, is not counted. ``stats_``:
+    ``{"unique_values(col)": {category: index}}``. A null is refused: impute it first."""
+
+    _count_lists = True
+
+    def _transform_pandas(self, df: Any) -> Any:
+        who = f"{self!r}.transform"
+        check_in(who, df.columns, self._columns)
+        _refuse_nulls(who, df, self._columns)
+        for column, out in zip(self._columns, self._output_columns):
+            index = self.stats_[f"unique_values({column})"]
+            rows = [count_into(value if isinstance(value, (list, np.ndarray)) else [value], len(index), index.get)
+                    for value in df[column]]
+            df[out] = object_column(rows, df.index)
+        return df
 
 
 class LabelEncoder(Preprocessor):
@@ -257,4 +288,4 @@ class Categorizer(ColumnsPreprocessor):
                 f"output_columns={self._output_columns!r})")
 
 
-__all__ = ["Categorizer", "LabelEncoder", "OneHotEncoder", "OrdinalEncoder"]
+__all__ = ["Categorizer", "LabelEncoder", "MultiHotEncoder", "OneHotEncoder", "OrdinalEncoder"]
