@@ -392,6 +392,10 @@ def test_named_actors_get_if_exists_namespaces_and_lookup_from_a_task():
     try:
         again = Box.options(name="box", get_if_exists=True).remote(2)
         assert muster.get(again.get.remote(), timeout=TIMEOUT) == 1  # the existing one
+        same = Box.options(name="box").get_or_create(5)  # Ray's newer spelling (an AttributeError before)
+        assert muster.get(same.get.remote(), timeout=TIMEOUT) == 1
+        with pytest.raises(exceptions.InvalidArgumentError, match=r"options\(name='...'\).get_or_create"):
+            Box.get_or_create(6)
         with pytest.raises(exceptions.ActorAlreadyExistsError, match="already exists"):  # a ValueError too
             Box.options(name="box").remote(3)
         other = Box.options(name="box", namespace="elsewhere").remote(4)

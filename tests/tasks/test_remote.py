@@ -199,6 +199,8 @@ def test_options_are_validated():
         square.options(runtime_env={"pip": ["requests"], "working_dir": ".", "env_vars": {"A": "1"}})
     with pytest.warns(UserWarning, match=r"memory=1073741824 is not reserved by muster.*num_cpus"):
         square.options(memory=2**30)
+    with pytest.warns(UserWarning, match=r"max_calls=1 is not enforced by muster: its task workers are reused"):
+        square.options(max_calls=1)  # it was taken silently
 
 
 def test_get_gpu_ids_is_empty_without_gpus():

@@ -37,6 +37,7 @@ from muster.data.huggingface import from_huggingface
 from muster.data.iterator import DataIterator
 
 DatasetContext, DatasetIterator = DataContext, DataIterator  # Ray's older names, still exported by Ray
+NodeIdStr = str  # Ray's type of the node ids DataConfig.configure gets (worker_node_ids)
 from muster.data.plan import Node, RayCall, Read
 from muster.data.schema import Schema
 from muster.data.strategies import ActorPoolStrategy, TaskPoolStrategy
@@ -48,7 +49,7 @@ __all__ = [
     "FileShuffleConfig",
     "RandomSeedConfig",
     "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DatasetContext",
-    "DatasetIterator", "DataSchemaError", "DataSourceError", "DataTypeError", "Dataset", "GroupedData",
+    "DatasetIterator", "NodeIdStr", "DataSchemaError", "DataSourceError", "DataTypeError", "Dataset", "GroupedData",
     "MaterializedDataset", "UserFunctionError", "from_arrow", "from_huggingface", "from_items", "from_numpy",
     "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files", "read_csv", "read_images",
     "read_json", "read_numpy", "read_parquet", "read_text", "SaveMode", "TaskPoolStrategy",

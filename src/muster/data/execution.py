@@ -88,6 +88,9 @@ class DataContext:
     def __setattr__(self, name: str, value: Any) -> None:
         """A setting muster has, or one of Ray's that only tunes Ray's cluster execution (kept, no
         effect); any other name is a mistake worth saying (a typo would otherwise change nothing)."""
+        if name == "execution_options":  # Ray's ctx.execution_options = DataConfig.default_ingest_options()
+            ExecutionOptions(self).take(value)
+            return
         if name not in _SETTINGS and name not in RAY_ONLY_SETTINGS and not name.startswith("_"):
             raise AttributeError(
                 f"DataContext has no setting {name!r}. muster's: "
@@ -153,6 +156,15 @@ class ExecutionOptions:
             return self._ctx.__dict__.get(f"_ray_{name}", False)
         raise AttributeError(f"DataContext.execution_options.{name}: muster has preserve_order, and takes Ray's "
                              f"resource_limits, exclude_resources, {', '.join(self._RAY_ONLY)} with no effect.")
+
+    def take(self, other: Any) -> None:
+        """Set these options to ``other``'s (another context's, or an object with Ray's attribute names)."""
+        for name in ("preserve_order", "resource_limits", "exclude_resources", *self._RAY_ONLY):
+            try:
+                value = getattr(other, name)
+            except AttributeError:
+                continue
+            setattr(self, name, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "preserve_order":

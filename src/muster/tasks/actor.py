@@ -96,6 +96,14 @@ class ActorClass:
     def options(self, **options: Any) -> "ActorClass":
         return ActorClass(self._cls, {**self._options, **options})
 
+    def get_or_create(self, *args: Any, **kwargs: Any) -> Any:
+        """The live actor of this ``options(name=...)``, or a new one made with these arguments (Ray's
+        ``options(name=...).get_or_create(...)``, which is ``get_if_exists=True``)."""
+        if not self._options.get("name"):
+            raise InvalidArgumentError(f"{self._cls.__name__}.get_or_create(): give the actor a name first: "
+                                       f"{self._cls.__name__}.options(name='...').get_or_create(...).")
+        return self.options(get_if_exists=True).remote(*args, **kwargs)
+
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Start the actor; returns its handle at once (creation goes on in the background)."""
         if core_context.in_worker():

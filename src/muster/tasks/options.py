@@ -21,6 +21,7 @@ ACTOR_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_restarts", "max_task_
 
 
 _warned_memory: set[str] = set()
+_warned_max_calls: set[str] = set()  # said once per function
 
 
 def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
@@ -61,6 +62,14 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
             f"{what}: memory={options['memory']!r} is not reserved by muster (memory is not a resource its "
             "engine schedules by): as many run at once as their CPUs allow. To run fewer at once, ask for more "
             "num_cpus each.", stacklevel=4,
+        )
+    if options.get("max_calls") and what not in _warned_max_calls:
+        _warned_max_calls.add(what)
+        warnings.warn(
+            f"{what}: max_calls={options['max_calls']!r} is not enforced by muster: its task workers are reused "
+            "across calls and tasks, so memory a call leaves behind (a framework's GPU memory) stays with the "
+            "worker. To free it, release it at the end of the function, or run the work in an actor and "
+            "muster.kill() it when done.", stacklevel=4,
         )
     if options.get("resources") is not None:
         custom = options["resources"]
