@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from serve_helpers import (
     check_a_client_that_leaves_cancels_its_request,
+    check_http_requests_go_to_the_replica_holding_their_model,
     check_a_websocket_upgrade_is_refused_naming_it,
     serving,
 )
@@ -52,3 +53,7 @@ def test_a_client_that_leaves_cancels_its_request_on_uvicorn(client, tmp_path):
 def test_a_websocket_upgrade_is_refused_naming_it_on_uvicorn(client):
     serve.run(Mixed.bind(), name="mixed", route_prefix="/m")
     check_a_websocket_upgrade_is_refused_naming_it(client, "/m")
+
+
+def test_uvicorn_ingress_routes_by_model(client):
+    check_http_requests_go_to_the_replica_holding_their_model(client)

@@ -10,6 +10,7 @@ caller -> replica
     REQ_HTTP   u32 n, pickle(scope fields) (n bytes), body  an HTTP request (see :func:`http_request`)
     REQ_CALL   pickle((method, args, kwargs, stream))      a handle call
     CANCEL     b""                                          the caller gave up
+    MODELS     b""                                          which models do you hold? (answered with RESP_VALUE)
 replica -> caller
     RESP_FULL  u16 status, u32 n, header block, body        a whole HTTP response (see :func:`http_response`)
     RESP_HEAD  pickle((status, headers))                    a streamed HTTP response starts
@@ -18,6 +19,7 @@ replica -> caller
     RESP_VALUE pickle(value)                                a handle call's return value
     RESP_ITEM  pickle(item)                                 one item of a streaming handle call
     RESP_ERROR pickle(RemoteError)                          the call failed
+    MODELS     pickle(tuple of model ids), on stream 0      the multiplexed models it holds now (after each change)
 
 HTTP request bodies and response bodies travel raw after a small binary head
 (no pickling of the body); a header block is ``name\0value\0...`` in latin-1
@@ -38,7 +40,7 @@ from typing import Any, cast
 HEADER = struct.Struct("!IIB")
 _U32 = struct.Struct("!I")
 _RESP_HEAD = struct.Struct("!HI")
-REQ_HTTP, REQ_CALL, CANCEL = 1, 2, 3
+REQ_HTTP, REQ_CALL, CANCEL, MODELS = 1, 2, 3, 4
 RESP_FULL, RESP_HEAD, RESP_BODY, RESP_END, RESP_VALUE, RESP_ITEM, RESP_ERROR = 10, 11, 12, 13, 14, 15, 16
 
 
