@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
+import os
 import time
 
 import httpx
@@ -148,3 +151,54 @@ def check_a_slow_reader_pauses_the_stream(client, kind: str) -> None:
             got += len(data)
     assert handle.count.remote().result(timeout_s=10) == 4000
     serve.delete("flood")
+
+
+@serve.deployment(num_replicas=3, ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=8)
+class Counted:
+    """One model per replica; answers its pid, the model and every load it has done."""
+
+    def __init__(self):
+        self.loads: list[str] = []
+
+    @serve.multiplexed(max_num_models_per_replica=1)
+    async def get_model(self, model_id: str):
+        self.loads.append(model_id)
+        await asyncio.sleep(0.05)
+        return model_id
+
+    async def __call__(self, *args) -> tuple:
+        model = await self.get_model(serve.get_multiplexed_model_id())
+        return os.getpid(), model, list(self.loads)
+
+    async def slow(self) -> tuple:
+        got = await self.__call__()
+        await asyncio.sleep(2.5)
+        return got
+
+
+def check_models_routed(answers: list[tuple], models: list[str]) -> None:
+    """Each model was served by one replica and loaded once, in all the replicas together."""
+    by_model = collections.defaultdict(set)
+    last_loads: dict[int, list[str]] = {}
+    for pid, model, loads in answers:
+        by_model[model].add(pid)
+        if len(loads) >= len(last_loads.get(pid, [])):
+            last_loads[pid] = loads
+    for m in models:
+        assert len(by_model[m]) == 1, f"model {m} served by replicas {by_model[m]}"
+        assert sum(loads.count(m) for loads in last_loads.values()) == 1, f"{m} loaded more than once: {last_loads}"
+
+
+def check_http_requests_go_to_the_replica_holding_their_model(client: httpx.Client) -> None:
+    """The ingress routes by the serve_multiplexed_model_id header (both servers)."""
+    serve.run(Counted.bind(), name="mux_http", route_prefix="/mux_http")
+    answers = []
+    for m in ["x"] * 6 + ["y"] * 6 + ["x"] * 4:
+        r = client.get("/mux_http", headers={"serve_multiplexed_model_id": m})
+        assert r.status_code == 200, r.text
+        answers.append(tuple(r.json()))
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers += [tuple(r.json()) for r in pool.map(
+            lambda _: client.get("/mux_http", headers={"serve_multiplexed_model_id": "z"}), range(6))]
+    check_models_routed(answers, ["x", "y", "z"])
+    serve.delete("mux_http")

@@ -6,6 +6,7 @@ import pytest
 from serve_helpers import (
     check_a_client_that_leaves_cancels_its_request,
     check_a_slow_reader_pauses_the_stream,
+    check_http_requests_go_to_the_replica_holding_their_model,
     check_a_websocket_upgrade_is_refused_naming_it,
     serving,
 )
@@ -60,3 +61,7 @@ def test_a_slow_reader_pauses_the_stream_on_uvicorn(client, kind):
     """Before: the replica made all 4,000 chunks (250 MiB) for a client that read none, and the ingress held
     them. (On granian the ingress still takes every chunk: its RSGI stream has no backpressure.)"""
     check_a_slow_reader_pauses_the_stream(client, kind)
+
+
+def test_uvicorn_ingress_routes_by_model(client):
+    check_http_requests_go_to_the_replica_holding_their_model(client)

@@ -180,7 +180,7 @@ def _call_now(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_
     except Exception:  # noqa: BLE001 - wire.dumps falls back to cloudpickle in _call
         return None
     r = router.registry.router(app, dep)
-    got = r.open_now(wire.REQ_CALL, payload)
+    got = r.open_now(wire.REQ_CALL, payload, model_id)
     if got is None:
         return None
     replica, stream = got
@@ -215,7 +215,7 @@ async def _call(app: str, dep: str, method: str, args: tuple, kwargs: dict, mode
     args, kwargs = await _resolve(args, kwargs)
     r = router.registry.router(app, dep)
     payload = wire.dumps(_request(method, args, kwargs, False, model_id))
-    replica, stream = await r.open_stream(wire.REQ_CALL, payload, _CALL_TIMEOUT_S)
+    replica, stream = await r.open_stream(wire.REQ_CALL, payload, _CALL_TIMEOUT_S, model_id)
     try:
         kind, payload = await stream.next()
     except asyncio.CancelledError:
@@ -246,7 +246,8 @@ class _StreamCall:
         if self.stream is None:
             args, kwargs = await _resolve(self.args, self.kwargs)
             payload = wire.dumps(_request(self.method, args, kwargs, True, self.model_id))
-            self.replica, self.stream = await r.open_stream(wire.REQ_CALL, payload, _CALL_TIMEOUT_S)
+            self.replica, self.stream = await r.open_stream(wire.REQ_CALL, payload, _CALL_TIMEOUT_S,
+                                                                self.model_id)
         try:
             kind, payload = await self.stream.next()
         except asyncio.CancelledError:

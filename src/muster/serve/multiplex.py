@@ -4,8 +4,9 @@ One deployment serves many models: a request names its model (``handle.options(m
 or the HTTP header ``serve_multiplexed_model_id``), and the replica's loader, decorated with
 ``@serve.multiplexed(max_num_models_per_replica=n)``, keeps the ``n`` models it used last. A model asked for
 again is not loaded again; requests for one model that arrive while it loads share the one load; a load that
-fails is not kept. Unlike Ray, requests are not routed to the replicas that hold their model already: each
-replica keeps its own ``n``.
+fails is not kept. Each replica tells its callers (the ingress, handles) which models it holds, loading ones
+included, whenever that changes, and they route a request to a replica that holds its model
+(``_internal/model_routing.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ MODEL_ID_HEADER = b"serve_multiplexed_model_id"
 #: set on the loaders ``@serve.multiplexed`` makes (the replica reads the header only for their deployments)
 MARK = "__muster_multiplexed__"
 
+#: the HTTP header as a str (the RSGI ingress's headers)
+MODEL_ID_HEADER_STR = MODEL_ID_HEADER.decode()
+
 _model_id: ContextVar[str] = ContextVar("muster_serve_multiplexed_model_id", default="")
 
 
@@ -39,12 +43,46 @@ def set_model_id(model_id: str) -> None:
     _model_id.set(model_id)
 
 
+def header_model_id(headers: Any) -> str:
+    """The model an ASGI header list (``[(bytes, bytes), ...]``) names; "" when none."""
+    for k, v in headers:
+        if k == MODEL_ID_HEADER:
+            return v.decode("latin-1")
+    return ""
+
+
+def is_multiplexed(target: Any) -> bool:
+    """Whether a deployment's class has a ``@serve.multiplexed`` loader (its requests are routed by model)."""
+    return inspect.isclass(target) and any(
+        getattr(getattr(target, n, None), MARK, False) for n in dir(target) if not n.startswith("__"))
+
+
+_every: "weakref.WeakSet[_Models]" = weakref.WeakSet()  # every loader's models in this process
+_on_change: list[Callable[[], None]] = []  # the replica's: tell the callers
+
+
+def held() -> tuple[str, ...]:
+    """The model ids this process holds or is loading, over every loader."""
+    return tuple(dict.fromkeys(m for models in list(_every) for m in models.loaded))
+
+
+def on_change(hook: Callable[[], None]) -> None:
+    """Call ``hook()`` whenever a model starts loading, is evicted, or fails to load (the replica sets it)."""
+    _on_change[:] = [hook]
+
+
+def _changed() -> None:
+    for hook in _on_change:
+        hook()
+
+
 class _Models:
     """The models one loader keeps: the ``size`` used last (``-1``: every one), by model id."""
 
     def __init__(self, size: int):
         self.size = size
         self.loaded: collections.OrderedDict[str, asyncio.Future] = collections.OrderedDict()
+        _every.add(self)
 
     async def get(self, model_id: str, load: Callable[[], Awaitable[Any]]) -> Any:
         held = self.loaded.get(model_id)
@@ -53,6 +91,7 @@ class _Models:
             self.loaded[model_id] = held
             while 0 < self.size < len(self.loaded):  # the least recently used go; Python frees them
                 self.loaded.popitem(last=False)
+            _changed()  # reported while it loads (as Ray), so requests for it follow this one
         else:
             self.loaded.move_to_end(model_id)
         try:
@@ -60,6 +99,7 @@ class _Models:
         except BaseException:
             if held.done() and self.loaded.get(model_id) is held:  # a failed load is not kept
                 del self.loaded[model_id]
+                _changed()
             raise
 
 

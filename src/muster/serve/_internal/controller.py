@@ -25,6 +25,7 @@ from typing import Any
 from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.exceptions import ActorDiedError, InvalidArgumentError, describe_exit
+from muster.serve import multiplex
 from muster.serve._internal import autoscaling, plan, router
 from muster.serve._internal.ingress import IngressActor, answers, listening
 from muster.serve._internal.plan import DeploymentPlan
@@ -447,7 +448,8 @@ class ServeController:
             deps = {
                 (a.name, d.plan.name): router.DeploymentRoute(
                     tuple(router.ReplicaRoute(r.id, r.socket) for r in d.running()),
-                    d.plan.config.max_ongoing_requests, d.plan.config.max_queued_requests, d.plan.config.rejection(),
+                    d.plan.config.max_ongoing_requests, d.plan.config.max_queued_requests,
+                    rejection=d.plan.config.rejection(), multiplexed=multiplex.is_multiplexed(d.plan.target),
                 )
                 for a in self.apps.values() for d in a.deployments.values()
             }

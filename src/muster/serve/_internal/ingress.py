@@ -20,6 +20,7 @@ import time
 import uuid
 from typing import Any, Coroutine
 
+from muster.serve import multiplex
 from muster.serve._internal import eventloop, ingress_rsgi, router, wire
 from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
@@ -104,8 +105,10 @@ class IngressApp:
                   headers, scope.get("client"), scope.get("server"))
         timeout = self.options.request_timeout_s
         r = router.registry.router(app, dep)
+        model = multiplex.header_model_id(headers) if r.multiplexed else ""  # routed to a replica holding it
         try:
-            replica, stream = await r.open_stream(wire.REQ_HTTP, wire.http_request(fields, body), timeout or 30.0)
+            replica, stream = await r.open_stream(wire.REQ_HTTP, wire.http_request(fields, body), timeout or 30.0,
+                                                  model)
         except (BackPressureError, DeploymentUnavailableError) as exc:
             status, retry = ingress_rsgi.refusal(exc)
             await _plain(send, status, str(exc), [*([(b"retry-after", retry.encode())] if retry else []), *echo])

@@ -12,6 +12,7 @@ import asyncio
 import uuid
 from typing import Any, Callable
 
+from muster.serve import multiplex
 from muster.serve._internal import router, wire
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
@@ -107,10 +108,11 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
     timeout = app.options.request_timeout_s
     r = router.registry.router(app_name, dep)
     payload = wire.http_request(fields, body)
-    got = r.open_now(wire.REQ_HTTP, payload)  # the common case: a replica has room, no await
+    model = hdrs.get(multiplex.MODEL_ID_HEADER_STR, "") if r.multiplexed else ""  # routed to a replica holding it
+    got = r.open_now(wire.REQ_HTTP, payload, model)  # the common case: a replica has room, no await
     if got is None:
         try:
-            got = await r.open_stream(wire.REQ_HTTP, payload, timeout or 30.0)
+            got = await r.open_stream(wire.REQ_HTTP, payload, timeout or 30.0, model)
         except (BackPressureError, DeploymentUnavailableError) as exc:
             status, retry = refusal(exc)
             _plain(proto, status, str(exc), [*([("retry-after", retry)] if retry else []), *echo])

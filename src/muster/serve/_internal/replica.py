@@ -18,6 +18,7 @@ import functools
 import inspect
 import logging
 import os
+import pickle
 import sys
 import time
 from dataclasses import dataclass
@@ -179,11 +180,21 @@ class _Conn(wire.FrameProtocol):
             if task is not None:
                 task.cancel()
             return
-        coro = self.replica._serve_http(self, stream, payload) if kind == wire.REQ_HTTP else \
-            self.replica._serve_call(self, stream, payload)
+        if kind == wire.REQ_HTTP:
+            coro = self.replica._serve_http(self, stream, payload)
+        elif kind == wire.REQ_CALL:
+            coro = self.replica._serve_call(self, stream, payload)
+        else:  # MODELS: a caller routing by model asks what this replica holds
+            self.send(stream, wire.RESP_VALUE, pickle.dumps(multiplex.held(), protocol=5))
+            return
         self.tasks[stream] = cast(asyncio.AbstractEventLoop, self._loop).create_task(coro)
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.replica.conns.add(self)
+
     def on_lost(self, exc: Exception | None) -> None:
+        self.replica.conns.discard(self)
         for task in list(self.tasks.values()):
             task.cancel()
 
@@ -235,8 +246,11 @@ class ReplicaActor:
             self.obj = target
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj, rank,
                                                             spec.world_size))
-        self.multiplexed = inspect.isclass(target) and any(
-            getattr(getattr(target, n, None), multiplex.MARK, False) for n in dir(target) if not n.startswith("__"))
+        self.conns: set[_Conn] = set()  # the callers connected now (told of the models held, see _models_changed)
+        self._models_told = True
+        self.multiplexed = multiplex.is_multiplexed(target)
+        if self.multiplexed:
+            multiplex.on_change(self._models_changed)
         if self.asgi is not None and inspect.isclass(target):
             from muster.serve._internal.ingress_fastapi import bind_routes
 
@@ -255,6 +269,18 @@ class ReplicaActor:
                 self.loop.create_unix_server(lambda: _Conn(self), spec.socket_path), timeout=30
             )
             self._address = spec.socket_path
+
+    def _models_changed(self) -> None:
+        """A model started loading, was evicted or failed: tell every caller once this loop turn ends."""
+        if self._models_told:
+            self._models_told = False
+            self.loop.call_soon_threadsafe(self._tell_models)
+
+    def _tell_models(self) -> None:
+        self._models_told = True
+        payload = pickle.dumps(multiplex.held(), protocol=5)
+        for conn in list(self.conns):
+            conn.send(0, wire.MODELS, payload)
 
     def address(self) -> str:
         """Where callers reach this replica: a unix socket path, or ``tcp:host:port``."""
@@ -389,9 +415,7 @@ class ReplicaActor:
                 fields, body = wire.parse_http_request(payload)
                 scope = _scope(fields)
                 if self.multiplexed:  # the header naming the request's model, for get_multiplexed_model_id()
-                    for k, v in scope["headers"]:
-                        if k == multiplex.MODEL_ID_HEADER:
-                            multiplex.set_model_id(v.decode("latin-1"))
+                    multiplex.set_model_id(multiplex.header_model_id(scope["headers"]))
                 receive = _receive_once(body)
                 sender = responses.FrameSender(proto, stream)
                 try:

@@ -39,6 +39,7 @@ class DeploymentRoute:
     max_ongoing_requests: int
     max_queued_requests: int
     rejection: tuple[int, str | None] = (503, "1")  # HTTP status and Retry-After when the queue is full
+    multiplexed: bool = False  # has a @serve.multiplexed loader: requests naming a model are routed by it
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,27 @@ os.register_at_fork(after_in_child=_rng.seed)
 
 def _ongoing(r: "_RoutedReplica") -> int:
     return r.ongoing
+
+
+def choose(reps: "list[_RoutedReplica]", max_ongoing: int) -> "_RoutedReplica | None":
+    """Power of two choices: the less busy of two random replicas with room (a full scan when both are full)."""
+    n = len(reps)
+    if n:
+        if n == 2:
+            a, b = reps if _random() < 0.5 else (reps[1], reps[0])  # ties go either way
+        elif n > 2:
+            i = int(_random() * n)
+            j = int(_random() * (n - 1))
+            a, b = reps[i], reps[j + 1 if j >= i else j]
+        else:
+            a = b = reps[0]
+        best = a if a.ongoing <= b.ongoing else b
+        if not best.dead and best.ongoing < max_ongoing:
+            return best
+    ok = [r for r in reps if not r.dead and r.ongoing < max_ongoing]
+    if not ok:
+        return None
+    return min(ok, key=_ongoing)
 
 
 def _expire(w: asyncio.Future) -> None:
@@ -186,6 +208,8 @@ class ReplicaConnection(wire.FrameProtocol):
             if kind in _TERMINAL:
                 del self.streams[stream]
             s.feed(kind, payload)
+        elif kind == wire.MODELS:  # the replica's multiplexed models changed
+            self.replica.models = frozenset(wire.loads(payload))
 
     def on_lost(self, exc: Exception | None) -> None:
         self.replica.dead = True
@@ -199,7 +223,7 @@ class ReplicaConnection(wire.FrameProtocol):
 
 
 class _RoutedReplica:
-    __slots__ = ("route", "ongoing", "conn", "connecting", "dead")
+    __slots__ = ("route", "ongoing", "conn", "connecting", "dead", "models", "asking")
 
     def __init__(self, route: ReplicaRoute):
         self.route = route
@@ -207,6 +231,8 @@ class _RoutedReplica:
         self.conn: ReplicaConnection | None = None
         self.connecting: asyncio.Future | None = None
         self.dead = False
+        self.models: frozenset[str] | None = None  # the multiplexed models it holds (None: not asked yet)
+        self.asking: asyncio.Future | None = None  # the question of its models, while unanswered
 
 
 class Router:
@@ -222,6 +248,8 @@ class Router:
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._chosen: _RoutedReplica | None = None  # picked by open_now but not connected yet
         self.known = False  # is the deployment in this process's route table
+        self.multiplexed = False  # requests naming a model are routed by it (model_routing.py)
+        self.room: asyncio.Future | None = None  # set when a request ends: model requests waiting for a holder
 
     def update(self, route: DeploymentRoute | None) -> None:
         wanted = {r.replica_id: r for r in (route.replicas if route else ())}
@@ -236,28 +264,17 @@ class Router:
         if route is not None:
             self.max_ongoing, self.max_queued = route.max_ongoing_requests, route.max_queued_requests
             self.rejection = route.rejection
+            self.multiplexed = route.multiplexed
         self._wake(len(self._waiters))
+        self._room_freed()
+
+    def _room_freed(self) -> None:
+        room, self.room = self.room, None
+        if room is not None and not room.done():
+            room.set_result(None)
 
     def _pick(self) -> _RoutedReplica | None:
-        """Power of two choices: the less busy of two random replicas with room (a full scan when both are full)."""
-        reps = self._list
-        n = len(reps)
-        if n:
-            if n == 2:
-                a, b = reps if _random() < 0.5 else (reps[1], reps[0])  # ties go either way
-            elif n > 2:
-                i = int(_random() * n)
-                j = int(_random() * (n - 1))
-                a, b = reps[i], reps[j + 1 if j >= i else j]
-            else:
-                a = b = reps[0]
-            best = a if a.ongoing <= b.ongoing else b
-            if not best.dead and best.ongoing < self.max_ongoing:
-                return best
-        ok = [r for r in reps if not r.dead and r.ongoing < self.max_ongoing]
-        if not ok:
-            return None
-        return min(ok, key=_ongoing)
+        return choose(self._list, self.max_ongoing)
 
     def _wake(self, n: int = 1) -> None:
         while n > 0 and self._waiters:
@@ -337,6 +354,8 @@ class Router:
         r.ongoing -= 1
         if self._waiters:
             self._wake()
+        if self.room is not None:
+            self._room_freed()
 
     async def connect(self, r: _RoutedReplica) -> ReplicaConnection:
         conn = r.conn
@@ -368,10 +387,14 @@ class Router:
         r.conn = proto
         return proto
 
-    def open_now(self, kind: int, payload: bytes) -> tuple[_RoutedReplica, Stream] | None:
+    def open_now(self, kind: int, payload: bytes, model_id: str = "") -> tuple[_RoutedReplica, Stream] | None:
         """:meth:`open_stream` without waiting: ``None`` when that would wait (no room, nobody connected, a queue)."""
         if self._waiters:
             return None  # others wait for room: keep their turn
+        if model_id and self.multiplexed:
+            from muster.serve._internal import model_routing
+
+            return model_routing.open_now(self, kind, payload, model_id)
         r = self._pick()
         if r is None:
             return None
@@ -390,14 +413,22 @@ class Router:
         r.ongoing += 1
         return r
 
-    async def open_stream(self, kind: int, payload: bytes, timeout_s: float | None) -> tuple[_RoutedReplica, Stream]:
-        """Send one request to a chosen replica; the caller must :meth:`release` the replica."""
-        r = self._take_chosen()
-        if r is None:
-            got = self.open_now(kind, payload)
-            if got is not None:
-                return got
-            r = self._take_chosen() or await self.acquire(timeout_s)
+    async def open_stream(self, kind: int, payload: bytes, timeout_s: float | None,
+                          model_id: str = "") -> tuple[_RoutedReplica, Stream]:
+        """Send one request to a chosen replica (one holding ``model_id``, if any does: see
+        ``model_routing.py``); the caller must :meth:`release` the replica."""
+        r: _RoutedReplica | None
+        if model_id and self.multiplexed:
+            from muster.serve._internal import model_routing
+
+            r = await model_routing.acquire(self, model_id, timeout_s)
+        else:
+            r = self._take_chosen()
+            if r is None:
+                got = self.open_now(kind, payload)
+                if got is not None:
+                    return got
+                r = self._take_chosen() or await self.acquire(timeout_s)
         try:
             conn = await self.connect(r)
             return r, conn.open(kind, payload)
@@ -408,7 +439,7 @@ class Router:
         except BaseException:
             self.release(r)
             raise
-        return await self.open_stream(kind, payload, timeout_s)  # once more, on the fresh table
+        return await self.open_stream(kind, payload, timeout_s, model_id)  # once more, on the fresh table
 
 
 @dataclass(frozen=True)

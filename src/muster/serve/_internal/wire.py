@@ -11,6 +11,7 @@ caller -> replica
     REQ_CALL   pickle((method, args, kwargs, stream))      a handle call
     CANCEL     b""                                          the caller gave up
     CREDIT     b""                                          it took CREDIT_EVERY more chunks of a stream
+    MODELS     b""                                          which models do you hold? (answered with RESP_VALUE)
 replica -> caller
     RESP_FULL  u16 status, u32 n, header block, body        a whole HTTP response (see :func:`http_response`)
     RESP_HEAD  pickle((status, headers))                    a streamed HTTP response starts
@@ -19,6 +20,7 @@ replica -> caller
     RESP_VALUE pickle(value)                                a handle call's return value
     RESP_ITEM  pickle(item)                                 one item of a streaming handle call
     RESP_ERROR pickle(RemoteError)                          the call failed
+    MODELS     pickle(tuple of model ids), on stream 0      the multiplexed models it holds now (after each change)
 
 Streams are flow-controlled: a replica sends at most ``STREAM_WINDOW`` chunks
 (``RESP_BODY`` or ``RESP_ITEM``) beyond what the caller has taken, and the
@@ -44,7 +46,7 @@ from typing import Any, cast
 HEADER = struct.Struct("!IIB")
 _U32 = struct.Struct("!I")
 _RESP_HEAD = struct.Struct("!HI")
-REQ_HTTP, REQ_CALL, CANCEL, CREDIT = 1, 2, 3, 4
+REQ_HTTP, REQ_CALL, CANCEL, CREDIT, MODELS = 1, 2, 3, 4, 5
 #: chunks of one stream a replica sends ahead of its caller; the caller grants more CREDIT_EVERY at a time
 STREAM_WINDOW, CREDIT_EVERY = 64, 16
 RESP_FULL, RESP_HEAD, RESP_BODY, RESP_END, RESP_VALUE, RESP_ITEM, RESP_ERROR = 10, 11, 12, 13, 14, 15, 16
