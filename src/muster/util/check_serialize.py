@@ -91,8 +91,7 @@ def _walk(obj: Any, name: str, parent: Any, depth: int, level: int, failures: se
     below = False
     if depth > 0:
         for part_name, part in _parts(obj):
-            if _error(part) is not None:
-                _walk(part, part_name, obj, depth - 1, level + 1, failures, out)
+            if not _walk(part, part_name, obj, depth - 1, level + 1, failures, out):
                 below = True
     if not below:  # nothing inside it fails on its own: it is the culprit
         failures.add(FailureTuple(obj, name, parent))
