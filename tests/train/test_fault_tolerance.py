@@ -53,12 +53,37 @@ def resumable_loop(config):
             raise RuntimeError(f"injected failure at epoch {epoch}")
 
 
+class Hooks(train.UserCallback):
+    """Ray V2's callback: what it heard, in order."""
+
+    def __init__(self):
+        self.heard = []
+
+    def after_report(self, run_context, metrics, checkpoint):
+        name = os.path.basename(checkpoint.path) if checkpoint is not None else None
+        self.heard.append(("report", run_context.train_loop_config["epochs"],
+                           [(m["epoch"], m["attempt"]) for m in metrics], name))
+
+    def after_exception(self, run_context, worker_exceptions):
+        self.heard.append(("exception", {rank: type(e).__name__ for rank, e in worker_exceptions.items()}))
+
+
 @pytest.mark.parametrize("crash", ["raise", "kill"])
 def test_retry_resumes_from_the_latest_checkpoint(fit, tmp_path, crash):
     config = {"epochs": 3, "crash": crash, "crash_after": 1, "marker": str(tmp_path / "crashed")}
-    result = fit(resumable_loop, workers=2, config=config, failure_config=FailureConfig(max_failures=1))
+    hooks = Hooks()
+    result = fit(resumable_loop, workers=2, config=config, failure_config=FailureConfig(max_failures=1),
+                 callbacks=[hooks])
     assert os.path.exists(config["marker"])  # it did crash once
     assert result.error is None
+    # Each round once every rank reported it (metrics in rank order), after its commit; the failure by rank.
+    error = "WorkerCrashedError" if crash == "kill" else "TaskError"
+    assert hooks.heard == [
+        ("report", 3, [(0, 0), (0, 0)], "checkpoint_000001"),
+        ("report", 3, [(1, 0), (1, 0)], "checkpoint_000002"),
+        ("exception", {1: error}),
+        ("report", 3, [(2, 1), (2, 1)], "checkpoint_000003"),
+    ]
     rows = result.all_reports
     first = [r for r in rows if r["_attempt"] == 0]
     second = [r for r in rows if r["_attempt"] == 1]

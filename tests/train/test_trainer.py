@@ -199,14 +199,24 @@ def test_callbacks_see_reports_checkpoints_and_the_end(storage):
         def on_run_end(self, result):
             seen["end"].append(result.metrics["epoch"])
 
+    class RayHooks(train.UserCallback):  # Ray V2's interface, beside muster's own hooks
+        def after_report(self, run_context, metrics, checkpoint):
+            assert run_context.get_run_config().name == "cb" and run_context.scaling_config.num_workers == 2
+            seen["rounds"].append(([(m["rank"], m["epoch"]) for m in metrics],
+                                   checkpoint and os.path.basename(checkpoint.path)))
+
+    seen["rounds"] = []
     TorchTrainer(
         five_reports_two_checkpoints,
         scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name="cb", storage_path=storage, verbose=0, callbacks=[Recorder()]),
+        run_config=RunConfig(name="cb", storage_path=storage, verbose=0, callbacks=[Recorder(), RayHooks()]),
     ).fit()
     assert sorted(seen["reports"]) == sorted((r, e) for r in (0, 1) for e in range(5))
     assert seen["checkpoints"] == [("checkpoint_000002", 1), ("checkpoint_000004", 3)]
     assert seen["end"] == [4]
+    assert seen["rounds"] == [
+        ([(0, e), (1, e)], f"checkpoint_00000{e + 1}" if e in (1, 3) else None) for e in range(5)
+    ]
 
 
 def noisy_loop():

@@ -13,6 +13,7 @@ from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError, TrainingFailedError
 from muster.train._internal import session as _session
+from muster.train.callback import TrainRunContext, UserCallback
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import (
     CheckpointConfig,
@@ -184,7 +185,9 @@ __all__ = [
     "RunConfig",
     "ScalingConfig",
     "TrainContext",
+    "TrainRunContext",
     "TrainingFailedError",
+    "UserCallback",
     "DataConfig",
     "get_checkpoint",
     "get_context",

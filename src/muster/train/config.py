@@ -218,8 +218,9 @@ class RunConfig:
         checkpoint_config / failure_config: see those classes.
         callbacks: objects with any of ``on_run_start(run_path, run_name)``,
             ``on_report(report)``, ``on_checkpoint(checkpoint, metrics)``,
-            ``on_run_end(result)``; ready-made loggers (CSV, JSON,
-            TensorBoard, MLflow) are in ``muster.observe.loggers``.
+            ``on_run_end(result)``, and Ray V2's ``muster.train.UserCallback``
+            hooks (``after_report``, ``after_exception``); ready-made loggers
+            (CSV, JSON, TensorBoard, MLflow) are in ``muster.observe.loggers``.
         verbose: 0 silent, 1 live summary (default), 2 a line per report.
         worker_timeout_s: fail an attempt when no worker reports for this
             long (``None``: never).

@@ -48,6 +48,7 @@ from muster.train._internal.checkpoint_manager import CheckpointManager
 from muster.train._internal.datasets import DatasetLoop
 from muster.train._internal.policies import CheckpointRecord
 from muster.train._internal.session import SessionSpec
+from muster.train.callback import TrainRunContext
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.context import TrainContext
@@ -157,7 +158,7 @@ class Controller:
         self.view = ProgressView(self.storage.name, scaling.max_workers, run_config.verbose, self.storage.uri)
         self.ledger = CheckpointManager(
             self.storage, run_config.checkpoint_config, on_commit=self._on_commit,  # type: ignore[arg-type]
-            warn=lambda message: _warn(self.view, message),
+            warn=lambda message: _warn(self.view, message), on_round=self._on_round,
         )
         self._attempt: _Attempt | None = None
         self.hooks = hooks or ControllerHooks()
@@ -171,7 +172,9 @@ class Controller:
         self._next_check = 0.0
         self._grow_to = 0  # an elastic restart's target size (the resources were seen free)
         self._uploads_lock = threading.Lock()
-        self._user = listeners.UserCallbacks(run_config.callbacks or [], self.storage.fs)
+        run_context = TrainRunContext(run_config, train_config, scaling, backend,
+                                      getattr(train_fn, "data_config", None))
+        self._user = listeners.UserCallbacks(run_config.callbacks or [], self.storage.fs, run_context)
         # Every report and every commit goes to each of these, in this order.
         self._listeners: list[listeners.RunListener] = [
             listeners.ViewListener(self.view),
@@ -227,6 +230,7 @@ class Controller:
                     self._transition(State.STOPPED if self._stop_requested.is_set() else State.FINISHED)
                     break
                 self.failures.append(error)
+                self._user.on_failure(error)
                 max_failures = self._max_failures()
                 decision = policies.on_failure(
                     max_failures, len(self.failures),
@@ -530,6 +534,9 @@ class Controller:
     def _on_commit(self, record: CheckpointRecord) -> None:
         for listener in self._listeners:
             listener.on_checkpoint(record)
+
+    def _on_round(self, round_: int, metrics: dict[int, dict[str, Any]], record: CheckpointRecord | None) -> None:
+        self._user.on_round(round_, metrics, record)
 
 
 def _warn(view: ProgressView, message: str) -> None:

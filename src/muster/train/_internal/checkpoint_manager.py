@@ -51,6 +51,7 @@ class _OpenRound:
     files: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)  # rank -> {relpath: meta}
     states: dict[int, bytes] = field(default_factory=dict)  # rank -> resume state
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> its result.json row
+    metrics: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> what it passed to report()
 
 
 class CheckpointManager:
@@ -60,7 +61,11 @@ class CheckpointManager:
         checkpoint_config: CheckpointConfig,
         on_commit: Callable[[CheckpointRecord], None] | None = None,
         warn: Callable[[str], None] | None = None,
+        on_round: Callable[[int, dict[int, dict[str, Any]], CheckpointRecord | None], None] | None = None,
     ):
+        """``on_commit(record)``: a checkpoint was committed. ``on_round(round, metrics by rank,
+        record or None)``: a round was decided whole (after its commit, if it had files); rounds
+        dropped after a failure are not announced."""
         self.storage = storage
         self.config = checkpoint_config
         self.reports: list[dict[str, Any]] = []
@@ -79,6 +84,7 @@ class CheckpointManager:
         self._unsound: set[int] = set()
         self._lock = threading.RLock()
         self._on_commit = on_commit
+        self._on_round = on_round
         self._warn = warn or (lambda message: warnings.warn(message, stacklevel=4))
         self._rows: list[str | dict[str, Any]] = []  # result.json lines; dicts are serialised when written
         self._written = 0  # how many of ``_rows`` are in result.json
@@ -140,6 +146,8 @@ class CheckpointManager:
             else:
                 rnd = self._open.setdefault(round_, _OpenRound())
                 rnd.rows[rank] = row
+                rnd.metrics[rank] = metrics if shown is None else {k: v for k, v in metrics.items()
+                                                                   if k != SHOWN_ITERATION}
                 if files is not None:
                     rnd.files[rank] = files
                 if state is not None:
@@ -239,8 +247,11 @@ class CheckpointManager:
     def _close(self, r: int) -> None:
         rnd = self._open.pop(r)
         self._closed.add(r)
-        if not rnd.files:
-            return
+        record = self._commit(r, rnd) if rnd.files else None
+        if self._on_round is not None:
+            self._on_round(r, rnd.metrics, record)
+
+    def _commit(self, r: int, rnd: _OpenRound) -> CheckpointRecord:
         lead = min(rnd.rows)
         metrics = {k: v for k, v in rnd.rows[lead].items() if k != "checkpoint_dir_name"}
         merged = _merge_files(rnd.files, r, self._warn)
@@ -268,6 +279,7 @@ class CheckpointManager:
         self.flush()
         if self._on_commit is not None:
             self._on_commit(record)
+        return record
 
     def _late(self, r: int, rank: int, files: dict[str, dict[str, int]] | None) -> None:
         """A report for a round already decided: its rank was taken for one that does not

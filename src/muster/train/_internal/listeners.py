@@ -64,10 +64,11 @@ class RecorderListener:
 
 class UserCallbacks:
     """``RunConfig(callbacks=[...])``: any of ``on_run_start``, ``on_report``,
-    ``on_checkpoint``, ``on_run_end`` on each object."""
+    ``on_checkpoint``, ``on_run_end`` on each object, and Ray V2's ``UserCallback``
+    hooks, ``after_report`` and ``after_exception``, which get ``run_context`` first."""
 
-    def __init__(self, callbacks: list[Any], filesystem: Any):
-        self.callbacks, self.filesystem = callbacks, filesystem
+    def __init__(self, callbacks: list[Any], filesystem: Any, run_context: Any = None):
+        self.callbacks, self.filesystem, self.run_context = callbacks, filesystem, run_context
 
     def call(self, hook: str, *args: Any) -> None:
         for cb in self.callbacks:
@@ -80,3 +81,16 @@ class UserCallbacks:
 
     def on_checkpoint(self, record: CheckpointRecord) -> None:
         self.call("on_checkpoint", Checkpoint(record.path, self.filesystem), record.metrics)
+
+    def on_round(self, round_: int, metrics: dict[int, dict[str, Any]], record: CheckpointRecord | None) -> None:
+        if not any(hasattr(cb, "after_report") for cb in self.callbacks):
+            return
+        checkpoint = Checkpoint(record.path, self.filesystem) if record is not None else None
+        self.call("after_report", self.run_context, [metrics[rank] for rank in sorted(metrics)], checkpoint)
+
+    def on_failure(self, error: BaseException) -> None:
+        """An attempt ended with ``error``; Ray's hook hears of it when a rank caused it."""
+        label = getattr(error, "label", "")
+        rank = label.removeprefix("rank ") if isinstance(label, str) else ""
+        if rank.isdigit():
+            self.call("after_exception", self.run_context, {int(rank): error})
