@@ -52,13 +52,9 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "annotations": "no muster equivalent",
     },
     "muster.train": {
-        "ValidationConfig": "validate in train_loop_per_worker and report the metrics with muster.train.report",
         "LoggingConfig": "muster.init(logging_level=...) and RunConfig(verbose=...)",
         "SyncConfig": "RunConfig(storage_path=...): checkpoints are written to storage directly",
         "BackendConfig": "TorchTrainer(torch_config=muster.train.torch.TorchConfig(...))",
-        "UserCallback": "RunConfig(callbacks=[obj]) where obj has on_report(row) (each rank's report) and "
-        "on_checkpoint(checkpoint, metrics) (each committed checkpoint); a failed fit() raises "
-        "TrainingFailedError with worker_failures",
     },
     "muster.train.huggingface": {
         "TransformersTrainer": "TorchTrainer, with muster.train.huggingface.transformers.prepare_trainer(trainer) "

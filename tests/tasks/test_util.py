@@ -163,8 +163,8 @@ def test_node_ip_and_unsupported_names_say_what_to_use():
 def test_from_imports_of_unsupported_ray_names_name_the_equivalent_too():
     """``from ray.train import X`` is how ported scripts meet a missing name; Python turns the
     AttributeError of a module's __getattr__ there into a bare "cannot import name"."""
-    with pytest.raises(UnsupportedRayImportError, match=r"muster.train.ValidationConfig .*muster.train.report"):
-        from muster.train import ValidationConfig  # noqa: F401
+    with pytest.raises(UnsupportedRayImportError, match=r"muster.train.SyncConfig .*storage_path"):
+        from muster.train import SyncConfig  # noqa: F401
     with pytest.raises(ImportError, match=r"TransformersTrainer .*TorchTrainer.*prepare_trainer"):
         from muster.train.huggingface import TransformersTrainer  # noqa: F401
     with pytest.raises(ImportError, match=r"muster.timeline .*muster dashboard"):
@@ -177,7 +177,7 @@ def test_from_imports_of_unsupported_ray_names_name_the_equivalent_too():
         from muster.util import not_a_ray_name  # noqa: F401
     import muster.train as train
 
-    assert not hasattr(train, "ValidationConfig") and not hasattr(train.huggingface, "TransformersTrainer")
+    assert not hasattr(train, "SyncConfig") and not hasattr(train.huggingface, "TransformersTrainer")
     from muster.train.huggingface import transformers  # the package's own submodule still imports
 
     assert transformers.__name__ == "muster.train.huggingface.transformers"

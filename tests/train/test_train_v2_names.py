@@ -59,13 +59,17 @@ def test_v2_module_paths_and_config_checks():
     from muster.train.v2.api.train_fn_utils import get_all_reported_checkpoints
     from muster.train.v2.api.data_parallel_trainer import DataParallelTrainer
     from muster.train.v2.torch import TorchTrainer
+    from muster.train.v2.api.callback import UserCallback
+    from muster.train.v2.api.validation_config import ValidationConfig, ValidationTaskConfig
 
     assert V2ScalingConfig is train.ScalingConfig and V2FailureConfig is FailureConfig and V2Mode is CheckpointUploadMode
     assert get_all_reported_checkpoints is train.get_all_reported_checkpoints
+    assert UserCallback is train.UserCallback and ValidationConfig is train.ValidationConfig
+    assert ValidationTaskConfig is train.ValidationTaskConfig
     assert TorchTrainer is train.torch.TorchTrainer and issubclass(TorchTrainer, DataParallelTrainer)
     with pytest.raises(ValueError, match="max_preemption_failures=-2"):
         FailureConfig(max_preemption_failures=-2)
     from muster.exceptions import UnsupportedRayAPIError
 
-    with pytest.raises(UnsupportedRayAPIError, match="ValidationConfig"):
-        train.ValidationConfig
+    with pytest.raises(UnsupportedRayAPIError, match="LoggingConfig"):
+        train.LoggingConfig

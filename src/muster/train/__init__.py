@@ -34,6 +34,7 @@ from muster.train.reported import (
     note_report,
 )
 from muster.train.run_state import RunAlreadyFinishedError
+from muster.train.validation import REPORT_KEY, ValidationConfig, ValidationTaskConfig, report_spec
 
 # Ray Train V2's failure classes: muster raises one, TrainingFailedError, whose attempts
 # name each root cause (a rank's exception or a dead worker); these names catch it.
@@ -75,6 +76,10 @@ def report(
             rewrite its files in place). Async reports commit in order; when
             another rank fails, queued uploads still finish (up to
             ``RunConfig(upload_drain_s)``) and their rounds commit.
+        validation: Ray's asynchronous validation: ``True`` or a ``ValidationTaskConfig``
+            (its ``fn_kwargs`` and ``timeout_s``) to have the trainer's ``ValidationConfig.fn``
+            validate this checkpoint in a task once it is committed; its metrics join the
+            checkpoint's. Needs ``checkpoint=`` and the trainer's ``validation_config``.
 
     Besides your files, each checkpoint stores every rank's resume state (the
     position of each prepared data loader and the RNG states), so a resumed
@@ -96,6 +101,9 @@ def report(
         warnings.warn(f"report(checkpoint_dir_name={_compat['checkpoint_dir_name']!r}) is not used: muster names each "
                       "checkpoint folder checkpoint_<round> (its commit and resume find them by that name).",
                       stacklevel=2)
+    spec = report_spec(_compat.get("validation"), checkpoint is not None)
+    if spec is not None:
+        metrics = {**metrics, REPORT_KEY: spec} if isinstance(metrics, dict) else metrics
     mode = checkpoint_upload_mode
     if isinstance(mode, CheckpointUploadMode):
         if mode is CheckpointUploadMode.NO_UPLOAD:
@@ -188,6 +196,8 @@ __all__ = [
     "TrainRunContext",
     "TrainingFailedError",
     "UserCallback",
+    "ValidationConfig",
+    "ValidationTaskConfig",
     "DataConfig",
     "get_checkpoint",
     "get_context",

@@ -48,12 +48,14 @@ from muster.train._internal.checkpoint_manager import CheckpointManager
 from muster.train._internal.datasets import DatasetLoop
 from muster.train._internal.policies import CheckpointRecord
 from muster.train._internal.session import SessionSpec
+from muster.train._internal.validator import Validator
 from muster.train.callback import TrainRunContext
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.context import TrainContext
 from muster.train.result import Result, build
 from muster.train.run_state import RunRecord
+from muster.train.validation import ValidationConfig, take_request
 from muster.train.storage import Storage
 from muster.train.worker_group import Member, WorkerGroup
 
@@ -147,6 +149,7 @@ class Controller:
         record: RunRecord,
         initial_checkpoint: Checkpoint | None = None,
         hooks: ControllerHooks | None = None,
+        validation: ValidationConfig | None = None,
     ):
         self.train_fn, self.train_config = train_fn, train_config
         self.scaling, self.run_config, self.backend = scaling, run_config, backend
@@ -175,6 +178,8 @@ class Controller:
         run_context = TrainRunContext(run_config, train_config, scaling, backend,
                                       getattr(train_fn, "data_config", None))
         self._user = listeners.UserCallbacks(run_config.callbacks or [], self.storage.fs, run_context)
+        self.validator = Validator(validation, self.ledger, self.view.event,
+                                   lambda message: _warn(self.view, message)) if validation is not None else None
         # Every report and every commit goes to each of these, in this order.
         self._listeners: list[listeners.RunListener] = [
             listeners.ViewListener(self.view),
@@ -212,6 +217,8 @@ class Controller:
         restore_sigterm = _sigterm_as_interrupt()
         try:
             self._user.call("on_run_start", self.storage.uri, self.storage.name)
+            if self.validator is not None:
+                self.validator.resume()
             while True:
                 # attempts are numbered across drivers: a resumed run's first attempt is not 0
                 index = self._previous_attempts + len(self.failures) + self._resizes
@@ -237,6 +244,8 @@ class Controller:
                     retryable=not _cannot_be_retried(error),
                 )
                 if decision is policies.Decision.RAISE:
+                    if self.validator is not None:
+                        self.validator.finish()
                     self._transition(State.ERRORED)
                     raise TrainingFailedError(
                         self.failures, self.storage.uri, max_failures
@@ -251,6 +260,8 @@ class Controller:
                 )
                 self.view.event(restart)
                 self.recorder.event("restart", restart)
+            if self.validator is not None:
+                self.validator.finish()
             result = build(self.storage, self.ledger.reports, self.ledger.best(), None)
             self._user.call("on_run_end", result)
             return result
@@ -271,6 +282,8 @@ class Controller:
                 self._transition(State.ERRORED)
             raise
         finally:
+            if self.validator is not None:  # Ctrl-C or an engine error: those not done stay pending
+                self.validator.stop()
             restore_sigterm()
             self.view.stop(self.state.value.lower())
             self.recorder.close()
@@ -512,12 +525,13 @@ class Controller:
         if isinstance(payload, ev.UploadFailed):
             return None
         attempt.last_activity = time.monotonic()
-        metrics = payload.metrics
+        metrics, validation = take_request(payload.metrics, self.validator is not None)
         if self.hooks.on_metrics is not None:
             member = attempt.group.member_of(handle)
             metrics = self.hooks.on_metrics(payload.rank, metrics, payload.time, attempt.started_wall, member)
         row = self.ledger.record(
-            payload.rank, payload.round, metrics, payload.files, payload.time, attempt.index, payload.state
+            payload.rank, payload.round, metrics, payload.files, payload.time, attempt.index, payload.state,
+            validation,
         )
         for listener in self._listeners:
             listener.on_report(row, payload.timing)
@@ -535,8 +549,11 @@ class Controller:
         for listener in self._listeners:
             listener.on_checkpoint(record)
 
-    def _on_round(self, round_: int, metrics: dict[int, dict[str, Any]], record: CheckpointRecord | None) -> None:
+    def _on_round(self, round_: int, metrics: dict[int, dict[str, Any]], record: CheckpointRecord | None,
+                  validation: Any) -> None:
         self._user.on_round(round_, metrics, record)
+        if validation is not None and record is not None and self.validator is not None:
+            self.validator.submit(round_, record.path, validation)
 
 
 def _warn(view: ProgressView, message: str) -> None:

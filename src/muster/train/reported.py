@@ -68,7 +68,8 @@ def get_all_reported_checkpoints(
     """Every committed checkpoint of this run so far, oldest first (those retention deleted are gone).
 
     Waits for this worker's asynchronous uploads and until the latest round
-    in which it reported a checkpoint is committed (up to ``timeout_s``,
+    in which it reported a checkpoint is committed (with ``VALIDATED``, the
+    default, also until that checkpoint's validation ended; up to ``timeout_s``,
     default 120 s; a round in which no rank's checkpoint folder had files is
     never committed, so do not wait on one).
 
@@ -89,9 +90,16 @@ def get_all_reported_checkpoints(
             raise TimeoutError(f"get_all_reported_checkpoints: the checkpoint of round {wanted} was not committed "
                                f"within {timeout_s or _DEFAULT_WAIT_S} s; pass a larger timeout_s.")
         time.sleep(0.05)
+    if wanted is not None and consistency_mode is CheckpointConsistencyMode.VALIDATED:
+        while storage.checkpoint_metrics(wanted)[1] == ReportedCheckpointStatus.PENDING_VALIDATION.value:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"get_all_reported_checkpoints: the validation of round {wanted}'s checkpoint did "
+                                   f"not end within {timeout_s or _DEFAULT_WAIT_S} s; pass a larger timeout_s, or "
+                                   "consistency_mode=CheckpointConsistencyMode.COMMITTED not to wait for it.")
+            time.sleep(0.05)
     out = []
     for r in storage.committed_rounds():
-        path = storage.checkpoint_dir(r)
-        manifest = storage.read_json(storage.join(path, MANIFEST))
-        out.append(ReportedCheckpoint(Checkpoint(path, storage.fs), dict(manifest.get("metrics", {}))))
+        metrics, status = storage.checkpoint_metrics(r)
+        out.append(ReportedCheckpoint(Checkpoint(storage.checkpoint_dir(r), storage.fs), metrics,
+                                      ReportedCheckpointStatus(status)))
     return out

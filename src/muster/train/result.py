@@ -81,8 +81,7 @@ class Result:
         records = []
         for r in storage.committed_rounds():
             ckpt_dir = storage.checkpoint_dir(r)
-            manifest = storage.read_manifest(ckpt_dir)
-            records.append(CheckpointRecord(r, ckpt_dir, manifest.get("metrics", {})))
+            records.append(CheckpointRecord(r, ckpt_dir, storage.checkpoint_metrics(r)[0]))
         state_path = storage.join(storage.run_dir, RUN_STATE)
         state = storage.read_json(state_path) if storage.exists(state_path) else {}
         order = state.get("checkpoint_config", {})

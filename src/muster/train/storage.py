@@ -9,6 +9,8 @@ Layout of a run folder::
             .muster_manifest.json   written last: present = committed
             ...user files...
         .staging/checkpoint_000004/ files of a round not yet committed
+        validations/checkpoint_000003.json
+                                    a validation's outcome (ValidationConfig): status, metrics
 
 A checkpoint is committed by writing its manifest into the staging folder
 and renaming that folder into place: on a local disk the rename is atomic,
@@ -36,6 +38,7 @@ MANIFEST = ".muster_manifest.json"
 RUN_STATE = ".muster_run.json"
 RESULTS = "result.json"
 STAGING = ".staging"
+VALIDATIONS = "validations"
 
 T = TypeVar("T")
 
@@ -222,6 +225,24 @@ class Storage:
         """A committed checkpoint's manifest (files with sizes and checksums, ranks, metrics)."""
         manifest: dict[str, Any] = self.read_json(self.join(checkpoint_path, MANIFEST))
         return manifest
+
+    def checkpoint_metrics(self, round_index: int, manifest: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
+        """A committed checkpoint's metrics, with its validation's merged in, and its status
+        (Ray's ``ReportedCheckpointStatus`` name: ``COMMITTED`` when no validation was asked for)."""
+        if manifest is None:
+            manifest = self.read_manifest(self.checkpoint_dir(round_index))
+        metrics = dict(manifest.get("metrics", {}))
+        if manifest.get("validation") is None:
+            return metrics, "COMMITTED"
+        path = self.validation_path(round_index)
+        if not self.exists(path):
+            return metrics, "PENDING_VALIDATION"
+        outcome = self.read_json(path)
+        metrics.update(outcome.get("metrics") or {})
+        return metrics, str(outcome["status"])
+
+    def validation_path(self, round_index: int) -> str:
+        return self.join(self.run_dir, VALIDATIONS, checkpoint_dir_name(round_index) + ".json")
 
     # -- checkpoint files ----------------------------------------------------
     def clear_staging(self) -> None:

@@ -18,6 +18,7 @@ from muster.train.controller import Controller, ControllerHooks
 from muster.train.result import Result
 from muster.train.run_state import RUN_STATE, TRAINER_FILE, RunRecord, default_name
 from muster.train.storage import Storage
+from muster.train.validation import ValidationConfig
 
 _Trainer = TypeVar("_Trainer", bound="DataParallelTrainer")
 
@@ -36,6 +37,8 @@ class DataParallelTrainer:
         datasets: name -> ``muster.data.Dataset``; each worker reads its shard with
             ``muster.train.get_dataset_shard(name)``.
         dataset_config: a ``muster.train.DataConfig`` (which datasets are split across workers).
+        validation_config: a ``muster.train.ValidationConfig``: how checkpoints reported with
+            ``report(..., validation=True)`` are validated, in tasks beside the training.
     """
 
     _default_backend: type[Backend] = Backend
@@ -58,6 +61,7 @@ class DataParallelTrainer:
         resume_from_checkpoint: Checkpoint | None = None,
         datasets: dict[str, Any] | None = None,
         dataset_config: Any = None,
+        validation_config: ValidationConfig | None = None,
     ):
         if not callable(train_loop_per_worker):
             raise InvalidTypeError(
@@ -80,6 +84,10 @@ class DataParallelTrainer:
         self.run_config = run_config or RunConfig()
         self.backend_config = backend_config or self._default_backend()
         self.resume_from_checkpoint = resume_from_checkpoint
+        if validation_config is not None and not isinstance(validation_config, ValidationConfig):
+            raise InvalidTypeError(f"{type(self).__name__}(validation_config={validation_config!r}): pass a "
+                                   "muster.train.ValidationConfig(fn=...).")
+        self.validation_config = validation_config
         self._restore_path: str | None = None
         self._warm_engine()
 
@@ -186,6 +194,7 @@ class DataParallelTrainer:
             record,
             self.resume_from_checkpoint,
             hooks,
+            getattr(self, "validation_config", None),  # a trainer pickled before validations existed has none
         )
         if previous is not None:
             latest = storage.committed_rounds()

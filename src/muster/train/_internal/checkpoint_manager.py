@@ -52,6 +52,7 @@ class _OpenRound:
     states: dict[int, bytes] = field(default_factory=dict)  # rank -> resume state
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> its result.json row
     metrics: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> what it passed to report()
+    validation: Any = None  # report(validation=...) of a rank, as sent: True or a ValidationTaskConfig's fields
 
 
 class CheckpointManager:
@@ -61,10 +62,11 @@ class CheckpointManager:
         checkpoint_config: CheckpointConfig,
         on_commit: Callable[[CheckpointRecord], None] | None = None,
         warn: Callable[[str], None] | None = None,
-        on_round: Callable[[int, dict[int, dict[str, Any]], CheckpointRecord | None], None] | None = None,
+        on_round: Callable[[int, dict[int, dict[str, Any]], CheckpointRecord | None, Any], None] | None = None,
     ):
         """``on_commit(record)``: a checkpoint was committed. ``on_round(round, metrics by rank,
-        record or None)``: a round was decided whole (after its commit, if it had files); rounds
+        record or None, validation)``: a round was decided whole (after its commit, if it had
+        files; ``validation``: what a rank passed as ``report(validation=)``, or None); rounds
         dropped after a failure are not announced."""
         self.storage = storage
         self.config = checkpoint_config
@@ -85,6 +87,7 @@ class CheckpointManager:
         self._lock = threading.RLock()
         self._on_commit = on_commit
         self._on_round = on_round
+        self.pending_validation: dict[int, Any] = {}  # round -> its validation (kept from retention until done)
         self._warn = warn or (lambda message: warnings.warn(message, stacklevel=4))
         self._rows: list[str | dict[str, Any]] = []  # result.json lines; dicts are serialised when written
         self._written = 0  # how many of ``_rows`` are in result.json
@@ -100,7 +103,10 @@ class CheckpointManager:
         manifest: dict[str, Any] = {}
         for r in self.storage.committed_rounds():
             manifest = self.storage.read_manifest(self.storage.checkpoint_dir(r))
-            self.committed.append(CheckpointRecord(r, self.storage.checkpoint_dir(r), manifest.get("metrics", {})))
+            metrics, status = self.storage.checkpoint_metrics(r, manifest)
+            self.committed.append(CheckpointRecord(r, self.storage.checkpoint_dir(r), metrics))
+            if status == "PENDING_VALIDATION":  # the driver stopped before it ended: validate it again
+                self.pending_validation[r] = manifest["validation"]
         if manifest.get("reporters") is not None:
             self._reporters = frozenset(manifest["reporters"])
             self._reporters_world = int(manifest.get("world_size", 0))
@@ -125,8 +131,9 @@ class CheckpointManager:
             return self._newest_round
 
     def record(self, rank: int, round_: int, metrics: dict[str, Any], files: dict[str, dict[str, int]] | None,
-               t: float, attempt: int, state: bytes | None = None) -> dict[str, Any]:
-        """Take in one report; commit every round that is now whole. Returns the stored row."""
+               t: float, attempt: int, state: bytes | None = None, validation: Any = None) -> dict[str, Any]:
+        """Take in one report; commit every round that is now whole. Returns the stored row.
+        ``validation``: what the rank passed as ``report(validation=...)`` (None: nothing)."""
         with self._lock:
             row = dict(metrics)
             shown = row.pop(SHOWN_ITERATION, None)
@@ -152,6 +159,8 @@ class CheckpointManager:
                     rnd.files[rank] = files
                 if state is not None:
                     rnd.states[rank] = state
+                if validation is not None:
+                    rnd.validation = validation
             self._settle()
             self._commit_ready()
             self._warn_if_behind()
@@ -249,7 +258,7 @@ class CheckpointManager:
         self._closed.add(r)
         record = self._commit(r, rnd) if rnd.files else None
         if self._on_round is not None:
-            self._on_round(r, rnd.metrics, record)
+            self._on_round(r, rnd.metrics, record, rnd.validation if record is not None else None)
 
     def _commit(self, r: int, rnd: _OpenRound) -> CheckpointRecord:
         lead = min(rnd.rows)
@@ -268,6 +277,7 @@ class CheckpointManager:
             "world_size": self._world_size,
             "metrics": metrics,
             "files": merged,
+            "validation": rnd.validation,
         }
         path = self.storage.commit(r, manifest)
         name = path.rstrip("/").rsplit("/", 1)[-1]
@@ -275,6 +285,8 @@ class CheckpointManager:
             row["checkpoint_dir_name"] = name
         record = CheckpointRecord(r, path, metrics)
         self.committed.append(record)
+        if rnd.validation is not None:
+            self.pending_validation[r] = rnd.validation
         self._apply_retention()
         self.flush()
         if self._on_commit is not None:
@@ -294,6 +306,18 @@ class CheckpointManager:
             + "later rounds wait for it. Call report() at the same point of every step on every rank."
         )
 
+    def validated(self, round_: int, metrics: dict[str, Any], status: str) -> None:
+        """A validation ended: keep its outcome beside the checkpoint, merge its metrics into the
+        checkpoint's (they rank it from now on), and apply retention again."""
+        with self._lock:
+            self.pending_validation.pop(round_, None)
+            record = next((c for c in self.committed if c.round == round_), None)
+            if record is None:
+                return
+            self.storage.write_json(self.storage.validation_path(round_), {"status": status, "metrics": metrics})
+            record.metrics.update(metrics)
+            self._apply_retention()
+
     def _apply_retention(self) -> None:
         doomed = policies.to_delete(
             self.committed,
@@ -302,7 +326,11 @@ class CheckpointManager:
             self.config.checkpoint_score_order,
         )
         for record in doomed:
+            if record.round in self.pending_validation:
+                continue  # kept until its validation ends: its score may not be known yet
             self.storage.rm(record.path)
+            if self.storage.exists(self.storage.validation_path(record.round)):
+                self.storage.rm(self.storage.validation_path(record.round))
             self.committed.remove(record)
 
     # -- queries -----------------------------------------------------------------

@@ -10,6 +10,7 @@ from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.torch.config import TorchBackend, TorchConfig
 from muster.train.trainer import DataParallelTrainer
+from muster.train.validation import ValidationConfig
 
 
 class TorchTrainer(DataParallelTrainer):
@@ -37,6 +38,7 @@ class TorchTrainer(DataParallelTrainer):
         resume_from_checkpoint: Checkpoint | None = None,
         datasets: dict[str, Any] | None = None,
         dataset_config: Any = None,
+        validation_config: ValidationConfig | None = None,
     ):
         scaling_config = scaling_config or ScalingConfig()
         self.torch_config = torch_config or TorchConfig()
@@ -49,6 +51,7 @@ class TorchTrainer(DataParallelTrainer):
             resume_from_checkpoint=resume_from_checkpoint,
             datasets=datasets,
             dataset_config=dataset_config,
+            validation_config=validation_config,
         )
 
     def with_args(self, args: dict[str, Any]) -> TorchTrainer:
