@@ -104,6 +104,10 @@ def test_a_trial_restarted_without_a_checkpoint_counts_from_one_again(storage):
     assert list(df["training_iteration"]) == list(df["work"]) == [1, 2, 1, 2, 3, 4]
     assert [x["training_iteration"] for x in next(iter(sched.seen.values()))] == [1, 2, 1, 2, 3, 4]
     assert r.metrics["training_iteration"] == 4 and r.metrics["work"] == 4
+    # the controller's bookkeeping (the round it kept for the restarted stretch) is in no frame, as on Ray
+    frames = [df, grid.get_dataframe(), r.all_metrics_dataframe]
+    assert not any(c in f.columns for f in frames for c in ("_round", "_shown_iteration"))
+    assert not {"_rank", "_attempt"} & (set(df.columns) | set(frames[1].columns))
 
 
 def _late_checkpoint(config):
