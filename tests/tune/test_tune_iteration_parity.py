@@ -158,6 +158,31 @@ def test_hostname_and_node_ip_are_the_trial_workers(storage, monkeypatch):
     assert r.metrics["node_ip"] == r.metrics["ip_here"] != "203.0.113.9"
 
 
+def _where_in_train(config):
+    import muster
+    from muster import train
+    from muster.util import get_node_ip_address
+
+    train.report({"ip_here": get_node_ip_address(), "node_here": muster.nodes()[0]["NodeManagerAddress"]})
+
+
+def test_one_node_ip_in_tune_results_train_workers_and_the_runtime(storage, monkeypatch):
+    # Ray reports the node's address everywhere (its get_node_ip_address()); a cluster engine records
+    # it for each worker (MUSTER_NODE_IP), a test address here, which every helper must then give
+    import muster
+    from muster.train import ScalingConfig
+    from muster.train.torch import TorchTrainer
+    from muster.util import get_node_ip_address
+
+    monkeypatch.setenv("MUSTER_NODE_IP", "203.0.113.7")
+    assert get_node_ip_address() == muster.nodes()[0]["NodeManagerAddress"] == "203.0.113.7"
+    trainer = TorchTrainer(_where_in_train, scaling_config=ScalingConfig(num_workers=1))
+    grid = tune.Tuner(trainer, run_config=tune.RunConfig(storage_path=storage)).fit()
+    assert grid.num_errors == 0, grid.errors
+    m = grid[0].metrics
+    assert m["node_ip"] == m["ip_here"] == m["node_here"] == "203.0.113.7"
+
+
 def test_schedulers_see_the_results_own_underscore_keys(storage):
     # Ray hands the scheduler (and searchers, callbacks) the whole result; muster's bookkeeping
     # (_rank, _attempt) is not part of it

@@ -280,7 +280,7 @@ class TrialRun:
                 self._last_time.clear()
             self._attempt_base, self._restored_iteration = self._restored_iteration or 0, None
         self._attempt_seen = attempt_started
-        where = (member.pid, member.host, member.node_ip) if member is not None else None
+        where = (member.pid, member.host, member.ip) if member is not None else None
         out = self._tune_fields(rank, metrics, t, where)
         self._last_time[rank] = t
         self._since_restore[rank] = out["iterations_since_restore"]
