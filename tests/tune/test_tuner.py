@@ -306,6 +306,11 @@ def test_function_that_fits_a_trainer_reports_through_the_trial(storage):
         assert r.checkpoint is not None  # the nested trainer's
         with r.checkpoint.as_directory() as d:
             assert open(os.path.join(d, "epoch")).read() == "2"
+        # Ray's TuneReportCallback puts each reported checkpoint's path in the trial's result
+        paths = list(r.metrics_dataframe["checkpoint_path"])
+        assert [p.rsplit("/", 1)[-1] for p in paths] == [f"checkpoint_00000{i}" for i in (1, 2, 3)]
+        assert all(p.startswith(os.path.join(r.path, "trainer")) for p in paths)
+        assert r.metrics["checkpoint_path"] == r.checkpoint.path
     assert grid.get_best_result().config == {"lr": 0.1}
     from muster.exceptions import MusterError
     from muster.tune.integration.ray_train import TuneReportCallback
