@@ -11,7 +11,7 @@ import signal
 import pytest
 
 from muster import tune
-from muster.tune.search import ConcurrencyLimiter, Searcher
+from muster.tune.search import ConcurrencyLimiter, Repeater, Searcher
 
 
 def _score(config):
@@ -87,6 +87,17 @@ def test_a_users_searcher_gets_its_saved_state_back(storage, tmp_path):
     assert len(restored.tune_config.search_alg.searcher.told) == 6
     later = [r.config["told_before"] for r in grid if r.config["x"] >= 3]
     assert later and min(later) >= 3, later
+
+
+def test_a_repeater_keeps_its_groups_and_scores_across_a_restore(storage, tmp_path):
+    # interrupted after 3 trials ended, the second configuration's repeats part-way: the restored
+    # Repeater still has the groups and the scores they collected, and tells the wrapped searcher
+    # each configuration's mean once (before, a restored Repeater knew no group: nothing was told)
+    restored, grid = _interrupt_then_restore(storage, tmp_path, ConcurrencyLimiter(Repeater(_Counting(), 2), 2))
+    assert sorted((r.config["x"], r.config["__trial_index__"]) for r in grid) == [
+        (0.0, 0), (0.0, 1), (1.0, 0), (1.0, 1), (2.0, 0), (2.0, 1)]
+    told = restored.tune_config.search_alg.searcher.searcher.told
+    assert sorted(told) == pytest.approx([0.09, 0.49, 2.89]), told
 
 
 def test_a_searcher_without_save_says_the_restored_search_starts_afresh(storage, tmp_path, caplog):

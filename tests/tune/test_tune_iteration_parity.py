@@ -104,6 +104,10 @@ def test_a_trial_restarted_without_a_checkpoint_counts_from_one_again(storage):
     assert list(df["training_iteration"]) == list(df["work"]) == [1, 2, 1, 2, 3, 4]
     assert [x["training_iteration"] for x in next(iter(sched.seen.values()))] == [1, 2, 1, 2, 3, 4]
     assert r.metrics["training_iteration"] == 4 and r.metrics["work"] == 4
+    # the controller's bookkeeping (the round it kept for the restarted stretch) is in no frame, as on Ray
+    frames = [df, grid.get_dataframe(), r.all_metrics_dataframe]
+    assert not any(c in f.columns for f in frames for c in ("_round", "_shown_iteration"))
+    assert not {"_rank", "_attempt"} & (set(df.columns) | set(frames[1].columns))
 
 
 def _late_checkpoint(config):
@@ -152,6 +156,31 @@ def test_hostname_and_node_ip_are_the_trial_workers(storage, monkeypatch):
     (r,) = list(grid)
     assert r.metrics["hostname"] == r.metrics["host_here"] != "the-driver"
     assert r.metrics["node_ip"] == r.metrics["ip_here"] != "203.0.113.9"
+
+
+def _where_in_train(config):
+    import muster
+    from muster import train
+    from muster.util import get_node_ip_address
+
+    train.report({"ip_here": get_node_ip_address(), "node_here": muster.nodes()[0]["NodeManagerAddress"]})
+
+
+def test_one_node_ip_in_tune_results_train_workers_and_the_runtime(storage, monkeypatch):
+    # Ray reports the node's address everywhere (its get_node_ip_address()); a cluster engine records
+    # it for each worker (MUSTER_NODE_IP), a test address here, which every helper must then give
+    import muster
+    from muster.train import ScalingConfig
+    from muster.train.torch import TorchTrainer
+    from muster.util import get_node_ip_address
+
+    monkeypatch.setenv("MUSTER_NODE_IP", "203.0.113.7")
+    assert get_node_ip_address() == muster.nodes()[0]["NodeManagerAddress"] == "203.0.113.7"
+    trainer = TorchTrainer(_where_in_train, scaling_config=ScalingConfig(num_workers=1))
+    grid = tune.Tuner(trainer, run_config=tune.RunConfig(storage_path=storage)).fit()
+    assert grid.num_errors == 0, grid.errors
+    m = grid[0].metrics
+    assert m["node_ip"] == m["ip_here"] == m["node_here"] == "203.0.113.7"
 
 
 def test_schedulers_see_the_results_own_underscore_keys(storage):

@@ -306,6 +306,11 @@ def test_function_that_fits_a_trainer_reports_through_the_trial(storage):
         assert r.checkpoint is not None  # the nested trainer's
         with r.checkpoint.as_directory() as d:
             assert open(os.path.join(d, "epoch")).read() == "2"
+        # Ray's TuneReportCallback puts each reported checkpoint's path in the trial's result
+        paths = list(r.metrics_dataframe["checkpoint_path"])
+        assert [p.rsplit("/", 1)[-1] for p in paths] == [f"checkpoint_00000{i}" for i in (1, 2, 3)]
+        assert all(p.startswith(os.path.join(r.path, "trainer")) for p in paths)
+        assert r.metrics["checkpoint_path"] == r.checkpoint.path
     assert grid.get_best_result().config == {"lr": 0.1}
     from muster.exceptions import MusterError
     from muster.tune.integration.ray_train import TuneReportCallback
@@ -440,3 +445,37 @@ def test_optuna_search_suggests_inside_the_space_and_learns(storage):
     study = searcher._study
     assert len([t for t in study.trials if t.state.name == "COMPLETE"]) == 12
     assert abs(grid.get_best_result().config["x"] - 0.3) < 0.5
+
+
+def _steps_fail_once(config):
+    start = 0
+    if tune.get_checkpoint():
+        with tune.get_checkpoint().as_directory() as d:
+            start = int(open(os.path.join(d, "step")).read())
+    for step in range(start + 1, 4):
+        if step == 2 and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError("once")
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "step"), "w").write(str(step))
+            tune.report({"step": step, "t": time.time()}, checkpoint=Checkpoint.from_directory(d))
+
+
+def test_resume_config_says_per_status_what_restore_does(storage, tmp_path):
+    done = tmp_path / "done"
+    done.touch()
+    space = {"marker": tune.grid_search([str(tmp_path / "fails"), str(done)])}
+    run_config = tune.RunConfig(storage_path=storage, name="rc", verbose=0)
+    assert tune.Tuner(_steps_fail_once, param_space=space, run_config=run_config).fit().num_errors == 1
+    before = time.time()
+    # Ray's ResumeConfig (its Tuner.restore argument _resume_config): rerun the finished trial from
+    # scratch, resume the failed one from its checkpoint
+    resume = tune.ResumeConfig(finished=tune.ResumeConfig.ResumeType.RESTART, errored="resume")
+    grid = tune.Tuner.restore(os.path.join(storage, "rc"), _steps_fail_once, _resume_config=resume).fit()
+    failed, finished = sorted(grid, key=lambda r: r.config["marker"] == str(done))
+    assert failed.error is None and list(failed.metrics_dataframe["step"]) == [1, 2, 3]
+    assert failed.metrics_dataframe["t"].iloc[0] < before  # resumed: its report before the failure is kept
+    assert list(finished.metrics_dataframe["step"]) == [1, 2, 3]
+    assert finished.metrics_dataframe["t"].min() > before  # restarted: nothing of its first run is kept
+    with pytest.raises(InvalidArgumentError, match=r"errored='again'.*RESUME, RESTART or SKIP"):
+        tune.ResumeConfig(errored="again")

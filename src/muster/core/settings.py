@@ -96,7 +96,13 @@ def node_identity() -> tuple[str | None, str | None]:
 
 
 def node_ip_address() -> str:
-    """This machine's IP address as other nodes would reach it (127.0.0.1 when it has none)."""
+    """This node's IP address as other nodes would reach it, as Ray's ``get_node_ip_address()``: the
+    one a cluster engine recorded for this worker, else the address of the interface that routes
+    off this machine (127.0.0.1 when it has none). Every part of muster that shows or uses a node's
+    IP (Tune's ``node_ip``, a train worker's rendezvous address, ``muster.nodes()``) asks here."""
+    _, recorded = node_identity()
+    if recorded:
+        return recorded
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing interface

@@ -8,6 +8,7 @@ from typing import Any
 from muster.exceptions import InvalidArgumentError
 from muster.observe.tune_progress import flatten_config
 from muster.train._internal import policies
+from muster.train._internal.checkpoint_manager import ROUND
 from muster.train._internal.policies import CheckpointRecord
 from muster.train.checkpoint import Checkpoint
 from muster.train.storage import RUN_STATE, Storage
@@ -45,14 +46,14 @@ class Result:
         import pandas as pd
 
         rank = _lead_rank(self.all_reports)
-        return pd.DataFrame([flatten_config(r) for r in self.all_reports if r.get("_rank") == rank])
+        return pd.DataFrame([flatten_config(_public(r)) for r in self.all_reports if r.get("_rank") == rank])
 
     @property
     def all_metrics_dataframe(self) -> Any:
         """Every report of every rank (column ``_rank`` tells whose, ``_attempt`` which attempt)."""
         import pandas as pd
 
-        return pd.DataFrame([flatten_config(r) for r in self.all_reports])
+        return pd.DataFrame([flatten_config(_public(r, keep=_WHOSE)) for r in self.all_reports])
 
     def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
         """The committed checkpoint whose reported ``metric`` is best (``mode``: "max" or "min")."""
@@ -113,5 +114,12 @@ def build(
     )
 
 
-def _public(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k not in ("_rank", "_attempt", "_round")}
+# What the controller adds to each recorded row for itself: no user-visible result or frame shows
+# them (``all_metrics_dataframe`` keeps _WHOSE, which it documents).
+_WHOSE = ("_rank", "_attempt")
+_BOOKKEEPING = frozenset(_WHOSE + (ROUND,))
+
+
+def _public(row: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``row`` without the controller's bookkeeping keys (but ``keep``); the user's own ``_`` keys stay."""
+    return {k: v for k, v in row.items() if k not in _BOOKKEEPING or k in keep}

@@ -20,10 +20,9 @@ class Member:
     local_world_size: int
     node_rank: int
     host: str
-    ip: str
+    ip: str  # muster.util.get_node_ip_address() in the worker (Tune's ``node_ip``, the rendezvous address)
     pid: int
     node: str = ""  # the engine's node id (simulated nodes on one host share an IP)
-    node_ip: str = ""  # what muster.util.get_node_ip_address() says in the worker (Tune's ``node_ip``)
 
 
 def assign_ranks(infos: list[dict[str, Any]], gpu_ids: list[list[int]]) -> list[tuple[int, int, int, int]]:
@@ -74,7 +73,7 @@ class WorkerGroup:
                 handle.label = f"rank {rank}"
                 handle.set_handlers(on_event, on_death)
                 self.members.append(Member(handle, rank, local, local_n, node, info["host"], info["ip"], info["pid"],
-                                           str(info.get("node") or info["ip"]), info.get("node_ip", "")))
+                                           str(info.get("node") or info["ip"])))
             self.members.sort(key=lambda m: m.rank)
         except BaseException:
             for h in handles:

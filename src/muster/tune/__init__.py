@@ -35,6 +35,7 @@ from muster.tune.stopper import MaximumIterationStopper, Stopper
 from muster.tune.tune_config import (
     CheckpointConfig,
     PlacementGroupFactory,
+    ResumeConfig,
     TuneConfig,
     with_parameters,
     with_resources,
@@ -63,6 +64,7 @@ __all__ = [
     "FailureConfig",
     "MaximumIterationStopper",
     "PlacementGroupFactory",
+    "ResumeConfig",
     "Result",
     "ResultGrid",
     "RunConfig",

@@ -8,7 +8,7 @@ from typing import Any
 
 from muster.exceptions import InvalidArgumentError, MusterError
 from muster.observe.tune_progress import flatten_config
-from muster.train.result import Result
+from muster.train.result import Result, _public
 
 _SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
 
@@ -106,7 +106,7 @@ class ResultGrid:
                 if values:
                     pick = min if filter_mode == "min" else max
                     row = dict(pick(values, key=lambda x: x[filter_metric]))
-            row = {k: v for k, v in flatten_config(row).items() if not k.startswith("_")}  # a/b columns, as Ray's
+            row = flatten_config(_public(row))  # a/b columns, as Ray's
             row.update({f"config/{k}": v for k, v in flatten_config(r.config or {}).items()})
             row["trial_id"], row["path"] = trial_id, r.path
             if r.error is not None:

@@ -47,6 +47,7 @@ from muster.tune.messages import StepDecision, StepResult
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 NESTED_RUN = "trainer"  # the run folder, inside a trial's, of a trainer its function fit
+CHECKPOINT_PATH = "checkpoint_path"  # Ray's key, in a trial's result, for its nested trainer's checkpoint
 
 
 def latest_checkpoint(storage: Storage) -> Checkpoint | None:
@@ -280,7 +281,7 @@ class TrialRun:
                 self._last_time.clear()
             self._attempt_base, self._restored_iteration = self._restored_iteration or 0, None
         self._attempt_seen = attempt_started
-        where = (member.pid, member.host, member.node_ip) if member is not None else None
+        where = (member.pid, member.host, member.ip) if member is not None else None
         out = self._tune_fields(rank, metrics, t, where)
         self._last_time[rank] = t
         self._since_restore[rank] = out["iterations_since_restore"]
@@ -348,11 +349,17 @@ class TrialRun:
         if rc.storage_filesystem is None and rc.storage_path == self.storage.uri:
             rc.storage_filesystem = self.storage.fs
         rc.verbose = 0
-        rc.callbacks = [*(rc.callbacks or []), _Forward(self, into=self.controller)]
-        hooks = ControllerHooks(on_metrics=self._add_tune_fields, on_restore=self._restored,
-                                on_recover=self._recovering)
+        assert self.controller is not None  # the trial's own run made the request
+        forward = _ForwardNested(self, self.controller)
+        rc.callbacks = [*(rc.callbacks or []), forward]
+
+        def recovering(error: BaseException) -> None:
+            forward.release_all()  # the failed attempt's rounds are decided
+            self._recovering(error)
+
+        hooks = ControllerHooks(on_metrics=self._add_tune_fields, on_restore=self._restored, on_recover=recovering)
         inner = trainer.controller(hooks, allow_finished=True)
-        self.inner = inner
+        self.inner = forward.inner = inner
         if self._stop.is_set():
             inner.request_stop()
         out: Future = Future()
@@ -360,7 +367,11 @@ class TrialRun:
         def run() -> None:
             try:
                 with get_runtime().blocked(handle):  # the waiting trial worker lends its CPUs to the gang
-                    out.set_result(inner.run())
+                    try:
+                        result = inner.run()
+                    finally:
+                        forward.release_all()
+                    out.set_result(result)
             except BaseException as exc:  # noqa: BLE001 - raised in the trial's function
                 out.set_exception(exc)
 
@@ -429,23 +440,67 @@ def run_loggers(callbacks: list[Any] | None, config: dict[str, Any]) -> list[Any
 class _Forward:
     """The RunConfig callback that hands rank 0's reports to the Tune controller."""
 
-    def __init__(self, run: TrialRun, into: Controller | None = None):
-        self.run, self.into = run, into
+    def __init__(self, run: TrialRun):
+        self.run = run
 
     def on_report(self, row: dict[str, Any]) -> None:
         if row.get("_rank") != 0:
             return
-        if self.into is None and round_of(row) == self.run.decided_round:
+        if round_of(row) == self.run.decided_round:
             self.run.decided_round = None
             return  # a class trainable's result the controller acted on before it was reported
-        if self.into is not None:
-            # a nested trainer's report: recorded as the trial's own too, so its Result has the metrics
-            metrics = {k: v for k, v in _public(row).items() if k != "training_iteration"}
-            metrics[SHOWN_ITERATION] = row["training_iteration"]
-            row = self.into.record_report(round_of(row), metrics, row["timestamp"])
         self.run.events.put(TrialResult(self.run.trial, self.run, row))
 
     def on_checkpoint(self, checkpoint: Checkpoint, metrics: dict[str, Any]) -> None:
         """A checkpoint was committed: Ray's ``on_trial_save``, then ``on_checkpoint`` with it."""
         self.run.events.put(TrialNotice(self.run.trial, self.run, "on_trial_save", {}))
         self.run.events.put(TrialNotice(self.run.trial, self.run, "on_checkpoint", {"checkpoint": checkpoint}))
+
+
+class _ForwardNested(_Forward):
+    """For a trainer the trial's function fit: rank 0's reports are recorded as the trial's own
+    (so its Result has the metrics), with Ray's ``TuneReportCallback`` key ``checkpoint_path``
+    (the committed checkpoint's path) where the round reported a checkpoint. Such a report is
+    handed on once its round commits (on Ray, once every worker reported), and the reports after
+    it wait behind it, so the trial's results keep their order."""
+
+    def __init__(self, run: TrialRun, into: Controller):
+        super().__init__(run)
+        self.into = into
+        self.inner: Controller | None = None  # the trainer's run: set before it starts
+        self._lock = threading.Lock()
+        self._waiting: list[tuple[dict[str, Any], bool]] = []  # (rank 0's row, whether a checkpoint is due)
+        self._paths: dict[int, str] = {}  # round -> its committed checkpoint's path
+
+    def on_report(self, row: dict[str, Any]) -> None:
+        if row.get("_rank") != 0:
+            return
+        due = self.inner is not None and self.inner.ledger.checkpoint_pending(round_of(row))
+        with self._lock:
+            self._waiting.append((row, due))
+            self._release(everything=False)
+
+    def on_checkpoint(self, checkpoint: Checkpoint, metrics: dict[str, Any]) -> None:
+        super().on_checkpoint(checkpoint, metrics)
+        with self._lock:
+            self._paths[round_of(metrics)] = checkpoint.path
+            self._release(everything=False)
+
+    def release_all(self) -> None:
+        """The run's open rounds are decided (an attempt ended): hand on every report held."""
+        with self._lock:
+            self._release(everything=True)
+
+    def _release(self, everything: bool) -> None:
+        while self._waiting:
+            row, due = self._waiting[0]
+            path = self._paths.pop(round_of(row), None)
+            if due and path is None and not everything:
+                return
+            self._waiting.pop(0)
+            metrics = {k: v for k, v in _public(row).items() if k != "training_iteration"}
+            metrics[SHOWN_ITERATION] = row["training_iteration"]
+            if path is not None:
+                metrics[CHECKPOINT_PATH] = path
+            recorded = self.into.record_report(round_of(row), metrics, row["timestamp"])
+            self.run.events.put(TrialResult(self.run.trial, self.run, recorded))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,44 @@ class TuneConfig:
                 "TuneConfig(trial_name_creator/trial_dirname_creator) is not supported: trial folders are named "
                 "as Ray names them by default (<trainable>_<trial_id>_<experiment tag>_<date>). Leave them unset."
             )
+
+
+@dataclass
+class ResumeConfig:
+    """Ray's ``tune.ResumeConfig`` (experimental there too): how ``Tuner.restore(path, trainable,
+    _resume_config=ResumeConfig(...))`` treats the trials of each status, in place of its
+    ``resume_unfinished``/``resume_errored``/``restart_errored`` flags.
+
+    Args:
+        finished: trials that finished (default ``SKIP``: not run again).
+        unfinished: trials that were pending, running or paused (default ``RESUME``).
+        errored: trials that failed (default ``SKIP``: they stay failed).
+        Each is a ``ResumeConfig.ResumeType`` or its value (``"resume"``, ``"restart"``, ``"skip"``).
+    """
+
+    class ResumeType(str, enum.Enum):
+        """``RESUME`` a trial from its latest checkpoint, ``RESTART`` it from scratch (its folder and
+        results are removed), or ``SKIP`` it (a finished or unfinished trial counts as finished, a
+        failed one stays failed)."""
+
+        RESUME = "resume"
+        RESTART = "restart"
+        SKIP = "skip"
+
+    finished: str = ResumeType.SKIP
+    unfinished: str = ResumeType.RESUME
+    errored: str = ResumeType.SKIP
+
+    def __post_init__(self) -> None:
+        for name in ("finished", "unfinished", "errored"):
+            value = getattr(self, name)
+            try:
+                setattr(self, name, ResumeConfig.ResumeType(value))
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"ResumeConfig({name}={value!r}): use ResumeConfig.ResumeType.RESUME, RESTART or SKIP "
+                    "(or 'resume', 'restart', 'skip')."
+                ) from None
 
 
 _NAMES = {"cpu": "CPU", "gpu": "GPU", "memory": "memory"}

@@ -44,7 +44,7 @@ from muster.tune.session import FunctionTrial
 from muster.tune.stopper import as_stopper
 from muster.tune.trainable import ClassTrainable, as_function
 from muster.tune.trial import RunPlan, Trial
-from muster.tune.tune_config import TuneConfig, trial_function, trial_parameters, trial_resources
+from muster.tune.tune_config import ResumeConfig, TuneConfig, trial_function, trial_parameters, trial_resources
 
 _log = logging.getLogger(__name__)
 TUNER_FILE = "tuner.pkl"
@@ -221,14 +221,16 @@ class Tuner:
         restart_errored: bool = False,
         param_space: dict[str, Any] | None = None,
         storage_filesystem: Any = None,
+        _resume_config: ResumeConfig | None = None,
     ) -> Tuner:
         """A Tuner that continues the experiment at ``path``.
 
         Finished trials are not run again; trials that were running resume from
         their latest checkpoint (``resume_unfinished``); failed ones stay failed
         unless ``resume_errored`` (from their checkpoint) or ``restart_errored``
-        (from scratch).  Pass the ``trainable`` again (the saved one is used if
-        it can be unpickled).
+        (from scratch).  ``_resume_config`` (Ray's name), a ``tune.ResumeConfig``,
+        says it per status instead of the three flags.  Pass the ``trainable``
+        again (the saved one is used if it can be unpickled).
         """
         if not cls.can_restore(path):
             raise InvalidArgumentError(
@@ -245,20 +247,39 @@ class Tuner:
         tuner.param_space = param_space if param_space is not None else saved["param_space"]
         tuner.tune_config, tuner.run_config = saved["tune_config"], saved["run_config"]
         tuner.run_config.name = name
+        if _resume_config is None:  # the flags, as Ray maps them
+            _resume_config = ResumeConfig(
+                unfinished="resume" if resume_unfinished else "skip",
+                errored="resume" if resume_errored else "restart" if restart_errored else "skip",
+            )
+        elif not isinstance(_resume_config, ResumeConfig):
+            raise InvalidTypeError(f"Tuner.restore(_resume_config={_resume_config!r}): pass a tune.ResumeConfig.")
         for t in state["trials"]:
-            if t["status"] in (trial_mod.RUNNING, trial_mod.PAUSED, trial_mod.PENDING):
-                t["status"] = trial_mod.PENDING if resume_unfinished else trial_mod.TERMINATED
-            elif t["status"] == trial_mod.ERROR and (resume_errored or restart_errored):
-                if restart_errored:
-                    storage.rm(storage.join(storage.run_dir, Trial.from_json(t).dirname))
-                    t["last_result"], t["num_results"] = {}, 0
-                t["status"], t["error"] = trial_mod.PENDING, None
+            _resume(storage, t, _resume_config)
         tuner._restored, tuner._path = state, storage.uri
         get_runtime()
         return tuner
 
 
 # -- helpers ---------------------------------------------------------------------------------
+def _resume(storage: Storage, t: dict[str, Any], config: ResumeConfig) -> None:
+    """Set a restored trial's saved state (``t``) as ``config`` says for its status."""
+    if t["status"] == trial_mod.ERROR:
+        how = config.errored
+    elif t["status"] == trial_mod.TERMINATED:
+        how = config.finished
+    else:  # pending, running, paused
+        how = config.unfinished
+    if how == ResumeConfig.ResumeType.SKIP:
+        if t["status"] != trial_mod.ERROR:
+            t["status"] = trial_mod.TERMINATED
+        return
+    if how == ResumeConfig.ResumeType.RESTART:  # from scratch: nothing of its run is kept
+        storage.rm(storage.join(storage.run_dir, Trial.from_json(t).dirname))
+        t["last_result"], t["num_results"] = {}, 0
+    t["status"], t["error"] = trial_mod.PENDING, None
+
+
 def _check_trainable(trainable: Any) -> None:
     if isinstance(trainable, DataParallelTrainer):
         return

@@ -176,6 +176,12 @@ class CheckpointManager:
             self._settle()
             self._commit_ready()
 
+    def checkpoint_pending(self, round_: int) -> bool:
+        """Whether a rank reported a checkpoint for ``round_``, and the round is not decided yet."""
+        with self._lock:
+            rnd = self._open.get(round_)
+            return rnd is not None and bool(rnd.files)
+
     def rank_finished(self, rank: int) -> None:
         """``rank``'s loop returned: it reports nothing more, so no round waits for it."""
         with self._lock:

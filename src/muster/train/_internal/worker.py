@@ -22,8 +22,7 @@ class TrainWorker:
 
     def info(self) -> dict[str, Any]:
         node_id, _ = settings.node_identity()
-        return {"pid": os.getpid(), "host": socket.gethostname(), "ip": _node_ip(), "node": node_id,
-                "node_ip": settings.node_ip_address()}
+        return {"pid": os.getpid(), "host": socket.gethostname(), "ip": settings.node_ip_address(), "node": node_id}
 
     def free_port(self) -> int:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -91,8 +90,8 @@ def check_storage_visible(storage: Storage) -> None:
     marker = storage.join(storage.run_dir, RUN_STATE)
     if storage.exists(marker):
         return
-    node_id, ip = settings.node_identity()
-    node = f"{socket.gethostname()} ({ip or _node_ip()}" + (f", Ray node {node_id}" if node_id else "") + ")"
+    node_id, _ = settings.node_identity()
+    node = f"{socket.gethostname()} ({settings.node_ip_address()}" + (f", Ray node {node_id}" if node_id else "") + ")"
     raise StorageNotSharedError(
         f"This worker on node {node} cannot see the run folder {storage.uri}: the driver created "
         f"{marker} there, but this node does not have it. On a cluster, every node must see the same "
@@ -101,13 +100,3 @@ def check_storage_visible(storage: Storage) -> None:
         "same path on every node and point storage_path there."
     )
 
-
-def _node_ip() -> str:
-    """This node's address as other nodes reach it (loopback when it has no other)."""
-    _, ip = settings.node_identity()
-    if ip:
-        return ip
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"

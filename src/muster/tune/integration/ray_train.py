@@ -2,9 +2,10 @@
 ``ray.tune.integration.ray_train``).
 
 Ray needs it in the trainer's ``RunConfig(callbacks=[...])`` to turn the
-trainer's reports into the trial's results.  muster does that for every
-trainer a trial fits (rank 0's reports and checkpoints become the trial's),
-so the callback keeps Ray scripts working and adds nothing.
+trainer's reports into the trial's results, each with ``checkpoint_path`` where
+it saved a checkpoint.  muster does that for every trainer a trial fits (rank
+0's reports become the trial's, ``checkpoint_path`` included), so the callback
+keeps Ray scripts working and adds nothing.
 """
 
 from __future__ import annotations

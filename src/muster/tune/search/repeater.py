@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
-from muster.tune.search.searcher import Searcher
+from muster.tune.search.searcher import Searcher, restore_wrapped, save_wrapped
 
 #: the config key that tells a trial which repeat it is (Ray's name)
 TRIAL_INDEX = "__trial_index__"
@@ -31,7 +31,11 @@ class Repeater(Searcher):
     """Runs each configuration of ``searcher`` ``repeat`` times; with ``set_index``, each trial's config
     holds ``__trial_index__`` (0 .. repeat-1). When all the repeats of a configuration have ended, the
     searcher's ``on_trial_complete`` gets the first trial's id and the mean of their metric (NaN where none
-    reported one). Set ``num_samples`` to a multiple of ``repeat``."""
+    reported one). Set ``num_samples`` to a multiple of ``repeat``.
+
+    Its state (the groups of repeats, the scores they collected) is saved with the wrapped searcher's, so
+    ``Tuner.restore`` goes on with a group left part-way (Ray's ``save`` keeps only the wrapped searcher's).
+    """
 
     def __init__(self, searcher: Searcher, repeat: int = 1, set_index: bool = True):
         if not isinstance(searcher, Searcher):
@@ -78,3 +82,17 @@ class Repeater(Searcher):
             mean = sum(scores) / len(scores) if scores else math.nan
             self.searcher.on_trial_complete(group.first_trial_id, result={self.metric: mean} if self.metric else None,
                                             error=error and not scores)
+
+    # -- state, for Tuner.restore ------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """The repeater's own state, without the wrapped searcher (as Ray's)."""
+        return {"current": self._current, "group_of": self._group_of}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._current, self._group_of = state["current"], state["group_of"]
+
+    def save(self, checkpoint_path: str) -> None:
+        save_wrapped(checkpoint_path, {"repeater": self.get_state()}, self.searcher)
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.set_state(restore_wrapped(checkpoint_path, self.searcher)["repeater"])

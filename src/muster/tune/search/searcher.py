@@ -166,26 +166,39 @@ class ConcurrencyLimiter(Searcher):
     def save(self, checkpoint_path: str) -> None:
         if not isinstance(self.searcher, Searcher):
             raise NotImplementedError  # a BasicVariantGenerator: Tuner.restore counts what it made
-        inner = checkpoint_path + ".inner"
-        self.searcher.save(inner)  # NotImplementedError: nothing to keep
-        try:
-            with open(inner, "rb") as f:
-                _dump(checkpoint_path, {"live": self._live, "batch_done": self._batch_done, "inner": f.read()})
-        finally:
-            os.remove(inner)
+        save_wrapped(checkpoint_path, {"live": self._live, "batch_done": self._batch_done}, self.searcher)
 
     def restore(self, checkpoint_path: str) -> None:
         if not isinstance(self.searcher, Searcher):
             raise NotImplementedError
-        state = _load(checkpoint_path)
+        state = restore_wrapped(checkpoint_path, self.searcher)
         self._live, self._batch_done = state["live"], state["batch_done"]
-        inner = checkpoint_path + ".inner"
-        with open(inner, "wb") as f:
-            f.write(state["inner"])
-        try:
-            self.searcher.restore(inner)
-        finally:
-            os.remove(inner)
+
+
+def save_wrapped(checkpoint_path: str, own: dict[str, Any], inner: Searcher) -> None:
+    """Write a wrapping searcher's ``own`` state and the ``inner`` searcher's (what its ``save`` writes)
+    to the one file ``checkpoint_path``. Raises NotImplementedError, writing nothing, where ``inner``
+    keeps no state: a restored search then starts afresh, and says so."""
+    aside = checkpoint_path + ".inner"
+    inner.save(aside)
+    try:
+        with open(aside, "rb") as f:
+            _dump(checkpoint_path, {**own, "inner": f.read()})
+    finally:
+        os.remove(aside)
+
+
+def restore_wrapped(checkpoint_path: str, inner: Searcher) -> dict[str, Any]:
+    """Give ``inner`` its state back from a file ``save_wrapped`` wrote; returns the wrapper's own."""
+    state = _load(checkpoint_path)
+    aside = checkpoint_path + ".inner"
+    with open(aside, "wb") as f:
+        f.write(state.pop("inner"))
+    try:
+        inner.restore(aside)
+    finally:
+        os.remove(aside)
+    return dict(state)
 
 
 class SearchGenerator:
