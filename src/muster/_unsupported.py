@@ -118,9 +118,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ApproximateQuantile": "Quantile(on, q=...): exact, computed over each group's values",
         "ApproximateTopK": "an AggregateFn over the group's rows",
     },
-    "muster.data.preprocessors": {
-        "TorchVisionPreprocessor": "a map_batches that applies the torchvision transform to each image",
-    },
     "muster.serve.llm": {
         "LLMRouter": "muster.serve.llm.build_openai_app({'llm_configs': [...]}) (its OpenAiIngress routes by model)",
         "LoraConfig": "none: serve a model with the adapter merged, one LLMConfig per model",

@@ -40,12 +40,14 @@ DatasetContext, DatasetIterator = DataContext, DataIterator  # Ray's older names
 NodeIdStr = str  # Ray's type of the node ids DataConfig.configure gets (worker_node_ids)
 from muster.data.plan import Node, RayCall, Read
 from muster.data.schema import Schema
+from muster.data.summary import DatasetSummary
 from muster.data.strategies import ActorPoolStrategy, TaskPoolStrategy
 from muster.data.writers import SaveMode
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
     "Schema",
+    "DatasetSummary",
     "FileShuffleConfig",
     "RandomSeedConfig",
     "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DatasetContext",

@@ -35,6 +35,7 @@ class _Plan:
 
     def __init__(self, seed: int, epoch: int, n: int, rows_per_pile: int):
         piles = 1 << max(0, min(16, (-(-n // max(1, rows_per_pile)) - 1).bit_length()))  # a power of two
+        self.rows_per_block = max(1, rows_per_pile)
         self._order: np.ndarray | None = None
         self.rank: np.ndarray | None = None
         if piles == 1:
@@ -78,9 +79,19 @@ class _Plan:
                 continue
             within = self.within[a:b]
             if numeric:  # numpy's take is the fastest gather for plain numbers
-                yield pa.Table.from_arrays([np.take(c[a:b], within) for c in columns], schema=table.schema)
+                pile = pa.Table.from_arrays([np.take(c[a:b], within) for c in columns], schema=table.schema)
             else:
-                yield table.take(pa.array(self.order[a:b])).take(pa.array(within))
+                pile = table.take(pa.array(self.order[a:b])).take(pa.array(within))
+            yield from _even_slices(pile, self.rows_per_block)
+
+
+def _even_slices(table: pa.Table, most: int) -> Iterator[pa.Table]:
+    """``table`` in the fewest zero-copy slices of at most ``most`` rows, of (nearly) equal sizes: a pile
+    drawn a little over the target (piles vary around their mean) gives two half blocks, not one too big."""
+    parts = -(-table.num_rows // most)
+    cuts = [table.num_rows * i // parts for i in range(parts + 1)]
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        yield table.slice(lo, hi - lo)
 
 
 #: Rows from which a scatter is split between two threads (below, a thread costs more than it saves).

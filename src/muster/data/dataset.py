@@ -309,6 +309,16 @@ class Dataset:
         """The standard deviation of ``on`` (the sample one, ``ddof=1``, as Ray's)."""
         return self._whole("std", on, ddof=ddof, ignore_nulls=ignore_nulls)
 
+    def summary(self, columns: list[str] | None = None,
+                override_dtype_agg_mapping: dict[Any, Callable[[str], list[Any]]] | None = None) -> Any:
+        """Per-column statistics, by column type, in one streaming pass (Ray's ``summary``): a
+        ``muster.data.stats.DatasetSummary`` (``to_pandas()``, ``get_column_stats(col)``).
+        ``override_dtype_agg_mapping`` maps a pyarrow type to a function of a column name returning
+        ``muster.data.aggregate`` objects, used for columns of that type instead."""
+        from muster.data.summary import summarize
+
+        return summarize(self, columns, override_dtype_agg_mapping)
+
     def zip(self, *others: "Dataset") -> "Dataset":
         """Columns of datasets with the same number of rows side by side; a repeated name gets ``_1``, ``_2``..."""
         for o in others:

@@ -137,6 +137,60 @@ class Preprocessor:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    # -- serialization (Ray's serialize/deserialize) ------------------------------------
+    _serialization_id: str | None = None
+    _serialization_version = 1
+
+    def serialize(self) -> str | bytes:
+        """This preprocessor, fitted statistics included, as Ray serializes it: bytes (``b"CPKL:..."``)
+        for a class registered with ``@SerializablePreprocessor`` (every built-in), else a base64 string of
+        its pickle. Not a stable format: read it back with the same muster version."""
+        from muster.data.preprocessors.version_support import pack
+
+        return pack(self)
+
+    @staticmethod
+    def deserialize(serialized: str | bytes) -> "Preprocessor":
+        """The preprocessor ``serialize()`` gave ``serialized`` for, ready to transform.
+
+        Raises:
+            InvalidArgumentError: ``serialized`` is not what ``serialize()`` returned.
+            UnknownPreprocessorError: no class is registered for its type.
+        """
+        from muster.data.preprocessors.version_support import unpack
+
+        return unpack(serialized)
+
+    @classmethod
+    def get_preprocessor_class_id(cls) -> str:
+        """The identifier ``@SerializablePreprocessor`` registered this class under (the class's name if none)."""
+        return cls.__dict__.get("_serialization_id") or f"{cls.__module__}.{cls.__qualname__}"
+
+    @classmethod
+    def set_preprocessor_class_id(cls, identifier: str) -> None:
+        cls._serialization_id = identifier
+
+    @classmethod
+    def get_version(cls) -> int:
+        return cls._serialization_version
+
+    @classmethod
+    def set_version(cls, version: int) -> None:
+        cls._serialization_version = version
+
+    def _get_serializable_fields(self) -> dict[str, Any]:
+        """What ``serialize`` keeps besides ``stats_``: every other attribute, by default."""
+        return {k: v for k, v in self.__dict__.items() if k != "stats_"}
+
+    def _set_serializable_fields(self, fields: dict[str, Any], version: int) -> None:
+        self.__dict__.update(fields)
+
+    def _get_stats(self) -> dict[str, Any]:
+        return dict(getattr(self, "stats_", {}))
+
+    def _set_stats(self, stats: dict[str, Any]) -> None:
+        self.stats_ = dict(stats)
+
     # -- what a subclass overrides ------------------------------------------------------
     def _fit(self, ds: "Dataset") -> "Preprocessor":
         raise NotImplementedError(f"{type(self).__name__} is fittable but defines no _fit(ds); define it, "
@@ -278,4 +332,11 @@ def check_in(who: str, have: Any, columns: list[str], where: str = "batch") -> N
                                    f"{list(have)!r}; name existing columns.")
 
 
-__all__ = ["Preprocessor", "PreprocessorNotFittedException"]
+class SerializablePreprocessorBase(Preprocessor):
+    """Ray's base for preprocessors that ``serialize()`` by fields: every muster ``Preprocessor`` does, so
+    this adds nothing; register a subclass with ``@SerializablePreprocessor(version=, identifier=)``
+    (``muster.data.preprocessors.version_support``) and override ``_get_serializable_fields`` /
+    ``_set_serializable_fields`` where its attributes need it."""
+
+
+__all__ = ["Preprocessor", "PreprocessorNotFittedException", "SerializablePreprocessorBase"]

@@ -13,7 +13,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
+from muster.data.summary import DatasetSummary
 from muster.observe.data_progress import OpSample
+
+__all__ = ["DatasetSummary", "OpStats", "Stats"]
 
 
 @dataclass

@@ -22,6 +22,7 @@ from muster.data.preprocessors.imputer import SimpleImputer
 from muster.data.preprocessors.normalizer import Normalizer
 from muster.data.preprocessors.scaler import MaxAbsScaler, MinMaxScaler, RobustScaler, StandardScaler
 from muster.data.preprocessors.tokenizer import Tokenizer
+from muster.data.preprocessors.torch import TorchVisionPreprocessor
 from muster.data.preprocessors.transformer import PowerTransformer
 from muster.data.preprocessors.vectorizer import CountVectorizer, HashingVectorizer
 
@@ -29,7 +30,8 @@ __all__ = [
     "Categorizer", "Chain", "Concatenator", "CountVectorizer", "CustomKBinsDiscretizer", "FeatureHasher",
     "HashingVectorizer", "LabelEncoder", "MaxAbsScaler", "MinMaxScaler", "MultiHotEncoder", "Normalizer",
     "OneHotEncoder", "OrdinalEncoder", "PowerTransformer", "Preprocessor", "PreprocessorNotFittedException",
-    "RobustScaler", "SimpleImputer", "StandardScaler", "Tokenizer", "UniformKBinsDiscretizer",
+    "RobustScaler", "SimpleImputer", "StandardScaler", "Tokenizer", "TorchVisionPreprocessor",
+    "UniformKBinsDiscretizer",
 ]
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from muster.data.preprocessor import Preprocessor
+from muster.data.preprocessors.version_support import SerializablePreprocessor
 from muster.exceptions import InvalidTypeError
 
 if TYPE_CHECKING:
     from muster.data.dataset import Dataset
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.chain")
 class Chain(Preprocessor):
     """``Chain(a, b, c)``: ``fit`` fits ``a`` on the dataset, ``b`` on ``a``'s output, and so on;
     ``transform`` applies each in turn (one lazy ``map_batches`` per step). ``stats_`` stays empty:

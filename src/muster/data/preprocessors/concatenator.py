@@ -8,11 +8,13 @@ from typing import Any
 import numpy as np
 
 from muster.data.preprocessor import Preprocessor, check_columns
+from muster.data.preprocessors.version_support import SerializablePreprocessor
 from muster.exceptions import InvalidArgumentError
 
 logger = logging.getLogger(__name__)
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.concatenator")
 class Concatenator(Preprocessor):
     """Replace ``columns`` by one column, ``output_column_name``, holding each row's values of them as a
     1-D array (a tensor column: numpy batches hold a 2-D array, ``iter_torch_batches`` a 2-D tensor).

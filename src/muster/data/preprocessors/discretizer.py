@@ -10,6 +10,7 @@ import numpy as np
 
 from muster.data.aggregate import Max, Min
 from muster.data.preprocessor import ColumnsPreprocessor, Preprocessor, check_present
+from muster.data.preprocessors.version_support import SerializablePreprocessor
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class _KBinsDiscretizer(ColumnsPreprocessor):
                 f"dtypes={self._dtypes!r}, output_columns={self._output_columns!r})")
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.custom_k_bins_discretizer")
 class CustomKBinsDiscretizer(_KBinsDiscretizer):
     """Bins with the edges given (``bins=[0, 1, 5, 10]``, a ``pandas.IntervalIndex``, or a dict of them
     per column); nothing to fit."""
@@ -68,6 +70,7 @@ class CustomKBinsDiscretizer(_KBinsDiscretizer):
     _is_fittable = False
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.uniform_k_bins_discretizer")
 class UniformKBinsDiscretizer(_KBinsDiscretizer):
     """``bins`` equal-width bins (an int, or ``{col: int}``) between each column's fitted min and max
     (the lowest edge moved down by 0.1% of the range so the min falls in the first bin, as in Ray).

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from muster.data.preprocessor import ColumnsPreprocessor, Preprocessor, check_in, check_present
+from muster.data.preprocessors.version_support import SerializablePreprocessor
 from muster.data.preprocessors.utils import count_into, object_column
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
@@ -99,6 +100,7 @@ class _Encoder(ColumnsPreprocessor):
         raise NotImplementedError
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.ordinal_encoder")
 class OrdinalEncoder(_Encoder):
     """Each category as its index among the column's sorted categories (int64); a category not seen
     in ``fit`` becomes null. A list column has each element encoded (``encode_lists=True``), or
@@ -163,6 +165,7 @@ class _TopCategories(ColumnsPreprocessor):
                 f"output_columns={self._output_columns!r})")
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.one_hot_encoder")
 class OneHotEncoder(_Encoder, _TopCategories):
     """Each category as a one-hot vector: one column per input column, of ``uint8`` vectors as long as
     the number of categories (Ray 2.60's format; numpy batches hold a 2-D array). A category not seen
@@ -181,6 +184,7 @@ class OneHotEncoder(_Encoder, _TopCategories):
         return pa.FixedSizeListArray.from_arrays(pa.array(one_hot.ravel()), len(stats))
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.multi_hot_encoder")
 class MultiHotEncoder(_TopCategories):
     """Each list of categories as a ``list<int64>`` as long as the column's categories: item ``i`` counts
     how often category ``i`` (of the sorted categories ``fit`` saw in the lists) is in the row's list, as
@@ -202,6 +206,7 @@ class MultiHotEncoder(_TopCategories):
         return df
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.label_encoder")
 class LabelEncoder(Preprocessor):
     """The label column's classes as their index among the sorted classes (an unseen class becomes NaN);
     ``inverse_transform`` maps indices back to classes."""
@@ -253,6 +258,7 @@ class LabelEncoder(Preprocessor):
         return f"LabelEncoder(label_column={self._label_column!r}, output_column={self._output_column!r})"
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.categorizer")
 class Categorizer(ColumnsPreprocessor):
     """Columns as pandas categoricals (Arrow dictionary columns): the categories are the sorted values
     ``fit`` saw (nulls left out), or the ``dtypes={col: pandas.CategoricalDtype(...)}`` given.

@@ -7,10 +7,12 @@ from typing import Any
 import numpy as np
 
 from muster.data.preprocessor import Preprocessor, check_columns
+from muster.data.preprocessors.version_support import SerializablePreprocessor
 from muster.data.preprocessors.utils import check_count, check_numeric, object_column, simple_hash
 from muster.exceptions import InvalidTypeError
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.feature_hasher")
 class FeatureHasher(Preprocessor):
     """Sum ``columns`` (each one token's frequency) into ``num_features`` buckets: column ``c`` adds to
     bucket ``sha256(c) % num_features`` (Ray's ``simple_hash`` of the column's name). The sums go to one

@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 
 from muster.data.aggregate import Mean
 from muster.data.preprocessor import ColumnsPreprocessor, Preprocessor, check_present
+from muster.data.preprocessors.version_support import SerializablePreprocessor
 from muster.exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ def _most_frequent(ds: "Dataset", columns: list[str]) -> dict[str, Any]:
     return {c: (counts[c].most_common(1)[0][0] if counts[c] else None) for c in columns}
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.simple_imputer")
 class SimpleImputer(ColumnsPreprocessor):
     """Fill each column's missing values with its mean (``strategy="mean"``), its most frequent value
     (``"most_frequent"``, which also works for strings) or ``fill_value`` (``"constant"``, nothing to fit).

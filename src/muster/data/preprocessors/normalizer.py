@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from muster.data.preprocessor import ColumnsPreprocessor
+from muster.data.preprocessors.version_support import SerializablePreprocessor
 from muster.exceptions import InvalidArgumentError
 
 _NORMS = {
@@ -16,6 +17,7 @@ _NORMS = {
 }
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.normalizer")
 class Normalizer(ColumnsPreprocessor):
     """Divide each row's values in ``columns`` by that row's ``norm`` over them: ``"l2"`` (Euclidean),
     ``"l1"`` (sum of absolute values) or ``"max"`` (largest absolute value). A row of zeros becomes NaN,

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from muster.data.aggregate import Max, Mean, Min, Std
 from muster.data.preprocessor import ColumnsPreprocessor, Preprocessor, check_present
+from muster.data.preprocessors.version_support import SerializablePreprocessor
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ def _spread(value: float) -> float:
     return 1.0 if value < _EPSILON else float(value)
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.standard_scaler")
 class StandardScaler(_ColumnScaler):
     """``(x - mean) / std`` per column (the population std, ``ddof=0``; a constant column is only
     centered). ``stats_``: ``{"mean(col)": ..., "std(col)": ...}``. Computes in Arrow, as Ray's does."""
@@ -82,6 +84,7 @@ def _upsert(table: pa.Table, name: str, values: Any) -> pa.Table:
     return table.append_column(name, values)
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.min_max_scaler")
 class MinMaxScaler(_ColumnScaler):
     """``(x - min) / (max - min)`` per column, into [0, 1] (a constant column becomes 0).
     ``stats_``: ``{"min(col)": ..., "max(col)": ...}``."""
@@ -96,6 +99,7 @@ class MinMaxScaler(_ColumnScaler):
         return None if low is None or high is None else (float(low), _spread(high - low))
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.max_abs_scaler")
 class MaxAbsScaler(_ColumnScaler):
     """``x / max(|x|)`` per column, into [-1, 1] (an all-zero column is left as zeros; sparse data
     stays sparse). ``stats_``: ``{"abs_max(col)": ...}``."""
@@ -113,6 +117,7 @@ class MaxAbsScaler(_ColumnScaler):
         return None if top is None else (0.0, 1.0 if top == 0 else float(top))
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.robust_scaler")
 class RobustScaler(_ColumnScaler):
     """``(x - median) / (high quantile - low quantile)`` per column: robust to outliers. A column whose
     quantiles are equal becomes 0. ``stats_``: ``{"low_quantile(col)", "median(col)", "high_quantile(col)"}``.

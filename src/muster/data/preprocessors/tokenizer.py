@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from muster.data.preprocessor import ColumnsPreprocessor, check_in
+from muster.data.preprocessors.version_support import SerializablePreprocessor
 from muster.data.preprocessors.utils import check_tokenization_fn, object_column, tokenize
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.tokenizer")
 class Tokenizer(ColumnsPreprocessor):
     """Each string in ``columns`` as the list of its tokens (a ``list<string>`` column): split on single
     spaces (``s.split(" ")``), or by ``tokenization_fn(s)``. A null stays null. The lists replace the

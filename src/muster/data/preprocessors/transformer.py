@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from muster.data.preprocessor import ColumnsPreprocessor
+from muster.data.preprocessors.version_support import SerializablePreprocessor
 from muster.data.preprocessors.utils import check_numeric
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
@@ -31,6 +32,7 @@ def _box_cox(x: np.ndarray, power: float) -> np.ndarray:
     return (np.power(x, power) - 1) / power if power != 0 else np.log(x)
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.power_transformer")
 class PowerTransformer(ColumnsPreprocessor):
     """Each column of ``columns`` through a power transform of ``power`` (float64), to make it more
     normally distributed: ``method="yeo-johnson"`` (any real values) or ``"box-cox"`` (positive values;

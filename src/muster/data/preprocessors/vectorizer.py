@@ -13,6 +13,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable
 
 from muster.data.preprocessor import ColumnsPreprocessor, Preprocessor, check_in, check_present
+from muster.data.preprocessors.version_support import SerializablePreprocessor
 from muster.data.preprocessors.utils import (check_count, check_tokenization_fn, count_into, object_column,
                                              simple_hash, tokenize)
 
@@ -50,6 +51,7 @@ class _Vectorizer(ColumnsPreprocessor):
         return getattr(self._tokenization_fn, "__name__", self._tokenization_fn)
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.hashing_vectorizer")
 class HashingVectorizer(_Vectorizer):
     """Each document as the counts of its tokens in ``num_features`` buckets: token ``t`` counts in
     bucket ``sha256(t) % num_features`` (Ray's ``simple_hash``, so Ray and muster give the same rows).
@@ -82,6 +84,7 @@ class HashingVectorizer(_Vectorizer):
                 f"tokenization_fn={self._fn_name()}, output_columns={self._output_columns!r})")
 
 
+@SerializablePreprocessor(version=1, identifier="io.muster.preprocessors.count_vectorizer")
 class CountVectorizer(_Vectorizer):
     """Each document as the counts of the vocabulary's tokens. ``fit`` counts every token of each column
     (``stats_["token_counts(col)"]``: a ``Counter``, most frequent first, ties in order of first
