@@ -124,3 +124,21 @@ def test_bad_validation_requests_name_the_fix(storage):
         ValidationTaskConfig(timeout_s=0)
     with pytest.raises(InvalidTypeError, match="ValidationConfig"):
         ValidationConfig(fn=3)
+
+
+def test_a_trainer_tuned_by_a_tuner_validates_its_checkpoints(storage):
+    from muster import tune
+
+    trainer = TorchTrainer(
+        five_validated_checkpoints, scaling_config=ScalingConfig(num_workers=1),
+        validation_config=ValidationConfig(evaluate),
+    )
+    grid = tune.Tuner(
+        trainer, param_space={"train_loop_config": {"epochs": tune.grid_search([2])}},
+        run_config=RunConfig(name="tuned", storage_path=storage, verbose=0),
+    ).fit()
+    (result,) = list(grid)
+    assert result.error is None
+    assert [(os.path.basename(c.path), m.get("val_score")) for c, m in result.best_checkpoints] == [
+        ("checkpoint_000002", 10), ("checkpoint_000001", 0)
+    ]

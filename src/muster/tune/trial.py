@@ -42,6 +42,7 @@ from muster.train.controller import Controller, ControllerHooks
 from muster.train.result import Result, _public
 from muster.train.run_state import RunRecord
 from muster.train.storage import Storage
+from muster.train.validation import ValidationConfig
 from muster.train.worker_group import Member
 from muster.tune.messages import StepDecision, StepResult
 
@@ -159,6 +160,7 @@ class RunPlan:
     backend: Backend
     run_config: RunConfig  # checkpoint/failure settings and worker timeout for the trial
     resume_from: Checkpoint | None = None  # a trainer's resume_from_checkpoint: where a trial without its own starts
+    validation: ValidationConfig | None = None  # a trainer's validation_config
 
     @property
     def resources(self) -> dict[str, float]:
@@ -251,6 +253,7 @@ class TrialRun:
                     on_metrics=self._add_tune_fields, on_other_event=self._on_request, start_from=self.start_from,
                     on_restore=self._restored, on_recover=self._recovering,
                 ),
+                validation=self.plan.validation,
             )
             if self._stop.is_set():
                 self.controller.request_stop()

@@ -182,7 +182,7 @@ class Tuner:
         if isinstance(trainable, DataParallelTrainer):  # the trial's config sets the trainer's arguments (as Ray)
             trainer = trainable.with_args({k: v for k, v in config.items() if k in trainable.tunable_args})
             return RunPlan(trainer._loop(), trainer.train_loop_config, trainer.scaling_config, trainer.backend_config,
-                           rc, trainer.resume_from_checkpoint)
+                           rc, trainer.resume_from_checkpoint, getattr(trainer, "validation_config", None))
         resources = trial_resources(trainable, config) or {"CPU": 1.0}
         gpus = bool(res.normalize(resources, what="tune.with_resources").get("GPU"))
         scaling = ScalingConfig(num_workers=1, use_gpu=gpus, resources_per_worker=resources)
