@@ -8,6 +8,8 @@ import pytest
 from serve_helpers import Counted, check_http_requests_go_to_the_replica_holding_their_model, check_models_routed
 
 from muster import serve
+from muster.core import settings
+from muster.exceptions import InvalidArgumentError
 
 pytestmark = pytest.mark.allow_leftover_workers  # Serve lives across the module (the client fixture checks its end)
 
@@ -30,8 +32,10 @@ def test_http_requests_go_to_the_replica_holding_their_model(client):
     check_http_requests_go_to_the_replica_holding_their_model(client)
 
 
-def test_a_busy_holder_falls_back_to_another_replica(client):
-    """The holder at max_ongoing_requests: after a short wait (Ray's 1 s) the request loads it elsewhere."""
+def test_a_busy_holder_falls_back_after_rays_matching_timeout(client, monkeypatch):
+    """The holder at max_ongoing_requests: the request waits T..2T (Ray's environment variable, read where the
+    request is routed: here the driver), then loads the model elsewhere. It waited a fixed 1 s before."""
+    monkeypatch.setenv("RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S", "0.2")
     handle = serve.run(Counted.options(num_replicas=2, max_ongoing_requests=1).bind(), name="mux_busy",
                        route_prefix="/mux_busy")
     a = handle.options(multiplexed_model_id="a")
@@ -42,5 +46,17 @@ def test_a_busy_holder_falls_back_to_another_replica(client):
     waited = time.monotonic() - t0
     slow_pid = busy.result(timeout_s=30)[0]
     assert pid != slow_pid and model == "a" and loads == ["a"]
-    assert 0.8 < waited < 1.9, waited  # waited for the holder about 1 s, not for its 2.5 s request
+    assert 0.15 < waited < 0.85, waited  # waited 0.2-0.4 s for the holder, not 1 s, nor its 2.5 s request
     serve.delete("mux_busy")
+
+
+def test_the_matching_timeout_is_read_as_ray_reads_it(monkeypatch):
+    name = "RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S"
+    monkeypatch.delenv(name, raising=False)
+    assert settings.serve_model_matching_timeout_s() == 1.0  # Ray's default
+    monkeypatch.setenv(name, "0")
+    assert settings.serve_model_matching_timeout_s() == 0.0
+    for bad in ("-1", "soon", "nan"):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(InvalidArgumentError, match=f"{name}='{bad}'"):
+            settings.serve_model_matching_timeout_s()
