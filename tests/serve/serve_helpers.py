@@ -190,11 +190,12 @@ def check_models_routed(answers: list[tuple], models: list[str]) -> None:
 
 
 def check_http_requests_go_to_the_replica_holding_their_model(client: httpx.Client) -> None:
-    """The ingress routes by the serve_multiplexed_model_id header (both servers)."""
+    """The ingress routes by the serve_multiplexed_model_id header (both servers), also named with hyphens."""
     serve.run(Counted.bind(), name="mux_http", route_prefix="/mux_http")
     answers = []
     for m in ["x"] * 6 + ["y"] * 6 + ["x"] * 4:
-        r = client.get("/mux_http", headers={"serve_multiplexed_model_id": m})
+        name = "serve-multiplexed-model-id" if m == "y" else "serve_multiplexed_model_id"
+        r = client.get("/mux_http", headers={name: m})
         assert r.status_code == 200, r.text
         answers.append(tuple(r.json()))
     with concurrent.futures.ThreadPoolExecutor(6) as pool:

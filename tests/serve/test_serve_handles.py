@@ -435,6 +435,12 @@ class Field:
     def __call__(self, obj: Any) -> Any:
         return obj.x
 
+    async def awaited(self, refs: list) -> list:
+        return [await ref for ref in refs]
+
+    def items(self):
+        yield 1
+
 
 def test_an_argument_the_replica_cannot_unpickle_fails_the_call_naming_why(tmp_path, monkeypatch):
     """Before, the replica only logged the error and ``.result()`` waited for ever."""
@@ -492,13 +498,18 @@ def test_a_replicas_constructor_runs_on_its_loop_and_may_be_async():
     serve.delete("built")
 
 
-def test_a_response_nested_in_an_argument_is_refused_naming_the_fix():
+def test_a_response_nested_in_an_argument_or_a_stream_is_refused_naming_the_fix():
     """Only top-level responses are resolved, as in Ray; a nested one said "cannot pickle '_asyncio.Future'"."""
     handle = serve.run(Field.bind(), name="nested", route_prefix=None)
     inner = handle.remote(types.SimpleNamespace(x=1))
     with pytest.raises(serve.RayServeException, match="only a top-level argument of a handle call is passed on"):
         handle.remote([inner]).result(timeout_s=30)
     assert inner.result(timeout_s=30) == 1
+    # Ray's way to pass one by reference, which the message names: an ObjectRef, awaited by the callee
+    assert handle.awaited.remote([inner._to_object_ref_sync()]).result(timeout_s=30) == [1]
+    stream = handle.items.options(stream=True).remote()
+    with pytest.raises(serve.RayServeException, match="cannot be passed to another handle call.*iterate it"):
+        handle.remote(stream).result(timeout_s=30)  # it named a fix that fails the same way (an argument of its own)
     serve.delete("nested")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 
+from muster.exceptions import InvalidArgumentError
+
 #: Modules the local engine's zygote imports once, so forked workers start warm
 #: (the torch family only once the driver has imported torch).  numpy (2.x) imports
 #: ``numpy.random`` lazily, on first use: ~25-100 ms that every worker paid when it
@@ -150,3 +152,25 @@ def forwarded_env() -> dict[str, str]:
 def serve_state_dir() -> str:
     """Where running Serve instances record how to reach them (``MUSTER_SERVE_DIR``), for ``muster serve``."""
     return os.environ.get("MUSTER_SERVE_DIR") or os.path.join(os.path.expanduser("~"), ".muster", "serve")
+
+
+def serve_model_matching_timeout_s() -> float:
+    """``RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S`` (Ray's name and default, 1): how long a request
+    naming a multiplexed model waits for a busy replica that holds it before loading it on another one (the
+    wait is drawn between this and twice this, as Ray's). Read in the process that routes the request.
+
+    Raises:
+        InvalidArgumentError: the variable is set to something other than a non-negative number.
+    """
+    name = "RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S"
+    raw = os.environ.get(name)
+    if raw is None:
+        return 1.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also NaN
+        raise InvalidArgumentError(f"environment variable {name}={raw!r}: give a number of seconds, 0 or more "
+                                   "(unset: 1).")
+    return value

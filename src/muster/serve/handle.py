@@ -4,7 +4,7 @@
 :class:`DeploymentResponse` (``await`` it, or ``.result(timeout_s=)``);
 ``handle.options(stream=True)`` returns a :class:`DeploymentResponseGenerator`
 (``async for`` / ``for``).  Calls travel the same router and socket as HTTP
-requests; a ``DeploymentResponse`` passed as an argument is awaited first,
+requests; a ``DeploymentResponse`` passed as a top-level argument is awaited first,
 so calls chain without a round trip through the caller.
 """
 
@@ -25,10 +25,17 @@ _CALL_TIMEOUT_S = 30.0  # waiting for room on a replica; the call itself is unbo
 def _not_sendable(what: str) -> Exception:
     from muster.serve.exceptions import RayServeException
 
+    if what == "DeploymentResponseGenerator":
+        return RayServeException(
+            "a DeploymentResponseGenerator (a streaming call's results) cannot be passed to another handle call, "
+            "as in Ray. Fix: iterate it (`async for item in gen`) and pass the items, or a list of them."
+        )
     return RayServeException(
         f"a {what} cannot be sent to another process: only a top-level argument of a handle call is passed on "
-        "(resolved to its value first). Fix: pass it as an argument of its own (handle.remote(response)), or await "
-        "it (`await response`, `response.result()`) and pass the value, as in Ray."
+        "(resolved to its value first), as in Ray. Fix: pass it as an argument of its own (handle.remote(response)), "
+        "await it (`await response`, `response.result()`) and pass the value, or, to pass it by reference inside "
+        "a list or dict, pass `await response._to_object_ref()` (`._to_object_ref_sync()` outside async code): "
+        "an ObjectRef the callee can `await` or `muster.get`."
     )
 
 

@@ -21,14 +21,14 @@ from typing import Any, Awaitable, Callable
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
-#: the HTTP header a request names its model in (Ray's name)
+#: the HTTP header a request names its model in (Ray's name), and its form with hyphens, which Ray takes too
+#: (proxies such as nginx turn underscores into hyphens)
 MODEL_ID_HEADER = b"serve_multiplexed_model_id"
+MODEL_ID_HEADER_HYPHENS = b"serve-multiplexed-model-id"
 
 #: set on the loaders ``@serve.multiplexed`` makes (the replica reads the header only for their deployments)
 MARK = "__muster_multiplexed__"
 
-#: the HTTP header as a str (the RSGI ingress's headers)
-MODEL_ID_HEADER_STR = MODEL_ID_HEADER.decode()
 
 _model_id: ContextVar[str] = ContextVar("muster_serve_multiplexed_model_id", default="")
 
@@ -46,15 +46,53 @@ def set_model_id(model_id: str) -> None:
 def header_model_id(headers: Any) -> str:
     """The model an ASGI header list (``[(bytes, bytes), ...]``) names; "" when none."""
     for k, v in headers:
-        if k == MODEL_ID_HEADER:
+        if k == MODEL_ID_HEADER or k == MODEL_ID_HEADER_HYPHENS:
             return v.decode("latin-1")
     return ""
 
 
+def rsgi_model_id(headers: Any) -> str:
+    """The model an RSGI request's headers (a mapping of lower-case str names) name; "" when none."""
+    return headers.get("serve_multiplexed_model_id") or headers.get("serve-multiplexed-model-id", "")
+
+
 def is_multiplexed(target: Any) -> bool:
-    """Whether a deployment's class has a ``@serve.multiplexed`` loader (its requests are routed by model)."""
-    return inspect.isclass(target) and any(
-        getattr(getattr(target, n, None), MARK, False) for n in dir(target) if not n.startswith("__"))
+    """Whether a deployment's requests are routed by model: its class has a ``@serve.multiplexed`` loader, or
+    its function (or a method of its class) calls one by a global or enclosing name, as a function deployment
+    calling a module-level loader does."""
+    if not inspect.isclass(target):
+        return _marked(target) or _calls_loader(target)
+    return any(_marked(f) or _calls_loader(f)
+               for klass in target.__mro__[:-1] for v in vars(klass).values()
+               for f in [getattr(v, "__func__", v)])  # the function of a staticmethod/classmethod
+
+
+def _marked(obj: Any) -> bool:
+    try:  # static: no __getattr__ of a user's global (a handle, a lazy module) runs
+        return inspect.getattr_static(obj, MARK, False) is True
+    except Exception:  # noqa: BLE001 - an object that cannot be looked at is no loader
+        return False
+
+
+def _calls_loader(fn: Any) -> bool:
+    """Whether ``fn`` names a loader among its globals or enclosing variables (nested code included)."""
+    code = getattr(fn, "__code__", None)
+    if not inspect.iscode(code):
+        return False
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            if _marked(cell.cell_contents):
+                return True
+        except ValueError:  # a cell not filled yet
+            continue
+    scope = getattr(fn, "__globals__", None) or {}
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        if any(_marked(scope.get(n)) for n in c.co_names):
+            return True
+        todo += [k for k in c.co_consts if inspect.iscode(k)]
+    return False
 
 
 _every: "weakref.WeakSet[_Models]" = weakref.WeakSet()  # every loader's models in this process
@@ -103,8 +141,35 @@ class _Models:
             raise
 
 
+class _Loader:
+    """One decorated loader's models: per object of the deployment's class, or one set for a plain function.
+
+    It travels empty (a loader defined in a script is pickled by value with its deployment): each replica
+    keeps the models it loads itself.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self.alone: _Models | None = None
+        self.per_owner: weakref.WeakKeyDictionary[Any, _Models] = weakref.WeakKeyDictionary()
+
+    def __reduce__(self) -> tuple:
+        return _Loader, (self.size,)
+
+    def models(self, owner: Any) -> _Models:
+        if owner is None:
+            if self.alone is None:
+                self.alone = _Models(self.size)
+            return self.alone
+        got = self.per_owner.get(owner)
+        if got is None:
+            got = self.per_owner[owner] = _Models(self.size)
+        return got
+
+
 def multiplexed(func: Callable[..., Any] | None = None, *, max_num_models_per_replica: int = 3) -> Any:
-    """Make ``async def get_model(self, model_id)`` a loader whose models each replica keeps (Ray's).
+    """Make ``async def get_model(self, model_id)`` a loader whose models each replica keeps (Ray's); or a
+    module-level ``async def get_model(model_id)``, which a function deployment (or a class) calls.
 
     Raises:
         ValueError: ``max_num_models_per_replica`` is not a positive integer (or -1: no limit).
@@ -121,8 +186,7 @@ def multiplexed(func: Callable[..., Any] | None = None, *, max_num_models_per_re
         if not inspect.iscoroutinefunction(fn) or len(params) != 1 + method:
             raise InvalidTypeError(f"@serve.multiplexed on {fn.__qualname__}{inspect.signature(fn)}: decorate "
                                    "`async def get_model(self, model_id: str)`, which loads and returns one model.")
-        per_owner: weakref.WeakKeyDictionary[Any, _Models] = weakref.WeakKeyDictionary()
-        alone = _Models(size)
+        state = _Loader(size)
 
         @functools.wraps(fn)
         async def load(*args: Any) -> Any:
@@ -130,8 +194,7 @@ def multiplexed(func: Callable[..., Any] | None = None, *, max_num_models_per_re
             if not isinstance(model_id, str) or not model_id:
                 raise InvalidArgumentError(f"{fn.__qualname__}(model_id={model_id!r}): a model id is a non-empty "
                                            "string (serve.get_multiplexed_model_id() gives the request's).")
-            models = per_owner.setdefault(args[0], _Models(size)) if method else alone
-            return await models.get(model_id, lambda: fn(*args))
+            return await state.models(args[0] if method else None).get(model_id, lambda: fn(*args))
 
         setattr(load, MARK, True)
         return load

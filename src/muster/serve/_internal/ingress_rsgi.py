@@ -108,7 +108,7 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
     timeout = app.options.request_timeout_s
     r = router.registry.router(app_name, dep)
     payload = wire.http_request(fields, body)
-    model = hdrs.get(multiplex.MODEL_ID_HEADER_STR, "") if r.multiplexed else ""  # routed to a replica holding it
+    model = multiplex.rsgi_model_id(hdrs) if r.multiplexed else ""  # routed to a replica holding it
     got = r.open_now(wire.REQ_HTTP, payload, model)  # the common case: a replica has room, no await
     if got is None:
         try:

@@ -8,8 +8,9 @@ and answers the question when a caller first routes by model. A request for mode
 1. goes to a replica that holds ``m`` and has room (the less busy of two, as for
    any request);
 2. when every holder is at ``max_ongoing_requests``, waits for one to have room,
-   but for at most ``MATCH_TIMEOUT_S`` (Ray's
-   ``RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S``, 1 s), then falls back;
+   but for at most a time drawn between ``T`` and ``2 T``, ``T`` being Ray's
+   ``RAY_SERVE_MULTIPLEXED_MODEL_ID_MATCHING_TIMEOUT_S`` (default 1 s;
+   ``settings.serve_model_matching_timeout_s``), then falls back, as Ray does;
 3. with no holder (a new model), or after that wait, goes to a replica with room
    among those holding the fewest models (then the less busy of two), which this
    caller notes at once as holding ``m``: requests for a new model arriving
@@ -27,11 +28,11 @@ from __future__ import annotations
 import asyncio
 import pickle
 
+from muster.core import settings
 from muster.serve._internal import wire
-from muster.serve._internal.router import Router, Stream, _RoutedReplica, choose
+from muster.serve._internal.router import Router, Stream, _RoutedReplica, _random, choose
 from muster.serve.exceptions import DeploymentUnavailableError
 
-MATCH_TIMEOUT_S = 1.0  # how long a request waits for a busy replica holding its model before loading it elsewhere
 ASK_TIMEOUT_S = 2.0  # how long a caller waits for replicas to say which models they hold (once per replica)
 
 
@@ -124,7 +125,8 @@ async def acquire(router: Router, model_id: str, timeout_s: float | None) -> _Ro
     loop = asyncio.get_running_loop()
     start = loop.time()
     await learn(router)
-    match_until = start + MATCH_TIMEOUT_S
+    match_s = settings.serve_model_matching_timeout_s()  # per request, so a change applies to what follows
+    match_until = start + match_s * (1.0 + _random())  # spread, so busy holders' callers do not all give up at once
     while True:
         holders_only = loop.time() < match_until
         r = pick(router, model_id, holders_only)
