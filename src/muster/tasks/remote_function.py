@@ -241,6 +241,13 @@ def task_started(task_id: str, worker: Any) -> None:
         attempts.started(worker)
 
 
+def is_cancelled(task_id: str) -> bool:
+    """Whether ``muster.cancel`` was called on the task ``task_id`` (while it was known here)."""
+    with _live_lock:
+        attempts = _live.get(task_id)
+    return attempts is not None and attempts.cancelled is not None
+
+
 def cancel(ref: ObjectRef, force: bool) -> bool:
     """Cancel the task behind ``ref`` (driver side); False when it is unknown or already done."""
     with _live_lock:

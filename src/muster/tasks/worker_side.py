@@ -55,6 +55,7 @@ _actor_class: type | None = None  # the class of this process's actor
 
 _call_number: contextvars.ContextVar[int] = contextvars.ContextVar("muster_actor_call", default=0)
 _call_method: contextvars.ContextVar[str] = contextvars.ContextVar("muster_actor_method", default="__init__")
+_call_token: contextvars.ContextVar[int] = contextvars.ContextVar("muster_actor_token", default=0)  # the driver's
 _call_ids = itertools.count(1)
 
 
@@ -71,6 +72,19 @@ def current_task_id() -> str | None:
     return f"{info.job_id}{int(info.actor_id or 0):08x}{_call_number.get():08x}"
 
 
+def current_call() -> tuple[str | None, int, int]:
+    """The running work as its owner knows it: ``(task id, 0, 0)`` for a task, ``(None, actor id,
+    call token)`` for an actor call (token 0: the constructor, or a call the driver did not number)."""
+    info = current()
+    if info is None or info.actor_id is None or info.function is not None:
+        return (info.task_id if info else None), 0, 0
+    return None, int(info.actor_id), _call_token.get()
+
+
+def in_async_actor() -> bool:
+    return current() is not None and _actor_class is not None and is_async_class(_actor_class)
+
+
 def child_options(options: dict[str, Any]) -> dict[str, Any]:
     """``options`` of a task or actor started here, in this one's placement group when it captures children."""
     info = current()
@@ -78,11 +92,12 @@ def child_options(options: dict[str, Any]) -> dict[str, Any]:
         opts.inherit_placement_group(options, info.placement_group)
 
 
-def _begin_call(method: str = "__init__") -> None:
+def _begin_call(method: str = "__init__", token: int = 0) -> None:
     """Number the actor call starting in this thread or coroutine (its task id: Ray gives each call
-    one) and note its method (its task name)."""
+    one) and note its method (its task name) and the driver's token for it (``is_canceled`` asks by it)."""
     _call_number.set(next(_call_ids))
     _call_method.set(method)
+    _call_token.set(token)
 
 
 def task_names() -> tuple[str, str] | None:
@@ -316,10 +331,11 @@ class ActorHost:
             return lambda fn, *args, **kwargs: fn(self._muster_obj, *args, **kwargs)
         return getattr(self._muster_obj, name)
 
-    def _muster_call(self, method: str, num_returns: Any, args: tuple, kwargs: dict) -> Any:
-        """A plain call that returns ``num_returns`` values (checked here, split by the driver)."""
+    def _muster_call(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> Any:
+        """A plain call (the driver's ``token`` for it) that returns ``num_returns`` values (checked
+        here, split by the driver)."""
         name = f"{type(self._muster_obj).__name__}.{method}"
-        _begin_call(method)
+        _begin_call(method, token)
         return _collect(self._muster_method(method)(*args, **kwargs), num_returns, name)
 
     def _muster_submit(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> None:
@@ -331,7 +347,7 @@ class ActorHost:
 
             async def run() -> Any:
                 async with self._muster_sem:
-                    _begin_call(method)
+                    _begin_call(method, token)
                     try:
                         value = fn(*args, **kwargs)
                         if inspect.isawaitable(value):
@@ -347,7 +363,7 @@ class ActorHost:
             assert self._muster_pool is not None
 
             def call() -> Any:
-                _begin_call(method)
+                _begin_call(method, token)
                 return _collect(fn(*args, **kwargs), num_returns, name)
 
             fut = self._muster_pool.submit(call)
