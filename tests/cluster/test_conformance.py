@@ -86,9 +86,18 @@ def test_wait_returns_ready_refs_first(engine):
     assert muster.get(slow_ref) == 3.0
 
 
-def test_cluster_resources_are_plain_cpu_counts(engine):
+def test_cluster_resources_are_plain_cpu_counts_and_ray_memory_bytes(engine):
     total_cpus = muster.cluster_resources()["CPU"]
     assert total_cpus >= 4 and set(muster.available_resources()) <= set(muster.cluster_resources())
+    for view in (muster.cluster_resources(), muster.available_resources()):  # Ray's keys, in bytes
+        assert view["memory"] > 1e8 and view["object_store_memory"] > 1e7, view
+        assert isinstance(view["memory"], float) and isinstance(view["object_store_memory"], float)
+    if engine == "ray":  # Ray's own figures, not muster's guess
+        import ray
+
+        ray_total = ray.cluster_resources()
+        assert muster.cluster_resources()["memory"] == ray_total["memory"]
+        assert muster.cluster_resources()["object_store_memory"] == ray_total["object_store_memory"]
 
 
 # -- errors -------------------------------------------------------------------------

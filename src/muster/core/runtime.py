@@ -144,6 +144,12 @@ class Runtime(abc.ABC):
     def available(self) -> Resources:
         """What is free now."""
 
+    def ray_view(self, available: bool = False) -> Resources:
+        """What Ray's ``cluster_resources()`` (``available``: ``available_resources()``) shows:
+        :meth:`resources` (or :meth:`available`) plus Ray's "memory" and "object_store_memory"
+        entries in bytes, where the engine knows them."""
+        return self.available() if available else self.resources()
+
     def show_stacks(self, handle: "RuntimeActor") -> bool:
         """Have ``handle``'s process print every thread's Python stack into its output, and go on;
         False where the engine cannot (its processes are Ray's, maybe on other nodes)."""

@@ -167,7 +167,7 @@ def _list_named(handle: RuntimeActor, e: events.ListNamedActors) -> list[Any]:
 
 
 def _resources(handle: RuntimeActor, e: events.Resources) -> dict[str, float]:
-    return get_runtime().available() if e.available else get_runtime().resources()
+    return get_runtime().ray_view(available=e.available)
 
 
 _HANDLERS: dict[type, Callable[[RuntimeActor, Any], Any]] = {
