@@ -331,6 +331,9 @@ class ActorHost:
             return lambda fn, *args, **kwargs: fn(self._muster_obj, *args, **kwargs)
         return getattr(self._muster_obj, name)
 
+    def _muster_repr(self) -> str:
+        return repr(self._muster_obj)
+
     def _muster_call(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> Any:
         """A plain call (the driver's ``token`` for it) that returns ``num_returns`` values (checked
         here, split by the driver)."""
