@@ -83,6 +83,22 @@ def send_event(payload: Any, *, wait: bool = True, timeout: float | None = None)
     return _channel.send_event(payload, wait, timeout)
 
 
+_retiring = False  # set once this worker is to end after the call it runs now
+
+
+def retire_after_call() -> None:
+    """End this worker once the call it runs now has answered, giving it no more work (Ray's
+    ``max_calls``). An engine that reuses its workers honours it; one whose workers are another
+    system's (Ray's) ignores it."""
+    global _retiring
+    _retiring = True
+
+
+def retiring() -> bool:
+    """Whether :func:`retire_after_call` was called in this process."""
+    return _retiring
+
+
 def exit_process(code: int | str | None) -> NoReturn:
     """End this worker process as ``sys.exit(code)`` would end a program (an actor's ``sys.exit()``
     ends its actor, as in Ray): output flushed, a text ``code`` printed, then the exit status."""

@@ -202,11 +202,17 @@ def _raised(exc: BaseException, name: str) -> Any:
     return GeneratorRaised(capture_error(exc, name, os.getpid(), ""))
 
 
-class TaskBody:
-    """The function a task worker runs: ``fn`` plus who it is and how to return."""
+_runs: dict[str, int] = {}  # in a task worker: how many tasks of each function it ran (for max_calls)
 
-    def __init__(self, fn: Callable[..., Any], info: TaskInfo, num_returns: Any, env_vars: dict[str, str]):
+
+class TaskBody:
+    """The function a task worker runs: ``fn`` plus who it is and how to return. ``max_calls``
+    (0: no limit): the worker ends once it has run that many tasks of this function (Ray's)."""
+
+    def __init__(self, fn: Callable[..., Any], info: TaskInfo, num_returns: Any, env_vars: dict[str, str],
+                 max_calls: int = 0):
         self.fn, self.info, self.num_returns, self.env_vars = fn, info, num_returns, env_vars
+        self.max_calls = max_calls
         self.__name__ = getattr(fn, "__name__", "task")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -221,11 +227,21 @@ class TaskBody:
             return _collect(value, self.num_returns, f"task {self.__name__}")
         finally:
             _local.info = None
+            self._count_run()
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+    def _count_run(self) -> None:
+        if not self.max_calls:
+            return
+        key = self.info.function or self.__name__
+        _runs[key] = _runs.get(key, 0) + 1
+        if _runs[key] >= self.max_calls:
+            core_context.retire_after_call()
 
 
 def is_async_class(cls: type) -> bool:

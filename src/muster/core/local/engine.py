@@ -547,6 +547,7 @@ class LocalRuntime(Runtime):
             # is gone even if its reader has not seen EOF yet: never hand it out again.
             pooled = (
                 not isinstance(exc, ActorDiedError)
+                and not actor.retiring  # it exits now: its slots are freed when it is gone
                 and actor.is_alive()
                 and actor.worker_id in self._actors
                 and actor._holds_slots
