@@ -44,6 +44,9 @@ class WorkerBody:
         _mark(finished)
         return "done"
 
+    def touch(self, path):
+        _mark(path)
+
     def checks_once(self):
         return muster.get_runtime_context().is_canceled()
 
@@ -96,14 +99,17 @@ def test_a_cancelled_sync_method_that_never_checks_runs_to_its_end_before_get_ra
         muster.kill(w)
 
 
-def test_a_call_queued_behind_a_running_one_fails_at_once(tmp_path):
+def test_a_call_queued_behind_a_running_one_fails_at_once_and_never_runs(tmp_path):
     w = Worker.remote()
     try:
         running = _running(w, tmp_path)
-        queued = w.checks_once.remote()
+        ran = str(tmp_path / "ran")
+        queued = w.touch.remote(ran)
         time.sleep(0.2)  # sent to the actor, waiting there behind the running call
         _cancel_then_get(queued, timeout=5)  # before the running call ends (it runs for 20 s)
         _cancel_then_get(running)
+        assert muster.get(w.get_outcome.remote(), timeout=TIMEOUT) == "canceled"  # the actor got past it
+        assert not os.path.exists(ran)  # as in Ray: a cancelled call that had not started never runs
     finally:
         muster.kill(w)
 

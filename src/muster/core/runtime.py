@@ -80,6 +80,12 @@ class RuntimeActor(abc.ABC):
     def gpu_ids(self) -> list[int]:
         """GPU ids this actor holds (what it sees as CUDA_VISIBLE_DEVICES)."""
 
+    def notify(self, notice: Any) -> bool:
+        """Hand ``notice`` to the handler the actor's process set with
+        :func:`muster.core.context.on_notice`, at once: beside the call it runs now, not after it.
+        False where the engine cannot (nothing is sent)."""
+        return False
+
 
 class Runtime(abc.ABC):
     """An engine that runs functions and actors under resource limits."""

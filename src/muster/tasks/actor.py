@@ -427,6 +427,7 @@ class ActorHandle:
             return True
         if token in self._in_actor:  # a plain actor runs it, or holds it behind the call it runs
             self._cancelled.add(token)  # is_canceled() is True in it; it fails once it returns
+            self._core.result().notify(events.CallCancelled(token))  # if it waits, it never runs
             if list(self._in_actor)[:1] == [token]:  # it runs now: its caller hears once it returns
                 return True
         _settle(out, exc=TaskCancelledError(f"{self._cls.__name__} call"))  # not sent yet: never will be

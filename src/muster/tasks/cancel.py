@@ -69,6 +69,10 @@ def is_canceled() -> bool:
     key = worker_side.current_call()
     if key in _seen_cancelled:
         return True
+    if key[0] is None:  # an actor call: the driver may have said so already
+        told = worker_side.call_cancelled_here(key[2])
+        if told is not None:
+            return told
     if not core_context.send_event(events.IsCanceled(*key)):
         return False
     _seen_cancelled.add(key)

@@ -148,6 +148,14 @@ class IsCanceled:
 
 
 @dataclass(frozen=True)
+class CallCancelled:
+    """The other way: the owner tells a plain actor's process, beside the call it runs, that
+    ``muster.cancel`` reached its call ``token`` (``RuntimeActor.notify``)."""
+
+    token: int
+
+
+@dataclass(frozen=True)
 class GetActor:
     """``muster.get_actor(name)`` inside a worker: the actor's id, or None."""
 

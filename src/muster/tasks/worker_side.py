@@ -57,6 +57,20 @@ _call_number: contextvars.ContextVar[int] = contextvars.ContextVar("muster_actor
 _call_method: contextvars.ContextVar[str] = contextvars.ContextVar("muster_actor_method", default="__init__")
 _call_token: contextvars.ContextVar[int] = contextvars.ContextVar("muster_actor_token", default=0)  # the driver's
 _call_ids = itertools.count(1)
+_cancelled_calls: set[int] = set()  # in an actor: the calls (tokens) muster.cancel reached, as the driver said
+
+
+def _noticed(notice: Any) -> None:
+    if isinstance(notice, events.CallCancelled):
+        _cancelled_calls.add(notice.token)
+
+
+def call_cancelled_here(token: int) -> bool | None:
+    """Whether the driver told this actor's process that its call ``token`` was cancelled; None where
+    the engine delivers no such notice (ask the driver instead)."""
+    if token in _cancelled_calls:
+        return True
+    return False if core_context.receives_notices() else None
 
 
 def current() -> TaskInfo | None:
@@ -295,6 +309,7 @@ class ActorFactory:
         global _actor_info, _actor_class
         os.environ.update(self.env_vars)
         _actor_info, _actor_class = self.info, self.cls
+        core_context.on_notice(_noticed)
         if not is_async_class(self.cls):
             _begin_call()  # the constructor runs as the actor's creation task
             return ActorHost(self.cls(*args, **kwargs), self.info, self.max_concurrency)
@@ -355,6 +370,10 @@ class ActorHost:
         here, split by the driver)."""
         name = f"{type(self._muster_obj).__name__}.{method}"
         _begin_call(method, token)
+        if token in _cancelled_calls:  # cancelled while it waited here behind another call: never runs, as in Ray
+            from muster.exceptions import TaskCancelledError
+
+            raise TaskCancelledError(f"{name} call")
         return _collect(self._muster_method(method)(*args, **kwargs), num_returns, name)
 
     def _muster_submit(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> None:
@@ -416,5 +435,6 @@ class ActorHost:
                                     wait=False)
 
     def _muster_cancel(self, token: int) -> bool:
+        _cancelled_calls.add(token)  # a running threaded call goes on: is_canceled() says so
         fut = self._muster_tasks.get(token)
         return bool(fut is not None and fut.cancel())

@@ -76,6 +76,13 @@ class LocalActor(RuntimeActor):
                 )
         return fut
 
+    def notify(self, notice: Any) -> bool:
+        try:
+            self._send(("notice", notice))
+        except (OSError, EOFError):  # it is dying: its death says the rest
+            return False
+        return True
+
     def __repr__(self) -> str:
         return f"LocalActor({self.label!r}, pid={self.pid}, alive={self._alive})"
 

@@ -24,6 +24,7 @@ class _Channel:
     """Worker side of one driver connection (also the ``context`` event channel)."""
 
     engine = "local"
+    delivers_notices = True  # what the driver's ``notify`` sends reaches context.on_notice's handler
 
     def __init__(self, conn: Connection, label: str, host: str):
         self.conn, self.label, self.host = conn, label, host
@@ -52,6 +53,8 @@ class _Channel:
                 if slot is not None:
                     slot[1:] = [msg[2], msg[3]]
                     slot[0].set()
+            elif msg[0] == "notice":  # beside the running call, on this thread
+                context.deliver_notice(msg[1])
             else:
                 self.calls.put(msg)
 
