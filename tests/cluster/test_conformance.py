@@ -238,6 +238,43 @@ def test_actor_killed_from_outside_fails_its_calls(engine):
     muster.kill(c)
 
 
+@muster.remote
+class Stoppable:
+    """Ray's sample: a plain actor's long method stops once is_canceled() says the call was cancelled."""
+
+    def __init__(self):
+        self.outcome = None
+
+    def long_running(self, started):
+        open(started, "w").close()
+        for _ in range(1000):
+            if muster.get_runtime_context().is_canceled():
+                self.outcome = "canceled"
+                return "canceled"
+            time.sleep(0.02)
+        self.outcome = "completed"
+        return "completed"
+
+    def get_outcome(self):
+        return self.outcome
+
+
+def test_a_running_plain_actor_call_sees_is_canceled_and_get_raises_task_cancelled(engine, tmp_path):
+    from muster.exceptions import TaskCancelledError
+
+    s = Stoppable.remote()
+    started = str(tmp_path / "started")
+    ref = s.long_running.remote(started)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(started) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert muster.cancel(ref) is True
+    with pytest.raises(TaskCancelledError):
+        muster.get(ref, timeout=30)
+    assert muster.get(s.get_outcome.remote(), timeout=30) == "canceled"
+    muster.kill(s)
+
+
 # -- training -----------------------------------------------------------------------
 def core_calls_loop():
     """Ray Core from the training function: tasks, and an actor that ends with the run."""
