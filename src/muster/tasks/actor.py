@@ -305,7 +305,9 @@ class ActorHandle:
         is back, while its ``max_task_retries`` last and the actor will restart. False: settle it."""
         token = call[0]
         left = self._retries_left.get(token, self._task_retries)
-        if left == 0 or token in self._cancelled or not isinstance(error, ActorDiedError) or self._no_restart or self._dead is not None:
+        if left == 0 or token in self._cancelled:  # a cancelled call is never retried, as in Ray
+            return False
+        if not isinstance(error, ActorDiedError) or self._no_restart or self._dead is not None:
             return False
         self._retries_left[token] = left - 1 if left > 0 else left
         with self._restart_lock:

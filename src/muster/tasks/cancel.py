@@ -54,7 +54,8 @@ def is_canceled() -> bool:
     """Whether ``muster.cancel`` was called on the task or actor call running here (Ray's
     ``get_runtime_context().is_canceled()``); a long loop in a plain actor's method checks it to stop.
 
-    Each check asks the driver (one round trip) until the answer is True.
+    In an actor on the embedded engine the driver's word is already in the process; in a task, or on
+    a Ray cluster, each check asks the driver (one round trip) until the answer is True.
 
     Raises:
         RuntimeError: called in the driver, or in an async actor (whose calls are cancelled with
