@@ -50,7 +50,7 @@ def cluster_resources() -> dict[str, float]:
         from muster.tasks.events import Resources
 
         return context.send_event(Resources(available=False))
-    return get_runtime().resources()
+    return get_runtime().ray_view()
 
 
 def available_resources() -> dict[str, float]:
@@ -64,7 +64,7 @@ def available_resources() -> dict[str, float]:
         from muster.tasks.events import Resources
 
         return context.send_event(Resources(available=True))
-    return get_runtime().available()
+    return get_runtime().ray_view(available=True)
 
 
 def nodes() -> list[dict[str, Any]]:

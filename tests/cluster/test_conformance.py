@@ -86,9 +86,18 @@ def test_wait_returns_ready_refs_first(engine):
     assert muster.get(slow_ref) == 3.0
 
 
-def test_cluster_resources_are_plain_cpu_counts(engine):
+def test_cluster_resources_are_plain_cpu_counts_and_ray_memory_bytes(engine):
     total_cpus = muster.cluster_resources()["CPU"]
     assert total_cpus >= 4 and set(muster.available_resources()) <= set(muster.cluster_resources())
+    for view in (muster.cluster_resources(), muster.available_resources()):  # Ray's keys, in bytes
+        assert view["memory"] > 1e8 and view["object_store_memory"] > 1e7, view
+        assert isinstance(view["memory"], float) and isinstance(view["object_store_memory"], float)
+    if engine == "ray":  # Ray's own figures, not muster's guess
+        import ray
+
+        ray_total = ray.cluster_resources()
+        assert muster.cluster_resources()["memory"] == ray_total["memory"]
+        assert muster.cluster_resources()["object_store_memory"] == ray_total["object_store_memory"]
 
 
 # -- errors -------------------------------------------------------------------------
@@ -227,6 +236,43 @@ def test_actor_killed_from_outside_fails_its_calls(engine):
             muster.get(c.add.remote(1), timeout=30)
             time.sleep(0.05)
     muster.kill(c)
+
+
+@muster.remote
+class Stoppable:
+    """Ray's sample: a plain actor's long method stops once is_canceled() says the call was cancelled."""
+
+    def __init__(self):
+        self.outcome = None
+
+    def long_running(self, started):
+        open(started, "w").close()
+        for _ in range(1000):
+            if muster.get_runtime_context().is_canceled():
+                self.outcome = "canceled"
+                return "canceled"
+            time.sleep(0.02)
+        self.outcome = "completed"
+        return "completed"
+
+    def get_outcome(self):
+        return self.outcome
+
+
+def test_a_running_plain_actor_call_sees_is_canceled_and_get_raises_task_cancelled(engine, tmp_path):
+    from muster.exceptions import TaskCancelledError
+
+    s = Stoppable.remote()
+    started = str(tmp_path / "started")
+    ref = s.long_running.remote(started)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(started) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert muster.cancel(ref) is True
+    with pytest.raises(TaskCancelledError):
+        muster.get(ref, timeout=30)
+    assert muster.get(s.get_outcome.remote(), timeout=30) == "canceled"
+    muster.kill(s)
 
 
 # -- training -----------------------------------------------------------------------

@@ -44,6 +44,16 @@ def gpu_window(seconds):
     return start, time.time(), muster.get_gpu_ids()
 
 
+@muster.remote(num_gpus=1)
+def gpu_pid():
+    return os.getpid()
+
+
+@muster.remote(num_gpus=1, max_calls=0)
+def gpu_pid_reused():
+    return os.getpid()
+
+
 @muster.remote
 class GpuActor:
     def ids(self):
@@ -82,3 +92,12 @@ def test_custom_resource_tasks_wait_for_each_other(gpu_engine):
     windows = sorted(muster.get(refs, timeout=TIMEOUT))
     for (_, end), (start, _) in zip(windows, windows[1:]):
         assert start >= end, f"two tasks held the one licence at once: {windows}"
+
+
+def test_a_gpu_task_runs_once_per_worker_as_in_ray(gpu_engine):
+    """Ray's default max_calls=1 for a function declared with GPUs: each task gets a fresh process, so
+    the GPU memory a framework keeps is freed; max_calls=0 keeps the worker for the next task."""
+    pids = [muster.get(gpu_pid.remote(), timeout=TIMEOUT) for _ in range(3)]
+    assert len(set(pids)) == 3, pids
+    reused = [muster.get(gpu_pid_reused.remote(), timeout=TIMEOUT) for _ in range(3)]
+    assert len(set(reused)) < 3, reused

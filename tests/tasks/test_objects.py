@@ -257,6 +257,22 @@ def test_cluster_resources_inside_a_task_are_the_drivers():
     assert free["CPU"] <= total["CPU"] - 1  # the asking task itself holds one CPU
 
 
+def test_cluster_resources_show_rays_memory_entries_in_bytes():
+    """Ray's "memory" and "object_store_memory": bytes, as floats, sized from this machine's memory
+    (30% of what was free for the object store, as a Ray node does); muster reserves neither, so
+    the free amounts are the totals."""
+    import psutil
+
+    import muster
+
+    total, free = muster.cluster_resources(), muster.available_resources()
+    memory, store = total["memory"], total["object_store_memory"]
+    assert isinstance(memory, float) and isinstance(store, float)
+    assert 0 < store < memory < psutil.virtual_memory().total
+    assert abs(store / (memory + store) - 0.3) < 0.01 or store >= 1e10  # capped by /dev/shm or 200 GB
+    assert free["memory"] == memory and free["object_store_memory"] == store
+
+
 def test_a_big_put_value_reaches_tasks_as_private_writable_copies():
     """A put array (shared memory underneath) is sent by descriptor; each task may write its own copy."""
     import numpy as np

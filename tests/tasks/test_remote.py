@@ -10,6 +10,7 @@ import os
 import signal
 import time
 
+import psutil
 import pytest
 from _task_helpers import TIMEOUT, wait_for, wait_for_file
 
@@ -199,8 +200,35 @@ def test_options_are_validated():
         square.options(runtime_env={"pip": ["requests"], "working_dir": ".", "env_vars": {"A": "1"}})
     with pytest.warns(UserWarning, match=r"memory=1073741824 is not reserved by muster.*num_cpus"):
         square.options(memory=2**30)
-    with pytest.warns(UserWarning, match=r"max_calls=1 is not enforced by muster: its task workers are reused"):
-        square.options(max_calls=1)  # it was taken silently
+    with pytest.raises(ValueError, match=r"square.options\(max_calls=1\): max_calls cannot be set in .options\(\)"):
+        square.options(max_calls=1)  # as in Ray: only @muster.remote(max_calls=...) sets it
+    with pytest.raises(ValueError, match=r"max_calls=-1; use an integer >= 0"):
+        muster.remote(max_calls=-1)(lambda: None)
+
+
+@muster.remote(max_calls=2)
+def pid_twice():
+    return os.getpid()
+
+
+@muster.remote(max_calls=2)
+def pid_twice_fails():
+    raise RuntimeError(f"failing in {os.getpid()}")
+
+
+def test_max_calls_ends_the_worker_after_that_many_tasks_of_the_function():
+    """As in Ray: a worker runs a max_calls function that many times, then exits and is replaced
+    (a task that raised counts too)."""
+    pids = [muster.get(pid_twice.remote(), timeout=TIMEOUT) for _ in range(6)]
+    assert max(pids.count(p) for p in pids) == 2, pids  # reused up to the limit, never past it
+    assert wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                                    for p in set(pids)), 10), "a worker past its max_calls is still alive"
+    failed = []
+    for _ in range(4):
+        with pytest.raises(RuntimeError, match="failing in") as info:
+            muster.get(pid_twice_fails.remote(), timeout=TIMEOUT)
+        failed.append(int(str(info.value).split("failing in ")[1].split()[0]))
+    assert max(failed.count(p) for p in failed) <= 2, failed
 
 
 def test_get_gpu_ids_is_empty_without_gpus():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, NoReturn, Protocol
+from typing import Any, Callable, NoReturn, Protocol
 
 from muster.exceptions import RuntimeNotStartedError
 
@@ -81,6 +81,44 @@ def send_event(payload: Any, *, wait: bool = True, timeout: float | None = None)
             "train_loop_per_worker passed to TorchTrainer); it was called in the driver."
         )
     return _channel.send_event(payload, wait, timeout)
+
+
+_notice_handler: Callable[[Any], None] | None = None
+
+
+def on_notice(handler: Callable[[Any], None] | None) -> None:
+    """Have ``handler(notice)`` take what the driver sends this process with ``RuntimeActor.notify``.
+    It runs on the thread that reads the driver's link, beside the call running now: keep it short."""
+    global _notice_handler
+    _notice_handler = handler
+
+
+def receives_notices() -> bool:
+    """Whether this worker's engine delivers the driver's notices (the local engine's do)."""
+    return bool(getattr(_channel, "delivers_notices", False))
+
+
+def deliver_notice(notice: Any) -> None:
+    """For engines: hand one notice from the driver to this process's handler (none set: dropped)."""
+    handler = _notice_handler
+    if handler is not None:
+        handler(notice)
+
+
+_retiring = False  # set once this worker is to end after the call it runs now
+
+
+def retire_after_call() -> None:
+    """End this worker once the call it runs now has answered, giving it no more work (Ray's
+    ``max_calls``). An engine that reuses its workers honours it; one whose workers are another
+    system's (Ray's) ignores it."""
+    global _retiring
+    _retiring = True
+
+
+def retiring() -> bool:
+    """Whether :func:`retire_after_call` was called in this process."""
+    return _retiring
 
 
 def exit_process(code: int | str | None) -> NoReturn:

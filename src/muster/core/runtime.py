@@ -80,6 +80,12 @@ class RuntimeActor(abc.ABC):
     def gpu_ids(self) -> list[int]:
         """GPU ids this actor holds (what it sees as CUDA_VISIBLE_DEVICES)."""
 
+    def notify(self, notice: Any) -> bool:
+        """Hand ``notice`` to the handler the actor's process set with
+        :func:`muster.core.context.on_notice`, at once: beside the call it runs now, not after it.
+        False where the engine cannot (nothing is sent)."""
+        return False
+
 
 class Runtime(abc.ABC):
     """An engine that runs functions and actors under resource limits."""
@@ -143,6 +149,12 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     def available(self) -> Resources:
         """What is free now."""
+
+    def ray_view(self, available: bool = False) -> Resources:
+        """What Ray's ``cluster_resources()`` (``available``: ``available_resources()``) shows:
+        :meth:`resources` (or :meth:`available`) plus Ray's "memory" and "object_store_memory"
+        entries in bytes, where the engine knows them."""
+        return self.available() if available else self.resources()
 
     def show_stacks(self, handle: "RuntimeActor") -> bool:
         """Have ``handle``'s process print every thread's Python stack into its output, and go on;

@@ -11,6 +11,7 @@ from muster.tasks.cancel import cancel
 from muster.tasks.generators import ObjectRefGenerator
 from muster.tasks.named import get_actor, list_named_actors
 from muster.tasks.objects import ObjectRef, get, put, wait
+from muster.tasks.options import declared_task_options
 from muster.tasks.remote_function import RemoteFunction
 from muster.tasks.runtime_context import RuntimeContext, get_runtime_context
 
@@ -48,7 +49,7 @@ def _make(target: Any, options: dict[str, Any]) -> Any:
         )
     if isinstance(target, type):
         return ActorClass(target, options)
-    return RemoteFunction(target, options)
+    return RemoteFunction(target, declared_task_options(options))
 
 
 def kill(actor: ActorHandle | WorkerActorHandle, *, no_restart: bool = True) -> None:

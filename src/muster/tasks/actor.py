@@ -175,6 +175,8 @@ class ActorHandle:
         self._pending: dict[int, Future] = {}  # concurrent actors: calls sent, answer not back yet
         self._sent: dict[int, _Call] = {}  # calls sent to the actor, answer not back yet (for retries)
         self._retries_left: dict[int, int] = {}  # token -> retries left, once a call was retried
+        self._in_actor: dict[int, None] = {}  # plain actors: calls sent, answer not back, in the order sent
+        self._cancelled: set[int] = set()  # calls muster.cancel reached in the actor, answer not back yet
         self._restart_lock = threading.Lock()  # _core and _attempt change together
         self._awaiting_restart: list[_Call] = []  # calls to send again once the actor is back
         self._resend: list[_Call] = []  # ... and back: sent before any other call
@@ -228,12 +230,23 @@ class ActorHandle:
                     )
                     raise died from exc
                 core.set_handlers(self._owned.handle_event, self._on_death)
+                self._name_after_repr(core)
                 self._core.set_result(core)
             except BaseException as exc:  # noqa: BLE001 - its calls will raise it
                 self._set_dead(exc)
                 self._core.set_exception(exc)
 
         threading.Thread(target=create, name=f"muster-actor-create-{self._id}", daemon=True).start()
+
+    def _name_after_repr(self, core: RuntimeActor) -> None:
+        """A class with a ``__repr__`` of its own names its actor by it once built, as in Ray: its
+        output lines read ``(actor <repr>, pid=...)`` from then on (its constructor's: the class's name)."""
+        if self._cls.__repr__ is object.__repr__:
+            return
+        try:
+            core.label = f"actor {core.call('_muster_repr').result()}"
+        except Exception:  # noqa: BLE001 - a __repr__ that fails keeps the class's name
+            pass
 
     def _named(self, error: BaseException) -> BaseException:
         """``error``, naming this actor when it is its death (Ray's ``RayActorError.actor_id``), and
@@ -255,6 +268,7 @@ class ActorHandle:
     def _fail_pending(self, error: BaseException) -> None:
         error = self._named(error)
         pending, self._pending = self._pending, {}
+        self._cancelled.difference_update(pending)
         for out in pending.values():
             if not out.done():
                 out.set_exception(error)
@@ -291,7 +305,9 @@ class ActorHandle:
         is back, while its ``max_task_retries`` last and the actor will restart. False: settle it."""
         token = call[0]
         left = self._retries_left.get(token, self._task_retries)
-        if left == 0 or not isinstance(error, ActorDiedError) or self._no_restart or self._dead is not None:
+        if left == 0 or token in self._cancelled:  # a cancelled call is never retried, as in Ray
+            return False
+        if not isinstance(error, ActorDiedError) or self._no_restart or self._dead is not None:
             return False
         self._retries_left[token] = left - 1 if left > 0 else left
         with self._restart_lock:
@@ -356,16 +372,17 @@ class ActorHandle:
             inner = core.call("_muster_submit", token, method, n, a, kw)
             inner.add_done_callback(lambda f: self._submitted(call, attempt, f))
             return
-        inner = core.call(method, *a, **kw) if n == 1 else core.call("_muster_call", method, n, a, kw)
+        self._in_actor[token] = None
+        inner = core.call("_muster_call", token, method, n, a, kw)
         inner.add_done_callback(lambda f: self._answer(f, call, attempt))
 
     def _answer(self, f: Future, call: "_Call", attempt: int) -> None:
         exc = f.exception()
+        self._in_actor.pop(call[0], None)
         if exc is not None and self._retry(call, attempt, exc):
             return
-        self._done_with(call[0])
-        out = call[-1]
-        _settle(out, exc=self._named(exc)) if exc is not None else _settle(out, value=f.result())
+        ok, value = (True, f.result()) if exc is None else (False, self._named(exc))
+        self._complete(call[0], ok, value, call[-1])
 
     def _submitted(self, call: "_Call", attempt: int, f: Future) -> None:
         exc = f.exception()  # the call never started in the actor (the answer comes as an event otherwise)
@@ -376,16 +393,28 @@ class ActorHandle:
             return
         self._complete(call[0], False, self._named(exc))
 
-    def _done_with(self, token: int) -> None:
+    def _done_with(self, token: int) -> bool:
+        """Forget the answered call ``token``; whether ``muster.cancel`` had reached it in the actor."""
         self._sent.pop(token, None)
         self._retries_left.pop(token, None)
+        if token not in self._cancelled:
+            return False
+        self._cancelled.discard(token)
+        return True
 
-    def _complete(self, token: int, ok: bool, value: Any) -> None:
-        """An async/threaded call's answer (its ActorCallDone event)."""
-        self._done_with(token)
-        out = self._pending.pop(token, None)
+    def _complete(self, token: int, ok: bool, value: Any, out: Future | None = None) -> None:
+        """A call's answer (an async/threaded call's comes as its ActorCallDone event). A call that
+        was cancelled while it ran fails with TaskCancelledError whatever it returned, as in Ray
+        (unless the actor died under it)."""
+        out = self._pending.pop(token, None) if out is None else out
+        if self._done_with(token) and not (ok is False and _cancelled_or_died(value)):
+            ok, value = False, TaskCancelledError(f"{self._cls.__name__} call")
         if out is not None:
             _settle(out, value=value) if ok else _settle(out, exc=value)
+
+    def _is_cancelled(self, token: int) -> bool:
+        """Whether ``muster.cancel`` reached the call ``token`` while it was in the actor."""
+        return token in self._cancelled
 
     def _cancel(self, token: int, out: Future, force: bool) -> bool:
         if force:
@@ -393,10 +422,16 @@ class ActorHandle:
                              "use force=False, or muster.kill(actor) to end the whole actor.")
         if out.done():
             return False
-        if self._concurrent and token in self._pending:  # running in the actor: cancel it there
+        if self._concurrent and token in self._pending:  # in the actor: cancel it there (a running threaded
+            self._cancelled.add(token)                   # call goes on, and fails once it returns)
             core: RuntimeActor = self._core.result()
             core.call("_muster_cancel", token)
             return True
+        if token in self._in_actor:  # a plain actor runs it, or holds it behind the call it runs
+            self._cancelled.add(token)  # is_canceled() is True in it; it fails once it returns
+            self._core.result().notify(events.CallCancelled(token))  # if it waits, it never runs
+            if list(self._in_actor)[:1] == [token]:  # it runs now: its caller hears once it returns
+                return True
         _settle(out, exc=TaskCancelledError(f"{self._cls.__name__} call"))  # not sent yet: never will be
         return True
 
@@ -437,6 +472,13 @@ def _grouped_concurrency(name: str, groups: Any, default: int) -> int:
         "waits for another's, but no group's own limit holds either.", stacklevel=5,
     )
     return extra
+
+
+def _cancelled_or_died(error: Any) -> bool:
+    """``error`` already says the call was cancelled (as an async actor's does) or its actor died."""
+    if isinstance(error, TaskError):
+        return isinstance(error.cause, TaskCancelledError) or error.cause_type.endswith(".TaskCancelledError")
+    return isinstance(error, (TaskCancelledError, ActorDiedError))
 
 
 def _forget_call(ref_id: int) -> None:

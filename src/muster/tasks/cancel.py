@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from muster.core import context as core_context
 from muster.exceptions import InvalidTypeError
-from muster.tasks import actor, events, remote_function
+from muster.tasks import actor, events, remote_function, worker_side
 from muster.tasks.generators import ObjectRefGenerator
 from muster.tasks.objects import ObjectRef
 
@@ -16,9 +16,12 @@ def cancel(ref: "ObjectRef | ObjectRefGenerator", *, force: bool = False, recurs
     A task not started yet never runs.  A running task gets a
     ``KeyboardInterrupt`` (``force=False``) or its process is killed
     (``force=True``); it is not retried.  An actor call not sent yet is
-    dropped; a running call on an async or threaded actor is cancelled; a
-    running call on a plain actor finishes (as in Ray).  ``recursive`` is
-    accepted for Ray's signature (tasks it started are not cancelled).
+    dropped; a running call on an async actor is cancelled (``asyncio``'s
+    ``CancelledError`` in it).  A running call on a plain or threaded actor
+    is not interrupted (as in Ray): ``get_runtime_context().is_canceled()``
+    turns True in it, and ``get(ref)`` raises ``TaskCancelledError`` once it
+    returns, whatever it returned.  ``recursive`` is accepted for Ray's
+    signature (tasks it started are not cancelled).
 
     Returns:
         True if something was cancelled; False if it had already finished.
@@ -42,3 +45,46 @@ def cancel(ref: "ObjectRef | ObjectRefGenerator", *, force: bool = False, recurs
     if done is not None:
         return done
     return remote_function.cancel(ref, force)
+
+
+_seen_cancelled: set[tuple[str | None, int, int]] = set()  # in a worker: cancelled for good, no need to ask again
+
+
+def is_canceled() -> bool:
+    """Whether ``muster.cancel`` was called on the task or actor call running here (Ray's
+    ``get_runtime_context().is_canceled()``); a long loop in a plain actor's method checks it to stop.
+
+    In an actor on the embedded engine the driver's word is already in the process; in a task, or on
+    a Ray cluster, each check asks the driver (one round trip) until the answer is True.
+
+    Raises:
+        RuntimeError: called in the driver, or in an async actor (whose calls are cancelled with
+            ``asyncio.CancelledError`` instead), as in Ray.
+    """
+    if not core_context.in_worker() or worker_side.current() is None:
+        raise RuntimeError("is_canceled() is only available inside a task or an actor method (as in Ray): "
+                           "call it from the remote function or actor method that may be cancelled.")
+    if worker_side.in_async_actor():
+        raise RuntimeError("is_canceled() is not supported in an async actor (as in Ray): a cancelled call "
+                           "gets asyncio.CancelledError at its next await; catch that to clean up.")
+    key = worker_side.current_call()
+    if key in _seen_cancelled:
+        return True
+    if key[0] is None:  # an actor call: the driver may have said so already
+        told = worker_side.call_cancelled_here(key[2])
+        if told is not None:
+            return told
+    if not core_context.send_event(events.IsCanceled(*key)):
+        return False
+    _seen_cancelled.add(key)
+    return True
+
+
+def cancelled(request: events.IsCanceled) -> bool:
+    """The driver's answer to a worker's :func:`is_canceled`."""
+    if request.task_id is not None:
+        return remote_function.is_cancelled(request.task_id)
+    try:
+        return actor.lookup(request.actor)._is_cancelled(request.token)
+    except KeyError:
+        return False

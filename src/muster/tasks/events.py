@@ -138,6 +138,24 @@ class Cancel:
 
 
 @dataclass(frozen=True)
+class IsCanceled:
+    """``get_runtime_context().is_canceled()`` in a worker: whether ``muster.cancel`` was called on the
+    task ``task_id``, or (``task_id`` None) on the call ``token`` of actor ``actor``."""
+
+    task_id: str | None
+    actor: int
+    token: int
+
+
+@dataclass(frozen=True)
+class CallCancelled:
+    """The other way: the owner tells a plain actor's process, beside the call it runs, that
+    ``muster.cancel`` reached its call ``token`` (``RuntimeActor.notify``)."""
+
+    token: int
+
+
+@dataclass(frozen=True)
 class GetActor:
     """``muster.get_actor(name)`` inside a worker: the actor's id, or None."""
 

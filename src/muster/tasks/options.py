@@ -21,7 +21,6 @@ ACTOR_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_restarts", "max_task_
 
 
 _warned_memory: set[str] = set()
-_warned_max_calls: set[str] = set()  # said once per function
 
 
 def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
@@ -63,14 +62,9 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
             "engine schedules by): as many run at once as their CPUs allow. To run fewer at once, ask for more "
             "num_cpus each.", stacklevel=4,
         )
-    if options.get("max_calls") and what not in _warned_max_calls:
-        _warned_max_calls.add(what)
-        warnings.warn(
-            f"{what}: max_calls={options['max_calls']!r} is not enforced by muster: its task workers are reused "
-            "across calls and tasks, so memory a call leaves behind (a framework's GPU memory) stays with the "
-            "worker. To free it, release it at the end of the function, or run the work in an actor and "
-            "muster.kill() it when done.", stacklevel=4,
-        )
+    calls = options.get("max_calls")
+    if calls is not None and (isinstance(calls, bool) or not isinstance(calls, int) or calls < 0):
+        raise InvalidArgumentError(f"{what}: max_calls={calls!r}; use an integer >= 0 (0: no limit).")
     if options.get("resources") is not None:
         custom = options["resources"]
         if not isinstance(custom, dict) or "CPU" in custom or "GPU" in custom:
@@ -79,6 +73,15 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
             )
         res.normalize(custom, what=f"{what} resources")
     return dict(options)
+
+
+def declared_task_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``@muster.remote`` options of a function with Ray's default filled in: a function declared
+    with GPUs runs once per worker (``max_calls=1``), so the GPU memory a framework keeps after it is
+    freed with the worker's process."""
+    if options.get("num_gpus") and options.get("max_calls") is None:
+        return {**options, "max_calls": 1}
+    return options
 
 
 def placement_group_of(options: dict[str, Any]) -> tuple[Any, bool]:

@@ -147,6 +147,12 @@ def _cancel(handle: RuntimeActor, e: events.Cancel) -> bool:
     return cancel(objects.ObjectRef(e.ref_id), force=e.force)
 
 
+def _is_canceled(handle: RuntimeActor, e: events.IsCanceled) -> bool:
+    from muster.tasks.cancel import cancelled
+
+    return cancelled(e)
+
+
 def _get_actor(handle: RuntimeActor, e: events.GetActor) -> int | None:
     from muster.tasks import named
 
@@ -161,7 +167,7 @@ def _list_named(handle: RuntimeActor, e: events.ListNamedActors) -> list[Any]:
 
 
 def _resources(handle: RuntimeActor, e: events.Resources) -> dict[str, float]:
-    return get_runtime().available() if e.available else get_runtime().resources()
+    return get_runtime().ray_view(available=e.available)
 
 
 _HANDLERS: dict[type, Callable[[RuntimeActor, Any], Any]] = {
@@ -178,6 +184,7 @@ _HANDLERS: dict[type, Callable[[RuntimeActor, Any], Any]] = {
     events.Yielded: _yielded,
     events.ActorCallDone: _actor_call_done,
     events.Cancel: _cancel,
+    events.IsCanceled: _is_canceled,
     events.GetActor: _get_actor,
     events.ListNamedActors: _list_named,
 }

@@ -18,6 +18,7 @@ from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.init_options import current_namespace
 from muster.exceptions import (
+    InvalidArgumentError,
     InvalidTypeError,
     ResourcesUnavailableError,
     TaskCancelledError,
@@ -50,7 +51,16 @@ class RemoteFunction:
         raise_unsupported("muster.RemoteFunction", "bind")
 
     def options(self, **options: Any) -> "RemoteFunction":
-        """A copy with some options replaced, e.g. ``f.options(num_gpus=1).remote(x)``."""
+        """A copy with some options replaced, e.g. ``f.options(num_gpus=1).remote(x)``.
+
+        Raises:
+            ValueError: ``max_calls``, which only ``@muster.remote`` sets (as in Ray).
+        """
+        if "max_calls" in options:
+            raise InvalidArgumentError(
+                f"{self._fn.__name__}.options(max_calls={options['max_calls']!r}): max_calls cannot be set in "
+                f".options() (as in Ray); set it where the function is declared: @muster.remote(max_calls=...)."
+            )
         return RemoteFunction(self._fn, {**self._options, **options})
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
@@ -124,7 +134,8 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
     info = TaskInfo(job_id=rc.driver_job_id(), task_id=rc.new_task_id(), namespace=current_namespace(),
                     resources=resources, placement_group=group, capture_child_tasks=capture,
                     function=f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}")
-    body = TaskBody(fn, info, num_returns(fn, options), (options.get("runtime_env") or {}).get("env_vars") or {})
+    body = TaskBody(fn, info, num_returns(fn, options), (options.get("runtime_env") or {}).get("env_vars") or {},
+                    options.get("max_calls") or 0)
     ended = out
     if body.num_returns == "streaming":  # its end goes to the stream, which settles ``out`` once every item is in
         ended = Future()
@@ -239,6 +250,13 @@ def task_started(task_id: str, worker: Any) -> None:
         attempts = _live.get(task_id)
     if attempts is not None:
         attempts.started(worker)
+
+
+def is_cancelled(task_id: str) -> bool:
+    """Whether ``muster.cancel`` was called on the task ``task_id`` (while it was known here)."""
+    with _live_lock:
+        attempts = _live.get(task_id)
+    return attempts is not None and attempts.cancelled is not None
 
 
 def cancel(ref: ObjectRef, force: bool) -> bool:

@@ -103,6 +103,18 @@ class RuntimeContext:
         group = self._info.placement_group if self._info else None
         return group.id if group is not None else None
 
+    def is_canceled(self) -> bool:
+        """Whether ``muster.cancel`` was called on the running task or actor call (Ray's
+        ``is_canceled``): a plain or threaded actor's method is not interrupted by a cancel, so a
+        long one checks this now and then and returns early.
+
+        Raises:
+            RuntimeError: in the driver, or in an async actor (as in Ray).
+        """
+        from muster.tasks.cancel import is_canceled
+
+        return is_canceled()
+
     @property
     def should_capture_child_tasks_in_placement_group(self) -> bool:
         return bool(self._info and self._info.capture_child_tasks)

@@ -55,7 +55,22 @@ _actor_class: type | None = None  # the class of this process's actor
 
 _call_number: contextvars.ContextVar[int] = contextvars.ContextVar("muster_actor_call", default=0)
 _call_method: contextvars.ContextVar[str] = contextvars.ContextVar("muster_actor_method", default="__init__")
+_call_token: contextvars.ContextVar[int] = contextvars.ContextVar("muster_actor_token", default=0)  # the driver's
 _call_ids = itertools.count(1)
+_cancelled_calls: set[int] = set()  # in an actor: the calls (tokens) muster.cancel reached, as the driver said
+
+
+def _noticed(notice: Any) -> None:
+    if isinstance(notice, events.CallCancelled):
+        _cancelled_calls.add(notice.token)
+
+
+def call_cancelled_here(token: int) -> bool | None:
+    """Whether the driver told this actor's process that its call ``token`` was cancelled; None where
+    the engine delivers no such notice (ask the driver instead)."""
+    if token in _cancelled_calls:
+        return True
+    return False if core_context.receives_notices() else None
 
 
 def current() -> TaskInfo | None:
@@ -71,6 +86,19 @@ def current_task_id() -> str | None:
     return f"{info.job_id}{int(info.actor_id or 0):08x}{_call_number.get():08x}"
 
 
+def current_call() -> tuple[str | None, int, int]:
+    """The running work as its owner knows it: ``(task id, 0, 0)`` for a task, ``(None, actor id,
+    call token)`` for an actor call (token 0: the constructor, or a call the driver did not number)."""
+    info = current()
+    if info is None or info.actor_id is None or info.function is not None:
+        return (info.task_id if info else None), 0, 0
+    return None, int(info.actor_id), _call_token.get()
+
+
+def in_async_actor() -> bool:
+    return current() is not None and _actor_class is not None and is_async_class(_actor_class)
+
+
 def child_options(options: dict[str, Any]) -> dict[str, Any]:
     """``options`` of a task or actor started here, in this one's placement group when it captures children."""
     info = current()
@@ -78,11 +106,12 @@ def child_options(options: dict[str, Any]) -> dict[str, Any]:
         opts.inherit_placement_group(options, info.placement_group)
 
 
-def _begin_call(method: str = "__init__") -> None:
+def _begin_call(method: str = "__init__", token: int = 0) -> None:
     """Number the actor call starting in this thread or coroutine (its task id: Ray gives each call
-    one) and note its method (its task name)."""
+    one) and note its method (its task name) and the driver's token for it (``is_canceled`` asks by it)."""
     _call_number.set(next(_call_ids))
     _call_method.set(method)
+    _call_token.set(token)
 
 
 def task_names() -> tuple[str, str] | None:
@@ -187,11 +216,17 @@ def _raised(exc: BaseException, name: str) -> Any:
     return GeneratorRaised(capture_error(exc, name, os.getpid(), ""))
 
 
-class TaskBody:
-    """The function a task worker runs: ``fn`` plus who it is and how to return."""
+_runs: dict[str, int] = {}  # in a task worker: how many tasks of each function it ran (for max_calls)
 
-    def __init__(self, fn: Callable[..., Any], info: TaskInfo, num_returns: Any, env_vars: dict[str, str]):
+
+class TaskBody:
+    """The function a task worker runs: ``fn`` plus who it is and how to return. ``max_calls``
+    (0: no limit): the worker ends once it has run that many tasks of this function (Ray's)."""
+
+    def __init__(self, fn: Callable[..., Any], info: TaskInfo, num_returns: Any, env_vars: dict[str, str],
+                 max_calls: int = 0):
         self.fn, self.info, self.num_returns, self.env_vars = fn, info, num_returns, env_vars
+        self.max_calls = max_calls
         self.__name__ = getattr(fn, "__name__", "task")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -206,11 +241,21 @@ class TaskBody:
             return _collect(value, self.num_returns, f"task {self.__name__}")
         finally:
             _local.info = None
+            self._count_run()
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+    def _count_run(self) -> None:
+        if not self.max_calls:
+            return
+        key = self.info.function or self.__name__
+        _runs[key] = _runs.get(key, 0) + 1
+        if _runs[key] >= self.max_calls:
+            core_context.retire_after_call()
 
 
 def is_async_class(cls: type) -> bool:
@@ -264,6 +309,7 @@ class ActorFactory:
         global _actor_info, _actor_class
         os.environ.update(self.env_vars)
         _actor_info, _actor_class = self.info, self.cls
+        core_context.on_notice(_noticed)
         if not is_async_class(self.cls):
             _begin_call()  # the constructor runs as the actor's creation task
             return ActorHost(self.cls(*args, **kwargs), self.info, self.max_concurrency)
@@ -316,10 +362,18 @@ class ActorHost:
             return lambda fn, *args, **kwargs: fn(self._muster_obj, *args, **kwargs)
         return getattr(self._muster_obj, name)
 
-    def _muster_call(self, method: str, num_returns: Any, args: tuple, kwargs: dict) -> Any:
-        """A plain call that returns ``num_returns`` values (checked here, split by the driver)."""
+    def _muster_repr(self) -> str:
+        return repr(self._muster_obj)
+
+    def _muster_call(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> Any:
+        """A plain call (the driver's ``token`` for it) that returns ``num_returns`` values (checked
+        here, split by the driver)."""
         name = f"{type(self._muster_obj).__name__}.{method}"
-        _begin_call(method)
+        _begin_call(method, token)
+        if token in _cancelled_calls:  # cancelled while it waited here behind another call: never runs, as in Ray
+            from muster.exceptions import TaskCancelledError
+
+            raise TaskCancelledError(f"{name} call")
         return _collect(self._muster_method(method)(*args, **kwargs), num_returns, name)
 
     def _muster_submit(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> None:
@@ -331,7 +385,7 @@ class ActorHost:
 
             async def run() -> Any:
                 async with self._muster_sem:
-                    _begin_call(method)
+                    _begin_call(method, token)
                     try:
                         value = fn(*args, **kwargs)
                         if inspect.isawaitable(value):
@@ -347,7 +401,7 @@ class ActorHost:
             assert self._muster_pool is not None
 
             def call() -> Any:
-                _begin_call(method)
+                _begin_call(method, token)
                 return _collect(fn(*args, **kwargs), num_returns, name)
 
             fut = self._muster_pool.submit(call)
@@ -381,5 +435,6 @@ class ActorHost:
                                     wait=False)
 
     def _muster_cancel(self, token: int) -> bool:
+        _cancelled_calls.add(token)  # a running threaded call goes on: is_canceled() says so
         fut = self._muster_tasks.get(token)
         return bool(fut is not None and fut.cancel())

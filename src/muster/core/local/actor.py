@@ -38,6 +38,7 @@ class LocalActor(RuntimeActor):
         self._alive = True
         self._holds_slots = True  # False while idle in the task pool
         self._expected_exit = False
+        self.retiring = False  # it ends after its answer (Ray's max_calls): never handed out again
         self._on_event: EventHandler | None = None
         self._on_death: DeathHandler | None = None
         self.connected = threading.Event()
@@ -75,6 +76,13 @@ class LocalActor(RuntimeActor):
                 )
         return fut
 
+    def notify(self, notice: Any) -> bool:
+        try:
+            self._send(("notice", notice))
+        except (OSError, EOFError):  # it is dying: its death says the rest
+            return False
+        return True
+
     def __repr__(self) -> str:
         return f"LocalActor({self.label!r}, pid={self.pid}, alive={self._alive})"
 
@@ -104,6 +112,8 @@ class LocalActor(RuntimeActor):
     def _dispatch(self, msg: tuple) -> None:
         kind = msg[0]
         if kind == "result":
+            if len(msg) > 4 and msg[4]:  # known before the answer's future completes (and the worker is pooled)
+                self.retiring = self._expected_exit = True
             fut = self._pending.pop(msg[1], None)
             if fut is not None:
                 (fut.set_result if msg[2] else fut.set_exception)(msg[3])

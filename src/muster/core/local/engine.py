@@ -37,7 +37,7 @@ from muster.core import settings
 from muster.core.local import wire, zygote, zygote_process
 from muster.core.local.actor import LocalActor
 from muster.core.local.logs import LogRelay
-from muster.core.local.slots import Allocation, SlotTable, detect_total
+from muster.core.local.slots import Allocation, SlotTable, detect_total, node_memory
 from muster.core.runtime import RuntimeActor, EventHandler, Runtime
 from muster.exceptions import (
     ActorDiedError,
@@ -65,6 +65,7 @@ class LocalRuntime(Runtime):
     ):
         super().__init__()
         self.node_id = socket.gethostname()
+        self._memory: dict[str, float] | None = None  # Ray's "memory" and "object_store_memory", shown only
         self.slots = SlotTable(detect_total(num_cpus, num_gpus, resources))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         names = [d.strip() for d in visible.split(",") if d.strip()] if visible else []
@@ -233,6 +234,11 @@ class LocalRuntime(Runtime):
 
     def available(self) -> dict[str, float]:
         return self.slots.free()
+
+    def ray_view(self, available: bool = False) -> dict[str, float]:
+        if self._memory is None:  # sized once, as a Ray node sizes its own when it starts
+            self._memory = node_memory()
+        return {**(self.slots.free() if available else self.slots.total()), **self._memory}
 
     def preload(self, modules: list[str]) -> None:
         wanted = settings.preload_modules(extra=modules)  # MUSTER_PRELOAD, when set, has the last word
@@ -541,6 +547,7 @@ class LocalRuntime(Runtime):
             # is gone even if its reader has not seen EOF yet: never hand it out again.
             pooled = (
                 not isinstance(exc, ActorDiedError)
+                and not actor.retiring  # it exits now: its slots are freed when it is gone
                 and actor.is_alive()
                 and actor.worker_id in self._actors
                 and actor._holds_slots

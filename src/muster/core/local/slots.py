@@ -18,6 +18,27 @@ from muster.exceptions import GetTimeoutError, InvalidArgumentError
 _WAIT_NOTICE_S = 5.0
 
 
+_OBJECT_STORE_SHARE = 0.3  # Ray's default share of a node's free memory for its object store
+_OBJECT_STORE_MAX = 200e9  # ... and its cap, in bytes
+_SHM_FLOOR = 1e10  # Ray never caps the object store below 10 GB for a small /dev/shm
+
+
+def node_memory() -> dict[str, float]:
+    """Ray's "memory" and "object_store_memory" entries for this machine, in bytes, sized as a Ray
+    node sizes them at its start: 30% of the memory free now (at most 200 GB, nor much more than
+    /dev/shm holds) for the object store, the rest for tasks and actors. muster reserves neither:
+    they are shown, never counted down."""
+    import psutil
+
+    free = float(psutil.virtual_memory().available)
+    store = min(free * _OBJECT_STORE_SHARE, _OBJECT_STORE_MAX)
+    try:
+        store = min(store, max(_SHM_FLOOR, 0.95 * shutil.disk_usage("/dev/shm").total))
+    except OSError:  # no /dev/shm (not Linux)
+        pass
+    return {"memory": float(int(free - store)), "object_store_memory": float(int(store))}
+
+
 @dataclass
 class Allocation:
     resources: dict[str, float]

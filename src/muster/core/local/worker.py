@@ -24,6 +24,7 @@ class _Channel:
     """Worker side of one driver connection (also the ``context`` event channel)."""
 
     engine = "local"
+    delivers_notices = True  # what the driver's ``notify`` sends reaches context.on_notice's handler
 
     def __init__(self, conn: Connection, label: str, host: str):
         self.conn, self.label, self.host = conn, label, host
@@ -52,6 +53,8 @@ class _Channel:
                 if slot is not None:
                     slot[1:] = [msg[2], msg[3]]
                     slot[0].set()
+            elif msg[0] == "notice":  # beside the running call, on this thread
+                context.deliver_notice(msg[1])
             else:
                 self.calls.put(msg)
 
@@ -139,11 +142,12 @@ def serve(conn: Connection, label: str, host: str) -> None:
                 value = fn(*args[1:], **kwargs)
             else:
                 value = getattr(obj, method)(*args, **kwargs)
-            reply: tuple = ("result", call_id, True, value)
+            reply: tuple = ("result", call_id, True, value, context.retiring())
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
             if isinstance(exc, SystemExit) and getattr(type(obj), "exits_on_system_exit", False):
                 context.exit_process(exc.code)  # sys.exit() in an actor ends the actor, as in Ray
-            reply = ("result", call_id, False, wire.capture_error(exc, channel.label, channel.pid, host))
+            reply = ("result", call_id, False, wire.capture_error(exc, channel.label, channel.pid, host),
+                     context.retiring())
         try:
             channel.send(reply)
         except Exception as exc:  # the value would not pickle: say so instead of dying
@@ -151,6 +155,9 @@ def serve(conn: Connection, label: str, host: str) -> None:
                 f"{method} returned a value that cannot be sent back to the driver "
                 f"({type(exc).__name__}: {exc}); return plain data (numbers, lists, dicts, tensors)."
             )
-            channel.send(("result", call_id, False, wire.capture_error(err, channel.label, channel.pid, host)))
+            channel.send(("result", call_id, False, wire.capture_error(err, channel.label, channel.pid, host),
+                          context.retiring()))
+        if context.retiring():  # the driver read "retiring" with the answer: it sends this worker nothing more
+            _exit_now(0)
         # An idle worker must not keep the last call's arguments and result alive.
         del msg, args, kwargs, reply, value, fn

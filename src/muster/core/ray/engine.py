@@ -191,6 +191,12 @@ class RayRuntime(Runtime):
         view = placement.cluster_view(ray.available_resources())
         return {k: view.get(k, 0.0) for k in self.resources()}
 
+    def ray_view(self, available: bool = False) -> dict[str, float]:
+        """Ray's own totals (or free amounts), with its "memory" and "object_store_memory" bytes."""
+        raw = ray.available_resources() if available else ray.cluster_resources()
+        view = self.available() if available else self.resources()
+        return {**view, **{k: float(raw[k]) for k in ("memory", "object_store_memory") if k in raw}}
+
     def node_resources(self, lost: bool = False) -> list[dict[str, float]]:
         """Each live node's total resources, in Ray's order; with ``lost``, those of the nodes
         this driver saw alive that went away in the last ``_LOST_NODE_WAIT_S`` seconds."""
