@@ -69,8 +69,13 @@ def available_resources() -> dict[str, float]:
 
 def nodes() -> list[dict[str, Any]]:
     """The engine's nodes, as Ray's ``ray.nodes()`` lists them (one on the embedded engine)."""
+    from muster.core import api
     from muster.tasks import runtime_context as rc
 
+    if api.is_initialized() and api.get_runtime().name == "ray":
+        import ray
+
+        return list(ray.nodes())  # Ray's own list: every node of the cluster
     return [{"NodeID": rc.node_id(), "Alive": True, "NodeManagerAddress": rc.node_ip_address(),
              "NodeManagerHostname": __import__("socket").gethostname(), "Resources": cluster_resources()}]
 

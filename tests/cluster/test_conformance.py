@@ -100,6 +100,21 @@ def test_cluster_resources_are_plain_cpu_counts_and_ray_memory_bytes(engine):
         assert muster.cluster_resources()["object_store_memory"] == ray_total["object_store_memory"]
 
 
+@muster.remote
+def where_am_i():
+    return muster.get_runtime_context().get_node_id()
+
+
+def test_node_ids_agree_between_the_driver_its_tasks_and_nodes(engine):
+    listed = {n["NodeID"] for n in muster.nodes() if n.get("Alive")}
+    assert muster.get_runtime_context().get_node_id() in listed
+    assert set(muster.get([where_am_i.remote() for _ in range(4)])) <= listed
+    if engine == "ray":  # Ray's own ids
+        import ray
+
+        assert listed == {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+
 # -- errors -------------------------------------------------------------------------
 @muster.remote
 def fails(x):

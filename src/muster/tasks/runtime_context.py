@@ -6,11 +6,12 @@ import hashlib
 import itertools
 import os
 import socket
+import sys
 import warnings
 from typing import Any
 
 from muster.core import context as core_context
-from muster.core.settings import node_ip_address
+from muster.core.settings import node_identity, node_ip_address
 from muster.tasks import worker_side
 
 _DRIVER_JOB_ID = f"{os.getpid():08x}"
@@ -32,7 +33,14 @@ def actor_hex_id(job_id: str, actor: int) -> str:
 
 
 def node_id() -> str:
-    """This machine's node id (hex, stable for the host)."""
+    """This node's id (hex): on a Ray cluster, Ray's node id (the one a worker's engine recorded, or
+    the driver's Ray node); on the embedded engine, one stable for the host."""
+    recorded, _ = node_identity()
+    if recorded:
+        return recorded
+    ray = sys.modules.get("ray")  # never imported here: only a driver connected to Ray has one
+    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+        return str(ray.get_runtime_context().get_node_id())
     return hashlib.sha1(socket.gethostname().encode()).hexdigest()
 
 
