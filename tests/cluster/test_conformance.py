@@ -242,6 +242,42 @@ def test_actor_error_leaves_the_actor_alive(engine):
     muster.kill(c)
 
 
+@muster.remote(concurrency_groups={"one": 1, "two": 2})
+class Grouped:
+    """Counts its calls running at once, per concurrency group, and keeps the peak."""
+
+    def __init__(self):
+        self.lock, self.running, self.peak = threading.Lock(), {}, {}
+
+    def _work(self, group):
+        with self.lock:
+            self.running[group] = self.running.get(group, 0) + 1
+            self.peak[group] = max(self.peak.get(group, 0), self.running[group])
+        time.sleep(0.3)
+        with self.lock:
+            self.running[group] -= 1
+
+    @muster.method(concurrency_group="one")
+    def one(self):
+        self._work("one")
+
+    @muster.method(concurrency_group="two")
+    def two(self):
+        self._work("two")
+
+    def peaks(self):
+        return self.peak
+
+
+def test_concurrency_groups_keep_their_own_limits(engine):
+    g = Grouped.remote()  # on Ray too, muster's actor host keeps the limits (not Ray's own groups)
+    try:
+        muster.get([g.one.remote() for _ in range(3)] + [g.two.remote() for _ in range(4)], timeout=60)
+        assert muster.get(g.peaks.remote()) == {"one": 1, "two": 2}
+    finally:
+        muster.kill(g)
+
+
 def test_actor_killed_from_outside_fails_its_calls(engine):
     c = Counter.remote(0)
     pid = muster.get(c.where.remote())

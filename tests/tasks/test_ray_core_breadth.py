@@ -184,8 +184,7 @@ class Looper:
 
 
 def test_concurrency_groups_let_a_control_method_run_beside_a_busy_one():
-    with pytest.warns(UserWarning, match=r"concurrency_groups \['control', 'work'\] are not kept apart"):
-        looper = muster.remote(concurrency_groups={"control": 1, "work": 1})(Looper).remote()
+    looper = muster.remote(concurrency_groups={"control": 1, "work": 1})(Looper).remote()
     try:
         running = looper.loop.remote()
         muster.get(looper.stop.remote(), timeout=TIMEOUT)  # waited for the loop before: the loop ran to its end

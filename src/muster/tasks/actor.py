@@ -3,9 +3,10 @@
 Calls on one actor run in the order they were made: each handle has one
 sender thread that waits for the actor to exist (or to restart), resolves
 ObjectRef arguments, and sends calls one after another.  An async actor (one
-with ``async def`` methods) or a threaded one (``max_concurrency > 1``)
-accepts each call at once and answers through an event, so its calls overlap
-(see :mod:`muster.tasks.worker_side`).
+with ``async def`` methods) or a threaded one (``max_concurrency > 1``, or
+``concurrency_groups``) accepts each call at once and answers through an
+event, so its calls overlap, each concurrency group up to its own limit (see
+:mod:`muster.tasks.worker_side` and :mod:`muster.tasks.concurrency_groups`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import inspect
 import itertools
 import queue
 import threading
-import warnings
 from concurrent.futures import Future
 from typing import Any, Callable, NoReturn, cast
 
@@ -25,6 +25,7 @@ from muster.core.api import get_runtime, is_current
 from muster.core.init_options import current_namespace
 from muster.core.runtime import RuntimeActor
 from muster.exceptions import ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError, TaskError
+from muster.tasks import concurrency_groups as cgroups
 from muster.tasks import events, named, owner, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
@@ -52,8 +53,12 @@ def _handle_from_id(actor_id: int) -> Any:
 def method(*args: Any, **options: Any) -> Any:
     """Options for one actor method, as Ray's ``@ray.method(num_returns=2)`` (``@ray.method`` alone: none).
 
+    ``concurrency_group="io"`` puts the method in the actor's group ``io`` (one of its
+    ``concurrency_groups``; see :mod:`muster.tasks.concurrency_groups`).
+
     Raises:
-        TypeError: an option other than ``num_returns`` / ``concurrency_group``.
+        InvalidTypeError: an option other than ``num_returns``, ``concurrency_group``, ``max_task_retries``,
+            ``retry_exceptions``, ``enable_task_events``.
     """
     if len(args) == 1 and callable(args[0]) and not options:  # bare @muster.method
         setattr(args[0], "__muster_method_options__", {})
@@ -125,17 +130,19 @@ def create(cls: type, args: tuple, kwargs: dict, options: dict[str, Any]) -> "Ac
 
 
 class _Method:
-    def __init__(self, actor: Any, name: str, num_returns: Any = None):
-        self._actor, self._name, self._num_returns = actor, name, num_returns
+    def __init__(self, actor: Any, name: str, num_returns: Any = None, group: str | None = None):
+        self._actor, self._name, self._num_returns, self._group = actor, name, num_returns, group
 
     def options(self, **options: Any) -> "_Method":
         unknown = sorted(set(options) - {"num_returns", "name", "concurrency_group"})
         if unknown:
-            raise InvalidTypeError(f"Actor method .options(): unknown option(s) {unknown}; supported: num_returns.")
-        return _Method(self._actor, self._name, options.get("num_returns", self._num_returns))
+            raise InvalidTypeError(f"Actor method .options(): unknown option(s) {unknown}; "
+                                   "supported: num_returns, concurrency_group, name.")
+        return _Method(self._actor, self._name, options.get("num_returns", self._num_returns),
+                       options.get("concurrency_group", self._group))
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return self._actor._call(self._name, args, kwargs, self._num_returns)
+        return self._actor._call(self._name, args, kwargs, self._num_returns, self._group)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise InvalidTypeError(f"Actor methods cannot be called directly. Use .{self._name}.remote(...).")
@@ -157,10 +164,8 @@ class ActorHandle:
         self._id = next(_ids)
         concurrent_default = _DEFAULT_ASYNC_CONCURRENCY if is_async_class(cls) else 1
         self._max_concurrency = int(options.get("max_concurrency") or concurrent_default)
-        groups = options.get("concurrency_groups")
-        if groups:
-            self._max_concurrency += _grouped_concurrency(cls.__name__, groups, self._max_concurrency)
-        self._concurrent = is_async_class(cls) or self._max_concurrency > 1
+        self._groups = cgroups.declared(cls, options.get("concurrency_groups"))  # each with its own limit
+        self._concurrent = is_async_class(cls) or self._max_concurrency > 1 or bool(self._groups)
         self._name = options.get("name")
         self._namespace = options.get("namespace") or current_namespace()
         self._env_vars = (options.get("runtime_env") or {}).get("env_vars") or {}
@@ -210,7 +215,7 @@ class ActorHandle:
         info = TaskInfo(job_id=rc.driver_job_id(), actor_id=str(self._id), actor_name=self._name,
                         namespace=self._namespace, resources=self._resources, attempt=self._attempt,
                         placement_group=self._placement_group, capture_child_tasks=self._capture_child_tasks)
-        return ActorFactory(self._cls, info, self._max_concurrency, self._env_vars, self._frozen)
+        return ActorFactory(self._cls, info, self._max_concurrency, self._env_vars, self._frozen, self._groups)
 
     def _start_core(self) -> None:
         def create() -> None:
@@ -318,7 +323,9 @@ class ActorHandle:
         self._calls.put(None)
         return True
 
-    def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None) -> Any:
+    def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None, group: str | None = None) -> Any:
+        if group is not None:  # .options(concurrency_group=): one of the actor's groups
+            cgroups.check(self._cls.__name__, group, self._groups, f"{method}.options(concurrency_group={group!r})")
         args, kwargs = snapshot_args(args, kwargs, f"{self._cls.__name__}.{method}.remote()")  # as they are now
         n = _method_num_returns(self._cls, method) if num_returns is None else num_returns
         fn = getattr(self._cls, method, None)
@@ -331,7 +338,7 @@ class ActorHandle:
             _calls_by_ref[ref.id] = (self._id, token)
         ref_id = ref.id
         out.add_done_callback(lambda _: _forget_call(ref_id))
-        self._calls.put((token, method, n, args, kwargs, out))
+        self._calls.put((token, method, n, args, kwargs, group, out))
         if n in ("streaming", "dynamic"):
             from muster.tasks.remote_function import shape
 
@@ -353,7 +360,7 @@ class ActorHandle:
                 self._send_one(batch.pop(0), started, attempt)
 
     def _send_one(self, call: "_Call", started: Future, attempt: int) -> None:
-        token, method, n, args, kwargs, out = call
+        token, method, n, args, kwargs, group, out = call
         if out.done():  # cancelled before it was sent
             self._retries_left.pop(token, None)
             return
@@ -369,7 +376,7 @@ class ActorHandle:
             self._sent[token] = call
         if self._concurrent:
             self._pending[token] = out
-            inner = core.call("_muster_submit", token, method, n, a, kw)
+            inner = core.call("_muster_submit", token, method, n, a, kw, group)
             inner.add_done_callback(lambda f: self._submitted(call, attempt, f))
             return
         self._in_actor[token] = None
@@ -455,23 +462,7 @@ class ActorHandle:
             self._on_death(core, error)
 
 
-_Call = tuple  # (token, method, num_returns, args, kwargs, out): one call, as queued and as sent
-
-
-def _grouped_concurrency(name: str, groups: Any, default: int) -> int:
-    """Ray's ``concurrency_groups``: the calls they add to the actor's one pool (per-group limits
-    are not kept; a warning says so), so a method of one group still runs while others are busy."""
-    if not isinstance(groups, dict) or not all(isinstance(v, int) and v >= 1 for v in groups.values()):
-        raise InvalidArgumentError(
-            f"actor {name}: concurrency_groups={groups!r}; pass a dict of group name -> max concurrency (>= 1)."
-        )
-    extra = sum(groups.values())
-    warnings.warn(
-        f"actor {name}: concurrency_groups {sorted(groups)} are not kept apart in muster: their calls share "
-        f"one pool of {default + extra} (max_concurrency {default} plus the groups' {extra}), so no group "
-        "waits for another's, but no group's own limit holds either.", stacklevel=5,
-    )
-    return extra
+_Call = tuple  # (token, method, num_returns, args, kwargs, concurrency group, out): one call, as queued and as sent
 
 
 def _cancelled_or_died(error: Any) -> bool:
@@ -516,10 +507,10 @@ class WorkerActorHandle:
             raise AttributeError(name)
         return _Method(self, name)
 
-    def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None) -> Any:
+    def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None, group: str | None = None) -> Any:
         from muster.tasks.generators import shaped
 
-        return shaped(core_context.send_event(events.ActorCall(self._id, method, args, kwargs, num_returns)))
+        return shaped(core_context.send_event(events.ActorCall(self._id, method, args, kwargs, num_returns, group)))
 
     def _kill(self, no_restart: bool = True) -> None:
         core_context.send_event(events.Kill(self._id, no_restart))

@@ -95,6 +95,7 @@ class ActorCall:
     args: tuple
     kwargs: dict
     num_returns: Any = None
+    concurrency_group: str | None = None  # the call's .options(concurrency_group=)
 
 
 @dataclass(frozen=True)

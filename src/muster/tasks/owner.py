@@ -108,7 +108,7 @@ def _create_actor(handle: RuntimeActor, e: events.CreateActor) -> int:
 def _actor_call(handle: RuntimeActor, e: events.ActorCall) -> Any:
     from muster.tasks import actor
 
-    return _pin_shaped(actor.lookup(e.actor)._call(e.method, e.args, e.kwargs, e.num_returns))
+    return _pin_shaped(actor.lookup(e.actor)._call(e.method, e.args, e.kwargs, e.num_returns, e.concurrency_group))
 
 
 def _exit_actor(handle: RuntimeActor, e: events.ExitActor) -> None:

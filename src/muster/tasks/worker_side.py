@@ -6,7 +6,7 @@ record what :func:`muster.get_runtime_context` reports, run coroutines
 (``async def`` tasks) to completion, collect generators, and host async and
 threaded actors: those accept a call at once and send its result back as an
 :class:`~muster.tasks.events.ActorCallDone` event, so calls overlap up to
-``max_concurrency``.
+``max_concurrency``, and those of each concurrency group up to its own size.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from muster.core import context as core_context
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.tasks import concurrency_groups as cgroups
 from muster.tasks import events
 from muster.tasks import options as opts
 
@@ -284,26 +285,28 @@ def freeze(cls: type) -> bytes:
     return bytes(stream)
 
 
-def _thawed(frozen: bytes, info: TaskInfo, max_concurrency: int, env_vars: dict[str, str]) -> "ActorFactory":
+def _thawed(frozen: bytes, info: TaskInfo, max_concurrency: int, env_vars: dict[str, str],
+            groups: dict[str, int] | None = None) -> "ActorFactory":
     import pickle
 
-    return ActorFactory(pickle.loads(frozen), info, max_concurrency, env_vars)
+    return ActorFactory(pickle.loads(frozen), info, max_concurrency, env_vars, groups=groups)
 
 
 class ActorFactory:
     """What the engine instantiates in the actor's process: builds the :class:`ActorHost`.
-    ``frozen`` is the class as :func:`freeze` took it, what the factory travels as."""
+    ``frozen`` is the class as :func:`freeze` took it, what the factory travels as; ``groups``: the
+    actor's concurrency groups (see :mod:`muster.tasks.concurrency_groups`)."""
 
     def __init__(self, cls: type, info: TaskInfo, max_concurrency: int, env_vars: dict[str, str],
-                 frozen: bytes | None = None):
+                 frozen: bytes | None = None, groups: dict[str, int] | None = None):
         self.cls, self.info, self.max_concurrency, self.env_vars = cls, info, max_concurrency, env_vars
-        self.frozen = frozen
+        self.frozen, self.groups = frozen, groups or {}
         self.__name__ = cls.__name__
 
     def __reduce__(self) -> Any:
         if self.frozen is None:
             return super().__reduce__()
-        return _thawed, (self.frozen, self.info, self.max_concurrency, self.env_vars)
+        return _thawed, (self.frozen, self.info, self.max_concurrency, self.env_vars, self.groups)
 
     def __call__(self, *args: Any, **kwargs: Any) -> "ActorHost":
         global _actor_info, _actor_class
@@ -312,7 +315,7 @@ class ActorFactory:
         core_context.on_notice(_noticed)
         if not is_async_class(self.cls):
             _begin_call()  # the constructor runs as the actor's creation task
-            return ActorHost(self.cls(*args, **kwargs), self.info, self.max_concurrency)
+            return ActorHost(self.cls(*args, **kwargs), self.info, self.max_concurrency, groups=self.groups)
         import asyncio
 
         loop = asyncio.new_event_loop()
@@ -323,28 +326,33 @@ class ActorFactory:
             return await construct(self.cls, args, kwargs)
 
         obj = asyncio.run_coroutine_threadsafe(creation_task(), loop).result()
-        return ActorHost(obj, self.info, self.max_concurrency, loop)
+        return ActorHost(obj, self.info, self.max_concurrency, loop, self.groups)
 
 
 class ActorHost:
-    """Hosts the user's object: plain calls pass through; async/threaded ones overlap.
+    """Hosts the user's object: plain calls pass through; async/threaded ones overlap, each
+    concurrency group up to its own limit (the default group: ``max_concurrency``).
     ``sys.exit()`` in a method ends the actor's process (the engine sees ``exits_on_system_exit``)."""
 
     exits_on_system_exit = True
 
-    def __init__(self, obj: Any, info: TaskInfo, max_concurrency: int, loop: Any = None):
+    def __init__(self, obj: Any, info: TaskInfo, max_concurrency: int, loop: Any = None,
+                 groups: dict[str, int] | None = None):
         self._muster_obj, self._muster_info = obj, info
         self._muster_tasks: dict[int, Any] = {}
         self._muster_loop: Any = loop  # an async actor's asyncio loop, running on a thread of its own
-        self._muster_pool: Any = None  # a ThreadPoolExecutor, for threaded actors
+        self._muster_pools: dict[str | None, Any] = {}  # threaded actors: a ThreadPoolExecutor per group
+        self._muster_sems: dict[str | None, Any] = {}  # async actors: an asyncio.Semaphore per group
+        self._muster_groups_of = cgroups.method_groups(type(obj)) if groups else {}
         if loop is not None:
             import asyncio
 
-            self._muster_sem = asyncio.Semaphore(max_concurrency)
-        elif max_concurrency > 1:
+            self._muster_sems = cgroups.limits(max_concurrency, groups or {}, lambda n, _: asyncio.Semaphore(n))
+        elif max_concurrency > 1 or groups:
             from concurrent.futures import ThreadPoolExecutor
 
-            self._muster_pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="muster-actor")
+            self._muster_pools = cgroups.limits(max_concurrency, groups or {}, lambda n, name: ThreadPoolExecutor(
+                n, thread_name_prefix="muster-actor" if name == "default" else f"muster-actor-{name}"))
 
     def __getattr__(self, name: str) -> Any:
         _begin_call(name)  # the engine looks up each plain call's method here, just before it runs it
@@ -376,15 +384,21 @@ class ActorHost:
             raise TaskCancelledError(f"{name} call")
         return _collect(self._muster_method(method)(*args, **kwargs), num_returns, name)
 
-    def _muster_submit(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> None:
-        """Start one call; its result goes back as an ``ActorCallDone`` event."""
+    def _muster_submit(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict,
+                       group: str | None = None) -> None:
+        """Start one call in its concurrency group (``group``: the call's ``.options(concurrency_group=)``);
+        its result goes back as an ``ActorCallDone`` event."""
         fn = self._muster_method(method)
         name = f"{type(self._muster_obj).__name__}.{method}"
+        if group is None:  # the call's method's group, else the default one (None)
+            group = self._muster_groups_of.get(method)
         if self._muster_loop is not None:
             import asyncio
 
+            sem = self._muster_sems[group]
+
             async def run() -> Any:
-                async with self._muster_sem:
+                async with sem:
                     _begin_call(method, token)
                     try:
                         value = fn(*args, **kwargs)
@@ -398,13 +412,11 @@ class ActorHost:
 
             fut = asyncio.run_coroutine_threadsafe(run(), self._muster_loop)
         else:
-            assert self._muster_pool is not None
-
             def call() -> Any:
                 _begin_call(method, token)
                 return _collect(fn(*args, **kwargs), num_returns, name)
 
-            fut = self._muster_pool.submit(call)
+            fut = self._muster_pools[group].submit(call)
         self._muster_tasks[token] = fut
         fut.add_done_callback(lambda f: self._muster_reply(token, f))
 

@@ -1,0 +1,71 @@
+"""Ray's actor concurrency groups: ``@muster.remote(concurrency_groups={"io": 2})`` gives an actor
+named groups, each with a limit of its own on how many of its calls run at once.
+
+A method joins a group with ``@muster.method(concurrency_group="io")``, and one call can pick
+another with ``actor.m.options(concurrency_group="compute").remote()``; every other call is in the
+default group, whose limit is the actor's ``max_concurrency`` (1000 for an async actor, else 1).
+Calls of one group never wait for another group's: in a threaded actor each group is a thread
+pool of its size, in an async actor each group is a semaphore of its size on the actor's loop.
+
+The driver checks the groups (:func:`declared`, :func:`check`); the actor's process keeps their
+limits (:func:`limits`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from muster.exceptions import InvalidArgumentError
+
+T = TypeVar("T")
+
+
+def method_groups(cls: type) -> dict[str, str]:
+    """The methods of ``cls`` that ``@muster.method(concurrency_group=...)`` put in a group -> that group."""
+    out: dict[str, str] = {}
+    for name in dir(cls):
+        options = getattr(getattr(cls, name, None), "__muster_method_options__", None) or {}
+        if options.get("concurrency_group") is not None:
+            out[name] = options["concurrency_group"]
+    return out
+
+
+def declared(cls: type, groups: Any) -> dict[str, int]:
+    """The actor's ``concurrency_groups`` (none: ``{}``), checked with the groups its methods name.
+
+    Raises:
+        InvalidArgumentError: not a dict of group name -> limit >= 1, or a method names a group
+            that is not one of them (Ray fails the actor then too).
+    """
+    if not groups:
+        groups = {}
+    if not isinstance(groups, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1 for k, v in groups.items()
+    ):
+        raise InvalidArgumentError(
+            f"actor {cls.__name__}: concurrency_groups={groups!r}; pass a dict of group name -> max concurrency "
+            "(an int >= 1), e.g. concurrency_groups={'io': 2, 'compute': 4}."
+        )
+    for method, group in sorted(method_groups(cls).items()):
+        check(cls.__name__, group, groups, f"@muster.method(concurrency_group={group!r}) on {method}")
+    return dict(groups)
+
+
+def check(actor: str, group: str | None, groups: dict[str, int], where: str) -> None:
+    """Raise unless ``group`` (None: the default group) is one of the actor's ``groups``."""
+    if group is None or group in groups:
+        return
+    have = f"its groups are {sorted(groups)}" if groups else "it declares none"
+    raise InvalidArgumentError(
+        f"actor {actor}: {where} names the concurrency group {group!r}, which the actor does not have ({have}); "
+        f"name one of its groups, or declare it: @muster.remote(concurrency_groups={{{group!r}: N}})."
+    )
+
+
+def limits(max_concurrency: int, groups: dict[str, int], make: Callable[[int, str], T]) -> dict[str | None, T]:
+    """One limiter per group, made by ``make(size, name)``: the default group's (key None) has ``max_concurrency``."""
+    out: dict[str | None, T] = {None: make(max_concurrency, "default")}
+    for name, size in groups.items():
+        out[name] = make(size, name)
+    return out
+

@@ -1,0 +1,180 @@
+"""Ray's actor concurrency groups keep each group's own limit: at most N of a group's calls run at
+once, and a group's calls never wait behind another group's.  Threaded and async actors, real
+worker processes; each actor counts the calls it runs at once, per tag, and keeps the peak."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import warnings
+
+import pytest
+from _task_helpers import TIMEOUT
+
+import muster
+from muster.exceptions import InvalidArgumentError
+
+GROUPS = {"one": 1, "two": 2}
+
+
+class _Peaks:
+    """Calls running at once, per tag, and the most there ever were."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.running: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+
+    def enter(self, tag):
+        with self.lock:
+            self.running[tag] = self.running.get(tag, 0) + 1
+            self.peak[tag] = max(self.peak.get(tag, 0), self.running[tag])
+
+    def leave(self, tag):
+        with self.lock:
+            self.running[tag] -= 1
+
+
+class Threaded:
+    def __init__(self):
+        self.counts, self.released = _Peaks(), threading.Event()
+
+    def _work(self, tag, seconds):
+        self.counts.enter(tag)
+        time.sleep(seconds)
+        self.counts.leave(tag)
+
+    @muster.method(concurrency_group="one")
+    def one(self, tag="one", seconds=0.3):
+        self._work(tag, seconds)
+
+    @muster.method(concurrency_group="two")
+    def two(self, tag="two", seconds=0.3):
+        self._work(tag, seconds)
+
+    def plain(self, tag="default", seconds=0.3):
+        self._work(tag, seconds)
+
+    @muster.method(concurrency_group="one")
+    def hold(self):
+        return self.released.wait(3)  # False: nothing released it in time
+
+    @muster.method(concurrency_group="two")
+    def release(self):
+        self.released.set()
+
+    def peaks(self):
+        return dict(self.counts.peak)
+
+
+class Async:
+    def __init__(self):
+        self.counts, self.released = _Peaks(), asyncio.Event()
+
+    async def _work(self, tag, seconds):
+        self.counts.enter(tag)
+        await asyncio.sleep(seconds)
+        self.counts.leave(tag)
+
+    @muster.method(concurrency_group="one")
+    async def one(self, tag="one", seconds=0.3):
+        await self._work(tag, seconds)
+
+    @muster.method(concurrency_group="two")
+    async def two(self, tag="two", seconds=0.3):
+        await self._work(tag, seconds)
+
+    async def plain(self, tag="default", seconds=0.3):
+        await self._work(tag, seconds)
+
+    @muster.method(concurrency_group="one")
+    async def hold(self):
+        try:
+            await asyncio.wait_for(self.released.wait(), 3)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    @muster.method(concurrency_group="two")
+    async def release(self):
+        self.released.set()
+
+    async def peaks(self):
+        return dict(self.counts.peak)
+
+
+@pytest.fixture(params=["threaded", "async"])
+def grouped(request):
+    """An actor with groups one (1) and two (2) and a default group of 2 (max_concurrency)."""
+    cls = Threaded if request.param == "threaded" else Async
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: the groups' limits are kept
+        actor = muster.remote(concurrency_groups=GROUPS, max_concurrency=2)(cls).remote()
+    yield actor
+    muster.kill(actor)
+
+
+def test_each_group_runs_at_most_its_size_at_once(grouped):
+    calls = [grouped.one.remote() for _ in range(3)] + [grouped.two.remote() for _ in range(4)]
+    calls += [grouped.plain.remote() for _ in range(4)]
+    muster.get(calls, timeout=TIMEOUT)
+    assert muster.get(grouped.peaks.remote(), timeout=TIMEOUT) == {"one": 1, "two": 2, "default": 2}
+
+
+def test_a_group_runs_while_another_is_saturated(grouped):
+    holds = [grouped.hold.remote() for _ in range(6)]  # more than every group's limits together
+    time.sleep(0.3)  # the holds reach the actor first
+    muster.get(grouped.release.remote(), timeout=2)  # group two never waits behind group one
+    assert muster.get(holds, timeout=TIMEOUT) == [True] * 6
+
+
+def test_a_call_picks_another_group_with_options(grouped):
+    as_two = [grouped.one.options(concurrency_group="two").remote("one as two") for _ in range(4)]
+    as_one = [grouped.two.options(concurrency_group="one").remote("two as one") for _ in range(3)]
+    muster.get(as_two + as_one, timeout=TIMEOUT)
+    assert muster.get(grouped.peaks.remote(), timeout=TIMEOUT) == {"one as two": 2, "two as one": 1}
+
+
+@muster.remote
+def _calls_in_group(actor, group, n):
+    """Calls from inside a worker go through the driver: the group override travels with them."""
+    return muster.get([actor.two.options(concurrency_group=group).remote("from a task") for _ in range(n)])
+
+
+def test_a_worker_call_keeps_its_group_override():
+    actor = muster.remote(concurrency_groups=GROUPS)(Threaded).remote()
+    try:
+        muster.get(_calls_in_group.remote(actor, "one", 3), timeout=TIMEOUT)
+        assert muster.get(actor.peaks.remote(), timeout=TIMEOUT) == {"from a task": 1}
+    finally:
+        muster.kill(actor)
+
+
+class Misnamed:
+    @muster.method(concurrency_group="gpu")
+    def f(self):
+        return 1
+
+
+def test_a_method_naming_an_unknown_group_fails_naming_the_groups():
+    with pytest.raises(InvalidArgumentError, match=r"'gpu'.*\['compute', 'io'\]"):
+        muster.remote(concurrency_groups={"io": 1, "compute": 2})(Misnamed).remote()
+    with pytest.raises(InvalidArgumentError, match=r"'gpu'.*declares none"):
+        muster.remote(Misnamed).remote()
+
+
+def test_a_call_naming_an_unknown_group_fails_naming_the_groups():
+    actor = muster.remote(concurrency_groups=GROUPS)(Threaded).remote()
+    try:
+        with pytest.raises(InvalidArgumentError, match=r"plain.options\(concurrency_group='gpu'\).*\['one', 'two'\]"):
+            actor.plain.options(concurrency_group="gpu").remote()
+        assert muster.get(actor.plain.remote(seconds=0), timeout=TIMEOUT) is None  # the actor is fine
+    finally:
+        muster.kill(actor)
+
+
+@pytest.mark.parametrize("groups", [{"io": 0}, {"io": "2"}, ["io"]])
+def test_bad_concurrency_groups_are_refused(groups):
+    with pytest.raises(InvalidArgumentError, match="concurrency_groups="):
+        muster.remote(concurrency_groups=groups)(Threaded).remote()
