@@ -56,6 +56,7 @@ from muster.tune.trial import (
     trial_dirname,
 )
 from muster.tune.messages import StepDecision
+from muster.tune.result import SHOULD_CHECKPOINT
 
 EXPERIMENT_STATE = "experiment_state.json"
 ERROR_FILE = "error.pkl"  # a failed trial's error, in its folder
@@ -335,19 +336,21 @@ class TuneController:
         that checkpoint (``checkpoint_at_end``) and end, instead of being killed."""
         self._deciding = step.trial
         try:
-            self._on_result(step.trial, step.row)
+            result = self._on_result(step.trial, step.row)
         finally:
             self._deciding = None
-        if not step.reply.done():
-            step.reply.set_result(StepDecision(ends=step.trial.ending_as is not None, fields=step.fields))
+        if not step.reply.done():  # a callback may have asked for a checkpoint (Ray's SHOULD_CHECKPOINT)
+            step.reply.set_result(StepDecision(ends=step.trial.ending_as is not None, fields=step.fields,
+                                               checkpoint=bool(result.get(SHOULD_CHECKPOINT))))
 
-    def _on_result(self, trial: Trial, row: dict[str, Any]) -> None:
+    def _on_result(self, trial: Trial, row: dict[str, Any]) -> dict[str, Any]:
+        """Act on one result; returns it as the callbacks left it (they may change it, as in Ray)."""
         result = _public(row)  # the user's own "_" keys too: Ray hands schedulers the whole result
         if trial.ending_as is not None:
             # Reported while being stopped: recorded in its run and shown to callbacks (loggers keep
             # every result), but no searcher, stopper or scheduler acts on it.
             self.callbacks.trial_event("on_trial_result", self.trials, trial, result=result)
-            return
+            return result
         trial.last_result, trial.num_results = result, trial.num_results + 1
         self._dirty = True
         self.searcher.on_trial_result(trial.trial_id, result)
@@ -363,6 +366,7 @@ class TuneController:
         if self.stopper.stop_all():
             self.progress.event("the stopper asked to stop the experiment")
             self._stop_everything()
+        return result
 
     def _on_end(self, trial: Trial, outcome: Any) -> None:
         trial.run = None
