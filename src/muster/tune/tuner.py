@@ -140,6 +140,7 @@ class Tuner:
             storage.root_uri, fail_fast,
         )
         controller.callbacks = CallbackList(self.run_config.callbacks)
+        controller.trial_namers = (tc.trial_name_creator, tc.trial_dirname_creator)
         controller.progress.use(progress_reporter.check(self.run_config.progress_reporter))
         controller.setup_info = {  # what Ray's Callback.setup gets
             "stop": self.run_config.stop, "num_samples": tc.num_samples, "time_budget_s": tc.time_budget_s,
