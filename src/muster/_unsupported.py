@@ -169,6 +169,8 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ExperimentAnalysis": "muster.tune.Tuner.restore(path, trainable).get_results() (a ResultGrid), or "
         "muster.tune.ResultGrid's get_best_result()/get_dataframe() on what fit() returned",
         "is_session_enabled": "muster.tune.get_context().get_trial_id() is not None (inside a trial)",
+        "utils": "none for Ray's test helpers (mock_trainable.MyTrainableClass, validate_save_restore): write a "
+        "small muster.tune.Trainable (setup/step/save_checkpoint/load_checkpoint) and run it with muster.tune.Tuner",
     },
     "muster.tune.search": {
         name: "muster.tune.search.optuna.OptunaSearch (Optuna's TPE and other samplers), or "
