@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from muster import tune
 from muster.tune.result import (
     DONE,
@@ -49,3 +51,16 @@ def test_result_constants_name_the_keys_tune_fills_and_reads(storage):
     for key in (TIME_THIS_ITER_S, TIME_TOTAL_S, TIMESTAMP, TRIAL_ID, HOSTNAME, NODE_IP, PID):
         assert key in result.metrics, key
     assert sorted(metrics["n"] for _, metrics in result.best_checkpoints) == [1, 3]  # what the callback asked for
+
+
+class _CannotRestore(_Steps):
+    def load_checkpoint(self, checkpoint):
+        raise KeyError("n")
+
+
+def test_validate_save_restore_round_trips_a_trainable_through_two_actors():
+    from muster.tune.utils import validate_save_restore
+
+    assert validate_save_restore(_Steps, config={"unused": 1}) is True
+    with pytest.raises(KeyError):  # the second actor's restore fails: the check says so
+        validate_save_restore(_CannotRestore)
