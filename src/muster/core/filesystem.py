@@ -27,7 +27,10 @@ def as_fsspec(filesystem: Any, what: str = "storage_filesystem") -> Any:
                            "filesystem, or leave it out to infer one from the path's URL (s3://..., gs://...).")
 
 
-_ANONYMOUS = {"s3": {"anon": True}, "s3a": {"anon": True}, "gs": {"token": "anon"}, "gcs": {"token": "anon"}}
+# the fsspec options of an unsigned (credential-less) client, per URL scheme
+_ANONYMOUS: dict[str, dict[str, Any]] = {
+    "s3": {"anon": True}, "s3a": {"anon": True}, "gs": {"token": "anon"}, "gcs": {"token": "anon"},
+}
 
 
 def url_to_fs(url: str) -> tuple[Any, str]:
