@@ -149,10 +149,9 @@ def test_with_resources_dict_without_cpu_asks_for_no_cpu(storage):
 
 def test_rerunning_an_existing_experiment_name_starts_a_new_experiment_there(storage):
     # Ray reruns a script with a fixed RunConfig(name=...) into the same folder; restore then sees the new run only
-    first = tune.Tuner(_quadratic, param_space={"x": 0.5}, run_config=tune.RunConfig(name="again", storage_path=storage))
-    old = first.fit()[0].path
-    again = tune.Tuner(_quadratic, param_space={"x": 0.1}, run_config=tune.RunConfig(name="again", storage_path=storage))
-    grid = again.fit()
+    rc = tune.RunConfig(name="again", storage_path=storage)
+    old = tune.Tuner(_quadratic, param_space={"x": 0.5}, run_config=rc).fit()[0].path
+    grid = tune.Tuner(_quadratic, param_space={"x": 0.1}, run_config=tune.RunConfig(name="again", storage_path=storage)).fit()
     assert [r.config["x"] for r in grid] == [0.1] and grid[0].path != old and os.path.isdir(old)
     restored = tune.Tuner.restore(os.path.join(storage, "again"), _quadratic).get_results()
     assert [r.config["x"] for r in restored] == [0.1]
