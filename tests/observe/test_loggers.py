@@ -81,6 +81,22 @@ def test_mlflow_run_with_metrics_and_params(storage, tmp_path):
     assert sorted((m.step, m.value) for m in history) == [(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3)), (4, 0.0)]
 
 
+def test_mlflow_rays_options_artifacts_late_params_registry_and_token(storage, tmp_path):
+    # Ray's MLflowLoggerCallback(save_artifact=True, log_params_on_trial_end=True, ...), as its mlflow example passes
+    tracking = pytest.importorskip("mlflow.tracking")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = tracking.MlflowClient(tracking_uri=uri)
+    client.create_experiment("arts", artifact_location=str(tmp_path / "artifacts"))  # not ./mlruns in the cwd
+    callback = MLflowLoggerCallback(uri, registry_uri=uri, experiment_name="arts", tracking_token="tok",
+                                    save_artifact=True, log_params_on_trial_end=True, params={"lr": 0.1})
+    result = _fit(storage, "arts", [callback])
+    run = client.get_run(callback.run_id)
+    assert run.info.status == "FINISHED" and run.data.params == {"lr": "0.1"}
+    uploaded = {a.path for a in client.list_artifacts(callback.run_id)}
+    assert uploaded and uploaded <= set(os.listdir(result.path)) and "result.json" in uploaded, uploaded
+    assert os.environ["MLFLOW_TRACKING_TOKEN"] == "tok"
+
+
 def _trial(config):
     from muster import tune
 
