@@ -128,6 +128,22 @@ def test_loggers_in_a_tuner_write_each_trials_own_files_and_mlflow_run(storage, 
     assert all(run.info.status == "FINISHED" for run in runs)
 
 
+def test_concurrent_trials_share_the_mlflow_experiment_they_make(storage, tmp_path, monkeypatch):
+    # each trial's copy looks the experiment up when its run starts: two used to both create it, one failing
+    # (likeliest on MLflow's file store, which Ray's mlflow example uses)
+    tracking = pytest.importorskip("mlflow.tracking")
+    from muster import tune
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = str(tmp_path / "mlruns")
+    grid = tune.Tuner(_trial, param_space={"x": tune.grid_search([1, 2, 3, 4, 5, 6])},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0,
+                                                callbacks=[MLflowLoggerCallback(uri, experiment_name="shared")])).fit()
+    assert grid.num_errors == 0, grid.errors
+    client = tracking.MlflowClient(tracking_uri=uri)
+    assert len(client.search_runs([client.get_experiment_by_name("shared").experiment_id])) == 6
+
+
 def test_remote_run_folder_needs_a_logdir():
     with pytest.raises(ValueError, match=r"logdir='/a/local/folder'"):
         CSVLoggerCallback().on_run_start("s3://bucket/runs/x", "x")

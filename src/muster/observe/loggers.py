@@ -197,6 +197,9 @@ class TBXLoggerCallback(_LoggerCallback):
             self._writer = None
 
 
+_MLFLOW_EXPERIMENTS = threading.Lock()  # one lookup-or-create of an MLflow experiment at a time
+
+
 class MLflowLoggerCallback(_LoggerCallback):
     """Numeric metrics to an MLflow run (``pip install "muster[mlflow]"``).
 
@@ -244,15 +247,30 @@ class MLflowLoggerCallback(_LoggerCallback):
         if self.tracking_token:
             os.environ["MLFLOW_TRACKING_TOKEN"] = self.tracking_token  # where MLflow's client reads it
         self._client: Any = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.registry_uri)
-        found = self._client.get_experiment_by_name(self.experiment_name)
-        experiment_id = found.experiment_id if found else self._client.create_experiment(self.experiment_name)
-        run = self._client.create_run(experiment_id, run_name=run_name, tags={"muster.run_path": run_path, **self.tags})
+        run = self._client.create_run(self._experiment_id(), run_name=run_name, tags={"muster.run_path": run_path, **self.tags})
         self.run_id = run.info.run_id
         self._queue: queue.Queue[list[Any] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._send_forever, name="muster-mlflow", daemon=True)
         self._thread.start()
         if not self.log_params_on_trial_end:
             self._log_params()
+
+    def _experiment_id(self) -> str:
+        """The experiment's id, made if missing: once, though a Tuner's trials start their runs
+        at once (Ray makes it on the driver before the trials)."""
+        from mlflow.exceptions import MlflowException
+
+        with _MLFLOW_EXPERIMENTS:
+            found = self._client.get_experiment_by_name(self.experiment_name)
+            if found is not None:
+                return str(found.experiment_id)
+            try:
+                return str(self._client.create_experiment(self.experiment_name))
+            except MlflowException:  # made meanwhile by another process logging to the same server
+                found = self._client.get_experiment_by_name(self.experiment_name)
+                if found is None:
+                    raise
+                return str(found.experiment_id)
 
     def _log_params(self) -> None:
         if self.params:
