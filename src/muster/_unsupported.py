@@ -170,6 +170,12 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "muster.tune.ResultGrid's get_best_result()/get_dataframe() on what fit() returned",
         "is_session_enabled": "muster.tune.get_context().get_trial_id() is not None (inside a trial)",
     },
+    "muster.tune.utils": {
+        "mock_trainable": "none for Ray's test trainable (MyTrainableClass): write a small muster.tune.Trainable "
+        "(setup/step/save_checkpoint/load_checkpoint) and run it with muster.tune.Tuner",
+        "flatten_dict": "pandas.json_normalize(d, sep='/').iloc[0].to_dict()",
+        "wait_for_gpu": "none: a trial's GPUs are its own when it starts (tune.with_resources(trainable, {'gpu': n}))",
+    },
     "muster.tune.search": {
         name: "muster.tune.search.optuna.OptunaSearch (Optuna's TPE and other samplers), or "
         "BasicVariantGenerator for grid and random search"

@@ -50,3 +50,17 @@ def test_write_then_read_parquet_on_s3(bucket):
     assert md.read_json(f"s3://{bucket}/js").take_all() == [{"id": 0}, {"id": 1}, {"id": 2}]
     with pytest.raises(md.DataSourceError, match=f"s3://{bucket}/missing"):
         md.read_parquet(f"s3://{bucket}/missing")
+
+
+def test_rays_anonymous_bucket_url_reads_without_credentials(bucket, monkeypatch):
+    # Ray's examples read s3://anonymous@<bucket>/...: pyarrow's form of a public bucket, no credentials
+    import boto3
+    import s3fs
+
+    boto3.client("s3").put_object(Bucket=bucket, Key="public/xy.csv", Body=b"x,y\n1.5,3.0\n2.0,4.0\n",
+                                  ACL="public-read")
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(key)
+    s3fs.S3FileSystem.clear_instance_cache()
+    ds = md.read_csv(f"s3://anonymous@{bucket}/public")
+    assert sorted(r["y"] for r in ds.take_all()) == [3.0, 4.0]

@@ -81,6 +81,22 @@ def test_mlflow_run_with_metrics_and_params(storage, tmp_path):
     assert sorted((m.step, m.value) for m in history) == [(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3)), (4, 0.0)]
 
 
+def test_mlflow_rays_options_artifacts_late_params_registry_and_token(storage, tmp_path):
+    # Ray's MLflowLoggerCallback(save_artifact=True, log_params_on_trial_end=True, ...), as its mlflow example passes
+    tracking = pytest.importorskip("mlflow.tracking")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = tracking.MlflowClient(tracking_uri=uri)
+    client.create_experiment("arts", artifact_location=str(tmp_path / "artifacts"))  # not ./mlruns in the cwd
+    callback = MLflowLoggerCallback(uri, registry_uri=uri, experiment_name="arts", tracking_token="tok",
+                                    save_artifact=True, log_params_on_trial_end=True, params={"lr": 0.1})
+    result = _fit(storage, "arts", [callback])
+    run = client.get_run(callback.run_id)
+    assert run.info.status == "FINISHED" and run.data.params == {"lr": "0.1"}
+    uploaded = {a.path for a in client.list_artifacts(callback.run_id)}
+    assert uploaded and uploaded <= set(os.listdir(result.path)) and "result.json" in uploaded, uploaded
+    assert os.environ["MLFLOW_TRACKING_TOKEN"] == "tok"
+
+
 def _trial(config):
     from muster import tune
 
@@ -110,6 +126,22 @@ def test_loggers_in_a_tuner_write_each_trials_own_files_and_mlflow_run(storage, 
     runs = client.search_runs([client.get_experiment_by_name("tuned").experiment_id])
     assert sorted(run.data.params["x"] for run in runs) == ["1", "2"]  # one run per trial, its config
     assert all(run.info.status == "FINISHED" for run in runs)
+
+
+def test_concurrent_trials_share_the_mlflow_experiment_they_make(storage, tmp_path, monkeypatch):
+    # each trial's copy looks the experiment up when its run starts: two used to both create it, one failing
+    # (likeliest on MLflow's file store, which Ray's mlflow example uses)
+    tracking = pytest.importorskip("mlflow.tracking")
+    from muster import tune
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = str(tmp_path / "mlruns")
+    grid = tune.Tuner(_trial, param_space={"x": tune.grid_search([1, 2, 3, 4, 5, 6])},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0,
+                                                callbacks=[MLflowLoggerCallback(uri, experiment_name="shared")])).fit()
+    assert grid.num_errors == 0, grid.errors
+    client = tracking.MlflowClient(tracking_uri=uri)
+    assert len(client.search_runs([client.get_experiment_by_name("shared").experiment_id])) == 6
 
 
 def test_remote_run_folder_needs_a_logdir():

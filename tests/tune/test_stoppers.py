@@ -91,3 +91,8 @@ def test_rays_tune_import_paths_resolve_or_name_the_equivalent():
         from muster.tune.schedulers import PB2  # noqa: F401
     with pytest.raises(UnsupportedRayAPIError, match=r"ExperimentAnalysis .*get_results"):
         tune.ExperimentAnalysis  # noqa: B018
+    from muster.tune.execution.placement_groups import PlacementGroupFactory
+
+    assert PlacementGroupFactory is tune.PlacementGroupFactory
+    with pytest.raises(UnsupportedRayImportError, match=r"muster.tune.utils.mock_trainable .*tune.Trainable"):
+        importlib.import_module("muster.tune.utils.mock_trainable")

@@ -31,6 +31,20 @@ def test_table_shows_status_config_iteration_metric_and_best():
     assert text.index("ab_00000") < text.index("ab_00001")  # running trials first
 
 
+def test_an_80_column_terminal_keeps_each_trial_id_and_status_on_one_line():
+    # a default-size terminal and Ray's tune_basic_example's columns: squeeze the values, not the trial's id
+    wide = [Trial(t.trial_id, t.trial_name, {**t.config, "steps": 5, "width": 14.2893, "height": -56.6112,
+                                             "activation": "relu"}, t.path, t.resources, status=t.status,
+                  last_result={"mean_loss": 7.1534, "training_iteration": 5}) for t in _trials()]
+    view = TuneProgress("exp", "/x", "mean_loss", "min", verbose=1)
+    view.update(wide, "")
+    out = io.StringIO()
+    Console(file=out, width=80, force_terminal=False).print(view._render())
+    lines = out.getvalue().splitlines()
+    for expected in ("ab_00000", "ab_00001", "ab_00002", "RUNNING", "TERMINATED", "ERROR"):
+        assert any(expected in line for line in lines), (expected, out.getvalue())
+
+
 def test_plain_lines_when_not_a_terminal(capsys):
     view = TuneProgress("exp", "/x", "loss", "max", verbose=1)
     view.start()

@@ -147,11 +147,14 @@ def test_with_resources_dict_without_cpu_asks_for_no_cpu(storage):
                    run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
 
 
-def test_rerunning_an_existing_experiment_name_points_to_restore(storage):
+def test_rerunning_an_existing_experiment_name_starts_a_new_experiment_there(storage):
+    # Ray reruns a script with a fixed RunConfig(name=...) into the same folder; restore then sees the new run only
     rc = tune.RunConfig(name="again", storage_path=storage)
-    tune.Tuner(_quadratic, param_space={"x": 0.5}, run_config=rc).fit()
-    with pytest.raises(ValueError, match=r"Tuner.restore\("):
-        tune.Tuner(_quadratic, param_space={"x": 0.5}, run_config=tune.RunConfig(name="again", storage_path=storage)).fit()
+    old = tune.Tuner(_quadratic, param_space={"x": 0.5}, run_config=rc).fit()[0].path
+    grid = tune.Tuner(_quadratic, param_space={"x": 0.1}, run_config=tune.RunConfig(name="again", storage_path=storage)).fit()
+    assert [r.config["x"] for r in grid] == [0.1] and grid[0].path != old and os.path.isdir(old)
+    restored = tune.Tuner.restore(os.path.join(storage, "again"), _quadratic).get_results()
+    assert [r.config["x"] for r in restored] == [0.1]
 
 
 def _slow_linear(config):

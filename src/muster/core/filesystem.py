@@ -25,3 +25,20 @@ def as_fsspec(filesystem: Any, what: str = "storage_filesystem") -> Any:
         return ArrowFSWrapper(filesystem)
     raise InvalidTypeError(f"{what}={filesystem!r}: pass a pyarrow.fs.FileSystem (as Ray takes) or an fsspec "
                            "filesystem, or leave it out to infer one from the path's URL (s3://..., gs://...).")
+
+
+# the fsspec options of an unsigned (credential-less) client, per URL scheme
+_ANONYMOUS: dict[str, dict[str, Any]] = {
+    "s3": {"anon": True}, "s3a": {"anon": True}, "gs": {"token": "anon"}, "gcs": {"token": "anon"},
+}
+
+
+def url_to_fs(url: str) -> tuple[Any, str]:
+    """(fsspec filesystem, path) for ``url``, as ``fsspec.core.url_to_fs``, also taking pyarrow's
+    (and so Ray's) ``s3://anonymous@bucket/key`` form: a bucket read without credentials, as Ray's
+    example data sets are (``gs://anonymous@...`` too)."""
+    protocol, sep, rest = url.partition("://")
+    anonymous = _ANONYMOUS.get(protocol.lower()) if sep and rest.startswith("anonymous@") else None
+    if anonymous is not None:
+        return fsspec.core.url_to_fs(f"{protocol}://{rest.removeprefix('anonymous@')}", **anonymous)
+    return fsspec.core.url_to_fs(url)

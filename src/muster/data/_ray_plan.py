@@ -135,13 +135,12 @@ def write(node: Node, kind: str, path: str, filesystem: Any, mode: Any = "append
     """``write_parquet/csv/json`` by ``ray.data``: the files it wrote under ``path`` (as muster returns them).
     ``mode`` is muster's (a ``SaveMode`` or its value), given to Ray as Ray's; options left None are Ray's
     defaults."""
-    import fsspec
     from ray.data import SaveMode as RaySaveMode
 
-    from muster.core.filesystem import as_fsspec
+    from muster.core.filesystem import as_fsspec, url_to_fs
 
     listing = as_fsspec(filesystem, f"write_{kind}(filesystem=)")  # Ray takes pyarrow's; the listing, fsspec
-    fs, root = (listing, path) if listing is not None else fsspec.core.url_to_fs(path)
+    fs, root = (listing, path) if listing is not None else url_to_fs(path)
     before = set(_files(fs, root))
     options = {k: v for k, v in kwargs.items() if v is not None}
     options["mode"] = RaySaveMode(str(getattr(mode, "value", mode)).lower())

@@ -23,7 +23,7 @@ from muster.data import block as blk
 from muster.data import ray_tensors
 from muster.data.exceptions import DataSchemaError, DataSourceError
 from muster.data.plan import ReadTask
-from muster.core.filesystem import as_fsspec
+from muster.core.filesystem import as_fsspec, url_to_fs
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 #: Small files are read together, up to this many bytes and files per task.
@@ -81,8 +81,6 @@ class FileOptions:
 def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...] | None, where: str,
             options: FileOptions | None = None) -> tuple[Any, list[tuple[str, int]], str | None]:
     """(fsspec filesystem, [(file, size)], the base folder when one folder was given)."""
-    import fsspec
-
     items = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
     if not items:
         raise DataSourceError(f"{where}(paths=[]): pass at least one file, folder, glob or URL.")
@@ -91,7 +89,7 @@ def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...]
     base: str | None = None
     for item in items:
         item = str(item)
-        this_fs, path = (fs, item) if fs is not None else fsspec.core.url_to_fs(item)
+        this_fs, path = (fs, item) if fs is not None else url_to_fs(item)
         fs = this_fs
         if any(ch in path for ch in "*?["):
             found = sorted(fs.glob(path, detail=True).items())

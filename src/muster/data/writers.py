@@ -83,9 +83,7 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
     Each file is whole or absent: it is written under a hidden name and renamed when complete, so a
     write that fails leaves no half file for a reader to trip on.
     """
-    import fsspec
-
-    from muster.core.filesystem import as_fsspec
+    from muster.core.filesystem import as_fsspec, url_to_fs
 
     filesystem = as_fsspec(filesystem, f"{where}(filesystem=)")
     mode = str(getattr(mode, "value", mode)).lower()
@@ -97,7 +95,7 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
     if min_rows_per_file and max_rows_per_file and min_rows_per_file > max_rows_per_file:
         raise InvalidArgumentError(f"{where}(min_rows_per_file={min_rows_per_file}, max_rows_per_file="
                                    f"{max_rows_per_file}): the minimum is above the maximum.")
-    fs, root = (filesystem, path) if filesystem is not None else fsspec.core.url_to_fs(path)
+    fs, root = (filesystem, path) if filesystem is not None else url_to_fs(path)
     root = root.rstrip("/")
     existing = fs.exists(root) and bool(fs.ls(root))
     if existing and mode in ("error", "create"):

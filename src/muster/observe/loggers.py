@@ -197,25 +197,37 @@ class TBXLoggerCallback(_LoggerCallback):
             self._writer = None
 
 
+_MLFLOW_EXPERIMENTS = threading.Lock()  # one lookup-or-create of an MLflow experiment at a time
+
+
 class MLflowLoggerCallback(_LoggerCallback):
     """Numeric metrics to an MLflow run (``pip install "muster[mlflow]"``).
 
     Args:
         tracking_uri: where MLflow keeps runs (e.g. ``sqlite:///mlflow.db``, ``http://host:5000``);
             default: MLflow's own (``MLFLOW_TRACKING_URI``).
+        registry_uri: the MLflow model registry's URI (Ray's argument).
         experiment_name: the MLflow experiment (made if missing); default ``"muster"``.
         tags: tags for the MLflow run.
+        tracking_token: a token for the tracking server (set as ``MLFLOW_TRACKING_TOKEN``, as Ray does).
+        save_artifact: at the run's end, upload its folder (a trial's folder in a Tuner) as the
+            MLflow run's artifacts (a local folder only).
+        log_params_on_trial_end: record the parameters at the run's end instead of its start.
         params: parameters to record once (e.g. your ``train_loop_config``).
         all_ranks: log every rank's reports, as ``rank<N>/metric``.
 
     Calls to MLflow run on a background thread, so a slow tracking server never holds up ``report()``.
     """
 
-    def __init__(self, tracking_uri: str | None = None, *, experiment_name: str | None = None,
-                 tags: dict[str, str] | None = None, params: dict[str, Any] | None = None, all_ranks: bool = False):
+    def __init__(self, tracking_uri: str | None = None, *, registry_uri: str | None = None,
+                 experiment_name: str | None = None, tags: dict[str, str] | None = None,
+                 tracking_token: str | None = None, save_artifact: bool = False, log_params_on_trial_end: bool = False,
+                 params: dict[str, Any] | None = None, all_ranks: bool = False):
         super().__init__(None)
-        self.tracking_uri, self.experiment_name = tracking_uri, experiment_name or "muster"
+        self.tracking_uri, self.registry_uri, self.tracking_token = tracking_uri, registry_uri, tracking_token
+        self.experiment_name = experiment_name or "muster"
         self.tags, self.params, self.all_ranks = dict(tags or {}), dict(params or {}), all_ranks
+        self.save_artifact, self.log_params_on_trial_end = save_artifact, log_params_on_trial_end
         self.run_id: str | None = None
 
     def for_trial(self, config: dict[str, Any]) -> "MLflowLoggerCallback":
@@ -232,14 +244,35 @@ class MLflowLoggerCallback(_LoggerCallback):
             from mlflow.tracking import MlflowClient
         except ImportError as exc:
             raise ImportError('MLflowLoggerCallback needs mlflow: pip install "muster[mlflow]"') from exc
-        self._client: Any = MlflowClient(tracking_uri=self.tracking_uri)
-        found = self._client.get_experiment_by_name(self.experiment_name)
-        experiment_id = found.experiment_id if found else self._client.create_experiment(self.experiment_name)
-        run = self._client.create_run(experiment_id, run_name=run_name, tags={"muster.run_path": run_path, **self.tags})
+        if self.tracking_token:
+            os.environ["MLFLOW_TRACKING_TOKEN"] = self.tracking_token  # where MLflow's client reads it
+        self._client: Any = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.registry_uri)
+        run = self._client.create_run(self._experiment_id(), run_name=run_name, tags={"muster.run_path": run_path, **self.tags})
         self.run_id = run.info.run_id
         self._queue: queue.Queue[list[Any] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._send_forever, name="muster-mlflow", daemon=True)
         self._thread.start()
+        if not self.log_params_on_trial_end:
+            self._log_params()
+
+    def _experiment_id(self) -> str:
+        """The experiment's id, made if missing: once, though a Tuner's trials start their runs
+        at once (Ray makes it on the driver before the trials)."""
+        from mlflow.exceptions import MlflowException
+
+        with _MLFLOW_EXPERIMENTS:
+            found = self._client.get_experiment_by_name(self.experiment_name)
+            if found is not None:
+                return str(found.experiment_id)
+            try:
+                return str(self._client.create_experiment(self.experiment_name))
+            except MlflowException:  # made meanwhile by another process logging to the same server
+                found = self._client.get_experiment_by_name(self.experiment_name)
+                if found is None:
+                    raise
+                return str(found.experiment_id)
+
+    def _log_params(self) -> None:
         if self.params:
             from mlflow.entities import Param
 
@@ -272,8 +305,12 @@ class MLflowLoggerCallback(_LoggerCallback):
     def _close(self) -> None:
         if self.run_id is None:
             return
+        if self.log_params_on_trial_end:
+            self._log_params()
         self._queue.put(None)
         self._thread.join(60)
+        if self.save_artifact and self.folder is not None and os.path.isdir(self.folder):
+            self._client.log_artifacts(self.run_id, self.folder)
         self._client.set_terminated(self.run_id, "FINISHED")
 
 

@@ -170,7 +170,9 @@ class TuneProgress:
         elapsed = time.monotonic() - self._start
         table = Table(title=f"{self.name}  {elapsed:.0f} s  {note}", title_justify="left")
         params, metrics, shown, rows = self._layout(trials)
-        for col in ["trial", "status", *params.values(), *metrics.values()]:
+        for col in ("trial", "status"):  # whole on a narrow terminal: the values' columns give way
+            table.add_column(col, no_wrap=True)
+        for col in [*params.values(), *metrics.values()]:
             table.add_column(col, overflow="fold")
         for t in shown:
             flat = flatten_config(t.config)

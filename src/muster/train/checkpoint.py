@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from muster.core.filesystem import as_fsspec
+from muster.core.filesystem import as_fsspec, url_to_fs
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train._internal.resume import STATE_DIR
 from muster.train.storage import MANIFEST
@@ -40,7 +40,7 @@ class Checkpoint:
         where = str(os.fspath(path))
         filesystem = as_fsspec(filesystem, "Checkpoint(filesystem=)")
         if filesystem is None:
-            filesystem, where = fsspec.core.url_to_fs(where)
+            filesystem, where = url_to_fs(where)
         self.path: str = where
         self.filesystem = filesystem
         self._temporary = False

@@ -31,7 +31,7 @@ from typing import Any, Callable, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from muster.core.filesystem import as_fsspec
+from muster.core.filesystem import as_fsspec, url_to_fs
 from muster.core.serialization import json_default
 
 MANIFEST = ".muster_manifest.json"
@@ -74,7 +74,7 @@ class Storage:
     def __init__(self, storage_path: str, name: str, filesystem: Any = None):
         filesystem = as_fsspec(filesystem)
         if filesystem is None:
-            filesystem, root = fsspec.core.url_to_fs(storage_path)
+            filesystem, root = url_to_fs(storage_path)
         else:
             root = filesystem._strip_protocol(storage_path)
         self.fs = filesystem

@@ -1,10 +1,11 @@
 """What a class trainable's worker and the Tune controller tell each other about one step.
 
-A ``tune.Trainable`` that is to be saved when its trial ends (``checkpoint_at_end``)
-asks before it reports a step's result: the controller acts on the result (stopper,
-scheduler, searcher, callbacks) and answers whether the trial ends there, so that
-the worker can save the trainable and report the result with that checkpoint before
-it stops, as Ray saves a trial that a stop condition ends.
+A ``tune.Trainable`` that saves checkpoints asks before it reports a step's result
+that was not due a checkpoint anyway: the controller acts on the result (stopper,
+scheduler, searcher, callbacks) and answers whether the trial ends there and whether
+a callback asked for a checkpoint, so that the worker can save the trainable and report
+the result with that checkpoint, as Ray saves a trial that a stop condition ends
+(``checkpoint_at_end``) or whose result a callback marked ``should_checkpoint``.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ class StepResult:
 
 @dataclass(frozen=True)
 class StepDecision:
-    """Driver -> worker: whether the trial ends with this result, and the Tune fields
-    (``time_total_s``, ``trial_id``...) the controller acted on, to report with it."""
+    """Driver -> worker: whether the trial ends with this result, the Tune fields
+    (``time_total_s``, ``trial_id``...) the controller acted on, to report with it, and
+    whether a callback asked for a checkpoint with it (``result[SHOULD_CHECKPOINT] = True``)."""
 
     ends: bool
     fields: dict[str, Any] = field(default_factory=dict)
+    checkpoint: bool = False

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from muster.exceptions import InvalidTypeError
+from muster.tune.result import SHOULD_CHECKPOINT
 
 _DICT_FILE = "trainable_state.pkl"  # what save_checkpoint returned, when it returned a dict
 _ITER_FILE = "trainable_iteration"
@@ -216,12 +217,14 @@ class ClassTrainable:
             while True:
                 result = trainable.train()
                 done = bool(result.get("done"))
-                due = saves and self._due(trainable, done, asked=bool(result.get("should_checkpoint")))
-                if saves and self.checkpoint_at_end and not due:
-                    # Would the trial end here (stopper, scheduler)? Then it is saved with this result.
+                due = saves and self._due(trainable, done, asked=bool(result.get(SHOULD_CHECKPOINT)))
+                if saves and not due:
+                    # Would the trial end here (stopper, scheduler), or does a callback ask for a
+                    # checkpoint? Then the trainable is saved with this result.
                     decision = decide_step(result)
                     result = {**result, **decision.fields}
-                    done = due = decision.ends
+                    done = done or decision.ends
+                    due = decision.checkpoint or (done and self.checkpoint_at_end)
                 if due:
                     with tempfile.TemporaryDirectory(prefix="muster-trainable-") as d:
                         trainable.save(d)

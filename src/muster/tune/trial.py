@@ -32,7 +32,7 @@ from typing import Any, Union
 from muster.core.api import get_runtime
 from muster.core.resources import fmt
 from muster.core.runtime import RuntimeActor
-from muster.exceptions import MusterError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, MusterError
 from muster.train._internal.backend import Backend
 from muster.train._internal.checkpoint_manager import SHOWN_ITERATION, round_of
 from muster.train._internal.events import FitRequest
@@ -84,6 +84,7 @@ class Trial:
     restart_plan: tuple[dict[str, Any], Checkpoint | None, str] | None = None
     run: TrialRun | None = field(default=None, repr=False)
     ending_as: str | None = field(default=None, repr=False)  # the status a stop request ends it in
+    trainable: str = ""  # the trainable's name (trial_name may be a TuneConfig(trial_name_creator=)'s)
 
     @property
     def dirname(self) -> str:
@@ -102,7 +103,9 @@ class Trial:
 
     @property
     def trainable_name(self) -> str:
-        suffix = f"_{self.trial_id}"
+        if self.trainable:
+            return self.trainable
+        suffix = f"_{self.trial_id}"  # a trial recorded before its trainable's name was
         return self.trial_name[: -len(suffix)] if self.trial_name.endswith(suffix) else self.trial_name
 
     def is_finished(self) -> bool:
@@ -120,6 +123,7 @@ class Trial:
             "resources": self.resources,
             "num_results": self.num_results,
             "experiment_tag": self.experiment_tag,
+            "trainable": self.trainable,
         }
 
     @classmethod
@@ -128,6 +132,7 @@ class Trial:
             d["trial_id"], d["trial_name"], d["config"], d["path"], d.get("resources", {}),
             status=d.get("status", PENDING), last_result=d.get("last_result") or {}, error=d.get("error"),
             num_results=d.get("num_results", 0), experiment_tag=d.get("experiment_tag", ""),
+            trainable=d.get("trainable", ""),
         )
 
     def __str__(self) -> str:
@@ -148,6 +153,22 @@ def trial_dirname(trial_name: str, experiment_tag: str) -> str:
     identifier = f"{trial_name}_{experiment_tag}" if experiment_tag else trial_name
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     return _UNSAFE.sub("_", f"{identifier[:_MAX_IDENTIFIER]}_{stamp}")
+
+
+def custom_dirname(name: Any, taken: set[str]) -> str:
+    """What a ``TuneConfig(trial_dirname_creator=)`` returned, as a trial folder's name: the
+    characters Ray's (and muster's) trial folders avoid as ``_``; unique in the experiment."""
+    if not isinstance(name, str) or not name.strip("."):
+        raise InvalidTypeError(f"TuneConfig(trial_dirname_creator=) returned {name!r}: return a folder name (a "
+                               "non-empty str), e.g. f'trial_{trial.trial_id}'.")
+    if "/" in name or "\\" in name:
+        raise InvalidArgumentError(f"TuneConfig(trial_dirname_creator=) returned {name!r}: a folder name must not "
+                                   "contain '/'; return one level, e.g. f'trial_{trial.trial_id}'.")
+    dirname = _UNSAFE.sub("_", name)
+    if dirname in taken:
+        raise InvalidArgumentError(f"TuneConfig(trial_dirname_creator=) returned {name!r} for two trials: each "
+                                   "trial needs its own folder; include trial.trial_id in the name.")
+    return dirname
 
 
 @dataclass

@@ -30,7 +30,10 @@ class TuneConfig:
         time_budget_s: stop every trial after this many seconds.
         reuse_actors: accepted for Ray compatibility; muster trials start in
             milliseconds from its forked workers, so there is nothing to reuse.
-        trial_name_creator / trial_dirname_creator: not supported (raise).
+        trial_name_creator: a function of a new trial returning its name (``str(trial)``, the
+            progress lines, ``get_context().get_trial_name()``).
+        trial_dirname_creator: a function of a new trial returning its folder's name (one level,
+            unique; characters other than letters, digits and ``_ . = + -`` become ``_``).
     """
 
     metric: str | None = None
@@ -62,11 +65,10 @@ class TuneConfig:
             raise InvalidArgumentError(f"TuneConfig(max_concurrent_trials={self.max_concurrent_trials!r}): use an integer >= 1.")
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise InvalidArgumentError(f"TuneConfig(time_budget_s={self.time_budget_s!r}): use a number of seconds > 0.")
-        if self.trial_name_creator is not None or self.trial_dirname_creator is not None:
-            raise InvalidArgumentError(
-                "TuneConfig(trial_name_creator/trial_dirname_creator) is not supported: trial folders are named "
-                "as Ray names them by default (<trainable>_<trial_id>_<experiment tag>_<date>). Leave them unset."
-            )
+        for name in ("trial_name_creator", "trial_dirname_creator"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise InvalidTypeError(f"TuneConfig({name}={getattr(self, name)!r}): pass a function of the trial "
+                                       "returning a str, e.g. lambda trial: f'trial_{trial.trial_id}'.")
 
 
 @dataclass

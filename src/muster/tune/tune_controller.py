@@ -30,7 +30,7 @@ import cloudpickle
 from muster.core import resources as res
 from muster.core.interrupts import SafeInterrupts
 from muster.core.api import get_runtime
-from muster.exceptions import ResourcesUnavailableError, root_cause_summary
+from muster.exceptions import InvalidTypeError, ResourcesUnavailableError, root_cause_summary
 from muster.observe.tune_progress import TuneProgress, flatten_config
 from muster.train.checkpoint import Checkpoint
 from muster.train.result import _public
@@ -52,10 +52,12 @@ from muster.tune.trial import (
     TrialResult,
     TrialRun,
     TrialStep,
+    custom_dirname,
     latest_checkpoint,
     trial_dirname,
 )
 from muster.tune.messages import StepDecision
+from muster.tune.result import SHOULD_CHECKPOINT
 
 EXPERIMENT_STATE = "experiment_state.json"
 ERROR_FILE = "error.pkl"  # a failed trial's error, in its folder
@@ -93,6 +95,8 @@ class TuneController:
         self.fail_fast = fail_fast
         self.failed_fast: str | None = None
         self._deciding: Trial | None = None  # the trial whose step result is being acted on
+        # TuneConfig(trial_name_creator=, trial_dirname_creator=): each a function of the new trial, or None
+        self.trial_namers: tuple[Callable[[Trial], str] | None, Callable[[Trial], str] | None] = (None, None)
         self.events: queue.Queue[TrialEvent] = queue.Queue()
         self.errors: dict[str, BaseException] = {}
         self.progress = TuneProgress(experiment.name, experiment.uri, metric, mode, verbose)
@@ -261,7 +265,8 @@ class TuneController:
                 tagger = getattr(self.searcher, "experiment_tag", None)
                 tag = tagger(len(self.trials), config) if tagger else str(len(self.trials))
                 path = self.experiment.join(self.experiment.uri, trial_dirname(name, tag))
-                trial = Trial(trial_id, name, config, path, {}, experiment_tag=tag)
+                trial = Trial(trial_id, name, config, path, {}, experiment_tag=tag, trainable=self.trainable_name)
+                self._name(trial)
                 self.trials.append(trial)
                 self.scheduler.on_trial_add(self, trial)
                 self._dirty = True
@@ -269,6 +274,20 @@ class TuneController:
             return None
         paused = [t for t in self.trials if t.run is None and t.status == PAUSED]
         return self.scheduler.choose_trial_to_run(self, paused) if paused else None
+
+    def _name(self, trial: Trial) -> None:
+        """A new trial's name and folder from ``TuneConfig(trial_name_creator=, trial_dirname_creator=)``,
+        each called with the trial, as Ray calls them (the folder's creator sees the custom name)."""
+        name_creator, dirname_creator = self.trial_namers
+        if name_creator is not None:
+            name = name_creator(trial)
+            if not isinstance(name, str) or not name:
+                raise InvalidTypeError(f"TuneConfig(trial_name_creator=) returned {name!r} for trial "
+                                       f"{trial.trial_id}: return a non-empty str, e.g. f'trial_{{trial.trial_id}}'.")
+            trial.trial_name = name
+        if dirname_creator is not None:
+            taken = {t.dirname for t in self.trials if t is not trial}
+            trial.path = self.experiment.join(self.experiment.uri, custom_dirname(dirname_creator(trial), taken))
 
     def _plan(self, trial: Trial) -> RunPlan:
         plan = self._plans.get(trial.trial_id)
@@ -335,19 +354,21 @@ class TuneController:
         that checkpoint (``checkpoint_at_end``) and end, instead of being killed."""
         self._deciding = step.trial
         try:
-            self._on_result(step.trial, step.row)
+            result = self._on_result(step.trial, step.row)
         finally:
             self._deciding = None
-        if not step.reply.done():
-            step.reply.set_result(StepDecision(ends=step.trial.ending_as is not None, fields=step.fields))
+        if not step.reply.done():  # a callback may have asked for a checkpoint (Ray's SHOULD_CHECKPOINT)
+            step.reply.set_result(StepDecision(ends=step.trial.ending_as is not None, fields=step.fields,
+                                               checkpoint=bool(result.get(SHOULD_CHECKPOINT))))
 
-    def _on_result(self, trial: Trial, row: dict[str, Any]) -> None:
+    def _on_result(self, trial: Trial, row: dict[str, Any]) -> dict[str, Any]:
+        """Act on one result; returns it as the callbacks left it (they may change it, as in Ray)."""
         result = _public(row)  # the user's own "_" keys too: Ray hands schedulers the whole result
         if trial.ending_as is not None:
             # Reported while being stopped: recorded in its run and shown to callbacks (loggers keep
             # every result), but no searcher, stopper or scheduler acts on it.
             self.callbacks.trial_event("on_trial_result", self.trials, trial, result=result)
-            return
+            return result
         trial.last_result, trial.num_results = result, trial.num_results + 1
         self._dirty = True
         self.searcher.on_trial_result(trial.trial_id, result)
@@ -363,6 +384,7 @@ class TuneController:
         if self.stopper.stop_all():
             self.progress.event("the stopper asked to stop the experiment")
             self._stop_everything()
+        return result
 
     def _on_end(self, trial: Trial, outcome: Any) -> None:
         trial.run = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import fnmatch
 import logging
 import re
 import secrets
@@ -102,19 +103,14 @@ class Tuner:
             ResourcesUnavailableError: one trial needs more than the engine has.
             TrainingFailedError: under ``FailureConfig(fail_fast="raise")``, the first trial
                 error (also an instance of what the trainable raised), once the others stopped.
-            InvalidArgumentError: the experiment folder exists already (use ``Tuner.restore``), or
-                ``CheckpointConfig(checkpoint_frequency/checkpoint_at_end)`` is set for a trainable
+            InvalidArgumentError: ``CheckpointConfig(checkpoint_frequency/checkpoint_at_end)`` is set for a trainable
                 that saves its own checkpoints (a function or a trainer).
         """
         _class_checkpointing(self.trainable, self.run_config.checkpoint_config)
         fail_fast = _fail_fast(self.run_config.failure_config)
         storage = self._storage()
-        state_path = storage.join(storage.run_dir, EXPERIMENT_STATE)
-        if self._restored is None and storage.exists(state_path):
-            raise InvalidArgumentError(
-                f"An experiment named {storage.name!r} already exists in {storage.storage_path}. Continue it with "
-                f"Tuner.restore({storage.uri!r}, trainable).fit(), or pick a new RunConfig(name=...)."
-            )
+        if self._restored is None:
+            _forget_earlier_run(storage)
         storage.makedirs(storage.run_dir)
         storage.write_bytes(storage.join(storage.run_dir, TUNER_FILE), cloudpickle.dumps(self._saved()))
         trials = [Trial.from_json(t) for t in (self._restored or {}).get("trials", [])]
@@ -144,6 +140,7 @@ class Tuner:
             storage.root_uri, fail_fast,
         )
         controller.callbacks = CallbackList(self.run_config.callbacks)
+        controller.trial_namers = (tc.trial_name_creator, tc.trial_dirname_creator)
         controller.progress.use(progress_reporter.check(self.run_config.progress_reporter))
         controller.setup_info = {  # what Ray's Callback.setup gets
             "stop": self.run_config.stop, "num_samples": tc.num_samples, "time_budget_s": tc.time_budget_s,
@@ -262,6 +259,22 @@ class Tuner:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+def _forget_earlier_run(storage: Storage) -> None:
+    """A fresh ``fit()`` under a name used before starts a new experiment in that folder, as in Ray.
+
+    The earlier run's trial folders stay (trial ids differ); its experiment and searcher state go, so
+    a later ``Tuner.restore`` sees only the new run.
+    """
+    if not storage.exists(storage.join(storage.run_dir, EXPERIMENT_STATE)):
+        return
+    stale = [EXPERIMENT_STATE] + [n for n in storage.listdir(storage.run_dir)
+                                  if fnmatch.fnmatch(n, Searcher.CKPT_FILE_TMPL.format("*"))]
+    _log.info("An experiment named %r exists in %s: starting a new one there (Tuner.restore(%r, trainable) would "
+              "have continued it).", storage.name, storage.storage_path, storage.uri)
+    for name in stale:
+        storage.rm(storage.join(storage.run_dir, name))
+
+
 def _resume(storage: Storage, t: dict[str, Any], config: ResumeConfig) -> None:
     """Set a restored trial's saved state (``t``) as ``config`` says for its status."""
     if t["status"] == trial_mod.ERROR:

@@ -1,0 +1,59 @@
+"""Ray's ``ray.tune.utils``: :func:`validate_save_restore`, the check that a class trainable resumes.
+
+Ray's other helpers there (``mock_trainable``, ``flatten_dict``, ``wait_for_gpu``...) are not
+provided; importing one names what to use instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from muster.exceptions import InvalidArgumentError
+from muster.tune.result import TRAINING_ITERATION
+
+__all__ = ["validate_save_restore"]
+
+
+def validate_save_restore(trainable_cls: type, config: dict[str, Any] | None = None, num_gpus: float = 0) -> bool:
+    """Check that a ``tune.Trainable`` class resumes where it was saved, as Ray's helper does: one
+    actor trains 3 steps and saves, a second actor restores that checkpoint and trains on; its
+    ``training_iteration`` must go on from 3 (4, then 5).
+
+    Args:
+        trainable_cls: the ``tune.Trainable`` subclass to check.
+        config: the config both actors get.
+        num_gpus: GPUs for each actor.
+
+    Returns:
+        True when the round trip resumed.
+
+    Raises:
+        InvalidArgumentError: the restored trainable did not go on from the saved iteration.
+        Whatever the trainable's ``setup``, ``step``, ``save_checkpoint`` or ``load_checkpoint``
+        raised, as that error.
+    """
+    from muster.tasks import get, kill, remote
+
+    actor_cls = remote(num_gpus=num_gpus)(trainable_cls)
+    first, second = actor_cls.remote(config=config), actor_cls.remote(config=config)
+    try:
+        for _ in range(3):
+            get(first.train.remote())
+        get(second.restore.remote(get(first.save.remote())))
+        for expected in (4, 5):
+            got = get(second.train.remote()).get(TRAINING_ITERATION)
+            if got != expected:
+                raise InvalidArgumentError(
+                    f"validate_save_restore({trainable_cls.__name__}): after restoring a checkpoint saved at "
+                    f"iteration 3, training_iteration was {got}, not {expected}. Make save_checkpoint write and "
+                    "load_checkpoint read everything step() depends on.")
+    finally:
+        for actor in (first, second):
+            kill(actor)
+    return True
+
+
+def __getattr__(name: str) -> Any:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.tune.utils", name)
