@@ -160,14 +160,11 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "setup_mlflow": "mlflow.start_run() in rank 0 of train_loop_per_worker, or MLflowLoggerCallback",
     },
     "muster.tune": {
-        "run": "muster.tune.Tuner(trainable, param_space=..., tune_config=..., run_config=...).fit()",
-        "run_experiments": "muster.tune.Tuner(...).fit()",
-        "Experiment": "muster.tune.Tuner(...)",
+        "run_experiments": "muster.tune.run(trainable, config=..., ...) once per experiment, or Tuner(...).fit()",
+        "Experiment": "muster.tune.run(trainable, ...) keywords, or muster.tune.Tuner(...)",
         "SyncConfig": "muster.train.RunConfig(storage_path=...): storage is written directly",
         "register_trainable": "pass the function or Trainable class to muster.tune.Tuner directly",
         "register_env": "no muster equivalent (RLlib environments)",
-        "ExperimentAnalysis": "muster.tune.Tuner.restore(path, trainable).get_results() (a ResultGrid), or "
-        "muster.tune.ResultGrid's get_best_result()/get_dataframe() on what fit() returned",
         "is_session_enabled": "muster.tune.get_context().get_trial_id() is not None (inside a trial)",
     },
     "muster.tune.utils": {

@@ -89,8 +89,11 @@ def test_rays_tune_import_paths_resolve_or_name_the_equivalent():
         importlib.import_module("muster.tune.search.hyperopt")
     with pytest.raises(UnsupportedRayImportError, match=r"muster.tune.schedulers.PB2 .*PopulationBasedTraining"):
         from muster.tune.schedulers import PB2  # noqa: F401
-    with pytest.raises(UnsupportedRayAPIError, match=r"ExperimentAnalysis .*get_results"):
-        tune.ExperimentAnalysis  # noqa: B018
+    from muster.tune.analysis import ExperimentAnalysis  # the path Ray's docs use
+
+    assert tune.ExperimentAnalysis is ExperimentAnalysis
+    with pytest.raises(UnsupportedRayAPIError, match=r"run_experiments .*tune.run"):
+        tune.run_experiments  # noqa: B018
     from muster.tune.execution.placement_groups import PlacementGroupFactory
 
     assert PlacementGroupFactory is tune.PlacementGroupFactory

@@ -9,7 +9,8 @@ from muster.train.checkpoint import Checkpoint
 from muster.train.config import FailureConfig, RunConfig
 from muster.exceptions import MusterError as TuneError  # Ray's base error of ray.tune: muster's base error
 from muster.train.result import Result
-from muster.tune import logger, schedulers, search
+from muster.tune import analysis, logger, schedulers, search
+from muster.tune.analysis import ExperimentAnalysis
 from muster.tune.callback import Callback
 from muster.tune.progress_reporter import CLIReporter, JupyterNotebookReporter, ProgressReporter
 from muster.tune.result_grid import ResultGrid, TrialError
@@ -42,6 +43,7 @@ from muster.tune.tune_config import (
 )
 from muster.tune.trainable import Trainable
 from muster.tune.tuner import Tuner
+from muster.tune.tune_run import run
 
 
 def __getattr__(name: str) -> object:
@@ -55,11 +57,13 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "analysis",
     "CLIReporter",
     "Callback",
     "JupyterNotebookReporter",
     "ProgressReporter",
     "Checkpoint",
+    "ExperimentAnalysis",
     "CheckpointConfig",
     "FailureConfig",
     "MaximumIterationStopper",
@@ -92,6 +96,7 @@ __all__ = [
     "randint",
     "randn",
     "report",
+    "run",
     "sample_from",
     "schedulers",
     "search",

@@ -75,20 +75,15 @@ class ResultGrid:
             )
         if scope not in _SCOPES:
             raise InvalidArgumentError(f"get_best_result(scope={scope!r}): use one of {', '.join(_SCOPES)}.")
-        scored = []
-        for r in self._results:
-            value = _score(_values(r, metric), scope, mode, filter_nan_and_inf)
-            if value is not None:
-                scored.append((value, r))
-        if not scored:
+        best = best_index(self._results, metric, mode, scope, filter_nan_and_inf)
+        if best is None:
             reported = sorted({k for r in self._results for k in (r.metrics or {})})
             raise InvalidArgumentError(
                 f"get_best_result: no trial reported {metric!r}"
                 + (" with a finite value" if filter_nan_and_inf else "")
                 + f". Reported metrics: {reported or 'none'}."
             )
-        pick = min if mode == "min" else max
-        return pick(scored, key=lambda x: x[0])[1]
+        return self._results[best]
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> Any:
         """A pandas DataFrame, one row per trial: its last result (or its best by
@@ -115,6 +110,17 @@ class ResultGrid:
         return pd.DataFrame(rows)
 
 
+def best_index(results: list[Result], metric: str, mode: str, scope: str, finite_only: bool) -> int | None:
+    """The index of the result whose ``metric`` scores best under ``scope`` and ``mode`` (the first of
+    equals), or None when none reported it (with a finite value, under ``finite_only``)."""
+    scored = []
+    for i, r in enumerate(results):
+        value = _score(_values(r, metric), scope, mode, finite_only)
+        if value is not None:
+            scored.append((value if mode == "max" else -value, -i))
+    return -max(scored)[1] if scored else None
+
+
 def _lead_reports(r: Result) -> list[dict[str, Any]]:
     """The lead rank's reports, up to the one the experiment acted on (``r.metrics``).
 
@@ -133,7 +139,7 @@ def _lead_reports(r: Result) -> list[dict[str, Any]]:
 def _values(r: Result, metric: str) -> list[float]:
     out = []
     for x in _lead_reports(r):
-        v = x.get(metric)
+        v = lookup(x, metric)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             out.append(float(v))
     return out
@@ -151,3 +157,15 @@ def _score(values: list[float], scope: str, mode: str, finite_only: bool) -> flo
     window = {"avg": len(values), "last-5-avg": 5, "last-10-avg": 10}[scope]
     tail = values[-window:]
     return sum(tail) / len(tail)
+
+
+def lookup(metrics: dict[str, Any], metric: str) -> Any:
+    """``metrics[metric]``, or the nested value a flattened name ``a/b`` names (as Ray looks it up)."""
+    if metric in metrics:
+        return metrics[metric]
+    value: Any = metrics
+    for part in metric.split("/"):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value

@@ -160,9 +160,7 @@ class Tuner:
 
     def get_results(self) -> ResultGrid:
         """The results of this (restored) experiment as they are on disk, without running anything."""
-        storage = self._storage()
-        state = storage.read_json(storage.join(storage.run_dir, EXPERIMENT_STATE))
-        return _grid(storage, [Trial.from_json(t) for t in state["trials"]], {}, state.get("metric"), state.get("mode"))
+        return read_experiment(self._storage())[1]
 
     def _storage(self) -> Storage:
         if self._path is not None:
@@ -259,6 +257,13 @@ class Tuner:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+def read_experiment(storage: Storage) -> tuple[list[Trial], ResultGrid]:
+    """The trials of the experiment in ``storage`` as its saved state has them, and their results."""
+    state = storage.read_json(storage.join(storage.run_dir, EXPERIMENT_STATE))
+    trials = [Trial.from_json(t) for t in state["trials"]]
+    return trials, _grid(storage, trials, {}, state.get("metric"), state.get("mode"))
+
+
 def _forget_earlier_run(storage: Storage) -> None:
     """A fresh ``fit()`` under a name used before starts a new experiment in that folder, as in Ray.
 
