@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 
 import pytest
@@ -101,7 +102,8 @@ def test_failed_trial_raises_tune_error_unless_told_not_to(storage):
         tune.run(_flaky, config=space, storage_path=storage, name="raise", verbose=0)
     assert isinstance(info.value, MusterError) and "trial two breaks" in str(info.value.__cause__)
     analysis = tune.run(_flaky, config=space, metric="score", mode="max", storage_path=storage, name="keep",
-                        verbose=0, raise_on_failed_trial=False)
+                        verbose=0, raise_on_failed_trial=False, scheduler="fifo", search_alg="random",
+                        time_budget_s=datetime.timedelta(minutes=5))  # Ray's names and a timedelta
     assert sorted(t.status for t in analysis.trials) == ["ERROR", "TERMINATED"]
     assert analysis.best_config == {"x": 2}  # it reported before failing, as in Ray
     assert sorted(r["score"] for r in analysis.results.values()) == [1.0, 2.0]
@@ -166,5 +168,9 @@ def test_keywords_muster_cannot_honour_name_the_fix(storage):
         tune.run(_curve, resume="AUTO", storage_path=storage)
     with pytest.raises(InvalidArgumentError, match="'LOCAL'"):
         tune.run(_curve, resume="LOCAL", name="x", storage_path=storage)
+    with pytest.raises(InvalidArgumentError, match="no_such_scheduler"):  # a name goes to create_scheduler
+        tune.run(_curve, scheduler="no_such_scheduler")
+    with pytest.raises(InvalidArgumentError, match="no_such_search"):
+        tune.run(_curve, search_alg="no_such_search")
     with pytest.raises(InvalidArgumentError, match="local_dir"):
         tune.run(_curve, local_dir=storage)
