@@ -181,8 +181,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                      "HEBOSearch", "ZOOptSearch", "SkOptSearch")
     },
     "muster.tune.schedulers": {
-        "pb2": "muster.tune.schedulers.PopulationBasedTraining",
-        "PB2": "muster.tune.schedulers.PopulationBasedTraining",
         "HyperBandForBOHB": "muster.tune.schedulers.HyperBandScheduler",
         "ResourceChangingScheduler": "fixed resources per trial: tune.with_resources(trainable, {...})",
         "PopulationBasedTrainingReplay": "run the trial again with the configs PBT logged, one Tuner per stage",

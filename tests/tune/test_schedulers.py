@@ -9,6 +9,7 @@ import pytest
 from muster import tune
 from muster.tune.schedulers import (
     ASHAScheduler,
+    PB2,
     MedianStoppingRule,
     PopulationBasedTraining,
     TrialScheduler,
@@ -107,6 +108,36 @@ def test_pbt_bottom_trial_exploits_a_top_trial_and_explores_its_config():
     assert trials[3].experiment_tag == "3_lr=0.0100"
 
 
+def test_pb2_bottom_trial_clones_a_top_trial_and_takes_a_bandit_config_in_bounds():
+    sched = PB2(time_attr="training_iteration", metric="loss", mode="min", perturbation_interval=1,
+                hyperparam_bounds={"lr": [0.0, 1.0], "opt": {"beta": [1, 9]}}, quantile_fraction=0.25, seed=0)
+    lrs = (0.1, 0.3, 0.5, 0.8)
+    trials = [_trial(i, {"lr": lr, "opt": {"beta": 3}}) for i, lr in enumerate(lrs)]
+    filled = _trial(9)
+    ctl = _Controller(trials)
+    for t in trials + [filled]:
+        sched.on_trial_add(ctl, t)
+    assert 0 <= filled.config["lr"] <= 1 and 1 <= filled.config["opt"]["beta"] <= 9  # drawn within bounds
+    loss = {t.trial_id: 10.0 for t in trials}
+    decisions = {}
+    # loss falls fastest for lr near 0.8; t0 (the worst) reports first at step 1 (nobody to compare with yet),
+    # last at step 2, when every trial has one observation (its change in score from step 1)
+    for step, order in ((1, trials), (2, trials[::-1])):
+        for t in order:
+            loss[t.trial_id] -= 1 - (t.config["lr"] - 0.8) ** 2 * 4
+            result = {"training_iteration": step, "loss": loss[t.trial_id]}
+            decisions[t.trial_id, step] = sched.on_trial_result(ctl, t, result)
+    assert [d for d in decisions.values() if d != "CONTINUE"] == ["PAUSE"]
+    assert decisions["t0", 2] == "PAUSE" and sched.num_perturbations == 1
+    new_config, checkpoint, donor = trials[0].restart_plan
+    assert donor == "t3" and checkpoint == "copy-of-ckpt-of-t3-for-t0"
+    assert 0.0 <= new_config["lr"] <= 1.0 and new_config["lr"] not in lrs  # chosen by the bandit
+    assert isinstance(new_config["opt"]["beta"], int) and 1 <= new_config["opt"]["beta"] <= 9  # keeps int
+    assert trials[0].experiment_tag.startswith("@perturbed[lr=")
+    # the exploited trial's next observation starts from the donor's time and score, with the new config
+    assert sched.data[-1][0] == "t0" and sched.data[-1][3] == -loss["t3"]
+
+
 def test_create_scheduler_and_searcher_by_rays_names():
     from muster.tune.search import BasicVariantGenerator
 
@@ -114,7 +145,7 @@ def test_create_scheduler_and_searcher_by_rays_names():
     pbt = tune.create_scheduler("pbt", hyperparam_mutations={"lr": [1, 2]})
     assert isinstance(asha, ASHAScheduler) and isinstance(pbt, PopulationBasedTraining)
     assert isinstance(tune.create_searcher("random", max_concurrent=2), BasicVariantGenerator)
-    with pytest.raises(ValueError, match="create_scheduler\\('pb2'\\): muster's schedulers are"):
-        tune.create_scheduler("pb2")
+    with pytest.raises(ValueError, match="create_scheduler\\('hb_bohb'\\): muster's schedulers are"):
+        tune.create_scheduler("hb_bohb")
     with pytest.raises(ValueError, match="'hyperopt'.*not ported"):
         tune.create_searcher("hyperopt")

@@ -87,8 +87,8 @@ def test_rays_tune_import_paths_resolve_or_name_the_equivalent():
     assert tune.stopper.TrialPlateauStopper is TrialPlateauStopper
     with pytest.raises(UnsupportedRayImportError, match=r"muster.tune.search.hyperopt .*OptunaSearch"):
         importlib.import_module("muster.tune.search.hyperopt")
-    with pytest.raises(UnsupportedRayImportError, match=r"muster.tune.schedulers.PB2 .*PopulationBasedTraining"):
-        from muster.tune.schedulers import PB2  # noqa: F401
+    with pytest.raises(UnsupportedRayImportError, match=r"schedulers.HyperBandForBOHB .*HyperBandScheduler"):
+        from muster.tune.schedulers import HyperBandForBOHB  # noqa: F401
     from muster.tune.analysis import ExperimentAnalysis  # the path Ray's docs use
 
     assert tune.ExperimentAnalysis is ExperimentAnalysis

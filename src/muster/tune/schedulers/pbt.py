@@ -73,14 +73,16 @@ class PopulationBasedTraining(TrialScheduler):
                 "or a custom_explore_fn to explore new configs."
             )
         if not 0 < quantile_fraction <= 0.5:
-            raise InvalidArgumentError(f"PopulationBasedTraining(quantile_fraction={quantile_fraction!r}): use 0 < q <= 0.5.")
+            raise InvalidArgumentError(
+                f"{type(self).__name__}(quantile_fraction={quantile_fraction!r}): use 0 < q <= 0.5."
+            )
         if not perturbation_interval > 0:
             raise InvalidArgumentError(
-                f"PopulationBasedTraining(perturbation_interval={perturbation_interval!r}): use a number > 0."
+                f"{type(self).__name__}(perturbation_interval={perturbation_interval!r}): use a number > 0."
             )
         if synch:
             raise InvalidArgumentError(
-                "PopulationBasedTraining(synch=True) is not supported in muster; the asynchronous version "
+                f"{type(self).__name__}(synch=True) is not supported in muster; the asynchronous version "
                 "(synch=False) is, and it keeps every worker busy."
             )
         self.time_attr, self.interval, self.burn_in = time_attr, perturbation_interval, burn_in_period
@@ -124,6 +126,7 @@ class PopulationBasedTraining(TrialScheduler):
         if t < self.burn_in or t - state.last_perturbed < self.interval:
             return self.CONTINUE
         state.last_perturbed = t
+        self._record(trial, t, score)
         lower, upper = self._quantiles(controller)
         if trial.trial_id not in {x.trial_id for x in lower}:
             return self.CONTINUE
@@ -141,7 +144,7 @@ class PopulationBasedTraining(TrialScheduler):
         start_from = controller.clone_latest_checkpoint(donor, trial)  # the donor's run may delete its own
         if start_from is None:
             return self.CONTINUE
-        new_config = self.explore(donor.config)
+        new_config = self._new_config(trial, donor)
         trial.restart_plan = (new_config, start_from, donor.trial_id)
         # as Ray's: the trial goes on from the donor checkpoint's training_iteration, so it takes the
         # donor's last perturbation time too
@@ -162,6 +165,13 @@ class PopulationBasedTraining(TrialScheduler):
         scored.sort(key=lambda t: self._state[t.trial_id].last_score or 0.0)  # all scored: never None here
         n = min(max(1, math.ceil(len(scored) * self.quantile_fraction)), len(scored) // 2)
         return scored[:n], scored[-n:]
+
+    def _record(self, trial: Trial, t: float, score: float) -> None:
+        """A hook: ``trial`` reached a perturbation point at time ``t`` with (signed) ``score``."""
+
+    def _new_config(self, trial: Trial, donor: Trial) -> dict[str, Any]:
+        """The config ``trial`` restarts with from ``donor``'s checkpoint (PB2 chooses it differently)."""
+        return self.explore(donor.config)
 
     def explore(self, config: dict[str, Any]) -> dict[str, Any]:
         """A mutated copy of ``config``."""
