@@ -7,6 +7,7 @@ import random
 import pytest
 
 from muster import tune
+from muster.exceptions import InvalidTypeError
 from muster.tune.schedulers import (
     ASHAScheduler,
     PB2,
@@ -136,6 +137,12 @@ def test_pb2_bottom_trial_clones_a_top_trial_and_takes_a_bandit_config_in_bounds
     assert trials[0].experiment_tag.startswith("@perturbed[lr=")
     # the exploited trial's next observation starts from the donor's time and score, with the new config
     assert sched.data[-1][0] == "t0" and sched.data[-1][3] == -loss["t3"]
+
+
+def test_pb2_refuses_a_bounded_key_whose_value_is_no_number():
+    sched = PB2(metric="loss", mode="min", hyperparam_bounds={"opt": {"lr": [0.0, 1.0]}})
+    with pytest.raises(InvalidTypeError, match=r"t1's config has opt/lr='fast'.*hyperparam_bounds \[0.0, 1.0\]"):
+        sched.on_trial_add(_Controller([]), _trial(1, {"opt": {"lr": "fast"}}))
 
 
 def test_create_scheduler_and_searcher_by_rays_names():

@@ -123,8 +123,14 @@ class PB2(PopulationBasedTraining):
 
     def on_trial_add(self, controller: Any, trial: Trial) -> None:
         for path, (low, high) in self._bounds.items():
-            if _get(trial.config, path) is None:
+            value = _get(trial.config, path)
+            if value is None:
                 _set(trial.config, path, float(self.np_rng.uniform(low, high)))
+            elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise InvalidTypeError(
+                    f"PB2: trial {trial.trial_id}'s config has {'/'.join(map(str, path))}={value!r}, but PB2 searches "
+                    f"that key as a number in hyperparam_bounds [{low}, {high}]; give it a number (or leave it out of "
+                    "the param_space: PB2 draws it), or drop it from hyperparam_bounds.")
         super().on_trial_add(controller, trial)
 
     def _values(self, config: dict[str, Any]) -> tuple[float, ...]:
