@@ -109,6 +109,37 @@ def test_pbt_bottom_trial_exploits_a_top_trial_and_explores_its_config():
     assert trials[3].experiment_tag == "3_lr=0.0100"
 
 
+class _NoCheckpoints(_Controller):
+    def __init__(self, trials, saved=()):
+        super().__init__(trials)
+        self.saved = set(saved)
+
+    def latest_checkpoint(self, trial):
+        return f"ckpt-of-{trial.trial_id}" if trial.trial_id in self.saved else None
+
+
+def test_pbt_warns_of_missing_checkpoints_only_once_none_can_be_on_their_way(recwarn):
+    def perturb_at(sched, ctl, trials, t):
+        for trial, score in zip(trials, (1.0, 2.0, 3.0, 4.0)):
+            sched.on_trial_result(ctl, trial, {"training_iteration": t, "score": score})
+
+    def scheduler():
+        return PopulationBasedTraining(time_attr="training_iteration", metric="score", mode="max",
+                                       perturbation_interval=2, hyperparam_mutations={"lr": [0.1, 0.2]},
+                                       quantile_fraction=0.25, seed=0)
+
+    trials = [_trial(i, {"lr": 0.1}) for i in range(4)]
+    saving = scheduler()
+    perturb_at(saving, _NoCheckpoints(trials, saved={"t1"}), trials, 2)  # the top trial's is not in yet
+    perturb_at(saving, _NoCheckpoints(trials, saved={"t1"}), trials, 4)
+    none = scheduler()
+    perturb_at(none, _NoCheckpoints(trials), trials, 2)
+    assert not [w for w in recwarn if "checkpoint to clone" in str(w.message)]  # the first perturbation: quiet
+    perturb_at(none, _NoCheckpoints(trials), trials, 4)
+    (warned,) = [w for w in recwarn if "checkpoint to clone" in str(w.message)]
+    assert "PopulationBasedTraining: no trial has a checkpoint to clone at training_iteration=4" in str(warned.message)
+
+
 def test_pb2_bottom_trial_clones_a_top_trial_and_takes_a_bandit_config_in_bounds():
     sched = PB2(time_attr="training_iteration", metric="loss", mode="min", perturbation_interval=1,
                 hyperparam_bounds={"lr": [0.0, 1.0], "opt": {"beta": [1, 9]}}, quantile_fraction=0.25, seed=0)

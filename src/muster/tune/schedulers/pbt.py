@@ -132,10 +132,15 @@ class PopulationBasedTraining(TrialScheduler):
             return self.CONTINUE
         donors = [d for d in upper if controller.latest_checkpoint(d) is not None]
         if not donors:
-            if not self._warned:
+            # At a first perturbation the top trials' checkpoints may still be on their way (Ray logs
+            # this at info level). From the second on, no checkpoint anywhere means none is reported.
+            late = t >= self.burn_in + 2 * self.interval
+            if late and not self._warned and not any(controller.latest_checkpoint(x) is not None
+                                                     for x in controller.live_trials()):
                 warnings.warn(
-                    "PopulationBasedTraining: no top trial has a checkpoint to clone yet; report a checkpoint "
-                    "with tune.report(metrics, checkpoint=...) for PBT to exploit.",
+                    f"{type(self).__name__}: no trial has a checkpoint to clone at {self.time_attr}={t}; report "
+                    f"one with tune.report(metrics, checkpoint=...) at least every perturbation_interval="
+                    f"{self.interval} for {type(self).__name__} to exploit.",
                     stacklevel=2,
                 )
                 self._warned = True
