@@ -202,6 +202,7 @@ def test_callbacks_see_reports_checkpoints_and_the_end(storage):
     class RayHooks(train.UserCallback):  # Ray V2's interface, beside muster's own hooks
         def after_report(self, run_context, metrics, checkpoint):
             assert run_context.get_run_config().name == "cb" and run_context.scaling_config.num_workers == 2
+            assert type(run_context.backend_config).__name__ == "TorchConfig"  # as Ray's: the trainer's config
             seen["rounds"].append(([(m["rank"], m["epoch"]) for m in metrics],
                                    checkpoint and os.path.basename(checkpoint.path)))
 

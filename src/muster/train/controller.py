@@ -175,7 +175,7 @@ class Controller:
         self._next_check = 0.0
         self._grow_to = 0  # an elastic restart's target size (the resources were seen free)
         self._uploads_lock = threading.Lock()
-        run_context = TrainRunContext(run_config, train_config, scaling, backend,
+        run_context = TrainRunContext(run_config, train_config, scaling, getattr(backend, "config", backend),
                                       getattr(train_fn, "data_config", None))
         self._user = listeners.UserCallbacks(run_config.callbacks or [], self.storage.fs, run_context)
         self.validator = Validator(validation, self.ledger, self.view.event,
