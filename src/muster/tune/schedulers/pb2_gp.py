@@ -32,12 +32,23 @@ _LENGTH_STEP = 50  # the lengths select_length compares (Ray's: every 10th)
 
 def tv_squared_exp(a: np.ndarray, b: np.ndarray, theta: np.ndarray) -> np.ndarray:
     """The time-varying squared exponential kernel between the rows of ``a`` and ``b`` (time first)."""
-    variance, lengthscale, epsilon = np.exp(theta)
-    epsilon = min(max(epsilon, 1e-5), 0.5)
-    dt = np.abs(a[:, :1] - b[:, :1].T)
+    return _kernel(_distances(a, b), theta)
+
+
+def _distances(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of the kernel that do not depend on its hyperparameters: squared distances between the
+    rows' hyperparameter columns, and their distances in time."""
     ha, hb = a[:, 1:], b[:, 1:]
     sq = np.maximum((ha * ha).sum(axis=1)[:, None] + (hb * hb).sum(axis=1)[None, :] - 2.0 * ha @ hb.T, 0.0)
-    out: np.ndarray = variance * np.exp(-sq / lengthscale) * (1.0 - epsilon) ** (0.5 * dt)
+    return sq, np.abs(a[:, :1] - b[:, :1].T)
+
+
+def _kernel(distances: tuple[np.ndarray, np.ndarray], theta: np.ndarray) -> np.ndarray:
+    """``variance * exp(-sq / lengthscale) * (1 - epsilon) ** (dt / 2)``, with one exponential."""
+    sq, dt = distances
+    variance, lengthscale, epsilon = np.exp(theta)
+    epsilon = min(max(epsilon, 1e-5), 0.5)
+    out: np.ndarray = variance * np.exp(-sq / lengthscale + (0.5 * np.log1p(-epsilon)) * dt)
     return out
 
 
@@ -57,13 +68,12 @@ class GP:
         if theta is None:
             theta = _maximise_likelihood(x, y, start)
         chol = _cholesky(tv_squared_exp(x, x, theta))
-        alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, y))
-        return cls(x, theta, chol, alpha)
+        return cls(x, theta, chol, _cho_solve(chol, y))
 
     def predict(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         k = tv_squared_exp(rows, self.x, self.theta)
         mean = k @ self.alpha
-        v = np.linalg.solve(self.chol, k.T)
+        v = _solve_lower(self.chol, k.T)
         var = np.exp(self.theta[0]) - (v * v).sum(axis=0)
         return mean, np.maximum(var, 0.0)
 
@@ -84,30 +94,48 @@ def _cholesky(k: np.ndarray) -> np.ndarray:
                 raise
 
 
+def _solve_lower(chol: np.ndarray, b: np.ndarray, transposed: bool = False) -> np.ndarray:
+    """``chol`` (lower triangular) ``\\ b``, or ``chol.T \\ b``: a triangular solve, O(n^2) per column
+    (numpy has none; ``np.linalg.solve`` would factorise the triangle again, O(n^3))."""
+    import torch
+
+    lower = torch.from_numpy(np.ascontiguousarray(chol))
+    rhs = torch.from_numpy(np.ascontiguousarray(b).reshape(b.shape[0], -1))
+    out = torch.linalg.solve_triangular(lower.T if transposed else lower, rhs, upper=transposed)
+    result: np.ndarray = out.numpy().reshape(b.shape)
+    return result
+
+
+def _cho_solve(chol: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``K \\ y`` for ``K = chol @ chol.T``."""
+    return _solve_lower(chol, _solve_lower(chol, y), transposed=True)
+
+
 def _lml_from(chol: np.ndarray, alpha: np.ndarray, y: np.ndarray) -> float:
     return float(-0.5 * y @ alpha - np.log(np.diag(chol)).sum() - 0.5 * len(y) * np.log(2 * np.pi))
 
 
-def _lml(x: np.ndarray, y: np.ndarray, theta: np.ndarray) -> float:
+def _lml(distances: tuple[np.ndarray, np.ndarray], y: np.ndarray, theta: np.ndarray) -> float:
     try:
-        chol = _cholesky(tv_squared_exp(x, x, theta))
+        chol = _cholesky(_kernel(distances, theta))
     except np.linalg.LinAlgError:
         return -np.inf
-    return _lml_from(chol, np.linalg.solve(chol.T, np.linalg.solve(chol, y)), y)
+    return _lml_from(chol, _cho_solve(chol, y), y)
 
 
 def _maximise_likelihood(x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
     """The kernel's log-hyperparameters: a compass search (step halving down to 0.01) from ``start``
     with a small first step, else from Ray's start."""
     theta = _START.copy() if start is None else start.copy()
-    best, step = _lml(x, y, theta), (1.0 if start is None else 0.125)
+    distances = _distances(x, x)  # computed once: each step only changes the hyperparameters
+    best, step = _lml(distances, y, theta), (1.0 if start is None else 0.125)
     while step > 1e-2:
         moved = False
         for i in range(3):
             for sign in (1.0, -1.0):
                 trial = theta.copy()
                 trial[i] = np.clip(trial[i] + sign * step, *_LOG_BOUNDS[i])
-                value = _lml(x, y, trial)
+                value = _lml(distances, y, trial)
                 if value > best + 1e-9:
                     theta, best, moved = trial, value, True
         if not moved:
