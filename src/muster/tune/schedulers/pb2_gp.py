@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import sys
+
 import numpy as np
 
 #: log-space bounds of (variance, lengthscale, epsilon), as Ray's kernel
@@ -28,6 +30,7 @@ _START = np.log(np.array([1.0, 1.0, 0.1]))
 _JITTER = 1e-10  # the noise term on the diagonal (sklearn's default alpha, which Ray uses)
 _MIN_LENGTH = 200  # fewer points than this: use them all (see select_length)
 _LENGTH_STEP = 50  # the lengths select_length compares (Ray's: every 10th)
+_TORCH_FROM = 300  # from this many points, triangular solves are torch's (see _solve_lower)
 
 
 def tv_squared_exp(a: np.ndarray, b: np.ndarray, theta: np.ndarray) -> np.ndarray:
@@ -96,7 +99,11 @@ def _cholesky(k: np.ndarray) -> np.ndarray:
 
 def _solve_lower(chol: np.ndarray, b: np.ndarray, transposed: bool = False) -> np.ndarray:
     """``chol`` (lower triangular) ``\\ b``, or ``chol.T \\ b``: a triangular solve, O(n^2) per column
-    (numpy has none; ``np.linalg.solve`` would factorise the triangle again, O(n^3))."""
+    (numpy has none; ``np.linalg.solve`` would factorise the triangle again, O(n^3)). Small systems, or
+    a driver that has not imported torch, keep numpy's: importing torch costs more than they save."""
+    if chol.shape[0] < _TORCH_FROM and "torch" not in sys.modules:
+        solved: np.ndarray = np.linalg.solve(chol.T if transposed else chol, b)
+        return solved
     import torch
 
     lower = torch.from_numpy(np.ascontiguousarray(chol))
