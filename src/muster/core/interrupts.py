@@ -5,14 +5,15 @@ condition wait of ``queue.Queue.get`` that can leave the queue's lock released, 
 then dies of ``RuntimeError: release unlocked lock`` instead: the interrupt, and the line
 saying how to resume, are lost. While a loop runs under :class:`SafeInterrupts`, the first
 signal only sets a flag that the loop checks between its waits (:meth:`SafeInterrupts.check`);
-a second one raises at once, for a loop that does not come round.
+a second one raises at once, for a loop that does not come round. :func:`sigterm_as_interrupt`
+makes SIGTERM stop a driver as Ctrl-C does (a trainer's ``fit``, a Tuner's).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from typing import Any, Callable
 
 
 class SafeInterrupts:
@@ -44,3 +45,19 @@ class SafeInterrupts:
         """Raise the ``KeyboardInterrupt`` a signal asked for, here, where it is safe."""
         if self.received is not None:
             raise KeyboardInterrupt(self.received)
+
+
+def sigterm_as_interrupt() -> Callable[[], None]:
+    """While fit() runs in the main thread, SIGTERM stops it like Ctrl-C: workers down, checkpoint kept."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from muster.core.api import get_runtime
-from muster.core.interrupts import SafeInterrupts
+from muster.core.interrupts import SafeInterrupts, sigterm_as_interrupt
 from muster.core.runtime import RuntimeActor
 from muster.exceptions import (
     MusterError,
@@ -214,7 +214,7 @@ class Controller:
         self._previous_attempts = int(self.record.state.get("attempts", 0))
         self.record.mark(State.RUNNING.value, self.ledger.latest)
         self.view.start()
-        restore_sigterm = _sigterm_as_interrupt()
+        restore_sigterm = sigterm_as_interrupt()
         try:
             self._user.call("on_run_start", self.storage.uri, self.storage.name)
             if self.validator is not None:
@@ -586,19 +586,3 @@ def _cannot_be_retried(err: BaseException) -> bool:
 
 def _first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-
-
-def _sigterm_as_interrupt() -> Callable[[], None]:
-    """While fit() runs in the main thread, SIGTERM stops it like Ctrl-C: workers down, checkpoint kept."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-
-    def restore() -> None:
-        signal.signal(signal.SIGTERM, previous)
-
-    return restore

@@ -19,6 +19,7 @@ import cloudpickle
 
 from muster.core import resources as res
 from muster.core.api import get_runtime
+from muster.core.interrupts import sigterm_as_interrupt
 from muster.exceptions import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -29,7 +30,6 @@ from muster.exceptions import (
 )
 from muster.train._internal.backend import Backend
 from muster.train.config import RunConfig, ScalingConfig
-from muster.train.controller import _sigterm_as_interrupt
 from muster.train.result import Result, _public
 from muster.train.storage import Storage
 from muster.train.trainer import DataParallelTrainer, _without_callbacks
@@ -149,7 +149,7 @@ class Tuner:
         if (self._restored or {}).get("search_done"):
             controller._search_done = True
         _replay(scheduler, controller, trials)
-        restore_sigterm = _sigterm_as_interrupt()
+        restore_sigterm = sigterm_as_interrupt()
         try:
             controller.run()
         finally:
