@@ -377,6 +377,12 @@ def test_splits():
     assert ids(a) == [0, 1] and ids(b) == [2, 3, 4] and ids(c) == list(range(5, 10))
     train, test = md.range(10).train_test_split(0.3)
     assert train.count() == 7 and ids(test) == [7, 8, 9]
+    train, test = md.range(10).train_test_split(4)
+    assert train.count() == 6 and ids(test) == [6, 7, 8, 9]
+    for bad in (1.5, 0, 11):  # plain and stratified splits say the same
+        for kwargs in ({}, {"stratify": "id"}):
+            with pytest.raises(ValueError, match=rf"test_size={bad}\): use a fraction in \(0, 1\) or a row count"):
+                md.range(10).train_test_split(bad, **kwargs)
 
 
 def test_streaming_split_equal_every_row_once():

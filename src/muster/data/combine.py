@@ -67,19 +67,26 @@ def join_tables(left: pa.Table, right: pa.Table, join_type: str, keys: list[str]
                      right_suffix=right_suffix, use_threads=False)
 
 
+def test_share(test_size: float | int, n: int) -> float:
+    """``train_test_split``'s ``test_size`` for ``n`` rows as the share of rows that go to test.
+
+    Raises:
+        InvalidArgumentError: neither a fraction in (0, 1) nor a row count in [1, n].
+    """
+    if isinstance(test_size, float) and 0 < test_size < 1:
+        return test_size
+    if isinstance(test_size, int) and 0 < test_size <= n:
+        return test_size / n
+    raise InvalidArgumentError(f"train_test_split(test_size={test_size!r}): use a fraction in (0, 1) or a row "
+                               f"count in [1, {n}].")
+
+
 def stratified_split(table: pa.Table, test_size: float | int, column: str) -> tuple[pa.Table, pa.Table]:
     """``(train, test)`` with each value of ``column`` split alike, so both keep its proportions."""
-    n = table.num_rows
     if column not in table.column_names:
         raise InvalidArgumentError(f"train_test_split(stratify={column!r}): no such column; the dataset has "
                                    f"{table.column_names}.")
-    if isinstance(test_size, float) and 0 < test_size < 1:
-        share = test_size
-    elif isinstance(test_size, int) and 0 < test_size <= n:
-        share = test_size / n
-    else:
-        raise InvalidArgumentError(f"train_test_split(test_size={test_size!r}): use a fraction in (0, 1) or a row "
-                                   f"count in [1, {n}].")
+    share = test_share(test_size, table.num_rows)
     train, test = [], []
     for value in pc.unique(table.column(column)).to_pylist():
         rows = table.filter(pc.is_null(table.column(column)) if value is None

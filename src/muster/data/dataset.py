@@ -416,15 +416,8 @@ class Dataset:
             train_rows, test_rows = combine.stratified_split(ds.to_arrow(), test_size, stratify)
             return from_blocks([train_rows]), from_blocks([test_rows])
         n = ds.count()
-        if isinstance(test_size, float):
-            if not 0 < test_size < 1:
-                raise InvalidArgumentError(f"train_test_split(test_size={test_size}): a float must be in (0, 1).")
-            cut = n - int(np.ceil(n * test_size))
-        elif isinstance(test_size, int) and 0 < test_size <= n:
-            cut = n - test_size
-        else:
-            raise InvalidArgumentError(f"train_test_split(test_size={test_size!r}): use a fraction in (0, 1) or a row count "
-                             f"in [1, {n}].")
+        share = combine.test_share(test_size, n)
+        cut = n - (test_size if isinstance(test_size, int) else int(np.ceil(n * share)))
         train, test = ds.materialize().split_at_indices([cut])
         return train, test
 
