@@ -88,6 +88,7 @@ class CheckpointManager:
         self._on_commit = on_commit
         self._on_round = on_round
         self.pending_validation: dict[int, Any] = {}  # round -> its validation (kept from retention until done)
+        self._validated: set[int] = set()  # rounds whose validation outcome is stored beside them
         self._warn = warn or (lambda message: warnings.warn(message, stacklevel=4))
         self._rows: list[str | dict[str, Any]] = []  # result.json lines; dicts are serialised when written
         self._written = 0  # how many of ``_rows`` are in result.json
@@ -107,6 +108,8 @@ class CheckpointManager:
             self.committed.append(CheckpointRecord(r, self.storage.checkpoint_dir(r), metrics))
             if status == "PENDING_VALIDATION":  # the driver stopped before it ended: validate it again
                 self.pending_validation[r] = manifest["validation"]
+            elif status != "COMMITTED":
+                self._validated.add(r)
         if manifest.get("reporters") is not None:
             self._reporters = frozenset(manifest["reporters"])
             self._reporters_world = int(manifest.get("world_size", 0))
@@ -321,6 +324,7 @@ class CheckpointManager:
             if record is None:
                 return
             self.storage.write_json(self.storage.validation_path(round_), {"status": status, "metrics": metrics})
+            self._validated.add(round_)
             record.metrics.update(metrics)
             self._apply_retention()
 
@@ -335,7 +339,8 @@ class CheckpointManager:
             if record.round in self.pending_validation:
                 continue  # kept until its validation ends: its score may not be known yet
             self.storage.rm(record.path)
-            if self.storage.exists(self.storage.validation_path(record.round)):
+            if record.round in self._validated:
+                self._validated.discard(record.round)
                 self.storage.rm(self.storage.validation_path(record.round))
             self.committed.remove(record)
 
