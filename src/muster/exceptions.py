@@ -230,14 +230,20 @@ class TrainingFailedError(MusterError):
     def worker_failures(self) -> dict[int, BaseException]:
         """Ray V2's ``WorkerGroupError.worker_failures``, ``{rank: error}``: here the rank whose failure
         ended the last attempt (muster records each attempt's first failure); empty when no rank failed."""
-        label = getattr(self.root_cause, "label", "")
-        rank = label.removeprefix("rank ")
-        return {int(rank): self.root_cause} if label.startswith("rank ") and rank.isdigit() and self.root_cause else {}
+        return by_rank(self.root_cause)
 
     def __reduce__(self) -> Any:
         # by this class, not type(self): a copy made an instance of the user's error type too
         # (see also_an_instance_of) pickles as the plain error
         return (TrainingFailedError, (self.attempts, self.run_path, self.max_failures))
+
+
+def by_rank(error: BaseException | None) -> dict[int, BaseException]:
+    """``{rank: error}`` for an error a training rank raised or died of (its ``label`` is ``"rank N"``);
+    empty for any other error."""
+    label = getattr(error, "label", "")
+    rank = label.removeprefix("rank ") if isinstance(label, str) and label.startswith("rank ") else ""
+    return {int(rank): error} if rank.isdigit() and error is not None else {}
 
 
 E_ = TypeVar("E_", bound=BaseException)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from muster.exceptions import by_rank
 from muster.train._internal.policies import CheckpointRecord
 from muster.train.checkpoint import Checkpoint
 
@@ -90,7 +91,6 @@ class UserCallbacks:
 
     def on_failure(self, error: BaseException) -> None:
         """An attempt ended with ``error``; Ray's hook hears of it when a rank caused it."""
-        label = getattr(error, "label", "")
-        rank = label.removeprefix("rank ") if isinstance(label, str) else ""
-        if rank.isdigit():
-            self.call("after_exception", self.run_context, {int(rank): error})
+        failed = by_rank(error)
+        if failed:
+            self.call("after_exception", self.run_context, failed)
