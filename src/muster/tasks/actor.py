@@ -235,23 +235,12 @@ class ActorHandle:
                     )
                     raise died from exc
                 core.set_handlers(self._owned.handle_event, self._on_death)
-                self._name_after_repr(core)
                 self._core.set_result(core)
             except BaseException as exc:  # noqa: BLE001 - its calls will raise it
                 self._set_dead(exc)
                 self._core.set_exception(exc)
 
         threading.Thread(target=create, name=f"muster-actor-create-{self._id}", daemon=True).start()
-
-    def _name_after_repr(self, core: RuntimeActor) -> None:
-        """A class with a ``__repr__`` of its own names its actor by it once built, as in Ray: its
-        output lines read ``(actor <repr>, pid=...)`` from then on (its constructor's: the class's name)."""
-        if self._cls.__repr__ is object.__repr__:
-            return
-        try:
-            core.label = f"actor {core.call('_muster_repr').result()}"
-        except Exception:  # noqa: BLE001 - a __repr__ that fails keeps the class's name
-            pass
 
     def _named(self, error: BaseException) -> BaseException:
         """``error``, naming this actor when it is its death (Ray's ``RayActorError.actor_id``), and

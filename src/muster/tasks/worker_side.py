@@ -315,7 +315,8 @@ class ActorFactory:
         core_context.on_notice(_noticed)
         if not is_async_class(self.cls):
             _begin_call()  # the constructor runs as the actor's creation task
-            return ActorHost(self.cls(*args, **kwargs), self.info, self.max_concurrency, groups=self.groups)
+            return ActorHost(_named_by_repr(self.cls(*args, **kwargs)), self.info, self.max_concurrency,
+                             groups=self.groups)
         import asyncio
 
         loop = asyncio.new_event_loop()
@@ -326,7 +327,22 @@ class ActorFactory:
             return await construct(self.cls, args, kwargs)
 
         obj = asyncio.run_coroutine_threadsafe(creation_task(), loop).result()
-        return ActorHost(obj, self.info, self.max_concurrency, loop, self.groups)
+        return ActorHost(_named_by_repr(obj), self.info, self.max_concurrency, loop, self.groups)
+
+
+def _named_by_repr(obj: Any) -> Any:
+    """``obj``, once its class's own ``__repr__`` (if it defines one) labels the actor's output lines
+    from here on, as Ray's log prefixes do; the constructor's lines keep the class's name."""
+    if type(obj).__repr__ is object.__repr__:
+        return obj
+    try:
+        label = f"actor {obj!r}"
+    except Exception:  # noqa: BLE001 - a __repr__ that fails keeps the class's name
+        return obj
+    from muster.core.local import logs
+
+    logs.relabel(label)
+    return obj
 
 
 class ActorHost:
@@ -369,9 +385,6 @@ class ActorHost:
         if name == "__ray_call__":
             return lambda fn, *args, **kwargs: fn(self._muster_obj, *args, **kwargs)
         return getattr(self._muster_obj, name)
-
-    def _muster_repr(self) -> str:
-        return repr(self._muster_obj)
 
     def _muster_call(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> Any:
         """A plain call (the driver's ``token`` for it) that returns ``num_returns`` values (checked

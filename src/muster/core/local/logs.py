@@ -19,12 +19,34 @@ from muster.core import settings
 from muster.core.runtime import LogSink
 
 _echo = True  # print relayed lines on the driver's stdout (``init(log_to_driver=False)`` turns it off)
+_MARK = b"\x1emuster-label "  # in a worker's stream: the lines after it carry the label that follows
+_attached = False  # in a worker: fds 1 and 2 are the relay's socket
 
 
 def set_echo(enabled: bool) -> None:
     """Print workers' output on the driver's console (sinks get it either way)."""
     global _echo
     _echo = bool(enabled)
+
+
+def mark_attached() -> None:
+    """In a worker whose fds 1 and 2 now are the relay's socket: :func:`relabel` may speak to the relay."""
+    global _attached
+    _attached = True
+
+
+def relabel(label: str) -> None:
+    """In a worker: its output lines from here on read ``(<label>, pid=...)``. Said in the stream
+    itself, so lines already written keep the label they had, however late the relay reads them.
+    Nothing happens where output is not relayed by this engine (a Ray worker's is Ray's)."""
+    if not _attached:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or replaced stream has nothing to flush
+            pass
+    os.write(1, _MARK + " ".join(label.splitlines()).encode("utf-8", "backslashreplace") + b"\n")
 
 
 class LogRelay:
@@ -53,7 +75,7 @@ class LogRelay:
         self._thread.join(2)
 
     def _run(self) -> None:
-        state: dict[socket.socket, list] = {}  # sock -> [worker_id or None, pending bytes]
+        state: dict[socket.socket, list] = {}  # sock -> [worker_id or None, pending bytes, label said in band]
         try:
             while not self._closed:
                 for key, _ in self._sel.select():
@@ -65,7 +87,7 @@ class LogRelay:
                         except BlockingIOError:
                             continue
                         conn.setblocking(False)
-                        state[conn] = [None, b""]
+                        state[conn] = [None, b"", None]
                         self._sel.register(conn, selectors.EVENT_READ, "worker")
                         continue
                     sock = key.fileobj
@@ -103,9 +125,21 @@ class LogRelay:
             lines.append(tail)
             tail = b""
         st[1] = tail
+        run: list[bytes] = []
+        for line in lines:
+            before, mark, label = line.partition(_MARK)
+            if before or not mark:
+                run.append(before)
+            if mark:
+                self._relay(st, run)
+                run, st[2] = [], label.decode("utf-8", "backslashreplace")
+        self._relay(st, run)
+
+    def _relay(self, st: list, lines: list[bytes]) -> None:
         if not lines:
             return
         label, pid = self._label_for(st[0])
+        label = st[2] or label
         decoded = [line.decode("utf-8", "backslashreplace") for line in lines]
         self._sink(label, pid, decoded)
         if not _echo:

@@ -226,6 +226,9 @@ def _attach_logs(address: str, worker_id: int) -> None:
     sock.close()
     sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    from muster.core.local import logs
+
+    logs.mark_attached()
 
 
 def main() -> None:
