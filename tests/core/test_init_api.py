@@ -69,6 +69,14 @@ def test_auto_address_without_a_cluster_means_this_machine(uninitialised, monkey
         rt.shutdown()
 
 
+def test_what_init_returns_disconnects_as_rays_context_does(uninitialised):
+    """Ray's docs end a job with ``context = ray.init(...); ...; context.disconnect()``."""
+    rt = muster.init(num_cpus=1, num_gpus=0)
+    assert muster.is_initialized()
+    rt.disconnect()
+    assert not muster.is_initialized() and api._runtime is None
+
+
 def test_ray_address_env_is_read_when_no_address_given(uninitialised, monkeypatch):
     pytest.importorskip("ray")
     dead = f"127.0.0.1:{free_port()}"

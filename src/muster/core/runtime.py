@@ -101,6 +101,10 @@ class Runtime(abc.ABC):
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self.disconnect()
+
+    def disconnect(self) -> None:
+        """Ray's ``RayContext.disconnect()``: shut this engine down, as ``muster.shutdown()`` does."""
         from muster.core.api import shutdown
 
         shutdown()
