@@ -409,3 +409,18 @@ def test_put_of_a_ref_and_wait_on_a_repeated_ref_are_refused_as_ray_does():
     assert muster.get(muster.get(muster.put([ref]))[0]) == 1  # wrapped in a list, as Ray asks
     with pytest.raises(ValueError, match="more than once"):
         muster.wait([ref, ref])
+
+
+@muster.remote
+def get_by_hex(hex_id):
+    return muster.get(muster.ObjectRef(bytes.fromhex(hex_id)))
+
+
+def test_a_ref_rebuilt_from_its_binary_id_is_the_same_ref_in_the_driver_and_in_a_task():
+    """Ray's ObjectRef(bytes.fromhex(ref.hex())), ref.binary() and ObjectRef.from_binary."""
+    ref = muster.put(41)
+    again = muster.ObjectRef(bytes.fromhex(ref.hex()))
+    assert again == ref and len(ref.binary()) == 28 and ref.binary().hex() == ref.hex()
+    assert muster.ObjectRef.from_binary(ref.binary()) == ref
+    assert muster.get(again, timeout=TIMEOUT) == 41
+    assert muster.get(get_by_hex.remote(ref.hex()), timeout=TIMEOUT) == 41

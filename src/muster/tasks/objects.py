@@ -38,7 +38,9 @@ class ObjectRef:
 
     __slots__ = ("id", "_future", "_fetched", "__weakref__")
 
-    def __init__(self, id_: int, future: Future | None = None):
+    def __init__(self, id_: int | bytes, future: Future | None = None):
+        if isinstance(id_, (bytes, bytearray)):  # Ray's ObjectRef(binary_id): the bytes binary() gave
+            id_ = int.from_bytes(id_, "big")
         self.id, self._future = id_, future
         self._fetched: Future | None = None  # in a worker: the value being fetched from the driver
 
@@ -94,6 +96,15 @@ class ObjectRef:
     def hex(self) -> str:
         """The ref's id in hex, as Ray's ``ObjectRef.hex()`` (56 digits; unique within the job)."""
         return f"{self.id:056x}"
+
+    def binary(self) -> bytes:
+        """The ref's id as Ray's ``ObjectRef.binary()`` gives it (28 bytes); ``ObjectRef(b)`` rebuilds it."""
+        return self.id.to_bytes(28, "big")
+
+    @classmethod
+    def from_binary(cls, id_bytes: bytes) -> "ObjectRef":
+        """Ray's ``ObjectRef.from_binary``: the ref whose ``binary()`` is ``id_bytes``."""
+        return cls(id_bytes)
 
     def __hash__(self) -> int:
         return hash(self.id)
