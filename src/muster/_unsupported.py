@@ -27,11 +27,15 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "client": "muster.init(address='ray://<head>:10001') to run on a Ray cluster",
         "workflow": "Tune/Train checkpoints (muster.train.Checkpoint) for durable progress",
         "dag": "plain task composition: pass ObjectRefs from one .remote() call to the next",
-        "experimental": "no muster equivalent (Ray's experimental APIs are not ported)",
+        "experimental": "no muster equivalent (Ray's experimental APIs are not ported); for "
+        "experimental.tqdm_ray, plain tqdm in the task: its bar reaches the driver as the task's output",
         "rllib": "no muster equivalent; run RLlib on Ray itself",
         "autoscaler": "a Ray cluster's autoscaler, through muster.init(address=...)",
         "job_submission": "run the script itself (python script.py); on a cluster, muster.init(address=...)",
         "get_dashboard_url": "`muster dashboard` (the run store's dashboard)",
+        "_private": "Ray's internals are not ported: for internal_api.free, drop the ObjectRef (a value goes "
+        "once no ref to it is left, or at muster.shutdown() once its id reached a worker or a pickle); for "
+        "memory_summary, muster.available_resources()",
     },
     "muster.RemoteFunction": {
         "bind": "call f.remote(...) and pass its ObjectRef to the next .remote() call (Ray's DAG API, "

@@ -628,3 +628,21 @@ def test_an_async_actors_constructor_runs_on_its_loop_and_may_be_async():
     finally:
         muster.kill(a)
         muster.kill(b)
+
+
+# -- Ray's private modules that its docs import, and ray.util.accelerators ---------------------------
+def test_rays_raylet_names_accelerator_types_and_private_internals_as_ported_scripts_use_them():
+    from muster._raylet import ObjectRef, ObjectRefGenerator  # Ray's streaming-generator guide imports these
+    from muster.util.accelerators import NVIDIA_TESLA_V100
+
+    assert ObjectRef is muster.ObjectRef and ObjectRefGenerator is muster.ObjectRefGenerator
+    gen = count_to.options(num_returns="streaming").remote(2)
+    assert isinstance(gen, ObjectRefGenerator) and [muster.get(r, timeout=TIMEOUT) for r in gen] == [0, 10]
+    assert muster.get(after.options(accelerator_type=NVIDIA_TESLA_V100).remote(1), timeout=TIMEOUT) == 2
+    assert muster.util.accelerators.NVIDIA_H100 == "H100"
+    with pytest.raises(AttributeError, match="as a string"):
+        muster.util.accelerators.NOT_A_CARD
+    with pytest.raises(exceptions.UnsupportedRayImportError, match="internal_api.free, drop the ObjectRef"):
+        importlib.import_module("muster._private.internal_api")
+    with pytest.raises(exceptions.UnsupportedRayAPIError, match="memory_summary, muster.available_resources"):
+        muster._private.internal_api.free
