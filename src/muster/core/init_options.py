@@ -11,7 +11,9 @@ honoured                   ``configure_logging``, ``logging_level``,
                            ``log_to_driver`` (worker output on the driver's
                            console); ``namespace`` (named actors);
                            ``runtime_env={"env_vars": {...}}`` (set for every
-                           worker started afterwards)
+                           worker started afterwards) and its
+                           ``worker_process_setup_hook`` (run in each worker
+                           as it starts: ``muster.core.setup_hook``)
 accepted, no effect        ``include_dashboard``, ``dashboard_host``,
                            ``dashboard_port`` (muster's dashboard is
                            ``muster dashboard``), ``object_store_memory``,
@@ -31,6 +33,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.core import setup_hook
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 #: Keywords of ``ray.init`` accepted and ignored (their job is Ray's cluster plumbing).
@@ -41,15 +44,18 @@ NO_OP_KEYWORDS = frozenset({
 })
 #: ``runtime_env`` keys muster acts on; the others are warned about and ignored.
 _RUNTIME_ENV_HONOURED = frozenset({"env_vars"})
+#: ... and at ``muster.init`` also the hook every worker runs as it starts (Ray takes it there only).
+_INIT_RUNTIME_ENV_HONOURED = _RUNTIME_ENV_HONOURED | {"worker_process_setup_hook"}
 
 
 _warned_runtime_env: set[tuple[str, tuple[str, ...]]] = set()
 
 
-def warn_unused_runtime_env(env: Any, what: str, stacklevel: int = 3) -> None:
+def warn_unused_runtime_env(env: Any, what: str, stacklevel: int = 3,
+                            honoured: frozenset[str] = _RUNTIME_ENV_HONOURED) -> None:
     """Warn that ``env``'s keys other than ``env_vars`` (``pip``, ``working_dir``, ``py_modules``...)
     do nothing here, naming ``what`` took them: never dropped silently, said once per ``what``."""
-    unused = tuple(sorted(set(env or {}) - _RUNTIME_ENV_HONOURED)) if isinstance(env, dict) else ()
+    unused = tuple(sorted(set(env or {}) - honoured)) if isinstance(env, dict) else ()
     if unused and (what, unused) not in _warned_runtime_env:
         _warned_runtime_env.add((what, unused))
         warnings.warn(
@@ -78,6 +84,7 @@ class InitOptions:
     namespace: str | None = None
     runtime_env: dict[str, Any] | None = None
     ignored: dict[str, Any] = field(default_factory=dict)
+    _setup_hook: str | None = field(default=None, init=False, repr=False)  # the encoded worker setup hook
 
     def __post_init__(self) -> None:
         if isinstance(self.logging_level, str):  # "info", "WARNING", ...
@@ -105,6 +112,8 @@ class InitOptions:
             raise InvalidArgumentError(
                 f"muster.init(runtime_env={{'env_vars': {env_vars!r}}}): env_vars maps names to string values."
             )
+        hook = (self.runtime_env or {}).get("worker_process_setup_hook")
+        self._setup_hook = setup_hook.encode(hook) if hook is not None else None
 
     def apply(self) -> None:
         """Act on the honoured keywords; warn once about runtime_env keys that do nothing here."""
@@ -122,7 +131,11 @@ class InitOptions:
         _namespace = self.namespace or "default"
         env = self.runtime_env or {}
         os.environ.update(env.get("env_vars") or {})  # workers inherit the driver's environment
-        warn_unused_runtime_env(env, "muster.init()")
+        if self._setup_hook is None:
+            os.environ.pop(setup_hook.HOOK_ENV, None)  # a hook of an earlier init is not this job's
+        else:
+            os.environ[setup_hook.HOOK_ENV] = self._setup_hook
+        warn_unused_runtime_env(env, "muster.init()", honoured=_INIT_RUNTIME_ENV_HONOURED)
 
 
 def split_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:

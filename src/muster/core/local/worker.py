@@ -15,7 +15,7 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
-from muster.core import context
+from muster.core import context, setup_hook
 from muster.core.local import wire
 from muster.exceptions import MusterError
 
@@ -118,6 +118,8 @@ def _reseed_library_rngs() -> None:
 def serve(conn: Connection, label: str, host: str) -> None:
     """Run calls from the driver until told to exit. Never returns."""
     _reseed_library_rngs()
+    if not setup_hook.run_in_worker():  # Ray's worker_process_setup_hook, before the first call
+        _exit_now(1)
     channel = _Channel(conn, label, host)
     context.install_channel(channel)
     threading.Thread(target=channel.read_forever, name="muster-driver-link", daemon=True).start()
