@@ -385,3 +385,34 @@ def test_an_exception_that_does_not_pickle_is_still_caught_by_its_type_with_its_
         muster.get(_raise_coded.remote(), timeout=TIMEOUT)
     assert info.value.code == 42 and "_raise_coded" in str(info.value)  # the remote traceback stays
     assert muster.get(_code_seen_in_a_task.remote(), timeout=TIMEOUT) == 42
+
+
+@muster.remote
+def _raise_from_user_code():
+    raise LookupError("the real error")
+
+
+@muster.remote
+class _RaisesInAMethod:
+    def method(self):
+        raise LookupError("the real error")
+
+
+@muster.remote
+def _raise_in_a_generator():
+    yield 1
+    raise LookupError("the real error")
+
+
+def test_a_remote_traceback_starts_at_the_users_code_as_rays_does():
+    """Ray's task_exceptions guide shows the user's frames only; muster's worker loop, which called the
+    function, sent its own frames first (core/local/worker.py, tasks/worker_side.py)."""
+    actor = _RaisesInAMethod.remote()
+    refs = [_raise_from_user_code.remote(), actor.method.remote(), list(_raise_in_a_generator.remote())[-1]]
+    for ref, where in zip(refs, ("_raise_from_user_code", "method", "_raise_in_a_generator")):
+        with pytest.raises(LookupError) as info:
+            muster.get(ref, timeout=TIMEOUT)
+        frames = [line for line in info.value.traceback_str.splitlines() if line.startswith("  File ")]
+        assert len(frames) == 1 and frames[0].endswith(f"in {where}"), info.value.traceback_str
+        assert info.value.traceback_str.rstrip().endswith("LookupError: the real error")
+    muster.kill(actor)

@@ -148,9 +148,25 @@ def recv(conn: Connection) -> Any:
         raise Unreadable(ROUTED[routed - 1] if routed else None, msg_id, exc) from exc
 
 
+#: muster's own source folder: the frames of its worker plumbing that a remote traceback starts with.
+_MUSTER_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+def remote_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback as the caller is shown it: from the first frame of the user's code on, as Ray
+    shows it (the frames of muster's worker loop that called the user's function say nothing to the
+    reader). An error raised inside muster itself keeps every frame."""
+    shown = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    first_user = next((i for i, frame in enumerate(shown.stack) if not frame.filename.startswith(_MUSTER_DIR)),
+                      None)
+    if first_user:
+        shown.stack = traceback.StackSummary.from_list(shown.stack[first_user:])
+    return "".join(shown.format())
+
+
 def capture_error(exc: BaseException, label: str, pid: int, host: str) -> TaskError:
     """Wrap an exception raised in a worker so it crosses back intact."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    tb = remote_traceback(exc)
     exc.__traceback__ = None
     cause: BaseException | None = exc
     parts: tuple[type, tuple, dict] | None = None
