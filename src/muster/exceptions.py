@@ -256,7 +256,9 @@ def also_an_instance_of(err: E_, cls: type[BaseException], attributes: dict[str,
     ``err`` itself when ``cls`` cannot be a base class."""
     try:
         base = type(err)
-        dual = type(f"{base.__name__}({cls.__name__})", (base, cls), {"__module__": base.__module__})
+        # err's own str wins over cls's (KeyError's would print the whole message as a repr, quotes and \n)
+        dual = type(f"{base.__name__}({cls.__name__})", (base, cls),
+                    {"__module__": base.__module__, "__str__": base.__str__})
         out: E_ = dual.__new__(dual)  # type: ignore[call-overload]
         out.__dict__.update(attributes or {})
         out.__dict__.update(err.__dict__)

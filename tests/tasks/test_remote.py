@@ -416,3 +416,16 @@ def test_a_remote_traceback_starts_at_the_users_code_as_rays_does():
         assert len(frames) == 1 and frames[0].endswith(f"in {where}"), info.value.traceback_str
         assert info.value.traceback_str.rstrip().endswith("LookupError: the real error")
     muster.kill(actor)
+
+
+@muster.remote
+def _raise_key_error():
+    return {}["missing"]
+
+
+def test_a_task_key_error_prints_as_the_task_error_not_as_a_repr_of_it():
+    """KeyError's own str() quotes its argument: the error printed as one repr'd string, \\n and all."""
+    with pytest.raises(KeyError) as info:
+        muster.get(_raise_key_error.remote(), timeout=TIMEOUT)
+    text = str(info.value)
+    assert text.startswith("KeyError: 'missing'\n") and "in _raise_key_error" in text, text
