@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from muster.core import settings
@@ -99,10 +98,6 @@ def init(
             )
         options.apply()
         rt = _make_engine(address, num_cpus, num_gpus, resources)
-        if rt.name == "ray" and "worker_process_setup_hook" in (options.runtime_env or {}):
-            warnings.warn("muster.init(runtime_env={'worker_process_setup_hook': ...}) is run in the workers of "
-                          "muster's embedded engine only; on a Ray cluster call the hook at the top of your tasks "
-                          "and actors' constructors.", stacklevel=2)
         rt.start()  # begin importing torch in the zygote while the caller goes on
         _runtime = rt
         return rt

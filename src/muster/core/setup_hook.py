@@ -1,8 +1,8 @@
 """Ray's ``runtime_env={"worker_process_setup_hook": ...}`` given to ``muster.init``: a function run once in
 every worker process as it starts, before its first task or actor (Ray's docs use it to configure logging in
-workers). The driver puts the hook in one environment variable, which every worker inherits; the worker
-runs it (:func:`run_in_worker`). Ray takes the hook from ``ray.init`` only, as here; a task's or actor's own
-``runtime_env`` cannot set one.
+workers). The driver puts the hook in one environment variable, which every worker of the embedded engine
+inherits and runs (:func:`run_in_worker`); on a Ray cluster, Ray's own ``ray.init`` gets it (:func:`for_ray`).
+Ray takes the hook from ``ray.init`` only, as here; a task's or actor's own ``runtime_env`` cannot set one.
 """
 
 from __future__ import annotations
@@ -59,6 +59,15 @@ def _load(value: str) -> Callable[[], Any]:
         module, _, name = body.rpartition(".")
         return getattr(importlib.import_module(module), name)
     return cloudpickle.loads(base64.b64decode(body))
+
+
+def for_ray() -> Callable[[], Any] | str | None:
+    """The hook ``muster.init`` was given, as Ray's ``ray.init(runtime_env=...)`` takes it (the function, or
+    its ``"module.function"`` path), for an engine that runs on a Ray cluster; None without one."""
+    value = os.environ.get(HOOK_ENV)
+    if not value:
+        return None
+    return value.partition(":")[2] if value.startswith("import:") else _load(value)
 
 
 def run_in_worker() -> bool:

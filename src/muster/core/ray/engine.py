@@ -26,7 +26,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from muster.core import resources as res
-from muster.core import settings
+from muster.core import settings, setup_hook
 from muster.core.ray import placement
 from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
@@ -78,8 +78,10 @@ class RayRuntime(Runtime):
         if not ray.is_initialized():
             check_reachable(self.address)
             self._breakpoint_hook = os.environ.get("PYTHONBREAKPOINT")  # ray.init points it at Ray's debugger
+            hook = setup_hook.for_ray()  # muster.init(runtime_env={"worker_process_setup_hook": ...})
             try:
-                ray.init(address=self.address, log_to_driver=True, logging_level=logging.WARNING)
+                ray.init(address=self.address, log_to_driver=True, logging_level=logging.WARNING,
+                         runtime_env={"worker_process_setup_hook": hook} if hook is not None else None)
             except BaseException:
                 ray.shutdown()  # a half-made connection (Ray Client) must not outlive the failed init
                 raise
