@@ -68,7 +68,7 @@ def test_bad_honoured_values_name_the_fix(monkeypatch):
 
 
 HOOK_SCRIPT = textwrap.dedent("""
-    import logging, os
+    import logging, os, sys
     import muster as ray
 
     def setup():
@@ -91,22 +91,25 @@ HOOK_SCRIPT = textwrap.dedent("""
     def bad():
         raise RuntimeError("the hook broke")
 
+    def say(*words):  # one write per line: the workers' relayed output cannot land inside it
+        sys.stdout.write(" ".join(map(str, words)) + "\\n")
+
     ray.init(num_cpus=1, num_gpus=0, runtime_env={"worker_process_setup_hook": setup})
-    print("driver", os.environ.get("HOOKED"))
-    print("task", ray.get(hooked.remote(), timeout=60) not in (None, str(os.getpid())))
-    print("actor", ray.get(Actor.remote().seen_in_init.remote(), timeout=60))
+    say("driver", os.environ.get("HOOKED"))
+    say("task", ray.get(hooked.remote(), timeout=60) not in (None, str(os.getpid())))
+    say("actor", ray.get(Actor.remote().seen_in_init.remote(), timeout=60))
     ray.shutdown()
     ray.init(num_cpus=1, num_gpus=0, runtime_env={"worker_process_setup_hook": "hookmod.setup"})
-    print("module", ray.get(hooked.remote(), timeout=60))
+    say("module", ray.get(hooked.remote(), timeout=60))
     ray.shutdown()
     ray.init(num_cpus=1, num_gpus=0)  # a later job without a hook: its workers run none
-    print("later", ray.get(hooked.remote(), timeout=60))
+    say("later", ray.get(hooked.remote(), timeout=60))
     ray.shutdown()
     ray.init(num_cpus=1, num_gpus=0, runtime_env={"worker_process_setup_hook": bad})
     try:
         ray.get(hooked.options(max_retries=0).remote(), timeout=60)
     except ray.exceptions.WorkerCrashedError:
-        print("failing hook: worker crashed")
+        say("failing hook: worker crashed")
     ray.shutdown()
 """)
 
