@@ -244,25 +244,27 @@ class Dataset:
                                    ray=RayCall.of("randomize_block_order", seed=_ray_seed(seed))))
 
     def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None, *,
-                    shuffle: bool = False, **_ignored: Any) -> "Dataset":
-        """Exactly ``num_blocks`` blocks of near-equal size (after a full shuffle with ``shuffle=True``),
-        or blocks of ``target_num_rows_per_block`` rows each, the last holding what is left."""
+                    shuffle: bool = False, keys: list[str] | None = None, sort: bool = False,
+                    **_ignored: Any) -> "Dataset":
+        """``num_blocks`` blocks of near-equal size (shuffled first with ``shuffle``; with ``keys``, each key's
+        rows in one block, sorted with ``sort``), or of ``target_num_rows_per_block`` rows, the last the rest."""
         _positive(num_blocks, "num_blocks", "repartition")
         _positive(target_num_rows_per_block, "target_num_rows_per_block", "repartition")
         if (num_blocks is None) == (target_num_rows_per_block is None) or (target_num_rows_per_block and shuffle):
             raise InvalidArgumentError(
                 f"repartition(num_blocks={num_blocks!r}, target_num_rows_per_block={target_num_rows_per_block!r}, "
                 f"shuffle={shuffle}): give num_blocks (optionally with shuffle=True) or target_num_rows_per_block, "
-                "not both."
-            )
+                "not both.")
         if target_num_rows_per_block is not None:
             rows = target_num_rows_per_block
             ray = RayCall.of("repartition", target_num_rows_per_block=rows, **_ignored)
             return self._then(AllToAll(f"Repartition(rows={rows})", alltoall.blocks_of(rows), ray=ray))
         assert num_blocks is not None
-        ds = self.random_shuffle() if shuffle else self
-        ray = RayCall.of("repartition", num_blocks, **_ignored)
-        return ds._then(AllToAll(f"Repartition({num_blocks})", alltoall.repartition(num_blocks), ray=ray))
+        keys = [keys] if isinstance(keys, str) else list(keys or [])
+        ds = self.random_shuffle() if shuffle and not keys else self
+        ray = RayCall.of("repartition", num_blocks, **({"keys": keys, "sort": sort} if keys else {}), **_ignored)
+        fn = alltoall.repartition_by(keys, num_blocks, sort) if keys else alltoall.repartition(num_blocks)
+        return ds._then(AllToAll(f"Repartition({num_blocks}{f', keys={keys}' if keys else ''})", fn, ray=ray))
 
     def sort(self, key: str | list[str], descending: bool | list[bool] = False, boundaries: list[Any] | None = None
              ) -> "Dataset":
