@@ -81,7 +81,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "options are accepted there with no effect)",
         "ExecutionResources": "nothing: muster's pipelines run in the consuming process's threads and idle "
         "workers (DataContext.max_threads bounds them)",
-        "ShuffleStrategy": "random_shuffle(seed=...): one machine needs no shuffle strategy",
+        "ShuffleStrategy": "muster.data.context.ShuffleStrategy (where Ray has it too)",
         "read_tfrecords": "read_parquet() after converting the files",
         "read_webdataset": "read_binary_files()",
         "read_sql": "from_pandas(pandas.read_sql(...))",
@@ -103,9 +103,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "download": "a map_batches that fetches each URI (fsspec.open(uri).read())",
         "udf": "map_batches(fn): a function over whole batches",
         "star": "select_columns(ds.columns())",
-    },
-    "muster.data.context": {
-        "ShuffleStrategy": "random_shuffle(seed=...): one machine needs no shuffle strategy",
     },
     "muster.data.datasource": {
         "Partitioning": "read_parquet(partitioning='hive') (the default) or a pyarrow.dataset.partitioning(...)",

@@ -34,3 +34,17 @@ def test_repartition_by_keys_puts_each_key_in_one_block(tmp_path):
     parts = [b.to_pylist() for b in two.repartition(1, keys=["k"], sort=True)._execute()]
     assert parts == [[{"k": 1, "i": 1}, {"k": 1, "i": 3}, {"k": 2, "i": 2}, {"k": 2, "i": 5},
                       {"k": 3, "i": 0}, {"k": 3, "i": 4}]]
+
+
+def test_shuffle_strategy_is_rays_setting_kept_with_no_effect():
+    """saving-data.rst sets DataContext.shuffle_strategy = ShuffleStrategy.HASH_SHUFFLE before a keyed
+    repartition. Before, `from ray.data.context import ShuffleStrategy` failed (unsupported)."""
+    from muster.data.context import DataContext, ShuffleStrategy
+
+    assert ShuffleStrategy("hash_shuffle") is ShuffleStrategy.HASH_SHUFFLE == "hash_shuffle"  # Ray's values
+    assert {s.value for s in ShuffleStrategy} >= {"sort_shuffle_pull_based", "sort_shuffle_push_based",
+                                                  "hash_shuffle", "shuffle_v2", "gpu_shuffle"}
+    ctx = DataContext()
+    ctx.shuffle_strategy = ShuffleStrategy.HASH_SHUFFLE  # kept, changes nothing here
+    assert ctx.shuffle_strategy is ShuffleStrategy.HASH_SHUFFLE
+    assert md.range(6).repartition(2, keys=["id"]).count() == 6
