@@ -70,7 +70,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "write_tfrecords": "write_parquet()",
         "write_webdataset": "write_parquet()",
         "write_images": "map_batches() that saves the images itself",
-        "write_numpy": "to_numpy_refs() and numpy.save",
         "write_sql": "iter_batches() with your database client",
         "write_mongo": "iter_batches() with your database client",
         "write_bigquery": "iter_batches() with your database client",

@@ -42,7 +42,7 @@ def _ref(value: Any) -> Any:
     return objects.put(value) if core_context.in_worker() else objects.store(value)
 
 
-class Dataset:
+class Dataset(writers.FileWrites):
     """A distributed-style dataset of Arrow blocks (Ray Data's ``Dataset``, on one machine)."""
 
     def __init__(self, node: Node):
@@ -531,35 +531,6 @@ class Dataset:
         if self._stats is None and self._iterator is not None and _ray_plan.on_ray_engine():
             return self._iterator.stats()
         return self._stats.summary() if self._stats is not None else "(not executed yet)"
-
-    def write_parquet(self, path: str, *, filesystem: Any = None, mode: Any = "append",
-                      min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
-                      num_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
-                      **arrow_args: Any) -> list[str]:
-        """One Parquet file per output block under ``path`` (a folder or URL); returns the files written.
-
-        ``mode``, ``min_rows_per_file`` (or its older name ``num_rows_per_file``), ``max_rows_per_file`` and
-        ``partition_cols`` as in Ray (see ``writers.write_blocks``); other keywords, and what Ray's
-        ``arrow_parquet_args_fn`` returns, go to ``pyarrow.parquet.write_table``. Ray's ``concurrency``,
-        ``ray_remote_args`` and ``try_create_dir`` change nothing here; ``arrow_open_stream_args=
-        {"compression": ...}`` compresses each file.
-        """
-        return writers.write_dataset(self, "parquet", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
-                                     max_rows_per_file, partition_cols, arrow_args)
-
-    def write_csv(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
-                  partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
-                  max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
-        """As :meth:`write_parquet`; what Ray's ``arrow_csv_args_fn`` returns goes to ``pyarrow.csv.write_csv``."""
-        return writers.write_dataset(self, "csv", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
-                                     max_rows_per_file, partition_cols, ray_options)
-
-    def write_json(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
-                   partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
-                   max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
-        """As :meth:`write_parquet`; what Ray's ``pandas_json_args_fn`` returns goes to ``DataFrame.to_json``."""
-        return writers.write_dataset(self, "json", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
-                                     max_rows_per_file, partition_cols, ray_options)
 
     def write_datasink(self, datasink: Any, *, ray_remote_args: dict[str, Any] | None = None,
                        concurrency: int | None = None) -> None:
