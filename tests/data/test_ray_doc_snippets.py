@@ -69,3 +69,17 @@ def test_write_numpy_saves_a_column_as_npy_files_read_numpy_reads_back(tmp_path)
 
     with pytest.raises(ValueError, match="column='nope'.*id"):
         md.range(4).write_numpy(str(tmp_path / "bad"), column="nope")
+
+
+def test_data_context_keeps_rays_key_value_configs():
+    """shuffling-data.rst: ctx.set_config("debug_limit_shuffle_execution_to_num_blocks", 2) before a
+    shuffle. Before, an AttributeError (no set_config)."""
+    ctx = md.DataContext()
+    assert ctx.get_config("debug_limit_shuffle_execution_to_num_blocks") is None
+    assert ctx.get_config("debug_limit_shuffle_execution_to_num_blocks", 7) == 7
+    ctx.set_config("debug_limit_shuffle_execution_to_num_blocks", 2)
+    assert ctx.get_config("debug_limit_shuffle_execution_to_num_blocks") == 2
+    assert md.DataContext().get_config("debug_limit_shuffle_execution_to_num_blocks") is None  # per context
+    ctx.remove_config("debug_limit_shuffle_execution_to_num_blocks")
+    ctx.remove_config("never_set")  # as Ray's: no error
+    assert ctx.get_config("debug_limit_shuffle_execution_to_num_blocks") is None

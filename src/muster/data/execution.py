@@ -69,6 +69,7 @@ class DataContext:
     preserve_order: bool = True
     enable_progress_bars: bool = True
     progress_every_s: float = 5.0
+    _kv_configs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_threads < 1:
@@ -105,6 +106,19 @@ class DataContext:
         """Ray's ``ctx.execution_options``: its ``preserve_order`` is this context's; Ray's other options
         (``resource_limits``, ``verbose_progress``...) are accepted and have no effect here."""
         return ExecutionOptions(self)
+
+    def get_config(self, key: str, default: Any = None) -> Any:
+        """Ray's key-value settings (``set_config``): the value kept for ``key``, or ``default``."""
+        return self._kv_configs.get(key, default)
+
+    def set_config(self, key: str, value: Any) -> None:
+        """Keep ``value`` for ``key``, as Ray's ``DataContext.set_config``; the keys Ray's docs set
+        (``debug_limit_shuffle_execution_to_num_blocks``...) tune its cluster execution and change nothing here."""
+        self._kv_configs[key] = value
+
+    def remove_config(self, key: str) -> None:
+        """Forget ``key``'s value (nothing to do if none is kept)."""
+        self._kv_configs.pop(key, None)
 
     @staticmethod
     def get_current() -> "DataContext":
