@@ -83,3 +83,18 @@ def test_data_context_keeps_rays_key_value_configs():
     ctx.remove_config("debug_limit_shuffle_execution_to_num_blocks")
     ctx.remove_config("never_set")  # as Ray's: no error
     assert ctx.get_config("debug_limit_shuffle_execution_to_num_blocks") is None
+
+
+def test_add_column_takes_a_one_column_frame_as_rays_pandas_assignment_does():
+    """aggregations.rst: ds.add_column("group_key", lambda x: x % 3) on range(100), whose batch is a
+    one-column DataFrame: Ray assigns it (batch.loc[:, col] = frame) and groups by it. Before, refused
+    as a DataFrame."""
+    from muster.data.aggregate import Count, Mean
+
+    ds = md.range(100).add_column("group_key", lambda x: x % 3)
+    assert ds.aggregate(Count()) == {"count()": 100}
+    means = ds.groupby("group_key").aggregate(Mean(on="id")).take_all()
+    assert means == [{"group_key": 0, "mean(id)": 49.5}, {"group_key": 1, "mean(id)": 49.0},
+                     {"group_key": 2, "mean(id)": 50.0}]
+    frame = md.from_items([{"a": 1.5}, {"a": 2.5}]).add_column("b", lambda df: df.rename(columns={"a": "z"}) * 2)
+    assert frame.take_all() == [{"a": 1.5, "b": 3.0}, {"a": 2.5, "b": 5.0}]

@@ -261,6 +261,8 @@ def add_column(col: str, fn: Callable[[Any], Any], batch_format: str) -> BlockFn
     def apply(block: pa.Table) -> list[pa.Table]:
         batch = blk.to_batch(block, batch_format)
         values = _guard("AddColumn", fn, block, lambda: fn(batch))
+        if hasattr(values, "columns") and hasattr(values, "iloc") and len(values.columns) == 1:
+            values = values.iloc[:, 0]  # a one-column frame is its column, as pandas assigns it in Ray's
         if hasattr(values, "columns") or isinstance(values, (dict, pa.Table)):
             names = list(values.column_names if isinstance(values, pa.Table) else
                          values.columns if hasattr(values, "columns") else values)
