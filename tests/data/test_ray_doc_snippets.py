@@ -98,3 +98,49 @@ def test_add_column_takes_a_one_column_frame_as_rays_pandas_assignment_does():
                      {"group_key": 2, "mean(id)": 50.0}]
     frame = md.from_items([{"a": 1.5}, {"a": 2.5}]).add_column("b", lambda df: df.rename(columns={"a": "z"}) * 2)
     assert frame.take_all() == [{"a": 1.5, "b": 3.0}, {"a": 2.5, "b": 5.0}]
+
+
+def test_aggregate_fn_v2_subclass_with_block_accessor():
+    """aggregations.rst: a custom Mean as an AggregateFnV2 subclass whose aggregate_block reads the block
+    through BlockAccessor.for_block(block).count/sum. Before, neither name existed (ImportError)."""
+    from muster.data.aggregate import AggregateFnV2
+    from muster.data.block import AggType, Block, BlockAccessor, U  # noqa: F401 - Ray's names, importable
+
+    class Mean(AggregateFnV2):
+        def __init__(self, on=None, ignore_nulls=True, alias_name=None):
+            super().__init__(alias_name or f"mean({on})", on=on, ignore_nulls=ignore_nulls, zero_factory=lambda: [0, 0])
+
+        def aggregate_block(self, block):
+            acc = BlockAccessor.for_block(block)
+            count = acc.count(self._target_col_name, self._ignore_nulls)
+            if not count:
+                return None
+            return [acc.sum(self._target_col_name, self._ignore_nulls), count]
+
+        def combine(self, current_accumulator, new):
+            return [current_accumulator[0] + new[0], current_accumulator[1] + new[1]]
+
+        def finalize(self, accumulator):
+            return accumulator[0] / accumulator[1] if accumulator[1] else None
+
+    ds = md.range(100, override_num_blocks=4).add_column("group_key", lambda df: df["id"] % 3)
+    assert ds.aggregate(Mean(on="id")) == {"mean(id)": 49.5}
+    assert ds.groupby("group_key").aggregate(Mean(on="id", alias_name="m")).take_all() == [
+        {"group_key": 0, "m": 49.5}, {"group_key": 1, "m": 49.0}, {"group_key": 2, "m": 50.0}]
+    agg = Mean(on="id")
+    assert (agg.get_target_column(), agg.get_agg_name()) == ("id", "mean")
+    nulls = md.from_items([{"v": 1.0}, {"v": None}, {"v": 3.0}])
+    assert nulls.aggregate(Mean(on="v")) == {"mean(v)": 2.0}
+
+    import pyarrow as pa
+
+    acc = BlockAccessor.for_block(pa.table({"a": [1, None, 3], "b": ["x", "y", "z"]}))
+    assert (acc.num_rows(), acc.count("a", True), acc.count("a", False), acc.count(None, True)) == (3, 2, 3, 3)
+    assert (acc.sum("a", True), acc.sum("a", False), acc.min("a", True), acc.max("a", True)) == (4, None, 1, 3)
+    assert acc.mean("a", True) == 2.0 and acc.column_names() == ["a", "b"]
+    assert acc.to_pandas()["b"].tolist() == ["x", "y", "z"] and acc.to_arrow().num_rows == 3
+    assert list(acc.to_numpy("b")) == ["x", "y", "z"] and list(acc.to_numpy()) == ["a", "b"]
+    assert [r["b"] for r in acc.iter_rows(public_row_format=True)] == ["x", "y", "z"]
+    assert acc.slice(1, 3).to_pylist() == [{"a": None, "b": "y"}, {"a": 3, "b": "z"}]
+    assert BlockAccessor.for_block(acc.to_pandas()).num_rows() == 3  # a pandas block too
+
