@@ -97,6 +97,9 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "from_tf": "from_numpy() or from_items()",
         "BlockBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
         "RowBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
+        "_internal": "public names: a read yields pyarrow Tables or pandas DataFrames "
+        "(pyarrow.Table.from_pylist(rows), not DelegatingBlockBuilder); test a null with "
+        "`value is None or value != value` (not _internal.util.is_null); muster.data.block.BlockAccessor",
     },
     "muster.data.expressions": {
         "download": "a map_batches that fetches each URI (fsspec.open(uri).read())",

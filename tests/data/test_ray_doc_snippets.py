@@ -144,3 +144,15 @@ def test_aggregate_fn_v2_subclass_with_block_accessor():
     assert acc.slice(1, 3).to_pylist() == [{"a": None, "b": "y"}, {"a": 3, "b": "z"}]
     assert BlockAccessor.for_block(acc.to_pandas()).num_rows() == 3  # a pandas block too
 
+
+def test_rays_internal_modules_name_the_public_replacement():
+    """Ray's doc snippets import ray.data._internal (DelegatingBlockBuilder, util.is_null). Before, a bare
+    ModuleNotFoundError; now the error says what to use."""
+    import pytest
+
+    from muster.exceptions import UnsupportedRayImportError
+
+    with pytest.raises(UnsupportedRayImportError, match=r"pyarrow\.Table\.from_pylist.*value is None"):
+        from muster.data._internal.delegating_block_builder import DelegatingBlockBuilder  # noqa: F401
+    with pytest.raises(ImportError, match="is_null"):
+        from muster.data._internal.util import is_null  # noqa: F401
