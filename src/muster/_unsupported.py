@@ -95,8 +95,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "from_dask": "from_pandas(dask_df.compute())",
         "from_modin": "from_pandas()",
         "from_tf": "from_numpy() or from_items()",
-        "BlockBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
-        "RowBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
         "_internal": "public names: a read yields pyarrow Tables or pandas DataFrames "
         "(pyarrow.Table.from_pylist(rows), not DelegatingBlockBuilder); test a null with "
         "`value is None or value != value` (not _internal.util.is_null); muster.data.block.BlockAccessor",
@@ -108,10 +106,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     },
     "muster.data.datasource": {
         "Partitioning": "read_parquet(partitioning='hive') (the default) or a pyarrow.dataset.partitioning(...)",
-        "FileBasedDatasource": "a muster.data.Datasource subclass whose read tasks read the files, or "
-        "read_binary_files() and map()",
-        "BlockBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
-        "RowBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
     },
     "muster.data.aggregate": {
         "ApproximateQuantile": "Quantile(on, q=...): exact, computed over each group's values",

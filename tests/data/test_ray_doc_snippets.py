@@ -156,3 +156,105 @@ def test_rays_internal_modules_name_the_public_replacement():
         from muster.data._internal.delegating_block_builder import DelegatingBlockBuilder  # noqa: F401
     with pytest.raises(ImportError, match="is_null"):
         from muster.data._internal.util import is_null  # noqa: F401
+
+
+def _png_folder(root, n: int):
+    import numpy as np
+    from PIL import Image
+
+    root.mkdir()
+    images = [np.full((4, 4, 3), 40 * i, dtype=np.uint8) for i in range(n)]
+    for i, image in enumerate(images):
+        Image.fromarray(image).save(root / f"{i}.png")
+    (root / "notes.txt").write_text("not an image")
+    return images
+
+
+def test_file_based_datasource_and_row_based_datasink_from_the_custom_datasource_guide(tmp_path):
+    """custom-datasource-example.rst: an ImageDatasource(FileBasedDatasource) with _read_stream and an
+    ImageDatasink(RowBasedFileDatasink) with write_row_to_file. Before, both bases were refused."""
+    import io
+    from typing import Iterator
+
+    import numpy as np
+    from PIL import Image
+
+    from muster.data.datasource import FileBasedDatasource, RowBasedFileDatasink
+
+    class ImageDatasource(FileBasedDatasource):
+        def __init__(self, paths, *, mode, **options):
+            super().__init__(paths, file_extensions=["png", "jpg"], **options)
+            self.mode = mode
+
+        def _read_stream(self, f, path: str) -> Iterator:
+            image = Image.open(io.BytesIO(f.readall())).convert(self.mode)
+            yield pd.DataFrame({"image": [np.array(image)]})
+
+    class ImageDatasink(RowBasedFileDatasink):
+        def __init__(self, path, column, file_format):
+            super().__init__(path, file_format=file_format)
+            self.column, self.file_format = column, file_format
+
+        def write_row_to_file(self, row, file):
+            buffer = io.BytesIO()
+            Image.fromarray(row[self.column]).save(buffer, format=self.file_format)
+            file.write(buffer.getvalue())
+
+    images = _png_folder(tmp_path / "in", 3)
+    source = ImageDatasource(str(tmp_path / "in"), mode="RGB")
+    assert source.estimate_inmemory_data_size() > 0
+    ds = md.read_datasource(source, override_num_blocks=2)
+    assert [t.metadata.input_files for t in source.get_read_tasks(2)] == [
+        (str(tmp_path / "in" / "0.png"),), (str(tmp_path / "in" / "1.png"), str(tmp_path / "in" / "2.png"))]
+    assert sorted(os.path.basename(f) for f in ds.input_files()) == ["0.png", "1.png", "2.png"]  # not notes.txt
+    got = sorted(ds.take_all(), key=lambda r: int(r["image"][0, 0, 0]))
+    assert [r["image"].tolist() for r in got] == [i.tolist() for i in images]
+    ds.write_datasink(ImageDatasink(str(tmp_path / "out"), column="image", file_format="png"))
+    written = sorted(os.listdir(tmp_path / "out"))
+    assert len(written) == 3 and all(w.endswith(".png") for w in written)
+    back = sorted(md.read_images(str(tmp_path / "out")).take_all(), key=lambda r: int(r["image"][0, 0, 0]))
+    assert [r["image"].tolist() for r in back] == [i.tolist() for i in images]
+    gray = md.read_datasource(ImageDatasource(str(tmp_path / "in"), mode="L", include_paths=True))
+    assert sorted((os.path.basename(r["path"]), r["image"].shape) for r in gray.take_all()) == [
+        (f"{i}.png", (4, 4)) for i in range(3)]
+
+    class Plain(FileBasedDatasource):
+        pass
+
+    import pytest
+
+    with pytest.raises(Exception, match="_read_stream"):
+        md.read_datasource(Plain(str(tmp_path / "in")), override_num_blocks=1).take_all()
+
+
+def test_block_based_file_datasink_writes_one_file_per_write_task(tmp_path):
+    """The guide's other file sink: BlockBasedFileDatasink.write_block_to_file(BlockAccessor, file), with
+    min_rows_per_file gathering blocks, Ray's save modes and a FilenameProvider."""
+    import pyarrow.csv as pcsv
+    import pytest
+
+    from muster.data.datasource import BlockBasedFileDatasink, FilenameProvider
+
+    class CsvSink(BlockBasedFileDatasink):
+        def __init__(self, path, **kwargs):
+            super().__init__(path, file_format="csv", **kwargs)
+
+        def write_block_to_file(self, block, file):
+            pcsv.write_csv(block.to_arrow(), file)
+
+    ds = md.range(10, override_num_blocks=5)
+    ds.write_datasink(CsvSink(str(tmp_path / "csv"), min_rows_per_file=4))
+    files = sorted(os.listdir(tmp_path / "csv"))
+    assert len(files) == 3 and all(f.endswith(".csv") for f in files)  # 4 + 4 + 2 rows
+    assert sorted(r["id"] for r in md.read_csv(str(tmp_path / "csv")).take_all()) == list(range(10))
+    with pytest.raises(Exception, match="already exists"):
+        ds.write_datasink(CsvSink(str(tmp_path / "csv"), mode="error"))
+    ds.write_datasink(CsvSink(str(tmp_path / "csv"), mode="ignore"))
+    assert len(os.listdir(tmp_path / "csv")) == 3
+
+    class Named(FilenameProvider):
+        def get_filename_for_task(self, write_uuid, task_index):
+            return f"part-{task_index}.{self.file_format}"
+
+    ds.write_datasink(CsvSink(str(tmp_path / "csv"), mode="overwrite", filename_provider=Named(file_format="csv")))
+    assert sorted(os.listdir(tmp_path / "csv")) == [f"part-{i}.csv" for i in range(5)]
