@@ -273,3 +273,24 @@ def test_data_context_takes_rays_hash_shuffle_and_other_cluster_settings():
         assert getattr(ctx, name) == value
     with pytest.raises(AttributeError, match="no setting 'max_hash_shuffle_agregators'"):
         ctx.max_hash_shuffle_agregators = 4
+
+
+def test_zero_copy_batch_false_gives_writable_batches_and_the_error_names_it():
+    """tensor.py / transforming docs mutate batches in place (batch["image"] += 1). Ray 2.60's batches are
+    zero-copy read-only views unless map_batches(zero_copy_batch=False), which copies them. Before,
+    zero_copy_batch=False was ignored: the batch stayed read-only and the error did not say why."""
+    import pytest
+
+    from muster.data import UserFunctionError
+
+    def add_one(batch):
+        batch["data"] += 1
+        return batch
+
+    ds = md.range_tensor(4, shape=(2,))
+    assert [r["data"].tolist() for r in ds.map_batches(add_one, zero_copy_batch=False).take_all()] == [
+        [1, 1], [2, 2], [3, 3], [4, 4]]
+    assert [r["id"] for r in md.range(3).map_batches(lambda b: {"id": b["id"].__iadd__(1)},
+                                                     zero_copy_batch=False).take_all()] == [1, 2, 3]
+    with pytest.raises(UserFunctionError, match=r"read-only.*zero_copy_batch=False"):
+        ds.map_batches(add_one).take_all()  # Ray's default: zero-copy, read-only

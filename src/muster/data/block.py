@@ -212,6 +212,13 @@ def to_batch(block: pa.Table, fmt: str) -> Any:
     return to_numpy(block)
 
 
+def writable(batch: Any) -> Any:
+    """A numpy batch whose read-only arrays (views of Arrow memory) are copied; other batches as they are."""
+    if isinstance(batch, dict):
+        return {k: v.copy() if isinstance(v, np.ndarray) and not v.flags.writeable else v for k, v in batch.items()}
+    return batch
+
+
 def _tensor_columns(block: pa.Table) -> list[str]:
     return [n for n in block.column_names if isinstance(block.schema.field(n).type, _TENSOR_TYPES)]
 

@@ -102,7 +102,7 @@ class Dataset(writers.FileWrites):
     def map_batches(self, fn: Any, *, batch_size: int | None | str = 1024, batch_format: str = "numpy",
                     fn_args: tuple = (), fn_kwargs: dict | None = None, fn_constructor_args: tuple = (),
                     fn_constructor_kwargs: dict | None = None, concurrency: int | tuple[int, int] | None = None,
-                    num_cpus: float | None = None, num_gpus: float | None = None, zero_copy_batch: bool = False,
+                    num_cpus: float | None = None, num_gpus: float | None = None, zero_copy_batch: bool = True,
                     compute: Any = None, _rows: str | None = None, **_ray_options: Any) -> "Dataset":
         """Apply ``fn`` to batches of rows.
 
@@ -115,6 +115,8 @@ class Dataset(writers.FileWrites):
                 with the queue of blocks; for a function, at most this many of its tasks at once. On the
                 Ray engine this becomes Ray's ``compute=`` (an actor pool for a class, a task pool for a
                 function).
+            zero_copy_batch: True (Ray's default): numpy batches may be read-only views of the blocks; False:
+                ``fn`` gets writable copies, to change in place.
             compute: Ray's older spelling of ``concurrency``: ``ActorPoolStrategy(size=n)`` or
                 ``(min_size=, max_size=)``, ``TaskPoolStrategy(size=n)``.
             num_cpus / num_gpus: what each actor (or pooled task) holds of the engine's resources. If the
@@ -139,8 +141,8 @@ class Dataset(writers.FileWrites):
             if not isinstance(fn, type):
                 raise InvalidArgumentError(f"{where}(fn_constructor_args/kwargs=...) apply only when fn is a callable class.")
         op = plan.MapBatches(fn, batch_size, fmt, tuple(fn_args), dict(fn_kwargs or {}), tuple(fn_constructor_args),
-                             dict(fn_constructor_kwargs or {}), concurrency=concurrency, num_cpus=num_cpus,
-                             num_gpus=num_gpus, rows=_rows)
+                             dict(fn_constructor_kwargs or {}), zero_copy_batch, concurrency=concurrency,
+                             num_cpus=num_cpus, num_gpus=num_gpus, rows=_rows)
         label = {"map": "Map", "flat_map": "FlatMap", "filter": "Filter"}.get(where, "MapBatches")
         if _rows is None:
             ray = RayCall.of("map_batches", fn, batch_size=batch_size, batch_format=fmt, fn_args=tuple(fn_args),
