@@ -95,6 +95,9 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "from_dask": "from_pandas(dask_df.compute())",
         "from_modin": "from_pandas()",
         "from_tf": "from_numpy() or from_items()",
+        "extensions": "plain arrays: a column given as a list of same-shape ndarrays (or one N-d array) is a "
+        "tensor column on its own, stored as pyarrow's FixedShapeTensorType (muster.data.block.VariableShapeTensorType "
+        "when shapes differ); Ray's tensor columns in Parquet files are read back as these",
         "_internal": "public names: a read yields pyarrow Tables or pandas DataFrames "
         "(pyarrow.Table.from_pylist(rows), not DelegatingBlockBuilder); test a null with "
         "`value is None or value != value` (not _internal.util.is_null); muster.data.block.BlockAccessor",

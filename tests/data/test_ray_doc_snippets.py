@@ -294,3 +294,14 @@ def test_zero_copy_batch_false_gives_writable_batches_and_the_error_names_it():
                                                      zero_copy_batch=False).take_all()] == [1, 2, 3]
     with pytest.raises(UserFunctionError, match=r"read-only.*zero_copy_batch=False"):
         ds.map_batches(add_one).take_all()  # Ray's default: zero-copy, read-only
+
+
+def test_rays_tensor_extensions_module_names_what_to_use():
+    """tensor.py imports ray.data.extensions (TensorArray, ArrowTensorArray). Before, a bare
+    ModuleNotFoundError."""
+    import pytest
+
+    from muster.exceptions import UnsupportedRayImportError
+
+    with pytest.raises(UnsupportedRayImportError, match=r"list of same-shape ndarrays.*FixedShapeTensorType"):
+        from muster.data.extensions import TensorArray  # noqa: F401
