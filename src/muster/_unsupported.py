@@ -69,7 +69,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "to_modin": "to_pandas()",
         "write_tfrecords": "write_parquet()",
         "write_webdataset": "write_parquet()",
-        "write_images": "map_batches() that saves the images itself",
         "write_sql": "iter_batches() with your database client",
         "write_mongo": "iter_batches() with your database client",
         "write_bigquery": "iter_batches() with your database client",

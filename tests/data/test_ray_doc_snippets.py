@@ -305,3 +305,19 @@ def test_rays_tensor_extensions_module_names_what_to_use():
 
     with pytest.raises(UnsupportedRayImportError, match=r"list of same-shape ndarrays.*FixedShapeTensorType"):
         from muster.data.extensions import TensorArray  # noqa: F401
+
+
+def test_write_images_writes_a_file_per_row_that_read_images_reads_back(tmp_path):
+    """working-with-images.rst: ds.write_images("/tmp/simple", column="image", file_format="png").
+    Before, refused as unsupported."""
+    import pytest
+
+    images = _png_folder(tmp_path / "in", 3)
+    ds = md.read_images(str(tmp_path / "in"))
+    assert ds.write_images(str(tmp_path / "out"), column="image", file_format="png") is None  # as Ray's
+    names = sorted(os.listdir(tmp_path / "out"))
+    assert len(names) == 3 and all(n.endswith(".png") for n in names)
+    back = sorted(md.read_images(str(tmp_path / "out")).take_all(), key=lambda r: int(r["image"][0, 0, 0]))
+    assert [r["image"].tolist() for r in back] == [i.tolist() for i in images]
+    with pytest.raises(Exception, match="column 'img'"):
+        ds.write_images(str(tmp_path / "bad"), column="img")

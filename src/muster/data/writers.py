@@ -52,7 +52,8 @@ def ray_write_options(options: dict[str, Any], fn_name: str, where: str,
 
 
 class FileWrites:
-    """``Dataset``'s file writers (Ray's ``write_parquet``, ``write_csv``, ``write_json``, ``write_numpy``)."""
+    """``Dataset``'s file writers (Ray's ``write_parquet``, ``write_csv``, ``write_json``, ``write_numpy``,
+    ``write_images``)."""
 
     def write_parquet(self, path: str, *, filesystem: Any = None, mode: Any = "append",
                       min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
@@ -91,6 +92,18 @@ class FileWrites:
         ``read_numpy`` reads them back. Options as :meth:`write_parquet`'s."""
         return write_dataset(self, "npy", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
                              None, None, {**ray_options, "column": column})
+
+
+    def write_images(self, path: str, column: str, file_format: str = "png", *, filesystem: Any = None,
+                     try_create_dir: bool = True, arrow_open_stream_args: dict[str, Any] | None = None,
+                     filename_provider: Any = None, mode: Any = "append", concurrency: int | None = None,
+                     **_ray_options: Any) -> None:
+        """Each row's ``column`` saved as one image file (Pillow's ``file_format``) under ``path``, as Ray's."""
+        from muster.data.datasource.file_based import ImageDatasink
+
+        sink = ImageDatasink(path, column, file_format, filesystem=filesystem, try_create_dir=try_create_dir,
+                             open_stream_args=arrow_open_stream_args, filename_provider=filename_provider, mode=mode)
+        getattr(self, "write_datasink")(sink, concurrency=concurrency)
 
 
 def write_dataset(dataset: Any, kind: str, path: str, filesystem: Any, mode: Any, min_rows: int | None,

@@ -207,3 +207,26 @@ class BlockBasedFileDatasink(_FileDatasink):
     @property
     def min_rows_per_write(self) -> Optional[int]:
         return self._min_rows_per_file
+
+
+class ImageDatasink(RowBasedFileDatasink):
+    """``Dataset.write_images``: each row's ``column`` (an image array) saved by Pillow as ``file_format``."""
+
+    def __init__(self, path: str, column: str, file_format: str, **file_datasink_kwargs: Any):
+        super().__init__(path, file_format=file_format, **file_datasink_kwargs)
+        self.column = column
+
+    def on_write_start(self, schema: Optional[pa.Schema] = None) -> None:
+        if schema is not None and self.column not in schema.names:
+            raise InvalidArgumentError(f"write_images(column={self.column!r}): no column {self.column!r}; the "
+                                       f"dataset has {schema.names}.")
+        super().on_write_start(schema)
+
+    def write_row_to_file(self, row: dict[str, Any], file: pa.NativeFile) -> None:
+        import io
+
+        from PIL import Image
+
+        buffer = io.BytesIO()
+        Image.fromarray(row[self.column]).save(buffer, format=self.file_format)
+        file.write(buffer.getvalue())
