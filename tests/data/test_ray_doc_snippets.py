@@ -321,3 +321,17 @@ def test_write_images_writes_a_file_per_row_that_read_images_reads_back(tmp_path
     assert [r["image"].tolist() for r in back] == [i.tolist() for i in images]
     with pytest.raises(Exception, match="column 'img'"):
         ds.write_images(str(tmp_path / "bad"), column="img")
+
+
+def test_an_unknown_url_scheme_names_the_path_and_rays_old_example_alias():
+    """Older Ray docs read "example://iris.csv" (Ray's bundled samples, gone in Ray 2.60 too). Before, fsspec's
+    bare "Protocol not known: example"."""
+    import pytest
+
+    from muster.data import DataSourceError
+
+    with pytest.raises(DataSourceError,
+                       match=r"read_csv: no filesystem for 'example://'.*s3://anonymous@ray-example-data"):
+        md.read_csv("example://iris.csv")
+    with pytest.raises(DataSourceError, match=r"read_parquet: no filesystem for 'nosuch://' \('nosuch://x'\)"):
+        md.read_parquet("nosuch://x")
