@@ -561,7 +561,8 @@ class MaterializedDataset(Dataset):
     def __repr__(self) -> str:
         """As Ray shows one: ``MaterializedDataset(num_blocks=2, num_rows=3, schema={a: int64})``."""
         blocks = [b for task in self._node.op.tasks for b in task.read()] if isinstance(self._node.op, Read) else []
-        fields = ", ".join(f"{f.name}: {f.type}" for f in (blocks[0].schema if blocks else pa.schema([])))
+        schema = Schema(blocks[0].schema if blocks else pa.schema([]))
+        fields = ", ".join(f"{name}: {kind}" for name, kind in zip(schema.names, schema.types))
         return (f"MaterializedDataset(num_blocks={len(blocks)}, num_rows={sum(b.num_rows for b in blocks)}, "
                 f"schema={{{fields}}})")
 
