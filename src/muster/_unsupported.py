@@ -73,8 +73,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "to_modin": "to_pandas()",
         "write_tfrecords": "write_parquet()",
         "write_webdataset": "write_parquet()",
-        "write_images": "map_batches() that saves the images itself",
-        "write_numpy": "to_numpy_refs() and numpy.save",
         "write_sql": "iter_batches() with your database client",
         "write_mongo": "iter_batches() with your database client",
         "write_bigquery": "iter_batches() with your database client",
@@ -85,7 +83,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "options are accepted there with no effect)",
         "ExecutionResources": "nothing: muster's pipelines run in the consuming process's threads and idle "
         "workers (DataContext.max_threads bounds them)",
-        "ShuffleStrategy": "random_shuffle(seed=...): one machine needs no shuffle strategy",
+        "ShuffleStrategy": "muster.data.context.ShuffleStrategy (where Ray has it too)",
         "read_tfrecords": "read_parquet() after converting the files",
         "read_webdataset": "read_binary_files()",
         "read_sql": "from_pandas(pandas.read_sql(...))",
@@ -100,23 +98,20 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "from_dask": "from_pandas(dask_df.compute())",
         "from_modin": "from_pandas()",
         "from_tf": "from_numpy() or from_items()",
-        "BlockBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
-        "RowBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
+        "extensions": "plain arrays: a column given as a list of same-shape ndarrays (or one N-d array) is a "
+        "tensor column on its own, stored as pyarrow's FixedShapeTensorType (muster.data.block.VariableShapeTensorType "
+        "when shapes differ); Ray's tensor columns in Parquet files are read back as these",
+        "_internal": "public names: a read yields pyarrow Tables or pandas DataFrames "
+        "(pyarrow.Table.from_pylist(rows), not DelegatingBlockBuilder); test a null with "
+        "`value is None or value != value` (not _internal.util.is_null); muster.data.block.BlockAccessor",
     },
     "muster.data.expressions": {
         "download": "a map_batches that fetches each URI (fsspec.open(uri).read())",
         "udf": "map_batches(fn): a function over whole batches",
         "star": "select_columns(ds.columns())",
     },
-    "muster.data.context": {
-        "ShuffleStrategy": "random_shuffle(seed=...): one machine needs no shuffle strategy",
-    },
     "muster.data.datasource": {
         "Partitioning": "read_parquet(partitioning='hive') (the default) or a pyarrow.dataset.partitioning(...)",
-        "FileBasedDatasource": "a muster.data.Datasource subclass whose read tasks read the files, or "
-        "read_binary_files() and map()",
-        "BlockBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
-        "RowBasedFileDatasink": "a muster.data.Datasink subclass whose write() writes the files",
     },
     "muster.data.aggregate": {
         "ApproximateQuantile": "Quantile(on, q=...): exact, computed over each group's values",

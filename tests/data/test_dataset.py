@@ -556,8 +556,9 @@ def test_schema_prints_and_answers_as_rays():
 def test_add_column_that_returns_a_frame_or_a_scalar_says_what_it_must_return():
     from muster.data import DataTypeError
 
-    with pytest.raises(DataTypeError, match=r"returned a DataFrame \(columns \['id'\]\); it must return the one new column"):
-        md.range(6).add_column("g", lambda df: df % 3).take_all()  # an older Ray doc's sample
+    two = md.from_items([{"id": i, "x": i} for i in range(6)])
+    with pytest.raises(DataTypeError, match=r"returned a DataFrame \(columns \['id', 'x'\]\); it must return the one new"):
+        two.add_column("g", lambda df: df % 3).take_all()
     with pytest.raises(DataTypeError, match=r"returned 5; it must return one value per row"):
         md.range(4).add_column("g", lambda df: 5).take_all()
     assert [r["g"] for r in md.range(4).add_column("g", lambda df: df["id"] % 2).take_all()] == [0, 1, 0, 1]

@@ -29,6 +29,7 @@ from muster.data import sources as _src
 from muster.data.config import DataConfig
 from muster.data.dataset import Dataset, MaterializedDataset, from_blocks
 from muster.data.datasource import Datasink, Datasource, FileShuffleConfig, RandomSeedConfig, ReadTask
+from muster.data.datasource import BlockBasedFileDatasink, RowBasedFileDatasink
 from muster.data.datasource import datasource as _custom
 from muster.data.exceptions import DataError, DataSchemaError, DataSourceError, DataTypeError, UserFunctionError
 from muster.data.execution import DataContext
@@ -55,7 +56,7 @@ __all__ = [
     "MaterializedDataset", "UserFunctionError", "from_arrow", "from_huggingface", "from_items", "from_numpy",
     "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files", "read_csv", "read_images",
     "read_json", "read_numpy", "read_parquet", "read_text", "SaveMode", "TaskPoolStrategy",
-    "Datasink", "Datasource", "ReadTask", "read_datasource",
+    "Datasink", "Datasource", "ReadTask", "read_datasource", "BlockBasedFileDatasink", "RowBasedFileDatasink",
 ]
 
 

@@ -51,6 +51,55 @@ class AggregateFn:
                                    **{k: v for k, v in given.items() if v is not None})
 
 
+class AggregateFnV2(AggregateFn):
+    """Ray's base for an aggregation of your own: subclass it, call ``super().__init__(name, zero_factory,
+    on=, ignore_nulls=)``, and define ``aggregate_block(block) -> accumulator`` (a group's rows, a pyarrow
+    Table: read it with ``BlockAccessor.for_block``; None: nothing to add), ``combine(acc, acc) -> acc``
+    and, optionally, ``finalize(acc) -> value`` (default: the accumulator itself). Each group starts from
+    ``zero_factory()``; a group whose accumulator is None gives None."""
+
+    def __init__(self, name: str, zero_factory: Callable[[], Any], *, on: str | None, ignore_nulls: bool):
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"{type(self).__name__}(name={name!r}): name the output column.")
+        self._target_col_name, self._ignore_nulls, self._zero = on, ignore_nulls, zero_factory
+        self._agg_name = name.split("(", 1)[0] if name.endswith(")") and "(" in name else name
+        self.name, self.on, self.options = name, on, {}  # AggregateFn's init/merge/accumulate: the methods below
+
+    def get_target_column(self) -> str | None:
+        return self._target_col_name
+
+    def get_agg_name(self) -> str:
+        """``sum`` for an aggregation named ``sum(x)``."""
+        return self._agg_name
+
+    def aggregate_block(self, block: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}: define aggregate_block(block) -> a partial accumulator.")
+
+    def combine(self, current_accumulator: Any, new: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}: define combine(current_accumulator, new) -> accumulator.")
+
+    def finalize(self, accumulator: Any) -> Any:
+        return accumulator
+
+    def run(self, key: Any, table: Any) -> Any:
+        return self._finish(self._add_block(self._zero(), table))
+
+    def to_ray(self) -> Any:
+        import ray.data.aggregate as ray_agg
+
+        return ray_agg.AggregateFn(init=lambda _key: self._zero(), merge=self._merge, name=self.name,
+                                   accumulate_block=self._add_block, finalize=self._finish)
+
+    def _add_block(self, acc: Any, block: Any) -> Any:
+        return self._merge(acc, self.aggregate_block(block))
+
+    def _merge(self, acc: Any, new: Any) -> Any:
+        return acc if new is None else new if acc is None else self.combine(acc, new)
+
+    def _finish(self, acc: Any) -> Any:
+        return None if acc is None else self.finalize(acc)
+
+
 class _Builtin(AggregateFn):
     method = ""
 
@@ -236,8 +285,8 @@ class ZeroPercentage(_ColumnFn):
         return zeros / count * 100.0
 
 
-__all__ = ["AbsMax", "AggregateFn", "Count", "CountDistinct", "Max", "Mean", "Min", "MissingValuePercentage",
-           "Quantile", "Std", "Sum", "Unique", "ZeroPercentage"]
+__all__ = ["AbsMax", "AggregateFn", "AggregateFnV2", "Count", "CountDistinct", "Max", "Mean", "Min",
+           "MissingValuePercentage", "Quantile", "Std", "Sum", "Unique", "ZeroPercentage"]
 
 
 def __getattr__(name: str) -> Any:

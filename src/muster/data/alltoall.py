@@ -253,6 +253,32 @@ def repartition(n: int) -> Callable[[list[pa.Table], int], list[pa.Table]]:
     return run
 
 
+def repartition_by(keys: list[str], n: int, sort: bool) -> Callable[[list[pa.Table], int], list[pa.Table]]:
+    """``n`` blocks, all rows of one key value in the same block (Ray's ``repartition(keys=)``): the
+    distinct keys, in ascending order, are dealt round-robin to the blocks; each block keeps its rows'
+    input order, or is sorted by the keys with ``sort``."""
+    def run(blocks: list[pa.Table], _epoch: int) -> list[pa.Table]:
+        table = blk.concat(blocks)
+        missing = [k for k in keys if k not in table.column_names]
+        if missing and table.num_rows:
+            raise InvalidArgumentError(f"repartition(keys={keys!r}): no column {missing[0]!r}; the columns "
+                                       f"are {table.column_names}.")
+        if not table.num_rows:
+            return [table]
+        order = pc.sort_indices(table, [(k, "ascending") for k in keys]).to_numpy()
+        change = np.zeros(len(order), dtype=bool)
+        change[0] = True
+        for k in keys:
+            col = table.column(k).take(order).to_numpy(zero_copy_only=False)
+            change[1:] |= col[1:] != col[:-1]
+        block_of = np.empty(len(order), dtype=np.int64)
+        block_of[order] = (np.cumsum(change) - 1) % n
+        out = [table.take(np.flatnonzero(block_of == i)) for i in range(n)]
+        return [b.sort_by([(k, "ascending") for k in keys]) for b in out] if sort else out
+
+    return run
+
+
 def blocks_of(rows: int) -> Callable[[list[pa.Table], int], list[pa.Table]]:
     """Blocks of ``rows`` rows each, in order (the last one holds the rest): small blocks are
     combined, big ones split."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import numbers
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, Optional, TypeVar, Union
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 #: What a custom source's read task yields (Ray's ``ray.data.block.Block``): a pyarrow Table or a
 #: pandas DataFrame; muster keeps every block as an Arrow table
 Block = Union[pa.Table, "pandas.DataFrame"]
+#: Ray's type variables for an aggregation's accumulator and output (``AggregateFnV2`` subclasses name them)
+AggType = TypeVar("AggType")
+U = TypeVar("U")
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,13 @@ def to_batch(block: pa.Table, fmt: str) -> Any:
     if fmt == "pandas":
         return to_pandas(block)
     return to_numpy(block)
+
+
+def writable(batch: Any) -> Any:
+    """A numpy batch whose read-only arrays (views of Arrow memory) are copied; other batches as they are."""
+    if isinstance(batch, dict):
+        return {k: v.copy() if isinstance(v, np.ndarray) and not v.flags.writeable else v for k, v in batch.items()}
+    return batch
 
 
 def _tensor_columns(block: pa.Table) -> list[str]:
@@ -392,3 +402,89 @@ def split_rows(block: pa.Table, rows: int) -> list[pa.Table]:
     if rows <= 0 or block.num_rows <= rows:
         return [block]
     return [block.slice(i, rows) for i in range(0, block.num_rows, rows)]
+
+
+class BlockAccessor:
+    """One block seen through Ray's ``ray.data.block.BlockAccessor`` (what a custom ``AggregateFnV2`` or
+    ``BlockBasedFileDatasink`` is handed): ``BlockAccessor.for_block(block)`` of a pyarrow Table or a
+    pandas DataFrame. Conversions, rows, slices and per-column ``count``/``sum``/``min``/``max``/``mean``
+    (``ignore_nulls=False``: None when the column holds a null, as Ray's)."""
+
+    def __init__(self, table: pa.Table):
+        self._table = table
+
+    @staticmethod
+    def for_block(block: Block) -> "BlockAccessor":
+        if isinstance(block, pa.Table):
+            return BlockAccessor(block)
+        if hasattr(block, "columns") and hasattr(block, "iloc"):
+            return BlockAccessor(_pandas_to_block(block))
+        raise InvalidTypeError(f"BlockAccessor.for_block({_short(block)}): a block is a pyarrow Table or a "
+                               "pandas DataFrame.")
+
+    def num_rows(self) -> int:
+        return self._table.num_rows
+
+    def size_bytes(self) -> int:
+        return nbytes(self._table)
+
+    def schema(self) -> pa.Schema:
+        return self._table.schema
+
+    def column_names(self) -> list[str]:
+        return list(self._table.column_names)
+
+    def to_arrow(self) -> pa.Table:
+        return self._table
+
+    def to_block(self) -> pa.Table:
+        return self._table
+
+    def to_pandas(self) -> Any:
+        return to_pandas(self._table)
+
+    def to_numpy(self, columns: str | list[str] | None = None) -> Any:
+        """One column's array (``columns`` a name), or a dict of them (a list, or None: every column)."""
+        if isinstance(columns, str):
+            return column_to_numpy(self._table.column(columns))
+        return {c: column_to_numpy(self._table.column(c)) for c in (columns or self._table.column_names)}
+
+    def to_batch_format(self, batch_format: str) -> Any:
+        return to_batch(self._table, check_batch_format(batch_format, "BlockAccessor.to_batch_format"))
+
+    def iter_rows(self, public_row_format: bool = True) -> Iterable[dict[str, Any]]:
+        return iter_rows(self._table)
+
+    def slice(self, start: int, end: int, copy: bool = False) -> pa.Table:
+        return self._table.slice(start, end - start)
+
+    def take(self, indices: list[int]) -> pa.Table:
+        return self._table.take(indices)
+
+    def select(self, columns: list[str]) -> pa.Table:
+        return self._table.select(columns)
+
+    def count(self, on: str | None, ignore_nulls: bool = False) -> int:
+        if on is None:
+            return self._table.num_rows
+        return _compute("count", self._table.column(on), mode="only_valid" if ignore_nulls else "all")
+
+    def sum(self, on: str, ignore_nulls: bool) -> Any:
+        return _compute("sum", self._table.column(on), skip_nulls=ignore_nulls)
+
+    def min(self, on: str, ignore_nulls: bool) -> Any:
+        return _compute("min", self._table.column(on), skip_nulls=ignore_nulls)
+
+    def max(self, on: str, ignore_nulls: bool) -> Any:
+        return _compute("max", self._table.column(on), skip_nulls=ignore_nulls)
+
+    def mean(self, on: str, ignore_nulls: bool) -> Any:
+        return _compute("mean", self._table.column(on), skip_nulls=ignore_nulls)
+
+
+def _compute(name: str, column: pa.ChunkedArray, **options: Any) -> Any:
+    import pyarrow.compute as pc
+
+    if name == "count":
+        return pc.count(column, mode=options["mode"]).as_py()
+    return getattr(pc, name)(column, options=pc.ScalarAggregateOptions(**options)).as_py()

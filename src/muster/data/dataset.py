@@ -42,7 +42,7 @@ def _ref(value: Any) -> Any:
     return objects.put(value) if core_context.in_worker() else objects.store(value)
 
 
-class Dataset:
+class Dataset(writers.FileWrites):
     """A distributed-style dataset of Arrow blocks (Ray Data's ``Dataset``, on one machine)."""
 
     def __init__(self, node: Node):
@@ -102,7 +102,7 @@ class Dataset:
     def map_batches(self, fn: Any, *, batch_size: int | None | str = 1024, batch_format: str = "numpy",
                     fn_args: tuple = (), fn_kwargs: dict | None = None, fn_constructor_args: tuple = (),
                     fn_constructor_kwargs: dict | None = None, concurrency: int | tuple[int, int] | None = None,
-                    num_cpus: float | None = None, num_gpus: float | None = None, zero_copy_batch: bool = False,
+                    num_cpus: float | None = None, num_gpus: float | None = None, zero_copy_batch: bool = True,
                     compute: Any = None, _rows: str | None = None, **_ray_options: Any) -> "Dataset":
         """Apply ``fn`` to batches of rows.
 
@@ -115,6 +115,8 @@ class Dataset:
                 with the queue of blocks; for a function, at most this many of its tasks at once. On the
                 Ray engine this becomes Ray's ``compute=`` (an actor pool for a class, a task pool for a
                 function).
+            zero_copy_batch: True (Ray's default): numpy batches may be read-only views of the blocks; False:
+                ``fn`` gets writable copies, to change in place.
             compute: Ray's older spelling of ``concurrency``: ``ActorPoolStrategy(size=n)`` or
                 ``(min_size=, max_size=)``, ``TaskPoolStrategy(size=n)``.
             num_cpus / num_gpus: what each actor (or pooled task) holds of the engine's resources. If the
@@ -139,8 +141,8 @@ class Dataset:
             if not isinstance(fn, type):
                 raise InvalidArgumentError(f"{where}(fn_constructor_args/kwargs=...) apply only when fn is a callable class.")
         op = plan.MapBatches(fn, batch_size, fmt, tuple(fn_args), dict(fn_kwargs or {}), tuple(fn_constructor_args),
-                             dict(fn_constructor_kwargs or {}), concurrency=concurrency, num_cpus=num_cpus,
-                             num_gpus=num_gpus, rows=_rows)
+                             dict(fn_constructor_kwargs or {}), zero_copy_batch, concurrency=concurrency,
+                             num_cpus=num_cpus, num_gpus=num_gpus, rows=_rows)
         label = {"map": "Map", "flat_map": "FlatMap", "filter": "Filter"}.get(where, "MapBatches")
         if _rows is None:
             ray = RayCall.of("map_batches", fn, batch_size=batch_size, batch_format=fmt, fn_args=tuple(fn_args),
@@ -244,25 +246,27 @@ class Dataset:
                                    ray=RayCall.of("randomize_block_order", seed=_ray_seed(seed))))
 
     def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None, *,
-                    shuffle: bool = False, **_ignored: Any) -> "Dataset":
-        """Exactly ``num_blocks`` blocks of near-equal size (after a full shuffle with ``shuffle=True``),
-        or blocks of ``target_num_rows_per_block`` rows each, the last holding what is left."""
+                    shuffle: bool = False, keys: list[str] | None = None, sort: bool = False,
+                    **_ignored: Any) -> "Dataset":
+        """``num_blocks`` blocks of near-equal size (shuffled first with ``shuffle``; with ``keys``, each key's
+        rows in one block, sorted with ``sort``), or of ``target_num_rows_per_block`` rows, the last the rest."""
         _positive(num_blocks, "num_blocks", "repartition")
         _positive(target_num_rows_per_block, "target_num_rows_per_block", "repartition")
         if (num_blocks is None) == (target_num_rows_per_block is None) or (target_num_rows_per_block and shuffle):
             raise InvalidArgumentError(
                 f"repartition(num_blocks={num_blocks!r}, target_num_rows_per_block={target_num_rows_per_block!r}, "
                 f"shuffle={shuffle}): give num_blocks (optionally with shuffle=True) or target_num_rows_per_block, "
-                "not both."
-            )
+                "not both.")
         if target_num_rows_per_block is not None:
             rows = target_num_rows_per_block
             ray = RayCall.of("repartition", target_num_rows_per_block=rows, **_ignored)
             return self._then(AllToAll(f"Repartition(rows={rows})", alltoall.blocks_of(rows), ray=ray))
         assert num_blocks is not None
-        ds = self.random_shuffle() if shuffle else self
-        ray = RayCall.of("repartition", num_blocks, **_ignored)
-        return ds._then(AllToAll(f"Repartition({num_blocks})", alltoall.repartition(num_blocks), ray=ray))
+        keys = [keys] if isinstance(keys, str) else list(keys or [])
+        ds = self.random_shuffle() if shuffle and not keys else self
+        ray = RayCall.of("repartition", num_blocks, **({"keys": keys, "sort": sort} if keys else {}), **_ignored)
+        fn = alltoall.repartition_by(keys, num_blocks, sort) if keys else alltoall.repartition(num_blocks)
+        return ds._then(AllToAll(f"Repartition({num_blocks}{f', keys={keys}' if keys else ''})", fn, ray=ray))
 
     def sort(self, key: str | list[str], descending: bool | list[bool] = False, boundaries: list[Any] | None = None
              ) -> "Dataset":
@@ -530,35 +534,6 @@ class Dataset:
             return self._iterator.stats()
         return self._stats.summary() if self._stats is not None else "(not executed yet)"
 
-    def write_parquet(self, path: str, *, filesystem: Any = None, mode: Any = "append",
-                      min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
-                      num_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
-                      **arrow_args: Any) -> list[str]:
-        """One Parquet file per output block under ``path`` (a folder or URL); returns the files written.
-
-        ``mode``, ``min_rows_per_file`` (or its older name ``num_rows_per_file``), ``max_rows_per_file`` and
-        ``partition_cols`` as in Ray (see ``writers.write_blocks``); other keywords, and what Ray's
-        ``arrow_parquet_args_fn`` returns, go to ``pyarrow.parquet.write_table``. Ray's ``concurrency``,
-        ``ray_remote_args`` and ``try_create_dir`` change nothing here; ``arrow_open_stream_args=
-        {"compression": ...}`` compresses each file.
-        """
-        return writers.write_dataset(self, "parquet", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
-                                     max_rows_per_file, partition_cols, arrow_args)
-
-    def write_csv(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
-                  partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
-                  max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
-        """As :meth:`write_parquet`; what Ray's ``arrow_csv_args_fn`` returns goes to ``pyarrow.csv.write_csv``."""
-        return writers.write_dataset(self, "csv", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
-                                     max_rows_per_file, partition_cols, ray_options)
-
-    def write_json(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
-                   partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
-                   max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
-        """As :meth:`write_parquet`; what Ray's ``pandas_json_args_fn`` returns goes to ``DataFrame.to_json``."""
-        return writers.write_dataset(self, "json", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
-                                     max_rows_per_file, partition_cols, ray_options)
-
     def write_datasink(self, datasink: Any, *, ray_remote_args: dict[str, Any] | None = None,
                        concurrency: int | None = None) -> None:
         """To a custom ``Datasink``, ``concurrency`` writes at once (see ``datasource.datasink.write``)."""
@@ -586,7 +561,8 @@ class MaterializedDataset(Dataset):
     def __repr__(self) -> str:
         """As Ray shows one: ``MaterializedDataset(num_blocks=2, num_rows=3, schema={a: int64})``."""
         blocks = [b for task in self._node.op.tasks for b in task.read()] if isinstance(self._node.op, Read) else []
-        fields = ", ".join(f"{f.name}: {f.type}" for f in (blocks[0].schema if blocks else pa.schema([])))
+        schema = Schema(blocks[0].schema if blocks else pa.schema([]))
+        fields = ", ".join(f"{name}: {kind}" for name, kind in zip(schema.names, schema.types))
         return (f"MaterializedDataset(num_blocks={len(blocks)}, num_rows={sum(b.num_rows for b in blocks)}, "
                 f"schema={{{fields}}})")
 

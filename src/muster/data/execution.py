@@ -69,6 +69,7 @@ class DataContext:
     preserve_order: bool = True
     enable_progress_bars: bool = True
     progress_every_s: float = 5.0
+    _kv_configs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_threads < 1:
@@ -106,6 +107,19 @@ class DataContext:
         (``resource_limits``, ``verbose_progress``...) are accepted and have no effect here."""
         return ExecutionOptions(self)
 
+    def get_config(self, key: str, default: Any = None) -> Any:
+        """Ray's key-value settings (``set_config``): the value kept for ``key``, or ``default``."""
+        return self._kv_configs.get(key, default)
+
+    def set_config(self, key: str, value: Any) -> None:
+        """Keep ``value`` for ``key``, as Ray's ``DataContext.set_config``; the keys Ray's docs set
+        (``debug_limit_shuffle_execution_to_num_blocks``...) tune its cluster execution and change nothing here."""
+        self._kv_configs[key] = value
+
+    def remove_config(self, key: str) -> None:
+        """Forget ``key``'s value (nothing to do if none is kept)."""
+        self._kv_configs.pop(key, None)
+
     @staticmethod
     def get_current() -> "DataContext":
         if DataContext._current is None:
@@ -127,6 +141,34 @@ RAY_ONLY_SETTINGS = frozenset({
     # and these, which change what Ray tolerates or how it stores blocks: here errors still fail
     # the pass, writes are not retried, and blocks are Arrow tables
     "max_errored_blocks", "write_file_retry_on_errors", "retried_io_errors", "enable_pandas_block",
+    # Ray 2.60's shuffle, join and aggregation operators (hash-shuffle actors, their parallelism and
+    # memory): here every all-to-all operator gathers its input in this process
+    "default_hash_shuffle_parallelism", "max_hash_shuffle_aggregators", "min_hash_shuffle_aggregator_wait_time_in_s",
+    "hash_shuffle_aggregator_health_warning_interval_s", "max_hash_shuffle_finalization_batch_size",
+    "hash_shuffle_reduce_batch_size", "hash_shuffle_reduce_get_timeout_s", "hash_shuffle_compression",
+    "use_disk_based_hash_shuffle", "use_external_hash_shuffle", "shuffle_compression", "shuffle_input_batch_bytes",
+    "pipeline_push_based_shuffle_reduce_tasks", "join_operator_actor_num_cpus_override",
+    "hash_shuffle_operator_actor_num_cpus_override", "hash_aggregate_operator_actor_num_cpus_override",
+    "gpu_shuffle_num_actors", "gpu_shuffle_rmm_pool_size", "gpu_shuffle_spill_memory_limit",
+    "gpu_shuffle_setup_timeout_s", "use_polars", "use_polars_sort",
+    # its reads, tasks, actors, retries, backpressure, metrics and logs on a cluster
+    "streaming_read_buffer_size", "s3_try_create_dir", "min_parallelism", "decoding_size_estimation",
+    "use_datasource_v2", "isolate_read_workers", "autoscaling_config", "max_tasks_in_flight_per_actor",
+    "actor_task_retry_on_errors", "actor_init_retry_on_errors", "actor_init_max_retries",
+    "max_consecutive_actor_init_deaths", "retried_map_errors", "max_map_retries",
+    "output_backpressure_guard_release_interval_s", "execution_no_progress_timeout_s",
+    "downstream_capacity_backpressure_ratio", "enable_dynamic_output_queue_size_backpressure",
+    "override_object_store_memory_limit_fraction", "object_store_reservation_overshoot_ratio",
+    "object_store_memory_pressure_fraction", "default_map_logical_memory_enabled", "memory_usage_poll_interval_s",
+    "warn_on_driver_memory_usage_bytes", "enable_lineage_reconstruction_resource_accounting",
+    "enable_ray_data_reconstruction", "accurate_map_phase_timing", "per_stage_map_timing",
+    "enable_rich_progress_bars", "enable_per_node_metrics", "enable_stats_summary_collection",
+    "log_internal_stack_trace", "raise_original_map_exception", "use_legacy_dataset_ids", "dataset_logger_id",
+    "issue_detectors_config", "custom_execution_callback_classes", "execution_callback_classes",
+    # and how it converts and checks blocks (here: Arrow tables, muster's tensor types)
+    "arrow_fixed_shape_tensor_format", "use_arrow_tensor_v2", "enable_fallback_to_arrow_object_ext_type",
+    "enforce_schemas", "pandas_block_ignore_metadata", "enable_arrow_backed_pandas_conversion",
+    "batch_to_block_arrow_format",
 })
 
 

@@ -144,8 +144,11 @@ def _guard(op: str, fn: Any, block: pa.Table | None, call: Callable[[], Any]) ->
     except DataError:
         raise
     except Exception as exc:
+        hint = (" The batch is a zero-copy, read-only view (Ray's default): pass zero_copy_batch=False to "
+                "map_batches for a writable copy, or return new arrays." if op == "MapBatches" and
+                isinstance(exc, ValueError) and "read-only" in str(exc) else "")
         raise UserFunctionError(
-            f"{op} failed in {fn_name(fn)}: {type(exc).__name__}: {exc}. "
+            f"{op} failed in {fn_name(fn)}: {type(exc).__name__}: {exc}.{hint} "
             f"The failing batch's first row: {blk.first_row(block)}"
         ) from exc
 
@@ -202,6 +205,7 @@ class MapBatches:
         self.fn_args, self.fn_kwargs = fn_args, fn_kwargs
         self.ctor_args, self.ctor_kwargs = ctor_args, ctor_kwargs
         self.concurrency, self.num_cpus, self.num_gpus = concurrency, num_cpus, num_gpus
+        self.zero_copy = zero_copy  # False: the function gets writable copies of read-only arrays
         self.is_class = inspect.isclass(fn)
         self._local: threading.local | None = None
 
@@ -249,6 +253,8 @@ class MapBatches:
         out: list[pa.Table] = []
         for part in blk.split_rows(block, self.batch_size or 0):
             batch = blk.to_batch(part, self.batch_format)
+            if not self.zero_copy:
+                batch = blk.writable(batch)
             result = _guard("MapBatches", self.fn, part, lambda: fn(batch, *self.fn_args, **self.fn_kwargs))
             if inspect.isgenerator(result):
                 out.extend(blk.from_batch(r, where) for r in _guard("MapBatches", self.fn, part, lambda: list(result)))
@@ -261,6 +267,8 @@ def add_column(col: str, fn: Callable[[Any], Any], batch_format: str) -> BlockFn
     def apply(block: pa.Table) -> list[pa.Table]:
         batch = blk.to_batch(block, batch_format)
         values = _guard("AddColumn", fn, block, lambda: fn(batch))
+        if hasattr(values, "columns") and hasattr(values, "iloc") and len(values.columns) == 1:
+            values = values.iloc[:, 0]  # a one-column frame is its column, as pandas assigns it in Ray's
         if hasattr(values, "columns") or isinstance(values, (dict, pa.Table)):
             names = list(values.column_names if isinstance(values, pa.Table) else
                          values.columns if hasattr(values, "columns") else values)

@@ -59,7 +59,7 @@ class _TensorColumn:
         self.arrow_type = arrow_type
 
     def __repr__(self) -> str:
-        dtype = self.arrow_type.value_type.to_pandas_dtype().__name__
+        dtype = self.arrow_type.value_type  # Arrow's name (double, float, uint8), as Ray prints it
         if isinstance(self.arrow_type, blk.VariableShapeTensorType):
             shape = "(" + ", ".join(["None"] * self.arrow_type.ndim) + ("," if self.arrow_type.ndim == 1 else "") + ")"
         else:

@@ -89,7 +89,7 @@ def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...]
     base: str | None = None
     for item in items:
         item = str(item)
-        this_fs, path = (fs, item) if fs is not None else url_to_fs(item)
+        this_fs, path = (fs, item) if fs is not None else _url_to_fs(item, where)
         fs = this_fs
         if any(ch in path for ch in "*?["):
             found = sorted(fs.glob(path, detail=True).items())
@@ -125,6 +125,21 @@ def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...]
     if not files:
         raise DataSourceError(f"{where}: {paths!r} holds no files to read.")
     return fs, files, base
+
+
+def _url_to_fs(url: str, where: str) -> tuple[Any, str]:
+    """``url_to_fs``, with a URL scheme no filesystem serves named as the mistake it is."""
+    try:
+        return url_to_fs(url)
+    except ValueError as exc:  # fsspec's "Protocol not known: x"
+        if "protocol not known" not in str(exc).lower():
+            raise
+        scheme = url.partition("://")[0]
+        hint = (" Ray's old 'example://' sample files are not bundled (Ray 2.60 has none either): copy the file "
+                "locally, or read it from s3://anonymous@ray-example-data/." if scheme == "example" else "")
+        raise DataSourceError(f"{where}: no filesystem for '{scheme}://' ({url!r}); use a local path, file://, or "
+                              "a URL whose fsspec filesystem is installed (s3:// needs s3fs, gs:// gcsfs)."
+                              + hint) from exc
 
 
 def _hidden(path: str, base: str) -> bool:

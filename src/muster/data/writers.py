@@ -1,4 +1,5 @@
-"""``write_parquet`` / ``write_csv`` / ``write_json``: one file per output block, to a folder or URL."""
+"""``write_parquet`` / ``write_csv`` / ``write_json`` / ``write_numpy``: one file per output block, to a
+folder or URL."""
 
 from __future__ import annotations
 
@@ -50,18 +51,79 @@ def ray_write_options(options: dict[str, Any], fn_name: str, where: str,
     return {**options, **extra}, compression
 
 
+class FileWrites:
+    """``Dataset``'s file writers (Ray's ``write_parquet``, ``write_csv``, ``write_json``, ``write_numpy``,
+    ``write_images``)."""
+
+    def write_parquet(self, path: str, *, filesystem: Any = None, mode: Any = "append",
+                      min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
+                      num_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
+                      **arrow_args: Any) -> list[str]:
+        """One Parquet file per output block under ``path`` (a folder or URL); returns the files written.
+
+        ``mode``, ``min_rows_per_file`` (or its older name ``num_rows_per_file``), ``max_rows_per_file`` and
+        ``partition_cols`` as in Ray (see ``writers.write_blocks``); other keywords, and what Ray's
+        ``arrow_parquet_args_fn`` returns, go to ``pyarrow.parquet.write_table``. Ray's ``concurrency``,
+        ``ray_remote_args`` and ``try_create_dir`` change nothing here; ``arrow_open_stream_args=
+        {"compression": ...}`` compresses each file.
+        """
+        return write_dataset(self, "parquet", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
+                             max_rows_per_file, partition_cols, arrow_args)
+
+    def write_csv(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
+                  partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
+                  max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
+        """As :meth:`write_parquet`; what Ray's ``arrow_csv_args_fn`` returns goes to ``pyarrow.csv.write_csv``."""
+        return write_dataset(self, "csv", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
+                             max_rows_per_file, partition_cols, ray_options)
+
+    def write_json(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
+                   partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
+                   max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
+        """As :meth:`write_parquet`; what Ray's ``pandas_json_args_fn`` returns goes to ``DataFrame.to_json``."""
+        return write_dataset(self, "json", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
+                             max_rows_per_file, partition_cols, ray_options)
+
+    def write_numpy(self, path: str, *, column: str, filesystem: Any = None, mode: Any = "append",
+                    min_rows_per_file: int | None = None, num_rows_per_file: int | None = None,
+                    **ray_options: Any) -> list[str]:
+        """``column`` of each output block saved as one ``.npy`` file (``numpy.save`` of the column as
+        numpy batches hold it: a tensor column's rows stacked, an object array where shapes differ);
+        ``read_numpy`` reads them back. Options as :meth:`write_parquet`'s."""
+        return write_dataset(self, "npy", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
+                             None, None, {**ray_options, "column": column})
+
+
+    def write_images(self, path: str, column: str, file_format: str = "png", *, filesystem: Any = None,
+                     try_create_dir: bool = True, arrow_open_stream_args: dict[str, Any] | None = None,
+                     filename_provider: Any = None, mode: Any = "append", concurrency: int | None = None,
+                     **_ray_options: Any) -> None:
+        """Each row's ``column`` saved as one image file (Pillow's ``file_format``) under ``path``, as Ray's."""
+        from muster.data.datasource.file_based import ImageDatasink
+
+        sink = ImageDatasink(path, column, file_format, filesystem=filesystem, try_create_dir=try_create_dir,
+                             open_stream_args=arrow_open_stream_args, filename_provider=filename_provider, mode=mode)
+        getattr(self, "write_datasink")(sink, concurrency=concurrency)
+
+
 def write_dataset(dataset: Any, kind: str, path: str, filesystem: Any, mode: Any, min_rows: int | None,
                   max_rows: int | None, partition_cols: list[str] | None, options: dict[str, Any]) -> list[str]:
-    """``Dataset.write_<kind>`` ("parquet", "csv" or "json") on either engine; the files written.
-    ``options``: the call's other keywords (Ray's, or with Parquet also ``pyarrow.parquet.write_table``'s)."""
+    """``Dataset.write_<kind>`` ("parquet", "csv", "json" or "npy": ``write_numpy``, whose ``column`` is in
+    ``options``) on either engine; the files written. ``options``: the call's other keywords (Ray's, or with
+    Parquet also ``pyarrow.parquet.write_table``'s)."""
     from muster.data import _ray_plan
 
-    fn_name, make = {"parquet": ("arrow_parquet_args_fn", parquet_writer), "csv": ("arrow_csv_args_fn", csv_writer),
-                     "json": ("pandas_json_args_fn", json_writer)}[kind]
-    writer_options, compression = ray_write_options(options, fn_name, f"write_{kind}", pass_through=kind == "parquet")
+    method = "numpy" if kind == "npy" else kind
+    kinds: dict[str, tuple[str, Callable[..., Callable[[pa.Table, Any], None]]]] = {
+        "parquet": ("arrow_parquet_args_fn", parquet_writer), "csv": ("arrow_csv_args_fn", csv_writer),
+        "json": ("pandas_json_args_fn", json_writer), "npy": ("", numpy_writer)}
+    fn_name, make = kinds[kind]
+    column = {"column": options.pop("column")} if kind == "npy" else {}  # write_numpy's, to its writer
+    writer_options, compression = ray_write_options(options, fn_name, f"write_{method}", pass_through=kind == "parquet")
     if _ray_plan.on_ray_engine():
-        return _ray_plan.write(dataset._node, kind, path, filesystem, mode=mode, min_rows_per_file=min_rows,
-                               max_rows_per_file=max_rows, partition_cols=partition_cols, **options)
+        return _ray_plan.write(dataset._node, method, path, filesystem, mode=mode, min_rows_per_file=min_rows,
+                               max_rows_per_file=max_rows, partition_cols=partition_cols, **column, **options)
+    writer_options.update(column)
     return write_blocks(dataset._execute(), path, filesystem, kind, make(**writer_options), mode=mode,
                         min_rows_per_file=min_rows, partition_cols=partition_cols, where=f"write_{kind}",
                         compression=compression, max_rows_per_file=max_rows)
@@ -184,6 +246,18 @@ def csv_writer(**kwargs: Any) -> Callable[[pa.Table, Any], None]:
     import pyarrow.csv as pcsv
 
     return lambda block, f: pcsv.write_csv(block, f, **kwargs)
+
+
+def numpy_writer(*, column: str) -> Callable[[pa.Table, Any], None]:
+    import numpy as np
+
+    def write(block: pa.Table, f: Any) -> None:
+        if column not in block.column_names:
+            raise InvalidArgumentError(f"write_numpy(column={column!r}): no such column; the dataset has "
+                                       f"{block.column_names}.")
+        np.save(f, blk.column_to_numpy(block.column(column)))
+
+    return write
 
 
 def json_writer(**kwargs: Any) -> Callable[[pa.Table, Any], None]:

@@ -1,6 +1,7 @@
 """``ray.data.datasource``: custom sources and sinks (``Datasource``, ``ReadTask``, ``Datasink``,
-``WriteResult``: see ``datasource.py`` and ``datasink.py``), and the options objects of Ray's file
-readers that muster's readers take (``FileShuffleConfig``, ``PathPartitionFilter``); Ray's other
+``WriteResult``: see ``datasource.py`` and ``datasink.py``; the file-based ones, ``FileBasedDatasource``,
+``RowBasedFileDatasink``, ``BlockBasedFileDatasink``, ``FilenameProvider``: ``file_based.py``), and the
+options objects of Ray's file readers that muster's readers take (``FileShuffleConfig``, ``PathPartitionFilter``); Ray's other
 datasource classes fail naming the equivalent (muster's readers take their options directly, e.g.
 ``read_parquet(partitioning=...)``)."""
 
@@ -12,6 +13,8 @@ from typing import Any
 
 from muster.data.datasource.datasink import Datasink, TaskContext, WriteResult, WriteReturnType
 from muster.data.datasource.datasource import Datasource, Reader, ReadTask
+from muster.data.datasource.file_based import (BlockBasedFileDatasink, FileBasedDatasource, FilenameProvider,
+                                               RowBasedFileDatasink)
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 
@@ -113,5 +116,6 @@ def __getattr__(name: str) -> Any:
     raise_unsupported("muster.data.datasource", name)
 
 
-__all__ = ["Datasink", "Datasource", "FileShuffleConfig", "PathPartitionFilter", "ReadTask", "Reader", "TaskContext",
+__all__ = ["BlockBasedFileDatasink", "Datasink", "Datasource", "FileBasedDatasource", "FileShuffleConfig",
+           "FilenameProvider", "PathPartitionFilter", "ReadTask", "Reader", "RowBasedFileDatasink", "TaskContext",
            "WriteResult", "WriteReturnType"]
