@@ -150,7 +150,7 @@ class Storage:
                     f.write(text)
                 os.replace(tmp, path)
             else:
-                with self.fs.open(path, "w") as f:
+                with self._open_for_write(path, "w") as f:
                     f.write(text)
 
         _retry(f"write {path}", write)
@@ -165,6 +165,19 @@ class Storage:
 
     def write_json(self, path: str, obj: Any) -> None:
         self.write_text(path, json.dumps(obj, indent=1, default=json_default))
+
+    def _with_parent(self, path: str, write: Callable[[], T]) -> T:
+        """``write()`` to ``path``; on a filesystem with real folders that fsspec's wrapper does not
+        create (pyarrow's ``SubTreeFileSystem`` over a local disk, HDFS), a missing parent folder is
+        made and the write tried again. Object stores have no folders: it never fails there."""
+        try:
+            return write()
+        except FileNotFoundError:
+            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+            return write()
+
+    def _open_for_write(self, path: str, mode: str) -> Any:
+        return self._with_parent(path, lambda: self.fs.open(path, mode))
 
     def makedirs(self, path: str) -> None:
         _retry(f"mkdir {path}", lambda: self.fs.makedirs(path, exist_ok=True))
@@ -279,7 +292,7 @@ class Storage:
         def write() -> None:
             if self.is_local:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-            with self.fs.open(path, "wb") as f:
+            with self._open_for_write(path, "wb") as f:
                 f.write(data)
 
         _retry(f"write {path}", write)
@@ -325,7 +338,7 @@ class Storage:
             prefix = staged.rstrip("/") + "/"
             for src in _retry("list staged files", lambda: self.fs.find(staged)):
                 dst = self.join(final, src[len(prefix) :])
-                _retry(f"commit {dst}", lambda s=src, d=dst: self.fs.copy(s, d))
+                _retry(f"commit {dst}", lambda s=src, d=dst: self._with_parent(d, lambda: self.fs.copy(s, d)))
             self.write_text(self.join(final, MANIFEST), body)
             self.rm(staged)
         return final
