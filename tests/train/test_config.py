@@ -104,3 +104,15 @@ def test_good_values_are_kept():
     assert RunConfig(worker_timeout_s=0.5).worker_timeout_s == 0.5
     tc = TorchConfig(backend="gloo", init_method="tcp", timeout_s=5)
     assert (tc.backend, tc.init_method, tc.timeout_s) == ("gloo", "tcp", 5)
+
+
+@pytest.mark.parametrize("field, value", [("checkpoint_frequency", 2), ("checkpoint_at_end", True)])
+def test_class_trainable_checkpoint_settings_are_refused_naming_the_fix(field, value):
+    """Ray Train V2 refuses these two (a training function checkpoints through report()); Ray's
+    Train docs' tuner snippet passes checkpoint_frequency=2. Before, a bare TypeError named no fix."""
+    with pytest.raises(ValueError, match=rf"{field}={value!r}.*report\(\).*muster\.tune\.CheckpointConfig\({field}"):
+        CheckpointConfig(**{field: value})
+    from muster import tune
+
+    kept = tune.CheckpointConfig(**{field: value}, num_to_keep=2)  # a class trainable's: kept
+    assert getattr(kept, field) == value and kept.num_to_keep == 2

@@ -145,13 +145,19 @@ class CheckpointConfig:
             ``None`` keeps all.
         checkpoint_score_attribute: a reported metric to rank checkpoints by.
         checkpoint_score_order: ``"max"`` or ``"min"``.
+        checkpoint_frequency / checkpoint_at_end: refused, as Ray Train V2 refuses them: a
+            training function saves a checkpoint when it passes one to ``report``. They are
+            ``muster.tune.CheckpointConfig``'s, for a ``tune.Trainable`` class.
     """
 
     num_to_keep: int | None = None
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: Literal["max", "min"] = "max"
+    checkpoint_frequency: Any = None
+    checkpoint_at_end: Any = None
 
     def __post_init__(self) -> None:
+        self._check_trainable_settings()
         if self.num_to_keep is not None and (
             isinstance(self.num_to_keep, bool) or not isinstance(self.num_to_keep, int) or self.num_to_keep < 1
         ):
@@ -162,6 +168,15 @@ class CheckpointConfig:
             raise InvalidArgumentError(
                 f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}): use 'max' or 'min'."
             )
+
+    def _check_trainable_settings(self) -> None:
+        for name in ("checkpoint_frequency", "checkpoint_at_end"):
+            if getattr(self, name) is not None:
+                raise InvalidArgumentError(
+                    f"muster.train.CheckpointConfig({name}={getattr(self, name)!r}) does not apply to a training "
+                    "function (Ray Train V2 refuses it too): remove it and pass a checkpoint to report() when one "
+                    f"should be saved. For a tune.Trainable class, use muster.tune.CheckpointConfig({name}=...)."
+                )
 
 
 @dataclass(kw_only=True)
