@@ -116,3 +116,16 @@ def test_class_trainable_checkpoint_settings_are_refused_naming_the_fix(field, v
 
     kept = tune.CheckpointConfig(**{field: value}, num_to_keep=2)  # a class trainable's: kept
     assert getattr(kept, field) == value and kept.num_to_keep == 2
+
+
+@pytest.mark.parametrize("space", ["grid", "choice"])
+def test_a_search_space_for_num_workers_names_the_function_trainable(space):
+    """Ray's Train docs tune ScalingConfig(num_workers=tune.grid_search([1, 2])) in Tuner(trainer) (V1);
+    before, the error said only that num_workers must be an integer."""
+    from muster import tune
+
+    value = tune.grid_search([1, 2]) if space == "grid" else tune.choice([1, 2])
+    with pytest.raises(ValueError, match=r"num_workers must be an integer.*function trainable.*config\['num_workers'\]"):
+        ScalingConfig(num_workers=value)
+    with pytest.raises(ValueError, match=r"num_workers must be an integer >= 1, or \(min, max\) for an elastic run\.$"):
+        ScalingConfig(num_workers=0)

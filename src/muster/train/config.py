@@ -63,7 +63,7 @@ class ScalingConfig:
         elif not _count(self.num_workers):
             raise InvalidArgumentError(
                 f"ScalingConfig(num_workers={self.num_workers!r}): num_workers must be an integer >= 1, "
-                "or (min, max) for an elastic run."
+                "or (min, max) for an elastic run." + (_TUNE_WORKERS if _is_search_space(self.num_workers) else "")
             )
         if not isinstance(self.use_gpu, bool):
             raise InvalidArgumentError(f"ScalingConfig(use_gpu={self.use_gpu!r}): use_gpu must be True or False.")
@@ -129,6 +129,20 @@ class ScalingConfig:
     @property
     def total_resources(self) -> dict[str, float]:
         return {k: v * self.max_workers for k, v in self.worker_resources.items()}
+
+
+_TUNE_WORKERS = (
+    " A search space inside ScalingConfig is Ray Train V1's Tuner(trainer) pattern (Ray V2 refuses it too): "
+    "tune the number of workers in a function trainable that builds the trainer, "
+    "def driver(config): TorchTrainer(..., scaling_config=ScalingConfig(num_workers=config['num_workers'])).fit(), "
+    "with Tuner(driver, param_space={'num_workers': tune.grid_search([1, 2])})."
+)
+
+
+def _is_search_space(value: Any) -> bool:
+    """A Tune search space (``tune.grid_search`` gives a dict, ``tune.choice`` a ``Domain``), told
+    apart without importing ``muster.tune``."""
+    return (isinstance(value, dict) and "grid_search" in value) or callable(getattr(value, "sample", None))
 
 
 def _count(value: Any) -> bool:
