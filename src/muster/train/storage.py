@@ -26,7 +26,7 @@ import os
 import shutil
 import time
 import zlib
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -41,6 +41,18 @@ STAGING = ".staging"
 VALIDATIONS = "validations"
 
 T = TypeVar("T")
+
+
+def folder_files(folder: str) -> Iterator[tuple[str, str]]:
+    """``(path, relative path with "/")`` of each regular file under ``folder``: what a checkpoint
+    of that folder holds. Sockets, pipes and devices are left out, as Ray's copy leaves them (Ray's
+    getting-started guide checkpoints the whole temp folder, where a running engine keeps its sockets;
+    reading a pipe would block)."""
+    for base, _dirs, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(base, name)
+            if os.path.isfile(path):
+                yield path, os.path.relpath(path, folder).replace(os.sep, "/")
 
 
 def checkpoint_dir_name(round_index: int) -> str:
@@ -274,18 +286,15 @@ class Storage:
         Returns ``{relpath: {"size": bytes, "crc32": checksum}}`` for the manifest.
         """
         files: dict[str, dict[str, int]] = {}
-        for base, _dirs, names in os.walk(local_dir):
-            for fname in names:
-                src = os.path.join(base, fname)
-                rel = os.path.relpath(src, local_dir).replace(os.sep, "/")
-                target = self.join(dest, rel)
-                if self.is_local:
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    crc = _copy_with_crc(src, target)
-                else:
-                    crc = _file_crc(src)
-                    _retry(f"upload {rel}", lambda s=src, t=target: self.fs.put_file(s, t))
-                files[rel] = {"size": os.path.getsize(src), "crc32": crc}
+        for src, rel in folder_files(local_dir):
+            target = self.join(dest, rel)
+            if self.is_local:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                crc = _copy_with_crc(src, target)
+            else:
+                crc = _file_crc(src)
+                _retry(f"upload {rel}", lambda s=src, t=target: self.fs.put_file(s, t))
+            files[rel] = {"size": os.path.getsize(src), "crc32": crc}
         return files
 
     def write_bytes(self, path: str, data: bytes) -> None:

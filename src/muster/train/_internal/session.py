@@ -28,7 +28,7 @@ from muster.observe import sampler as sampler_mod
 from muster.train._internal import events, resume
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
-from muster.train.storage import Storage, checkpoint_dir_name
+from muster.train.storage import Storage, checkpoint_dir_name, folder_files
 
 #: Ray's ``report(checkpoint_upload_fn=)``: (checkpoint, checkpoint_dir_name) -> the checkpoint to keep
 UploadFn = Callable[[Checkpoint, str], Checkpoint]
@@ -187,15 +187,13 @@ def _snapshot(checkpoint: Checkpoint) -> Checkpoint:
     so the caller may delete its folder as soon as report() returns."""
     dest = tempfile.mkdtemp(prefix="muster-async-")
     with checkpoint.as_directory() as folder:
-        for base, _dirs, names in os.walk(folder):
-            for name in names:
-                src = os.path.join(base, name)
-                dst = os.path.join(dest, os.path.relpath(src, folder))
-                os.makedirs(os.path.dirname(dst), exist_ok=True)
-                try:
-                    os.link(src, dst)
-                except OSError:
-                    shutil.copy2(src, dst)
+        for src, rel in folder_files(folder):
+            dst = os.path.join(dest, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
     return Checkpoint(dest, LocalFileSystem())
 
 
