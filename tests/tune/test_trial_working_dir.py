@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from muster import tune
 from muster.tune.session import _in_trial_folder
 
@@ -50,3 +52,31 @@ def test_the_trial_folder_is_left_after_the_trial_and_can_be_turned_off(tmp_path
     with _in_trial_folder(str(tmp_path / "exp" / "trial_1")):  # Ray's FAQ asserts cwd == TUNE_ORIG_WORKING_DIR
         assert os.getcwd() == str(tmp_path) == os.environ["TUNE_ORIG_WORKING_DIR"]
     assert not (tmp_path / "exp" / "trial_1").exists()
+
+
+def prints(config):
+    import sys
+
+    print(f"out {config['x']}")
+    print(f"err {config['x']}", file=sys.stderr)
+    tune.report({"x": config["x"]})
+
+
+def test_log_to_file_writes_what_a_trial_prints_into_its_folder(storage):
+    """Ray's output guide: RunConfig(log_to_file=True / "name" / (out, err)). Before, it was accepted
+    and no file was written."""
+    for value, files in [(True, {"stdout": "out", "stderr": "err"}),
+                         ("combined.log", {"combined.log": "out err"}),
+                         (("my_out.log", "my_err.log"), {"my_out.log": "out", "my_err.log": "err"})]:
+        grid = tune.Tuner(prints, param_space={"x": tune.grid_search([1, 2])},
+                          run_config=tune.RunConfig(storage_path=storage, log_to_file=value, verbose=0)).fit()
+        for result in grid:
+            x = result.config["x"]
+            for name, words in files.items():
+                with open(os.path.join(result.path, name)) as f:
+                    assert f.read().split() == [part for w in words.split() for part in (w, str(x))], (value, name)
+
+
+def test_a_bad_log_to_file_is_refused_at_once():
+    with pytest.raises(ValueError, match=r"log_to_file=\('a', 'b', 'c'\).*pair"):
+        tune.Tuner(prints, run_config=tune.RunConfig(log_to_file=("a", "b", "c")))

@@ -267,9 +267,10 @@ class RunConfig:
             thresholds (``{"training_iteration": 10}``: stop once a result
             reaches it), a ``(trial_id, result) -> bool`` function, or a
             ``muster.tune.Stopper``. Only Tune reads it.
-        log_to_file: accepted for Ray's scripts; muster always keeps each
-            worker's output in the run store (``muster logs``), so there is
-            nothing to turn on.
+        log_to_file: Tune's, as in Ray: ``True`` (files ``stdout`` and ``stderr``), one file
+            name, or a ``(stdout, stderr)`` pair, in each trial's folder, where what the trainable
+            prints is also written. A trainer ignores it: muster keeps every worker's output in
+            the run store (``muster logs``).
         worker_runtime_env: Ray V2's runtime env of the training workers:
             its ``env_vars`` are set in each worker (other keys warn).
         progress_reporter: a Tuner's trial table (``muster.tune.CLIReporter``

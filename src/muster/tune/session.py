@@ -28,6 +28,7 @@ from muster.train import report as _train_report
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
 from muster.tune.messages import StepDecision, StepResult
+from muster.tune.trial_output import output_to_files
 
 DEFAULT_METRIC = "_metric"  # Ray's name for the result of a trainable that returns a number
 
@@ -190,7 +191,9 @@ class FunctionTrial:
         global _trial
         _trial = self.trial
         try:
-            with _in_trial_folder(self.trial.get("path")):
+            path = self.trial.get("path")
+            files = self.trial.get("log_to_file") or (None, None)
+            with _in_trial_folder(path), output_to_files(files, trial_local_folder(path or ".")):
                 final = self.fn(config, **self.parameters)
                 if inspect.isgenerator(final):  # Ray: each value a generator trainable yields is a result
                     for value in final:
