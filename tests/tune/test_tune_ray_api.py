@@ -621,3 +621,18 @@ def test_a_mode_without_a_metric_serves_get_best_result_later(storage):
                       run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
     assert grid.get_best_result(metric="score").config == {"x": 3}
     assert grid.get_best_result(metric="score", mode="min").config == {"x": 1}
+
+
+class _ReportsItsResources(tune.Trainable):
+    def step(self):
+        return {"resources": self.trial_resources.required_resources, "done": True}
+
+
+def test_a_trainable_knows_its_trial_resources(storage):
+    """Ray's Trainable.trial_resources docstring: None outside a Tuner, the trial's resources inside
+    (it was missing: AttributeError)."""
+    assert _ReportsItsResources().trial_resources is None
+    grid = tune.Tuner(tune.with_resources(_ReportsItsResources, {"cpu": 1, "memory": 0}),
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0, grid.errors
+    assert grid[0].metrics["resources"]["CPU"] == 1
