@@ -109,6 +109,13 @@ class Trial:
     def is_finished(self) -> bool:
         return self.status in (TERMINATED, ERROR)
 
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from muster._unsupported import raise_unsupported
+
+        raise_unsupported("muster.tune.experiment.Trial", name)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "trial_id": self.trial_id,
