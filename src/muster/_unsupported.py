@@ -64,6 +64,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "TransformersTrainer": "TorchTrainer, with muster.train.huggingface.transformers.prepare_trainer(trainer) "
         "on the transformers.Trainer inside train_loop_per_worker (as Ray's own guide now does)",
     },
+    "muster.tune.experiment.Trial": {
+        "logdir": "Trial.local_path (the trial's folder on this machine; Trial.path in storage), as Ray 2.60's "
+        "logdir says",
+    },
     "muster.data.Dataset": {
         "to_torch": "iter_torch_batches(batch_size=...)",
         "to_tf": "iter_batches(batch_format='numpy') fed to tf.data",

@@ -71,3 +71,70 @@ def test_bad_upload_mode_is_a_clear_error(storage):
 
     with pytest.raises(TrainingFailedError, match="checkpoint_upload_mode='later'.*'sync'.*'async'"):
         TorchTrainer(bad, run_config=RunConfig(storage_path=storage, verbose=0)).fit()
+
+
+def loop_with_upload_fn(config):
+    """Ray's checkpoint_upload_fn pattern: the checkpoint's files are still being written when report()
+    returns (an async save), and the function waits for them before handing the checkpoint back."""
+    import tempfile
+    import threading
+    import time
+
+    import muster.train as train
+    from muster.train import Checkpoint, CheckpointUploadMode
+
+    rank = train.get_context().get_world_rank()
+    names = []
+    for step in range(3):
+        folder = tempfile.mkdtemp()
+        written = threading.Event()
+
+        def save(folder=folder, step=step, written=written):
+            time.sleep(0.3)
+            with open(os.path.join(folder, f"rank_{rank}.txt"), "w") as f:
+                f.write(str(step))
+            written.set()
+
+        def wait_for_save(checkpoint, checkpoint_dir_name, written=written):
+            written.wait()
+            names.append(checkpoint_dir_name)
+            return checkpoint
+
+        threading.Thread(target=save).start()
+        mode = CheckpointUploadMode.ASYNC if step < 2 else CheckpointUploadMode.SYNC
+        train.report({"step": step}, checkpoint=Checkpoint.from_directory(folder), checkpoint_upload_mode=mode,
+                     checkpoint_upload_fn=wait_for_save)
+    train.report({"names": names})
+
+
+def test_checkpoint_upload_fn_runs_before_the_copy(storage):
+    """Before, muster accepted checkpoint_upload_fn and never called it: the async snapshot was taken
+    at report() time, before the files existed, and no checkpoint was committed."""
+    result = TorchTrainer(
+        loop_with_upload_fn, scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    assert result.metrics["names"] == ["checkpoint_000001", "checkpoint_000002", "checkpoint_000003"]
+    ckpts = sorted(result.best_checkpoints, key=lambda cm: cm[1]["step"])
+    assert [m["step"] for _, m in ckpts] == [0, 1, 2]
+    for ckpt, metrics in ckpts:
+        for rank in (0, 1):
+            assert (ckpt.filesystem.cat_file(f"{ckpt.path}/rank_{rank}.txt") == str(metrics["step"]).encode())
+
+
+def loop_with_bad_upload_fn(config):
+    import tempfile
+
+    import muster.train as train
+    from muster.train import Checkpoint
+
+    train.report({"step": 0}, checkpoint=Checkpoint.from_directory(tempfile.mkdtemp()),
+                 checkpoint_upload_fn=lambda checkpoint, name: name)
+
+
+def test_checkpoint_upload_fn_must_return_a_checkpoint(storage):
+    with pytest.raises(TrainingFailedError, match=r"checkpoint_upload_fn=.*returned 'checkpoint_000001'.*Checkpoint"):
+        TorchTrainer(
+            loop_with_bad_upload_fn, scaling_config=ScalingConfig(num_workers=1),
+            run_config=RunConfig(storage_path=storage, verbose=0),
+        ).fit()

@@ -319,3 +319,28 @@ def test_rounds_wait_for_the_slow_rank_that_saves(fit):
         assert torch.load(os.path.join(result.path, name, "model.pt")) == {"epoch": epoch}
     assert result.checkpoint.path.endswith("checkpoint_000004")
     assert list(result.metrics_dataframe["checkpoint_dir_name"]) == names
+
+
+def reports_a_folder_holding_a_socket(config):
+    import socket
+
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "model.pt"), "w") as f:
+            f.write("weights")
+        os.makedirs(os.path.join(tmp, "run"))
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(os.path.join(tmp, "run", "ctl.sock"))  # as an engine's runtime folder in the temp dir holds
+        try:
+            for mode in ("sync", "async"):
+                train.report({"mode": mode}, checkpoint=Checkpoint.from_directory(tmp), checkpoint_upload_mode=mode)
+        finally:
+            server.close()
+
+
+def test_a_checkpoint_keeps_regular_files_only(fit):
+    """Ray's getting-started guide checkpoints tempfile.gettempdir() itself, which holds a running
+    engine's sockets; before, the copy failed on one: '[Errno 6] No such device or address'."""
+    result = fit(reports_a_folder_holding_a_socket, workers=1)
+    assert [m["mode"] for _, m in result.best_checkpoints] == ["async", "sync"]
+    for ckpt, _ in result.best_checkpoints:
+        assert listing(ckpt.path) == [MANIFEST, "model.pt"]

@@ -104,3 +104,28 @@ def test_good_values_are_kept():
     assert RunConfig(worker_timeout_s=0.5).worker_timeout_s == 0.5
     tc = TorchConfig(backend="gloo", init_method="tcp", timeout_s=5)
     assert (tc.backend, tc.init_method, tc.timeout_s) == ("gloo", "tcp", 5)
+
+
+@pytest.mark.parametrize("field, value", [("checkpoint_frequency", 2), ("checkpoint_at_end", True)])
+def test_class_trainable_checkpoint_settings_are_refused_naming_the_fix(field, value):
+    """Ray Train V2 refuses these two (a training function checkpoints through report()); Ray's
+    Train docs' tuner snippet passes checkpoint_frequency=2. Before, a bare TypeError named no fix."""
+    with pytest.raises(ValueError, match=rf"{field}={value!r}.*report\(\).*muster\.tune\.CheckpointConfig\({field}"):
+        CheckpointConfig(**{field: value})
+    from muster import tune
+
+    kept = tune.CheckpointConfig(**{field: value}, num_to_keep=2)  # a class trainable's: kept
+    assert getattr(kept, field) == value and kept.num_to_keep == 2
+
+
+@pytest.mark.parametrize("space", ["grid", "choice"])
+def test_a_search_space_for_num_workers_names_the_function_trainable(space):
+    """Ray's Train docs tune ScalingConfig(num_workers=tune.grid_search([1, 2])) in Tuner(trainer) (V1);
+    before, the error said only that num_workers must be an integer."""
+    from muster import tune
+
+    value = tune.grid_search([1, 2]) if space == "grid" else tune.choice([1, 2])
+    with pytest.raises(ValueError, match=r"num_workers must be an integer.*function trainable.*config\['num_workers'\]"):
+        ScalingConfig(num_workers=value)
+    with pytest.raises(ValueError, match=r"num_workers must be an integer >= 1, or \(min, max\) for an elastic run\.$"):
+        ScalingConfig(num_workers=0)

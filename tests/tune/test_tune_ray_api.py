@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import tempfile
 import time
 
@@ -621,3 +622,35 @@ def test_a_mode_without_a_metric_serves_get_best_result_later(storage):
                       run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
     assert grid.get_best_result(metric="score").config == {"x": 3}
     assert grid.get_best_result(metric="score", mode="min").config == {"x": 1}
+
+
+class _ReportsItsResources(tune.Trainable):
+    def step(self):
+        return {"resources": self.trial_resources.required_resources, "done": True}
+
+
+def test_a_trainable_knows_its_trial_resources(storage):
+    """Ray's Trainable.trial_resources docstring: None outside a Tuner, the trial's resources inside
+    (it was missing: AttributeError)."""
+    assert _ReportsItsResources().trial_resources is None
+    grid = tune.Tuner(tune.with_resources(_ReportsItsResources, {"cpu": 1, "memory": 0}),
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0, grid.errors
+    assert grid[0].metrics["resources"]["CPU"] == 1
+
+
+def test_trial_logdir_names_local_path():
+    """Ray's output guide's logger callback opens files under trial.logdir (Ray 2.60 replaced it by
+    local_path and says so); before, a bare AttributeError named nothing."""
+    import copy
+
+    from muster.exceptions import UnsupportedRayAPIError
+    from muster.tune.experiment import Trial
+
+    trial = Trial("t1", "t_1", {"a": 1}, "/tmp/exp/t_1", {})
+    with pytest.raises(UnsupportedRayAPIError, match=r"Trial\.logdir .*Trial\.local_path"):
+        trial.logdir
+    with pytest.raises(AttributeError, match="no attribute 'no_such_thing'"):
+        trial.no_such_thing
+    assert not hasattr(trial, "logdir") and copy.deepcopy(trial).config == {"a": 1}
+    assert pickle.loads(pickle.dumps(trial)).local_path == trial.local_path

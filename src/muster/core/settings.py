@@ -52,6 +52,12 @@ def storage_path_default() -> str:
     return os.environ.get("MUSTER_STORAGE_PATH") or os.path.join(os.path.expanduser("~"), "muster_results")
 
 
+def chdir_to_trial_dir() -> bool:
+    """Ray's ``RAY_CHDIR_TO_TRIAL_DIR=0``: a Tune trial keeps the driver's working folder instead of
+    running in its own trial folder."""
+    return os.environ.get("RAY_CHDIR_TO_TRIAL_DIR", "1") != "0"
+
+
 def log_prefix_enabled() -> bool:
     return os.environ.get("MUSTER_LOG_PREFIX", "1") != "0"
 

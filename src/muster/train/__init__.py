@@ -80,6 +80,11 @@ def report(
             (its ``fn_kwargs`` and ``timeout_s``) to have the trainer's ``ValidationConfig.fn``
             validate this checkpoint in a task once it is committed; its metrics join the
             checkpoint's. Needs ``checkpoint=`` and the trainer's ``validation_config``.
+        checkpoint_upload_fn: Ray's ``fn(checkpoint, checkpoint_dir_name) -> Checkpoint``: called
+            before muster copies the checkpoint (in the background thread under ``"async"``, where the
+            folder is then not snapshotted: the function may finish writing it, e.g. wait for a
+            ``torch.distributed.checkpoint.async_save``); muster copies the checkpoint it returns into
+            the run's storage (Ray keeps the returned one where it is).
 
     Besides your files, each checkpoint stores every rank's resume state (the
     position of each prepared data loader and the RNG states), so a resumed
@@ -110,7 +115,7 @@ def report(
             raise InvalidArgumentError("report(checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD) is not supported: muster "
                              "copies every reported checkpoint; use SYNC or ASYNC.")
         mode = mode.value.lower()
-    _session.get_session("report").report(metrics, checkpoint, mode)
+    _session.get_session("report").report(metrics, checkpoint, mode, _compat.get("checkpoint_upload_fn"))
     note_report(checkpoint)
 
 

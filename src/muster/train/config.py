@@ -63,7 +63,7 @@ class ScalingConfig:
         elif not _count(self.num_workers):
             raise InvalidArgumentError(
                 f"ScalingConfig(num_workers={self.num_workers!r}): num_workers must be an integer >= 1, "
-                "or (min, max) for an elastic run."
+                "or (min, max) for an elastic run." + (_TUNE_WORKERS if _is_search_space(self.num_workers) else "")
             )
         if not isinstance(self.use_gpu, bool):
             raise InvalidArgumentError(f"ScalingConfig(use_gpu={self.use_gpu!r}): use_gpu must be True or False.")
@@ -131,6 +131,20 @@ class ScalingConfig:
         return {k: v * self.max_workers for k, v in self.worker_resources.items()}
 
 
+_TUNE_WORKERS = (
+    " A search space inside ScalingConfig is Ray Train V1's Tuner(trainer) pattern (Ray V2 refuses it too): "
+    "tune the number of workers in a function trainable that builds the trainer, "
+    "def driver(config): TorchTrainer(..., scaling_config=ScalingConfig(num_workers=config['num_workers'])).fit(), "
+    "with Tuner(driver, param_space={'num_workers': tune.grid_search([1, 2])})."
+)
+
+
+def _is_search_space(value: Any) -> bool:
+    """A Tune search space (``tune.grid_search`` gives a dict, ``tune.choice`` a ``Domain``), told
+    apart without importing ``muster.tune``."""
+    return (isinstance(value, dict) and "grid_search" in value) or callable(getattr(value, "sample", None))
+
+
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
@@ -145,13 +159,19 @@ class CheckpointConfig:
             ``None`` keeps all.
         checkpoint_score_attribute: a reported metric to rank checkpoints by.
         checkpoint_score_order: ``"max"`` or ``"min"``.
+        checkpoint_frequency / checkpoint_at_end: refused, as Ray Train V2 refuses them: a
+            training function saves a checkpoint when it passes one to ``report``. They are
+            ``muster.tune.CheckpointConfig``'s, for a ``tune.Trainable`` class.
     """
 
     num_to_keep: int | None = None
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: Literal["max", "min"] = "max"
+    checkpoint_frequency: Any = None
+    checkpoint_at_end: Any = None
 
     def __post_init__(self) -> None:
+        self._check_trainable_settings()
         if self.num_to_keep is not None and (
             isinstance(self.num_to_keep, bool) or not isinstance(self.num_to_keep, int) or self.num_to_keep < 1
         ):
@@ -162,6 +182,15 @@ class CheckpointConfig:
             raise InvalidArgumentError(
                 f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}): use 'max' or 'min'."
             )
+
+    def _check_trainable_settings(self) -> None:
+        for name in ("checkpoint_frequency", "checkpoint_at_end"):
+            if getattr(self, name) is not None:
+                raise InvalidArgumentError(
+                    f"muster.train.CheckpointConfig({name}={getattr(self, name)!r}) does not apply to a training "
+                    "function (Ray Train V2 refuses it too): remove it and pass a checkpoint to report() when one "
+                    f"should be saved. For a tune.Trainable class, use muster.tune.CheckpointConfig({name}=...)."
+                )
 
 
 @dataclass(kw_only=True)
@@ -238,9 +267,10 @@ class RunConfig:
             thresholds (``{"training_iteration": 10}``: stop once a result
             reaches it), a ``(trial_id, result) -> bool`` function, or a
             ``muster.tune.Stopper``. Only Tune reads it.
-        log_to_file: accepted for Ray's scripts; muster always keeps each
-            worker's output in the run store (``muster logs``), so there is
-            nothing to turn on.
+        log_to_file: Tune's, as in Ray: ``True`` (files ``stdout`` and ``stderr``), one file
+            name, or a ``(stdout, stderr)`` pair, in each trial's folder, where what the trainable
+            prints is also written. A trainer ignores it: muster keeps every worker's output in
+            the run store (``muster logs``).
         worker_runtime_env: Ray V2's runtime env of the training workers:
             its ``env_vars`` are set in each worker (other keys warn).
         progress_reporter: a Tuner's trial table (``muster.tune.CLIReporter``

@@ -502,6 +502,8 @@ class Controller:
             if payload.figures.get("data"):  # muster.data's operators in that worker
                 self.view.on_data(payload.rank, payload.figures["data"])
             return None
+        if isinstance(payload, ev.FitRequest) and self.hooks.on_other_event is not None:
+            return self.hooks.on_other_event(handle, payload)  # a Tune trial runs it as part of the trial
         if task_owner.serves(payload):
             # The training function called .remote(), muster.get/put or made an actor: the driver
             # owns those, as it owns a task's (before, these got None back and went on silently).

@@ -26,7 +26,7 @@ import os
 import shutil
 import time
 import zlib
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -41,6 +41,18 @@ STAGING = ".staging"
 VALIDATIONS = "validations"
 
 T = TypeVar("T")
+
+
+def folder_files(folder: str) -> Iterator[tuple[str, str]]:
+    """``(path, relative path with "/")`` of each regular file under ``folder``: what a checkpoint
+    of that folder holds. Sockets, pipes and devices are left out, as Ray's copy leaves them (Ray's
+    getting-started guide checkpoints the whole temp folder, where a running engine keeps its sockets;
+    reading a pipe would block)."""
+    for base, _dirs, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(base, name)
+            if os.path.isfile(path):
+                yield path, os.path.relpath(path, folder).replace(os.sep, "/")
 
 
 def checkpoint_dir_name(round_index: int) -> str:
@@ -150,7 +162,7 @@ class Storage:
                     f.write(text)
                 os.replace(tmp, path)
             else:
-                with self.fs.open(path, "w") as f:
+                with self._open_for_write(path, "w") as f:
                     f.write(text)
 
         _retry(f"write {path}", write)
@@ -165,6 +177,19 @@ class Storage:
 
     def write_json(self, path: str, obj: Any) -> None:
         self.write_text(path, json.dumps(obj, indent=1, default=json_default))
+
+    def _with_parent(self, path: str, write: Callable[[], T]) -> T:
+        """``write()`` to ``path``; on a filesystem with real folders that fsspec's wrapper does not
+        create (pyarrow's ``SubTreeFileSystem`` over a local disk, HDFS), a missing parent folder is
+        made and the write tried again. Object stores have no folders: it never fails there."""
+        try:
+            return write()
+        except FileNotFoundError:
+            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+            return write()
+
+    def _open_for_write(self, path: str, mode: str) -> Any:
+        return self._with_parent(path, lambda: self.fs.open(path, mode))
 
     def makedirs(self, path: str) -> None:
         _retry(f"mkdir {path}", lambda: self.fs.makedirs(path, exist_ok=True))
@@ -261,25 +286,22 @@ class Storage:
         Returns ``{relpath: {"size": bytes, "crc32": checksum}}`` for the manifest.
         """
         files: dict[str, dict[str, int]] = {}
-        for base, _dirs, names in os.walk(local_dir):
-            for fname in names:
-                src = os.path.join(base, fname)
-                rel = os.path.relpath(src, local_dir).replace(os.sep, "/")
-                target = self.join(dest, rel)
-                if self.is_local:
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    crc = _copy_with_crc(src, target)
-                else:
-                    crc = _file_crc(src)
-                    _retry(f"upload {rel}", lambda s=src, t=target: self.fs.put_file(s, t))
-                files[rel] = {"size": os.path.getsize(src), "crc32": crc}
+        for src, rel in folder_files(local_dir):
+            target = self.join(dest, rel)
+            if self.is_local:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                crc = _copy_with_crc(src, target)
+            else:
+                crc = _file_crc(src)
+                _retry(f"upload {rel}", lambda s=src, t=target: self.fs.put_file(s, t))
+            files[rel] = {"size": os.path.getsize(src), "crc32": crc}
         return files
 
     def write_bytes(self, path: str, data: bytes) -> None:
         def write() -> None:
             if self.is_local:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-            with self.fs.open(path, "wb") as f:
+            with self._open_for_write(path, "wb") as f:
                 f.write(data)
 
         _retry(f"write {path}", write)
@@ -325,7 +347,7 @@ class Storage:
             prefix = staged.rstrip("/") + "/"
             for src in _retry("list staged files", lambda: self.fs.find(staged)):
                 dst = self.join(final, src[len(prefix) :])
-                _retry(f"commit {dst}", lambda s=src, d=dst: self.fs.copy(s, d))
+                _retry(f"commit {dst}", lambda s=src, d=dst: self._with_parent(d, lambda: self.fs.copy(s, d)))
             self.write_text(self.join(final, MANIFEST), body)
             self.rm(staged)
         return final

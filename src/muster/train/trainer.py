@@ -5,11 +5,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import random
+import threading
+from concurrent.futures import Future
 from typing import Any, Callable, TypeVar
 
 import cloudpickle
 
+from muster.core.runtime import RuntimeActor
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.tasks import owner as task_owner
 from muster.train._internal.backend import Backend
 from muster.train._internal.events import FitRequest
 from muster.train.checkpoint import Checkpoint
@@ -296,3 +300,26 @@ def _scaling_config(value: Any, trainer: str) -> ScalingConfig:
             f"field; use {sorted(fields)}."
         )
     return ScalingConfig(**value)
+
+
+def _fit_for_a_worker(handle: RuntimeActor, request: FitRequest) -> Future:
+    """A task or an actor called ``trainer.fit()`` (Ray's validation guide fits a trainer in a
+    ``ValidationConfig`` function, which runs as a task): the driver runs the trainer on a thread
+    while the caller waits, and the caller lends its CPUs to the trainer's workers meanwhile.
+    A Tune trial's worker is answered by its trial instead (the run joins the trial's results)."""
+    from muster.core.api import get_runtime
+
+    out: Future = Future()
+
+    def run() -> None:
+        try:
+            with get_runtime().blocked(handle):
+                out.set_result(request.trainer.controller().run())
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's fit()
+            out.set_exception(exc)
+
+    threading.Thread(target=run, name="muster-fit-for-a-worker", daemon=True).start()
+    return out
+
+
+task_owner.register(FitRequest, _fit_for_a_worker)

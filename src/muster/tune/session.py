@@ -6,17 +6,21 @@ session's own calls; ``get_context`` adds the trial's identity.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import numbers
 import os
+import posixpath
 import socket
+import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from muster.core import context as core_context
+from muster.core import settings
 from muster.exceptions import InvalidTypeError, MusterError
 from muster.train import get_checkpoint as _train_get_checkpoint
 from muster.train import get_context as _train_get_context
@@ -24,6 +28,7 @@ from muster.train import report as _train_report
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
 from muster.tune.messages import StepDecision, StepResult
+from muster.tune.trial_output import output_to_files
 
 DEFAULT_METRIC = "_metric"  # Ray's name for the result of a trainable that returns a number
 
@@ -147,6 +152,35 @@ def decide_step(metrics: dict[str, Any]) -> StepDecision:
     return decision
 
 
+def trial_local_folder(path: str) -> str:
+    """A trial's folder on this machine's disk: ``path`` itself for local storage; for a URL
+    (``s3://...``), a folder under the temp dir that muster does not upload."""
+    if "://" not in path:
+        return path
+    trial = posixpath.basename(path.rstrip("/"))
+    experiment = posixpath.basename(posixpath.dirname(path.rstrip("/")))
+    return os.path.join(tempfile.gettempdir(), "muster-tune", experiment, trial)
+
+
+@contextlib.contextmanager
+def _in_trial_folder(path: str | None) -> Iterator[None]:
+    """Run the trainable in its trial's folder, as Ray does (so the files it writes to relative
+    paths stay apart per trial), unless ``RAY_CHDIR_TO_TRIAL_DIR=0``; ``TUNE_ORIG_WORKING_DIR``
+    names the folder it came from."""
+    before = os.getcwd()
+    os.environ.setdefault("TUNE_ORIG_WORKING_DIR", before)
+    if not path or not settings.chdir_to_trial_dir():
+        yield
+        return
+    folder = trial_local_folder(path)
+    os.makedirs(folder, exist_ok=True)
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 class FunctionTrial:
     """The training function of a function trainable's trial (runs in the worker)."""
 
@@ -157,11 +191,14 @@ class FunctionTrial:
         global _trial
         _trial = self.trial
         try:
-            final = self.fn(config, **self.parameters)
-            if inspect.isgenerator(final):  # Ray: each value a generator trainable yields is a result
-                for value in final:
-                    self._result(value)
-                final = None
+            path = self.trial.get("path")
+            files = self.trial.get("log_to_file") or (None, None)
+            with _in_trial_folder(path), output_to_files(files, trial_local_folder(path or ".")):
+                final = self.fn(config, **self.parameters)
+                if inspect.isgenerator(final):  # Ray: each value a generator trainable yields is a result
+                    for value in final:
+                        self._result(value)
+                    final = None
         finally:
             _trial = None
         self._result(final)

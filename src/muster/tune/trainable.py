@@ -88,6 +88,11 @@ class Trainable:
         return self._trial_value("get_trial_name")
 
     @property
+    def trial_resources(self) -> Any:
+        """What the trial holds, as a ``PlacementGroupFactory``; None outside a Tuner, as in Ray."""
+        return self._trial_value("get_trial_resources", None)
+
+    @property
     def logdir(self) -> str:
         """The trial's folder; outside a Tuner, a temporary folder made on first use."""
         trial_dir = self._trial_value("get_trial_dir", None)

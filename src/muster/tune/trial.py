@@ -45,6 +45,7 @@ from muster.train.storage import Storage
 from muster.train.validation import ValidationConfig
 from muster.train.worker_group import Member
 from muster.tune.messages import StepDecision, StepResult
+from muster.tune.session import trial_local_folder
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 NESTED_RUN = "trainer"  # the run folder, inside a trial's, of a trainer its function fit
@@ -96,10 +97,7 @@ class Trial:
     def local_path(self) -> str:
         """The trial's folder on the driver's disk: ``path`` itself for local storage; for a
         URL (``s3://...``), a folder under the temp dir that muster does not upload."""
-        if "://" not in self.path:
-            return self.path
-        experiment = posixpath.basename(posixpath.dirname(self.path.rstrip("/")))
-        return os.path.join(tempfile.gettempdir(), "muster-tune", experiment, self.dirname)
+        return trial_local_folder(self.path)
 
     @property
     def trainable_name(self) -> str:
@@ -110,6 +108,13 @@ class Trial:
 
     def is_finished(self) -> bool:
         return self.status in (TERMINATED, ERROR)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from muster._unsupported import raise_unsupported
+
+        raise_unsupported("muster.tune.experiment.Trial", name)
 
     def to_json(self) -> dict[str, Any]:
         return {

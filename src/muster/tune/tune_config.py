@@ -138,8 +138,7 @@ class CheckpointConfig(_TrainCheckpointConfig):
     checkpoint_frequency: int | None = None
     checkpoint_at_end: bool | None = None
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def _check_trainable_settings(self) -> None:
         freq = self.checkpoint_frequency
         if freq is not None and (isinstance(freq, bool) or not isinstance(freq, int) or freq < 0):
             raise InvalidArgumentError(

@@ -44,6 +44,7 @@ from muster.tune.search.variant_generator import BasicVariantGenerator
 from muster.tune.session import FunctionTrial
 from muster.tune.stopper import as_stopper
 from muster.tune.trainable import ClassTrainable, as_function
+from muster.tune.trial_output import log_file_names
 from muster.tune.trial import RunPlan, Trial
 from muster.tune.tune_config import ResumeConfig, TuneConfig, trial_function, trial_parameters, trial_resources
 
@@ -91,6 +92,7 @@ class Tuner:
         if run_config is None and isinstance(trainable, DataParallelTrainer):
             run_config = copy.copy(trainable.run_config)  # its name, too, names the experiment (as Ray)
         self.run_config = run_config or RunConfig()
+        log_file_names(self.run_config.log_to_file)  # a bad value is refused now, not at the first trial
         self._restored: dict[str, Any] | None = None
         self._path: str | None = None
         get_runtime()  # start the engine now: its zygote imports torch while the caller goes on
@@ -184,6 +186,7 @@ class Tuner:
         info = {
             "trial_id": trial.trial_id, "trial_name": trial.trial_name, "path": trial.path,
             "resources": scaling.worker_resources, "experiment": self.run_config.name,
+            "log_to_file": log_file_names(rc.log_to_file),
         }
         fn = trial_function(trainable)
         if isinstance(fn, ClassTrainable):

@@ -56,7 +56,8 @@ class Sample:
 
 @dataclass(frozen=True)
 class FitRequest:
-    """A function running in a Tune trial's worker called ``trainer.fit()``: the driver runs it."""
+    """A function running in a worker (a Tune trial's, a task's, an actor's) called ``trainer.fit()``:
+    the driver runs it."""
 
     trainer: Any
 

@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from fsspec.implementations.local import LocalFileSystem
 
@@ -28,7 +28,10 @@ from muster.observe import sampler as sampler_mod
 from muster.train._internal import events, resume
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
-from muster.train.storage import Storage
+from muster.train.storage import Storage, checkpoint_dir_name, folder_files
+
+#: Ray's ``report(checkpoint_upload_fn=)``: (checkpoint, checkpoint_dir_name) -> the checkpoint to keep
+UploadFn = Callable[[Checkpoint, str], Checkpoint]
 
 
 @dataclass
@@ -53,8 +56,14 @@ class Session:
         self._upload_error: BaseException | None = None
         resume.reset(_read_resume_state(spec.checkpoint, spec.context.world_rank))
 
-    def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None, upload_mode: str = "sync") -> None:
+    def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None, upload_mode: str = "sync",
+               upload_fn: UploadFn | None = None) -> None:
         clean = _plain_metrics(metrics)
+        if upload_fn is not None and not callable(upload_fn):
+            raise InvalidTypeError(
+                f"report(checkpoint_upload_fn={upload_fn!r}): pass a function (checkpoint, checkpoint_dir_name) "
+                "-> Checkpoint, or leave it out."
+            )
         mode = _upload_mode(upload_mode)
         if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
             raise InvalidTypeError(
@@ -76,18 +85,24 @@ class Session:
             if uploads_later and checkpoint is not None:
                 self._start_uploader()
                 assert self._uploads is not None
-                self._uploads.put((*item[:2], _snapshot(checkpoint), *item[3:]))
-                _discard_if_temporary(checkpoint)
+                if upload_fn is None:  # snapshot now: the caller may rewrite the folder once report returns
+                    self._uploads.put(((*item[:2], _snapshot(checkpoint), *item[3:]), {"owned": True}))
+                    _discard_if_temporary(checkpoint)
+                else:  # the files are the function's to finish (Ray: e.g. waiting for an async_save)
+                    self._uploads.put((item, {"upload_fn": upload_fn}))
                 return
             self.drain()
             try:
-                self._send(*item)
+                self._send(*item, upload_fn=upload_fn)
             finally:
                 _discard_if_temporary(checkpoint)
 
     def _send(self, round_index: int, metrics: dict[str, Any], checkpoint: Checkpoint | None, state: bytes,
-              t: float, timing: dict[str, float] | None, owned: bool = False) -> None:
+              t: float, timing: dict[str, float] | None, owned: bool = False,
+              upload_fn: UploadFn | None = None) -> None:
         files = None
+        if checkpoint is not None and upload_fn is not None:
+            checkpoint = _run_upload_fn(upload_fn, checkpoint, checkpoint_dir_name(round_index))
         if checkpoint is not None:
             with checkpoint.as_directory() as folder:
                 files = self.storage.upload_dir(folder, self.storage.staging_dir(round_index))
@@ -111,14 +126,15 @@ class Session:
             try:
                 if item is None:
                     continue
+                args, kwargs = item
                 if self._upload_error is not None:  # an earlier round failed: later ones are not sent
-                    _tell_failed(self.context.world_rank, item[0], self._upload_error)
+                    _tell_failed(self.context.world_rank, args[0], self._upload_error)
                     continue
-                self._send(*item, owned=True)
+                self._send(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - surfaced at the next report() or at the end
                 self._upload_error = exc
                 if item is not None:
-                    _tell_failed(self.context.world_rank, item[0], exc)
+                    _tell_failed(self.context.world_rank, item[0][0], exc)
             finally:
                 self._uploads.task_done()
 
@@ -132,6 +148,18 @@ class Session:
         if self._upload_error is not None:
             err, self._upload_error = self._upload_error, None
             raise RuntimeError(f"an asynchronous checkpoint upload failed: {err}") from err
+
+
+def _run_upload_fn(upload_fn: UploadFn, checkpoint: Checkpoint, name: str) -> Checkpoint:
+    """Ray's ``checkpoint_upload_fn``: called before muster copies the files, with the checkpoint
+    and its folder's name; what it returns is the checkpoint muster copies."""
+    out = upload_fn(checkpoint, name)
+    if not isinstance(out, Checkpoint):
+        raise InvalidTypeError(
+            f"report(checkpoint_upload_fn={getattr(upload_fn, '__name__', upload_fn)!r}) returned {out!r}; "
+            "it must return a muster.train.Checkpoint: the one it was given, or one where it put the files."
+        )
+    return out
 
 
 def _tell_failed(rank: int, round_index: int, exc: BaseException) -> None:
@@ -159,15 +187,13 @@ def _snapshot(checkpoint: Checkpoint) -> Checkpoint:
     so the caller may delete its folder as soon as report() returns."""
     dest = tempfile.mkdtemp(prefix="muster-async-")
     with checkpoint.as_directory() as folder:
-        for base, _dirs, names in os.walk(folder):
-            for name in names:
-                src = os.path.join(base, name)
-                dst = os.path.join(dest, os.path.relpath(src, folder))
-                os.makedirs(os.path.dirname(dst), exist_ok=True)
-                try:
-                    os.link(src, dst)
-                except OSError:
-                    shutil.copy2(src, dst)
+        for src, rel in folder_files(folder):
+            dst = os.path.join(dest, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
     return Checkpoint(dest, LocalFileSystem())
 
 

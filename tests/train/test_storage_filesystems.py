@@ -1,0 +1,40 @@
+"""Storage on a pyarrow filesystem with real folders, as Ray's custom-storage guide passes one."""
+
+from __future__ import annotations
+
+import os
+
+import muster.train as train
+from muster.train import Checkpoint, FailureConfig, Result, RunConfig, ScalingConfig
+from muster.train.torch import TorchTrainer
+
+
+def two_rounds_then_resume(config):
+    start = 0
+    ckpt = train.get_checkpoint()
+    if ckpt is not None:
+        start = ckpt.to_dict()["step"] + 1
+    for step in range(start, 3):
+        train.report({"step": step}, checkpoint=Checkpoint.from_dict({"step": step}))
+        if step == 1 and train.get_context().get_attempt() == 0:
+            raise RuntimeError("fail once after round 2")
+
+
+def test_a_pyarrow_subtree_filesystem_over_a_local_disk(tmp_path):
+    """pyarrow's local filesystem does not make parent folders when a file is opened for writing;
+    before, the first report's commit failed: 'Failed to open local file .../.staging/...'."""
+    import pyarrow.fs as pafs
+
+    fs = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+    result = TorchTrainer(
+        two_rounds_then_resume,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_filesystem=fs, storage_path="bucket/sub-path", name="run", verbose=0,
+                             failure_config=FailureConfig(max_failures=1)),
+    ).fit()
+    assert result.metrics["step"] == 2 and result.checkpoint.to_dict()["step"] == 2
+    run_dir = tmp_path / "bucket" / "sub-path" / "run"
+    assert sorted(p for p in os.listdir(run_dir) if p.startswith("checkpoint_")) == [
+        "checkpoint_000001", "checkpoint_000002", "checkpoint_000003"]
+    again = Result.from_path("bucket/sub-path/run", storage_filesystem=fs)
+    assert again.metrics["step"] == 2 and len(again.best_checkpoints) == 3
