@@ -9,16 +9,23 @@ The session engine has 4 CPUs (tests/conftest.py).
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
 
 import muster
-from muster.exceptions import ActorDiedError, ResourcesUnavailableError, TaskPlacementGroupRemoved, WorkerCrashedError
+from muster.exceptions import (
+    ActorDiedError,
+    ActorPlacementGroupRemoved,
+    ResourcesUnavailableError,
+    TaskPlacementGroupRemoved,
+    WorkerCrashedError,
+)
 from muster.util import placement_group, placement_group_table, remove_placement_group
 from muster.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from _task_helpers import TIMEOUT
+from _task_helpers import TIMEOUT, wait_for
 
 
 def _in(pg, index=-1, capture=False):
@@ -146,8 +153,11 @@ def test_removing_a_group_kills_its_actor_and_fails_its_waiting_work():
     member = Member.options(num_cpus=1, scheduling_strategy=_in(pg)).remote()
     pid = muster.get(member.pid.remote(), timeout=TIMEOUT)
     waiting = nap.options(scheduling_strategy=_in(pg)).remote(0)  # the actor holds the bundle's one CPU
+    second = Member.options(num_cpus=1, scheduling_strategy=_in(pg)).remote()  # waits for the CPU too
     assert muster.wait([waiting], timeout=0.5)[0] == []
     remove_placement_group(pg)
+    with pytest.raises(ActorPlacementGroupRemoved, match="remove_placement_group"):
+        muster.get(second.pid.remote(), timeout=TIMEOUT)
     with pytest.raises(ActorDiedError, match="placement group .* was removed"):
         muster.get(member.pid.remote(), timeout=TIMEOUT)
     with pytest.raises(TaskPlacementGroupRemoved, match="remove_placement_group"):
@@ -168,6 +178,21 @@ def test_removing_a_group_kills_its_running_task():
     remove_placement_group(pg)
     with pytest.raises(WorkerCrashedError, match="placement group .* was removed"):
         muster.get(running, timeout=TIMEOUT)
+
+
+def test_shutdown_ends_a_pending_groups_wait():
+    big = placement_group([{"CPU": 4}])
+    pending = placement_group([{"CPU": 1}])
+    assert big.wait(TIMEOUT) and not pending.wait(0.2)
+    muster.shutdown()
+    try:
+        assert wait_for(lambda: not any(t.name == "muster-placement" for t in threading.enumerate()), TIMEOUT)
+        assert not pending.wait(0) and placement_group_table(pending)["state"] == "REMOVED"
+        with pytest.raises(TaskPlacementGroupRemoved):
+            pending.ready().future().result(timeout=0)
+    finally:
+        muster.init(num_cpus=4, num_gpus=0)
+    assert muster.available_resources()["CPU"] == 4  # a new engine holds nothing for the old one's groups
 
 
 def test_a_group_is_made_in_the_driver_only():

@@ -203,6 +203,7 @@ class LocalRuntime(Runtime):
         with self._lock:
             for q in self._task_queues.values():
                 q.put(None)  # its dispatcher fails what is still queued, then ends
+        self.reservations.clear()  # a pending placement group stops waiting
         for actor in list(self._actors.values()):
             self._terminate(actor, grace_s=0.0)
         if self._started.is_set() and self._zygote_conn is not None:

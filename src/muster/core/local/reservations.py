@@ -121,6 +121,13 @@ class Reservations:
                 self._slots.release(alloc)
         return reservation
 
+    def clear(self) -> None:
+        """Remove every group (the engine shuts down): pending placements stop waiting."""
+        with self._lock:
+            groups = list(self._groups)
+        for group in groups:
+            self.remove(group)
+
     def take(self, request: dict[str, float], bundle: BundleRef | None, actor: bool = False) -> Allocation:
         """Hold ``request``: from the machine, or from ``bundle`` of a group (waiting until it has room)."""
         if bundle is None:
@@ -133,7 +140,7 @@ class Reservations:
             return reservation.acquire(request, bundle.index)
         except TaskPlacementGroupRemoved as exc:
             if actor:
-                raise ActorPlacementGroupRemoved(str(exc).replace("this task", "this actor")) from None
+                raise ActorPlacementGroupRemoved(str(exc)) from None
             raise
 
 
@@ -141,4 +148,4 @@ def removed_error(group: str) -> TaskPlacementGroupRemoved:
     """What work scheduled into ``group`` fails with once the group is removed (or never was here)."""
     return TaskPlacementGroupRemoved(
         f"placement group {group} is not reserved on this engine: it was removed (remove_placement_group), "
-        "or made before muster.shutdown(). Schedule this task into a live group, or into none.")
+        "or made before muster.shutdown(). Schedule the work into a live group, or into none.")
