@@ -314,6 +314,14 @@ class TaskCancelledError(MusterError):
         return (type(self), (self.label, self.reason))
 
 
+class TaskPlacementGroupRemoved(MusterError):
+    """A task's placement group was removed (``remove_placement_group``) before the task got its bundle."""
+
+
+class ActorPlacementGroupRemoved(MusterError):
+    """An actor's placement group was removed before the actor got its bundle (one running in it dies)."""
+
+
 # Ray raises these where muster's engine cannot fail that way; they exist so that
 # ported ``except`` clauses and ``isinstance`` checks keep working.
 class ObjectLostError(MusterError):

@@ -77,7 +77,7 @@ def in_group():
 
 def test_placement_group_feasible_infeasible_and_strategy():
     pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
-    assert muster.get(pg.ready(), timeout=TIMEOUT) is True and pg.wait(1)
+    assert muster.get(pg.ready(), timeout=TIMEOUT) == pg and pg.wait(1)  # Ray resolves it to the group
     strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=1)
     assert muster.get(in_group.options(scheduling_strategy=strategy).remote(), timeout=TIMEOUT) == "ran"
     remove_placement_group(pg)

@@ -96,3 +96,14 @@ def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str
 
 def _n(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def bundle_misfit(bundles: list[Resources], request: Mapping[str, float], index: int, what: str) -> str:
+    """Empty if ``request`` fits bundle ``index`` (-1: some bundle) of a placement group of
+    ``bundles``; else a sentence saying it never will, naming the bundle(s) and the request."""
+    if any(fits(request, b) for b in (bundles if index < 0 else [bundles[index]])):
+        return ""
+    where = (f"any of its bundles ({'; '.join('{' + fmt(b) + '}' for b in bundles)})" if index < 0
+             else f"its bundle {index} ({{{fmt(bundles[index])}}})")
+    return (f"{what} asks for {{{fmt(request)}}}, which never fits in {where}: work scheduled into a "
+            "placement group draws only on its bundle. Ask for less, or make the group's bundles bigger.")

@@ -24,6 +24,11 @@ Contract, for implementers:
   *log sink* (``add_log_sink``) as ``sink(label, pid, lines)``.  The
   engine feeds them: a line a worker printed during a call reaches the
   sinks before that call's result does.
+* Placement groups: ``reserve`` holds a group's bundles once they fit together;
+  work started with ``bundle=BundleRef(group, index)`` draws on that bundle only,
+  and ``unreserve`` gives the bundles back (what still waits for them fails, what
+  runs on them is killed). An engine that reserves nothing keeps the defaults:
+  groups are placed at once and ``bundle`` is a label.
 * All methods are thread-safe.
 """
 
@@ -33,6 +38,7 @@ import abc
 import contextlib
 import threading
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, NoReturn
 
 Resources = dict[str, float]
@@ -50,6 +56,14 @@ def unserved(label: str, payload: Any) -> NoReturn:
         "requests from its process (tasks, actors, get, put). This is a bug in muster: please report it."
     )
 LogSink = Callable[[str, "int | None", list[str]], None]  # (label, pid, lines)
+
+
+@dataclass(frozen=True)
+class BundleRef:
+    """Bundle ``index`` (-1: whichever has room) of the placement group ``group`` held by :meth:`Runtime.reserve`."""
+
+    group: str
+    index: int = -1
 
 
 class RuntimeActor(abc.ABC):
@@ -178,8 +192,10 @@ class Runtime(abc.ABC):
         resources: Resources,
         on_event: EventHandler | None = None,
         label: str = "task",
+        bundle: BundleRef | None = None,
     ) -> Future:
-        """Run ``fn(*args, **kwargs)`` once its resources are free; its events go to ``on_event``."""
+        """Run ``fn(*args, **kwargs)`` once its resources are free (in ``bundle``, when given); its
+        events go to ``on_event``."""
 
     @abc.abstractmethod
     def create_actor(
@@ -191,12 +207,28 @@ class Runtime(abc.ABC):
         label: str = "",
         on_event: EventHandler | None = None,
         fresh_process: bool = False,
+        bundle: BundleRef | None = None,
     ) -> RuntimeActor:
-        """Start one actor of ``cls`` holding ``resources`` (``on_event`` is live during ``__init__``).
+        """Start one actor of ``cls`` holding ``resources`` (``on_event`` is live during ``__init__``),
+        taken from ``bundle`` when given.
 
         ``fresh_process``: start it in a new interpreter, not a fork of one that holds the driver's
         state (an engine whose actors are all new processes has nothing to change).
         """
+
+    def reserve(self, group: str, bundles: list[Resources]) -> Future:
+        """Hold ``bundles`` for placement group ``group`` once they fit together. The future is done
+        when they are held; its exception is the removal, when ``unreserve`` came first.
+
+        Raises:
+            ResourcesUnavailableError: the bundles can never fit together, however idle the engine.
+        """
+        placed: Future = Future()
+        placed.set_result(None)  # an engine that reserves nothing: "placed" at once
+        return placed
+
+    def unreserve(self, group: str) -> None:  # noqa: B027 - a no-op where nothing is reserved
+        """Give ``group``'s bundles back: work still waiting for them fails, work running on them is killed."""
 
     def capacity(self, request: Resources) -> int:
         """How many more actors holding ``request`` would fit in what is free now."""

@@ -44,6 +44,16 @@ def lookup(actor_id: int) -> "ActorHandle":
         return _actors[actor_id]
 
 
+def kill_in_group(group: Any, reason: str) -> None:
+    """Kill, for good, every live actor scheduled into placement group ``group`` (``reason``: why, for
+    their calls' errors). One still waiting for its bundle is left to the engine, which fails its start."""
+    with _lock:
+        members = [a for a in _actors.values() if a._placement_group == group and a._dead is None]
+    for member in members:
+        if member._core.done():
+            member._kill(no_restart=True, reason=reason)
+
+
 def _handle_from_id(actor_id: int) -> Any:
     if core_context.in_worker():
         return WorkerActorHandle(actor_id)
@@ -169,7 +179,9 @@ class ActorHandle:
         self._name = options.get("name")
         self._namespace = options.get("namespace") or current_namespace()
         self._env_vars = (options.get("runtime_env") or {}).get("env_vars") or {}
-        self._placement_group, self._capture_child_tasks = opts.placement_group_of(options)
+        self._placement_group, index, self._capture_child_tasks = opts.placement_group_of(options)
+        self._bundle = None if self._placement_group is None else \
+            self._placement_group._bundle_for(self._resources, index, what=f"actor {cls.__name__}")
         self._attempt = 0
         self._core: Future = Future()
         self._dead: BaseException | None = None
@@ -226,7 +238,7 @@ class ActorHandle:
                 try:
                     core = get_runtime().create_actor(
                         cast(type, self._factory()), a, kw, self._resources, label=f"actor {self._cls.__name__}",
-                        on_event=self._owned.handle_event,
+                        on_event=self._owned.handle_event, bundle=self._bundle,
                     )
                 except TaskError as exc:  # its __init__ raised: the actor never lived (Ray's RayActorError)
                     died = ActorDiedError(

@@ -9,7 +9,8 @@ from muster.core import resources as res
 from muster.core.init_options import warn_unused_runtime_env
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
-#: Ray's options that have no effect on muster's engine (one node, one Python environment); accepted.
+#: Ray's options that have no effect on muster's engine (one node, one Python environment), and the
+#: placement group ones (read by :func:`placement_group_of`); accepted.
 _NO_OP = {"scheduling_strategy", "placement_group", "placement_group_bundle_index",
           "placement_group_capture_child_tasks", "accelerator_type", "label_selector", "_metadata",
           "enable_task_events", "object_store_memory", "_labels"}
@@ -84,15 +85,18 @@ def declared_task_options(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def placement_group_of(options: dict[str, Any]) -> tuple[Any, bool]:
-    """The placement group ``options`` schedule into (None: none), and whether child tasks inherit it."""
+def placement_group_of(options: dict[str, Any]) -> tuple[Any, int, bool]:
+    """The placement group ``options`` schedule into (None: none), the bundle's index (-1: any), and
+    whether child tasks inherit the group."""
     strategy: Any = options.get("scheduling_strategy")
     if hasattr(strategy, "placement_group"):
-        return strategy.placement_group, bool(strategy.placement_group_capture_child_tasks)
+        return (strategy.placement_group, strategy.placement_group_bundle_index,
+                bool(strategy.placement_group_capture_child_tasks))
     group = options.get("placement_group")
     if group is None or group == "default":
-        return None, False
-    return group, bool(options.get("placement_group_capture_child_tasks"))
+        return None, -1, False
+    index = options.get("placement_group_bundle_index")
+    return group, -1 if index is None else index, bool(options.get("placement_group_capture_child_tasks"))
 
 
 def inherit_placement_group(options: dict[str, Any], group: Any) -> dict[str, Any]:

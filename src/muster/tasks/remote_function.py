@@ -17,6 +17,7 @@ from muster.core import context as core_context
 from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.init_options import current_namespace
+from muster.core.runtime import BundleRef
 from muster.exceptions import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -123,14 +124,15 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
     name = getattr(fn, "__name__", "fn")
     out: Future = Future()
     ref = ObjectRef.new(out)
+    group, index, capture = opts.placement_group_of(options)
     try:
         res.ensure_feasible(resources, 1, runtime.resources(), what=f"task {name}")
+        bundle = None if group is None else group._bundle_for(resources, index, what=f"task {name}")
     except ResourcesUnavailableError as exc:
         # As in Ray: the ref comes back; get()/wait() raise at once. Warn now, naming what is missing.
         warnings.warn(str(exc), stacklevel=3)
         out.set_exception(exc)
         return ref
-    group, capture = opts.placement_group_of(options)
     info = TaskInfo(job_id=rc.driver_job_id(), task_id=rc.new_task_id(), namespace=current_namespace(),
                     resources=resources, placement_group=group, capture_child_tasks=capture,
                     function=f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}")
@@ -144,7 +146,7 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
                                 else stream.end(result=f.result()))
         if on_stream is not None:
             on_stream(stream)
-    attempts = _Attempts(runtime, body, args, kwargs, resources, options, ended)
+    attempts = _Attempts(runtime, body, args, kwargs, resources, options, ended, bundle)
     with _live_lock:
         _live[info.task_id or ""] = attempts
         _by_ref[ref.id] = info.task_id or ""
@@ -168,9 +170,10 @@ class _Attempts:
     """
 
     def __init__(self, runtime: Any, body: TaskBody, args: tuple, kwargs: dict,
-                 resources: dict[str, float], options: dict[str, Any], out: Future):
+                 resources: dict[str, float], options: dict[str, Any], out: Future, bundle: BundleRef | None):
         self.runtime, self.body, self.args, self.kwargs, self.resources, self.out = (
             runtime, body, args, kwargs, resources, out)
+        self.bundle = bundle  # where in its placement group it runs (None: in none)
         self.max_retries = options.get("max_retries", _DEFAULT_MAX_RETRIES)
         self.retry_exceptions = options.get("retry_exceptions", False)  # True, or a list of exception types
         self.label = f"task {body.__name__}"
@@ -182,7 +185,8 @@ class _Attempts:
             return
         try:
             a, kw = owner.resolve(self.args, self.kwargs)
-            inner = self.runtime.submit(self.body, a, kw, self.resources, on_event=owner.handle_event, label=self.label)
+            inner = self.runtime.submit(self.body, a, kw, self.resources, on_event=owner.handle_event,
+                                        label=self.label, bundle=self.bundle)
         except BaseException as exc:  # noqa: BLE001 - a failed dependency or an impossible request
             _settle(self.out, exc=exc)
             return

@@ -1,22 +1,41 @@
 """Placement groups (Ray's ``ray.util.placement_group``) on muster's one-node engine.
 
-A placement group is checked when it is made: every bundle, and for the
-packing strategies all of them together, must fit in what the engine has
-(``STRICT_SPREAD`` with more than one bundle cannot be placed on one node).
-A group that can never be placed fails fast: ``ready()`` raises instead of
-waiting forever.  A placed group does not reserve its resources: each task
-or actor scheduled into it still takes its own ``num_cpus``/``num_gpus``
-from the engine, so on one machine the group is a label, not a reservation.
+A placement group reserves its bundles, as Ray's does. It is checked when it is made:
+every bundle, and all of them together, must fit in what the engine has
+(``STRICT_SPREAD`` with more than one bundle cannot be placed on one node; PACK,
+SPREAD and STRICT_PACK are all met by the one node). A group that can never be
+placed fails fast: ``ready()`` raises instead of waiting forever. A group that fits
+but finds the engine busy is PENDING until what others hold frees up; then it holds
+its bundles (``available_resources()`` drops by them) and is CREATED.
+
+Work scheduled into a group (``PlacementGroupSchedulingStrategy``, or the
+``placement_group=`` / ``placement_group_bundle_index=`` options) draws on its bundle,
+never on the general pool, and waits while the bundle is busy; work outside any group
+cannot use what a group holds. A request that can never fit its bundle (any bundle,
+for index -1) raises at ``.remote()``. ``remove_placement_group`` gives the bundles
+back: actors in the group are killed (no restart), running tasks' workers are killed,
+and work still waiting for the group fails with ``TaskPlacementGroupRemoved`` /
+``ActorPlacementGroupRemoved``. On a Ray cluster engine the group is checked but not
+handed to Ray: there it reserves nothing (docs/porting.md).
 """
 
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from typing import Any
 
+from muster.core import context
 from muster.core import resources as res
-from muster.core.api import get_runtime
-from muster.exceptions import InvalidArgumentError, InvalidTypeError, ResourcesUnavailableError
+from muster.core.api import get_runtime, is_current
+from muster.core.runtime import BundleRef
+from muster.exceptions import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    ResourcesUnavailableError,
+    UnsupportedRayAPIError,
+)
 from muster.tasks import objects
 from muster.tasks.objects import ObjectRef
 
@@ -32,26 +51,66 @@ class PlacementGroup:
         self.id = f"{next(_ids):032x}"
         self.bundle_specs, self.strategy, self.name = bundles, strategy, name
         self._error = error
-        self.removed = False
+        self._removed = False
+        self._engine: Any = None  # the engine holding its bundles (None in a worker's copy)
+        self._placed: Future = Future()  # done once its bundles are held
+        if error is not None:
+            self._placed.set_exception(error)
 
     @property
     def bundle_count(self) -> int:
         return len(self.bundle_specs)
 
-    def ready(self) -> ObjectRef:
-        """A ref that is ready once the group is placed (it raises if the group can never be)."""
-        from concurrent.futures import Future
+    @property
+    def removed(self) -> bool:
+        """Removed, or of an engine since shut down (whose reservations went with it)."""
+        return self._removed or (self._engine is not None and not is_current(self._engine))
 
-        fut: Future = Future()
-        if self._error is not None:
-            fut.set_exception(self._error)
-        else:
-            fut.set_result(True)
-        return objects.ObjectRef.new(fut)
+    def ready(self) -> ObjectRef:
+        """A ref to this group, ready once its bundles are held (it raises if the group can never be
+        placed, or was removed first)."""
+        out: Future = Future()
+
+        def settle(placed: Future) -> None:
+            exc = placed.exception()
+            if exc is not None:
+                out.set_exception(exc)
+            else:
+                out.set_result(self)
+
+        self._placed.add_done_callback(settle)
+        return objects.ObjectRef.new(out)
 
     def wait(self, timeout_seconds: float = 30) -> bool:
-        """Whether the group is placed (at once on this engine)."""
-        return self._error is None and not self.removed
+        """Whether the group is placed within ``timeout_seconds`` (False at once if it never can be)."""
+        wait_futures([self._placed], timeout=timeout_seconds)
+        return self._placed.done() and self._placed.exception() is None and not self.removed
+
+    def _settle(self, placed: Future) -> None:
+        """The engine placed the group (or removed it first)."""
+        exc = placed.exception()
+        if exc is not None:
+            self._placed.set_exception(exc)
+        else:
+            self._placed.set_result(None)
+
+    def _bundle_for(self, request: dict[str, float], index: int, what: str) -> BundleRef:
+        """Where ``what`` asking for ``request`` runs in this group: bundle ``index`` (-1: any).
+
+        Raises:
+            ResourcesUnavailableError: the group can never be placed.
+            InvalidArgumentError: a bad index, or ``request`` never fits the bundle.
+        """
+        if self._error is not None:
+            raise ResourcesUnavailableError(f"{what} is scheduled into a placement group that can never be "
+                                            f"placed: {self._error}", total=getattr(self._error, "total", None))
+        if isinstance(index, bool) or not isinstance(index, int) or not -1 <= index < self.bundle_count:
+            raise InvalidArgumentError(f"{what}: placement_group_bundle_index={index!r}; the group has "
+                                       f"{self.bundle_count} bundles: use -1 (any) to {self.bundle_count - 1}.")
+        misfit = res.bundle_misfit(self.bundle_specs, request, index, what)
+        if misfit:
+            raise InvalidArgumentError(misfit)
+        return BundleRef(self.id, index)
 
     def __eq__(self, other: object) -> bool:  # the same group, also when it came back from a worker
         return isinstance(other, PlacementGroup) and other.id == self.id
@@ -59,11 +118,26 @@ class PlacementGroup:
     def __hash__(self) -> int:
         return hash(self.id)
 
+    def __getstate__(self) -> dict[str, Any]:  # a copy (in a task it was scheduled into) is placed
+        return {k: v for k, v in self.__dict__.items() if k not in ("_placed", "_engine")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _engine=None, _placed=Future())
+        if self._error is not None:
+            self._placed.set_exception(self._error)
+        else:
+            self._placed.set_result(None)
+
     def __repr__(self) -> str:
         return f"PlacementGroup(id={self.id[-8:]}, bundles={self.bundle_specs}, strategy={self.strategy})"
 
     def _row(self) -> dict[str, Any]:
-        state = "REMOVED" if self.removed else "CREATED" if self._error is None else "INFEASIBLE"
+        if self.removed:
+            state = "REMOVED"
+        elif self._error is not None:
+            state = "INFEASIBLE"
+        else:
+            state = "CREATED" if self._placed.done() else "PENDING"
         return {"placement_group_id": self.id, "name": self.name, "strategy": self.strategy, "state": state,
                 "bundles": dict(enumerate(self.bundle_specs))}
 
@@ -75,10 +149,12 @@ def placement_group(
     lifetime: str | None = None,
     **ray_options: Any,
 ) -> PlacementGroup:
-    """Make a placement group of ``bundles`` (each a dict like ``{"CPU": 1, "GPU": 1}``).
+    """Make a placement group of ``bundles`` (each a dict like ``{"CPU": 1, "GPU": 1}``): it reserves
+    them once they fit together (``ready()`` / ``wait()`` tell when).
 
     Raises:
         ValueError: an empty or malformed bundle, or an unknown strategy.
+        UnsupportedRayAPIError: called inside a task or actor.
     """
     if strategy not in STRATEGIES:
         raise InvalidArgumentError(f"placement_group(strategy={strategy!r}): use one of {', '.join(STRATEGIES)}.")
@@ -89,32 +165,59 @@ def placement_group(
         if not isinstance(b, dict) or not b or not any(v > 0 for v in b.values()):
             raise InvalidArgumentError(f"placement_group: bundle {i} is {b!r}; each bundle is a dict of positive amounts, "
                              "e.g. {'CPU': 1}.")
-        clean.append(res.normalize(dict(b), what=f"placement_group bundle {i}"))
-    error: BaseException | None = None
-    total = get_runtime().resources()
-    try:
-        if strategy == "STRICT_SPREAD" and len(clean) > 1:
-            raise ResourcesUnavailableError(
-                f"placement_group(strategy='STRICT_SPREAD') with {len(clean)} bundles needs {len(clean)} nodes; "
-                "muster's engine has one. Use strategy='PACK' or 'SPREAD'.", total=total)
-        summed: dict[str, float] = {}
-        for b in clean:
-            res.ensure_feasible(b, 1, total, what="placement group bundle")
-            for k, v in b.items():
-                summed[k] = summed.get(k, 0.0) + v
-        res.ensure_feasible(summed, 1, total, what=f"placement group ({len(clean)} bundles together)")
-    except ResourcesUnavailableError as exc:
-        error = exc
+        clean.append(res.normalize(dict(b), what=f"placement group bundle {i}"))
+    if context.in_worker():  # get_runtime() there would start a second engine inside the worker
+        raise UnsupportedRayAPIError(
+            "placement_group() inside a task or actor: muster makes placement groups in the driver only. Make the "
+            "group in the driver and pass it in; a task or actor can schedule work into it from anywhere.")
+    runtime = get_runtime()
+    error = _never_fits(clean, strategy, runtime.resources())
     pg = PlacementGroup(clean, strategy, name, error)
+    if error is None:
+        try:
+            placed = runtime.reserve(pg.id, clean)
+        except ResourcesUnavailableError as exc:  # the engine knows better (a GPU's shares cannot be split)
+            pg._error = exc
+            pg._placed.set_exception(exc)
+        else:
+            pg._engine = runtime
+            placed.add_done_callback(pg._settle)
     _made[pg.id] = pg
     return pg
 
 
+def _never_fits(bundles: list[dict[str, float]], strategy: str, total: dict[str, float]) -> BaseException | None:
+    """Why ``bundles`` can never be placed on an engine with ``total`` (None: they can)."""
+    try:
+        if strategy == "STRICT_SPREAD" and len(bundles) > 1:
+            raise ResourcesUnavailableError(
+                f"placement_group(strategy='STRICT_SPREAD') with {len(bundles)} bundles needs {len(bundles)} nodes; "
+                "muster's engine has one. Use strategy='PACK' or 'SPREAD'.", total=total)
+        summed: dict[str, float] = {}
+        for b in bundles:
+            res.ensure_feasible(b, 1, total, what="placement group bundle")
+            for k, v in b.items():
+                summed[k] = summed.get(k, 0.0) + v
+        res.ensure_feasible(summed, 1, total, what=f"placement group ({len(bundles)} bundles together)")
+    except ResourcesUnavailableError as exc:
+        return exc
+    return None
+
+
 def remove_placement_group(pg: PlacementGroup) -> None:
-    """Remove ``pg`` (tasks already running in it go on)."""
+    """Remove ``pg`` and give its bundles back. As in Ray, what still uses them is killed: its actors
+    (for good: no restart), the workers of its running tasks; work still waiting for the group fails."""
     if not isinstance(pg, PlacementGroup):
         raise InvalidTypeError(f"remove_placement_group() takes a PlacementGroup, got {type(pg).__name__}.")
-    pg.removed = True
+    if pg.removed:
+        return
+    pg._removed = True
+    if pg._engine is None:  # never placed (infeasible): nothing held
+        return
+    from muster.tasks import actor
+
+    actor.kill_in_group(pg, reason=f"its placement group {pg.id} was removed (remove_placement_group)")
+    pg._engine.unreserve(pg.id)
 
 
 def placement_group_table(placement_group: PlacementGroup | None = None) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Ray's scheduling strategies (``ray.util.scheduling_strategies``), accepted by ``.options(scheduling_strategy=...)``.
 
-muster's engine is one node: these are accepted and checked, and they do not
-change where work runs.
+muster's engine is one node: ``PlacementGroupSchedulingStrategy`` runs the work in
+its group's reserved bundle (``muster.util.placement_group``); the others are
+accepted and checked, and do not change where work runs.
 """
 
 from __future__ import annotations

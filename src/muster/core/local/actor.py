@@ -39,6 +39,7 @@ class LocalActor(RuntimeActor):
         self._holds_slots = True  # False while idle in the task pool
         self._expected_exit = False
         self.retiring = False  # it ends after its answer (Ray's max_calls): never handed out again
+        self.death_reason = ""  # why the engine killed it, when it did on purpose (its placement group went)
         self._on_event: EventHandler | None = None
         self._on_death: DeathHandler | None = None
         self.connected = threading.Event()
@@ -93,7 +94,7 @@ class LocalActor(RuntimeActor):
                 wire.send(self._conn, msg)
 
     def _death_error(self) -> ActorDiedError:
-        return ActorDiedError(self.label, self.pid, self.exitcode, self.node_id)
+        return ActorDiedError(self.label, self.pid, self.exitcode, self.node_id, reason=self.death_reason)
 
     def _read_forever(self) -> None:
         assert self._conn is not None

@@ -37,8 +37,9 @@ from muster.core import settings
 from muster.core.local import wire, zygote, zygote_process
 from muster.core.local.actor import LocalActor
 from muster.core.local.logs import LogRelay
+from muster.core.local.reservations import Reservations, removed_error
 from muster.core.local.slots import Allocation, SlotTable, detect_total, node_memory
-from muster.core.runtime import RuntimeActor, EventHandler, Runtime
+from muster.core.runtime import BundleRef, RuntimeActor, EventHandler, Runtime
 from muster.exceptions import (
     ActorDiedError,
     describe_exit,
@@ -90,7 +91,8 @@ class LocalRuntime(Runtime):
         self._listener: Listener | None = None
         self._logs: LogRelay | None = None
         self._task_pool: dict[frozenset, list[LocalActor]] = {}
-        self._task_queues: dict[frozenset, queue.SimpleQueue] = {}  # one dispatcher thread each
+        self._task_queues: dict[tuple[frozenset, BundleRef | None], queue.SimpleQueue] = {}  # by shape, bundle
+        self.reservations = Reservations(self.slots)  # placement groups' bundles
         atexit.register(self.shutdown)
 
     # -- lifecycle ---------------------------------------------------------
@@ -201,6 +203,7 @@ class LocalRuntime(Runtime):
         with self._lock:
             for q in self._task_queues.values():
                 q.put(None)  # its dispatcher fails what is still queued, then ends
+        self.reservations.clear()  # a pending placement group stops waiting
         for actor in list(self._actors.values()):
             self._terminate(actor, grace_s=0.0)
         if self._started.is_set() and self._zygote_conn is not None:
@@ -258,12 +261,29 @@ class LocalRuntime(Runtime):
         label: str = "",
         on_event: EventHandler | None = None,
         fresh_process: bool = False,
+        bundle: BundleRef | None = None,
     ) -> RuntimeActor:
+        held = None if bundle is None else [self.reservations.take(res.normalize(resources), bundle, actor=True)]
         (actor,) = self._launch(
             1, cls, args, kwargs, resources, None, None, None, [label] if label else None, on_event,
-            fresh_process=fresh_process,
+            allocations=held, fresh_process=fresh_process,
         )
         return actor
+
+    def reserve(self, group: str, bundles: list[dict[str, float]]) -> Future:
+        return self.reservations.reserve(group, bundles)
+
+    def unreserve(self, group: str) -> None:
+        with self._lock:
+            reservation = self.reservations.remove(group)  # its bundles go back; waits for them fail
+            if reservation is None:
+                return
+            for key in [k for k in self._task_queues if k[1] is not None and k[1].group == group]:
+                self._task_queues.pop(key).put(reservation.error)  # its dispatcher fails what is queued, then ends
+            running = [a for a in self._actors.values() if a._holds_slots and reservation.owns(a.allocation)]
+        for actor in running:  # Ray kills what still uses a removed group's resources
+            actor.death_reason = f"its placement group {group} was removed (remove_placement_group)"
+            self._terminate(actor, 0.0)
 
     def create_gang(
         self,
@@ -425,7 +445,7 @@ class LocalRuntime(Runtime):
                     pool.remove(actor)
             held, actor._holds_slots = actor._holds_slots, False
         if held:  # an idle pooled task worker already gave its slots back
-            self.slots.release(actor.allocation)
+            actor.allocation.give_back()
 
     def _label_for(self, worker_id: int) -> tuple[str, int | None]:
         actor = self._seen.get(worker_id)
@@ -440,60 +460,62 @@ class LocalRuntime(Runtime):
         resources: dict[str, float],
         on_event: EventHandler | None = None,
         label: str = "task",
+        bundle: BundleRef | None = None,
     ) -> Future:
         """Run ``fn`` in a pooled worker of the same resource shape (reused across tasks).
 
-        Tasks of one shape start in submission order from one dispatcher thread,
+        Tasks of one shape (and bundle) start in submission order from one dispatcher thread,
         which alone waits for their resources (no thread per queued task).
         """
         request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
         self.slots.check_feasible(request, 1)
         out: Future = Future()
-        key = frozenset(request.items())
+        key = (frozenset(request.items()), bundle)
         with self._lock:
             if self._closed:
                 out.set_exception(RuntimeNotStartedError("This muster runtime was shut down; call muster.init()."))
+                return out
+            if bundle is not None and not self.reservations.holds(bundle.group):
+                out.set_exception(removed_error(bundle.group))
                 return out
             q = self._task_queues.get(key)
             if q is None:
                 q = self._task_queues[key] = queue.SimpleQueue()
                 threading.Thread(
-                    target=self._dispatch_forever, args=(request, q), name="muster-dispatch", daemon=True
+                    target=self._dispatch_forever, args=(request, bundle, q), name="muster-dispatch", daemon=True
                 ).start()
-        q.put((fn, args, kwargs, on_event, label, out))
+            q.put((fn, args, kwargs, on_event, label, out))  # under the lock: never behind the queue's end
         return out
 
-    def _dispatch_forever(self, request: dict[str, float], q: queue.SimpleQueue) -> None:
+    def _dispatch_forever(self, request: dict[str, float], bundle: BundleRef | None, q: queue.SimpleQueue) -> None:
         while True:
             item = q.get()
-            if item is None:
+            if item is None or isinstance(item, BaseException):  # shut down, or its placement group removed
                 break
-            self._start_task(request, *item)
+            self._start_task(request, bundle, *item)
             del item  # idle, this thread must not keep the last task's arguments and result alive
-        while True:  # shut down: what never started fails
-            try:
-                item = q.get_nowait()
-            except queue.Empty:
-                return
-            if item is not None:
-                item[-1].set_exception(RuntimeNotStartedError("muster was shut down before this task started."))
+        error = item if item is not None else RuntimeNotStartedError("muster was shut down before this task started.")
+        while not q.empty():  # what never started fails (this thread alone takes from ``q``)
+            item = q.get_nowait()
+            if isinstance(item, tuple):
+                item[-1].set_exception(error)
 
     def _start_task(
-        self, request: dict[str, float], fn: Callable[..., Any], args: tuple, kwargs: dict,
-        on_event: EventHandler | None, label: str, out: Future,
+        self, request: dict[str, float], bundle: BundleRef | None, fn: Callable[..., Any], args: tuple,
+        kwargs: dict, on_event: EventHandler | None, label: str, out: Future,
     ) -> None:
         try:
-            actor = self._task_worker(request, label)
+            actor = self._task_worker(request, label, bundle)
             actor._on_event = on_event
             inner = actor.call("__task__", fn, *args, **kwargs)
             inner.add_done_callback(lambda f: self._task_done(actor, request, f, out, label))
         except BaseException as exc:  # noqa: BLE001
             out.set_exception(exc)
 
-    def _task_worker(self, request: dict[str, float], label: str) -> LocalActor:
+    def _task_worker(self, request: dict[str, float], label: str, bundle: BundleRef | None) -> LocalActor:
         """Hold ``request``, then reuse an idle worker of that shape (or fork one)."""
         key = frozenset(request.items())
-        if "GPU" in request:  # a pooled worker's CUDA_VISIBLE_DEVICES is fixed: reuse only on its GPUs
+        if "GPU" in request and bundle is None:  # a pooled worker's CUDA_VISIBLE_DEVICES is fixed: reuse on its GPUs
             with self._lock:
                 pool = self._task_pool.setdefault(key, [])
                 actor = next((a for a in pool if self.slots.try_acquire_exact(a.allocation)), None)
@@ -503,11 +525,13 @@ class LocalRuntime(Runtime):
             if actor is None:
                 (actor,) = self._launch(1, None, (), {}, request, None, None, None, [label])
         else:
-            (alloc,) = self.slots.acquire(request, 1)
+            alloc = self.reservations.take(request, bundle)
             with self._lock:
                 pool = self._task_pool.setdefault(key, [])
-                actor = pool.pop() if pool else None
-                if actor is not None:  # it now holds ``alloc``: a death from here on frees it
+                same_gpus = [a for a in pool if a.allocation.gpu_ids == alloc.gpu_ids]
+                actor = same_gpus[-1] if same_gpus else None
+                if actor is not None:
+                    pool.remove(actor)  # it now holds ``alloc``: a death from here on frees it
                     actor.allocation, actor._holds_slots = alloc, True
             if actor is None:
                 (actor,) = self._launch(1, None, (), {}, request, None, None, None, [label], allocations=[alloc])
@@ -528,15 +552,16 @@ class LocalRuntime(Runtime):
     def blocked(self, handle: RuntimeActor) -> Iterator[None]:
         """While ``handle`` waits on other work, lend its CPUs out (nested tasks cannot deadlock)."""
         assert isinstance(handle, LocalActor)
-        lent = Allocation({k: v for k, v in handle.allocation.resources.items() if k == "CPU"})
-        if not lent.resources:
+        cpus = handle.allocation.resources.get("CPU")
+        if not cpus:
             yield
             return
-        self.slots.release(lent)
+        lent = Allocation({"CPU": cpus}, table=handle.allocation.table)  # in a placement group: to its bundle
+        lent.give_back()
         try:
             yield
         finally:
-            self.slots.acquire_exact(lent)
+            (lent.table or self.slots).acquire_exact(lent)
 
     def _task_done(
         self, actor: LocalActor, request: dict[str, float], inner: Future, out: Future, label: str
@@ -556,11 +581,11 @@ class LocalRuntime(Runtime):
                 actor._holds_slots = False
                 self._task_pool.setdefault(frozenset(request.items()), []).append(actor)
         if pooled:
-            self.slots.release(actor.allocation)
+            actor.allocation.give_back()
         if exc is None:
             out.set_result(inner.result())
         elif isinstance(exc, ActorDiedError):
-            out.set_exception(WorkerCrashedError(label, exc.pid, exc.exitcode, exc.host))
+            out.set_exception(WorkerCrashedError(label, exc.pid, exc.exitcode, exc.host, reason=actor.death_reason))
         elif isinstance(exc, TaskError) and exc.label != label:  # the pooled worker was forked for another task
             out.set_exception(exc.relabelled(label))
         else:

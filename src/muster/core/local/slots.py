@@ -1,4 +1,7 @@
-"""Resource slots on one machine: what it has, all-or-nothing acquisition, GPUs by id."""
+"""Resource slots on one machine: what it has, all-or-nothing acquisition, GPUs by id.
+
+The engine has one :class:`SlotTable` for the machine; a placed placement group holds
+its bundles out of it, and each bundle is a small table of its own (``reservations.py``)."""
 
 from __future__ import annotations
 
@@ -44,16 +47,30 @@ class Allocation:
     resources: dict[str, float]
     gpu_ids: list[int] = field(default_factory=list)
     gpu_share: float = 0.0  # per GPU id
+    table: "SlotTable | None" = field(default=None, repr=False, compare=False)  # where it goes back
+
+    def give_back(self) -> None:
+        """Return it to the table it was taken from (the machine's, or a placement group bundle's)."""
+        assert self.table is not None, "an allocation never taken from a table"
+        self.table.release(self)
 
 
 class SlotTable:
-    """Counts what is free; hands out GPU ids. Thread-safe."""
+    """Counts what is free; hands out GPU ids. Thread-safe.
 
-    def __init__(self, total: dict[str, float]):
+    ``gpus``: the share of each GPU id this table may hand out (default: all of GPUs 0..n-1).
+    ``cond``: the lock to share with other tables (a placement group's bundles share one).
+    Once :meth:`close` d, waiting for it raises the error it was closed with.
+    """
+
+    def __init__(self, total: dict[str, float], gpus: dict[int, float] | None = None,
+                 cond: threading.Condition | None = None):
         self._total = dict(total)
         self._free = dict(total)
-        self._gpu_free = [1.0] * int(total.get("GPU", 0))
-        self._cond = threading.Condition()
+        self._gpu_total = dict(gpus) if gpus is not None else {i: 1.0 for i in range(int(total.get("GPU", 0)))}
+        self._gpu_free = dict(self._gpu_total)
+        self._cond = cond or threading.Condition()
+        self._closed: BaseException | None = None
 
     def total(self) -> dict[str, float]:
         return dict(self._total)
@@ -78,7 +95,9 @@ class SlotTable:
         next_notice = start + _WAIT_NOTICE_S
         with self._cond:
             while True:
-                got = self._try_take(request, count)
+                if self._closed is not None:
+                    raise self._closed
+                got = self._try_take([request] * count)
                 if got is not None:
                     return got
                 now = time.monotonic()
@@ -101,8 +120,35 @@ class SlotTable:
         """Re-take a previous allocation (same GPU ids), waiting until it is free."""
         with self._cond:
             while not self._fits_exact(alloc):
+                if self._closed is not None:
+                    raise self._closed
                 self._cond.wait(0.5)
             self._apply(alloc, -1)
+
+    def try_take(self, requests: list[dict[str, float]]) -> list[Allocation] | None:
+        """One allocation for each of ``requests``, all taken now, or None (nothing taken)."""
+        with self._cond:
+            return None if self._closed is not None else self._try_take(requests)
+
+    def take_when_free(self, requests: list[dict[str, float]], stop: threading.Event) -> list[Allocation] | None:
+        """:meth:`try_take`, waiting until they fit together; None once ``stop`` is set."""
+        with self._cond:
+            while not stop.is_set():
+                got = self._try_take(requests)
+                if got is not None:
+                    return got
+                self._cond.wait(0.5)
+        return None
+
+    def could_hold(self, requests: list[dict[str, float]]) -> bool:
+        """Whether ``requests`` fit together in this table when nothing else holds any of it."""
+        return SlotTable(self._total, self._gpu_total)._try_take(requests) is not None
+
+    def close(self, error: BaseException) -> None:
+        """Refuse every wait from now on with ``error`` (those waiting now raise it)."""
+        with self._cond:
+            self._closed = error
+            self._cond.notify_all()
 
     def try_acquire_exact(self, alloc: Allocation) -> bool:
         """Re-take a previous allocation (same GPU ids) if it is free now."""
@@ -118,9 +164,9 @@ class SlotTable:
             self._cond.notify_all()
 
     # -- internals (hold the lock) -----------------------------------------
-    def _try_take(self, request: dict[str, float], count: int) -> list[Allocation] | None:
+    def _try_take(self, requests: list[dict[str, float]]) -> list[Allocation] | None:
         taken: list[Allocation] = []
-        for _ in range(count):
+        for request in requests:
             alloc = self._take_one(request)
             if alloc is None:
                 for a in taken:
@@ -134,13 +180,14 @@ class SlotTable:
             return None
         gpu = request.get("GPU", 0.0)
         alloc = Allocation(dict(request))
+        gpus = sorted(self._gpu_free.items())
         if gpu >= 1:
-            ids = [i for i, f in enumerate(self._gpu_free) if f >= 1.0 - 1e-9][: int(gpu)]
+            ids = [i for i, f in gpus if f >= 1.0 - 1e-9][: int(gpu)]
             if len(ids) < int(gpu):
                 return None
             alloc.gpu_ids, alloc.gpu_share = ids, 1.0
         elif gpu > 0:
-            ids = [i for i, f in enumerate(self._gpu_free) if f + 1e-9 >= gpu][:1]
+            ids = [i for i, f in gpus if f + 1e-9 >= gpu][:1]
             if not ids:
                 return None
             alloc.gpu_ids, alloc.gpu_share = ids, gpu
@@ -149,7 +196,7 @@ class SlotTable:
 
     def _fits_exact(self, alloc: Allocation) -> bool:
         return res.fits(alloc.resources, self._free) and all(
-            self._gpu_free[i] + 1e-9 >= alloc.gpu_share for i in alloc.gpu_ids
+            self._gpu_free.get(i, -1.0) + 1e-9 >= alloc.gpu_share for i in alloc.gpu_ids
         )
 
     def _apply(self, alloc: Allocation, sign: int) -> None:
@@ -157,6 +204,8 @@ class SlotTable:
             self._free[k] = self._free.get(k, 0.0) + sign * v
         for i in alloc.gpu_ids:
             self._gpu_free[i] += sign * alloc.gpu_share
+        if sign < 0:
+            alloc.table = self
 
 
 def detect_total(num_cpus: float | None, num_gpus: float | None, custom: dict[str, float] | None) -> dict[str, float]:

@@ -31,7 +31,7 @@ from muster.core.ray import placement
 from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
 from muster.core.ray.worker import RayWorker, pack, run_task, unpack
-from muster.core.runtime import RuntimeActor, EventHandler, Runtime
+from muster.core.runtime import BundleRef, RuntimeActor, EventHandler, Runtime
 from muster.exceptions import (
     ClusterUnreachableError,
     MusterError,
@@ -256,6 +256,7 @@ class RayRuntime(Runtime):
         label: str = "",
         on_event: EventHandler | None = None,
         fresh_process: bool = False,  # every Ray actor is a new worker process
+        bundle: BundleRef | None = None,  # muster's groups reserve nothing on Ray (Runtime.reserve's default)
     ) -> RuntimeActor:
         request = res.normalize(resources, what="actor resources")
         placement.check_gang(self.node_resources(), request, 1, "PACK", what=f"actor {label or cls.__name__}")
@@ -386,6 +387,7 @@ class RayRuntime(Runtime):
         resources: dict[str, float],
         on_event: EventHandler | None = None,
         label: str = "task",
+        bundle: BundleRef | None = None,  # muster's groups reserve nothing on Ray (Runtime.reserve's default)
     ) -> Future:
         request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
         placement.check_gang(self.node_resources(), request, 1, "PACK", what=label)
