@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from muster import serve
@@ -172,3 +175,14 @@ def test_ray_schema_names_import_and_unsupported_ones_name_the_equivalent():
     for module, name, hint in cases:
         with pytest.raises(UnsupportedRayImportError, match=hint):
             exec(f"from {module} import {name}")
+
+
+def test_importing_serve_makes_starlette_requests_reachable_as_rays_does():
+    """Ray's snippets write ``import starlette`` and annotate ``starlette.requests.Request``: that works
+    because importing Serve imports ``starlette.requests``; it raised AttributeError after the port."""
+    code = ("import starlette\nfrom muster import serve\n"
+            "@serve.deployment\nclass A:\n    async def __call__(self, request: starlette.requests.Request): pass\n"
+            "print(A.name)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["A"]

@@ -30,6 +30,11 @@ from muster.serve.exceptions import BackPressureError, RayServeException
 from muster.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 from muster.serve.multiplex import get_multiplexed_model_id, multiplexed
 
+try:  # as importing Ray's Serve does: `import starlette` and then `starlette.requests.Request` (Ray's snippets)
+    import starlette.requests  # noqa: F401
+except ImportError:  # no "muster[serve]": handles work without starlette
+    pass
+
 __all__ = [
     "Application",
     "ApplicationStatusOverview",
