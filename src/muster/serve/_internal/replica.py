@@ -105,24 +105,28 @@ def _receive_once(body: bytes) -> Any:
 
 
 SERVE_LOGGER = "muster.serve"  # Ray's "ray.serve": what replicas log there shows in their output
+#: The loggers a replica sends to its output: muster's, and Ray's name for it (ported code keeps
+#: ``logging.getLogger("ray.serve")``: the port changes imports, not strings).
+SERVE_LOGGERS = (SERVE_LOGGER, "ray.serve")
 
 
 def _log_to_output(spec: "ReplicaSpec") -> None:
-    """Send INFO and up from the ``muster.serve`` logger (and those under it) to this replica's stderr, which
-    the runtime captures (the driver's output, ``muster logs``, the run store), as Ray Serve does with
-    ``ray.serve``.  A level the user set on the logger is kept; once per process."""
-    logger = logging.getLogger(SERVE_LOGGER)
-    if any(getattr(h, "_muster_replica", False) for h in logger.handlers):
-        return
+    """Send INFO and up from the ``muster.serve`` and ``ray.serve`` loggers (and those under them) to this
+    replica's stderr, which the runtime captures (the driver's output, ``muster logs``, the run store), as
+    Ray Serve does with ``ray.serve``.  A level the user set on a logger is kept; once per process."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(
         f"%(levelname)s %(asctime)s {spec.deployment} {spec.replica_id} %(filename)s:%(lineno)d - %(message)s"
     ))
     setattr(handler, "_muster_replica", True)  # noqa: B010 - marks the handler this function added
-    logger.addHandler(handler)
-    if logger.level == logging.NOTSET:
-        logger.setLevel(logging.INFO)
-    logger.propagate = False  # as Ray's: not twice when the user configured the root logger
+    for name in SERVE_LOGGERS:
+        logger = logging.getLogger(name)
+        if any(getattr(h, "_muster_replica", False) for h in logger.handlers):
+            continue
+        logger.addHandler(handler)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+        logger.propagate = False  # as Ray's: not twice when the user configured the root logger
 
 
 def _takes_positional(fn: Any) -> bool:
