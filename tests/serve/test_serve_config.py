@@ -186,3 +186,18 @@ def test_importing_serve_makes_starlette_requests_reachable_as_rays_does():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["A"]
+
+
+def test_rays_removed_autoscaling_name_is_ignored_with_a_warning_and_a_custom_policy_is_refused():
+    """Ray's docs still show ``target_num_ongoing_requests_per_replica``; Ray 2.60 ignores it (its config drops
+    unknown fields), so the target stays 2. It was refused as unknown before, failing the ported script."""
+    with pytest.warns(UserWarning, match=r"target_num_ongoing_requests_per_replica=10 is ignored, as Ray 2.60 "
+                                         r"ignores it: .* set that instead"):
+        cfg = AutoscalingConfig.coerce({"min_replicas": 1, "max_replicas": 5,
+                                        "target_num_ongoing_requests_per_replica": 10})
+    assert cfg is not None and (cfg.target_ongoing_requests, cfg.max_replicas) == (2.0, 5)
+    with pytest.raises(ValueError, match=r"policy=.*custom autoscaling policies .* not supported by muster; "
+                                         r"drop `policy`"):
+        AutoscalingConfig.coerce({"max_replicas": 2, "policy": {"policy_function": "m:f"}})
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['max_replica'\]"):  # typos stay errors
+        AutoscalingConfig.coerce({"max_replica": 2})

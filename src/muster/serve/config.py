@@ -142,11 +142,29 @@ class AutoscalingConfig:
             return value
         if not isinstance(value, Mapping):
             raise InvalidArgumentError(f"autoscaling_config={value!r}: pass a dict such as {{'min_replicas': 1, 'max_replicas': 4}}.")
+        value = dict(value)
+        if "policy" in value:
+            raise InvalidArgumentError(
+                f"autoscaling_config policy={value['policy']!r}: custom autoscaling policies (Ray's "
+                "AutoscalingPolicy(policy_function=...)) are not supported by muster; drop `policy` to use the "
+                "default one, which follows target_ongoing_requests."
+            )
+        for old in sorted(set(value) & set(_GONE_AUTOSCALING_FIELDS)):
+            warnings.warn(f"autoscaling_config: {old}={value.pop(old)!r} is ignored, as Ray 2.60 ignores it: "
+                          f"it is Ray's removed name for {_GONE_AUTOSCALING_FIELDS[old]}; set that instead.",
+                          stacklevel=5)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(value) - known)
         if unknown:
             raise InvalidArgumentError(f"autoscaling_config: unknown field(s) {unknown}; known: {sorted(known)}.")
-        return cls(**dict(value))
+        return cls(**value)
+
+
+#: Ray's old autoscaling field names, and their names now: Ray 2.60 drops them without a word (its config
+#: ignores unknown fields), so a ported config that still has one gets Ray's default instead.
+_GONE_AUTOSCALING_FIELDS = {
+    "target_num_ongoing_requests_per_replica": "target_ongoing_requests",
+}
 
 
 @dataclass(kw_only=True)
