@@ -211,6 +211,55 @@ DEFAULT_REJECTION: tuple[int, str | None] = (503, "1")
 
 
 @dataclass(kw_only=True)
+class DeploymentActorConfig:
+    """An actor the deployment's replicas share (Ray 2.60's ``ray.serve.config.DeploymentActorConfig``),
+    started before them and stopped after them; a replica reaches it with ``serve.get_deployment_actor(name)``.
+
+    ``actor_class`` is a ``@muster.remote`` class or its import path ``"module:Class"``; ``actor_options`` are
+    its ``.options(...)`` (``num_cpus``, ``max_restarts``, ...)."""
+
+    name: str
+    actor_class: Any
+    init_args: tuple = ()
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    actor_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidArgumentError(f"DeploymentActorConfig(name={self.name!r}): give the name replicas look it "
+                                       "up by, a non-empty string.")
+        if isinstance(self.init_args, list):
+            self.init_args = tuple(self.init_args)
+        for f in ("init_kwargs", "actor_options"):
+            if not isinstance(getattr(self, f), Mapping):
+                raise InvalidArgumentError(f"DeploymentActorConfig(name={self.name!r}): {f}={getattr(self, f)!r}: "
+                                           "pass a dict.")
+        bad = sorted({"name", "namespace", "get_if_exists"} & set(self.actor_options))
+        if bad:
+            raise InvalidArgumentError(f"DeploymentActorConfig(name={self.name!r}): actor_options {bad} are Serve's "
+                                       "to set (it names the actor); drop them.")
+
+    @classmethod
+    def coerce_all(cls, value: Any, deployment: str) -> "tuple[DeploymentActorConfig, ...]":
+        """``deployment_actors=``: a list of configs (or dicts of their fields) with distinct names."""
+        if value is None:
+            return ()
+        if not isinstance(value, (list, tuple)):
+            raise InvalidArgumentError(f"{deployment}: deployment_actors={value!r}: pass a list of "
+                                       "DeploymentActorConfig.")
+        out = tuple(v if isinstance(v, cls) else cls(**v) if isinstance(v, Mapping) else _not_actor_config(v)
+                    for v in value)
+        names = [c.name for c in out]
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError(f"{deployment}: deployment_actors names {names} repeat; give each its own.")
+        return out
+
+
+def _not_actor_config(value: Any) -> Any:
+    raise InvalidTypeError(f"deployment_actors entry {value!r}: use DeploymentActorConfig(name=..., actor_class=...).")
+
+
+@dataclass(kw_only=True)
 class DeploymentConfig:
     """Everything ``@serve.deployment(...)`` / ``.options(...)`` sets for one deployment."""
 
@@ -226,6 +275,7 @@ class DeploymentConfig:
     graceful_shutdown_timeout_s: float = 20.0
     graceful_shutdown_wait_loop_s: float = 2.0
     backpressure_config: BackpressureConfig | None = None
+    deployment_actors: tuple[DeploymentActorConfig, ...] = ()
     route_prefix: str | None = None  # deprecated in Ray; accepted for old scripts
 
     def __post_init__(self) -> None:
@@ -234,6 +284,7 @@ class DeploymentConfig:
                                        "(replica names are app#deployment#n, as in Ray).")
         self.autoscaling_config = AutoscalingConfig.coerce(self.autoscaling_config)
         self.backpressure_config = BackpressureConfig.coerce(self.backpressure_config)
+        self.deployment_actors = DeploymentActorConfig.coerce_all(self.deployment_actors, self.name)
         if self.num_replicas == "auto":
             if self.autoscaling_config is None:
                 self.autoscaling_config = AutoscalingConfig.default()

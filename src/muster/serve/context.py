@@ -60,6 +60,7 @@ class ReplicaContext:
 
 
 _current: ReplicaContext | None = None
+_deployment_actors: dict[str, Any] = {}
 
 
 def _set(ctx: ReplicaContext | None) -> None:
@@ -81,3 +82,30 @@ def get_replica_context() -> ReplicaContext:
             "it was called outside one."
         )
     return _current
+
+
+def set_deployment_actors(handles: dict[str, Any]) -> None:
+    """The handles of this replica's deployment-scoped actors (the replica sets them as it starts)."""
+    global _deployment_actors
+    _deployment_actors = dict(handles)
+
+
+def get_deployment_actor(actor_name: str) -> Any:
+    """The handle of the deployment-scoped actor ``actor_name`` of the deployment this replica serves
+    (Ray 2.60's ``serve.get_deployment_actor``; declare it with ``deployment_actors=[DeploymentActorConfig(...)]``).
+
+    Raises:
+        RayServeException: called outside a replica.
+        ValueError: the deployment declares no actor of that name (the message lists those it declares).
+    """
+    get_replica_context()  # raises outside a replica
+    handle = _deployment_actors.get(actor_name)
+    if handle is None:
+        from muster.exceptions import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            f"serve.get_deployment_actor({actor_name!r}): deployment {_current.deployment if _current else '?'!r} "
+            f"declares no deployment actor of that name; it declares {sorted(_deployment_actors) or 'none'}. "
+            "Add DeploymentActorConfig(name=..., actor_class=...) to its deployment_actors."
+        )
+    return handle

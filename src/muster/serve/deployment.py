@@ -83,6 +83,7 @@ def deployment(
     graceful_shutdown_timeout_s: float = 20.0,
     graceful_shutdown_wait_loop_s: float = 2.0,
     backpressure_config: Any = None,
+    deployment_actors: list[Any] | None = None,
     **ignored: Any,
 ) -> Any:
     """Make a class or function a Serve deployment (Ray Serve's ``@serve.deployment``).
@@ -102,6 +103,8 @@ def deployment(
             ``upscale_delay_s``, ``downscale_delay_s``.
         user_config: passed to the class's ``reconfigure(config)`` at start
             and on redeploy.
+        deployment_actors: ``DeploymentActorConfig``s of actors the replicas share
+            (``serve.get_deployment_actor(name)`` in a replica), started before them.
         health_check_period_s / health_check_timeout_s: how often
             ``check_health()`` runs and how long it may take; a replica that
             fails it is replaced.
@@ -130,6 +133,7 @@ def deployment(
             health_check_period_s=health_check_period_s, health_check_timeout_s=health_check_timeout_s,
             graceful_shutdown_timeout_s=graceful_shutdown_timeout_s,
             graceful_shutdown_wait_loop_s=graceful_shutdown_wait_loop_s, backpressure_config=backpressure_config,
+            deployment_actors=tuple(deployment_actors or ()),
         )
         return Deployment(target, config)
 

@@ -48,6 +48,7 @@ class ReplicaSpec:
     table: router.RouteTable
     rank: int = 0  # 0..n-1 over the deployment's live replicas (on a cluster, node_rank is not worked out: 0)
     world_size: int = 1
+    deployment_actors: dict[str, Any] | None = None  # handles of the deployment-scoped actors, by name
 
 
 def _scope(fields: tuple) -> dict:
@@ -236,6 +237,7 @@ class ReplicaActor:
         self._methods: dict[str, tuple[Any, bool]] = {}
         self._wants_request: dict[str, bool] = {}  # does __call__ take the Request (see _http_args)
         rank = replica_context.ReplicaRank(spec.rank, 0, spec.rank)  # one node's ranks (see ReplicaSpec.rank)
+        replica_context.set_deployment_actors(spec.deployment_actors or {})
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, None, rank,
                                                             spec.world_size))
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
