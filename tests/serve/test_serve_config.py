@@ -201,3 +201,15 @@ def test_rays_removed_autoscaling_name_is_ignored_with_a_warning_and_a_custom_po
         AutoscalingConfig.coerce({"max_replicas": 2, "policy": {"policy_function": "m:f"}})
     with pytest.raises(ValueError, match=r"unknown field\(s\) \['max_replica'\]"):  # typos stay errors
         AutoscalingConfig.coerce({"max_replica": 2})
+
+
+def test_rays_2_60_deployment_options_are_accepted_with_a_warning_that_says_what_happens_instead():
+    """Options Ray 2.60 added to ``@serve.deployment`` were refused as unknown (a TypeError)."""
+    said = {"max_constructor_retry_count": (3, "fails serve.run at once"),
+            "gang_scheduling_config": ({"gang_size": 2}, "not as a gang"),
+            "rolling_update_percentage": (0.5, "starts all the new replicas beside the old ones"),
+            "max_surge_percent": (25, "starts all the new replicas beside the old ones"),
+            "placement_group_bundle_label_selector": ([{"zone": "a"}], "no placement group")}
+    for option, (value, why) in said.items():
+        with pytest.warns(UserWarning, match=rf"deployment 'A': {option}=.* has no effect in muster: .*{why}"):
+            assert serve.deployment(**{option: value})(A.func_or_class).config.name == "A"

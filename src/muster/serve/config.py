@@ -34,6 +34,16 @@ NO_EFFECT: dict[str, str | None] = {
                       "muster.serve logger (or what the replica's code sets)",
     "request_router_config": "requests go to the replica with fewer ongoing requests of two picked at random "
                              "(power of two choices); custom routers are not supported",
+    # Ray 2.60's
+    "placement_group_bundle_label_selector": "each replica holds its ray_actor_options resources; replicas get no "
+                                             "placement group",
+    "max_constructor_retry_count": "a replica constructor that raises fails serve.run at once, naming the error "
+                                   "(no retries)",
+    "gang_scheduling_config": "replicas start one by one, not as a gang",
+    "rolling_update_percentage": "a redeploy starts all the new replicas beside the old ones and then switches "
+                                 "(the old ones stop first when both sets cannot fit)",
+    "max_surge_percent": "a redeploy starts all the new replicas beside the old ones and then switches (the old ones "
+                         "stop first when both sets cannot fit)",
 }
 
 
