@@ -213,3 +213,18 @@ def test_rays_2_60_deployment_options_are_accepted_with_a_warning_that_says_what
     for option, (value, why) in said.items():
         with pytest.warns(UserWarning, match=rf"deployment 'A': {option}=.* has no effect in muster: .*{why}"):
             assert serve.deployment(**{option: value})(A.func_or_class).config.name == "A"
+
+
+def test_an_ingress_app_with_websocket_routes_is_warned_about_at_once():
+    """Ray's websocket snippets declare ``@app.websocket`` routes; muster answers their upgrade 501, and now says
+    so when the class is decorated instead of only when a client connects."""
+    fastapi = pytest.importorskip("fastapi")
+    app = fastapi.FastAPI()
+
+    with pytest.warns(UserWarning, match=r"@serve.ingress on Echo: the app's WebSocket route\(s\) \['/ws'\] will not "
+                                         r"be served: muster Serve does not serve WebSockets yet"):
+        @serve.ingress(app)
+        class Echo:
+            @app.websocket("/ws")
+            async def echo(self, ws) -> None:
+                await ws.accept()
