@@ -46,6 +46,9 @@ def start(http_options: HTTPOptions | dict[str, Any] | None = None, **_ignored: 
 
         _controller = ServeController(opts)
         admin.start(_controller)
+        from muster.tasks import owner
+
+        owner.register(StatusRequest, _answer_status)  # replicas, tasks and actors ask this process
 
 
 def run(
@@ -185,10 +188,35 @@ class ServeStatus:
         return cls(d.get("proxies", {}), apps, d.get("http", {}))
 
 
-def status() -> ServeStatus:
-    """Every app's and deployment's state (empty when Serve is not running)."""
+@dataclass(frozen=True)
+class StatusRequest:
+    """A muster worker (a replica, a task, an actor) asks the driver running Serve for ``serve.status()``."""
+
+
+def _answer_status(handle: Any, request: StatusRequest) -> dict[str, Any]:
+    """In the driver: what ``serve.status()`` says here, for a worker's :class:`StatusRequest`."""
     c = _controller
-    return ServeStatus() if c is None else ServeStatus.from_dict(c.status())
+    return {} if c is None else c.status()
+
+
+def status() -> ServeStatus:
+    """Every app's and deployment's state (empty when Serve is not running).
+
+    Works in the driver running Serve and, as in Ray, in its replicas, tasks and actors (they ask the driver).
+    """
+    c = _controller
+    if c is not None:
+        return ServeStatus.from_dict(c.status())
+    from muster.core import context
+
+    if context.in_worker():
+        try:
+            got = context.send_event(StatusRequest(), timeout=30.0)
+        except Exception:  # noqa: BLE001 - a child forked by user code, or a driver without Serve
+            got = None
+        if isinstance(got, dict) and got:
+            return ServeStatus.from_dict(got)
+    return ServeStatus()
 
 
 def delete(name: str, _blocking: bool = True) -> None:
