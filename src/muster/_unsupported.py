@@ -118,6 +118,19 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ApproximateQuantile": "Quantile(on, q=...): exact, computed over each group's values",
         "ApproximateTopK": "an AggregateFn over the group's rows",
     },
+    "muster.serve": {  # Ray 2.60's ray.serve names and modules muster lacks
+        "metrics": "muster.serve.status() per-deployment metrics (requests_per_s, p50_ms, p99_ms, served, errors), "
+                   "kept in the run store and on the dashboard's Serve tab; custom Counter/Gauge/Histogram are not "
+                   "supported: log the values with logging.getLogger('ray.serve') instead",
+        "ControllerOptions": "none: the controller runs in the driver; http_options configure the ingress",
+        "TracingConfig": "no muster equivalent (no request tracing)",
+        "get_trace_context": "no muster equivalent (no request tracing)",
+        "get_deployment_actor_context": "pass what a deployment actor needs in DeploymentActorConfig(init_args=, "
+                                        "init_kwargs=)",
+        "task_consumer": "no muster equivalent: call the deployment through a DeploymentHandle",
+        "task_processor": "no muster equivalent: call the deployment through a DeploymentHandle",
+        "gradio_integrations": "no muster equivalent: serve the Gradio app's FastAPI app with @serve.ingress",
+    },
     "muster.serve.llm": {
         "LLMRouter": "muster.serve.llm.build_openai_app({'llm_configs': [...]}) (its OpenAiIngress routes by model)",
         "LoraConfig": "none: serve a model with the adapter merged, one LLMConfig per model",

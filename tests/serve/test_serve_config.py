@@ -171,10 +171,14 @@ def test_ray_schema_names_import_and_unsupported_ones_name_the_equivalent():
              ("muster.serve.config", "RequestRouterConfig", "power of two choices"),
              ("muster.serve.config", "gRPCOptions", "HTTP only"),
              ("muster.serve.handle", "RayServeHandle", "DeploymentHandle"),
-             ("muster.serve.request_router", "RequestRouter", "power of two choices")]
+             ("muster.serve.request_router", "RequestRouter", "power of two choices"),
+             ("muster.serve", "metrics", r"status\(\) per-deployment metrics"),  # a bare ImportError before
+             ("muster.serve", "get_deployment_actor_context", "init_kwargs")]
     for module, name, hint in cases:
         with pytest.raises(UnsupportedRayImportError, match=hint):
             exec(f"from {module} import {name}")
+    with pytest.raises(UnsupportedRayImportError, match="custom Counter/Gauge/Histogram are not supported"):
+        exec("import muster.serve.metrics")
 
 
 def test_importing_serve_makes_starlette_requests_reachable_as_rays_does():
