@@ -148,7 +148,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ReplicaDetails": "DeploymentStatusOverview.replica_states (replicas per state)",
         "ProxyDetails": "muster.serve.status().proxies and .http (one ingress process)",
         "ApplicationStatus": "the strings in ApplicationStatusOverview.status ('RUNNING', 'DEPLOYING', ...)",
-        "LoggingConfig": "logging.getLogger('muster.serve') in the replica (INFO and up reach its output)",
         "HTTPOptionsSchema": "muster.serve.config.HTTPOptions",
         "gRPCOptionsSchema": "none: muster serves HTTP only (http_options)",
     },

@@ -72,8 +72,7 @@ def test_rays_options_with_no_effect_here_are_accepted_with_a_warning_that_says_
         class C:
             pass
     assert C.config.name == "C"
-    with pytest.warns(UserWarning, match=r"logging_config=\{'log_level': 'DEBUG'\} has no effect in muster"):
-        A.options(logging_config={"log_level": "DEBUG"})
+    assert A.options(logging_config={"log_level": "debug"}).config.logging_config.log_level == "DEBUG"  # applied
     with pytest.warns(UserWarning, match=r"deployment 'A': request_router_config=.*power of two choices"):
         plan.build(A.bind(), "app", overrides={"A": {"request_router_config": {"request_router_class": "x.Y"}}})
     with pytest.warns(UserWarning, match=r"deployment 'D': runtime_env pip, working_dir have no effect on muster"):

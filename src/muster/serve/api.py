@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError
-from muster.serve.config import HTTPOptions
+from muster.serve.config import HTTPOptions, LoggingConfig
 from muster.serve.deployment import Application
 from muster.serve.handle import DeploymentHandle
 
@@ -38,6 +38,12 @@ def start(http_options: HTTPOptions | dict[str, Any] | None = None, **_ignored: 
     """
     global _controller
     opts = HTTPOptions.coerce(http_options)
+    if _ignored.get("logging_config") is not None:
+        import warnings
+
+        warnings.warn("serve.start(logging_config=...) has no effect in muster: it sets the logs of Ray's controller "
+                      "and proxies, and muster's write none; give it to serve.run(logging_config=...) or "
+                      "@serve.deployment(logging_config=...) for the replicas' log level.", stacklevel=2)
     with _lock:
         if _controller is not None:
             return
@@ -58,6 +64,7 @@ def run(
     route_prefix: str | None = "/",
     blocking: bool = False,
     _local_testing_mode: bool = False,
+    logging_config: Any = None,
     **_ignored: Any,
 ) -> DeploymentHandle:
     """Deploy an application and return a handle to its ingress deployment.
@@ -72,13 +79,14 @@ def run(
         name: the app's name (several apps run side by side).
         route_prefix: the HTTP path it serves (``None``: handles only).
         blocking: keep serving until Ctrl-C, then shut down.
+        logging_config: a ``LoggingConfig`` (or dict) for the deployments that set none.
 
     Raises:
         ResourcesUnavailableError: its replicas can never fit (names what was asked and what exists).
         RayServeException: a replica's constructor raised.
         TypeError / ValueError: bad arguments.
     """
-    handle = _run(target, name=name, route_prefix=route_prefix)
+    handle = _run(target, name=name, route_prefix=route_prefix, logging_config=logging_config)
     if blocking:
         _serve_until_interrupted()
     return handle
@@ -91,7 +99,7 @@ class RunTarget:
     target: Application
     name: str = "default"
     route_prefix: str | None = "/"
-    logging_config: Any = None  # Ray's; muster's replicas log to the run store
+    logging_config: Any = None  # a LoggingConfig (or dict) for its deployments that set none, as serve.run's
     external_scaler_enabled: bool = False  # Ray's; muster's autoscaler is its own
 
 
@@ -116,7 +124,8 @@ def run_many(targets: list[RunTarget], blocking: bool = False, wait_for_ingress_
     if twice:
         raise InvalidArgumentError(f"serve.run_many: the app name(s) {twice} are given more than once; each "
                                    "application needs a name of its own (RunTarget(name=...)).")
-    handles = [_run(t.target, name=t.name, route_prefix=t.route_prefix) for t in targets]
+    handles = [_run(t.target, name=t.name, route_prefix=t.route_prefix, logging_config=t.logging_config)
+               for t in targets]
     if blocking:
         _serve_until_interrupted()
     return handles
@@ -132,7 +141,7 @@ def _serve_until_interrupted() -> None:
 
 def _run(target: Application, *, name: str, route_prefix: str | None,
          overrides: dict[str, dict[str, Any]] | None = None, env_vars: dict[str, str] | None = None,
-         config: dict[str, Any] | None = None) -> DeploymentHandle:
+         config: dict[str, Any] | None = None, logging_config: Any = None) -> DeploymentHandle:
     from muster.serve._internal import plan
 
     if not isinstance(name, str) or not name:
@@ -140,7 +149,7 @@ def _run(target: Application, *, name: str, route_prefix: str | None,
     if route_prefix is not None and (not isinstance(route_prefix, str) or not route_prefix.startswith("/")
                                      or (len(route_prefix) > 1 and route_prefix.endswith("/"))):
         raise InvalidArgumentError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
-    ingress, plans = plan.build(target, name, overrides, env_vars)
+    ingress, plans = plan.build(target, name, overrides, env_vars, LoggingConfig.coerce(logging_config))
     start()
     _get().deploy(name, route_prefix, ingress, plans, config=config)
     return DeploymentHandle(ingress, name)

@@ -9,6 +9,7 @@ bad value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import warnings
@@ -30,8 +31,6 @@ NO_EFFECT: dict[str, str | None] = {
     "placement_group_bundles": "each replica holds its ray_actor_options resources; replicas get no placement group",
     "placement_group_strategy": "each replica holds its ray_actor_options resources; replicas get no placement group",
     "max_replicas_per_node": "replicas are not capped per node",
-    "logging_config": "replica logs go to the driver's output and `muster logs`, at the level of the "
-                      "muster.serve logger (or what the replica's code sets)",
     "request_router_config": "requests go to the replica with fewer ongoing requests of two picked at random "
                              "(power of two choices); custom routers are not supported",
     # Ray 2.60's
@@ -66,6 +65,20 @@ def _positive(name: str, value: Any, *, allow_zero: bool = False, integer: bool 
     if not ok or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise InvalidArgumentError(f"{name}={value!r}: must be {'an integer' if integer else 'a number'} {bound}.")
+
+
+def _from_dict(cls: Any, value: Any, option: str, example: str) -> Any:
+    """``value`` as a ``cls`` (Ray's config options take an instance or a dict of its fields); None stays None.
+    An unknown field is an error naming it, so a typo is not silently dropped."""
+    if value is None or isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(f"{option}={value!r}: pass a {cls.__name__} or a dict such as {example}.")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise InvalidArgumentError(f"{option}: unknown field(s) {unknown}; known: {sorted(known)}.")
+    return cls(**dict(value))
 
 
 @dataclass(kw_only=True)
@@ -148,26 +161,19 @@ class AutoscalingConfig:
 
     @classmethod
     def coerce(cls, value: "AutoscalingConfig | Mapping[str, Any] | None") -> "AutoscalingConfig | None":
-        if value is None or isinstance(value, AutoscalingConfig):
-            return value
-        if not isinstance(value, Mapping):
-            raise InvalidArgumentError(f"autoscaling_config={value!r}: pass a dict such as {{'min_replicas': 1, 'max_replicas': 4}}.")
-        value = dict(value)
-        if "policy" in value:
-            raise InvalidArgumentError(
-                f"autoscaling_config policy={value['policy']!r}: custom autoscaling policies (Ray's "
-                "AutoscalingPolicy(policy_function=...)) are not supported by muster; drop `policy` to use the "
-                "default one, which follows target_ongoing_requests."
-            )
-        for old in sorted(set(value) & set(_GONE_AUTOSCALING_FIELDS)):
-            warnings.warn(f"autoscaling_config: {old}={value.pop(old)!r} is ignored, as Ray 2.60 ignores it: "
-                          f"it is Ray's removed name for {_GONE_AUTOSCALING_FIELDS[old]}; set that instead.",
-                          stacklevel=5)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise InvalidArgumentError(f"autoscaling_config: unknown field(s) {unknown}; known: {sorted(known)}.")
-        return cls(**value)
+        if isinstance(value, Mapping):
+            value = dict(value)
+            if "policy" in value:
+                raise InvalidArgumentError(
+                    f"autoscaling_config policy={value['policy']!r}: custom autoscaling policies (Ray's "
+                    "AutoscalingPolicy(policy_function=...)) are not supported by muster; drop `policy` to use the "
+                    "default one, which follows target_ongoing_requests."
+                )
+            for old in sorted(set(value) & set(_GONE_AUTOSCALING_FIELDS)):
+                warnings.warn(f"autoscaling_config: {old}={value.pop(old)!r} is ignored, as Ray 2.60 ignores it: "
+                              f"it is Ray's removed name for {_GONE_AUTOSCALING_FIELDS[old]}; set that instead.",
+                              stacklevel=5)
+        return _from_dict(cls, value, "autoscaling_config", "{'min_replicas': 1, 'max_replicas': 4}")
 
 
 #: Ray's old autoscaling field names, and their names now: Ray 2.60 drops them without a word (its config
@@ -199,16 +205,8 @@ class BackpressureConfig:
 
     @classmethod
     def coerce(cls, value: "BackpressureConfig | Mapping[str, Any] | None") -> "BackpressureConfig | None":
-        if value is None or isinstance(value, BackpressureConfig):
-            return value
-        if not isinstance(value, Mapping):
-            raise InvalidArgumentError(f"backpressure_config={value!r}: pass a BackpressureConfig or a dict such as "
-                                       "{'status_code': 429, 'retry_after_s': 5}.")
-        unknown = sorted(set(value) - {"status_code", "retry_after_s"})
-        if unknown:  # Ray refuses them too, so a typo (retry_after) is not silently dropped
-            raise InvalidArgumentError(f"backpressure_config: unknown field(s) {unknown}; known: retry_after_s, "
-                                       "status_code.")
-        return cls(**dict(value))
+        # Ray refuses unknown fields too, so a typo (retry_after) is not silently dropped
+        return _from_dict(cls, value, "backpressure_config", "{'status_code': 429, 'retry_after_s': 5}")
 
     def rejection(self) -> tuple[int, str | None]:
         """The status and ``Retry-After`` value a refused request gets."""
@@ -218,6 +216,44 @@ class BackpressureConfig:
 
 #: What a refused request gets when the deployment sets no ``backpressure_config``.
 DEFAULT_REJECTION: tuple[int, str | None] = (503, "1")
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclass(kw_only=True)
+class LoggingConfig:
+    """How a deployment's replicas log (Ray's ``ray.serve.schema.LoggingConfig``): ``log_level`` is the level of
+    the ``ray.serve`` / ``muster.serve`` loggers in its replicas (lines at it and above reach their output).
+    Replica lines are always text in the driver's output, ``muster logs`` and the run store: ``encoding="JSON"``,
+    ``logs_dir`` and ``additional_log_standard_attrs`` are accepted with a warning; muster writes no access log,
+    so ``enable_access_log`` changes nothing."""
+
+    encoding: str = "TEXT"
+    log_level: str | int = "INFO"
+    logs_dir: str | None = None
+    enable_access_log: bool = True
+    additional_log_standard_attrs: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        level = logging.getLevelName(self.log_level) if isinstance(self.log_level, int) else self.log_level
+        if not isinstance(level, str) or level.upper() not in _LOG_LEVELS:
+            raise InvalidArgumentError(f"LoggingConfig(log_level={self.log_level!r}): use one of {list(_LOG_LEVELS)} "
+                                       "(or its logging constant).")
+        self.log_level = level.upper()
+        if str(self.encoding).upper() not in ("TEXT", "JSON"):
+            raise InvalidArgumentError(f"LoggingConfig(encoding={self.encoding!r}): use 'TEXT' or 'JSON'.")
+        self.encoding = str(self.encoding).upper()
+        said = [f"{k}={v!r}" for k, v in (("encoding", self.encoding), ("logs_dir", self.logs_dir),
+                                         ("additional_log_standard_attrs", self.additional_log_standard_attrs))
+                if v and v != "TEXT"]
+        if said:
+            warnings.warn(f"LoggingConfig({', '.join(said)}): no effect in muster, whose replica lines are text in "
+                          "the driver's output, `muster logs` and the run store; log_level is applied.", stacklevel=3)
+
+    @classmethod
+    def coerce(cls, value: "LoggingConfig | Mapping[str, Any] | None") -> "LoggingConfig | None":
+        return _from_dict(cls, value, "logging_config", "{'log_level': 'DEBUG'}")
 
 
 @dataclass(kw_only=True)
@@ -286,6 +322,7 @@ class DeploymentConfig:
     graceful_shutdown_wait_loop_s: float = 2.0
     backpressure_config: BackpressureConfig | None = None
     deployment_actors: tuple[DeploymentActorConfig, ...] = ()
+    logging_config: LoggingConfig | None = None
     route_prefix: str | None = None  # deprecated in Ray; accepted for old scripts
 
     def __post_init__(self) -> None:
@@ -295,6 +332,7 @@ class DeploymentConfig:
         self.autoscaling_config = AutoscalingConfig.coerce(self.autoscaling_config)
         self.backpressure_config = BackpressureConfig.coerce(self.backpressure_config)
         self.deployment_actors = DeploymentActorConfig.coerce_all(self.deployment_actors, self.name)
+        self.logging_config = LoggingConfig.coerce(self.logging_config)
         if self.num_replicas == "auto":
             if self.autoscaling_config is None:
                 self.autoscaling_config = AutoscalingConfig.default()
@@ -424,17 +462,7 @@ class HTTPOptions:
 
     @classmethod
     def coerce(cls, value: "HTTPOptions | Mapping[str, Any] | None") -> "HTTPOptions":
-        if value is None:
-            return cls()
-        if isinstance(value, HTTPOptions):
-            return value
-        if not isinstance(value, Mapping):
-            raise InvalidArgumentError(f"http_options={value!r}: pass a dict such as {{'host': '127.0.0.1', 'port': 8000}}.")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise InvalidArgumentError(f"http_options: unknown field(s) {unknown}; known: {sorted(known)}.")
-        return cls(**{k: v for k, v in value.items() if k in known})
+        return cls() if value is None else _from_dict(cls, value, "http_options", "{'host': '127.0.0.1', 'port': 8000}")
 
 
 def __getattr__(name: str) -> object:

@@ -85,6 +85,7 @@ def deployment(
     graceful_shutdown_wait_loop_s: float = 2.0,
     backpressure_config: Any = None,
     deployment_actors: list[Any] | None = None,
+    logging_config: Any = None,
     **ignored: Any,
 ) -> Any:
     """Make a class or function a Serve deployment (Ray Serve's ``@serve.deployment``).
@@ -106,6 +107,7 @@ def deployment(
             and on redeploy.
         deployment_actors: ``DeploymentActorConfig``s of actors the replicas share
             (``serve.get_deployment_actor(name)`` in a replica), started before them.
+        logging_config: a ``LoggingConfig`` (or dict): ``log_level`` of the replicas' ``ray.serve`` logger.
         health_check_period_s / health_check_timeout_s: how often
             ``check_health()`` runs and how long it may take; a replica that
             fails it is replaced.
@@ -134,7 +136,7 @@ def deployment(
             health_check_period_s=health_check_period_s, health_check_timeout_s=health_check_timeout_s,
             graceful_shutdown_timeout_s=graceful_shutdown_timeout_s,
             graceful_shutdown_wait_loop_s=graceful_shutdown_wait_loop_s, backpressure_config=backpressure_config,
-            deployment_actors=tuple(deployment_actors or ()),
+            deployment_actors=tuple(deployment_actors or ()), logging_config=logging_config,
         )
         return Deployment(target, config)
 

@@ -24,12 +24,12 @@ from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve.api import ApplicationStatusOverview, DeploymentStatusOverview, ServeStatus
-from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions
+from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions, LoggingConfig
 from muster.serve.deployment import Application, Deployment
 
 __all__ = [  # Ray keeps these in ray.serve.schema; the status and config classes are the ones muster.serve exports
     "AppSchema", "ApplicationStatusOverview", "AutoscalingConfig", "DeploymentConfig", "DeploymentStatusOverview",
-    "HTTPOptions", "ServeConfig", "ServeStatus", "build_config", "deploy", "import_app", "load_config",
+    "HTTPOptions", "LoggingConfig", "ServeConfig", "ServeStatus", "build_config", "deploy", "import_app", "load_config",
 ]
 
 

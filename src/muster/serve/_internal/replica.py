@@ -120,12 +120,15 @@ def _log_to_output(spec: "ReplicaSpec") -> None:
         f"%(levelname)s %(asctime)s {spec.deployment} {spec.replica_id} %(filename)s:%(lineno)d - %(message)s"
     ))
     setattr(handler, "_muster_replica", True)  # noqa: B010 - marks the handler this function added
+    level = spec.config.logging_config.log_level if spec.config.logging_config is not None else None
     for name in SERVE_LOGGERS:
         logger = logging.getLogger(name)
         if any(getattr(h, "_muster_replica", False) for h in logger.handlers):
             continue
         logger.addHandler(handler)
-        if logger.level == logging.NOTSET:
+        if level is not None:  # the deployment's logging_config (Ray's LoggingConfig.log_level)
+            logger.setLevel(level)
+        elif logger.level == logging.NOTSET:
             logger.setLevel(logging.INFO)
         logger.propagate = False  # as Ray's: not twice when the user configured the root logger
 
