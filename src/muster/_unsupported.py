@@ -130,6 +130,12 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "task_consumer": "no muster equivalent: call the deployment through a DeploymentHandle",
         "task_processor": "no muster equivalent: call the deployment through a DeploymentHandle",
         "gradio_integrations": "no muster equivalent: serve the Gradio app's FastAPI app with @serve.ingress",
+        # gone from Ray 2.60 too (Ray 2.x's deployment graph API), still in old scripts and docs
+        "drivers": "none (Ray removed DAGDriver too): pass bound deployments to .bind() and call their handles in "
+                   "the ingress deployment (model composition)",
+        "deployment_graph": "none (Ray removed InputNode too): pass bound deployments to .bind() and call their "
+                            "handles in the ingress deployment (model composition)",
+        "http_adapters": "none (Ray removed them too): read the starlette Request in __call__ (await request.json())",
     },
     "muster.serve.llm": {
         "LLMRouter": "muster.serve.llm.build_openai_app({'llm_configs': [...]}) (its OpenAiIngress routes by model)",
@@ -159,6 +165,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "muster.serve.handle": {
         "RayServeHandle": "muster.serve.handle.DeploymentHandle (serve.get_deployment_handle / get_app_handle)",
         "RayServeSyncHandle": "muster.serve.handle.DeploymentHandle (.remote(...).result())",
+        "RayServeDeploymentHandle": "muster.serve.handle.DeploymentHandle (`await handle.remote(...)`)",
     },
     "muster.serve.request_router": {
         name: "none: replicas are picked by power of two choices over their requests in flight (no custom router)"
