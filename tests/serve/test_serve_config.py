@@ -194,7 +194,7 @@ def test_importing_serve_makes_starlette_requests_reachable_as_rays_does():
     assert proc.stdout.split() == ["A"]
 
 
-def test_rays_removed_autoscaling_name_is_ignored_with_a_warning_and_a_custom_policy_is_refused():
+def test_rays_removed_autoscaling_name_is_ignored_with_a_warning():
     """Ray's docs still show ``target_num_ongoing_requests_per_replica``; Ray 2.60 ignores it (its config drops
     unknown fields), so the target stays 2. It was refused as unknown before, failing the ported script."""
     with pytest.warns(UserWarning, match=r"target_num_ongoing_requests_per_replica=10 is ignored, as Ray 2.60 "
@@ -202,11 +202,48 @@ def test_rays_removed_autoscaling_name_is_ignored_with_a_warning_and_a_custom_po
         cfg = AutoscalingConfig.coerce({"min_replicas": 1, "max_replicas": 5,
                                         "target_num_ongoing_requests_per_replica": 10})
     assert cfg is not None and (cfg.target_ongoing_requests, cfg.max_replicas) == (2.0, 5)
-    with pytest.raises(ValueError, match=r"policy=.*custom autoscaling policies .* not supported by muster; "
-                                         r"drop `policy`"):
-        AutoscalingConfig.coerce({"max_replicas": 2, "policy": {"policy_function": "m:f"}})
     with pytest.raises(ValueError, match=r"unknown field\(s\) \['max_replica'\]"):  # typos stay errors
         AutoscalingConfig.coerce({"max_replica": 2})
+
+
+def _wants(ctx):
+    """A custom policy: the replicas its kwargs-free state counts up to, and how often it was asked."""
+    asked = ctx.policy_state.get("asked", 0) + 1
+    return ctx.total_num_requests + asked, {"asked": asked}
+
+
+class _Fixed:
+    def __init__(self, n: int):
+        self.n = n
+
+    def __call__(self, ctx):
+        return self.n, {}
+
+
+def test_a_custom_autoscaling_policy_decides_through_the_configs_bounds_factors_and_delays():
+    """Ray 2.60's AutoscalingConfig(policy=AutoscalingPolicy(policy_function=...)); it was refused as unknown."""
+    from muster.serve.config import AutoscalingPolicy
+
+    cfg = AutoscalingConfig.coerce({"min_replicas": 1, "max_replicas": 4, "upscale_delay_s": 1, "downscale_delay_s": 0,
+                                    "look_back_period_s": 0.5, "policy": {"policy_function": _wants}})
+    assert cfg is not None and isinstance(cfg.policy, AutoscalingPolicy)
+    facts = autoscaling.Facts("app", "D", 1, ["app#D#1"])
+    st = autoscaling.ScaleState()
+    assert autoscaling.decide(cfg, 1, 0, now=0.0, state=st, facts=facts) == 1  # wants 1 (asked once): stays
+    assert autoscaling.decide(cfg, 1, 1, now=1.0, state=st, facts=facts) == 1  # wants 3: waits out the delay
+    assert autoscaling.decide(cfg, 1, 1, now=2.0, state=st, facts=facts) == 4  # wants 1 + 3: kept in max_replicas
+    assert st.policy_state == {"asked": 3} and st.last_up == 2.0
+    assert autoscaling.decide(cfg, 4, 0, now=5.0, state=st, facts=facts) == 4  # 4 asked, none ongoing
+    down = AutoscalingConfig(min_replicas=2, max_replicas=8, downscale_delay_s=0, downscaling_factor=0.5,
+                             policy=AutoscalingPolicy(policy_function=_Fixed, policy_kwargs={"n": 0}))
+    st = autoscaling.ScaleState()
+    assert autoscaling.decide(down, 8, 0, now=0.0, state=st, facts=facts) == 4  # half way to 0, by the factor
+    assert autoscaling.decide(down, 4, 0, now=1.0, state=st, facts=facts) == 2  # ... and never under min_replicas
+    named = AutoscalingConfig.coerce({"max_replicas": 2, "policy": {
+        "policy_function": "ray.serve.autoscaling_policy:default_autoscaling_policy"}})
+    assert named is not None and named.policy is None  # Ray's default policy, by name
+    with pytest.raises(ValueError, match=r"policy_function='no_such_module:f'\): cannot import it"):
+        AutoscalingPolicy(policy_function="no_such_module:f").load()
 
 
 def test_rays_2_60_deployment_options_are_accepted_with_a_warning_that_says_what_happens_instead():

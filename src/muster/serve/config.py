@@ -19,6 +19,8 @@ from typing import Any, Mapping
 from muster.core import resources as res
 from muster.core.init_options import warn_unused_runtime_env
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.serve.autoscaling_policy import AutoscalingContext, AutoscalingPolicy  # noqa: F401 - Ray's names
+from muster.serve.context import DeploymentID  # noqa: F401 - Ray keeps it in ray.serve.config
 
 _ACTOR_OPTION_KEYS = ("num_cpus", "num_gpus", "resources", "runtime_env", "memory")
 
@@ -100,6 +102,7 @@ class AutoscalingConfig:
     upscale_smoothing_factor: float | None = None  # Ray's older names of the two above
     downscale_smoothing_factor: float | None = None
     downscale_to_zero_delay_s: float | None = None  # accepted, no effect: a deployment keeps at least one replica
+    policy: AutoscalingPolicy | None = None  # a custom policy (Ray's); None: the default one
 
     @classmethod
     def default(cls) -> "AutoscalingConfig":
@@ -107,6 +110,10 @@ class AutoscalingConfig:
         return cls(min_replicas=1, max_replicas=100, target_ongoing_requests=2.0)
 
     def __post_init__(self) -> None:
+        self.policy = _from_dict(AutoscalingPolicy, self.policy, "autoscaling_config.policy",
+                                 "{'policy_function': 'my_module:my_policy'}")
+        if self.policy is not None and self.policy.is_default_policy_function():
+            self.policy = None
         _positive("autoscaling_config.min_replicas", self.min_replicas, allow_zero=True, integer=True)
         _positive("autoscaling_config.max_replicas", self.max_replicas, integer=True)
         if self.max_replicas < self.min_replicas:
@@ -163,12 +170,6 @@ class AutoscalingConfig:
     def coerce(cls, value: "AutoscalingConfig | Mapping[str, Any] | None") -> "AutoscalingConfig | None":
         if isinstance(value, Mapping):
             value = dict(value)
-            if "policy" in value:
-                raise InvalidArgumentError(
-                    f"autoscaling_config policy={value['policy']!r}: custom autoscaling policies (Ray's "
-                    "AutoscalingPolicy(policy_function=...)) are not supported by muster; drop `policy` to use the "
-                    "default one, which follows target_ongoing_requests."
-                )
             for old in sorted(set(value) & set(_GONE_AUTOSCALING_FIELDS)):
                 warnings.warn(f"autoscaling_config: {old}={value.pop(old)!r} is ignored, as Ray 2.60 ignores it: "
                               f"it is Ray's removed name for {_GONE_AUTOSCALING_FIELDS[old]}; set that instead.",

@@ -512,7 +512,13 @@ class ServeController:
         cfg = d.plan.config.autoscaling_config
         assert cfg is not None
         current = d.live()
-        want = autoscaling.decide(cfg, current, ongoing, now, d.scale)
+        facts = autoscaling.Facts(d.app, d.plan.name, d.target, [r.id for r in d.running()])
+        try:
+            want = autoscaling.decide(cfg, current, ongoing, now, d.scale, facts)
+        except Exception as exc:  # noqa: BLE001 - a custom policy's failure: keep the count, say why
+            d.message = f"the autoscaling policy raised {type(exc).__name__}: {exc}; keeping {current} replicas"
+            print(f"[serve] {d.plan.name}: {d.message}", file=sys.stderr, flush=True)
+            return
         if want > d.target or want < d.target:
             d.message = f"autoscaling from {d.target} to {want} replicas ({ongoing:g} ongoing requests)"
             print(f"[serve] {d.plan.name}: {d.message}", file=sys.stderr, flush=True)
