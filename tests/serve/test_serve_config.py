@@ -50,6 +50,13 @@ def test_bad_options_name_the_field():
         HTTPOptions.coerce({"loop": "trio"})
     with pytest.raises(TypeError, match="unknown option"):
         serve.deployment(colour="red")
+    # Ray's removed options (its old docs still show them) name what replaced them
+    with pytest.raises(TypeError, match=r"\['max_concurrent_queries', 'route_prefix'\]\. Ray removed "
+                                        r"max_concurrent_queries \(use max_ongoing_requests\), route_prefix \(use "
+                                        r"serve.run\(app, route_prefix=...\)\)"):
+        serve.deployment(max_concurrent_queries=100, route_prefix="/")
+    with pytest.raises(TypeError, match=r"Ray removed max_concurrent_queries \(use max_ongoing_requests\)"):
+        A.options(max_concurrent_queries=100)
     with pytest.raises(TypeError, match="async def"):
         serve.batch(lambda xs: xs)
     with pytest.raises(TypeError, match="bind"):

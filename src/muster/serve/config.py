@@ -48,6 +48,19 @@ NO_EFFECT: dict[str, str | None] = {
 }
 
 
+#: Deployment options Ray removed before 2.60 (old scripts and docs still pass them), and what replaced each.
+_REMOVED_OPTIONS = {
+    "max_concurrent_queries": "max_ongoing_requests",
+    "route_prefix": "serve.run(app, route_prefix=...)",
+}
+
+
+def removed_options_hint(names: list[str]) -> str:
+    """What replaced those of ``names`` that Ray removed ("" when none is)."""
+    said = [f"{n} (use {_REMOVED_OPTIONS[n]})" for n in names if n in _REMOVED_OPTIONS]
+    return f" Ray removed {', '.join(said)}." if said else ""
+
+
 def drop_no_effect(options: dict[str, Any], name: str) -> dict[str, Any]:
     """``options`` less Ray's options with no effect here, with a warning for each one that matters."""
     for key in sorted(set(options) & set(NO_EFFECT)):
@@ -394,7 +407,8 @@ class DeploymentConfig:
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - known)
         if unknown:
-            raise InvalidTypeError(f"deployment options: unknown option(s) {unknown}; known: {sorted(known)}.")
+            raise InvalidTypeError(f"deployment options: unknown option(s) {unknown}; known: {sorted(known)}."
+                                   + removed_options_hint(unknown))
         if "num_replicas" in changes and "autoscaling_config" not in changes:
             changes["autoscaling_config"] = None
         if "autoscaling_config" in changes and "num_replicas" not in changes and changes["autoscaling_config"] is not None:

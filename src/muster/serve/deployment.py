@@ -7,7 +7,7 @@ import warnings
 from typing import Any, Callable
 
 from muster.exceptions import InvalidTypeError
-from muster.serve.config import NO_EFFECT, DeploymentConfig, drop_no_effect
+from muster.serve.config import NO_EFFECT, DeploymentConfig, drop_no_effect, removed_options_hint
 
 
 class Application:
@@ -123,7 +123,7 @@ def deployment(
     """
     unknown = sorted(set(ignored) - set(NO_EFFECT))
     if unknown:
-        raise InvalidTypeError(f"@serve.deployment got unknown option(s) {unknown}.")
+        raise InvalidTypeError(f"@serve.deployment got unknown option(s) {unknown}." + removed_options_hint(unknown))
 
     def wrap(target: Any) -> Deployment:
         if not (inspect.isclass(target) or callable(target)):
