@@ -633,3 +633,38 @@ def test_multiplexed_refuses_what_is_not_an_async_loader():
         serve.multiplexed(lambda self, model_id: None)
     with pytest.raises(ValueError, match="max_num_models_per_replica=0"):
         serve.multiplexed(max_num_models_per_replica=0)
+
+
+@serve.deployment(num_replicas=3, ray_actor_options=SMALL)
+class Cached:
+    def __init__(self):
+        self.cache = {"k": 1}
+
+    def reset(self, value: int) -> tuple[int, int]:
+        self.cache = {"k": value}
+        return os.getpid(), value
+
+    def get(self) -> int:
+        return self.cache["k"]
+
+    def fail(self) -> None:
+        raise KeyError("nothing cached")
+
+
+def test_broadcast_calls_every_replica(client):
+    """Ray 2.60's ``handle.broadcast(method, *args)``: one call on each running replica (a TypeError before:
+    ``handle.broadcast`` was taken for a handle to a method named "broadcast")."""
+    handle = serve.run(Cached.bind(), name="cached", route_prefix=None)
+    answers = handle.broadcast("reset", 7).results(timeout_s=30)
+    assert len(answers) == 3 and len({pid for pid, _ in answers}) == 3 and {v for _, v in answers} == {7}
+    assert {handle.get.remote().result(timeout_s=10) for _ in range(12)} == {7}  # every replica was reset
+    with pytest.raises(KeyError, match="nothing cached"):
+        handle.broadcast("fail").results(timeout_s=30)
+    errors = handle.broadcast("fail").results(timeout_s=30, return_exceptions=True)
+    assert len(errors) == 3 and all(isinstance(e, KeyError) for e in errors)
+
+    async def in_async_code() -> list:
+        return await handle.broadcast("reset", 8).results_async(timeout_s=30)
+
+    assert sorted(v for _, v in asyncio.run(in_async_code())) == [8, 8, 8]
+    serve.delete("cached")
