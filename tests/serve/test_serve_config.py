@@ -93,6 +93,11 @@ def test_rays_options_with_no_effect_here_are_accepted_with_a_warning_that_says_
     with pytest.raises(TypeError, match=r"multiplexed_model_id=1\): a model id is a string"):
         handle.options(multiplexed_model_id=1)
     assert handle.options(multiplexed_model_id="m1").options(stream=True)._model_id == "m1"  # kept through options
+    # Ray 2.60's options, with no effect under its default router (TypeError before)
+    assert handle.options(session_id="s1", request_serialization="msgpack", response_serialization="orjson")._method \
+        == "__call__"
+    with pytest.raises(ValueError, match=r"request_serialization='yaml'\): use one of Ray's"):
+        handle.options(request_serialization="yaml")
 
 
 def test_graph_turns_bound_deployments_into_handles():

@@ -15,7 +15,7 @@ import concurrent.futures
 import pickle
 from typing import Any, AsyncIterator, Iterator
 
-from muster.exceptions import InvalidTypeError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve._internal import eventloop, router, wire
 from muster.serve.exceptions import RequestCancelledError
 
@@ -283,6 +283,12 @@ class _StreamCall:
                 router.registry.router(*self.key).release(self.replica)
 
 
+#: handle.options keywords besides method_name and stream (all but multiplexed_model_id have no effect here)
+_OTHER_OPTIONS = ("multiplexed_model_id", "session_id", "request_serialization", "response_serialization",
+                      "use_new_handle_api")
+_RAY_SERIALIZATIONS = ("cloudpickle", "pickle", "msgpack", "orjson", "noop")
+
+
 class DeploymentBroadcastResponse:
     """The results of one call to every replica of a deployment (Ray 2.60's, from ``handle.broadcast``)."""
 
@@ -357,14 +363,22 @@ class DeploymentHandle:
 
     def options(self, *, method_name: str | None = None, stream: bool | None = None, **others: Any) -> "DeploymentHandle":
         """A handle with other call options (``stream=True`` for generator methods). Ray's
-        ``use_new_handle_api`` and ``_``-prefixed options are accepted and do nothing here."""
+        ``use_new_handle_api``, ``session_id`` (read only by Ray's experimental consistent-hash router: the
+        default router, muster's, ignores it), ``request_serialization``/``response_serialization`` (Ray's
+        gRPC transport's; muster's hop has its own) and ``_``-prefixed options are accepted and do nothing."""
         model_id = others.get("multiplexed_model_id")
         if model_id is not None and not isinstance(model_id, str):
             raise InvalidTypeError(f"handle.options(multiplexed_model_id={model_id!r}): a model id is a string.")
-        unknown = sorted(k for k in others if not k.startswith("_") and k not in ("use_new_handle_api", "multiplexed_model_id"))
+        if not isinstance(others.get("session_id", ""), str):
+            raise InvalidTypeError(f"handle.options(session_id={others['session_id']!r}): a session id is a string.")
+        for key in ("request_serialization", "response_serialization"):
+            if others.get(key, "cloudpickle") not in _RAY_SERIALIZATIONS:
+                raise InvalidArgumentError(f"handle.options({key}={others[key]!r}): use one of Ray's "
+                                           f"{list(_RAY_SERIALIZATIONS)}.")
+        unknown = sorted(k for k in others if not k.startswith("_") and k not in _OTHER_OPTIONS)
         if unknown:
             raise InvalidTypeError(f"handle.options(): unknown option(s) {unknown}; known: method_name, stream, "
-                                   "multiplexed_model_id.")
+                                   f"{', '.join(_OTHER_OPTIONS)}.")
         return DeploymentHandle(
             self.deployment_name, self.app_name, method_name=method_name or self._method,
             stream=self._stream if stream is None else stream,
