@@ -17,6 +17,9 @@ from muster.exceptions import UnsupportedRayAPIError, UnsupportedRayImportError
 
 _GUIDE = "See docs/porting.md for what is supported."
 
+_NO_GANGS = ("none: muster has no gang scheduling (replicas start one by one; gang_scheduling_config is accepted "
+             "with a warning); serve.get_replica_context().rank runs 0..n-1 over a deployment's replicas")
+
 #: module -> {Ray name: nearest muster equivalent}
 UNSUPPORTED: dict[str, dict[str, str]] = {
     "muster": {
@@ -161,6 +164,9 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "RequestRouterConfig": "none: replicas are picked by power of two choices over their requests in flight",
         "gRPCOptions": "none: muster serves HTTP only (http_options)",
         "ProxyLocation": "http_options={'host': ..., 'port': ...}: one ingress process per Serve instance",
+        "GangSchedulingConfig": _NO_GANGS,
+        "GangPlacementStrategy": _NO_GANGS,
+        "GangRuntimeFailurePolicy": _NO_GANGS,
     },
     "muster.serve.handle": {
         "RayServeHandle": "muster.serve.handle.DeploymentHandle (serve.get_deployment_handle / get_app_handle)",

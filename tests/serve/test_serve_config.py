@@ -187,7 +187,8 @@ def test_ray_schema_names_import_and_unsupported_ones_name_the_equivalent():
              ("muster.serve", "get_deployment_actor_context", "init_kwargs"),
              ("muster.serve.handle", "RayServeDeploymentHandle", "await handle.remote"),  # Ray's old names
              ("muster.serve.drivers", "DAGDriver", "Ray removed DAGDriver too"),
-             ("muster.serve.deployment_graph", "InputNode", "Ray removed InputNode too")]
+             ("muster.serve.deployment_graph", "InputNode", "Ray removed InputNode too"),
+             ("muster.serve.config", "GangSchedulingConfig", "no gang scheduling")]  # Ray 2.60's
     for module, name, hint in cases:
         with pytest.raises(UnsupportedRayImportError, match=hint):
             exec(f"from {module} import {name}")
