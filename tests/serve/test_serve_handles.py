@@ -170,6 +170,10 @@ def test_composition_over_http_and_handles(client, graph):
     assert muster.get(failed, timeout=10) == "xxx"
     with pytest.raises(Exception, match="no_such"):
         muster.get(h.no_such.remote()._to_object_ref_sync(), timeout=10)
+    # Ray's older docs write ray.get(handle.remote()); Ray 2.60 refuses it too, and the message said to call
+    # .remote(), which the code had just done
+    with pytest.raises(TypeError, match=r"got DeploymentResponse; take its value with response.result\(\)"):
+        muster.get(h.predict.remote(1))
 
 
 def test_streaming_through_a_handle(client, graph):
