@@ -128,8 +128,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ControllerOptions": "none: the controller runs in the driver; http_options configure the ingress",
         "TracingConfig": "no muster equivalent (no request tracing)",
         "get_trace_context": "no muster equivalent (no request tracing)",
-        "get_deployment_actor_context": "pass what a deployment actor needs in DeploymentActorConfig(init_args=, "
-                                        "init_kwargs=)",
         "task_consumer": "no muster equivalent: call the deployment through a DeploymentHandle",
         "task_processor": "no muster equivalent: call the deployment through a DeploymentHandle",
         "gradio_integrations": "no muster equivalent: serve the Gradio app's FastAPI app with @serve.ingress",

@@ -184,7 +184,6 @@ def test_ray_schema_names_import_and_unsupported_ones_name_the_equivalent():
              ("muster.serve.handle", "RayServeHandle", "DeploymentHandle"),
              ("muster.serve.request_router", "RequestRouter", "power of two choices"),
              ("muster.serve", "metrics", r"status\(\) per-deployment metrics"),  # a bare ImportError before
-             ("muster.serve", "get_deployment_actor_context", "init_kwargs"),
              ("muster.serve.handle", "RayServeDeploymentHandle", "await handle.remote"),  # Ray's old names
              ("muster.serve.drivers", "DAGDriver", "Ray removed DAGDriver too"),
              ("muster.serve.deployment_graph", "InputNode", "Ray removed InputNode too"),

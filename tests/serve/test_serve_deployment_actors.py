@@ -24,6 +24,10 @@ class _Counter:
         self.value += 1
         return self.value
 
+    def who(self) -> tuple[str, str, str]:
+        ctx = serve.get_deployment_actor_context()
+        return ctx.app_name, ctx.deployment, ctx.actor_name
+
 
 @muster.remote
 class _Broken:
@@ -44,6 +48,9 @@ class _Shared:
     def missing(self) -> None:
         serve.get_deployment_actor("nope")
 
+    async def actor_says(self) -> tuple[str, str, str]:
+        return await serve.get_deployment_actor("counter").who.remote()
+
 
 def _serve_actor_names() -> list[str]:
     return [a["name"] for a in muster.util.list_named_actors(all_namespaces=True)
@@ -57,6 +64,8 @@ def test_replicas_share_their_deployments_actor_and_it_stops_with_the_app(client
     assert len({pid for pid, _ in answers}) == 2  # ... reached from both replicas
     assert client.get("/shared").json()[1] == 23
     assert len(_serve_actor_names()) == 1
+    # Ray 2.60's serve.get_deployment_actor_context() in the actor (UnsupportedRayImportError before)
+    assert tuple(handle.actor_says.remote().result(timeout_s=30)) == ("shared", "_Shared", "counter")
     with pytest.raises(ValueError, match=r"get_deployment_actor\('nope'\): deployment '_Shared' declares no "
                                          r"deployment actor of that name; it declares \['counter'\]"):
         handle.missing.remote().result(timeout_s=30)
@@ -75,6 +84,8 @@ def test_an_actor_that_fails_to_start_fails_serve_run_and_leaves_nothing(client)
 def test_get_deployment_actor_outside_a_replica_and_bad_configs_name_the_fix():
     with pytest.raises(RayServeException, match="only works inside a deployment's replica"):
         serve.get_deployment_actor("counter")
+    with pytest.raises(RayServeException, match="only works inside a deployment-scoped actor"):
+        serve.get_deployment_actor_context()
     with pytest.raises(ValueError, match=r"deployment_actors names \['a', 'a'\] repeat"):
         serve.deployment(deployment_actors=[DeploymentActorConfig(name="a", actor_class=_Counter)] * 2)(_Shared.func_or_class)
     with pytest.raises(ValueError, match=r"actor_options \['name'\] are Serve's to set"):

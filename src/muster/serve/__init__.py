@@ -24,7 +24,12 @@ from muster.serve.api import (
 )
 from muster.serve.batching import batch
 from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions
-from muster.serve.context import ReplicaContext, get_deployment_actor, get_replica_context
+from muster.serve.context import (
+    ReplicaContext,
+    get_deployment_actor,
+    get_deployment_actor_context,
+    get_replica_context,
+)
 from muster.serve.deployment import Application, Deployment, deployment, ingress
 from muster.serve.exceptions import BackPressureError, RayServeException
 from muster.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
@@ -56,6 +61,7 @@ __all__ = [
     "deployment",
     "get_app_handle",
     "get_deployment_actor",
+    "get_deployment_actor_context",
     "get_deployment_handle",
     "get_multiplexed_model_id",
     "get_replica_context",

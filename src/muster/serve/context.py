@@ -109,3 +109,42 @@ def get_deployment_actor(actor_name: str) -> Any:
             "Add DeploymentActorConfig(name=..., actor_class=...) to its deployment_actors."
         )
     return handle
+
+
+@dataclass(frozen=True)
+class DeploymentActorContext:
+    """Who a deployment-scoped actor is (Ray 2.60's): its deployment, its name, and ``code_version`` (here the
+    deployment's generation: a redeploy that replaces the replicas starts actors of a new one)."""
+
+    deployment_id: DeploymentID
+    actor_name: str
+    code_version: str | None = None
+
+    @property
+    def app_name(self) -> str:
+        return self.deployment_id.app_name
+
+    @property
+    def deployment(self) -> str:
+        return self.deployment_id.name
+
+
+def get_deployment_actor_context() -> DeploymentActorContext:
+    """The context of the deployment-scoped actor this code runs in (Ray 2.60's).
+
+    Raises:
+        RayServeException: called outside one.
+    """
+    import os
+
+    from muster.serve._internal.deployment_actors import ACTOR_ENV
+
+    app, _, rest = os.environ.get(ACTOR_ENV, "").partition("::")
+    deployment, _, rest = rest.partition("::")
+    generation, _, name = rest.partition("::")
+    if not name:
+        from muster.serve.exceptions import RayServeException
+
+        raise RayServeException("serve.get_deployment_actor_context() only works inside a deployment-scoped actor "
+                                "(one of a deployment's deployment_actors); it was called outside one.")
+    return DeploymentActorContext(DeploymentID(deployment, app), name, generation)

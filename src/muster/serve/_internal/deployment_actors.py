@@ -4,6 +4,7 @@ The controller starts a deployment's actors before its replicas and stops them a
 app is deleted, replaced or Serve shuts down. Each replica gets their handles in its spec, and
 ``serve.get_deployment_actor(name)`` returns one of them. Unlike Ray's controller, muster does not health-check
 or recreate them: give ``actor_options={"max_restarts": n}`` to have the runtime restart one that dies.
+An actor learns who it is from ``serve.get_deployment_actor_context()`` (its environment carries it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from muster.serve.config import DeploymentActorConfig
 from muster.serve.exceptions import RayServeException
 
 _NAMESPACE = "serve"  # where their names live (Ray's controller names them in Serve's namespace too)
+ACTOR_ENV = "MUSTER_SERVE_DEPLOYMENT_ACTOR"  # app::deployment::generation::name, in the actor's environment
 
 
 def actor_class(cfg: DeploymentActorConfig) -> Any:
@@ -50,7 +52,11 @@ def start(app: str, deployment: str, generation: str, configs: tuple[DeploymentA
     try:
         for cfg in configs:
             name = f"SERVE_DEPLOYMENT_ACTOR::{app}::{deployment}::{generation}::{cfg.name}"
-            cls = actor_class(cfg).options(name=name, namespace=_NAMESPACE, **cfg.actor_options)
+            options = dict(cfg.actor_options)
+            env = dict(options.get("runtime_env") or {})  # serve.get_deployment_actor_context() reads it there
+            who = f"{app}::{deployment}::{generation}::{cfg.name}"
+            env["env_vars"] = {**(env.get("env_vars") or {}), ACTOR_ENV: who}
+            cls = actor_class(cfg).options(name=name, namespace=_NAMESPACE, **{**options, "runtime_env": env})
             handles[cfg.name] = cls.remote(*cfg.init_args, **cfg.init_kwargs)
         for cfg_name, h in handles.items():
             try:
