@@ -271,8 +271,10 @@ def test_a_logging_config_sets_the_replicas_log_level(client, capfd):
         LoggingConfig(log_level="LOUD")
     with pytest.warns(UserWarning, match=r"LoggingConfig\(encoding='JSON'\): no effect in muster"):
         assert LoggingConfig(encoding="json", log_level=logging.DEBUG).log_level == "DEBUG"
-    with pytest.warns(UserWarning, match=r"serve.start\(logging_config=...\) has no effect in muster"):
-        serve.start(logging_config={"log_level": "DEBUG"})  # Serve runs: nothing else happens
+    with pytest.warns(UserWarning, match=r"proxy_location='Disabled': muster always runs its one HTTP ingress"):
+        serve.start(proxy_location="Disabled")  # Serve runs: nothing else happens; silently ignored before
+    with pytest.warns(UserWarning, match=r"serve.start: logging_config sets the logs of Ray's controller"):
+        serve.start(logging_config={"log_level": "DEBUG"})
 
 
 def test_handle_calls_from_many_threads(graph):

@@ -38,12 +38,7 @@ def start(http_options: HTTPOptions | dict[str, Any] | None = None, **_ignored: 
     """
     global _controller
     opts = HTTPOptions.coerce(http_options)
-    if _ignored.get("logging_config") is not None:
-        import warnings
-
-        warnings.warn("serve.start(logging_config=...) has no effect in muster: it sets the logs of Ray's controller "
-                      "and proxies, and muster's write none; give it to serve.run(logging_config=...) or "
-                      "@serve.deployment(logging_config=...) for the replicas' log level.", stacklevel=2)
+    _warn_ignored_start_options(_ignored)
     with _lock:
         if _controller is not None:
             return
@@ -55,6 +50,24 @@ def start(http_options: HTTPOptions | dict[str, Any] | None = None, **_ignored: 
         from muster.tasks import owner
 
         owner.register(StatusRequest, _answer_status)  # replicas, tasks and actors ask this process
+
+
+def _warn_ignored_start_options(options: dict[str, Any]) -> None:
+    """Say which of Ray's other ``serve.start`` options would change something here, and what happens instead."""
+    import warnings
+
+    said = []
+    if options.get("logging_config") is not None:
+        said.append("logging_config sets the logs of Ray's controller and proxies, and muster's write none (give it "
+                    "to serve.run(logging_config=...) or @serve.deployment(logging_config=...) for the replicas')")
+    location = str(getattr(options.get("proxy_location"), "value", options.get("proxy_location")))
+    if location.lower() in ("disabled", "noserver"):
+        said.append(f"proxy_location={location!r}: muster always runs its one HTTP ingress (use route_prefix=None "
+                    "for apps reached by handles only)")
+    if options.get("grpc_options") is not None:
+        said.append("grpc_options: muster serves HTTP only")
+    for what in said:
+        warnings.warn(f"serve.start: {what}; it has no effect in muster.", stacklevel=3)
 
 
 def run(
