@@ -17,6 +17,9 @@ from muster.exceptions import UnsupportedRayAPIError, UnsupportedRayImportError
 
 _GUIDE = "See docs/porting.md for what is supported."
 
+_NO_GANGS = ("none: muster has no gang scheduling (replicas start one by one; gang_scheduling_config is accepted "
+             "with a warning); serve.get_replica_context().rank runs 0..n-1 over a deployment's replicas")
+
 #: module -> {Ray name: nearest muster equivalent}
 UNSUPPORTED: dict[str, dict[str, str]] = {
     "muster": {
@@ -121,6 +124,23 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ApproximateQuantile": "Quantile(on, q=...): exact, computed over each group's values",
         "ApproximateTopK": "an AggregateFn over the group's rows",
     },
+    "muster.serve": {  # Ray 2.60's ray.serve names and modules muster lacks
+        "metrics": "muster.serve.status() per-deployment metrics (requests_per_s, p50_ms, p99_ms, served, errors), "
+                   "kept in the run store and on the dashboard's Serve tab; custom Counter/Gauge/Histogram are not "
+                   "supported: log the values with logging.getLogger('ray.serve') instead",
+        "ControllerOptions": "none: the controller runs in the driver; http_options configure the ingress",
+        "TracingConfig": "no muster equivalent (no request tracing)",
+        "get_trace_context": "no muster equivalent (no request tracing)",
+        "task_consumer": "no muster equivalent: call the deployment through a DeploymentHandle",
+        "task_processor": "no muster equivalent: call the deployment through a DeploymentHandle",
+        "gradio_integrations": "no muster equivalent: serve the Gradio app's FastAPI app with @serve.ingress",
+        # gone from Ray 2.60 too (Ray 2.x's deployment graph API), still in old scripts and docs
+        "drivers": "none (Ray removed DAGDriver too): pass bound deployments to .bind() and call their handles in "
+                   "the ingress deployment (model composition)",
+        "deployment_graph": "none (Ray removed InputNode too): pass bound deployments to .bind() and call their "
+                            "handles in the ingress deployment (model composition)",
+        "http_adapters": "none (Ray removed them too): read the starlette Request in __call__ (await request.json())",
+    },
     "muster.serve.llm": {
         "LLMRouter": "muster.serve.llm.build_openai_app({'llm_configs': [...]}) (its OpenAiIngress routes by model)",
         "LoraConfig": "none: serve a model with the adapter merged, one LLMConfig per model",
@@ -138,7 +158,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ReplicaDetails": "DeploymentStatusOverview.replica_states (replicas per state)",
         "ProxyDetails": "muster.serve.status().proxies and .http (one ingress process)",
         "ApplicationStatus": "the strings in ApplicationStatusOverview.status ('RUNNING', 'DEPLOYING', ...)",
-        "LoggingConfig": "logging.getLogger('muster.serve') in the replica (INFO and up reach its output)",
         "HTTPOptionsSchema": "muster.serve.config.HTTPOptions",
         "gRPCOptionsSchema": "none: muster serves HTTP only (http_options)",
     },
@@ -146,10 +165,14 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "RequestRouterConfig": "none: replicas are picked by power of two choices over their requests in flight",
         "gRPCOptions": "none: muster serves HTTP only (http_options)",
         "ProxyLocation": "http_options={'host': ..., 'port': ...}: one ingress process per Serve instance",
+        "GangSchedulingConfig": _NO_GANGS,
+        "GangPlacementStrategy": _NO_GANGS,
+        "GangRuntimeFailurePolicy": _NO_GANGS,
     },
     "muster.serve.handle": {
         "RayServeHandle": "muster.serve.handle.DeploymentHandle (serve.get_deployment_handle / get_app_handle)",
         "RayServeSyncHandle": "muster.serve.handle.DeploymentHandle (.remote(...).result())",
+        "RayServeDeploymentHandle": "muster.serve.handle.DeploymentHandle (`await handle.remote(...)`)",
     },
     "muster.serve.request_router": {
         name: "none: replicas are picked by power of two choices over their requests in flight (no custom router)"

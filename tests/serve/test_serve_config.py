@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from muster import serve
@@ -47,6 +50,13 @@ def test_bad_options_name_the_field():
         HTTPOptions.coerce({"loop": "trio"})
     with pytest.raises(TypeError, match="unknown option"):
         serve.deployment(colour="red")
+    # Ray's removed options (its old docs still show them) name what replaced them
+    with pytest.raises(TypeError, match=r"\['max_concurrent_queries', 'route_prefix'\]\. Ray removed "
+                                        r"max_concurrent_queries \(use max_ongoing_requests\), route_prefix \(use "
+                                        r"serve.run\(app, route_prefix=...\)\)"):
+        serve.deployment(max_concurrent_queries=100, route_prefix="/")
+    with pytest.raises(TypeError, match=r"Ray removed max_concurrent_queries \(use max_ongoing_requests\)"):
+        A.options(max_concurrent_queries=100)
     with pytest.raises(TypeError, match="async def"):
         serve.batch(lambda xs: xs)
     with pytest.raises(TypeError, match="bind"):
@@ -69,8 +79,7 @@ def test_rays_options_with_no_effect_here_are_accepted_with_a_warning_that_says_
         class C:
             pass
     assert C.config.name == "C"
-    with pytest.warns(UserWarning, match=r"logging_config=\{'log_level': 'DEBUG'\} has no effect in muster"):
-        A.options(logging_config={"log_level": "DEBUG"})
+    assert A.options(logging_config={"log_level": "debug"}).config.logging_config.log_level == "DEBUG"  # applied
     with pytest.warns(UserWarning, match=r"deployment 'A': request_router_config=.*power of two choices"):
         plan.build(A.bind(), "app", overrides={"A": {"request_router_config": {"request_router_class": "x.Y"}}})
     with pytest.warns(UserWarning, match=r"deployment 'D': runtime_env pip, working_dir have no effect on muster"):
@@ -84,6 +93,11 @@ def test_rays_options_with_no_effect_here_are_accepted_with_a_warning_that_says_
     with pytest.raises(TypeError, match=r"multiplexed_model_id=1\): a model id is a string"):
         handle.options(multiplexed_model_id=1)
     assert handle.options(multiplexed_model_id="m1").options(stream=True)._model_id == "m1"  # kept through options
+    # Ray 2.60's options, with no effect under its default router (TypeError before)
+    assert handle.options(session_id="s1", request_serialization="msgpack", response_serialization="orjson")._method \
+        == "__call__"
+    with pytest.raises(ValueError, match=r"request_serialization='yaml'\): use one of Ray's"):
+        handle.options(request_serialization="yaml")
 
 
 def test_graph_turns_bound_deployments_into_handles():
@@ -168,7 +182,104 @@ def test_ray_schema_names_import_and_unsupported_ones_name_the_equivalent():
              ("muster.serve.config", "RequestRouterConfig", "power of two choices"),
              ("muster.serve.config", "gRPCOptions", "HTTP only"),
              ("muster.serve.handle", "RayServeHandle", "DeploymentHandle"),
-             ("muster.serve.request_router", "RequestRouter", "power of two choices")]
+             ("muster.serve.request_router", "RequestRouter", "power of two choices"),
+             ("muster.serve", "metrics", r"status\(\) per-deployment metrics"),  # a bare ImportError before
+             ("muster.serve.handle", "RayServeDeploymentHandle", "await handle.remote"),  # Ray's old names
+             ("muster.serve.drivers", "DAGDriver", "Ray removed DAGDriver too"),
+             ("muster.serve.deployment_graph", "InputNode", "Ray removed InputNode too"),
+             ("muster.serve.config", "GangSchedulingConfig", "no gang scheduling")]  # Ray 2.60's
     for module, name, hint in cases:
         with pytest.raises(UnsupportedRayImportError, match=hint):
             exec(f"from {module} import {name}")
+    with pytest.raises(UnsupportedRayImportError, match="custom Counter/Gauge/Histogram are not supported"):
+        exec("import muster.serve.metrics")
+
+
+def test_importing_serve_makes_starlette_requests_reachable_as_rays_does():
+    """Ray's snippets write ``import starlette`` and annotate ``starlette.requests.Request``: that works
+    because importing Serve imports ``starlette.requests``; it raised AttributeError after the port."""
+    code = ("import starlette\nfrom muster import serve\n"
+            "@serve.deployment\nclass A:\n    async def __call__(self, request: starlette.requests.Request): pass\n"
+            "print(A.name)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["A"]
+
+
+def test_rays_removed_autoscaling_name_is_ignored_with_a_warning():
+    """Ray's docs still show ``target_num_ongoing_requests_per_replica``; Ray 2.60 ignores it (its config drops
+    unknown fields), so the target stays 2. It was refused as unknown before, failing the ported script."""
+    with pytest.warns(UserWarning, match=r"target_num_ongoing_requests_per_replica=10 is ignored, as Ray 2.60 "
+                                         r"ignores it: .* set that instead"):
+        cfg = AutoscalingConfig.coerce({"min_replicas": 1, "max_replicas": 5,
+                                        "target_num_ongoing_requests_per_replica": 10})
+    assert cfg is not None and (cfg.target_ongoing_requests, cfg.max_replicas) == (2.0, 5)
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['max_replica'\]"):  # typos stay errors
+        AutoscalingConfig.coerce({"max_replica": 2})
+
+
+def _wants(ctx):
+    """A custom policy: the replicas its kwargs-free state counts up to, and how often it was asked."""
+    asked = ctx.policy_state.get("asked", 0) + 1
+    return ctx.total_num_requests + asked, {"asked": asked}
+
+
+class _Fixed:
+    def __init__(self, n: int):
+        self.n = n
+
+    def __call__(self, ctx):
+        return self.n, {}
+
+
+def test_a_custom_autoscaling_policy_decides_through_the_configs_bounds_factors_and_delays():
+    """Ray 2.60's AutoscalingConfig(policy=AutoscalingPolicy(policy_function=...)); it was refused as unknown."""
+    from muster.serve.config import AutoscalingPolicy
+
+    cfg = AutoscalingConfig.coerce({"min_replicas": 1, "max_replicas": 4, "upscale_delay_s": 1, "downscale_delay_s": 0,
+                                    "look_back_period_s": 0.5, "policy": {"policy_function": _wants}})
+    assert cfg is not None and isinstance(cfg.policy, AutoscalingPolicy)
+    facts = autoscaling.Facts("app", "D", 1, ["app#D#1"])
+    st = autoscaling.ScaleState()
+    assert autoscaling.decide(cfg, 1, 0, now=0.0, state=st, facts=facts) == 1  # wants 1 (asked once): stays
+    assert autoscaling.decide(cfg, 1, 1, now=1.0, state=st, facts=facts) == 1  # wants 3: waits out the delay
+    assert autoscaling.decide(cfg, 1, 1, now=2.0, state=st, facts=facts) == 4  # wants 1 + 3: kept in max_replicas
+    assert st.policy_state == {"asked": 3} and st.last_up == 2.0
+    assert autoscaling.decide(cfg, 4, 0, now=5.0, state=st, facts=facts) == 4  # 4 asked, none ongoing
+    down = AutoscalingConfig(min_replicas=2, max_replicas=8, downscale_delay_s=0, downscaling_factor=0.5,
+                             policy=AutoscalingPolicy(policy_function=_Fixed, policy_kwargs={"n": 0}))
+    st = autoscaling.ScaleState()
+    assert autoscaling.decide(down, 8, 0, now=0.0, state=st, facts=facts) == 4  # half way to 0, by the factor
+    assert autoscaling.decide(down, 4, 0, now=1.0, state=st, facts=facts) == 2  # ... and never under min_replicas
+    named = AutoscalingConfig.coerce({"max_replicas": 2, "policy": {
+        "policy_function": "ray.serve.autoscaling_policy:default_autoscaling_policy"}})
+    assert named is not None and named.policy is None  # Ray's default policy, by name
+    with pytest.raises(ValueError, match=r"policy_function='no_such_module:f'\): cannot import it"):
+        AutoscalingPolicy(policy_function="no_such_module:f").load()
+
+
+def test_rays_2_60_deployment_options_are_accepted_with_a_warning_that_says_what_happens_instead():
+    """Options Ray 2.60 added to ``@serve.deployment`` were refused as unknown (a TypeError)."""
+    said = {"max_constructor_retry_count": (3, "fails serve.run at once"),
+            "gang_scheduling_config": ({"gang_size": 2}, "not as a gang"),
+            "rolling_update_percentage": (0.5, "starts all the new replicas beside the old ones"),
+            "max_surge_percent": (25, "starts all the new replicas beside the old ones"),
+            "placement_group_bundle_label_selector": ([{"zone": "a"}], "no placement group")}
+    for option, (value, why) in said.items():
+        with pytest.warns(UserWarning, match=rf"deployment 'A': {option}=.* has no effect in muster: .*{why}"):
+            assert serve.deployment(**{option: value})(A.func_or_class).config.name == "A"
+
+
+def test_an_ingress_app_with_websocket_routes_is_warned_about_at_once():
+    """Ray's websocket snippets declare ``@app.websocket`` routes; muster answers their upgrade 501, and now says
+    so when the class is decorated instead of only when a client connects."""
+    fastapi = pytest.importorskip("fastapi")
+    app = fastapi.FastAPI()
+
+    with pytest.warns(UserWarning, match=r"@serve.ingress on Echo: the app's WebSocket route\(s\) \['/ws'\] will not "
+                                         r"be served: muster Serve does not serve WebSockets yet"):
+        @serve.ingress(app)
+        class Echo:
+            @app.websocket("/ws")
+            async def echo(self, ws) -> None:
+                await ws.accept()

@@ -132,6 +132,17 @@ class Logs:
     def __call__(self, word: str) -> str:
         logging.getLogger("muster.serve").info("serve-logger says %s", word)  # Ray: "ray.serve"
         logging.getLogger("muster.serve.mine").info("child-logger says %s", word)
+        logging.getLogger("ray.serve").info("ray-logger says %s", word)  # Ray's name, kept by a port
+        return word
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class LevelLogs:
+    def __call__(self, word: str) -> str:
+        log = logging.getLogger("ray.serve")
+        log.debug("debug says %s", word)
+        log.info("info says %s", word)
+        log.warning("warning says %s", word)  # the last line: once it is seen, the others were let through or not
         return word
 
 
@@ -159,6 +170,10 @@ def test_composition_over_http_and_handles(client, graph):
     assert muster.get(failed, timeout=10) == "xxx"
     with pytest.raises(Exception, match="no_such"):
         muster.get(h.no_such.remote()._to_object_ref_sync(), timeout=10)
+    # Ray's older docs write ray.get(handle.remote()); Ray 2.60 refuses it too, and the message said to call
+    # .remote(), which the code had just done
+    with pytest.raises(TypeError, match=r"got DeploymentResponse; take its value with response.result\(\)"):
+        muster.get(h.predict.remote(1))
 
 
 def test_streaming_through_a_handle(client, graph):
@@ -223,12 +238,43 @@ def test_info_from_the_serve_logger_reaches_the_replica_output(client, capfd):
     def logged() -> bool:
         seen.append("".join(capfd.readouterr()))  # the runtime relays worker output to the driver's stdout
         text = "".join(seen)
-        return "serve-logger says kiwi" in text and "child-logger says kiwi" in text
+        return all(f"{who}-logger says kiwi" in text for who in ("serve", "child", "ray"))
 
     wait_until(logged, 15, "the replica's INFO lines in its output")
     line = next(x for x in "".join(seen).splitlines() if "serve-logger says kiwi" in x)
     assert "INFO" in line and "Logs" in line
     serve.delete("logs")
+
+
+def test_a_logging_config_sets_the_replicas_log_level(client, capfd):
+    """Ray's LoggingConfig(log_level=...), per deployment or as serve.run's default for an app: it was accepted
+    with a warning that it did nothing (every replica logged INFO and up), and schema.LoggingConfig did not import."""
+    from muster.serve.schema import LoggingConfig
+
+    debug = serve.run(LevelLogs.options(logging_config=LoggingConfig(log_level="DEBUG")).bind(), name="debug",
+                      route_prefix=None, logging_config={"log_level": "ERROR"})  # the deployment's own wins
+    quiet = serve.run(LevelLogs.bind(), name="quiet", route_prefix=None, logging_config={"log_level": "WARNING"})
+    assert (debug.remote("fig").result(timeout_s=10), quiet.remote("lime").result(timeout_s=10)) == ("fig", "lime")
+    seen: list[str] = []
+
+    def logged() -> bool:
+        seen.append("".join(capfd.readouterr()))
+        return all(f"warning says {w}" in "".join(seen) for w in ("fig", "lime"))
+
+    wait_until(logged, 15, "the replicas' WARNING lines in their output")
+    text = "".join(seen)
+    assert "debug says fig" in text and "info says fig" in text
+    assert "debug says lime" not in text and "info says lime" not in text
+    serve.delete("debug")
+    serve.delete("quiet")
+    with pytest.raises(ValueError, match=r"LoggingConfig\(log_level='LOUD'\): use one of"):
+        LoggingConfig(log_level="LOUD")
+    with pytest.warns(UserWarning, match=r"LoggingConfig\(encoding='JSON'\): no effect in muster"):
+        assert LoggingConfig(encoding="json", log_level=logging.DEBUG).log_level == "DEBUG"
+    with pytest.warns(UserWarning, match=r"proxy_location='Disabled': muster always runs its one HTTP ingress"):
+        serve.start(proxy_location="Disabled")  # Serve runs: nothing else happens; silently ignored before
+    with pytest.warns(UserWarning, match=r"serve.start: logging_config sets the logs of Ray's controller"):
+        serve.start(logging_config={"log_level": "DEBUG"})
 
 
 def test_handle_calls_from_many_threads(graph):
@@ -593,3 +639,38 @@ def test_multiplexed_refuses_what_is_not_an_async_loader():
         serve.multiplexed(lambda self, model_id: None)
     with pytest.raises(ValueError, match="max_num_models_per_replica=0"):
         serve.multiplexed(max_num_models_per_replica=0)
+
+
+@serve.deployment(num_replicas=3, ray_actor_options=SMALL)
+class Cached:
+    def __init__(self):
+        self.cache = {"k": 1}
+
+    def reset(self, value: int) -> tuple[int, int]:
+        self.cache = {"k": value}
+        return os.getpid(), value
+
+    def get(self) -> int:
+        return self.cache["k"]
+
+    def fail(self) -> None:
+        raise KeyError("nothing cached")
+
+
+def test_broadcast_calls_every_replica(client):
+    """Ray 2.60's ``handle.broadcast(method, *args)``: one call on each running replica (a TypeError before:
+    ``handle.broadcast`` was taken for a handle to a method named "broadcast")."""
+    handle = serve.run(Cached.bind(), name="cached", route_prefix=None)
+    answers = handle.broadcast("reset", 7).results(timeout_s=30)
+    assert len(answers) == 3 and len({pid for pid, _ in answers}) == 3 and {v for _, v in answers} == {7}
+    assert {handle.get.remote().result(timeout_s=10) for _ in range(12)} == {7}  # every replica was reset
+    with pytest.raises(KeyError, match="nothing cached"):
+        handle.broadcast("fail").results(timeout_s=30)
+    errors = handle.broadcast("fail").results(timeout_s=30, return_exceptions=True)
+    assert len(errors) == 3 and all(isinstance(e, KeyError) for e in errors)
+
+    async def in_async_code() -> list:
+        return await handle.broadcast("reset", 8).results_async(timeout_s=30)
+
+    assert sorted(v for _, v in asyncio.run(in_async_code())) == [8, 8, 8]
+    serve.delete("cached")

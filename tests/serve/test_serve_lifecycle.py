@@ -12,6 +12,7 @@ import httpx
 import pytest
 from serve_helpers import serving
 
+import muster
 from muster import serve
 
 pytestmark = pytest.mark.allow_leftover_workers
@@ -80,3 +81,23 @@ def test_run_many_deploys_each_app_and_shutdown_async_stops_them():
             serve.run_many([hello.bind()])
         asyncio.run(serve.shutdown_async())
         assert serve.status().applications == {}
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.1})
+def _running_apps() -> list[str]:
+    return sorted(n for n, a in serve.status().applications.items() if a.status == "RUNNING")
+
+
+@muster.remote
+def _apps_a_task_sees() -> list[str]:
+    return sorted(serve.status().applications)
+
+
+def test_serve_status_in_a_replica_or_a_task_is_the_drivers():
+    """Ray's monitoring snippet serves serve.status() from a deployment; it said no app ran there (an empty
+    status: only the driver has the controller), so the snippet's app listed nothing."""
+    with serving() as client:
+        serve.run(_running_apps.bind(), name="monitor", route_prefix="/monitor")
+        serve.run(hello.bind(), name="hello", route_prefix="/hello")
+        assert client.get("/monitor").json() == ["hello", "monitor"]
+        assert muster.get(_apps_a_task_sees.remote(), timeout=30) == ["hello", "monitor"]

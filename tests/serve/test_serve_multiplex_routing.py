@@ -119,3 +119,31 @@ def test_the_matching_timeout_is_read_as_ray_reads_it(monkeypatch):
         monkeypatch.setenv(name, bad)
         with pytest.raises(InvalidArgumentError, match=f"{name}='{bad}'"):
             settings.serve_model_matching_timeout_s()
+
+
+@serve.deployment(max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
+class _BatchedByModel:
+    """Batches calls across models; each batch says the model ``get_multiplexed_model_id`` gave it."""
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.5)
+    async def predict(self, xs: list[str]) -> list[str]:
+        model = serve.get_multiplexed_model_id()
+        return [f"{model}:{x}:{len(xs)}" for x in xs]
+
+    async def __call__(self, x: str) -> str:
+        return await self.predict(x)
+
+
+def test_a_batch_is_split_by_the_model_its_calls_name(client):
+    """As in Ray, calls for different multiplexed models never share a batch, and each part reads its own
+    model (before, one batch mixed them and every call read the model of the first request the replica
+    batched)."""
+    handle = serve.run(_BatchedByModel.bind(), name="mux_batch", route_prefix=None)
+    models = ["m0", "m1", "m0", "m2", "m1", "m0"]
+    responses = [handle.options(multiplexed_model_id=m).remote(f"x{i}") for i, m in enumerate(models)]
+    answers = [r.result(timeout_s=30) for r in responses]
+    for i, (m, a) in enumerate(zip(models, answers)):
+        model, x, size = a.split(":")
+        assert (model, x) == (m, f"x{i}")
+        assert int(size) <= models.count(m)  # a batch holds only its own model's calls
+    serve.delete("mux_batch")

@@ -202,6 +202,28 @@ def test_autoscaling_follows_ongoing_requests(client):
     serve.delete("auto")
 
 
+def _three_replicas_then_one(ctx):
+    """A custom policy: 3 replicas while it has been asked fewer than 15 times, then 1; it reads its state back."""
+    asked = ctx.policy_state.get("asked", 0) + 1
+    return (3 if asked < 15 else 1), {"asked": asked}
+
+
+def test_a_custom_autoscaling_policy_drives_the_replica_count(client):
+    """Ray 2.60's AutoscalingPolicy(policy_function=...): the controller calls it every metrics interval with
+    what it observed and its last state, and scales to what it says, with no load at all."""
+    app = Sleeper.options(name="Custom", autoscaling_config={
+        "min_replicas": 1, "max_replicas": 3, "upscale_delay_s": 0, "downscale_delay_s": 0, "metrics_interval_s": 0.1,
+        "policy": {"policy_function": _three_replicas_then_one}}).bind()
+    serve.run(app, name="custom", route_prefix=None)
+
+    def running() -> int:
+        return serve.status().applications["custom"].deployments["Custom"].replica_states.get("RUNNING", 0)
+
+    wait_until(lambda: running() == 3, 60, "the policy's 3 replicas")
+    wait_until(lambda: running() == 1, 60, "the policy's 1 replica, once its state counted 15 calls")
+    serve.delete("custom")
+
+
 def test_delete_drains_in_flight_requests(client):
     serve.run(Sleeper.bind(), name="drain", route_prefix="/drain")
     with concurrent.futures.ThreadPoolExecutor(2) as pool:

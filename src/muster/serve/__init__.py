@@ -24,11 +24,21 @@ from muster.serve.api import (
 )
 from muster.serve.batching import batch
 from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions
-from muster.serve.context import ReplicaContext, get_replica_context
+from muster.serve.context import (
+    ReplicaContext,
+    get_deployment_actor,
+    get_deployment_actor_context,
+    get_replica_context,
+)
 from muster.serve.deployment import Application, Deployment, deployment, ingress
 from muster.serve.exceptions import BackPressureError, RayServeException
 from muster.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 from muster.serve.multiplex import get_multiplexed_model_id, multiplexed
+
+try:  # as importing Ray's Serve does: `import starlette` and then `starlette.requests.Request` (Ray's snippets)
+    import starlette.requests  # noqa: F401
+except ImportError:  # no "muster[serve]": handles work without starlette
+    pass
 
 __all__ = [
     "Application",
@@ -50,6 +60,8 @@ __all__ = [
     "delete",
     "deployment",
     "get_app_handle",
+    "get_deployment_actor",
+    "get_deployment_actor_context",
     "get_deployment_handle",
     "get_multiplexed_model_id",
     "get_replica_context",

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError
-from muster.serve.config import HTTPOptions
+from muster.serve.config import HTTPOptions, LoggingConfig
 from muster.serve.deployment import Application
 from muster.serve.handle import DeploymentHandle
 
@@ -38,6 +38,7 @@ def start(http_options: HTTPOptions | dict[str, Any] | None = None, **_ignored: 
     """
     global _controller
     opts = HTTPOptions.coerce(http_options)
+    _warn_ignored_start_options(_ignored)
     with _lock:
         if _controller is not None:
             return
@@ -46,6 +47,27 @@ def start(http_options: HTTPOptions | dict[str, Any] | None = None, **_ignored: 
 
         _controller = ServeController(opts)
         admin.start(_controller)
+        from muster.tasks import owner
+
+        owner.register(StatusRequest, _answer_status)  # replicas, tasks and actors ask this process
+
+
+def _warn_ignored_start_options(options: dict[str, Any]) -> None:
+    """Say which of Ray's other ``serve.start`` options would change something here, and what happens instead."""
+    import warnings
+
+    said = []
+    if options.get("logging_config") is not None:
+        said.append("logging_config sets the logs of Ray's controller and proxies, and muster's write none (give it "
+                    "to serve.run(logging_config=...) or @serve.deployment(logging_config=...) for the replicas')")
+    location = str(getattr(options.get("proxy_location"), "value", options.get("proxy_location")))
+    if location.lower() in ("disabled", "noserver"):
+        said.append(f"proxy_location={location!r}: muster always runs its one HTTP ingress (use route_prefix=None "
+                    "for apps reached by handles only)")
+    if options.get("grpc_options") is not None:
+        said.append("grpc_options: muster serves HTTP only")
+    for what in said:
+        warnings.warn(f"serve.start: {what}; it has no effect in muster.", stacklevel=3)
 
 
 def run(
@@ -55,6 +77,7 @@ def run(
     route_prefix: str | None = "/",
     blocking: bool = False,
     _local_testing_mode: bool = False,
+    logging_config: Any = None,
     **_ignored: Any,
 ) -> DeploymentHandle:
     """Deploy an application and return a handle to its ingress deployment.
@@ -69,13 +92,14 @@ def run(
         name: the app's name (several apps run side by side).
         route_prefix: the HTTP path it serves (``None``: handles only).
         blocking: keep serving until Ctrl-C, then shut down.
+        logging_config: a ``LoggingConfig`` (or dict) for the deployments that set none.
 
     Raises:
         ResourcesUnavailableError: its replicas can never fit (names what was asked and what exists).
         RayServeException: a replica's constructor raised.
         TypeError / ValueError: bad arguments.
     """
-    handle = _run(target, name=name, route_prefix=route_prefix)
+    handle = _run(target, name=name, route_prefix=route_prefix, logging_config=logging_config)
     if blocking:
         _serve_until_interrupted()
     return handle
@@ -88,7 +112,7 @@ class RunTarget:
     target: Application
     name: str = "default"
     route_prefix: str | None = "/"
-    logging_config: Any = None  # Ray's; muster's replicas log to the run store
+    logging_config: Any = None  # a LoggingConfig (or dict) for its deployments that set none, as serve.run's
     external_scaler_enabled: bool = False  # Ray's; muster's autoscaler is its own
 
 
@@ -113,7 +137,8 @@ def run_many(targets: list[RunTarget], blocking: bool = False, wait_for_ingress_
     if twice:
         raise InvalidArgumentError(f"serve.run_many: the app name(s) {twice} are given more than once; each "
                                    "application needs a name of its own (RunTarget(name=...)).")
-    handles = [_run(t.target, name=t.name, route_prefix=t.route_prefix) for t in targets]
+    handles = [_run(t.target, name=t.name, route_prefix=t.route_prefix, logging_config=t.logging_config)
+               for t in targets]
     if blocking:
         _serve_until_interrupted()
     return handles
@@ -129,7 +154,7 @@ def _serve_until_interrupted() -> None:
 
 def _run(target: Application, *, name: str, route_prefix: str | None,
          overrides: dict[str, dict[str, Any]] | None = None, env_vars: dict[str, str] | None = None,
-         config: dict[str, Any] | None = None) -> DeploymentHandle:
+         config: dict[str, Any] | None = None, logging_config: Any = None) -> DeploymentHandle:
     from muster.serve._internal import plan
 
     if not isinstance(name, str) or not name:
@@ -137,7 +162,7 @@ def _run(target: Application, *, name: str, route_prefix: str | None,
     if route_prefix is not None and (not isinstance(route_prefix, str) or not route_prefix.startswith("/")
                                      or (len(route_prefix) > 1 and route_prefix.endswith("/"))):
         raise InvalidArgumentError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
-    ingress, plans = plan.build(target, name, overrides, env_vars)
+    ingress, plans = plan.build(target, name, overrides, env_vars, LoggingConfig.coerce(logging_config))
     start()
     _get().deploy(name, route_prefix, ingress, plans, config=config)
     return DeploymentHandle(ingress, name)
@@ -185,10 +210,35 @@ class ServeStatus:
         return cls(d.get("proxies", {}), apps, d.get("http", {}))
 
 
-def status() -> ServeStatus:
-    """Every app's and deployment's state (empty when Serve is not running)."""
+@dataclass(frozen=True)
+class StatusRequest:
+    """A muster worker (a replica, a task, an actor) asks the driver running Serve for ``serve.status()``."""
+
+
+def _answer_status(handle: Any, request: StatusRequest) -> dict[str, Any]:
+    """In the driver: what ``serve.status()`` says here, for a worker's :class:`StatusRequest`."""
     c = _controller
-    return ServeStatus() if c is None else ServeStatus.from_dict(c.status())
+    return {} if c is None else c.status()
+
+
+def status() -> ServeStatus:
+    """Every app's and deployment's state (empty when Serve is not running).
+
+    Works in the driver running Serve and, as in Ray, in its replicas, tasks and actors (they ask the driver).
+    """
+    c = _controller
+    if c is not None:
+        return ServeStatus.from_dict(c.status())
+    from muster.core import context
+
+    if context.in_worker():
+        try:
+            got = context.send_event(StatusRequest(), timeout=30.0)
+        except Exception:  # noqa: BLE001 - a child forked by user code, or a driver without Serve
+            got = None
+        if isinstance(got, dict) and got:
+            return ServeStatus.from_dict(got)
+    return ServeStatus()
 
 
 def delete(name: str, _blocking: bool = True) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.serve.multiplex import get_multiplexed_model_id, set_model_id
 
 
 @dataclass
@@ -48,6 +49,8 @@ class _Options:
 
 #: One call: its positional arguments and keyword arguments (what the batched function gets, listed).
 _Call = tuple[tuple, dict]
+#: A queued call: the call, where its result goes (a future, or a stream's queue), and the model it names.
+_Queued = tuple[_Call, Any, str]
 _END = object()  # a streaming caller's last item
 
 
@@ -76,6 +79,18 @@ def _results(fn: Callable, results: Any, n: int) -> list:
             "return a sequence (list, tuple, numpy array) with one result per input, in order."
         )
     return got
+
+
+def _by_model(batch: list[_Queued]) -> list[tuple[str, list[_Queued]]]:
+    """The batch split by the multiplexed model its calls name, in arrival order (one part, the common case,
+    when they name the same model or none)."""
+    first = batch[0][2]
+    if all(m == first for _, _, m in batch):
+        return [(first, batch)]
+    parts: dict[str, list[_Queued]] = {}
+    for queued in batch:
+        parts.setdefault(queued[2], []).append(queued)
+    return list(parts.items())
 
 
 def _batched(fn: Callable, calls: list[_Call]) -> tuple[tuple, dict]:
@@ -108,13 +123,13 @@ class _Batcher:
 
     async def submit(self, owner: Any, call: _Call) -> Any:
         fut = asyncio.get_running_loop().create_future()
-        await self._start(owner).put((call, fut))
+        await self._start(owner).put((call, fut, get_multiplexed_model_id()))
         return await fut
 
     async def stream(self, owner: Any, call: _Call) -> Any:
         """The caller's own element of each list the batched generator yields."""
         out: asyncio.Queue = asyncio.Queue()
-        await self._start(owner).put((call, out))
+        await self._start(owner).put((call, out, get_multiplexed_model_id()))
         while (item := await out.get()) is not _END:
             if isinstance(item, BaseException):
                 raise item
@@ -127,7 +142,7 @@ class _Batcher:
             first, self.carry = self.carry or await self.queue.get(), None
             batch = [first]
             deadline = loop.time() + self.opts.batch_wait_timeout_s
-            while self.opts.size([c for c, _ in batch]) < self.opts.max_batch_size:
+            while self.opts.size([q[0] for q in batch]) < self.opts.max_batch_size:
                 remaining = deadline - loop.time()
                 if remaining <= 0 and self.queue.empty():
                     break
@@ -135,17 +150,29 @@ class _Batcher:
                     got = await asyncio.wait_for(self.queue.get(), max(remaining, 0))
                 except asyncio.TimeoutError:
                     break
-                if self.opts.size([c for c, _ in batch] + [got[0]]) > self.opts.max_batch_size:
+                if self.opts.size([q[0] for q in batch] + [got[0]]) > self.opts.max_batch_size:
                     self.carry = got  # it starts the next batch
                     break
                 batch.append(got)
             await self.sem.acquire()
-            asyncio.ensure_future(self._call(owner, batch))
+            asyncio.ensure_future(self._call_parts(owner, batch))
 
-    async def _call(self, owner: Any, batch: list) -> None:
-        waiters = [w for _, w in batch]
+    async def _call_parts(self, owner: Any, batch: list[_Queued]) -> None:
+        """Run the batch, one call per model it names, all under the one ``max_concurrent_batches`` slot."""
         try:
-            args, kwargs = _batched(self.fn, [c for c, _ in batch])
+            parts = _by_model(batch)
+            if len(parts) == 1:
+                await self._call(owner, *parts[0])
+            else:  # each part a task of its own, so each sets the model id in its own context
+                await asyncio.gather(*(asyncio.ensure_future(self._call(owner, m, p)) for m, p in parts))
+        finally:
+            self.sem.release()
+
+    async def _call(self, owner: Any, model_id: str, batch: list[_Queued]) -> None:
+        waiters = [w for _, w, _ in batch]
+        set_model_id(model_id)  # this task's context: the first caller's model was inherited from _run's
+        try:
+            args, kwargs = _batched(self.fn, [c for c, _, _ in batch])
             args = (owner, *args) if owner is not None else args
             if self.streams:
                 await self._stream(self.fn(*args, **kwargs), waiters)
@@ -160,8 +187,6 @@ class _Batcher:
                     w.put_nowait(exc)
                 elif not w.done():
                     w.set_exception(exc)
-        finally:
-            self.sem.release()
 
     async def _stream(self, gen: Any, queues: list[asyncio.Queue]) -> None:
         live: list[asyncio.Queue | None] = list(queues)

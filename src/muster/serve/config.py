@@ -9,6 +9,7 @@ bad value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import warnings
@@ -18,6 +19,8 @@ from typing import Any, Mapping
 from muster.core import resources as res
 from muster.core.init_options import warn_unused_runtime_env
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.serve.autoscaling_policy import AutoscalingContext, AutoscalingPolicy  # noqa: F401 - Ray's names
+from muster.serve.context import DeploymentID  # noqa: F401 - Ray keeps it in ray.serve.config
 
 _ACTOR_OPTION_KEYS = ("num_cpus", "num_gpus", "resources", "runtime_env", "memory")
 
@@ -30,11 +33,32 @@ NO_EFFECT: dict[str, str | None] = {
     "placement_group_bundles": "each replica holds its ray_actor_options resources; replicas get no placement group",
     "placement_group_strategy": "each replica holds its ray_actor_options resources; replicas get no placement group",
     "max_replicas_per_node": "replicas are not capped per node",
-    "logging_config": "replica logs go to the driver's output and `muster logs`, at the level of the "
-                      "muster.serve logger (or what the replica's code sets)",
     "request_router_config": "requests go to the replica with fewer ongoing requests of two picked at random "
                              "(power of two choices); custom routers are not supported",
+    # Ray 2.60's
+    "placement_group_bundle_label_selector": "each replica holds its ray_actor_options resources; replicas get no "
+                                             "placement group",
+    "max_constructor_retry_count": "a replica constructor that raises fails serve.run at once, naming the error "
+                                   "(no retries)",
+    "gang_scheduling_config": "replicas start one by one, not as a gang",
+    "rolling_update_percentage": "a redeploy starts all the new replicas beside the old ones and then switches "
+                                 "(the old ones stop first when both sets cannot fit)",
+    "max_surge_percent": "a redeploy starts all the new replicas beside the old ones and then switches (the old ones "
+                         "stop first when both sets cannot fit)",
 }
+
+
+#: Deployment options Ray removed before 2.60 (old scripts and docs still pass them), and what replaced each.
+_REMOVED_OPTIONS = {
+    "max_concurrent_queries": "max_ongoing_requests",
+    "route_prefix": "serve.run(app, route_prefix=...)",
+}
+
+
+def removed_options_hint(names: list[str]) -> str:
+    """What replaced those of ``names`` that Ray removed ("" when none is)."""
+    said = [f"{n} (use {_REMOVED_OPTIONS[n]})" for n in names if n in _REMOVED_OPTIONS]
+    return f" Ray removed {', '.join(said)}." if said else ""
 
 
 def drop_no_effect(options: dict[str, Any], name: str) -> dict[str, Any]:
@@ -58,6 +82,20 @@ def _positive(name: str, value: Any, *, allow_zero: bool = False, integer: bool 
         raise InvalidArgumentError(f"{name}={value!r}: must be {'an integer' if integer else 'a number'} {bound}.")
 
 
+def _from_dict(cls: Any, value: Any, option: str, example: str) -> Any:
+    """``value`` as a ``cls`` (Ray's config options take an instance or a dict of its fields); None stays None.
+    An unknown field is an error naming it, so a typo is not silently dropped."""
+    if value is None or isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(f"{option}={value!r}: pass a {cls.__name__} or a dict such as {example}.")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise InvalidArgumentError(f"{option}: unknown field(s) {unknown}; known: {sorted(known)}.")
+    return cls(**dict(value))
+
+
 @dataclass(kw_only=True)
 class AutoscalingConfig:
     """How many replicas a deployment runs, following its ongoing requests (Ray's fields)."""
@@ -77,6 +115,7 @@ class AutoscalingConfig:
     upscale_smoothing_factor: float | None = None  # Ray's older names of the two above
     downscale_smoothing_factor: float | None = None
     downscale_to_zero_delay_s: float | None = None  # accepted, no effect: a deployment keeps at least one replica
+    policy: AutoscalingPolicy | None = None  # a custom policy (Ray's); None: the default one
 
     @classmethod
     def default(cls) -> "AutoscalingConfig":
@@ -84,6 +123,10 @@ class AutoscalingConfig:
         return cls(min_replicas=1, max_replicas=100, target_ongoing_requests=2.0)
 
     def __post_init__(self) -> None:
+        self.policy = _from_dict(AutoscalingPolicy, self.policy, "autoscaling_config.policy",
+                                 "{'policy_function': 'my_module:my_policy'}")
+        if self.policy is not None and self.policy.is_default_policy_function():
+            self.policy = None
         _positive("autoscaling_config.min_replicas", self.min_replicas, allow_zero=True, integer=True)
         _positive("autoscaling_config.max_replicas", self.max_replicas, integer=True)
         if self.max_replicas < self.min_replicas:
@@ -138,15 +181,20 @@ class AutoscalingConfig:
 
     @classmethod
     def coerce(cls, value: "AutoscalingConfig | Mapping[str, Any] | None") -> "AutoscalingConfig | None":
-        if value is None or isinstance(value, AutoscalingConfig):
-            return value
-        if not isinstance(value, Mapping):
-            raise InvalidArgumentError(f"autoscaling_config={value!r}: pass a dict such as {{'min_replicas': 1, 'max_replicas': 4}}.")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise InvalidArgumentError(f"autoscaling_config: unknown field(s) {unknown}; known: {sorted(known)}.")
-        return cls(**dict(value))
+        if isinstance(value, Mapping):
+            value = dict(value)
+            for old in sorted(set(value) & set(_GONE_AUTOSCALING_FIELDS)):
+                warnings.warn(f"autoscaling_config: {old}={value.pop(old)!r} is ignored, as Ray 2.60 ignores it: "
+                              f"it is Ray's removed name for {_GONE_AUTOSCALING_FIELDS[old]}; set that instead.",
+                              stacklevel=5)
+        return _from_dict(cls, value, "autoscaling_config", "{'min_replicas': 1, 'max_replicas': 4}")
+
+
+#: Ray's old autoscaling field names, and their names now: Ray 2.60 drops them without a word (its config
+#: ignores unknown fields), so a ported config that still has one gets Ray's default instead.
+_GONE_AUTOSCALING_FIELDS = {
+    "target_num_ongoing_requests_per_replica": "target_ongoing_requests",
+}
 
 
 @dataclass(kw_only=True)
@@ -171,16 +219,8 @@ class BackpressureConfig:
 
     @classmethod
     def coerce(cls, value: "BackpressureConfig | Mapping[str, Any] | None") -> "BackpressureConfig | None":
-        if value is None or isinstance(value, BackpressureConfig):
-            return value
-        if not isinstance(value, Mapping):
-            raise InvalidArgumentError(f"backpressure_config={value!r}: pass a BackpressureConfig or a dict such as "
-                                       "{'status_code': 429, 'retry_after_s': 5}.")
-        unknown = sorted(set(value) - {"status_code", "retry_after_s"})
-        if unknown:  # Ray refuses them too, so a typo (retry_after) is not silently dropped
-            raise InvalidArgumentError(f"backpressure_config: unknown field(s) {unknown}; known: retry_after_s, "
-                                       "status_code.")
-        return cls(**dict(value))
+        # Ray refuses unknown fields too, so a typo (retry_after) is not silently dropped
+        return _from_dict(cls, value, "backpressure_config", "{'status_code': 429, 'retry_after_s': 5}")
 
     def rejection(self) -> tuple[int, str | None]:
         """The status and ``Retry-After`` value a refused request gets."""
@@ -190,6 +230,93 @@ class BackpressureConfig:
 
 #: What a refused request gets when the deployment sets no ``backpressure_config``.
 DEFAULT_REJECTION: tuple[int, str | None] = (503, "1")
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclass(kw_only=True)
+class LoggingConfig:
+    """How a deployment's replicas log (Ray's ``ray.serve.schema.LoggingConfig``): ``log_level`` is the level of
+    the ``ray.serve`` / ``muster.serve`` loggers in its replicas (lines at it and above reach their output).
+    Replica lines are always text in the driver's output, ``muster logs`` and the run store: ``encoding="JSON"``,
+    ``logs_dir`` and ``additional_log_standard_attrs`` are accepted with a warning; muster writes no access log,
+    so ``enable_access_log`` changes nothing."""
+
+    encoding: str = "TEXT"
+    log_level: str | int = "INFO"
+    logs_dir: str | None = None
+    enable_access_log: bool = True
+    additional_log_standard_attrs: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        level = logging.getLevelName(self.log_level) if isinstance(self.log_level, int) else self.log_level
+        if not isinstance(level, str) or level.upper() not in _LOG_LEVELS:
+            raise InvalidArgumentError(f"LoggingConfig(log_level={self.log_level!r}): use one of {list(_LOG_LEVELS)} "
+                                       "(or its logging constant).")
+        self.log_level = level.upper()
+        if str(self.encoding).upper() not in ("TEXT", "JSON"):
+            raise InvalidArgumentError(f"LoggingConfig(encoding={self.encoding!r}): use 'TEXT' or 'JSON'.")
+        self.encoding = str(self.encoding).upper()
+        said = [f"{k}={v!r}" for k, v in (("encoding", self.encoding), ("logs_dir", self.logs_dir),
+                                         ("additional_log_standard_attrs", self.additional_log_standard_attrs))
+                if v and v != "TEXT"]
+        if said:
+            warnings.warn(f"LoggingConfig({', '.join(said)}): no effect in muster, whose replica lines are text in "
+                          "the driver's output, `muster logs` and the run store; log_level is applied.", stacklevel=3)
+
+    @classmethod
+    def coerce(cls, value: "LoggingConfig | Mapping[str, Any] | None") -> "LoggingConfig | None":
+        return _from_dict(cls, value, "logging_config", "{'log_level': 'DEBUG'}")
+
+
+@dataclass(kw_only=True)
+class DeploymentActorConfig:
+    """An actor the deployment's replicas share (Ray 2.60's ``ray.serve.config.DeploymentActorConfig``),
+    started before them and stopped after them; a replica reaches it with ``serve.get_deployment_actor(name)``.
+
+    ``actor_class`` is a ``@muster.remote`` class or its import path ``"module:Class"``; ``actor_options`` are
+    its ``.options(...)`` (``num_cpus``, ``max_restarts``, ...)."""
+
+    name: str
+    actor_class: Any
+    init_args: tuple = ()
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    actor_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidArgumentError(f"DeploymentActorConfig(name={self.name!r}): give the name replicas look it "
+                                       "up by, a non-empty string.")
+        if isinstance(self.init_args, list):
+            self.init_args = tuple(self.init_args)
+        for f in ("init_kwargs", "actor_options"):
+            if not isinstance(getattr(self, f), Mapping):
+                raise InvalidArgumentError(f"DeploymentActorConfig(name={self.name!r}): {f}={getattr(self, f)!r}: "
+                                           "pass a dict.")
+        bad = sorted({"name", "namespace", "get_if_exists"} & set(self.actor_options))
+        if bad:
+            raise InvalidArgumentError(f"DeploymentActorConfig(name={self.name!r}): actor_options {bad} are Serve's "
+                                       "to set (it names the actor); drop them.")
+
+    @classmethod
+    def coerce_all(cls, value: Any, deployment: str) -> "tuple[DeploymentActorConfig, ...]":
+        """``deployment_actors=``: a list of configs (or dicts of their fields) with distinct names."""
+        if value is None:
+            return ()
+        if not isinstance(value, (list, tuple)):
+            raise InvalidArgumentError(f"{deployment}: deployment_actors={value!r}: pass a list of "
+                                       "DeploymentActorConfig.")
+        out = tuple(v if isinstance(v, cls) else cls(**v) if isinstance(v, Mapping) else _not_actor_config(v)
+                    for v in value)
+        names = [c.name for c in out]
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError(f"{deployment}: deployment_actors names {names} repeat; give each its own.")
+        return out
+
+
+def _not_actor_config(value: Any) -> Any:
+    raise InvalidTypeError(f"deployment_actors entry {value!r}: use DeploymentActorConfig(name=..., actor_class=...).")
 
 
 @dataclass(kw_only=True)
@@ -208,6 +335,8 @@ class DeploymentConfig:
     graceful_shutdown_timeout_s: float = 20.0
     graceful_shutdown_wait_loop_s: float = 2.0
     backpressure_config: BackpressureConfig | None = None
+    deployment_actors: tuple[DeploymentActorConfig, ...] = ()
+    logging_config: LoggingConfig | None = None
     route_prefix: str | None = None  # deprecated in Ray; accepted for old scripts
 
     def __post_init__(self) -> None:
@@ -216,6 +345,8 @@ class DeploymentConfig:
                                        "(replica names are app#deployment#n, as in Ray).")
         self.autoscaling_config = AutoscalingConfig.coerce(self.autoscaling_config)
         self.backpressure_config = BackpressureConfig.coerce(self.backpressure_config)
+        self.deployment_actors = DeploymentActorConfig.coerce_all(self.deployment_actors, self.name)
+        self.logging_config = LoggingConfig.coerce(self.logging_config)
         if self.num_replicas == "auto":
             if self.autoscaling_config is None:
                 self.autoscaling_config = AutoscalingConfig.default()
@@ -276,7 +407,8 @@ class DeploymentConfig:
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - known)
         if unknown:
-            raise InvalidTypeError(f"deployment options: unknown option(s) {unknown}; known: {sorted(known)}.")
+            raise InvalidTypeError(f"deployment options: unknown option(s) {unknown}; known: {sorted(known)}."
+                                   + removed_options_hint(unknown))
         if "num_replicas" in changes and "autoscaling_config" not in changes:
             changes["autoscaling_config"] = None
         if "autoscaling_config" in changes and "num_replicas" not in changes and changes["autoscaling_config"] is not None:
@@ -345,17 +477,7 @@ class HTTPOptions:
 
     @classmethod
     def coerce(cls, value: "HTTPOptions | Mapping[str, Any] | None") -> "HTTPOptions":
-        if value is None:
-            return cls()
-        if isinstance(value, HTTPOptions):
-            return value
-        if not isinstance(value, Mapping):
-            raise InvalidArgumentError(f"http_options={value!r}: pass a dict such as {{'host': '127.0.0.1', 'port': 8000}}.")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise InvalidArgumentError(f"http_options: unknown field(s) {unknown}; known: {sorted(known)}.")
-        return cls(**{k: v for k, v in value.items() if k in known})
+        return cls() if value is None else _from_dict(cls, value, "http_options", "{'host': '127.0.0.1', 'port': 8000}")
 
 
 def __getattr__(name: str) -> object:

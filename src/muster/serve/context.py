@@ -60,6 +60,7 @@ class ReplicaContext:
 
 
 _current: ReplicaContext | None = None
+_deployment_actors: dict[str, Any] = {}
 
 
 def _set(ctx: ReplicaContext | None) -> None:
@@ -81,3 +82,69 @@ def get_replica_context() -> ReplicaContext:
             "it was called outside one."
         )
     return _current
+
+
+def set_deployment_actors(handles: dict[str, Any]) -> None:
+    """The handles of this replica's deployment-scoped actors (the replica sets them as it starts)."""
+    global _deployment_actors
+    _deployment_actors = dict(handles)
+
+
+def get_deployment_actor(actor_name: str) -> Any:
+    """The handle of the deployment-scoped actor ``actor_name`` of the deployment this replica serves
+    (Ray 2.60's ``serve.get_deployment_actor``; declare it with ``deployment_actors=[DeploymentActorConfig(...)]``).
+
+    Raises:
+        RayServeException: called outside a replica.
+        ValueError: the deployment declares no actor of that name (the message lists those it declares).
+    """
+    get_replica_context()  # raises outside a replica
+    handle = _deployment_actors.get(actor_name)
+    if handle is None:
+        from muster.exceptions import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            f"serve.get_deployment_actor({actor_name!r}): deployment {_current.deployment if _current else '?'!r} "
+            f"declares no deployment actor of that name; it declares {sorted(_deployment_actors) or 'none'}. "
+            "Add DeploymentActorConfig(name=..., actor_class=...) to its deployment_actors."
+        )
+    return handle
+
+
+@dataclass(frozen=True)
+class DeploymentActorContext:
+    """Who a deployment-scoped actor is (Ray 2.60's): its deployment, its name, and ``code_version`` (here the
+    deployment's generation: a redeploy that replaces the replicas starts actors of a new one)."""
+
+    deployment_id: DeploymentID
+    actor_name: str
+    code_version: str | None = None
+
+    @property
+    def app_name(self) -> str:
+        return self.deployment_id.app_name
+
+    @property
+    def deployment(self) -> str:
+        return self.deployment_id.name
+
+
+def get_deployment_actor_context() -> DeploymentActorContext:
+    """The context of the deployment-scoped actor this code runs in (Ray 2.60's).
+
+    Raises:
+        RayServeException: called outside one.
+    """
+    import os
+
+    from muster.serve._internal.deployment_actors import ACTOR_ENV
+
+    app, _, rest = os.environ.get(ACTOR_ENV, "").partition("::")
+    deployment, _, rest = rest.partition("::")
+    generation, _, name = rest.partition("::")
+    if not name:
+        from muster.serve.exceptions import RayServeException
+
+        raise RayServeException("serve.get_deployment_actor_context() only works inside a deployment-scoped actor "
+                                "(one of a deployment's deployment_actors); it was called outside one.")
+    return DeploymentActorContext(DeploymentID(deployment, app), name, generation)

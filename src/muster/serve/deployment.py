@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any, Callable
 
 from muster.exceptions import InvalidTypeError
-from muster.serve.config import NO_EFFECT, DeploymentConfig, drop_no_effect
+from muster.serve.config import NO_EFFECT, DeploymentConfig, drop_no_effect, removed_options_hint
 
 
 class Application:
@@ -83,6 +84,8 @@ def deployment(
     graceful_shutdown_timeout_s: float = 20.0,
     graceful_shutdown_wait_loop_s: float = 2.0,
     backpressure_config: Any = None,
+    deployment_actors: list[Any] | None = None,
+    logging_config: Any = None,
     **ignored: Any,
 ) -> Any:
     """Make a class or function a Serve deployment (Ray Serve's ``@serve.deployment``).
@@ -102,6 +105,9 @@ def deployment(
             ``upscale_delay_s``, ``downscale_delay_s``.
         user_config: passed to the class's ``reconfigure(config)`` at start
             and on redeploy.
+        deployment_actors: ``DeploymentActorConfig``s of actors the replicas share
+            (``serve.get_deployment_actor(name)`` in a replica), started before them.
+        logging_config: a ``LoggingConfig`` (or dict): ``log_level`` of the replicas' ``ray.serve`` logger.
         health_check_period_s / health_check_timeout_s: how often
             ``check_health()`` runs and how long it may take; a replica that
             fails it is replaced.
@@ -117,7 +123,7 @@ def deployment(
     """
     unknown = sorted(set(ignored) - set(NO_EFFECT))
     if unknown:
-        raise InvalidTypeError(f"@serve.deployment got unknown option(s) {unknown}.")
+        raise InvalidTypeError(f"@serve.deployment got unknown option(s) {unknown}." + removed_options_hint(unknown))
 
     def wrap(target: Any) -> Deployment:
         if not (inspect.isclass(target) or callable(target)):
@@ -130,6 +136,7 @@ def deployment(
             health_check_period_s=health_check_period_s, health_check_timeout_s=health_check_timeout_s,
             graceful_shutdown_timeout_s=graceful_shutdown_timeout_s,
             graceful_shutdown_wait_loop_s=graceful_shutdown_wait_loop_s, backpressure_config=backpressure_config,
+            deployment_actors=tuple(deployment_actors or ()), logging_config=logging_config,
         )
         return Deployment(target, config)
 
@@ -142,6 +149,19 @@ def _keep_bound_args(self: Any, *args: Any, **kwargs: Any) -> None:
     """``serve.ingress(app)()``'s class takes what ``.bind()`` gives it (handles the app's routes look
     up themselves), as Ray's does."""
     self.args, self.kwargs = args, kwargs
+
+
+def _warn_websocket_routes(app: Any, where: str) -> None:
+    """Say at once that the app's WebSocket routes will not be served (each upgrade is answered 501)."""
+    try:
+        from starlette.routing import WebSocketRoute
+    except ImportError:
+        return
+    paths = [r.path for r in getattr(app, "routes", None) or () if isinstance(r, WebSocketRoute)]
+    if paths:
+        warnings.warn(f"@serve.ingress on {where}: the app's WebSocket route(s) {paths} will not be served: muster "
+                      "Serve does not serve WebSockets yet, and answers an upgrade with 501. Stream over HTTP instead "
+                      "(a generator or a StreamingResponse).", stacklevel=3)
 
 
 def ingress(app: Any) -> Callable[..., type]:
@@ -166,6 +186,7 @@ def ingress(app: Any) -> Callable[..., type]:
                                            "__init__": _keep_bound_args})
         if not inspect.isclass(cls):
             raise InvalidTypeError(f"@serve.ingress goes on a class, not {cls!r}.")
+        _warn_websocket_routes(app, cls.__name__)
         setattr(cls, "__serve_asgi_app__", app)  # noqa: B010 - a marker the replica looks for
         return cls
 

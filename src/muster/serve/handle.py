@@ -15,7 +15,7 @@ import concurrent.futures
 import pickle
 from typing import Any, AsyncIterator, Iterator
 
-from muster.exceptions import InvalidTypeError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve._internal import eventloop, router, wire
 from muster.serve.exceptions import RequestCancelledError
 
@@ -30,6 +30,9 @@ def _not_sendable(what: str) -> Exception:
             "a DeploymentResponseGenerator (a streaming call's results) cannot be passed to another handle call, "
             "as in Ray. Fix: iterate it (`async for item in gen`) and pass the items, or a list of them."
         )
+    if what == "DeploymentBroadcastResponse":
+        return RayServeException("a DeploymentBroadcastResponse cannot be sent to another process: pass its "
+                                 "results (`response.results()`, `await response.results_async()`).")
     return RayServeException(
         f"a {what} cannot be sent to another process: only a top-level argument of a handle call is passed on "
         "(resolved to its value first), as in Ray. Fix: pass it as an argument of its own (handle.remote(response)), "
@@ -218,11 +221,16 @@ def _call_now(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_
     return fut
 
 
-async def _call(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str = "") -> Any:
+async def _call(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str = "",
+                replica: Any = None) -> Any:
+    """A call's value, from a replica the router picks, or from ``replica`` (one of ``handle.broadcast``'s)."""
     args, kwargs = await _resolve(args, kwargs)
     r = router.registry.router(app, dep)
     payload = wire.dumps(_request(method, args, kwargs, False, model_id))
-    replica, stream = await r.open_stream(wire.REQ_CALL, payload, _CALL_TIMEOUT_S, model_id)
+    if replica is None:
+        replica, stream = await r.open_stream(wire.REQ_CALL, payload, _CALL_TIMEOUT_S, model_id)
+    else:
+        stream = await r.open_on(replica, wire.REQ_CALL, payload)
     try:
         kind, payload = await stream.next()
     except asyncio.CancelledError:
@@ -275,6 +283,76 @@ class _StreamCall:
                 router.registry.router(*self.key).release(self.replica)
 
 
+#: handle.options keywords besides method_name and stream (all but multiplexed_model_id have no effect here)
+_OTHER_OPTIONS = ("multiplexed_model_id", "session_id", "request_serialization", "response_serialization",
+                      "use_new_handle_api")
+_RAY_SERIALIZATIONS = ("cloudpickle", "pickle", "msgpack", "orjson", "noop")
+
+
+class DeploymentBroadcastResponse:
+    """The results of one call to every replica of a deployment (Ray 2.60's, from ``handle.broadcast``)."""
+
+    def __init__(self, fut: "asyncio.Future | concurrent.futures.Future"):
+        self._fut = fut
+
+    def __reduce__(self) -> Any:
+        raise _not_sendable("DeploymentBroadcastResponse")
+
+    @staticmethod
+    def _checked(outcomes: list[Any], return_exceptions: bool) -> list[Any]:
+        if not return_exceptions:
+            for o in outcomes:
+                if isinstance(o, BaseException):
+                    raise o
+        return outcomes
+
+    def results(self, *, timeout_s: float | None = None, return_exceptions: bool = False) -> list[Any]:
+        """One result per replica that ran when ``broadcast`` was called (not from inside an async method).
+
+        Raises:
+            TimeoutError: not every replica answered within ``timeout_s``.
+            The first replica's exception, unless ``return_exceptions`` (then it is in the list).
+        """
+        if eventloop.on_loop():
+            raise RuntimeError("DeploymentBroadcastResponse.results() blocks the event loop that must produce the "
+                               "results; use `await response.results_async()` inside async methods.")
+        fut = self._fut
+        if not isinstance(fut, concurrent.futures.Future):
+            fut = asyncio.run_coroutine_threadsafe(_await(fut), eventloop.get_loop())
+        try:
+            return self._checked(fut.result(timeout_s), return_exceptions)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"the broadcast did not finish within timeout_s={timeout_s}.") from None
+
+    async def results_async(self, *, timeout_s: float | None = None, return_exceptions: bool = False) -> list[Any]:
+        """:meth:`results`, awaited."""
+        fut = self._fut
+        if isinstance(fut, concurrent.futures.Future):
+            waiting: Any = asyncio.wrap_future(fut)
+        elif eventloop.on_loop():
+            waiting = asyncio.shield(fut)
+        else:
+            waiting = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_await(fut), eventloop.get_loop()))
+        try:
+            return self._checked(await asyncio.wait_for(waiting, timeout_s), return_exceptions)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"the broadcast did not finish within timeout_s={timeout_s}.") from None
+
+
+async def _broadcast(app: str, dep: str, method: str, args: tuple, kwargs: dict) -> list[Any]:
+    """Call ``method`` on every replica of the deployment at once; each one's value, or its exception."""
+    from muster.serve.exceptions import DeploymentUnavailableError
+
+    args, kwargs = await _resolve(args, kwargs)
+    r = router.registry.router(app, dep)
+    replicas = r.replicas_now()
+    if not replicas:
+        raise DeploymentUnavailableError(f"handle.broadcast({method!r}): deployment {dep!r} of app {app!r} has no "
+                                         "running replica (is the app running? serve.status() says).")
+    calls = [_call(app, dep, method, args, kwargs, replica=rep) for rep in replicas]
+    return list(await asyncio.gather(*calls, return_exceptions=True))
+
+
 class DeploymentHandle:
     """Calls one deployment of one app; picklable, so it can be passed to other deployments."""
 
@@ -285,14 +363,22 @@ class DeploymentHandle:
 
     def options(self, *, method_name: str | None = None, stream: bool | None = None, **others: Any) -> "DeploymentHandle":
         """A handle with other call options (``stream=True`` for generator methods). Ray's
-        ``use_new_handle_api`` and ``_``-prefixed options are accepted and do nothing here."""
+        ``use_new_handle_api``, ``session_id`` (read only by Ray's experimental consistent-hash router: the
+        default router, muster's, ignores it), ``request_serialization``/``response_serialization`` (Ray's
+        gRPC transport's; muster's hop has its own) and ``_``-prefixed options are accepted and do nothing."""
         model_id = others.get("multiplexed_model_id")
         if model_id is not None and not isinstance(model_id, str):
             raise InvalidTypeError(f"handle.options(multiplexed_model_id={model_id!r}): a model id is a string.")
-        unknown = sorted(k for k in others if not k.startswith("_") and k not in ("use_new_handle_api", "multiplexed_model_id"))
+        if not isinstance(others.get("session_id", ""), str):
+            raise InvalidTypeError(f"handle.options(session_id={others['session_id']!r}): a session id is a string.")
+        for key in ("request_serialization", "response_serialization"):
+            if others.get(key, "cloudpickle") not in _RAY_SERIALIZATIONS:
+                raise InvalidArgumentError(f"handle.options({key}={others[key]!r}): use one of Ray's "
+                                           f"{list(_RAY_SERIALIZATIONS)}.")
+        unknown = sorted(k for k in others if not k.startswith("_") and k not in _OTHER_OPTIONS)
         if unknown:
             raise InvalidTypeError(f"handle.options(): unknown option(s) {unknown}; known: method_name, stream, "
-                                   "multiplexed_model_id.")
+                                   f"{', '.join(_OTHER_OPTIONS)}.")
         return DeploymentHandle(
             self.deployment_name, self.app_name, method_name=method_name or self._method,
             stream=self._stream if stream is None else stream,
@@ -319,6 +405,19 @@ class DeploymentHandle:
                 _call(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id)))
         return DeploymentResponse(eventloop.submit(_call(self.app_name, self.deployment_name, self._method, args,
                                                          kwargs, self._model_id)))
+
+    def broadcast(self, method_name: str, *args: Any, **kwargs: Any) -> DeploymentBroadcastResponse:
+        """Call ``method_name`` on every running replica at once (Ray 2.60's): for control calls such as a cache
+        reset, not the request path (``max_ongoing_requests`` and ``max_queued_requests`` do not hold it back).
+
+        Returns:
+            A :class:`DeploymentBroadcastResponse`: ``.results(timeout_s=, return_exceptions=)`` or
+            ``await .results_async(...)``, one result per replica.
+        """
+        call = _broadcast(self.app_name, self.deployment_name, method_name, args, kwargs)
+        if eventloop.on_loop():
+            return DeploymentBroadcastResponse(asyncio.ensure_future(call))
+        return DeploymentBroadcastResponse(eventloop.submit(call))
 
     def __reduce__(self) -> Any:
         return (_rebuild, (self.deployment_name, self.app_name, self._method, self._stream, self._model_id))

@@ -24,12 +24,12 @@ from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve.api import ApplicationStatusOverview, DeploymentStatusOverview, ServeStatus
-from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions
+from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions, LoggingConfig
 from muster.serve.deployment import Application, Deployment
 
 __all__ = [  # Ray keeps these in ray.serve.schema; the status and config classes are the ones muster.serve exports
     "AppSchema", "ApplicationStatusOverview", "AutoscalingConfig", "DeploymentConfig", "DeploymentStatusOverview",
-    "HTTPOptions", "ServeConfig", "ServeStatus", "build_config", "deploy", "import_app", "load_config",
+    "HTTPOptions", "LoggingConfig", "ServeConfig", "ServeStatus", "build_config", "deploy", "import_app", "load_config",
 ]
 
 
@@ -207,7 +207,7 @@ def _set_options(config: DeploymentConfig) -> dict[str, Any]:
     out: dict[str, Any] = {"name": config.name}
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
-        if f.name in ("name", "route_prefix") or value == getattr(bare, f.name):
+        if f.name in ("name", "route_prefix", "deployment_actors") or value == getattr(bare, f.name):
             continue
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             value = {k: v for k, v in dataclasses.asdict(value).items() if v is not None}

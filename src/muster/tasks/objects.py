@@ -260,9 +260,12 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
             pass
     for r in items:
         if not isinstance(r, ObjectRef):
+            # a Serve DeploymentResponse (Ray 2.60 refuses it in ray.get too; older Serve docs still call it so)
+            fix = ("take its value with response.result() (or `await response`), or a ref with "
+                   "response._to_object_ref_sync()" if hasattr(r, "_to_object_ref_sync") else
+                   "call .remote() to get a ref")
             raise InvalidTypeError(
-                f"muster.get() takes an ObjectRef or a list of them, got {type(r).__name__}; "
-                "call .remote() to get a ref."
+                f"muster.get() takes an ObjectRef or a list of them, got {type(r).__name__}; {fix}."
             )
     if core_context.in_worker():
         ok_values = core_context.send_event(events.Get([r.id for r in items], timeout))

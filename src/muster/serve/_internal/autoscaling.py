@@ -5,7 +5,8 @@ sampled every ``metrics_interval_s``, are aggregated (``aggregation_function``)
 over the last ``look_back_period_s``; the wanted count moves from the current
 one toward ``aggregate / target_ongoing_requests`` by the smoothing factor;
 and a change happens once it has been wanted for ``upscale_delay_s`` (or
-``downscale_delay_s``) without a break.
+``downscale_delay_s``) without a break. A config's custom ``policy`` (Ray's
+``AutoscalingPolicy``) replaces the middle step: it says the count it wants.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
+from muster.serve.autoscaling_policy import AutoscalingContext
 from muster.serve.config import AutoscalingConfig
+from muster.serve.context import DeploymentID, ReplicaID
 
 _MAX_SAMPLES = 100_000  # a bound on the window's memory, whatever look_back_period_s / metrics_interval_s are
 
@@ -27,6 +31,11 @@ class ScaleState:
     want_up_since: float | None = None
     want_down_since: float | None = None
     samples: collections.deque = field(default_factory=lambda: collections.deque(maxlen=_MAX_SAMPLES))
+    policy: Callable[[AutoscalingContext], Any] | None = None  # a custom policy, once built (a class's instance)
+    policy_of: Any = None  # the AutoscalingPolicy it was built from
+    policy_state: dict[str, Any] = field(default_factory=dict)  # what it returned last time
+    last_up: float | None = None
+    last_down: float | None = None
 
 
 def _aggregate(cfg: AutoscalingConfig, total_ongoing: float, now: float, state: ScaleState) -> float:
@@ -53,20 +62,62 @@ def wanted(cfg: AutoscalingConfig, current: int, ongoing: float) -> int:
     return min(max(desired, floor), cfg.max_replicas)
 
 
-def decide(cfg: AutoscalingConfig, current: int, total_ongoing: float, now: float, state: ScaleState) -> int:
+def decide(cfg: AutoscalingConfig, current: int, total_ongoing: float, now: float, state: ScaleState,
+           facts: "Facts | None" = None) -> int:
     """The replica count to run now, given ``total_ongoing`` requests across ``current`` replicas at ``now``.
 
-    Scaling up waits until the need has lasted ``upscale_delay_s``, scaling
-    down ``downscale_delay_s``; the result stays within
-    ``[max(min_replicas, 1), max_replicas]``.
+    The config's custom ``policy`` (given the deployment's ``facts``), or the default one, says what it wants;
+    scaling up waits until that has lasted ``upscale_delay_s``, scaling down ``downscale_delay_s``; the result
+    stays within ``[max(min_replicas, 1), max_replicas]``.
     """
-    desired = wanted(cfg, current, _aggregate(cfg, total_ongoing, now, state))
+    total = _aggregate(cfg, total_ongoing, now, state)
+    if cfg.policy is not None and facts is not None:
+        desired = _custom(cfg, current, total, now, state, facts)
+    else:
+        desired = wanted(cfg, current, total)
+    return _after_delay(cfg, current, desired, now, state)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a custom policy's context says of the deployment besides the requests (the controller's view)."""
+
+    app: str
+    deployment: str
+    target: int
+    running: list[str]
+
+
+def _custom(cfg: AutoscalingConfig, current: int, total: float, now: float, state: ScaleState, facts: Facts) -> int:
+    """What the custom policy wants, through the config's factors and bounds, as Ray applies them."""
+    assert cfg.policy is not None
+    if state.policy is None or state.policy_of != cfg.policy:  # built once (again after a redeploy changed it)
+        state.policy, state.policy_of = cfg.policy.load(), cfg.policy
+    floor = max(cfg.min_replicas, 1)
+    ctx = AutoscalingContext(
+        deployment_id=DeploymentID(facts.deployment, facts.app), current_num_replicas=current,
+        target_num_replicas=facts.target, running_replicas=[ReplicaID(r) for r in facts.running],
+        total_num_requests=total, capacity_adjusted_min_replicas=floor, capacity_adjusted_max_replicas=cfg.max_replicas,
+        policy_state=dict(state.policy_state), last_scale_up_time=state.last_up, last_scale_down_time=state.last_down,
+        current_time=now, config=cfg,
+    )
+    asked, policy_state = state.policy(ctx)
+    state.policy_state = dict(policy_state or {})
+    desired = math.ceil(asked)
+    if current > 0 and desired != current:
+        scaled = math.ceil(round(current + cfg.factor(desired > current) * (asked - current), 9))
+        desired = scaled - 1 if desired < current and scaled == current else scaled  # a factor never stalls a move
+    return min(max(desired, floor), cfg.max_replicas)
+
+
+def _after_delay(cfg: AutoscalingConfig, current: int, desired: int, now: float, state: ScaleState) -> int:
+    """``desired`` once it has been wanted for the up- or downscale delay without a break, else ``current``."""
     if desired > current:
         state.want_down_since = None
         if state.want_up_since is None:
             state.want_up_since = now
         if now - state.want_up_since >= cfg.upscale_delay_s:
-            state.want_up_since = None
+            state.want_up_since, state.last_up = None, now
             return desired
         return current
     if desired < current:
@@ -74,7 +125,7 @@ def decide(cfg: AutoscalingConfig, current: int, total_ongoing: float, now: floa
         if state.want_down_since is None:
             state.want_down_since = now
         if now - state.want_down_since >= cfg.downscale_delay_s:
-            state.want_down_since = None
+            state.want_down_since, state.last_down = None, now
             return desired
         return current
     state.want_up_since = state.want_down_since = None

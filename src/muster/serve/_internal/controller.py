@@ -26,7 +26,7 @@ from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.exceptions import ActorDiedError, InvalidArgumentError, describe_exit
 from muster.serve import multiplex
-from muster.serve._internal import autoscaling, plan, router
+from muster.serve._internal import autoscaling, deployment_actors, plan, router
 from muster.serve._internal.ingress import IngressActor, answers, listening
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.record import ServeRecorder
@@ -132,6 +132,9 @@ class ServeController:
         if stop_old_first and old is not None:
             self._stop_app(old)
         try:
+            gen = os.urandom(4).hex()  # a redeploy's actors are new ones, beside the old app's until it stops
+            for d in new.deployments.values():
+                d.actors = deployment_actors.start(name, d.plan.name, gen, d.plan.config.deployment_actors)
             starts = [(d, n) for d in new.deployments.values() for n in range(d.target)]
             futs = [self.pool.submit(self._start_replica, d) for d, _ in starts]
             for f in futs:
@@ -139,6 +142,7 @@ class ServeController:
         except BaseException:
             for d in new.deployments.values():
                 self._stop_replicas(d, list(d.replicas.values()), drain=False)
+                deployment_actors.stop(d.actors)
             with self.lock:
                 if self.apps.get(name) is old and old is not None and stop_old_first:
                     self.apps.pop(name, None)
@@ -207,6 +211,8 @@ class ServeController:
         futs = [self.pool.submit(self._stop_replicas, d, list(d.replicas.values())) for d in app.deployments.values()]
         concurrent.futures.wait(futs, timeout=max(
             [d.plan.config.graceful_shutdown_timeout_s for d in app.deployments.values()] + [0]) + 10)
+        for d in app.deployments.values():
+            deployment_actors.stop(d.actors)
 
     def _need(self, plans: list[DeploymentPlan]) -> dict[str, float]:
         need: dict[str, float] = {}
@@ -263,7 +269,7 @@ class ServeController:
                 d.pending -= 1
         label = f"serve {d.app}/{d.plan.name} #{n}"  # the prefix of its log lines, and their key in the store
         spec = ReplicaSpec(d.app, d.plan.name, rid, rep.socket, plan.portable(d.plan.target), d.plan.args, d.plan.kwargs,
-                           d.plan.config, self.table, rep.rank, max(d.target, rep.rank + 1))
+                           d.plan.config, self.table, rep.rank, max(d.target, rep.rank + 1), d.actors)
         try:
             self._wait_for_room(d, rep)
             # The replica's tasks, actors and gets are served as any actor's; the actors it makes die with it.
@@ -506,7 +512,13 @@ class ServeController:
         cfg = d.plan.config.autoscaling_config
         assert cfg is not None
         current = d.live()
-        want = autoscaling.decide(cfg, current, ongoing, now, d.scale)
+        facts = autoscaling.Facts(d.app, d.plan.name, d.target, [r.id for r in d.running()])
+        try:
+            want = autoscaling.decide(cfg, current, ongoing, now, d.scale, facts)
+        except Exception as exc:  # noqa: BLE001 - a custom policy's failure: keep the count, say why
+            d.message = f"the autoscaling policy raised {type(exc).__name__}: {exc}; keeping {current} replicas"
+            print(f"[serve] {d.plan.name}: {d.message}", file=sys.stderr, flush=True)
+            return
         if want > d.target or want < d.target:
             d.message = f"autoscaling from {d.target} to {want} replicas ({ongoing:g} ongoing requests)"
             print(f"[serve] {d.plan.name}: {d.message}", file=sys.stderr, flush=True)

@@ -77,13 +77,13 @@ def check_picklable(p: "DeploymentPlan", app_name: str) -> None:
 
 
 def build(app: Application, app_name: str, overrides: dict[str, dict[str, Any]] | None = None,
-          env_vars: dict[str, str] | None = None) -> tuple[str, list[DeploymentPlan]]:
+          env_vars: dict[str, str] | None = None, logging_config: Any = None) -> tuple[str, list[DeploymentPlan]]:
     """``(ingress deployment name, every deployment)`` of ``app``; dependencies come first.
 
     ``overrides`` maps deployment names to options (a config file's
     ``deployments`` entries) applied on top of the code's. ``env_vars`` (a config
     file's app-level ``runtime_env``) go to every deployment's replicas, under
-    the deployment's own.
+    the deployment's own. ``logging_config`` (``serve.run``'s) is that of every deployment that sets none.
 
     Raises:
         TypeError: ``app`` is not a bound deployment.
@@ -128,6 +128,8 @@ def build(app: Application, app_name: str, overrides: dict[str, dict[str, Any]] 
             own = dict(options.get("runtime_env") or {})
             own["env_vars"] = {**env_vars, **(own.get("env_vars") or {})}
             config = config.replace(ray_actor_options={**options, "runtime_env": own})
+        if logging_config is not None and config.logging_config is None:
+            config = config.replace(logging_config=logging_config)
         plans.append(DeploymentPlan(name, node.deployment.func_or_class, args, kwargs, config))
         return name
 

@@ -48,6 +48,7 @@ class ReplicaSpec:
     table: router.RouteTable
     rank: int = 0  # 0..n-1 over the deployment's live replicas (on a cluster, node_rank is not worked out: 0)
     world_size: int = 1
+    deployment_actors: dict[str, Any] | None = None  # handles of the deployment-scoped actors, by name
 
 
 def _scope(fields: tuple) -> dict:
@@ -105,24 +106,31 @@ def _receive_once(body: bytes) -> Any:
 
 
 SERVE_LOGGER = "muster.serve"  # Ray's "ray.serve": what replicas log there shows in their output
+#: The loggers a replica sends to its output: muster's, and Ray's name for it (ported code keeps
+#: ``logging.getLogger("ray.serve")``: the port changes imports, not strings).
+SERVE_LOGGERS = (SERVE_LOGGER, "ray.serve")
 
 
 def _log_to_output(spec: "ReplicaSpec") -> None:
-    """Send INFO and up from the ``muster.serve`` logger (and those under it) to this replica's stderr, which
-    the runtime captures (the driver's output, ``muster logs``, the run store), as Ray Serve does with
-    ``ray.serve``.  A level the user set on the logger is kept; once per process."""
-    logger = logging.getLogger(SERVE_LOGGER)
-    if any(getattr(h, "_muster_replica", False) for h in logger.handlers):
-        return
+    """Send INFO and up from the ``muster.serve`` and ``ray.serve`` loggers (and those under them) to this
+    replica's stderr, which the runtime captures (the driver's output, ``muster logs``, the run store), as
+    Ray Serve does with ``ray.serve``.  A level the user set on a logger is kept; once per process."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(
         f"%(levelname)s %(asctime)s {spec.deployment} {spec.replica_id} %(filename)s:%(lineno)d - %(message)s"
     ))
     setattr(handler, "_muster_replica", True)  # noqa: B010 - marks the handler this function added
-    logger.addHandler(handler)
-    if logger.level == logging.NOTSET:
-        logger.setLevel(logging.INFO)
-    logger.propagate = False  # as Ray's: not twice when the user configured the root logger
+    level = spec.config.logging_config.log_level if spec.config.logging_config is not None else None
+    for name in SERVE_LOGGERS:
+        logger = logging.getLogger(name)
+        if any(getattr(h, "_muster_replica", False) for h in logger.handlers):
+            continue
+        logger.addHandler(handler)
+        if level is not None:  # the deployment's logging_config (Ray's LoggingConfig.log_level)
+            logger.setLevel(level)
+        elif logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+        logger.propagate = False  # as Ray's: not twice when the user configured the root logger
 
 
 def _takes_positional(fn: Any) -> bool:
@@ -232,6 +240,7 @@ class ReplicaActor:
         self._methods: dict[str, tuple[Any, bool]] = {}
         self._wants_request: dict[str, bool] = {}  # does __call__ take the Request (see _http_args)
         rank = replica_context.ReplicaRank(spec.rank, 0, spec.rank)  # one node's ranks (see ReplicaSpec.rank)
+        replica_context.set_deployment_actors(spec.deployment_actors or {})
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, None, rank,
                                                             spec.world_size))
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target

@@ -345,6 +345,23 @@ class Router:
             if r is not None:
                 return r
 
+    async def open_on(self, r: _RoutedReplica, kind: int, payload: bytes) -> Stream:
+        """Send one request to ``r`` itself, counted in its ongoing requests but past its ``max_ongoing_requests``
+        (``handle.broadcast``, as in Ray); the caller must :meth:`release` it."""
+        r.ongoing += 1
+        try:
+            return (await self.connect(r)).open(kind, payload)
+        except BaseException:
+            self.release(r)
+            raise
+
+    def replicas_now(self) -> list[_RoutedReplica]:
+        """Every replica this process routes to now (a worker Serve pushes no table to asks the driver first
+        when it knows none), for a call to each of them (``handle.broadcast``)."""
+        if not self._list and self._refresh is not None:
+            self._refresh()
+        return [r for r in self._list if not r.dead]
+
     def _queued(self) -> int:
         while self._waiters and self._waiters[0].done():
             self._waiters.popleft()

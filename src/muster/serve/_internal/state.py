@@ -76,6 +76,7 @@ class DeploymentState:
     last_stats: float = 0.0
     counter: itertools.count = field(default_factory=itertools.count)
     pending: int = 0  # replacements submitted, not yet started
+    actors: dict[str, Any] = field(default_factory=dict)  # its deployment-scoped actors' handles, by name
     retry_at: float = 0.0
 
     def running(self) -> list[ReplicaState]:
