@@ -152,7 +152,8 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                      "FIFOMixin", "LocalityMixin", "MultiplexMixin")
     },
     "muster.air": {
-        "session": "muster.train.report / get_checkpoint / get_context",
+        "session": "muster.train's functions: session.report / get_checkpoint / get_context / "
+        "get_dataset_shard(name) become muster.train.report / get_checkpoint / get_context / get_dataset_shard",
     },
     "muster.air.integrations.mlflow": {
         "setup_mlflow": "mlflow.start_run() in rank 0 of train_loop_per_worker, or MLflowLoggerCallback",
