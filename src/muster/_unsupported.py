@@ -72,7 +72,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "logdir says",
     },
     "muster.data.Dataset": {
-        "to_torch": "iter_torch_batches(batch_size=...)",
         "to_tf": "iter_batches(batch_format='numpy') fed to tf.data",
         "iter_tf_batches": "iter_batches(batch_format='numpy')",
         "to_dask": "to_pandas()",
@@ -180,7 +179,8 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                      "FIFOMixin", "LocalityMixin", "MultiplexMixin")
     },
     "muster.air": {
-        "session": "muster.train.report / get_checkpoint / get_context",
+        "session": "muster.train's functions: session.report / get_checkpoint / get_context / "
+        "get_dataset_shard(name) become muster.train.report / get_checkpoint / get_context / get_dataset_shard",
     },
     "muster.air.integrations.mlflow": {
         "setup_mlflow": "mlflow.start_run() in rank 0 of train_loop_per_worker, or MLflowLoggerCallback",
@@ -214,6 +214,50 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
 }
 
 
+#: module -> {name Ray itself removed: what replaced it in Ray (and here)}; their error says "removed from Ray"
+REMOVED: dict[str, dict[str, str]] = {
+    "muster.data.Dataset": {
+        "fully_executed": "call materialize()",
+        "is_fully_executed": "test isinstance(ds, muster.data.MaterializedDataset) (what materialize() returns)",
+        "lazy": "drop the call: every Dataset is lazy",
+        "default_batch_format": "name batch_format= at the call ('numpy', the default of iter_batches and "
+        "map_batches, 'pandas' or 'pyarrow')",
+        "dataset_format": "call schema() (the columns and their types)",
+        "repeat": "loop over the epochs: for epoch in range(n): for batch in ds.iter_batches(...) (each pass runs "
+        "the plan again)",
+        "window": "iterate ds.iter_batches(...): execution streams blocks as they are made",
+        "to_torch": "call iter_torch_batches(batch_size=...), or wrap it in a torch IterableDataset",
+    },
+    "muster.data": {
+        "range_table": "call muster.data.range(n) (its column is 'id'; range_table's was 'value')",
+        "range_arrow": "call muster.data.range(n) (its column is 'id')",
+        "DatasetPipeline": "use muster.data.Dataset, which streams; loop over epochs with ds.iter_batches(...)",
+    },
+    "muster.data.preprocessors": {
+        "BatchMapper": "call Dataset.map_batches(fn, batch_format=...)",
+    },
+}
+
+#: keyword arguments Ray removed from its iterators (``iter_batches``, ``iter_torch_batches``): their replacement
+REMOVED_ARGS: dict[str, str] = {
+    "prefetch_blocks": "prefetch_batches=",
+}
+
+
+def refuse_removed_args(where: str, given: dict[str, Any]) -> None:
+    """Raise for keywords ``where`` does not take: naming the replacement for one Ray removed.
+
+    Raises:
+        InvalidTypeError: the first of ``given``, as ``TypeError`` would name it, with the fix.
+    """
+    from muster.exceptions import InvalidTypeError
+
+    for name in given:
+        if name in REMOVED_ARGS:
+            raise InvalidTypeError(f"{where}({name}=...): Ray removed {name!r}; pass {REMOVED_ARGS[name]} instead.")
+        raise InvalidTypeError(f"{where}() got an unexpected keyword argument {name!r}. {_GUIDE}")
+
+
 class UnsupportedModuleFinder(importlib.abc.MetaPathFinder):
     """Last on ``sys.meta_path``: ``import muster.util.multiprocessing`` (a Ray module muster does not
     provide) raises :class:`UnsupportedRayImportError` naming the equivalent, not a bare
@@ -238,11 +282,13 @@ def install_finder() -> None:
 def raise_unsupported(module: str, name: str) -> NoReturn:
     """Raise the error for ``module.name``: unsupported (with its equivalent) or simply unknown."""
     nearest = UNSUPPORTED.get(module, {}).get(name)
-    if nearest is not None:
-        message = (
-            f"{module}.{name} (Ray's ray{module.removeprefix('muster')}.{name}) is not supported by muster; "
-            f"nearest equivalent: {nearest}. {_GUIDE}"
-        )
+    replaced = REMOVED.get(module, {}).get(name)
+    if nearest is not None or replaced is not None:
+        ray_name = f"ray{module.removeprefix('muster')}.{name}"
+        message = (f"{module}.{name} ({ray_name}) was removed from Ray; instead, {replaced}. {_GUIDE}"
+                   if replaced is not None else
+                   f"{module}.{name} (Ray's {ray_name}) is not supported by muster; nearest equivalent: {nearest}. "
+                   f"{_GUIDE}")
         if _from_import():
             raise UnsupportedRayImportError(message, name=name)
         raise UnsupportedRayAPIError(message)

@@ -51,7 +51,10 @@ class Dataset(writers.FileWrites):
         self._iterator: DataIterator | None = None
 
     def __repr__(self) -> str:
-        return f"Dataset({self._node.describe()})"
+        """As Ray prints an unexecuted dataset, running nothing (see ``dataset_repr``)."""
+        from muster.data.dataset_repr import lazy_repr
+
+        return lazy_repr(self._node)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_node": self._node}  # the plan travels; stats and iterators stay here

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from muster._unsupported import refuse_removed_args
 from muster.data import block as blk
 from muster.data.exceptions import DataTypeError
 from muster.exceptions import InvalidArgumentError
@@ -65,8 +66,8 @@ class DataIterator:
     # -- public iteration ---------------------------------------------------------
     def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "numpy", prefetch_batches: int = 1,
                      drop_last: bool = False, local_shuffle_buffer_size: int | None = None,
-                     local_shuffle_seed: int | None = None, _finalize: Callable[[Any], Any] | None = None
-                     ) -> "Passes":
+                     local_shuffle_seed: int | None = None, _finalize: Callable[[Any], Any] | None = None,
+                     **removed: Any) -> "Passes":
         """Batches of ``batch_size`` rows (the last may be short unless ``drop_last``).
 
         Args:
@@ -77,6 +78,7 @@ class DataIterator:
             local_shuffle_buffer_size: shuffle rows within a buffer of at least this many rows.
             local_shuffle_seed: seeds that buffer (combined with the epoch).
         """
+        refuse_removed_args("iter_batches", removed)
         fmt = blk.check_batch_format(batch_format, "iter_batches")
         if batch_size is not None and batch_size < 1:
             raise InvalidArgumentError(f"iter_batches(batch_size={batch_size}): use a positive number or None.")
@@ -135,7 +137,7 @@ class DataIterator:
                            collate_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
                            drop_last: bool = False, prefetch_batches: int = 1,
                            local_shuffle_buffer_size: int | None = None, local_shuffle_seed: int | None = None,
-                           pin_memory: bool = False) -> "Passes":
+                           pin_memory: bool = False, **removed: Any) -> "Passes":
         """Batches as dicts of torch tensors (or whatever ``collate_fn`` makes of a numpy batch).
 
         Args:
@@ -152,6 +154,7 @@ class DataIterator:
         """
         import torch
 
+        refuse_removed_args("iter_torch_batches", removed)
         dev = _device(device)
         pin = bool(pin_memory) and dev is not None and dev.type == "cuda" and torch.cuda.is_available()
 

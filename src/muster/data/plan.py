@@ -58,6 +58,7 @@ class ReadTask:
     size: int = 0
     files: tuple[str, ...] = ()  # the files it reads (``Dataset.input_files``)
     rows: int | None = None  # the rows it makes, when known before reading (``count()`` adds them up)
+    schema: pa.Schema | None = None  # its blocks' schema, when known before reading (``repr`` shows it)
 
 
 @dataclass(frozen=True)
@@ -124,18 +125,12 @@ class Node:
             return None
         return sum(t.rows or 0 for t in self.op.tasks)
 
-    def describe(self) -> str:
-        parts = [n.describe() for n in self.inputs]
-        here = self.op.name
-        if len(parts) > 1:
-            return f"Union[{', '.join(parts)}]"
-        return f"{parts[0]} -> {here}" if parts else here
-
 
 def fn_name(fn: Any) -> str:
-    if inspect.isclass(fn):
-        return fn.__qualname__
-    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    """``fn``'s name as Ray's operator names show it: ``<lambda>``, ``my_fn``, ``Model.predict`` (without
+    the ``outer.<locals>.`` of a function or class defined in a function)."""
+    name = fn.__qualname__ if inspect.isclass(fn) else getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return name.rsplit("<locals>.", 1)[-1]
 
 
 def _guard(op: str, fn: Any, block: pa.Table | None, call: Callable[[], Any]) -> Any:

@@ -468,7 +468,8 @@ def image_tasks(paths: Any, filesystem: Any, size: tuple[int, int] | None, mode:
 
 # -- in memory ------------------------------------------------------------------------
 def block_tasks(blocks: list[pa.Table], label: str) -> tuple[ReadTask, ...]:
-    return tuple(ReadTask((lambda b=b: [b]), f"{label}[{i}]", blk.nbytes(b)) for i, b in enumerate(blocks))
+    return tuple(ReadTask((lambda b=b: [b]), f"{label}[{i}]", blk.nbytes(b), rows=b.num_rows, schema=b.schema)
+                 for i, b in enumerate(blocks))
 
 
 def rows_per_block(row_bytes: int) -> int:
@@ -509,5 +510,7 @@ def range_tasks(n: int, rows: int, tensor_shape: tuple[int, ...] | None) -> tupl
         return read
 
     spans = [(s, min(n, s + rows)) for s in range(0, n, rows)]
-    return tuple(ReadTask(make(s, e), f"range[{s}:{e}]", row_bytes * (e - s)) for s, e in spans) or \
-        (ReadTask(lambda: [pa.table({"id": pa.array([], pa.int64())})], "range[0:0]"),)
+    schema = pa.schema([("id", pa.int64())]) if tensor_shape is None else None  # a tensor's: its extension type
+    return tuple(ReadTask(make(s, e), f"range[{s}:{e}]", row_bytes * (e - s), rows=e - s, schema=schema)
+                 for s, e in spans) or (ReadTask(lambda: [pa.table({"id": pa.array([], pa.int64())})], "range[0:0]",
+                                                 rows=0, schema=schema),)

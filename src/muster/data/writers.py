@@ -3,7 +3,9 @@ folder or URL."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import posixpath
 import uuid
 from typing import Any, Callable, Iterator
 
@@ -142,8 +144,8 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
     ``max_rows_per_file``: a file has at most that many (a bigger block is split over several).
     ``partition_cols``: hive-style folders ``col=value/`` per distinct value, without those columns.
     ``filesystem``: a pyarrow or fsspec filesystem (default: from the path's URL scheme).
-    Each file is whole or absent: it is written under a hidden name and renamed when complete, so a
-    write that fails leaves no half file for a reader to trip on.
+    Each file is whole or absent (see :func:`whole_file`): a write that fails leaves no half file for a
+    reader to trip on.
     """
     from muster.core.filesystem import as_fsspec, url_to_fs
 
@@ -183,18 +185,9 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
             if folder:
                 fs.makedirs(target, exist_ok=True)
             base = f"{tag}_{len(written):06d}.{ext}" + (f".{_SUFFIX.get(compression, compression)}" if compression else "")
-            name, partial = f"{target}/{base}", f"{target}/.{base}.partial"  # readers skip dot files
-            try:
-                with fs.open(partial, "wb", compression=compression) as f:
-                    write(part, f)
-                fs.mv(partial, name)
-            except BaseException:
-                try:
-                    fs.rm(partial)
-                except Exception:  # noqa: BLE001 - never written, or the store is gone: nothing to remove
-                    pass
-                raise
-            written.append(name)
+            with whole_file(fs, f"{target}/{base}", compression) as f:
+                write(part, f)
+            written.append(f"{target}/{base}")
 
     pending: list[pa.Table] = []
     rows = 0
@@ -209,6 +202,25 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
     if pending:
         emit(blk.concat(pending))
     return written
+
+
+@contextlib.contextmanager
+def whole_file(fs: Any, name: str, compression: str | None = None) -> Iterator[Any]:
+    """``name`` (on fsspec filesystem ``fs``) open for writing, whole or absent: the bytes go to a hidden
+    ``.<base>.partial`` beside it (readers skip dot files), renamed to ``name`` once the block ends; if the
+    block raises, the hidden file is removed and nothing has the final name. Every file writer uses it."""
+    folder, base = posixpath.split(name)
+    partial = posixpath.join(folder, f".{base}.partial")
+    try:
+        with fs.open(partial, "wb", compression=compression) as f:
+            yield f
+        fs.mv(partial, name)
+    except BaseException:
+        try:
+            fs.rm(partial)
+        except Exception:  # noqa: BLE001 - never written, or the store is gone: nothing to remove
+            pass
+        raise
 
 
 _SUFFIX = {"gzip": "gz", "bzip2": "bz2", "zstd": "zst", "lzma": "xz"}

@@ -217,7 +217,8 @@ def read_tasks(datasource: Datasource, parallelism: int | None, read_args: dict[
         public = public_tasks(datasource, parallelism, read_args)
     where = f"Read{datasource.get_name()}"
     return tuple(plan.ReadTask(_Run(t, f"{where} (read task {i}, {plan.fn_name(t.read_fn)})"), f"{where}[{i}]",
-                               t.metadata.size_bytes or 0, t.metadata.input_files or (), t.metadata.num_rows)
+                               t.metadata.size_bytes or 0, t.metadata.input_files or (), t.metadata.num_rows,
+                               t.schema if isinstance(t.schema, pa.Schema) else None)
                  for i, t in enumerate(public))
 
 

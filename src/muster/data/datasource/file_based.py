@@ -11,6 +11,7 @@ file)`` or ``write_block_to_file(block, file)``; ``file`` is a pyarrow ``NativeF
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import uuid
 from typing import Any, Iterable, Iterator, Optional
@@ -162,10 +163,21 @@ class _FileDatasink(Datasink[None]):
         return self.filename_provider.get_filename_for_task(self.write_uuid, ctx.task_idx)
 
     def open_output_stream(self, name: str) -> pa.NativeFile:
-        """A file under the sink's folder, open for writing, as a pyarrow ``NativeFile``."""
+        """A file under the sink's folder, open for writing, as a pyarrow ``NativeFile`` (written in
+        place: the sinks' own writes go through :meth:`_whole_output_file`)."""
         handle = self.filesystem.open(posixpath.join(self.path, name), "wb",
                                       compression=self.open_stream_args.get("compression"))
         return pa.PythonFile(handle, mode="w")
+
+    @contextlib.contextmanager
+    def _whole_output_file(self, name: str) -> Iterator[pa.NativeFile]:
+        """File ``name`` under the sink's folder, open for writing as a pyarrow ``NativeFile``, whole or
+        absent (as the ``write_*`` files: a hidden file renamed when the block ends, removed if it raises)."""
+        from muster.data.writers import whole_file
+
+        path, compression = posixpath.join(self.path, name), self.open_stream_args.get("compression")
+        with whole_file(self.filesystem, path, compression) as handle, pa.PythonFile(handle, mode="w") as file:
+            yield file
 
     @property
     def supports_distributed_writes(self) -> bool:
@@ -183,7 +195,7 @@ class RowBasedFileDatasink(_FileDatasink):
     def write_block(self, block: BlockAccessor, block_index: int, ctx: TaskContext) -> None:
         base, ext = posixpath.splitext(self._task_filename(ctx))
         for row_index, row in enumerate(block.iter_rows(public_row_format=False)):
-            with self.open_output_stream(f"{base}_{block_index:06}_{row_index:06}{ext}") as file:
+            with self._whole_output_file(f"{base}_{block_index:06}_{row_index:06}{ext}") as file:
                 self.write_row_to_file(row, file)
 
 
@@ -201,7 +213,7 @@ class BlockBasedFileDatasink(_FileDatasink):
                                   "write_block_to_file(self, block, file).")
 
     def write_block(self, block: BlockAccessor, block_index: int, ctx: TaskContext) -> None:
-        with self.open_output_stream(self._task_filename(ctx)) as file:
+        with self._whole_output_file(self._task_filename(ctx)) as file:
             self.write_block_to_file(block, file)
 
     @property

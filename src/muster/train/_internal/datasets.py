@@ -97,6 +97,16 @@ class DatasetLoop:
             _shards.clear()
 
 
+def _outline(value: Any) -> str:
+    """``value`` on one line, for an error: a dict's values by type (a Dataset prints on several lines), a
+    list's items so."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: <{type(v).__name__}>" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_outline(v) for v in value) + "]"
+    return f"<{type(value).__name__}>" if "\n" in repr(value) else repr(value)
+
+
 def _configured(config: Any, datasets: dict[str, Any], world: int) -> list[dict[str, Any]]:
     """A user's ``DataConfig.configure`` result, checked: one dict of name -> iterator per rank."""
     from muster.data import DataIterator, Dataset
@@ -105,8 +115,8 @@ def _configured(config: Any, datasets: dict[str, Any], world: int) -> list[dict[
     shards = config.configure(dict(datasets), world, worker_handles=None, worker_node_ids=[node_id()] * world)
     what = f"{type(config).__name__}.configure(world_size={world})"
     if not isinstance(shards, (list, tuple)) or len(shards) != world or not all(isinstance(d, dict) for d in shards):
-        raise InvalidTypeError(f"{what} returned {shards!r}; return a list of {world} dicts (one per worker) of "
-                               "dataset name -> DataIterator, e.g. [{'train': it} for it in ds.streaming_split(n)].")
+        raise InvalidTypeError(f"{what} returned {_outline(shards)}; return a list of {world} dicts (one per worker) "
+                               "of dataset name -> DataIterator, e.g. [{'train': it} for it in ds.streaming_split(n)].")
     for rank, named in enumerate(shards):
         for name, shard in named.items():
             if not isinstance(shard, (DataIterator, Dataset)):

@@ -1,0 +1,62 @@
+"""``print(ds)`` of a lazy dataset shows Ray 2.60's forms (its plan, or its column table), running nothing."""
+
+from __future__ import annotations
+
+import muster.data as md
+from muster.data.block import BlockMetadata
+from muster.data.datasource import Datasource, ReadTask
+
+
+class Unreadable(Datasource):
+    """A source that fails if anything reads it: printing must not."""
+
+    def __init__(self, rows=None):
+        super().__init__()
+        self.rows = rows
+
+    def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
+        def read():
+            raise AssertionError("repr read the data")
+
+        return [ReadTask(read, BlockMetadata(num_rows=self.rows, size_bytes=None, exec_stats=None))]
+
+
+def test_a_lazy_read_and_its_transforms_print_the_plan_as_ray_does(tmp_path):
+    (tmp_path / "t.csv").write_text("a,b\n1,x\n")
+    ds = md.read_csv(str(tmp_path / "t.csv"))
+    assert repr(ds) == "Dataset(num_rows=?, schema=Unknown schema)"  # as Ray 2.60 prints read_csv's
+    chained = ds.map(lambda r: r).filter(lambda r: True)
+    assert str(chained) == ("Filter(<lambda>)\n"
+                            "+- Map(<lambda>)\n"
+                            "   +- Dataset(num_rows=?, schema=Unknown schema)")
+    source = md.read_datasource(Unreadable(rows=7)).map_batches(lambda b: b)
+    assert repr(source) == "MapBatches(<lambda>)\n+- Dataset(num_rows=7, schema=Unknown schema)"
+
+
+def test_what_the_source_knows_unread_is_shown():
+    assert repr(md.range(10).map_batches(lambda b: b)) == ("MapBatches(<lambda>)\n"
+                                                           "+- Dataset(num_rows=10, schema={id: int64})")
+    assert str(md.range(10)) == ("shape: (10, 1)\n"
+                                 "╭───────╮\n"
+                                 "│ id    │\n"
+                                 "│ ---   │\n"
+                                 "│ int64 │\n"
+                                 "╰───────╯\n"
+                                 "(Dataset isn't materialized)")
+    assert repr(md.from_items([{"a": 1, "b": "x"}]).map(lambda r: r)) == (
+        "Map(<lambda>)\n+- Dataset(num_rows=1, schema={a: int64, b: string})")
+    assert repr(md.from_items([{"a": 1}])) == "MaterializedDataset(num_blocks=1, num_rows=1, schema={a: int64})"
+
+
+def test_a_long_schema_goes_on_several_lines():
+    row = {f"a_long_column_name_number_{i}": 1.0 for i in range(3)}
+    assert repr(md.from_items([row]).map(lambda r: r)) == (
+        "Map(<lambda>)\n"
+        "+- Dataset(\n"
+        "      num_rows=1,\n"
+        "      schema={\n"
+        "         a_long_column_name_number_0: double,\n"
+        "         a_long_column_name_number_1: double,\n"
+        "         a_long_column_name_number_2: double\n"
+        "      }\n"
+        "   )")
