@@ -166,8 +166,7 @@ class Tuner:
         if self._path is not None:
             return Storage.at(self._path, self.run_config.storage_filesystem)
         if self.run_config.name is None:
-            stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-            self.run_config.name = f"{_trainable_name(self.trainable)}_{stamp}_{secrets.token_hex(2)}"
+            self.run_config.name = default_experiment_name(self.trainable)
         storage = Storage(self.run_config.resolved_storage_path(), self.run_config.name, self.run_config.storage_filesystem)
         self._path = storage.uri
         return storage
@@ -384,6 +383,12 @@ def _trainer_space(trainable: Any, space: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in space.items() if k in trainable.tunable_args}
     out["train_loop_config"] = {**loose, **(space.get("train_loop_config") or {})}
     return out
+
+
+def default_experiment_name(trainable: Any) -> str:
+    """An experiment's folder name when none is given: the trainable's name, the time, a random part."""
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    return f"{_trainable_name(trainable)}_{stamp}_{secrets.token_hex(2)}"
 
 
 def _trainable_name(trainable: Any) -> str:
