@@ -92,7 +92,10 @@ def run(
         ExperimentAnalysis: with ``metric`` and ``mode`` as its defaults.
 
     Raises:
-        TuneError: a trial failed and ``raise_on_failed_trial`` (its error is the cause).
+        TuneError: a trial did not complete and ``raise_on_failed_trial`` (the first error is the cause),
+            unless Ctrl-C (SIGINT) stopped the run: then, as in Ray, it returns what was saved (trials
+            that were running are ``RUNNING``, to be continued with ``resume=True``). SIGTERM or a
+            second Ctrl-C raises ``KeyboardInterrupt``.
         InvalidArgumentError / InvalidTypeError: an argument muster cannot honour, naming the fix.
     """
     if isinstance(run_or_experiment, (list, tuple, Experiment)):
@@ -132,16 +135,34 @@ def run(
     tuner = _resumed(trainable, config, run_config, resume, resume_config) or Tuner(
         trainable, param_space=config, tune_config=tune_config, run_config=run_config
     )
-    grid = tuner.fit()
+    return _fit(tuner, metric, mode, storage_filesystem, raise_on_failed_trial)
+
+
+def _fit(tuner: Tuner, metric: str | None, mode: str | None, storage_filesystem: Any,
+         raise_on_failed_trial: bool) -> ExperimentAnalysis:
+    """Run the Tuner and analyse what it wrote; a Ctrl-C ends the run and returns what was saved, as in Ray."""
+    interrupted = False
+    try:
+        grid = tuner.fit()
+    except KeyboardInterrupt:
+        if tuner._interrupted_by != "SIGINT":  # SIGTERM, a second Ctrl-C, or before the experiment began
+            raise
+        interrupted, grid = True, tuner.get_results()  # as in Ray: Ctrl-C ends the run, which returns
     analysis = ExperimentAnalysis(grid.experiment_path, storage_filesystem=storage_filesystem,
                                   default_metric=metric, default_mode=mode, _results=grid)
     failed = [t for t in analysis.trials if t.status != "TERMINATED"]
-    if failed and raise_on_failed_trial:
-        names = ", ".join(f"{t} ({t.status})" for t in failed)
+    names = ", ".join(f"{t} ({t.status})" for t in failed)
+    if failed and raise_on_failed_trial and not interrupted:
         raise MusterError(
             f"Trials did not complete: {names}. Their errors are in {analysis.experiment_path}; pass "
             "raise_on_failed_trial=False to get the ExperimentAnalysis anyway."
         ) from (grid.errors[0] if grid.errors else None)
+    if failed:
+        _log.error("Trials did not complete: %s", names)
+    if interrupted:
+        _log.warning("tune.run: the experiment was interrupted; its state is saved in %s. Continue it with "
+                     "tune.run(..., name=%r, storage_path=..., resume=True).", analysis.experiment_path,
+                     tuner.run_config.name)
     return analysis
 
 

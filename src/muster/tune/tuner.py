@@ -93,6 +93,7 @@ class Tuner:
         self.run_config = run_config or RunConfig()
         self._restored: dict[str, Any] | None = None
         self._path: str | None = None
+        self._interrupted_by: str | None = None  # the signal that stopped the last fit(), its state saved
         get_runtime()  # start the engine now: its zygote imports torch while the caller goes on
 
     # -- fit --------------------------------------------------------------------------------
@@ -154,6 +155,7 @@ class Tuner:
             controller.run()
         finally:
             restore_sigterm()
+            self._interrupted_by = controller.interrupted_by
         if controller.failed_fast is not None:  # FailureConfig(fail_fast="raise")
             raise _as_users_error(controller.errors[controller.failed_fast]) or TrialError(controller.failed_fast)
         return _grid(storage, controller.trials, controller.errors, metric, mode)
