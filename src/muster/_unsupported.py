@@ -186,8 +186,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "setup_mlflow": "mlflow.start_run() in rank 0 of train_loop_per_worker, or MLflowLoggerCallback",
     },
     "muster.tune": {
-        "run_experiments": "muster.tune.run(trainable, config=..., ...) once per experiment, or Tuner(...).fit()",
-        "Experiment": "muster.tune.run(trainable, ...) keywords, or muster.tune.Tuner(...)",
         "SyncConfig": "muster.train.RunConfig(storage_path=...): storage is written directly",
         "register_trainable": "pass the function or Trainable class to muster.tune.Tuner directly",
         "register_env": "no muster equivalent (RLlib environments)",

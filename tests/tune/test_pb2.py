@@ -128,3 +128,12 @@ def test_pb2_tuner_run_exploits_and_explores_within_bounds(storage):
     assert weak_df["score"].iloc[-1] > 0  # it kept the strong trial's progress (its own score only fell)
     # every perturbation point was recorded for the bandit: both trials, at each step they reported
     assert {row[0] for row in sched.data} == {weak.metrics["trial_id"], strong.metrics["trial_id"]}
+    # log_config (the default): each exploit is one line of pbt_global.txt in the experiment's folder,
+    # [trial's tag, donor's tag, trial's iteration, donor's iteration, donor's config, new config]
+    folder = grid.experiment_path
+    lines = [json.loads(x) for x in open(os.path.join(folder, "pbt_global.txt")).read().splitlines()]
+    assert len(lines) == sched.num_perturbations
+    assert all(len(x) == 6 and isinstance(x[2], int) and 0.0 <= x[5]["lr"] <= 1.5 for x in lines), lines
+    weak_id = weak.metrics_dataframe["trial_id"].iloc[0]
+    own = [json.loads(x) for x in open(os.path.join(folder, f"pbt_policy_{weak_id}.txt")).read().splitlines()]
+    assert own[-1] in lines and own[-1][0].startswith("0_lr=0.1") and own[-1][5]["lr"] == weak.config["lr"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -15,6 +16,7 @@ from muster.tune.schedulers import (
     PopulationBasedTraining,
     TrialScheduler,
 )
+from muster.train.storage import Storage
 from muster.tune.trial import Trial
 
 
@@ -23,10 +25,12 @@ def _trial(i: int, config=None) -> Trial:
 
 
 class _Controller:
-    """What schedulers may ask of the Tune controller: its live trials and their checkpoints."""
+    """What schedulers may ask of the Tune controller: its live trials, their checkpoints, the experiment's
+    storage (a real folder, given for a scheduler that writes there: PBT's policy logs)."""
 
-    def __init__(self, trials):
+    def __init__(self, trials, folder=None):
         self.trials = trials
+        self.experiment = Storage(str(folder), "exp") if folder is not None else None
 
     def live_trials(self):
         return self.trials
@@ -82,7 +86,12 @@ def test_median_stopping_rule_stops_a_trial_below_the_median_of_running_means():
     assert sched.on_trial_result(ctl, late, {"training_iteration": 2, "acc": 0.2}) == "STOP"
 
 
-def test_pbt_bottom_trial_exploits_a_top_trial_and_explores_its_config():
+def _policy_lines(folder, name):
+    path = folder / "exp" / name
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else None
+
+
+def test_pbt_bottom_trial_exploits_a_top_trial_and_explores_its_config(tmp_path):
     sched = PopulationBasedTraining(
         time_attr="training_iteration", metric="score", mode="max", perturbation_interval=2,
         hyperparam_mutations={"lr": [0.001, 0.01, 0.1], "momentum": lambda: random.random()},
@@ -91,12 +100,15 @@ def test_pbt_bottom_trial_exploits_a_top_trial_and_explores_its_config():
     trials = [_trial(i, {"lr": 0.01, "momentum": 0.5}) for i in range(4)]
     for i, t in enumerate(trials):
         t.experiment_tag = f"{i}_lr=0.0100"
-    ctl = _Controller(trials)
+    ctl = _Controller(trials, tmp_path)
     for t, score in zip(trials, (1.0, 2.0, 3.0, 4.0)):
         sched.on_trial_add(ctl, t)
-        assert sched.on_trial_result(ctl, t, {"training_iteration": 1, "score": score}) == "CONTINUE"
-    decisions = {t.trial_id: sched.on_trial_result(ctl, t, {"training_iteration": 2, "score": s})
-                 for t, s in zip(trials, (1.0, 2.0, 3.0, 4.0))}
+        t.last_result = {"training_iteration": 1, "score": score}  # as the controller sets it
+        assert sched.on_trial_result(ctl, t, t.last_result) == "CONTINUE"
+    decisions = {}
+    for t, s in zip(trials, (1.0, 2.0, 3.0, 4.0)):
+        t.last_result = {"training_iteration": 2, "score": s}
+        decisions[t.trial_id] = sched.on_trial_result(ctl, t, t.last_result)
     assert decisions["t0"] == "PAUSE" and decisions["t3"] == "CONTINUE"
     new_config, checkpoint, donor = trials[0].restart_plan
     assert donor == "t3" and checkpoint == "copy-of-ckpt-of-t3-for-t0"  # copied when picked
@@ -107,6 +119,18 @@ def test_pbt_bottom_trial_exploits_a_top_trial_and_explores_its_config():
         f"0_lr=0.0100@perturbed[lr={new_config['lr']:.4f},momentum={new_config['momentum']:.4f}]"
     )
     assert trials[3].experiment_tag == "3_lr=0.0100"
+    # log_config (the default): Ray's policy line, in the experiment's pbt_global.txt and the trial's own log
+    # (t0 reports its step 2 first: the donor t3 is still at iteration 1)
+    line = ["0_lr=0.0100", "3_lr=0.0100", 2, 1, {"lr": 0.01, "momentum": 0.5}, new_config]
+    assert _policy_lines(tmp_path, "pbt_global.txt") == [line]
+    assert _policy_lines(tmp_path, "pbt_policy_t0.txt") == [line]
+    assert _policy_lines(tmp_path, "pbt_policy_t3.txt") is None  # the donor was not exploited
+    # a trial that exploits t0 inherits t0's lineage (Ray copies the donor's log, then appends)
+    trials[1].last_result = {"training_iteration": 4}
+    sched._log_policy(ctl.experiment, trials[1], trials[0], {"lr": 0.1, "momentum": 0.3})
+    later = ["1_lr=0.0100", "0_lr=0.0100", 4, 2, trials[0].config, {"lr": 0.1, "momentum": 0.3}]
+    assert _policy_lines(tmp_path, "pbt_policy_t1.txt") == [line, later]
+    assert _policy_lines(tmp_path, "pbt_global.txt") == [line, later]
 
 
 class _NoCheckpoints(_Controller):
@@ -140,13 +164,13 @@ def test_pbt_warns_of_missing_checkpoints_only_once_none_can_be_on_their_way(rec
     assert "PopulationBasedTraining: no trial has a checkpoint to clone at training_iteration=4" in str(warned.message)
 
 
-def test_pb2_bottom_trial_clones_a_top_trial_and_takes_a_bandit_config_in_bounds():
+def test_pb2_bottom_trial_clones_a_top_trial_and_takes_a_bandit_config_in_bounds(tmp_path):
     sched = PB2(time_attr="training_iteration", metric="loss", mode="min", perturbation_interval=1,
                 hyperparam_bounds={"lr": [0.0, 1.0], "opt": {"beta": [1, 9]}}, quantile_fraction=0.25, seed=0)
     lrs = (0.1, 0.3, 0.5, 0.8)
     trials = [_trial(i, {"lr": lr, "opt": {"beta": 3}}) for i, lr in enumerate(lrs)]
     filled = _trial(9)
-    ctl = _Controller(trials)
+    ctl = _Controller(trials, tmp_path)
     for t in trials + [filled]:
         sched.on_trial_add(ctl, t)
     assert 0 <= filled.config["lr"] <= 1 and 1 <= filled.config["opt"]["beta"] <= 9  # drawn within bounds
@@ -168,6 +192,19 @@ def test_pb2_bottom_trial_clones_a_top_trial_and_takes_a_bandit_config_in_bounds
     assert trials[0].experiment_tag.startswith("@perturbed[lr=")
     # the exploited trial's next observation starts from the donor's time and score, with the new config
     assert sched.data[-1][0] == "t0" and sched.data[-1][3] == -loss["t3"]
+    # PB2 logs its exploits as PBT does (log_config=True, the default); log_config=False writes nothing
+    assert [line[5] for line in _policy_lines(tmp_path, "pbt_global.txt")] == [new_config]
+    assert _policy_lines(tmp_path, "pbt_policy_t0.txt")[0][4] == {"lr": 0.8, "opt": {"beta": 3}}
+    quiet = PB2(time_attr="training_iteration", metric="loss", mode="min", perturbation_interval=1,
+                hyperparam_bounds={"lr": [0.0, 1.0]}, quantile_fraction=0.5, log_config=False, seed=0)
+    pair = [_trial(i, {"lr": lr}) for i, lr in enumerate((0.1, 0.9))]
+    ctl = _Controller(pair, tmp_path / "quiet")
+    for t in pair:
+        quiet.on_trial_add(ctl, t)
+    for step in (1, 2):
+        for t in pair:
+            quiet.on_trial_result(ctl, t, {"training_iteration": step, "loss": 1 - step * t.config["lr"]})
+    assert quiet.num_perturbations >= 1 and not (tmp_path / "quiet").exists()
 
 
 def test_pb2_refuses_a_bounded_key_whose_value_is_no_number():

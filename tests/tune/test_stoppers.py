@@ -92,8 +92,8 @@ def test_rays_tune_import_paths_resolve_or_name_the_equivalent():
     from muster.tune.analysis import ExperimentAnalysis  # the path Ray's docs use
 
     assert tune.ExperimentAnalysis is ExperimentAnalysis
-    with pytest.raises(UnsupportedRayAPIError, match=r"run_experiments .*tune.run"):
-        tune.run_experiments  # noqa: B018
+    with pytest.raises(UnsupportedRayAPIError, match=r"register_trainable .*Tuner"):
+        tune.register_trainable  # noqa: B018
     from muster.tune.execution.placement_groups import PlacementGroupFactory
 
     assert PlacementGroupFactory is tune.PlacementGroupFactory

@@ -174,3 +174,34 @@ def test_keywords_muster_cannot_honour_name_the_fix(storage):
         tune.run(_curve, search_alg="no_such_search")
     with pytest.raises(InvalidArgumentError, match="local_dir"):
         tune.run(_curve, local_dir=storage)
+
+
+def test_ctrl_c_ends_tune_run_which_returns_without_raising_for_failed_trials(storage, tmp_path):
+    """Ray's tune.run: after Ctrl-C the run returns its analysis; raise_on_failed_trial applies only to a
+    run that was not interrupted (an ERROR trial then does not raise either)."""
+    import pathlib
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    here = pathlib.Path(__file__).parent
+    progress = tmp_path / "progress"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, str(here / "_interrupted_tune_run.py"), storage, str(progress)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while (not progress.exists() or len(progress.read_text().split()) < 2) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert '\nRETURNED {"-1": "ERROR", "1": "RUNNING"} ' in out, out  # the running trial can be resumed
+    assert "Trials did not complete" in out and "resume=True" in out and "KeyboardInterrupt" not in out, out
+    resumed = os.path.join(storage, "exp")
+    assert out.strip().endswith(resumed), out

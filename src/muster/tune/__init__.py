@@ -43,7 +43,8 @@ from muster.tune.tune_config import (
 )
 from muster.tune.trainable import Trainable
 from muster.tune.tuner import Tuner
-from muster.tune.tune_run import run
+from muster.tune.tune_run import run, run_experiments
+from muster.tune.experiment import Experiment
 
 
 def __getattr__(name: str) -> object:
@@ -63,6 +64,7 @@ __all__ = [
     "JupyterNotebookReporter",
     "ProgressReporter",
     "Checkpoint",
+    "Experiment",
     "ExperimentAnalysis",
     "CheckpointConfig",
     "FailureConfig",
@@ -97,6 +99,7 @@ __all__ = [
     "randn",
     "report",
     "run",
+    "run_experiments",
     "sample_from",
     "schedulers",
     "search",

@@ -94,6 +94,7 @@ class TuneController:
         # Tuner.fit() raises it (``failed_fast`` names that trial)
         self.fail_fast = fail_fast
         self.failed_fast: str | None = None
+        self.interrupted_by: str | None = None  # the signal ("SIGINT"...) that stopped the loop, its state saved
         self._deciding: Trial | None = None  # the trial whose step result is being acted on
         # TuneConfig(trial_name_creator=, trial_dirname_creator=): each a function of the new trial, or None
         self.trial_namers: tuple[Callable[[Trial], str] | None, Callable[[Trial], str] | None] = (None, None)
@@ -162,6 +163,7 @@ class TuneController:
             self._save(force=True)
             if isinstance(exc, KeyboardInterrupt):
                 self.progress.interrupted = True
+                self.interrupted_by = str(exc)
                 self.progress.event(
                     f"experiment interrupted; resume it with Tuner.restore({self.experiment.uri!r}, trainable)"
                 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import inspect
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -18,6 +19,8 @@ from muster.exceptions import InvalidArgumentError, InvalidTypeError, MusterErro
 from muster.train.config import CheckpointConfig as _TrainCheckpointConfig
 from muster.train.config import FailureConfig, RunConfig
 from muster.tune.analysis import ExperimentAnalysis
+from muster.tune.experiment.experiment import EXPERIMENT_KEYS, Experiment, check_trainable, experiment_list
+from muster.tune.trial import Trial
 from muster.tune.tune_config import CheckpointConfig, ResumeConfig, TuneConfig, with_resources
 from muster.tune.tuner import Tuner
 
@@ -67,8 +70,9 @@ def run(
     """Run trials of a trainable over ``config`` and return their analysis (Ray's ``tune.run``).
 
     Args:
-        run_or_experiment: a function trainable ``f(config)`` that calls ``tune.report``, or a
-            ``tune.Trainable`` subclass (a registered name or an ``Experiment`` is not supported).
+        run_or_experiment: a function trainable ``f(config)`` that calls ``tune.report``, a
+            ``tune.Trainable`` subclass (a registered name is not supported), or a ``tune.Experiment``
+            (or a list of one), whose settings are then the experiment's keywords below.
         config: the search space (``Tuner``'s ``param_space``).
         name / storage_path / storage_filesystem / stop / verbose / progress_reporter / callbacks /
             log_to_file / sync_config / checkpoint_config: ``RunConfig``'s.
@@ -88,10 +92,21 @@ def run(
         ExperimentAnalysis: with ``metric`` and ``mode`` as its defaults.
 
     Raises:
-        TuneError: a trial failed and ``raise_on_failed_trial`` (its error is the cause).
+        TuneError: a trial did not complete and ``raise_on_failed_trial`` (the first error is the cause),
+            unless Ctrl-C (SIGINT) stopped the run: then, as in Ray, it returns what was saved (trials
+            that were running are ``RUNNING``, to be continued with ``resume=True``). SIGTERM or a
+            second Ctrl-C raises ``KeyboardInterrupt``.
         InvalidArgumentError / InvalidTypeError: an argument muster cannot honour, naming the fix.
     """
-    trainable = _trainable(run_or_experiment, restore, chdir_to_trial_dir, export_formats)
+    if isinstance(run_or_experiment, (list, tuple, Experiment)):
+        return _run_experiment(run_or_experiment, dict(locals()))
+    check_trainable(run_or_experiment, restore, export_formats, "tune.run")
+    if chdir_to_trial_dir is not _UNSET:
+        raise InvalidArgumentError(
+            f"tune.run(chdir_to_trial_dir={chdir_to_trial_dir!r}) is deprecated (Ray refuses it too): trials run "
+            "in their own working folder; use tune.get_context().get_trial_dir() for the trial's folder."
+        )
+    trainable = run_or_experiment
     if fail_fast and max_failures != 0:
         raise InvalidArgumentError(
             f"tune.run(fail_fast={fail_fast!r}, max_failures={max_failures!r}): fail_fast needs max_failures=0 "
@@ -120,44 +135,99 @@ def run(
     tuner = _resumed(trainable, config, run_config, resume, resume_config) or Tuner(
         trainable, param_space=config, tune_config=tune_config, run_config=run_config
     )
-    grid = tuner.fit()
+    return _fit(tuner, metric, mode, storage_filesystem, raise_on_failed_trial)
+
+
+def _fit(tuner: Tuner, metric: str | None, mode: str | None, storage_filesystem: Any,
+         raise_on_failed_trial: bool) -> ExperimentAnalysis:
+    """Run the Tuner and analyse what it wrote; a Ctrl-C ends the run and returns what was saved, as in Ray."""
+    interrupted = False
+    try:
+        grid = tuner.fit()
+    except KeyboardInterrupt:
+        if tuner._interrupted_by != "SIGINT":  # SIGTERM, a second Ctrl-C, or before the experiment began
+            raise
+        interrupted, grid = True, tuner.get_results()  # as in Ray: Ctrl-C ends the run, which returns
     analysis = ExperimentAnalysis(grid.experiment_path, storage_filesystem=storage_filesystem,
                                   default_metric=metric, default_mode=mode, _results=grid)
     failed = [t for t in analysis.trials if t.status != "TERMINATED"]
-    if failed and raise_on_failed_trial:
-        names = ", ".join(f"{t} ({t.status})" for t in failed)
+    names = ", ".join(f"{t} ({t.status})" for t in failed)
+    if failed and raise_on_failed_trial and not interrupted:
         raise MusterError(
             f"Trials did not complete: {names}. Their errors are in {analysis.experiment_path}; pass "
             "raise_on_failed_trial=False to get the ExperimentAnalysis anyway."
         ) from (grid.errors[0] if grid.errors else None)
+    if failed:
+        _log.error("Trials did not complete: %s", names)
+    if interrupted:
+        _log.warning("tune.run: the experiment was interrupted; its state is saved in %s. Continue it with "
+                     "tune.run(..., name=%r, storage_path=..., resume=True).", analysis.experiment_path,
+                     tuner.run_config.name)
     return analysis
 
 
-def _trainable(run_or_experiment: Any, restore: str | None, chdir: Any, export_formats: Any) -> Any:
-    if isinstance(run_or_experiment, str):
-        raise InvalidTypeError(
-            f"tune.run({run_or_experiment!r}): muster has no registry of trainables by name "
-            "(tune.register_trainable); pass the function or tune.Trainable subclass itself."
-        )
-    if isinstance(run_or_experiment, (list, tuple)) or type(run_or_experiment).__name__ == "Experiment":
-        raise InvalidTypeError(
-            f"tune.run({run_or_experiment!r}): Experiment objects are not supported; call tune.run once per "
-            "trainable, with its config and settings as keywords."
-        )
-    if restore is not None:
+def _run_experiment(experiment: Any, given: dict[str, Any]) -> ExperimentAnalysis:
+    """``tune.run(Experiment(...), ...)``: the experiment's settings with the run's own keywords."""
+    if isinstance(experiment, (list, tuple)):
+        if len(experiment) != 1 or not isinstance(experiment[0], Experiment):
+            raise InvalidTypeError(
+                f"tune.run({experiment!r}): pass one trainable or one tune.Experiment; run several "
+                "experiments with tune.run_experiments([...])."
+            )
+        experiment = experiment[0]
+    defaults = inspect.signature(run).parameters
+    overridden = sorted(k for k in EXPERIMENT_KEYS if given[k] is not defaults[k].default)
+    if overridden:
         raise InvalidArgumentError(
-            f"tune.run(restore={restore!r}) (start a trial from a checkpoint) is not supported: load it in the "
-            "trainable (Checkpoint.from_directory(path)), or continue an experiment with resume=True."
+            f"tune.run({experiment!r}, {', '.join(f'{k}=...' for k in overridden)}): an Experiment holds "
+            "these settings itself; pass them to tune.Experiment(...) instead."
         )
-    if chdir is not _UNSET:
-        raise InvalidArgumentError(
-            f"tune.run(chdir_to_trial_dir={chdir!r}) is deprecated (Ray refuses it too): trials run in their own "
-            "working folder; use tune.get_context().get_trial_dir() for the trial's folder."
+    run_keywords = {k: v for k, v in given.items() if k not in EXPERIMENT_KEYS and k != "run_or_experiment"}
+    return run(**experiment.run_keywords(), **run_keywords)
+
+
+def run_experiments(
+    experiments: Any,
+    scheduler: Any = None,
+    verbose: int | None = None,
+    progress_reporter: Any = None,
+    resume: bool | str | None = None,
+    resume_config: ResumeConfig | None = None,
+    reuse_actors: bool = False,
+    raise_on_failed_trial: bool = True,
+    concurrent: bool = True,
+    callbacks: Sequence[Any] | None = None,
+) -> list[Trial]:
+    """Run experiments to the end and return all their trials (Ray's ``tune.run_experiments``).
+
+    Args:
+        experiments: a ``tune.Experiment``, a dict ``{name: spec}`` in Ray's form (``spec`` holds
+            ``"run"`` and any ``Experiment`` keyword), or a list of them.
+        scheduler / verbose / progress_reporter / resume / resume_config / reuse_actors /
+            raise_on_failed_trial / callbacks: as ``tune.run``'s, for every experiment.
+        concurrent: Ray runs several experiments' trials side by side; muster runs the experiments
+            one after another (as Ray's ``concurrent=False``) and warns when there are several.
+
+    Returns:
+        list[Trial]: every experiment's trials, in order (``config``, ``status``, ``last_result``,
+        ``trial_id``, ``path``...).
+
+    Raises:
+        TuneError: a trial did not complete and ``raise_on_failed_trial``.
+        InvalidArgumentError / InvalidTypeError: an experiment muster cannot run, naming the fix.
+    """
+    listed = experiment_list(experiments)
+    if concurrent and len(listed) > 1:
+        warnings.warn(
+            f"tune.run_experiments: muster runs the {len(listed)} experiments one after another, not side by "
+            "side (the same scheduler object serves each in turn); pass concurrent=False to say so.", stacklevel=2
         )
-    if export_formats:
-        warnings.warn(f"tune.run(export_formats={export_formats!r}) has no effect on muster (Ray deprecated it): "
-                      "save what you need in the trainable's checkpoints.", stacklevel=3)
-    return run_or_experiment
+    trials: list[Trial] = []
+    for experiment in listed:
+        trials += run(experiment, scheduler=scheduler, verbose=verbose, progress_reporter=progress_reporter,
+                      resume=resume, resume_config=resume_config, reuse_actors=reuse_actors,
+                      raise_on_failed_trial=raise_on_failed_trial, callbacks=callbacks).trials
+    return trials
 
 
 def _named(value: Any, kind: str) -> Any:

@@ -95,6 +95,7 @@ class Tuner:
         log_file_names(self.run_config.log_to_file)  # a bad value is refused now, not at the first trial
         self._restored: dict[str, Any] | None = None
         self._path: str | None = None
+        self._interrupted_by: str | None = None  # the signal that stopped the last fit(), its state saved
         get_runtime()  # start the engine now: its zygote imports torch while the caller goes on
 
     # -- fit --------------------------------------------------------------------------------
@@ -156,6 +157,7 @@ class Tuner:
             controller.run()
         finally:
             restore_sigterm()
+            self._interrupted_by = controller.interrupted_by
         if controller.failed_fast is not None:  # FailureConfig(fail_fast="raise")
             raise _as_users_error(controller.errors[controller.failed_fast]) or TrialError(controller.failed_fast)
         return _grid(storage, controller.trials, controller.errors, metric, mode)
@@ -168,8 +170,7 @@ class Tuner:
         if self._path is not None:
             return Storage.at(self._path, self.run_config.storage_filesystem)
         if self.run_config.name is None:
-            stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-            self.run_config.name = f"{_trainable_name(self.trainable)}_{stamp}_{secrets.token_hex(2)}"
+            self.run_config.name = default_experiment_name(self.trainable)
         storage = Storage(self.run_config.resolved_storage_path(), self.run_config.name, self.run_config.storage_filesystem)
         self._path = storage.uri
         return storage
@@ -387,6 +388,12 @@ def _trainer_space(trainable: Any, space: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in space.items() if k in trainable.tunable_args}
     out["train_loop_config"] = {**loose, **(space.get("train_loop_config") or {})}
     return out
+
+
+def default_experiment_name(trainable: Any) -> str:
+    """An experiment's folder name when none is given: the trainable's name, the time, a random part."""
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    return f"{_trainable_name(trainable)}_{stamp}_{secrets.token_hex(2)}"
 
 
 def _trainable_name(trainable: Any) -> str:

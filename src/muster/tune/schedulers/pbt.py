@@ -12,6 +12,7 @@ neighbour).  Trials must report checkpoints for this to work.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import random
 import warnings
@@ -25,7 +26,15 @@ from muster.tune.search.sample import Categorical, Domain
 from muster.tune.search.variant_generator import format_vars
 
 if TYPE_CHECKING:
+    from muster.train.storage import Storage
     from muster.tune.trial import Trial
+
+GLOBAL_LOG = "pbt_global.txt"  # Ray's: every exploit of the experiment, one JSON line each
+
+
+def policy_log(trial_id: str) -> str:
+    """Ray's name of a trial's policy log: the exploits that made its current config."""
+    return f"pbt_policy_{trial_id}.txt"
 
 
 @dataclass
@@ -46,6 +55,11 @@ class PopulationBasedTraining(TrialScheduler):
         resample_probability: chance of redrawing a value instead of nudging it.
         perturbation_factors: what a continuous value is multiplied by.
         custom_explore_fn: ``config -> config``, applied after the mutations.
+        log_config: on each exploit, append Ray's policy line ``[trial's tag, donor's tag, trial's
+            training_iteration, donor's training_iteration, donor's config, new config]`` (JSON) to
+            ``pbt_global.txt`` in the experiment's folder, and write ``pbt_policy_<trial_id>.txt``
+            there: the donor's policy lines (its lineage) and this one.
+        require_attrs: refuse a result without ``time_attr`` or the metric (else it is skipped).
         seed: for reproducible exploration.
     """
 
@@ -89,6 +103,7 @@ class PopulationBasedTraining(TrialScheduler):
         self.mutations = hyperparam_mutations or {}
         self.quantile_fraction, self.resample_probability = quantile_fraction, resample_probability
         self.factors, self.explore_fn, self.require_attrs = perturbation_factors, custom_explore_fn, require_attrs
+        self.log_config = log_config
         self.rng = random.Random(seed)
         self._state: dict[str, _State] = {}
         self.num_perturbations = 0
@@ -150,6 +165,8 @@ class PopulationBasedTraining(TrialScheduler):
         if start_from is None:
             return self.CONTINUE
         new_config = self._new_config(trial, donor)
+        if self.log_config:
+            self._log_policy(controller.experiment, trial, donor, new_config)
         trial.restart_plan = (new_config, start_from, donor.trial_id)
         # as Ray's: the trial goes on from the donor checkpoint's training_iteration, so it takes the
         # donor's last perturbation time too
@@ -159,6 +176,23 @@ class PopulationBasedTraining(TrialScheduler):
         trial.experiment_tag = f"{state.orig_tag}@perturbed[{format_vars(values)}]"
         self.num_perturbations += 1
         return self.PAUSE
+
+    def _log_policy(self, experiment: Storage, trial: Trial, donor: Trial, new_config: dict[str, Any]) -> None:
+        """Ray's policy logs of one exploit, in the experiment's folder (what PBT replays read)."""
+        policy = [
+            self._state[trial.trial_id].orig_tag, self._state.get(donor.trial_id, _State()).orig_tag,
+            trial.last_result.get("training_iteration", 0), donor.last_result.get("training_iteration", 0),
+            donor.config, new_config,
+        ]
+        line = json.dumps(policy, default=str) + "\n"
+
+        def read(name: str) -> str:
+            path = experiment.join(experiment.run_dir, name)
+            return experiment.read_bytes(path).decode() if experiment.exists(path) else ""
+
+        experiment.write_text(experiment.join(experiment.run_dir, GLOBAL_LOG), read(GLOBAL_LOG) + line)
+        lineage = read(policy_log(donor.trial_id))  # the trial now goes on from the donor: its history too
+        experiment.write_text(experiment.join(experiment.run_dir, policy_log(trial.trial_id)), lineage + line)
 
     def _quantiles(self, controller: Any) -> tuple[list[Trial], list[Trial]]:
         scored = [
