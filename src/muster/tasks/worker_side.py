@@ -319,8 +319,7 @@ class ActorFactory:
                              groups=self.groups)
         import asyncio
 
-        loop = asyncio.new_event_loop()
-        threading.Thread(target=loop.run_forever, name="muster-actor-loop", daemon=True).start()
+        loop = _loop_on_thread("muster-actor-loop")  # the default group's, where the constructor runs
 
         async def creation_task() -> Any:
             _begin_call()
@@ -328,6 +327,15 @@ class ActorFactory:
 
         obj = asyncio.run_coroutine_threadsafe(creation_task(), loop).result()
         return ActorHost(_named_by_repr(obj), self.info, self.max_concurrency, loop, self.groups)
+
+
+def _loop_on_thread(name: str) -> Any:
+    """A new asyncio event loop, running forever on a daemon thread called ``name``."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name=name, daemon=True).start()
+    return loop
 
 
 def _named_by_repr(obj: Any) -> Any:
@@ -356,19 +364,21 @@ class ActorHost:
                  groups: dict[str, int] | None = None):
         self._muster_obj, self._muster_info = obj, info
         self._muster_tasks: dict[int, Any] = {}
-        self._muster_loop: Any = loop  # an async actor's asyncio loop, running on a thread of its own
         self._muster_pools: dict[str | None, Any] = {}  # threaded actors: a ThreadPoolExecutor per group
-        self._muster_sems: dict[str | None, Any] = {}  # async actors: an asyncio.Semaphore per group
+        # async actors: per group, its event loop (each on a thread of its own; the default group's is
+        # ``loop``, the constructor's) and an asyncio.Semaphore of its size, as Ray's event loop per group
+        self._muster_lanes: dict[str | None, tuple[Any, Any]] = {}
         self._muster_groups_of = cgroups.method_groups(type(obj)) if groups else {}
         if loop is not None:
             import asyncio
 
-            self._muster_sems = cgroups.limits(max_concurrency, groups or {}, lambda n, _: asyncio.Semaphore(n))
+            self._muster_lanes = cgroups.limits(max_concurrency, groups or {}, lambda n, name: (
+                loop if name is None else _loop_on_thread(f"muster-actor-loop-{name}"), asyncio.Semaphore(n)))
         elif max_concurrency > 1 or groups:
             from concurrent.futures import ThreadPoolExecutor
 
             self._muster_pools = cgroups.limits(max_concurrency, groups or {}, lambda n, name: ThreadPoolExecutor(
-                n, thread_name_prefix="muster-actor" if name == "default" else f"muster-actor-{name}"))
+                n, thread_name_prefix="muster-actor" if name is None else f"muster-actor-{name}"))
 
     def __getattr__(self, name: str) -> Any:
         _begin_call(name)  # the engine looks up each plain call's method here, just before it runs it
@@ -405,10 +415,10 @@ class ActorHost:
         name = f"{type(self._muster_obj).__name__}.{method}"
         if group is None:  # the call's method's group, else the default one (None)
             group = self._muster_groups_of.get(method)
-        if self._muster_loop is not None:
+        if self._muster_lanes:
             import asyncio
 
-            sem = self._muster_sems[group]
+            loop, sem = self._muster_lanes[group]
 
             async def run() -> Any:
                 async with sem:
@@ -423,7 +433,7 @@ class ActorHost:
                         core_context.exit_process(exc.code)
                     return _collect(value, num_returns, name)
 
-            fut = asyncio.run_coroutine_threadsafe(run(), self._muster_loop)
+            fut = asyncio.run_coroutine_threadsafe(run(), loop)
         else:
             def call() -> Any:
                 _begin_call(method, token)
