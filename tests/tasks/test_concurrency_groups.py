@@ -216,3 +216,46 @@ def test_an_async_actors_groups_each_run_on_an_event_loop_of_their_own():
         assert fast_thread != default_thread
     finally:
         muster.kill(actor)
+
+
+class Busy:
+    """An async actor whose calls can block its (default group's) event loop, or just hold a place in it."""
+
+    async def block(self, seconds):
+        time.sleep(seconds)  # the loop does nothing else meanwhile
+
+    async def hold(self, seconds):
+        await asyncio.sleep(seconds)
+
+
+def test_builtin_methods_answer_while_a_coroutine_blocks_the_loop():
+    actor = muster.remote(Busy).remote()  # Ray runs its __ray_* methods beside the loop, not on it
+    try:
+        muster.get(actor.__ray_ready__.remote(), timeout=TIMEOUT)
+        blocked = actor.block.remote(3)
+        time.sleep(0.5)  # the block has the loop by now
+        assert muster.get(actor.__ray_ready__.remote(), timeout=1.5) is True
+        thread = muster.get(actor.__ray_call__.remote(lambda obj: threading.current_thread().name), timeout=1.5)
+        assert "loop" not in thread
+        muster.get(blocked, timeout=TIMEOUT)
+        blocked = actor.block.remote(10)
+        time.sleep(0.5)
+        actor.__ray_terminate__.remote()  # ends it now, not once the loop is free
+        with pytest.raises(muster.exceptions.ActorDiedError):
+            muster.get(blocked, timeout=5)
+    finally:
+        muster.kill(actor)
+
+
+def test_builtin_methods_wait_for_a_place_in_a_full_group():
+    actor = muster.remote(max_concurrency=1)(Busy).remote()  # as Ray's: all its places taken, they wait
+    try:
+        held = actor.hold.remote(2)
+        time.sleep(0.5)
+        ready = actor.__ray_ready__.remote()
+        with pytest.raises(muster.exceptions.GetTimeoutError):
+            muster.get(ready, timeout=0.8)
+        assert muster.get(ready, timeout=TIMEOUT) is True
+        muster.get(held, timeout=TIMEOUT)
+    finally:
+        muster.kill(actor)

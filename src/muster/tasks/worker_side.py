@@ -368,6 +368,7 @@ class ActorHost:
         # async actors: per group, its event loop (each on a thread of its own; the default group's is
         # ``loop``, the constructor's) and an asyncio.Semaphore of its size, as Ray's event loop per group
         self._muster_lanes: dict[str | None, tuple[Any, Any]] = {}
+        self._muster_beside: Any = None  # ... and the thread its built-in methods run on (see _muster_submit)
         self._muster_groups_of = cgroups.method_groups(type(obj)) if groups else {}
         if loop is not None:
             import asyncio
@@ -386,15 +387,17 @@ class ActorHost:
 
     def _muster_method(self, name: str) -> Any:
         """The object's method ``name``, or one of Ray's built-in actor methods (:data:`RAY_BUILTINS`)."""
+        return self._muster_builtin(name) if name in RAY_BUILTINS else getattr(self._muster_obj, name)
+
+    def _muster_builtin(self, name: str) -> Any:
+        """Ray's built-in actor method ``name`` (one of :data:`RAY_BUILTINS`)."""
         if name == "__ray_ready__":
             return lambda: True
         if name == "__ray_terminate__":
             from muster.actor import exit_actor
 
             return exit_actor
-        if name == "__ray_call__":
-            return lambda fn, *args, **kwargs: fn(self._muster_obj, *args, **kwargs)
-        return getattr(self._muster_obj, name)
+        return lambda fn, *args, **kwargs: fn(self._muster_obj, *args, **kwargs)  # __ray_call__
 
     def _muster_call(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> Any:
         """A plain call (the driver's ``token`` for it) that returns ``num_returns`` values (checked
@@ -410,12 +413,17 @@ class ActorHost:
     def _muster_submit(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict,
                        group: str | None = None) -> None:
         """Start one call in its concurrency group (``group``: the call's ``.options(concurrency_group=)``);
-        its result goes back as an ``ActorCallDone`` event."""
-        fn = self._muster_method(method)
+        its result goes back as an ``ActorCallDone`` event. In an async actor, a built-in method
+        (:data:`RAY_BUILTINS`) that finds a free place in its group runs beside the group's event loop, on
+        a thread of its own, as Ray runs its built-ins: ``__ray_ready__`` answers while a coroutine blocks
+        the loop; with the group full it waits for a place, as in Ray, and runs on the loop."""
+        builtin = method in RAY_BUILTINS
+        fn = self._muster_builtin(method) if builtin else getattr(self._muster_obj, method)
         name = f"{type(self._muster_obj).__name__}.{method}"
         if group is None:  # the call's method's group, else the default one (None)
             group = self._muster_groups_of.get(method)
-        if self._muster_lanes:
+        beside_loop = builtin and bool(self._muster_lanes) and not self._muster_lanes[group][1].locked()
+        if self._muster_lanes and not beside_loop:
             import asyncio
 
             loop, sem = self._muster_lanes[group]
@@ -439,9 +447,17 @@ class ActorHost:
                 _begin_call(method, token)
                 return _collect(fn(*args, **kwargs), num_returns, name)
 
-            fut = self._muster_pools[group].submit(call)
+            fut = (self._muster_builtins_pool() if beside_loop else self._muster_pools[group]).submit(call)
         self._muster_tasks[token] = fut
         fut.add_done_callback(lambda f: self._muster_reply(token, f))
+
+    def _muster_builtins_pool(self) -> Any:
+        """The one thread an async actor runs its built-in methods on, beside its event loops."""
+        if self._muster_beside is None:  # made here, on the engine's one thread that submits calls
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._muster_beside = ThreadPoolExecutor(1, thread_name_prefix="muster-actor-builtins")
+        return self._muster_beside
 
     def _muster_reply(self, token: int, fut: Future) -> None:
         from muster.core.local.wire import capture_error
