@@ -178,8 +178,14 @@ class Runtime(abc.ABC):
         resources: Resources,
         on_event: EventHandler | None = None,
         label: str = "task",
+        max_calls: tuple[str, int] | None = None,
     ) -> Future:
-        """Run ``fn(*args, **kwargs)`` once its resources are free; its events go to ``on_event``."""
+        """Run ``fn(*args, **kwargs)`` once its resources are free; its events go to ``on_event``.
+
+        ``max_calls``: ``(function, n)`` when the task is one of ``function``'s (its ``module.qualname``),
+        declared with Ray's ``max_calls=n``: a worker that has run ``n`` tasks of that function ends. An
+        engine whose workers count for themselves (:func:`muster.core.context.retire_after_call`) ignores
+        it; one whose workers are Ray's hands it to Ray."""
 
     @abc.abstractmethod
     def create_actor(

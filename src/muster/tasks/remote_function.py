@@ -182,7 +182,8 @@ class _Attempts:
             return
         try:
             a, kw = owner.resolve(self.args, self.kwargs)
-            inner = self.runtime.submit(self.body, a, kw, self.resources, on_event=owner.handle_event, label=self.label)
+            inner = self.runtime.submit(self.body, a, kw, self.resources, on_event=owner.handle_event, label=self.label,
+                                        max_calls=self.body.limit())
         except BaseException as exc:  # noqa: BLE001 - a failed dependency or an impossible request
             _settle(self.out, exc=exc)
             return

@@ -249,6 +249,9 @@ class TaskBody:
                 else:
                     os.environ[k] = v
 
+    def limit(self) -> tuple[str, int] | None:
+        """``(function, max_calls)``, what the engine's ``submit`` takes; None without a limit."""
+        return (self.info.function or self.__name__, self.max_calls) if self.max_calls else None
 
     def _count_run(self) -> None:
         if not self.max_calls:
