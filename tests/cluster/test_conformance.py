@@ -86,6 +86,17 @@ def test_wait_returns_ready_refs_first(engine):
     assert muster.get(slow_ref) == 3.0
 
 
+@muster.remote(max_calls=1)
+def once_per_worker():
+    return os.getpid()
+
+
+def test_max_calls_gives_each_task_a_fresh_worker(engine):
+    """As in Ray: a worker that ran max_calls tasks of the function exits (on Ray, Ray ends it)."""
+    pids = [muster.get(once_per_worker.remote(), timeout=60) for _ in range(3)]  # one after another
+    assert len(set(pids)) == 3, pids
+
+
 def test_cluster_resources_are_plain_cpu_counts_and_ray_memory_bytes(engine):
     total_cpus = muster.cluster_resources()["CPU"]
     assert total_cpus >= 4 and set(muster.available_resources()) <= set(muster.cluster_resources())

@@ -70,7 +70,9 @@ class Threaded:
 
 class Async:
     def __init__(self):
-        self.counts, self.released = _Peaks(), asyncio.Event()
+        # a threading.Event: each group runs on an event loop of its own, so an asyncio.Event could not be
+        # set from group two for a waiter in group one (as in Ray)
+        self.counts, self.released = _Peaks(), threading.Event()
 
     async def _work(self, tag, seconds):
         self.counts.enter(tag)
@@ -90,11 +92,7 @@ class Async:
 
     @muster.method(concurrency_group="one")
     async def hold(self):
-        try:
-            await asyncio.wait_for(self.released.wait(), 3)
-            return True
-        except asyncio.TimeoutError:
-            return False
+        return await asyncio.to_thread(self.released.wait, 3)  # False: nothing released it in time
 
     @muster.method(concurrency_group="two")
     async def release(self):
@@ -178,3 +176,86 @@ def test_a_call_naming_an_unknown_group_fails_naming_the_groups():
 def test_bad_concurrency_groups_are_refused(groups):
     with pytest.raises(InvalidArgumentError, match="concurrency_groups="):
         muster.remote(concurrency_groups=groups)(Threaded).remote()
+
+
+class Blocking:
+    """An async actor whose group ``slow`` blocks its own event loop (a sync sleep in an ``async def``)."""
+
+    def __init__(self):
+        self.init_loop = id(asyncio.get_running_loop())  # the constructor runs on the default group's loop
+
+    @muster.method(concurrency_group="slow")
+    async def block(self, seconds):
+        time.sleep(seconds)  # holds this group's loop, not the others'
+        return id(asyncio.get_running_loop())
+
+    @muster.method(concurrency_group="fast")
+    async def ping(self):
+        return threading.current_thread().name, id(asyncio.get_running_loop())
+
+    async def default_ping(self):
+        return threading.current_thread().name, id(asyncio.get_running_loop())
+
+    def loops(self):
+        return self.init_loop
+
+
+def test_an_async_actors_groups_each_run_on_an_event_loop_of_their_own():
+    actor = muster.remote(concurrency_groups={"slow": 1, "fast": 1})(Blocking).remote()
+    try:
+        init_loop = muster.get(actor.loops.remote(), timeout=TIMEOUT)
+        blocked = actor.block.remote(2)
+        time.sleep(0.5)  # the block has its group's loop by now
+        started = time.monotonic()
+        fast_thread, fast_loop = muster.get(actor.ping.remote(), timeout=1.2)  # not behind the blocked loop
+        default_thread, default_loop = muster.get(actor.default_ping.remote(), timeout=1.2)
+        assert time.monotonic() - started < 1.2
+        slow_loop = muster.get(blocked, timeout=TIMEOUT)
+        assert default_loop == init_loop  # the default group's loop is the constructor's
+        assert len({init_loop, fast_loop, slow_loop}) == 3
+        assert fast_thread != default_thread
+    finally:
+        muster.kill(actor)
+
+
+class Busy:
+    """An async actor whose calls can block its (default group's) event loop, or just hold a place in it."""
+
+    async def block(self, seconds):
+        time.sleep(seconds)  # the loop does nothing else meanwhile
+
+    async def hold(self, seconds):
+        await asyncio.sleep(seconds)
+
+
+def test_builtin_methods_answer_while_a_coroutine_blocks_the_loop():
+    actor = muster.remote(Busy).remote()  # Ray runs its __ray_* methods beside the loop, not on it
+    try:
+        muster.get(actor.__ray_ready__.remote(), timeout=TIMEOUT)
+        blocked = actor.block.remote(3)
+        time.sleep(0.5)  # the block has the loop by now
+        assert muster.get(actor.__ray_ready__.remote(), timeout=1.5) is True
+        thread = muster.get(actor.__ray_call__.remote(lambda obj: threading.current_thread().name), timeout=1.5)
+        assert "loop" not in thread
+        muster.get(blocked, timeout=TIMEOUT)
+        blocked = actor.block.remote(10)
+        time.sleep(0.5)
+        actor.__ray_terminate__.remote()  # ends it now, not once the loop is free
+        with pytest.raises(muster.exceptions.ActorDiedError):
+            muster.get(blocked, timeout=5)
+    finally:
+        muster.kill(actor)
+
+
+def test_builtin_methods_wait_for_a_place_in_a_full_group():
+    actor = muster.remote(max_concurrency=1)(Busy).remote()  # as Ray's: all its places taken, they wait
+    try:
+        held = actor.hold.remote(2)
+        time.sleep(0.5)
+        ready = actor.__ray_ready__.remote()
+        with pytest.raises(muster.exceptions.GetTimeoutError):
+            muster.get(ready, timeout=0.8)
+        assert muster.get(ready, timeout=TIMEOUT) is True
+        muster.get(held, timeout=TIMEOUT)
+    finally:
+        muster.kill(actor)

@@ -111,7 +111,7 @@ _retiring = False  # set once this worker is to end after the call it runs now
 def retire_after_call() -> None:
     """End this worker once the call it runs now has answered, giving it no more work (Ray's
     ``max_calls``). An engine that reuses its workers honours it; one whose workers are another
-    system's (Ray's) ignores it."""
+    system's (Ray's) ignores it and hands the limit to that system (``Runtime.submit``'s ``max_calls``)."""
     global _retiring
     _retiring = True
 

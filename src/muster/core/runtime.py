@@ -193,9 +193,15 @@ class Runtime(abc.ABC):
         on_event: EventHandler | None = None,
         label: str = "task",
         bundle: BundleRef | None = None,
+        max_calls: tuple[str, int] | None = None,
     ) -> Future:
         """Run ``fn(*args, **kwargs)`` once its resources are free (in ``bundle``, when given); its
-        events go to ``on_event``."""
+        events go to ``on_event``.
+
+        ``max_calls``: ``(function, n)`` when the task is one of ``function``'s (its ``module.qualname``),
+        declared with Ray's ``max_calls=n``: a worker that has run ``n`` tasks of that function ends. An
+        engine whose workers count for themselves (:func:`muster.core.context.retire_after_call`) ignores
+        it; one whose workers are Ray's hands it to Ray."""
 
     @abc.abstractmethod
     def create_actor(

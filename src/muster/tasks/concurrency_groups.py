@@ -5,7 +5,10 @@ A method joins a group with ``@muster.method(concurrency_group="io")``, and one 
 another with ``actor.m.options(concurrency_group="compute").remote()``; every other call is in the
 default group, whose limit is the actor's ``max_concurrency`` (1000 for an async actor, else 1).
 Calls of one group never wait for another group's: in a threaded actor each group is a thread
-pool of its size, in an async actor each group is a semaphore of its size on the actor's loop.
+pool of its size; in an async actor each group has an event loop of its own, on a thread of its
+own, and a semaphore of its size on it (as in Ray), so a call that blocks its group's loop (a
+``time.sleep`` in an ``async def``) holds up only that group. The default group's loop is the one
+the constructor ran on.
 
 The driver checks the groups (:func:`declared`, :func:`check`); the actor's process keeps their
 limits (:func:`limits`).
@@ -62,9 +65,10 @@ def check(actor: str, group: str | None, groups: dict[str, int], where: str) -> 
     )
 
 
-def limits(max_concurrency: int, groups: dict[str, int], make: Callable[[int, str], T]) -> dict[str | None, T]:
-    """One limiter per group, made by ``make(size, name)``: the default group's (key None) has ``max_concurrency``."""
-    out: dict[str | None, T] = {None: make(max_concurrency, "default")}
+def limits(max_concurrency: int, groups: dict[str, int], make: Callable[[int, str | None], T]) -> dict[str | None, T]:
+    """One limiter per group, made by ``make(size, name)``: the default group's (name and key None) has
+    ``max_concurrency``."""
+    out: dict[str | None, T] = {None: make(max_concurrency, None)}
     for name, size in groups.items():
         out[name] = make(size, name)
     return out

@@ -186,7 +186,7 @@ class _Attempts:
         try:
             a, kw = owner.resolve(self.args, self.kwargs)
             inner = self.runtime.submit(self.body, a, kw, self.resources, on_event=owner.handle_event,
-                                        label=self.label, bundle=self.bundle)
+                                        label=self.label, bundle=self.bundle, max_calls=self.body.limit())
         except BaseException as exc:  # noqa: BLE001 - a failed dependency or an impossible request
             _settle(self.out, exc=exc)
             return

@@ -249,6 +249,9 @@ class TaskBody:
                 else:
                     os.environ[k] = v
 
+    def limit(self) -> tuple[str, int] | None:
+        """``(function, max_calls)``, what the engine's ``submit`` takes; None without a limit."""
+        return (self.info.function or self.__name__, self.max_calls) if self.max_calls else None
 
     def _count_run(self) -> None:
         if not self.max_calls:
@@ -319,8 +322,7 @@ class ActorFactory:
                              groups=self.groups)
         import asyncio
 
-        loop = asyncio.new_event_loop()
-        threading.Thread(target=loop.run_forever, name="muster-actor-loop", daemon=True).start()
+        loop = _loop_on_thread("muster-actor-loop")  # the default group's, where the constructor runs
 
         async def creation_task() -> Any:
             _begin_call()
@@ -328,6 +330,15 @@ class ActorFactory:
 
         obj = asyncio.run_coroutine_threadsafe(creation_task(), loop).result()
         return ActorHost(_named_by_repr(obj), self.info, self.max_concurrency, loop, self.groups)
+
+
+def _loop_on_thread(name: str) -> Any:
+    """A new asyncio event loop, running forever on a daemon thread called ``name``."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name=name, daemon=True).start()
+    return loop
 
 
 def _named_by_repr(obj: Any) -> Any:
@@ -356,19 +367,22 @@ class ActorHost:
                  groups: dict[str, int] | None = None):
         self._muster_obj, self._muster_info = obj, info
         self._muster_tasks: dict[int, Any] = {}
-        self._muster_loop: Any = loop  # an async actor's asyncio loop, running on a thread of its own
         self._muster_pools: dict[str | None, Any] = {}  # threaded actors: a ThreadPoolExecutor per group
-        self._muster_sems: dict[str | None, Any] = {}  # async actors: an asyncio.Semaphore per group
+        # async actors: per group, its event loop (each on a thread of its own; the default group's is
+        # ``loop``, the constructor's) and an asyncio.Semaphore of its size, as Ray's event loop per group
+        self._muster_lanes: dict[str | None, tuple[Any, Any]] = {}
+        self._muster_beside: Any = None  # ... and the thread its built-in methods run on (see _muster_submit)
         self._muster_groups_of = cgroups.method_groups(type(obj)) if groups else {}
         if loop is not None:
             import asyncio
 
-            self._muster_sems = cgroups.limits(max_concurrency, groups or {}, lambda n, _: asyncio.Semaphore(n))
+            self._muster_lanes = cgroups.limits(max_concurrency, groups or {}, lambda n, name: (
+                loop if name is None else _loop_on_thread(f"muster-actor-loop-{name}"), asyncio.Semaphore(n)))
         elif max_concurrency > 1 or groups:
             from concurrent.futures import ThreadPoolExecutor
 
             self._muster_pools = cgroups.limits(max_concurrency, groups or {}, lambda n, name: ThreadPoolExecutor(
-                n, thread_name_prefix="muster-actor" if name == "default" else f"muster-actor-{name}"))
+                n, thread_name_prefix="muster-actor" if name is None else f"muster-actor-{name}"))
 
     def __getattr__(self, name: str) -> Any:
         _begin_call(name)  # the engine looks up each plain call's method here, just before it runs it
@@ -376,15 +390,17 @@ class ActorHost:
 
     def _muster_method(self, name: str) -> Any:
         """The object's method ``name``, or one of Ray's built-in actor methods (:data:`RAY_BUILTINS`)."""
+        return self._muster_builtin(name) if name in RAY_BUILTINS else getattr(self._muster_obj, name)
+
+    def _muster_builtin(self, name: str) -> Any:
+        """Ray's built-in actor method ``name`` (one of :data:`RAY_BUILTINS`)."""
         if name == "__ray_ready__":
             return lambda: True
         if name == "__ray_terminate__":
             from muster.actor import exit_actor
 
             return exit_actor
-        if name == "__ray_call__":
-            return lambda fn, *args, **kwargs: fn(self._muster_obj, *args, **kwargs)
-        return getattr(self._muster_obj, name)
+        return lambda fn, *args, **kwargs: fn(self._muster_obj, *args, **kwargs)  # __ray_call__
 
     def _muster_call(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict) -> Any:
         """A plain call (the driver's ``token`` for it) that returns ``num_returns`` values (checked
@@ -400,15 +416,20 @@ class ActorHost:
     def _muster_submit(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict,
                        group: str | None = None) -> None:
         """Start one call in its concurrency group (``group``: the call's ``.options(concurrency_group=)``);
-        its result goes back as an ``ActorCallDone`` event."""
-        fn = self._muster_method(method)
+        its result goes back as an ``ActorCallDone`` event. In an async actor, a built-in method
+        (:data:`RAY_BUILTINS`) that finds a free place in its group runs beside the group's event loop, on
+        a thread of its own, as Ray runs its built-ins: ``__ray_ready__`` answers while a coroutine blocks
+        the loop; with the group full it waits for a place, as in Ray, and runs on the loop."""
+        builtin = method in RAY_BUILTINS
+        fn = self._muster_builtin(method) if builtin else getattr(self._muster_obj, method)
         name = f"{type(self._muster_obj).__name__}.{method}"
         if group is None:  # the call's method's group, else the default one (None)
             group = self._muster_groups_of.get(method)
-        if self._muster_loop is not None:
+        beside_loop = builtin and bool(self._muster_lanes) and not self._muster_lanes[group][1].locked()
+        if self._muster_lanes and not beside_loop:
             import asyncio
 
-            sem = self._muster_sems[group]
+            loop, sem = self._muster_lanes[group]
 
             async def run() -> Any:
                 async with sem:
@@ -423,15 +444,23 @@ class ActorHost:
                         core_context.exit_process(exc.code)
                     return _collect(value, num_returns, name)
 
-            fut = asyncio.run_coroutine_threadsafe(run(), self._muster_loop)
+            fut = asyncio.run_coroutine_threadsafe(run(), loop)
         else:
             def call() -> Any:
                 _begin_call(method, token)
                 return _collect(fn(*args, **kwargs), num_returns, name)
 
-            fut = self._muster_pools[group].submit(call)
+            fut = (self._muster_builtins_pool() if beside_loop else self._muster_pools[group]).submit(call)
         self._muster_tasks[token] = fut
         fut.add_done_callback(lambda f: self._muster_reply(token, f))
+
+    def _muster_builtins_pool(self) -> Any:
+        """The one thread an async actor runs its built-in methods on, beside its event loops."""
+        if self._muster_beside is None:  # made here, on the engine's one thread that submits calls
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._muster_beside = ThreadPoolExecutor(1, thread_name_prefix="muster-actor-builtins")
+        return self._muster_beside
 
     def _muster_reply(self, token: int, fut: Future) -> None:
         from muster.core.local.wire import capture_error

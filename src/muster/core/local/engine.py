@@ -461,8 +461,10 @@ class LocalRuntime(Runtime):
         on_event: EventHandler | None = None,
         label: str = "task",
         bundle: BundleRef | None = None,
+        max_calls: tuple[str, int] | None = None,
     ) -> Future:
-        """Run ``fn`` in a pooled worker of the same resource shape (reused across tasks).
+        """Run ``fn`` in a pooled worker of the same resource shape (reused across tasks); a worker
+        counts ``max_calls`` for itself (it retires once the task says so).
 
         Tasks of one shape (and bundle) start in submission order from one dispatcher thread,
         which alone waits for their resources (no thread per queued task).

@@ -30,7 +30,7 @@ from muster.core import settings, setup_hook
 from muster.core.ray import placement
 from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
-from muster.core.ray.worker import RayWorker, pack, run_task, unpack
+from muster.core.ray.worker import RayWorker, pack, run_task, task_runner, unpack
 from muster.core.runtime import BundleRef, RuntimeActor, EventHandler, Runtime
 from muster.exceptions import (
     ClusterUnreachableError,
@@ -71,6 +71,7 @@ class RayRuntime(Runtime):
         self._finisher = ThreadPoolExecutor(4, thread_name_prefix="muster-ray-finish")
         self._worker_cls: Any = None
         self._task_fn: Any = None
+        self._limited_fns: dict[tuple[str, int], Any] = {}  # (function, max_calls) -> its own Ray function
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -388,6 +389,7 @@ class RayRuntime(Runtime):
         on_event: EventHandler | None = None,
         label: str = "task",
         bundle: BundleRef | None = None,  # muster's groups reserve nothing on Ray (Runtime.reserve's default)
+        max_calls: tuple[str, int] | None = None,
     ) -> Future:
         request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
         placement.check_gang(self.node_resources(), request, 1, "PACK", what=label)
@@ -404,11 +406,25 @@ class RayRuntime(Runtime):
             self.forget(task)
             out.set_exception(MusterError(f"Could not send the arguments of {label} to a worker: {exc}"))
             return out
-        ref = self._task_fn.options(max_retries=0, name=label, **ray_options(request)).remote(
+        ref = self._task_fn_for(max_calls).options(max_retries=0, name=label, **ray_options(request)).remote(
             self._hub, task.key, label, list(sys.path), settings.forwarded_env(), data
         )
         ref.future().add_done_callback(lambda f: self.in_background(lambda: task.finish(f, out)))
         return out
+
+    def _task_fn_for(self, max_calls: tuple[str, int] | None) -> Any:
+        """The Ray function a task runs as: one shared by every task, or, for a function declared with
+        ``max_calls``, one of its own that Ray declares with it. Ray counts ``max_calls`` per Ray
+        function in each worker and ends the worker at the limit, so each limited function needs its own."""
+        if max_calls is None:
+            return self._task_fn
+        with self._lock:
+            fn = self._limited_fns.get(max_calls)
+            if fn is None:
+                function, n = max_calls
+                remote: Any = ray.remote  # its typed overloads do not list max_calls
+                fn = self._limited_fns[max_calls] = remote(max_calls=n)(task_runner(function))
+            return fn
 
     def task_result(self, task: RayTask, raw: Future) -> tuple[bool, Any, int]:
         """``(ok, value, events sent)`` of a finished Ray task; a lost worker becomes WorkerCrashedError."""

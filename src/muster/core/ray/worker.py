@@ -26,7 +26,7 @@ import os
 import socket
 import sys
 import threading
-from typing import Any, TextIO, cast
+from typing import Any, Callable, TextIO, cast
 
 import cloudpickle
 import ray
@@ -297,3 +297,15 @@ def run_task(
     except Exception as exc:  # noqa: BLE001
         err = MusterError(f"{label} returned a value that cannot be sent back to the driver: {exc}")
         return channel.sent, pack((False, capture_error(err, label, os.getpid(), host)))
+
+
+def task_runner(function: str) -> Callable[..., tuple[int, bytes]]:
+    """:func:`run_task` under a name of its own, for the muster function ``function`` (its
+    ``module.qualname``): Ray tells its functions apart by name and pickled body, and counts
+    ``max_calls`` per function, so a function declared with ``max_calls`` runs as one of these."""
+
+    def run(hub: Any, key: str, label: str, sys_path: list[str], env: dict[str, str], data: bytes) -> tuple[int, bytes]:
+        return run_task(hub, key, label, sys_path, env, data)
+
+    run.__name__ = run.__qualname__ = f"run_task[{function}]"
+    return run
