@@ -60,3 +60,21 @@ def test_a_long_schema_goes_on_several_lines():
         "         a_long_column_name_number_2: double\n"
         "      }\n"
         "   )")
+
+
+def test_set_name_is_kept_by_transforms_materialize_and_pickling_and_printed_as_ray_does():
+    import cloudpickle
+
+    ds = md.range(3)
+    assert ds.name is None
+    ds.set_name("train")
+    mapped = ds.map(lambda r: {"id": r["id"] * 2})
+    assert ds.name == "train" and mapped.name == "train"
+    assert repr(ds).startswith("name: train\nshape: (3, 1)")  # Ray's table form, headed by the name
+    assert repr(mapped) == "Map(<lambda>)\n+- Dataset(name=train, num_rows=3, schema={id: int64})"
+    done = mapped.materialize()
+    assert done.name == "train" and repr(done).startswith("MaterializedDataset(name=train, num_blocks=")
+    assert cloudpickle.loads(cloudpickle.dumps(mapped)).name == "train"  # the name travels to workers
+    assert [r["id"] for r in mapped.take_all()] == [0, 2, 4]
+    mapped.set_name(None)
+    assert mapped.name is None and "name" not in repr(mapped)

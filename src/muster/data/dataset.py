@@ -45,8 +45,9 @@ def _ref(value: Any) -> Any:
 class Dataset(writers.FileWrites):
     """A distributed-style dataset of Arrow blocks (Ray Data's ``Dataset``, on one machine)."""
 
-    def __init__(self, node: Node):
+    def __init__(self, node: Node, name: str | None = None):
         self._node = node
+        self._dataset_name = name
         self._stats: execution.Stats | None = None
         self._iterator: DataIterator | None = None
 
@@ -54,10 +55,19 @@ class Dataset(writers.FileWrites):
         """As Ray prints an unexecuted dataset, running nothing (see ``dataset_repr``)."""
         from muster.data.dataset_repr import lazy_repr
 
-        return lazy_repr(self._node)
+        return lazy_repr(self._node, name=self._dataset_name)
+
+    def set_name(self, name: str | None) -> None:
+        """Name this dataset (``None`` clears it): kept by its transforms and ``materialize()``, shown by ``repr``."""
+        self._dataset_name = name
+
+    @property
+    def name(self) -> str | None:
+        """The name given by ``set_name`` (None when unnamed)."""
+        return self._dataset_name
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_node": self._node}  # the plan travels; stats and iterators stay here
+        return {"_node": self._node, "_name": self._dataset_name}  # stats and iterators stay here
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -67,10 +77,10 @@ class Dataset(writers.FileWrites):
         raise_unsupported("muster.data.Dataset", name)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        Dataset.__init__(self, state["_node"])
+        Dataset.__init__(self, state["_node"], state.get("_name"))
 
     def _then(self, op: plan.Operator) -> "Dataset":
-        return Dataset(self._node.then(op))
+        return Dataset(self._node.then(op), self._dataset_name)
 
     def _execute(self, epoch: int = 0) -> Iterator[pa.Table]:
         if _ray_plan.on_ray_engine():  # ray.data runs the plan (its own order per epoch)
@@ -528,7 +538,7 @@ class Dataset(writers.FileWrites):
     def materialize(self) -> "MaterializedDataset":
         """Run the plan once and keep its blocks in memory."""
         ds = from_blocks(list(self._execute()))
-        ds._stats = self._stats
+        ds._stats, ds._dataset_name = self._stats, self._dataset_name
         return ds
 
     def stats(self) -> str:
@@ -566,7 +576,8 @@ class MaterializedDataset(Dataset):
         blocks = [b for task in self._node.op.tasks for b in task.read()] if isinstance(self._node.op, Read) else []
         schema = Schema(blocks[0].schema if blocks else pa.schema([]))
         fields = ", ".join(f"{name}: {kind}" for name, kind in zip(schema.names, schema.types))
-        return (f"MaterializedDataset(num_blocks={len(blocks)}, num_rows={sum(b.num_rows for b in blocks)}, "
+        named = f"name={self._dataset_name}, " if self._dataset_name is not None else ""
+        return (f"MaterializedDataset({named}num_blocks={len(blocks)}, num_rows={sum(b.num_rows for b in blocks)}, "
                 f"schema={{{fields}}})")
 
 

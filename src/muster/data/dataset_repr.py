@@ -21,14 +21,15 @@ _CELL = 40  # a column name or type longer than this is cut, ending in an ellips
 _INDENT = "   "
 
 
-def lazy_repr(node: Node, cls_name: str = "Dataset") -> str:
-    """``node``'s dataset as Ray prints an unexecuted one (see the module's docstring)."""
+def lazy_repr(node: Node, cls_name: str = "Dataset", name: str | None = None) -> str:
+    """``node``'s dataset as Ray prints an unexecuted one (see the module's docstring); ``name`` is
+    ``set_name``'s, heading the table (``name: ...``) or first in the summary (``name=...``)."""
     rows, schema = _source_facts(node)
     if isinstance(node.op, Read) and schema is not None and len(schema.names):
-        return _table(Schema(schema), rows)
+        return (f"name: {name}\n" if name is not None else "") + _table(Schema(schema), rows)
     lines: list[str] = []
     depth = _plan_lines(node, 0, lines)
-    leaf = _summary(cls_name, rows, schema, _INDENT * depth)
+    leaf = _summary(cls_name, rows, schema, _INDENT * depth, name)
     if depth == 0:
         return "\n".join([*lines, leaf])
     return "\n".join([*lines, f"{_INDENT * (depth - 1)}+- {leaf}"])
@@ -54,19 +55,21 @@ def _plan_lines(node: Node, depth: int, lines: list[str]) -> int:
     return max([_plan_lines(n, depth + 1, lines) for n in node.inputs], default=depth + 1)
 
 
-def _summary(cls_name: str, rows: int | None, schema: pa.Schema | None, indent: str) -> str:
+def _summary(cls_name: str, rows: int | None, schema: pa.Schema | None, indent: str, name: str | None) -> str:
     """``Dataset(num_rows=..., schema={...})``, over several lines (``indent`` deep) when longer than 80."""
     count = "?" if rows is None else str(rows)
     fields = [] if schema is None else [f"{n}: {t}" for n, t in zip(Schema(schema).names, Schema(schema).types)]
     schema_text = "Unknown schema" if schema is None else "{" + ", ".join(fields) + "}"
-    line = f"{cls_name}(num_rows={count}, schema={schema_text})"
+    named = "" if name is None else f"name={name}, "
+    line = f"{cls_name}({named}num_rows={count}, schema={schema_text})"
     if len(line) <= _WIDTH:
         return line
     inner = indent + _INDENT
     if len(f"{inner}schema={schema_text}") > _WIDTH and fields:
         cut = [_shorten(f"{inner}{_INDENT}{f}", f.split(": ", 1)[1]) for f in fields]
         schema_text = "{\n" + ",\n".join(cut) + f"\n{inner}}}"
-    return f"{cls_name}(\n{inner}num_rows={count},\n{inner}schema={schema_text}\n{indent})"
+    named = "" if name is None else f"\n{inner}name={name},"
+    return f"{cls_name}({named}\n{inner}num_rows={count},\n{inner}schema={schema_text}\n{indent})"
 
 
 def _shorten(field_line: str, type_text: str) -> str:
