@@ -80,6 +80,19 @@ def test_class_trainable_checkpoint_frequency_and_at_end(storage):
     assert _saved_iterations(storage, "default") == [1, 2, 3, 4, 5, 6, 7]
 
 
+def test_air_checkpoint_config_is_tunes_and_tune_uses_it(storage):
+    import muster.air
+    from muster.train import RunConfig
+
+    # Ray's ray.air.CheckpointConfig is the Tune/AIR class: it takes the class-trainable settings.
+    config = muster.air.CheckpointConfig(checkpoint_frequency=2, checkpoint_at_end=False)
+    assert muster.air.CheckpointConfig is tune.CheckpointConfig
+    grid = tune.Tuner(Seven, run_config=RunConfig(storage_path=storage, name="air", verbose=0,
+                                                  checkpoint_config=config)).fit()
+    assert grid.num_errors == 0, grid.errors
+    assert sorted(m["training_iteration"] for _, m in grid[0].best_checkpoints) == [2, 4, 6]
+
+
 def _one_report(config):
     tune.report({"ok": 1})
 
