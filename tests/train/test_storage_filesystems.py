@@ -38,3 +38,10 @@ def test_a_pyarrow_subtree_filesystem_over_a_local_disk(tmp_path):
         "checkpoint_000001", "checkpoint_000002", "checkpoint_000003"]
     again = Result.from_path("bucket/sub-path/run", storage_filesystem=fs)
     assert again.metrics["step"] == 2 and len(again.best_checkpoints) == 3
+    # As in Ray, paths are shown within the filesystem (no "subtree://", which nothing takes back) and round-trip.
+    assert result.path == "bucket/sub-path/run"
+    assert Result.from_path(result.path, storage_filesystem=fs).path == result.path
+    ckpt = result.checkpoint
+    assert ckpt.path == "bucket/sub-path/run/checkpoint_000003"
+    assert repr(ckpt) == "Checkpoint(path='bucket/sub-path/run/checkpoint_000003')"
+    assert Checkpoint(ckpt.path, filesystem=fs).to_dict()["step"] == 2

@@ -42,3 +42,21 @@ def url_to_fs(url: str) -> tuple[Any, str]:
     if anonymous is not None:
         return fsspec.core.url_to_fs(f"{protocol}://{rest.removeprefix('anonymous@')}", **anonymous)
     return fsspec.core.url_to_fs(url)
+
+
+def fs_url(filesystem: Any, path: str) -> str:
+    """``path`` on ``filesystem`` as ``<protocol>://path`` (a local path as it is): a key naming the place."""
+    if isinstance(filesystem, LocalFileSystem):
+        return path
+    protocol = filesystem.protocol[0] if isinstance(filesystem.protocol, (tuple, list)) else filesystem.protocol
+    return f"{protocol}://{path}"
+
+
+def shown_path(filesystem: Any, path: str) -> str:
+    """``path`` on ``filesystem`` as muster shows it (``Result.path``, a checkpoint's repr): a URL
+    (``s3://bucket/key``) when fsspec can open that URL again, else the path within the filesystem, as
+    Ray shows every path (a local one; one on a pyarrow ``SubTreeFileSystem``, whose ``subtree://`` no
+    filesystem takes back: pass the path with ``filesystem=`` instead)."""
+    url = fs_url(filesystem, path)
+    scheme, sep, _ = url.partition("://")
+    return url if not sep or scheme in fsspec.available_protocols() else path

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from muster.core.filesystem import as_fsspec, url_to_fs
+from muster.core.filesystem import as_fsspec, shown_path, url_to_fs
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train._internal.resume import STATE_DIR
 from muster.train.storage import MANIFEST
@@ -138,7 +138,7 @@ class Checkpoint:
 
     # -- identity --------------------------------------------------------------
     def __repr__(self) -> str:
-        where = self.path if self.is_local else f"{self.filesystem.protocol}://{self.path}"
+        where = shown_path(self.filesystem, self.path)
         return f"Checkpoint(path={where!r})"
 
     def __fspath__(self) -> str:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from muster.core.filesystem import as_fsspec, url_to_fs
+from muster.core.filesystem import as_fsspec, fs_url, shown_path, url_to_fs
 from muster.core.serialization import json_default
 
 MANIFEST = ".muster_manifest.json"
@@ -111,20 +111,16 @@ class Storage:
 
     @property
     def uri(self) -> str:
-        """The run folder as a URL a user can pass back (``s3://...`` or a local path)."""
-        return self._url(self.run_dir)
+        """The run folder as a user can pass it back: a URL (``s3://...``), a local path, or (as Ray shows
+        every path) the path within a filesystem that has no URL, such as a pyarrow ``SubTreeFileSystem``."""
+        return shown_path(self.fs, self.run_dir)
 
     @property
     def root_uri(self) -> str:
         """The storage root as a URL (``s3://bucket/runs``) or a local path: where the run store is
-        keyed, whether the root was given as a URL or as a path on a filesystem object."""
-        return self._url(self.root)
-
-    def _url(self, path: str) -> str:
-        if self.is_local:
-            return path
-        proto = self.fs.protocol[0] if isinstance(self.fs.protocol, (tuple, list)) else self.fs.protocol
-        return f"{proto}://{path}"
+        keyed, whether the root was given as a URL or as a path on a filesystem object (``subtree://...``
+        too, unlike ``uri``: a key, never a local folder)."""
+        return fs_url(self.fs, self.root)
 
     @staticmethod
     def join(*parts: str) -> str:
