@@ -37,10 +37,8 @@ TRANSFORMERS_ENGINE_KWARGS = {
 }
 
 # Keys of deployment_config: every option @serve.deployment takes (Ray's options that have no effect in muster
-# are accepted too; the deployment warns about those). route_prefix is serve.run's, as in Ray.
-DEPLOYMENT_KEYS = frozenset(
-    {f.name for f in dataclasses.fields(DeploymentConfig) if f.name != "route_prefix"} | set(NO_EFFECT)
-)
+# are accepted too; the deployment warns about those).
+DEPLOYMENT_KEYS = frozenset({f.name for f in dataclasses.fields(DeploymentConfig)} | set(NO_EFFECT))
 
 
 @dataclass(kw_only=True)
