@@ -57,6 +57,9 @@ def test_bad_options_name_the_field():
         serve.deployment(max_concurrent_queries=100, route_prefix="/")
     with pytest.raises(TypeError, match=r"Ray removed max_concurrent_queries \(use max_ongoing_requests\)"):
         A.options(max_concurrent_queries=100)
+    with pytest.raises(TypeError, match=r"\['route_prefix'\].*Ray removed route_prefix \(use "
+                                        r"serve.run\(app, route_prefix=...\)\)"):
+        A.options(route_prefix="/a")  # accepted and ignored before
     with pytest.raises(TypeError, match="async def"):
         serve.batch(lambda xs: xs)
     with pytest.raises(TypeError, match="bind"):

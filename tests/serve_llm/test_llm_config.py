@@ -148,3 +148,21 @@ def test_serve_config_file_can_name_build_openai_app_as_its_builder(tmp_path):
     assert sorted(p.name for p in plans) == ["LLMServer:a", "LLMServer:b", ingress]
     (a,) = [p for p in plans if p.name == "LLMServer:a"]
     assert a.args[0].engine_kwargs == {"max_model_len": 512}
+
+
+def test_deployment_config_takes_the_options_serve_deployments_take():
+    """logging_config and deployment_actors (Ray 2.60's deployment options) reach the LLMServer deployment;
+    route_prefix stays serve.run's."""
+    from muster.serve._internal import plan
+    from muster.serve.config import DeploymentActorConfig
+
+    actor = DeploymentActorConfig(name="counter", actor_class="collections:Counter")
+    cfg = config(deployment_config=dict(logging_config=dict(log_level="DEBUG"), deployment_actors=[actor],
+                                        max_queued_requests=7))
+    _, plans = plan.build(build_openai_app({"llm_configs": [cfg]}), "llm")
+    server = plans[0].config
+    assert server.logging_config.log_level == "DEBUG"
+    assert [a.name for a in server.deployment_actors] == ["counter"]
+    assert server.max_queued_requests == 7
+    with pytest.raises(LLMConfigError, match=r"route_prefix.*serve\.run\(app, route_prefix=\.\.\.\)"):
+        config(deployment_config=dict(route_prefix="/x"))

@@ -337,7 +337,6 @@ class DeploymentConfig:
     backpressure_config: BackpressureConfig | None = None
     deployment_actors: tuple[DeploymentActorConfig, ...] = ()
     logging_config: LoggingConfig | None = None
-    route_prefix: str | None = None  # deprecated in Ray; accepted for old scripts
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" in self.name or "#" in self.name:

@@ -207,7 +207,7 @@ def _set_options(config: DeploymentConfig) -> dict[str, Any]:
     out: dict[str, Any] = {"name": config.name}
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
-        if f.name in ("name", "route_prefix", "deployment_actors") or value == getattr(bare, f.name):
+        if f.name in ("name", "deployment_actors") or value == getattr(bare, f.name):
             continue
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             value = {k: v for k, v in dataclasses.asdict(value).items() if v is not None}

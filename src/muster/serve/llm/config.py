@@ -7,11 +7,13 @@ value named, not minutes later inside a replica.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.serve.config import NO_EFFECT, DeploymentConfig, removed_options_hint
 from muster.serve.llm.errors import LLMConfigError
 
 ENGINES = ("auto", "transformers", "vllm")
@@ -34,12 +36,9 @@ TRANSFORMERS_ENGINE_KWARGS = {
     "trust_remote_code": "let transformers run the model repository's own code (default False)",
 }
 
-# Keys of deployment_config, as @serve.deployment takes them.
-DEPLOYMENT_KEYS = frozenset({
-    "name", "num_replicas", "autoscaling_config", "max_ongoing_requests", "max_queued_requests",
-    "ray_actor_options", "user_config", "health_check_period_s", "health_check_timeout_s",
-    "graceful_shutdown_timeout_s", "graceful_shutdown_wait_loop_s",
-})
+# Keys of deployment_config: every option @serve.deployment takes (Ray's options that have no effect in muster
+# are accepted too; the deployment warns about those).
+DEPLOYMENT_KEYS = frozenset({f.name for f in dataclasses.fields(DeploymentConfig)} | set(NO_EFFECT))
 
 
 @dataclass(kw_only=True)
@@ -87,8 +86,9 @@ class LLMConfig:
             installed, else transformers.
         accelerator_type: a GPU type such as ``"A100"``; the replica then asks for GPUs on
             a node that has that type.
-        deployment_config: options of the serving deployment (``autoscaling_config``,
-            ``num_replicas``, ``max_ongoing_requests``, ``ray_actor_options``, ...).
+        deployment_config: options of the serving deployment, as ``@serve.deployment`` takes them
+            (``autoscaling_config``, ``num_replicas``, ``max_ongoing_requests``, ``ray_actor_options``,
+            ``logging_config``, ``deployment_actors``, ...).
         engine_kwargs: arguments for the engine (``max_model_len``, ``tensor_parallel_size``,
             ...); see ``TRANSFORMERS_ENGINE_KWARGS`` for what the transformers engine takes.
         runtime_env: passed on to the replicas' ``ray_actor_options``.
@@ -136,6 +136,7 @@ class LLMConfig:
         if unknown:
             raise LLMConfigError(
                 f"deployment_config has unknown keys {sorted(unknown)}; allowed: {sorted(DEPLOYMENT_KEYS)}."
+                + removed_options_hint(sorted(unknown))
             )
         if not isinstance(self.engine_kwargs, dict):
             raise LLMConfigError(f"engine_kwargs={self.engine_kwargs!r} must be a dict of engine arguments.")
