@@ -37,7 +37,7 @@ def test_a_pooled_worker_whose_send_fails_is_not_pooled_again():
     """
     rt = core_api.get_runtime()
     pid = muster.get(getpid.remote(), timeout=TIMEOUT)
-    (worker,) = [a for pool in rt._task_pool.values() for a in pool if a.pid == pid]
+    (worker,) = [a for pool in rt._task_pool.idle.values() for a in pool if a.pid == pid]
     with worker._death_lock:
         os.kill(pid, signal.SIGKILL)
         # Reaped by the zygote: every thread has exited, so its socket is closed.

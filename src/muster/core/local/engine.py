@@ -5,10 +5,16 @@ Threads in the driver (all daemons):
 * ``accept``   takes each new worker's connection and starts its reader;
 * ``zygote``   reads fork confirmations and exit statuses from the zygote;
 * ``reader-N`` one per worker: results, events, then EOF (= death);
-* ``logs``     relays worker stdout/stderr, prefixed with label and pid.
+* ``logs``     relays worker stdout/stderr, prefixed with label and pid;
+* ``dispatch`` one per task resource shape and bundle: starts its queued tasks (task_pool.py).
 
 Because a worker's results, events and death all arrive on one ordered
 stream, a report the worker sent is always handled before its death.
+
+This module holds the engine's lifecycle (the zygote, its threads, shutdown),
+its actors and gangs, and its resources (slots, placement-group bundles).
+Tasks -- pooled workers by resource shape and their dispatchers -- are in
+:mod:`muster.core.local.task_pool`.
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ import contextlib
 import itertools
 import logging
 import os
-import queue
 import secrets
 import shutil
 import signal
@@ -37,17 +42,11 @@ from muster.core import settings
 from muster.core.local import wire, zygote, zygote_process
 from muster.core.local.actor import LocalActor
 from muster.core.local.logs import LogRelay
-from muster.core.local.reservations import Reservations, removed_error
+from muster.core.local.reservations import Reservations
 from muster.core.local.slots import Allocation, SlotTable, detect_total, node_memory
+from muster.core.local.task_pool import TaskPool
 from muster.core.runtime import BundleRef, RuntimeActor, EventHandler, Runtime
-from muster.exceptions import (
-    ActorDiedError,
-    describe_exit,
-    MusterError,
-    RuntimeNotStartedError,
-    TaskError,
-    WorkerCrashedError,
-)
+from muster.exceptions import describe_exit, MusterError, RuntimeNotStartedError, TaskError
 
 _STARTUP_TIMEOUT_S = 60.0
 _log = logging.getLogger("muster")
@@ -90,9 +89,8 @@ class LocalRuntime(Runtime):
         self._authkey = secrets.token_bytes(16)
         self._listener: Listener | None = None
         self._logs: LogRelay | None = None
-        self._task_pool: dict[frozenset, list[LocalActor]] = {}
-        self._task_queues: dict[tuple[frozenset, BundleRef | None], queue.SimpleQueue] = {}  # by shape, bundle
         self.reservations = Reservations(self.slots)  # placement groups' bundles
+        self._task_pool = TaskPool(self)  # tasks: pooled workers by resource shape, and their dispatchers
         atexit.register(self.shutdown)
 
     # -- lifecycle ---------------------------------------------------------
@@ -200,9 +198,7 @@ class LocalRuntime(Runtime):
         if self._closed:
             return
         self._closed = True
-        with self._lock:
-            for q in self._task_queues.values():
-                q.put(None)  # its dispatcher fails what is still queued, then ends
+        self._task_pool.close()  # each dispatcher fails what is still queued, then ends
         self.reservations.clear()  # a pending placement group stops waiting
         for actor in list(self._actors.values()):
             self._terminate(actor, grace_s=0.0)
@@ -278,8 +274,7 @@ class LocalRuntime(Runtime):
             reservation = self.reservations.remove(group)  # its bundles go back; waits for them fail
             if reservation is None:
                 return
-            for key in [k for k in self._task_queues if k[1] is not None and k[1].group == group]:
-                self._task_queues.pop(key).put(reservation.error)  # its dispatcher fails what is queued, then ends
+            self._task_pool.drop_group(group, reservation.error)  # its dispatchers fail what is queued, then end
             running = [a for a in self._actors.values() if a._holds_slots and reservation.owns(a.allocation)]
         for actor in running:  # Ray kills what still uses a removed group's resources
             actor.death_reason = f"its placement group {group} was removed (remove_placement_group)"
@@ -440,9 +435,7 @@ class LocalRuntime(Runtime):
         with self._lock:
             if self._actors.pop(actor.worker_id, None) is None:
                 return
-            for pool in self._task_pool.values():
-                if actor in pool:
-                    pool.remove(actor)
+            self._task_pool.forget(actor)
             held, actor._holds_slots = actor._holds_slots, False
         if held:  # an idle pooled task worker already gave its slots back
             actor.allocation.give_back()
@@ -451,7 +444,22 @@ class LocalRuntime(Runtime):
         actor = self._seen.get(worker_id)
         return (actor.label, actor.pid) if actor else (f"worker {worker_id}", None)
 
-    # -- tasks -------------------------------------------------------------
+    @contextlib.contextmanager
+    def blocked(self, handle: RuntimeActor) -> Iterator[None]:
+        """While ``handle`` waits on other work, lend its CPUs out (nested tasks cannot deadlock)."""
+        assert isinstance(handle, LocalActor)
+        cpus = handle.allocation.resources.get("CPU")
+        if not cpus:
+            yield
+            return
+        lent = Allocation({"CPU": cpus}, table=handle.allocation.table)  # in a placement group: to its bundle
+        lent.give_back()
+        try:
+            yield
+        finally:
+            (lent.table or self.slots).acquire_exact(lent)
+
+    # -- tasks (task_pool.py) ----------------------------------------------
     def submit(
         self,
         fn: Callable[..., Any],
@@ -469,129 +477,11 @@ class LocalRuntime(Runtime):
         Tasks of one shape (and bundle) start in submission order from one dispatcher thread,
         which alone waits for their resources (no thread per queued task).
         """
-        request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
-        self.slots.check_feasible(request, 1)
-        out: Future = Future()
-        key = (frozenset(request.items()), bundle)
-        with self._lock:
-            if self._closed:
-                out.set_exception(RuntimeNotStartedError("This muster runtime was shut down; call muster.init()."))
-                return out
-            if bundle is not None and not self.reservations.holds(bundle.group):
-                out.set_exception(removed_error(bundle.group))
-                return out
-            q = self._task_queues.get(key)
-            if q is None:
-                q = self._task_queues[key] = queue.SimpleQueue()
-                threading.Thread(
-                    target=self._dispatch_forever, args=(request, bundle, q), name="muster-dispatch", daemon=True
-                ).start()
-            q.put((fn, args, kwargs, on_event, label, out))  # under the lock: never behind the queue's end
-        return out
-
-    def _dispatch_forever(self, request: dict[str, float], bundle: BundleRef | None, q: queue.SimpleQueue) -> None:
-        while True:
-            item = q.get()
-            if item is None or isinstance(item, BaseException):  # shut down, or its placement group removed
-                break
-            self._start_task(request, bundle, *item)
-            del item  # idle, this thread must not keep the last task's arguments and result alive
-        error = item if item is not None else RuntimeNotStartedError("muster was shut down before this task started.")
-        while not q.empty():  # what never started fails (this thread alone takes from ``q``)
-            item = q.get_nowait()
-            if isinstance(item, tuple):
-                item[-1].set_exception(error)
-
-    def _start_task(
-        self, request: dict[str, float], bundle: BundleRef | None, fn: Callable[..., Any], args: tuple,
-        kwargs: dict, on_event: EventHandler | None, label: str, out: Future,
-    ) -> None:
-        try:
-            actor = self._task_worker(request, label, bundle)
-            actor._on_event = on_event
-            inner = actor.call("__task__", fn, *args, **kwargs)
-            inner.add_done_callback(lambda f: self._task_done(actor, request, f, out, label))
-        except BaseException as exc:  # noqa: BLE001
-            out.set_exception(exc)
-
-    def _task_worker(self, request: dict[str, float], label: str, bundle: BundleRef | None) -> LocalActor:
-        """Hold ``request``, then reuse an idle worker of that shape (or fork one)."""
-        key = frozenset(request.items())
-        if "GPU" in request and bundle is None:  # a pooled worker's CUDA_VISIBLE_DEVICES is fixed: reuse on its GPUs
-            with self._lock:
-                pool = self._task_pool.setdefault(key, [])
-                actor = next((a for a in pool if self.slots.try_acquire_exact(a.allocation)), None)
-                if actor is not None:
-                    pool.remove(actor)
-                    actor._holds_slots = True  # it holds the slots try_acquire_exact just took
-            if actor is None:
-                (actor,) = self._launch(1, None, (), {}, request, None, None, None, [label])
-        else:
-            alloc = self.reservations.take(request, bundle)
-            with self._lock:
-                pool = self._task_pool.setdefault(key, [])
-                same_gpus = [a for a in pool if a.allocation.gpu_ids == alloc.gpu_ids]
-                actor = same_gpus[-1] if same_gpus else None
-                if actor is not None:
-                    pool.remove(actor)  # it now holds ``alloc``: a death from here on frees it
-                    actor.allocation, actor._holds_slots = alloc, True
-            if actor is None:
-                (actor,) = self._launch(1, None, (), {}, request, None, None, None, [label], allocations=[alloc])
-            actor.allocation = alloc
-        actor.label = label
-        return actor
+        return self._task_pool.submit(fn, args, kwargs, resources, on_event, label, bundle)
 
     def retire_idle_workers(self) -> int:
         """End the warm task workers that are idle (they hold no resources); return how many."""
-        with self._lock:
-            idle = [a for pool in self._task_pool.values() for a in pool]
-            self._task_pool.clear()
-        for actor in idle:
-            self._terminate(actor, 0.0)
-        return len(idle)
-
-    @contextlib.contextmanager
-    def blocked(self, handle: RuntimeActor) -> Iterator[None]:
-        """While ``handle`` waits on other work, lend its CPUs out (nested tasks cannot deadlock)."""
-        assert isinstance(handle, LocalActor)
-        cpus = handle.allocation.resources.get("CPU")
-        if not cpus:
-            yield
-            return
-        lent = Allocation({"CPU": cpus}, table=handle.allocation.table)  # in a placement group: to its bundle
-        lent.give_back()
-        try:
-            yield
-        finally:
-            (lent.table or self.slots).acquire_exact(lent)
-
-    def _task_done(
-        self, actor: LocalActor, request: dict[str, float], inner: Future, out: Future, label: str
-    ) -> None:
-        exc = inner.exception()
-        with self._lock:
-            # A call that failed with ActorDiedError (e.g. the send hit a dead socket) means the worker
-            # is gone even if its reader has not seen EOF yet: never hand it out again.
-            pooled = (
-                not isinstance(exc, ActorDiedError)
-                and not actor.retiring  # it exits now: its slots are freed when it is gone
-                and actor.is_alive()
-                and actor.worker_id in self._actors
-                and actor._holds_slots
-            )
-            if pooled:
-                actor._holds_slots = False
-                self._task_pool.setdefault(frozenset(request.items()), []).append(actor)
-        if pooled:
-            actor.allocation.give_back()
-        if exc is None:
-            out.set_result(inner.result())
-        elif isinstance(exc, ActorDiedError):
-            out.set_exception(WorkerCrashedError(label, exc.pid, exc.exitcode, exc.host, reason=actor.death_reason))
-        elif isinstance(exc, TaskError) and exc.label != label:  # the pooled worker was forked for another task
-            out.set_exception(exc.relabelled(label))
-        else:
-            out.set_exception(exc)
+        return self._task_pool.retire_idle()
 
 
 def _preload(extra: list[str]) -> list[str]:
