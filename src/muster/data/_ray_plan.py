@@ -46,12 +46,21 @@ def on_ray_engine() -> bool:
     return context.in_worker() and ray is not None and bool(ray.is_initialized())
 
 
-def to_ray(node: Node) -> Any:
-    """The ``ray.data.Dataset`` for the plan ending at ``node``.
+def to_ray(dataset: "Dataset") -> Any:
+    """The ``ray.data.Dataset`` for ``dataset``'s plan, named as ``dataset`` is (``set_name``: Ray's stats,
+    dashboard and metrics know it by that name).
 
     Raises:
         InvalidArgumentError: an operator of the plan has no ``ray.data`` equivalent (named, with the fix).
     """
+    ds = _to_ray(dataset._node)
+    if dataset.name is not None:
+        ds.set_name(dataset.name)
+    return ds
+
+
+def _to_ray(node: Node) -> Any:
+    """The ``ray.data.Dataset`` for the plan ending at ``node``."""
     import ray.data
 
     op = node.op
@@ -67,7 +76,7 @@ def to_ray(node: Node) -> Any:
             args = (ray_datasource(args[0]),)
         ds = getattr(ray.data, name)(*args, **kwargs)
         return _apply(ds, _steps(op)[1:], op.name)
-    inputs = [to_ray(n) for n in node.inputs]
+    inputs = [_to_ray(n) for n in node.inputs]
     if isinstance(op, Union):
         return inputs[0].union(*inputs[1:]) if len(inputs) > 1 else inputs[0]
     if isinstance(op, Limit):
@@ -116,22 +125,22 @@ def _compute(fn: Any, concurrency: Any, where: str) -> Any:
     raise InvalidArgumentError(f"{where}: concurrency={concurrency!r}: use a positive int or a (min, max) tuple.")
 
 
-def blocks(node: Node) -> Iterator[pa.Table]:
-    """The plan's output, executed by ``ray.data``, as Arrow blocks on this process."""
-    yield from _ray_guard.unwrapped(iter(to_ray(node).iter_batches(batch_size=None, batch_format="pyarrow",
+def blocks(dataset: "Dataset") -> Iterator[pa.Table]:
+    """The dataset's output, executed by ``ray.data``, as Arrow blocks on this process."""
+    yield from _ray_guard.unwrapped(iter(to_ray(dataset).iter_batches(batch_size=None, batch_format="pyarrow",
                                                                      prefetch_batches=1)))
 
 
-def count(node: Node) -> int:
-    """The plan's row count by ``ray.data`` (a user function's failure raised as muster's error)."""
+def count(dataset: "Dataset") -> int:
+    """The dataset's row count by ``ray.data`` (a user function's failure raised as muster's error)."""
     try:
-        return int(to_ray(node).count())
+        return int(to_ray(dataset).count())
     except Exception as exc:
         _ray_guard.reraise(exc)
         raise
 
 
-def write(node: Node, kind: str, path: str, filesystem: Any, mode: Any = "append", **kwargs: Any) -> list[str]:
+def write(dataset: "Dataset", kind: str, path: str, filesystem: Any, mode: Any = "append", **kwargs: Any) -> list[str]:
     """``write_parquet/csv/json`` by ``ray.data``: the files it wrote under ``path`` (as muster returns them).
     ``mode`` is muster's (a ``SaveMode`` or its value), given to Ray as Ray's; options left None are Ray's
     defaults."""
@@ -145,15 +154,16 @@ def write(node: Node, kind: str, path: str, filesystem: Any, mode: Any = "append
     options = {k: v for k, v in kwargs.items() if v is not None}
     options["mode"] = RaySaveMode(str(getattr(mode, "value", mode)).lower())
     try:
-        getattr(to_ray(node), f"write_{kind}")(path, **({"filesystem": filesystem} if filesystem is not None else {}),
-                                              **options)
+        given_fs = {"filesystem": filesystem} if filesystem is not None else {}
+        getattr(to_ray(dataset), f"write_{kind}")(path, **given_fs, **options)
     except Exception as exc:
         _ray_guard.reraise(exc)
         raise
     return sorted(set(_files(fs, root)) - before)
 
 
-def write_datasink(node: Node, sink: Any, ray_remote_args: dict[str, Any] | None, concurrency: int | None) -> None:
+def write_datasink(dataset: "Dataset", sink: Any, ray_remote_args: dict[str, Any] | None,
+                   concurrency: int | None) -> None:
     """``write_datasink`` by ``ray.data``: the muster ``Datasink`` as Ray's (its ``write`` runs in Ray's workers)."""
     from muster.data.datasource import Datasink
     from muster.data.datasource._on_ray import ray_datasink
@@ -162,7 +172,7 @@ def write_datasink(node: Node, sink: Any, ray_remote_args: dict[str, Any] | None
     if not isinstance(sink, Datasink):
         raise InvalidTypeError(f"write_datasink({sink!r}): pass an instance of a muster.data.Datasink subclass.")
     try:
-        to_ray(node).write_datasink(ray_datasink(sink), ray_remote_args=ray_remote_args, concurrency=concurrency)
+        to_ray(dataset).write_datasink(ray_datasink(sink), ray_remote_args=ray_remote_args, concurrency=concurrency)
     except Exception as exc:
         _ray_guard.reraise(exc)
         raise
@@ -200,5 +210,5 @@ class RayDataIterator(DataIterator):
 
 def streaming_split(dataset: "Dataset", n: int, equal: bool, locality_hints: Any = None) -> list[DataIterator]:
     """``n`` shards by Ray's ``streaming_split`` (one coordinator streams each epoch to all of them)."""
-    splits = to_ray(dataset._node).streaming_split(n, equal=equal, locality_hints=locality_hints)
+    splits = to_ray(dataset).streaming_split(n, equal=equal, locality_hints=locality_hints)
     return [RayDataIterator(dataset, it, i, n) for i, it in enumerate(splits)]

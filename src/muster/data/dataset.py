@@ -84,7 +84,7 @@ class Dataset(writers.FileWrites):
 
     def _execute(self, epoch: int = 0) -> Iterator[pa.Table]:
         if _ray_plan.on_ray_engine():  # ray.data runs the plan (its own order per epoch)
-            return _ray_plan.blocks(self._node)
+            return _ray_plan.blocks(self)
         self._stats = execution.Stats()
         return execution.execute(self._node, epoch, self._stats)
 
@@ -449,7 +449,7 @@ class Dataset(writers.FileWrites):
         """The iterator behind ``iter_*``; each pass over it is one epoch."""
         on_ray = _ray_plan.on_ray_engine()
         if self._iterator is None or isinstance(self._iterator, _ray_plan.RayDataIterator) != on_ray:
-            self._iterator = _ray_plan.RayDataIterator(self, _ray_plan.to_ray(self._node)) if on_ray else DataIterator(self)
+            self._iterator = _ray_plan.RayDataIterator(self, _ray_plan.to_ray(self)) if on_ray else DataIterator(self)
         return self._iterator
 
     # -- consumption --------------------------------------------------------------
@@ -483,7 +483,7 @@ class Dataset(writers.FileWrites):
     def count(self) -> int:
         """The rows (a read whose tasks know theirs, from ``BlockMetadata``, adds them up unread, as Ray)."""
         if _ray_plan.on_ray_engine():
-            return _ray_plan.count(self._node)
+            return _ray_plan.count(self)
         known = self._node.known_rows()
         return known if known is not None else sum(b.num_rows for b in self._execute())
 
@@ -551,7 +551,7 @@ class Dataset(writers.FileWrites):
                        concurrency: int | None = None) -> None:
         """To a custom ``Datasink``, ``concurrency`` writes at once (see ``datasource.datasink.write``)."""
         if _ray_plan.on_ray_engine():
-            return _ray_plan.write_datasink(self._node, datasink, ray_remote_args, concurrency)
+            return _ray_plan.write_datasink(self, datasink, ray_remote_args, concurrency)
         sinks.write(self._execute(), datasink, concurrency, execution.DataContext.get_current().max_threads)
 
 

@@ -123,7 +123,7 @@ def write_dataset(dataset: Any, kind: str, path: str, filesystem: Any, mode: Any
     column = {"column": options.pop("column")} if kind == "npy" else {}  # write_numpy's, to its writer
     writer_options, compression = ray_write_options(options, fn_name, f"write_{method}", pass_through=kind == "parquet")
     if _ray_plan.on_ray_engine():
-        return _ray_plan.write(dataset._node, method, path, filesystem, mode=mode, min_rows_per_file=min_rows,
+        return _ray_plan.write(dataset, method, path, filesystem, mode=mode, min_rows_per_file=min_rows,
                                max_rows_per_file=max_rows, partition_cols=partition_cols, **column, **options)
     writer_options.update(column)
     return write_blocks(dataset._execute(), path, filesystem, kind, make(**writer_options), mode=mode,

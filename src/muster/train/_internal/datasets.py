@@ -46,7 +46,7 @@ class DatasetLoop:
             return self
         loop = copy.copy(self)
         loop.ray_splits = {
-            name: _ray_plan.to_ray(ds._node).streaming_split(world, equal=True)
+            name: _ray_plan.to_ray(ds).streaming_split(world, equal=True)
             for name, ds in self.datasets.items() if self.data_config.splits(name) and world > 1
         }
         # Ray counts the driver's handles on each split's coordinator actor, not the pickled copies the
@@ -72,7 +72,7 @@ class DatasetLoop:
             return DataIterator(ds, rank if split else 0, world if split else 1, seed=self.seed)
         if name in self.ray_splits:
             return _ray_plan.RayDataIterator(ds, self.ray_splits[name][rank], rank, world, seed=self.seed)
-        return _ray_plan.RayDataIterator(ds, _ray_plan.to_ray(ds._node), seed=self.seed)
+        return _ray_plan.RayDataIterator(ds, _ray_plan.to_ray(ds), seed=self.seed)
 
     def __call__(self, config: dict[str, Any] | None = None) -> Any:
         from muster.data.execution import DataContext
