@@ -62,3 +62,37 @@ def test_write_images_leaves_no_file_for_an_image_it_could_not_save(tmp_path):
                                                                       file_format="jpeg")
     (name,) = _files(tmp_path)
     assert name.endswith("_000000.jpeg") and (tmp_path / name).stat().st_size > 0
+
+
+class RowGroups(md.BlockBasedFileDatasink):
+    """Its own write_block, through open_output_stream as Ray's sinks do: a copy of the block in a ``with``
+    block, then a Parquet file written a row group per row and left open (pyarrow's ParquetWriter does not
+    close a stream it was given). Row ``id == 5`` comes as float64, which the writer refuses mid-file."""
+
+    def write_block(self, block, block_index, ctx):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = block.to_arrow()
+        with self.open_output_stream(f"{ctx.task_idx}-copy.parquet") as f:
+            pq.write_table(table, f)
+        writer = pq.ParquetWriter(self.open_output_stream(f"{ctx.task_idx}-groups.parquet"), table.schema)
+        try:
+            for i in range(table.num_rows):
+                row = table.slice(i, 1)
+                writer.write_table(row.cast(pa.schema([("id", pa.float64())])) if row["id"][0].as_py() == 5 else row)
+        finally:
+            writer.close()  # the footer, even after a failure: the file looks complete, and is still dropped
+
+
+def test_open_output_stream_called_by_a_subclass_is_whole_or_absent(tmp_path):
+    """A stream the subclass opens itself is renamed when its ``with`` ends or, left open, when the task
+    returns; when the task fails mid-file (here pyarrow's ParquetWriter refusing a row group), the file
+    being written is absent and its hidden temporary removed."""
+    import pyarrow.parquet as pq
+
+    with pytest.raises(UserFunctionError, match="schema"):
+        md.range(8, override_num_blocks=2).write_datasink(RowGroups(str(tmp_path)), concurrency=1)
+    assert _files(tmp_path) == ["0-copy.parquet", "0-groups.parquet", "1-copy.parquet"]  # not 1-groups
+    assert pq.read_table(tmp_path / "0-groups.parquet").column("id").to_pylist() == [0, 1, 2, 3]
+    assert pq.read_table(tmp_path / "1-copy.parquet").column("id").to_pylist() == [4, 5, 6, 7]

@@ -152,9 +152,20 @@ class _FileDatasink(Datasink[None]):
             self.filesystem.makedirs(self.path, exist_ok=True)
 
     def write(self, blocks: Iterable[Block], ctx: TaskContext) -> None:
+        """The task's blocks as one, to ``write_block``; a stream it opened and left open is finished
+        when it returns (whole), or dropped when it raises (absent)."""
         table = blk.concat([as_block(b, type(self).__name__) for b in blocks])
-        if not self._skip_write and table.num_rows:
+        if self._skip_write or not table.num_rows:
+            return
+        self._streams: list[_WholeStream] = []  # this task's (each task writes with its own copy of the sink)
+        try:
             self.write_block(BlockAccessor(table), 0, ctx)
+        except BaseException as exc:
+            for stream in self._streams:
+                stream.abort(exc)
+            raise
+        for stream in self._streams:
+            stream.close()
 
     def write_block(self, block: BlockAccessor, block_index: int, ctx: TaskContext) -> None:
         raise NotImplementedError
@@ -162,26 +173,63 @@ class _FileDatasink(Datasink[None]):
     def _task_filename(self, ctx: TaskContext) -> str:
         return self.filename_provider.get_filename_for_task(self.write_uuid, ctx.task_idx)
 
-    def open_output_stream(self, name: str) -> pa.NativeFile:
-        """A file under the sink's folder, open for writing, as a pyarrow ``NativeFile`` (written in
-        place: the sinks' own writes go through :meth:`_whole_output_file`)."""
-        handle = self.filesystem.open(posixpath.join(self.path, name), "wb",
-                                      compression=self.open_stream_args.get("compression"))
-        return pa.PythonFile(handle, mode="w")
-
-    @contextlib.contextmanager
-    def _whole_output_file(self, name: str) -> Iterator[pa.NativeFile]:
-        """File ``name`` under the sink's folder, open for writing as a pyarrow ``NativeFile``, whole or
-        absent (as the ``write_*`` files: a hidden file renamed when the block ends, removed if it raises)."""
-        from muster.data.writers import whole_file
-
-        path, compression = posixpath.join(self.path, name), self.open_stream_args.get("compression")
-        with whole_file(self.filesystem, path, compression) as handle, pa.PythonFile(handle, mode="w") as file:
-            yield file
+    def open_output_stream(self, path: str) -> pa.NativeFile:
+        """File ``path`` (under the sink's folder, or a name in it), open for writing as a pyarrow
+        ``NativeFile``, whole or absent: the bytes go to a hidden ``.<name>.partial`` (``writers.whole_file``)
+        renamed to ``path`` when the file is closed (or its ``with`` block ends, or the write task returns);
+        removed if the block or the task raises first."""
+        stream = _WholeStream.open(self.filesystem, posixpath.join(self.path, path),
+                                   self.open_stream_args.get("compression"))
+        self.__dict__.setdefault("_streams", []).append(stream)
+        return stream
 
     @property
     def supports_distributed_writes(self) -> bool:
         return True
+
+
+class _WholeStream(pa.PythonFile):
+    """A sink's output file as a pyarrow ``NativeFile`` that is whole or absent (``writers.whole_file``):
+    :meth:`close` (or a ``with`` block that ends normally) gives it its name; :meth:`abort` (or a ``with``
+    block that raises) removes it."""
+
+    _whole: Any
+    _ended: bool
+
+    @classmethod
+    def open(cls, fs: Any, path: str, compression: Optional[str]) -> "_WholeStream":
+        from muster.data.writers import whole_file
+
+        whole = whole_file(fs, path, compression)
+        stream = cls(whole.__enter__(), mode="w")
+        stream._whole, stream._ended = whole, False
+        return stream
+
+    def close(self) -> None:
+        """Flush and name the file (once)."""
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            super().close()
+        except BaseException as exc:
+            self._whole.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._whole.__exit__(None, None, None)
+
+    def abort(self, error: BaseException) -> None:
+        """Drop the file: nothing is left under its name or the hidden one (once; not after close)."""
+        if self._ended:
+            return
+        self._ended = True
+        with contextlib.suppress(Exception):
+            super().close()
+        self._whole.__exit__(type(error), error, error.__traceback__)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc is not None:
+            self.abort(exc)
+        self.close()
 
 
 class RowBasedFileDatasink(_FileDatasink):
@@ -195,7 +243,7 @@ class RowBasedFileDatasink(_FileDatasink):
     def write_block(self, block: BlockAccessor, block_index: int, ctx: TaskContext) -> None:
         base, ext = posixpath.splitext(self._task_filename(ctx))
         for row_index, row in enumerate(block.iter_rows(public_row_format=False)):
-            with self._whole_output_file(f"{base}_{block_index:06}_{row_index:06}{ext}") as file:
+            with self.open_output_stream(f"{base}_{block_index:06}_{row_index:06}{ext}") as file:
                 self.write_row_to_file(row, file)
 
 
@@ -213,7 +261,7 @@ class BlockBasedFileDatasink(_FileDatasink):
                                   "write_block_to_file(self, block, file).")
 
     def write_block(self, block: BlockAccessor, block_index: int, ctx: TaskContext) -> None:
-        with self._whole_output_file(self._task_filename(ctx)) as file:
+        with self.open_output_stream(self._task_filename(ctx)) as file:
             self.write_block_to_file(block, file)
 
     @property
