@@ -78,3 +78,42 @@ def test_set_name_is_kept_by_transforms_materialize_and_pickling_and_printed_as_
     assert [r["id"] for r in mapped.take_all()] == [0, 2, 4]
     mapped.set_name(None)
     assert mapped.name is None and "name" not in repr(mapped)
+
+
+def _parquet_with_unreadable_data(path):
+    """A Parquet file whose footer (schema, row groups) is intact and whose data pages are garbage: reading
+    its metadata works, reading its rows fails."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": np.arange(1000), "name": ["x"] * 1000, "v": np.ones(1000, np.float32)}),
+                   path, row_group_size=100)
+    raw = bytearray(path.read_bytes())
+    footer = int.from_bytes(raw[-8:-4], "little")
+    raw[4:len(raw) - 8 - footer] = b"\xff" * (len(raw) - 12 - footer)
+    path.write_bytes(bytes(raw))
+
+
+def test_read_parquet_prints_its_schema_from_the_files_metadata_unread(tmp_path):
+    """As Ray 2.60 prints ray.data.read_parquet(...): the columns and types from the footer, rows unknown.
+    The data pages are garbage, so reading them would fail: printing reads none."""
+    import pytest
+
+    _parquet_with_unreadable_data(tmp_path / "t.parquet")
+    ds = md.read_parquet(str(tmp_path))
+    assert repr(ds) == ("shape: (?, 3)\n"  # Ray 2.60's output, pasted
+                        "╭───────┬────────┬───────╮\n"
+                        "│ id    ┆ name   ┆ v     │\n"
+                        "│ ---   ┆ ---    ┆ ---   │\n"
+                        "│ int64 ┆ string ┆ float │\n"
+                        "╰───────┴────────┴───────╯\n"
+                        "(Dataset isn't materialized)")
+    picked = md.read_parquet(str(tmp_path), columns=["v"], include_paths=True)
+    assert str(picked).splitlines()[2:5] == ["│ v     ┆ path   │",
+                                             "│ ---   ┆ ---    │",
+                                             "│ float ┆ string │"]
+    assert repr(ds.map(lambda r: r)) == ("Map(<lambda>)\n"
+                                         "+- Dataset(num_rows=?, schema={id: int64, name: string, v: float})")
+    with pytest.raises(OSError, match="page header"):  # the pages are unreadable indeed
+        ds.take_all()

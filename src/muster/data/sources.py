@@ -277,18 +277,27 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
             by_path.extend((g, n // max(1, len(groups)), False) for g in groups)
         else:
             by_path.append((frag, n, True))
+    known = None if tensors or ray_tensors.has_ray_tensors(schema) else _parquet_block_schema(schema, columns,
+                                                                                             include_paths)
     tasks: list[ReadTask] = []
     group: list[tuple[Any, bool]] = []
     size = 0
     for frag, n, whole in by_path:
         if group and (size + n > cap or len(group) >= TASK_FILES):
-            tasks.append(ReadTask(make(group), group[0][0].path, size, tuple(f.path for f, _ in group)))
+            tasks.append(ReadTask(make(group), group[0][0].path, size, tuple(f.path for f, _ in group), schema=known))
             group, size = [], 0
         group.append((frag, whole))
         size += n
     if group:
-        tasks.append(ReadTask(make(group), group[0][0].path, size, tuple(f.path for f, _ in group)))
+        tasks.append(ReadTask(make(group), group[0][0].path, size, tuple(f.path for f, _ in group), schema=known))
     return tuple(tasks)
+
+
+def _parquet_block_schema(schema: pa.Schema, columns: list[str] | None, include_paths: bool) -> pa.Schema:
+    """The read's blocks' schema from the files' metadata alone (the first footer, and the hive folders), as
+    ``repr`` shows it unread: ``columns`` picked, ``path`` last with ``include_paths``."""
+    out = pa.schema([schema.field(c) for c in columns]) if columns is not None else schema.remove_metadata()
+    return out.append(pa.field("path", pa.string())) if include_paths else out
 
 
 def _scan(frags: list[Any], schema: pa.Schema, fmt: Any, afs: Any, columns: list[str] | None, filter: Any) -> pa.Table:
