@@ -7,6 +7,7 @@ import os
 import signal
 import time
 
+import httpx
 import pytest
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from serve_helpers import serving, wait_until
@@ -55,8 +56,36 @@ class Chat:
     def hello(self) -> str:
         return "hi"
 
+    @app.websocket("/flood")
+    async def flood(self, ws: WebSocket) -> None:
+        """Sends 4,000 messages of 64 KiB (250 MiB), counting them in ``self.sent``."""
+        await ws.accept()
+        self.sent = 0
+        for _ in range(4000):
+            await ws.send_bytes(CHUNK)
+            self.sent += 1
+        await ws.close()
+
+    @app.websocket("/sink")
+    async def sink(self, ws: WebSocket) -> None:
+        """Accepts, then reads nothing until told to over HTTP (``/drain``), then everything."""
+        await ws.accept()
+        self.draining = asyncio.Event()
+        await self.draining.wait()
+        while (await ws.receive())["type"] != "websocket.disconnect":
+            pass
+
+    @app.get("/sent")
+    def sent_so_far(self) -> int:
+        return getattr(self, "sent", 0)
+
+    @app.get("/drain")
+    def drain(self) -> None:
+        self.draining.set()
+
 
 Narrow = Chat.options(name="Narrow", num_replicas=1, max_ongoing_requests=2)  # holds two connections at once
+CHUNK = b"x" * 65536
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.1})
@@ -209,3 +238,60 @@ def test_a_replica_killed_mid_connection_closes_it_with_1011_and_serving_goes_on
     assert run(echo_once(base, "after")) == "after"  # the other replica serves on
     wait_until(lambda: serve.status().applications["chat"].deployments["Chat"].replica_states.get("RUNNING") == 2,
                30, "the killed replica's replacement")
+
+
+def test_a_client_that_stops_reading_pauses_the_handlers_sends(url):
+    """Flow control from the replica to the client: the handler's sends wait once the client stops reading (the
+    window of 64 messages and the socket buffers fill); reading again resumes them, to the end. (Uncompressed:
+    permessage-deflate would shrink the 250 MiB of ``x`` to what the socket buffers hold.)"""
+    base, outcomes = url
+    serve.run(Narrow.bind(str(outcomes)), name="narrow", route_prefix="/narrow")
+    http = base.replace("ws://", "http://")
+
+    def sent() -> int:
+        return httpx.get(f"{http}/narrow/sent", timeout=10).json()
+
+    async def go():
+        async with connect(f"{base}/narrow/flood", max_size=None, max_queue=4, compression=None) as ws:
+            await ws.recv()
+            await asyncio.sleep(1.5)  # not reading
+            stalled = await asyncio.to_thread(sent)
+            await asyncio.sleep(0.5)
+            assert await asyncio.to_thread(sent) == stalled < 1000, stalled  # 4000 before
+            got = 1
+            while got < 4000:
+                assert await ws.recv() == CHUNK
+                got += 1
+            assert await asyncio.to_thread(sent) == 4000
+
+    run(go())
+    serve.delete("narrow")
+
+
+def test_a_handler_that_stops_reading_stops_the_ingress_reading_its_client(url):
+    """Flow control from the client to the replica: once the handler has left 64 messages unread (and the socket
+    buffers are full) the client's sends wait, instead of the replica queueing all it is sent."""
+    base, outcomes = url
+    serve.run(Narrow.bind(str(outcomes)), name="narrow", route_prefix="/narrow")
+    http = base.replace("ws://", "http://")
+
+    async def go():
+        async with connect(f"{base}/narrow/sink", max_size=None, compression=None) as ws:
+            done = 0
+
+            async def send_all():
+                nonlocal done
+                for _ in range(4000):
+                    await ws.send(CHUNK)
+                    done += 1
+
+            sending = asyncio.ensure_future(send_all())
+            await asyncio.sleep(1.5)
+            stalled = done
+            await asyncio.sleep(0.5)
+            assert done == stalled < 1000 and not sending.done(), stalled
+            await asyncio.to_thread(httpx.get, f"{http}/narrow/drain", timeout=10)
+            await asyncio.wait_for(sending, 30)  # reading again lets every send through
+
+    run(go())
+    serve.delete("narrow")
