@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -273,14 +274,15 @@ def test_rays_2_60_deployment_options_are_accepted_with_a_warning_that_says_what
             assert serve.deployment(**{option: value})(A.func_or_class).config.name == "A"
 
 
-def test_an_ingress_app_with_websocket_routes_is_warned_about_at_once():
-    """Ray's websocket snippets declare ``@app.websocket`` routes; muster answers their upgrade 501, and now says
-    so when the class is decorated instead of only when a client connects."""
+def test_an_ingress_app_with_websocket_routes_is_taken_without_a_warning():
+    """Ray's websocket snippets declare ``@app.websocket`` routes; muster serves them now (it warned at once that it
+    would not), so decorating the class says nothing."""
     fastapi = pytest.importorskip("fastapi")
     app = fastapi.FastAPI()
 
-    with pytest.warns(UserWarning, match=r"@serve.ingress on Echo: the app's WebSocket route\(s\) \['/ws'\] will not "
-                                         r"be served: muster Serve does not serve WebSockets yet"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
         @serve.ingress(app)
         class Echo:
             @app.websocket("/ws")

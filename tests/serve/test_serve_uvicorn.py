@@ -7,7 +7,6 @@ from serve_helpers import (
     check_a_client_that_leaves_cancels_its_request,
     check_a_slow_reader_pauses_the_stream,
     check_http_requests_go_to_the_replica_holding_their_model,
-    check_a_websocket_upgrade_is_refused_naming_it,
     serving,
 )
 from starlette.requests import Request
@@ -49,11 +48,6 @@ def test_uvicorn_ingress(client):
 
 def test_a_client_that_leaves_cancels_its_request_on_uvicorn(client, tmp_path):
     check_a_client_that_leaves_cancels_its_request(client, tmp_path)
-
-
-def test_a_websocket_upgrade_is_refused_naming_it_on_uvicorn(client):
-    serve.run(Mixed.bind(), name="mixed", route_prefix="/m")
-    check_a_websocket_upgrade_is_refused_naming_it(client, "/m")
 
 
 @pytest.mark.parametrize("kind", ["generator", "starlette"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import warnings
 from typing import Any, Callable
 
 from muster.exceptions import InvalidTypeError
@@ -151,19 +150,6 @@ def _keep_bound_args(self: Any, *args: Any, **kwargs: Any) -> None:
     self.args, self.kwargs = args, kwargs
 
 
-def _warn_websocket_routes(app: Any, where: str) -> None:
-    """Say at once that the app's WebSocket routes will not be served (each upgrade is answered 501)."""
-    try:
-        from starlette.routing import WebSocketRoute
-    except ImportError:
-        return
-    paths = [r.path for r in getattr(app, "routes", None) or () if isinstance(r, WebSocketRoute)]
-    if paths:
-        warnings.warn(f"@serve.ingress on {where}: the app's WebSocket route(s) {paths} will not be served: muster "
-                      "Serve does not serve WebSockets yet, and answers an upgrade with 501. Stream over HTTP instead "
-                      "(a generator or a StreamingResponse).", stacklevel=3)
-
-
 def ingress(app: Any) -> Callable[..., type]:
     """Serve a FastAPI (or any ASGI) app from a deployment class: its routes may be the class's methods.
 
@@ -186,7 +172,6 @@ def ingress(app: Any) -> Callable[..., type]:
                                            "__init__": _keep_bound_args})
         if not inspect.isclass(cls):
             raise InvalidTypeError(f"@serve.ingress goes on a class, not {cls!r}.")
-        _warn_websocket_routes(app, cls.__name__)
         setattr(cls, "__serve_asgi_app__", app)  # noqa: B010 - a marker the replica looks for
         return cls
 

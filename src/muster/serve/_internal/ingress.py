@@ -21,7 +21,7 @@ import uuid
 from typing import Any, Coroutine
 
 from muster.serve import multiplex
-from muster.serve._internal import eventloop, ingress_rsgi, router, wire
+from muster.serve._internal import eventloop, ingress_rsgi, router, websocket, wire
 from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
@@ -84,8 +84,8 @@ class IngressApp:
                 await send({"type": msg["type"] + ".complete"})
                 if msg["type"] == "lifespan.shutdown":
                     return
-        if kind != "http":
-            await send({"type": "websocket.close", "code": 1003})
+        if kind == "websocket":
+            await self._websocket(scope, receive, send)
             return
         path = scope["path"]
         hit = self.match(path)
@@ -93,9 +93,6 @@ class IngressApp:
             await self._special(path, send)
             return
         prefix, app, dep = hit
-        if any(k == b"upgrade" and v.lower() == b"websocket" for k, v in scope.get("headers", ())):
-            await _plain(send, 501, ingress_rsgi.websocket_refusal(path), _CLOSE)
-            return
         body = await self._body(scope, receive, send)
         if body is None:
             return
@@ -118,6 +115,36 @@ class IngressApp:
             await self._relay(stream, send, timeout, echo)
         finally:
             ingress_rsgi.late.remove(stream)
+            r.release(replica)
+
+    async def _websocket(self, scope: dict, receive: Any, send: Any) -> None:
+        """One WebSocket connection, relayed to one replica of the route's deployment for its lifetime."""
+        path = scope["path"]
+        hit = self.match(path)
+        if hit is None:
+            status, _, text = self.special(path)
+            await websocket.deny(scope, send, 404, text.decode() if status == 404 else f"{path} is no WebSocket.")
+            return
+        prefix, app, dep = hit
+        if (await receive())["type"] != "websocket.connect":
+            return
+        rid, headers = request_id(scope.get("headers", []))
+        echo = [(b"x-request-id", rid)]
+        fields = ("GET", path, "" if prefix == "/" else prefix, scope.get("query_string", b""), headers,
+                  scope.get("client"), scope.get("server"))
+        timeout = self.options.request_timeout_s  # for the handler to accept; an open connection has none
+        r = router.registry.router(app, dep)
+        model = multiplex.header_model_id(headers) if r.multiplexed else ""
+        try:
+            replica, stream = await r.open_stream(wire.REQ_WS, wire.http_request(fields, b""), timeout or 30.0, model)
+        except (BackPressureError, DeploymentUnavailableError) as exc:
+            status, retry = ingress_rsgi.refusal(exc)
+            await websocket.deny(scope, send, status, str(exc), [*([(b"retry-after", retry.encode())] if retry else []),
+                                                                 *echo])
+            return
+        try:
+            await websocket.relay(stream, scope, receive, send, timeout, echo)
+        finally:
             r.release(replica)
 
     async def _relay(self, stream: router.Stream, send: Any, timeout: float | None, echo: list) -> None:
@@ -345,7 +372,8 @@ class IngressActor:
 
             self.server = uvicorn.Server(uvicorn.Config(
                 self.app, host=o.host, port=self.port, loop="none", http="httptools", lifespan="off",
-                log_level="warning", access_log=False, timeout_keep_alive=int(o.keep_alive_timeout_s), ws="none",
+                log_level="warning", access_log=False, timeout_keep_alive=int(o.keep_alive_timeout_s),
+                ws="websockets-sansio",  # WebSockets are relayed to replicas (websocket.py)
                 backlog=2048, ssl_keyfile=o.ssl_keyfile, ssl_certfile=o.ssl_certfile,
                 ssl_keyfile_password=o.ssl_keyfile_password, ssl_ca_certs=o.ssl_ca_certs,
             ))

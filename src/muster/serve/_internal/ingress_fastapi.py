@@ -8,7 +8,7 @@ from typing import Any
 def bind_routes(app: Any, cls: type, instance: Any) -> Any:
     """Return a copy of ``app`` whose routes defined on ``cls`` call ``instance``'s bound methods."""
     from fastapi import FastAPI
-    from fastapi.routing import APIRoute
+    from fastapi.routing import APIRoute, APIWebSocketRoute
 
     prefix = cls.__qualname__ + "."
     bound = FastAPI(
@@ -19,8 +19,13 @@ def bind_routes(app: Any, cls: type, instance: Any) -> Any:
     bound.state = app.state
     for route in app.router.routes:
         endpoint = getattr(route, "endpoint", None)
-        if endpoint is not None and isinstance(route, APIRoute) and getattr(endpoint, "__qualname__", "").startswith(prefix):
-            method = getattr(instance, endpoint.__name__)
+        name = getattr(endpoint, "__name__", "")
+        mine = endpoint is not None and getattr(endpoint, "__qualname__", "").startswith(prefix)
+        if mine and isinstance(route, APIWebSocketRoute):
+            bound.router.add_api_websocket_route(route.path, getattr(instance, name), name=route.name,
+                                                 dependencies=route.dependencies)
+        elif mine and isinstance(route, APIRoute):
+            method = getattr(instance, name)
             bound.router.add_api_route(
                 route.path, method, methods=sorted(route.methods or ()), response_model=route.response_model,
                 status_code=route.status_code, name=route.name, response_class=route.response_class,

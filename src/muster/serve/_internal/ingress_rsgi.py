@@ -28,9 +28,11 @@ def refusal(exc: Exception) -> tuple[int, str | None]:
 
 
 def websocket_refusal(path: str) -> str:
-    """The 501's text for a WebSocket upgrade (both servers answer one with it)."""
-    return (f"the request to {path} asks to upgrade to a WebSocket, which muster Serve does not serve. Fix: stream "
-            "over HTTP instead (return a generator or a StreamingResponse: the client reads the chunks as they come).")
+    """The 501's text for a WebSocket upgrade on granian (the uvicorn ingress serves them)."""
+    return (f"the request to {path} asks to upgrade to a WebSocket, which the ingress serves on uvicorn only: "
+            "granian's RSGI interface (granian 2.8) cannot pass a close code or a subprotocol on, and never tells the "
+            "app that a client closed cleanly. Fix: serve.start(http_options={'server': 'uvicorn'}) (or "
+            "http_options: {server: uvicorn} in the config file).")
 
 
 def _plain(proto: Any, status: int, text: str, headers: list | None = None) -> None:

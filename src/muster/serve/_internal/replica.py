@@ -27,7 +27,7 @@ from typing import Any, cast
 from muster.exceptions import InvalidTypeError, MusterError
 from muster.serve import context as replica_context
 from muster.serve import multiplex
-from muster.serve._internal import eventloop, metrics, responses, router, wire
+from muster.serve._internal import eventloop, metrics, responses, router, websocket, wire
 from muster.serve._internal.plan import TargetRef
 from muster.serve.config import DeploymentConfig
 from muster.tasks import worker_side
@@ -143,45 +143,32 @@ def _takes_positional(fn: Any) -> bool:
     return any(p.kind in kinds for p in params)
 
 
-class _Window:
-    """A stream's chunks sent and not yet credited, and the sender waiting for credit."""
-
-    __slots__ = ("ahead", "waiter")
-
-    def __init__(self) -> None:
-        self.ahead = 0
-        self.waiter: asyncio.Future | None = None
-
-
 class _Conn(wire.FrameProtocol):
     def __init__(self, replica: "ReplicaActor"):
         super().__init__()
         self.replica = replica
         self.tasks: dict[int, asyncio.Task] = {}  # a request's task, until it finishes (it removes itself)
-        self.windows: dict[int, _Window] = {}  # a streaming request's flow control, until it finishes
+        self.windows: dict[int, wire.Window] = {}  # a streaming request's flow control, until it finishes
+        self.sockets: dict[int, websocket.ReplicaSocket] = {}  # the open WebSockets, by stream
 
     async def send_chunk(self, stream: int, kind: int, payload: bytes) -> None:
         """Send one chunk of a stream once the caller has room for it (``wire.STREAM_WINDOW``)."""
         w = self.windows.get(stream)
         if w is None:
-            w = self.windows[stream] = _Window()
-        while w.ahead >= wire.STREAM_WINDOW:
-            w.waiter = cast(asyncio.AbstractEventLoop, self._loop).create_future()
-            await w.waiter
-        w.ahead += 1
+            w = self.windows[stream] = wire.Window()
+        await w.take()
         self.send(stream, kind, payload)
 
     def finished(self, stream: int) -> None:
         self.tasks.pop(stream, None)
         self.windows.pop(stream, None)
+        self.sockets.pop(stream, None)
 
     def on_frame(self, stream: int, kind: int, payload: bytes) -> None:
         if kind == wire.CREDIT:
             w = self.windows.get(stream)
             if w is not None:
-                w.ahead -= wire.CREDIT_EVERY
-                if w.waiter is not None and not w.waiter.done():
-                    w.waiter.set_result(None)
+                w.credit()
             return
         if kind == wire.CANCEL:
             task = self.tasks.pop(stream, None)
@@ -192,6 +179,14 @@ class _Conn(wire.FrameProtocol):
             coro = self.replica._serve_http(self, stream, payload)
         elif kind == wire.REQ_CALL:
             coro = self.replica._serve_call(self, stream, payload)
+        elif kind >= wire.WS_ACCEPT:  # a WebSocket's message or close, from its client
+            sock = self.sockets.get(stream)
+            if sock is not None:
+                sock.feed(kind, payload)
+            return
+        elif kind == wire.REQ_WS:
+            self.sockets[stream] = websocket.ReplicaSocket(self, stream)
+            coro = self.replica._serve_ws(self, stream, payload)
         else:  # MODELS: a caller routing by model asks what this replica holds
             self.send(stream, wire.RESP_VALUE, pickle.dumps(multiplex.held(), protocol=5))
             return
@@ -443,6 +438,30 @@ class ReplicaActor:
         finally:
             self.ongoing -= 1
             self.latency_ms.add((time.perf_counter() - t0) * 1e3)
+            proto.finished(stream)
+
+    async def _serve_ws(self, proto: _Conn, stream: int, payload: bytes) -> None:
+        """One WebSocket connection, for its lifetime: the app's handler holds one of ``max_ongoing_requests``
+        (as in Ray, an open connection is an ongoing request)."""
+        self.ongoing += 1
+        sock = proto.sockets[stream]
+        fields, _ = wire.parse_http_request(payload)
+        try:
+            async with self.sem:
+                scope = websocket.scope_of(_scope(fields))
+                multiplex.set_model_id(multiplex.header_model_id(scope["headers"]))
+                if self.asgi is None:  # refused (403), naming the fix
+                    proto.send(stream, wire.RESP_ERROR, wire.dumps(wire.RemoteError(403, (
+                        f"{self.where} serves no WebSocket: it is no @serve.ingress app. Fix: serve WebSockets from "
+                        "a FastAPI app's @app.websocket routes, with @serve.ingress(app) on the deployment."))))
+                    return
+                failed = await sock.run(self.asgi, scope)
+                if failed is None:
+                    self.served += 1
+                else:  # raised before accepting: the upgrade is refused with its status; after: closed with 1011
+                    self._failed(proto, stream, failed, f"WebSocket {fields[1]}")
+        finally:
+            self.ongoing -= 1
             proto.finished(stream)
 
     async def _reply_http(self, proto: _Conn, stream: int, result: Any, scope: dict, receive: Any,

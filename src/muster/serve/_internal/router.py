@@ -24,7 +24,8 @@ from muster.serve._internal import wire
 from muster.tasks import owner
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
-_TERMINAL = frozenset((wire.RESP_FULL, wire.RESP_END, wire.RESP_VALUE, wire.RESP_ERROR))
+_TERMINAL = frozenset((wire.RESP_FULL, wire.RESP_END, wire.RESP_VALUE, wire.RESP_ERROR, wire.WS_CLOSE))
+_CHUNKS = frozenset((wire.RESP_BODY, wire.RESP_ITEM, wire.WS_TEXT, wire.WS_BYTES))  # flow-controlled (see wire)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class Stream:
         kind, payload = self._frames.popleft()
         if kind in _TERMINAL:
             self.done = True
-        elif kind == wire.RESP_BODY or kind == wire.RESP_ITEM:
+        elif kind in _CHUNKS:
             self._taken += 1
             if self._taken == wire.CREDIT_EVERY:
                 self._taken = 0

@@ -12,6 +12,7 @@ caller -> replica
     CANCEL     b""                                          the caller gave up
     CREDIT     b""                                          it took CREDIT_EVERY more chunks of a stream
     MODELS     b""                                          which models do you hold? (answered with RESP_VALUE)
+    REQ_WS     as REQ_HTTP, no body                         a WebSocket connection opens (see websocket.py)
 replica -> caller
     RESP_FULL  u16 status, u32 n, header block, body        a whole HTTP response (see :func:`http_response`)
     RESP_HEAD  pickle((status, headers))                    a streamed HTTP response starts
@@ -21,11 +22,19 @@ replica -> caller
     RESP_ITEM  pickle(item)                                 one item of a streaming handle call
     RESP_ERROR pickle(RemoteError)                          the call failed
     MODELS     pickle(tuple of model ids), on stream 0      the multiplexed models it holds now (after each change)
+    WS_ACCEPT  pickle((subprotocol, headers))               the WebSocket handler accepted the connection
+both ways, on a WebSocket's stream
+    WS_TEXT    utf-8 text                                   one text message
+    WS_BYTES   raw bytes                                    one binary message
+    WS_CLOSE   u16 code, utf-8 reason                       closed: by the client (to the replica) or the handler
+                                                            (to the caller; before WS_ACCEPT it refuses the upgrade)
+    CREDIT     b""                                          the other side took CREDIT_EVERY more messages
 
 Streams are flow-controlled: a replica sends at most ``STREAM_WINDOW`` chunks
 (``RESP_BODY`` or ``RESP_ITEM``) beyond what the caller has taken, and the
 caller sends a ``CREDIT`` each time it has taken ``CREDIT_EVERY`` more, so a
 slow client pauses the generator instead of filling the ingress's memory.
+A WebSocket's messages are flow-controlled the same way in both directions.
 
 HTTP request bodies and response bodies travel raw after a small binary head
 (no pickling of the body); a header block is ``name\0value\0...`` in latin-1
@@ -46,10 +55,54 @@ from typing import Any, cast
 HEADER = struct.Struct("!IIB")
 _U32 = struct.Struct("!I")
 _RESP_HEAD = struct.Struct("!HI")
-REQ_HTTP, REQ_CALL, CANCEL, CREDIT, MODELS = 1, 2, 3, 4, 5
+REQ_HTTP, REQ_CALL, CANCEL, CREDIT, MODELS, REQ_WS = 1, 2, 3, 4, 5, 6
 #: chunks of one stream a replica sends ahead of its caller; the caller grants more CREDIT_EVERY at a time
 STREAM_WINDOW, CREDIT_EVERY = 64, 16
 RESP_FULL, RESP_HEAD, RESP_BODY, RESP_END, RESP_VALUE, RESP_ITEM, RESP_ERROR = 10, 11, 12, 13, 14, 15, 16
+WS_ACCEPT, WS_TEXT, WS_BYTES, WS_CLOSE = 20, 21, 22, 23
+_U16 = struct.Struct("!H")
+
+
+def ws_close(code: int, reason: str = "") -> bytes:
+    """A WS_CLOSE payload."""
+    return _U16.pack(code) + reason.encode()[:123]  # a close frame's reason holds at most 123 bytes
+
+
+def parse_ws_close(payload: bytes) -> tuple[int, str]:
+    """``(code, reason)`` of a WS_CLOSE payload."""
+    return _U16.unpack_from(payload)[0], payload[2:].decode(errors="replace")
+
+
+class Window:
+    """One stream's chunks sent ahead of what the other side has credited, and the sender waiting for credit."""
+
+    __slots__ = ("ahead", "waiter", "open")
+
+    def __init__(self) -> None:
+        self.ahead = 0
+        self.waiter: asyncio.Future | None = None
+        self.open = True
+
+    async def take(self) -> None:
+        """Wait until one more chunk may go (``STREAM_WINDOW`` ahead at most), and count it; at once once closed."""
+        while self.open and self.ahead >= STREAM_WINDOW:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+        self.ahead += 1
+
+    def credit(self) -> None:
+        """The other side took ``CREDIT_EVERY`` more: wake the sender."""
+        self.ahead -= CREDIT_EVERY
+        self._wake()
+
+    def close(self) -> None:
+        """Nobody will take more: a waiting sender goes on (to find the stream gone)."""
+        self.open = False
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
 
 
 @dataclass(frozen=True)
