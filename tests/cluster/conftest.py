@@ -77,6 +77,17 @@ def on_ray(ray_cluster):
     muster.init(num_cpus=4, num_gpus=0)  # the session's embedded engine, as tests/conftest.py starts it
 
 
+@pytest.fixture(scope="module", params=["local", "ray"])
+def engine(request):
+    """The engine under test (a module's tests run on each in turn): the session's embedded one, or
+    the module's Ray cluster."""
+    if request.param == "local":
+        yield "local"
+        return
+    request.getfixturevalue("on_ray")
+    yield "ray"
+
+
 def _zygote_pid() -> int | None:
     from muster.core.api import _runtime
 

@@ -31,16 +31,6 @@ from muster.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
 
 
-@pytest.fixture(scope="module", params=["local", "ray"])
-def engine(request):
-    """The engine under test: the session's embedded one, or the shared Ray cluster."""
-    if request.param == "local":
-        yield "local"
-        return
-    request.getfixturevalue("on_ray")
-    yield "ray"
-
-
 # -- tasks and objects ------------------------------------------------------------
 @muster.remote
 def double(x):
