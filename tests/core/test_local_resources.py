@@ -254,3 +254,26 @@ def test_without_device_nodes_gpus_are_counted_by_nvidia_smi_in_its_own_process(
     assert slots._count_gpus() == 2
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert slots._count_gpus() == 1
+
+
+def test_new_work_leaves_a_pending_group_what_it_lacks_while_slots_come_back(monkeypatch):
+    """A pending placement group goes first: new work may not take the CPUs it waits for, nor a GPU
+    it does not need is held back. Once nothing has been given back for a while (what holds the
+    slots may itself wait for new work), new work may take them again."""
+    monkeypatch.setattr(slots, "_GROUP_PRIORITY_S", 0.5, raising=False)
+    table = SlotTable({"CPU": 2.0, "GPU": 1.0})
+    (holder,) = table.try_take([{"CPU": 1.0}])
+    stop = threading.Event()
+    group = threading.Thread(target=table.take_when_free, args=([{"CPU": 2.0}], stop), daemon=True)
+    group.start()
+    try:
+        time.sleep(0.1)  # the group waits
+        assert table.try_take([{"CPU": 1.0}]) is None, "new work took a CPU the pending group waits for"
+        gpu = table.try_take([{"GPU": 1.0}])  # the group needs no GPU
+        assert gpu is not None
+        table.release(gpu[0])
+        assert wait_for(lambda: table.try_take([{"CPU": 1.0}]) is not None, TIMEOUT)  # no release for 0.5 s
+    finally:
+        stop.set()
+        group.join(TIMEOUT)
+        table.release(holder)

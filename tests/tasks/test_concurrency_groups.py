@@ -259,3 +259,58 @@ def test_builtin_methods_wait_for_a_place_in_a_full_group():
         muster.get(held, timeout=TIMEOUT)
     finally:
         muster.kill(actor)
+
+
+class Counted:
+    """An async actor that counts the calls it runs at once, whether on its loop or beside it."""
+
+    def __init__(self):
+        self.peaks = _Peaks()
+
+    async def step(self, seconds):
+        self.peaks.enter("all")
+        await asyncio.sleep(seconds)
+        self.peaks.leave("all")
+        return self.peaks.peak["all"]
+
+
+def _busy(obj, seconds):  # run by __ray_call__, beside the loop
+    obj.peaks.enter("all")
+    time.sleep(seconds)
+    obj.peaks.leave("all")
+    return obj.peaks.peak["all"]
+
+
+def test_a_builtin_beside_the_loop_takes_a_place_in_its_group():
+    """It ran beside the loop without a place: a coroutine of a one-place group ran with it."""
+    actor = muster.remote(max_concurrency=1)(Counted).remote()
+    try:
+        muster.get(actor.__ray_ready__.remote(), timeout=TIMEOUT)
+        beside = actor.__ray_call__.remote(_busy, 0.5)
+        step = actor.step.remote(0.1)
+        assert muster.get([beside, step], timeout=TIMEOUT) == [1, 1]
+    finally:
+        muster.kill(actor)
+
+
+class Plain:
+    pass
+
+
+def test_rays_system_group_is_accepted_and_runs_beside_the_groups():
+    """Ray's libraries call ``__ray_call__.options(concurrency_group="_ray_system")`` on any actor: it runs
+    (one at a time) while the actor's own group is full."""
+    actor = muster.remote(max_concurrency=1)(Busy).remote()
+    plain = muster.remote(Plain).remote()  # one call at a time: it runs in its turn
+    try:
+        held = actor.hold.remote(2)
+        time.sleep(0.3)
+        thread = actor.__ray_call__.options(concurrency_group="_ray_system").remote(
+            lambda obj: threading.current_thread().name)
+        assert "builtins" in muster.get(thread, timeout=1.5)
+        ran = plain.__ray_call__.options(concurrency_group="_ray_system").remote(lambda obj: type(obj).__name__)
+        assert muster.get(ran, timeout=TIMEOUT) == "Plain"
+        muster.get(held, timeout=TIMEOUT)
+    finally:
+        muster.kill(actor)
+        muster.kill(plain)

@@ -133,6 +133,21 @@ def test_a_pending_group_is_placed_once_another_is_removed():
         remove_placement_group(pending)
 
 
+def test_a_pending_group_goes_before_a_stream_of_new_tasks():
+    """Each CPU a 1-CPU task gives back went to the next queued task, so a 2-CPU group waited until the
+    queue ran dry. Now new work leaves a pending group what it lacks: it is placed while most wait."""
+    stream = [nap.remote(0.2) for _ in range(40)]  # 2 s of work on 4 CPUs
+    assert wait_for(lambda: muster.available_resources()["CPU"] == 0, TIMEOUT)
+    pg = placement_group([{"CPU": 2}])
+    try:
+        assert pg.wait(TIMEOUT)
+        done, _ = muster.wait(stream, num_returns=len(stream), timeout=0)
+        assert len(done) < 20, f"the group was placed only after {len(done)} of 40 queued tasks had run"
+    finally:
+        remove_placement_group(pg)
+    assert muster.get(stream, timeout=TIMEOUT) == ["done"] * 40
+
+
 def test_a_request_bigger_than_its_bundle_is_an_error():
     pg = placement_group([{"CPU": 1}, {"CPU": 2}])
     try:

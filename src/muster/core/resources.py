@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from muster.exceptions import InvalidArgumentError
 
@@ -28,6 +28,15 @@ def normalize(resources: Mapping[str, float] | None, *, what: str = "resources")
             )
         if amount:
             out[name] = float(amount)
+    return out
+
+
+def summed(parts: Iterable[Mapping[str, float]]) -> Resources:
+    """The amounts of ``parts`` added up, name by name (bundles together, nodes together)."""
+    out: Resources = {}
+    for part in parts:
+        for k, v in part.items():
+            out[k] = out.get(k, 0.0) + v
     return out
 
 

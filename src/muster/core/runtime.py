@@ -56,6 +56,8 @@ def unserved(label: str, payload: Any) -> NoReturn:
         "requests from its process (tasks, actors, get, put). This is a bug in muster: please report it."
     )
 LogSink = Callable[[str, "int | None", list[str]], None]  # (label, pid, lines)
+#: The reason an engine gives for the death of an actor muster's ``kill`` ended (the caller may know better)
+KILLED_BY_MUSTER = "stopped by muster"
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,16 @@ class BundleRef:
 
     group: str
     index: int = -1
+
+
+def removed_error(group: str) -> Exception:
+    """What work scheduled into ``group`` fails with once the group is removed (or never was here):
+    a ``TaskPlacementGroupRemoved``."""
+    from muster.exceptions import TaskPlacementGroupRemoved
+
+    return TaskPlacementGroupRemoved(
+        f"placement group {group} is not reserved on this engine: it was removed (remove_placement_group), "
+        "or made before muster.shutdown(). Schedule the work into a live group, or into none.")
 
 
 class RuntimeActor(abc.ABC):
@@ -222,9 +234,14 @@ class Runtime(abc.ABC):
         state (an engine whose actors are all new processes has nothing to change).
         """
 
-    def reserve(self, group: str, bundles: list[Resources]) -> Future:
-        """Hold ``bundles`` for placement group ``group`` once they fit together. The future is done
-        when they are held; its exception is the removal, when ``unreserve`` came first.
+    def node_resources(self) -> list[Resources]:
+        """Each live node's total resources (an engine on one machine: that machine's)."""
+        return [self.resources()]
+
+    def reserve(self, group: str, bundles: list[Resources], strategy: str = "PACK") -> Future:
+        """Hold ``bundles`` for placement group ``group`` once they fit together (across nodes as
+        ``strategy`` says). The future is done when they are held; its exception is the removal,
+        when ``unreserve`` came first.
 
         Raises:
             ResourcesUnavailableError: the bundles can never fit together, however idle the engine.

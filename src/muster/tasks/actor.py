@@ -23,7 +23,7 @@ from muster.core import context as core_context
 from muster.core import resources as res
 from muster.core.api import get_runtime, is_current
 from muster.core.init_options import current_namespace
-from muster.core.runtime import RuntimeActor
+from muster.core.runtime import KILLED_BY_MUSTER, RuntimeActor
 from muster.exceptions import ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError, TaskError
 from muster.tasks import concurrency_groups as cgroups
 from muster.tasks import events, named, owner, worker_side
@@ -258,7 +258,7 @@ class ActorHandle:
         """``error``, naming this actor when it is its death (Ray's ``RayActorError.actor_id``), and
         ``muster.kill`` when that caused it (the process's own exit status says only "killed")."""
         if isinstance(error, ActorDiedError):
-            if self._kill_reason and not error.reason:
+            if self._kill_reason and error.reason in ("", KILLED_BY_MUSTER):  # the kill knows why
                 error = ActorDiedError(error.label, error.pid, error.exitcode, error.host, reason=self._kill_reason)
             if error.actor_id is None:
                 error.actor_id = rc.actor_hex_id(rc.driver_job_id(), self._id)

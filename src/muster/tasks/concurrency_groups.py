@@ -10,17 +10,27 @@ own, and a semaphore of its size on it (as in Ray), so a call that blocks its gr
 ``time.sleep`` in an ``async def``) holds up only that group. The default group's loop is the one
 the constructor ran on.
 
+Ray's system groups (:data:`SYSTEM_GROUPS`, size 1 each), which Ray's own libraries pick with
+``actor.__ray_call__.options(concurrency_group="_ray_system")``, are accepted on every actor: a
+concurrent actor runs their calls where it runs Ray's built-in methods beside its groups, on a
+thread of its own (one call at a time); a plain actor runs every call in order anyway.
+
 The driver checks the groups (:func:`declared`, :func:`check`); the actor's process keeps their
-limits (:func:`limits`).
+limits (:func:`limits`, and :class:`Places` in an async actor).
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import threading
 from typing import Any, Callable, TypeVar
 
 from muster.exceptions import InvalidArgumentError
 
 T = TypeVar("T")
+#: Ray's own groups, which its libraries name on any actor (Ray declares them with tensor transport)
+SYSTEM_GROUPS = ("_ray_system", "_ray_system_error")
 
 
 def method_groups(cls: type) -> dict[str, str]:
@@ -55,8 +65,8 @@ def declared(cls: type, groups: Any) -> dict[str, int]:
 
 
 def check(actor: str, group: str | None, groups: dict[str, int], where: str) -> None:
-    """Raise unless ``group`` (None: the default group) is one of the actor's ``groups``."""
-    if group is None or group in groups:
+    """Raise unless ``group`` (None: the default group) is one of the actor's ``groups`` or Ray's system ones."""
+    if group is None or group in groups or group in SYSTEM_GROUPS:
         return
     have = f"its groups are {sorted(groups)}" if groups else "it declares none"
     raise InvalidArgumentError(
@@ -73,3 +83,59 @@ def limits(max_concurrency: int, groups: dict[str, int], make: Callable[[int, st
         out[name] = make(size, name)
     return out
 
+
+
+class Places:
+    """The places of one group of an async actor: its coroutines take one on the group's event loop
+    (:meth:`take`), and a built-in method run beside the loop takes one from any thread
+    (:meth:`try_take`), so both count against the group's size. Thread-safe."""
+
+    def __init__(self, size: int, loop: asyncio.AbstractEventLoop):
+        self._free, self._loop = size, loop
+        self._lock = threading.Lock()
+        self._waiters: collections.deque[asyncio.Future] = collections.deque()  # on ``loop``, oldest first
+
+    def try_take(self) -> bool:
+        """Take a place if one is free and no coroutine waits for one."""
+        with self._lock:
+            if self._free > 0 and not self._waiters:
+                self._free -= 1
+                return True
+            return False
+
+    async def take(self) -> None:
+        """Wait for a place (on the group's loop) and take it."""
+        while True:
+            with self._lock:
+                if self._free > 0:
+                    self._free -= 1
+                    return
+                waiter = self._loop.create_future()
+                self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                with self._lock:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+                    elif self._free > 0:  # woken for a place it will not take: wake the next
+                        self._wake_next()
+                raise
+
+    def give_back(self) -> None:
+        """Free a place (from any thread) and wake the oldest coroutine waiting for one."""
+        with self._lock:
+            self._free += 1
+            self._wake_next()
+
+    def _wake_next(self) -> None:  # holds the lock
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self._loop.call_soon_threadsafe(_wake, waiter)
+                return
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -11,6 +11,7 @@ threaded actors: those accept a call at once and send its result back as an
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 import itertools
@@ -171,6 +172,10 @@ def _items(generator: Any, name: str) -> list[Any]:
             raise
         items.append(_raised(exc, name))
     return items
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
 
 
 async def _async_items(generator: Any, name: str) -> list[Any]:
@@ -369,15 +374,16 @@ class ActorHost:
         self._muster_tasks: dict[int, Any] = {}
         self._muster_pools: dict[str | None, Any] = {}  # threaded actors: a ThreadPoolExecutor per group
         # async actors: per group, its event loop (each on a thread of its own; the default group's is
-        # ``loop``, the constructor's) and an asyncio.Semaphore of its size, as Ray's event loop per group
+        # ``loop``, the constructor's) and its places (cgroups.Places), as Ray's event loop per group
         self._muster_lanes: dict[str | None, tuple[Any, Any]] = {}
         self._muster_beside: Any = None  # ... and the thread its built-in methods run on (see _muster_submit)
         self._muster_groups_of = cgroups.method_groups(type(obj)) if groups else {}
         if loop is not None:
-            import asyncio
+            def lane(n: int, name: str | None) -> tuple[Any, cgroups.Places]:
+                on = loop if name is None else _loop_on_thread(f"muster-actor-loop-{name}")
+                return on, cgroups.Places(n, on)
 
-            self._muster_lanes = cgroups.limits(max_concurrency, groups or {}, lambda n, name: (
-                loop if name is None else _loop_on_thread(f"muster-actor-loop-{name}"), asyncio.Semaphore(n)))
+            self._muster_lanes = cgroups.limits(max_concurrency, groups or {}, lane)
         elif max_concurrency > 1 or groups:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -417,42 +423,53 @@ class ActorHost:
                        group: str | None = None) -> None:
         """Start one call in its concurrency group (``group``: the call's ``.options(concurrency_group=)``);
         its result goes back as an ``ActorCallDone`` event. In an async actor, a built-in method
-        (:data:`RAY_BUILTINS`) that finds a free place in its group runs beside the group's event loop, on
-        a thread of its own, as Ray runs its built-ins: ``__ray_ready__`` answers while a coroutine blocks
-        the loop; with the group full it waits for a place, as in Ray, and runs on the loop."""
+        (:data:`RAY_BUILTINS`) that finds a free place in its group takes it and runs beside the group's
+        event loop, on a thread of its own, as Ray runs its built-ins: ``__ray_ready__`` answers while a
+        coroutine blocks the loop; with the group full it waits for a place, as in Ray, and runs on the
+        loop. A call in one of Ray's system groups (``cgroups.SYSTEM_GROUPS``, size 1) runs on that
+        thread, one at a time, in no group of the actor's."""
         builtin = method in RAY_BUILTINS
         fn = self._muster_builtin(method) if builtin else getattr(self._muster_obj, method)
         name = f"{type(self._muster_obj).__name__}.{method}"
         if group is None:  # the call's method's group, else the default one (None)
             group = self._muster_groups_of.get(method)
-        beside_loop = builtin and bool(self._muster_lanes) and not self._muster_lanes[group][1].locked()
-        if self._muster_lanes and not beside_loop:
-            import asyncio
-
-            loop, sem = self._muster_lanes[group]
-
-            async def run() -> Any:
-                async with sem:
-                    _begin_call(method, token)
-                    try:
-                        value = fn(*args, **kwargs)
-                        if inspect.isawaitable(value):
-                            value = await value
-                        if inspect.isasyncgen(value):
-                            value = await _async_items(value, name)
-                    except SystemExit as exc:  # asyncio would stop the actor's loop with it, hanging every call
-                        core_context.exit_process(exc.code)
-                    return _collect(value, num_returns, name)
-
-            fut = asyncio.run_coroutine_threadsafe(run(), loop)
+        system = group in cgroups.SYSTEM_GROUPS
+        places = None if system or not self._muster_lanes else self._muster_lanes[group][1]
+        beside_loop = system or (builtin and places is not None and places.try_take())
+        if places is not None and not beside_loop:
+            fut = asyncio.run_coroutine_threadsafe(
+                self._muster_run(token, method, fn, places, num_returns, args, kwargs), self._muster_lanes[group][0])
         else:
             def call() -> Any:
                 _begin_call(method, token)
-                return _collect(fn(*args, **kwargs), num_returns, name)
+                value = fn(*args, **kwargs)
+                if system and inspect.isawaitable(value):  # an async method: on this thread's own loop
+                    value = asyncio.run(_awaited(value))
+                return _collect(value, num_returns, name)
 
             fut = (self._muster_builtins_pool() if beside_loop else self._muster_pools[group]).submit(call)
+            if places is not None and not system:  # the built-in's place in its group: back once it ran (or never will)
+                fut.add_done_callback(lambda _: places.give_back())
         self._muster_tasks[token] = fut
         fut.add_done_callback(lambda f: self._muster_reply(token, f))
+
+    async def _muster_run(self, token: int, method: str, fn: Any, places: cgroups.Places, num_returns: Any,
+                          args: tuple, kwargs: dict) -> Any:
+        """One call of an async actor, on its group's event loop once it has a place in the group."""
+        name = f"{type(self._muster_obj).__name__}.{method}"
+        await places.take()
+        try:
+            _begin_call(method, token)
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+            if inspect.isasyncgen(value):
+                value = await _async_items(value, name)
+            return _collect(value, num_returns, name)
+        except SystemExit as exc:  # asyncio would stop the actor's loop with it, hanging every call
+            core_context.exit_process(exc.code)
+        finally:
+            places.give_back()
 
     def _muster_builtins_pool(self) -> Any:
         """The one thread an async actor runs its built-in methods on, beside its event loops."""

@@ -1,9 +1,10 @@
-"""Placement groups (Ray's ``ray.util.placement_group``) on muster's one-node engine.
+"""Placement groups (Ray's ``ray.util.placement_group``) on muster's engines.
 
 A placement group reserves its bundles, as Ray's does. It is checked when it is made:
-every bundle, and all of them together, must fit in what the engine has
-(``STRICT_SPREAD`` with more than one bundle cannot be placed on one node; PACK,
-SPREAD and STRICT_PACK are all met by the one node). A group that can never be
+every bundle must fit a node, and all of them together the nodes as the strategy
+places them (``STRICT_SPREAD`` needs a node per bundle, ``STRICT_PACK`` one node for
+all; on the one-node embedded engine PACK, SPREAD and STRICT_PACK are all met by the
+one node). A group that can never be
 placed fails fast: ``ready()`` raises instead of waiting forever. A group that fits
 but finds the engine busy is PENDING until what others hold frees up; then it holds
 its bundles (``available_resources()`` drops by them) and is CREATED.
@@ -15,8 +16,8 @@ cannot use what a group holds. A request that can never fit its bundle (any bund
 for index -1) raises at ``.remote()``. ``remove_placement_group`` gives the bundles
 back: actors in the group are killed (no restart), running tasks' workers are killed,
 and work still waiting for the group fails with ``TaskPlacementGroupRemoved`` /
-``ActorPlacementGroupRemoved``. On a Ray cluster engine the group is checked but not
-handed to Ray: there it reserves nothing (docs/porting.md).
+``ActorPlacementGroupRemoved``. On a Ray cluster engine the group is a Ray placement
+group (``core/ray/groups.py``): Ray holds its bundles and places the work in them.
 """
 
 from __future__ import annotations
@@ -171,11 +172,11 @@ def placement_group(
             "placement_group() inside a task or actor: muster makes placement groups in the driver only. Make the "
             "group in the driver and pass it in; a task or actor can schedule work into it from anywhere.")
     runtime = get_runtime()
-    error = _never_fits(clean, strategy, runtime.resources())
+    error = _never_fits(clean, strategy, runtime.node_resources())
     pg = PlacementGroup(clean, strategy, name, error)
     if error is None:
         try:
-            placed = runtime.reserve(pg.id, clean)
+            placed = runtime.reserve(pg.id, clean, strategy)
         except ResourcesUnavailableError as exc:  # the engine knows better (a GPU's shares cannot be split)
             pg._error = exc
             pg._placed.set_exception(exc)
@@ -186,22 +187,32 @@ def placement_group(
     return pg
 
 
-def _never_fits(bundles: list[dict[str, float]], strategy: str, total: dict[str, float]) -> BaseException | None:
-    """Why ``bundles`` can never be placed on an engine with ``total`` (None: they can)."""
+def _never_fits(bundles: list[dict[str, float]], strategy: str, nodes: list[dict[str, float]]) -> BaseException | None:
+    """Why ``bundles`` can never be placed on an engine whose nodes have ``nodes`` (None: they can)."""
+    total, summed = res.summed(nodes), res.summed(bundles)
     try:
-        if strategy == "STRICT_SPREAD" and len(bundles) > 1:
+        if strategy == "STRICT_SPREAD" and len(bundles) > len(nodes):
             raise ResourcesUnavailableError(
                 f"placement_group(strategy='STRICT_SPREAD') with {len(bundles)} bundles needs {len(bundles)} nodes; "
-                "muster's engine has one. Use strategy='PACK' or 'SPREAD'.", total=total)
-        summed: dict[str, float] = {}
-        for b in bundles:
-            res.ensure_feasible(b, 1, total, what="placement group bundle")
-            for k, v in b.items():
-                summed[k] = summed.get(k, 0.0) + v
+                f"the engine has {len(nodes)}. Use strategy='PACK' or 'SPREAD', or add nodes.", total=total)
+        for i, b in enumerate(bundles):
+            if len(nodes) == 1:
+                res.ensure_feasible(b, 1, total, what="placement group bundle")
+            elif not any(res.fits(b, node) for node in nodes):
+                raise _no_node_holds(f"bundle {i} {{{res.fmt(b)}}}", nodes, total)
+        if strategy == "STRICT_PACK" and len(nodes) > 1 and not any(res.fits(summed, node) for node in nodes):
+            raise _no_node_holds(f"STRICT_PACK's {len(bundles)} bundles together {{{res.fmt(summed)}}}", nodes, total)
         res.ensure_feasible(summed, 1, total, what=f"placement group ({len(bundles)} bundles together)")
     except ResourcesUnavailableError as exc:
         return exc
     return None
+
+
+def _no_node_holds(what: str, nodes: list[dict[str, float]], total: dict[str, float]) -> ResourcesUnavailableError:
+    listing = "; ".join(f"node {i}: {res.fmt(node)}" for i, node in enumerate(nodes))
+    return ResourcesUnavailableError(
+        f"placement group: {what} fits on none of the nodes ({listing}), and a bundle never spans nodes. "
+        "Fix: make the bundles smaller, use strategy='PACK' or 'SPREAD', or add a bigger node.", total=total)
 
 
 def remove_placement_group(pg: PlacementGroup) -> None:

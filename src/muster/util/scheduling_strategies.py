@@ -1,8 +1,8 @@
 """Ray's scheduling strategies (``ray.util.scheduling_strategies``), accepted by ``.options(scheduling_strategy=...)``.
 
-muster's engine is one node: ``PlacementGroupSchedulingStrategy`` runs the work in
-its group's reserved bundle (``muster.util.placement_group``); the others are
-accepted and checked, and do not change where work runs.
+``PlacementGroupSchedulingStrategy`` runs the work in its group's reserved bundle
+(``muster.util.placement_group``; on a Ray cluster, in Ray's bundle); the others are
+accepted and checked, and do not change where work runs (the embedded engine is one node).
 """
 
 from __future__ import annotations

@@ -266,8 +266,8 @@ class LocalRuntime(Runtime):
         )
         return actor
 
-    def reserve(self, group: str, bundles: list[dict[str, float]]) -> Future:
-        return self.reservations.reserve(group, bundles)
+    def reserve(self, group: str, bundles: list[dict[str, float]], strategy: str = "PACK") -> Future:
+        return self.reservations.reserve(group, bundles)  # one node meets every strategy it was checked for
 
     def unreserve(self, group: str) -> None:
         with self._lock:

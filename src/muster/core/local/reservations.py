@@ -14,7 +14,7 @@ from concurrent.futures import Future
 
 from muster.core import resources as res
 from muster.core.local.slots import Allocation, SlotTable
-from muster.core.runtime import BundleRef
+from muster.core.runtime import BundleRef, removed_error
 from muster.exceptions import ActorPlacementGroupRemoved, ResourcesUnavailableError, TaskPlacementGroupRemoved
 
 
@@ -143,9 +143,3 @@ class Reservations:
                 raise ActorPlacementGroupRemoved(str(exc)) from None
             raise
 
-
-def removed_error(group: str) -> TaskPlacementGroupRemoved:
-    """What work scheduled into ``group`` fails with once the group is removed (or never was here)."""
-    return TaskPlacementGroupRemoved(
-        f"placement group {group} is not reserved on this engine: it was removed (remove_placement_group), "
-        "or made before muster.shutdown(). Schedule the work into a live group, or into none.")

@@ -1,7 +1,9 @@
 """Resource slots on one machine: what it has, all-or-nothing acquisition, GPUs by id.
 
 The engine has one :class:`SlotTable` for the machine; a placed placement group holds
-its bundles out of it, and each bundle is a small table of its own (``reservations.py``)."""
+its bundles out of it, and each bundle is a small table of its own (``reservations.py``).
+A pending group (``take_when_free``) goes before new work: while it waits, new work may
+not take what it still lacks, so a stream of small tasks cannot keep it out for good."""
 
 from __future__ import annotations
 
@@ -19,6 +21,10 @@ from muster.core import resources as res
 from muster.exceptions import GetTimeoutError, InvalidArgumentError
 
 _WAIT_NOTICE_S = 5.0
+#: A pending placement group keeps its priority over new work while something was given back this
+#: recently; when nothing has been for this long (what holds the slots may be waiting for new work
+#: itself), new work may take them again.
+_GROUP_PRIORITY_S = 5.0
 
 
 _OBJECT_STORE_SHARE = 0.3  # Ray's default share of a node's free memory for its object store
@@ -71,6 +77,8 @@ class SlotTable:
         self._gpu_free = dict(self._gpu_total)
         self._cond = cond or threading.Condition()
         self._closed: BaseException | None = None
+        self._groups_waiting: list[dict[str, float]] = []  # what each pending placement group needs, oldest first
+        self._last_release = time.monotonic()
 
     def total(self) -> dict[str, float]:
         return dict(self._total)
@@ -97,7 +105,7 @@ class SlotTable:
             while True:
                 if self._closed is not None:
                     raise self._closed
-                got = self._try_take([request] * count)
+                got = self._try_take_new([request] * count)
                 if got is not None:
                     return got
                 now = time.monotonic()
@@ -128,16 +136,24 @@ class SlotTable:
     def try_take(self, requests: list[dict[str, float]]) -> list[Allocation] | None:
         """One allocation for each of ``requests``, all taken now, or None (nothing taken)."""
         with self._cond:
-            return None if self._closed is not None else self._try_take(requests)
+            return None if self._closed is not None else self._try_take_new(requests)
 
     def take_when_free(self, requests: list[dict[str, float]], stop: threading.Event) -> list[Allocation] | None:
-        """:meth:`try_take`, waiting until they fit together; None once ``stop`` is set."""
+        """:meth:`try_take` for a pending placement group, waiting until they fit together (meanwhile new
+        work may not take what it lacks, see :meth:`_yields`); None once ``stop`` is set."""
+        need = res.summed(requests)
         with self._cond:
-            while not stop.is_set():
-                got = self._try_take(requests)
-                if got is not None:
-                    return got
-                self._cond.wait(0.5)
+            self._groups_waiting.append(need)
+            self._last_release = time.monotonic()
+            try:
+                while not stop.is_set():
+                    got = self._try_take(requests)
+                    if got is not None:
+                        return got
+                    self._cond.wait(0.5)
+            finally:
+                self._groups_waiting.remove(need)
+                self._cond.notify_all()  # new work held back for it may go now
         return None
 
     def could_hold(self, requests: list[dict[str, float]]) -> bool:
@@ -151,9 +167,9 @@ class SlotTable:
             self._cond.notify_all()
 
     def try_acquire_exact(self, alloc: Allocation) -> bool:
-        """Re-take a previous allocation (same GPU ids) if it is free now."""
+        """Re-take a previous allocation (same GPU ids) for new work if it is free now."""
         with self._cond:
-            if not self._fits_exact(alloc):
+            if not self._fits_exact(alloc) or self._yields([alloc.resources]):
                 return False
             self._apply(alloc, -1)
             return True
@@ -161,9 +177,24 @@ class SlotTable:
     def release(self, alloc: Allocation) -> None:
         with self._cond:
             self._apply(alloc, +1)
+            self._last_release = time.monotonic()
             self._cond.notify_all()
 
     # -- internals (hold the lock) -----------------------------------------
+    def _yields(self, requests: list[dict[str, float]]) -> bool:
+        """Whether new work asking for ``requests`` waits for the oldest pending placement group: it
+        would take some of what the group still lacks. The group keeps this priority while slots are
+        being given back (at most ``_GROUP_PRIORITY_S`` since the last), so what holds them while
+        waiting for new work itself is never stuck behind it."""
+        if not self._groups_waiting or time.monotonic() - self._last_release > _GROUP_PRIORITY_S:
+            return False
+        need, asked = self._groups_waiting[0], res.summed(requests)
+        return any(need.get(k, 0.0) > 0 and self._free.get(k, 0.0) - v < need[k] - 1e-9 for k, v in asked.items())
+
+    def _try_take_new(self, requests: list[dict[str, float]]) -> list[Allocation] | None:
+        """:meth:`_try_take` for new work, which leaves a pending placement group what it lacks."""
+        return None if self._yields(requests) else self._try_take(requests)
+
     def _try_take(self, requests: list[dict[str, float]]) -> list[Allocation] | None:
         taken: list[Allocation] = []
         for request in requests:

@@ -18,8 +18,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable
 
 from muster.core import resources as res
-from muster.core.local.reservations import removed_error
-from muster.core.runtime import BundleRef, EventHandler
+from muster.core.runtime import BundleRef, EventHandler, removed_error
 from muster.exceptions import ActorDiedError, RuntimeNotStartedError, TaskError, WorkerCrashedError
 
 if TYPE_CHECKING:

@@ -28,15 +28,18 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from muster.core import resources as res
 from muster.core import settings, setup_hook
 from muster.core.ray import placement
+from muster.core.ray.groups import RayGroups, is_removal
 from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
 from muster.core.ray.worker import RayWorker, pack, run_task, task_runner, unpack
-from muster.core.runtime import BundleRef, RuntimeActor, EventHandler, Runtime
+from muster.core.runtime import BundleRef, EventHandler, Runtime, RuntimeActor, removed_error
 from muster.exceptions import (
+    ActorPlacementGroupRemoved,
     ClusterUnreachableError,
     MusterError,
     ResourcesUnavailableError,
     RuntimeNotStartedError,
+    TaskPlacementGroupRemoved,
     WorkerCrashedError,
 )
 
@@ -60,6 +63,7 @@ class RayRuntime(Runtime):
         self._known_nodes: dict[str, dict[str, float]] = {}  # every node seen alive: id -> resources
         self._lost_at: dict[str, float] = {}  # when each known node was first seen gone
         self._gangs: dict[str, list[Any]] = {}  # placement group id -> [group, members left]
+        self._groups = RayGroups()  # the user's placement groups (muster.util.placement_group)
         self._lock = threading.RLock()
         self._routed = threading.Condition()
         self._routed_total = 0
@@ -115,6 +119,7 @@ class RayRuntime(Runtime):
             except Exception:  # noqa: BLE001
                 pass
         self._gangs.clear()
+        self._groups.clear()
         try:
             ray.kill(self._hub)
         except Exception:  # noqa: BLE001
@@ -257,18 +262,32 @@ class RayRuntime(Runtime):
         label: str = "",
         on_event: EventHandler | None = None,
         fresh_process: bool = False,  # every Ray actor is a new worker process
-        bundle: BundleRef | None = None,  # muster's groups reserve nothing on Ray (Runtime.reserve's default)
+        bundle: BundleRef | None = None,
     ) -> RuntimeActor:
         request = res.normalize(resources, what="actor resources")
         placement.check_gang(self.node_resources(), request, 1, "PACK", what=f"actor {label or cls.__name__}")
-        actor = self._spawn(label or cls.__name__, request, None, None, on_event)
+        try:
+            where = None if bundle is None else self._groups.strategy(bundle)
+        except TaskPlacementGroupRemoved as exc:
+            raise ActorPlacementGroupRemoved(str(exc)) from None
+        actor = self._spawn(label or cls.__name__, request, None, where, on_event)
         try:
             actor.wait_started()
             actor.call("__init__", cls, *args, **kwargs).result()
-        except BaseException:
+        except BaseException as exc:
             self.kill(actor)
+            if bundle is not None and not self._groups.holds(bundle.group):  # Ray failed it: its group went
+                raise ActorPlacementGroupRemoved(str(removed_error(bundle.group))) from exc
             raise
         return actor
+
+    def reserve(self, group: str, bundles: list[dict[str, float]], strategy: str = "PACK") -> Future:
+        """A Ray placement group of ``bundles``: the cluster holds them once Ray places it."""
+        return self._groups.reserve(group, bundles, strategy)
+
+    def unreserve(self, group: str) -> None:
+        """Remove the group's Ray placement group: Ray ends what runs in it, and fails what waits for it."""
+        self._groups.remove(group)
 
     def create_gang(
         self,
@@ -388,7 +407,7 @@ class RayRuntime(Runtime):
         resources: dict[str, float],
         on_event: EventHandler | None = None,
         label: str = "task",
-        bundle: BundleRef | None = None,  # muster's groups reserve nothing on Ray (Runtime.reserve's default)
+        bundle: BundleRef | None = None,
         max_calls: tuple[str, int] | None = None,
     ) -> Future:
         request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
@@ -396,6 +415,13 @@ class RayRuntime(Runtime):
         out: Future = Future()
         if self._closed:
             out.set_exception(RuntimeNotStartedError("This muster runtime was shut down; call muster.init()."))
+            return out
+        options = ray_options(request)
+        try:
+            if bundle is not None:
+                options["scheduling_strategy"] = self._groups.strategy(bundle)
+        except TaskPlacementGroupRemoved as exc:
+            out.set_exception(exc)
             return out
         task = RayTask(self, self._new_key("t"), label, on_event)
         with self._lock:
@@ -406,7 +432,7 @@ class RayRuntime(Runtime):
             self.forget(task)
             out.set_exception(MusterError(f"Could not send the arguments of {label} to a worker: {exc}"))
             return out
-        ref = self._task_fn_for(max_calls).options(max_retries=0, name=label, **ray_options(request)).remote(
+        ref = self._task_fn_for(max_calls).options(max_retries=0, name=label, **options).remote(
             self._hub, task.key, label, list(sys.path), settings.forwarded_env(), data
         )
         ref.future().add_done_callback(lambda f: self.in_background(lambda: task.finish(f, out)))
@@ -433,6 +459,10 @@ class RayRuntime(Runtime):
             sent, data = raw.result()
             ok, value = unpack(data)
             return ok, value, sent
+        if is_removal(exc):  # it waited for a group that was removed meanwhile
+            return False, TaskPlacementGroupRemoved(
+                f"{task.label}: its placement group was removed (remove_placement_group) before it got its "
+                "bundle. Schedule it into a live group, or into none."), 0
         if isinstance(exc, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
                             ray.exceptions.ObjectLostError)):
             return False, WorkerCrashedError(task.label, None, None, "", reason=_ray_reason(exc)), 0

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import ray
 
 from muster.core.ray.worker import LogLines, pack, unpack
-from muster.core.runtime import DeathHandler, EventHandler, RuntimeActor, unserved
+from muster.core.runtime import KILLED_BY_MUSTER, DeathHandler, EventHandler, RuntimeActor, unserved
 from muster.exceptions import ActorDiedError, MusterError
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ class RayActor(RaySender):
 
     def _died_error(self, why: str) -> ActorDiedError:
         where = f"node {self.node_id[:12]} ({self.node_ip})" if self.node_id else ""
-        reason = "stopped by muster" if self._expected_exit else f"its Ray actor died: {why}"
+        reason = KILLED_BY_MUSTER if self._expected_exit else f"its Ray actor died: {why}"
         return ActorDiedError(self.label, self.pid, None, where, reason=reason)
 
     def _died(self, exc: BaseException | None) -> None:

@@ -11,6 +11,7 @@ A gang of ``n`` identical bundles fits a cluster when, under its strategy:
 from __future__ import annotations
 
 import math
+import re
 from typing import Mapping, Sequence
 
 from muster.core import resources as res
@@ -45,10 +46,7 @@ def check_gang(
     fits = capacity(nodes, request, strategy)
     if fits >= n:
         return
-    total: dict[str, float] = {}
-    for node in nodes:
-        for k, v in node.items():
-            total[k] = total.get(k, 0.0) + v
+    total = res.summed(nodes)
     listing = "; ".join(f"node {i}: {res.fmt(node)}" for i, node in enumerate(nodes)) or "no live nodes"
     if strategy == "STRICT_PACK":
         why = f"STRICT_PACK puts all {n} on one node, and the largest holds {fits}"
@@ -67,11 +65,16 @@ def check_gang(
     )
 
 
+#: Ray's names for what a placement group holds: ``CPU_group_<id>``, ``CPU_group_<index>_<id>``, ``bundle_group_...``
+_GROUP_RESOURCE = re.compile(r".+_group_(\d+_)?[0-9a-f]{16,}$")
+
+
 def cluster_view(raw: Mapping[str, float]) -> dict[str, float]:
-    """Ray's resource dict without its bookkeeping entries (memory, node:..., accelerator_type:...)."""
+    """Ray's resource dict without its bookkeeping entries (memory, node:..., accelerator_type:..., and
+    the per-placement-group names: what a group holds is already out of the plain amounts)."""
     skip = ("memory", "object_store_memory")
     return {
         k: float(v)
         for k, v in raw.items()
-        if k not in skip and not k.startswith(("node:", "accelerator_type:")) and v
+        if k not in skip and not k.startswith(("node:", "accelerator_type:")) and v and not _GROUP_RESOURCE.match(k)
     }

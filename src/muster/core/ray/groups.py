@@ -1,0 +1,89 @@
+"""User placement groups on the Ray engine: each is a real Ray placement group.
+
+``muster.util.placement_group`` asks the engine to ``reserve`` a group; here that
+makes a Ray placement group of the same bundles and strategy, so the cluster holds
+them (``available_resources()`` drops) and Ray decides when they are placed. Work
+scheduled into a bundle runs with Ray's ``PlacementGroupSchedulingStrategy`` on that
+bundle; removing the group removes Ray's, which ends what runs in it.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, InvalidStateError
+from typing import Any
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from muster.core.runtime import BundleRef, removed_error
+
+
+class RayGroups:
+    """The user's placement groups on one Ray engine, by muster's group id. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._groups: dict[str, tuple[Any, Future]] = {}  # id -> (Ray's group, placed)
+        self._lock = threading.Lock()
+
+    def reserve(self, group: str, bundles: list[dict[str, float]], strategy: str) -> Future:
+        """Make Ray's group; the future is done once Ray placed it (its exception: removed first)."""
+        ray_group = placement_group([dict(b) for b in bundles], strategy=strategy)
+        placed: Future = Future()
+        with self._lock:
+            self._groups[group] = (ray_group, placed)
+
+        def settle(ready: Future) -> None:
+            try:
+                if ready.exception() is not None:
+                    placed.set_exception(removed_error(group))
+                else:
+                    placed.set_result(None)
+            except InvalidStateError:  # the removal settled it first
+                pass
+
+        ray_group.ready().future().add_done_callback(settle)
+        return placed
+
+    def strategy(self, bundle: BundleRef) -> PlacementGroupSchedulingStrategy:
+        """Ray's strategy for work in ``bundle``. Raises ``TaskPlacementGroupRemoved`` for a group not here."""
+        with self._lock:
+            entry = self._groups.get(bundle.group)
+        if entry is None:
+            raise removed_error(bundle.group)
+        # muster's driver starts every child task itself (and puts captured ones in the group): Ray captures none
+        return PlacementGroupSchedulingStrategy(entry[0], placement_group_bundle_index=bundle.index,
+                                                placement_group_capture_child_tasks=False)
+
+    def holds(self, group: str) -> bool:
+        with self._lock:
+            return group in self._groups
+
+    def remove(self, group: str) -> None:
+        """Remove Ray's group (Ray ends the actors and tasks in it); a wait for its placement fails."""
+        with self._lock:
+            entry = self._groups.pop(group, None)
+        if entry is None:
+            return
+        ray_group, placed = entry
+        if not placed.done():
+            try:
+                placed.set_exception(removed_error(group))
+            except InvalidStateError:  # placed meanwhile
+                pass
+        try:
+            remove_placement_group(ray_group)
+        except Exception:  # noqa: BLE001 - the cluster is gone
+            pass
+
+    def clear(self) -> None:
+        with self._lock:
+            groups = list(self._groups)
+        for group in groups:
+            self.remove(group)
+
+
+def is_removal(exc: BaseException) -> bool:
+    """Whether Ray failed work because its placement group was removed."""
+    return isinstance(exc, (ray.exceptions.TaskPlacementGroupRemoved, ray.exceptions.ActorPlacementGroupRemoved))

@@ -1,0 +1,101 @@
+"""Placement groups behave the same on both engines: on a Ray cluster a muster group is a real Ray
+placement group, which holds its bundles and places the work scheduled into them (before, the Ray
+engine checked a group but reserved nothing, so every test here failed on it).
+
+The embedded engine has 4 CPUs on one node; the cluster 3 nodes of 2 CPUs (conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import muster
+from muster.exceptions import ActorDiedError, TaskPlacementGroupRemoved
+from muster.util import get_current_placement_group, placement_group, placement_group_table, remove_placement_group
+from muster.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+TIMEOUT = 60
+
+
+def _in(pg, index=-1):
+    return PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
+
+
+def _free_cpus_become(expected: float) -> bool:
+    """Ray's free amounts reach the driver a moment after a change (and after the work that held them
+    ended): poll."""
+    deadline = time.monotonic() + TIMEOUT
+    while muster.available_resources().get("CPU", 0.0) != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return muster.available_resources().get("CPU", 0.0) == expected
+
+
+@muster.remote
+def nap(seconds: float) -> str:
+    time.sleep(seconds)
+    return "done"
+
+
+@muster.remote(num_cpus=1)
+def where_and_group():
+    return muster.get_runtime_context().get_node_id(), get_current_placement_group()
+
+
+@muster.remote
+class Member:
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_a_group_takes_its_bundles_out_of_available_resources(engine):
+    before = muster.cluster_resources()["CPU"]
+    assert _free_cpus_become(before)  # what earlier tests held is back
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}])
+    try:
+        assert muster.get(pg.ready(), timeout=TIMEOUT) == pg and pg.wait(1)
+        assert placement_group_table(pg)["state"] == "CREATED"
+        assert _free_cpus_become(before - 2)
+        assert not [k for k in muster.available_resources() if "_group_" in k]  # Ray's per-group names
+    finally:
+        remove_placement_group(pg)
+    assert placement_group_table(pg)["state"] == "REMOVED"
+    assert _free_cpus_become(before)
+
+
+def test_each_bundle_runs_its_task_where_the_strategy_put_it(engine):
+    """STRICT_SPREAD: one bundle per node (the embedded engine has one); each task sees its group."""
+    nodes = len([n for n in muster.nodes() if n.get("Alive")])
+    pg = placement_group([{"CPU": 1}] * nodes, strategy="STRICT_SPREAD")
+    try:
+        assert pg.wait(TIMEOUT)
+        got = muster.get([where_and_group.options(scheduling_strategy=_in(pg, i)).remote() for i in range(nodes)],
+                         timeout=TIMEOUT)
+        assert len({node for node, _ in got}) == nodes and all(group == pg for _, group in got)
+        if engine == "ray":  # Ray itself holds the group
+            import ray
+
+            rows = ray.util.placement_group_table().values()
+            assert [r["state"] for r in rows if r["strategy"] == "STRICT_SPREAD"] == ["CREATED"]
+    finally:
+        remove_placement_group(pg)
+
+
+def test_a_full_bundle_makes_work_wait_and_removal_ends_what_uses_it(engine):
+    before = muster.cluster_resources()["CPU"]
+    pg = placement_group([{"CPU": 1}])
+    assert pg.wait(TIMEOUT)
+    member = Member.options(num_cpus=1, scheduling_strategy=_in(pg, 0)).remote()
+    muster.get(member.pid.remote(), timeout=TIMEOUT)
+    waiting = nap.options(scheduling_strategy=_in(pg, 0), max_retries=0).remote(0)  # the actor holds the CPU
+    assert muster.wait([waiting], timeout=1.0)[0] == [], "a task ran in a bundle its group's actor holds"
+    remove_placement_group(pg)
+    with pytest.raises(ActorDiedError, match="placement group"):
+        muster.get(member.pid.remote(), timeout=TIMEOUT)
+    with pytest.raises(TaskPlacementGroupRemoved, match="remove_placement_group"):
+        muster.get(waiting, timeout=TIMEOUT)
+    with pytest.raises(TaskPlacementGroupRemoved):  # a removed group takes no new work
+        muster.get(nap.options(scheduling_strategy=_in(pg)).remote(0), timeout=TIMEOUT)
+    assert _free_cpus_become(before)
