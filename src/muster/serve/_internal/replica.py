@@ -31,6 +31,7 @@ from muster.serve._internal import eventloop, metrics, responses, router, wire
 from muster.serve._internal.plan import TargetRef
 from muster.serve.config import DeploymentConfig
 from muster.tasks import worker_side
+from muster.util import metrics as user_metrics
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,13 @@ def _log_to_output(spec: "ReplicaSpec") -> None:
         elif logger.level == logging.NOTSET:
             logger.setLevel(logging.INFO)
         logger.propagate = False  # as Ray's: not twice when the user configured the root logger
+
+
+def _header(headers: list, name: bytes) -> str:
+    for k, v in headers:
+        if k == name:
+            return v.decode("latin-1")
+    return ""
 
 
 def _takes_positional(fn: Any) -> bool:
@@ -337,6 +345,9 @@ class ReplicaActor:
                 snap["acks"]["ttft_ms"] = snap["llm"].pop("ack")
             except Exception as exc:  # noqa: BLE001 - metrics never fail the replica
                 print(f"[serve] {self.where}: reading its LLM metrics failed: {exc!r}", file=sys.stderr, flush=True)
+        custom = user_metrics.REGISTRY.snapshot()
+        if custom:
+            snap["custom"] = custom
         return snap
 
     def drain(self, timeout_s: float) -> int:
@@ -425,6 +436,7 @@ class ReplicaActor:
                 # the model the request names, for get_multiplexed_model_id() in any deployment, as in Ray (an
                 # ingress passing it on to a multiplexed one, say): a look over the headers, ~0.4 us
                 multiplex.set_model_id(multiplex.header_model_id(scope["headers"]))
+                replica_context._set_request(_header(scope["headers"], b"x-request-id"), scope["root_path"] or "/")
                 receive = _receive_once(body)
                 sender = responses.FrameSender(proto, stream)
                 try:
