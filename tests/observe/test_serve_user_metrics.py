@@ -32,7 +32,7 @@ def port(storage, monkeypatch):
         serve.shutdown()
 
 
-def test_counter_and_histogram_of_two_replicas_are_exported(port, storage, dashboard):
+def test_counter_and_histogram_of_two_replicas_are_exported(port, storage, dashboard, page):
     from muster import serve
     from muster.observe.store.reader import StoreReader
 
@@ -85,6 +85,10 @@ def test_counter_and_histogram_of_two_replicas_are_exported(port, storage, dashb
     assert sum(int(x) for x in counts) == N
     inf = re.findall(r'^ray_my_sizes_bucket\{[^}]*le="\+Inf"[^}]*\} (\S+)$', text, re.M)
     assert sum(int(x) for x in inf) == N
+    page.goto(d.base + "#/serve/counted/Counted")  # the Serve page lists the series of the last sample
+    table = page.wait_for_selector("#custom-metrics")
+    shown = table.inner_text()
+    assert shown.count("my_requests") == 2 and sum(int(c) for c in re.findall(r"count (\d+),", shown)) == N
 
     @serve.deployment(ray_actor_options={"num_cpus": 0})
     class Reserved:
