@@ -4,6 +4,7 @@ and the Prometheus text its series export as."""
 from __future__ import annotations
 
 import pytest
+from _shared import check_in_fork
 
 import muster
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
@@ -71,6 +72,22 @@ def test_merge_and_prometheus_text():
         'ray_lat_bucket{le="+Inf"} 3\nray_lat_sum 24.5\nray_lat_count 3\n'
         '# HELP ray_temp \n# TYPE ray_temp gauge\nray_temp 7\n')
     assert a[0]["value"] == 2.0 and a[1]["buckets"] == [1, 0, 1]  # the inputs are left as they were
+
+
+def test_a_forked_child_starts_from_zero():
+    """A worker forked from a process that recorded (the zygote from the driver) must not report the parent's
+    values as its own: a replica would export them as its series."""
+    parent = metrics.Counter("forked_calls")
+    parent.inc(5)
+
+    def child_sees_zero_then_counts() -> bool:
+        if _series("forked_calls"):
+            return False
+        parent.inc(2)
+        return [s["value"] for s in _series("forked_calls")] == [2.0]
+
+    assert check_in_fork(child_sees_zero_then_counts) == "passed"
+    assert [s["value"] for s in _series("forked_calls")] == [5.0]
 
 
 @muster.remote

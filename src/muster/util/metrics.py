@@ -15,6 +15,7 @@ value is recorded; a counter only goes up.
 from __future__ import annotations
 
 import bisect
+import os
 import re
 import threading
 import time
@@ -46,6 +47,14 @@ class _Registry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._families: dict[str, _Family] = {}
+
+    def _forked(self) -> None:
+        """In a child forked from the process that recorded (a worker from the zygote, say): start from zero,
+        as the values are the parent's, and with a new lock (another thread may have held the old one at the
+        fork). The declarations are kept."""
+        self._lock = threading.Lock()
+        for fam in self._families.values():
+            fam.series.clear()
 
     def declare(self, name: str, kind: str, description: str, tag_keys: tuple[str, ...],
                 boundaries: tuple[float, ...] = ()) -> None:
@@ -101,6 +110,7 @@ class _Registry:
 
 
 REGISTRY = _Registry()
+os.register_at_fork(after_in_child=REGISTRY._forked)
 
 
 def _check_tag_values(tags: dict[str, str], tag_keys: tuple[str, ...], name: str, what: str) -> None:
