@@ -54,7 +54,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "dask": "no muster equivalent",
         "spark": "no muster equivalent",
         "state": "muster.util.list_named_actors() and muster.cluster_resources()",
-        "metrics": "muster.train.report()/muster.tune.report() metrics, kept in the run store",
         "tracing": "no muster equivalent",
         "annotations": "no muster equivalent",
     },
@@ -124,9 +123,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ApproximateTopK": "an AggregateFn over the group's rows",
     },
     "muster.serve": {  # Ray 2.60's ray.serve names and modules muster lacks
-        "metrics": "muster.serve.status() per-deployment metrics (requests_per_s, p50_ms, p99_ms, served, errors), "
-                   "kept in the run store and on the dashboard's Serve tab; custom Counter/Gauge/Histogram are not "
-                   "supported: log the values with logging.getLogger('ray.serve') instead",
         "ControllerOptions": "none: the controller runs in the driver; http_options configure the ingress",
         "TracingConfig": "no muster equivalent (no request tracing)",
         "get_trace_context": "no muster equivalent (no request tracing)",

@@ -7,6 +7,7 @@ import collections
 import concurrent.futures
 import contextlib
 import os
+import threading
 import time
 
 import httpx
@@ -25,6 +26,26 @@ def wait_until(cond, timeout_s: float = 30.0, what: str = "condition"):
             return v
         time.sleep(0.05)
     pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@contextlib.contextmanager
+def loaded(client: httpx.Client, path: str, threads: int = 4):
+    """Keep ``threads`` clients requesting ``path`` back to back until the block ends."""
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            client.get(path)
+
+    started = [threading.Thread(target=load) for _ in range(threads)]
+    for t in started:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for t in started:
+            t.join(10)
 
 
 def _workers() -> set[int]:

@@ -269,8 +269,7 @@ def test_a_logging_config_sets_the_replicas_log_level(client, capfd):
     serve.delete("quiet")
     with pytest.raises(ValueError, match=r"LoggingConfig\(log_level='LOUD'\): use one of"):
         LoggingConfig(log_level="LOUD")
-    with pytest.warns(UserWarning, match=r"LoggingConfig\(encoding='JSON'\): no effect in muster"):
-        assert LoggingConfig(encoding="json", log_level=logging.DEBUG).log_level == "DEBUG"
+    assert LoggingConfig(encoding="json", log_level=logging.DEBUG).log_level == "DEBUG"
     with pytest.warns(UserWarning, match=r"proxy_location='Disabled': muster always runs its one HTTP ingress"):
         serve.start(proxy_location="Disabled")  # Serve runs: nothing else happens; silently ignored before
     with pytest.warns(UserWarning, match=r"serve.start: logging_config sets the logs of Ray's controller"):

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from muster import serve
 from muster.exceptions import InvalidArgumentError, ResourcesUnavailableError
 
-from serve_helpers import Flood, serving, wait_until
+from serve_helpers import Flood, loaded, serving, wait_until
 
 pytestmark = pytest.mark.allow_leftover_workers
 
@@ -183,21 +183,8 @@ def test_autoscaling_follows_ongoing_requests(client):
         return serve.status().applications["auto"].deployments["Auto"].replica_states.get("RUNNING", 0)
 
     assert running() == 1
-    stop = threading.Event()
-
-    def load() -> None:
-        while not stop.is_set():
-            client.get("/auto?s=0.5")
-
-    threads = [threading.Thread(target=load) for _ in range(4)]
-    for t in threads:
-        t.start()
-    try:
+    with loaded(client, "/auto?s=0.5"):
         wait_until(lambda: running() == 2, 60, "scale up to 2 replicas")
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(10)
     wait_until(lambda: running() == 1, 60, "scale down to 1 replica")
     serve.delete("auto")
 

@@ -77,6 +77,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
+    if name == "metrics":  # Ray's serve.metrics (Counter, Gauge, Histogram with the replica's tags)
+        import importlib
+
+        return importlib.import_module("muster.serve.metrics")
     from muster._unsupported import raise_unsupported
 
     raise_unsupported("muster.serve", name)

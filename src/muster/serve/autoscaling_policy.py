@@ -6,7 +6,9 @@ it with what it observed; ``state`` comes back as ``ctx.policy_state`` on the ne
 it returns then goes through the config's ``upscaling_factor``/``downscaling_factor``, its
 ``[min_replicas, max_replicas]`` bounds and its ``upscale_delay_s``/``downscale_delay_s`` before the
 deployment is resized. The controller (in the driver) calls it; one that raises leaves the count as it is and
-says why on stderr. Application-level policies (a policy over all of an app's deployments) are not supported.
+says why on stderr. An application-level policy (a config file app's ``autoscaling_policy``, Ray 2.60's) is the
+same ``AutoscalingPolicy`` over all of the app's autoscaling deployments: it gets ``{DeploymentID: AutoscalingContext}``
+and returns ``({DeploymentID: replicas}, {DeploymentID: state})``.
 """
 
 from __future__ import annotations

@@ -233,15 +233,20 @@ DEFAULT_REJECTION: tuple[int, str | None] = (503, "1")
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_LOGRECORD_ATTRS = frozenset({  # Ray's LOGRECORD_STANDARD_ATTRS: what additional_log_standard_attrs may name
+    "args", "asctime", "created", "exc_info", "exc_text", "filename", "funcName", "levelname", "levelno", "lineno",
+    "message", "module", "msecs", "msg", "name", "pathname", "process", "processName", "relativeCreated",
+    "stack_info", "thread", "threadName", "taskName"})
 
 
 @dataclass(kw_only=True)
 class LoggingConfig:
-    """How a deployment's replicas log (Ray's ``ray.serve.schema.LoggingConfig``): ``log_level`` is the level of
-    the ``ray.serve`` / ``muster.serve`` loggers in its replicas (lines at it and above reach their output).
-    Replica lines are always text in the driver's output, ``muster logs`` and the run store: ``encoding="JSON"``,
-    ``logs_dir`` and ``additional_log_standard_attrs`` are accepted with a warning; muster writes no access log,
-    so ``enable_access_log`` changes nothing."""
+    """How a deployment's replicas log (Ray's ``ray.serve.schema.LoggingConfig``), applied to the ``ray.serve`` /
+    ``muster.serve`` loggers in its replicas: ``log_level`` (lines at it and above reach their output),
+    ``encoding`` (``"TEXT"`` or ``"JSON"``: one JSON object per line with Ray's keys, in the replica's output
+    and its file), ``logs_dir`` (each replica also writes its lines to ``replica_<app>_<deployment>_<id>.log``
+    there), ``enable_access_log`` (an access line per request in that file, as Ray's) and
+    ``additional_log_standard_attrs`` (``LogRecord`` attributes added to each line)."""
 
     encoding: str = "TEXT"
     log_level: str | int = "INFO"
@@ -258,12 +263,12 @@ class LoggingConfig:
         if str(self.encoding).upper() not in ("TEXT", "JSON"):
             raise InvalidArgumentError(f"LoggingConfig(encoding={self.encoding!r}): use 'TEXT' or 'JSON'.")
         self.encoding = str(self.encoding).upper()
-        said = [f"{k}={v!r}" for k, v in (("encoding", self.encoding), ("logs_dir", self.logs_dir),
-                                         ("additional_log_standard_attrs", self.additional_log_standard_attrs))
-                if v and v != "TEXT"]
-        if said:
-            warnings.warn(f"LoggingConfig({', '.join(said)}): no effect in muster, whose replica lines are text in "
-                          "the driver's output, `muster logs` and the run store; log_level is applied.", stacklevel=3)
+        attrs = self.additional_log_standard_attrs
+        if not isinstance(attrs, (list, tuple)) or any(a not in _LOGRECORD_ATTRS for a in attrs):
+            raise InvalidArgumentError(
+                f"LoggingConfig(additional_log_standard_attrs={attrs!r}): each must be one of Python's LogRecord "
+                f"attributes {sorted(_LOGRECORD_ATTRS)}.")
+        self.additional_log_standard_attrs = list(dict.fromkeys(attrs))
 
     @classmethod
     def coerce(cls, value: "LoggingConfig | Mapping[str, Any] | None") -> "LoggingConfig | None":

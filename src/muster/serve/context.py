@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,24 @@ _deployment_actors: dict[str, Any] = {}
 def _set(ctx: ReplicaContext | None) -> None:
     global _current
     _current = ctx
+
+
+# the HTTP request a replica is serving, per asyncio task / executor call: (request id, route prefix)
+_request: ContextVar[tuple[str, str]] = ContextVar("muster_serve_request", default=("", ""))
+
+
+def _set_request(request_id: str, route: str) -> None:
+    _request.set((request_id, route))
+
+
+def current_request_id() -> str:
+    """The ``X-Request-ID`` of the HTTP request this code serves ("" outside one)."""
+    return _request.get()[0]
+
+
+def current_route() -> str:
+    """The route prefix of the HTTP request this code serves ("" outside one): Ray's ``route`` tag."""
+    return _request.get()[1]
 
 
 def get_replica_context() -> ReplicaContext:

@@ -24,7 +24,8 @@ from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve.api import ApplicationStatusOverview, DeploymentStatusOverview, ServeStatus
-from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions, LoggingConfig
+from muster.serve.autoscaling_policy import AutoscalingPolicy
+from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions, LoggingConfig, _from_dict
 from muster.serve.deployment import Application, Deployment
 
 __all__ = [  # Ray keeps these in ray.serve.schema; the status and config classes are the ones muster.serve exports
@@ -49,6 +50,8 @@ class AppSchema:
     args: dict[str, Any] = field(default_factory=dict)
     deployments: list[dict[str, Any]] = field(default_factory=list)
     runtime_env: dict[str, Any] = field(default_factory=dict)
+    #: Ray 2.60's application-level policy: ``{policy_function: "module:name", policy_kwargs: {...}}``
+    autoscaling_policy: Any = None
     #: the mapping as the file gave it (what ``muster serve config`` prints back, as Ray's does)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -60,6 +63,9 @@ class AppSchema:
         for d in self.deployments:
             if not isinstance(d, dict) or not isinstance(d.get("name"), str):
                 raise InvalidArgumentError(f"application {self.name!r}: every deployments entry needs a name; got {d!r}.")
+        self.autoscaling_policy = _from_dict(AutoscalingPolicy, self.autoscaling_policy,
+                                             f"application {self.name!r}: autoscaling_policy",
+                                             "{'policy_function': 'module:name'}")
 
     def overrides(self) -> dict[str, dict[str, Any]]:
         return {d["name"]: {k: v for k, v in d.items() if k != "name"} for d in self.deployments}
@@ -225,7 +231,8 @@ def deploy(config: ServeConfig) -> list[str]:
     for app in config.applications:
         warn_unused_runtime_env(app.runtime_env, f"application {app.name!r}", stacklevel=2)
         api._run(import_app(app.import_path, app.args), name=app.name, route_prefix=app.route_prefix,
-                 overrides=app.overrides(), env_vars=dict(app.runtime_env.get("env_vars") or {}), config=app.raw)
+                 overrides=app.overrides(), env_vars=dict(app.runtime_env.get("env_vars") or {}), config=app.raw,
+                 autoscaling_policy=app.autoscaling_policy)
     wanted = {a.name for a in config.applications}
     for name in list(api.status().applications):
         if name not in wanted:

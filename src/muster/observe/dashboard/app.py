@@ -18,6 +18,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from muster.observe import prometheus
 from muster.observe.dashboard.security import AccessMiddleware
 from muster.observe.recorder import finite
 from muster.observe.store.reader import StoreReader
@@ -114,7 +115,12 @@ def create_app(reader: StoreReader, root: str, token: str | None = None, loopbac
         if not replicas:
             return not_found(f"Serve deployment {app}/{dep}")
         return _Json({"app": app, "deployment": dep, "replicas": replicas,
-                      "events": [e for e in reader.serve_events(app) if e["deployment"] in (None, dep)]})
+                      "events": [e for e in reader.serve_events(app) if e["deployment"] in (None, dep)],
+                      "custom_metrics": reader.serve_custom_metrics(app, dep, running_only=False)})
+
+    async def prometheus_metrics(request: Request) -> Response:
+        """The running deployments' user metrics (``serve.metrics``) in Prometheus' text format."""
+        return Response(prometheus.render(reader.serve_custom_metrics()), media_type=prometheus.CONTENT_TYPE)
 
     async def serve_metrics(request: Request) -> Response:
         app, dep = request.path_params["app"], request.path_params["deployment"]
@@ -129,6 +135,7 @@ def create_app(reader: StoreReader, root: str, token: str | None = None, loopbac
 
     routes = [
         Route("/", index),
+        Route("/metrics", prometheus_metrics),
         Route("/api/serve", serve_list),
         Route("/api/serve/{app}/{deployment}", serve_deployment),
         Route("/api/serve/{app}/{deployment}/metrics", serve_metrics),

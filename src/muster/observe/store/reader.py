@@ -219,6 +219,28 @@ class StoreReader:
             (app, deployment, *(() if replica is None else (replica,)), after, limit),
         )
 
+    def serve_custom_metrics(self, app: str | None = None, deployment: str | None = None,
+                             running_only: bool = True) -> list[dict[str, Any]]:
+        """The user metrics' series (``serve.metrics``) of each deployment's last sample, as
+        :func:`muster.observe.prometheus.render` takes them; only deployments with a running replica
+        unless ``running_only`` is False."""
+        where, params = "", tuple[str, ...]()
+        if app is not None:
+            where, params = " AND c.app = ?", (app,)
+            if deployment is not None:
+                where, params = where + " AND c.deployment = ?", (app, deployment)
+        if running_only:
+            where += (" AND EXISTS (SELECT 1 FROM serve_replicas r WHERE r.app = c.app AND r.deployment = c.deployment"
+                      " AND r.state = 'RUNNING')")
+        rows = self._query(
+            "SELECT c.* FROM serve_custom_metrics c WHERE c.time = (SELECT MAX(time) FROM serve_custom_metrics m"
+            f" WHERE m.app = c.app AND m.deployment = c.deployment){where} ORDER BY c.name, c.id", params, need=4)
+        for r in rows:
+            r["tags"] = json.loads(r["tags"])
+            for k in ("boundaries", "buckets"):
+                r[k] = json.loads(r[k]) if r[k] else None
+        return rows
+
     def serve_events(self, app: str, after: int = 0) -> list[dict[str, Any]]:
         return self._serve("SELECT * FROM serve_events WHERE app = ? AND id > ? ORDER BY id", (app, after))
 

@@ -55,6 +55,17 @@ window), ``ttft_p50_ms`` / ``ttft_p99_ms`` / ``ttft_samples`` (time to first
 token of the requests that started in the window), and the engines' queue now:
 ``engine_running``, ``engine_waiting`` and their sum ``queue_depth``.
 
+Version 4 adds the user metrics of Serve replicas (``serve.metrics`` / ``muster.util.metrics``):
+
+======================  =====================================================================
+``serve_custom_metrics`` series of a deployment's user metric at one sample (the rows of a
+                        sample share its ``time``): name, kind (``counter``, ``gauge``,
+                        ``histogram``), description, tags (JSON, with Ray's ``deployment``,
+                        ``replica``, ``application``), ``value`` (counter, gauge) or the
+                        histogram's ``boundaries`` and per bucket ``buckets`` (JSON), ``sum``
+                        and ``count``; cumulative, summed over the replicas with the same tags
+======================  =====================================================================
+
 Times are Unix seconds (float). JSON columns hold text. A newer muster
 migrates an older file forward in :func:`migrate`; an older muster refuses
 a newer file with a message instead of misreading it.
@@ -64,7 +75,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -244,6 +255,26 @@ CREATE INDEX IF NOT EXISTS data_ops_run ON data_ops (run_id, id);
 """ + _V3_LLM
 
 
+_V4 = """
+CREATE TABLE IF NOT EXISTS serve_custom_metrics (
+    id INTEGER PRIMARY KEY,
+    time REAL NOT NULL,
+    app TEXT NOT NULL,
+    deployment TEXT NOT NULL,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    description TEXT,
+    tags TEXT NOT NULL,
+    value REAL,
+    boundaries TEXT,
+    buckets TEXT,
+    sum REAL,
+    count INTEGER
+);
+CREATE INDEX IF NOT EXISTS serve_custom_metrics_dep ON serve_custom_metrics (app, deployment, time);
+"""
+
+
 class SchemaTooNewError(RuntimeError):
     """The store was written by a newer muster than this one."""
 
@@ -277,5 +308,7 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
         conn.executescript(_V2)
     if have < 3:
         conn.executescript(_V3)
+    if have < 4:
+        conn.executescript(_V4)
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
     conn.commit()

@@ -7,6 +7,8 @@ one toward ``aggregate / target_ongoing_requests`` by the smoothing factor;
 and a change happens once it has been wanted for ``upscale_delay_s`` (or
 ``downscale_delay_s``) without a break. A config's custom ``policy`` (Ray's
 ``AutoscalingPolicy``) replaces the middle step: it says the count it wants.
+An application's policy (Ray 2.60's app-level ``autoscaling_policy``,
+:func:`decide_app`) does so for all of its autoscaling deployments at once.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
-from muster.serve.autoscaling_policy import AutoscalingContext
+from muster.exceptions import InvalidArgumentError
+from muster.serve.autoscaling_policy import AutoscalingContext, AutoscalingPolicy
 from muster.serve.config import AutoscalingConfig
 from muster.serve.context import DeploymentID, ReplicaID
 
@@ -38,12 +41,16 @@ class ScaleState:
     last_down: float | None = None
 
 
-def _aggregate(cfg: AutoscalingConfig, total_ongoing: float, now: float, state: ScaleState) -> float:
+def _aggregate(cfg: AutoscalingConfig, total_ongoing: float | None, now: float, state: ScaleState) -> float:
+    """The window's aggregate, after adding ``total_ongoing`` (None: no new sample this time)."""
     samples = state.samples
-    samples.append((now, total_ongoing))
+    if total_ongoing is not None:
+        samples.append((now, total_ongoing))
     while samples and samples[0][0] < now - cfg.look_back_period_s:
         samples.popleft()
     values = [v for _, v in samples]
+    if not values:
+        return 0.0
     if cfg.aggregation_function == "max":
         return max(values)
     if cfg.aggregation_function == "min":
@@ -93,21 +100,79 @@ def _custom(cfg: AutoscalingConfig, current: int, total: float, now: float, stat
     assert cfg.policy is not None
     if state.policy is None or state.policy_of != cfg.policy:  # built once (again after a redeploy changed it)
         state.policy, state.policy_of = cfg.policy.load(), cfg.policy
-    floor = max(cfg.min_replicas, 1)
-    ctx = AutoscalingContext(
+    asked, policy_state = state.policy(_context(cfg, current, total, now, state, facts))
+    state.policy_state = dict(policy_state or {})
+    return _through_factors(cfg, current, asked)
+
+
+def _context(cfg: AutoscalingConfig, current: int, total: float, now: float, state: ScaleState,
+             facts: Facts) -> AutoscalingContext:
+    return AutoscalingContext(
         deployment_id=DeploymentID(facts.deployment, facts.app), current_num_replicas=current,
         target_num_replicas=facts.target, running_replicas=[ReplicaID(r) for r in facts.running],
-        total_num_requests=total, capacity_adjusted_min_replicas=floor, capacity_adjusted_max_replicas=cfg.max_replicas,
-        policy_state=dict(state.policy_state), last_scale_up_time=state.last_up, last_scale_down_time=state.last_down,
-        current_time=now, config=cfg,
+        total_num_requests=total, capacity_adjusted_min_replicas=max(cfg.min_replicas, 1),
+        capacity_adjusted_max_replicas=cfg.max_replicas, policy_state=dict(state.policy_state),
+        last_scale_up_time=state.last_up, last_scale_down_time=state.last_down, current_time=now, config=cfg,
     )
-    asked, policy_state = state.policy(ctx)
-    state.policy_state = dict(policy_state or {})
+
+
+def _through_factors(cfg: AutoscalingConfig, current: int, asked: float) -> int:
+    """A policy's count moved to by the config's up/downscaling factor, within its bounds (as Ray does)."""
     desired = math.ceil(asked)
     if current > 0 and desired != current:
         scaled = math.ceil(round(current + cfg.factor(desired > current) * (asked - current), 9))
         desired = scaled - 1 if desired < current and scaled == current else scaled  # a factor never stalls a move
-    return min(max(desired, floor), cfg.max_replicas)
+    return min(max(desired, max(cfg.min_replicas, 1)), cfg.max_replicas)
+
+
+@dataclass
+class AppPolicy:
+    """An application's policy (Ray 2.60's app-level ``autoscaling_policy``), built once on first use."""
+
+    spec: AutoscalingPolicy
+    fn: Callable[[dict[DeploymentID, AutoscalingContext]], Any] | None = None
+
+
+@dataclass(frozen=True)
+class Member:
+    """One autoscaling deployment of an app with a policy, as the controller sees it this tick."""
+
+    cfg: AutoscalingConfig
+    current: int
+    ongoing: float | None  # the total of a stats round that just ended; None: none ended since the last call
+    state: ScaleState
+    facts: Facts
+
+
+def decide_app(policy: AppPolicy, members: list[Member], now: float) -> dict[str, int]:
+    """The replica count to run now for each of ``members`` (by deployment name), as Ray 2.60 applies an
+    application-level policy: it gets ``{DeploymentID: AutoscalingContext}`` and returns ``({DeploymentID:
+    replicas}, {DeploymentID: state})``; each count then goes through that deployment's factors, bounds and
+    delays. A deployment it leaves out keeps its count.
+
+    Raises:
+        InvalidArgumentError: it returned something else, or named a deployment that is not one of ``members``.
+    """
+    if policy.fn is None:
+        policy.fn = cast(Callable[[dict[DeploymentID, AutoscalingContext]], Any], policy.spec.load())
+    ids = {m.facts.deployment: DeploymentID(m.facts.deployment, m.facts.app) for m in members}
+    ctxs = {ids[m.facts.deployment]: _context(m.cfg, m.current, _aggregate(m.cfg, m.ongoing, now, m.state), now,
+                                              m.state, m.facts) for m in members}
+    out = policy.fn(ctxs)
+    decisions, states = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
+    if not isinstance(decisions, dict) or any(k not in ctxs for k in decisions) \
+            or not isinstance(states or {}, dict):
+        raise InvalidArgumentError(
+            f"application autoscaling policy {policy.spec.policy_function!r} returned {out!r}; return "
+            f"({{DeploymentID: replicas}}, {{DeploymentID: state dict}}) keyed by the ctx dict's keys {list(ctxs)}.")
+    wants = {}
+    for m in members:
+        dep = ids[m.facts.deployment]
+        m.state.policy_state = dict((states or {}).get(dep) or {})
+        if dep in decisions:
+            desired = _through_factors(m.cfg, m.current, decisions[dep])
+            wants[m.facts.deployment] = _after_delay(m.cfg, m.current, desired, now, m.state)
+    return wants
 
 
 def _after_delay(cfg: AutoscalingConfig, current: int, desired: int, now: float, state: ScaleState) -> int:

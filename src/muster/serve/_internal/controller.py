@@ -5,7 +5,7 @@ clear error at once if they can never fit), pushes a new
 :class:`RouteTable` to the ingress, every replica and this process whenever
 the set of live replicas changes, replaces replicas that die or fail their
 health check, drains replicas it stops, and autoscales on ongoing requests
-(:mod:`autoscaling`).  One supervisor thread does the periodic work.
+(:mod:`autoscaler`, :mod:`autoscaling`).  One supervisor thread does the periodic work.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.exceptions import ActorDiedError, InvalidArgumentError, describe_exit
 from muster.serve import multiplex
-from muster.serve._internal import autoscaling, deployment_actors, plan, router
+from muster.serve._internal import autoscaler, deployment_actors, plan, router
 from muster.serve._internal.ingress import IngressActor, answers, listening
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.record import ServeRecorder
@@ -101,9 +101,10 @@ class ServeController:
 
     # -- apps -------------------------------------------------------------------
     def deploy(self, name: str, route_prefix: str | None, ingress: str, plans: list[DeploymentPlan],
-               config: dict[str, Any] | None = None) -> None:
+               config: dict[str, Any] | None = None, policy: Any = None) -> None:
         """Start (or replace) app ``name``; returns once every replica is up. ``config``: the config file's
         entry for it (``muster serve deploy``), kept for ``muster serve config``; None from ``serve.run``.
+        ``policy``: its app-level ``AutoscalingPolicy`` (the entry's ``autoscaling_policy``).
 
         Raises:
             ResourcesUnavailableError: its replicas can never fit next to the other apps.
@@ -118,8 +119,11 @@ class ServeController:
                     )
             self._check_fits(name, plans)
             old = self.apps.get(name)
+        if policy is not None:
+            autoscaler.warn_overridden(name, plans)
         if old is not None and self._reconfigure_in_place(old, route_prefix, ingress, plans):
             old.config = config
+            old.set_policy(policy)
             return
         for p in plans:
             plan.check_picklable(p, name)
@@ -127,6 +131,7 @@ class ServeController:
         new = AppState(name, route_prefix, ingress, {
             p.name: DeploymentState(name, p, target=p.config.initial_replicas) for p in plans
         }, config=config)
+        new.set_policy(policy)
         need = self._need(plans)
         stop_old_first = old is not None and not res.fits(need, self.runtime.available())
         if stop_old_first and old is not None:
@@ -481,23 +486,27 @@ class ServeController:
             if why is not None:
                 self._replace_ingress(why)
         with self.lock:
-            deps = [d for a in self.apps.values() if a.status == "RUNNING" for d in a.deployments.values()]
-        for d in deps:
-            cfg = d.plan.config
-            for r in d.running():
-                why = r.check_health(now, cfg.health_check_period_s, cfg.health_check_timeout_s)
-                if why is not None:
-                    self._unhealthy(d, r, why)
-            self._ensure(d)
-            self._poll(d, now)
+            apps = [a for a in self.apps.values() if a.status == "RUNNING"]
+        for a in apps:
+            for d in a.deployments.values():
+                cfg = d.plan.config
+                for r in d.running():
+                    why = r.check_health(now, cfg.health_check_period_s, cfg.health_check_timeout_s)
+                    if why is not None:
+                        self._unhealthy(d, r, why)
+                self._ensure(d)
+                self._poll(d, now, a.policy is not None)
+            if a.policy is not None:
+                autoscaler.autoscale_app(a, now, self._resize)
 
     def _unhealthy(self, d: DeploymentState, r: ReplicaState, why: str) -> None:
         if r.actor is not None:
             self.runtime.kill(r.actor)  # an expected exit: the runtime sends no death notice
         self._died(d, r, RuntimeError(why), what="is unhealthy")  # said once, there
 
-    def _poll(self, d: DeploymentState, now: float) -> None:
-        """Record each round of the replicas' stats and, if on, feed the autoscaler."""
+    def _poll(self, d: DeploymentState, now: float, app_policy: bool = False) -> None:
+        """Record each round of the replicas' stats and, if on, feed the autoscaler (``app_policy``: the app's,
+        which :func:`autoscaler.autoscale_app` calls)."""
         snaps = d.poll_stats(now, self.lock)
         if snaps is None:
             return
@@ -506,24 +515,11 @@ class ServeController:
             running = len(d.running())
         self.record.sample(d.app, d.plan.name, d.metrics.as_dict(), numbers, running, d.target, d.restarts, now)
         if d.plan.config.autoscaling_config is not None:
-            self._autoscale(d, float(sum(s["ongoing"] for s in snaps.values())), now)
-
-    def _autoscale(self, d: DeploymentState, ongoing: float, now: float) -> None:
-        cfg = d.plan.config.autoscaling_config
-        assert cfg is not None
-        current = d.live()
-        facts = autoscaling.Facts(d.app, d.plan.name, d.target, [r.id for r in d.running()])
-        try:
-            want = autoscaling.decide(cfg, current, ongoing, now, d.scale, facts)
-        except Exception as exc:  # noqa: BLE001 - a custom policy's failure: keep the count, say why
-            d.message = f"the autoscaling policy raised {type(exc).__name__}: {exc}; keeping {current} replicas"
-            print(f"[serve] {d.plan.name}: {d.message}", file=sys.stderr, flush=True)
-            return
-        if want > d.target or want < d.target:
-            d.message = f"autoscaling from {d.target} to {want} replicas ({ongoing:g} ongoing requests)"
-            print(f"[serve] {d.plan.name}: {d.message}", file=sys.stderr, flush=True)
-        if want != current:
-            self._resize(d, want)
+            ongoing = float(sum(s["ongoing"] for s in snaps.values()))
+            if app_policy:
+                d.fresh = ongoing
+            else:
+                autoscaler.autoscale(d, ongoing, now, self._resize)
 
     def _resize(self, d: DeploymentState, want: int, wait: bool = False) -> None:
         """Start replicas up to ``want`` (``wait``: and return once they are up, raising if one cannot

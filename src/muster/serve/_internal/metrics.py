@@ -13,6 +13,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.observe import prometheus
+
 LLM_METRICS_HOOK = "__muster_llm_metrics__"  # a replica object's method: (ack) -> LLMMeter.snapshot() dict
 
 
@@ -61,6 +63,7 @@ class DeploymentMetrics:
     last: float | None = None
     by_replica: dict[str, dict[str, Any]] = field(default_factory=dict)  # the replicas of the last round
     llm: "LLMMetrics | None" = None
+    custom: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per replica: its user metrics' series
     # per replica: (served, errors, when) of its last snapshot; counts are differences from it, so a
     # replica missing from a round (its reply late) is neither lost nor counted twice
     _seen: dict[str, tuple[int, int, float | None]] = field(default_factory=dict)
@@ -85,11 +88,15 @@ class DeploymentMetrics:
             ongoing += s["ongoing"]
             lat.extend(s["latency_ms"])
             mine = sorted(s["latency_ms"])
+            if s.get("custom"):
+                self.custom[rid] = s["custom"]
             view[rid] = {"served": s["served"], "errors": s["errors"], "ongoing": s["ongoing"],
                          "requests_per_s": mine_rate, "p50_ms": _pct(mine, 0.5), "p99_ms": _pct(mine, 0.99)}
         if live is not None:
             for rid in set(self._seen) - set(live):
                 del self._seen[rid]
+            for rid in set(self.custom) - set(live):
+                del self.custom[rid]
         dt = now - self.last if self.last is not None else None
         self.by_replica = view
         self.last = now
@@ -103,11 +110,13 @@ class DeploymentMetrics:
             self.llm.update(llm, dt)
 
     def as_dict(self) -> dict[str, Any]:
-        out = {"requests_per_s": self.requests_per_s, "p50_ms": self.p50_ms, "p99_ms": self.p99_ms,
+        out: dict[str, Any] = {"requests_per_s": self.requests_per_s, "p50_ms": self.p50_ms, "p99_ms": self.p99_ms,
                "served": self.served, "errors": self.errors, "ongoing": self.ongoing,
                "replicas": dict(self.by_replica)}
         if self.llm is not None:
             out["llm"] = self.llm.as_dict()
+        if self.custom:  # serve.metrics / muster.util.metrics series of the live replicas
+            out["custom_metrics"] = prometheus.merge(self.custom.values())
         return out
 
 

@@ -18,7 +18,7 @@ import warnings
 from typing import Any
 
 from muster.core import settings
-from muster.observe.recorder import LogSource, let_go
+from muster.observe.recorder import LogSource, let_go, to_json
 from muster.observe.store import store_path, writer
 
 _EARLY_PIDS, _EARLY_LINES = 64, 200  # bounds on the lines kept for processes not yet known as replicas
@@ -130,6 +130,15 @@ class ServeRecorder:
                 self._put(sql, (t, app, deployment, numbers[rid], r.get("requests_per_s"), r.get("p50_ms"),
                                 r.get("p99_ms"), r["served"], r["errors"], r["ongoing"], None, None, None,
                                 *_llm_row(llm_replicas.get(rid) or {})))
+
+        custom = m.get("custom_metrics") or []
+        for c in custom:
+            hist = c["kind"] == "histogram"
+            self._put("INSERT INTO serve_custom_metrics (time, app, deployment, name, kind, description, tags, value,"
+                      " boundaries, buckets, sum, count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      (t, app, deployment, c["name"], c["kind"], c.get("description"), to_json(c["tags"]),
+                       c.get("value"), to_json(c["boundaries"]) if hist else None,
+                       to_json(c["buckets"]) if hist else None, c.get("sum"), c.get("count")))
 
     def close(self) -> None:
         """Write what is queued and let go of the store (at ``serve.shutdown()``)."""

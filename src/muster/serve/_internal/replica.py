@@ -16,7 +16,6 @@ import concurrent.futures
 import contextvars
 import functools
 import inspect
-import logging
 import os
 import pickle
 import sys
@@ -27,10 +26,11 @@ from typing import Any, cast
 from muster.exceptions import InvalidTypeError, MusterError
 from muster.serve import context as replica_context
 from muster.serve import multiplex
-from muster.serve._internal import eventloop, metrics, responses, router, websocket, wire
+from muster.serve._internal import eventloop, metrics, replica_logging, responses, router, websocket, wire
 from muster.serve._internal.plan import TargetRef
 from muster.serve.config import DeploymentConfig
 from muster.tasks import worker_side
+from muster.util import metrics as user_metrics
 
 
 @dataclass(frozen=True)
@@ -105,32 +105,11 @@ def _receive_once(body: bytes) -> Any:
     return receive
 
 
-SERVE_LOGGER = "muster.serve"  # Ray's "ray.serve": what replicas log there shows in their output
-#: The loggers a replica sends to its output: muster's, and Ray's name for it (ported code keeps
-#: ``logging.getLogger("ray.serve")``: the port changes imports, not strings).
-SERVE_LOGGERS = (SERVE_LOGGER, "ray.serve")
-
-
-def _log_to_output(spec: "ReplicaSpec") -> None:
-    """Send INFO and up from the ``muster.serve`` and ``ray.serve`` loggers (and those under them) to this
-    replica's stderr, which the runtime captures (the driver's output, ``muster logs``, the run store), as
-    Ray Serve does with ``ray.serve``.  A level the user set on a logger is kept; once per process."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(
-        f"%(levelname)s %(asctime)s {spec.deployment} {spec.replica_id} %(filename)s:%(lineno)d - %(message)s"
-    ))
-    setattr(handler, "_muster_replica", True)  # noqa: B010 - marks the handler this function added
-    level = spec.config.logging_config.log_level if spec.config.logging_config is not None else None
-    for name in SERVE_LOGGERS:
-        logger = logging.getLogger(name)
-        if any(getattr(h, "_muster_replica", False) for h in logger.handlers):
-            continue
-        logger.addHandler(handler)
-        if level is not None:  # the deployment's logging_config (Ray's LoggingConfig.log_level)
-            logger.setLevel(level)
-        elif logger.level == logging.NOTSET:
-            logger.setLevel(logging.INFO)
-        logger.propagate = False  # as Ray's: not twice when the user configured the root logger
+def _header(headers: list, name: bytes) -> str:
+    for k, v in headers:
+        if k == name:
+            return v.decode("latin-1")
+    return ""
 
 
 def _takes_positional(fn: Any) -> bool:
@@ -219,7 +198,8 @@ class ReplicaActor:
 
     def __init__(self, spec: ReplicaSpec):
         os.environ.update(spec.config.env_vars())
-        _log_to_output(spec)
+        self.logs = replica_logging.ReplicaLogs(spec.app, spec.deployment, spec.replica_id,
+                                                spec.config.logging_config)
         self.spec = spec
         self.config = spec.config
         self.where = f"deployment {spec.deployment!r} (replica {spec.replica_id})"
@@ -332,6 +312,9 @@ class ReplicaActor:
                 snap["acks"]["ttft_ms"] = snap["llm"].pop("ack")
             except Exception as exc:  # noqa: BLE001 - metrics never fail the replica
                 print(f"[serve] {self.where}: reading its LLM metrics failed: {exc!r}", file=sys.stderr, flush=True)
+        custom = user_metrics.REGISTRY.snapshot()
+        if custom:
+            snap["custom"] = custom
         return snap
 
     def drain(self, timeout_s: float) -> int:
@@ -403,23 +386,28 @@ class ReplicaActor:
                 return
             yield item
 
-    def _failed(self, proto: _Conn, stream: int, exc: BaseException, what: str) -> None:
+    def _failed(self, proto: _Conn, stream: int, exc: BaseException, what: str) -> int:
+        """Answer the request with its error; the HTTP status that says it."""
         self.errors += 1
         err = responses.error_for(exc, f"{self.where} {what}")
         if err.status >= 500:
             print(f"[serve] {self.where}: {what} failed:\n{err.traceback}", file=sys.stderr, flush=True)
         proto.send(stream, wire.RESP_ERROR, wire.dumps(err))
+        return err.status
 
     async def _serve_http(self, proto: _Conn, stream: int, payload: bytes) -> None:
         self.ongoing += 1
         t0 = time.perf_counter()
+        method, route, status = "HTTP", "/", "CANCELLED"  # what its access line says (a file in logs_dir)
         try:
             async with self.sem:
                 fields, body = wire.parse_http_request(payload)
                 scope = _scope(fields)
+                method, route = fields[0], scope["root_path"] or "/"
                 # the model the request names, for get_multiplexed_model_id() in any deployment, as in Ray (an
                 # ingress passing it on to a multiplexed one, say): a look over the headers, ~0.4 us
                 multiplex.set_model_id(multiplex.header_model_id(scope["headers"]))
+                replica_context._set_request(_header(scope["headers"], b"x-request-id"), scope["root_path"] or "/")
                 receive = _receive_once(body)
                 sender = responses.FrameSender(proto, stream)
                 try:
@@ -431,14 +419,17 @@ class ReplicaActor:
                     if sender.state != 2:
                         await sender({"type": "http.response.body", "body": b"", "more_body": False})
                     self.served += 1
+                    status = str(sender.status)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - user code: 500 (or its own status), replica lives on
-                    self._failed(proto, stream, exc, f"{fields[0]} {fields[1]}")
+                    status = str(self._failed(proto, stream, exc, f"{fields[0]} {fields[1]}"))
         finally:
             self.ongoing -= 1
             self.latency_ms.add((time.perf_counter() - t0) * 1e3)
             proto.finished(stream)
+            if self.logs.access:
+                self.logs.request_done(method, route, status, t0)
 
     async def _serve_ws(self, proto: _Conn, stream: int, payload: bytes) -> None:
         """One WebSocket connection, for its lifetime: the app's handler holds one of ``max_ongoing_requests``
@@ -492,9 +483,9 @@ class ReplicaActor:
     async def _serve_call(self, proto: _Conn, stream: int, payload: bytes) -> None:
         self.ongoing += 1
         t0 = time.perf_counter()
+        method, status = "a handle call", "CANCELLED"
         try:
             async with self.sem:
-                method = "a handle call"
                 try:
                     method, args, kwargs, streaming, *model = _call_of(payload)
                     if model:
@@ -516,11 +507,15 @@ class ReplicaActor:
                             )
                         proto.send(stream, wire.RESP_VALUE, wire.dumps(result))
                     self.served += 1
+                    status = "OK"
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - goes back to the caller
                     self._failed(proto, stream, exc, f"{method}()")
+                    status = "ERROR"
         finally:
             self.ongoing -= 1
             self.latency_ms.add((time.perf_counter() - t0) * 1e3)
             proto.finished(stream)
+            if self.logs.access:
+                self.logs.request_done("CALL", method, status, t0)

@@ -85,6 +85,11 @@ class FrameSender:
         self._start: tuple[int, list] = (200, [])
         self.state = 0  # 0: nothing sent, 1: head sent, 2: finished
 
+    @property
+    def status(self) -> int:
+        """The HTTP status the response started with (200 until it says)."""
+        return self._start[0]
+
     async def __call__(self, message: MutableMapping[str, Any]) -> None:
         t = message["type"]
         if t == "http.response.start":

@@ -78,6 +78,7 @@ class DeploymentState:
     pending: int = 0  # replacements submitted, not yet started
     actors: dict[str, Any] = field(default_factory=dict)  # its deployment-scoped actors' handles, by name
     retry_at: float = 0.0
+    fresh: float | None = None  # an app policy's input: the ongoing total of a stats round not yet given to it
 
     def running(self) -> list[ReplicaState]:
         return [r for r in self.replicas.values() if r.state == "RUNNING"]
@@ -142,3 +143,12 @@ class AppState:
     message: str = ""
     deployed_at: float = field(default_factory=time.time)
     config: dict[str, Any] | None = None  # the config file's entry it was deployed from (None: serve.run)
+    policy: autoscaling.AppPolicy | None = None  # its app-level autoscaling policy (a config file's)
+
+    def set_policy(self, spec: Any) -> None:
+        """Use ``spec`` (an ``AutoscalingPolicy``, or None) as the app's policy; kept, with what it built, when
+        a redeploy gives the same one."""
+        if spec is None:
+            self.policy = None
+        elif self.policy is None or self.policy.spec != spec:
+            self.policy = autoscaling.AppPolicy(spec)

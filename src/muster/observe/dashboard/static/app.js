@@ -277,6 +277,7 @@ async function serveDeploymentPage(v, app, dep) {
       <div class="card" id="chart-rate"></div><div class="card" id="chart-latency"></div><div class="card" id="chart-ongoing"></div>
       <div id="serve-llm" hidden><h2>LLM</h2><div class="card" id="chart-tokens"></div><div class="card" id="chart-ttft"></div>
       <div class="card" id="chart-queue"></div></div>
+      <div id="serve-custom" hidden><h2>User metrics <span class="muted">serve.metrics, last sample</span></h2><div id="serve-custom-table"></div></div>
       <h2>Replicas</h2><div id="serve-replicas"></div><h2>Events</h2><ul id="serve-events"></ul>
       <h2>Logs <select id="log-replica"><option value="">all replicas</option></select></h2><pre id="serve-logs" class="logs"></pre></div>`;
     main.querySelector("#log-replica").addEventListener("change", () => render(view));
@@ -291,6 +292,12 @@ async function serveDeploymentPage(v, app, dep) {
     plot("chart-ttft", "time to first token (ms)", "s", ["p50", "p99"], [xs, metrics.map(m => m.ttft_p50_ms), metrics.map(m => m.ttft_p99_ms)]);
     plot("chart-queue", "engine queue (requests)", "s", ["queue depth", "running", "waiting"], [xs, metrics.map(m => m.queue_depth), metrics.map(m => m.engine_running), metrics.map(m => m.engine_waiting)]);
   }
+  const custom = detail.custom_metrics || [];
+  main.querySelector("#serve-custom").hidden = !custom.length;
+  main.querySelector("#serve-custom-table").innerHTML = `<table id="custom-metrics"><tr><th>name</th><th>kind</th><th>tags</th><th>value</th></tr>
+    ${custom.map(c => `<tr><td>${esc(c.name)}</td><td>${esc(c.kind)}</td>
+    <td>${esc(Object.entries(c.tags).map(([k, x]) => `${k}=${x}`).join(" "))}</td>
+    <td class="num">${c.kind === "histogram" ? `count ${num(c.count)}, sum ${num(c.sum)}` : num(c.value)}</td></tr>`).join("")}</table>`;
   const reps = detail.replicas;
   main.querySelector("#serve-replicas").innerHTML = `<table id="replicas"><tr><th>replica</th><th>state</th><th>pid</th><th>host</th>
     <th>started</th><th>ended</th><th>req/s</th><th>p50</th><th>p99</th><th>served</th><th>errors</th><th>ongoing</th><th>cause</th></tr>

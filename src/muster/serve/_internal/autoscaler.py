@@ -1,0 +1,84 @@
+"""The controller's autoscaling step: give each policy what a round of stats said, and resize as it decides.
+
+A deployment's own policy (the default one, or its ``AutoscalingConfig(policy=...)``) decides after each of
+its stats rounds (:func:`autoscale`); an app with an app-level policy (a config file's ``autoscaling_policy``,
+Ray 2.60's) decides for all its autoscaling deployments together, once one of their rounds has ended
+(:func:`autoscale_app`). The decisions themselves are :mod:`autoscaling`'s pure functions; a policy that
+raises leaves the counts as they are and says why on stderr and in ``serve.status()``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+from muster.serve._internal import autoscaling
+from muster.serve._internal.plan import DeploymentPlan
+from muster.serve._internal.state import AppState, DeploymentState
+
+Resize = Callable[[DeploymentState, int], None]  # the controller's: start or drain replicas to a count
+
+
+def _facts(d: DeploymentState) -> autoscaling.Facts:
+    return autoscaling.Facts(d.app, d.plan.name, d.target, [r.id for r in d.running()])
+
+
+def autoscale(d: DeploymentState, ongoing: float, now: float, resize: Resize) -> None:
+    """After a stats round of ``d`` (``ongoing`` requests in all): its policy's count, applied."""
+    cfg = d.plan.config.autoscaling_config
+    assert cfg is not None
+    current = d.live()
+    try:
+        want = autoscaling.decide(cfg, current, ongoing, now, d.scale, _facts(d))
+    except Exception as exc:  # noqa: BLE001 - a custom policy's failure: keep the count, say why
+        _failed([d], exc, "the autoscaling policy")
+        return
+    _scale_to(d, want, current, ongoing, resize)
+
+
+def autoscale_app(a: AppState, now: float, resize: Resize) -> None:
+    """Call ``a``'s app-level policy once a stats round of one of its autoscaling deployments has ended
+    (``DeploymentState.fresh``), and apply the counts it decides."""
+    if a.policy is None:
+        return
+    members: list[tuple[DeploymentState, autoscaling.Member]] = []
+    for d in a.deployments.values():
+        cfg = d.plan.config.autoscaling_config
+        if cfg is not None:
+            members.append((d, autoscaling.Member(cfg, d.live(), d.fresh, d.scale, _facts(d))))
+    if not any(m.ongoing is not None for _, m in members):
+        return
+    for d, _ in members:
+        d.fresh = None
+    try:
+        wants = autoscaling.decide_app(a.policy, [m for _, m in members], now)
+    except Exception as exc:  # noqa: BLE001 - the policy's failure: keep the counts, say why
+        _failed([d for d, _ in members], exc, f"app {a.name!r}'s autoscaling policy")
+        return
+    for d, m in members:
+        if d.plan.name in wants:
+            _scale_to(d, wants[d.plan.name], m.current, m.ongoing or 0.0, resize)
+
+
+def warn_overridden(app: str, plans: list[DeploymentPlan]) -> None:
+    """Say which deployments' own custom policies an app-level policy replaces (Ray warns so too)."""
+    for p in plans:
+        cfg = p.config.autoscaling_config
+        if cfg is not None and cfg.policy is not None and not cfg.policy.is_default_policy_function():
+            print(f"[serve] app {app!r}: deployment {p.name!r} has a custom autoscaling policy and the app has an "
+                  "application-level one; the application-level policy takes precedence.", file=sys.stderr,
+                  flush=True)
+
+
+def _failed(deps: list[DeploymentState], exc: Exception, what: str) -> None:
+    for d in deps:
+        d.message = f"{what} raised {type(exc).__name__}: {exc}; keeping {d.live()} replicas"
+        print(f"[serve] {d.plan.name}: {d.message}", file=sys.stderr, flush=True)
+
+
+def _scale_to(d: DeploymentState, want: int, current: int, ongoing: float, resize: Resize) -> None:
+    if want != d.target:
+        d.message = f"autoscaling from {d.target} to {want} replicas ({ongoing:g} ongoing requests)"
+        print(f"[serve] {d.plan.name}: {d.message}", file=sys.stderr, flush=True)
+    if want != current:
+        resize(d, want)

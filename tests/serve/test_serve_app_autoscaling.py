@@ -1,0 +1,95 @@
+"""Ray 2.60's application-level autoscaling policy (a config file app's ``autoscaling_policy``): one function decides
+the replica counts of all the app's autoscaling deployments together, from all their contexts."""
+
+from __future__ import annotations
+
+import pytest
+from serve_helpers import loaded, wait_until
+
+from muster import serve
+from muster.serve._internal import autoscaling
+from muster.serve.autoscaling_policy import AutoscalingPolicy
+from muster.serve.config import AutoscalingConfig
+from muster.serve.schema import ServeConfig, deploy
+
+pytestmark = pytest.mark.allow_leftover_workers  # the module's Serve instance outlives each test
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=8)
+class Back:
+    def __call__(self) -> str:
+        return "back"
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=8)
+class Front:
+    def __init__(self, back):
+        self.back = back
+
+    async def __call__(self, request) -> str:
+        import asyncio
+
+        await asyncio.sleep(float(request.query_params.get("s", "0")))
+        return "front"
+
+
+app = Front.bind(Back.bind())
+
+
+def follow_the_front(ctxs):
+    """Both deployments run 3 replicas while Front is busy (Back gets no requests at all), else 1."""
+    by_name = {dep.name: ctx for dep, ctx in ctxs.items()}
+    n = 3 if by_name["Front"].total_num_requests >= 2 else 1
+    return {dep: n for dep in ctxs}, {dep: {"calls": ctx.policy_state.get("calls", 0) + 1} for dep, ctx in ctxs.items()}
+
+
+_AUTO = {"min_replicas": 1, "max_replicas": 3, "upscale_delay_s": 0, "downscale_delay_s": 0,
+         "metrics_interval_s": 0.1, "look_back_period_s": 0.5}
+
+
+def test_an_app_policy_scales_both_deployments_under_real_load(client):
+    cfg = ServeConfig.from_dict({"applications": [{
+        "name": "pair", "route_prefix": "/pair", "import_path": f"{__name__}:app",
+        "autoscaling_policy": {"policy_function": f"{__name__}:follow_the_front"},
+        "deployments": [{"name": "Front", "autoscaling_config": _AUTO},
+                        {"name": "Back", "autoscaling_config": _AUTO}]}]})
+    deploy(cfg)
+
+    def running() -> tuple[int, int]:
+        deps = serve.status().applications["pair"].deployments
+        return deps["Front"].replica_states.get("RUNNING", 0), deps["Back"].replica_states.get("RUNNING", 0)
+
+    assert running() == (1, 1)
+    with loaded(client, "/pair?s=0.5"):
+        wait_until(lambda: running() == (3, 3), 60, "both deployments at the policy's 3 replicas")
+    wait_until(lambda: running() == (1, 1), 60, "both back to 1 once Front is idle")
+    serve.delete("pair")
+
+
+def test_the_config_entry_is_checked():
+    one = {"name": "a", "import_path": "m:app"}
+    with pytest.raises(ValueError, match=r"autoscaling_policy: unknown field\(s\) \['policy'\]"):
+        ServeConfig.from_dict({"applications": [{**one, "autoscaling_policy": {"policy": "m:f"}}]})
+    with pytest.raises(ValueError, match=r"autoscaling_policy='m:f': pass a AutoscalingPolicy or a dict"):
+        ServeConfig.from_dict({"applications": [{**one, "autoscaling_policy": "m:f"}]})
+
+
+def _member(name: str, current: int, ongoing: float, **cfg) -> autoscaling.Member:
+    config = AutoscalingConfig(**{"min_replicas": 1, "max_replicas": 4, "upscale_delay_s": 0, "downscale_delay_s": 0,
+                                  **cfg})
+    facts = autoscaling.Facts("a", name, current, [])
+    return autoscaling.Member(config, current, ongoing, autoscaling.ScaleState(), facts)
+
+
+def test_decisions_go_through_each_deployments_factors_bounds_and_delays():
+    asked = {"A": 10, "B": 3}
+    policy = autoscaling.AppPolicy(AutoscalingPolicy(
+        policy_function=lambda ctxs: ({d: asked[d.name] for d in ctxs if d.name in asked}, None)))
+    members = [_member("A", 1, 0), _member("B", 1, 0, upscaling_factor=0.5), _member("C", 2, 0)]
+    assert autoscaling.decide_app(policy, members, now=1.0) == {"A": 4, "B": 2}  # A capped, B halfway, C kept
+    slow = [_member("A", 1, 0, upscale_delay_s=5)]
+    assert autoscaling.decide_app(policy, slow, now=1.0) == {"A": 1}  # wanted for 0 s of the 5
+    assert autoscaling.decide_app(policy, slow, now=7.0) == {"A": 4}
+    bad = autoscaling.AppPolicy(AutoscalingPolicy(policy_function=lambda ctxs: ({"A": 2}, {})))
+    with pytest.raises(ValueError, match=r"returned \(\{'A': 2\}, \{\}\).*keyed by the ctx dict's keys"):
+        autoscaling.decide_app(bad, [_member("A", 1, 0)], now=1.0)

@@ -1,0 +1,91 @@
+"""Ray's ``LoggingConfig`` in replicas: ``encoding="JSON"`` writes one JSON object per line with Ray's keys (in the
+replica's output and its file in ``logs_dir``), access lines go to that file only, and the options are checked."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+
+import pytest
+from serve_helpers import wait_until
+
+from muster import serve
+from muster.serve.schema import LoggingConfig
+
+pytestmark = pytest.mark.allow_leftover_workers  # the module's Serve instance outlives each test
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class JsonLogs:
+    def __call__(self, request):
+        word = request.query_params["w"]
+        logging.getLogger("ray.serve").info("hello %s", word, extra={"user_field": 7})
+        if word == "boom":
+            try:
+                raise KeyError("boom")
+            except KeyError:
+                logging.getLogger("ray.serve").exception("it failed")
+        return word
+
+
+def _records(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_json_lines_with_rays_keys_in_the_output_and_the_file(client, tmp_path, capfd):
+    logs = str(tmp_path / "logs")
+    cfg = LoggingConfig(encoding="JSON", logs_dir=logs, additional_log_standard_attrs=["funcName", "funcName"])
+    assert cfg.additional_log_standard_attrs == ["funcName"]
+    serve.run(JsonLogs.options(logging_config=cfg).bind(), name="jsonlogs", route_prefix="/json")
+    quiet = str(tmp_path / "quiet")
+    serve.run(JsonLogs.options(name="NoAccess", logging_config={"logs_dir": quiet, "enable_access_log": False})
+              .bind(), name="noaccess", route_prefix="/noaccess")
+    for w in ("fig", "boom"):
+        r = client.get("/json", params={"w": w}, headers={"X-Request-ID": f"req-{w}"})
+        assert r.status_code == 200 and r.text == w
+    assert client.get("/noaccess", params={"w": "lime"}).text == "lime"
+
+    (name,) = os.listdir(logs)
+    assert re.fullmatch(r"replica_jsonlogs_JsonLogs_\w+\.log", name)  # Ray's file name
+    path = os.path.join(logs, name)
+    wait_until(lambda: sum("GET /json" in r["message"] for r in _records(path)) == 2, 15, "two access lines")
+    recs = _records(path)
+    hello = next(r for r in recs if r["message"] == "hello fig")
+    assert hello["levelname"] == "INFO" and re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}$", hello["asctime"])
+    assert hello["deployment"] == "JsonLogs" and hello["application"] == "jsonlogs"
+    assert hello["replica"].startswith("jsonlogs#JsonLogs#") and hello["component_name"] == "replica"
+    assert (hello["request_id"], hello["route"]) == ("req-fig", "/json")
+    assert (hello["funcName"], hello["user_field"], hello["filename"]) == ("__call__", 7, "test_serve_logging.py")
+    assert hello["process"] != os.getpid() and isinstance(hello["timestamp_ns"], int)
+    failed = next(r for r in recs if r["message"] == "it failed")
+    assert failed["levelname"] == "ERROR" and "KeyError: 'boom'" in failed["exc_text"]
+    access = [r for r in recs if r["message"].startswith("GET ")]
+    assert [a["request_id"] for a in access] == ["req-fig", "req-boom"]
+    assert all(re.fullmatch(r"GET /json 200 \d+\.\dms", a["message"]) for a in access)
+
+    out: list[str] = []
+
+    def printed() -> bool:
+        out.append("".join(capfd.readouterr()))
+        return "hello lime" in "".join(out) and "it failed" in "".join(out)
+
+    wait_until(printed, 15, "the replicas' lines in the driver's output")
+    mine = [ln for ln in "".join(out).splitlines() if "jsonlogs/JsonLogs" in ln and '"message"' in ln]
+    objs = [json.loads(ln[ln.index("{"):]) for ln in mine]  # after the replica's label
+    assert {o["message"] for o in objs} == {"hello fig", "hello boom", "it failed"}  # access lines: the file only
+    (quiet_name,) = os.listdir(quiet)
+    with open(os.path.join(quiet, quiet_name)) as f:
+        text = f.read()
+    assert "hello lime" in text and "GET /noaccess" not in text and not text.startswith("{")  # TEXT, no access
+    serve.delete("jsonlogs")
+    serve.delete("noaccess")
+
+
+def test_logging_config_is_checked():
+    with pytest.raises(ValueError, match=r"additional_log_standard_attrs=\['funcname'\].*LogRecord"):
+        LoggingConfig(additional_log_standard_attrs=["funcname"])
+    with pytest.raises(ValueError, match=r"encoding='XML'"):
+        LoggingConfig(encoding="XML")
