@@ -46,7 +46,7 @@ def test_async_reports_commit_in_order_and_completely(storage, tmp_path):
         loop, train_loop_config={"out": str(out)}, scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(storage_path=storage, verbose=0),
     ).fit()
-    ckpts = sorted(result.best_checkpoints, key=lambda cm: cm[1]["training_iteration"])
+    ckpts = sorted(result.best_checkpoints, key=lambda cm: cm[1]["step"])
     assert [m["step"] for _, m in ckpts] == list(range(6))  # every round committed, in order
     for ckpt, metrics in ckpts:
         names = set(os.listdir(ckpt.path))

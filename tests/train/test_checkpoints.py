@@ -318,7 +318,7 @@ def test_rounds_wait_for_the_slow_rank_that_saves(fit):
     for epoch, name in enumerate(names):
         assert torch.load(os.path.join(result.path, name, "model.pt")) == {"epoch": epoch}
     assert result.checkpoint.path.endswith("checkpoint_000004")
-    assert list(result.metrics_dataframe["checkpoint_dir_name"]) == names
+    assert [r["checkpoint_dir_name"] for r in result.all_reports if r["_rank"] == 0] == names
 
 
 def reports_a_folder_holding_a_socket(config):

@@ -136,7 +136,7 @@ def five_reports_two_checkpoints(config):
 
     rank = train.get_context().get_world_rank()
     for epoch in range(5):
-        metrics = {"epoch": epoch, "loss": 10.0 - epoch, "rank": rank}
+        metrics = {"epoch": epoch, "loss": 10.0 - epoch, "rank": rank, "opt": {"lr": 0.5}}
         if rank == 0 and epoch in (1, 3):
             with tempfile.TemporaryDirectory() as tmp:
                 torch.save({"epoch": epoch}, os.path.join(tmp, "model.pt"))
@@ -150,28 +150,30 @@ def test_result_metrics_are_rank0_latest_even_without_checkpoint(fit, storage):
     assert result.error is None
     assert result.path == os.path.join(storage, "five")
     # The last report (epoch 4) had no checkpoint: Ray would give None here.
-    assert result.metrics["epoch"] == 4 and result.metrics["rank"] == 0
-    assert result.metrics["loss"] == 6.0
-    assert result.metrics["training_iteration"] == 5
-    assert "_rank" not in result.metrics and "_attempt" not in result.metrics
+    # Exactly what was reported, as Ray Train V2's (no training_iteration, timestamp, checkpoint_dir_name).
+    assert result.metrics == {"epoch": 4, "loss": 6.0, "rank": 0, "opt": {"lr": 0.5}}
     # The latest committed checkpoint is round 4 (epoch 3).
     assert result.checkpoint.path.endswith("checkpoint_000004")
     with result.checkpoint.as_directory() as folder:
         assert torch.load(os.path.join(folder, "model.pt"))["epoch"] == 3
     df = result.metrics_dataframe
+    assert list(df.columns) == ["epoch", "loss", "rank", "opt"]  # a nested dict stays one column, as Ray V2's
     assert list(df["epoch"]) == [0, 1, 2, 3, 4]
-    assert set(df["rank"]) == {0}
-    assert list(df["training_iteration"]) == [1, 2, 3, 4, 5]
-    assert list(df["checkpoint_dir_name"].fillna("-")) == [
-        "-", "checkpoint_000002", "-", "checkpoint_000004", "-",
-    ]
+    assert set(df["rank"]) == {0} and list(df["opt"]) == [{"lr": 0.5}] * 5
     everyone = result.all_metrics_dataframe
     assert len(everyone) == 10 and sorted(set(everyone["_rank"])) == [0, 1]
+    assert sorted(everyone.columns) == ["_attempt", "_rank", "epoch", "loss", "opt", "rank"]
+    # The run's record keeps the rounds and checkpoint names (result.json, the run store).
+    assert [r["checkpoint_dir_name"] for r in result.all_reports if r["_rank"] == 0] == [
+        None, "checkpoint_000002", None, "checkpoint_000004", None,
+    ]
     # Newest first without a score attribute.
     assert [c.path.rsplit("/", 1)[-1] for c, _ in result.best_checkpoints] == [
         "checkpoint_000004", "checkpoint_000002",
     ]
-    assert [m["epoch"] for _, m in result.best_checkpoints] == [3, 1]
+    assert [m for _, m in result.best_checkpoints] == [
+        {"epoch": e, "loss": 10.0 - e, "rank": 0, "opt": {"lr": 0.5}} for e in (3, 1)
+    ]
 
 
 def test_result_from_path_reads_the_same_run(fit, storage):

@@ -149,3 +149,28 @@ def test_experiment_tags_as_rays_search_algorithms_make_them():
     assert basic.experiment_tag(4, config) == "4_lr=0.0100,m=0.9000"  # only what was searched
     basic.setup({"name": "fixed"}, 1)
     assert basic.experiment_tag(0, {"name": "fixed"}) == "0"
+
+
+
+def _reports_nested(config):
+    train.report({"loss": 0.5, "opt": {"lr": 0.1}})
+
+
+def _fits_a_trainer(config):
+    inner = TorchTrainer(_reports_nested, scaling_config=ScalingConfig(num_workers=1)).fit()
+    with open(config["out"], "w") as f:
+        json.dump({"keys": sorted(inner.metrics), "columns": sorted(inner.metrics_dataframe.columns)}, f)
+
+
+def test_a_trainers_result_has_what_was_reported_and_its_trials_has_tunes_keys(storage, tmp_path):
+    """Ray Train V2's Result holds only the reported metrics, even in a Tune trial; the trial's
+    own result (Ray Tune's) holds Tune's keys, and its frame has nested metrics as a/b columns."""
+    out = tmp_path / "inner.json"
+    grid = tune.Tuner(_fits_a_trainer, param_space={"out": str(out)},
+                      run_config=tune.RunConfig(name="inner", storage_path=storage)).fit()
+    assert grid.num_errors == 0, grid.errors
+    assert json.loads(out.read_text()) == {"keys": ["loss", "opt"], "columns": ["loss", "opt"]}
+    m = grid[0].metrics
+    assert m["opt"] == {"lr": 0.1}
+    assert {"training_iteration", "timestamp", "trial_id", "time_total_s", "checkpoint_dir_name"} <= set(m)
+    assert {"training_iteration", "timestamp", "trial_id", "opt/lr"} <= set(grid[0].metrics_dataframe.columns)

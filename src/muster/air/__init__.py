@@ -1,17 +1,18 @@
 """``muster.air``: Ray's AIR names, kept for older scripts (``from ray.air import ScalingConfig``),
 and its experiment-tracking integrations (``muster.air.integrations.mlflow``).
 
-The classes are ``muster.train``'s own, except ``CheckpointConfig``: as Ray's ``ray.air.CheckpointConfig`` is
-the Tune/AIR one, which still takes ``checkpoint_frequency``/``checkpoint_at_end``, this is ``muster.tune``'s.
-``ray.air.session`` became ``ray.train``'s functions.
+``ScalingConfig``, ``Checkpoint`` and ``Result`` are ``muster.train``'s. ``RunConfig``, ``FailureConfig`` and
+``CheckpointConfig`` are Ray's legacy (Tune's) classes, as Ray's ``ray.air`` ones are, not Ray Train V2's: they
+take Tune's options (``stop``, ``fail_fast="raise"``, ``checkpoint_frequency``...) and refuse Train V2's
+(see ``muster.air.config``). ``ray.air.session`` became ``ray.train``'s functions.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from muster.train import Checkpoint, FailureConfig, Result, RunConfig, ScalingConfig
-from muster.tune.tune_config import CheckpointConfig
+from muster.air.config import CheckpointConfig, FailureConfig, RunConfig
+from muster.train import Checkpoint, Result, ScalingConfig
 
 __all__ = ["Checkpoint", "CheckpointConfig", "FailureConfig", "Result", "RunConfig", "ScalingConfig"]
 

@@ -169,7 +169,7 @@ def __getattr__(name: str) -> Any:
         from muster.data import DataConfig
 
         return DataConfig
-    if name in ("torch", "lightning", "huggingface", "v2"):
+    if name in ("torch", "lightning", "huggingface", "v2", "examples"):
         import importlib
 
         return importlib.import_module(f"muster.train.{name}")

@@ -351,6 +351,19 @@ class RunConfig:
     def resolved_storage_path(self) -> str:
         return self.storage_path or settings.storage_path_default()
 
+    def _check_for_trainer(self, trainer: str) -> None:
+        """A trainer's ``fit()`` is about to run with this config: refuse what only Tune uses. Here, a
+        ``tune.CheckpointConfig``'s ``checkpoint_frequency``/``checkpoint_at_end`` (a training function
+        checkpoints through ``report``; Ray Train V2 refuses a Tune CheckpointConfig too)."""
+        for name in ("checkpoint_frequency", "checkpoint_at_end"):
+            value = getattr(self.checkpoint_config, name, None)
+            if value is not None:
+                raise InvalidArgumentError(
+                    f"{trainer}(run_config=RunConfig(checkpoint_config=CheckpointConfig({name}={value!r}))): "
+                    f"{name} is Ray Tune's, for a tune.Trainable class; a training function saves a checkpoint "
+                    f"when it passes one to report(). Remove {name}, or use muster.train.CheckpointConfig."
+                )
+
 
 
 class CheckpointUploadMode(Enum):

@@ -53,7 +53,7 @@ from muster.train.callback import TrainRunContext
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.context import TrainContext
-from muster.train.result import Result, build
+from muster.train.result import Result, build, is_trial
 from muster.train.run_state import RunRecord
 from muster.train.validation import ValidationConfig, take_request
 from muster.train.storage import Storage
@@ -262,7 +262,7 @@ class Controller:
                 self.recorder.event("restart", restart)
             if self.validator is not None:
                 self.validator.finish()
-            result = build(self.storage, self.ledger.reports, self.ledger.best(), None)
+            result = build(self.storage, self.ledger.reports, self.ledger.best(), None, is_trial(self.record.state))
             self._user.call("on_run_end", result)
             return result
         except KeyboardInterrupt:

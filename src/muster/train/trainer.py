@@ -161,6 +161,7 @@ class DataParallelTrainer:
         """
         from muster.core import context as core_context
 
+        self.run_config._check_for_trainer(type(self).__name__)
         if core_context.in_worker():
             # Inside a worker (a Tune trial that builds its own trainer, say): the driver runs it.
             result: Result = core_context.send_event(FitRequest(self), wait=True)

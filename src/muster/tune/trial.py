@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -400,12 +401,30 @@ class TrialRun:
                         result = inner.run()
                     finally:
                         forward.release_all()
-                    out.set_result(result)
+                    out.set_result(_as_trainers(result))
             except BaseException as exc:  # noqa: BLE001 - raised in the trial's function
                 out.set_exception(exc)
 
         threading.Thread(target=run, name=f"muster-trial-{self.trial.trial_id}-fit", daemon=True).start()
         return out
+
+
+# What ``TrialRun._tune_fields`` adds to each report (``trial_id`` and ``_shown_iteration`` too)
+_TUNE_FIELDS = frozenset({"time_this_iter_s", "time_total_s", "time_since_restore", "iterations_since_restore",
+                          "date", "hostname", "node_ip", "pid", "config", "experiment_tag", "trial_id"})
+
+
+def _as_trainers(result: Result) -> Result:
+    """The ``Result`` a trainer's ``fit()`` returns to the trial's function: its reports carry Tune's
+    fields (they are the trial's results too), which a training run's result does not show (Ray Train V2's)."""
+    def reported(metrics: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in metrics.items() if k not in _TUNE_FIELDS}
+
+    return dataclasses.replace(
+        result, metrics=None if result.metrics is None else reported(result.metrics),
+        best_checkpoints=[(c, reported(m)) for c, m in result.best_checkpoints],
+        all_reports=[reported(r) for r in result.all_reports],
+    )
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from muster.exceptions import (
 )
 from muster.train._internal.backend import Backend
 from muster.train.config import RunConfig, ScalingConfig
-from muster.train.result import Result, _public
+from muster.train.result import Result, _public, read as read_result
 from muster.train.storage import Storage
 from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import progress_reporter
@@ -495,9 +495,9 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
     results = []
     for trial in trials:
         try:
-            result = Result.from_path(trial.path)
+            result = read_result(trial.path, trial=True)
         except ValueError:
-            result = Result(metrics=None, checkpoint=None, path=trial.path)
+            result = Result(metrics=None, checkpoint=None, path=trial.path, _trial=True)
         reported = result.metrics is not None
         if not reported:  # Ray's last_result has its id
             result.metrics = {"trial_id": trial.trial_id}
@@ -508,7 +508,7 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
                               "done": trial.status == trial_mod.TERMINATED}
         nested = storage.join(trial.path, trial_mod.NESTED_RUN)
         if result.checkpoint is None and storage.exists(nested):  # the trial's function fit a trainer
-            inner = Result.from_path(nested)
+            inner = read_result(nested, trial=True)  # its checkpoints' metrics with Tune's keys, as the trial's
             result.checkpoint, result.best_checkpoints = inner.checkpoint, inner.best_checkpoints
         result.config = trial.config
         if trial.error is not None:

@@ -1,0 +1,1 @@
+"""Ray's ``ray.train.examples.pytorch``: ``torch_linear_example`` (see ``muster.train.examples``)."""
