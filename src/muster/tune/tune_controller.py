@@ -320,9 +320,8 @@ class TuneController:
         start_from = None
         if trial.restart_plan:
             config, (_, start_from, donor) = _start_config(trial), trial.restart_plan
-            self.progress.event(
-                f"{trial.trial_name}: exploiting {donor}'s checkpoint, new config {_short(config)}"
-            )
+            source = "restarting from its own" if donor == trial.trial_id else f"exploiting {donor}'s"  # (a replay)
+            self.progress.event(f"{trial.trial_name}: {source} checkpoint, new config {_short(config)}")
             trial.config, trial.restart_plan = config, None
         extra = {
             "experiment": self.experiment.name,
