@@ -249,6 +249,19 @@ def test_pb2_fits_its_gp_off_the_controllers_thread_and_its_decision_does_not_wa
     assert _policy_lines(tmp_path, "pbt_global.txt")[0][5] == config  # logged once settled
 
 
+def test_pb2_fits_at_most_the_1000_most_recent_observations_as_ray():
+    sched = PB2(metric="loss", mode="min", hyperparam_bounds={"lr": [0.0, 1.0]})
+    pair = [_trial(i, {"lr": lr}) for i, lr in enumerate((0.1, 0.9))]
+    for t in pair:
+        sched.on_trial_add(_Controller(pair), t)
+    for step in range(1, 602):  # 600 observations per trial: each consecutive pair of its points
+        for t in pair:
+            sched._record(t, float(step), -float(step))
+    x, y, owners = sched._observations()
+    assert x.shape == (1000, 3) and len(y) == len(owners) == 1000
+    assert x[:, 0].min() == 102.0 and x[:, 0].max() == 601.0  # the latest: 1200 - 1000 = 200 oldest left out
+
+
 def test_pb2_refuses_a_bounded_key_whose_value_is_no_number():
     sched = PB2(metric="loss", mode="min", hyperparam_bounds={"opt": {"lr": [0.0, 1.0]}})
     with pytest.raises(InvalidTypeError, match=r"t1's config has opt/lr='fast'.*hyperparam_bounds \[0.0, 1.0\]"):
