@@ -171,6 +171,12 @@ def test_ctrl_c_ends_fit_which_returns_the_results_so_far_and_restore_goes_on(st
     assert len(_lines(progress)) - at_stop < 4 * _experiment.STEPS
 
 
+def test_sigusr1_ends_fit_as_ctrl_c_does_as_in_ray(storage, tmp_path):
+    proc, out, statuses = _signal_experiment(storage, tmp_path / "progress", "SIGUSR1")
+    assert proc.returncode == 0 and "Traceback" not in out, out  # before: SIGUSR1's default, the process died
+    assert "DONE " in out and "RUNNING" in statuses, out
+
+
 def test_the_first_signal_waits_for_the_loop_and_a_second_raises_at_once():
     import signal
 

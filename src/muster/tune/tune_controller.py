@@ -64,6 +64,9 @@ ERROR_FILE = "error.pkl"  # a failed trial's error, in its folder
 
 _log = logging.getLogger(__name__)
 _SAVE_EVERY_S = 1.0
+#: the signals on which, as in Ray, Tuner.fit() and tune.run stop the trials and return (SIGTERM and a second
+#: signal raise KeyboardInterrupt)
+GRACEFUL_STOP = ("SIGINT", "SIGUSR1")
 _FINISHED = "FINISHED"
 
 
@@ -149,7 +152,7 @@ class TuneController:
         started = time.monotonic()
         self.progress.start()
         self.callbacks("setup", **self.setup_info)
-        interrupts = SafeInterrupts(signal.SIGINT, signal.SIGTERM)
+        interrupts = SafeInterrupts(signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
         try:
             with interrupts:
                 self._loop(started, interrupts)

@@ -36,7 +36,7 @@ from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import progress_reporter
 from muster.tune import trial as trial_mod
 from muster.tune.callback import CallbackList
-from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, TuneController
+from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, GRACEFUL_STOP, TuneController
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 from muster.tune.search.searcher import ConcurrencyLimiter, Searcher, SearchGenerator
@@ -104,7 +104,7 @@ class Tuner:
     def fit(self) -> ResultGrid:
         """Run the search to the end; returns every trial's result (failed trials included).
 
-        A Ctrl-C (SIGINT) stops the running trials and returns, as in Ray, the results so far: the
+        A Ctrl-C (SIGINT, or SIGUSR1) stops the running trials and returns, as in Ray, the results so far: the
         trials that were running have their last results and checkpoints, no error, and go on from
         there in ``Tuner.restore(path, trainable).fit()``. A second Ctrl-C while they stop, or a
         SIGTERM, raises ``KeyboardInterrupt`` (the state is saved all the same).
@@ -163,7 +163,7 @@ class Tuner:
         try:
             controller.run()
         except KeyboardInterrupt:
-            if controller.interrupted_by != "SIGINT":  # SIGTERM, or a second Ctrl-C: stop now, as Ray does
+            if controller.interrupted_by not in GRACEFUL_STOP:  # SIGTERM, or a second Ctrl-C: stop now, as Ray does
                 raise
             _log.warning("The experiment was interrupted; its latest state is saved. Continue it with %s",
                          self._resume_hint.format(name=storage.name, path=storage.uri))
