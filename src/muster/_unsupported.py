@@ -203,7 +203,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "muster.tune.schedulers": {
         "HyperBandForBOHB": "muster.tune.schedulers.HyperBandScheduler",
         "ResourceChangingScheduler": "fixed resources per trial: tune.with_resources(trainable, {...})",
-        "PopulationBasedTrainingReplay": "run the trial again with the configs PBT logged, one Tuner per stage",
     },
 }
 

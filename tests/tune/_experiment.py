@@ -6,6 +6,7 @@ PROGRESS_FILE, and reports a checkpoint. With ``kill-after-last-step``, the firs
 trial to report its last step then SIGKILLs this driver (once: a marker file says so).
 """
 
+import json
 import os
 import signal
 import sys
@@ -47,4 +48,7 @@ if __name__ == "__main__":
         tune_config=tune.TuneConfig(max_concurrent_trials=2, metric="step", mode="max"),
         run_config=tune.RunConfig(name=name, storage_path=storage),
     ).fit()
-    print("DONE", len(grid), flush=True)
+    # what fit() returned (after a Ctrl-C too): each trial's last step, whether it finished, error, checkpoint, folder
+    print("DONE", json.dumps({r.config["x"]: [(r.metrics or {}).get("step"), (r.metrics or {}).get("done"),
+                                              r.error is not None, r.checkpoint is not None, r.path]
+                              for r in grid}), flush=True)

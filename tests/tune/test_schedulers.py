@@ -17,6 +17,7 @@ from muster.tune.schedulers import (
     TrialScheduler,
 )
 from muster.train.storage import Storage
+from muster.tune.schedulers.trial_scheduler import PendingConfig
 from muster.tune.trial import Trial
 
 
@@ -185,7 +186,9 @@ def test_pb2_bottom_trial_clones_a_top_trial_and_takes_a_bandit_config_in_bounds
             decisions[t.trial_id, step] = sched.on_trial_result(ctl, t, result)
     assert [d for d in decisions.values() if d != "CONTINUE"] == ["PAUSE"]
     assert decisions["t0", 2] == "PAUSE" and sched.num_perturbations == 1
-    new_config, checkpoint, donor = trials[0].restart_plan
+    pending, checkpoint, donor = trials[0].restart_plan
+    assert isinstance(pending, PendingConfig)  # the GP is fitted off the controller's thread
+    new_config = pending.result()  # what the controller does once it is done
     assert donor == "t3" and checkpoint == "copy-of-ckpt-of-t3-for-t0"
     assert 0.0 <= new_config["lr"] <= 1.0 and new_config["lr"] not in lrs  # chosen by the bandit
     assert isinstance(new_config["opt"]["beta"], int) and 1 <= new_config["opt"]["beta"] <= 9  # keeps int
@@ -205,6 +208,58 @@ def test_pb2_bottom_trial_clones_a_top_trial_and_takes_a_bandit_config_in_bounds
         for t in pair:
             quiet.on_trial_result(ctl, t, {"training_iteration": step, "loss": 1 - step * t.config["lr"]})
     assert quiet.num_perturbations >= 1 and not (tmp_path / "quiet").exists()
+
+
+def test_pb2_fits_its_gp_off_the_controllers_thread_and_its_decision_does_not_wait_for_the_fit(tmp_path,
+                                                                                             monkeypatch):
+    """The GP fit takes seconds at many observations: the controller's thread must not wait for it."""
+    import threading
+
+    from muster.tune.schedulers import pb2 as pb2_module
+
+    controller_thread, fitted_on, release = threading.current_thread(), [], threading.Event()
+    real_select = pb2_module.select_config
+
+    def held_select(*args, **kwargs):  # the real fit, held until the test lets it go
+        fitted_on.append(threading.current_thread())
+        if threading.current_thread() is controller_thread:
+            raise AssertionError("PB2 fitted its GP on the controller's thread")
+        release.wait()
+        return real_select(*args, **kwargs)
+
+    monkeypatch.setattr(pb2_module, "select_config", held_select)
+    sched = PB2(time_attr="training_iteration", metric="loss", mode="min", perturbation_interval=1,
+                hyperparam_bounds={"lr": [0.0, 1.0]}, quantile_fraction=0.5, seed=0)
+    weak, strong = pair = [_trial(i, {"lr": lr}) for i, lr in enumerate((0.1, 0.9))]
+    ctl = _Controller(pair, tmp_path)
+    for t in pair:
+        sched.on_trial_add(ctl, t)
+    for step, order in ((1, pair), (2, pair[::-1])):  # the weak trial reports last: the strong one has an observation
+        decisions = [sched.on_trial_result(ctl, t, {"training_iteration": step, "loss": 1 - step * t.config["lr"]})
+                     for t in order]
+    assert decisions == ["CONTINUE", "PAUSE"]
+    pending = weak.restart_plan[0]
+    assert isinstance(pending, PendingConfig) and not pending.done()  # decided while the fit is still held
+    assert sched.on_trial_result(ctl, strong, {"training_iteration": 3, "loss": -2.0}) == "CONTINUE"  # goes on
+    release.set()
+    config = pending.result()
+    assert fitted_on and fitted_on[0] is not controller_thread
+    assert 0.0 <= config["lr"] <= 1.0 and weak.experiment_tag.startswith("@perturbed[lr=")
+    assert sched.data[-1][0] == weak.trial_id  # its next observation starts from the donor's point
+    assert _policy_lines(tmp_path, "pbt_global.txt")[0][5] == config  # logged once settled
+
+
+def test_pb2_fits_at_most_the_1000_most_recent_observations_as_ray():
+    sched = PB2(metric="loss", mode="min", hyperparam_bounds={"lr": [0.0, 1.0]})
+    pair = [_trial(i, {"lr": lr}) for i, lr in enumerate((0.1, 0.9))]
+    for t in pair:
+        sched.on_trial_add(_Controller(pair), t)
+    for step in range(1, 602):  # 600 observations per trial: each consecutive pair of its points
+        for t in pair:
+            sched._record(t, float(step), -float(step))
+    x, y, owners = sched._observations()
+    assert x.shape == (1000, 3) and len(y) == len(owners) == 1000
+    assert x[:, 0].min() == 102.0 and x[:, 0].max() == 601.0  # the latest: 1200 - 1000 = 200 oldest left out
 
 
 def test_pb2_refuses_a_bounded_key_whose_value_is_no_number():

@@ -113,13 +113,12 @@ def test_restore_of_a_non_experiment_names_the_expected_files(tmp_path):
         tune.Tuner.restore(str(tmp_path / "nothing"), trainable=_experiment.trainable)
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
-def test_ctrl_c_or_sigterm_stops_the_experiment_cleanly_and_says_how_to_resume(storage, tmp_path, sig):
+def _signal_experiment(storage: str, progress: pathlib.Path, sig: str) -> tuple[subprocess.Popen, str, list]:
+    """Run the user's script, send it ``sig`` once its trials reported twice; its output and worker processes."""
     import signal
 
     import psutil
 
-    progress = tmp_path / "progress"
     proc = _start_experiment(storage, progress)
     try:
         deadline = time.monotonic() + 60
@@ -132,16 +131,50 @@ def test_ctrl_c_or_sigterm_stops_the_experiment_cleanly_and_says_how_to_resume(s
     finally:
         if proc.poll() is None:
             proc.kill()
+    gone, alive = psutil.wait_procs(kids, timeout=5)
+    assert not alive, f"workers outlived the stopped experiment: {alive}"
+    return proc, out, [t["status"] for t in json.loads((pathlib.Path(storage) / "exp" / "experiment_state.json")
+                                                      .read_text())["trials"]]
+
+
+def test_sigterm_stops_the_experiment_cleanly_and_says_how_to_resume(storage, tmp_path):
+    proc, out, statuses = _signal_experiment(storage, tmp_path / "progress", "SIGTERM")
     assert proc.returncode != 0
     assert "experiment interrupted; resume it with Tuner.restore(" in out, out
     # one traceback, of the interrupt: before, a signal landing in the loop's queue wait could leave
     # the queue's lock released and end in "RuntimeError: release unlocked lock", with no hint
-    assert out.count("Traceback") == 1 and f"KeyboardInterrupt: {sig}" in out and "RuntimeError" not in out, out
+    assert out.count("Traceback") == 1 and "KeyboardInterrupt: SIGTERM" in out and "RuntimeError" not in out, out
     assert "interrupted after" in out, out
-    gone, alive = psutil.wait_procs(kids, timeout=5)
-    assert not alive, f"workers outlived the stopped experiment: {alive}"
-    state = json.loads((pathlib.Path(storage) / "exp" / "experiment_state.json").read_text())
-    assert "RUNNING" in [t["status"] for t in state["trials"]]  # resumable, not marked done
+    assert "RUNNING" in statuses  # resumable, not marked done
+
+
+def test_ctrl_c_ends_fit_which_returns_the_results_so_far_and_restore_goes_on(storage, tmp_path):
+    """Ray's Tuner.fit: Ctrl-C stops the trials and returns a ResultGrid (no error for the stopped
+    trials); Tuner.restore then resumes them from their checkpoints."""
+    progress = tmp_path / "progress"
+    proc, out, statuses = _signal_experiment(storage, progress, "SIGINT")
+    assert proc.returncode == 0 and "Traceback" not in out, out  # before: KeyboardInterrupt out of fit()
+    assert "experiment interrupted; resume it with Tuner.restore(" in out and "interrupted after" in out, out
+    grid = json.loads(out[out.index("DONE ") + 5:].splitlines()[0])
+    started = {x: r for x, r in grid.items() if r[0] is not None}  # the trials created so far, two of them running
+    assert len(started) == 2 and len(grid) <= 4, out
+    assert started and all(r[0] < _experiment.STEPS - 1 and r[1] is False and r[3] for r in started.values()), out
+    assert not any(r[2] for r in grid.values()), out  # the stopped trials carry no error
+    assert all(os.path.isdir(r[4]) for r in started.values()), out
+    assert "RUNNING" in statuses
+    at_stop = len(_lines(progress))
+    resumed = tune.Tuner.restore(str(pathlib.Path(storage) / "exp"), trainable=_experiment.trainable).fit()
+    assert resumed.num_errors == 0 and len(resumed) == 4
+    assert all(r.metrics["step"] == _experiment.STEPS - 1 for r in resumed)
+    # the trials that had reported went on from their checkpoints, not from step 0
+    assert all(r.metrics["resumed_from"] > 0 for r in resumed if str(r.config["x"]) in started)
+    assert len(_lines(progress)) - at_stop < 4 * _experiment.STEPS
+
+
+def test_sigusr1_ends_fit_as_ctrl_c_does_as_in_ray(storage, tmp_path):
+    proc, out, statuses = _signal_experiment(storage, tmp_path / "progress", "SIGUSR1")
+    assert proc.returncode == 0 and "Traceback" not in out, out  # before: SIGUSR1's default, the process died
+    assert "DONE " in out and "RUNNING" in statuses, out
 
 
 def test_the_first_signal_waits_for_the_loop_and_a_second_raises_at_once():

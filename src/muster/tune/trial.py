@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from muster.core.api import get_runtime
 from muster.core.resources import fmt
@@ -47,6 +47,9 @@ from muster.train.validation import ValidationConfig
 from muster.train.worker_group import Member
 from muster.tune.messages import StepDecision, StepResult
 from muster.tune.session import trial_local_folder
+
+if TYPE_CHECKING:
+    from muster.tune.schedulers.trial_scheduler import PendingConfig
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 NESTED_RUN = "trainer"  # the run folder, inside a trial's, of a trainer its function fit
@@ -82,8 +85,9 @@ class Trial:
     error: str | None = None
     num_results: int = 0
     experiment_tag: str = ""  # Ray's: the trial's index and its searched values, e.g. "0_lr=0.0100"
-    # set by a scheduler that pauses the trial to restart it: (config, checkpoint, donor trial id)
-    restart_plan: tuple[dict[str, Any], Checkpoint | None, str] | None = None
+    # set by a scheduler that pauses the trial to restart it: (config, checkpoint, donor trial id); the
+    # config may be a PendingConfig still being worked out (the trial restarts once it is done)
+    restart_plan: tuple[dict[str, Any] | PendingConfig, Checkpoint | None, str] | None = None
     run: TrialRun | None = field(default=None, repr=False)
     ending_as: str | None = field(default=None, repr=False)  # the status a stop request ends it in
     trainable: str = ""  # the trainable's name (trial_name may be a TuneConfig(trial_name_creator=)'s)

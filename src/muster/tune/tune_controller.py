@@ -36,7 +36,7 @@ from muster.train.checkpoint import Checkpoint
 from muster.train.result import _public
 from muster.train.storage import Storage
 from muster.tune.callback import CallbackList
-from muster.tune.schedulers.trial_scheduler import TrialScheduler
+from muster.tune.schedulers.trial_scheduler import PendingConfig, TrialScheduler
 from muster.tune.stopper import Stopper
 from muster.tune.trial import (
     ERROR,
@@ -64,6 +64,9 @@ ERROR_FILE = "error.pkl"  # a failed trial's error, in its folder
 
 _log = logging.getLogger(__name__)
 _SAVE_EVERY_S = 1.0
+#: the signals on which, as in Ray, Tuner.fit() and tune.run stop the trials and return (SIGTERM and a second
+#: signal raise KeyboardInterrupt)
+GRACEFUL_STOP = ("SIGINT", "SIGUSR1")
 _FINISHED = "FINISHED"
 
 
@@ -149,7 +152,7 @@ class TuneController:
         started = time.monotonic()
         self.progress.start()
         self.callbacks("setup", **self.setup_info)
-        interrupts = SafeInterrupts(signal.SIGINT, signal.SIGTERM)
+        interrupts = SafeInterrupts(signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
         try:
             with interrupts:
                 self._loop(started, interrupts)
@@ -252,8 +255,11 @@ class TuneController:
             self._launch(trial, plan)
 
     def _next_trial(self) -> Trial | None:
-        """The trial to start next: a paused one with a restart plan, then pending ones, then new ones."""
-        waiting = [t for t in self.trials if t.run is None and t.status == PAUSED and t.restart_plan]
+        """The trial to start next: a paused one with a restart plan, then pending ones, then new ones.
+        A paused trial whose scheduler still works out its config (a ``PendingConfig``) waits for it."""
+        self._settle_pending_configs()
+        waiting = [t for t in self.trials if t.run is None and t.status == PAUSED and t.restart_plan
+                   and not isinstance(t.restart_plan[0], PendingConfig)]
         waiting += [t for t in self.trials if t.run is None and t.status == PENDING]
         if waiting:
             return self.scheduler.choose_trial_to_run(self, waiting)
@@ -277,6 +283,13 @@ class TuneController:
         paused = [t for t in self.trials if t.run is None and t.status == PAUSED]
         return self.scheduler.choose_trial_to_run(self, paused) if paused else None
 
+    def _settle_pending_configs(self) -> None:
+        """Take the restart configs that schedulers finished working out (a failure raises here)."""
+        for trial in self.trials:
+            plan = trial.restart_plan
+            if plan and isinstance(plan[0], PendingConfig) and plan[0].done():
+                trial.restart_plan = (plan[0].result(), plan[1], plan[2])
+
     def _name(self, trial: Trial) -> None:
         """A new trial's name and folder from ``TuneConfig(trial_name_creator=, trial_dirname_creator=)``,
         each called with the trial, as Ray calls them (the folder's creator sees the custom name)."""
@@ -293,7 +306,7 @@ class TuneController:
 
     def _plan(self, trial: Trial) -> RunPlan:
         plan = self._plans.get(trial.trial_id)
-        config = trial.restart_plan[0] if trial.restart_plan else trial.config
+        config = _start_config(trial)
         if plan is None or trial.restart_plan:
             plan = self._plans[trial.trial_id] = self.make_plan(trial, config)
             trial.resources = plan.resources
@@ -309,10 +322,9 @@ class TuneController:
     def _launch(self, trial: Trial, plan: RunPlan) -> None:
         start_from = None
         if trial.restart_plan:
-            config, start_from, donor = trial.restart_plan
-            self.progress.event(
-                f"{trial.trial_name}: exploiting {donor}'s checkpoint, new config {_short(config)}"
-            )
+            config, (_, start_from, donor) = _start_config(trial), trial.restart_plan
+            source = "restarting from its own" if donor == trial.trial_id else f"exploiting {donor}'s"  # (a replay)
+            self.progress.event(f"{trial.trial_name}: {source} checkpoint, new config {_short(config)}")
             trial.config, trial.restart_plan = config, None
         extra = {
             "experiment": self.experiment.name,
@@ -482,3 +494,11 @@ def _short(config: dict[str, Any]) -> str:
     text = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in flatten_config(config).items())
     return "{" + (text if len(text) < 120 else text[:117] + "...") + "}"
 
+
+def _start_config(trial: Trial) -> dict[str, Any]:
+    """The config a trial (re)starts with: its restart plan's (settled: see ``_next_trial``), else its own."""
+    if not trial.restart_plan:
+        return trial.config
+    config = trial.restart_plan[0]
+    assert not isinstance(config, PendingConfig), "a trial starts only once its PendingConfig is settled"
+    return config

@@ -22,6 +22,7 @@ from muster.tune.analysis import ExperimentAnalysis
 from muster.tune.experiment.experiment import EXPERIMENT_KEYS, Experiment, check_trainable, experiment_list
 from muster.tune.trial import Trial
 from muster.tune.tune_config import CheckpointConfig, ResumeConfig, TuneConfig, with_resources
+from muster.tune.tune_controller import GRACEFUL_STOP
 from muster.tune.tuner import Tuner
 
 _log = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ def run(
 
     Raises:
         TuneError: a trial did not complete and ``raise_on_failed_trial`` (the first error is the cause),
-            unless Ctrl-C (SIGINT) stopped the run: then, as in Ray, it returns what was saved (trials
+            unless Ctrl-C (SIGINT, or SIGUSR1) stopped the run: then, as in Ray, it returns what was saved (trials
             that were running are ``RUNNING``, to be continued with ``resume=True``). SIGTERM or a
             second Ctrl-C raises ``KeyboardInterrupt``.
         InvalidArgumentError / InvalidTypeError: an argument muster cannot honour, naming the fix.
@@ -141,13 +142,9 @@ def run(
 def _fit(tuner: Tuner, metric: str | None, mode: str | None, storage_filesystem: Any,
          raise_on_failed_trial: bool) -> ExperimentAnalysis:
     """Run the Tuner and analyse what it wrote; a Ctrl-C ends the run and returns what was saved, as in Ray."""
-    interrupted = False
-    try:
-        grid = tuner.fit()
-    except KeyboardInterrupt:
-        if tuner._interrupted_by != "SIGINT":  # SIGTERM, a second Ctrl-C, or before the experiment began
-            raise
-        interrupted, grid = True, tuner.get_results()  # as in Ray: Ctrl-C ends the run, which returns
+    tuner._resume_hint = "tune.run(..., name={name!r}, storage_path=..., resume=True)"
+    grid = tuner.fit()
+    interrupted = tuner._interrupted_by in GRACEFUL_STOP  # as in Ray: Ctrl-C ends the run, which returns
     analysis = ExperimentAnalysis(grid.experiment_path, storage_filesystem=storage_filesystem,
                                   default_metric=metric, default_mode=mode, _results=grid)
     failed = [t for t in analysis.trials if t.status != "TERMINATED"]
@@ -159,10 +156,6 @@ def _fit(tuner: Tuner, metric: str | None, mode: str | None, storage_filesystem:
         ) from (grid.errors[0] if grid.errors else None)
     if failed:
         _log.error("Trials did not complete: %s", names)
-    if interrupted:
-        _log.warning("tune.run: the experiment was interrupted; its state is saved in %s. Continue it with "
-                     "tune.run(..., name=%r, storage_path=..., resume=True).", analysis.experiment_path,
-                     tuner.run_config.name)
     return analysis
 
 

@@ -36,7 +36,7 @@ from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import progress_reporter
 from muster.tune import trial as trial_mod
 from muster.tune.callback import CallbackList
-from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, TuneController
+from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, GRACEFUL_STOP, TuneController
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 from muster.tune.search.searcher import ConcurrencyLimiter, Searcher, SearchGenerator
@@ -50,6 +50,7 @@ from muster.tune.tune_config import ResumeConfig, TuneConfig, trial_function, tr
 
 _log = logging.getLogger(__name__)
 TUNER_FILE = "tuner.pkl"
+_RESUME_HINT = "Tuner.restore({path!r}, trainable)"  # filled in with the experiment's folder and name
 
 
 class Tuner:
@@ -96,11 +97,17 @@ class Tuner:
         self._restored: dict[str, Any] | None = None
         self._path: str | None = None
         self._interrupted_by: str | None = None  # the signal that stopped the last fit(), its state saved
+        self._resume_hint = _RESUME_HINT  # how the warning after a Ctrl-C says to go on (tune.run has its own)
         get_runtime()  # start the engine now: its zygote imports torch while the caller goes on
 
     # -- fit --------------------------------------------------------------------------------
     def fit(self) -> ResultGrid:
         """Run the search to the end; returns every trial's result (failed trials included).
+
+        A Ctrl-C (SIGINT, or SIGUSR1) stops the running trials and returns, as in Ray, the results so far: the
+        trials that were running have their last results and checkpoints, no error, and go on from
+        there in ``Tuner.restore(path, trainable).fit()``. A second Ctrl-C while they stop, or a
+        SIGTERM, raises ``KeyboardInterrupt`` (the state is saved all the same).
 
         Raises:
             ResourcesUnavailableError: one trial needs more than the engine has.
@@ -155,6 +162,11 @@ class Tuner:
         restore_sigterm = sigterm_as_interrupt()
         try:
             controller.run()
+        except KeyboardInterrupt:
+            if controller.interrupted_by not in GRACEFUL_STOP:  # SIGTERM, or a second Ctrl-C: stop now, as Ray does
+                raise
+            _log.warning("The experiment was interrupted; its latest state is saved. Continue it with %s",
+                         self._resume_hint.format(name=storage.name, path=storage.uri))
         finally:
             restore_sigterm()
             self._interrupted_by = controller.interrupted_by
@@ -256,6 +268,7 @@ class Tuner:
         for t in state["trials"]:
             _resume(storage, t, _resume_config)
         tuner._restored, tuner._path = state, storage.uri
+        tuner._interrupted_by, tuner._resume_hint = None, _RESUME_HINT
         get_runtime()
         return tuner
 

@@ -1,4 +1,4 @@
-"""Trial schedulers: FIFO, ASHA, HyperBand, median stopping, population-based training, PB2."""
+"""Trial schedulers: FIFO, ASHA, HyperBand, median stopping, population-based training (and its replay), PB2."""
 
 from typing import Any
 
@@ -10,6 +10,7 @@ from muster.tune.schedulers.hyperband import HyperBandScheduler
 from muster.tune.schedulers.median_stopping import MedianStoppingRule
 from muster.tune.schedulers.pb2 import PB2
 from muster.tune.schedulers.pbt import PopulationBasedTraining
+from muster.tune.schedulers.pbt_replay import PopulationBasedTrainingReplay
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 
 
@@ -18,6 +19,7 @@ SCHEDULERS: dict[str, type] = {
     "fifo": FIFOScheduler, "async_hyperband": AsyncHyperBandScheduler, "asynchyperband": AsyncHyperBandScheduler,
     "asha": ASHAScheduler, "median_stopping_rule": MedianStoppingRule, "medianstopping": MedianStoppingRule,
     "hyperband": HyperBandScheduler, "pbt": PopulationBasedTraining, "pb2": PB2,
+    "pbt_replay": PopulationBasedTrainingReplay,
 }
 
 
@@ -32,7 +34,7 @@ def create_scheduler(scheduler: str, **kwargs: Any) -> TrialScheduler:
     cls = SCHEDULERS.get(str(scheduler).lower())
     if cls is None:
         raise InvalidArgumentError(f"create_scheduler({scheduler!r}): muster's schedulers are {sorted(SCHEDULERS)} "
-                                   "(Ray's hb_bohb, pbt_replay and resource_changing are not ported).")
+                                   "(Ray's hb_bohb and resource_changing are not ported).")
     made: TrialScheduler = cls(**kwargs)
     return made
 
@@ -51,6 +53,7 @@ __all__ = [
     "MedianStoppingRule",
     "PB2",
     "PopulationBasedTraining",
+    "PopulationBasedTrainingReplay",
     "TrialScheduler",
     "create_scheduler",
 ]

@@ -6,14 +6,21 @@ GP bandit: at every perturbation point each trial's ``(time, score, config)``
 is recorded; the change in score per unit of time between a trial's points
 is modelled with a time-varying GP (:mod:`muster.tune.schedulers.pb2_gp`) and
 the new config is the one in ``hyperparam_bounds`` with the highest UCB.
+Fitting the GP takes seconds with many observations, so it runs on a thread of
+its own: the exploited trial (paused) restarts once its config is chosen, and
+the controller handles the other trials' results meanwhile.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import numbers
+import threading
 from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,6 +28,7 @@ import numpy as np
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.tune.schedulers.pb2_gp import select_config
 from muster.tune.schedulers.pbt import PopulationBasedTraining
+from muster.tune.schedulers.trial_scheduler import PendingConfig
 
 if TYPE_CHECKING:
     from muster.tune.trial import Trial
@@ -68,6 +76,31 @@ def _set(config: dict[str, Any], path: Path, value: Any) -> None:
     for key in path[:-1]:
         config = config.setdefault(key, {})
     config[path[-1]] = value
+
+
+class _SerialJobs:
+    """Runs functions one at a time, in the order given, each on its own daemon thread (which waits
+    for the one before), so none holds a thread once the work is done."""
+
+    def __init__(self) -> None:
+        self._last: Future[Any] | None = None
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        before = self._last
+        done: Future[Any] = Future()
+
+        def run() -> None:
+            if before is not None:
+                futures.wait([before])
+            if done.set_running_or_notify_cancel():
+                try:
+                    done.set_result(fn())
+                except BaseException as exc:  # noqa: BLE001 - handed to the controller, which raises it
+                    done.set_exception(exc)
+
+        self._last = done
+        threading.Thread(target=run, name="muster-pb2-fit", daemon=True).start()
+        return done
 
 
 class PB2(PopulationBasedTraining):
@@ -120,6 +153,7 @@ class PB2(PopulationBasedTraining):
         self.data: list[tuple[str, float, tuple[float, ...], float]] = []
         self._running: np.ndarray | None = None  # configs already chosen at the latest time step
         self._last_explore_time = -math.inf
+        self._jobs: _SerialJobs | None = None  # the GP fits, off the controller's thread
 
     def on_trial_add(self, controller: Any, trial: Trial) -> None:
         for path, (low, high) in self._bounds.items():
@@ -158,33 +192,56 @@ class PB2(PopulationBasedTraining):
         rows, ys, owners = rows[-_MAX_POINTS:], ys[-_MAX_POINTS:], owners[-_MAX_POINTS:]
         return np.array(rows, dtype=float).reshape(-1, 2 + len(self._bounds)), np.array(ys, dtype=float), owners
 
-    def _new_config(self, trial: Trial, donor: Trial) -> dict[str, Any]:
+    def _new_config(self, trial: Trial, donor: Trial) -> dict[str, Any] | PendingConfig:
+        """The donor's config with the bandit's choice of hyperparameters, worked out off the controller's
+        thread (fitting the GP can take seconds): the trial restarts once it is settled, the others go on."""
         x, y, owners = self._observations()
-        new_config = copy.deepcopy(donor.config)
         donor_rows = [i for i, owner in enumerate(owners) if owner == donor.trial_id]
-        if donor_rows:
-            newest = max(t for _, t, _, _ in self.data)
-            if newest > self._last_explore_time:
-                self._running = None  # a new time step: nothing chosen at it yet
-            lows, highs = zip(*self._bounds.values())
-            bounds = np.array([lows, highs], dtype=float)
-            newpoint = x[donor_rows[-1], :2]
-            chosen = select_config(x, y, self._running, newpoint, bounds, self.np_rng)
-            chosen = np.clip(chosen, bounds[0], bounds[1])
-            for (path, (low, high)), value in zip(self._bounds.items(), chosen):
-                old = _get(donor.config, path)
-                if isinstance(old, int) and not isinstance(old, bool):
-                    value = min(max(round(value), math.ceil(low)), math.floor(high))
-                _set(new_config, path, type(old)(value) if isinstance(old, (int, float)) else float(value))
-            # the trial goes on from the donor's weights: its next observation starts at the donor's time and score
-            _, donor_time, _, donor_score = max((r for r in self.data if r[0] == donor.trial_id), key=lambda r: r[1])
+        donor_config = copy.deepcopy(donor.config)
+        if not donor_rows:
+            return self.explore_fn(donor_config) if self.explore_fn else donor_config
+        newest = max(t for _, t, _, _ in self.data)
+        # the trial goes on from the donor's weights: its next observation starts at the donor's time and score
+        _, donor_time, _, donor_score = max((r for r in self.data if r[0] == donor.trial_id), key=lambda r: r[1])
+        rng = np.random.default_rng(self.np_rng.integers(2**63))  # drawn here, so a seed makes the choice repeatable
+        job = functools.partial(self._choose, x, y, x[donor_rows[-1], :2], newest, donor_config, rng)
+
+        def finish(values: list[Any]) -> dict[str, Any]:  # on the controller's thread
+            new_config = copy.deepcopy(donor_config)
+            for path, value in zip(self._bounds, values):
+                _set(new_config, path, value)
             self.data.append((trial.trial_id, donor_time, self._values(new_config), donor_score))
-            picked = np.array([self._values(new_config)])
-            if newest > self._last_explore_time:
-                self._last_explore_time, self._running = newest, picked
-            else:
-                self._running = picked if self._running is None else np.vstack([self._running, picked])
-        return self.explore_fn(new_config) if self.explore_fn else new_config
+            return self.explore_fn(new_config) if self.explore_fn else new_config
+
+        if self._jobs is None:
+            self._jobs = _SerialJobs()
+        return PendingConfig(self._jobs.submit(job), finish)
+
+    def _choose(self, x: np.ndarray, y: np.ndarray, newpoint: np.ndarray, newest: float,
+                donor_config: dict[str, Any], rng: np.random.Generator) -> list[Any]:
+        """The bandit's hyperparameter values (each of the donor's type), in ``self._bounds``' order. Runs
+        on PB2's fitting thread, one exploit at a time in the order they were decided, so that each sees
+        the configs the ones before it chose at the same time step (``self._running``)."""
+        if newest > self._last_explore_time:
+            self._running = None  # a new time step: nothing chosen at it yet
+        lows, highs = zip(*self._bounds.values())
+        bounds = np.array([lows, highs], dtype=float)
+        chosen = np.clip(select_config(x, y, self._running, newpoint, bounds, rng), bounds[0], bounds[1])
+        values: list[Any] = []
+        for (path, (low, high)), value in zip(self._bounds.items(), chosen):
+            old = _get(donor_config, path)
+            if isinstance(old, int) and not isinstance(old, bool):
+                value = min(max(round(value), math.ceil(low)), math.floor(high))
+            values.append(type(old)(value) if isinstance(old, (int, float)) else float(value))
+        picked = np.array([values], dtype=float)
+        if newest > self._last_explore_time:
+            self._last_explore_time, self._running = newest, picked
+        else:
+            self._running = picked if self._running is None else np.vstack([self._running, picked])
+        return values
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_jobs": None}  # its thread's futures do not pickle (the Tuner saves the scheduler)
 
     def debug_string(self) -> str:
         return f"PB2: {self.num_perturbations} perturbations"

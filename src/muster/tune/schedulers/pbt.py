@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from muster.exceptions import InvalidArgumentError
-from muster.tune.schedulers.trial_scheduler import TrialScheduler
+from muster.tune.schedulers.trial_scheduler import PendingConfig, TrialScheduler
 from muster.tune.search.sample import Categorical, Domain
 from muster.tune.search.variant_generator import format_vars
 
@@ -165,25 +165,38 @@ class PopulationBasedTraining(TrialScheduler):
         if start_from is None:
             return self.CONTINUE
         new_config = self._new_config(trial, donor)
-        if self.log_config:
-            self._log_policy(controller.experiment, trial, donor, new_config)
-        trial.restart_plan = (new_config, start_from, donor.trial_id)
+        policy = self._policy(trial, donor)  # as things are now: a PendingConfig is settled later
+
+        def explored(config: dict[str, Any]) -> dict[str, Any]:
+            if self.log_config:
+                self._write_policy(controller.experiment, trial.trial_id, donor.trial_id, policy + [config])
+            # as Ray's: the original tag and the new values of the mutated keys, e.g. "0_lr=0.0100@perturbed[lr=0.0120]"
+            values = {(k,): config[k] for k in self.mutations if k in config}
+            trial.experiment_tag = f"{state.orig_tag}@perturbed[{format_vars(values)}]"
+            return config
+
+        plan = new_config.then(explored) if isinstance(new_config, PendingConfig) else explored(new_config)
+        trial.restart_plan = (plan, start_from, donor.trial_id)
         # as Ray's: the trial goes on from the donor checkpoint's training_iteration, so it takes the
         # donor's last perturbation time too
         state.last_perturbed = self._state.get(donor.trial_id, _State()).last_perturbed
-        # as Ray's: the original tag and the new values of the mutated keys, e.g. "0_lr=0.0100@perturbed[lr=0.0120]"
-        values = {(k,): new_config[k] for k in self.mutations if k in new_config}
-        trial.experiment_tag = f"{state.orig_tag}@perturbed[{format_vars(values)}]"
         self.num_perturbations += 1
         return self.PAUSE
 
-    def _log_policy(self, experiment: Storage, trial: Trial, donor: Trial, new_config: dict[str, Any]) -> None:
-        """Ray's policy logs of one exploit, in the experiment's folder (what PBT replays read)."""
-        policy = [
+    def _policy(self, trial: Trial, donor: Trial) -> list[Any]:
+        """Ray's policy line of an exploit but its last field, the new config: ``[trial's tag, donor's tag,
+        trial's training_iteration, donor's training_iteration, donor's config]``."""
+        return [
             self._state[trial.trial_id].orig_tag, self._state.get(donor.trial_id, _State()).orig_tag,
             trial.last_result.get("training_iteration", 0), donor.last_result.get("training_iteration", 0),
-            donor.config, new_config,
+            copy.deepcopy(donor.config),
         ]
+
+    def _log_policy(self, experiment: Storage, trial: Trial, donor: Trial, new_config: dict[str, Any]) -> None:
+        """Ray's policy logs of one exploit, in the experiment's folder (what PBT replays read)."""
+        self._write_policy(experiment, trial.trial_id, donor.trial_id, self._policy(trial, donor) + [new_config])
+
+    def _write_policy(self, experiment: Storage, trial_id: str, donor_id: str, policy: list[Any]) -> None:
         line = json.dumps(policy, default=str) + "\n"
 
         def read(name: str) -> str:
@@ -191,8 +204,8 @@ class PopulationBasedTraining(TrialScheduler):
             return experiment.read_bytes(path).decode() if experiment.exists(path) else ""
 
         experiment.write_text(experiment.join(experiment.run_dir, GLOBAL_LOG), read(GLOBAL_LOG) + line)
-        lineage = read(policy_log(donor.trial_id))  # the trial now goes on from the donor: its history too
-        experiment.write_text(experiment.join(experiment.run_dir, policy_log(trial.trial_id)), lineage + line)
+        lineage = read(policy_log(donor_id))  # the trial now goes on from the donor: its history too
+        experiment.write_text(experiment.join(experiment.run_dir, policy_log(trial_id)), lineage + line)
 
     def _quantiles(self, controller: Any) -> tuple[list[Trial], list[Trial]]:
         scored = [
@@ -208,8 +221,9 @@ class PopulationBasedTraining(TrialScheduler):
     def _record(self, trial: Trial, t: float, score: float) -> None:
         """A hook: ``trial`` reached a perturbation point at time ``t`` with (signed) ``score``."""
 
-    def _new_config(self, trial: Trial, donor: Trial) -> dict[str, Any]:
-        """The config ``trial`` restarts with from ``donor``'s checkpoint (PB2 chooses it differently)."""
+    def _new_config(self, trial: Trial, donor: Trial) -> dict[str, Any] | PendingConfig:
+        """The config ``trial`` restarts with from ``donor``'s checkpoint (PB2 chooses it differently, off
+        the controller's thread: it returns a ``PendingConfig``)."""
         return self.explore(donor.config)
 
     def explore(self, config: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,8 @@ trial's checkpoint with a new config).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from muster.exceptions import InvalidArgumentError
@@ -72,6 +74,31 @@ class TrialScheduler:
 
     def debug_string(self) -> str:
         return type(self).__name__
+
+
+class PendingConfig:
+    """A paused trial's restart config that a scheduler works out off the controller's thread (PB2's
+    GP fit), so that the other trials' results are handled meanwhile.
+
+    A scheduler puts it first in ``trial.restart_plan``; the controller restarts the trial once
+    :meth:`done`, with :meth:`result`, which it calls once, on its own thread: ``finish`` turns what
+    the future computed into the config there (and may record it, e.g. in policy logs).
+    """
+
+    def __init__(self, future: Future[Any], finish: Callable[[Any], dict[str, Any]]):
+        self._future, self._finish = future, finish
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self) -> dict[str, Any]:
+        """The config (raises what the computation raised)."""
+        return self._finish(self._future.result())
+
+    def then(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> PendingConfig:
+        """This pending config with ``fn`` applied to the config once it is known (on the controller's thread)."""
+        finish = self._finish
+        return PendingConfig(self._future, lambda value: fn(finish(value)))
 
 
 class FIFOScheduler(TrialScheduler):
