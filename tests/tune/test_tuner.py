@@ -234,7 +234,9 @@ def test_pbt_restarts_bottom_trials_from_a_top_trials_checkpoint(storage):
     # the weak trial continued from the strong one's checkpoint, with an explored lr
     weak_df = weak.metrics_dataframe
     assert strong.metrics["origin"] in set(weak_df["origin"])
-    assert 0.5 * 0.8 <= weak.config["lr"] <= 1.5 * 1.2 and weak.config["lr"] != 0.01
+    # explored from the strong one's lr (1.0, or a resample in [0.5, 1.5]), not from its own 0.01; a loaded
+    # machine can give more than one exploit, each a further x0.8 or x1.2, hence the loose bounds
+    assert 0.1 <= weak.config["lr"] <= 10 and weak.config["lr"] != 0.01
     assert weak.metrics["step"] >= 8
 
 
