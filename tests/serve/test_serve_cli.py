@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,6 +106,22 @@ def _wait_exit(proc, timeout=60) -> int:
         pytest.fail("the serve process did not exit")
 
 
+@contextlib.contextmanager
+def _stopped_by_ctrl_c(proc, lines):
+    """Run the block, then Ctrl-C ``proc`` (it must exit 0); yields the list its output is put in, after."""
+    out: list[str] = []
+    try:
+        yield out
+        proc.send_signal(signal.SIGINT)
+        assert _wait_exit(proc) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    while not lines.empty():
+        out.append(lines.get())
+
+
 def test_run_status_deploy_shutdown(env, tmp_path, monkeypatch):
     # Ray's `serve run module:builder key=value`, into a typed builder
     proc, port, _ = _start(env, tmp_path, "cli_app:build_typed", "who=ab", "times=2", "--port", "0")
@@ -149,17 +167,8 @@ def test_run_status_deploy_shutdown(env, tmp_path, monkeypatch):
 
 def test_ctrl_c_drains_and_stops(env, tmp_path):
     proc, port, lines = _start(env, tmp_path, "serve.yaml", "--port", "0")
-    try:
+    with _stopped_by_ctrl_c(proc, lines) as out:
         assert httpx.get(f"http://127.0.0.1:{port}/second", timeout=30).json() == {"hello": "config", "greeting": "hi"}
-        proc.send_signal(signal.SIGINT)
-        assert _wait_exit(proc) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    out = []
-    while not lines.empty():
-        out.append(lines.get())
     assert "Draining and stopping" in "".join(out)
 
 
@@ -237,3 +246,18 @@ def test_build_writes_a_config_that_serve_run_serves(env, tmp_path):
         assert _wait_exit(proc) == 0
     r = _muster(env, tmp_path, "serve", "build", "built_app:nope", timeout=60)
     assert r.returncode == 2 and "has no attribute 'nope'" in r.stderr
+
+
+def test_serve_run_of_a_websocket_app_starts_its_ingress_on_uvicorn(env, tmp_path):
+    """No server named: the ingress starts on uvicorn at once (no granian first, no move), and echoes."""
+    from websockets.sync.client import connect
+
+    shutil.copy(os.path.join(os.path.dirname(__file__), "ws_echo_app.py"), tmp_path)  # Ray's example app
+    proc, port, lines = _start(env, tmp_path, "ws_echo_app:EchoServer", "--port", "0")
+    with _stopped_by_ctrl_c(proc, lines) as out:
+        with connect(f"ws://127.0.0.1:{port}/", open_timeout=30) as ws:
+            ws.send("Eureka!")
+            assert ws.recv(timeout=30) == "Eureka!"
+        status = json.loads(_muster(env, tmp_path, "serve", "status", "--json").stdout)
+        assert status["http"]["server"] == "uvicorn"
+    assert "moving the HTTP ingress" not in "".join(out)

@@ -21,10 +21,10 @@ pytestmark = pytest.mark.allow_leftover_workers
 class DiesOnGranian(IngressActor):
     """The real ingress, except that its process takes a real SIGSEGV when asked to run granian."""
 
-    def __init__(self, options, table):
+    def __init__(self, options, table, *rest):
         if options.server == "granian":
             os.kill(os.getpid(), signal.SIGSEGV)
-        super().__init__(options, table)
+        super().__init__(options, table, *rest)
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.1})

@@ -30,26 +30,43 @@ def start(http_options: HTTPOptions | dict[str, Any] | None = None, **_ignored: 
     Args:
         http_options: ``{"host": "127.0.0.1", "port": 8000}`` (the defaults);
             also ``request_timeout_s``, ``max_body_bytes``, ``server``
-            ("granian" or "uvicorn").  ``port=0`` picks a free port.
+            ("granian" or "uvicorn"; left out: granian, moved to uvicorn
+            once an app with WebSocket routes is deployed).  ``port=0`` picks a free port.
 
     Raises:
         ValueError: a bad option.
         RayServeException: the ingress could not listen (port in use).
     """
-    global _controller
     opts = HTTPOptions.coerce(http_options)
     _warn_ignored_start_options(_ignored)
+    _start(opts)
+
+
+def _start(opts: HTTPOptions, websockets: bool = False) -> None:
+    """Start Serve unless it runs; ``websockets``: the app about to be deployed has WebSocket routes (an ingress
+    whose server the user left out then starts on uvicorn, instead of granian and a move)."""
+    global _controller
     with _lock:
         if _controller is not None:
             return
         from muster.serve._internal import admin
         from muster.serve._internal.controller import ServeController
 
-        _controller = ServeController(opts)
+        _controller = ServeController(opts, websockets)
         admin.start(_controller)
         from muster.tasks import owner
 
         owner.register(StatusRequest, _answer_status)  # replicas, tasks and actors ask this process
+
+
+def _start_for(apps: list[tuple[Application, str | None]], http_options: dict[str, Any] | None) -> None:
+    """Start Serve unless it runs, on the server ``apps`` (each with its route prefix) need."""
+    if _controller is None:
+        from muster.serve._internal import server_choice
+
+        _start(HTTPOptions.coerce(http_options), any(
+            prefix is not None and server_choice.serves_websockets(app.deployment.func_or_class)
+            for app, prefix in apps))
 
 
 def _warn_ignored_start_options(options: dict[str, Any]) -> None:
@@ -155,7 +172,8 @@ def _serve_until_interrupted() -> None:
 def _run(target: Application, *, name: str, route_prefix: str | None,
          overrides: dict[str, dict[str, Any]] | None = None, env_vars: dict[str, str] | None = None,
          config: dict[str, Any] | None = None, logging_config: Any = None,
-         autoscaling_policy: Any = None) -> DeploymentHandle:
+         autoscaling_policy: Any = None, http_options: dict[str, Any] | None = None) -> DeploymentHandle:
+    """``serve.run``'s work; ``http_options``: those to start Serve with if it is not running."""
     from muster.serve._internal import plan
 
     if not isinstance(name, str) or not name:
@@ -164,7 +182,7 @@ def _run(target: Application, *, name: str, route_prefix: str | None,
                                      or (len(route_prefix) > 1 and route_prefix.endswith("/"))):
         raise InvalidArgumentError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
     ingress, plans = plan.build(target, name, overrides, env_vars, LoggingConfig.coerce(logging_config))
-    start()
+    _start_for([(target, route_prefix)], http_options)
     _get().deploy(name, route_prefix, ingress, plans, config=config, policy=autoscaling_policy)
     return DeploymentHandle(ingress, name)
 

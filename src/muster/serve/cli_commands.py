@@ -52,10 +52,10 @@ def register(sub: Any) -> None:
                          help="Ray's dashboard address: ignored (muster finds the instance on this machine; --port picks one)")
 
 
-def _deploy_config(config: Any) -> None:
+def _deploy_config(config: Any, http_options: dict[str, Any]) -> None:
     from muster.serve import schema
 
-    schema.deploy(config)
+    schema.deploy(config, http_options)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -84,11 +84,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        api.start(http_options=http)
+        # Serve starts with the first deploy: its ingress on the server the apps need (uvicorn for WebSockets)
         if isinstance(apps, schema.ServeConfig):
-            _deploy_config(apps)
+            _deploy_config(apps, http)
         else:
-            api._run(apps, name=args.name, route_prefix=args.route_prefix)
+            api._run(apps, name=args.name, route_prefix=args.route_prefix, http_options=http)
         st = api.status()
         print(f"Serving {', '.join(st.applications)} at http://{st.http['host']}:{st.http['port']} "
               "(Ctrl-C drains and stops)", flush=True)

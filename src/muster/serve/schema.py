@@ -221,16 +221,19 @@ def _set_options(config: DeploymentConfig) -> dict[str, Any]:
     return out
 
 
-def deploy(config: ServeConfig) -> list[str]:
+def deploy(config: ServeConfig, http_options: dict[str, Any] | None = None) -> list[str]:
     """Make the running apps what ``config`` says, as Ray's ``serve deploy`` does: run each of its
     applications (replacing the one of that name), then delete the apps it no longer lists. Returns
-    the names of its applications."""
+    the names of its applications. ``http_options``: those to start Serve with if it is not running (on
+    uvicorn, unless they name a server, when an app has WebSocket routes)."""
     from muster.core.init_options import warn_unused_runtime_env
     from muster.serve import api
 
-    for app in config.applications:
+    apps = [(app, import_app(app.import_path, app.args)) for app in config.applications]
+    api._start_for([(target, app.route_prefix) for app, target in apps], http_options)
+    for app, target in apps:
         warn_unused_runtime_env(app.runtime_env, f"application {app.name!r}", stacklevel=2)
-        api._run(import_app(app.import_path, app.args), name=app.name, route_prefix=app.route_prefix,
+        api._run(target, name=app.name, route_prefix=app.route_prefix,
                  overrides=app.overrides(), env_vars=dict(app.runtime_env.get("env_vars") or {}), config=app.raw,
                  autoscaling_policy=app.autoscaling_policy)
     wanted = {a.name for a in config.applications}

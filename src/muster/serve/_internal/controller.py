@@ -26,8 +26,8 @@ from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.exceptions import ActorDiedError, InvalidArgumentError, describe_exit
 from muster.serve import multiplex
-from muster.serve._internal import autoscaler, deployment_actors, plan, router
-from muster.serve._internal.ingress import IngressActor, answers, listening
+from muster.serve._internal import autoscaler, deployment_actors, plan, router, server_choice
+from muster.serve._internal.ingress import InProcess, IngressActor, answers, check_port_free
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.record import ServeRecorder
 from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
@@ -41,49 +41,19 @@ _PUSH_TIMEOUT_S = 10.0
 _TABLE_VERSIONS = itertools.count(1)  # route tables this process has made, across serve.start/shutdown
 
 
-class _InProcess:
-    """An object in this process, called like an actor (the ingress on a cluster engine)."""
-
-    def __init__(self, obj: Any):
-        self.obj = obj
-
-    def call(self, method: str, *args: Any) -> concurrent.futures.Future:
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        try:
-            fut.set_result(getattr(self.obj, method)(*args))
-        except BaseException as exc:  # noqa: BLE001 - delivered through the future, as an actor's would be
-            fut.set_exception(exc)
-        return fut
-
-    def is_alive(self) -> bool:
-        return not self.obj.task.done()
-
-
 #: Signals by which a process dies of its own fault (SIGKILL and SIGTERM come from outside it).
 _CRASHES = {signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE}
-
-
-def _check_port_free(options: HTTPOptions) -> None:
-    """Refuse a port another process listens on. The HTTP servers bind with SO_REUSEPORT, so a second
-    driver's Serve would share port 8000 with the first, each answering every other request."""
-    deadline = time.monotonic() + 2.0  # an ingress just stopped may still be closing its socket
-    while options.port and listening(options.host, options.port):
-        if time.monotonic() > deadline:
-            raise RayServeException(
-                f"Serve cannot listen on {options.host}:{options.port}: another process listens there (another "
-                "driver's Serve, or any server). Fix: stop it, or pick another port with "
-                "serve.start(http_options={'port': 8001}) (port 0 picks a free one)."
-            )
-        time.sleep(0.1)
 
 
 class ServeController:
     """Everything ``serve.*`` does in the driver (thread-safe)."""
 
-    def __init__(self, http_options: HTTPOptions):
-        _check_port_free(http_options)
+    def __init__(self, http_options: HTTPOptions, websockets: bool = False):
+        """``websockets``: the first app has WebSocket routes (an ingress left to choose starts on uvicorn)."""
+        check_port_free(http_options)
         self.runtime = get_runtime()
-        self.options = http_options
+        self.chosen = http_options.server is not None  # the user named the server: it stays, whatever the apps
+        self.options = http_options = server_choice.resolve(http_options, websockets)
         self.dir = tempfile.mkdtemp(prefix="muster-serve-", dir="/tmp")
         self.apps: dict[str, AppState] = {}
         self.lock = threading.RLock()
@@ -124,6 +94,7 @@ class ServeController:
         if old is not None and self._reconfigure_in_place(old, route_prefix, ingress, plans):
             old.config = config
             old.set_policy(policy)
+            self._serve_websockets(name, route_prefix, ingress, plans)
             return
         for p in plans:
             plan.check_picklable(p, name)
@@ -159,6 +130,7 @@ class ServeController:
                           f"{' (replacing the running one)' if old is not None else ''}: "
                           + ", ".join(f"{d.plan.name} x{d.target}" for d in new.deployments.values()))
         self._push()
+        self._serve_websockets(name, route_prefix, ingress, plans)
         self.confirm_ingress()
         if old is not None and not stop_old_first:
             self._stop_app(old, push=False)
@@ -383,7 +355,7 @@ class ServeController:
         The fallback is kept for later replacements (``self.options``), and said on stderr.
         """
         if not self.local:
-            return _InProcess(IngressActor(options, self.table))  # on a cluster: the driver's node, this process
+            return InProcess(IngressActor(options, self.table, self.chosen))  # on a cluster: the driver's node, here
         try:
             return self._start_ingress(options)
         except ActorDiedError as exc:
@@ -394,7 +366,7 @@ class ServeController:
         # A fresh interpreter, not a fork of the zygote: in CI a forked ingress inherited the test
         # driver's state and its native loop aborted (granian) or crashed (uvicorn) while starting.
         return self.runtime.create_actor(
-            self.ingress_class, (options, self.table), {}, {}, label="serve ingress", fresh_process=True
+            self.ingress_class, (options, self.table, self.chosen), {}, {}, label="serve ingress", fresh_process=True
         )
 
     def _switch_server(self, what: str, options: HTTPOptions) -> HTTPOptions:
@@ -430,6 +402,46 @@ class ServeController:
                     options = self._switch_server(f"crashed ({describe_exit(code)})", options)
             self.ingress = self._new_ingress(options)
             self.ingress.call("address").result(30)
+        self._push()  # whatever changed while it started
+
+    def _serve_websockets(self, name: str, route_prefix: str | None, ingress: str, plans: list[DeploymentPlan]) -> None:
+        """Move a granian ingress the user did not choose to uvicorn when app ``name`` serves WebSockets over HTTP."""
+        if self.chosen or self.options.server != "granian" or route_prefix is None:
+            return
+        if any(p.name == ingress and server_choice.serves_websockets(p.target) for p in plans):
+            self._move_to_uvicorn(name)
+
+    def _move_to_uvicorn(self, app: str) -> None:
+        """Start a uvicorn ingress on the port, beside granian (both bind with ``SO_REUSEPORT``), then stop granian
+        gracefully: it stops listening and finishes its in-flight requests (up to the longest
+        ``graceful_shutdown_timeout_s``), so no request is refused or cut on the way."""
+        with self.ingress_lock:
+            if self.options.server != "granian" or self._stop.is_set():
+                return  # another deploy moved it meanwhile, or Serve is shutting down
+            print(server_choice.moving_message(app, self.host, self.port), file=sys.stderr, flush=True)
+            before, self.options = self.options, dataclasses.replace(self.options, server=server_choice.WEBSOCKETS)
+            new: Any = None
+            try:
+                new = self._new_ingress(dataclasses.replace(self.options, port=self.port))
+                new.call("address").result(30)
+            except Exception as exc:  # noqa: BLE001 - granian serves on; said, with what to do
+                self.options = before
+                if new is not None and self.local:
+                    self.runtime.kill(new, grace_s=1.0)
+                print(f"[serve] uvicorn did not start ({type(exc).__name__}: {exc}); the granian ingress serves on "
+                      "and refuses WebSockets (501). Name the server: http_options={'server': 'uvicorn'}.",
+                      file=sys.stderr, flush=True)
+                return
+            old, self.ingress = self.ingress, new
+            with self.lock:
+                grace = max([5.0] + [d.plan.config.graceful_shutdown_timeout_s for a in self.apps.values()
+                                     for d in a.deployments.values()])
+            try:
+                old.call("stop", grace).result(grace + 5)
+            except BaseException:  # noqa: BLE001 - it is killed next anyway
+                pass
+            if self.local:
+                self.runtime.kill(old, grace_s=1.0)
         self._push()  # whatever changed while it started
 
     def confirm_ingress(self, timeout_s: float = 10.0) -> None:

@@ -12,6 +12,7 @@ here, see docs/benchmarks.md) or uvicorn.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import http.client
 import json
 import socket
@@ -23,7 +24,7 @@ from typing import Any, Coroutine
 from muster.serve import multiplex
 from muster.serve._internal import eventloop, ingress_rsgi, router, websocket, wire
 from muster.serve.config import HTTPOptions
-from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
+from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError, RayServeException
 
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 RESERVED_PATHS = ("/-/healthz", "/-/routes")
@@ -59,8 +60,9 @@ def request_id(headers: list) -> tuple[bytes, list]:
 class IngressApp:
     """Routes HTTP requests to the replicas of each app's ingress deployment."""
 
-    def __init__(self, options: HTTPOptions):
+    def __init__(self, options: HTTPOptions, named: bool = False):
         self.options = options
+        self.named = named  # the user named the server (the 501 to a WebSocket on granian says so)
         self.prefixes: list[tuple[str, str, str]] = []  # (prefix, app, deployment), longest first
 
     def apply(self, table: router.RouteTable) -> None:
@@ -313,6 +315,38 @@ def why_stopped(task: asyncio.Task, server: Any) -> str:
     return f"{type(found[0]).__name__}: {found[0]}" if found else "it returned without an error"
 
 
+def check_port_free(options: HTTPOptions) -> None:
+    """Refuse a port another process listens on. The HTTP servers bind with SO_REUSEPORT, so a second
+    driver's Serve would share port 8000 with the first, each answering every other request."""
+    deadline = time.monotonic() + 2.0  # an ingress just stopped may still be closing its socket
+    while options.port and listening(options.host, options.port):
+        if time.monotonic() > deadline:
+            raise RayServeException(
+                f"Serve cannot listen on {options.host}:{options.port}: another process listens there (another "
+                "driver's Serve, or any server). Fix: stop it, or pick another port with "
+                "serve.start(http_options={'port': 8001}) (port 0 picks a free one)."
+            )
+        time.sleep(0.1)
+
+
+class InProcess:
+    """An object in this process, called like an actor (the ingress on a cluster engine)."""
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def call(self, method: str, *args: Any) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            fut.set_result(getattr(self.obj, method)(*args))
+        except BaseException as exc:  # noqa: BLE001 - delivered through the future, as an actor's would be
+            fut.set_exception(exc)
+        return fut
+
+    def is_alive(self) -> bool:
+        return not self.obj.task.done()
+
+
 class IngressActor:
     """Hosts :class:`IngressApp` on an ASGI server, on this process's Serve loop.
 
@@ -323,9 +357,9 @@ class IngressActor:
 
     RESTARTS_PER_MINUTE = 5
 
-    def __init__(self, options: HTTPOptions, table: router.RouteTable):
+    def __init__(self, options: HTTPOptions, table: router.RouteTable, named: bool = False):
         self.options = options
-        self.app = IngressApp(options)
+        self.app = IngressApp(options, named)
         self.loop = eventloop.get_loop(options.loop)
         eventloop.run_sync(self._apply(table))
         self.server: Any = None
@@ -377,9 +411,23 @@ class IngressActor:
                 backlog=2048, ssl_keyfile=o.ssl_keyfile, ssl_certfile=o.ssl_certfile,
                 ssl_keyfile_password=o.ssl_keyfile_password, ssl_ca_certs=o.ssl_ca_certs,
             ))
-        task = asyncio.ensure_future(self.server.serve())
+        task = asyncio.ensure_future(self._uvicorn() if o.server == "uvicorn" else self.server.serve())
         task.add_done_callback(self._ended)
         return task
+
+    async def _uvicorn(self) -> None:
+        """Serve on a socket bound with ``SO_REUSEPORT``, as granian binds its own: a uvicorn ingress replacing a
+        granian one on the same port listens before granian stops (``ServeController._move_to_uvicorn``)."""
+        host = self.options.host
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, self.port))
+        except OSError:
+            sock.close()
+            raise
+        await self.server.serve(sockets=[sock])
 
     def _ended(self, task: asyncio.Task) -> None:
         if self.stopping or not self.ready or task is not self.task:
@@ -402,8 +450,6 @@ class IngressActor:
         probing a port nobody listens on can connect to itself and then hold
         the port against the server's bind.
         """
-        from muster.serve.exceptions import RayServeException
-
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.task.done():
@@ -412,7 +458,8 @@ class IngressActor:
                     f" ({why_stopped(self.task, self.server)}); is the port in use? Pick another with "
                     "serve.start(http_options={'port': N})."
                 ))
-            if listening(self.options.host, self.port) and answers(self.options.host, self.port, tls=self.options.tls):
+            if getattr(self.server, "started", True) and listening(self.options.host, self.port) \
+                    and answers(self.options.host, self.port, tls=self.options.tls):  # uvicorn: its own answer
                 return
             time.sleep(0.02)
         raise RayServeException(f"the HTTP ingress did not answer on {self.options.host}:{self.port} "
@@ -427,7 +474,8 @@ class IngressActor:
     def serving(self) -> bool:
         return not self.task.done()
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop listening, let in-flight requests finish (up to ``grace_s``), then return."""
         self.stopping = True
 
         def _stop() -> None:
@@ -437,6 +485,6 @@ class IngressActor:
                 self.server.should_exit = True
 
         self.loop.call_soon_threadsafe(_stop)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + grace_s
         while not self.task.done() and time.monotonic() < deadline:
             time.sleep(0.02)

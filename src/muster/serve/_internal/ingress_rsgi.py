@@ -27,11 +27,13 @@ def refusal(exc: Exception) -> tuple[int, str | None]:
     return 503, "1"
 
 
-def websocket_refusal(path: str) -> str:
-    """The 501's text for a WebSocket upgrade on granian (the uvicorn ingress serves them)."""
+def websocket_refusal(path: str, named: bool) -> str:
+    """The 501's text for a WebSocket upgrade on granian (the uvicorn ingress serves them); ``named``: the user's
+    http_options name granian (left out, Serve moves to uvicorn for the apps whose WebSocket routes it sees)."""
+    why = " This ingress runs on granian because http_options server='granian' names it." if named else ""
     return (f"the request to {path} asks to upgrade to a WebSocket, which the ingress serves on uvicorn only: "
             "granian's RSGI interface (granian 2.8) cannot pass a close code or a subprotocol on, and never tells the "
-            "app that a client closed cleanly. Fix: serve.start(http_options={'server': 'uvicorn'}) (or "
+            f"app that a client closed cleanly.{why} Fix: serve.start(http_options={{'server': 'uvicorn'}}) (or "
             "http_options: {server: uvicorn} in the config file).")
 
 
@@ -75,7 +77,7 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
     prefix, app_name, dep = hit
     hdrs = scope.headers
     if "upgrade" in hdrs and hdrs.get("upgrade", "").lower() == "websocket":
-        _plain(proto, 501, websocket_refusal(path), _CLOSE)
+        _plain(proto, 501, websocket_refusal(path, app.named), _CLOSE)
         return
     limit = app.options.max_body_bytes
     declared = hdrs.get("content-length")
