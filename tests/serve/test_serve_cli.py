@@ -183,6 +183,29 @@ def test_sigkill_of_serve_run_leaves_no_process(env, tmp_path):
     assert not alive, f"still alive 10 s after `serve run` was killed: {[p.cmdline() for p in alive]}"
 
 
+def test_non_blocking_run_returns_and_serves_until_shutdown(env, tmp_path):
+    """Ray's tutorials run `serve run module:app --non-blocking`, send requests, then `serve shutdown -y`."""
+    import psutil
+
+    r = _muster(env, tmp_path, "serve", "run", "cli_app:app", "--port", "0", "--non-blocking")
+    assert r.returncode == 0, r.stderr + r.stdout
+    port = int(re.search(r"at http://127\.0\.0\.1:(\d+)", r.stdout).group(1))
+    pid = int(re.search(r"in the background \(pid (\d+)", r.stdout).group(1))
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "world"}
+        down = _muster(env, tmp_path, "serve", "shutdown", "-y")
+        assert down.returncode == 0, down.stderr
+        assert psutil.wait_procs([psutil.Process(pid)], timeout=60)[1] == []
+    finally:
+        if psutil.pid_exists(pid):
+            os.kill(pid, signal.SIGKILL)
+    (tmp_path / "broken_app.py").write_text(
+        "from muster import serve\n\n@serve.deployment(ray_actor_options={'num_cpus': 0.1})\nclass Broken:\n"
+        "    def __init__(self):\n        raise RuntimeError('no weights here')\n\napp = Broken.bind()\n")
+    r = _muster(env, tmp_path, "serve", "run", "broken_app:app", "--port", "0", "--non-blocking")
+    assert r.returncode == 1 and "no weights here" in r.stderr and "exited with 1 before serving" in r.stderr
+
+
 def test_bad_import_path_names_module_and_attribute(env, tmp_path):
     r = _muster(env, tmp_path, "serve", "run", "no_such_module:app", timeout=60)
     assert r.returncode == 2 and "module 'no_such_module' was not found" in r.stderr

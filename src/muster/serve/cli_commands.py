@@ -22,6 +22,11 @@ def register(sub: Any) -> None:
     run.add_argument("--port", type=int, default=None, help="port (default 8000; 0 picks a free one)")
     run.add_argument("--name", default="default", help="application name (module:app only)")
     run.add_argument("--route-prefix", default="/", help="route prefix (module:app only)")
+    run.add_argument("--blocking", dest="blocking", action="store_true", default=True,
+                     help="serve in this process until Ctrl-C (the default)")
+    run.add_argument("--non-blocking", dest="blocking", action="store_false",
+                     help="return once the apps run, leaving them served by a background process "
+                          "(stop it with `muster serve shutdown`), as Ray's `serve run --non-blocking`")
     run.set_defaults(fn=cmd_run)
     dep = ss.add_parser("deploy", help="deploy a config file's apps onto the running Serve instance")
     dep.add_argument("config")
@@ -81,6 +86,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         http["host"] = args.host
     if args.port is not None:
         http["port"] = args.port
+    if not args.blocking:
+        return _run_in_background(args)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -103,6 +110,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     print("Draining and stopping...", flush=True)
     api.shutdown()
     return 0
+
+
+def _run_in_background(args: argparse.Namespace) -> int:
+    """``serve run --non-blocking``: start a blocking ``muster serve run`` in its own session, its output in a log
+    file beside the instance records, and return once it says it serves (or report its log if it exits first)."""
+    import os
+    import subprocess
+    import time
+
+    from muster.core import settings
+
+    argv = [args.target, *args.arguments, "--name", args.name, "--route-prefix", args.route_prefix]
+    for flag, value in (("--host", args.host), ("--port", args.port)):
+        if value is not None:
+            argv += [flag, str(value)]
+    state = settings.serve_state_dir()
+    os.makedirs(state, exist_ok=True)
+    log_path = os.path.join(state, f"run-{os.getpid()}-{time.time_ns()}.log")
+    with open(log_path, "wb") as log:
+        child = subprocess.Popen([sys.executable, "-m", "muster.cli", "serve", "run", *argv], stdin=subprocess.DEVNULL,
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    while True:
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+        serving = next((line for line in text.splitlines() if line.startswith("Serving ")), None)
+        if serving is not None:
+            print(serving.replace("(Ctrl-C drains and stops)", ""), flush=True)
+            print(f"serving in the background (pid {child.pid}, output in {log_path}); "
+                  "stop it with `muster serve shutdown`.", flush=True)
+            return 0
+        if child.poll() is not None:
+            print(text, end="", file=sys.stderr)
+            print(f"muster serve run --non-blocking: the background serve process exited with {child.returncode} "
+                  f"before serving (its output is above and in {log_path}).", file=sys.stderr)
+            return child.returncode or 1
+        time.sleep(0.2)
 
 
 def _key_values(pairs: list[str]) -> dict[str, str]:
