@@ -536,6 +536,13 @@ def test_exit_actor_task_names_placement_group_table_and_init_as_a_context(tmp_p
         get_placement_group("pg-table")
     rt = muster.init(ignore_reinit_error=True)
     assert rt.address_info["address"] == "local" and rt.dashboard_url is None
+    # the rest of Ray's RayContext (the gentle_walkthrough notebook shows ray.init()'s repr)
+    import platform
+
+    assert rt.python_version == platform.python_version() and rt.ray_version == muster.__version__
+    with pytest.warns(DeprecationWarning, match="address_info"):
+        assert rt["node_ip_address"] == rt.address_info["node_ip_address"]
+    assert repr(rt).startswith("LocalRuntime(engine='local', address='local', python_version=")
 
 
 def pickle_round_trip(obj):
