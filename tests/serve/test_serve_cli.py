@@ -206,6 +206,31 @@ def test_non_blocking_run_returns_and_serves_until_shutdown(env, tmp_path):
     assert r.returncode == 1 and "no weights here" in r.stderr and "exited with 1 before serving" in r.stderr
 
 
+def test_run_takes_rays_app_dir_runtime_env_and_address_options(env, tmp_path):
+    """Ray's `serve run -d DIR --runtime-env-json '{"env_vars": ...}' -a ADDR module:app` (dev-workflow guide)
+    and `--runtime-env FILE` (the batch tutorial's troubleshooting): each was an unrecognized argument."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "sibling.py").write_text("WHO = 'sibling'\n")
+    (sub / "sub_app.py").write_text(APP.replace('"world"', "sibling.WHO").replace("import os", "import os\nimport sibling"))
+    proc, port, _ = _start(env, tmp_path, "-d", "sub", "sub_app:app", "--port", "0", "-a", "auto",
+                           "--runtime-env-json", '{"env_vars": {"GREETING": "bonjour"}}')
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "sibling", "greeting": "bonjour"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _wait_exit(proc)
+    (tmp_path / "env.yaml").write_text("env_vars: {GREETING: hej}\n")
+    proc, port, _ = _start(env, tmp_path, "cli_app:app", "--port", "0", "--runtime-env", "env.yaml")
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "world", "greeting": "hej"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _wait_exit(proc)
+    r = _muster(env, tmp_path, "serve", "run", "cli_app:app", "--working-dir", "s3://bucket/app.zip", timeout=60)
+    assert r.returncode == 2 and "takes a local folder only" in r.stderr
+
+
 def test_bad_import_path_names_module_and_attribute(env, tmp_path):
     r = _muster(env, tmp_path, "serve", "run", "no_such_module:app", timeout=60)
     assert r.returncode == 2 and "module 'no_such_module' was not found" in r.stderr

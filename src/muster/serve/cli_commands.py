@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -22,6 +23,12 @@ def register(sub: Any) -> None:
     run.add_argument("--port", type=int, default=None, help="port (default 8000; 0 picks a free one)")
     run.add_argument("--name", default="default", help="application name (module:app only)")
     run.add_argument("--route-prefix", default="/", help="route prefix (module:app only)")
+    run.add_argument("--runtime-env", default=None, metavar="FILE",
+                     help="a YAML file with a runtime_env: its env_vars reach every worker (Ray's option)")
+    run.add_argument("--runtime-env-json", default=None, metavar="JSON", help="the same, as a JSON string")
+    run.add_argument("--working-dir", default=None,
+                     help="Ray's option: a local folder is put first on the import path; a remote URI is refused")
+    run.add_argument("-d", "--app-dir", default=".", help="the folder to import the module from (default: .)")
     run.add_argument("--blocking", dest="blocking", action="store_true", default=True,
                      help="serve in this process until Ctrl-C (the default)")
     run.add_argument("--non-blocking", dest="blocking", action="store_false",
@@ -52,7 +59,7 @@ def register(sub: Any) -> None:
     build.add_argument("-k", "--kubernetes-format", action="store_true",
                        help="Ray's KubeRay layout: refused, muster's clusters are Ray's own (see docs/multinode.md)")
     build.set_defaults(fn=cmd_build)
-    for cmd in (dep, cf, st, sh):  # Ray's scripts pass its dashboard address; muster finds local instances by --port
+    for cmd in (run, dep, cf, st, sh):  # Ray's scripts pass its dashboard address; muster finds local instances by --port
         cmd.add_argument("-a", "--address", default=None,
                          help="Ray's dashboard address: ignored (muster finds the instance on this machine; --port picks one)")
 
@@ -67,7 +74,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from muster.serve import api, schema
     from muster.serve._internal import admin
 
+    import muster
+
     try:
+        runtime_env = _runtime_env(args)
+        if not args.blocking:  # the background process reads the options again
+            return _run_in_background(args)
+        sys.path.insert(0, os.path.abspath(args.app_dir))
         if args.target.endswith((".yaml", ".yml", ".json")):
             if args.arguments:
                 from muster.exceptions import InvalidArgumentError
@@ -79,6 +92,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             apps: Any = config
         else:
             http, apps = {}, schema.import_app(args.target, _key_values(args.arguments))
+        if runtime_env and not muster.is_initialized():  # as Ray's: the job's default for every worker
+            muster.init(runtime_env=runtime_env)
     except (ImportError, TypeError, ValueError, OSError) as exc:
         print(f"muster serve run: {exc}", file=sys.stderr)
         return 2
@@ -86,8 +101,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         http["host"] = args.host
     if args.port is not None:
         http["port"] = args.port
-    if not args.blocking:
-        return _run_in_background(args)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -112,17 +125,48 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runtime_env(args: argparse.Namespace) -> dict[str, Any]:
+    """The runtime_env of Ray's ``serve run --runtime-env FILE | --runtime-env-json JSON [--working-dir DIR]``;
+    a local working_dir goes first on the import path here (muster's workers share this machine's files)."""
+    import yaml
+
+    from muster.exceptions import InvalidArgumentError
+
+    if args.runtime_env and args.runtime_env_json:
+        raise InvalidArgumentError("--runtime-env and --runtime-env-json: pass only one of them (as in Ray).")
+    try:
+        if args.runtime_env:
+            with open(args.runtime_env) as f:
+                env = yaml.safe_load(f) or {}
+        else:
+            env = json.loads(args.runtime_env_json) if args.runtime_env_json else {}
+    except yaml.YAMLError as exc:
+        raise InvalidArgumentError(f"--runtime-env {args.runtime_env}: not valid YAML ({exc}).") from None
+    if not isinstance(env, dict):
+        raise InvalidArgumentError(f"runtime_env {env!r}: use a mapping such as {{'env_vars': {{'K': 'v'}}}}.")
+    working_dir = args.working_dir or env.pop("working_dir", None)
+    env.pop("working_dir", None)
+    if working_dir is not None:
+        if "://" in str(working_dir):
+            raise InvalidArgumentError(f"working_dir {working_dir!r}: muster takes a local folder only (it "
+                                       "downloads nothing); unpack it here and pass its path.")
+        sys.path.insert(0, os.path.abspath(working_dir))
+    return env
+
+
 def _run_in_background(args: argparse.Namespace) -> int:
     """``serve run --non-blocking``: start a blocking ``muster serve run`` in its own session, its output in a log
     file beside the instance records, and return once it says it serves (or report its log if it exits first)."""
-    import os
     import subprocess
     import time
 
     from muster.core import settings
 
-    argv = [args.target, *args.arguments, "--name", args.name, "--route-prefix", args.route_prefix]
-    for flag, value in (("--host", args.host), ("--port", args.port)):
+    argv = [args.target, *args.arguments, "--name", args.name, "--route-prefix", args.route_prefix,
+            "--app-dir", os.path.abspath(args.app_dir)]
+    for flag, value in (("--host", args.host), ("--port", args.port), ("--runtime-env-json", args.runtime_env_json),
+                        ("--working-dir", args.working_dir and os.path.abspath(args.working_dir)),
+                        ("--runtime-env", args.runtime_env and os.path.abspath(args.runtime_env))):
         if value is not None:
             argv += [flag, str(value)]
     state = settings.serve_state_dir()
@@ -184,7 +228,6 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     rec = _instance(args.port)
     if rec is None:
         return 1
-    import os
 
     reply = admin.request(rec, "deploy", timeout_s=600, path=os.path.abspath(args.config))
     if "error" in reply:
@@ -252,8 +295,6 @@ def cmd_shutdown(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     """Print (or write) a config file that ``muster serve run|deploy`` takes, as Ray's ``serve build`` does:
     one application per import path, each deployment with the options its code sets (defaults left out)."""
-    import os
-
     import yaml
 
     from muster.serve import schema
