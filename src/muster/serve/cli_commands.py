@@ -157,10 +157,9 @@ def _runtime_env(args: argparse.Namespace) -> dict[str, Any]:
 def _run_in_background(args: argparse.Namespace) -> int:
     """``serve run --non-blocking``: start a blocking ``muster serve run`` in its own session, its output in a log
     file beside the instance records, and return once it says it serves (or report its log if it exits first)."""
-    import subprocess
     import time
 
-    from muster.core import settings
+    from muster.core import background, settings
 
     argv = [args.target, *args.arguments, "--name", args.name, "--route-prefix", args.route_prefix,
             "--app-dir", os.path.abspath(args.app_dir)]
@@ -172,9 +171,7 @@ def _run_in_background(args: argparse.Namespace) -> int:
     state = settings.serve_state_dir()
     os.makedirs(state, exist_ok=True)
     log_path = os.path.join(state, f"run-{os.getpid()}-{time.time_ns()}.log")
-    with open(log_path, "wb") as log:
-        child = subprocess.Popen([sys.executable, "-m", "muster.cli", "serve", "run", *argv], stdin=subprocess.DEVNULL,
-                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    child = background.start_cli(["serve", "run", *argv], log_path)
     while True:
         with open(log_path, errors="replace") as f:
             text = f.read()
