@@ -7,6 +7,8 @@ import asyncio
 import importlib
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -653,3 +655,17 @@ def test_rays_raylet_names_accelerator_types_and_private_internals_as_ported_scr
         importlib.import_module("muster._private.internal_api")
     with pytest.raises(exceptions.UnsupportedRayAPIError, match="memory_summary, muster.available_resources"):
         muster._private.internal_api.free
+
+
+def test_cluster_utils_cluster_is_rays_mini_cluster(tmp_path):
+    """Ray's testing tips build a mini-cluster with ray.cluster_utils.Cluster; the port imports it from muster
+    (tests/cluster's fixture does); without Ray the error names the extra to install."""
+    pytest.importorskip("ray")
+    import ray.cluster_utils
+
+    from muster.cluster_utils import Cluster
+
+    assert Cluster is ray.cluster_utils.Cluster
+    script = "import sys; sys.modules['ray'] = None\nfrom muster.cluster_utils import Cluster\n"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and 'pip install "muster[ray]"' in proc.stderr, proc.stderr
