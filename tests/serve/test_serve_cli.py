@@ -193,6 +193,12 @@ def test_non_blocking_run_returns_and_serves_until_shutdown(env, tmp_path):
     pid = int(re.search(r"in the background \(pid (\d+)", r.stdout).group(1))
     try:
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "world"}
+        # a second app joins the running instance, as Ray's tutorials run several (`--name llm`, `--name weather`)
+        r = _muster(env, tmp_path, "serve", "run", "cli_app:build", "who=two", "--name", "two", "--route-prefix",
+                    "/two", "--port", str(port), "--non-blocking")
+        assert r.returncode == 0 and f"running Serve instance, pid {pid}" in r.stdout, r.stderr + r.stdout
+        assert httpx.get(f"http://127.0.0.1:{port}/two", timeout=30).json() == {"hello": "two"}
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "world"}
         down = _muster(env, tmp_path, "serve", "shutdown", "-y")
         assert down.returncode == 0, down.stderr
         assert psutil.wait_procs([psutil.Process(pid)], timeout=60)[1] == []

@@ -161,6 +161,9 @@ def _run_in_background(args: argparse.Namespace) -> int:
 
     from muster.core import background, settings
 
+    running = _instance(args.port, quiet=True)
+    if running is not None:  # Ray's Serve is one per cluster: a second `serve run` adds its app to it
+        return _run_on(running, args)
     argv = [args.target, *args.arguments, "--name", args.name, "--route-prefix", args.route_prefix,
             "--app-dir", os.path.abspath(args.app_dir)]
     for flag, value in (("--host", args.host), ("--port", args.port), ("--runtime-env-json", args.runtime_env_json),
@@ -202,11 +205,34 @@ def _key_values(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _instance(port: int | None) -> dict[str, Any] | None:
+def _run_on(rec: dict[str, Any], args: argparse.Namespace) -> int:
+    """``serve run --non-blocking`` when a Serve instance already runs: deploy the config file, or add the app
+    (replacing one of its name), there."""
+    from muster.serve._internal import admin
+
+    if args.target.endswith((".yaml", ".yml", ".json")):
+        reply = admin.request(rec, "deploy", path=os.path.abspath(args.target), timeout_s=600)
+    else:
+        env_vars = (_runtime_env(args).get("env_vars") or {})
+        reply = admin.request(rec, "run", import_path=args.target, args=_key_values(args.arguments), name=args.name,
+                              route_prefix=args.route_prefix, app_dir=os.path.abspath(args.app_dir),
+                              env_vars=env_vars, timeout_s=600)
+    if "error" in reply:
+        print(f"muster serve run: the Serve instance on port {rec['port']} (pid {rec['pid']}): {reply['error']}",
+              file=sys.stderr)
+        return 1
+    print(f"Serving {', '.join(reply['applications'])} at http://{rec['host']}:{rec['port']} "
+          f"(added to the running Serve instance, pid {rec['pid']}; stop it with `muster serve shutdown`).")
+    return 0
+
+
+def _instance(port: int | None, quiet: bool = False) -> dict[str, Any] | None:
     from muster.serve._internal import admin
 
     found = [r for r in admin.instances() if port is None or r["port"] == port]
     if not found:
+        if quiet:
+            return None
         where = f" on port {port}" if port is not None else ""
         print(f"no running Serve instance{where} (start one with `muster serve run module:app`).", file=sys.stderr)
         return None
