@@ -152,6 +152,17 @@ class Plain:  # no __init__: it takes no arguments
         return 2 * x
 
 
+@muster.remote
+class FromNew:  # no __init__, but a __new__ that takes an argument: not checked as argument-less
+    def __new__(cls, x):
+        self = super().__new__(cls)
+        self.x = x
+        return self
+
+    def get(self):
+        return self.x
+
+
 def test_actor_and_method_arguments_are_checked_at_the_call_as_ray(actors):
     with pytest.raises(TypeError, match=r"Counter\.remote\(\): too many positional arguments; it takes \(\)"):
         Counter.remote(1)
@@ -166,7 +177,8 @@ def test_actor_and_method_arguments_are_checked_at_the_call_as_ray(actors):
     with pytest.raises(TypeError, match=r"Plain\.twice\.remote\(\): missing a required argument: 'x'"):
         p.twice.remote()
     c.incr.remote(value=2)
-    assert muster.get([c.get.remote(), p.twice.remote(3)], timeout=TIMEOUT) == [2, 6]
+    n = actors(FromNew.remote(4))
+    assert muster.get([c.get.remote(), p.twice.remote(3), n.get.remote()], timeout=TIMEOUT) == [2, 6, 4]
 
 
 def test_calling_a_class_or_method_directly_says_use_remote(actors):

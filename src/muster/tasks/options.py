@@ -146,7 +146,8 @@ def check_method_call(cls: Any, name: str, args: tuple, kwargs: dict) -> None:
     what = f"{cls.__name__}.remote()" if name == "__init__" else f"{cls.__name__}.{name}.remote()"
     method = inspect.getattr_static(cls, name, None)
     if name == "__init__" and method is object.__init__:
-        check_call(lambda: None, args, kwargs, what)
+        if inspect.getattr_static(cls, "__new__", None) is object.__new__:  # a custom __new__ takes what it takes
+            check_call(lambda: None, args, kwargs, what)
     elif isinstance(method, staticmethod):
         check_call(method.__func__, args, kwargs, what)
     elif isinstance(method, classmethod) or inspect.isfunction(method):
