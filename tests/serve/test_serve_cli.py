@@ -15,6 +15,7 @@ import time
 import httpx
 import pytest
 import yaml
+from _shared import wait_for
 
 APP = '''
 import os
@@ -235,6 +236,35 @@ def test_run_takes_rays_app_dir_runtime_env_and_address_options(env, tmp_path):
         _wait_exit(proc)
     r = _muster(env, tmp_path, "serve", "run", "cli_app:app", "--working-dir", "s3://bucket/app.zip", timeout=60)
     assert r.returncode == 2 and "takes a local folder only" in r.stderr
+
+
+def test_reload_redeploys_when_the_module_changes(env, tmp_path):
+    """Ray's `serve run --reload`: an edit of the app's module is served without a restart (the replicas import
+    the new code: their processes held the old module), and a broken edit keeps the running version."""
+    app_dir = tmp_path / "live"
+    app_dir.mkdir()
+    source = ("from muster import serve\n\n@serve.deployment(ray_actor_options={'num_cpus': 0.1})\nclass V:\n"
+              "    def __call__(self, request):\n        return {'version': VERSION}\n\nVERSION = 1\napp = V.bind()\n")
+    (app_dir / "live_app.py").write_text(source)
+    proc, port, lines = _start(env, tmp_path, "live_app:app", "-d", "live", "--reload", "--port", "0")
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"version": 1}
+        (app_dir / "live_app.py").write_text(source.replace("VERSION = 1", "VERSION = 2"))
+        assert wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"version": 2}, 90)
+        (app_dir / "live_app.py").write_text(source.replace("VERSION = 1", "VERSION = (2"))
+        deadline, seen = time.monotonic() + 90, ""
+        while "the running version stays" not in seen and time.monotonic() < deadline:
+            try:
+                seen += lines.get(timeout=1)
+            except queue.Empty:
+                pass
+        assert "the running version stays" in seen and "SyntaxError" in seen, seen
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"version": 2}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _wait_exit(proc)
+    r = _muster(env, tmp_path, "serve", "run", "cli_app:app", "--reload", "--non-blocking", timeout=60)
+    assert r.returncode == 2 and "drop --non-blocking" in r.stderr
 
 
 def test_bad_import_path_names_module_and_attribute(env, tmp_path):

@@ -154,7 +154,8 @@ def _serve_until_interrupted() -> None:
 
 def _run(target: Application, *, name: str, route_prefix: str | None,
          overrides: dict[str, dict[str, Any]] | None = None, env_vars: dict[str, str] | None = None,
-         config: dict[str, Any] | None = None, logging_config: Any = None) -> DeploymentHandle:
+         config: dict[str, Any] | None = None, logging_config: Any = None,
+         new_code: bool = False) -> DeploymentHandle:
     from muster.serve._internal import plan
 
     if not isinstance(name, str) or not name:
@@ -164,7 +165,7 @@ def _run(target: Application, *, name: str, route_prefix: str | None,
         raise InvalidArgumentError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
     ingress, plans = plan.build(target, name, overrides, env_vars, LoggingConfig.coerce(logging_config))
     start()
-    _get().deploy(name, route_prefix, ingress, plans, config=config)
+    _get().deploy(name, route_prefix, ingress, plans, config=config, new_code=new_code)
     return DeploymentHandle(ingress, name)
 
 

@@ -29,6 +29,8 @@ def register(sub: Any) -> None:
     run.add_argument("--working-dir", default=None,
                      help="Ray's option: a local folder is put first on the import path; a remote URI is refused")
     run.add_argument("-d", "--app-dir", default=".", help="the folder to import the module from (default: .)")
+    run.add_argument("-r", "--reload", action="store_true",
+                     help="redeploy module:app when a .py file under --app-dir (or --working-dir) changes, as Ray's")
     run.add_argument("--blocking", dest="blocking", action="store_true", default=True,
                      help="serve in this process until Ctrl-C (the default)")
     run.add_argument("--non-blocking", dest="blocking", action="store_false",
@@ -78,6 +80,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         runtime_env = _runtime_env(args)
+        if args.reload and (not args.blocking or args.target.endswith((".yaml", ".yml", ".json"))):
+            from muster.exceptions import InvalidArgumentError
+
+            raise InvalidArgumentError("--reload watches a module:app target and blocks: drop --non-blocking or "
+                                       "run the module instead of a config file (as in Ray).")
         if not args.blocking:  # the background process reads the options again
             return _run_in_background(args)
         sys.path.insert(0, os.path.abspath(args.app_dir))
@@ -112,6 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         st = api.status()
         print(f"Serving {', '.join(st.applications)} at http://{st.http['host']}:{st.http['port']} "
               "(Ctrl-C drains and stops)", flush=True)
+        if args.reload:
+            _reload_on_change(args, lambda: stop.is_set() or admin.shutdown_requested.is_set())
         while not stop.wait(0.2) and not admin.shutdown_requested.is_set():
             pass
     except KeyboardInterrupt:
@@ -123,6 +132,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     print("Draining and stopping...", flush=True)
     api.shutdown()
     return 0
+
+
+def _reload_on_change(args: argparse.Namespace, stopped: Any) -> None:
+    """Until ``stopped()``: when a ``.py`` file under the watched folder changes, import the app again and
+    redeploy it (Ray's ``serve run --reload``); a failed redeploy is reported and the running app kept."""
+    import traceback
+
+    import watchfiles
+
+    from muster.serve import api, schema
+
+    folder = os.path.abspath(args.working_dir or args.app_dir)
+    for changes in watchfiles.watch(folder, rust_timeout=200, yield_on_timeout=True,
+                                    watch_filter=watchfiles.PythonFilter()):
+        if stopped():
+            return
+        if not changes:
+            continue
+        try:
+            app = schema.import_app(args.target, _key_values(args.arguments), reload=True)
+            api._run(app, name=args.name, route_prefix=args.route_prefix, new_code=True)
+            print(f"Redeployed {args.name} ({len(changes)} file(s) changed under {folder})", flush=True)
+        except Exception:  # noqa: BLE001 - keep serving the last good version, as Ray's --reload does
+            traceback.print_exc()
+            print(f"muster serve run --reload: redeploying {args.name} failed; the running version stays.",
+                  file=sys.stderr, flush=True)
 
 
 def _runtime_env(args: argparse.Namespace) -> dict[str, Any]:
