@@ -27,7 +27,7 @@ NODE_CPUS = 2
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    from ray.cluster_utils import Cluster
+    from muster.cluster_utils import Cluster  # Ray's, as a ported test imports it
 
     client_port = free_port()
     cluster = Cluster(initialize_head=True,

@@ -17,6 +17,7 @@ import time
 import httpx
 import pytest
 import yaml
+from _shared import wait_for
 
 APP = '''
 import os
@@ -190,6 +191,89 @@ def test_sigkill_of_serve_run_leaves_no_process(env, tmp_path):
             proc.wait(10)
     _, alive = psutil.wait_procs(tree, timeout=10)
     assert not alive, f"still alive 10 s after `serve run` was killed: {[p.cmdline() for p in alive]}"
+
+
+def test_non_blocking_run_returns_and_serves_until_shutdown(env, tmp_path):
+    """Ray's tutorials run `serve run module:app --non-blocking`, send requests, then `serve shutdown -y`."""
+    import psutil
+
+    r = _muster(env, tmp_path, "serve", "run", "cli_app:app", "--port", "0", "--non-blocking")
+    assert r.returncode == 0, r.stderr + r.stdout
+    port = int(re.search(r"at http://127\.0\.0\.1:(\d+)", r.stdout).group(1))
+    pid = int(re.search(r"in the background \(pid (\d+)", r.stdout).group(1))
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "world"}
+        # a second app joins the running instance, as Ray's tutorials run several (`--name llm`, `--name weather`)
+        r = _muster(env, tmp_path, "serve", "run", "cli_app:build", "who=two", "--name", "two", "--route-prefix",
+                    "/two", "--port", str(port), "--non-blocking")
+        assert r.returncode == 0 and f"running Serve instance, pid {pid}" in r.stdout, r.stderr + r.stdout
+        assert httpx.get(f"http://127.0.0.1:{port}/two", timeout=30).json() == {"hello": "two"}
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "world"}
+        down = _muster(env, tmp_path, "serve", "shutdown", "-y")
+        assert down.returncode == 0, down.stderr
+        assert psutil.wait_procs([psutil.Process(pid)], timeout=60)[1] == []
+    finally:
+        if psutil.pid_exists(pid):
+            os.kill(pid, signal.SIGKILL)
+    (tmp_path / "broken_app.py").write_text(
+        "from muster import serve\n\n@serve.deployment(ray_actor_options={'num_cpus': 0.1})\nclass Broken:\n"
+        "    def __init__(self):\n        raise RuntimeError('no weights here')\n\napp = Broken.bind()\n")
+    r = _muster(env, tmp_path, "serve", "run", "broken_app:app", "--port", "0", "--non-blocking")
+    assert r.returncode == 1 and "no weights here" in r.stderr and "exited with 1 before serving" in r.stderr
+
+
+def test_run_takes_rays_app_dir_runtime_env_and_address_options(env, tmp_path):
+    """Ray's `serve run -d DIR --runtime-env-json '{"env_vars": ...}' -a ADDR module:app` (dev-workflow guide)
+    and `--runtime-env FILE` (the batch tutorial's troubleshooting): each was an unrecognized argument."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "sibling.py").write_text("WHO = 'sibling'\n")
+    (sub / "sub_app.py").write_text(APP.replace('"world"', "sibling.WHO").replace("import os", "import os\nimport sibling"))
+    proc, port, _ = _start(env, tmp_path, "-d", "sub", "sub_app:app", "--port", "0", "-a", "auto",
+                           "--runtime-env-json", '{"env_vars": {"GREETING": "bonjour"}}')
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "sibling", "greeting": "bonjour"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _wait_exit(proc)
+    (tmp_path / "env.yaml").write_text("env_vars: {GREETING: hej}\n")
+    proc, port, _ = _start(env, tmp_path, "cli_app:app", "--port", "0", "--runtime-env", "env.yaml")
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "world", "greeting": "hej"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _wait_exit(proc)
+    r = _muster(env, tmp_path, "serve", "run", "cli_app:app", "--working-dir", "s3://bucket/app.zip", timeout=60)
+    assert r.returncode == 2 and "takes a local folder only" in r.stderr
+
+
+def test_reload_redeploys_when_the_module_changes(env, tmp_path):
+    """Ray's `serve run --reload`: an edit of the app's module is served without a restart (the replicas import
+    the new code: their processes held the old module), and a broken edit keeps the running version."""
+    app_dir = tmp_path / "live"
+    app_dir.mkdir()
+    source = ("from muster import serve\n\n@serve.deployment(ray_actor_options={'num_cpus': 0.1})\nclass V:\n"
+              "    def __call__(self, request):\n        return {'version': VERSION}\n\nVERSION = 1\napp = V.bind()\n")
+    (app_dir / "live_app.py").write_text(source)
+    proc, port, lines = _start(env, tmp_path, "live_app:app", "-d", "live", "--reload", "--port", "0")
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"version": 1}
+        (app_dir / "live_app.py").write_text(source.replace("VERSION = 1", "VERSION = 2"))
+        assert wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"version": 2}, 90)
+        (app_dir / "live_app.py").write_text(source.replace("VERSION = 1", "VERSION = (2"))
+        deadline, seen = time.monotonic() + 90, ""
+        while "the running version stays" not in seen and time.monotonic() < deadline:
+            try:
+                seen += lines.get(timeout=1)
+            except queue.Empty:
+                pass
+        assert "the running version stays" in seen and "SyntaxError" in seen, seen
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"version": 2}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _wait_exit(proc)
+    r = _muster(env, tmp_path, "serve", "run", "cli_app:app", "--reload", "--non-blocking", timeout=60)
+    assert r.returncode == 2 and "drop --non-blocking" in r.stderr
 
 
 def test_bad_import_path_names_module_and_attribute(env, tmp_path):

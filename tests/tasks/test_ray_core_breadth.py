@@ -7,6 +7,8 @@ import asyncio
 import importlib
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -536,6 +538,13 @@ def test_exit_actor_task_names_placement_group_table_and_init_as_a_context(tmp_p
         get_placement_group("pg-table")
     rt = muster.init(ignore_reinit_error=True)
     assert rt.address_info["address"] == "local" and rt.dashboard_url is None
+    # the rest of Ray's RayContext (the gentle_walkthrough notebook shows ray.init()'s repr)
+    import platform
+
+    assert rt.python_version == platform.python_version() and rt.ray_version == muster.__version__
+    with pytest.warns(DeprecationWarning, match="address_info"):
+        assert rt["node_ip_address"] == rt.address_info["node_ip_address"]
+    assert repr(rt).startswith("LocalRuntime(engine='local', address='local', python_version=")
 
 
 def pickle_round_trip(obj):
@@ -646,3 +655,17 @@ def test_rays_raylet_names_accelerator_types_and_private_internals_as_ported_scr
         importlib.import_module("muster._private.internal_api")
     with pytest.raises(exceptions.UnsupportedRayAPIError, match="memory_summary, muster.available_resources"):
         muster._private.internal_api.free
+
+
+def test_cluster_utils_cluster_is_rays_mini_cluster(tmp_path):
+    """Ray's testing tips build a mini-cluster with ray.cluster_utils.Cluster; the port imports it from muster
+    (tests/cluster's fixture does); without Ray the error names the extra to install."""
+    pytest.importorskip("ray")
+    import ray.cluster_utils
+
+    from muster.cluster_utils import Cluster
+
+    assert Cluster is ray.cluster_utils.Cluster
+    script = "import sys; sys.modules['ray'] = None\nfrom muster.cluster_utils import Cluster\n"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and 'pip install "muster[ray]"' in proc.stderr, proc.stderr

@@ -70,6 +70,17 @@ def test_get_single_ref_and_list_keep_order():
     assert muster.get(refs, timeout=TIMEOUT) == [0, 1, 2]
 
 
+def test_remote_checks_the_arguments_at_the_call_as_ray():
+    """Ray's highly_parallel example calls pi4_sample.remote() without its argument: Ray raises TypeError at
+    .remote(); muster ran the task and failed at get()."""
+    with pytest.raises(TypeError, match=r"square\.remote\(\): missing a required argument: 'x'; it takes \(x\)"):
+        square.remote()
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        add.remote(1, 2, 3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'c'"):
+        add.options(num_cpus=0.5).remote(1, c=2)
+
+
 def test_get_rejects_what_is_not_a_ref():
     with pytest.raises(TypeError, match=r"\.remote\(\)"):
         muster.get(square)

@@ -145,6 +145,42 @@ def test_method_exception_keeps_its_type_and_the_actor_lives_on(actors):
     assert muster.get(log.entries_.remote(), timeout=TIMEOUT) == ["after"]
 
 
+@muster.remote
+class Plain:  # no __init__: it takes no arguments
+    @staticmethod
+    def twice(x):
+        return 2 * x
+
+
+@muster.remote
+class FromNew:  # no __init__, but a __new__ that takes an argument: not checked as argument-less
+    def __new__(cls, x):
+        self = super().__new__(cls)
+        self.x = x
+        return self
+
+    def get(self):
+        return self.x
+
+
+def test_actor_and_method_arguments_are_checked_at_the_call_as_ray(actors):
+    with pytest.raises(TypeError, match=r"Counter\.remote\(\): too many positional arguments; it takes \(\)"):
+        Counter.remote(1)
+    with pytest.raises(TypeError, match=r"Plain\.remote\(\): too many positional arguments"):
+        Plain.remote(1)
+    c = actors(Counter.remote())
+    with pytest.raises(TypeError, match=r"Counter\.incr\.remote\(\): missing a required argument: 'value'"):
+        c.incr.remote()
+    with pytest.raises(TypeError, match="Log.remote"):
+        Log.remote(prefix="a", suffix="b")
+    p = actors(Plain.remote())
+    with pytest.raises(TypeError, match=r"Plain\.twice\.remote\(\): missing a required argument: 'x'"):
+        p.twice.remote()
+    c.incr.remote(value=2)
+    n = actors(FromNew.remote(4))
+    assert muster.get([c.get.remote(), p.twice.remote(3), n.get.remote()], timeout=TIMEOUT) == [2, 6, 4]
+
+
 def test_calling_a_class_or_method_directly_says_use_remote(actors):
     with pytest.raises(TypeError, match=r"Counter\.remote\("):
         Counter()

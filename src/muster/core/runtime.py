@@ -148,6 +148,34 @@ class Runtime(abc.ABC):
         """None: muster starts no dashboard with the engine (``muster dashboard`` serves the run store)."""
         return None
 
+    @property
+    def python_version(self) -> str:
+        """Ray's ``RayContext.python_version``: the driver's Python, as ``3.11.7``."""
+        import platform
+
+        return platform.python_version()
+
+    @property
+    def ray_version(self) -> str:
+        """Ray's ``RayContext.ray_version``: here muster's version (``muster.__version__``)."""
+        from muster import __version__
+
+        return __version__
+
+    ray_commit = ""  # Ray's RayContext.ray_commit: muster records none
+
+    def __getitem__(self, key: str) -> Any:
+        """Ray's deprecated ``ray.init()["node_ip_address"]``: an ``address_info`` entry, with the same warning."""
+        import warnings
+
+        warnings.warn(f'ray.init()[{key!r}] is deprecated (as in Ray): use .address_info[{key!r}].',
+                      DeprecationWarning, stacklevel=2)
+        return self.address_info[key]
+
+    def __repr__(self) -> str:  # what a notebook shows for ``muster.init()``, as Ray's RayContext(...) does
+        return (f"{type(self).__name__}(engine={self.name!r}, address={self.address_info['address']!r}, "
+                f"python_version={self.python_version!r}, muster_version={self.ray_version!r})")
+
     def add_log_sink(self, sink: LogSink) -> None:
         """Also hand every line of worker output to ``sink(label, pid, lines)``.
 

@@ -172,8 +172,10 @@ def _serve_until_interrupted() -> None:
 def _run(target: Application, *, name: str, route_prefix: str | None,
          overrides: dict[str, dict[str, Any]] | None = None, env_vars: dict[str, str] | None = None,
          config: dict[str, Any] | None = None, logging_config: Any = None,
-         autoscaling_policy: Any = None, http_options: dict[str, Any] | None = None) -> DeploymentHandle:
-    """``serve.run``'s work; ``http_options``: those to start Serve with if it is not running."""
+         autoscaling_policy: Any = None, http_options: dict[str, Any] | None = None,
+         new_code: bool = False) -> DeploymentHandle:
+    """``serve.run``'s work; ``http_options``: those to start Serve with if it is not running; ``new_code``:
+    the app's modules were imported again (``serve run --reload``)."""
     from muster.serve._internal import plan
 
     if not isinstance(name, str) or not name:
@@ -183,7 +185,7 @@ def _run(target: Application, *, name: str, route_prefix: str | None,
         raise InvalidArgumentError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
     ingress, plans = plan.build(target, name, overrides, env_vars, LoggingConfig.coerce(logging_config))
     _start_for([(target, route_prefix)], http_options)
-    _get().deploy(name, route_prefix, ingress, plans, config=config, policy=autoscaling_policy)
+    _get().deploy(name, route_prefix, ingress, plans, config=config, policy=autoscaling_policy, new_code=new_code)
     return DeploymentHandle(ingress, name)
 
 

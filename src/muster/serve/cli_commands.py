@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -22,6 +23,19 @@ def register(sub: Any) -> None:
     run.add_argument("--port", type=int, default=None, help="port (default 8000; 0 picks a free one)")
     run.add_argument("--name", default="default", help="application name (module:app only)")
     run.add_argument("--route-prefix", default="/", help="route prefix (module:app only)")
+    run.add_argument("--runtime-env", default=None, metavar="FILE",
+                     help="a YAML file with a runtime_env: its env_vars reach every worker (Ray's option)")
+    run.add_argument("--runtime-env-json", default=None, metavar="JSON", help="the same, as a JSON string")
+    run.add_argument("--working-dir", default=None,
+                     help="Ray's option: a local folder is put first on the import path; a remote URI is refused")
+    run.add_argument("-d", "--app-dir", default=".", help="the folder to import the module from (default: .)")
+    run.add_argument("-r", "--reload", action="store_true",
+                     help="redeploy module:app when a .py file under --app-dir (or --working-dir) changes, as Ray's")
+    run.add_argument("--blocking", dest="blocking", action="store_true", default=True,
+                     help="serve in this process until Ctrl-C (the default)")
+    run.add_argument("--non-blocking", dest="blocking", action="store_false",
+                     help="return once the apps run, leaving them served by a background process "
+                          "(stop it with `muster serve shutdown`), as Ray's `serve run --non-blocking`")
     run.set_defaults(fn=cmd_run)
     dep = ss.add_parser("deploy", help="deploy a config file's apps onto the running Serve instance")
     dep.add_argument("config")
@@ -47,7 +61,7 @@ def register(sub: Any) -> None:
     build.add_argument("-k", "--kubernetes-format", action="store_true",
                        help="Ray's KubeRay layout: refused, muster's clusters are Ray's own (see docs/multinode.md)")
     build.set_defaults(fn=cmd_build)
-    for cmd in (dep, cf, st, sh):  # Ray's scripts pass its dashboard address; muster finds local instances by --port
+    for cmd in (run, dep, cf, st, sh):  # Ray's scripts pass its dashboard address; muster finds local instances by --port
         cmd.add_argument("-a", "--address", default=None,
                          help="Ray's dashboard address: ignored (muster finds the instance on this machine; --port picks one)")
 
@@ -62,7 +76,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     from muster.serve import api, schema
     from muster.serve._internal import admin
 
+    import muster
+
     try:
+        runtime_env = _runtime_env(args)
+        if args.reload and (not args.blocking or args.target.endswith((".yaml", ".yml", ".json"))):
+            from muster.exceptions import InvalidArgumentError
+
+            raise InvalidArgumentError("--reload watches a module:app target and blocks: drop --non-blocking or "
+                                       "run the module instead of a config file (as in Ray).")
+        if not args.blocking:  # the background process reads the options again
+            return _run_in_background(args)
+        sys.path.insert(0, os.path.abspath(args.app_dir))
         if args.target.endswith((".yaml", ".yml", ".json")):
             if args.arguments:
                 from muster.exceptions import InvalidArgumentError
@@ -74,6 +99,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             apps: Any = config
         else:
             http, apps = {}, schema.import_app(args.target, _key_values(args.arguments))
+        if runtime_env and not muster.is_initialized():  # as Ray's: the job's default for every worker
+            muster.init(runtime_env=runtime_env)
     except (ImportError, TypeError, ValueError, OSError) as exc:
         print(f"muster serve run: {exc}", file=sys.stderr)
         return 2
@@ -92,6 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         st = api.status()
         print(f"Serving {', '.join(st.applications)} at http://{st.http['host']}:{st.http['port']} "
               "(Ctrl-C drains and stops)", flush=True)
+        if args.reload:
+            _reload_on_change(args, lambda: stop.is_set() or admin.shutdown_requested.is_set())
         while not stop.wait(0.2) and not admin.shutdown_requested.is_set():
             pass
     except KeyboardInterrupt:
@@ -103,6 +132,99 @@ def cmd_run(args: argparse.Namespace) -> int:
     print("Draining and stopping...", flush=True)
     api.shutdown()
     return 0
+
+
+def _reload_on_change(args: argparse.Namespace, stopped: Any) -> None:
+    """Until ``stopped()``: when a ``.py`` file under the watched folder changes, import the app again and
+    redeploy it (Ray's ``serve run --reload``); a failed redeploy is reported and the running app kept."""
+    import traceback
+
+    import watchfiles
+
+    from muster.serve import api, schema
+
+    folder = os.path.abspath(args.working_dir or args.app_dir)
+    for changes in watchfiles.watch(folder, rust_timeout=200, yield_on_timeout=True,
+                                    watch_filter=watchfiles.PythonFilter()):
+        if stopped():
+            return
+        if not changes:
+            continue
+        try:
+            app = schema.import_app(args.target, _key_values(args.arguments), reload=True)
+            api._run(app, name=args.name, route_prefix=args.route_prefix, new_code=True)
+            print(f"Redeployed {args.name} ({len(changes)} file(s) changed under {folder})", flush=True)
+        except Exception:  # noqa: BLE001 - keep serving the last good version, as Ray's --reload does
+            traceback.print_exc()
+            print(f"muster serve run --reload: redeploying {args.name} failed; the running version stays.",
+                  file=sys.stderr, flush=True)
+
+
+def _runtime_env(args: argparse.Namespace) -> dict[str, Any]:
+    """The runtime_env of Ray's ``serve run --runtime-env FILE | --runtime-env-json JSON [--working-dir DIR]``;
+    a local working_dir goes first on the import path here (muster's workers share this machine's files)."""
+    import yaml
+
+    from muster.exceptions import InvalidArgumentError
+
+    if args.runtime_env and args.runtime_env_json:
+        raise InvalidArgumentError("--runtime-env and --runtime-env-json: pass only one of them (as in Ray).")
+    try:
+        if args.runtime_env:
+            with open(args.runtime_env) as f:
+                env = yaml.safe_load(f) or {}
+        else:
+            env = json.loads(args.runtime_env_json) if args.runtime_env_json else {}
+    except yaml.YAMLError as exc:
+        raise InvalidArgumentError(f"--runtime-env {args.runtime_env}: not valid YAML ({exc}).") from None
+    if not isinstance(env, dict):
+        raise InvalidArgumentError(f"runtime_env {env!r}: use a mapping such as {{'env_vars': {{'K': 'v'}}}}.")
+    working_dir = args.working_dir or env.pop("working_dir", None)
+    env.pop("working_dir", None)
+    if working_dir is not None:
+        if "://" in str(working_dir):
+            raise InvalidArgumentError(f"working_dir {working_dir!r}: muster takes a local folder only (it "
+                                       "downloads nothing); unpack it here and pass its path.")
+        sys.path.insert(0, os.path.abspath(working_dir))
+    return env
+
+
+def _run_in_background(args: argparse.Namespace) -> int:
+    """``serve run --non-blocking``: start a blocking ``muster serve run`` in its own session, its output in a log
+    file beside the instance records, and return once it says it serves (or report its log if it exits first)."""
+    import time
+
+    from muster.core import background, settings
+
+    running = _instance(args.port, quiet=True)
+    if running is not None:  # Ray's Serve is one per cluster: a second `serve run` adds its app to it
+        return _run_on(running, args)
+    argv = [args.target, *args.arguments, "--name", args.name, "--route-prefix", args.route_prefix,
+            "--app-dir", os.path.abspath(args.app_dir)]
+    for flag, value in (("--host", args.host), ("--port", args.port), ("--runtime-env-json", args.runtime_env_json),
+                        ("--working-dir", args.working_dir and os.path.abspath(args.working_dir)),
+                        ("--runtime-env", args.runtime_env and os.path.abspath(args.runtime_env))):
+        if value is not None:
+            argv += [flag, str(value)]
+    state = settings.serve_state_dir()
+    os.makedirs(state, exist_ok=True)
+    log_path = os.path.join(state, f"run-{os.getpid()}-{time.time_ns()}.log")
+    child = background.start_cli(["serve", "run", *argv], log_path)
+    while True:
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+        serving = next((line for line in text.splitlines() if line.startswith("Serving ")), None)
+        if serving is not None:
+            print(serving.replace("(Ctrl-C drains and stops)", ""), flush=True)
+            print(f"serving in the background (pid {child.pid}, output in {log_path}); "
+                  "stop it with `muster serve shutdown`.", flush=True)
+            return 0
+        if child.poll() is not None:
+            print(text, end="", file=sys.stderr)
+            print(f"muster serve run --non-blocking: the background serve process exited with {child.returncode} "
+                  f"before serving (its output is above and in {log_path}).", file=sys.stderr)
+            return child.returncode or 1
+        time.sleep(0.2)
 
 
 def _key_values(pairs: list[str]) -> dict[str, str]:
@@ -118,11 +240,34 @@ def _key_values(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _instance(port: int | None) -> dict[str, Any] | None:
+def _run_on(rec: dict[str, Any], args: argparse.Namespace) -> int:
+    """``serve run --non-blocking`` when a Serve instance already runs: deploy the config file, or add the app
+    (replacing one of its name), there."""
+    from muster.serve._internal import admin
+
+    if args.target.endswith((".yaml", ".yml", ".json")):
+        reply = admin.request(rec, "deploy", path=os.path.abspath(args.target), timeout_s=600)
+    else:
+        env_vars = (_runtime_env(args).get("env_vars") or {})
+        reply = admin.request(rec, "run", import_path=args.target, args=_key_values(args.arguments), name=args.name,
+                              route_prefix=args.route_prefix, app_dir=os.path.abspath(args.app_dir),
+                              env_vars=env_vars, timeout_s=600)
+    if "error" in reply:
+        print(f"muster serve run: the Serve instance on port {rec['port']} (pid {rec['pid']}): {reply['error']}",
+              file=sys.stderr)
+        return 1
+    print(f"Serving {', '.join(reply['applications'])} at http://{rec['host']}:{rec['port']} "
+          f"(added to the running Serve instance, pid {rec['pid']}; stop it with `muster serve shutdown`).")
+    return 0
+
+
+def _instance(port: int | None, quiet: bool = False) -> dict[str, Any] | None:
     from muster.serve._internal import admin
 
     found = [r for r in admin.instances() if port is None or r["port"] == port]
     if not found:
+        if quiet:
+            return None
         where = f" on port {port}" if port is not None else ""
         print(f"no running Serve instance{where} (start one with `muster serve run module:app`).", file=sys.stderr)
         return None
@@ -141,7 +286,6 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     rec = _instance(args.port)
     if rec is None:
         return 1
-    import os
 
     reply = admin.request(rec, "deploy", timeout_s=600, path=os.path.abspath(args.config))
     if "error" in reply:
@@ -209,8 +353,6 @@ def cmd_shutdown(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     """Print (or write) a config file that ``muster serve run|deploy`` takes, as Ray's ``serve build`` does:
     one application per import path, each deployment with the options its code sets (defaults left out)."""
-    import os
-
     import yaml
 
     from muster.serve import schema

@@ -129,8 +129,9 @@ def load_config(path: str) -> ServeConfig:
     return ServeConfig.from_dict(raw, source=path)
 
 
-def import_app(import_path: str, args: dict[str, Any] | None = None) -> Application:
+def import_app(import_path: str, args: dict[str, Any] | None = None, reload: bool = False) -> Application:
     """The application ``module:attr`` names: a bound app, a deployment (bound with no args), or a builder.
+    ``reload`` imports the module's file again (``muster serve run --reload`` after it changed).
 
     Raises:
         ImportError: the module or the attribute does not exist (the message names which).
@@ -146,6 +147,8 @@ def import_app(import_path: str, args: dict[str, Any] | None = None) -> Applicat
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
+        if reload:
+            module = importlib.reload(module)
     except ModuleNotFoundError as exc:
         raise ImportError(
             f"import path {import_path!r}: module {module_name!r} was not found ({exc}); run from the folder that "

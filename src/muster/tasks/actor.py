@@ -120,7 +120,12 @@ class ActorClass:
         return self.options(get_if_exists=True).remote(*args, **kwargs)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        """Start the actor; returns its handle at once (creation goes on in the background)."""
+        """Start the actor; returns its handle at once (creation goes on in the background).
+
+        Raises:
+            TypeError: the arguments do not fit the class's ``__init__`` (checked here, as in Ray).
+        """
+        opts.check_method_call(self._cls, "__init__", args, kwargs)
         if core_context.in_worker():
             options = worker_side.child_options(self._options)
             actor_id = core_context.send_event(events.CreateActor(self._cls, args, kwargs, options))
@@ -152,6 +157,9 @@ class _Method:
                        options.get("concurrency_group", self._group))
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
+        cls = getattr(self._actor, "_cls", None)
+        if cls is not None:
+            opts.check_method_call(cls, self._name, args, kwargs)
         return self._actor._call(self._name, args, kwargs, self._num_returns, self._group)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -113,3 +113,42 @@ def to_resources(options: dict[str, Any], default_cpus: float) -> dict[str, floa
         out["GPU"] = float(options["num_gpus"])
     out.update(options.get("resources") or {})
     return res.normalize(out)
+
+
+
+def check_call(fn: Any, args: tuple, kwargs: dict, what: str, skip_first: bool = False) -> None:
+    """Raise at ``.remote()`` when ``args``/``kwargs`` do not fit ``fn``'s signature, as Ray does (its
+    ``TypeError`` comes at the call, not from ``get``). ``skip_first`` drops ``self``/``cls``. A callable
+    without a readable signature is not checked.
+
+    Raises:
+        InvalidTypeError: (a ``TypeError``) naming the call and what ``inspect`` found wrong.
+    """
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    if skip_first:
+        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise InvalidTypeError(f"{what}: {exc}; it takes {sig}.") from None
+
+
+def check_method_call(cls: Any, name: str, args: tuple, kwargs: dict) -> None:
+    """:func:`check_call` for ``actor.<name>.remote(...)`` (``__init__`` for the class's own ``.remote()``):
+    plain, static and class methods are checked; a class without ``__init__`` takes no arguments."""
+    import inspect
+
+    what = f"{cls.__name__}.remote()" if name == "__init__" else f"{cls.__name__}.{name}.remote()"
+    method = inspect.getattr_static(cls, name, None)
+    if name == "__init__" and method is object.__init__:
+        if inspect.getattr_static(cls, "__new__", None) is object.__new__:  # a custom __new__ takes what it takes
+            check_call(lambda: None, args, kwargs, what)
+    elif isinstance(method, staticmethod):
+        check_call(method.__func__, args, kwargs, what)
+    elif isinstance(method, classmethod) or inspect.isfunction(method):
+        check_call(getattr(method, "__func__", method), args, kwargs, what, skip_first=True)

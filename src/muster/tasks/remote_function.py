@@ -70,7 +70,11 @@ class RemoteFunction:
         With ``num_returns=n`` a list of n refs; with ``num_returns="dynamic"`` a
         ref to an ``ObjectRefGenerator``; a generator function (or
         ``num_returns="streaming"``) returns an ``ObjectRefGenerator`` itself.
+
+        Raises:
+            TypeError: the arguments do not fit the function's signature (checked here, as in Ray).
         """
+        opts.check_call(self._fn, args, kwargs, f"{self._fn.__name__}.remote()")
         if core_context.in_worker():
             options = worker_side.child_options(self._options)
             return shaped(core_context.send_event(events.Submit(self._fn, args, kwargs, options)))

@@ -46,11 +46,13 @@ def start(controller: Any) -> None:
 
                 config = schema.load_config(req["path"])
                 reply = {"applications": await loop.run_in_executor(None, schema.deploy, config)}
+            elif op == "run":
+                reply = {"applications": await loop.run_in_executor(None, _run_app, req)}
             elif op == "shutdown":
                 reply = {"ok": True}
                 shutdown_requested.set()
             else:
-                reply = {"error": f"unknown op {op!r}; use 'status', 'config', 'deploy' or 'shutdown'"}
+                reply = {"error": f"unknown op {op!r}; use 'status', 'config', 'deploy', 'run' or 'shutdown'"}
             writer.write(json.dumps(reply).encode() + b"\n")
             await writer.drain()
         except Exception as exc:  # noqa: BLE001 - answer the client, keep serving
@@ -68,6 +70,20 @@ def start(controller: Any) -> None:
     with open(tmp, "w") as f:
         json.dump({"pid": os.getpid(), "host": controller.host, "port": controller.port, "admin": path}, f)
     os.replace(tmp, state_file(controller.port))
+
+
+def _run_app(req: dict[str, Any]) -> list[str]:
+    """The ``run`` op (``muster serve run module:app --non-blocking`` onto a running instance, as Ray's adds an
+    app to the cluster's Serve): import the app from the caller's folder and run it beside the others."""
+    import sys
+
+    from muster.serve import api, schema
+
+    if req.get("app_dir") and req["app_dir"] not in sys.path:
+        sys.path.insert(0, req["app_dir"])
+    app = schema.import_app(req["import_path"], req.get("args") or {})
+    api._run(app, name=req["name"], route_prefix=req.get("route_prefix"), env_vars=req.get("env_vars") or {})
+    return [req["name"]]
 
 
 def stop(controller: Any) -> None:

@@ -71,10 +71,12 @@ class ServeController:
 
     # -- apps -------------------------------------------------------------------
     def deploy(self, name: str, route_prefix: str | None, ingress: str, plans: list[DeploymentPlan],
-               config: dict[str, Any] | None = None, policy: Any = None) -> None:
+               config: dict[str, Any] | None = None, policy: Any = None, new_code: bool = False) -> None:
         """Start (or replace) app ``name``; returns once every replica is up. ``config``: the config file's
         entry for it (``muster serve deploy``), kept for ``muster serve config``; None from ``serve.run``.
         ``policy``: its app-level ``AutoscalingPolicy`` (the entry's ``autoscaling_policy``).
+        ``new_code``: its modules were imported again (``serve run --reload``), so replicas are replaced even
+        where the import paths and options are unchanged.
 
         Raises:
             ResourcesUnavailableError: its replicas can never fit next to the other apps.
@@ -91,7 +93,9 @@ class ServeController:
             old = self.apps.get(name)
         if policy is not None:
             autoscaler.warn_overridden(name, plans)
-        if old is not None and self._reconfigure_in_place(old, route_prefix, ingress, plans):
+        if new_code:
+            plans = [dataclasses.replace(p, fresh_import=True) for p in plans]
+        elif old is not None and self._reconfigure_in_place(old, route_prefix, ingress, plans):
             old.config = config
             old.set_policy(policy)
             self._serve_websockets(name, route_prefix, ingress, plans)
@@ -245,7 +249,8 @@ class ServeController:
             if pending:
                 d.pending -= 1
         label = f"serve {d.app}/{d.plan.name} #{n}"  # the prefix of its log lines, and their key in the store
-        spec = ReplicaSpec(d.app, d.plan.name, rid, rep.socket, plan.portable(d.plan.target), d.plan.args, d.plan.kwargs,
+        target = plan.portable(d.plan.target, reload=d.plan.fresh_import)
+        spec = ReplicaSpec(d.app, d.plan.name, rid, rep.socket, target, d.plan.args, d.plan.kwargs,
                            d.plan.config, self.table, rep.rank, max(d.target, rep.rank + 1), d.actors)
         try:
             self._wait_for_room(d, rep)

@@ -24,21 +24,29 @@ class DeploymentPlan:
     args: tuple
     kwargs: dict
     config: DeploymentConfig
+    #: its module was imported again on the driver (``serve run --reload``): replicas import it again too
+    fresh_import: bool = False
 
 
 @dataclass(frozen=True)
 class TargetRef:
-    """A deployment's class or function by import path (``module.attr`` holds the Deployment)."""
+    """A deployment's class or function by import path (``module.attr`` holds the Deployment);
+    ``reload``: import the module's file again in the replica (its process may hold an older one)."""
 
     module: str
     attr: str
+    reload: bool = dataclasses.field(default=False, compare=False)
 
     def load(self) -> Any:
-        return getattr(importlib.import_module(self.module), self.attr).func_or_class
+        module = importlib.import_module(self.module)
+        if self.reload:
+            module = importlib.reload(module)
+        return getattr(module, self.attr).func_or_class
 
 
-def portable(target: Any) -> Any:
-    """What to ship to replicas for ``target``: an import path when it has one, else the object itself.
+def portable(target: Any, reload: bool = False) -> Any:
+    """What to ship to replicas for ``target``: an import path when it has one (``reload``: imported again
+    there), else the object itself.
 
     ``@serve.deployment`` rebinds the module's name to a Deployment, so pickle
     cannot find the class by reference; the replica imports it instead.
@@ -50,7 +58,7 @@ def portable(target: Any) -> Any:
     if mod is not None and module is not None and module != "__main__" and name:
         d = getattr(mod, name, None)
         if isinstance(d, Deployment) and d.func_or_class is target:
-            return TargetRef(module, name)
+            return TargetRef(module, name, reload)
     _register_reducers()
     return target
 
