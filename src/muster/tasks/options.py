@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import warnings
 from typing import Any
 
@@ -124,31 +126,53 @@ def check_call(fn: Any, args: tuple, kwargs: dict, what: str, skip_first: bool =
     Raises:
         InvalidTypeError: (a ``TypeError``) naming the call and what ``inspect`` found wrong.
     """
-    import inspect
-
     try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
+        sig = _signature(fn, skip_first)
+    except TypeError:  # an unhashable callable: read each time
+        sig = _signature.__wrapped__(fn, skip_first)
+    _bind(sig, args, kwargs, what)
+
+
+def check_method_call(cls: Any, name: str, args: tuple, kwargs: dict) -> None:
+    """:func:`check_call` for ``actor.<name>.remote(...)`` (``__init__`` for the class's own ``.remote()``):
+    plain, static and class methods are checked; a class without ``__init__`` takes no arguments."""
+    what = f"{cls.__name__}.remote()" if name == "__init__" else f"{cls.__name__}.{name}.remote()"
+    try:
+        sig = _method_signature(cls, name)
+    except TypeError:  # an unhashable class: read each time
+        sig = _method_signature.__wrapped__(cls, name)
+    _bind(sig, args, kwargs, what)
+
+
+def _bind(sig: inspect.Signature | None, args: tuple, kwargs: dict, what: str) -> None:
+    if sig is None:
         return
-    if skip_first:
-        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
     try:
         sig.bind(*args, **kwargs)
     except TypeError as exc:
         raise InvalidTypeError(f"{what}: {exc}; it takes {sig}.") from None
 
 
-def check_method_call(cls: Any, name: str, args: tuple, kwargs: dict) -> None:
-    """:func:`check_call` for ``actor.<name>.remote(...)`` (``__init__`` for the class's own ``.remote()``):
-    plain, static and class methods are checked; a class without ``__init__`` takes no arguments."""
-    import inspect
+# Signatures are read once per function (``inspect.signature`` costs tens of microseconds, a tenth of a
+# task's round trip); bounded, as a driver may define functions in a loop.
+@functools.lru_cache(maxsize=4096)
+def _signature(fn: Any, skip_first: bool) -> inspect.Signature | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    if skip_first:
+        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
+    return sig
 
-    what = f"{cls.__name__}.remote()" if name == "__init__" else f"{cls.__name__}.{name}.remote()"
+
+@functools.lru_cache(maxsize=4096)
+def _method_signature(cls: Any, name: str) -> inspect.Signature | None:
     method = inspect.getattr_static(cls, name, None)
     if name == "__init__" and method is object.__init__:
-        if inspect.getattr_static(cls, "__new__", None) is object.__new__:  # a custom __new__ takes what it takes
-            check_call(lambda: None, args, kwargs, what)
-    elif isinstance(method, staticmethod):
-        check_call(method.__func__, args, kwargs, what)
-    elif isinstance(method, classmethod) or inspect.isfunction(method):
-        check_call(getattr(method, "__func__", method), args, kwargs, what, skip_first=True)
+        return inspect.Signature()
+    if isinstance(method, staticmethod):
+        return _signature(method.__func__, False)
+    if isinstance(method, classmethod) or inspect.isfunction(method):
+        return _signature(getattr(method, "__func__", method), True)
+    return None
