@@ -234,3 +234,18 @@ def test_a_late_stats_reply_loses_no_latency_and_counts_nothing_twice(served):
         assert max(m["served"] for m in after) == 30, after
     finally:
         serve.delete("late")
+
+
+def test_a_burst_before_the_first_stats_round_shows_as_a_rate():
+    """A loaded machine can poll a new deployment for the first time only after a burst is over: the
+    first round's rate then spans the replica's time up (it read 0 requests/s, as if nothing was served)."""
+    from muster.serve._internal.metrics import DeploymentMetrics
+
+    m = DeploymentMetrics()
+    snap = {"served": 8, "errors": 2, "ongoing": 0, "latency_ms": [1.0] * 10, "acks": {}, "up_s": 2.0}
+    m.update({"r1": snap}, now=100.0)
+    assert m.served == 8 and m.errors == 2
+    assert m.requests_per_s == 5.0 and m.by_replica["r1"]["requests_per_s"] == 5.0
+    # a replica started after the last round counts from its start; later rounds from the round before
+    m.update({"r1": dict(snap, served=18, up_s=3.0), "r2": dict(snap, up_s=0.5)}, now=101.0)
+    assert m.by_replica["r1"]["requests_per_s"] == 10.0 and m.by_replica["r2"]["requests_per_s"] == 20.0

@@ -77,7 +77,10 @@ class DeploymentMetrics:
         rate = 0.0
         view: dict[str, dict[str, Any]] = {}
         for rid, s in snapshots.items():
-            served, errors, since = self._seen.get(rid, (0, 0, self.last))
+            # a replica's first snapshot counts from when it started (or the last round, if later): a burst
+            # served before the controller's first round still shows as a rate
+            starts = [t for t in (self.last, now - s["up_s"] if "up_s" in s else None) if t is not None]
+            served, errors, since = self._seen.get(rid, (0, 0, max(starts) if starts else None))
             new_served, new_errors = max(0, s["served"] - served), max(0, s["errors"] - errors)
             self._seen[rid] = (s["served"], s["errors"], now)
             self.served += new_served

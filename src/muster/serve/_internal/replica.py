@@ -211,6 +211,7 @@ class ReplicaActor:
         self.ongoing = 0
         self.served = 0
         self.errors = 0
+        self.started = time.monotonic()  # its stats say how long it has been up: the first round's rate spans that
         self.latency_ms = metrics.Unacked(maxlen=20000)  # finished requests', until the controller has them
         self._methods: dict[str, tuple[Any, bool]] = {}
         self._wants_request: dict[str, bool] = {}  # does __call__ take the Request (see _http_args)
@@ -304,7 +305,8 @@ class ReplicaActor:
         acks = acks or {}
         lat, lat_ack = self.latency_ms.read(acks.get("latency_ms", 0))
         snap: dict[str, Any] = {"ongoing": self.ongoing, "served": self.served, "errors": self.errors,
-                                "latency_ms": lat, "acks": {"latency_ms": lat_ack}}
+                                "latency_ms": lat, "acks": {"latency_ms": lat_ack},
+                                "up_s": time.monotonic() - self.started}
         hook = getattr(self.obj, metrics.LLM_METRICS_HOOK, None)
         if callable(hook):
             try:
