@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import tempfile
@@ -342,6 +343,16 @@ def test_results_carry_rays_automatic_fields(storage):
     assert row["logdir"] == grid[0].path and bool(row["done"]) is True
     assert bool(grid.get_dataframe(filter_metric="v", filter_mode="min").iloc[0]["done"]) is False  # not its last
     assert grid[0].metrics["done"] is True and grid[0].metrics["config"] == grid[0].config  # Ray's last result
+
+
+def test_trial_folders_hold_rays_params_files(storage):
+    # Ray's tune-output guide: each trial folder has params.json and params.pkl (its config)
+    grid = tune.Tuner(_three, param_space={"lr": tune.grid_search([0.1]), "net": {"layers": 2}, "tags": {"a"}},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    with open(os.path.join(grid[0].path, "params.json")) as f:
+        assert json.load(f) == {"lr": 0.1, "net": {"layers": 2}, "tags": ["a"]}  # a set as a list
+    with open(os.path.join(grid[0].path, "params.pkl"), "rb") as f:
+        assert pickle.load(f) == grid[0].config
 
 
 class SavesIntoItsFolder(tune.Trainable):

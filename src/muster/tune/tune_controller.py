@@ -15,6 +15,7 @@ result lets it save, report and end by itself.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -29,6 +30,7 @@ import cloudpickle
 
 from muster.core import resources as res
 from muster.core.interrupts import SafeInterrupts
+from muster.core.serialization import json_default
 from muster.core.api import get_runtime
 from muster.exceptions import InvalidTypeError, ResourcesUnavailableError, root_cause_summary
 from muster.observe.tune_progress import TuneProgress, flatten_config
@@ -330,6 +332,7 @@ class TuneController:
         storage = self._trial_storage(trial)
         storage.makedirs(storage.run_dir)
         os.makedirs(trial.local_path, exist_ok=True)
+        _write_params(storage, trial.config)
         self.progress.event(f"{trial.trial_name} started with {_short(trial.config)}")
         self.callbacks.trial_event("on_trial_start", self.trials, trial)
         run.start()
@@ -482,3 +485,13 @@ def _short(config: dict[str, Any]) -> str:
     text = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in flatten_config(config).items())
     return "{" + (text if len(text) < 120 else text[:117] + "...") + "}"
 
+
+PARAMS_JSON, PARAMS_PKL = "params.json", "params.pkl"
+
+
+def _write_params(storage: Storage, config: dict[str, Any]) -> None:
+    """A trial's config in its folder as Ray's loggers leave it at each start (a PBT restart's
+    new config too): ``params.json`` (values JSON cannot hold as their text) and ``params.pkl``."""
+    storage.write_text(storage.join(storage.run_dir, PARAMS_JSON),
+                       json.dumps(config, indent=2, default=json_default))
+    storage.write_bytes(storage.join(storage.run_dir, PARAMS_PKL), cloudpickle.dumps(config))
