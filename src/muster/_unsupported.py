@@ -208,6 +208,24 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "HyperBandForBOHB": "muster.tune.schedulers.HyperBandScheduler",
         "ResourceChangingScheduler": "fixed resources per trial: tune.with_resources(trainable, {...})",
         "PopulationBasedTrainingReplay": "run the trial again with the configs PBT logged, one Tuner per stage",
+        "hb_bohb": "muster.tune.schedulers.HyperBandScheduler, with muster.tune.search.optuna.OptunaSearch "
+        "for model-based search (BOHB's TuneBOHB needs hpbandster, not ported)",
+        "resource_changing_scheduler": "fixed resources per trial: tune.with_resources(trainable, {...})",
+    },
+    "muster.tune.integration": {
+        name: f"a function trainable that trains with {name} itself and calls muster.tune.report(...) from the "
+        f"library's callback (muster has no {name} trainer)" for name in ("xgboost", "lightgbm", "keras")
+    },
+    "muster.air.integrations": {
+        "wandb": "muster.air.integrations.mlflow.MLflowLoggerCallback, or wandb.init()/wandb.log() in rank 0 "
+        "of the training function",
+        "comet": "muster.air.integrations.mlflow.MLflowLoggerCallback, or comet_ml's Experiment in rank 0 of the "
+        "training function",
+        "keras": "none: muster trains PyTorch (muster.train.torch.TorchTrainer)",
+    },
+    "muster.train": {
+        name: f"muster.train.torch.TorchTrainer (PyTorch with torch.distributed); muster has no {name} trainer"
+        for name in ("xgboost", "lightgbm", "tensorflow", "horovod")
     },
 }
 

@@ -89,6 +89,13 @@ def test_rays_tune_import_paths_resolve_or_name_the_equivalent():
         importlib.import_module("muster.tune.search.hyperopt")
     with pytest.raises(UnsupportedRayImportError, match=r"schedulers.HyperBandForBOHB .*HyperBandScheduler"):
         from muster.tune.schedulers import HyperBandForBOHB  # noqa: F401
+    # the module paths Ray's examples import (bohb_example, tune-xgboost, tune-wandb, train's xgboost example)
+    for module, fix in [("muster.tune.schedulers.hb_bohb", "HyperBandScheduler"),
+                        ("muster.tune.integration.xgboost", "muster.tune.report"),
+                        ("muster.air.integrations.wandb", "MLflowLoggerCallback"),
+                        ("muster.train.lightgbm", "TorchTrainer")]:
+        with pytest.raises(UnsupportedRayImportError, match=rf"{module} .*{fix}"):
+            importlib.import_module(module)
     from muster.tune.analysis import ExperimentAnalysis  # the path Ray's docs use
 
     assert tune.ExperimentAnalysis is ExperimentAnalysis
