@@ -113,7 +113,9 @@ class TuneController:
 
     # -- what schedulers may ask ----------------------------------------------------------
     def live_trials(self) -> list[Trial]:
-        return [t for t in self.trials if t.status in (RUNNING, PAUSED, PENDING)]
+        """Trials not finished: a running one being stopped for good counts as finished (Ray marks it
+        TERMINATED at once), so PBT never clones the checkpoint of a trial that met its stop criteria."""
+        return [t for t in self.trials if t.status in (RUNNING, PAUSED, PENDING) and t.ending_as != TERMINATED]
 
     def latest_checkpoint(self, trial: Trial) -> Checkpoint | None:
         return latest_checkpoint(self._trial_storage(trial))
