@@ -191,9 +191,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "register_env": "no muster equivalent (RLlib environments)",
         "is_session_enabled": "muster.tune.get_context().get_trial_id() is not None (inside a trial)",
     },
+    "muster.tune.utils.mock_trainable": {
+        "register_mock_trainable": "pass MyTrainableClass to muster.tune.Tuner directly (no trainable registry)",
+    },
     "muster.tune.utils": {
-        "mock_trainable": "none for Ray's test trainable (MyTrainableClass): write a small muster.tune.Trainable "
-        "(setup/step/save_checkpoint/load_checkpoint) and run it with muster.tune.Tuner",
         "flatten_dict": "pandas.json_normalize(d, sep='/').iloc[0].to_dict()",
         "wait_for_gpu": "none: a trial's GPUs are its own when it starts (tune.with_resources(trainable, {'gpu': n}))",
     },
