@@ -27,7 +27,7 @@ _STATE_FILE = "checkpoint"
 class MyTrainableClass(Trainable):
     """A trainable whose learning curve is ``tanh(step / width) * height``."""
 
-    def setup(self, config: dict[str, Any]) -> None:
+    def setup(self, config: dict[str, Any], **kwargs: Any) -> None:
         self.timestep, self.restored = 0, False
         self._sleep = float(config.get("sleep", 0))
         self._fail, self._fail_always = bool(config.get(MOCK_ERROR_KEY)), bool(config.get("persistent_error"))
@@ -45,8 +45,8 @@ class MyTrainableClass(Trainable):
         with open(os.path.join(checkpoint_dir, _STATE_FILE), "w") as f:
             json.dump({"timestep": self.timestep}, f)
 
-    def load_checkpoint(self, checkpoint_dir: str) -> None:
-        with open(os.path.join(checkpoint_dir, _STATE_FILE)) as f:
+    def load_checkpoint(self, checkpoint: dict[str, Any] | str) -> None:
+        with open(os.path.join(str(checkpoint), _STATE_FILE)) as f:
             self.timestep = json.load(f)["timestep"]
         self.restored = True
 
