@@ -187,9 +187,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "register_env": "no muster equivalent (RLlib environments)",
         "is_session_enabled": "muster.tune.get_context().get_trial_id() is not None (inside a trial)",
     },
+    "muster.tune.utils.mock_trainable": {
+        "register_mock_trainable": "pass MyTrainableClass to muster.tune.Tuner directly (no trainable registry)",
+    },
     "muster.tune.utils": {
-        "mock_trainable": "none for Ray's test trainable (MyTrainableClass): write a small muster.tune.Trainable "
-        "(setup/step/save_checkpoint/load_checkpoint) and run it with muster.tune.Tuner",
         "flatten_dict": "pandas.json_normalize(d, sep='/').iloc[0].to_dict()",
         "wait_for_gpu": "none: a trial's GPUs are its own when it starts (tune.with_resources(trainable, {'gpu': n}))",
     },
@@ -203,6 +204,24 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "muster.tune.schedulers": {
         "HyperBandForBOHB": "muster.tune.schedulers.HyperBandScheduler",
         "ResourceChangingScheduler": "fixed resources per trial: tune.with_resources(trainable, {...})",
+        "hb_bohb": "muster.tune.schedulers.HyperBandScheduler, with muster.tune.search.optuna.OptunaSearch "
+        "for model-based search (BOHB's TuneBOHB needs hpbandster, not ported)",
+        "resource_changing_scheduler": "fixed resources per trial: tune.with_resources(trainable, {...})",
+    },
+    "muster.tune.integration": {
+        name: f"a function trainable that trains with {name} itself and calls muster.tune.report(...) from the "
+        f"library's callback (muster has no {name} trainer)" for name in ("xgboost", "lightgbm", "keras")
+    },
+    "muster.air.integrations": {
+        "wandb": "muster.air.integrations.mlflow.MLflowLoggerCallback, or wandb.init()/wandb.log() in rank 0 "
+        "of the training function",
+        "comet": "muster.air.integrations.mlflow.MLflowLoggerCallback, or comet_ml's Experiment in rank 0 of the "
+        "training function",
+        "keras": "none: muster trains PyTorch (muster.train.torch.TorchTrainer)",
+    },
+    "muster.train": {
+        name: f"muster.train.torch.TorchTrainer (PyTorch with torch.distributed); muster has no {name} trainer"
+        for name in ("xgboost", "lightgbm", "tensorflow", "horovod")
     },
 }
 

@@ -11,6 +11,7 @@ from muster import tune
 from muster.exceptions import InvalidTypeError
 from muster.tune.schedulers import (
     ASHAScheduler,
+    HyperBandScheduler,
     PB2,
     MedianStoppingRule,
     PopulationBasedTraining,
@@ -63,6 +64,33 @@ def test_asha_stops_the_worse_half_at_each_rung_in_lockstep():
     # asynchronous: the first trial at a rung has nobody to be compared with, so it goes on
     assert stopped_at["t0"] > 1
     assert sum(stopped_at.values()) < 0.6 * 8 * 8  # far fewer iterations than running all 8 trials to max_t
+
+
+def test_hyperband_makes_rays_brackets_in_rays_order():
+    # Ray 2.60: s = 0, 1, ..., round(log(max_t)/log(eta)); bracket s holds ceil((s_max+1)/(s+1)*eta**s)
+    # trials first judged at int(max_t/eta**s): here (3, 9), (5, 3), (9, 1)
+    hb = HyperBandScheduler(metric="m", mode="max", max_t=9, reduction_factor=3)
+    trials = [_trial(i) for i in range(17)]
+    controller = _Controller(trials)
+    for t in trials:
+        hb.on_trial_add(controller, t)
+
+    def decide(i, t):
+        return hb.on_trial_result(controller, trials[i], {"training_iteration": t, "m": 1.0})
+
+    assert [decide(i, 3) for i in range(3)] == [TrialScheduler.CONTINUE] * 3  # the first bracket runs to 9
+    assert decide(0, 9) == TrialScheduler.STOP
+    assert decide(3, 2) == TrialScheduler.CONTINUE and decide(3, 3) == TrialScheduler.PAUSE  # 5 judged at 3
+    assert decide(8, 1) == TrialScheduler.PAUSE  # the third bracket's 9 are judged at 1
+    # max_t=200: milestones are whole units (66, not 66.7) and s=5 (milestone 0) is skipped, as Ray skips
+    # it: after brackets of 6, 9, 18, 41 and 98 trials the next one is s=0 again, run to max_t
+    hb = HyperBandScheduler(metric="m", mode="max", max_t=200, reduction_factor=3)
+    trials = [_trial(i) for i in range(173)]
+    controller = _Controller(trials)
+    for t in trials:
+        hb.on_trial_add(controller, t)
+    assert decide(6, 65) == TrialScheduler.CONTINUE and decide(6, 66) == TrialScheduler.PAUSE
+    assert decide(172, 199) == TrialScheduler.CONTINUE
 
 
 def test_asha_max_mode_and_missing_metric():

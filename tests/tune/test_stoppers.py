@@ -89,6 +89,13 @@ def test_rays_tune_import_paths_resolve_or_name_the_equivalent():
         importlib.import_module("muster.tune.search.hyperopt")
     with pytest.raises(UnsupportedRayImportError, match=r"schedulers.HyperBandForBOHB .*HyperBandScheduler"):
         from muster.tune.schedulers import HyperBandForBOHB  # noqa: F401
+    # the module paths Ray's examples import (bohb_example, tune-xgboost, tune-wandb, train's xgboost example)
+    for module, fix in [("muster.tune.schedulers.hb_bohb", "HyperBandScheduler"),
+                        ("muster.tune.integration.xgboost", "muster.tune.report"),
+                        ("muster.air.integrations.wandb", "MLflowLoggerCallback"),
+                        ("muster.train.lightgbm", "TorchTrainer")]:
+        with pytest.raises(UnsupportedRayImportError, match=rf"{module} .*{fix}"):
+            importlib.import_module(module)
     from muster.tune.analysis import ExperimentAnalysis  # the path Ray's docs use
 
     assert tune.ExperimentAnalysis is ExperimentAnalysis
@@ -97,5 +104,23 @@ def test_rays_tune_import_paths_resolve_or_name_the_equivalent():
     from muster.tune.execution.placement_groups import PlacementGroupFactory
 
     assert PlacementGroupFactory is tune.PlacementGroupFactory
-    with pytest.raises(UnsupportedRayImportError, match=r"muster.tune.utils.mock_trainable .*tune.Trainable"):
-        importlib.import_module("muster.tune.utils.mock_trainable")
+    with pytest.raises(UnsupportedRayImportError, match=r"register_mock_trainable .*Tuner"):
+        from muster.tune.utils.mock_trainable import register_mock_trainable  # noqa: F401
+
+
+def test_rays_mock_trainable_runs_as_in_rays_hyperband_example(tmp_path):
+    import math
+
+    from muster.tune.utils.mock_trainable import MOCK_ERROR_KEY, MyTrainableClass
+
+    grid = tune.Tuner(
+        MyTrainableClass, param_space={"width": 2, "height": tune.grid_search([3, 5]), MOCK_ERROR_KEY: True},
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0, stop={"training_iteration": 3},
+                                  failure_config=tune.FailureConfig(max_failures=1),
+                                  checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1)),
+    ).fit()
+    # mock_error: each fails once after its first step, then goes on from its restored checkpoint
+    assert grid.num_errors == 0
+    for r in grid:
+        assert r.metrics["training_iteration"] == 3
+        assert r.metrics["episode_reward_mean"] == pytest.approx(math.tanh(3 / 2) * r.config["height"])

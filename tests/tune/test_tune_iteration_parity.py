@@ -14,6 +14,7 @@ from typing import Any
 from muster import tune
 from muster.train import Checkpoint
 from muster.tune.schedulers import FIFOScheduler, PopulationBasedTraining
+from muster.tune.trial import Trial
 
 
 class _Seen(FIFOScheduler):
@@ -240,3 +241,20 @@ def test_an_experiment_with_folders_named_the_old_way_still_restores(storage, tm
     assert r.error is None and r.path == old and r.metrics["step"] == 4
     assert list(r.metrics_dataframe["step"]) == [1, 2, 3, 4]
     assert [n for n in os.listdir(exp) if n.startswith("fails_once")] == [t["trial_name"]]  # no new folder
+
+
+
+def test_a_trial_being_stopped_for_good_is_not_live_for_schedulers():
+    # Ray's pbt_example (stop at iteration 10): a trial whose result met the stop criteria is TERMINATED
+    # at once in Ray, so PBT's quantiles leave it out; here its process still ends, and PBT cloned its
+    # iteration-10 checkpoint into a trial at its 5th, which then reported an 11th
+    from types import SimpleNamespace
+
+    from muster.tune.trial import PAUSED, RUNNING, TERMINATED
+    from muster.tune.tune_controller import TuneController
+
+    trials = [Trial(f"t{i}", f"t{i}", {}, f"/tmp/t{i}", {"CPU": 1.0}) for i in range(3)]
+    for trial in trials:
+        trial.status = RUNNING
+    trials[0].ending_as, trials[1].ending_as = TERMINATED, PAUSED  # stopping for good; pausing (PBT, HyperBand)
+    assert TuneController.live_trials(SimpleNamespace(trials=trials)) == trials[1:]

@@ -87,7 +87,8 @@ class ResultGrid:
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> Any:
         """A pandas DataFrame, one row per trial: its last result (or its best by
-        ``filter_metric``/``filter_mode``), its ``config/...`` columns, ``trial_id`` and ``path``."""
+        ``filter_metric``/``filter_mode``), its ``config/...`` columns, ``trial_id``, ``done`` and, as
+        Ray's, ``logdir`` (the trial's folder; ``path`` too, muster's name for it)."""
         import pandas as pd
 
         if (filter_metric is None) != (filter_mode is None):
@@ -95,15 +96,17 @@ class ResultGrid:
         rows = []
         for r, trial_id in zip(self._results, self._ids):
             reports = _lead_reports(r)
-            row: dict[str, Any] = dict(reports[-1]) if reports else {}
+            picked = reports[-1] if reports else {}
             if filter_metric and reports:
                 values = [x for x in reports if isinstance(x.get(filter_metric), (int, float))]
                 if values:
                     pick = min if filter_mode == "min" else max
-                    row = dict(pick(values, key=lambda x: x[filter_metric]))
-            row = flatten_config(_public(row))  # a/b columns, as Ray's
+                    picked = pick(values, key=lambda x: x[filter_metric])
+            row = flatten_config(_public(dict(picked)))  # a/b columns, as Ray's
+            if reports:  # Ray's rows are its results: `done` is True on a finished trial's last one only
+                row["done"] = picked is reports[-1] and bool((r.metrics or {}).get("done"))
             row.update({f"config/{k}": v for k, v in flatten_config(r.config or {}).items()})
-            row["trial_id"], row["path"] = trial_id, r.path
+            row["trial_id"], row["logdir"], row["path"] = trial_id, r.path, r.path
             if r.error is not None:
                 row["error"] = str(r.error)
             rows.append(row)

@@ -15,6 +15,7 @@ result lets it save, report and end by itself.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -29,6 +30,7 @@ import cloudpickle
 
 from muster.core import resources as res
 from muster.core.interrupts import SafeInterrupts
+from muster.core.serialization import json_default
 from muster.core.api import get_runtime
 from muster.exceptions import InvalidTypeError, ResourcesUnavailableError, root_cause_summary
 from muster.observe.tune_progress import TuneProgress, flatten_config
@@ -114,7 +116,9 @@ class TuneController:
 
     # -- what schedulers may ask ----------------------------------------------------------
     def live_trials(self) -> list[Trial]:
-        return [t for t in self.trials if t.status in (RUNNING, PAUSED, PENDING)]
+        """Trials not finished: a running one being stopped for good counts as finished (Ray marks it
+        TERMINATED at once), so PBT never clones the checkpoint of a trial that met its stop criteria."""
+        return [t for t in self.trials if t.status in (RUNNING, PAUSED, PENDING) and t.ending_as != TERMINATED]
 
     def latest_checkpoint(self, trial: Trial) -> Checkpoint | None:
         return latest_checkpoint(self._trial_storage(trial))
@@ -342,6 +346,7 @@ class TuneController:
         storage = self._trial_storage(trial)
         storage.makedirs(storage.run_dir)
         os.makedirs(trial.local_path, exist_ok=True)
+        _write_params(storage, trial.config)
         self.progress.event(f"{trial.trial_name} started with {_short(trial.config)}")
         self.callbacks.trial_event("on_trial_start", self.trials, trial)
         run.start()
@@ -502,3 +507,14 @@ def _start_config(trial: Trial) -> dict[str, Any]:
     config = trial.restart_plan[0]
     assert not isinstance(config, PendingConfig), "a trial starts only once its PendingConfig is settled"
     return config
+
+
+PARAMS_JSON, PARAMS_PKL = "params.json", "params.pkl"
+
+
+def _write_params(storage: Storage, config: dict[str, Any]) -> None:
+    """A trial's config in its folder as Ray's loggers leave it at each start (a PBT restart's
+    new config too): ``params.json`` (values JSON cannot hold as their text) and ``params.pkl``."""
+    storage.write_text(storage.join(storage.run_dir, PARAMS_JSON),
+                       json.dumps(config, indent=2, default=json_default))
+    storage.write_bytes(storage.join(storage.run_dir, PARAMS_PKL), cloudpickle.dumps(config))

@@ -1,13 +1,18 @@
 """HyperBand (Li et al., 2017), synchronous, as Ray's ``HyperBandScheduler``.
 
-Trials are grouped in brackets; bracket ``s`` takes up to
-``ceil((s_max + 1) / (s + 1) * eta**s)`` trials and first judges them at
-``max_t / eta**s`` (in ``time_attr`` units).  A trial that reaches its
-bracket's milestone pauses until every trial of the bracket has; then the
-top ``ceil(n/eta)`` of the bracket's ``n`` go on to the next milestone (``eta``
-times further) and the rest stop, ``n`` shrinking so at each milestone, as in
-Ray.  Paused trials resume from their latest checkpoint: report
-checkpoints, or they start over.
+Trials are grouped in brackets, made in Ray's order: ``s = 0, 1, ..., s_max``
+(``s_max = round(log(max_t) / log(eta))``), then again from 0.  Bracket ``s``
+takes up to ``ceil((s_max + 1) / (s + 1) * eta**s)`` trials and first judges
+them at ``int(max_t / eta**s)`` (in ``time_attr`` units; a bracket whose
+milestone would be 0 is skipped, as Ray skips it), so the first trials run
+to ``max_t`` and later brackets stop more of theirs early.  A trial that
+reaches its bracket's milestone pauses until every trial of the bracket has;
+then the top ``ceil(n/eta)`` of the bracket's ``n`` go on to the next
+milestone (``eta`` times further, whole units) and the rest stop, ``n``
+shrinking so at each milestone; after ``s`` such rounds the bracket's trials
+stop at the next milestone (or run on, without ``stop_last_trials``), as in
+Ray.  Paused trials resume from their latest checkpoint: report checkpoints,
+or they start over.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ if TYPE_CHECKING:
 
 
 class _HyperBandBracket:
-    def __init__(self, capacity: int, milestone: float):
-        self.capacity, self.milestone = capacity, milestone
+    def __init__(self, capacity: int, milestone: float, halves: int):
+        self.capacity, self.milestone, self.halves = capacity, milestone, halves  # halvings left
         self.n = capacity  # how many the bracket keeps going at this milestone (Ray's nominal size)
         self.ended = 0  # trials that left the bracket (finished, failed, stopped)
         self.live: set[str] = set()  # trial ids not stopped or finished
@@ -51,16 +56,21 @@ class HyperBandScheduler(TrialScheduler):
         if not reduction_factor > 1:
             raise InvalidArgumentError(f"HyperBandScheduler(reduction_factor={reduction_factor!r}): use a number > 1.")
         self.time_attr, self.max_t, self.eta, self.stop_last_trials = time_attr, max_t, reduction_factor, stop_last_trials
-        self.s_max = int(math.log(max_t) / math.log(reduction_factor) + 1e-9)
+        self.s_max = int(round(math.log(max_t) / math.log(reduction_factor)))  # Ray's s_max_1 - 1
         self._brackets: list[_HyperBandBracket] = []
+        self._made = 0  # brackets made or skipped: the next one's s is this modulo s_max + 1
         self._of: dict[str, _HyperBandBracket] = {}
         self._promoted: set[str] = set()  # paused trials allowed to go on
         self.num_stopped = 0
 
     def _new_bracket(self) -> _HyperBandBracket:
-        s = self.s_max - len(self._brackets) % (self.s_max + 1)
-        capacity = math.ceil((self.s_max + 1) / (s + 1) * self.eta ** s)
-        return _HyperBandBracket(capacity, self.max_t / self.eta ** s)
+        while True:
+            s = self._made % (self.s_max + 1)
+            self._made += 1
+            milestone = int(self.max_t * self.eta ** -s)
+            if milestone > 0:  # Ray skips a bracket whose first milestone would be 0
+                capacity = math.ceil((self.s_max + 1) / (s + 1) * self.eta ** s)
+                return _HyperBandBracket(capacity, milestone, s)
 
     def on_trial_add(self, controller: Any, trial: Trial) -> None:
         if not self._brackets or self._brackets[-1].full():
@@ -92,15 +102,21 @@ class HyperBandScheduler(TrialScheduler):
         if not bracket.live or not complete or not bracket.live <= set(bracket.reached):
             return False
         ranked = sorted(bracket.live, key=lambda i: bracket.reached[i], reverse=True)
-        bracket.n = math.ceil(bracket.n / self.eta)
-        keep = max(1, min(bracket.n, len(ranked)))
+        last = bracket.halves == 0
+        if last:  # its last milestone: all stop there (not early), or run on without stop_last_trials
+            keep = 0 if self.stop_last_trials else len(ranked)
+            bracket.milestone = math.inf
+        else:
+            bracket.halves -= 1
+            bracket.n = math.ceil(bracket.n / self.eta)
+            keep = max(1, min(bracket.n, len(ranked)))
+            bracket.milestone = int(min(bracket.milestone * self.eta, self.max_t))
         for trial_id in ranked[keep:]:
             self._drop(bracket, trial_id)
-            self.num_stopped += 1
+            self.num_stopped += not last
             if trial_id != current:
                 self._terminate_paused(controller, trial_id)
         bracket.reached = {}
-        bracket.milestone = min(bracket.milestone * self.eta, self.max_t)
         self._promoted |= {i for i in ranked[:keep] if i != current}
         return True
 

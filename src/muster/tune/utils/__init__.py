@@ -1,7 +1,7 @@
 """Ray's ``ray.tune.utils``: :func:`validate_save_restore`, the check that a class trainable resumes.
 
-Ray's other helpers there (``mock_trainable``, ``flatten_dict``, ``wait_for_gpu``...) are not
-provided; importing one names what to use instead.
+``mock_trainable`` has Ray's toy ``MyTrainableClass``. Ray's other helpers there (``flatten_dict``,
+``wait_for_gpu``...) are not provided; importing one names what to use instead.
 """
 
 from __future__ import annotations
