@@ -61,6 +61,8 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "LoggingConfig": "muster.init(logging_level=...) and RunConfig(verbose=...)",
         "SyncConfig": "RunConfig(storage_path=...): checkpoints are written to storage directly",
         "BackendConfig": "TorchTrainer(torch_config=muster.train.torch.TorchConfig(...))",
+        **{name: f"muster.train.torch.TorchTrainer (PyTorch with torch.distributed); muster has no {name} trainer"
+           for name in ("xgboost", "lightgbm", "tensorflow", "horovod")},
     },
     "muster.train.huggingface": {
         "TransformersTrainer": "TorchTrainer, with muster.train.huggingface.transformers.prepare_trainer(trainer) "
@@ -218,10 +220,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "comet": "muster.air.integrations.mlflow.MLflowLoggerCallback, or comet_ml's Experiment in rank 0 of the "
         "training function",
         "keras": "none: muster trains PyTorch (muster.train.torch.TorchTrainer)",
-    },
-    "muster.train": {
-        name: f"muster.train.torch.TorchTrainer (PyTorch with torch.distributed); muster has no {name} trainer"
-        for name in ("xgboost", "lightgbm", "tensorflow", "horovod")
     },
 }
 

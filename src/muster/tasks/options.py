@@ -170,7 +170,8 @@ def _signature(fn: Any, skip_first: bool) -> inspect.Signature | None:
 def _method_signature(cls: Any, name: str) -> inspect.Signature | None:
     method = inspect.getattr_static(cls, name, None)
     if name == "__init__" and method is object.__init__:
-        return inspect.Signature()
+        # no __init__: no arguments, unless a custom __new__ takes them (it takes what it takes)
+        return inspect.Signature() if inspect.getattr_static(cls, "__new__", None) is object.__new__ else None
     if isinstance(method, staticmethod):
         return _signature(method.__func__, False)
     if isinstance(method, classmethod) or inspect.isfunction(method):
