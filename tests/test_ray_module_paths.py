@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 
+import numpy as np
 import pytest
+import yaml
 
 from muster.exceptions import UnsupportedRayImportError
 
@@ -30,6 +32,7 @@ RAY_PATHS = [
     ("ray.tune.error", "TuneError", "muster.tune"),
     ("ray.tune.impl.config", "RunConfig", "muster.tune"),
     ("ray.train.torch.torch_trainer", "TorchTrainer", "muster.train.torch"),
+    ("ray.train.base_trainer", "TrainingFailedError", "muster.train"),
     ("ray.air.result", "Result", "muster.air"),
     ("ray.data.read_api", "read_parquet", "muster.data"),
     ("ray.data.grouped_data", "GroupedData", "muster.data"),
@@ -63,8 +66,20 @@ def test_former_module_files_still_import_as_before():
     ("from muster.data.read_api import read_sql", "pandas.read_sql"),  # the target package's own entry
     ("from muster.train import LoggingConfig", "logging_level"),
     ("from muster.train.data_parallel_trainer import DataParallelTrainer", "TorchTrainer"),
+    ("from muster.train.base_trainer import BaseTrainer", "TorchTrainer"),
 ])
 def test_ray_paths_muster_lacks_name_what_to_use(statement, says):
     with pytest.raises(UnsupportedRayImportError, match="nearest equivalent") as info:
         exec(statement, {})
     assert says in str(info.value)
+
+
+def test_pretty_print_shows_a_result_as_yaml_without_config():
+    from muster.tune.logger.logger import pretty_print
+
+    result = {"loss": np.float32(0.5), "training_iteration": np.int64(3), "weights": np.arange(3),
+              "config": {"lr": 0.1}, "hist_stats": [1, 2], "unset": None, "skipped": 1, "what": object}
+    text = pretty_print(result, exclude={"skipped"})
+    assert yaml.safe_load(text) == {"loss": 0.5, "training_iteration": 3, "weights": [0, 1, 2],
+                                    "what": "<class 'object'>"}
+    assert "config" in result  # the caller's dict is left as it was

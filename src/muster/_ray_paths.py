@@ -36,6 +36,7 @@ ALIASES: dict[str, str] = {
     **_under("muster.tune", "tune", "context", "error", "trainable.util", "trainable.trainable_fn_utils", "impl",
              "impl.config"),
     **_under("muster.train.torch", "torch_trainer"),
+    **_under("muster.train", "base_trainer"),
     **_under("muster.air", "result"),
     **_under("muster.data", "read_api", "grouped_data"),
     **_under("muster.data.datasource", "file_based_datasource", "file_datasink", "filename_provider",

@@ -65,6 +65,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         **{name: f"muster.train.torch.TorchTrainer (PyTorch with torch.distributed); muster has no {name} trainer"
            for name in ("xgboost", "lightgbm", "tensorflow", "horovod")},
     },
+    "muster.train.base_trainer": {
+        "BaseTrainer": "muster.train.torch.TorchTrainer (muster has one trainer; subclassing BaseTrainer is not ported)",
+        "GenDataset": "a muster.data.Dataset in TorchTrainer(datasets={...})",
+    },
     "muster.train.huggingface": {
         "TransformersTrainer": "TorchTrainer, with muster.train.huggingface.transformers.prepare_trainer(trainer) "
         "on the transformers.Trainer inside train_loop_per_worker (as Ray's own guide now does)",
