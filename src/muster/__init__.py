@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from muster._ray_paths import install_ray_path_finder
 from muster._unsupported import install_finder
 from muster.core.api import init, is_initialized, shutdown
 from muster.exceptions import MusterError
@@ -32,6 +33,7 @@ from muster.tasks import (
 __version__ = "0.1.0"
 
 install_finder()  # `import muster.util.state` (not provided) names the equivalent, not "no module named"
+install_ray_path_finder()  # Ray's deeper paths (`muster.tune.stopper.maximum_iteration`) import their names
 
 DynamicObjectRefGenerator = ObjectRefGenerator  # Ray's older name (num_returns="dynamic")
 

@@ -61,8 +61,13 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "LoggingConfig": "muster.init(logging_level=...) and RunConfig(verbose=...)",
         "SyncConfig": "RunConfig(storage_path=...): checkpoints are written to storage directly",
         "BackendConfig": "TorchTrainer(torch_config=muster.train.torch.TorchConfig(...))",
+        "data_parallel_trainer": "muster.train.torch.TorchTrainer (muster has no DataParallelTrainer)",
         **{name: f"muster.train.torch.TorchTrainer (PyTorch with torch.distributed); muster has no {name} trainer"
            for name in ("xgboost", "lightgbm", "tensorflow", "horovod")},
+    },
+    "muster.train.base_trainer": {
+        "BaseTrainer": "muster.train.torch.TorchTrainer (muster has one trainer; subclassing BaseTrainer is not ported)",
+        "GenDataset": "a muster.data.Dataset in TorchTrainer(datasets={...})",
     },
     "muster.train.huggingface": {
         "TransformersTrainer": "TorchTrainer, with muster.train.huggingface.transformers.prepare_trainer(trainer) "
@@ -188,6 +193,16 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "register_trainable": "pass the function or Trainable class to muster.tune.Tuner directly",
         "register_env": "no muster equivalent (RLlib environments)",
         "is_session_enabled": "muster.tune.get_context().get_trial_id() is not None (inside a trial)",
+        "syncer": "muster.train.RunConfig(storage_path=...): storage is written directly (no SyncConfig)",
+        "registry": "pass the function or Trainable class to muster.tune.Tuner directly (no trainable registry)",
+    },
+    "muster.tune.logger": {
+        "aim": "muster.tune.logger.LoggerCallback subclassed to log to Aim, or MLflowLoggerCallback",
+        "wandb": "muster.air.integrations.mlflow.MLflowLoggerCallback, or wandb.init()/wandb.log() in the trainable",
+        "comet": "muster.air.integrations.mlflow.MLflowLoggerCallback, or comet_ml's Experiment in the trainable",
+    },
+    "muster.train.torch": {
+        "xla": "muster.train.torch.TorchTrainer on GPUs or CPUs (no TPU/XLA backend)",
     },
     "muster.tune.utils.mock_trainable": {
         "register_mock_trainable": "pass MyTrainableClass to muster.tune.Tuner directly (no trainable registry)",

@@ -3,11 +3,13 @@
 Subclass ``LoggerCallback`` and override ``log_trial_start``, ``log_trial_result``,
 ``log_trial_save``, ``log_trial_restore`` and ``log_trial_end``; pass an instance in ``RunConfig(callbacks=[...])``.
 ``CSVLoggerCallback``, ``JsonLoggerCallback`` and ``TBXLoggerCallback`` are
-``muster.observe.loggers``' (each trial writes into its own folder).
+``muster.observe.loggers``' (each trial writes into its own folder). ``pretty_print`` shows a result as YAML.
 """
 
 from __future__ import annotations
 
+import json
+import numbers
 from typing import Any
 
 from muster.observe.loggers import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
@@ -52,4 +54,38 @@ class LoggerCallback(Callback):
         self.log_trial_end(trial, failed=True)
 
 
-__all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "TBXLoggerCallback"]
+def pretty_print(result: dict[str, Any], exclude: set[str] | None = None) -> str:
+    """A result dict as indented YAML, to print (Ray's ``tune.logger.pretty_print``).
+
+    Args:
+        result: a reported result (``Result.metrics`` or a result dict); it is not changed.
+        exclude: keys to leave out, besides ``config`` and ``hist_stats`` (always left out) and keys whose value
+            is ``None``.
+
+    Returns:
+        The YAML text; numpy/torch values become numbers or lists, anything else YAML cannot hold its ``str()``.
+
+    Raises:
+        ImportError: PyYAML is not installed (it comes with ``pip install "muster[serve]"``).
+    """
+    try:
+        import yaml
+    except ImportError as exc:  # pragma: no cover - pyyaml ships with the serve extra
+        raise ImportError('pretty_print needs PyYAML: pip install pyyaml (or "muster[serve]")') from exc
+    left_out = {"config", "hist_stats", *(exclude or ())}
+    shown = {key: value for key, value in result.items() if value is not None and key not in left_out}
+    plain = json.loads(json.dumps(shown, default=_plain_value))
+    return str(yaml.safe_dump(plain, default_flow_style=False))
+
+
+def _plain_value(value: Any) -> Any:
+    if hasattr(value, "tolist"):  # numpy arrays and scalars, torch tensors
+        return value.tolist()
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return str(value)
+
+
+__all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "TBXLoggerCallback", "pretty_print"]

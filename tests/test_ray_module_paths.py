@@ -1,0 +1,85 @@
+"""Ray's deeper module paths (the ones its docs and examples import from) work after ``ray`` -> ``muster``."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+import yaml
+
+from muster.exceptions import UnsupportedRayImportError
+
+# (Ray's module, a name it exports, where muster keeps that object)
+RAY_PATHS = [
+    ("ray.tune.stopper.maximum_iteration", "MaximumIterationStopper", "muster.tune.stopper"),
+    ("ray.tune.stopper.stopper", "CombinedStopper", "muster.tune.stopper"),
+    ("ray.tune.stopper.trial_plateau", "TrialPlateauStopper", "muster.tune.stopper"),
+    ("ray.tune.stopper.timeout", "TimeoutStopper", "muster.tune.stopper"),
+    ("ray.tune.stopper.experiment_plateau", "ExperimentPlateauStopper", "muster.tune.stopper"),
+    ("ray.tune.logger.csv", "CSVLoggerCallback", "muster.tune.logger"),
+    ("ray.tune.logger.logger", "LoggerCallback", "muster.tune.logger"),
+    ("ray.tune.logger.tensorboardx", "TBXLoggerCallback", "muster.tune.logger"),
+    ("ray.tune.logger.mlflow", "MLflowLoggerCallback", "muster.air.integrations.mlflow"),
+    ("ray.tune.search.concurrency_limiter", "ConcurrencyLimiter", "muster.tune.search"),
+    ("ray.tune.search.optuna.optuna_search", "OptunaSearch", "muster.tune.search.optuna"),
+    ("ray.tune.schedulers.median_stopping_rule", "MedianStoppingRule", "muster.tune.schedulers"),
+    ("ray.tune.schedulers.async_hyperband", "ASHAScheduler", "muster.tune.schedulers"),
+    ("ray.tune.trainable.trainable", "Trainable", "muster.tune"),
+    ("ray.tune.trainable.util", "with_parameters", "muster.tune"),
+    ("ray.tune.tune", "run", "muster.tune"),
+    ("ray.tune.context", "get_context", "muster.tune"),
+    ("ray.tune.error", "TuneError", "muster.tune"),
+    ("ray.tune.impl.config", "RunConfig", "muster.tune"),
+    ("ray.train.torch.torch_trainer", "TorchTrainer", "muster.train.torch"),
+    ("ray.train.base_trainer", "TrainingFailedError", "muster.train"),
+    ("ray.air.result", "Result", "muster.air"),
+    ("ray.data.read_api", "read_parquet", "muster.data"),
+    ("ray.data.grouped_data", "GroupedData", "muster.data"),
+    ("ray.data.datasource.file_based_datasource", "FileBasedDatasource", "muster.data.datasource"),
+    ("ray.data.datasource.filename_provider", "FilenameProvider", "muster.data.datasource"),
+    ("ray.serve.handle", "DeploymentHandle", "muster.serve"),
+]
+
+
+@pytest.mark.parametrize(("ray_module", "name", "home"), RAY_PATHS, ids=[row[0] for row in RAY_PATHS])
+def test_ray_module_path_imports_the_same_object(ray_module, name, home):
+    module = importlib.import_module("muster" + ray_module.removeprefix("ray"))
+    assert getattr(module, name) is getattr(importlib.import_module(home), name)
+    assert name in dir(module)
+
+
+def test_former_module_files_still_import_as_before():
+    from muster.tune.logger import CSVLoggerCallback, LoggerCallback
+    from muster.tune.stopper import MaximumIterationStopper, Stopper
+    from muster.tune.trainable import Trainable
+
+    assert issubclass(MaximumIterationStopper, Stopper) and issubclass(CSVLoggerCallback, object)
+    assert LoggerCallback.__module__ == "muster.tune.logger" and Trainable.__module__ == "muster.tune.trainable"
+
+
+@pytest.mark.parametrize(("statement", "says"), [
+    ("from muster.tune.logger.aim import AimLoggerCallback", "LoggerCallback"),
+    ("from muster.tune.logger.wandb import WandbLoggerCallback", "MLflowLoggerCallback"),
+    ("from muster.train.torch.xla import TorchXLAConfig", "no TPU/XLA"),
+    ("from muster.tune.syncer import SyncConfig", "storage_path"),
+    ("from muster.data.read_api import read_sql", "pandas.read_sql"),  # the target package's own entry
+    ("from muster.train import LoggingConfig", "logging_level"),
+    ("from muster.train.data_parallel_trainer import DataParallelTrainer", "TorchTrainer"),
+    ("from muster.train.base_trainer import BaseTrainer", "TorchTrainer"),
+])
+def test_ray_paths_muster_lacks_name_what_to_use(statement, says):
+    with pytest.raises(UnsupportedRayImportError, match="nearest equivalent") as info:
+        exec(statement, {})
+    assert says in str(info.value)
+
+
+def test_pretty_print_shows_a_result_as_yaml_without_config():
+    from muster.tune.logger.logger import pretty_print
+
+    result = {"loss": np.float32(0.5), "training_iteration": np.int64(3), "weights": np.arange(3),
+              "config": {"lr": 0.1}, "hist_stats": [1, 2], "unset": None, "skipped": 1, "what": object}
+    text = pretty_print(result, exclude={"skipped"})
+    assert yaml.safe_load(text) == {"loss": 0.5, "training_iteration": 3, "weights": [0, 1, 2],
+                                    "what": "<class 'object'>"}
+    assert "config" in result  # the caller's dict is left as it was
