@@ -48,6 +48,15 @@ def loaded(client: httpx.Client, path: str, threads: int = 4):
             t.join(10)
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def _workers() -> set[int]:
     """Worker processes of this test process's engine."""
     return {p.pid for p in engine_workers()}

@@ -88,8 +88,7 @@ def test_rays_options_with_no_effect_here_are_accepted_with_a_warning_that_says_
         plan.build(A.bind(), "app", overrides={"A": {"request_router_config": {"request_router_class": "x.Y"}}})
     with pytest.warns(UserWarning, match=r"deployment 'D': runtime_env pip, working_dir have no effect on muster"):
         serve.deployment(name="D", ray_actor_options={"runtime_env": {"pip": ["requests"], "working_dir": "."}})(A.func_or_class)
-    with pytest.warns(UserWarning, match=r"min_replicas=0: muster keeps at least one replica running"):
-        AutoscalingConfig(min_replicas=0, max_replicas=2, downscale_to_zero_delay_s=30)
+    assert AutoscalingConfig(min_replicas=0, max_replicas=2, downscale_to_zero_delay_s=30).start_replicas == 0
     handle = serve.DeploymentHandle("A", "app")
     assert handle.options(use_new_handle_api=True, stream=True)._stream  # Ray's no-op option
     with pytest.raises(TypeError, match=r"unknown option\(s\) \['stram'\]"):

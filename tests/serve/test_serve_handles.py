@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _shared import check_in_fork
-from serve_helpers import wait_until
+from serve_helpers import alive, wait_until
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
@@ -464,15 +464,7 @@ def test_a_replica_runs_tasks_and_actors_and_its_actors_die_with_it():
     total, _, pid = handle.remote(4).result(timeout_s=30)
     assert total == 8
     serve.delete("core")
-    wait_until(lambda: not _alive(pid), 30, "the replica's actor to die with it")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    wait_until(lambda: not alive(pid), 30, "the replica's actor to die with it")
 
 
 @serve.deployment(ray_actor_options=SMALL)

@@ -71,7 +71,6 @@ def drop_no_effect(options: dict[str, Any], name: str) -> dict[str, Any]:
     return {k: v for k, v in options.items() if k not in NO_EFFECT}
 
 
-_warned_min_zero: list[bool] = []  # said once per process
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False, integer: bool = False) -> None:
@@ -114,7 +113,7 @@ class AutoscalingConfig:
     downscaling_factor: float | None = None  # ... and down
     upscale_smoothing_factor: float | None = None  # Ray's older names of the two above
     downscale_smoothing_factor: float | None = None
-    downscale_to_zero_delay_s: float | None = None  # accepted, no effect: a deployment keeps at least one replica
+    downscale_to_zero_delay_s: float | None = None  # the 1 -> 0 step's delay (None: downscale_delay_s)
     policy: AutoscalingPolicy | None = None  # a custom policy (Ray's); None: the default one
 
     @classmethod
@@ -152,13 +151,6 @@ class AutoscalingConfig:
                 _positive(f"autoscaling_config.{f}", getattr(self, f))
         if self.downscale_to_zero_delay_s is not None:
             _positive("autoscaling_config.downscale_to_zero_delay_s", self.downscale_to_zero_delay_s, allow_zero=True)
-        if self.min_replicas == 0 and not _warned_min_zero:
-            _warned_min_zero.append(True)
-            warnings.warn(
-                "autoscaling_config.min_replicas=0: muster keeps at least one replica running (no scale to zero "
-                "yet), so an idle deployment still holds one replica's resources; downscale_to_zero_delay_s has "
-                "no effect.", stacklevel=4,
-            )
         self.aggregation_function = str(getattr(self.aggregation_function, "value", self.aggregation_function))
         if self.aggregation_function.lower() not in ("mean", "max", "min"):
             raise InvalidArgumentError(
@@ -176,8 +168,7 @@ class AutoscalingConfig:
 
     @property
     def start_replicas(self) -> int:
-        n = self.initial_replicas if self.initial_replicas is not None else self.min_replicas
-        return max(n, 1) if self.max_replicas else n
+        return self.initial_replicas if self.initial_replicas is not None else self.min_replicas
 
     @classmethod
     def coerce(cls, value: "AutoscalingConfig | Mapping[str, Any] | None") -> "AutoscalingConfig | None":

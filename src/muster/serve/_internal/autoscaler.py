@@ -9,12 +9,16 @@ raises leaves the counts as they are and says why on stderr and in ``serve.statu
 
 from __future__ import annotations
 
+import concurrent.futures
 import sys
-from typing import Callable
+import time
+from typing import Any, Callable
 
-from muster.serve._internal import autoscaling
+from muster.serve._internal import autoscaling, router
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.state import AppState, DeploymentState
+
+_ASK_AGAIN_S = 2.0  # an ask of the ingress unanswered this long is made again
 
 Resize = Callable[[DeploymentState, int], None]  # the controller's: start or drain replicas to a count
 
@@ -58,6 +62,49 @@ def autoscale_app(a: AppState, now: float, resize: Resize) -> None:
     for d, m in members:
         if d.plan.name in wants:
             _scale_to(d, wants[d.plan.name], m.current, m.ongoing or 0.0, resize)
+
+
+class Waiting:
+    """The requests that routers hold for autoscaling deployments with no running replica (scaled to zero, or
+    starting from it): the controller's cold-start signal, as Ray counts the requests queued at handles.
+
+    Each call of :meth:`read` asks the ingress for its count, or reads the answer of the last ask, and sets each
+    such deployment's ``queued`` to the ingress's count plus those of the driver's own handles, of the replicas'
+    (their last stats) and of the workers' that pull the route table (their last pull); ``queued`` is 0 for the
+    others.
+    """
+
+    def __init__(self) -> None:
+        self.asked: concurrent.futures.Future | None = None
+        self.asked_at = 0.0
+
+    def read(self, apps: list[AppState], ingress: Any, ingress_here: bool) -> None:
+        """``ingress_here``: the ingress runs in this process, and shares its routers."""
+        idle = []
+        for a in apps:
+            for d in a.deployments.values():
+                if d.plan.config.autoscaling_config is not None and not d.running():
+                    idle.append(d)
+                else:
+                    d.queued = 0
+        if not idle:
+            self.asked = None
+            return
+        now = time.monotonic()
+        if self.asked is None or (not self.asked.done() and now - self.asked_at > _ASK_AGAIN_S):
+            self.asked, self.asked_at = ingress.call("queued"), now  # again: a replaced ingress never answers
+            return
+        if not self.asked.done():
+            return
+        fut, self.asked = self.asked, None
+        counts = dict(fut.result()) if fut.exception() is None else {}
+        held = [router.pulled_counts()] + ([] if ingress_here else [router.queued_counts()])
+        held += [d.holds for a in apps for d in a.deployments.values()]  # calls made in replicas
+        for more in held:
+            for key, n in more.items():
+                counts[key] = counts.get(key, 0) + n
+        for d in idle:
+            d.queued = counts.get((d.app, d.plan.name), 0)
 
 
 def warn_overridden(app: str, plans: list[DeploymentPlan]) -> None:

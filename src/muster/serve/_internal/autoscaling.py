@@ -60,7 +60,7 @@ def _aggregate(cfg: AutoscalingConfig, total_ongoing: float | None, now: float, 
 
 def wanted(cfg: AutoscalingConfig, current: int, ongoing: float) -> int:
     """The count ``ongoing`` requests (aggregated) call for, from ``current``, within the config's bounds."""
-    floor = max(cfg.min_replicas, 1)
+    floor = cfg.min_replicas
     ideal = ongoing / cfg.target_ongoing_requests
     if current <= 0:
         desired = math.ceil(ideal)
@@ -75,14 +75,27 @@ def decide(cfg: AutoscalingConfig, current: int, total_ongoing: float, now: floa
 
     The config's custom ``policy`` (given the deployment's ``facts``), or the default one, says what it wants;
     scaling up waits until that has lasted ``upscale_delay_s``, scaling down ``downscale_delay_s``; the result
-    stays within ``[max(min_replicas, 1), max_replicas]``.
+    stays within ``[min_replicas, max_replicas]``. From zero replicas, any request (queued at a router) starts
+    one at once, with no delay (Ray's cold start).
     """
     total = _aggregate(cfg, total_ongoing, now, state)
+    if (cold := cold_start(cfg, current, total, state, facts.target if facts else 0)) is not None:
+        return cold
     if cfg.policy is not None and facts is not None:
         desired = _custom(cfg, current, total, now, state, facts)
     else:
         desired = wanted(cfg, current, total)
     return _after_delay(cfg, current, desired, now, state)
+
+
+def cold_start(cfg: AutoscalingConfig, current: int, total: float, state: ScaleState,
+               target: int = 0) -> int | None:
+    """The count to start at once for a deployment at zero replicas that has requests waiting (as Ray: the
+    upscaling factor rounded up, at least the target, within the bounds); None when that does not apply."""
+    if current > 0 or total <= 0:
+        return None
+    state.want_up_since = state.want_down_since = None
+    return min(max(math.ceil(cfg.factor(True)), target, cfg.min_replicas, 1), cfg.max_replicas)
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,7 @@ def _context(cfg: AutoscalingConfig, current: int, total: float, now: float, sta
     return AutoscalingContext(
         deployment_id=DeploymentID(facts.deployment, facts.app), current_num_replicas=current,
         target_num_replicas=facts.target, running_replicas=[ReplicaID(r) for r in facts.running],
-        total_num_requests=total, capacity_adjusted_min_replicas=max(cfg.min_replicas, 1),
+        total_num_requests=total, capacity_adjusted_min_replicas=cfg.min_replicas,
         capacity_adjusted_max_replicas=cfg.max_replicas, policy_state=dict(state.policy_state),
         last_scale_up_time=state.last_up, last_scale_down_time=state.last_down, current_time=now, config=cfg,
     )
@@ -122,7 +135,7 @@ def _through_factors(cfg: AutoscalingConfig, current: int, asked: float) -> int:
     if current > 0 and desired != current:
         scaled = math.ceil(round(current + cfg.factor(desired > current) * (asked - current), 9))
         desired = scaled - 1 if desired < current and scaled == current else scaled  # a factor never stalls a move
-    return min(max(desired, max(cfg.min_replicas, 1)), cfg.max_replicas)
+    return min(max(desired, cfg.min_replicas), cfg.max_replicas)
 
 
 @dataclass
@@ -169,7 +182,10 @@ def decide_app(policy: AppPolicy, members: list[Member], now: float) -> dict[str
     for m in members:
         dep = ids[m.facts.deployment]
         m.state.policy_state = dict((states or {}).get(dep) or {})
-        if dep in decisions:
+        cold = cold_start(m.cfg, m.current, _aggregate(m.cfg, None, now, m.state), m.state, m.facts.target)
+        if cold is not None:
+            wants[m.facts.deployment] = cold
+        elif dep in decisions:
             desired = _through_factors(m.cfg, m.current, decisions[dep])
             wants[m.facts.deployment] = _after_delay(m.cfg, m.current, desired, now, m.state)
     return wants
@@ -189,7 +205,12 @@ def _after_delay(cfg: AutoscalingConfig, current: int, desired: int, now: float,
         state.want_up_since = None
         if state.want_down_since is None:
             state.want_down_since = now
-        if now - state.want_down_since >= cfg.downscale_delay_s:
+        delay = cfg.downscale_delay_s
+        if current > 1:
+            desired = max(desired, 1)  # to zero only from one replica (as Ray)
+        elif cfg.downscale_to_zero_delay_s is not None:
+            delay = cfg.downscale_to_zero_delay_s
+        if now - state.want_down_since >= delay:
             state.want_down_since, state.last_down = None, now
             return desired
         return current

@@ -64,6 +64,7 @@ class ServeController:
         self.record = ServeRecorder(self.runtime)
         self.ingress_lock = threading.Lock()
         self.ingress_checked = 0.0
+        self.waiting = autoscaler.Waiting()
         self.ingress = self._new_ingress(http_options)
         self.host, self.port = self.ingress.call("address").result(30)
         self._stop = threading.Event()
@@ -287,7 +288,8 @@ class ServeController:
                 raise RayServeException(f"deployment {d.plan.name!r} of app {d.app!r}: {d.message}; gave up after "
                                         f"{_BUSY_WAIT_S:.0f} s.")
             time.sleep(0.1)
-        d.message = ""
+        if not d.message.startswith("autoscaling"):  # an upscale's stays until its replicas run (UPSCALING)
+            d.message = ""
 
     def _died(self, d: DeploymentState, rep: ReplicaState, err: BaseException, what: str = "died") -> None:
         rep.release()
@@ -504,6 +506,7 @@ class ServeController:
                 self._replace_ingress(why)
         with self.lock:
             apps = [a for a in self.apps.values() if a.status == "RUNNING"]
+        self.waiting.read(apps, self.ingress, isinstance(self.ingress, InProcess))
         for a in apps:
             for d in a.deployments.values():
                 cfg = d.plan.config
@@ -532,7 +535,7 @@ class ServeController:
             running = len(d.running())
         self.record.sample(d.app, d.plan.name, d.metrics.as_dict(), numbers, running, d.target, d.restarts, now)
         if d.plan.config.autoscaling_config is not None:
-            ongoing = float(sum(s["ongoing"] for s in snaps.values()))
+            ongoing = float(sum(s["ongoing"] for s in snaps.values()) + d.queued)
             if app_policy:
                 d.fresh = ongoing
             else:

@@ -474,6 +474,10 @@ class IngressActor:
     def serving(self) -> bool:
         return not self.task.done()
 
+    def queued(self) -> dict[tuple[str, str], int]:
+        """The HTTP requests waiting here for a replica, by ``(app, deployment)``."""
+        return router.queued_counts()
+
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop listening, let in-flight requests finish (up to ``grace_s``), then return."""
         self.stopping = True

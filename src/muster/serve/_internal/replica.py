@@ -314,6 +314,9 @@ class ReplicaActor:
                 snap["acks"]["ttft_ms"] = snap["llm"].pop("ack")
             except Exception as exc:  # noqa: BLE001 - metrics never fail the replica
                 print(f"[serve] {self.where}: reading its LLM metrics failed: {exc!r}", file=sys.stderr, flush=True)
+        waiting = router.queued_counts()  # its calls to deployments with no running replica: demand for them
+        if waiting:
+            snap["waiting"] = waiting
         custom = user_metrics.REGISTRY.snapshot()
         if custom:
             snap["custom"] = custom

@@ -251,6 +251,7 @@ class Router:
         self.known = False  # is the deployment in this process's route table
         self.multiplexed = False  # requests naming a model are routed by it (model_routing.py)
         self.room: asyncio.Future | None = None  # set when a request ends: model requests waiting for a holder
+        self.holding = 0  # requests waiting here for a replica with room (read from any thread)
 
     def update(self, route: DeploymentRoute | None) -> None:
         wanted = {r.replica_id: r for r in (route.replicas if route else ())}
@@ -293,6 +294,13 @@ class Router:
         return r
 
     async def _wait_for_room(self, timeout_s: float | None) -> _RoutedReplica:
+        self.holding += 1
+        try:
+            return await self._wait_in_queue(timeout_s)
+        finally:
+            self.holding -= 1
+
+    async def _wait_in_queue(self, timeout_s: float | None) -> _RoutedReplica:
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
@@ -307,7 +315,7 @@ class Router:
                 # or say that the deployment is gone, which no wait would change.
                 if self._refresh() and (r := self._pick()) is not None:
                     return r
-                if not self.replicas:
+                if not self.known:  # known with no replica: scaled to zero, the controller starts one
                     raise DeploymentUnavailableError(
                         f"deployment {self.deployment!r} of app {self.app!r} is not running; running apps: "
                         f"{sorted(registry.table.apps) or 'none'} (serve.run it in the driver first)."
@@ -462,7 +470,10 @@ class Router:
 
 @dataclass(frozen=True)
 class TableRequest:
-    """A worker Serve pushes no table to (a task, an actor, a training worker) asks the driver for its."""
+    """A worker Serve pushes no table to (a task, an actor, a training worker) asks the driver for its, saying
+    how many of its requests wait for a replica (the demand that starts a deployment scaled to zero)."""
+
+    waiting: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 class _Registry:
@@ -496,7 +507,7 @@ class _Registry:
             return False
         self._pulled_at = now
         try:
-            table = context.send_event(TableRequest(), timeout=_PULL_TIMEOUT_S)
+            table = context.send_event(TableRequest(queued_counts()), timeout=_PULL_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - a child forked by user code, or a driver without Serve
             return False
         if not isinstance(table, RouteTable):
@@ -523,6 +534,8 @@ class _Registry:
 
 _PULL_EVERY_S = 0.2  # at most this often per process
 _PULL_TIMEOUT_S = 30.0
+_HELD_FOR_S = 1.0  # a worker's count of waiting requests stands this long (it pulls every _PULL_EVERY_S meanwhile)
+_held: dict[int, tuple[float, dict[tuple[str, str], int]]] = {}  # in the driver: by worker, its last count
 registry = _Registry()
 _inherited: list[_Registry] = []  # a forked child's copies of its parent's routers, never touched again
 
@@ -544,10 +557,30 @@ os.register_at_fork(after_in_child=_routers_of_its_own_in_child)
 
 def _answer_table_request(handle: Any, request: TableRequest) -> RouteTable:
     """In the driver: a worker's :class:`TableRequest` gets the table the controller last set."""
+    if request.waiting or id(handle) in _held:
+        _held[id(handle)] = (time.monotonic(), dict(request.waiting))
     return registry.table
 
 
 owner.register(TableRequest, _answer_table_request)
+
+
+def queued_counts() -> dict[tuple[str, str], int]:
+    """The requests this process's routers hold for want of a replica, by ``(app, deployment)`` (the controller's
+    cold-start signal: a deployment scaled to zero starts a replica once one waits)."""
+    counts = {key: r.holding for key, r in list(registry.routers.items())}
+    return {key: n for key, n in counts.items() if n}
+
+
+def pulled_counts() -> dict[tuple[str, str], int]:
+    """In the driver: the requests the workers that pull the route table held at their last pull (of the last
+    :data:`_HELD_FOR_S`)."""
+    now, counts = time.monotonic(), dict[tuple[str, str], int]()
+    for at, held in list(_held.values()):
+        if now - at < _HELD_FOR_S:
+            for key, n in held.items():
+                counts[key] = counts.get(key, 0) + n
+    return counts
 
 
 def set_table(table: RouteTable) -> None:

@@ -79,6 +79,8 @@ class DeploymentState:
     actors: dict[str, Any] = field(default_factory=dict)  # its deployment-scoped actors' handles, by name
     retry_at: float = 0.0
     fresh: float | None = None  # an app policy's input: the ongoing total of a stats round not yet given to it
+    queued: int = 0  # requests routers hold for it while no replica runs (autoscaler.Waiting)
+    holds: dict[tuple[str, str], int] = field(default_factory=dict)  # its replicas' calls waiting, by deployment
 
     def running(self) -> list[ReplicaState]:
         return [r for r in self.replicas.values() if r.state == "RUNNING"]
@@ -93,7 +95,7 @@ class DeploymentState:
         auto = self.plan.config.autoscaling_config
         if auto is None:
             return self.plan.config.initial_replicas
-        return max(max(auto.min_replicas, 1), min(self.target, auto.max_replicas))
+        return max(auto.min_replicas, min(self.target, auto.max_replicas))
 
     def poll_stats(self, now: float, lock: AbstractContextManager[Any]) -> dict[str, dict[str, Any]] | None:
         """Start a round of ``stats()`` calls to the running replicas every metrics interval. Once
@@ -114,6 +116,10 @@ class DeploymentState:
         self.stats = None
         with lock:
             self.metrics.update(snaps, now, live=list(self.replicas))
+            self.holds = {}
+            for snap in snaps.values():
+                for key, n in snap.get("waiting", {}).items():
+                    self.holds[key] = self.holds.get(key, 0) + n
             for rid, snap in snaps.items():
                 if rid in self.replicas:
                     self.replicas[rid].stats_acks = snap["acks"]
