@@ -204,8 +204,13 @@ def reports_its_own_iteration_and_timestamp():
 def test_a_runs_own_training_iteration_and_timestamp_are_kept(fit, storage):
     # Ray Train V2 keeps the reported dict as it is: the run's own training_iteration/timestamp
     # are what its Result shows, not the controller's round and clock.
-    result = fit(reports_its_own_iteration_and_timestamp, name="own")
+    from muster.observe.loggers import CSVLoggerCallback
+
+    result = fit(reports_its_own_iteration_and_timestamp, name="own", callbacks=[CSVLoggerCallback()])
     assert result.error is None
+    with open(os.path.join(result.path, "progress.csv")) as f:  # the loggers see no bookkeeping key
+        assert f.readline().strip().split(",") == ["training_iteration", "timestamp", "_rank", "_attempt", "_round",
+                                                   "loss"]
     assert result.metrics == {"training_iteration": 8, "loss": 0.125, "timestamp": 1008}
     df = result.metrics_dataframe
     assert list(df.columns) == ["training_iteration", "loss", "timestamp"]

@@ -26,6 +26,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from muster.observe.recorder import OWN_RUN_KEYS
 from muster.train._internal import policies, resume
 from muster.train._internal.policies import CheckpointRecord
 from muster.train.config import CheckpointConfig
@@ -40,7 +41,6 @@ ROUND = "_round"
 # report that carried one of its own keeps the reported values in the row under OWN_RUN_KEYS, so a
 # training run's result shows them as reported.
 RUN_KEYS = ("training_iteration", "timestamp", "checkpoint_dir_name")
-OWN_RUN_KEYS = "_own_run_keys"
 
 
 def round_of(row: dict[str, Any]) -> int:
