@@ -147,3 +147,27 @@ def test_concurrent_trials_share_the_mlflow_experiment_they_make(storage, tmp_pa
 def test_remote_run_folder_needs_a_logdir():
     with pytest.raises(ValueError, match=r"logdir='/a/local/folder'"):
         CSVLoggerCallback().on_run_start("s3://bucket/runs/x", "x")
+
+
+def test_mlflow_records_every_numeric_result_value_as_rays_does(storage, tmp_path, monkeypatch):
+    # Ray 2.60's MLflowLoggerCallback logs each value of a trial's result that float() takes, Tune's own included
+    tracking = pytest.importorskip("mlflow.tracking")
+    from muster import tune
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = str(tmp_path / "mlruns")  # MLflow's local file store
+    grid = tune.Tuner(_trial, param_space={"x": 3, "opt": {"lr": 0.5}},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, name="numbers",
+                                                callbacks=[MLflowLoggerCallback(uri, experiment_name="all")])).fit()
+    assert grid.num_errors == 0, grid.errors
+    client = tracking.MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("all").experiment_id])
+    assert run.data.params == {"x": "3", "opt/lr": "0.5"}
+    logged = run.data.metrics
+    for key in ("score", "extra/i", "training_iteration", "timestamp", "time_total_s", "time_this_iter_s",
+                "time_since_restore", "iterations_since_restore", "pid", "done", "config/x", "config/opt/lr"):
+        assert key in logged, (key, sorted(logged))
+    assert logged["config/x"] == 3.0 and logged["pid"] == grid[0].metrics["pid"] and logged["done"] == 0.0
+    assert not {k for k in logged if k.startswith("_")}  # muster's bookkeeping is no part of Ray's result
+    history = client.get_metric_history(run.info.run_id, "training_iteration")
+    assert sorted((m.step, m.value) for m in history) == [(1, 1.0), (2, 2.0)]

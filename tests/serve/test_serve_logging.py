@@ -84,8 +84,39 @@ def test_json_lines_with_rays_keys_in_the_output_and_the_file(client, tmp_path, 
     serve.delete("noaccess")
 
 
+from_file = JsonLogs.options(name="FromFile").bind()  # sets no logging_config: the config file's applies
+
+
+def test_a_config_files_application_logging_config_reaches_its_replicas(client, tmp_path):
+    from muster.serve.schema import deploy, load_config
+
+    logs = tmp_path / "file_logs"
+    path = tmp_path / "serve.yaml"
+    path.write_text(f"""applications:
+  - name: fromfile
+    route_prefix: /fromfile
+    import_path: {__name__}:from_file
+    logging_config: {{encoding: JSON, logs_dir: {str(logs)!r}}}
+""")
+    config = load_config(str(path))
+    assert config.applications[0].logging_config == LoggingConfig(encoding="JSON", logs_dir=str(logs))
+    deploy(config)
+    assert client.get("/fromfile", params={"w": "plum"}).text == "plum"
+    (name,) = os.listdir(logs)
+    assert re.fullmatch(r"replica_fromfile_FromFile_\w+\.log", name)
+    file = os.path.join(logs, name)
+    wait_until(lambda: any(r["message"] == "hello plum" for r in _records(file)), 15, "the JSON line")
+    hello = next(r for r in _records(file) if r["message"] == "hello plum")
+    assert hello["application"] == "fromfile" and hello["deployment"] == "FromFile"
+    serve.delete("fromfile")
+
+
 def test_logging_config_is_checked():
     with pytest.raises(ValueError, match=r"additional_log_standard_attrs=\['funcname'\].*LogRecord"):
         LoggingConfig(additional_log_standard_attrs=["funcname"])
     with pytest.raises(ValueError, match=r"encoding='XML'"):
         LoggingConfig(encoding="XML")
+    from muster.serve.schema import ServeConfig
+
+    with pytest.raises(ValueError, match=r"encoding='XML'"):
+        ServeConfig.from_dict({"applications": [{"import_path": "m:app", "logging_config": {"encoding": "XML"}}]})

@@ -69,3 +69,19 @@ def test_a_trainer_refuses_tunes_options_naming_the_fix_and_runs_without_them(st
     result = TorchTrainer(_one_report, scaling_config=scaling,
                           run_config=air.RunConfig(name="plain", storage_path=storage, verbose=0)).fit()
     assert result.metrics == {"x": 1}
+
+
+def test_tunes_classes_extend_the_air_ones_as_rays_do(storage):
+    # ray.tune.RunConfig/FailureConfig subclass ray.air's: Train V2's options are refused there too.
+    assert issubclass(tune.RunConfig, air.RunConfig) and tune.RunConfig is not air.RunConfig
+    assert issubclass(tune.FailureConfig, air.FailureConfig) and tune.FailureConfig is not air.FailureConfig
+    rc = tune.RunConfig(stop={"training_iteration": 3}, verbose=0)
+    assert type(rc.failure_config) is tune.FailureConfig and type(rc.checkpoint_config) is tune.CheckpointConfig
+    with pytest.raises(InvalidArgumentError, match=r"tune.RunConfig\(worker_runtime_env=.*muster.train.RunConfig"):
+        tune.RunConfig(worker_runtime_env={"env_vars": {"A": "1"}})
+    with pytest.raises(InvalidArgumentError, match=r"muster.tune.FailureConfig\(controller_failure_limit=1"):
+        tune.FailureConfig(controller_failure_limit=1)
+    assert tune.FailureConfig(fail_fast="raise").fail_fast == "raise"
+    with pytest.raises(InvalidArgumentError, match=r"muster.tune.RunConfig\(stop=.*is Ray Tune's"):
+        TorchTrainer(_one_report, scaling_config=train.ScalingConfig(num_workers=1),
+                     run_config=tune.RunConfig(name="t", storage_path=storage, stop={"training_iteration": 2})).fit()

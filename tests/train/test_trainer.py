@@ -188,6 +188,40 @@ def test_result_from_path_reads_the_same_run(fit, storage):
     assert back.path == result.path
 
 
+def reports_its_own_iteration_and_timestamp():
+    import tempfile
+
+    for step in (7, 8):
+        metrics = {"training_iteration": step, "loss": 1.0 / step, "timestamp": 1000 + step}
+        if step == 8 and train.get_context().get_world_rank() == 0:
+            with tempfile.TemporaryDirectory() as tmp:
+                torch.save({"step": step}, os.path.join(tmp, "model.pt"))
+                train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
+        else:
+            train.report(metrics)
+
+
+def test_a_runs_own_training_iteration_and_timestamp_are_kept(fit, storage):
+    # Ray Train V2 keeps the reported dict as it is: the run's own training_iteration/timestamp
+    # are what its Result shows, not the controller's round and clock.
+    from muster.observe.loggers import CSVLoggerCallback
+
+    result = fit(reports_its_own_iteration_and_timestamp, name="own", callbacks=[CSVLoggerCallback()])
+    assert result.error is None
+    with open(os.path.join(result.path, "progress.csv")) as f:  # the loggers see no bookkeeping key
+        assert f.readline().strip().split(",") == ["training_iteration", "timestamp", "_rank", "_attempt", "_round",
+                                                   "loss"]
+    assert result.metrics == {"training_iteration": 8, "loss": 0.125, "timestamp": 1008}
+    df = result.metrics_dataframe
+    assert list(df.columns) == ["training_iteration", "loss", "timestamp"]
+    assert list(df["training_iteration"]) == [7, 8] and list(df["timestamp"]) == [1007, 1008]
+    assert [m for _, m in result.best_checkpoints] == [result.metrics]
+    back = Result.from_path(result.path)
+    assert back.metrics == result.metrics and [m for _, m in back.best_checkpoints] == [result.metrics]
+    # The run's record still has the controller's rounds (checkpoint folders are named by them).
+    assert result.checkpoint.path.endswith("checkpoint_000002")
+
+
 def test_callbacks_see_reports_checkpoints_and_the_end(storage):
     seen = {"reports": [], "checkpoints": [], "end": []}
 

@@ -50,24 +50,31 @@ def _local_dir(run_path: str, logdir: str | None, what: str) -> str:
 
 #: what Tune adds to a trial's results that is no metric to chart (as Ray's TensorBoard logger leaves them out)
 _NOT_CHARTED = frozenset({"pid", "config"})
+#: row keys that are no part of the result a Tune callback gets (the controller's own bookkeeping)
+_NOT_RESULT = BOOKKEEPING - {"training_iteration", "timestamp", "checkpoint_dir_name"}
 
 
-def _numbers(row: dict[str, Any]) -> dict[str, float]:
-    """The row's numeric metrics (nested dicts flattened as ``a/b``), bookkeeping, a Tune trial's
-    ``pid`` and ``config`` left out."""
+def _numbers(row: dict[str, Any], leave_out: frozenset[str] = BOOKKEEPING | _NOT_CHARTED,
+             converted: bool = False) -> dict[str, float]:
+    """The row's numeric values, nested dicts flattened as ``a/b``, but its keys in ``leave_out`` (by default
+    bookkeeping, a Tune trial's ``pid`` and ``config``). ``converted``: also every value ``float()`` takes (a
+    numeric string, a one-element array), as Ray's MLflow logger records them."""
     out: dict[str, float] = {}
 
     def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, bool):
-            out[prefix] = float(value)
-        elif isinstance(value, (int, float)):
-            out[prefix] = float(value)
-        elif isinstance(value, dict):
+        if isinstance(value, dict):
             for k, v in value.items():
                 walk(f"{prefix}/{k}", v)
+        elif isinstance(value, (bool, int, float)):
+            out[prefix] = float(value)
+        elif converted:
+            try:
+                out[prefix] = float(value)
+            except (TypeError, ValueError, RuntimeError):  # a string, None, a many-element array or tensor
+                pass
 
     for key, value in row.items():
-        if key not in BOOKKEEPING and key not in _NOT_CHARTED:
+        if key not in leave_out:
             walk(key, value)
     return out
 
@@ -201,7 +208,10 @@ _MLFLOW_EXPERIMENTS = threading.Lock()  # one lookup-or-create of an MLflow expe
 
 
 class MLflowLoggerCallback(_LoggerCallback):
-    """Numeric metrics to an MLflow run (``pip install "muster[mlflow]"``).
+    """Each result's values to an MLflow run (``pip install "muster[mlflow]"``), as Ray's: every one that
+    is a number (or converts to one: a bool, a numeric string, a one-element array), nested dicts as
+    ``a/b`` (a Tune trial's ``config/lr``, ``pid``, ``done``, ``training_iteration``, ``time_total_s``...),
+    at step ``timesteps_total`` or else ``training_iteration``; a trial's config as parameters.
 
     Args:
         tracking_uri: where MLflow keeps runs (e.g. ``sqlite:///mlflow.db``, ``http://host:5000``);
@@ -286,8 +296,10 @@ class MLflowLoggerCallback(_LoggerCallback):
             return
         prefix = f"rank{rank}/" if self.all_ranks else ""
         millis = int(float(row.get("timestamp") or time.time()) * 1000)
-        step = int(row.get("training_iteration", 0))
-        self._queue.put([Metric(prefix + k, v, millis, step) for k, v in _numbers(row).items()])
+        step = int(row.get("timesteps_total") or row.get("training_iteration", 0))  # Ray's step
+        if "trial_id" in row and "done" not in row:  # a Tune trial's result, which Ray's has `done` in
+            row = {**row, "done": False}
+        self._queue.put([Metric(prefix + k, v, millis, step) for k, v in _numbers(row, _NOT_RESULT, True).items()])
 
     def _send_forever(self) -> None:
         from mlflow.entities import Metric

@@ -18,7 +18,7 @@ from muster.core import settings
 from muster.observe.data_progress import OpSample, format_op
 
 _PLAIN_EVERY_S = 5.0
-_HIDDEN = {"training_iteration", "_rank", "timestamp", "_attempt", "_round", "checkpoint_dir_name"}
+_HIDDEN = {"training_iteration", "_rank", "timestamp", "_attempt", "_round", "checkpoint_dir_name", "_own_run_keys"}
 
 
 def _fmt(v: Any) -> str:

@@ -24,8 +24,11 @@ from muster.core import settings
 from muster.core.serialization import json_default
 from muster.observe.store import store_path, writer
 
+#: where a row keeps the values a training function reported under the ledger's own keys (``training_iteration``...)
+OWN_RUN_KEYS = "_own_run_keys"
 #: report keys the ledger adds; the rest of a row is the user's metrics
-BOOKKEEPING = frozenset({"training_iteration", "timestamp", "_rank", "_attempt", "_round", "checkpoint_dir_name"})
+BOOKKEEPING = frozenset({"training_iteration", "timestamp", "_rank", "_attempt", "_round", "checkpoint_dir_name",
+                         OWN_RUN_KEYS})
 _RUN_TOUCH_EVERY_S = 1.0
 _RANK_LABEL = re.compile(r"^rank (\d+)$")
 
@@ -171,6 +174,7 @@ class RunRecorder:
     def report(self, row: dict[str, Any], timing: dict[str, Any] | None) -> None:
         """One ``train.report()`` of one rank, as the ledger recorded it."""
         metrics = {k: v for k, v in row.items() if k not in BOOKKEEPING}
+        metrics.update(row.get(OWN_RUN_KEYS) or {})  # what the function reported under those keys itself
         timing = timing or {}
         now = time.time()
         self._put(

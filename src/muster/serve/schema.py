@@ -6,6 +6,7 @@
         route_prefix: /
         import_path: my_module:app        # or my_module.app
         args: {model_path: ...}           # passed to an app builder function
+        logging_config: {encoding: JSON}  # for the deployments that set none
         deployments:                      # per-deployment overrides, by name
           - name: Model
             num_replicas: 2
@@ -52,6 +53,8 @@ class AppSchema:
     runtime_env: dict[str, Any] = field(default_factory=dict)
     #: Ray 2.60's application-level policy: ``{policy_function: "module:name", policy_kwargs: {...}}``
     autoscaling_policy: Any = None
+    #: a ``LoggingConfig`` (or mapping) for the app's deployments that set none, as ``serve.run(logging_config=)``
+    logging_config: Any = None
     #: the mapping as the file gave it (what ``muster serve config`` prints back, as Ray's does)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -66,6 +69,7 @@ class AppSchema:
         self.autoscaling_policy = _from_dict(AutoscalingPolicy, self.autoscaling_policy,
                                              f"application {self.name!r}: autoscaling_policy",
                                              "{'policy_function': 'module:name'}")
+        self.logging_config = LoggingConfig.coerce(self.logging_config)
 
     def overrides(self) -> dict[str, dict[str, Any]]:
         return {d["name"]: {k: v for k, v in d.items() if k != "name"} for d in self.deployments}
@@ -238,7 +242,7 @@ def deploy(config: ServeConfig, http_options: dict[str, Any] | None = None) -> l
         warn_unused_runtime_env(app.runtime_env, f"application {app.name!r}", stacklevel=2)
         api._run(target, name=app.name, route_prefix=app.route_prefix,
                  overrides=app.overrides(), env_vars=dict(app.runtime_env.get("env_vars") or {}), config=app.raw,
-                 autoscaling_policy=app.autoscaling_policy)
+                 autoscaling_policy=app.autoscaling_policy, logging_config=app.logging_config)
     wanted = {a.name for a in config.applications}
     for name in list(api.status().applications):
         if name not in wanted:

@@ -8,7 +8,7 @@ from typing import Any
 from muster.exceptions import InvalidArgumentError
 from muster.observe.tune_progress import flatten_config
 from muster.train._internal import policies
-from muster.train._internal.checkpoint_manager import ROUND
+from muster.train._internal.checkpoint_manager import OWN_RUN_KEYS, ROUND, RUN_KEYS
 from muster.train._internal.policies import CheckpointRecord
 from muster.train.checkpoint import Checkpoint
 from muster.train.storage import RUN_STATE, Storage
@@ -19,7 +19,8 @@ class Result:
     """The outcome of a training run, or of a Tune trial.
 
     A training run's metrics are what the training function reported, as Ray Train V2's
-    (no ``training_iteration``, ``timestamp`` or ``checkpoint_dir_name``); a Tune trial's
+    (no ``training_iteration``, ``timestamp`` or ``checkpoint_dir_name`` but those it reported
+    itself, with its values); a Tune trial's
     carry what Tune adds to each result (those, ``time_total_s``, ``trial_id``...), as
     Ray Tune's do.
 
@@ -143,9 +144,7 @@ def build(
 # What the controller adds to each recorded row for itself: no user-visible result or frame shows
 # them (``all_metrics_dataframe`` keeps _WHOSE, which it documents).
 _WHOSE = ("_rank", "_attempt")
-_BOOKKEEPING = frozenset(_WHOSE + (ROUND,))
-# What it adds to each report that Ray Tune's results show, and Ray Train V2's do not.
-_RUN_KEYS = frozenset({"training_iteration", "timestamp", "checkpoint_dir_name"})
+_BOOKKEEPING = frozenset(_WHOSE + (ROUND, OWN_RUN_KEYS))
 
 
 def _public(row: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -154,5 +153,7 @@ def _public(row: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def _reported(row: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``row`` as the training function reported it: without any key the controller added (but ``keep``)."""
-    return {k: v for k, v in _public(row, keep).items() if k not in _RUN_KEYS}
+    """``row`` as the training function reported it: without any key the controller added (but ``keep``),
+    with the values it reported itself under the controller's keys (``training_iteration``...)."""
+    own = row.get(OWN_RUN_KEYS) or {}
+    return {k: own[k] if k in own else v for k, v in _public(row, keep).items() if k not in RUN_KEYS or k in own}

@@ -26,6 +26,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from muster.observe.recorder import OWN_RUN_KEYS
 from muster.train._internal import policies, resume
 from muster.train._internal.policies import CheckpointRecord
 from muster.train.config import CheckpointConfig
@@ -36,6 +37,10 @@ from muster.train.storage import Storage
 # round, which names checkpoint folders and only grows, is then kept in the row under ROUND.
 SHOWN_ITERATION = "_shown_iteration"
 ROUND = "_round"
+# The keys the manager writes into each row (Tune's results show them, Ray Train V2's do not); a
+# report that carried one of its own keeps the reported values in the row under OWN_RUN_KEYS, so a
+# training run's result shows them as reported.
+RUN_KEYS = ("training_iteration", "timestamp", "checkpoint_dir_name")
 
 
 def round_of(row: dict[str, Any]) -> int:
@@ -140,12 +145,15 @@ class CheckpointManager:
         with self._lock:
             row = dict(metrics)
             shown = row.pop(SHOWN_ITERATION, None)
+            own = {k: row[k] for k in RUN_KEYS if k in row}
             row.update(
                 {"training_iteration": round_, "timestamp": t, "_rank": rank, "_attempt": attempt,
                  "checkpoint_dir_name": None}
             )
             if shown is not None and shown != round_:  # Tune's count (Ray's): the round is kept too
                 row["training_iteration"], row[ROUND] = shown, round_
+            if own:
+                row[OWN_RUN_KEYS] = own
             self.reports.append(row)
             self._rows.append(row)
             self._newest_round = max(self._newest_round, round_)
