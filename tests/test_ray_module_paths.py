@@ -83,3 +83,21 @@ def test_pretty_print_shows_a_result_as_yaml_without_config():
     assert yaml.safe_load(text) == {"loss": 0.5, "training_iteration": 3, "weights": [0, 1, 2],
                                     "what": "<class 'object'>"}
     assert "config" in result  # the caller's dict is left as it was
+
+
+def test_an_alias_module_pickles_by_name_as_a_module_does():
+    """cloudpickle saves the imported submodules that a function's code names; an alias module among them
+    failed every Tuner.fit() (its trainable is pickled) once a Ray path had been imported."""
+    import pickle
+
+    import cloudpickle
+
+    from muster import tune
+
+    alias = importlib.import_module("muster.tune.stopper.maximum_iteration")
+    assert pickle.loads(pickle.dumps(alias)) is alias
+
+    def trainable(config):
+        return tune.stopper.maximum_iteration.MaximumIterationStopper  # names the alias submodule
+
+    assert cloudpickle.loads(cloudpickle.dumps(trainable))(None) is tune.stopper.MaximumIterationStopper

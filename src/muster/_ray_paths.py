@@ -65,6 +65,11 @@ class _AliasModule(ModuleType):
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(dir(importlib.import_module(ALIASES[self.__name__]))))
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # by name, as pickle takes a plain module: cloudpickle saves the submodules a function's code names
+        # (``tune.stopper`` once ``muster.tune.stopper.x`` was imported), and knows only ModuleType itself
+        return importlib.import_module, (self.__name__,)
+
 
 class RayPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """On ``sys.meta_path``: imports a path in :data:`ALIASES` as an alias of its target module."""
