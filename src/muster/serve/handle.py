@@ -16,7 +16,7 @@ import pickle
 from typing import Any, AsyncIterator, Iterator
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
-from muster.serve._internal import eventloop, router, wire
+from muster.serve._internal import eventloop, router, streams, wire
 from muster.serve.exceptions import RequestCancelledError
 
 _CALL_TIMEOUT_S = 30.0  # waiting for room on a replica; the call itself is unbounded, as in Ray
@@ -250,7 +250,7 @@ class _StreamCall:
 
     def __init__(self, app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str = ""):
         self.key, self.method, self.args, self.kwargs, self.model_id = (app, dep), method, args, kwargs, model_id
-        self.stream: router.Stream | None = None
+        self.stream: streams.Stream | None = None
         self.replica: Any = None
         self.finished = False
 

@@ -22,7 +22,7 @@ import uuid
 from typing import Any, Coroutine
 
 from muster.serve import multiplex
-from muster.serve._internal import eventloop, ingress_rsgi, router, websocket, wire
+from muster.serve._internal import eventloop, ingress_rsgi, router, streams, websocket, wire
 from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError, RayServeException
 
@@ -149,12 +149,12 @@ class IngressApp:
         finally:
             r.release(replica)
 
-    async def _relay(self, stream: router.Stream, send: Any, timeout: float | None, echo: list) -> None:
+    async def _relay(self, stream: streams.Stream, send: Any, timeout: float | None, echo: list) -> None:
         kind, payload = await stream.next(timeout)
-        if kind == router.GONE[0]:
+        if kind == streams.GONE[0]:
             return  # the client left; the replica was told to stop
-        if (kind, payload) == router.TIMED_OUT:
-            await _plain(send, 408, router.timeout_message(timeout), echo)
+        if (kind, payload) == streams.TIMED_OUT:
+            await _plain(send, 408, streams.timeout_message(timeout), echo)
             return
         if kind == wire.RESP_FULL:
             status, block, body = wire.parse_http_response(payload)
@@ -232,7 +232,7 @@ class IngressApp:
         return ingress_rsgi.handle(self, scope, proto)  # no wrapping coroutine: granian awaits this one
 
 
-def _watch_asgi(receive: Any, stream: router.Stream) -> Any:
+def _watch_asgi(receive: Any, stream: streams.Stream) -> Any:
     """Abandon ``stream`` if the client leaves (ASGI says so only through ``receive()``); returns the undo."""
     watch = asyncio.ensure_future(_disconnect(receive))
     watch.add_done_callback(lambda w: None if w.cancelled() else stream.abandon())

@@ -13,7 +13,7 @@ import uuid
 from typing import Any, Callable
 
 from muster.serve import multiplex
-from muster.serve._internal import router, wire
+from muster.serve._internal import router, streams, wire
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 _TEXT = [("content-type", "text/plain; charset=utf-8")]
@@ -130,7 +130,7 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
         r.release(replica)
 
 
-def _watch_granian(proto: Any, stream: router.Stream) -> Callable[[], None]:
+def _watch_granian(proto: Any, stream: streams.Stream) -> Callable[[], None]:
     """Abandon ``stream`` if the client leaves (granian resolves the future then); returns the undo."""
     gone = proto.client_disconnect()
     gone.add_done_callback(stream.abandon)
@@ -184,16 +184,16 @@ class LateWatch:
 late = LateWatch()  # the ingress process's one (its server runs on one loop)
 
 
-async def _relay(stream: router.Stream, proto: Any, timeout: float | None, echo: list) -> None:
+async def _relay(stream: streams.Stream, proto: Any, timeout: float | None, echo: list) -> None:
     kind, payload = await stream.next(timeout)
-    if kind == router.GONE[0]:
+    if kind == streams.GONE[0]:
         return  # the client left; the replica was told to stop
     if kind == wire.RESP_FULL:
         status, block, body = wire.parse_http_response(payload)
         proto.response_bytes(status, wire.split_block_str(block) + echo, body)
         return
-    if (kind, payload) == router.TIMED_OUT:
-        _plain(proto, 408, router.timeout_message(timeout), echo)
+    if (kind, payload) == streams.TIMED_OUT:
+        _plain(proto, 408, streams.timeout_message(timeout), echo)
         return
     if kind == wire.RESP_ERROR:
         err: wire.RemoteError = wire.loads(payload)

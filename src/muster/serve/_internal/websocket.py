@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from muster.serve._internal import router, wire
+from muster.serve._internal import streams, wire
 
 #: the close code a client gets when the handler raised or its replica died (RFC 6455: internal error)
 INTERNAL_ERROR = 1011
@@ -149,7 +149,7 @@ async def deny(scope: dict, send: Any, status: int, text: str, headers: list | N
         pass  # the client has gone already
 
 
-async def relay(stream: router.Stream, scope: dict, receive: Any, send: Any, timeout: float | None,
+async def relay(stream: streams.Stream, scope: dict, receive: Any, send: Any, timeout: float | None,
                 echo: list) -> None:
     """Serve one client's WebSocket through the replica answering on ``stream``, until either side closes."""
     kind, payload = await stream.next(timeout)
@@ -170,8 +170,8 @@ async def _refuse(kind: int, payload: bytes, scope: dict, send: Any, timeout: fl
     """The handler did not accept: say how to the client."""
     if kind == wire.WS_CLOSE:  # the handler (or Starlette's router, with no such route) closed first
         await send({"type": "websocket.close", "code": wire.parse_ws_close(payload)[0]})
-    elif (kind, payload) == router.TIMED_OUT:
-        await deny(scope, send, 408, router.timeout_message(timeout), echo)
+    elif (kind, payload) == streams.TIMED_OUT:
+        await deny(scope, send, 408, streams.timeout_message(timeout), echo)
     elif kind == wire.RESP_ERROR:
         err: wire.RemoteError = wire.loads(payload)
         await deny(scope, send, err.status, err.message, [(k.encode(), v.encode()) for k, v in err.headers] + echo)
@@ -182,7 +182,7 @@ async def _refuse(kind: int, payload: bytes, scope: dict, send: Any, timeout: fl
         await deny(scope, send, 500, f"the replica answered a WebSocket with frame kind {kind}.", echo)
 
 
-async def _client_to_replica(receive: Any, stream: router.Stream, window: wire.Window) -> None:
+async def _client_to_replica(receive: Any, stream: streams.Stream, window: wire.Window) -> None:
     while True:
         msg = await receive()
         if msg["type"] == "websocket.receive":
@@ -197,7 +197,7 @@ async def _client_to_replica(receive: Any, stream: router.Stream, window: wire.W
             return
 
 
-async def _replica_to_client(stream: router.Stream, send: Any, window: wire.Window) -> None:
+async def _replica_to_client(stream: streams.Stream, send: Any, window: wire.Window) -> None:
     """Pass the replica's messages on until it closes (or dies); a client that has gone is not sent to, but the
     replica's end is still waited for, so its ongoing count stays until its handler has finished."""
     client = True
