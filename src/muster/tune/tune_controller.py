@@ -146,6 +146,10 @@ class TuneController:
                         shutil.rmtree(local, ignore_errors=True)
             except FileNotFoundError:
                 continue
+            except shutil.Error as exc:  # copytree gathers each file's error: files the donor deleted meanwhile
+                if all("[Errno 2]" in why for _, _, why in exc.args[0]):
+                    continue
+                raise
             return Checkpoint(dest, storage.fs)
         return None
 
