@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
+from concurrent.futures import Future
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train import Checkpoint
 from muster.tune.schedulers import PB2
 from muster.tune.schedulers.pb2_gp import GP, select_config
+from muster.tune.schedulers.trial_scheduler import PendingConfig
 
 
 def _synthetic(rng, bounds, gain, n=60):
@@ -137,3 +140,32 @@ def test_pb2_tuner_run_exploits_and_explores_within_bounds(storage):
     weak_id = weak.metrics_dataframe["trial_id"].iloc[0]
     own = [json.loads(x) for x in open(os.path.join(folder, f"pbt_policy_{weak_id}.txt")).read().splitlines()]
     assert own[-1] in lines and own[-1][0].startswith("0_lr=0.1") and own[-1][5]["lr"] == weak.config["lr"]
+
+
+class _PauseWithSlowConfig(tune.schedulers.FIFOScheduler):
+    """Pauses the trial once, at its first result, with a restart config that takes a second to work out
+    (as PB2's GP fit does): nothing else runs or waits meanwhile, so the controller has only that trial."""
+
+    def on_trial_result(self, controller, trial, result):
+        if result["training_iteration"] != 1 or trial.config["x"] != 1:
+            return self.CONTINUE
+        future: Future = Future()
+        threading.Timer(1.0, future.set_result, [{"x": 2}]).start()
+        trial.restart_plan = (PendingConfig(future, dict), None, trial.trial_id)
+        return self.PAUSE
+
+
+def _count_to_three(config):
+    for _ in range(3):
+        tune.report({"x": config["x"]})
+
+
+def test_a_paused_trial_waits_for_its_pending_config_even_when_it_is_the_only_trial(storage):
+    """The last trial paused (search done, nothing running) was chosen to resume before its config was known,
+    and the run failed its 'PendingConfig is settled' check (seen in a fresh-clone CI run of PB2)."""
+    sched = _PauseWithSlowConfig()
+    grid = tune.Tuner(_count_to_three, param_space={"x": 1}, tune_config=tune.TuneConfig(scheduler=sched),
+                      run_config=tune.RunConfig(storage_path=storage)).fit()
+    assert grid.num_errors == 0
+    xs = list(grid[0].metrics_dataframe["x"])  # (how many 1s were reported before the pause landed varies)
+    assert xs[0] == 1 and xs[-3:] == [2, 2, 2] and grid[0].config == {"x": 2}  # restarted with the worked-out config

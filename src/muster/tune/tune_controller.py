@@ -267,7 +267,7 @@ class TuneController:
         A paused trial whose scheduler still works out its config (a ``PendingConfig``) waits for it."""
         self._settle_pending_configs()
         waiting = [t for t in self.trials if t.run is None and t.status == PAUSED and t.restart_plan
-                   and not isinstance(t.restart_plan[0], PendingConfig)]
+                   and not _config_pending(t)]
         waiting += [t for t in self.trials if t.run is None and t.status == PENDING]
         if waiting:
             return self.scheduler.choose_trial_to_run(self, waiting)
@@ -288,14 +288,14 @@ class TuneController:
                 self._dirty = True
                 return trial
             return None
-        paused = [t for t in self.trials if t.run is None and t.status == PAUSED]
+        paused = [t for t in self.trials if t.run is None and t.status == PAUSED and not _config_pending(t)]
         return self.scheduler.choose_trial_to_run(self, paused) if paused else None
 
     def _settle_pending_configs(self) -> None:
         """Take the restart configs that schedulers finished working out (a failure raises here)."""
         for trial in self.trials:
             plan = trial.restart_plan
-            if plan and isinstance(plan[0], PendingConfig) and plan[0].done():
+            if _config_pending(trial) and plan[0].done():
                 trial.restart_plan = (plan[0].result(), plan[1], plan[2])
 
     def _name(self, trial: Trial) -> None:
@@ -502,6 +502,11 @@ def _sum(many: Any) -> dict[str, float]:
 def _short(config: dict[str, Any]) -> str:
     text = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in flatten_config(config).items())
     return "{" + (text if len(text) < 120 else text[:117] + "...") + "}"
+
+
+def _config_pending(trial: Trial) -> bool:
+    """Whether the trial's scheduler still works out the config it restarts with: it waits for that."""
+    return bool(trial.restart_plan) and isinstance(trial.restart_plan[0], PendingConfig)
 
 
 def _start_config(trial: Trial) -> dict[str, Any]:
