@@ -267,7 +267,7 @@ class TuneController:
         A paused trial whose scheduler still works out its config (a ``PendingConfig``) waits for it."""
         self._settle_pending_configs()
         waiting = [t for t in self.trials if t.run is None and t.status == PAUSED and t.restart_plan
-                   and not _config_pending(t)]
+                   and _config_pending(t) is None]
         waiting += [t for t in self.trials if t.run is None and t.status == PENDING]
         if waiting:
             return self.scheduler.choose_trial_to_run(self, waiting)
@@ -288,15 +288,15 @@ class TuneController:
                 self._dirty = True
                 return trial
             return None
-        paused = [t for t in self.trials if t.run is None and t.status == PAUSED and not _config_pending(t)]
+        paused = [t for t in self.trials if t.run is None and t.status == PAUSED and _config_pending(t) is None]
         return self.scheduler.choose_trial_to_run(self, paused) if paused else None
 
     def _settle_pending_configs(self) -> None:
         """Take the restart configs that schedulers finished working out (a failure raises here)."""
         for trial in self.trials:
-            plan = trial.restart_plan
-            if _config_pending(trial) and plan[0].done():
-                trial.restart_plan = (plan[0].result(), plan[1], plan[2])
+            pending = _config_pending(trial)
+            if pending is not None and pending.done() and trial.restart_plan:
+                trial.restart_plan = (pending.result(), *trial.restart_plan[1:])
 
     def _name(self, trial: Trial) -> None:
         """A new trial's name and folder from ``TuneConfig(trial_name_creator=, trial_dirname_creator=)``,
@@ -504,9 +504,10 @@ def _short(config: dict[str, Any]) -> str:
     return "{" + (text if len(text) < 120 else text[:117] + "...") + "}"
 
 
-def _config_pending(trial: Trial) -> bool:
-    """Whether the trial's scheduler still works out the config it restarts with: it waits for that."""
-    return bool(trial.restart_plan) and isinstance(trial.restart_plan[0], PendingConfig)
+def _config_pending(trial: Trial) -> PendingConfig | None:
+    """The restart config the trial's scheduler still works out (the trial waits for it), else None."""
+    first = trial.restart_plan[0] if trial.restart_plan else None
+    return first if isinstance(first, PendingConfig) else None
 
 
 def _start_config(trial: Trial) -> dict[str, Any]:
