@@ -38,6 +38,7 @@ from muster.tune import trial as trial_mod
 from muster.tune.callback import CallbackList
 from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, GRACEFUL_STOP, TuneController
 from muster.tune.result_grid import ResultGrid, TrialError
+from muster.tune.run_config import RunConfig as TuneRunConfig
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 from muster.tune.search.searcher import ConcurrencyLimiter, Searcher, SearchGenerator
 from muster.tune.search.variant_generator import BasicVariantGenerator
@@ -68,7 +69,8 @@ class Tuner:
             keys that are (``"datasets"``, ``"scaling_config"``...) set them per trial.
         tune_config: metric, mode, scheduler, search algorithm, samples.
         run_config: the experiment's name and storage, the trials' checkpoint
-            and failure settings, and ``stop``.
+            and failure settings, and ``stop``. Default: a trainer's own, else a
+            ``muster.tune.RunConfig()`` (Tune's class, as in Ray).
     """
 
     def __init__(
@@ -92,7 +94,7 @@ class Tuner:
         self.tune_config = tune_config or TuneConfig()
         if run_config is None and isinstance(trainable, DataParallelTrainer):
             run_config = copy.copy(trainable.run_config)  # its name, too, names the experiment (as Ray)
-        self.run_config = run_config or RunConfig()
+        self.run_config = run_config or TuneRunConfig()  # Tune's class, as Ray's Tuner (a trainer's is its own)
         log_file_names(self.run_config.log_to_file)  # a bad value is refused now, not at the first trial
         self._restored: dict[str, Any] | None = None
         self._path: str | None = None
