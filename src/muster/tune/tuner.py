@@ -36,7 +36,7 @@ from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import progress_reporter
 from muster.tune import trial as trial_mod
 from muster.tune.callback import CallbackList
-from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, GRACEFUL_STOP, TuneController
+from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, TuneController, graceful_stops
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.run_config import RunConfig as TuneRunConfig
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
@@ -109,7 +109,9 @@ class Tuner:
         A Ctrl-C (SIGINT, or SIGUSR1) stops the running trials and returns, as in Ray, the results so far: the
         trials that were running have their last results and checkpoints, no error, and go on from
         there in ``Tuner.restore(path, trainable).fit()``. A second Ctrl-C while they stop, or a
-        SIGTERM, raises ``KeyboardInterrupt`` (the state is saved all the same).
+        SIGTERM, raises ``KeyboardInterrupt`` (the state is saved all the same). Under Ray's
+        ``TUNE_DISABLE_SIGINT_HANDLER=1`` a Ctrl-C raises ``KeyboardInterrupt`` too (a SIGINT handler
+        of the program's own is left in place and runs instead).
 
         Raises:
             ResourcesUnavailableError: one trial needs more than the engine has.
@@ -165,7 +167,7 @@ class Tuner:
         try:
             controller.run()
         except KeyboardInterrupt:
-            if controller.interrupted_by not in GRACEFUL_STOP:  # SIGTERM, or a second Ctrl-C: stop now, as Ray does
+            if controller.interrupted_by not in graceful_stops():  # SIGTERM, a second Ctrl-C: stop now, as Ray
                 raise
             _log.warning("The experiment was interrupted; its latest state is saved. Continue it with %s",
                          self._resume_hint.format(name=storage.name, path=storage.uri))
