@@ -40,6 +40,7 @@ from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, TuneContro
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.run_config import RunConfig as TuneRunConfig
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
+from muster.tune.search.search_algorithm import SearchAlgorithm
 from muster.tune.search.searcher import ConcurrencyLimiter, Searcher, SearchGenerator
 from muster.tune.search.variant_generator import BasicVariantGenerator
 from muster.tune.session import FunctionTrial
@@ -427,14 +428,20 @@ def _search_generator(search_alg: Any, metric: str | None, mode: str | None, spa
         alg = alg.searcher
     if isinstance(alg, BasicVariantGenerator):
         return alg
-    if not isinstance(alg, Searcher):
+    if isinstance(alg, Searcher):
+        alg = SearchGenerator(alg)
+    elif not isinstance(alg, SearchGenerator):
+        own = isinstance(alg, SearchAlgorithm)  # Ray's next_trial() interface, not ported
         raise InvalidTypeError(
             f"TuneConfig(search_alg={alg!r}): pass a BasicVariantGenerator, a muster.tune.search.Searcher "
-            "(OptunaSearch, ...), or a ConcurrencyLimiter around one."
+            "(OptunaSearch, ...), a ConcurrencyLimiter around one, or SearchGenerator(searcher)."
+            + (" A SearchAlgorithm subclass of your own is not run: subclass Searcher and implement "
+               "suggest(trial_id) and on_trial_complete(trial_id, result) instead." if own else "")
         )
     if not alg.set_search_properties(metric, mode, space):
-        raise InvalidArgumentError(f"{type(alg).__name__} refused the search space or metric ({metric!r}, {mode!r}).")
-    return SearchGenerator(alg)
+        name = type(alg.searcher).__name__
+        raise InvalidArgumentError(f"{name} refused the search space or metric ({metric!r}, {mode!r}).")
+    return alg
 
 
 def _replay(scheduler: TrialScheduler, controller: TuneController, trials: list[Trial]) -> None:
