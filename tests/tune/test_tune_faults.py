@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -24,9 +25,9 @@ def _lines(path: pathlib.Path) -> list[tuple[str, int]]:
     return [(a, int(b)) for a, b in (line.split() for line in path.read_text().splitlines() if line.strip())]
 
 
-def _start_experiment(storage: str, progress: pathlib.Path, *mode: str) -> subprocess.Popen:
-    """The user's script, as its own driver process."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+def _start_experiment(storage: str, progress: pathlib.Path, *mode: str, **env_vars: str) -> subprocess.Popen:
+    """The user's script, as its own driver process (``env_vars`` set in its environment)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]), **env_vars)
     return subprocess.Popen(
         [sys.executable, str(HERE / "_experiment.py"), storage, "exp", str(progress), *mode],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -113,13 +114,14 @@ def test_restore_of_a_non_experiment_names_the_expected_files(tmp_path):
         tune.Tuner.restore(str(tmp_path / "nothing"), trainable=_experiment.trainable)
 
 
-def _signal_experiment(storage: str, progress: pathlib.Path, sig: str) -> tuple[subprocess.Popen, str, list]:
+def _signal_experiment(storage: str, progress: pathlib.Path, sig: str,
+                       **env_vars: str) -> tuple[subprocess.Popen, str, list]:
     """Run the user's script, send it ``sig`` once its trials reported twice; its output and worker processes."""
     import signal
 
     import psutil
 
-    proc = _start_experiment(storage, progress)
+    proc = _start_experiment(storage, progress, **env_vars)
     try:
         deadline = time.monotonic() + 60
         while len(_lines(progress)) < 2 and time.monotonic() < deadline:
@@ -175,6 +177,48 @@ def test_sigusr1_ends_fit_as_ctrl_c_does_as_in_ray(storage, tmp_path):
     proc, out, statuses = _signal_experiment(storage, tmp_path / "progress", "SIGUSR1")
     assert proc.returncode == 0 and "Traceback" not in out, out  # before: SIGUSR1's default, the process died
     assert "DONE " in out and "RUNNING" in statuses, out
+
+
+def test_ctrl_c_raises_keyboard_interrupt_under_tune_disable_sigint_handler(storage, tmp_path):
+    """Ray's TUNE_DISABLE_SIGINT_HANDLER=1: Tune installs no SIGINT handler, so Ctrl-C raises
+    KeyboardInterrupt out of fit() (muster still stops the trials and saves the state first)."""
+    proc, out, statuses = _signal_experiment(storage, tmp_path / "progress", "SIGINT", TUNE_DISABLE_SIGINT_HANDLER="1")
+    assert proc.returncode != 0 and "DONE " not in out, out  # before: fit() returned the results so far
+    assert "KeyboardInterrupt" in out and "RuntimeError" not in out, out
+    assert "RUNNING" in statuses  # saved, resumable
+
+
+class _Interrupting(tune.Callback):
+    """Sends this (driver) process a real SIGINT at the first result."""
+
+    def __init__(self):
+        self.sent = False
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the handler runs at once
+
+
+def _steps(config):
+    for step in range(3):
+        tune.report({"step": step})
+        time.sleep(0.1)
+
+
+def test_tune_disable_sigint_handler_leaves_the_programs_own_handler_in_place(storage, monkeypatch):
+    got = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        monkeypatch.setenv("TUNE_DISABLE_SIGINT_HANDLER", "1")
+        grid = tune.Tuner(_steps, run_config=tune.RunConfig(storage_path=storage, verbose=0,
+                                                            callbacks=[_Interrupting()])).fit()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert got == [signal.SIGINT]  # before: Tune's handler took it and ended the run
+    (r,) = list(grid)
+    assert r.error is None and r.metrics["step"] == 2 and r.metrics["done"] is True
 
 
 def test_the_first_signal_waits_for_the_loop_and_a_second_raises_at_once():

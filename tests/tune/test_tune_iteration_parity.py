@@ -258,3 +258,39 @@ def test_a_trial_being_stopped_for_good_is_not_live_for_schedulers():
         trial.status = RUNNING
     trials[0].ending_as, trials[1].ending_as = TERMINATED, PAUSED  # stopping for good; pausing (PBT, HyperBand)
     assert TuneController.live_trials(SimpleNamespace(trials=trials)) == trials[1:]
+
+
+class _SeenIterations(tune.Callback):
+    def __init__(self):
+        self.iterations: list[Any] = []
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.iterations.append(result["training_iteration"])
+
+
+def _own_iterations(config):
+    for i in range(1, 5):
+        tune.report({"loss": 1.0 / i, "training_iteration": 10 * i})
+
+
+def test_a_results_own_training_iteration_is_kept_as_in_ray(storage):
+    # Ray's Trainable.train fills training_iteration in only where the result lacks it: callbacks, stop
+    # criteria, the result and the loggers' files all see the function's own count (muster showed 1, 2, 3)
+    import csv
+
+    from muster.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    seen = _SeenIterations()
+    grid = tune.Tuner(
+        _own_iterations,
+        run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": 30}, verbose=0,
+                                  callbacks=[seen, CSVLoggerCallback(), JsonLoggerCallback()]),
+    ).fit()
+    (r,) = list(grid)
+    assert r.error is None and seen.iterations == [10, 20, 30]
+    assert r.metrics["training_iteration"] == 30 and r.metrics["loss"] == 1.0 / 3
+    assert list(r.metrics_dataframe["training_iteration"])[:3] == [10, 20, 30]
+    with open(os.path.join(r.path, CSVLoggerCallback.FILE)) as f:
+        assert [int(row["training_iteration"]) for row in csv.DictReader(f)][:3] == [10, 20, 30]
+    with open(os.path.join(r.path, JsonLoggerCallback.FILE)) as f:
+        assert [json.loads(line)["training_iteration"] for line in f][:3] == [10, 20, 30]

@@ -484,3 +484,22 @@ def test_resume_config_says_per_status_what_restore_does(storage, tmp_path):
     assert finished.metrics_dataframe["t"].min() > before  # restarted: nothing of its first run is kept
     with pytest.raises(InvalidArgumentError, match=r"errored='again'.*RESUME, RESTART or SKIP"):
         tune.ResumeConfig(errored="again")
+
+
+def _one_report(config):
+    tune.report({"loss": 1.0})
+
+
+def test_a_tuner_without_run_config_uses_tunes_run_config_as_ray(storage, monkeypatch):
+    # Ray's Tuner defaults to ray.tune.RunConfig (muster's took muster.train.RunConfig, Ray Train V2's)
+    monkeypatch.setenv("MUSTER_STORAGE_PATH", storage)
+    tuner = tune.Tuner(_one_report)
+    assert type(tuner.run_config) is tune.RunConfig
+    assert type(tuner.run_config.failure_config) is tune.FailureConfig
+    assert type(tuner.run_config.checkpoint_config) is tune.CheckpointConfig
+    grid = tuner.fit()
+    assert grid.num_errors == 0 and grid.experiment_path.startswith(storage)
+    assert type(tune.Tuner.restore(grid.experiment_path, _one_report).run_config) is tune.RunConfig
+    trainer = TorchTrainer(lambda: None, scaling_config=ScalingConfig(num_workers=1),
+                           run_config=train.RunConfig(name="mine"))
+    assert tune.Tuner(trainer).run_config.name == "mine"  # a trainer's own, as in Ray

@@ -58,6 +58,12 @@ def chdir_to_trial_dir() -> bool:
     return os.environ.get("RAY_CHDIR_TO_TRIAL_DIR", "1") != "0"
 
 
+def tune_sigint_handler_disabled() -> bool:
+    """Ray's ``TUNE_DISABLE_SIGINT_HANDLER=1``: Tune leaves SIGINT alone, so Ctrl-C raises ``KeyboardInterrupt``
+    out of ``Tuner.fit()`` (or reaches the program's own handler) instead of ending the run gracefully."""
+    return os.environ.get("TUNE_DISABLE_SIGINT_HANDLER", "0").strip() not in ("", "0")
+
+
 def log_prefix_enabled() -> bool:
     return os.environ.get("MUSTER_LOG_PREFIX", "1") != "0"
 

@@ -335,7 +335,8 @@ class TrialRun:
         out.setdefault("time_since_restore", max(t - self._restored_wall, 0.0))
         out.setdefault("iterations_since_restore", self._since_restore.get(rank, 0) + 1)
         base = self._attempt_base if self._restored_iteration is None else self._restored_iteration
-        out.setdefault(SHOWN_ITERATION, base + out["iterations_since_restore"])
+        # a result's own training_iteration is kept (Ray's Trainable fills it in only where it is missing)
+        out.setdefault(SHOWN_ITERATION, out.get("training_iteration", base + out["iterations_since_restore"]))
         out.setdefault("date", time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(t)))
         out.setdefault("hostname", host or _HOST)  # the reporting worker's, as Ray's (the trial actor's)
         out.setdefault("node_ip", ip or _node_ip())

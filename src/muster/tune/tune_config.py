@@ -232,11 +232,27 @@ class _Trainable:
     def __call__(self, config: dict[str, Any], **kwargs: Any) -> Any:
         return self.fn(config, **kwargs)
 
+    def named(self, name: str) -> _Trainable:
+        """Itself under ``name``, which names its experiment and trials."""
+        vars(self).update(__name__=name, __qualname__=name)
+        return self
+
 
 def _parts(trainable: Callable[..., Any]) -> tuple[Callable[..., Any], Resources | None, dict[str, Any]]:
     if isinstance(trainable, _Trainable):
         return trainable.fn, trainable.resources, trainable.parameters
     return trainable, None, {}
+
+
+def renamed(trainable: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """The same function trainable (its resources and parameters too) under another ``__name__``,
+    which names its experiment and trials (``wrap_function(fn, name=...)``)."""
+    return _Trainable(*_parts(trainable)).named(name)
+
+
+def _named_as(given: Callable[..., Any], out: _Trainable) -> _Trainable:
+    """``out`` under the name of the trainable it was made from (a ``renamed`` one keeps its name)."""
+    return out.named(vars(given)["__name__"]) if isinstance(given, _Trainable) else out
 
 
 def trial_function(trainable: Callable[..., Any]) -> Callable[..., Any]:
@@ -288,8 +304,9 @@ def with_resources(trainable: Callable[..., Any], resources: Resources) -> Calla
     """
     if not callable(trainable):
         raise InvalidTypeError(f"tune.with_resources({trainable!r}, ...): pass the trainable function.")
-    fn, _, parameters = _parts(as_function(trainable))
-    return _Trainable(fn, _check_resources(resources), parameters)
+    given = as_function(trainable)
+    fn, _, parameters = _parts(given)
+    return _named_as(given, _Trainable(fn, _check_resources(resources), parameters))
 
 
 def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
@@ -300,5 +317,6 @@ def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Callable[..
     """
     if not callable(trainable):
         raise InvalidTypeError(f"tune.with_parameters({trainable!r}, ...): pass the trainable function.")
-    fn, resources, parameters = _parts(as_function(trainable))
-    return _Trainable(fn, resources, {**parameters, **kwargs})
+    given = as_function(trainable)
+    fn, resources, parameters = _parts(given)
+    return _named_as(given, _Trainable(fn, resources, {**parameters, **kwargs}))

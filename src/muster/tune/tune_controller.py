@@ -28,7 +28,7 @@ from typing import Any
 
 import cloudpickle
 
-from muster.core import resources as res
+from muster.core import resources as res, settings
 from muster.core.interrupts import SafeInterrupts
 from muster.core.serialization import json_default
 from muster.core.api import get_runtime
@@ -66,9 +66,24 @@ ERROR_FILE = "error.pkl"  # a failed trial's error, in its folder
 
 _log = logging.getLogger(__name__)
 _SAVE_EVERY_S = 1.0
-#: the signals on which, as in Ray, Tuner.fit() and tune.run stop the trials and return (SIGTERM and a second
-#: signal raise KeyboardInterrupt)
-GRACEFUL_STOP = ("SIGINT", "SIGUSR1")
+
+
+def graceful_stops() -> tuple[str, ...]:
+    """The signals on which, as in Ray, Tuner.fit() and tune.run stop the trials and return (SIGTERM and a
+    second signal raise KeyboardInterrupt); Ctrl-C is not one under ``TUNE_DISABLE_SIGINT_HANDLER=1``."""
+    return ("SIGUSR1",) if settings.tune_sigint_handler_disabled() else ("SIGINT", "SIGUSR1")
+
+
+def _watched_signals() -> list[signal.Signals]:
+    """The signals the loop takes at a safe point. Under ``TUNE_DISABLE_SIGINT_HANDLER=1`` a program's own
+    SIGINT handler is left in place, as Ray leaves it; Python's default one (raise ``KeyboardInterrupt``)
+    is still taken between waits, so that the interrupt stops the trials cleanly before it is raised."""
+    watched = [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1]
+    if settings.tune_sigint_handler_disabled() and signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        watched.remove(signal.SIGINT)
+    return watched
+
+
 _FINISHED = "FINISHED"
 
 
@@ -160,7 +175,7 @@ class TuneController:
         started = time.monotonic()
         self.progress.start()
         self.callbacks("setup", **self.setup_info)
-        interrupts = SafeInterrupts(signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+        interrupts = SafeInterrupts(*_watched_signals())
         try:
             with interrupts:
                 self._loop(started, interrupts)

@@ -22,7 +22,7 @@ from muster.tune.analysis import ExperimentAnalysis
 from muster.tune.experiment.experiment import EXPERIMENT_KEYS, Experiment, check_trainable, experiment_list
 from muster.tune.trial import Trial
 from muster.tune.tune_config import CheckpointConfig, ResumeConfig, TuneConfig, with_resources
-from muster.tune.tune_controller import GRACEFUL_STOP
+from muster.tune.tune_controller import graceful_stops
 from muster.tune.tuner import Tuner
 
 _log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def _fit(tuner: Tuner, metric: str | None, mode: str | None, storage_filesystem:
     """Run the Tuner and analyse what it wrote; a Ctrl-C ends the run and returns what was saved, as in Ray."""
     tuner._resume_hint = "tune.run(..., name={name!r}, storage_path=..., resume=True)"
     grid = tuner.fit()
-    interrupted = tuner._interrupted_by in GRACEFUL_STOP  # as in Ray: Ctrl-C ends the run, which returns
+    interrupted = tuner._interrupted_by in graceful_stops()  # as in Ray: Ctrl-C ends the run, which returns
     analysis = ExperimentAnalysis(grid.experiment_path, storage_filesystem=storage_filesystem,
                                   default_metric=metric, default_mode=mode, _results=grid)
     failed = [t for t in analysis.trials if t.status != "TERMINATED"]

@@ -36,9 +36,11 @@ from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import progress_reporter
 from muster.tune import trial as trial_mod
 from muster.tune.callback import CallbackList
-from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, GRACEFUL_STOP, TuneController
+from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, TuneController, graceful_stops
 from muster.tune.result_grid import ResultGrid, TrialError
+from muster.tune.run_config import RunConfig as TuneRunConfig
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
+from muster.tune.search.search_algorithm import SearchAlgorithm
 from muster.tune.search.searcher import ConcurrencyLimiter, Searcher, SearchGenerator
 from muster.tune.search.variant_generator import BasicVariantGenerator
 from muster.tune.session import FunctionTrial
@@ -68,7 +70,8 @@ class Tuner:
             keys that are (``"datasets"``, ``"scaling_config"``...) set them per trial.
         tune_config: metric, mode, scheduler, search algorithm, samples.
         run_config: the experiment's name and storage, the trials' checkpoint
-            and failure settings, and ``stop``.
+            and failure settings, and ``stop``. Default: a trainer's own, else a
+            ``muster.tune.RunConfig()`` (Tune's class, as in Ray).
     """
 
     def __init__(
@@ -92,7 +95,7 @@ class Tuner:
         self.tune_config = tune_config or TuneConfig()
         if run_config is None and isinstance(trainable, DataParallelTrainer):
             run_config = copy.copy(trainable.run_config)  # its name, too, names the experiment (as Ray)
-        self.run_config = run_config or RunConfig()
+        self.run_config = run_config or TuneRunConfig()  # Tune's class, as Ray's Tuner (a trainer's is its own)
         log_file_names(self.run_config.log_to_file)  # a bad value is refused now, not at the first trial
         self._restored: dict[str, Any] | None = None
         self._path: str | None = None
@@ -107,7 +110,9 @@ class Tuner:
         A Ctrl-C (SIGINT, or SIGUSR1) stops the running trials and returns, as in Ray, the results so far: the
         trials that were running have their last results and checkpoints, no error, and go on from
         there in ``Tuner.restore(path, trainable).fit()``. A second Ctrl-C while they stop, or a
-        SIGTERM, raises ``KeyboardInterrupt`` (the state is saved all the same).
+        SIGTERM, raises ``KeyboardInterrupt`` (the state is saved all the same). Under Ray's
+        ``TUNE_DISABLE_SIGINT_HANDLER=1`` a Ctrl-C raises ``KeyboardInterrupt`` too (a SIGINT handler
+        of the program's own is left in place and runs instead).
 
         Raises:
             ResourcesUnavailableError: one trial needs more than the engine has.
@@ -163,7 +168,7 @@ class Tuner:
         try:
             controller.run()
         except KeyboardInterrupt:
-            if controller.interrupted_by not in GRACEFUL_STOP:  # SIGTERM, or a second Ctrl-C: stop now, as Ray does
+            if controller.interrupted_by not in graceful_stops():  # SIGTERM, a second Ctrl-C: stop now, as Ray
                 raise
             _log.warning("The experiment was interrupted; its latest state is saved. Continue it with %s",
                          self._resume_hint.format(name=storage.name, path=storage.uri))
@@ -423,14 +428,20 @@ def _search_generator(search_alg: Any, metric: str | None, mode: str | None, spa
         alg = alg.searcher
     if isinstance(alg, BasicVariantGenerator):
         return alg
-    if not isinstance(alg, Searcher):
+    if isinstance(alg, Searcher):
+        alg = SearchGenerator(alg)
+    elif not isinstance(alg, SearchGenerator):
+        own = isinstance(alg, SearchAlgorithm)  # Ray's next_trial() interface, not ported
         raise InvalidTypeError(
             f"TuneConfig(search_alg={alg!r}): pass a BasicVariantGenerator, a muster.tune.search.Searcher "
-            "(OptunaSearch, ...), or a ConcurrencyLimiter around one."
+            "(OptunaSearch, ...), a ConcurrencyLimiter around one, or SearchGenerator(searcher)."
+            + (" A SearchAlgorithm subclass of your own is not run: subclass Searcher and implement "
+               "suggest(trial_id) and on_trial_complete(trial_id, result) instead." if own else "")
         )
     if not alg.set_search_properties(metric, mode, space):
-        raise InvalidArgumentError(f"{type(alg).__name__} refused the search space or metric ({metric!r}, {mode!r}).")
-    return SearchGenerator(alg)
+        name = type(alg.searcher).__name__
+        raise InvalidArgumentError(f"{name} refused the search space or metric ({metric!r}, {mode!r}).")
+    return alg
 
 
 def _replay(scheduler: TrialScheduler, controller: TuneController, trials: list[Trial]) -> None:

@@ -1,10 +1,11 @@
 """Search algorithms: grid and random (``BasicVariantGenerator``), ``OptunaSearch`` (extra ``muster[tune]``),
-and ``ConcurrencyLimiter``."""
+and ``ConcurrencyLimiter``; ``SearchAlgorithm``, their base, and ``SearchGenerator``, which runs a ``Searcher``."""
 
 from typing import Any
 
 from muster.tune.search.repeater import Repeater
-from muster.tune.search.searcher import ConcurrencyLimiter, Searcher
+from muster.tune.search.search_algorithm import SearchAlgorithm
+from muster.tune.search.searcher import ConcurrencyLimiter, SearchGenerator, Searcher
 from muster.tune.search.sample import grid_search
 from muster.tune.search.variant_generator import BasicVariantGenerator
 
@@ -39,5 +40,5 @@ def __getattr__(name: str) -> Any:
     raise_unsupported("muster.tune.search", name)
 
 
-__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "OptunaSearch", "Repeater", "Searcher", "create_searcher",
-           "grid_search"]
+__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "OptunaSearch", "Repeater", "SearchAlgorithm",
+           "SearchGenerator", "Searcher", "create_searcher", "grid_search"]

@@ -16,6 +16,7 @@ import cloudpickle
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train.storage import Storage
+from muster.tune.search.search_algorithm import SearchAlgorithm
 from muster.tune.search.variant_generator import (
     FINISHED,
     BasicVariantGenerator,
@@ -201,16 +202,36 @@ def restore_wrapped(checkpoint_path: str, inner: Searcher) -> dict[str, Any]:
     return dict(state)
 
 
-class SearchGenerator:
+class SearchGenerator(SearchAlgorithm):
     """Drives a ``Searcher`` for ``num_samples`` trials; constants of the
-    param_space the searcher does not handle are merged into each config."""
+    param_space the searcher does not handle are merged into each config.
+
+    The Tuner wraps a ``TuneConfig(search_alg=)`` searcher in one; passing
+    ``SearchGenerator(searcher)`` itself does the same, as in Ray.
+
+    Raises:
+        InvalidTypeError: ``searcher`` is not a ``Searcher``.
+    """
 
     def __init__(self, searcher: Searcher):
+        if not isinstance(searcher, Searcher):
+            raise InvalidTypeError(
+                f"SearchGenerator({searcher!r}): pass a muster.tune.search.Searcher (OptunaSearch, a "
+                "ConcurrencyLimiter, a Searcher subclass of your own); a BasicVariantGenerator goes to "
+                "TuneConfig(search_alg=...) as it is."
+            )
         self.searcher = searcher
         self._save_failed = False
         self.total = 0
         self._made = 0
         self._constants: dict[str, Any] = {}
+
+    @property
+    def metric(self) -> str | None:
+        return self.searcher.metric
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any) -> bool:
+        return self.searcher.set_search_properties(metric, mode, config, **spec)
 
     def setup(self, space: dict[str, Any], num_samples: int, skip: int = 0) -> None:
         self.total, self._made = num_samples, skip

@@ -17,6 +17,7 @@ from typing import Any
 
 from muster.exceptions import InvalidArgumentError
 from muster.tune.search.sample import Domain, Function
+from muster.tune.search.search_algorithm import SearchAlgorithm
 
 Path = tuple[Any, ...]
 FINISHED = "FINISHED"
@@ -108,7 +109,7 @@ def has_search_space(space: Any) -> bool:
     return any(True for _ in _walk(space))
 
 
-class BasicVariantGenerator:
+class BasicVariantGenerator(SearchAlgorithm):
     """Grid search crossed with random search; Ray's default search algorithm.
 
     Args:

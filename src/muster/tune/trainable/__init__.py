@@ -16,6 +16,7 @@ result it would not save, whether the trial ends there (see ``messages``).
 
 from __future__ import annotations
 
+import inspect
 import os
 import pickle
 import socket
@@ -23,7 +24,7 @@ import tempfile
 import time
 from typing import Any
 
-from muster.exceptions import InvalidTypeError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, UnsupportedRayAPIError
 from muster.tune.result import SHOULD_CHECKPOINT
 
 _DICT_FILE = "trainable_state.pkl"  # what save_checkpoint returned, when it returned a dict
@@ -242,8 +243,71 @@ class ClassTrainable:
             trainable.cleanup()
 
 
+class FunctionTrainable(Trainable):
+    """Ray's class of a function trainable: ``wrap_function(fn)`` makes a subclass that carries ``fn``.
+
+    A Tuner (or ``tune.run``, ``with_resources``, ``with_parameters``) given such a class runs ``fn``
+    as the function trainable it is, as Ray does. Building one to call ``train()`` by hand, outside a
+    Tuner, is not ported (the error says so), nor is a subclass of your own.
+    """
+
+    _name = "func"
+    _function: Any = None  # what wrap_function wrapped
+
+    def __init__(self, config: dict[str, Any] | None = None, **setup_kwargs: Any):
+        raise UnsupportedRayAPIError(
+            f"{type(self).__name__}({config!r}): muster runs a function trainable only in a trial, not as an "
+            f"object stepped by hand. Pass the class (or the function {self._name!r} itself) to "
+            "muster.tune.Tuner(...).fit(), or call the function with a config dict."
+        )
+
+
+def wrap_function(train_func: Any, name: str | None = None) -> type[FunctionTrainable]:
+    """Ray's ``wrap_function``: ``train_func`` as a :class:`FunctionTrainable` subclass named ``name``
+    (default: the function's name), which a Tuner runs as the function itself.
+
+    Raises:
+        InvalidTypeError: ``train_func`` is not a function.
+        InvalidArgumentError: it cannot be called with the config dict alone, ``train_func(config)``.
+    """
+    if isinstance(train_func, type) or not callable(train_func):
+        raise InvalidTypeError(f"wrap_function({train_func!r}): pass a function trainable(config) that calls "
+                               "tune.report(...); a tune.Trainable subclass goes to the Tuner as it is.")
+    try:
+        inspect.signature(train_func).bind({})
+    except TypeError:
+        raise InvalidArgumentError(
+            f"wrap_function({train_func!r}): the function must take the trial's config as its one positional "
+            f"argument, def {getattr(train_func, '__name__', 'train_func')}(config): ... (as Ray requires); pass "
+            "other values with tune.with_parameters(train_func, name=value)."
+        ) from None
+    except ValueError:  # no signature to read (a builtin): let the trial call it
+        pass
+    label = name or getattr(train_func, "__name__", None) or "func"
+    return type("ImplicitFunc", (FunctionTrainable,), {"_name": label, "_function": staticmethod(train_func),
+                                                        "__module__": FunctionTrainable.__module__})
+
+
+def _wrapped_function(cls: type[FunctionTrainable]) -> Any:
+    """What a Tuner runs for a ``wrap_function`` class: its function, under the class's name."""
+    fn = getattr(cls, "_function", None)
+    if fn is None:
+        raise InvalidTypeError(
+            f"{cls.__name__}: a FunctionTrainable subclass of your own is not run by muster; pass the function "
+            "trainable(config) itself (or wrap_function(trainable)), or subclass tune.Trainable."
+        )
+    if cls._name == getattr(fn, "__name__", None):
+        return fn
+    from muster.tune.tune_config import renamed
+
+    return renamed(fn, cls._name)
+
+
 def as_function(trainable: Any) -> Any:
-    """A Trainable subclass becomes a :class:`ClassTrainable`; anything else is returned as it is."""
+    """A Trainable subclass becomes a :class:`ClassTrainable`, a ``wrap_function`` class its function;
+    anything else is returned as it is."""
+    if isinstance(trainable, type) and issubclass(trainable, FunctionTrainable):
+        return _wrapped_function(trainable)
     if isinstance(trainable, type) and issubclass(trainable, Trainable):
         return ClassTrainable(trainable)
     return trainable
