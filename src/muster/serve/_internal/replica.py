@@ -182,7 +182,8 @@ class _Conn(wire.FrameProtocol):
 
 
 def _call_of(payload: bytes) -> tuple:
-    """A handle call's (method, args, kwargs, streaming); an error for its caller if it will not unpickle."""
+    """A handle call's (method, args, kwargs, streaming, model id, request id, route); an error for its caller if
+    it will not unpickle."""
     try:
         return wire.loads(payload)
     except Exception as exc:  # noqa: BLE001 - whatever unpickling raised, the caller hears of it
@@ -492,9 +493,10 @@ class ReplicaActor:
         try:
             async with self.sem:
                 try:
-                    method, args, kwargs, streaming, *model = _call_of(payload)
-                    if model:
-                        multiplex.set_model_id(model[0])
+                    method, args, kwargs, streaming, model_id, request_id, route = _call_of(payload)
+                    if model_id:
+                        multiplex.set_model_id(model_id)
+                    replica_context._set_request(request_id, route)
                     result = await self._invoke(method, args, kwargs)
                     if streaming:
                         if not responses.is_stream(result):
