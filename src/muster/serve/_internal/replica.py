@@ -26,7 +26,8 @@ from typing import Any, cast
 from muster.exceptions import InvalidTypeError, MusterError
 from muster.serve import context as replica_context
 from muster.serve import multiplex
-from muster.serve._internal import eventloop, metrics, replica_logging, responses, router, websocket, wire
+from muster.serve._internal import (eventloop, metrics, replica_logging, responses, router, server_choice, websocket,
+                                    wire)
 from muster.serve._internal.plan import TargetRef
 from muster.serve.config import DeploymentConfig
 from muster.tasks import worker_side
@@ -296,6 +297,11 @@ class ReplicaActor:
                 "method; add one or drop user_config."
             )
         self._run_user("reconfigure", user_config)
+
+    def websocket_routes(self) -> bool | None:
+        """Whether the app this replica serves, as built here (by a factory, after ``__init__``), has WebSocket
+        routes; None when it cannot be told (a bare ASGI app). The controller picks the ingress's server by it."""
+        return server_choice.app_websockets(self.asgi)
 
     def update_routes(self, table: router.RouteTable) -> None:
         router.set_table(table)
