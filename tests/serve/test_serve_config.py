@@ -30,6 +30,14 @@ def test_bad_options_name_the_field():
         DeploymentConfig(name="x", max_ongoing_requests=0)
     with pytest.raises(ValueError, match="max_queued_requests=-2"):
         DeploymentConfig(name="x", max_queued_requests=-2)
+    # a fixed count of 0 (Ray refuses it too) left its callers queued until their timeout
+    zero = r"deployment 'x': num_replicas=0: .* autoscaling_config=\{'min_replicas': 0"
+    with pytest.raises(ValueError, match=zero):
+        DeploymentConfig(name="x", num_replicas=0)
+    with pytest.raises(ValueError, match=zero.replace("'x'", "'A'")):
+        A.options(num_replicas=0)
+    with pytest.raises(ValueError, match=zero.replace("'x'", "'f'")):
+        serve.deployment(num_replicas=0, name="f")(lambda: None)
     with pytest.raises(ValueError, match="both set"):
         DeploymentConfig(name="x", num_replicas=2, autoscaling_config={"max_replicas": 2})
     with pytest.raises(ValueError, match="max_replicas=1 is below min_replicas=2"):

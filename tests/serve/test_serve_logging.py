@@ -111,6 +111,61 @@ def test_a_config_files_application_logging_config_reaches_its_replicas(client, 
     serve.delete("fromfile")
 
 
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class Inner:
+    def log(self, word):
+        logging.getLogger("ray.serve").info("inner %s", word)
+        ctx = serve.context._get_serve_request_context()
+        return ctx.request_id, ctx.route, ctx.app_name
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class Outer:
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def __call__(self, request):
+        return list(await self.inner.log.remote(request.query_params["w"]))
+
+    def relay(self, word):  # a sync method (the executor), calling on through the handle it was given
+        logging.getLogger("ray.serve").info("outer %s", word)
+        return self.inner.log.remote(word).result()
+
+
+def test_handle_calls_carry_a_request_id_and_nested_calls_keep_their_parents(client, tmp_path):
+    logs = str(tmp_path / "nested")
+    cfg = LoggingConfig(encoding="JSON", logs_dir=logs)
+    handle = serve.run(Outer.options(logging_config=cfg).bind(Inner.options(logging_config=cfg).bind()),
+                       name="nested", route_prefix="/nested")
+    inner = serve.get_deployment_handle("Inner", "nested")
+    first, second = inner.log.remote("drv"), inner.log.remote("drv2")
+    rid, route, app = first.result(timeout_s=30)
+    assert rid == first.request_id and route == "" and app == "nested"  # a new id per call from the driver
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", rid)
+    assert second.result(timeout_s=30)[0] == second.request_id != rid
+    relayed = handle.relay.remote("via")
+    assert relayed.result(timeout_s=30) == (relayed.request_id, "", "nested")  # the parent's id, one hop on
+    r = client.get("/nested", params={"w": "web"}, headers={"X-Request-ID": "req-web"})
+    assert r.json() == ["req-web", "/nested", "nested"]  # an HTTP request's id and route, carried on
+
+    def lines() -> dict[str, dict]:
+        return {r["message"]: r for name in os.listdir(logs) for r in _records(os.path.join(logs, name))}
+
+    wait_until(lambda: {"inner drv", "inner via", "outer via", "inner web"} <= set(lines()), 15, "the JSON lines")
+    got = lines()
+    assert got["inner drv"]["request_id"] == rid and "route" not in got["inner drv"]
+    assert got["outer via"]["request_id"] == got["inner via"]["request_id"] == relayed.request_id
+    assert (got["inner web"]["request_id"], got["inner web"]["route"]) == ("req-web", "/nested")
+    def calls() -> list[dict]:
+        return [r for name in os.listdir(logs) for r in _records(os.path.join(logs, name))
+                if r["message"].startswith("CALL log")]
+
+    wait_until(lambda: len(calls()) == 4, 15, "the inner calls' access lines")
+    assert {c["request_id"] for c in calls()} == {rid, second.request_id, relayed.request_id, "req-web"}
+    assert serve.context._get_serve_request_context().request_id == ""  # the driver serves no request
+    serve.delete("nested")
+
+
 def test_logging_config_is_checked():
     with pytest.raises(ValueError, match=r"additional_log_standard_attrs=\['funcname'\].*LogRecord"):
         LoggingConfig(additional_log_standard_attrs=["funcname"])

@@ -101,3 +101,53 @@ def test_a_server_the_user_named_is_kept_and_an_upgrade_is_refused_naming_it(cap
         assert "runs on granian because http_options server='granian' names it" in r.text
         assert serve.status().http["server"] == "granian"
         assert "moving" not in capfd.readouterr().err
+
+
+async def _echo_twice(ws) -> None:
+    await ws.accept()
+    for _ in range(2):
+        await ws.send_text(await ws.receive_text())
+    await ws.close()
+
+
+def make_ws_app():
+    """A plain Starlette app built in each replica (Ray's factory pattern): the driver cannot see its WebSocket
+    route (and a Starlette app failed its replica's start before: it was taken for a FastAPI one)."""
+    from starlette.applications import Starlette
+    from starlette.routing import WebSocketRoute
+
+    return Starlette(routes=[WebSocketRoute("/", _echo_twice)])
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+def hello() -> str:
+    return "hello"
+
+
+async def raw_asgi(scope, receive, send):
+    """A bare ASGI app: its routes cannot be read, so Serve cannot know whether it serves WebSockets."""
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"raw"})
+
+
+def test_the_ingress_follows_the_apps_it_really_serves_to_uvicorn_and_back(capfd):
+    with serving() as client:
+        serve.run(serve.deployment(serve.ingress(raw_asgi)()).options(ray_actor_options={"num_cpus": 0}).bind(),
+                  name="raw", route_prefix="/raw")
+        assert client.get("/raw").text == "raw" and serve.status().http["server"] == "granian"  # unknown: stays
+        refused = client.get("/raw", headers=WEBSOCKET_UPGRADE)
+        assert refused.status_code == 501 and "'server': 'uvicorn'" in refused.text
+        assert "left to choose its server and runs granian" in refused.text and "bare ASGI app" in refused.text
+        serve.delete("raw")
+        serve.run(hello.bind(), name="hello", route_prefix="/hello")
+        serve.run(serve.deployment(serve.ingress(make_ws_app)()).options(ray_actor_options={"num_cpus": 0}).bind(),
+                  name="built", route_prefix="/")
+        assert serve.status().http["server"] == "uvicorn"  # granian answered this app's WebSockets 501 before
+        assert echoes(ws_url(client))
+        serve.delete("built")
+        assert serve.status().http["server"] == "granian"  # moved back: no app has WebSocket routes now
+        assert client.get("/hello").text == "hello"
+        err = capfd.readouterr().err
+        assert err.count("[serve] app 'built' has WebSocket routes") == 1, err
+        assert err.count("no app it serves has WebSocket routes any more: moving the HTTP ingress") == 1, err
+

@@ -347,6 +347,12 @@ class DeploymentConfig:
                 self.autoscaling_config = AutoscalingConfig.default()
         elif self.num_replicas is not None:
             _positive(f"{self.name}: num_replicas", self.num_replicas, allow_zero=True, integer=True)
+            if self.num_replicas == 0:  # Ray refuses it too; its router would only ever queue
+                raise InvalidArgumentError(
+                    f"deployment {self.name!r}: num_replicas=0: a fixed count must be 1 or more (as in Ray); for a "
+                    "deployment that stops its replicas when idle, use autoscaling_config={'min_replicas': 0, "
+                    "'max_replicas': N}."
+                )
             if self.autoscaling_config is not None:
                 raise InvalidArgumentError(
                     f"{self.name}: num_replicas={self.num_replicas} and autoscaling_config are both set; "

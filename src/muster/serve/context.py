@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -69,7 +70,8 @@ def _set(ctx: ReplicaContext | None) -> None:
     _current = ctx
 
 
-# the HTTP request a replica is serving, per asyncio task / executor call: (request id, route prefix)
+# the request a replica is serving (HTTP or a handle call), per asyncio task / executor call: (request id, route
+# prefix). A handle call made while serving one carries both on, as Ray's nested calls do.
 _request: ContextVar[tuple[str, str]] = ContextVar("muster_serve_request", default=("", ""))
 
 
@@ -78,13 +80,49 @@ def _set_request(request_id: str, route: str) -> None:
 
 
 def current_request_id() -> str:
-    """The ``X-Request-ID`` of the HTTP request this code serves ("" outside one)."""
+    """The id of the request this code serves ("" outside one): an HTTP request's ``X-Request-ID``, or the
+    one a handle call carries."""
     return _request.get()[0]
 
 
 def current_route() -> str:
-    """The route prefix of the HTTP request this code serves ("" outside one): Ray's ``route`` tag."""
+    """The route prefix of the request this code serves ("" outside one, and in a handle call from outside
+    a request): Ray's ``route`` tag."""
     return _request.get()[1]
+
+
+def _caller_request() -> tuple[str, str]:
+    """The ``(request id, route)`` a handle call made here carries: those of the request this code serves
+    (a nested call keeps its parent's, as in Ray), else a new id and no route."""
+    request_id, route = _request.get()
+    return (request_id or str(uuid.uuid4()), route)
+
+
+@dataclass
+class _RequestContext:
+    """Ray's ``serve.context._RequestContext``: the request the current code serves (a snapshot here)."""
+
+    route: str = ""
+    request_id: str = ""
+    _internal_request_id: str = ""
+    app_name: str = ""
+    multiplexed_model_id: str = ""
+    session_id: str = ""
+    grpc_context: Any = None
+    is_http_request: bool = False
+    cancel_on_parent_request_cancel: bool = False
+
+
+def _get_serve_request_context() -> _RequestContext:
+    """Ray's ``serve.context._get_serve_request_context()``: the request this code serves, empty outside one."""
+    from muster.serve.multiplex import get_multiplexed_model_id
+
+    request_id, route = _request.get()
+    if not request_id:
+        return _RequestContext()
+    app = _current.app_name if _current is not None else ""
+    return _RequestContext(route=route, request_id=request_id, _internal_request_id=request_id, app_name=app,
+                           multiplexed_model_id=get_multiplexed_model_id())
 
 
 def get_replica_context() -> ReplicaContext:

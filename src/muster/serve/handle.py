@@ -16,6 +16,7 @@ import pickle
 from typing import Any, AsyncIterator, Iterator
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.serve import context
 from muster.serve._internal import eventloop, router, streams, wire
 from muster.serve.exceptions import RequestCancelledError
 
@@ -45,9 +46,15 @@ def _not_sendable(what: str) -> Exception:
 class DeploymentResponse:
     """The future result of one handle call."""
 
-    def __init__(self, fut: "asyncio.Future | concurrent.futures.Future"):
+    def __init__(self, fut: "asyncio.Future | concurrent.futures.Future", request_id: str = ""):
         self._fut = fut
         self._cancelled = False
+        self._request_id = request_id
+
+    @property
+    def request_id(self) -> str:
+        """The id the call carries (Ray's): that of the request the caller serves, else a new one."""
+        return self._request_id
 
     def __reduce__(self) -> Any:
         raise _not_sendable("DeploymentResponse")
@@ -135,6 +142,11 @@ class DeploymentResponseGenerator:
     def __init__(self, call: "_StreamCall"):
         self._call = call
 
+    @property
+    def request_id(self) -> str:
+        """The id the call carries (Ray's): that of the request the caller serves, else a new one."""
+        return self._call.req[0]
+
     def __reduce__(self) -> Any:
         raise _not_sendable("DeploymentResponseGenerator")
 
@@ -168,12 +180,17 @@ async def _resolve(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
-def _request(method: str, args: tuple, kwargs: dict, stream: bool, model_id: str) -> tuple:
-    """A handle call as it travels: a fifth item only when it names a model (``multiplexed_model_id``)."""
-    return (method, args, kwargs, stream, model_id) if model_id else (method, args, kwargs, stream)
+#: a call's ``(request id, route)``: the request it serves, for the callee's logs and request context
+Req = tuple[str, str]
 
 
-def _call_now(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str = "") -> asyncio.Future | None:
+def _request(method: str, args: tuple, kwargs: dict, stream: bool, model_id: str, req: Req) -> tuple:
+    """A handle call as it travels: ``multiplexed_model_id`` ("" for none), then its request id and route."""
+    return (method, args, kwargs, stream, model_id, *req)
+
+
+def _call_now(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str,
+              req: Req) -> asyncio.Future | None:
     """Send a call at once, with no task (on the Serve loop, a replica with room): the future of its answer.
 
     ``None`` when that cannot be done (an argument is a pending ``DeploymentResponse``, arguments that only
@@ -186,7 +203,7 @@ def _call_now(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_
         if isinstance(v, DeploymentResponse):
             return None
     try:
-        payload = pickle.dumps(_request(method, args, kwargs, False, model_id), protocol=5)
+        payload = pickle.dumps(_request(method, args, kwargs, False, model_id, req), protocol=5)
     except Exception:  # noqa: BLE001 - wire.dumps falls back to cloudpickle in _call
         return None
     r = router.registry.router(app, dep)
@@ -221,12 +238,12 @@ def _call_now(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_
     return fut
 
 
-async def _call(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str = "",
+async def _call(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str, req: Req,
                 replica: Any = None) -> Any:
     """A call's value, from a replica the router picks, or from ``replica`` (one of ``handle.broadcast``'s)."""
     args, kwargs = await _resolve(args, kwargs)
     r = router.registry.router(app, dep)
-    payload = wire.dumps(_request(method, args, kwargs, False, model_id))
+    payload = wire.dumps(_request(method, args, kwargs, False, model_id, req))
     if replica is None:
         replica, stream = await r.open_stream(wire.REQ_CALL, payload, _CALL_TIMEOUT_S, model_id)
     else:
@@ -248,8 +265,9 @@ async def _call(app: str, dep: str, method: str, args: tuple, kwargs: dict, mode
 class _StreamCall:
     """A streaming call's state, living on the Serve loop."""
 
-    def __init__(self, app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str = ""):
+    def __init__(self, app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str, req: Req):
         self.key, self.method, self.args, self.kwargs, self.model_id = (app, dep), method, args, kwargs, model_id
+        self.req = req
         self.stream: streams.Stream | None = None
         self.replica: Any = None
         self.finished = False
@@ -260,7 +278,7 @@ class _StreamCall:
         r = router.registry.router(*self.key)
         if self.stream is None:
             args, kwargs = await _resolve(self.args, self.kwargs)
-            payload = wire.dumps(_request(self.method, args, kwargs, True, self.model_id))
+            payload = wire.dumps(_request(self.method, args, kwargs, True, self.model_id, self.req))
             self.replica, self.stream = await r.open_stream(wire.REQ_CALL, payload, _CALL_TIMEOUT_S,
                                                                 self.model_id)
         try:
@@ -339,7 +357,7 @@ class DeploymentBroadcastResponse:
             raise TimeoutError(f"the broadcast did not finish within timeout_s={timeout_s}.") from None
 
 
-async def _broadcast(app: str, dep: str, method: str, args: tuple, kwargs: dict) -> list[Any]:
+async def _broadcast(app: str, dep: str, method: str, args: tuple, kwargs: dict, req: Req) -> list[Any]:
     """Call ``method`` on every replica of the deployment at once; each one's value, or its exception."""
     from muster.serve.exceptions import DeploymentUnavailableError
 
@@ -349,7 +367,7 @@ async def _broadcast(app: str, dep: str, method: str, args: tuple, kwargs: dict)
     if not replicas:
         raise DeploymentUnavailableError(f"handle.broadcast({method!r}): deployment {dep!r} of app {app!r} has no "
                                          "running replica (is the app running? serve.status() says).")
-    calls = [_call(app, dep, method, args, kwargs, replica=rep) for rep in replicas]
+    calls = [_call(app, dep, method, args, kwargs, "", req, replica=rep) for rep in replicas]
     return list(await asyncio.gather(*calls, return_exceptions=True))
 
 
@@ -394,17 +412,18 @@ class DeploymentHandle:
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Call the deployment; returns a DeploymentResponse (or a generator with ``stream=True``) at once."""
+        req = context._caller_request()  # read here: the call may run in another context (the Serve loop's)
         if self._stream:
-            call = _StreamCall(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id)
+            call = _StreamCall(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id, req)
             return DeploymentResponseGenerator(call)
         if eventloop.on_loop():
-            fut = _call_now(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id)
+            fut = _call_now(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id, req)
             if fut is not None:
-                return DeploymentResponse(fut)
+                return DeploymentResponse(fut, req[0])
             return DeploymentResponse(asyncio.ensure_future(
-                _call(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id)))
+                _call(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id, req)), req[0])
         return DeploymentResponse(eventloop.submit(_call(self.app_name, self.deployment_name, self._method, args,
-                                                         kwargs, self._model_id)))
+                                                         kwargs, self._model_id, req)), req[0])
 
     def broadcast(self, method_name: str, *args: Any, **kwargs: Any) -> DeploymentBroadcastResponse:
         """Call ``method_name`` on every running replica at once (Ray 2.60's): for control calls such as a cache
@@ -414,7 +433,7 @@ class DeploymentHandle:
             A :class:`DeploymentBroadcastResponse`: ``.results(timeout_s=, return_exceptions=)`` or
             ``await .results_async(...)``, one result per replica.
         """
-        call = _broadcast(self.app_name, self.deployment_name, method_name, args, kwargs)
+        call = _broadcast(self.app_name, self.deployment_name, method_name, args, kwargs, context._caller_request())
         if eventloop.on_loop():
             return DeploymentBroadcastResponse(asyncio.ensure_future(call))
         return DeploymentBroadcastResponse(eventloop.submit(call))

@@ -54,6 +54,8 @@ class ServeController:
         self.runtime = get_runtime()
         self.chosen = http_options.server is not None  # the user named the server: it stays, whatever the apps
         self.options = http_options = server_choice.resolve(http_options, websockets)
+        # on uvicorn because an app serves WebSockets (not the user's choice, nor a crash's fallback): it may move back
+        self.moved_for_websockets = not self.chosen and http_options.server == server_choice.WEBSOCKETS
         self.dir = tempfile.mkdtemp(prefix="muster-serve-", dir="/tmp")
         self.apps: dict[str, AppState] = {}
         self.lock = threading.RLock()
@@ -99,7 +101,7 @@ class ServeController:
         elif old is not None and self._reconfigure_in_place(old, route_prefix, ingress, plans):
             old.config = config
             old.set_policy(policy)
-            self._serve_websockets(name, route_prefix, ingress, plans)
+            self._follow_apps(name)
             return
         for p in plans:
             plan.check_picklable(p, name)
@@ -135,7 +137,7 @@ class ServeController:
                           f"{' (replacing the running one)' if old is not None else ''}: "
                           + ", ".join(f"{d.plan.name} x{d.target}" for d in new.deployments.values()))
         self._push()
-        self._serve_websockets(name, route_prefix, ingress, plans)
+        self._follow_apps(name)
         self.confirm_ingress()
         if old is not None and not stop_old_first:
             self._stop_app(old, push=False)
@@ -179,6 +181,7 @@ class ServeController:
             return False
         self._stop_app(app)
         self.record.event(name, None, None, "delete", f"app {name!r} deleted")
+        self._follow_apps()
         return True
 
     def _stop_app(self, app: AppState, push: bool = True) -> None:
@@ -384,6 +387,7 @@ class ServeController:
               "(choose outright with serve.start(http_options={'server': ..., 'loop': ...})).",
               file=sys.stderr, flush=True)
         self.options = dataclasses.replace(self.options, server=other, loop="asyncio")
+        self.moved_for_websockets = False  # a fallback stays
         return dataclasses.replace(options, server=other, loop="asyncio")
 
     def _ingress_down(self) -> str | None:
@@ -411,45 +415,35 @@ class ServeController:
             self.ingress.call("address").result(30)
         self._push()  # whatever changed while it started
 
-    def _serve_websockets(self, name: str, route_prefix: str | None, ingress: str, plans: list[DeploymentPlan]) -> None:
-        """Move a granian ingress the user did not choose to uvicorn when app ``name`` serves WebSockets over HTTP."""
-        if self.chosen or self.options.server != "granian" or route_prefix is None:
+    def _follow_apps(self, name: str | None = None) -> None:
+        """Keep an ingress the user left to choose on the server its apps need (``server_choice.wanted``):
+        uvicorn while one serves WebSockets over HTTP, granian again once none may. ``name``: the app just
+        deployed, whose routes are read first."""
+        if self.chosen:
             return
-        if any(p.name == ingress and server_choice.serves_websockets(p.target) for p in plans):
-            self._move_to_uvicorn(name)
+        with self.lock:
+            app = self.apps.get(name) if name is not None else None
+        if app is not None:
+            d = app.deployments.get(app.ingress)
+            app.websockets = server_choice.websockets_of(
+                app.route_prefix, d.plan.target if d is not None else None, lambda: self._replica_websockets(d))
+        with self.lock:
+            seen = [a.websockets for a in self.apps.values()]
+        server = server_choice.wanted(self.options.server or server_choice.DEFAULT, self.moved_for_websockets, seen)
+        if server is not None:
+            server_choice.move_ingress(self, server, name)
 
-    def _move_to_uvicorn(self, app: str) -> None:
-        """Start a uvicorn ingress on the port, beside granian (both bind with ``SO_REUSEPORT``), then stop granian
-        gracefully: it stops listening and finishes its in-flight requests (up to the longest
-        ``graceful_shutdown_timeout_s``), so no request is refused or cut on the way."""
-        with self.ingress_lock:
-            if self.options.server != "granian" or self._stop.is_set():
-                return  # another deploy moved it meanwhile, or Serve is shutting down
-            print(server_choice.moving_message(app, self.host, self.port), file=sys.stderr, flush=True)
-            before, self.options = self.options, dataclasses.replace(self.options, server=server_choice.WEBSOCKETS)
-            new: Any = None
-            try:
-                new = self._new_ingress(dataclasses.replace(self.options, port=self.port))
-                new.call("address").result(30)
-            except Exception as exc:  # noqa: BLE001 - granian serves on; said, with what to do
-                self.options = before
-                if new is not None and self.local:
-                    self.runtime.kill(new, grace_s=1.0)
-                print(f"[serve] uvicorn did not start ({type(exc).__name__}: {exc}); the granian ingress serves on "
-                      "and refuses WebSockets (501). Name the server: http_options={'server': 'uvicorn'}.",
-                      file=sys.stderr, flush=True)
-                return
-            old, self.ingress = self.ingress, new
-            with self.lock:
-                grace = max([5.0] + [d.plan.config.graceful_shutdown_timeout_s for a in self.apps.values()
-                                     for d in a.deployments.values()])
-            try:
-                old.call("stop", grace).result(grace + 5)
-            except BaseException:  # noqa: BLE001 - it is killed next anyway
-                pass
-            if self.local:
-                self.runtime.kill(old, grace_s=1.0)
-        self._push()  # whatever changed while it started
+    def _replica_websockets(self, d: DeploymentState | None) -> bool | None:
+        """Whether the app a running replica of ``d`` built has WebSocket routes (None: unknown, or no replica)."""
+        if d is None:
+            return None
+        actors = [r.actor for r in d.running() if r.actor is not None]
+        if not actors:  # none running (scaled to zero): what the driver sees
+            return server_choice.app_websockets(getattr(d.plan.target, "__serve_asgi_app__", None))
+        try:
+            return actors[0].call("websocket_routes").result(10)
+        except Exception:  # noqa: BLE001 - dying or slow: unknown, the ingress stays where it is
+            return None
 
     def confirm_ingress(self, timeout_s: float = 10.0) -> None:
         """Return once ``GET /-/healthz`` on the ingress answers from this process; replace a dead one.

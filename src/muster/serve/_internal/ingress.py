@@ -417,7 +417,7 @@ class IngressActor:
 
     async def _uvicorn(self) -> None:
         """Serve on a socket bound with ``SO_REUSEPORT``, as granian binds its own: a uvicorn ingress replacing a
-        granian one on the same port listens before granian stops (``ServeController._move_to_uvicorn``)."""
+        granian one on the same port listens before granian stops (``server_choice.move_ingress``)."""
         host = self.options.host
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         try:

@@ -6,9 +6,15 @@ from typing import Any
 
 
 def bind_routes(app: Any, cls: type, instance: Any) -> Any:
-    """Return a copy of ``app`` whose routes defined on ``cls`` call ``instance``'s bound methods."""
-    from fastapi import FastAPI
-    from fastapi.routing import APIRoute, APIWebSocketRoute
+    """Return a copy of ``app`` whose routes defined on ``cls`` call ``instance``'s bound methods; any other ASGI
+    app (a Starlette one, a bare callable) as it is, as Ray serves it."""
+    try:
+        from fastapi import FastAPI
+        from fastapi.routing import APIRoute, APIWebSocketRoute
+    except ImportError:  # no FastAPI installed: no FastAPI app either
+        return app
+    if not isinstance(app, FastAPI):
+        return app
 
     prefix = cls.__qualname__ + "."
     bound = FastAPI(
@@ -17,7 +23,8 @@ def bind_routes(app: Any, cls: type, instance: Any) -> Any:
     )
     bound.user_middleware = list(app.user_middleware)
     bound.state = app.state
-    for route in app.router.routes:
+    routes: list[Any] = app.router.routes
+    for route in routes:
         endpoint = getattr(route, "endpoint", None)
         name = getattr(endpoint, "__name__", "")
         mine = endpoint is not None and getattr(endpoint, "__qualname__", "").startswith(prefix)

@@ -30,7 +30,9 @@ def refusal(exc: Exception) -> tuple[int, str | None]:
 def websocket_refusal(path: str, named: bool) -> str:
     """The 501's text for a WebSocket upgrade on granian (the uvicorn ingress serves them); ``named``: the user's
     http_options name granian (left out, Serve moves to uvicorn for the apps whose WebSocket routes it sees)."""
-    why = " This ingress runs on granian because http_options server='granian' names it." if named else ""
+    why = (" This ingress runs on granian because http_options server='granian' names it." if named else
+           " Serve was left to choose its server and runs granian, as no app it serves is known to have WebSocket "
+           "routes (those of a bare ASGI app, or of an app wrapped in middleware, cannot be read).")
     return (f"the request to {path} asks to upgrade to a WebSocket, which the ingress serves on uvicorn only: "
             "granian's RSGI interface (granian 2.8) cannot pass a close code or a subprotocol on, and never tells the "
             f"app that a client closed cleanly.{why} Fix: serve.start(http_options={{'server': 'uvicorn'}}) (or "

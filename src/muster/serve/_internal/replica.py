@@ -26,7 +26,8 @@ from typing import Any, cast
 from muster.exceptions import InvalidTypeError, MusterError
 from muster.serve import context as replica_context
 from muster.serve import multiplex
-from muster.serve._internal import eventloop, metrics, replica_logging, responses, router, websocket, wire
+from muster.serve._internal import (eventloop, metrics, replica_logging, responses, router, server_choice, websocket,
+                                    wire)
 from muster.serve._internal.plan import TargetRef
 from muster.serve.config import DeploymentConfig
 from muster.tasks import worker_side
@@ -182,7 +183,8 @@ class _Conn(wire.FrameProtocol):
 
 
 def _call_of(payload: bytes) -> tuple:
-    """A handle call's (method, args, kwargs, streaming); an error for its caller if it will not unpickle."""
+    """A handle call's (method, args, kwargs, streaming, model id, request id, route); an error for its caller if
+    it will not unpickle."""
     try:
         return wire.loads(payload)
     except Exception as exc:  # noqa: BLE001 - whatever unpickling raised, the caller hears of it
@@ -295,6 +297,11 @@ class ReplicaActor:
                 "method; add one or drop user_config."
             )
         self._run_user("reconfigure", user_config)
+
+    def websocket_routes(self) -> bool | None:
+        """Whether the app this replica serves, as built here (by a factory, after ``__init__``), has WebSocket
+        routes; None when it cannot be told (a bare ASGI app). The controller picks the ingress's server by it."""
+        return server_choice.app_websockets(self.asgi)
 
     def update_routes(self, table: router.RouteTable) -> None:
         router.set_table(table)
@@ -492,9 +499,10 @@ class ReplicaActor:
         try:
             async with self.sem:
                 try:
-                    method, args, kwargs, streaming, *model = _call_of(payload)
-                    if model:
-                        multiplex.set_model_id(model[0])
+                    method, args, kwargs, streaming, model_id, request_id, route = _call_of(payload)
+                    if model_id:
+                        multiplex.set_model_id(model_id)
+                    replica_context._set_request(request_id, route)
                     result = await self._invoke(method, args, kwargs)
                     if streaming:
                         if not responses.is_stream(result):

@@ -150,6 +150,7 @@ class AppState:
     deployed_at: float = field(default_factory=time.time)
     config: dict[str, Any] | None = None  # the config file's entry it was deployed from (None: serve.run)
     policy: autoscaling.AppPolicy | None = None  # its app-level autoscaling policy (a config file's)
+    websockets: bool | None = None  # serves WebSocket routes over HTTP (None: unknown; server_choice.websockets_of)
 
     def set_policy(self, spec: Any) -> None:
         """Use ``spec`` (an ``AutoscalingPolicy``, or None) as the app's policy; kept, with what it built, when
