@@ -56,6 +56,12 @@ class Chat:
     def hello(self) -> str:
         return "hi"
 
+    @app.websocket("/typed")
+    async def typed(self, ws: WebSocket, n: int) -> None:  # FastAPI refuses a missing n: its reason is a list
+        await ws.accept()
+        await ws.send_text(str(n * 2))
+        await ws.close()
+
     @app.websocket("/flood")
     async def flood(self, ws: WebSocket) -> None:
         """Sends 4,000 messages of 64 KiB (250 MiB), counting them in ``self.sent``."""
@@ -167,6 +173,23 @@ def test_a_websocket_no_handler_serves_is_refused_at_once(url):
     assert run(refused("/unknown")).response.status_code == 404
     assert time.monotonic() - t0 < 10
     serve.delete("plain")
+
+
+def test_fastapis_refusal_of_a_bad_query_reaches_the_client(url):
+    """FastAPI closes with a list as the reason when a WebSocket's parameters fail validation; the relay must
+    still carry that close (before: it failed to encode the reason and the client heard nothing clear)."""
+    base, _ = url
+
+    async def go():
+        t0 = time.monotonic()
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(f"{base}/chat/typed", open_timeout=10):
+                pass
+        assert refused.value.response.status_code == 403 and time.monotonic() - t0 < 10
+        async with connect(f"{base}/chat/typed?n=21") as ws:
+            assert await ws.recv() == "42"
+
+    run(go())
 
 
 def test_a_handler_that_raises_closes_with_1011_and_the_deployment_serves_on(url):

@@ -63,9 +63,9 @@ WS_ACCEPT, WS_TEXT, WS_BYTES, WS_CLOSE = 20, 21, 22, 23
 _U16 = struct.Struct("!H")
 
 
-def ws_close(code: int, reason: str = "") -> bytes:
-    """A WS_CLOSE payload."""
-    return _U16.pack(code) + reason.encode()[:123]  # a close frame's reason holds at most 123 bytes
+def ws_close(code: int, reason: object = "") -> bytes:
+    """A WS_CLOSE payload. The reason should be a str, but FastAPI gives a list (its validation errors): as text."""
+    return _U16.pack(code) + str(reason).encode()[:123]  # a close frame's reason holds at most 123 bytes
 
 
 def parse_ws_close(payload: bytes) -> tuple[int, str]:
