@@ -385,6 +385,10 @@ def test_trainer_reports_and_checkpoints(engine, storage):
         assert torch.load(os.path.join(folder, "rank_1.pt")) == {"epoch": 2}
 
 
+# Two gangs: on Ray each attempt starts fresh Ray worker processes, which import torch (and this module)
+# as they unpickle the training function. On a loaded 2-core machine that took 154 s in all (60 s to the
+# first report, 90 s more to the retry's), where 120 s ran out mid-import; alone, it also pays the cluster's start
+@pytest.mark.timeout(300)
 def test_trainer_resumes_after_a_worker_is_sigkilled(engine, storage, tmp_path):
     marker = str(tmp_path / "killed")
     result = TorchTrainer(

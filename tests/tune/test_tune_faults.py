@@ -25,6 +25,18 @@ def _lines(path: pathlib.Path) -> list[tuple[str, int]]:
     return [(a, int(b)) for a, b in (line.split() for line in path.read_text().splitlines() if line.strip())]
 
 
+def _recorded(storage: str) -> dict[str, int]:
+    """How many results the driver recorded for each trial: its result.json rows, each written once
+    the report's checkpoint was committed. A step's progress line is written before its report is
+    sent, so a line alone does not mean the driver has that step (a signal or kill may come first)."""
+    counts: dict[str, int] = {}
+    for path in (pathlib.Path(storage) / "exp").glob("*/result.json"):
+        rows = path.read_text().split("\n")[:-1]  # whole lines only: the last one may be being written
+        if rows:
+            counts[json.loads(rows[0])["trial_id"]] = len(rows)
+    return counts
+
+
 def _start_experiment(storage: str, progress: pathlib.Path, *mode: str, **env_vars: str) -> subprocess.Popen:
     """The user's script, as its own driver process (``env_vars`` set in its environment)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]), **env_vars)
@@ -41,14 +53,15 @@ def test_sigkilled_experiment_restores_without_rerunning_finished_trials(storage
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            # kill once two trials finished and a third is under way with a checkpoint
+            # kill once two trials finished and a third is under way with a checkpoint (recorded: its
+            # progress lines alone are written before the driver has its report)
             if state_file.exists():
                 try:
                     statuses = [t["status"] for t in json.loads(state_file.read_text())["trials"]]
                 except ValueError:
                     statuses = []
-                running = [t for t, _ in _lines(progress) if t.endswith(("00002", "00003"))]
-                if statuses.count("TERMINATED") >= 2 and len(running) >= 2:
+                running = [t for t in _recorded(storage) if t.endswith(("00002", "00003"))]
+                if statuses.count("TERMINATED") >= 2 and running:
                     break
             assert proc.poll() is None, proc.stdout.read()
             time.sleep(0.05)
@@ -116,7 +129,8 @@ def test_restore_of_a_non_experiment_names_the_expected_files(tmp_path):
 
 def _signal_experiment(storage: str, progress: pathlib.Path, sig: str,
                        **env_vars: str) -> tuple[subprocess.Popen, str, list]:
-    """Run the user's script, send it ``sig`` once its trials reported twice; its output and worker processes."""
+    """Run the user's script, send it ``sig`` once both running trials have a result recorded (with its
+    checkpoint); its output and worker processes."""
     import signal
 
     import psutil
@@ -124,8 +138,9 @@ def _signal_experiment(storage: str, progress: pathlib.Path, sig: str,
     proc = _start_experiment(storage, progress, **env_vars)
     try:
         deadline = time.monotonic() + 60
-        while len(_lines(progress)) < 2 and time.monotonic() < deadline:
+        while len(_recorded(storage)) < 2:
             assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, f"two trials never reported: {_lines(progress)}"
             time.sleep(0.05)
         kids = psutil.Process(proc.pid).children(recursive=True)
         proc.send_signal(getattr(signal, sig))
