@@ -295,7 +295,7 @@ class TuneController:
         """Take the restart configs that schedulers finished working out (a failure raises here)."""
         for trial in self.trials:
             plan = trial.restart_plan
-            if _config_pending(trial) and plan[0].done():
+            if plan is not None and isinstance(plan[0], PendingConfig) and plan[0].done():
                 trial.restart_plan = (plan[0].result(), plan[1], plan[2])
 
     def _name(self, trial: Trial) -> None:
@@ -506,7 +506,8 @@ def _short(config: dict[str, Any]) -> str:
 
 def _config_pending(trial: Trial) -> bool:
     """Whether the trial's scheduler still works out the config it restarts with: it waits for that."""
-    return bool(trial.restart_plan) and isinstance(trial.restart_plan[0], PendingConfig)
+    plan = trial.restart_plan
+    return plan is not None and isinstance(plan[0], PendingConfig)
 
 
 def _start_config(trial: Trial) -> dict[str, Any]:
