@@ -71,8 +71,8 @@ def _trial(experiment: Storage, name: str) -> Trial:
 
 
 def _controller(experiment: Storage, trials: list[Trial]) -> TuneController:
-    return TuneController(experiment, trials, None, "fn", None, FIFOScheduler(), NoopStopper(), None, None,  # type: ignore[arg-type]
-                          None, None, 0, "abcde", experiment.root)
+    return TuneController(experiment, trials, None, "fn", None, FIFOScheduler(),  # type: ignore[arg-type]
+                          NoopStopper(), None, None, None, None, 0, "abcde", experiment.root)
 
 
 def _donor_ledger(storage: Storage) -> CheckpointManager:
