@@ -24,8 +24,9 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import ExitStack, contextmanager
 import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
@@ -259,6 +260,17 @@ class TrialRun:
         for controller in (self.inner, self.controller):
             if controller is not None:
                 controller.request_stop()
+
+    @contextmanager
+    def keeping(self, checkpoint: Checkpoint) -> Iterator[None]:
+        """Keep ``checkpoint`` from this run's retention (``CheckpointConfig(num_to_keep=...)``) while
+        the block runs: another trial copies it (PBT). Its own run's or its nested trainer's, whichever
+        committed it; one that neither has (already removed, or not loaded yet) is not kept."""
+        with ExitStack() as stack:
+            for controller in (self.controller, self.inner):
+                if controller is not None:
+                    stack.enter_context(controller.ledger.holding(checkpoint.path))
+            yield
 
     # -- on the trial's thread ----------------------------------------------------------
     def _main(self) -> None:

@@ -15,6 +15,7 @@ result lets it save, report and end by itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -66,6 +67,9 @@ ERROR_FILE = "error.pkl"  # a failed trial's error, in its folder
 
 _log = logging.getLogger(__name__)
 _SAVE_EVERY_S = 1.0
+# PBT's copy of a donor's latest checkpoint: tries, each of the donor's newest (a try fails only if the donor
+# dropped the one listed before its run could keep it, between two lines of clone_latest_checkpoint)
+_CLONE_TRIES = 3
 
 
 def graceful_stops() -> tuple[str, ...]:
@@ -141,24 +145,19 @@ class TuneController:
     def clone_latest_checkpoint(self, donor: Trial, into: Trial) -> Checkpoint | None:
         """``donor``'s latest checkpoint, copied now into ``into``'s folder (``pbt_exploit``, replacing
         the last one): ``into`` restarts from it later, and by then the donor's own run may have
-        deleted the original (``CheckpointConfig(num_to_keep=...)``). None if there is none, or it
-        went away while being copied."""
+        deleted the original (``CheckpointConfig(num_to_keep=...)``). The donor's run keeps it from
+        its retention while it is copied; if it went away before that (the donor committed a newer
+        one and dropped it), the newer one is copied. None if there is none, or none could be copied."""
         storage = self._trial_storage(into)
         dest = storage.join(storage.run_dir, "pbt_exploit")
-        for _ in range(2):  # the donor may commit, and drop the one being copied, meanwhile: once more
+        for _ in range(_CLONE_TRIES):
             source = self.latest_checkpoint(donor)
             if source is None:
                 return None
             storage.rm(dest)
             try:
-                if storage.is_local and source.is_local:
-                    shutil.copytree(source.path, dest)
-                else:
-                    local = source.to_directory()
-                    try:
-                        storage.upload_dir(local, dest)
-                    finally:
-                        shutil.rmtree(local, ignore_errors=True)
+                with donor.run.keeping(source) if donor.run is not None else contextlib.nullcontext():
+                    _copy_checkpoint(source, storage, dest)
             except FileNotFoundError:
                 continue
             except shutil.Error as exc:  # copytree gathers each file's error: files the donor deleted meanwhile
@@ -535,6 +534,17 @@ def _start_config(trial: Trial) -> dict[str, Any]:
 
 
 PARAMS_JSON, PARAMS_PKL = "params.json", "params.pkl"
+
+
+def _copy_checkpoint(source: Checkpoint, storage: Storage, dest: str) -> None:
+    if storage.is_local and source.is_local:
+        shutil.copytree(source.path, dest)
+        return
+    local = source.to_directory()
+    try:
+        storage.upload_dir(local, dest)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
 
 
 def _write_params(storage: Storage, config: dict[str, Any]) -> None:

@@ -23,6 +23,8 @@ import threading
 import time
 import warnings
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -94,6 +96,7 @@ class CheckpointManager:
         self._on_round = on_round
         self.pending_validation: dict[int, Any] = {}  # round -> its validation (kept from retention until done)
         self._validated: set[int] = set()  # rounds whose validation outcome is stored beside them
+        self._held: dict[int, int] = {}  # round -> how many copies of its checkpoint are under way (see holding)
         self._warn = warn or (lambda message: warnings.warn(message, stacklevel=4))
         self._rows: list[str | dict[str, Any]] = []  # result.json lines; dicts are serialised when written
         self._written = 0  # how many of ``_rows`` are in result.json
@@ -346,11 +349,33 @@ class CheckpointManager:
         for record in doomed:
             if record.round in self.pending_validation:
                 continue  # kept until its validation ends: its score may not be known yet
+            if record.round in self._held:
+                continue  # being copied (PBT clones it): removed once the copy is done
             self.storage.rm(record.path)
             if record.round in self._validated:
                 self._validated.discard(record.round)
                 self.storage.rm(self.storage.validation_path(record.round))
             self.committed.remove(record)
+
+    @contextmanager
+    def holding(self, path: str) -> Iterator[bool]:
+        """Keep the committed checkpoint at ``path`` from retention while the block runs: another
+        run copies it (PBT's exploit) while this one goes on committing. Yields whether ``path`` is
+        one of this run's committed checkpoints (if not, nothing is held: it may be gone already).
+        Retention it was kept from is applied when the last hold on it ends."""
+        with self._lock:
+            record = next((r for r in self.committed if _same_folder(r.path, path)), None)
+            if record is not None:
+                self._held[record.round] = self._held.get(record.round, 0) + 1
+        try:
+            yield record is not None
+        finally:
+            if record is not None:
+                with self._lock:
+                    self._held[record.round] -= 1
+                    if not self._held[record.round]:
+                        del self._held[record.round]
+                        self._apply_retention()
 
     # -- queries -----------------------------------------------------------------
     @property
@@ -402,6 +427,10 @@ class CheckpointManager:
                 self.storage.append_results(self._rows[self._written : end], self._rows[:end])
                 self._written = end
             self._last_flush = time.monotonic()
+
+
+def _same_folder(a: str, b: str) -> bool:
+    return a.replace("\\", "/").rstrip("/") == b.replace("\\", "/").rstrip("/")
 
 
 def _merge_files(

@@ -1,4 +1,4 @@
-"""PB2's bandit: a time-varying Gaussian process and its UCB acquisition, in numpy alone.
+"""PB2's bandit: a time-varying Gaussian process and its UCB acquisition (numpy, and torch's linear algebra).
 
 Population Based Bandits (Parker-Holder et al., 2020) model the change in
 reward per unit of time as a function of ``(time, reward before, hyperparameters)``
@@ -14,13 +14,19 @@ log space within the same bounds as Ray's, started at Ray's initial values).
 The next config maximises ``mean + sqrt(beta_t) * variance`` with
 ``beta_t = 0.2 + max(0, log(0.4 * n))`` -- a dense random search over the
 unit box, then a shrinking local search around the best candidates.
+
+The fit's time is Cholesky factorisations (one per likelihood evaluated). They run on one thread
+(``select_config``): the fit runs beside trials that keep every core busy, and a multi-threaded LAPACK
+there spends most of its time waiting for threads the OS does not schedule (measured: 10 to 50 times
+slower on a loaded machine; ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,7 +36,7 @@ _START = np.log(np.array([1.0, 1.0, 0.1]))
 _JITTER = 1e-10  # the noise term on the diagonal (sklearn's default alpha, which Ray uses)
 _MIN_LENGTH = 200  # fewer points than this: use them all (see select_length)
 _LENGTH_STEP = 50  # the lengths select_length compares (Ray's: every 10th)
-_TORCH_FROM = 300  # from this many points, triangular solves are torch's (see _solve_lower)
+_TORCH_FROM = 100  # from this many points, the linear algebra is torch's (see _solve_lower)
 
 
 def tv_squared_exp(a: np.ndarray, b: np.ndarray, theta: np.ndarray) -> np.ndarray:
@@ -84,24 +90,63 @@ class GP:
         return _lml_from(self.chol, self.alpha, y)
 
 
+def _use_torch(n: int) -> bool:
+    """Whether a system of ``n`` points is solved with torch: numpy's own LAPACK has no triangular solve,
+    and may run on several threads; a small one, in a driver that has not imported torch, keeps numpy's
+    (importing torch costs more than it saves)."""
+    return n >= _TORCH_FROM or "torch" in sys.modules
+
+
+@contextmanager
+def _one_thread(n: int) -> Iterator[None]:
+    """torch's linear algebra, for systems of up to ``n`` points, on one thread in this thread (torch's
+    setting is the calling thread's: the trials' and the controller's threads keep theirs)."""
+    if not _use_torch(n):
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _cholesky(k: np.ndarray) -> np.ndarray:
-    """The Cholesky factor of ``k`` plus jitter, growing the jitter until it is positive definite."""
+    """The Cholesky factor of ``k`` plus jitter, growing the jitter until it is positive definite
+    (``k``, a kernel matrix made for the call, may be changed)."""
     jitter = _JITTER
-    eye = np.eye(k.shape[0])
+    if not _use_torch(k.shape[0]):
+        eye = np.eye(k.shape[0])
+        while True:
+            try:
+                return np.linalg.cholesky(k + jitter * eye)
+            except np.linalg.LinAlgError:
+                jitter *= 10.0
+                if jitter > 1.0:
+                    raise
+    import torch
+
+    matrix = torch.from_numpy(k)
+    diagonal = matrix.diagonal().clone()
     while True:
-        try:
-            return np.linalg.cholesky(k + jitter * eye)
-        except np.linalg.LinAlgError:
-            jitter *= 10.0
-            if jitter > 1.0:
-                raise
+        matrix.diagonal().copy_(diagonal + jitter)  # k itself is the caller's scratch: no n^2 copy
+        chol, info = torch.linalg.cholesky_ex(matrix)
+        if not int(info):
+            factor: np.ndarray = chol.numpy()
+            return factor
+        jitter *= 10.0
+        if jitter > 1.0:
+            raise np.linalg.LinAlgError(f"the kernel matrix is not positive definite even with jitter {jitter / 10}")
 
 
 def _solve_lower(chol: np.ndarray, b: np.ndarray, transposed: bool = False) -> np.ndarray:
     """``chol`` (lower triangular) ``\\ b``, or ``chol.T \\ b``: a triangular solve, O(n^2) per column
     (numpy has none; ``np.linalg.solve`` would factorise the triangle again, O(n^3)). Small systems, or
     a driver that has not imported torch, keep numpy's: importing torch costs more than they save."""
-    if chol.shape[0] < _TORCH_FROM and "torch" not in sys.modules:
+    if not _use_torch(chol.shape[0]):
         solved: np.ndarray = np.linalg.solve(chol.T if transposed else chol, b)
         return solved
     import torch
@@ -123,11 +168,13 @@ def _lml_from(chol: np.ndarray, alpha: np.ndarray, y: np.ndarray) -> float:
 
 
 def _lml(distances: tuple[np.ndarray, np.ndarray], y: np.ndarray, theta: np.ndarray) -> float:
+    """The log marginal likelihood: ``y' K^-1 y = |L^-1 y|^2``, one triangular solve."""
     try:
         chol = _cholesky(_kernel(distances, theta))
     except np.linalg.LinAlgError:
         return -np.inf
-    return _lml_from(chol, _cho_solve(chol, y), y)
+    z = _solve_lower(chol, y)
+    return float(-0.5 * z @ z - np.log(np.diag(chol)).sum() - 0.5 * len(y) * np.log(2 * np.pi))
 
 
 def _maximise_likelihood(x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
@@ -136,13 +183,16 @@ def _maximise_likelihood(x: np.ndarray, y: np.ndarray, start: np.ndarray | None 
     theta = _START.copy() if start is None else start.copy()
     distances = _distances(x, x)  # computed once: each step only changes the hyperparameters
     best, step = _lml(distances, y, theta), (1.0 if start is None else 0.125)
+    seen = {tuple(theta): best}  # a move comes back to points it saw (and a bound clips to them)
     while step > 1e-2:
         moved = False
         for i in range(3):
             for sign in (1.0, -1.0):
                 trial = theta.copy()
                 trial[i] = np.clip(trial[i] + sign * step, *_LOG_BOUNDS[i])
-                value = _lml(distances, y, trial)
+                value = seen.get(tuple(trial))
+                if value is None:
+                    value = seen[tuple(trial)] = _lml(distances, y, trial)
                 if value > best + 1e-9:
                     theta, best, moved = trial, value, True
         if not moved:
@@ -235,6 +285,12 @@ def select_config(x: np.ndarray, y: np.ndarray, running: np.ndarray | None, newp
         newpoint: the donor's (time, reward before), which the new config cannot change.
         bounds: shape (2, n_hyperparameters): the lows, then the highs.
     """
+    with _one_thread(x.shape[0] + (0 if running is None else len(running))):
+        return _select_config(x, y, running, newpoint, bounds, rng, num_fixed)
+
+
+def _select_config(x: np.ndarray, y: np.ndarray, running: np.ndarray | None, newpoint: np.ndarray,
+                   bounds: np.ndarray, rng: np.random.Generator, num_fixed: int) -> np.ndarray:
     length, theta = select_length(x, y, bounds, num_fixed)
     x, y = x[-length:], y[-length:]
     xs, ys = _scaled(x, y, bounds, num_fixed)
