@@ -89,6 +89,11 @@ def _parquet_with_unreadable_data(path):
 
     pq.write_table(pa.table({"id": np.arange(1000), "name": ["x"] * 1000, "v": np.ones(1000, np.float32)}),
                    path, row_group_size=100)
+    _garble_pages(path)
+
+
+def _garble_pages(path):
+    """Overwrite a Parquet file's data pages, keeping its footer."""
     raw = bytearray(path.read_bytes())
     footer = int.from_bytes(raw[-8:-4], "little")
     raw[4:len(raw) - 8 - footer] = b"\xff" * (len(raw) - 12 - footer)
@@ -117,3 +122,39 @@ def test_read_parquet_prints_its_schema_from_the_files_metadata_unread(tmp_path)
                                          "+- Dataset(num_rows=?, schema={id: int64, name: string, v: float})")
     with pytest.raises(OSError, match="page header"):  # the pages are unreadable indeed
         ds.take_all()
+
+
+def test_schema_columns_and_count_of_read_parquet_come_from_the_footers_unread(tmp_path):
+    """As Ray 2.60 answers them for read_parquet: schema(), columns() and count() from the files' metadata;
+    the data pages are garbage, so any read of them fails."""
+    import pyarrow as pa
+    import pytest
+
+    for name in ("a.parquet", "b.parquet"):
+        _parquet_with_unreadable_data(tmp_path / name)
+    ds = md.read_parquet(str(tmp_path))
+    assert ds.schema() == pa.schema([("id", pa.int64()), ("name", pa.string()), ("v", pa.float32())])
+    assert ds.columns() == ["id", "name", "v"] and ds.count() == 2000
+    picked = md.read_parquet(str(tmp_path), columns=["v"], include_paths=True)
+    assert picked.columns() == ["v", "path"] and picked.count() == 2000
+    with pytest.raises(OSError, match="page header"):  # the pages are unreadable indeed
+        ds.take(1)
+
+
+def test_count_of_a_parquet_file_read_a_row_group_a_job_adds_the_row_groups(tmp_path):
+    """A file over the read job's size is read one row group a job; count() adds those row groups' rows
+    (from the footer: the pages are garbage)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": np.random.default_rng(0).random(300_000)}), tmp_path / "big.parquet",
+                   row_group_size=50_000)
+    _garble_pages(tmp_path / "big.parquet")
+    ctx = md.DataContext.get_current()
+    old, ctx.max_bytes_in_flight = ctx.max_bytes_in_flight, 1 << 20  # read jobs of 1 MiB
+    try:
+        ds = md.read_parquet(str(tmp_path / "big.parquet"))
+    finally:
+        ctx.max_bytes_in_flight = old
+    assert len(ds._node.op.tasks) > 1 and ds.count() == 300_000

@@ -481,23 +481,29 @@ class Dataset(writers.FileWrites):
             print(row)
 
     def count(self) -> int:
-        """The rows (a read whose tasks know theirs, from ``BlockMetadata``, adds them up unread, as Ray)."""
+        """The rows (a read whose tasks know theirs, from ``BlockMetadata`` or the Parquet files' footers,
+        adds them up reading no data, as Ray)."""
         if _ray_plan.on_ray_engine():
             return _ray_plan.count(self)
-        known = self._node.known_rows()
+        known = self._node.known_rows(from_metadata=True)
         return known if known is not None else sum(b.num_rows for b in self._execute())
 
     def schema(self, fetch_if_missing: bool = True) -> Schema:
-        """The schema of the first non-empty block (runs the plan until one is made), as Ray's
-        ``Schema``: ``names``, ``types``, ``base_schema`` (the pyarrow schema, whose other attributes
-        it answers too); it prints as Ray's Column/Type table. The schema is always fetched here
-        (Ray's ``fetch_if_missing=False`` may give None instead)."""
+        """The dataset's schema, as Ray's ``Schema``: ``names``, ``types``, ``base_schema`` (the pyarrow
+        schema, whose other attributes it answers too); it prints as Ray's Column/Type table. A bare source
+        that knows it unread (``range``, in-memory data, ``read_parquet`` from the files' footers) answers
+        reading nothing; otherwise it is the first non-empty block's (the plan runs until one is made). The
+        schema is always fetched here (Ray's ``fetch_if_missing=False`` may give None instead)."""
+        known = self._node.op.known_schema() if isinstance(self._node.op, Read) else None
+        if known is not None and len(known.names):
+            return Schema(known)
         for block in self._execute():
             if block.num_columns:
                 return Schema(block.schema)
         return Schema(pa.schema([]))
 
     def columns(self, fetch_if_missing: bool = True) -> list[str]:
+        """The column names, as :meth:`schema` finds them."""
         return list(self.schema().names)
 
     def to_arrow(self) -> pa.Table:

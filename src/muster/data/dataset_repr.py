@@ -42,9 +42,7 @@ def _source_facts(node: Node) -> tuple[int | None, pa.Schema | None]:
         if len(node.inputs) != 1:
             return None, None
         node = node.inputs[0]
-    schemas = {t.schema for t in node.op.tasks}
-    schema = schemas.pop() if len(schemas) == 1 else None
-    return node.known_rows(), schema
+    return node.known_rows(), node.op.known_schema()
 
 
 def _plan_lines(node: Node, depth: int, lines: list[str]) -> int:

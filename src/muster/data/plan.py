@@ -58,7 +58,8 @@ class ReadTask:
     size: int = 0
     files: tuple[str, ...] = ()  # the files it reads (``Dataset.input_files``)
     rows: int | None = None  # the rows it makes, when known before reading (``count()`` adds them up)
-    schema: pa.Schema | None = None  # its blocks' schema, when known before reading (``repr`` shows it)
+    schema: pa.Schema | None = None  # its blocks' schema, when known before reading (``repr``, ``schema()``)
+    count_rows: Callable[[], int] | None = None  # counts its rows from metadata, reading no data (``count()``)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,12 @@ class Read:
     name: str
     tasks: tuple[ReadTask, ...]
     ray: RayEquivalent = field(default=None, compare=False)
+
+    def known_schema(self) -> pa.Schema | None:
+        """The blocks' schema, when every task knows the same one before reading (a Parquet read: its footer's);
+        else None. ``repr`` and ``Dataset.schema()`` answer from it."""
+        schemas = {t.schema for t in self.tasks}
+        return schemas.pop() if len(schemas) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -119,11 +126,14 @@ class Node:
             todo.extend(reversed(node.inputs))
         return list(found)
 
-    def known_rows(self) -> int | None:
-        """The rows this plan makes, when a bare read knows every task's count before reading; else None."""
-        if not isinstance(self.op, Read) or any(t.rows is None for t in self.op.tasks):
+    def known_rows(self, from_metadata: bool = False) -> int | None:
+        """The rows this plan makes, when a bare read knows every task's count before reading; else None.
+        ``from_metadata``: tasks that can count theirs from the files' metadata (Parquet footers) do so."""
+        if not isinstance(self.op, Read):
             return None
-        return sum(t.rows or 0 for t in self.op.tasks)
+        counts = [t.count_rows() if t.rows is None and from_metadata and t.count_rows is not None else t.rows
+                  for t in self.op.tasks]
+        return None if any(n is None for n in counts) else sum(n or 0 for n in counts)
 
 
 def fn_name(fn: Any) -> str:
