@@ -45,7 +45,6 @@ def test_what_the_source_knows_unread_is_shown():
                                  "(Dataset isn't materialized)")
     assert repr(md.from_items([{"a": 1, "b": "x"}]).map(lambda r: r)) == (
         "Map(<lambda>)\n+- Dataset(num_rows=1, schema={a: int64, b: string})")
-    assert repr(md.from_items([{"a": 1}])) == "MaterializedDataset(num_blocks=1, num_rows=1, schema={a: int64})"
 
 
 def test_a_long_schema_goes_on_several_lines():
@@ -73,7 +72,7 @@ def test_set_name_is_kept_by_transforms_materialize_and_pickling_and_printed_as_
     assert repr(ds).startswith("name: train\nshape: (3, 1)")  # Ray's table form, headed by the name
     assert repr(mapped) == "Map(<lambda>)\n+- Dataset(name=train, num_rows=3, schema={id: int64})"
     done = mapped.materialize()
-    assert done.name == "train" and repr(done).startswith("MaterializedDataset(name=train, num_blocks=")
+    assert done.name == "train" and repr(done).startswith("name: train\nshape: (3, 1)")
     assert cloudpickle.loads(cloudpickle.dumps(mapped)).name == "train"  # the name travels to workers
     assert [r["id"] for r in mapped.take_all()] == [0, 2, 4]
     mapped.set_name(None)
@@ -158,3 +157,36 @@ def test_count_of_a_parquet_file_read_a_row_group_a_job_adds_the_row_groups(tmp_
     finally:
         ctx.max_bytes_in_flight = old
     assert len(ds._node.op.tasks) > 1 and ds.count() == 300_000
+
+
+def test_a_materialized_dataset_prints_its_first_and_last_rows_as_ray_does():
+    assert str(md.range(12, override_num_blocks=3).materialize()) == "\n".join([  # Ray 2.60's output, pasted
+        "shape: (12, 1)", "╭───────╮", "│ id    │", "│ ---   │", "│ int64 │", "╞═══════╡",
+        *(f"│ {v:<5} │" for v in ["0", "1", "2", "3", "4", "…", "7", "8", "9", "10", "11"]),
+        "╰───────╯", "(Showing 10 of 12 rows)"])
+    assert repr(md.from_items([{"s": "x" * 50, "n": None}])).splitlines()[5:8] == [
+        "╞══════════════════════════════════════════╪══════╡",
+        "│ xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx… ┆ None │",
+        "╰──────────────────────────────────────────┴──────╯"]
+
+
+def test_operators_that_keep_rows_and_columns_keep_the_table_form_schema_and_count_unread(tmp_path):
+    """As Ray 2.60 infers them: shuffle, sort, repartition and limit keep the source's schema (and rows,
+    limit at most its own); a union of one schema keeps it, rows unknown. Nothing is read (garbage pages)."""
+    _parquet_with_unreadable_data(tmp_path / "t.parquet")
+    ds = md.read_parquet(str(tmp_path)).random_shuffle().sort("id").repartition(2)
+    assert ds.columns() == ["id", "name", "v"] and ds.count() == 1000 and ds.limit(7).count() == 7
+    assert str(md.range(1000).limit(3).random_shuffle()).splitlines()[0] == "shape: (3, 1)"
+    assert str(md.range(5).union(md.range(3))).splitlines()[:5] == ["shape: (?, 1)", "╭───────╮", "│ id    │",
+                                                                    "│ ---   │", "│ int64 │"]
+    assert repr(md.range(9).map(lambda r: r).sort("id")).endswith("+- Dataset(num_rows=9, schema={id: int64})")
+
+
+def test_a_variable_shape_tensor_source_prints_its_schema():
+    """Its tensor type is unhashable: before, printing any plan over it raised TypeError."""
+    import numpy as np
+
+    ragged = md.from_items([{"x": np.ones((1, 2), np.float32)}, {"x": np.ones((2, 2), np.float32)}])
+    assert repr(ragged.map(lambda r: r)).endswith("schema={x: numpy.ndarray(shape=(None, None), dtype=float)})")
+    assert str(ragged).splitlines()[-3:] == ["│ [[1. 1.]  [1. 1.]]                       │",
+                                             "╰──────────────────────────────────────────╯", "(Showing 2 of 2 rows)"]

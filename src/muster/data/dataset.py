@@ -248,7 +248,8 @@ class Dataset(writers.FileWrites):
         s, per_epoch = RandomSeedConfig.of(seed, "random_shuffle").plan()
         rows = execution.DataContext.get_current().target_block_rows
         ray = RayCall.of("random_shuffle", seed=_ray_seed(seed), **_ignored)
-        return self._then(AllToAll("RandomShuffle", alltoall.random_shuffle(s, rows, per_epoch), ray=ray))
+        return self._then(AllToAll("RandomShuffle", alltoall.random_shuffle(s, rows, per_epoch), ray=ray,
+                                   keeps_rows=True))
 
     def randomize_block_order(self, *, seed: "int | RandomSeedConfig | None" = None) -> "Dataset":
         """Shuffle the order of blocks (files, for a read: no data is gathered); ``seed`` as in
@@ -256,7 +257,7 @@ class Dataset(writers.FileWrites):
         s, per_epoch = RandomSeedConfig.of(seed, "randomize_block_order").plan()
         return self._then(AllToAll("RandomizeBlockOrder", alltoall.randomize_block_order(s, per_epoch),
                                    alltoall.randomize_reads(s, per_epoch),
-                                   ray=RayCall.of("randomize_block_order", seed=_ray_seed(seed))))
+                                   ray=RayCall.of("randomize_block_order", seed=_ray_seed(seed)), keeps_rows=True))
 
     def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None, *,
                     shuffle: bool = False, keys: list[str] | None = None, sort: bool = False,
@@ -273,13 +274,15 @@ class Dataset(writers.FileWrites):
         if target_num_rows_per_block is not None:
             rows = target_num_rows_per_block
             ray = RayCall.of("repartition", target_num_rows_per_block=rows, **_ignored)
-            return self._then(AllToAll(f"Repartition(rows={rows})", alltoall.blocks_of(rows), ray=ray))
+            return self._then(AllToAll(f"Repartition(rows={rows})", alltoall.blocks_of(rows), ray=ray,
+                                       keeps_rows=True))
         assert num_blocks is not None
         keys = [keys] if isinstance(keys, str) else list(keys or [])
         ds = self.random_shuffle() if shuffle and not keys else self
         ray = RayCall.of("repartition", num_blocks, **({"keys": keys, "sort": sort} if keys else {}), **_ignored)
         fn = alltoall.repartition_by(keys, num_blocks, sort) if keys else alltoall.repartition(num_blocks)
-        return ds._then(AllToAll(f"Repartition({num_blocks}{f', keys={keys}' if keys else ''})", fn, ray=ray))
+        return ds._then(AllToAll(f"Repartition({num_blocks}{f', keys={keys}' if keys else ''})", fn, ray=ray,
+                                     keeps_rows=True))
 
     def sort(self, key: str | list[str], descending: bool | list[bool] = False, boundaries: list[Any] | None = None
              ) -> "Dataset":
@@ -288,7 +291,8 @@ class Dataset(writers.FileWrites):
         keys = [key] if isinstance(key, str) else list(key)
         desc = [descending] * len(keys) if isinstance(descending, bool) else list(descending)
         ray = RayCall.of("sort", keys, descending=desc)
-        return self._then(AllToAll(f"Sort({', '.join(keys)})", alltoall.sort(keys, desc), ray=ray))
+        return self._then(AllToAll(f"Sort({', '.join(keys)})", alltoall.sort(keys, desc), ray=ray,
+                                   keeps_rows=True))
 
     def groupby(self, key: str | list[str] | None, **_ray_only: Any) -> GroupedData:
         """Group by one or more key columns; ``None`` puts every row in one group."""
@@ -491,10 +495,11 @@ class Dataset(writers.FileWrites):
     def schema(self, fetch_if_missing: bool = True) -> Schema:
         """The dataset's schema, as Ray's ``Schema``: ``names``, ``types``, ``base_schema`` (the pyarrow
         schema, whose other attributes it answers too); it prints as Ray's Column/Type table. A bare source
-        that knows it unread (``range``, in-memory data, ``read_parquet`` from the files' footers) answers
-        reading nothing; otherwise it is the first non-empty block's (the plan runs until one is made). The
-        schema is always fetched here (Ray's ``fetch_if_missing=False`` may give None instead)."""
-        known = self._node.op.known_schema() if isinstance(self._node.op, Read) else None
+        that knows it unread (``range``, in-memory data, ``read_parquet`` from the files' footers), under
+        operators that keep its columns (shuffle, sort, repartition, ``limit``), answers reading nothing;
+        otherwise it is the first non-empty block's (the plan runs until one is made). The schema is always
+        fetched here (Ray's ``fetch_if_missing=False`` may give None instead)."""
+        known = self._node.known_schema()
         if known is not None and len(known.names):
             return Schema(known)
         for block in self._execute():
@@ -578,13 +583,11 @@ class MaterializedDataset(Dataset):
     sources (``from_items``, ``from_pandas``...) return; its transforms are plain ``Dataset`` s."""
 
     def __repr__(self) -> str:
-        """As Ray shows one: ``MaterializedDataset(num_blocks=2, num_rows=3, schema={a: int64})``."""
+        """As Ray 2.60 shows one: its column/type table holding its first 5 and last 5 rows (all, up to 10)."""
+        from muster.data.dataset_repr import materialized_repr
+
         blocks = [b for task in self._node.op.tasks for b in task.read()] if isinstance(self._node.op, Read) else []
-        schema = Schema(blocks[0].schema if blocks else pa.schema([]))
-        fields = ", ".join(f"{name}: {kind}" for name, kind in zip(schema.names, schema.types))
-        named = f"name={self._dataset_name}, " if self._dataset_name is not None else ""
-        return (f"MaterializedDataset({named}num_blocks={len(blocks)}, num_rows={sum(b.num_rows for b in blocks)}, "
-                f"schema={{{fields}}})")
+        return materialized_repr(blocks, self._dataset_name)
 
 
 def from_blocks(blocks: list[pa.Table], name: str = "FromArrow") -> MaterializedDataset:

@@ -71,8 +71,9 @@ class Read:
     def known_schema(self) -> pa.Schema | None:
         """The blocks' schema, when every task knows the same one before reading (a Parquet read: its footer's);
         else None. ``repr`` and ``Dataset.schema()`` answer from it."""
-        schemas = {t.schema for t in self.tasks}
-        return schemas.pop() if len(schemas) == 1 else None
+        first = self.tasks[0].schema if self.tasks else None  # compared, not hashed: tensor types are unhashable
+        return first if first is not None and all(t.schema is not None and t.schema.equals(first)
+                                                  for t in self.tasks) else None
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class AllToAll:
     fn: Callable[[list[pa.Table], int], list[pa.Table] | Iterator[pa.Table]]
     reorders_reads: Callable[[tuple[ReadTask, ...], int], tuple[ReadTask, ...]] | None = None
     ray: RayEquivalent = field(default=None, compare=False)
+    keeps_rows: bool = False  # every input row comes out once, columns unchanged (shuffle, sort, repartition)
 
 
 @dataclass(frozen=True)
@@ -127,13 +129,31 @@ class Node:
         return list(found)
 
     def known_rows(self, from_metadata: bool = False) -> int | None:
-        """The rows this plan makes, when a bare read knows every task's count before reading; else None.
-        ``from_metadata``: tasks that can count theirs from the files' metadata (Parquet footers) do so."""
-        if not isinstance(self.op, Read):
-            return None
-        counts = [t.count_rows() if t.rows is None and from_metadata and t.count_rows is not None else t.rows
-                  for t in self.op.tasks]
-        return None if any(n is None for n in counts) else sum(n or 0 for n in counts)
+        """The rows this plan makes, when known before running it (as Ray infers them): a read whose tasks
+        all know theirs, through operators that keep every row (shuffle, sort, repartition) and ``limit``;
+        else None. ``from_metadata``: tasks that can count theirs from the files' metadata (Parquet footers)
+        do so."""
+        if isinstance(self.op, Read):
+            counts = [t.count_rows() if t.rows is None and from_metadata and t.count_rows is not None else t.rows
+                      for t in self.op.tasks]
+            return None if any(n is None for n in counts) else sum(n or 0 for n in counts)
+        if isinstance(self.op, (Limit, AllToAll)) and (not isinstance(self.op, AllToAll) or self.op.keeps_rows):
+            rows = self.inputs[0].known_rows(from_metadata)
+            return rows if rows is None or not isinstance(self.op, Limit) else min(rows, self.op.n)
+        return None
+
+    def known_schema(self) -> pa.Schema | None:
+        """The schema this plan's blocks have, when known before running it (as Ray infers it): a read's
+        (``Read.known_schema``), through ``limit``, the operators that keep every row, and a union of
+        inputs of one schema; else None."""
+        if isinstance(self.op, Read):
+            return self.op.known_schema()
+        if isinstance(self.op, Union):
+            schemas = [n.known_schema() for n in self.inputs]
+            return schemas[0] if schemas and all(s is not None and s.equals(schemas[0]) for s in schemas) else None
+        if isinstance(self.op, Limit) or (isinstance(self.op, AllToAll) and self.op.keeps_rows):
+            return self.inputs[0].known_schema()
+        return None
 
 
 def fn_name(fn: Any) -> str:
