@@ -190,3 +190,17 @@ def test_a_variable_shape_tensor_source_prints_its_schema():
     assert repr(ragged.map(lambda r: r)).endswith("schema={x: numpy.ndarray(shape=(None, None), dtype=float)})")
     assert str(ragged).splitlines()[-3:] == ["│ [[1. 1.]  [1. 1.]]                       │",
                                              "╰──────────────────────────────────────────╯", "(Showing 2 of 2 rows)"]
+
+
+def test_tensor_columns_name_rays_tensor_types_in_the_table_and_an_iterator_wraps_its_dataset():
+    """Ray 2.60's output, pasted: range_tensor's schema is known unread, its type named as Ray's; before, the
+    plan form with an unknown schema. ds.iterator() prints as DataIterator(<the dataset>)."""
+    import numpy as np
+
+    assert str(md.range_tensor(1000, shape=(2, 2))).splitlines()[:5] == [
+        "shape: (1000, 1)", "╭──────────────────────────────────────────╮",
+        "│ data                                     │", "│ ---                                      │",
+        "│ ArrowTensorTypeV2(shape=(2, 2), dtype=i… │"]
+    ragged = md.from_items([{"x": np.ones((1, 2), np.float32)}, {"x": np.ones((2, 2), np.float32)}])
+    assert "│ ArrowVariableShapedTensorType(ndim=2, d… │" in str(ragged.random_shuffle())
+    assert repr(md.range(5).iterator()) == "DataIterator(" + repr(md.range(5)) + ")"

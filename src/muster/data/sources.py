@@ -531,7 +531,7 @@ def range_tasks(n: int, rows: int, tensor_shape: tuple[int, ...] | None) -> tupl
         return read
 
     spans = [(s, min(n, s + rows)) for s in range(0, n, rows)]
-    schema = pa.schema([("id", pa.int64())]) if tensor_shape is None else None  # a tensor's: its extension type
+    schema = make(0, 1)()[0].schema  # a one-row block's: a tensor's extension type, with its shape
     return tuple(ReadTask(make(s, e), f"range[{s}:{e}]", row_bytes * (e - s), rows=e - s, schema=schema)
                  for s, e in spans) or (ReadTask(lambda: [pa.table({"id": pa.array([], pa.int64())})], "range[0:0]",
                                                  rows=0, schema=schema),)
