@@ -349,3 +349,18 @@ def test_tensor_columns_print_arrow_dtype_names_as_ray_and_materialized_repr_use
         "data    numpy.ndarray(shape=(3,), dtype=float)")
     ragged = md.from_items([{"x": np.ones((1, 2), np.float32)}, {"x": np.ones((2, 2), np.float32)}])
     assert "x       numpy.ndarray(shape=(None, None), dtype=float)" in str(ragged.schema())
+
+
+def test_sort_boundaries_cut_the_blocks_as_rays_range_partitions():
+    """Dataset.sort's docstring: range(15).sort("id", boundaries=[5, 10]) gives blocks 0-4, 5-9, 10-14.
+    Before, boundaries were ignored (one block). Expected values are Ray 2.60's, empty blocks included."""
+    import muster
+
+    def blocks(ds):
+        return [list(df["id"]) for df in muster.get(ds.to_pandas_refs())]
+
+    assert blocks(md.range(15).sort("id", boundaries=[5, 10])) == [list(range(5)), list(range(5, 10)),
+                                                                     list(range(10, 15))]
+    assert blocks(md.range(15).sort("id", descending=True, boundaries=[2.5, 7])) == [
+        list(range(14, 6, -1)), [6, 5, 4, 3], [2, 1, 0]]
+    assert blocks(md.range(15).sort("id", boundaries=[-3, 5])) == [[], list(range(5)), list(range(5, 15))]

@@ -286,12 +286,16 @@ class Dataset(writers.FileWrites):
 
     def sort(self, key: str | list[str], descending: bool | list[bool] = False, boundaries: list[Any] | None = None
              ) -> "Dataset":
-        """Rows ordered by ``key``. Ray's ``boundaries`` (how its range partitions split) do not change
-        the result and are not needed on one machine."""
+        """Rows ordered by ``key``. ``boundaries`` (values of the first key) cut the result into
+        ``len(boundaries) + 1`` blocks, one per range between them (empty ones kept), as Ray's range
+        partitions do; the rows and their order are the same either way."""
         keys = [key] if isinstance(key, str) else list(key)
         desc = [descending] * len(keys) if isinstance(descending, bool) else list(descending)
-        ray = RayCall.of("sort", keys, descending=desc)
-        return self._then(AllToAll(f"Sort({', '.join(keys)})", alltoall.sort(keys, desc), ray=ray,
+        if boundaries is not None and not isinstance(boundaries, (list, tuple)):
+            raise InvalidTypeError(f"sort(boundaries={boundaries!r}): pass a list of values of {keys[0]!r}, or None.")
+        bounds = None if boundaries is None else list(boundaries)
+        ray = RayCall.of("sort", keys, descending=desc, **({} if bounds is None else {"boundaries": bounds}))
+        return self._then(AllToAll(f"Sort({', '.join(keys)})", alltoall.sort(keys, desc, bounds), ray=ray,
                                    keeps_rows=True))
 
     def groupby(self, key: str | list[str] | None, **_ray_only: Any) -> GroupedData:
