@@ -364,3 +364,22 @@ def test_sort_boundaries_cut_the_blocks_as_rays_range_partitions():
     assert blocks(md.range(15).sort("id", descending=True, boundaries=[2.5, 7])) == [
         list(range(14, 6, -1)), [6, 5, 4, 3], [2, 1, 0]]
     assert blocks(md.range(15).sort("id", boundaries=[-3, 5])) == [[], list(range(5)), list(range(5, 15))]
+
+
+def test_from_refs_build_a_dataset_from_object_refs():
+    """read_api's from_pandas_refs / from_arrow_refs / from_numpy_refs examples: a ref or a list of refs, one
+    block each. Before, all three were missing."""
+    import numpy as np
+    import pyarrow as pa
+    import pytest
+
+    import muster
+    from muster.exceptions import InvalidTypeError
+
+    df_ref = muster.put(pd.DataFrame({"a": [1, 2]}))
+    ds = md.from_pandas_refs([df_ref, df_ref])
+    assert ds.take_all() == [{"a": 1}, {"a": 2}] * 2 and ds.num_blocks() == 2
+    assert md.from_arrow_refs(muster.put(pa.table({"x": ["s"]}))).take_all() == [{"x": "s"}]
+    assert [r["data"].tolist() for r in md.from_numpy_refs(muster.put(np.zeros((2, 3)))).take_all()] == [[0.0] * 3] * 2
+    with pytest.raises(InvalidTypeError, match="use from_pandas"):
+        md.from_pandas_refs(pd.DataFrame({"a": [1]}))
