@@ -383,3 +383,19 @@ def test_from_refs_build_a_dataset_from_object_refs():
     assert [r["data"].tolist() for r in md.from_numpy_refs(muster.put(np.zeros((2, 3)))).take_all()] == [[0.0] * 3] * 2
     with pytest.raises(InvalidTypeError, match="use from_pandas"):
         md.from_pandas_refs(pd.DataFrame({"a": [1]}))
+
+
+def test_with_columns_adds_several_expression_columns_in_one_projection():
+    """Dataset.with_columns' docstring: range(100).with_columns({"id_2": col("id") * 2, "id_3": col("id") * 3})
+    .show(2) prints {'id': 0, 'id_2': 0, 'id_3': 0}, {'id': 1, 'id_2': 2, 'id_3': 3}. Before, missing."""
+    import pytest
+
+    from muster.data.expressions import col
+    from muster.exceptions import InvalidTypeError
+
+    ds = md.range(100).with_columns({"id_2": col("id") * 2, "id_3": col("id") * 3})
+    assert ds.take(2) == [{"id": 0, "id_2": 0, "id_3": 0}, {"id": 1, "id_2": 2, "id_3": 3}]
+    # one projection over the input's columns: "id" is replaced, and id_2 still reads the old one
+    assert md.range(3).with_columns({"id": col("id") + 10}, {"id_2": col("id") * 2}).take(1) == [{"id": 10, "id_2": 0}]
+    with pytest.raises(InvalidTypeError, match="not column name -> expression"):
+        md.range(3).with_columns({"x": lambda b: b})

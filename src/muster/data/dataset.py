@@ -193,16 +193,13 @@ class Dataset(writers.FileWrites):
     def with_column(self, column_name: str, expr: Any) -> "Dataset":
         """Add (or replace) column ``column_name`` with the value of ``expr``, an expression of
         ``muster.data.expressions`` (``col("a") + col("b")``) or any pyarrow compute expression."""
-        import pyarrow.compute as pc
+        return self._then(plan.with_columns_op([{column_name: expr}], f"with_column({column_name!r}, {expr!r})"))
 
-        if not isinstance(expr, pc.Expression):
-            raise InvalidTypeError(
-                f"with_column({column_name!r}, {expr!r}): pass an expression such as col('a') + lit(1) "
-                "(from muster.data.expressions import col, lit); for a function, use add_column."
-            )
-        why = ("with_column with muster's (pyarrow) expressions has no ray.data equivalent: use add_column(name, "
-               "fn) for a script that also runs on the Ray engine")
-        return self._then(Transform(f"WithColumn({column_name})", plan.with_column(column_name, expr), why))
+    def with_columns(self, exprs: dict[str, Any] | None = None, *more_exprs: dict[str, Any],
+                     **_ray_options: Any) -> "Dataset":
+        """Add (or replace) several columns, ``{name: expression}`` as for :meth:`with_column` (more mappings may
+        follow), all computed in one projection over the existing columns. Ray's resource options change nothing."""
+        return self._then(plan.with_columns_op([exprs or {}, *more_exprs], "with_columns"))
 
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas") -> "Dataset":
         """Add (or replace) column ``col`` with ``fn(batch)``."""
