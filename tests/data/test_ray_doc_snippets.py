@@ -399,3 +399,12 @@ def test_with_columns_adds_several_expression_columns_in_one_projection():
     assert md.range(3).with_columns({"id": col("id") + 10}, {"id_2": col("id") * 2}).take(1) == [{"id": 10, "id_2": 0}]
     with pytest.raises(InvalidTypeError, match="not column name -> expression"):
         md.range(3).with_columns({"x": lambda b: b})
+
+
+def test_take_batch_of_an_empty_dataset_is_an_error_as_rays():
+    """Dataset.take_batch's docs: "Raises: ValueError – if the dataset is empty". Before, an empty batch."""
+    import pytest
+
+    with pytest.raises(ValueError, match="dataset is empty"):
+        md.range(10).filter(lambda r: False).take_batch(3)
+    assert md.range(10).filter(lambda r: False).take(3) == []

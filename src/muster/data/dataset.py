@@ -478,8 +478,13 @@ class Dataset(writers.FileWrites):
         return list(blk.iter_rows(self._within(limit, "take_all")))
 
     def take_batch(self, batch_size: int = 20, *, batch_format: str = "numpy") -> Any:
+        """Up to ``batch_size`` rows as one batch; an empty dataset is an error, as in Ray."""
         fmt = blk.check_batch_format(batch_format, "take_batch")
-        return blk.to_batch(self.limit(batch_size).to_arrow(), fmt)
+        table = self.limit(batch_size).to_arrow()
+        if not table.num_rows:
+            raise InvalidArgumentError("take_batch(): the dataset is empty; check it with count(), or use take() "
+                                       "(which gives an empty list).")
+        return blk.to_batch(table, fmt)
 
     def show(self, limit: int = 20) -> None:
         for row in self.take(limit):
