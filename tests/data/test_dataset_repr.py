@@ -204,3 +204,17 @@ def test_tensor_columns_name_rays_tensor_types_in_the_table_and_an_iterator_wrap
     ragged = md.from_items([{"x": np.ones((1, 2), np.float32)}, {"x": np.ones((2, 2), np.float32)}])
     assert "│ ArrowVariableShapedTensorType(ndim=2, d… │" in str(ragged.random_shuffle())
     assert repr(md.range(5).iterator()) == "DataIterator(" + repr(md.range(5)) + ")"
+
+
+def test_operators_print_under_rays_names():
+    """Ray 2.60's plan form names these operators without their arguments (or as its own ops). Before, muster's
+    names: Sort(id), Limit(3), Repartition(2), AddColumn(x), SelectColumns, Aggregate(count()), ..."""
+    base = md.range(10).map(lambda r: r)
+    tops = [repr(d).splitlines()[0] for d in [
+        base.sort("id"), base.limit(3), base.repartition(2), base.repartition(2, keys=["id"]),
+        base.repartition(target_num_rows_per_block=3), base.add_column("x", lambda df: df["id"]),
+        base.drop_columns(["id"]), base.select_columns(["id"]), base.rename_columns({"id": "x"}),
+        base.groupby("id").count()]]
+    assert tops == ["Sort", "limit=3", "Repartition", "Repartition",
+                    "StreamingRepartition[num_rows_per_block=3,strict=False]", "MapBatches(add_column)",
+                    "MapBatches(drop_columns)", "Project", "Project", "Aggregate"]

@@ -205,32 +205,32 @@ class Dataset(writers.FileWrites):
         """Add (or replace) column ``col`` with ``fn(batch)``."""
         fmt = blk.check_batch_format(batch_format, "add_column")
         ray = RayCall.of("add_column", col, fn, batch_format=fmt)
-        return self._then(Transform(f"AddColumn({col})", plan.add_column(col, fn, fmt), ray))
+        return self._then(Transform("MapBatches(add_column)", plan.add_column(col, fn, fmt), ray))
 
     def drop_columns(self, cols: list[str]) -> "Dataset":
         cols = _names(cols, "drop_columns")
-        return self._then(Transform("DropColumns", plan.drop_columns(cols), RayCall.of("drop_columns", cols)))
+        return self._then(Transform("MapBatches(drop_columns)", plan.drop_columns(cols), RayCall.of("drop_columns", cols)))
 
     def select_columns(self, cols: list[str]) -> "Dataset":
         cols = _names(cols, "select_columns")
-        return self._then(Transform("SelectColumns", plan.select_columns(cols), RayCall.of("select_columns", cols)))
+        return self._then(Transform("Project", plan.select_columns(cols), RayCall.of("select_columns", cols)))
 
     def rename_columns(self, names: dict[str, str] | list[str]) -> "Dataset":
         """Rename columns: a dict old name -> new name, or a list of new names for every column, in order."""
         if isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
             ray = RayCall.of("rename_columns", list(names))
-            return self._then(Transform("RenameColumns", plan.rename_all_columns(list(names)), ray))
+            return self._then(Transform("Project", plan.rename_all_columns(list(names)), ray))
         if not isinstance(names, dict):
             raise InvalidTypeError(
                 f"rename_columns({names!r}): pass a dict old name -> new name, or a list of new names for every column."
             )
         ray = RayCall.of("rename_columns", dict(names))
-        return self._then(Transform("RenameColumns", plan.rename_columns(dict(names)), ray))
+        return self._then(Transform("Project", plan.rename_columns(dict(names)), ray))
 
     def limit(self, limit: int) -> "Dataset":
         if not isinstance(limit, int) or limit < 0:
             raise InvalidArgumentError(f"limit({limit!r}): use an integer >= 0.")
-        return self._then(Limit(f"Limit({limit})", limit))
+        return self._then(Limit(f"limit={limit}", limit))
 
     def union(self, *others: "Dataset") -> "Dataset":
         for o in others:
@@ -271,14 +271,14 @@ class Dataset(writers.FileWrites):
         if target_num_rows_per_block is not None:
             rows = target_num_rows_per_block
             ray = RayCall.of("repartition", target_num_rows_per_block=rows, **_ignored)
-            return self._then(AllToAll(f"Repartition(rows={rows})", alltoall.blocks_of(rows), ray=ray,
+            return self._then(AllToAll(f"StreamingRepartition[num_rows_per_block={rows},strict=False]", alltoall.blocks_of(rows), ray=ray,
                                        keeps_rows=True))
         assert num_blocks is not None
         keys = [keys] if isinstance(keys, str) else list(keys or [])
         ds = self.random_shuffle() if shuffle and not keys else self
         ray = RayCall.of("repartition", num_blocks, **({"keys": keys, "sort": sort} if keys else {}), **_ignored)
         fn = alltoall.repartition_by(keys, num_blocks, sort) if keys else alltoall.repartition(num_blocks)
-        return ds._then(AllToAll(f"Repartition({num_blocks}{f', keys={keys}' if keys else ''})", fn, ray=ray,
+        return ds._then(AllToAll("Repartition", fn, ray=ray,
                                      keeps_rows=True))
 
     def sort(self, key: str | list[str], descending: bool | list[bool] = False, boundaries: list[Any] | None = None
@@ -292,7 +292,7 @@ class Dataset(writers.FileWrites):
             raise InvalidTypeError(f"sort(boundaries={boundaries!r}): pass a list of values of {keys[0]!r}, or None.")
         bounds = None if boundaries is None else list(boundaries)
         ray = RayCall.of("sort", keys, descending=desc, **({} if bounds is None else {"boundaries": bounds}))
-        return self._then(AllToAll(f"Sort({', '.join(keys)})", alltoall.sort(keys, desc, bounds), ray=ray,
+        return self._then(AllToAll("Sort", alltoall.sort(keys, desc, bounds), ray=ray,
                                    keeps_rows=True))
 
     def groupby(self, key: str | list[str] | None, **_ray_only: Any) -> GroupedData:
