@@ -546,7 +546,7 @@ def test_schema_prints_and_answers_as_rays():
     assert DataContext.get_current() is md.DataContext.get_current()
     schema = md.from_items([{"id": 1, "name": "a", "img": np.zeros((2, 2), np.uint8)}]).schema()
     assert repr(schema) == ("Column  Type\n------  ----\nid      int64\nname    string\n"
-                            "img     numpy.ndarray(shape=(2, 2), dtype=uint8)")
+                            "img     ArrowTensorTypeV2(shape=(2, 2), dtype=uint8)")
     assert schema.names == ["id", "name", "img"] and schema.types[0] == pa.int64()
     assert isinstance(schema.base_schema, pa.Schema) and schema.field("name").type == pa.string()
 

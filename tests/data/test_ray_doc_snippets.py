@@ -338,17 +338,17 @@ def test_an_unknown_url_scheme_names_the_path_and_rays_old_example_alias():
 
 
 def test_tensor_columns_print_arrow_dtype_names_as_ray_and_materialized_repr_uses_them():
-    """loading-data.rst: print(ray.data.from_numpy(np.ones((3, 2, 2)))) shows
-    schema={data: numpy.ndarray(shape=(2, 2), dtype=double)}; working-with-pytorch.rst dtype=float for
-    float32. Before, numpy's names (float64) in the schema and pyarrow's extension type in the repr."""
+    """Tensor types print as Ray 2.60 prints them (its output, run here; its older docs show
+    numpy.ndarray(shape=..., dtype=...)): ArrowTensorTypeV2(shape=(2, 2), dtype=double), dtype=float for
+    float32, ArrowVariableShapedTensorType(ndim=2, dtype=float)."""
     import numpy as np
 
     ds = md.from_numpy(np.ones((3, 2, 2)))
-    assert repr(ds.map(lambda r: r)).endswith("schema={data: numpy.ndarray(shape=(2, 2), dtype=double)})")
+    assert repr(ds.map(lambda r: r)).endswith("schema={data: ArrowTensorTypeV2(shape=(2, 2), dtype=double)}\n   )")
     assert str(md.from_numpy(np.ones((2, 3), np.float32)).schema()).splitlines()[-1] == (
-        "data    numpy.ndarray(shape=(3,), dtype=float)")
+        "data    ArrowTensorTypeV2(shape=(3,), dtype=float)")
     ragged = md.from_items([{"x": np.ones((1, 2), np.float32)}, {"x": np.ones((2, 2), np.float32)}])
-    assert "x       numpy.ndarray(shape=(None, None), dtype=float)" in str(ragged.schema())
+    assert "x       ArrowVariableShapedTensorType(ndim=2, dtype=float)" in str(ragged.schema())
 
 
 def test_sort_boundaries_cut_the_blocks_as_rays_range_partitions():

@@ -110,7 +110,7 @@ def _table(schema: Schema, rows: int | None, parts: list[list[list[str]]] | None
     gap = [["…"] * len(schema.names)] if parts is not None and len(parts) > 1 else []
     shown = None if parts is None else [*parts[0], *gap, *(r for part in parts[1:] for r in part)]
     names = [_cell(str(n)) for n in schema.names]
-    types = [_cell(_type_text(f.type)) for f in schema.base_schema]
+    types = [_cell(str(t)) for t in schema.types]
     widths = [max([len(n), len(t), 3, *(len(r[i]) for r in shown or [])]) for i, (n, t) in enumerate(zip(names, types))]
 
     def row(cells: list[str]) -> str:
@@ -125,15 +125,6 @@ def _table(schema: Schema, rows: int | None, parts: list[list[list[str]]] | None
         lines += [border("╞", "╪", "╡", "═"), *(row(r) for r in shown)]
     done = "(Dataset isn't materialized)" if parts is None else f"(Showing {sum(map(len, parts))} of {rows} rows)"
     return "\n".join([*lines, border("╰", "┴", "╯"), done])
-
-
-def _type_text(arrow_type: pa.DataType) -> str:
-    """A column's type as Ray's table names it: pyarrow's, or for a tensor column Ray's tensor type's."""
-    if isinstance(arrow_type, blk.VariableShapeTensorType):
-        return f"ArrowVariableShapedTensorType(ndim={arrow_type.ndim}, dtype={arrow_type.value_type})"
-    if isinstance(arrow_type, pa.FixedShapeTensorType):
-        return f"ArrowTensorTypeV2(shape={tuple(arrow_type.shape)}, dtype={arrow_type.value_type})"
-    return str(arrow_type)
 
 
 def _cell(text: str) -> str:
