@@ -219,3 +219,21 @@ def test_operators_print_under_rays_names():
     assert tops == ["Sort", "limit=3", "Repartition", "Repartition",
                     "StreamingRepartition[num_rows_per_block=3,strict=False]", "MapBatches(add_column)",
                     "MapBatches(drop_columns)", "Project", "Project", "Aggregate"]
+
+
+def test_a_dataset_that_ran_a_whole_pass_keeps_its_rows_and_schema_as_ray_does():
+    """Ray 2.60 caches a finished pass's rows and schema on the dataset: repr prints its table, count() runs
+    nothing. A partial pass (take) leaves nothing. Before, the plan form and a count that ran the plan."""
+    calls = []
+
+    def seen(r):
+        calls.append(1)
+        return r
+
+    ds = md.range(5).map(seen)
+    ds.take(2)
+    assert repr(ds).startswith("Map(seen)")
+    assert len(ds.take_all()) == 5 and str(ds).splitlines()[:2] == ["shape: (5, 1)", "╭───────╮"]
+    before, last_run = len(calls), ds._stats
+    assert ds.count() == 5 and ds.columns() == ["id"]
+    assert len(calls) == before and ds._stats is last_run  # answered without running the plan again

@@ -50,12 +50,13 @@ class Dataset(writers.FileWrites):
         self._dataset_name = name
         self._stats: execution.Stats | None = None
         self._iterator: DataIterator | None = None
+        self._seen: tuple[int, pa.Schema | None] | None = None  # rows and schema of a whole pass, as Ray caches
 
     def __repr__(self) -> str:
         """As Ray prints an unexecuted dataset, running nothing (see ``dataset_repr``)."""
         from muster.data.dataset_repr import lazy_repr
 
-        return lazy_repr(self._node, name=self._dataset_name)
+        return lazy_repr(self._node, name=self._dataset_name, seen=self._seen)
 
     def set_name(self, name: str | None) -> None:
         """Name this dataset (``None`` clears it): kept by its transforms and ``materialize()``, shown by ``repr``."""
@@ -86,7 +87,9 @@ class Dataset(writers.FileWrites):
         if _ray_plan.on_ray_engine():  # ray.data runs the plan (its own order per epoch)
             return _ray_plan.blocks(self)
         self._stats = execution.Stats()
-        return execution.execute(self._node, epoch, self._stats)
+        # a pass that runs to its end leaves its rows and schema for count(), schema() and repr, as Ray's cache
+        return execution.observed(execution.execute(self._node, epoch, self._stats),
+                                  lambda rows, schema: setattr(self, "_seen", (rows, schema)))
 
     # -- transforms ---------------------------------------------------------------
     def map(self, fn: Callable[[dict[str, Any]], dict[str, Any]], *, fn_args: tuple = (),
@@ -492,10 +495,11 @@ class Dataset(writers.FileWrites):
 
     def count(self) -> int:
         """The rows (a read whose tasks know theirs, from ``BlockMetadata`` or the Parquet files' footers,
-        adds them up reading no data, as Ray)."""
+        adds them up reading no data, as Ray; so does a dataset that has run a whole pass)."""
         if _ray_plan.on_ray_engine():
             return _ray_plan.count(self)
         known = self._node.known_rows(from_metadata=True)
+        known = known if known is not None or self._seen is None else self._seen[0]
         return known if known is not None else sum(b.num_rows for b in self._execute())
 
     def schema(self, fetch_if_missing: bool = True) -> Schema:
@@ -505,7 +509,7 @@ class Dataset(writers.FileWrites):
         operators that keep its columns (shuffle, sort, repartition, ``limit``), answers reading nothing;
         otherwise it is the first non-empty block's (the plan runs until one is made). The schema is always
         fetched here (Ray's ``fetch_if_missing=False`` may give None instead)."""
-        known = self._node.known_schema()
+        known = self._node.known_schema() or (self._seen[1] if self._seen is not None else None)
         if known is not None and len(known.names):
             return Schema(known)
         for block in self._execute():

@@ -27,12 +27,16 @@ _INDENT = "   "
 _SHOWN, _HEAD = 10, 5  # a materialized dataset shows up to 10 rows: with more, its first 5 and last 5
 
 
-def lazy_repr(node: Node, cls_name: str = "Dataset", name: str | None = None) -> str:
+def lazy_repr(node: Node, cls_name: str = "Dataset", name: str | None = None,
+              seen: tuple[int, pa.Schema | None] | None = None) -> str:
     """``node``'s dataset as Ray prints an unexecuted one (see the module's docstring); ``name`` is
-    ``set_name``'s, heading the table (``name: ...``) or first in the summary (``name=...``)."""
-    known = node.known_schema()
+    ``set_name``'s, heading the table (``name: ...``) or first in the summary (``name=...``); ``seen``, the
+    rows and schema of a pass that ran to its end, which Ray keeps and prints as the table too."""
+    known, rows = node.known_schema(), node.known_rows()
+    if seen is not None:
+        known, rows = known or seen[1], seen[0] if rows is None else rows
     if known is not None and len(known.names):
-        return (f"name: {name}\n" if name is not None else "") + _table(Schema(known), node.known_rows())
+        return (f"name: {name}\n" if name is not None else "") + _table(Schema(known), rows)
     rows, schema = _source_facts(node)
     lines: list[str] = []
     depth = _plan_lines(node, 0, lines)
