@@ -187,8 +187,9 @@ def test_a_variable_shape_tensor_source_prints_its_schema():
     import numpy as np
 
     ragged = md.from_items([{"x": np.ones((1, 2), np.float32)}, {"x": np.ones((2, 2), np.float32)}])
-    assert repr(ragged.map(lambda r: r)) == ("Map(<lambda>)\n+- Dataset(\n      num_rows=2,\n"  # Ray 2.60's, pasted
-                                            "      schema={x: ArrowVariableShapedTensorType(ndim=2, dtype=float)}\n   )")
+    assert repr(ragged.map(lambda r: r)) == (  # Ray 2.60's, pasted
+        "Map(<lambda>)\n+- Dataset(\n      num_rows=2,\n"
+        "      schema={x: ArrowVariableShapedTensorType(ndim=2, dtype=float)}\n   )")
     assert str(ragged).splitlines()[-3:] == ["│ [[1. 1.]  [1. 1.]]                       │",
                                              "╰──────────────────────────────────────────╯", "(Showing 2 of 2 rows)"]
 
@@ -215,10 +216,11 @@ def test_operators_print_under_rays_names():
         base.sort("id"), base.limit(3), base.repartition(2), base.repartition(2, keys=["id"]),
         base.repartition(target_num_rows_per_block=3), base.add_column("x", lambda df: df["id"]),
         base.drop_columns(["id"]), base.select_columns(["id"]), base.rename_columns({"id": "x"}),
-        base.groupby("id").count()]]
+        base.groupby("id").count(), base.repartition(2, shuffle=True)]]
     assert tops == ["Sort", "limit=3", "Repartition", "Repartition",
                     "StreamingRepartition[num_rows_per_block=3,strict=False]", "MapBatches(add_column)",
-                    "MapBatches(drop_columns)", "Project", "Project", "Aggregate"]
+                    "MapBatches(drop_columns)", "Project", "Project", "Aggregate", "Repartition"]
+    assert repr(base.repartition(2, shuffle=True)).splitlines()[1] == "+- Map(<lambda>)"  # one operator, as Ray's
 
 
 def test_a_dataset_that_ran_a_whole_pass_keeps_its_rows_and_schema_as_ray_does():

@@ -55,7 +55,8 @@ __all__ = [
     "DatasetIterator", "NodeIdStr", "DataSchemaError", "DataSourceError", "DataTypeError", "Dataset", "GroupedData",
     "MaterializedDataset", "UserFunctionError", "from_arrow", "from_arrow_refs", "from_huggingface", "from_items",
     "from_numpy", "from_numpy_refs", "from_pandas", "from_pandas_refs", "from_torch", "range", "range_tensor",
-    "read_binary_files", "read_csv", "read_images", "read_json", "read_numpy", "read_parquet", "read_text", "SaveMode", "TaskPoolStrategy",
+    "read_binary_files", "read_csv", "read_images", "read_json", "read_numpy", "read_parquet", "read_text",
+    "SaveMode", "TaskPoolStrategy",
     "Datasink", "Datasource", "ReadTask", "read_datasource", "BlockBasedFileDatasink", "RowBasedFileDatasink",
 ]
 

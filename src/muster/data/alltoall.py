@@ -244,6 +244,12 @@ def randomize_reads(seed: int, per_epoch: bool = True
     return run
 
 
+def then(first: Callable[[list[pa.Table], int], Any], second: Callable[[list[pa.Table], int], Any]
+         ) -> Callable[[list[pa.Table], int], Any]:
+    """``second`` over the blocks ``first`` makes, in one operator."""
+    return lambda blocks, epoch: second(list(first(blocks, epoch)), epoch)
+
+
 def repartition(n: int) -> Callable[[list[pa.Table], int], list[pa.Table]]:
     def run(blocks: list[pa.Table], _epoch: int) -> list[pa.Table]:
         table = blk.concat(blocks)

@@ -198,10 +198,9 @@ class Dataset(writers.FileWrites):
         ``muster.data.expressions`` (``col("a") + col("b")``) or any pyarrow compute expression."""
         return self._then(plan.with_columns_op([{column_name: expr}], f"with_column({column_name!r}, {expr!r})"))
 
-    def with_columns(self, exprs: dict[str, Any] | None = None, *more_exprs: dict[str, Any],
-                     **_ray_options: Any) -> "Dataset":
-        """Add (or replace) several columns, ``{name: expression}`` as for :meth:`with_column` (more mappings may
-        follow), all computed in one projection over the existing columns. Ray's resource options change nothing."""
+    def with_columns(self, exprs: dict[str, Any] | None = None, *more_exprs: dict[str, Any], **_ray: Any) -> "Dataset":
+        """Add (or replace) several columns, ``{name: expression}`` (more mappings may follow), all in one projection
+        over the existing columns. Ray's resource options change nothing."""
         return self._then(plan.with_columns_op([exprs or {}, *more_exprs], "with_columns"))
 
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas") -> "Dataset":
@@ -212,7 +211,8 @@ class Dataset(writers.FileWrites):
 
     def drop_columns(self, cols: list[str]) -> "Dataset":
         cols = _names(cols, "drop_columns")
-        return self._then(Transform("MapBatches(drop_columns)", plan.drop_columns(cols), RayCall.of("drop_columns", cols)))
+        ray = RayCall.of("drop_columns", cols)
+        return self._then(Transform("MapBatches(drop_columns)", plan.drop_columns(cols), ray))
 
     def select_columns(self, cols: list[str]) -> "Dataset":
         cols = _names(cols, "select_columns")
@@ -274,15 +274,17 @@ class Dataset(writers.FileWrites):
         if target_num_rows_per_block is not None:
             rows = target_num_rows_per_block
             ray = RayCall.of("repartition", target_num_rows_per_block=rows, **_ignored)
-            return self._then(AllToAll(f"StreamingRepartition[num_rows_per_block={rows},strict=False]", alltoall.blocks_of(rows), ray=ray,
-                                       keeps_rows=True))
+            name = f"StreamingRepartition[num_rows_per_block={rows},strict=False]"  # Ray's name for it
+            return self._then(AllToAll(name, alltoall.blocks_of(rows), ray=ray, keeps_rows=True))
         assert num_blocks is not None
         keys = [keys] if isinstance(keys, str) else list(keys or [])
-        ds = self.random_shuffle() if shuffle and not keys else self
-        ray = RayCall.of("repartition", num_blocks, **({"keys": keys, "sort": sort} if keys else {}), **_ignored)
+        options = {"keys": keys, "sort": sort} if keys else {"shuffle": True} if shuffle else {}
+        ray = RayCall.of("repartition", num_blocks, **options, **_ignored)
         fn = alltoall.repartition_by(keys, num_blocks, sort) if keys else alltoall.repartition(num_blocks)
-        return ds._then(AllToAll("Repartition", fn, ray=ray,
-                                     keeps_rows=True))
+        if shuffle and not keys:  # one operator, as Ray's: the rows shuffled, then cut
+            (seed, per_epoch), rows = RandomSeedConfig().plan(), execution.DataContext.get_current().target_block_rows
+            fn = alltoall.then(alltoall.random_shuffle(seed, rows, per_epoch), fn)
+        return self._then(AllToAll("Repartition", fn, ray=ray, keeps_rows=True))
 
     def sort(self, key: str | list[str], descending: bool | list[bool] = False, boundaries: list[Any] | None = None
              ) -> "Dataset":
@@ -503,12 +505,9 @@ class Dataset(writers.FileWrites):
         return known if known is not None else sum(b.num_rows for b in self._execute())
 
     def schema(self, fetch_if_missing: bool = True) -> Schema:
-        """The dataset's schema, as Ray's ``Schema``: ``names``, ``types``, ``base_schema`` (the pyarrow
-        schema, whose other attributes it answers too); it prints as Ray's Column/Type table. A bare source
-        that knows it unread (``range``, in-memory data, ``read_parquet`` from the files' footers), under
-        operators that keep its columns (shuffle, sort, repartition, ``limit``), answers reading nothing;
-        otherwise it is the first non-empty block's (the plan runs until one is made). The schema is always
-        fetched here (Ray's ``fetch_if_missing=False`` may give None instead)."""
+        """Ray's ``Schema`` (``names``, ``types``, ``base_schema``; prints as its Column/Type table): known unread for
+        a source that knows it (``range``, in-memory data, ``read_parquet``'s footers) under shuffle, sort,
+        repartition or ``limit``, or after a whole pass; else the first block's (the plan runs until one is made)."""
         known = self._node.known_schema() or (self._seen[1] if self._seen is not None else None)
         if known is not None and len(known.names):
             return Schema(known)

@@ -330,8 +330,8 @@ def with_columns_op(mappings: list[Any], where: str) -> Transform:
         exprs.update(mapping)
     if not exprs:
         raise InvalidArgumentError(f"{where}(): pass at least one column name -> expression.")
-    why = ("with_column(s) with muster's (pyarrow) expressions has no ray.data equivalent: use add_column(name, fn) for "
-           "a script that also runs on the Ray engine")
+    why = ("with_column(s) with muster's (pyarrow) expressions has no ray.data equivalent: use add_column(name, fn) "
+           "for a script that also runs on the Ray engine")
     label = f"WithColumn({next(iter(exprs))})" if len(exprs) == 1 else f"WithColumns({', '.join(exprs)})"
     return Transform(label, with_columns(exprs, where), why)
 
