@@ -45,7 +45,6 @@ def test_what_the_source_knows_unread_is_shown():
                                  "(Dataset isn't materialized)")
     assert repr(md.from_items([{"a": 1, "b": "x"}]).map(lambda r: r)) == (
         "Map(<lambda>)\n+- Dataset(num_rows=1, schema={a: int64, b: string})")
-    assert repr(md.from_items([{"a": 1}])) == "MaterializedDataset(num_blocks=1, num_rows=1, schema={a: int64})"
 
 
 def test_a_long_schema_goes_on_several_lines():
@@ -73,7 +72,7 @@ def test_set_name_is_kept_by_transforms_materialize_and_pickling_and_printed_as_
     assert repr(ds).startswith("name: train\nshape: (3, 1)")  # Ray's table form, headed by the name
     assert repr(mapped) == "Map(<lambda>)\n+- Dataset(name=train, num_rows=3, schema={id: int64})"
     done = mapped.materialize()
-    assert done.name == "train" and repr(done).startswith("MaterializedDataset(name=train, num_blocks=")
+    assert done.name == "train" and repr(done).startswith("name: train\nshape: (3, 1)")
     assert cloudpickle.loads(cloudpickle.dumps(mapped)).name == "train"  # the name travels to workers
     assert [r["id"] for r in mapped.take_all()] == [0, 2, 4]
     mapped.set_name(None)
@@ -89,6 +88,11 @@ def _parquet_with_unreadable_data(path):
 
     pq.write_table(pa.table({"id": np.arange(1000), "name": ["x"] * 1000, "v": np.ones(1000, np.float32)}),
                    path, row_group_size=100)
+    _garble_pages(path)
+
+
+def _garble_pages(path):
+    """Overwrite a Parquet file's data pages, keeping its footer."""
     raw = bytearray(path.read_bytes())
     footer = int.from_bytes(raw[-8:-4], "little")
     raw[4:len(raw) - 8 - footer] = b"\xff" * (len(raw) - 12 - footer)
@@ -117,3 +121,121 @@ def test_read_parquet_prints_its_schema_from_the_files_metadata_unread(tmp_path)
                                          "+- Dataset(num_rows=?, schema={id: int64, name: string, v: float})")
     with pytest.raises(OSError, match="page header"):  # the pages are unreadable indeed
         ds.take_all()
+
+
+def test_schema_columns_and_count_of_read_parquet_come_from_the_footers_unread(tmp_path):
+    """As Ray 2.60 answers them for read_parquet: schema(), columns() and count() from the files' metadata;
+    the data pages are garbage, so any read of them fails."""
+    import pyarrow as pa
+    import pytest
+
+    for name in ("a.parquet", "b.parquet"):
+        _parquet_with_unreadable_data(tmp_path / name)
+    ds = md.read_parquet(str(tmp_path))
+    assert ds.schema() == pa.schema([("id", pa.int64()), ("name", pa.string()), ("v", pa.float32())])
+    assert ds.columns() == ["id", "name", "v"] and ds.count() == 2000
+    picked = md.read_parquet(str(tmp_path), columns=["v"], include_paths=True)
+    assert picked.columns() == ["v", "path"] and picked.count() == 2000
+    with pytest.raises(OSError, match="page header"):  # the pages are unreadable indeed
+        ds.take(1)
+
+
+def test_count_of_a_parquet_file_read_a_row_group_a_job_adds_the_row_groups(tmp_path):
+    """A file over the read job's size is read one row group a job; count() adds those row groups' rows
+    (from the footer: the pages are garbage)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": np.random.default_rng(0).random(300_000)}), tmp_path / "big.parquet",
+                   row_group_size=50_000)
+    _garble_pages(tmp_path / "big.parquet")
+    ctx = md.DataContext.get_current()
+    old, ctx.max_bytes_in_flight = ctx.max_bytes_in_flight, 1 << 20  # read jobs of 1 MiB
+    try:
+        ds = md.read_parquet(str(tmp_path / "big.parquet"))
+    finally:
+        ctx.max_bytes_in_flight = old
+    assert len(ds._node.op.tasks) > 1 and ds.count() == 300_000
+
+
+def test_a_materialized_dataset_prints_its_first_and_last_rows_as_ray_does():
+    assert str(md.range(12, override_num_blocks=3).materialize()) == "\n".join([  # Ray 2.60's output, pasted
+        "shape: (12, 1)", "╭───────╮", "│ id    │", "│ ---   │", "│ int64 │", "╞═══════╡",
+        *(f"│ {v:<5} │" for v in ["0", "1", "2", "3", "4", "…", "7", "8", "9", "10", "11"]),
+        "╰───────╯", "(Showing 10 of 12 rows)"])
+    assert repr(md.from_items([{"s": "x" * 50, "n": None}])).splitlines()[5:8] == [
+        "╞══════════════════════════════════════════╪══════╡",
+        "│ xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx… ┆ None │",
+        "╰──────────────────────────────────────────┴──────╯"]
+
+
+def test_operators_that_keep_rows_and_columns_keep_the_table_form_schema_and_count_unread(tmp_path):
+    """As Ray 2.60 infers them: shuffle, sort, repartition and limit keep the source's schema (and rows,
+    limit at most its own); a union of one schema keeps it, rows unknown. Nothing is read (garbage pages)."""
+    _parquet_with_unreadable_data(tmp_path / "t.parquet")
+    ds = md.read_parquet(str(tmp_path)).random_shuffle().sort("id").repartition(2)
+    assert ds.columns() == ["id", "name", "v"] and ds.count() == 1000 and ds.limit(7).count() == 7
+    assert str(md.range(1000).limit(3).random_shuffle()).splitlines()[0] == "shape: (3, 1)"
+    assert str(md.range(5).union(md.range(3))).splitlines()[:5] == ["shape: (?, 1)", "╭───────╮", "│ id    │",
+                                                                    "│ ---   │", "│ int64 │"]
+    assert repr(md.range(9).map(lambda r: r).sort("id")).endswith("+- Dataset(num_rows=9, schema={id: int64})")
+
+
+def test_a_variable_shape_tensor_source_prints_its_schema():
+    """Its tensor type is unhashable: before, printing any plan over it raised TypeError."""
+    import numpy as np
+
+    ragged = md.from_items([{"x": np.ones((1, 2), np.float32)}, {"x": np.ones((2, 2), np.float32)}])
+    assert repr(ragged.map(lambda r: r)) == (  # Ray 2.60's, pasted
+        "Map(<lambda>)\n+- Dataset(\n      num_rows=2,\n"
+        "      schema={x: ArrowVariableShapedTensorType(ndim=2, dtype=float)}\n   )")
+    assert str(ragged).splitlines()[-3:] == ["│ [[1. 1.]  [1. 1.]]                       │",
+                                             "╰──────────────────────────────────────────╯", "(Showing 2 of 2 rows)"]
+
+
+def test_tensor_columns_name_rays_tensor_types_in_the_table_and_an_iterator_wraps_its_dataset():
+    """Ray 2.60's output, pasted: range_tensor's schema is known unread, its type named as Ray's; before, the
+    plan form with an unknown schema. ds.iterator() prints as DataIterator(<the dataset>)."""
+    import numpy as np
+
+    assert str(md.range_tensor(1000, shape=(2, 2))).splitlines()[:5] == [
+        "shape: (1000, 1)", "╭──────────────────────────────────────────╮",
+        "│ data                                     │", "│ ---                                      │",
+        "│ ArrowTensorTypeV2(shape=(2, 2), dtype=i… │"]
+    ragged = md.from_items([{"x": np.ones((1, 2), np.float32)}, {"x": np.ones((2, 2), np.float32)}])
+    assert "│ ArrowVariableShapedTensorType(ndim=2, d… │" in str(ragged.random_shuffle())
+    assert repr(md.range(5).iterator()) == "DataIterator(" + repr(md.range(5)) + ")"
+
+
+def test_operators_print_under_rays_names():
+    """Ray 2.60's plan form names these operators without their arguments (or as its own ops). Before, muster's
+    names: Sort(id), Limit(3), Repartition(2), AddColumn(x), SelectColumns, Aggregate(count()), ..."""
+    base = md.range(10).map(lambda r: r)
+    tops = [repr(d).splitlines()[0] for d in [
+        base.sort("id"), base.limit(3), base.repartition(2), base.repartition(2, keys=["id"]),
+        base.repartition(target_num_rows_per_block=3), base.add_column("x", lambda df: df["id"]),
+        base.drop_columns(["id"]), base.select_columns(["id"]), base.rename_columns({"id": "x"}),
+        base.groupby("id").count(), base.repartition(2, shuffle=True)]]
+    assert tops == ["Sort", "limit=3", "Repartition", "Repartition",
+                    "StreamingRepartition[num_rows_per_block=3,strict=False]", "MapBatches(add_column)",
+                    "MapBatches(drop_columns)", "Project", "Project", "Aggregate", "Repartition"]
+    assert repr(base.repartition(2, shuffle=True)).splitlines()[1] == "+- Map(<lambda>)"  # one operator, as Ray's
+
+
+def test_a_dataset_that_ran_a_whole_pass_keeps_its_rows_and_schema_as_ray_does():
+    """Ray 2.60 caches a finished pass's rows and schema on the dataset: repr prints its table, count() runs
+    nothing. A partial pass (take) leaves nothing. Before, the plan form and a count that ran the plan."""
+    calls = []
+
+    def seen(r):
+        calls.append(1)
+        return r
+
+    ds = md.range(5).map(seen)
+    ds.take(2)
+    assert repr(ds).startswith("Map(seen)")
+    assert len(ds.take_all()) == 5 and str(ds).splitlines()[:2] == ["shape: (5, 1)", "╭───────╮"]
+    before, last_run = len(calls), ds._stats
+    assert ds.count() == 5 and ds.columns() == ["id"]
+    assert len(calls) == before and ds._stats is last_run  # answered without running the plan again

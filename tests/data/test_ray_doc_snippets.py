@@ -338,14 +338,73 @@ def test_an_unknown_url_scheme_names_the_path_and_rays_old_example_alias():
 
 
 def test_tensor_columns_print_arrow_dtype_names_as_ray_and_materialized_repr_uses_them():
-    """loading-data.rst: print(ray.data.from_numpy(np.ones((3, 2, 2)))) shows
-    schema={data: numpy.ndarray(shape=(2, 2), dtype=double)}; working-with-pytorch.rst dtype=float for
-    float32. Before, numpy's names (float64) in the schema and pyarrow's extension type in the repr."""
+    """Tensor types print as Ray 2.60 prints them (its output, run here; its older docs show
+    numpy.ndarray(shape=..., dtype=...)): ArrowTensorTypeV2(shape=(2, 2), dtype=double), dtype=float for
+    float32, ArrowVariableShapedTensorType(ndim=2, dtype=float)."""
     import numpy as np
 
     ds = md.from_numpy(np.ones((3, 2, 2)))
-    assert repr(ds) == "MaterializedDataset(num_blocks=1, num_rows=3, schema={data: numpy.ndarray(shape=(2, 2), dtype=double)})"
+    assert repr(ds.map(lambda r: r)).endswith("schema={data: ArrowTensorTypeV2(shape=(2, 2), dtype=double)}\n   )")
     assert str(md.from_numpy(np.ones((2, 3), np.float32)).schema()).splitlines()[-1] == (
-        "data    numpy.ndarray(shape=(3,), dtype=float)")
+        "data    ArrowTensorTypeV2(shape=(3,), dtype=float)")
     ragged = md.from_items([{"x": np.ones((1, 2), np.float32)}, {"x": np.ones((2, 2), np.float32)}])
-    assert "x       numpy.ndarray(shape=(None, None), dtype=float)" in str(ragged.schema())
+    assert "x       ArrowVariableShapedTensorType(ndim=2, dtype=float)" in str(ragged.schema())
+
+
+def test_sort_boundaries_cut_the_blocks_as_rays_range_partitions():
+    """Dataset.sort's docstring: range(15).sort("id", boundaries=[5, 10]) gives blocks 0-4, 5-9, 10-14.
+    Before, boundaries were ignored (one block). Expected values are Ray 2.60's, empty blocks included."""
+    import muster
+
+    def blocks(ds):
+        return [list(df["id"]) for df in muster.get(ds.to_pandas_refs())]
+
+    assert blocks(md.range(15).sort("id", boundaries=[5, 10])) == [list(range(5)), list(range(5, 10)),
+                                                                     list(range(10, 15))]
+    assert blocks(md.range(15).sort("id", descending=True, boundaries=[2.5, 7])) == [
+        list(range(14, 6, -1)), [6, 5, 4, 3], [2, 1, 0]]
+    assert blocks(md.range(15).sort("id", boundaries=[-3, 5])) == [[], list(range(5)), list(range(5, 15))]
+
+
+def test_from_refs_build_a_dataset_from_object_refs():
+    """read_api's from_pandas_refs / from_arrow_refs / from_numpy_refs examples: a ref or a list of refs, one
+    block each. Before, all three were missing."""
+    import numpy as np
+    import pyarrow as pa
+    import pytest
+
+    import muster
+    from muster.exceptions import InvalidTypeError
+
+    df_ref = muster.put(pd.DataFrame({"a": [1, 2]}))
+    ds = md.from_pandas_refs([df_ref, df_ref])
+    assert ds.take_all() == [{"a": 1}, {"a": 2}] * 2 and ds.num_blocks() == 2
+    assert md.from_arrow_refs(muster.put(pa.table({"x": ["s"]}))).take_all() == [{"x": "s"}]
+    assert [r["data"].tolist() for r in md.from_numpy_refs(muster.put(np.zeros((2, 3)))).take_all()] == [[0.0] * 3] * 2
+    with pytest.raises(InvalidTypeError, match="use from_pandas"):
+        md.from_pandas_refs(pd.DataFrame({"a": [1]}))
+
+
+def test_with_columns_adds_several_expression_columns_in_one_projection():
+    """Dataset.with_columns' docstring: range(100).with_columns({"id_2": col("id") * 2, "id_3": col("id") * 3})
+    .show(2) prints {'id': 0, 'id_2': 0, 'id_3': 0}, {'id': 1, 'id_2': 2, 'id_3': 3}. Before, missing."""
+    import pytest
+
+    from muster.data.expressions import col
+    from muster.exceptions import InvalidTypeError
+
+    ds = md.range(100).with_columns({"id_2": col("id") * 2, "id_3": col("id") * 3})
+    assert ds.take(2) == [{"id": 0, "id_2": 0, "id_3": 0}, {"id": 1, "id_2": 2, "id_3": 3}]
+    # one projection over the input's columns: "id" is replaced, and id_2 still reads the old one
+    assert md.range(3).with_columns({"id": col("id") + 10}, {"id_2": col("id") * 2}).take(1) == [{"id": 10, "id_2": 0}]
+    with pytest.raises(InvalidTypeError, match="not column name -> expression"):
+        md.range(3).with_columns({"x": lambda b: b})
+
+
+def test_take_batch_of_an_empty_dataset_is_an_error_as_rays():
+    """Dataset.take_batch's docs: "Raises: ValueError – if the dataset is empty". Before, an empty batch."""
+    import pytest
+
+    with pytest.raises(ValueError, match="dataset is empty"):
+        md.range(10).filter(lambda r: False).take_batch(3)
+    assert md.range(10).filter(lambda r: False).take(3) == []

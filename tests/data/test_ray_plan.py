@@ -46,7 +46,7 @@ def test_every_transform_records_its_ray_data_call():
     assert _calls(ds.groupby("k").sum("id")._node)[-2:] == ["groupby", "sum"]
     assert _calls(ds.groupby("k").map_groups(lambda g: g)._node)[-2:] == ["groupby", "map_groups"]
     batches = ds._node
-    while not batches.op.name.startswith("MapBatches"):
+    while not (isinstance(getattr(batches.op, "ray", None), RayCall) and batches.op.ray.steps[0][0] == "map_batches"):
         batches = batches.inputs[0]
     _, _, kwargs = batches.op.ray.steps[0]
     assert kwargs["batch_size"] == 4 and kwargs["concurrency"] == 2 and kwargs["num_cpus"] == 0.5

@@ -94,7 +94,7 @@ def test_rays_fixed_shape_tensor_columns_keep_shape_and_dtype(tmp_path, register
     assert batch["data"].shape == (3, 4, 5, 3) and batch["data"].dtype == np.uint8
     np.testing.assert_array_equal(batch["data"], images)
     assert list(batch["label"]) == [7, 8, 9]
-    assert str(ds.schema().types[0]) == "numpy.ndarray(shape=(4, 5, 3), dtype=uint8)"
+    assert str(ds.schema().types[0]) == "ArrowTensorTypeV2(shape=(4, 5, 3), dtype=uint8)"
 
     old = np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 2, 2)  # Ray's first type: list storage
     _write_fixed(tmp_path / "v1.parquet", old, ext=V1)

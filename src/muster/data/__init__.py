@@ -53,9 +53,10 @@ __all__ = [
     "RandomSeedConfig",
     "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DatasetContext",
     "DatasetIterator", "NodeIdStr", "DataSchemaError", "DataSourceError", "DataTypeError", "Dataset", "GroupedData",
-    "MaterializedDataset", "UserFunctionError", "from_arrow", "from_huggingface", "from_items", "from_numpy",
-    "from_pandas", "from_torch", "range", "range_tensor", "read_binary_files", "read_csv", "read_images",
-    "read_json", "read_numpy", "read_parquet", "read_text", "SaveMode", "TaskPoolStrategy",
+    "MaterializedDataset", "UserFunctionError", "from_arrow", "from_arrow_refs", "from_huggingface", "from_items",
+    "from_numpy", "from_numpy_refs", "from_pandas", "from_pandas_refs", "from_torch", "range", "range_tensor",
+    "read_binary_files", "read_csv", "read_images", "read_json", "read_numpy", "read_parquet", "read_text",
+    "SaveMode", "TaskPoolStrategy",
     "Datasink", "Datasource", "ReadTask", "read_datasource", "BlockBasedFileDatasink", "RowBasedFileDatasink",
 ]
 
@@ -298,7 +299,7 @@ def from_torch(dataset: Any, local_read: bool = False) -> Dataset:
 def from_arrow(tables: pa.Table | list[pa.Table], *, override_num_blocks: int | None = None) -> Dataset:
     """Rows of Arrow tables (or record batches); ``override_num_blocks`` slices them into that many blocks."""
     tables = [tables] if isinstance(tables, (pa.Table, pa.RecordBatch)) else list(tables)
-    blocks = [t if isinstance(t, pa.Table) else pa.Table.from_batches([t]) for t in tables]
+    blocks = [_as_table(t) for t in tables]
     if override_num_blocks:
         return from_blocks(_src.table_blocks(_blk.concat(blocks), parallelism=override_num_blocks), "FromArrow")
     return from_blocks([b for t in blocks for b in _src.table_blocks(t)], "FromArrow")
@@ -318,6 +319,39 @@ def from_numpy(ndarrays: np.ndarray | list[np.ndarray]) -> Dataset:
     arrays = ndarrays if isinstance(ndarrays, list) else [ndarrays]
     blocks = [pa.table({"data": _blk.array_from_values(np.asarray(a))}) for a in arrays]
     return from_blocks([b for t in blocks for b in _src.table_blocks(t)], "FromNumpy")
+
+
+def _ref_values(refs: Any, where: str) -> list[Any]:
+    """The values of one ``ObjectRef`` or a list of them (Ray's ``from_*_refs`` take either)."""
+    from muster.tasks import objects  # the tasks layer, only when refs are given
+
+    many = refs if isinstance(refs, (list, tuple)) else [refs]
+    bad = [r for r in many if not isinstance(r, objects.ObjectRef)]
+    if bad:
+        raise InvalidTypeError(f"{where}({bad[0]!r}): pass an ObjectRef or a list of them (from muster.put); for "
+                               f"in-memory values use {where.removesuffix('_refs')}.")
+    return list(objects.get(list(many)))
+
+
+def from_arrow_refs(tables: Any) -> Dataset:
+    """``from_arrow`` of the Arrow tables these ``ObjectRef`` s hold, one block each (as Ray's)."""
+    return from_blocks(list(map(_as_table, _ref_values(tables, "from_arrow_refs"))), "FromArrow")
+
+
+def from_pandas_refs(dfs: Any) -> Dataset:
+    """``from_pandas`` of the DataFrames these ``ObjectRef`` s hold, one block each (as Ray's)."""
+    return from_blocks([_blk.from_batch(df, "from_pandas_refs") for df in _ref_values(dfs, "from_pandas_refs")],
+                       "FromPandas")
+
+
+def from_numpy_refs(ndarrays: Any) -> Dataset:
+    """``from_numpy`` of the arrays these ``ObjectRef`` s hold: column ``data``, one block each (as Ray's)."""
+    return from_blocks([pa.table({"data": _blk.array_from_values(np.asarray(a))})
+                        for a in _ref_values(ndarrays, "from_numpy_refs")], "FromNumpy")
+
+
+def _as_table(value: Any) -> pa.Table:
+    return value if isinstance(value, pa.Table) else pa.Table.from_batches([value])
 
 
 def range(n: int, *, parallelism: int = -1, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001

@@ -244,6 +244,12 @@ def randomize_reads(seed: int, per_epoch: bool = True
     return run
 
 
+def then(first: Callable[[list[pa.Table], int], Any], second: Callable[[list[pa.Table], int], Any]
+         ) -> Callable[[list[pa.Table], int], Any]:
+    """``second`` over the blocks ``first`` makes, in one operator."""
+    return lambda blocks, epoch: second(list(first(blocks, epoch)), epoch)
+
+
 def repartition(n: int) -> Callable[[list[pa.Table], int], list[pa.Table]]:
     def run(blocks: list[pa.Table], _epoch: int) -> list[pa.Table]:
         table = blk.concat(blocks)
@@ -289,7 +295,11 @@ def blocks_of(rows: int) -> Callable[[list[pa.Table], int], list[pa.Table]]:
     return run
 
 
-def sort(keys: list[str], descending: list[bool]) -> Callable[[list[pa.Table], int], list[pa.Table]]:
+def sort(keys: list[str], descending: list[bool], boundaries: list[Any] | None = None
+         ) -> Callable[[list[pa.Table], int], list[pa.Table]]:
+    """Rows ordered by ``keys``; with ``boundaries`` (values of the first key), one block per range between
+    them (as Ray's range partitions: ``len(boundaries) + 1`` blocks, empty ones kept), else blocks of the
+    usual size."""
     order = [(k, "descending" if d else "ascending") for k, d in zip(keys, descending)]
 
     def run(blocks: list[pa.Table], _epoch: int) -> list[pa.Table]:
@@ -300,9 +310,23 @@ def sort(keys: list[str], descending: list[bool]) -> Callable[[list[pa.Table], i
         if not table.num_rows:
             return [table]
         ordered = table.sort_by(order)  # sliced into blocks (no copy), so what follows runs on several at once
+        if boundaries is not None:
+            return _at_boundaries(ordered, keys[0], descending[0], boundaries)
         return blk.split_rows(ordered, _block_rows(ordered))
 
     return run
+
+
+def _at_boundaries(ordered: pa.Table, key: str, descending: bool, boundaries: list[Any]) -> list[pa.Table]:
+    """``ordered`` (sorted by ``key``) cut where ``key`` crosses each boundary; descending, the highest range
+    first. Nulls, sorted last, stay in the last block."""
+    column = ordered.column(key)
+    if descending:
+        cuts = [pc.sum(pc.greater_equal(column, b)).as_py() or 0 for b in reversed(boundaries)]
+    else:
+        cuts = [pc.sum(pc.less(column, b)).as_py() or 0 for b in boundaries]
+    edges = [0, *cuts, ordered.num_rows]
+    return [ordered.slice(a, b - a) for a, b in zip(edges, edges[1:])]
 
 
 #: Ray's aggregation names -> pyarrow's

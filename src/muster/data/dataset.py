@@ -50,12 +50,13 @@ class Dataset(writers.FileWrites):
         self._dataset_name = name
         self._stats: execution.Stats | None = None
         self._iterator: DataIterator | None = None
+        self._seen: tuple[int, pa.Schema | None] | None = None  # rows and schema of a whole pass, as Ray caches
 
     def __repr__(self) -> str:
         """As Ray prints an unexecuted dataset, running nothing (see ``dataset_repr``)."""
         from muster.data.dataset_repr import lazy_repr
 
-        return lazy_repr(self._node, name=self._dataset_name)
+        return lazy_repr(self._node, name=self._dataset_name, seen=self._seen)
 
     def set_name(self, name: str | None) -> None:
         """Name this dataset (``None`` clears it): kept by its transforms and ``materialize()``, shown by ``repr``."""
@@ -86,7 +87,9 @@ class Dataset(writers.FileWrites):
         if _ray_plan.on_ray_engine():  # ray.data runs the plan (its own order per epoch)
             return _ray_plan.blocks(self)
         self._stats = execution.Stats()
-        return execution.execute(self._node, epoch, self._stats)
+        # a pass that runs to its end leaves its rows and schema for count(), schema() and repr, as Ray's cache
+        return execution.observed(execution.execute(self._node, epoch, self._stats),
+                                  lambda rows, schema: setattr(self, "_seen", (rows, schema)))
 
     # -- transforms ---------------------------------------------------------------
     def map(self, fn: Callable[[dict[str, Any]], dict[str, Any]], *, fn_args: tuple = (),
@@ -193,47 +196,44 @@ class Dataset(writers.FileWrites):
     def with_column(self, column_name: str, expr: Any) -> "Dataset":
         """Add (or replace) column ``column_name`` with the value of ``expr``, an expression of
         ``muster.data.expressions`` (``col("a") + col("b")``) or any pyarrow compute expression."""
-        import pyarrow.compute as pc
+        return self._then(plan.with_columns_op([{column_name: expr}], f"with_column({column_name!r}, {expr!r})"))
 
-        if not isinstance(expr, pc.Expression):
-            raise InvalidTypeError(
-                f"with_column({column_name!r}, {expr!r}): pass an expression such as col('a') + lit(1) "
-                "(from muster.data.expressions import col, lit); for a function, use add_column."
-            )
-        why = ("with_column with muster's (pyarrow) expressions has no ray.data equivalent: use add_column(name, "
-               "fn) for a script that also runs on the Ray engine")
-        return self._then(Transform(f"WithColumn({column_name})", plan.with_column(column_name, expr), why))
+    def with_columns(self, exprs: dict[str, Any] | None = None, *more_exprs: dict[str, Any], **_ray: Any) -> "Dataset":
+        """Add (or replace) several columns, ``{name: expression}`` (more mappings may follow), all in one projection
+        over the existing columns. Ray's resource options change nothing."""
+        return self._then(plan.with_columns_op([exprs or {}, *more_exprs], "with_columns"))
 
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas") -> "Dataset":
         """Add (or replace) column ``col`` with ``fn(batch)``."""
         fmt = blk.check_batch_format(batch_format, "add_column")
         ray = RayCall.of("add_column", col, fn, batch_format=fmt)
-        return self._then(Transform(f"AddColumn({col})", plan.add_column(col, fn, fmt), ray))
+        return self._then(Transform("MapBatches(add_column)", plan.add_column(col, fn, fmt), ray))
 
     def drop_columns(self, cols: list[str]) -> "Dataset":
         cols = _names(cols, "drop_columns")
-        return self._then(Transform("DropColumns", plan.drop_columns(cols), RayCall.of("drop_columns", cols)))
+        ray = RayCall.of("drop_columns", cols)
+        return self._then(Transform("MapBatches(drop_columns)", plan.drop_columns(cols), ray))
 
     def select_columns(self, cols: list[str]) -> "Dataset":
         cols = _names(cols, "select_columns")
-        return self._then(Transform("SelectColumns", plan.select_columns(cols), RayCall.of("select_columns", cols)))
+        return self._then(Transform("Project", plan.select_columns(cols), RayCall.of("select_columns", cols)))
 
     def rename_columns(self, names: dict[str, str] | list[str]) -> "Dataset":
         """Rename columns: a dict old name -> new name, or a list of new names for every column, in order."""
         if isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
             ray = RayCall.of("rename_columns", list(names))
-            return self._then(Transform("RenameColumns", plan.rename_all_columns(list(names)), ray))
+            return self._then(Transform("Project", plan.rename_all_columns(list(names)), ray))
         if not isinstance(names, dict):
             raise InvalidTypeError(
                 f"rename_columns({names!r}): pass a dict old name -> new name, or a list of new names for every column."
             )
         ray = RayCall.of("rename_columns", dict(names))
-        return self._then(Transform("RenameColumns", plan.rename_columns(dict(names)), ray))
+        return self._then(Transform("Project", plan.rename_columns(dict(names)), ray))
 
     def limit(self, limit: int) -> "Dataset":
         if not isinstance(limit, int) or limit < 0:
             raise InvalidArgumentError(f"limit({limit!r}): use an integer >= 0.")
-        return self._then(Limit(f"Limit({limit})", limit))
+        return self._then(Limit(f"limit={limit}", limit))
 
     def union(self, *others: "Dataset") -> "Dataset":
         for o in others:
@@ -248,7 +248,8 @@ class Dataset(writers.FileWrites):
         s, per_epoch = RandomSeedConfig.of(seed, "random_shuffle").plan()
         rows = execution.DataContext.get_current().target_block_rows
         ray = RayCall.of("random_shuffle", seed=_ray_seed(seed), **_ignored)
-        return self._then(AllToAll("RandomShuffle", alltoall.random_shuffle(s, rows, per_epoch), ray=ray))
+        return self._then(AllToAll("RandomShuffle", alltoall.random_shuffle(s, rows, per_epoch), ray=ray,
+                                   keeps_rows=True))
 
     def randomize_block_order(self, *, seed: "int | RandomSeedConfig | None" = None) -> "Dataset":
         """Shuffle the order of blocks (files, for a read: no data is gathered); ``seed`` as in
@@ -256,7 +257,7 @@ class Dataset(writers.FileWrites):
         s, per_epoch = RandomSeedConfig.of(seed, "randomize_block_order").plan()
         return self._then(AllToAll("RandomizeBlockOrder", alltoall.randomize_block_order(s, per_epoch),
                                    alltoall.randomize_reads(s, per_epoch),
-                                   ray=RayCall.of("randomize_block_order", seed=_ray_seed(seed))))
+                                   ray=RayCall.of("randomize_block_order", seed=_ray_seed(seed)), keeps_rows=True))
 
     def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None, *,
                     shuffle: bool = False, keys: list[str] | None = None, sort: bool = False,
@@ -273,22 +274,31 @@ class Dataset(writers.FileWrites):
         if target_num_rows_per_block is not None:
             rows = target_num_rows_per_block
             ray = RayCall.of("repartition", target_num_rows_per_block=rows, **_ignored)
-            return self._then(AllToAll(f"Repartition(rows={rows})", alltoall.blocks_of(rows), ray=ray))
+            name = f"StreamingRepartition[num_rows_per_block={rows},strict=False]"  # Ray's name for it
+            return self._then(AllToAll(name, alltoall.blocks_of(rows), ray=ray, keeps_rows=True))
         assert num_blocks is not None
         keys = [keys] if isinstance(keys, str) else list(keys or [])
-        ds = self.random_shuffle() if shuffle and not keys else self
-        ray = RayCall.of("repartition", num_blocks, **({"keys": keys, "sort": sort} if keys else {}), **_ignored)
+        options = {"keys": keys, "sort": sort} if keys else {"shuffle": True} if shuffle else {}
+        ray = RayCall.of("repartition", num_blocks, **options, **_ignored)
         fn = alltoall.repartition_by(keys, num_blocks, sort) if keys else alltoall.repartition(num_blocks)
-        return ds._then(AllToAll(f"Repartition({num_blocks}{f', keys={keys}' if keys else ''})", fn, ray=ray))
+        if shuffle and not keys:  # one operator, as Ray's: the rows shuffled, then cut
+            (seed, per_epoch), rows = RandomSeedConfig().plan(), execution.DataContext.get_current().target_block_rows
+            fn = alltoall.then(alltoall.random_shuffle(seed, rows, per_epoch), fn)
+        return self._then(AllToAll("Repartition", fn, ray=ray, keeps_rows=True))
 
     def sort(self, key: str | list[str], descending: bool | list[bool] = False, boundaries: list[Any] | None = None
              ) -> "Dataset":
-        """Rows ordered by ``key``. Ray's ``boundaries`` (how its range partitions split) do not change
-        the result and are not needed on one machine."""
+        """Rows ordered by ``key``. ``boundaries`` (values of the first key) cut the result into
+        ``len(boundaries) + 1`` blocks, one per range between them (empty ones kept), as Ray's range
+        partitions do; the rows and their order are the same either way."""
         keys = [key] if isinstance(key, str) else list(key)
         desc = [descending] * len(keys) if isinstance(descending, bool) else list(descending)
-        ray = RayCall.of("sort", keys, descending=desc)
-        return self._then(AllToAll(f"Sort({', '.join(keys)})", alltoall.sort(keys, desc), ray=ray))
+        if boundaries is not None and not isinstance(boundaries, (list, tuple)):
+            raise InvalidTypeError(f"sort(boundaries={boundaries!r}): pass a list of values of {keys[0]!r}, or None.")
+        bounds = None if boundaries is None else list(boundaries)
+        ray = RayCall.of("sort", keys, descending=desc, **({} if bounds is None else {"boundaries": bounds}))
+        return self._then(AllToAll("Sort", alltoall.sort(keys, desc, bounds), ray=ray,
+                                   keeps_rows=True))
 
     def groupby(self, key: str | list[str] | None, **_ray_only: Any) -> GroupedData:
         """Group by one or more key columns; ``None`` puts every row in one group."""
@@ -473,31 +483,41 @@ class Dataset(writers.FileWrites):
         return list(blk.iter_rows(self._within(limit, "take_all")))
 
     def take_batch(self, batch_size: int = 20, *, batch_format: str = "numpy") -> Any:
+        """Up to ``batch_size`` rows as one batch; an empty dataset is an error, as in Ray."""
         fmt = blk.check_batch_format(batch_format, "take_batch")
-        return blk.to_batch(self.limit(batch_size).to_arrow(), fmt)
+        table = self.limit(batch_size).to_arrow()
+        if not table.num_rows:
+            raise InvalidArgumentError("take_batch(): the dataset is empty; check it with count(), or use take() "
+                                       "(which gives an empty list).")
+        return blk.to_batch(table, fmt)
 
     def show(self, limit: int = 20) -> None:
         for row in self.take(limit):
             print(row)
 
     def count(self) -> int:
-        """The rows (a read whose tasks know theirs, from ``BlockMetadata``, adds them up unread, as Ray)."""
+        """The rows (a read whose tasks know theirs, from ``BlockMetadata`` or the Parquet files' footers,
+        adds them up reading no data, as Ray; so does a dataset that has run a whole pass)."""
         if _ray_plan.on_ray_engine():
             return _ray_plan.count(self)
-        known = self._node.known_rows()
+        known = self._node.known_rows(from_metadata=True)
+        known = known if known is not None or self._seen is None else self._seen[0]
         return known if known is not None else sum(b.num_rows for b in self._execute())
 
     def schema(self, fetch_if_missing: bool = True) -> Schema:
-        """The schema of the first non-empty block (runs the plan until one is made), as Ray's
-        ``Schema``: ``names``, ``types``, ``base_schema`` (the pyarrow schema, whose other attributes
-        it answers too); it prints as Ray's Column/Type table. The schema is always fetched here
-        (Ray's ``fetch_if_missing=False`` may give None instead)."""
+        """Ray's ``Schema`` (``names``, ``types``, ``base_schema``; prints as its Column/Type table): known unread for
+        a source that knows it (``range``, in-memory data, ``read_parquet``'s footers) under shuffle, sort,
+        repartition or ``limit``, or after a whole pass; else the first block's (the plan runs until one is made)."""
+        known = self._node.known_schema() or (self._seen[1] if self._seen is not None else None)
+        if known is not None and len(known.names):
+            return Schema(known)
         for block in self._execute():
             if block.num_columns:
                 return Schema(block.schema)
         return Schema(pa.schema([]))
 
     def columns(self, fetch_if_missing: bool = True) -> list[str]:
+        """The column names, as :meth:`schema` finds them."""
         return list(self.schema().names)
 
     def to_arrow(self) -> pa.Table:
@@ -572,13 +592,11 @@ class MaterializedDataset(Dataset):
     sources (``from_items``, ``from_pandas``...) return; its transforms are plain ``Dataset`` s."""
 
     def __repr__(self) -> str:
-        """As Ray shows one: ``MaterializedDataset(num_blocks=2, num_rows=3, schema={a: int64})``."""
+        """As Ray 2.60 shows one: its column/type table holding its first 5 and last 5 rows (all, up to 10)."""
+        from muster.data.dataset_repr import materialized_repr
+
         blocks = [b for task in self._node.op.tasks for b in task.read()] if isinstance(self._node.op, Read) else []
-        schema = Schema(blocks[0].schema if blocks else pa.schema([]))
-        fields = ", ".join(f"{name}: {kind}" for name, kind in zip(schema.names, schema.types))
-        named = f"name={self._dataset_name}, " if self._dataset_name is not None else ""
-        return (f"MaterializedDataset({named}num_blocks={len(blocks)}, num_rows={sum(b.num_rows for b in blocks)}, "
-                f"schema={{{fields}}})")
+        return materialized_repr(blocks, self._dataset_name)
 
 
 def from_blocks(blocks: list[pa.Table], name: str = "FromArrow") -> MaterializedDataset:

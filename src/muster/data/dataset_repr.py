@@ -1,32 +1,43 @@
 """How a lazy ``Dataset`` prints, in Ray 2.60's two forms, without running any of its plan.
 
-* a bare source whose schema is known before reading (``range``, in-memory data, a custom source's
-  ``ReadTask(schema=)``): a table of its columns and types under ``shape: (rows, columns)``, the
-  rows ``?`` when unknown, and ``(Dataset isn't materialized)``;
+* a plan whose schema is known before reading (a bare ``range``, in-memory data, ``read_parquet``, a
+  custom source's ``ReadTask(schema=)``, under operators that keep its columns: shuffle, sort,
+  repartition, ``limit``, a union of one schema): a table of its columns and types under
+  ``shape: (rows, columns)``, the rows ``?`` when unknown, and ``(Dataset isn't materialized)``;
 * otherwise the plan's operators, last first, each input one level in under ``+-``, ending in
   ``Dataset(num_rows=..., schema=...)`` for what the source knows (``?`` / ``Unknown schema``).
 
-``MaterializedDataset`` keeps its one-line form (``dataset.py``).
+A ``MaterializedDataset`` prints that table holding its first and last rows (``materialized_repr``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import pyarrow as pa
 
+from muster.data import block as blk
 from muster.data.plan import Node, Read
 from muster.data.schema import Schema
 
 _WIDTH = 80  # a summary longer than this goes on several lines, as Ray's does
 _CELL = 40  # a column name or type longer than this is cut, ending in an ellipsis
 _INDENT = "   "
+_SHOWN, _HEAD = 10, 5  # a materialized dataset shows up to 10 rows: with more, its first 5 and last 5
 
 
-def lazy_repr(node: Node, cls_name: str = "Dataset", name: str | None = None) -> str:
+def lazy_repr(node: Node, cls_name: str = "Dataset", name: str | None = None,
+              seen: tuple[int, pa.Schema | None] | None = None) -> str:
     """``node``'s dataset as Ray prints an unexecuted one (see the module's docstring); ``name`` is
-    ``set_name``'s, heading the table (``name: ...``) or first in the summary (``name=...``)."""
+    ``set_name``'s, heading the table (``name: ...``) or first in the summary (``name=...``); ``seen``, the
+    rows and schema of a pass that ran to its end, which Ray keeps and prints as the table too."""
+    known, rows = node.known_schema(), node.known_rows()
+    if seen is not None:
+        known, rows = known or seen[1], seen[0] if rows is None else rows
+    if known is not None and len(known.names):
+        return (f"name: {name}\n" if name is not None else "") + _table(Schema(known), rows)
     rows, schema = _source_facts(node)
-    if isinstance(node.op, Read) and schema is not None and len(schema.names):
-        return (f"name: {name}\n" if name is not None else "") + _table(Schema(schema), rows)
     lines: list[str] = []
     depth = _plan_lines(node, 0, lines)
     leaf = _summary(cls_name, rows, schema, _INDENT * depth, name)
@@ -42,9 +53,7 @@ def _source_facts(node: Node) -> tuple[int | None, pa.Schema | None]:
         if len(node.inputs) != 1:
             return None, None
         node = node.inputs[0]
-    schemas = {t.schema for t in node.op.tasks}
-    schema = schemas.pop() if len(schemas) == 1 else None
-    return node.known_rows(), schema
+    return node.known_rows(), node.op.known_schema()
 
 
 def _plan_lines(node: Node, depth: int, lines: list[str]) -> int:
@@ -80,21 +89,46 @@ def _shorten(field_line: str, type_text: str) -> str:
     return field_line[:max(_WIDTH - len(tail), 10)] + tail
 
 
-def _table(schema: Schema, rows: int | None) -> str:
-    """The column/type table of an unread source."""
+def materialized_repr(blocks: list[pa.Table], name: str | None) -> str:
+    """A materialized dataset's table, its first ``_HEAD`` and last rows (``…`` between) when it has more
+    than ``_SHOWN``; its one-line summary when it has no columns."""
+    schema = blocks[0].schema if blocks else pa.schema([])
+    rows = sum(b.num_rows for b in blocks)
+    if not len(schema.names):
+        return _summary("MaterializedDataset", rows, schema, "", name)
+    table = pa.concat_tables(blocks) if blocks else schema.empty_table()
+    picked = [table.slice(0, _SHOWN)] if rows <= _SHOWN else [table.slice(0, _HEAD), table.slice(rows - _SHOWN + _HEAD)]
+    shown = [[[_cell(_text(r[c])) for c in schema.names] for r in blk.iter_rows(part)] for part in picked]
+    return (f"name: {name}\n" if name is not None else "") + _table(Schema(schema), rows, shown)
+
+
+def _text(value: Any) -> str:
+    """A cell's value as Ray prints it: ``str`` of the Python value, on one line."""
+    value = value.item() if isinstance(value, np.generic) else value
+    return str(value).replace("\n", " ").replace("\r", " ")
+
+
+def _table(schema: Schema, rows: int | None, parts: list[list[list[str]]] | None = None) -> str:
+    """The column/type table: of an unread plan, or (``parts``: its first rows, and its last) of a
+    materialized dataset, holding those rows with a ``…`` row between the parts."""
+    gap = [["…"] * len(schema.names)] if parts is not None and len(parts) > 1 else []
+    shown = None if parts is None else [*parts[0], *gap, *(r for part in parts[1:] for r in part)]
     names = [_cell(str(n)) for n in schema.names]
     types = [_cell(str(t)) for t in schema.types]
-    widths = [max(len(n), len(t), 3) for n, t in zip(names, types)]
+    widths = [max([len(n), len(t), 3, *(len(r[i]) for r in shown or [])]) for i, (n, t) in enumerate(zip(names, types))]
 
     def row(cells: list[str]) -> str:
         return "│" + "┆".join(f" {c.ljust(w)} " for c, w in zip(cells, widths)) + "│"
 
-    def border(left: str, mid: str, right: str) -> str:
-        return left + mid.join("─" * (w + 2) for w in widths) + right
+    def border(left: str, mid: str, right: str, fill: str = "─") -> str:
+        return left + mid.join(fill * (w + 2) for w in widths) + right
 
     shape = f"shape: ({'?' if rows is None else rows}, {len(names)})"
-    return "\n".join([shape, border("╭", "┬", "╮"), row(names), row(["---"] * len(names)), row(types),
-                      border("╰", "┴", "╯"), "(Dataset isn't materialized)"])
+    lines = [shape, border("╭", "┬", "╮"), row(names), row(["---"] * len(names)), row(types)]
+    if shown:
+        lines += [border("╞", "╪", "╡", "═"), *(row(r) for r in shown)]
+    done = "(Dataset isn't materialized)" if parts is None else f"(Showing {sum(map(len, parts))} of {rows} rows)"
+    return "\n".join([*lines, border("╰", "┴", "╯"), done])
 
 
 def _cell(text: str) -> str:

@@ -255,6 +255,22 @@ def execute(node: Node, epoch: int = 0, stats: Stats | None = None) -> Iterator[
         ended()
 
 
+def observed(blocks: Iterator[pa.Table], done: Callable[[int, pa.Schema | None], None]) -> Iterator[pa.Table]:
+    """``blocks`` passed on; once they all have been, ``done(rows, schema of the first block with columns)``.
+    Closing this early closes ``blocks`` (the pipeline stops) and calls nothing."""
+    rows, schema = 0, None
+    try:
+        for block in blocks:
+            rows += block.num_rows
+            schema = schema if schema is not None or not block.num_columns else block.schema
+            yield block
+        done(rows, schema)
+    finally:
+        close = getattr(blocks, "close", None)
+        if close is not None:
+            close()
+
+
 class Job:
     """One task: read (or take) blocks, then apply the fused chain. Picklable, so a pooled
     worker can run it; returns the blocks and the seconds/rows each operator took."""

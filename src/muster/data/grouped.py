@@ -42,8 +42,7 @@ class GroupedData:
         every = cols is None and method != "count"
         ray_args = [] if method == "count" or on is None else [on]
         ray = self._ray().then(method, *ray_args, **options)
-        name = f"Aggregate({method}({', '.join(cols) if cols else ''}))"
-        return self._ds._then(AllToAll(name, alltoall.aggregate(self._keys, aggs, every_column=every), ray=ray))
+        return self._ds._then(AllToAll("Aggregate", alltoall.aggregate(self._keys, aggs, every_column=every), ray=ray))
 
     def aggregate(self, *aggs: Any) -> "Dataset":
         """One row per group: the keys and one column per aggregation (``muster.data.aggregate``'s
@@ -55,8 +54,7 @@ class GroupedData:
                 f"aggregate{aggs!r}: pass one or more muster.data.aggregate objects, e.g. aggregate(Count(), Mean('x'))."
             )
         ray = self._ray().then("aggregate", *aggs)
-        name = f"Aggregate({', '.join(a.name for a in aggs)})"
-        return self._ds._then(AllToAll(name, alltoall.aggregate(self._keys, list(aggs)), ray=ray))
+        return self._ds._then(AllToAll("Aggregate", alltoall.aggregate(self._keys, list(aggs)), ray=ray))
 
     def _ray(self) -> RayCall:
         return RayCall.of("groupby", (self._keys if len(self._keys) > 1 else self._keys[0]) if self._keys else None)

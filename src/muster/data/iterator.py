@@ -54,6 +54,9 @@ class DataIterator:
         self.last_wait_s = 0.0
 
     def __repr__(self) -> str:
+        """As Ray's ``DataIterator(<dataset>)``; a ``streaming_split`` shard also names its rank and world."""
+        if self._world == 1:
+            return f"DataIterator({self._dataset!r})"
         return f"DataIterator(rank={self._rank}, world={self._world}, dataset={self._dataset!r})"
 
     # -- blocks of one pass -------------------------------------------------------

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from muster.data import block as blk
 from muster.data.exceptions import DataError, DataTypeError, UserFunctionError
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 BlockFn = Callable[[pa.Table], list[pa.Table]]
 
@@ -58,7 +58,8 @@ class ReadTask:
     size: int = 0
     files: tuple[str, ...] = ()  # the files it reads (``Dataset.input_files``)
     rows: int | None = None  # the rows it makes, when known before reading (``count()`` adds them up)
-    schema: pa.Schema | None = None  # its blocks' schema, when known before reading (``repr`` shows it)
+    schema: pa.Schema | None = None  # its blocks' schema, when known before reading (``repr``, ``schema()``)
+    count_rows: Callable[[], int] | None = None  # counts its rows from metadata, reading no data (``count()``)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,13 @@ class Read:
     name: str
     tasks: tuple[ReadTask, ...]
     ray: RayEquivalent = field(default=None, compare=False)
+
+    def known_schema(self) -> pa.Schema | None:
+        """The blocks' schema, when every task knows the same one before reading (a Parquet read: its footer's);
+        else None. ``repr`` and ``Dataset.schema()`` answer from it."""
+        first = self.tasks[0].schema if self.tasks else None  # compared, not hashed: tensor types are unhashable
+        return first if first is not None and all(t.schema is not None and t.schema.equals(first)
+                                                  for t in self.tasks) else None
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,7 @@ class AllToAll:
     fn: Callable[[list[pa.Table], int], list[pa.Table] | Iterator[pa.Table]]
     reorders_reads: Callable[[tuple[ReadTask, ...], int], tuple[ReadTask, ...]] | None = None
     ray: RayEquivalent = field(default=None, compare=False)
+    keeps_rows: bool = False  # every input row comes out once, columns unchanged (shuffle, sort, repartition)
 
 
 @dataclass(frozen=True)
@@ -119,11 +128,32 @@ class Node:
             todo.extend(reversed(node.inputs))
         return list(found)
 
-    def known_rows(self) -> int | None:
-        """The rows this plan makes, when a bare read knows every task's count before reading; else None."""
-        if not isinstance(self.op, Read) or any(t.rows is None for t in self.op.tasks):
-            return None
-        return sum(t.rows or 0 for t in self.op.tasks)
+    def known_rows(self, from_metadata: bool = False) -> int | None:
+        """The rows this plan makes, when known before running it (as Ray infers them): a read whose tasks
+        all know theirs, through operators that keep every row (shuffle, sort, repartition) and ``limit``;
+        else None. ``from_metadata``: tasks that can count theirs from the files' metadata (Parquet footers)
+        do so."""
+        if isinstance(self.op, Read):
+            counts = [t.count_rows() if t.rows is None and from_metadata and t.count_rows is not None else t.rows
+                      for t in self.op.tasks]
+            return None if any(n is None for n in counts) else sum(n or 0 for n in counts)
+        if isinstance(self.op, (Limit, AllToAll)) and (not isinstance(self.op, AllToAll) or self.op.keeps_rows):
+            rows = self.inputs[0].known_rows(from_metadata)
+            return rows if rows is None or not isinstance(self.op, Limit) else min(rows, self.op.n)
+        return None
+
+    def known_schema(self) -> pa.Schema | None:
+        """The schema this plan's blocks have, when known before running it (as Ray infers it): a read's
+        (``Read.known_schema``), through ``limit``, the operators that keep every row, and a union of
+        inputs of one schema; else None."""
+        if isinstance(self.op, Read):
+            return self.op.known_schema()
+        if isinstance(self.op, Union):
+            schemas = [n.known_schema() for n in self.inputs]
+            return schemas[0] if schemas and all(s is not None and s.equals(schemas[0]) for s in schemas) else None
+        if isinstance(self.op, Limit) or (isinstance(self.op, AllToAll) and self.op.keeps_rows):
+            return self.inputs[0].known_schema()
+        return None
 
 
 def fn_name(fn: Any) -> str:
@@ -287,19 +317,42 @@ def add_column(col: str, fn: Callable[[Any], Any], batch_format: str) -> BlockFn
     return apply
 
 
-def with_column(col: str, expr: Any) -> BlockFn:
-    """``col`` = ``expr`` (a pyarrow compute expression) over each block."""
+def with_columns_op(mappings: list[Any], where: str) -> Transform:
+    """The ``with_column(s)`` operator: each mapping ``{name: pyarrow compute expression}``, checked, merged."""
+    import pyarrow.compute as pc
+
+    exprs: dict[str, Any] = {}
+    for mapping in mappings:
+        if not isinstance(mapping, dict) or not all(isinstance(e, pc.Expression) for e in mapping.values()):
+            raise InvalidTypeError(f"{where}: {mapping!r} is not column name -> expression; pass an expression such "
+                                   "as col('a') * 2 (from muster.data.expressions import col, lit); for a function of "
+                                   "a batch, use add_column.")
+        exprs.update(mapping)
+    if not exprs:
+        raise InvalidArgumentError(f"{where}(): pass at least one column name -> expression.")
+    why = ("with_column(s) with muster's (pyarrow) expressions has no ray.data equivalent: use add_column(name, fn) "
+           "for a script that also runs on the Ray engine")
+    label = f"WithColumn({next(iter(exprs))})" if len(exprs) == 1 else f"WithColumns({', '.join(exprs)})"
+    return Transform(label, with_columns(exprs, where), why)
+
+
+def with_columns(exprs: dict[str, Any], where: str) -> BlockFn:
+    """Each ``name`` = its expression (pyarrow compute), all in one projection over the block's own columns;
+    an existing column is replaced in place, a new one appended (in ``exprs``' order)."""
     import pyarrow.dataset as pads
 
     def apply(block: pa.Table) -> list[pa.Table]:
         try:
-            arr = pads.dataset(block).to_table(columns={col: expr}).column(0)
+            made = pads.dataset(block).to_table(columns=dict(exprs))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-            raise DataTypeError(f"with_column({col!r}, {expr}): {exc}. The block's columns are "
-                                f"{block.column_names}.") from exc
-        if col in block.column_names:
-            return [block.set_column(block.column_names.index(col), col, arr)]
-        return [block.append_column(col, arr)]
+            raise DataTypeError(f"{where}: {exc}. The block's columns are {block.column_names}.") from exc
+        for name in exprs:
+            arr = made.column(name)
+            if name in block.column_names:
+                block = block.set_column(block.column_names.index(name), name, arr)
+            else:
+                block = block.append_column(name, arr)
+        return [block]
 
     return apply
 

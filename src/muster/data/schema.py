@@ -25,7 +25,7 @@ class Schema:
 
     @property
     def types(self) -> list[Any]:
-        """Each column's type: pyarrow's, or for a tensor column a description of its ndarrays (as Ray's)."""
+        """Each column's type: pyarrow's, or for a tensor column one that prints as Ray's tensor type."""
         return [_TensorColumn(f.type) if isinstance(f.type, blk._TENSOR_TYPES) else f.type for f in self.base_schema]
 
     def __getattr__(self, name: str) -> Any:
@@ -53,7 +53,8 @@ class Schema:
 
 
 class _TensorColumn:
-    """How a tensor column's type prints: ``numpy.ndarray(shape=(32, 32, 3), dtype=uint8)``."""
+    """How a tensor column's type prints, as Ray 2.60 names its Arrow tensor types:
+    ``ArrowTensorTypeV2(shape=(32, 32, 3), dtype=uint8)``, ``ArrowVariableShapedTensorType(ndim=3, dtype=float)``."""
 
     def __init__(self, arrow_type: Any):
         self.arrow_type = arrow_type
@@ -61,10 +62,8 @@ class _TensorColumn:
     def __repr__(self) -> str:
         dtype = self.arrow_type.value_type  # Arrow's name (double, float, uint8), as Ray prints it
         if isinstance(self.arrow_type, blk.VariableShapeTensorType):
-            shape = "(" + ", ".join(["None"] * self.arrow_type.ndim) + ("," if self.arrow_type.ndim == 1 else "") + ")"
-        else:
-            shape = str(tuple(self.arrow_type.shape))
-        return f"numpy.ndarray(shape={shape}, dtype={dtype})"
+            return f"ArrowVariableShapedTensorType(ndim={self.arrow_type.ndim}, dtype={dtype})"
+        return f"ArrowTensorTypeV2(shape={tuple(self.arrow_type.shape)}, dtype={dtype})"
 
     __str__ = __repr__
 

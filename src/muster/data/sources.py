@@ -279,17 +279,29 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
             by_path.append((frag, n, True))
     known = None if tensors or ray_tensors.has_ray_tensors(schema) else _parquet_block_schema(schema, columns,
                                                                                              include_paths)
+    return _parquet_jobs(by_path, cap, make, known, counted=filter is None)
+
+
+def _parquet_jobs(by_path: list[tuple[Any, int, bool]], cap: int, make: Callable[[list[tuple[Any, bool]]], Any],
+                  schema: pa.Schema | None, counted: bool) -> tuple[ReadTask, ...]:
+    """``(fragment, bytes, whole file)`` grouped into read jobs of up to ``cap`` bytes and ``TASK_FILES``
+    files; ``counted``: each job counts its rows from the footers' row groups (no filter drops any)."""
+    def task(group: list[tuple[Any, bool]], size: int) -> ReadTask:
+        counter = (lambda: sum(rg.num_rows for f, _ in group for rg in f.row_groups)) if counted else None
+        return ReadTask(make(group), group[0][0].path, size, tuple(f.path for f, _ in group), schema=schema,
+                        count_rows=counter)
+
     tasks: list[ReadTask] = []
     group: list[tuple[Any, bool]] = []
     size = 0
     for frag, n, whole in by_path:
         if group and (size + n > cap or len(group) >= TASK_FILES):
-            tasks.append(ReadTask(make(group), group[0][0].path, size, tuple(f.path for f, _ in group), schema=known))
+            tasks.append(task(group, size))
             group, size = [], 0
         group.append((frag, whole))
         size += n
     if group:
-        tasks.append(ReadTask(make(group), group[0][0].path, size, tuple(f.path for f, _ in group), schema=known))
+        tasks.append(task(group, size))
     return tuple(tasks)
 
 
@@ -519,7 +531,7 @@ def range_tasks(n: int, rows: int, tensor_shape: tuple[int, ...] | None) -> tupl
         return read
 
     spans = [(s, min(n, s + rows)) for s in range(0, n, rows)]
-    schema = pa.schema([("id", pa.int64())]) if tensor_shape is None else None  # a tensor's: its extension type
+    schema = make(0, 1)()[0].schema  # a one-row block's: a tensor's extension type, with its shape
     return tuple(ReadTask(make(s, e), f"range[{s}:{e}]", row_bytes * (e - s), rows=e - s, schema=schema)
                  for s, e in spans) or (ReadTask(lambda: [pa.table({"id": pa.array([], pa.int64())})], "range[0:0]",
                                                  rows=0, schema=schema),)
