@@ -23,8 +23,11 @@ TEST_CPUS = 4
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _engine():
+def _engine(tmp_path_factory):
     os.environ.setdefault("MUSTER_PLAIN_PROGRESS", "1")
+    # what records into the default storage path (user metrics of tasks and actors, Serve, a RunConfig
+    # without storage_path) goes to a temporary one, never ~/muster_results
+    os.environ.setdefault("MUSTER_STORAGE_PATH", str(tmp_path_factory.mktemp("default-storage")))
     muster.init(num_cpus=TEST_CPUS, num_gpus=0, ignore_reinit_error=True)
     yield
     muster.shutdown()

@@ -14,6 +14,7 @@ from typing import Any
 from muster._ray_paths import install_ray_path_finder
 from muster._unsupported import install_finder
 from muster.core.api import init, is_initialized, shutdown
+from muster.core.api import on_start as _on_start
 from muster.exceptions import MusterError
 from muster.tasks import (
     ObjectRef,
@@ -32,6 +33,20 @@ from muster.tasks import (
 
 __version__ = "0.1.0"
 
+def _record_user_metrics(runtime: Any) -> None:
+    """The run store records the engine's user metrics (``muster.util.metrics``) for the dashboard, from
+    the first series a process sends (an engine whose processes record none never loads the recorder)."""
+
+    def first(closing: bool) -> None:
+        if not closing:
+            from muster.observe.metrics_recorder import attach
+
+            attach(runtime)
+
+    runtime.user_metrics.subscribe(first)
+
+
+_on_start(_record_user_metrics)
 install_finder()  # `import muster.util.state` (not provided) names the equivalent, not "no module named"
 install_ray_path_finder()  # Ray's deeper paths (`muster.tune.stopper.maximum_iteration`) import their names
 

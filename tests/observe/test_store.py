@@ -27,7 +27,7 @@ def test_store_lives_in_the_storage_root_and_is_versioned(recorded):
     assert path == os.path.join(recorded["storage"], ".muster", "runs.db") and os.path.exists(path)
     conn = sqlite3.connect(path)
     try:
-        assert schema.version(conn) == schema.SCHEMA_VERSION == 4
+        assert schema.version(conn) == schema.SCHEMA_VERSION == 5
     finally:
         conn.close()
 
@@ -136,12 +136,13 @@ def test_a_version_1_store_gains_the_serve_tables(tmp_path):
     reader = StoreReader(path)
     assert reader.serve_deployments() == [] and reader.find_serve("x") == []  # v1: no Serve tables, no error
     assert reader.data_ops(1) == [] and reader.data_ops_latest(1) == []  # nor muster.data's
+    assert reader.user_metrics() == []  # nor the engine's user metrics
     writer.connect(path).close()  # a newer writer migrates it forward, keeping what was there
     conn = sqlite3.connect(path)
     try:
-        assert schema.version(conn) == 4
+        assert schema.version(conn) == 5
         assert {"serve_replicas", "serve_metrics", "serve_events", "serve_logs", "data_ops",
-                "serve_custom_metrics"} <= {
+                "serve_custom_metrics", "user_metrics"} <= {
             r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     finally:
         conn.close()
@@ -161,7 +162,7 @@ def test_a_version_2_store_gains_the_llm_columns(tmp_path):
     assert row["served"] == 7 and row["completion_tokens"] is None and row["queue_depth"] is None
     conn = sqlite3.connect(path)
     try:
-        assert schema.version(conn) == 4
+        assert schema.version(conn) == 5
     finally:
         conn.close()
 

@@ -114,6 +114,38 @@ def test_a_busy_bundle_makes_its_work_wait():
         remove_placement_group(pg)
 
 
+def test_the_table_has_rays_fields_and_lifetime_is_checked():
+    """Ray 2.60's placement_group_table() entry: bundles_to_node_id and the scheduling stats too."""
+    holder = placement_group([{"CPU": 3}], name="holder", lifetime="detached")
+    assert holder.wait(TIMEOUT) and holder.lifetime == "detached"
+    pending = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="SPREAD")
+    try:
+        row = placement_group_table(pending)
+        assert list(row) == ["placement_group_id", "name", "bundles", "bundles_to_node_id", "strategy", "state",
+                             "stats"]
+        assert row["bundles"] == {0: {"CPU": 1.0}, 1: {"CPU": 1.0}} and row["strategy"] == "SPREAD"
+        assert row["state"] == "PENDING" and row["bundles_to_node_id"] == {0: "", 1: ""}
+        assert row["stats"] == {"end_to_end_creation_latency_ms": 0.0, "scheduling_latency_ms": 0.0,
+                                "scheduling_attempt": 1, "highest_retry_delay_ms": 0.0,
+                                "scheduling_state": "NO_RESOURCES"}
+        time.sleep(0.3)
+        remove_placement_group(holder)
+        assert pending.wait(TIMEOUT)
+        row = placement_group_table(pending)
+        node = muster.get_runtime_context().get_node_id()
+        assert row["state"] == "CREATED" and row["bundles_to_node_id"] == {0: node, 1: node}
+        assert row["stats"]["scheduling_state"] == "FINISHED"
+        assert 300 <= row["stats"]["end_to_end_creation_latency_ms"] < 1000 * TIMEOUT
+        gone = placement_group_table()[holder.id]
+        assert gone["name"] == "holder" and gone["state"] == "REMOVED" and gone["bundles_to_node_id"] == {0: ""}
+        assert gone["stats"]["scheduling_state"] == "REMOVED" and gone["stats"]["end_to_end_creation_latency_ms"] < 300
+    finally:
+        remove_placement_group(holder)
+        remove_placement_group(pending)
+    with pytest.raises(ValueError, match="lifetime='forever'.*'detached'"):
+        placement_group([{"CPU": 1}], lifetime="forever")
+
+
 def test_a_pending_group_is_placed_once_another_is_removed():
     big = placement_group([{"CPU": 3}])
     assert big.wait(TIMEOUT)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+import warnings
+from typing import TYPE_CHECKING, Any, Callable
 
 from muster.core import settings
 from muster.core.init_options import InitOptions, split_keywords
@@ -17,6 +18,14 @@ if TYPE_CHECKING:
 
 _runtime: Runtime | None = None
 _lock = threading.Lock()
+_start_hooks: list[Callable[[Runtime], None]] = []
+
+
+def on_start(hook: Callable[[Runtime], None]) -> None:
+    """Have ``hook(runtime)`` run for every engine ``init()`` starts (how the layers above core attach to it:
+    the run store's recorder of user metrics). A failing hook warns; the engine runs on."""
+    if hook not in _start_hooks:
+        _start_hooks.append(hook)
 
 
 def _forget_engine_in_child() -> None:
@@ -100,7 +109,13 @@ def init(
         rt = _make_engine(address, num_cpus, num_gpus, resources)
         rt.start()  # begin importing torch in the zygote while the caller goes on
         _runtime = rt
-        return rt
+    for hook in list(_start_hooks):
+        try:
+            hook(rt)
+        except Exception as exc:  # noqa: BLE001 - what attaches to the engine never stops it
+            warnings.warn(f"muster.init(): {hook!r} failed ({exc!r}); the engine runs without it.",
+                          RuntimeWarning, stacklevel=2)
+    return rt
 
 
 def _make_engine(
@@ -162,6 +177,11 @@ def get_runtime() -> Runtime:
 
 def is_initialized() -> bool:
     return _runtime is not None
+
+
+def running() -> Runtime | None:
+    """The running engine, or None (never starts one)."""
+    return _runtime
 
 
 def is_current(runtime: Runtime) -> bool:

@@ -19,6 +19,10 @@ class EventChannel(Protocol):
     def send_event(self, payload: Any, wait: bool, timeout: float | None) -> Any: ...
 
 
+# An engine's channel that collects user metrics also has ``send_metrics(batch: MetricsBatch) -> None``:
+# it ships them to the driver without waiting, in order with the process's results.
+
+
 _channel: EventChannel | None = None
 _lock = threading.Lock()
 
@@ -83,6 +87,57 @@ def send_event(payload: Any, *, wait: bool = True, timeout: float | None = None)
     return _channel.send_event(payload, wait, timeout)
 
 
+def collects_metrics() -> bool:
+    """Whether this worker's engine takes its user metrics (:func:`send_metrics`); the local engine's does."""
+    return callable(getattr(_channel, "send_metrics", None))
+
+
+MetricsBatch = tuple[int, list[dict[str, Any]]]  # (sequence number, changed series): a later batch wins
+_metrics_source: Callable[[], MetricsBatch | None] | None = None
+
+
+def set_metrics_source(source: Callable[[], MetricsBatch | None] | None) -> None:
+    """Where this process's changed user metrics come from (``muster.util.metrics`` sets it at the first
+    record): ``source()`` returns the series changed since its last call, numbered, or None."""
+    global _metrics_source
+    _metrics_source = source
+
+
+def take_metrics() -> MetricsBatch | None:
+    """For engines: the user metrics changed since the last take (None: none), e.g. to go with a task's
+    result so the driver has them before the caller does."""
+    source = _metrics_source
+    if source is None:
+        return None
+    try:
+        return source()
+    except Exception as exc:  # noqa: BLE001 - metrics never fail the task
+        print(f"muster: reading this process's user metrics failed: {exc!r}", file=sys.stderr)
+        return None
+
+
+def send_metrics(batch: MetricsBatch) -> None:
+    """Ship a batch of changed user-metric series (cumulative) to the driver, without waiting. Nothing
+    happens where the engine does not collect them."""
+    send = getattr(_channel, "send_metrics", None)
+    if callable(send):
+        send(batch)
+
+
+def flush() -> None:
+    """Send what :func:`take_metrics` has now (before a worker exits on purpose)."""
+    batch = take_metrics()
+    if batch is not None:
+        send_metrics(batch)
+
+
+def _forked_child_metrics() -> None:
+    set_metrics_source(None)  # the parent's: a forked child sets its own at its first record
+
+
+os.register_at_fork(after_in_child=_forked_child_metrics)
+
+
 _notice_handler: Callable[[Any], None] | None = None
 
 
@@ -127,6 +182,7 @@ def exit_process(code: int | str | None) -> NoReturn:
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
+    flush()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -29,6 +29,9 @@ Contract, for implementers:
   and ``unreserve`` gives the bundles back (what still waits for them fails, what
   runs on them is killed). An engine that reserves nothing keeps the defaults:
   groups are placed at once and ``bundle`` is a label.
+* User metrics (``muster.util.metrics``) that workers record reach ``user_metrics`` (a
+  :class:`~muster.core.user_metrics.MetricsTable`) where the engine collects them (the local engine
+  does: a task's before its result, an actor's every few seconds and when it exits on purpose).
 * All methods are thread-safe.
 """
 
@@ -40,6 +43,8 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, NoReturn
+
+from muster.core.user_metrics import MetricsTable
 
 Resources = dict[str, float]
 EventHandler = Callable[["RuntimeActor", Any], Any]
@@ -121,6 +126,7 @@ class Runtime(abc.ABC):
     def __init__(self) -> None:
         self._log_sinks: list[LogSink] = []
         self._log_sinks_lock = threading.Lock()
+        self.user_metrics = MetricsTable()  # what this engine's processes recorded (muster.util.metrics)
 
     # -- what Ray's ``ray.init()`` returns (its RayContext): ``with muster.init(): ...``, address_info
     def __enter__(self) -> "Runtime":

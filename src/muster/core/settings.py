@@ -94,6 +94,18 @@ def run_store_enabled() -> bool:
     return os.environ.get("MUSTER_RUN_STORE", "1") != "0"
 
 
+def metrics_report_interval_s() -> float:
+    """``MUSTER_METRICS_REPORT_INTERVAL_MS`` (Ray's ``metrics_report_interval_ms``): how often a process
+    sends the user metrics it changed (``muster.util.metrics``) to the driver; default 5000, at least 100."""
+    raw = os.environ.get("MUSTER_METRICS_REPORT_INTERVAL_MS", "5000")
+    try:
+        return max(float(raw), 100.0) / 1000.0
+    except ValueError:
+        raise InvalidArgumentError(
+            f"MUSTER_METRICS_REPORT_INTERVAL_MS={raw!r} is not a number of milliseconds; set it to e.g. 5000."
+        ) from None
+
+
 def run_store_dir() -> str:
     """Where run stores of non-local storage roots (``s3://...``) live: ``MUSTER_STORE_DIR``."""
     return os.environ.get("MUSTER_STORE_DIR") or os.path.join(os.path.expanduser("~"), ".muster", "stores")

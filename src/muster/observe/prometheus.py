@@ -1,8 +1,9 @@
 """User metrics (``muster.util.metrics`` / ``serve.metrics``) across processes, and their Prometheus text.
 
-A series is a dict as :meth:`muster.util.metrics._Registry.snapshot` gives it. :func:`merge` folds the
-snapshots of several processes (a deployment's replicas) into one list: series with the same name and
-tags add up (counters, histograms) or keep the value set last (gauges). :func:`render` writes them in
+A series is a dict as :meth:`muster.util.metrics._Registry.snapshot` gives it. :func:`merge` (from
+:mod:`muster.core.user_metrics`) folds the snapshots of several processes (a deployment's replicas, an
+engine's workers) into one list: series with the same name and tags add up (counters, histograms) or
+keep the value set last (gauges). :func:`render` writes them in
 Prometheus' text exposition format, named as Ray's metrics endpoint names them (``ray_`` before the
 name, ``_total`` after a counter's).
 """
@@ -10,35 +11,12 @@ name, ``_total`` after a counter's).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from typing import Any
 
+from muster.core.user_metrics import merge
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def _key(s: dict[str, Any]) -> tuple:
-    return s["name"], tuple(sorted(s["tags"].items()))
-
-
-def merge(snapshots: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One list of series from several processes' snapshots (each cumulative)."""
-    out: dict[tuple, dict[str, Any]] = {}
-    for snap in snapshots:
-        for s in snap:
-            have = out.get(_key(s))
-            if have is None:
-                out[_key(s)] = {**s, "tags": dict(s["tags"]), **({"buckets": list(s["buckets"])}
-                                                                  if s["kind"] == "histogram" else {})}
-            elif s["kind"] == "counter":
-                have["value"] += s["value"]
-            elif s["kind"] == "gauge":
-                if s.get("time", 0) >= have.get("time", 0):
-                    have["value"], have["time"] = s["value"], s.get("time", 0)
-            elif len(s["buckets"]) == len(have["buckets"]):  # histograms (of the same boundaries)
-                have["buckets"] = [a + b for a, b in zip(have["buckets"], s["buckets"])]
-                have["sum"] += s["sum"]
-                have["count"] += s["count"]
-    return list(out.values())
+__all__ = ["CONTENT_TYPE", "merge", "render"]
 
 
 def _labels(tags: dict[str, str], extra: tuple[tuple[str, str], ...] = ()) -> str:

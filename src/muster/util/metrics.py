@@ -4,7 +4,11 @@ A metric records into its process's registry (:data:`REGISTRY`); the values are 
 (a counter's total, a gauge's last value, a histogram's bucket counts, sum and count), so a
 reader that misses a snapshot loses nothing. Inside a Serve replica the controller reads the
 registry with each round of the replica's ``stats()`` and exports the series (see
-docs/serve.md "Custom metrics"); in other tasks and actors the values stay in the process.
+docs/serve.md "Custom metrics"). In other tasks and actors of the local engine, and in the
+driver, the series a process changed go to the driver's ``Runtime.user_metrics`` every
+``MUSTER_METRICS_REPORT_INTERVAL_MS`` (and a task's when it ends, an actor's when it exits on
+purpose), never one message per record; the driver merges them across processes
+(:mod:`muster.core.user_metrics`) and the run store and the dashboard's ``/metrics`` show them.
 
 Validation follows Ray's: an empty name is refused and a name Prometheus cannot take is
 discarded with a warning; ``tag_keys`` must be a tuple of str; default tags and recorded tags
@@ -17,12 +21,14 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import sys
 import threading
 import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from muster.core import context, settings
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 _NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -47,12 +53,14 @@ class _Registry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._families: dict[str, _Family] = {}
+        self._changed: set[tuple[str, TagSet]] = set()  # series recorded since the last changes()
 
     def _forked(self) -> None:
         """In a child forked from the process that recorded (a worker from the zygote, say): start from zero,
         as the values are the parent's, and with a new lock (another thread may have held the old one at the
         fork). The declarations are kept."""
         self._lock = threading.Lock()
+        self._changed = set()
         for fam in self._families.values():
             fam.series.clear()
 
@@ -72,6 +80,7 @@ class _Registry:
     def record(self, name: str, tags: TagSet, value: float) -> None:
         with self._lock:
             fam = self._families[name]
+            self._changed.add((name, tags))
             cur = fam.series.get(tags)
             if fam.kind == "counter":
                 fam.series[tags] = [(cur[0] if cur else 0.0) + value]
@@ -88,29 +97,111 @@ class _Registry:
         """Every series recorded so far, cumulative: ``{"name", "kind", "description", "tags", ...}`` with
         ``"value"`` (counter, gauge; a gauge also ``"time"``) or ``"boundaries"``, ``"buckets"`` (counts per
         bucket, not cumulative, the last one past the last boundary), ``"sum"`` and ``"count"``."""
-        out: list[dict[str, Any]] = []
         with self._lock:
-            for name, fam in self._families.items():
-                for tags, v in fam.series.items():
-                    s: dict[str, Any] = {"name": name, "kind": fam.kind, "description": fam.description,
-                                         "tags": dict(tags)}
-                    if fam.kind == "histogram":
-                        s.update(boundaries=list(fam.boundaries), buckets=[int(c) for c in v[:-2]], sum=v[-2],
-                                 count=int(v[-1]))
-                    else:
-                        s["value"] = v[0]
-                        if fam.kind == "gauge":
-                            s["time"] = v[1]
-                    out.append(s)
-        return out
+            return [_series(name, fam, tags, v) for name, fam in self._families.items()
+                    for tags, v in fam.series.items()]
+
+    def changes(self) -> list[dict[str, Any]]:
+        """The series recorded since the last call (as :meth:`snapshot` gives them, cumulative)."""
+        with self._lock:
+            changed, self._changed = self._changed, set()
+            return [_series(name, self._families[name], tags, self._families[name].series[tags])
+                    for name, tags in changed
+                    if name in self._families and tags in self._families[name].series]
 
     def clear(self) -> None:
         with self._lock:
             self._families.clear()
+            self._changed.clear()
+
+
+def _series(name: str, fam: _Family, tags: TagSet, v: list[float]) -> dict[str, Any]:
+    s: dict[str, Any] = {"name": name, "kind": fam.kind, "description": fam.description, "tags": dict(tags)}
+    if fam.kind == "histogram":
+        s.update(boundaries=list(fam.boundaries), buckets=[int(c) for c in v[:-2]], sum=v[-2], count=int(v[-1]))
+    else:
+        s["value"] = v[0]
+        if fam.kind == "gauge":
+            s["time"] = v[1]
+    return s
 
 
 REGISTRY = _Registry()
 os.register_at_fork(after_in_child=REGISTRY._forked)
+
+
+class _Exporter:
+    """Sends this process's changed series where its engine collects them: a worker's to its driver
+    (``context.send_metrics``), the driver's into its own engine's table. It starts at the first record
+    (a process that records nothing pays nothing), then sends every report interval from a daemon
+    thread; the engine also takes them with each task's result and before an exit on purpose
+    (``context.take_metrics``). Batches are numbered: the driver keeps the newest of each series."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.off = False  # a Serve replica: its controller exports its metrics (Replica.stats())
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._runtime: Any = None  # the driver's engine the last changes went to
+
+    def _forked(self) -> None:
+        self.started, self._lock, self._seq = False, threading.Lock(), 0
+
+    def start(self) -> None:
+        with self._lock:
+            if self.started:
+                return
+            self.started = True
+        if self.off or (context.in_worker() and not context.collects_metrics()):
+            return  # values stay in this process
+        if context.in_worker():
+            context.set_metrics_source(self.take)
+        threading.Thread(target=self._run, args=(settings.metrics_report_interval_s(),), name="muster-metrics",
+                         daemon=True).start()
+
+    def take(self) -> context.MetricsBatch | None:
+        """The series changed since the last take, numbered (None: none changed, or Serve exports them)."""
+        if self.off:
+            return None
+        with self._lock:
+            changed = REGISTRY.changes()
+            if not changed:
+                return None
+            self._seq += 1
+            return self._seq, changed
+
+    def _run(self, interval_s: float) -> None:
+        while True:
+            time.sleep(interval_s)
+            try:
+                if context.in_worker():
+                    context.flush()
+                else:
+                    self._to_own_engine()
+            except Exception as exc:  # noqa: BLE001 - the next round tries again; the process goes on
+                print(f"muster: sending user metrics failed: {exc!r}", file=sys.stderr)
+
+    def _to_own_engine(self) -> None:
+        from muster.core import api
+
+        runtime = api.running()  # (get_runtime() would start one after a shutdown)
+        if runtime is None:
+            return  # kept as changed until muster.init()
+        batch = self.take()
+        if runtime is not self._runtime:  # a new engine (muster.init() again): it gets every series
+            self._runtime, batch = runtime, (self._seq, REGISTRY.snapshot())
+        if batch is not None:
+            runtime.user_metrics.update("driver", *batch)
+
+
+_EXPORTER = _Exporter()
+os.register_at_fork(after_in_child=_EXPORTER._forked)
+
+
+def _exported_by_serve() -> None:
+    """This process is a Serve replica: its controller reads :data:`REGISTRY` and exports it, so it is not
+    shipped a second way."""
+    _EXPORTER.off = True
 
 
 def _check_tag_values(tags: dict[str, str], tag_keys: tuple[str, ...], name: str, what: str) -> None:
@@ -185,6 +276,8 @@ class Metric:
                 f"Metric {self._name!r}: missing value for tag key(s) {','.join(missing)}; pass tags={{...}} "
                 "or set_default_tags({...}).")
         REGISTRY.record(self._name, tuple(sorted(final.items())), float(value))
+        if not _EXPORTER.started:
+            _EXPORTER.start()
 
     @property
     def info(self) -> dict[str, Any]:

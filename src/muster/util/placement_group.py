@@ -23,6 +23,7 @@ group (``core/ray/groups.py``): Ray holds its bundles and places the work in the
 from __future__ import annotations
 
 import itertools
+import time
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from typing import Any
@@ -48,10 +49,14 @@ _made: "dict[str, PlacementGroup]" = {}  # this process's groups, by id (placeme
 class PlacementGroup:
     """A set of resource bundles; pass it to ``PlacementGroupSchedulingStrategy``."""
 
-    def __init__(self, bundles: list[dict[str, float]], strategy: str, name: str, error: BaseException | None):
+    def __init__(self, bundles: list[dict[str, float]], strategy: str, name: str, error: BaseException | None,
+                 lifetime: str | None = None):
         self.id = f"{next(_ids):032x}"
-        self.bundle_specs, self.strategy, self.name = bundles, strategy, name
+        self.bundle_specs, self.strategy, self.name, self.lifetime = bundles, strategy, name, lifetime
         self._error = error
+        self._asked = time.monotonic()
+        self._placed_after_s: float | None = None  # from placement_group() to its bundles held
+        self._node = ""  # the node holding its bundles, once placed (the embedded engine's one node)
         self._removed = False
         self._engine: Any = None  # the engine holding its bundles (None in a worker's copy)
         self._placed: Future = Future()  # done once its bundles are held
@@ -93,6 +98,7 @@ class PlacementGroup:
         if exc is not None:
             self._placed.set_exception(exc)
         else:
+            self._placed_after_s = time.monotonic() - self._asked
             self._placed.set_result(None)
 
     def _bundle_for(self, request: dict[str, float], index: int, what: str) -> BundleRef:
@@ -133,14 +139,23 @@ class PlacementGroup:
         return f"PlacementGroup(id={self.id[-8:]}, bundles={self.bundle_specs}, strategy={self.strategy})"
 
     def _row(self) -> dict[str, Any]:
+        """Ray's ``placement_group_table`` entry: id, name, bundles, the node of each bundle ("" until
+        placed), strategy, state and Ray's scheduling ``stats`` (latencies in ms)."""
         if self.removed:
-            state = "REMOVED"
+            state = scheduling = "REMOVED"
         elif self._error is not None:
-            state = "INFEASIBLE"
+            state = scheduling = "INFEASIBLE"
+        elif self._placed.done():
+            state, scheduling = "CREATED", "FINISHED"
         else:
-            state = "CREATED" if self._placed.done() else "PENDING"
-        return {"placement_group_id": self.id, "name": self.name, "strategy": self.strategy, "state": state,
-                "bundles": dict(enumerate(self.bundle_specs))}
+            state, scheduling = "PENDING", "NO_RESOURCES"  # it waits for what other work holds
+        placed_ms = (self._placed_after_s or 0.0) * 1000.0
+        node = self._node if state == "CREATED" else ""
+        return {"placement_group_id": self.id, "name": self.name, "bundles": dict(enumerate(self.bundle_specs)),
+                "bundles_to_node_id": {i: node for i in range(self.bundle_count)},
+                "strategy": self.strategy, "state": state,
+                "stats": {"end_to_end_creation_latency_ms": placed_ms, "scheduling_latency_ms": placed_ms,
+                          "scheduling_attempt": 1, "highest_retry_delay_ms": 0.0, "scheduling_state": scheduling}}
 
 
 def placement_group(
@@ -153,10 +168,17 @@ def placement_group(
     """Make a placement group of ``bundles`` (each a dict like ``{"CPU": 1, "GPU": 1}``): it reserves
     them once they fit together (``ready()`` / ``wait()`` tell when).
 
+    ``lifetime="detached"`` (Ray: the group outlives the job that made it) changes nothing on the embedded
+    engine, where every group lives until it is removed or the engine shuts down with its driver.
+
     Raises:
-        ValueError: an empty or malformed bundle, or an unknown strategy.
+        ValueError: an empty or malformed bundle, an unknown strategy, or a ``lifetime`` other than
+            None or "detached".
         UnsupportedRayAPIError: called inside a task or actor.
     """
+    if lifetime not in (None, "detached"):
+        raise InvalidArgumentError(f"placement_group(lifetime={lifetime!r}): use None (the group goes with its "
+                                   "driver) or 'detached'.")
     if strategy not in STRATEGIES:
         raise InvalidArgumentError(f"placement_group(strategy={strategy!r}): use one of {', '.join(STRATEGIES)}.")
     if not isinstance(bundles, list) or not bundles:
@@ -173,7 +195,11 @@ def placement_group(
             "group in the driver and pass it in; a task or actor can schedule work into it from anywhere.")
     runtime = get_runtime()
     error = _never_fits(clean, strategy, runtime.node_resources())
-    pg = PlacementGroup(clean, strategy, name, error)
+    pg = PlacementGroup(clean, strategy, name, error, lifetime)
+    if runtime.name == "local":  # one node holds every bundle; on a Ray cluster Ray places them (not shown)
+        from muster.tasks.runtime_context import node_id
+
+        pg._node = node_id()
     if error is None:
         try:
             placed = runtime.reserve(pg.id, clean, strategy)
@@ -233,8 +259,12 @@ def remove_placement_group(pg: PlacementGroup) -> None:
 
 def placement_group_table(placement_group: PlacementGroup | None = None) -> dict[str, Any]:
     """Ray's table of placement groups: one group's row, or every group this process made by id
-    (``placement_group_id``, ``name``, ``strategy``, ``state``: CREATED, REMOVED or INFEASIBLE,
-    ``bundles`` by index)."""
+    (``placement_group_id``, ``name``, ``bundles`` by index, ``bundles_to_node_id`` (the node id of each
+    bundle, "" until placed and on a Ray cluster), ``strategy``, ``state`` (PENDING, CREATED, REMOVED or
+    INFEASIBLE) and ``stats``: ``end_to_end_creation_latency_ms`` and ``scheduling_latency_ms`` (both the
+    time from ``placement_group()`` until the bundles were held), ``scheduling_attempt``,
+    ``highest_retry_delay_ms`` and ``scheduling_state`` (Ray's QUEUED... names: NO_RESOURCES while pending,
+    FINISHED once placed, INFEASIBLE, REMOVED))."""
     if placement_group is not None:
         return placement_group._row()
     return {pg.id: pg._row() for pg in _made.values()}

@@ -115,11 +115,15 @@ class LocalActor(RuntimeActor):
         if kind == "result":
             if len(msg) > 4 and msg[4]:  # known before the answer's future completes (and the worker is pooled)
                 self.retiring = self._expected_exit = True
+            if len(msg) > 5 and msg[5]:  # a task's user metrics: counted before its caller has the result
+                self._runtime.user_metrics.update(self.worker_id, *msg[5])
             fut = self._pending.pop(msg[1], None)
             if fut is not None:
                 (fut.set_result if msg[2] else fut.set_exception)(msg[3])
         elif kind == "event":
             self._handle_event(msg[1], msg[2], msg[3])
+        elif kind == "metrics":  # user metrics it recorded (changed series, cumulative)
+            self._runtime.user_metrics.update(self.worker_id, *msg[1])
 
     def _unreadable(self, bad: wire.Unreadable) -> None:
         if bad.kind == "result":
@@ -170,5 +174,6 @@ class LocalActor(RuntimeActor):
             if not fut.done():
                 fut.set_exception(err)
         self._runtime._release(self)
+        self._runtime.user_metrics.process_ended(self.worker_id)
         if not self._expected_exit and self._on_death is not None:
             self._on_death(self, err)

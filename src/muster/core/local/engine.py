@@ -225,6 +225,7 @@ class LocalRuntime(Runtime):
         if self._logs is not None:
             self._logs.close()
         shutil.rmtree(self._tmp, ignore_errors=True)  # its sockets: nothing else lives there
+        self.user_metrics.close()  # its recorder writes what it holds last
         atexit.unregister(self.shutdown)
 
     # -- Runtime -----------------------------------------------------------

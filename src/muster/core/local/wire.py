@@ -1,8 +1,8 @@
 """Framing for the local engine's sockets: cloudpickled tuples over a Connection.
 
 Driver -> worker:  ("call", call_id, method, args, kwargs) | ("reply", event_id, ok, value) | ("exit",)
-Worker -> driver:  ("hello", worker_id, pid, node_id) | ("result", call_id, ok, value)
-                   | ("event", event_id, wants_reply, payload)
+Worker -> driver:  ("hello", worker_id, pid, node_id) | ("result", call_id, ok, value, retiring[, metrics])
+                   | ("event", event_id, wants_reply, payload) | ("metrics", (seq, series))
 Driver -> zygote:  ("fork", worker_id, spec) | ("quit",)
 Zygote -> driver:  ("ready", pid) | ("forked", worker_id, pid) | ("exited", pid, exitcode)
 

@@ -58,6 +58,12 @@ class _Channel:
             else:
                 self.calls.put(msg)
 
+    def send_metrics(self, batch: context.MetricsBatch) -> None:
+        try:
+            self.send(("metrics", batch))
+        except (OSError, EOFError):  # the driver is gone: nobody to tell
+            pass
+
     def _unreadable(self, bad: wire.Unreadable) -> tuple | None:
         """Turn a message that will not unpickle into the answer its waiter needs (or drop it)."""
         if bad.kind == "call":  # the serve loop raises it as that call's error
@@ -127,6 +133,7 @@ def serve(conn: Connection, label: str, host: str) -> None:
     while True:
         msg = channel.calls.get()
         if msg[0] == "exit":
+            context.flush()
             _exit_now(0)
         if msg[0] == "unreadable":
             msg = ("call", msg[1], "__unreadable__", (msg[2],), {})
@@ -150,6 +157,9 @@ def serve(conn: Connection, label: str, host: str) -> None:
                 context.exit_process(exc.code)  # sys.exit() in an actor ends the actor, as in Ray
             reply = ("result", call_id, False, wire.capture_error(exc, channel.label, channel.pid, host),
                      context.retiring())
+        batch = context.take_metrics() if method == "__task__" else None
+        if batch is not None:  # what a task recorded goes with its result: the driver has it first
+            reply += (batch,)
         try:
             channel.send(reply)
         except Exception as exc:  # the value would not pickle: say so instead of dying
@@ -158,8 +168,8 @@ def serve(conn: Connection, label: str, host: str) -> None:
                 f"({type(exc).__name__}: {exc}); return plain data (numbers, lists, dicts, tensors)."
             )
             channel.send(("result", call_id, False, wire.capture_error(err, channel.label, channel.pid, host),
-                          context.retiring()))
+                          context.retiring(), *reply[5:]))
         if context.retiring():  # the driver read "retiring" with the answer: it sends this worker nothing more
             _exit_now(0)
         # An idle worker must not keep the last call's arguments and result alive.
-        del msg, args, kwargs, reply, value, fn
+        del msg, args, kwargs, reply, value, fn, batch

@@ -125,6 +125,7 @@ class RayRuntime(Runtime):
         except Exception:  # noqa: BLE001
             pass
         self._finisher.shutdown(wait=False)
+        self.user_metrics.close()  # the driver's own user metrics: its recorder writes them last
         if self._owns_ray:
             ray.shutdown()
             if self._breakpoint_hook is None:

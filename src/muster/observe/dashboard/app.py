@@ -119,8 +119,13 @@ def create_app(reader: StoreReader, root: str, token: str | None = None, loopbac
                       "custom_metrics": reader.serve_custom_metrics(app, dep, running_only=False)})
 
     async def prometheus_metrics(request: Request) -> Response:
-        """The running deployments' user metrics (``serve.metrics``) in Prometheus' text format."""
-        return Response(prometheus.render(reader.serve_custom_metrics()), media_type=prometheus.CONTENT_TYPE)
+        """The user metrics of running deployments (``serve.metrics``) and of running drivers' tasks and
+        actors (``muster.util.metrics``), in Prometheus' text format."""
+        series = prometheus.merge([reader.serve_custom_metrics(), reader.user_metrics()])
+        return Response(prometheus.render(series), media_type=prometheus.CONTENT_TYPE)
+
+    async def user_metrics(request: Request) -> Response:
+        return _Json({"metrics": reader.user_metrics()})
 
     async def serve_metrics(request: Request) -> Response:
         app, dep = request.path_params["app"], request.path_params["deployment"]
@@ -136,6 +141,7 @@ def create_app(reader: StoreReader, root: str, token: str | None = None, loopbac
     routes = [
         Route("/", index),
         Route("/metrics", prometheus_metrics),
+        Route("/api/metrics", user_metrics),
         Route("/api/serve", serve_list),
         Route("/api/serve/{app}/{deployment}", serve_deployment),
         Route("/api/serve/{app}/{deployment}/metrics", serve_metrics),

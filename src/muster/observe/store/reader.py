@@ -14,6 +14,7 @@ from typing import Any
 
 import psutil
 
+from muster.core.user_metrics import merge
 from muster.observe import analysis
 from muster.observe.store import schema, store_path
 
@@ -240,6 +241,21 @@ class StoreReader:
             for k in ("boundaries", "buckets"):
                 r[k] = json.loads(r[k]) if r[k] else None
         return rows
+
+    def user_metrics(self, live_only: bool = True) -> list[dict[str, Any]]:
+        """The user metrics (``muster.util.metrics``) that tasks, actors and drivers recorded, merged across
+        drivers as :func:`muster.observe.prometheus.render` takes them; only those of drivers still running
+        unless ``live_only`` is False (schema version 5)."""
+        rows = self._query("SELECT * FROM user_metrics ORDER BY name, session", need=5)
+        if live_only:
+            rows = [r for r in rows if r["ended"] is None and not _driver_gone(r["host"], r["pid"])]
+        for r in rows:
+            r["tags"] = json.loads(r["tags"])
+            for k in ("boundaries", "buckets"):
+                r[k] = json.loads(r[k]) if r[k] else None
+            for k in ("session", "host", "pid", "ended"):  # which driver: merged away
+                del r[k]
+        return merge([rows])
 
     def serve_events(self, app: str, after: int = 0) -> list[dict[str, Any]]:
         return self._serve("SELECT * FROM serve_events WHERE app = ? AND id > ? ORDER BY id", (app, after))

@@ -66,6 +66,16 @@ Version 4 adds the user metrics of Serve replicas (``serve.metrics`` / ``muster.
                         and ``count``; cumulative, summed over the replicas with the same tags
 ======================  =====================================================================
 
+Version 5 adds the user metrics of the engine's other processes (tasks, actors, the driver):
+
+======================  =====================================================================
+``user_metrics``        series of a user metric (``muster.util.metrics``) as one driver last
+                        merged it across its processes, replaced as it changes: the driver's
+                        ``session`` (host, pid and start), ``host``, ``pid``, ``ended`` (set
+                        when its engine shut down), ``time``, and the series' columns as in
+                        ``serve_custom_metrics`` (tags JSON with sorted keys)
+======================  =====================================================================
+
 Times are Unix seconds (float). JSON columns hold text. A newer muster
 migrates an older file forward in :func:`migrate`; an older muster refuses
 a newer file with a message instead of misreading it.
@@ -75,7 +85,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -255,12 +265,8 @@ CREATE INDEX IF NOT EXISTS data_ops_run ON data_ops (run_id, id);
 """ + _V3_LLM
 
 
-_V4 = """
-CREATE TABLE IF NOT EXISTS serve_custom_metrics (
-    id INTEGER PRIMARY KEY,
-    time REAL NOT NULL,
-    app TEXT NOT NULL,
-    deployment TEXT NOT NULL,
+# a user metric's series (``muster.util.metrics``), in v4's and v5's tables: tags, boundaries, buckets are JSON
+_SERIES_COLUMNS = """
     name TEXT NOT NULL,
     kind TEXT NOT NULL,
     description TEXT,
@@ -269,9 +275,27 @@ CREATE TABLE IF NOT EXISTS serve_custom_metrics (
     boundaries TEXT,
     buckets TEXT,
     sum REAL,
-    count INTEGER
+    count INTEGER"""
+
+_V4 = """
+CREATE TABLE IF NOT EXISTS serve_custom_metrics (
+    id INTEGER PRIMARY KEY,
+    time REAL NOT NULL,
+    app TEXT NOT NULL,
+    deployment TEXT NOT NULL,""" + _SERIES_COLUMNS + """
 );
 CREATE INDEX IF NOT EXISTS serve_custom_metrics_dep ON serve_custom_metrics (app, deployment, time);
+"""
+
+_V5 = """
+CREATE TABLE IF NOT EXISTS user_metrics (
+    session TEXT NOT NULL,
+    host TEXT,
+    pid INTEGER,
+    ended REAL,
+    time REAL NOT NULL,""" + _SERIES_COLUMNS + """,
+    PRIMARY KEY (session, name, tags)
+);
 """
 
 
@@ -310,5 +334,7 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
         conn.executescript(_V3)
     if have < 4:
         conn.executescript(_V4)
+    if have < 5:
+        conn.executescript(_V5)
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
     conn.commit()

@@ -199,6 +199,7 @@ class ReplicaActor:
     """The object the runtime hosts in a replica's process."""
 
     def __init__(self, spec: ReplicaSpec):
+        user_metrics._exported_by_serve()  # stats() hands them to the controller, with the replica's tags
         os.environ.update(spec.config.env_vars())
         self.logs = replica_logging.ReplicaLogs(spec.app, spec.deployment, spec.replica_id,
                                                 spec.config.logging_config)
