@@ -44,6 +44,26 @@ def test_csv_and_json_keep_every_report_of_every_rank(storage):
     assert [line["loss"] for line in lines if line["_rank"] == 1] == [2.0, 1.5, pytest.approx(4 / 3), 1.0]
 
 
+def _own_keys_loop():
+    for step in range(1, 3):
+        train.report({"loss": 1.0, "training_iteration": 10 * step})
+
+
+def test_a_functions_own_training_iteration_shows_in_the_files_without_bookkeeping(storage):
+    # what the function reported under the controller's keys shows as reported (as its Result shows it);
+    # the controller's _own_run_keys never reaches the files
+    result = TorchTrainer(_own_keys_loop, run_config=RunConfig(
+        name="own", storage_path=storage, verbose=0, callbacks=[CSVLoggerCallback(), JsonLoggerCallback()])).fit()
+    assert result.metrics["training_iteration"] == 20
+    with open(os.path.join(result.path, "progress.json")) as f:
+        lines = [json.loads(line) for line in f]
+    with open(os.path.join(result.path, "progress.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert [line["training_iteration"] for line in lines] == [10, 20] == [int(r["training_iteration"]) for r in rows]
+    assert all("_own_run_keys" not in line and line["_rank"] == 0 and "_attempt" in line for line in lines)
+    assert "_own_run_keys" not in rows[0] and "_round" not in rows[0]
+
+
 def test_tensorboard_scalars_of_rank_zero(storage):
     pytest.importorskip("tensorboardX")
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")

@@ -291,6 +291,13 @@ def test_a_results_own_training_iteration_is_kept_as_in_ray(storage):
     assert r.metrics["training_iteration"] == 30 and r.metrics["loss"] == 1.0 / 3
     assert list(r.metrics_dataframe["training_iteration"])[:3] == [10, 20, 30]
     with open(os.path.join(r.path, CSVLoggerCallback.FILE)) as f:
-        assert [int(row["training_iteration"]) for row in csv.DictReader(f)][:3] == [10, 20, 30]
+        rows = list(csv.DictReader(f))
+    assert [int(row["training_iteration"]) for row in rows][:3] == [10, 20, 30]
     with open(os.path.join(r.path, JsonLoggerCallback.FILE)) as f:
-        assert [json.loads(line)["training_iteration"] for line in f][:3] == [10, 20, 30]
+        lines = [json.loads(line) for line in f]
+    assert [line["training_iteration"] for line in lines][:3] == [10, 20, 30]
+    # the files hold Ray's result rows: Tune's keys, none of the controller's (_rank, _attempt, _own_run_keys...)
+    internal = {"_rank", "_attempt", "_round", "_own_run_keys"}
+    assert not internal & set(rows[0]) and all(not internal & set(line) for line in lines)
+    assert {"trial_id", "time_total_s", "iterations_since_restore", "checkpoint_dir_name"} <= set(rows[0])
+    assert [line["done"] for line in lines] == [False] * len(lines)

@@ -7,7 +7,10 @@ reports of a training run as the controller records them:
 
 * ``on_run_start(run_path, run_name)`` -- the run folder is known; files open;
 * ``on_report(row)`` -- one report of one rank (metrics plus
-  ``training_iteration``, ``timestamp``, ``_rank``, ``_attempt``);
+  ``training_iteration``, ``timestamp``, ``_rank``, ``_attempt``); a training function's own
+  ``training_iteration``/``timestamp``/``checkpoint_dir_name`` show as it reported them. A Tune trial's
+  rows are its results as Ray's loggers get them: Tune's keys (``trial_id``, ``done``, ``time_total_s``...)
+  and none of the controller's (``_rank``, ``_attempt``);
 * ``on_run_end(result)`` -- files close.
 
 By default the files go into the run folder (which must then be local; pass
@@ -29,10 +32,10 @@ from typing import Any, TextIO
 
 from muster.core.serialization import json_default
 from muster.exceptions import InvalidArgumentError
-from muster.observe.recorder import BOOKKEEPING, finite
+from muster.observe.recorder import BOOKKEEPING, OWN_RUN_KEYS, finite
 from muster.observe.tune_progress import flatten_config
 
-_ROW_KEYS = ("training_iteration", "timestamp", "_rank", "_attempt", "_round")
+_ROW_KEYS = ("training_iteration", "timestamp", "_rank", "_attempt")
 
 
 def _local_dir(run_path: str, logdir: str | None, what: str) -> str:
@@ -52,6 +55,25 @@ def _local_dir(run_path: str, logdir: str | None, what: str) -> str:
 _NOT_CHARTED = frozenset({"pid", "config"})
 #: row keys that are no part of the result a Tune callback gets (the controller's own bookkeeping)
 _NOT_RESULT = BOOKKEEPING - {"training_iteration", "timestamp", "checkpoint_dir_name"}
+
+
+def _logged(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` as the loggers write it. A Tune trial's is its result as Ray's loggers get it: without the
+    controller's keys (its ``training_iteration`` is already the one Ray shows), with ``done``. A training
+    run's keeps ``_rank`` and ``_attempt`` and shows the values its function reported under the
+    controller's own keys (``training_iteration``...), as its ``Result`` does."""
+    if "trial_id" in row:
+        out = {k: v for k, v in row.items() if k not in _NOT_RESULT}
+        out.setdefault("done", False)
+        return out
+    own = row.get(OWN_RUN_KEYS) or {}
+    return {k: own.get(k, v) for k, v in row.items() if k not in ("_round", OWN_RUN_KEYS)}
+
+
+def _walltime(row: dict[str, Any]) -> float:
+    """The row's time for TensorBoard and MLflow: its ``timestamp`` where that is a number, else now."""
+    t = row.get("timestamp")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else time.time()
 
 
 def _numbers(row: dict[str, Any], leave_out: frozenset[str] = BOOKKEEPING | _NOT_CHARTED,
@@ -103,7 +125,7 @@ class _LoggerCallback:
         if self.folder is None:
             raise RuntimeError(f"{type(self).__name__}: on_report before on_run_start; pass it in RunConfig(callbacks=[...]).")
         with self._lock:  # reports of different ranks arrive on different threads
-            self._write(row)
+            self._write(_logged(row))
 
     def on_run_end(self, result: Any) -> None:
         with self._lock:
@@ -128,8 +150,9 @@ class CSVLoggerCallback(_LoggerCallback):
         self._file: TextIO | None = None
 
     def _write(self, row: dict[str, Any]) -> None:
-        flat = {k: row.get(k) for k in _ROW_KEYS}
-        flat.update(flatten_config({k: v for k, v in row.items() if k not in BOOKKEEPING}))  # a/b, as Ray's
+        flat = {k: row[k] for k in _ROW_KEYS if k in row}
+        skip = _NOT_RESULT if "trial_id" in row else BOOKKEEPING  # a Tune result's checkpoint_dir_name, as Ray's
+        flat.update(flatten_config({k: v for k, v in row.items() if k not in flat and k not in skip}))  # a/b
         self._rows.append(flat)
         new = [k for k in flat if k not in self._fields]
         if new or self._file is None:
@@ -194,7 +217,7 @@ class TBXLoggerCallback(_LoggerCallback):
         if rank != 0 and not self.all_ranks:
             return
         prefix = f"rank{rank}/" if self.all_ranks else ""
-        step, walltime = int(row.get("training_iteration", 0)), row.get("timestamp")
+        step, walltime = int(row.get("training_iteration", 0)), _walltime(row)
         for key, value in _numbers(row).items():
             self._writer.add_scalar(prefix + key, value, global_step=step, walltime=walltime)
 
@@ -295,10 +318,8 @@ class MLflowLoggerCallback(_LoggerCallback):
         if rank != 0 and not self.all_ranks:
             return
         prefix = f"rank{rank}/" if self.all_ranks else ""
-        millis = int(float(row.get("timestamp") or time.time()) * 1000)
+        millis = int(_walltime(row) * 1000)
         step = int(row.get("timesteps_total") or row.get("training_iteration", 0))  # Ray's step
-        if "trial_id" in row and "done" not in row:  # a Tune trial's result, which Ray's has `done` in
-            row = {**row, "done": False}
         self._queue.put([Metric(prefix + k, v, millis, step) for k, v in _numbers(row, _NOT_RESULT, True).items()])
 
     def _send_forever(self) -> None:
