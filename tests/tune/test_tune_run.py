@@ -79,7 +79,12 @@ def test_scope_default_metric_and_reading_the_experiment_back(storage):
         assert analysis.get_best_config("score", mode, scope) == {"curve": curve}
     assert analysis.get_best_trial("nested/half", "max").config == {"curve": "c"}
     assert analysis.get_best_trial("no_such_metric", "max") is None
-    grid = tune.Tuner.restore(analysis.experiment_path, _curve).get_results()  # the same ranking (flattened names too)
+    restored = tune.Tuner.restore(analysis.experiment_path, _curve)
+    # tune.run's settings are Tune's classes, as a Tuner's (they were muster.train's, Ray Train V2's)
+    assert type(restored.run_config) is tune.RunConfig
+    assert type(restored.run_config.failure_config) is tune.FailureConfig
+    assert type(restored.run_config.checkpoint_config) is tune.CheckpointConfig
+    grid = restored.get_results()  # the same ranking (flattened names too)
     assert grid.get_best_result("nested/half", "max").config == {"curve": "c"}
     assert analysis.get_best_config("no_such_metric", "max") is None
     # the state file's path works too, and defaults given here are used

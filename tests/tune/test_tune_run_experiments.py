@@ -91,3 +91,4 @@ def test_experiment_refuses_what_muster_cannot_run_naming_the_fix(tmp_path):
     assert exp.spec["config"] == {"env": "CartPole-v1"} and exp.run_identifier == "linear"
     assert isinstance(exp.stopper, tune.Stopper) and exp.public_spec["num_samples"] == 1
     assert Experiment(None, _linear).name.startswith("linear_")
+    assert type(Experiment("x", _linear).checkpoint_config) is tune.CheckpointConfig  # Ray's default, not None

@@ -17,9 +17,9 @@ from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError, MusterError
 from muster.train.config import CheckpointConfig as _TrainCheckpointConfig
-from muster.train.config import FailureConfig, RunConfig
 from muster.tune.analysis import ExperimentAnalysis
 from muster.tune.experiment.experiment import EXPERIMENT_KEYS, Experiment, check_trainable, experiment_list
+from muster.tune.run_config import FailureConfig, RunConfig  # Tune's, as Ray's tune.run makes
 from muster.tune.trial import Trial
 from muster.tune.tune_config import CheckpointConfig, ResumeConfig, TuneConfig, with_resources
 from muster.tune.tune_controller import graceful_stops

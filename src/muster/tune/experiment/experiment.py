@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
-from muster.train.config import FailureConfig, RunConfig
+from muster.tune.run_config import FailureConfig, RunConfig
 from muster.tune.stopper import CombinedStopper, Stopper, as_stopper
 from muster.tune.tune_config import CheckpointConfig
 from muster.tune.tuner import _class_checkpointing, _trainable_name, default_experiment_name
@@ -83,6 +83,7 @@ class Experiment:
         as_stopper(stop)  # a bad stop fails here, as in Ray, not when the experiment runs
         if isinstance(checkpoint_config, dict):
             checkpoint_config = CheckpointConfig(**checkpoint_config)
+        checkpoint_config = checkpoint_config or CheckpointConfig()  # Ray's default
         _class_checkpointing(run, checkpoint_config)  # a frequency for a function trainable fails here, as in Ray
         self.name = name or default_experiment_name(run)
         self._run_config = RunConfig(  # checks storage_path, log_to_file, local_dir... as tune.run will
@@ -134,7 +135,7 @@ class Experiment:
         return as_stopper(stop) if stop else None
 
     @property
-    def checkpoint_config(self) -> CheckpointConfig | None:
+    def checkpoint_config(self) -> CheckpointConfig:
         return self.spec["checkpoint_config"]
 
     @property
