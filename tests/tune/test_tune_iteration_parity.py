@@ -282,7 +282,7 @@ def test_a_results_own_training_iteration_is_kept_as_in_ray(storage):
 
     seen = _SeenIterations()
     grid = tune.Tuner(
-        _own_iterations,
+        _own_iterations, param_space={"x": 1},
         run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": 30}, verbose=0,
                                   callbacks=[seen, CSVLoggerCallback(), JsonLoggerCallback()]),
     ).fit()
@@ -300,4 +300,5 @@ def test_a_results_own_training_iteration_is_kept_as_in_ray(storage):
     internal = {"_rank", "_attempt", "_round", "_own_run_keys"}
     assert not internal & set(rows[0]) and all(not internal & set(line) for line in lines)
     assert {"trial_id", "time_total_s", "iterations_since_restore", "checkpoint_dir_name"} <= set(rows[0])
+    assert not [k for k in rows[0] if k.startswith("config")] and lines[0]["config"] == {"x": 1}  # as Ray's
     assert [line["done"] for line in lines] == [False] * len(lines)

@@ -151,7 +151,8 @@ class CSVLoggerCallback(_LoggerCallback):
 
     def _write(self, row: dict[str, Any]) -> None:
         flat = {k: row[k] for k in _ROW_KEYS if k in row}
-        skip = _NOT_RESULT if "trial_id" in row else BOOKKEEPING  # a Tune result's checkpoint_dir_name, as Ray's
+        # a Tune result as Ray's CSV has it: its checkpoint_dir_name, no config (params.json holds it)
+        skip = _NOT_RESULT | {"config"} if "trial_id" in row else BOOKKEEPING
         flat.update(flatten_config({k: v for k, v in row.items() if k not in flat and k not in skip}))  # a/b
         self._rows.append(flat)
         new = [k for k in flat if k not in self._fields]
