@@ -3,6 +3,7 @@ replica's output and its file in ``logs_dir``), access lines go to that file onl
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
@@ -164,6 +165,52 @@ def test_handle_calls_carry_a_request_id_and_nested_calls_keep_their_parents(cli
     assert {c["request_id"] for c in calls()} == {rid, second.request_id, relayed.request_id, "req-web"}
     assert serve.context._get_serve_request_context().request_id == ""  # the driver serves no request
     serve.delete("nested")
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=8)
+class Batched:
+    @serve.batch(max_batch_size=4, batch_wait_timeout_s=10)  # four callers fill it at once: the wait is a bound
+    async def words(self, words):
+        callers = serve.context._get_serve_batch_request_context()
+        logging.getLogger("ray.serve").info("batch of %d", len(words))
+        inside = serve.context._get_serve_request_context().request_id
+        return [{"words": words, "ids": [c.request_id for c in callers], "routes": [c.route for c in callers],
+                 "inside": inside}] * len(words)
+
+    async def __call__(self, request):
+        word = request.query_params["w"]
+        got = await self.words(word)
+        logging.getLogger("ray.serve").info("done %s", word)
+        return got
+
+
+def test_a_batch_lists_its_callers_request_contexts_and_each_caller_keeps_its_own(client, tmp_path):
+    logs = str(tmp_path / "batched")
+    serve.run(Batched.options(logging_config=LoggingConfig(encoding="JSON", logs_dir=logs)).bind(),
+              name="batched", route_prefix="/batched")
+    words = ["a", "b", "c", "d"]
+    with concurrent.futures.ThreadPoolExecutor(len(words)) as pool:
+        got = list(pool.map(lambda w: client.get("/batched", params={"w": w}, headers={"X-Request-ID": f"req-{w}"}),
+                            words))
+    for w, r in zip(words, got):
+        body = r.json()
+        assert sorted(body["words"]) == words and body["routes"] == ["/batched"] * 4  # one batch of all four
+        assert body["ids"] == [f"req-{x}" for x in body["words"]]  # each caller's context, in the batch's order
+        assert body["ids"][body["words"].index(w)] == f"req-{w}" and body["inside"] == ""  # none is "the" request
+    assert serve.context._get_serve_batch_request_context() == []  # outside a batch
+
+    def lines() -> list[dict]:
+        return [r for name in os.listdir(logs) for r in _records(os.path.join(logs, name))]
+
+    wait_until(lambda: sum(r["message"].startswith("GET /batched") for r in lines()) == 4, 15, "the access lines")
+    recs = lines()
+    assert {r["message"]: r["request_id"] for r in recs if r["message"].startswith("done ")} == {
+        f"done {w}": f"req-{w}" for w in words}
+    assert sorted(r["request_id"] for r in recs if r["message"].startswith("GET /batched")) == [
+        f"req-{w}" for w in words]
+    (batch_line,) = [r for r in recs if r["message"] == "batch of 4"]
+    assert "request_id" not in batch_line and "route" not in batch_line  # as in Ray: the batch serves no one request
+    serve.delete("batched")
 
 
 def test_logging_config_is_checked():

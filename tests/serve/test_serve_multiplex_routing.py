@@ -128,7 +128,9 @@ class _BatchedByModel:
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.5)
     async def predict(self, xs: list[str]) -> list[str]:
         model = serve.get_multiplexed_model_id()
-        return [f"{model}:{x}:{len(xs)}" for x in xs]
+        callers = serve.context._get_serve_batch_request_context()  # this part's callers only
+        named = "/".join(sorted({c.multiplexed_model_id for c in callers}))
+        return [f"{model}:{x}:{len(xs)}:{len(callers)}:{named}" for x in xs]
 
     async def __call__(self, x: str) -> str:
         return await self.predict(x)
@@ -143,7 +145,7 @@ def test_a_batch_is_split_by_the_model_its_calls_name(client):
     responses = [handle.options(multiplexed_model_id=m).remote(f"x{i}") for i, m in enumerate(models)]
     answers = [r.result(timeout_s=30) for r in responses]
     for i, (m, a) in enumerate(zip(models, answers)):
-        model, x, size = a.split(":")
-        assert (model, x) == (m, f"x{i}")
+        model, x, size, callers, named = a.split(":")
+        assert (model, x, callers, named) == (m, f"x{i}", size, m)
         assert int(size) <= models.count(m)  # a batch holds only its own model's calls
     serve.delete("mux_batch")

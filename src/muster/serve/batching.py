@@ -11,6 +11,9 @@ caller's stream).  ``set_max_batch_size`` and
 ``set_batch_wait_timeout_s`` on the decorated method change both for the
 batches that follow (a replica is one process, so this is per replica, as in
 Ray; call them from ``reconfigure`` to drive them by ``user_config``).
+As in Ray, the batched method serves no one request (its request context is
+empty); ``serve.context._get_serve_batch_request_context()`` lists its
+callers' request contexts, one per input, in the batch's order.
 
 A replica takes at most ``max_ongoing_requests`` (default 5) requests at once,
 so a batch holds at most that many: set it to ``max_batch_size`` or more for
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.serve import context
 from muster.serve.multiplex import get_multiplexed_model_id, set_model_id
 
 
@@ -49,8 +53,9 @@ class _Options:
 
 #: One call: its positional arguments and keyword arguments (what the batched function gets, listed).
 _Call = tuple[tuple, dict]
-#: A queued call: the call, where its result goes (a future, or a stream's queue), and the model it names.
-_Queued = tuple[_Call, Any, str]
+#: A queued call: the call, where its result goes (a future, or a stream's queue), the model it names, and its
+#: caller's request context (what ``serve.context._get_serve_batch_request_context()`` lists in the batch).
+_Queued = tuple[_Call, Any, str, context._RequestContext]
 _END = object()  # a streaming caller's last item
 
 
@@ -85,7 +90,7 @@ def _by_model(batch: list[_Queued]) -> list[tuple[str, list[_Queued]]]:
     """The batch split by the multiplexed model its calls name, in arrival order (one part, the common case,
     when they name the same model or none)."""
     first = batch[0][2]
-    if all(m == first for _, _, m in batch):
+    if all(q[2] == first for q in batch):
         return [(first, batch)]
     parts: dict[str, list[_Queued]] = {}
     for queued in batch:
@@ -121,15 +126,19 @@ class _Batcher:
             self.task = asyncio.ensure_future(self._run(owner))
         return self.queue
 
+    async def _put(self, owner: Any, call: _Call, waiter: Any) -> None:
+        """Queue the call with what its caller's context says: the model it names, the request it serves."""
+        await self._start(owner).put((call, waiter, get_multiplexed_model_id(), context._get_serve_request_context()))
+
     async def submit(self, owner: Any, call: _Call) -> Any:
         fut = asyncio.get_running_loop().create_future()
-        await self._start(owner).put((call, fut, get_multiplexed_model_id()))
+        await self._put(owner, call, fut)
         return await fut
 
     async def stream(self, owner: Any, call: _Call) -> Any:
         """The caller's own element of each list the batched generator yields."""
         out: asyncio.Queue = asyncio.Queue()
-        await self._start(owner).put((call, out, get_multiplexed_model_id()))
+        await self._put(owner, call, out)
         while (item := await out.get()) is not _END:
             if isinstance(item, BaseException):
                 raise item
@@ -138,6 +147,9 @@ class _Batcher:
     async def _run(self, owner: Any) -> None:
         assert self.queue is not None
         loop = asyncio.get_running_loop()
+        # this task began in its first caller's context: a batch serves many requests, so (as in Ray) none is
+        # "the" request here; _get_serve_batch_request_context() lists them
+        context._set_request("", "")
         while True:
             first, self.carry = self.carry or await self.queue.get(), None
             batch = [first]
@@ -169,10 +181,11 @@ class _Batcher:
             self.sem.release()
 
     async def _call(self, owner: Any, model_id: str, batch: list[_Queued]) -> None:
-        waiters = [w for _, w, _ in batch]
+        waiters = [q[1] for q in batch]
         set_model_id(model_id)  # this task's context: the first caller's model was inherited from _run's
+        context._set_batch_request_context([q[3] for q in batch])
         try:
-            args, kwargs = _batched(self.fn, [c for c, _, _ in batch])
+            args, kwargs = _batched(self.fn, [q[0] for q in batch])
             args = (owner, *args) if owner is not None else args
             if self.streams:
                 await self._stream(self.fn(*args, **kwargs), waiters)

@@ -125,6 +125,22 @@ def _get_serve_request_context() -> _RequestContext:
                            multiplexed_model_id=get_multiplexed_model_id())
 
 
+# the contexts of the callers whose items the running ``@serve.batch`` call holds, in their order (per batch task)
+_batch_requests: ContextVar[list[_RequestContext] | None] = ContextVar("muster_serve_batch_requests", default=None)
+
+
+def _get_serve_batch_request_context() -> list[_RequestContext]:
+    """Ray's ``serve.context._get_serve_batch_request_context()``: inside a ``@serve.batch`` method, the request
+    context of each caller whose item the batch holds, in the order of the batch's lists; [] elsewhere."""
+    got = _batch_requests.get()
+    return [] if got is None else got
+
+
+def _set_batch_request_context(request_contexts: list[_RequestContext]) -> None:
+    """Name the callers of the batch running in this context (the batcher does it)."""
+    _batch_requests.set(list(request_contexts))
+
+
 def get_replica_context() -> ReplicaContext:
     """The context of the replica this code runs in.
 
