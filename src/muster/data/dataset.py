@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from muster.core import context as core_context
-from muster.data import _ray_plan, alltoall, combine, execution, plan, strategies, writers
+from muster.data import _ray_plan, alltoall, combine, execution, mix, plan, strategies, writers
 from muster.data import block as blk
 from muster.data import expr as expr_parser
 from muster.data.datasource import RandomSeedConfig
@@ -236,6 +236,18 @@ class Dataset(writers.FileWrites, Splits):
             if not isinstance(o, Dataset):
                 raise InvalidTypeError(f"union({o!r}): pass muster.data Datasets.")
         return Dataset(Node(Union("Union"), (self._node, *(o._node for o in others))))
+
+    def mix(self, *others: "Dataset", weights: list[float] | None = None,
+            stopping_condition: Any = "stop_on_longest_drop") -> "Dataset":
+        """This dataset's blocks and ``others``' interleaved as they stream, each next block from the one
+        furthest behind its share of the rows (Ray's ``mix``; see ``muster.data.mix``). ``weights``: one per
+        dataset, this one first (None: equal), normalized; ``stopping_condition``: a ``MixStoppingCondition``."""
+        for o in others:
+            if not isinstance(o, Dataset):
+                raise InvalidTypeError(f"mix({o!r}): pass muster.data Datasets.")
+        shares, shortest = mix.check(weights, 1 + len(others), stopping_condition)
+        return Dataset(Node(Union(f"Mix(weights={[round(w, 2) for w in shares]})", shares, shortest),
+                            (self._node, *(o._node for o in others))))
 
     def random_shuffle(self, *, seed: "int | RandomSeedConfig | None" = None, **_ignored: Any) -> "Dataset":
         """Shuffle all rows. Each pass (epoch) gets a new order, deterministic from (seed, epoch);
