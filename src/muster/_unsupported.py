@@ -88,7 +88,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "write_sql": "iter_batches() with your database client",
         "write_mongo": "iter_batches() with your database client",
         "write_bigquery": "iter_batches() with your database client",
-        "streaming_train_test_split": "train_test_split()",
     },
     "muster.data": {
         "ExecutionOptions": "DataContext.get_current().execution_options (preserve_order; Ray's cluster "

@@ -158,8 +158,8 @@ def test_aggregate_objects_zip_sampling_and_unsupported_names():
     assert 50 < md.range(1000).random_sample(0.1, seed=1).count() < 150
     assert ds.num_blocks() >= 1 and ds.size_bytes() > 0
     assert ds.input_files() == []  # in memory: no files
-    with pytest.raises(UnsupportedRayAPIError, match="streaming_train_test_split"):
-        ds.streaming_train_test_split
+    with pytest.raises(UnsupportedRayAPIError, match="write_tfrecords"):
+        ds.write_tfrecords
     with pytest.raises(UnsupportedRayImportError, match=r"ApproximateQuantile .*Quantile\(on, q=...\): exact"):
         from muster.data.aggregate import ApproximateQuantile  # noqa: F401
 

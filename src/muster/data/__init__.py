@@ -39,6 +39,7 @@ from muster.data.iterator import DataIterator
 
 DatasetContext, DatasetIterator = DataContext, DataIterator  # Ray's older names, still exported by Ray
 NodeIdStr = str  # Ray's type of the node ids DataConfig.configure gets (worker_node_ids)
+from muster.data.mix import MixStoppingCondition
 from muster.data.plan import Node, RayCall, Read
 from muster.data.schema import Schema
 from muster.data.summary import DatasetSummary
@@ -56,7 +57,7 @@ __all__ = [
     "MaterializedDataset", "UserFunctionError", "from_arrow", "from_arrow_refs", "from_huggingface", "from_items",
     "from_numpy", "from_numpy_refs", "from_pandas", "from_pandas_refs", "from_torch", "range", "range_tensor",
     "read_binary_files", "read_csv", "read_images", "read_json", "read_numpy", "read_parquet", "read_text",
-    "SaveMode", "TaskPoolStrategy",
+    "MixStoppingCondition", "SaveMode", "TaskPoolStrategy",
     "Datasink", "Datasource", "ReadTask", "read_datasource", "BlockBasedFileDatasink", "RowBasedFileDatasink",
 ]
 

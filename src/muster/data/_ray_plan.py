@@ -77,6 +77,10 @@ def _to_ray(node: Node) -> Any:
         ds = getattr(ray.data, name)(*args, **kwargs)
         return _apply(ds, _steps(op)[1:], op.name)
     inputs = [_to_ray(n) for n in node.inputs]
+    if isinstance(op, Union) and op.weights is not None:
+        stop = ray.data.MixStoppingCondition.STOP_ON_SHORTEST if op.stop_on_shortest else \
+            ray.data.MixStoppingCondition.STOP_ON_LONGEST_DROP
+        return inputs[0].mix(*inputs[1:], weights=list(op.weights), stopping_condition=stop)
     if isinstance(op, Union):
         return inputs[0].union(*inputs[1:]) if len(inputs) > 1 else inputs[0]
     if isinstance(op, Limit):

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from muster.core import context as core_context
-from muster.data import _ray_plan, alltoall, combine, execution, plan, strategies, writers
+from muster.data import _ray_plan, alltoall, combine, execution, mix, plan, strategies, writers
 from muster.data import block as blk
 from muster.data import expr as expr_parser
 from muster.data.datasource import RandomSeedConfig
@@ -21,17 +21,13 @@ from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator, Passes
 from muster.data.plan import AllToAll, Limit, Node, RayCall, Read, Transform, Union
 from muster.data.schema import Schema
+from muster.data.splits import Splits, _positive
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 
 def _ray_seed(seed: Any) -> Any:
     """``seed=`` for the Ray engine: a RandomSeedConfig as Ray's own."""
     return seed.to_ray() if isinstance(seed, RandomSeedConfig) else seed
-
-
-def _positive(value: Any, name: str, where: str) -> None:
-    if value is not None and (not isinstance(value, int) or value < 1):
-        raise InvalidArgumentError(f"{where}({name}={value!r}): use a positive integer or None.")
 
 
 def _ref(value: Any) -> Any:
@@ -42,7 +38,7 @@ def _ref(value: Any) -> Any:
     return objects.put(value) if core_context.in_worker() else objects.store(value)
 
 
-class Dataset(writers.FileWrites):
+class Dataset(writers.FileWrites, Splits):
     """A distributed-style dataset of Arrow blocks (Ray Data's ``Dataset``, on one machine)."""
 
     def __init__(self, node: Node, name: str | None = None):
@@ -241,6 +237,18 @@ class Dataset(writers.FileWrites):
                 raise InvalidTypeError(f"union({o!r}): pass muster.data Datasets.")
         return Dataset(Node(Union("Union"), (self._node, *(o._node for o in others))))
 
+    def mix(self, *others: "Dataset", weights: list[float] | None = None,
+            stopping_condition: Any = "stop_on_longest_drop") -> "Dataset":
+        """This dataset's blocks and ``others``' interleaved as they stream, each next block from the one
+        furthest behind its share of the rows (Ray's ``mix``; see ``muster.data.mix``). ``weights``: one per
+        dataset, this one first (None: equal), normalized; ``stopping_condition``: a ``MixStoppingCondition``."""
+        for o in others:
+            if not isinstance(o, Dataset):
+                raise InvalidTypeError(f"mix({o!r}): pass muster.data Datasets.")
+        shares, shortest = mix.check(weights, 1 + len(others), stopping_condition)
+        return Dataset(Node(Union(f"Mix(weights={[round(w, 2) for w in shares]})", shares, shortest),
+                            (self._node, *(o._node for o in others))))
+
     def random_shuffle(self, *, seed: "int | RandomSeedConfig | None" = None, **_ignored: Any) -> "Dataset":
         """Shuffle all rows. Each pass (epoch) gets a new order, deterministic from (seed, epoch);
         ``seed=RandomSeedConfig(seed, reseed_after_execution=False)`` repeats one order every pass
@@ -402,58 +410,6 @@ class Dataset(writers.FileWrites):
 
         values = pc.unique(self.select_columns([column]).to_arrow().column(column)).to_pylist()
         return [v for v in values if v is not None] if ignore_nulls else values
-
-    # -- splits -------------------------------------------------------------------
-    def split(self, n: int, *, equal: bool = False, locality_hints: Any = None) -> list["Dataset"]:
-        """``n`` materialized parts, in order; ``equal=True`` drops the remainder so all have the same rows."""
-        _positive(n, "n", "split")
-        table = self.to_arrow()
-        per = table.num_rows // n
-        if equal:
-            return [from_blocks([table.slice(i * per, per)]) for i in range(n)]
-        bounds = np.linspace(0, table.num_rows, n + 1).astype(int)
-        return [from_blocks([table.slice(int(a), int(b - a))]) for a, b in zip(bounds[:-1], bounds[1:])]
-
-    def split_at_indices(self, indices: list[int]) -> list["Dataset"]:
-        if any(b < a for a, b in zip(indices, indices[1:])) or any(i < 0 for i in indices):
-            raise InvalidArgumentError(f"split_at_indices({indices!r}): indices must be >= 0 and sorted.")
-        table = self.to_arrow()
-        edges = [0, *[min(i, table.num_rows) for i in indices], table.num_rows]
-        return [from_blocks([table.slice(a, b - a)]) for a, b in zip(edges[:-1], edges[1:])]
-
-    def split_proportionately(self, proportions: list[float]) -> list["Dataset"]:
-        """``len(proportions) + 1`` parts in order: each given fraction of the rows, then the rest."""
-        if not proportions or any(not 0 < p < 1 for p in proportions) or sum(proportions) >= 1:
-            raise InvalidArgumentError(
-                f"split_proportionately({proportions!r}): pass fractions in (0, 1) that sum to less than 1 "
-                "(the last part takes the rest)."
-            )
-        n = self.count()
-        edges = np.cumsum([int(p * n) for p in proportions]).tolist()
-        return self.materialize().split_at_indices(edges)
-
-    def train_test_split(self, test_size: float | int, *, shuffle: bool = False, seed: int | None = None,
-                         stratify: str | None = None) -> tuple["Dataset", "Dataset"]:
-        """``(train, test)``: the last ``test_size`` (a fraction, or a row count) of the rows go to test.
-
-        ``stratify``: split each value of that column alike, so both parts keep its proportions.
-        """
-        ds = self.random_shuffle(seed=seed) if shuffle else self
-        if stratify is not None:
-            train_rows, test_rows = combine.stratified_split(ds.to_arrow(), test_size, stratify)
-            return from_blocks([train_rows]), from_blocks([test_rows])
-        n = ds.count()
-        share = combine.test_share(test_size, n)
-        cut = n - (test_size if isinstance(test_size, int) else int(np.ceil(n * share)))
-        train, test = ds.materialize().split_at_indices([cut])
-        return train, test
-
-    def streaming_split(self, n: int, *, equal: bool = True, locality_hints: Any = None) -> list[DataIterator]:
-        """``n`` iterators; iterator ``i`` streams rows ``i, i+n, ...`` of each pass (see ``DataIterator``)."""
-        _positive(n, "n", "streaming_split")
-        if _ray_plan.on_ray_engine():
-            return _ray_plan.streaming_split(self, n, equal, locality_hints)
-        return [DataIterator(self, i, n, equal) for i in range(n)]
 
     def iterator(self) -> DataIterator:
         """The iterator behind ``iter_*``; each pass over it is one epoch."""

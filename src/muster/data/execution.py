@@ -365,6 +365,10 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
         upstream = _timed(op.name, lambda: op.fn(list(_stream(child, epoch, stats)), epoch), stats)
     elif isinstance(op, Limit):
         upstream = _limit(_stream(node.inputs[0], epoch, stats), op.n)
+    elif isinstance(op, Union) and op.weights is not None:
+        from muster.data.mix import mix_blocks
+
+        upstream = mix_blocks([_stream(child, epoch, stats) for child in node.inputs], op.weights, op.stop_on_shortest)
     elif isinstance(op, Union):
         upstream = (b for child in node.inputs for b in _stream(child, epoch, stats))
     else:  # pragma: no cover - every operator is handled above

@@ -102,6 +102,25 @@ class GroupedData:
                                **{k: v for k, v in given.items() if v not in (None, (), {})})
         return self._ds._then(AllToAll("MapGroups", alltoall.map_groups(self._keys, call, fmt, named=fn), ray=ray))
 
+    def with_column(self, column_name: str, expr: Any, **ray_remote_args: Any) -> "Dataset":
+        """Every row, each group in turn (as ``map_groups`` orders them), with column ``column_name`` added
+        (or replaced) by ``expr``, an expression of ``muster.data.expressions`` (``col("v") * 2``) evaluated
+        over the group's rows, as Ray's. Ray's ``ray_remote_args`` change nothing here."""
+        from muster.data import plan
+
+        if not isinstance(column_name, str) or not column_name:
+            raise InvalidArgumentError(f"groupby(...).with_column(column_name={column_name!r}): pass a non-empty "
+                                       "column name.")
+        where = f"groupby(...).with_column({column_name!r}, {expr!r})"
+        project = plan.with_columns_op([{column_name: expr}], where).fn
+
+        def with_column(group: Any) -> Any:
+            return project(group)[0]
+
+        why = ("groupby(...).with_column with muster's (pyarrow) expressions has no ray.data equivalent: use "
+               "map_groups(fn) for a script that also runs on the Ray engine")
+        return self._ds._then(AllToAll("MapGroups", alltoall.map_groups(self._keys, with_column, "pyarrow"), ray=why))
+
 
 def _template(cls: type, options: dict[str, Any]) -> Any:
     """An aggregation that ``alltoall.aggregate(every_column=True)`` copies for each column."""

@@ -103,7 +103,11 @@ class Limit:
 
 @dataclass(frozen=True)
 class Union:
+    """The inputs' blocks one after another; with ``weights``, interleaved by ``mix.mix_blocks`` (``Dataset.mix``)."""
+
     name: str
+    weights: tuple[float, ...] | None = None
+    stop_on_shortest: bool = False
 
 
 Operator = Read | Transform | AllToAll | Limit | Union
