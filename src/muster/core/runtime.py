@@ -30,8 +30,8 @@ Contract, for implementers:
   runs on them is killed). An engine that reserves nothing keeps the defaults:
   groups are placed at once and ``bundle`` is a label.
 * User metrics (``muster.util.metrics``) that workers record reach ``user_metrics`` (a
-  :class:`~muster.core.user_metrics.MetricsTable`) where the engine collects them (the local engine
-  does: a task's before its result, an actor's every few seconds and when it exits on purpose).
+  :class:`~muster.core.user_metrics.MetricsTable`) where the engine collects them (the local and Ray
+  engines do: a task's before its result, an actor's every few seconds and when it exits on purpose).
 * All methods are thread-safe.
 """
 
