@@ -29,6 +29,7 @@ def exit_actor() -> NoReturn:
         raise InvalidTypeError("exit_actor() ends the actor it is called in; here no actor runs (end one from "
                                "outside with muster.kill(handle)).")
     core_context.send_event(events.ExitActor(int(info.actor_id)))  # waits: the owner knows before the death
+    core_context.flush()  # its user metrics, while the channel still works (a Ray worker's atexit disconnects it)
     atexit._run_exitfuncs()
     core_context.exit_process(0)
 

@@ -13,8 +13,14 @@ import time
 import pytest
 
 import muster
-from muster.exceptions import ActorDiedError, TaskPlacementGroupRemoved
-from muster.util import get_current_placement_group, placement_group, placement_group_table, remove_placement_group
+from muster.exceptions import ActorDiedError, InvalidArgumentError, TaskPlacementGroupRemoved
+from muster.util import (
+    get_current_placement_group,
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
 from muster.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 TIMEOUT = 60
@@ -81,6 +87,61 @@ def test_each_bundle_runs_its_task_where_the_strategy_put_it(engine):
             assert [r["state"] for r in rows if r["strategy"] == "STRICT_SPREAD"] == ["CREATED"]
     finally:
         remove_placement_group(pg)
+
+
+def test_a_named_group_is_found_by_name_and_its_row_says_where_each_bundle_is(engine):
+    """Its row's ``bundles_to_node_id`` is the node each bundle's task ran on. On Ray (before: Ray's group
+    had no name or lifetime, and the row said "" for every bundle) Ray's group has the name and lifetime,
+    and a detached group stays on the cluster when the engine's groups are cleared at shutdown."""
+    nodes = len([n for n in muster.nodes() if n.get("Alive")])
+    pg = placement_group([{"CPU": 1}] * nodes, strategy="STRICT_SPREAD", name="named-pg", lifetime="detached")
+    try:
+        assert pg.wait(TIMEOUT) and get_placement_group("named-pg") == pg
+        got = muster.get([where_and_group.options(scheduling_strategy=_in(pg, i)).remote() for i in range(nodes)],
+                         timeout=TIMEOUT)
+        row = placement_group_table(pg)
+        assert row["name"] == "named-pg" and row["state"] == "CREATED"
+        assert [row["bundles_to_node_id"][i] for i in range(nodes)] == [node for node, _ in got]
+        if engine == "ray":
+            import ray
+
+            theirs = ray.util.get_placement_group("named-pg")  # Ray finds it by the name muster gave
+            assert ray.util.placement_group_table(theirs)["bundles_to_node_id"] == row["bundles_to_node_id"]
+            assert _ray_detached(theirs)
+            _detached_group_outlives_clear()
+    finally:
+        remove_placement_group(pg)
+    assert placement_group_table(pg)["state"] == "REMOVED"
+    with pytest.raises(InvalidArgumentError, match="named-pg"):
+        get_placement_group("named-pg")
+
+
+def _ray_detached(group) -> bool:
+    """Whether Ray's GCS holds ``group`` as detached (Ray's table does not show it)."""
+    import ray
+    from ray._private.state import state
+    from ray.core.generated import gcs_pb2
+
+    info = state._connect_and_get_accessor().get_placement_group_info(ray.PlacementGroupID(group.id.binary()))
+    return gcs_pb2.PlacementGroupTableData.FromString(info).is_detached
+
+
+def _detached_group_outlives_clear() -> None:
+    """The engine's shutdown clears its groups: Ray's detached one stays, the others go."""
+    import ray
+
+    from muster.core.ray.groups import RayGroups
+
+    groups = RayGroups()
+    groups.reserve("kept", [{"CPU": 0.01}], "PACK", name="kept-pg", lifetime="detached")
+    groups.reserve("gone", [{"CPU": 0.01}], "PACK", name="gone-pg")
+    kept, gone = ray.util.get_placement_group("kept-pg"), ray.util.get_placement_group("gone-pg")
+    groups.clear()
+    try:
+        assert ray.util.placement_group_table(gone)["state"] == "REMOVED"
+        assert ray.util.placement_group_table(kept)["state"] != "REMOVED"
+    finally:
+        ray.util.remove_placement_group(kept)
 
 
 def test_a_full_bundle_makes_work_wait_and_removal_ends_what_uses_it(engine):

@@ -30,8 +30,8 @@ Contract, for implementers:
   runs on them is killed). An engine that reserves nothing keeps the defaults:
   groups are placed at once and ``bundle`` is a label.
 * User metrics (``muster.util.metrics``) that workers record reach ``user_metrics`` (a
-  :class:`~muster.core.user_metrics.MetricsTable`) where the engine collects them (the local engine
-  does: a task's before its result, an actor's every few seconds and when it exits on purpose).
+  :class:`~muster.core.user_metrics.MetricsTable`) where the engine collects them (the local and Ray
+  engines do: a task's before its result, an actor's every few seconds and when it exits on purpose).
 * All methods are thread-safe.
 """
 
@@ -272,10 +272,12 @@ class Runtime(abc.ABC):
         """Each live node's total resources (an engine on one machine: that machine's)."""
         return [self.resources()]
 
-    def reserve(self, group: str, bundles: list[Resources], strategy: str = "PACK") -> Future:
+    def reserve(self, group: str, bundles: list[Resources], strategy: str = "PACK", name: str = "",
+                lifetime: str | None = None) -> Future:
         """Hold ``bundles`` for placement group ``group`` once they fit together (across nodes as
         ``strategy`` says). The future is done when they are held; its exception is the removal,
-        when ``unreserve`` came first.
+        when ``unreserve`` came first. ``name`` and ``lifetime`` are the user's (Ray's meaning), for
+        an engine whose groups are another system's.
 
         Raises:
             ResourcesUnavailableError: the bundles can never fit together, however idle the engine.
@@ -286,6 +288,11 @@ class Runtime(abc.ABC):
 
     def unreserve(self, group: str) -> None:  # noqa: B027 - a no-op where nothing is reserved
         """Give ``group``'s bundles back: work still waiting for them fails, work running on them is killed."""
+
+    def group_table_row(self, group: str) -> dict[str, Any] | None:
+        """The ``placement_group_table`` row the engine's own system keeps for ``group`` (Ray's on a Ray
+        cluster); None where muster's row is the truth (the embedded engine)."""
+        return None
 
     def capacity(self, request: Resources) -> int:
         """How many more actors holding ``request`` would fit in what is free now."""

@@ -4,8 +4,8 @@ A metric records into its process's registry (:data:`REGISTRY`); the values are 
 (a counter's total, a gauge's last value, a histogram's bucket counts, sum and count), so a
 reader that misses a snapshot loses nothing. Inside a Serve replica the controller reads the
 registry with each round of the replica's ``stats()`` and exports the series (see
-docs/serve.md "Custom metrics"). In other tasks and actors of the local engine, and in the
-driver, the series a process changed go to the driver's ``Runtime.user_metrics`` every
+docs/serve.md "Custom metrics"). In other tasks and actors (of the local engine or a Ray
+cluster), and in the driver, the series a process changed go to the driver's ``Runtime.user_metrics`` every
 ``MUSTER_METRICS_REPORT_INTERVAL_MS`` (and a task's when it ends, an actor's when it exits on
 purpose), never one message per record; the driver merges them across processes
 (:mod:`muster.core.user_metrics`) and the run store and the dashboard's ``/metrics`` show them.

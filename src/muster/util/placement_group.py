@@ -140,7 +140,15 @@ class PlacementGroup:
 
     def _row(self) -> dict[str, Any]:
         """Ray's ``placement_group_table`` entry: id, name, bundles, the node of each bundle ("" until
-        placed), strategy, state and Ray's scheduling ``stats`` (latencies in ms)."""
+        placed), strategy, state and Ray's scheduling ``stats`` (latencies in ms). On a Ray cluster the
+        nodes, state and stats are Ray's own."""
+        row = self._own_row()
+        theirs = self._engine.group_table_row(self.id) if self._engine is not None and not self.removed else None
+        if theirs:
+            row.update({k: theirs[k] for k in ("bundles_to_node_id", "state", "stats") if k in theirs})
+        return row
+
+    def _own_row(self) -> dict[str, Any]:
         if self.removed:
             state = scheduling = "REMOVED"
         elif self._error is not None:
@@ -169,7 +177,9 @@ def placement_group(
     them once they fit together (``ready()`` / ``wait()`` tell when).
 
     ``lifetime="detached"`` (Ray: the group outlives the job that made it) changes nothing on the embedded
-    engine, where every group lives until it is removed or the engine shuts down with its driver.
+    engine, where every group lives until it is removed or the engine shuts down with its driver. On a Ray
+    cluster engine ``name`` and ``lifetime`` are given to Ray's group: a detached one stays on the cluster
+    after the engine shuts down, and Ray finds it by name (``ray.util.get_placement_group``).
 
     Raises:
         ValueError: an empty or malformed bundle, an unknown strategy, or a ``lifetime`` other than
@@ -202,7 +212,7 @@ def placement_group(
         pg._node = node_id()
     if error is None:
         try:
-            placed = runtime.reserve(pg.id, clean, strategy)
+            placed = runtime.reserve(pg.id, clean, strategy, name=name, lifetime=lifetime)
         except ResourcesUnavailableError as exc:  # the engine knows better (a GPU's shares cannot be split)
             pg._error = exc
             pg._placed.set_exception(exc)
@@ -260,7 +270,7 @@ def remove_placement_group(pg: PlacementGroup) -> None:
 def placement_group_table(placement_group: PlacementGroup | None = None) -> dict[str, Any]:
     """Ray's table of placement groups: one group's row, or every group this process made by id
     (``placement_group_id``, ``name``, ``bundles`` by index, ``bundles_to_node_id`` (the node id of each
-    bundle, "" until placed and on a Ray cluster), ``strategy``, ``state`` (PENDING, CREATED, REMOVED or
+    bundle, "" until placed; Ray's on a Ray cluster), ``strategy``, ``state`` (PENDING, CREATED, REMOVED or
     INFEASIBLE) and ``stats``: ``end_to_end_creation_latency_ms`` and ``scheduling_latency_ms`` (both the
     time from ``placement_group()`` until the bundles were held), ``scheduling_attempt``,
     ``highest_retry_delay_ms`` and ``scheduling_state`` (Ray's QUEUED... names: NO_RESOURCES while pending,

@@ -267,7 +267,8 @@ class LocalRuntime(Runtime):
         )
         return actor
 
-    def reserve(self, group: str, bundles: list[dict[str, float]], strategy: str = "PACK") -> Future:
+    def reserve(self, group: str, bundles: list[dict[str, float]], strategy: str = "PACK", name: str = "",
+                lifetime: str | None = None) -> Future:
         return self.reservations.reserve(group, bundles)  # one node meets every strategy it was checked for
 
     def unreserve(self, group: str) -> None:

@@ -282,9 +282,13 @@ class RayRuntime(Runtime):
             raise
         return actor
 
-    def reserve(self, group: str, bundles: list[dict[str, float]], strategy: str = "PACK") -> Future:
+    def reserve(self, group: str, bundles: list[dict[str, float]], strategy: str = "PACK", name: str = "",
+                lifetime: str | None = None) -> Future:
         """A Ray placement group of ``bundles``: the cluster holds them once Ray places it."""
-        return self._groups.reserve(group, bundles, strategy)
+        return self._groups.reserve(group, bundles, strategy, name, lifetime)
+
+    def group_table_row(self, group: str) -> dict[str, Any] | None:
+        return self._groups.table_row(group)
 
     def unreserve(self, group: str) -> None:
         """Remove the group's Ray placement group: Ray ends what runs in it, and fails what waits for it."""

@@ -4,7 +4,9 @@
 makes a Ray placement group of the same bundles and strategy, so the cluster holds
 them (``available_resources()`` drops) and Ray decides when they are placed. Work
 scheduled into a bundle runs with Ray's ``PlacementGroupSchedulingStrategy`` on that
-bundle; removing the group removes Ray's, which ends what runs in it.
+bundle; removing the group removes Ray's, which ends what runs in it. The group's ``name``
+and ``lifetime`` are Ray's (a detached group stays on the cluster when the engine shuts
+down), and its ``placement_group_table`` row takes Ray's node of each bundle and state.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from muster.core.runtime import BundleRef, removed_error
@@ -25,14 +27,19 @@ class RayGroups:
 
     def __init__(self) -> None:
         self._groups: dict[str, tuple[Any, Future]] = {}  # id -> (Ray's group, placed)
+        self._detached: set[str] = set()  # groups made with lifetime="detached": they outlive this driver
         self._lock = threading.Lock()
 
-    def reserve(self, group: str, bundles: list[dict[str, float]], strategy: str) -> Future:
-        """Make Ray's group; the future is done once Ray placed it (its exception: removed first)."""
-        ray_group = placement_group([dict(b) for b in bundles], strategy=strategy)
+    def reserve(self, group: str, bundles: list[dict[str, float]], strategy: str, name: str = "",
+                lifetime: str | None = None) -> Future:
+        """Make Ray's group (named ``name``, Ray's ``lifetime``); the future is done once Ray placed it
+        (its exception: removed first)."""
+        ray_group = placement_group([dict(b) for b in bundles], strategy=strategy, name=name, lifetime=lifetime)
         placed: Future = Future()
         with self._lock:
             self._groups[group] = (ray_group, placed)
+            if lifetime == "detached":
+                self._detached.add(group)
 
         def settle(ready: Future) -> None:
             try:
@@ -60,10 +67,22 @@ class RayGroups:
         with self._lock:
             return group in self._groups
 
+    def table_row(self, group: str) -> dict[str, Any] | None:
+        """Ray's ``placement_group_table`` row of ``group``'s Ray group (None: not here, or Ray has none)."""
+        with self._lock:
+            entry = self._groups.get(group)
+        if entry is None:
+            return None
+        try:
+            return placement_group_table(entry[0]) or None
+        except Exception:  # noqa: BLE001 - the cluster is gone
+            return None
+
     def remove(self, group: str) -> None:
         """Remove Ray's group (Ray ends the actors and tasks in it); a wait for its placement fails."""
         with self._lock:
             entry = self._groups.pop(group, None)
+            self._detached.discard(group)
         if entry is None:
             return
         ray_group, placed = entry
@@ -78,8 +97,12 @@ class RayGroups:
             pass
 
     def clear(self) -> None:
+        """Remove every group but the detached ones, which Ray keeps after this driver is gone."""
         with self._lock:
-            groups = list(self._groups)
+            groups = [g for g in self._groups if g not in self._detached]
+            for group in self._detached:
+                self._groups.pop(group, None)
+            self._detached.clear()
         for group in groups:
             self.remove(group)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import ray
 
-from muster.core.ray.worker import LogLines, pack, unpack
+from muster.core.ray.worker import LogLines, UserMetrics, metrics_process, pack, unpack
 from muster.core.runtime import KILLED_BY_MUSTER, DeathHandler, EventHandler, RuntimeActor, unserved
 from muster.exceptions import ActorDiedError, MusterError
 
@@ -71,6 +71,9 @@ class RaySender(RuntimeActor):
             payload = unpack(data)
             if isinstance(payload, LogLines):  # the worker's output: for the log sinks only
                 self._runtime.emit_logs(self.label, self.pid, list(payload.lines))
+                return
+            if isinstance(payload, UserMetrics):  # for the driver's table only
+                self._runtime.user_metrics.update(payload.process, *payload.batch)
                 return
             value = self._on_event(self, payload) if self._on_event else unserved(self.label, payload)
         except BaseException as exc:  # noqa: BLE001 - the worker gets the error
@@ -179,6 +182,8 @@ class RayActor(RaySender):
             if not fut.done():
                 fut.set_exception(err)
         self._runtime.forget(self)
+        if self.pid is not None:  # its counters and histograms stay counted; its gauges go
+            self._runtime.user_metrics.process_ended(metrics_process(self.node_id, self.pid))
         if not self._expected_exit and self._on_death is not None:
             self._on_death(self, err)
 

@@ -16,6 +16,10 @@ for the runtime's log sinks each process also tees what Python writes to
 sent every ``_LOG_FLUSH_S`` and at the end of every call, so the lines a
 call printed reach the driver before its result.  Output written below
 Python (C libraries writing to fd 1 directly) reaches only Ray's console.
+
+User metrics (``muster.util.metrics``) travel the same channel as ``UserMetrics``
+events: a task's go just before its result (so the driver has them first), an
+actor's every ``MUSTER_METRICS_REPORT_INTERVAL_MS``.
 """
 
 from __future__ import annotations
@@ -57,6 +61,16 @@ class _HubChannel:
         self._ids = itertools.count()
         self._lock = threading.Lock()  # one event in flight per process: order is send order
         self.sent = 0
+        self.process = metrics_process(ray.get_runtime_context().get_node_id(), os.getpid())
+
+    def send_metrics(self, batch: context.MetricsBatch) -> None:
+        """Ship the user metrics this process changed (``muster.util.metrics``) to the driver's table."""
+        if not ray.is_initialized():  # Ray's atexit disconnected it: a call now would connect anew (and crash)
+            return
+        try:
+            self.send_event(UserMetrics(self.process, batch), False, None)
+        except Exception as exc:  # noqa: BLE001 - metrics never fail the task or call
+            print(f"muster: sending user metrics to the driver failed: {exc!r}", file=sys.stderr)
 
     def send_event(self, payload: Any, wait: bool, timeout: float | None) -> Any:
         data = pack(payload)
@@ -76,6 +90,20 @@ class _HubChannel:
         if not ok:
             raise value
         return value
+
+
+def metrics_process(node_id: str, pid: int | None) -> str:
+    """The key of a Ray worker process in the driver's user-metrics table (its series merge per key)."""
+    return f"{node_id}:{pid}"
+
+
+@dataclasses.dataclass(frozen=True)
+class UserMetrics:
+    """User metrics a Ray worker process changed (cumulative series, numbered), on their way to the
+    driver's ``Runtime.user_metrics`` (never to ``on_event``)."""
+
+    process: str  # metrics_process() of the sender
+    batch: context.MetricsBatch
 
 
 _LOG_FLUSH_S = 0.2
@@ -289,6 +317,7 @@ def run_task(
     except BaseException as exc:  # noqa: BLE001
         out = (False, capture_error(exc, label, os.getpid(), host))
     finally:
+        context.flush()  # the user metrics it changed: counted in channel.sent, as the lines below
         logs.flush(tails=True)  # counted in channel.sent: the driver routes them before the result
         logs.detach()
         context.install_channel(None)
