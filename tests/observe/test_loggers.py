@@ -86,6 +86,31 @@ def test_tensorboard_all_ranks(storage, tmp_path):
     assert [e.value for e in acc.Scalars("rank1/loss")][-1] == 1.0 and "rank0/loss" in acc.Tags()["scalars"]
 
 
+def _stepped_trial(config):
+    from muster import tune
+
+    for i in range(2):
+        tune.report({"score": config["x"] * i, "extra": {"i": i}, "timesteps_total": 100 * (i + 1),
+                     "nan": float("nan")})
+
+
+def test_tensorboard_names_a_trials_scalars_as_rays_tune_logger(storage):
+    # Ray 2.60's TBXLoggerCallback: ray/tune/<key>, without config/pid/timestamp/time_total_s/training_iteration
+    # or NaN, at step timesteps_total (else training_iteration)
+    pytest.importorskip("tensorboardX")
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    from muster import tune
+
+    grid = tune.Tuner(_stepped_trial, param_space={"x": 3, "opt": {"lr": 0.5}},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[TBXLoggerCallback()])).fit()
+    acc = event_accumulator.EventAccumulator(os.path.join(grid[0].path, "tensorboard"))
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == {f"ray/tune/{k}" for k in (
+        "score", "extra/i", "timesteps_total", "done", "time_this_iter_s", "time_since_restore",
+        "iterations_since_restore")}
+    assert [(e.step, e.value) for e in acc.Scalars("ray/tune/score")] == [(100, 0.0), (200, 3.0)]
+
+
 def test_mlflow_run_with_metrics_and_params(storage, tmp_path):
     tracking = pytest.importorskip("mlflow.tracking")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import math
 import os
 import queue
 import threading
@@ -51,8 +52,10 @@ def _local_dir(run_path: str, logdir: str | None, what: str) -> str:
     return folder
 
 
-#: what Tune adds to a trial's results that is no metric to chart (as Ray's TensorBoard logger leaves them out)
+#: what a training run's row may hold (from a trainer in a Tuner) that is no metric to chart
 _NOT_CHARTED = frozenset({"pid", "config"})
+#: what Ray's TensorBoard logger leaves out of a Tune trial's result
+_NOT_TUNE_SCALAR = frozenset({"config", "pid", "timestamp", "time_total_s", "training_iteration"})
 #: row keys that are no part of the result a Tune callback gets (the controller's own bookkeeping)
 _NOT_RESULT = BOOKKEEPING - {"training_iteration", "timestamp", "checkpoint_dir_name"}
 
@@ -198,7 +201,10 @@ class JsonLoggerCallback(_LoggerCallback):
 
 class TBXLoggerCallback(_LoggerCallback):
     """Numeric metrics as TensorBoard scalars (``pip install "muster[tensorboard]"``), step =
-    ``training_iteration``, in ``<run folder>/tensorboard/``."""
+    ``training_iteration``, in ``<run folder>/tensorboard/``. A Tune trial's are named as Ray's:
+    ``ray/tune/<key>`` (nested dicts as ``a/b``), without ``config``, ``pid``, ``timestamp``,
+    ``time_total_s``, ``training_iteration`` or NaN values, at step ``timesteps_total`` or else
+    ``training_iteration``."""
 
     def __init__(self, logdir: str | None = None, all_ranks: bool = False):
         super().__init__(logdir)
@@ -214,6 +220,12 @@ class TBXLoggerCallback(_LoggerCallback):
         self._writer: Any = SummaryWriter(logdir=self.path, flush_secs=5)
 
     def _write(self, row: dict[str, Any]) -> None:
+        if "trial_id" in row:  # a Tune trial's result, charted as Ray's Tune logger does
+            step = int(row.get("timesteps_total") or row.get("training_iteration", 0))
+            for key, value in _numbers(row, _NOT_TUNE_SCALAR).items():
+                if not math.isnan(value):
+                    self._writer.add_scalar("ray/tune/" + key, value, global_step=step)
+            return
         rank = int(row.get("_rank", 0))
         if rank != 0 and not self.all_ranks:
             return
