@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 
 import pytest
 
@@ -109,6 +110,33 @@ def test_tensorboard_names_a_trials_scalars_as_rays_tune_logger(storage):
         "score", "extra/i", "timesteps_total", "done", "time_this_iter_s", "time_since_restore",
         "iterations_since_restore")}
     assert [(e.step, e.value) for e in acc.Scalars("ray/tune/score")] == [(100, 0.0), (200, 3.0)]
+
+
+def _timed_trial(config):
+    from muster import tune
+
+    tune.report({"score": 1})
+    tune.report({"score": 2, "timestamp": 123})
+
+
+def _tuned_rows(storage, name):
+    """The trial's Result, its progress.json lines and progress.csv rows."""
+    from muster import tune
+
+    grid = tune.Tuner(_timed_trial, param_space={"x": tune.grid_search([1])}, run_config=tune.RunConfig(
+        storage_path=storage, name=name, verbose=0, callbacks=[CSVLoggerCallback(), JsonLoggerCallback()])).fit()
+    with open(os.path.join(grid[0].path, "progress.json")) as f:
+        lines = [json.loads(line) for line in f]
+    with open(os.path.join(grid[0].path, "progress.csv")) as f:
+        return grid[0], lines, list(csv.DictReader(f))
+
+
+def test_a_trials_timestamp_is_whole_seconds_as_rays(storage):
+    # Ray's Trainable stamps a result with int seconds, unless the function reported its own timestamp
+    before = int(time.time())
+    _, lines, rows = _tuned_rows(storage, "stamped")
+    assert type(lines[0]["timestamp"]) is int and before <= lines[0]["timestamp"] <= time.time()
+    assert rows[0]["timestamp"] == str(lines[0]["timestamp"]) and lines[1]["timestamp"] == 123
 
 
 def test_mlflow_run_with_metrics_and_params(storage, tmp_path):

@@ -62,20 +62,24 @@ _NOT_RESULT = BOOKKEEPING - {"training_iteration", "timestamp", "checkpoint_dir_
 
 def _logged(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` as the loggers write it. A Tune trial's is its result as Ray's loggers get it: without the
-    controller's keys (its ``training_iteration`` is already the one Ray shows), with ``done``. A training
-    run's keeps ``_rank`` and ``_attempt`` and shows the values its function reported under the
+    controller's keys (its ``training_iteration`` is already the one Ray shows), with ``done``, its
+    ``timestamp`` in whole seconds unless the function reported one (Ray's Trainable's). A
+    training run's keeps ``_rank`` and ``_attempt`` and shows the values its function reported under the
     controller's own keys (``training_iteration``...), as its ``Result`` does."""
+    own = row.get(OWN_RUN_KEYS) or {}
     if "trial_id" in row:
         out = {k: v for k, v in row.items() if k not in _NOT_RESULT}
         out.setdefault("done", False)
+        if "timestamp" in out:
+            out["timestamp"] = own.get("timestamp") or int(out["timestamp"])
         return out
-    own = row.get(OWN_RUN_KEYS) or {}
     return {k: own.get(k, v) for k, v in row.items() if k not in ("_round", OWN_RUN_KEYS)}
 
 
 def _walltime(row: dict[str, Any]) -> float:
-    """The row's time for TensorBoard and MLflow: its ``timestamp`` where that is a number, else now."""
-    t = row.get("timestamp")
+    """The row's time for TensorBoard and MLflow: its ``timestamp`` where that is a number, else now (and
+    for a Tune trial's, whose ``timestamp`` is whole seconds: Ray's loggers pass none)."""
+    t = row.get("timestamp") if "trial_id" not in row else None
     return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else time.time()
 
 
