@@ -139,6 +139,13 @@ def test_a_trials_timestamp_is_whole_seconds_as_rays(storage):
     assert rows[0]["timestamp"] == str(lines[0]["timestamp"]) and lines[1]["timestamp"] == 123
 
 
+def test_a_trials_logged_results_have_no_experiment_tag_as_rays(storage):
+    # Ray's trial adds experiment_tag to its last result after the callbacks logged it: only the Result has it
+    result, lines, rows = _tuned_rows(storage, "tagged")
+    assert result.metrics["experiment_tag"] == "0_x=1"
+    assert all("experiment_tag" not in line for line in lines) and "experiment_tag" not in rows[0]
+
+
 def test_mlflow_run_with_metrics_and_params(storage, tmp_path):
     tracking = pytest.importorskip("mlflow.tracking")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -63,12 +63,13 @@ _NOT_RESULT = BOOKKEEPING - {"training_iteration", "timestamp", "checkpoint_dir_
 def _logged(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` as the loggers write it. A Tune trial's is its result as Ray's loggers get it: without the
     controller's keys (its ``training_iteration`` is already the one Ray shows), with ``done``, its
-    ``timestamp`` in whole seconds unless the function reported one (Ray's Trainable's). A
+    ``timestamp`` in whole seconds unless the function reported one (Ray's Trainable's), and no
+    ``experiment_tag`` (Ray's trial adds that to its last result after the callbacks had the result). A
     training run's keeps ``_rank`` and ``_attempt`` and shows the values its function reported under the
     controller's own keys (``training_iteration``...), as its ``Result`` does."""
     own = row.get(OWN_RUN_KEYS) or {}
     if "trial_id" in row:
-        out = {k: v for k, v in row.items() if k not in _NOT_RESULT}
+        out = {k: v for k, v in row.items() if k not in _NOT_RESULT and k != "experiment_tag"}
         out.setdefault("done", False)
         if "timestamp" in out:
             out["timestamp"] = own.get("timestamp") or int(out["timestamp"])
