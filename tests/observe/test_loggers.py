@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 
 import pytest
 
@@ -84,6 +85,65 @@ def test_tensorboard_all_ranks(storage, tmp_path):
     acc = event_accumulator.EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
     assert [e.value for e in acc.Scalars("rank1/loss")][-1] == 1.0 and "rank0/loss" in acc.Tags()["scalars"]
+
+
+def _stepped_trial(config):
+    from muster import tune
+
+    for i in range(2):
+        tune.report({"score": config["x"] * i, "extra": {"i": i}, "timesteps_total": 100 * (i + 1),
+                     "nan": float("nan")})
+
+
+def test_tensorboard_names_a_trials_scalars_as_rays_tune_logger(storage):
+    # Ray 2.60's TBXLoggerCallback: ray/tune/<key>, without config/pid/timestamp/time_total_s/training_iteration
+    # or NaN, at step timesteps_total (else training_iteration)
+    pytest.importorskip("tensorboardX")
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    from muster import tune
+
+    grid = tune.Tuner(_stepped_trial, param_space={"x": 3, "opt": {"lr": 0.5}},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[TBXLoggerCallback()])).fit()
+    acc = event_accumulator.EventAccumulator(os.path.join(grid[0].path, "tensorboard"))
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == {f"ray/tune/{k}" for k in (
+        "score", "extra/i", "timesteps_total", "done", "time_this_iter_s", "time_since_restore",
+        "iterations_since_restore")}
+    assert [(e.step, e.value) for e in acc.Scalars("ray/tune/score")] == [(100, 0.0), (200, 3.0)]
+
+
+def _timed_trial(config):
+    from muster import tune
+
+    tune.report({"score": 1})
+    tune.report({"score": 2, "timestamp": 123})
+
+
+def _tuned_rows(storage, name):
+    """The trial's Result, its progress.json lines and progress.csv rows."""
+    from muster import tune
+
+    grid = tune.Tuner(_timed_trial, param_space={"x": tune.grid_search([1])}, run_config=tune.RunConfig(
+        storage_path=storage, name=name, verbose=0, callbacks=[CSVLoggerCallback(), JsonLoggerCallback()])).fit()
+    with open(os.path.join(grid[0].path, "progress.json")) as f:
+        lines = [json.loads(line) for line in f]
+    with open(os.path.join(grid[0].path, "progress.csv")) as f:
+        return grid[0], lines, list(csv.DictReader(f))
+
+
+def test_a_trials_timestamp_is_whole_seconds_as_rays(storage):
+    # Ray's Trainable stamps a result with int seconds, unless the function reported its own timestamp
+    before = int(time.time())
+    _, lines, rows = _tuned_rows(storage, "stamped")
+    assert type(lines[0]["timestamp"]) is int and before <= lines[0]["timestamp"] <= time.time()
+    assert rows[0]["timestamp"] == str(lines[0]["timestamp"]) and lines[1]["timestamp"] == 123
+
+
+def test_a_trials_logged_results_have_no_experiment_tag_as_rays(storage):
+    # Ray's trial adds experiment_tag to its last result after the callbacks logged it: only the Result has it
+    result, lines, rows = _tuned_rows(storage, "tagged")
+    assert result.metrics["experiment_tag"] == "0_x=1"
+    assert all("experiment_tag" not in line for line in lines) and "experiment_tag" not in rows[0]
 
 
 def test_mlflow_run_with_metrics_and_params(storage, tmp_path):

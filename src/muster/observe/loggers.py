@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import math
 import os
 import queue
 import threading
@@ -51,28 +52,35 @@ def _local_dir(run_path: str, logdir: str | None, what: str) -> str:
     return folder
 
 
-#: what Tune adds to a trial's results that is no metric to chart (as Ray's TensorBoard logger leaves them out)
+#: what a training run's row may hold (from a trainer in a Tuner) that is no metric to chart
 _NOT_CHARTED = frozenset({"pid", "config"})
+#: what Ray's TensorBoard logger leaves out of a Tune trial's result
+_NOT_TUNE_SCALAR = frozenset({"config", "pid", "timestamp", "time_total_s", "training_iteration"})
 #: row keys that are no part of the result a Tune callback gets (the controller's own bookkeeping)
 _NOT_RESULT = BOOKKEEPING - {"training_iteration", "timestamp", "checkpoint_dir_name"}
 
 
 def _logged(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` as the loggers write it. A Tune trial's is its result as Ray's loggers get it: without the
-    controller's keys (its ``training_iteration`` is already the one Ray shows), with ``done``. A training
-    run's keeps ``_rank`` and ``_attempt`` and shows the values its function reported under the
+    controller's keys (its ``training_iteration`` is already the one Ray shows), with ``done``, its
+    ``timestamp`` in whole seconds unless the function reported one (Ray's Trainable's), and no
+    ``experiment_tag`` (Ray's trial adds that to its last result after the callbacks had the result). A
+    training run's keeps ``_rank`` and ``_attempt`` and shows the values its function reported under the
     controller's own keys (``training_iteration``...), as its ``Result`` does."""
-    if "trial_id" in row:
-        out = {k: v for k, v in row.items() if k not in _NOT_RESULT}
-        out.setdefault("done", False)
-        return out
     own = row.get(OWN_RUN_KEYS) or {}
+    if "trial_id" in row:
+        out = {k: v for k, v in row.items() if k not in _NOT_RESULT and k != "experiment_tag"}
+        out.setdefault("done", False)
+        if "timestamp" in out:
+            out["timestamp"] = own.get("timestamp") or int(out["timestamp"])
+        return out
     return {k: own.get(k, v) for k, v in row.items() if k not in ("_round", OWN_RUN_KEYS)}
 
 
 def _walltime(row: dict[str, Any]) -> float:
-    """The row's time for TensorBoard and MLflow: its ``timestamp`` where that is a number, else now."""
-    t = row.get("timestamp")
+    """The row's time for TensorBoard and MLflow: its ``timestamp`` where that is a number, else now (and
+    for a Tune trial's, whose ``timestamp`` is whole seconds: Ray's loggers pass none)."""
+    t = row.get("timestamp") if "trial_id" not in row else None
     return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else time.time()
 
 
@@ -198,7 +206,10 @@ class JsonLoggerCallback(_LoggerCallback):
 
 class TBXLoggerCallback(_LoggerCallback):
     """Numeric metrics as TensorBoard scalars (``pip install "muster[tensorboard]"``), step =
-    ``training_iteration``, in ``<run folder>/tensorboard/``."""
+    ``training_iteration``, in ``<run folder>/tensorboard/``. A Tune trial's are named as Ray's:
+    ``ray/tune/<key>`` (nested dicts as ``a/b``), without ``config``, ``pid``, ``timestamp``,
+    ``time_total_s``, ``training_iteration`` or NaN values, at step ``timesteps_total`` or else
+    ``training_iteration``."""
 
     def __init__(self, logdir: str | None = None, all_ranks: bool = False):
         super().__init__(logdir)
@@ -214,6 +225,12 @@ class TBXLoggerCallback(_LoggerCallback):
         self._writer: Any = SummaryWriter(logdir=self.path, flush_secs=5)
 
     def _write(self, row: dict[str, Any]) -> None:
+        if "trial_id" in row:  # a Tune trial's result, charted as Ray's Tune logger does
+            step = int(row.get("timesteps_total") or row.get("training_iteration", 0))
+            for key, value in _numbers(row, _NOT_TUNE_SCALAR).items():
+                if not math.isnan(value):
+                    self._writer.add_scalar("ray/tune/" + key, value, global_step=step)
+            return
         rank = int(row.get("_rank", 0))
         if rank != 0 and not self.all_ranks:
             return
