@@ -1,4 +1,5 @@
-"""``Dataset.streaming_train_test_split`` and ``Dataset.mix``; the expected rows are Ray 2.60's on the same input."""
+"""``Dataset.split``, ``Dataset.streaming_train_test_split`` and ``Dataset.mix``; the expected rows are Ray 2.60's
+on the same input."""
 
 from __future__ import annotations
 
@@ -53,3 +54,24 @@ def test_mix_refuses_weights_that_do_not_fit():
         md.range(2).mix(md.range(2), weights=[1])
     with pytest.raises(InvalidArgumentError, match="stopping_condition"):
         md.range(2).mix(md.range(2), stopping_condition="never")
+
+
+# What Ray 2.60.0 gave for ray.data.range(rows).repartition(blocks).materialize().split(n) (run once by hand with
+# ray.init(num_cpus=1)); its blocks were the sizes muster's repartition makes: (10, 5) 2 each, (10, 3) 3, 3, 4,
+# (10, 7) 1, 1, 2, 1, 2, 1, 2, (20, 6) 3, 3, 4, 3, 3, 4.
+@pytest.mark.parametrize("rows, blocks, n, ray_sizes", [
+    (10, 5, 3, [4, 4, 2]), (10, 5, 2, [6, 4]), (12, 4, 3, [6, 3, 3]), (10, 3, 2, [6, 4]), (10, 7, 3, [4, 3, 3]),
+    (20, 6, 4, [6, 7, 3, 4]), (10, 5, 5, [2, 2, 2, 2, 2])])
+def test_split_hands_out_whole_consecutive_blocks_as_ray(rows, blocks, n, ray_sizes):
+    ds = md.range(rows).repartition(blocks).materialize()
+    parts = ds.split(n)
+    assert [p.count() for p in parts] == ray_sizes
+    assert [r["id"] for p in parts for r in p.take_all()] == list(range(rows))  # in order, each row once
+    assert sum(p.num_blocks() for p in parts) == blocks
+
+
+def test_split_with_fewer_blocks_than_parts_cuts_rows():
+    """Ray 2.60 gives range(10).repartition(2).split(3) parts of 5, 5 and 0 rows (whole blocks); muster
+    cuts rows instead when there are fewer blocks than parts, so no part is empty; equal=True cuts rows too."""
+    assert [p.count() for p in md.range(10).repartition(2).split(3)] == [3, 3, 4]
+    assert [p.count() for p in md.range(10).repartition(5).split(3, equal=True)] == [3, 3, 3]

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
+import pytest
+
 import muster.data as md
 from muster.data.block import BlockMetadata
 from muster.data.datasource import Datasource, ReadTask
+from muster.data.expressions import col, lit
 
 
 class Unreadable(Datasource):
@@ -239,3 +244,67 @@ def test_a_dataset_that_ran_a_whole_pass_keeps_its_rows_and_schema_as_ray_does()
     before, last_run = len(calls), ds._stats
     assert ds.count() == 5 and ds.columns() == ["id"]
     assert len(calls) == before and ds._stats is last_run  # answered without running the plan again
+
+
+# What Ray 2.60.0 printed (first line of repr) for ray.data.range(5).map_batches(lambda b: b).filter(expr=...) with
+# ray.data.expressions' col/lit, or the same string expression; run once by hand and copied here.
+_RAY_FILTER_NAMES = [
+    ((col("id") > 1), "Filter(col('id') > 1)"),
+    ((col("id") > 1) & (col("id") < 4), "Filter((col('id') > 1) & (col('id') < 4))"),
+    (col("a") + col("b") * lit(2) > 3, "Filter((col('a') + (col('b') * 2)) > 3)"),
+    (~(col("x") == 1), "Filter(~(col('x') == 1))"),
+    (col("x").is_null(), "Filter(col('x').is_null())"),
+    (col("x").is_valid(), "Filter(col('x').is_not_null())"),  # Ray's col("x").is_not_null()
+    (col("x").isin([1, 2]), "Filter(col('x') in [1, 2])"),  # Ray's col("x").is_in([1, 2])
+    (col("s") == "a", "Filter(col('s') == 'a')"),
+    ((col("a") > 1) | (col("b") < 2), "Filter((col('a') > 1) | (col('b') < 2))"),
+    (col("a") / 2 >= 1.5, "Filter((col('a') / 2) >= 1.5)"),
+    (col("a") - 1 != 0, "Filter((col('a') - 1) != 0)"),
+    (col("a") > True, "Filter(col('a') > True)"),
+    ((col("aaaaaaaaaa") > 1) & (col("bbbbbbbbbbbb") < 4) & (col("cccccccccccc") == "x" * 30),
+     "Filter(((col('aaaaaaaaaa') > 1) & (col('bbbbbbbbbbbb') < 4)) & (...)"),
+    ("id > 1 and id < 4", "Filter((col('id') > 1) & (col('id') < 4))"),
+    ("s == 'a'", "Filter(col('s') == 'a')"),
+    ("not (x == 1)", "Filter(~(col('x') == 1))"),
+    ("id >= 1.5", "Filter(col('id') >= 1.5)"),
+]
+
+
+@pytest.mark.parametrize("expr, ray_name", _RAY_FILTER_NAMES)
+def test_a_filter_expression_prints_as_ray_prints_it(expr, ray_name):
+    assert repr(md.range(5).map_batches(lambda b: b).filter(expr=expr)).splitlines()[0] == ray_name
+
+
+def test_a_filter_keeps_the_known_schema_as_ray():
+    """Ray 2.60 prints range(5).filter(...) (an expression or a function) as its table, rows unknown, and the
+    filter by name in the plan above it."""
+    table = "shape: (?, 1)\n╭───────╮\n│ id    │\n│ ---   │\n│ int64 │\n╰───────╯\n(Dataset isn't materialized)"
+    assert repr(md.range(5).filter(expr=col("id") > 1)) == table
+    assert repr(md.range(5).filter(lambda r: r["id"] > 1)) == table
+    assert repr(md.range(5).filter(expr=col("id") > 1).map_batches(lambda b: b)) == (
+        "MapBatches(<lambda>)\n+- Filter(col('id') > 1)\n   +- Dataset(num_rows=5, schema={id: int64})")
+
+
+def _per_group(g):
+    return g
+
+
+class PerGroup:
+    def __call__(self, g):
+        return g
+
+
+def test_map_groups_prints_rays_repartition_and_map_batches():
+    """As Ray 2.60 (default shuffle strategy) prints groupby(...).map_groups(fn): its operators, the map named
+    after fn (a partial's function; a class's name), groupby(...).with_column's map after Ray's helper."""
+    base = md.range(5).map_batches(lambda b: b)
+    under = "+- Repartition\n   +- MapBatches(<lambda>)\n      +- Dataset(num_rows=5, schema={id: int64})"
+    assert repr(base.groupby("id").map_groups(_per_group)) == f"MapBatches(_per_group)\n{under}"
+    assert repr(base.groupby(None).map_groups(functools.partial(_per_group))) == f"MapBatches(_per_group)\n{under}"
+    assert repr(base.groupby(["id"]).map_groups(PerGroup)) == f"MapBatches(PerGroup)\n{under}"
+    assert repr(base.groupby("id").with_column("z", col("id") + 1)) == f"MapBatches(_project_group)\n{under}"
+    assert repr(md.range(5).groupby("id").map_groups(_per_group)) == (
+        "MapBatches(_per_group)\n+- Repartition\n   +- Dataset(num_rows=5, schema={id: int64})")
+    rows = md.from_items([{"k": i % 2, "v": i} for i in range(6)]).groupby("k").map_groups(
+        lambda g: {"k": g["k"][:1], "s": [g["v"].sum()]}).take_all()
+    assert rows == [{"k": 0, "s": 6}, {"k": 1, "s": 9}]

@@ -75,7 +75,8 @@ def test_concurrency_becomes_rays_compute_strategy():
 
 def test_an_operator_without_a_ray_equivalent_names_itself_and_the_fix():
     op = md.range(5).filter(expr=pc.field("id") > 2)._node.op
-    with pytest.raises(InvalidArgumentError, match=r"Filter\(expr\) cannot run on the Ray engine.*pass a function"):
+    with pytest.raises(InvalidArgumentError,
+                       match=r"Filter\(col\('id'\) > 2\) cannot run on the Ray engine.*pass a function"):
         _ray_plan._steps(op)
 
 

@@ -451,15 +451,26 @@ def group_function(fn: Any, args: tuple, kwargs: dict[str, Any], ctor_args: tupl
     return call
 
 
-def map_groups(keys: list[str], fn: Callable[[Any], Any], batch_format: str, named: Any = None
-               ) -> Callable[[list[pa.Table], int], list[pa.Table]]:
+def group_blocks(keys: list[str]) -> Callable[[list[pa.Table], int], list[pa.Table]]:
+    """One block per group of ``keys`` (none: one block of every row), in ascending key order: what
+    ``map_groups`` maps, as Ray's shuffle by the keys before its ``map_batches`` co-locates each group."""
+    def run(blocks: list[pa.Table], _epoch: int) -> list[pa.Table]:
+        return [part for _key, part in _groups(blk.concat(blocks), keys)]
+
+    return run
+
+
+def map_each_block(fn: Callable[[Any], Any], batch_format: str, named: Any = None
+                   ) -> Callable[[list[pa.Table], int], list[pa.Table]]:
+    """``fn`` over each block (a group, from ``group_blocks``) as a ``batch_format`` batch, in turn in this
+    process: ``map_groups``' map."""
     from muster.data.plan import _guard, fn_name
 
     named = fn if named is None else named
 
     def run(blocks: list[pa.Table], _epoch: int) -> list[pa.Table]:
         out = []
-        for _key, part in _groups(blk.concat(blocks), keys):
+        for part in blocks:
             batch = blk.to_batch(part, batch_format)
             result = _guard("MapGroups", named, part, lambda: fn(batch))
             out.append(blk.from_batch(result, f"map_groups({fn_name(named)})"))

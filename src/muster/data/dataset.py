@@ -15,6 +15,7 @@ from muster.core import context as core_context
 from muster.data import _ray_plan, alltoall, combine, execution, mix, plan, strategies, writers
 from muster.data import block as blk
 from muster.data import expr as expr_parser
+from muster.data.expr_repr import ray_text
 from muster.data.datasource import RandomSeedConfig
 from muster.data.datasource import datasink as sinks
 from muster.data.grouped import GroupedData
@@ -109,7 +110,8 @@ class Dataset(writers.FileWrites, Splits):
                 raise InvalidArgumentError(f"{kind}({name}=...) applies only when fn is a callable class.")
         concurrency = strategies.concurrency_of(options.pop("compute", None), options.get("concurrency"), kind)
         ray = RayCall.of(kind, fn, fn_args=fn_args, fn_kwargs=fn_kwargs, **_given(options, concurrency=concurrency))
-        return self._then(Transform(f"{label}({plan.fn_name(fn)})", by_function(fn, fn_args, fn_kwargs or {}), ray))
+        return self._then(Transform(f"{label}({plan.fn_name(fn)})", by_function(fn, fn_args, fn_kwargs or {}), ray,
+                                    keeps_columns=kind == "filter"))
 
     def map_batches(self, fn: Any, *, batch_size: int | None | str = 1024, batch_format: str = "numpy",
                     fn_args: tuple = (), fn_kwargs: dict | None = None, fn_constructor_args: tuple = (),
@@ -165,7 +167,7 @@ class Dataset(writers.FileWrites, Splits):
             ray = RayCall.of(_rows, fn, fn_args=tuple(fn_args), fn_kwargs=fn_kwargs, **_given(
                 {"fn_constructor_args": tuple(fn_constructor_args), "fn_constructor_kwargs": fn_constructor_kwargs,
                  "num_cpus": num_cpus, "num_gpus": num_gpus, **_ray_options}, concurrency=concurrency))
-        return self._then(Transform(f"{label}({plan.fn_name(fn)})", op, ray))
+        return self._then(Transform(f"{label}({plan.fn_name(fn)})", op, ray, keeps_columns=_rows == "filter"))
 
     def flat_map(self, fn: Callable[[dict[str, Any]], list[dict[str, Any]]], *, fn_args: tuple = (),
                  fn_kwargs: dict | None = None, **options: Any) -> "Dataset":
@@ -179,12 +181,13 @@ class Dataset(writers.FileWrites, Splits):
         ``fn`` may be a callable class."""
         if isinstance(expr, str):
             text, parsed = expr, expr_parser.parse(expr)
-            return self._then(Transform(f"Filter({text})", lambda b: [b.filter(parsed)],
-                                        RayCall.of("filter", expr=text)))
+            return self._then(Transform(f"Filter({ray_text(parsed)})", lambda b: [b.filter(parsed)],
+                                        RayCall.of("filter", expr=text), keeps_columns=True))
         if expr is not None:
             why = ("filter(expr=<pyarrow expression>) has no ray.data equivalent (Ray takes its own expressions): "
                    "pass a function, filter(lambda row: ...), or push the filter into read_parquet(filter=...)")
-            return self._then(Transform("Filter(expr)", lambda b: [b.filter(expr)], why))
+            return self._then(Transform(f"Filter({ray_text(expr)})", lambda b: [b.filter(expr)], why,
+                                        keeps_columns=True))
         if fn is None:
             raise InvalidTypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
         return self._rows("filter", "Filter", plan.filter_rows, fn, fn_args, fn_kwargs, options)

@@ -2,7 +2,7 @@
 
 * a plan whose schema is known before reading (a bare ``range``, in-memory data, ``read_parquet``, a
   custom source's ``ReadTask(schema=)``, under operators that keep its columns: shuffle, sort,
-  repartition, ``limit``, a union of one schema): a table of its columns and types under
+  repartition, ``limit``, a filter, a union of one schema): a table of its columns and types under
   ``shape: (rows, columns)``, the rows ``?`` when unknown, and ``(Dataset isn't materialized)``;
 * otherwise the plan's operators, last first, each input one level in under ``+-``, ending in
   ``Dataset(num_rows=..., schema=...)`` for what the source knows (``?`` / ``Unknown schema``).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Callable
 
 from muster.data import alltoall
@@ -100,7 +101,7 @@ class GroupedData:
                  "fn_constructor_kwargs": fn_constructor_kwargs, **ray_options}
         ray = self._ray().then("map_groups", fn, batch_format=fmt,
                                **{k: v for k, v in given.items() if v not in (None, (), {})})
-        return self._ds._then(AllToAll("MapGroups", alltoall.map_groups(self._keys, call, fmt, named=fn), ray=ray))
+        return self._mapped(f"MapBatches({_ray_name(fn)})", alltoall.map_each_block(call, fmt, named=fn), ray)
 
     def with_column(self, column_name: str, expr: Any, **ray_remote_args: Any) -> "Dataset":
         """Every row, each group in turn (as ``map_groups`` orders them), with column ``column_name`` added
@@ -119,7 +120,22 @@ class GroupedData:
 
         why = ("groupby(...).with_column with muster's (pyarrow) expressions has no ray.data equivalent: use "
                "map_groups(fn) for a script that also runs on the Ray engine")
-        return self._ds._then(AllToAll("MapGroups", alltoall.map_groups(self._keys, with_column, "pyarrow"), ray=why))
+        return self._mapped("MapBatches(_project_group)", alltoall.map_each_block(with_column, "pyarrow"), why)
+
+    def _mapped(self, name: str, mapped: Any, ray: RayCall | str) -> "Dataset":
+        """``map_groups``' two operators, as Ray 2.60 plans (and prints) them under its default shuffle:
+        ``Repartition`` (each group in one block), then ``MapBatches(<fn>)``, each block's groups mapped
+        (here: one group a block, in ascending key order, mapped in this process). On the Ray engine the
+        second replays ``groupby(...).map_groups(...)`` whole; the first adds nothing."""
+        grouped = self._ds._then(AllToAll("Repartition", alltoall.group_blocks(self._keys), ray=RayCall(()),
+                                          keeps_rows=True))
+        return grouped._then(AllToAll(name, mapped, ray=ray))
+
+
+def _ray_name(fn: Any) -> str:
+    """The name Ray gives ``map_groups``' map: ``fn``'s ``__name__`` (a ``functools.partial``'s function's)."""
+    fn = fn.func if isinstance(fn, functools.partial) else fn
+    return str(getattr(fn, "__name__", type(fn).__name__))
 
 
 def _template(cls: type, options: dict[str, Any]) -> Any:

@@ -81,6 +81,7 @@ class Transform:
     name: str
     fn: BlockFn
     ray: RayEquivalent = field(default=None, compare=False)
+    keeps_columns: bool = False  # its blocks have its input's columns (a filter), so a known schema stays known
 
 
 @dataclass(frozen=True)
@@ -148,14 +149,15 @@ class Node:
 
     def known_schema(self) -> pa.Schema | None:
         """The schema this plan's blocks have, when known before running it (as Ray infers it): a read's
-        (``Read.known_schema``), through ``limit``, the operators that keep every row, and a union of
-        inputs of one schema; else None."""
+        (``Read.known_schema``), through ``limit``, the operators that keep every row, a filter, and a union
+        of inputs of one schema; else None."""
         if isinstance(self.op, Read):
             return self.op.known_schema()
         if isinstance(self.op, Union):
             schemas = [n.known_schema() for n in self.inputs]
             return schemas[0] if schemas and all(s is not None and s.equals(schemas[0]) for s in schemas) else None
-        if isinstance(self.op, Limit) or (isinstance(self.op, AllToAll) and self.op.keeps_rows):
+        if isinstance(self.op, Limit) or (isinstance(self.op, AllToAll) and self.op.keeps_rows) or \
+                (isinstance(self.op, Transform) and self.op.keeps_columns):
             return self.inputs[0].known_schema()
         return None
 

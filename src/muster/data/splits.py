@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 import numpy as np
 import pyarrow as pa
 
 from muster.data import _ray_plan, combine
+from muster.data import block as blk
 from muster.data.iterator import DataIterator
 from muster.exceptions import InvalidArgumentError
 
@@ -37,6 +38,8 @@ class Splits:
     if TYPE_CHECKING:
         def to_arrow(self) -> pa.Table: ...
 
+        def _execute(self, epoch: int = 0) -> Iterator[pa.Table]: ...
+
         def count(self) -> int: ...
 
         def materialize(self) -> MaterializedDataset: ...
@@ -44,9 +47,18 @@ class Splits:
         def random_shuffle(self, *, seed: Any = None) -> Dataset: ...
 
     def split(self, n: int, *, equal: bool = False, locality_hints: Any = None) -> list["Dataset"]:
-        """``n`` materialized parts, in order; ``equal=True`` drops the remainder so all have the same rows."""
+        """``n`` materialized parts, in order.
+
+        Without ``equal``, Ray's rule when the dataset has ``n`` blocks or more: each part takes whole
+        consecutive blocks, the block list cut as ``numpy.array_split`` cuts it (the first parts one block
+        more); with fewer blocks (where Ray's rule leaves parts empty), parts of near-equal rows.
+        ``equal=True`` cuts rows: ``count // n`` each, the remainder dropped.
+        """
         _positive(n, "n", "split")
-        table = self.to_arrow()
+        blocks = list(self._execute())
+        if not equal and len(blocks) >= n:
+            return [from_blocks([blocks[i] for i in part]) for part in np.array_split(np.arange(len(blocks)), n)]
+        table = blk.concat(blocks)
         per = table.num_rows // n
         if equal:
             return [from_blocks([table.slice(i * per, per)]) for i in range(n)]
