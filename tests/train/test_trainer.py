@@ -209,8 +209,7 @@ def test_a_runs_own_training_iteration_and_timestamp_are_kept(fit, storage):
     result = fit(reports_its_own_iteration_and_timestamp, name="own", callbacks=[CSVLoggerCallback()])
     assert result.error is None
     with open(os.path.join(result.path, "progress.csv")) as f:  # the loggers see no bookkeeping key
-        assert f.readline().strip().split(",") == ["training_iteration", "timestamp", "_rank", "_attempt", "_round",
-                                                   "loss"]
+        assert f.readline().strip().split(",") == ["training_iteration", "timestamp", "_rank", "_attempt", "loss"]
     assert result.metrics == {"training_iteration": 8, "loss": 0.125, "timestamp": 1008}
     df = result.metrics_dataframe
     assert list(df.columns) == ["training_iteration", "loss", "timestamp"]
