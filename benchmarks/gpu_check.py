@@ -32,6 +32,12 @@ drives them end to end, each scenario in its own driver process (bounded by
   the fix; with gloo, DDP (and FSDP2) on CUDA tensors must train.
 * ``tasks_gpu_ids``: tasks with and without ``num_gpus``: the
   ``CUDA_VISIBLE_DEVICES`` each sees and ``muster.get_gpu_ids()``.
+* ``tune_half_gpu_trials``: four Tune trials of ``tune.with_resources(fn,
+  {"gpu": 0.5})`` on one GPU: each trains on cuda, and two run at a time
+  (their start and end times overlap in pairs, never three).
+* ``data_map_batches_gpu``: ``map_batches`` with a callable class,
+  ``num_gpus=1`` and ``concurrency=1``: the actor computes on cuda and every
+  row comes back, in order, with the right values.
 
 Launch-to-first-step and step time against torchrun on the GPU come from
 ``ddp_bench.py --gpu --workers 1``; this script checks behaviour.
@@ -60,6 +66,8 @@ SCENARIOS = (
     "two_ranks_one_gpu_gloo",
     "fsdp_two_ranks_one_gpu_gloo",
     "tasks_gpu_ids",
+    "tune_half_gpu_trials",
+    "data_map_batches_gpu",
 )
 
 
@@ -134,6 +142,51 @@ def train_func(config: dict) -> None:
                 train.report(metrics, checkpoint=Checkpoint.from_directory(d))
         else:
             train.report(metrics)
+
+
+def tune_trial(config: dict) -> None:
+    """A Tune trial holding half a GPU: a few steps of a small regression on cuda, with its times."""
+    import torch
+
+    from muster import tune
+
+    start = time.time()
+    device = torch.device("cuda")
+    g = torch.Generator(device="cuda").manual_seed(config["seed"])
+    x = torch.randn(4096, 32, device=device, generator=g)
+    w = torch.zeros(32, 1, device=device, requires_grad=True)
+    y = x @ torch.ones(32, 1, device=device)
+    opt = torch.optim.SGD([w], lr=0.1)
+    for _ in range(200):
+        opt.zero_grad()
+        loss = ((x @ w - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+    time.sleep(1.0)  # long enough that trials meant to run together overlap on any machine
+    tune.report({"loss": float(loss.detach()), "start": start, "end": time.time(), "pid": os.getpid(),
+                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "device": str(w.device)})
+
+
+class GpuDoubler:
+    """``map_batches``' callable class: doubles ``id`` on the GPU and says which device did it."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.device = torch.device("cuda")
+
+    def __call__(self, batch: dict) -> dict:
+        import torch
+
+        t = torch.tensor(batch["id"], device=self.device) * 2
+        return {"id": batch["id"], "doubled": t.cpu().numpy(),
+                "device": [torch.cuda.get_device_name(self.device)] * len(batch["id"])}
+
+
+def _max_overlap(rows: list[dict]) -> int:
+    """The most trials whose ``[start, end]`` windows hold one moment in common."""
+    return max(sum(1 for o in rows if o["start"] <= r["start"] < o["end"]) for r in rows) if rows else 0
 
 
 # -- one scenario, in its own driver process -----------------------------------------------------
@@ -252,6 +305,30 @@ def run_scenario(name: str, storage: str) -> dict:
 
             out["gpu_task"] = muster.get(on_gpu.remote(), timeout=120)
             out["cpu_task"] = muster.get(on_cpu.remote(), timeout=120)
+        elif name == "tune_half_gpu_trials":
+            from muster import tune
+
+            tuner = tune.Tuner(tune.with_resources(tune_trial, {"gpu": 0.5}),
+                               param_space={"seed": tune.grid_search([0, 1, 2, 3])},
+                               run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0))
+            grid = tuner.fit()
+            rows = [dict(r.metrics) for r in grid]
+            out["trials"] = [{k: r.get(k) for k in ("loss", "cuda_visible_devices", "device", "pid")} for r in rows]
+            out["errors"] = [str(r.error)[:300] for r in grid if r.error]
+            out["max_overlap"] = _max_overlap(rows)
+        elif name == "data_map_batches_gpu":
+            import numpy as np
+
+            import muster.data as data
+
+            ds = data.range(10_000, override_num_blocks=8).map_batches(GpuDoubler, num_gpus=1, concurrency=1,
+                                                                       batch_size=1000)
+            got = ds.take_all()
+            ids = np.array([r["id"] for r in got])
+            out["rows"] = len(got)
+            out["in_order"] = bool((ids == np.arange(10_000)).all())
+            out["values_ok"] = all(r["doubled"] == 2 * r["id"] for r in got)
+            out["devices"] = sorted({r["device"] for r in got})
         else:
             raise SystemExit(f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}")
     except Exception as exc:  # noqa: BLE001 - the outcome is what this script reports
@@ -272,6 +349,11 @@ def summarize(name: str, r: dict) -> str:
     if "error" in r:
         return f"error after {r['seconds']} s ({'forked' if r.get('zygote_forked') else 'fresh'} launcher): " \
                f"{r['error'][:300]}"
+    if name == "tune_half_gpu_trials":
+        return (f"{len(r['trials'])} trials, {len(r['errors'])} errors, at most {r['max_overlap']} at once; "
+                f"{r['trials']}; errors {r['errors']}")
+    if name == "data_map_batches_gpu":
+        return f"{r['rows']} rows, in order {r['in_order']}, values ok {r['values_ok']}, devices {r['devices']}"
     if name == "tasks_gpu_ids":
         return f"GPU task {r['gpu_task']}; CPU task {r['cpu_task']}"
     rows = r.get("first", []) + r.get("resumed", []) + r.get("rows", [])
