@@ -343,8 +343,10 @@ def test_results_carry_rays_automatic_fields(storage):
     for field in ("hostname", "node_ip", "date", "time_total_s", "time_this_iter_s", "trial_id"):
         assert field in grid.get_dataframe().columns, field
     row = grid.get_dataframe().iloc[0]  # Ray's ExperimentAnalysis.dataframe row: `logdir` is the trial folder
-    assert row["logdir"] == grid[0].path and bool(row["done"]) is True
-    assert bool(grid.get_dataframe(filter_metric="v", filter_mode="min").iloc[0]["done"]) is False  # not its last
+    # Ray's rows are its logged results: a trial that ran to its end has done False in each (only the
+    # result a stopper or scheduler stopped it on says True), its last result done True
+    assert row["logdir"] == grid[0].path and bool(row["done"]) is False
+    assert bool(grid.get_dataframe(filter_metric="v", filter_mode="min").iloc[0]["done"]) is False
     assert grid[0].metrics["done"] is True and grid[0].metrics["config"] == grid[0].config  # Ray's last result
 
 

@@ -34,6 +34,7 @@ from typing import Any, TextIO
 from muster.core.serialization import json_default
 from muster.exceptions import InvalidArgumentError
 from muster.observe.recorder import BOOKKEEPING, OWN_RUN_KEYS, finite
+from muster.observe.trial_rows import CONTROLLER_KEYS, logged_result
 from muster.observe.tune_progress import flatten_config
 
 _ROW_KEYS = ("training_iteration", "timestamp", "_rank", "_attempt")
@@ -56,24 +57,16 @@ def _local_dir(run_path: str, logdir: str | None, what: str) -> str:
 _NOT_CHARTED = frozenset({"pid", "config"})
 #: what Ray's TensorBoard logger leaves out of a Tune trial's result
 _NOT_TUNE_SCALAR = frozenset({"config", "pid", "timestamp", "time_total_s", "training_iteration"})
-#: row keys that are no part of the result a Tune callback gets (the controller's own bookkeeping)
-_NOT_RESULT = BOOKKEEPING - {"training_iteration", "timestamp", "checkpoint_dir_name"}
 
 
 def _logged(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` as the loggers write it. A Tune trial's is its result as Ray's loggers get it: without the
-    controller's keys (its ``training_iteration`` is already the one Ray shows), with ``done``, its
-    ``timestamp`` in whole seconds unless the function reported one (Ray's Trainable's), and no
-    ``experiment_tag`` (Ray's trial adds that to its last result after the callbacks had the result). A
+    controller's keys (its ``training_iteration`` is already the one Ray shows): see ``trial_rows``. A
     training run's keeps ``_rank`` and ``_attempt`` and shows the values its function reported under the
     controller's own keys (``training_iteration``...), as its ``Result`` does."""
-    own = row.get(OWN_RUN_KEYS) or {}
     if "trial_id" in row:
-        out = {k: v for k, v in row.items() if k not in _NOT_RESULT and k != "experiment_tag"}
-        out.setdefault("done", False)
-        if "timestamp" in out:
-            out["timestamp"] = own.get("timestamp") or int(out["timestamp"])
-        return out
+        return logged_result(row)
+    own = row.get(OWN_RUN_KEYS) or {}
     return {k: own.get(k, v) for k, v in row.items() if k not in ("_round", OWN_RUN_KEYS)}
 
 
@@ -160,7 +153,7 @@ class CSVLoggerCallback(_LoggerCallback):
     def _write(self, row: dict[str, Any]) -> None:
         flat = {k: row[k] for k in _ROW_KEYS if k in row}
         # a Tune result as Ray's CSV has it: its checkpoint_dir_name, no config (params.json holds it)
-        skip = _NOT_RESULT | {"config"} if "trial_id" in row else BOOKKEEPING
+        skip = CONTROLLER_KEYS | {"config"} if "trial_id" in row else BOOKKEEPING
         flat.update(flatten_config({k: v for k, v in row.items() if k not in flat and k not in skip}))  # a/b
         self._rows.append(flat)
         new = [k for k in flat if k not in self._fields]
@@ -338,7 +331,7 @@ class MLflowLoggerCallback(_LoggerCallback):
         prefix = f"rank{rank}/" if self.all_ranks else ""
         millis = int(_walltime(row) * 1000)
         step = int(row.get("timesteps_total") or row.get("training_iteration", 0))  # Ray's step
-        self._queue.put([Metric(prefix + k, v, millis, step) for k, v in _numbers(row, _NOT_RESULT, True).items()])
+        self._queue.put([Metric(prefix + k, v, millis, step) for k, v in _numbers(row, CONTROLLER_KEYS, True).items()])
 
     def _send_forever(self) -> None:
         from mlflow.entities import Metric

@@ -53,7 +53,8 @@ from muster.train.callback import TrainRunContext
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.context import TrainContext
-from muster.train.result import Result, build, is_trial
+from muster.train._internal.result_base import Result
+from muster.train.result import build, is_trial
 from muster.train.run_state import RunRecord
 from muster.train.validation import ValidationConfig, take_request
 from muster.train.storage import Storage

@@ -8,7 +8,7 @@ runs trials on the same engine as training; inside a function trainable call
 from muster.train.checkpoint import Checkpoint
 from muster.tune.run_config import FailureConfig, RunConfig
 from muster.exceptions import MusterError as TuneError  # Ray's base error of ray.tune: muster's base error
-from muster.train.result import Result
+from muster.train._internal.result_base import Result
 from muster.tune import analysis, logger, schedulers, search
 from muster.tune.analysis import ExperimentAnalysis
 from muster.tune.callback import Callback

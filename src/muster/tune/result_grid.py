@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError, MusterError
+from muster.observe.trial_rows import logged_result
 from muster.observe.tune_progress import flatten_config
-from muster.train.result import Result, _public
+from muster.train._internal.result_base import Result
 
 _SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
 
@@ -87,8 +88,10 @@ class ResultGrid:
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> Any:
         """A pandas DataFrame, one row per trial: its last result (or its best by
-        ``filter_metric``/``filter_mode``), its ``config/...`` columns, ``trial_id``, ``done`` and, as
-        Ray's, ``logdir`` (the trial's folder; ``path`` too, muster's name for it)."""
+        ``filter_metric``/``filter_mode``) as its ``metrics_dataframe`` has it (Ray's result rows:
+        ``done`` is True only on a result the trial was stopped on), its ``config/...`` columns and
+        ``logdir``, the trial's folder (``path`` too, muster's name for it). A trial that reported
+        nothing has a row too, and a failed one its ``error`` (muster's)."""
         import pandas as pd
 
         if (filter_metric is None) != (filter_mode is None):
@@ -102,9 +105,8 @@ class ResultGrid:
                 if values:
                     pick = min if filter_mode == "min" else max
                     picked = pick(values, key=lambda x: x[filter_metric])
-            row = flatten_config(_public(dict(picked)))  # a/b columns, as Ray's
-            if reports:  # Ray's rows are its results: `done` is True on a finished trial's last one only
-                row["done"] = picked is reports[-1] and bool((r.metrics or {}).get("done"))
+            # a/b columns after the others, as Ray's (read from result.json with pandas.json_normalize)
+            row = pd.json_normalize(logged_result(picked), sep="/").iloc[0].to_dict() if picked else {}
             row.update({f"config/{k}": v for k, v in flatten_config(r.config or {}).items()})
             row["trial_id"], row["logdir"], row["path"] = trial_id, r.path, r.path
             if r.error is not None:

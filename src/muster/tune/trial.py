@@ -41,7 +41,8 @@ from muster.train._internal.events import FitRequest
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.controller import Controller, ControllerHooks
-from muster.train.result import Result, _public
+from muster.train._internal.result_base import Result
+from muster.train.result import _public
 from muster.train.run_state import RunRecord
 from muster.train.storage import Storage
 from muster.train.validation import ValidationConfig

@@ -34,9 +34,9 @@ from muster.core.interrupts import SafeInterrupts
 from muster.core.serialization import json_default
 from muster.core.api import get_runtime
 from muster.exceptions import InvalidTypeError, ResourcesUnavailableError, root_cause_summary
+from muster.observe.trial_rows import trial_result
 from muster.observe.tune_progress import TuneProgress, flatten_config
 from muster.train.checkpoint import Checkpoint
-from muster.train.result import _public
 from muster.train.storage import Storage
 from muster.tune.callback import CallbackList
 from muster.tune.schedulers.trial_scheduler import PendingConfig, TrialScheduler
@@ -400,7 +400,7 @@ class TuneController:
 
     def _on_result(self, trial: Trial, row: dict[str, Any]) -> dict[str, Any]:
         """Act on one result; returns it as the callbacks left it (they may change it, as in Ray)."""
-        result = _public(row)  # the user's own "_" keys too: Ray hands schedulers the whole result
+        result = trial_result(row)  # the user's own "_" keys too: Ray hands schedulers the whole result
         if trial.ending_as is not None:
             # Reported while being stopped: recorded in its run and shown to callbacks (loggers keep
             # every result), but no searcher, stopper or scheduler acts on it.
@@ -412,10 +412,12 @@ class TuneController:
         self.callbacks.trial_event("on_trial_result", self.trials, trial, result=result)
         if self.stopper(trial.trial_id, result):
             self._stop(trial, TERMINATED)
+            result["done"] = True  # as Ray marks the result it stops a trial on (its last_result keeps it)
         else:
             decision = self.scheduler.on_trial_result(self, trial, result)
             if decision == TrialScheduler.STOP:
                 self._stop(trial, TERMINATED)
+                result["done"] = True
             elif decision == TrialScheduler.PAUSE:
                 self._stop(trial, PAUSED)
         if self.stopper.stop_all():

@@ -28,9 +28,11 @@ from muster.exceptions import (
     TrainingFailedError,
     also_an_instance_of,
 )
+from muster.observe.trial_rows import trial_result
 from muster.train._internal.backend import Backend
 from muster.train.config import RunConfig, ScalingConfig
-from muster.train.result import Result, _public, read as read_result
+from muster.train._internal.result_base import Result, lead_rank
+from muster.train.result import read as read_result
 from muster.train.storage import Storage
 from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import progress_reporter
@@ -459,11 +461,11 @@ def _replay(scheduler: TrialScheduler, controller: TuneController, trials: list[
             continue
         mine = [r for r in reports if r.get("_rank") == 0]
         if trial.status == trial_mod.PENDING and mine:
-            trial.last_result = _public(mine[-1])
+            trial.last_result = trial_result(mine[-1])
             trial.num_results = max(trial.num_results, len(mine))
         rows += [(r.get("timestamp", 0), trial, r) for r in mine]
     for _, trial, row in sorted(rows, key=lambda x: x[0]):
-        scheduler.on_trial_result(controller, trial, _public(row))
+        scheduler.on_trial_result(controller, trial, trial_result(row))
     for trial in trials:
         trial.restart_plan = None
 
@@ -478,7 +480,20 @@ def _metrics_acted_on(result: Result, trial: Trial) -> None:
         return
     rows = [r for r in result.all_reports if r.get("_rank", 0) == 0 and r.get("training_iteration") == at]
     if rows:
-        result.metrics = _public(rows[-1])
+        result.metrics = trial_result(rows[-1])
+
+
+def _mark_stopped(result: Result, trial: Trial) -> None:
+    """The result the stopper or a scheduler stopped a trial on says ``done`` in its frames too, as
+    Ray's ``result.json`` row does (the row was recorded before the decision; the trial's last
+    result keeps it)."""
+    at = trial.last_result.get("training_iteration")
+    if not trial.last_result.get("done") or at is None:
+        return
+    lead = lead_rank(result.all_reports)
+    for row in result.all_reports:
+        if row.get("_rank") == lead and row.get("training_iteration") == at:
+            row["done"] = True
 
 
 def _as_reported(result: Result, trial: Trial) -> None:
@@ -521,15 +536,16 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
         try:
             result = read_result(trial.path, trial=True)
         except ValueError:
-            result = Result(metrics=None, checkpoint=None, path=trial.path, _trial=True)
+            result = Result(metrics=None, checkpoint=None, path=trial.path)
         reported = result.metrics is not None
         if not reported:  # Ray's last_result has its id
             result.metrics = {"trial_id": trial.trial_id}
         _metrics_acted_on(result, trial)
         _as_reported(result, trial)
+        _mark_stopped(result, trial)
         if reported:  # what Ray's last result also holds: whether the trial finished, and its config
-            result.metrics = {"config": trial.config, **(result.metrics or {}),
-                              "done": trial.status == trial_mod.TERMINATED}
+            result.metrics = {**(result.metrics or {}), "done": trial.status == trial_mod.TERMINATED}
+            result.metrics.setdefault("config", trial.config)
         nested = storage.join(trial.path, trial_mod.NESTED_RUN)
         if result.checkpoint is None and storage.exists(nested):  # the trial's function fit a trainer
             inner = read_result(nested, trial=True)  # its checkpoints' metrics with Tune's keys, as the trial's

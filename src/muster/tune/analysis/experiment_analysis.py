@@ -14,7 +14,7 @@ from typing import Any
 from muster.exceptions import InvalidArgumentError
 from muster.observe.tune_progress import flatten_config
 from muster.train.checkpoint import Checkpoint
-from muster.train.result import Result
+from muster.train._internal.result_base import Result
 from muster.train.storage import Storage
 from muster.tune.result_grid import _SCOPES, ResultGrid, best_index, lookup
 from muster.tune.trial import Trial
