@@ -344,3 +344,25 @@ def test_a_checkpoint_keeps_regular_files_only(fit):
     assert [m["mode"] for _, m in result.best_checkpoints] == ["async", "sync"]
     for ckpt, _ in result.best_checkpoints:
         assert listing(ckpt.path) == [MANIFEST, "model.pt"]
+
+
+def checkpoint_the_trial_dir(config):
+    # The Ray skill guide's Workflow 4: Checkpoint.from_directory(get_context().get_trial_dir())
+    rank = train.get_context().get_world_rank()
+    for epoch in range(2):
+        checkpoint = Checkpoint.from_directory(config.get("sub", "") or train.get_context().get_trial_dir())
+        torch.save({"epoch": epoch}, os.path.join(checkpoint.path, f"model_{rank}.pt"))
+        train.report({"epoch": epoch}, checkpoint=checkpoint)
+
+
+def test_reporting_the_run_folder_as_a_checkpoint_is_refused(fit, storage):
+    # Copying the run folder into its own staging folder nested the run inside each checkpoint, round after round.
+    with pytest.raises(train.TrainingFailedError) as info:
+        fit(checkpoint_the_trial_dir, workers=2, name="selfcopy")
+    message = str(info.value)
+    assert "InvalidArgumentError" in message and os.path.join(storage, "selfcopy") in message
+    assert "TemporaryDirectory" in message
+    assert checkpoint_dirs(os.path.join(storage, "selfcopy")) == []
+    # the storage root (which holds the run folder) is refused as well
+    with pytest.raises(train.TrainingFailedError, match="holds, the run's own folder"):
+        fit(checkpoint_the_trial_dir, workers=1, name="selfcopy2", config={"sub": storage})

@@ -70,6 +70,8 @@ class Session:
                 f"report(checkpoint={checkpoint!r}): pass a muster.train.Checkpoint, e.g. "
                 "Checkpoint.from_directory(folder)."
             )
+        if checkpoint is not None:
+            _refuse_run_folder(checkpoint, self.storage)
         with self._lock:
             self._raise_upload_error()
             self.round += 1
@@ -195,6 +197,24 @@ def _snapshot(checkpoint: Checkpoint) -> Checkpoint:
             except OSError:
                 shutil.copy2(src, dst)
     return Checkpoint(dest, LocalFileSystem())
+
+
+def _refuse_run_folder(checkpoint: Checkpoint, storage: Storage) -> None:
+    """Refuse a checkpoint folder that is the run's own folder or holds it: its files, the staged and
+    committed checkpoints among them, would be copied into the run again at every report."""
+    if not (checkpoint.is_local and storage.is_local):
+        return
+    folder = os.path.realpath(checkpoint.path)
+    run_dir = os.path.realpath(storage.run_dir)
+    if run_dir != folder and not run_dir.startswith(folder.rstrip(os.sep) + os.sep):
+        return
+    raise InvalidArgumentError(
+        f"report(checkpoint=Checkpoint(path={checkpoint.path!r})): that folder is, or holds, the run's own folder "
+        f"{storage.run_dir!r} (get_context().get_trial_dir()), so each report would copy the run, its earlier "
+        "checkpoints included, into the new checkpoint. Save the checkpoint's files in a folder of their own, e.g. "
+        "`with tempfile.TemporaryDirectory() as tmp: torch.save(state, os.path.join(tmp, 'model.pt')); "
+        "report(metrics, checkpoint=Checkpoint.from_directory(tmp))`."
+    )
 
 
 def _read_resume_state(checkpoint: Checkpoint | None, rank: int) -> dict[str, Any] | None:
