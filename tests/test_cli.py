@@ -37,6 +37,16 @@ def test_status_and_version():
     assert version.returncode == 0 and "muster" in version.stdout
 
 
+def test_ray_cluster_commands_say_what_to_do_instead():
+    # The Ray tutorials' first steps are `ray start --head --port=6379` and `ray stop`.
+    started = _cli("start", "--head", "--port=6379")
+    assert started.returncode == 2
+    assert "no `muster start`" in started.stderr and "ray start --head" in started.stderr
+    assert 'muster.init(address="auto")' in started.stderr and "docs/multi-node.md" in started.stderr
+    stopped = _cli("stop")
+    assert stopped.returncode == 2 and "ends with the script" in stopped.stderr and "ray stop" in stopped.stderr
+
+
 def test_logs_and_show_read_the_run_store(storage):
     import os
     import signal

@@ -17,7 +17,7 @@ def test_plain_lines_when_not_a_tty(capsys):
     view.stop("finished")
     out = capsys.readouterr().out
     assert "[muster] run 'demo' -> /tmp/x" in out
-    assert "iter 1 | loss=0.5" in out and "2/2 workers up" in out
+    assert "iter 1 | loss=0.5\n" in out and "2/2 workers up" in out  # no rate before a second of reports
     assert "finished after" in out and "last report: loss=0.5" in out
     assert all(line.startswith("[muster] ") for line in out.strip().splitlines())
 

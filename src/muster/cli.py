@@ -7,6 +7,9 @@
     muster dashboard [--storage-path P] [--host H] [--port N] [--token T]
     muster status [--address A] [--storage-path P]
     muster serve run|deploy|status|shutdown ...
+
+Ray's cluster commands (``start``, ``stop``, ``up``, ``down``, ``job``) are not muster's: typed from a
+ported tutorial, each exits with status 2 and says what to run instead.
 """
 
 from __future__ import annotations
@@ -302,7 +305,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_CLUSTER_HINT = ("For several machines, start a Ray cluster with Ray's own CLI (pip install \"muster[ray]\"): "
+                 "`ray start --head --port=6379` on the head, `ray start --address=<head-ip>:6379` on each other "
+                 "node, then muster.init(address=\"auto\") in the script (docs/multi-node.md).")
+
+#: Ray CLI commands that muster does not have -> what to do instead (``ray start`` -> ``muster start``)
+_RAY_ONLY_COMMANDS = {
+    "start": "muster needs no daemon on one machine: the engine starts with your script (muster.init() "
+             "or the first .remote()) and ends with it. " + _CLUSTER_HINT,
+    "stop": "muster has no daemon to stop: each script's engine ends with the script (or muster.shutdown()). "
+            "`ray stop` stops a Ray cluster's processes on a node. " + _CLUSTER_HINT,
+    "up": "muster launches no clusters: launch one with Ray's `ray up cluster.yaml` (pip install \"muster[ray]\"), "
+          "then call muster.init(address=\"auto\") in a script on it (docs/multi-node.md).",
+    "down": "muster launches no clusters: `ray down cluster.yaml` tears down one that Ray's launcher started.",
+    "job": "Run the script itself (python script.py); on a Ray cluster it connects with "
+           "muster.init(address=\"auto\"). " + _CLUSTER_HINT,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in _RAY_ONLY_COMMANDS:
+        print(f"muster: there is no `muster {argv[0]}` (Ray's `ray {argv[0]}`). {_RAY_ONLY_COMMANDS[argv[0]]} "
+              "`muster status` shows the engine and its resources.", file=sys.stderr)
+        return 2
     args = _parser().parse_args(argv)
     return int(args.fn(args))
 

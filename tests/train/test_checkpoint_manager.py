@@ -143,6 +143,22 @@ def test_a_rank_that_announced_its_report_is_never_taken_for_silent(run, tmp_pat
     assert ckpt_files(run, 1) == [MANIFEST, "w0", "w1"]
 
 
+def test_rank0_only_rounds_lost_at_a_failure_say_why_and_the_fix(run, tmp_path):
+    # The cluster tutorial's loop: only rank 0 reports, and rank 1 dies 3 rounds in. Rank 1 never
+    # entered report(), so "failed before reporting it" (once per round) misled; one warning says why.
+    ledger = make_ledger(run, world_size=2)
+    for r in (1, 2, 3):
+        report(ledger, run, tmp_path, 0, r, {"model": b"m"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ledger.close_all(complete=False)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1, messages
+    assert "round(s) [1, 2, 3] were not committed: rank(s) [1] had not called report()" in messages[0]
+    assert "call train.report(metrics) on every rank" in messages[0]
+    assert run.committed_rounds() == []
+
+
 def test_rank0_only_pattern_is_remembered_by_the_next_attempt_and_driver(run, tmp_path):
     ledger = make_ledger(run, world_size=2)
     for r in range(1, SILENT + 2):

@@ -344,3 +344,34 @@ def test_a_checkpoint_keeps_regular_files_only(fit):
     assert [m["mode"] for _, m in result.best_checkpoints] == ["async", "sync"]
     for ckpt, _ in result.best_checkpoints:
         assert listing(ckpt.path) == [MANIFEST, "model.pt"]
+
+
+def checkpoint_the_trial_dir(config):
+    # The Ray skill guide's Workflow 4: Checkpoint.from_directory(get_context().get_trial_dir())
+    import torch.distributed as dist
+
+    rank = train.get_context().get_world_rank()
+    for epoch in range(2):
+        checkpoint = Checkpoint.from_directory(config.get("sub", "") or train.get_context().get_trial_dir())
+        torch.save({"epoch": epoch}, os.path.join(checkpoint.path, f"model_{rank}.pt"))
+        dist.barrier()  # the folder is shared: each rank's copy holds both ranks' files of this epoch
+        train.report({"epoch": epoch}, checkpoint=checkpoint)
+        dist.barrier()
+
+
+def test_the_run_folder_as_a_checkpoint_leaves_out_the_runs_own_entries(fit, storage):
+    # Copying the run folder into its own staging folder nested the run inside each checkpoint, round after
+    # round. Ray's copy of a trial folder leaves its checkpoints out; so does muster's.
+    result = fit(checkpoint_the_trial_dir, workers=2, name="selfcopy")
+    run_dir = os.path.join(storage, "selfcopy")
+    assert checkpoint_dirs(run_dir) == ["checkpoint_000001", "checkpoint_000002"]
+    for name in checkpoint_dirs(run_dir):
+        entries = listing(os.path.join(run_dir, name))
+        assert "model_0.pt" in entries and "model_1.pt" in entries
+        assert not [e for e in entries if e.startswith("checkpoint_") or e in (".staging", ".muster_run.json")]
+    with result.checkpoint.as_directory() as folder:
+        assert torch.load(os.path.join(folder, "model_1.pt")) == {"epoch": 1}
+    # a folder that holds the run folder (here the storage root) is refused, naming the fix
+    with pytest.raises(train.TrainingFailedError, match="holds the run's own folder") as info:
+        fit(checkpoint_the_trial_dir, workers=1, name="selfcopy2", config={"sub": storage})
+    assert "TemporaryDirectory" in str(info.value)

@@ -82,7 +82,9 @@ class ProgressView:
             self.iteration = row.get("training_iteration", self.iteration)
         if self.verbose == 2 or (not self._rich and self.verbose and now - self._last_plain > _PLAIN_EVERY_S):
             self._last_plain = now
-            self._print(f"iter {self.iteration} | {self._metrics_line()} | {self.rate():.1f} reports/s")
+            rate = self.rate()  # 0 until a second of history: not shown then, rather than "0.0 reports/s"
+            shown_rate = f" | {rate:.1f} reports/s" if rate else ""
+            self._print(f"iter {self.iteration} | {self._metrics_line()}{shown_rate}")
 
     def on_data(self, rank: int, ops: list[OpSample]) -> None:
         """A worker's muster.data operators (rank 0's are shown: every rank runs the same pipeline)."""

@@ -43,12 +43,15 @@ VALIDATIONS = "validations"
 T = TypeVar("T")
 
 
-def folder_files(folder: str) -> Iterator[tuple[str, str]]:
+def folder_files(folder: str, skip_top: Callable[[str], bool] | None = None) -> Iterator[tuple[str, str]]:
     """``(path, relative path with "/")`` of each regular file under ``folder``: what a checkpoint
     of that folder holds. Sockets, pipes and devices are left out, as Ray's copy leaves them (Ray's
     getting-started guide checkpoints the whole temp folder, where a running engine keeps its sockets;
-    reading a pipe would block)."""
-    for base, _dirs, names in os.walk(folder):
+    reading a pipe would block). ``skip_top(name)``: leave out these entries of ``folder`` itself."""
+    for base, dirs, names in os.walk(folder):
+        if skip_top is not None and base == folder:
+            dirs[:] = [d for d in dirs if not skip_top(d)]
+            names = [n for n in names if not skip_top(n)]
         for name in names:
             path = os.path.join(base, name)
             if os.path.isfile(path):
@@ -57,6 +60,15 @@ def folder_files(folder: str) -> Iterator[tuple[str, str]]:
 
 def checkpoint_dir_name(round_index: int) -> str:
     return f"checkpoint_{round_index:06d}"
+
+
+def is_run_entry(name: str) -> bool:
+    """Whether ``name``, in a run folder, is muster's own: a checkpoint, the staging area, validations,
+    the run state (what a checkpoint of the run folder itself leaves out, as Ray's copy of a trial
+    folder leaves out its checkpoints)."""
+    return name in (STAGING, VALIDATIONS, RUN_STATE) or (
+        name.startswith("checkpoint_") and name[len("checkpoint_"):].isdigit()
+    )
 
 
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)

@@ -252,6 +252,8 @@ class CheckpointManager:
                 for rank in range(self._world_size):
                     self._finished.setdefault(rank, self._last.get(rank, self._start_round))
                 self._settle()
+            silent_rounds: list[int] = []
+            silent_ranks: set[int] = set()
             for r in sorted(self._open):
                 rnd = self._open[r]
                 if complete or policies.round_ready(
@@ -261,17 +263,36 @@ class CheckpointManager:
                     continue
                 self._open.pop(r)
                 self._closed.add(r)
-                if rnd.files:
-                    missing = sorted(
-                        policies.expected_reporters(self._world_size, self._reporters, self._finished, r)
-                        - set(rnd.rows)
-                    )
-                    self._warn(
-                        f"Checkpoint round {r} was not committed: rank(s) {missing} failed before reporting "
-                        "it. Training resumes from the previous checkpoint."
-                    )
+                if not rnd.files:
+                    continue
+                missing = sorted(
+                    policies.expected_reporters(self._world_size, self._reporters, self._finished, r)
+                    - set(rnd.rows)
+                )
+                if self._reporters is None and not set(missing) & set(self._announced):
+                    silent_rounds.append(r)  # they never reported: perhaps they never do
+                    silent_ranks.update(missing)
+                    continue
+                self._warn(
+                    f"Checkpoint round {r} was not committed: rank(s) {missing} failed before reporting "
+                    "it. Training resumes from the previous checkpoint."
+                )
+            if silent_rounds:
+                self._warn_silent(silent_rounds, sorted(silent_ranks))
             self.storage.clear_staging()
             self.flush()
+
+    def _warn_silent(self, rounds: list[int], ranks: list[int]) -> None:
+        """Rounds dropped at a failure because some ranks had not called ``report()`` once in the
+        attempt: muster could not yet tell them from ranks that never report."""
+        self._warn(
+            f"Checkpoint round(s) {rounds} were not committed: rank(s) {ranks} had not called report() in this "
+            "attempt when it ended, so they could not yet be told from ranks that never report (that is "
+            f"learned once another rank is more than {policies.SILENT_ROUNDS} rounds ahead, or when their loop "
+            "returns). Training resumes from the previous checkpoint. With the `if rank == 0: report(...)` "
+            "pattern, call train.report(metrics) on every rank instead (only rank 0 passing checkpoint=...): "
+            "each round then commits as soon as it is reported, as Ray requires."
+        )
 
     def _close(self, r: int) -> None:
         rnd = self._open.pop(r)

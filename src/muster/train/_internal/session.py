@@ -28,7 +28,7 @@ from muster.observe import sampler as sampler_mod
 from muster.train._internal import events, resume
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
-from muster.train.storage import Storage, checkpoint_dir_name, folder_files
+from muster.train.storage import Storage, checkpoint_dir_name, folder_files, is_run_entry
 
 #: Ray's ``report(checkpoint_upload_fn=)``: (checkpoint, checkpoint_dir_name) -> the checkpoint to keep
 UploadFn = Callable[[Checkpoint, str], Checkpoint]
@@ -70,6 +70,8 @@ class Session:
                 f"report(checkpoint={checkpoint!r}): pass a muster.train.Checkpoint, e.g. "
                 "Checkpoint.from_directory(folder)."
             )
+        if checkpoint is not None:
+            checkpoint = _outside_run_folder(checkpoint, self.storage)
         with self._lock:
             self._raise_upload_error()
             self.round += 1
@@ -182,12 +184,12 @@ def _upload_mode(mode: Any) -> str:
     return value
 
 
-def _snapshot(checkpoint: Checkpoint) -> Checkpoint:
+def _snapshot(checkpoint: Checkpoint, skip_top: Callable[[str], bool] | None = None) -> Checkpoint:
     """A private copy of the checkpoint's files, made at once (hard links when possible),
     so the caller may delete its folder as soon as report() returns."""
     dest = tempfile.mkdtemp(prefix="muster-async-")
     with checkpoint.as_directory() as folder:
-        for src, rel in folder_files(folder):
+        for src, rel in folder_files(folder, skip_top):
             dst = os.path.join(dest, rel)
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             try:
@@ -195,6 +197,30 @@ def _snapshot(checkpoint: Checkpoint) -> Checkpoint:
             except OSError:
                 shutil.copy2(src, dst)
     return Checkpoint(dest, LocalFileSystem())
+
+
+def _outside_run_folder(checkpoint: Checkpoint, storage: Storage) -> Checkpoint:
+    """The checkpoint to upload. The run's own folder (``Checkpoint.from_directory(get_trial_dir())``)
+    gives its files less muster's entries (its checkpoints, the staging area), which would otherwise
+    be copied into the run again at every report, as Ray's copy of a trial folder leaves them out. A
+    folder that holds the run folder is refused."""
+    if not (checkpoint.is_local and storage.is_local):
+        return checkpoint
+    folder = os.path.realpath(checkpoint.path)
+    run_dir = os.path.realpath(storage.run_dir)
+    if run_dir == folder:
+        own = _snapshot(checkpoint, is_run_entry)
+        own._temporary = True  # removed once uploaded
+        return own
+    if not run_dir.startswith(folder.rstrip(os.sep) + os.sep):
+        return checkpoint
+    raise InvalidArgumentError(
+        f"report(checkpoint=Checkpoint(path={checkpoint.path!r})): that folder holds the run's own folder "
+        f"{storage.run_dir!r}, so each report would copy the run, its earlier checkpoints included, into the "
+        "new checkpoint. Save the checkpoint's files in a folder of their own, e.g. "
+        "`with tempfile.TemporaryDirectory() as tmp: torch.save(state, os.path.join(tmp, 'model.pt')); "
+        "report(metrics, checkpoint=Checkpoint.from_directory(tmp))`."
+    )
 
 
 def _read_resume_state(checkpoint: Checkpoint | None, rank: int) -> dict[str, Any] | None:
