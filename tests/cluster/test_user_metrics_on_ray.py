@@ -6,6 +6,7 @@ only the driver's own metrics reached the table on the Ray engine.)"""
 from __future__ import annotations
 
 import os
+import signal
 
 from _shared import wait_for
 
@@ -28,6 +29,15 @@ def _counted_task(i: int) -> tuple[str, int]:
     Counter("ray_jobs", description="Jobs done.", tag_keys=("kind",)).inc(tags={"kind": "task"})
     Histogram("ray_sizes", boundaries=[1.0, 10.0]).observe(i)
     return muster.get_runtime_context().get_node_id(), os.getpid()
+
+
+@muster.remote(num_cpus=1)
+def _gauged_task(level: float) -> int:
+    from muster.util.metrics import Counter, Gauge
+
+    Counter("ray_gauged_jobs").inc()
+    Gauge("ray_task_level", tag_keys=("who",)).set(level, tags={"who": str(os.getpid())})
+    return os.getpid()
 
 
 @muster.remote(num_cpus=0)
@@ -78,3 +88,16 @@ def test_task_and_actor_metrics_reach_the_drivers_table_merged_across_the_cluste
     except ActorDiedError:
         pass
     assert wait_for(lambda: _value(table.series(), "ray_jobs", kind="exiting") == 4, 20), table.series()
+
+
+
+def test_a_tasks_gauge_goes_when_its_ray_worker_dies_as_on_the_local_engine(on_ray):
+    """Ray pools a task's worker process: its gauge stays while the process lives (its value is that process's,
+    as Ray's agent exports a live worker's), and goes once Ray reports it dead, as the local engine drops a
+    pooled worker's when it exits. Before, a task's gauges stayed for as long as the driver ran."""
+    table = api.get_runtime().user_metrics
+    pid = muster.get(_gauged_task.remote(3.5), timeout=120)
+    assert _value(table.series(), "ray_task_level", who=str(pid)) == 3.5, table.series()
+    os.kill(pid, signal.SIGKILL)  # the cluster runs on this machine: as Ray ending its idle worker
+    assert wait_for(lambda: _value(table.series(), "ray_task_level", who=str(pid)) is None, 30), table.series()
+    assert _value(table.series(), "ray_gauged_jobs") == 1  # its counter stays counted

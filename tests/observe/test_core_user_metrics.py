@@ -53,6 +53,14 @@ def _counted_task(i: int) -> int:
     return os.getpid()
 
 
+@muster.remote(num_cpus=1)
+def _gauged_task(level: float) -> int:
+    from muster.util.metrics import Gauge
+
+    Gauge("core_task_level", tag_keys=("who",)).set(level, tags={"who": str(os.getpid())})
+    return os.getpid()
+
+
 @muster.remote(num_cpus=0)
 class _Meter:
     def __init__(self, name: str):
@@ -170,3 +178,34 @@ def test_a_serve_replicas_metrics_are_exported_once(restart_engine):
         assert _value(api.get_runtime().user_metrics.series(), "replica_hits") is None
     finally:
         serve.shutdown()
+
+
+def test_a_dead_actors_gauge_leaves_the_store_as_it_leaves_the_table(restart_engine, storage):
+    """Before, the store kept the row of a dead process's gauge (at its last value, on the dashboard's /metrics)
+    until the driver ended, though the engine's table had dropped it; the counter stays counted."""
+    from muster.observe.store.reader import StoreReader
+
+    restart_engine(100)
+    table = api.get_runtime().user_metrics
+    meter = _Meter.remote("gone")
+    muster.get(meter.work.remote(2, 4.5))
+    assert wait_for(lambda: os.path.exists(os.path.join(storage, ".muster", "runs.db")), 15)
+    reader = StoreReader.for_root(storage)
+    assert wait_for(lambda: _value(reader.user_metrics(), "core_level", who="gone") == 4.5, 15), reader.user_metrics()
+    muster.kill(meter)
+    assert wait_for(lambda: _value(table.series(), "core_level", who="gone") is None, 10), table.series()
+    assert wait_for(lambda: _value(reader.user_metrics(), "core_level", who="gone") is None, 10), reader.user_metrics()
+    assert _value(reader.user_metrics(), "core_jobs", kind="actor") == 2
+
+
+def test_a_tasks_gauge_stays_while_its_pooled_worker_lives_and_goes_with_it(restart_engine):
+    """The rule the Ray engine follows too (tests/cluster/test_user_metrics_on_ray.py): a gauge is its process's."""
+    import signal
+
+    restart_engine(600_000)
+    table = api.get_runtime().user_metrics
+    pid = muster.get(_gauged_task.remote(1.5))
+    time.sleep(0.3)
+    assert _value(table.series(), "core_task_level", who=str(pid)) == 1.5  # the worker waits in the pool
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: _value(table.series(), "core_task_level", who=str(pid)) is None, 10), table.series()

@@ -281,3 +281,31 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_live_groups_name_cannot_be_taken_again_as_in_ray():
+    """Ray 2.60's GCS refuses a second group of a live group's name in the namespace (RaySystemError "... because
+    name 'x' already exists"), pending or infeasible alike; once the first is removed the name is free. Before,
+    the embedded engine made both, and get_placement_group() then found only the newer one."""
+    from muster.exceptions import RaySystemError
+    from muster.util import get_placement_group
+
+    first = placement_group([{"CPU": 1}], name="twice")
+    never = placement_group([{"CPU": 1000}], name="infeasible-twice")
+    try:
+        assert first.wait(TIMEOUT)
+        with pytest.raises(RaySystemError, match=r"'twice' already exists.*remove_placement_group\("):
+            placement_group([{"CPU": 1}], name="twice")
+        with pytest.raises(RaySystemError, match="'infeasible-twice' already exists"):
+            placement_group([{"CPU": 1}], name="infeasible-twice")
+        assert get_placement_group("twice") is first
+        for _ in range(2):  # unnamed groups never clash
+            remove_placement_group(placement_group([{"CPU": 1}], name=""))
+    finally:
+        remove_placement_group(first)
+        remove_placement_group(never)
+    again = placement_group([{"CPU": 1}], name="twice")  # removed: the name is free
+    try:
+        assert again.wait(TIMEOUT) and get_placement_group("twice") is again
+    finally:
+        remove_placement_group(again)

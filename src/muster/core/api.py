@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 _runtime: Runtime | None = None
 _lock = threading.Lock()
 _start_hooks: list[Callable[[Runtime], None]] = []
+_shutdown_hooks: list[Callable[[Runtime], None]] = []
 
 
 def on_start(hook: Callable[[Runtime], None]) -> None:
@@ -26,6 +27,13 @@ def on_start(hook: Callable[[Runtime], None]) -> None:
     the run store's recorder of user metrics). A failing hook warns; the engine runs on."""
     if hook not in _start_hooks:
         _start_hooks.append(hook)
+
+
+def on_shutdown(hook: Callable[[Runtime], None]) -> None:
+    """Have ``hook(runtime)`` run as ``shutdown()`` begins, before the engine stops (the driver's user metrics
+    get their last round in). A failing hook warns; the engine still stops."""
+    if hook not in _shutdown_hooks:
+        _shutdown_hooks.append(hook)
 
 
 def _forget_engine_in_child() -> None:
@@ -194,5 +202,11 @@ def shutdown() -> None:
     global _runtime
     with _lock:
         rt, _runtime = _runtime, None
-    if rt is not None:
-        rt.shutdown()
+    if rt is None:
+        return
+    for hook in list(_shutdown_hooks):
+        try:
+            hook(rt)
+        except Exception as exc:  # noqa: BLE001 - the engine stops regardless
+            warnings.warn(f"muster.shutdown(): {hook!r} failed ({exc!r}).", RuntimeWarning, stacklevel=2)
+    rt.shutdown()

@@ -36,6 +36,8 @@ def merge(snapshots: Iterable[Iterable[Series]]) -> list[Series]:
             if have is None:
                 out[series_key(s)] = {**s, "tags": dict(s["tags"]), **({"buckets": list(s["buckets"])}
                                                                         if s["kind"] == "histogram" else {})}
+            elif s["kind"] != have["kind"]:  # one name used for two kinds (in different processes): the first's
+                continue
             elif s["kind"] == "counter":
                 have["value"] += s["value"]
             elif s["kind"] == "gauge":
@@ -63,6 +65,8 @@ class MetricsTable:
         self._ended: dict[tuple, Series] = {}  # counters and histograms of the processes gone, merged
         self._listeners: list[Callable[[bool], None]] = []
         self._heard = False
+        self._told = threading.Event()  # the listeners heard of the first update
+        self._closed = False
         self.version = 0  # goes up with every change
 
     def update(self, process: Hashable, seq: int, series: list[Series]) -> None:
@@ -79,7 +83,9 @@ class MetricsTable:
             self.version += 1
             first, self._heard = not self._heard, True
             listeners = list(self._listeners) if first else []
-        _tell(listeners, False)
+        if first:
+            _tell(listeners, False)
+            self._told.set()
 
     def process_ended(self, process: Hashable) -> None:
         """``process`` is gone: keep its counters and histograms, drop its gauges."""
@@ -98,15 +104,22 @@ class MetricsTable:
 
     def subscribe(self, fn: Callable[[bool], None]) -> None:
         with self._lock:
+            if self._closed:
+                return
             self._listeners.append(fn)
             heard = self._heard
         if heard:
             _tell([fn], False)
 
     def close(self) -> None:
-        """The engine shuts down: tell the listeners (once)."""
+        """The engine shuts down: tell the listeners (once). A listener that the first update is attaching
+        (a recorder, which then subscribes itself) is waited for, so it hears the close too."""
         with self._lock:
-            listeners, self._listeners = self._listeners, []
+            heard = self._heard
+        if heard:
+            self._told.wait(5.0)
+        with self._lock:
+            listeners, self._listeners, self._closed = self._listeners, [], True
         _tell(listeners, True)
 
 

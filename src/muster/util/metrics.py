@@ -28,7 +28,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from muster.core import context, settings
+from muster.core import api, context, settings
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 _NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -182,11 +182,18 @@ class _Exporter:
                 print(f"muster: sending user metrics failed: {exc!r}", file=sys.stderr)
 
     def _to_own_engine(self) -> None:
-        from muster.core import api
-
         runtime = api.running()  # (get_runtime() would start one after a shutdown)
         if runtime is None:
             return  # kept as changed until muster.init()
+        self.to_engine(runtime)
+
+    def last_round(self, runtime: Any) -> None:
+        """``muster.shutdown()`` begins: the driver's changes since the last round go to ``runtime`` now
+        (a driver shorter than one report interval would otherwise leave none)."""
+        if self.started and not self.off and not context.in_worker():
+            self.to_engine(runtime)
+
+    def to_engine(self, runtime: Any) -> None:
         batch = self.take()
         if runtime is not self._runtime:  # a new engine (muster.init() again): it gets every series
             self._runtime, batch = runtime, (self._seq, REGISTRY.snapshot())
@@ -196,6 +203,7 @@ class _Exporter:
 
 _EXPORTER = _Exporter()
 os.register_at_fork(after_in_child=_EXPORTER._forked)
+api.on_shutdown(_EXPORTER.last_round)
 
 
 def _exported_by_serve() -> None:

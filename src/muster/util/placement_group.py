@@ -35,6 +35,7 @@ from muster.core.runtime import BundleRef
 from muster.exceptions import (
     InvalidArgumentError,
     InvalidTypeError,
+    RaySystemError,
     ResourcesUnavailableError,
     UnsupportedRayAPIError,
 )
@@ -59,6 +60,7 @@ class PlacementGroup:
         self._node = ""  # the node holding its bundles, once placed (the embedded engine's one node)
         self._removed = False
         self._engine: Any = None  # the engine holding its bundles (None in a worker's copy)
+        self._made_on: Any = None  # the engine of the driver that made it (its name is taken while it lives there)
         self._placed: Future = Future()  # done once its bundles are held
         if error is not None:
             self._placed.set_exception(error)
@@ -126,10 +128,10 @@ class PlacementGroup:
         return hash(self.id)
 
     def __getstate__(self) -> dict[str, Any]:  # a copy (in a task it was scheduled into) is placed
-        return {k: v for k, v in self.__dict__.items() if k not in ("_placed", "_engine")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_placed", "_engine", "_made_on")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _engine=None, _placed=Future())
+        self.__dict__.update(state, _engine=None, _made_on=None, _placed=Future())
         if self._error is not None:
             self._placed.set_exception(self._error)
         else:
@@ -181,9 +183,14 @@ def placement_group(
     cluster engine ``name`` and ``lifetime`` are given to Ray's group: a detached one stays on the cluster
     after the engine shuts down, and Ray finds it by name (``ray.util.get_placement_group``).
 
+    A ``name`` is taken while its group lives (placed, pending or infeasible, until removed or its engine
+    shuts down): as Ray's GCS does within a namespace, a second live group of the same name is refused.
+
     Raises:
         ValueError: an empty or malformed bundle, an unknown strategy, or a ``lifetime`` other than
             None or "detached".
+        RaySystemError: on the embedded engine, a live group of this process already has ``name`` (on a
+            Ray cluster Ray raises its own ``RaySystemError``).
         UnsupportedRayAPIError: called inside a task or actor.
     """
     if lifetime not in (None, "detached"):
@@ -204,8 +211,11 @@ def placement_group(
             "placement_group() inside a task or actor: muster makes placement groups in the driver only. Make the "
             "group in the driver and pass it in; a task or actor can schedule work into it from anywhere.")
     runtime = get_runtime()
+    if name and runtime.name == "local":
+        _check_name_free(name, runtime)
     error = _never_fits(clean, strategy, runtime.node_resources())
     pg = PlacementGroup(clean, strategy, name, error, lifetime)
+    pg._made_on = runtime
     if runtime.name == "local":  # one node holds every bundle; on a Ray cluster Ray places them (not shown)
         from muster.tasks.runtime_context import node_id
 
@@ -221,6 +231,17 @@ def placement_group(
             placed.add_done_callback(pg._settle)
     _made[pg.id] = pg
     return pg
+
+
+def _check_name_free(name: str, runtime: Any) -> None:
+    """Refuse ``name`` while a group of this engine that has it lives (Ray 2.60's GCS fails the second
+    ``placement_group(name=...)`` of a namespace with ``RaySystemError`` "... name ... already exists")."""
+    for pg in _made.values():
+        if pg.name == name and not pg._removed and pg._made_on is runtime:
+            raise RaySystemError(
+                f"Failed to create placement group: name {name!r} already exists (group {pg.id}, "
+                f"{pg._row()['state']}). Give the new group another name, or remove the old one first with "
+                f"remove_placement_group(get_placement_group({name!r})).")
 
 
 def _never_fits(bundles: list[dict[str, float]], strategy: str, nodes: list[dict[str, float]]) -> BaseException | None:

@@ -31,6 +31,7 @@ from muster.core.ray import placement
 from muster.core.ray.groups import RayGroups, is_removal
 from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
+from muster.core.ray.metrics_processes import MetricsProcesses
 from muster.core.ray.worker import RayWorker, pack, run_task, task_runner, unpack
 from muster.core.runtime import BundleRef, EventHandler, Runtime, RuntimeActor, removed_error
 from muster.exceptions import (
@@ -72,6 +73,7 @@ class RayRuntime(Runtime):
         self._owns_ray = False
         self._breakpoint_hook: str | None = None
         self._hub: Any = None
+        self.metrics_processes: MetricsProcesses | None = None  # (once the hub is up)
         self._finisher = ThreadPoolExecutor(4, thread_name_prefix="muster-ray-finish")
         self._worker_cls: Any = None
         self._task_fn: Any = None
@@ -100,6 +102,7 @@ class RayRuntime(Runtime):
         self._worker_cls = remote(concurrency_groups={"watch": 1})(RayWorker)
         self._task_fn = ray.remote(run_task)
         ray.get(self._hub.count.remote())
+        self.metrics_processes = MetricsProcesses(self._hub, self.user_metrics)
         self.node_resources()  # remember the cluster's shape: a node lost later is waited for
         threading.Thread(target=self._poll_forever, name="muster-ray-poll", daemon=True).start()
 
@@ -107,6 +110,8 @@ class RayRuntime(Runtime):
         if self._closed:
             return
         self._closed = True
+        if self.metrics_processes is not None:
+            self.metrics_processes.close()  # before the hub goes
         for actor in list(self._actors.values()):
             actor._expected_exit = True
             try:

@@ -74,6 +74,8 @@ class RaySender(RuntimeActor):
                 return
             if isinstance(payload, UserMetrics):  # for the driver's table only
                 self._runtime.user_metrics.update(payload.process, *payload.batch)
+                if self._runtime.metrics_processes is not None:  # when Ray reports it dead, its gauges go
+                    self._runtime.metrics_processes.track(payload.process, payload.worker_id)
                 return
             value = self._on_event(self, payload) if self._on_event else unserved(self.label, payload)
         except BaseException as exc:  # noqa: BLE001 - the worker gets the error

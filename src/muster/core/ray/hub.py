@@ -5,11 +5,17 @@ event is a call on it (``push``, or ``request`` when the worker wants a
 reply); the driver takes events in batches with ``take`` (a long poll) and
 answers with ``answer``.  Ray runs one caller's calls on an actor in the
 order they were made, so one worker's events stay in order.
+
+The hub also answers ``gone``: which of some Ray worker processes the cluster
+reports dead (the driver asks it, not Ray's GCS itself, as a Ray Client driver
+cannot read the GCS).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+from typing import Any
 
 Event = tuple[str, int, bool, bytes]  # (sender key, event id, wants a reply, pickled payload)
 
@@ -65,3 +71,21 @@ class EventHub:
     async def count(self) -> int:
         """How many events have arrived so far (taken or not)."""
         return self._arrivals
+
+    async def gone(self, worker_ids: list[str]) -> list[str]:
+        """The ones of ``worker_ids`` (Ray worker ids, hex) whose process Ray's GCS reports dead."""
+        return await asyncio.get_running_loop().run_in_executor(None, _dead_workers, worker_ids)
+
+
+def _dead_workers(worker_ids: list[str]) -> list[str]:
+    import ray
+    from ray._private.state import state  # an internal API (muster's capacity() reads it too): GCS's worker table
+
+    gcs_pb2: Any = importlib.import_module("ray.core.generated.gcs_pb2")  # generated: no types
+    accessor: Any = state._connect_and_get_accessor()
+    dead = []
+    for worker_id in worker_ids:
+        raw = accessor.get_worker_info(ray.WorkerID.from_hex(worker_id))
+        if raw is not None and not gcs_pb2.WorkerTableData.FromString(raw).is_alive:  # None: not known (yet)
+            dead.append(worker_id)
+    return dead

@@ -61,14 +61,16 @@ class _HubChannel:
         self._ids = itertools.count()
         self._lock = threading.Lock()  # one event in flight per process: order is send order
         self.sent = 0
-        self.process = metrics_process(ray.get_runtime_context().get_node_id(), os.getpid())
+        ctx = ray.get_runtime_context()
+        self.process = metrics_process(ctx.get_node_id(), os.getpid())
+        self.worker_id = ctx.get_worker_id()  # Ray's id of this process: the driver watches it while it has series
 
     def send_metrics(self, batch: context.MetricsBatch) -> None:
         """Ship the user metrics this process changed (``muster.util.metrics``) to the driver's table."""
         if not ray.is_initialized():  # Ray's atexit disconnected it: a call now would connect anew (and crash)
             return
         try:
-            self.send_event(UserMetrics(self.process, batch), False, None)
+            self.send_event(UserMetrics(self.process, batch, self.worker_id), False, None)
         except Exception as exc:  # noqa: BLE001 - metrics never fail the task or call
             print(f"muster: sending user metrics to the driver failed: {exc!r}", file=sys.stderr)
 
@@ -104,6 +106,7 @@ class UserMetrics:
 
     process: str  # metrics_process() of the sender
     batch: context.MetricsBatch
+    worker_id: str = ""  # Ray's id of the sender's process (its death ends its series' process)
 
 
 _LOG_FLUSH_S = 0.2

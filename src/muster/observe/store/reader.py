@@ -206,7 +206,7 @@ class StoreReader:
             "SELECT * FROM serve_metrics WHERE id IN (SELECT MAX(id) FROM serve_metrics WHERE app = ?"
             " AND deployment = ? AND replica IS NOT NULL GROUP BY replica)", (app, deployment))}
         for r in rows:
-            if r["state"] == "RUNNING" and _driver_gone(r["host"], r["pid"]):
+            if r["state"] == "RUNNING" and driver_gone(r["host"], r["pid"]):
                 r["state"] = "LOST"  # its process is gone without a word (the driver running Serve died)
             r["last"] = last.get(r["replica"]) if r["state"] == "RUNNING" else None
         return rows
@@ -236,11 +236,7 @@ class StoreReader:
         rows = self._query(
             "SELECT c.* FROM serve_custom_metrics c WHERE c.time = (SELECT MAX(time) FROM serve_custom_metrics m"
             f" WHERE m.app = c.app AND m.deployment = c.deployment){where} ORDER BY c.name, c.id", params, need=4)
-        for r in rows:
-            r["tags"] = json.loads(r["tags"])
-            for k in ("boundaries", "buckets"):
-                r[k] = json.loads(r[k]) if r[k] else None
-        return rows
+        return [decode_series(r) for r in rows]
 
     def user_metrics(self, live_only: bool = True) -> list[dict[str, Any]]:
         """The user metrics (``muster.util.metrics``) that tasks, actors and drivers recorded, merged across
@@ -248,11 +244,9 @@ class StoreReader:
         unless ``live_only`` is False (schema version 5)."""
         rows = self._query("SELECT * FROM user_metrics ORDER BY name, session", need=5)
         if live_only:
-            rows = [r for r in rows if r["ended"] is None and not _driver_gone(r["host"], r["pid"])]
+            rows = [r for r in rows if r["ended"] is None and not driver_gone(r["host"], r["pid"])]
         for r in rows:
-            r["tags"] = json.loads(r["tags"])
-            for k in ("boundaries", "buckets"):
-                r[k] = json.loads(r[k]) if r[k] else None
+            decode_series(r)
             for k in ("session", "host", "pid", "ended"):  # which driver: merged away
                 del r[k]
         return merge([rows])
@@ -283,11 +277,19 @@ class StoreReader:
 def _run_row(r: dict[str, Any]) -> dict[str, Any]:
     r["config"] = json.loads(r["config"]) if r.get("config") else None
     r["last_metrics"] = json.loads(r["last_metrics"]) if r.get("last_metrics") else {}
-    r["stale"] = r["status"] == "RUNNING" and _driver_gone(r.get("driver_host"), r.get("driver_pid"))
+    r["stale"] = r["status"] == "RUNNING" and driver_gone(r.get("driver_host"), r.get("driver_pid"))
     return r
 
 
-def _driver_gone(host: str | None, pid: int | None) -> bool:
+def decode_series(r: dict[str, Any]) -> dict[str, Any]:
+    """A metric series' row (``user_metrics``, ``serve_custom_metrics``) with its JSON columns read, in place."""
+    r["tags"] = json.loads(r["tags"])
+    for k in ("boundaries", "buckets"):
+        r[k] = json.loads(r[k]) if r[k] else None
+    return r
+
+
+def driver_gone(host: str | None, pid: int | None) -> bool:
     """A RUNNING run whose driver (on this machine) no longer exists: it died without a word."""
     if not host or not pid or host != socket.gethostname():
         return False

@@ -73,7 +73,9 @@ Version 5 adds the user metrics of the engine's other processes (tasks, actors, 
                         merged it across its processes, replaced as it changes: the driver's
                         ``session`` (host, pid and start), ``host``, ``pid``, ``ended`` (set
                         when its engine shut down), ``time``, and the series' columns as in
-                        ``serve_custom_metrics`` (tags JSON with sorted keys)
+                        ``serve_custom_metrics`` (tags JSON with sorted keys); the rows of
+                        drivers gone are folded into session ``archive`` (counters and
+                        histograms only; ``observe/metrics_recorder.py``)
 ======================  =====================================================================
 
 Times are Unix seconds (float). JSON columns hold text. A newer muster

@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 import warnings
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from muster.observe.store import schema
 
@@ -24,6 +24,7 @@ _BATCH_MAX = 5000
 _IDLE_WAIT_S = 0.2
 _QUEUE_MAX = 200_000  # past this (a stuck disk), new rows are dropped rather than piling up in memory
 
+T = TypeVar("T")
 _writers: dict[str, "StoreWriter"] = {}
 _writers_lock = threading.Lock()
 
@@ -68,6 +69,20 @@ class StoreWriter:
     def query_now(self, sql: str, params: tuple = ()) -> list[tuple]:
         with self._conn_lock:
             return list(self._conn.execute(sql, params).fetchall())
+
+    def transact_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` at once as one write transaction and commit (rolled back if it raises). It
+        begins IMMEDIATE: no other process writes between what ``fn`` reads and what it writes. For rare
+        maintenance outside the training path (compacting a table)."""
+        with self._conn_lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(self._conn)
+            except BaseException:
+                self._conn.rollback()
+                raise
+            self._conn.commit()
+            return out
 
     def put(self, sql: str, params: tuple) -> None:
         """Queue one statement; never blocks."""
