@@ -10,7 +10,7 @@ import time
 
 import httpx
 import pytest
-from _shared import wait_for
+from _shared import free_port, wait_for
 
 import muster
 from muster.core import api
@@ -166,6 +166,7 @@ def test_a_serve_replicas_metrics_are_exported_once(restart_engine):
             serve.metrics.Counter("replica_hits").inc()
             return x
 
+    serve.start(http_options={"host": "127.0.0.1", "port": free_port()})  # never the default 8000 another may hold
     handle = serve.run(Hits.bind(), name="once", route_prefix=None)
     try:
         assert handle.remote(3).result() == 3
