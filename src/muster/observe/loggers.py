@@ -117,12 +117,15 @@ class _LoggerCallback:
     def __init__(self, logdir: str | None = None):
         self.logdir = logdir
         self.folder: str | None = None
+        self.trial: Any = None  # set on a Tuner trial's copy (``for_trial``)
         self._lock = threading.Lock()
 
-    def for_trial(self, config: dict[str, Any]) -> "_LoggerCallback":
-        """A fresh copy for one trial of a Tuner (each trial's run has its own files or MLflow run)."""
+    def for_trial(self, config: dict[str, Any], trial: Any = None) -> "_LoggerCallback":
+        """A fresh copy for one trial of a Tuner (each trial's run has its own files or MLflow run);
+        ``trial``: the Tune trial it logs."""
         clone = copy.copy(self)
         clone._lock = threading.Lock()
+        clone.trial = trial
         return clone
 
     def on_run_start(self, run_path: str, run_name: str) -> None:
@@ -206,7 +209,8 @@ class JsonLoggerCallback(_LoggerCallback):
 
 class TBXLoggerCallback(_LoggerCallback):
     """Numeric metrics as TensorBoard scalars (``pip install "muster[tensorboard]"``), step =
-    ``training_iteration``, in ``<run folder>/tensorboard/``. A Tune trial's are named as Ray's:
+    ``training_iteration``, in ``<run folder>/tensorboard/``; a Tuner trial's in the trial's folder itself, as
+    Ray's (``tensorboard --logdir <experiment folder>`` shows one run per trial). A Tune trial's are named as Ray's:
     ``ray/tune/<key>`` (nested dicts as ``a/b``), without ``config``, ``pid``, ``timestamp``,
     ``time_total_s``, ``training_iteration`` or NaN values, at step ``timesteps_total`` or else
     ``training_iteration``."""
@@ -221,8 +225,14 @@ class TBXLoggerCallback(_LoggerCallback):
         except ImportError as exc:
             raise ImportError('TBXLoggerCallback needs tensorboardX: pip install "muster[tensorboard]"') from exc
         assert self.folder is not None
-        self.path = os.path.join(self.folder, "tensorboard") if self.logdir is None else self.folder
-        self._writer: Any = SummaryWriter(logdir=self.path, flush_secs=5)
+        in_place = self.logdir is not None or self.trial is not None
+        self.path = self.folder if in_place else os.path.join(self.folder, "tensorboard")
+        # tensorboardX names its file by the second it opens and truncates one of that name: a folder's later
+        # writers (a trial's run after a pause, a resumed run) get a suffix so none overwrites an earlier file
+        earlier = sum(f.startswith("events.out.tfevents.") for f in os.listdir(self.path)) if os.path.isdir(
+            self.path) else 0
+        self._writer: Any = SummaryWriter(logdir=self.path, flush_secs=5,
+                                          filename_suffix=f".{earlier}" if earlier else "")
 
     def _write(self, row: dict[str, Any]) -> None:
         if "trial_id" in row:  # a Tune trial's result, charted as Ray's Tune logger does
@@ -281,10 +291,10 @@ class MLflowLoggerCallback(_LoggerCallback):
         self.save_artifact, self.log_params_on_trial_end = save_artifact, log_params_on_trial_end
         self.run_id: str | None = None
 
-    def for_trial(self, config: dict[str, Any]) -> "MLflowLoggerCallback":
+    def for_trial(self, config: dict[str, Any], trial: Any = None) -> "MLflowLoggerCallback":
         """One MLflow run per trial, whose parameters are the trial's config (as Ray logs them)
         unless ``params=`` was given."""
-        clone = super().for_trial(config)
+        clone = super().for_trial(config, trial)
         assert isinstance(clone, MLflowLoggerCallback)
         clone.params = dict(self.params) or flatten_config(config)
         return clone

@@ -286,7 +286,7 @@ class TrialRun:
                 worker_timeout_s=self.plan.run_config.worker_timeout_s,
                 stall_report_s=self.plan.run_config.stall_report_s,
                 storage_filesystem=self.storage.fs,
-                callbacks=[_Forward(self), *run_loggers(self.plan.run_config.callbacks, self.trial.config)],
+                callbacks=[_Forward(self), *run_loggers(self.plan.run_config.callbacks, self.trial)],
                 verbose=0,
             )
             self.controller = Controller(
@@ -487,7 +487,7 @@ class TrialNotice:
 TrialEvent = Union[TrialResult, TrialEnded, TrialStep, TrialNotice]
 
 
-def run_loggers(callbacks: list[Any] | None, config: dict[str, Any]) -> list[Any]:
+def run_loggers(callbacks: list[Any] | None, trial: Trial) -> list[Any]:
     """Copies, for one trial, of the ``RunConfig(callbacks=...)`` that log a training run's reports
     (``muster.observe.loggers``' CSV, JSON, TensorBoard and MLflow loggers, or any object with
     ``on_report``): as Ray's loggers do, each trial gets its own files (in its folder) or MLflow run.
@@ -498,7 +498,7 @@ def run_loggers(callbacks: list[Any] | None, config: dict[str, Any]) -> list[Any
     for cb in callbacks or []:
         if isinstance(cb, Callback) or not hasattr(cb, "on_report"):
             continue
-        out.append(cb.for_trial(config) if hasattr(cb, "for_trial") else copy.copy(cb))
+        out.append(cb.for_trial(trial.config, trial) if hasattr(cb, "for_trial") else copy.copy(cb))
     return out
 
 
