@@ -13,6 +13,8 @@ reports of a training run as the controller records them:
   and none of the controller's (``_rank``, ``_attempt``);
 * ``on_run_end(result)`` -- files close.
 
+In a Tuner, each trial's run gets a copy made by ``for_trial(config, trial)``.
+
 By default the files go into the run folder (which must then be local; pass
 ``logdir=`` for runs stored in ``s3://``). CSV and JSON keep every rank's
 reports; TensorBoard and MLflow keep rank 0's unless ``all_ranks=True``, which
@@ -24,7 +26,8 @@ from __future__ import annotations
 import copy
 import csv
 import json
-import math
+import logging
+import numbers
 import os
 import queue
 import threading
@@ -36,6 +39,7 @@ from muster.exceptions import InvalidArgumentError
 from muster.observe.recorder import BOOKKEEPING, OWN_RUN_KEYS, finite
 from muster.observe.tune_progress import flatten_config
 
+_log = logging.getLogger(__name__)
 _ROW_KEYS = ("training_iteration", "timestamp", "_rank", "_attempt")
 
 
@@ -95,7 +99,7 @@ def _numbers(row: dict[str, Any], leave_out: frozenset[str] = BOOKKEEPING | _NOT
         if isinstance(value, dict):
             for k, v in value.items():
                 walk(f"{prefix}/{k}", v)
-        elif isinstance(value, (bool, int, float)):
+        elif isinstance(value, numbers.Real):  # numpy's scalars too
             out[prefix] = float(value)
         elif converted:
             try:
@@ -208,12 +212,18 @@ class JsonLoggerCallback(_LoggerCallback):
 
 
 class TBXLoggerCallback(_LoggerCallback):
-    """Numeric metrics as TensorBoard scalars (``pip install "muster[tensorboard]"``), step =
-    ``training_iteration``, in ``<run folder>/tensorboard/``; a Tuner trial's in the trial's folder itself, as
-    Ray's (``tensorboard --logdir <experiment folder>`` shows one run per trial). A Tune trial's are named as Ray's:
-    ``ray/tune/<key>`` (nested dicts as ``a/b``), without ``config``, ``pid``, ``timestamp``,
-    ``time_total_s``, ``training_iteration`` or NaN values, at step ``timesteps_total`` or else
-    ``training_iteration``."""
+    """Metrics as TensorBoard events (``pip install "muster[tensorboard]"``).
+
+    A Tuner trial's go into the trial's folder itself, as Ray's (so ``tensorboard --logdir <experiment
+    folder>`` shows one run per trial), charted as Ray's Tune logger charts them: ``ray/tune/<key>``
+    (nested dicts as ``a/b``), at step ``timesteps_total`` or else ``training_iteration``, without
+    ``config``, ``pid``, ``timestamp``, ``time_total_s`` and ``training_iteration``; ``int``, ``float``
+    (``bool`` as 0/1) and numpy's ``float32``/``float64``/``int32``/``int64`` as scalars (not NaN), a
+    non-empty list or array as a histogram (a 3-d array as an image, 4-d as images, 5-d as a video).
+
+    A training run's numeric metrics (rank 0's unless ``all_ranks=True``) keep their own names, at step
+    ``training_iteration``, in ``<run folder>/tensorboard/``. ``logdir=`` puts the files there instead.
+    """
 
     def __init__(self, logdir: str | None = None, all_ranks: bool = False):
         super().__init__(logdir)
@@ -236,10 +246,7 @@ class TBXLoggerCallback(_LoggerCallback):
 
     def _write(self, row: dict[str, Any]) -> None:
         if "trial_id" in row:  # a Tune trial's result, charted as Ray's Tune logger does
-            step = int(row.get("timesteps_total") or row.get("training_iteration", 0))
-            for key, value in _numbers(row, _NOT_TUNE_SCALAR).items():
-                if not math.isnan(value):
-                    self._writer.add_scalar("ray/tune/" + key, value, global_step=step)
+            _chart_trial_result(self._writer, row)
             return
         rank = int(row.get("_rank", 0))
         if rank != 0 and not self.all_ranks:
@@ -253,6 +260,53 @@ class TBXLoggerCallback(_LoggerCallback):
         if getattr(self, "_writer", None) is not None:
             self._writer.close()
             self._writer = None
+
+
+def _tbx_scalar_types() -> tuple[type, ...]:
+    import numpy as np
+
+    return (int, float, np.float32, np.float64, np.int32, np.int64)  # Ray's; a bool is an int
+
+
+def _nan(value: Any) -> bool:
+    return value != value  # NaN alone is not equal to itself (an int never is NaN)
+
+
+def _chart_trial_result(writer: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """One Tune result into ``writer`` as Ray's ``TBXLoggerCallback`` writes it; returns what it charted."""
+    import numpy as np
+
+    step = int(row.get("timesteps_total") or row.get("training_iteration", 0))
+    charted: dict[str, Any] = {}
+    scalar = _tbx_scalar_types()
+    for key, value in flatten_config({k: v for k, v in row.items() if k not in _NOT_TUNE_SCALAR}).items():
+        tag = "ray/tune/" + key
+        if isinstance(value, scalar) and not _nan(value):
+            charted[tag] = value
+            writer.add_scalar(tag, value, global_step=step)
+        elif (isinstance(value, list) and value) or (isinstance(value, np.ndarray) and value.size):
+            charted[tag] = value
+            _chart_array(writer, tag, value, step)
+    writer.flush()
+    return charted
+
+
+def _chart_array(writer: Any, tag: str, value: Any, step: int) -> None:
+    """A list or array: an image (3-d array), images (4-d), a video (5-d), else a histogram."""
+    import numpy as np
+
+    ndim = value.ndim if isinstance(value, np.ndarray) else 0
+    if ndim == 3:
+        writer.add_image(tag, value, global_step=step)
+    elif ndim == 4:
+        writer.add_images(tag, value, global_step=step)
+    elif ndim == 5:
+        writer.add_video(tag, value, global_step=step, fps=20)
+    else:
+        try:
+            writer.add_histogram(tag, value, global_step=step)
+        except (ValueError, TypeError) as exc:  # e.g. [[]] or a list of strings: not charted
+            _log.warning("TBXLoggerCallback: %s=%r is no histogram TensorBoard takes (%s); left out", tag, value, exc)
 
 
 _MLFLOW_EXPERIMENTS = threading.Lock()  # one lookup-or-create of an MLflow experiment at a time
