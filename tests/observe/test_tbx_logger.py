@@ -5,12 +5,13 @@ Each test reads back the event files with TensorBoard's own EventAccumulator and
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
 import pytest
 
-from muster.observe.loggers import TBXLoggerCallback
+from muster.observe.loggers import MLflowLoggerCallback, TBXLoggerCallback
 
 pytest.importorskip("tensorboardX")
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
@@ -21,6 +22,20 @@ def _events(folder):
                                                                    event_accumulator.HISTOGRAMS: 0})
     acc.Reload()
     return acc
+
+
+def _hparams(acc):
+    """The trial's hparams: ({name: value} of its session start, [hparam names], [metric tags])."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    try:
+        content = acc.PluginTagToContent("hparams")
+    except KeyError:
+        return None
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    values = {k: getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}
+    return values, [h.name for h in experiment.hparam_infos], [m.name.tag for m in experiment.metric_infos]
 
 
 def test_numpy_values_are_charted_by_rays_rules(tmp_path):
@@ -82,6 +97,75 @@ def _scored(config):
         raise RuntimeError("this trial fails after its reports")
 
 
+def _space(tune, **extra):
+    return {"lr": tune.grid_search([0.5]), "opt": {"mom": tune.choice([0.9]), "name": "sgd"}, "const": 3,
+            "none": tune.choice([None]), "lst": tune.choice([[1, 2]]),
+            "d": tune.grid_search([{"a": 1, "b": {"c": "x"}}]), **extra}
+
+
+def test_a_trials_searched_values_are_its_hparams_as_rays(storage):
+    # Ray writes a trial's evaluated_params (its grids' and domains' values, "a/b"; no constants), str/bool/
+    # number kept, a list named without a value, None left out, with the last result's scalars as metrics
+    from muster import tune
+
+    grid = tune.Tuner(_scored, param_space=_space(tune), run_config=tune.RunConfig(
+        storage_path=storage, name="hp", verbose=0, callbacks=[TBXLoggerCallback()])).fit()
+    values, names, metrics = _hparams(_events(grid[0].path))
+    assert values == {"lr": 0.5, "opt/mom": 0.9, "d/a": 1.0, "d/b/c": "x"}
+    assert sorted(names) == ["d/a", "d/b/c", "lr", "lst", "opt/mom"]
+    assert "ray/tune/score" in metrics and "ray/tune/vec" not in metrics and "ray/tune/pid" not in metrics
+    with open(os.path.join(storage, "hp", "experiment_state.json")) as f:  # kept for a restored experiment
+        (state,) = json.load(f)["trials"]
+    assert state["evaluated_params"] == {"lr": 0.5, "opt/mom": 0.9, "none": None, "lst": [1, 2],
+                                         "d": {"a": 1, "b": {"c": "x"}}}
+
+
+def test_a_failed_trials_hparams_and_mlflow_run_end_as_rays(storage, tmp_path):
+    # Ray's loggers end a failed trial too: hparams written, files closed, its MLflow run FAILED
+    from muster import tune
+
+    tracking = pytest.importorskip("mlflow.tracking")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    grid = tune.Tuner(_scored, param_space={"lr": tune.grid_search([0.5]), "fail": True}, run_config=tune.RunConfig(
+        storage_path=storage, name="failing", verbose=0,
+        callbacks=[TBXLoggerCallback(), MLflowLoggerCallback(uri, experiment_name="failing")])).fit()
+    assert grid.num_errors == 1
+    acc = _events(grid[0].path)
+    assert [e.value for e in acc.Scalars("ray/tune/score")] == [0.0, 0.5]
+    assert _hparams(acc)[0] == {"lr": 0.5}
+    client = tracking.MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("failing").experiment_id])
+    assert run.info.status == "FAILED"
+
+
+def test_a_searchers_suggestion_is_the_hparams_without_the_constants(storage):
+    # Ray's SearchGenerator: evaluated_params = the flattened suggestion, not the space's constants
+    from muster import tune
+    from muster.tune.search import Searcher
+
+    class Fixed(Searcher):
+        def suggest(self, trial_id):
+            return {"lr": 0.5, "opt": {"mom": 0.8}}
+
+        def on_trial_complete(self, trial_id, result=None, error=False):
+            pass
+
+    grid = tune.Tuner(_scored, param_space={"const": 3}, tune_config=tune.TuneConfig(search_alg=Fixed()),
+                      run_config=tune.RunConfig(storage_path=storage, name="searched", verbose=0,
+                                                callbacks=[TBXLoggerCallback()])).fit()
+    assert _hparams(_events(grid[0].path))[0] == {"lr": 0.5, "opt/mom": 0.8}
+
+
+def test_a_trial_without_searched_values_has_no_hparams(storage):
+    # Ray writes hparams only where the search chose values
+    from muster import tune
+
+    grid = tune.Tuner(_scored, param_space={"lr": 0.5}, run_config=tune.RunConfig(
+        storage_path=storage, name="plain", verbose=0, callbacks=[TBXLoggerCallback()])).fit()
+    acc = _events(grid[0].path)
+    assert acc.Tags()["scalars"] and _hparams(acc) is None
+
+
 def _pause_once_scheduler():
     from muster.tune.schedulers import FIFOScheduler
 
@@ -99,8 +183,10 @@ def _pause_once_scheduler():
     return PauseOnce()
 
 
-def test_a_paused_trial_keeps_the_events_of_each_of_its_runs(storage):
-    # tensorboardX names a file by the second it opens: the run after the pause must not overwrite the first
+def test_a_paused_trial_writes_its_hparams_once_at_its_end(storage):
+    # Ray writes hparams when the trial ends, not when a scheduler pauses it
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
     from muster import tune
 
     grid = tune.Tuner(_scored, param_space={"lr": tune.grid_search([0.5])},
@@ -110,5 +196,6 @@ def test_a_paused_trial_keeps_the_events_of_each_of_its_runs(storage):
     assert grid.num_errors == 0, grid.errors
     files = [os.path.join(grid[0].path, f) for f in os.listdir(grid[0].path) if f.startswith("events.out")]
     assert len(files) == 2  # one per run of the trial: before and after its pause
-    scores = sorted((e.step, e.value) for path in files for e in _events(path).Scalars("ray/tune/score"))
-    assert scores == [(1, 0.0), (1, 0.0), (2, 0.5)]  # the first run's result, then the rerun's two
+    starts = [value.tag for path in files for event in EventFileLoader(path).Load()
+              for value in event.summary.value if value.tag == "_hparams_/session_start_info"]
+    assert starts == ["_hparams_/session_start_info"]

@@ -11,7 +11,8 @@ reports of a training run as the controller records them:
   ``training_iteration``/``timestamp``/``checkpoint_dir_name`` show as it reported them. A Tune trial's
   rows are its results as Ray's loggers get them: Tune's keys (``trial_id``, ``done``, ``time_total_s``...)
   and none of the controller's (``_rank``, ``_attempt``);
-* ``on_run_end(result)`` -- files close.
+* ``on_run_end(result)`` -- files close;
+* ``on_run_failed(error)`` -- a Tuner trial's run failed for good (no ``on_run_end`` comes): files close.
 
 In a Tuner, each trial's run gets a copy made by ``for_trial(config, trial)``.
 
@@ -122,11 +123,12 @@ class _LoggerCallback:
         self.logdir = logdir
         self.folder: str | None = None
         self.trial: Any = None  # set on a Tuner trial's copy (``for_trial``)
+        self.failed = False
         self._lock = threading.Lock()
 
     def for_trial(self, config: dict[str, Any], trial: Any = None) -> "_LoggerCallback":
         """A fresh copy for one trial of a Tuner (each trial's run has its own files or MLflow run);
-        ``trial``: the Tune trial it logs."""
+        ``trial``: the Tune trial it logs (Ray's ``Trial`` attributes: ``evaluated_params``, ``ending_as``)."""
         clone = copy.copy(self)
         clone._lock = threading.Lock()
         clone.trial = trial
@@ -144,6 +146,13 @@ class _LoggerCallback:
 
     def on_run_end(self, result: Any) -> None:
         with self._lock:
+            self._close()
+
+    def on_run_failed(self, error: BaseException) -> None:
+        """A Tuner trial's run failed for good (its controller calls no ``on_run_end`` then): files close
+        (an MLflow run ends as FAILED, as Ray's)."""
+        with self._lock:
+            self.failed = True
             self._close()
 
     def _open(self, run_name: str) -> None: ...
@@ -220,6 +229,8 @@ class TBXLoggerCallback(_LoggerCallback):
     ``config``, ``pid``, ``timestamp``, ``time_total_s`` and ``training_iteration``; ``int``, ``float``
     (``bool`` as 0/1) and numpy's ``float32``/``float64``/``int32``/``int64`` as scalars (not NaN), a
     non-empty list or array as a histogram (a 3-d array as an image, 4-d as images, 5-d as a video).
+    When the trial ends (completed or failed, not paused) its searched values (``Trial.evaluated_params``)
+    are written as hparams, with the last result's scalars as their metrics.
 
     A training run's numeric metrics (rank 0's unless ``all_ranks=True``) keep their own names, at step
     ``training_iteration``, in ``<run folder>/tensorboard/``. ``logdir=`` puts the files there instead.
@@ -243,10 +254,11 @@ class TBXLoggerCallback(_LoggerCallback):
             self.path) else 0
         self._writer: Any = SummaryWriter(logdir=self.path, flush_secs=5,
                                           filename_suffix=f".{earlier}" if earlier else "")
+        self._last: dict[str, Any] = {}  # a trial's last charted values, for its hparams
 
     def _write(self, row: dict[str, Any]) -> None:
         if "trial_id" in row:  # a Tune trial's result, charted as Ray's Tune logger does
-            _chart_trial_result(self._writer, row)
+            self._last = _chart_trial_result(self._writer, row)
             return
         rank = int(row.get("_rank", 0))
         if rank != 0 and not self.all_ranks:
@@ -257,9 +269,14 @@ class TBXLoggerCallback(_LoggerCallback):
             self._writer.add_scalar(prefix + key, value, global_step=step, walltime=walltime)
 
     def _close(self) -> None:
-        if getattr(self, "_writer", None) is not None:
-            self._writer.close()
-            self._writer = None
+        if getattr(self, "_writer", None) is None:
+            return
+        paused = getattr(self.trial, "ending_as", None) == "PAUSED"  # it resumes: its end is still to come
+        evaluated = getattr(self.trial, "evaluated_params", None)
+        if evaluated and self._last and not paused:
+            _write_hparams(self._writer, evaluated, self._last)
+        self._writer.close()
+        self._writer = None
 
 
 def _tbx_scalar_types() -> tuple[type, ...]:
@@ -307,6 +324,27 @@ def _chart_array(writer: Any, tag: str, value: Any, step: int) -> None:
             writer.add_histogram(tag, value, global_step=step)
         except (ValueError, TypeError) as exc:  # e.g. [[]] or a list of strings: not charted
             _log.warning("TBXLoggerCallback: %s=%r is no histogram TensorBoard takes (%s); left out", tag, value, exc)
+
+
+def _write_hparams(writer: Any, evaluated: dict[str, Any], charted: dict[str, Any]) -> None:
+    """A trial's searched values as TensorBoard hparams, with its last charted scalars as their metrics,
+    as Ray keeps them: strings, bools, numbers, lists and None (numpy scalars as Python's); others left out."""
+    import numpy as np
+    from tensorboardX.summary import hparams
+
+    kept: dict[str, Any] = {}
+    for key, value in flatten_config(evaluated).items():
+        if isinstance(value, (np.bool_, np.float32, np.float64, np.int32, np.int64)):
+            kept[key] = value.tolist()
+        elif isinstance(value, (str, bool, int, float, list, type(None))):
+            kept[key] = value
+    scalar = _tbx_scalar_types()
+    metrics = {k: v for k, v in charted.items() if isinstance(v, scalar)}
+    try:
+        for summary in hparams(hparam_dict=kept, metric_dict=metrics):
+            writer.file_writer.add_summary(summary)
+    except Exception as exc:  # noqa: BLE001 - a value TensorBoard refuses must not fail the trial
+        _log.warning("TBXLoggerCallback: could not write the trial's hparams %r: %s", kept, exc)
 
 
 _MLFLOW_EXPERIMENTS = threading.Lock()  # one lookup-or-create of an MLflow experiment at a time
@@ -426,7 +464,7 @@ class MLflowLoggerCallback(_LoggerCallback):
         self._thread.join(60)
         if self.save_artifact and self.folder is not None and os.path.isdir(self.folder):
             self._client.log_artifacts(self.run_id, self.folder)
-        self._client.set_terminated(self.run_id, "FINISHED")
+        self._client.set_terminated(self.run_id, "FAILED" if self.failed else "FINISHED")
 
 
 __all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "TBXLoggerCallback", "MLflowLoggerCallback"]

@@ -73,7 +73,8 @@ class Trial:
     Ray's attributes: ``trial_id``, ``config``, ``status`` (PENDING, RUNNING, PAUSED,
     TERMINATED or ERROR), ``last_result``, ``path`` (the trial's folder in storage, a
     local path or a URL), ``local_path`` (that folder on this machine's disk; it exists
-    when ``on_trial_start`` is called), ``trainable_name``; ``str(trial)`` is its name.
+    when ``on_trial_start`` is called), ``trainable_name``, ``evaluated_params`` (the values its search
+    chose, ``{"a/b": value}``); ``str(trial)`` is its name.
     """
 
     trial_id: str
@@ -92,6 +93,8 @@ class Trial:
     run: TrialRun | None = field(default=None, repr=False)
     ending_as: str | None = field(default=None, repr=False)  # the status a stop request ends it in
     trainable: str = ""  # the trainable's name (trial_name may be a TuneConfig(trial_name_creator=)'s)
+    # Ray's: the values its search algorithm chose, by "a/b" paths (TensorBoard's hparams)
+    evaluated_params: dict[str, Any] = field(default_factory=dict)
 
     @property
     def dirname(self) -> str:
@@ -135,6 +138,7 @@ class Trial:
             "num_results": self.num_results,
             "experiment_tag": self.experiment_tag,
             "trainable": self.trainable,
+            "evaluated_params": self.evaluated_params,
         }
 
     @classmethod
@@ -143,7 +147,7 @@ class Trial:
             d["trial_id"], d["trial_name"], d["config"], d["path"], d.get("resources", {}),
             status=d.get("status", PENDING), last_result=d.get("last_result") or {}, error=d.get("error"),
             num_results=d.get("num_results", 0), experiment_tag=d.get("experiment_tag", ""),
-            trainable=d.get("trainable", ""),
+            trainable=d.get("trainable", ""), evaluated_params=d.get("evaluated_params") or {},
         )
 
     def __str__(self) -> str:
@@ -275,7 +279,9 @@ class TrialRun:
     # -- on the trial's thread ----------------------------------------------------------
     def _main(self) -> None:
         outcome: Any
+        loggers: list[Any] = []
         try:
+            loggers = run_loggers(self.plan.run_config.callbacks, self.trial)
             record = RunRecord(self.storage, "Trial", self.extra)
             record.open(allow_finished=True)
             run_config = RunConfig(
@@ -286,7 +292,7 @@ class TrialRun:
                 worker_timeout_s=self.plan.run_config.worker_timeout_s,
                 stall_report_s=self.plan.run_config.stall_report_s,
                 storage_filesystem=self.storage.fs,
-                callbacks=[_Forward(self), *run_loggers(self.plan.run_config.callbacks, self.trial)],
+                callbacks=[_Forward(self), *loggers],
                 verbose=0,
             )
             self.controller = Controller(
@@ -305,6 +311,9 @@ class TrialRun:
             outcome = result
         except BaseException as exc:  # noqa: BLE001 - the trial's failure, handed to the controller
             outcome = exc
+            for cb in loggers:  # its run's controller called no on_run_end: the loggers' files close
+                if hasattr(cb, "on_run_failed"):
+                    cb.on_run_failed(exc)
         self.events.put(TrialEnded(self.trial, self, outcome))
 
     def _restored(self, checkpoint: Checkpoint) -> None:
