@@ -69,6 +69,8 @@ def test_tensorboard_scalars_of_rank_zero(storage):
     pytest.importorskip("tensorboardX")
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
     result = _fit(storage, "tb", [TBXLoggerCallback()])
+    # a training run's go into <run folder>/tensorboard/, beside its checkpoints and result.json
+    assert not any(f.startswith("events.out.tfevents.") for f in os.listdir(result.path))
     acc = event_accumulator.EventAccumulator(os.path.join(result.path, "tensorboard"))
     acc.Reload()
     assert set(acc.Tags()["scalars"]) == {"loss", "lr", "extra/grad_norm"}
@@ -104,7 +106,10 @@ def test_tensorboard_names_a_trials_scalars_as_rays_tune_logger(storage):
 
     grid = tune.Tuner(_stepped_trial, param_space={"x": 3, "opt": {"lr": 0.5}},
                       run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[TBXLoggerCallback()])).fit()
-    acc = event_accumulator.EventAccumulator(os.path.join(grid[0].path, "tensorboard"))
+    # in the trial's folder itself, as Ray's: `tensorboard --logdir <experiment>` shows one run per trial
+    assert any(f.startswith("events.out.tfevents.") for f in os.listdir(grid[0].path))
+    assert not os.path.exists(os.path.join(grid[0].path, "tensorboard"))
+    acc = event_accumulator.EventAccumulator(grid[0].path)
     acc.Reload()
     assert set(acc.Tags()["scalars"]) == {f"ray/tune/{k}" for k in (
         "score", "extra/i", "timesteps_total", "done", "time_this_iter_s", "time_since_restore",

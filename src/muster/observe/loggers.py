@@ -11,7 +11,10 @@ reports of a training run as the controller records them:
   ``training_iteration``/``timestamp``/``checkpoint_dir_name`` show as it reported them. A Tune trial's
   rows are its results as Ray's loggers get them: Tune's keys (``trial_id``, ``done``, ``time_total_s``...)
   and none of the controller's (``_rank``, ``_attempt``);
-* ``on_run_end(result)`` -- files close.
+* ``on_run_end(result)`` -- files close;
+* ``on_run_failed(error)`` -- a Tuner trial's run failed for good (no ``on_run_end`` comes): files close.
+
+In a Tuner, each trial's run gets a copy made by ``for_trial(config, trial)``.
 
 By default the files go into the run folder (which must then be local; pass
 ``logdir=`` for runs stored in ``s3://``). CSV and JSON keep every rank's
@@ -24,7 +27,8 @@ from __future__ import annotations
 import copy
 import csv
 import json
-import math
+import logging
+import numbers
 import os
 import queue
 import threading
@@ -37,6 +41,7 @@ from muster.observe.recorder import BOOKKEEPING, OWN_RUN_KEYS, finite
 from muster.observe.trial_rows import CONTROLLER_KEYS, logged_result
 from muster.observe.tune_progress import flatten_config
 
+_log = logging.getLogger(__name__)
 _ROW_KEYS = ("training_iteration", "timestamp", "_rank", "_attempt")
 
 
@@ -88,7 +93,7 @@ def _numbers(row: dict[str, Any], leave_out: frozenset[str] = BOOKKEEPING | _NOT
         if isinstance(value, dict):
             for k, v in value.items():
                 walk(f"{prefix}/{k}", v)
-        elif isinstance(value, (bool, int, float)):
+        elif isinstance(value, numbers.Real):  # numpy's scalars too
             out[prefix] = float(value)
         elif converted:
             try:
@@ -110,12 +115,16 @@ class _LoggerCallback:
     def __init__(self, logdir: str | None = None):
         self.logdir = logdir
         self.folder: str | None = None
+        self.trial: Any = None  # set on a Tuner trial's copy (``for_trial``)
+        self.failed = False
         self._lock = threading.Lock()
 
-    def for_trial(self, config: dict[str, Any]) -> "_LoggerCallback":
-        """A fresh copy for one trial of a Tuner (each trial's run has its own files or MLflow run)."""
+    def for_trial(self, config: dict[str, Any], trial: Any = None) -> "_LoggerCallback":
+        """A fresh copy for one trial of a Tuner (each trial's run has its own files or MLflow run);
+        ``trial``: the Tune trial it logs (Ray's ``Trial`` attributes: ``evaluated_params``, ``ending_as``)."""
         clone = copy.copy(self)
         clone._lock = threading.Lock()
+        clone.trial = trial
         return clone
 
     def on_run_start(self, run_path: str, run_name: str) -> None:
@@ -130,6 +139,13 @@ class _LoggerCallback:
 
     def on_run_end(self, result: Any) -> None:
         with self._lock:
+            self._close()
+
+    def on_run_failed(self, error: BaseException) -> None:
+        """A Tuner trial's run failed for good (its controller calls no ``on_run_end`` then): files close
+        (an MLflow run ends as FAILED, as Ray's)."""
+        with self._lock:
+            self.failed = True
             self._close()
 
     def _open(self, run_name: str) -> None: ...
@@ -198,11 +214,20 @@ class JsonLoggerCallback(_LoggerCallback):
 
 
 class TBXLoggerCallback(_LoggerCallback):
-    """Numeric metrics as TensorBoard scalars (``pip install "muster[tensorboard]"``), step =
-    ``training_iteration``, in ``<run folder>/tensorboard/``. A Tune trial's are named as Ray's:
-    ``ray/tune/<key>`` (nested dicts as ``a/b``), without ``config``, ``pid``, ``timestamp``,
-    ``time_total_s``, ``training_iteration`` or NaN values, at step ``timesteps_total`` or else
-    ``training_iteration``."""
+    """Metrics as TensorBoard events (``pip install "muster[tensorboard]"``).
+
+    A Tuner trial's go into the trial's folder itself, as Ray's (so ``tensorboard --logdir <experiment
+    folder>`` shows one run per trial), charted as Ray's Tune logger charts them: ``ray/tune/<key>``
+    (nested dicts as ``a/b``), at step ``timesteps_total`` or else ``training_iteration``, without
+    ``config``, ``pid``, ``timestamp``, ``time_total_s`` and ``training_iteration``; ``int``, ``float``
+    (``bool`` as 0/1) and numpy's ``float32``/``float64``/``int32``/``int64`` as scalars (not NaN), a
+    non-empty list or array as a histogram (a 3-d array as an image, 4-d as images, 5-d as a video).
+    When the trial ends (completed or failed, not paused) its searched values (``Trial.evaluated_params``)
+    are written as hparams, with the last result's scalars as their metrics.
+
+    A training run's numeric metrics (rank 0's unless ``all_ranks=True``) keep their own names, at step
+    ``training_iteration``, in ``<run folder>/tensorboard/``. ``logdir=`` puts the files there instead.
+    """
 
     def __init__(self, logdir: str | None = None, all_ranks: bool = False):
         super().__init__(logdir)
@@ -214,15 +239,19 @@ class TBXLoggerCallback(_LoggerCallback):
         except ImportError as exc:
             raise ImportError('TBXLoggerCallback needs tensorboardX: pip install "muster[tensorboard]"') from exc
         assert self.folder is not None
-        self.path = os.path.join(self.folder, "tensorboard") if self.logdir is None else self.folder
-        self._writer: Any = SummaryWriter(logdir=self.path, flush_secs=5)
+        in_place = self.logdir is not None or self.trial is not None
+        self.path = self.folder if in_place else os.path.join(self.folder, "tensorboard")
+        # tensorboardX names its file by the second it opens and truncates one of that name: a folder's later
+        # writers (a trial's run after a pause, a resumed run) get a suffix so none overwrites an earlier file
+        earlier = sum(f.startswith("events.out.tfevents.") for f in os.listdir(self.path)) if os.path.isdir(
+            self.path) else 0
+        self._writer: Any = SummaryWriter(logdir=self.path, flush_secs=5,
+                                          filename_suffix=f".{earlier}" if earlier else "")
+        self._last: dict[str, Any] = {}  # a trial's last charted values, for its hparams
 
     def _write(self, row: dict[str, Any]) -> None:
         if "trial_id" in row:  # a Tune trial's result, charted as Ray's Tune logger does
-            step = int(row.get("timesteps_total") or row.get("training_iteration", 0))
-            for key, value in _numbers(row, _NOT_TUNE_SCALAR).items():
-                if not math.isnan(value):
-                    self._writer.add_scalar("ray/tune/" + key, value, global_step=step)
+            self._last = _chart_trial_result(self._writer, row)
             return
         rank = int(row.get("_rank", 0))
         if rank != 0 and not self.all_ranks:
@@ -233,9 +262,82 @@ class TBXLoggerCallback(_LoggerCallback):
             self._writer.add_scalar(prefix + key, value, global_step=step, walltime=walltime)
 
     def _close(self) -> None:
-        if getattr(self, "_writer", None) is not None:
-            self._writer.close()
-            self._writer = None
+        if getattr(self, "_writer", None) is None:
+            return
+        paused = getattr(self.trial, "ending_as", None) == "PAUSED"  # it resumes: its end is still to come
+        evaluated = getattr(self.trial, "evaluated_params", None)
+        if evaluated and self._last and not paused:
+            _write_hparams(self._writer, evaluated, self._last)
+        self._writer.close()
+        self._writer = None
+
+
+def _tbx_scalar_types() -> tuple[type, ...]:
+    import numpy as np
+
+    return (int, float, np.float32, np.float64, np.int32, np.int64)  # Ray's; a bool is an int
+
+
+def _nan(value: Any) -> bool:
+    return value != value  # NaN alone is not equal to itself (an int never is NaN)
+
+
+def _chart_trial_result(writer: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """One Tune result into ``writer`` as Ray's ``TBXLoggerCallback`` writes it; returns what it charted."""
+    import numpy as np
+
+    step = int(row.get("timesteps_total") or row.get("training_iteration", 0))
+    charted: dict[str, Any] = {}
+    scalar = _tbx_scalar_types()
+    for key, value in flatten_config({k: v for k, v in row.items() if k not in _NOT_TUNE_SCALAR}).items():
+        tag = "ray/tune/" + key
+        if isinstance(value, scalar) and not _nan(value):
+            charted[tag] = value
+            writer.add_scalar(tag, value, global_step=step)
+        elif (isinstance(value, list) and value) or (isinstance(value, np.ndarray) and value.size):
+            charted[tag] = value
+            _chart_array(writer, tag, value, step)
+    writer.flush()
+    return charted
+
+
+def _chart_array(writer: Any, tag: str, value: Any, step: int) -> None:
+    """A list or array: an image (3-d array), images (4-d), a video (5-d), else a histogram."""
+    import numpy as np
+
+    ndim = value.ndim if isinstance(value, np.ndarray) else 0
+    if ndim == 3:
+        writer.add_image(tag, value, global_step=step)
+    elif ndim == 4:
+        writer.add_images(tag, value, global_step=step)
+    elif ndim == 5:
+        writer.add_video(tag, value, global_step=step, fps=20)
+    else:
+        try:
+            writer.add_histogram(tag, value, global_step=step)
+        except (ValueError, TypeError) as exc:  # e.g. [[]] or a list of strings: not charted
+            _log.warning("TBXLoggerCallback: %s=%r is no histogram TensorBoard takes (%s); left out", tag, value, exc)
+
+
+def _write_hparams(writer: Any, evaluated: dict[str, Any], charted: dict[str, Any]) -> None:
+    """A trial's searched values as TensorBoard hparams, with its last charted scalars as their metrics,
+    as Ray keeps them: strings, bools, numbers, lists and None (numpy scalars as Python's); others left out."""
+    import numpy as np
+    from tensorboardX.summary import hparams
+
+    kept: dict[str, Any] = {}
+    for key, value in flatten_config(evaluated).items():
+        if isinstance(value, (np.bool_, np.float32, np.float64, np.int32, np.int64)):
+            kept[key] = value.tolist()
+        elif isinstance(value, (str, bool, int, float, list, type(None))):
+            kept[key] = value
+    scalar = _tbx_scalar_types()
+    metrics = {k: v for k, v in charted.items() if isinstance(v, scalar)}
+    try:
+        for summary in hparams(hparam_dict=kept, metric_dict=metrics):
+            writer.file_writer.add_summary(summary)
+    except Exception as exc:  # noqa: BLE001 - a value TensorBoard refuses must not fail the trial
+        _log.warning("TBXLoggerCallback: could not write the trial's hparams %r: %s", kept, exc)
 
 
 _MLFLOW_EXPERIMENTS = threading.Lock()  # one lookup-or-create of an MLflow experiment at a time
@@ -274,10 +376,10 @@ class MLflowLoggerCallback(_LoggerCallback):
         self.save_artifact, self.log_params_on_trial_end = save_artifact, log_params_on_trial_end
         self.run_id: str | None = None
 
-    def for_trial(self, config: dict[str, Any]) -> "MLflowLoggerCallback":
+    def for_trial(self, config: dict[str, Any], trial: Any = None) -> "MLflowLoggerCallback":
         """One MLflow run per trial, whose parameters are the trial's config (as Ray logs them)
         unless ``params=`` was given."""
-        clone = super().for_trial(config)
+        clone = super().for_trial(config, trial)
         assert isinstance(clone, MLflowLoggerCallback)
         clone.params = dict(self.params) or flatten_config(config)
         return clone
@@ -355,7 +457,7 @@ class MLflowLoggerCallback(_LoggerCallback):
         self._thread.join(60)
         if self.save_artifact and self.folder is not None and os.path.isdir(self.folder):
             self._client.log_artifacts(self.run_id, self.folder)
-        self._client.set_terminated(self.run_id, "FINISHED")
+        self._client.set_terminated(self.run_id, "FAILED" if self.failed else "FINISHED")
 
 
 __all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "TBXLoggerCallback", "MLflowLoggerCallback"]

@@ -74,7 +74,8 @@ class Trial:
     Ray's attributes: ``trial_id``, ``config``, ``status`` (PENDING, RUNNING, PAUSED,
     TERMINATED or ERROR), ``last_result``, ``path`` (the trial's folder in storage, a
     local path or a URL), ``local_path`` (that folder on this machine's disk; it exists
-    when ``on_trial_start`` is called), ``trainable_name``; ``str(trial)`` is its name.
+    when ``on_trial_start`` is called), ``trainable_name``, ``evaluated_params`` (the values its search
+    chose, ``{"a/b": value}``); ``str(trial)`` is its name.
     """
 
     trial_id: str
@@ -93,6 +94,8 @@ class Trial:
     run: TrialRun | None = field(default=None, repr=False)
     ending_as: str | None = field(default=None, repr=False)  # the status a stop request ends it in
     trainable: str = ""  # the trainable's name (trial_name may be a TuneConfig(trial_name_creator=)'s)
+    # Ray's: the values its search algorithm chose, by "a/b" paths (TensorBoard's hparams)
+    evaluated_params: dict[str, Any] = field(default_factory=dict)
 
     @property
     def dirname(self) -> str:
@@ -136,6 +139,7 @@ class Trial:
             "num_results": self.num_results,
             "experiment_tag": self.experiment_tag,
             "trainable": self.trainable,
+            "evaluated_params": self.evaluated_params,
         }
 
     @classmethod
@@ -144,7 +148,7 @@ class Trial:
             d["trial_id"], d["trial_name"], d["config"], d["path"], d.get("resources", {}),
             status=d.get("status", PENDING), last_result=d.get("last_result") or {}, error=d.get("error"),
             num_results=d.get("num_results", 0), experiment_tag=d.get("experiment_tag", ""),
-            trainable=d.get("trainable", ""),
+            trainable=d.get("trainable", ""), evaluated_params=d.get("evaluated_params") or {},
         )
 
     def __str__(self) -> str:
@@ -276,7 +280,9 @@ class TrialRun:
     # -- on the trial's thread ----------------------------------------------------------
     def _main(self) -> None:
         outcome: Any
+        loggers: list[Any] = []
         try:
+            loggers = run_loggers(self.plan.run_config.callbacks, self.trial)
             record = RunRecord(self.storage, "Trial", self.extra)
             record.open(allow_finished=True)
             run_config = RunConfig(
@@ -287,7 +293,7 @@ class TrialRun:
                 worker_timeout_s=self.plan.run_config.worker_timeout_s,
                 stall_report_s=self.plan.run_config.stall_report_s,
                 storage_filesystem=self.storage.fs,
-                callbacks=[_Forward(self), *run_loggers(self.plan.run_config.callbacks, self.trial.config)],
+                callbacks=[_Forward(self), *loggers],
                 verbose=0,
             )
             self.controller = Controller(
@@ -306,6 +312,9 @@ class TrialRun:
             outcome = result
         except BaseException as exc:  # noqa: BLE001 - the trial's failure, handed to the controller
             outcome = exc
+            for cb in loggers:  # its run's controller called no on_run_end: the loggers' files close
+                if hasattr(cb, "on_run_failed"):
+                    cb.on_run_failed(exc)
         self.events.put(TrialEnded(self.trial, self, outcome))
 
     def _restored(self, checkpoint: Checkpoint) -> None:
@@ -488,7 +497,7 @@ class TrialNotice:
 TrialEvent = Union[TrialResult, TrialEnded, TrialStep, TrialNotice]
 
 
-def run_loggers(callbacks: list[Any] | None, config: dict[str, Any]) -> list[Any]:
+def run_loggers(callbacks: list[Any] | None, trial: Trial) -> list[Any]:
     """Copies, for one trial, of the ``RunConfig(callbacks=...)`` that log a training run's reports
     (``muster.observe.loggers``' CSV, JSON, TensorBoard and MLflow loggers, or any object with
     ``on_report``): as Ray's loggers do, each trial gets its own files (in its folder) or MLflow run.
@@ -499,7 +508,7 @@ def run_loggers(callbacks: list[Any] | None, config: dict[str, Any]) -> list[Any
     for cb in callbacks or []:
         if isinstance(cb, Callback) or not hasattr(cb, "on_report"):
             continue
-        out.append(cb.for_trial(config) if hasattr(cb, "for_trial") else copy.copy(cb))
+        out.append(cb.for_trial(trial.config, trial) if hasattr(cb, "for_trial") else copy.copy(cb))
     return out
 
 

@@ -296,6 +296,8 @@ class TuneController:
                 tag = tagger(len(self.trials), config) if tagger else str(len(self.trials))
                 path = self.experiment.join(self.experiment.uri, trial_dirname(name, tag))
                 trial = Trial(trial_id, name, config, path, {}, experiment_tag=tag, trainable=self.trainable_name)
+                evaluated = getattr(self.searcher, "evaluated_params", None)
+                trial.evaluated_params = evaluated(trial_id, config) if evaluated else {}
                 self._name(trial)
                 self.trials.append(trial)
                 self.scheduler.on_trial_add(self, trial)

@@ -225,6 +225,7 @@ class SearchGenerator(SearchAlgorithm):
         self.total = 0
         self._made = 0
         self._constants: dict[str, Any] = {}
+        self._suggested: dict[str, dict[str, Any]] = {}  # each new trial's suggestion, until it is made
 
     @property
     def metric(self) -> str | None:
@@ -249,12 +250,19 @@ class SearchGenerator(SearchAlgorithm):
                 "None (ask again later) or Searcher.FINISHED."
             )
         self._made += 1
+        self._suggested[trial_id] = config
         return _overlay(copy.deepcopy(self._constants), config)
 
     def experiment_tag(self, index: int, config: dict[str, Any]) -> str:
         """The tag of the ``index``-th trial (from 0) as Ray's SearchGenerator makes it: counted
         from 1, over every value of the config (nested dicts flattened)."""
         return experiment_tag(index + 1, dict(_leaves(config)))
+
+    def evaluated_params(self, trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
+        """Ray's ``Trial.evaluated_params``: the searcher's suggestion for the trial (without the
+        space's constants), nested dicts flattened with ``/``."""
+        suggested = self._suggested.pop(trial_id, {})
+        return {"/".join(str(key) for key in path): value for path, value in _leaves(suggested)}
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         self.searcher.on_trial_result(trial_id, result)

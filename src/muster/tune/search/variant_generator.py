@@ -177,13 +177,21 @@ class BasicVariantGenerator(SearchAlgorithm):
 
     def experiment_tag(self, index: int, config: dict[str, Any]) -> str:
         """The tag of the ``index``-th trial (from 0), over the values its grids and domains took."""
+        return experiment_tag(index, self._searched(config))
+
+    def evaluated_params(self, trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
+        """Ray's ``Trial.evaluated_params``: the values the trial's grids and domains took, by their
+        paths joined with ``/`` (``{"opt/lr": 0.1}``); constants of the space are not among them."""
+        return {"/".join(str(key) for key in path): value for path, value in self._searched(config).items()}
+
+    def _searched(self, config: dict[str, Any]) -> dict[Path, Any]:
         values = {}
         for path, _ in _walk(self._space):
             try:
                 values[path] = _at(config, path)
             except (KeyError, IndexError, TypeError):  # a point to evaluate that left it out
                 continue
-        return experiment_tag(index, values)
+        return values
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         pass
