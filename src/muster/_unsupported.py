@@ -117,9 +117,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "`value is None or value != value` (not _internal.util.is_null); muster.data.block.BlockAccessor",
     },
     "muster.data.expressions": {
-        "download": "a map_batches that fetches each URI (fsspec.open(uri).read())",
-        "udf": "map_batches(fn): a function over whole batches",
-        "star": "select_columns(ds.columns())",
+        "random": "a udf drawing from numpy: @udf(return_dtype=DataType.float64()) def rand(x): return "
+                  "numpy.random.default_rng().random(len(x)); or map_batches with a seeded generator",
+        "monotonically_increasing_id": "uuid() for a unique id per row, or add_column with a counter "
+                                       "over batches",
     },
     "muster.data.datasource": {
         "Partitioning": "read_parquet(partitioning='hive') (the default) or a pyarrow.dataset.partitioning(...)",

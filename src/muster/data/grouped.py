@@ -107,13 +107,13 @@ class GroupedData:
         """Every row, each group in turn (as ``map_groups`` orders them), with column ``column_name`` added
         (or replaced) by ``expr``, an expression of ``muster.data.expressions`` (``col("v") * 2``) evaluated
         over the group's rows, as Ray's. Ray's ``ray_remote_args`` change nothing here."""
-        from muster.data import plan
+        from muster.data import projection
 
         if not isinstance(column_name, str) or not column_name:
             raise InvalidArgumentError(f"groupby(...).with_column(column_name={column_name!r}): pass a non-empty "
                                        "column name.")
-        where = f"groupby(...).with_column({column_name!r}, {expr!r})"
-        project = plan.with_columns_op([{column_name: expr}], where).fn
+        where = f"groupby(...).with_column({column_name!r}, {projection.text(expr)})"
+        project = projection.with_columns_op([{column_name: expr}], where).fn
 
         def with_column(group: Any) -> Any:
             return project(group)[0]
