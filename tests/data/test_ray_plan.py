@@ -98,3 +98,7 @@ def test_expressions_replay_on_ray_as_rays_own():
     (name, _, kwargs), = md.range(3).filter(expr=col("id").is_in([1]) & ~col("x").is_null())._node.op.ray.steps
     assert name == "filter" and to_ray(kwargs["expr"]).structurally_equals(
         rx.col("id").is_in([1]) & ~rx.col("x").is_null())
+
+    steps = md.range(4).groupby("id").with_column("z", col("id") + 1)._node.op.ray.steps
+    assert [s[0] for s in steps] == ["groupby", "with_column"] and steps[1][1][0] == "z"
+    assert to_ray(steps[1][1][1]).structurally_equals(rx.col("id") + 1)

@@ -118,9 +118,13 @@ class GroupedData:
         def with_column(group: Any) -> Any:
             return project(group)[0]
 
-        why = ("groupby(...).with_column with muster's (pyarrow) expressions has no ray.data equivalent: use "
-               "map_groups(fn) for a script that also runs on the Ray engine")
-        return self._mapped("MapBatches(_project_group)", alltoall.map_each_block(with_column, "pyarrow"), why)
+        from muster.data.expressions import Expr
+
+        ray: RayCall | str = ("groupby(...).with_column with a raw pyarrow expression has no ray.data equivalent: "
+                              "use muster.data.expressions' col(...), or map_groups(fn)")
+        if isinstance(expr, Expr):  # replayed with the expression rebuilt as Ray's
+            ray = self._ray().then("with_column", column_name, expr)
+        return self._mapped("MapBatches(_project_group)", alltoall.map_each_block(with_column, "pyarrow"), ray)
 
     def _mapped(self, name: str, mapped: Any, ray: RayCall | str) -> "Dataset":
         """``map_groups``' two operators, as Ray 2.60 plans (and prints) them under its default shuffle:
