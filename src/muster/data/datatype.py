@@ -273,7 +273,8 @@ class DataType:
             return physical.value_type
         return physical
 
-    def _arrow_is(self, test: Callable[[pa.DataType], builtins.bool], arrow_only: builtins.bool = False) -> builtins.bool:
+    def _arrow_is(self, test: Callable[[pa.DataType], builtins.bool],
+                  arrow_only: builtins.bool = False) -> builtins.bool:
         arrow = self._arrow()
         return arrow is not None and (self.is_arrow_type() or not arrow_only) and bool(test(arrow))
 
