@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -53,12 +55,23 @@ def test_with_column_takes_a_udf_and_a_callable_class_as_rays_docstring(threads_
     assert ds.filter(expr=add_one(col("id")) > 98).take_all() == [{"id": 98}, {"id": 99}]
 
 
+@udf(return_dtype=DataType.int64())
+class SlowToMake:
+    def __init__(self, offset):
+        time.sleep(0.3)  # long enough for every block's thread to reach the first call
+        self.offset = offset
+        _MADE.append(offset)
+
+    def __call__(self, x):
+        return pc.add(x, self.offset)
+
+
 def test_a_udf_class_is_made_where_it_runs_once_per_process(threads_only):
     _MADE.clear()
-    expr = AddOffset(1)(col("id"))
+    expr = SlowToMake(1)(col("id"))
     assert _MADE == []  # not at the call: where the expression first runs
     assert md.range(20, override_num_blocks=4).with_column("x", expr).sum("x") == sum(range(1, 21))
-    assert _MADE == [1]  # once for the four blocks
+    assert _MADE == [1]  # once for the four blocks, whose threads race to the first call
 
 
 def test_unnest_makes_a_column_per_struct_field_as_rays_docstring():

@@ -11,6 +11,7 @@ The tree is ``muster.data.expr_tree``'s (evaluated one pyarrow block at a time w
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 from muster.data.datatype import DataType
@@ -23,20 +24,25 @@ from muster.exceptions import InvalidTypeError
 
 class _LazyInstance:
     """A ``@udf`` class's instance, made on first call in the process that evaluates it (so it travels
-    as its class and arguments, as Ray starts it on an actor)."""
+    as its class and arguments, as Ray starts it on an actor); the process's threads share it."""
 
     def __init__(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]):
         self.cls, self.ctor_args, self.ctor_kwargs = cls, args, kwargs
         self.__name__ = cls.__name__
         self._instance: Any = None
+        self._lock = threading.Lock()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._instance is None:
-            self._instance = self.cls(*self.ctor_args, **self.ctor_kwargs)
+        with self._lock:
+            if self._instance is None:
+                self._instance = self.cls(*self.ctor_args, **self.ctor_kwargs)
         return self._instance(*args, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_instance": None}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_instance", "_lock")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _instance=None, _lock=threading.Lock())
 
 
 def udf(return_dtype: DataType) -> Callable[[Any], Any]:
