@@ -80,6 +80,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "muster.data.Dataset": {
         "to_tf": "iter_batches(batch_format='numpy') fed to tf.data",
         "iter_tf_batches": "iter_batches(batch_format='numpy')",
+        "iter_jax_batches": "iter_batches(batch_format='numpy') fed to jax.numpy.asarray",
         "to_dask": "to_pandas()",
         "to_spark": "to_pandas() or to_arrow()",
         "to_modin": "to_pandas()",
@@ -88,6 +89,25 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "write_sql": "iter_batches() with your database client",
         "write_mongo": "iter_batches() with your database client",
         "write_bigquery": "iter_batches() with your database client",
+        # Ray 2.60's other Dataset methods muster lacks
+        "explain": "print(ds) (the plan's operators, as Ray's repr) and ds.stats() after a run",
+        "to_random_access_dataset": "materialize(), then to_pandas().set_index(key) for lookups by key",
+        "to_mars": "to_pandas()",
+        "to_daft": "to_arrow_refs() or to_pandas()",
+        "write_orc": "write_parquet()",
+        "write_lance": "write_parquet()",
+        "write_delta": "write_parquet()",
+        "write_iceberg": "write_parquet()",
+        "write_clickhouse": "iter_batches() with your database client",
+        "write_snowflake": "iter_batches() with your database client",
+        "write_kafka": "iter_batches() with your Kafka producer",
+        "write_turbopuffer": "iter_batches() with your vector store's client",
+        "get_internal_block_refs": "iter_batches(batch_format='pyarrow') (blocks are pyarrow Tables)",
+        "iter_internal_ref_bundles": "iter_batches(batch_format='pyarrow', batch_size=None) (whole blocks)",
+        "context": "muster.data.DataContext.get_current() (one context per process)",
+        "serialize_lineage": "cloudpickle.dumps(ds): a Dataset pickles with its plan",
+        "has_serializable_lineage": "nothing to check: a Dataset pickles with its plan (cloudpickle.dumps(ds))",
+        "deserialize_lineage": "cloudpickle.loads(data) of a pickled Dataset",
     },
     "muster.data": {
         "ExecutionOptions": "DataContext.get_current().execution_options (preserve_order; Ray's cluster "
@@ -117,9 +137,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "`value is None or value != value` (not _internal.util.is_null); muster.data.block.BlockAccessor",
     },
     "muster.data.expressions": {
-        "download": "a map_batches that fetches each URI (fsspec.open(uri).read())",
-        "udf": "map_batches(fn): a function over whole batches",
-        "star": "select_columns(ds.columns())",
+        "random": "a udf drawing from numpy: @udf(return_dtype=DataType.float64()) def rand(x): return "
+                  "numpy.random.default_rng().random(len(x)); or map_batches with a seeded generator",
+        "monotonically_increasing_id": "uuid() for a unique id per row, or add_column with a counter "
+                                       "over batches",
     },
     "muster.data.datasource": {
         "Partitioning": "read_parquet(partitioning='hive') (the default) or a pyarrow.dataset.partitioning(...)",

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 
+import pyarrow.compute as pc
 import pytest
 
 import muster.data as md
 from muster.data.block import BlockMetadata
 from muster.data.datasource import Datasource, ReadTask
-from muster.data.expressions import col, lit
+from muster.data.datatype import DataType
+from muster.data.expressions import col, lit, udf
 
 
 class Unreadable(Datasource):
@@ -246,7 +248,12 @@ def test_a_dataset_that_ran_a_whole_pass_keeps_its_rows_and_schema_as_ray_does()
     assert len(calls) == before and ds._stats is last_run  # answered without running the plan again
 
 
-# What Ray 2.60.0 printed (first line of repr) for ray.data.range(5).map_batches(lambda b: b).filter(expr=...) with
+@udf(return_dtype=DataType.int32())
+def _add_one(c):
+    return pc.add(c, 1)
+
+
+# What Ray 2.60.0 printed (first line of repr; for the udfs and namespaces, the logical plan's operator name) for ray.data.range(5).map_batches(lambda b: b).filter(expr=...) with
 # ray.data.expressions' col/lit, or the same string expression; run once by hand and copied here.
 _RAY_FILTER_NAMES = [
     ((col("id") > 1), "Filter(col('id') > 1)"),
@@ -254,8 +261,21 @@ _RAY_FILTER_NAMES = [
     (col("a") + col("b") * lit(2) > 3, "Filter((col('a') + (col('b') * 2)) > 3)"),
     (~(col("x") == 1), "Filter(~(col('x') == 1))"),
     (col("x").is_null(), "Filter(col('x').is_null())"),
-    (col("x").is_valid(), "Filter(col('x').is_not_null())"),  # Ray's col("x").is_not_null()
-    (col("x").isin([1, 2]), "Filter(col('x') in [1, 2])"),  # Ray's col("x").is_in([1, 2])
+    (col("x").is_not_null(), "Filter(col('x').is_not_null())"),
+    (col("x").is_in([1, 2]), "Filter(col('x') in [1, 2])"),
+    (col("id").not_in([1]), "Filter(col('id') not in [1])"),
+    ((col("id") + 1).alias("q") > 2, "Filter(col('id') + 1.alias('q') > 2)"),
+    (col("id") // 2 > 1, "Filter((col('id') // 2) > 1)"),
+    (col("id") % 2 == 0, "Filter((col('id') % 2) == 0)"),
+    (_add_one(col("id")) > 5, "Filter(_add_one(col('id')) > 5)"),
+    (_add_one(c=col("id")) > 1, "Filter(_add_one(c=col('id')) > 1)"),
+    (col("id").ceil() > 1, "Filter(udf(col('id')) > 1)"),
+    (col("id").cast(DataType.int32()) > 1, "Filter(cast_udf(col('id')) > 1)"),
+    (col("id").str.upper() == "A", "Filter(udf(col('id')) == 'A')"),
+    # raw pyarrow expressions print as Ray's own would
+    (pc.field("x").is_valid(), "Filter(col('x').is_not_null())"),
+    (pc.field("x").isin([1, 2]), "Filter(col('x') in [1, 2])"),
+    (pc.field("a") + pc.field("b") * 2 > 3, "Filter((col('a') + (col('b') * 2)) > 3)"),
     (col("s") == "a", "Filter(col('s') == 'a')"),
     ((col("a") > 1) | (col("b") < 2), "Filter((col('a') > 1) | (col('b') < 2))"),
     (col("a") / 2 >= 1.5, "Filter((col('a') / 2) >= 1.5)"),
@@ -292,6 +312,13 @@ def _per_group(g):
 class PerGroup:
     def __call__(self, g):
         return g
+
+
+def test_with_column_prints_as_rays_project():
+    """Ray 2.60 names with_column(s)' operator Project (its logical plan's name)."""
+    base = md.range(5).map_batches(lambda b: b)
+    assert repr(base.with_column("z", col("id") * 2)).splitlines()[0] == "Project"
+    assert repr(base.with_columns({"a": col("id") + 1, "b": col("id")})).splitlines()[0] == "Project"
 
 
 def test_map_groups_prints_rays_repartition_and_map_batches():

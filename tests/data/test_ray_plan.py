@@ -82,3 +82,23 @@ def test_an_operator_without_a_ray_equivalent_names_itself_and_the_fix():
 
 def test_the_embedded_engine_is_not_ray():
     assert not _ray_plan.on_ray_engine()
+
+
+def test_expressions_replay_on_ray_as_rays_own():
+    """with_column(s) and filter(expr=) with muster's expressions record Ray's call; the expressions become
+    ray.data.expressions' (the same tree Ray builds from the same script)."""
+    rx = pytest.importorskip("ray.data.expressions")
+    from muster.data._ray_exprs import to_ray
+    from muster.data.expressions import col, unnest
+
+    (name, args, _), = md.range(3).with_column("z", col("id") * 2)._node.op.ray.steps
+    assert name == "with_columns" and to_ray(args[0])["z"].structurally_equals(rx.col("id") * 2)
+    (name, args, _), = md.range(3).with_columns({"a": col("id") + 1}, unnest(col("s")))._node.op.ray.steps
+    assert to_ray(args[1]).structurally_equals(rx.unnest(rx.col("s")))
+    (name, _, kwargs), = md.range(3).filter(expr=col("id").is_in([1]) & ~col("x").is_null())._node.op.ray.steps
+    assert name == "filter" and to_ray(kwargs["expr"]).structurally_equals(
+        rx.col("id").is_in([1]) & ~rx.col("x").is_null())
+
+    steps = md.range(4).groupby("id").with_column("z", col("id") + 1)._node.op.ray.steps
+    assert [s[0] for s in steps] == ["groupby", "with_column"] and steps[1][1][0] == "z"
+    assert to_ray(steps[1][1][1]).structurally_equals(rx.col("id") + 1)

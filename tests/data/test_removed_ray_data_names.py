@@ -43,3 +43,19 @@ def test_removed_module_names_and_iterator_arguments_name_their_replacement():
     with pytest.raises(TypeError, match="unexpected keyword argument 'batchsize'"):
         ds.iter_batches(batchsize=2)
     assert [len(b["id"]) for b in ds.iter_batches(batch_size=2, prefetch_batches=0)] == [2, 1]
+
+
+@pytest.mark.parametrize("name, fix", [
+    ("explain", r"print\(ds\)"),
+    ("to_random_access_dataset", r"set_index\(key\)"),
+    ("write_lance", r"write_parquet\(\)"),
+    ("write_kafka", "Kafka producer"),
+    ("iter_jax_batches", "jax.numpy.asarray"),
+    ("context", r"DataContext.get_current\(\)"),
+    ("serialize_lineage", r"cloudpickle.dumps\(ds\)"),
+])
+def test_rays_other_dataset_methods_name_the_muster_way(name, fix):
+    """Ray 2.60 Dataset methods muster lacks fail naming what to use (before: a bare AttributeError)."""
+    with pytest.raises(UnsupportedRayAPIError, match=rf"ray\.data\.Dataset\.{name}\) is not supported by muster; "
+                                                     rf"nearest equivalent: .*{fix}"):
+        getattr(md.range(3), name)

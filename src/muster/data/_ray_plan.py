@@ -104,6 +104,10 @@ def _apply(ds: Any, steps: tuple[tuple[str, tuple, dict], ...], where: str) -> A
             args = (_ray_guard.guard(name, args[0]), *args[1:])
         if name == "aggregate":  # muster.data.aggregate objects as ray.data.aggregate's
             args = tuple(a.to_ray() for a in args)
+        if name in ("with_column", "with_columns", "filter"):  # muster.data.expressions as ray.data.expressions'
+            from muster.data._ray_exprs import to_ray
+
+            args, kwargs = tuple(to_ray(a) for a in args), {k: to_ray(v) for k, v in kwargs.items()}
         ds = getattr(ds, name)(*args, **kwargs)
     return ds
 

@@ -12,10 +12,9 @@ import numpy as np
 import pyarrow as pa
 
 from muster.core import context as core_context
-from muster.data import _ray_plan, alltoall, combine, execution, mix, plan, strategies, writers
+from muster.data import _ray_plan, alltoall, combine, execution, mix, plan, projection, strategies, writers
 from muster.data import block as blk
 from muster.data import expr as expr_parser
-from muster.data.expr_repr import ray_text
 from muster.data.datasource import RandomSeedConfig
 from muster.data.datasource import datasink as sinks
 from muster.data.grouped import GroupedData
@@ -177,30 +176,30 @@ class Dataset(writers.FileWrites, Splits):
     def filter(self, fn: Callable[[dict[str, Any]], bool] | None = None, *, fn_args: tuple = (),
                fn_kwargs: dict | None = None, expr: Any = None, **options: Any) -> "Dataset":
         """Keep the rows for which ``fn(row)`` is true, or ``expr`` holds: Ray's string expression
-        (``"x > 5 and label == 'a'"``, see ``muster.data.expr``) or a pyarrow compute expression;
-        ``fn`` may be a callable class."""
+        (``"x > 5 and label == 'a'"``, see ``muster.data.expr``), an expression of ``muster.data.expressions``
+        (``col("x") > 5``) or a pyarrow compute expression; ``fn`` may be a callable class."""
         if isinstance(expr, str):
             text, parsed = expr, expr_parser.parse(expr)
-            return self._then(Transform(f"Filter({ray_text(parsed)})", lambda b: [b.filter(parsed)],
+            return self._then(Transform(f"Filter({projection.text(parsed)})", lambda b: [b.filter(parsed)],
                                         RayCall.of("filter", expr=text), keeps_columns=True))
         if expr is not None:
-            why = ("filter(expr=<pyarrow expression>) has no ray.data equivalent (Ray takes its own expressions): "
-                   "pass a function, filter(lambda row: ...), or push the filter into read_parquet(filter=...)")
-            return self._then(Transform(f"Filter({ray_text(expr)})", lambda b: [b.filter(expr)], why,
-                                        keeps_columns=True))
+            return self._then(projection.filter_op(expr))
         if fn is None:
             raise InvalidTypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
         return self._rows("filter", "Filter", plan.filter_rows, fn, fn_args, fn_kwargs, options)
 
-    def with_column(self, column_name: str, expr: Any) -> "Dataset":
+    def with_column(self, column_name: str, expr: Any, **_ray: Any) -> "Dataset":
         """Add (or replace) column ``column_name`` with the value of ``expr``, an expression of
-        ``muster.data.expressions`` (``col("a") + col("b")``) or any pyarrow compute expression."""
-        return self._then(plan.with_columns_op([{column_name: expr}], f"with_column({column_name!r}, {expr!r})"))
+        ``muster.data.expressions`` (``col("a") + col("b")``, a ``@udf``, ``download("uri")``) or any pyarrow
+        compute expression. Ray's resource options change nothing."""
+        return self._then(projection.with_columns_op([{column_name: expr}],
+                                                     f"with_column({column_name!r}, {projection.text(expr)})"))
 
-    def with_columns(self, exprs: dict[str, Any] | None = None, *more_exprs: dict[str, Any], **_ray: Any) -> "Dataset":
-        """Add (or replace) several columns, ``{name: expression}`` (more mappings may follow), all in one projection
-        over the existing columns. Ray's resource options change nothing."""
-        return self._then(plan.with_columns_op([exprs or {}, *more_exprs], "with_columns"))
+    def with_columns(self, exprs: Any = None, *more_exprs: Any, **_ray: Any) -> "Dataset":
+        """Add (or replace) several columns, ``{name: expression}`` mappings or ``unnest(expression)`` (one column
+        per struct field), all in one projection over the existing columns. Ray's resource options change nothing."""
+        return self._then(projection.with_columns_op([*([] if exprs is None else [exprs]), *more_exprs],
+                                                     "with_columns"))
 
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas") -> "Dataset":
         """Add (or replace) column ``col`` with ``fn(batch)``."""

@@ -1,4 +1,8 @@
-"""A filter's pyarrow expression as Ray 2.60 prints an expression in an operator's name:
+"""Expressions printed as Ray 2.60 prints them: ``tree_text`` draws one of ``muster.data.expressions`` as Ray's
+``repr`` does (``MUL`` over ``├── left: ...``); ``ray_text`` prints a raw pyarrow expression as Ray prints its own
+in an operator's name.
+
+A filter's pyarrow expression as Ray 2.60 prints an expression in an operator's name:
 ``Filter(col('id') > 1)``, ``Filter((col('a') + (col('b') * 2)) > 3)``, ``Filter(col('x').is_null())``.
 
 pyarrow offers no walk over an expression's tree, so this reads the text pyarrow prints for it
@@ -121,3 +125,54 @@ def _print(node: Any) -> str:
         inner = f"({_print(node[2])})" if isinstance(node[2], _Binary) else _print(node[2])
         return f"{inner}.{node[1]}()"
     return f"{node[1]}({', '.join(_print(a) for a in node[2])})"
+
+
+_TREE_CUT = 50  # Ray cuts a literal at 50 characters in the tree
+
+
+def tree_text(expr: Any, prefix: str = "", last: bool = True) -> str:
+    """``expr`` (of ``muster.data.expressions``) as Ray's ``repr`` draws it: a node's label, then each child on
+    its own line under box-drawing branches, with the role it plays (``left:``, ``arg[0]:``)."""
+    lines = [_label(expr)]
+    children = _labelled_children(expr)
+    for i, (role, child) in enumerate(children):
+        child_last = i == len(children) - 1
+        child_prefix = prefix + ("    " if last else "\u2502   ")
+        branch = "\u2514\u2500\u2500 " if child_last else "\u251c\u2500\u2500 "
+        first, *rest = tree_text(child, child_prefix, child_last).split("\n")
+        lines.append(f"{child_prefix}{branch}{role + ': ' if role else ''}{first}")
+        lines.extend(rest)
+    return "\n".join(lines)
+
+
+def _label(expr: Any) -> str:
+    from muster.data import expressions as mx
+
+    if isinstance(expr, mx.ColumnExpr):
+        return f"COL({expr.name!r})"
+    if isinstance(expr, mx.LiteralExpr):
+        text = repr(expr.value)
+        return f"LIT({text if len(text) <= _TREE_CUT else text[:_TREE_CUT - 3] + '...'})"
+    if isinstance(expr, (mx.BinaryExpr, mx.UnaryExpr)):
+        return expr.op.name
+    if isinstance(expr, mx.AliasExpr):
+        return f"ALIAS({expr.name!r})"
+    if isinstance(expr, mx.UDFExpr):
+        return f"UDF({getattr(expr.fn, '__name__', type(expr.fn).__name__)})"
+    labels = {mx.StarExpr: "COL(*)", mx.UnnestExpr: "UNNEST", mx.UUIDExpr: "UUID()"}
+    if isinstance(expr, mx.DownloadExpr):
+        return f"DOWNLOAD({expr.uri_column_name!r})"
+    return labels.get(type(expr), type(expr).__name__)
+
+
+def _labelled_children(expr: Any) -> list[tuple[str, Any]]:
+    from muster.data import expressions as mx
+
+    if isinstance(expr, mx.BinaryExpr):
+        return [("left", expr.left), ("right", expr.right)]
+    if isinstance(expr, mx.UnaryExpr):
+        return [("operand", expr.operand)]
+    if isinstance(expr, mx.UDFExpr):
+        return [(f"arg[{i}]", a) for i, a in enumerate(expr.args)] + [(f"kwarg[{k!r}]", v)
+                                                                       for k, v in expr.kwargs.items()]
+    return [("", child) for child in expr._children()]

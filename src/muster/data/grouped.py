@@ -107,20 +107,24 @@ class GroupedData:
         """Every row, each group in turn (as ``map_groups`` orders them), with column ``column_name`` added
         (or replaced) by ``expr``, an expression of ``muster.data.expressions`` (``col("v") * 2``) evaluated
         over the group's rows, as Ray's. Ray's ``ray_remote_args`` change nothing here."""
-        from muster.data import plan
+        from muster.data import projection
 
         if not isinstance(column_name, str) or not column_name:
             raise InvalidArgumentError(f"groupby(...).with_column(column_name={column_name!r}): pass a non-empty "
                                        "column name.")
-        where = f"groupby(...).with_column({column_name!r}, {expr!r})"
-        project = plan.with_columns_op([{column_name: expr}], where).fn
+        where = f"groupby(...).with_column({column_name!r}, {projection.text(expr)})"
+        project = projection.with_columns_op([{column_name: expr}], where).fn
 
         def with_column(group: Any) -> Any:
             return project(group)[0]
 
-        why = ("groupby(...).with_column with muster's (pyarrow) expressions has no ray.data equivalent: use "
-               "map_groups(fn) for a script that also runs on the Ray engine")
-        return self._mapped("MapBatches(_project_group)", alltoall.map_each_block(with_column, "pyarrow"), why)
+        from muster.data.expressions import Expr
+
+        ray: RayCall | str = ("groupby(...).with_column with a raw pyarrow expression has no ray.data equivalent: "
+                              "use muster.data.expressions' col(...), or map_groups(fn)")
+        if isinstance(expr, Expr):  # replayed with the expression rebuilt as Ray's
+            ray = self._ray().then("with_column", column_name, expr)
+        return self._mapped("MapBatches(_project_group)", alltoall.map_each_block(with_column, "pyarrow"), ray)
 
     def _mapped(self, name: str, mapped: Any, ray: RayCall | str) -> "Dataset":
         """``map_groups``' two operators, as Ray 2.60 plans (and prints) them under its default shuffle:

@@ -323,46 +323,6 @@ def add_column(col: str, fn: Callable[[Any], Any], batch_format: str) -> BlockFn
     return apply
 
 
-def with_columns_op(mappings: list[Any], where: str) -> Transform:
-    """The ``with_column(s)`` operator: each mapping ``{name: pyarrow compute expression}``, checked, merged."""
-    import pyarrow.compute as pc
-
-    exprs: dict[str, Any] = {}
-    for mapping in mappings:
-        if not isinstance(mapping, dict) or not all(isinstance(e, pc.Expression) for e in mapping.values()):
-            raise InvalidTypeError(f"{where}: {mapping!r} is not column name -> expression; pass an expression such "
-                                   "as col('a') * 2 (from muster.data.expressions import col, lit); for a function of "
-                                   "a batch, use add_column.")
-        exprs.update(mapping)
-    if not exprs:
-        raise InvalidArgumentError(f"{where}(): pass at least one column name -> expression.")
-    why = ("with_column(s) with muster's (pyarrow) expressions has no ray.data equivalent: use add_column(name, fn) "
-           "for a script that also runs on the Ray engine")
-    label = f"WithColumn({next(iter(exprs))})" if len(exprs) == 1 else f"WithColumns({', '.join(exprs)})"
-    return Transform(label, with_columns(exprs, where), why)
-
-
-def with_columns(exprs: dict[str, Any], where: str) -> BlockFn:
-    """Each ``name`` = its expression (pyarrow compute), all in one projection over the block's own columns;
-    an existing column is replaced in place, a new one appended (in ``exprs``' order)."""
-    import pyarrow.dataset as pads
-
-    def apply(block: pa.Table) -> list[pa.Table]:
-        try:
-            made = pads.dataset(block).to_table(columns=dict(exprs))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-            raise DataTypeError(f"{where}: {exc}. The block's columns are {block.column_names}.") from exc
-        for name in exprs:
-            arr = made.column(name)
-            if name in block.column_names:
-                block = block.set_column(block.column_names.index(name), name, arr)
-            else:
-                block = block.append_column(name, arr)
-        return [block]
-
-    return apply
-
-
 def select_columns(cols: list[str]) -> BlockFn:
     def apply(block: pa.Table) -> list[pa.Table]:
         _check_columns(block, cols, "select_columns")

@@ -1,0 +1,225 @@
+"""Ray 2.60's expressions (``ray.data.expressions``) under muster: the docstring examples of Ray's ``udf``,
+``unnest``, ``with_column``, ``cast`` and the namespaces, with the results Ray 2.60 gave for the same calls
+(run under both and compared), and the same expressions evaluated by Ray's own evaluator."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import muster.data as md
+from muster.data.datatype import DataType
+from muster.data.exceptions import DataTypeError, UserFunctionError
+from muster.data.expressions import col, download, lit, star, udf, unnest, uuid
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
+
+
+@udf(return_dtype=DataType.int32())
+def add_one(column):
+    return pc.add(column, 1)
+
+
+_MADE: list[int] = []
+
+
+@udf(return_dtype=DataType.int32())
+class AddOffset:
+    def __init__(self, offset):
+        self.offset = offset
+        _MADE.append(offset)
+
+    def __call__(self, x):
+        return pc.add(x, self.offset)
+
+
+@udf(return_dtype=DataType.struct([("sum_ab", DataType.int64()), ("product_ab", DataType.int64())]))
+def make_features(a, b):
+    return pa.StructArray.from_arrays([pc.add(a, b).combine_chunks(), pc.multiply(a, b).combine_chunks()],
+                                      names=["sum_ab", "product_ab"])
+
+
+def test_with_column_takes_a_udf_and_a_callable_class_as_rays_docstring(threads_only):
+    ds = md.range(100)
+    plus_one = ds.with_column("id_plus_one", add_one(col("id")))
+    assert plus_one.take(2) == [{"id": 0, "id_plus_one": 1}, {"id": 1, "id_plus_one": 2}]
+    assert plus_one.schema().types[1] == pa.int32()  # cast to return_dtype, as Ray's
+    add_five = AddOffset(5)
+    assert ds.with_column("id_plus_five", add_five(col("id"))).take(2) == [{"id": 0, "id_plus_five": 5},
+                                                                           {"id": 1, "id_plus_five": 6}]
+    doubled = md.from_items([{"value": 5}, {"value": 10}]).with_column("d", add_one(col("value")) * 2)
+    assert [r["d"] for r in doubled.take_all()] == [12, 22]
+    assert ds.filter(expr=add_one(col("id")) > 98).take_all() == [{"id": 98}, {"id": 99}]
+
+
+@udf(return_dtype=DataType.int64())
+class SlowToMake:
+    def __init__(self, offset):
+        time.sleep(0.3)  # long enough for every block's thread to reach the first call
+        self.offset = offset
+        _MADE.append(offset)
+
+    def __call__(self, x):
+        return pc.add(x, self.offset)
+
+
+def test_a_udf_class_is_made_where_it_runs_once_per_process(threads_only):
+    _MADE.clear()
+    expr = SlowToMake(1)(col("id"))
+    assert _MADE == []  # not at the call: where the expression first runs
+    assert md.range(20, override_num_blocks=4).with_column("x", expr).sum("x") == sum(range(1, 21))
+    assert _MADE == [1]  # once for the four blocks, whose threads race to the first call
+
+
+def test_unnest_makes_a_column_per_struct_field_as_rays_docstring():
+    ds = md.from_items([{"a": 2, "b": 10}, {"a": 3, "b": 20}])
+    assert ds.with_columns(unnest(make_features(col("a"), col("b")))).take(1) == [
+        {"a": 2, "b": 10, "sum_ab": 12, "product_ab": 20}]
+    assert ds.with_columns({"a2": col("a") * 2}, unnest(make_features(col("a"), col("b")))).take_all() == [
+        {"a": 2, "b": 10, "a2": 4, "sum_ab": 12, "product_ab": 20},
+        {"a": 3, "b": 20, "a2": 6, "sum_ab": 23, "product_ab": 60}]
+    nested = md.from_items([{"s": {"x": 1, "y": "a"}}])
+    assert nested.with_columns(unnest(col("s"))).take_all() == [{"s": {"x": 1, "y": "a"}, "x": 1, "y": "a"}]
+    with pytest.raises(InvalidTypeError, match="cannot wrap another unnest"):
+        unnest(unnest(col("s")))
+    with pytest.raises(DataTypeError, match=r"unnest\(col\('a'\)\) got int64.*struct-typed"):
+        ds.with_columns(unnest(col("a"))).take_all()
+
+
+# (expression, the column Ray 2.60 gave for x = [5, -3, 0]) -- run under Ray and copied here
+_NUMERIC = [
+    (col("x").negate(), [-5, 3, 0]), (col("x").sign(), [1, -1, 0]), (col("x").power(2), [25, 9, 0]),
+    (col("x").abs(), [5, 3, 0]), (col("x") // 2, [2.0, -1.0, 0.0]), (col("x") % 3, [2.0, 0.0, 0.0]),
+    (col("x") / 2, [2, -1, 0]), ((col("x") / 2).ceil(), [2.0, -1.0, 0.0]),
+    (col("x").cast(DataType.string()), ["5", "-3", "0"]), (lit(7), [7, 7, 7]),
+    (col("x").is_in([5, 0]), [True, False, True]), (col("x").not_in([5, 0]), [False, True, False]),
+    ((col("x") + 1).alias("zz"), [6, -2, 1]), (10 - col("x"), [5, 13, 10]),
+    ((col("x") > 0) | (col("x") < -1), [True, True, False]), (~(col("x") == 0), [True, True, False]),
+]
+
+
+@pytest.mark.parametrize("expr, expected", _NUMERIC)
+def test_operators_and_math_helpers_give_rays_values(expr, expected):
+    ds = md.from_items([{"x": 5}, {"x": -3}, {"x": 0}])
+    assert [r["v"] for r in ds.with_column("v", expr).take_all()] == expected
+
+
+def test_result_types_are_rays():
+    """Ray 2.60: (x % 2).cast(int64) is int64, x / 2 of integers stays int64 (pyarrow's divide), x // 2 is double."""
+    ds = md.from_items([{"x": 5}]).with_columns({"c": (col("x") % 2).cast(DataType.int64()), "f": col("x") / 2,
+                                                "fd": col("x") // 2})
+    assert ds.schema().types[1:] == [pa.int64(), pa.int64(), pa.float64()]
+    assert md.range(3).with_column("s", col("id").cast(DataType.string())).schema().types[1] == pa.string()
+
+
+_STRINGS = [
+    (col("name").str.upper(), [" ALICE ", "BOB"]), (col("name").str.len(), [7, 3]),
+    (col("name").str.strip(), ["Alice", "bob"]), (col("name").str.starts_with("b"), [False, True]),
+    (col("name").str.pad(8, "*", "left"), ["* Alice ", "*****bob"]), (col("name") + "!", [" Alice !", "bob!"]),
+    (col("name").str.split("l"), [[" A", "ice "], ["bob"]]), (col("name").str.replace("b", "B"), [" Alice ", "BoB"]),
+    (col("name").str.contains("li"), [True, False]), (col("name").str.strip("b "), ["Alice", "o"]),
+]
+
+
+@pytest.mark.parametrize("expr, expected", _STRINGS)
+def test_the_str_namespace_gives_rays_values(expr, expected):
+    ds = md.from_items([{"name": " Alice "}, {"name": "bob"}])
+    assert [r["v"] for r in ds.with_column("v", expr).take_all()] == expected
+
+
+def test_the_struct_list_map_and_dt_namespaces():
+    ds = md.from_items([{"u": {"age": 3, "addr": {"city": "x"}}, "l": [1, 2, 3], "ll": [[1], [2, 3]]}])
+    out = ds.with_columns({"age": col("u").struct["age"], "city": col("u").struct["addr"].struct["city"],
+                           "first": col("u").struct[0], "n": col("l").list.len(), "get": col("l").list.get(1),
+                           "head": col("l").list[:2], "desc": col("l").list.sort(order="descending"),
+                           "flat": col("ll").list.flatten()}).drop_columns(["u", "l", "ll"])
+    assert out.take_all() == [{"age": 3, "city": "x", "first": 3, "n": 3, "get": 2, "head": [1, 2],
+                               "desc": [3, 2, 1], "flat": [1, 2, 3]}]
+    maps = md.from_arrow(pa.table({"m": pa.array([[("a", 1), ("b", 2)], None], type=pa.map_(pa.string(), pa.int64()))}))
+    assert maps.with_columns({"k": col("m").map.keys(), "v": col("m").map.values()}).drop_columns(["m"]).take_all() == [
+        {"k": ["a", "b"], "v": [1, 2]}, {"k": None, "v": None}]
+    import datetime
+
+    times = md.from_items([{"t": datetime.datetime(2024, 3, 5, 7, 8, 9)}])
+    got = times.with_columns({"y": col("t").dt.year(), "h": col("t").dt.hour(), "s": col("t").dt.strftime("%Y/%m"),
+                              "d": col("t").dt.floor("day")}).take_all()[0]
+    assert (got["y"], got["h"], got["s"], got["d"]) == (2024, 7, "2024/03", datetime.datetime(2024, 3, 5))
+
+
+def test_download_reads_each_uri_and_gives_none_for_a_missing_one(tmp_path):
+    (tmp_path / "a.bin").write_bytes(b"hello")
+    ds = md.from_items([{"uri": str(tmp_path / "a.bin")}, {"uri": str(tmp_path / "gone.bin")}, {"uri": None}])
+    assert [r["bytes"] for r in ds.with_column("bytes", download("uri")).take_all()] == [b"hello", None, None]
+    with pytest.raises(InvalidArgumentError, match="column holding the URIs"):
+        download("")
+
+
+def test_uuid_gives_a_fresh_id_per_row():
+    ids = [r["u"] for r in md.range(10).with_column("u", uuid().str.replace("-", "")).take_all()]
+    assert len(set(ids)) == 10 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+
+
+def test_expressions_print_and_convert_as_rays():
+    assert repr((col("x") + lit(5)) * col("y")) == (
+        "MUL\n    ├── left: ADD\n    │   ├── left: COL('x')\n    │   └── right: LIT(5)\n    └── right: COL('y')")
+    assert repr(add_one(col("id")) * 2) == (
+        "MUL\n    ├── left: UDF(add_one)\n    │   └── arg[0]: COL('id')\n    └── right: LIT(2)")
+    assert (col("a") + 1).structurally_equals(col("a") + 1) and not (col("a") + 1).structurally_equals(col("a") + 2)
+    assert (col("a") > 1).to_pyarrow().equals(pc.field("a") > 1)
+    assert col("s").str.starts_with("x").to_pyarrow().equals(pc.starts_with(pc.field("s"), "x"))
+    with pytest.raises(InvalidTypeError, match="no pyarrow.compute.Expression"):
+        add_one(col("id")).to_pyarrow()
+    with pytest.raises(InvalidTypeError, match="no truth value"):
+        bool(col("a") > 1)
+    assert (col("x") * 2).alias("y").name == "y" and col("x").name == "x"
+
+
+def test_an_expression_filters_a_parquet_read(tmp_path):
+    pq.write_table(pa.table({"a": [1, 5, 9]}), tmp_path / "x.parquet")
+    assert md.read_parquet(str(tmp_path), filter=(col("a") > 3).to_pyarrow()).take_all() == [{"a": 5}, {"a": 9}]
+
+
+def test_bad_expressions_name_the_fix():
+    ds = md.range(3)
+    with pytest.raises(InvalidTypeError, match="Arrow-backed"):
+        col("id").cast(int)
+    with pytest.raises(InvalidTypeError, match="return_dtype"):
+        udf(return_dtype=int)
+    with pytest.raises(InvalidTypeError, match="star\\(\\) is every column"):
+        ds.with_column("s", star())
+    with pytest.raises(DataTypeError, match="not true/false"):
+        ds.filter(expr=col("id") + 1).take_all()
+
+    @udf(return_dtype=DataType.int64())
+    def scalar(x):
+        return 3
+
+    with pytest.raises(InvalidTypeError, match="udf scalar returned a int"):
+        ds.with_column("s", scalar(col("id"))).take_all()
+
+    @udf(return_dtype=DataType.int64())
+    def broken(x):
+        return pc.divide(x, 0)
+
+    with pytest.raises(UserFunctionError, match=r"(?s)Project failed in broken: ArrowInvalid: divide by zero.*row"):
+        ds.with_column("b", broken(col("id"))).take_all()
+    with pytest.raises(InvalidArgumentError, match="side='middle'"):
+        col("s").str.pad(3, side="middle")
+
+
+def test_the_same_expressions_under_rays_evaluator():
+    """muster's expressions rebuilt as Ray's (what the Ray engine runs) give what muster's give."""
+    pytest.importorskip("ray")
+    from ray.data._internal.planner.plan_expression.expression_evaluator import eval_expr
+
+    from muster.data._ray_exprs import to_ray
+    from muster.data.projection import values
+
+    block = pa.table({"x": [5, -3, 0], "name": [" Alice ", "bob", "c"]})
+    for expr in [e for e, _ in _NUMERIC] + [e for e, _ in _STRINGS] + [add_one(col("x")), AddOffset(2)(col("x"))]:
+        ours, theirs = values(expr, block), eval_expr(to_ray(expr), block)
+        theirs = theirs if isinstance(theirs, (pa.Array, pa.ChunkedArray)) else pa.repeat(pa.scalar(theirs), 3)
+        assert ours.to_pylist() == theirs.to_pylist(), repr(expr)
