@@ -176,6 +176,16 @@ def test_composition_over_http_and_handles(client, graph):
         muster.get(h.predict.remote(1))
 
 
+def test_a_missing_method_raises_rays_error_naming_the_methods_there_are(client, graph):
+    """Ray raises RayServeException listing the class's methods (muster raised a bare AttributeError)."""
+    h = serve.get_deployment_handle("Model", "graph")
+    with pytest.raises(serve.RayServeException, match=r"no method 'no_such'; its methods are \['batched', "
+                                                      r"'predict', 'tokens'\]. Fix: call one of them"):
+        h.no_such.remote().result(timeout_s=10)
+    with pytest.raises(serve.RayServeException, match=r"no method '__call__'.*Fix: define __call__"):
+        h.remote().result(timeout_s=10)
+
+
 def test_streaming_through_a_handle(client, graph):
     h = serve.get_deployment_handle("Model", "graph").options(stream=True)
     assert list(h.tokens.remote(4)) == ["tok0", "tok1", "tok2", "tok3"]

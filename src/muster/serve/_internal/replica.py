@@ -351,8 +351,22 @@ class ReplicaActor:
             return self.obj
         fn = getattr(self.obj, name, None)
         if fn is None or not callable(fn):
-            raise AttributeError(f"{self.where} has no method {name!r}.")
+            raise self._no_method(name)
         return fn
+
+    def _no_method(self, name: str) -> Exception:
+        """Ray's error for a call to a method the deployment lacks, naming the ones it has."""
+        from muster.serve.exceptions import RayServeException
+
+        if not inspect.isclass(self.target):
+            return RayServeException(f"{self.where} is a function: it has no method {name!r}. Fix: call the "
+                                     "function itself, handle.remote(...).")
+        has = sorted(n for n in dir(self.obj) if not n.startswith("_") and callable(getattr(self.obj, n, None)))
+        if any("__call__" in vars(k) for k in type(self.obj).__mro__):
+            has.append("__call__")
+        fix = ("define __call__(self, request) to answer HTTP" if name == "__call__" else
+               f"call one of them (handle.<method>.remote(...)) or define {name!r} in the class")
+        return RayServeException(f"{self.where} has no method {name!r}; its methods are {has}. Fix: {fix}.")
 
     def _resolve(self, name: str) -> tuple[Any, bool]:
         """``(method, runs on the loop)``: async functions and generators run on the loop, the rest on the pool."""
