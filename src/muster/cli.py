@@ -302,8 +302,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's arguments. A command that sets ``interspersed`` (``serve run``'s ``key=value``
+    builder arguments) takes its values after options too, as Ray's click commands do."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    dest = getattr(args, "interspersed", None)
+    if dest and extra and all("=" in e and not e.startswith("-") for e in extra):
+        getattr(args, dest).extend(extra)
+        extra = []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse(argv)
     return int(args.fn(args))
 
 
