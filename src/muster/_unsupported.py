@@ -90,10 +90,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "write_bigquery": "iter_batches() with your database client",
     },
     "muster.data": {
-        "ExecutionOptions": "DataContext.get_current().execution_options (preserve_order; Ray's cluster "
-        "options are accepted there with no effect)",
-        "ExecutionResources": "nothing: muster's pipelines run in the consuming process's threads and idle "
-        "workers (DataContext.max_threads bounds them)",
         "ShuffleStrategy": "muster.data.context.ShuffleStrategy (where Ray has it too)",
         "read_tfrecords": "read_parquet() after converting the files",
         "read_webdataset": "read_binary_files()",
