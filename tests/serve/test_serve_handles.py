@@ -146,6 +146,15 @@ class LevelLogs:
         return word
 
 
+@serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=2)
+class Starved:
+    """Batches of up to 4, but the replica takes 2 calls at once: Ray warns that they never fill."""
+
+    @serve.batch(max_batch_size=4, batch_wait_timeout_s=0.2)
+    async def __call__(self, xs: list[int]) -> list[int]:
+        return [len(xs)] * len(xs)
+
+
 @muster.remote
 def _plus_one(x):
     return x + 1
@@ -238,6 +247,21 @@ def test_batch_returning_an_ndarray_and_resized_by_reconfigure(client):
     h = serve.run(NumpyBatch.options(user_config={"max_batch_size": 2}).bind(), name="npbatch", route_prefix=None)
     assert max(sizes(h)) <= 2
     serve.delete("npbatch")
+
+
+def test_batches_bigger_than_max_ongoing_requests_are_warned_of_as_rays(client, capfd):
+    h = serve.run(Starved.bind(), name="starved", route_prefix=None)
+    assert max(r.result(timeout_s=10) for r in [h.remote(i) for i in range(6)]) <= 2
+    seen: list[str] = []
+
+    def warned() -> bool:
+        seen.append("".join(capfd.readouterr()))
+        return "max_ongoing_requests (2), so a batch never holds more than 2" in "".join(seen)
+
+    wait_until(warned, 15, "the replica's warning that its batches cannot fill")
+    assert "Fix: set @serve.deployment(max_ongoing_requests=4)" in "".join(seen)
+    assert "".join(seen).count("so a batch never holds") == 1  # once, not per batch
+    serve.delete("starved")
 
 
 def test_info_from_the_serve_logger_reaches_the_replica_output(client, capfd):

@@ -221,7 +221,7 @@ class ReplicaActor:
         rank = replica_context.ReplicaRank(spec.rank, 0, spec.rank)  # one node's ranks (see ReplicaSpec.rank)
         replica_context.set_deployment_actors(spec.deployment_actors or {})
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, None, rank,
-                                                            spec.world_size))
+                                                            spec.world_size, spec.config))
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
         self.target = target
         self.asgi = getattr(target, "__serve_asgi_app__", None)
@@ -233,7 +233,7 @@ class ReplicaActor:
         else:
             self.obj = target
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj, rank,
-                                                            spec.world_size))
+                                                            spec.world_size, spec.config))
         self.conns: set[_Conn] = set()  # the callers connected now (told of the models held, see _models_changed)
         self._models_told = True
         if multiplex.is_multiplexed(target):  # its callers route by model: tell them what it holds
