@@ -154,7 +154,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "DeploymentDetails": "muster.serve.status().applications[app].deployments[name] (a DeploymentStatusOverview)",
         "ReplicaDetails": "DeploymentStatusOverview.replica_states (replicas per state)",
         "ProxyDetails": "muster.serve.status().proxies and .http (one ingress process)",
-        "ApplicationStatus": "the strings in ApplicationStatusOverview.status ('RUNNING', 'DEPLOYING', ...)",
         "HTTPOptionsSchema": "muster.serve.config.HTTPOptions",
         "gRPCOptionsSchema": "none: muster serves HTTP only (http_options)",
     },

@@ -195,6 +195,17 @@ def test_a_missing_method_raises_rays_error_naming_the_methods_there_are(client,
         h.remote().result(timeout_s=10)
 
 
+def test_status_compares_equal_to_rays_status_enums(client, graph):
+    """Ray's wait loops compare with ray.serve.schema's enums (an UnsupportedRayImportError before)."""
+    from muster.serve.schema import ApplicationStatus, DeploymentStatus, ProxyStatus
+
+    st = serve.status()
+    assert st.applications["graph"].status == ApplicationStatus.RUNNING
+    assert st.applications["graph"].deployments["Model"].status == DeploymentStatus.HEALTHY
+    assert st.proxies and all(p == ProxyStatus.HEALTHY for p in st.proxies.values())
+    assert ApplicationStatus("DEPLOY_FAILED") is ApplicationStatus.DEPLOY_FAILED
+
+
 def test_streaming_through_a_handle(client, graph):
     h = serve.get_deployment_handle("Model", "graph").options(stream=True)
     assert list(h.tokens.remote(4)) == ["tok0", "tok1", "tok2", "tok3"]
