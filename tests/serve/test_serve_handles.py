@@ -193,6 +193,14 @@ def test_a_missing_method_raises_rays_error_naming_the_methods_there_are(client,
         h.no_such.remote().result(timeout_s=10)
     with pytest.raises(serve.RayServeException, match=r"no method '__call__'.*Fix: define __call__"):
         h.remote().result(timeout_s=10)
+    fn = serve.run(echo_fn.bind(), name="echo-fn", route_prefix=None)
+    assert fn.anything.remote(3).result(timeout_s=10) == ["fn", 3]  # as Ray's: a function runs for any method
+    serve.delete("echo-fn")
+
+
+@serve.deployment(ray_actor_options=SMALL)
+def echo_fn(x):
+    return ["fn", x]
 
 
 def test_status_compares_equal_to_rays_status_enums(client, graph):

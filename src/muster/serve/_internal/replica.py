@@ -347,7 +347,7 @@ class ReplicaActor:
 
     # -- requests (on the Serve loop) -----------------------------------------
     def _method(self, name: str) -> Any:
-        if name == "__call__" and not inspect.isclass(self.target):
+        if not inspect.isclass(self.target):  # as Ray's: a function deployment runs for any method name
             return self.obj
         fn = getattr(self.obj, name, None)
         if fn is None or not callable(fn):
@@ -358,9 +358,6 @@ class ReplicaActor:
         """Ray's error for a call to a method the deployment lacks, naming the ones it has."""
         from muster.serve.exceptions import RayServeException
 
-        if not inspect.isclass(self.target):
-            return RayServeException(f"{self.where} is a function: it has no method {name!r}. Fix: call the "
-                                     "function itself, handle.remote(...).")
         has = sorted(n for n in dir(self.obj) if not n.startswith("_") and callable(getattr(self.obj, n, None)))
         if any("__call__" in vars(k) for k in type(self.obj).__mro__):
             has.append("__call__")
