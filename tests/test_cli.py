@@ -93,3 +93,16 @@ def test_runs_list_includes_tune_trials(storage):
     assert listing.returncode == 0, listing.stderr
     trials = [line for line in listing.stdout.splitlines() if " exp " in f" {line} "]
     assert len(trials) == 2 and all("FINISHED" in line for line in trials)
+
+
+def test_serve_run_takes_builder_arguments_before_and_after_options():
+    """Ray's click CLI takes `serve run mod:builder --name x a=1 b=2`; argparse refused the pairs after an option."""
+    from muster.cli import parse
+
+    args = parse(["serve", "run", "mod:build", "who=ab", "--port", "0", "times=2", "--name", "x", "n=1"])
+    assert (args.target, args.arguments, args.port, args.name) == ("mod:build", ["who=ab", "times=2", "n=1"], 0, "x")
+    assert parse(["serve", "run", "--port", "0", "mod:build", "who=ab"]).arguments == ["who=ab"]
+    bad = _cli("serve", "run", "mod:app", "--port", "0", "--prot", "1")  # anything else is still refused
+    assert bad.returncode == 2 and "unrecognized arguments: --prot 1" in bad.stderr
+    bad = _cli("status", "x=1")  # only serve run takes key=value
+    assert bad.returncode == 2 and "unrecognized arguments: x=1" in bad.stderr

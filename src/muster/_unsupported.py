@@ -110,10 +110,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "deserialize_lineage": "cloudpickle.loads(data) of a pickled Dataset",
     },
     "muster.data": {
-        "ExecutionOptions": "DataContext.get_current().execution_options (preserve_order; Ray's cluster "
-        "options are accepted there with no effect)",
-        "ExecutionResources": "nothing: muster's pipelines run in the consuming process's threads and idle "
-        "workers (DataContext.max_threads bounds them)",
         "ShuffleStrategy": "muster.data.context.ShuffleStrategy (where Ray has it too)",
         "read_tfrecords": "read_parquet() after converting the files",
         "read_webdataset": "read_binary_files()",
@@ -179,7 +175,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "DeploymentDetails": "muster.serve.status().applications[app].deployments[name] (a DeploymentStatusOverview)",
         "ReplicaDetails": "DeploymentStatusOverview.replica_states (replicas per state)",
         "ProxyDetails": "muster.serve.status().proxies and .http (one ingress process)",
-        "ApplicationStatus": "the strings in ApplicationStatusOverview.status ('RUNNING', 'DEPLOYING', ...)",
         "HTTPOptionsSchema": "muster.serve.config.HTTPOptions",
         "gRPCOptionsSchema": "none: muster serves HTTP only (http_options)",
     },

@@ -323,13 +323,27 @@ _RAY_ONLY_COMMANDS = {
 }
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's arguments. A command that sets ``interspersed`` (``serve run``'s ``key=value``
+    builder arguments) takes its values after options too, as Ray's click commands do."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    dest = getattr(args, "interspersed", None)
+    if dest and extra and all("=" in e and not e.startswith("-") for e in extra):
+        getattr(args, dest).extend(extra)
+        extra = []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in _RAY_ONLY_COMMANDS:
         print(f"muster: there is no `muster {argv[0]}` (Ray's `ray {argv[0]}`). {_RAY_ONLY_COMMANDS[argv[0]]} "
               "`muster status` shows the engine and its resources.", file=sys.stderr)
         return 2
-    args = _parser().parse_args(argv)
+    args = parse(argv)
     return int(args.fn(args))
 
 

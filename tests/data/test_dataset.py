@@ -277,6 +277,32 @@ def test_data_context_takes_rays_cluster_settings_and_refuses_a_typo():
         options.bogus = 1
 
 
+def test_rays_execution_options_and_resources_are_importable_and_kept():
+    """Ray's tuning idioms: ``from ray.data import ExecutionOptions, ExecutionResources`` (an
+    UnsupportedRayImportError before) and ``resource_limits.copy(cpu=...)`` (an AttributeError before)."""
+    import math
+
+    from muster.data import ExecutionOptions, ExecutionResources
+    from muster.train import DataConfig
+
+    ctx = md.DataContext()
+    limits = ctx.execution_options.resource_limits
+    assert (limits.cpu, limits.memory) == (math.inf, math.inf)  # Ray's default: no limit
+    ctx.execution_options.resource_limits = limits.copy(cpu=10, gpu=0, object_store_memory=2e9)
+    assert ctx.execution_options.resource_limits == ExecutionResources.for_limits(cpu=10, gpu=0, object_store_memory=2e9)
+    assert ctx.execution_options.resource_limits.to_resource_dict()["GPU"] == 0
+    ctx.execution_options.label_selector = {"ray-subcluster": "data"}  # Ray 2.60's option: kept
+    assert ctx.execution_options.label_selector == {"ray-subcluster": "data"}
+    # set whole, as Ray's scripts do; ExecutionOptions() has Ray's defaults (preserve_order off)
+    ctx.execution_options = ExecutionOptions(
+        resource_limits=ExecutionResources(cpu=8, gpu=1, object_store_memory=10e9), locality_with_output=True)
+    assert ctx.preserve_order is False and ctx.execution_options.locality_with_output is True
+    assert ctx.execution_options.resource_limits.cpu == 8 and ExecutionResources().gpu == 0
+    assert ExecutionResources.from_resource_dict({"num_cpus": 2}).cpu == 2
+    config = DataConfig(execution_options=ExecutionOptions(preserve_order=True))
+    assert isinstance(config.execution_options, md.DataContext) and config.execution_options.preserve_order is True
+
+
 def test_refs_materialized_datasets_and_rays_names():
     """Ray's saving guide: to_numpy_refs() gives refs (it gave the dicts, and muster.get refused them);
     MaterializedDataset is what materialize() and in-memory sources give (it was an AttributeError);
@@ -300,7 +326,7 @@ def test_refs_materialized_datasets_and_rays_names():
     import muster.train
 
     assert muster.train.TRAIN_DATASET_KEY == "train"
-    for name in ("from_spark", "ExecutionResources", "ShuffleStrategy"):
+    for name in ("from_spark", "ShuffleStrategy"):
         with pytest.raises(UnsupportedRayAPIError, match="nearest equivalent"):
             getattr(md, name)
     with pytest.raises(UnsupportedRayAPIError, match=r"Partitioning.*partitioning='hive'"):

@@ -124,8 +124,8 @@ def _stopped_by_ctrl_c(proc, lines):
 
 
 def test_run_status_deploy_shutdown(env, tmp_path, monkeypatch):
-    # Ray's `serve run module:builder key=value`, into a typed builder
-    proc, port, _ = _start(env, tmp_path, "cli_app:build_typed", "who=ab", "times=2", "--port", "0")
+    # Ray's `serve run module:builder key=value`, into a typed builder; as in Ray's CLI, a pair may follow an option
+    proc, port, _ = _start(env, tmp_path, "cli_app:build_typed", "who=ab", "--port", "0", "times=2")
     try:
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).json() == {"hello": "abab"}
         st = _muster(env, tmp_path, "serve", "status")

@@ -146,6 +146,15 @@ class LevelLogs:
         return word
 
 
+@serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=2)
+class Starved:
+    """Batches of up to 4, but the replica takes 2 calls at once: Ray warns that they never fill."""
+
+    @serve.batch(max_batch_size=4, batch_wait_timeout_s=0.2)
+    async def __call__(self, xs: list[int]) -> list[int]:
+        return [len(xs)] * len(xs)
+
+
 @muster.remote
 def _plus_one(x):
     return x + 1
@@ -174,6 +183,35 @@ def test_composition_over_http_and_handles(client, graph):
     # .remote(), which the code had just done
     with pytest.raises(TypeError, match=r"got DeploymentResponse; take its value with response.result\(\)"):
         muster.get(h.predict.remote(1))
+
+
+def test_a_missing_method_raises_rays_error_naming_the_methods_there_are(client, graph):
+    """Ray raises RayServeException listing the class's methods (muster raised a bare AttributeError)."""
+    h = serve.get_deployment_handle("Model", "graph")
+    with pytest.raises(serve.RayServeException, match=r"no method 'no_such'; its methods are \['batched', "
+                                                      r"'predict', 'tokens'\]. Fix: call one of them"):
+        h.no_such.remote().result(timeout_s=10)
+    with pytest.raises(serve.RayServeException, match=r"no method '__call__'.*Fix: define __call__"):
+        h.remote().result(timeout_s=10)
+    fn = serve.run(echo_fn.bind(), name="echo-fn", route_prefix=None)
+    assert fn.anything.remote(3).result(timeout_s=10) == ["fn", 3]  # as Ray's: a function runs for any method
+    serve.delete("echo-fn")
+
+
+@serve.deployment(ray_actor_options=SMALL)
+def echo_fn(x):
+    return ["fn", x]
+
+
+def test_status_compares_equal_to_rays_status_enums(client, graph):
+    """Ray's wait loops compare with ray.serve.schema's enums (an UnsupportedRayImportError before)."""
+    from muster.serve.schema import ApplicationStatus, DeploymentStatus, ProxyStatus
+
+    st = serve.status()
+    assert st.applications["graph"].status == ApplicationStatus.RUNNING
+    assert st.applications["graph"].deployments["Model"].status == DeploymentStatus.HEALTHY
+    assert st.proxies and all(p == ProxyStatus.HEALTHY for p in st.proxies.values())
+    assert ApplicationStatus("DEPLOY_FAILED") is ApplicationStatus.DEPLOY_FAILED
 
 
 def test_streaming_through_a_handle(client, graph):
@@ -228,6 +266,21 @@ def test_batch_returning_an_ndarray_and_resized_by_reconfigure(client):
     h = serve.run(NumpyBatch.options(user_config={"max_batch_size": 2}).bind(), name="npbatch", route_prefix=None)
     assert max(sizes(h)) <= 2
     serve.delete("npbatch")
+
+
+def test_batches_bigger_than_max_ongoing_requests_are_warned_of_as_rays(client, capfd):
+    h = serve.run(Starved.bind(), name="starved", route_prefix=None)
+    assert max(r.result(timeout_s=10) for r in [h.remote(i) for i in range(6)]) <= 2
+    seen: list[str] = []
+
+    def warned() -> bool:
+        seen.append("".join(capfd.readouterr()))
+        return "max_ongoing_requests (2), so a batch never holds more than 2" in "".join(seen)
+
+    wait_until(warned, 15, "the replica's warning that its batches cannot fill")
+    assert "Fix: set @serve.deployment(max_ongoing_requests=4)" in "".join(seen)
+    assert "".join(seen).count("so a batch never holds") == 1  # once, not per batch
+    serve.delete("starved")
 
 
 def test_info_from_the_serve_logger_reaches_the_replica_output(client, capfd):

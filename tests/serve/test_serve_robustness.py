@@ -13,6 +13,7 @@ import httpx
 import pytest
 from starlette.requests import Request
 
+import muster
 from muster import serve
 from muster.exceptions import InvalidArgumentError, ResourcesUnavailableError
 
@@ -261,6 +262,11 @@ def test_replicas_that_can_never_fit_fail_at_once(client):
     assert "big2" in msg and "CPU=3" in msg and "app 'big1' holds CPU=3" in msg and "CPU=4" in msg
     with pytest.raises(ResourcesUnavailableError, match="CPU=64"):
         serve.run(Sleeper.options(ray_actor_options={"num_cpus": 64}).bind(), name="huge", route_prefix="/huge")
+    if not muster.cluster_resources().get("GPU"):  # the fix names Serve's option, not Train's ScalingConfig
+        with pytest.raises(ResourcesUnavailableError, match=r"no GPU visible to muster: ask for none: the "
+                                                            r"deployment's ray_actor_options num_gpus") as info:
+            serve.run(Sleeper.options(ray_actor_options={"num_gpus": 1}).bind(), name="gpu", route_prefix="/gpu")
+        assert "ScalingConfig" not in str(info.value)
     serve.delete("big1")
     assert set(serve.status().applications) <= {"slow"}
 

@@ -64,10 +64,12 @@ def fmt(resources: Mapping[str, float]) -> str:
     return ", ".join(parts)
 
 
-def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str, float], what: str = "") -> None:
+def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str, float], what: str = "",
+                    no_gpu_fix: str = "set ScalingConfig(use_gpu=False) / num_gpus=0") -> None:
     """Raise ``ResourcesUnavailableError`` at once if ``count`` x ``request`` can never fit in ``total``.
 
-    The message names what was asked, what exists, and how to fix it.
+    The message names what was asked, what exists, and how to fix it (``no_gpu_fix``: the caller's own words
+    for asking for no GPU, on a machine that has none).
     """
     from muster.exceptions import ResourcesUnavailableError
 
@@ -83,7 +85,7 @@ def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str
     have = ", ".join(f"{k}={_n(h)}" for k, (_, h) in missing.items())
     hints = []
     if "GPU" in missing and total.get("GPU", 0) == 0:
-        hints.append("this machine has no GPU visible to muster: set ScalingConfig(use_gpu=False) / num_gpus=0")
+        hints.append(f"this machine has no GPU visible to muster: {no_gpu_fix}")
     elif "GPU" in missing:
         hints.append(f"ask for at most {_n(total.get('GPU', 0))} GPUs in all (num_gpus= / num_workers)")
     if "CPU" in missing:

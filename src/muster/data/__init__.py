@@ -33,6 +33,7 @@ from muster.data.datasource import BlockBasedFileDatasink, RowBasedFileDatasink
 from muster.data.datasource import datasource as _custom
 from muster.data.exceptions import DataError, DataSchemaError, DataSourceError, DataTypeError, UserFunctionError
 from muster.data.execution import DataContext
+from muster.data.execution_options import ExecutionOptions, ExecutionResources
 from muster.data.grouped import GroupedData
 from muster.data.huggingface import from_huggingface
 from muster.data.iterator import DataIterator
@@ -53,6 +54,7 @@ __all__ = [
     "FileShuffleConfig",
     "RandomSeedConfig",
     "ActorPoolStrategy", "DataConfig", "DataContext", "DataError", "DataIterator", "DatasetContext",
+    "ExecutionOptions", "ExecutionResources",
     "DatasetIterator", "NodeIdStr", "DataSchemaError", "DataSourceError", "DataTypeError", "Dataset", "GroupedData",
     "MaterializedDataset", "UserFunctionError", "from_arrow", "from_arrow_refs", "from_huggingface", "from_items",
     "from_numpy", "from_numpy_refs", "from_pandas", "from_pandas_refs", "from_torch", "range", "range_tensor",

@@ -26,10 +26,9 @@ import functools
 import os
 import threading
 import time
-import types
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -37,6 +36,9 @@ from muster.data import block as blk
 from muster.data.plan import AllToAll, BlockFn, Limit, MapBatches, Node, Read, Transform, Union
 from muster.data.stats import Stats
 from muster.exceptions import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from muster.data.execution_options import ExecutionOptions
 
 
 @dataclass(kw_only=True)
@@ -90,7 +92,9 @@ class DataContext:
         """A setting muster has, or one of Ray's that only tunes Ray's cluster execution (kept, no
         effect); any other name is a mistake worth saying (a typo would otherwise change nothing)."""
         if name == "execution_options":  # Ray's ctx.execution_options = DataConfig.default_ingest_options()
-            ExecutionOptions(self).take(value)
+            from muster.data.execution_options import ExecutionOptions
+
+            ExecutionOptions.of(self).take(value)
             return
         if name not in _SETTINGS and name not in RAY_ONLY_SETTINGS and not name.startswith("_"):
             raise AttributeError(
@@ -105,7 +109,9 @@ class DataContext:
     def execution_options(self) -> "ExecutionOptions":
         """Ray's ``ctx.execution_options``: its ``preserve_order`` is this context's; Ray's other options
         (``resource_limits``, ``verbose_progress``...) are accepted and have no effect here."""
-        return ExecutionOptions(self)
+        from muster.data.execution_options import ExecutionOptions
+
+        return ExecutionOptions.of(self)
 
     def get_config(self, key: str, default: Any = None) -> Any:
         """Ray's key-value settings (``set_config``): the value kept for ``key``, or ``default``."""
@@ -170,51 +176,6 @@ RAY_ONLY_SETTINGS = frozenset({
     "enforce_schemas", "pandas_block_ignore_metadata", "enable_arrow_backed_pandas_conversion",
     "batch_to_block_arrow_format",
 })
-
-
-class ExecutionOptions:
-    """Ray's ``ExecutionOptions`` view of a context: ``preserve_order`` is the context's; Ray's
-    cluster options (``resource_limits.cpu/gpu/object_store_memory``, ``exclude_resources``,
-    ``locality_with_output``, ``verbose_progress``...) can be set and change nothing here."""
-
-    _RAY_ONLY = ("locality_with_output", "actor_locality_enabled", "verbose_progress")
-
-    def __init__(self, ctx: DataContext):
-        object.__setattr__(self, "_ctx", ctx)
-
-    @property
-    def context(self) -> DataContext:
-        """The context whose options these are."""
-        return self._ctx
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "preserve_order":
-            return self._ctx.preserve_order
-        if name in ("resource_limits", "exclude_resources"):
-            limits = self._ctx.__dict__.setdefault(f"_ray_{name}", types.SimpleNamespace(
-                cpu=None, gpu=None, object_store_memory=None))
-            return limits
-        if name in self._RAY_ONLY:
-            return self._ctx.__dict__.get(f"_ray_{name}", False)
-        raise AttributeError(f"DataContext.execution_options.{name}: muster has preserve_order, and takes Ray's "
-                             f"resource_limits, exclude_resources, {', '.join(self._RAY_ONLY)} with no effect.")
-
-    def take(self, other: Any) -> None:
-        """Set these options to ``other``'s (another context's, or an object with Ray's attribute names)."""
-        for name in ("preserve_order", "resource_limits", "exclude_resources", *self._RAY_ONLY):
-            try:
-                value = getattr(other, name)
-            except AttributeError:
-                continue
-            setattr(self, name, value)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "preserve_order":
-            self._ctx.preserve_order = bool(value)
-        elif name in ("resource_limits", "exclude_resources", *self._RAY_ONLY):
-            self._ctx.__dict__[f"_ray_{name}"] = value
-        else:
-            self.__getattr__(name)  # raises, naming what there is
 
 
 _pool: ThreadPoolExecutor | None = None

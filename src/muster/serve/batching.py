@@ -17,7 +17,7 @@ callers' request contexts, one per input, in the batch's order.
 
 A replica takes at most ``max_ongoing_requests`` (default 5) requests at once,
 so a batch holds at most that many: set it to ``max_batch_size`` or more for
-full batches, as Ray Serve's docs advise.
+full batches, as Ray Serve's docs advise (the replica warns, as Ray's does).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -119,6 +120,23 @@ class _Batcher:
         self.sem = asyncio.Semaphore(opts.max_concurrent_batches)
         self.task: asyncio.Task | None = None
         self.carry: tuple | None = None  # an item that would have made the last batch too big
+        self.warned_at = 0  # the batch capacity last warned about (see _warn_if_batches_cannot_fill)
+
+    def _warn_if_batches_cannot_fill(self) -> None:
+        """As Ray's: say so when the replica's ``max_ongoing_requests`` is below what one batch (times the
+        concurrent batches) holds, as its batches then never fill (once per setting; ``set_max_batch_size``
+        may change it)."""
+        config = getattr(context._current, "_deployment_config", None)
+        limit = getattr(config, "max_ongoing_requests", None)
+        want = self.opts.max_batch_size * self.opts.max_concurrent_batches
+        if not isinstance(limit, int) or want <= limit or want == self.warned_at or self.opts.batch_size_fn:
+            return
+        self.warned_at = want
+        logging.getLogger("muster.serve").warning(
+            "@serve.batch %s: max_batch_size (%d) x max_concurrent_batches (%d) is more than the deployment's "
+            "max_ongoing_requests (%d), so a batch never holds more than %d calls. Fix: set "
+            "@serve.deployment(max_ongoing_requests=%d) or more.",
+            self.fn.__qualname__, self.opts.max_batch_size, self.opts.max_concurrent_batches, limit, limit, want)
 
     def _start(self, owner: Any) -> asyncio.Queue:
         if self.queue is None:
@@ -152,6 +170,7 @@ class _Batcher:
         context._set_request("", "")
         while True:
             first, self.carry = self.carry or await self.queue.get(), None
+            self._warn_if_batches_cannot_fill()
             batch = [first]
             deadline = loop.time() + self.opts.batch_wait_timeout_s
             while self.opts.size([q[0] for q in batch]) < self.opts.max_batch_size:

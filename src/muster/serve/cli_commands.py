@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
     run.add_argument("--non-blocking", dest="blocking", action="store_false",
                      help="return once the apps run, leaving them served by a background process "
                           "(stop it with `muster serve shutdown`), as Ray's `serve run --non-blocking`")
-    run.set_defaults(fn=cmd_run)
+    run.set_defaults(fn=cmd_run, interspersed="arguments")  # key=value may follow options, as in Ray's CLI
     dep = ss.add_parser("deploy", help="deploy a config file's apps onto the running Serve instance")
     dep.add_argument("config")
     dep.add_argument("--port", type=int, default=None, help="which instance, by its HTTP port")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -54,6 +54,8 @@ class ReplicaContext:
     servable_object: Any = None
     rank: ReplicaRank | None = None
     world_size: int = 0
+    #: the deployment's ``DeploymentConfig`` (Ray keeps it under this private name too)
+    _deployment_config: Any = field(default=None, repr=False)
 
     @property
     def replica_id(self) -> ReplicaID:

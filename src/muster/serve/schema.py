@@ -21,6 +21,7 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
@@ -30,9 +31,42 @@ from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions
 from muster.serve.deployment import Application, Deployment
 
 __all__ = [  # Ray keeps these in ray.serve.schema; the status and config classes are the ones muster.serve exports
-    "AppSchema", "ApplicationStatusOverview", "AutoscalingConfig", "DeploymentConfig", "DeploymentStatusOverview",
-    "HTTPOptions", "LoggingConfig", "ServeConfig", "ServeStatus", "build_config", "deploy", "import_app", "load_config",
+    "AppSchema", "ApplicationStatus", "ApplicationStatusOverview", "AutoscalingConfig", "DeploymentConfig",
+    "DeploymentStatus", "DeploymentStatusOverview", "HTTPOptions", "LoggingConfig", "ProxyStatus", "ServeConfig",
+    "ServeStatus", "build_config", "deploy", "import_app", "load_config",
 ]
+
+
+class ApplicationStatus(str, Enum):
+    """Ray's names for ``serve.status().applications[name].status`` (a plain string there, equal to these)."""
+
+    NOT_STARTED = "NOT_STARTED"
+    DEPLOYING = "DEPLOYING"
+    DEPLOY_FAILED = "DEPLOY_FAILED"
+    RUNNING = "RUNNING"
+    UNHEALTHY = "UNHEALTHY"
+    DELETING = "DELETING"
+
+
+class DeploymentStatus(str, Enum):
+    """Ray's names for a ``DeploymentStatusOverview.status`` (a plain string, equal to these)."""
+
+    UPDATING = "UPDATING"
+    HEALTHY = "HEALTHY"
+    UNHEALTHY = "UNHEALTHY"
+    DEPLOY_FAILED = "DEPLOY_FAILED"
+    UPSCALING = "UPSCALING"
+    DOWNSCALING = "DOWNSCALING"
+
+
+class ProxyStatus(str, Enum):
+    """Ray's names for the values of ``serve.status().proxies`` (muster's one ingress)."""
+
+    STARTING = "STARTING"
+    HEALTHY = "HEALTHY"
+    UNHEALTHY = "UNHEALTHY"
+    DRAINING = "DRAINING"
+    DRAINED = "DRAINED"
 
 
 def __getattr__(name: str) -> object:

@@ -221,7 +221,7 @@ class ReplicaActor:
         rank = replica_context.ReplicaRank(spec.rank, 0, spec.rank)  # one node's ranks (see ReplicaSpec.rank)
         replica_context.set_deployment_actors(spec.deployment_actors or {})
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, None, rank,
-                                                            spec.world_size))
+                                                            spec.world_size, spec.config))
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
         self.target = target
         self.asgi = getattr(target, "__serve_asgi_app__", None)
@@ -233,7 +233,7 @@ class ReplicaActor:
         else:
             self.obj = target
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj, rank,
-                                                            spec.world_size))
+                                                            spec.world_size, spec.config))
         self.conns: set[_Conn] = set()  # the callers connected now (told of the models held, see _models_changed)
         self._models_told = True
         if multiplex.is_multiplexed(target):  # its callers route by model: tell them what it holds
@@ -347,12 +347,23 @@ class ReplicaActor:
 
     # -- requests (on the Serve loop) -----------------------------------------
     def _method(self, name: str) -> Any:
-        if name == "__call__" and not inspect.isclass(self.target):
+        if not inspect.isclass(self.target):  # as Ray's: a function deployment runs for any method name
             return self.obj
         fn = getattr(self.obj, name, None)
         if fn is None or not callable(fn):
-            raise AttributeError(f"{self.where} has no method {name!r}.")
+            raise self._no_method(name)
         return fn
+
+    def _no_method(self, name: str) -> Exception:
+        """Ray's error for a call to a method the deployment lacks, naming the ones it has."""
+        from muster.serve.exceptions import RayServeException
+
+        has = sorted(n for n in dir(self.obj) if not n.startswith("_") and callable(getattr(self.obj, n, None)))
+        if any("__call__" in vars(k) for k in type(self.obj).__mro__):
+            has.append("__call__")
+        fix = ("define __call__(self, request) to answer HTTP" if name == "__call__" else
+               f"call one of them (handle.<method>.remote(...)) or define {name!r} in the class")
+        return RayServeException(f"{self.where} has no method {name!r}; its methods are {has}. Fix: {fix}.")
 
     def _resolve(self, name: str) -> tuple[Any, bool]:
         """``(method, runs on the loop)``: async functions and generators run on the loop, the rest on the pool."""
