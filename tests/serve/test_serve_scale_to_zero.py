@@ -58,8 +58,8 @@ def _dep(app: str, name: str):
 
 
 def _at_zero(app: str, name: str) -> bool:
-    d = _dep(app, name)
-    return d.replica_states.get("RUNNING", 0) == 0 and d.target_replicas == 0
+    d = _dep(app, name)  # none left in any state: a replica still STOPPING (its drain) is not at zero yet
+    return not d.replica_states and d.target_replicas == 0
 
 
 def test_an_idle_deployment_scales_to_zero_and_a_request_starts_it_again(client):
