@@ -304,12 +304,23 @@ def _on_actors(op: object) -> bool:
     return isinstance(op, Transform) and isinstance(op.fn, MapBatches) and op.fn.uses_actors
 
 
+def _refuse_missing_gpus(chain: list[tuple[str, BlockFn]]) -> None:
+    """A map of the chain asking for GPUs that do not exist fails now (Ray would wait forever)."""
+    maps = [fn for _, fn in chain if isinstance(fn, MapBatches) and fn.num_gpus]
+    if maps:
+        from muster.data.actor_pool import ensure_gpus_exist
+
+        for op in maps:
+            ensure_gpus_exist(op)
+
+
 def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
     chain: list[tuple[str, BlockFn]] = []
     while isinstance(node.op, Transform) and not _on_actors(node.op):
         chain.append((node.op.name, node.op.fn))
         node = node.inputs[0]
     chain.reverse()
+    _refuse_missing_gpus(chain)
     op = node.op
     upstream: Iterator[pa.Table]
     if isinstance(op, Transform):  # a callable class on an actor pool: a stage of its own
