@@ -22,6 +22,7 @@ consumer.
 from __future__ import annotations
 
 import collections
+import contextvars
 import functools
 import os
 import threading
@@ -128,12 +129,43 @@ class DataContext:
 
     @staticmethod
     def get_current() -> "DataContext":
+        scoped = _scoped.get()
+        if scoped is not None:  # a dataset's own context, while its blocks are made (see ``under``)
+            return scoped
         if DataContext._current is None:
             DataContext._current = DataContext()
         return DataContext._current
 
 
 _SETTINGS = frozenset(DataContext.__dataclass_fields__)
+_scoped: contextvars.ContextVar[DataContext | None] = contextvars.ContextVar("muster_data_context", default=None)
+
+
+def under(ctx: DataContext | None, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """``blocks``, each made while ``DataContext.get_current()`` is ``ctx`` (in the pipeline's threads too): a
+    dataset's own options (``DataConfig(execution_options={name: ...})``) without changing this process's."""
+    return blocks if ctx is None else _made_under(ctx, blocks)
+
+
+def _made_under(ctx: DataContext, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    try:
+        while True:
+            token = _scoped.set(ctx)
+            try:
+                block = next(blocks, None)
+            finally:
+                _scoped.reset(token)
+            if block is None:
+                return
+            yield block
+    finally:
+        close = getattr(blocks, "close", None)
+        if close is not None:
+            token = _scoped.set(ctx)
+            try:
+                close()
+            finally:
+                _scoped.reset(token)
 
 #: Ray's DataContext settings that size blocks or place tasks on a cluster: accepted, no effect on one machine
 RAY_ONLY_SETTINGS = frozenset({
@@ -449,7 +481,7 @@ def _run(jobs: Iterator[Job], stats: Stats) -> Iterator[pa.Table]:
                 fut = None
                 if workers is not None and job.needs_process:
                     fut = workers.submit(job, sum(1 for _, f, r in pending if r and not f.done()))
-                pending.append((job, fut, True) if fut is not None else (job, pool.submit(job), False))
+                pending.append((job, fut, True) if fut is not None else (job, pool.submit(contextvars.copy_context().run, job), False))
             if not pending:
                 return
             job, head, remote = pending.popleft()
