@@ -109,8 +109,9 @@ def run(
         target: a bound deployment (``MyDeployment.bind(...)``).
         name: the app's name (several apps run side by side).
         route_prefix: the HTTP path it serves (``None``: handles only).
-        blocking: keep serving until Ctrl-C, then shut Serve down and raise the ``KeyboardInterrupt``
-            again (as Ray does), so the code after ``serve.run`` does not run.
+        blocking: keep serving until Ctrl-C, then raise the ``KeyboardInterrupt`` again, as Ray does, so the
+            code after ``serve.run`` does not run (Ray leaves Serve to end with the driver; here it is shut
+            down first).
         logging_config: a ``LoggingConfig`` (or dict) for the deployments that set none.
 
     Raises:
