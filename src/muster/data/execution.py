@@ -138,7 +138,8 @@ class DataContext:
 
 
 _SETTINGS = frozenset(DataContext.__dataclass_fields__)
-_scoped: contextvars.ContextVar[DataContext | None] = contextvars.ContextVar("muster_data_context", default=None)
+_scoped: contextvars.ContextVar[DataContext | None] = contextvars.ContextVar("muster_data_context",
+                                                                           default=None)
 
 
 def under(ctx: DataContext | None, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
