@@ -37,6 +37,20 @@ def test_status_and_version():
     assert version.returncode == 0 and "muster" in version.stdout
 
 
+def test_python_dash_m_muster_is_the_muster_command():
+    """``python -m muster`` runs the CLI as the console script does (it failed: muster had no ``__main__``)."""
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "muster", *args], capture_output=True, text=True, timeout=60)
+
+    status = run("status")
+    assert status.returncode == 0, status.stderr
+    assert "CPU=" in status.stdout
+    helped = run("--help")
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: muster "), helped.stdout
+    wrong = run("up")  # the CLI's own answer and exit status come through
+    assert wrong.returncode == 2 and "there is no `muster up`" in wrong.stderr
+
+
 def test_ray_cluster_commands_say_what_to_do_instead():
     # The Ray tutorials' first steps are `ray start --head --port=6379` and `ray stop`.
     started = _cli("start", "--head", "--port=6379")

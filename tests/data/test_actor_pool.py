@@ -85,6 +85,52 @@ def test_more_cpus_than_the_machine_fails_at_once_naming_both():
     assert "map_batches(Tagger, concurrency=1, num_cpus=64)" in msg and f"CPU={int(total)}" in msg
 
 
+def double(batch):
+    return {"id": batch["id"] * 2}
+
+
+def test_a_function_asking_for_gpus_the_machine_lacks_fails_at_once_naming_the_fix():
+    """A function (or a class without a pool) given num_gpus= ran on the CPU silently while a pool of the
+    same class failed at once; Ray would wait for the GPUs forever. Every row op says what to do now."""
+    gpus = int(api.get_runtime().resources().get("GPU", 0))
+    asked = gpus + 1
+    cases = {
+        f"map_batches(double, num_gpus={asked})": lambda: md.range(4).map_batches(double, num_gpus=asked),
+        f"map(<lambda>, num_gpus={asked})": lambda: md.range(4).map(lambda r: r, num_gpus=asked),
+        f"flat_map(<lambda>, num_gpus={asked})": lambda: md.range(4).flat_map(lambda r: [r], num_gpus=asked),
+        f"filter(<lambda>, num_gpus={asked})": lambda: md.range(4).filter(lambda r: True, num_gpus=asked),
+        f"map_batches(Tagger, num_gpus={asked})": lambda: md.range(4).map_batches(Tagger, fn_constructor_args=(0,),
+                                                                                 num_gpus=asked),
+        f"map_batches(Tagger, concurrency=1, num_gpus={asked})": lambda: md.range(4).map_batches(
+            Tagger, fn_constructor_args=(0,), concurrency=1, num_gpus=asked),
+    }
+    for named, make in cases.items():
+        t = time.monotonic()
+        with pytest.raises(ResourcesUnavailableError) as info:
+            make().take_all()
+        assert time.monotonic() - t < 30
+        msg = str(info.value)
+        assert named in msg and f"GPU={asked}" in msg and f"GPU={gpus}" in msg, msg
+        if gpus == 0:
+            assert "drop num_gpus= (or pass num_gpus=0) to run it on the CPU" in msg, msg
+    assert md.range(4).map_batches(double, num_gpus=0).take_all() == [{"id": 2 * i} for i in range(4)]
+
+
+def test_a_gpu_function_before_the_engine_starts_is_checked_against_this_machine(tmp_path):
+    import subprocess
+    import sys
+
+    script = ("import muster, muster.data as md\n"
+              "try:\n"
+              "    md.range(3).map_batches(lambda b: b, num_gpus=1).take_all()\n"
+              "except muster.exceptions.ResourcesUnavailableError as e:\n"
+              "    print('REFUSED', muster.is_initialized(), e)\n")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", MUSTER_PRELOAD="")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("REFUSED False map_batches(<lambda>, num_gpus=1): "), out.stdout + out.stderr
+    assert "GPU=0" in out.stdout and "drop num_gpus=" in out.stdout
+
+
 class Exploder:
     def __call__(self, batch):
         if int(batch["id"][0]) >= 10:

@@ -193,3 +193,39 @@ class BadConfigure(DataConfig):
 def test_a_configure_that_returns_the_wrong_shape_is_named(storage):
     with pytest.raises(Exception, match=r"BadConfigure.configure\(world_size=2\) returned .*return a list of 2 dicts"):
         fit(ids_loop, {"train": md.range(8)}, storage, data_config=BadConfigure())
+
+
+def order_flag(batch):
+    """The preserve_order of the DataContext this batch is made under (in the pipeline's thread)."""
+    return {"id": batch["id"], "ordered": [md.DataContext.get_current().preserve_order] * len(batch["id"])}
+
+
+def options_loop():
+    seen = {}
+    for name in ("train", "val", "test"):
+        it = train.get_dataset_shard(name)
+        options = it.get_context().execution_options
+        seen[name] = {"options": [options.preserve_order, options.resource_limits.cpu],
+                      "made": sorted({bool(r["ordered"]) for r in it.iter_rows()})}
+    seen["worker"] = md.DataContext.get_current().preserve_order  # the worker's own context is not changed
+    train.report(seen)
+
+
+def test_per_dataset_execution_options_apply_to_each_dataset(storage):
+    """Ray 2.60's DataConfig(execution_options={name: ExecutionOptions(...)}) was refused with a type error;
+    each named dataset is iterated under its own options, the others under the workers' default."""
+    from muster.data import ExecutionOptions, ExecutionResources
+
+    per_dataset = {"train": ExecutionOptions(preserve_order=False),
+                   "val": ExecutionOptions(preserve_order=True, resource_limits=ExecutionResources.for_limits(cpu=3))}
+    datasets = {name: md.range(8, override_num_blocks=4).map_batches(order_flag) for name in ("train", "val", "test")}
+    result = fit(options_loop, datasets, storage, data_config=DataConfig(execution_options=per_dataset))
+    for r in result.all_reports:
+        assert r["train"] == {"options": [False, float("inf")], "made": [False]}
+        assert r["val"] == {"options": [True, 3], "made": [True]}
+        assert r["test"] == {"options": [True, float("inf")], "made": [True]}
+        assert r["worker"] is True
+    from muster.exceptions import InvalidTypeError
+
+    with pytest.raises(InvalidTypeError, match=r"execution_options\['val'\]=3\): pass Ray's ExecutionOptions"):
+        DataConfig(execution_options={"val": 3})

@@ -101,3 +101,61 @@ def test_serve_status_in_a_replica_or_a_task_is_the_drivers():
         serve.run(hello.bind(), name="hello", route_prefix="/hello")
         assert client.get("/monitor").json() == ["hello", "monitor"]
         assert muster.get(_apps_a_task_sees.remote(), timeout=30) == ["hello", "monitor"]
+
+
+BLOCKING_DRIVER = '''
+import sys
+import threading
+import time
+
+from muster import serve
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.1})
+def hi() -> str:
+    return "hi"
+
+def say_when_blocking():  # once serve.run has deployed and sleeps until Ctrl-C (a Ctrl-C mid-deploy raises too)
+    main = threading.main_thread().ident
+    while sys._current_frames()[main].f_code.co_name != "_serve_until_interrupted":
+        time.sleep(0.05)
+    print("BLOCKING", flush=True)
+
+serve.start(http_options={"host": "127.0.0.1", "port": 0})
+print("PORT", serve.status().http["port"], flush=True)
+threading.Thread(target=say_when_blocking, daemon=True).start()
+try:
+    serve.run(hi.bind(), True, "blocked", "/")  # Ray's positional order: target, blocking, name, route_prefix
+    print("AFTER serve.run", flush=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", serve.status().applications, flush=True)
+'''
+
+
+def test_blocking_run_stopped_by_ctrl_c_shuts_down_and_raises_keyboard_interrupt(tmp_path):
+    """Ray's serve.run(app, blocking=True) re-raises the Ctrl-C after it stops: the driver's code after it does
+    not run (muster shut Serve down and returned, so the code after it ran as if serving had finished)."""
+    import os
+    import re
+    import signal
+    import sys
+
+    (tmp_path / "driver.py").write_text(BLOCKING_DRIVER)
+    env = dict(os.environ, MUSTER_PRELOAD="", MUSTER_RUN_STORE="0", MUSTER_SERVE_DIR=str(tmp_path / "state"),
+               PYTHONPATH=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "src")))
+    proc = subprocess.Popen([sys.executable, "driver.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        port = int(re.match(r"PORT (\d+)", proc.stdout.readline()).group(1))
+        assert proc.stdout.readline() == "BLOCKING\n"
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).text == "hi"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert "AFTER serve.run" not in out, out
+    assert "KeyboardInterrupt {}" in out, out  # raised after Serve shut down: no application is left
+    assert proc.returncode == 0, out
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/", timeout=5)

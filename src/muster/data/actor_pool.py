@@ -81,10 +81,34 @@ class _Member:
 
 
 def describe(op: MapBatches) -> str:
-    """``map_batches(Cls, concurrency=2, num_cpus=1)``: how a request is named in messages."""
-    parts = [f"concurrency={op.concurrency!r}"]
+    """``map_batches(Cls, concurrency=2, num_cpus=1)`` (``map(fn, num_gpus=1)``): how a request is named in messages."""
+    parts = [f"concurrency={op.concurrency!r}"] if op.concurrency is not None else []
     parts += [f"{k}={v:g}" for k, v in (("num_cpus", op.num_cpus), ("num_gpus", op.num_gpus)) if v is not None]
-    return f"map_batches({fn_name(op.fn)}, {', '.join(parts)})"
+    return f"{op.rows or 'map_batches'}({', '.join([fn_name(op.fn), *parts])})"
+
+
+_NO_GPU_FIX = ("drop num_gpus= (or pass num_gpus=0) to run it on the CPU, or run it where muster sees a GPU "
+               "(CUDA_VISIBLE_DEVICES, muster.init(num_gpus=N))")
+
+
+def ensure_feasible(op: MapBatches, request: dict[str, float], total: dict[str, float]) -> None:
+    """Raise ``ResourcesUnavailableError`` at once if one ``request`` of ``op`` can never fit in ``total``
+    (Ray would wait for it forever); the message names the op, what was asked, what exists and the fix."""
+    res.ensure_feasible(request, 1, total, what=describe(op), no_gpu_fix=_NO_GPU_FIX)
+
+
+def ensure_gpus_exist(op: MapBatches) -> None:
+    """A map run as tasks or in threads (a function, or a class without ``concurrency=``) that asks for
+    ``num_gpus`` more than muster's engine (or, before it starts, this machine) has fails at once, as a pool
+    does; in a training worker it runs in the worker's threads, as a pool's class does."""
+    from muster.core import api, context
+    from muster.core.local.slots import detect_total
+
+    if not op.num_gpus or context.in_worker():
+        return
+    runtime = api.running()
+    total = runtime.resources() if runtime is not None else detect_total(None, None, None)
+    ensure_feasible(op, {"GPU": float(op.num_gpus)}, total)
 
 
 def request_of(op: MapBatches) -> dict[str, float]:
@@ -134,7 +158,7 @@ class ActorPool:
             return None
         runtime = api.get_runtime()
         pool = ActorPool(runtime, op, name)
-        res.ensure_feasible(pool.request, 1, runtime.resources(), what=describe(op))
+        ensure_feasible(op, pool.request, runtime.resources())
         fits = _capacity_soon(runtime, pool.request, pool.min_size)
         if fits < 1:
             _say_once(f"muster.data: {describe(op)} runs in this process's threads, not in actors: none of "

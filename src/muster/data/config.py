@@ -18,12 +18,14 @@ class DataConfig:
         datasets_to_split: ``"all"`` (default) or a list of names; each split
             dataset gives rank ``r`` of ``n`` every ``n``-th row, the same
             number of rows per rank. Other datasets give every rank all rows.
-        execution_options: a ``DataContext`` for the workers (threads, bytes in flight).
+        execution_options: a ``DataContext`` for the workers (threads, bytes in flight), or Ray's
+            ``ExecutionOptions``; or a dict of dataset name -> either, each dataset iterated under its own
+            (a dataset not named there: the workers' default), as Ray's per-dataset options.
         enable_shard_locality: accepted for Ray compatibility (one machine: no effect).
     """
 
     datasets_to_split: Literal["all"] | list[str] = "all"
-    execution_options: DataContext | None = None
+    execution_options: DataContext | dict[str, DataContext] | None = None
     enable_shard_locality: bool = True
     _extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -34,11 +36,22 @@ class DataConfig:
             raise InvalidArgumentError(
                 f"DataConfig(datasets_to_split={self.datasets_to_split!r}): use 'all' or a list of dataset names."
             )
-        if isinstance(self.execution_options, ExecutionOptions):  # Ray's type: its context's options
-            self.execution_options = self.execution_options.context
-        if self.execution_options is not None and not isinstance(self.execution_options, DataContext):
-            raise InvalidTypeError(f"DataConfig(execution_options={self.execution_options!r}): pass a "
-                                   "muster.data.DataContext, or DataConfig.default_ingest_options() changed.")
+        given = self.execution_options
+        if isinstance(given, dict):
+            self.execution_options = {name: _context_of(options, f"execution_options[{name!r}]")
+                                      for name, options in given.items()}
+            bad = [name for name in given if not isinstance(name, str)]
+            if bad:
+                raise InvalidTypeError(f"DataConfig(execution_options={{{bad[0]!r}: ...}}): key the dict by "
+                                       "dataset name (a str), as the trainer's datasets={...} names them.")
+        elif given is not None:
+            self.execution_options = _context_of(given, "execution_options")
+
+    def context_for(self, name: str) -> DataContext | None:
+        """The ``DataContext`` dataset ``name`` is iterated under on the workers (None: theirs)."""
+        if isinstance(self.execution_options, dict):
+            return self.execution_options.get(name)
+        return self.execution_options
 
     @staticmethod
     def default_ingest_options() -> Any:
@@ -60,3 +73,14 @@ class DataConfig:
 
     def splits(self, name: str) -> bool:
         return self.datasets_to_split == "all" or name in self.datasets_to_split
+
+
+def _context_of(options: Any, where: str) -> DataContext:
+    """A ``DataContext``, or Ray's ``ExecutionOptions`` (its context's options), as a ``DataContext``."""
+    if isinstance(options, ExecutionOptions):
+        return options.context
+    if isinstance(options, DataContext):
+        return options
+    raise InvalidTypeError(f"DataConfig({where}={options!r}): pass Ray's ExecutionOptions (e.g. "
+                           "DataConfig.default_ingest_options() changed) or a muster.data.DataContext; several "
+                           "datasets: a dict of dataset name -> one of those.")

@@ -22,6 +22,7 @@ consumer.
 from __future__ import annotations
 
 import collections
+import contextvars
 import functools
 import os
 import threading
@@ -128,12 +129,44 @@ class DataContext:
 
     @staticmethod
     def get_current() -> "DataContext":
+        scoped = _scoped.get()
+        if scoped is not None:  # a dataset's own context, while its blocks are made (see ``under``)
+            return scoped
         if DataContext._current is None:
             DataContext._current = DataContext()
         return DataContext._current
 
 
 _SETTINGS = frozenset(DataContext.__dataclass_fields__)
+_scoped: contextvars.ContextVar[DataContext | None] = contextvars.ContextVar("muster_data_context",
+                                                                           default=None)
+
+
+def under(ctx: DataContext | None, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """``blocks``, each made while ``DataContext.get_current()`` is ``ctx`` (in the pipeline's threads too): a
+    dataset's own options (``DataConfig(execution_options={name: ...})``) without changing this process's."""
+    return blocks if ctx is None else _made_under(ctx, blocks)
+
+
+def _made_under(ctx: DataContext, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    try:
+        while True:
+            token = _scoped.set(ctx)
+            try:
+                block = next(blocks, None)
+            finally:
+                _scoped.reset(token)
+            if block is None:
+                return
+            yield block
+    finally:
+        close = getattr(blocks, "close", None)
+        if close is not None:
+            token = _scoped.set(ctx)
+            try:
+                close()
+            finally:
+                _scoped.reset(token)
 
 #: Ray's DataContext settings that size blocks or place tasks on a cluster: accepted, no effect on one machine
 RAY_ONLY_SETTINGS = frozenset({
@@ -304,12 +337,23 @@ def _on_actors(op: object) -> bool:
     return isinstance(op, Transform) and isinstance(op.fn, MapBatches) and op.fn.uses_actors
 
 
+def _refuse_missing_gpus(chain: list[tuple[str, BlockFn]]) -> None:
+    """A map of the chain asking for GPUs that do not exist fails now (Ray would wait forever)."""
+    maps = [fn for _, fn in chain if isinstance(fn, MapBatches) and fn.num_gpus]
+    if maps:
+        from muster.data.actor_pool import ensure_gpus_exist
+
+        for op in maps:
+            ensure_gpus_exist(op)
+
+
 def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
     chain: list[tuple[str, BlockFn]] = []
     while isinstance(node.op, Transform) and not _on_actors(node.op):
         chain.append((node.op.name, node.op.fn))
         node = node.inputs[0]
     chain.reverse()
+    _refuse_missing_gpus(chain)
     op = node.op
     upstream: Iterator[pa.Table]
     if isinstance(op, Transform):  # a callable class on an actor pool: a stage of its own
@@ -438,7 +482,7 @@ def _run(jobs: Iterator[Job], stats: Stats) -> Iterator[pa.Table]:
                 fut = None
                 if workers is not None and job.needs_process:
                     fut = workers.submit(job, sum(1 for _, f, r in pending if r and not f.done()))
-                pending.append((job, fut, True) if fut is not None else (job, pool.submit(job), False))
+                pending.append((job, fut, True) if fut is not None else (job, pool.submit(contextvars.copy_context().run, job), False))
             if not pending:
                 return
             job, head, remote = pending.popleft()

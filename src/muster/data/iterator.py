@@ -32,6 +32,7 @@ from muster.exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:
     from muster.data.dataset import Dataset
+    from muster.data.execution import DataContext
 
 _END = object()
 
@@ -52,6 +53,7 @@ class DataIterator:
         self._on_pass_start: Callable[[], None] | None = None
         self._on_wait: Callable[[float], None] | None = None  # a trainer's data-wait meter
         self.last_wait_s = 0.0
+        self._context: "DataContext | None" = None  # this dataset's own (a DataConfig's per-dataset options)
 
     def __repr__(self) -> str:
         """As Ray's ``DataIterator(<dataset>)``; a ``streaming_split`` shard also names its rank and world."""
@@ -61,7 +63,9 @@ class DataIterator:
 
     # -- blocks of one pass -------------------------------------------------------
     def _blocks(self, epoch: int) -> Iterator[pa.Table]:
-        stream = self._dataset._execute(epoch)
+        from muster.data.execution import under
+
+        stream = under(self._context, self._dataset._execute(epoch))
         if self._world == 1:
             return stream
         return _stride(stream, self._rank, self._world, self._equal)
@@ -176,6 +180,13 @@ class DataIterator:
         return self.iter_batches(batch_size=batch_size, batch_format=fmt, prefetch_batches=prefetch_batches,
                                  drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
                                  local_shuffle_seed=local_shuffle_seed, _finalize=finalize)
+
+    def get_context(self) -> "DataContext":
+        """The ``DataContext`` its passes run under (Ray's): its dataset's own, when a ``DataConfig`` gave that
+        dataset ``execution_options``, else this process's current one."""
+        from muster.data.execution import DataContext
+
+        return self._context if self._context is not None else DataContext.get_current()
 
     def schema(self) -> pa.Schema:
         """The columns and types of the dataset this iterator reads."""

@@ -89,12 +89,13 @@ def _warn_ignored_start_options(options: dict[str, Any]) -> None:
 
 def run(
     target: Application,
-    *,
+    blocking: bool = False,
     name: str = "default",
     route_prefix: str | None = "/",
-    blocking: bool = False,
-    _local_testing_mode: bool = False,
     logging_config: Any = None,
+    _local_testing_mode: bool = False,
+    external_scaler_enabled: bool = False,  # Ray's; muster's autoscaler is its own
+    controller_options: Any = None,  # Ray's Serve controller actor's options; muster has no controller actor
     **_ignored: Any,
 ) -> DeploymentHandle:
     """Deploy an application and return a handle to its ingress deployment.
@@ -108,13 +109,16 @@ def run(
         target: a bound deployment (``MyDeployment.bind(...)``).
         name: the app's name (several apps run side by side).
         route_prefix: the HTTP path it serves (``None``: handles only).
-        blocking: keep serving until Ctrl-C, then shut down.
+        blocking: keep serving until Ctrl-C, then raise the ``KeyboardInterrupt`` again, as Ray does, so the
+            code after ``serve.run`` does not run (Ray leaves Serve to end with the driver; here it is shut
+            down first).
         logging_config: a ``LoggingConfig`` (or dict) for the deployments that set none.
 
     Raises:
         ResourcesUnavailableError: its replicas can never fit (names what was asked and what exists).
         RayServeException: a replica's constructor raised.
         TypeError / ValueError: bad arguments.
+        KeyboardInterrupt: ``blocking=True`` and Ctrl-C stopped it (after Serve shut down).
     """
     handle = _run(target, name=name, route_prefix=route_prefix, logging_config=logging_config)
     if blocking:
@@ -162,11 +166,13 @@ def run_many(targets: list[RunTarget], blocking: bool = False, wait_for_ingress_
 
 
 def _serve_until_interrupted() -> None:
+    """Sleep until Ctrl-C; then shut Serve down and re-raise, as Ray's blocking ``serve.run`` does."""
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         shutdown()
+        raise
 
 
 def _run(target: Application, *, name: str, route_prefix: str | None,

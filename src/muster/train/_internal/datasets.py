@@ -76,17 +76,21 @@ class DatasetLoop:
 
     def __call__(self, config: dict[str, Any] | None = None) -> Any:
         from muster.data.execution import DataContext
+        from muster.data.iterator import DataIterator
         from muster.observe.sampler import note_data_wait
         from muster.train._internal.worker import _takes_config
         from muster.train import get_context
 
         ctx = get_context()
         rank, world = ctx.get_world_rank(), ctx.get_world_size()
-        if self.data_config.execution_options is not None:
-            DataContext._current = self.data_config.execution_options
+        options = self.data_config.execution_options
+        if isinstance(options, DataContext):  # one for every dataset: this worker's
+            DataContext._current = options
         _shards.clear()
         for name in sorted(self.custom[rank] if self.custom is not None else self.datasets):
             it = self._iterator(name, rank, world)
+            if isinstance(options, dict) and isinstance(it, DataIterator) and it._context is None:
+                it._context = options.get(name)  # this dataset's own, as Ray's per-dataset options
             it._on_pass_start = resume.book().before_iteration
             it._on_wait = note_data_wait  # the live view's data-wait figure, as for prepared loaders
             resume.book().register(it)
