@@ -264,7 +264,7 @@ class TBXLoggerCallback(_LoggerCallback):
     def _close(self) -> None:
         if getattr(self, "_writer", None) is None:
             return
-        paused = getattr(self.trial, "ending_as", None) == "PAUSED"  # it resumes: its end is still to come
+        paused = getattr(self.trial, "status", None) == "PAUSED"  # it runs again: its end is still to come
         evaluated = getattr(self.trial, "evaluated_params", None)
         if evaluated and self._last and not paused:
             _write_hparams(self._writer, evaluated, self._last)
