@@ -80,6 +80,29 @@ def test_tensorboard_scalars_of_rank_zero(storage):
     assert [e.value for e in acc.Scalars("extra/grad_norm")] == [0.0, 1.0, 2.0, 3.0]
 
 
+def _fails_after_three_reports():
+    for step in range(3):
+        train.report({"loss": 1.0 / (step + 1)})
+    raise RuntimeError("the run fails for good after its reports")
+
+
+def test_a_failed_training_runs_loggers_close_and_keep_its_last_events(storage):
+    # a run that fails for good gets on_run_failed (no on_run_end comes): TensorBoard's writer closes, so the
+    # events reported just before the failure are on disk at once (muster left it open: up to flush_secs=5 lost)
+    pytest.importorskip("tensorboardX")
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    tb = TBXLoggerCallback()
+    trainer = TorchTrainer(_fails_after_three_reports, scaling_config=ScalingConfig(num_workers=1),
+                           run_config=RunConfig(name="fails", storage_path=storage, verbose=0, callbacks=[tb]))
+    with pytest.raises(train.TrainingFailedError):
+        trainer.fit()
+    acc = event_accumulator.EventAccumulator(os.path.join(storage, "fails", "tensorboard"))
+    acc.Reload()
+    assert "loss" in acc.Tags()["scalars"], acc.Tags()
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3))]
+    assert tb.failed and tb._writer is None  # (a trainer's run uses the callback given, not a copy)
+
+
 def test_tensorboard_all_ranks(storage, tmp_path):
     pytest.importorskip("tensorboardX")
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")

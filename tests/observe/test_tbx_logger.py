@@ -199,3 +199,35 @@ def test_a_paused_trial_writes_its_hparams_once_at_its_end(storage):
     starts = [value.tag for path in files for event in EventFileLoader(path).Load()
               for value in event.summary.value if value.tag == "_hparams_/session_start_info"]
     assert starts == ["_hparams_/session_start_info"]
+
+
+def _never_resuming_scheduler():
+    from muster.tune.schedulers import FIFOScheduler
+
+    class PauseForGood(FIFOScheduler):
+        """Pauses each trial at its first result and never picks a paused one again."""
+
+        def on_trial_result(self, controller, trial, result):
+            return self.PAUSE
+
+        def choose_trial_to_run(self, controller, trials):
+            return next((t for t in trials if t.status != "PAUSED"), None)
+
+    return PauseForGood()
+
+
+def test_a_paused_trial_ended_without_running_again_writes_its_hparams(storage):
+    # Ray keeps a paused trial's writer open and writes the hparams when the trial completes; muster closed
+    # it at the pause as a trial still to resume, so a trial then ended TERMINATED never got its hparams
+    from muster import tune
+
+    grid = tune.Tuner(_scored, param_space={"lr": tune.grid_search([0.5])},
+                      tune_config=tune.TuneConfig(scheduler=_never_resuming_scheduler()),
+                      run_config=tune.RunConfig(storage_path=storage, name="stalled", verbose=0,
+                                                callbacks=[TBXLoggerCallback()])).fit()
+    assert grid.num_errors == 0, grid.errors
+    with open(os.path.join(storage, "stalled", "experiment_state.json")) as f:
+        (state,) = json.load(f)["trials"]
+    assert state["status"] == "TERMINATED"
+    values, _, metrics = _hparams(_events(grid[0].path))
+    assert values == {"lr": 0.5} and "ray/tune/score" in metrics

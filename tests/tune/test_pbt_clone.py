@@ -127,7 +127,8 @@ def test_a_donor_run_keeps_the_checkpoint_being_copied_from_its_retention(exp, t
     copied whole (not the newer one), and retention removes it once the copy is done."""
     experiment, donor, into, storage = exp
     ledger = _donor_ledger(storage)
-    donor.run = TrialRun(donor, None, storage, {}, None)  # type: ignore[arg-type]
+    no_plan = types.SimpleNamespace(run_config=types.SimpleNamespace(callbacks=[]))  # (the run is never started)
+    donor.run = TrialRun(donor, no_plan, storage, {}, None)  # type: ignore[arg-type]
     donor.run.controller = types.SimpleNamespace(ledger=ledger)  # type: ignore[assignment]
     first = _commit(ledger, storage, tmp_path, 1)
     commit_on_open.arm(first, lambda: _commit(ledger, storage, tmp_path, 2))

@@ -12,7 +12,8 @@ reports of a training run as the controller records them:
   rows are its results as Ray's loggers get them: Tune's keys (``trial_id``, ``done``, ``time_total_s``...)
   and none of the controller's (``_rank``, ``_attempt``);
 * ``on_run_end(result)`` -- files close;
-* ``on_run_failed(error)`` -- a Tuner trial's run failed for good (no ``on_run_end`` comes): files close.
+* ``on_run_failed(error)`` -- the run (a training run's, a Tuner trial's) failed for good (no
+  ``on_run_end`` comes): files close.
 
 In a Tuner, each trial's run gets a copy made by ``for_trial(config, trial)``.
 
@@ -142,8 +143,8 @@ class _LoggerCallback:
             self._close()
 
     def on_run_failed(self, error: BaseException) -> None:
-        """A Tuner trial's run failed for good (its controller calls no ``on_run_end`` then): files close
-        (an MLflow run ends as FAILED, as Ray's)."""
+        """The run failed for good (no ``on_run_end`` comes then): files close (an MLflow run ends
+        as FAILED, as Ray's)."""
         with self._lock:
             self.failed = True
             self._close()
@@ -264,7 +265,7 @@ class TBXLoggerCallback(_LoggerCallback):
     def _close(self) -> None:
         if getattr(self, "_writer", None) is None:
             return
-        paused = getattr(self.trial, "ending_as", None) == "PAUSED"  # it resumes: its end is still to come
+        paused = getattr(self.trial, "status", None) == "PAUSED"  # it runs again: its end is still to come
         evaluated = getattr(self.trial, "evaluated_params", None)
         if evaluated and self._last and not paused:
             _write_hparams(self._writer, evaluated, self._last)

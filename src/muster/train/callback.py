@@ -1,7 +1,7 @@
 """Ray Train V2's ``UserCallback``: hooks the driver calls as a run goes.
 
 ``RunConfig(callbacks=[...])`` takes these, alongside muster's own hooks
-(``on_report``, ``on_checkpoint``, ``on_run_start``, ``on_run_end``; see
+(``on_report``, ``on_checkpoint``, ``on_run_start``, ``on_run_end``, ``on_run_failed``; see
 ``RunConfig``). Both kinds run in the driver, never in a worker.
 """
 

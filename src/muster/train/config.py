@@ -247,7 +247,8 @@ class RunConfig:
         checkpoint_config / failure_config: see those classes.
         callbacks: objects with any of ``on_run_start(run_path, run_name)``,
             ``on_report(report)``, ``on_checkpoint(checkpoint, metrics)``,
-            ``on_run_end(result)``, and Ray V2's ``muster.train.UserCallback``
+            ``on_run_end(result)``, ``on_run_failed(error)`` (the run failed for good), and Ray V2's
+            ``muster.train.UserCallback``
             hooks (``after_report``, ``after_exception``); ready-made loggers
             (CSV, JSON, TensorBoard, MLflow) are in ``muster.observe.loggers``.
         verbose: 0 silent, 1 live summary (default), 2 a line per report.

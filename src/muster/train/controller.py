@@ -276,11 +276,16 @@ class Controller:
                 + "Run the same script again (same RunConfig name and storage_path) to resume."
             )
             raise
-        except BaseException:
-            # Not an attempt failure (those are handled above): e.g. the gang can never be
-            # scheduled. Record the run as ERRORED rather than leave it RUNNING.
+        except BaseException as exc:
+            # Failed for good, or not by an attempt (e.g. the gang can never be scheduled): recorded
+            # ERRORED rather than left RUNNING; no on_run_end comes, so the callbacks' on_run_failed
+            # (the loggers close their files: TensorBoard's last events reach the disk)
             if self.state not in _FINAL:
                 self._transition(State.ERRORED)
+            try:
+                self._user.call("on_run_failed", exc)
+            except Exception as hook_error:  # noqa: BLE001 - the run's own error is the one to raise
+                _warn(self.view, f"a RunConfig callback's on_run_failed raised {hook_error!r}")
             raise
         finally:
             if self.validator is not None:  # Ctrl-C or an engine error: those not done stay pending

@@ -14,7 +14,6 @@ workers are the engine's processes); a trial that is paused and restarted
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 import posixpath
@@ -49,6 +48,7 @@ from muster.train.validation import ValidationConfig
 from muster.train.worker_group import Member
 from muster.tune.messages import StepDecision, StepResult
 from muster.tune.session import trial_local_folder
+from muster.tune.trial_loggers import TrialLoggers
 
 if TYPE_CHECKING:
     from muster.tune.schedulers.trial_scheduler import PendingConfig
@@ -237,6 +237,8 @@ class TrialRun:
     ):
         self.trial, self.plan, self.storage, self.events = trial, plan, storage, events
         self.extra, self.start_from, self.time_offset = extra, start_from, time_offset
+        # the loggers of RunConfig(callbacks=): the Tune controller logs the results and closes them
+        self.loggers = TrialLoggers(plan.run_config.callbacks, trial)
         self.controller: Controller | None = None
         self.inner: Controller | None = None  # a trainer the trial's function built and fit
         self._started_wall = time.time()
@@ -280,9 +282,7 @@ class TrialRun:
     # -- on the trial's thread ----------------------------------------------------------
     def _main(self) -> None:
         outcome: Any
-        loggers: list[Any] = []
         try:
-            loggers = run_loggers(self.plan.run_config.callbacks, self.trial)
             record = RunRecord(self.storage, "Trial", self.extra)
             record.open(allow_finished=True)
             run_config = RunConfig(
@@ -293,7 +293,7 @@ class TrialRun:
                 worker_timeout_s=self.plan.run_config.worker_timeout_s,
                 stall_report_s=self.plan.run_config.stall_report_s,
                 storage_filesystem=self.storage.fs,
-                callbacks=[_Forward(self), *loggers],
+                callbacks=[_Forward(self), *self.loggers.run_side()],
                 verbose=0,
             )
             self.controller = Controller(
@@ -312,9 +312,6 @@ class TrialRun:
             outcome = result
         except BaseException as exc:  # noqa: BLE001 - the trial's failure, handed to the controller
             outcome = exc
-            for cb in loggers:  # its run's controller called no on_run_end: the loggers' files close
-                if hasattr(cb, "on_run_failed"):
-                    cb.on_run_failed(exc)
         self.events.put(TrialEnded(self.trial, self, outcome))
 
     def _restored(self, checkpoint: Checkpoint) -> None:
@@ -495,21 +492,6 @@ class TrialNotice:
 
 
 TrialEvent = Union[TrialResult, TrialEnded, TrialStep, TrialNotice]
-
-
-def run_loggers(callbacks: list[Any] | None, trial: Trial) -> list[Any]:
-    """Copies, for one trial, of the ``RunConfig(callbacks=...)`` that log a training run's reports
-    (``muster.observe.loggers``' CSV, JSON, TensorBoard and MLflow loggers, or any object with
-    ``on_report``): as Ray's loggers do, each trial gets its own files (in its folder) or MLflow run.
-    Tune's own callbacks (``tune.Callback``) are the controller's, not the trial's."""
-    from muster.tune.callback import Callback
-
-    out = []
-    for cb in callbacks or []:
-        if isinstance(cb, Callback) or not hasattr(cb, "on_report"):
-            continue
-        out.append(cb.for_trial(trial.config, trial) if hasattr(cb, "for_trial") else copy.copy(cb))
-    return out
 
 
 class _Forward:

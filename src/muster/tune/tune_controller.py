@@ -60,6 +60,7 @@ from muster.tune.trial import (
     trial_dirname,
 )
 from muster.tune.messages import StepDecision
+from muster.tune.trial_loggers import TrialLoggers
 from muster.tune.result import SHOULD_CHECKPOINT
 
 EXPERIMENT_STATE = "experiment_state.json"
@@ -130,6 +131,7 @@ class TuneController:
         self._dirty = True
         self._last_save = 0.0
         self._plans: dict[str, RunPlan] = {}
+        self._paused_loggers: dict[str, tuple[TrialLoggers, Any]] = {}  # trial id -> its last run's, with its outcome
         self.callbacks = CallbackList(None)  # the Tuner sets RunConfig(callbacks=...)'s Tune callbacks
         self.setup_info: dict[str, Any] = {}  # and the keywords of their setup()
 
@@ -185,6 +187,7 @@ class TuneController:
                 if trial.run is not None:
                     trial.run.stop()
             self._wait_for_runs(10.0)
+            self._end_loggers_after_interrupt()
             self._save(force=True)
             if isinstance(exc, KeyboardInterrupt):
                 self.progress.interrupted = True
@@ -194,6 +197,8 @@ class TuneController:
                 )
             raise
         finally:
+            for trial in self.trials:
+                self._end_paused_loggers(trial)
             self._save(force=True)
             self.progress.stop(self.trials)
             self.callbacks("on_experiment_end", trials=self.trials)
@@ -260,6 +265,7 @@ class TuneController:
             self.scheduler.on_trial_complete(self, trial, trial.last_result or None)
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None)
             self.callbacks.trial_event("on_trial_complete", self.trials, trial)
+            self._end_paused_loggers(trial)
         return True
 
     def _start_trials(self) -> None:
@@ -360,6 +366,7 @@ class TuneController:
             trial, plan, self._trial_storage(trial), extra, self.events, start_from,
             float(trial.last_result.get("time_total_s", 0.0) or 0.0),
         )
+        self._end_paused_loggers(trial)  # (it is PAUSED still: no hparams)
         trial.run, trial.status, trial.ending_as = run, RUNNING, None
         self._dirty = True
         # The trial's folder exists before callbacks see it (Ray's loggers open files in it).
@@ -385,7 +392,7 @@ class TuneController:
         elif isinstance(event, TrialNotice):
             self.callbacks.trial_event(event.hook, self.trials, event.trial, **event.kwargs)
         else:
-            self._on_end(event.trial, event.outcome)
+            self._on_end(event.trial, event.outcome, event.run.loggers)
 
     def _on_step(self, step: TrialStep) -> None:
         """A class trainable's result, acted on before the worker reports it: a decision to stop
@@ -401,33 +408,40 @@ class TuneController:
                                                checkpoint=bool(result.get(SHOULD_CHECKPOINT))))
 
     def _on_result(self, trial: Trial, row: dict[str, Any]) -> dict[str, Any]:
-        """Act on one result; returns it as the callbacks left it (they may change it, as in Ray)."""
+        """Act on one result, in Ray's order: the stopper, else the scheduler, decides first (a result
+        that stops the trial says ``done=True``), the searcher sees it unless it stopped the trial, then
+        the callbacks and the trial's loggers get it. Returns it as the callbacks left it (they may
+        change it, as in Ray)."""
         result = trial_result(row)  # the user's own "_" keys too: Ray hands schedulers the whole result
         if trial.ending_as is not None:
             # Reported while being stopped: recorded in its run and shown to callbacks (loggers keep
             # every result), but no searcher, stopper or scheduler acts on it.
-            self.callbacks.trial_event("on_trial_result", self.trials, trial, result=result)
+            self._tell_callbacks(trial, result)
             return result
         trial.last_result, trial.num_results = result, trial.num_results + 1
         self._dirty = True
-        self.searcher.on_trial_result(trial.trial_id, result)
-        self.callbacks.trial_event("on_trial_result", self.trials, trial, result=result)
-        if self.stopper(trial.trial_id, result):
+        stops = self.stopper(trial.trial_id, result)
+        decision = TrialScheduler.STOP if stops else self.scheduler.on_trial_result(self, trial, result)
+        if decision == TrialScheduler.STOP:
             self._stop(trial, TERMINATED)
             result["done"] = True  # as Ray marks the result it stops a trial on (its last_result keeps it)
         else:
-            decision = self.scheduler.on_trial_result(self, trial, result)
-            if decision == TrialScheduler.STOP:
-                self._stop(trial, TERMINATED)
-                result["done"] = True
-            elif decision == TrialScheduler.PAUSE:
+            self.searcher.on_trial_result(trial.trial_id, result)
+            if decision == TrialScheduler.PAUSE:
                 self._stop(trial, PAUSED)
+        self._tell_callbacks(trial, result)
         if self.stopper.stop_all():
             self.progress.event("the stopper asked to stop the experiment")
             self._stop_everything()
         return result
 
-    def _on_end(self, trial: Trial, outcome: Any) -> None:
+    def _tell_callbacks(self, trial: Trial, result: dict[str, Any]) -> None:
+        """``on_trial_result`` of the Tune callbacks, then the trial's loggers (Ray's come last too)."""
+        self.callbacks.trial_event("on_trial_result", self.trials, trial, result=result)
+        if trial.run is not None:
+            trial.run.loggers.log(result)
+
+    def _on_end(self, trial: Trial, outcome: Any, loggers: TrialLoggers) -> None:
         trial.run = None
         self._dirty = True
         if isinstance(outcome, BaseException):
@@ -438,6 +452,7 @@ class TuneController:
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True)
             self.progress.event(f"{trial.trial_name} ERROR: {root_cause_summary(outcome)}")
             self.callbacks.trial_event("on_trial_error", self.trials, trial)
+            loggers.end(outcome)
             if self.fail_fast and not self._stopping_all:
                 self.progress.event(f"FailureConfig(fail_fast={self.fail_fast!r}): {trial.trial_name} failed; "
                                     "stopping the experiment")
@@ -446,12 +461,37 @@ class TuneController:
                 self._stop_everything()
         elif trial.ending_as == PAUSED:
             trial.status = PAUSED
+            self._paused_loggers[trial.trial_id] = (loggers, outcome)  # open until it runs again or ends
         else:
             trial.status = TERMINATED
             self.scheduler.on_trial_complete(self, trial, trial.last_result or None)
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None)
             self.callbacks.trial_event("on_trial_complete", self.trials, trial)
+            loggers.end(outcome)
         trial.ending_as = None
+
+    def _end_paused_loggers(self, trial: Trial) -> None:
+        """Close the loggers a paused trial's last run left open: as paused where it runs again (or the
+        experiment ends with it paused), as completed where it was ended (TensorBoard's hparams)."""
+        loggers, outcome = self._paused_loggers.pop(trial.trial_id, (None, None))
+        if loggers is not None:
+            loggers.end(outcome)
+
+    def _end_loggers_after_interrupt(self) -> None:
+        """The loop stopped (Ctrl-C, an error of the search): the runs it stopped still log what they
+        reported and close their loggers, as their ends are not handled."""
+        while True:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(event, TrialResult) and event.run is event.trial.run:
+                event.run.loggers.log(trial_result(event.row))
+            elif isinstance(event, TrialEnded):
+                event.run.loggers.end(event.outcome)
+        for trial in self.trials:
+            if trial.run is not None:
+                trial.run.loggers.end(None)
 
     def _keep_error(self, trial: Trial, error: BaseException) -> None:
         """The error itself in the trial's folder (``error.pkl``, as Ray keeps it), so a restored
@@ -477,6 +517,7 @@ class TuneController:
             elif trial.status in (PENDING, PAUSED):
                 trial.status = TERMINATED
                 self._dirty = True
+                self._end_paused_loggers(trial)
 
     def _wait_for_runs(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

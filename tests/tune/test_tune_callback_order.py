@@ -1,0 +1,75 @@
+"""The order in which a Tune result reaches the stopper, scheduler, searcher, callbacks and loggers,
+as Ray Tune 2.60's controller hands it on (``TuneController._process_trial_result``): the stopper, or
+else the scheduler, decides first; a result that stops the trial is marked ``done=True``; the searcher
+sees it only where the trial goes on; the callbacks (loggers last) get it after all that."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from muster import tune
+from muster.tune.logger import JsonLoggerCallback
+from muster.tune.schedulers import FIFOScheduler
+from muster.tune.search import BasicVariantGenerator
+
+
+def _three(config):
+    for i in range(1, 4):
+        tune.report({"score": float(i)})
+
+
+class _Log:
+    def __init__(self):
+        self.calls: list[tuple[str, int, bool]] = []
+
+    def add(self, who, result):
+        self.calls.append((who, result["training_iteration"], result["done"]))
+
+
+class _StopAtTwo(FIFOScheduler):
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def on_trial_result(self, controller, trial, result):
+        self.log.add("scheduler", result)
+        return self.STOP if result["training_iteration"] == 2 else self.CONTINUE
+
+
+class _Searcher(BasicVariantGenerator):
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def on_trial_result(self, trial_id, result):
+        self.log.add("searcher", result)
+
+
+class _Callback(tune.Callback):
+    def __init__(self, log):
+        self.log = log
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.log.add("callback", result)
+
+
+def test_the_scheduler_decides_before_the_searcher_callbacks_and_loggers_see_the_result(storage):
+    log = _Log()
+    grid = tune.Tuner(
+        _three, param_space={"x": 1},
+        tune_config=tune.TuneConfig(scheduler=_StopAtTwo(log), search_alg=_Searcher(log)),
+        run_config=tune.RunConfig(storage_path=storage, name="order", verbose=0,
+                                  callbacks=[_Callback(log), JsonLoggerCallback()]),
+    ).fit()
+    (r,) = list(grid)
+    assert r.error is None and r.metrics["training_iteration"] == 2 and r.metrics["done"] is True
+    # (a result reported while the trial is being stopped still reaches the callbacks, as muster keeps it)
+    assert log.calls[:5] == [
+        ("scheduler", 1, False), ("searcher", 1, False), ("callback", 1, False),
+        ("scheduler", 2, False), ("callback", 2, True),  # Ray: no searcher once the scheduler stops it
+    ]
+    assert [c for c in log.calls[5:] if c[0] != "callback"] == []
+    with open(os.path.join(r.path, JsonLoggerCallback.FILE)) as f:
+        lines = [json.loads(line) for line in f]
+    assert [(line["training_iteration"], line["done"]) for line in lines][:2] == [(1, False), (2, True)]
