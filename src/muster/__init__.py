@@ -73,15 +73,19 @@ def cluster_resources() -> dict[str, float]:
 def available_resources() -> dict[str, float]:
     """What the engine has free now (starts the engine if needed).
 
-    Inside a task or actor it asks the driver's engine."""
+    As Ray's, a resource with nothing free is left out (``"CPU" not in available_resources()`` while
+    every CPU is taken), so read it with ``.get("CPU", 0.0)``. Inside a task or actor it asks the
+    driver's engine."""
     from muster.core import context
     from muster.core.api import get_runtime
 
     if context.in_worker():
         from muster.tasks.events import Resources
 
-        return context.send_event(Resources(available=True))
-    return get_runtime().ray_view(available=True)
+        free = context.send_event(Resources(available=True))
+    else:
+        free = get_runtime().ray_view(available=True)
+    return {name: amount for name, amount in free.items() if amount > 0}
 
 
 def nodes() -> list[dict[str, Any]]:

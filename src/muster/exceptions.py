@@ -93,8 +93,9 @@ class WorkerCrashedError(MusterError):
 
     def __init__(self, label: str, pid: int | None, exitcode: int | None, host: str = "", reason: str = ""):
         self.label, self.pid, self.exitcode, self.host, self.reason = label, pid, exitcode, host, reason
-        where = f" on {host}" if host else ""
-        super().__init__(f"{label} (pid {pid}{where}) died: {reason or describe_exit(exitcode)}")
+        where = " ".join(([f"pid {pid}"] if pid is not None else []) + ([f"on {host}"] if host else []))
+        where = f" ({where})" if where else ""  # Ray does not say which process ran a task that died
+        super().__init__(f"{label}{where} died: {reason or describe_exit(exitcode)}")
 
     @property
     def signal(self) -> int | None:

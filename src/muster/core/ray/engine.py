@@ -10,6 +10,7 @@ after every event the worker had sent, so it is reported after them.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -28,6 +29,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from muster.core import resources as res
 from muster.core import settings, setup_hook
 from muster.core.ray import placement
+from muster.core.ray.errors import from_ray
 from muster.core.ray.groups import RayGroups, is_removal
 from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
@@ -41,7 +43,6 @@ from muster.exceptions import (
     ResourcesUnavailableError,
     RuntimeNotStartedError,
     TaskPlacementGroupRemoved,
-    WorkerCrashedError,
 )
 
 _POLL_S = 0.5
@@ -384,6 +385,11 @@ class RayRuntime(Runtime):
                 )
 
     def kill(self, handle: RuntimeActor, grace_s: float = 0.0) -> None:
+        if isinstance(handle, RayTask):  # a force-cancelled task: Ray ends its worker process
+            if handle.ref is not None:
+                with contextlib.suppress(Exception):  # already done
+                    ray.cancel(handle.ref, force=True)
+            return
         assert isinstance(handle, RayActor)
         handle._expected_exit = True
         try:
@@ -442,7 +448,7 @@ class RayRuntime(Runtime):
             self.forget(task)
             out.set_exception(MusterError(f"Could not send the arguments of {label} to a worker: {exc}"))
             return out
-        ref = self._task_fn_for(max_calls).options(max_retries=0, name=label, **options).remote(
+        ref = task.ref = self._task_fn_for(max_calls).options(max_retries=0, name=label, **options).remote(
             self._hub, task.key, label, list(sys.path), settings.forwarded_env(), data
         )
         ref.future().add_done_callback(lambda f: self.in_background(lambda: task.finish(f, out)))
@@ -463,7 +469,8 @@ class RayRuntime(Runtime):
             return fn
 
     def task_result(self, task: RayTask, raw: Future) -> tuple[bool, Any, int]:
-        """``(ok, value, events sent)`` of a finished Ray task; a lost worker becomes WorkerCrashedError."""
+        """``(ok, value, events sent)`` of a finished Ray task; Ray's errors become muster's (a lost worker:
+        WorkerCrashedError)."""
         exc = raw.exception()
         if exc is None:
             sent, data = raw.result()
@@ -473,10 +480,7 @@ class RayRuntime(Runtime):
             return False, TaskPlacementGroupRemoved(
                 f"{task.label}: its placement group was removed (remove_placement_group) before it got its "
                 "bundle. Schedule it into a live group, or into none."), 0
-        if isinstance(exc, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
-                            ray.exceptions.ObjectLostError)):
-            return False, WorkerCrashedError(task.label, None, None, "", reason=_ray_reason(exc)), 0
-        return False, MusterError(f"{task.label} failed on Ray: {_ray_reason(exc)}"), 0
+        return False, from_ray(exc, task.label), 0
 
 
 def check_reachable(address: str, timeout_s: float = 3.0) -> None:
@@ -494,8 +498,3 @@ def check_reachable(address: str, timeout_s: float = 3.0) -> None:
         f"`ray start --head` on the head node, check the host and port (default {default}), or run on "
         "this machine with address='local' (and unset MUSTER_ADDRESS / RAY_ADDRESS)."
     )
-
-
-def _ray_reason(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    return " ".join(lines[:3])[:400] or type(exc).__name__

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import ray
 
+from muster.core.ray.errors import from_ray
 from muster.core.ray.worker import LogLines, UserMetrics, metrics_process, pack, unpack
 from muster.core.runtime import KILLED_BY_MUSTER, DeathHandler, EventHandler, RuntimeActor, unserved
 from muster.exceptions import ActorDiedError, MusterError
@@ -119,6 +120,8 @@ class RayActor(RaySender):
             ) from None
         except ray.exceptions.RayActorError as exc:
             raise self._died_error(str(exc)) from None
+        except ray.exceptions.RayError as exc:  # e.g. its node went away, or Ray cannot place it
+            raise from_ray(exc, self.label) from None
         self.pid, self.node_id, self.node_ip = meta["pid"], meta["node_id"], meta["ip"]
         self._gpu_ids = meta["gpu_ids"]
         watch = self.ray_actor.watch.remote()
@@ -154,7 +157,7 @@ class RayActor(RaySender):
         if fut is None:
             return
         if exc is not None:
-            fut.set_exception(MusterError(f"{self.label}: Ray failed the call: {exc}"))
+            fut.set_exception(from_ray(exc, f"{self.label}'s call"))
             return
         ok, value = unpack(raw.result())
         (fut.set_result if ok else fut.set_exception)(value)
@@ -199,6 +202,7 @@ class RayTask(RaySender):
     def __init__(self, runtime: "RayRuntime", key: str, label: str, on_event: EventHandler | None):
         super().__init__(runtime, key, label, on_event)
         self._done = False
+        self.ref: ray.ObjectRef | None = None  # Ray's ref of the task's run, for a forced cancel
 
     def is_alive(self) -> bool:
         return not self._done

@@ -38,7 +38,8 @@ import ray
 from muster.core import context, settings
 from muster.core.local.wire import capture_error
 from muster.core.serialization import dumps
-from muster.exceptions import MusterError
+from muster.core.ray.errors import from_ray, reason
+from muster.exceptions import MusterError, RuntimeNotStartedError
 
 
 def pack(obj: Any) -> bytes:
@@ -76,18 +77,25 @@ class _HubChannel:
 
     def send_event(self, payload: Any, wait: bool, timeout: float | None) -> Any:
         data = pack(payload)
-        with self._lock:
-            event_id = next(self._ids)
-            self.sent += 1
-            if not wait:
-                ray.get(self.hub.push.remote(self.key, event_id, data))
-                return None
-            ref = self.hub.request.remote(self.key, event_id, data)
         try:
+            with self._lock:
+                event_id = next(self._ids)
+                self.sent += 1
+                if not wait:
+                    ray.get(self.hub.push.remote(self.key, event_id, data))
+                    return None
+                ref = self.hub.request.remote(self.key, event_id, data)
             # ray.get in a worker lends its CPUs while it waits (nested tasks never deadlock).
             ok, value = ray.get(ref, timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             raise TimeoutError(f"the driver did not answer within {timeout} s") from None
+        except ray.exceptions.RayActorError as exc:
+            raise RuntimeNotStartedError(
+                f"{self.key}: the driver's muster engine is gone (its event hub died: {reason(exc)}), so nothing "
+                "this worker asks or sends reaches it. Run the driver again (muster.init(address=...))."
+            ) from None
+        except ray.exceptions.RayError as exc:
+            raise from_ray(exc, f"{self.key}'s request to the driver") from None
         value = unpack(value)
         if not ok:
             raise value

@@ -1,0 +1,80 @@
+"""Ray's own failures reach users as muster's classes on a Ray cluster (``muster.init(address=...)``),
+the ones muster's engine raises for the same situation, with what to do: never a ``ray.exceptions`` class
+or an internal assert. Faults are real: a task's worker SIGKILLed, a node removed under a running task,
+a running task force-cancelled."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+import muster
+from muster.exceptions import NodeDiedError, TaskCancelledError, WorkerCrashedError
+
+ray = pytest.importorskip("ray")
+
+
+@muster.remote
+def pid_then_sleep(path: str) -> int:
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(120)
+    return os.getpid()
+
+
+@muster.remote
+def dies() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _pid_in(path: str, timeout: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout
+    while not (os.path.exists(path) and open(path).read()):
+        assert time.monotonic() < deadline, "the task did not start"
+        time.sleep(0.1)
+    return int(open(path).read())
+
+
+def _gone(pid: int, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_force_cancel_ends_a_running_tasks_worker(on_ray, tmp_path):
+    """muster.cancel(force=True) of a running task failed with an AssertionError inside muster's Ray engine."""
+    ref = pid_then_sleep.options(max_retries=0).remote(str(tmp_path / "pid"))
+    pid = _pid_in(str(tmp_path / "pid"))
+    muster.cancel(ref, force=True)
+    with pytest.raises(TaskCancelledError):
+        muster.get(ref, timeout=60)
+    assert _gone(pid), f"the cancelled task's worker {pid} still runs"
+
+
+def test_a_killed_tasks_worker_says_what_to_do(on_ray):
+    with pytest.raises(WorkerCrashedError) as info:
+        muster.get(dies.options(max_retries=0).remote(), timeout=60)
+    assert not isinstance(info.value, ray.exceptions.RayError)
+    assert "max_retries" in str(info.value) and str(info.value).startswith("task dies died: ")  # not "(pid None)"
+
+
+def test_a_task_on_a_removed_node_is_a_worker_crash(on_ray, tmp_path):
+    node = on_ray.add_node(num_cpus=1, resources={"doomed": 1})
+    on_ray.wait_for_nodes()
+    ref = pid_then_sleep.options(max_retries=0, resources={"doomed": 1}).remote(str(tmp_path / "pid"))
+    _pid_in(str(tmp_path / "pid"))
+    on_ray.remove_node(node)
+    with pytest.raises(WorkerCrashedError) as info:
+        muster.get(ref, timeout=120)
+    err = info.value
+    assert not isinstance(err, ray.exceptions.RayError), type(err).__mro__
+    assert "max_retries" in str(err), str(err)
+    if "node it was running on is dead" in str(err):  # Ray said NodeDiedError: muster's class of that name too
+        assert isinstance(err, NodeDiedError), type(err).__mro__
