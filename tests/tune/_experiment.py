@@ -1,9 +1,12 @@
 """A user's Tune script, run as its own process by the experiment-fault tests.
 
-usage: _experiment.py STORAGE NAME PROGRESS_FILE [kill-after-last-step]
+usage: _experiment.py STORAGE NAME PROGRESS_FILE [kill-after-last-step | kill-between-commit-and-row]
 Four trials, two at a time; each step sleeps, appends "<trial_id> <step>" to
 PROGRESS_FILE, and reports a checkpoint. With ``kill-after-last-step``, the first
 trial to report its last step then SIGKILLs this driver (once: a marker file says so).
+With ``kill-between-commit-and-row``, the driver SIGKILLs itself once it has committed
+the third trial's fourth checkpoint and is about to append that step's row to the
+trial's result.json (an audit hook on the open of that file).
 """
 
 import json
@@ -39,8 +42,26 @@ def trainable(config):
         os.kill(config["kill_driver"], signal.SIGKILL)
 
 
+def _third_trials(path) -> bool:
+    return "_00002" in os.path.basename(os.path.dirname(str(path)))
+
+
+def _kill_between_commit_and_row(event, args):
+    # "os.rename" publishes a staged checkpoint (checkpoint_00000N); the next "open" of the
+    # trial's result.json for appending writes that step's row
+    if event == "os.rename" and _third_trials(args[1]) and os.path.basename(str(args[1])).startswith("checkpoint_"):
+        _commits.append(args[1])
+    elif (event == "open" and len(_commits) == 4 and str(args[0]).endswith("result.json")
+          and _third_trials(args[0]) and "a" in str(args[1])):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_commits: list = []
+
 if __name__ == "__main__":
     storage, name, progress = sys.argv[1:4]
+    if sys.argv[4:] == ["kill-between-commit-and-row"]:
+        sys.addaudithook(_kill_between_commit_and_row)
     grid = tune.Tuner(
         trainable,
         param_space={"x": tune.grid_search([1, 2, 3, 4]), "progress": progress,

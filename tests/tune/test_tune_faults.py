@@ -102,18 +102,22 @@ def test_sigkilled_experiment_restores_without_rerunning_finished_trials(storage
     assert [t["status"] for t in state["trials"]] == ["TERMINATED"] * 4
 
 
-def test_a_trial_that_reported_its_last_step_just_before_the_kill_keeps_those_metrics(storage, tmp_path):
-    # the driver dies before the experiment state records the trial's last results; restored, the
-    # trial resumes from its last checkpoint and has nothing left to report, so its metrics must
-    # come from what it recorded (they were the state's stale ones, a step or more behind)
-    progress = tmp_path / "progress"
-    proc = _start_experiment(storage, progress, "kill-after-last-step")
+def _run_until_the_driver_kills_itself(storage: str, tmp_path: pathlib.Path, mode: str) -> None:
+    """The user's script in ``mode``, where its driver SIGKILLs itself at some point of the run."""
+    proc = _start_experiment(storage, tmp_path / "progress", mode)
     try:
         assert proc.wait(90) == -9, proc.stdout.read()
     finally:
         if proc.poll() is None:
             proc.kill()
     time.sleep(0.5)  # let the orphaned workers notice
+
+
+def test_a_trial_that_reported_its_last_step_just_before_the_kill_keeps_those_metrics(storage, tmp_path):
+    # the driver dies before the experiment state records the trial's last results; restored, the
+    # trial resumes from its last checkpoint and has nothing left to report, so its metrics must
+    # come from what it recorded (they were the state's stale ones, a step or more behind)
+    _run_until_the_driver_kills_itself(storage, tmp_path, "kill-after-last-step")
     grid = tune.Tuner.restore(str(pathlib.Path(storage) / "exp"), trainable=_experiment.trainable).fit()
     assert grid.num_errors == 0
     for r in grid:
@@ -251,3 +255,17 @@ def test_the_first_signal_waits_for_the_loop_and_a_second_raises_at_once():
         with pytest.raises(KeyboardInterrupt, match="SIGUSR1"):
             interrupts.check()
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # the handler is given back
+
+
+def test_a_driver_killed_between_a_checkpoints_commit_and_its_row_loses_no_step(storage, tmp_path):
+    # the driver commits a report's checkpoint, then appends the report's row to result.json: killed in
+    # between, the restored trial resumes after that checkpoint, so the step's row must be recovered
+    # from the checkpoint's manifest (it was never in the record: a step missing from metrics_dataframe)
+    _run_until_the_driver_kills_itself(storage, tmp_path, "kill-between-commit-and-row")
+    [third] = [t for t in _recorded(storage) if t.endswith("00002")] or [None]
+    assert third is not None and _recorded(storage)[third] == 3  # its fourth step's row never written
+    grid = tune.Tuner.restore(str(pathlib.Path(storage) / "exp"), trainable=_experiment.trainable).fit()
+    assert grid.num_errors == 0 and len(grid) == 4
+    for r in grid:
+        assert sorted(r.metrics_dataframe["step"]) == list(range(_experiment.STEPS)), r.metrics_dataframe
+        assert r.metrics["step"] == _experiment.STEPS - 1

@@ -110,8 +110,11 @@ class CheckpointManager:
             self.reports.append(self.storage.parse_result(line))
         self._written = len(self._rows)
         manifest: dict[str, Any] = {}
+        recorded = {round_of(row) for row in self.reports}
         for r in self.storage.committed_rounds():
             manifest = self.storage.read_manifest(self.storage.checkpoint_dir(r))
+            if r not in recorded:
+                self._recover_rows(r, manifest)
             metrics, status = self.storage.checkpoint_metrics(r, manifest)
             self.committed.append(CheckpointRecord(r, self.storage.checkpoint_dir(r), metrics))
             if status == "PENDING_VALIDATION":  # the driver stopped before it ended: validate it again
@@ -123,6 +126,18 @@ class CheckpointManager:
             self._reporters_world = int(manifest.get("world_size", 0))
         rounds = [round_of(r) for r in self.reports] + [c.round for c in self.committed]
         self._newest_round = max(rounds + [0])
+        self.flush()
+
+    def _recover_rows(self, r: int, manifest: dict[str, Any]) -> None:
+        """A round whose checkpoint was committed but whose rows never reached ``result.json``: the
+        driver died between the two (the commit comes first, so that every row names its checkpoint).
+        Its rows are taken back from the manifest, which holds them, else the step would be missing
+        from the record, as the run resumes after that checkpoint."""
+        name = self.storage.checkpoint_dir(r).rstrip("/").rsplit("/", 1)[-1]
+        for row in manifest.get("rows") or [manifest.get("metrics", {})]:
+            row = {**row, "checkpoint_dir_name": name}
+            self._rows.append(row)
+            self.reports.append(row)
 
     # -- during an attempt -------------------------------------------------------
     def start_attempt(self, world_size: int) -> int:
@@ -303,7 +318,7 @@ class CheckpointManager:
 
     def _commit(self, r: int, rnd: _OpenRound) -> CheckpointRecord:
         lead = min(rnd.rows)
-        metrics = {k: v for k, v in rnd.rows[lead].items() if k != "checkpoint_dir_name"}
+        metrics = _without_checkpoint_name(rnd.rows[lead])
         merged = _merge_files(rnd.files, r, self._warn)
         staged = self.storage.staging_dir(r)
         for rank, state in rnd.states.items():
@@ -317,6 +332,8 @@ class CheckpointManager:
             "reporters": sorted(self._reporters) if self._reporters is not None else None,
             "world_size": self._world_size,
             "metrics": metrics,
+            # every rank's row, for the rare driver that dies before it appends them to result.json
+            "rows": [_without_checkpoint_name(rnd.rows[rank]) for rank in sorted(rnd.rows)],
             "files": merged,
             "validation": rnd.validation,
         }
@@ -448,6 +465,10 @@ class CheckpointManager:
                 self.storage.append_results(self._rows[self._written : end], self._rows[:end])
                 self._written = end
             self._last_flush = time.monotonic()
+
+
+def _without_checkpoint_name(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k != "checkpoint_dir_name"}
 
 
 def _same_folder(a: str, b: str) -> bool:
