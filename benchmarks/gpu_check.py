@@ -38,6 +38,9 @@ drives them end to end, each scenario in its own driver process (bounded by
 * ``data_map_batches_gpu``: ``map_batches`` with a callable class,
   ``num_gpus=1`` and ``concurrency=1``: the actor computes on cuda and every
   row comes back, in order, with the right values.
+* ``data_map_batches_fn_gpu``: the same with a plain function and
+  ``num_gpus=1`` (pooled task workers that hold the GPU): each batch runs on
+  cuda with ``CUDA_VISIBLE_DEVICES`` set, and every row comes back right.
 
 Launch-to-first-step and step time against torchrun on the GPU come from
 ``ddp_bench.py --gpu --workers 1``; this script checks behaviour.
@@ -68,6 +71,7 @@ SCENARIOS = (
     "tasks_gpu_ids",
     "tune_half_gpu_trials",
     "data_map_batches_gpu",
+    "data_map_batches_fn_gpu",
 )
 
 
@@ -182,6 +186,15 @@ class GpuDoubler:
         t = torch.tensor(batch["id"], device=self.device) * 2
         return {"id": batch["id"], "doubled": t.cpu().numpy(),
                 "device": [torch.cuda.get_device_name(self.device)] * len(batch["id"])}
+
+
+def gpu_tripler(batch: dict) -> dict:
+    """``map_batches``' plain function: triples ``id`` on the GPU this worker holds."""
+    import torch
+
+    t = torch.tensor(batch["id"], device="cuda") * 3
+    return {"id": batch["id"], "tripled": t.cpu().numpy(),
+            "visible": [os.environ.get("CUDA_VISIBLE_DEVICES")] * len(batch["id"])}
 
 
 def _max_overlap(rows: list[dict]) -> int:
@@ -329,6 +342,16 @@ def run_scenario(name: str, storage: str) -> dict:
             out["in_order"] = bool((ids == np.arange(10_000)).all())
             out["values_ok"] = all(r["doubled"] == 2 * r["id"] for r in got)
             out["devices"] = sorted({r["device"] for r in got})
+        elif name == "data_map_batches_fn_gpu":
+            import muster.data as data
+
+            got = data.range(10_000, override_num_blocks=8).map_batches(gpu_tripler, num_gpus=1,
+                                                                        batch_size=1000).take_all()
+            out["rows"] = len(got)
+            out["in_order"] = [r["id"] for r in got] == list(range(10_000))
+            out["all_ids"] = sorted(r["id"] for r in got) == list(range(10_000))
+            out["values_ok"] = all(r["tripled"] == 3 * r["id"] for r in got)
+            out["devices"] = sorted({str(r["visible"]) for r in got})
         else:
             raise SystemExit(f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}")
     except Exception as exc:  # noqa: BLE001 - the outcome is what this script reports
@@ -352,8 +375,8 @@ def summarize(name: str, r: dict) -> str:
     if name == "tune_half_gpu_trials":
         return (f"{len(r['trials'])} trials, {len(r['errors'])} errors, at most {r['max_overlap']} at once; "
                 f"{r['trials']}; errors {r['errors']}")
-    if name == "data_map_batches_gpu":
-        return f"{r['rows']} rows, in order {r['in_order']}, values ok {r['values_ok']}, devices {r['devices']}"
+    if name in ("data_map_batches_gpu", "data_map_batches_fn_gpu"):
+        return f"every id once {r.get('all_ids', True)}, " + f"{r['rows']} rows, in order {r['in_order']}, values ok {r['values_ok']}, devices {r['devices']}"
     if name == "tasks_gpu_ids":
         return f"GPU task {r['gpu_task']}; CPU task {r['cpu_task']}"
     rows = r.get("first", []) + r.get("resumed", []) + r.get("rows", [])
