@@ -101,3 +101,21 @@ def test_a_gpu_task_runs_once_per_worker_as_in_ray(gpu_engine):
     assert len(set(pids)) == 3, pids
     reused = [muster.get(gpu_pid_reused.remote(), timeout=TIMEOUT) for _ in range(3)]
     assert len(set(reused)) < 3, reused
+
+
+def _where_each_batch_ran(batch):
+    time.sleep(0.1)  # long enough that every GPU is busy while later batches come up
+    n = len(batch["id"])
+    return {"id": batch["id"], "pid": [os.getpid()] * n, "visible": [os.environ.get("CUDA_VISIBLE_DEVICES")] * n}
+
+
+def test_a_data_functions_batches_run_only_where_a_gpu_is_held(gpu_engine):
+    """``map_batches(fn, num_gpus=1)``: every batch runs on a pooled worker holding one of the 2 GPUs.
+    (Before, a batch that found both GPUs busy ran on the driver's threads, on a GPU it
+    did not hold: seen on an H200 with gpu_check.py.)"""
+    import muster.data as md
+
+    rows = md.range(16, override_num_blocks=8).map_batches(_where_each_batch_ran, num_gpus=1, batch_size=2).take_all()
+    assert sorted(r["id"] for r in rows) == list(range(16))
+    assert os.getpid() not in {r["pid"] for r in rows}, "a batch ran on the driver"
+    assert {r["visible"] for r in rows} <= {"0", "1"}, {r["visible"] for r in rows}

@@ -298,6 +298,11 @@ class Job:
         return {"CPU": cpus, "GPU": gpus} if gpus else {"CPU": cpus}
 
     @property
+    def holds_gpus(self) -> bool:
+        """Whether a map of its chain asks for GPUs (then it runs only where they are held)."""
+        return bool(self.resources().get("GPU"))
+
+    @property
     def needs_process(self) -> bool:
         """Whether it runs Python per row or batch (so a process beats a GIL-bound thread)."""
         return bool(self.chain) and not any(getattr(fn, "is_class", False) for _, fn in self.chain)
@@ -560,12 +565,12 @@ class _Workers:
 
     def submit(self, job: Job, mine: int) -> Future[Any] | None:
         """Submit ``job`` if its resources (a CPU by default) are free beyond the ``mine`` jobs this
-        pipeline already has out."""
-        request = job.resources()
+        pipeline already has out. A job that asks for GPUs is always submitted, to wait in the engine for
+        a worker holding them: on the driver's threads it would use a GPU it does not hold."""
         try:
-            if self.runtime.capacity(request) - mine < 1:
+            if not job.holds_gpus and self.runtime.capacity(job.resources()) - mine < 1:
                 return None
-            fut: Future[Any] = self.runtime.submit(job, (), {}, request, label="muster.data")
+            fut: Future[Any] = self.runtime.submit(job, (), {}, job.resources(), label="muster.data")
             return fut
         except Exception:  # noqa: BLE001 - not picklable, engine gone: run it here
             return None
