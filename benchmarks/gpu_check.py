@@ -376,7 +376,8 @@ def summarize(name: str, r: dict) -> str:
         return (f"{len(r['trials'])} trials, {len(r['errors'])} errors, at most {r['max_overlap']} at once; "
                 f"{r['trials']}; errors {r['errors']}")
     if name in ("data_map_batches_gpu", "data_map_batches_fn_gpu"):
-        return f"every id once {r.get('all_ids', True)}, " + f"{r['rows']} rows, in order {r['in_order']}, values ok {r['values_ok']}, devices {r['devices']}"
+        return (f"every id once {r.get('all_ids', True)}, {r['rows']} rows, in order {r['in_order']}, "
+                f"values ok {r['values_ok']}, devices {r['devices']}")
     if name == "tasks_gpu_ids":
         return f"GPU task {r['gpu_task']}; CPU task {r['cpu_task']}"
     rows = r.get("first", []) + r.get("resumed", []) + r.get("rows", [])
