@@ -12,8 +12,9 @@ reports of a training run as the controller records them:
   rows are its results as Ray's loggers get them: Tune's keys (``trial_id``, ``done``, ``time_total_s``...)
   and none of the controller's (``_rank``, ``_attempt``);
 * ``on_run_end(result)`` -- files close;
-* ``on_run_failed(error)`` -- the run (a training run's, a Tuner trial's) failed for good (no
-  ``on_run_end`` comes): files close.
+* ``on_run_failed(error)`` -- the run (a training run's, a Tuner trial's) failed for good, or a
+  Trainer's run was interrupted (Ctrl-C, SIGTERM: ``error`` is the ``KeyboardInterrupt``); no
+  ``on_run_end`` comes: files close.
 
 In a Tuner, each trial's run gets a copy made by ``for_trial(config, trial)``.
 
@@ -143,8 +144,10 @@ class _LoggerCallback:
             self._close()
 
     def on_run_failed(self, error: BaseException) -> None:
-        """The run failed for good (no ``on_run_end`` comes then): files close (an MLflow run ends
-        as FAILED, as Ray's)."""
+        """The run failed for good or was interrupted (no ``on_run_end`` comes then): files close (an
+        MLflow run ends as FAILED, as Ray's)."""
+        if self.folder is None:  # stopped before on_run_start: nothing is open
+            return
         with self._lock:
             self.failed = True
             self._close()

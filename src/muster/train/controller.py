@@ -266,7 +266,7 @@ class Controller:
             result = build(self.storage, self.ledger.reports, self.ledger.best(), None, is_trial(self.record.state))
             self._user.call("on_run_end", result)
             return result
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             if self.state not in _FINAL:
                 self._transition(State.INTERRUPTED)
             latest = self.ledger.latest
@@ -275,17 +275,14 @@ class Controller:
                 + (f"Latest checkpoint: {latest.path}. " if latest else "")
                 + "Run the same script again (same RunConfig name and storage_path) to resume."
             )
+            self._tell_failed(exc)  # torn down as Ray's abort tears its callbacks down
             raise
         except BaseException as exc:
             # Failed for good, or not by an attempt (e.g. the gang can never be scheduled): recorded
-            # ERRORED rather than left RUNNING; no on_run_end comes, so the callbacks' on_run_failed
-            # (the loggers close their files: TensorBoard's last events reach the disk)
+            # ERRORED rather than left RUNNING
             if self.state not in _FINAL:
                 self._transition(State.ERRORED)
-            try:
-                self._user.call("on_run_failed", exc)
-            except Exception as hook_error:  # noqa: BLE001 - the run's own error is the one to raise
-                _warn(self.view, f"a RunConfig callback's on_run_failed raised {hook_error!r}")
+            self._tell_failed(exc)
             raise
         finally:
             if self.validator is not None:  # Ctrl-C or an engine error: those not done stay pending
@@ -293,6 +290,13 @@ class Controller:
             restore_sigterm()
             self.view.stop(self.state.value.lower())
             self.recorder.close()
+
+    def _tell_failed(self, exc: BaseException) -> None:
+        """Interrupted or failed: no on_run_end comes, so on_run_failed (loggers flush and close their files)."""
+        try:
+            self._user.call("on_run_failed", exc)
+        except Exception as hook_error:  # noqa: BLE001 - the run's own error is the one to raise
+            _warn(self.view, f"a RunConfig callback's on_run_failed raised {hook_error!r}")
 
     def _transition(self, state: State) -> None:
         if state is not self.state and state not in _ALLOWED[self.state]:
