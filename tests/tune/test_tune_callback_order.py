@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from muster import tune
 from muster.tune.logger import JsonLoggerCallback
@@ -73,3 +74,55 @@ def test_the_scheduler_decides_before_the_searcher_callbacks_and_loggers_see_the
     with open(os.path.join(r.path, JsonLoggerCallback.FILE)) as f:
         lines = [json.loads(line) for line in f]
     assert [(line["training_iteration"], line["done"]) for line in lines][:2] == [(1, False), (2, True)]
+
+
+def _long(config):
+    for i in range(1, 60):
+        tune.report({"score": float(i)})
+        time.sleep(0.05)
+
+
+class _PauseTheFirstOnce(FIFOScheduler):
+    """Pauses x=0 at its first result and never resumes it (only PENDING trials start)."""
+
+    def on_trial_result(self, controller, trial, result):
+        return self.PAUSE if trial.config["x"] == 0 and result["training_iteration"] == 1 else self.CONTINUE
+
+    def choose_trial_to_run(self, controller, candidates):
+        return next((t for t in candidates if t.status == "PENDING"), None)
+
+
+class _StopAllAtThree(tune.Stopper):
+    def __init__(self):
+        self.results = 0
+
+    def __call__(self, trial_id, result):
+        self.results += result["training_iteration"] >= 3 and result["config"]["x"] == 1
+        return False
+
+    def stop_all(self):
+        return self.results > 0
+
+
+class _Ends(tune.Callback):
+    def __init__(self):
+        self.heard: list[tuple[str, int, str]] = []
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.heard.append(("complete", trial.config["x"], trial.status))
+
+    def on_experiment_end(self, trials, **info):
+        self.heard.extend(("end", t.config["x"], t.status) for t in trials)
+
+
+def test_stopping_the_experiment_ends_a_paused_trial_without_on_trial_complete_as_ray(storage):
+    # Ray 2.60's TuneController._stop_experiment_if_needed stops every unfinished trial with
+    # _schedule_trial_stop: TERMINATED, and no on_trial_complete for a paused or pending one
+    ends = _Ends()
+    tune.Tuner(
+        _long, param_space={"x": tune.grid_search([0, 1])},
+        tune_config=tune.TuneConfig(scheduler=_PauseTheFirstOnce(), max_concurrent_trials=1),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0, stop=_StopAllAtThree(), callbacks=[ends]),
+    ).fit()
+    assert ("end", 0, "TERMINATED") in ends.heard and ("end", 1, "TERMINATED") in ends.heard, ends.heard
+    assert not [h for h in ends.heard if h[:2] == ("complete", 0)], ends.heard
