@@ -66,7 +66,8 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
            for name in ("xgboost", "lightgbm", "tensorflow", "horovod")},
     },
     "muster.train.base_trainer": {
-        "BaseTrainer": "muster.train.torch.TorchTrainer (muster has one trainer; subclassing BaseTrainer is not ported)",
+        "BaseTrainer": "muster.train.torch.TorchTrainer (muster has one trainer; "
+                       "subclassing BaseTrainer is not ported)",
         "GenDataset": "a muster.data.Dataset in TorchTrainer(datasets={...})",
     },
     "muster.train.huggingface": {

@@ -120,7 +120,8 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
     print(f"reports    {len(result.all_reports)} (all ranks)")
     if result.metrics:
         print(f"last       {json.dumps(result.metrics, default=str)}")
-    print(f"checkpoints {len(result.best_checkpoints)} kept; latest: {result.checkpoint.path if result.checkpoint else '-'}")
+    print(f"checkpoints {len(result.best_checkpoints)} kept; "
+          f"latest: {result.checkpoint.path if result.checkpoint else '-'}")
     if result.best_checkpoints:
         best, metrics = result.best_checkpoints[0]
         print(f"best       {best.path}  {json.dumps(metrics, default=str)}")
@@ -248,7 +249,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 2
         alive = [n for n in info["nodes"] if n["alive"]]
         print(f"engine     ray (cluster at {address})")
-        print(f"nodes      {len(alive)} alive" + (f", {len(info['nodes']) - len(alive)} dead" if len(alive) < len(info["nodes"]) else ""))
+        print(f"nodes      {len(alive)} alive"
+              + (f", {len(info['nodes']) - len(alive)} dead" if len(alive) < len(info["nodes"]) else ""))
         for n in info["nodes"]:
             role = "head" if n["head"] else "worker"
             state = "" if n["alive"] else "  DEAD"

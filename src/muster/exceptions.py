@@ -76,7 +76,8 @@ def describe_exit(exitcode: int | None) -> str:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = f"signal {-exitcode}"
-        hint = " (sent by a person, a tool, or the kernel's out-of-memory killer: check `dmesg`)" if -exitcode == signal.SIGKILL else ""
+        hint = (" (sent by a person, a tool, or the kernel's out-of-memory killer: check `dmesg`)"
+                if -exitcode == signal.SIGKILL else "")
         return f"killed by {name}{hint}"
     return f"exited with code {exitcode}"
 
@@ -116,7 +117,8 @@ class ActorDiedError(WorkerCrashedError):
     actor_id: str | None = None
 
     def __reduce__(self) -> Any:
-        return _with_actor_id, (type(self), (self.label, self.pid, self.exitcode, self.host, self.reason), self.actor_id)
+        return _with_actor_id, (type(self), (self.label, self.pid, self.exitcode, self.host, self.reason),
+                                self.actor_id)
 
 
 def _with_actor_id(cls: type[ActorDiedError], args: tuple, actor_id: str | None) -> ActorDiedError:

@@ -123,7 +123,8 @@ class InitOptions:
             logger.setLevel(self.logging_level if self.logging_level is not None else logging.INFO)
             if self.logging_format is not None or not logger.handlers:
                 handler = logging.StreamHandler()
-                handler.setFormatter(logging.Formatter(self.logging_format or "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+                handler.setFormatter(logging.Formatter(
+                    self.logging_format or "%(asctime)s %(levelname)s %(name)s: %(message)s"))
                 logger.handlers[:] = [handler]
         from muster.core.local import logs
 

@@ -44,7 +44,8 @@ def fits(request: Mapping[str, float], free: Mapping[str, float]) -> bool:
     return all(free.get(k, 0.0) + 1e-9 >= v for k, v in request.items())
 
 
-def shortfall(request: Mapping[str, float], have: Mapping[str, float], count: int = 1) -> dict[str, tuple[float, float]]:
+def shortfall(request: Mapping[str, float], have: Mapping[str, float],
+              count: int = 1) -> dict[str, tuple[float, float]]:
     """``{name: (needed, have)}`` for every resource ``count`` copies of ``request`` lack."""
     return {
         k: (v * count, have.get(k, 0.0))

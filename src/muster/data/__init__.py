@@ -165,7 +165,8 @@ def read_json(paths: str | list[str], *, filesystem: Any = None, lines: bool = T
               partitioning: Any = "hive", **arrow_json_args: Any) -> Dataset:
     """JSON lines files (one object per line); ``include_paths`` and ``partitioning`` as in :func:`read_csv`."""
     if not lines:
-        raise InvalidArgumentError("read_json(lines=False): only JSON lines (one object per line) is read; convert the file.")
+        raise InvalidArgumentError("read_json(lines=False): only JSON lines (one object per line) is read; "
+                                   "convert the file.")
     ray_only = _ray_only(arrow_json_args)
     options = _text_options(include_paths, ray_only, partitioning, "read_json")
     return _read("ReadJSON", _src.json_tasks(paths, filesystem, options, **arrow_json_args),

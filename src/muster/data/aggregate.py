@@ -25,7 +25,8 @@ class AggregateFn:
                  accumulate_block: Callable[[Any, Any], Any] | None = None,
                  finalize: Callable[[Any], Any] | None = None):
         if (accumulate_row is None) == (accumulate_block is None):
-            raise InvalidArgumentError(f"AggregateFn(name={name!r}): pass exactly one of accumulate_row and accumulate_block.")
+            raise InvalidArgumentError(f"AggregateFn(name={name!r}): pass exactly one of accumulate_row and "
+                                       "accumulate_block.")
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"AggregateFn(name={name!r}): name the output column.")
         self.init, self.merge, self.name = init, merge, name

@@ -349,7 +349,8 @@ def _pa_spec(agg: Any) -> tuple[Any, ...]:
     return (agg.on, _PA_AGG[agg.method], options)
 
 
-def aggregate(keys: list[str], aggs: list[Any], every_column: bool = False) -> Callable[[list[pa.Table], int], list[pa.Table]]:
+def aggregate(keys: list[str], aggs: list[Any],
+              every_column: bool = False) -> Callable[[list[pa.Table], int], list[pa.Table]]:
     """``aggs``: :mod:`muster.data.aggregate` objects, each giving column ``agg.name``; ``keys`` may be
     empty (the whole dataset). ``every_column``: ``aggs[0]`` applies to every column but the keys."""
 

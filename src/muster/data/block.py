@@ -68,7 +68,8 @@ BATCH_FORMATS = ("numpy", "pandas", "pyarrow", "default")
 
 def check_batch_format(fmt: str, where: str) -> str:
     if fmt not in BATCH_FORMATS:
-        raise InvalidArgumentError(f"{where}(batch_format={fmt!r}): use one of 'numpy' (default), 'pandas' or 'pyarrow'.")
+        raise InvalidArgumentError(f"{where}(batch_format={fmt!r}): use one of 'numpy' (default), "
+                                   "'pandas' or 'pyarrow'.")
     return "numpy" if fmt == "default" else fmt
 
 
@@ -251,11 +252,13 @@ def _pandas_to_block(df: Any) -> pa.Table:
     ]
     if not tensors:
         return pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
-    plain = pa.Table.from_pandas(df.drop(columns=tensors), preserve_index=False) if len(tensors) < len(df.columns) else None
+    plain = (pa.Table.from_pandas(df.drop(columns=tensors), preserve_index=False)
+             if len(tensors) < len(df.columns) else None)
     cols = {}
     for c in df.columns:
         name = str(c)
-        cols[name] = array_from_values(list(df[c]), name) if c in tensors else plain.column(name)  # type: ignore[union-attr]
+        cols[name] = (array_from_values(list(df[c]), name) if c in tensors
+                      else plain.column(name))  # type: ignore[union-attr]
     return pa.table(cols)
 
 

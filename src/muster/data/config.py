@@ -31,7 +31,8 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if self.datasets_to_split != "all" and not (
-            isinstance(self.datasets_to_split, (list, tuple)) and all(isinstance(n, str) for n in self.datasets_to_split)
+            isinstance(self.datasets_to_split, (list, tuple))
+            and all(isinstance(n, str) for n in self.datasets_to_split)
         ):
             raise InvalidArgumentError(
                 f"DataConfig(datasets_to_split={self.datasets_to_split!r}): use 'all' or a list of dataset names."

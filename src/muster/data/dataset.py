@@ -152,7 +152,8 @@ class Dataset(writers.FileWrites, Splits):
                 raise InvalidArgumentError(f"{where}({name}={value!r}): use a number >= 0.")
         if fn_constructor_args or fn_constructor_kwargs:
             if not isinstance(fn, type):
-                raise InvalidArgumentError(f"{where}(fn_constructor_args/kwargs=...) apply only when fn is a callable class.")
+                raise InvalidArgumentError(f"{where}(fn_constructor_args/kwargs=...) apply only when fn is a "
+                                           "callable class.")
         op = plan.MapBatches(fn, batch_size, fmt, tuple(fn_args), dict(fn_kwargs or {}), tuple(fn_constructor_args),
                              dict(fn_constructor_kwargs or {}), zero_copy_batch, concurrency=concurrency,
                              num_cpus=num_cpus, num_gpus=num_gpus, rows=_rows)
@@ -170,7 +171,8 @@ class Dataset(writers.FileWrites, Splits):
 
     def flat_map(self, fn: Callable[[dict[str, Any]], list[dict[str, Any]]], *, fn_args: tuple = (),
                  fn_kwargs: dict | None = None, **options: Any) -> "Dataset":
-        """Apply ``fn`` to each row; it returns a list of output rows (``fn`` may be a callable class, as for :meth:`map`)."""
+        """Apply ``fn`` to each row; it returns a list of output rows (``fn`` may be a callable class,
+        as for :meth:`map`)."""
         return self._rows("flat_map", "FlatMap", plan.flat_map_rows, fn, fn_args, fn_kwargs, options)
 
     def filter(self, fn: Callable[[dict[str, Any]], bool] | None = None, *, fn_args: tuple = (),

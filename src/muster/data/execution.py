@@ -78,9 +78,11 @@ class DataContext:
         if self.max_threads < 1:
             raise InvalidArgumentError(f"DataContext(max_threads={self.max_threads}): use 1 or more.")
         if self.max_bytes_in_flight < 1:
-            raise InvalidArgumentError(f"DataContext(max_bytes_in_flight={self.max_bytes_in_flight}): use a positive size.")
+            raise InvalidArgumentError(f"DataContext(max_bytes_in_flight={self.max_bytes_in_flight}): "
+                                       "use a positive size.")
         if self.progress_every_s <= 0:
-            raise InvalidArgumentError(f"DataContext(progress_every_s={self.progress_every_s}): use a positive number of seconds.")
+            raise InvalidArgumentError(f"DataContext(progress_every_s={self.progress_every_s}): "
+                                       "use a positive number of seconds.")
         if self.target_block_rows < 1:
             raise InvalidArgumentError(f"DataContext(target_block_rows={self.target_block_rows}): use 1 or more.")
         if self.target_max_block_size is not None and self.target_max_block_size < 1:
@@ -487,7 +489,8 @@ def _run(jobs: Iterator[Job], stats: Stats) -> Iterator[pa.Table]:
                 fut = None
                 if workers is not None and job.needs_process:
                     fut = workers.submit(job, sum(1 for _, f, r in pending if r and not f.done()))
-                pending.append((job, fut, True) if fut is not None else (job, pool.submit(contextvars.copy_context().run, job), False))
+                pending.append((job, fut, True) if fut is not None
+                               else (job, pool.submit(contextvars.copy_context().run, job), False))
             if not pending:
                 return
             job, head, remote = pending.popleft()

@@ -46,7 +46,8 @@ class ExecutionResources:
 
     @classmethod
     def from_resource_dict(cls, resources: dict[str, float]) -> ExecutionResources:
-        """From Ray's resource names (``CPU``/``num_cpus``, ``GPU``/``num_gpus``, ``object_store_memory``, ``memory``)."""
+        """From Ray's resource names (``CPU``/``num_cpus``, ``GPU``/``num_gpus``, ``object_store_memory``,
+        ``memory``)."""
         return cls(resources.get("CPU") or resources.get("num_cpus"), resources.get("GPU") or resources.get("num_gpus"),
                    resources.get("object_store_memory"), resources.get("memory"))
 

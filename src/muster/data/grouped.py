@@ -33,7 +33,8 @@ class GroupedData:
             raise InvalidArgumentError(f"std(ddof={ddof!r}): use an integer >= 0 (1: the sample deviation).")
         cols = None if on is None else ([on] if isinstance(on, str) else list(on))
         if cols is not None and (not cols or not all(isinstance(c, str) for c in cols)):
-            raise InvalidArgumentError(f"{method}(on={on!r}): pass a column name, a list of them, or None (every column).")
+            raise InvalidArgumentError(f"{method}(on={on!r}): pass a column name, a list of them, "
+                                       "or None (every column).")
         if method == "count":
             aggs = [agg.Count()]
         elif cols is None:
@@ -52,7 +53,8 @@ class GroupedData:
 
         if not aggs or not all(isinstance(a, AggregateFn) for a in aggs):
             raise InvalidTypeError(
-                f"aggregate{aggs!r}: pass one or more muster.data.aggregate objects, e.g. aggregate(Count(), Mean('x'))."
+                f"aggregate{aggs!r}: pass one or more muster.data.aggregate objects, "
+                "e.g. aggregate(Count(), Mean('x'))."
             )
         ray = self._ray().then("aggregate", *aggs)
         return self._ds._then(AllToAll("Aggregate", alltoall.aggregate(self._keys, list(aggs)), ray=ray))
@@ -94,7 +96,8 @@ class GroupedData:
         """
         fmt = blk.check_batch_format(batch_format, "map_groups")
         if (fn_constructor_args or fn_constructor_kwargs) and not isinstance(fn, type):
-            raise InvalidArgumentError("map_groups(fn_constructor_args/kwargs=...) apply only when fn is a callable class.")
+            raise InvalidArgumentError("map_groups(fn_constructor_args/kwargs=...) apply only when fn is a "
+                                       "callable class.")
         call = alltoall.group_function(fn, tuple(fn_args), dict(fn_kwargs or {}), tuple(fn_constructor_args),
                                        dict(fn_constructor_kwargs or {}))
         given = {"fn_args": tuple(fn_args), "fn_kwargs": fn_kwargs, "fn_constructor_args": tuple(fn_constructor_args),

@@ -156,7 +156,8 @@ def _arrow_fs(fs: Any) -> Any:
     return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
 
 
-def _group(files: list[tuple[str, int]], make: Callable[[list[str]], Callable[[], list[pa.Table]]]) -> tuple[ReadTask, ...]:
+def _group(files: list[tuple[str, int]],
+           make: Callable[[list[str]], Callable[[], list[pa.Table]]]) -> tuple[ReadTask, ...]:
     """Read tasks over ``files``, small files grouped up to ``TASK_BYTES`` per task (order kept)."""
     tasks: list[ReadTask] = []
     group: list[str] = []

@@ -107,7 +107,8 @@ class Splits:
         return [DataIterator(cast("Dataset", self), i, n, equal) for i in range(n)]
 
     def streaming_train_test_split(self, test_size: float, *, split_type: str = "random",
-                                   hash_column: str | None = None, seed: int | None = None, **ray_remote_kwargs: Any) -> tuple["Dataset", "Dataset"]:
+                                   hash_column: str | None = None, seed: int | None = None,
+                                   **ray_remote_kwargs: Any) -> tuple["Dataset", "Dataset"]:
         """``(train, test)`` decided row by row as the data streams, nothing gathered (Ray's).
 
         Args:

@@ -64,7 +64,8 @@ class Stats:
             entry.bytes_in_flight = nbytes
             if actors is not None:
                 entry.actors = actors
-            self.peak_bytes_in_flight = max(self.peak_bytes_in_flight, sum(o.bytes_in_flight for o in self.ops.values()))
+            self.peak_bytes_in_flight = max(self.peak_bytes_in_flight,
+                                            sum(o.bytes_in_flight for o in self.ops.values()))
 
     def add_blocked(self, op: str, seconds: float) -> None:
         with self._lock:

@@ -33,7 +33,8 @@ class ActorPoolStrategy:
         if size is not None and (min_size is not None or max_size is not None):
             raise InvalidArgumentError("ActorPoolStrategy: pass size=, or min_size= and max_size=, not both.")
         if size is None and min_size is not None and max_size is not None and min_size > max_size:
-            raise InvalidArgumentError(f"ActorPoolStrategy(min_size={min_size}, max_size={max_size}): min_size > max_size.")
+            raise InvalidArgumentError(f"ActorPoolStrategy(min_size={min_size}, max_size={max_size}): "
+                                       "min_size > max_size.")
         self.size, self.min_size, self.max_size = size, min_size, max_size
 
     @property

@@ -49,7 +49,8 @@ def ray_write_options(options: dict[str, Any], fn_name: str, where: str,
                                f"arrow_open_stream_args and {', '.join(RAY_TASK_OPTIONS)} are taken.")
     extra = fn() if fn is not None else {}
     if not isinstance(extra, dict):
-        raise InvalidArgumentError(f"{where}: {fn_name} returned {extra!r}; it must return a dict of keyword arguments.")
+        raise InvalidArgumentError(f"{where}: {fn_name} returned {extra!r}; "
+                                   "it must return a dict of keyword arguments.")
     return {**options, **extra}, compression
 
 
@@ -72,14 +73,16 @@ class FileWrites:
         return write_dataset(self, "parquet", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
                              max_rows_per_file, partition_cols, arrow_args)
 
-    def write_csv(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
+    def write_csv(self, path: str, *, filesystem: Any = None, mode: Any = "append",
+                  min_rows_per_file: int | None = None,
                   partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
                   max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
         """As :meth:`write_parquet`; what Ray's ``arrow_csv_args_fn`` returns goes to ``pyarrow.csv.write_csv``."""
         return write_dataset(self, "csv", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
                              max_rows_per_file, partition_cols, ray_options)
 
-    def write_json(self, path: str, *, filesystem: Any = None, mode: Any = "append", min_rows_per_file: int | None = None,
+    def write_json(self, path: str, *, filesystem: Any = None, mode: Any = "append",
+                   min_rows_per_file: int | None = None,
                    partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
                    max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
         """As :meth:`write_parquet`; what Ray's ``pandas_json_args_fn`` returns goes to ``DataFrame.to_json``."""
@@ -184,7 +187,8 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
             target = f"{root}/{folder}" if folder else root
             if folder:
                 fs.makedirs(target, exist_ok=True)
-            base = f"{tag}_{len(written):06d}.{ext}" + (f".{_SUFFIX.get(compression, compression)}" if compression else "")
+            base = f"{tag}_{len(written):06d}.{ext}" + (
+                f".{_SUFFIX.get(compression, compression)}" if compression else "")
             with whole_file(fs, f"{target}/{base}", compression) as f:
                 write(part, f)
             written.append(f"{target}/{base}")

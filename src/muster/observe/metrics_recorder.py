@@ -3,7 +3,8 @@
 The engine merges what its processes ship into ``Runtime.user_metrics``; this recorder writes that
 table's series to the ``user_metrics`` table of the default storage path's store (``MUSTER_STORAGE_PATH``
 when the first series arrives, as Serve's recorder reads it at ``serve.start()``), at most once per
-:data:`WRITE_MIN_S` and only when something changed, replacing each series' row. It starts its thread on the first update (an engine whose processes record nothing pays
+:data:`WRITE_MIN_S` and only when something changed, replacing each series' row. It starts its thread on
+the first update (an engine whose processes record nothing pays
 nothing) and, when the engine shuts down, writes the last values and marks its rows ended. The dashboard
 serves the rows of live drivers on ``/metrics``. ``MUSTER_RUN_STORE=0`` turns it off.
 

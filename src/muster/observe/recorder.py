@@ -204,7 +204,8 @@ class RunRecorder:
         for op in figures.get("data") or ():  # muster.data's operators in this worker: OpSample each
             self._put(
                 "INSERT INTO data_ops (run_id, attempt, rank, time, execution, op, rows_in, rows_out, rows_per_s,"
-                " bytes_in_flight, budget_bytes, blocked_s, actors, done) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " bytes_in_flight, budget_bytes, blocked_s, actors, done)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     self.run_id, self._attempt or 0, rank, float(figures.get("time") or time.time()), op.execution,
                     op.op, op.rows_in, op.rows_out, op.rows_per_s, op.bytes_in_flight, op.budget_bytes,

@@ -148,7 +148,8 @@ def run_many(targets: list[RunTarget], blocking: bool = False, wait_for_ingress_
     """
     targets = list(targets)
     if not targets:
-        raise InvalidArgumentError("serve.run_many([]): give at least one serve.RunTarget(target=App.bind(), name=...).")
+        raise InvalidArgumentError("serve.run_many([]): give at least one "
+                                   "serve.RunTarget(target=App.bind(), name=...).")
     bad = [t for t in targets if not isinstance(t, RunTarget)]
     if bad:
         raise InvalidArgumentError(f"serve.run_many: {bad[0]!r} is not a RunTarget; wrap each app as "
@@ -188,7 +189,8 @@ def _run(target: Application, *, name: str, route_prefix: str | None,
         raise InvalidArgumentError(f"serve.run(name={name!r}): give the app a non-empty name.")
     if route_prefix is not None and (not isinstance(route_prefix, str) or not route_prefix.startswith("/")
                                      or (len(route_prefix) > 1 and route_prefix.endswith("/"))):
-        raise InvalidArgumentError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' (no trailing /).")
+        raise InvalidArgumentError(f"serve.run(route_prefix={route_prefix!r}): use a path such as '/' or '/api' "
+                                   "(no trailing /).")
     ingress, plans = plan.build(target, name, overrides, env_vars, LoggingConfig.coerce(logging_config))
     _start_for([(target, route_prefix)], http_options)
     _get().deploy(name, route_prefix, ingress, plans, config=config, policy=autoscaling_policy, new_code=new_code)

@@ -61,9 +61,11 @@ def register(sub: Any) -> None:
     build.add_argument("-k", "--kubernetes-format", action="store_true",
                        help="Ray's KubeRay layout: refused, muster's clusters are Ray's own (see docs/multinode.md)")
     build.set_defaults(fn=cmd_build)
-    for cmd in (run, dep, cf, st, sh):  # Ray's scripts pass its dashboard address; muster finds local instances by --port
+    # Ray's scripts pass its dashboard address; muster finds local instances by --port
+    for cmd in (run, dep, cf, st, sh):
         cmd.add_argument("-a", "--address", default=None,
-                         help="Ray's dashboard address: ignored (muster finds the instance on this machine; --port picks one)")
+                         help="Ray's dashboard address: ignored "
+                              "(muster finds the instance on this machine; --port picks one)")
 
 
 def _deploy_config(config: Any, http_options: dict[str, Any]) -> None:

@@ -75,7 +75,8 @@ def drop_no_effect(options: dict[str, Any], name: str) -> dict[str, Any]:
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False, integer: bool = False) -> None:
     kind = int if integer else (int, float)
-    ok = isinstance(value, kind) and not isinstance(value, bool) and not (isinstance(value, float) and math.isnan(value))
+    ok = (isinstance(value, kind) and not isinstance(value, bool)
+          and not (isinstance(value, float) and math.isnan(value)))
     if not ok or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise InvalidArgumentError(f"{name}={value!r}: must be {'an integer' if integer else 'a number'} {bound}.")
@@ -359,7 +360,8 @@ class DeploymentConfig:
                     "give one (num_replicas='auto' or autoscaling_config for autoscaling)."
                 )
         _positive(f"{self.name}: max_ongoing_requests", self.max_ongoing_requests, integer=True)
-        if not isinstance(self.max_queued_requests, int) or (self.max_queued_requests < 0 and self.max_queued_requests != -1):
+        if not isinstance(self.max_queued_requests, int) or (
+                self.max_queued_requests < 0 and self.max_queued_requests != -1):
             raise InvalidArgumentError(
                 f"{self.name}: max_queued_requests={self.max_queued_requests!r}: use -1 (no limit) or an integer >= 0."
             )
@@ -397,7 +399,8 @@ class DeploymentConfig:
     def env_vars(self) -> dict[str, str]:
         runtime_env = self.ray_actor_options.get("runtime_env") or {}
         if not isinstance(runtime_env, Mapping):
-            raise InvalidArgumentError(f"{self.name}: runtime_env={runtime_env!r}: pass a dict such as {{'env_vars': {{...}}}}.")
+            raise InvalidArgumentError(f"{self.name}: runtime_env={runtime_env!r}: "
+                                       "pass a dict such as {'env_vars': {...}}.")
         env = runtime_env.get("env_vars") or {}
         bad = {k: v for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
@@ -412,7 +415,8 @@ class DeploymentConfig:
                                    + removed_options_hint(unknown))
         if "num_replicas" in changes and "autoscaling_config" not in changes:
             changes["autoscaling_config"] = None
-        if "autoscaling_config" in changes and "num_replicas" not in changes and changes["autoscaling_config"] is not None:
+        if ("autoscaling_config" in changes and "num_replicas" not in changes
+                and changes["autoscaling_config"] is not None):
             changes["num_replicas"] = None
         return dataclasses.replace(self, **changes)
 
@@ -450,9 +454,11 @@ class HTTPOptions:
             warnings.warn(f"http_options {', '.join(said)} have no effect on muster: one HTTP ingress runs on the "
                           "driver's node, at the root path, with no extra middlewares.", stacklevel=3)
         if not isinstance(self.host, str) or not self.host:
-            raise InvalidArgumentError(f"http_options host={self.host!r}: give an interface address such as '127.0.0.1'.")
+            raise InvalidArgumentError(f"http_options host={self.host!r}: "
+                                       "give an interface address such as '127.0.0.1'.")
         if not isinstance(self.port, int) or isinstance(self.port, bool) or not 0 <= self.port <= 65535:
-            raise InvalidArgumentError(f"http_options port={self.port!r}: use an integer in 0..65535 (0 picks a free port).")
+            raise InvalidArgumentError(f"http_options port={self.port!r}: "
+                                       "use an integer in 0..65535 (0 picks a free port).")
         if self.server not in (None, "granian", "uvicorn"):
             raise InvalidArgumentError(f"http_options server={self.server!r}: use 'granian' or 'uvicorn' (or leave it "
                                        "out: granian, or uvicorn once an app has WebSocket routes).")

@@ -379,7 +379,8 @@ class DeploymentHandle:
         self.deployment_name, self.app_name = deployment_name, app_name
         self._method, self._stream, self._model_id = method_name, stream, multiplexed_model_id
 
-    def options(self, *, method_name: str | None = None, stream: bool | None = None, **others: Any) -> "DeploymentHandle":
+    def options(self, *, method_name: str | None = None, stream: bool | None = None,
+                **others: Any) -> "DeploymentHandle":
         """A handle with other call options (``stream=True`` for generator methods). Ray's
         ``use_new_handle_api``, ``session_id`` (read only by Ray's experimental consistent-hash router: the
         default router, muster's, ignores it), ``request_serialization``/``response_serialization`` (Ray's

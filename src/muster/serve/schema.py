@@ -94,12 +94,14 @@ class AppSchema:
 
     def __post_init__(self) -> None:
         if not isinstance(self.import_path, str) or not self.import_path:
-            raise InvalidArgumentError(f"application {self.name!r}: import_path={self.import_path!r}: use 'module:attribute'.")
+            raise InvalidArgumentError(f"application {self.name!r}: import_path={self.import_path!r}: "
+                                       "use 'module:attribute'.")
         if not isinstance(self.args, dict):
             raise InvalidArgumentError(f"application {self.name!r}: args={self.args!r}: use a mapping.")
         for d in self.deployments:
             if not isinstance(d, dict) or not isinstance(d.get("name"), str):
-                raise InvalidArgumentError(f"application {self.name!r}: every deployments entry needs a name; got {d!r}.")
+                raise InvalidArgumentError(f"application {self.name!r}: every deployments entry needs a name; "
+                                           f"got {d!r}.")
         self.autoscaling_policy = _from_dict(AutoscalingPolicy, self.autoscaling_policy,
                                              f"application {self.name!r}: autoscaling_policy",
                                              "{'policy_function': 'module:name'}")
@@ -129,7 +131,8 @@ class ServeConfig:
     @classmethod
     def from_dict(cls, raw: Any, source: str = "config") -> "ServeConfig":
         if not isinstance(raw, dict) or not isinstance(raw.get("applications"), list):
-            raise InvalidArgumentError(f"{source}: expected a mapping with an 'applications' list (Ray Serve's config schema).")
+            raise InvalidArgumentError(f"{source}: expected a mapping with an 'applications' list "
+                                       "(Ray Serve's config schema).")
         known = {f.name for f in dataclasses.fields(AppSchema)} - {"raw"}
         apps = []
         for i, a in enumerate(raw["applications"]):
@@ -137,7 +140,8 @@ class ServeConfig:
                 raise InvalidArgumentError(f"{source}: applications[{i}] must be a mapping, got {a!r}.")
             unknown = sorted(set(a) - known)
             if unknown:
-                raise InvalidArgumentError(f"{source}: applications[{i}] has unknown field(s) {unknown}; known: {sorted(known)}.")
+                raise InvalidArgumentError(f"{source}: applications[{i}] has unknown field(s) {unknown}; "
+                                           f"known: {sorted(known)}.")
             apps.append(AppSchema(**a, raw=copy.deepcopy(a)))
         top = set(raw) - {"applications", "http_options"}
         unknown = sorted(top - set(_RAY_TOP_LEVEL))
@@ -200,7 +204,8 @@ def import_app(import_path: str, args: dict[str, Any] | None = None, reload: boo
         ) from None
     if isinstance(obj, Application):
         if args:
-            raise InvalidTypeError(f"{import_path} is already bound; args={args!r} need an application builder function.")
+            raise InvalidTypeError(f"{import_path} is already bound; args={args!r} need an application "
+                                   "builder function.")
         return obj
     if isinstance(obj, Deployment):
         return obj.bind(**(args or {}))

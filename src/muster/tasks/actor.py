@@ -251,7 +251,8 @@ class ActorHandle:
                 except TaskError as exc:  # its __init__ raised: the actor never lived (Ray's RayActorError)
                     died = ActorDiedError(
                         f"actor {self._cls.__name__}", exc.pid, None, exc.host,
-                        reason=f"its constructor raised {exc.cause_type}: {exc.message}\n{exc.remote_traceback.rstrip()}",
+                        reason=(f"its constructor raised {exc.cause_type}: {exc.message}\n"
+                                f"{exc.remote_traceback.rstrip()}"),
                     )
                     raise died from exc
                 core.set_handlers(self._owned.handle_event, self._on_death)

@@ -56,7 +56,8 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
         raise InvalidArgumentError(f"{what}: max_concurrency={mc!r}; use an integer >= 1.")
     env = options.get("runtime_env")
     if env is not None and (not isinstance(env, dict) or not isinstance(env.get("env_vars", {}), dict)):
-        raise InvalidArgumentError(f"{what}: runtime_env={env!r}; pass a dict such as {{'env_vars': {{'NAME': 'value'}}}}.")
+        raise InvalidArgumentError(f"{what}: runtime_env={env!r}; "
+                                   "pass a dict such as {'env_vars': {'NAME': 'value'}}.")
     warn_unused_runtime_env(env, what, stacklevel=4)
     if options.get("memory") and what not in _warned_memory:
         _warned_memory.add(what)

@@ -502,8 +502,8 @@ class ActorHost:
         except Exception as exc:  # noqa: BLE001 - the value would not pickle: say so instead of hanging the caller
             err = InvalidTypeError(f"{type(self._muster_obj).__name__} call returned a value that cannot be sent back "
                             f"({type(exc).__name__}: {exc}); return plain data.")
-            core_context.send_event(events.ActorCallDone(actor_id, token, False, capture_error(err, "actor", os.getpid(), "")),
-                                    wait=False)
+            core_context.send_event(
+                events.ActorCallDone(actor_id, token, False, capture_error(err, "actor", os.getpid(), "")), wait=False)
 
     def _muster_cancel(self, token: int) -> bool:
         _cancelled_calls.add(token)  # a running threaded call goes on: is_canceled() says so

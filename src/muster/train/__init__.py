@@ -112,8 +112,8 @@ def report(
     mode = checkpoint_upload_mode
     if isinstance(mode, CheckpointUploadMode):
         if mode is CheckpointUploadMode.NO_UPLOAD:
-            raise InvalidArgumentError("report(checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD) is not supported: muster "
-                             "copies every reported checkpoint; use SYNC or ASYNC.")
+            raise InvalidArgumentError("report(checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD) is not "
+                                       "supported: muster copies every reported checkpoint; use SYNC or ASYNC.")
         mode = mode.value.lower()
     _session.get_session("report").report(metrics, checkpoint, mode, _compat.get("checkpoint_upload_fn"))
     note_report(checkpoint)

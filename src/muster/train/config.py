@@ -222,7 +222,8 @@ class FailureConfig:
                 f"FailureConfig(max_preemption_failures={mpf!r}): use an integer >= 0, or -1 for no limit."
             )
         if not isinstance(self.preemption_grace_s, (int, float)) or self.preemption_grace_s < 0:
-            raise InvalidArgumentError(f"FailureConfig(preemption_grace_s={self.preemption_grace_s!r}): use seconds >= 0.")
+            raise InvalidArgumentError(f"FailureConfig(preemption_grace_s={self.preemption_grace_s!r}): "
+                                       "use seconds >= 0.")
         if isinstance(self.max_failures, bool) or not isinstance(self.max_failures, int) or self.max_failures < -1:
             raise InvalidArgumentError(
                 f"FailureConfig(max_failures={self.max_failures!r}): use an integer >= 0, or -1 to retry forever."
@@ -333,7 +334,8 @@ class RunConfig:
                 "such as 's3://bucket/runs'."
             )
         if self.verbose not in (0, 1, 2):
-            raise InvalidArgumentError(f"RunConfig(verbose={self.verbose!r}): use 0 (silent), 1 (summary) or 2 (every report).")
+            raise InvalidArgumentError(f"RunConfig(verbose={self.verbose!r}): "
+                                       "use 0 (silent), 1 (summary) or 2 (every report).")
         for name in ("worker_timeout_s", "stall_report_s"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):

@@ -259,7 +259,8 @@ class Storage:
         manifest: dict[str, Any] = self.read_json(self.join(checkpoint_path, MANIFEST))
         return manifest
 
-    def checkpoint_metrics(self, round_index: int, manifest: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
+    def checkpoint_metrics(self, round_index: int,
+                           manifest: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
         """A committed checkpoint's metrics, with its validation's merged in, and its status
         (Ray's ``ReportedCheckpointStatus`` name: ``COMMITTED`` when no validation was asked for)."""
         if manifest is None:

@@ -257,7 +257,8 @@ class DataParallelTrainer:
                 f"{TRAINER_FILE}). Pass the run folder, i.e. <storage_path>/<name>."
             )
         storage = Storage.at(path)
-        trainer: DataParallelTrainer = cloudpickle.loads(storage.read_bytes(storage.join(storage.run_dir, TRAINER_FILE)))
+        trainer: DataParallelTrainer = cloudpickle.loads(
+            storage.read_bytes(storage.join(storage.run_dir, TRAINER_FILE)))
         if train_loop_per_worker is not None:
             trainer.train_loop_per_worker = train_loop_per_worker
         if train_loop_config is not None:

@@ -199,12 +199,13 @@ def placement_group(
     if strategy not in STRATEGIES:
         raise InvalidArgumentError(f"placement_group(strategy={strategy!r}): use one of {', '.join(STRATEGIES)}.")
     if not isinstance(bundles, list) or not bundles:
-        raise InvalidArgumentError(f"placement_group(bundles={bundles!r}): pass a non-empty list of dicts like [{{'CPU': 1}}].")
+        raise InvalidArgumentError(f"placement_group(bundles={bundles!r}): "
+                                   "pass a non-empty list of dicts like [{'CPU': 1}].")
     clean = []
     for i, b in enumerate(bundles):
         if not isinstance(b, dict) or not b or not any(v > 0 for v in b.values()):
-            raise InvalidArgumentError(f"placement_group: bundle {i} is {b!r}; each bundle is a dict of positive amounts, "
-                             "e.g. {'CPU': 1}.")
+            raise InvalidArgumentError(f"placement_group: bundle {i} is {b!r}; "
+                                       "each bundle is a dict of positive amounts, e.g. {'CPU': 1}.")
         clean.append(res.normalize(dict(b), what=f"placement group bundle {i}"))
     if context.in_worker():  # get_runtime() there would start a second engine inside the worker
         raise UnsupportedRayAPIError(

@@ -108,7 +108,8 @@ class Queue:
             Empty: nothing came (at once with ``block=False``, or after ``timeout``).
         """
         if timeout is not None and timeout < 0:
-            raise InvalidArgumentError(f"Queue.get(timeout={timeout!r}): use a number >= 0, or None to wait for an item.")
+            raise InvalidArgumentError(f"Queue.get(timeout={timeout!r}): "
+                                       "use a number >= 0, or None to wait for an item.")
         ok, item = get(self.actor.get.remote(block, timeout))
         if not ok:
             raise Empty("Queue is empty.")

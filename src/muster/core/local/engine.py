@@ -161,7 +161,8 @@ class LocalRuntime(Runtime):
                     continue
                 actor.pid = hello[2]
                 actor._conn = conn
-                threading.Thread(target=actor._read_forever, name=f"muster-reader-{actor.worker_id}", daemon=True).start()
+                threading.Thread(target=actor._read_forever, name=f"muster-reader-{actor.worker_id}",
+                                 daemon=True).start()
                 actor.connected.set()
 
     def _read_zygote(self) -> None:

@@ -1,7 +1,8 @@
 """``ray.data.datasource``: custom sources and sinks (``Datasource``, ``ReadTask``, ``Datasink``,
 ``WriteResult``: see ``datasource.py`` and ``datasink.py``; the file-based ones, ``FileBasedDatasource``,
 ``RowBasedFileDatasink``, ``BlockBasedFileDatasink``, ``FilenameProvider``: ``file_based.py``), and the
-options objects of Ray's file readers that muster's readers take (``FileShuffleConfig``, ``PathPartitionFilter``); Ray's other
+options objects of Ray's file readers that muster's readers take (``FileShuffleConfig``,
+``PathPartitionFilter``); Ray's other
 datasource classes fail naming the equivalent (muster's readers take their options directly, e.g.
 ``read_parquet(partitioning=...)``)."""
 

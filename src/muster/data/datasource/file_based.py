@@ -123,7 +123,8 @@ class _FileDatasink(Datasink[None]):
     nothing, "error" raises. ``open_stream_args={"compression": ...}`` compresses each file."""
 
     def __init__(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
-                 open_stream_args: Optional[dict[str, Any]] = None, filename_provider: Optional[FilenameProvider] = None,
+                 open_stream_args: Optional[dict[str, Any]] = None,
+                 filename_provider: Optional[FilenameProvider] = None,
                  dataset_uuid: Optional[str] = None, file_format: Optional[str] = None, mode: Any = "append"):
         from muster.core.filesystem import as_fsspec, url_to_fs
         from muster.data.writers import SaveMode

@@ -128,7 +128,8 @@ class LLMConfig:
             if getattr(self, name):
                 warnings.warn(f"LLMConfig({name}=...) has no effect in muster: each replica holds the resources "
                               "of its deployment_config's ray_actor_options (and accelerator_type).", stacklevel=3)
-        if self.accelerator_type is not None and (not isinstance(self.accelerator_type, str) or not self.accelerator_type):
+        if self.accelerator_type is not None and (
+                not isinstance(self.accelerator_type, str) or not self.accelerator_type):
             raise LLMConfigError(f"accelerator_type={self.accelerator_type!r} must be a GPU type name such as 'A100'.")
         if not isinstance(self.deployment_config, dict):
             raise LLMConfigError(f"deployment_config={self.deployment_config!r} must be a dict of deployment options.")

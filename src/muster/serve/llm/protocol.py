@@ -97,7 +97,8 @@ class _SamplingRequest(_Request):
         """Reject sampling options this server does not implement (rather than ignore them silently)."""
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(self, name) not in (None, 0, 0.0):
-                raise InvalidRequestError(f"{name}={getattr(self, name)!r} is not supported; leave it out or 0.", param=name)
+                raise InvalidRequestError(f"{name}={getattr(self, name)!r} is not supported; leave it out or 0.",
+                                          param=name)
         if self.logit_bias:
             raise InvalidRequestError("logit_bias is not supported; leave it out.", param="logit_bias")
         kind = (self.response_format or {}).get("type", "text")

@@ -149,7 +149,8 @@ class LLMServer:
         return p.ChatCompletion(id=rid, created=created, model=self.model_id, choices=choices,
                                 usage=usage).model_dump_json()
 
-    async def _chat_events(self, streams: list[_Primed], rid: str, created: int, include_usage: bool) -> AsyncGenerator[str, None]:
+    async def _chat_events(self, streams: list[_Primed], rid: str, created: int,
+                           include_usage: bool) -> AsyncGenerator[str, None]:
         def event(choices: list[p.ChatChunkChoice], usage: p.Usage | None = None) -> str:
             chunk = p.ChatCompletionChunk(id=rid, created=created, model=self.model_id, choices=choices, usage=usage)
             # OpenAI's chunks carry finish_reason and logprobs (null until the end) and leave usage out
@@ -185,7 +186,8 @@ class LLMServer:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return self._completion_events(streams, rid, created, include_usage, prompt_tokens)
         results = await _collect(streams)
-        choices = [p.CompletionChoice(index=i, text=text, finish_reason=reason) for i, (text, reason, _) in enumerate(results)]
+        choices = [p.CompletionChoice(index=i, text=text, finish_reason=reason)
+                   for i, (text, reason, _) in enumerate(results)]
         return p.Completion(id=rid, created=created, model=self.model_id, choices=choices,
                             usage=_usage(prompt_tokens, sum(n for _, _, n in results))).model_dump_json()
 

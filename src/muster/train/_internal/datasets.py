@@ -145,8 +145,8 @@ def check_datasets(datasets: Any, data_config: Any, trainer: str) -> None:
     if data_config is not None and data_config.datasets_to_split != "all":
         unknown = [n for n in data_config.datasets_to_split if n not in datasets]
         if unknown:
-            raise InvalidArgumentError(f"DataConfig(datasets_to_split={data_config.datasets_to_split!r}): no dataset named "
-                             f"{unknown[0]!r}; the trainer has {sorted(datasets)}.")
+            raise InvalidArgumentError(f"DataConfig(datasets_to_split={data_config.datasets_to_split!r}): "
+                                       f"no dataset named {unknown[0]!r}; the trainer has {sorted(datasets)}.")
 
 
 def get_dataset_shard(name: str | None = None) -> Any:

@@ -104,8 +104,9 @@ class _ScaledOptimizer(torch.optim.Optimizer):
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         if closure is not None:
-            raise InvalidArgumentError("prepare_optimizer: with a GradScaler, optimizer.step(closure) is not supported; "
-                             "compute the loss, call muster.train.torch.backward(loss), then optimizer.step().")
+            raise InvalidArgumentError("prepare_optimizer: with a GradScaler, optimizer.step(closure) is not "
+                                       "supported; compute the loss, call muster.train.torch.backward(loss), "
+                                       "then optimizer.step().")
         out = self.scaler.step(self.optimizer)
         self.scaler.update()
         return out

@@ -30,7 +30,8 @@ class TorchConfig:
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in _BACKENDS:
-            raise InvalidArgumentError(f"TorchConfig(backend={self.backend!r}): use one of {', '.join(_BACKENDS)}, or None.")
+            raise InvalidArgumentError(f"TorchConfig(backend={self.backend!r}): "
+                                       f"use one of {', '.join(_BACKENDS)}, or None.")
         if self.init_method not in ("env", "tcp"):
             raise InvalidArgumentError(f"TorchConfig(init_method={self.init_method!r}): use 'env' or 'tcp'.")
         if not (self.timeout_s > 0):

@@ -65,7 +65,8 @@ def prepare_model(
     from muster.train.torch import amp, fsdp
 
     if parallel_strategy not in ("ddp", "fsdp", None):
-        raise InvalidArgumentError(f"prepare_model(parallel_strategy={parallel_strategy!r}): use 'ddp', 'fsdp' or None.")
+        raise InvalidArgumentError(f"prepare_model(parallel_strategy={parallel_strategy!r}): "
+                                   "use 'ddp', 'fsdp' or None.")
     device = move_to_device if isinstance(move_to_device, torch.device) else get_device()
     if move_to_device is not False:
         model = model.to(device)
@@ -154,7 +155,8 @@ class PreparedDataLoader(DataLoader):
     wrapped loader; it is a ``DataLoader`` for ``isinstance`` checks (as Ray's is),
     but never runs ``DataLoader.__init__`` itself."""
 
-    def __init__(self, loader: DataLoader, device: torch.device | None):  # does not call DataLoader.__init__ (see above)
+    def __init__(self, loader: DataLoader, device: torch.device | None):
+        # does not call DataLoader.__init__ (see above)
         self._loader, self._device = loader, device
         sampler = loader.sampler
         self._sampler = sampler if isinstance(sampler, _EpochSampler) and loader.batch_size else None

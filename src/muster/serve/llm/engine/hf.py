@@ -267,7 +267,8 @@ class TransformersEngine(LLMEngine):
         finally:
             self._release(request_id, cancel=not finished)
 
-    async def _submit(self, prompt_ids: list[int], params: SamplingParams, max_tokens: int) -> tuple[str, asyncio.Queue]:
+    async def _submit(self, prompt_ids: list[int], params: SamplingParams,
+                      max_tokens: int) -> tuple[str, asyncio.Queue]:
         with self._lock:
             if len(self._in_flight) >= self.max_num_seqs + self.max_waiting:
                 raise EngineOverloadedError(

@@ -48,7 +48,8 @@ class MusterTrainReportCallback(transformers.TrainerCallback):
             metrics.update(entry)
         metrics["step"] = state.global_step
         metrics["epoch"] = state.epoch
-        source = os.path.join(args.output_dir, f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        source = os.path.join(args.output_dir,
+                              f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{state.global_step}")
         _barrier()  # every rank has written its files (rank > 0 writes its RNG state)
         if train.get_context().get_local_rank() != 0 or not os.path.isdir(source):
             train.report(metrics)
