@@ -26,7 +26,7 @@ def test_no_dict_literal_repeats_a_key():
 
 MAX_LINE = 120
 # Being edited elsewhere at the time this check was added; drop an entry once its long lines are wrapped.
-LONG_LINES_ALLOWED = ("tune/", "train/controller.py", "train/_internal/checkpoint_manager.py", "observe/loggers.py")
+LONG_LINES_ALLOWED = ("tune/search/searcher.py",)
 
 
 def test_no_source_line_is_longer_than_the_style_limit():

@@ -135,7 +135,8 @@ class _LoggerCallback:
 
     def on_report(self, row: dict[str, Any]) -> None:
         if self.folder is None:
-            raise RuntimeError(f"{type(self).__name__}: on_report before on_run_start; pass it in RunConfig(callbacks=[...]).")
+            raise RuntimeError(
+                f"{type(self).__name__}: on_report before on_run_start; pass it in RunConfig(callbacks=[...]).")
         with self._lock:  # reports of different ranks arrive on different threads
             self._write(_logged(row))
 
@@ -397,7 +398,8 @@ class MLflowLoggerCallback(_LoggerCallback):
         if self.tracking_token:
             os.environ["MLFLOW_TRACKING_TOKEN"] = self.tracking_token  # where MLflow's client reads it
         self._client: Any = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.registry_uri)
-        run = self._client.create_run(self._experiment_id(), run_name=run_name, tags={"muster.run_path": run_path, **self.tags})
+        run = self._client.create_run(self._experiment_id(), run_name=run_name,
+                                      tags={"muster.run_path": run_path, **self.tags})
         self.run_id = run.info.run_id
         self._queue: queue.Queue[list[Any] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._send_forever, name="muster-mlflow", daemon=True)

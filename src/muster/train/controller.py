@@ -229,7 +229,8 @@ class Controller:
                     self._resizes += 1
                     self._transition(State.RESTARTING)
                     latest = self.ledger.latest
-                    grow = f"{error.reason}; restarting from {latest.path.rsplit('/', 1)[-1] if latest else 'the start'}"
+                    since = latest.path.rsplit('/', 1)[-1] if latest else 'the start'
+                    grow = f"{error.reason}; restarting from {since}"
                     self.view.event(grow)
                     self.recorder.event("restart", grow)
                     continue
@@ -256,7 +257,8 @@ class Controller:
                     self.hooks.on_recover(error)
                 latest = self.ledger.latest
                 restart = (
-                    f"attempt {self._previous_attempts + len(self.failures) + self._resizes} failed: {_first_line(error)}; restarting "
+                    f"attempt {self._previous_attempts + len(self.failures) + self._resizes} failed: "
+                    f"{_first_line(error)}; restarting "
                     + (f"from {latest.path.rsplit('/', 1)[-1]}" if latest else "from the start (no checkpoint yet)")
                 )
                 self.view.event(restart)

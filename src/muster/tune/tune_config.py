@@ -62,9 +62,11 @@ class TuneConfig:
             isinstance(self.max_concurrent_trials, bool) or not isinstance(self.max_concurrent_trials, int)
             or self.max_concurrent_trials < 1
         ):
-            raise InvalidArgumentError(f"TuneConfig(max_concurrent_trials={self.max_concurrent_trials!r}): use an integer >= 1.")
+            raise InvalidArgumentError(
+                f"TuneConfig(max_concurrent_trials={self.max_concurrent_trials!r}): use an integer >= 1.")
         if self.time_budget_s is not None and not self.time_budget_s > 0:
-            raise InvalidArgumentError(f"TuneConfig(time_budget_s={self.time_budget_s!r}): use a number of seconds > 0.")
+            raise InvalidArgumentError(
+                f"TuneConfig(time_budget_s={self.time_budget_s!r}): use a number of seconds > 0.")
         for name in ("trial_name_creator", "trial_dirname_creator"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise InvalidTypeError(f"TuneConfig({name}={getattr(self, name)!r}): pass a function of the trial "

@@ -190,7 +190,8 @@ class Tuner:
             return Storage.at(self._path, self.run_config.storage_filesystem)
         if self.run_config.name is None:
             self.run_config.name = default_experiment_name(self.trainable)
-        storage = Storage(self.run_config.resolved_storage_path(), self.run_config.name, self.run_config.storage_filesystem)
+        storage = Storage(self.run_config.resolved_storage_path(), self.run_config.name,
+                          self.run_config.storage_filesystem)
         self._path = storage.uri
         return storage
 

@@ -78,7 +78,8 @@ class AsyncHyperBandScheduler(TrialScheduler):
                 f"{type(self).__name__}(max_t={max_t!r}, grace_period={grace_period!r}): max_t must be >= grace_period."
             )
         if not reduction_factor > 1:
-            raise InvalidArgumentError(f"{type(self).__name__}(reduction_factor={reduction_factor!r}): use a number > 1.")
+            raise InvalidArgumentError(
+                f"{type(self).__name__}(reduction_factor={reduction_factor!r}): use a number > 1.")
         if isinstance(brackets, bool) or not isinstance(brackets, int) or brackets < 1:
             raise InvalidArgumentError(f"{type(self).__name__}(brackets={brackets!r}): use an integer >= 1.")
         self.time_attr, self.max_t, self.grace_period = time_attr, max_t, grace_period

@@ -55,7 +55,8 @@ class HyperBandScheduler(TrialScheduler):
             raise InvalidArgumentError(f"HyperBandScheduler(max_t={max_t!r}): use a number > 0.")
         if not reduction_factor > 1:
             raise InvalidArgumentError(f"HyperBandScheduler(reduction_factor={reduction_factor!r}): use a number > 1.")
-        self.time_attr, self.max_t, self.eta, self.stop_last_trials = time_attr, max_t, reduction_factor, stop_last_trials
+        self.time_attr, self.max_t = time_attr, max_t
+        self.eta, self.stop_last_trials = reduction_factor, stop_last_trials
         self.s_max = int(round(math.log(max_t) / math.log(reduction_factor)))  # Ray's s_max_1 - 1
         self._brackets: list[_HyperBandBracket] = []
         self._made = 0  # brackets made or skipped: the next one's s is this modulo s_max + 1

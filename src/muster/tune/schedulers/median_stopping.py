@@ -39,7 +39,8 @@ class MedianStoppingRule(TrialScheduler):
         super().__init__(metric, mode)
         n = min_samples_required
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise InvalidArgumentError(f"MedianStoppingRule(min_samples_required={min_samples_required!r}): use an integer >= 1.")
+            raise InvalidArgumentError(
+                f"MedianStoppingRule(min_samples_required={min_samples_required!r}): use an integer >= 1.")
         if grace_period < 0:
             raise InvalidArgumentError(f"MedianStoppingRule(grace_period={grace_period!r}): use a number >= 0.")
         self.time_attr, self.grace_period = time_attr, grace_period

@@ -136,7 +136,8 @@ class BasicVariantGenerator(SearchAlgorithm):
                 f"BasicVariantGenerator(points_to_evaluate={points_to_evaluate!r}): pass a list of config dicts."
             )
         if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 0:
-            raise InvalidArgumentError(f"BasicVariantGenerator(max_concurrent={max_concurrent!r}): use an integer >= 0.")
+            raise InvalidArgumentError(
+                f"BasicVariantGenerator(max_concurrent={max_concurrent!r}): use an integer >= 0.")
         self.points_to_evaluate = list(points_to_evaluate or [])
         self.max_concurrent = max_concurrent
         if random_state is None:

@@ -118,7 +118,8 @@ class Trainable:
         start = time.time()
         result = self.step()
         if not isinstance(result, dict):
-            raise InvalidTypeError(f"{type(self).__name__}.step() returned {type(result).__name__}; return a dict of metrics.")
+            raise InvalidTypeError(
+                f"{type(self).__name__}.step() returned {type(result).__name__}; return a dict of metrics.")
         self._iteration += 1
         from muster.tune import session
 
