@@ -21,6 +21,7 @@ ignore any checkpoint folder without one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -164,11 +165,7 @@ class Storage:
 
         def write() -> None:
             if self.is_local:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = f"{path}.tmp{os.getpid()}"
-                with open(tmp, "w") as f:
-                    f.write(text)
-                os.replace(tmp, path)
+                _replace_whole(path, text.encode())
             else:
                 with self._open_for_write(path, "w") as f:
                     f.write(text)
@@ -307,10 +304,13 @@ class Storage:
         return files
 
     def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a whole file so that readers (``Tuner.restore`` after a crash) see the old or the new version."""
+
         def write() -> None:
             if self.is_local:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-            with self._open_for_write(path, "wb") as f:
+                _replace_whole(path, data)
+                return
+            with self._open_for_write(path, "wb") as f:  # an object store publishes an upload whole
                 f.write(data)
 
         _retry(f"write {path}", write)
@@ -389,6 +389,23 @@ def _stream_crc(f: Any) -> int:
 def _file_crc(path: str) -> int:
     with open(path, "rb") as f:
         return _stream_crc(f)
+
+
+def _replace_whole(path: str, data: bytes) -> None:
+    """Write ``data`` to the local file ``path`` whole or not at all: to a file beside it, synced to
+    disk, then renamed over it, so a process killed or a disk filled mid-write leaves the old version."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
 
 
 def _copy_with_crc(src: str, dst: str) -> int:

@@ -11,9 +11,10 @@ import copy
 import datetime
 import fnmatch
 import logging
+import pickle
 import re
 import secrets
-from typing import Any
+from typing import Any, Callable
 
 import cloudpickle
 
@@ -258,8 +259,8 @@ class Tuner:
             )
         storage = Storage.at(path, storage_filesystem)
         name = storage.name
-        saved = cloudpickle.loads(storage.read_bytes(storage.join(storage.run_dir, TUNER_FILE)))
-        state = storage.read_json(storage.join(storage.run_dir, EXPERIMENT_STATE))
+        saved = _read_saved(storage, TUNER_FILE, lambda p: cloudpickle.loads(storage.read_bytes(p)))
+        state = _read_saved(storage, EXPERIMENT_STATE, storage.read_json)
         tuner = cls.__new__(cls)
         tuner.trainable = as_function(trainable) if trainable is not None else saved["trainable"]
         _check_trainable(tuner.trainable)
@@ -282,6 +283,19 @@ class Tuner:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+def _read_saved(storage: Storage, name: str, read: Callable[[str], Any]) -> Any:
+    """``read`` the experiment's file ``name``; one that cannot be read back is named, with the fix."""
+    path = storage.join(storage.run_dir, name)
+    try:
+        return read(path)
+    except (EOFError, pickle.UnpicklingError, ValueError) as exc:  # truncated or damaged (JSONDecodeError too)
+        raise InvalidArgumentError(
+            f"Tuner.restore: {path} is unreadable ({type(exc).__name__}: {exc}). It was damaged, or cut short "
+            "by a crash of a muster version that wrote it in place; put back a copy of it, or start the "
+            "experiment anew with Tuner(...).fit()."
+        ) from exc
+
+
 def read_experiment(storage: Storage) -> tuple[list[Trial], ResultGrid]:
     """The trials of the experiment in ``storage`` as its saved state has them, and their results."""
     state = storage.read_json(storage.join(storage.run_dir, EXPERIMENT_STATE))

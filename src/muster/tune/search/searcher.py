@@ -298,7 +298,14 @@ class SearchGenerator(SearchAlgorithm):
             return False
         with tempfile.TemporaryDirectory() as d:
             pathlib.Path(d, name).write_bytes(experiment.read_bytes(path))
-            self.restore_from_dir(d)
+            try:
+                self.restore_from_dir(d)
+            except Exception as exc:  # noqa: BLE001 - any failure to read it back says the same
+                raise InvalidArgumentError(
+                    f"Tuner.restore: the search state {path} is unreadable ({type(exc).__name__}: {exc}); "
+                    f"{type(self.searcher).__name__}.restore() could not load it. Delete that file to restore "
+                    "the experiment with the search started afresh (its trials are kept), or put back a copy."
+                ) from exc
         return True
 
 
