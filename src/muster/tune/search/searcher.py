@@ -288,7 +288,8 @@ class SearchGenerator(SearchAlgorithm):
         with tempfile.TemporaryDirectory() as d:
             if self.save_to_dir(d):
                 for name in os.listdir(d):
-                    experiment.write_bytes(experiment.join(experiment.run_dir, name), pathlib.Path(d, name).read_bytes())
+                    data = pathlib.Path(d, name).read_bytes()
+                    experiment.write_bytes(experiment.join(experiment.run_dir, name), data)
 
     def restore_from(self, experiment: Storage) -> bool:
         """Give the searcher the state ``save_to`` kept; False if there is none."""
