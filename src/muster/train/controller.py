@@ -228,11 +228,7 @@ class Controller:
                     self.recorder.attempt_ended(index, None)
                     self._resizes += 1
                     self._transition(State.RESTARTING)
-                    latest = self.ledger.latest
-                    since = latest.path.rsplit('/', 1)[-1] if latest else 'the start'
-                    grow = f"{error.reason}; restarting from {since}"
-                    self.view.event(grow)
-                    self.recorder.event("restart", grow)
+                    self._say_restart(error.reason)
                     continue
                 self.recorder.attempt_ended(index, error)
                 if error is None:
@@ -255,14 +251,7 @@ class Controller:
                 self._transition(State.RESTARTING)
                 if self.hooks.on_recover is not None:
                     self.hooks.on_recover(error)
-                latest = self.ledger.latest
-                restart = (
-                    f"attempt {self._previous_attempts + len(self.failures) + self._resizes} failed: "
-                    f"{_first_line(error)}; restarting "
-                    + (f"from {latest.path.rsplit('/', 1)[-1]}" if latest else "from the start (no checkpoint yet)")
-                )
-                self.view.event(restart)
-                self.recorder.event("restart", restart)
+                self._say_restart(f"attempt {index + 1} failed: {_first_line(error)}")
             if self.validator is not None:
                 self.validator.finish()
             result = build(self.storage, self.ledger.reports, self.ledger.best(), None, is_trial(self.record.state))
@@ -292,6 +281,14 @@ class Controller:
             restore_sigterm()
             self.view.stop(self.state.value.lower())
             self.recorder.close()
+
+    def _say_restart(self, reason: str) -> None:
+        """Show and record that the gang restarts, and from which checkpoint."""
+        latest = self.ledger.latest
+        message = f"{reason}; restarting from " + (latest.path.rsplit("/", 1)[-1] if latest else
+                                                   "the start (no checkpoint yet)")
+        self.view.event(message)
+        self.recorder.event("restart", message)
 
     def _tell_failed(self, exc: BaseException) -> None:
         """Interrupted or failed: no on_run_end comes, so on_run_failed (loggers flush and close their files)."""
