@@ -1,7 +1,7 @@
 """Ray's own failures reach users as muster's classes on a Ray cluster (``muster.init(address=...)``),
 the ones muster's engine raises for the same situation, with what to do: never a ``ray.exceptions`` class
 or an internal assert. Faults are real: a task's worker SIGKILLed, a node removed under a running task,
-a running task force-cancelled."""
+a running task force-cancelled. A plain cancel interrupts a running task on whichever node it runs."""
 
 from __future__ import annotations
 
@@ -24,6 +24,22 @@ def pid_then_sleep(path: str) -> int:
         f.write(str(os.getpid()))
     time.sleep(120)
     return os.getpid()
+
+
+@muster.remote
+def pid_then_tick(path: str) -> str:
+    """Short sleeps, as a loop of Python work: Ray's interrupt lands between two of them."""
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    try:
+        for _ in range(300):
+            time.sleep(0.1)
+    except KeyboardInterrupt as exc:
+        with open(path + ".part", "w") as f:
+            f.write(repr(exc))
+        os.replace(path + ".part", path + ".seen")
+        raise
+    return "finished"
 
 
 @muster.remote
@@ -56,6 +72,23 @@ def test_force_cancel_ends_a_running_tasks_worker(on_ray, tmp_path):
     with pytest.raises(TaskCancelledError):
         muster.get(ref, timeout=60)
     assert _gone(pid), f"the cancelled task's worker {pid} still runs"
+
+
+def test_plain_cancel_interrupts_a_running_task(on_ray, tmp_path):
+    """muster.cancel(ref) without force settled the ref but left the task running: the engine sent SIGINT
+    to a pid it never had (a Ray task's process is on some node), so no KeyboardInterrupt reached it."""
+    path = str(tmp_path / "pid")
+    ref = pid_then_tick.options(max_retries=0).remote(path)
+    pid = _pid_in(path)
+    assert muster.cancel(ref) is True
+    with pytest.raises(TaskCancelledError):
+        muster.get(ref, timeout=60)
+    deadline = time.monotonic() + 15
+    while not os.path.exists(path + ".seen"):
+        assert time.monotonic() < deadline, "the running task was not interrupted"
+        time.sleep(0.1)
+    assert open(path + ".seen").read() == "KeyboardInterrupt()"
+    assert psutil.pid_exists(pid), "a plain cancel ends the task, not its worker process"
 
 
 def test_a_killed_tasks_worker_says_what_to_do(on_ray):

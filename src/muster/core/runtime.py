@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
+import signal
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -320,6 +322,13 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     def kill(self, handle: RuntimeActor, grace_s: float = 0.0) -> None:
         """End an actor's process and free its resources (force after ``grace_s``)."""
+
+    def interrupt(self, handle: RuntimeActor) -> None:
+        """Raise ``KeyboardInterrupt`` in the task running in ``handle`` (``muster.cancel`` without
+        ``force``): here a SIGINT to its process, which the task workers take as Python's default does."""
+        if handle.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(handle.pid, signal.SIGINT)
 
     @abc.abstractmethod
     def exit_status(self, handle: RuntimeActor, timeout_s: float = 0.5) -> int | None:

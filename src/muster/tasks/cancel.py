@@ -14,10 +14,11 @@ def cancel(ref: "ObjectRef | ObjectRefGenerator", *, force: bool = False, recurs
     raises); ``get(ref)`` then raises ``TaskCancelledError``.
 
     A task not started yet never runs.  A running task gets a
-    ``KeyboardInterrupt`` (``force=False``) or its process is killed
-    (``force=True``); it is not retried.  An actor call not sent yet is
-    dropped; a running call on an async actor is cancelled (``asyncio``'s
-    ``CancelledError`` in it).  A running call on a plain or threaded actor
+    ``KeyboardInterrupt`` (``force=False``; on a Ray cluster Ray raises it
+    at the task's next Python instruction, after a blocking call returns)
+    or its process is killed (``force=True``); it is not retried.  An
+    actor call not sent yet is dropped; a running call on an async actor
+    is cancelled (``asyncio``'s ``CancelledError`` in it).  A running call on a plain or threaded actor
     is not interrupted (as in Ray): ``get_runtime_context().is_canceled()``
     turns True in it, and ``get(ref)`` raises ``TaskCancelledError`` once it
     returns, whatever it returned.  ``recursive`` is accepted for Ray's

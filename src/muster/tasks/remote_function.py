@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
-import signal
 import threading
 import warnings
 import weakref
@@ -237,11 +235,8 @@ class _Attempts:
             return
         if self.cancelled:  # force: end the process
             self.runtime.kill(worker)
-        elif worker.pid is not None:  # KeyboardInterrupt in the task, as Ray does
-            try:
-                os.kill(worker.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
+        else:  # KeyboardInterrupt in the task, as Ray does
+            self.runtime.interrupt(worker)
 
 
 def _settle(out: Future, value: Any = None, exc: BaseException | None = None) -> None:

@@ -410,6 +410,13 @@ class RayRuntime(Runtime):
                         except Exception:  # noqa: BLE001
                             pass
 
+    def interrupt(self, handle: RuntimeActor) -> None:
+        """Ray's own non-force cancel of the task's run: ``KeyboardInterrupt`` in it, on whichever node it runs
+        (the base class's SIGINT would go to a pid on this machine)."""
+        if isinstance(handle, RayTask) and handle.ref is not None:
+            with contextlib.suppress(Exception):  # already done
+                ray.cancel(handle.ref, force=False, recursive=False)  # its hub calls are not its work
+
     def exit_status(self, handle: RuntimeActor, timeout_s: float = 0.5) -> int | None:
         """Ray does not report a dead actor's exit code; its death message says what happened."""
         return None
