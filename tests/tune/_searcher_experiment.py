@@ -53,7 +53,7 @@ def _cut_short_at(run_dir: str, nth: int):
 
     def hook(event, args):
         if (event == "open" and isinstance(args[0], str) and "w" in str(args[1])
-                and os.path.dirname(args[0]) == run_dir and os.path.basename(args[0]).startswith(STATE_FILE)):
+                and os.path.dirname(args[0]) == run_dir and STATE_FILE in os.path.basename(args[0])):
             opened.append(args[0])
             if len(opened) == nth:  # the next write past 64 bytes, this file's, gets SIGXFSZ
                 resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))

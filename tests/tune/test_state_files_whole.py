@@ -33,11 +33,14 @@ def test_a_driver_killed_while_writing_the_searcher_state_restores_with_nothing_
     run_dir = pathlib.Path(storage) / "exp"
     kept = json.loads((run_dir / STATE_FILE).read_text())  # the second save, whole
     assert kept["made"] >= 1, kept
+    [cut] = [p for p in run_dir.iterdir() if STATE_FILE in p.name and p.name != STATE_FILE]  # the third, cut short
     restored = tune.Tuner.restore(str(run_dir), trainable=trainable)
+    assert not cut.exists()  # restoring removed what the killed write left; it would stay there for good
     grid = restored.fit()
     assert sorted(r.config["x"] for r in grid) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     assert grid.num_errors == 0
     assert sorted(restored.tune_config.search_alg.told) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert [p for p in run_dir.rglob("*") if ".tmp" in p.name] == []
 
 
 def test_an_unreadable_state_file_is_named_with_the_fix(storage):

@@ -9,8 +9,12 @@ nothing) and, when the engine shuts down, writes the last values and marks its r
 serves the rows of live drivers on ``/metrics``. ``MUSTER_RUN_STORE=0`` turns it off.
 
 The table stays bounded. A driver's rows are what its engine holds now: a series the table dropped (the
-gauges of a process that ended) leaves the store at the next write. The rows of drivers gone (shut down,
-or on this host and no longer running) are compacted when a recorder opens the store and when it closes:
+gauges of a process that ended) leaves the store at the next write. They are rewritten every
+:data:`HEARTBEAT_S` even when nothing changed, so that a driver on another machine (the cluster's nodes
+sharing a storage path) that stops rewriting them for ``reader.DRIVER_LEASE_S`` is known to be gone: its
+process ended, or its machine or connection went, without a word. The rows of drivers gone (shut down,
+on this host and no longer running, or on another past that lease) are compacted when a recorder opens
+the store and when it closes:
 their counters and histograms are added into one row per series under the session :data:`ARCHIVE` (so a
 counter's total over every driver, ``StoreReader.user_metrics(live_only=False)``, never goes down), their
 gauges are dropped (the value was a dead process's), and past :data:`MAX_ARCHIVED_SERIES` the series
@@ -31,9 +35,11 @@ from muster.core.runtime import Runtime
 from muster.core.user_metrics import MetricsTable, Series, merge, series_key
 from muster.observe.recorder import to_json
 from muster.observe.store import store_path, writer
+from muster.observe.store import reader
 from muster.observe.store.reader import decode_series, driver_gone
 
 WRITE_MIN_S = 1.0  # at most one round of rows this often
+HEARTBEAT_S = 10.0  # at least one round this often, changed or not: other machines see the driver runs
 ARCHIVE = "archive"  # the session of the rows compacted from drivers gone
 MAX_ARCHIVED_SERIES = 10_000  # past this many, the archive's series updated longest ago are dropped
 _INSERT = ("INSERT OR REPLACE INTO user_metrics (session, host, pid, ended, time, name, kind, description, tags, value,"
@@ -54,6 +60,7 @@ class MetricsRecorder:
         self._closed = False
         self._lock = threading.Lock()
         self._written = -1  # the table's version last written
+        self._wrote_at = 0.0  # when
         table.subscribe(self._on_change)
 
     def _on_change(self, closing: bool) -> None:
@@ -92,12 +99,12 @@ class MetricsRecorder:
             self.write()
 
     def write(self, ended: float | None = None) -> None:
-        """Queue the table's series (when it changed since the last write, or ``ended`` is given)."""
-        w, version = self._w, self._table.version
-        if w is None or (version == self._written and ended is None):
+        """Queue the table's series (when it changed since the last write, :data:`HEARTBEAT_S` passed, or
+        ``ended`` is given)."""
+        w, version, now = self._w, self._table.version, time.time()
+        if w is None or (version == self._written and ended is None and now - self._wrote_at < HEARTBEAT_S):
             return
-        self._written = version
-        now = time.time()
+        self._written, self._wrote_at = version, now
         for s in self._table.series():
             w.put(_INSERT, _row(self.session, self._host, self._pid, ended, now, s))
         w.put("DELETE FROM user_metrics WHERE session = ? AND time < ?", (self.session, now))  # series gone
@@ -144,11 +151,13 @@ def compact(conn: sqlite3.Connection) -> int:
     Returns how many drivers' rows were folded."""
     conn.row_factory = sqlite3.Row
     try:
-        rows = [dict(r) for r in conn.execute("SELECT * FROM user_metrics WHERE session = ? OR ended IS NOT NULL"
-                                              " OR host = ?", (ARCHIVE, socket.gethostname()))]
+        rows = [dict(r) for r in conn.execute(
+            "SELECT * FROM user_metrics WHERE session = ? OR ended IS NOT NULL OR host = ? OR time < ?",
+            (ARCHIVE, socket.gethostname(), time.time() - reader.DRIVER_LEASE_S))]
     finally:
         conn.row_factory = None
-    gone = [r for r in rows if r["session"] == ARCHIVE or r["ended"] is not None or driver_gone(r["host"], r["pid"])]
+    gone = [r for r in rows if r["session"] == ARCHIVE or r["ended"] is not None
+            or driver_gone(r["host"], r["pid"], r["time"])]
     sessions = {r["session"] for r in gone} - {ARCHIVE}
     if not sessions:
         return 0

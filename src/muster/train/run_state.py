@@ -53,6 +53,8 @@ class RunRecord:
                 f"{self.storage.uri!r}).fit() to run it again from its latest checkpoint."
             )
         self.storage.makedirs(self.storage.run_dir)
+        if previous is not None:  # what writers killed mid-write left (a crashed driver's)
+            self.storage.remove_stale_temp_files()
         self.state = dict(previous or {})
         self.state.setdefault("name", self.storage.name)
         self.state.setdefault("created_at", time.time())

@@ -22,14 +22,18 @@ ignore any checkpoint folder without one.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import time
 import zlib
 from typing import Any, Callable, Iterator, TypeVar
 
 import fsspec
+import psutil
 from fsspec.implementations.local import LocalFileSystem
 
 from muster.core.filesystem import as_fsspec, fs_url, shown_path, url_to_fs
@@ -43,17 +47,54 @@ VALIDATIONS = "validations"
 
 T = TypeVar("T")
 
+#: The file a whole-file write (``_replace_whole``) fills before renaming it over ``<name>``: hidden, and
+#: naming its writer's host (a hash of its name) and pid, so that one a killed writer left is told from a
+#: live writer's (:meth:`Storage.remove_stale_temp_files`) and from the user's files.
+_TEMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)$")
+_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def is_temp_file(name: str) -> bool:
+    """Whether the file name ``name`` is a whole-file write's temporary file (never a checkpoint's or a result)."""
+    return _TEMP.match(name) is not None
+
+
+def _temp_path(path: str) -> str:
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.tmp-{_HOST}-{os.getpid()}")
+
+
+def _remove_stale_temps(folder: str) -> list[str]:
+    """Remove, under the local ``folder``, the temporary files of whole-file writes whose writer died
+    (SIGKILL, a full disk, a power cut) before renaming them into place; return their paths. A file
+    written on another host (a folder shared over NFS), or by a process of this host still running, is
+    kept. Committed checkpoints (written by renaming a whole folder) are not searched."""
+    removed = []
+    for base, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if not is_checkpoint_dir(d)]
+        for name in names:
+            m = _TEMP.match(name)
+            if m is None or m["host"] != _HOST or psutil.pid_exists(int(m["pid"])):
+                continue
+            with contextlib.suppress(FileNotFoundError):  # another restore removed it first
+                os.remove(os.path.join(base, name))
+                removed.append(os.path.join(base, name))
+    return removed
+
 
 def folder_files(folder: str, skip_top: Callable[[str], bool] | None = None) -> Iterator[tuple[str, str]]:
     """``(path, relative path with "/")`` of each regular file under ``folder``: what a checkpoint
     of that folder holds. Sockets, pipes and devices are left out, as Ray's copy leaves them (Ray's
     getting-started guide checkpoints the whole temp folder, where a running engine keeps its sockets;
-    reading a pipe would block). ``skip_top(name)``: leave out these entries of ``folder`` itself."""
+    reading a pipe would block). ``skip_top(name)``: leave out these entries of ``folder`` itself. The
+    temporary files of whole-file writes (a killed writer's, a live one's) are left out at every level."""
     for base, dirs, names in os.walk(folder):
         if skip_top is not None and base == folder:
             dirs[:] = [d for d in dirs if not skip_top(d)]
             names = [n for n in names if not skip_top(n)]
         for name in names:
+            if is_temp_file(name):
+                continue
             path = os.path.join(base, name)
             if os.path.isfile(path):
                 yield path, os.path.relpath(path, folder).replace(os.sep, "/")
@@ -63,13 +104,16 @@ def checkpoint_dir_name(round_index: int) -> str:
     return f"checkpoint_{round_index:06d}"
 
 
+def is_checkpoint_dir(name: str) -> bool:
+    """Whether ``name``, in a run folder, is a checkpoint's folder (``checkpoint_000003``)."""
+    return name.startswith("checkpoint_") and name[len("checkpoint_"):].isdigit()
+
+
 def is_run_entry(name: str) -> bool:
     """Whether ``name``, in a run folder, is muster's own: a checkpoint, the staging area, validations,
     the run state (what a checkpoint of the run folder itself leaves out, as Ray's copy of a trial
     folder leaves out its checkpoints)."""
-    return name in (STAGING, VALIDATIONS, RUN_STATE) or (
-        name.startswith("checkpoint_") and name[len("checkpoint_"):].isdigit()
-    )
+    return name in (STAGING, VALIDATIONS, RUN_STATE) or is_checkpoint_dir(name)
 
 
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
@@ -275,6 +319,12 @@ class Storage:
     def validation_path(self, round_index: int) -> str:
         return self.join(self.run_dir, VALIDATIONS, checkpoint_dir_name(round_index) + ".json")
 
+    def remove_stale_temp_files(self) -> list[str]:
+        """Remove the temporary files that whole-file writes killed mid-write left in the run folder (a
+        live writer's, or another host's, are kept); return their paths. Called when a run or experiment
+        is opened again. Nothing to remove on an object store: an upload is published whole or not at all."""
+        return _remove_stale_temps(self.run_dir) if self.is_local else []
+
     # -- checkpoint files ----------------------------------------------------
     def clear_staging(self) -> None:
         """Remove every staged file (called when no worker is running: between attempts)."""
@@ -365,7 +415,7 @@ class Storage:
         """Rounds that have a committed checkpoint, oldest first."""
         out = []
         for entry in self.listdir(self.run_dir):
-            if entry.startswith("checkpoint_") and entry[11:].isdigit():
+            if is_checkpoint_dir(entry):
                 if self.exists(self.join(self.run_dir, entry, MANIFEST)):
                     out.append(int(entry[11:]))
         return sorted(out)
@@ -395,7 +445,7 @@ def _replace_whole(path: str, data: bytes) -> None:
     """Write ``data`` to the local file ``path`` whole or not at all: to a file beside it, synced to
     disk, then renamed over it, so a process killed or a disk filled mid-write leaves the old version."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
+    tmp = _temp_path(path)  # a writer killed mid-write leaves it: Storage.remove_stale_temp_files removes it
     try:
         with open(tmp, "wb") as f:
             f.write(data)

@@ -258,6 +258,7 @@ class Tuner:
                 "Pass the experiment folder, i.e. <storage_path>/<name>."
             )
         storage = Storage.at(path, storage_filesystem)
+        storage.remove_stale_temp_files()  # of the experiment's and its trials' writers that a crash killed
         name = storage.name
         saved = _read_saved(storage, TUNER_FILE, lambda p: cloudpickle.loads(storage.read_bytes(p)))
         state = _read_saved(storage, EXPERIMENT_STATE, storage.read_json)

@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import sqlite3
+import time
 from typing import Any
 
 import psutil
@@ -18,6 +19,10 @@ from muster.core.user_metrics import merge
 from muster.observe import analysis
 from muster.observe.store import schema, store_path
 
+#: A driver on another machine that has not rewritten its rows for this long is gone (:func:`driver_gone`): many
+#: times its heartbeat (``metrics_recorder.HEARTBEAT_S``), so that a busy or briefly stalled driver, or clocks a
+#: little apart, never count as gone.
+DRIVER_LEASE_S = 120.0
 
 class StoreNotFoundError(FileNotFoundError):
     """No run store at the given storage path."""
@@ -244,7 +249,7 @@ class StoreReader:
         unless ``live_only`` is False (schema version 5)."""
         rows = self._query("SELECT * FROM user_metrics ORDER BY name, session", need=5)
         if live_only:
-            rows = [r for r in rows if r["ended"] is None and not driver_gone(r["host"], r["pid"])]
+            rows = [r for r in rows if r["ended"] is None and not driver_gone(r["host"], r["pid"], r["time"])]
         for r in rows:
             decode_series(r)
             for k in ("session", "host", "pid", "ended"):  # which driver: merged away
@@ -289,8 +294,13 @@ def decode_series(r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def driver_gone(host: str | None, pid: int | None) -> bool:
-    """A RUNNING run whose driver (on this machine) no longer exists: it died without a word."""
-    if not host or not pid or host != socket.gethostname():
+def driver_gone(host: str | None, pid: int | None, seen: float | None = None) -> bool:
+    """Whether a driver no longer runs (it died without a word). On this machine: its process is gone. On
+    another (a storage path shared by the cluster's nodes): ``seen``, when it last wrote what is asked about
+    (a driver's user metrics rows are rewritten every ``metrics_recorder.HEARTBEAT_S``), is more than
+    :data:`DRIVER_LEASE_S` ago; without ``seen``, another machine's driver is taken as running."""
+    if not host or not pid:
         return False
+    if host != socket.gethostname():
+        return seen is not None and time.time() - seen > DRIVER_LEASE_S
     return not psutil.pid_exists(pid)
