@@ -81,8 +81,10 @@ class WorkerGroup:
             raise
 
     def rendezvous_env(self) -> list[dict[str, str]]:
-        """torchrun's variables for each member, rank order."""
-        port = self.members[0].handle.call("free_port").result()
+        """torchrun's variables for each member, rank order.  MASTER_PORT is a port rank 0
+        binds now and holds until its process group's store serves there: no gap between
+        the pick and the bind for another program to take the port."""
+        port = self.members[0].handle.call("reserve_port").result()
         # Rank 0's node address once the gang spans nodes; loopback when it all runs on one.
         master = self.members[0].ip if len({m.node for m in self.members}) > 1 else "127.0.0.1"
         n = len(self.members)

@@ -11,7 +11,7 @@ from muster.core import context as core_context
 from muster.core import settings
 from muster.exceptions import StorageNotSharedError
 from muster.observe.sampler import WorkerSampler
-from muster.train._internal import events
+from muster.train._internal import events, rendezvous
 from muster.train._internal import session as session_mod
 from muster.train._internal.backend import Backend
 from muster.train.storage import RUN_STATE, Storage
@@ -24,11 +24,9 @@ class TrainWorker:
         node_id, _ = settings.node_identity()
         return {"pid": os.getpid(), "host": socket.gethostname(), "ip": settings.node_ip_address(), "node": node_id}
 
-    def free_port(self) -> int:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("", 0))
-            return int(s.getsockname()[1])
+    def reserve_port(self) -> int:
+        """MASTER_PORT, on rank 0: a port this process binds now and holds (see ``rendezvous``)."""
+        return rendezvous.reserve_port()
 
     def run(
         self,
@@ -42,6 +40,7 @@ class TrainWorker:
             os.environ[key] = value
         check_storage_visible(spec.storage)
         backend.on_worker_start(spec.context)
+        rendezvous.release()  # a backend that joined no process group: the loop may bind MASTER_PORT itself
         session = session_mod.Session(spec)
         session_mod.set_session(session)
         rank = spec.context.world_rank

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from muster.exceptions import InvalidArgumentError, ResourcesUnavailableError
+from muster.train._internal import rendezvous
 from muster.train._internal.backend import Backend
 from muster.train.context import TrainContext
 
@@ -85,6 +86,9 @@ class TorchBackend(Backend):
             torch.cuda.set_device(train_loop_utils.get_device())
         if backend == "nccl":
             os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+        # rank 0 holds MASTER_PORT since the driver asked for it: serve the store there, and the
+        # rendezvous below finds it up instead of binding the port again
+        rendezvous.serve_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), self.config.timeout_s)
         init = "env://"
         if self.config.init_method == "tcp":
             init = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
