@@ -233,8 +233,9 @@ class TBXLoggerCallback(_LoggerCallback):
     ``config``, ``pid``, ``timestamp``, ``time_total_s`` and ``training_iteration``; ``int``, ``float``
     (``bool`` as 0/1) and numpy's ``float32``/``float64``/``int32``/``int64`` as scalars (not NaN), a
     non-empty list or array as a histogram (a 3-d array as an image, 4-d as images, 5-d as a video).
-    When the trial ends (completed or failed, not paused) its searched values (``Trial.evaluated_params``)
-    are written as hparams, with the last result's scalars as their metrics.
+    When the trial ends (completed or failed; not paused, nor ended by the whole experiment's stop) its
+    searched values (``Trial.evaluated_params``) are written as hparams, with the last result's scalars as
+    their metrics.
 
     A training run's numeric metrics (rank 0's unless ``all_ranks=True``) keep their own names, at step
     ``training_iteration``, in ``<run folder>/tensorboard/``. ``logdir=`` (muster's; Ray's takes no
@@ -278,8 +279,10 @@ class TBXLoggerCallback(_LoggerCallback):
         if getattr(self, "_writer", None) is None:
             return
         paused = getattr(self.trial, "status", None) == "PAUSED"  # it runs again: its end is still to come
+        # ended by the whole experiment's stop: Ray's logger hears no end of it, and writes no hparams
+        stopped = getattr(self.trial, "experiment_stopped", False)
         evaluated = getattr(self.trial, "evaluated_params", None)
-        if evaluated and self._last and not paused:
+        if evaluated and self._last and not paused and not stopped:
             _write_hparams(self._writer, evaluated, self._last)
         self._writer.close()
         self._writer = None
