@@ -279,3 +279,43 @@ def test_mlflow_records_every_numeric_result_value_as_rays_does(storage, tmp_pat
     assert not {k for k in logged if k.startswith("_")}  # muster's bookkeeping is no part of Ray's result
     history = client.get_metric_history(run.info.run_id, "training_iteration")
     assert sorted((m.step, m.value) for m in history) == [(1, 1.0), (2, 2.0)]
+
+
+def _scored_trial(config):
+    from muster import tune
+
+    for i in range(1, 4):
+        tune.report({"score": config["x"] * i})
+
+
+def test_a_logdir_in_a_tuner_keeps_each_trials_files_apart(storage, tmp_path):
+    # Ray 2.60's TBX/CSV/Json loggers take no logdir (each trial writes into its own folder); muster's
+    # logdir= holds one folder per trial, named as the trial's in the experiment, never one for all
+    pytest.importorskip("tensorboardX")
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    from muster import tune
+
+    where = {kind: str(tmp_path / kind) for kind in ("tb", "csv", "json")}
+    grid = tune.Tuner(_scored_trial, param_space={"x": tune.grid_search([1, 10])}, run_config=tune.RunConfig(
+        storage_path=storage, name="own_logdir", verbose=0, callbacks=[
+            TBXLoggerCallback(logdir=where["tb"]), CSVLoggerCallback(logdir=where["csv"]),
+            JsonLoggerCallback(logdir=where["json"])])).fit()
+    assert grid.num_errors == 0 and len(grid) == 2
+    names = sorted(os.path.basename(r.path) for r in grid)
+    for kind in where:
+        assert sorted(os.listdir(where[kind])) == names, kind
+    for r in grid:
+        x, name = r.config["x"], os.path.basename(r.path)
+        acc = event_accumulator.EventAccumulator(os.path.join(where["tb"], name))
+        acc.Reload()
+        assert [(e.step, e.value) for e in acc.Scalars("ray/tune/score")] == [(1, x), (2, 2 * x), (3, 3 * x)]
+        with open(os.path.join(where["csv"], name, "progress.csv")) as f:
+            rows = list(csv.DictReader(f))
+        assert [(row["trial_id"], float(row["score"])) for row in rows] == [(r.metrics["trial_id"], x * i)
+                                                                           for i in (1, 2, 3)]
+        with open(os.path.join(where["json"], name, "progress.json")) as f:
+            assert [json.loads(line)["score"] for line in f] == [x, 2 * x, 3 * x]
+    # as Ray's, none takes a positional argument
+    for logger in (TBXLoggerCallback, CSVLoggerCallback, JsonLoggerCallback):
+        with pytest.raises(TypeError, match="positional"):
+            logger(where["tb"])

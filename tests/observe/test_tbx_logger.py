@@ -231,3 +231,39 @@ def test_a_paused_trial_ended_without_running_again_writes_its_hparams(storage):
     assert state["status"] == "TERMINATED"
     values, _, metrics = _hparams(_events(grid[0].path))
     assert values == {"lr": 0.5} and "ray/tune/score" in metrics
+
+
+def _long_scored(config):
+    import time
+
+    from muster import tune
+
+    for i in range(1, 600):  # (stopped long before its end)
+        tune.report({"score": float(i)})
+        time.sleep(0.05)
+
+
+def test_trials_ended_by_the_experiments_stop_write_no_hparams_as_rays(storage):
+    # Ray 2.60, the same experiment under ray.init(num_cpus=2): a stopper's stop_all() ends both running
+    # trials without log_trial_end, so their event files have their scalars and no hparams
+    from muster import tune
+
+    class StopAllAtThree(tune.Stopper):
+        def __init__(self):
+            self.seen = False
+
+        def __call__(self, trial_id, result):
+            self.seen |= result["training_iteration"] >= 3 and result["config"]["x"] == 1
+            return False
+
+        def stop_all(self):
+            return self.seen
+
+    grid = tune.Tuner(_long_scored, param_space={"x": tune.grid_search([0, 1])}, run_config=tune.RunConfig(
+        storage_path=storage, name="stopped_all", verbose=0, stop=StopAllAtThree(),
+        callbacks=[TBXLoggerCallback()])).fit()
+    assert grid.num_errors == 0 and len(grid) == 2
+    for r in grid:
+        acc = _events(r.path)
+        assert _hparams(acc) is None, r.config
+        assert [e.value for e in acc.Scalars("ray/tune/score")][:1] == [1.0]

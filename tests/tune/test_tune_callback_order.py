@@ -111,6 +111,9 @@ class _Ends(tune.Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.heard.append(("complete", trial.config["x"], trial.status))
 
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.heard.append(("error", trial.config["x"], trial.status))
+
     def on_experiment_end(self, trials, **info):
         self.heard.extend(("end", t.config["x"], t.status) for t in trials)
 
@@ -126,3 +129,49 @@ def test_stopping_the_experiment_ends_a_paused_trial_without_on_trial_complete_a
     ).fit()
     assert ("end", 0, "TERMINATED") in ends.heard and ("end", 1, "TERMINATED") in ends.heard, ends.heard
     assert not [h for h in ends.heard if h[:2] == ("complete", 0)], ends.heard
+
+
+def _longer(config):
+    for i in range(1, 600):  # (stopped long before its end)
+        tune.report({"score": float(i)})
+        time.sleep(0.05)
+
+
+class _ToldScheduler(FIFOScheduler):
+    def __init__(self):
+        super().__init__()
+        self.completed: list[int] = []
+
+    def on_trial_complete(self, controller, trial, result):
+        self.completed.append(trial.config["x"])
+
+
+class _ToldSearcher(BasicVariantGenerator):
+    def __init__(self):
+        super().__init__()
+        self.completed: list[str] = []
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        super().on_trial_complete(trial_id, result=result, error=error)
+        self.completed.append(trial_id)
+
+
+def test_stopping_the_experiment_ends_running_trials_without_on_trial_complete_as_ray(storage):
+    # Ray 2.60, the same experiment under ray.init(num_cpus=2): stop_all() while both trials run ends
+    # each TERMINATED (_schedule_trial_stop), with no on_trial_complete or on_trial_error for the
+    # callbacks, the scheduler or the searcher, and each trial's last result says done=False
+    ends, scheduler, searcher = _Ends(), _ToldScheduler(), _ToldSearcher()
+    grid = tune.Tuner(
+        _longer, param_space={"x": tune.grid_search([0, 1])},
+        tune_config=tune.TuneConfig(scheduler=scheduler, search_alg=searcher),
+        run_config=tune.RunConfig(storage_path=storage, name="stop_running", verbose=0, stop=_StopAllAtThree(),
+                                  callbacks=[ends]),
+    ).fit()
+    assert sorted(ends.heard) == [("end", 0, "TERMINATED"), ("end", 1, "TERMINATED")], ends.heard
+    assert scheduler.completed == [] and searcher.completed == []
+    assert grid.num_errors == 0 and len(grid) == 2
+    for r in grid:
+        assert r.metrics["done"] is False and r.metrics["training_iteration"] < 599, r.metrics
+    # restored, the experiment says the same: both TERMINATED, neither done
+    restored = tune.Tuner.restore(grid.experiment_path, _longer).get_results()
+    assert sorted(r.metrics["done"] for r in restored) == [False, False]

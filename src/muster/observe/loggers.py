@@ -19,7 +19,9 @@ reports of a training run as the controller records them:
 In a Tuner, each trial's run gets a copy made by ``for_trial(config, trial)``.
 
 By default the files go into the run folder (which must then be local; pass
-``logdir=`` for runs stored in ``s3://``). CSV and JSON keep every rank's
+``logdir=`` for runs stored in ``s3://``); in a Tuner, ``logdir=`` holds one folder per trial, named as
+the trial's own. Ray's loggers take no arguments, so the arguments here are keyword-only (a positional
+one is refused, as Ray refuses it). CSV and JSON keep every rank's
 reports; TensorBoard and MLflow keep rank 0's unless ``all_ranks=True``, which
 prefixes each metric with ``rank<N>/``.
 """
@@ -32,6 +34,7 @@ import json
 import logging
 import numbers
 import os
+import posixpath
 import queue
 import threading
 import time
@@ -114,7 +117,7 @@ class _LoggerCallback:
 
     name = "logger"
 
-    def __init__(self, logdir: str | None = None):
+    def __init__(self, *, logdir: str | None = None):
         self.logdir = logdir
         self.folder: str | None = None
         self.trial: Any = None  # set on a Tuner trial's copy (``for_trial``)
@@ -130,7 +133,10 @@ class _LoggerCallback:
         return clone
 
     def on_run_start(self, run_path: str, run_name: str) -> None:
-        self.folder = _local_dir(run_path, self.logdir, type(self).__name__)
+        logdir = self.logdir
+        if logdir is not None and self.trial is not None:  # a Tuner's trials: one folder each, named as theirs
+            logdir = os.path.join(logdir, posixpath.basename(run_path.rstrip("/")))
+        self.folder = _local_dir(run_path, logdir, type(self).__name__)
         self._open(run_name)
 
     def on_report(self, row: dict[str, Any]) -> None:
@@ -227,15 +233,18 @@ class TBXLoggerCallback(_LoggerCallback):
     ``config``, ``pid``, ``timestamp``, ``time_total_s`` and ``training_iteration``; ``int``, ``float``
     (``bool`` as 0/1) and numpy's ``float32``/``float64``/``int32``/``int64`` as scalars (not NaN), a
     non-empty list or array as a histogram (a 3-d array as an image, 4-d as images, 5-d as a video).
-    When the trial ends (completed or failed, not paused) its searched values (``Trial.evaluated_params``)
-    are written as hparams, with the last result's scalars as their metrics.
+    When the trial ends (completed or failed; not paused, nor ended by the whole experiment's stop) its
+    searched values (``Trial.evaluated_params``) are written as hparams, with the last result's scalars as
+    their metrics.
 
     A training run's numeric metrics (rank 0's unless ``all_ranks=True``) keep their own names, at step
-    ``training_iteration``, in ``<run folder>/tensorboard/``. ``logdir=`` puts the files there instead.
+    ``training_iteration``, in ``<run folder>/tensorboard/``. ``logdir=`` (muster's; Ray's takes no
+    arguments) puts a training run's files there instead, and a Tuner trial's in ``<logdir>/<trial folder's
+    name>/``, so each trial keeps its own run, named as in the experiment folder.
     """
 
-    def __init__(self, logdir: str | None = None, all_ranks: bool = False):
-        super().__init__(logdir)
+    def __init__(self, *, logdir: str | None = None, all_ranks: bool = False):
+        super().__init__(logdir=logdir)
         self.all_ranks = all_ranks
 
     def _open(self, run_name: str) -> None:
@@ -270,8 +279,10 @@ class TBXLoggerCallback(_LoggerCallback):
         if getattr(self, "_writer", None) is None:
             return
         paused = getattr(self.trial, "status", None) == "PAUSED"  # it runs again: its end is still to come
+        # ended by the whole experiment's stop: Ray's logger hears no end of it, and writes no hparams
+        stopped = getattr(self.trial, "experiment_stopped", False)
         evaluated = getattr(self.trial, "evaluated_params", None)
-        if evaluated and self._last and not paused:
+        if evaluated and self._last and not paused and not stopped:
             _write_hparams(self._writer, evaluated, self._last)
         self._writer.close()
         self._writer = None
@@ -374,7 +385,7 @@ class MLflowLoggerCallback(_LoggerCallback):
                  experiment_name: str | None = None, tags: dict[str, str] | None = None,
                  tracking_token: str | None = None, save_artifact: bool = False, log_params_on_trial_end: bool = False,
                  params: dict[str, Any] | None = None, all_ranks: bool = False):
-        super().__init__(None)
+        super().__init__()
         self.tracking_uri, self.registry_uri, self.tracking_token = tracking_uri, registry_uri, tracking_token
         self.experiment_name = experiment_name or "muster"
         self.tags, self.params, self.all_ranks = dict(tags or {}), dict(params or {}), all_ranks

@@ -30,9 +30,7 @@ from muster.core.interrupts import SafeInterrupts, sigterm_as_interrupt
 from muster.core.runtime import RuntimeActor
 from muster.exceptions import (
     MusterError,
-    ResourcesUnavailableError,
     RunOutputWarning,
-    StorageNotSharedError,
     TaskError,
     TrainingFailedError,
     WorkerCrashedError,
@@ -165,6 +163,7 @@ class Controller:
             warn=lambda message: _warn(self.view, message), on_round=self._on_round,
         )
         self._attempt: _Attempt | None = None
+        self.return_value: Any = None  # what rank 0's training function returned (the Result's return_value)
         self.hooks = hooks or ControllerHooks()
         self._stop_requested = threading.Event()
         self.recorder = RunRecorder(
@@ -237,10 +236,7 @@ class Controller:
                 self.failures.append(error)
                 self._user.on_failure(error)
                 max_failures = self._max_failures()
-                decision = policies.on_failure(
-                    max_failures, len(self.failures),
-                    retryable=not _cannot_be_retried(error),
-                )
+                decision = policies.on_failure(max_failures, len(self.failures), retryable=policies.retryable(error))
                 if decision is policies.Decision.RAISE:
                     if self.validator is not None:
                         self.validator.finish()
@@ -254,7 +250,10 @@ class Controller:
                 self._say_restart(f"attempt {index + 1} failed: {_first_line(error)}")
             if self.validator is not None:
                 self.validator.finish()
-            result = build(self.storage, self.ledger.reports, self.ledger.best(), None, is_trial(self.record.state))
+            if self.state is State.STOPPED:
+                self.return_value = None  # as Ray's: only a run that finished by itself has one
+            result = build(self.storage, self.ledger.reports, self.ledger.best(), None, is_trial(self.record.state),
+                           self.return_value)
             self._user.call("on_run_end", result)
             return result
         except KeyboardInterrupt as exc:
@@ -435,6 +434,8 @@ class Controller:
             if exc is not None:
                 return self._pick_root_cause(attempt, _root_cause(exc, event.member))
             attempt.finished.add(event.member.rank)
+            if event.member.rank == 0:  # (of the attempt that succeeds: each sets it as its rank 0 ends)
+                self.return_value = event.future.result()
             attempt.last_activity = time.monotonic()
             self.ledger.rank_finished(event.member.rank)
         return None
@@ -586,13 +587,6 @@ def _root_cause(exc: BaseException, member: Member) -> BaseException:
     if isinstance(exc, TaskError):
         return exc.relabelled(f"rank {member.rank}", exc.pid or member.pid, exc.host or member.host)
     return exc
-
-
-def _cannot_be_retried(err: BaseException) -> bool:
-    """A worker found the run's storage invisible from its node, or a resource it was given unusable
-    (a GPU under a torch built without CUDA): no restart can fix that."""
-    final = (StorageNotSharedError, ResourcesUnavailableError)
-    return isinstance(getattr(err, "cause", None), final) or isinstance(err, final)
 
 
 def _first_line(err: BaseException) -> str:

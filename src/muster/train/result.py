@@ -23,7 +23,14 @@ class Result(TuneResult):
     A ``muster.tune.Result`` too, as Ray's is, with the same attributes. Its metrics are what the
     training function reported, as Ray Train V2's (no ``training_iteration``, ``timestamp`` or
     ``checkpoint_dir_name`` but those it reported itself, with its values); its ``config`` is None.
+
+    Attributes:
+        return_value: what the training function returned on rank 0 (Ray Train V2's), or None where it
+            returned nothing or the run did not finish by itself (a Tune stop); it must pickle. It is not
+            stored: ``Result.from_path`` has None, as Ray's.
     """
+
+    return_value: Any = None
 
     @property
     def metrics_dataframe(self) -> Any:
@@ -64,16 +71,16 @@ def is_trial(run_state: dict[str, Any]) -> bool:
 
 def build(
     storage: Storage, reports: list[dict[str, Any]], ranked: list[CheckpointRecord], error: BaseException | None,
-    trial: bool,
+    trial: bool, return_value: Any = None,
 ) -> TuneResult:
     """The result of a run from its recorded rows: a Tune trial's (a ``muster.tune.Result``, with
-    Ray Tune's results) when ``trial``, else a training run's (a ``Result``)."""
+    Ray Tune's results) when ``trial``, else a training run's (a ``Result``, with ``return_value``)."""
     shown = trial_result if trial else _reported
-    kind = TuneResult if trial else Result
     lead = lead_rank(reports)
     mine = [r for r in reports if r.get("_rank") == lead]
     latest = max(ranked, key=lambda r: r.round) if ranked else None
-    return kind(
+    extra = {} if trial else {"return_value": return_value}
+    return (TuneResult if trial else Result)(
         metrics=shown(mine[-1]) if mine else None,
         checkpoint=Checkpoint(latest.path, storage.fs) if latest else None,
         path=storage.uri,
@@ -81,6 +88,7 @@ def build(
         best_checkpoints=[(Checkpoint(r.path, storage.fs), shown(r.metrics)) for r in ranked],
         all_reports=list(reports),
         filesystem=storage.fs,
+        **extra,
     )
 
 

@@ -166,11 +166,13 @@ class DataParallelTrainer:
             # Inside a worker (a Tune trial that builds its own trainer, say): the driver runs it.
             result: Result = core_context.send_event(FitRequest(self), wait=True)
             return result
-        ran = self.controller().run()
+        controller = self.controller()
+        ran = controller.run()
         if isinstance(ran, Result):
             return ran
         # a folder a Tune trial once ran in: its results are Tune's, in the class fit() returns
-        return Result(**{f.name: getattr(ran, f.name) for f in dataclasses.fields(ran)})
+        return Result(**{f.name: getattr(ran, f.name) for f in dataclasses.fields(ran)},
+                      return_value=controller.return_value)
 
     def controller(self, hooks: ControllerHooks | None = None, allow_finished: bool = False) -> Controller:
         """The run's controller, ready to ``run()``: how a library runs this trainer as part of

@@ -15,6 +15,7 @@ workers are the engine's processes); a trial that is paused and restarted
 from __future__ import annotations
 
 import functools
+import json
 import os
 import posixpath
 import queue
@@ -30,8 +31,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
+import cloudpickle
+
 from muster.core.api import get_runtime
 from muster.core.resources import fmt
+from muster.core.serialization import json_default
 from muster.core.runtime import RuntimeActor
 from muster.exceptions import InvalidArgumentError, InvalidTypeError, MusterError
 from muster.train._internal.backend import Backend
@@ -67,6 +71,17 @@ def latest_checkpoint(storage: Storage) -> Checkpoint | None:
     return None
 
 
+PARAMS_JSON, PARAMS_PKL = "params.json", "params.pkl"
+
+
+def write_params(storage: Storage, config: dict[str, Any]) -> None:
+    """A trial's config in its folder as Ray's loggers leave it at each start (a PBT restart's
+    new config too): ``params.json`` (values JSON cannot hold as their text) and ``params.pkl``."""
+    storage.write_text(storage.join(storage.run_dir, PARAMS_JSON),
+                       json.dumps(config, indent=2, default=json_default))
+    storage.write_bytes(storage.join(storage.run_dir, PARAMS_PKL), cloudpickle.dumps(config))
+
+
 @dataclass(eq=False)  # hashed and compared by identity, as Ray's Trial (callbacks key dicts by trial)
 class Trial:
     """One configuration being tried, as Tune callbacks and schedulers see it.
@@ -96,6 +111,9 @@ class Trial:
     trainable: str = ""  # the trainable's name (trial_name may be a TuneConfig(trial_name_creator=)'s)
     # Ray's: the values its search algorithm chose, by "a/b" paths (TensorBoard's hparams)
     evaluated_params: dict[str, Any] = field(default_factory=dict)
+    # ended by the experiment's stop (a stopper's stop_all, time_budget_s, fail_fast) while unfinished: Ray's
+    # TERMINATED with no on_trial_complete, its last result not done
+    experiment_stopped: bool = field(default=False, repr=False)
 
     @property
     def dirname(self) -> str:
@@ -140,6 +158,7 @@ class Trial:
             "experiment_tag": self.experiment_tag,
             "trainable": self.trainable,
             "evaluated_params": self.evaluated_params,
+            "experiment_stopped": self.experiment_stopped,
         }
 
     @classmethod
@@ -149,6 +168,7 @@ class Trial:
             status=d.get("status", PENDING), last_result=d.get("last_result") or {}, error=d.get("error"),
             num_results=d.get("num_results", 0), experiment_tag=d.get("experiment_tag", ""),
             trainable=d.get("trainable", ""), evaluated_params=d.get("evaluated_params") or {},
+            experiment_stopped=bool(d.get("experiment_stopped", False)),
         )
 
     def __str__(self) -> str:

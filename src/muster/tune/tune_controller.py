@@ -16,7 +16,6 @@ result lets it save, report and end by itself.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import queue
@@ -31,7 +30,6 @@ import cloudpickle
 
 from muster.core import resources as res, settings
 from muster.core.interrupts import SafeInterrupts
-from muster.core.serialization import json_default
 from muster.core.api import get_runtime
 from muster.exceptions import InvalidTypeError, ResourcesUnavailableError, root_cause_summary
 from muster.observe.trial_rows import trial_result
@@ -58,6 +56,7 @@ from muster.tune.trial import (
     custom_dirname,
     latest_checkpoint,
     trial_dirname,
+    write_params,
 )
 from muster.tune.messages import StepDecision
 from muster.tune.trial_loggers import TrialLoggers
@@ -221,16 +220,10 @@ class TuneController:
             return False
         if not self._running() and self._stalled():
             return True  # the paused trials nobody would resume were ended: look again
-        try:
-            event: TrialEvent | None = self.events.get(timeout=0.5)
-        except queue.Empty:
-            event = None
+        event = self._next_event(0.5)
         while event is not None:
             self._handle(event)
-            try:
-                event = self.events.get_nowait()
-            except queue.Empty:
-                event = None
+            event = self._next_event()
         if self.time_budget_s is not None and time.monotonic() - started > self.time_budget_s:
             if not self._stopping_all:
                 self.progress.event(f"time budget of {self.time_budget_s:g} s spent; stopping every trial")
@@ -373,7 +366,7 @@ class TuneController:
         storage = self._trial_storage(trial)
         storage.makedirs(storage.run_dir)
         os.makedirs(trial.local_path, exist_ok=True)
-        _write_params(storage, trial.config)
+        write_params(storage, trial.config)
         self.progress.event(f"{trial.trial_name} started with {_short(trial.config)}")
         self.callbacks.trial_event("on_trial_start", self.trials, trial)
         run.start()
@@ -382,6 +375,13 @@ class TuneController:
         return Storage(self.experiment.uri, trial.dirname, self.experiment.fs)
 
     # -- events -----------------------------------------------------------------------------
+    def _next_event(self, timeout_s: float = 0.0) -> TrialEvent | None:
+        """The next event of the trials' runs, waiting up to ``timeout_s``; None if none came."""
+        try:
+            return self.events.get(timeout=timeout_s) if timeout_s else self.events.get_nowait()
+        except queue.Empty:
+            return None
+
     def _handle(self, event: TrialEvent) -> None:
         if event.run is not event.trial.run:
             return  # from a run already ended
@@ -459,6 +459,9 @@ class TuneController:
                 if isinstance(self.fail_fast, str):
                     self.failed_fast = trial.trial_id
                 self._stop_everything()
+        elif trial.experiment_stopped:
+            trial.status = TERMINATED
+            loggers.end(outcome)
         elif trial.ending_as == PAUSED:
             trial.status = PAUSED
             self._paused_loggers[trial.trial_id] = (loggers, outcome)  # open until it runs again or ends
@@ -480,11 +483,7 @@ class TuneController:
     def _end_loggers_after_interrupt(self) -> None:
         """The loop stopped (Ctrl-C, an error of the search): the runs it stopped still log what they
         reported and close their loggers, as their ends are not handled."""
-        while True:
-            try:
-                event = self.events.get_nowait()
-            except queue.Empty:
-                break
+        while (event := self._next_event()) is not None:
             if isinstance(event, TrialResult) and event.run is event.trial.run:
                 event.run.loggers.log(trial_result(event.row))
             elif isinstance(event, TrialEnded):
@@ -509,15 +508,19 @@ class TuneController:
                 trial.run.stop()
 
     def _stop_everything(self) -> None:
-        self._stopping_all = True
-        self._search_done = True
+        """Stop the experiment (a stopper's ``stop_all``, ``time_budget_s``, ``fail_fast``) as Ray's controller
+        does: each unfinished trial (running, pausing, paused, pending) is TERMINATED at once, and neither the
+        callbacks, the scheduler nor the searcher get an ``on_trial_complete`` for it (its result: not done)."""
+        self._stopping_all = self._search_done = self._dirty = True
         for trial in self.trials:
+            if trial.is_finished() or trial.ending_as == TERMINATED:
+                continue  # (one its stopper or scheduler stopped completes as such)
+            trial.status, trial.experiment_stopped = TERMINATED, True
             if trial.run is not None:
-                self._stop(trial, TERMINATED)
-            elif trial.status in (PENDING, PAUSED):
-                trial.status = TERMINATED
-                self._dirty = True
-                self._end_paused_loggers(trial)
+                if trial.ending_as is None and trial is not self._deciding:  # (that one saves and ends)
+                    trial.run.stop()
+                trial.ending_as = TERMINATED
+            self._end_paused_loggers(trial)
 
     def _wait_for_runs(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -578,8 +581,6 @@ def _start_config(trial: Trial) -> dict[str, Any]:
     return config
 
 
-PARAMS_JSON, PARAMS_PKL = "params.json", "params.pkl"
-
 
 def _copy_checkpoint(source: Checkpoint, storage: Storage, dest: str) -> None:
     if storage.is_local and source.is_local:
@@ -591,10 +592,3 @@ def _copy_checkpoint(source: Checkpoint, storage: Storage, dest: str) -> None:
     finally:
         shutil.rmtree(local, ignore_errors=True)
 
-
-def _write_params(storage: Storage, config: dict[str, Any]) -> None:
-    """A trial's config in its folder as Ray's loggers leave it at each start (a PBT restart's
-    new config too): ``params.json`` (values JSON cannot hold as their text) and ``params.pkl``."""
-    storage.write_text(storage.join(storage.run_dir, PARAMS_JSON),
-                       json.dumps(config, indent=2, default=json_default))
-    storage.write_bytes(storage.join(storage.run_dir, PARAMS_PKL), cloudpickle.dumps(config))

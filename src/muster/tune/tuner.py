@@ -559,8 +559,10 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
         _metrics_acted_on(result, trial)
         _as_reported(result, trial)
         _mark_stopped(result, trial)
-        if reported:  # what Ray's last result also holds: whether the trial finished, and its config
-            result.metrics = {**(result.metrics or {}), "done": trial.status == trial_mod.TERMINATED}
+        if reported:  # what Ray's last result also holds: whether the trial finished (not when the experiment
+            # was stopped with it unfinished), and its config
+            done = trial.status == trial_mod.TERMINATED and not trial.experiment_stopped
+            result.metrics = {**(result.metrics or {}), "done": done}
             result.metrics.setdefault("config", trial.config)
         nested = storage.join(trial.path, trial_mod.NESTED_RUN)
         if result.checkpoint is None and storage.exists(nested):  # the trial's function fit a trainer

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from muster.exceptions import ResourcesUnavailableError, StorageNotSharedError
+
 
 class Decision(enum.Enum):
     RETRY = "retry"
@@ -24,6 +26,13 @@ def on_failure(max_failures: int, failures_so_far: int, retryable: bool = True) 
     if max_failures == -1 or failures_so_far <= max_failures:
         return Decision.RETRY
     return Decision.RAISE
+
+
+def retryable(error: BaseException) -> bool:
+    """Whether a restart could help: not where a worker found the run's storage invisible from its node,
+    or a resource it was given unusable (a GPU under a torch built without CUDA)."""
+    final = (StorageNotSharedError, ResourcesUnavailableError)
+    return not (isinstance(getattr(error, "cause", None), final) or isinstance(error, final))
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,9 @@ class TrainWorker:
         spec: session_mod.SessionSpec,
         env: dict[str, str],
         backend: Backend,
-    ) -> None:
+    ) -> Any:
+        """Run the training function; returns what it returned on rank 0 (None on the other ranks: only
+        rank 0's is the run's ``Result.return_value``, as in Ray Train)."""
         for key, value in env.items():
             os.environ[key] = value
         check_storage_visible(spec.storage)
@@ -49,10 +51,7 @@ class TrainWorker:
         )
         sampler.start()
         try:
-            if _takes_config(train_fn):
-                train_fn(config if config is not None else {})
-            else:
-                train_fn()
+            returned = train_fn(config if config is not None else {}) if _takes_config(train_fn) else train_fn()
             session.drain()
         except BaseException:
             # Leave the process group up: tearing it down now would break the peers'
@@ -64,6 +63,7 @@ class TrainWorker:
             sampler.stop()
         session_mod.set_session(None)
         backend.on_worker_end()
+        return returned if rank == 0 else None
 
 
 def _takes_config(fn: Callable[..., Any]) -> bool:
