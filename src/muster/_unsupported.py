@@ -133,12 +133,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "(pyarrow.Table.from_pylist(rows), not DelegatingBlockBuilder); test a null with "
         "`value is None or value != value` (not _internal.util.is_null); muster.data.block.BlockAccessor",
     },
-    "muster.data.expressions": {
-        "random": "a udf drawing from numpy: @udf(return_dtype=DataType.float64()) def rand(x): return "
-                  "numpy.random.default_rng().random(len(x)); or map_batches with a seeded generator",
-        "monotonically_increasing_id": "uuid() for a unique id per row, or add_column with a counter "
-                                       "over batches",
-    },
     "muster.data.datasource": {
         "Partitioning": "read_parquet(partitioning='hive') (the default) or a pyarrow.dataset.partitioning(...)",
     },

@@ -162,3 +162,14 @@ def test_set_name_is_kept_and_on_ray_names_rays_dataset(engine):
 
         tags = ray.get(get_or_create_stats_actor().get_datasets.remote())
         assert any(t.startswith("squares_") for t in tags), list(tags)
+
+
+def test_random_and_monotonic_ids_are_rays_on_both_engines(engine):
+    """Ray 2.60's values for a seeded random() and the ids over three one-block read tasks (run under ray.data)."""
+    from muster.data.expressions import monotonically_increasing_id, random
+
+    ds = md.range(6, override_num_blocks=3).with_columns({"uid": monotonically_increasing_id(),
+                                                          "r": random(seed=1, reseed_after_execution=False)})
+    rows = sorted(ds.take_all(), key=lambda r: r["id"])
+    assert [r["uid"] for r in rows] == [0, 1, 1 << 33, (1 << 33) + 1, 1 << 34, (1 << 34) + 1]
+    assert [round(r["r"], 6) for r in rows] == [0.298268, 0.678487, 0.496519, 0.580350, 0.946806, 0.976884]

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import pyarrow as pa
 
 from muster.data import block as blk
+from muster.data import task_context
 from muster.data.plan import AllToAll, BlockFn, Limit, MapBatches, Node, Read, Transform, Union
 from muster.data.stats import Stats
 from muster.exceptions import InvalidArgumentError
@@ -272,9 +273,10 @@ class Job:
     worker can run it; returns the blocks and the seconds/rows each operator took."""
 
     def __init__(self, source: Callable[[], list[pa.Table]], source_name: str | None,
-                 chain: list[tuple[str, BlockFn]], size: int = 0):
+                 chain: list[tuple[str, BlockFn]], size: int = 0, task_idx: int = 0, epoch: int = 0):
         self.source, self.source_name, self.chain = source, source_name, chain
         self.size = size  # bytes it reads (file bytes, or its input block's), for the in-flight budget
+        self.task_idx, self.epoch = task_idx, epoch  # which task of its chain, in which pass (``task_context``)
 
     @property
     def stage(self) -> str:
@@ -310,6 +312,10 @@ class Job:
         return bool(self.chain) and not any(getattr(fn, "is_class", False) for _, fn in self.chain)
 
     def __call__(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float, int]]]:
+        with task_context.running(self.task_idx, self.epoch):
+            return self._run()
+
+    def _run(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float, int]]]:
         timings = []
         t = time.perf_counter()
         blocks = self.source()
@@ -364,15 +370,16 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
     op = node.op
     upstream: Iterator[pa.Table]
     if isinstance(op, Transform):  # a callable class on an actor pool: a stage of its own
-        upstream = _actor_stage(op, _stream(node.inputs[0], epoch, stats), stats)
+        upstream = _actor_stage(op, _stream(node.inputs[0], epoch, stats), stats, epoch)
     elif isinstance(op, Read):
-        yield from _run((Job(t.read, op.name, chain, t.size) for t in op.tasks), stats)
+        yield from _run((Job(t.read, op.name, chain, t.size, i, epoch) for i, t in enumerate(op.tasks)), stats)
         return
     elif isinstance(op, AllToAll):
         child = node.inputs[0]
         if op.reorders_reads is not None and isinstance(child.op, Read):  # streaming: reorder the reads only
             name = child.op.name
-            yield from _run((Job(t.read, name, chain, t.size) for t in op.reorders_reads(child.op.tasks, epoch)), stats)
+            tasks = op.reorders_reads(child.op.tasks, epoch)
+            yield from _run((Job(t.read, name, chain, t.size, i, epoch) for i, t in enumerate(tasks)), stats)
             return
         upstream = _timed(op.name, lambda: op.fn(list(_stream(child, epoch, stats)), epoch), stats)
     elif isinstance(op, Limit):
@@ -388,18 +395,22 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
     if not chain:
         yield from upstream
     else:
-        yield from _run((Job(functools.partial(_one, b), None, chain, blk.nbytes(b)) for b in upstream), stats)
+        yield from _run(_block_jobs(upstream, chain, epoch), stats)
 
 
-def _actor_stage(op: Transform, upstream: Iterator[pa.Table], stats: Stats) -> Iterator[pa.Table]:
+def _block_jobs(blocks: Iterator[pa.Table], chain: list[tuple[str, BlockFn]], epoch: int) -> Iterator[Job]:
+    """One job per block, applying ``chain`` to it (task ``i`` for the ``i``-th block)."""
+    return (Job(functools.partial(_one, b), None, chain, blk.nbytes(b), i, epoch) for i, b in enumerate(blocks))
+
+
+def _actor_stage(op: Transform, upstream: Iterator[pa.Table], stats: Stats, epoch: int) -> Iterator[pa.Table]:
     """``op``'s blocks from its actor pool, or from this process's threads when no pool can start now."""
     from muster.data.actor_pool import ActorPool
 
     assert isinstance(op.fn, MapBatches)
     pool = ActorPool.start(op.fn, op.name)
     if pool is None:
-        yield from _run((Job(functools.partial(_one, b), None, [(op.name, op.fn)], blk.nbytes(b)) for b in upstream),
-                        stats)
+        yield from _run(_block_jobs(upstream, [(op.name, op.fn)], epoch), stats)
         return
     try:
         yield from pool.map(upstream, stats, DataContext.get_current().preserve_order)
