@@ -91,7 +91,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "write_mongo": "iter_batches() with your database client",
         "write_bigquery": "iter_batches() with your database client",
         # Ray 2.60's other Dataset methods muster lacks
-        "explain": "print(ds) (the plan's operators, as Ray's repr) and ds.stats() after a run",
         "to_random_access_dataset": "materialize(), then to_pandas().set_index(key) for lookups by key",
         "to_mars": "to_pandas()",
         "to_daft": "to_arrow_refs() or to_pandas()",

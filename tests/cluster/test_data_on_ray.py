@@ -173,3 +173,13 @@ def test_random_and_monotonic_ids_are_rays_on_both_engines(engine):
     rows = sorted(ds.take_all(), key=lambda r: r["id"])
     assert [r["uid"] for r in rows] == [0, 1, 1 << 33, (1 << 33) + 1, 1 << 34, (1 << 34) + 1]
     assert [round(r["r"], 6) for r in rows] == [0.298268, 0.678487, 0.496519, 0.580350, 0.946806, 0.976884]
+
+
+def test_explain_prints_the_plan_of_the_engine_that_runs_it(engine, capsys):
+    md.range(6).map(lambda r: r).explain()
+    out = capsys.readouterr().out
+    if engine == "ray":  # Ray runs the plan: Ray's own explain
+        assert "MapRows[Map(<lambda>)]\n+- Read[ReadRange]" in out and "-------- Physical Plan (Optimized)" in out
+    else:
+        assert out.endswith("-------- Execution --------\nReadTasks[ReadRange->Map(<lambda>)] (1 task, the "
+                            "transforms fused into each)\n")

@@ -527,6 +527,16 @@ class Dataset(writers.FileWrites, Splits):
             return self._iterator.stats()
         return self._stats.summary() if self._stats is not None else "(not executed yet)"
 
+    def explain(self) -> None:
+        """Print the plan: its logical operators, then the stages that run them (which transforms fuse into
+        which tasks; see ``muster.data.explain``). On the Ray engine, Ray's ``explain`` of the same plan."""
+        if _ray_plan.on_ray_engine():
+            _ray_plan.to_ray(self).explain()
+            return
+        from muster.data.explain import explain_text
+
+        print(explain_text(self._node))
+
     def write_datasink(self, datasink: Any, *, ray_remote_args: dict[str, Any] | None = None,
                        concurrency: int | None = None) -> None:
         """To a custom ``Datasink``, ``concurrency`` writes at once (see ``datasource.datasink.write``)."""

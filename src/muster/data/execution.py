@@ -346,10 +346,6 @@ def _release_now_and_then(nbytes: int) -> None:
         pa.default_memory_pool().release_unused()
 
 
-def _on_actors(op: object) -> bool:
-    return isinstance(op, Transform) and isinstance(op.fn, MapBatches) and op.fn.uses_actors
-
-
 def _refuse_missing_gpus(chain: list[tuple[str, BlockFn]]) -> None:
     """A map of the chain asking for GPUs that do not exist fails now (Ray would wait forever)."""
     maps = [fn for _, fn in chain if isinstance(fn, MapBatches) and fn.num_gpus]
@@ -362,7 +358,7 @@ def _refuse_missing_gpus(chain: list[tuple[str, BlockFn]]) -> None:
 
 def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
     chain: list[tuple[str, BlockFn]] = []
-    while isinstance(node.op, Transform) and not _on_actors(node.op):
+    while isinstance(node.op, Transform) and not node.op.on_actors:
         chain.append((node.op.name, node.op.fn))
         node = node.inputs[0]
     chain.reverse()

@@ -83,6 +83,11 @@ class Transform:
     ray: RayEquivalent = field(default=None, compare=False)
     keeps_columns: bool = False  # its blocks have its input's columns (a filter), so a known schema stays known
 
+    @property
+    def on_actors(self) -> bool:
+        """A callable class with ``concurrency=``: it runs in an actor pool, a stage of its own."""
+        return isinstance(self.fn, MapBatches) and self.fn.uses_actors
+
 
 @dataclass(frozen=True)
 class AllToAll:
