@@ -102,7 +102,7 @@ class Dataset(writers.FileWrites, Splits):
         """``map``, ``flat_map`` or ``filter``: a function runs inline; a callable class as ``map_batches`` runs one."""
         if not callable(fn):
             raise InvalidTypeError(f"{kind}(fn={fn!r}): pass a function or a callable class.")
-        if isinstance(fn, type) or options.get("num_gpus"):  # a function given GPUs holds them as map_batches' does
+        if isinstance(fn, type) or options.get("num_gpus") or options.get("num_cpus"):  # held as map_batches' are
             return self.map_batches(fn, batch_size=None, fn_args=fn_args, fn_kwargs=fn_kwargs, _rows=kind, **options)
         for name in ("fn_constructor_args", "fn_constructor_kwargs"):
             if options.pop(name, None):

@@ -346,14 +346,14 @@ def _release_now_and_then(nbytes: int) -> None:
         pa.default_memory_pool().release_unused()
 
 
-def _refuse_missing_gpus(chain: list[tuple[str, BlockFn]]) -> None:
-    """A map of the chain asking for GPUs that do not exist fails now (Ray would wait forever)."""
-    maps = [fn for _, fn in chain if isinstance(fn, MapBatches) and fn.num_gpus]
+def _refuse_infeasible(chain: list[tuple[str, BlockFn]]) -> None:
+    """A map of the chain asking for more CPUs or GPUs than exist fails now (Ray would wait forever)."""
+    maps = [fn for _, fn in chain if isinstance(fn, MapBatches) and (fn.num_gpus or fn.num_cpus)]
     if maps:
-        from muster.data.actor_pool import ensure_gpus_exist
+        from muster.data.actor_pool import ensure_resources_exist
 
         for op in maps:
-            ensure_gpus_exist(op)
+            ensure_resources_exist(op)
 
 
 def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
@@ -362,7 +362,7 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
         chain.append((node.op.name, node.op.fn))
         node = node.inputs[0]
     chain.reverse()
-    _refuse_missing_gpus(chain)
+    _refuse_infeasible(chain)
     op = node.op
     upstream: Iterator[pa.Table]
     if isinstance(op, Transform):  # a callable class on an actor pool: a stage of its own
