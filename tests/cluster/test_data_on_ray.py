@@ -183,3 +183,14 @@ def test_explain_prints_the_plan_of_the_engine_that_runs_it(engine, capsys):
     else:
         assert out.endswith("-------- Execution --------\nReadTasks[ReadRange->Map(<lambda>)] (1 task, the "
                             "transforms fused into each)\n")
+
+
+def test_a_filter_after_read_parquet_gives_the_same_rows_on_both_engines(engine, tmp_path):
+    """Pushed into muster's scan; on Ray, replayed as Ray's read_parquet then filter (Ray pushes it itself)."""
+    import pyarrow.parquet as pq
+
+    from muster.data.expressions import col
+
+    pq.write_table(pa.table({"a": list(range(100)), "s": [str(i % 3) for i in range(100)]}), tmp_path / "x.parquet")
+    ds = md.read_parquet(str(tmp_path)).filter(expr=(col("a") > 90) & (col("s") == "1")).filter(expr="a < 98")
+    assert sorted(r["a"] for r in ds.take_all()) == [91, 94, 97]

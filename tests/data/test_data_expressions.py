@@ -182,6 +182,45 @@ def test_an_expression_filters_a_parquet_read(tmp_path):
     assert md.read_parquet(str(tmp_path), filter=(col("a") > 3).to_pyarrow()).take_all() == [{"a": 5}, {"a": 9}]
 
 
+def _rows_made(ds, op):
+    """The rows operator ``op`` made in ``ds``'s last run, from its stats (None when it did not run)."""
+    line = next((ln for ln in ds.stats().splitlines() if ln.strip().startswith(f"{op}:")), None)
+    return None if line is None else int(line.split(":", 1)[1].split(" rows")[0].replace(",", ""))
+
+
+def test_a_filter_right_after_read_parquet_is_pushed_into_the_scan(tmp_path, capsys):
+    """Ray's optimizer pushes a filter's predicate into its Parquet read; so does muster now: the read makes only
+    the matching rows (before: every row, then a Filter operator dropped most), and the rows are the same."""
+    for part in range(2):
+        table = pa.table({"a": list(range(part * 500, part * 500 + 500)), "s": [str(i % 7) for i in range(500)]})
+        pq.write_table(table, tmp_path / f"p{part}.parquet", row_group_size=50)
+    path = str(tmp_path)
+    for expr in [col("a") > 950, (col("a") < 20) & col("s").is_in(["3", "5"]), "a >= 990 and s != '1'",
+                 pc.field("a") == 7]:
+        pushed = md.read_parquet(path).filter(expr=expr)
+        unpushed = md.read_parquet(path).map_batches(lambda b: b).filter(expr=expr)
+        rows = pushed.take_all()
+        assert rows == unpushed.take_all() and rows, expr
+        assert _rows_made(pushed, "ReadParquet") == len(rows) and "Filter" not in pushed.stats(), pushed.stats()
+        assert _rows_made(unpushed, "ReadParquet") == 1000
+    twice = md.read_parquet(path, filter=pc.field("a") < 100).filter(expr=col("a") > 90).filter(expr="s == '2'")
+    assert twice.take_all() == [{"a": 93, "s": "2"}] and _rows_made(twice, "ReadParquet") == 1
+    (name, _, _), (then, _, kwargs), (last, _, _) = twice._node.op.ray.steps  # on Ray: Ray's read, Ray's filters
+    assert (name, then, last) == ("read_parquet", "filter", "filter") and kwargs["expr"].structurally_equals(
+        col("a") > 90)
+    twice.explain()
+    assert ("Read[ReadParquet] (its scan filtered by Filter(col('a') > 90) & Filter(col('s') == '2'))"
+            in capsys.readouterr().out)
+    # what cannot be pushed stays a Filter operator, with its own results and errors
+    kept = md.read_parquet(path).filter(expr=add_one(col("a")) > 998)
+    assert kept.take_all() == [{"a": 998, "s": str(498 % 7)}, {"a": 999, "s": str(499 % 7)}]
+    assert _rows_made(kept, "ReadParquet") == 1000
+    with pytest.raises(DataTypeError, match=r"no column 'a'.*columns are \['s'\]"):
+        md.read_parquet(path, columns=["s"]).filter(expr=col("a") > 5).take_all()
+    with_paths = md.read_parquet(path, include_paths=True).filter(expr=col("path").str.ends_with("p1.parquet"))
+    assert len(with_paths.take_all()) == 500
+
+
 def test_bad_expressions_name_the_fix():
     ds = md.range(3)
     with pytest.raises(InvalidTypeError, match="Arrow-backed"):

@@ -180,12 +180,13 @@ class Dataset(writers.FileWrites, Splits):
         """Keep the rows for which ``fn(row)`` is true, or ``expr`` holds: Ray's string expression
         (``"x > 5 and label == 'a'"``, see ``muster.data.expr``), an expression of ``muster.data.expressions``
         (``col("x") > 5``) or a pyarrow compute expression; ``fn`` may be a callable class."""
-        if isinstance(expr, str):
-            text, parsed = expr, expr_parser.parse(expr)
-            return self._then(Transform(f"Filter({projection.text(parsed)})", lambda b: [b.filter(parsed)],
-                                        RayCall.of("filter", expr=text), keeps_columns=True))
-        if expr is not None:
-            return self._then(projection.filter_op(expr))
+        if expr is not None:  # right after read_parquet, pushed into its scan
+            parsed = expr_parser.parse(expr) if isinstance(expr, str) else expr
+            op = Transform(f"Filter({projection.text(parsed)})", lambda b: [b.filter(parsed)],
+                           RayCall.of("filter", expr=expr), keeps_columns=True) if isinstance(expr, str) \
+                else projection.filter_op(expr)
+            pushed = projection.pushed_filter(self._node, op, parsed)
+            return Dataset(pushed, self._dataset_name) if pushed is not None else self._then(op)
         if fn is None:
             raise InvalidTypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
         return self._rows("filter", "Filter", plan.filter_rows, fn, fn_args, fn_kwargs, options)

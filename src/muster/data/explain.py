@@ -1,7 +1,8 @@
 """``Dataset.explain()``: muster's own plan for a dataset, in two parts, without running any of it.
 
 * **Logical Plan**: the operators as the dataset's methods recorded them, last first, each input one level
-  in under ``+-`` (``Transform[MapBatches(f)]``, ``AllToAll[RandomShuffle]``, ``Read[ReadParquet]``...).
+  in under ``+-`` (``Transform[MapBatches(f)]``, ``AllToAll[RandomShuffle]``, ``Read[ReadParquet]``...; a
+  filter taken into a read's scan is named on the read).
 * **Execution**: the stages ``execution`` runs for it, walked as it walks the plan: the transforms after a
   read fused into each read task (``ReadTasks[ReadRange->MapBatches(f)] (3 tasks)``), those after an
   all-to-all operator, a limit or a union in one task per block, a callable class with ``concurrency=`` in
@@ -32,8 +33,13 @@ def _line(depth: int, text: str) -> str:
     return text if depth == 0 else f"{_INDENT * (depth - 1)}+- {text}"
 
 
+def _scan_filters(read: Read) -> str:
+    return f", its scan filtered by {' & '.join(read.filters)}" if read.filters else ""
+
+
 def _tree(node: Node, depth: int, lines: list[str]) -> None:
-    lines.append(_line(depth, f"{type(node.op).__name__}[{node.op.name}]"))
+    pushed = _scan_filters(node.op)[2:] if isinstance(node.op, Read) else ""
+    lines.append(_line(depth, f"{type(node.op).__name__}[{node.op.name}]" + (f" ({pushed})" if pushed else "")))
     for child in node.inputs:
         _tree(child, depth + 1, lines)
 
@@ -53,7 +59,8 @@ def _stage(node: Node, depth: int, lines: list[str]) -> None:
         order = f", in the order {op.name} draws each pass" if isinstance(op, AllToAll) else ""
         fused = ", the transforms fused into each" if chain else ""
         tasks = f"{len(read.tasks)} task{'' if len(read.tasks) == 1 else 's'}"
-        lines.append(_line(depth, f"ReadTasks[{'->'.join([read.name, *chain])}] ({tasks}{fused}{order})"))
+        lines.append(_line(depth, f"ReadTasks[{'->'.join([read.name, *chain])}] ({tasks}{_scan_filters(read)}"
+                                  f"{fused}{order})"))
         return
     if chain:
         lines.append(_line(depth, f"BlockTasks[{'->'.join(chain)}] (one task per input block)"))
