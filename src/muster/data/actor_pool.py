@@ -58,8 +58,13 @@ class UdfActor:
         self._op: MapBatches | None = None
         self._inst: Any = None
 
-    def setup(self, op: MapBatches) -> int:
-        """Build the user's class (its constructor runs here, once); return this process's pid."""
+    def setup(self, op: MapBatches, context: Any = None) -> int:
+        """Build the user's class (its constructor runs here, once); return this process's pid. ``context``:
+        the consumer's ``DataContext``, under which its blocks are converted (``batch_format`` settings)."""
+        from muster.data.execution import DataContext
+
+        if context is not None:  # the process's own: an actor serves one pool
+            DataContext._current = context
         self._op, self._inst = op, op.build()
         return os.getpid()
 
@@ -191,8 +196,11 @@ class ActorPool:
             actors = self.runtime.create_gang(n, UdfActor, self.request, timeout_s=_START_WAIT_S)
         except GetTimeoutError:
             return []
+        from muster.data.execution import DataContext
+
         try:
-            pids = [int(f.result()) for f in [a.call("setup", self.op) for a in actors]]
+            ctx = DataContext.get_current()
+            pids = [int(f.result()) for f in [a.call("setup", self.op, ctx) for a in actors]]
         except TaskError as exc:  # the constructor raised: its own error, as if it had run here
             self._kill(actors)
             raise exc.cause if exc.cause is not None else exc from None

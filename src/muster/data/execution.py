@@ -63,6 +63,11 @@ class DataContext:
             (see ``progress``).
         progress_every_s: how often the live view refreshes (plain lines: one per this period,
             the first only once a pass has run this long).
+        enable_arrow_backed_pandas_conversion: True: pandas batches (and ``to_pandas``) hold Arrow-backed
+            columns (``pd.ArrowDtype``: ``string[pyarrow]``, ``int64[pyarrow]`` keeping its nulls as ``<NA>``,
+            ``list<item: int64>[pyarrow]``), exactly as Ray 2.56+ converts by default. False (muster's default):
+            numpy dtypes (nulls as NaN/None, lists as object arrays of ndarrays), Ray's older conversion, under
+            which numpy-only operations such as ``df["id"] % 2`` work (Arrow-backed columns raise on them).
     """
 
     max_threads: int = field(default_factory=lambda: max(2, min(8, os.cpu_count() or 2)))
@@ -73,6 +78,7 @@ class DataContext:
     preserve_order: bool = True
     enable_progress_bars: bool = True
     progress_every_s: float = 5.0
+    enable_arrow_backed_pandas_conversion: bool = False
     _kv_configs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -209,7 +215,7 @@ RAY_ONLY_SETTINGS = frozenset({
     "issue_detectors_config", "custom_execution_callback_classes", "execution_callback_classes",
     # and how it converts and checks blocks (here: Arrow tables, muster's tensor types)
     "arrow_fixed_shape_tensor_format", "use_arrow_tensor_v2", "enable_fallback_to_arrow_object_ext_type",
-    "enforce_schemas", "pandas_block_ignore_metadata", "enable_arrow_backed_pandas_conversion",
+    "enforce_schemas", "pandas_block_ignore_metadata",
     "batch_to_block_arrow_format",
 })
 
@@ -277,6 +283,7 @@ class Job:
         self.source, self.source_name, self.chain = source, source_name, chain
         self.size = size  # bytes it reads (file bytes, or its input block's), for the in-flight budget
         self.task_idx, self.epoch = task_idx, epoch  # which task of its chain, in which pass (``task_context``)
+        self.context: DataContext | None = None  # the consumer's settings, in whichever process runs it
 
     @property
     def stage(self) -> str:
@@ -312,8 +319,13 @@ class Job:
         return bool(self.chain) and not any(getattr(fn, "is_class", False) for _, fn in self.chain)
 
     def __call__(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float, int]]]:
-        with task_context.running(self.task_idx, self.epoch):
-            return self._run()
+        token = _scoped.set(self.context) if self.context is not None else None
+        try:
+            with task_context.running(self.task_idx, self.epoch):
+                return self._run()
+        finally:
+            if token is not None:
+                _scoped.reset(token)
 
     def _run(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float, int]]]:
         timings = []
@@ -481,6 +493,7 @@ def _run(jobs: Iterator[Job], stats: Stats) -> Iterator[pa.Table]:
                 if job is None:
                     exhausted = True
                     break
+                job.context = ctx
                 limit = job.limit(ctx.max_threads)
                 if limit is not None and sum(1 for _, f, _ in pending if not f.done()) >= limit:
                     waiting = job  # concurrency= / num_cpus= of a map in its chain
