@@ -91,7 +91,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "write_mongo": "iter_batches() with your database client",
         "write_bigquery": "iter_batches() with your database client",
         # Ray 2.60's other Dataset methods muster lacks
-        "explain": "print(ds) (the plan's operators, as Ray's repr) and ds.stats() after a run",
         "to_random_access_dataset": "materialize(), then to_pandas().set_index(key) for lookups by key",
         "to_mars": "to_pandas()",
         "to_daft": "to_arrow_refs() or to_pandas()",
@@ -132,12 +131,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "_internal": "public names: a read yields pyarrow Tables or pandas DataFrames "
         "(pyarrow.Table.from_pylist(rows), not DelegatingBlockBuilder); test a null with "
         "`value is None or value != value` (not _internal.util.is_null); muster.data.block.BlockAccessor",
-    },
-    "muster.data.expressions": {
-        "random": "a udf drawing from numpy: @udf(return_dtype=DataType.float64()) def rand(x): return "
-                  "numpy.random.default_rng().random(len(x)); or map_batches with a seeded generator",
-        "monotonically_increasing_id": "uuid() for a unique id per row, or add_column with a counter "
-                                       "over batches",
     },
     "muster.data.datasource": {
         "Partitioning": "read_parquet(partitioning='hive') (the default) or a pyarrow.dataset.partitioning(...)",

@@ -162,3 +162,35 @@ def test_set_name_is_kept_and_on_ray_names_rays_dataset(engine):
 
         tags = ray.get(get_or_create_stats_actor().get_datasets.remote())
         assert any(t.startswith("squares_") for t in tags), list(tags)
+
+
+def test_random_and_monotonic_ids_are_rays_on_both_engines(engine):
+    """Ray 2.60's values for a seeded random() and the ids over three one-block read tasks (run under ray.data)."""
+    from muster.data.expressions import monotonically_increasing_id, random
+
+    ds = md.range(6, override_num_blocks=3).with_columns({"uid": monotonically_increasing_id(),
+                                                          "r": random(seed=1, reseed_after_execution=False)})
+    rows = sorted(ds.take_all(), key=lambda r: r["id"])
+    assert [r["uid"] for r in rows] == [0, 1, 1 << 33, (1 << 33) + 1, 1 << 34, (1 << 34) + 1]
+    assert [round(r["r"], 6) for r in rows] == [0.298268, 0.678487, 0.496519, 0.580350, 0.946806, 0.976884]
+
+
+def test_explain_prints_the_plan_of_the_engine_that_runs_it(engine, capsys):
+    md.range(6).map(lambda r: r).explain()
+    out = capsys.readouterr().out
+    if engine == "ray":  # Ray runs the plan: Ray's own explain
+        assert "MapRows[Map(<lambda>)]\n+- Read[ReadRange]" in out and "-------- Physical Plan (Optimized)" in out
+    else:
+        assert out.endswith("-------- Execution --------\nReadTasks[ReadRange->Map(<lambda>)] (1 task, the "
+                            "transforms fused into each)\n")
+
+
+def test_a_filter_after_read_parquet_gives_the_same_rows_on_both_engines(engine, tmp_path):
+    """Pushed into muster's scan; on Ray, replayed as Ray's read_parquet then filter (Ray pushes it itself)."""
+    import pyarrow.parquet as pq
+
+    from muster.data.expressions import col
+
+    pq.write_table(pa.table({"a": list(range(100)), "s": [str(i % 3) for i in range(100)]}), tmp_path / "x.parquet")
+    ds = md.read_parquet(str(tmp_path)).filter(expr=(col("a") > 90) & (col("s") == "1")).filter(expr="a < 98")
+    assert sorted(r["a"] for r in ds.take_all()) == [91, 94, 97]

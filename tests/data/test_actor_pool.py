@@ -83,10 +83,39 @@ def test_more_cpus_than_the_machine_fails_at_once_naming_both():
         md.range(10).map_batches(Tagger, fn_constructor_args=(0,), concurrency=1, num_cpus=64).take_all()
     msg = str(info.value)
     assert "map_batches(Tagger, concurrency=1, num_cpus=64)" in msg and f"CPU={int(total)}" in msg
+    assert f"pass num_cpus= of at most {int(total)}" in msg, msg
 
 
 def double(batch):
     return {"id": batch["id"] * 2}
+
+
+def _each_fails_at_once(cases):
+    """(name, message) of each case's ResourcesUnavailableError, each raised within seconds of running it."""
+    for named, make in cases.items():
+        t = time.monotonic()
+        with pytest.raises(ResourcesUnavailableError) as info:
+            make().take_all()
+        assert time.monotonic() - t < 30
+        yield named, str(info.value)
+
+
+def test_a_function_asking_for_more_cpus_than_exist_fails_at_once_naming_the_fix():
+    """A function (or a class without a pool) given num_cpus= above the engine's CPUs ran anyway; Ray waits for
+    them forever. Each fails now, naming the value, the CPUs there are and the fix; as many as exist run."""
+    total = int(api.get_runtime().resources()["CPU"])
+    asked = total * 16
+    cases = {
+        f"map_batches(double, num_cpus={asked})": lambda: md.range(4).map_batches(double, num_cpus=asked),
+        f"map(<lambda>, num_cpus={asked})": lambda: md.range(4).map(lambda r: r, num_cpus=asked),
+        f"filter(<lambda>, num_cpus={asked})": lambda: md.range(4).filter(lambda r: True, num_cpus=asked),
+        f"map_batches(Tagger, num_cpus={asked})": lambda: md.range(4).map_batches(Tagger, fn_constructor_args=(0,),
+                                                                                 num_cpus=asked),
+    }
+    for named, msg in _each_fails_at_once(cases):
+        assert named in msg and f"CPU={asked}" in msg and f"CPU={total} in total" in msg, msg
+        assert f"pass num_cpus= of at most {total}" in msg and "muster.init(num_cpus=N)" in msg, msg
+    assert md.range(4).map_batches(double, num_cpus=total).take_all() == [{"id": 2 * i} for i in range(4)]
 
 
 def test_a_function_asking_for_gpus_the_machine_lacks_fails_at_once_naming_the_fix():
@@ -104,12 +133,7 @@ def test_a_function_asking_for_gpus_the_machine_lacks_fails_at_once_naming_the_f
         f"map_batches(Tagger, concurrency=1, num_gpus={asked})": lambda: md.range(4).map_batches(
             Tagger, fn_constructor_args=(0,), concurrency=1, num_gpus=asked),
     }
-    for named, make in cases.items():
-        t = time.monotonic()
-        with pytest.raises(ResourcesUnavailableError) as info:
-            make().take_all()
-        assert time.monotonic() - t < 30
-        msg = str(info.value)
+    for named, msg in _each_fails_at_once(cases):
         assert named in msg and f"GPU={asked}" in msg and f"GPU={gpus}" in msg, msg
         if gpus == 0:
             assert "drop num_gpus= (or pass num_gpus=0) to run it on the CPU" in msg, msg

@@ -182,6 +182,45 @@ def test_an_expression_filters_a_parquet_read(tmp_path):
     assert md.read_parquet(str(tmp_path), filter=(col("a") > 3).to_pyarrow()).take_all() == [{"a": 5}, {"a": 9}]
 
 
+def _rows_made(ds, op):
+    """The rows operator ``op`` made in ``ds``'s last run, from its stats (None when it did not run)."""
+    line = next((ln for ln in ds.stats().splitlines() if ln.strip().startswith(f"{op}:")), None)
+    return None if line is None else int(line.split(":", 1)[1].split(" rows")[0].replace(",", ""))
+
+
+def test_a_filter_right_after_read_parquet_is_pushed_into_the_scan(tmp_path, capsys):
+    """Ray's optimizer pushes a filter's predicate into its Parquet read; so does muster now: the read makes only
+    the matching rows (before: every row, then a Filter operator dropped most), and the rows are the same."""
+    for part in range(2):
+        table = pa.table({"a": list(range(part * 500, part * 500 + 500)), "s": [str(i % 7) for i in range(500)]})
+        pq.write_table(table, tmp_path / f"p{part}.parquet", row_group_size=50)
+    path = str(tmp_path)
+    for expr in [col("a") > 950, (col("a") < 20) & col("s").is_in(["3", "5"]), "a >= 990 and s != '1'",
+                 pc.field("a") == 7]:
+        pushed = md.read_parquet(path).filter(expr=expr)
+        unpushed = md.read_parquet(path).map_batches(lambda b: b).filter(expr=expr)
+        rows = pushed.take_all()
+        assert rows == unpushed.take_all() and rows, expr
+        assert _rows_made(pushed, "ReadParquet") == len(rows) and "Filter" not in pushed.stats(), pushed.stats()
+        assert _rows_made(unpushed, "ReadParquet") == 1000
+    twice = md.read_parquet(path, filter=pc.field("a") < 100).filter(expr=col("a") > 90).filter(expr="s == '2'")
+    assert twice.take_all() == [{"a": 93, "s": "2"}] and _rows_made(twice, "ReadParquet") == 1
+    (name, _, _), (then, _, kwargs), (last, _, _) = twice._node.op.ray.steps  # on Ray: Ray's read, Ray's filters
+    assert (name, then, last) == ("read_parquet", "filter", "filter") and kwargs["expr"].structurally_equals(
+        col("a") > 90)
+    twice.explain()
+    assert ("Read[ReadParquet] (its scan filtered by Filter(col('a') > 90) & Filter(col('s') == '2'))"
+            in capsys.readouterr().out)
+    # what cannot be pushed stays a Filter operator, with its own results and errors
+    kept = md.read_parquet(path).filter(expr=add_one(col("a")) > 998)
+    assert kept.take_all() == [{"a": 998, "s": str(498 % 7)}, {"a": 999, "s": str(499 % 7)}]
+    assert _rows_made(kept, "ReadParquet") == 1000
+    with pytest.raises(DataTypeError, match=r"no column 'a'.*columns are \['s'\]"):
+        md.read_parquet(path, columns=["s"]).filter(expr=col("a") > 5).take_all()
+    with_paths = md.read_parquet(path, include_paths=True).filter(expr=col("path").str.ends_with("p1.parquet"))
+    assert len(with_paths.take_all()) == 500
+
+
 def test_bad_expressions_name_the_fix():
     ds = md.range(3)
     with pytest.raises(InvalidTypeError, match="Arrow-backed"):
@@ -223,3 +262,52 @@ def test_the_same_expressions_under_rays_evaluator():
         ours, theirs = values(expr, block), eval_expr(to_ray(expr), block)
         theirs = theirs if isinstance(theirs, (pa.Array, pa.ChunkedArray)) else pa.repeat(pa.scalar(theirs), 3)
         assert ours.to_pylist() == theirs.to_pylist(), repr(expr)
+
+
+#: What Ray 2.60 gave for range(6, override_num_blocks=3).with_column("r", random(seed=1)): its first execution,
+#: then its second (reseed_after_execution=True); the ids of monotonically_increasing_id() over the same
+_RAY_RANDOM_SEED_1 = [0.29826765772746533, 0.6784871576369467, 0.49651871913848644, 0.5803502342122172,
+                      0.9468061042758376, 0.9768835168057705]
+_RAY_RANDOM_SEED_1_SECOND = [0.7458762556705532, 0.14428108014215002]
+_RAY_IDS = [0, 1, 1 << 33, (1 << 33) + 1, 1 << 34, (1 << 34) + 1]
+
+
+def test_random_gives_rays_values_per_seed_task_and_pass():
+    from muster.data.expressions import random
+
+    ds = md.range(6, override_num_blocks=3).with_column("r", random(seed=1))
+    assert [r["r"] for r in ds.take_all()] == _RAY_RANDOM_SEED_1
+    it = ds.iterator()  # each pass is an execution: its own values, the first pass's the same every run
+    first, second = ([b["r"].tolist() for b in it.iter_batches(batch_size=None)] for _ in range(2))
+    assert sum(first, []) == _RAY_RANDOM_SEED_1 and second[0] == _RAY_RANDOM_SEED_1_SECOND
+    fixed = md.range(6, override_num_blocks=3).with_column("r", random(seed=1, reseed_after_execution=False))
+    it = fixed.iterator()
+    assert [list(b["r"]) for b in it.iter_batches()] == [list(b["r"]) for b in it.iter_batches()]
+    unseeded = [r["r"] for r in md.range(50).with_column("r", random()).take_all()]
+    assert all(0 <= v < 1 for v in unseeded) and len(set(unseeded)) == 50
+    assert unseeded != [r["r"] for r in md.range(50).with_column("r", random()).take_all()]
+    assert repr(random()) == "RANDOM()" and repr(random(seed=3)) == "RANDOM(seed=3, reseed_after_execution=True)"
+    assert random(seed=3).structurally_equals(random(seed=3)) and not random(seed=3).structurally_equals(random())
+    with pytest.raises(InvalidTypeError, match=r"random\(seed='1'\): pass an integer"):
+        random(seed="1")
+
+
+def test_monotonically_increasing_id_is_unique_and_increasing_within_each_task():
+    from muster.data.expressions import monotonically_increasing_id
+
+    ids = md.range(6, override_num_blocks=3).with_column("uid", monotonically_increasing_id())
+    assert [r["uid"] for r in ids.take_all()] == _RAY_IDS
+    # one task's blocks (a map making one block per row) get consecutive ids; two id columns count apart
+    split = md.range(4, override_num_blocks=2).map_batches(lambda b: b, batch_size=1)
+    rows = split.with_columns({"a": monotonically_increasing_id(), "b": monotonically_increasing_id()}).take_all()
+    assert [r["a"] for r in rows] == [r["b"] for r in rows] == [0, 1, 1 << 33, (1 << 33) + 1]
+    # after an all-to-all operator every block is a task of its own: still unique, increasing in order
+    shuffled = [r["uid"] for r in md.range(300).random_shuffle(seed=2).repartition(7)
+                .with_column("uid", monotonically_increasing_id()).take_all()]
+    assert len(set(shuffled)) == 300 and shuffled == sorted(shuffled)
+    grouped = md.range(10).groupby("id").with_column("uid", monotonically_increasing_id()).take_all()
+    assert len({r["uid"] for r in grouped}) == 10
+    assert repr(monotonically_increasing_id()) == "MONOTONICALLY_INCREASING_ID()"
+    assert not monotonically_increasing_id().structurally_equals(monotonically_increasing_id())
+    with pytest.raises(InvalidTypeError, match="no pyarrow.compute.Expression"):
+        monotonically_increasing_id().to_pyarrow()

@@ -102,3 +102,14 @@ def test_expressions_replay_on_ray_as_rays_own():
     steps = md.range(4).groupby("id").with_column("z", col("id") + 1)._node.op.ray.steps
     assert [s[0] for s in steps] == ["groupby", "with_column"] and steps[1][1][0] == "z"
     assert to_ray(steps[1][1][1]).structurally_equals(rx.col("id") + 1)
+
+
+def test_random_and_monotonic_ids_replay_on_ray_as_rays_own():
+    rx = pytest.importorskip("ray.data.expressions")
+    from muster.data._ray_exprs import to_ray
+    from muster.data.expressions import monotonically_increasing_id, random
+
+    assert to_ray(random(seed=3, reseed_after_execution=False)).structurally_equals(
+        rx.random(seed=3, reseed_after_execution=False))
+    assert not to_ray(random(seed=3)).structurally_equals(rx.random(seed=4))
+    assert isinstance(to_ray(monotonically_increasing_id()), rx.MonotonicallyIncreasingIdExpr)

@@ -46,7 +46,6 @@ def test_removed_module_names_and_iterator_arguments_name_their_replacement():
 
 
 @pytest.mark.parametrize("name, fix", [
-    ("explain", r"print\(ds\)"),
     ("to_random_access_dataset", r"set_index\(key\)"),
     ("write_lance", r"write_parquet\(\)"),
     ("write_kafka", "Kafka producer"),

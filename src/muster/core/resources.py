@@ -65,12 +65,16 @@ def fmt(resources: Mapping[str, float]) -> str:
     return ", ".join(parts)
 
 
+_CPU_FIX = ("lower num_workers or resources_per_worker={'CPU': ...} (num_cpus= for tasks), or tell muster "
+            "to oversubscribe with muster.init(num_cpus=N)")
+
+
 def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str, float], what: str = "",
-                    no_gpu_fix: str = "set ScalingConfig(use_gpu=False) / num_gpus=0") -> None:
+                    no_gpu_fix: str = "set ScalingConfig(use_gpu=False) / num_gpus=0", cpu_fix: str = _CPU_FIX) -> None:
     """Raise ``ResourcesUnavailableError`` at once if ``count`` x ``request`` can never fit in ``total``.
 
     The message names what was asked, what exists, and how to fix it (``no_gpu_fix``: the caller's own words
-    for asking for no GPU, on a machine that has none).
+    for asking for no GPU, on a machine that has none; ``cpu_fix``: for asking for fewer CPUs).
     """
     from muster.exceptions import ResourcesUnavailableError
 
@@ -90,10 +94,7 @@ def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str
     elif "GPU" in missing:
         hints.append(f"ask for at most {_n(total.get('GPU', 0))} GPUs in all (num_gpus= / num_workers)")
     if "CPU" in missing:
-        hints.append(
-            "lower num_workers or resources_per_worker={'CPU': ...} (num_cpus= for tasks), or tell muster "
-            "to oversubscribe with muster.init(num_cpus=N)"
-        )
+        hints.append(cpu_fix)
     other = [k for k in missing if k not in ("CPU", "GPU")]
     if other:
         hints.append(f"declare {', '.join(other)} with muster.init(resources={{...}})")

@@ -125,11 +125,14 @@ def read_parquet(paths: str | list[str], *, columns: list[str] | None = None, fi
         ray_args["partitioning"] = partitioning
     if tensor_column_schema is not None:
         ray_args["tensor_column_schema"] = tensor_column_schema
-    return _read("ReadParquet", _src.parquet_tasks(paths, columns=columns, filter=filter, filesystem=filesystem,
-                                                   partitioning=partitioning,
-                                                   options=_file_options(include_paths, ray_only),
-                                                   tensor_column_schema=tensor_column_schema),
-                 RayCall.of("read_parquet", paths, **ray_args))
+
+    def tasks(scan_filter: Any) -> tuple:
+        return _src.parquet_tasks(paths, columns=columns, filter=scan_filter, filesystem=filesystem,
+                                  partitioning=partitioning, options=_file_options(include_paths, ray_only),
+                                  tensor_column_schema=tensor_column_schema)
+
+    read = Read("ReadParquet", tasks(filter), RayCall.of("read_parquet", paths, **ray_args))
+    return Dataset(Node(_src.filter_pushdown(read, tasks, filter, ("path",) if include_paths else ())))
 
 
 def _paths(include_paths: bool) -> dict[str, Any]:

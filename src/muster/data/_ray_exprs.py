@@ -7,7 +7,8 @@ from typing import Any
 
 from muster.data import expressions as mx
 from muster.data.datatype import DataType
-from muster.data.expressions import DownloadExpr, StarExpr, UnnestExpr, UUIDExpr
+from muster.data.expressions import (DownloadExpr, MonotonicallyIncreasingIdExpr, RandomExpr, StarExpr, UnnestExpr,
+                                     UUIDExpr)
 
 
 def ray_dtype(dtype: DataType) -> Any:
@@ -45,4 +46,8 @@ def to_ray(expr: Any) -> Any:
         return rx.uuid()
     if isinstance(expr, StarExpr):
         return rx.star()
+    if isinstance(expr, RandomExpr):
+        return rx.random(seed=expr.seed, reseed_after_execution=expr.reseed_after_execution)
+    if isinstance(expr, MonotonicallyIncreasingIdExpr):
+        return rx.monotonically_increasing_id()
     raise NotImplementedError(type(expr).__name__)

@@ -58,8 +58,13 @@ class UdfActor:
         self._op: MapBatches | None = None
         self._inst: Any = None
 
-    def setup(self, op: MapBatches) -> int:
-        """Build the user's class (its constructor runs here, once); return this process's pid."""
+    def setup(self, op: MapBatches, context: Any = None) -> int:
+        """Build the user's class (its constructor runs here, once); return this process's pid. ``context``:
+        the consumer's ``DataContext``, under which its blocks are converted (``batch_format`` settings)."""
+        from muster.data.execution import DataContext
+
+        if context is not None:  # the process's own: an actor serves one pool
+            DataContext._current = context
         self._op, self._inst = op, op.build()
         return os.getpid()
 
@@ -94,21 +99,24 @@ _NO_GPU_FIX = ("drop num_gpus= (or pass num_gpus=0) to run it on the CPU, or run
 def ensure_feasible(op: MapBatches, request: dict[str, float], total: dict[str, float]) -> None:
     """Raise ``ResourcesUnavailableError`` at once if one ``request`` of ``op`` can never fit in ``total``
     (Ray would wait for it forever); the message names the op, what was asked, what exists and the fix."""
-    res.ensure_feasible(request, 1, total, what=describe(op), no_gpu_fix=_NO_GPU_FIX)
+    cpu_fix = (f"pass num_cpus= of at most {total.get('CPU', 0):g} (what each of its tasks or actors holds), or "
+               "tell muster to count more CPUs with muster.init(num_cpus=N)")
+    res.ensure_feasible(request, 1, total, what=describe(op), no_gpu_fix=_NO_GPU_FIX, cpu_fix=cpu_fix)
 
 
-def ensure_gpus_exist(op: MapBatches) -> None:
+def ensure_resources_exist(op: MapBatches) -> None:
     """A map run as tasks or in threads (a function, or a class without ``concurrency=``) that asks for
-    ``num_gpus`` more than muster's engine (or, before it starts, this machine) has fails at once, as a pool
-    does; in a training worker it runs in the worker's threads, as a pool's class does."""
+    ``num_cpus`` or ``num_gpus`` more than muster's engine (or, before it starts, this machine) has fails at
+    once, as a pool does; in a training worker it runs in the worker's threads, as a pool's class does."""
     from muster.core import api, context
     from muster.core.local.slots import detect_total
 
-    if not op.num_gpus or context.in_worker():
+    request = {k: float(v) for k, v in (("CPU", op.num_cpus), ("GPU", op.num_gpus)) if v}
+    if not request or context.in_worker():
         return
     runtime = api.running()
     total = runtime.resources() if runtime is not None else detect_total(None, None, None)
-    ensure_feasible(op, {"GPU": float(op.num_gpus)}, total)
+    ensure_feasible(op, request, total)
 
 
 def request_of(op: MapBatches) -> dict[str, float]:
@@ -188,8 +196,11 @@ class ActorPool:
             actors = self.runtime.create_gang(n, UdfActor, self.request, timeout_s=_START_WAIT_S)
         except GetTimeoutError:
             return []
+        from muster.data.execution import DataContext
+
         try:
-            pids = [int(f.result()) for f in [a.call("setup", self.op) for a in actors]]
+            ctx = DataContext.get_current()
+            pids = [int(f.result()) for f in [a.call("setup", self.op, ctx) for a in actors]]
         except TaskError as exc:  # the constructor raised: its own error, as if it had run here
             self._kill(actors)
             raise exc.cause if exc.cause is not None else exc from None

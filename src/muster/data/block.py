@@ -224,16 +224,33 @@ def _tensor_columns(block: pa.Table) -> list[str]:
     return [n for n in block.column_names if isinstance(block.schema.field(n).type, _TENSOR_TYPES)]
 
 
-def to_pandas(block: pa.Table) -> Any:
-    """A block as a DataFrame; a tensor column holds one ndarray of the column's shape per row (as in
-    Ray), where Arrow's own conversion would give each row its values flattened."""
+def _arrow_backed(dtype: pa.DataType) -> Any:
+    """The pandas dtype of an Arrow-backed column for ``dtype``: Arrow's own types are kept (``pd.ArrowDtype``);
+    a dictionary stays pandas' ``category``, a null-typed or extension column pandas' default (as Ray's)."""
     import pandas as pd
 
+    if isinstance(dtype, pa.BaseExtensionType) or pa.types.is_dictionary(dtype) or pa.types.is_null(dtype):
+        return None
+    return pd.ArrowDtype(dtype)
+
+
+def to_pandas(block: pa.Table) -> Any:
+    """A block as a DataFrame, as Ray 2.60 converts one: Arrow-backed columns (``string[pyarrow]``,
+    ``int64[pyarrow]`` with ``<NA>`` for nulls, ``list<item: int64>[pyarrow]``) unless
+    ``DataContext.enable_arrow_backed_pandas_conversion`` is off (then numpy dtypes); a tensor column holds
+    one ndarray of the column's shape per row (as in Ray), where Arrow's own conversion would give each row
+    its values flattened."""
+    import pandas as pd
+
+    from muster.data.execution import DataContext
+
+    mapper = _arrow_backed if DataContext.get_current().enable_arrow_backed_pandas_conversion else None
     tensors = _tensor_columns(block)
     if not tensors:
-        return block.to_pandas()
+        return block.to_pandas(types_mapper=mapper)
     plain = block.drop_columns(tensors)
-    df = plain.to_pandas() if plain.num_columns else pd.DataFrame(index=pd.RangeIndex(block.num_rows))
+    df = (plain.to_pandas(types_mapper=mapper) if plain.num_columns
+          else pd.DataFrame(index=pd.RangeIndex(block.num_rows)))
     for name in tensors:
         stacked = column_to_numpy(block.column(name))
         cells = np.empty(len(stacked), dtype=object)

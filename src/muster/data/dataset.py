@@ -102,7 +102,7 @@ class Dataset(writers.FileWrites, Splits):
         """``map``, ``flat_map`` or ``filter``: a function runs inline; a callable class as ``map_batches`` runs one."""
         if not callable(fn):
             raise InvalidTypeError(f"{kind}(fn={fn!r}): pass a function or a callable class.")
-        if isinstance(fn, type) or options.get("num_gpus"):  # a function given GPUs holds them as map_batches' does
+        if isinstance(fn, type) or options.get("num_gpus") or options.get("num_cpus"):  # held as map_batches' are
             return self.map_batches(fn, batch_size=None, fn_args=fn_args, fn_kwargs=fn_kwargs, _rows=kind, **options)
         for name in ("fn_constructor_args", "fn_constructor_kwargs"):
             if options.pop(name, None):
@@ -180,12 +180,13 @@ class Dataset(writers.FileWrites, Splits):
         """Keep the rows for which ``fn(row)`` is true, or ``expr`` holds: Ray's string expression
         (``"x > 5 and label == 'a'"``, see ``muster.data.expr``), an expression of ``muster.data.expressions``
         (``col("x") > 5``) or a pyarrow compute expression; ``fn`` may be a callable class."""
-        if isinstance(expr, str):
-            text, parsed = expr, expr_parser.parse(expr)
-            return self._then(Transform(f"Filter({projection.text(parsed)})", lambda b: [b.filter(parsed)],
-                                        RayCall.of("filter", expr=text), keeps_columns=True))
-        if expr is not None:
-            return self._then(projection.filter_op(expr))
+        if expr is not None:  # right after read_parquet, pushed into its scan
+            parsed = expr_parser.parse(expr) if isinstance(expr, str) else expr
+            op = Transform(f"Filter({projection.text(parsed)})", lambda b: [b.filter(parsed)],
+                           RayCall.of("filter", expr=expr), keeps_columns=True) if isinstance(expr, str) \
+                else projection.filter_op(expr)
+            pushed = projection.pushed_filter(self._node, op, parsed)
+            return Dataset(pushed, self._dataset_name) if pushed is not None else self._then(op)
         if fn is None:
             raise InvalidTypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
         return self._rows("filter", "Filter", plan.filter_rows, fn, fn_args, fn_kwargs, options)
@@ -526,6 +527,16 @@ class Dataset(writers.FileWrites, Splits):
         if self._stats is None and self._iterator is not None and _ray_plan.on_ray_engine():
             return self._iterator.stats()
         return self._stats.summary() if self._stats is not None else "(not executed yet)"
+
+    def explain(self) -> None:
+        """Print the plan: its logical operators, then the stages that run them (which transforms fuse into
+        which tasks; see ``muster.data.explain``). On the Ray engine, Ray's ``explain`` of the same plan."""
+        if _ray_plan.on_ray_engine():
+            _ray_plan.to_ray(self).explain()
+            return
+        from muster.data.explain import explain_text
+
+        print(explain_text(self._node))
 
     def write_datasink(self, datasink: Any, *, ray_remote_args: dict[str, Any] | None = None,
                        concurrency: int | None = None) -> None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import pyarrow as pa
 
 from muster.data import block as blk
+from muster.data import task_context
 from muster.data.plan import AllToAll, BlockFn, Limit, MapBatches, Node, Read, Transform, Union
 from muster.data.stats import Stats
 from muster.exceptions import InvalidArgumentError
@@ -62,6 +63,11 @@ class DataContext:
             (see ``progress``).
         progress_every_s: how often the live view refreshes (plain lines: one per this period,
             the first only once a pass has run this long).
+        enable_arrow_backed_pandas_conversion: True: pandas batches (and ``to_pandas``) hold Arrow-backed
+            columns (``pd.ArrowDtype``: ``string[pyarrow]``, ``int64[pyarrow]`` keeping its nulls as ``<NA>``,
+            ``list<item: int64>[pyarrow]``), exactly as Ray 2.56+ converts by default. False (muster's default):
+            numpy dtypes (nulls as NaN/None, lists as object arrays of ndarrays), Ray's older conversion, under
+            which numpy-only operations such as ``df["id"] % 2`` work (Arrow-backed columns raise on them).
     """
 
     max_threads: int = field(default_factory=lambda: max(2, min(8, os.cpu_count() or 2)))
@@ -72,6 +78,7 @@ class DataContext:
     preserve_order: bool = True
     enable_progress_bars: bool = True
     progress_every_s: float = 5.0
+    enable_arrow_backed_pandas_conversion: bool = False
     _kv_configs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -208,7 +215,7 @@ RAY_ONLY_SETTINGS = frozenset({
     "issue_detectors_config", "custom_execution_callback_classes", "execution_callback_classes",
     # and how it converts and checks blocks (here: Arrow tables, muster's tensor types)
     "arrow_fixed_shape_tensor_format", "use_arrow_tensor_v2", "enable_fallback_to_arrow_object_ext_type",
-    "enforce_schemas", "pandas_block_ignore_metadata", "enable_arrow_backed_pandas_conversion",
+    "enforce_schemas", "pandas_block_ignore_metadata",
     "batch_to_block_arrow_format",
 })
 
@@ -272,9 +279,11 @@ class Job:
     worker can run it; returns the blocks and the seconds/rows each operator took."""
 
     def __init__(self, source: Callable[[], list[pa.Table]], source_name: str | None,
-                 chain: list[tuple[str, BlockFn]], size: int = 0):
+                 chain: list[tuple[str, BlockFn]], size: int = 0, task_idx: int = 0, epoch: int = 0):
         self.source, self.source_name, self.chain = source, source_name, chain
         self.size = size  # bytes it reads (file bytes, or its input block's), for the in-flight budget
+        self.task_idx, self.epoch = task_idx, epoch  # which task of its chain, in which pass (``task_context``)
+        self.context: DataContext | None = None  # the consumer's settings, in whichever process runs it
 
     @property
     def stage(self) -> str:
@@ -310,6 +319,15 @@ class Job:
         return bool(self.chain) and not any(getattr(fn, "is_class", False) for _, fn in self.chain)
 
     def __call__(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float, int]]]:
+        token = _scoped.set(self.context) if self.context is not None else None
+        try:
+            with task_context.running(self.task_idx, self.epoch):
+                return self._run()
+        finally:
+            if token is not None:
+                _scoped.reset(token)
+
+    def _run(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float, int]]]:
         timings = []
         t = time.perf_counter()
         blocks = self.source()
@@ -340,39 +358,36 @@ def _release_now_and_then(nbytes: int) -> None:
         pa.default_memory_pool().release_unused()
 
 
-def _on_actors(op: object) -> bool:
-    return isinstance(op, Transform) and isinstance(op.fn, MapBatches) and op.fn.uses_actors
-
-
-def _refuse_missing_gpus(chain: list[tuple[str, BlockFn]]) -> None:
-    """A map of the chain asking for GPUs that do not exist fails now (Ray would wait forever)."""
-    maps = [fn for _, fn in chain if isinstance(fn, MapBatches) and fn.num_gpus]
+def _refuse_infeasible(chain: list[tuple[str, BlockFn]]) -> None:
+    """A map of the chain asking for more CPUs or GPUs than exist fails now (Ray would wait forever)."""
+    maps = [fn for _, fn in chain if isinstance(fn, MapBatches) and (fn.num_gpus or fn.num_cpus)]
     if maps:
-        from muster.data.actor_pool import ensure_gpus_exist
+        from muster.data.actor_pool import ensure_resources_exist
 
         for op in maps:
-            ensure_gpus_exist(op)
+            ensure_resources_exist(op)
 
 
 def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
     chain: list[tuple[str, BlockFn]] = []
-    while isinstance(node.op, Transform) and not _on_actors(node.op):
+    while isinstance(node.op, Transform) and not node.op.on_actors:
         chain.append((node.op.name, node.op.fn))
         node = node.inputs[0]
     chain.reverse()
-    _refuse_missing_gpus(chain)
+    _refuse_infeasible(chain)
     op = node.op
     upstream: Iterator[pa.Table]
     if isinstance(op, Transform):  # a callable class on an actor pool: a stage of its own
-        upstream = _actor_stage(op, _stream(node.inputs[0], epoch, stats), stats)
+        upstream = _actor_stage(op, _stream(node.inputs[0], epoch, stats), stats, epoch)
     elif isinstance(op, Read):
-        yield from _run((Job(t.read, op.name, chain, t.size) for t in op.tasks), stats)
+        yield from _run((Job(t.read, op.name, chain, t.size, i, epoch) for i, t in enumerate(op.tasks)), stats)
         return
     elif isinstance(op, AllToAll):
         child = node.inputs[0]
         if op.reorders_reads is not None and isinstance(child.op, Read):  # streaming: reorder the reads only
             name = child.op.name
-            yield from _run((Job(t.read, name, chain, t.size) for t in op.reorders_reads(child.op.tasks, epoch)), stats)
+            tasks = op.reorders_reads(child.op.tasks, epoch)
+            yield from _run((Job(t.read, name, chain, t.size, i, epoch) for i, t in enumerate(tasks)), stats)
             return
         upstream = _timed(op.name, lambda: op.fn(list(_stream(child, epoch, stats)), epoch), stats)
     elif isinstance(op, Limit):
@@ -388,18 +403,22 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
     if not chain:
         yield from upstream
     else:
-        yield from _run((Job(functools.partial(_one, b), None, chain, blk.nbytes(b)) for b in upstream), stats)
+        yield from _run(_block_jobs(upstream, chain, epoch), stats)
 
 
-def _actor_stage(op: Transform, upstream: Iterator[pa.Table], stats: Stats) -> Iterator[pa.Table]:
+def _block_jobs(blocks: Iterator[pa.Table], chain: list[tuple[str, BlockFn]], epoch: int) -> Iterator[Job]:
+    """One job per block, applying ``chain`` to it (task ``i`` for the ``i``-th block)."""
+    return (Job(functools.partial(_one, b), None, chain, blk.nbytes(b), i, epoch) for i, b in enumerate(blocks))
+
+
+def _actor_stage(op: Transform, upstream: Iterator[pa.Table], stats: Stats, epoch: int) -> Iterator[pa.Table]:
     """``op``'s blocks from its actor pool, or from this process's threads when no pool can start now."""
     from muster.data.actor_pool import ActorPool
 
     assert isinstance(op.fn, MapBatches)
     pool = ActorPool.start(op.fn, op.name)
     if pool is None:
-        yield from _run((Job(functools.partial(_one, b), None, [(op.name, op.fn)], blk.nbytes(b)) for b in upstream),
-                        stats)
+        yield from _run(_block_jobs(upstream, [(op.name, op.fn)], epoch), stats)
         return
     try:
         yield from pool.map(upstream, stats, DataContext.get_current().preserve_order)
@@ -474,6 +493,7 @@ def _run(jobs: Iterator[Job], stats: Stats) -> Iterator[pa.Table]:
                 if job is None:
                     exhausted = True
                     break
+                job.context = ctx
                 limit = job.limit(ctx.max_threads)
                 if limit is not None and sum(1 for _, f, _ in pending if not f.done()) >= limit:
                     waiting = job  # concurrency= / num_cpus= of a map in its chain

@@ -159,7 +159,11 @@ def _label(expr: Any) -> str:
         return f"ALIAS({expr.name!r})"
     if isinstance(expr, mx.UDFExpr):
         return f"UDF({getattr(expr.fn, '__name__', type(expr.fn).__name__)})"
-    labels = {mx.StarExpr: "COL(*)", mx.UnnestExpr: "UNNEST", mx.UUIDExpr: "UUID()"}
+    labels = {mx.StarExpr: "COL(*)", mx.UnnestExpr: "UNNEST", mx.UUIDExpr: "UUID()",
+              mx.MonotonicallyIncreasingIdExpr: "MONOTONICALLY_INCREASING_ID()"}
+    if isinstance(expr, mx.RandomExpr):
+        return "RANDOM()" if expr.seed is None else \
+            f"RANDOM(seed={expr.seed}, reseed_after_execution={expr.reseed_after_execution})"
     if isinstance(expr, mx.DownloadExpr):
         return f"DOWNLOAD({expr.uri_column_name!r})"
     return labels.get(type(expr), type(expr).__name__)

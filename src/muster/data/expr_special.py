@@ -1,6 +1,11 @@
 """The expressions of ``ray.data.expressions`` that are no function of a column's values alone:
 ``star()`` (every input column), ``unnest(expr)`` (a struct's fields as columns, for ``with_columns``),
-``download(uri_column)`` (each URI's bytes) and ``uuid()`` (a fresh UUID4 string per row)."""
+``download(uri_column)`` (each URI's bytes), ``uuid()`` (a fresh UUID4 string per row), ``random()`` (a float in
+[0, 1) per row) and ``monotonically_increasing_id()`` (a unique, per-task increasing int64 per row).
+
+The last two depend on which task of its operator evaluates them (``muster.data.task_context``), as Ray's:
+a seeded ``random`` draws from numpy's generator seeded with (block of the task, task, pass, seed); an id is
+the task's index in its upper 31 bits and the row's number within the task in its lower 33."""
 
 from __future__ import annotations
 
@@ -8,10 +13,12 @@ import logging
 import uuid as _uuid
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
+from muster.data import task_context
 from muster.data.datatype import DataType
-from muster.data.exceptions import DataTypeError
+from muster.data.exceptions import DataError, DataTypeError
 from muster.data.expr_tree import Expr
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
@@ -103,6 +110,59 @@ class UUIDExpr(Expr):
         return "uuid()"
 
 
+class RandomExpr(Expr):
+    """A float drawn uniformly from [0, 1) for every row; with ``seed``, reproducible (see :func:`random`)."""
+
+    def __init__(self, seed: int | None = None, reseed_after_execution: bool = True):
+        self.seed, self.reseed_after_execution = seed, reseed_after_execution
+        self.data_type = DataType.float64()
+        self._counter = f"random-{_uuid.uuid4().hex}"  # its blocks within a task, apart from other randoms'
+
+    def _eval(self, block: pa.Table) -> Any:
+        seed: list[int] | None = None
+        if self.seed is not None:
+            task = task_context.current()
+            execution = task.epoch if self.reseed_after_execution else 0
+            seed = [task.advance(self._counter, 1), task.task_idx, execution, self.seed]  # fastest-changing first
+        return pa.array(np.random.default_rng(seed).random(block.num_rows), type=pa.float64())
+
+    def _key(self) -> Any:
+        return ("random", self.seed, self.reseed_after_execution)
+
+    def _text(self) -> str:
+        return "random()"
+
+
+_ROW_BITS, _TASK_BITS = 33, 31
+
+
+class MonotonicallyIncreasingIdExpr(Expr):
+    """A unique int64 per row: the task's index in the upper 31 bits, the row's number within the task in the
+    lower 33 (so consecutive within a task, increasing across tasks in order)."""
+
+    def __init__(self) -> None:
+        self.data_type = DataType.int64()
+        self._counter = f"monotonic-id-{_uuid.uuid4().hex}"  # its rows within a task, apart from other ids'
+
+    def _eval(self, block: pa.Table) -> Any:
+        task = task_context.current()
+        start = task.advance(self._counter, block.num_rows)
+        if start + block.num_rows > 1 << _ROW_BITS or task.task_idx >= 1 << _TASK_BITS:
+            raise DataError(f"monotonically_increasing_id(): task {task.task_idx} reached row "
+                            f"{start + block.num_rows}; ids hold at most {(1 << _TASK_BITS) - 1} tasks of "
+                            f"{(1 << _ROW_BITS) - 1} rows each. Use more, smaller read tasks "
+                            "(override_num_blocks=), or uuid() for ids without that limit.")
+        base = (task.task_idx << _ROW_BITS) + start
+        return pa.array(np.arange(base, base + block.num_rows, dtype=np.int64), type=pa.int64())
+
+    def structurally_equals(self, other: Any) -> bool:
+        """Never: each call gives its own ids (as Ray's)."""
+        return False
+
+    def _text(self) -> str:
+        return "monotonically_increasing_id()"
+
+
 def star() -> StarExpr:
     """Every input column."""
     return StarExpr()
@@ -140,3 +200,30 @@ def download(uri_column_name: str, *, filesystem: Any = None) -> DownloadExpr:
 def uuid() -> UUIDExpr:
     """A UUID4 string for every row (``uuid().str.replace("-", "")`` for 32 hex digits)."""
     return UUIDExpr()
+
+
+def random(*, seed: int | None = None, reseed_after_execution: bool = True) -> RandomExpr:
+    """A random float in [0, 1) for every row, for ``with_column``.
+
+    Args:
+        seed: None draws from the system's entropy (new values every time). An integer seeds numpy's generator
+            for each block with (the block's number within its task, the task's index, the pass, ``seed``), so
+            the same plan gives the same values.
+        reseed_after_execution: with ``seed``, True (Ray's default) gives each pass over the dataset (each epoch
+            of ``iter_batches``) its own values, the first pass's the same every run; False gives every pass the
+            same values.
+
+    Raises:
+        InvalidTypeError: ``seed`` is no integer.
+    """
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise InvalidTypeError(f"random(seed={seed!r}): pass an integer seed, or None for fresh values every time.")
+    return RandomExpr(None if seed is None else int(seed), bool(reseed_after_execution))
+
+
+def monotonically_increasing_id() -> MonotonicallyIncreasingIdExpr:
+    """A unique, increasing int64 id for every row, for ``with_column``: not consecutive, but consecutive within
+    the blocks of one task (a read task, or one upstream block), each task's ids above the previous task's
+    (task index << 33 plus the row's number in the task). Ids depend on how the dataset is split into tasks.
+    """
+    return MonotonicallyIncreasingIdExpr()

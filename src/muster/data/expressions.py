@@ -4,7 +4,8 @@
 ``col("a") + col("b") * lit(2)``, comparisons, ``& | ~``, ``is_null``/``is_in``, ``alias``, the math helpers
 (``ceil``, ``log2``, ``power``, ``cast(DataType...)``, ...), the ``.str``/``.list``/``.struct``/``.map``/``.dt``/
 ``.arr`` namespaces, ``@udf(return_dtype=...)`` functions and callable classes over whole columns, ``unnest`` (a
-struct's fields as columns), ``download`` (each URI's bytes) and ``uuid()``: Ray's, with Ray's results.
+struct's fields as columns), ``download`` (each URI's bytes), ``uuid()``, ``random()`` and
+``monotonically_increasing_id()``: Ray's, with Ray's results.
 The tree is ``muster.data.expr_tree``'s (evaluated one pyarrow block at a time with ``pyarrow.compute``);
 ``to_pyarrow()`` gives the ``pyarrow.compute.Expression`` where one exists; ``repr`` draws the tree as Ray's.
 """
@@ -15,8 +16,9 @@ import threading
 from typing import Any, Callable
 
 from muster.data.datatype import DataType
-from muster.data.expr_special import (DownloadExpr, StarExpr, UnnestExpr, UUIDExpr, download, star, unnest,
-                                      uuid)
+from muster.data.expr_special import (DownloadExpr, MonotonicallyIncreasingIdExpr, RandomExpr, StarExpr,
+                                      UnnestExpr, UUIDExpr, download, monotonically_increasing_id, random, star,
+                                      unnest, uuid)
 from muster.data.expr_tree import (AliasExpr, BinaryExpr, ColumnExpr, ComputeExpr, Expr, LiteralExpr, Operation,
                                    UDFExpr, UnaryExpr, _fn_name)
 from muster.exceptions import InvalidTypeError
@@ -118,5 +120,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["Operation", "Expr", "ColumnExpr", "LiteralExpr", "BinaryExpr", "UnaryExpr", "UDFExpr", "AliasExpr",
-           "ComputeExpr", "DownloadExpr", "StarExpr", "UnnestExpr", "UUIDExpr", "pyarrow_udf", "udf", "col", "lit",
-           "download", "star", "unnest", "uuid"]
+           "ComputeExpr", "DownloadExpr", "StarExpr", "UnnestExpr", "UUIDExpr", "RandomExpr",
+           "MonotonicallyIncreasingIdExpr", "pyarrow_udf", "udf", "col", "lit", "download", "star", "unnest", "uuid",
+           "random", "monotonically_increasing_id"]

@@ -67,6 +67,10 @@ class Read:
     name: str
     tasks: tuple[ReadTask, ...]
     ray: RayEquivalent = field(default=None, compare=False)
+    #: for a source that can filter its scan (``read_parquet``): the same read with a ``pyarrow.compute``
+    #: filter added to its scan, or None when the filter does not fit the read's columns and types
+    push_filter: Callable[[Any], "Read | None"] | None = field(default=None, compare=False)
+    filters: tuple[str, ...] = ()  # the filter operators pushed into its scan (``Filter(col('a') > 3)``)
 
     def known_schema(self) -> pa.Schema | None:
         """The blocks' schema, when every task knows the same one before reading (a Parquet read: its footer's);
@@ -82,6 +86,11 @@ class Transform:
     fn: BlockFn
     ray: RayEquivalent = field(default=None, compare=False)
     keeps_columns: bool = False  # its blocks have its input's columns (a filter), so a known schema stays known
+
+    @property
+    def on_actors(self) -> bool:
+        """A callable class with ``concurrency=``: it runs in an actor pool, a stage of its own."""
+        return isinstance(self.fn, MapBatches) and self.fn.uses_actors
 
 
 @dataclass(frozen=True)

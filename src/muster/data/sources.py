@@ -22,7 +22,7 @@ import pyarrow as pa
 from muster.data import block as blk
 from muster.data import ray_tensors
 from muster.data.exceptions import DataSchemaError, DataSourceError
-from muster.data.plan import ReadTask
+from muster.data.plan import Read, ReadTask
 from muster.core.filesystem import as_fsspec, url_to_fs
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
@@ -207,6 +207,33 @@ class _SchemaGuard:
 
 
 # -- parquet ------------------------------------------------------------------------
+_FILTER_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError)
+
+
+def filter_pushdown(read: Read, rebuild: Callable[[Any], tuple[ReadTask, ...]], base: Any,
+                    added: tuple[str, ...] = ()) -> Read:
+    """``read`` able to take a filter into its scan (``Read.push_filter``): ``rebuild(expression)`` makes its
+    tasks scanning with that filter (``base``, the read's own ``filter=``, and each one pushed, ANDed).
+
+    A filter is taken only when it binds to the columns the scan makes (the read's known schema less the
+    ``added`` columns, such as ``include_paths``'), as a boolean: one naming another column, or comparing
+    types pyarrow cannot, stays a filter operator (and fails there, naming the columns, as before)."""
+    schema = read.known_schema()
+    if schema is None:
+        return read
+    scanned = pa.schema([f for f in schema if f.name not in added])
+
+    def push(expr: Any) -> Read | None:
+        try:
+            scanned.empty_table().filter(expr)
+        except _FILTER_ERRORS:
+            return None
+        both = expr if base is None else base & expr
+        return filter_pushdown(dataclasses.replace(read, tasks=rebuild(both)), rebuild, both, added)
+
+    return dataclasses.replace(read, push_filter=push)
+
+
 def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesystem: Any,
                   partitioning: Any, options: FileOptions = FileOptions(),
                   tensor_column_schema: Any = None) -> tuple[ReadTask, ...]:
