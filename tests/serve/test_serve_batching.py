@@ -80,6 +80,14 @@ class Counted:
     async def sizes(self, xs: list[int]):
         yield [len(xs)] * len(xs)
 
+    @serve.batch(max_batch_size=1, batch_wait_timeout_s=0, max_concurrent_batches=2)
+    async def overlapping(self, xs: list[int]) -> list[int]:
+        self.running = getattr(self, "running", 0) + 1
+        self.peak = max(getattr(self, "peak", 0), self.running)
+        await asyncio.sleep(0.3)
+        self.running -= 1
+        return [self.peak] * len(xs)
+
 
 @serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=1)
 class OneAtATime:
@@ -146,6 +154,8 @@ def test_streaming_calls_are_sent_when_made_so_they_batch_together(client):
         h = serve.get_app_handle("counted").options(stream=True)
         streams = [h.sizes.remote(i) for i in range(3)]
         assert [list(s) for s in streams] == [[3], [3], [3]]  # before: [[1], [1], [1]]
+        calls = [serve.get_app_handle("counted").overlapping.remote(i) for i in range(4)]
+        assert max(c.result(timeout_s=10) for c in calls) == 2  # max_concurrent_batches=2 batches at once
         one = serve.get_app_handle("one")
         one.options(stream=True).ticks.remote()  # dropped at once: its 30 s stream would hold the only slot
         assert one.ping.remote().result(timeout_s=10) == "pong"
