@@ -127,13 +127,15 @@ try:
     serve.run(hi.bind(), True, "blocked", "/")  # Ray's positional order: target, blocking, name, route_prefix
     print("AFTER serve.run", flush=True)
 except KeyboardInterrupt:
-    print("KeyboardInterrupt", serve.status().applications, flush=True)
+    print("KeyboardInterrupt", list(serve.status().applications), flush=True)
+    print("STILL", serve.get_app_handle("blocked").remote().result(timeout_s=30), flush=True)
 '''
 
 
-def test_blocking_run_stopped_by_ctrl_c_shuts_down_and_raises_keyboard_interrupt(tmp_path):
-    """Ray's serve.run(app, blocking=True) re-raises the Ctrl-C after it stops: the driver's code after it does
-    not run (muster shut Serve down and returned, so the code after it ran as if serving had finished)."""
+def test_blocking_run_stopped_by_ctrl_c_raises_keyboard_interrupt_and_leaves_serve_to_the_driver(tmp_path):
+    """Ray's serve.run(app, blocking=True) re-raises the Ctrl-C: the driver's code after it does not run (muster
+    returned, so the code after it ran as if serving had finished). As Ray's, it leaves Serve running: a driver
+    that catches the interrupt still reaches its apps (muster shut Serve down first), and Serve ends with it."""
     import os
     import re
     import signal
@@ -155,7 +157,8 @@ def test_blocking_run_stopped_by_ctrl_c_shuts_down_and_raises_keyboard_interrupt
             proc.kill()
             proc.wait(10)
     assert "AFTER serve.run" not in out, out
-    assert "KeyboardInterrupt {}" in out, out  # raised after Serve shut down: no application is left
+    assert "KeyboardInterrupt ['blocked']\nSTILL hi\n" in out, out  # before: "KeyboardInterrupt {}" (shut down)
+    assert "Serve keeps running until this process exits" in out, out
     assert proc.returncode == 0, out
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
