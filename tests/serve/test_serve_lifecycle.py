@@ -122,6 +122,7 @@ def say_when_blocking():  # once serve.run has deployed and sleeps until Ctrl-C 
 
 serve.start(http_options={"host": "127.0.0.1", "port": 0})
 print("PORT", serve.status().http["port"], flush=True)
+print("DIR", serve.api._controller.dir, flush=True)
 threading.Thread(target=say_when_blocking, daemon=True).start()
 try:
     serve.run(hi.bind(), True, "blocked", "/")  # Ray's positional order: target, blocking, name, route_prefix
@@ -148,6 +149,8 @@ def test_blocking_run_stopped_by_ctrl_c_raises_keyboard_interrupt_and_leaves_ser
                             stderr=subprocess.STDOUT, text=True)
     try:
         port = int(re.match(r"PORT (\d+)", proc.stdout.readline()).group(1))
+        sockets = proc.stdout.readline().split()[1]
+        assert os.path.isdir(sockets) and os.listdir(tmp_path / "state")
         assert proc.stdout.readline() == "BLOCKING\n"
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).text == "hi"
         proc.send_signal(signal.SIGINT)
@@ -162,3 +165,4 @@ def test_blocking_run_stopped_by_ctrl_c_raises_keyboard_interrupt_and_leaves_ser
     assert proc.returncode == 0, out
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+    assert not os.path.exists(sockets) and not os.listdir(tmp_path / "state")  # before: both were left
