@@ -1,5 +1,5 @@
 """``@serve.batch`` as Ray 2.60's: callers that left are not run, an item no batch can hold fails its caller,
-batched generators stream over HTTP, the settings' forms Ray accepts."""
+batched generators stream over HTTP, the settings' forms Ray accepts; the streaming handle calls they take."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from muster import serve
+from muster.serve.exceptions import RequestCancelledError
 
 pytestmark = pytest.mark.allow_leftover_workers
 
@@ -163,6 +164,40 @@ def test_streaming_calls_are_sent_when_made_so_they_batch_together(client):
         assert one.ping.remote().result(timeout_s=10) == "pong"  # the half-read stream was closed when dropped
     finally:
         serve.delete("counted")
+        serve.delete("one")
+
+
+def test_a_cancelled_stream_raises_request_cancelled_and_a_stream_has_no_result_as_rays(client):
+    """Ray's DeploymentResponseGenerator: iterating it after ``cancel()`` raises ``RequestCancelledError`` (here
+    it ended as if the stream were done), ``cancelled()`` says so (also a response's), ``result()`` and ``await``
+    are refused naming ``for``/``async for`` (an AttributeError)."""
+    one = serve.run(OneAtATime.bind(), name="one", route_prefix=None)
+    try:
+        gen = one.options(stream=True).ticks.remote()
+        assert next(gen) == "tick" and not gen.cancelled()
+        gen.cancel()
+        assert gen.cancelled()
+        with pytest.raises(RequestCancelledError):
+            next(gen)
+
+        async def cancelled_async() -> None:
+            agen = one.options(stream=True).ticks.remote()
+            assert await agen.__anext__() == "tick"
+            agen.cancel()
+            with pytest.raises(RequestCancelledError):
+                await agen.__anext__()
+            with pytest.raises(TypeError, match="async for item in response"):
+                await agen
+
+        asyncio.run(cancelled_async())
+        with pytest.raises(TypeError, match=r"has no .result\(\); iterate it with `for item in response`"):
+            one.options(stream=True).ticks.remote().result()
+        response = one.ping.remote()
+        assert not response.cancelled()
+        response.cancel()
+        assert response.cancelled()
+        assert one.ping.remote().result(timeout_s=10) == "pong"  # the cancelled streams gave their slot back
+    finally:
         serve.delete("one")
 
 

@@ -107,6 +107,10 @@ class DeploymentResponse:
         loop = eventloop.get_loop()
         loop.call_soon_threadsafe(self._fut.cancel)
 
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called (the call may have finished first), as Ray's."""
+        return self._cancelled
+
     async def _to_value(self) -> Any:
         return await self
 
@@ -142,6 +146,7 @@ class DeploymentResponseGenerator:
 
     def __init__(self, call: "_StreamCall"):
         self._call = call
+        self._cancelled = False
 
     @property
     def request_id(self) -> str:
@@ -155,9 +160,14 @@ class DeploymentResponseGenerator:
         return self
 
     async def __anext__(self) -> Any:
-        if eventloop.on_loop():
-            return await self._call.next()
-        return await asyncio.wrap_future(eventloop.submit(self._call.next()))
+        try:
+            if eventloop.on_loop():
+                return await self._call.next()
+            return await asyncio.wrap_future(eventloop.submit(self._call.next()))
+        except (StopAsyncIteration, asyncio.CancelledError, concurrent.futures.CancelledError):
+            if self._cancelled:  # as Ray's: a cancelled stream raises, it does not just end
+                raise RequestCancelledError() from None
+            raise
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -165,11 +175,28 @@ class DeploymentResponseGenerator:
     def __next__(self) -> Any:
         try:
             return eventloop.run_sync(self._call.next())
-        except StopAsyncIteration:
+        except (StopAsyncIteration, concurrent.futures.CancelledError):
+            if self._cancelled:
+                raise RequestCancelledError() from None
             raise StopIteration from None
 
+    def __await__(self) -> Any:
+        raise InvalidTypeError("a DeploymentResponseGenerator (a stream=True call) cannot be awaited; iterate it "
+                               "with `async for item in response`.")
+
+    def result(self, *, timeout_s: float | None = None) -> Any:
+        """Refused, as in Ray: a stream has no one result."""
+        raise InvalidTypeError("a DeploymentResponseGenerator (a stream=True call) has no .result(); iterate it "
+                               "with `for item in response` (or `async for`), or call without stream=True.")
+
     def cancel(self) -> None:
+        """Stop the call, in the replica too; iterating it then raises ``RequestCancelledError``, as in Ray."""
+        self._cancelled = True
         eventloop.get_loop().call_soon_threadsafe(self._call.close)
+
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called, as Ray's."""
+        return self._cancelled
 
     def __del__(self) -> None:
         """A stream dropped before its end closes its call (the call is sent at once: it would hold a replica
