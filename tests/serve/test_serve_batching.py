@@ -4,6 +4,7 @@ batched generators stream over HTTP, the settings' forms Ray accepts; the stream
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 
 import pytest
 from serve_helpers import wait_until
@@ -90,6 +91,17 @@ class Counted:
         return [self.peak] * len(xs)
 
 
+@serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=16)
+class RequestBatches:
+    """Ray's batching guide: ``__call__`` itself batched, taking the HTTP requests as a list."""
+
+    @serve.batch(max_batch_size=3, batch_wait_timeout_s=1.0)  # full at 3: no wait then
+    async def __call__(self, requests: list[Request]):
+        ns = [int(r.query_params["n"]) for r in requests]
+        for i in range(max(ns)):
+            yield [f"{i}/{len(ns)}," if i < n else StopIteration for n in ns]
+
+
 @serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=1)
 class OneAtATime:
     async def ticks(self):
@@ -141,8 +153,13 @@ def test_an_item_bigger_than_a_batch_fails_its_caller_and_generators_stream_over
                 client.stream("GET", "/counted", params={"n": 1}) as shorter:
             assert "".join(short.iter_text()) == "01" and "".join(shorter.iter_text()) == "0"
         assert client.get("/counted", params={"n": 4}).text == "0123"
+        serve.run(RequestBatches.bind(), name="requests", route_prefix="/requests")
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            texts = list(pool.map(lambda n: client.get("/requests", params={"n": n}).text, [1, 2, 3]))
+        assert [t.replace("/3", "") for t in texts] == ["0,", "0,1,", "0,1,2,"] and "/3" in texts[2]  # one batch
     finally:
         serve.delete("counted")
+        serve.delete("requests")
 
 
 def test_streaming_calls_are_sent_when_made_so_they_batch_together(client):
