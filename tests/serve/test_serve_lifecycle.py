@@ -122,18 +122,21 @@ def say_when_blocking():  # once serve.run has deployed and sleeps until Ctrl-C 
 
 serve.start(http_options={"host": "127.0.0.1", "port": 0})
 print("PORT", serve.status().http["port"], flush=True)
+print("DIR", serve.api._controller.dir, flush=True)
 threading.Thread(target=say_when_blocking, daemon=True).start()
 try:
     serve.run(hi.bind(), True, "blocked", "/")  # Ray's positional order: target, blocking, name, route_prefix
     print("AFTER serve.run", flush=True)
 except KeyboardInterrupt:
-    print("KeyboardInterrupt", serve.status().applications, flush=True)
+    print("KeyboardInterrupt", list(serve.status().applications), flush=True)
+    print("STILL", serve.get_app_handle("blocked").remote().result(timeout_s=30), flush=True)
 '''
 
 
-def test_blocking_run_stopped_by_ctrl_c_shuts_down_and_raises_keyboard_interrupt(tmp_path):
-    """Ray's serve.run(app, blocking=True) re-raises the Ctrl-C after it stops: the driver's code after it does
-    not run (muster shut Serve down and returned, so the code after it ran as if serving had finished)."""
+def test_blocking_run_stopped_by_ctrl_c_raises_keyboard_interrupt_and_leaves_serve_to_the_driver(tmp_path):
+    """Ray's serve.run(app, blocking=True) re-raises the Ctrl-C: the driver's code after it does not run (muster
+    returned, so the code after it ran as if serving had finished). As Ray's, it leaves Serve running: a driver
+    that catches the interrupt still reaches its apps (muster shut Serve down first), and Serve ends with it."""
     import os
     import re
     import signal
@@ -146,6 +149,8 @@ def test_blocking_run_stopped_by_ctrl_c_shuts_down_and_raises_keyboard_interrupt
                             stderr=subprocess.STDOUT, text=True)
     try:
         port = int(re.match(r"PORT (\d+)", proc.stdout.readline()).group(1))
+        sockets = proc.stdout.readline().split()[1]
+        assert os.path.isdir(sockets) and os.listdir(tmp_path / "state")
         assert proc.stdout.readline() == "BLOCKING\n"
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).text == "hi"
         proc.send_signal(signal.SIGINT)
@@ -155,7 +160,9 @@ def test_blocking_run_stopped_by_ctrl_c_shuts_down_and_raises_keyboard_interrupt
             proc.kill()
             proc.wait(10)
     assert "AFTER serve.run" not in out, out
-    assert "KeyboardInterrupt {}" in out, out  # raised after Serve shut down: no application is left
+    assert "KeyboardInterrupt ['blocked']\nSTILL hi\n" in out, out  # before: "KeyboardInterrupt {}" (shut down)
+    assert "Serve keeps running until this process exits" in out, out
     assert proc.returncode == 0, out
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+    assert not os.path.exists(sockets) and not os.listdir(tmp_path / "state")  # before: both were left

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -110,15 +111,16 @@ def run(
         name: the app's name (several apps run side by side).
         route_prefix: the HTTP path it serves (``None``: handles only).
         blocking: keep serving until Ctrl-C, then raise the ``KeyboardInterrupt`` again, as Ray does, so the
-            code after ``serve.run`` does not run (Ray leaves Serve to end with the driver; here it is shut
-            down first).
+            code after ``serve.run`` does not run. As in Ray, Serve is left running: it ends with the driver
+            (its workers stop when the process exits), and code that catches the interrupt may still call the
+            apps, or ``serve.shutdown()`` to drain them. (``muster serve run`` drains and stops on Ctrl-C.)
         logging_config: a ``LoggingConfig`` (or dict) for the deployments that set none.
 
     Raises:
         ResourcesUnavailableError: its replicas can never fit (names what was asked and what exists).
         RayServeException: a replica's constructor raised.
         TypeError / ValueError: bad arguments.
-        KeyboardInterrupt: ``blocking=True`` and Ctrl-C stopped it (after Serve shut down).
+        KeyboardInterrupt: ``blocking=True`` and Ctrl-C stopped it (Serve still runs).
     """
     handle = _run(target, name=name, route_prefix=route_prefix, logging_config=logging_config)
     if blocking:
@@ -167,12 +169,14 @@ def run_many(targets: list[RunTarget], blocking: bool = False, wait_for_ingress_
 
 
 def _serve_until_interrupted() -> None:
-    """Sleep until Ctrl-C; then shut Serve down and re-raise, as Ray's blocking ``serve.run`` does."""
+    """Sleep until Ctrl-C; then say so and re-raise it, leaving Serve running, as Ray's blocking ``serve.run``."""
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
-        shutdown()
+        logging.getLogger("muster.serve").warning(
+            "serve.run(blocking=True): got KeyboardInterrupt; Serve keeps running until this process exits "
+            "(call serve.shutdown() to drain and stop it first).")
         raise
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, cast
 
@@ -96,3 +97,24 @@ class AutoscalingContext:
     def __repr__(self) -> str:
         return (f"AutoscalingContext({self.deployment_id}, current={self.current_num_replicas}, "
                 f"target={self.target_num_replicas}, requests={self.total_num_requests:g})")
+
+
+def replica_queue_length_autoscaling_policy(ctx: AutoscalingContext) -> tuple[float, dict[str, Any]]:
+    """Ray's default policy as a function, to call from a custom policy (or to name as one): the replicas the
+    requests call for, ``total_num_requests / target_ongoing_requests``. At zero replicas it keeps the target,
+    or, with requests waiting, starts the upscaling factor's worth (at least one, at least the target). As
+    with any policy, the count then goes through the config's factors, bounds and delays.
+
+    Returns:
+        ``(replicas, policy_state)``.
+    """
+    config = ctx.config
+    if ctx.current_num_replicas == 0:
+        if ctx.total_num_requests > 0:
+            return max(math.ceil(config.factor(True)), ctx.target_num_replicas), ctx.policy_state
+        return ctx.target_num_replicas, {}
+    return ctx.total_num_requests / config.target_ongoing_requests, {}
+
+
+#: Ray's other name of it
+default_autoscaling_policy = replica_queue_length_autoscaling_policy

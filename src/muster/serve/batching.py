@@ -7,7 +7,9 @@ list, tuple, numpy array: anything with one item per input). A call of several
 arguments batches each one into its own list (``f(self, xs, ys, flag=flags)``),
 as Ray does. An ``async def`` generator yields a list per step; each caller
 streams its own element of each (``StopIteration`` in its place ends that
-caller's stream).  ``set_max_batch_size`` and
+caller's stream).  As in Ray, a caller that has gone (cancelled, or its stream closed) before its batch
+runs is left out of it, and a call that ``batch_size_fn`` counts over ``max_batch_size`` fails with a
+``RuntimeError``.  ``set_max_batch_size`` and
 ``set_batch_wait_timeout_s`` on the decorated method change both for the
 batches that follow (a replica is one process, so this is per replica, as in
 Ray; call them from ``reconfigure`` to drive them by ``user_config``).
@@ -60,7 +62,28 @@ _Queued = tuple[_Call, Any, str, context._RequestContext]
 _END = object()  # a streaming caller's last item
 
 
+class _Stream(asyncio.Queue):
+    """A streaming caller's items; ``left`` once it stopped reading (ended, cancelled or closed)."""
+
+    left = False
+
+
+def _left(waiter: Any) -> bool:
+    """Whether the caller behind ``waiter`` has gone: its future cancelled, or its stream closed."""
+    return waiter.left if isinstance(waiter, _Stream) else waiter.cancelled()
+
+
+def _fail(waiter: Any, exc: BaseException) -> None:
+    """Hand ``exc`` to the caller behind ``waiter`` (raised where it waits), unless it has its answer."""
+    if isinstance(waiter, _Stream):
+        waiter.put_nowait(exc)
+    elif not waiter.done():
+        waiter.set_exception(exc)
+
+
 def _check_size(value: Any, name: str = "max_batch_size") -> int:
+    if name == "max_batch_size" and isinstance(value, float) and value.is_integer():  # as Ray's: 4.0 is 4
+        value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidArgumentError(f"@serve.batch {name}={value!r}: use an integer >= 1.")
     return value
@@ -155,12 +178,15 @@ class _Batcher:
 
     async def stream(self, owner: Any, call: _Call) -> Any:
         """The caller's own element of each list the batched generator yields."""
-        out: asyncio.Queue = asyncio.Queue()
+        out = _Stream()
         await self._put(owner, call, out)
-        while (item := await out.get()) is not _END:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+        try:
+            while (item := await out.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:  # its batch skips it if it has not started, and stops queueing its items if it has
+            out.left = True
 
     async def _run(self, owner: Any) -> None:
         assert self.queue is not None
@@ -170,6 +196,8 @@ class _Batcher:
         context._set_request("", "")
         while True:
             first, self.carry = self.carry or await self.queue.get(), None
+            if self._too_big(first):
+                continue
             self._warn_if_batches_cannot_fill()
             batch = [first]
             deadline = loop.time() + self.opts.batch_wait_timeout_s
@@ -188,9 +216,26 @@ class _Batcher:
             await self.sem.acquire()
             asyncio.ensure_future(self._call_parts(owner, batch))
 
+    def _too_big(self, queued: _Queued) -> bool:
+        """Whether ``batch_size_fn`` counts this one call as more than a batch holds; if so, as in Ray, its caller
+        gets a ``RuntimeError`` (it could never run)."""
+        if self.opts.batch_size_fn is None:
+            return False
+        size = self.opts.size([queued[0]])
+        if size <= self.opts.max_batch_size:
+            return False
+        _fail(queued[1], RuntimeError(
+            f"@serve.batch method {self.fn.__qualname__}: batch_size_fn counts this call's item as {size}, more "
+            f"than max_batch_size={self.opts.max_batch_size}, so no batch can hold it. Fix: raise max_batch_size "
+            "(or set_max_batch_size) to at least that, split the item, or check batch_size_fn."))
+        return True
+
     async def _call_parts(self, owner: Any, batch: list[_Queued]) -> None:
         """Run the batch, one call per model it names, all under the one ``max_concurrent_batches`` slot."""
         try:
+            batch = [q for q in batch if not _left(q[1])]  # as in Ray, callers that have gone are not run
+            if not batch:
+                return
             parts = _by_model(batch)
             if len(parts) == 1:
                 await self._call(owner, *parts[0])
@@ -215,17 +260,14 @@ class _Batcher:
                     fut.set_result(r)
         except Exception as exc:  # noqa: BLE001 - every caller of the batch sees it
             for w in waiters:
-                if isinstance(w, asyncio.Queue):
-                    w.put_nowait(exc)
-                elif not w.done():
-                    w.set_exception(exc)
+                _fail(w, exc)
 
-    async def _stream(self, gen: Any, queues: list[asyncio.Queue]) -> None:
-        live: list[asyncio.Queue | None] = list(queues)
+    async def _stream(self, gen: Any, queues: list[_Stream]) -> None:
+        live: list[_Stream | None] = list(queues)
         async for results in gen:
             for i, r in enumerate(_results(self.fn, results, len(queues))):
                 q = live[i]
-                if q is None:
+                if q is None or q.left:
                     continue
                 if r is StopIteration or r is StopAsyncIteration:
                     q.put_nowait(_END)
@@ -275,7 +317,7 @@ def batch(
         TypeError: the decorated function is not ``async def``.
         ValueError: a bad size or timeout.
     """
-    _check_size(max_batch_size)
+    max_batch_size = _check_size(max_batch_size)
     _check_wait(batch_wait_timeout_s)
     _check_size(max_concurrent_batches, "max_concurrent_batches")
     if batch_size_fn is not None and not callable(batch_size_fn):

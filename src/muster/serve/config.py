@@ -14,6 +14,7 @@ import math
 import os
 import warnings
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Mapping
 
 from muster.core import resources as res
@@ -96,6 +97,14 @@ def _from_dict(cls: Any, value: Any, option: str, example: str) -> Any:
     return cls(**dict(value))
 
 
+class AggregationFunction(str, Enum):
+    """How ``AutoscalingConfig.aggregation_function`` folds the window's samples (Ray's enum; a string works too)."""
+
+    MEAN = "mean"
+    MAX = "max"
+    MIN = "min"
+
+
 @dataclass(kw_only=True)
 class AutoscalingConfig:
     """How many replicas a deployment runs, following its ongoing requests (Ray's fields)."""
@@ -158,6 +167,18 @@ class AutoscalingConfig:
                 f"autoscaling_config.aggregation_function={self.aggregation_function!r}: use 'mean', 'max' or 'min'."
             )
         self.aggregation_function = self.aggregation_function.lower()
+
+    def get_upscaling_factor(self) -> float:
+        """Ray's: the factor of a decision up."""
+        return self.factor(True)
+
+    def get_downscaling_factor(self) -> float:
+        """Ray's: the factor of a decision down."""
+        return self.factor(False)
+
+    def get_target_ongoing_requests(self) -> float:
+        """Ray's: ``target_ongoing_requests``."""
+        return self.target_ongoing_requests
 
     def factor(self, up: bool) -> float:
         """The smoothing factor of a decision up (or down): the specific one, else ``smoothing_factor``."""

@@ -28,7 +28,12 @@ class DeploymentUnavailableError(RayServeException):
     """No replica of the deployment answered in time (none running, or all died)."""
 
 
-class ReplicaDiedError(RayServeException):
+class ReplicaUnavailableError(RayServeException):
+    """The replica chosen for a request is no longer available (Ray's name; muster raises its subclass
+    :class:`ReplicaDiedError`)."""
+
+
+class ReplicaDiedError(ReplicaUnavailableError):
     """The replica serving this request died before it answered."""
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import pickle
 from typing import Any, AsyncIterator, Iterator
 
@@ -106,6 +107,10 @@ class DeploymentResponse:
         loop = eventloop.get_loop()
         loop.call_soon_threadsafe(self._fut.cancel)
 
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called (the call may have finished first), as Ray's."""
+        return self._cancelled
+
     async def _to_value(self) -> Any:
         return await self
 
@@ -141,6 +146,7 @@ class DeploymentResponseGenerator:
 
     def __init__(self, call: "_StreamCall"):
         self._call = call
+        self._cancelled = False
 
     @property
     def request_id(self) -> str:
@@ -154,9 +160,14 @@ class DeploymentResponseGenerator:
         return self
 
     async def __anext__(self) -> Any:
-        if eventloop.on_loop():
-            return await self._call.next()
-        return await asyncio.wrap_future(eventloop.submit(self._call.next()))
+        try:
+            if eventloop.on_loop():
+                return await self._call.next()
+            return await asyncio.wrap_future(eventloop.submit(self._call.next()))
+        except (StopAsyncIteration, asyncio.CancelledError, concurrent.futures.CancelledError):
+            if self._cancelled:  # as Ray's: a cancelled stream raises, it does not just end
+                raise RequestCancelledError() from None
+            raise
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -164,11 +175,36 @@ class DeploymentResponseGenerator:
     def __next__(self) -> Any:
         try:
             return eventloop.run_sync(self._call.next())
-        except StopAsyncIteration:
+        except (StopAsyncIteration, concurrent.futures.CancelledError):
+            if self._cancelled:
+                raise RequestCancelledError() from None
             raise StopIteration from None
 
+    def __await__(self) -> Any:
+        raise InvalidTypeError("a DeploymentResponseGenerator (a stream=True call) cannot be awaited; iterate it "
+                               "with `async for item in response`.")
+
+    def result(self, *, timeout_s: float | None = None) -> Any:
+        """Refused, as in Ray: a stream has no one result."""
+        raise InvalidTypeError("a DeploymentResponseGenerator (a stream=True call) has no .result(); iterate it "
+                               "with `for item in response` (or `async for`), or call without stream=True.")
+
     def cancel(self) -> None:
+        """Stop the call, in the replica too; iterating it then raises ``RequestCancelledError``, as in Ray."""
+        self._cancelled = True
         eventloop.get_loop().call_soon_threadsafe(self._call.close)
+
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called, as Ray's."""
+        return self._cancelled
+
+    def __del__(self) -> None:
+        """A stream dropped before its end closes its call (the call is sent at once: it would hold a replica
+        slot, and its generator would run on, for no one)."""
+        call = getattr(self, "_call", None)
+        if call is not None and not call.finished:
+            with contextlib.suppress(RuntimeError):  # the loop (or the interpreter) is gone
+                eventloop.get_loop().call_soon_threadsafe(call.close)
 
 
 async def _resolve(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -263,7 +299,8 @@ async def _call(app: str, dep: str, method: str, args: tuple, kwargs: dict, mode
 
 
 class _StreamCall:
-    """A streaming call's state, living on the Serve loop."""
+    """A streaming call's state, living on the Serve loop. As in Ray, the call is sent when it is made
+    (:meth:`start`), not when its first item is asked for: calls made together run together (a batch, say)."""
 
     def __init__(self, app: str, dep: str, method: str, args: tuple, kwargs: dict, model_id: str, req: Req):
         self.key, self.method, self.args, self.kwargs, self.model_id = (app, dep), method, args, kwargs, model_id
@@ -271,16 +308,28 @@ class _StreamCall:
         self.stream: streams.Stream | None = None
         self.replica: Any = None
         self.finished = False
+        self.opening: asyncio.Future | None = None
+
+    def start(self) -> None:
+        """Send the call (on the Serve loop); a failure to send is raised by the first :meth:`next`."""
+        if self.opening is None and not self.finished:
+            self.opening = asyncio.ensure_future(self._open())
+            self.opening.add_done_callback(lambda f: f.cancelled() or f.exception())  # raised by next() instead
+
+    async def _open(self) -> None:
+        args, kwargs = await _resolve(self.args, self.kwargs)
+        payload = wire.dumps(_request(self.method, args, kwargs, True, self.model_id, self.req))
+        self.replica, self.stream = await router.registry.router(*self.key).open_stream(
+            wire.REQ_CALL, payload, _CALL_TIMEOUT_S, self.model_id)
 
     async def next(self) -> Any:
         if self.finished:
             raise StopAsyncIteration
-        r = router.registry.router(*self.key)
         if self.stream is None:
-            args, kwargs = await _resolve(self.args, self.kwargs)
-            payload = wire.dumps(_request(self.method, args, kwargs, True, self.model_id, self.req))
-            self.replica, self.stream = await r.open_stream(wire.REQ_CALL, payload, _CALL_TIMEOUT_S,
-                                                                self.model_id)
+            self.start()
+            assert self.opening is not None
+            await self.opening
+        assert self.stream is not None
         try:
             kind, payload = await self.stream.next()
         except asyncio.CancelledError:
@@ -299,6 +348,8 @@ class _StreamCall:
             if self.stream is not None:
                 self.stream.cancel()
                 router.registry.router(*self.key).release(self.replica)
+            elif self.opening is not None:  # still being sent: open_stream releases what it took
+                self.opening.cancel()
 
 
 #: handle.options keywords besides method_name and stream (all but multiplexed_model_id have no effect here)
@@ -416,6 +467,10 @@ class DeploymentHandle:
         req = context._caller_request()  # read here: the call may run in another context (the Serve loop's)
         if self._stream:
             call = _StreamCall(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id, req)
+            if eventloop.on_loop():
+                call.start()
+            else:
+                eventloop.get_loop().call_soon_threadsafe(call.start)
             return DeploymentResponseGenerator(call)
         if eventloop.on_loop():
             fut = _call_now(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id, req)

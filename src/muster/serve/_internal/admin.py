@@ -11,17 +11,20 @@ exits).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
+import shutil
 import socket
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from muster.core import settings
 from muster.serve._internal import eventloop
 
 shutdown_requested = threading.Event()
 _servers: dict[int, Any] = {}
+_at_exit: dict[int, Callable[[], None]] = {}  # per controller: what its driver's exit removes if Serve still runs
 
 
 def state_file(port: int) -> str:
@@ -71,6 +74,13 @@ def start(controller: Any) -> None:
         json.dump({"pid": os.getpid(), "host": controller.host, "port": controller.port, "admin": path}, f)
     os.replace(tmp, state_file(controller.port))
 
+    def forget() -> None:  # the driver exits with Serve running (as Ray's, it ends with the driver): leave no trace
+        _remove_record(controller.port)
+        shutil.rmtree(controller.dir, ignore_errors=True)
+
+    _at_exit[id(controller)] = forget
+    atexit.register(forget)
+
 
 def _run_app(req: dict[str, Any]) -> list[str]:
     """The ``run`` op (``muster serve run module:app --non-blocking`` onto a running instance, as Ray's adds an
@@ -90,10 +100,18 @@ def stop(controller: Any) -> None:
     server = _servers.pop(id(controller), None)
     if server is not None:
         eventloop.get_loop().call_soon_threadsafe(server.close)
+    forget = _at_exit.pop(id(controller), None)
+    if forget is not None:
+        atexit.unregister(forget)
+    _remove_record(controller.port)
+
+
+def _remove_record(port: int) -> None:
+    """Remove the state file of the instance on ``port`` if this process wrote it."""
     try:
-        with open(state_file(controller.port)) as f:
+        with open(state_file(port)) as f:
             if json.load(f).get("pid") == os.getpid():
-                os.remove(state_file(controller.port))
+                os.remove(state_file(port))
     except (OSError, ValueError):
         pass
 

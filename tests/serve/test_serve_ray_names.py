@@ -1,0 +1,55 @@
+"""Ray 2.60 Serve names that ported code uses beside the main API: the autoscaling config's enum and getters, the
+default policy as a function (to wrap in a custom one), ``ReplicaUnavailableError``. Pure: no Serve instance."""
+
+from __future__ import annotations
+
+from muster.serve._internal import autoscaling
+from muster.serve.autoscaling_policy import (
+    AutoscalingContext,
+    AutoscalingPolicy,
+    default_autoscaling_policy,
+    replica_queue_length_autoscaling_policy,
+)
+from muster.serve.config import AggregationFunction, AutoscalingConfig
+from muster.serve.context import DeploymentID
+from muster.serve.exceptions import RayServeException, ReplicaDiedError, ReplicaUnavailableError
+
+
+def _ctx(cfg: AutoscalingConfig, current: int, requests: float, target: int = 1) -> AutoscalingContext:
+    return AutoscalingContext(
+        deployment_id=DeploymentID("D", "app"), current_num_replicas=current, target_num_replicas=target,
+        running_replicas=[], total_num_requests=requests, capacity_adjusted_min_replicas=cfg.min_replicas,
+        capacity_adjusted_max_replicas=cfg.max_replicas, policy_state={"kept": 1}, last_scale_up_time=None,
+        last_scale_down_time=None, current_time=0.0, config=cfg)
+
+
+def test_the_autoscaling_configs_enum_and_getters_are_rays():
+    cfg = AutoscalingConfig(max_replicas=8, target_ongoing_requests=4, aggregation_function=AggregationFunction.MAX,
+                            smoothing_factor=0.5, downscaling_factor=0.25)
+    assert cfg.aggregation_function == "max" == AggregationFunction.MAX
+    assert AggregationFunction("min") is AggregationFunction.MIN
+    assert cfg.get_target_ongoing_requests() == 4
+    assert (cfg.get_upscaling_factor(), cfg.get_downscaling_factor()) == (0.5, 0.25)
+
+
+def test_the_default_policy_is_a_function_a_custom_policy_can_call():
+    """Ray's custom policies may start from ``replica_queue_length_autoscaling_policy(ctx)``; it was missing."""
+    assert default_autoscaling_policy is replica_queue_length_autoscaling_policy
+    cfg = AutoscalingConfig(max_replicas=10, target_ongoing_requests=2, upscaling_factor=3)
+    assert replica_queue_length_autoscaling_policy(_ctx(cfg, current=2, requests=10)) == (5.0, {})
+    assert replica_queue_length_autoscaling_policy(_ctx(cfg, current=0, requests=0, target=2)) == (2, {})
+    assert replica_queue_length_autoscaling_policy(_ctx(cfg, current=0, requests=1)) == (3, {"kept": 1})  # cold
+
+    def doubled(ctx):  # a custom policy built on the default one
+        n, state = replica_queue_length_autoscaling_policy(ctx)
+        return n * 2, state
+
+    wrapped = AutoscalingConfig(max_replicas=10, target_ongoing_requests=2, upscale_delay_s=0,
+                                policy=AutoscalingPolicy(policy_function=doubled))
+    facts = autoscaling.Facts("app", "D", 1, ["app#D#1"])
+    assert autoscaling.decide(wrapped, 1, 4, now=0.0, state=autoscaling.ScaleState(), facts=facts) == 4  # 4/2*2
+
+
+def test_replica_unavailable_error_is_what_a_dead_replica_raises():
+    assert issubclass(ReplicaDiedError, ReplicaUnavailableError) and issubclass(ReplicaUnavailableError,
+                                                                                RayServeException)
