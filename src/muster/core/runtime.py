@@ -330,6 +330,12 @@ class Runtime(abc.ABC):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(handle.pid, signal.SIGINT)
 
+    def queued(self, task: Future) -> RuntimeActor | None:
+        """The handle of the task ``submit`` returned ``task`` for, before its TaskStarted event: where the
+        engine already has one (Ray: its Ray task), ``kill``/``interrupt`` of it cancel the task in the
+        engine's queue, so it never runs. None here: a task gets its process only when it starts."""
+        return None
+
     @abc.abstractmethod
     def exit_status(self, handle: RuntimeActor, timeout_s: float = 0.5) -> int | None:
         """The dead actor's exit code (negative: signal), waiting up to ``timeout_s``."""
