@@ -85,6 +85,18 @@ def removed_error(group: str) -> Exception:
         "or made before muster.shutdown(). Schedule the work into a live group, or into none.")
 
 
+def name_taken_error(name: str, holder: str,
+                     remove: str = "remove_placement_group(get_placement_group({!r}))") -> Exception:
+    """What a new placement group named ``name`` fails with while a live group (``holder`` says which) has
+    that name, on every engine: a ``RaySystemError``, as Ray's GCS raises. ``remove``: the call that removes
+    the holder (``{!r}``: the name)."""
+    from muster.exceptions import RaySystemError
+
+    return RaySystemError(
+        f"Failed to create placement group: name {name!r} already exists ({holder}). Give the new group another "
+        f"name, or remove the old one first with {remove.format(name)}.")
+
+
 class RuntimeActor(abc.ABC):
     """A live actor: one process (or Ray actor) running one object."""
 
