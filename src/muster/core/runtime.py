@@ -254,9 +254,11 @@ class Runtime(abc.ABC):
         label: str = "task",
         bundle: BundleRef | None = None,
         max_calls: tuple[str, int] | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> Future:
         """Run ``fn(*args, **kwargs)`` once its resources are free (in ``bundle``, when given); its
-        events go to ``on_event``.
+        events go to ``on_event``. ``on_wait`` gets a message now and then while it waits for resources
+        other work holds (what it asks for, what holds it), from an engine that queues it itself.
 
         ``max_calls``: ``(function, n)`` when the task is one of ``function``'s (its ``module.qualname``),
         declared with Ray's ``max_calls=n``: a worker that has run ``n`` tasks of that function ends. An

@@ -438,7 +438,10 @@ class RayRuntime(Runtime):
         label: str = "task",
         bundle: BundleRef | None = None,
         max_calls: tuple[str, int] | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> Future:
+        """A Ray task; ``on_wait`` is never called (Ray's scheduler queues it, and ``ray status`` shows the
+        demand it waits for)."""
         request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
         placement.check_gang(self.node_resources(), request, 1, "PACK", what=label)
         out: Future = Future()
