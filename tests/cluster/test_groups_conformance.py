@@ -13,7 +13,7 @@ import time
 import pytest
 
 import muster
-from muster.exceptions import ActorDiedError, InvalidArgumentError, TaskPlacementGroupRemoved
+from muster.exceptions import ActorDiedError, InvalidArgumentError, RaySystemError, TaskPlacementGroupRemoved
 from muster.util import (
     get_current_placement_group,
     get_placement_group,
@@ -114,6 +114,43 @@ def test_a_named_group_is_found_by_name_and_its_row_says_where_each_bundle_is(en
     assert placement_group_table(pg)["state"] == "REMOVED"
     with pytest.raises(InvalidArgumentError, match="named-pg"):
         get_placement_group("named-pg")
+
+
+def test_a_live_groups_name_is_refused_with_muster_error_naming_it(engine):
+    """A second group of a live group's name raises muster's RaySystemError on both engines, naming the name
+    and the fix; once the first is removed the name is free. On Ray, Ray's own RaySystemError came out."""
+    first = placement_group([{"CPU": 1}], name="taken-pg")
+    try:
+        assert first.wait(TIMEOUT)
+        with pytest.raises(RaySystemError) as info:
+            placement_group([{"CPU": 1}], name="taken-pg")
+        assert "'taken-pg' already exists" in str(info.value) and "remove_placement_group(" in str(info.value)
+        if engine == "ray":
+            _another_drivers_name_is_refused_too()
+    finally:
+        remove_placement_group(first)
+    again = placement_group([{"CPU": 1}], name="taken-pg")  # removed: the name is free
+    try:
+        assert again.wait(TIMEOUT) and get_placement_group("taken-pg") == again
+    finally:
+        remove_placement_group(again)
+
+
+def _another_drivers_name_is_refused_too() -> None:
+    """A name a group muster did not make holds on the cluster (as another driver's would): Ray refuses it,
+    and muster says so with its own class and how to remove that group."""
+    import ray
+
+    theirs = ray.util.placement_group([{"CPU": 0.01}], name="theirs-pg")
+    try:
+        with pytest.raises(RaySystemError) as info:
+            placement_group([{"CPU": 1}], name="theirs-pg")
+        assert not isinstance(info.value, ray.exceptions.RayError), type(info.value).__mro__
+        msg = str(info.value)
+        assert "'theirs-pg' already exists" in msg and "another driver" in msg
+        assert "ray.util.remove_placement_group(ray.util.get_placement_group('theirs-pg'))" in msg
+    finally:
+        ray.util.remove_placement_group(theirs)
 
 
 def _ray_detached(group) -> bool:

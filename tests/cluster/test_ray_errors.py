@@ -1,7 +1,8 @@
 """Ray's own failures reach users as muster's classes on a Ray cluster (``muster.init(address=...)``),
 the ones muster's engine raises for the same situation, with what to do: never a ``ray.exceptions`` class
 or an internal assert. Faults are real: a task's worker SIGKILLed, a node removed under a running task,
-a running task force-cancelled. A plain cancel interrupts a running task on whichever node it runs."""
+a running task force-cancelled. A plain cancel interrupts a running task on whichever node it runs; a task
+cancelled while it waits in Ray's queue never runs."""
 
 from __future__ import annotations
 
@@ -40,6 +41,18 @@ def pid_then_tick(path: str) -> str:
         os.replace(path + ".part", path + ".seen")
         raise
     return "finished"
+
+
+@muster.remote(num_cpus=2)
+def hold_a_node(started: str, release: str) -> None:
+    open(started, "w").close()
+    while not os.path.exists(release):
+        time.sleep(0.05)
+
+
+@muster.remote
+def touch(path: str) -> None:
+    open(path, "w").close()
 
 
 @muster.remote
@@ -89,6 +102,28 @@ def test_plain_cancel_interrupts_a_running_task(on_ray, tmp_path):
         time.sleep(0.1)
     assert open(path + ".seen").read() == "KeyboardInterrupt()"
     assert psutil.pid_exists(pid), "a plain cancel ends the task, not its worker process"
+
+
+def test_cancel_of_a_queued_task_means_it_never_runs(on_ray, tmp_path):
+    """A task cancelled while it waited in Ray's queue for a CPU was not cancelled in Ray: once a CPU was
+    free it started, ran, and was interrupted only when its start reached the driver."""
+    release, marker = str(tmp_path / "release"), str(tmp_path / "ran")
+    held = [str(tmp_path / f"held{i}") for i in range(int(muster.cluster_resources()["CPU"]) // 2)]
+    holders = [hold_a_node.remote(path, release) for path in held]
+    deadline = time.monotonic() + 120
+    while not all(os.path.exists(path) for path in held):
+        assert time.monotonic() < deadline, "the tasks holding every CPU did not all start"
+        time.sleep(0.1)
+    ref = touch.options(max_retries=0).remote(marker)
+    time.sleep(1.0)  # in Ray's queue now, waiting for a CPU
+    assert muster.cancel(ref) is True
+    open(release, "w").close()
+    muster.get(holders, timeout=60)
+    muster.get(touch.remote(str(tmp_path / "later")), timeout=60)  # CPUs are free: a new task runs
+    with pytest.raises(TaskCancelledError):
+        muster.get(ref, timeout=60)
+    time.sleep(2.0)
+    assert not os.path.exists(marker), "the task cancelled while queued ran once CPUs were free"
 
 
 def test_a_killed_tasks_worker_says_what_to_do(on_ray):

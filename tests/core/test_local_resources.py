@@ -181,6 +181,7 @@ def test_busy_gang_waits_says_so_and_never_starts_partially(rt, track, monkeypat
     assert wait_for(lambda: messages, timeout=10), "on_wait was never called"
     assert "Waiting for resources" in messages[0]
     assert "CPU=1" in messages[0]  # what it waits for / what is free
+    assert f"(pid {holder_pid}, CPU=1)" in messages[0] and "It starts once CPU is freed" in messages[0]  # who holds it
     # All or nothing: the free CPU was not taken, no member process exists.
     assert thread.is_alive() and not result
     assert rt.available()["CPU"] == 1.0

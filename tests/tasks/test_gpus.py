@@ -8,7 +8,9 @@ CUDA_VISIBLE_DEVICES, which is all ``muster.get_gpu_ids()`` reads.  The
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import time
 
 import pytest
@@ -119,3 +121,48 @@ def test_a_data_functions_batches_run_only_where_a_gpu_is_held(gpu_engine):
     assert sorted(r["id"] for r in rows) == list(range(16))
     assert os.getpid() not in {r["pid"] for r in rows}, "a batch ran on the driver"
     assert {r["visible"] for r in rows} <= {"0", "1"}, {r["visible"] for r in rows}
+
+
+class _Said(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_a_data_gpu_batch_waiting_for_held_gpus_says_what_holds_them(gpu_engine, monkeypatch):
+    """Both GPUs held by actors: a ``map_batches(fn, num_gpus=1)`` batch waits for one, and says so (what it
+    asks for, which actors hold the GPUs, that it starts once one is freed), then runs once they are killed.
+    Before, it waited without a word: muster never hangs silently."""
+    import muster.data as md
+    from muster.core.local import slots
+
+    monkeypatch.setattr(slots, "_WAIT_NOTICE_S", 0.3)
+    holders = [GpuActor.options(num_gpus=1).remote() for _ in range(2)]
+    assert sorted(muster.get([h.ids.remote() for h in holders], timeout=TIMEOUT)) == [[0], [1]]
+    handler = _Said()
+    said = handler.messages
+    logger = logging.getLogger("muster.data")
+    logger.addHandler(handler)
+    got: dict = {}
+    run = threading.Thread(target=lambda: got.setdefault("rows", md.range(4, override_num_blocks=2).map_batches(
+        _where_each_batch_ran, num_gpus=1, batch_size=2).take_all()), daemon=True)
+    try:
+        run.start()
+        deadline = time.monotonic() + TIMEOUT
+        while not any("waits for a GPU" in m for m in said):
+            assert time.monotonic() < deadline, f"no word of the wait; said: {said}"
+            time.sleep(0.1)
+        message = next(m for m in said if "waits for a GPU" in m)
+        assert "GPU=1" in message and message.count("GpuActor") == 2, message
+        assert "It starts once GPU is freed" in message, message
+        assert run.is_alive() and "rows" not in got
+        for h in holders:
+            muster.kill(h)
+        run.join(TIMEOUT)
+    finally:
+        logger.removeHandler(handler)
+    assert sorted(r["id"] for r in got["rows"]) == list(range(4))
+    assert {r["visible"] for r in got["rows"]} <= {"0", "1"}

@@ -85,6 +85,18 @@ def removed_error(group: str) -> Exception:
         "or made before muster.shutdown(). Schedule the work into a live group, or into none.")
 
 
+def name_taken_error(name: str, holder: str,
+                     remove: str = "remove_placement_group(get_placement_group({!r}))") -> Exception:
+    """What a new placement group named ``name`` fails with while a live group (``holder`` says which) has
+    that name, on every engine: a ``RaySystemError``, as Ray's GCS raises. ``remove``: the call that removes
+    the holder (``{!r}``: the name)."""
+    from muster.exceptions import RaySystemError
+
+    return RaySystemError(
+        f"Failed to create placement group: name {name!r} already exists ({holder}). Give the new group another "
+        f"name, or remove the old one first with {remove.format(name)}.")
+
+
 class RuntimeActor(abc.ABC):
     """A live actor: one process (or Ray actor) running one object."""
 
@@ -242,9 +254,11 @@ class Runtime(abc.ABC):
         label: str = "task",
         bundle: BundleRef | None = None,
         max_calls: tuple[str, int] | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> Future:
         """Run ``fn(*args, **kwargs)`` once its resources are free (in ``bundle``, when given); its
-        events go to ``on_event``.
+        events go to ``on_event``. ``on_wait`` gets a message now and then while it waits for resources
+        other work holds (what it asks for, what holds it), from an engine that queues it itself.
 
         ``max_calls``: ``(function, n)`` when the task is one of ``function``'s (its ``module.qualname``),
         declared with Ray's ``max_calls=n``: a worker that has run ``n`` tasks of that function ends. An
@@ -329,6 +343,12 @@ class Runtime(abc.ABC):
         if handle.pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(handle.pid, signal.SIGINT)
+
+    def queued(self, task: Future) -> RuntimeActor | None:
+        """The handle of the task ``submit`` returned ``task`` for, before its TaskStarted event: where the
+        engine already has one (Ray: its Ray task), ``kill``/``interrupt`` of it cancel the task in the
+        engine's queue, so it never runs. None here: a task gets its process only when it starts."""
+        return None
 
     @abc.abstractmethod
     def exit_status(self, handle: RuntimeActor, timeout_s: float = 0.5) -> int | None:

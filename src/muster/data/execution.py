@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import contextvars
 import functools
+import logging
 import os
 import threading
 import time
@@ -593,7 +594,13 @@ class _Workers:
         try:
             if not job.holds_gpus and self.runtime.capacity(job.resources()) - mine < 1:
                 return None
-            fut: Future[Any] = self.runtime.submit(job, (), {}, job.resources(), label="muster.data")
+            said = functools.partial(_say_gpu_wait, job.stage) if job.holds_gpus else None
+            fut: Future[Any] = self.runtime.submit(job, (), {}, job.resources(), label="muster.data", on_wait=said)
             return fut
         except Exception:  # noqa: BLE001 - not picklable, engine gone: run it here
             return None
+
+
+def _say_gpu_wait(stage: str, message: str) -> None:
+    """A batch asking for GPUs waits for a worker that holds one, while other work holds them all: say so."""
+    logging.getLogger("muster.data").warning("muster.data: a %s batch waits for a GPU. %s", stage, message)

@@ -181,6 +181,7 @@ class _Attempts:
         self.label = f"task {body.__name__}"
         self.cancelled: bool | None = None  # None, or force
         self.worker: Any = None  # the process running it now (from its TaskStarted event)
+        self.run: Future | None = None  # the engine's future of its current run
 
     def start(self, attempt: int = 0) -> None:
         if self.cancelled is not None:
@@ -192,10 +193,13 @@ class _Attempts:
         except BaseException as exc:  # noqa: BLE001 - a failed dependency or an impossible request
             _settle(self.out, exc=exc)
             return
+        self.run = inner
         inner.add_done_callback(functools.partial(self.finish, attempt=attempt))
+        if self.cancelled is not None:  # cancelled while it was being submitted
+            self.interrupt()
 
     def finish(self, f: Future, attempt: int) -> None:
-        self.worker = None
+        self.worker = self.run = None  # (its future holds this object in a callback: no cycle)
         exc = f.exception()
         retriable = isinstance(exc, WorkerCrashedError) or (isinstance(exc, TaskError) and self._retries(exc))
         if self.cancelled is not None:
@@ -230,7 +234,9 @@ class _Attempts:
         self.interrupt()
 
     def interrupt(self) -> None:
-        worker = self.worker
+        worker, run = self.worker, self.run
+        if worker is None and run is not None:  # not started: an engine that queues it cancels it there
+            worker = self.runtime.queued(run)
         if worker is None:
             return
         if self.cancelled:  # force: end the process

@@ -31,11 +31,10 @@ from typing import Any
 from muster.core import context
 from muster.core import resources as res
 from muster.core.api import get_runtime, is_current
-from muster.core.runtime import BundleRef
+from muster.core.runtime import BundleRef, name_taken_error
 from muster.exceptions import (
     InvalidArgumentError,
     InvalidTypeError,
-    RaySystemError,
     ResourcesUnavailableError,
     UnsupportedRayAPIError,
 )
@@ -189,8 +188,8 @@ def placement_group(
     Raises:
         ValueError: an empty or malformed bundle, an unknown strategy, or a ``lifetime`` other than
             None or "detached".
-        RaySystemError: on the embedded engine, a live group of this process already has ``name`` (on a
-            Ray cluster Ray raises its own ``RaySystemError``).
+        RaySystemError: a live group already has ``name`` (on a Ray cluster, also one another driver made
+            in the namespace, such as a detached group that outlived its driver).
         UnsupportedRayAPIError: called inside a task or actor.
     """
     if lifetime not in (None, "detached"):
@@ -212,7 +211,7 @@ def placement_group(
             "placement_group() inside a task or actor: muster makes placement groups in the driver only. Make the "
             "group in the driver and pass it in; a task or actor can schedule work into it from anywhere.")
     runtime = get_runtime()
-    if name and runtime.name == "local":
+    if name:  # this driver's groups; on a Ray cluster Ray also refuses a name another driver's group has
         _check_name_free(name, runtime)
     error = _never_fits(clean, strategy, runtime.node_resources())
     pg = PlacementGroup(clean, strategy, name, error, lifetime)
@@ -239,10 +238,7 @@ def _check_name_free(name: str, runtime: Any) -> None:
     ``placement_group(name=...)`` of a namespace with ``RaySystemError`` "... name ... already exists")."""
     for pg in _made.values():
         if pg.name == name and not pg._removed and pg._made_on is runtime:
-            raise RaySystemError(
-                f"Failed to create placement group: name {name!r} already exists (group {pg.id}, "
-                f"{pg._row()['state']}). Give the new group another name, or remove the old one first with "
-                f"remove_placement_group(get_placement_group({name!r})).")
+            raise name_taken_error(name, f"group {pg.id}, {pg._row()['state']}")
 
 
 def _never_fits(bundles: list[dict[str, float]], strategy: str, nodes: list[dict[str, float]]) -> BaseException | None:

@@ -296,6 +296,28 @@ class LocalRuntime(Runtime):
         # One machine: PACK, SPREAD and STRICT_PACK all place every member here.
         return list(self._launch(n, cls, (), {}, resources_per_member, env, on_wait, timeout_s, None))
 
+    def naming_holders(self, on_wait: Callable[[str], None], request: dict[str, float]) -> Callable[[str], None]:
+        """``on_wait`` for a wait for ``request`` (all of it: a gang's members together), its message naming
+        the workers that hold what is short and saying the wait ends once they free it. (Called under the slot
+        table's lock: it takes no engine lock.)"""
+
+        def say(message: str) -> None:
+            free = self.slots.free()
+            short = [k for k, v in request.items() if v > 0 and free.get(k, 0.0) < v]
+            try:
+                live = tuple(self._actors.values())
+            except RuntimeError:  # changed meanwhile: name none this time
+                live = ()
+            held = [(a, {k: a.allocation.resources[k] for k in short if a.allocation.resources.get(k)})
+                    for a in live if a._holds_slots]
+            names = [f"{a.label} (pid {a.pid}, {res.fmt(mine)})" for a, mine in held if mine]
+            who = (f" Held by: {', '.join(names[:5])}{f' and {len(names) - 5} more' if len(names) > 5 else ''}."
+                   if names else "")
+            freed = f"{' and '.join(short)} {'is' if len(short) == 1 else 'are'}" if short else "they are"
+            on_wait(f"{message}{who} It starts once {freed} freed.")
+
+        return say
+
     def _launch(
         self,
         n: int,
@@ -315,7 +337,8 @@ class LocalRuntime(Runtime):
         self.slots.check_feasible(request, n)
         self.start()
         if allocations is None:
-            allocations = self.slots.acquire(request, n, on_wait=on_wait, timeout_s=timeout_s)
+            said = None if on_wait is None else self.naming_holders(on_wait, {k: v * n for k, v in request.items()})
+            allocations = self.slots.acquire(request, n, on_wait=said, timeout_s=timeout_s)
         actors = []
         try:
             for i, alloc in enumerate(allocations):
@@ -473,14 +496,16 @@ class LocalRuntime(Runtime):
         label: str = "task",
         bundle: BundleRef | None = None,
         max_calls: tuple[str, int] | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> Future:
         """Run ``fn`` in a pooled worker of the same resource shape (reused across tasks); a worker
-        counts ``max_calls`` for itself (it retires once the task says so).
+        counts ``max_calls`` for itself (it retires once the task says so). ``on_wait``: see
+        :meth:`_launch` (not for a task in a bundle, which waits for its own group's work).
 
         Tasks of one shape (and bundle) start in submission order from one dispatcher thread,
         which alone waits for their resources (no thread per queued task).
         """
-        return self._task_pool.submit(fn, args, kwargs, resources, on_event, label, bundle)
+        return self._task_pool.submit(fn, args, kwargs, resources, on_event, label, bundle, on_wait)
 
     def retire_idle_workers(self) -> int:
         """End the warm task workers that are idle (they hold no resources); return how many."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
+from typing import Callable
 
 from muster.core import resources as res
 from muster.core.local.slots import Allocation, SlotTable
@@ -128,10 +129,12 @@ class Reservations:
         for group in groups:
             self.remove(group)
 
-    def take(self, request: dict[str, float], bundle: BundleRef | None, actor: bool = False) -> Allocation:
-        """Hold ``request``: from the machine, or from ``bundle`` of a group (waiting until it has room)."""
+    def take(self, request: dict[str, float], bundle: BundleRef | None, actor: bool = False,
+             on_wait: Callable[[str], None] | None = None) -> Allocation:
+        """Hold ``request``: from the machine (``on_wait`` told while it waits), or from ``bundle`` of a group
+        (waiting until it has room)."""
         if bundle is None:
-            return self._slots.acquire(request, 1)[0]
+            return self._slots.acquire(request, 1, on_wait=on_wait)[0]
         with self._lock:
             reservation = self._groups.get(bundle.group)
         try:

@@ -40,6 +40,7 @@ class TaskPool:
     def submit(
         self, fn: Callable[..., Any], args: tuple, kwargs: dict, resources: dict[str, float],
         on_event: EventHandler | None, label: str, bundle: BundleRef | None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> Future:
         """Queue ``fn`` for a pooled worker of the same resource shape (see :meth:`LocalRuntime.submit`)."""
         request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
@@ -59,7 +60,7 @@ class TaskPool:
                 threading.Thread(
                     target=self._dispatch_forever, args=(request, bundle, q), name="muster-dispatch", daemon=True
                 ).start()
-            q.put((fn, args, kwargs, on_event, label, out))  # under the lock: never behind the queue's end
+            q.put((fn, args, kwargs, on_event, label, on_wait, out))  # under the lock: never behind the queue's end
         return out
 
     def close(self) -> None:
@@ -105,18 +106,21 @@ class TaskPool:
 
     def _start_task(
         self, request: dict[str, float], bundle: BundleRef | None, fn: Callable[..., Any], args: tuple,
-        kwargs: dict, on_event: EventHandler | None, label: str, out: Future,
+        kwargs: dict, on_event: EventHandler | None, label: str, on_wait: Callable[[str], None] | None,
+        out: Future,
     ) -> None:
         try:
-            actor = self._task_worker(request, label, bundle)
+            actor = self._task_worker(request, label, bundle, on_wait)
             actor._on_event = on_event
             inner = actor.call("__task__", fn, *args, **kwargs)
             inner.add_done_callback(lambda f: self._task_done(actor, request, f, out, label))
         except BaseException as exc:  # noqa: BLE001
             out.set_exception(exc)
 
-    def _task_worker(self, request: dict[str, float], label: str, bundle: BundleRef | None) -> "LocalActor":
-        """Hold ``request``, then reuse an idle worker of that shape (or fork one)."""
+    def _task_worker(self, request: dict[str, float], label: str, bundle: BundleRef | None,
+                     on_wait: Callable[[str], None] | None = None) -> "LocalActor":
+        """Hold ``request`` (``on_wait`` told while other work holds it), then reuse an idle worker of that
+        shape (or fork one)."""
         key = frozenset(request.items())
         if "GPU" in request and bundle is None:  # a pooled worker's CUDA_VISIBLE_DEVICES is fixed: reuse on its GPUs
             with self._lock:
@@ -126,9 +130,10 @@ class TaskPool:
                     pool.remove(actor)
                     actor._holds_slots = True  # it holds the slots try_acquire_exact just took
             if actor is None:
-                (actor,) = self._runtime._launch(1, None, (), {}, request, None, None, None, [label])
+                (actor,) = self._runtime._launch(1, None, (), {}, request, None, on_wait, None, [label])
         else:
-            alloc = self._reservations.take(request, bundle)
+            said = None if on_wait is None or bundle is not None else self._runtime.naming_holders(on_wait, request)
+            alloc = self._reservations.take(request, bundle, on_wait=said)
             with self._lock:
                 pool = self.idle.setdefault(key, [])
                 same_gpus = [a for a in pool if a.allocation.gpu_ids == alloc.gpu_ids]

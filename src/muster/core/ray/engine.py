@@ -61,6 +61,7 @@ class RayRuntime(Runtime):
         self._ids = itertools.count()
         self._token = secrets.token_hex(3)
         self._senders: dict[str, RaySender] = {}
+        self._tasks: dict[Future, RayTask] = {}  # each submitted task's Ray task, until it ends (``queued``)
         self._actors: dict[str, RayActor] = {}
         self._known_nodes: dict[str, dict[str, float]] = {}  # every node seen alive: id -> resources
         self._lost_at: dict[str, float] = {}  # when each known node was first seen gone
@@ -417,6 +418,11 @@ class RayRuntime(Runtime):
             with contextlib.suppress(Exception):  # already done
                 ray.cancel(handle.ref, force=False, recursive=False)  # its hub calls are not its work
 
+    def queued(self, task: Future) -> RuntimeActor | None:
+        """A submitted task's Ray task, from ``submit`` on: ``ray.cancel`` takes it out of Ray's queue."""
+        with self._lock:
+            return self._tasks.get(task)
+
     def exit_status(self, handle: RuntimeActor, timeout_s: float = 0.5) -> int | None:
         """Ray does not report a dead actor's exit code; its death message says what happened."""
         return None
@@ -432,7 +438,10 @@ class RayRuntime(Runtime):
         label: str = "task",
         bundle: BundleRef | None = None,
         max_calls: tuple[str, int] | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> Future:
+        """A Ray task; ``on_wait`` is never called (Ray's scheduler queues it, and ``ray status`` shows the
+        demand it waits for)."""
         request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
         placement.check_gang(self.node_resources(), request, 1, "PACK", what=label)
         out: Future = Future()
@@ -458,8 +467,15 @@ class RayRuntime(Runtime):
         ref = task.ref = self._task_fn_for(max_calls).options(max_retries=0, name=label, **options).remote(
             self._hub, task.key, label, list(sys.path), settings.forwarded_env(), data
         )
+        with self._lock:
+            self._tasks[out] = task
+        out.add_done_callback(self._task_ended)
         ref.future().add_done_callback(lambda f: self.in_background(lambda: task.finish(f, out)))
         return out
+
+    def _task_ended(self, out: Future) -> None:
+        with self._lock:
+            self._tasks.pop(out, None)
 
     def _task_fn_for(self, max_calls: tuple[str, int] | None) -> Any:
         """The Ray function a task runs as: one shared by every task, or, for a function declared with

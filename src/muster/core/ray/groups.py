@@ -19,7 +19,8 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from muster.core.runtime import BundleRef, removed_error
+from muster.core.ray.errors import from_ray
+from muster.core.runtime import BundleRef, name_taken_error, removed_error
 
 
 class RayGroups:
@@ -34,7 +35,14 @@ class RayGroups:
                 lifetime: str | None = None) -> Future:
         """Make Ray's group (named ``name``, Ray's ``lifetime``); the future is done once Ray placed it
         (its exception: removed first)."""
-        ray_group = placement_group([dict(b) for b in bundles], strategy=strategy, name=name, lifetime=lifetime)
+        try:
+            ray_group = placement_group([dict(b) for b in bundles], strategy=strategy, name=name, lifetime=lifetime)
+        except ray.exceptions.RaySystemError as exc:
+            if name and "already exists" in str(exc):  # another driver's group has it (this one's are checked first)
+                raise name_taken_error(name, "a group another driver made in this namespace on the Ray cluster, "
+                                       "e.g. a detached one that outlived its driver",
+                                       "ray.util.remove_placement_group(ray.util.get_placement_group({!r}))") from None
+            raise from_ray(exc, f"placement group {name or group}") from None
         placed: Future = Future()
         with self._lock:
             self._groups[group] = (ray_group, placed)
