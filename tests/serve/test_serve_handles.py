@@ -718,3 +718,23 @@ def test_broadcast_calls_every_replica(client):
 
     assert sorted(v for _, v in asyncio.run(in_async_code())) == [8, 8, 8]
     serve.delete("cached")
+
+
+def test_a_handle_is_initialized_by_its_first_use_and_shutdown_is_rays(graph):
+    """Ray's ``is_initialized``, ``running_replicas_populated()``, ``shutdown()``/``shutdown_async()``, ``handle_id``
+    and ``deployment_id`` (``handle.shutdown`` was taken for a handle to a method named "shutdown" before)."""
+    import pickle
+
+    h = serve.get_deployment_handle("Adder", "graph")
+    assert not h.is_initialized and not h.running_replicas_populated()
+    assert h.deployment_id == serve.context.DeploymentID("Adder", "graph")
+    add = h.add  # options() initializes the handle it is called on; the handles it makes share that, and the id
+    assert h.is_initialized and add.is_initialized and add.handle_id == h.handle_id
+    wait_until(h.running_replicas_populated, 10, "the router to learn of Adder's replicas")
+    assert h.shutdown() is None and asyncio.run(h.shutdown_async()) is None
+    assert add.remote(1, 2).result(timeout_s=10) == 3  # as Ray's, a handle still routes after shutdown
+    sent = pickle.loads(pickle.dumps(h))  # a copy in another process starts afresh, as Ray's
+    assert not sent.is_initialized and sent.handle_id != h.handle_id
+    fresh = serve.get_deployment_handle("Model", "graph")
+    fresh.broadcast("predict", 1).results(timeout_s=10)
+    assert fresh.is_initialized
