@@ -232,3 +232,22 @@ def test_an_integral_float_batch_size_is_taken_as_rays():
         serve.batch(max_batch_size=2.5)
     with pytest.raises(ValueError, match=r"max_concurrent_batches=2.0"):  # Ray refuses a float here
         serve.batch(max_concurrent_batches=2.0)
+
+
+def test_a_bare_batch_on_an_async_generator_is_refused_naming_the_called_form_as_rays():
+    """Ray 2.60's bare ``@serve.batch`` refuses an async generator (a TypeError); muster batched it."""
+    from muster.exceptions import InvalidTypeError
+
+    with pytest.raises(InvalidTypeError, match=r"bare @serve.batch on the async generator .*gen.*@serve.batch\(\)"):
+        @serve.batch
+        async def gen(xs: list[int]):
+            yield xs
+
+    @serve.batch()
+    async def called(xs: list[int]):
+        yield [x + 1 for x in xs]
+
+    async def one() -> list:
+        return [item async for item in called(1)]
+
+    assert asyncio.run(one()) == [2]

@@ -314,7 +314,8 @@ def batch(
         the settings for the batches that follow in this replica.
 
     Raises:
-        TypeError: the decorated function is not ``async def``.
+        TypeError: the decorated function is not ``async def``, or is an async generator under a bare
+            ``@serve.batch`` (as in Ray: write ``@serve.batch()``).
         ValueError: a bad size or timeout.
     """
     max_batch_size = _check_size(max_batch_size)
@@ -358,5 +359,9 @@ def batch(
         return call
 
     if _fn is not None:
+        if inspect.isasyncgenfunction(_fn):  # Ray 2.60 refuses this form too (a TypeError), only with arguments
+            raise InvalidTypeError(
+                f"bare @serve.batch on the async generator {_fn.__qualname__}: as in Ray, a batched generator "
+                "needs the decorator called. Fix: write @serve.batch() (or @serve.batch(max_batch_size=...)).")
         return wrap(_fn)
     return wrap
