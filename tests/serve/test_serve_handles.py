@@ -738,3 +738,26 @@ def test_a_handle_is_initialized_by_its_first_use_and_shutdown_is_rays(graph):
     fresh = serve.get_deployment_handle("Model", "graph")
     fresh.broadcast("predict", 1).results(timeout_s=10)
     assert fresh.is_initialized
+
+
+@serve.deployment(ray_actor_options=SMALL, num_replicas=2)
+class Versioned:
+    def __init__(self, tag: str):
+        self.tag = tag
+
+    def __call__(self) -> tuple:
+        ctx = serve.get_replica_context()
+        return os.getpid(), ctx.code_version, ctx.gang_context
+
+
+def test_replica_context_has_rays_code_version_shared_by_the_replicas_of_one_deploy(client):
+    """Ray's ``ReplicaContext.code_version`` and ``gang_context`` were missing."""
+    handle = serve.run(Versioned.bind("a"), name="versioned", route_prefix=None)
+    seen = {handle.remote().result(timeout_s=10) for _ in range(16)}
+    assert len({pid for pid, _, _ in seen}) == 2, seen
+    (version,) = {v for _, v, _ in seen}
+    assert isinstance(version, str) and version and {g for _, _, g in seen} == {None}
+    handle = serve.run(Versioned.bind("b"), name="versioned", route_prefix=None)  # replaces the replicas
+    new = {handle.remote().result(timeout_s=10)[1] for _ in range(8)}
+    assert len(new) == 1 and version not in new, new
+    serve.delete("versioned")
