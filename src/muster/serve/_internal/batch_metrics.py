@@ -17,10 +17,10 @@ from __future__ import annotations
 from muster.serve import metrics
 
 #: Ray's default buckets (``RAY_SERVE_REQUEST_LATENCY_BUCKETS_MS``, ``..._BATCH_UTILIZATION_...``, ``..._SIZE_...``)
-LATENCY_BUCKETS_MS = [1, 2, 5, 10, 20, 50, 100, 200, 300, 400, 500, 1000, 2000, 5000, 10000, 60000, 120000,
-                      300000, 600000]
-UTILIZATION_BUCKETS_PERCENT = [5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 100]
-SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+LATENCY_BUCKETS_MS: list[float] = [1, 2, 5, 10, 20, 50, 100, 200, 300, 400, 500, 1000, 2000, 5000, 10000, 60000,
+                                   120000, 300000, 600000]
+UTILIZATION_BUCKETS_PERCENT: list[float] = [5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 100]
+SIZE_BUCKETS: list[float] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 _KEYS = ("function_name",)
 
 
