@@ -161,9 +161,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ingress": "muster.serve.llm.build_openai_app(...) or muster.serve.llm.OpenAiIngress",
     },
     "muster.serve.schema": {
-        "ServeDeploySchema": "muster.serve.schema.ServeConfig (load_config(path) reads a config file)",
-        "ServeApplicationSchema": "muster.serve.schema.AppSchema",
-        "DeploymentSchema": "a `deployments:` entry of an application in the config file (DeploymentConfig fields)",
         "ServeInstanceDetails": "muster.serve.status() (a ServeStatus)",
         "ApplicationDetails": "muster.serve.status().applications[name] (an ApplicationStatusOverview)",
         "DeploymentDetails": "muster.serve.status().applications[app].deployments[name] (a DeploymentStatusOverview)",

@@ -232,3 +232,68 @@ def test_an_integral_float_batch_size_is_taken_as_rays():
         serve.batch(max_batch_size=2.5)
     with pytest.raises(ValueError, match=r"max_concurrent_batches=2.0"):  # Ray refuses a float here
         serve.batch(max_concurrent_batches=2.0)
+
+
+def test_a_bare_batch_on_an_async_generator_is_refused_naming_the_called_form_as_rays():
+    """Ray 2.60's bare ``@serve.batch`` refuses an async generator (a TypeError); muster batched it."""
+    from muster.exceptions import InvalidTypeError
+
+    with pytest.raises(InvalidTypeError, match=r"bare @serve.batch on the async generator .*gen.*@serve.batch\(\)"):
+        @serve.batch
+        async def gen(xs: list[int]):
+            yield xs
+
+    @serve.batch()
+    async def called(xs: list[int]):
+        yield [x + 1 for x in xs]
+
+    async def one() -> list:
+        return [item async for item in called(1)]
+
+    assert asyncio.run(one()) == [2]
+
+
+@serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=16)
+class Measured:
+    @serve.batch(max_batch_size=4, batch_wait_timeout_s=1.0)
+    async def __call__(self, xs: list[int]) -> list[int]:
+        await asyncio.sleep(0.05)
+        return [x * 2 for x in xs]
+
+
+def test_batch_metrics_are_rays_and_reach_serve_status(client):
+    """Ray 2.60's batch metrics (``serve_batches_processed``, ``serve_actual_batch_size``, ...) were missing."""
+    handle = serve.run(Measured.bind(), name="measured", route_prefix=None)
+    try:
+        responses = [handle.remote(i) for i in range(8)]
+        assert sorted(r.result(timeout_s=30) for r in responses) == [0, 2, 4, 6, 8, 10, 12, 14]
+
+        def series() -> dict[str, list[dict]]:
+            got = serve.status().applications["measured"].deployments["Measured"].metrics.get("custom_metrics")
+            out: dict[str, list[dict]] = {}
+            for s in got or []:
+                out.setdefault(s["name"], []).append(s)
+            return out
+
+        def total(s: dict, name: str, key: str = "value") -> float:
+            return sum(x[key] for x in s.get(name, []))
+
+        def complete() -> dict | None:  # the last batch's execution time is recorded after its callers have theirs
+            s = series()
+            done = total(s, "serve_actual_batch_size", "sum") == 8
+            return s if done and total(s, "serve_batch_execution_time_ms", "count") == total(
+                s, "serve_batches_processed") else None
+
+        s = wait_until(complete, 30, "the batch metrics of 8 calls")
+        batches = total(s, "serve_batches_processed")
+        assert 2 <= batches <= 8 and total(s, "serve_actual_batch_size", "count") == batches
+        assert total(s, "serve_batch_utilization_percent", "sum") == 8 / 4 * 100
+        assert total(s, "serve_batch_wait_time_ms", "count") == batches
+        assert total(s, "serve_batch_execution_time_ms", "sum") >= 50 * batches
+        assert "serve_batch_queue_length" in s
+        for name in ("serve_batches_processed", "serve_actual_batch_size", "serve_batch_queue_length"):
+            (one,) = s[name]
+            assert one["tags"]["function_name"] == "__call__" and one["tags"]["deployment"] == "Measured"
+            assert one["tags"]["application"] == "measured"
+    finally:
+        serve.delete("measured")

@@ -189,7 +189,7 @@ def test_ray_schema_names_import_and_unsupported_ones_name_the_equivalent():
 
     assert (ServeStatus, ApplicationStatusOverview, DeploymentStatusOverview) == \
         (serve.ServeStatus, serve.ApplicationStatusOverview, serve.DeploymentStatusOverview)
-    cases = [("muster.serve.schema", "ServeDeploySchema", "ServeConfig"),
+    cases = [("muster.serve.schema", "ServeInstanceDetails", "serve.status()"),
              ("muster.serve.config", "RequestRouterConfig", "power of two choices"),
              ("muster.serve.config", "gRPCOptions", "HTTP only"),
              ("muster.serve.handle", "RayServeHandle", "DeploymentHandle"),
@@ -292,3 +292,49 @@ def test_an_ingress_app_with_websocket_routes_is_taken_without_a_warning():
             @app.websocket("/ws")
             async def echo(self, ws) -> None:
                 await ws.accept()
+
+
+def test_rays_config_models_validate_and_give_back_the_config_file():
+    """Ray's ``ServeDeploySchema``/``ServeApplicationSchema``/``DeploymentSchema``/``RayActorOptionsSchema``,
+    ``EncodingType`` and ``APIType`` (the models failed to import)."""
+    from muster.serve.schema import (
+        APIType,
+        DeploymentSchema,
+        EncodingType,
+        LoggingConfig,
+        RayActorOptionsSchema,
+        ServeApplicationSchema,
+        ServeDeploySchema,
+    )
+
+    raw = {"http_options": {"host": "127.0.0.1", "port": 8123},
+           "applications": [{"name": "app1", "route_prefix": "/a", "import_path": "mod:app", "deployments": [
+               {"name": "Model", "num_replicas": 2, "ray_actor_options": {"num_cpus": 0.5}}]}]}
+    config = ServeDeploySchema.parse_obj(raw)
+    app = config.applications[0]
+    assert isinstance(app, ServeApplicationSchema) and app.deployment_names() == ["Model"] and app.host == "0.0.0.0"
+    dep = app.deployments[0]
+    assert isinstance(dep, DeploymentSchema) and dep.ray_actor_options == RayActorOptionsSchema(num_cpus=0.5)
+    assert dep.max_ongoing_requests == 5 and dep.ray_actor_options.num_gpus is None
+    assert config.model_dump(exclude_unset=True) == raw  # what a config file holds, for muster serve deploy
+    assert ServeConfig.from_dict(config.dict(exclude_unset=True)).applications[0].overrides() == {
+        "Model": {"num_replicas": 2, "ray_actor_options": {"num_cpus": 0.5}}}
+    built = ServeDeploySchema(applications=[ServeApplicationSchema(
+        name="b", import_path="mod:b", deployments=[DeploymentSchema(name="D", max_ongoing_requests=8)])])
+    assert built.dict(exclude_unset=True) == {"applications": [
+        {"name": "b", "import_path": "mod:b", "deployments": [{"name": "D", "max_ongoing_requests": 8}]}]}
+    with pytest.raises(ValueError, match="num_replicas=0"):
+        DeploymentSchema(name="D", num_replicas=0)
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['num_replica'\]"):
+        DeploymentSchema(name="D", num_replica=2)
+    with pytest.raises(ValueError, match="num_cpus=-1: use a number >= 0"):
+        DeploymentSchema(name="D", ray_actor_options={"num_cpus": -1})
+    with pytest.raises(ValueError, match=r"application names must be unique; repeated: \['x'\]"):
+        ServeDeploySchema(applications=[{"name": "x", "import_path": "m:a"},
+                                        {"name": "x", "import_path": "m:b", "route_prefix": "/b"}])
+    with pytest.raises(ValueError, match="route_prefix='a': use a path starting with '/'"):
+        ServeApplicationSchema(import_path="m:a", route_prefix="a")
+    with pytest.raises(ValueError, match=r"missing field\(s\) \['import_path'\]"):
+        ServeApplicationSchema(name="x")
+    assert LoggingConfig(encoding=EncodingType.JSON).encoding == "JSON"
+    assert APIType.get_valid_user_values() == ["imperative", "declarative"]

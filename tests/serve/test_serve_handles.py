@@ -718,3 +718,46 @@ def test_broadcast_calls_every_replica(client):
 
     assert sorted(v for _, v in asyncio.run(in_async_code())) == [8, 8, 8]
     serve.delete("cached")
+
+
+def test_a_handle_is_initialized_by_its_first_use_and_shutdown_is_rays(graph):
+    """Ray's ``is_initialized``, ``running_replicas_populated()``, ``shutdown()``/``shutdown_async()``, ``handle_id``
+    and ``deployment_id`` (``handle.shutdown`` was taken for a handle to a method named "shutdown" before)."""
+    import pickle
+
+    h = serve.get_deployment_handle("Adder", "graph")
+    assert not h.is_initialized and not h.running_replicas_populated()
+    assert h.deployment_id == serve.context.DeploymentID("Adder", "graph")
+    add = h.add  # options() initializes the handle it is called on; the handles it makes share that, and the id
+    assert h.is_initialized and add.is_initialized and add.handle_id == h.handle_id
+    wait_until(h.running_replicas_populated, 10, "the router to learn of Adder's replicas")
+    assert h.shutdown() is None and asyncio.run(h.shutdown_async()) is None
+    assert add.remote(1, 2).result(timeout_s=10) == 3  # as Ray's, a handle still routes after shutdown
+    sent = pickle.loads(pickle.dumps(h))  # a copy in another process starts afresh, as Ray's
+    assert not sent.is_initialized and sent.handle_id != h.handle_id
+    fresh = serve.get_deployment_handle("Model", "graph")
+    fresh.broadcast("predict", 1).results(timeout_s=10)
+    assert fresh.is_initialized
+
+
+@serve.deployment(ray_actor_options=SMALL, num_replicas=2)
+class Versioned:
+    def __init__(self, tag: str):
+        self.tag = tag
+
+    def __call__(self) -> tuple:
+        ctx = serve.get_replica_context()
+        return os.getpid(), ctx.code_version, ctx.gang_context
+
+
+def test_replica_context_has_rays_code_version_shared_by_the_replicas_of_one_deploy(client):
+    """Ray's ``ReplicaContext.code_version`` and ``gang_context`` were missing."""
+    handle = serve.run(Versioned.bind("a"), name="versioned", route_prefix=None)
+    seen = {handle.remote().result(timeout_s=10) for _ in range(16)}
+    assert len({pid for pid, _, _ in seen}) == 2, seen
+    (version,) = {v for _, v, _ in seen}
+    assert isinstance(version, str) and version and {g for _, _, g in seen} == {None}
+    handle = serve.run(Versioned.bind("b"), name="versioned", route_prefix=None)  # replaces the replicas
+    new = {handle.remote().result(timeout_s=10)[1] for _ in range(8)}
+    assert len(new) == 1 and version not in new, new
+    serve.delete("versioned")

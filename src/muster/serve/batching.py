@@ -28,12 +28,14 @@ import asyncio
 import functools
 import inspect
 import logging
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve import context
+from muster.serve._internal.batch_metrics import BatchMetrics
 from muster.serve.multiplex import get_multiplexed_model_id, set_model_id
 
 
@@ -144,6 +146,7 @@ class _Batcher:
         self.task: asyncio.Task | None = None
         self.carry: tuple | None = None  # an item that would have made the last batch too big
         self.warned_at = 0  # the batch capacity last warned about (see _warn_if_batches_cannot_fill)
+        self.metrics = BatchMetrics(getattr(fn, "__name__", "unknown"))  # made in the replica: with its tags
 
     def _warn_if_batches_cannot_fill(self) -> None:
         """As Ray's: say so when the replica's ``max_ongoing_requests`` is below what one batch (times the
@@ -200,8 +203,10 @@ class _Batcher:
                 continue
             self._warn_if_batches_cannot_fill()
             batch = [first]
-            deadline = loop.time() + self.opts.batch_wait_timeout_s
+            opened = loop.time()
+            deadline = opened + self.opts.batch_wait_timeout_s
             while self.opts.size([q[0] for q in batch]) < self.opts.max_batch_size:
+                self.metrics.filling(self.queue.qsize())
                 remaining = deadline - loop.time()
                 if remaining <= 0 and self.queue.empty():
                     break
@@ -213,6 +218,7 @@ class _Batcher:
                     self.carry = got  # it starts the next batch
                     break
                 batch.append(got)
+            self.metrics.closed(loop.time() - opened)
             await self.sem.acquire()
             asyncio.ensure_future(self._call_parts(owner, batch))
 
@@ -248,7 +254,9 @@ class _Batcher:
         waiters = [q[1] for q in batch]
         set_model_id(model_id)  # this task's context: the first caller's model was inherited from _run's
         context._set_batch_request_context([q[3] for q in batch])
+        began = time.monotonic()
         try:
+            self.metrics.started(self.opts.size([q[0] for q in batch]), self.opts.max_batch_size)
             args, kwargs = _batched(self.fn, [q[0] for q in batch])
             args = (owner, *args) if owner is not None else args
             if self.streams:
@@ -261,6 +269,8 @@ class _Batcher:
         except Exception as exc:  # noqa: BLE001 - every caller of the batch sees it
             for w in waiters:
                 _fail(w, exc)
+        finally:
+            self.metrics.ran(time.monotonic() - began)
 
     async def _stream(self, gen: Any, queues: list[_Stream]) -> None:
         live: list[_Stream | None] = list(queues)
@@ -314,7 +324,8 @@ def batch(
         the settings for the batches that follow in this replica.
 
     Raises:
-        TypeError: the decorated function is not ``async def``.
+        TypeError: the decorated function is not ``async def``, or is an async generator under a bare
+            ``@serve.batch`` (as in Ray: write ``@serve.batch()``).
         ValueError: a bad size or timeout.
     """
     max_batch_size = _check_size(max_batch_size)
@@ -358,5 +369,9 @@ def batch(
         return call
 
     if _fn is not None:
+        if inspect.isasyncgenfunction(_fn):  # Ray 2.60 refuses this form too (a TypeError), only with arguments
+            raise InvalidTypeError(
+                f"bare @serve.batch on the async generator {_fn.__qualname__}: as in Ray, a batched generator "
+                "needs the decorator called. Fix: write @serve.batch() (or @serve.batch(max_batch_size=...)).")
         return wrap(_fn)
     return wrap

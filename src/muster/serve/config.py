@@ -273,9 +273,10 @@ class LoggingConfig:
             raise InvalidArgumentError(f"LoggingConfig(log_level={self.log_level!r}): use one of {list(_LOG_LEVELS)} "
                                        "(or its logging constant).")
         self.log_level = level.upper()
-        if str(self.encoding).upper() not in ("TEXT", "JSON"):
+        encoding = self.encoding.value if isinstance(self.encoding, Enum) else self.encoding  # Ray's EncodingType
+        if str(encoding).upper() not in ("TEXT", "JSON"):
             raise InvalidArgumentError(f"LoggingConfig(encoding={self.encoding!r}): use 'TEXT' or 'JSON'.")
-        self.encoding = str(self.encoding).upper()
+        self.encoding = str(encoding).upper()
         attrs = self.additional_log_standard_attrs
         if not isinstance(attrs, (list, tuple)) or any(a not in _LOGRECORD_ATTRS for a in attrs):
             raise InvalidArgumentError(

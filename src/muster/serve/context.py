@@ -46,7 +46,10 @@ class ReplicaRank:
 @dataclass(frozen=True)
 class ReplicaContext:
     """The replica running the current code (Ray Serve's fields). ``world_size`` is the deployment's replica
-    count when this replica started."""
+    count when this replica started; ``code_version`` is the deployment's generation (a deploy that replaces its
+    replicas starts a new one; scaling, replacements and user_config updates keep it), the ``code_version`` of its
+    deployment actors' ``get_deployment_actor_context()`` too; ``gang_context`` is ``None``: muster does not gang
+    schedule (Ray's is ``None`` outside a gang too)."""
 
     app_name: str
     deployment: str
@@ -56,6 +59,8 @@ class ReplicaContext:
     world_size: int = 0
     #: the deployment's ``DeploymentConfig`` (Ray keeps it under this private name too)
     _deployment_config: Any = field(default=None, repr=False)
+    gang_context: Any = None
+    code_version: str | None = None
 
     @property
     def replica_id(self) -> ReplicaID:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import pickle
 from typing import Any, AsyncIterator, Iterator
 
@@ -422,13 +423,71 @@ async def _broadcast(app: str, dep: str, method: str, args: tuple, kwargs: dict,
     return list(await asyncio.gather(*calls, return_exceptions=True))
 
 
+class _Shared:
+    """What a handle shares with the handles its ``options()`` (and ``handle.method``) derive, as Ray's share one
+    router: its id, and whether it was initialized (first routed: ``options``, ``remote``, ``broadcast``)."""
+
+    __slots__ = ("handle_id", "initialized")
+
+    def __init__(self) -> None:
+        self.handle_id = os.urandom(6).hex()
+        self.initialized = False
+
+
 class DeploymentHandle:
     """Calls one deployment of one app; picklable, so it can be passed to other deployments."""
 
     def __init__(self, deployment_name: str, app_name: str = "default", *, method_name: str = "__call__",
-                 stream: bool = False, multiplexed_model_id: str = ""):
+                 stream: bool = False, multiplexed_model_id: str = "", _shared: _Shared | None = None):
         self.deployment_name, self.app_name = deployment_name, app_name
         self._method, self._stream, self._model_id = method_name, stream, multiplexed_model_id
+        self._shared = _shared or _Shared()
+
+    @property
+    def deployment_id(self) -> "context.DeploymentID":
+        """Ray's ``DeploymentID`` of the deployment this handle calls."""
+        return context.DeploymentID(self.deployment_name, self.app_name)
+
+    @property
+    def handle_id(self) -> str:
+        """Ray's: an id shared by this handle and those its ``options()`` made (a copy sent elsewhere gets a new
+        one)."""
+        return self._shared.handle_id
+
+    @property
+    def is_initialized(self) -> bool:
+        """Whether the handle has routed yet, as Ray's: ``options()`` (and ``handle.method``), ``remote()`` and
+        ``broadcast()`` initialize it; ``serve.run``'s handle, and one sent to another process, start without."""
+        return self._shared.initialized
+
+    def _init(self) -> None:
+        """Mark the handle initialized and have this process's router for the deployment learn its replicas (as
+        Ray's router starts following them when the handle is initialized)."""
+        if self._shared.initialized:
+            return
+        self._shared.initialized = True
+        key = (self.app_name, self.deployment_name)
+        if eventloop.on_loop():
+            router.registry.router(*key)
+        else:
+            eventloop.get_loop().call_soon_threadsafe(lambda: router.registry.router(*key))
+
+    def running_replicas_populated(self) -> bool:
+        """Ray's: whether this process's router has learned of running replicas of the deployment (``False`` until
+        the handle is initialized; once ``True`` it stays so)."""
+        if not self._shared.initialized:
+            return False
+        r = router.registry.routers.get((self.app_name, self.deployment_name))
+        return r is not None and r.populated
+
+    def shutdown(self) -> None:
+        """Ray's ``handle.shutdown()``. Ray's stops the handle's router's metrics reporting; the handle still
+        routes afterwards. muster's router is the process's, shared by every handle to the deployment, and holds
+        nothing of this handle's, so there is nothing to stop: the handle stays usable, as Ray's does."""
+
+    async def shutdown_async(self) -> None:
+        """:meth:`shutdown`, awaited (Ray's, for code on an event loop)."""
+        self.shutdown()
 
     def options(self, *, method_name: str | None = None, stream: bool | None = None,
                 **others: Any) -> "DeploymentHandle":
@@ -449,10 +508,11 @@ class DeploymentHandle:
         if unknown:
             raise InvalidTypeError(f"handle.options(): unknown option(s) {unknown}; known: method_name, stream, "
                                    f"{', '.join(_OTHER_OPTIONS)}.")
+        self._init()
         return DeploymentHandle(
             self.deployment_name, self.app_name, method_name=method_name or self._method,
             stream=self._stream if stream is None else stream,
-            multiplexed_model_id=self._model_id if model_id is None else model_id,
+            multiplexed_model_id=self._model_id if model_id is None else model_id, _shared=self._shared,
         )
 
     def __getattr__(self, name: str) -> "DeploymentHandle":
@@ -465,6 +525,7 @@ class DeploymentHandle:
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Call the deployment; returns a DeploymentResponse (or a generator with ``stream=True``) at once."""
         req = context._caller_request()  # read here: the call may run in another context (the Serve loop's)
+        self._init()
         if self._stream:
             call = _StreamCall(self.app_name, self.deployment_name, self._method, args, kwargs, self._model_id, req)
             if eventloop.on_loop():
@@ -489,6 +550,7 @@ class DeploymentHandle:
             A :class:`DeploymentBroadcastResponse`: ``.results(timeout_s=, return_exceptions=)`` or
             ``await .results_async(...)``, one result per replica.
         """
+        self._init()
         call = _broadcast(self.app_name, self.deployment_name, method_name, args, kwargs, context._caller_request())
         if eventloop.on_loop():
             return DeploymentBroadcastResponse(asyncio.ensure_future(call))

@@ -30,11 +30,39 @@ from muster.serve.autoscaling_policy import AutoscalingPolicy
 from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions, LoggingConfig, _from_dict
 from muster.serve.deployment import Application, Deployment
 
+from muster.serve._internal.deploy_schema import (
+    DeploymentSchema,
+    RayActorOptionsSchema,
+    ServeApplicationSchema,
+    ServeDeploySchema,
+)
+
 __all__ = [  # Ray keeps these in ray.serve.schema; the status and config classes are the ones muster.serve exports
-    "AppSchema", "ApplicationStatus", "ApplicationStatusOverview", "AutoscalingConfig", "DeploymentConfig",
-    "DeploymentStatus", "DeploymentStatusOverview", "HTTPOptions", "LoggingConfig", "ProxyStatus", "ServeConfig",
-    "ServeStatus", "build_config", "deploy", "import_app", "load_config",
+    "APIType", "AppSchema", "ApplicationStatus", "ApplicationStatusOverview", "AutoscalingConfig",
+    "DeploymentConfig", "DeploymentSchema", "DeploymentStatus", "DeploymentStatusOverview", "EncodingType",
+    "HTTPOptions", "LoggingConfig", "ProxyStatus", "RayActorOptionsSchema", "ServeApplicationSchema", "ServeConfig",
+    "ServeDeploySchema", "ServeStatus", "build_config", "deploy", "import_app", "load_config",
 ]
+
+
+class EncodingType(str, Enum):
+    """Ray's names for ``LoggingConfig.encoding`` (which takes these or the plain strings)."""
+
+    TEXT = "TEXT"
+    JSON = "JSON"
+
+
+class APIType(str, Enum):
+    """Ray's: which API an application came from (``serve.run`` imperative, a config file declarative)."""
+
+    UNKNOWN = "unknown"
+    IMPERATIVE = "imperative"
+    DECLARATIVE = "declarative"
+
+    @classmethod
+    def get_valid_user_values(cls) -> list[str]:
+        """The values a user may pass (all but ``unknown``), as Ray's."""
+        return [t.value for t in cls if t is not cls.UNKNOWN]
 
 
 class ApplicationStatus(str, Enum):

@@ -120,6 +120,7 @@ class ServeController:
         try:
             gen = os.urandom(4).hex()  # a redeploy's actors are new ones, beside the old app's until it stops
             for d in new.deployments.values():
+                d.code_version = gen
                 d.actors = deployment_actors.start(name, d.plan.name, gen, d.plan.config.deployment_actors)
             starts = [(d, n) for d in new.deployments.values() for n in range(d.target)]
             futs = [self.pool.submit(self._start_replica, d) for d, _ in starts]
@@ -259,7 +260,8 @@ class ServeController:
         label = f"serve {d.app}/{d.plan.name} #{n}"  # the prefix of its log lines, and their key in the store
         target = plan.portable(d.plan.target, reload=d.plan.fresh_import)
         spec = ReplicaSpec(d.app, d.plan.name, rid, rep.socket, target, d.plan.args, d.plan.kwargs,
-                           d.plan.config, self.table, rep.rank, max(d.target, rep.rank + 1), d.actors)
+                           d.plan.config, self.table, rep.rank, max(d.target, rep.rank + 1), d.actors,
+                           d.code_version)
         try:
             self._wait_for_room(d, rep)
             # The replica's tasks, actors and gets are served as any actor's; the actors it makes die with it.

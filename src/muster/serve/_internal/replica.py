@@ -50,6 +50,7 @@ class ReplicaSpec:
     rank: int = 0  # 0..n-1 over the deployment's live replicas (on a cluster, node_rank is not worked out: 0)
     world_size: int = 1
     deployment_actors: dict[str, Any] | None = None  # handles of the deployment-scoped actors, by name
+    code_version: str = ""  # the deployment's generation (ReplicaContext.code_version)
 
 
 def _scope(fields: tuple) -> dict:
@@ -222,7 +223,8 @@ class ReplicaActor:
         rank = replica_context.ReplicaRank(spec.rank, 0, spec.rank)  # one node's ranks (see ReplicaSpec.rank)
         replica_context.set_deployment_actors(spec.deployment_actors or {})
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, None, rank,
-                                                            spec.world_size, spec.config))
+                                                            spec.world_size, spec.config,
+                                                            code_version=spec.code_version or None))
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
         self.target = target
         self.asgi = getattr(target, "__serve_asgi_app__", None)
@@ -234,7 +236,8 @@ class ReplicaActor:
         else:
             self.obj = target
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj, rank,
-                                                            spec.world_size, spec.config))
+                                                            spec.world_size, spec.config,
+                                                            code_version=spec.code_version or None))
         self.conns: set[_Conn] = set()  # the callers connected now (told of the models held, see _models_changed)
         self._models_told = True
         if multiplex.is_multiplexed(target):  # its callers route by model: tell them what it holds

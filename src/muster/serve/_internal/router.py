@@ -123,6 +123,7 @@ class Router:
         self.multiplexed = False  # requests naming a model are routed by it (model_routing.py)
         self.room: asyncio.Future | None = None  # set when a request ends: model requests waiting for a holder
         self.holding = 0  # requests waiting here for a replica with room (read from any thread)
+        self.populated = False  # has it known a running replica (Ray's running_replicas_populated; read anywhere)
 
     def update(self, route: DeploymentRoute | None) -> None:
         wanted = {r.replica_id: r for r in (route.replicas if route else ())}
@@ -133,6 +134,7 @@ class Router:
             if rid not in self.replicas:
                 self.replicas[rid] = _RoutedReplica(r)
         self._list = list(self.replicas.values())
+        self.populated = self.populated or bool(self._list)
         self.known = route is not None
         if route is not None:
             self.max_ongoing, self.max_queued = route.max_ongoing_requests, route.max_queued_requests

@@ -77,6 +77,7 @@ class DeploymentState:
     counter: itertools.count = field(default_factory=itertools.count)
     pending: int = 0  # replacements submitted, not yet started
     actors: dict[str, Any] = field(default_factory=dict)  # its deployment-scoped actors' handles, by name
+    code_version: str = ""  # its generation (a deploy that replaces the replicas makes a new one): Ray's code_version
     retry_at: float = 0.0
     fresh: float | None = None  # an app policy's input: the ongoing total of a stats round not yet given to it
     queued: int = 0  # requests routers hold for it while no replica runs (autoscaler.Waiting)
