@@ -221,6 +221,54 @@ def test_a_filter_right_after_read_parquet_is_pushed_into_the_scan(tmp_path, cap
     assert len(with_paths.take_all()) == 500
 
 
+def _two_parquet_files(tmp_path):
+    for part in range(2):
+        table = pa.table({"a": list(range(part * 500, part * 500 + 500)), "s": [str(i % 7) for i in range(500)]})
+        pq.write_table(table, tmp_path / f"p{part}.parquet", row_group_size=50)
+    return str(tmp_path)
+
+
+def test_a_filter_moves_past_projections_sorts_and_repartitions_into_the_scan(tmp_path, capsys):
+    """As Ray's optimizer: a filter goes below select_columns, rename_columns (its columns renamed back), sort
+    and repartition into the Parquet scan, and an & pushes its convertible parts, the rest a Filter above the
+    read. Before, only a whole filter right after the read was pushed. The rows are the unpushed ones."""
+    path = _two_parquet_files(tmp_path)
+    pushed_cases = [  # (plan after the read, rows the scan makes)
+        (lambda ds: ds.select_columns(["a"]).filter(expr=col("a") > 950), 49),
+        (lambda ds: ds.rename_columns({"a": "b", "s": "a"}).filter(expr=(col("b") > 950) & (col("a") == "3")), 7),
+        (lambda ds: ds.sort("a", descending=True).filter(expr="a > 980"), 19),
+        (lambda ds: ds.repartition(3).select_columns(["s", "a"]).filter(expr=col("a") < 40), 40),
+        (lambda ds: ds.filter(expr=(col("a") > 900) & (add_one(col("a")) > 990) & (col("s") != "2")), 84),
+    ]
+    for then, made in pushed_cases:
+        pushed, unpushed = then(md.read_parquet(path)), then(md.read_parquet(path).map_batches(lambda b: b))
+        rows = pushed.take_all()
+        assert rows == unpushed.take_all() and rows
+        assert _rows_made(pushed, "ReadParquet") == made and _rows_made(unpushed, "ReadParquet") == 1000
+    split = pushed_cases[-1][0](md.read_parquet(path))
+    split.explain()
+    out = capsys.readouterr().out
+    assert "Transform[Filter(add_one(col('a')) > 990)]\n+- Read[ReadParquet] (its scan filtered by " \
+           "Filter(col('a') > 900) & Filter(col('s') != '2'))" in out, out
+    renamed = pushed_cases[1][0](md.read_parquet(path))
+    steps = [(name, kwargs) for name, _, kwargs in renamed._node.inputs[0].op.ray.steps]  # on Ray: its names
+    assert [name for name, _ in steps] == ["read_parquet", "filter", "filter"]
+    assert steps[1][1]["expr"].structurally_equals(col("a") > 950) and steps[2][1]["expr"].structurally_equals(
+        col("s") == "3")
+    # a limit, a shuffle's order, a function, or a column dropped or renamed away keep the filter above
+    kept = [lambda ds: ds.limit(600).filter(expr=col("a") > 550),
+            lambda ds: ds.random_shuffle(seed=3).filter(expr=col("a") > 990),
+            lambda ds: ds.sort("a").filter(expr=add_one(col("a")) > 990)]
+    for then in kept:
+        ds = then(md.read_parquet(path))
+        assert ds.take_all() == then(md.read_parquet(path).map_batches(lambda b: b)).take_all()
+        assert _rows_made(ds, "ReadParquet") >= 600
+    with pytest.raises(DataTypeError, match=r"no column 'a'.*columns are \['b', 's'\]"):
+        md.read_parquet(path).rename_columns({"a": "b"}).filter(expr=col("a") > 5).take_all()
+    with pytest.raises(DataTypeError, match=r"no column 'a'.*columns are \['s'\]"):
+        md.read_parquet(path).select_columns(["s"]).filter(expr=col("a") > 5).take_all()
+
+
 def test_bad_expressions_name_the_fix():
     ds = md.range(3)
     with pytest.raises(InvalidTypeError, match="Arrow-backed"):

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from muster.core import context as core_context
 from muster.data import _ray_plan, alltoall, combine, execution, mix, plan, projection, strategies, writers
-from muster.data import task_context
+from muster.data import filter_pushdown, task_context
 from muster.data import block as blk
 from muster.data import expr as expr_parser
 from muster.data.datasource import RandomSeedConfig
@@ -190,7 +190,7 @@ class Dataset(writers.FileWrites, Splits):
             op = Transform(f"Filter({projection.text(parsed)})", lambda b: [b.filter(parsed)],
                            RayCall.of("filter", expr=expr), keeps_columns=True) if isinstance(expr, str) \
                 else projection.filter_op(expr)
-            pushed = projection.pushed_filter(self._node, op, parsed)
+            pushed = filter_pushdown.pushed(self._node, op, parsed)
             return Dataset(pushed, self._dataset_name, self._executions) if pushed is not None else self._then(op)
         if fn is None:
             raise InvalidTypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
@@ -222,7 +222,9 @@ class Dataset(writers.FileWrites, Splits):
 
     def select_columns(self, cols: list[str]) -> "Dataset":
         cols = _names(cols, "select_columns")
-        return self._then(Transform("Project", plan.select_columns(cols), RayCall.of("select_columns", cols)))
+        kept = frozenset(cols)
+        return self._then(Transform("Project", plan.select_columns(cols), RayCall.of("select_columns", cols),
+                                    filter_names=lambda read: {c: c for c in read} if read <= kept else None))
 
     def rename_columns(self, names: dict[str, str] | list[str]) -> "Dataset":
         """Rename columns: a dict old name -> new name, or a list of new names for every column, in order."""
@@ -234,7 +236,8 @@ class Dataset(writers.FileWrites, Splits):
                 f"rename_columns({names!r}): pass a dict old name -> new name, or a list of new names for every column."
             )
         ray = RayCall.of("rename_columns", dict(names))
-        return self._then(Transform("Project", plan.rename_columns(dict(names)), ray))
+        return self._then(Transform("Project", plan.rename_columns(dict(names)), ray,
+                                    filter_names=projection.renamed_back(dict(names))))
 
     def limit(self, limit: int) -> "Dataset":
         if not isinstance(limit, int) or limit < 0:
@@ -293,7 +296,7 @@ class Dataset(writers.FileWrites, Splits):
             rows = target_num_rows_per_block
             ray = RayCall.of("repartition", target_num_rows_per_block=rows, **_ignored)
             name = f"StreamingRepartition[num_rows_per_block={rows},strict=False]"  # Ray's name for it
-            return self._then(AllToAll(name, alltoall.blocks_of(rows), ray=ray, keeps_rows=True))
+            return self._then(AllToAll(name, alltoall.blocks_of(rows), ray=ray, keeps_rows=True, passes_filters=True))
         assert num_blocks is not None
         keys = [keys] if isinstance(keys, str) else list(keys or [])
         options = {"keys": keys, "sort": sort} if keys else {"shuffle": True} if shuffle else {}
@@ -302,7 +305,8 @@ class Dataset(writers.FileWrites, Splits):
         if shuffle and not keys:  # one operator, as Ray's: the rows shuffled, then cut
             (seed, per_epoch), rows = RandomSeedConfig().plan(), execution.DataContext.get_current().target_block_rows
             fn = alltoall.then(alltoall.random_shuffle(seed, rows, per_epoch), fn)
-        return self._then(AllToAll("Repartition", fn, ray=ray, keeps_rows=True))
+        return self._then(AllToAll("Repartition", fn, ray=ray, keeps_rows=True,
+                                   passes_filters=not shuffle and not keys))  # the same rows in the same order
 
     def sort(self, key: str | list[str], descending: bool | list[bool] = False, boundaries: list[Any] | None = None
              ) -> "Dataset":
@@ -316,7 +320,7 @@ class Dataset(writers.FileWrites, Splits):
         bounds = None if boundaries is None else list(boundaries)
         ray = RayCall.of("sort", keys, descending=desc, **({} if bounds is None else {"boundaries": bounds}))
         return self._then(AllToAll("Sort", alltoall.sort(keys, desc, bounds), ray=ray,
-                                   keeps_rows=True))
+                                   keeps_rows=True, passes_filters=True))  # a stable sort
 
     def groupby(self, key: str | list[str] | None, **_ray_only: Any) -> GroupedData:
         """Group by one or more key columns; ``None`` puts every row in one group."""
