@@ -194,3 +194,6 @@ def test_a_filter_after_read_parquet_gives_the_same_rows_on_both_engines(engine,
     pq.write_table(pa.table({"a": list(range(100)), "s": [str(i % 3) for i in range(100)]}), tmp_path / "x.parquet")
     ds = md.read_parquet(str(tmp_path)).filter(expr=(col("a") > 90) & (col("s") == "1")).filter(expr="a < 98")
     assert sorted(r["a"] for r in ds.take_all()) == [91, 94, 97]
+    moved = md.read_parquet(str(tmp_path)).rename_columns({"a": "b"}).sort("b", descending=True).filter(
+        expr=(col("b") > 90) & (col("s") == "1"))  # moved below the sort and the rename, into the scan
+    assert [r["b"] for r in moved.take_all()] == [97, 94, 91]

@@ -221,6 +221,54 @@ def test_a_filter_right_after_read_parquet_is_pushed_into_the_scan(tmp_path, cap
     assert len(with_paths.take_all()) == 500
 
 
+def _two_parquet_files(tmp_path):
+    for part in range(2):
+        table = pa.table({"a": list(range(part * 500, part * 500 + 500)), "s": [str(i % 7) for i in range(500)]})
+        pq.write_table(table, tmp_path / f"p{part}.parquet", row_group_size=50)
+    return str(tmp_path)
+
+
+def test_a_filter_moves_past_projections_sorts_and_repartitions_into_the_scan(tmp_path, capsys):
+    """As Ray's optimizer: a filter goes below select_columns, rename_columns (its columns renamed back), sort
+    and repartition into the Parquet scan, and an & pushes its convertible parts, the rest a Filter above the
+    read. Before, only a whole filter right after the read was pushed. The rows are the unpushed ones."""
+    path = _two_parquet_files(tmp_path)
+    pushed_cases = [  # (plan after the read, rows the scan makes)
+        (lambda ds: ds.select_columns(["a"]).filter(expr=col("a") > 950), 49),
+        (lambda ds: ds.rename_columns({"a": "b", "s": "a"}).filter(expr=(col("b") > 950) & (col("a") == "3")), 7),
+        (lambda ds: ds.sort("a", descending=True).filter(expr="a > 980"), 19),
+        (lambda ds: ds.repartition(3).select_columns(["s", "a"]).filter(expr=col("a") < 40), 40),
+        (lambda ds: ds.filter(expr=(col("a") > 900) & (add_one(col("a")) > 990) & (col("s") != "2")), 84),
+    ]
+    for then, made in pushed_cases:
+        pushed, unpushed = then(md.read_parquet(path)), then(md.read_parquet(path).map_batches(lambda b: b))
+        rows = pushed.take_all()
+        assert rows == unpushed.take_all() and rows
+        assert _rows_made(pushed, "ReadParquet") == made and _rows_made(unpushed, "ReadParquet") == 1000
+    split = pushed_cases[-1][0](md.read_parquet(path))
+    split.explain()
+    out = capsys.readouterr().out
+    assert "Transform[Filter(add_one(col('a')) > 990)]\n+- Read[ReadParquet] (its scan filtered by " \
+           "Filter(col('a') > 900) & Filter(col('s') != '2'))" in out, out
+    renamed = pushed_cases[1][0](md.read_parquet(path))
+    steps = [(name, kwargs) for name, _, kwargs in renamed._node.inputs[0].op.ray.steps]  # on Ray: its names
+    assert [name for name, _ in steps] == ["read_parquet", "filter", "filter"]
+    assert steps[1][1]["expr"].structurally_equals(col("a") > 950) and steps[2][1]["expr"].structurally_equals(
+        col("s") == "3")
+    # a limit, a shuffle's order, a function, or a column dropped or renamed away keep the filter above
+    kept = [lambda ds: ds.limit(600).filter(expr=col("a") > 550),
+            lambda ds: ds.random_shuffle(seed=3).filter(expr=col("a") > 990),
+            lambda ds: ds.sort("a").filter(expr=add_one(col("a")) > 990)]
+    for then in kept:
+        ds = then(md.read_parquet(path))
+        assert ds.take_all() == then(md.read_parquet(path).map_batches(lambda b: b)).take_all()
+        assert _rows_made(ds, "ReadParquet") >= 600
+    with pytest.raises(DataTypeError, match=r"no column 'a'.*columns are \['b', 's'\]"):
+        md.read_parquet(path).rename_columns({"a": "b"}).filter(expr=col("a") > 5).take_all()
+    with pytest.raises(DataTypeError, match=r"no column 'a'.*columns are \['s'\]"):
+        md.read_parquet(path).select_columns(["s"]).filter(expr=col("a") > 5).take_all()
+
+
 def test_bad_expressions_name_the_fix():
     ds = md.range(3)
     with pytest.raises(InvalidTypeError, match="Arrow-backed"):
@@ -269,6 +317,11 @@ def test_the_same_expressions_under_rays_evaluator():
 _RAY_RANDOM_SEED_1 = [0.29826765772746533, 0.6784871576369467, 0.49651871913848644, 0.5803502342122172,
                       0.9468061042758376, 0.9768835168057705]
 _RAY_RANDOM_SEED_1_SECOND = [0.7458762556705532, 0.14428108014215002]
+#: Ray 2.60's third and fourth executions of it (any execution counts: take_all, a derived dataset's, a pass)
+_RAY_RANDOM_SEED_1_THIRD = [0.8115069719243426, 0.8247593848720327, 0.560892935239097, 0.8651310397460704,
+                            0.18915681840965892, 0.12929323005828675]
+_RAY_RANDOM_SEED_1_FOURTH = [0.20378167113714019, 0.029237420699346872, 0.8456855425883211, 0.41821380296005173,
+                             0.9898987160781626, 0.5542211572174207]
 _RAY_IDS = [0, 1, 1 << 33, (1 << 33) + 1, 1 << 34, (1 << 34) + 1]
 
 
@@ -277,7 +330,8 @@ def test_random_gives_rays_values_per_seed_task_and_pass():
 
     ds = md.range(6, override_num_blocks=3).with_column("r", random(seed=1))
     assert [r["r"] for r in ds.take_all()] == _RAY_RANDOM_SEED_1
-    it = ds.iterator()  # each pass is an execution: its own values, the first pass's the same every run
+    it = md.range(6, override_num_blocks=3).with_column("r", random(seed=1)).iterator()
+    # each pass is an execution: its own values, the first pass's the same every run
     first, second = ([b["r"].tolist() for b in it.iter_batches(batch_size=None)] for _ in range(2))
     assert sum(first, []) == _RAY_RANDOM_SEED_1 and second[0] == _RAY_RANDOM_SEED_1_SECOND
     fixed = md.range(6, override_num_blocks=3).with_column("r", random(seed=1, reseed_after_execution=False))
@@ -290,6 +344,36 @@ def test_random_gives_rays_values_per_seed_task_and_pass():
     assert random(seed=3).structurally_equals(random(seed=3)) and not random(seed=3).structurally_equals(random())
     with pytest.raises(InvalidTypeError, match=r"random\(seed='1'\): pass an integer"):
         random(seed="1")
+
+
+def test_every_execution_of_a_dataset_is_a_new_pass_as_rays_execution_index():
+    """Ray numbers a dataset's executions (its context's execution index, shared with the datasets derived
+    from it): two take_all() of a seeded random() differ. Before, only an iterator's passes counted."""
+    from muster.data.expressions import random
+
+    ds = md.range(6, override_num_blocks=3).with_column("r", random(seed=1))
+    assert [r["r"] for r in ds.take_all()] == _RAY_RANDOM_SEED_1
+    assert [r["r"] for r in ds.select_columns(["r"]).take_all()][:2] == _RAY_RANDOM_SEED_1_SECOND
+    assert ds.count() == 6  # known from the source: no execution, as in Ray
+    assert [r["r"] for r in ds.take_all()] == _RAY_RANDOM_SEED_1_THIRD
+    assert [v for b in ds.iter_batches(batch_size=None) for v in b["r"]] == _RAY_RANDOM_SEED_1_FOURTH
+    fresh = md.range(6, override_num_blocks=3).with_column("r", random(seed=1))  # a source counts on its own
+    assert [r["r"] for r in fresh.take_all()] == _RAY_RANDOM_SEED_1
+    # a dataset's iterator resumed from its state replays that pass
+    it = ds.iterator()
+    state = it.state_dict()
+    first = [v for b in it.iter_batches(batch_size=None) for v in b["r"]]
+    it.load_state_dict(state)
+    assert [v for b in it.iter_batches(batch_size=None) for v in b["r"]] == first != _RAY_RANDOM_SEED_1_FOURTH
+    # an unseeded shuffle draws a new order each execution, as Ray's; a seeded one per RandomSeedConfig
+    unseeded = md.range(100).random_shuffle()
+    assert [r["id"] for r in unseeded.take_all()] != [r["id"] for r in unseeded.take_all()]
+    fixed = md.range(100).random_shuffle(seed=md.RandomSeedConfig(5, reseed_after_execution=False))
+    assert [r["id"] for r in fixed.take_all()] == [r["id"] for r in fixed.take_all()]
+    # the shards of a split count their own passes, so all ranks draw the same order
+    a, b = md.range(100).random_shuffle().streaming_split(2)
+    assert sorted([int(x) for t in a.iter_batches(batch_size=None) for x in t["id"]]
+                  + [int(x) for t in b.iter_batches(batch_size=None) for x in t["id"]]) == list(range(100))
 
 
 def test_monotonically_increasing_id_is_unique_and_increasing_within_each_task():

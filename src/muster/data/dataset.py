@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from muster.core import context as core_context
 from muster.data import _ray_plan, alltoall, combine, execution, mix, plan, projection, strategies, writers
+from muster.data import filter_pushdown, task_context
 from muster.data import block as blk
 from muster.data import expr as expr_parser
 from muster.data.datasource import RandomSeedConfig
@@ -41,9 +42,11 @@ def _ref(value: Any) -> Any:
 class Dataset(writers.FileWrites, Splits):
     """A distributed-style dataset of Arrow blocks (Ray Data's ``Dataset``, on one machine)."""
 
-    def __init__(self, node: Node, name: str | None = None):
+    def __init__(self, node: Node, name: str | None = None, executions: task_context.Executions | None = None):
         self._node = node
         self._dataset_name = name
+        # how many times this lineage ran (Ray's execution index: a source's own, shared with what derives from it)
+        self._executions = executions if executions is not None else task_context.Executions()
         self._stats: execution.Stats | None = None
         self._iterator: DataIterator | None = None
         self._seen: tuple[int, pa.Schema | None] | None = None  # rows and schema of a whole pass, as Ray caches
@@ -77,11 +80,13 @@ class Dataset(writers.FileWrites, Splits):
         Dataset.__init__(self, state["_node"], state.get("_name"))
 
     def _then(self, op: plan.Operator) -> "Dataset":
-        return Dataset(self._node.then(op), self._dataset_name)
+        return Dataset(self._node.then(op), self._dataset_name, self._executions)
 
-    def _execute(self, epoch: int = 0) -> Iterator[pa.Table]:
+    def _execute(self, epoch: int | None = None) -> Iterator[pa.Table]:
+        """One execution of the plan: the lineage's next (``epoch``: that numbered one, for an iterator)."""
         if _ray_plan.on_ray_engine():  # ray.data runs the plan (its own order per epoch)
             return _ray_plan.blocks(self)
+        epoch = self._executions.take() if epoch is None else epoch
         self._stats = execution.Stats()
         # a pass that runs to its end leaves its rows and schema for count(), schema() and repr, as Ray's cache
         return execution.observed(execution.execute(self._node, epoch, self._stats),
@@ -185,8 +190,8 @@ class Dataset(writers.FileWrites, Splits):
             op = Transform(f"Filter({projection.text(parsed)})", lambda b: [b.filter(parsed)],
                            RayCall.of("filter", expr=expr), keeps_columns=True) if isinstance(expr, str) \
                 else projection.filter_op(expr)
-            pushed = projection.pushed_filter(self._node, op, parsed)
-            return Dataset(pushed, self._dataset_name) if pushed is not None else self._then(op)
+            pushed = filter_pushdown.pushed(self._node, op, parsed)
+            return Dataset(pushed, self._dataset_name, self._executions) if pushed is not None else self._then(op)
         if fn is None:
             raise InvalidTypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
         return self._rows("filter", "Filter", plan.filter_rows, fn, fn_args, fn_kwargs, options)
@@ -217,7 +222,9 @@ class Dataset(writers.FileWrites, Splits):
 
     def select_columns(self, cols: list[str]) -> "Dataset":
         cols = _names(cols, "select_columns")
-        return self._then(Transform("Project", plan.select_columns(cols), RayCall.of("select_columns", cols)))
+        kept = frozenset(cols)
+        return self._then(Transform("Project", plan.select_columns(cols), RayCall.of("select_columns", cols),
+                                    filter_names=lambda read: {c: c for c in read} if read <= kept else None))
 
     def rename_columns(self, names: dict[str, str] | list[str]) -> "Dataset":
         """Rename columns: a dict old name -> new name, or a list of new names for every column, in order."""
@@ -229,7 +236,8 @@ class Dataset(writers.FileWrites, Splits):
                 f"rename_columns({names!r}): pass a dict old name -> new name, or a list of new names for every column."
             )
         ray = RayCall.of("rename_columns", dict(names))
-        return self._then(Transform("Project", plan.rename_columns(dict(names)), ray))
+        return self._then(Transform("Project", plan.rename_columns(dict(names)), ray,
+                                    filter_names=projection.renamed_back(dict(names))))
 
     def limit(self, limit: int) -> "Dataset":
         if not isinstance(limit, int) or limit < 0:
@@ -240,7 +248,7 @@ class Dataset(writers.FileWrites, Splits):
         for o in others:
             if not isinstance(o, Dataset):
                 raise InvalidTypeError(f"union({o!r}): pass muster.data Datasets.")
-        return Dataset(Node(Union("Union"), (self._node, *(o._node for o in others))))
+        return Dataset(Node(Union("Union"), (self._node, *(o._node for o in others))), None, self._executions)
 
     def mix(self, *others: "Dataset", weights: list[float] | None = None,
             stopping_condition: Any = "stop_on_longest_drop") -> "Dataset":
@@ -252,7 +260,7 @@ class Dataset(writers.FileWrites, Splits):
                 raise InvalidTypeError(f"mix({o!r}): pass muster.data Datasets.")
         shares, shortest = mix.check(weights, 1 + len(others), stopping_condition)
         return Dataset(Node(Union(f"Mix(weights={[round(w, 2) for w in shares]})", shares, shortest),
-                            (self._node, *(o._node for o in others))))
+                            (self._node, *(o._node for o in others))), None, self._executions)
 
     def random_shuffle(self, *, seed: "int | RandomSeedConfig | None" = None, **_ignored: Any) -> "Dataset":
         """Shuffle all rows. Each pass (epoch) gets a new order, deterministic from (seed, epoch);
@@ -288,7 +296,7 @@ class Dataset(writers.FileWrites, Splits):
             rows = target_num_rows_per_block
             ray = RayCall.of("repartition", target_num_rows_per_block=rows, **_ignored)
             name = f"StreamingRepartition[num_rows_per_block={rows},strict=False]"  # Ray's name for it
-            return self._then(AllToAll(name, alltoall.blocks_of(rows), ray=ray, keeps_rows=True))
+            return self._then(AllToAll(name, alltoall.blocks_of(rows), ray=ray, keeps_rows=True, passes_filters=True))
         assert num_blocks is not None
         keys = [keys] if isinstance(keys, str) else list(keys or [])
         options = {"keys": keys, "sort": sort} if keys else {"shuffle": True} if shuffle else {}
@@ -297,7 +305,8 @@ class Dataset(writers.FileWrites, Splits):
         if shuffle and not keys:  # one operator, as Ray's: the rows shuffled, then cut
             (seed, per_epoch), rows = RandomSeedConfig().plan(), execution.DataContext.get_current().target_block_rows
             fn = alltoall.then(alltoall.random_shuffle(seed, rows, per_epoch), fn)
-        return self._then(AllToAll("Repartition", fn, ray=ray, keeps_rows=True))
+        return self._then(AllToAll("Repartition", fn, ray=ray, keeps_rows=True,
+                                   passes_filters=not shuffle and not keys))  # the same rows in the same order
 
     def sort(self, key: str | list[str], descending: bool | list[bool] = False, boundaries: list[Any] | None = None
              ) -> "Dataset":
@@ -311,7 +320,7 @@ class Dataset(writers.FileWrites, Splits):
         bounds = None if boundaries is None else list(boundaries)
         ray = RayCall.of("sort", keys, descending=desc, **({} if bounds is None else {"boundaries": bounds}))
         return self._then(AllToAll("Sort", alltoall.sort(keys, desc, bounds), ray=ray,
-                                   keeps_rows=True))
+                                   keeps_rows=True, passes_filters=True))  # a stable sort
 
     def groupby(self, key: str | list[str] | None, **_ray_only: Any) -> GroupedData:
         """Group by one or more key columns; ``None`` puts every row in one group."""
@@ -417,10 +426,11 @@ class Dataset(writers.FileWrites, Splits):
         return [v for v in values if v is not None] if ignore_nulls else values
 
     def iterator(self) -> DataIterator:
-        """The iterator behind ``iter_*``; each pass over it is one epoch."""
+        """The iterator behind ``iter_*``; each pass over it is one execution of this dataset (an epoch)."""
         on_ray = _ray_plan.on_ray_engine()
         if self._iterator is None or isinstance(self._iterator, _ray_plan.RayDataIterator) != on_ray:
-            self._iterator = _ray_plan.RayDataIterator(self, _ray_plan.to_ray(self)) if on_ray else DataIterator(self)
+            self._iterator = (_ray_plan.RayDataIterator(self, _ray_plan.to_ray(self)) if on_ray
+                              else DataIterator(self, executions=self._executions))
         return self._iterator
 
     # -- consumption --------------------------------------------------------------

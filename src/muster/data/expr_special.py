@@ -209,9 +209,9 @@ def random(*, seed: int | None = None, reseed_after_execution: bool = True) -> R
         seed: None draws from the system's entropy (new values every time). An integer seeds numpy's generator
             for each block with (the block's number within its task, the task's index, the pass, ``seed``), so
             the same plan gives the same values.
-        reseed_after_execution: with ``seed``, True (Ray's default) gives each pass over the dataset (each epoch
-            of ``iter_batches``) its own values, the first pass's the same every run; False gives every pass the
-            same values.
+        reseed_after_execution: with ``seed``, True (Ray's default) gives each execution of the dataset its own
+            values (each ``take_all``, each epoch of ``iter_batches``, of it or of a dataset derived from it, as
+            Ray numbers executions), the first's the same every run; False gives every execution the same values.
 
     Raises:
         InvalidTypeError: ``seed`` is no integer.

@@ -9,9 +9,13 @@ the pipeline itself (the rows it keeps are chosen after execution), which is
 what makes the split deterministic and independent of timing.
 
 Each pass over an iterator is one epoch; ``random_shuffle`` and the local
-shuffle buffer are seeded from (seed, epoch).  ``state_dict()`` records the
-epoch and the batches handed out, and ``load_state_dict()`` makes the next
-pass continue that epoch with the first batch not yet handed out.
+shuffle buffer are seeded from (seed, epoch).  A dataset's own iterator
+numbers its passes among all the dataset's executions (a ``take_all`` between
+two passes takes a number too), as Ray's execution index; a shard's iterator
+counts its own passes, so every rank's are the same.  ``state_dict()``
+records the epoch and the batches handed out, and ``load_state_dict()``
+makes the next pass continue that epoch with the first batch not yet
+handed out.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pyarrow as pa
 
 from muster._unsupported import refuse_removed_args
 from muster.data import block as blk
+from muster.data.task_context import Executions
 from muster.data.exceptions import DataTypeError
 from muster.exceptions import InvalidArgumentError
 
@@ -41,12 +46,14 @@ class DataIterator:
     """Iterates a dataset, or rank ``rank`` of ``world`` of it (``streaming_split``, ``get_dataset_shard``)."""
 
     def __init__(self, dataset: "Dataset", rank: int = 0, world: int = 1, equal: bool = True,
-                 seed: int | None = None):
+                 seed: int | None = None, executions: Executions | None = None):
         if not 0 <= rank < world:
             raise InvalidArgumentError(f"DataIterator(rank={rank}, world={world}): rank must be in [0, world).")
         self._dataset, self._rank, self._world, self._equal = dataset, rank, world, equal
         self._seed = seed  # the local shuffle buffer's seed when the call gives none
-        self._epoch = 0  # the next pass's epoch
+        # numbers the passes: its dataset's executions for ``Dataset.iterator()``, else its own
+        self._executions = executions if executions is not None else Executions()
+        self._pass_epoch = 0  # the running pass's epoch
         self._skip = 0  # batches of the next pass already consumed before a restart
         self._position = 0  # batches of the current pass handed out
         self._in_pass = False
@@ -60,6 +67,15 @@ class DataIterator:
         if self._world == 1:
             return f"DataIterator({self._dataset!r})"
         return f"DataIterator(rank={self._rank}, world={self._world}, dataset={self._dataset!r})"
+
+    @property
+    def _epoch(self) -> int:
+        """The next pass's epoch."""
+        return self._executions.next
+
+    @_epoch.setter
+    def _epoch(self, epoch: int) -> None:
+        self._executions.restart_at(epoch)
 
     # -- blocks of one pass -------------------------------------------------------
     def _blocks(self, epoch: int) -> Iterator[pa.Table]:
@@ -98,8 +114,8 @@ class DataIterator:
               local_shuffle_buffer_size: int | None, local_shuffle_seed: int | None,
               _finalize: Callable[[Any], Any] | None) -> Iterator[Any]:
         """One pass (epoch) of batches; it starts when its first batch is asked for."""
-        epoch, skip = self._epoch, self._skip
-        self._epoch, self._skip = epoch + 1, 0
+        epoch, skip = self._executions.take(), self._skip
+        self._pass_epoch, self._skip = epoch, 0
         if self._on_pass_start is not None:
             self._on_pass_start()
 
@@ -204,7 +220,7 @@ class DataIterator:
     # -- exact resume (muster.train saves this with each checkpoint) ---------------
     def state_dict(self) -> dict[str, Any]:
         if self._in_pass:
-            return {"epoch": self._epoch - 1, "position": self._position, "in_pass": True}
+            return {"epoch": self._pass_epoch, "position": self._position, "in_pass": True}
         return {"epoch": self._epoch, "position": 0, "in_pass": False}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

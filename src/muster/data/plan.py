@@ -86,6 +86,9 @@ class Transform:
     fn: BlockFn
     ray: RayEquivalent = field(default=None, compare=False)
     keeps_columns: bool = False  # its blocks have its input's columns (a filter), so a known schema stays known
+    #: a projection that only selects or renames (``select_columns``, ``rename_columns``): for the columns a
+    #: filter above it reads, each one's name below it, or None when the filter cannot move below it
+    filter_names: Callable[[frozenset[str]], dict[str, str] | None] | None = field(default=None, compare=False)
 
     @property
     def on_actors(self) -> bool:
@@ -103,6 +106,7 @@ class AllToAll:
     reorders_reads: Callable[[tuple[ReadTask, ...], int], tuple[ReadTask, ...]] | None = None
     ray: RayEquivalent = field(default=None, compare=False)
     keeps_rows: bool = False  # every input row comes out once, columns unchanged (shuffle, sort, repartition)
+    passes_filters: bool = False  # a filter before it gives the same rows in the same order (sort, repartition)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,7 @@ block gets each output: an existing column replaced in place, a new one appended
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,7 +17,7 @@ from muster.data import block as blk
 from muster.data.exceptions import DataTypeError
 from muster.data.expr_repr import ray_text
 from muster.data.expressions import Expr, StarExpr, UnnestExpr
-from muster.data.plan import BlockFn, Node, RayCall, Read, Transform
+from muster.data.plan import BlockFn, RayCall, Transform
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 _MAX_TEXT = 60  # Ray cuts the expression in an operator's name at 60 characters
@@ -128,21 +127,14 @@ def filter_op(expr: Any) -> Transform:
     return Transform(f"Filter({text(expr)})", keep, RayCall.of("filter", expr=expr), keeps_columns=True)
 
 
-def pushed_filter(node: Node, op: Transform, expr: Any) -> Node | None:
-    """``op`` (the filter of ``expr``) taken into the scan of ``node``, a read that can filter it
-    (``read_parquet``: pyarrow reads only the row groups and partitions that can match, and only the
-    matching rows come out), as Ray's optimizer pushes a predicate into its Parquet read; None when
-    ``node`` is no such read or ``expr`` has no ``pyarrow.compute`` form that fits the read's columns."""
-    read = node.op
-    if not isinstance(read, Read) or read.push_filter is None:
-        return None
-    try:
-        arrow = expr if isinstance(expr, pc.Expression) else expr.to_pyarrow()
-    except InvalidTypeError:  # a udf, random(), download(): evaluated block by block instead
-        return None
-    pushed = read.push_filter(arrow)
-    if pushed is None:
-        return None
-    ray = op.ray if not isinstance(read.ray, RayCall) or not isinstance(op.ray, RayCall) else \
-        RayCall((*read.ray.steps, *op.ray.steps))  # on Ray: its read, then its filter (Ray pushes it itself)
-    return Node(dataclasses.replace(pushed, ray=ray, filters=(*read.filters, op.name)))
+def renamed_back(mapping: dict[str, str]) -> Callable[[frozenset[str]], dict[str, str] | None]:
+    """For ``rename_columns(mapping)``: the columns a filter above it reads, by their names below it (None
+    when it reads an old name renamed away: it fails there, and must not find the column below)."""
+    old_of = {new: old for old, new in mapping.items()}
+
+    def names(read: frozenset[str]) -> dict[str, str] | None:
+        if any(c in mapping and c not in old_of for c in read):
+            return None
+        return {c: old_of.get(c, c) for c in read}
+
+    return names
