@@ -114,6 +114,7 @@ def init(
                 "or pass ignore_reinit_error=True."
             )
         options.apply()
+        settings.start_session()
         rt = _make_engine(address, num_cpus, num_gpus, resources)
         rt.start()  # begin importing torch in the zygote while the caller goes on
         _runtime = rt
