@@ -36,7 +36,7 @@ EXAMPLES = [
     "ray/util/metrics.py::Metric.info",
     "ray/util/metrics.py::Metric.set_default_tags",
     "ray/runtime_context.py::RuntimeContext.get_task_id",
-    "ray/runtime_context.py::RuntimeContext.get_task_name",
+    "ray/runtime_context.py::RuntimeContext.get_task_name",  # a task's .options(name=...) is its task name
     "ray/runtime_context.py::RuntimeContext.get_task_function_name",
     "ray/runtime_context.py::RuntimeContext.get_session_name",  # was an AttributeError
     "ray/runtime_context.py::get_runtime_context",
@@ -103,3 +103,10 @@ def test_session_name_is_one_per_init_in_the_driver_tasks_and_actors():
     finally:
         muster.kill(reporter)
 
+
+def test_a_tasks_name_option_is_its_task_name():
+    """f.options(name="x"): get_task_name() is "x" in the task (it stayed the function's name), the
+    function name is unchanged."""
+    _, default, function = muster.get(_names.remote())
+    assert default == "_names" and function.endswith("._names")
+    assert muster.get(_names.options(name="task_name").remote())[1:] == ("task_name", function)

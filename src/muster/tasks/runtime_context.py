@@ -82,8 +82,8 @@ class RuntimeContext:
         return self._info.actor_name if self._info else None
 
     def get_task_name(self) -> str | None:
-        """The running task's name: its function's (``f``), or for an actor call ``Class.method``; None
-        in the driver."""
+        """The running task's name: its function's (``f``) or the one ``f.options(name=...)`` gave it, or
+        for an actor call ``Class.method``; None in the driver."""
         names = worker_side.task_names() if self._info else None
         return names[0] if names else None
 
