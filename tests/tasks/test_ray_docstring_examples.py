@@ -42,6 +42,8 @@ EXAMPLES = [
     "ray/runtime_context.py::get_runtime_context",
     "ray/actor.py::ActorClass.options",
     "ray/remote_function.py::RemoteFunction.options",
+    "ray/job_config.py::JobConfig.set_metadata",  # muster.job_config did not exist
+    "ray/job_config.py::JobConfig.from_json",
     # Tune
     "ray/tune/search/sample.py::sample_from",
     "ray/tune/search/variant_generator.py::grid_search",
