@@ -33,6 +33,7 @@ ALIASES: dict[str, str] = {
     **_under("muster.tune.search", "concurrency_limiter", "search_generator"),
     **_under("muster.tune.search.optuna", "optuna_search"),
     **_under("muster.tune.trainable", "trainable", "function_trainable"),
+    **_under("muster.tune.utils", "util"),
     **_under("muster.tune", "tune", "context", "error", "trainable.util", "trainable.trainable_fn_utils", "impl",
              "impl.config"),
     **_under("muster.train.torch", "torch_trainer"),

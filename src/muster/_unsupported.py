@@ -51,6 +51,8 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "muster.util": {
         "collective": "torch.distributed inside a TorchTrainer (muster.train.torch.TorchTrainer)",
         "multiprocessing": "muster.util.ActorPool, or tasks with muster.remote",
+        "iter": "muster.data (from_items(...).map_batches(...).iter_batches()) for parallel iterators, or "
+        "muster.util.ActorPool",
         "dask": "no muster equivalent",
         "spark": "no muster equivalent",
         "state": "muster.util.list_named_actors() and muster.cluster_resources()",

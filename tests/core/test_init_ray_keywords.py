@@ -142,3 +142,49 @@ def test_a_bad_worker_process_setup_hook_is_refused_at_init(monkeypatch):
     with pytest.raises(ValueError, match="'module.function'"):
         muster.init(runtime_env={"worker_process_setup_hook": "setup"})
     assert api._runtime is None
+
+
+JOB_CONFIG_SCRIPT = textwrap.dedent("""
+    import os
+    import muster as ray
+    from muster.job_config import JobConfig
+
+    job = JobConfig(runtime_env={"env_vars": {"MUSTER_T_JOB": "from-job"}}, ray_namespace="jobns",
+                    default_actor_lifetime="non_detached")
+    job.set_metadata("submitter", "foo")
+    ray.init(num_cpus=2, job_config=job)
+
+    @ray.remote
+    def env():
+        return os.environ.get("MUSTER_T_JOB"), ray.get_runtime_context().namespace
+
+    print("job", *ray.get(env.remote(), timeout=60))
+    ray.shutdown()
+    ray.init(num_cpus=2, namespace="mine", runtime_env={"env_vars": {"MUSTER_T_JOB": "from-init"}},
+             job_config=ray.job_config.JobConfig.from_json({"runtime_env": {"env_vars": {"MUSTER_T_JOB": "x"}},
+                                                            "ray_namespace": "jobns"}))
+    print("init", *ray.get(env.remote(), timeout=60))
+    ray.shutdown()
+""")
+
+
+def test_a_job_configs_runtime_env_and_namespace_apply_unless_init_gives_its_own(tmp_path):
+    """Ray's ``ray.init(job_config=JobConfig(...))`` (its JobConfig docstring examples): ``from ray.job_config
+    import JobConfig`` was a ModuleNotFoundError, and the job's runtime_env and namespace were ignored."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MUSTER_ADDRESS", "RAY_ADDRESS", "MUSTER_T_JOB")}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(muster.__file__)), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", JOB_CONFIG_SCRIPT], capture_output=True, text=True, timeout=240,
+                         env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "job from-job jobns" in out.stdout and "init from-init mine" in out.stdout, out.stdout
+
+
+def test_job_config_checks_the_actor_lifetime_and_the_runtime_env():
+    from muster.exceptions import InvalidArgumentError, InvalidTypeError
+    from muster.job_config import JobConfig
+
+    with pytest.raises(InvalidArgumentError, match="'forever'.*'detached' or 'non_detached'"):
+        JobConfig(default_actor_lifetime="forever")
+    with pytest.raises(InvalidTypeError, match="runtime_env='x'"):
+        JobConfig(runtime_env="x")
+    assert JobConfig.from_json({"metadata": {"a": "b"}}).metadata == {"a": "b"}

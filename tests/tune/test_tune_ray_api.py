@@ -404,6 +404,9 @@ class _StopAtFour(tune.Stopper):
     [
         ({"training_iteration": 2}, {"checkpoint_frequency": 0}, [2]),
         (_StopAtFour(), {"checkpoint_frequency": 3}, [3, 4]),
+        # Ray's trial_checkpoint doc_code: the stop falls on a periodic save (it ran a third step, saved again)
+        ({"training_iteration": 2}, {"checkpoint_frequency": 2}, [2]),
+        ({"training_iteration": 2}, {}, [1, 2]),  # muster's default: every step saved
     ],
 )
 def test_checkpoint_at_end_saves_a_class_trial_a_stop_condition_ends(storage, stop, checkpointing, saved):
@@ -420,6 +423,10 @@ def test_checkpoint_at_end_saves_a_class_trial_a_stop_condition_ends(storage, st
     assert list(df["iterations_since_restore"]) == list(df["training_iteration"])
     assert grid[0].metrics["training_iteration"] == saved[-1] == df["value"].iloc[-1]
     assert grid[0].best_checkpoints[0][1]["trial_id"] == grid[0].metrics["trial_id"]
+    folders = sorted(f for f in os.listdir(grid[0].path) if f.startswith("checkpoint_"))
+    assert folders == [f"checkpoint_{i:06d}" for i in saved], folders  # no step past the stop saved either
+    with open(os.path.join(grid[0].path, "result.json")) as f:
+        assert [json.loads(line)["training_iteration"] for line in f] == list(range(1, saved[-1] + 1))
 
 
 class _RaysCustomLogger(LoggerCallback):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from muster import tune
@@ -64,3 +66,20 @@ def test_validate_save_restore_round_trips_a_trainable_through_two_actors():
     assert validate_save_restore(_Steps, config={"unused": 1}) is True
     with pytest.raises(KeyError):  # the second actor's restore fails: the check says so
         validate_save_restore(_CannotRestore)
+
+
+def test_diagnose_serialization_names_the_global_that_does_not_pickle(capsys):
+    """Ray's tune.utils.diagnose_serialization docstring example (a threading.Event in its scope): the names that fail,
+    or True for a trainable that pickles; Ray's ray.tune.utils.util path imports it too (both failed before)."""
+    from muster.tune.utils import diagnose_serialization
+    from muster.tune.utils.util import diagnose_serialization as from_util
+
+    event = threading.Event()
+
+    def uses_an_event(config):  # a closure pickles by value, as a script's functions do
+        print(event)
+
+    assert from_util is diagnose_serialization
+    assert diagnose_serialization(uses_an_event) == {"event"}
+    assert "[name='event']... FAILED" in capsys.readouterr().out
+    assert diagnose_serialization(lambda config: config) is True

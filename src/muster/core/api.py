@@ -87,8 +87,10 @@ def init(
             afterwards; other keys warn and do nothing.
         **ray_keywords: Ray's other ``init`` keywords (``include_dashboard``,
             ``dashboard_host``/``dashboard_port``, ``object_store_memory``,
-            ``local_mode``, ``job_config``, ``_temp_dir``, ...), accepted and
-            ignored: see :mod:`muster.core.init_options`.
+            ``local_mode``, ``_temp_dir``, ...), accepted and ignored: see
+            :mod:`muster.core.init_options`; of ``job_config`` (a
+            ``muster.job_config.JobConfig``), its ``runtime_env`` and
+            ``ray_namespace`` are used where ``runtime_env``/``namespace`` are not given.
 
     Returns:
         The engine.
@@ -101,6 +103,10 @@ def init(
     """
     global _runtime
     split_keywords(ray_keywords)  # an unknown keyword is a TypeError naming it
+    job = ray_keywords.get("job_config")  # Ray's JobConfig: its runtime_env and namespace, unless given here
+    if job is not None:
+        runtime_env = runtime_env if runtime_env is not None else (getattr(job, "runtime_env", None) or None)
+        namespace = namespace if namespace is not None else getattr(job, "ray_namespace", None)
     options = InitOptions(
         configure_logging=configure_logging, logging_level=logging_level, logging_format=logging_format,
         log_to_driver=log_to_driver, namespace=namespace, runtime_env=runtime_env, ignored=ray_keywords,
@@ -114,6 +120,7 @@ def init(
                 "or pass ignore_reinit_error=True."
             )
         options.apply()
+        settings.start_session()
         rt = _make_engine(address, num_cpus, num_gpus, resources)
         rt.start()  # begin importing torch in the zygote while the caller goes on
         _runtime = rt

@@ -13,11 +13,14 @@ honoured                   ``configure_logging``, ``logging_level``,
                            ``runtime_env={"env_vars": {...}}`` (set for every
                            worker started afterwards) and its
                            ``worker_process_setup_hook`` (run in each worker
-                           as it starts: ``muster.core.setup_hook``)
+                           as it starts: ``muster.core.setup_hook``);
+                           ``job_config`` (``muster.job_config.JobConfig``):
+                           its ``runtime_env`` and ``ray_namespace``, where
+                           ``runtime_env``/``namespace`` are not given
 accepted, no effect        ``include_dashboard``, ``dashboard_host``,
                            ``dashboard_port`` (muster's dashboard is
                            ``muster dashboard``), ``object_store_memory``,
-                           ``local_mode``, ``job_config``, ``labels``,
+                           ``local_mode``, ``labels``,
                            ``logging_config``, ``enable_resource_isolation``,
                            ``system_reserved_cpu``/``_memory``, and Ray's
                            ``_``-prefixed internals (``_temp_dir``,

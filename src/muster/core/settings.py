@@ -142,6 +142,22 @@ def set_node_identity(node_id: str, ip: str) -> None:
     os.environ["MUSTER_NODE_ID"], os.environ["MUSTER_NODE_IP"] = node_id, ip
 
 
+def session_name() -> str | None:
+    """``MUSTER_SESSION_NAME``: the name of the session this process belongs to (set by ``muster.init``
+    in the driver; its workers inherit it), for Ray's ``get_runtime_context().get_session_name()``."""
+    return os.environ.get("MUSTER_SESSION_NAME") or None
+
+
+def start_session() -> str:
+    """Name a new session, as Ray names one (``session_<date>_<time>_<microseconds>_<driver pid>``), and
+    record it in this process's environment so the workers started from now on share it."""
+    import datetime
+
+    name = f"session_{datetime.datetime.now().strftime('%Y-%m-%d_%H-%M-%S_%f')}_{os.getpid()}"
+    os.environ["MUSTER_SESSION_NAME"] = name
+    return name
+
+
 def ray_address_file() -> str:
     """Where ``ray start --head`` records the cluster's address on this machine."""
     import tempfile

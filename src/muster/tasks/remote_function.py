@@ -137,7 +137,8 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
         return ref
     info = TaskInfo(job_id=rc.driver_job_id(), task_id=rc.new_task_id(), namespace=current_namespace(),
                     resources=resources, placement_group=group, capture_child_tasks=capture,
-                    function=f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}")
+                    function=f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}",
+                    task_name=options.get("name") or None)
     body = TaskBody(fn, info, num_returns(fn, options), (options.get("runtime_env") or {}).get("env_vars") or {},
                     options.get("max_calls") or 0)
     ended = out

@@ -11,7 +11,7 @@ import warnings
 from typing import Any
 
 from muster.core import context as core_context
-from muster.core.settings import node_identity, node_ip_address
+from muster.core.settings import node_identity, node_ip_address, session_name
 from muster.tasks import worker_side
 
 _DRIVER_JOB_ID = f"{os.getpid():08x}"
@@ -82,8 +82,8 @@ class RuntimeContext:
         return self._info.actor_name if self._info else None
 
     def get_task_name(self) -> str | None:
-        """The running task's name: its function's (``f``), or for an actor call ``Class.method``; None
-        in the driver."""
+        """The running task's name: its function's (``f``) or the one ``f.options(name=...)`` gave it, or
+        for an actor call ``Class.method``; None in the driver."""
         names = worker_side.task_names() if self._info else None
         return names[0] if names else None
 
@@ -94,6 +94,20 @@ class RuntimeContext:
 
     def get_node_id(self) -> str:
         return node_id()
+
+    def get_session_name(self) -> str:
+        """The session's name, the same in the driver and every worker of one ``muster.init`` (Ray's
+        ``session_<date>_<time>_<microseconds>_<pid>``); on a Ray cluster, Ray's own session name."""
+        ray = sys.modules.get("ray")  # never imported here: only processes on a Ray cluster have one
+        if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+            return str(ray.get_runtime_context().get_session_name())
+        name = session_name()
+        if name is None:  # a driver that has not started the engine yet: start it, as first use does
+            from muster.core.api import get_runtime
+
+            get_runtime()
+            name = session_name()
+        return name or ""
 
     def get_worker_id(self) -> str:
         return f"{os.getpid():08x}"

@@ -43,6 +43,7 @@ class TaskInfo:
     placement_group: Any = None
     capture_child_tasks: bool = False
     function: str | None = None  # a task's function, ``module.qualname`` (an actor's calls: see call_name)
+    task_name: str | None = None  # a task's ``.options(name=...)``, its name in get_task_name()
 
 
 #: Ray's built-in methods of every actor: ``__ray_ready__()`` (True once it is built),
@@ -118,13 +119,14 @@ def _begin_call(method: str = "__init__", token: int = 0) -> None:
 
 def task_names() -> tuple[str, str] | None:
     """``(name, function name)`` of the running task or actor call, as Ray's runtime context gives
-    them (``f`` and ``module.f``; ``Class.method`` and ``module.Class.method``); None in the driver."""
+    them (``f`` and ``module.f``, or the name given in ``f.options(name=...)`` and ``module.f``; ``Class.method``
+    and ``module.Class.method``); None in the driver."""
     info = current()
     if info is None:
         return None
     if info.actor_id is None or info.function is not None:
         function = info.function or ""
-        return function.rsplit(".", 1)[-1], function
+        return info.task_name or function.rsplit(".", 1)[-1], function
     cls = _actor_class
     qual = f"{cls.__qualname__}.{_call_method.get()}" if cls is not None else _call_method.get()
     return qual, f"{cls.__module__}.{qual}" if cls is not None else qual

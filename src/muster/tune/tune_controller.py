@@ -1,16 +1,13 @@
 """The Tune controller: one loop in the driver that starts, watches and ends trials.
 
-Trials are packed onto the engine's resources by the controller's own
-accounting: a trial starts only when everything it needs (a function
-trial's worker, or a trainer trial's whole gang) fits in what running trials
-leave free, so gangs never hold half their members while waiting for the
-rest, and too many multi-worker trials cannot deadlock.  Each trial's run
-reports on its own thread; results and ends arrive on one queue and are
-handled here, in order: searcher and scheduler see each result before the
-next one, and a decision to stop a trial kills its workers at once -- except a
-class trainable's that is to be saved at its end: it hands each result over
-before reporting it (``TrialStep``), and a decision to stop or pause it on that
-result lets it save, report and end by itself.
+Trials are packed onto the engine's resources by the controller's own accounting: a trial starts only
+when everything it needs (a function trial's worker, or a trainer trial's whole gang) fits in what running
+trials leave free, so gangs never hold half their members while waiting for the rest, and too many
+multi-worker trials cannot deadlock.  Each trial's run reports on its own thread; results and ends arrive
+on one queue and are handled here, in order: searcher and scheduler see each result before the next one,
+and a decision to stop a trial kills its workers at once -- except a class trainable's that is to be saved
+at its end: it hands each result over before reporting it (``TrialStep``), and a decision to stop or pause
+it on that result lets it save, report and end by itself.
 """
 
 from __future__ import annotations
@@ -410,9 +407,10 @@ class TuneController:
     def _on_result(self, trial: Trial, row: dict[str, Any]) -> dict[str, Any]:
         """Act on one result, in Ray's order: the stopper, else the scheduler, decides first (a result
         that stops the trial says ``done=True``), the searcher sees it unless it stopped the trial, then
-        the callbacks and the trial's loggers get it. Returns it as the callbacks left it (they may
-        change it, as in Ray)."""
+        the callbacks and the trial's loggers get it, without ``experiment_tag`` (added after them, as
+        Ray's trial does). Returns it as the callbacks left it (they may change it, as in Ray)."""
         result = trial_result(row)  # the user's own "_" keys too: Ray hands schedulers the whole result
+        tag = result.pop("experiment_tag", None)
         if trial.ending_as is not None:
             # Reported while being stopped: recorded in its run and shown to callbacks (loggers keep
             # every result), but no searcher, stopper or scheduler acts on it.
@@ -430,6 +428,7 @@ class TuneController:
             if decision == TrialScheduler.PAUSE:
                 self._stop(trial, PAUSED)
         self._tell_callbacks(trial, result)
+        result.update({"experiment_tag": tag} if tag else {})  # into trial.last_result (the same dict)
         if self.stopper.stop_all():
             self.progress.event("the stopper asked to stop the experiment")
             self._stop_everything()

@@ -1,4 +1,5 @@
-"""Ray's ``ray.tune.utils``: :func:`validate_save_restore`, the check that a class trainable resumes.
+"""Ray's ``ray.tune.utils`` (and ``ray.tune.utils.util``): :func:`validate_save_restore`, the check that a class
+trainable resumes, and :func:`diagnose_serialization`, which names what keeps a trainable from pickling.
 
 ``mock_trainable`` has Ray's toy ``MyTrainableClass``. Ray's other helpers there (``flatten_dict``,
 ``wait_for_gpu``...) are not provided; importing one names what to use instead.
@@ -11,7 +12,52 @@ from typing import Any
 from muster.exceptions import InvalidArgumentError
 from muster.tune.result import TRAINING_ITERATION
 
-__all__ = ["validate_save_restore"]
+__all__ = ["diagnose_serialization", "validate_save_restore"]
+
+
+def diagnose_serialization(trainable: Any) -> bool | set[str]:
+    """Check that ``trainable`` can be shipped to a trial (pickled, as the Tuner does), as Ray's helper does.
+
+    It prints what it tries. When the trainable does not pickle, each global and nonlocal name its code
+    uses is tried alone, and the ones that fail are printed and returned: move what they hold into the
+    trainable (build it there) or pass it with ``tune.with_parameters``.
+
+    Args:
+        trainable: a function or class trainable.
+
+    Returns:
+        True when it pickles, else the set of the names that do not (empty when none of them is to blame).
+    """
+    import inspect
+
+    import cloudpickle
+
+    print(f"Trying to serialize {trainable}...")
+    try:
+        cloudpickle.dumps(trainable)
+        print("Serialization succeeded!")
+        return True
+    except Exception as exc:  # noqa: BLE001 - any pickling failure is what this reports
+        print(f"Serialization failed: {exc}")
+    closure = inspect.getclosurevars(trainable)
+    failures: set[str] = set()
+    for kind, names in (("global", closure.globals), ("nonlocal", closure.nonlocals)):
+        if names:
+            print(f"Detected {len(names)} {kind} variables. Checking serializability...")
+        for name, value in names.items():
+            try:
+                cloudpickle.dumps(value)
+                print(f"   {value!s}[name='{name}']... PASSED")
+            except Exception:  # noqa: BLE001 - a name that fails to pickle is the finding
+                print(f"   {value!s}[name='{name}']... FAILED")
+                failures.add(name)
+    if failures:
+        print(f"Variable(s) {failures} could not be serialized. Build them inside the trainable, or pass them "
+              "with tune.with_parameters(trainable, name=value).")
+    else:
+        print("None of the trainable's global or nonlocal variables failed alone; the trainable itself does not "
+              "pickle.")
+    return failures
 
 
 def validate_save_restore(trainable_cls: type, config: dict[str, Any] | None = None, num_gpus: float = 0) -> bool:
