@@ -5,6 +5,7 @@ trial's results, as Ray's ``TuneReportCallback`` makes them."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from muster.core.api import get_runtime
 from muster.core.runtime import RuntimeActor
 from muster.train._internal.checkpoint_manager import SHOWN_ITERATION, round_of
-from muster.train._internal.events import FitRequest
+from muster.train._internal.events import FitReply, FitRequest
 from muster.train._internal.result_base import Result
 from muster.train.checkpoint import Checkpoint
 from muster.train.controller import Controller, ControllerHooks
@@ -33,7 +34,12 @@ _TUNE_FIELDS = frozenset({"time_this_iter_s", "time_total_s", "time_since_restor
 def fit_in_trial(run: TrialRun, handle: RuntimeActor, request: FitRequest) -> Future:
     """The trial's function called ``TorchTrainer(...).fit()``: run that trainer here, in the
     driver, as part of the trial. Its rank 0's reports become the trial's results; the future
-    gets the trainer's ``Result`` (or its error) for the waiting function."""
+    gets the trainer's ``Result`` (or its error) for the waiting function.
+
+    The trainer's reports take the trial's next rounds, after those its function reported before
+    (``request.after_round``), and the reply names the last one, so the function's own reports
+    after ``fit()`` come after them: one sequence of trial results, as Ray's ``TuneReportCallback``
+    hands the trainer's reports to the trial's own session."""
     trainer = request.trainer
     rc = trainer.run_config
     # Its run lives in the trial's folder, under a fixed name, so a restored trial resumes it.
@@ -43,14 +49,16 @@ def fit_in_trial(run: TrialRun, handle: RuntimeActor, request: FitRequest) -> Fu
         rc.storage_filesystem = run.storage.fs
     rc.verbose = 0
     assert run.controller is not None  # the trial's own run made the request
-    forward = NestedForward(run, run.controller)
+    forward = NestedForward(run, run.controller, max(request.after_round, run.newest_round()))
     rc.callbacks = [*(rc.callbacks or []), forward]
 
     def recovering(error: BaseException) -> None:
         forward.release_all()  # the failed attempt's rounds are decided
         run.on_recover(error)
 
-    hooks = ControllerHooks(on_metrics=run.add_tune_fields, on_restore=run.on_restore, on_recover=recovering)
+    source = object()  # this fit's attempts are told apart from the trial's own (a switch is no restart)
+    hooks = ControllerHooks(on_metrics=functools.partial(run.add_tune_fields, source=source),
+                            on_restore=run.on_restore, on_recover=recovering)
     inner = trainer.controller(hooks, allow_finished=True)
     run.inner = forward.inner = inner
     if run.stopping():
@@ -64,7 +72,7 @@ def fit_in_trial(run: TrialRun, handle: RuntimeActor, request: FitRequest) -> Fu
                     result = inner.run()
                 finally:
                     forward.release_all()
-                out.set_result(_as_trainers(result))
+                out.set_result(FitReply(_as_trainers(result), forward.last_round))
         except BaseException as exc:  # noqa: BLE001 - raised in the trial's function
             out.set_exception(exc)
 
@@ -90,11 +98,13 @@ class NestedForward(ReportForward):
     (so its Result has the metrics), with Ray's ``TuneReportCallback`` key ``checkpoint_path``
     (the committed checkpoint's path) where the round reported a checkpoint. Such a report is
     handed on once its round commits (on Ray, once every worker reported), and the reports after
-    it wait behind it, so the trial's results keep their order."""
+    it wait behind it, so the trial's results keep their order. Each is recorded in the trial's next
+    round after ``after_round`` (the trainer's own rounds may repeat after a restart); ``last_round``
+    is the last one used."""
 
-    def __init__(self, run: TrialRun, into: Controller):
+    def __init__(self, run: TrialRun, into: Controller, after_round: int):
         super().__init__(run)
-        self.into = into
+        self.into, self.last_round = into, after_round
         self.inner: Controller | None = None  # the trainer's run: set before it starts
         self._lock = threading.Lock()
         self._waiting: list[tuple[dict[str, Any], bool]] = []  # (rank 0's row, whether a checkpoint is due)
@@ -130,5 +140,6 @@ class NestedForward(ReportForward):
             metrics[SHOWN_ITERATION] = row["training_iteration"]
             if path is not None:
                 metrics[CHECKPOINT_PATH] = path
-            recorded = self.into.record_report(round_of(row), metrics, row["timestamp"])
+            self.last_round += 1
+            recorded = self.into.record_report(self.last_round, metrics, row["timestamp"])
             self.run.events.put(TrialResult(self.run.trial, self.run, recorded))

@@ -265,7 +265,9 @@ class TrialRun:
         self.inner: Controller | None = None  # a trainer the trial's function built and fit
         self._started_wall = time.time()
         self._restored_wall = self._started_wall  # when the run's current attempt began (a restart restores)
-        self._attempt_seen: float | None = None  # the start of the attempt whose reports came last
+        # per run that reports for the trial (its own: None; each trainer its function fit: that fit's key),
+        # the start of its attempt whose reports came last
+        self._attempts_seen: dict[object, float] = {}
         self._last_time: dict[int, float] = {}
         self._since_restore: dict[int, int] = {}
         # Ray's training_iteration: the iteration of the checkpoint the attempt restored (0 without
@@ -352,14 +354,21 @@ class TrialRun:
         self.events.put(TrialNotice(self.trial, self, "on_trial_recover", {}))
 
     def add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float, attempt_started: float,
-                         member: Member | None) -> dict[str, Any]:
-        if attempt_started != self._attempt_seen:
-            if self._attempt_seen is not None:
+                        member: Member | None, source: object = None) -> dict[str, Any]:
+        """``metrics`` with Tune's fields (the controller's ``on_metrics`` hook). ``source``: the run that
+        reported (None: the trial's own; a trainer its function fit has a key of its own): a new attempt
+        of the same run is a restart after a failure (Ray's "restore"), a trainer's first attempt is not
+        (its reports and the function's own continue one count, as Ray's ``TuneReportCallback`` gives)."""
+        seen = self._attempts_seen.get(source)
+        if attempt_started != seen:
+            if seen is not None:
                 self._restored_wall = attempt_started  # a restart after a failure: Ray's "restore"
                 self._since_restore.clear()
                 self._last_time.clear()
-            self._attempt_base, self._restored_iteration = self._restored_iteration or 0, None
-        self._attempt_seen = attempt_started
+            if seen is not None or self._restored_iteration is not None or not self._attempts_seen:
+                self._attempt_base = self._restored_iteration or 0
+            self._restored_iteration = None
+            self._attempts_seen[source] = attempt_started
         where = (member.pid, member.host, member.ip) if member is not None else None
         out = self._tune_fields(rank, metrics, t, where)
         self._last_time[rank] = t
@@ -398,7 +407,7 @@ class TrialRun:
         report (``TrialStep``) and answers whether the trial ends there. The worker reports it
         with the Tune fields computed here, so the recorded row is the one acted on."""
         fields = self._tune_fields(0, step.metrics, step.time, (step.pid, step.host, step.ip))
-        round_ = self._next_round()
+        round_ = self.newest_round() + 1
         row = {**fields, "training_iteration": fields[SHOWN_ITERATION], "timestamp": step.time}
         added = {k: v for k, v in fields.items() if k not in step.metrics or k == "trial_id"}
         self.decided_round = round_
@@ -406,13 +415,13 @@ class TrialRun:
         self.events.put(TrialStep(self.trial, self, row, added, self.deciding))
         return self.deciding
 
-    def _next_round(self) -> int:
-        """The round the worker's next report gets: one past the newest its run has seen."""
+    def newest_round(self) -> int:
+        """The newest round the trial's run has seen (0: none): the worker's next report gets the one after."""
         ledger = self.controller.ledger if self.controller is not None else None
         if ledger is None:
-            return 1
+            return 0
         rounds = [round_of(r) for r in ledger.reports] + [c.round for c in ledger.committed]
-        return max(rounds + [0]) + 1
+        return max(rounds + [0])
 
     def _on_request(self, handle: RuntimeActor, payload: Any) -> Any:
         """The trial's function called ``TorchTrainer(...).fit()``: run that trainer here, in the
