@@ -175,3 +175,51 @@ def test_stopping_the_experiment_ends_running_trials_without_on_trial_complete_a
     # restored, the experiment says the same: both TERMINATED, neither done
     restored = tune.Tuner.restore(grid.experiment_path, _longer).get_results()
     assert sorted(r.metrics["done"] for r in restored) == [False, False]
+
+
+def _fast(config):
+    for i in range(1, 2000):  # (stopped long before its end)
+        tune.report({"score": float(i)})
+        time.sleep(0.002)
+
+
+class _StopAllAt(tune.Stopper):
+    def __init__(self, at):
+        self.at, self.stopped = at, False
+
+    def __call__(self, trial_id, result):
+        self.stopped = self.stopped or result["training_iteration"] >= self.at
+        return False
+
+    def stop_all(self):
+        return self.stopped
+
+
+class _SlowResults(tune.Callback):
+    """Hears each result slowly, so that the trial reports many more while the controller is busy."""
+
+    def __init__(self, stopper):
+        self.stopper, self.before, self.after = stopper, [], []
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        (self.after if self.stopper.stopped and self.before[-1:] == [3] else self.before).append(
+            result["training_iteration"])
+        time.sleep(0.05)
+
+
+def test_results_reported_after_the_experiment_was_stopped_are_dropped_as_ray(storage):
+    # Ray 2.60 (ray.init(num_cpus=2), a stopper whose stop_all() turns true at a result): the results
+    # the trial reports after it are dropped with its actor's futures: no callback or logger gets them
+    stopper = _StopAllAt(3)
+    slow = _SlowResults(stopper)
+    grid = tune.Tuner(
+        _fast, param_space={"x": 1},
+        run_config=tune.RunConfig(storage_path=storage, name="dropped", verbose=0, stop=stopper,
+                                  callbacks=[slow, JsonLoggerCallback()]),
+    ).fit()
+    (r,) = list(grid)
+    assert slow.before == [1, 2, 3] and slow.after == []
+    with open(os.path.join(r.path, JsonLoggerCallback.FILE)) as f:
+        assert [json.loads(line)["training_iteration"] for line in f] == [1, 2, 3]
+    assert r.metrics["training_iteration"] == 3 and r.metrics["done"] is False
+    assert len(r.metrics_dataframe) > 3  # the run's own record keeps what the trial reported meanwhile

@@ -366,7 +366,8 @@ class TuneController:
         elif isinstance(event, TrialStep):
             self._on_step(event)
         elif isinstance(event, TrialNotice):
-            self.callbacks.trial_event(event.hook, self.trials, event.trial, **event.kwargs)
+            if not event.trial.experiment_stopped:  # (a checkpoint saved after it: as its results, dropped)
+                self.callbacks.trial_event(event.hook, self.trials, event.trial, **event.kwargs)
         else:
             self._on_end(event.trial, event.outcome, event.run.loggers)
 
@@ -390,9 +391,11 @@ class TuneController:
         change it, as in Ray)."""
         result = trial_result(row)  # the user's own "_" keys too: Ray hands schedulers the whole result
         if trial.ending_as is not None:
-            # Reported while being stopped: recorded in its run and shown to callbacks (loggers keep
-            # every result), but no searcher, stopper or scheduler acts on it.
-            self._tell_callbacks(trial, result)
+            # Reported while being stopped: recorded in its run, and no searcher, stopper or scheduler
+            # acts on it; shown to callbacks (loggers keep every result) unless the experiment's stop
+            # ended the trial: Ray drops those results with the trial's pending futures.
+            if not trial.experiment_stopped:
+                self._tell_callbacks(trial, result)
             return result
         trial.last_result, trial.num_results = result, trial.num_results + 1
         self._dirty = True
