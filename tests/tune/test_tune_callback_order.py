@@ -223,3 +223,42 @@ def test_results_reported_after_the_experiment_was_stopped_are_dropped_as_ray(st
         assert [json.loads(line)["training_iteration"] for line in f] == [1, 2, 3]
     assert r.metrics["training_iteration"] == 3 and r.metrics["done"] is False
     assert len(r.metrics_dataframe) > 3  # the run's own record keeps what the trial reported meanwhile
+
+
+def _fails_with_the_other(config):
+    tune.report({"score": 1.0})
+    open(os.path.join(config["dir"], str(config["x"])), "w").close()
+    while len(os.listdir(config["dir"])) < 2:  # both raise at once
+        time.sleep(0.01)
+    raise ValueError(f"trial {config['x']} failed")
+
+
+class _SlowFirstResult(_Ends):
+    """Holds the controller up on the first result, so that both trials' failures wait in its queue."""
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if not self.heard:
+            self.heard.append(("result", trial.config["x"], trial.status))
+            time.sleep(2.0)
+
+
+def test_the_error_of_a_trial_the_experiments_stop_ended_is_ignored_as_ray(storage, tmp_path):
+    # Ray 2.60 (ray.init(num_cpus=2), FailureConfig(fail_fast=True), two trials that raise at once): the
+    # first error stops the experiment; the other trial ends TERMINATED, with no error and no on_trial_error
+    ends = _SlowFirstResult()
+    grid = tune.Tuner(
+        _fails_with_the_other, param_space={"x": tune.grid_search([0, 1]), "dir": str(tmp_path)},
+        run_config=tune.RunConfig(storage_path=storage, name="ff", verbose=0, callbacks=[ends],
+                                  failure_config=tune.FailureConfig(fail_fast=True)),
+    ).fit()
+    assert grid.num_errors == 1, [r.error for r in grid]
+    (failed,) = [r for r in grid if r.error is not None]
+    (stopped,) = [r for r in grid if r.error is None]
+    assert isinstance(failed.error, ValueError) and stopped.metrics["done"] is False
+    x = failed.config["x"]
+    assert [h for h in ends.heard if h[0] in ("error", "complete")] == [("error", x, "ERROR")]
+    assert sorted(h for h in ends.heard if h[0] == "end") == sorted(
+        [("end", x, "ERROR"), ("end", 1 - x, "TERMINATED")])
+    assert not os.path.exists(os.path.join(stopped.path, "error.pkl"))
+    restored = tune.Tuner.restore(grid.experiment_path, _fails_with_the_other).get_results()
+    assert restored.num_errors == 1

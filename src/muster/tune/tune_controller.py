@@ -423,7 +423,16 @@ class TuneController:
     def _on_end(self, trial: Trial, outcome: Any, loggers: TrialLoggers) -> None:
         trial.run = None
         self._dirty = True
-        if isinstance(outcome, BaseException):
+        if trial.experiment_stopped:
+            # TERMINATED by the experiment's stop: an error its run ended with meanwhile (it failed as the
+            # stop came, or before its end was handled) is ignored, as Ray drops the trial's futures
+            if isinstance(outcome, BaseException):
+                _log.debug("muster: %s, stopped with the experiment, ended with %r (ignored)", trial.trial_name,
+                           outcome)
+                outcome = None
+            trial.status = TERMINATED
+            loggers.end(outcome)
+        elif isinstance(outcome, BaseException):
             trial.status, trial.error = ERROR, f"{type(outcome).__name__}: {outcome}"
             self.errors[trial.trial_id] = outcome
             self._keep_error(trial, outcome)
@@ -438,9 +447,6 @@ class TuneController:
                 if isinstance(self.fail_fast, str):
                     self.failed_fast = trial.trial_id
                 self._stop_everything()
-        elif trial.experiment_stopped:
-            trial.status = TERMINATED
-            loggers.end(outcome)
         elif trial.ending_as == PAUSED:
             trial.status = PAUSED
             self._paused_loggers[trial.trial_id] = (loggers, outcome)  # open until it runs again or ends
