@@ -175,3 +175,90 @@ def test_stopping_the_experiment_ends_running_trials_without_on_trial_complete_a
     # restored, the experiment says the same: both TERMINATED, neither done
     restored = tune.Tuner.restore(grid.experiment_path, _longer).get_results()
     assert sorted(r.metrics["done"] for r in restored) == [False, False]
+
+
+def _fast(config):
+    for i in range(1, 2000):  # (stopped long before its end)
+        tune.report({"score": float(i)})
+        time.sleep(0.002)
+
+
+class _StopAllAt(tune.Stopper):
+    def __init__(self, at):
+        self.at, self.stopped = at, False
+
+    def __call__(self, trial_id, result):
+        self.stopped = self.stopped or result["training_iteration"] >= self.at
+        return False
+
+    def stop_all(self):
+        return self.stopped
+
+
+class _SlowResults(tune.Callback):
+    """Hears each result slowly, so that the trial reports many more while the controller is busy."""
+
+    def __init__(self, stopper):
+        self.stopper, self.before, self.after = stopper, [], []
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        (self.after if self.stopper.stopped and self.before[-1:] == [3] else self.before).append(
+            result["training_iteration"])
+        time.sleep(0.05)
+
+
+def test_results_reported_after_the_experiment_was_stopped_are_dropped_as_ray(storage):
+    # Ray 2.60 (ray.init(num_cpus=2), a stopper whose stop_all() turns true at a result): the results
+    # the trial reports after it are dropped with its actor's futures: no callback or logger gets them
+    stopper = _StopAllAt(3)
+    slow = _SlowResults(stopper)
+    grid = tune.Tuner(
+        _fast, param_space={"x": 1},
+        run_config=tune.RunConfig(storage_path=storage, name="dropped", verbose=0, stop=stopper,
+                                  callbacks=[slow, JsonLoggerCallback()]),
+    ).fit()
+    (r,) = list(grid)
+    assert slow.before == [1, 2, 3] and slow.after == []
+    with open(os.path.join(r.path, JsonLoggerCallback.FILE)) as f:
+        assert [json.loads(line)["training_iteration"] for line in f] == [1, 2, 3]
+    assert r.metrics["training_iteration"] == 3 and r.metrics["done"] is False
+    assert len(r.metrics_dataframe) > 3  # the run's own record keeps what the trial reported meanwhile
+
+
+def _fails_with_the_other(config):
+    tune.report({"score": 1.0})
+    open(os.path.join(config["dir"], str(config["x"])), "w").close()
+    while len(os.listdir(config["dir"])) < 2:  # both raise at once
+        time.sleep(0.01)
+    raise ValueError(f"trial {config['x']} failed")
+
+
+class _SlowFirstResult(_Ends):
+    """Holds the controller up on the first result, so that both trials' failures wait in its queue."""
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if not self.heard:
+            self.heard.append(("result", trial.config["x"], trial.status))
+            time.sleep(2.0)
+
+
+def test_the_error_of_a_trial_the_experiments_stop_ended_is_ignored_as_ray(storage, tmp_path):
+    # Ray 2.60 (ray.init(num_cpus=2), FailureConfig(fail_fast=True), two trials that raise at once): the
+    # first error stops the experiment; the other trial ends TERMINATED, with no error and no on_trial_error
+    ends = _SlowFirstResult()
+    grid = tune.Tuner(
+        _fails_with_the_other, param_space={"x": tune.grid_search([0, 1]), "dir": str(tmp_path)},
+        run_config=tune.RunConfig(storage_path=storage, name="ff", verbose=0, callbacks=[ends],
+                                  failure_config=tune.FailureConfig(fail_fast=True)),
+    ).fit()
+    assert grid.num_errors == 1, [r.error for r in grid]
+    (failed,) = [r for r in grid if r.error is not None]
+    (stopped,) = [r for r in grid if r.error is None]
+    assert isinstance(failed.error, ValueError) and stopped.metrics["done"] is False
+    x = failed.config["x"]
+    assert [h for h in ends.heard if h[0] in ("error", "complete")] == [("error", x, "ERROR")]
+    assert sorted(h for h in ends.heard if h[0] == "end") == sorted(
+        [("end", x, "ERROR"), ("end", 1 - x, "TERMINATED")])
+    assert not os.path.exists(os.path.join(stopped.path, "error.pkl"))
+    restored = tune.Tuner.restore(grid.experiment_path, _fails_with_the_other).get_results()
+    assert restored.num_errors == 1

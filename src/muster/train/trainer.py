@@ -15,7 +15,8 @@ from muster.core.runtime import RuntimeActor
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.tasks import owner as task_owner
 from muster.train._internal.backend import Backend
-from muster.train._internal.events import FitRequest
+from muster.train._internal import session as _session
+from muster.train._internal.events import FitReply, FitRequest
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.controller import Controller, ControllerHooks
@@ -164,7 +165,11 @@ class DataParallelTrainer:
         self.run_config._check_for_trainer(type(self).__name__)
         if core_context.in_worker():
             # Inside a worker (a Tune trial that builds its own trainer, say): the driver runs it.
-            result: Result = core_context.send_event(FitRequest(self), wait=True)
+            session = _session.current_session()
+            reply: FitReply = core_context.send_event(FitRequest(self, session.round if session else 0), wait=True)
+            if session is not None and reply.last_round is not None:
+                session.continue_after(reply.last_round)
+            result: Result = reply.result
             return result
         controller = self.controller()
         ran = controller.run()
@@ -322,7 +327,7 @@ def _fit_for_a_worker(handle: RuntimeActor, request: FitRequest) -> Future:
     def run() -> None:
         try:
             with get_runtime().blocked(handle):
-                out.set_result(request.trainer.controller().run())
+                out.set_result(FitReply(request.trainer.controller().run()))
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's fit()
             out.set_exception(exc)
 

@@ -16,24 +16,20 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import posixpath
 import queue
 import re
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
-import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from muster.core.api import get_runtime
 from muster.core.resources import fmt
 from muster.core.serialization import json_default
 from muster.core.runtime import RuntimeActor
@@ -45,21 +41,27 @@ from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.controller import Controller, ControllerHooks
 from muster.train._internal.result_base import Result
-from muster.train.result import _public
 from muster.train.run_state import RunRecord
 from muster.train.storage import Storage
 from muster.train.validation import ValidationConfig
 from muster.train.worker_group import Member
 from muster.tune.messages import StepDecision, StepResult
 from muster.tune.session import trial_local_folder
+from muster.tune.nested_fit import NESTED_RUN, fit_in_trial
+from muster.tune.trial_events import (  # noqa: F401 - the controller's events, named here too
+    ReportForward,
+    TrialEnded,
+    TrialEvent,
+    TrialNotice,
+    TrialResult,
+    TrialStep,
+)
 from muster.tune.trial_loggers import TrialLoggers
 
 if TYPE_CHECKING:
     from muster.tune.schedulers.trial_scheduler import PendingConfig
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
-NESTED_RUN = "trainer"  # the run folder, inside a trial's, of a trainer its function fit
-CHECKPOINT_PATH = "checkpoint_path"  # Ray's key, in a trial's result, for its nested trainer's checkpoint
 
 
 def latest_checkpoint(storage: Storage) -> Checkpoint | None:
@@ -263,7 +265,9 @@ class TrialRun:
         self.inner: Controller | None = None  # a trainer the trial's function built and fit
         self._started_wall = time.time()
         self._restored_wall = self._started_wall  # when the run's current attempt began (a restart restores)
-        self._attempt_seen: float | None = None  # the start of the attempt whose reports came last
+        # per run that reports for the trial (its own: None; each trainer its function fit: that fit's key),
+        # the start of its attempt whose reports came last
+        self._attempts_seen: dict[object, float] = {}
         self._last_time: dict[int, float] = {}
         self._since_restore: dict[int, int] = {}
         # Ray's training_iteration: the iteration of the checkpoint the attempt restored (0 without
@@ -278,6 +282,10 @@ class TrialRun:
 
     def start(self) -> None:
         self.thread.start()
+
+    def stopping(self) -> bool:
+        """Whether the run was asked to stop."""
+        return self._stop.is_set()
 
     def stop(self) -> None:
         """Kill the trial's workers; the run ends as STOPPED with its checkpoints kept."""
@@ -313,15 +321,15 @@ class TrialRun:
                 worker_timeout_s=self.plan.run_config.worker_timeout_s,
                 stall_report_s=self.plan.run_config.stall_report_s,
                 storage_filesystem=self.storage.fs,
-                callbacks=[_Forward(self), *self.loggers.run_side()],
+                callbacks=[ReportForward(self), *self.loggers.run_side()],
                 verbose=0,
             )
             self.controller = Controller(
                 self.plan.train_fn, self.plan.train_config, self.plan.scaling, run_config, self.plan.backend, record,
                 self.plan.resume_from,
                 hooks=ControllerHooks(
-                    on_metrics=self._add_tune_fields, on_other_event=self._on_request, start_from=self.start_from,
-                    on_restore=self._restored, on_recover=self._recovering,
+                    on_metrics=self.add_tune_fields, on_other_event=self._on_request, start_from=self.start_from,
+                    on_restore=self.on_restore, on_recover=self.on_recover,
                 ),
                 validation=self.plan.validation,
             )
@@ -334,7 +342,7 @@ class TrialRun:
             outcome = exc
         self.events.put(TrialEnded(self.trial, self, outcome))
 
-    def _restored(self, checkpoint: Checkpoint) -> None:
+    def on_restore(self, checkpoint: Checkpoint) -> None:
         try:
             metrics = self.storage.read_manifest(checkpoint.path).get("metrics", {})
             self._restored_iteration = int(metrics.get("training_iteration", 0))
@@ -342,18 +350,25 @@ class TrialRun:
             self._restored_iteration = 0  # not a committed checkpoint (a trainer's resume_from_checkpoint)
         self.events.put(TrialNotice(self.trial, self, "on_trial_restore", {}))
 
-    def _recovering(self, error: BaseException) -> None:
+    def on_recover(self, error: BaseException) -> None:
         self.events.put(TrialNotice(self.trial, self, "on_trial_recover", {}))
 
-    def _add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float, attempt_started: float,
-                         member: Member | None) -> dict[str, Any]:
-        if attempt_started != self._attempt_seen:
-            if self._attempt_seen is not None:
+    def add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float, attempt_started: float,
+                        member: Member | None, source: object = None) -> dict[str, Any]:
+        """``metrics`` with Tune's fields (the controller's ``on_metrics`` hook). ``source``: the run that
+        reported (None: the trial's own; a trainer its function fit has a key of its own): a new attempt
+        of the same run is a restart after a failure (Ray's "restore"), a trainer's first attempt is not
+        (its reports and the function's own continue one count, as Ray's ``TuneReportCallback`` gives)."""
+        seen = self._attempts_seen.get(source)
+        if attempt_started != seen:
+            if seen is not None:
                 self._restored_wall = attempt_started  # a restart after a failure: Ray's "restore"
                 self._since_restore.clear()
                 self._last_time.clear()
-            self._attempt_base, self._restored_iteration = self._restored_iteration or 0, None
-        self._attempt_seen = attempt_started
+            if seen is not None or self._restored_iteration is not None or not self._attempts_seen:
+                self._attempt_base = self._restored_iteration or 0
+            self._restored_iteration = None
+            self._attempts_seen[source] = attempt_started
         where = (member.pid, member.host, member.ip) if member is not None else None
         out = self._tune_fields(rank, metrics, t, where)
         self._last_time[rank] = t
@@ -392,7 +407,7 @@ class TrialRun:
         report (``TrialStep``) and answers whether the trial ends there. The worker reports it
         with the Tune fields computed here, so the recorded row is the one acted on."""
         fields = self._tune_fields(0, step.metrics, step.time, (step.pid, step.host, step.ip))
-        round_ = self._next_round()
+        round_ = self.newest_round() + 1
         row = {**fields, "training_iteration": fields[SHOWN_ITERATION], "timestamp": step.time}
         added = {k: v for k, v in fields.items() if k not in step.metrics or k == "trial_id"}
         self.decided_round = round_
@@ -400,13 +415,13 @@ class TrialRun:
         self.events.put(TrialStep(self.trial, self, row, added, self.deciding))
         return self.deciding
 
-    def _next_round(self) -> int:
-        """The round the worker's next report gets: one past the newest its run has seen."""
+    def newest_round(self) -> int:
+        """The newest round the trial's run has seen (0: none): the worker's next report gets the one after."""
         ledger = self.controller.ledger if self.controller is not None else None
         if ledger is None:
-            return 1
+            return 0
         rounds = [round_of(r) for r in ledger.reports] + [c.round for c in ledger.committed]
-        return max(rounds + [0]) + 1
+        return max(rounds + [0])
 
     def _on_request(self, handle: RuntimeActor, payload: Any) -> Any:
         """The trial's function called ``TorchTrainer(...).fit()``: run that trainer here, in the
@@ -415,169 +430,4 @@ class TrialRun:
             return self._on_step(payload)
         if not isinstance(payload, FitRequest):
             raise MusterError(f"unknown request from a trial's worker: {type(payload).__name__}")
-        trainer = payload.trainer
-        rc = trainer.run_config
-        # Its run lives in the trial's folder, under a fixed name, so a restored trial resumes it.
-        rc.storage_path = rc.storage_path or self.storage.uri
-        rc.name = rc.name or NESTED_RUN
-        if rc.storage_filesystem is None and rc.storage_path == self.storage.uri:
-            rc.storage_filesystem = self.storage.fs
-        rc.verbose = 0
-        assert self.controller is not None  # the trial's own run made the request
-        forward = _ForwardNested(self, self.controller)
-        rc.callbacks = [*(rc.callbacks or []), forward]
-
-        def recovering(error: BaseException) -> None:
-            forward.release_all()  # the failed attempt's rounds are decided
-            self._recovering(error)
-
-        hooks = ControllerHooks(on_metrics=self._add_tune_fields, on_restore=self._restored, on_recover=recovering)
-        inner = trainer.controller(hooks, allow_finished=True)
-        self.inner = forward.inner = inner
-        if self._stop.is_set():
-            inner.request_stop()
-        out: Future = Future()
-
-        def run() -> None:
-            try:
-                with get_runtime().blocked(handle):  # the waiting trial worker lends its CPUs to the gang
-                    try:
-                        result = inner.run()
-                    finally:
-                        forward.release_all()
-                    out.set_result(_as_trainers(result))
-            except BaseException as exc:  # noqa: BLE001 - raised in the trial's function
-                out.set_exception(exc)
-
-        threading.Thread(target=run, name=f"muster-trial-{self.trial.trial_id}-fit", daemon=True).start()
-        return out
-
-
-# What ``TrialRun._tune_fields`` adds to each report (``trial_id`` and ``_shown_iteration`` too)
-_TUNE_FIELDS = frozenset({"time_this_iter_s", "time_total_s", "time_since_restore", "iterations_since_restore",
-                          "date", "hostname", "node_ip", "pid", "config", "experiment_tag", "trial_id"})
-
-
-def _as_trainers(result: Result) -> Result:
-    """The ``Result`` a trainer's ``fit()`` returns to the trial's function: its reports carry Tune's
-    fields (they are the trial's results too), which a training run's result does not show (Ray Train V2's)."""
-    def reported(metrics: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in metrics.items() if k not in _TUNE_FIELDS}
-
-    return dataclasses.replace(
-        result, metrics=None if result.metrics is None else reported(result.metrics),
-        best_checkpoints=[(c, reported(m)) for c, m in result.best_checkpoints],
-        all_reports=[reported(r) for r in result.all_reports],
-    )
-
-
-@dataclass(frozen=True)
-class TrialResult:
-    """A trial reported (its rank 0's row, Tune fields added)."""
-
-    trial: Trial
-    run: TrialRun
-    row: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class TrialEnded:
-    """A trial's run ended: its ``Result``, or the exception that ended it."""
-
-    trial: Trial
-    run: TrialRun
-    outcome: Any
-
-
-@dataclass(frozen=True)
-class TrialStep:
-    """A class trainable's step result, before it is reported; ``reply`` gets the decision."""
-
-    trial: Trial
-    run: TrialRun
-    row: dict[str, Any]
-    fields: dict[str, Any]  # the Tune fields the worker reports with the result
-    reply: Future
-
-
-@dataclass(frozen=True)
-class TrialNotice:
-    """Something a Tune callback hears of and nothing else acts on: the ``hook`` to call, with
-    ``kwargs`` (a checkpoint committed, a restart after a failure, a restore)."""
-
-    trial: Trial
-    run: TrialRun
-    hook: str
-    kwargs: dict[str, Any]
-
-
-TrialEvent = Union[TrialResult, TrialEnded, TrialStep, TrialNotice]
-
-
-class _Forward:
-    """The RunConfig callback that hands rank 0's reports to the Tune controller."""
-
-    def __init__(self, run: TrialRun):
-        self.run = run
-
-    def on_report(self, row: dict[str, Any]) -> None:
-        if row.get("_rank") != 0:
-            return
-        if round_of(row) == self.run.decided_round:
-            self.run.decided_round = None
-            return  # a class trainable's result the controller acted on before it was reported
-        self.run.events.put(TrialResult(self.run.trial, self.run, row))
-
-    def on_checkpoint(self, checkpoint: Checkpoint, metrics: dict[str, Any]) -> None:
-        """A checkpoint was committed: Ray's ``on_trial_save``, then ``on_checkpoint`` with it."""
-        self.run.events.put(TrialNotice(self.run.trial, self.run, "on_trial_save", {}))
-        self.run.events.put(TrialNotice(self.run.trial, self.run, "on_checkpoint", {"checkpoint": checkpoint}))
-
-
-class _ForwardNested(_Forward):
-    """For a trainer the trial's function fit: rank 0's reports are recorded as the trial's own
-    (so its Result has the metrics), with Ray's ``TuneReportCallback`` key ``checkpoint_path``
-    (the committed checkpoint's path) where the round reported a checkpoint. Such a report is
-    handed on once its round commits (on Ray, once every worker reported), and the reports after
-    it wait behind it, so the trial's results keep their order."""
-
-    def __init__(self, run: TrialRun, into: Controller):
-        super().__init__(run)
-        self.into = into
-        self.inner: Controller | None = None  # the trainer's run: set before it starts
-        self._lock = threading.Lock()
-        self._waiting: list[tuple[dict[str, Any], bool]] = []  # (rank 0's row, whether a checkpoint is due)
-        self._paths: dict[int, str] = {}  # round -> its committed checkpoint's path
-
-    def on_report(self, row: dict[str, Any]) -> None:
-        if row.get("_rank") != 0:
-            return
-        due = self.inner is not None and self.inner.ledger.checkpoint_pending(round_of(row))
-        with self._lock:
-            self._waiting.append((row, due))
-            self._release(everything=False)
-
-    def on_checkpoint(self, checkpoint: Checkpoint, metrics: dict[str, Any]) -> None:
-        super().on_checkpoint(checkpoint, metrics)
-        with self._lock:
-            self._paths[round_of(metrics)] = checkpoint.path
-            self._release(everything=False)
-
-    def release_all(self) -> None:
-        """The run's open rounds are decided (an attempt ended): hand on every report held."""
-        with self._lock:
-            self._release(everything=True)
-
-    def _release(self, everything: bool) -> None:
-        while self._waiting:
-            row, due = self._waiting[0]
-            path = self._paths.pop(round_of(row), None)
-            if due and path is None and not everything:
-                return
-            self._waiting.pop(0)
-            metrics = {k: v for k, v in _public(row).items() if k != "training_iteration"}
-            metrics[SHOWN_ITERATION] = row["training_iteration"]
-            if path is not None:
-                metrics[CHECKPOINT_PATH] = path
-            recorded = self.into.record_report(round_of(row), metrics, row["timestamp"])
-            self.run.events.put(TrialResult(self.run.trial, self.run, recorded))
+        return fit_in_trial(self, handle, payload)

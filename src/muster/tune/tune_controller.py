@@ -12,11 +12,9 @@ it on that result lets it save, report and end by itself.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import queue
-import shutil
 import signal
 import time
 import warnings
@@ -34,6 +32,7 @@ from muster.observe.tune_progress import TuneProgress, flatten_config
 from muster.train.checkpoint import Checkpoint
 from muster.train.storage import Storage
 from muster.tune.callback import CallbackList
+from muster.tune.checkpoint_clone import clone_latest_checkpoint
 from muster.tune.schedulers.trial_scheduler import PendingConfig, TrialScheduler
 from muster.tune.stopper import Stopper
 from muster.tune.trial import (
@@ -64,9 +63,6 @@ ERROR_FILE = "error.pkl"  # a failed trial's error, in its folder
 
 _log = logging.getLogger(__name__)
 _SAVE_EVERY_S = 1.0
-# PBT's copy of a donor's latest checkpoint: tries, each of the donor's newest (a try fails only if the donor
-# dropped the one listed before its run could keep it, between two lines of clone_latest_checkpoint)
-_CLONE_TRIES = 3
 
 
 def graceful_stops() -> tuple[str, ...]:
@@ -141,29 +137,9 @@ class TuneController:
         return latest_checkpoint(self._trial_storage(trial))
 
     def clone_latest_checkpoint(self, donor: Trial, into: Trial) -> Checkpoint | None:
-        """``donor``'s latest checkpoint, copied now into ``into``'s folder (``pbt_exploit``, replacing
-        the last one): ``into`` restarts from it later, and by then the donor's own run may have
-        deleted the original (``CheckpointConfig(num_to_keep=...)``). The donor's run keeps it from
-        its retention while it is copied; if it went away before that (the donor committed a newer
-        one and dropped it), the newer one is copied. None if there is none, or none could be copied."""
-        storage = self._trial_storage(into)
-        dest = storage.join(storage.run_dir, "pbt_exploit")
-        for _ in range(_CLONE_TRIES):
-            source = self.latest_checkpoint(donor)
-            if source is None:
-                return None
-            storage.rm(dest)
-            try:
-                with donor.run.keeping(source) if donor.run is not None else contextlib.nullcontext():
-                    _copy_checkpoint(source, storage, dest)
-            except FileNotFoundError:
-                continue
-            except shutil.Error as exc:  # copytree gathers each file's error: files the donor deleted meanwhile
-                if all("[Errno 2]" in why for _, _, why in exc.args[0]):
-                    continue
-                raise
-            return Checkpoint(dest, storage.fs)
-        return None
+        """``donor``'s latest checkpoint, copied now into ``into``'s folder (``pbt_exploit``): see
+        ``checkpoint_clone.clone_latest_checkpoint``."""
+        return clone_latest_checkpoint(donor, lambda: self.latest_checkpoint(donor), self._trial_storage(into))
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -387,7 +363,8 @@ class TuneController:
         elif isinstance(event, TrialStep):
             self._on_step(event)
         elif isinstance(event, TrialNotice):
-            self.callbacks.trial_event(event.hook, self.trials, event.trial, **event.kwargs)
+            if not event.trial.experiment_stopped:  # (a checkpoint saved after it: as its results, dropped)
+                self.callbacks.trial_event(event.hook, self.trials, event.trial, **event.kwargs)
         else:
             self._on_end(event.trial, event.outcome, event.run.loggers)
 
@@ -412,9 +389,11 @@ class TuneController:
         result = trial_result(row)  # the user's own "_" keys too: Ray hands schedulers the whole result
         tag = result.pop("experiment_tag", None)
         if trial.ending_as is not None:
-            # Reported while being stopped: recorded in its run and shown to callbacks (loggers keep
-            # every result), but no searcher, stopper or scheduler acts on it.
-            self._tell_callbacks(trial, result)
+            # Reported while being stopped: recorded in its run, and no searcher, stopper or scheduler
+            # acts on it; shown to callbacks (loggers keep every result) unless the experiment's stop
+            # ended the trial: Ray drops those results with the trial's pending futures.
+            if not trial.experiment_stopped:
+                self._tell_callbacks(trial, result)
             return result
         trial.last_result, trial.num_results = result, trial.num_results + 1
         self._dirty = True
@@ -443,7 +422,16 @@ class TuneController:
     def _on_end(self, trial: Trial, outcome: Any, loggers: TrialLoggers) -> None:
         trial.run = None
         self._dirty = True
-        if isinstance(outcome, BaseException):
+        if trial.experiment_stopped:
+            # TERMINATED by the experiment's stop: an error its run ended with meanwhile (it failed as the
+            # stop came, or before its end was handled) is ignored, as Ray drops the trial's futures
+            if isinstance(outcome, BaseException):
+                _log.debug("muster: %s, stopped with the experiment, ended with %r (ignored)", trial.trial_name,
+                           outcome)
+                outcome = None
+            trial.status = TERMINATED
+            loggers.end(outcome)
+        elif isinstance(outcome, BaseException):
             trial.status, trial.error = ERROR, f"{type(outcome).__name__}: {outcome}"
             self.errors[trial.trial_id] = outcome
             self._keep_error(trial, outcome)
@@ -458,9 +446,6 @@ class TuneController:
                 if isinstance(self.fail_fast, str):
                     self.failed_fast = trial.trial_id
                 self._stop_everything()
-        elif trial.experiment_stopped:
-            trial.status = TERMINATED
-            loggers.end(outcome)
         elif trial.ending_as == PAUSED:
             trial.status = PAUSED
             self._paused_loggers[trial.trial_id] = (loggers, outcome)  # open until it runs again or ends
@@ -578,16 +563,3 @@ def _start_config(trial: Trial) -> dict[str, Any]:
     config = trial.restart_plan[0]
     assert not isinstance(config, PendingConfig), "a trial starts only once its PendingConfig is settled"
     return config
-
-
-
-def _copy_checkpoint(source: Checkpoint, storage: Storage, dest: str) -> None:
-    if storage.is_local and source.is_local:
-        shutil.copytree(source.path, dest)
-        return
-    local = source.to_directory()
-    try:
-        storage.upload_dir(local, dest)
-    finally:
-        shutil.rmtree(local, ignore_errors=True)
-

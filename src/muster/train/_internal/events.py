@@ -57,9 +57,21 @@ class Sample:
 @dataclass(frozen=True)
 class FitRequest:
     """A function running in a worker (a Tune trial's, a task's, an actor's) called ``trainer.fit()``:
-    the driver runs it."""
+    the driver runs it. ``after_round``: the last round the caller's own training session reported
+    (0 outside one)."""
 
     trainer: Any
+    after_round: int = 0
+
+
+@dataclass(frozen=True)
+class FitReply:
+    """The driver's answer to a ``FitRequest``: the trainer's ``Result``, and ``last_round``, where the
+    driver recorded the trainer's reports as the caller's own (a Tune trial's), the last round it
+    used (the caller's next report takes the one after); None where it recorded none."""
+
+    result: Any
+    last_round: int | None = None
 
 
 WorkerMessage = Union[Report, ReportStarted, UploadFailed, Sample, FitRequest]

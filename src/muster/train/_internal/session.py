@@ -99,6 +99,12 @@ class Session:
             finally:
                 _discard_if_temporary(checkpoint)
 
+    def continue_after(self, round_: int) -> None:
+        """The driver recorded rounds up to ``round_`` as this rank's (the reports of a trainer that
+        this function fit inside a Tune trial are the trial's): the next report takes the round after."""
+        with self._lock:
+            self.round = max(self.round, round_)
+
     def _send(self, round_index: int, metrics: dict[str, Any], checkpoint: Checkpoint | None, state: bytes,
               t: float, timing: dict[str, float] | None, owned: bool = False,
               upload_fn: UploadFn | None = None) -> None:
@@ -281,6 +287,11 @@ _session: Session | None = None
 def set_session(session: Session | None) -> None:
     global _session
     _session = session
+
+
+def current_session() -> Session | None:
+    """This worker's training session, or None outside one."""
+    return _session
 
 
 def get_session(api: str) -> Session:
