@@ -1,7 +1,7 @@
 """What a class trainable's worker and the Tune controller tell each other about one step.
 
-A ``tune.Trainable`` that saves checkpoints asks before it reports a step's result
-that was not due a checkpoint anyway: the controller acts on the result (stopper,
+A ``tune.Trainable`` asks before it reports each step's result (one that says ``done``
+ends the trial anyway), and steps no further until answered: the controller acts on the result (stopper,
 scheduler, searcher, callbacks) and answers whether the trial ends there and whether
 a callback asked for a checkpoint, so that the worker can save the trainable and report
 the result with that checkpoint, as Ray saves a trial that a stop condition ends

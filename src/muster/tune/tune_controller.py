@@ -5,9 +5,9 @@ when everything it needs (a function trial's worker, or a trainer trial's whole 
 trials leave free, so gangs never hold half their members while waiting for the rest, and too many
 multi-worker trials cannot deadlock.  Each trial's run reports on its own thread; results and ends arrive
 on one queue and are handled here, in order: searcher and scheduler see each result before the next one,
-and a decision to stop a trial kills its workers at once -- except a class trainable's that is to be saved
-at its end: it hands each result over before reporting it (``TrialStep``), and a decision to stop or pause
-it on that result lets it save, report and end by itself.
+and a decision to stop a trial kills its workers at once -- except a class trainable's: it hands each result
+over before reporting it (``TrialStep``) and waits for the answer before its next step, and a decision to
+stop or pause it on that result lets it save (``checkpoint_at_end``), report and end by itself.
 """
 
 from __future__ import annotations

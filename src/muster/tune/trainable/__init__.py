@@ -10,8 +10,9 @@ stopper or scheduler stops the trial. A class that overrides
 one unless ``checkpoint_at_end=False``: the one whose result says ``done``, or
 the one on which a stop condition, the scheduler or a pause ends the trial (as
 in Ray). A result with ``should_checkpoint: True`` is saved too, whatever the
-frequency (Ray's way for ``step()`` to ask). For that last one the worker asks the controller, before reporting a
-result it would not save, whether the trial ends there (see ``messages``).
+frequency (Ray's way for ``step()`` to ask). As in Ray, no step runs before the controller acted on the
+last one's result: the worker hands each result to the controller before reporting it and learns whether
+the trial ends there (see ``messages``).
 """
 
 from __future__ import annotations
@@ -224,14 +225,15 @@ class ClassTrainable:
             while True:
                 result = trainable.train()
                 done = bool(result.get("done"))
-                due = saves and self._due(trainable, done, asked=bool(result.get(SHOULD_CHECKPOINT)))
-                if saves and not due:
-                    # Would the trial end here (stopper, scheduler), or does a callback ask for a
-                    # checkpoint? Then the trainable is saved with this result.
+                asked = bool(result.get(SHOULD_CHECKPOINT))
+                if not done:
+                    # As Ray's controller does, act on this result before the next step runs: does the
+                    # trial end here (stopper, scheduler)? does a callback ask for a checkpoint? A trial
+                    # ended here is saved with this result (checkpoint_at_end) and steps no further.
                     decision = decide_step(result)
                     result = {**result, **decision.fields}
-                    done = done or decision.ends
-                    due = decision.checkpoint or (done and self.checkpoint_at_end)
+                    done, asked = decision.ends, asked or decision.checkpoint
+                due = saves and self._due(trainable, done, asked)
                 if due:
                     with tempfile.TemporaryDirectory(prefix="muster-trainable-") as d:
                         trainable.save(d)
