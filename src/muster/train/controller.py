@@ -505,6 +505,11 @@ class Controller:
             _warn(self.view, f"async checkpoint uploads still pending after RunConfig(upload_drain_s="
                              f"{self.run_config.upload_drain_s}) were dropped (rank: rounds): {left}")
 
+    def attempt_started_wall(self) -> float | None:
+        """When the running attempt began (wall clock), as ``on_metrics`` is told; None between attempts."""
+        attempt = self._attempt
+        return attempt.started_wall if attempt is not None else None
+
     # -- worker reader threads ------------------------------------------------------
     def _on_event(self, handle: RuntimeActor, payload: Any) -> Any:
         if isinstance(payload, ev.Sample):

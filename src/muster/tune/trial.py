@@ -359,21 +359,27 @@ class TrialRun:
         reported (None: the trial's own; a trainer its function fit has a key of its own): a new attempt
         of the same run is a restart after a failure (Ray's "restore"), a trainer's first attempt is not
         (its reports and the function's own continue one count, as Ray's ``TuneReportCallback`` gives)."""
-        seen = self._attempts_seen.get(source)
-        if attempt_started != seen:
-            if seen is not None:
-                self._restored_wall = attempt_started  # a restart after a failure: Ray's "restore"
-                self._since_restore.clear()
-                self._last_time.clear()
-            if seen is not None or self._restored_iteration is not None or not self._attempts_seen:
-                self._attempt_base = self._restored_iteration or 0
-            self._restored_iteration = None
-            self._attempts_seen[source] = attempt_started
+        self._note_attempt(attempt_started, source)
         where = (member.pid, member.host, member.ip) if member is not None else None
         out = self._tune_fields(rank, metrics, t, where)
         self._last_time[rank] = t
         self._since_restore[rank] = out["iterations_since_restore"]
         return out
+
+    def _note_attempt(self, attempt_started: float, source: object = None) -> None:
+        """A report or step of the attempt that began at ``attempt_started``: a new attempt of a run
+        already seen is a restart (Ray's "restore"), counted from the checkpoint it resumed."""
+        seen = self._attempts_seen.get(source)
+        if attempt_started == seen:
+            return
+        if seen is not None:
+            self._restored_wall = attempt_started  # a restart after a failure: Ray's "restore"
+            self._since_restore.clear()
+            self._last_time.clear()
+        if seen is not None or self._restored_iteration is not None or not self._attempts_seen:
+            self._attempt_base = self._restored_iteration or 0
+        self._restored_iteration = None
+        self._attempts_seen[source] = attempt_started
 
     def _tune_fields(self, rank: int, metrics: dict[str, Any], t: float,
                      where: tuple[int | None, str | None, str | None] | None) -> dict[str, Any]:
@@ -406,6 +412,9 @@ class TrialRun:
         """A class trainable's result before it is reported: the controller acts on it as on a
         report (``TrialStep``) and answers whether the trial ends there. The worker reports it
         with the Tune fields computed here, so the recorded row is the one acted on."""
+        started = self.controller.attempt_started_wall() if self.controller is not None else None
+        if started is not None:  # the first step after a restart counts from the restored checkpoint
+            self._note_attempt(started)
         fields = self._tune_fields(0, step.metrics, step.time, (step.pid, step.host, step.ip))
         round_ = self.newest_round() + 1
         row = {**fields, "training_iteration": fields[SHOWN_ITERATION], "timestamp": step.time}
