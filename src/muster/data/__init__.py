@@ -32,7 +32,7 @@ from muster.data.datasource import Datasink, Datasource, FileShuffleConfig, Rand
 from muster.data.datasource import BlockBasedFileDatasink, RowBasedFileDatasink
 from muster.data.datasource import datasource as _custom
 from muster.data.exceptions import DataError, DataSchemaError, DataSourceError, DataTypeError, UserFunctionError
-from muster.data.execution import DataContext
+from muster.data.context import DataContext
 from muster.data.execution_options import ExecutionOptions, ExecutionResources
 from muster.data.grouped import GroupedData
 from muster.data.huggingface import from_huggingface

@@ -61,7 +61,7 @@ class UdfActor:
     def setup(self, op: MapBatches, context: Any = None) -> int:
         """Build the user's class (its constructor runs here, once); return this process's pid. ``context``:
         the consumer's ``DataContext``, under which its blocks are converted (``batch_format`` settings)."""
-        from muster.data.execution import DataContext
+        from muster.data.context import DataContext
 
         if context is not None:  # the process's own: an actor serves one pool
             DataContext._current = context
@@ -196,7 +196,7 @@ class ActorPool:
             actors = self.runtime.create_gang(n, UdfActor, self.request, timeout_s=_START_WAIT_S)
         except GetTimeoutError:
             return []
-        from muster.data.execution import DataContext
+        from muster.data.context import DataContext
 
         try:
             ctx = DataContext.get_current()

@@ -198,7 +198,7 @@ class _Plans:
 def _block_rows(table: pa.Table, most: int | None = None) -> int:
     """Rows per output block for ``table``: at most ``most`` (``DataContext.target_block_rows``), and fewer
     where those would pass ``target_max_block_size`` bytes (rows of images: a few thousand, not 65,536)."""
-    from muster.data.execution import DataContext
+    from muster.data.context import DataContext
     from muster.data.sources import rows_per_block
 
     most = DataContext.get_current().target_block_rows if most is None else most

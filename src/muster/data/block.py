@@ -242,7 +242,7 @@ def to_pandas(block: pa.Table) -> Any:
     its values flattened."""
     import pandas as pd
 
-    from muster.data.execution import DataContext
+    from muster.data.context import DataContext
 
     mapper = _arrow_backed if DataContext.get_current().enable_arrow_backed_pandas_conversion else None
     tensors = _tensor_columns(block)

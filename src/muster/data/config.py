@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from muster.data.execution import DataContext
+from muster.data.context import DataContext
 from muster.data.execution_options import ExecutionOptions
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 

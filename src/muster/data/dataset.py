@@ -16,6 +16,7 @@ from muster.data import _ray_plan, alltoall, combine, execution, mix, plan, proj
 from muster.data import filter_pushdown, task_context
 from muster.data import block as blk
 from muster.data import expr as expr_parser
+from muster.data.context import DataContext
 from muster.data.datasource import RandomSeedConfig
 from muster.data.datasource import datasink as sinks
 from muster.data.grouped import GroupedData
@@ -267,7 +268,7 @@ class Dataset(writers.FileWrites, Splits):
         ``seed=RandomSeedConfig(seed, reseed_after_execution=False)`` repeats one order every pass
         (what Ray does for an integer seed)."""
         s, per_epoch = RandomSeedConfig.of(seed, "random_shuffle").plan()
-        rows = execution.DataContext.get_current().target_block_rows
+        rows = DataContext.get_current().target_block_rows
         ray = RayCall.of("random_shuffle", seed=_ray_seed(seed), **_ignored)
         return self._then(AllToAll("RandomShuffle", alltoall.random_shuffle(s, rows, per_epoch), ray=ray,
                                    keeps_rows=True))
@@ -303,7 +304,7 @@ class Dataset(writers.FileWrites, Splits):
         ray = RayCall.of("repartition", num_blocks, **options, **_ignored)
         fn = alltoall.repartition_by(keys, num_blocks, sort) if keys else alltoall.repartition(num_blocks)
         if shuffle and not keys:  # one operator, as Ray's: the rows shuffled, then cut
-            (seed, per_epoch), rows = RandomSeedConfig().plan(), execution.DataContext.get_current().target_block_rows
+            (seed, per_epoch), rows = RandomSeedConfig().plan(), DataContext.get_current().target_block_rows
             fn = alltoall.then(alltoall.random_shuffle(seed, rows, per_epoch), fn)
         return self._then(AllToAll("Repartition", fn, ray=ray, keeps_rows=True,
                                    passes_filters=not shuffle and not keys))  # the same rows in the same order
@@ -553,7 +554,7 @@ class Dataset(writers.FileWrites, Splits):
         """To a custom ``Datasink``, ``concurrency`` writes at once (see ``datasource.datasink.write``)."""
         if _ray_plan.on_ray_engine():
             return _ray_plan.write_datasink(self, datasink, ray_remote_args, concurrency)
-        sinks.write(self._execute(), datasink, concurrency, execution.DataContext.get_current().max_threads)
+        sinks.write(self._execute(), datasink, concurrency, DataContext.get_current().max_threads)
 
 
 def _names(cols: Any, where: str) -> list[str]:

@@ -29,196 +29,15 @@ import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
 from muster.data import block as blk
 from muster.data import task_context
+from muster.data.context import DataContext, current_as
 from muster.data.plan import AllToAll, BlockFn, Limit, MapBatches, Node, Read, Transform, Union
 from muster.data.stats import Stats
-from muster.exceptions import InvalidArgumentError
-
-if TYPE_CHECKING:
-    from muster.data.execution_options import ExecutionOptions
-
-
-@dataclass(kw_only=True)
-class DataContext:
-    """Execution settings for this process (``DataContext.get_current()``, as in Ray).
-
-    Attributes:
-        max_threads: threads that run read and map tasks per consuming process.
-        max_bytes_in_flight: finished blocks not yet consumed, at most (bytes).
-        target_block_rows: rows per block that in-memory sources and shuffles aim for.
-        target_max_block_size: bytes per block, at most, for the sources that know their rows' size
-            (``range_tensor``, ``from_numpy``, ``from_items``, ``from_arrow``...): they make blocks of
-            fewer rows when ``target_block_rows`` rows would be bigger (Ray's setting and default,
-            128 MiB; None: no cap).
-        use_workers: let the driver run jobs with Python functions on idle pooled workers
-            of an engine that is already running (see ``_Workers``).
-        preserve_order: keep the input order of blocks (default, and what exact training
-            shards need); off, an actor pool hands blocks on as they finish.
-        enable_progress_bars: show the live per-operator view while a pass runs in the driver
-            (see ``progress``).
-        progress_every_s: how often the live view refreshes (plain lines: one per this period,
-            the first only once a pass has run this long).
-        enable_arrow_backed_pandas_conversion: True: pandas batches (and ``to_pandas``) hold Arrow-backed
-            columns (``pd.ArrowDtype``: ``string[pyarrow]``, ``int64[pyarrow]`` keeping its nulls as ``<NA>``,
-            ``list<item: int64>[pyarrow]``), exactly as Ray 2.56+ converts by default. False (muster's default):
-            numpy dtypes (nulls as NaN/None, lists as object arrays of ndarrays), Ray's older conversion, under
-            which numpy-only operations such as ``df["id"] % 2`` work (Arrow-backed columns raise on them).
-    """
-
-    max_threads: int = field(default_factory=lambda: max(2, min(8, os.cpu_count() or 2)))
-    max_bytes_in_flight: int = 256 * 1024 * 1024
-    target_block_rows: int = 64 * 1024
-    target_max_block_size: int | None = 128 * 1024 * 1024
-    use_workers: bool = True
-    preserve_order: bool = True
-    enable_progress_bars: bool = True
-    progress_every_s: float = 5.0
-    enable_arrow_backed_pandas_conversion: bool = False
-    _kv_configs: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.max_threads < 1:
-            raise InvalidArgumentError(f"DataContext(max_threads={self.max_threads}): use 1 or more.")
-        if self.max_bytes_in_flight < 1:
-            raise InvalidArgumentError(f"DataContext(max_bytes_in_flight={self.max_bytes_in_flight}): "
-                                       "use a positive size.")
-        if self.progress_every_s <= 0:
-            raise InvalidArgumentError(f"DataContext(progress_every_s={self.progress_every_s}): "
-                                       "use a positive number of seconds.")
-        if self.target_block_rows < 1:
-            raise InvalidArgumentError(f"DataContext(target_block_rows={self.target_block_rows}): use 1 or more.")
-        if self.target_max_block_size is not None and self.target_max_block_size < 1:
-            raise InvalidArgumentError(f"DataContext(target_max_block_size={self.target_max_block_size}): use a "
-                                       "positive number of bytes (Ray's default: 128 MiB), or None for no cap.")
-
-    _current: "DataContext | None" = None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        """A setting muster has, or one of Ray's that only tunes Ray's cluster execution (kept, no
-        effect); any other name is a mistake worth saying (a typo would otherwise change nothing)."""
-        if name == "execution_options":  # Ray's ctx.execution_options = DataConfig.default_ingest_options()
-            from muster.data.execution_options import ExecutionOptions
-
-            ExecutionOptions.of(self).take(value)
-            return
-        if name not in _SETTINGS and name not in RAY_ONLY_SETTINGS and not name.startswith("_"):
-            raise AttributeError(
-                f"DataContext has no setting {name!r}. muster's: "
-                f"{', '.join(sorted(n for n in _SETTINGS if not n.startswith('_')))}; Ray's settings that tune "
-                "a cluster's execution (target_min_block_size, use_push_based_shuffle, ...: "
-                "muster.data.execution.RAY_ONLY_SETTINGS) are accepted and change nothing here."
-            )
-        object.__setattr__(self, name, value)
-
-    @property
-    def execution_options(self) -> "ExecutionOptions":
-        """Ray's ``ctx.execution_options``: its ``preserve_order`` is this context's; Ray's other options
-        (``resource_limits``, ``verbose_progress``...) are accepted and have no effect here."""
-        from muster.data.execution_options import ExecutionOptions
-
-        return ExecutionOptions.of(self)
-
-    def get_config(self, key: str, default: Any = None) -> Any:
-        """Ray's key-value settings (``set_config``): the value kept for ``key``, or ``default``."""
-        return self._kv_configs.get(key, default)
-
-    def set_config(self, key: str, value: Any) -> None:
-        """Keep ``value`` for ``key``, as Ray's ``DataContext.set_config``; the keys Ray's docs set
-        (``debug_limit_shuffle_execution_to_num_blocks``...) tune its cluster execution and change nothing here."""
-        self._kv_configs[key] = value
-
-    def remove_config(self, key: str) -> None:
-        """Forget ``key``'s value (nothing to do if none is kept)."""
-        self._kv_configs.pop(key, None)
-
-    @staticmethod
-    def get_current() -> "DataContext":
-        scoped = _scoped.get()
-        if scoped is not None:  # a dataset's own context, while its blocks are made (see ``under``)
-            return scoped
-        if DataContext._current is None:
-            DataContext._current = DataContext()
-        return DataContext._current
-
-
-_SETTINGS = frozenset(DataContext.__dataclass_fields__)
-_scoped: contextvars.ContextVar[DataContext | None] = contextvars.ContextVar("muster_data_context",
-                                                                           default=None)
-
-
-def under(ctx: DataContext | None, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
-    """``blocks``, each made while ``DataContext.get_current()`` is ``ctx`` (in the pipeline's threads too): a
-    dataset's own options (``DataConfig(execution_options={name: ...})``) without changing this process's."""
-    return blocks if ctx is None else _made_under(ctx, blocks)
-
-
-def _made_under(ctx: DataContext, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
-    try:
-        while True:
-            token = _scoped.set(ctx)
-            try:
-                block = next(blocks, None)
-            finally:
-                _scoped.reset(token)
-            if block is None:
-                return
-            yield block
-    finally:
-        close = getattr(blocks, "close", None)
-        if close is not None:
-            token = _scoped.set(ctx)
-            try:
-                close()
-            finally:
-                _scoped.reset(token)
-
-#: Ray's DataContext settings that size blocks or place tasks on a cluster: accepted, no effect on one machine
-RAY_ONLY_SETTINGS = frozenset({
-    "target_min_block_size", "target_shuffle_max_block_size", "use_push_based_shuffle",
-    "shuffle_strategy", "scheduling_strategy", "scheduling_strategy_large_args", "large_args_threshold",
-    "read_op_min_num_blocks", "enable_operator_progress_bars", "enable_progress_bar_name_truncation",
-    "verbose_stats_logs", "enable_auto_log_stats", "enable_get_object_locations_for_metrics",
-    "op_resource_reservation_enabled", "op_resource_reservation_ratio", "actor_prefetcher_enabled",
-    "wait_for_min_actors_s", "eager_free", "trace_allocations", "log_internal_stack_trace_to_stdout",
-    "enable_tensor_extension_casting", "use_ray_tqdm", "print_on_execution_start",
-    # and these, which change what Ray tolerates or how it stores blocks: here errors still fail
-    # the pass, writes are not retried, and blocks are Arrow tables
-    "max_errored_blocks", "write_file_retry_on_errors", "retried_io_errors", "enable_pandas_block",
-    # Ray 2.60's shuffle, join and aggregation operators (hash-shuffle actors, their parallelism and
-    # memory): here every all-to-all operator gathers its input in this process
-    "default_hash_shuffle_parallelism", "max_hash_shuffle_aggregators", "min_hash_shuffle_aggregator_wait_time_in_s",
-    "hash_shuffle_aggregator_health_warning_interval_s", "max_hash_shuffle_finalization_batch_size",
-    "hash_shuffle_reduce_batch_size", "hash_shuffle_reduce_get_timeout_s", "hash_shuffle_compression",
-    "use_disk_based_hash_shuffle", "use_external_hash_shuffle", "shuffle_compression", "shuffle_input_batch_bytes",
-    "pipeline_push_based_shuffle_reduce_tasks", "join_operator_actor_num_cpus_override",
-    "hash_shuffle_operator_actor_num_cpus_override", "hash_aggregate_operator_actor_num_cpus_override",
-    "gpu_shuffle_num_actors", "gpu_shuffle_rmm_pool_size", "gpu_shuffle_spill_memory_limit",
-    "gpu_shuffle_setup_timeout_s", "use_polars", "use_polars_sort",
-    # its reads, tasks, actors, retries, backpressure, metrics and logs on a cluster
-    "streaming_read_buffer_size", "s3_try_create_dir", "min_parallelism", "decoding_size_estimation",
-    "use_datasource_v2", "isolate_read_workers", "autoscaling_config", "max_tasks_in_flight_per_actor",
-    "actor_task_retry_on_errors", "actor_init_retry_on_errors", "actor_init_max_retries",
-    "max_consecutive_actor_init_deaths", "retried_map_errors", "max_map_retries",
-    "output_backpressure_guard_release_interval_s", "execution_no_progress_timeout_s",
-    "downstream_capacity_backpressure_ratio", "enable_dynamic_output_queue_size_backpressure",
-    "override_object_store_memory_limit_fraction", "object_store_reservation_overshoot_ratio",
-    "object_store_memory_pressure_fraction", "default_map_logical_memory_enabled", "memory_usage_poll_interval_s",
-    "warn_on_driver_memory_usage_bytes", "enable_lineage_reconstruction_resource_accounting",
-    "enable_ray_data_reconstruction", "accurate_map_phase_timing", "per_stage_map_timing",
-    "enable_rich_progress_bars", "enable_per_node_metrics", "enable_stats_summary_collection",
-    "log_internal_stack_trace", "raise_original_map_exception", "use_legacy_dataset_ids", "dataset_logger_id",
-    "issue_detectors_config", "custom_execution_callback_classes", "execution_callback_classes",
-    # and how it converts and checks blocks (here: Arrow tables, muster's tensor types)
-    "arrow_fixed_shape_tensor_format", "use_arrow_tensor_v2", "enable_fallback_to_arrow_object_ext_type",
-    "enforce_schemas", "pandas_block_ignore_metadata",
-    "batch_to_block_arrow_format",
-})
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -320,13 +139,8 @@ class Job:
         return bool(self.chain) and not any(getattr(fn, "is_class", False) for _, fn in self.chain)
 
     def __call__(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float, int]]]:
-        token = _scoped.set(self.context) if self.context is not None else None
-        try:
-            with task_context.running(self.task_idx, self.epoch):
-                return self._run()
-        finally:
-            if token is not None:
-                _scoped.reset(token)
+        with current_as(self.context), task_context.running(self.task_idx, self.epoch):
+            return self._run()
 
     def _run(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float, int]]]:
         timings = []

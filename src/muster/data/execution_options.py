@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from muster.data.execution import DataContext
+from muster.data.context import DataContext
 
 
 @dataclass

@@ -37,7 +37,7 @@ from muster.exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:
     from muster.data.dataset import Dataset
-    from muster.data.execution import DataContext
+    from muster.data.context import DataContext
 
 _END = object()
 
@@ -79,7 +79,7 @@ class DataIterator:
 
     # -- blocks of one pass -------------------------------------------------------
     def _blocks(self, epoch: int) -> Iterator[pa.Table]:
-        from muster.data.execution import under
+        from muster.data.context import under
 
         stream = under(self._context, self._dataset._execute(epoch))
         if self._world == 1:
@@ -200,7 +200,7 @@ class DataIterator:
     def get_context(self) -> "DataContext":
         """The ``DataContext`` its passes run under (Ray's): its dataset's own, when a ``DataConfig`` gave that
         dataset ``execution_options``, else this process's current one."""
-        from muster.data.execution import DataContext
+        from muster.data.context import DataContext
 
         return self._context if self._context is not None else DataContext.get_current()
 

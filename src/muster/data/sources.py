@@ -34,7 +34,7 @@ TASK_FILES = 64
 def task_bytes() -> int:
     """Bytes of files per read job: ``TASK_BYTES``, or less so that the jobs a pipeline keeps
     pending (2 x threads) fit in ``DataContext.max_bytes_in_flight``."""
-    from muster.data.execution import DataContext
+    from muster.data.context import DataContext
 
     ctx = DataContext.get_current()
     return max(1 << 20, min(TASK_BYTES, ctx.max_bytes_in_flight // (4 * ctx.max_threads)))
@@ -524,7 +524,7 @@ def block_tasks(blocks: list[pa.Table], label: str) -> tuple[ReadTask, ...]:
 def rows_per_block(row_bytes: int) -> int:
     """``DataContext.target_block_rows``, or fewer rows where those would pass ``target_max_block_size``
     bytes (Ray's 128 MiB): 32 KiB tensors make blocks of 4,096 rows, not 2 GiB ones of 65,536."""
-    from muster.data.execution import DataContext
+    from muster.data.context import DataContext
 
     ctx = DataContext.get_current()
     cap = ctx.target_max_block_size

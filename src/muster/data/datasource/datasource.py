@@ -23,7 +23,7 @@ from muster.data.exceptions import DataError, DataTypeError, UserFunctionError
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 if TYPE_CHECKING:
-    from muster.data.execution import DataContext
+    from muster.data.context import DataContext
 
 #: Ray's ``read_op_min_num_blocks`` and ``target_min_block_size`` defaults: how many read tasks to ask
 #: a datasource for when the caller does not say (as Ray decides it)
@@ -188,7 +188,7 @@ def default_parallelism(datasource: Datasource) -> int:
     """How many read tasks to ask for when the caller does not say, as Ray decides it: 200, fewer when
     blocks would be under 1 MiB, more when they would pass ``target_max_block_size``, and at least
     two per CPU."""
-    from muster.data.execution import DataContext
+    from muster.data.context import DataContext
 
     try:
         size = datasource.estimate_inmemory_data_size()
@@ -224,7 +224,7 @@ def read_tasks(datasource: Datasource, parallelism: int | None, read_args: dict[
 
 def public_tasks(datasource: Datasource, parallelism: int, read_args: dict[str, Any]) -> list[ReadTask]:
     """What ``datasource`` returns for ``parallelism`` read tasks (from a legacy reader, too)."""
-    from muster.data.execution import DataContext
+    from muster.data.context import DataContext
 
     name = _name(datasource)
     kind = type(datasource)

@@ -75,7 +75,7 @@ class DatasetLoop:
         return _ray_plan.RayDataIterator(ds, _ray_plan.to_ray(ds), seed=self.seed)
 
     def __call__(self, config: dict[str, Any] | None = None) -> Any:
-        from muster.data.execution import DataContext
+        from muster.data.context import DataContext
         from muster.data.iterator import DataIterator
         from muster.observe.sampler import note_data_wait
         from muster.train._internal.worker import _takes_config
