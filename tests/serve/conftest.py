@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from serve_helpers import serving
+
+pytest.register_assert_rewrite("serve_helpers")  # its checks' failures show the values, as a test module's do
+
+from serve_helpers import serving  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -111,8 +111,10 @@ class _SlowToAnswer:
 
 
 def _write(path: str, text: str) -> None:
-    with open(path, "w") as f:
+    """Whole or absent: the test polls for the file, and a plain write let it read "" between create and write."""
+    with open(path + ".tmp", "w") as f:
         f.write(text)
+    os.replace(path + ".tmp", path)
 
 
 WEBSOCKET_UPGRADE = {"upgrade": "websocket", "connection": "Upgrade", "sec-websocket-version": "13",

@@ -172,6 +172,10 @@ class LocalRuntime(Runtime):
                 msg = wire.recv(self._zygote_conn)
             except (EOFError, OSError):
                 break
+            except TypeError:  # shutdown() closed the link under this read (its handle is None now)
+                if self._closed:
+                    break
+                raise
             if msg[0] == "ready":  # a forked zygote's link is a socket pair, not an accepted connection
                 self._started.set()
             elif msg[0] == "forked":

@@ -7,6 +7,7 @@ threads reaches it with :func:`submit`.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import os
 import threading
@@ -59,10 +60,41 @@ def get_loop(kind: str = "uvloop") -> asyncio.AbstractEventLoop:
                 loop.call_soon(ready.set)
                 loop.run_forever()
 
-            threading.Thread(target=run, name="muster-serve-loop", daemon=True).start()
+            thread = threading.Thread(target=run, name="muster-serve-loop", daemon=True)
+            thread.start()
             ready.wait(10)
             _loop = loop
+            atexit.register(_stop_at_exit, loop, thread, os.getpid())
         return _loop
+
+
+def _stop_at_exit(loop: asyncio.AbstractEventLoop, thread: threading.Thread, pid: int) -> None:
+    """Stop and close the loop before the interpreter finalizes: a uvloop left running on its daemon thread
+    crashed the exiting driver (SIGSEGV in the last garbage collection, about 1 exit in 20 under load)."""
+    if pid != os.getpid() or loop.is_closed():  # a forked child's copy is its parent's (see above)
+        return
+    if threading.current_thread() is thread:  # exit_actor() from a handler on the loop: it cannot join itself
+        loop.stop()
+        return
+    try:
+        asyncio.run_coroutine_threadsafe(_cancel_all_then_stop(), loop)
+    except RuntimeError:  # closed meanwhile
+        return
+    thread.join(5)
+    if not thread.is_alive():
+        loop.close()
+
+
+async def _cancel_all_then_stop() -> None:
+    """Cancel the loop's other tasks and let them unwind (collected pending, each would log "Task was destroyed
+    but it is pending!" as the driver exits); then stop the loop."""
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=2)
+    asyncio.get_running_loop().stop()
 
 
 def on_loop() -> bool:
