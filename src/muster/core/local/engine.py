@@ -43,7 +43,7 @@ from muster.core.local import wire, zygote, zygote_process
 from muster.core.local.actor import LocalActor
 from muster.core.local.logs import LogRelay
 from muster.core.local.reservations import Reservations
-from muster.core.local.slots import Allocation, SlotTable, detect_total, node_memory
+from muster.core.local.slots import Allocation, BusyWarning, SlotTable, detect_total, node_memory
 from muster.core.local.task_pool import TaskPool
 from muster.core.runtime import BundleRef, RuntimeActor, EventHandler, Runtime
 from muster.exceptions import describe_exit, MusterError, RuntimeNotStartedError, TaskError
@@ -266,8 +266,9 @@ class LocalRuntime(Runtime):
         bundle: BundleRef | None = None,
     ) -> RuntimeActor:
         held = None if bundle is None else [self.reservations.take(res.normalize(resources), bundle, actor=True)]
+        said = None if bundle is not None else BusyWarning(label or f"actor {cls.__name__}")  # waits: warn once
         (actor,) = self._launch(
-            1, cls, args, kwargs, resources, None, None, None, [label] if label else None, on_event,
+            1, cls, args, kwargs, resources, None, said, None, [label] if label else None, on_event,
             allocations=held, fresh_process=fresh_process,
         )
         return actor
@@ -504,7 +505,9 @@ class LocalRuntime(Runtime):
     ) -> Future:
         """Run ``fn`` in a pooled worker of the same resource shape (reused across tasks); a worker
         counts ``max_calls`` for itself (it retires once the task says so). ``on_wait``: see
-        :meth:`_launch` (not for a task in a bundle, which waits for its own group's work).
+        :meth:`_launch` (not for a task in a bundle, which waits for its own group's work); without one, a
+        task that waits for resources other work holds gets one warning (``slots.BusyWarning``), and the
+        tasks of its shape queued behind it none until that backlog has drained.
 
         Tasks of one shape (and bundle) start in submission order from one dispatcher thread,
         which alone waits for their resources (no thread per queued task).

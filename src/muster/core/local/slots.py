@@ -7,6 +7,7 @@ not take what it still lacks, so a stream of small tasks cannot keep it out for 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -20,6 +21,8 @@ from typing import Callable
 from muster.core import resources as res
 from muster.exceptions import GetTimeoutError, InvalidArgumentError
 
+#: A wait for resources other work holds is told (``on_wait``) once it has lasted this long, then every
+#: twice as long; work the user started gets one warning then (:class:`BusyWarning`), never for a prompt start.
 _WAIT_NOTICE_S = 5.0
 #: A pending placement group keeps its priority over new work while something was given back this
 #: recently; when nothing has been for this long (what holds the slots may be waiting for new work
@@ -59,6 +62,28 @@ class Allocation:
         """Return it to the table it was taken from (the machine's, or a placement group bundle's)."""
         assert self.table is not None, "an allocation never taken from a table"
         self.table.release(self)
+
+
+class BusyWarning:
+    """``on_wait`` for a task or actor the user started that waits for resources other work holds: one
+    warning on muster's logger the first time it is told (after ``_WAIT_NOTICE_S``), silent after.
+
+    ``what`` names it ("task f", "actor A"); the message it is told says what it asks for, what is free and
+    what holds the rest (``LocalRuntime.naming_holders``). ``told``: whether it has warned.
+    """
+
+    def __init__(self, what: str):
+        self.what, self.told, self._since = what, False, time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        if self.told:
+            return
+        self.told = True
+        logging.getLogger("muster").warning(
+            "muster: %s has waited %.0f s to start. %s Fix: let that work finish, ask for less "
+            "(num_cpus= / num_gpus= / resources= in .options()), or oversubscribe this machine with "
+            "muster.init(num_cpus=N) (num_gpus=, resources= for the others).", self.what,
+            time.monotonic() - self._since, message)
 
 
 class SlotTable:
@@ -116,8 +141,9 @@ class SlotTable:
                     )
                 if now >= next_notice:
                     next_notice = now + _WAIT_NOTICE_S * 2
+                    many = f"{count} worker(s) x " if count > 1 else ""
                     msg = (
-                        f"Waiting for resources: {count} worker(s) x {{{res.fmt(request)}}}; free now: "
+                        f"Waiting for resources: {many}{{{res.fmt(request)}}}; free now: "
                         f"{res.fmt(self._free)} of {res.fmt(self._total)}. Other work holds the rest."
                     )
                     if on_wait is not None:

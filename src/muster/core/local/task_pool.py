@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable
 
 from muster.core import resources as res
+from muster.core.local.slots import BusyWarning
 from muster.core.runtime import BundleRef, EventHandler, removed_error
 from muster.exceptions import ActorDiedError, RuntimeNotStartedError, TaskError, WorkerCrashedError
 
@@ -92,11 +93,14 @@ class TaskPool:
         return len(idle)
 
     def _dispatch_forever(self, request: dict[str, float], bundle: BundleRef | None, q: queue.SimpleQueue) -> None:
+        warned = False  # a task of this backlog was warned about (BusyWarning): those queued behind it are not
         while True:
+            if q.empty():
+                warned = False  # the backlog has drained: a wait from here on is a new one
             item = q.get()
             if item is None or isinstance(item, BaseException):  # shut down, or its placement group removed
                 break
-            self._start_task(request, bundle, *item)
+            warned = self._start_task(request, bundle, *item, warn=not warned) or warned
             del item  # idle, this thread must not keep the last task's arguments and result alive
         error = item if item is not None else RuntimeNotStartedError("muster was shut down before this task started.")
         while not q.empty():  # what never started fails (this thread alone takes from ``q``)
@@ -107,15 +111,19 @@ class TaskPool:
     def _start_task(
         self, request: dict[str, float], bundle: BundleRef | None, fn: Callable[..., Any], args: tuple,
         kwargs: dict, on_event: EventHandler | None, label: str, on_wait: Callable[[str], None] | None,
-        out: Future,
-    ) -> None:
+        out: Future, warn: bool = True,
+    ) -> bool:
+        """Start one queued task once its resources are free; True if it was warned about waiting for them (a
+        task given no ``on_wait``, outside placement groups, gets one :class:`BusyWarning` when ``warn``)."""
+        busy = BusyWarning(label) if on_wait is None and bundle is None and warn else None
         try:
-            actor = self._task_worker(request, label, bundle, on_wait)
+            actor = self._task_worker(request, label, bundle, on_wait or busy)
             actor._on_event = on_event
             inner = actor.call("__task__", fn, *args, **kwargs)
             inner.add_done_callback(lambda f: self._task_done(actor, request, f, out, label))
         except BaseException as exc:  # noqa: BLE001
             out.set_exception(exc)
+        return busy is not None and busy.told
 
     def _task_worker(self, request: dict[str, float], label: str, bundle: BundleRef | None,
                      on_wait: Callable[[str], None] | None = None) -> "LocalActor":

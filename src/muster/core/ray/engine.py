@@ -440,8 +440,9 @@ class RayRuntime(Runtime):
         max_calls: tuple[str, int] | None = None,
         on_wait: Callable[[str], None] | None = None,
     ) -> Future:
-        """A Ray task; ``on_wait`` is never called (Ray's scheduler queues it, and ``ray status`` shows the
-        demand it waits for)."""
+        """A Ray task; ``on_wait`` is never called: Ray's scheduler queues it (``ray status`` shows the demand it
+        waits for), and what this engine reads of Ray (``available_resources``, ``nodes``) cannot tell a queued
+        task from a running one holding the same resources; only Ray's state API (the dashboard) could."""
         request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
         placement.check_gang(self.node_resources(), request, 1, "PACK", what=label)
         out: Future = Future()
