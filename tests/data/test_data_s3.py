@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -12,6 +14,7 @@ pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
 
 import muster.data as md  # noqa: E402
+from muster.core.temp_files import HOST  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +67,20 @@ def test_rays_anonymous_bucket_url_reads_without_credentials(bucket, monkeypatch
     s3fs.S3FileSystem.clear_instance_cache()
     ds = md.read_csv(f"s3://anonymous@{bucket}/public")
     assert sorted(r["y"] for r in ds.take_all()) == [3.0, 4.0]
+
+
+def test_a_write_removes_the_partial_files_of_killed_writers_of_this_host_only(bucket):
+    # what a writer killed between its upload and the rename leaves: its hidden file, naming its host and pid
+    import boto3
+
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout)
+    other = "0" * 8 if HOST != "0" * 8 else "1" * 8
+    s3 = boto3.client("s3")
+    stale, foreign = f"killed/.a.parquet.partial-{HOST}-{dead}", f"killed/.b.parquet.partial-{other}-{dead}"
+    for key in (stale, foreign):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"half a file")
+    md.range(4).write_parquet(f"s3://{bucket}/killed")
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="killed/")["Contents"])
+    assert stale not in keys and foreign in keys  # another host's may be a live writer's
+    assert sorted(r["id"] for r in md.read_parquet(f"s3://{bucket}/killed").take_all()) == [0, 1, 2, 3]

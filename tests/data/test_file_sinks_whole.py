@@ -1,15 +1,22 @@
 """File sinks write each file whole or absent, as the ``write_*`` writers do: a write that fails midway
-leaves no file under its final name and no hidden temporary behind."""
+leaves no file under its final name and no hidden temporary behind; one a killed writer left is removed
+by the next write into the folder."""
 
 from __future__ import annotations
 
 import gzip
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
+import psutil
 import pytest
 
 import muster.data as md
+from muster.core.temp_files import HOST, temp_name
 from muster.data.exceptions import UserFunctionError
 
 
@@ -96,3 +103,56 @@ def test_open_output_stream_called_by_a_subclass_is_whole_or_absent(tmp_path):
     assert _files(tmp_path) == ["0-copy.parquet", "0-groups.parquet", "1-copy.parquet"]  # not 1-groups
     assert pq.read_table(tmp_path / "0-groups.parquet").column("id").to_pylist() == [0, 1, 2, 3]
     assert pq.read_table(tmp_path / "1-copy.parquet").column("id").to_pylist() == [4, 5, 6, 7]
+
+
+_SLOW_WRITER = """
+import sys, time
+import muster.data as md
+
+class Stuck(md.BlockBasedFileDatasink):
+    def write_block_to_file(self, block, file):
+        file.write(b"half of a file,")
+        file.flush()
+        time.sleep(120)  # killed here
+
+md.range(5, override_num_blocks=1).write_datasink(Stuck(sys.argv[1], file_format="parquet"))
+"""
+
+
+def _partials(root):
+    return [f for f in _files(root) if ".partial" in os.path.basename(f)]
+
+
+def test_a_writer_killed_mid_write_leaves_a_partial_that_the_next_write_removes(tmp_path):
+    root = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_WRITER, str(root)], env={**os.environ})
+    try:
+        deadline = time.monotonic() + 60
+        while not (os.path.isdir(root) and _partials(root)) and time.monotonic() < deadline:
+            assert proc.poll() is None, "the writer ended before it was killed"
+            time.sleep(0.05)
+        (left,) = _partials(root)
+        named = left.rsplit("-", 1)[-1]
+        pid = int(named) if named.isdigit() else proc.pid  # the writer's own pid is in the name
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:  # (a child of the driver: reaped by then)
+        time.sleep(0.05)
+    assert _files(root) == [left]  # what the killed writer left: only its hidden file, half written
+    files = md.from_items([{"id": 100 + i} for i in range(6)]).write_parquet(str(root), max_rows_per_file=3)
+    assert _partials(root) == [] and len(files) == 2
+    assert sorted(r["id"] for r in md.read_parquet(str(root)).take_all()) == list(range(100, 106))
+    # a sink's write removes them too; a live writer's, and another host's, are kept
+    sink_root = tmp_path / "sink"
+    sink_root.mkdir()
+    dead, live = f".a.txt.partial-{HOST}-{pid}", temp_name("b.txt", "partial")
+    other_host = f".c.txt.partial-{'0' * 8 if HOST != '0' * 8 else '1' * 8}-{pid}"
+    for name in (dead, live, other_host):
+        (sink_root / name).write_bytes(b"half")
+    md.range(2).write_datasink(HalfBlock(str(sink_root), file_format="txt"))
+    assert sorted(_partials(sink_root)) == sorted([live, other_host])
+    assert [(sink_root / f).read_bytes() for f in _files(sink_root) if not f.startswith(".")] == [
+        b"first half,second half"]

@@ -9,6 +9,8 @@ import json
 import os
 import time
 
+import pandas as pd
+
 from muster import tune
 from muster.tune.logger import JsonLoggerCallback
 from muster.tune.schedulers import FIFOScheduler
@@ -223,6 +225,53 @@ def test_results_reported_after_the_experiment_was_stopped_are_dropped_as_ray(st
         assert [json.loads(line)["training_iteration"] for line in f] == [1, 2, 3]
     assert r.metrics["training_iteration"] == 3 and r.metrics["done"] is False
     assert len(r.metrics_dataframe) > 3  # the run's own record keeps what the trial reported meanwhile
+
+
+def _wait_for(path):
+    while not os.path.exists(path):
+        time.sleep(0.01)
+
+
+def _second_reports_late(config):
+    if config["x"] == 0:
+        _wait_for(config["mark"] + ".started")
+        tune.report({"score": 0.0})
+    else:  # reports only once the controller is busy with the other's result, which stops the experiment
+        open(config["mark"] + ".started", "w").close()
+        _wait_for(config["mark"])
+        for i in range(3):
+            tune.report({"score": 10.0 + i})
+    time.sleep(30)
+
+
+class _BusyOnTheFirst(tune.Callback):
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if trial.config["x"] == 0:
+            open(trial.config["mark"], "w").close()
+            time.sleep(1.0)  # the other trial's results wait in the controller's queue meanwhile
+
+
+def test_a_trial_whose_results_the_stopped_experiment_never_took_has_none_as_ray(storage, tmp_path):
+    # Ray 2.60 (ray.init(num_cpus=2), the same experiment): the experiment stops before the controller
+    # took a result of trial 1, so its metrics have none (only its id and the actor's host fields),
+    # it has no metrics_dataframe rows, no get_dataframe row, and get_best_result picks trial 0
+    grid = tune.Tuner(
+        _second_reports_late, param_space={"x": tune.grid_search([0, 1]), "mark": str(tmp_path / "mark")},
+        tune_config=tune.TuneConfig(max_concurrent_trials=2),
+        run_config=tune.RunConfig(storage_path=storage, name="untaken", verbose=0, stop=_StopAllAt(1),
+                                  callbacks=[_BusyOnTheFirst()]),
+    ).fit()
+    first, late = sorted(grid, key=lambda r: r.config["x"])
+    assert first.metrics["score"] == 0.0 and first.metrics["done"] is False
+    assert "score" not in late.metrics and "training_iteration" not in late.metrics, late.metrics
+    assert late.metrics["trial_id"] in late.path
+    assert list(late.metrics_dataframe["score"]) == [10.0, 11.0, 12.0]  # muster's run recorded them
+    assert grid.get_best_result("score", "max").config["x"] == 0
+    df = grid.get_dataframe().set_index("config/x")
+    assert df.loc[0, "score"] == 0.0 and pd.isna(df.loc[1, "score"])
+    restored = tune.Tuner.restore(grid.experiment_path, _second_reports_late).get_results()
+    assert restored.get_best_result("score", "max").config["x"] == 0
+    assert sorted("score" in r.metrics for r in restored) == [False, True]
 
 
 def _fails_with_the_other(config):

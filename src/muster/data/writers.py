@@ -11,8 +11,8 @@ from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
+from muster.core.temp_files import is_stale, temp_name
 from muster.data import block as blk
-
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 
@@ -164,6 +164,7 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
                                    f"{max_rows_per_file}): the minimum is above the maximum.")
     fs, root = (filesystem, path) if filesystem is not None else url_to_fs(path)
     root = root.rstrip("/")
+    remove_dead_writers_files(fs, root)
     existing = fs.exists(root) and bool(fs.ls(root))
     if existing and mode in ("error", "create"):
         raise InvalidArgumentError(
@@ -211,10 +212,12 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
 @contextlib.contextmanager
 def whole_file(fs: Any, name: str, compression: str | None = None) -> Iterator[Any]:
     """``name`` (on fsspec filesystem ``fs``) open for writing, whole or absent: the bytes go to a hidden
-    ``.<base>.partial`` beside it (readers skip dot files), renamed to ``name`` once the block ends; if the
-    block raises, the hidden file is removed and nothing has the final name. Every file writer uses it."""
+    ``.<base>.partial-<host>-<pid>`` beside it (readers skip dot files), renamed to ``name`` once the block
+    ends; if the block raises, the hidden file is removed and nothing has the final name. A writer killed
+    first leaves it: the next write to the folder removes it (:func:`remove_dead_writers_files`). Every
+    file writer uses it."""
     folder, base = posixpath.split(name)
-    partial = posixpath.join(folder, f".{base}.partial")
+    partial = posixpath.join(folder, temp_name(base, "partial"))
     try:
         with fs.open(partial, "wb", compression=compression) as f:
             yield f
@@ -225,6 +228,24 @@ def whole_file(fs: Any, name: str, compression: str | None = None) -> Iterator[A
         except Exception:  # noqa: BLE001 - never written, or the store is gone: nothing to remove
             pass
         raise
+
+
+def remove_dead_writers_files(fs: Any, root: str) -> list[str]:
+    """Remove, under ``root`` (its partition folders too), the hidden files of whole-file writes whose
+    writer was killed mid-write: this host's whose process is gone (another host's may be a live
+    writer's, and are kept); return their paths. Called before a write into the folder, on any
+    filesystem (on an object store, a killed writer leaves one only between its upload and the rename)."""
+    try:
+        found = fs.find(root) if fs.exists(root) else []
+    except FileNotFoundError:
+        return []
+    removed = []
+    for path in found:
+        if is_stale(posixpath.basename(path)):
+            with contextlib.suppress(FileNotFoundError):  # another writer removed it first
+                fs.rm(path)
+                removed.append(path)
+    return removed
 
 
 _SUFFIX = {"gzip": "gz", "bzip2": "bz2", "zstd": "zst", "lzma": "xz"}

@@ -22,22 +22,19 @@ ignore any checkpoint folder without one.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import re
 import shutil
-import socket
 import time
 import zlib
 from typing import Any, Callable, Iterator, TypeVar
 
 import fsspec
-import psutil
 from fsspec.implementations.local import LocalFileSystem
 
 from muster.core.filesystem import as_fsspec, fs_url, shown_path, url_to_fs
 from muster.core.serialization import json_default
+from muster.core.temp_files import is_stale, is_temp_file, temp_name
 
 MANIFEST = ".muster_manifest.json"
 RUN_STATE = ".muster_run.json"
@@ -47,21 +44,11 @@ VALIDATIONS = "validations"
 
 T = TypeVar("T")
 
-#: The file a whole-file write (``_replace_whole``) fills before renaming it over ``<name>``: hidden, and
-#: naming its writer's host (a hash of its name) and pid, so that one a killed writer left is told from a
-#: live writer's (:meth:`Storage.remove_stale_temp_files`) and from the user's files.
-_TEMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)$")
-_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
-
-
-def is_temp_file(name: str) -> bool:
-    """Whether the file name ``name`` is a whole-file write's temporary file (never a checkpoint's or a result)."""
-    return _TEMP.match(name) is not None
-
-
 def _temp_path(path: str) -> str:
+    """The hidden file a whole-file write (``_replace_whole``) fills before renaming it over ``path``, naming
+    its writer (:mod:`muster.core.temp_files`), so that one a killed writer left is removed on reopen."""
     folder, name = os.path.split(path)
-    return os.path.join(folder, f".{name}.tmp-{_HOST}-{os.getpid()}")
+    return os.path.join(folder, temp_name(name))
 
 
 def _remove_stale_temps(folder: str) -> list[str]:
@@ -73,8 +60,7 @@ def _remove_stale_temps(folder: str) -> list[str]:
     for base, dirs, names in os.walk(folder):
         dirs[:] = [d for d in dirs if not is_checkpoint_dir(d)]
         for name in names:
-            m = _TEMP.match(name)
-            if m is None or m["host"] != _HOST or psutil.pid_exists(int(m["pid"])):
+            if not is_stale(name):
                 continue
             with contextlib.suppress(FileNotFoundError):  # another restore removed it first
                 os.remove(os.path.join(base, name))

@@ -127,7 +127,8 @@ def best_index(results: list[Result], metric: str, mode: str, scope: str, finite
 
 
 def _lead_reports(r: Result) -> list[dict[str, Any]]:
-    """The lead rank's reports, up to the one the experiment acted on (``r.metrics``).
+    """The lead rank's reports, up to the one the experiment acted on (``r.metrics``); none when it
+    acted on none.
 
     A trial that a scheduler or stopper stopped may report more while the stop is on its way;
     those rows stay in its ``metrics_dataframe`` but rank nothing here, so the best trial is
@@ -137,7 +138,9 @@ def _lead_reports(r: Result) -> list[dict[str, Any]]:
     lead = min(ranks) if ranks else None
     reports = [x for x in r.all_reports if x.get("_rank") == lead]
     at = (r.metrics or {}).get("training_iteration")
-    acted = [i for i, x in enumerate(reports) if at is not None and x.get("training_iteration") == at]
+    if at is None:
+        return []  # none acted on (the experiment stopped before the controller took one)
+    acted = [i for i, x in enumerate(reports) if x.get("training_iteration") == at]
     return reports[: acted[-1] + 1] if acted else reports
 
 

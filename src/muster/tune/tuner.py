@@ -553,6 +553,9 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
             result = read_result(trial.path, trial=True)
         except ValueError:
             result = Result(metrics=None, checkpoint=None, path=trial.path)
+        if trial.experiment_stopped and not trial.last_result:
+            result.metrics = None  # the experiment stopped before the controller took any of its results, as
+            # on Ray, whose last result then has none; what the run recorded stays in its metrics_dataframe
         reported = result.metrics is not None
         if not reported:  # Ray's last_result has its id
             result.metrics = {"trial_id": trial.trial_id}

@@ -139,7 +139,11 @@ class _FileDatasink(Datasink[None]):
         self._skip_write = False
 
     def on_write_start(self, schema: Optional[pa.Schema] = None) -> None:
-        """Apply ``mode`` to a folder that exists; make it otherwise."""
+        """Apply ``mode`` to a folder that exists; make it otherwise. The hidden files that writers killed
+        mid-write left in it are removed first (``writers.remove_dead_writers_files``)."""
+        from muster.data.writers import remove_dead_writers_files
+
+        remove_dead_writers_files(self.filesystem, self.path)
         if self.filesystem.exists(self.path):
             if self.mode.value in ("error", "create"):
                 raise InvalidArgumentError(f"{type(self).__name__}: {self.unresolved_path!r} already exists; pick "
@@ -176,9 +180,9 @@ class _FileDatasink(Datasink[None]):
 
     def open_output_stream(self, path: str) -> pa.NativeFile:
         """File ``path`` (under the sink's folder, or a name in it), open for writing as a pyarrow
-        ``NativeFile``, whole or absent: the bytes go to a hidden ``.<name>.partial`` (``writers.whole_file``)
-        renamed to ``path`` when the file is closed (or its ``with`` block ends, or the write task returns);
-        removed if the block or the task raises first."""
+        ``NativeFile``, whole or absent: the bytes go to a hidden ``.<name>.partial-<host>-<pid>``
+        (``writers.whole_file``) renamed to ``path`` when the file is closed (or its ``with`` block ends, or
+        the write task returns); removed if the block or the task raises first."""
         stream = _WholeStream.open(self.filesystem, posixpath.join(self.path, path),
                                    self.open_stream_args.get("compression"))
         self.__dict__.setdefault("_streams", []).append(stream)
