@@ -95,15 +95,20 @@ class _PauseTheFirstOnce(FIFOScheduler):
 
 
 class _StopAllAtThree(tune.Stopper):
+    """Stops the experiment once trial x=1 is at its third result and trial x=0 has had one taken too (under
+    load, x=0's worker could start late: stopped before any of its results was taken, it has none, as on Ray)."""
+
     def __init__(self):
         self.results = 0
+        self.seen: set[int] = set()
 
     def __call__(self, trial_id, result):
+        self.seen.add(result["config"]["x"])
         self.results += result["training_iteration"] >= 3 and result["config"]["x"] == 1
         return False
 
     def stop_all(self):
-        return self.results > 0
+        return self.results > 0 and self.seen == {0, 1}
 
 
 class _Ends(tune.Callback):
