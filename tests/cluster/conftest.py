@@ -2,20 +2,17 @@
 
 The nodes are real raylets (``ray.cluster_utils.Cluster``), each with 2
 logical CPUs; one cluster serves each test module (starting one takes
-seconds on this machine), or each run of consecutive modules that name the
-same ``SHARED_RAY_CLUSTER`` group (the test_conformance_* modules, one subject
-each).  It is torn down, and its processes reaped, at the end of the module
-(or of the group's last module): its raylets are children of the test process,
-so Ray's idle workers would look like leaks to the suite's leak check elsewhere.
-``on_ray`` switches muster's engine to it for a module and back to the embedded
-engine after.
+seconds on this machine).  It is torn down, and its processes reaped, at the
+end of the module: its raylets are children of the test process, so Ray's
+idle workers would look like leaks to the suite's leak check elsewhere.  ``on_ray``
+switches muster's engine to it for a module and back to the embedded engine
+after.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any
 
 import psutil
 import pytest
@@ -28,32 +25,8 @@ ray = pytest.importorskip("ray")
 NODE_CPUS = 2
 
 
-@pytest.fixture(scope="session")
-def _kept_ray_clusters():
-    """The clusters kept for the next module of their ``SHARED_RAY_CLUSTER`` group, by group; a run that stops
-    early (``-x``, a ``-k`` that leaves the group's last module out) leaves one here, shut down at the end."""
-    kept: dict[str, Any] = {}
-    yield kept
-    for cluster in kept.values():
-        _stop(cluster)
-
-
 @pytest.fixture(scope="module")
-def ray_cluster(request, _kept_ray_clusters):
-    group = getattr(request.module, "SHARED_RAY_CLUSTER", None)
-    cluster = _kept_ray_clusters.pop(group, None) if group else None
-    if cluster is None:
-        cluster = _start()
-    try:
-        yield cluster
-    finally:
-        if group and _next_module_runs_on_ray_in(group, request):
-            _kept_ray_clusters[group] = cluster
-        else:
-            _stop(cluster)
-
-
-def _start():
+def ray_cluster():
     from muster.cluster_utils import Cluster  # Ray's, as a ported test imports it
 
     client_port = free_port()
@@ -63,29 +36,12 @@ def _start():
     for _ in range(2):
         cluster.add_node(num_cpus=NODE_CPUS)
     cluster.wait_for_nodes()
-    return cluster
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+        _reap_ray_processes()
 
-
-def _stop(cluster) -> None:
-    cluster.shutdown()
-    _reap_ray_processes()
-
-
-def _next_module_runs_on_ray_in(group: str, request) -> bool:
-    """Whether the module the session runs next is of ``group`` and has a test on the Ray engine."""
-    items = request.session.items
-    last = max((i for i, item in enumerate(items) if item.path == request.node.path), default=len(items))
-    following = items[last + 1:]
-    if not following or getattr(getattr(following[0], "module", None), "SHARED_RAY_CLUSTER", None) != group:
-        return False
-    return any(_uses_ray(item) for item in following if item.path == following[0].path)
-
-
-def _uses_ray(item) -> bool:
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None and callspec.params.get("engine") == "ray":
-        return True
-    return bool({"on_ray", "ray_cluster"} & set(getattr(item, "fixturenames", ())))
 
 
 def _reap_ray_processes(timeout: float = 20.0) -> None:

@@ -3,8 +3,8 @@
 Ray Core's side: tasks, objects, actors and errors must look the same to user
 code whichever engine runs them, inside a training function too; and the
 engine seam keeps its ordering contract.  Training and Tune are in
-test_conformance_train.py, muster.data and Serve in test_conformance_data_serve.py;
-the three share one Ray cluster (``SHARED_RAY_CLUSTER``, see conftest.py).
+test_conformance_train.py, muster.data and Serve in test_conformance_data_serve.py
+(each starts its own Ray cluster, a few seconds: sharing one across modules was not worth its code).
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ from muster.exceptions import (
 )
 from muster.train import RunConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
-
-SHARED_RAY_CLUSTER = "conformance"  # one Ray cluster for the test_conformance_* modules (see conftest.py)
 
 
 # -- tasks and objects ------------------------------------------------------------

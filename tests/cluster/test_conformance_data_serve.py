@@ -20,8 +20,6 @@ import muster.train as train
 from muster.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
 
-SHARED_RAY_CLUSTER = "conformance"  # one Ray cluster for the test_conformance_* modules (see conftest.py)
-
 
 # -- muster.data on both engines (on Ray: ray.data datasets, Ray's streaming split) ------
 def _write_parquet_parts(folder, parts=3, rows=60):

@@ -21,8 +21,6 @@ import muster.train as train
 from muster.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
 
-SHARED_RAY_CLUSTER = "conformance"  # one Ray cluster for the test_conformance_* modules (see conftest.py)
-
 
 # -- training -----------------------------------------------------------------------
 def training_loop(config):
