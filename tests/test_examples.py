@@ -125,7 +125,8 @@ def test_cnn_classifier(tmp_path):
 
 def test_tune_asha(tmp_path):
     out = run_example("tune_asha.py", tmp_path, "--num-samples", "4", "--epochs", "3")
-    best = re.search(r"^Best hyperparameters: \{'train_loop_config': \{'lr': ([0-9.e-]+), 'batch_size': (\d+)", out, re.M)
+    best = re.search(r"^Best hyperparameters: \{'train_loop_config': \{'lr': ([0-9.e-]+), 'batch_size': (\d+)",
+                     out, re.M)
     assert best and 1e-4 <= float(best.group(1)) <= 1e-1 and int(best.group(2)) in (32, 64, 128), out
     run, total = map(int, re.search(r"^Epochs run: (\d+) of (\d+) \(4 trials, 0 errors\)", out, re.M).groups())
     assert 4 <= run <= total == 12, out

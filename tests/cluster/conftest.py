@@ -119,4 +119,5 @@ def _no_leaked_workers(request):
         deadline = time.monotonic() + 10
         while _runtime._actors and time.monotonic() < deadline:  # type: ignore[attr-defined]
             time.sleep(0.05)
-        assert not _runtime._actors, f"test left muster actors on the cluster: {list(_runtime._actors.values())}"  # type: ignore[attr-defined]
+        left = list(_runtime._actors.values())  # type: ignore[attr-defined]
+        assert not left, f"test left muster actors on the cluster: {left}"

@@ -205,7 +205,8 @@ def test_slot_table_wait_notice_comes_after_the_notice_delay(monkeypatch):
     got: list = []
     t0 = time.monotonic()
     thread = threading.Thread(
-        target=lambda: got.extend(table.acquire({"CPU": 1.0}, 2, on_wait=lambda m: notices.append((time.monotonic(), m)))),
+        target=lambda: got.extend(table.acquire({"CPU": 1.0}, 2,
+                                                on_wait=lambda m: notices.append((time.monotonic(), m)))),
         daemon=True,
     )
     thread.start()

@@ -292,7 +292,8 @@ def test_row_ops_take_a_callable_class_on_a_pool_or_threads():
     assert {r["pid"] for r in threaded} == {os.getpid()} and threaded[3]["y"] == 4
     assert base.flat_map(Twice, compute=md.ActorPoolStrategy(size=1)).count() == 80
     assert [r["id"] for r in base.filter(Even, concurrency=1).take_all()] == list(range(0, 40, 2))
-    by_strategy = base.map_batches(Tagger, fn_constructor_args=(0,), compute=md.ActorPoolStrategy(min_size=1, max_size=2))
+    by_strategy = base.map_batches(Tagger, fn_constructor_args=(0,),
+                                   compute=md.ActorPoolStrategy(min_size=1, max_size=2))
     assert [r["y"] for r in by_strategy.take_all()] == [2 * i for i in range(40)]
     with pytest.raises(ValueError, match="applies only when fn is a callable class"):
         base.map(lambda r: r, fn_constructor_args=(1,))

@@ -174,7 +174,8 @@ def test_rays_other_builtin_aggregations_give_rays_values():
             ZeroPercentage("v", ignore_nulls=False)]
     names = ["abs_max(v)", "quantile(v)", "count_distinct(v)", "missing_pct(v)", "zero_pct(v)", "zero_pct(v)_2"]
     groups = sorted(ds.groupby("g").aggregate(*aggs).take_all(), key=lambda r: r["g"])
-    assert [[r[n] for n in names] for r in groups] == [[5.0, 0.0, 4, 0.0, 40.0, 40.0], [9.0, -2.25, 4, 20.0, 25.0, 20.0]]
+    assert [[r[n] for n in names] for r in groups] == [[5.0, 0.0, 4, 0.0, 40.0, 40.0],
+                                                       [9.0, -2.25, 4, 20.0, 25.0, 20.0]]
     whole = ds.aggregate(*aggs, Quantile("v", alias_name="median"))
     assert [whole[n] for n in names] == [9.0, 0.0, 7, 10.0, pytest.approx(100 / 3), 30.0] and whole["median"] == 0.0
     with pytest.raises(ValueError, match=r"Quantile\(q=2\): give a number from 0 to 1"):
@@ -289,7 +290,8 @@ def test_rays_execution_options_and_resources_are_importable_and_kept():
     limits = ctx.execution_options.resource_limits
     assert (limits.cpu, limits.memory) == (math.inf, math.inf)  # Ray's default: no limit
     ctx.execution_options.resource_limits = limits.copy(cpu=10, gpu=0, object_store_memory=2e9)
-    assert ctx.execution_options.resource_limits == ExecutionResources.for_limits(cpu=10, gpu=0, object_store_memory=2e9)
+    want = ExecutionResources.for_limits(cpu=10, gpu=0, object_store_memory=2e9)
+    assert ctx.execution_options.resource_limits == want
     assert ctx.execution_options.resource_limits.to_resource_dict()["GPU"] == 0
     ctx.execution_options.label_selector = {"ray-subcluster": "data"}  # Ray 2.60's option: kept
     assert ctx.execution_options.label_selector == {"ray-subcluster": "data"}
@@ -564,7 +566,8 @@ def test_arrays_of_different_shapes_keep_their_dtype_and_combine(tmp_path):
     # files written one shape each (each block's images agreed) read back as one dataset
     for h in (2, 4):
         md.from_items([{"image": np.ones((h, 3), np.uint8)}] * 2).write_parquet(str(tmp_path / "two"))
-    assert sorted(r["image"].shape for r in md.read_parquet(str(tmp_path / "two")).iter_rows()) == [(2, 3)] * 2 + [(4, 3)] * 2
+    read_back = sorted(r["image"].shape for r in md.read_parquet(str(tmp_path / "two")).iter_rows())
+    assert read_back == [(2, 3)] * 2 + [(4, 3)] * 2
 
 
 def test_schema_prints_and_answers_as_rays():
@@ -582,7 +585,8 @@ def test_add_column_that_returns_a_frame_or_a_scalar_says_what_it_must_return():
     from muster.data import DataTypeError
 
     two = md.from_items([{"id": i, "x": i} for i in range(6)])
-    with pytest.raises(DataTypeError, match=r"returned a DataFrame \(columns \['id', 'x'\]\); it must return the one new"):
+    with pytest.raises(DataTypeError,
+                       match=r"returned a DataFrame \(columns \['id', 'x'\]\); it must return the one new"):
         two.add_column("g", lambda df: df % 3).take_all()
     with pytest.raises(DataTypeError, match=r"returned 5; it must return one value per row"):
         md.range(4).add_column("g", lambda df: 5).take_all()

@@ -253,7 +253,8 @@ def _add_one(c):
     return pc.add(c, 1)
 
 
-# What Ray 2.60.0 printed (first line of repr; for the udfs and namespaces, the logical plan's operator name) for ray.data.range(5).map_batches(lambda b: b).filter(expr=...) with
+# What Ray 2.60.0 printed (first line of repr; for the udfs and namespaces, the logical plan's operator name) for
+# ray.data.range(5).map_batches(lambda b: b).filter(expr=...) with
 # ray.data.expressions' col/lit, or the same string expression; run once by hand and copied here.
 _RAY_FILTER_NAMES = [
     ((col("id") > 1), "Filter(col('id') > 1)"),

@@ -1,4 +1,7 @@
-"""The plan's ``ray.data`` equivalents, checked without a cluster (tests/cluster/test_conformance.py runs them on Ray)."""
+"""The plan's ``ray.data`` equivalents, checked without a cluster.
+
+tests/cluster/test_conformance_data_serve.py runs them on Ray.
+"""
 
 from __future__ import annotations
 

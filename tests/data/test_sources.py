@@ -49,7 +49,8 @@ def test_parquet_hive_partitions_become_columns_and_prune(tmp_path):
     assert len(only._node.op.tasks) == 1  # the 2023 file is never opened
     assert [r["v"] for r in only.take_all()] == [20240, 20241]
     typed = pads.partitioning(pa.schema([("year", pa.int16())]), flavor="hive")  # types of your own: say so
-    assert md.read_parquet(str(tmp_path), partitioning=typed, filter=pc.field("year") > 2023).take_all()[0]["year"] == 2024
+    typed_rows = md.read_parquet(str(tmp_path), partitioning=typed, filter=pc.field("year") > 2023).take_all()
+    assert typed_rows[0]["year"] == 2024
 
 
 def test_csv_json_text_binary(tmp_path):
@@ -175,8 +176,8 @@ def test_compressed_files_and_file_extensions(tmp_path):
     assert [r["k"] for r in md.read_json(str(tmp_path / "r.jsonl.gz")).take_all()] == [1, 2]
     raw = md.read_binary_files(str(tmp_path / "a.csv.gz")).take_all()[0]["bytes"]
     assert raw[:2] == b"\x1f\x8b"  # binary files come as stored
-    assert md.read_binary_files(str(tmp_path / "a.csv.gz"),
-                                arrow_open_stream_args={"compression": "gzip"}).take_all()[0]["bytes"] == b"a,b\n1,x\n2,y\n"
+    unzipped = md.read_binary_files(str(tmp_path / "a.csv.gz"), arrow_open_stream_args={"compression": "gzip"})
+    assert unzipped.take_all()[0]["bytes"] == b"a,b\n1,x\n2,y\n"
     (tmp_path / "note.txt").write_text("skip me\n")
     assert md.read_binary_files(str(tmp_path), file_extensions=["gz"]).count() == 2
     assert md.read_text(str(tmp_path), file_extensions=["txt"]).take_all() == [{"text": "skip me"}]

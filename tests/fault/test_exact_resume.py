@@ -67,7 +67,8 @@ def _fit(storage, name, out, crash_steps, crash_rank=1):
         loop,
         train_loop_config={"out": out, "crash_steps": crash_steps, "crash_rank": crash_rank},
         scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name=name, storage_path=storage, failure_config=FailureConfig(max_failures=len(crash_steps))),
+        run_config=RunConfig(name=name, storage_path=storage,
+                             failure_config=FailureConfig(max_failures=len(crash_steps))),
     ).fit()
 
 

@@ -19,7 +19,8 @@ def _loops_by_value(request):
 
 @pytest.fixture
 def trainer(storage):
-    """``trainer(loop, config, workers=2, name='run', max_failures=0)``: a TorchTrainer writing into this test's storage."""
+    """``trainer(loop, config, workers=2, name='run', max_failures=0)``: a TorchTrainer writing into this
+    test's storage."""
     from muster.train import FailureConfig, RunConfig, ScalingConfig
     from muster.train.torch import TorchTrainer
 

@@ -37,7 +37,8 @@ def amp_loop():
         opt.step()
         losses.append(loss.item())
     train.report({
-        "out_dtype": str(out.dtype), "inner_dtype": str(inner_dtypes[0]), "param_dtype": str(next(model.parameters()).dtype),
+        "out_dtype": str(out.dtype), "inner_dtype": str(inner_dtypes[0]),
+        "param_dtype": str(next(model.parameters()).dtype),
         "same_optimizer": opt is raw, "first": losses[0], "last": losses[-1], "twice": twice,
     })
 

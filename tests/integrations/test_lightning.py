@@ -65,7 +65,8 @@ def lightning_loop(config):
     class KillAfter(pl.Callback):  # the fault: SIGKILL rank 1 once its epoch's report has returned
         def on_train_epoch_end(self, trainer, pl_module):
             ctx = train.get_context()
-            if ctx.get_attempt() == 0 and ctx.get_world_rank() == 1 and trainer.current_epoch == config.get("kill_after"):
+            if (ctx.get_attempt() == 0 and ctx.get_world_rank() == 1
+                    and trainer.current_epoch == config.get("kill_after")):
                 os.kill(os.getpid(), signal.SIGKILL)
 
     pl.seed_everything(0)

@@ -113,7 +113,8 @@ class LiveRun:
 
         self.storage, self.name, self.go = storage, name, go
         config = {"steps": steps, "hold_at": hold_at, "go": go}
-        self.trainer = TorchTrainer(live_loop, train_loop_config=config, scaling_config=ScalingConfig(num_workers=workers),
+        self.trainer = TorchTrainer(live_loop, train_loop_config=config,
+                                    scaling_config=ScalingConfig(num_workers=workers),
                                     run_config=RunConfig(name=name, storage_path=storage, verbose=0))
         self.result = None
         self.thread = threading.Thread(target=self._fit, daemon=True)

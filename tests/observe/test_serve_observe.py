@@ -1,4 +1,5 @@
-"""Serve in the run store: a real app on a free port, driven by httpx, then the store, the API, `muster logs`, the page."""
+"""Serve in the run store: a real app on a free port, driven by httpx, then the store, the API, `muster logs`,
+the page."""
 
 from __future__ import annotations
 

@@ -195,7 +195,8 @@ def test_tune_trials_are_runs_grouped_by_experiment(tuned):
     assert {t["trial_id"] for t in trials} == {r.metrics["trial_id"] for r in tuned["grid"]}
     for t in trials:
         assert t["path"].startswith(os.path.join(tuned["storage"], "lr_search") + os.sep)
-        assert t["reports"] == 4 and t["last_metrics"]["loss"] == pytest.approx((t["config"]["lr"] - 0.05) ** 2 + 0.0025)
+        assert t["reports"] == 4
+        assert t["last_metrics"]["loss"] == pytest.approx((t["config"]["lr"] - 0.05) ** 2 + 0.0025)
         assert any(f"lr={t['config']['lr']} step 3" == line["line"] for line in reader.logs(t["id"]))
 
 

@@ -67,7 +67,8 @@ def env(tmp_path):
     (tmp_path / "serve.yaml").write_text(CONFIG)
     e = dict(os.environ)
     src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
-    e.update(PYTHONPATH=os.pathsep.join([os.path.abspath(src), str(tmp_path)]), MUSTER_SERVE_DIR=str(tmp_path / "state"),
+    e.update(PYTHONPATH=os.pathsep.join([os.path.abspath(src), str(tmp_path)]),
+             MUSTER_SERVE_DIR=str(tmp_path / "state"),
              MUSTER_PRELOAD="", MUSTER_RUN_STORE="0")
     return e
 
@@ -141,7 +142,8 @@ def test_run_status_deploy_shutdown(env, tmp_path, monkeypatch):
         cf = _muster(env, tmp_path, "serve", "config", "--port", str(port))
         assert cf.returncode == 0, cf.stderr
         assert yaml.safe_load(cf.stdout) == yaml.safe_load(CONFIG)["applications"][0]  # the entry as the file has it
-        assert yaml.safe_load(_muster(env, tmp_path, "serve", "config", "-n", "second").stdout)["args"] == {"who": "config"}
+        second = yaml.safe_load(_muster(env, tmp_path, "serve", "config", "-n", "second").stdout)
+        assert second["args"] == {"who": "config"}
         # the app's runtime_env env_vars reach its replicas
         assert httpx.get(f"http://127.0.0.1:{port}/second", timeout=30).json() == {"hello": "config", "greeting": "hi"}
         status = json.loads(_muster(env, tmp_path, "serve", "status", "--json", "-n", "second").stdout)
@@ -152,7 +154,8 @@ def test_run_status_deploy_shutdown(env, tmp_path, monkeypatch):
         from muster import serve
 
         monkeypatch.setenv("MUSTER_SERVE_DIR", env["MUSTER_SERVE_DIR"])
-        with pytest.raises(serve.RayServeException, match=rf"another process \(pid {proc.pid}.*127.0.0.1:{port}/second"):
+        with pytest.raises(serve.RayServeException,
+                           match=rf"another process \(pid {proc.pid}.*127.0.0.1:{port}/second"):
             serve.get_app_handle("second")
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).status_code == 404
         down = _muster(env, tmp_path, "serve", "shutdown", "-y", "--port", str(port))  # Ray's scripts pass -y
@@ -228,7 +231,8 @@ def test_run_takes_rays_app_dir_runtime_env_and_address_options(env, tmp_path):
     sub = tmp_path / "sub"
     sub.mkdir()
     (sub / "sibling.py").write_text("WHO = 'sibling'\n")
-    (sub / "sub_app.py").write_text(APP.replace('"world"', "sibling.WHO").replace("import os", "import os\nimport sibling"))
+    sub_app = APP.replace('"world"', "sibling.WHO").replace("import os", "import os\nimport sibling")
+    (sub / "sub_app.py").write_text(sub_app)
     proc, port, _ = _start(env, tmp_path, "-d", "sub", "sub_app:app", "--port", "0", "-a", "auto",
                            "--runtime-env-json", '{"env_vars": {"GREETING": "bonjour"}}')
     try:

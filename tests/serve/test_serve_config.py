@@ -95,7 +95,8 @@ def test_rays_options_with_no_effect_here_are_accepted_with_a_warning_that_says_
     with pytest.warns(UserWarning, match=r"deployment 'A': request_router_config=.*power of two choices"):
         plan.build(A.bind(), "app", overrides={"A": {"request_router_config": {"request_router_class": "x.Y"}}})
     with pytest.warns(UserWarning, match=r"deployment 'D': runtime_env pip, working_dir have no effect on muster"):
-        serve.deployment(name="D", ray_actor_options={"runtime_env": {"pip": ["requests"], "working_dir": "."}})(A.func_or_class)
+        runtime_env = {"pip": ["requests"], "working_dir": "."}
+        serve.deployment(name="D", ray_actor_options={"runtime_env": runtime_env})(A.func_or_class)
     assert AutoscalingConfig(min_replicas=0, max_replicas=2, downscale_to_zero_delay_s=30).start_replicas == 0
     handle = serve.DeploymentHandle("A", "app")
     assert handle.options(use_new_handle_api=True, stream=True)._stream  # Ray's no-op option
@@ -168,7 +169,8 @@ def test_config_schema_and_import_errors():
                                                    "deployments": [{"name": "X", "num_replicas": 2}]}]})
     assert cfg.applications[0].overrides() == {"X": {"num_replicas": 2}}
     with pytest.raises(ValueError, match="unique"):
-        ServeConfig.from_dict({"applications": [{"name": "a", "import_path": "m:x"}, {"name": "a", "import_path": "m:y"}]})
+        ServeConfig.from_dict({"applications": [{"name": "a", "import_path": "m:x"},
+                                                {"name": "a", "import_path": "m:y"}]})
     with pytest.raises(ValueError, match="applications"):
         ServeConfig.from_dict({"apps": []})
     one = [{"name": "a", "import_path": "m:app"}]

@@ -87,6 +87,7 @@ def test_get_deployment_actor_outside_a_replica_and_bad_configs_name_the_fix():
     with pytest.raises(RayServeException, match="only works inside a deployment-scoped actor"):
         serve.get_deployment_actor_context()
     with pytest.raises(ValueError, match=r"deployment_actors names \['a', 'a'\] repeat"):
-        serve.deployment(deployment_actors=[DeploymentActorConfig(name="a", actor_class=_Counter)] * 2)(_Shared.func_or_class)
+        twice = [DeploymentActorConfig(name="a", actor_class=_Counter)] * 2
+        serve.deployment(deployment_actors=twice)(_Shared.func_or_class)
     with pytest.raises(ValueError, match=r"actor_options \['name'\] are Serve's to set"):
         DeploymentActorConfig(name="a", actor_class=_Counter, actor_options={"name": "x"})

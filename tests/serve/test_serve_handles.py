@@ -364,7 +364,8 @@ def test_user_config_reaches_reconfigure_and_redeploy_updates_it(client):
     assert st.replica_states == {"RUNNING": 2}
     pids = {h.state.remote().result(timeout_s=10)[0] for _ in range(20)}
     assert pid in pids and len(pids) == 2
-    h = serve.run(Configured.options(user_config={"threshold": 7}, num_replicas=1).bind(), name="cfg", route_prefix=None)
+    h = serve.run(Configured.options(user_config={"threshold": 7}, num_replicas=1).bind(),
+                  name="cfg", route_prefix=None)
     deadline = time.monotonic() + 30
     while serve.status().applications["cfg"].deployments["Configured"].replica_states != {"RUNNING": 1}:
         assert time.monotonic() < deadline, serve.status().applications["cfg"].deployments["Configured"]

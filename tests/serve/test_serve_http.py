@@ -117,7 +117,8 @@ class Api:
 def apps(client):
     serve.run(Echo.bind("hi"), name="echo", route_prefix="/echo")
     serve.run(hello.bind(), name="hello", route_prefix="/hello")
-    env_kinds = Kinds.options(ray_actor_options={**SMALL, "runtime_env": {"env_vars": {"MUSTER_SERVE_TEST_VAR": "set"}}})
+    env_kinds = Kinds.options(
+        ray_actor_options={**SMALL, "runtime_env": {"env_vars": {"MUSTER_SERVE_TEST_VAR": "set"}}})
     serve.run(env_kinds.bind(), name="kinds", route_prefix="/kinds")
     serve.run(Api.bind(), name="api", route_prefix="/api")
     serve.run(NoRequest.bind(), name="noreq", route_prefix="/noreq")

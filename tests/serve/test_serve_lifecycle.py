@@ -56,7 +56,8 @@ def test_https_with_a_certificate_and_key(tmp_path, server):
     with serving(server=server, ssl_keyfile=str(key), ssl_certfile=str(cert)):
         serve.run(hello.bind(), name="hello", route_prefix="/hello")
         port = serve.status().http["port"]
-        assert httpx.get(f"https://127.0.0.1:{port}/hello", verify=ssl.create_default_context(cafile=str(cert)), timeout=10).text == "hello"
+        trusted = ssl.create_default_context(cafile=str(cert))
+        assert httpx.get(f"https://127.0.0.1:{port}/hello", verify=trusted, timeout=10).text == "hello"
         with pytest.raises(httpx.HTTPError):  # plain HTTP on the HTTPS port is not served
             httpx.get(f"http://127.0.0.1:{port}/hello", timeout=5)
 

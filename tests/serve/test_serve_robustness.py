@@ -302,7 +302,8 @@ def test_sigkilled_ingress_is_replaced_on_the_same_port_and_says_so(client, capf
     assert r.status_code == 200 and r.json()["tag"] == "v1"
     # the new ingress answers as soon as it listens; the controller records it a moment later
     wait_until(lambda: serve.status().proxies["ingress"] == "HEALTHY", 30, "the new ingress in the status")
-    assert serve.status().http == {"host": "127.0.0.1", "port": port, "server": "granian", "loop": "uvloop"}  # an OOM kill keeps it
+    # an OOM kill keeps it
+    assert serve.status().http == {"host": "127.0.0.1", "port": port, "server": "granian", "loop": "uvloop"}
     assert api._controller.ingress.pid != victim
     err = capfd.readouterr().err
     assert f"the HTTP ingress on 127.0.0.1:{port} is down (its process has exited (killed by SIGKILL" in err, err

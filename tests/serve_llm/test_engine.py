@@ -99,7 +99,8 @@ def test_stop_string_cuts_the_text(engine):
 def test_the_rust_tokenizer_fast_path_gives_what_the_wrapper_gives(engine):
     tok = engine.tokenizer
     assert engine._ids_of.__name__ == "fast_ids" and engine._text_of.__name__ == "fast_text"  # the tiny model's is fast
-    for text in ("Explain gradient checkpointing.", "  tabs\tand\nnewlines ", "\u00fcn\u00efcode \u2713 \u4f60\u597d", "a"):
+    texts = ("Explain gradient checkpointing.", "  tabs\tand\nnewlines ", "\u00fcn\u00efcode \u2713 \u4f60\u597d", "a")
+    for text in texts:
         assert engine.encode(text) == list(tok(text)["input_ids"])
         ids = engine.encode(text)
         assert engine._text_of(ids) == tok.decode(ids, skip_special_tokens=True)

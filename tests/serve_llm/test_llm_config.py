@@ -46,7 +46,8 @@ def test_rays_other_llm_config_fields_and_names():
 
     from muster.exceptions import UnsupportedRayImportError
 
-    assert config(llm_engine="Transformers", log_engine_metrics=True).llm_engine == "transformers"  # Ray's "vLLM" spelling
+    # Ray's "vLLM" spelling
+    assert config(llm_engine="Transformers", log_engine_metrics=True).llm_engine == "transformers"
     with pytest.warns(UserWarning, match=r"placement_group_config=...\) has no effect"):
         config(placement_group_config={"bundles": [{"GPU": 1}]})
     with pytest.raises(LLMConfigError, match="LoRA adapters are not supported"):

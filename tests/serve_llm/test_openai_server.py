@@ -252,7 +252,8 @@ def test_an_app_of_one_model_is_its_llm_server_alone(base_url, tmp_path):
         assert [m.id for m in solo.models.list().data] == ["solo"]
         plain = solo.chat.completions.create(model="solo", messages=CHAT, temperature=0, max_tokens=12)
         streamed = solo.chat.completions.create(model="solo", messages=CHAT, temperature=0, max_tokens=12, stream=True)
-        assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == plain.choices[0].message.content
+        streamed_text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+        assert streamed_text == plain.choices[0].message.content
         with pytest.raises(openai.NotFoundError):
             solo.chat.completions.create(model="tiny-chat", messages=CHAT, max_tokens=2)
         handle = serve.get_deployment_handle("LLMServer:solo", "solo")

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'muster[vllm]'); the vLLM engine is untested here")
+pytest.importorskip("vllm",
+                    reason="vLLM is not installed (pip install 'muster[vllm]'); the vLLM engine is untested here")
 
 import openai  # noqa: E402
 
@@ -49,7 +50,8 @@ def test_vllm_engine_generates_greedily_with_engine_kwargs_passed_through(tiny_m
         prompt = engine.encode_chat(CHAT)
 
         async def twice() -> list[str]:  # one loop: vLLM's AsyncLLM stays bound to the loop it first ran on
-            return ["".join([c.text async for c in engine.generate(prompt, SamplingParams(max_tokens=8, temperature=0))])
+            return ["".join([c.text async for c in engine.generate(
+                prompt, SamplingParams(max_tokens=8, temperature=0))])
                     for _ in range(2)]
 
         first, again = asyncio.run(twice())
@@ -69,7 +71,8 @@ def test_the_seed_app_on_vllm_answers_the_openai_client(tiny_model_32):
         assert plain.choices[0].finish_reason == "length" and plain.usage.completion_tokens == 8
         chunks = list(client.chat.completions.create(model="tiny", messages=CHAT, temperature=0, max_tokens=8,
                                                      stream=True, stream_options={"include_usage": True}))
-        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == plain.choices[0].message.content
+        streamed_text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert streamed_text == plain.choices[0].message.content
         assert chunks[-1].usage.completion_tokens == 8
         with pytest.raises(openai.BadRequestError, match="maximum context length"):
             client.completions.create(model="tiny", prompt="x " * 400, max_tokens=4)

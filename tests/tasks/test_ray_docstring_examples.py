@@ -63,7 +63,8 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
         pytest.skip("Ray is not installed: the examples are read from its source")
     cwd = tmp_path_factory.mktemp("ray-docstrings")
     env = {**os.environ, "MUSTER_STORAGE_PATH": str(cwd / "results"), "MUSTER_RUN_STORE": "0",
-           "PYTHONPATH": os.pathsep.join([str(pathlib.Path(muster.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(pathlib.Path(muster.__file__).parents[1]),
+                                          os.environ.get("PYTHONPATH", "")])}
     env.pop("MUSTER_ADDRESS", None)
     env.pop("RAY_ADDRESS", None)
     script = pathlib.Path(__file__).with_name("_ray_docstrings.py")

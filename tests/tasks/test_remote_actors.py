@@ -473,5 +473,6 @@ def test_items_a_generator_yielded_before_it_raised_are_kept_then_its_error(acto
     assert plain[:2] == [0, 1] and isinstance(plain[2], _Broke) and "plain" in str(plain[2])
     assert tens[:2] == [0, 10] and isinstance(tens[2], _Broke) and "async" in str(tens[2])
     # from inside a worker, for a generator task and an actor's generator method alike
-    assert muster.get(_drain_in_a_task.remote(None), timeout=TIMEOUT) == [0, 1, "test_remote_actors._Broke: broke after 2"]
+    drained = muster.get(_drain_in_a_task.remote(None), timeout=TIMEOUT)
+    assert drained == [0, 1, "test_remote_actors._Broke: broke after 2"]
     assert muster.get(_drain_in_a_task.remote(streams), timeout=TIMEOUT) == [0, "test_remote_actors._Broke: plain"]

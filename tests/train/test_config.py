@@ -125,7 +125,8 @@ def test_a_search_space_for_num_workers_names_the_function_trainable(space):
     from muster import tune
 
     value = tune.grid_search([1, 2]) if space == "grid" else tune.choice([1, 2])
-    with pytest.raises(ValueError, match=r"num_workers must be an integer.*function trainable.*config\['num_workers'\]"):
+    with pytest.raises(ValueError,
+                       match=r"num_workers must be an integer.*function trainable.*config\['num_workers'\]"):
         ScalingConfig(num_workers=value)
     with pytest.raises(ValueError, match=r"num_workers must be an integer >= 1, or \(min, max\) for an elastic run\.$"):
         ScalingConfig(num_workers=0)

@@ -62,7 +62,8 @@ def test_v2_module_paths_and_config_checks():
     from muster.train.v2.api.callback import UserCallback
     from muster.train.v2.api.validation_config import ValidationConfig, ValidationTaskConfig
 
-    assert V2ScalingConfig is train.ScalingConfig and V2FailureConfig is FailureConfig and V2Mode is CheckpointUploadMode
+    assert V2ScalingConfig is train.ScalingConfig and V2FailureConfig is FailureConfig
+    assert V2Mode is CheckpointUploadMode
     assert get_all_reported_checkpoints is train.get_all_reported_checkpoints
     assert UserCallback is train.UserCallback and ValidationConfig is train.ValidationConfig
     assert ValidationTaskConfig is train.ValidationTaskConfig

@@ -103,7 +103,8 @@ def test_add_evaluated_point_and_its_bad_input():
     searcher.add_evaluated_point({"x": 0.5, "n": 4}, 0.25, intermediate_values=[1.0, 0.5])
     searcher.add_evaluated_point({"x": 0.1, "n": 2}, 0.0, error=True)
     trials = searcher._study.trials
-    assert [(t.state.name, t.params) for t in trials] == [("COMPLETE", {"x": 0.5, "n": 4}), ("FAIL", {"x": 0.1, "n": 2})]
+    assert [(t.state.name, t.params) for t in trials] == [("COMPLETE", {"x": 0.5, "n": 4}),
+                                                          ("FAIL", {"x": 0.1, "n": 2})]
     assert trials[0].intermediate_values == {0: 1.0, 1: 0.5}
     with pytest.raises(InvalidArgumentError, match="lack 'n'"):
         searcher.add_evaluated_point({"x": 0.5}, 0.1)

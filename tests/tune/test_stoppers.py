@@ -48,7 +48,8 @@ def test_experiment_plateau_stopper_stops_everything_once_the_best_values_agree(
 def test_combined_function_timeout_noop_and_max_iteration_stoppers():
     combined = CombinedStopper(MaximumIterationStopper(3), FunctionStopper(lambda tid, r: r["loss"] < 0.1))
     assert not combined("a", {"training_iteration": 1, "loss": 1.0})
-    assert combined("a", {"training_iteration": 3, "loss": 1.0}) and combined("b", {"training_iteration": 1, "loss": 0.0})
+    assert combined("a", {"training_iteration": 3, "loss": 1.0})
+    assert combined("b", {"training_iteration": 1, "loss": 0.0})
     assert not NoopStopper()("a", {"loss": 0.0}) and not NoopStopper().stop_all()
     timeout = TimeoutStopper(datetime.timedelta(seconds=0.2))
     assert not timeout.stop_all() and not CombinedStopper(timeout).stop_all()

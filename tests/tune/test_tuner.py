@@ -121,7 +121,8 @@ def test_with_resources_function_of_the_config_sizes_each_trial(storage):
 def test_with_resources_takes_rays_placement_group_factory(storage):
     pgf = tune.PlacementGroupFactory([{"cpu": 1}, {"CPU": 1}])  # a trial's bundles, held together here
     assert pgf.required_resources == {"CPU": 2.0} and pgf.head_cpus == 1.0
-    per_trial = tune.with_resources(_once, lambda config: tune.PlacementGroupFactory([{"cpu": 1 + (config["x"] > 0.5)}]))
+    per_trial = tune.with_resources(
+        _once, lambda config: tune.PlacementGroupFactory([{"cpu": 1 + (config["x"] > 0.5)}]))
     for trainable, name, want in ((tune.with_resources(_once, pgf), "pgf", [2.0]), (per_trial, "pgf_fn", [1.0, 2.0])):
         grid = tune.Tuner(trainable, param_space={"x": tune.grid_search([0.1, 0.9][:len(want)])},
                           run_config=tune.RunConfig(storage_path=storage, name=name, verbose=0)).fit()
@@ -151,7 +152,8 @@ def test_rerunning_an_existing_experiment_name_starts_a_new_experiment_there(sto
     # Ray reruns a script with a fixed RunConfig(name=...) into the same folder; restore then sees the new run only
     rc = tune.RunConfig(name="again", storage_path=storage)
     old = tune.Tuner(_quadratic, param_space={"x": 0.5}, run_config=rc).fit()[0].path
-    grid = tune.Tuner(_quadratic, param_space={"x": 0.1}, run_config=tune.RunConfig(name="again", storage_path=storage)).fit()
+    grid = tune.Tuner(_quadratic, param_space={"x": 0.1},
+                      run_config=tune.RunConfig(name="again", storage_path=storage)).fit()
     assert [r.config["x"] for r in grid] == [0.1] and grid[0].path != old and os.path.isdir(old)
     restored = tune.Tuner.restore(os.path.join(storage, "again"), _quadratic).get_results()
     assert [r.config["x"] for r in restored] == [0.1]
