@@ -269,6 +269,43 @@ def test_a_filter_moves_past_projections_sorts_and_repartitions_into_the_scan(tm
         md.read_parquet(path).select_columns(["s"]).filter(expr=col("a") > 5).take_all()
 
 
+def _read_rows(ds):
+    """Every read's rows in ``ds``'s last run, from its stats."""
+    lines = [ln for ln in ds.stats().splitlines() if ln.strip().startswith("Read") and " rows" in ln]
+    return sum(int(ln.split(":", 1)[1].split(" rows")[0].replace(",", "")) for ln in lines)
+
+
+def test_a_filter_moves_past_a_union_and_an_unseeded_shuffle_into_the_scan(tmp_path, capsys):
+    """A filter after a union goes to each branch (into each parquet scan, a Filter on a range), and below an
+    unseeded random_shuffle / randomize_block_order (random order either way). Before, it stayed above them.
+    A seeded shuffle (one order from seed and epoch, drawn over its rows) and a limit keep it above."""
+    path = _two_parquet_files(tmp_path)
+    half = str(tmp_path / "p0.parquet")
+    cases = [  # (plan, rows the reads make pushed, unpushed)
+        (lambda r: r(path).union(r(half)).filter(expr=col("a") > 480), 519 + 19, 1500),
+        (lambda r: r(path).union(md.range(5).rename_columns({"id": "a"}).with_column("s", lit("x")))
+         .filter(expr="a < 3"), 3 + 5, 1005),
+        (lambda r: r(path).random_shuffle().filter(expr=col("a") > 950), 49, 1000),
+        (lambda r: r(path).randomize_block_order().select_columns(["a"]).filter(expr=col("a") < 9), 9, 1000),
+    ]
+    plain = md.read_parquet
+    for then, made, all_rows in cases:
+        pushed, unpushed = then(plain), then(lambda p: plain(p).map_batches(lambda b: b))
+        rows = pushed.take_all()
+        key = lambda r: (r["a"], r.get("s"))  # noqa: E731
+        assert sorted(rows, key=key) == sorted(unpushed.take_all(), key=key) and rows
+        assert _read_rows(pushed) == made and _read_rows(unpushed) == all_rows, pushed.stats()
+    cases[0][0](plain).explain()
+    assert "Union[Union]\n+- Read[ReadParquet] (its scan filtered by Filter(col('a') > 480))\n" \
+           "+- Read[ReadParquet] (its scan filtered by Filter(col('a') > 480))" in capsys.readouterr().out
+    for then in [lambda ds: ds.limit(600).filter(expr=col("a") > 550),
+                 lambda ds: ds.random_shuffle(seed=3).filter(expr=col("a") > 990),
+                 lambda ds: ds.randomize_block_order(seed=3).filter(expr=col("a") > 990)]:
+        ds = then(plain(path))
+        assert ds.take_all() == then(plain(path).map_batches(lambda b: b)).take_all()  # the seed's order kept
+        assert _read_rows(ds) >= 600
+
+
 def test_bad_expressions_name_the_fix():
     ds = md.range(3)
     with pytest.raises(InvalidTypeError, match="Arrow-backed"):

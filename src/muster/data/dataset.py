@@ -32,6 +32,11 @@ def _ray_seed(seed: Any) -> Any:
     return seed.to_ray() if isinstance(seed, RandomSeedConfig) else seed
 
 
+def _unseeded(seed: Any) -> bool:
+    """No seed given (a new random order every pass, so a filter may move below the shuffle)."""
+    return (seed.seed if isinstance(seed, RandomSeedConfig) else seed) is None
+
+
 def _ref(value: Any) -> Any:
     """A ref to a block made here, for ``to_*_refs`` (as ``muster.put`` would: in a worker, stored
     with the driver)."""
@@ -270,8 +275,10 @@ class Dataset(writers.FileWrites, Splits):
         s, per_epoch = RandomSeedConfig.of(seed, "random_shuffle").plan()
         rows = DataContext.get_current().target_block_rows
         ray = RayCall.of("random_shuffle", seed=_ray_seed(seed), **_ignored)
+        # unseeded, a filter moves below it (random order either way); a seed's order is drawn over the rows
+        # the shuffle gets, so a filter below it would change that order: it stays above (filter_pushdown)
         return self._then(AllToAll("RandomShuffle", alltoall.random_shuffle(s, rows, per_epoch), ray=ray,
-                                   keeps_rows=True))
+                                   keeps_rows=True, passes_filters=_unseeded(seed)))
 
     def randomize_block_order(self, *, seed: "int | RandomSeedConfig | None" = None) -> "Dataset":
         """Shuffle the order of blocks (files, for a read: no data is gathered); ``seed`` as in
@@ -279,7 +286,8 @@ class Dataset(writers.FileWrites, Splits):
         s, per_epoch = RandomSeedConfig.of(seed, "randomize_block_order").plan()
         return self._then(AllToAll("RandomizeBlockOrder", alltoall.randomize_block_order(s, per_epoch),
                                    alltoall.randomize_reads(s, per_epoch),
-                                   ray=RayCall.of("randomize_block_order", seed=_ray_seed(seed)), keeps_rows=True))
+                                   ray=RayCall.of("randomize_block_order", seed=_ray_seed(seed)), keeps_rows=True,
+                                   passes_filters=_unseeded(seed)))  # as random_shuffle's
 
     def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None, *,
                     shuffle: bool = False, keys: list[str] | None = None, sort: bool = False,

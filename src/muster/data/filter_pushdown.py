@@ -6,10 +6,15 @@ A filter's expression goes down the plan while the operator below leaves the row
   names below it (a filter reading a column the projection drops or renames away stays above it, where it
   fails naming the column, as before);
 * a ``sort`` or a ``repartition`` without shuffle or keys (``AllToAll.passes_filters``): the same rows in
-  the same order either way. Ray also moves a filter below ``random_shuffle`` and ``randomize_block_order``,
-  whose rows are the same but whose order is drawn over the rows they get, so here a filter stays above them.
+  the same order either way;
+* a ``random_shuffle`` or ``randomize_block_order`` without a seed (also ``passes_filters``): the same rows,
+  in an order that is random either way. With a seed muster promises one order from (seed, epoch), drawn
+  over the rows the shuffle gets; fewer rows below it would draw another order, so there a filter stays
+  above it (Ray moves it below either way);
+* a ``union`` (not a ``mix``): the filter on each branch, in the scan of each that reads parquet, a plain
+  Filter on the others (the union's rows are its branches' in order, so the result is the same).
 
-``limit`` (fewer rows after a filter than before it), a union, and any function stop it. At the read, the
+``limit`` (fewer rows after a filter than before it), a join, a ``mix`` and any function stop it. At the read, the
 conjuncts of an ``&`` that have a ``pyarrow.compute`` form binding to the scan's columns go into the scan;
 the rest stay a Filter right above the read. Only a tree of columns, literals and their operators travels
 past an operator (a ``udf``, ``random()`` or ``monotonically_increasing_id()`` would see other rows there);
@@ -26,7 +31,7 @@ import pyarrow.compute as pc
 
 from muster.data import projection
 from muster.data.expr_tree import AliasExpr, BinaryExpr, ColumnExpr, Expr, LiteralExpr, Operation, UnaryExpr
-from muster.data.plan import AllToAll, Node, RayCall, Read, Transform
+from muster.data.plan import AllToAll, Node, RayCall, Read, Transform, Union
 from muster.exceptions import InvalidTypeError
 
 _PLAIN = (AliasExpr, BinaryExpr, ColumnExpr, LiteralExpr, UnaryExpr)  # no function, no per-row state
@@ -39,7 +44,11 @@ def pushed(node: Node, op: Transform, expr: Any) -> Node | None:
     if isinstance(below, Read):
         return _into_read(node, below, op, expr)
     columns = _columns(expr)
-    if columns is None or len(node.inputs) != 1:
+    if columns is None:
+        return None
+    if isinstance(below, Union):
+        return _into_union(node, below, op, expr)
+    if len(node.inputs) != 1:
         return None
     if isinstance(below, AllToAll) and below.passes_filters:
         names: dict[str, str] | None = {c: c for c in columns}
@@ -54,6 +63,17 @@ def pushed(node: Node, op: Transform, expr: Any) -> Node | None:
         op = projection.filter_op(expr)
     inner = pushed(node.inputs[0], op, expr)
     return None if inner is None else Node(below, (inner,))
+
+
+def _into_union(node: Node, union: Union, op: Transform, expr: Any) -> Node | None:
+    """A plain union with the filter on each branch (in the scan of those that read parquet); None when no
+    branch takes it into a scan. A ``mix`` (``weights``) keeps it above: it interleaves by rows seen."""
+    if union.weights is not None:
+        return None
+    branches = [(pushed(branch, op, expr), branch) for branch in node.inputs]
+    if all(inner is None for inner, _ in branches):
+        return None
+    return Node(union, tuple(inner if inner is not None else Node(op, (branch,)) for inner, branch in branches))
 
 
 def _into_read(node: Node, read: Read, op: Transform, expr: Any) -> Node | None:

@@ -106,7 +106,7 @@ class AllToAll:
     reorders_reads: Callable[[tuple[ReadTask, ...], int], tuple[ReadTask, ...]] | None = None
     ray: RayEquivalent = field(default=None, compare=False)
     keeps_rows: bool = False  # every input row comes out once, columns unchanged (shuffle, sort, repartition)
-    passes_filters: bool = False  # a filter before it gives the same rows in the same order (sort, repartition)
+    passes_filters: bool = False  # a filter before it gives the same result (sort, repartition, unseeded shuffle)
 
 
 @dataclass(frozen=True)
