@@ -197,3 +197,5 @@ def test_a_filter_after_read_parquet_gives_the_same_rows_on_both_engines(engine,
     moved = md.read_parquet(str(tmp_path)).rename_columns({"a": "b"}).sort("b", descending=True).filter(
         expr=(col("b") > 90) & (col("s") == "1"))  # moved below the sort and the rename, into the scan
     assert [r["b"] for r in moved.take_all()] == [97, 94, 91]
+    both = md.read_parquet(str(tmp_path)).union(md.read_parquet(str(tmp_path))).filter(expr=col("a") > 97)
+    assert sorted(r["a"] for r in both.take_all()) == [98, 98, 99, 99]  # muster: pushed into both scans
