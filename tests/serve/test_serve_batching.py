@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 
 import pytest
 from serve_helpers import wait_until
@@ -257,7 +258,9 @@ def test_a_bare_batch_on_an_async_generator_is_refused_naming_the_called_form_as
 class Measured:
     @serve.batch(max_batch_size=4, batch_wait_timeout_s=1.0)
     async def __call__(self, xs: list[int]) -> list[int]:
-        await asyncio.sleep(0.05)
+        end = time.monotonic() + 0.05  # at least 50 ms by the clock: a uvloop timer of 50 ms can fire after 49.6
+        while time.monotonic() < end:
+            await asyncio.sleep(end - time.monotonic())
         return [x * 2 for x in xs]
 
 
