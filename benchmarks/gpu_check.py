@@ -41,6 +41,11 @@ drives them end to end, each scenario in its own driver process (bounded by
 * ``data_map_batches_fn_gpu``: the same with a plain function and
   ``num_gpus=1`` (pooled task workers that hold the GPU): each batch runs on
   cuda with ``CUDA_VISIBLE_DEVICES`` set, and every row comes back right.
+* ``serve_gpu_replica``: a Serve deployment with ``ray_actor_options=
+  {"num_gpus": 1}`` answers HTTP requests (httpx) computed on cuda, in a
+  replica that sees ``CUDA_VISIBLE_DEVICES``; then a second app asking for
+  two GPUs, which this one-GPU machine can never hold, must fail
+  ``serve.run`` at once, naming the GPUs asked for and those that exist.
 
 Launch-to-first-step and step time against torchrun on the GPU come from
 ``ddp_bench.py --gpu --workers 1``; this script checks behaviour.
@@ -72,6 +77,7 @@ SCENARIOS = (
     "tune_half_gpu_trials",
     "data_map_batches_gpu",
     "data_map_batches_fn_gpu",
+    "serve_gpu_replica",
 )
 
 
@@ -195,6 +201,50 @@ def gpu_tripler(batch: dict) -> dict:
     t = torch.tensor(batch["id"], device="cuda") * 3
     return {"id": batch["id"], "tripled": t.cpu().numpy(),
             "visible": [os.environ.get("CUDA_VISIBLE_DEVICES")] * len(batch["id"])}
+
+
+def _serve_gpu_replica(out: dict) -> None:
+    """``serve_gpu_replica``: HTTP answers computed on the replica's GPU, then a deployment that can never fit."""
+    import socket
+
+    import httpx
+
+    from muster import serve
+
+    @serve.deployment(ray_actor_options={"num_gpus": 1})
+    class OnGpu:
+        def __init__(self) -> None:
+            import torch
+
+            self.w = torch.arange(1.0, 5.0, device="cuda")
+
+        async def __call__(self, request: Any) -> dict:
+            import torch
+
+            x = torch.tensor((await request.json())["x"], device="cuda", dtype=torch.float32)
+            return {"y": float((x * self.w).sum()), "device": str(x.device), "pid": os.getpid(),
+                    "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    t = time.perf_counter()
+    serve.run(OnGpu.bind(), name="gpu", route_prefix="/gpu")
+    out["ready_s"] = round(time.perf_counter() - t, 2)
+    with httpx.Client(timeout=30) as client:
+        answers = [client.post(f"http://127.0.0.1:{port}/gpu", json={"x": [1, 2, 3, i]}).json() for i in range(20)]
+    out["answers_ok"] = all(a["y"] == 14 + 4 * i for i, a in enumerate(answers))
+    out["replica"] = {k: sorted({str(a[k]) for a in answers}) for k in ("device", "visible", "pid")}
+    t = time.perf_counter()
+    try:
+        serve.run(OnGpu.options(name="TwoGpus", ray_actor_options={"num_gpus": 2}).bind(), name="big",
+                  route_prefix="/big")
+        out["too_big"] = "deployed, but this machine has one GPU"
+    except Exception as exc:  # noqa: BLE001 - the message is what this scenario reports
+        out["too_big"] = f"{type(exc).__name__}: {exc}"[:600]
+    out["too_big_s"] = round(time.perf_counter() - t, 2)
+    serve.shutdown()
 
 
 def _max_overlap(rows: list[dict]) -> int:
@@ -352,6 +402,8 @@ def run_scenario(name: str, storage: str) -> dict:
             out["all_ids"] = sorted(r["id"] for r in got) == list(range(10_000))
             out["values_ok"] = all(r["tripled"] == 3 * r["id"] for r in got)
             out["devices"] = sorted({str(r["visible"]) for r in got})
+        elif name == "serve_gpu_replica":
+            _serve_gpu_replica(out)
         else:
             raise SystemExit(f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}")
     except Exception as exc:  # noqa: BLE001 - the outcome is what this script reports
@@ -378,6 +430,9 @@ def summarize(name: str, r: dict) -> str:
     if name in ("data_map_batches_gpu", "data_map_batches_fn_gpu"):
         return (f"every id once {r.get('all_ids', True)}, {r['rows']} rows, in order {r['in_order']}, "
                 f"values ok {r['values_ok']}, devices {r['devices']}")
+    if name == "serve_gpu_replica":
+        return (f"ready in {r['ready_s']} s, 20 answers right {r['answers_ok']}, replica {r['replica']}; "
+                f"2 GPUs asked: {r['too_big']!r} after {r['too_big_s']} s")
     if name == "tasks_gpu_ids":
         return f"GPU task {r['gpu_task']}; CPU task {r['cpu_task']}"
     rows = r.get("first", []) + r.get("resumed", []) + r.get("rows", [])
