@@ -83,7 +83,7 @@ def test_more_cpus_than_the_machine_fails_at_once_naming_both():
         md.range(10).map_batches(Tagger, fn_constructor_args=(0,), concurrency=1, num_cpus=64).take_all()
     msg = str(info.value)
     assert "map_batches(Tagger, concurrency=1, num_cpus=64)" in msg and f"CPU={int(total)}" in msg
-    assert f"pass num_cpus= of at most {int(total)}" in msg, msg
+    assert f"ask for at most {int(total)} CPUs with its num_cpus=" in msg, msg
 
 
 def double(batch):
@@ -114,7 +114,7 @@ def test_a_function_asking_for_more_cpus_than_exist_fails_at_once_naming_the_fix
     }
     for named, msg in _each_fails_at_once(cases):
         assert named in msg and f"CPU={asked}" in msg and f"CPU={total} in total" in msg, msg
-        assert f"pass num_cpus= of at most {total}" in msg and "muster.init(num_cpus=N)" in msg, msg
+        assert f"ask for at most {total} CPUs with its num_cpus=" in msg and "muster.init(num_cpus=N)" in msg, msg
     assert md.range(4).map_batches(double, num_cpus=total).take_all() == [{"id": 2 * i} for i in range(4)]
 
 

@@ -65,16 +65,20 @@ def fmt(resources: Mapping[str, float]) -> str:
     return ", ".join(parts)
 
 
-_CPU_FIX = ("lower num_workers or resources_per_worker={'CPU': ...} (num_cpus= for tasks), or tell muster "
-            "to oversubscribe with muster.init(num_cpus=N)")
+TRAIN_KNOB = "ScalingConfig(num_workers=..., resources_per_worker={...})"
+_TRAIN_NO_GPU_FIX = "set ScalingConfig(use_gpu=False)"
+OPTIONS_KNOB = "num_cpus= / num_gpus= in @muster.remote(...) or .options(...)"
+NO_GPU_OPTION_FIX = ("drop num_gpus= (or pass num_gpus=0) to run it on the CPU, or run it where muster sees a GPU "
+                     "(CUDA_VISIBLE_DEVICES, muster.init(num_gpus=N))")
 
 
 def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str, float], what: str = "",
-                    no_gpu_fix: str = "set ScalingConfig(use_gpu=False) / num_gpus=0", cpu_fix: str = _CPU_FIX) -> None:
+                    knob: str = TRAIN_KNOB, no_gpu_fix: str = _TRAIN_NO_GPU_FIX) -> None:
     """Raise ``ResourcesUnavailableError`` at once if ``count`` x ``request`` can never fit in ``total``.
 
-    The message names what was asked, what exists, and how to fix it (``no_gpu_fix``: the caller's own words
-    for asking for no GPU, on a machine that has none; ``cpu_fix``: for asking for fewer CPUs).
+    The message names what was asked, what exists, and how to fix it in the caller's own words: ``knob`` is
+    where the caller asks for resources (a deployment's ``ray_actor_options``, a task's ``num_cpus=``...), and
+    ``no_gpu_fix`` how to ask for no GPU, on a machine that has none.
     """
     from muster.exceptions import ResourcesUnavailableError
 
@@ -88,13 +92,15 @@ def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str
         return
     asked = ", ".join(f"{k}={_n(need)}" for k, (need, _) in missing.items())
     have = ", ".join(f"{k}={_n(h)}" for k, (_, h) in missing.items())
+    in_all = " in all" if count > 1 else ""
     hints = []
     if "GPU" in missing and total.get("GPU", 0) == 0:
         hints.append(f"this machine has no GPU visible to muster: {no_gpu_fix}")
     elif "GPU" in missing:
-        hints.append(f"ask for at most {_n(total.get('GPU', 0))} GPUs in all (num_gpus= / num_workers)")
+        hints.append(f"ask for at most {_n(total.get('GPU', 0))} GPUs{in_all} with {knob}")
     if "CPU" in missing:
-        hints.append(cpu_fix)
+        hints.append(f"ask for at most {_n(total.get('CPU', 0))} CPUs{in_all} with {knob}, or tell muster to "
+                     "oversubscribe with muster.init(num_cpus=N)")
     other = [k for k in missing if k not in ("CPU", "GPU")]
     if other:
         hints.append(f"declare {', '.join(other)} with muster.init(resources={{...}})")

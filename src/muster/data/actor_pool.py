@@ -92,16 +92,11 @@ def describe(op: MapBatches) -> str:
     return f"{op.rows or 'map_batches'}({', '.join([fn_name(op.fn), *parts])})"
 
 
-_NO_GPU_FIX = ("drop num_gpus= (or pass num_gpus=0) to run it on the CPU, or run it where muster sees a GPU "
-               "(CUDA_VISIBLE_DEVICES, muster.init(num_gpus=N))")
-
-
 def ensure_feasible(op: MapBatches, request: dict[str, float], total: dict[str, float]) -> None:
     """Raise ``ResourcesUnavailableError`` at once if one ``request`` of ``op`` can never fit in ``total``
     (Ray would wait for it forever); the message names the op, what was asked, what exists and the fix."""
-    cpu_fix = (f"pass num_cpus= of at most {total.get('CPU', 0):g} (what each of its tasks or actors holds), or "
-               "tell muster to count more CPUs with muster.init(num_cpus=N)")
-    res.ensure_feasible(request, 1, total, what=describe(op), no_gpu_fix=_NO_GPU_FIX, cpu_fix=cpu_fix)
+    res.ensure_feasible(request, 1, total, what=describe(op), knob="its num_cpus= / num_gpus= (what each of its "
+                        "tasks or actors holds)", no_gpu_fix=res.NO_GPU_OPTION_FIX)
 
 
 def ensure_resources_exist(op: MapBatches) -> None:

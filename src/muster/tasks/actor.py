@@ -173,7 +173,8 @@ class ActorHandle:
         self._cls, self._args, self._kwargs = cls, args, kwargs
         self._resources = opts.to_resources(options, default_cpus=0.0)
         self._engine = get_runtime()  # the engine it lives on: a name outlives neither (see :meth:`_gone`)
-        res.ensure_feasible(self._resources, 1, self._engine.resources(), what=f"actor {cls.__name__}")
+        res.ensure_feasible(self._resources, 1, self._engine.resources(), what=f"actor {cls.__name__}",
+                            knob=res.OPTIONS_KNOB, no_gpu_fix=res.NO_GPU_OPTION_FIX)
         self._frozen = freeze(cls)  # the class as of now, before creation goes on in the background
         # the actors this one makes share its fate, as in Ray: they die with each of its processes
         self._owned = owner.Gang(f"the actor {cls.__name__} that created it")

@@ -128,7 +128,8 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
     ref = ObjectRef.new(out)
     group, index, capture = opts.placement_group_of(options)
     try:
-        res.ensure_feasible(resources, 1, runtime.resources(), what=f"task {name}")
+        res.ensure_feasible(resources, 1, runtime.resources(), what=f"task {name}", knob=res.OPTIONS_KNOB,
+                            no_gpu_fix=res.NO_GPU_OPTION_FIX)
         bundle = None if group is None else group._bundle_for(resources, index, what=f"task {name}")
     except ResourcesUnavailableError as exc:
         # As in Ray: the ref comes back; get()/wait() raise at once. Warn now, naming what is missing.

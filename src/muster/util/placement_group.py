@@ -43,6 +43,9 @@ from muster.tasks.objects import ObjectRef
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 _ids = itertools.count(1)
+_KNOB = "smaller bundles in placement_group([...])"
+_NO_GPU_FIX = ("drop 'GPU' from its bundles, or run where muster sees a GPU (CUDA_VISIBLE_DEVICES, "
+               "muster.init(num_gpus=N))")
 _made: "dict[str, PlacementGroup]" = {}  # this process's groups, by id (placement_group_table)
 
 
@@ -251,12 +254,14 @@ def _never_fits(bundles: list[dict[str, float]], strategy: str, nodes: list[dict
                 f"the engine has {len(nodes)}. Use strategy='PACK' or 'SPREAD', or add nodes.", total=total)
         for i, b in enumerate(bundles):
             if len(nodes) == 1:
-                res.ensure_feasible(b, 1, total, what="placement group bundle")
+                res.ensure_feasible(b, 1, total, what=f"placement group bundle {i}", knob=_KNOB,
+                                    no_gpu_fix=_NO_GPU_FIX)
             elif not any(res.fits(b, node) for node in nodes):
                 raise _no_node_holds(f"bundle {i} {{{res.fmt(b)}}}", nodes, total)
         if strategy == "STRICT_PACK" and len(nodes) > 1 and not any(res.fits(summed, node) for node in nodes):
             raise _no_node_holds(f"STRICT_PACK's {len(bundles)} bundles together {{{res.fmt(summed)}}}", nodes, total)
-        res.ensure_feasible(summed, 1, total, what=f"placement group ({len(bundles)} bundles together)")
+        res.ensure_feasible(summed, 1, total, what=f"placement group ({len(bundles)} bundles together)", knob=_KNOB,
+                            no_gpu_fix=_NO_GPU_FIX)
     except ResourcesUnavailableError as exc:
         return exc
     return None

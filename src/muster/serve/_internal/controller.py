@@ -39,6 +39,7 @@ from muster.tasks import owner as task_owner
 _BUSY_WAIT_S = 120.0  # how long a replica waits for resources other work holds
 _PUSH_TIMEOUT_S = 10.0
 #: what a deployment that asks for GPUs on a machine with none should change (a Train-worded hint misleads here)
+_KNOB = "the deployment's ray_actor_options={'num_cpus': ..., 'num_gpus': ...}"
 _NO_GPU_FIX = ("ask for none: the deployment's ray_actor_options num_gpus (an LLMConfig asks for GPUs by its "
                "accelerator_type and engine_kwargs tensor_parallel_size/pipeline_parallel_size)")
 _TABLE_VERSIONS = itertools.count(1)  # route tables this process has made, across serve.start/shutdown
@@ -214,7 +215,7 @@ class ServeController:
         total = self.runtime.resources()
         for p in plans:
             res.ensure_feasible(p.config.resources(), 1, total, what=f"serve deployment {p.name!r} of app {name!r}",
-                                no_gpu_fix=_NO_GPU_FIX)
+                                knob=_KNOB, no_gpu_fix=_NO_GPU_FIX)
         held: dict[str, dict[str, float]] = {}
         for app in self.apps.values():
             if app.name == name:

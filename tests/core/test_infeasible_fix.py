@@ -1,0 +1,107 @@
+"""A request that can never fit fails at once, and its fix names the knob of the API that made it.
+
+One shared message builder (``muster.core.resources.ensure_feasible``) serves Train, tasks, actors, placement
+groups, Data and Serve; each caller says where its user asks for resources, so a Serve user is not told to
+lower ``num_workers``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import muster
+from muster.exceptions import ResourcesUnavailableError
+
+
+def _task(**options):
+    @muster.remote(**options)
+    def f() -> int:
+        return 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the submission warns with the same message; get() raises it
+        ref = f.remote()
+    muster.get(ref, timeout=10)
+
+
+def _actor(**options):
+    @muster.remote(**options)
+    class A:
+        pass
+
+    A.remote()
+
+
+def _placement_group(**options):
+    from muster.util.placement_group import placement_group
+
+    bundle = {"CPU": options.get("num_cpus", 1), "GPU": options.get("num_gpus", 0)}
+    muster.get(placement_group([bundle]).ready(), timeout=10)
+
+
+def _data(**options):
+    import muster.data as data
+
+    data.range(4).map_batches(lambda b: b, **options).take_all()
+
+
+def _serve(**options):
+    from muster import serve
+
+    @serve.deployment(ray_actor_options=options)
+    class D:
+        def __call__(self, request) -> str:
+            return "never"
+
+    try:
+        serve.run(D.bind(), name="infeasible", route_prefix="/infeasible")
+    finally:
+        serve.shutdown()
+
+
+def _train(**options):
+    from muster.train import RunConfig, ScalingConfig
+    from muster.train.torch import TorchTrainer
+
+    scaling = ScalingConfig(num_workers=2, use_gpu=bool(options.get("num_gpus")),
+                            resources_per_worker={"CPU": options.get("num_cpus", 1)})
+    TorchTrainer(lambda: None, scaling_config=scaling, run_config=RunConfig(verbose=0)).fit()
+
+
+# each entry point, its own words for asking for less, and for asking for no GPU
+CALLERS = {
+    "task": (_task, "@muster.remote(...) or .options(...)", "drop num_gpus="),
+    "actor": (_actor, "@muster.remote(...) or .options(...)", "drop num_gpus="),
+    "placement group": (_placement_group, "smaller bundles in placement_group(", "drop 'GPU' from its bundles"),
+    "data": (_data, "its num_cpus= / num_gpus=", "drop num_gpus="),
+    "serve": (_serve, "the deployment's ray_actor_options=", "ray_actor_options num_gpus"),
+    "train": (_train, "ScalingConfig(num_workers=..., resources_per_worker=", "ScalingConfig(use_gpu=False)"),
+}
+
+
+@pytest.mark.parametrize("caller", list(CALLERS))
+def test_too_many_cpus_fails_at_once_naming_the_callers_own_knob(caller):
+    run, knob, _ = CALLERS[caller]
+    total = muster.cluster_resources()["CPU"]
+    with pytest.raises(ResourcesUnavailableError) as info:
+        run(num_cpus=64)
+    message = str(info.value)
+    assert "CPU=64" in message and f"CPU={total:g} in total" in message, message
+    assert f"ask for at most {total:g} CPUs" in message and knob in message, message
+    assert "muster.init(num_cpus=N)" in message, message
+    if caller != "train":
+        assert "num_workers" not in message and "ScalingConfig" not in message, message
+
+
+@pytest.mark.parametrize("caller", list(CALLERS))
+def test_a_gpu_on_a_machine_without_one_names_the_callers_way_to_ask_for_none(caller):
+    run, _, no_gpu = CALLERS[caller]
+    assert not muster.cluster_resources().get("GPU")
+    with pytest.raises(ResourcesUnavailableError) as info:
+        run(num_gpus=1)
+    message = str(info.value)
+    assert "no GPU visible to muster" in message and no_gpu in message, message
+    if caller != "train":
+        assert "ScalingConfig" not in message, message
