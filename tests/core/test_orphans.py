@@ -1,6 +1,6 @@
 """No orphans: however a training driver ends, its workers and launcher go with it.
 
-Each test runs ``_driver.py`` (a real 2-worker ``TorchTrainer``) as its own
+Each test runs ``_orphans_driver.py`` (a real 2-worker ``TorchTrainer``) as its own
 process, lets it end one way, and checks that every worker pid and the
 driver's zygote are gone within a few seconds, and so is the engine's folder of
 sockets in the temporary directory (removed by the driver, or by the zygote
@@ -22,7 +22,7 @@ import pytest
 
 from muster.core.local import zygote_process
 
-DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_driver.py")
+DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_orphans_driver.py")
 START_TIMEOUT = 60  # a fresh interpreter importing torch on a loaded 2-core box
 GONE_WITHIN = 5.0
 

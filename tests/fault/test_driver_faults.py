@@ -14,7 +14,7 @@ import pytest
 from muster.train import Result
 from muster.train.storage import MANIFEST, RUN_STATE, Storage
 
-DRIVER = os.path.join(os.path.dirname(__file__), "_driver.py")
+DRIVER = os.path.join(os.path.dirname(__file__), "_fault_driver.py")
 
 
 def _start(storage, name, progress, steps=12):

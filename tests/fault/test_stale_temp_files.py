@@ -63,7 +63,7 @@ def test_only_a_dead_writers_temporary_file_goes_and_none_is_copied(storage):
 
 def _driver(how, storage, name, progress, nth=0):
     env = dict(os.environ, MUSTER_PLAIN_PROGRESS="1", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, WRAPPER, how, RUN_STATE, str(nth), os.path.join(HERE, "_driver.py"),
+    return subprocess.Popen([sys.executable, WRAPPER, how, RUN_STATE, str(nth), os.path.join(HERE, "_fault_driver.py"),
                              storage, name, "8", str(progress)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 

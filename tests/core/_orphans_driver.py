@@ -1,6 +1,6 @@
 """A user's training script, run as its own process by test_orphans.py.
 
-    python _driver.py MODE OUTDIR
+    python _orphans_driver.py MODE OUTDIR
 
 Runs a real ``TorchTrainer`` with 2 workers whose loop writes its pid to
 ``OUTDIR/worker-<rank>.pid`` and then, by MODE:

@@ -1,6 +1,6 @@
 """A user's training script, run as its own process by the driver-fault tests.
 
-usage: _driver.py STORAGE NAME STEPS PROGRESS_FILE
+usage: _fault_driver.py STORAGE NAME STEPS PROGRESS_FILE
 Each step sleeps briefly and reports a checkpoint from rank 0; the step
 numbers every rank runs are appended to PROGRESS_FILE.
 """
