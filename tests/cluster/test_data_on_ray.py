@@ -199,3 +199,18 @@ def test_a_filter_after_read_parquet_gives_the_same_rows_on_both_engines(engine,
     assert [r["b"] for r in moved.take_all()] == [97, 94, 91]
     both = md.read_parquet(str(tmp_path)).union(md.read_parquet(str(tmp_path))).filter(expr=col("a") > 97)
     assert sorted(r["a"] for r in both.take_all()) == [98, 98, 99, 99]  # muster: pushed into both scans
+
+
+def test_a_join_and_a_filter_moved_below_it_give_the_same_rows_on_both_engines(engine, tmp_path):
+    """The join is lazy on both engines; muster moves the filter into the left scan, then on Ray replays the
+    plan's inputs as Ray's reads (Ray filters its scan itself) and joins their blocks with pyarrow, as here."""
+    import pyarrow.parquet as pq
+
+    from muster.data.expressions import col
+
+    pq.write_table(pa.table({"id": list(range(20)), "x": [i * 10 for i in range(20)]}), tmp_path / "l.parquet")
+    right = md.from_items([{"key": k, "w": str(k)} for k in range(5, 25)])
+    joined = md.read_parquet(str(tmp_path / "l.parquet")).join(right, "left_outer", 2, on="id", right_on="key")
+    rows = sorted(joined.filter(expr=col("id") >= 17).take_all(), key=lambda r: r["id"])
+    assert rows == [{"id": i, "x": i * 10, "w": str(i)} for i in (17, 18, 19)]
+    assert joined.count() == 20

@@ -306,6 +306,86 @@ def test_a_filter_moves_past_a_union_and_an_unseeded_shuffle_into_the_scan(tmp_p
         assert _read_rows(ds) >= 600
 
 
+def _join_inputs(tmp_path):
+    """Two parquet files: left ``id`` 0..99 and a null, ``v``, ``x``; right ``key`` 50..149 and a null, ``v``,
+    ``w`` (each 101 rows, so a join's reads make 202 unless a filter went into a scan)."""
+    pq.write_table(pa.table({"id": [*range(100), None], "v": [f"l{i}" for i in range(101)], "x": list(range(101))}),
+                   tmp_path / "left.parquet", row_group_size=10)
+    pq.write_table(pa.table({"key": [*range(50, 150), None], "v": [f"r{i}" for i in range(101)],
+                             "w": [i % 5 for i in range(101)]}), tmp_path / "right.parquet", row_group_size=10)
+    return (lambda: md.read_parquet(str(tmp_path / "left.parquet"))), \
+        (lambda: md.read_parquet(str(tmp_path / "right.parquet")))
+
+
+def _sorted_rows(ds):
+    """``ds``'s rows in one order (a join promises none), nulls after values."""
+    return sorted(ds.take_all(), key=lambda r: [(k, v is None, 0 if v is None else v) for k, v in sorted(r.items())])
+
+
+def test_a_filter_moves_past_a_join_into_the_scan_of_an_input_it_keeps_whole(tmp_path, capsys):
+    """A filter after a join goes into the scan of the input whose columns it reads, where the join never
+    null-extends that input's rows (inner: either; left outer, semi, anti: the left; right ones: the right), its
+    columns named as there (a suffixed one mapped back); one on the keys alone into both inputs. Before, the join
+    ran at once and a filter after it read every row. The rows are those of the filter above the join."""
+    left, right = _join_inputs(tmp_path)
+    cases = [  # (join type, suffixes, filter, rows the two reads make)
+        ("inner", {"right_suffix": "_r"}, col("x") < 70, 70 + 101),
+        ("inner", {"right_suffix": "_r"}, (col("w") == 1) & (col("v_r") < "r50"), 101 + 9),  # v_r: the right's v
+        ("inner", {"right_suffix": "_r"}, col("id") < 60, 60 + 10),  # on the key: into both scans
+        ("inner", {"left_suffix": "_l"}, (col("v") >= "r2") & (col("v") < "r3"), 101 + 11),  # the right's v
+        ("inner", {"left_suffix": "_l"}, col("v_l") >= "l90", 10 + 101),
+        ("left_outer", {"right_suffix": "_r"}, col("x").is_null() | (col("x") < 70), 70 + 101),
+        ("left_outer", {"right_suffix": "_r"}, col("id") < 60, 60 + 10),
+        ("right_outer", {"right_suffix": "_r"}, col("w") == 1, 101 + 20),
+        ("right_outer", {"right_suffix": "_r"}, col("key") >= 140, 0 + 10),  # right outer names the key `key`
+        ("left_semi", {}, col("x") < 70, 70 + 101),
+        ("left_anti", {}, col("id") < 60, 60 + 10),
+        ("right_semi", {}, col("w") == 1, 101 + 20),
+        ("right_anti", {}, col("v") >= "r90", 101 + 10),
+    ]
+    for join_type, suffixes, expr, made in cases:
+        joined = lambda: left().join(right(), join_type, 2, on="id", right_on="key", **suffixes)  # noqa: E731
+        pushed = joined().filter(expr=expr)
+        unpushed = joined().map_batches(lambda b: b, batch_format="pyarrow").filter(expr=expr)
+        rows = _sorted_rows(pushed)
+        assert rows == _sorted_rows(unpushed) and rows, (join_type, expr)
+        assert _read_rows(pushed) == made and _read_rows(unpushed) == 202, (join_type, expr, pushed.stats())
+    left().join(right(), "inner", 1, on="id", right_on="key", right_suffix="_r").filter(expr=col("id") < 60).explain()
+    assert "Join[Join]\n+- Read[ReadParquet] (its scan filtered by Filter(col('id') < 60))\n+- Read[ReadParquet] " \
+           "(its scan filtered by Filter(col('key') < 60))" in capsys.readouterr().out
+    # an input without a scan gets a plain Filter; a filter no scan takes stays above the join
+    items = md.from_items([{"key": k, "w": k * 10} for k in (55, 57, 200)])
+    on_key = left().join(items, "inner", 1, on="id", right_on="key").filter(expr=col("id") < 56)
+    assert on_key.take_all() == [{"id": 55, "v": "l55", "x": 55, "w": 550}] and _rows_made(on_key, "ReadParquet") == 56
+    assert on_key._node.op.name == "Join" and on_key._node.inputs[1].op.name == "Filter(col('key') < 56)"
+    on_items = left().join(items, "inner", 1, on="id", right_on="key").filter(expr=col("w") > 560)
+    assert _sorted_rows(on_items) == [{"id": 57, "v": "l57", "x": 57, "w": 570}] and \
+        on_items._node.op.name == "Filter(col('w') > 560)"
+
+
+def test_a_filter_stays_above_a_join_that_null_extends_or_mixes_its_columns(tmp_path):
+    """A filter on an input whose rows the join pads with nulls (the right of a left outer join, the left of a
+    right outer, either of a full outer), on columns of both inputs, with a function, or as a string stays above
+    the join: below it, it would drop padded rows or keep rows the join pads from rows it dropped."""
+    left, right = _join_inputs(tmp_path)
+    blocked = [
+        ("left_outer", col("w").is_null()), ("left_outer", col("w") == 1), ("right_outer", col("x") < 70),
+        ("right_outer", col("v") > "l50"), ("full_outer", col("x") < 70), ("full_outer", col("id") < 60),
+        ("inner", col("x") < col("w") * 20), ("inner", add_one(col("x")) < 70), ("inner", "x < 70"),
+    ]
+    for join_type, expr in blocked:
+        joined = lambda: left().join(right(), join_type, 2, on="id", right_on="key", right_suffix="_r")  # noqa: E731
+        kept = joined().filter(expr=expr)
+        rows = _sorted_rows(kept)
+        assert rows == _sorted_rows(joined().map_batches(lambda b: b, batch_format="pyarrow").filter(expr=expr))
+        assert rows and _read_rows(kept) == 202 and kept._node.inputs[0].op.name == "Join", (join_type, expr)
+    # a name the join's output lacks stays above it and fails naming it, as before, though an input has it (an
+    # inner join keeps the left's key only)
+    with pytest.raises(DataTypeError, match="no column 'key'"):
+        left().join(right(), "inner", 1, on="id", right_on="key", right_suffix="_r").filter(expr=col("key") > 0) \
+            .take_all()
+
+
 def test_bad_expressions_name_the_fix():
     ds = md.range(3)
     with pytest.raises(InvalidTypeError, match="Arrow-backed"):

@@ -658,4 +658,7 @@ def test_join_as_rays():
     with pytest.raises(ValueError, match="join_type='cross'"):
         left.join(right, "cross", 1)
     with pytest.raises(ValueError, match="no column 'nope'"):
-        left.join(right, "inner", 1, on="nope")
+        left.join(right, "inner", 1, on="nope")  # both schemas known: refused at once
+    lazy = left.map_batches(lambda b: b).join(right, "inner", 1, on="nope")  # lazy, as Ray's: refused when it runs
+    with pytest.raises(ValueError, match="no column 'nope'"):
+        lazy.take_all()

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from muster.data import _ray_guard
 from muster.data.iterator import DataIterator
-from muster.data.plan import AllToAll, Limit, Node, RayCall, Read, Transform, Union
+from muster.data.plan import AllToAll, Join, Limit, Node, RayCall, Read, Transform, Union
 from muster.exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -85,6 +85,8 @@ def _to_ray(node: Node) -> Any:
         return inputs[0].union(*inputs[1:]) if len(inputs) > 1 else inputs[0]
     if isinstance(op, Limit):
         return inputs[0].limit(op.n)
+    if isinstance(op, Join):  # muster's join of the blocks Ray makes for each input (Ray 2.60's needs polars)
+        return ray.data.from_arrow(op.fn(list(_arrow_blocks(inputs[0])), list(_arrow_blocks(inputs[1]))))
     return _apply(inputs[0], _steps(op), op.name)
 
 
@@ -135,8 +137,12 @@ def _compute(fn: Any, concurrency: Any, where: str) -> Any:
 
 def blocks(dataset: "Dataset") -> Iterator[pa.Table]:
     """The dataset's output, executed by ``ray.data``, as Arrow blocks on this process."""
-    yield from _ray_guard.unwrapped(iter(to_ray(dataset).iter_batches(batch_size=None, batch_format="pyarrow",
-                                                                     prefetch_batches=1)))
+    yield from _arrow_blocks(to_ray(dataset))
+
+
+def _arrow_blocks(ds: Any) -> Iterator[pa.Table]:
+    """The ``ray.data.Dataset``'s blocks, as Arrow tables on this process."""
+    return _ray_guard.unwrapped(iter(ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1)))
 
 
 def count(dataset: "Dataset") -> int:

@@ -1,9 +1,10 @@
 """Whole-table operations behind ``Dataset.zip``, ``Dataset.join`` and the stratified
 ``train_test_split``: both sides are gathered (one machine), combined with pyarrow, and checked so
-that nothing is lost silently."""
+that nothing is lost silently. A join is a plan operator (``plan.Join``), run when the dataset is."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from muster.data import block as blk
+from muster.data.plan import Join, Node
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 #: Ray's join types, as pyarrow names them.
@@ -65,6 +67,49 @@ def join_tables(left: pa.Table, right: pa.Table, join_type: str, keys: list[str]
         )
     return left.join(right, keys=keys, right_keys=right_keys, join_type=how, left_suffix=left_suffix,
                      right_suffix=right_suffix, use_threads=False)
+
+
+def join_node(left: Node, right: Node, join_type: str, keys: list[str], right_keys: list[str], num_partitions: int,
+              left_suffix: str | None, right_suffix: str | None) -> Node:
+    """The plan joining ``left`` with ``right`` into ``num_partitions`` blocks; where both inputs' schemas are
+    known, checked now (a key missing, columns clashing: ``join_tables``'s errors), else when it runs."""
+    op = Join("Join", join_type, tuple(keys), tuple(right_keys), functools.partial(
+        _join_blocks, join_type=join_type, keys=keys, right_keys=right_keys, left_suffix=left_suffix,
+        right_suffix=right_suffix, num_partitions=num_partitions))
+    schemas = left.known_schema(), right.known_schema()
+    if schemas[0] is not None and schemas[1] is not None:
+        op.fn([schemas[0].empty_table()], [schemas[1].empty_table()])
+    return Node(op, (left, right))
+
+
+def _join_blocks(left: list[pa.Table], right: list[pa.Table], join_type: str, keys: list[str],
+                 right_keys: list[str], left_suffix: str | None, right_suffix: str | None,
+                 num_partitions: int) -> list[pa.Table]:
+    joined = join_tables(blk.concat(left), blk.concat(right), join_type, keys, right_keys, left_suffix, right_suffix)
+    return blk.split_rows(joined, max(1, -(-joined.num_rows // num_partitions))) if joined.num_rows else [joined]
+
+
+def join_sources(op: Join, left: pa.Schema, right: pa.Schema) -> dict[str, tuple[int, str]] | None:
+    """Each column of ``op``'s output for inputs of these schemas: the input it comes from (0 left, 1 right)
+    and its name there. pyarrow's join gives the left's columns, then the right's but its keys (a right outer
+    join: the left's but its keys, then the right's; a semi or anti join: its one side's), each renamed by its
+    suffix where the names clash; the names are pyarrow's own output's. A name the output has twice is left
+    out; None when the inputs would not join."""
+    joined = op.schema(left, right)
+    if joined is None:
+        return None
+    how, lefts, rights = op.join_type, [(0, n) for n in left.names], [(1, n) for n in right.names]
+    if how in ("left_semi", "left_anti"):
+        sources = lefts
+    elif how in ("right_semi", "right_anti"):
+        sources = rights
+    elif how == "right_outer":
+        sources = [s for s in lefts if s[1] not in op.keys] + rights
+    else:
+        sources = lefts + [s for s in rights if s[1] not in op.right_keys]
+    if len(sources) != len(joined.names):
+        return None
+    return {name: source for name, source in zip(joined.names, sources) if joined.names.count(name) == 1}
 
 
 def test_share(test_size: float | int, n: int) -> float:

@@ -391,7 +391,7 @@ class Dataset(writers.FileWrites, Splits):
         ``inner``, ``left_outer``, ``right_outer``, ``full_outer``, ``left_semi``, ``right_semi``,
         ``left_anti``, ``right_anti``; ``on`` this side's keys, ``right_on`` the other's (default: the
         same). Columns both sides have besides the keys need ``left_suffix``/``right_suffix`` (one side's
-        would be lost). Both sides are gathered here and joined with pyarrow, in ``num_partitions``
+        would be lost). Lazy: when it runs, both sides are gathered and joined with pyarrow, in ``num_partitions``
         blocks; the row order is not defined (nor is Ray's). Ray's shuffle options change nothing.
         """
         keys = _names(on, "join(on=)")
@@ -400,10 +400,8 @@ class Dataset(writers.FileWrites, Splits):
         if not isinstance(ds, Dataset):
             raise InvalidTypeError(f"join({ds!r}): pass a muster.data Dataset.")
         _positive(num_partitions, "num_partitions", "join")
-        joined = combine.join_tables(self.to_arrow(), ds.to_arrow(), join_type, keys, right_keys, left_suffix,
-                                     right_suffix)
-        size = max(1, -(-joined.num_rows // num_partitions))
-        return from_blocks(blk.split_rows(joined, size) if joined.num_rows else [joined], "Join")
+        return Dataset(combine.join_node(self._node, ds._node, join_type, keys, right_keys, num_partitions,
+                                         left_suffix, right_suffix), None, self._executions)
 
     def random_sample(self, fraction: float, *, seed: "int | RandomSeedConfig | None" = None) -> "Dataset":
         """Each row kept with probability ``fraction`` (about that share of the rows; not an exact count)."""

@@ -9,7 +9,7 @@ back in order; a new task starts only while the bytes of finished, not yet
 consumed blocks stay under ``DataContext.max_bytes_in_flight`` and fewer than
 ``2 x threads`` tasks are pending, so memory is bounded whatever the dataset's
 size.  All-to-all operators (shuffle, sort, repartition) gather their input
-first, as Ray's do.
+first, as Ray's do, and a join both of its inputs.
 
 **CPU budget.**  The pipeline never *needs* the engine's CPUs: a training
 worker iterating its shard runs it on its own threads (it shares the cores
@@ -36,7 +36,7 @@ import pyarrow as pa
 from muster.data import block as blk
 from muster.data import task_context
 from muster.data.context import DataContext, current_as
-from muster.data.plan import AllToAll, BlockFn, Limit, MapBatches, Node, Read, Transform, Union
+from muster.data.plan import AllToAll, BlockFn, Join, Limit, MapBatches, Node, Read, Transform, Union
 from muster.data.stats import Stats
 
 
@@ -205,6 +205,10 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
             yield from _run((Job(t.read, name, chain, t.size, i, epoch) for i, t in enumerate(tasks)), stats)
             return
         upstream = _timed(op.name, lambda: op.fn(list(_stream(child, epoch, stats)), epoch), stats)
+    elif isinstance(op, Join):
+        left, right = node.inputs
+        upstream = _timed(op.name, lambda: op.fn(list(_stream(left, epoch, stats)), list(_stream(right, epoch, stats))),
+                          stats)
     elif isinstance(op, Limit):
         upstream = _limit(_stream(node.inputs[0], epoch, stats), op.n)
     elif isinstance(op, Union) and op.weights is not None:

@@ -6,7 +6,7 @@
 * **Execution**: the stages ``execution`` runs for it, walked as it walks the plan: the transforms after a
   read fused into each read task (``ReadTasks[ReadRange->MapBatches(f)] (3 tasks)``), those after an
   all-to-all operator, a limit or a union in one task per block, a callable class with ``concurrency=`` in
-  an actor pool of its own, an all-to-all operator gathering its input first.
+  an actor pool of its own, an all-to-all operator gathering its input first, a join both of its inputs.
 
 Ray's ``explain`` prints its logical and physical plans; these are muster's (on the Ray engine,
 ``Dataset.explain`` prints Ray's own instead, since Ray runs the plan there).
@@ -14,7 +14,7 @@ Ray's ``explain`` prints its logical and physical plans; these are muster's (on 
 
 from __future__ import annotations
 
-from muster.data.plan import AllToAll, Limit, MapBatches, Node, Read, Transform, Union
+from muster.data.plan import AllToAll, Join, Limit, MapBatches, Node, Read, Transform, Union
 
 _INDENT = "   "
 
@@ -70,6 +70,8 @@ def _stage(node: Node, depth: int, lines: list[str]) -> None:
         lines.append(_line(depth, f"ActorPool[{op.name}] (concurrency={op.fn.concurrency})"))
     elif isinstance(op, AllToAll):
         lines.append(_line(depth, f"AllToAll[{op.name}] (gathers every input block first)"))
+    elif isinstance(op, Join):
+        lines.append(_line(depth, f"Join[{op.name}] (gathers both inputs first, then joins them)"))
     elif isinstance(op, Limit):
         lines.append(_line(depth, f"Limit[{op.name}] (stops its input once {op.n} rows have come)"))
     elif isinstance(op, Union):

@@ -12,13 +12,21 @@ A filter's expression goes down the plan while the operator below leaves the row
   over the rows the shuffle gets; fewer rows below it would draw another order, so there a filter stays
   above it (Ray moves it below either way);
 * a ``union`` (not a ``mix``): the filter on each branch, in the scan of each that reads parquet, a plain
-  Filter on the others (the union's rows are its branches' in order, so the result is the same).
+  Filter on the others (the union's rows are its branches' in order, so the result is the same);
+* a ``join`` whose inputs' schemas are known (``Join.schema``), when every column the filter reads comes
+  from one input (``combine.join_sources``: its name there, a suffixed one mapped back) whose rows the join
+  never null-extends (``_JOIN_SIDES``): an inner join either input, a left outer, semi or anti join the
+  left, a right one the right, a full outer join neither (a filter there would drop the rows the join pads
+  with nulls, or keep those it pads from rows it dropped). A filter on key columns alone goes into the other
+  input too, its keys named as there: a row of that input failing it would match no row that passes it,
+  and only matched rows of that input come out (pyarrow joins keys of one type only, so a key's value, and
+  the filter's result, is the same on both sides). Like a union, a join takes it when some input's scan does.
 
-``limit`` (fewer rows after a filter than before it), a join, a ``mix`` and any function stop it. At the read, the
+``limit`` (fewer rows after a filter than before it), a ``mix`` and any function stop it. At the read, the
 conjuncts of an ``&`` that have a ``pyarrow.compute`` form binding to the scan's columns go into the scan;
 the rest stay a Filter right above the read. Only a tree of columns, literals and their operators travels
 past an operator (a ``udf``, ``random()`` or ``monotonically_increasing_id()`` would see other rows there);
-a string or pyarrow expression travels whole, past no projection.
+a string or pyarrow expression travels whole, past no projection or join (its columns are not known).
 """
 
 from __future__ import annotations
@@ -29,12 +37,15 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from muster.data import projection
+from muster.data import combine, projection
 from muster.data.expr_tree import AliasExpr, BinaryExpr, ColumnExpr, Expr, LiteralExpr, Operation, UnaryExpr
-from muster.data.plan import AllToAll, Node, RayCall, Read, Transform, Union
+from muster.data.plan import AllToAll, Join, Node, RayCall, Read, Transform, Union
 from muster.exceptions import InvalidTypeError
 
 _PLAIN = (AliasExpr, BinaryExpr, ColumnExpr, LiteralExpr, UnaryExpr)  # no function, no per-row state
+#: per join type, the inputs (0 left, 1 right) whose rows come out of it as they went in, never null-extended
+_JOIN_SIDES = {"inner": (0, 1), "left_outer": (0,), "right_outer": (1,), "full_outer": (),
+               "left_semi": (0,), "left_anti": (0,), "right_semi": (1,), "right_anti": (1,)}
 
 
 def pushed(node: Node, op: Transform, expr: Any) -> Node | None:
@@ -48,6 +59,8 @@ def pushed(node: Node, op: Transform, expr: Any) -> Node | None:
         return None
     if isinstance(below, Union):
         return _into_union(node, below, op, expr)
+    if isinstance(below, Join):
+        return _into_join(node, below, op, expr, columns)
     if len(node.inputs) != 1:
         return None
     if isinstance(below, AllToAll) and below.passes_filters:
@@ -58,11 +71,28 @@ def pushed(node: Node, op: Transform, expr: Any) -> Node | None:
         return None
     if names is None:
         return None
-    if any(old != new for new, old in names.items()):
-        expr = _renamed(expr, names)
-        op = projection.filter_op(expr)
-    inner = pushed(node.inputs[0], op, expr)
+    inner = pushed(node.inputs[0], *_named(op, expr, names))
     return None if inner is None else Node(below, (inner,))
+
+
+def _named(op: Transform, expr: Any, names: dict[str, str]) -> tuple[Transform, Any]:
+    """The filter ``op`` of ``expr`` reading each column ``c`` as ``names[c]`` (itself when no name changes)."""
+    if all(old == new for new, old in names.items()):
+        return op, expr
+    expr = _renamed(expr, names)
+    return projection.filter_op(expr), expr
+
+
+def _onto(node: Node, filters: dict[int, tuple[Transform, Any]]) -> Node | None:
+    """``node`` with ``filters[i]`` (a filter and its expression) on its ``i``-th input, in its scan where it can
+    go there, a plain Filter above the input where not; None when no input takes its filter into a scan."""
+    branches = [(i, pushed(node.inputs[i], op, expr)) for i, (op, expr) in filters.items()]
+    if all(inner is None for _, inner in branches):
+        return None
+    inputs = list(node.inputs)
+    for i, inner in branches:
+        inputs[i] = inner if inner is not None else Node(filters[i][0], (inputs[i],))
+    return Node(node.op, tuple(inputs))
 
 
 def _into_union(node: Node, union: Union, op: Transform, expr: Any) -> Node | None:
@@ -70,10 +100,25 @@ def _into_union(node: Node, union: Union, op: Transform, expr: Any) -> Node | No
     branch takes it into a scan. A ``mix`` (``weights``) keeps it above: it interleaves by rows seen."""
     if union.weights is not None:
         return None
-    branches = [(pushed(branch, op, expr), branch) for branch in node.inputs]
-    if all(inner is None for inner, _ in branches):
+    return _onto(node, {i: (op, expr) for i in range(len(node.inputs))})
+
+
+def _into_join(node: Node, join: Join, op: Transform, expr: Any, columns: set[str]) -> Node | None:
+    """The join with the filter on the inputs it gives the same rows on (see the module's docstring), named as
+    there; None when there are none, or none takes it into a scan."""
+    left, right = (n.known_schema() for n in node.inputs)
+    sources = combine.join_sources(join, left, right) if left is not None and right is not None else None
+    if not isinstance(expr, Expr) or sources is None or not columns or not columns <= sources.keys():
         return None
-    return Node(union, tuple(inner if inner is not None else Node(op, (branch,)) for inner, branch in branches))
+    sides = {sources[c][0] for c in columns}
+    side = sides.pop()
+    if sides or side not in _JOIN_SIDES[join.join_type]:
+        return None
+    names = {side: {c: sources[c][1] for c in columns}}
+    keys = (join.keys, join.right_keys)
+    if all(name in keys[side] for name in names[side].values()):  # on keys alone: onto the other input too
+        names[1 - side] = {c: keys[1 - side][keys[side].index(name)] for c, name in names[side].items()}
+    return _onto(node, {i: _named(op, expr, n) for i, n in names.items()})
 
 
 def _into_read(node: Node, read: Read, op: Transform, expr: Any) -> Node | None:

@@ -4,7 +4,8 @@
 * ``Transform`` -- a per-block function (map, map_batches, filter, column ops);
                    consecutive transforms fuse into the task that made the block;
 * ``AllToAll``  -- needs every upstream block first (shuffle, sort, repartition);
-* ``Limit``, ``Union``.
+* ``Limit``, ``Union``;
+* ``Join``      -- its two inputs' rows joined on key columns, once both are gathered.
 
 Nothing runs until a dataset is consumed; ``execution`` walks this tree.
 Reads, transforms and all-to-all operators also carry ``ray``: the same
@@ -23,7 +24,7 @@ import pyarrow as pa
 
 from muster.data import block as blk
 from muster.data.exceptions import DataError, DataTypeError, UserFunctionError
-from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, MusterError
 
 BlockFn = Callable[[pa.Table], list[pa.Table]]
 
@@ -124,7 +125,29 @@ class Union:
     stop_on_shortest: bool = False
 
 
-Operator = Read | Transform | AllToAll | Limit | Union
+@dataclass(frozen=True)
+class Join:
+    """``Dataset.join``: ``fn(left blocks, right blocks)`` -> the joined blocks, once both inputs are gathered.
+    ``join_type`` is Ray's (``inner``, ``left_outer``, ...), ``keys``/``right_keys`` each input's key columns."""
+
+    name: str
+    join_type: str
+    keys: tuple[str, ...]
+    right_keys: tuple[str, ...]
+    fn: Callable[[list[pa.Table], list[pa.Table]], list[pa.Table]] = field(compare=False)
+
+    def schema(self, left: pa.Schema | None, right: pa.Schema | None) -> pa.Schema | None:
+        """The joined blocks' schema for inputs of these schemas (pyarrow's join of empty tables, as Ray infers
+        it); None when either is unknown, or they would not join (a key missing, columns clashing)."""
+        if left is None or right is None:
+            return None
+        try:
+            return self.fn([left.empty_table()], [right.empty_table()])[0].schema
+        except (MusterError, pa.ArrowException):
+            return None
+
+
+Operator = Read | Transform | AllToAll | Limit | Union | Join
 
 
 @dataclass(frozen=True)
@@ -162,10 +185,12 @@ class Node:
 
     def known_schema(self) -> pa.Schema | None:
         """The schema this plan's blocks have, when known before running it (as Ray infers it): a read's
-        (``Read.known_schema``), through ``limit``, the operators that keep every row, a filter, and a union
-        of inputs of one schema; else None."""
+        (``Read.known_schema``), through ``limit``, the operators that keep every row, a filter, a union
+        of inputs of one schema, and a join of inputs of known schemas; else None."""
         if isinstance(self.op, Read):
             return self.op.known_schema()
+        if isinstance(self.op, Join):
+            return self.op.schema(self.inputs[0].known_schema(), self.inputs[1].known_schema())
         if isinstance(self.op, Union):
             schemas = [n.known_schema() for n in self.inputs]
             return schemas[0] if schemas and all(s is not None and s.equals(schemas[0]) for s in schemas) else None
