@@ -8,12 +8,11 @@ warned about, and a backlog of tasks of one shape gets one warning, not one per 
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 
-import pytest
 from _task_helpers import TIMEOUT, wait_for
+from _waiting_work import Needy, hold_until, nap
 
 import muster
 from muster.core.local import slots
@@ -25,42 +24,9 @@ def needs_all_cpus():
 
 
 @muster.remote
-def hold_until(path: str, started: str):
-    open(started, "w").close()
-    while not os.path.exists(path):
-        time.sleep(0.05)
-    return os.getpid()
-
-
-@muster.remote
-def nap(seconds: float):
-    time.sleep(seconds)
-    return "rested"
-
-
-@muster.remote
 class Holder:
     def pid(self):
         return os.getpid()
-
-
-@muster.remote
-class Needy:
-    def ping(self):
-        return "pong"
-
-
-@pytest.fixture
-def busy(caplog):
-    """The busy-wait warnings logged during the test; after it, every CPU is free again (a killed actor's
-    CPUs come back once its process is gone), so the next test starts on an idle machine."""
-    caplog.set_level(logging.WARNING, logger="muster")
-
-    def warnings() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name == "muster" and "to start." in r.getMessage()]
-
-    yield warnings
-    assert wait_for(lambda: muster.available_resources().get("CPU", 0.0) == _cpus(), TIMEOUT)
 
 
 def _cpus() -> int:
