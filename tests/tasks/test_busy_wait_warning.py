@@ -76,6 +76,29 @@ def test_an_actor_waiting_for_cpus_a_task_holds_is_warned_about_once(busy, monke
     assert len(busy()) == 1
 
 
+@muster.remote(num_cpus=1)
+def waits_on(path: str, started: str, cpus: int):
+    return muster.get(hold_until.options(num_cpus=cpus).remote(path, started))
+
+
+def test_a_task_waiting_in_get_is_not_named_as_holding_the_cpus_it_lent(busy, monkeypatch, tmp_path):
+    # The outer task lends its CPU while it waits in muster.get: only the inner task holds the CPUs. It was named
+    # too, holding CPU=1 of a machine whose every CPU the inner task held.
+    monkeypatch.setattr(slots, "_WAIT_NOTICE_S", 0.3)
+    cpus, go, started = _cpus(), str(tmp_path / "go"), str(tmp_path / "started")
+    outer = waits_on.remote(go, started, cpus)
+    assert wait_for(lambda: os.path.exists(started), TIMEOUT)
+    ref = needs_all_cpus.options(num_cpus=cpus).remote()
+    try:
+        assert wait_for(busy, timeout=10), "no warning for a task waiting for CPUs"
+        (message,) = busy()
+        assert "Held by: task hold_until (pid " in message and f"CPU={cpus})." in message, message
+        assert "waits_on" not in message, message
+    finally:
+        open(go, "w").close()
+    assert muster.get([outer, ref], timeout=TIMEOUT)[1] == "ran"
+
+
 def test_a_backlog_of_tasks_of_one_shape_gets_one_warning(busy, monkeypatch):
     monkeypatch.setattr(slots, "_WAIT_NOTICE_S", 0.3)
     cpus = _cpus()

@@ -39,10 +39,9 @@ from typing import Any, Callable, Iterator
 
 from muster.core import resources as res
 from muster.core import settings
-from muster.core.local import wire, zygote, zygote_process
+from muster.core.local import reservations, wire, zygote, zygote_process
 from muster.core.local.actor import LocalActor
 from muster.core.local.logs import LogRelay
-from muster.core.local import reservations
 from muster.core.local.reservations import Reservations
 from muster.core.local.slots import TASK_FIX, Allocation, BusyWarning, SlotTable, detect_total, node_memory
 from muster.core.local.task_pool import TaskPool
@@ -314,8 +313,9 @@ class LocalRuntime(Runtime):
                        ends: str = "It starts") -> Callable[[str], None]:
         """``on_wait`` for a wait for ``request`` (all of it: a gang's members together, a placement group's
         bundles) from the machine or from ``bundle`` of a group, its message naming what holds what is short --
-        the workers that took it from there, and the placement groups holding it out of the machine -- and
-        saying the wait ends once they free it. (Called under the slot table's lock: it takes no engine lock.)"""
+        the workers that took it from there (less what one waiting in ``muster.get`` has lent out, and saying it
+        waits), and the placement groups holding it out of the machine -- and saying the wait ends once they
+        free it. (Called under the slot table's lock: it takes no engine lock.)"""
 
         def say(message: str) -> None:
             tables = [self.slots] if bundle is None else self.reservations.tables(bundle)
@@ -327,9 +327,10 @@ class LocalRuntime(Runtime):
                 live = ()
             names = []
             for a in live:
-                mine = {k: v for k in short if (v := a.allocation.resources.get(k, 0.0)) > 0}
+                mine = {k: v for k in short if (v := a.allocation.resources.get(k, 0.0) - a.lent.get(k, 0.0)) > 0}
                 if mine and a._holds_slots and any(a.allocation.table is t for t in tables):
-                    names.append(f"{a.label} (pid {a.pid}, {res.fmt(mine)})")
+                    waits = "; itself waiting in muster.get/wait" if a.waiting else ""
+                    names.append(f"{a.label} (pid {a.pid}, {res.fmt(mine)}{waits})")
             for group in self.reservations.groups() if bundle is None else ():
                 mine = {k: v for k, v in group.held().items() if k in short and v > 0}
                 if mine:
@@ -495,18 +496,23 @@ class LocalRuntime(Runtime):
 
     @contextlib.contextmanager
     def blocked(self, handle: RuntimeActor) -> Iterator[None]:
-        """While ``handle`` waits on other work, lend its CPUs out (nested tasks cannot deadlock)."""
+        """While ``handle`` waits on other work, lend its CPUs out (nested tasks cannot deadlock): once while
+        any of its threads waits (a threaded actor's calls may wait together); they come back after the last."""
         assert isinstance(handle, LocalActor)
-        cpus = handle.allocation.resources.get("CPU")
-        if not cpus:
-            yield
-            return
-        lent = Allocation({"CPU": cpus}, table=handle.allocation.table)  # in a placement group: to its bundle
-        lent.give_back()
+        with handle.lending:
+            handle.waiting += 1
+            cpus = handle.allocation.resources.get("CPU") if handle.waiting == 1 else None
+            if cpus:
+                Allocation({"CPU": cpus}, table=handle.allocation.table).give_back()  # in a group: to its bundle
+                handle.lent = {"CPU": cpus}
         try:
             yield
         finally:
-            (lent.table or self.slots).acquire_exact(lent)
+            with handle.lending:  # a thread that starts waiting meanwhile lends them again once they are back
+                handle.waiting -= 1
+                if not handle.waiting and handle.lent:
+                    back, handle.lent = Allocation(handle.lent), {}
+                    (handle.allocation.table or self.slots).acquire_exact(back)
 
     # -- tasks (task_pool.py) ----------------------------------------------
     def submit(
