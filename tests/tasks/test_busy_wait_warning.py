@@ -8,12 +8,11 @@ warned about, and a backlog of tasks of one shape gets one warning, not one per 
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 
-import pytest
 from _task_helpers import TIMEOUT, wait_for
+from _waiting_work import Needy, hold_until, nap
 
 import muster
 from muster.core.local import slots
@@ -25,42 +24,9 @@ def needs_all_cpus():
 
 
 @muster.remote
-def hold_until(path: str, started: str):
-    open(started, "w").close()
-    while not os.path.exists(path):
-        time.sleep(0.05)
-    return os.getpid()
-
-
-@muster.remote
-def nap(seconds: float):
-    time.sleep(seconds)
-    return "rested"
-
-
-@muster.remote
 class Holder:
     def pid(self):
         return os.getpid()
-
-
-@muster.remote
-class Needy:
-    def ping(self):
-        return "pong"
-
-
-@pytest.fixture
-def busy(caplog):
-    """The busy-wait warnings logged during the test; after it, every CPU is free again (a killed actor's
-    CPUs come back once its process is gone), so the next test starts on an idle machine."""
-    caplog.set_level(logging.WARNING, logger="muster")
-
-    def warnings() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name == "muster" and "to start." in r.getMessage()]
-
-    yield warnings
-    assert wait_for(lambda: muster.available_resources().get("CPU", 0.0) == _cpus(), TIMEOUT)
 
 
 def _cpus() -> int:
@@ -108,6 +74,29 @@ def test_an_actor_waiting_for_cpus_a_task_holds_is_warned_about_once(busy, monke
         open(go, "w").close()
         muster.kill(needy)
     assert len(busy()) == 1
+
+
+@muster.remote(num_cpus=1)
+def waits_on(path: str, started: str, cpus: int):
+    return muster.get(hold_until.options(num_cpus=cpus).remote(path, started))
+
+
+def test_a_task_waiting_in_get_is_not_named_as_holding_the_cpus_it_lent(busy, monkeypatch, tmp_path):
+    # The outer task lends its CPU while it waits in muster.get: only the inner task holds the CPUs. It was named
+    # too, holding CPU=1 of a machine whose every CPU the inner task held.
+    monkeypatch.setattr(slots, "_WAIT_NOTICE_S", 0.3)
+    cpus, go, started = _cpus(), str(tmp_path / "go"), str(tmp_path / "started")
+    outer = waits_on.remote(go, started, cpus)
+    assert wait_for(lambda: os.path.exists(started), TIMEOUT)
+    ref = needs_all_cpus.options(num_cpus=cpus).remote()
+    try:
+        assert wait_for(busy, timeout=10), "no warning for a task waiting for CPUs"
+        (message,) = busy()
+        assert "Held by: task hold_until (pid " in message and f"CPU={cpus})." in message, message
+        assert "waits_on" not in message, message
+    finally:
+        open(go, "w").close()
+    assert muster.get([outer, ref], timeout=TIMEOUT)[1] == "ran"
 
 
 def test_a_backlog_of_tasks_of_one_shape_gets_one_warning(busy, monkeypatch):

@@ -96,6 +96,47 @@ def test_custom_resource_tasks_wait_for_each_other(gpu_engine):
         assert start >= end, f"two tasks held the one licence at once: {windows}"
 
 
+@muster.remote(num_cpus=0)
+def until_exists(path, started):
+    open(started, "w").close()
+    while not os.path.exists(path):
+        time.sleep(0.05)
+    return "there"
+
+
+@muster.remote(num_cpus=1, resources={"licence": 1})
+def licence_then_get(path, started):
+    return muster.get(until_exists.remote(path, started), timeout=TIMEOUT)
+
+
+def test_a_holder_waiting_in_get_is_named_as_waiting_itself(gpu_engine, monkeypatch, caplog, tmp_path):
+    """A task that waits in muster.get keeps what it holds but its CPUs (the licence here, as a GPU): a wait for
+    it names it as the holder, saying it waits on other work itself, so a wait that can never end (its get
+    waits for the waiting task) reads as one. Before, it read as a task busy with the licence."""
+    from muster.core.local import slots
+
+    monkeypatch.setattr(slots, "_WAIT_NOTICE_S", 0.3)
+    caplog.set_level(logging.WARNING, logger="muster")
+    go, started = str(tmp_path / "go"), str(tmp_path / "started")
+    holder = licence_then_get.remote(go, started)
+    deadline = time.monotonic() + TIMEOUT
+    while not os.path.exists(started):
+        assert time.monotonic() < deadline, "the inner task never started"
+        time.sleep(0.05)
+    waiter = holds_the_licence.remote(0)
+    try:
+        while not any(" has waited " in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, "no warning for a task waiting for the licence"
+            time.sleep(0.05)
+        message = next(r.getMessage() for r in caplog.records if " has waited " in r.getMessage())
+        assert "Held by: task licence_then_get (pid " in message, message
+        assert "licence=1; itself waiting in muster.get/wait)" in message, message
+    finally:
+        open(go, "w").close()
+    assert muster.get(holder, timeout=TIMEOUT) == "there"
+    assert muster.get(waiter, timeout=TIMEOUT)
+
+
 def test_a_gpu_task_runs_once_per_worker_as_in_ray(gpu_engine):
     """Ray's default max_calls=1 for a function declared with GPUs: each task gets a fresh process, so
     the GPU memory a framework keeps is freed; max_calls=0 keeps the worker for the next task."""

@@ -131,6 +131,33 @@ def test_tasks_submitting_tasks_do_not_deadlock_when_every_cpu_is_busy():
     assert wait_for(lambda: muster.available_resources().get("CPU") == 4.0, 5)
 
 
+@muster.remote(num_cpus=0)
+def sleep_then(seconds, value):
+    time.sleep(seconds)
+    return value
+
+
+@muster.remote(num_cpus=1, max_concurrency=2)
+class TwoWaiters:
+    def wait_on(self, seconds):
+        return muster.get(sleep_then.remote(seconds, "done"), timeout=TIMEOUT)
+
+
+def test_a_threaded_actor_waiting_in_get_on_two_threads_lends_its_cpu_once():
+    # Both calls wait in muster.get at once: the actor's 1 CPU is lent once (it was lent twice, and the
+    # machine counted 5 CPUs free of 4), and comes back once, after the last of them.
+    actor = TwoWaiters.remote()
+    refs = [actor.wait_on.remote(1.5) for _ in range(2)]
+    seen = []
+    while muster.wait(refs, num_returns=2, timeout=0)[1]:
+        seen.append(muster.available_resources().get("CPU", 0.0))
+        time.sleep(0.05)
+    assert muster.get(refs, timeout=TIMEOUT) == ["done", "done"]
+    assert max(seen) == 4.0, seen  # lent: every CPU free, never more
+    assert wait_for(lambda: muster.available_resources().get("CPU") == 3.0, 5)  # the actor holds it again
+    muster.kill(actor)
+
+
 @muster.remote
 def depth(n):
     return 0 if n == 0 else 1 + muster.get(depth.remote(n - 1))

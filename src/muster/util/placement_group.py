@@ -6,8 +6,9 @@ places them (``STRICT_SPREAD`` needs a node per bundle, ``STRICT_PACK`` one node
 all; on the one-node embedded engine PACK, SPREAD and STRICT_PACK are all met by the
 one node). A group that can never be
 placed fails fast: ``ready()`` raises instead of waiting forever. A group that fits
-but finds the engine busy is PENDING until what others hold frees up; then it holds
-its bundles (``available_resources()`` drops by them) and is CREATED.
+but finds the engine busy is PENDING until what others hold frees up (on the embedded
+engine, one warning after 5 s names what holds it); then it holds its bundles
+(``available_resources()`` drops by them) and is CREATED.
 
 Work scheduled into a group (``PlacementGroupSchedulingStrategy``, or the
 ``placement_group=`` / ``placement_group_bundle_index=`` options) draws on its bundle,

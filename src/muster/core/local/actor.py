@@ -37,6 +37,9 @@ class LocalActor(RuntimeActor):
         self._pending: dict[int, Future] = {}
         self._alive = True
         self._holds_slots = True  # False while idle in the task pool
+        self.waiting = 0  # how many of its threads wait on other work (``LocalRuntime.blocked``) ...
+        self.lent: dict[str, float] = {}  # ... and what of its allocation they lent out meanwhile
+        self.lending = threading.Lock()
         self._expected_exit = False
         self.retiring = False  # it ends after its answer (Ray's max_calls): never handed out again
         self.death_reason = ""  # why the engine killed it, when it did on purpose (its placement group went)

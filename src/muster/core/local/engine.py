@@ -39,11 +39,11 @@ from typing import Any, Callable, Iterator
 
 from muster.core import resources as res
 from muster.core import settings
-from muster.core.local import wire, zygote, zygote_process
+from muster.core.local import reservations, wire, zygote, zygote_process
 from muster.core.local.actor import LocalActor
 from muster.core.local.logs import LogRelay
 from muster.core.local.reservations import Reservations
-from muster.core.local.slots import Allocation, BusyWarning, SlotTable, detect_total, node_memory
+from muster.core.local.slots import TASK_FIX, Allocation, BusyWarning, SlotTable, detect_total, node_memory
 from muster.core.local.task_pool import TaskPool
 from muster.core.runtime import BundleRef, RuntimeActor, EventHandler, Runtime
 from muster.exceptions import describe_exit, MusterError, RuntimeNotStartedError, TaskError
@@ -265,8 +265,13 @@ class LocalRuntime(Runtime):
         fresh_process: bool = False,
         bundle: BundleRef | None = None,
     ) -> RuntimeActor:
-        held = None if bundle is None else [self.reservations.take(res.normalize(resources), bundle, actor=True)]
-        said = None if bundle is not None else BusyWarning(label or f"actor {cls.__name__}")  # waits: warn once
+        said = BusyWarning(label or f"actor {cls.__name__}", fix=reservations.BUNDLE_FIX if bundle else TASK_FIX)
+        if bundle is not None:  # it waits for room in its bundle here: warned about once, as on the machine
+            request = res.normalize(resources)
+            on_wait = self.naming_holders(said, request, bundle)
+            held = [self.reservations.take(request, bundle, actor=True, on_wait=on_wait)]
+        else:
+            held = None
         (actor,) = self._launch(
             1, cls, args, kwargs, resources, None, said, None, [label] if label else None, on_event,
             allocations=held, fresh_process=fresh_process,
@@ -275,7 +280,10 @@ class LocalRuntime(Runtime):
 
     def reserve(self, group: str, bundles: list[dict[str, float]], strategy: str = "PACK", name: str = "",
                 lifetime: str | None = None) -> Future:
-        return self.reservations.reserve(group, bundles)  # one node meets every strategy it was checked for
+        # one node meets every strategy it was checked for; a group left pending is warned about once
+        said = BusyWarning(reservations.describe(group, name, bundles, strategy), "be placed", reservations.GROUP_FIX)
+        on_wait = self.naming_holders(said, res.summed(bundles), ends="It is placed")
+        return self.reservations.reserve(group, bundles, name, strategy, on_wait)
 
     def unreserve(self, group: str) -> None:
         with self._lock:
@@ -301,25 +309,36 @@ class LocalRuntime(Runtime):
         # One machine: PACK, SPREAD and STRICT_PACK all place every member here.
         return list(self._launch(n, cls, (), {}, resources_per_member, env, on_wait, timeout_s, None))
 
-    def naming_holders(self, on_wait: Callable[[str], None], request: dict[str, float]) -> Callable[[str], None]:
-        """``on_wait`` for a wait for ``request`` (all of it: a gang's members together), its message naming
-        the workers that hold what is short and saying the wait ends once they free it. (Called under the slot
-        table's lock: it takes no engine lock.)"""
+    def naming_holders(self, on_wait: Callable[[str], None], request: dict[str, float], bundle: BundleRef | None = None,
+                       ends: str = "It starts") -> Callable[[str], None]:
+        """``on_wait`` for a wait for ``request`` (all of it: a gang's members together, a placement group's
+        bundles) from the machine or from ``bundle`` of a group, its message naming what holds what is short --
+        the workers that took it from there (less what one waiting in ``muster.get`` has lent out, and saying it
+        waits), and the placement groups holding it out of the machine -- and saying the wait ends once they
+        free it. (Called under the slot table's lock: it takes no engine lock.)"""
 
         def say(message: str) -> None:
-            free = self.slots.free()
-            short = [k for k, v in request.items() if v > 0 and free.get(k, 0.0) < v]
+            tables = [self.slots] if bundle is None else self.reservations.tables(bundle)
+            frees = [t.free() for t in tables]
+            short = [k for k, v in request.items() if v > 0 and all(f.get(k, 0.0) < v for f in frees)]
             try:
                 live = tuple(self._actors.values())
             except RuntimeError:  # changed meanwhile: name none this time
                 live = ()
-            held = [(a, {k: a.allocation.resources[k] for k in short if a.allocation.resources.get(k)})
-                    for a in live if a._holds_slots]
-            names = [f"{a.label} (pid {a.pid}, {res.fmt(mine)})" for a, mine in held if mine]
+            names = []
+            for a in live:
+                mine = {k: v for k in short if (v := a.allocation.resources.get(k, 0.0) - a.lent.get(k, 0.0)) > 0}
+                if mine and a._holds_slots and any(a.allocation.table is t for t in tables):
+                    waits = "; itself waiting in muster.get/wait" if a.waiting else ""
+                    names.append(f"{a.label} (pid {a.pid}, {res.fmt(mine)}{waits})")
+            for group in self.reservations.groups() if bundle is None else ():
+                mine = {k: v for k, v in group.held().items() if k in short and v > 0}
+                if mine:
+                    names.append(f"{group.shown} ({res.fmt(mine)})")
             who = (f" Held by: {', '.join(names[:5])}{f' and {len(names) - 5} more' if len(names) > 5 else ''}."
                    if names else "")
             freed = f"{' and '.join(short)} {'is' if len(short) == 1 else 'are'}" if short else "they are"
-            on_wait(f"{message}{who} It starts once {freed} freed.")
+            on_wait(f"{message}{who} {ends} once {freed} freed.")
 
         return say
 
@@ -477,18 +496,23 @@ class LocalRuntime(Runtime):
 
     @contextlib.contextmanager
     def blocked(self, handle: RuntimeActor) -> Iterator[None]:
-        """While ``handle`` waits on other work, lend its CPUs out (nested tasks cannot deadlock)."""
+        """While ``handle`` waits on other work, lend its CPUs out (nested tasks cannot deadlock): once while
+        any of its threads waits (a threaded actor's calls may wait together); they come back after the last."""
         assert isinstance(handle, LocalActor)
-        cpus = handle.allocation.resources.get("CPU")
-        if not cpus:
-            yield
-            return
-        lent = Allocation({"CPU": cpus}, table=handle.allocation.table)  # in a placement group: to its bundle
-        lent.give_back()
+        with handle.lending:
+            handle.waiting += 1
+            cpus = handle.allocation.resources.get("CPU") if handle.waiting == 1 else None
+            if cpus:
+                Allocation({"CPU": cpus}, table=handle.allocation.table).give_back()  # in a group: to its bundle
+                handle.lent = {"CPU": cpus}
         try:
             yield
         finally:
-            (lent.table or self.slots).acquire_exact(lent)
+            with handle.lending:  # a thread that starts waiting meanwhile lends them again once they are back
+                handle.waiting -= 1
+                if not handle.waiting and handle.lent:
+                    back, handle.lent = Allocation(handle.lent), {}
+                    (handle.allocation.table or self.slots).acquire_exact(back)
 
     # -- tasks (task_pool.py) ----------------------------------------------
     def submit(
@@ -505,9 +529,9 @@ class LocalRuntime(Runtime):
     ) -> Future:
         """Run ``fn`` in a pooled worker of the same resource shape (reused across tasks); a worker
         counts ``max_calls`` for itself (it retires once the task says so). ``on_wait``: see
-        :meth:`_launch` (not for a task in a bundle, which waits for its own group's work); without one, a
+        :meth:`_launch` (in a placement group's bundle: told while it waits for room there); without one, a
         task that waits for resources other work holds gets one warning (``slots.BusyWarning``), and the
-        tasks of its shape queued behind it none until that backlog has drained.
+        tasks of its shape (and bundle) queued behind it none until that backlog has drained.
 
         Tasks of one shape (and bundle) start in submission order from one dispatcher thread,
         which alone waits for their resources (no thread per queued task).

@@ -64,26 +64,45 @@ class Allocation:
         self.table.release(self)
 
 
-class BusyWarning:
-    """``on_wait`` for a task or actor the user started that waits for resources other work holds: one
-    warning on muster's logger the first time it is told (after ``_WAIT_NOTICE_S``), silent after.
+#: The fix a :class:`BusyWarning` gives for a task or actor that waits for the machine's resources.
+TASK_FIX = ("let that work finish, ask for less (num_cpus= / num_gpus= / resources= in .options()), or oversubscribe "
+            "this machine with muster.init(num_cpus=N) (num_gpus=, resources= for the others).")
 
-    ``what`` names it ("task f", "actor A"); the message it is told says what it asks for, what is free and
-    what holds the rest (``LocalRuntime.naming_holders``). ``told``: whether it has warned.
+
+class BusyWarning:
+    """``on_wait`` for work the user started (a task, an actor, a placement group) that waits for resources
+    other work holds: one warning on muster's logger the first time it is told (after ``_WAIT_NOTICE_S``),
+    silent after.
+
+    ``what`` names it ("task f", "actor A"); ``goal`` is what it waits to do ("start", "be placed"); ``fix``
+    says what the user can do. The message it is told says what it asks for, what is free and what holds
+    the rest (``LocalRuntime.naming_holders``). ``told``: whether it has warned.
     """
 
-    def __init__(self, what: str):
-        self.what, self.told, self._since = what, False, time.monotonic()
+    def __init__(self, what: str, goal: str = "start", fix: str = TASK_FIX):
+        self.what, self.goal, self.fix = what, goal, fix
+        self.told, self._since = False, time.monotonic()
 
     def __call__(self, message: str) -> None:
         if self.told:
             return
         self.told = True
-        logging.getLogger("muster").warning(
-            "muster: %s has waited %.0f s to start. %s Fix: let that work finish, ask for less "
-            "(num_cpus= / num_gpus= / resources= in .options()), or oversubscribe this machine with "
-            "muster.init(num_cpus=N) (num_gpus=, resources= for the others).", self.what,
-            time.monotonic() - self._since, message)
+        logging.getLogger("muster").warning("muster: %s has waited %.0f s to %s. %s Fix: %s", self.what,
+                                            time.monotonic() - self._since, self.goal, message, self.fix)
+
+
+class NoticeClock:
+    """When a wait is told (``on_wait``): once it has lasted ``_WAIT_NOTICE_S``, then every twice as long."""
+
+    def __init__(self) -> None:
+        self._next = time.monotonic() + _WAIT_NOTICE_S
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + _WAIT_NOTICE_S * 2
+        return True
 
 
 class SlotTable:
@@ -124,8 +143,7 @@ class SlotTable:
         timeout_s: float | None = None,
     ) -> list[Allocation]:
         """Take ``count`` allocations at once, waiting while the machine is busy."""
-        start = time.monotonic()
-        next_notice = start + _WAIT_NOTICE_S
+        start, clock = time.monotonic(), NoticeClock()
         with self._cond:
             while True:
                 if self._closed is not None:
@@ -133,22 +151,20 @@ class SlotTable:
                 got = self._try_take_new([request] * count)
                 if got is not None:
                     return got
-                now = time.monotonic()
-                if timeout_s is not None and now - start >= timeout_s:
+                if timeout_s is not None and time.monotonic() - start >= timeout_s:
                     raise GetTimeoutError(
                         f"Waited {timeout_s:.0f} s for {count} x {{{res.fmt(request)}}}; "
                         f"free now: {res.fmt(self._free)}."
                     )
-                if now >= next_notice:
-                    next_notice = now + _WAIT_NOTICE_S * 2
+                if on_wait is not None and clock.due():
                     many = f"{count} worker(s) x " if count > 1 else ""
-                    msg = (
-                        f"Waiting for resources: {many}{{{res.fmt(request)}}}; free now: "
-                        f"{res.fmt(self._free)} of {res.fmt(self._total)}. Other work holds the rest."
-                    )
-                    if on_wait is not None:
-                        on_wait(msg)
+                    on_wait(self.waiting_message(f"{many}{{{res.fmt(request)}}}"))
                 self._cond.wait(0.5)
+
+    def waiting_message(self, asked: str) -> str:
+        """What a wait for ``asked`` from this table is told (the caller holds the lock)."""
+        return (f"Waiting for resources: {asked}; free now: {res.fmt(self._free)} of "
+                f"{res.fmt(self._total)}. Other work holds the rest.")
 
     def acquire_exact(self, alloc: Allocation) -> None:
         """Re-take a previous allocation (same GPU ids), waiting until it is free."""
@@ -164,10 +180,12 @@ class SlotTable:
         with self._cond:
             return None if self._closed is not None else self._try_take_new(requests)
 
-    def take_when_free(self, requests: list[dict[str, float]], stop: threading.Event) -> list[Allocation] | None:
+    def take_when_free(self, requests: list[dict[str, float]], stop: threading.Event,
+                       on_wait: Callable[[str], None] | None = None) -> list[Allocation] | None:
         """:meth:`try_take` for a pending placement group, waiting until they fit together (meanwhile new
-        work may not take what it lacks, see :meth:`_yields`); None once ``stop`` is set."""
-        need = res.summed(requests)
+        work may not take what it lacks, see :meth:`_yields`; ``on_wait`` is told as by :meth:`acquire`);
+        None once ``stop`` is set."""
+        need, clock = res.summed(requests), NoticeClock()
         with self._cond:
             self._groups_waiting.append(need)
             self._last_release = time.monotonic()
@@ -176,6 +194,8 @@ class SlotTable:
                     got = self._try_take(requests)
                     if got is not None:
                         return got
+                    if on_wait is not None and clock.due():
+                        on_wait(self.waiting_message(f"{len(requests)} bundle(s) {{{res.fmt(need)}}} together"))
                     self._cond.wait(0.5)
             finally:
                 self._groups_waiting.remove(need)

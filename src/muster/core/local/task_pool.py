@@ -18,7 +18,8 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable
 
 from muster.core import resources as res
-from muster.core.local.slots import BusyWarning
+from muster.core.local.reservations import BUNDLE_FIX
+from muster.core.local.slots import TASK_FIX, BusyWarning
 from muster.core.runtime import BundleRef, EventHandler, removed_error
 from muster.exceptions import ActorDiedError, RuntimeNotStartedError, TaskError, WorkerCrashedError
 
@@ -114,8 +115,9 @@ class TaskPool:
         out: Future, warn: bool = True,
     ) -> bool:
         """Start one queued task once its resources are free; True if it was warned about waiting for them (a
-        task given no ``on_wait``, outside placement groups, gets one :class:`BusyWarning` when ``warn``)."""
-        busy = BusyWarning(label) if on_wait is None and bundle is None and warn else None
+        task given no ``on_wait`` gets one :class:`BusyWarning` when ``warn``; in a placement group's bundle, one
+        that waits for room in it)."""
+        busy = BusyWarning(label, fix=BUNDLE_FIX if bundle else TASK_FIX) if on_wait is None and warn else None
         try:
             actor = self._task_worker(request, label, bundle, on_wait or busy)
             actor._on_event = on_event
@@ -140,7 +142,7 @@ class TaskPool:
             if actor is None:
                 (actor,) = self._runtime._launch(1, None, (), {}, request, None, on_wait, None, [label])
         else:
-            said = None if on_wait is None or bundle is not None else self._runtime.naming_holders(on_wait, request)
+            said = None if on_wait is None else self._runtime.naming_holders(on_wait, request, bundle)
             alloc = self._reservations.take(request, bundle, on_wait=said)
             with self._lock:
                 pool = self.idle.setdefault(key, [])
