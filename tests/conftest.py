@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -64,11 +65,21 @@ def _no_leaked_workers(request):
     while alive and time.monotonic() < deadline:
         time.sleep(0.05)
         retire()
-        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in alive if _running(p)]
     if alive:
         for p in alive:
-            p.kill()
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
         pytest.fail(f"test leaked worker processes: {[p.pid for p in alive]}")
+
+
+def _running(process: psutil.Process) -> bool:
+    """Whether ``process`` still runs; one that exits between psutil's two reads is gone (a CI run's teardown
+    raised NoSuchProcess from ``status()`` right after ``is_running()`` said yes)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.fixture(scope="module")

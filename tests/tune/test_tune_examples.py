@@ -30,7 +30,11 @@ def test_pb2_over_pbt_function_as_rays_pb2_example(storage):
     results = tuner.fit()
     assert results.num_errors == 0 and len(results) == 4
     for result in results:
-        assert result.metrics["training_iteration"] == 6
+        # 6 where the stop met the trial's own count; 7 where PB2 restarted it (at 2 or 4) from a donor's
+        # checkpoint of iteration 6: a trial goes on from its donor checkpoint's iteration, as on Ray, and its
+        # next report is 7 (a donor stops at 6, so none is further on)
+        iteration, since_restore = result.metrics["training_iteration"], result.metrics["iterations_since_restore"]
+        assert iteration == 6 or (iteration == 7 and since_restore < 7), result.metrics
         assert set(result.metrics) >= {"mean_accuracy", "cur_lr", "optimal_lr", "q_err", "done"}
         assert result.checkpoint is not None  # every 2nd step saves one
     assert {r.config["lr"] for r in results} == {r.metrics["cur_lr"] for r in results}  # reports the lr it ran with
