@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import time
+
+import pytest
 
 import muster.train as train
 from muster.train import Checkpoint, FailureConfig, Result, RunConfig, ScalingConfig
@@ -45,3 +48,34 @@ def test_a_pyarrow_subtree_filesystem_over_a_local_disk(tmp_path):
     assert ckpt.path == "bucket/sub-path/run/checkpoint_000003"
     assert repr(ckpt) == "Checkpoint(path='bucket/sub-path/run/checkpoint_000003')"
     assert Checkpoint(ckpt.path, filesystem=fs).to_dict()["step"] == 2
+
+
+def _never_runs(config):
+    raise AssertionError("the storage check comes first")
+
+
+def test_s3_without_credentials_fails_at_once_naming_the_fix(monkeypatch, tmp_path):
+    """The seed overview's ``RunConfig(storage_path="s3://my-bucket/ray-results")`` on a machine without AWS
+    credentials: botocore's NoCredentialsError was retried 6 times (over 6 s), then said only "Unable to
+    locate credentials"."""
+    s3fs = pytest.importorskip("s3fs")
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role to ask for
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    s3fs.S3FileSystem.clear_instance_cache()  # fsspec caches clients, with the credentials they found
+    start = time.monotonic()
+    try:
+        with pytest.raises(PermissionError) as info:
+            TorchTrainer(_never_runs, scaling_config=ScalingConfig(num_workers=1),
+                         run_config=RunConfig(storage_path="s3://my-bucket/ray-results", name="training_run",
+                                              verbose=0)).fit()
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    message = str(info.value)
+    assert "my-bucket/ray-results/training_run" in message and "NoCredentialsError" in message, message
+    assert "AWS_ACCESS_KEY_ID" in message and "RunConfig(storage_filesystem=...)" in message, message
+    assert time.monotonic() - start < 3, "no retries: no credentials appear by waiting"
