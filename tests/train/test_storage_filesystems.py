@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+from _shared import without_aws_credentials
 
 import muster.train as train
 from muster.train import Checkpoint, FailureConfig, Result, RunConfig, ScalingConfig
@@ -59,14 +60,7 @@ def test_s3_without_credentials_fails_at_once_naming_the_fix(monkeypatch, tmp_pa
     credentials: botocore's NoCredentialsError was retried 6 times (over 6 s), then said only "Unable to
     locate credentials"."""
     s3fs = pytest.importorskip("s3fs")
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role to ask for
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    s3fs.S3FileSystem.clear_instance_cache()  # fsspec caches clients, with the credentials they found
+    without_aws_credentials(monkeypatch, str(tmp_path))
     start = time.monotonic()
     try:
         with pytest.raises(PermissionError) as info:

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from muster.core.filesystem import as_fsspec, fs_url, shown_path, url_to_fs
+from muster.core.filesystem import as_fsspec, fs_url, missing_credentials, shown_path, url_to_fs
 from muster.core.serialization import json_default
 from muster.core.temp_files import is_stale, is_temp_file, temp_name
 
@@ -103,22 +103,6 @@ def is_run_entry(name: str) -> bool:
 
 
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
-#: The cloud SDKs' "this machine has no credentials" errors, by class name (so none of them is imported here):
-#: botocore's (S3) and google-auth's (GCS). No retry finds credentials.
-_NO_CREDENTIALS = frozenset({"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",
-                             "DefaultCredentialsError"})
-
-
-def _no_credentials(what: str, exc: BaseException) -> PermissionError | None:
-    """A ``PermissionError`` naming the fix when ``exc`` says this machine has no credentials for the store."""
-    if not any(cls.__name__ in _NO_CREDENTIALS for cls in type(exc).__mro__):
-        return None
-    return PermissionError(
-        f"storage operation failed ({what}): this machine has no credentials for the store "
-        f"({type(exc).__name__}: {exc}). Fix: give it credentials (S3: AWS_ACCESS_KEY_ID and "
-        "AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials; GCS: GOOGLE_APPLICATION_CREDENTIALS), or pass "
-        "RunConfig(storage_filesystem=...) made with them."
-    )
 
 
 def _retry(what: str, fn: Callable[[], T], attempts: int = 6, first_delay_s: float = 0.2) -> T:
@@ -132,7 +116,8 @@ def _retry(what: str, fn: Callable[[], T], attempts: int = 6, first_delay_s: flo
         except _PERMANENT:
             raise
         except Exception as exc:  # noqa: BLE001 - object stores raise many transient kinds
-            refused = _no_credentials(what, exc)
+            refused = missing_credentials(exc, f"storage operation failed ({what})",
+                                          "pass RunConfig(storage_filesystem=...) made with them")
             if refused is not None:
                 raise refused from exc
             if i == attempts - 1:
