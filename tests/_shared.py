@@ -110,3 +110,18 @@ def check_in_fork(check: Callable[[], bool], timeout: float = 30.0) -> str:
             return "hung"
         time.sleep(0.02)
     return {0: "passed", 1: "failed"}.get(os.waitstatus_to_exitcode(done[1]), "raised")
+
+
+def without_aws_credentials(monkeypatch, folder) -> None:
+    """Leave this process, and the workers it starts, no AWS credentials to find: no keys or profile in the
+    environment, no credentials or config file, no instance role to ask (and fsspec's cached S3 clients gone)."""
+    import s3fs
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.path.join(folder, "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.path.join(folder, "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    s3fs.S3FileSystem.clear_instance_cache()

@@ -105,3 +105,22 @@ def test_a_gpu_on_a_machine_without_one_names_the_callers_way_to_ask_for_none(ca
     assert "no GPU visible to muster" in message and no_gpu in message, message
     if caller != "train":
         assert "ScalingConfig" not in message, message
+
+
+def test_the_train_fix_for_no_gpu_also_drops_the_gpu_from_resources_per_worker():
+    """The seed tutorial's ``ScalingConfig(use_gpu=True, resources_per_worker={"GPU": 1})`` on a machine without a
+    GPU: the fix said only "set ScalingConfig(use_gpu=False)", which with that resources_per_worker is refused
+    next ("GPUs asked for a run that will not use them")."""
+    from muster.exceptions import InvalidArgumentError
+    from muster.train import RunConfig, ScalingConfig
+    from muster.train.torch import TorchTrainer
+
+    assert not muster.cluster_resources().get("GPU")
+    scaling = ScalingConfig(num_workers=2, use_gpu=True, resources_per_worker={"GPU": 1})
+    with pytest.raises(ResourcesUnavailableError) as info:
+        TorchTrainer(lambda: None, scaling_config=scaling, run_config=RunConfig(verbose=0)).fit()
+    message = str(info.value)
+    assert "set ScalingConfig(use_gpu=False), with no 'GPU' in its resources_per_worker" in message, message
+    with pytest.raises(InvalidArgumentError, match="drop 'GPU' from resources_per_worker"):
+        ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"GPU": 1})  # half the fix is not enough
+    ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={})  # the whole fix is

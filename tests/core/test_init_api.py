@@ -137,3 +137,18 @@ print("ok")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["second-init-raised", "name-freed", "ok"]
+
+
+def test_an_ignored_runtime_env_key_at_init_names_both_keys_init_applies(uninitialised, monkeypatch):
+    """The seed guide's ``runtime_env={"working_dir": ...}``: the warning said "only env_vars is applied",
+    though init also runs a ``worker_process_setup_hook``; and "working_dir have" for one key."""
+    from muster.core import init_options
+
+    monkeypatch.setattr(init_options, "_warned_runtime_env", set())
+    with pytest.warns(UserWarning) as caught:
+        rt = muster.init(num_cpus=1, num_gpus=0, runtime_env={"working_dir": "."})
+    rt.shutdown()
+    api._runtime = None
+    (message,) = [str(w.message) for w in caught if "runtime_env" in str(w.message)]
+    assert message.startswith("muster.init(): runtime_env working_dir has no effect on muster"), message
+    assert "only env_vars and worker_process_setup_hook are applied" in message, message

@@ -188,3 +188,33 @@ def test_job_config_checks_the_actor_lifetime_and_the_runtime_env():
     with pytest.raises(InvalidTypeError, match="runtime_env='x'"):
         JobConfig(runtime_env="x")
     assert JobConfig.from_json({"metadata": {"a": "b"}}).metadata == {"a": "b"}
+
+
+ENV_VARS_SCRIPT = textwrap.dedent("""
+    import os
+    import muster as ray
+
+    # the seed overview's "Environment variables not reaching workers" fix, verbatim
+    ray.init(runtime_env={"env_vars": {"HF_TOKEN": "hf_xxx", "CUDA_VISIBLE_DEVICES": "0,1"}})
+
+    @ray.remote
+    def env():
+        return os.environ.get("HF_TOKEN"), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    print("gpus", ray.cluster_resources().get("GPU", 0))
+    print("task", *ray.get(env.remote(), timeout=60))
+    ray.shutdown()
+""")
+
+
+def test_runtime_env_cuda_visible_devices_reaches_the_workers_and_adds_no_gpu(tmp_path):
+    """On a machine with no GPU, ``runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": "0,1"}}`` made the engine
+    count 2 GPUs it does not have, and its workers (holding none of them) then saw ``CUDA_VISIBLE_DEVICES=''``.
+    In Ray the node's GPUs come from the node, and a task without GPUs keeps the runtime_env's value."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MUSTER_ADDRESS", "RAY_ADDRESS", "HF_TOKEN")}
+    env.update(MUSTER_RUN_STORE="0", CUDA_VISIBLE_DEVICES="")  # this machine shows no GPU, whatever it has
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(muster.__file__)), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", ENV_VARS_SCRIPT], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "gpus 0" in out.stdout.splitlines() and "task hf_xxx 0,1" in out.stdout.splitlines(), out.stdout

@@ -15,6 +15,7 @@ moto_server = pytest.importorskip("moto.server")
 
 import muster.data as md  # noqa: E402
 from muster.core.temp_files import HOST  # noqa: E402
+from _shared import without_aws_credentials  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +85,20 @@ def test_a_write_removes_the_partial_files_of_killed_writers_of_this_host_only(b
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="killed/")["Contents"])
     assert stale not in keys and foreign in keys  # another host's may be a live writer's
     assert sorted(r["id"] for r in md.read_parquet(f"s3://{bucket}/killed").take_all()) == [0, 1, 2, 3]
+
+
+def test_a_read_without_credentials_names_the_fix(monkeypatch, tmp_path):
+    """The seed overview's ``read_parquet("s3://my-bucket/training-data/")`` on a machine without AWS credentials
+    raised botocore's bare ``NoCredentialsError: Unable to locate credentials``."""
+    import s3fs
+
+    without_aws_credentials(monkeypatch, str(tmp_path))
+    try:
+        with pytest.raises(PermissionError) as info:
+            md.read_parquet("s3://my-bucket/training-data/")
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    message = str(info.value)
+    assert message.startswith("read_parquet('s3://my-bucket/training-data/'): this machine has no credentials"), message
+    assert "AWS_ACCESS_KEY_ID" in message and "read_parquet(filesystem=...)" in message, message
+    assert "s3://anonymous@<bucket>/<path>" in message, message

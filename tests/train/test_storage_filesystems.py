@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
+
+import pytest
+from _shared import without_aws_credentials
 
 import muster.train as train
 from muster.train import Checkpoint, FailureConfig, Result, RunConfig, ScalingConfig
@@ -45,3 +49,27 @@ def test_a_pyarrow_subtree_filesystem_over_a_local_disk(tmp_path):
     assert ckpt.path == "bucket/sub-path/run/checkpoint_000003"
     assert repr(ckpt) == "Checkpoint(path='bucket/sub-path/run/checkpoint_000003')"
     assert Checkpoint(ckpt.path, filesystem=fs).to_dict()["step"] == 2
+
+
+def _never_runs(config):
+    raise AssertionError("the storage check comes first")
+
+
+def test_s3_without_credentials_fails_at_once_naming_the_fix(monkeypatch, tmp_path):
+    """The seed overview's ``RunConfig(storage_path="s3://my-bucket/ray-results")`` on a machine without AWS
+    credentials: botocore's NoCredentialsError was retried 6 times (over 6 s), then said only "Unable to
+    locate credentials"."""
+    s3fs = pytest.importorskip("s3fs")
+    without_aws_credentials(monkeypatch, str(tmp_path))
+    start = time.monotonic()
+    try:
+        with pytest.raises(PermissionError) as info:
+            TorchTrainer(_never_runs, scaling_config=ScalingConfig(num_workers=1),
+                         run_config=RunConfig(storage_path="s3://my-bucket/ray-results", name="training_run",
+                                              verbose=0)).fit()
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    message = str(info.value)
+    assert "my-bucket/ray-results/training_run" in message and "NoCredentialsError" in message, message
+    assert "AWS_ACCESS_KEY_ID" in message and "RunConfig(storage_filesystem=...)" in message, message
+    assert time.monotonic() - start < 3, "no retries: no credentials appear by waiting"

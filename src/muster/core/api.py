@@ -119,9 +119,11 @@ def init(
                 "muster.init() was already called in this process. Call muster.shutdown() first, "
                 "or pass ignore_reinit_error=True."
             )
+        # The engine counts this machine's GPUs before runtime_env's env_vars reach os.environ: as in Ray,
+        # they are the workers' environment, not the node's (its CUDA_VISIBLE_DEVICES adds no GPU).
+        rt = _make_engine(address, num_cpus, num_gpus, resources)
         options.apply()
         settings.start_session()
-        rt = _make_engine(address, num_cpus, num_gpus, resources)
         rt.start()  # begin importing torch in the zygote while the caller goes on
         _runtime = rt
     for hook in list(_start_hooks):

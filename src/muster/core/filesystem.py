@@ -27,6 +27,25 @@ def as_fsspec(filesystem: Any, what: str = "storage_filesystem") -> Any:
                            "filesystem, or leave it out to infer one from the path's URL (s3://..., gs://...).")
 
 
+#: The cloud SDKs' "this machine has no credentials" errors, by class name (so none of them is imported here):
+#: botocore's (S3) and google-auth's (GCS). No retry finds credentials.
+_NO_CREDENTIALS = frozenset({"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",
+                             "DefaultCredentialsError"})
+
+
+def missing_credentials(exc: BaseException, what: str, fix: str) -> PermissionError | None:
+    """A ``PermissionError`` saying ``what`` failed and how to fix it, when ``exc`` says this machine has
+    no credentials for the store; else None. ``fix`` ends the list of fixes (where a filesystem made
+    with credentials can be passed instead)."""
+    if not any(cls.__name__ in _NO_CREDENTIALS for cls in type(exc).__mro__):
+        return None
+    return PermissionError(
+        f"{what}: this machine has no credentials for the store ({type(exc).__name__}: {exc}). Fix: give it "
+        "credentials (S3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials; "
+        f"GCS: GOOGLE_APPLICATION_CREDENTIALS), or {fix}."
+    )
+
+
 # the fsspec options of an unsigned (credential-less) client, per URL scheme
 _ANONYMOUS: dict[str, dict[str, Any]] = {
     "s3": {"anon": True}, "s3a": {"anon": True}, "gs": {"token": "anon"}, "gcs": {"token": "anon"},

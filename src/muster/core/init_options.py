@@ -56,15 +56,18 @@ _warned_runtime_env: set[tuple[str, tuple[str, ...]]] = set()
 
 def warn_unused_runtime_env(env: Any, what: str, stacklevel: int = 3,
                             honoured: frozenset[str] = _RUNTIME_ENV_HONOURED) -> None:
-    """Warn that ``env``'s keys other than ``env_vars`` (``pip``, ``working_dir``, ``py_modules``...)
-    do nothing here, naming ``what`` took them: never dropped silently, said once per ``what``."""
+    """Warn that ``env``'s keys other than ``honoured`` (``pip``, ``working_dir``, ``py_modules``...)
+    do nothing here, naming ``what`` took them and what is applied: never dropped silently, said once per
+    ``what``."""
     unused = tuple(sorted(set(env or {}) - honoured)) if isinstance(env, dict) else ()
     if unused and (what, unused) not in _warned_runtime_env:
         _warned_runtime_env.add((what, unused))
+        applied = " and ".join(sorted(honoured))
         warnings.warn(
-            f"{what}: runtime_env {', '.join(unused)} have no effect on muster (workers run in this machine's "
-            "Python environment and working directory); only env_vars is applied. Install what they need "
-            "before starting, and pass files by path or in the arguments.",
+            f"{what}: runtime_env {', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect on muster "
+            f"(workers run in this machine's Python environment and working directory); only {applied} "
+            f"{'is' if len(honoured) == 1 else 'are'} applied. Install what they need before starting, and pass "
+            "files by path or in the arguments.",
             stacklevel=stacklevel + 1,
         )
 

@@ -66,7 +66,7 @@ def fmt(resources: Mapping[str, float]) -> str:
 
 
 TRAIN_KNOB = "ScalingConfig(num_workers=..., resources_per_worker={...})"
-_TRAIN_NO_GPU_FIX = "set ScalingConfig(use_gpu=False)"
+_TRAIN_NO_GPU_FIX = "set ScalingConfig(use_gpu=False), with no 'GPU' in its resources_per_worker"
 OPTIONS_KNOB = "num_cpus= / num_gpus= in @muster.remote(...) or .options(...)"
 NO_GPU_OPTION_FIX = ("drop num_gpus= (or pass num_gpus=0) to run it on the CPU, or run it where muster sees a GPU "
                      "(CUDA_VISIBLE_DEVICES, muster.init(num_gpus=N))")

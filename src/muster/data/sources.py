@@ -23,7 +23,7 @@ from muster.data import block as blk
 from muster.data import ray_tensors
 from muster.data.exceptions import DataSchemaError, DataSourceError
 from muster.data.plan import Read, ReadTask
-from muster.core.filesystem import as_fsspec, url_to_fs
+from muster.core.filesystem import as_fsspec, missing_credentials, url_to_fs
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 #: Small files are read together, up to this many bytes and files per task.
@@ -84,7 +84,36 @@ def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...]
     items = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
     if not items:
         raise DataSourceError(f"{where}(paths=[]): pass at least one file, folder, glob or URL.")
-    fs = as_fsspec(filesystem, f"{where}(filesystem=)")
+    try:
+        fs, files, base = _listed(items, as_fsspec(filesystem, f"{where}(filesystem=)"), where, options)
+    except Exception as exc:  # noqa: BLE001 - a cloud SDK's own error class
+        refused = missing_credentials(exc, f"{where}({paths!r})", f"pass {where}(filesystem=...) made with them; "
+                                      "read a public bucket as s3://anonymous@<bucket>/<path>")
+        if refused is None:
+            raise
+        raise refused from exc
+    if options is not None and options.file_extensions:
+        files = [(p, s) for p, s in files if p.lower().endswith(options.file_extensions)]
+        if not files:
+            raise DataSourceError(f"{where}(file_extensions={list(options.file_extensions)}): {paths!r} holds no file "
+                                  "with those extensions. Check the extensions (without the dot, e.g. ['csv']).")
+    elif extensions:
+        files = [(p, s) for p, s in files if p.lower().endswith(extensions)] or files
+    if options is not None and options.partition_filter is not None:
+        kept = set(options.partition_filter([p for p, _ in files]))
+        files = [(p, s) for p, s in files if p in kept]
+        if not files:
+            raise DataSourceError(f"{where}: partition_filter kept none of the files of {paths!r}. Check the filter.")
+    if options is not None and options.shuffle is not None:
+        random.Random(getattr(options.shuffle, "seed", None)).shuffle(files)  # the order the files are read in
+    if not files:
+        raise DataSourceError(f"{where}: {paths!r} holds no files to read.")
+    return fs, files, base
+
+
+def _listed(items: list[Any], fs: Any, where: str,
+            options: FileOptions | None) -> tuple[Any, list[tuple[str, int]], str | None]:
+    """(fsspec filesystem, [(file, size)], the base folder when one folder was given) of the paths to read."""
     files: list[tuple[str, int]] = []
     base: str | None = None
     for item in items:
@@ -108,22 +137,6 @@ def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...]
             base = path if len(items) == 1 else None
         else:
             files.append((path, int(fs.size(path) or 0)))
-    if options is not None and options.file_extensions:
-        files = [(p, s) for p, s in files if p.lower().endswith(options.file_extensions)]
-        if not files:
-            raise DataSourceError(f"{where}(file_extensions={list(options.file_extensions)}): {paths!r} holds no file "
-                                  "with those extensions. Check the extensions (without the dot, e.g. ['csv']).")
-    elif extensions:
-        files = [(p, s) for p, s in files if p.lower().endswith(extensions)] or files
-    if options is not None and options.partition_filter is not None:
-        kept = set(options.partition_filter([p for p, _ in files]))
-        files = [(p, s) for p, s in files if p in kept]
-        if not files:
-            raise DataSourceError(f"{where}: partition_filter kept none of the files of {paths!r}. Check the filter.")
-    if options is not None and options.shuffle is not None:
-        random.Random(getattr(options.shuffle, "seed", None)).shuffle(files)  # the order the files are read in
-    if not files:
-        raise DataSourceError(f"{where}: {paths!r} holds no files to read.")
     return fs, files, base
 
 

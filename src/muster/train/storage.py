@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from muster.core.filesystem import as_fsspec, fs_url, shown_path, url_to_fs
+from muster.core.filesystem import as_fsspec, fs_url, missing_credentials, shown_path, url_to_fs
 from muster.core.serialization import json_default
 from muster.core.temp_files import is_stale, is_temp_file, temp_name
 
@@ -108,7 +108,7 @@ _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirecto
 def _retry(what: str, fn: Callable[[], T], attempts: int = 6, first_delay_s: float = 0.2) -> T:
     """Run a storage call, retrying transient errors (a store that is briefly
     unreachable, a dropped connection) with exponential backoff: 0.2 s, 0.4 s, ...
-    Errors that retrying cannot fix (missing file, no permission) raise at once."""
+    Errors that retrying cannot fix (missing file, no permission, no credentials) raise at once."""
     delay = first_delay_s
     for i in range(attempts):
         try:
@@ -116,6 +116,10 @@ def _retry(what: str, fn: Callable[[], T], attempts: int = 6, first_delay_s: flo
         except _PERMANENT:
             raise
         except Exception as exc:  # noqa: BLE001 - object stores raise many transient kinds
+            refused = missing_credentials(exc, f"storage operation failed ({what})",
+                                          "pass RunConfig(storage_filesystem=...) made with them")
+            if refused is not None:
+                raise refused from exc
             if i == attempts - 1:
                 raise OSError(f"storage operation failed after {attempts} tries ({what}): {exc}") from exc
             time.sleep(delay)
