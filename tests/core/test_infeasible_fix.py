@@ -124,3 +124,11 @@ def test_the_train_fix_for_no_gpu_also_drops_the_gpu_from_resources_per_worker()
     with pytest.raises(InvalidArgumentError, match="drop 'GPU' from resources_per_worker"):
         ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"GPU": 1})  # half the fix is not enough
     ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={})  # the whole fix is
+
+
+def test_the_fix_counts_in_the_singular_for_one():
+    from muster.core import resources as res
+
+    with pytest.raises(ResourcesUnavailableError) as info:
+        res.ensure_feasible({"CPU": 1, "GPU": 2}, 1, {"CPU": 4, "GPU": 1}, what="serve deployment 'D'")
+    assert "ask for at most 1 GPU with" in str(info.value), str(info.value)

@@ -97,9 +97,9 @@ def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str
     if "GPU" in missing and total.get("GPU", 0) == 0:
         hints.append(f"this machine has no GPU visible to muster: {no_gpu_fix}")
     elif "GPU" in missing:
-        hints.append(f"ask for at most {_n(total.get('GPU', 0))} GPUs{in_all} with {knob}")
+        hints.append(f"ask for at most {_count(total.get('GPU', 0), 'GPU')}{in_all} with {knob}")
     if "CPU" in missing:
-        hints.append(f"ask for at most {_n(total.get('CPU', 0))} CPUs{in_all} with {knob}, or tell muster to "
+        hints.append(f"ask for at most {_count(total.get('CPU', 0), 'CPU')}{in_all} with {knob}, or tell muster to "
                      "oversubscribe with muster.init(num_cpus=N)")
     other = [k for k in missing if k not in ("CPU", "GPU")]
     if other:
@@ -115,6 +115,11 @@ def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str
 
 def _n(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def _count(v: float, unit: str) -> str:
+    """``1 GPU``, ``2 GPUs``, ``0.5 GPU``."""
+    return f"{_n(v)} {unit}{'s' if v > 1 else ''}"
 
 
 def bundle_misfit(bundles: list[Resources], request: Mapping[str, float], index: int, what: str) -> str:
