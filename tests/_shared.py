@@ -110,3 +110,14 @@ def check_in_fork(check: Callable[[], bool], timeout: float = 30.0) -> str:
             return "hung"
         time.sleep(0.02)
     return {0: "passed", 1: "failed"}.get(os.waitstatus_to_exitcode(done[1]), "raised")
+
+
+def raise_naming(make: Callable[[], object], expected: type[BaseException], shown: list[str]) -> BaseException:
+    """Call ``make``; it must raise ``expected`` with every text of ``shown`` in its message. Returns the error."""
+    try:
+        make()
+    except expected as error:
+        missing = [text for text in shown if text not in str(error)]
+        assert not missing, f"{missing} not in the message: {error}"
+        return error
+    raise AssertionError(f"no {expected.__name__} raised")
