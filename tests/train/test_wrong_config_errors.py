@@ -69,3 +69,36 @@ def test_good_inputs_still_pass(tmp_path):
     PopulationBasedTraining(hyperparam_mutations={
         "lr": tune.uniform(0.001, 0.1), "bs": [16, 32], "m": lambda: 0.9, "opt": {"wd": [0.0, 0.1]}})
     tune.Tuner(lambda c: None, run_config=RunConfig(name="train_run_config_accepted"))
+
+
+def _reports_loss(config):
+    for _ in range(2):
+        tune.report({"loss": 0.5, "val": {"acc": 0.9}, "grade": "high"})
+
+
+def _tuner(storage, name, **tune_config):
+    return tune.Tuner(_reports_loss, tune_config=tune.TuneConfig(**tune_config),
+                      run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0))
+
+
+def test_a_metric_never_reported_ends_fit_naming_it(storage, monkeypatch):
+    # a misspelled metric left ASHA stopping nothing, silently (Ray refuses the result)
+    from muster.tune.schedulers import ASHAScheduler
+
+    with pytest.raises(InvalidArgumentError) as info:
+        _tuner(storage, "typo", scheduler=ASHAScheduler(metric="accuracy", mode="max")).fit()
+    for text in ("without 'accuracy'", "correct metric='accuracy'", "['grade', 'loss', 'val']",
+                 "TUNE_DISABLE_STRICT_METRIC_CHECKING=1"):
+        assert text in str(info.value)
+    # a nested metric is found by its path, as Ray's flattened result has it
+    assert not _tuner(storage, "nested", metric="val/acc", mode="max").fit().errors
+    monkeypatch.setenv("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    assert not _tuner(storage, "let_through", metric="accuracy", mode="max").fit().errors
+
+
+def test_pbt_names_the_value_that_is_not_a_number(storage):
+    pbt = PopulationBasedTraining(perturbation_interval=1, hyperparam_mutations={"lr": [0.1, 0.2]})
+    with pytest.raises(InvalidArgumentError) as info:
+        _tuner(storage, "pbt", metric="grade", mode="max", scheduler=pbt).fit()
+    assert "has no number for 'grade' ('high')" in str(info.value)
+    assert "time_total_s'" not in str(info.value).split(";")[0]  # it was reported: not named as missing

@@ -133,9 +133,13 @@ class PopulationBasedTraining(TrialScheduler):
         t, score = result.get(self.time_attr), self._score(result)
         if not isinstance(t, (int, float)) or score is None:
             if self.require_attrs:
+                bad = [f"{name!r} ({'not reported' if name not in result else f'{result[name]!r}'})"
+                       for name, ok in ((self.time_attr, isinstance(t, (int, float))), (self.metric, score is not None))
+                       if not ok]
                 raise InvalidArgumentError(
-                    f"PopulationBasedTraining: trial {trial.trial_id} reported {sorted(result)} without "
-                    f"{self.time_attr!r} or {self.metric!r}; report both, or pass require_attrs=False."
+                    f"{type(self).__name__}: trial {trial.trial_id} has no number for {' or '.join(bad)}; every "
+                    f"result needs {self.time_attr!r} and {self.metric!r} as numbers. Report them, or pass "
+                    "require_attrs=False to skip such results."
                 )
             return self.CONTINUE
         state = self._state.setdefault(trial.trial_id, _State())
