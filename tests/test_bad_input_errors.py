@@ -55,6 +55,10 @@ def test_resource_errors_name_the_argument_the_user_wrote():
 @pytest.mark.parametrize(
     "make, expected, shown",
     [
+        (lambda: _one.options(memory=-1), InvalidArgumentError, ["_one: memory=-1; use a number of bytes >= 0"]),
+        (lambda: _one.options(scheduling_strategy="spread"), InvalidArgumentError,
+         ["scheduling_strategy='spread'; use 'DEFAULT', 'SPREAD'"]),
+        (lambda: _one.options(resources={"x": -1}), InvalidArgumentError, ["_one: resources['x'] = -1"]),
         (lambda: md.from_pandas([1]), InvalidTypeError, ["from_pandas(): got a int (1)", "pandas DataFrame"]),
         (lambda: md.from_items(5), InvalidTypeError, ["from_items(5): pass a list of rows"]),
         (lambda: md.read_csv(5), InvalidTypeError, ["read_csv(paths=5)"]),
@@ -74,7 +78,7 @@ def test_resource_errors_name_the_argument_the_user_wrote():
         (lambda: serve.batch(4), InvalidTypeError, ["@serve.batch(4)", "@serve.batch(max_batch_size=4)"]),
     ],
 )
-def test_data_and_serve_bad_input(make, expected, shown):
+def test_core_data_and_serve_bad_input(make, expected, shown):
     raise_naming(make, expected, shown)
 
 
