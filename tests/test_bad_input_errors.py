@@ -61,6 +61,7 @@ def test_resource_errors_name_the_argument_the_user_wrote():
         (lambda: _one.options(resources={"x": -1}), InvalidArgumentError, ["_one: resources['x'] = -1"]),
         (lambda: md.from_pandas([1]), InvalidTypeError, ["from_pandas(): got a int (1)", "pandas DataFrame"]),
         (lambda: md.from_items(5), InvalidTypeError, ["from_items(5): pass a list of rows"]),
+        (lambda: md.from_items({"x": 1}), InvalidTypeError, ["from_items({'x': 1}): pass a list of rows"]),
         (lambda: md.read_csv(5), InvalidTypeError, ["read_csv(paths=5)"]),
         (lambda: md.range(4).split(0), InvalidArgumentError, ["split(n=0): use a positive integer."]),
         (lambda: md.range(4).streaming_split(None), InvalidArgumentError, ["streaming_split(n=None)"]),
@@ -84,7 +85,7 @@ def test_core_data_and_serve_bad_input(make, expected, shown):
 
 def test_good_data_inputs_still_pass(tmp_path):
     assert md.from_pandas(pd.DataFrame({"x": [1, 2]})).count() == 2
-    assert md.from_items(({"x": 1},)).count() == 1
+    assert md.from_items(({"x": 1},)).count() == md.from_items(range(1)).count() == 1
     assert len(md.range(4).take(2)) == 2
     md.range(4).write_parquet(tmp_path)  # a pathlib.Path names the folder too
     assert md.read_parquet([str(tmp_path)]).count() == 4

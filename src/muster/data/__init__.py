@@ -272,7 +272,7 @@ def from_items(items: list[Any], *, parallelism: int = -1, override_num_blocks: 
     """Rows from a list of dicts (other values become a column ``item``); blocks of
     ``DataContext.target_block_rows`` rows, fewer where they would pass ``target_max_block_size`` bytes."""
     num_blocks = _num_blocks("from_items", parallelism, override_num_blocks)
-    if not isinstance(items, (list, tuple)):  # as Ray: a list (a dict or a str would give odd rows)
+    if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):  # a dict or a str: odd rows
         raise InvalidTypeError(f"from_items({items!r}): pass a list of rows, e.g. [{{'x': 1}}, {{'x': 2}}] "
                                "(other values become a column 'item').")
     items = list(items)
