@@ -125,3 +125,14 @@ def without_aws_credentials(monkeypatch, folder) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+def raise_naming(make: Callable[[], object], expected: type[BaseException], shown: list[str]) -> BaseException:
+    """Call ``make``; it must raise ``expected`` with every text of ``shown`` in its message. Returns the error."""
+    try:
+        make()
+    except expected as error:
+        missing = [text for text in shown if text not in str(error)]
+        assert not missing, f"{missing} not in the message: {error}"
+        return error
+    raise AssertionError(f"no {expected.__name__} raised")

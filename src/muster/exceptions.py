@@ -249,6 +249,22 @@ def by_rank(error: BaseException | None) -> dict[int, BaseException]:
     return {int(rank): error} if rank.isdigit() and error is not None else {}
 
 
+def expect_instance(owner: str, arg: str, value: Any, cls: type | tuple[type, ...], fix: str) -> None:
+    """Refuse ``owner(arg=value)`` unless ``value`` is None or a ``cls``, before any work starts, so a
+    dict given for a config object fails here, not later as an AttributeError deep inside.
+
+    Args:
+        owner: what the user called, as they wrote it (``"TorchTrainer"``, ``"RunConfig"``).
+        arg: the argument's name.
+        fix: what to pass instead, in that API's words (``"a muster.train.ScalingConfig, e.g. ..."``).
+
+    Raises:
+        InvalidTypeError: naming the call, the argument, the value and ``fix``.
+    """
+    if value is not None and not isinstance(value, cls):
+        raise InvalidTypeError(f"{owner}({arg}={value!r}): pass {fix}.")
+
+
 E_ = TypeVar("E_", bound=BaseException)
 
 

@@ -10,25 +10,37 @@ from muster.exceptions import InvalidArgumentError
 Resources = dict[str, float]
 
 
-def normalize(resources: Mapping[str, float] | None, *, what: str = "resources") -> Resources:
+def normalize(resources: Mapping[str, float] | None, *, what: str = "resources",
+              spelled: Mapping[str, str] | None = None) -> Resources:
     """Validate a resource request and drop zero entries.
 
+    Args:
+        what: the API the request came from, as the user wrote it (``"muster.init"``).
+        spelled: how that API spells a resource, where not as a ``resources`` key
+            (``{"CPU": "num_cpus"}``): an error names the argument the user gave.
+
     Raises:
-        ValueError: a name is not a string or an amount is negative / not a number.
+        InvalidArgumentError: a name is not a string or an amount is negative / not a number.
     """
     out: Resources = {}
     for name, amount in (resources or {}).items():
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"{what}: resource names must be non-empty strings, got {name!r}.")
+        spelling = (spelled or {}).get(name)
+        given = f"{what}: {spelling}={amount!r}" if spelling else f"{what}[{name!r}] = {amount!r}"
         if isinstance(amount, bool) or not isinstance(amount, (int, float)) or math.isnan(amount) or amount < 0:
-            raise InvalidArgumentError(f"{what}[{name!r}] = {amount!r}: amounts must be numbers >= 0.")
+            raise InvalidArgumentError(f"{given}: amounts must be numbers >= 0.")
         if name == "GPU" and amount > 1 and amount != int(amount):
             raise InvalidArgumentError(
-                f"{what}['GPU'] = {amount}: ask for a whole number of GPUs, or a fraction below 1 to share one."
+                f"{given}: ask for a whole number of GPUs, or a fraction below 1 to share one."
             )
         if amount:
             out[name] = float(amount)
     return out
+
+
+#: how ``num_cpus=``/``num_gpus=`` arguments name the two built-in resources (for ``normalize``'s errors)
+ARGUMENT_NAMES = {"CPU": "num_cpus", "GPU": "num_gpus"}
 
 
 def summed(parts: Iterable[Mapping[str, float]]) -> Resources:

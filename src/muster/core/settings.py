@@ -214,3 +214,9 @@ def serve_model_matching_timeout_s() -> float:
         raise InvalidArgumentError(f"environment variable {name}={raw!r}: give a number of seconds, 0 or more "
                                    "(unset: 1).")
     return value
+
+
+def tune_strict_metric_checking() -> bool:
+    """Ray's ``TUNE_DISABLE_STRICT_METRIC_CHECKING=1``: a trial result without the metric that Tune's
+    config, scheduler or searcher ranks by is let through instead of ending the experiment."""
+    return os.environ.get("TUNE_DISABLE_STRICT_METRIC_CHECKING", "0").strip() in ("", "0")

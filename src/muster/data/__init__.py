@@ -272,6 +272,9 @@ def from_items(items: list[Any], *, parallelism: int = -1, override_num_blocks: 
     """Rows from a list of dicts (other values become a column ``item``); blocks of
     ``DataContext.target_block_rows`` rows, fewer where they would pass ``target_max_block_size`` bytes."""
     num_blocks = _num_blocks("from_items", parallelism, override_num_blocks)
+    if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):  # a dict or a str: odd rows
+        raise InvalidTypeError(f"from_items({items!r}): pass a list of rows, e.g. [{{'x': 1}}, {{'x': 2}}] "
+                               "(other values become a column 'item').")
     items = list(items)
     rows = [x if isinstance(x, dict) else {"item": x} for x in items]
     blocks = [_blk.rows_to_block(rows[i:i + _rows()], "from_items") for i in builtins.range(0, len(rows), _rows())]
@@ -314,11 +317,22 @@ def from_arrow(tables: pa.Table | list[pa.Table], *, override_num_blocks: int | 
 
 def from_pandas(dfs: Any, *, override_num_blocks: int | None = None) -> Dataset:
     """Rows from one DataFrame or a list of them (a column of same-shape ndarrays becomes a tensor column)."""
-    frames = dfs if isinstance(dfs, list) else [dfs]
+    frames = _data_frames(dfs if isinstance(dfs, list) else [dfs], "from_pandas")
     blocks = [_blk.from_batch(df, "from_pandas") for df in frames]
     if override_num_blocks:
         blocks = _src.table_blocks(_blk.concat(blocks), parallelism=override_num_blocks)
     return from_blocks(blocks, "FromPandas")
+
+
+def _data_frames(frames: list[Any], where: str) -> list[Any]:
+    """``frames``, each a pandas DataFrame, or the error that says so in ``where``'s words."""
+    import pandas as pd
+
+    bad = [f for f in frames if not isinstance(f, pd.DataFrame)]
+    if bad:
+        raise InvalidTypeError(f"{where}(): got a {type(bad[0]).__name__} ({bad[0]!r:.80}); pass a pandas DataFrame "
+                               "or a list of them (for a list of rows, use from_items).")
+    return frames
 
 
 def from_numpy(ndarrays: np.ndarray | list[np.ndarray]) -> Dataset:
@@ -347,7 +361,8 @@ def from_arrow_refs(tables: Any) -> Dataset:
 
 def from_pandas_refs(dfs: Any) -> Dataset:
     """``from_pandas`` of the DataFrames these ``ObjectRef`` s hold, one block each (as Ray's)."""
-    return from_blocks([_blk.from_batch(df, "from_pandas_refs") for df in _ref_values(dfs, "from_pandas_refs")],
+    frames = _data_frames(_ref_values(dfs, "from_pandas_refs"), "from_pandas_refs")
+    return from_blocks([_blk.from_batch(df, "from_pandas_refs") for df in frames],
                        "FromPandas")
 
 

@@ -217,6 +217,9 @@ class Dataset(writers.FileWrites, Splits):
 
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas") -> "Dataset":
         """Add (or replace) column ``col`` with ``fn(batch)``."""
+        if not isinstance(col, str) or not callable(fn):
+            raise InvalidTypeError(f"add_column(col={col!r}, fn={fn!r}): pass the new column's name and a function "
+                                   "batch -> the column's values, e.g. add_column('y', lambda df: df['x'] * 2).")
         fmt = blk.check_batch_format(batch_format, "add_column")
         ray = RayCall.of("add_column", col, fn, batch_format=fmt)
         return self._then(Transform("MapBatches(add_column)", plan.add_column(col, fn, fmt), ray))
@@ -245,9 +248,9 @@ class Dataset(writers.FileWrites, Splits):
         return self._then(Transform("Project", plan.rename_columns(dict(names)), ray,
                                     filter_names=projection.renamed_back(dict(names))))
 
-    def limit(self, limit: int) -> "Dataset":
-        if not isinstance(limit, int) or limit < 0:
-            raise InvalidArgumentError(f"limit({limit!r}): use an integer >= 0.")
+    def limit(self, limit: int, *, _call: str = "limit") -> "Dataset":
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidArgumentError(f"{_call}({limit!r}): use an integer >= 0.")
         return self._then(Limit(f"limit={limit}", limit))
 
     def union(self, *others: "Dataset") -> "Dataset":
@@ -454,7 +457,7 @@ class Dataset(writers.FileWrites, Splits):
         return Passes(lambda: (row for block in self._execute() for row in blk.iter_rows(block)))
 
     def take(self, limit: int = 20) -> list[dict[str, Any]]:
-        return list(blk.iter_rows(self.limit(limit).to_arrow()))
+        return list(blk.iter_rows(self.limit(limit, _call="take").to_arrow()))
 
     def take_all(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Every row; with ``limit``, an error if there are more (a guard against gathering a huge dataset)."""

@@ -33,7 +33,7 @@ from muster._unsupported import refuse_removed_args
 from muster.data import block as blk
 from muster.data.task_context import Executions
 from muster.data.exceptions import DataTypeError
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 if TYPE_CHECKING:
     from muster.data.dataset import Dataset
@@ -178,6 +178,7 @@ class DataIterator:
         import torch
 
         refuse_removed_args("iter_torch_batches", removed)
+        _check_dtypes(dtypes, torch)
         dev = _device(device)
         pin = bool(pin_memory) and dev is not None and dev.type == "cuda" and torch.cuda.is_available()
 
@@ -384,7 +385,21 @@ def _device(device: Any) -> Any:
             return get_device() if torch.cuda.is_available() else None
         except Exception:  # noqa: BLE001 - not in a training worker
             return None
-    return None if device is None else torch.device(device)
+    try:
+        return None if device is None else torch.device(device)
+    except (RuntimeError, TypeError):  # torch's own message lists every device type it knows
+        raise InvalidArgumentError(f"iter_torch_batches(device={device!r}): use 'cpu', 'cuda', 'cuda:1', a "
+                                   "torch.device, or 'auto' (the training worker's device).") from None
+
+
+def _check_dtypes(dtypes: Any, torch: Any) -> None:
+    """One torch dtype, or a dict column -> torch dtype (a string such as 'float32' would be taken
+    by ``Tensor.to`` for a device name)."""
+    values = dtypes.values() if isinstance(dtypes, dict) else [dtypes]
+    bad = next((v for v in values if v is not None and not isinstance(v, torch.dtype)), None)
+    if bad is not None:
+        raise InvalidTypeError(f"iter_torch_batches(dtypes={dtypes!r}): {bad!r} is not a torch dtype; pass one such "
+                               "as torch.float32, or a dict column -> dtype, e.g. {'x': torch.float32}.")
 
 
 def _tensor(name: str, values: np.ndarray, dtypes: Any, device: Any, torch: Any) -> Any:

@@ -81,7 +81,12 @@ class FileOptions:
 def resolve(paths: str | list[str], filesystem: Any, extensions: tuple[str, ...] | None, where: str,
             options: FileOptions | None = None) -> tuple[Any, list[tuple[str, int]], str | None]:
     """(fsspec filesystem, [(file, size)], the base folder when one folder was given)."""
-    items = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
+    items = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else paths
+    if not isinstance(items, (list, tuple)) or not all(
+            isinstance(i, (str, bytes)) or hasattr(i, "__fspath__") for i in items):
+        raise InvalidTypeError(f"{where}(paths={paths!r}): pass a path, folder, glob or URL as a str, or a "
+                               "list of them, e.g. 's3://bucket/data/' or ['a.parquet', 'b.parquet'].")
+    items = list(items)
     if not items:
         raise DataSourceError(f"{where}(paths=[]): pass at least one file, folder, glob or URL.")
     try:

@@ -20,9 +20,12 @@ if TYPE_CHECKING:
     from muster.data.dataset import Dataset, MaterializedDataset
 
 
-def _positive(value: Any, name: str, where: str) -> None:
-    if value is not None and (not isinstance(value, int) or value < 1):
-        raise InvalidArgumentError(f"{where}({name}={value!r}): use a positive integer or None.")
+def _positive(value: Any, name: str, where: str, optional: bool = True) -> None:
+    """``value`` is an integer >= 1, or None where ``optional`` (the argument's default)."""
+    if (value is None and not optional) or (value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1)):
+        allowed = "a positive integer or None" if optional else "a positive integer"
+        raise InvalidArgumentError(f"{where}({name}={value!r}): use {allowed}.")
 
 
 def from_blocks(blocks: list[pa.Table]) -> "MaterializedDataset":
@@ -54,7 +57,7 @@ class Splits:
         more); with fewer blocks (where Ray's rule leaves parts empty), parts of near-equal rows.
         ``equal=True`` cuts rows: ``count // n`` each, the remainder dropped.
         """
-        _positive(n, "n", "split")
+        _positive(n, "n", "split", optional=False)
         blocks = list(self._execute())
         if not equal and len(blocks) >= n:
             return [from_blocks([blocks[i] for i in part]) for part in np.array_split(np.arange(len(blocks)), n)]
@@ -101,7 +104,7 @@ class Splits:
 
     def streaming_split(self, n: int, *, equal: bool = True, locality_hints: Any = None) -> list[DataIterator]:
         """``n`` iterators; iterator ``i`` streams rows ``i, i+n, ...`` of each pass (see ``DataIterator``)."""
-        _positive(n, "n", "streaming_split")
+        _positive(n, "n", "streaming_split", optional=False)
         if _ray_plan.on_ray_engine():
             return _ray_plan.streaming_split(cast("Dataset", self), n, equal, locality_hints)
         return [DataIterator(cast("Dataset", self), i, n, equal) for i in range(n)]

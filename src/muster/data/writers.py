@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 import posixpath
 import uuid
 from typing import Any, Callable, Iterator
@@ -153,6 +154,10 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
     from muster.core.filesystem import as_fsspec, url_to_fs
 
     filesystem = as_fsspec(filesystem, f"{where}(filesystem=)")
+    path = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(path, str) or not path:
+        raise InvalidTypeError(f"{where}(path={path!r}): pass the output folder as a str, a local path or a URL "
+                               "such as 's3://bucket/out/'.")
     mode = str(getattr(mode, "value", mode)).lower()
     if mode not in _MODES:
         raise InvalidArgumentError(f"{where}(mode={mode!r}): use one of {', '.join(_MODES)}.")

@@ -337,7 +337,8 @@ def batch(
     def wrap(fn: Callable) -> Callable:
         streams = inspect.isasyncgenfunction(fn)
         if not (inspect.iscoroutinefunction(fn) or streams):
-            raise InvalidTypeError(f"@serve.batch needs an `async def` function; {fn.__qualname__} is not one.")
+            raise InvalidTypeError(f"@serve.batch needs an `async def` function; "
+                                   f"{getattr(fn, '__qualname__', repr(fn))} is not one.")
         is_method = "self" in inspect.signature(fn).parameters
         opts = _Options(max_batch_size, batch_wait_timeout_s, max_concurrent_batches, batch_size_fn)
 
@@ -369,6 +370,9 @@ def batch(
         return call
 
     if _fn is not None:
+        if not callable(_fn):  # @serve.batch(4): options are keyword-only, as in Ray
+            raise InvalidTypeError(f"@serve.batch({_fn!r}): its one positional argument is the method to batch; "
+                                   f"give options by name, e.g. @serve.batch(max_batch_size={_fn!r}).")
         if inspect.isasyncgenfunction(_fn):  # Ray 2.60 refuses this form too (a TypeError), only with arguments
             raise InvalidTypeError(
                 f"bare @serve.batch on the async generator {_fn.__qualname__}: as in Ray, a batched generator "

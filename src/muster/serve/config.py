@@ -369,7 +369,9 @@ class DeploymentConfig:
             if self.autoscaling_config is None:
                 self.autoscaling_config = AutoscalingConfig.default()
         elif self.num_replicas is not None:
-            _positive(f"{self.name}: num_replicas", self.num_replicas, allow_zero=True, integer=True)
+            if isinstance(self.num_replicas, bool) or not isinstance(self.num_replicas, int) or self.num_replicas < 0:
+                raise InvalidArgumentError(f"deployment {self.name!r}: num_replicas={self.num_replicas!r}: use an "
+                                           "integer >= 1, or 'auto' to scale with the load.")
             if self.num_replicas == 0:  # Ray refuses it too; its router would only ever queue
                 raise InvalidArgumentError(
                     f"deployment {self.name!r}: num_replicas=0: a fixed count must be 1 or more (as in Ray); for a "
@@ -416,7 +418,7 @@ class DeploymentConfig:
         opts = self.ray_actor_options
         request: dict[str, float] = {"CPU": opts.get("num_cpus", 1), "GPU": opts.get("num_gpus", 0)}
         request.update(opts.get("resources") or {})
-        return res.normalize(request, what=f"deployment {self.name!r} ray_actor_options")
+        return res.normalize(request, what=f"deployment {self.name!r} ray_actor_options", spelled=res.ARGUMENT_NAMES)
 
     def env_vars(self) -> dict[str, str]:
         runtime_env = self.ray_actor_options.get("runtime_env") or {}

@@ -32,10 +32,10 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
         raise InvalidTypeError(
             f"{what}: unknown option(s) {', '.join(unknown)}. Supported: {', '.join(sorted(allowed))}."
         )
-    for key in ("num_cpus", "num_gpus"):
+    for key in ("num_cpus", "num_gpus", "memory", "object_store_memory"):  # memory: bytes
         v = options.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
-            raise InvalidArgumentError(f"{what}: {key}={v!r}; use a number >= 0.")
+            raise InvalidArgumentError(f"{what}: {key}={v!r}; use a number{' of bytes' * ('memory' in key)} >= 0.")
     for key in ("max_retries", "max_restarts", "max_task_retries"):
         v = options.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < -1):
@@ -50,6 +50,12 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
             isinstance(rx, (list, tuple)) and all(isinstance(t, type) and issubclass(t, BaseException) for t in rx)):
         raise InvalidArgumentError(
             f"{what}: retry_exceptions={rx!r}; use True (retry any exception) or a list of exception classes."
+        )
+    strategy = options.get("scheduling_strategy")
+    if isinstance(strategy, str) and strategy not in ("DEFAULT", "SPREAD"):
+        raise InvalidArgumentError(
+            f"{what}: scheduling_strategy={strategy!r}; use 'DEFAULT', 'SPREAD', or a strategy object from "
+            "muster.util.scheduling_strategies (PlacementGroupSchedulingStrategy, NodeAffinitySchedulingStrategy)."
         )
     mc = options.get("max_concurrency")
     if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
@@ -75,7 +81,7 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
             raise InvalidArgumentError(
                 f"{what}: resources={custom!r}; pass a dict of custom resources, and CPU/GPU as num_cpus=/num_gpus=."
             )
-        res.normalize(custom, what=f"{what} resources")
+        res.normalize(custom, what=f"{what}: resources")
     return dict(options)
 
 

@@ -49,10 +49,14 @@ class Checkpoint:
     @classmethod
     def from_directory(cls, path: str | os.PathLike) -> "Checkpoint":
         """A checkpoint of the files in a local folder (copied when reported)."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidTypeError(f"Checkpoint.from_directory({path!r}): pass the folder's path, a str or "
+                                   "pathlib.Path, e.g. Checkpoint.from_directory(tempfile.mkdtemp()).")
         path = os.fspath(path)
         if not os.path.isdir(path):
+            what = "a file, not a folder" if os.path.exists(path) else "no such folder"
             raise InvalidArgumentError(
-                f"Checkpoint.from_directory({path!r}): no such folder. Save your files into a folder "
+                f"Checkpoint.from_directory({path!r}): {what}. Save your files into a folder "
                 "(for example tempfile.mkdtemp()) and pass that folder."
             )
         return cls(os.path.abspath(path), LocalFileSystem())

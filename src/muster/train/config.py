@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from muster.core import resources as res
 from muster.core import settings
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, expect_instance
 
 _PLACEMENT = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -347,6 +347,11 @@ class RunConfig:
                 f"RunConfig(upload_drain_s={self.upload_drain_s!r}): use a number of seconds >= 0 "
                 "(0: stop at once on a failure, dropping async uploads in flight)."
             )
+        lib = "muster.tune" if type(self).__module__.startswith("muster.tune") else "muster.train"
+        expect_instance("RunConfig", "checkpoint_config", self.checkpoint_config, CheckpointConfig,
+                        f"a {lib}.CheckpointConfig, e.g. CheckpointConfig(num_to_keep=2)")
+        expect_instance("RunConfig", "failure_config", self.failure_config, FailureConfig,
+                        f"a {lib}.FailureConfig, e.g. FailureConfig(max_failures=2)")
         self.checkpoint_config = self.checkpoint_config or CheckpointConfig()
         self.failure_config = self.failure_config or FailureConfig()
         self.callbacks = list(self.callbacks or [])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import random
 import threading
 from concurrent.futures import Future
@@ -12,7 +13,7 @@ from typing import Any, Callable, TypeVar
 import cloudpickle
 
 from muster.core.runtime import RuntimeActor
-from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, expect_instance
 from muster.tasks import owner as task_owner
 from muster.train._internal.backend import Backend
 from muster.train._internal import session as _session
@@ -73,6 +74,8 @@ class DataParallelTrainer:
                 f"{type(self).__name__}(train_loop_per_worker={train_loop_per_worker!r}): pass the training "
                 "function itself, e.g. TorchTrainer(train_func, ...)."
             )
+        _check_train_loop(type(self).__name__, train_loop_per_worker)
+        _check_configs(type(self).__name__, scaling_config, run_config, resume_from_checkpoint)
         if train_loop_config is not None and not isinstance(train_loop_config, dict):
             raise InvalidTypeError(
                 f"{type(self).__name__}(train_loop_config=...) takes a dict, got {type(train_loop_config).__name__}."
@@ -336,3 +339,30 @@ def _fit_for_a_worker(handle: RuntimeActor, request: FitRequest) -> Future:
 
 
 task_owner.register(FitRequest, _fit_for_a_worker)
+
+
+def _check_train_loop(trainer: str, fn: Callable[..., Any]) -> None:
+    """Refuse a training function that needs more than the one config argument (as Ray does), now
+    rather than as a TypeError on every worker."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: its signature is unknown
+        return
+    required = [p.name for p in params if p.default is p.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if len(required) > 1:
+        raise InvalidArgumentError(
+            f"{trainer}(train_loop_per_worker={getattr(fn, '__qualname__', fn)}) needs {len(required)} arguments "
+            f"({', '.join(required)}); it is called with one, the train_loop_config dict (or none). Take "
+            "`config` and read the rest from it: def train_func(config): ..."
+        )
+
+
+def _check_configs(trainer: str, scaling_config: Any, run_config: Any, resume_from_checkpoint: Any) -> None:
+    """The config objects' types, before anything reads their fields."""
+    expect_instance(trainer, "scaling_config", scaling_config, ScalingConfig,
+                    "a muster.train.ScalingConfig, e.g. ScalingConfig(num_workers=2)")
+    expect_instance(trainer, "run_config", run_config, RunConfig,
+                    "a muster.train.RunConfig, e.g. RunConfig(name='my_run')")
+    expect_instance(trainer, "resume_from_checkpoint", resume_from_checkpoint, Checkpoint,
+                    "a muster.train.Checkpoint, e.g. Checkpoint.from_directory(path)")

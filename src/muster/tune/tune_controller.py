@@ -55,6 +55,7 @@ from muster.tune.trial import (
     write_params,
 )
 from muster.tune.messages import StepDecision
+from muster.tune.metric_check import check_reported, wanted_metrics
 from muster.tune.trial_loggers import TrialLoggers
 from muster.tune.result import SHOULD_CHECKPOINT
 
@@ -397,6 +398,7 @@ class TuneController:
             return result
         trial.last_result, trial.num_results = result, trial.num_results + 1
         self._dirty = True
+        check_reported(trial.trial_id, result, wanted_metrics(self.metric, self.scheduler, self.searcher))
         stops = self.stopper(trial.trial_id, result)
         decision = TrialScheduler.STOP if stops else self.scheduler.on_trial_result(self, trial, result)
         if decision == TrialScheduler.STOP:

@@ -28,6 +28,7 @@ from muster.exceptions import (
     TaskError,
     TrainingFailedError,
     also_an_instance_of,
+    expect_instance,
 )
 from muster.observe.trial_rows import trial_result
 from muster.train._internal.backend import Backend
@@ -91,8 +92,9 @@ class Tuner:
             raise InvalidTypeError(
                 f"Tuner(param_space={param_space!r}): pass a dict, e.g. {{'lr': tune.loguniform(1e-4, 1e-1)}}."
             )
-        if tune_config is not None and not isinstance(tune_config, TuneConfig):
-            raise InvalidTypeError(f"Tuner(tune_config={tune_config!r}): pass a muster.tune.TuneConfig.")
+        expect_instance("Tuner", "tune_config", tune_config, TuneConfig, "a muster.tune.TuneConfig")
+        expect_instance("Tuner", "run_config", run_config, RunConfig,
+                        "a muster.tune.RunConfig, e.g. tune.RunConfig(name='my_experiment')")
         self.trainable = trainable
         self.param_space = _trainer_space(trainable, param_space or {})
         self.tune_config = tune_config or TuneConfig()

@@ -291,12 +291,12 @@ def detect_total(num_cpus: float | None, num_gpus: float | None, custom: dict[st
         num_cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     if num_gpus is None:
         num_gpus = float(_count_gpus())
-    total = {"CPU": float(num_cpus), "GPU": float(num_gpus)}
+    total = {"CPU": num_cpus, "GPU": num_gpus}
     for k, v in (custom or {}).items():
         if k in ("CPU", "GPU"):
             raise InvalidArgumentError(f"muster.init(resources={{{k!r}: ...}}): pass num_cpus=/num_gpus= for {k}.")
-        total[k] = float(v)
-    return res.normalize(total, what="muster.init")
+        total[k] = v
+    return res.normalize(total, what="muster.init", spelled=res.ARGUMENT_NAMES)
 
 
 def _count_gpus() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from muster.core import settings
-from muster.exceptions import InvalidTypeError
+from muster.exceptions import InvalidTypeError, expect_instance
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train.torch.config import TorchBackend, TorchConfig
@@ -40,19 +40,20 @@ class TorchTrainer(DataParallelTrainer):
         dataset_config: Any = None,
         validation_config: ValidationConfig | None = None,
     ):
-        scaling_config = scaling_config or ScalingConfig()
+        expect_instance("TorchTrainer", "torch_config", torch_config, TorchConfig,
+                        "a muster.train.torch.TorchConfig, e.g. TorchConfig(backend='gloo')")
         self.torch_config = torch_config or TorchConfig()
-        super().__init__(
+        super().__init__(  # checks scaling_config's type before the backend below reads it
             train_loop_per_worker,
             train_loop_config=train_loop_config,
             scaling_config=scaling_config,
             run_config=run_config,
-            backend_config=TorchBackend(self.torch_config, scaling_config.use_gpu),
             resume_from_checkpoint=resume_from_checkpoint,
             datasets=datasets,
             dataset_config=dataset_config,
             validation_config=validation_config,
         )
+        self.backend_config = TorchBackend(self.torch_config, self.scaling_config.use_gpu)
 
     def with_args(self, args: dict[str, Any]) -> TorchTrainer:
         """As ``DataParallelTrainer.with_args``, with ``torch_config`` too; the process group's

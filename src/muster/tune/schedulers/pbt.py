@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.tune.schedulers.trial_scheduler import PendingConfig, TrialScheduler
 from muster.tune.search.sample import Categorical, Domain
 from muster.tune.search.variant_generator import format_vars
@@ -99,6 +99,8 @@ class PopulationBasedTraining(TrialScheduler):
                 f"{type(self).__name__}(synch=True) is not supported in muster; the asynchronous version "
                 "(synch=False) is, and it keeps every worker busy."
             )
+        if hyperparam_mutations is not None:
+            _check_mutations(type(self).__name__, hyperparam_mutations, ())
         self.time_attr, self.interval, self.burn_in = time_attr, perturbation_interval, burn_in_period
         self.mutations = hyperparam_mutations or {}
         self.quantile_fraction, self.resample_probability = quantile_fraction, resample_probability
@@ -131,9 +133,13 @@ class PopulationBasedTraining(TrialScheduler):
         t, score = result.get(self.time_attr), self._score(result)
         if not isinstance(t, (int, float)) or score is None:
             if self.require_attrs:
+                bad = [f"{name!r} ({'not reported' if name not in result else f'{result[name]!r}'})"
+                       for name, ok in ((self.time_attr, isinstance(t, (int, float))), (self.metric, score is not None))
+                       if not ok]
                 raise InvalidArgumentError(
-                    f"PopulationBasedTraining: trial {trial.trial_id} reported {sorted(result)} without "
-                    f"{self.time_attr!r} or {self.metric!r}; report both, or pass require_attrs=False."
+                    f"{type(self).__name__}: trial {trial.trial_id} has no number for {' or '.join(bad)}; every "
+                    f"result needs {self.time_attr!r} and {self.metric!r} as numbers. Report them, or pass "
+                    "require_attrs=False to skip such results."
                 )
             return self.CONTINUE
         state = self._state.setdefault(trial.trial_id, _State())
@@ -254,3 +260,22 @@ class PopulationBasedTraining(TrialScheduler):
 
     def debug_string(self) -> str:
         return f"PopulationBasedTraining: {self.num_perturbations} perturbations"
+
+def _check_mutations(owner: str, mutations: Any, where: tuple[str, ...]) -> None:
+    """Each mutation is a non-empty list of values, a search space, a function, or a dict of those
+    (as Ray asks), refused now rather than with an AttributeError at the first perturbation."""
+    if not isinstance(mutations, dict):
+        raise InvalidTypeError(f"{owner}(hyperparam_mutations={mutations!r}): pass a dict such as "
+                               "{'lr': tune.loguniform(1e-4, 1e-1), 'batch_size': [32, 64]}.")
+    for key, spec in mutations.items():
+        path = "".join(f"[{k!r}]" for k in (*where, key))
+        if isinstance(spec, dict):
+            _check_mutations(owner, spec, (*where, key))
+        elif isinstance(spec, (list, tuple)) and not spec:
+            raise InvalidArgumentError(f"{owner}: hyperparam_mutations{path} is an empty list; give the values "
+                                       "to choose from, e.g. [32, 64, 128].")
+        elif not (isinstance(spec, (list, tuple, Domain)) or callable(spec)):
+            raise InvalidTypeError(
+                f"{owner}: hyperparam_mutations{path}={spec!r}; give a list of values ([0.1, 0.01]), a search "
+                "space (tune.uniform(0.001, 0.1)), a function that returns a new value, or a dict of those."
+            )
