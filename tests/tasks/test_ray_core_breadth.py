@@ -577,7 +577,7 @@ def test_runtime_env_cloudpickle_and_deprecated_context_ids_as_rays():
 
     env = RuntimeEnv(env_vars={"MUSTER_BREADTH": "typed"}, pip=["nothing-installed"])
     assert env == {"env_vars": {"MUSTER_BREADTH": "typed"}, "pip": ["nothing-installed"]}
-    with pytest.warns(UserWarning, match="runtime_env pip have no effect"):
+    with pytest.warns(UserWarning, match="runtime_env pip has no effect"):
         ref = env_and_group.options(runtime_env=env).remote("MUSTER_BREADTH")
     assert muster.get(ref, timeout=TIMEOUT) == ("typed", None, False)
     with pytest.raises(TypeError, match="env_vars maps names to string values"):
