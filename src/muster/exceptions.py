@@ -209,10 +209,12 @@ class TrainingFailedError(MusterError):
         run_path: where the run's results and checkpoints are.
     """
 
-    def __init__(self, attempts: list[BaseException], run_path: str = "", max_failures: int = 0):
+    def __init__(self, attempts: list[BaseException], run_path: str = "", max_failures: int = 0,
+                 subject: str = "Training"):
         self.attempts, self.run_path, self.max_failures = list(attempts), run_path, max_failures
+        self.subject = subject  # "Training", or "Trial <id>" for a Tune trial's run
         lines = [
-            f"Training failed after {len(self.attempts)} attempt(s) "
+            f"{subject} failed after {len(self.attempts)} attempt(s) "
             f"(FailureConfig(max_failures={max_failures}))."
         ]
         for i, err in enumerate(self.attempts, 1):
@@ -238,7 +240,8 @@ class TrainingFailedError(MusterError):
     def __reduce__(self) -> Any:
         # by this class, not type(self): a copy made an instance of the user's error type too
         # (see also_an_instance_of) pickles as the plain error
-        return (TrainingFailedError, (self.attempts, self.run_path, self.max_failures))
+        return (TrainingFailedError, (self.attempts, self.run_path, self.max_failures,
+                                      getattr(self, "subject", "Training")))
 
 
 def by_rank(error: BaseException | None) -> dict[int, BaseException]:

@@ -341,6 +341,10 @@ def test_failed_trial_is_reported_and_the_others_finish(storage):
     err = grid.errors[0]
     assert isinstance(err, RuntimeError) and isinstance(err, TrainingFailedError)
     assert type(pickle.loads(pickle.dumps(err))) is TrainingFailedError  # and travels as the plain error
+    # in Tune's words: the trial failed (not "Training"), also once it has travelled
+    trial_id = next(r.metrics["trial_id"] for r in grid if r.error is not None)
+    for shown in (err, pickle.loads(pickle.dumps(err))):
+        assert str(shown).startswith(f"Trial {trial_id} failed after 1 attempt(s)"), str(shown)
     assert grid.get_best_result().config == {"bad": 0}
     df = grid.get_dataframe()
     assert "error" in df.columns and df["error"].notna().sum() == 1

@@ -241,9 +241,9 @@ class Controller:
                     if self.validator is not None:
                         self.validator.finish()
                     self._transition(State.ERRORED)
-                    raise TrainingFailedError(
-                        self.failures, self.storage.uri, max_failures
-                    )
+                    trial = self.record.state.get("trial_id")
+                    raise TrainingFailedError(self.failures, self.storage.uri, max_failures,
+                                              subject="Training" if trial is None else f"Trial {trial}")
                 self._transition(State.RESTARTING)
                 if self.hooks.on_recover is not None:
                     self.hooks.on_recover(error)
