@@ -72,3 +72,23 @@ def test_bad_arguments():
         md.range(3).select_columns(["zz"]).take_all()
     with pytest.raises(ValueError, match="datasets_to_split"):
         md.DataConfig(datasets_to_split=3)  # type: ignore[arg-type]
+
+
+def test_unparseable_file_is_named_with_the_reader_to_use(tmp_path):
+    """pyarrow's parse error names the file and the matching reader, and stays pyarrow's class (chained)."""
+    (tmp_path / "rows.csv").write_text("a,b\n1,2\n")
+    pq.write_table(pa.table({"a": [1]}), tmp_path / "good.parquet")
+    (tmp_path / "fake.parquet").write_text("not parquet\n")
+    with pytest.raises(pa.ArrowInvalid, match=r"read_json: could not read .*rows\.csv: JSON.*read_csv\(\)") as err:
+        md.read_json(str(tmp_path / "rows.csv")).take_all()
+    assert isinstance(err.value.__cause__, pa.ArrowInvalid) and "rows.csv" not in str(err.value.__cause__)
+    with pytest.raises(pa.ArrowInvalid, match=r"read_csv: could not read .*good\.parquet: .*read_parquet\(\)"):
+        md.read_csv(str(tmp_path / "good.parquet")).take_all()
+    with pytest.raises(pa.ArrowInvalid, match=r"read_parquet: could not read .*rows\.csv: .*read_csv\(\)"):
+        md.read_parquet(str(tmp_path / "rows.csv"))  # the schema is read when the dataset is made
+    # a later file is opened when read, where pyarrow's message names no file
+    later = md.read_parquet([str(tmp_path / "good.parquet"), str(tmp_path / "fake.parquet")])
+    with pytest.raises(pa.ArrowInvalid, match=r"could not read .*fake\.parquet: .*not a parquet file, or a damaged"):
+        later.take_all()
+    with pytest.raises(UnicodeDecodeError, match=r"read_text: could not read .*good\.parquet as utf-8.*read_parquet"):
+        md.read_text(str(tmp_path / "good.parquet")).take_all()

@@ -23,6 +23,7 @@ from muster.data import block as blk
 from muster.data import ray_tensors
 from muster.data.exceptions import DataSchemaError, DataSourceError
 from muster.data.plan import Read, ReadTask
+from muster.data.read_errors import PARSE_ERRORS, naming_file
 from muster.core.filesystem import as_fsspec, missing_credentials, url_to_fs
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
@@ -264,14 +265,14 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
     afs = _arrow_fs(fs)
     part = pads.partitioning(flavor="hive") if partitioning == "hive" else partitioning
     kwargs: dict[str, Any] = {"partition_base_dir": base} if base else {}
-    dataset = pads.dataset([p for p, _ in files], format="parquet", filesystem=afs, partitioning=part, **kwargs)
+    dataset = _parquet_dataset([p for p, _ in files], afs, part, kwargs)
     found = dataset.partitioning.schema if partitioning == "hive" and dataset.partitioning is not None else None
     if found is not None and any(f.type != pa.string() for f in found):  # Ray's hive values are strings ...
         stored = next(iter(dataset.get_fragments()), None)
         stored_names = set(stored.physical_schema.names) if stored is not None else set()
         fields = [(f.name, f.type if f.name in stored_names else pa.string()) for f in found]  # ... unless stored
         part = pads.partitioning(pa.schema(fields), flavor="hive")
-        dataset = pads.dataset([p for p, _ in files], format="parquet", filesystem=afs, partitioning=part, **kwargs)
+        dataset = _parquet_dataset([p for p, _ in files], afs, part, kwargs)
     if columns is not None:
         missing = [c for c in columns if c not in dataset.schema.names]
         if missing:
@@ -296,12 +297,14 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
             tables: list[pa.Table] = []
             scan: list[Any] = []
             for frag, whole in group:
-                table = _read_file(afs, frag.path, columns, schema, guard) if direct and whole else None
-                if table is None:
-                    guard.check(frag.path, frag.physical_schema)  # disagreeing types: an error, not a cast
-                    if include_paths:  # each file's rows get its path: scanned alone
+                with naming_file(frag.path, "read_parquet"):  # a file that is not parquet: named
+                    table = _read_file(afs, frag.path, columns, schema, guard) if direct and whole else None
+                    if table is None:
+                        guard.check(frag.path, frag.physical_schema)  # disagreeing types: an error, not a cast
+                    if table is None and include_paths:  # each file's rows get its path: scanned alone
                         tables.append(with_path(_scan([frag], schema, dataset.format, afs, columns, filter), frag.path))
                         continue
+                if table is None:
                     scan.append(frag)
                     continue
                 if scan:  # keep the files' order
@@ -326,6 +329,20 @@ def parquet_tasks(paths: Any, *, columns: list[str] | None, filter: Any, filesys
     known = None if tensors or ray_tensors.has_ray_tensors(schema) else _parquet_block_schema(schema, columns,
                                                                                              include_paths)
     return _parquet_jobs(by_path, cap, make, known, counted=filter is None)
+
+
+def _parquet_dataset(paths: list[str], afs: Any, partitioning: Any, kwargs: dict[str, Any]) -> Any:
+    """The parquet ``paths``' pyarrow dataset; a file it cannot read (pyarrow quotes it) named (:func:`naming_file`)."""
+    import pyarrow.dataset as pads
+
+    try:
+        return pads.dataset(paths, format="parquet", filesystem=afs, partitioning=partitioning, **kwargs)
+    except PARSE_ERRORS as exc:
+        failed = [p for p in paths if f"'{p}'" in str(exc)]
+        if not failed:
+            raise
+        with naming_file(max(failed, key=len), "read_parquet"):
+            raise
 
 
 def _parquet_jobs(by_path: list[tuple[Any, int, bool]], cap: int, make: Callable[[list[tuple[Any, bool]]], Any],
@@ -359,8 +376,6 @@ def _parquet_block_schema(schema: pa.Schema, columns: list[str] | None, include_
 
 
 def _scan(frags: list[Any], schema: pa.Schema, fmt: Any, afs: Any, columns: list[str] | None, filter: Any) -> pa.Table:
-    import pyarrow.dataset as pads
-
     if ray_tensors.has_ray_tensors(schema):  # each file's own tensor shape (the dataset's is the first file's)
         return blk.concat([ray_tensors.to_muster(_scan_as([f], ray_tensors.with_files_tensor_fields(
             schema, f.physical_schema), fmt, afs, columns, filter), f"read_parquet({f.path})") for f in frags])
@@ -407,16 +422,17 @@ def with_partitions(table: pa.Table, path: str) -> pa.Table:
 
 
 def _file_reader(fs: Any, parse: Callable[[Any, str], pa.Table], guard: _SchemaGuard | None,
-                 options: FileOptions, compression: str | None = "infer"
+                 options: FileOptions, where: str, compression: str | None = "infer"
                  ) -> Callable[[list[str]], Callable[[], list[pa.Table]]]:
-    """``compression``: the format's default when ``options`` name none ("infer": by the file's suffix)."""
+    """Each file of a group opened and parsed (an error naming the file and ``where``, the reader);
+    ``compression``: the format's default when ``options`` name none ("infer": by the file's suffix)."""
     how = options.compression or compression
 
     def make(group: list[str]) -> Callable[[], list[pa.Table]]:
         def read() -> list[pa.Table]:
             out = []
             for path in group:
-                with fs.open(path, "rb", compression=how) as f:
+                with naming_file(path, where), fs.open(path, "rb", compression=how) as f:
                     table = parse(f, path)
                 if guard is not None:
                     guard.check(path, table.schema)
@@ -434,7 +450,8 @@ def csv_tasks(paths: Any, filesystem: Any, options: FileOptions, **arrow_args: A
     import pyarrow.csv as pcsv
 
     fs, files, _ = resolve(paths, filesystem, (".csv", ".csv.gz"), "read_csv", options)
-    return _group(files, _file_reader(fs, lambda f, _p: pcsv.read_csv(f, **arrow_args), _SchemaGuard(), options))
+    return _group(files, _file_reader(fs, lambda f, _p: pcsv.read_csv(f, **arrow_args), _SchemaGuard(), options,
+                                            "read_csv"))
 
 
 def json_tasks(paths: Any, filesystem: Any, options: FileOptions, **arrow_args: Any) -> tuple[ReadTask, ...]:
@@ -458,7 +475,7 @@ def json_tasks(paths: Any, filesystem: Any, options: FileOptions, **arrow_args: 
                                   "must be objects (one row each), or write the file as JSON lines.")
         return blk.rows_to_block(rows, f"read_json({path})")
 
-    return _group(files, _file_reader(fs, parse, _SchemaGuard(), options))
+    return _group(files, _file_reader(fs, parse, _SchemaGuard(), options, "read_json"))
 
 
 def text_tasks(paths: Any, filesystem: Any, encoding: str, drop_empty_lines: bool,
@@ -471,7 +488,7 @@ def text_tasks(paths: Any, filesystem: Any, encoding: str, drop_empty_lines: boo
             lines = [ln for ln in lines if ln.strip()]
         return pa.table({"text": pa.array(lines, type=pa.string())})
 
-    return _group(files, _file_reader(fs, parse, None, options))
+    return _group(files, _file_reader(fs, parse, None, options, "read_text"))
 
 
 def binary_tasks(paths: Any, filesystem: Any, options: FileOptions) -> tuple[ReadTask, ...]:
@@ -480,7 +497,7 @@ def binary_tasks(paths: Any, filesystem: Any, options: FileOptions) -> tuple[Rea
     def parse(f: Any, _path: str) -> pa.Table:
         return pa.table({"bytes": pa.array([f.read()], type=pa.binary())})
 
-    return _group(files, _file_reader(fs, parse, None, options, compression=None))  # the bytes as stored
+    return _group(files, _file_reader(fs, parse, None, options, "read_binary_files", compression=None))  # as stored
 
 
 def numpy_tasks(paths: Any, filesystem: Any, options: FileOptions) -> tuple[ReadTask, ...]:
@@ -500,7 +517,7 @@ def numpy_tasks(paths: Any, filesystem: Any, options: FileOptions) -> tuple[Read
             array = array.reshape(1)
         return pa.table({"data": blk.array_from_values(array)})
 
-    return _group(files, _file_reader(fs, parse, None, options, compression=None))
+    return _group(files, _file_reader(fs, parse, None, options, "read_numpy", compression=None))
 
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif")
@@ -530,7 +547,7 @@ def image_tasks(paths: Any, filesystem: Any, size: tuple[int, int] | None, mode:
             image = image.resize((size[1], size[0]))  # Ray's size is (height, width); Pillow's is (width, height)
         return blk.rows_to_block([{"image": np.asarray(image)}], f"read_images({path})")
 
-    return _group(files, _file_reader(fs, parse, None, options, compression=None))
+    return _group(files, _file_reader(fs, parse, None, options, "read_images", compression=None))
 
 
 # -- in memory ------------------------------------------------------------------------
