@@ -56,3 +56,25 @@ def test_counters_show_rows_in_out_and_backpressure(ctx, threads_only):
     assert filt.blocked_s > 0  # ready tasks were held back by the budget
     assert filt.budget_bytes == 1000 and filt.bytes_in_flight == 0 and filt.done  # the pass ended
     assert "blocked on backpressure" in ds.stats()
+
+
+def test_stats_keep_operators_of_one_name_apart(tmp_path):
+    """Two read_parquet inputs (a join's, a union's, one dataset twice) and two same-named maps each get a line,
+    numbered in plan order as Ray's operator ids are. Before, both reads' counters were added up on one line."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": [1, 2, 3]}), tmp_path / "left.parquet")
+    pq.write_table(pa.table({"id": [2, 3], "b": ["x", "y"]}), tmp_path / "right.parquet")
+    left, right = md.read_parquet(str(tmp_path / "left.parquet")), md.read_parquet(str(tmp_path / "right.parquet"))
+    joined = left.join(right, "inner", 1, on=("id",))
+    assert len(joined.take_all()) == 2
+    lines = [ln.strip().split(" in ")[0] for ln in joined.stats().splitlines()[1:]]
+    assert lines == ["ReadParquet_1: 3 rows", "ReadParquet_2: 2 rows", "Join: 2 rows"], joined.stats()
+    same = left.map_batches(lambda b: b).union(left.map_batches(lambda b: b))
+    assert same.count() == 6
+    lines = [ln.strip().split(" in ")[0] for ln in same.stats().splitlines()[1:]]
+    assert lines == ["ReadParquet_1: 3 rows", "MapBatches(<lambda>)_1: 3 rows",
+                     "ReadParquet_2: 3 rows", "MapBatches(<lambda>)_2: 3 rows"], same.stats()
+    one = md.range(4).map_batches(lambda b: b)
+    assert one.count() == 4 and "  ReadRange: 4 rows" in one.stats() and "  MapBatches(<lambda>): 4" in one.stats()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import dataclasses
 import functools
 import logging
 import os
@@ -72,10 +73,33 @@ def execute(node: Node, epoch: int = 0, stats: Stats | None = None) -> Iterator[
     stats.budget = ctx.max_bytes_in_flight
     ended = live_view.start(stats, ctx.progress_every_s, ctx.enable_progress_bars)
     try:
-        yield from (b for b in _stream(node, epoch, stats) if b.num_rows or b.num_columns)
+        yield from (b for b in _stream(numbered(node), epoch, stats) if b.num_rows or b.num_columns)
     finally:
         stats.finish()
         ended()
+
+
+def numbered(node: Node) -> Node:
+    """``node``'s plan with the operators that share a name numbered in plan order (inputs first, the left one
+    first), as Ray's operator ids are: a join of two ``read_parquet`` reads ``ReadParquet_1`` and ``ReadParquet_2``,
+    so that ``stats()`` and the live view, which key their counters by name, keep the two apart."""
+    names: collections.Counter[str] = collections.Counter()
+    todo = [node]
+    while todo:
+        names[todo[-1].op.name] += 1
+        todo.extend(todo.pop().inputs)
+    if all(n == 1 for n in names.values()):
+        return node
+    seen: collections.Counter[str] = collections.Counter()
+
+    def copy(at: Node) -> Node:
+        inputs = tuple(copy(i) for i in at.inputs)
+        if names[at.op.name] == 1:
+            return at if all(a is b for a, b in zip(inputs, at.inputs)) else Node(at.op, inputs)
+        seen[at.op.name] += 1
+        return Node(dataclasses.replace(at.op, name=f"{at.op.name}_{seen[at.op.name]}"), inputs)
+
+    return copy(node)
 
 
 def observed(blocks: Iterator[pa.Table], done: Callable[[int, pa.Schema | None], None]) -> Iterator[pa.Table]:
