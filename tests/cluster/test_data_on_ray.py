@@ -185,6 +185,23 @@ def test_explain_prints_the_plan_of_the_engine_that_runs_it(engine, capsys):
                             "transforms fused into each)\n")
 
 
+def test_explain_of_a_join_runs_none_of_its_inputs(engine, tmp_path, capsys):
+    """explain() runs nothing. On Ray, a join's inputs ran to build Ray's dataset (muster joins the blocks Ray
+    makes for each): explain() ran them. Now it explains Ray's own join of the two inputs' plans."""
+    marker = str(tmp_path / "ran")
+
+    def mark(batch):
+        with open(marker, "w") as f:
+            f.write("ran")
+        return batch
+
+    md.range(4).map_batches(mark).join(md.range(3), "inner", 2, on=("id",)).explain()
+    out = capsys.readouterr().out
+    assert not os.path.exists(marker) and "Join[Join]" in out, out
+    if engine == "ray":
+        assert "JoinShuffleReduce(num_partitions=2)" in out and "MapBatches(mark)" in out, out
+
+
 def test_a_filter_after_read_parquet_gives_the_same_rows_on_both_engines(engine, tmp_path):
     """Pushed into muster's scan; on Ray, replayed as Ray's read_parquet then filter (Ray pushes it itself)."""
     import pyarrow.parquet as pq

@@ -46,21 +46,22 @@ def on_ray_engine() -> bool:
     return context.in_worker() and ray is not None and bool(ray.is_initialized())
 
 
-def to_ray(dataset: "Dataset") -> Any:
+def to_ray(dataset: "Dataset", plan_only: bool = False) -> Any:
     """The ``ray.data.Dataset`` for ``dataset``'s plan, named as ``dataset`` is (``set_name``: Ray's stats,
-    dashboard and metrics know it by that name).
+    dashboard and metrics know it by that name). ``plan_only`` (for ``explain``): nothing runs to build it,
+    a join is Ray's own lazy ``join`` of its inputs (else muster joins the blocks Ray makes for each, now).
 
     Raises:
         InvalidArgumentError: an operator of the plan has no ``ray.data`` equivalent (named, with the fix).
     """
-    ds = _to_ray(dataset._node)
+    ds = _to_ray(dataset._node, plan_only)
     if dataset.name is not None:
         ds.set_name(dataset.name)
     return ds
 
 
-def _to_ray(node: Node) -> Any:
-    """The ``ray.data.Dataset`` for the plan ending at ``node``."""
+def _to_ray(node: Node, plan_only: bool = False) -> Any:
+    """The ``ray.data.Dataset`` for the plan ending at ``node`` (``plan_only``: see :func:`to_ray`)."""
     import ray.data
 
     op = node.op
@@ -76,7 +77,7 @@ def _to_ray(node: Node) -> Any:
             args = (ray_datasource(args[0]),)
         ds = getattr(ray.data, name)(*args, **kwargs)
         return _apply(ds, _steps(op)[1:], op.name)
-    inputs = [_to_ray(n) for n in node.inputs]
+    inputs = [_to_ray(n, plan_only) for n in node.inputs]
     if isinstance(op, Union) and op.weights is not None:
         stop = ray.data.MixStoppingCondition.STOP_ON_SHORTEST if op.stop_on_shortest else \
             ray.data.MixStoppingCondition.STOP_ON_LONGEST_DROP
@@ -85,12 +86,15 @@ def _to_ray(node: Node) -> Any:
         return inputs[0].union(*inputs[1:]) if len(inputs) > 1 else inputs[0]
     if isinstance(op, Limit):
         return inputs[0].limit(op.n)
+    if isinstance(op, Join) and plan_only:  # Ray's join, planned: it is never run (it needs polars)
+        name, args, kwargs = _steps(op)[0]
+        return getattr(inputs[0], name)(inputs[1], *args, **_clean(kwargs))
     if isinstance(op, Join):  # muster's join of the blocks Ray makes for each input (Ray 2.60's needs polars)
         return ray.data.from_arrow(op.fn(list(_arrow_blocks(inputs[0])), list(_arrow_blocks(inputs[1]))))
     return _apply(inputs[0], _steps(op), op.name)
 
 
-def _steps(op: Read | Transform | AllToAll) -> tuple[tuple[str, tuple, dict], ...]:
+def _steps(op: Read | Transform | AllToAll | Join) -> tuple[tuple[str, tuple, dict], ...]:
     ray = op.ray
     if not isinstance(ray, RayCall):
         raise InvalidArgumentError(f"{op.name} cannot run on the Ray engine: {ray or _NO_EQUIVALENT}.")

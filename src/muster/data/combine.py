@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from muster.data import block as blk
-from muster.data.plan import Join, Node
+from muster.data.plan import Join, Node, RayCall
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 #: Ray's join types, as pyarrow names them.
@@ -75,7 +75,9 @@ def join_node(left: Node, right: Node, join_type: str, keys: list[str], right_ke
     known, checked now (a key missing, columns clashing: ``join_tables``'s errors), else when it runs."""
     op = Join("Join", join_type, tuple(keys), tuple(right_keys), functools.partial(
         _join_blocks, join_type=join_type, keys=keys, right_keys=right_keys, left_suffix=left_suffix,
-        right_suffix=right_suffix, num_partitions=num_partitions))
+        right_suffix=right_suffix, num_partitions=num_partitions), RayCall.of(
+        "join", join_type, num_partitions, on=tuple(keys), right_on=tuple(right_keys), left_suffix=left_suffix,
+        right_suffix=right_suffix))
     schemas = left.known_schema(), right.known_schema()
     if schemas[0] is not None and schemas[1] is not None:
         op.fn([schemas[0].empty_table()], [schemas[1].empty_table()])

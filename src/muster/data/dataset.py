@@ -552,7 +552,7 @@ class Dataset(writers.FileWrites, Splits):
         """Print the plan: its logical operators, then the stages that run them (which transforms fuse into
         which tasks; see ``muster.data.explain``). On the Ray engine, Ray's ``explain`` of the same plan."""
         if _ray_plan.on_ray_engine():
-            _ray_plan.to_ray(self).explain()
+            _ray_plan.to_ray(self, plan_only=True).explain()  # runs nothing (a join's inputs neither)
             return
         from muster.data.explain import explain_text
 

@@ -128,13 +128,15 @@ class Union:
 @dataclass(frozen=True)
 class Join:
     """``Dataset.join``: ``fn(left blocks, right blocks)`` -> the joined blocks, once both inputs are gathered.
-    ``join_type`` is Ray's (``inner``, ``left_outer``, ...), ``keys``/``right_keys`` each input's key columns."""
+    ``join_type`` is Ray's (``inner``, ``left_outer``, ...), ``keys``/``right_keys`` each input's key columns;
+    ``ray``: Ray's ``join`` call with its arguments but the right input (``Dataset.explain`` on the Ray engine)."""
 
     name: str
     join_type: str
     keys: tuple[str, ...]
     right_keys: tuple[str, ...]
     fn: Callable[[list[pa.Table], list[pa.Table]], list[pa.Table]] = field(compare=False)
+    ray: RayEquivalent = field(default=None, compare=False)
 
     def schema(self, left: pa.Schema | None, right: pa.Schema | None) -> pa.Schema | None:
         """The joined blocks' schema for inputs of these schemas (pyarrow's join of empty tables, as Ray infers
