@@ -268,6 +268,24 @@ def expect_instance(owner: str, arg: str, value: Any, cls: type | tuple[type, ..
         raise InvalidTypeError(f"{owner}({arg}={value!r}): pass {fix}.")
 
 
+def methods_of(obj: Any) -> list[str]:
+    """The public methods of a class or an instance (callable, no leading ``_``), sorted by name."""
+    return sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
+
+
+def no_such_method(name: str, methods: list[str]) -> str:
+    """The part of a "no method ``name``" message that lists ``methods``, a likely typo's match first
+    (``"did you mean 'increment'? its methods are ['increment', 'get']"``)."""
+    import difflib
+
+    if not methods:
+        return "it has no public methods"
+    close = difflib.get_close_matches(name, methods, n=1)
+    listed = close + [m for m in methods if m not in close]
+    guess = f"did you mean {close[0]!r}? " if close else ""
+    return f"{guess}its methods are {listed}"
+
+
 E_ = TypeVar("E_", bound=BaseException)
 
 

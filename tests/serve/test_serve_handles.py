@@ -186,11 +186,15 @@ def test_composition_over_http_and_handles(client, graph):
 
 
 def test_a_missing_method_raises_rays_error_naming_the_methods_there_are(client, graph):
-    """Ray raises RayServeException listing the class's methods (muster raised a bare AttributeError)."""
+    """Ray raises RayServeException listing the class's methods (muster raised a bare AttributeError); a likely
+    typo's match comes first."""
     h = serve.get_deployment_handle("Model", "graph")
     with pytest.raises(serve.RayServeException, match=r"no method 'no_such'; its methods are \['batched', "
                                                       r"'predict', 'tokens'\]. Fix: call one of them"):
         h.no_such.remote().result(timeout_s=10)
+    with pytest.raises(serve.RayServeException, match=r"no method 'predcit'; did you mean 'predict'\? its methods "
+                                                      r"are \['predict', 'batched', 'tokens'\]"):
+        h.predcit.remote(1).result(timeout_s=10)
     with pytest.raises(serve.RayServeException, match=r"no method '__call__'.*Fix: define __call__"):
         h.remote().result(timeout_s=10)
     fn = serve.run(echo_fn.bind(), name="echo-fn", route_prefix=None)
