@@ -14,7 +14,10 @@ every message says what happened and what to do about it.
 
 from __future__ import annotations
 
+import math
+import numbers
 import signal
+import threading
 from typing import Any, TypeVar
 
 
@@ -266,6 +269,25 @@ def expect_instance(owner: str, arg: str, value: Any, cls: type | tuple[type, ..
     """
     if value is not None and not isinstance(value, cls):
         raise InvalidTypeError(f"{owner}({arg}={value!r}): pass {fix}.")
+
+
+def checked_timeout(call: str, value: Any, arg: str = "timeout") -> float | None:
+    """``call(arg=value)``'s timeout in seconds: None (wait as long as it takes) or a number >= 0, as Ray's calls
+    take; one past what the platform can wait (``float("inf")``) is None.
+
+    Raises:
+        InvalidTypeError: not a number (a string, a bool).
+        InvalidArgumentError: negative, or NaN.
+    """
+    if value is None:
+        return None
+    fix = "use a number of seconds >= 0 (0: do not wait), or None to wait until the result is ready"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidTypeError(f"{call}({arg}={value!r}): {fix}.")
+    seconds = float(value)
+    if math.isnan(seconds) or seconds < 0:
+        raise InvalidArgumentError(f"{call}({arg}={value!r}): {fix}.")
+    return None if seconds >= threading.TIMEOUT_MAX else seconds
 
 
 def methods_of(obj: Any) -> list[str]:
