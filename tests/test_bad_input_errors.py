@@ -31,13 +31,16 @@ def test_get_and_wait_refuse_a_bad_timeout_and_a_lone_ref():
         muster.get(ref, timeout=-2)
     with pytest.raises(InvalidArgumentError, match=r"muster.wait\(timeout=-1\): use a number of seconds >= 0"):
         muster.wait([ref], timeout=-1)
-    with pytest.raises(InvalidArgumentError, match=r"muster.get\(timeout='5'\)"):
+    with pytest.raises(InvalidTypeError, match=r"muster.get\(timeout='5'\)"):  # Ray's: a TypeError too
         muster.get(ref, timeout="5")
+    with pytest.raises(InvalidTypeError, match=r"muster.wait\(timeout=True\)"):
+        muster.wait([ref], timeout=True)
     with pytest.raises(InvalidTypeError, match=r"muster.wait\(5\): pass a list of ObjectRefs"):
         muster.wait(5)
     with pytest.raises(InvalidTypeError, match=r"muster.wait\(\[ref\]\) for a single one"):
         muster.wait(ref)
     assert muster.get(ref, timeout=-1) == 1  # as Ray's get: -1 is no timeout
+    assert muster.get(ref, timeout=float("inf")) == 1  # no timeout either (an OverflowError before)
     assert muster.wait((ref,), timeout=0)[0] == [ref]
 
 

@@ -14,7 +14,10 @@ every message says what happened and what to do about it.
 
 from __future__ import annotations
 
+import math
+import numbers
 import signal
+import threading
 from typing import Any, TypeVar
 
 
@@ -266,6 +269,43 @@ def expect_instance(owner: str, arg: str, value: Any, cls: type | tuple[type, ..
     """
     if value is not None and not isinstance(value, cls):
         raise InvalidTypeError(f"{owner}({arg}={value!r}): pass {fix}.")
+
+
+def checked_timeout(call: str, value: Any, arg: str = "timeout") -> float | None:
+    """``call(arg=value)``'s timeout in seconds: None (wait as long as it takes) or a number >= 0, as Ray's calls
+    take; one past what the platform can wait (``float("inf")``) is None.
+
+    Raises:
+        InvalidTypeError: not a number (a string, a bool).
+        InvalidArgumentError: negative, or NaN.
+    """
+    if value is None:
+        return None
+    fix = "use a number of seconds >= 0 (0: do not wait), or None to wait until the result is ready"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidTypeError(f"{call}({arg}={value!r}): {fix}.")
+    seconds = float(value)
+    if math.isnan(seconds) or seconds < 0:
+        raise InvalidArgumentError(f"{call}({arg}={value!r}): {fix}.")
+    return None if seconds >= threading.TIMEOUT_MAX else seconds
+
+
+def methods_of(obj: Any) -> list[str]:
+    """The public methods of a class or an instance (callable, no leading ``_``), sorted by name."""
+    return sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
+
+
+def no_such_method(name: str, methods: list[str]) -> str:
+    """The part of a "no method ``name``" message that lists ``methods``, a likely typo's match first
+    (``"did you mean 'increment'? its methods are ['increment', 'get']"``)."""
+    import difflib
+
+    if not methods:
+        return "it has no public methods"
+    close = difflib.get_close_matches(name, methods, n=1)
+    listed = close + [m for m in methods if m not in close]
+    guess = f"did you mean {close[0]!r}? " if close else ""
+    return f"{guess}its methods are {listed}"
 
 
 E_ = TypeVar("E_", bound=BaseException)

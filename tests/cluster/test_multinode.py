@@ -153,6 +153,7 @@ def test_gang_that_no_cluster_shape_can_hold_fails_at_once(on_ray, storage, scal
                      run_config=RunConfig(storage_path=storage, name="never", verbose=0)).fit()
     msg = str(info.value)
     assert needle in msg and "node 0: CPU=2" in msg and "Fix:" in msg
+    assert msg.startswith("TorchTrainer run 'never' with ScalingConfig(num_workers="), msg  # was "ScalingConfig: "
     assert time.monotonic() - t0 < 15
 
 

@@ -67,27 +67,32 @@ def _train(**options):
 
     scaling = ScalingConfig(num_workers=2, use_gpu=bool(options.get("num_gpus")),
                             resources_per_worker={"CPU": options.get("num_cpus", 1)})
-    TorchTrainer(lambda: None, scaling_config=scaling, run_config=RunConfig(verbose=0)).fit()
+    TorchTrainer(lambda: None, scaling_config=scaling, run_config=RunConfig(name="too-big", verbose=0)).fit()
 
 
-# each entry point, its own words for asking for less, and for asking for no GPU
+# each entry point, who the message names as asking, its own words for asking for less, and for asking for no GPU
 CALLERS = {
-    "task": (_task, "@muster.remote(...) or .options(...)", "drop num_gpus="),
-    "actor": (_actor, "@muster.remote(...) or .options(...)", "drop num_gpus="),
-    "placement group": (_placement_group, "smaller bundles in placement_group(", "drop 'GPU' from its bundles"),
-    "data": (_data, "its num_cpus= / num_gpus=", "drop num_gpus="),
-    "serve": (_serve, "the deployment's ray_actor_options=", "ray_actor_options num_gpus"),
-    "train": (_train, "ScalingConfig(num_workers=..., resources_per_worker=", "ScalingConfig(use_gpu=False)"),
+    "task": (_task, "task f: ", "@muster.remote(...) or .options(...)", "drop num_gpus="),
+    "actor": (_actor, "actor A: ", "@muster.remote(...) or .options(...)", "drop num_gpus="),
+    "placement group": (_placement_group, "placement group bundle 0: ", "smaller bundles in placement_group(",
+                        "drop 'GPU' from its bundles"),
+    "data": (_data, "map_batches(<lambda>", "its num_cpus= / num_gpus=", "drop num_gpus="),
+    "serve": (_serve, "serve deployment 'D' of app 'infeasible': ", "the deployment's ray_actor_options=",
+              "ray_actor_options num_gpus"),
+    # Train's named no one: "cannot ever schedule 2 x {CPU=64}" (which trainer? which run?)
+    "train": (_train, "TorchTrainer run 'too-big' with ScalingConfig(num_workers=2, ",
+              "ScalingConfig(num_workers=..., resources_per_worker=", "ScalingConfig(use_gpu=False)"),
 }
 
 
 @pytest.mark.parametrize("caller", list(CALLERS))
 def test_too_many_cpus_fails_at_once_naming_the_callers_own_knob(caller):
-    run, knob, _ = CALLERS[caller]
+    run, subject, knob, _ = CALLERS[caller]
     total = muster.cluster_resources()["CPU"]
     with pytest.raises(ResourcesUnavailableError) as info:
         run(num_cpus=64)
     message = str(info.value)
+    assert message.startswith(subject), message
     assert "CPU=64" in message and f"CPU={total:g} in total" in message, message
     assert f"ask for at most {total:g} CPUs" in message and knob in message, message
     assert "muster.init(num_cpus=N)" in message, message
@@ -97,11 +102,12 @@ def test_too_many_cpus_fails_at_once_naming_the_callers_own_knob(caller):
 
 @pytest.mark.parametrize("caller", list(CALLERS))
 def test_a_gpu_on_a_machine_without_one_names_the_callers_way_to_ask_for_none(caller):
-    run, _, no_gpu = CALLERS[caller]
+    run, subject, _, no_gpu = CALLERS[caller]
     assert not muster.cluster_resources().get("GPU")
     with pytest.raises(ResourcesUnavailableError) as info:
         run(num_gpus=1)
     message = str(info.value)
+    assert message.startswith(subject), message
     assert "no GPU visible to muster" in message and no_gpu in message, message
     if caller != "train":
         assert "ScalingConfig" not in message, message

@@ -24,6 +24,7 @@ from starlette.responses import StreamingResponse
 import muster
 import muster.train as train
 from muster import serve
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train import RunConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
 
@@ -186,16 +187,36 @@ def test_composition_over_http_and_handles(client, graph):
 
 
 def test_a_missing_method_raises_rays_error_naming_the_methods_there_are(client, graph):
-    """Ray raises RayServeException listing the class's methods (muster raised a bare AttributeError)."""
+    """Ray raises RayServeException listing the class's methods (muster raised a bare AttributeError); a likely
+    typo's match comes first."""
     h = serve.get_deployment_handle("Model", "graph")
     with pytest.raises(serve.RayServeException, match=r"no method 'no_such'; its methods are \['batched', "
                                                       r"'predict', 'tokens'\]. Fix: call one of them"):
         h.no_such.remote().result(timeout_s=10)
+    with pytest.raises(serve.RayServeException, match=r"no method 'predcit'; did you mean 'predict'\? its methods "
+                                                      r"are \['predict', 'batched', 'tokens'\]"):
+        h.predcit.remote(1).result(timeout_s=10)
     with pytest.raises(serve.RayServeException, match=r"no method '__call__'.*Fix: define __call__"):
         h.remote().result(timeout_s=10)
     fn = serve.run(echo_fn.bind(), name="echo-fn", route_prefix=None)
     assert fn.anything.remote(3).result(timeout_s=10) == ["fn", 3]  # as Ray's: a function runs for any method
     serve.delete("echo-fn")
+
+
+def test_result_refuses_a_negative_or_non_number_timeout_as_rays_broadcast_does(graph):
+    """Ray's broadcast ``results()`` refuses ``timeout_s < 0``; its ``result()`` timed out at once or waited
+    forever (muster's timed out, or returned a finished call's value); a string failed deep in threading, and
+    ``float("inf")`` overflowed."""
+    h = serve.get_deployment_handle("Adder", "graph")
+    response = h.add.remote(1, 2)
+    with pytest.raises(InvalidArgumentError, match=r"DeploymentResponse.result\(timeout_s=-1\): use a number of "
+                                                   r"seconds >= 0 \(0: do not wait\), or None"):
+        response.result(timeout_s=-1)
+    with pytest.raises(InvalidTypeError, match=r"DeploymentResponse.result\(timeout_s='5'\)"):
+        response.result(timeout_s="5")
+    assert response.result(timeout_s=float("inf")) == 3 and response.result(timeout_s=np.int64(0)) == 3
+    with pytest.raises(InvalidArgumentError, match=r"DeploymentBroadcastResponse.results\(timeout_s=-0.5\)"):
+        h.broadcast("add", 1, 2).results(timeout_s=-0.5)
 
 
 @serve.deployment(ray_actor_options=SMALL)

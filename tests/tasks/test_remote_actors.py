@@ -191,6 +191,25 @@ def test_calling_a_class_or_method_directly_says_use_remote(actors):
         c.no_such_method
 
 
+@muster.remote
+def misspell(counter):
+    try:
+        counter.incrr
+    except AttributeError as exc:  # as in Ray: on access, in the task, not later as the actor's failure
+        return str(exc)
+    return "no error"
+
+
+def test_a_missing_method_names_the_class_and_its_methods_closest_first(actors):
+    c = actors(Counter.remote())
+    with pytest.raises(AttributeError, match=r"Actor Counter has no method 'incrr'; did you mean 'incr'\? its "
+                                             r"methods are \['incr', 'get', 'pid'\]\. Fix: call one of them"):
+        c.incrr
+    with pytest.raises(AttributeError, match=r"no method 'zzz'; its methods are \['get', 'incr', 'pid'\]"):
+        c.zzz.remote()
+    assert "did you mean 'incr'?" in muster.get(misspell.remote(c), timeout=TIMEOUT)
+
+
 def test_impossible_actor_request_fails_at_remote_time():
     with pytest.raises(ResourcesUnavailableError, match="GPU=1"):
         Counter.options(num_gpus=1).remote()

@@ -330,8 +330,13 @@ class Runtime(abc.ABC):
         env: dict[str, str] | None = None,
         on_wait: Callable[[str], None] | None = None,
         timeout_s: float | None = None,
+        what: str = "",
     ) -> list[RuntimeActor]:
-        """Start ``n`` actors of ``cls`` together, all or nothing."""
+        """Start ``n`` actors of ``cls`` together, all or nothing.
+
+        ``what`` names who asked (``"TorchTrainer run 'r' (ScalingConfig(num_workers=8))"``): the
+        ``ResourcesUnavailableError`` of a gang that can never fit starts with it.
+        """
 
     @abc.abstractmethod
     def kill(self, handle: RuntimeActor, grace_s: float = 0.0) -> None:

@@ -17,7 +17,7 @@ import os
 import pickle
 from typing import Any, AsyncIterator, Iterator
 
-from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, checked_timeout
 from muster.serve import context
 from muster.serve._internal import eventloop, router, streams, wire
 from muster.serve.exceptions import RequestCancelledError
@@ -82,8 +82,11 @@ class DeploymentResponse:
 
         Raises:
             TimeoutError: it did not finish within ``timeout_s``.
+            InvalidArgumentError / InvalidTypeError: ``timeout_s`` is negative or not a number (Ray's
+                ``results()`` refuses a negative one too).
             The replica's exception, when the call raised.
         """
+        timeout_s = checked_timeout("DeploymentResponse.result", timeout_s, "timeout_s")
         fut = self._fut
         if eventloop.on_loop():
             raise RuntimeError(
@@ -383,6 +386,7 @@ class DeploymentBroadcastResponse:
             TimeoutError: not every replica answered within ``timeout_s``.
             The first replica's exception, unless ``return_exceptions`` (then it is in the list).
         """
+        timeout_s = checked_timeout("DeploymentBroadcastResponse.results", timeout_s, "timeout_s")
         if eventloop.on_loop():
             raise RuntimeError("DeploymentBroadcastResponse.results() blocks the event loop that must produce the "
                                "results; use `await response.results_async()` inside async methods.")
@@ -396,6 +400,7 @@ class DeploymentBroadcastResponse:
 
     async def results_async(self, *, timeout_s: float | None = None, return_exceptions: bool = False) -> list[Any]:
         """:meth:`results`, awaited."""
+        timeout_s = checked_timeout("DeploymentBroadcastResponse.results_async", timeout_s, "timeout_s")
         fut = self._fut
         if isinstance(fut, concurrent.futures.Future):
             waiting: Any = asyncio.wrap_future(fut)

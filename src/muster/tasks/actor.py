@@ -24,7 +24,8 @@ from muster.core import resources as res
 from muster.core.api import get_runtime, is_current
 from muster.core.init_options import current_namespace
 from muster.core.runtime import KILLED_BY_MUSTER, RuntimeActor
-from muster.exceptions import ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError, TaskError
+from muster.exceptions import (ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError, TaskError,
+                               methods_of, no_such_method)
 from muster.tasks import concurrency_groups as cgroups
 from muster.tasks import events, named, owner, worker_side
 from muster.tasks import options as opts
@@ -54,9 +55,13 @@ def kill_in_group(group: Any, reason: str) -> None:
             member._kill(no_restart=True, reason=reason)
 
 
-def _handle_from_id(actor_id: int) -> Any:
+#: what a handle sent to a worker knows of its actor's class: its name and its public methods
+Shape = tuple[str, tuple[str, ...]]
+
+
+def _handle_from_id(actor_id: int, shape: Shape | None = None) -> Any:
     if core_context.in_worker():
-        return WorkerActorHandle(actor_id)
+        return WorkerActorHandle(actor_id, shape=shape)
     return lookup(actor_id)
 
 
@@ -166,6 +171,17 @@ class _Method:
         raise InvalidTypeError(f"Actor methods cannot be called directly. Use .{self._name}.remote(...).")
 
 
+def _shape(cls: type) -> Shape:
+    return cls.__name__, tuple(methods_of(cls))
+
+
+def _no_method(shape: Shape, name: str) -> AttributeError:
+    """Ray's AttributeError for ``handle.name`` that the actor's class lacks, naming the methods it has."""
+    cls_name, methods = shape
+    return AttributeError(f"Actor {cls_name} has no method {name!r}; {no_such_method(name, list(methods))}. "
+                          f"Fix: call one of them (handle.<method>.remote(...)) or define {name!r} in {cls_name}.")
+
+
 class ActorHandle:
     """Driver-side handle to an actor; picklable (other tasks and actors can call it)."""
 
@@ -218,11 +234,11 @@ class ActorHandle:
         if name.startswith("_"):
             raise AttributeError(name)
         if not hasattr(self._cls, name):
-            raise AttributeError(f"Actor {self._cls.__name__} has no method {name!r}.")
+            raise _no_method(_shape(self._cls), name)
         return _Method(self, name)
 
     def __reduce__(self) -> Any:
-        return (_handle_from_id, (self._id,))
+        return (_handle_from_id, (self._id, _shape(self._cls)))
 
     def __repr__(self) -> str:
         return f"ActorHandle({self._cls.__name__}, id={self._id})"
@@ -510,12 +526,15 @@ def _settle(out: Future, value: Any = None, exc: BaseException | None = None) ->
 class WorkerActorHandle:
     """An actor handle inside a worker: calls go through the driver, which owns the actor."""
 
-    def __init__(self, actor_id: int, cls: type | None = None):
+    def __init__(self, actor_id: int, cls: type | None = None, shape: Shape | None = None):
         self._id, self._cls = actor_id, cls
+        self._shape = _shape(cls) if shape is None and cls is not None else shape  # None: not known here
 
     def __getattr__(self, name: str) -> _Method:
         if name.startswith("_") and name not in worker_side.RAY_BUILTINS:
             raise AttributeError(name)
+        if self._shape is not None and name not in self._shape[1]:  # Ray's handle has its methods only
+            raise _no_method(self._shape, name)
         return _Method(self, name)
 
     def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None, group: str | None = None) -> Any:
@@ -527,7 +546,7 @@ class WorkerActorHandle:
         core_context.send_event(events.Kill(self._id, no_restart))
 
     def __reduce__(self) -> Any:
-        return (_handle_from_id, (self._id,))
+        return (_handle_from_id, (self._id, self._shape))
 
     def __repr__(self) -> str:
         return f"ActorHandle(id={self._id})"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
-import math
 import pickle
 import threading
 import time
@@ -26,7 +25,8 @@ from typing import Any, Iterable, Sequence
 from muster.core import context as core_context
 from muster.core import serialization
 from muster.tasks import events
-from muster.exceptions import GetTimeoutError, InvalidArgumentError, InvalidTypeError, TaskError, also_an_instance_of
+from muster.exceptions import (GetTimeoutError, InvalidArgumentError, InvalidTypeError, TaskError, also_an_instance_of,
+                               checked_timeout)
 
 _ids = itertools.count(1)
 _table: "weakref.WeakValueDictionary[int, Future]" = weakref.WeakValueDictionary()
@@ -254,7 +254,7 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
     """
     if timeout == -1 and not isinstance(timeout, bool):
         timeout = None  # Ray's get reads -1 as "no timeout" (its wait refuses it)
-    _check_timeout("muster.get", timeout)
+    timeout = checked_timeout("muster.get", timeout)
     single = isinstance(refs, ObjectRef)
     items: list[Any] = [refs]
     if not single:
@@ -301,7 +301,7 @@ def wait(
         raise InvalidTypeError(
             f"muster.wait({refs!r}): pass a list of ObjectRefs, e.g. muster.wait([ref]) for a single one."
         )
-    _check_timeout("muster.wait", timeout)
+    timeout = checked_timeout("muster.wait", timeout)
     refs = list(refs)
     if not refs:
         return [], []  # as Ray: nothing to wait for
@@ -323,16 +323,6 @@ def wait(
     ready = [r for r, k in zip(refs, keys) if k.id in done_ids][: max(num_returns, 0)] if num_returns else []
     taken = {id(r) for r in ready}
     return ready, [r for r in refs if id(r) not in taken]
-
-
-def _check_timeout(call: str, timeout: Any) -> None:
-    """``timeout`` is None (wait as long as it takes) or seconds >= 0, as Ray asks."""
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or math.isnan(timeout) or timeout < 0):
-        raise InvalidArgumentError(
-            f"{call}(timeout={timeout!r}): use a number of seconds >= 0 (0: do not wait), or None to wait "
-            "until the result is ready."
-        )
 
 
 def _waited(item: Any) -> ObjectRef:

@@ -315,7 +315,8 @@ class Controller:
         self.view.set_state("scheduling", workers_up=0, attempt=index)
         complete = False
         try:
-            group.start(self._on_event, self._on_death, on_wait=self.view.event, size=self._gang_size())
+            group.start(self._on_event, self._on_death, on_wait=self.view.event, size=self._gang_size(),
+                        run=f"{self.record.trainer_cls} run {self.storage.name!r}")
             self.backend.check_placement([(m.rank, m.node, m.handle.gpu_ids) for m in group.members])
             self.view.set_state("running", workers_up=len(group.members))
             self.recorder.attempt_started(index, group.members)

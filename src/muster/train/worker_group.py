@@ -46,6 +46,18 @@ def assign_ranks(infos: list[dict[str, Any]], gpu_ids: list[list[int]]) -> list[
     return out
 
 
+def asked(scaling: ScalingConfig) -> str:
+    """``ScalingConfig(num_workers=8, use_gpu=True)``: the fields that say what a run asks for, as the user set them."""
+    fields = [f"num_workers={scaling.num_workers!r}"]
+    if scaling.use_gpu:
+        fields.append("use_gpu=True")
+    if scaling.resources_per_worker is not None:
+        fields.append(f"resources_per_worker={scaling.resources_per_worker!r}")
+    if scaling.placement_strategy != "PACK":
+        fields.append(f"placement_strategy={scaling.placement_strategy!r}")
+    return f"ScalingConfig({', '.join(fields)})"
+
+
 class WorkerGroup:
     """Starts ``num_workers`` TrainWorkers together and tears them down together."""
 
@@ -55,9 +67,10 @@ class WorkerGroup:
 
     def start(
         self, on_event: EventHandler, on_death: DeathHandler, on_wait: Callable[[str], None] | None = None,
-        size: int | None = None,
+        size: int | None = None, run: str = "",
     ) -> None:
-        """Start the gang: ``size`` workers (default: the ScalingConfig's largest)."""
+        """Start the gang: ``size`` workers (default: the ScalingConfig's largest). ``run`` names the run
+        (``"TorchTrainer run 'r'"``) for the error of a gang that can never fit, with what its ScalingConfig asks."""
         handles = self.runtime.create_gang(
             size or self.scaling.max_workers,
             TrainWorker,
@@ -65,6 +78,7 @@ class WorkerGroup:
             strategy=self.scaling.placement_strategy,
             env=self.env,
             on_wait=on_wait,
+            what=f"{run} with {asked(self.scaling)}" if run else asked(self.scaling),
         )
         try:
             infos = [f.result() for f in [h.call("info") for h in handles]]

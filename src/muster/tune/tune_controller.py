@@ -107,6 +107,7 @@ class TuneController:
         self.experiment, self.trials, self.make_plan = experiment, trials, make_plan
         self.trainable_name, self.searcher, self.scheduler, self.stopper = trainable_name, searcher, scheduler, stopper
         self.metric, self.mode, self.max_concurrent, self.time_budget_s = metric, mode, max_concurrent, time_budget_s
+        self._wanted_metrics = wanted_metrics(metric, scheduler, searcher)  # each result must hold them (strict check)
         self.id_prefix, self.store_root = id_prefix, store_root
         # FailureConfig(fail_fast=True): the first trial error stops the experiment; "raise": and
         # Tuner.fit() raises it (``failed_fast`` names that trial)
@@ -398,7 +399,7 @@ class TuneController:
             return result
         trial.last_result, trial.num_results = result, trial.num_results + 1
         self._dirty = True
-        check_reported(trial.trial_id, result, wanted_metrics(self.metric, self.scheduler, self.searcher))
+        check_reported(trial.trial_id, result, self._wanted_metrics)
         stops = self.stopper(trial.trial_id, result)
         decision = TrialScheduler.STOP if stops else self.scheduler.on_trial_result(self, trial, result)
         if decision == TrialScheduler.STOP:

@@ -305,9 +305,10 @@ class LocalRuntime(Runtime):
         env: dict[str, str] | None = None,
         on_wait: Callable[[str], None] | None = None,
         timeout_s: float | None = None,
+        what: str = "",
     ) -> list[RuntimeActor]:
         # One machine: PACK, SPREAD and STRICT_PACK all place every member here.
-        return list(self._launch(n, cls, (), {}, resources_per_member, env, on_wait, timeout_s, None))
+        return list(self._launch(n, cls, (), {}, resources_per_member, env, on_wait, timeout_s, None, what=what))
 
     def naming_holders(self, on_wait: Callable[[str], None], request: dict[str, float], bundle: BundleRef | None = None,
                        ends: str = "It starts") -> Callable[[str], None]:
@@ -356,9 +357,10 @@ class LocalRuntime(Runtime):
         on_event: EventHandler | None = None,
         allocations: list[Allocation] | None = None,
         fresh_process: bool = False,
+        what: str = "",
     ) -> list[LocalActor]:
         request = res.normalize(request, what="resources_per_worker")
-        self.slots.check_feasible(request, n)
+        self.slots.check_feasible(request, n, what)
         self.start()
         if allocations is None:
             said = None if on_wait is None else self.naming_holders(on_wait, {k: v * n for k, v in request.items()})

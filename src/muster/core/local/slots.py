@@ -131,9 +131,9 @@ class SlotTable:
         with self._cond:
             return {k: round(v, 6) for k, v in self._free.items()}
 
-    def check_feasible(self, request: dict[str, float], count: int) -> None:
-        """Raise at once if ``count`` x ``request`` can never fit on this machine."""
-        res.ensure_feasible(request, count, self._total)
+    def check_feasible(self, request: dict[str, float], count: int, what: str = "") -> None:
+        """Raise at once if ``count`` x ``request`` can never fit on this machine (the error names ``what``)."""
+        res.ensure_feasible(request, count, self._total, what=what)
 
     def acquire(
         self,

@@ -310,9 +310,11 @@ class RayRuntime(Runtime):
         env: dict[str, str] | None = None,
         on_wait: Callable[[str], None] | None = None,
         timeout_s: float | None = None,
+        what: str = "",
     ) -> list[RuntimeActor]:
         request = res.normalize(resources_per_member, what="resources_per_worker")
-        if not self._check_gang(request, n, strategy, on_wait):  # fits only with lost nodes: wait, bounded
+        # fits only with lost nodes: wait, bounded
+        if not self._check_gang(request, n, strategy, on_wait, what or "ScalingConfig"):
             timeout_s = min(timeout_s if timeout_s is not None else _LOST_NODE_WAIT_S, _LOST_NODE_WAIT_S)
         bundle = request or {"CPU": 0.001}  # Ray refuses empty bundles
         group = placement_group([dict(bundle) for _ in range(n)], strategy=strategy)
@@ -338,14 +340,14 @@ class RayRuntime(Runtime):
         return list(members)
 
     def _check_gang(
-        self, request: dict[str, float], n: int, strategy: str, on_wait: Callable[[str], None] | None
+        self, request: dict[str, float], n: int, strategy: str, on_wait: Callable[[str], None] | None, what: str
     ) -> bool:
         """Raise if the gang can never fit. If it fits the live nodes, return True; if it would
         fit only with nodes lost in the last ``_LOST_NODE_WAIT_S`` seconds, say so and return
         False: the caller waits for nodes to join (a lost node is often replaced), not forever."""
         alive = self.node_resources()
         try:
-            placement.check_gang(alive, request, n, strategy, what="ScalingConfig")
+            placement.check_gang(alive, request, n, strategy, what=what)
             return True
         except ResourcesUnavailableError:
             lost = self.node_resources(lost=True)

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from muster.exceptions import InvalidTypeError, MusterError
+from muster.exceptions import InvalidTypeError, MusterError, methods_of, no_such_method
 from muster.serve import context as replica_context
 from muster.serve import multiplex
 from muster.serve._internal import (eventloop, metrics, replica_logging, responses, router, server_choice, websocket,
@@ -362,12 +362,12 @@ class ReplicaActor:
         """Ray's error for a call to a method the deployment lacks, naming the ones it has."""
         from muster.serve.exceptions import RayServeException
 
-        has = sorted(n for n in dir(self.obj) if not n.startswith("_") and callable(getattr(self.obj, n, None)))
+        has = methods_of(self.obj)
         if any("__call__" in vars(k) for k in type(self.obj).__mro__):
             has.append("__call__")
         fix = ("define __call__(self, request) to answer HTTP" if name == "__call__" else
                f"call one of them (handle.<method>.remote(...)) or define {name!r} in the class")
-        return RayServeException(f"{self.where} has no method {name!r}; its methods are {has}. Fix: {fix}.")
+        return RayServeException(f"{self.where} has no method {name!r}; {no_such_method(name, has)}. Fix: {fix}.")
 
     def _resolve(self, name: str) -> tuple[Any, bool]:
         """``(method, runs on the loop)``: async functions and generators run on the loop, the rest on the pool."""
