@@ -1,5 +1,6 @@
 """Ray 2.60 Serve names that ported code uses beside the main API: the autoscaling config's enum and getters, the
-default policy as a function (to wrap in a custom one), ``ReplicaUnavailableError``. Pure: no Serve instance."""
+default policy as a function (to wrap in a custom one), ``ReplicaUnavailableError``, the custom
+autoscaling metrics' aggregation. Pure: no Serve instance."""
 
 from __future__ import annotations
 
@@ -53,3 +54,45 @@ def test_the_default_policy_is_a_function_a_custom_policy_can_call():
 def test_replica_unavailable_error_is_what_a_dead_replica_raises():
     assert issubclass(ReplicaDiedError, ReplicaUnavailableError) and issubclass(ReplicaUnavailableError,
                                                                                 RayServeException)
+
+
+def test_custom_metrics_are_aggregated_per_replica_over_the_window_as_rays():
+    cfg = AutoscalingConfig(max_replicas=4, look_back_period_s=10)
+    state = autoscaling.ScaleState()
+    for now, value in ((0.0, 10.0), (1.0, 40.0)):
+        autoscaling.record_custom(cfg, state, {"r1": {"load": value}, "r2": {"load": 5.0}}, now)
+    facts = autoscaling.Facts("app", "D", 2, ["r1"])  # r2 is not running: left out
+    ctx = autoscaling._context(cfg, 2, 0.0, 4.0, state, facts)
+    assert ctx.aggregated_metrics == {"load": {"r1": (10 * 1 + 40 * 3) / 4}}  # each value weighed by how long it held
+    assert [(p.timestamp, p.value) for p in ctx.raw_metrics["load"]["r1"]] == [(0.0, 10.0), (1.0, 40.0)]
+    peak = AutoscalingConfig(max_replicas=4, look_back_period_s=2, aggregation_function="max")
+    assert autoscaling._context(peak, 2, 0.0, 2.5, state, facts).aggregated_metrics == {"load": {"r1": 40.0}}
+    autoscaling.record_custom(cfg, state, {}, 30.0)  # past the window: every sample goes
+    assert state.custom == {}
+
+
+def test_record_autoscaling_stats_results_are_checked_as_rays(capfd):
+    import concurrent.futures
+
+    from muster.serve._internal.autoscaling_stats import AutoscalingStats
+
+    class Stats:
+        value: object = {"a": 1, "b": 2.5}
+
+        def record_autoscaling_stats(self):
+            if self.value == "raise":
+                raise RuntimeError("boom")
+            return self.value
+
+    obj = Stats()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        stats = AutoscalingStats(obj, "replica X", pool)
+        assert stats.read() == {"a": 1.0, "b": 2.5}
+        obj.value = "raise"
+        assert stats.read() is None and stats.fn is not None  # one failed call: skipped, still on
+        obj.value = {"a": "high"}
+        assert stats.read() is None and stats.fn is None  # a wrong type: off for good, as Ray's
+    err = capfd.readouterr().err
+    assert "record_autoscaling_stats() raised RuntimeError: boom" in err
+    assert "returned str 'high' for 'a'; return a dict of metric name -> int or float" in err
+

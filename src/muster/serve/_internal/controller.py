@@ -536,6 +536,7 @@ class ServeController:
             running = len(d.running())
         self.record.sample(d.app, d.plan.name, d.metrics.as_dict(), numbers, running, d.target, d.restarts, now)
         if d.plan.config.autoscaling_config is not None:
+            autoscaler.record_custom(d, snaps, now)
             ongoing = float(sum(s["ongoing"] for s in snaps.values()) + d.queued)
             if app_policy:
                 d.fresh = ongoing
