@@ -174,7 +174,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "muster.serve.config": {
         "RequestRouterConfig": "none: replicas are picked by power of two choices over their requests in flight",
         "gRPCOptions": "none: muster serves HTTP only (http_options)",
-        "ProxyLocation": "http_options={'host': ..., 'port': ...}: one ingress process per Serve instance",
         "GangSchedulingConfig": _NO_GANGS,
         "GangPlacementStrategy": _NO_GANGS,
         "GangRuntimeFailurePolicy": _NO_GANGS,

@@ -1,9 +1,12 @@
 """Ray 2.60 Serve names that ported code uses beside the main API: the autoscaling config's enum and getters, the
-default policy as a function (to wrap in a custom one), ``ReplicaUnavailableError``, the custom
+default policy as a function (to wrap in a custom one), ``ReplicaUnavailableError``, ``ProxyLocation``, the custom
 autoscaling metrics' aggregation. Pure: no Serve instance."""
 
 from __future__ import annotations
 
+import pytest
+
+from muster import serve
 from muster.serve._internal import autoscaling
 from muster.serve.autoscaling_policy import (
     AutoscalingContext,
@@ -11,7 +14,7 @@ from muster.serve.autoscaling_policy import (
     default_autoscaling_policy,
     replica_queue_length_autoscaling_policy,
 )
-from muster.serve.config import AggregationFunction, AutoscalingConfig
+from muster.serve.config import AggregationFunction, AutoscalingConfig, ProxyLocation
 from muster.serve.context import DeploymentID
 from muster.serve.exceptions import RayServeException, ReplicaDiedError, ReplicaUnavailableError
 
@@ -96,3 +99,12 @@ def test_record_autoscaling_stats_results_are_checked_as_rays(capfd):
     assert "record_autoscaling_stats() raised RuntimeError: boom" in err
     assert "returned str 'high' for 'a'; return a dict of metric name -> int or float" in err
 
+
+def test_proxy_location_is_rays_enum_and_serve_start_checks_it():
+    """Ray's ``from ray.serve.config import ProxyLocation`` failed; a bad location was ignored."""
+    assert ProxyLocation("EveryNode") is ProxyLocation.EveryNode == "EveryNode"
+    assert ProxyLocation._normalize("NoServer") is ProxyLocation.Disabled  # Ray's older name
+    with pytest.raises(ValueError, match=r"proxy_location='Everywhere': use one of \['Disabled', 'HeadOnly', 'Every"):
+        serve.start(proxy_location="Everywhere")
+    with pytest.raises(TypeError, match=r"proxy_location=\{'port': 0\}: pass a ProxyLocation .*http_options="):
+        serve.start({"port": 0})  # Ray's first positional is proxy_location
