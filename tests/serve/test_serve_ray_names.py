@@ -108,3 +108,47 @@ def test_proxy_location_is_rays_enum_and_serve_start_checks_it():
         serve.start(proxy_location="Everywhere")
     with pytest.raises(TypeError, match=r"proxy_location=\{'port': 0\}: pass a ProxyLocation .*http_options="):
         serve.start({"port": 0})  # Ray's first positional is proxy_location
+
+
+#: Ray 2.60's public Serve names (@PublicAPI) muster does not provide: each fails naming what to use instead (they
+#: were bare AttributeErrors, or ModuleNotFoundErrors for the modules, naming nothing)
+UNSUPPORTED_NAMES = {
+    "muster.serve.exceptions": ["gRPCStatusError"],
+    "muster.serve.autoscaling_policy": ["PrometheusQueryMixin", "PrometheusScalar", "PrometheusSample",
+                                        "PrometheusVector"],
+    "muster.serve.config": ["ControllerOptions"],
+    "muster.serve.schema": ["TracingConfig", "ServeActorDetails", "AutoscalingMetricsHealth", "AutoscalingStatus",
+                            "ScalingDecision", "DeploymentAutoscalingDetail", "DeploymentNode", "DeploymentTopology",
+                            "Target", "TargetGroup", "DurationStats", "ControllerHealthMetrics", "CeleryAdapterConfig",
+                            "TaskProcessorConfig", "TaskResult", "TaskProcessorAdapter", "ScaleDeploymentRequest",
+                            "GangSchedulingConfig", "RequestRouterConfig"],
+    "muster.serve.llm": ["CloudMirrorConfig", "build_pd_openai_app", "build_dp_deployment", "build_dp_openai_app"],
+}
+UNSUPPORTED_MODULES = ["muster.serve.gang", "muster.serve.grpc_util", "muster.serve.taskiq_task_processor",
+                       "muster.serve.utils", "muster.serve.llm.request_router", "muster.serve.llm.openai_api_models"]
+
+
+def test_rays_other_public_serve_names_fail_naming_the_equivalent():
+    import importlib
+
+    from muster.exceptions import UnsupportedRayImportError
+
+    for module, names in UNSUPPORTED_NAMES.items():
+        for name in names:
+            ray_name = f"ray{module.removeprefix('muster')}.{name}"
+            with pytest.raises(UnsupportedRayImportError, match=rf"\(Ray's {ray_name}\) is not supported by muster; "
+                                                                r"nearest equivalent: \w"):
+                exec(f"from {module} import {name}")
+    for module in UNSUPPORTED_MODULES:
+        with pytest.raises(UnsupportedRayImportError, match=r"is not supported by muster; nearest equivalent: \w"):
+            importlib.import_module(module)
+
+
+def test_rays_homes_of_serve_names_hold_the_same_objects():
+    """``ray.serve.schema.ReplicaRank`` and ``ray.serve.api``'s decorators and getters, where Ray's code imports them."""
+    from muster.serve import api, context, schema
+
+    assert schema.ReplicaRank is context.ReplicaRank
+    for name in ("deployment", "ingress", "multiplexed", "get_multiplexed_model_id", "get_replica_context",
+                 "get_deployment_actor", "get_deployment_actor_context", "Application", "Deployment"):
+        assert getattr(api, name) is getattr(serve, name), name

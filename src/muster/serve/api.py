@@ -10,8 +10,14 @@ from typing import Any
 
 from muster.exceptions import InvalidArgumentError
 from muster.serve.config import HTTPOptions, LoggingConfig, ProxyLocation
-from muster.serve.deployment import Application
+from muster.serve.context import (  # noqa: F401 - Ray's ray.serve.api has them too
+    get_deployment_actor,
+    get_deployment_actor_context,
+    get_replica_context,
+)
+from muster.serve.deployment import Application, Deployment, deployment, ingress  # noqa: F401 - as Ray's
 from muster.serve.handle import DeploymentHandle
+from muster.serve.multiplex import get_multiplexed_model_id, multiplexed  # noqa: F401 - as Ray's
 
 _controller: Any = None
 _lock = threading.RLock()

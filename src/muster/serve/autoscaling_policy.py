@@ -132,3 +132,9 @@ def replica_queue_length_autoscaling_policy(ctx: AutoscalingContext) -> tuple[fl
 
 #: Ray's other name of it
 default_autoscaling_policy = replica_queue_length_autoscaling_policy
+
+
+def __getattr__(name: str) -> object:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.serve.autoscaling_policy", name)

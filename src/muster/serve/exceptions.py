@@ -47,3 +47,9 @@ class RequestCancelledError(RayServeException, TaskCancelledError):
 
     def __reduce__(self) -> Any:
         return (type(self), (str(self),))
+
+
+def __getattr__(name: str) -> object:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.serve.exceptions", name)
