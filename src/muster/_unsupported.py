@@ -229,6 +229,12 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "RayServeSyncHandle": "muster.serve.handle.DeploymentHandle (.remote(...).result())",
         "RayServeDeploymentHandle": "muster.serve.handle.DeploymentHandle (`await handle.remote(...)`)",
     },
+    "muster.serve.DeploymentHandle": {  # Ray 2.60's handle methods muster lacks (a handle's other names are methods)
+        name: "handle.remote(...) (or handle.options(method_name=...).remote(...)): the router picks the replica and "
+              f"sends at once, with no separate pick; to call a deployment method named {name!r}, use "
+              f"handle.options(method_name={name!r}).remote(...), as in Ray"
+        for name in ("choose_replica", "dispatch")
+    },
     "muster.serve.request_router": {
         name: "none: replicas are picked by power of two choices over their requests in flight (no custom router)"
         for name in ("RequestRouter", "PendingRequest", "ReplicaID", "RunningReplica", "ReplicaResult",

@@ -152,3 +152,17 @@ def test_rays_homes_of_serve_names_hold_the_same_objects():
     for name in ("deployment", "ingress", "multiplexed", "get_multiplexed_model_id", "get_replica_context",
                  "get_deployment_actor", "get_deployment_actor_context", "Application", "Deployment"):
         assert getattr(api, name) is getattr(serve, name), name
+
+
+def test_rays_handle_routing_methods_fail_naming_remote():
+    """Ray 2.60's ``handle.choose_replica()`` / ``dispatch()``: they became calls of deployment methods of those
+    names, failing later with "'DeploymentHandle' object is not callable"."""
+    from muster.exceptions import UnsupportedRayAPIError
+    from muster.serve.handle import DeploymentHandle
+
+    handle = DeploymentHandle("D", "app")
+    for name in ("choose_replica", "dispatch"):
+        with pytest.raises(UnsupportedRayAPIError, match=rf"DeploymentHandle.{name} .*nearest equivalent: "
+                                                         rf"handle.remote.*options\(method_name='{name}'\)"):
+            getattr(handle, name)
+    assert handle.predict.deployment_name == "D"  # any other name is still a method to call
