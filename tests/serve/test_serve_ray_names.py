@@ -166,3 +166,19 @@ def test_rays_handle_routing_methods_fail_naming_remote():
                                                          rf"handle.remote.*options\(method_name='{name}'\)"):
             getattr(handle, name)
     assert handle.predict.deployment_name == "D"  # any other name is still a method to call
+
+
+def test_a_deployments_properties_are_rays():
+    """Ray's ``Deployment`` properties ported code reads (AttributeError before) and ``set_logging_config``."""
+
+    @serve.deployment(max_queued_requests=7, backpressure_config={"status_code": 429},
+                      logging_config={"log_level": "DEBUG"})
+    class D:
+        pass
+
+    assert D.max_queued_requests == 7 and D.backpressure_config.status_code == 429
+    assert D.options(backpressure_config=None).backpressure_config.rejection() == (503, "1")  # what one unset gets
+    assert (D.init_args, D.init_kwargs) == ((), {})
+    assert D.logging_config is not None and D.logging_config["log_level"] == "DEBUG"
+    D.set_logging_config({"log_level": "WARNING", "encoding": "JSON"})
+    assert D.logging_config["log_level"] == "WARNING" and D.bind().deployment.config.logging_config.encoding == "JSON"
