@@ -75,8 +75,6 @@ def test_custom_metrics_are_aggregated_per_replica_over_the_window_as_rays():
 
 
 def test_record_autoscaling_stats_results_are_checked_as_rays(capfd):
-    import concurrent.futures
-
     from muster.serve._internal.autoscaling_stats import AutoscalingStats
 
     class Stats:
@@ -88,13 +86,14 @@ def test_record_autoscaling_stats_results_are_checked_as_rays(capfd):
             return self.value
 
     obj = Stats()
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        stats = AutoscalingStats(obj, "replica X", pool)
-        assert stats.read() == {"a": 1.0, "b": 2.5}
-        obj.value = "raise"
-        assert stats.read() is None and stats.fn is not None  # one failed call: skipped, still on
-        obj.value = {"a": "high"}
-        assert stats.read() is None and stats.fn is None  # a wrong type: off for good, as Ray's
+    stats = AutoscalingStats(obj, "replica X")
+    assert stats.read() == {"a": 1.0, "b": 2.5}
+    obj.value = "raise"
+    assert stats.read() is None and stats.fn is not None  # one failed call: skipped, still on
+    obj.value = {"a": "high"}
+    assert stats.read() is None and stats.fn is None  # a wrong type: off for good, as Ray's
+    assert stats.pool is not None
+    stats.pool.shutdown()
     err = capfd.readouterr().err
     assert "record_autoscaling_stats() raised RuntimeError: boom" in err
     assert "returned str 'high' for 'a'; return a dict of metric name -> int or float" in err

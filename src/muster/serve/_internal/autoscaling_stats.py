@@ -26,10 +26,12 @@ TIMEOUT_S = 4.0
 class AutoscalingStats:
     """The replica's user object's ``record_autoscaling_stats``, if it has one."""
 
-    def __init__(self, obj: Any, where: str, pool: concurrent.futures.Executor):
+    def __init__(self, obj: Any, where: str):
         fn = getattr(obj, METHOD, None) if not inspect.isfunction(obj) else None
         self.fn = fn if callable(fn) else None
-        self.where, self.pool = where, pool
+        self.where = where
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None  # a sync method's thread, its own: busy
+        # request threads never hold it back
 
     def read(self) -> dict[str, float] | None:
         """What the method returns now; None when there is none, or this call failed (said on stderr)."""
@@ -40,6 +42,8 @@ class AutoscalingStats:
             if inspect.iscoroutinefunction(fn):
                 got = eventloop.run_sync(asyncio.wait_for(fn(), TIMEOUT_S))
             else:
+                if self.pool is None:
+                    self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="muster-autoscaling-stats")
                 got = self.pool.submit(fn).result(TIMEOUT_S)
         except (TimeoutError, asyncio.TimeoutError):
             self._say(f"{METHOD}() took more than {TIMEOUT_S:g} s; this round has no custom metrics")

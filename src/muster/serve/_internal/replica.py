@@ -238,7 +238,7 @@ class ReplicaActor:
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj, rank,
                                                             spec.world_size, spec.config,
                                                             code_version=spec.code_version or None))
-        self.autoscaling_stats = autoscaling_stats.AutoscalingStats(self.obj, self.where, self.pool)
+        self.autoscaling_stats = autoscaling_stats.AutoscalingStats(self.obj, self.where)
         self.conns: set[_Conn] = set()  # the callers connected now (told of the models held, see _models_changed)
         self._models_told = True
         if multiplex.is_multiplexed(target):  # its callers route by model: tell them what it holds
