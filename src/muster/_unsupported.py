@@ -154,6 +154,19 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "deployment_graph": "none (Ray removed InputNode too): pass bound deployments to .bind() and call their "
                             "handles in the ingress deployment (model composition)",
         "http_adapters": "none (Ray removed them too): read the starlette Request in __call__ (await request.json())",
+        "gang": _NO_GANGS,
+        "grpc_util": "none: muster serves HTTP only (http_options); a replica reads the starlette Request",
+        "taskiq_task_processor": "no muster equivalent: call the deployment through a DeploymentHandle",
+        "utils": "none: Ray's ray.serve.utils.get_trace_context is request tracing, which muster does not have",
+    },
+    "muster.serve.exceptions": {
+        "gRPCStatusError": "none: muster serves HTTP only; raise starlette's HTTPException(status_code=...) for an "
+                           "HTTP status",
+    },
+    "muster.serve.autoscaling_policy": {
+        name: "none: muster queries no Prometheus; a custom policy reads ctx.aggregated_metrics / ctx.raw_metrics, "
+              "the values of the deployment's record_autoscaling_stats()"
+        for name in ("PrometheusQueryMixin", "PrometheusScalar", "PrometheusSample", "PrometheusVector")
     },
     "muster.serve.llm": {
         "LLMRouter": "muster.serve.llm.build_openai_app({'llm_configs': [...]}) (its OpenAiIngress routes by model)",
@@ -161,6 +174,16 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "build_vllm_deployment": "muster.serve.llm.build_llm_deployment(LLMConfig(..., llm_engine='vllm'))",
         "deployment": "muster.serve.llm.build_llm_deployment(llm_config) or muster.serve.llm.LLMServer",
         "ingress": "muster.serve.llm.build_openai_app(...) or muster.serve.llm.OpenAiIngress",
+        "CloudMirrorConfig": "ModelLoadingConfig(model_source=...) with a Hugging Face id or a local directory (no "
+                             "cloud mirror: download the weights first)",
+        **{name: "muster.serve.llm.build_openai_app(...) (no prefill/decode disaggregation or data-parallel "
+                 "attention: replicas of LLMServer, each with its engine; deployment_config={'num_replicas': n})"
+           for name in ("build_pd_openai_app", "build_dp_deployment", "build_dp_openai_app")},
+        "request_router": "none: the OpenAiIngress routes by model, each model's replicas by their requests in "
+                          "flight (no prefix-cache or KV-aware router)",
+        "openai_api_models": "muster.serve.llm.protocol (the OpenAI request and response models: "
+                             "ChatCompletionRequest, CompletionRequest, ChatCompletion, Completion, ...), or call the "
+                             "app's /v1 routes over HTTP",
     },
     "muster.serve.schema": {
         "ServeInstanceDetails": "muster.serve.status() (a ServeStatus)",
@@ -170,11 +193,33 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "ProxyDetails": "muster.serve.status().proxies and .http (one ingress process)",
         "HTTPOptionsSchema": "muster.serve.config.HTTPOptions",
         "gRPCOptionsSchema": "none: muster serves HTTP only (http_options)",
+        # Ray 2.60's other schema names: the REST API's and dashboard's models, and the task processor's
+        "TracingConfig": "no muster equivalent (no request tracing)",
+        "ServeActorDetails": "muster.serve.status(): the controller runs in the driver; .proxies and .http are the "
+                             "one ingress",
+        **{name: "muster.serve.status().applications[app].deployments[name]: its status ('UPSCALING', ...), "
+                 "target_replicas and message (the last autoscaling decision)"
+           for name in ("AutoscalingMetricsHealth", "AutoscalingStatus", "ScalingDecision",
+                        "DeploymentAutoscalingDetail")},
+        **{name: "muster.serve.status().applications[app].deployments (calls between them go through the handles "
+                 "passed to .bind())" for name in ("DeploymentNode", "DeploymentTopology")},
+        **{name: "muster.serve.status().http (the one ingress's host and port) and each app's route_prefix"
+           for name in ("Target", "TargetGroup")},
+        **{name: "none: the controller runs in the driver; a deployment's request figures are in "
+                 "muster.serve.status().applications[app].deployments[name].metrics"
+           for name in ("DurationStats", "ControllerHealthMetrics")},
+        **{name: "no muster equivalent (no asynchronous task queue): call the deployment through a DeploymentHandle"
+           for name in ("CeleryAdapterConfig", "TaskProcessorConfig", "TaskResult", "TaskProcessorAdapter")},
+        "ScaleDeploymentRequest": "serve.run(App.options(num_replicas=n).bind(), name=...) (a redeploy that changes "
+                                  "only the count keeps the live replicas)",
+        "GangSchedulingConfig": _NO_GANGS,
+        "RequestRouterConfig": "none: replicas are picked by power of two choices over their requests in flight",
     },
     "muster.serve.config": {
+        "ControllerOptions": "none: the controller runs in the driver (set its environment before starting the "
+                             "script); http_options configure the ingress",
         "RequestRouterConfig": "none: replicas are picked by power of two choices over their requests in flight",
         "gRPCOptions": "none: muster serves HTTP only (http_options)",
-        "ProxyLocation": "http_options={'host': ..., 'port': ...}: one ingress process per Serve instance",
         "GangSchedulingConfig": _NO_GANGS,
         "GangPlacementStrategy": _NO_GANGS,
         "GangRuntimeFailurePolicy": _NO_GANGS,
@@ -183,6 +228,12 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "RayServeHandle": "muster.serve.handle.DeploymentHandle (serve.get_deployment_handle / get_app_handle)",
         "RayServeSyncHandle": "muster.serve.handle.DeploymentHandle (.remote(...).result())",
         "RayServeDeploymentHandle": "muster.serve.handle.DeploymentHandle (`await handle.remote(...)`)",
+    },
+    "muster.serve.DeploymentHandle": {  # Ray 2.60's handle methods muster lacks (a handle's other names are methods)
+        name: "handle.remote(...) (or handle.options(method_name=...).remote(...)): the router picks the replica and "
+              f"sends at once, with no separate pick; to call a deployment method named {name!r}, use "
+              f"handle.options(method_name={name!r}).remote(...), as in Ray"
+        for name in ("choose_replica", "dispatch")
     },
     "muster.serve.request_router": {
         name: "none: replicas are picked by power of two choices over their requests in flight (no custom router)"

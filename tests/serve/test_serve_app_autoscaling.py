@@ -93,3 +93,50 @@ def test_decisions_go_through_each_deployments_factors_bounds_and_delays():
     bad = autoscaling.AppPolicy(AutoscalingPolicy(policy_function=lambda ctxs: ({"A": 2}, {})))
     with pytest.raises(ValueError, match=r"returned \(\{'A': 2\}, \{\}\).*keyed by the ctx dict's keys"):
         autoscaling.decide_app(bad, [_member("A", 1, 0)], now=1.0)
+
+
+SEEN: list = []  # what the custom-metrics policy below saw, tick by tick (it runs in this process, the driver)
+
+
+def scale_on_load(ctx):
+    """Ray's custom-metrics policy (its autoscaling guide's): 2 replicas while a replica reports a load over 50."""
+    load = ctx.aggregated_metrics.get("load", {})
+    SEEN.append((dict(load), {r: [p.value for p in s] for r, s in ctx.raw_metrics.get("load", {}).items()},
+                 list(ctx.running_replicas)))
+    return (2 if load and max(load.values()) > 50 else 1), {}
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, autoscaling_config={
+    **_AUTO, "max_replicas": 2, "policy": {"policy_function": scale_on_load}})
+class Gauged:
+    def __init__(self):
+        self.load = 0.0
+
+    def set_load(self, value: float) -> None:
+        self.load = value
+
+    async def record_autoscaling_stats(self) -> dict:
+        return {"load": self.load}
+
+    def __call__(self) -> str:
+        return "ok"
+
+
+def test_record_autoscaling_stats_reaches_the_policy_as_rays_custom_metrics(client):
+    """A replica's record_autoscaling_stats() values reach the policy as ctx.aggregated_metrics / raw_metrics, per
+    running replica (they were always empty: the policy never saw the load and kept 1 replica)."""
+    handle = serve.run(Gauged.bind(), name="gauged", route_prefix=None)
+
+    def running() -> int:
+        return serve.status().applications["gauged"].deployments["Gauged"].replica_states.get("RUNNING", 0)
+
+    wait_until(lambda: SEEN and SEEN[-1][0], 30, "the policy to see the replica's load")
+    handle.set_load.remote(90).result()
+    wait_until(lambda: running() == 2, 60, "a second replica once the load is over 50")
+    load, raw, replicas = SEEN[-1]
+    busy = [r for r, v in load.items() if v > 50]
+    assert busy and set(load) == set(raw) and set(load) <= set(replicas)
+    assert raw[busy[0]][-1] == 90.0  # the samples of the window, oldest first
+    handle.broadcast("set_load", 0).results(timeout_s=30)
+    wait_until(lambda: running() == 1, 60, "back to 1 replica once every replica reports 0")
+    serve.delete("gauged")

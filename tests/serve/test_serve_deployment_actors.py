@@ -78,7 +78,8 @@ def test_an_actor_that_fails_to_start_fails_serve_run_and_leaves_nothing(client)
     with pytest.raises(RayServeException, match=r"deployment '_Shared' of app 'broken': its deployment actor 'db' "
                                                r"failed to start: .*no database"):
         serve.run(broken.bind(), name="broken", route_prefix="/broken")
-    assert _serve_actor_names() == [] and "broken" not in serve.status().applications
+    assert _serve_actor_names() == [] and serve.status().applications["broken"].status == "DEPLOY_FAILED"
+    serve.delete("broken")
 
 
 def test_get_deployment_actor_outside_a_replica_and_bad_configs_name_the_fix():

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import types
+import warnings
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ import muster
 import muster.train as train
 from muster import serve
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.serve.config import ProxyLocation
 from muster.train import RunConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
 
@@ -346,6 +348,11 @@ def test_a_logging_config_sets_the_replicas_log_level(client, capfd):
     assert LoggingConfig(encoding="json", log_level=logging.DEBUG).log_level == "DEBUG"
     with pytest.warns(UserWarning, match=r"proxy_location='Disabled': muster always runs its one HTTP ingress"):
         serve.start(proxy_location="Disabled")  # Serve runs: nothing else happens; silently ignored before
+    with pytest.warns(UserWarning, match=r"proxy_location='Disabled'"):
+        serve.start(ProxyLocation.Disabled)  # Ray's enum, first positional as in Ray
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        serve.start(proxy_location=ProxyLocation.EveryNode)  # Ray's default: on one node what muster does
     with pytest.warns(UserWarning, match=r"serve.start: logging_config sets the logs of Ray's controller"):
         serve.start(logging_config={"log_level": "DEBUG"})
 

@@ -1,8 +1,12 @@
 """Ray 2.60 Serve names that ported code uses beside the main API: the autoscaling config's enum and getters, the
-default policy as a function (to wrap in a custom one), ``ReplicaUnavailableError``. Pure: no Serve instance."""
+default policy as a function (to wrap in a custom one), ``ReplicaUnavailableError``, ``ProxyLocation``, the custom
+autoscaling metrics' aggregation. Pure: no Serve instance."""
 
 from __future__ import annotations
 
+import pytest
+
+from muster import serve
 from muster.serve._internal import autoscaling
 from muster.serve.autoscaling_policy import (
     AutoscalingContext,
@@ -10,7 +14,7 @@ from muster.serve.autoscaling_policy import (
     default_autoscaling_policy,
     replica_queue_length_autoscaling_policy,
 )
-from muster.serve.config import AggregationFunction, AutoscalingConfig
+from muster.serve.config import AggregationFunction, AutoscalingConfig, ProxyLocation
 from muster.serve.context import DeploymentID
 from muster.serve.exceptions import RayServeException, ReplicaDiedError, ReplicaUnavailableError
 
@@ -53,3 +57,127 @@ def test_the_default_policy_is_a_function_a_custom_policy_can_call():
 def test_replica_unavailable_error_is_what_a_dead_replica_raises():
     assert issubclass(ReplicaDiedError, ReplicaUnavailableError) and issubclass(ReplicaUnavailableError,
                                                                                 RayServeException)
+
+
+def test_custom_metrics_are_aggregated_per_replica_over_the_window_as_rays():
+    cfg = AutoscalingConfig(max_replicas=4, look_back_period_s=10)
+    state = autoscaling.ScaleState()
+    for now, value in ((0.0, 10.0), (1.0, 40.0)):
+        autoscaling.record_custom(cfg, state, {"r1": {"load": value}, "r2": {"load": 5.0}}, now)
+    facts = autoscaling.Facts("app", "D", 2, ["r1"])  # r2 is not running: left out
+    ctx = autoscaling._context(cfg, 2, 0.0, 4.0, state, facts)
+    assert ctx.aggregated_metrics == {"load": {"r1": (10 * 1 + 40 * 3) / 4}}  # each value weighed by how long it held
+    assert [(p.timestamp, p.value) for p in ctx.raw_metrics["load"]["r1"]] == [(0.0, 10.0), (1.0, 40.0)]
+    peak = AutoscalingConfig(max_replicas=4, look_back_period_s=2, aggregation_function="max")
+    assert autoscaling._context(peak, 2, 0.0, 2.5, state, facts).aggregated_metrics == {"load": {"r1": 40.0}}
+    autoscaling.record_custom(cfg, state, {}, 30.0)  # past the window: every sample goes
+    assert state.custom == {}
+
+
+def test_record_autoscaling_stats_results_are_checked_as_rays(capfd):
+    from muster.serve._internal.autoscaling_stats import AutoscalingStats
+
+    class Stats:
+        value: object = {"a": 1, "b": 2.5}
+
+        def record_autoscaling_stats(self):
+            if self.value == "raise":
+                raise RuntimeError("boom")
+            return self.value
+
+    obj = Stats()
+    stats = AutoscalingStats(obj, "replica X")
+    assert stats.read() == {"a": 1.0, "b": 2.5}
+    obj.value = "raise"
+    assert stats.read() is None and stats.fn is not None  # one failed call: skipped, still on
+    obj.value = {"a": "high"}
+    assert stats.read() is None and stats.fn is None  # a wrong type: off for good, as Ray's
+    assert stats.pool is not None
+    stats.pool.shutdown()
+    err = capfd.readouterr().err
+    assert "record_autoscaling_stats() raised RuntimeError: boom" in err
+    assert "returned str 'high' for 'a'; return a dict of metric name -> int or float" in err
+
+
+def test_proxy_location_is_rays_enum_and_serve_start_checks_it():
+    """Ray's ``from ray.serve.config import ProxyLocation`` failed; a bad location was ignored."""
+    assert ProxyLocation("EveryNode") is ProxyLocation.EveryNode == "EveryNode"
+    assert ProxyLocation._normalize("NoServer") is ProxyLocation.Disabled  # Ray's older name
+    with pytest.raises(ValueError, match=r"proxy_location='Everywhere': use one of \['Disabled', 'HeadOnly', 'Every"):
+        serve.start(proxy_location="Everywhere")
+    with pytest.raises(TypeError, match=r"proxy_location=\{'port': 0\}: pass a ProxyLocation .*http_options="):
+        serve.start({"port": 0})  # Ray's first positional is proxy_location
+
+
+#: Ray 2.60's public Serve names (@PublicAPI) muster does not provide: each fails naming what to use instead (they
+#: were bare AttributeErrors, or ModuleNotFoundErrors for the modules, naming nothing)
+UNSUPPORTED_NAMES = {
+    "muster.serve.exceptions": ["gRPCStatusError"],
+    "muster.serve.autoscaling_policy": ["PrometheusQueryMixin", "PrometheusScalar", "PrometheusSample",
+                                        "PrometheusVector"],
+    "muster.serve.config": ["ControllerOptions"],
+    "muster.serve.schema": ["TracingConfig", "ServeActorDetails", "AutoscalingMetricsHealth", "AutoscalingStatus",
+                            "ScalingDecision", "DeploymentAutoscalingDetail", "DeploymentNode", "DeploymentTopology",
+                            "Target", "TargetGroup", "DurationStats", "ControllerHealthMetrics", "CeleryAdapterConfig",
+                            "TaskProcessorConfig", "TaskResult", "TaskProcessorAdapter", "ScaleDeploymentRequest",
+                            "GangSchedulingConfig", "RequestRouterConfig"],
+    "muster.serve.llm": ["CloudMirrorConfig", "build_pd_openai_app", "build_dp_deployment", "build_dp_openai_app"],
+}
+UNSUPPORTED_MODULES = ["muster.serve.gang", "muster.serve.grpc_util", "muster.serve.taskiq_task_processor",
+                       "muster.serve.utils", "muster.serve.llm.request_router", "muster.serve.llm.openai_api_models"]
+
+
+def test_rays_other_public_serve_names_fail_naming_the_equivalent():
+    import importlib
+
+    from muster.exceptions import UnsupportedRayImportError
+
+    for module, names in UNSUPPORTED_NAMES.items():
+        for name in names:
+            ray_name = f"ray{module.removeprefix('muster')}.{name}"
+            with pytest.raises(UnsupportedRayImportError, match=rf"\(Ray's {ray_name}\) is not supported by muster; "
+                                                                r"nearest equivalent: \w"):
+                exec(f"from {module} import {name}")
+    for module in UNSUPPORTED_MODULES:
+        with pytest.raises(UnsupportedRayImportError, match=r"is not supported by muster; nearest equivalent: \w"):
+            importlib.import_module(module)
+
+
+def test_rays_homes_of_serve_names_hold_the_same_objects():
+    """``ray.serve.schema.ReplicaRank`` and ``ray.serve.api``'s decorators and getters, where Ray's code imports them."""
+    from muster.serve import api, context, schema
+
+    assert schema.ReplicaRank is context.ReplicaRank
+    for name in ("deployment", "ingress", "multiplexed", "get_multiplexed_model_id", "get_replica_context",
+                 "get_deployment_actor", "get_deployment_actor_context", "Application", "Deployment"):
+        assert getattr(api, name) is getattr(serve, name), name
+
+
+def test_rays_handle_routing_methods_fail_naming_remote():
+    """Ray 2.60's ``handle.choose_replica()`` / ``dispatch()``: they became calls of deployment methods of those
+    names, failing later with "'DeploymentHandle' object is not callable"."""
+    from muster.exceptions import UnsupportedRayAPIError
+    from muster.serve.handle import DeploymentHandle
+
+    handle = DeploymentHandle("D", "app")
+    for name in ("choose_replica", "dispatch"):
+        with pytest.raises(UnsupportedRayAPIError, match=rf"DeploymentHandle.{name} .*nearest equivalent: "
+                                                         rf"handle.remote.*options\(method_name='{name}'\)"):
+            getattr(handle, name)
+    assert handle.predict.deployment_name == "D"  # any other name is still a method to call
+
+
+def test_a_deployments_properties_are_rays():
+    """Ray's ``Deployment`` properties ported code reads (AttributeError before) and ``set_logging_config``."""
+
+    @serve.deployment(max_queued_requests=7, backpressure_config={"status_code": 429},
+                      logging_config={"log_level": "DEBUG"})
+    class D:
+        pass
+
+    assert D.max_queued_requests == 7 and D.backpressure_config.status_code == 429
+    assert D.options(backpressure_config=None).backpressure_config.rejection() == (503, "1")  # what one unset gets
+    assert (D.init_args, D.init_kwargs) == ((), {})
+    assert D.logging_config is not None and D.logging_config["log_level"] == "DEBUG"
+    D.set_logging_config({"log_level": "WARNING", "encoding": "JSON"})
+    assert D.logging_config["log_level"] == "WARNING" and D.bind().deployment.config.logging_config.encoding == "JSON"

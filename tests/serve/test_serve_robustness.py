@@ -16,6 +16,7 @@ from starlette.requests import Request
 import muster
 from muster import serve
 from muster.exceptions import InvalidArgumentError, ResourcesUnavailableError
+from muster.serve.schema import ApplicationStatus, DeploymentStatus
 
 from serve_helpers import Flood, loaded, serving, wait_until
 
@@ -278,10 +279,18 @@ class Broken:
 
 
 def test_constructor_error_fails_serve_run_naming_it(client):
-    with pytest.raises(serve.RayServeException, match="Broken.*cannot load the model"):
+    """As Ray's: serve.run raises a RuntimeError, and serve.status() says DEPLOY_FAILED with the reason until the app
+    is deleted (it was a RayServeException only, and the app was left out of the status)."""
+    with pytest.raises(RuntimeError, match="Broken.*cannot load the model") as info:
         serve.run(Broken.bind(), name="broken", route_prefix="/broken")
-    assert "broken" not in serve.status().applications
+    assert isinstance(info.value, serve.RayServeException)
+    app = serve.status().applications["broken"]
+    assert app.status == ApplicationStatus.DEPLOY_FAILED and "cannot load the model" in app.message
+    assert app.deployments["Broken"].status == DeploymentStatus.DEPLOY_FAILED
+    assert app.deployments["Broken"].replica_states == {}
     assert client.get("/broken").status_code == 404
+    serve.delete("broken")
+    assert "broken" not in serve.status().applications
 
 
 def _answer(c: httpx.Client, path: str) -> httpx.Response | None:

@@ -9,9 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError
-from muster.serve.config import HTTPOptions, LoggingConfig
-from muster.serve.deployment import Application
+from muster.serve.config import HTTPOptions, LoggingConfig, ProxyLocation
+from muster.serve.context import (  # noqa: F401 - Ray's ray.serve.api has them too
+    get_deployment_actor,
+    get_deployment_actor_context,
+    get_replica_context,
+)
+from muster.serve.deployment import Application, Deployment, deployment, ingress  # noqa: F401 - as Ray's
 from muster.serve.handle import DeploymentHandle
+from muster.serve.multiplex import get_multiplexed_model_id, multiplexed  # noqa: F401 - as Ray's
 
 _controller: Any = None
 _lock = threading.RLock()
@@ -25,21 +31,31 @@ def _get() -> Any:
     return _controller
 
 
-def start(http_options: HTTPOptions | dict[str, Any] | None = None, **_ignored: Any) -> None:
-    """Start Serve's HTTP ingress (``serve.run`` does it for you on first use).
+def start(proxy_location: ProxyLocation | str | None = None, http_options: HTTPOptions | dict[str, Any] | None = None,
+          grpc_options: Any = None, logging_config: Any = None, tracing_config: Any = None,
+          controller_options: Any = None, **_ignored: Any) -> None:
+    """Start Serve's HTTP ingress (``serve.run`` does it for you on first use). Ray's arguments, in Ray's order.
 
     Args:
+        proxy_location: Ray's ``ProxyLocation`` (or its name): muster's one ingress runs on the driver's node
+            (``HeadOnly``; ``EveryNode`` is the same on one node); ``Disabled`` warns that it still runs.
         http_options: ``{"host": "127.0.0.1", "port": 8000}`` (the defaults);
             also ``request_timeout_s``, ``max_body_bytes``, ``server``
             ("granian" or "uvicorn"; left out: granian, moved to uvicorn
             once an app with WebSocket routes is deployed).  ``port=0`` picks a free port.
+        grpc_options, logging_config, tracing_config, controller_options: Ray's; given, each warns that it has no
+            effect here (HTTP only; the replicas' logs are set by ``serve.run(logging_config=...)``).
 
     Raises:
-        ValueError: a bad option.
+        ValueError: a bad option (a ``proxy_location`` that names no ``ProxyLocation``).
+        TypeError: a ``proxy_location`` that is not one (an ``http_options`` dict passed first).
         RayServeException: the ingress could not listen (port in use).
     """
+    location = ProxyLocation._normalize(proxy_location)
     opts = HTTPOptions.coerce(http_options)
-    _warn_ignored_start_options(_ignored)
+    _warn_ignored_start_options({"proxy_location": location, "grpc_options": grpc_options,
+                                 "logging_config": logging_config, "tracing_config": tracing_config,
+                                 "controller_options": controller_options})
     _start(opts)
 
 
@@ -78,12 +94,16 @@ def _warn_ignored_start_options(options: dict[str, Any]) -> None:
     if options.get("logging_config") is not None:
         said.append("logging_config sets the logs of Ray's controller and proxies, and muster's write none (give it "
                     "to serve.run(logging_config=...) or @serve.deployment(logging_config=...) for the replicas')")
-    location = str(getattr(options.get("proxy_location"), "value", options.get("proxy_location")))
-    if location.lower() in ("disabled", "noserver"):
-        said.append(f"proxy_location={location!r}: muster always runs its one HTTP ingress (use route_prefix=None "
+    if options.get("proxy_location") is ProxyLocation.Disabled:
+        said.append("proxy_location='Disabled': muster always runs its one HTTP ingress (use route_prefix=None "
                     "for apps reached by handles only)")
     if options.get("grpc_options") is not None:
         said.append("grpc_options: muster serves HTTP only")
+    if options.get("tracing_config") is not None:
+        said.append("tracing_config: muster has no request tracing")
+    if options.get("controller_options") is not None:
+        said.append("controller_options sets Ray's controller actor, and muster's controller runs in the driver "
+                    "(set its environment before starting the script)")
     for what in said:
         warnings.warn(f"serve.start: {what}; it has no effect in muster.", stacklevel=3)
 

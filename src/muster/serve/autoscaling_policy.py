@@ -59,19 +59,33 @@ class AutoscalingPolicy:
         return cast(Callable[[AutoscalingContext], Any], built)
 
 
+@dataclass(frozen=True)
+class TimeStampedValue:
+    """One sample of a replica's custom metric (Ray's): ``timestamp`` on the controller's clock (the one of
+    ``AutoscalingContext.current_time``), and the ``value`` its ``record_autoscaling_stats()`` returned."""
+
+    timestamp: float
+    value: float
+
+
 class AutoscalingContext:
     """What a custom policy sees each tick (Ray's ``AutoscalingContext``; its fields).
 
     ``total_num_requests`` is the deployment's ongoing requests aggregated over ``look_back_period_s`` by
     ``aggregation_function``; muster's routers do not report the requests queued at callers
-    (``total_queued_requests`` is 0) and there are no custom metrics (``aggregated_metrics`` and ``raw_metrics``
-    are empty: Ray's ``record_autoscaling_stats`` is not supported).
+    (``total_queued_requests`` is 0). Custom metrics, as Ray's: a deployment class's
+    ``record_autoscaling_stats(self) -> dict[str, float]`` (sync or async) runs in each replica every
+    ``metrics_interval_s``; ``raw_metrics[name][replica_id]`` lists its samples of the last ``look_back_period_s``
+    (:class:`TimeStampedValue`), ``aggregated_metrics[name][replica_id]`` aggregates them by
+    ``aggregation_function`` (``"mean"``: weighted by how long each value held). Only running replicas are listed.
     """
 
     def __init__(self, *, deployment_id: DeploymentID, current_num_replicas: int, target_num_replicas: int,
                  running_replicas: list[ReplicaID], total_num_requests: float, capacity_adjusted_min_replicas: int,
                  capacity_adjusted_max_replicas: int, policy_state: dict[str, Any], last_scale_up_time: float | None,
-                 last_scale_down_time: float | None, current_time: float, config: Any):
+                 last_scale_down_time: float | None, current_time: float, config: Any,
+                 aggregated_metrics: dict[str, dict[ReplicaID, float]] | None = None,
+                 raw_metrics: dict[str, dict[ReplicaID, list[TimeStampedValue]]] | None = None):
         self.deployment_id = deployment_id
         self.deployment_name = deployment_id.name
         self.app_name = deployment_id.app_name
@@ -80,8 +94,8 @@ class AutoscalingContext:
         self.running_replicas = running_replicas
         self.total_num_requests = total_num_requests
         self.total_queued_requests = 0.0
-        self.aggregated_metrics: dict[str, dict[ReplicaID, float]] = {}
-        self.raw_metrics: dict[str, dict[ReplicaID, Any]] = {}
+        self.aggregated_metrics: dict[str, dict[ReplicaID, float]] = aggregated_metrics or {}
+        self.raw_metrics: dict[str, dict[ReplicaID, list[TimeStampedValue]]] = raw_metrics or {}
         self.capacity_adjusted_min_replicas = capacity_adjusted_min_replicas
         self.capacity_adjusted_max_replicas = capacity_adjusted_max_replicas
         self.policy_state = policy_state
@@ -118,3 +132,9 @@ def replica_queue_length_autoscaling_policy(ctx: AutoscalingContext) -> tuple[fl
 
 #: Ray's other name of it
 default_autoscaling_policy = replica_queue_length_autoscaling_policy
+
+
+def __getattr__(name: str) -> object:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.serve.autoscaling_policy", name)

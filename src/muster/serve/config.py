@@ -445,6 +445,37 @@ class DeploymentConfig:
         return dataclasses.replace(self, **changes)
 
 
+class ProxyLocation(str, Enum):
+    """Where Ray runs its HTTP proxies (Ray's ``serve.start(proxy_location=...)``; a string works too). muster runs
+    one HTTP ingress process on the driver's node: ``HeadOnly`` is what it does, and ``EveryNode`` (Ray's default)
+    means the same on one node; with ``Disabled`` it still runs, and ``serve.start`` warns so (``route_prefix=None``
+    keeps an app off HTTP)."""
+
+    Disabled = "Disabled"
+    HeadOnly = "HeadOnly"
+    EveryNode = "EveryNode"
+
+    @classmethod
+    def _normalize(cls, location: "ProxyLocation | str | None") -> "ProxyLocation | None":
+        """``location`` as the enum (Ray's older ``"NoServer"`` is ``Disabled``); None stays None.
+
+        Raises:
+            InvalidArgumentError: a string that names none of them.
+            InvalidTypeError: anything else (an ``http_options`` dict passed first, say).
+        """
+        if location is None or isinstance(location, cls):
+            return location
+        if isinstance(location, str):
+            if location == "NoServer":
+                return cls.Disabled
+            if location in cls._value2member_map_:
+                return cls(location)
+            raise InvalidArgumentError(f"proxy_location={location!r}: use one of {[m.value for m in cls]} "
+                                       "(muster.serve.config.ProxyLocation).")
+        raise InvalidTypeError(f"proxy_location={location!r}: pass a ProxyLocation or its name; HTTP settings go "
+                               "in serve.start(http_options={'host': ..., 'port': ...}).")
+
+
 @dataclass(kw_only=True)
 class HTTPOptions:
     """Where and how the HTTP ingress listens (``serve.start(http_options=...)``)."""

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any, Callable
 
 from muster.exceptions import InvalidTypeError
-from muster.serve.config import NO_EFFECT, DeploymentConfig, drop_no_effect, removed_options_hint
+from muster.serve.config import (
+    NO_EFFECT,
+    BackpressureConfig,
+    DeploymentConfig,
+    drop_no_effect,
+    removed_options_hint,
+)
 
 
 class Application:
@@ -48,6 +55,33 @@ class Deployment:
     @property
     def ray_actor_options(self) -> dict[str, Any]:
         return dict(self.config.ray_actor_options)
+
+    @property
+    def max_queued_requests(self) -> int:
+        return self.config.max_queued_requests
+
+    @property
+    def backpressure_config(self) -> BackpressureConfig:
+        """What a request refused for a full queue gets (Ray's; unset: 503 with ``Retry-After: 1``)."""
+        return self.config.backpressure_config or BackpressureConfig(retry_after_s=1)
+
+    @property
+    def init_args(self) -> tuple:
+        return ()  # as Ray's: a Deployment holds no constructor arguments, .bind(...) gives them to an Application
+
+    @property
+    def init_kwargs(self) -> dict[str, Any]:
+        return {}
+
+    @property
+    def logging_config(self) -> dict[str, Any] | None:
+        """Its ``LoggingConfig`` as a dict (Ray's), or None when it sets none."""
+        cfg = self.config.logging_config
+        return None if cfg is None else dataclasses.asdict(cfg)
+
+    def set_logging_config(self, logging_config: dict[str, Any]) -> None:
+        """Set its ``LoggingConfig`` (a dict or one) in place, as Ray's, for the next ``.bind()`` and deploy."""
+        self.config = self.config.replace(logging_config=logging_config)
 
     def bind(self, *args: Any, **kwargs: Any) -> Application:
         """Bind constructor arguments (other bound deployments arrive as handles)."""

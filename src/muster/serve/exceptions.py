@@ -24,6 +24,12 @@ class BackPressureError(RayServeException):
         return str(self.args[0])
 
 
+class DeployFailedError(RayServeException, RuntimeError):
+    """``serve.run`` could not start an application: a replica's constructor, or a deployment actor's, raised.
+    As Ray's ``serve.run`` raises then, it is a ``RuntimeError`` too; ``serve.status()`` shows the app
+    ``DEPLOY_FAILED`` with this message until it is deployed again or deleted."""
+
+
 class DeploymentUnavailableError(RayServeException):
     """No replica of the deployment answered in time (none running, or all died)."""
 
@@ -47,3 +53,9 @@ class RequestCancelledError(RayServeException, TaskCancelledError):
 
     def __reduce__(self) -> Any:
         return (type(self), (str(self),))
+
+
+def __getattr__(name: str) -> object:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.serve.exceptions", name)

@@ -523,6 +523,10 @@ class DeploymentHandle:
     def __getattr__(self, name: str) -> "DeploymentHandle":
         if name.startswith("_"):
             raise AttributeError(name)
+        if name in ("choose_replica", "dispatch"):  # Ray's handle methods, not deployment methods, as in Ray
+            from muster._unsupported import raise_unsupported
+
+            raise_unsupported("muster.serve.DeploymentHandle", name)
         h = self.options(method_name=name)
         self.__dict__[name] = h  # the next ``handle.name`` is a plain attribute
         return h

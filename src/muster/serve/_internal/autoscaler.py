@@ -40,6 +40,14 @@ def autoscale(d: DeploymentState, ongoing: float, now: float, resize: Resize) ->
     _scale_to(d, want, current, ongoing, resize)
 
 
+def record_custom(d: DeploymentState, snaps: dict[str, dict[str, Any]], now: float) -> None:
+    """Keep the custom metrics (``record_autoscaling_stats()``) of a stats round of ``d`` for its policy."""
+    cfg = d.plan.config.autoscaling_config
+    assert cfg is not None
+    autoscaling.record_custom(cfg, d.scale, {rid: s["autoscaling_stats"] for rid, s in snaps.items()
+                                             if "autoscaling_stats" in s}, now)
+
+
 def autoscale_app(a: AppState, now: float, resize: Resize) -> None:
     """Call ``a``'s app-level policy once a stats round of one of its autoscaling deployments has ended
     (``DeploymentState.fresh``), and apply the counts it decides."""

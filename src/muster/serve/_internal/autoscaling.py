@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, cast
 
 from muster.exceptions import InvalidArgumentError
-from muster.serve.autoscaling_policy import AutoscalingContext, AutoscalingPolicy
+from muster.serve.autoscaling_policy import AutoscalingContext, AutoscalingPolicy, TimeStampedValue
 from muster.serve.config import AutoscalingConfig
 from muster.serve.context import DeploymentID, ReplicaID
 
@@ -39,6 +39,53 @@ class ScaleState:
     policy_state: dict[str, Any] = field(default_factory=dict)  # what it returned last time
     last_up: float | None = None
     last_down: float | None = None
+    #: replicas' ``record_autoscaling_stats()`` samples: metric -> replica id -> samples, oldest first
+    custom: dict[str, dict[str, collections.deque]] = field(default_factory=dict)
+
+
+def record_custom(cfg: AutoscalingConfig, state: ScaleState, reports: dict[str, dict[str, float]],
+                  now: float) -> None:
+    """Keep a stats round's custom metrics (replica id -> ``{metric: value}``), sampled at ``now``; samples older
+    than ``look_back_period_s`` go."""
+    for rid, values in reports.items():
+        for name, value in values.items():
+            series = state.custom.setdefault(name, {}).setdefault(rid, collections.deque(maxlen=_MAX_SAMPLES))
+            series.append(TimeStampedValue(now, value))
+    for name, by_replica in list(state.custom.items()):
+        for rid, series in list(by_replica.items()):
+            while series and series[0].timestamp < now - cfg.look_back_period_s:
+                series.popleft()
+            if not series:
+                del by_replica[rid]
+        if not by_replica:
+            del state.custom[name]
+
+
+def _custom_metrics(cfg: AutoscalingConfig, state: ScaleState, now: float, running: list[str]) -> tuple[dict, dict]:
+    """Ray's ``(aggregated_metrics, raw_metrics)`` of the running replicas, from the samples in the window."""
+    aggregated: dict[str, dict[ReplicaID, float]] = {}
+    raw: dict[str, dict[ReplicaID, list[TimeStampedValue]]] = {}
+    for name, by_replica in state.custom.items():
+        for rid, series in by_replica.items():
+            kept = [p for p in series if p.timestamp >= now - cfg.look_back_period_s]
+            if rid in running and kept:
+                raw.setdefault(name, {})[ReplicaID(rid)] = kept
+                aggregated.setdefault(name, {})[ReplicaID(rid)] = _over_time(cfg, kept, now)
+    return aggregated, raw
+
+
+def _over_time(cfg: AutoscalingConfig, series: list[TimeStampedValue], now: float) -> float:
+    """One replica's samples by ``aggregation_function``; ``"mean"`` weighs each value by how long it held (the
+    last one until ``now``), as Ray's time-weighted average."""
+    values = [p.value for p in series]
+    if cfg.aggregation_function == "max":
+        return max(values)
+    if cfg.aggregation_function == "min":
+        return min(values)
+    ends = [p.timestamp for p in series[1:]] + [now]
+    spans = [max(end - p.timestamp, 0.0) for p, end in zip(series, ends)]
+    total = sum(spans)
+    return values[-1] if total <= 0 else sum(v * w for v, w in zip(values, spans)) / total
 
 
 def _aggregate(cfg: AutoscalingConfig, total_ongoing: float | None, now: float, state: ScaleState) -> float:
@@ -120,12 +167,14 @@ def _custom(cfg: AutoscalingConfig, current: int, total: float, now: float, stat
 
 def _context(cfg: AutoscalingConfig, current: int, total: float, now: float, state: ScaleState,
              facts: Facts) -> AutoscalingContext:
+    aggregated, raw = _custom_metrics(cfg, state, now, facts.running)
     return AutoscalingContext(
         deployment_id=DeploymentID(facts.deployment, facts.app), current_num_replicas=current,
         target_num_replicas=facts.target, running_replicas=[ReplicaID(r) for r in facts.running],
         total_num_requests=total, capacity_adjusted_min_replicas=cfg.min_replicas,
         capacity_adjusted_max_replicas=cfg.max_replicas, policy_state=dict(state.policy_state),
         last_scale_up_time=state.last_up, last_scale_down_time=state.last_down, current_time=now, config=cfg,
+        aggregated_metrics=aggregated, raw_metrics=raw,
     )
 
 

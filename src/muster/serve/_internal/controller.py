@@ -33,7 +33,7 @@ from muster.serve._internal.record import ServeRecorder
 from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
 from muster.serve._internal.state import AppState, DeploymentState, ReplicaState
 from muster.serve.config import HTTPOptions
-from muster.serve.exceptions import RayServeException
+from muster.serve.exceptions import DeployFailedError, RayServeException
 from muster.tasks import owner as task_owner
 
 _BUSY_WAIT_S = 120.0  # how long a replica waits for resources other work holds
@@ -62,6 +62,7 @@ class ServeController:
         self.moved_for_websockets = not self.chosen and http_options.server == server_choice.WEBSOCKETS
         self.dir = tempfile.mkdtemp(prefix="muster-serve-", dir="/tmp")
         self.apps: dict[str, AppState] = {}
+        self.failed: dict[str, dict[str, Any]] = {}  # the status of apps whose deploy failed (Ray's DEPLOY_FAILED)
         self.lock = threading.RLock()
         self.version = _TABLE_VERSIONS  # process-wide: a later Serve instance's tables outrank an earlier one's
         self.table = router.RouteTable()
@@ -87,7 +88,8 @@ class ServeController:
 
         Raises:
             ResourcesUnavailableError: its replicas can never fit next to the other apps.
-            RayServeException: a replica failed to start (its constructor raised).
+            DeployFailedError: a replica failed to start (its constructor raised); the app's status is then
+                ``DEPLOY_FAILED``, unless an earlier version of it still runs.
         """
         with self.lock:
             for other in self.apps.values():
@@ -127,17 +129,20 @@ class ServeController:
             futs = [self.pool.submit(self._start_replica, d) for d, _ in starts]
             for f in futs:
                 f.result()
-        except BaseException:
+        except BaseException as exc:
             for d in new.deployments.values():
                 self._stop_replicas(d, list(d.replicas.values()), drain=False)
                 deployment_actors.stop(d.actors)
             with self.lock:
                 if self.apps.get(name) is old and old is not None and stop_old_first:
                     self.apps.pop(name, None)
+                if name not in self.apps and isinstance(exc, DeployFailedError):
+                    self.failed[name] = new.overview(failed=str(exc))
             raise
-        new.status = "RUNNING"
         with self.lock:
+            new.status = "RUNNING"
             self.apps[name] = new
+            self.failed.pop(name, None)
         self.record.event(name, None, None, "deploy", f"app {name!r} deployed"
                           f"{' (replacing the running one)' if old is not None else ''}: "
                           + ", ".join(f"{d.plan.name} x{d.target}" for d in new.deployments.values()))
@@ -182,8 +187,9 @@ class ServeController:
     def delete(self, name: str) -> bool:
         with self.lock:
             app = self.apps.pop(name, None)
+            failed = self.failed.pop(name, None)
         if app is None:
-            return False
+            return failed is not None
         self._stop_app(app)
         self.record.event(name, None, None, "delete", f"app {name!r} deleted")
         self._follow_apps()
@@ -275,7 +281,7 @@ class ServeController:
             with self.lock:
                 d.replicas.pop(rid, None)
                 d.message = f"replica failed to start: {type(exc).__name__}: {exc}"
-            raise RayServeException(
+            raise DeployFailedError(
                 f"deployment {d.plan.name!r} of app {d.app!r}: a replica failed to start: {type(exc).__name__}: "
                 f"{exc}"
             ) from exc
@@ -536,6 +542,7 @@ class ServeController:
             running = len(d.running())
         self.record.sample(d.app, d.plan.name, d.metrics.as_dict(), numbers, running, d.target, d.restarts, now)
         if d.plan.config.autoscaling_config is not None:
+            autoscaler.record_custom(d, snaps, now)
             ongoing = float(sum(s["ongoing"] for s in snaps.values()) + d.queued)
             if app_policy:
                 d.fresh = ongoing
@@ -567,11 +574,7 @@ class ServeController:
     # -- status and shutdown ---------------------------------------------------------
     def status(self) -> dict[str, Any]:
         with self.lock:
-            apps = {}
-            for a in self.apps.values():
-                deps = {d.plan.name: d.status() for d in a.deployments.values()}
-                apps[a.name] = {"status": a.status, "message": a.message, "route_prefix": a.route_prefix,
-                                "last_deployed_time_s": a.deployed_at, "deployments": deps}
+            apps = {**self.failed, **{a.name: a.overview() for a in self.apps.values()}}
         return {"proxies": {"ingress": "HEALTHY" if self.ingress.is_alive() else "UNHEALTHY"},
                 "http": {"host": self.host, "port": self.port, "server": self.options.server,
                          "loop": self.options.loop}, "applications": apps}

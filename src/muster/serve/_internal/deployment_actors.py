@@ -14,7 +14,7 @@ from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve.config import DeploymentActorConfig
-from muster.serve.exceptions import RayServeException
+from muster.serve.exceptions import DeployFailedError
 
 _NAMESPACE = "serve"  # where their names live (Ray's controller names them in Serve's namespace too)
 ACTOR_ENV = "MUSTER_SERVE_DEPLOYMENT_ACTOR"  # app::deployment::generation::name, in the actor's environment
@@ -44,7 +44,7 @@ def start(app: str, deployment: str, generation: str, configs: tuple[DeploymentA
     """Start ``configs``' actors and wait until each is built; their handles by name.
 
     Raises:
-        RayServeException: an actor's constructor failed (those already started are stopped).
+        DeployFailedError: an actor's constructor failed (those already started are stopped).
     """
     handles: dict[str, Any] = {}
     import muster
@@ -62,7 +62,7 @@ def start(app: str, deployment: str, generation: str, configs: tuple[DeploymentA
             try:
                 muster.get(h.__ray_ready__.remote())
             except Exception as exc:
-                raise RayServeException(
+                raise DeployFailedError(
                     f"deployment {deployment!r} of app {app!r}: its deployment actor {cfg_name!r} failed to start: "
                     f"{type(exc).__name__}: {exc}"
                 ) from exc

@@ -26,8 +26,8 @@ from typing import Any, cast
 from muster.exceptions import InvalidTypeError, MusterError, methods_of, no_such_method
 from muster.serve import context as replica_context
 from muster.serve import multiplex
-from muster.serve._internal import (eventloop, metrics, replica_logging, responses, router, server_choice, websocket,
-                                    wire)
+from muster.serve._internal import (autoscaling_stats, eventloop, metrics, replica_logging, responses, router,
+                                    server_choice, websocket, wire)
 from muster.serve._internal.plan import TargetRef
 from muster.serve.config import DeploymentConfig
 from muster.tasks import worker_side
@@ -238,6 +238,7 @@ class ReplicaActor:
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj, rank,
                                                             spec.world_size, spec.config,
                                                             code_version=spec.code_version or None))
+        self.autoscaling_stats = autoscaling_stats.AutoscalingStats(self.obj, self.where)
         self.conns: set[_Conn] = set()  # the callers connected now (told of the models held, see _models_changed)
         self._models_told = True
         if multiplex.is_multiplexed(target):  # its callers route by model: tell them what it holds
@@ -326,6 +327,10 @@ class ReplicaActor:
                 snap["acks"]["ttft_ms"] = snap["llm"].pop("ack")
             except Exception as exc:  # noqa: BLE001 - metrics never fail the replica
                 print(f"[serve] {self.where}: reading its LLM metrics failed: {exc!r}", file=sys.stderr, flush=True)
+        if self.config.autoscaling_config is not None:  # Ray calls record_autoscaling_stats only then
+            custom_stats = self.autoscaling_stats.read()
+            if custom_stats is not None:
+                snap["autoscaling_stats"] = custom_stats
         waiting = router.queued_counts()  # its calls to deployments with no running replica: demand for them
         if waiting:
             snap["waiting"] = waiting

@@ -153,6 +153,17 @@ class AppState:
     policy: autoscaling.AppPolicy | None = None  # its app-level autoscaling policy (a config file's)
     websockets: bool | None = None  # serves WebSocket routes over HTTP (None: unknown; server_choice.websockets_of)
 
+    def overview(self, failed: str | None = None) -> dict[str, Any]:
+        """This app's entry in ``serve.status()``; ``failed``: why its deploy failed (Ray's ``DEPLOY_FAILED``: the
+        deployment whose replica did not start says so, the others were still ``UPDATING``; none has replicas)."""
+        deps = {d.plan.name: d.status() for d in self.deployments.values()}
+        if failed is not None:
+            for d in self.deployments.values():
+                deps[d.plan.name].update(status="DEPLOY_FAILED" if d.message else "UPDATING", replica_states={})
+        return {"status": "DEPLOY_FAILED" if failed is not None else self.status,
+                "message": failed if failed is not None else self.message, "route_prefix": self.route_prefix,
+                "last_deployed_time_s": self.deployed_at, "deployments": deps}
+
     def set_policy(self, spec: Any) -> None:
         """Use ``spec`` (an ``AutoscalingPolicy``, or None) as the app's policy; kept, with what it built, when
         a redeploy gives the same one."""
