@@ -66,6 +66,9 @@ def test_bad_options_name_the_field():
         serve.deployment(max_concurrent_queries=100, route_prefix="/")
     with pytest.raises(TypeError, match=r"Ray removed max_concurrent_queries \(use max_ongoing_requests\)"):
         A.options(max_concurrent_queries=100)
+    for refused in (lambda: serve.deployment(version="v2"), lambda: A.options(version="v2")):  # as Ray 2.60 refuses it
+        with pytest.raises(TypeError, match=r"Ray removed version \(drop it: Serve versions a deployment itself"):
+            refused()
     with pytest.raises(TypeError, match=r"\['route_prefix'\].*Ray removed route_prefix \(use "
                                         r"serve.run\(app, route_prefix=...\)\)"):
         A.options(route_prefix="/a")  # accepted and ignored before
@@ -87,7 +90,7 @@ def test_options_and_resources():
 def test_rays_options_with_no_effect_here_are_accepted_with_a_warning_that_says_so():
     with pytest.warns(UserWarning, match=r"deployment 'C': max_replicas_per_node=1 has no effect in muster: "
                                          r"replicas are not capped per node"):
-        @serve.deployment(max_replicas_per_node=1, version="v2")
+        @serve.deployment(max_replicas_per_node=1)
         class C:
             pass
     assert C.config.name == "C"

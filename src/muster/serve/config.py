@@ -29,7 +29,6 @@ _ACTOR_OPTION_KEYS = ("num_cpus", "num_gpus", "resources", "runtime_env", "memor
 #: Ray's deployment options with no effect here, and what happens instead (None: nothing to say,
 #: Ray deprecated or keeps them internal). Each is accepted, and the others said so in a warning.
 NO_EFFECT: dict[str, str | None] = {
-    "version": None,
     "is_driver_deployment": None,
     "placement_group_bundles": "each replica holds its ray_actor_options resources; replicas get no placement group",
     "placement_group_strategy": "each replica holds its ray_actor_options resources; replicas get no placement group",
@@ -51,14 +50,15 @@ NO_EFFECT: dict[str, str | None] = {
 
 #: Deployment options Ray removed before 2.60 (old scripts and docs still pass them), and what replaced each.
 _REMOVED_OPTIONS = {
-    "max_concurrent_queries": "max_ongoing_requests",
-    "route_prefix": "serve.run(app, route_prefix=...)",
+    "max_concurrent_queries": "use max_ongoing_requests",
+    "route_prefix": "use serve.run(app, route_prefix=...)",
+    "version": "drop it: Serve versions a deployment itself, as serve.get_replica_context().code_version",
 }
 
 
 def removed_options_hint(names: list[str]) -> str:
     """What replaced those of ``names`` that Ray removed ("" when none is)."""
-    said = [f"{n} (use {_REMOVED_OPTIONS[n]})" for n in names if n in _REMOVED_OPTIONS]
+    said = [f"{n} ({_REMOVED_OPTIONS[n]})" for n in names if n in _REMOVED_OPTIONS]
     return f" Ray removed {', '.join(said)}." if said else ""
 
 
