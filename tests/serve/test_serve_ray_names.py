@@ -144,7 +144,8 @@ def test_rays_other_public_serve_names_fail_naming_the_equivalent():
 
 
 def test_rays_homes_of_serve_names_hold_the_same_objects():
-    """``ray.serve.schema.ReplicaRank`` and ``ray.serve.api``'s decorators and getters, where Ray's code imports them."""
+    """``ray.serve.schema.ReplicaRank`` and ``ray.serve.api``'s decorators and getters, where Ray's code imports
+    them."""
     from muster.serve import api, context, schema
 
     assert schema.ReplicaRank is context.ReplicaRank
