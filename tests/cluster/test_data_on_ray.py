@@ -231,3 +231,49 @@ def test_a_join_and_a_filter_moved_below_it_give_the_same_rows_on_both_engines(e
     rows = sorted(joined.filter(expr=col("id") >= 17).take_all(), key=lambda r: r["id"])
     assert rows == [{"id": i, "x": i * 10, "w": str(i)} for i in (17, 18, 19)]
     assert joined.count() == 20
+
+
+def test_a_join_runs_when_its_first_batch_is_pulled_and_gives_the_gathered_joins_rows(engine, tmp_path):
+    """On Ray, iterator(), iter_batches() and streaming_split() ran both inputs and joined them on the driver
+    before a batch was asked for (streaming_split: the whole output gathered there, to split it). Now the
+    join is a read whose task runs in a Ray worker when the first batch is pulled. Every join type gives the
+    rows, names and types of pyarrow's join of the gathered inputs (the embedded engine's)."""
+    import threading
+
+    from muster.data import combine
+
+    marker = tmp_path / "ran"
+
+    def mark(batch):
+        marker.write_text("ran")
+        return batch
+
+    left = [{"id": i % 7 if i % 5 else None, "v": f"l{i}", "lo": i} for i in range(12)]
+    right = [{"key": i % 9, "v": f"r{i}", "ro": -i} for i in range(10)]
+    cases = [(t, ("_l", None) if i % 3 == 0 else (None, "_r") if i % 3 == 1 else ("_l", "_r"))
+             for i, t in enumerate(sorted(combine.JOIN_TYPES))]
+    for join_type, (ls, rs) in cases:
+        joined = md.from_items(left, override_num_blocks=3).map_batches(mark, batch_format="pyarrow").join(
+            md.from_items(right, override_num_blocks=2), join_type, 2, on="id", right_on="key", left_suffix=ls,
+            right_suffix=rs)
+        batches, splits = joined.iter_batches(batch_format="pyarrow"), joined.streaming_split(2, equal=False)
+        assert not marker.exists(), join_type  # nothing ran: neither input, nor the join
+        shard_rows: list[list] = [[], []]
+        readers = [threading.Thread(target=lambda i=i: shard_rows[i].extend(splits[i].iter_rows())) for i in (0, 1)]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join(timeout=120)
+        want = combine.join_tables(pa.Table.from_pylist(left), pa.Table.from_pylist(right), join_type, ["id"],
+                                   ["key"], ls, rs)
+        got = pa.concat_tables(list(batches))
+        assert marker.exists() and got.schema == want.schema, (join_type, got.schema, want.schema)
+        assert sorted(map(repr, got.to_pylist())) == sorted(map(repr, want.to_pylist())), join_type
+        assert sorted(map(repr, shard_rows[0] + shard_rows[1])) == sorted(map(repr, want.to_pylist())), join_type
+        marker.unlink()
+
+    def boom(batch):
+        raise RuntimeError("boom")
+
+    with pytest.raises(UserFunctionError, match="MapBatches failed in boom"):  # raised in the join's task, on Ray
+        md.range(3).map_batches(boom).join(md.range(3), "inner", 1).take_all()

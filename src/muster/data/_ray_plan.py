@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import pyarrow as pa
 
 from muster.data import _ray_guard
+from muster.data._ray_join import arrow_blocks, join_dataset
 from muster.data.iterator import DataIterator
 from muster.data.plan import AllToAll, Join, Limit, Node, RayCall, Read, Transform, Union
 from muster.exceptions import InvalidArgumentError
@@ -48,8 +49,8 @@ def on_ray_engine() -> bool:
 
 def to_ray(dataset: "Dataset", plan_only: bool = False) -> Any:
     """The ``ray.data.Dataset`` for ``dataset``'s plan, named as ``dataset`` is (``set_name``: Ray's stats,
-    dashboard and metrics know it by that name). ``plan_only`` (for ``explain``): nothing runs to build it,
-    a join is Ray's own lazy ``join`` of its inputs (else muster joins the blocks Ray makes for each, now).
+    dashboard and metrics know it by that name). Nothing runs to build it: a join is a read whose task joins
+    the inputs' blocks in a Ray worker (``_ray_join``), or with ``plan_only`` (``explain``), Ray's own ``join``.
 
     Raises:
         InvalidArgumentError: an operator of the plan has no ``ray.data`` equivalent (named, with the fix).
@@ -89,8 +90,8 @@ def _to_ray(node: Node, plan_only: bool = False) -> Any:
     if isinstance(op, Join) and plan_only:  # Ray's join, planned: it is never run (it needs polars)
         name, args, kwargs = _steps(op)[0]
         return getattr(inputs[0], name)(inputs[1], *args, **_clean(kwargs))
-    if isinstance(op, Join):  # muster's join of the blocks Ray makes for each input (Ray 2.60's needs polars)
-        return ray.data.from_arrow(op.fn(list(_arrow_blocks(inputs[0])), list(_arrow_blocks(inputs[1]))))
+    if isinstance(op, Join):  # muster's join of the inputs' blocks, in a Ray worker when it runs (see _ray_join)
+        return join_dataset(op, inputs[0], inputs[1], node.known_schema())
     return _apply(inputs[0], _steps(op), op.name)
 
 
@@ -141,12 +142,7 @@ def _compute(fn: Any, concurrency: Any, where: str) -> Any:
 
 def blocks(dataset: "Dataset") -> Iterator[pa.Table]:
     """The dataset's output, executed by ``ray.data``, as Arrow blocks on this process."""
-    yield from _arrow_blocks(to_ray(dataset))
-
-
-def _arrow_blocks(ds: Any) -> Iterator[pa.Table]:
-    """The ``ray.data.Dataset``'s blocks, as Arrow tables on this process."""
-    return _ray_guard.unwrapped(iter(ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1)))
+    yield from arrow_blocks(to_ray(dataset))
 
 
 def count(dataset: "Dataset") -> int:
@@ -215,8 +211,7 @@ class RayDataIterator(DataIterator):
         return f"RayDataIterator(rank={self._rank}, world={self._world}, source={type(self._source).__name__})"
 
     def _blocks(self, epoch: int) -> Iterator[pa.Table]:
-        return _ray_guard.unwrapped(iter(self._source.iter_batches(batch_size=None, batch_format="pyarrow",
-                                                                   prefetch_batches=1)))
+        return arrow_blocks(self._source)
 
     def stats(self) -> str:
         return str(self._source.stats())

@@ -1,11 +1,12 @@
 """Whole-table operations behind ``Dataset.zip``, ``Dataset.join`` and the stratified
 ``train_test_split``: both sides are gathered (one machine), combined with pyarrow, and checked so
-that nothing is lost silently. A join is a plan operator (``plan.Join``), run when the dataset is."""
+that nothing is lost silently. A join is a plan operator (``plan.Join``), run when the dataset is; on the
+Ray engine it holds one side and streams the other through (``stream_join``)."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -89,6 +90,46 @@ def _join_blocks(left: list[pa.Table], right: list[pa.Table], join_type: str, ke
                  num_partitions: int) -> list[pa.Table]:
     joined = join_tables(blk.concat(left), blk.concat(right), join_type, keys, right_keys, left_suffix, right_suffix)
     return blk.split_rows(joined, max(1, -(-joined.num_rows // num_partitions))) if joined.num_rows else [joined]
+
+
+#: The join types whose every output row has one right row (the others: one left row, or full outer).
+_RIGHT_PROBED = ("right_outer", "right_semi", "right_anti")
+
+
+def stream_join(op: Join, left: Callable[[], Iterable[pa.Table]], right: Callable[[], Iterable[pa.Table]]
+                ) -> Iterator[pa.Table]:
+    """``op``'s output, a block at a time, holding one input whole: the other (the probe side: the right for
+    a right outer, semi or anti join, else the left) runs after it and is joined one block at a time, so the
+    output streams while it runs. A full outer join keeps the probe side's keys too, and ends with the held
+    side's rows that none matched. Each input is a callable that starts it (the held one is started first).
+    The rows are ``op.fn``'s of the gathered inputs; their order and the blocks' sizes may differ."""
+    probe_right = op.join_type in _RIGHT_PROBED
+    held_blocks = list(left() if probe_right else right())
+    held = [blk.concat(held_blocks)] if held_blocks else []
+    probed, left_schema, left_keys = False, None, []  # a full outer join's: the left input's schema and keys
+    for block in right() if probe_right else left():
+        probed = True
+        if probe_right:
+            yield from op.fn(held, [block])
+        elif op.join_type == "full_outer":
+            keys, left_schema = block.select(list(op.keys)), block.schema if left_schema is None else left_schema
+            left_keys.append(keys)
+            yield from op.fn([block], [_matching(held, keys, op, "left semi")])
+        else:
+            yield from op.fn([block], held)
+    if not probed:  # no probe block: as the gathered inputs join
+        yield from op.fn(held, []) if probe_right else op.fn([], held)
+    elif left_schema is not None:
+        unmatched = _matching(held, blk.concat(left_keys), op, "left anti")
+        yield from op.fn([left_schema.empty_table()], [unmatched])
+
+
+def _matching(held: list[pa.Table], keys: pa.Table, op: Join, how: str) -> pa.Table:
+    """The held right input's rows whose keys are (``left semi``) or are not (``left anti``) among ``keys``
+    (left key columns): pyarrow's semi/anti join, which keeps the right's columns as they are."""
+    if not held:
+        return pa.table({})
+    return held[0].join(keys, keys=list(op.right_keys), right_keys=list(op.keys), join_type=how, use_threads=False)
 
 
 def join_sources(op: Join, left: pa.Schema, right: pa.Schema) -> dict[str, tuple[int, str]] | None:
