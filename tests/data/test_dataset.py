@@ -412,6 +412,13 @@ def test_splits():
                 md.range(10).train_test_split(bad, **kwargs)
 
 
+def test_streaming_split_keeps_every_row_by_default_as_rays():
+    """Ray's ``streaming_split`` defaults to ``equal=False``; muster's was ``equal=True`` and dropped rows."""
+    shards = md.range(7).streaming_split(2)
+    got = sorted(int(x) for s in shards for b in s.iter_batches(batch_size=None) for x in b["id"])
+    assert got == list(range(7))
+
+
 def test_streaming_split_equal_every_row_once():
     ds = md.range(103).filter(lambda r: r["id"] % 5 != 0)  # 82 rows kept
     shards = ds.streaming_split(3, equal=True)

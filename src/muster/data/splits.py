@@ -102,7 +102,7 @@ class Splits:
         train, test = ds.materialize().split_at_indices([cut])
         return train, test
 
-    def streaming_split(self, n: int, *, equal: bool = True, locality_hints: Any = None) -> list[DataIterator]:
+    def streaming_split(self, n: int, *, equal: bool = False, locality_hints: Any = None) -> list[DataIterator]:
         """``n`` iterators; iterator ``i`` streams rows ``i, i+n, ...`` of each pass (see ``DataIterator``)."""
         _positive(n, "n", "streaming_split", optional=False)
         if _ray_plan.on_ray_engine():
