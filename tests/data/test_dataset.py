@@ -659,8 +659,13 @@ def test_join_as_rays():
               for t in ("left_outer", "right_outer", "full_outer", "left_semi", "left_anti", "right_anti")}
     assert counts == {"left_outer": 5, "right_outer": 5, "full_outer": 8, "left_semi": 2, "left_anti": 3,
                       "right_anti": 3}
-    with pytest.raises(ValueError, match=r"columns \['v'\] besides the keys; pass left_suffix="):
+    with pytest.raises(ValueError, match=r"columns \['v'\] from both datasets; pass left_suffix="):
         left.join(left, "inner", 1)  # one side's v would be lost
+    clash = md.from_items([{"key": 3, "id": 30}])  # its id is not a key, and the left's key is named so
+    with pytest.raises(ValueError, match=r"columns \['id'\] from both datasets; pass left_suffix="):
+        left.join(clash, "inner", 1, on="id", right_on="key").take_all()  # (it had two 'id' columns, then KeyError)
+    assert left.join(clash, "inner", 1, on="id", right_on="key", right_suffix="_r").take_all() == [
+        {"id": 3, "v": "l3", "id_r": 30}]
     assert rows(left.join(left, "inner", 1, right_suffix="_r"))[0] == {"id": 0, "v": "l0", "v_r": "l0"}
     with pytest.raises(ValueError, match="join_type='cross'"):
         left.join(right, "cross", 1)

@@ -52,18 +52,19 @@ def check_join(join_type: str, keys: list[str], right_keys: list[str], ray_optio
 
 def join_tables(left: pa.Table, right: pa.Table, join_type: str, keys: list[str], right_keys: list[str],
                 left_suffix: str | None, right_suffix: str | None) -> pa.Table:
-    """``left`` joined with ``right``; columns both have besides the keys need a suffix (pyarrow would
-    keep one side's values silently)."""
+    """``left`` joined with ``right``; a right column other than its keys named like a left column needs
+    a suffix (pyarrow would keep both under one name, or one side's values only)."""
     for side, table, names in (("left", left, keys), ("right", right, right_keys)):
         missing = [k for k in names if k not in table.column_names]
         if missing:
             raise InvalidArgumentError(f"join: the {side} dataset has no column {missing[0]!r}; it has "
                                        f"{table.column_names}.")
     how = JOIN_TYPES[join_type]
-    both = (set(left.column_names) - set(keys)) & (set(right.column_names) - set(right_keys))
+    # as Ray's: the right keys are merged into the left ones, so any other right column may clash, with a left key too
+    both = set(left.column_names) & (set(right.column_names) - set(right_keys))
     if both and not (left_suffix or right_suffix) and how.split()[-1] not in ("semi", "anti"):
         raise InvalidArgumentError(
-            f"join: both datasets have the columns {sorted(both)} besides the keys; pass left_suffix= and/or "
+            f"join: the output would have the columns {sorted(both)} from both datasets; pass left_suffix= and/or "
             "right_suffix= (e.g. right_suffix='_right') so that neither side's values are lost."
         )
     return left.join(right, keys=keys, right_keys=right_keys, join_type=how, left_suffix=left_suffix,
