@@ -187,6 +187,7 @@ class ActorHandle:
         self._concurrent = is_async_class(cls) or self._max_concurrency > 1 or bool(self._groups)
         self._name = options.get("name")
         self._namespace = options.get("namespace") or current_namespace()
+        self._detached = options.get("lifetime") == "detached"  # for the state API's is_detached
         self._env_vars = (options.get("runtime_env") or {}).get("env_vars") or {}
         self._placement_group, index, self._capture_child_tasks = opts.placement_group_of(options)
         self._bundle = None if self._placement_group is None else \
