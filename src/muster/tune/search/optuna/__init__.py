@@ -78,7 +78,7 @@ class OptunaSearch(Searcher):
             raise InvalidTypeError(
                 f"OptunaSearch(storage={storage!r}): pass an optuna.storages.BaseStorage (e.g. "
                 "optuna.storages.RDBStorage('sqlite:///optuna.db')) or its URL, or None for memory.")
-        self._study_args = {"study_name": study_name or "optuna", "storage": storage, "load_if_exists": True}
+        self._study_name, self._storage = study_name or "optuna", storage
         self._points = list(points_to_evaluate or [])
         self._rewards = list(evaluated_rewards) if evaluated_rewards is not None else None
         if self._rewards is not None and len(self._rewards) != len(self._points):
@@ -139,11 +139,13 @@ class OptunaSearch(Searcher):
             if self._metrics and self._modes:
                 directions: Any = ["minimize" if m == "min" else "maximize" for m in self._modes]
                 self._study = self._optuna.create_study(sampler=self._sampler, directions=directions,
-                                                        **self._study_args)
+                                                        study_name=self._study_name, storage=self._storage,
+                                                        load_if_exists=True)
             else:
                 direction: Any = "minimize" if self.mode == "min" else "maximize"
                 self._study = self._optuna.create_study(sampler=self._sampler, direction=direction,
-                                                        **self._study_args)
+                                                        study_name=self._study_name, storage=self._storage,
+                                                        load_if_exists=True)
             if self._rewards is not None:
                 for point, reward in zip(self._points, self._rewards):
                     self.add_evaluated_point(point, reward)
