@@ -69,19 +69,17 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "annotations": "no muster equivalent",
     },
     "muster.util.state": {  # Ray's state API beyond actors, placement groups and nodes: no record is kept
-        **{name: "muster.util.state.list_actors() for actors; tasks are not recorded: keep the ObjectRefs and "
-                 "ask muster.wait(refs, timeout=0) which are done" for name in ("list_tasks", "get_task",
-                                                                                   "summarize_tasks")},
         **{name: "muster.available_resources() for what is free; objects are not recorded (a value lives while "
                  "an ObjectRef to it does)" for name in ("list_objects", "get_objects", "summarize_objects")},
-        **{name: "muster.util.state.list_actors() (pid, node_id) for actor processes; task workers are not "
-                 "recorded" for name in ("list_workers", "get_worker")},
+        **{name: "muster.util.state.list_actors() (pid, node_id) for actor processes, list_tasks() (worker_pid) "
+                 "for the process that ran a task" for name in ("list_workers", "get_worker")},
         **{name: "one job per driver: muster.get_runtime_context().get_job_id()" for name in ("list_jobs", "get_job")},
         **{name: "a worker's output reaches the driver's console and the run store: `muster runs` and "
                  "`muster dashboard`" for name in ("get_log", "list_logs")},
         "list_runtime_envs": "runtime_env applies env_vars only (see docs/porting.md)",
         "list_cluster_events": "muster's warnings on the `muster` logger",
-        "StateApiClient": "the functions of muster.util.state (list_actors, list_placement_groups, list_nodes)",
+        "StateApiClient": "the functions of muster.util.state (list_actors, list_tasks, list_placement_groups, "
+        "list_nodes)",
     },
     "muster.train": {
         "NCCLHangError": "WorkerGroupError: a collective that never completes is reported after "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from _task_helpers import TIMEOUT, wait_for
@@ -14,10 +15,13 @@ from muster.util.state import (
     get_actor,
     get_node,
     get_placement_group,
+    get_task,
     list_actors,
     list_nodes,
     list_placement_groups,
+    list_tasks,
     summarize_actors,
+    summarize_tasks,
 )
 
 
@@ -93,5 +97,85 @@ def test_bad_filters_and_what_is_not_kept_fail_naming_the_fix():
         list_actors(filters=[("death_cause", "=", "x")])
     with pytest.raises(InvalidArgumentError, match="predicate '>' is not supported"):
         list_actors(filters=[("state", ">", "ALIVE")])
-    with pytest.raises(UnsupportedRayImportError, match="list_tasks.*muster.wait"):
-        from muster.util.state import list_tasks  # noqa: F401
+    with pytest.raises(UnsupportedRayImportError, match="list_objects.*available_resources"):
+        from muster.util.state import list_objects  # noqa: F401
+
+
+@muster.remote
+def _waits_then_names_itself(path):
+    while not os.path.exists(path):
+        time.sleep(0.02)
+    return muster.get_runtime_context().get_task_id(), os.getpid()
+
+
+@muster.remote
+def _raises():
+    raise KeyError("no such key")
+
+
+@muster.remote
+def _tasks_seen_from_a_task(task_id):
+    from muster.util.state import get_task as lookup
+
+    return lookup(task_id).state
+
+
+@muster.remote
+class _Calls:
+    def __init__(self):
+        self.made_by = muster.get_runtime_context().get_task_id()
+
+    def ids(self):
+        return self.made_by, muster.get_runtime_context().get_task_id()
+
+
+@muster.remote
+class _FailsToStart:
+    def __init__(self):
+        raise RuntimeError("cannot start")
+
+    def f(self):
+        return 1
+
+
+def test_list_tasks_follows_tasks_actor_calls_and_constructors_with_the_ids_they_see(tmp_path):
+    gate = str(tmp_path / "go")
+    running = _waits_then_names_itself.options(name="gated").remote(gate)
+    assert wait_for(lambda: (get_task(running) or {}).get("state") == "RUNNING", TIMEOUT)
+    assert get_task(running).name == "gated" and get_task(running).func_or_class_name == "_waits_then_names_itself"
+    open(gate, "w").close()
+    task_id, pid = muster.get(running, timeout=TIMEOUT)
+    row = get_task(task_id)
+    assert (row.state, row.type, row.worker_pid, row.job_id) == ("FINISHED", "NORMAL_TASK", pid,
+                                                                 muster.get_runtime_context().get_job_id())
+    assert row.node_id == muster.get_runtime_context().get_node_id() and row.required_resources == {"CPU": 1.0}
+    assert row.end_time_ms >= row.start_time_ms >= row.creation_time_ms
+    failed = _raises.remote()
+    with pytest.raises(KeyError):
+        muster.get(failed, timeout=TIMEOUT)
+    bad = get_task(failed)
+    assert (bad.state, bad.error_type) == ("FAILED", "TASK_EXECUTION_EXCEPTION") and "no such key" in bad.error_message
+    assert muster.get(_tasks_seen_from_a_task.remote(task_id), timeout=TIMEOUT) == "FINISHED"
+
+    actor = _Calls.remote()
+    broken = _FailsToStart.remote()
+    try:
+        made_by, call_id = muster.get(actor.ids.remote(), timeout=TIMEOUT)
+        call = get_task(call_id)  # the id the call saw in get_runtime_context()
+        assert (call.name, call.type, call.state) == ("_Calls.ids", "ACTOR_TASK", "FINISHED")
+        [made] = list_actors(filters=[("class_name", "=", "_Calls")])
+        assert call.actor_id == get_task(made_by).actor_id == made.actor_id
+        assert (get_task(made_by).name, get_task(made_by).type) == ("_Calls.__init__", "ACTOR_CREATION_TASK")
+        with pytest.raises(muster.exceptions.ActorDiedError):
+            muster.get(broken.f.remote(), timeout=TIMEOUT)
+        [creation] = list_tasks(filters=[("name", "=", "_FailsToStart.__init__")], detail=True)
+        assert creation.state == "FAILED" and "cannot start" in creation.error_message
+        assert [t.name for t in list_tasks(filters=[("state", "=", "FAILED"), ("type", "=", "NORMAL_TASK")])] == \
+            ["_raises"] * len(list_tasks(filters=[("name", "=", "_raises")]))
+        summary = summarize_tasks()["cluster"]
+        assert summary["summary"]["_raises"]["state_counts"]["FAILED"] >= 1
+        assert summary["total_tasks"] >= 3 and summary["total_actor_tasks"] >= 1
+        assert summary["total_actor_scheduled"] >= 2
+    finally:
+        muster.kill(actor)
+        muster.kill(broken)

@@ -172,6 +172,12 @@ def _list_actors(handle: RuntimeActor, e: events.ListActors) -> list[dict[str, A
     return actor_rows()
 
 
+def _list_tasks(handle: RuntimeActor, e: events.ListTasks) -> list[dict[str, Any]]:
+    from muster.tasks.task_table import task_rows
+
+    return task_rows()
+
+
 def _resources(handle: RuntimeActor, e: events.Resources) -> dict[str, float]:
     return get_runtime().ray_view(available=e.available)
 
@@ -194,6 +200,7 @@ _HANDLERS: dict[type, Callable[[RuntimeActor, Any], Any]] = {
     events.GetActor: _get_actor,
     events.ListNamedActors: _list_named,
     events.ListActors: _list_actors,
+    events.ListTasks: _list_tasks,
 }
 
 

@@ -1,10 +1,11 @@
-"""Ray's state API (``ray.util.state``) over the engine this process runs: actors, placement groups, nodes.
+"""Ray's state API (``ray.util.state``) over the engine this process runs: actors, tasks, placement groups, nodes.
 
-``list_actors``, ``list_placement_groups`` and ``list_nodes`` return rows with Ray's columns (attribute and
-``row["key"]`` access), filtered as Ray filters them: ``(column, "=" or "!=", value)``, string values
-compared without case, only Ray's filterable columns, sorted by id, at most ``limit`` rows; with
-``detail=False`` the detail-only columns are None. ``get_*`` find one row by id; ``summarize_actors`` counts
-actors per class and state. Tasks, objects, workers, jobs and logs are not kept (see ``muster._unsupported``).
+``list_actors``, ``list_tasks``, ``list_placement_groups`` and ``list_nodes`` return rows with Ray's columns
+(attribute and ``row["key"]`` access), filtered as Ray filters them: ``(column, "=" or "!=", value)``, string
+values compared without case, only Ray's filterable columns, sorted by id, at most ``limit`` rows; with
+``detail=False`` the detail-only columns are None. ``get_*`` find one row by id; ``summarize_actors`` and
+``summarize_tasks`` count actors per class and tasks per name, by state. Objects, workers, jobs and logs are
+not kept (see ``muster._unsupported``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,41 @@ class ActorState(StateSchema):
     num_restarts: Optional[int] = _col(filterable=False, detail=True)
     num_restarts_due_to_lineage_reconstruction: Optional[int] = _col(filterable=False, detail=True)
     num_restarts_due_to_node_preemption: Optional[int] = _col(filterable=False, detail=True)
+    call_site: Optional[str] = _col(filterable=False, detail=True)
+    label_selector: Optional[dict] = _col(filterable=False, detail=True)
+    fallback_strategy: Optional[dict] = _col(filterable=False, detail=True)
+
+
+@dataclass
+class TaskState(StateSchema):
+    """A task or actor call, as Ray's ``TaskState`` (``type`` NORMAL_TASK or ACTOR_TASK; ``state``
+    PENDING_ARGS_AVAIL, PENDING_NODE_ASSIGNMENT, SUBMITTED_TO_WORKER, RUNNING, FINISHED or FAILED)."""
+
+    task_id: Optional[str] = _col(filterable=True)
+    attempt_number: Optional[int] = _col(filterable=True)
+    name: Optional[str] = _col(filterable=True)
+    state: Optional[str] = _col(filterable=True)
+    job_id: Optional[str] = _col(filterable=True)
+    actor_id: Optional[str] = _col(filterable=True)
+    type: Optional[str] = _col(filterable=True)
+    func_or_class_name: Optional[str] = _col(filterable=True)
+    parent_task_id: Optional[str] = _col(filterable=True)
+    node_id: Optional[str] = _col(filterable=True)
+    worker_id: Optional[str] = _col(filterable=True)
+    worker_pid: Optional[int] = _col(filterable=True)
+    error_type: Optional[str] = _col(filterable=True)
+    language: Optional[str] = _col(filterable=True, detail=True)
+    required_resources: Optional[dict] = _col(filterable=False, detail=True)
+    runtime_env_info: Optional[dict] = _col(filterable=False, detail=True)
+    placement_group_id: Optional[str] = _col(filterable=True, detail=True)
+    events: Optional[list] = _col(filterable=False, detail=True)
+    profiling_data: Optional[dict] = _col(filterable=False, detail=True)
+    creation_time_ms: Optional[int] = _col(filterable=False, detail=True)
+    start_time_ms: Optional[int] = _col(filterable=False, detail=True)
+    end_time_ms: Optional[int] = _col(filterable=False, detail=True)
+    task_log_info: Optional[dict] = _col(filterable=False, detail=True)
+    error_message: Optional[str] = _col(filterable=False, detail=True)
+    is_debugger_paused: Optional[bool] = _col(filterable=True, detail=True)
     call_site: Optional[str] = _col(filterable=False, detail=True)
     label_selector: Optional[dict] = _col(filterable=False, detail=True)
     fallback_strategy: Optional[dict] = _col(filterable=False, detail=True)
@@ -157,6 +193,39 @@ def _actor_rows() -> list[dict[str, Any]]:
     return actor_rows()
 
 
+def _task_rows() -> list[dict[str, Any]]:
+    """The recorded tasks and actor calls, and each actor's creation task (its constructor), by task id."""
+    from muster.tasks.task_table import task_rows
+
+    actors = _actor_rows()
+    where = {actor["actor_id"]: actor for actor in actors}
+    rows = task_rows()
+    for row in rows:  # an actor call ran in its actor's process
+        actor = where.get(row["actor_id"]) if row["actor_id"] and row["state"] != "PENDING_ARGS_AVAIL" else None
+        if actor is not None and actor["pid"]:
+            row.update(worker_pid=actor["pid"], node_id=actor["node_id"])
+    return sorted(rows + [_creation_row(actor) for actor in actors], key=lambda r: r["task_id"])
+
+
+def _creation_row(actor: dict[str, Any]) -> dict[str, Any]:
+    started = actor["pid"] != 0  # an actor whose constructor raised never had a process to show
+    state = {"ALIVE": "FINISHED", "DEAD": "FINISHED" if started else "FAILED"}.get(actor["state"],
+                                                                                   "PENDING_NODE_ASSIGNMENT")
+    failed = state == "FAILED" and actor["death_cause"] is not None
+    name = f"{actor['class_name']}.__init__"
+    from muster.tasks.task_table import actor_task_id
+
+    number = int(actor["actor_id"][-16:], 16)  # the hex id ends with the actor's number (16 digits)
+    return {"task_id": actor_task_id(number, 0),
+            "attempt_number": actor["num_restarts"], "name": name, "state": state, "job_id": actor["job_id"],
+            "actor_id": actor["actor_id"], "type": "ACTOR_CREATION_TASK", "func_or_class_name": name,
+            "node_id": actor["node_id"], "worker_pid": actor["pid"] or None, "language": "PYTHON",
+            "error_type": "TASK_EXECUTION_EXCEPTION" if failed else None,
+            "error_message": actor["death_cause"]["actor_died_error_context"]["error_message"] if failed else None,
+            "required_resources": actor["required_resources"], "placement_group_id": actor["placement_group_id"],
+            "is_debugger_paused": False, "_ref": None}
+
+
 def _group_rows() -> list[dict[str, Any]]:
     from muster.tasks.runtime_context import driver_job_id
     from muster.util.placement_group import _made
@@ -227,6 +296,40 @@ list_actors.__doc__ = """Every actor of the running engine, dead ones included, 
     """
 get_actor = _getter(ActorState, _actor_rows, "actor_id", "get_actor")
 get_actor.__doc__ = "The actor with this hex id (``get_runtime_context().get_actor_id()``), every column; None if none."
+list_tasks = _lister(TaskState, _task_rows, "list_tasks")
+list_tasks.__doc__ = """The tasks and actor calls of the running engine (the latest 10,000), as :class:`TaskState` rows;
+    the arguments are :func:`list_actors`'s."""
+
+
+def get_task(id: Any, address: Optional[str] = None, timeout: int = DEFAULT_RPC_TIMEOUT,
+             _explain: bool = False) -> Optional[TaskState]:
+    """The task with this id (``get_runtime_context().get_task_id()`` in it), or whose ``ObjectRef`` this is,
+    every column; None if none is recorded."""
+    from muster.tasks.objects import ObjectRef
+
+    rows = [row for row in _task_rows() if row["_ref"] == id.id] if isinstance(id, ObjectRef) else _task_rows()
+    key = None if isinstance(id, ObjectRef) else [("task_id", "=", id)]
+    found = _select(TaskState, rows, key, 1, True, address, "get_task")
+    return found[0] if found else None
+
+
+def summarize_tasks(address: Optional[str] = None, timeout: int = DEFAULT_RPC_TIMEOUT,
+                    raise_on_missing_output: bool = True, _explain: bool = False) -> dict[str, Any]:
+    """Tasks per name and state, as Ray's: ``{"cluster": {"summary": {name: {"func_or_class_name": ...,
+    "type": ..., "state_counts": {state: n}}}, "total_tasks": n, "total_actor_tasks": n,
+    "total_actor_scheduled": n, "summary_by": "func_name"}}`` (an actor's constructor is its creation task)."""
+    summary: dict[str, Any] = {}
+    totals = {"NORMAL_TASK": 0, "ACTOR_TASK": 0, "ACTOR_CREATION_TASK": 0}
+    for row in _select(TaskState, _task_rows(), None, 1 << 62, False, address, "summarize_tasks"):
+        key = str(row.name or row.func_or_class_name)
+        entry = summary.setdefault(key, {"func_or_class_name": key, "type": row.type, "state_counts": {}})
+        entry["state_counts"][row.state] = entry["state_counts"].get(row.state, 0) + 1
+        totals[str(row.type)] = totals.get(str(row.type), 0) + 1
+    return {"cluster": {"summary": summary, "total_tasks": totals["NORMAL_TASK"],
+                        "total_actor_tasks": totals["ACTOR_TASK"],
+                        "total_actor_scheduled": totals["ACTOR_CREATION_TASK"], "summary_by": "func_name"}}
+
+
 list_placement_groups = _lister(PlacementGroupState, _group_rows, "list_placement_groups")
 list_placement_groups.__doc__ = "The placement groups this process made, as :class:`PlacementGroupState` rows."
 get_placement_group = _getter(PlacementGroupState, _group_rows, "placement_group_id", "get_placement_group")
@@ -259,11 +362,15 @@ __all__ = [
     "ActorState",
     "NodeState",
     "PlacementGroupState",
+    "TaskState",
     "get_actor",
     "get_node",
     "get_placement_group",
+    "get_task",
     "list_actors",
     "list_nodes",
     "list_placement_groups",
+    "list_tasks",
     "summarize_actors",
+    "summarize_tasks",
 ]
