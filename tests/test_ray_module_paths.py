@@ -86,6 +86,8 @@ def test_former_module_files_still_import_as_before():
     ("from muster.data import read_avro", "fastavro"),
     ("from muster.data import from_daft", "to_arrow"),
     ("from muster.tune.utils import merge_dicts", "dict merge"),
+    ("from muster.tune.examples.mnist_pytorch import ConvNet", "pbt_function"),  # a bare ModuleNotFoundError before
+    ("from muster.train.examples.pytorch.torch_fashion_mnist_example import train_func", "torch_linear_example"),
 ])
 def test_ray_paths_muster_lacks_name_what_to_use(statement, says):
     with pytest.raises(UnsupportedRayImportError, match="nearest equivalent") as info:

@@ -101,6 +101,22 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "RayDeepSpeedStrategy": "RayFSDPStrategy (MusterFSDPStrategy) to shard the model, or "
         "lightning.pytorch.strategies.DeepSpeedStrategy(cluster_environment=RayLightningEnvironment()) yourself",
     },
+    "muster.tune.examples": {  # Ray's examples that download data or need other libraries (see its __init__)
+        **{name: "the trainable written out in your script (Ray's example downloads its data); "
+                 "muster.tune.examples.pbt_function is the one Ray example muster ships"
+           for name in ("mnist_pytorch", "mnist_pytorch_trainable", "mnist_ptl_mini", "cifar10_pytorch",
+                        "pbt_convnet_example", "pbt_convnet_function_example", "pbt_dcgan_mnist",
+                        "pbt_transformers", "pbt_memnn_example")},
+        **{name: "none: muster trains PyTorch; this Ray example needs another library"
+           for name in ("tf_mnist_example", "tune_mnist_keras", "pbt_tune_cifar10_with_keras", "xgboost_example",
+                        "lightgbm_example", "xgboost_dynamic_resources_example", "pbt_ppo_example", "pb2_ppo_example")},
+    },
+    "muster.train.examples.pytorch": {
+        **{name: "the training function written out in your script (Ray's example downloads its data); "
+                 "muster.train.examples.pytorch.torch_linear_example is the one Ray example muster ships"
+           for name in ("torch_fashion_mnist_example", "torch_quick_start", "torch_regression_example",
+                        "torch_data_prefetch_benchmark")},
+    },
     "muster.train.huggingface": {
         "TransformersTrainer": "TorchTrainer, with muster.train.huggingface.transformers.prepare_trainer(trainer) "
         "on the transformers.Trainer inside train_loop_per_worker (as Ray's own guide now does)",
