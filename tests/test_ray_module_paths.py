@@ -43,6 +43,10 @@ RAY_PATHS = [
     ("ray.data.datasource.file_based_datasource", "FileBasedDatasource", "muster.data.datasource"),
     ("ray.data.datasource.filename_provider", "FilenameProvider", "muster.data.datasource"),
     ("ray.serve.handle", "DeploymentHandle", "muster.serve"),
+    ("ray.runtime_context", "get_runtime_context", "muster"),
+    ("ray.runtime_context", "RuntimeContext", "muster.tasks.runtime_context"),
+    ("ray.train", "ValidationFn", "muster.train.validation"),
+    ("ray.data", "Preprocessor", "muster.data.preprocessors"),
 ]
 
 
@@ -71,6 +75,19 @@ def test_former_module_files_still_import_as_before():
     ("from muster.train import LoggingConfig", "logging_level"),
     ("from muster.train.data_parallel_trainer import DataParallelTrainer", "TorchTrainer"),
     ("from muster.train.base_trainer import BaseTrainer", "TorchTrainer"),
+    # Ray 2.60 names its docs use that muster lacks: each names what to use (a bare AttributeError before)
+    ("from muster import LoggingConfig", "worker_process_setup_hook"),
+    ("from muster.util import pdb", "no remote debugger"),
+    ("from muster.train import NCCLHangError", "stall_report_s"),
+    ("from muster.train.lightning import RayDeepSpeedStrategy", "RayFSDPStrategy"),
+    ("from muster.data import read_orc", "pyarrow.orc"),
+    ("from muster.data import read_videos", "read_binary_files"),
+    ("from muster.data import read_audio", "read_binary_files"),
+    ("from muster.data import read_avro", "fastavro"),
+    ("from muster.data import from_daft", "to_arrow"),
+    ("from muster.tune.utils import merge_dicts", "dict merge"),
+    ("from muster.tune.examples.mnist_pytorch import ConvNet", "pbt_function"),  # a bare ModuleNotFoundError before
+    ("from muster.train.examples.pytorch.torch_fashion_mnist_example import train_func", "torch_linear_example"),
 ])
 def test_ray_paths_muster_lacks_name_what_to_use(statement, says):
     with pytest.raises(UnsupportedRayImportError, match="nearest equivalent") as info:

@@ -53,7 +53,8 @@ install_ray_path_finder()  # Ray's deeper paths (`muster.tune.stopper.maximum_it
 DynamicObjectRefGenerator = ObjectRefGenerator  # Ray's older name (num_returns="dynamic")
 
 # Subpackages reached as attributes (``ray.util.ActorPool`` style) without an import first.
-_LAZY_SUBMODULES = ("util", "train", "tune", "exceptions", "data", "serve", "observe", "actor", "job_config")
+_LAZY_SUBMODULES = ("util", "train", "tune", "exceptions", "data", "serve", "observe", "actor", "job_config",
+                    "runtime_context")
 
 
 def cluster_resources() -> dict[str, float]:

@@ -40,6 +40,7 @@ ALIASES: dict[str, str] = {
     **_under("muster.train", "base_trainer"),
     **_under("muster.air", "result"),
     **_under("muster.data", "read_api", "grouped_data"),
+    "muster.runtime_context": "muster.tasks.runtime_context",  # get_runtime_context, RuntimeContext
     **_under("muster.data.datasource", "file_based_datasource", "file_datasink", "filename_provider",
              "partitioning"),
 }

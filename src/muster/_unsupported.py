@@ -23,6 +23,9 @@ _NO_GANGS = ("none: muster has no gang scheduling (replicas start one by one; ga
 #: module -> {Ray name: nearest muster equivalent}
 UNSUPPORTED: dict[str, dict[str, str]] = {
     "muster": {
+        "LoggingConfig": "muster.init(logging_level=..., logging_format=...) for the driver's `muster` logger, and "
+        "runtime_env={'worker_process_setup_hook': fn} with fn calling logging.basicConfig(...) for the workers' "
+        "logging (Ray's LoggingConfig configures that); for Serve, muster.serve.LoggingConfig",
         "timeline": "the run store: `muster runs` and the dashboard (`muster dashboard`)",
         "java_function": "Python tasks only: @muster.remote on a Python function",
         "java_actor_class": "Python actors only: @muster.remote on a Python class",
@@ -49,17 +52,39 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         ".bind()/.execute() and compiled graphs, is not ported)",
     },
     "muster.util": {
+        "pdb": "no remote debugger: call the function directly in the driver to step through it with pdb, or "
+        "print from the task (its output reaches the driver)",
+        "connect": "muster.init(address=...)",
+        "disconnect": "muster.shutdown()",
+        "get_node_instance_id": "muster.get_runtime_context().get_node_id()",
+        "enable_periodic_logging": "muster.util.log_once(key) to log a message once",
+        "disable_log_once_globally": "muster.util.log_once(key) (muster has no global switch for it)",
         "collective": "torch.distributed inside a TorchTrainer (muster.train.torch.TorchTrainer)",
         "multiprocessing": "muster.util.ActorPool, or tasks with muster.remote",
         "iter": "muster.data (from_items(...).map_batches(...).iter_batches()) for parallel iterators, or "
         "muster.util.ActorPool",
         "dask": "no muster equivalent",
         "spark": "no muster equivalent",
-        "state": "muster.util.list_named_actors() and muster.cluster_resources()",
         "tracing": "no muster equivalent",
         "annotations": "no muster equivalent",
     },
+    "muster.util.state": {  # Ray's state API beyond actors, placement groups and nodes: no record is kept
+        **{name: "muster.available_resources() for what is free; objects are not recorded (a value lives while "
+                 "an ObjectRef to it does)" for name in ("list_objects", "get_objects", "summarize_objects")},
+        **{name: "muster.util.state.list_actors() (pid, node_id) for actor processes, list_tasks() (worker_pid) "
+                 "for the process that ran a task" for name in ("list_workers", "get_worker")},
+        **{name: "one job per driver: muster.get_runtime_context().get_job_id()" for name in ("list_jobs", "get_job")},
+        **{name: "a worker's output reaches the driver's console and the run store: `muster runs` and "
+                 "`muster dashboard`" for name in ("get_log", "list_logs")},
+        "list_runtime_envs": "runtime_env applies env_vars only (see docs/porting.md)",
+        "list_cluster_events": "muster's warnings on the `muster` logger",
+        "StateApiClient": "the functions of muster.util.state (list_actors, list_tasks, list_placement_groups, "
+        "list_nodes)",
+    },
     "muster.train": {
+        "NCCLHangError": "WorkerGroupError: a collective that never completes is reported after "
+        "RunConfig(stall_report_s=...) (each rank's stack) and ended by the process group's timeout "
+        "(TorchConfig(timeout_s=...))",
         "LoggingConfig": "muster.init(logging_level=...) and RunConfig(verbose=...)",
         "SyncConfig": "RunConfig(storage_path=...): checkpoints are written to storage directly",
         "BackendConfig": "TorchTrainer(torch_config=muster.train.torch.TorchConfig(...))",
@@ -71,6 +96,26 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "BaseTrainer": "muster.train.torch.TorchTrainer (muster has one trainer; "
                        "subclassing BaseTrainer is not ported)",
         "GenDataset": "a muster.data.Dataset in TorchTrainer(datasets={...})",
+    },
+    "muster.train.lightning": {
+        "RayDeepSpeedStrategy": "RayFSDPStrategy (MusterFSDPStrategy) to shard the model, or "
+        "lightning.pytorch.strategies.DeepSpeedStrategy(cluster_environment=RayLightningEnvironment()) yourself",
+    },
+    "muster.tune.examples": {  # Ray's examples that download data or need other libraries (see its __init__)
+        **{name: "the trainable written out in your script (Ray's example downloads its data); "
+                 "muster.tune.examples.pbt_function is the one Ray example muster ships"
+           for name in ("mnist_pytorch", "mnist_pytorch_trainable", "mnist_ptl_mini", "cifar10_pytorch",
+                        "pbt_convnet_example", "pbt_convnet_function_example", "pbt_dcgan_mnist",
+                        "pbt_transformers", "pbt_memnn_example")},
+        **{name: "none: muster trains PyTorch; this Ray example needs another library"
+           for name in ("tf_mnist_example", "tune_mnist_keras", "pbt_tune_cifar10_with_keras", "xgboost_example",
+                        "lightgbm_example", "xgboost_dynamic_resources_example", "pbt_ppo_example", "pb2_ppo_example")},
+    },
+    "muster.train.examples.pytorch": {
+        **{name: "the training function written out in your script (Ray's example downloads its data); "
+                 "muster.train.examples.pytorch.torch_linear_example is the one Ray example muster ships"
+           for name in ("torch_fashion_mnist_example", "torch_quick_start", "torch_regression_example",
+                        "torch_data_prefetch_benchmark")},
     },
     "muster.train.huggingface": {
         "TransformersTrainer": "TorchTrainer, with muster.train.huggingface.transformers.prepare_trainer(trainer) "
@@ -113,6 +158,24 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     },
     "muster.data": {
         "ShuffleStrategy": "muster.data.context.ShuffleStrategy (where Ray has it too)",
+        "read_orc": "from_arrow(pyarrow.orc.read_table(path)) (or read_parquet() after converting the files)",
+        "read_avro": "from_items() of the records fastavro.reader(open(path, 'rb')) yields",
+        "read_audio": "read_binary_files() and decode each file's bytes in map() (e.g. soundfile.read(io.BytesIO(b)))",
+        "read_videos": "read_binary_files() and decode each file's bytes in map() (e.g. with PyAV or decord)",
+        "read_mcap": "from_items() of the messages the mcap package reads",
+        "read_zarr": "from_numpy() of the zarr arrays",
+        "read_kafka": "from_items() of the messages your Kafka consumer polled",
+        "KafkaAuthConfig": "your Kafka client's own settings (muster has no read_kafka)",
+        "read_clickhouse": "from_pandas() of your ClickHouse client's query result",
+        "ClickHouseTableSettings": "your ClickHouse client's settings (muster has no ClickHouse writer)",
+        "SinkMode": "write_parquet(mode=...) or your database client",
+        "read_snowflake": "from_pandas() of the Snowflake connector's fetch_pandas_all()",
+        "read_unity_catalog": "read_parquet() of the table's files",
+        "read_delta_sharing_tables": "from_pandas(delta_sharing.load_as_pandas(url))",
+        "read_lerobot": "read_parquet() of the dataset's files",
+        "from_daft": "from_arrow(daft_df.to_arrow())",
+        "from_mars": "from_pandas(mars_df.to_pandas())",
+        "list_stats_summaries": "Dataset.stats() (each dataset's own statistics)",
         "read_tfrecords": "read_parquet() after converting the files",
         "read_webdataset": "read_binary_files()",
         "read_sql": "from_pandas(pandas.read_sql(...))",
@@ -267,6 +330,12 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "register_mock_trainable": "pass MyTrainableClass to muster.tune.Tuner directly (no trainable registry)",
     },
     "muster.tune.utils": {
+        "deep_update": "a dict merge of your own ({**a, **b}, recursively for nested dicts)",
+        "merge_dicts": "a dict merge of your own ({**a, **b}, recursively for nested dicts)",
+        "unflattened_lookup": "plain indexing of the nested dict (d['a']['b'] for 'a/b')",
+        "date_str": "time.strftime('%Y-%m-%d_%H-%M-%S')",
+        "UtilMonitor": "the run store's per-worker CPU, RSS and GPU samples (`muster dashboard`)",
+        "warn_if_slow": "no muster equivalent (the live view and progress reporter show slow steps)",
         "flatten_dict": "pandas.json_normalize(d, sep='/').iloc[0].to_dict()",
         "wait_for_gpu": "none: a trial's GPUs are its own when it starts (tune.with_resources(trainable, {'gpu': n}))",
     },

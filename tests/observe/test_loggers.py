@@ -319,3 +319,22 @@ def test_a_logdir_in_a_tuner_keeps_each_trials_files_apart(storage, tmp_path):
     for logger in (TBXLoggerCallback, CSVLoggerCallback, JsonLoggerCallback):
         with pytest.raises(TypeError, match="positional"):
             logger(where["tb"])
+
+
+def test_csv_of_a_resumed_run_keeps_its_earlier_rows_and_loggers_pickle(tmp_path):
+    """A trial resumed by Tuner.restore logs into the progress.csv it had: the earlier rows stay (Ray appends;
+    muster's rewrote the file from the rows of the resumed part only). The loggers pickle with the Tuner's
+    RunConfig, so a restored experiment has them (their lock is made anew)."""
+    import cloudpickle
+
+    first = CSVLoggerCallback()
+    first.on_run_start(str(tmp_path), "run")
+    first.on_report({"training_iteration": 1, "loss": 0.5})
+    first.on_run_end(None)
+    resumed = cloudpickle.loads(cloudpickle.dumps(CSVLoggerCallback()))
+    resumed.on_run_start(str(tmp_path), "run")
+    resumed.on_report({"training_iteration": 2, "loss": 0.25, "acc": 0.9})  # a new column: the file is rewritten
+    resumed.on_run_end(None)
+    with open(tmp_path / "progress.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["training_iteration"], r["loss"], r["acc"]) for r in rows] == [("1", "0.5", ""), ("2", "0.25", "0.9")]

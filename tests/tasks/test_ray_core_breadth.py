@@ -428,8 +428,8 @@ def test_ray_core_odds_and_ends():
         importlib.import_module("muster.util.multiprocessing")  # a Ray module muster does not provide
     with pytest.raises(exceptions.UnsupportedRayImportError, match=r"muster.util.iter .*muster.data"):
         importlib.import_module("muster.util.iter")  # Ray's ParallelIterator (its docstrings): a bare error before
-    with pytest.raises(exceptions.UnsupportedRayImportError, match=r"muster.util.state .*list_named_actors"):
-        from muster.util.state import list_actors  # noqa: F401
+    with pytest.raises(exceptions.UnsupportedRayImportError, match=r"muster.util.state.list_objects .*available"):
+        from muster.util.state import list_objects  # noqa: F401
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("muster.no_such_module")  # an unknown name is still Python's own error
 

@@ -112,3 +112,24 @@ def test_add_evaluated_point_and_its_bad_input():
         OptunaSearch(points_to_evaluate=[{"x": 1}, {"x": 2}], evaluated_rewards=[0.1])
     with pytest.raises(InvalidArgumentError, match="define-by-run"):
         OptunaSearch(space=_define_by_run, points_to_evaluate=[{"x": 1}], evaluated_rewards=[0.1])
+
+
+def _loss_of_x(config):
+    tune.report({"loss": config["x"] ** 2})
+
+
+def test_a_study_in_storage_keeps_the_trials_and_a_second_run_adds_to_it(storage, tmp_path):
+    """Ray's OptunaSearch(study_name=, storage=): the study lives in that storage (muster refused both)."""
+    from muster.tune.search import OptunaSearch
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    space = {"x": tune.uniform(-1, 1)}
+    for runs, where in ((1, url), (2, optuna.storages.RDBStorage(url))):
+        searcher = OptunaSearch(space, metric="loss", mode="min", seed=runs, study_name="kept", storage=where)
+        grid = tune.Tuner(_loss_of_x, tune_config=tune.TuneConfig(num_samples=3, search_alg=searcher),
+                          run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+        assert grid.num_errors == 0, grid.errors
+        study = optuna.load_study(study_name="kept", storage=url)
+        assert sum(t.state.name == "COMPLETE" for t in study.trials) == 3 * runs
+    with pytest.raises(TypeError, match="storage=42.*RDBStorage"):
+        OptunaSearch(space, metric="loss", mode="min", storage=42)

@@ -74,6 +74,21 @@ def test_basic_variant_generator_makes_num_samples_per_grid_point_then_finishes(
     assert len({c["lr"] for c in configs}) == 6  # each sample draws afresh
 
 
+def test_constant_grid_search_keeps_each_passs_random_values_over_its_grid():
+    """Ray's search-space guide: BasicVariantGenerator(constant_grid_search=True) draws the random values once per
+    sample and crosses them with the whole grid (muster refused the keyword)."""
+    gen = BasicVariantGenerator(constant_grid_search=True, random_state=3)
+    gen.setup({"lr": tune.uniform(0, 1), "opt": {"wd": tune.randint(0, 10**9)}, "bs": tune.grid_search([16, 32, 64]),
+               "twice": tune.sample_from(lambda spec: spec.config.bs * 2)}, num_samples=2)
+    configs = []
+    while (c := gen.suggest(f"t{len(configs)}")) != FINISHED:
+        configs.append(c)
+    assert [c["bs"] for c in configs] == [16, 32, 64] * 2 and all(c["twice"] == 2 * c["bs"] for c in configs)
+    for first in (0, 3):  # each pass: one draw for its three grid points; the two passes differ
+        assert len({(c["lr"], c["opt"]["wd"]) for c in configs[first:first + 3]}) == 1
+    assert configs[0]["lr"] != configs[3]["lr"]
+
+
 def test_numpys_global_seed_makes_the_search_repeat_as_rays_faq_says():
     import numpy as np
 

@@ -123,3 +123,45 @@ def test_save_to_dir_writes_whole_files_and_restore_from_dir_reads_them(tmp_path
     assert Searcher().save_to_dir(str(tmp_path / "x")) is False  # not implemented: nothing written
     with pytest.raises(FileNotFoundError, match="searcher-state-"):
         _Counting().restore_from_dir(str(tmp_path / "empty"))
+
+
+class _Remembers(tune.Callback):
+    """Ray's ``Callback.get_state`` docstring example: the ids of the trials that started."""
+
+    def __init__(self):
+        self.trial_ids: set[str] = set()
+        self.set_state_calls = 0
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.trial_ids.add(trial.trial_id)
+
+    def get_state(self):
+        return {"trial_ids": self.trial_ids.copy()}
+
+    def set_state(self, state):
+        self.trial_ids = state["trial_ids"]
+        self.set_state_calls += 1
+
+
+def test_a_callbacks_state_is_saved_with_the_experiment_and_given_back_on_restore(storage, tmp_path):
+    """Ray saves Callback.get_state() with the experiment and calls set_state on Tuner.restore (muster did
+    neither: the restored callback knew only the trials run after the restore)."""
+    from muster.tune.logger import CSVLoggerCallback
+
+    run_config = tune.RunConfig(name="exp", storage_path=storage, verbose=0,
+                                callbacks=[_InterruptOnce(3, str(tmp_path / "interrupted")), _Remembers(),
+                                           CSVLoggerCallback()])
+    tuner = tune.Tuner(_score, param_space={"x": tune.grid_search([0.1 * i for i in range(6)])},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1),
+                       run_config=run_config)
+    first = tuner.fit()
+    assert tuner._interrupted_by == "SIGINT"
+    assert len(first) == 3
+    restored = tune.Tuner.restore(os.path.join(storage, "exp"), trainable=_score)
+    grid = restored.fit()
+    assert len(grid) == 6 and grid.num_errors == 0
+    remembers = restored.run_config.callbacks[1]
+    assert remembers.set_state_calls == 1
+    assert remembers.trial_ids == {r.metrics["trial_id"] for r in grid}  # the first run's starts, and the rest
+    for r in grid:  # the logger came back too: the trials run after the restore have their progress.csv
+        assert os.path.exists(os.path.join(r.path, "progress.csv")), r.path

@@ -693,3 +693,34 @@ def test_trial_logdir_names_local_path():
         trial.no_such_thing
     assert not hasattr(trial, "logdir") and copy.deepcopy(trial).config == {"a": 1}
     assert pickle.loads(pickle.dumps(trial)).local_path == trial.local_path
+
+
+class _SizesItsTrials(_ReportsItsResources):
+    @classmethod
+    def default_resource_request(cls, config):
+        from muster.tune.execution.placement_groups import PlacementGroupFactory
+
+        return PlacementGroupFactory([{"CPU": config["cpus"]}])
+
+    def setup(self, config):
+        self.cleaned = []
+
+    def cleanup(self):
+        self.cleaned.append(True)
+
+
+def test_a_trainable_class_sizes_its_trials_with_default_resource_request(storage):
+    """Ray's resources guide: a Trainable overriding default_resource_request gets what it returns per trial
+    (muster ignored it: every trial held 1 CPU); tune.with_resources on the class still wins."""
+    grid = tune.Tuner(_SizesItsTrials, param_space={"cpus": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0, grid.errors
+    assert sorted((r.config["cpus"], r.metrics["resources"]["CPU"]) for r in grid) == [(1, 1), (2, 2)]
+    grid = tune.Tuner(tune.with_resources(_SizesItsTrials, {"cpu": 1}), param_space={"cpus": 2},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid[0].metrics["resources"]["CPU"] == 1
+    assert tune.Trainable.default_resource_request({}) is None and tune.Trainable.resource_help({}) == ""
+    on_its_own = _SizesItsTrials({"cpus": 1})
+    assert on_its_own.get_config() == {"cpus": 1}
+    on_its_own.stop()  # Ray's way to release a Trainable used outside a Tuner: runs cleanup()
+    assert on_its_own.cleaned == [True]

@@ -42,6 +42,7 @@ DatasetContext, DatasetIterator = DataContext, DataIterator  # Ray's older names
 NodeIdStr = str  # Ray's type of the node ids DataConfig.configure gets (worker_node_ids)
 from muster.data.mix import MixStoppingCondition
 from muster.data.plan import Node, RayCall, Read
+from muster.data.preprocessor import Preprocessor  # Ray 2.60 exports it here too (ray.data.Preprocessor)
 from muster.data.schema import Schema
 from muster.data.summary import DatasetSummary
 from muster.data.strategies import ActorPoolStrategy, TaskPoolStrategy
@@ -49,6 +50,7 @@ from muster.data.writers import SaveMode
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
+    "Preprocessor",
     "Schema",
     "DatasetSummary",
     "FileShuffleConfig",

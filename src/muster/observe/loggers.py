@@ -124,6 +124,13 @@ class _LoggerCallback:
         self.failed = False
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # without its lock, so a Tuner's RunConfig(callbacks=[...]) pickles with the experiment (Tuner.restore)
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
     def for_trial(self, config: dict[str, Any], trial: Any = None) -> "_LoggerCallback":
         """A fresh copy for one trial of a Tuner (each trial's run has its own files or MLflow run);
         ``trial``: the Tune trial it logs (Ray's ``Trial`` attributes: ``evaluated_params``, ``ending_as``)."""
@@ -176,6 +183,11 @@ class CSVLoggerCallback(_LoggerCallback):
         self._fields: list[str] = []
         self._rows: list[dict[str, Any]] = []
         self._file: TextIO | None = None
+        if os.path.exists(self.path):  # a resumed trial (Tuner.restore): its earlier rows stay, as Ray appends
+            with open(self.path, newline="") as f:
+                reader = csv.DictReader(f)
+                self._rows = list(reader)
+                self._fields = list(reader.fieldnames or [])
 
     def _write(self, row: dict[str, Any]) -> None:
         flat = {k: row[k] for k in _ROW_KEYS if k in row}

@@ -27,7 +27,7 @@ from muster.core.runtime import KILLED_BY_MUSTER, RuntimeActor
 from muster.exceptions import (ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError, TaskError,
                                methods_of, no_such_method)
 from muster.tasks import concurrency_groups as cgroups
-from muster.tasks import events, named, owner, worker_side
+from muster.tasks import events, named, owner, task_table, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.objects import ObjectRef, snapshot_args, split
@@ -38,6 +38,7 @@ _actors: dict[int, "ActorHandle"] = {}
 _lock = threading.Lock()
 _calls_by_ref: dict[int, tuple[int, int]] = {}  # ref id -> (actor id, call token), while pending
 _DEFAULT_ASYNC_CONCURRENCY = 1000  # Ray's default for async actors
+_NO_RESOURCES: dict[str, float] = {}  # an actor call's own (it runs on what its actor holds); never changed
 
 
 def lookup(actor_id: int) -> "ActorHandle":
@@ -197,12 +198,15 @@ class ActorHandle:
         self._restarts_left = options.get("max_restarts", 0)
         self._task_retries = options.get("max_task_retries", 0)  # per call, when the actor dies under it
         self._id = next(_ids)
+        self._hex_id = rc.actor_hex_id(rc.driver_job_id(), self._id)
+        self._task_prefix = task_table.actor_task_id(self._id, 0)[:-8]  # its calls' task ids: this, then the token
         concurrent_default = _DEFAULT_ASYNC_CONCURRENCY if is_async_class(cls) else 1
         self._max_concurrency = int(options.get("max_concurrency") or concurrent_default)
         self._groups = cgroups.declared(cls, options.get("concurrency_groups"))  # each with its own limit
         self._concurrent = is_async_class(cls) or self._max_concurrency > 1 or bool(self._groups)
         self._name = options.get("name")
         self._namespace = options.get("namespace") or current_namespace()
+        self._detached = options.get("lifetime") == "detached"  # for the state API's is_detached
         self._env_vars = (options.get("runtime_env") or {}).get("env_vars") or {}
         self._placement_group, index, self._capture_child_tasks = opts.placement_group_of(options)
         self._bundle = None if self._placement_group is None else \
@@ -364,7 +368,11 @@ class ActorHandle:
         with _lock:
             _calls_by_ref[ref.id] = (self._id, token)
         ref_id = ref.id
-        out.add_done_callback(lambda _: _forget_call(ref_id))
+        task_id = self._task_prefix + f"{token:08x}"  # task_table.actor_task_id(self._id, token)
+        name = f"{self._cls.__name__}.{method}"
+        task_table.submitted(task_id, ref_id, name=name, function=name, kind="ACTOR_TASK", resources=_NO_RESOURCES,
+                             actor_id=self._hex_id, waits=bool(owner.dependencies(args, kwargs)))
+        out.add_done_callback(lambda f: _forget_call(ref_id, task_id, f))
         self._calls.put((token, method, n, args, kwargs, group, out))
         if n in ("streaming", "dynamic"):
             from muster.tasks.remote_function import shape
@@ -499,9 +507,11 @@ def _cancelled_or_died(error: Any) -> bool:
     return isinstance(error, (TaskCancelledError, ActorDiedError))
 
 
-def _forget_call(ref_id: int) -> None:
+def _forget_call(ref_id: int, task_id: str, out: Future) -> None:
+    """The call is settled: forget its ref, and record how it ended (the state API's row)."""
     with _lock:
         _calls_by_ref.pop(ref_id, None)
+    task_table.ended(task_id, out.exception())
 
 
 def cancel_call(ref: ObjectRef, force: bool) -> bool | None:

@@ -169,3 +169,13 @@ class ListNamedActors:
     """``list_named_actors()`` inside a worker."""
 
     all_namespaces: bool
+
+
+@dataclass(frozen=True)
+class ListActors:
+    """``muster.util.state.list_actors()`` (or ``get_actor``/``summarize_actors``) inside a worker."""
+
+
+@dataclass(frozen=True)
+class ListTasks:
+    """``muster.util.state.list_tasks()`` (or ``get_task``/``summarize_tasks``) inside a worker."""

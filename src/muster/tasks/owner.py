@@ -166,6 +166,18 @@ def _list_named(handle: RuntimeActor, e: events.ListNamedActors) -> list[Any]:
     return named.listing(e.all_namespaces)
 
 
+def _list_actors(handle: RuntimeActor, e: events.ListActors) -> list[dict[str, Any]]:
+    from muster.tasks.actor_table import actor_rows
+
+    return actor_rows()
+
+
+def _list_tasks(handle: RuntimeActor, e: events.ListTasks) -> list[dict[str, Any]]:
+    from muster.tasks.task_table import task_rows
+
+    return task_rows()
+
+
 def _resources(handle: RuntimeActor, e: events.Resources) -> dict[str, float]:
     return get_runtime().ray_view(available=e.available)
 
@@ -187,6 +199,8 @@ _HANDLERS: dict[type, Callable[[RuntimeActor, Any], Any]] = {
     events.IsCanceled: _is_canceled,
     events.GetActor: _get_actor,
     events.ListNamedActors: _list_named,
+    events.ListActors: _list_actors,
+    events.ListTasks: _list_tasks,
 }
 
 

@@ -24,7 +24,7 @@ from muster.exceptions import (
     TaskError,
     WorkerCrashedError,
 )
-from muster.tasks import events, owner, worker_side
+from muster.tasks import events, owner, task_table, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.generators import ObjectRefGenerator, Stream, shaped
@@ -150,19 +150,25 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
                                 else stream.end(result=f.result()))
         if on_stream is not None:
             on_stream(stream)
+    task_id = info.task_id or ""
+    task_table.submitted(task_id, ref.id, name=info.task_name or name, function=getattr(fn, "__qualname__", name),
+                         kind="NORMAL_TASK", resources=resources, group=group,
+                         waits=bool(owner.dependencies(args, kwargs)))
     attempts = _Attempts(runtime, body, args, kwargs, resources, options, ended, bundle)
     with _live_lock:
         _live[info.task_id or ""] = attempts
         _by_ref[ref.id] = info.task_id or ""
     ref_id = ref.id  # not the ref itself: the future must not keep its own ref alive
-    out.add_done_callback(lambda _: _forget(ref_id))
+    out.add_done_callback(lambda f: _forget(ref_id, task_id, f))
     owner.when_all(owner.dependencies(args, kwargs), attempts.start)
     return ref
 
 
-def _forget(ref_id: int) -> None:
+def _forget(ref_id: int, task_id: str, out: Future) -> None:
+    """The task is settled: forget its ref, and record how it ended (the state API's row)."""
     with _live_lock:
         _by_ref.pop(ref_id, None)
+    task_table.ended(task_id, out.exception())
 
 
 class _Attempts:
@@ -188,6 +194,7 @@ class _Attempts:
     def start(self, attempt: int = 0) -> None:
         if self.cancelled is not None:
             return
+        task_table.pending(self.body.info.task_id or "", attempt)
         try:
             a, kw = owner.resolve(self.args, self.kwargs)
             inner = self.runtime.submit(self.body, a, kw, self.resources, on_event=owner.handle_event,
@@ -227,6 +234,7 @@ class _Attempts:
     def started(self, worker: Any) -> None:
         """Its TaskStarted event: the process running it (interrupt it now if cancelled meanwhile)."""
         self.worker = worker
+        task_table.started(self.body.info.task_id or "", worker)
         if self.cancelled is not None:
             self.interrupt()
 

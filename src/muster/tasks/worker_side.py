@@ -86,7 +86,14 @@ def current_task_id() -> str | None:
     info = current()
     if info is None or info.task_id is not None:
         return None if info is None else info.task_id
-    return f"{info.job_id}{int(info.actor_id or 0):08x}{_call_number.get():08x}"
+    token = _call_token.get()  # the driver's number for the call: its id there too (the state API's rows)
+    if token:
+        number = token
+    elif _call_method.get() == "__init__":
+        number = 0  # the actor's creation task
+    else:  # a call the driver did not number
+        number = 0x80000000 | _call_number.get()
+    return f"{info.job_id}{int(info.actor_id or 0):08x}{number:08x}"
 
 
 def current_call() -> tuple[str | None, int, int]:

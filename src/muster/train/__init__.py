@@ -34,7 +34,7 @@ from muster.train.reported import (
     note_report,
 )
 from muster.train.run_state import RunAlreadyFinishedError
-from muster.train.validation import REPORT_KEY, ValidationConfig, ValidationTaskConfig, report_spec
+from muster.train.validation import REPORT_KEY, ValidationConfig, ValidationFn, ValidationTaskConfig, report_spec
 
 # Ray Train V2's failure classes: muster raises one, TrainingFailedError, whose attempts
 # name each root cause (a rank's exception or a dead worker); these names catch it.
@@ -202,6 +202,7 @@ __all__ = [
     "TrainingFailedError",
     "UserCallback",
     "ValidationConfig",
+    "ValidationFn",
     "ValidationTaskConfig",
     "DataConfig",
     "get_checkpoint",

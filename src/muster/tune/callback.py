@@ -10,6 +10,10 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import cloudpickle
+
+CALLBACK_STATE = "callback-states-default.pkl"  # Ray's file name for it, in the experiment's folder
+
 
 class Callback:
     """Override any of these hooks. ``iteration`` counts the steps of the controller's loop (one
@@ -55,6 +59,15 @@ class Callback:
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
         """After the last trial ended."""
 
+    def get_state(self) -> dict[str, Any] | None:
+        """This callback's state, saved with the experiment's (it must pickle); None: nothing to save.
+        ``Tuner.restore`` hands it to :meth:`set_state` of the callback at the same place in
+        ``RunConfig(callbacks=[...])``, after ``setup``."""
+        return None
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Take back the state :meth:`get_state` returned in the run being restored."""
+
 
 class CallbackList:
     """Calls a hook on every callback that has it (train callbacks in the same list are skipped)."""
@@ -63,16 +76,49 @@ class CallbackList:
         self.callbacks = [c for c in callbacks or [] if isinstance(c, Callback)]
         self.iteration = 0
         self._broken: set[int] = set()
+        self.restored: dict[int, Any] | None = None  # states of a run being restored, set after ``setup``
+
+    def save_to(self, experiment: Any) -> None:
+        """Keep the callbacks' states (by position) in the experiment's folder, when any has one."""
+        states = {}
+        for i, cb in enumerate(self.callbacks):
+            try:
+                state = cb.get_state()
+            except Exception as exc:  # noqa: BLE001 - as a hook that raises: warned once, the run goes on
+                self._warn(cb, "get_state", exc)
+                continue
+            if state:
+                states[i] = state
+        if states:
+            experiment.write_bytes(experiment.join(experiment.run_dir, CALLBACK_STATE), cloudpickle.dumps(states))
+
+    def load_from(self, experiment: Any) -> None:
+        """Read the states a run being restored saved; :meth:`set_restored` hands them over."""
+        path = experiment.join(experiment.run_dir, CALLBACK_STATE)
+        if experiment.exists(path):
+            self.restored = cloudpickle.loads(experiment.read_bytes(path))
+
+    def set_restored(self) -> None:
+        for i, state in (self.restored or {}).items():
+            if i < len(self.callbacks):
+                try:
+                    self.callbacks[i].set_state(state)
+                except Exception as exc:  # noqa: BLE001
+                    self._warn(self.callbacks[i], "set_state", exc)
+        self.restored = None
+
+    def _warn(self, cb: Any, hook: str, exc: Exception) -> None:
+        if id(cb) not in self._broken:
+            self._broken.add(id(cb))
+            warnings.warn(f"Tune callback {type(cb).__name__}.{hook} raised {type(exc).__name__}: {exc}; "
+                          "the experiment goes on.", stacklevel=3)
 
     def __call__(self, hook: str, **kwargs: Any) -> None:
         for cb in self.callbacks:
             try:
                 getattr(cb, hook)(**kwargs)
             except Exception as exc:  # noqa: BLE001 - a broken logger must not end the experiment
-                if id(cb) not in self._broken:
-                    self._broken.add(id(cb))
-                    warnings.warn(f"Tune callback {type(cb).__name__}.{hook} raised {type(exc).__name__}: {exc}; "
-                                  "the experiment goes on.", stacklevel=2)
+                self._warn(cb, hook, exc)
 
     def trial_event(self, hook: str, trials: list[Any], trial: Any, **kwargs: Any) -> None:
         self(hook, iteration=self.iteration, trials=trials, trial=trial, **kwargs)

@@ -11,7 +11,7 @@ from typing import Any, Union
 from muster.core import resources as res
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train.config import CheckpointConfig as _TrainCheckpointConfig
-from muster.tune.trainable import as_function
+from muster.tune.trainable import ClassTrainable, Trainable, as_function
 
 
 @dataclass(kw_only=True)
@@ -269,10 +269,13 @@ def trial_resources(trainable: Callable[..., Any], config: dict[str, Any]) -> di
         InvalidArgumentError / InvalidTypeError: a resources function returned something other
             than a dict (or None for the default).
     """
-    spec = _parts(trainable)[1]
+    fn, spec, _ = _parts(trainable)
+    name, where = getattr(spec, "__name__", repr(spec)), "tune.with_resources"
+    if spec is None and isinstance(fn, ClassTrainable) and _sizes_itself(fn.cls):
+        spec, name = fn.cls.default_resource_request, f"{fn.cls.__name__}.default_resource_request"
+        where = name  # a Trainable class that sizes its own trials, as Ray's asks it to
     if spec is None or isinstance(spec, dict):
         return spec
-    name = getattr(spec, "__name__", repr(spec))
     got = spec(config)
     if got is None:
         return None
@@ -280,10 +283,16 @@ def trial_resources(trainable: Callable[..., Any], config: dict[str, Any]) -> di
         got = got.required_resources
     if not isinstance(got, dict):
         raise InvalidTypeError(
-            f"tune.with_resources: the resources function {name} returned {got!r} for config {config!r}; "
+            f"{where}: the resources function {name} returned {got!r} for config {config!r}; "
             "return a dict such as {'cpu': 2, 'gpu': 1} (or None for the default, 1 CPU)."
         )
-    return _resources(got, what=f"tune.with_resources (what {name} returned for config {config!r})")
+    return _resources(got, what=f"{where} (what {name} returned for config {config!r})")
+
+
+def _sizes_itself(cls: type[Trainable]) -> bool:
+    """Whether a Trainable subclass overrides ``default_resource_request``."""
+    own = getattr(cls.default_resource_request, "__func__", None)
+    return own is not getattr(Trainable.default_resource_request, "__func__", None)
 
 
 def trial_parameters(trainable: Callable[..., Any]) -> dict[str, Any]:

@@ -150,6 +150,7 @@ class TuneController:
         started = time.monotonic()
         self.progress.start()
         self.callbacks("setup", **self.setup_info)
+        self.callbacks.set_restored()  # a restored run's callback states, as Ray hands them back after setup
         interrupts = SafeInterrupts(*_watched_signals())
         try:
             with interrupts:
@@ -532,6 +533,7 @@ class TuneController:
         save_searcher = getattr(self.searcher, "save_to", None)  # a Searcher's state, as of these trials
         if save_searcher is not None:
             save_searcher(self.experiment)
+        self.callbacks.save_to(self.experiment)
         try:
             self.experiment.write_json(self.experiment.join(self.experiment.run_dir, EXPERIMENT_STATE), state)
         except (TypeError, ValueError) as exc:

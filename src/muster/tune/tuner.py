@@ -14,6 +14,7 @@ import logging
 import pickle
 import re
 import secrets
+import warnings
 from typing import Any, Callable
 
 import cloudpickle
@@ -39,7 +40,7 @@ from muster.train.storage import Storage
 from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import progress_reporter
 from muster.tune import trial as trial_mod
-from muster.tune.callback import CallbackList
+from muster.tune.callback import CALLBACK_STATE, CallbackList
 from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, TuneController, graceful_stops
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.run_config import RunConfig as TuneRunConfig
@@ -160,6 +161,8 @@ class Tuner:
             storage.root_uri, fail_fast,
         )
         controller.callbacks = CallbackList(self.run_config.callbacks)
+        if self._restored is not None:
+            controller.callbacks.load_from(storage)
         controller.trial_namers = (tc.trial_name_creator, tc.trial_dirname_creator)
         controller.progress.use(progress_reporter.check(self.run_config.progress_reporter))
         controller.setup_info = {  # what Ray's Callback.setup gets
@@ -218,12 +221,17 @@ class Tuner:
         return RunPlan(FunctionTrial(fn, trial_parameters(trainable), info), config, scaling, Backend(), rc)
 
     def _saved(self) -> dict[str, Any]:
-        return {
-            "trainable": self.trainable,
-            "param_space": self.param_space,
-            "tune_config": self.tune_config,
-            "run_config": _without_callbacks(self.run_config),
-        }
+        """What ``Tuner.restore`` reads back: the RunConfig with its callbacks, as Ray keeps them (their state
+        as of each save is kept beside it, see ``Callback.get_state``), unless one cannot be pickled."""
+        run_config = self.run_config
+        try:
+            cloudpickle.dumps(run_config.callbacks)
+        except Exception as exc:  # noqa: BLE001 - any pickling failure says the same
+            warnings.warn(f"RunConfig(callbacks=...) cannot be pickled ({type(exc).__name__}: {exc}): a "
+                          "Tuner.restore of this experiment runs without its callbacks.", stacklevel=3)
+            run_config = _without_callbacks(run_config)
+        return {"trainable": self.trainable, "param_space": self.param_space, "tune_config": self.tune_config,
+                "run_config": run_config}
 
     # -- restore -------------------------------------------------------------------------------
     @classmethod
@@ -315,7 +323,7 @@ def _forget_earlier_run(storage: Storage) -> None:
     if not storage.exists(storage.join(storage.run_dir, EXPERIMENT_STATE)):
         return
     stale = [EXPERIMENT_STATE] + [n for n in storage.listdir(storage.run_dir)
-                                  if fnmatch.fnmatch(n, Searcher.CKPT_FILE_TMPL.format("*"))]
+                                  if fnmatch.fnmatch(n, Searcher.CKPT_FILE_TMPL.format("*")) or n == CALLBACK_STATE]
     _log.info("An experiment named %r exists in %s: starting a new one there (Tuner.restore(%r, trainable) would "
               "have continued it).", storage.name, storage.storage_path, storage.uri)
     for name in stale:

@@ -28,7 +28,7 @@ def get_node_ip_address() -> str:
 
 def __getattr__(name: str) -> Any:
     if name in ("queue", "scheduling_strategies", "actor_pool", "placement_group", "check_serialize", "helpers",
-                "accelerators", "metrics"):
+                "accelerators", "metrics", "state"):
         import importlib
 
         return importlib.import_module(f"muster.util.{name}")

@@ -18,6 +18,8 @@ Ray's names are aliases (``RayDDPStrategy``, ``RayFSDPStrategy``,
 script ports by changing its imports. Needs ``pip install "muster[lightning]"``.
 """
 
+from typing import Any
+
 from muster.train.lightning import _compat  # noqa: F401  (first: the install hint when Lightning is missing)
 from muster.train.lightning.callback import MusterTrainReportCallback
 from muster.train.lightning.environment import MusterLightningEnvironment
@@ -40,3 +42,9 @@ __all__ = [
     "RayTrainReportCallback",
     "prepare_trainer",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    from muster._unsupported import raise_unsupported
+
+    raise_unsupported("muster.train.lightning", name)

@@ -53,8 +53,9 @@ def grid_points(space: dict[str, Any]) -> list[dict[Path, Any]]:
     return [dict(zip(paths, values)) for values in itertools.product(*(v for _, v in grids))]
 
 
-def resolve(space: dict[str, Any], point: dict[Path, Any], rng: random.Random) -> dict[str, Any]:
-    """One concrete config: the grid ``point`` filled in, every domain drawn."""
+def resolve(space: dict[str, Any], point: dict[Path, Any], rng: random.Random,
+            fixed: dict[Path, Any] | None = None) -> dict[str, Any]:
+    """One concrete config: the grid ``point`` filled in, every domain drawn (those in ``fixed`` take its value)."""
     config = _unlist(copy.deepcopy(space))
     for path, value in point.items():
         _set(config, path, value)
@@ -63,7 +64,7 @@ def resolve(space: dict[str, Any], point: dict[Path, Any], rng: random.Random) -
         if isinstance(leaf, Function):
             later.append((path, leaf))
         elif isinstance(leaf, Domain):
-            _set(config, path, leaf.draw(rng))
+            _set(config, path, fixed[path] if fixed is not None and path in fixed else leaf.draw(rng))
     for path, leaf in later:
         _set(config, path, leaf.draw(rng, config))
     return config
@@ -123,6 +124,9 @@ class BasicVariantGenerator(SearchAlgorithm):
         random_state: a seed (or ``random.Random``) for reproducible draws. Without one the
             draws follow numpy's global generator, as Ray's do: ``np.random.seed(...)`` before
             making the search makes its configs repeat.
+        constant_grid_search: draw the random values once per pass over the grid and keep them for
+            every grid point of that pass, as Ray's (default: new draws for each grid point). A
+            ``sample_from`` function is still called for each grid point.
     """
 
     def __init__(
@@ -130,6 +134,7 @@ class BasicVariantGenerator(SearchAlgorithm):
         points_to_evaluate: list[dict[str, Any]] | None = None,
         max_concurrent: int = 0,
         random_state: int | random.Random | None = None,
+        constant_grid_search: bool = False,
     ):
         if points_to_evaluate is not None and not all(isinstance(p, dict) for p in points_to_evaluate):
             raise InvalidArgumentError(
@@ -140,12 +145,14 @@ class BasicVariantGenerator(SearchAlgorithm):
                 f"BasicVariantGenerator(max_concurrent={max_concurrent!r}): use an integer >= 0.")
         self.points_to_evaluate = list(points_to_evaluate or [])
         self.max_concurrent = max_concurrent
+        self.constant_grid_search = bool(constant_grid_search)
+        self._constant: dict[int, dict[Path, Any]] = {}  # pass -> its random values, with constant_grid_search
         if random_state is None:
             import numpy as np
 
             random_state = int(np.random.randint(0, 2**31 - 1))  # one draw: np.random.seed governs it
         self.rng = random_state if isinstance(random_state, random.Random) else random.Random(random_state)
-        self._queue: list[tuple[dict[str, Any], dict[Path, Any]]] = []
+        self._queue: list[tuple[dict[str, Any], dict[Path, Any], int]] = []  # (space, grid point, pass)
         self._space: dict[str, Any] = {}
         self._live: set[str] = set()
         self.total = 0
@@ -157,12 +164,12 @@ class BasicVariantGenerator(SearchAlgorithm):
         and the grids it leaves open are crossed (Ray's rule).
         """
         self._space = space
-        plan: list[tuple[dict[str, Any], dict[Path, Any]]] = []
-        for given in self.points_to_evaluate:
+        plan: list[tuple[dict[str, Any], dict[Path, Any], int]] = []
+        for run, given in enumerate(self.points_to_evaluate):
             preset = _preset(space, given)
-            plan += [(preset, point) for point in grid_points(preset)]
-        passes = max(num_samples - len(self.points_to_evaluate), 0)
-        plan += [(space, point) for _ in range(passes) for point in grid_points(space)]
+            plan += [(preset, point, run) for point in grid_points(preset)]
+        first, passes = len(self.points_to_evaluate), max(num_samples - len(self.points_to_evaluate), 0)
+        plan += [(space, point, first + run) for run in range(passes) for point in grid_points(space)]
         self.total = len(plan)
         self._queue = plan[skip:]
 
@@ -171,8 +178,14 @@ class BasicVariantGenerator(SearchAlgorithm):
             return FINISHED
         if self.max_concurrent and len(self._live) >= self.max_concurrent:
             return None
-        space, point = self._queue.pop(0)
-        config = resolve(space, point, self.rng)
+        space, point, run = self._queue.pop(0)
+        fixed = None
+        if self.constant_grid_search:  # this pass's random values, drawn at its first grid point
+            fixed = self._constant.get(run)
+            if fixed is None:
+                fixed = self._constant[run] = {path: leaf.draw(self.rng) for path, leaf in _walk(space)
+                                               if isinstance(leaf, Domain) and not isinstance(leaf, Function)}
+        config = resolve(space, point, self.rng, fixed)
         self._live.add(trial_id)
         return config
 

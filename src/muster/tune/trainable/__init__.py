@@ -71,6 +71,18 @@ class Trainable:
         """Ray's in-place reset; muster always starts a fresh object instead (returns False)."""
         return False
 
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> Any:
+        """Override to size each trial from its config: return a dict such as ``{"cpu": 2}`` or a
+        ``PlacementGroupFactory`` (its bundles added up), or None for the default, 1 CPU. As in Ray,
+        ``tune.with_resources`` on the class takes precedence."""
+        return None
+
+    @classmethod
+    def resource_help(cls, config: dict[str, Any]) -> str:
+        """A help string on configuring this trainable's resources (empty, as Ray's default)."""
+        return ""
+
     # -- Ray's helpers -----------------------------------------------------------------------
     @property
     def iteration(self) -> int:
@@ -111,6 +123,14 @@ class Trainable:
         if session._trial is None:
             return default
         return getattr(session.get_context(), getter)()
+
+    def get_config(self) -> dict[str, Any]:
+        """The config this trainable was made with (``self.config``)."""
+        return self.config
+
+    def stop(self) -> None:
+        """Release what the trainable holds: runs ``cleanup()``, as Ray's does (Tune calls it at a trial's end)."""
+        self.cleanup()
 
     def train(self) -> dict[str, Any]:
         """Run one ``step()`` and return its result. Outside a Tuner it carries what Tune adds to a
@@ -243,7 +263,7 @@ class ClassTrainable:
                 if done:
                     return
         finally:
-            trainable.cleanup()
+            trainable.stop()
 
 
 class FunctionTrainable(Trainable):

@@ -40,6 +40,10 @@ class OptunaSearch(Searcher):
             reached: they are told to the study as finished trials instead of run.
         sampler: an ``optuna.samplers.BaseSampler``; default ``TPESampler(seed=seed)``.
         seed: seed of the default sampler.
+        study_name: the Optuna study's name (default ``"optuna"``, as Ray's).
+        storage: where the study keeps its trials: an ``optuna.storages.BaseStorage`` (e.g. ``RDBStorage``) or
+            its URL (``"sqlite:///optuna.db"``); default Optuna's in-memory storage. A study of that name
+            already there is loaded and added to, as in Ray (``load_if_exists``).
     """
 
     def __init__(
@@ -51,6 +55,8 @@ class OptunaSearch(Searcher):
         sampler: Any = None,
         seed: int | None = None,
         evaluated_rewards: list[Any] | None = None,
+        study_name: str | None = None,
+        storage: Any = None,
     ):
         try:
             import optuna
@@ -68,6 +74,11 @@ class OptunaSearch(Searcher):
         self._optuna = optuna
         optuna.logging.set_verbosity(logging.WARNING)
         self._sampler = sampler or optuna.samplers.TPESampler(seed=seed)
+        if storage is not None and not isinstance(storage, (str, optuna.storages.BaseStorage)):
+            raise InvalidTypeError(
+                f"OptunaSearch(storage={storage!r}): pass an optuna.storages.BaseStorage (e.g. "
+                "optuna.storages.RDBStorage('sqlite:///optuna.db')) or its URL, or None for memory.")
+        self._study_name, self._storage = study_name or "optuna", storage
         self._points = list(points_to_evaluate or [])
         self._rewards = list(evaluated_rewards) if evaluated_rewards is not None else None
         if self._rewards is not None and len(self._rewards) != len(self._points):
@@ -127,10 +138,14 @@ class OptunaSearch(Searcher):
                 )
             if self._metrics and self._modes:
                 directions: Any = ["minimize" if m == "min" else "maximize" for m in self._modes]
-                self._study = self._optuna.create_study(sampler=self._sampler, directions=directions)
+                self._study = self._optuna.create_study(sampler=self._sampler, directions=directions,
+                                                        study_name=self._study_name, storage=self._storage,
+                                                        load_if_exists=True)
             else:
                 direction: Any = "minimize" if self.mode == "min" else "maximize"
-                self._study = self._optuna.create_study(sampler=self._sampler, direction=direction)
+                self._study = self._optuna.create_study(sampler=self._sampler, direction=direction,
+                                                        study_name=self._study_name, storage=self._storage,
+                                                        load_if_exists=True)
             if self._rewards is not None:
                 for point, reward in zip(self._points, self._rewards):
                     self.add_evaluated_point(point, reward)
