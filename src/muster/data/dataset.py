@@ -394,8 +394,8 @@ class Dataset(writers.FileWrites, Splits):
         ``inner``, ``left_outer``, ``right_outer``, ``full_outer``, ``left_semi``, ``right_semi``,
         ``left_anti``, ``right_anti``; ``on`` this side's keys, ``right_on`` the other's (default: the
         same). A right column other than its keys named like a left column (a left key too) needs
-        ``left_suffix``/``right_suffix``, as in Ray (one side's would be lost). Lazy: when it runs, both sides are gathered and joined with pyarrow, in ``num_partitions``
-        blocks (on the Ray engine, in a Ray worker's task that holds one side and streams the other through);
+        ``left_suffix``/``right_suffix``, as in Ray (one side's would be lost). Lazy: when it runs, both sides
+        are gathered and joined with pyarrow, in ``num_partitions`` blocks (on the Ray engine, in a Ray worker's task that holds one side and streams the other through);
         the row order is not defined (nor is Ray's). Ray's shuffle options change nothing.
         """
         keys = _names(on, "join(on=)")
