@@ -395,8 +395,9 @@ class Dataset(writers.FileWrites, Splits):
         ``left_anti``, ``right_anti``; ``on`` this side's keys, ``right_on`` the other's (default: the
         same). A right column other than its keys named like a left column (a left key too) needs
         ``left_suffix``/``right_suffix``, as in Ray (one side's would be lost). Lazy: when it runs, both sides
-        are gathered and joined with pyarrow, in ``num_partitions`` blocks (on the Ray engine, in a Ray worker's task that holds one side and streams the other through);
-        the row order is not defined (nor is Ray's). Ray's shuffle options change nothing.
+        are gathered and joined with pyarrow, in ``num_partitions`` blocks (on the Ray engine, in a Ray
+        worker's task that holds one side and streams the other through); the row order is not defined (nor
+        is Ray's). Ray's shuffle options change nothing.
         """
         keys = _names(on, "join(on=)")
         right_keys = _names(right_on, "join(right_on=)") if right_on is not None else keys
