@@ -44,6 +44,9 @@ def core_calls(rank: int) -> dict:
         "outside": muster.get(outside, timeout=60),
         "tally": muster.get(tally.add.remote(10), timeout=60),
         "put": muster.get(muster.put({"rank": rank}), timeout=60),
+        # the worker's own resources, as in Ray's Train worker actors (was {}: no task or actor of muster's)
+        "resources": muster.get_runtime_context().get_assigned_resources(),
+        "gpus": muster.get_runtime_context().get_accelerator_ids()["GPU"],
     }
 
 
@@ -65,18 +68,20 @@ def test_a_training_loop_runs_tasks_and_actors(tmp_path):
     assert result.error is None
     m = result.metrics  # rank 0's; rank 1 made the same calls at the same time
     assert (m["rank"], m["squares"], m["outside"], m["tally"], m["put"]) == (0, [0, 1, 4], 16, 11, {"rank": 0})
+    assert (m["resources"], m["gpus"]) == ({"CPU": 1.0}, [])
     assert_only_detached_actors_outlive_it(ranks=(0, 1))
 
 
 def test_a_tune_trial_runs_tasks_and_actors(tmp_path):
     grid = tune.Tuner(
-        trial,
+        tune.with_resources(trial, {"cpu": 0.5}),
         param_space={"rank": 5},
         run_config=tune.RunConfig(storage_path=str(tmp_path)),
     ).fit()
     assert grid[0].error is None, grid[0].error
     m = grid[0].metrics
     assert (m["squares"], m["outside"], m["tally"], m["put"]) == ([0, 1, 4], 16, 16, {"rank": 5})
+    assert (m["resources"], m["gpus"]) == ({"CPU": 0.5}, [])  # tune.with_resources's, as a Ray trial actor's
     assert_only_detached_actors_outlive_it(ranks=(5,))
 
 

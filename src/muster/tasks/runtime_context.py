@@ -16,6 +16,15 @@ from muster.tasks import worker_side
 
 _DRIVER_JOB_ID = f"{os.getpid():08x}"
 _task_ids = itertools.count(1)
+_held: dict[str, float] = {}  # a library's worker (a training worker, a Tune trial's): what its process holds
+
+
+def set_worker_resources(resources: dict[str, float]) -> None:
+    """What this worker process holds where it runs no task or actor of muster's own (a training worker,
+    which runs a Tune trial's function too): ``get_assigned_resources()`` reports it there, as Ray's does
+    in its Train worker actors."""
+    _held.clear()
+    _held.update({name: float(amount) for name, amount in resources.items() if amount})
 
 
 def driver_job_id() -> str:
@@ -113,8 +122,10 @@ class RuntimeContext:
         return f"{os.getpid():08x}"
 
     def get_assigned_resources(self) -> dict[str, float]:
-        """The resources this task or actor holds (``{}`` in the driver)."""
-        return dict(self._info.resources) if self._info else {}
+        """The resources this task or actor holds, or the training worker (``{}`` in the driver)."""
+        if self._info:
+            return dict(self._info.resources)
+        return dict(_held) if core_context.in_worker() else {}
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") if core_context.in_worker() else ""

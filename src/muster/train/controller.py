@@ -369,7 +369,7 @@ class Controller:
                 run_dir=self.storage.uri,
                 attempt=index,
             )
-            spec = SessionSpec(ctx, self.storage, start_round, checkpoint)
+            spec = SessionSpec(ctx, self.storage, start_round, checkpoint, self.scaling.worker_resources)
             args.append((train_fn, self.train_config, spec, env, self.backend))
         return group.run("run", args)
 

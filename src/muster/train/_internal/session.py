@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fsspec.implementations.local import LocalFileSystem
@@ -42,6 +42,7 @@ class SessionSpec:
     storage: Storage
     start_round: int
     checkpoint: Checkpoint | None
+    resources: dict[str, float] = field(default_factory=dict)  # what each worker holds (ScalingConfig's)
 
 
 class Session:

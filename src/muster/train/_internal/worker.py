@@ -11,6 +11,7 @@ from muster.core import context as core_context
 from muster.core import settings
 from muster.exceptions import StorageNotSharedError
 from muster.observe.sampler import WorkerSampler
+from muster.tasks.runtime_context import set_worker_resources
 from muster.train._internal import events, rendezvous
 from muster.train._internal import session as session_mod
 from muster.train._internal.backend import Backend
@@ -40,6 +41,7 @@ class TrainWorker:
         rank 0's is the run's ``Result.return_value``, as in Ray Train)."""
         for key, value in env.items():
             os.environ[key] = value
+        set_worker_resources(spec.resources)  # get_runtime_context().get_assigned_resources() in the loop
         check_storage_visible(spec.storage)
         backend.on_worker_start(spec.context)
         rendezvous.release()  # a backend that joined no process group: the loop may bind MASTER_PORT itself
