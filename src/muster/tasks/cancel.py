@@ -9,7 +9,7 @@ from muster.tasks.generators import ObjectRefGenerator
 from muster.tasks.objects import ObjectRef
 
 
-def cancel(ref: "ObjectRef | ObjectRefGenerator", *, force: bool = False, recursive: bool = True) -> bool:
+def cancel(ref: "ObjectRef | ObjectRefGenerator", *, force: bool = False, recursive: bool = True) -> None:
     """Cancel the task or actor call behind ``ref`` (or a generator's task: its next item then
     raises); ``get(ref)`` then raises ``TaskCancelledError``.
 
@@ -24,13 +24,17 @@ def cancel(ref: "ObjectRef | ObjectRefGenerator", *, force: bool = False, recurs
     returns, whatever it returned.  ``recursive`` is accepted for Ray's
     signature (tasks it started are not cancelled).
 
-    Returns:
-        True if something was cancelled; False if it had already finished.
+    Returns None, as Ray's (a task already finished is left as it is).
 
     Raises:
         TypeError: ``ref`` is not an ObjectRef.
         ValueError: ``force=True`` on an actor call.
     """
+    cancel_ref(ref, force)
+
+
+def cancel_ref(ref: "ObjectRef | ObjectRefGenerator", force: bool) -> bool:
+    """:func:`cancel`; True if something was cancelled, False if it had already finished."""
     if isinstance(ref, ObjectRefGenerator):
         source = ref.completed()
         if source is None:  # its items are all here: nothing runs

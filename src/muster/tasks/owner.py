@@ -142,9 +142,9 @@ def _actor_call_done(handle: RuntimeActor, e: events.ActorCallDone) -> None:
 
 
 def _cancel(handle: RuntimeActor, e: events.Cancel) -> bool:
-    from muster.tasks.cancel import cancel
+    from muster.tasks.cancel import cancel_ref
 
-    return cancel(objects.ObjectRef(e.ref_id), force=e.force)
+    return cancel_ref(objects.ObjectRef(e.ref_id), e.force)
 
 
 def _is_canceled(handle: RuntimeActor, e: events.IsCanceled) -> bool:
