@@ -328,3 +328,26 @@ def test_a_live_groups_name_cannot_be_taken_again_as_in_ray():
         assert again.wait(TIMEOUT) and get_placement_group("twice") is again
     finally:
         remove_placement_group(again)
+
+
+@muster.remote
+def current_group_id():
+    group = muster.util.get_current_placement_group()
+    return None if group is None else group.id
+
+
+def test_rays_empty_group_is_no_group():
+    from muster.util.placement_group import PlacementGroup
+
+    empty = PlacementGroup.empty()
+    assert empty.is_empty and empty.id == "f" * 32 and empty.bundle_count == 0 and empty == PlacementGroup.empty()
+    assert empty.wait(0) and muster.get(empty.ready(), timeout=TIMEOUT) == empty
+    # work scheduled into it runs outside any group, as Ray treats an empty group
+    assert muster.get(current_group_id.options(scheduling_strategy=_in(empty)).remote(), timeout=TIMEOUT) is None
+    assert muster.get(current_group_id.options(placement_group=empty).remote(), timeout=TIMEOUT) is None
+    pg = placement_group([{"CPU": 1}])
+    try:
+        assert not pg.is_empty
+        assert muster.get(current_group_id.options(scheduling_strategy=_in(pg)).remote(), timeout=TIMEOUT) == pg.id
+    finally:
+        remove_placement_group(pg)

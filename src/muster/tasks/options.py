@@ -99,10 +99,12 @@ def placement_group_of(options: dict[str, Any]) -> tuple[Any, int, bool]:
     whether child tasks inherit the group."""
     strategy: Any = options.get("scheduling_strategy")
     if hasattr(strategy, "placement_group"):
-        return (strategy.placement_group, strategy.placement_group_bundle_index,
-                bool(strategy.placement_group_capture_child_tasks))
+        group = strategy.placement_group
+        if group is None or getattr(group, "is_empty", False):  # Ray's PlacementGroup.empty(): no group
+            return None, -1, bool(strategy.placement_group_capture_child_tasks)
+        return group, strategy.placement_group_bundle_index, bool(strategy.placement_group_capture_child_tasks)
     group = options.get("placement_group")
-    if group is None or group == "default":
+    if group is None or group == "default" or getattr(group, "is_empty", False):
         return None, -1, False
     index = options.get("placement_group_bundle_index")
     return group, -1 if index is None else index, bool(options.get("placement_group_capture_child_tasks"))

@@ -47,6 +47,7 @@ _ids = itertools.count(1)
 _KNOB = "smaller bundles in placement_group([...])"
 _NO_GPU_FIX = ("drop 'GPU' from its bundles, or run where muster sees a GPU (CUDA_VISIBLE_DEVICES, "
                "muster.init(num_gpus=N))")
+_NIL_ID = "f" * 32  # PlacementGroup.empty()'s id, as Ray's nil ids are all ones
 _made: "dict[str, PlacementGroup]" = {}  # this process's groups, by id (placement_group_table)
 
 
@@ -67,6 +68,20 @@ class PlacementGroup:
         self._placed: Future = Future()  # done once its bundles are held
         if error is not None:
             self._placed.set_exception(error)
+
+    @staticmethod
+    def empty() -> "PlacementGroup":
+        """Ray's empty group: no bundles, a nil id (all ``f``); work scheduled into it runs outside any
+        group, and ``ready()``/``wait()`` are done at once."""
+        group = PlacementGroup([], "PACK", "", None)
+        group.id = _NIL_ID
+        group._placed.set_result(None)
+        return group
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether this is :meth:`empty`'s group (its id is nil), as Ray's ``is_empty``."""
+        return self.id == _NIL_ID
 
     @property
     def bundle_count(self) -> int:
