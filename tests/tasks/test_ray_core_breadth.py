@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from _task_helpers import TIMEOUT, wait_for_file
+from _task_helpers import TIMEOUT, wait_for, wait_for_file
 
 import muster
 from muster import exceptions
@@ -286,6 +286,10 @@ class Pair:
     def one(self):
         return ("x", "y")
 
+    def letters(self):
+        yield "p"
+        yield "q"
+
 
 def test_num_returns_generators_and_methods():
     refs = three.remote()
@@ -293,6 +297,12 @@ def test_num_returns_generators_and_methods():
     gen = count_to.remote(4)
     assert isinstance(gen, muster.ObjectRefGenerator)
     assert [muster.get(r, timeout=TIMEOUT) for r in gen] == [0, 10, 20, 30]
+    assert gen.is_finished() and not gen.next_ready()
+    lettered = Pair.remote()
+    together = lettered.letters.remote()  # an actor's generator: its items come together, at its end
+    assert wait_for(together.next_ready, TIMEOUT) and not together.is_finished()
+    assert [muster.get(r, timeout=TIMEOUT) for r in together] == ["p", "q"] and together.is_finished()
+    muster.kill(lettered)
     inner = muster.get(dynamic.remote(3), timeout=TIMEOUT)
     assert [muster.get(r, timeout=TIMEOUT) for r in inner] == [0, 1, 2]
     assert isinstance(inner, muster.DynamicObjectRefGenerator)  # Ray's older name
@@ -355,8 +365,13 @@ def test_a_streaming_generator_hands_out_each_item_as_it_is_yielded(tmp_path):
     gen = gated_stream.remote(gate)
     # the first item comes while the task is still running (it waits for this test's gate)
     assert muster.get(next(gen), timeout=TIMEOUT) == "first" and not gen.completed().future().done()
+    assert not gen.next_ready() and not gen.is_finished()  # Ray's: the next item is not here yet
+    with pytest.raises(NotImplementedError, match="muster.cancel"):
+        gen.close()  # not supported, as in Ray
     open(gate, "w").close()
+    assert wait_for(gen.next_ready, TIMEOUT)  # a bool, as Ray's (it was a ref, always truthy)
     assert [muster.get(r, timeout=TIMEOUT) for r in gen] == ["second", "third"]
+    assert gen.is_finished() and not gen.next_ready()
     # an endless generator can be consumed as far as wanted
     stream = endless.remote()
     assert [muster.get(next(stream), timeout=TIMEOUT) for _ in range(5)] == [0, 1, 2, 3, 4]

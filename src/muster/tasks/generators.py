@@ -125,6 +125,16 @@ class Stream:
         values = list(self._values) + ([GeneratorRaised(self._error)] if self._error is not None else [])
         self.source.set_result(values)
 
+    def has(self, index: int) -> bool:
+        """Whether the ``index``-th item's ref is here (returns at once)."""
+        with self._cond:
+            return index < len(self._refs)
+
+    def ended_before(self, index: int) -> bool:
+        """Whether the stream ended with fewer than ``index + 1`` refs (returns at once)."""
+        with self._cond:
+            return self._done() and self.source.done() and index >= len(self._refs)
+
     def ref(self, index: int) -> ObjectRef | None:
         """The ``index``-th item's ref once it is here, or None once the stream ended before it."""
         with self._cond:
@@ -232,9 +242,36 @@ class ObjectRefGenerator:
         """The ref that is ready once the generator task finished."""
         return self._source
 
-    def next_ready(self) -> ObjectRef | None:
-        """A ref ready once this generator's next item (or its end) is here; None when it is not
-        streamed (its items come together, with its task's end)."""
+    def is_finished(self) -> bool:
+        """Whether every ref is taken, so ``next`` raises ``StopIteration`` (Ray's ``is_finished``; the
+        ref of an error counts: it must be taken too). Returns at once."""
+        if self._refs is None and self._stream is not None:
+            return self._stream.ended_before(self._next)
+        if self._refs is None and not self._source_done():
+            return False
+        return self._next >= len(self._materialize())
+
+    def next_ready(self) -> bool:
+        """Whether ``next`` returns at once, with a ref whose ``get`` returns at once (Ray's
+        ``next_ready``); False once :meth:`is_finished`. Returns at once."""
+        if self._refs is None and self._stream is not None:
+            return self._stream.has(self._next)
+        if self._refs is None and not self._source_done():
+            return False
+        return not self.is_finished()
+
+    def _source_done(self) -> bool:
+        return self._source is None or self._source.future().done()
+
+    def close(self) -> None:
+        """Not supported, as in Ray (``NotImplementedError``): stop taking items instead, or
+        ``muster.cancel(gen)`` to stop its task."""
+        raise NotImplementedError("ObjectRefGenerator.close() is not supported (as in Ray): stop iterating it, "
+                                  "or call muster.cancel(gen) to stop the task that yields its items.")
+
+    def next_ready_ref(self) -> ObjectRef | None:
+        """For ``wait``: a ref ready once this generator's next item (or its end) is here; None when
+        it is not streamed (its items come together, with its task's end)."""
         if self._refs is not None or self._stream is None:
             return None
         return objects.ObjectRef.new(self._stream.next_ready(self._next))

@@ -331,7 +331,7 @@ def _waited(item: Any) -> ObjectRef:
     together, its task's ref."""
     if isinstance(item, ObjectRef):
         return item
-    next_ready = getattr(item, "next_ready", None)
+    next_ready = getattr(item, "next_ready_ref", None)
     if next_ready is not None and (ref := next_ready()) is not None:
         return ref
     completed = getattr(item, "completed", None)
