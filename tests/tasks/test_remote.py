@@ -467,3 +467,46 @@ def test_a_task_key_error_prints_as_the_task_error_not_as_a_repr_of_it():
         muster.get(_raise_key_error.remote(), timeout=TIMEOUT)
     text = str(info.value)
     assert text.startswith("KeyError: 'missing'\n") and "in _raise_key_error" in text, text
+
+
+@muster.remote
+def own_task_id():
+    return muster.get_runtime_context().get_task_id()
+
+
+@muster.remote(num_returns=2)
+def ids_twice():
+    task = muster.get_runtime_context().get_task_id()
+    return task, task
+
+
+@muster.remote
+class IdActor:
+    def own_task_id(self):
+        return muster.get_runtime_context().get_task_id()
+
+
+@muster.remote
+def task_ids_seen_in_a_worker():
+    ref = own_task_id.remote()
+    return (ref.task_id().hex(), muster.get(ref, timeout=TIMEOUT), ref.job_id().hex(),
+            muster.put(1).task_id(), ref.is_nil())
+
+
+def test_a_refs_task_id_job_id_and_nil_are_rays():
+    ref = own_task_id.remote()
+    assert ref.task_id().hex() == muster.get(ref, timeout=TIMEOUT) == ref.task_id()  # the id the task saw
+    assert muster.util.state.get_task(ref.task_id())["task_id"] == ref.task_id()
+    job = muster.get_runtime_context().get_job_id()
+    assert ref.job_id().hex() == job and not ref.is_nil()
+    first, second = ids_twice.remote()
+    assert first.task_id() == second.task_id() == muster.get(first, timeout=TIMEOUT)
+    actor = IdActor.remote()
+    call = actor.own_task_id.remote()
+    assert call.task_id().hex() == muster.get(call, timeout=TIMEOUT)
+    muster.kill(actor)
+    assert muster.put(1).task_id() is None  # no task made it (Ray gives the putting task's id)
+    seen, inside, job_inside, put_task, nil = muster.get(task_ids_seen_in_a_worker.remote(), timeout=TIMEOUT)
+    assert (seen, job_inside, put_task, nil) == (inside, job, None, False)
+    empty = muster.ObjectRef.nil()
+    assert empty.is_nil() and empty.hex() == "f" * 56 and muster.ObjectRef(empty.binary()).is_nil()

@@ -30,7 +30,7 @@ from muster.tasks import concurrency_groups as cgroups
 from muster.tasks import events, named, owner, task_table, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
-from muster.tasks.objects import ObjectRef, snapshot_args, split
+from muster.tasks.objects import ObjectRef, snapshot_args
 from muster.tasks.worker_side import ActorFactory, TaskInfo, freeze, is_async_class
 
 _ids = itertools.count(1)
@@ -380,7 +380,7 @@ class ActorHandle:
             return shape(ref, n)
         if n == 1:
             return ref
-        return split(ref, n) if n else None
+        return task_table.split_refs(ref, n) if n else None
 
     def _send_forever(self) -> None:
         while True:

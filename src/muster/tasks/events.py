@@ -177,5 +177,12 @@ class ListActors:
 
 
 @dataclass(frozen=True)
+class TaskOfRef:
+    """``ref.task_id()`` inside a worker: the id of the task that returned ref ``ref_id`` (None: none known)."""
+
+    ref_id: int
+
+
+@dataclass(frozen=True)
 class ListTasks:
     """``muster.util.state.list_tasks()`` (or ``get_task``/``summarize_tasks``) inside a worker."""

@@ -32,6 +32,7 @@ _ids = itertools.count(1)
 _table: "weakref.WeakValueDictionary[int, Future]" = weakref.WeakValueDictionary()
 _pinned: dict[int, Future] = {}  # ids a worker has seen: it may ask for them at any time
 _table_lock = threading.Lock()
+_NIL_ID = (1 << 224) - 1  # Ray's nil ObjectRef: 28 bytes, all ones
 
 
 class ObjectRef:
@@ -106,6 +107,32 @@ class ObjectRef:
     def from_binary(cls, id_bytes: bytes) -> "ObjectRef":
         """Ray's ``ObjectRef.from_binary``: the ref whose ``binary()`` is ``id_bytes``."""
         return cls(id_bytes)
+
+    @classmethod
+    def nil(cls) -> "ObjectRef":
+        """Ray's nil ref (its binary id is all ones); it has no value."""
+        return cls(_NIL_ID)
+
+    def is_nil(self) -> bool:
+        """Whether this is the nil ref, as Ray's ``is_nil`` (the refs muster hands out never are)."""
+        return self.id == _NIL_ID
+
+    def task_id(self) -> Any:
+        """The id of the task or actor call that returned this ref, as Ray's ``ref.task_id()``: ``.hex()``
+        (or the string itself) is the id ``get_runtime_context().get_task_id()`` gives in it and
+        ``list_tasks`` shows. None for a ref no task returned (``put``, a generator's items) or a task older
+        than the 10,000 the state API keeps (Ray also gives ids there)."""
+        from muster.tasks.runtime_context import HexId
+        from muster.tasks.task_table import task_of
+
+        task = task_of(self.id)
+        return None if task is None else HexId(task)
+
+    def job_id(self) -> Any:
+        """The job's id, as Ray's ``ref.job_id()``: ``.hex()`` is ``get_runtime_context().get_job_id()``."""
+        from muster.tasks.runtime_context import HexId, get_runtime_context
+
+        return HexId(get_runtime_context().get_job_id())
 
     def __hash__(self) -> int:
         return hash(self.id)

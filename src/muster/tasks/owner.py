@@ -178,6 +178,12 @@ def _list_tasks(handle: RuntimeActor, e: events.ListTasks) -> list[dict[str, Any
     return task_rows()
 
 
+def _task_of_ref(handle: RuntimeActor, e: events.TaskOfRef) -> str | None:
+    from muster.tasks.task_table import task_of
+
+    return task_of(e.ref_id)
+
+
 def _resources(handle: RuntimeActor, e: events.Resources) -> dict[str, float]:
     return get_runtime().ray_view(available=e.available)
 
@@ -201,6 +207,7 @@ _HANDLERS: dict[type, Callable[[RuntimeActor, Any], Any]] = {
     events.ListNamedActors: _list_named,
     events.ListActors: _list_actors,
     events.ListTasks: _list_tasks,
+    events.TaskOfRef: _task_of_ref,
 }
 
 

@@ -28,7 +28,7 @@ from muster.tasks import events, owner, task_table, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.generators import ObjectRefGenerator, Stream, shaped
-from muster.tasks.objects import ObjectRef, snapshot_args, split
+from muster.tasks.objects import ObjectRef, snapshot_args
 from muster.tasks.worker_side import TaskBody, TaskInfo
 
 _DEFAULT_MAX_RETRIES = 3  # retries after the process died (Ray's default); exceptions are not retried
@@ -100,7 +100,7 @@ def shape(ref: ObjectRef, n: Any) -> Any:
         return ObjectRef.new(ObjectRefGenerator.future_of_list(ref))
     if n == 1:
         return ref
-    return split(ref, n) if n else None
+    return task_table.split_refs(ref, n) if n else None
 
 
 _live: "weakref.WeakValueDictionary[str, _Attempts]" = weakref.WeakValueDictionary()  # task id -> its runs

@@ -20,18 +20,20 @@ from muster.core import context as core_context
 from muster.core.api import get_runtime
 from muster.tasks import events
 from muster.tasks import runtime_context as rc
+from muster.tasks.objects import ObjectRef, split
 
 MAX_ROWS = 10_000
 
 
 class _Task:
-    __slots__ = ("task_id", "ref_id", "name", "function", "kind", "resources", "actor_id", "group", "state",
+    __slots__ = ("task_id", "ref_id", "parts", "name", "function", "kind", "resources", "actor_id", "group", "state",
                  "attempt", "pid", "ray_node", "created", "started", "ended", "error_type", "error_message")
 
     def __init__(self, task_id: str, ref_id: int, name: str, function: str, kind: str,
                  resources: dict[str, float], actor_id: str | None, group: str | None, state: str):
         self.task_id, self.ref_id, self.name, self.function, self.kind = task_id, ref_id, name, function, kind
         self.resources, self.actor_id, self.group, self.state = resources, actor_id, group, state
+        self.parts: tuple[int, ...] = ()  # the refs of its values when it has several (num_returns=n)
         self.attempt = 0
         self.pid: int | None = None
         self.ray_node: str | None = None
@@ -56,6 +58,7 @@ class _Task:
 
 
 _tasks: OrderedDict[str, _Task] = OrderedDict()
+_by_ref: dict[int, str] = {}  # the ids of the recorded tasks' refs (parts too) -> the task's id
 _engine: Any = None  # the engine the recorded tasks ran on: a new one starts an empty table
 _lock = threading.Lock()
 
@@ -82,10 +85,35 @@ def submitted(task_id: str, ref_id: int, *, name: str, function: str, kind: str,
     with _lock:
         if engine is not _engine:
             _tasks.clear()
+            _by_ref.clear()
             _engine = engine
         _tasks[task_id] = task
+        _by_ref[ref_id] = task_id
         if len(_tasks) > MAX_ROWS:
-            _tasks.popitem(last=False)
+            _, old = _tasks.popitem(last=False)
+            for ref in (old.ref_id, *old.parts):
+                _by_ref.pop(ref, None)
+
+
+def split_refs(ref: ObjectRef, n: int) -> list[ObjectRef]:
+    """``objects.split``: ``n`` refs to the values of the task behind ``ref``, each known as that task's."""
+    parts = split(ref, n)
+    with _lock:
+        task = _tasks.get(_by_ref.get(ref.id, ""))
+        if task is not None:
+            task.parts = tuple(part.id for part in parts)
+            _by_ref.update((part, task.task_id) for part in task.parts)
+    return parts
+
+
+def task_of(ref_id: int) -> str | None:
+    """The id of the task or actor call whose value ``ref_id`` is (Ray's ``ObjectRef.task_id()``); None for a
+    ref no recorded task returned (``put``, a generator's items, a task whose row is no longer kept)."""
+    if core_context.in_worker():
+        reply = core_context.send_event(events.TaskOfRef(ref_id))
+        return None if reply is None else str(reply)
+    with _lock:
+        return _by_ref.get(ref_id)
 
 
 def pending(task_id: str, attempt: int) -> None:
