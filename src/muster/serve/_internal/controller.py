@@ -107,7 +107,7 @@ class ServeController:
         elif old is not None and self._reconfigure_in_place(old, route_prefix, ingress, plans):
             old.config = config
             old.set_policy(policy)
-            self._follow_apps(name)
+            server_choice.follow_apps(self, name)
             return
         for p in plans:
             plan.check_picklable(p, name)
@@ -147,7 +147,7 @@ class ServeController:
                           f"{' (replacing the running one)' if old is not None else ''}: "
                           + ", ".join(f"{d.plan.name} x{d.target}" for d in new.deployments.values()))
         self._push()
-        self._follow_apps(name)
+        server_choice.follow_apps(self, name)
         self.confirm_ingress()
         if old is not None and not stop_old_first:
             self._stop_app(old, push=False)
@@ -192,7 +192,7 @@ class ServeController:
             return failed is not None
         self._stop_app(app)
         self.record.event(name, None, None, "delete", f"app {name!r} deleted")
-        self._follow_apps()
+        server_choice.follow_apps(self)
         return True
 
     def _stop_app(self, app: AppState, push: bool = True) -> None:
@@ -427,36 +427,6 @@ class ServeController:
             self.ingress = self._new_ingress(options)
             self.ingress.call("address").result(30)
         self._push()  # whatever changed while it started
-
-    def _follow_apps(self, name: str | None = None) -> None:
-        """Keep an ingress the user left to choose on the server its apps need (``server_choice.wanted``):
-        uvicorn while one serves WebSockets over HTTP, granian again once none may. ``name``: the app just
-        deployed, whose routes are read first."""
-        if self.chosen:
-            return
-        with self.lock:
-            app = self.apps.get(name) if name is not None else None
-        if app is not None:
-            d = app.deployments.get(app.ingress)
-            app.websockets = server_choice.websockets_of(
-                app.route_prefix, d.plan.target if d is not None else None, lambda: self._replica_websockets(d))
-        with self.lock:
-            seen = [a.websockets for a in self.apps.values()]
-        server = server_choice.wanted(self.options.server or server_choice.DEFAULT, self.moved_for_websockets, seen)
-        if server is not None:
-            server_choice.move_ingress(self, server, name)
-
-    def _replica_websockets(self, d: DeploymentState | None) -> bool | None:
-        """Whether the app a running replica of ``d`` built has WebSocket routes (None: unknown, or no replica)."""
-        if d is None:
-            return None
-        actors = [r.actor for r in d.running() if r.actor is not None]
-        if not actors:  # none running (scaled to zero): what the driver sees
-            return server_choice.app_websockets(getattr(d.plan.target, "__serve_asgi_app__", None))
-        try:
-            return actors[0].call("websocket_routes").result(10)
-        except Exception:  # noqa: BLE001 - dying or slow: unknown, the ingress stays where it is
-            return None
 
     def confirm_ingress(self, timeout_s: float = 10.0) -> None:
         """Return once ``GET /-/healthz`` on the ingress answers from this process; replace a dead one.

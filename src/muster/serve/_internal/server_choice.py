@@ -4,7 +4,7 @@ Granian's RSGI interface is the fastest here for HTTP, but cannot relay WebSocke
 ``ingress_rsgi.websocket_refusal``); uvicorn serves both.  So an ingress left to choose starts on
 granian, or on uvicorn when the first app it serves has WebSocket routes; a granian one moves to
 uvicorn when such an app is deployed later, and back to granian once no app it serves may have any
-(``ServeController._follow_apps`` decides, :func:`move_ingress` moves).  Whether an app has them is
+(:func:`follow_apps` decides, :func:`move_ingress` moves).  Whether an app has them is
 read from its app as the driver sees it and, unless that says yes, as a replica built it (routes a
 factory or ``__init__`` adds); an app neither can look into (a bare ASGI callable, one wrapped in
 middleware) is "unknown": it neither moves the ingress to uvicorn nor lets it move back.  A server the
@@ -21,6 +21,7 @@ from muster.serve.config import HTTPOptions
 
 if TYPE_CHECKING:
     from muster.serve._internal.controller import ServeController
+    from muster.serve._internal.state import DeploymentState
 
 DEFAULT = "granian"
 WEBSOCKETS = "uvicorn"
@@ -92,6 +93,38 @@ def moving_message(app: str | None, server: str, host: str, port: int) -> str:
     return (f"[serve] {why}: moving the HTTP ingress on {host}:{port} to {server} (the "
             f"{'granian' if server == WEBSOCKETS else 'uvicorn'} one finishes its in-flight requests first; name "
             "the server with http_options={'server': 'granian'|'uvicorn'} to keep one).")
+
+
+def follow_apps(ctl: "ServeController", name: str | None = None) -> None:
+    """Keep an ingress the user left to choose on the server its apps need (:func:`wanted`): uvicorn while
+    one serves WebSockets over HTTP, granian again once none may. ``name``: the app just deployed, whose
+    routes are read first."""
+    if ctl.chosen:
+        return
+    with ctl.lock:
+        app = ctl.apps.get(name) if name is not None else None
+    if app is not None:
+        d = app.deployments.get(app.ingress)
+        app.websockets = websockets_of(
+            app.route_prefix, d.plan.target if d is not None else None, lambda: _replica_websockets(d))
+    with ctl.lock:
+        seen = [a.websockets for a in ctl.apps.values()]
+    server = wanted(ctl.options.server or DEFAULT, ctl.moved_for_websockets, seen)
+    if server is not None:
+        move_ingress(ctl, server, name)
+
+
+def _replica_websockets(d: "DeploymentState | None") -> bool | None:
+    """Whether the app a running replica of ``d`` built has WebSocket routes (None: unknown, or no replica)."""
+    if d is None:
+        return None
+    actors = [r.actor for r in d.running() if r.actor is not None]
+    if not actors:  # none running (scaled to zero): what the driver sees
+        return app_websockets(getattr(d.plan.target, "__serve_asgi_app__", None))
+    try:
+        return actors[0].call("websocket_routes").result(10)
+    except Exception:  # noqa: BLE001 - dying or slow: unknown, the ingress stays where it is
+        return None
 
 
 def move_ingress(ctl: "ServeController", server: str, app: str | None) -> None:
