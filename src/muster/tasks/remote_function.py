@@ -150,17 +150,16 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
                                 else stream.end(result=f.result()))
         if on_stream is not None:
             on_stream(stream)
-    task_id = info.task_id or ""
+    task_id, waits_for = info.task_id or "", owner.dependencies(args, kwargs)
     task_table.submitted(task_id, ref.id, name=info.task_name or name, function=getattr(fn, "__qualname__", name),
-                         kind="NORMAL_TASK", resources=resources, group=group,
-                         waits=bool(owner.dependencies(args, kwargs)))
+                         kind="NORMAL_TASK", resources=resources, group=group, waits=bool(waits_for))
     attempts = _Attempts(runtime, body, args, kwargs, resources, options, ended, bundle)
     with _live_lock:
-        _live[info.task_id or ""] = attempts
-        _by_ref[ref.id] = info.task_id or ""
+        _live[task_id] = attempts
+        _by_ref[ref.id] = task_id
     ref_id = ref.id  # not the ref itself: the future must not keep its own ref alive
     out.add_done_callback(lambda f: _forget(ref_id, task_id, f))
-    owner.when_all(owner.dependencies(args, kwargs), attempts.start)
+    owner.when_all(waits_for, attempts.start)
     return ref
 
 
