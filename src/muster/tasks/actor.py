@@ -370,8 +370,9 @@ class ActorHandle:
         ref_id = ref.id
         task_id = self._task_prefix + f"{token:08x}"  # task_table.actor_task_id(self._id, token)
         name = f"{self._cls.__name__}.{method}"
+        waits = any(isinstance(a, ObjectRef) for a in (*args, *kwargs.values()))
         task_table.submitted(task_id, ref_id, name=name, function=name, kind="ACTOR_TASK", resources=_NO_RESOURCES,
-                             actor_id=self._hex_id, waits=any(isinstance(a, ObjectRef) for a in (*args, *kwargs.values())))
+                             actor_id=self._hex_id, waits=waits)
         out.add_done_callback(lambda f: _forget_call(ref_id, task_id, f))
         self._calls.put((token, method, n, args, kwargs, group, out))
         if n in ("streaming", "dynamic"):
