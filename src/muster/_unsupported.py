@@ -17,9 +17,6 @@ from muster.exceptions import UnsupportedRayAPIError, UnsupportedRayImportError
 
 _GUIDE = "See docs/porting.md for what is supported."
 
-_NO_GANGS = ("none: muster has no gang scheduling (replicas start one by one; gang_scheduling_config is accepted "
-             "with a warning); serve.get_replica_context().rank runs 0..n-1 over a deployment's replicas")
-
 #: module -> {Ray name: nearest muster equivalent}
 UNSUPPORTED: dict[str, dict[str, str]] = {
     "muster": {
@@ -217,7 +214,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "deployment_graph": "none (Ray removed InputNode too): pass bound deployments to .bind() and call their "
                             "handles in the ingress deployment (model composition)",
         "http_adapters": "none (Ray removed them too): read the starlette Request in __call__ (await request.json())",
-        "gang": _NO_GANGS,
         "grpc_util": "none: muster serves HTTP only (http_options); a replica reads the starlette Request",
         "taskiq_task_processor": "no muster equivalent: call the deployment through a DeploymentHandle",
         "utils": "none: Ray's ray.serve.utils.get_trace_context is request tracing, which muster does not have",
@@ -275,7 +271,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
            for name in ("CeleryAdapterConfig", "TaskProcessorConfig", "TaskResult", "TaskProcessorAdapter")},
         "ScaleDeploymentRequest": "serve.run(App.options(num_replicas=n).bind(), name=...) (a redeploy that changes "
                                   "only the count keeps the live replicas)",
-        "GangSchedulingConfig": _NO_GANGS,
         "RequestRouterConfig": "none: replicas are picked by power of two choices over their requests in flight",
     },
     "muster.serve.config": {
@@ -283,9 +278,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                              "script); http_options configure the ingress",
         "RequestRouterConfig": "none: replicas are picked by power of two choices over their requests in flight",
         "gRPCOptions": "none: muster serves HTTP only (http_options)",
-        "GangSchedulingConfig": _NO_GANGS,
-        "GangPlacementStrategy": _NO_GANGS,
-        "GangRuntimeFailurePolicy": _NO_GANGS,
     },
     "muster.serve.handle": {
         "RayServeHandle": "muster.serve.handle.DeploymentHandle (serve.get_deployment_handle / get_app_handle)",

@@ -35,6 +35,13 @@ class Front:
         return {"sum": await self.inner.add.remote(int(request.query_params["x"]))}
 
 
+@serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.25}, gang_scheduling_config={"gang_size": 2})
+class GangMember:
+    def __call__(self) -> tuple:
+        gang = serve.get_replica_context().gang_context
+        return gang.gang_id, gang.rank, gang.pg_name
+
+
 @muster.remote(num_cpus=0.1)
 def add_in_a_task(handle, x: int) -> int:
     return handle.add.remote(x).result(timeout_s=30)
@@ -79,5 +86,13 @@ def test_serve_on_ray(on_ray, tmp_path, monkeypatch):
         assert any((m["served"] or 0) >= 20 for m in reader.serve_metrics("where", "Where"))
         reps = reader.serve_replicas("where", "Where")
         assert [r["state"] for r in reps] == ["RUNNING", "RUNNING"] and all(r["host"] is None for r in reps)
+        # a gang is one Ray placement group, a bundle per member
+        gang = serve.run(GangMember.bind(), name="gang", route_prefix=None)
+        members = {gang.remote().result(timeout_s=30) for _ in range(20)}
+        assert len(members) == 2 and {m[1] for m in members} == {0, 1} and len({m[0] for m in members}) == 1
+        import ray
+
+        groups = [g for g in ray.util.placement_group_table().values() if g["name"] == next(iter(members))[2]]
+        assert [(g["state"], g["strategy"], len(g["bundles"])) for g in groups] == [("CREATED", "PACK", 2)]
     finally:
         serve.shutdown()

@@ -201,8 +201,7 @@ def test_ray_schema_names_import_and_unsupported_ones_name_the_equivalent():
              ("muster.serve.request_router", "RequestRouter", "power of two choices"),
              ("muster.serve.handle", "RayServeDeploymentHandle", "await handle.remote"),  # Ray's old names
              ("muster.serve.drivers", "DAGDriver", "Ray removed DAGDriver too"),
-             ("muster.serve.deployment_graph", "InputNode", "Ray removed InputNode too"),
-             ("muster.serve.config", "GangSchedulingConfig", "no gang scheduling")]  # Ray 2.60's
+             ("muster.serve.deployment_graph", "InputNode", "Ray removed InputNode too")]
     for module, name, hint in cases:
         with pytest.raises(UnsupportedRayImportError, match=hint):
             exec(f"from {module} import {name}")
@@ -274,7 +273,6 @@ def test_a_custom_autoscaling_policy_decides_through_the_configs_bounds_factors_
 def test_rays_2_60_deployment_options_are_accepted_with_a_warning_that_says_what_happens_instead():
     """Options Ray 2.60 added to ``@serve.deployment`` were refused as unknown (a TypeError)."""
     said = {"max_constructor_retry_count": (3, "fails serve.run at once"),
-            "gang_scheduling_config": ({"gang_size": 2}, "not as a gang"),
             "rolling_update_percentage": (0.5, "starts all the new replicas beside the old ones"),
             "max_surge_percent": (25, "starts all the new replicas beside the old ones"),
             "placement_group_bundle_label_selector": ([{"zone": "a"}], "no placement group")}

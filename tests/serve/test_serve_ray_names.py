@@ -120,10 +120,10 @@ UNSUPPORTED_NAMES = {
                             "ScalingDecision", "DeploymentAutoscalingDetail", "DeploymentNode", "DeploymentTopology",
                             "Target", "TargetGroup", "DurationStats", "ControllerHealthMetrics", "CeleryAdapterConfig",
                             "TaskProcessorConfig", "TaskResult", "TaskProcessorAdapter", "ScaleDeploymentRequest",
-                            "GangSchedulingConfig", "RequestRouterConfig"],
+                            "RequestRouterConfig"],
     "muster.serve.llm": ["CloudMirrorConfig", "build_pd_openai_app", "build_dp_deployment", "build_dp_openai_app"],
 }
-UNSUPPORTED_MODULES = ["muster.serve.gang", "muster.serve.grpc_util", "muster.serve.taskiq_task_processor",
+UNSUPPORTED_MODULES = ["muster.serve.grpc_util", "muster.serve.taskiq_task_processor",
                        "muster.serve.utils", "muster.serve.llm.request_router", "muster.serve.llm.openai_api_models"]
 
 

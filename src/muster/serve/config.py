@@ -22,6 +22,11 @@ from muster.core.init_options import warn_unused_runtime_env
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve.autoscaling_policy import AutoscalingContext, AutoscalingPolicy  # noqa: F401 - Ray's names
 from muster.serve.context import DeploymentID  # noqa: F401 - Ray keeps it in ray.serve.config
+from muster.serve.gang import (  # noqa: F401 - Ray keeps them in ray.serve.config
+    GangPlacementStrategy,
+    GangRuntimeFailurePolicy,
+    GangSchedulingConfig,
+)
 
 _ACTOR_OPTION_KEYS = ("num_cpus", "num_gpus", "resources", "runtime_env", "memory")
 
@@ -40,7 +45,6 @@ NO_EFFECT: dict[str, str | None] = {
                                              "placement group",
     "max_constructor_retry_count": "a replica constructor that raises fails serve.run at once, naming the error "
                                    "(no retries)",
-    "gang_scheduling_config": "replicas start one by one, not as a gang",
     "rolling_update_percentage": "a redeploy starts all the new replicas beside the old ones and then switches "
                                  "(the old ones stop first when both sets cannot fit)",
     "max_surge_percent": "a redeploy starts all the new replicas beside the old ones and then switches (the old ones "
@@ -356,6 +360,7 @@ class DeploymentConfig:
     backpressure_config: BackpressureConfig | None = None
     deployment_actors: tuple[DeploymentActorConfig, ...] = ()
     logging_config: LoggingConfig | None = None
+    gang_scheduling_config: GangSchedulingConfig | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" in self.name or "#" in self.name:
@@ -383,6 +388,16 @@ class DeploymentConfig:
                     f"{self.name}: num_replicas={self.num_replicas} and autoscaling_config are both set; "
                     "give one (num_replicas='auto' or autoscaling_config for autoscaling)."
                 )
+        self.gang_scheduling_config = GangSchedulingConfig.coerce(self.gang_scheduling_config, self.name)
+        if self.gang_scheduling_config is not None:
+            # as Ray, the bounds the user set (a default one is rounded up to whole gangs when it applies)
+            given = {f.name: f.default for f in dataclasses.fields(AutoscalingConfig)}
+            counts: dict[str, int | None] = {
+                "num_replicas": self.num_replicas if isinstance(self.num_replicas, int) else None}
+            for bound in ("min_replicas", "max_replicas", "initial_replicas"):
+                value = getattr(self.autoscaling_config, bound, None)
+                counts[f"autoscaling_config.{bound}"] = value if value != given[bound] else None
+            self.gang_scheduling_config.check_counts(self.name, counts)
         _positive(f"{self.name}: max_ongoing_requests", self.max_ongoing_requests, integer=True)
         if not isinstance(self.max_queued_requests, int) or (
                 self.max_queued_requests < 0 and self.max_queued_requests != -1):

@@ -48,8 +48,8 @@ class ReplicaContext:
     """The replica running the current code (Ray Serve's fields). ``world_size`` is the deployment's replica
     count when this replica started; ``code_version`` is the deployment's generation (a deploy that replaces its
     replicas starts a new one; scaling, replacements and user_config updates keep it), the ``code_version`` of its
-    deployment actors' ``get_deployment_actor_context()`` too; ``gang_context`` is ``None``: muster does not gang
-    schedule (Ray's is ``None`` outside a gang too)."""
+    deployment actors' ``get_deployment_actor_context()`` too; ``gang_context`` is its ``GangContext`` in a
+    gang-scheduled deployment (``gang_scheduling_config``), else ``None``."""
 
     app_name: str
     deployment: str

@@ -119,6 +119,7 @@ def deployment(
     backpressure_config: Any = None,
     deployment_actors: list[Any] | None = None,
     logging_config: Any = None,
+    gang_scheduling_config: Any = None,
     **ignored: Any,
 ) -> Any:
     """Make a class or function a Serve deployment (Ray Serve's ``@serve.deployment``).
@@ -141,6 +142,8 @@ def deployment(
         deployment_actors: ``DeploymentActorConfig``s of actors the replicas share
             (``serve.get_deployment_actor(name)`` in a replica), started before them.
         logging_config: a ``LoggingConfig`` (or dict): ``log_level`` of the replicas' ``ray.serve`` logger.
+        gang_scheduling_config: a ``GangSchedulingConfig`` (or dict): replicas start, stop and restart in
+            gangs of ``gang_size``, each placed whole (``serve.get_replica_context().gang_context``).
         health_check_period_s / health_check_timeout_s: how often
             ``check_health()`` runs and how long it may take; a replica that
             fails it is replaced.
@@ -170,6 +173,7 @@ def deployment(
             graceful_shutdown_timeout_s=graceful_shutdown_timeout_s,
             graceful_shutdown_wait_loop_s=graceful_shutdown_wait_loop_s, backpressure_config=backpressure_config,
             deployment_actors=tuple(deployment_actors or ()), logging_config=logging_config,
+            gang_scheduling_config=gang_scheduling_config,
         )
         return Deployment(target, config)
 

@@ -30,6 +30,7 @@ from muster.serve.autoscaling_policy import AutoscalingPolicy
 from muster.serve.config import AutoscalingConfig, DeploymentConfig, HTTPOptions, LoggingConfig, _from_dict
 from muster.serve.context import ReplicaRank  # Ray keeps it here; ReplicaContext.rank is one
 from muster.serve.deployment import Application, Deployment
+from muster.serve.gang import GangSchedulingConfig
 
 from muster.serve._internal.deploy_schema import (
     DeploymentSchema,
@@ -41,7 +42,8 @@ from muster.serve._internal.deploy_schema import (
 __all__ = [  # Ray keeps these in ray.serve.schema; the status and config classes are the ones muster.serve exports
     "APIType", "AppSchema", "ApplicationStatus", "ApplicationStatusOverview", "AutoscalingConfig",
     "DeploymentConfig", "DeploymentSchema", "DeploymentStatus", "DeploymentStatusOverview", "EncodingType",
-    "HTTPOptions", "LoggingConfig", "ProxyStatus", "RayActorOptionsSchema", "ReplicaRank", "ServeApplicationSchema",
+    "GangSchedulingConfig", "HTTPOptions", "LoggingConfig", "ProxyStatus", "RayActorOptionsSchema", "ReplicaRank",
+    "ServeApplicationSchema",
     "ServeConfig",
     "ServeDeploySchema", "ServeStatus", "build_config", "deploy", "import_app", "load_config",
 ]

@@ -24,9 +24,10 @@ from typing import Any
 
 from muster.core import resources as res
 from muster.core.api import get_runtime
+from muster.core.runtime import BundleRef
 from muster.exceptions import ActorDiedError, InvalidArgumentError, describe_exit
 from muster.serve import multiplex
-from muster.serve._internal import autoscaler, deployment_actors, plan, router, server_choice
+from muster.serve._internal import autoscaler, deployment_actors, gangs, plan, router, server_choice
 from muster.serve._internal.ingress import InProcess, IngressActor, answers, check_port_free
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.record import ServeRecorder
@@ -34,6 +35,7 @@ from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
 from muster.serve._internal.state import AppState, DeploymentState, ReplicaState
 from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import DeployFailedError, RayServeException
+from muster.serve.gang import Gang
 from muster.tasks import owner as task_owner
 
 _BUSY_WAIT_S = 120.0  # how long a replica waits for resources other work holds
@@ -125,8 +127,13 @@ class ServeController:
             for d in new.deployments.values():
                 d.code_version = gen
                 d.actors = deployment_actors.start(name, d.plan.name, gen, d.plan.config.deployment_actors)
-            starts = [(d, n) for d in new.deployments.values() for n in range(d.target)]
-            futs = [self.pool.submit(self._start_replica, d) for d, _ in starts]
+            futs: list[concurrent.futures.Future] = []
+            for d in new.deployments.values():
+                size = gangs.size(d)
+                if size:
+                    d.target = gangs.round_up(d.target, size)
+                futs += ([self.pool.submit(gangs.start, self, d) for _ in range(d.target // size)] if size
+                         else [self.pool.submit(self._start_replica, d) for _ in range(d.target)])
             for f in futs:
                 f.result()
         except BaseException as exc:
@@ -253,11 +260,14 @@ class ServeController:
         )
 
     # -- replicas ------------------------------------------------------------------
-    def _start_replica(self, d: DeploymentState, pending: bool = False) -> ReplicaState:
+    def _start_replica(self, d: DeploymentState, pending: bool = False, gang: Gang | None = None,
+                       gang_rank: int = 0) -> ReplicaState:
+        """Start one replica of ``d`` (``pending``: it was counted as on its way); in ``gang``, the member of
+        rank ``gang_rank``, in that bundle of the gang's placement group."""
         n = next(d.counter)
-        rid = f"{d.app}#{d.plan.name}#{os.urandom(4).hex()}"
+        rid = gang.members[gang_rank] if gang is not None else f"{d.app}#{d.plan.name}#{os.urandom(4).hex()}"
         where = os.path.join(self.dir, f"{os.urandom(6).hex()}.sock") if self.local else "tcp:"
-        rep = ReplicaState(rid, where, d.plan.config.resources(), n)
+        rep = ReplicaState(rid, where, d.plan.config.resources(), n, gang=None if gang is None else gang.id)
         with self.lock:
             held = {r.rank for r in d.replicas.values() if r.state in ("STARTING", "RUNNING")}
             rep.rank = next(i for i in itertools.count() if i not in held)
@@ -268,13 +278,15 @@ class ServeController:
         target = plan.portable(d.plan.target, reload=d.plan.fresh_import)
         spec = ReplicaSpec(d.app, d.plan.name, rid, rep.socket, target, d.plan.args, d.plan.kwargs,
                            d.plan.config, self.table, rep.rank, max(d.target, rep.rank + 1), d.actors,
-                           d.code_version)
+                           d.code_version, None if gang is None else gang.context(gang_rank))
         try:
-            self._wait_for_room(d, rep)
+            if gang is None:  # a gang's members start into the bundles held for them
+                self._wait_for_room(d, rep)
             # The replica's tasks, actors and gets are served as any actor's; the actors it makes die with it.
             rep.owned = task_owner.Gang(f"the Serve replica {label} that created it")
             actor = self.runtime.create_actor(ReplicaActor, (spec,), {}, rep.resources, label=label,
-                                              on_event=rep.owned.handle_event)
+                                              on_event=rep.owned.handle_event,
+                                              bundle=None if gang is None else BundleRef(gang.group, gang_rank))
         except BaseException as exc:
             rep.release()
             rep.state = "DEAD"
@@ -316,7 +328,7 @@ class ServeController:
             rep.state = "DEAD"
             d.replicas.pop(rep.id, None)
             d.restarts += 1
-            d.message = f"replica {rep.id} {what} ({err}); replacing it"
+            d.message = f"replica {rep.id} {what} ({err}); replacing {'its gang' if rep.gang else 'it'}"
             live = self.apps.get(d.app)
             keep = live is not None and live.deployments.get(d.plan.name) is d
         print(f"[serve] {d.message}", file=sys.stderr, flush=True)
@@ -325,22 +337,27 @@ class ServeController:
             self.record.event(d.app, d.plan.name, rep.number, "restart",
                               f"replacing replica #{rep.number} (restart {d.restarts})")
         self.pool.submit(self._push)
-        if keep:
+        if keep and rep.gang is not None:
+            gangs.member_died(self, d, rep.gang, what)
+        elif keep:
             self._ensure(d)
 
     def _ensure(self, d: DeploymentState) -> None:
-        """Start replicas until the deployment has its target count (counting those on their way)."""
+        """Start replicas (whole gangs, in a gang-scheduled deployment) until the deployment has its target
+        count (counting those on their way)."""
+        size = gangs.size(d)
         with self.lock:
             if self._stop.is_set() or time.monotonic() < d.retry_at:
                 return
             missing = d.target - len([r for r in d.replicas.values() if r.state in ("STARTING", "RUNNING")]) - d.pending
-            d.pending += max(missing, 0)
-        for _ in range(missing):
-            self.pool.submit(self._replace, d)
+            starts = max(missing, 0) if not size else -(-max(missing, 0) // size)
+            d.pending += starts * (size or 1)
+        for _ in range(starts):
+            self.pool.submit(self._replace, d, bool(size))
 
-    def _replace(self, d: DeploymentState) -> None:
+    def _replace(self, d: DeploymentState, gang: bool = False) -> None:
         try:
-            self._start_replica(d, pending=True)
+            gangs.start(self, d, pending=True) if gang else self._start_replica(d, pending=True)
             d.message = ""
             self._push()
         except BaseException as exc:  # noqa: BLE001 - shown in status; the supervisor retries
@@ -367,6 +384,9 @@ class ServeController:
             r.state = "DEAD"
             with self.lock:
                 d.replicas.pop(r.id, None)
+                if r.gang is not None and r.gang in d.gangs:
+                    d.gangs[r.gang].stopping = True
+        gangs.release(self, d)
 
     # -- the HTTP ingress --------------------------------------------------------------
     #: The class the ingress process runs (a test swaps in one that crashes, to check the fallback).
@@ -522,18 +542,24 @@ class ServeController:
     def _resize(self, d: DeploymentState, want: int, wait: bool = False) -> None:
         """Start replicas up to ``want`` (``wait``: and return once they are up, raising if one cannot
         start), or drain the extra ones (the routes drop them first)."""
+        size = gangs.size(d)
+        want = gangs.round_up(want, size) if size else want  # whole gangs, as Ray's gang policy rounds
         with self.lock:
             current = d.live()
             more = want - current - d.pending
             d.target = want
+            starts = max(more, 0) if not size else -(-max(more, 0) // size)
             if more > 0 and wait:
-                d.pending += more  # counted as on their way: the supervisor starts no more
+                d.pending += starts * (size or 1)  # counted as on their way: the supervisor starts no more
         if more > 0 and wait:
-            for fut in [self.pool.submit(self._start_replica, d, True) for _ in range(more)]:
+            for fut in [self.pool.submit(gangs.start, self, d, True) if size
+                        else self.pool.submit(self._start_replica, d, True) for _ in range(starts)]:
                 fut.result()
             self._push()
         elif want > current:
             self._ensure(d)
+        elif want < current and size:
+            gangs.shrink(self, d, current - want)
         elif want < current:
             victims = d.running()[: current - want]
             for r in victims:

@@ -51,6 +51,7 @@ class ReplicaSpec:
     world_size: int = 1
     deployment_actors: dict[str, Any] | None = None  # handles of the deployment-scoped actors, by name
     code_version: str = ""  # the deployment's generation (ReplicaContext.code_version)
+    gang: Any = None  # its GangContext, in a gang-scheduled deployment
 
 
 def _scope(fields: tuple) -> dict:
@@ -223,7 +224,7 @@ class ReplicaActor:
         rank = replica_context.ReplicaRank(spec.rank, 0, spec.rank)  # one node's ranks (see ReplicaSpec.rank)
         replica_context.set_deployment_actors(spec.deployment_actors or {})
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, None, rank,
-                                                            spec.world_size, spec.config,
+                                                            spec.world_size, spec.config, gang_context=spec.gang,
                                                             code_version=spec.code_version or None))
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
         self.target = target
@@ -236,7 +237,7 @@ class ReplicaActor:
         else:
             self.obj = target
         replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj, rank,
-                                                            spec.world_size, spec.config,
+                                                            spec.world_size, spec.config, gang_context=spec.gang,
                                                             code_version=spec.code_version or None))
         self.autoscaling_stats = autoscaling_stats.AutoscalingStats(self.obj, self.where)
         self.conns: set[_Conn] = set()  # the callers connected now (told of the models held, see _models_changed)

@@ -19,6 +19,7 @@ from muster.core.runtime import RuntimeActor
 from muster.serve._internal import autoscaling
 from muster.serve._internal.metrics import DeploymentMetrics
 from muster.serve._internal.plan import DeploymentPlan
+from muster.serve.gang import Gang
 
 STATS_LATE_S = 5.0  # a round of stats is folded in without the replies still missing after this long
 
@@ -37,6 +38,7 @@ class ReplicaState:
     last_health: float = field(default_factory=time.monotonic)
     stats_acks: dict[str, int] = field(default_factory=dict)  # from the last stats() folded in (ReplicaActor.stats)
     owned: Any = None  # the tasks layer's owner of what the replica starts (a ``Gang``): closed when it ends
+    gang: str | None = None  # the id of its gang, in a gang-scheduled deployment
 
     def release(self) -> None:
         """Kill the actors the replica created (not detached ones): they share its fate, as in Ray."""
@@ -82,6 +84,7 @@ class DeploymentState:
     fresh: float | None = None  # an app policy's input: the ongoing total of a stats round not yet given to it
     queued: int = 0  # requests routers hold for it while no replica runs (autoscaler.Waiting)
     holds: dict[tuple[str, str], int] = field(default_factory=dict)  # its replicas' calls waiting, by deployment
+    gangs: dict[str, Gang] = field(default_factory=dict)  # its gangs by id (gang_scheduling_config), oldest first
 
     def running(self) -> list[ReplicaState]:
         return [r for r in self.replicas.values() if r.state == "RUNNING"]

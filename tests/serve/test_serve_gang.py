@@ -1,0 +1,121 @@
+"""Gang scheduling (Ray Serve's ``gang_scheduling_config``): replicas start, stop and restart in whole gangs.
+
+It was accepted with a warning and did nothing: replicas started one by one, ``gang_context`` was None, and a
+dead member was replaced alone while its peers ran on without it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from serve_helpers import alive, wait_until
+
+import muster
+from muster import serve
+from muster.serve.config import GangPlacementStrategy, GangRuntimeFailurePolicy, GangSchedulingConfig
+from muster.serve.exceptions import DeployFailedError
+from muster.serve.schema import DeploymentSchema
+
+pytestmark = pytest.mark.allow_leftover_workers  # Serve lives across the module (the client fixture checks its end)
+
+
+@serve.deployment(num_replicas=4, ray_actor_options={"num_cpus": 0.25},
+                  gang_scheduling_config=GangSchedulingConfig(gang_size=2))
+class Member:
+    def __init__(self, fail_rank: int | None = None):
+        ctx = serve.get_replica_context()
+        gang = ctx.gang_context
+        if gang.rank == fail_rank:
+            raise RuntimeError(f"rank {gang.rank} cannot start")
+        self.me = (gang.gang_id, gang.rank, gang.world_size, tuple(gang.member_replica_ids), gang.pg_name,
+                   ctx.replica_id.unique_id, os.getpid())
+
+    def __call__(self) -> tuple:
+        return self.me
+
+
+def _members(handle, n: int) -> dict[str, tuple]:
+    """Each replica's answer, by its unique id, once ``n`` distinct replicas have answered (bounded)."""
+    seen: dict[str, tuple] = {}
+
+    def ask() -> bool:
+        for _ in range(20):
+            me = handle.remote().result(timeout_s=10)
+            seen[me[5]] = me
+        return len(seen) >= n
+
+    wait_until(ask, 30, f"{n} replicas to answer")
+    return seen
+
+
+def _gangs(members: dict[str, tuple]) -> dict[str, list[tuple]]:
+    out: dict[str, list[tuple]] = {}
+    for me in members.values():
+        out.setdefault(me[0], []).append(me)
+    return {g: sorted(ms, key=lambda m: m[1]) for g, ms in out.items()}
+
+
+def test_the_config_is_checked_naming_the_value_and_the_fix():
+    assert Member.options(num_replicas=6).config.gang_scheduling_config.gang_size == 2
+    with pytest.raises(ValueError, match=r"num_replicas=3 is not a multiple of gang_size=2.*use 4"):
+        Member.options(num_replicas=3)
+    with pytest.raises(ValueError, match=r"autoscaling_config.max_replicas=5 is not a multiple of gang_size=2"):
+        Member.options(autoscaling_config={"min_replicas": 2, "max_replicas": 5})
+    with pytest.raises(ValueError, match=r"RESTART_REPLICA\) is not implemented.*use RESTART_GANG"):
+        GangSchedulingConfig(gang_size=2, runtime_failure_policy="RESTART_REPLICA")
+    with pytest.raises(ValueError, match=r"gang_placement_strategy='STRICT_PACK'\): use one of PACK, SPREAD"):
+        GangSchedulingConfig(gang_size=2, gang_placement_strategy="STRICT_PACK")
+    with pytest.raises(ValueError, match=r"gang_size=0"):
+        GangSchedulingConfig(gang_size=0)
+    with pytest.raises(ValueError, match=r"lacks gang_size"):
+        Member.options(gang_scheduling_config={"gang_placement_strategy": "SPREAD"})
+    # a config file's dict, with Ray's enum values as strings
+    schema = DeploymentSchema.parse_obj({"name": "Member", "num_replicas": 4, "gang_scheduling_config": {
+        "gang_size": 4, "gang_placement_strategy": "SPREAD"}})
+    assert schema.gang_scheduling_config == {"gang_size": 4, "gang_placement_strategy": "SPREAD"}
+    spread = Member.options(gang_scheduling_config={"gang_size": 4, "gang_placement_strategy": "SPREAD"})
+    assert spread.config.gang_scheduling_config == GangSchedulingConfig(4, GangPlacementStrategy.SPREAD,
+                                                                        GangRuntimeFailurePolicy.RESTART_GANG)
+
+
+def test_members_know_their_gang_and_a_dead_member_takes_its_gang_down_and_back(client):
+    handle = serve.run(Member.bind(), name="gangs", route_prefix=None)
+    gangs = _gangs(_members(handle, 4))
+    assert len(gangs) == 2
+    for gang_id, members in gangs.items():
+        ids = tuple(m[5] for m in members)
+        assert [m[1] for m in members] == [0, 1] and {m[2] for m in members} == {2}
+        assert {m[3] for m in members} == {ids}  # every member lists the gang's ids, by rank
+        assert len({m[4] for m in members}) == 1 and members[0][4]  # one placement group per gang
+    doomed, spared = gangs.values()
+    os.kill(doomed[1][6], signal.SIGKILL)
+    wait_until(lambda: not alive(doomed[0][6]), 30, "the dead member's peer to be stopped with it")
+
+    def replaced() -> bool:
+        now = _gangs(_members(handle, 4))
+        return len(now) == 2 and doomed[0][0] not in now and spared[0][0] in now
+
+    wait_until(replaced, 60, "a whole new gang beside the untouched one")
+    assert all(alive(m[6]) for m in spared)
+    status = serve.status().applications["gangs"].deployments["Member"]
+    assert status.replica_states == {"RUNNING": 4} and status.restarts >= 1
+    # a redeploy with fewer replicas stops a whole gang
+    handle = serve.run(Member.options(num_replicas=2).bind(), name="gangs", route_prefix=None)
+    wait_until(lambda: serve.status().applications["gangs"].deployments["Member"].replica_states == {"RUNNING": 2},
+               30, "one gang to stop")
+    assert len(_gangs(_members(handle, 2))) == 1
+    handle = serve.run(Member.bind(), name="gangs", route_prefix=None)  # and more starts a whole gang
+    assert len(_gangs(_members(handle, 4))) == 2
+    serve.delete("gangs")
+
+
+def test_a_gang_that_cannot_start_every_member_starts_none_and_gives_its_room_back(client):
+    free = muster.available_resources().get("CPU", 0.0)
+    with pytest.raises(DeployFailedError, match="rank 1 cannot start"):
+        serve.run(Member.options(num_replicas=2).bind(fail_rank=1), name="broken", route_prefix=None)
+    assert serve.status().applications["broken"].status == "DEPLOY_FAILED"
+    wait_until(lambda: muster.available_resources().get("CPU", 0.0) == pytest.approx(free), 15,
+               "the failed gang's placement group and replicas to give their CPUs back")
+    serve.delete("broken")
