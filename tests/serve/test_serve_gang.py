@@ -119,3 +119,19 @@ def test_a_gang_that_cannot_start_every_member_starts_none_and_gives_its_room_ba
     wait_until(lambda: muster.available_resources().get("CPU", 0.0) == pytest.approx(free), 15,
                "the failed gang's placement group and replicas to give their CPUs back")
     serve.delete("broken")
+
+
+def test_an_idle_gang_scales_to_zero(client):
+    """Scaling moves whole gangs; an idle gang of 2 was stuck at 2: the policy's step down to 1 was rounded back
+    up to a whole gang, so its last step, to 0, was never taken (Ray's gang policy counts the gang as one)."""
+    auto = {"min_replicas": 0, "max_replicas": 2, "initial_replicas": 2, "upscale_delay_s": 30,
+            "downscale_delay_s": 0.5, "metrics_interval_s": 0.2, "look_back_period_s": 0.4}
+    handle = serve.run(Member.options(autoscaling_config=auto).bind(), name="idle", route_prefix=None)
+    assert len(_gangs(_members(handle, 2))) == 1
+
+    def at_zero() -> bool:
+        d = serve.status().applications["idle"].deployments["Member"]
+        return not d.replica_states and d.target_replicas == 0
+
+    wait_until(at_zero, 30, "the idle gang at 0 replicas")
+    serve.delete("idle")

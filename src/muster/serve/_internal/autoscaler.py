@@ -17,6 +17,7 @@ from typing import Any, Callable
 from muster.serve._internal import autoscaling, router
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.state import AppState, DeploymentState
+from muster.serve.gang import round_up
 
 _ASK_AGAIN_S = 2.0  # an ask of the ingress unanswered this long is made again
 
@@ -32,8 +33,12 @@ def autoscale(d: DeploymentState, ongoing: float, now: float, resize: Resize) ->
     cfg = d.plan.config.autoscaling_config
     assert cfg is not None
     current = d.live()
+    gang = d.plan.config.gang_scheduling_config
+    # a gang-scheduled deployment moves in whole gangs (see _scale_to); as in Ray, its one gang counts as one replica
+    # for a policy that may scale to zero, so the policy's last step down, 1 -> 0, is still reached
+    seen = 1 if gang is not None and cfg.min_replicas == 0 and current == gang.gang_size else current
     try:
-        want = autoscaling.decide(cfg, current, ongoing, now, d.scale, _facts(d))
+        want = autoscaling.decide(cfg, seen, ongoing, now, d.scale, _facts(d))
     except Exception as exc:  # noqa: BLE001 - a custom policy's failure: keep the count, say why
         _failed([d], exc, "the autoscaling policy")
         return
@@ -132,6 +137,9 @@ def _failed(deps: list[DeploymentState], exc: Exception, what: str) -> None:
 
 
 def _scale_to(d: DeploymentState, want: int, current: int, ongoing: float, resize: Resize) -> None:
+    gang = d.plan.config.gang_scheduling_config
+    if gang is not None:  # whole gangs: a decision is rounded up, as Ray's gang policy does
+        want = round_up(want, gang.gang_size)
     if want != d.target:
         d.message = f"autoscaling from {d.target} to {want} replicas ({ongoing:g} ongoing requests)"
         print(f"[serve] {d.plan.name}: {d.message}", file=sys.stderr, flush=True)
