@@ -167,3 +167,32 @@ def test_is_canceled_is_refused_in_the_driver_and_in_async_actors():
         assert "not supported in an async actor" in muster.get(a.check.remote(), timeout=TIMEOUT)
     finally:
         muster.kill(a)
+
+
+@muster.remote
+class SlowToStart:
+    """An actor whose constructor takes a while: calls made meanwhile wait in the driver for it."""
+
+    def __init__(self, seconds):
+        time.sleep(seconds)
+
+    def touch(self, path):
+        _mark(path)
+
+    async def touch_async(self, path):
+        _mark(path)
+
+
+@pytest.mark.parametrize("method", ["touch", "touch_async"])
+def test_a_call_cancelled_while_its_actor_still_starts_never_runs(tmp_path, method):
+    a = SlowToStart.remote(1.5)
+    try:
+        path = str(tmp_path / "ran")
+        ref = getattr(a, method).remote(path)
+        time.sleep(0.5)  # the call is handed to the sender, which waits for the actor's process
+        _cancel_then_get(ref)
+        after = str(tmp_path / "after")
+        muster.get(getattr(a, method).remote(after), timeout=TIMEOUT)  # the actor has run what it was sent
+        assert os.path.exists(after) and not os.path.exists(path)  # Ray never runs a cancelled pending call
+    finally:
+        muster.kill(a)

@@ -408,6 +408,9 @@ class ActorHandle:
         except BaseException as exc:  # noqa: BLE001 - creation failed, or a dependency did
             _settle(out, exc=self._dead if isinstance(self._dead, ActorDiedError) else exc)
             return
+        if out.done():  # cancelled while it waited for the actor or its arguments: never runs, as in Ray
+            self._retries_left.pop(token, None)
+            return
         if self._task_retries:
             self._sent[token] = call
         if self._concurrent:
