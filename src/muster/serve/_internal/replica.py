@@ -184,6 +184,15 @@ class _Conn(wire.FrameProtocol):
             task.cancel()
 
 
+def _raised_here(exc: BaseException) -> bool:
+    """Whether the replica raised ``exc`` itself (a call to a method the class lacks, a result of the wrong kind):
+    its traceback ends in this module, holds no user code, and the message says everything."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename == __file__
+
+
 def _call_of(payload: bytes) -> tuple:
     """A handle call's (method, args, kwargs, streaming, model id, request id, route); an error for its caller if
     it will not unpickle."""
@@ -423,7 +432,9 @@ class ReplicaActor:
         """Answer the request with its error; the HTTP status that says it."""
         self.errors += 1
         err = responses.error_for(exc, f"{self.where} {what}")
-        if err.status >= 500:
+        if err.status >= 500 and _raised_here(exc):  # the call's fault (a method the class lacks): one line
+            print(f"[serve] {self.where}: {what} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        elif err.status >= 500:  # user code's: its traceback
             print(f"[serve] {self.where}: {what} failed:\n{err.traceback}", file=sys.stderr, flush=True)
         proto.send(stream, wire.RESP_ERROR, wire.dumps(err))
         return err.status
