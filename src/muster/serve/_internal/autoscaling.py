@@ -69,8 +69,8 @@ def _custom_metrics(cfg: AutoscalingConfig, state: ScaleState, now: float, runni
         for rid, series in by_replica.items():
             kept = [p for p in series if p.timestamp >= now - cfg.look_back_period_s]
             if rid in running and kept:
-                raw.setdefault(name, {})[ReplicaID(rid)] = kept
-                aggregated.setdefault(name, {})[ReplicaID(rid)] = _over_time(cfg, kept, now)
+                raw.setdefault(name, {})[ReplicaID._of_tag(rid)] = kept
+                aggregated.setdefault(name, {})[ReplicaID._of_tag(rid)] = _over_time(cfg, kept, now)
     return aggregated, raw
 
 
@@ -170,7 +170,7 @@ def _context(cfg: AutoscalingConfig, current: int, total: float, now: float, sta
     aggregated, raw = _custom_metrics(cfg, state, now, facts.running)
     return AutoscalingContext(
         deployment_id=DeploymentID(facts.deployment, facts.app), current_num_replicas=current,
-        target_num_replicas=facts.target, running_replicas=[ReplicaID(r) for r in facts.running],
+        target_num_replicas=facts.target, running_replicas=[ReplicaID._of_tag(r) for r in facts.running],
         total_num_requests=total, capacity_adjusted_min_replicas=cfg.min_replicas,
         capacity_adjusted_max_replicas=cfg.max_replicas, policy_state=dict(state.policy_state),
         last_scale_up_time=state.last_up, last_scale_down_time=state.last_down, current_time=now, config=cfg,

@@ -231,9 +231,9 @@ class ReplicaActor:
         self._wants_request: dict[str, bool] = {}  # does __call__ take the Request (see _http_args)
         rank = replica_context.ReplicaRank(spec.rank, 0, spec.rank)  # one node's ranks (see ReplicaSpec.rank)
         replica_context.set_deployment_actors(spec.deployment_actors or {})
-        replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, None, rank,
-                                                            spec.world_size, spec.config,
-                                                            code_version=spec.code_version or None))
+        replica_context._set(replica_context.ReplicaContext(
+            replica_context.ReplicaID._of_tag(spec.replica_id), None, spec.config, rank, spec.world_size,
+            code_version=spec.code_version or None))
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
         self.target = target
         self.asgi = getattr(target, "__serve_asgi_app__", None)
@@ -244,9 +244,9 @@ class ReplicaActor:
             self.obj = eventloop.run_sync(worker_side.construct(target, spec.init_args, spec.init_kwargs))
         else:
             self.obj = target
-        replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj, rank,
-                                                            spec.world_size, spec.config,
-                                                            code_version=spec.code_version or None))
+        replica_context._set(replica_context.ReplicaContext(
+            replica_context.ReplicaID._of_tag(spec.replica_id), self.obj, spec.config, rank, spec.world_size,
+            code_version=spec.code_version or None))
         self.autoscaling_stats = autoscaling_stats.AutoscalingStats(self.obj, self.where)
         self.conns: set[_Conn] = set()  # the callers connected now (told of the models held, see _models_changed)
         self._models_told = True
