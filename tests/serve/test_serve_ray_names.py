@@ -62,8 +62,9 @@ def test_replica_unavailable_error_is_what_a_dead_replica_raises():
 def test_custom_metrics_are_aggregated_per_replica_over_the_window_as_rays():
     cfg = AutoscalingConfig(max_replicas=4, look_back_period_s=10)
     state = autoscaling.ScaleState()
-    for now, value in ((0.0, 10.0), (1.0, 40.0)):
-        autoscaling.record_custom(cfg, state, {"app#D#r1": {"load": value}, "app#D#r2": {"load": 5.0}}, now)
+    # one round at 1.0 brings r1's two samples since the last (their ages then: 1 s and 0 s)
+    autoscaling.record_custom(cfg, state, {"app#D#r1": [(1.0, {"load": 10.0}), (0.0, {"load": 40.0})],
+                                           "app#D#r2": [(0.0, {"load": 5.0})]}, 1.0)
     facts = autoscaling.Facts("app", "D", 2, ["app#D#r1"])  # r2 is not running: left out
     ctx = autoscaling._context(cfg, 2, 0.0, 4.0, state, facts)
     r1 = ReplicaID("r1", DeploymentID("D", "app"))

@@ -43,14 +43,15 @@ class ScaleState:
     custom: dict[str, dict[str, collections.deque]] = field(default_factory=dict)
 
 
-def record_custom(cfg: AutoscalingConfig, state: ScaleState, reports: dict[str, dict[str, float]],
-                  now: float) -> None:
-    """Keep a stats round's custom metrics (replica id -> ``{metric: value}``), sampled at ``now``; samples older
-    than ``look_back_period_s`` go."""
-    for rid, values in reports.items():
-        for name, value in values.items():
-            series = state.custom.setdefault(name, {}).setdefault(rid, collections.deque(maxlen=_MAX_SAMPLES))
-            series.append(TimeStampedValue(now, value))
+def record_custom(cfg: AutoscalingConfig, state: ScaleState,
+                  reports: dict[str, list[tuple[float, dict[str, float]]]], now: float) -> None:
+    """Keep a stats round's custom metrics (replica id -> its samples since the last round, oldest first, each
+    ``(age in seconds at now, {metric: value})``); samples older than ``look_back_period_s`` go."""
+    for rid, samples in reports.items():
+        for age, values in samples:
+            for name, value in values.items():
+                series = state.custom.setdefault(name, {}).setdefault(rid, collections.deque(maxlen=_MAX_SAMPLES))
+                series.append(TimeStampedValue(now - age, value))
     for name, by_replica in list(state.custom.items()):
         for rid, series in list(by_replica.items()):
             while series and series[0].timestamp < now - cfg.look_back_period_s:

@@ -226,7 +226,7 @@ class ReplicaActor:
         self.served = 0
         self.errors = 0
         self.started = time.monotonic()  # its stats say how long it has been up: the first round's rate spans that
-        self.latency_ms = metrics.Unacked(maxlen=20000)  # finished requests', until the controller has them
+        self.latency_ms: metrics.Unacked[float] = metrics.Unacked(maxlen=20000)  # finished requests', until read
         self._methods: dict[str, tuple[Any, bool]] = {}
         self._wants_request: dict[str, bool] = {}  # does __call__ take the Request (see _http_args)
         rank = replica_context.ReplicaRank(spec.rank, 0, spec.rank)  # one node's ranks (see ReplicaSpec.rank)
@@ -248,6 +248,10 @@ class ReplicaActor:
             replica_context.ReplicaID._of_tag(spec.replica_id), self.obj, spec.config, rank, spec.world_size,
             code_version=spec.code_version or None))
         self.autoscaling_stats = autoscaling_stats.AutoscalingStats(self.obj, self.where)
+        auto = self.config.autoscaling_config
+        if auto is not None:  # Ray calls record_autoscaling_stats only then
+            self.autoscaling_stats.start(autoscaling_stats.sample_period(auto.look_back_period_s,
+                                                                         auto.metrics_interval_s))
         self.conns: set[_Conn] = set()  # the callers connected now (told of the models held, see _models_changed)
         self._models_told = True
         if multiplex.is_multiplexed(target):  # its callers route by model: tell them what it holds
@@ -336,10 +340,10 @@ class ReplicaActor:
                 snap["acks"]["ttft_ms"] = snap["llm"].pop("ack")
             except Exception as exc:  # noqa: BLE001 - metrics never fail the replica
                 print(f"[serve] {self.where}: reading its LLM metrics failed: {exc!r}", file=sys.stderr, flush=True)
-        if self.config.autoscaling_config is not None:  # Ray calls record_autoscaling_stats only then
-            custom_stats = self.autoscaling_stats.read()
-            if custom_stats is not None:
-                snap["autoscaling_stats"] = custom_stats
+        custom_stats, custom_ack = self.autoscaling_stats.take(acks.get("autoscaling_stats", 0))
+        snap["acks"]["autoscaling_stats"] = custom_ack
+        if custom_stats:
+            snap["autoscaling_stats"] = custom_stats  # [(age in seconds, {metric: value})], oldest first
         waiting = router.queued_counts()  # its calls to deployments with no running replica: demand for them
         if waiting:
             snap["waiting"] = waiting
@@ -351,6 +355,7 @@ class ReplicaActor:
     def drain(self, timeout_s: float) -> int:
         """Wait (bounded) until no request is in flight, then run the object's ``__del__`` (as Ray
         Serve does on a graceful stop: an engine it started stops with it); return how many were left."""
+        self.autoscaling_stats.stop()
         deadline = time.monotonic() + timeout_s
         while self.ongoing and time.monotonic() < deadline:
             time.sleep(0.01)
