@@ -65,7 +65,7 @@ def test_counter_and_histogram_of_two_replicas_are_exported(port, storage, dashb
     for s in counters:
         assert s["kind"] == "counter" and s["tags"]["model"] == "m1" and s["tags"]["route"] == "/counted"
         assert s["tags"]["deployment"] == "Counted" and s["tags"]["application"] == "counted"
-        assert s["tags"]["replica"].startswith("counted#Counted#")
+        assert re.fullmatch(r"\w+", s["tags"]["replica"])  # Ray's: the replica's unique_id (was app#dep#id)
     hist = [s for s in series if s["name"] == "my_sizes"]
     assert sum(h["count"] for h in hist) == N and sum(h["sum"] for h in hist) == (5 + 50 + 500) * N // 3
     assert [sum(h["buckets"][i] for h in hist) for i in range(4)] == [0, N // 3, N // 3, N // 3]

@@ -140,3 +140,38 @@ def test_record_autoscaling_stats_reaches_the_policy_as_rays_custom_metrics(clie
     handle.broadcast("set_load", 0).results(timeout_s=30)
     wait_until(lambda: running() == 1, 60, "back to 1 replica once every replica reports 0")
     serve.delete("gauged")
+
+
+WINDOWS: list = []  # the samples of each window the policy below saw: [(timestamp, value)] per replica
+
+
+def keep_one(ctx):
+    WINDOWS.extend([(p.timestamp, p.value) for p in s] for s in ctx.raw_metrics.get("calls", {}).values())
+    return 1, {}
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, autoscaling_config={
+    **_AUTO, "max_replicas": 1, "metrics_interval_s": 1.0, "look_back_period_s": 1.0,
+    "policy": {"policy_function": keep_one}})
+class Sampled:
+    def __init__(self):
+        self.calls = 0
+
+    def record_autoscaling_stats(self) -> dict:
+        self.calls += 1
+        return {"calls": self.calls}
+
+
+def test_record_autoscaling_stats_is_sampled_as_rays_several_times_per_window(client):
+    """Ray calls it every min(look_back_period_s * 0.2, metrics_interval_s): here every 0.2 s, so a 1 s window
+    holds about five samples (muster called it once per 1 s stats round: one sample a window, and "max" or "mean"
+    over the window saw a single value)."""
+    serve.run(Sampled.bind(), name="sampled", route_prefix=None)
+    wait_until(lambda: len(WINDOWS) >= 3, 30, "three of the policy's windows")
+    serve.delete("sampled")
+    window = WINDOWS[-1]
+    assert len(window) >= 3, WINDOWS
+    gaps = [b[0] - a[0] for a, b in zip(window, window[1:])]
+    assert all(0.1 < g < 0.5 for g in gaps), gaps  # about 0.2 s apart
+    values = [v for _, v in window]
+    assert values == sorted(values) and values[-1] - values[0] == len(values) - 1  # every call, in order

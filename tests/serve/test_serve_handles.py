@@ -346,10 +346,13 @@ def test_a_logging_config_sets_the_replicas_log_level(client, capfd):
     with pytest.raises(ValueError, match=r"LoggingConfig\(log_level='LOUD'\): use one of"):
         LoggingConfig(log_level="LOUD")
     assert LoggingConfig(encoding="json", log_level=logging.DEBUG).log_level == "DEBUG"
-    with pytest.warns(UserWarning, match=r"proxy_location='Disabled': muster always runs its one HTTP ingress"):
-        serve.start(proxy_location="Disabled")  # Serve runs: nothing else happens; silently ignored before
+    with pytest.warns(UserWarning, match=r"Serve already runs with an HTTP ingress; proxy_location='Disabled'"):
+        serve.start(proxy_location="Disabled")  # Serve runs: it applies to a new start (test_serve_lifecycle)
     with pytest.warns(UserWarning, match=r"proxy_location='Disabled'"):
         serve.start(ProxyLocation.Disabled)  # Ray's enum, first positional as in Ray
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        serve.start(proxy_location=ProxyLocation.HeadOnly)  # what muster does
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         serve.start(proxy_location=ProxyLocation.EveryNode)  # Ray's default: on one node what muster does

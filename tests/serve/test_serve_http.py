@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 
 import pytest
 from fastapi import FastAPI, HTTPException
@@ -67,7 +68,9 @@ class Kinds:
             ctx = serve.get_replica_context()
             rid = ctx.replica_id  # Ray's ReplicaID (it was a plain string)
             return {"app": ctx.app_name, "deployment": ctx.deployment, "replica": ctx.replica_tag,
-                    "unique": rid.unique_id, "dep_id": [rid.deployment_id.app_name, rid.deployment_id.name]}
+                    "unique": rid.unique_id, "dep_id": [rid.deployment_id.app_name, rid.deployment_id.name],
+                    "full": rid.to_full_id_str(), "str": str(rid),
+                    "back": type(rid).from_full_id_str(rid.to_full_id_str()) == rid}
         if kind == "env":
             return os.environ.get("MUSTER_SERVE_TEST_VAR", "missing")
         if kind == "query":
@@ -176,8 +179,11 @@ def test_return_types(apps):
     assert (r.status_code, r.text, r.headers["x-muster"]) == (418, "teapot", "yes")
     assert apps.get("/kinds", params={"kind": "list"}).json() == [1, 2, 3]
     ctx = apps.get("/kinds", params={"kind": "context"}).json()
-    assert ctx["app"] == "kinds" and ctx["deployment"] == "Kinds" and ctx["replica"].startswith("kinds#Kinds#")
-    assert ctx["replica"].endswith("#" + ctx["unique"]) and ctx["dep_id"] == ["kinds", "Kinds"]
+    assert ctx["app"] == "kinds" and ctx["deployment"] == "Kinds" and ctx["dep_id"] == ["kinds", "Kinds"]
+    # Ray's: replica_tag is the unique id alone (it was app#deployment#id); the full id string has Ray's prefix
+    assert ctx["replica"] == ctx["unique"] and re.fullmatch(r"\w+", ctx["unique"])
+    assert ctx["full"] == f"SERVE_REPLICA::kinds#Kinds#{ctx['unique']}" and ctx["back"] is True
+    assert ctx["str"] == f"Replica(id='{ctx['unique']}', deployment='Kinds', app='kinds')"
     assert apps.get("/kinds", params={"kind": "env"}).text == "set"
     r = apps.get("/kinds", params={"kind": "none"})  # as Ray: an empty text body (it was "null", JSON)
     assert (r.status_code, r.content, r.headers["content-type"].split(";")[0]) == (200, b"", "text/plain")

@@ -46,6 +46,40 @@ def test_a_port_another_process_listens_on_is_refused_naming_it():
         assert serve.run(hello.bind(), name="hello", route_prefix="/hello").remote().result(timeout_s=30) == "hello"
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("location", ["Disabled", "NoServer"])
+def test_proxy_location_disabled_runs_no_http_server_and_handles_work(location):
+    """Ray runs no proxy then; muster warned and ran its HTTP ingress anyway."""
+    import warnings
+
+    from muster.serve.config import ProxyLocation
+
+    port = _free_port()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # it is done, not warned about
+        serve.start(proxy_location=location, http_options={"host": "127.0.0.1", "port": port})
+    try:
+        h = serve.run(Named.bind("no proxy"), name="noproxy", route_prefix="/np")
+        assert h.remote().result(timeout_s=30) == "no proxy"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # free: nothing listens on it
+        st = serve.status()
+        assert st.proxies == {} and st.http == {} and st.applications["noproxy"].status == "RUNNING"
+        with pytest.warns(UserWarning, match=r"Serve already runs without an HTTP ingress; proxy_location="
+                                             r"'HeadOnly' applies to a new start"):
+            serve.start(proxy_location=ProxyLocation.HeadOnly)
+    finally:
+        serve.shutdown()
+    with serving() as client:  # started by default: with its ingress again
+        serve.run(Named.bind("proxied"), name="proxied", route_prefix="/p")
+        assert client.get("/p").text == "proxied" and list(serve.status().proxies) == ["ingress"]
+
+
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command makes the test's certificate")
 @pytest.mark.parametrize("server", ["granian", "uvicorn"])
 def test_https_with_a_certificate_and_key(tmp_path, server):

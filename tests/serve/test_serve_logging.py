@@ -213,6 +213,38 @@ def test_a_batch_lists_its_callers_request_contexts_and_each_caller_keeps_its_ow
     serve.delete("batched")
 
 
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class NoHttp:
+    def fails(self):
+        raise KeyError("user-bug")
+
+
+def test_a_call_to_a_missing_method_logs_one_line_and_user_errors_their_traceback(client, capfd):
+    """The caller's error already lists the methods: the replica says it in one line, where it logged a traceback of
+    its own frames; an exception in user code still logs its traceback."""
+    h = serve.run(NoHttp.bind(), name="nohttp", route_prefix="/nohttp")
+    with pytest.raises(serve.RayServeException, match="no method 'nope'"):
+        h.nope.remote().result(timeout_s=30)
+    assert client.get("/nohttp").status_code == 500  # no __call__
+    with pytest.raises(KeyError, match="user-bug"):
+        h.fails.remote().result(timeout_s=30)
+    out: list[str] = []
+
+    def printed() -> bool:
+        out.append("".join(capfd.readouterr()))
+        return "user-bug" in "".join(out) and "'__call__'" in "".join(out) and "'nope'" in "".join(out)
+
+    wait_until(printed, 15, "the replica's three error lines in the driver's output")
+    text = "".join(out)
+    nope = [ln for ln in text.splitlines() if "no method 'nope'" in ln]
+    assert len(nope) == 1 and "nope() failed: RayServeException: " in nope[0], text
+    http = [ln for ln in text.splitlines() if "no method '__call__'" in ln]
+    assert len(http) == 1 and "GET /nohttp failed: RayServeException: " in http[0], text
+    assert text.count("Traceback (most recent call last)") == 1, text  # the user's KeyError only
+    assert re.search(r"Traceback \(most recent call last\):\n(.*\n)*.*in fails\n(.*\n)*.*KeyError: 'user-bug'", text)
+    serve.delete("nohttp")
+
+
 def test_logging_config_is_checked():
     with pytest.raises(ValueError, match=r"additional_log_standard_attrs=\['funcname'\].*LogRecord"):
         LoggingConfig(additional_log_standard_attrs=["funcname"])

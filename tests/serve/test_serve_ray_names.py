@@ -15,7 +15,7 @@ from muster.serve.autoscaling_policy import (
     replica_queue_length_autoscaling_policy,
 )
 from muster.serve.config import AggregationFunction, AutoscalingConfig, ProxyLocation
-from muster.serve.context import DeploymentID
+from muster.serve.context import DeploymentID, ReplicaID
 from muster.serve.exceptions import RayServeException, ReplicaDiedError, ReplicaUnavailableError
 
 
@@ -62,14 +62,16 @@ def test_replica_unavailable_error_is_what_a_dead_replica_raises():
 def test_custom_metrics_are_aggregated_per_replica_over_the_window_as_rays():
     cfg = AutoscalingConfig(max_replicas=4, look_back_period_s=10)
     state = autoscaling.ScaleState()
-    for now, value in ((0.0, 10.0), (1.0, 40.0)):
-        autoscaling.record_custom(cfg, state, {"r1": {"load": value}, "r2": {"load": 5.0}}, now)
-    facts = autoscaling.Facts("app", "D", 2, ["r1"])  # r2 is not running: left out
+    # one round at 1.0 brings r1's two samples since the last (their ages then: 1 s and 0 s)
+    autoscaling.record_custom(cfg, state, {"app#D#r1": [(1.0, {"load": 10.0}), (0.0, {"load": 40.0})],
+                                           "app#D#r2": [(0.0, {"load": 5.0})]}, 1.0)
+    facts = autoscaling.Facts("app", "D", 2, ["app#D#r1"])  # r2 is not running: left out
     ctx = autoscaling._context(cfg, 2, 0.0, 4.0, state, facts)
-    assert ctx.aggregated_metrics == {"load": {"r1": (10 * 1 + 40 * 3) / 4}}  # each value weighed by how long it held
-    assert [(p.timestamp, p.value) for p in ctx.raw_metrics["load"]["r1"]] == [(0.0, 10.0), (1.0, 40.0)]
+    r1 = ReplicaID("r1", DeploymentID("D", "app"))
+    assert ctx.aggregated_metrics == {"load": {r1: (10 * 1 + 40 * 3) / 4}}  # each value weighed by how long it held
+    assert [(p.timestamp, p.value) for p in ctx.raw_metrics["load"][r1]] == [(0.0, 10.0), (1.0, 40.0)]
     peak = AutoscalingConfig(max_replicas=4, look_back_period_s=2, aggregation_function="max")
-    assert autoscaling._context(peak, 2, 0.0, 2.5, state, facts).aggregated_metrics == {"load": {"r1": 40.0}}
+    assert autoscaling._context(peak, 2, 0.0, 2.5, state, facts).aggregated_metrics == {"load": {r1: 40.0}}
     autoscaling.record_custom(cfg, state, {}, 30.0)  # past the window: every sample goes
     assert state.custom == {}
 

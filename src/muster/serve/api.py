@@ -38,7 +38,8 @@ def start(proxy_location: ProxyLocation | str | None = None, http_options: HTTPO
 
     Args:
         proxy_location: Ray's ``ProxyLocation`` (or its name): muster's one ingress runs on the driver's node
-            (``HeadOnly``; ``EveryNode`` is the same on one node); ``Disabled`` warns that it still runs.
+            (``HeadOnly``; ``EveryNode`` is the same on one node); ``Disabled`` runs no HTTP ingress (the port
+            stays free, ``serve.status().proxies`` is empty) and apps are reached through handles.
         http_options: ``{"host": "127.0.0.1", "port": 8000}`` (the defaults);
             also ``request_timeout_s``, ``max_body_bytes``, ``server``
             ("granian" or "uvicorn"; left out: granian, moved to uvicorn
@@ -53,15 +54,22 @@ def start(proxy_location: ProxyLocation | str | None = None, http_options: HTTPO
     """
     location = ProxyLocation._normalize(proxy_location)
     opts = HTTPOptions.coerce(http_options)
-    _warn_ignored_start_options({"proxy_location": location, "grpc_options": grpc_options,
-                                 "logging_config": logging_config, "tracing_config": tracing_config,
-                                 "controller_options": controller_options})
-    _start(opts)
+    _warn_ignored_start_options({"grpc_options": grpc_options, "logging_config": logging_config,
+                                 "tracing_config": tracing_config, "controller_options": controller_options})
+    proxy = location is not ProxyLocation.Disabled
+    if _controller is not None and location is not None and _controller.proxy != proxy:
+        import warnings
+
+        warnings.warn(f"serve.start: Serve already runs {'with' if _controller.proxy else 'without'} an HTTP "
+                      f"ingress; proxy_location={location.value!r} applies to a new start (call serve.shutdown() "
+                      "first).", stacklevel=2)
+    _start(opts, proxy=proxy)
 
 
-def _start(opts: HTTPOptions, websockets: bool = False) -> None:
+def _start(opts: HTTPOptions, websockets: bool = False, proxy: bool = True) -> None:
     """Start Serve unless it runs; ``websockets``: the app about to be deployed has WebSocket routes (an ingress
-    whose server the user left out then starts on uvicorn, instead of granian and a move)."""
+    whose server the user left out then starts on uvicorn, instead of granian and a move); ``proxy``: False
+    runs no HTTP ingress (Ray's ``ProxyLocation.Disabled``)."""
     global _controller
     with _lock:
         if _controller is not None:
@@ -69,7 +77,7 @@ def _start(opts: HTTPOptions, websockets: bool = False) -> None:
         from muster.serve._internal import admin
         from muster.serve._internal.controller import ServeController
 
-        _controller = ServeController(opts, websockets)
+        _controller = ServeController(opts, websockets, proxy)
         admin.start(_controller)
         from muster.tasks import owner
 
@@ -94,9 +102,6 @@ def _warn_ignored_start_options(options: dict[str, Any]) -> None:
     if options.get("logging_config") is not None:
         said.append("logging_config sets the logs of Ray's controller and proxies, and muster's write none (give it "
                     "to serve.run(logging_config=...) or @serve.deployment(logging_config=...) for the replicas')")
-    if options.get("proxy_location") is ProxyLocation.Disabled:
-        said.append("proxy_location='Disabled': muster always runs its one HTTP ingress (use route_prefix=None "
-                    "for apps reached by handles only)")
     if options.get("grpc_options") is not None:
         said.append("grpc_options: muster serves HTTP only")
     if options.get("tracing_config") is not None:

@@ -16,21 +16,51 @@ class DeploymentID:
     app_name: str
 
 
-class ReplicaID(str):
-    """Ray's ``ReplicaID``: the replica's tag (``app#deployment#id``, as a string), with Ray's
-    ``unique_id`` (the last part) and ``deployment_id``."""
+_FULL_ID_PREFIX = "SERVE_REPLICA::"  # Ray's full replica id string starts with it
 
-    @property
-    def unique_id(self) -> str:
-        return self.rsplit("#", 1)[-1]
 
-    @property
-    def deployment_id(self) -> DeploymentID:
-        app, _, rest = self.partition("#")
-        return DeploymentID(rest.rsplit("#", 1)[0], app)
+@dataclass(frozen=True)
+class ReplicaID:
+    """Ray's ``ReplicaID``: the replica's ``unique_id`` within its deployment and its ``deployment_id``."""
+
+    unique_id: str
+    deployment_id: DeploymentID
+
+    @classmethod
+    def _of_tag(cls, tag: str) -> ReplicaID:
+        """The ID of muster's replica tag ``app#deployment#unique_id``."""
+        app, _, rest = tag.partition("#")
+        name, _, unique = rest.rpartition("#")
+        return cls(unique, DeploymentID(name, app))
+
+    def _tag(self) -> str:
+        """muster's replica tag: ``app#deployment#unique_id`` (its log file and process names use it)."""
+        return f"{self.deployment_id.app_name}#{self.deployment_id.name}#{self.unique_id}"
 
     def to_full_id_str(self) -> str:
-        return str(self)
+        """Ray's full id string: ``SERVE_REPLICA::app#deployment#unique_id`` (no ``app#`` when the app is unnamed)."""
+        app = f"{self.deployment_id.app_name}#" if self.deployment_id.app_name else ""
+        return f"{_FULL_ID_PREFIX}{app}{self.deployment_id.name}#{self.unique_id}"
+
+    @staticmethod
+    def is_full_id_str(s: str) -> bool:
+        return s.startswith(_FULL_ID_PREFIX)
+
+    @classmethod
+    def from_full_id_str(cls, s: str) -> ReplicaID:
+        """The ID that ``to_full_id_str`` wrote as ``s``."""
+        from muster.exceptions import InvalidArgumentError
+
+        parts = s[len(_FULL_ID_PREFIX):].split("#") if cls.is_full_id_str(s) else []
+        if len(parts) not in (2, 3):
+            raise InvalidArgumentError(
+                f"{s!r} is no full replica id string: pass one that ReplicaID.to_full_id_str() returned "
+                f"({_FULL_ID_PREFIX}app#deployment#unique_id).")
+        return cls(parts[-1], DeploymentID(parts[-2], parts[0] if len(parts) == 3 else ""))
+
+    def __str__(self) -> str:
+        return f"Replica(id='{self.unique_id}', deployment='{self.deployment_id.name}', " \
+               f"app='{self.deployment_id.app_name}')"
 
 
 @dataclass(frozen=True)
@@ -51,21 +81,27 @@ class ReplicaContext:
     deployment actors' ``get_deployment_actor_context()`` too; ``gang_context`` is its ``GangContext`` in a
     gang-scheduled deployment (``gang_scheduling_config``), else ``None``."""
 
-    app_name: str
-    deployment: str
-    replica_tag: str
+    replica_id: ReplicaID
     servable_object: Any = None
-    rank: ReplicaRank | None = None
-    world_size: int = 0
     #: the deployment's ``DeploymentConfig`` (Ray keeps it under this private name too)
     _deployment_config: Any = field(default=None, repr=False)
+    rank: ReplicaRank | None = None
+    world_size: int = 0
     gang_context: Any = None
     code_version: str | None = None
 
     @property
-    def replica_id(self) -> ReplicaID:
-        """The replica's tag as Ray's ``ReplicaID`` (a string with ``unique_id`` and ``deployment_id``)."""
-        return ReplicaID(self.replica_tag)
+    def app_name(self) -> str:
+        return self.replica_id.deployment_id.app_name
+
+    @property
+    def deployment(self) -> str:
+        return self.replica_id.deployment_id.name
+
+    @property
+    def replica_tag(self) -> str:
+        """The replica's ``unique_id`` within its deployment, as Ray's (its metrics' ``replica`` tag)."""
+        return self.replica_id.unique_id
 
 
 _current: ReplicaContext | None = None

@@ -43,14 +43,15 @@ class ScaleState:
     custom: dict[str, dict[str, collections.deque]] = field(default_factory=dict)
 
 
-def record_custom(cfg: AutoscalingConfig, state: ScaleState, reports: dict[str, dict[str, float]],
-                  now: float) -> None:
-    """Keep a stats round's custom metrics (replica id -> ``{metric: value}``), sampled at ``now``; samples older
-    than ``look_back_period_s`` go."""
-    for rid, values in reports.items():
-        for name, value in values.items():
-            series = state.custom.setdefault(name, {}).setdefault(rid, collections.deque(maxlen=_MAX_SAMPLES))
-            series.append(TimeStampedValue(now, value))
+def record_custom(cfg: AutoscalingConfig, state: ScaleState,
+                  reports: dict[str, list[tuple[float, dict[str, float]]]], now: float) -> None:
+    """Keep a stats round's custom metrics (replica id -> its samples since the last round, oldest first, each
+    ``(age in seconds at now, {metric: value})``); samples older than ``look_back_period_s`` go."""
+    for rid, samples in reports.items():
+        for age, values in samples:
+            for name, value in values.items():
+                series = state.custom.setdefault(name, {}).setdefault(rid, collections.deque(maxlen=_MAX_SAMPLES))
+                series.append(TimeStampedValue(now - age, value))
     for name, by_replica in list(state.custom.items()):
         for rid, series in list(by_replica.items()):
             while series and series[0].timestamp < now - cfg.look_back_period_s:
@@ -69,8 +70,8 @@ def _custom_metrics(cfg: AutoscalingConfig, state: ScaleState, now: float, runni
         for rid, series in by_replica.items():
             kept = [p for p in series if p.timestamp >= now - cfg.look_back_period_s]
             if rid in running and kept:
-                raw.setdefault(name, {})[ReplicaID(rid)] = kept
-                aggregated.setdefault(name, {})[ReplicaID(rid)] = _over_time(cfg, kept, now)
+                raw.setdefault(name, {})[ReplicaID._of_tag(rid)] = kept
+                aggregated.setdefault(name, {})[ReplicaID._of_tag(rid)] = _over_time(cfg, kept, now)
     return aggregated, raw
 
 
@@ -170,7 +171,7 @@ def _context(cfg: AutoscalingConfig, current: int, total: float, now: float, sta
     aggregated, raw = _custom_metrics(cfg, state, now, facts.running)
     return AutoscalingContext(
         deployment_id=DeploymentID(facts.deployment, facts.app), current_num_replicas=current,
-        target_num_replicas=facts.target, running_replicas=[ReplicaID(r) for r in facts.running],
+        target_num_replicas=facts.target, running_replicas=[ReplicaID._of_tag(r) for r in facts.running],
         total_num_requests=total, capacity_adjusted_min_replicas=cfg.min_replicas,
         capacity_adjusted_max_replicas=cfg.max_replicas, policy_state=dict(state.policy_state),
         last_scale_up_time=state.last_up, last_scale_down_time=state.last_down, current_time=now, config=cfg,

@@ -28,7 +28,7 @@ from muster.core.runtime import BundleRef
 from muster.exceptions import ActorDiedError, InvalidArgumentError, describe_exit
 from muster.serve import multiplex
 from muster.serve._internal import autoscaler, deployment_actors, gangs, plan, router, server_choice
-from muster.serve._internal.ingress import InProcess, IngressActor, answers, check_port_free
+from muster.serve._internal.ingress import InProcess, IngressActor, NoProxy, answers, check_port_free
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.record import ServeRecorder
 from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
@@ -54,9 +54,12 @@ _CRASHES = {signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal
 class ServeController:
     """Everything ``serve.*`` does in the driver (thread-safe)."""
 
-    def __init__(self, http_options: HTTPOptions, websockets: bool = False):
-        """``websockets``: the first app has WebSocket routes (an ingress left to choose starts on uvicorn)."""
-        check_port_free(http_options)
+    def __init__(self, http_options: HTTPOptions, websockets: bool = False, proxy: bool = True):
+        """``websockets``: the first app has WebSocket routes (an ingress left to choose starts on uvicorn);
+        ``proxy``: False (Ray's ``ProxyLocation.Disabled``) runs no HTTP ingress, and handles alone reach apps."""
+        self.proxy = proxy
+        if proxy:
+            check_port_free(http_options)
         self.runtime = get_runtime()
         self.chosen = http_options.server is not None  # the user named the server: it stays, whatever the apps
         self.options = http_options = server_choice.resolve(http_options, websockets)
@@ -74,8 +77,10 @@ class ServeController:
         self.ingress_lock = threading.Lock()
         self.ingress_checked = 0.0
         self.waiting = autoscaler.Waiting()
-        self.ingress = self._new_ingress(http_options)
-        self.host, self.port = self.ingress.call("address").result(30)
+        self.ingress: Any = self._new_ingress(http_options) if proxy else NoProxy()
+        # with no proxy: the configured address, unbound (the admin record is filed under its port)
+        address: tuple[str, int] = self.ingress.call("address").result(30) or (http_options.host, http_options.port)
+        self.host, self.port = address
         self._stop = threading.Event()
         threading.Thread(target=self._supervise, name="muster-serve-supervisor", daemon=True).start()
 
@@ -455,7 +460,7 @@ class ServeController:
             RayServeException: it does not answer within ``timeout_s`` (says what was seen).
         """
         deadline = time.monotonic() + timeout_s
-        while not answers(self.host, self.port, timeout_s=2.0, tls=self.options.tls):
+        while self.proxy and not answers(self.host, self.port, timeout_s=2.0, tls=self.options.tls):
             why = self._ingress_down()
             if why is not None:
                 self._replace_ingress(why)
@@ -571,6 +576,8 @@ class ServeController:
     def status(self) -> dict[str, Any]:
         with self.lock:
             apps = {**self.failed, **{a.name: a.overview() for a in self.apps.values()}}
+        if not self.proxy:  # as Ray's with ProxyLocation.Disabled: no proxy, no HTTP address
+            return {"proxies": {}, "http": {}, "applications": apps}
         return {"proxies": {"ingress": "HEALTHY" if self.ingress.is_alive() else "UNHEALTHY"},
                 "http": {"host": self.host, "port": self.port, "server": self.options.server,
                          "loop": self.options.loop}, "applications": apps}
@@ -592,7 +599,7 @@ class ServeController:
                 self.ingress.call("stop").result(10)
             except BaseException:  # noqa: BLE001 - killed next anyway
                 pass
-            if self.local:
+            if self.local and self.proxy:
                 self.runtime.kill(self.ingress, grace_s=1.0)
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.record.close()

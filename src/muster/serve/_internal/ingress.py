@@ -347,6 +347,19 @@ class InProcess:
         return not self.obj.task.done()
 
 
+class NoProxy:
+    """Stands in for the ingress under ``ProxyLocation.Disabled``: no HTTP server runs; every call is answered
+    here with nothing (no address, no queued requests) and it never dies."""
+
+    def call(self, method: str, *args: Any) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut.set_result({} if method == "queued" else None)
+        return fut
+
+    def is_alive(self) -> bool:
+        return True
+
+
 class IngressActor:
     """Hosts :class:`IngressApp` on an ASGI server, on this process's Serve loop.
 

@@ -11,15 +11,18 @@ import itertools
 from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from muster.observe import prometheus
 
 LLM_METRICS_HOOK = "__muster_llm_metrics__"  # a replica object's method: (ack) -> LLMMeter.snapshot() dict
 
 
-class Unacked:
-    """Samples (latencies in ms) kept until their reader says it has them.
+_T = TypeVar("_T")
+
+
+class Unacked(Generic[_T]):
+    """Samples (latencies in ms, say) kept until their reader says it has them.
 
     :meth:`add` numbers each sample. :meth:`read` first forgets the samples numbered up to ``ack``
     (the number the reader's previous read gave, once it has used that read), then returns the rest
@@ -29,13 +32,13 @@ class Unacked:
     """
 
     def __init__(self, maxlen: int) -> None:
-        self._q: deque[tuple[int, float]] = deque(maxlen=maxlen)
+        self._q: deque[tuple[int, _T]] = deque(maxlen=maxlen)
         self._n = itertools.count(1)
 
-    def add(self, value: float) -> None:
+    def add(self, value: _T) -> None:
         self._q.append((next(self._n), value))
 
-    def read(self, ack: int) -> tuple[list[float], int]:
+    def read(self, ack: int) -> tuple[list[_T], int]:
         q = self._q
         while q and q[0][0] <= ack:
             q.popleft()

@@ -185,6 +185,15 @@ class _Conn(wire.FrameProtocol):
             task.cancel()
 
 
+def _raised_here(exc: BaseException) -> bool:
+    """Whether the replica raised ``exc`` itself (a call to a method the class lacks, a result of the wrong kind):
+    its traceback ends in this module, holds no user code, and the message says everything."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename == __file__
+
+
 def _call_of(payload: bytes) -> tuple:
     """A handle call's (method, args, kwargs, streaming, model id, request id, route); an error for its caller if
     it will not unpickle."""
@@ -218,14 +227,15 @@ class ReplicaActor:
         self.served = 0
         self.errors = 0
         self.started = time.monotonic()  # its stats say how long it has been up: the first round's rate spans that
-        self.latency_ms = metrics.Unacked(maxlen=20000)  # finished requests', until the controller has them
+        self.latency_ms: metrics.Unacked[float] = metrics.Unacked(maxlen=20000)  # finished requests', until read
         self._methods: dict[str, tuple[Any, bool]] = {}
         self._wants_request: dict[str, bool] = {}  # does __call__ take the Request (see _http_args)
         rank = replica_context.ReplicaRank(spec.rank, 0, spec.rank)  # one node's ranks (see ReplicaSpec.rank)
         replica_context.set_deployment_actors(spec.deployment_actors or {})
-        replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, None, rank,
-                                                            spec.world_size, spec.config, gang_context=spec.gang,
-                                                            code_version=spec.code_version or None))
+        replica_context._set(replica_context.ReplicaContext(
+            replica_context.ReplicaID._of_tag(spec.replica_id), None, spec.config, rank, spec.world_size,
+            gang_context=spec.gang,
+            code_version=spec.code_version or None))
         target = spec.target.load() if isinstance(spec.target, TargetRef) else spec.target
         self.target = target
         self.asgi = getattr(target, "__serve_asgi_app__", None)
@@ -236,10 +246,15 @@ class ReplicaActor:
             self.obj = eventloop.run_sync(worker_side.construct(target, spec.init_args, spec.init_kwargs))
         else:
             self.obj = target
-        replica_context._set(replica_context.ReplicaContext(spec.app, spec.deployment, spec.replica_id, self.obj, rank,
-                                                            spec.world_size, spec.config, gang_context=spec.gang,
-                                                            code_version=spec.code_version or None))
+        replica_context._set(replica_context.ReplicaContext(
+            replica_context.ReplicaID._of_tag(spec.replica_id), self.obj, spec.config, rank, spec.world_size,
+            gang_context=spec.gang,
+            code_version=spec.code_version or None))
         self.autoscaling_stats = autoscaling_stats.AutoscalingStats(self.obj, self.where)
+        auto = self.config.autoscaling_config
+        if auto is not None:  # Ray calls record_autoscaling_stats only then
+            self.autoscaling_stats.start(autoscaling_stats.sample_period(auto.look_back_period_s,
+                                                                         auto.metrics_interval_s))
         self.conns: set[_Conn] = set()  # the callers connected now (told of the models held, see _models_changed)
         self._models_told = True
         if multiplex.is_multiplexed(target):  # its callers route by model: tell them what it holds
@@ -328,10 +343,10 @@ class ReplicaActor:
                 snap["acks"]["ttft_ms"] = snap["llm"].pop("ack")
             except Exception as exc:  # noqa: BLE001 - metrics never fail the replica
                 print(f"[serve] {self.where}: reading its LLM metrics failed: {exc!r}", file=sys.stderr, flush=True)
-        if self.config.autoscaling_config is not None:  # Ray calls record_autoscaling_stats only then
-            custom_stats = self.autoscaling_stats.read()
-            if custom_stats is not None:
-                snap["autoscaling_stats"] = custom_stats
+        custom_stats, custom_ack = self.autoscaling_stats.take(acks.get("autoscaling_stats", 0))
+        snap["acks"]["autoscaling_stats"] = custom_ack
+        if custom_stats:
+            snap["autoscaling_stats"] = custom_stats  # [(age in seconds, {metric: value})], oldest first
         waiting = router.queued_counts()  # its calls to deployments with no running replica: demand for them
         if waiting:
             snap["waiting"] = waiting
@@ -343,6 +358,7 @@ class ReplicaActor:
     def drain(self, timeout_s: float) -> int:
         """Wait (bounded) until no request is in flight, then run the object's ``__del__`` (as Ray
         Serve does on a graceful stop: an engine it started stops with it); return how many were left."""
+        self.autoscaling_stats.stop()
         deadline = time.monotonic() + timeout_s
         while self.ongoing and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -424,7 +440,9 @@ class ReplicaActor:
         """Answer the request with its error; the HTTP status that says it."""
         self.errors += 1
         err = responses.error_for(exc, f"{self.where} {what}")
-        if err.status >= 500:
+        if err.status >= 500 and _raised_here(exc):  # the call's fault (a method the class lacks): one line
+            print(f"[serve] {self.where}: {what} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        elif err.status >= 500:  # user code's: its traceback
             print(f"[serve] {self.where}: {what} failed:\n{err.traceback}", file=sys.stderr, flush=True)
         proto.send(stream, wire.RESP_ERROR, wire.dumps(err))
         return err.status

@@ -99,7 +99,7 @@ def follow_apps(ctl: "ServeController", name: str | None = None) -> None:
     """Keep an ingress the user left to choose on the server its apps need (:func:`wanted`): uvicorn while
     one serves WebSockets over HTTP, granian again once none may. ``name``: the app just deployed, whose
     routes are read first."""
-    if ctl.chosen:
+    if ctl.chosen or not ctl.proxy:
         return
     with ctl.lock:
         app = ctl.apps.get(name) if name is not None else None

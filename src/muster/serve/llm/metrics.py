@@ -28,7 +28,7 @@ class LLMMeter:
         self.requests = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
-        self._ttft_ms = Unacked(maxlen=_MAX_PENDING)
+        self._ttft_ms: Unacked[float] = Unacked(maxlen=_MAX_PENDING)
 
     def started(self, prompt_tokens: int, ttft_s: float) -> None:
         """A request got its first tokens after ``ttft_s`` seconds; its prompt held ``prompt_tokens`` (as in usage)."""
