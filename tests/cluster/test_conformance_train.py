@@ -39,7 +39,10 @@ def training_loop(config):
         dist.all_reduce(t)  # a real collective across the gang
         with tempfile.TemporaryDirectory() as tmp:
             torch.save({"epoch": epoch}, os.path.join(tmp, f"rank_{rank}.pt"))
-            train.report({"epoch": epoch, "sum": t.item(), "attempt": ctx.get_attempt()},
+            here = muster.get_runtime_context()  # the worker actor's ids: on Ray, Ray's own
+            train.report({"epoch": epoch, "sum": t.item(), "attempt": ctx.get_attempt(),
+                          "ids": (here.get_actor_id(), here.get_task_id(), here.get_worker_id()),
+                          "resources": here.get_assigned_resources()},
                          checkpoint=Checkpoint.from_directory(tmp))
         dist.barrier()  # every rank's report returned: this checkpoint must survive
         if config.get("marker") and rank == 1 and epoch == 0 and not os.path.exists(config["marker"]):
@@ -56,6 +59,16 @@ def test_trainer_reports_and_checkpoints(engine, storage):
     assert result.error is None
     assert list(result.metrics_dataframe["epoch"]) == [0, 1, 2]
     assert all(r["sum"] == 3.0 for r in result.all_reports)
+    # each worker is an actor, as Ray's Train workers are: Ray's ids on Ray (an ActorID is 16 bytes, a TaskID
+    # 24, a WorkerID 28), muster's on the embedded engine; each rank's the same through the run
+    ids = {tuple(r["ids"]) for r in result.all_reports}
+    assert len(ids) == 2 and all(len({one[i] for one in ids}) == 2 for i in range(3)), ids
+    assert all(r["resources"] == {"CPU": 1.0} for r in result.all_reports)
+    for actor, task, worker in ids:
+        if engine == "ray":
+            assert (len(actor), len(task), len(worker)) == (32, 48, 56)
+        else:
+            assert task.startswith(actor[:8]) and len(actor) == 24
     with result.checkpoint.as_directory() as folder:
         assert {"rank_0.pt", "rank_1.pt"} <= set(os.listdir(folder))
         assert torch.load(os.path.join(folder, "rank_1.pt")) == {"epoch": 2}

@@ -9,9 +9,11 @@ returned None and the loop went on without a word.
 from __future__ import annotations
 
 import pytest
+import torch.distributed
 
 import muster
 import muster.train as train
+import muster.util.state
 from muster import tune
 from muster.train import RunConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
@@ -47,12 +49,39 @@ def core_calls(rank: int) -> dict:
         # the worker's own resources, as in Ray's Train worker actors (was {}: no task or actor of muster's)
         "resources": muster.get_runtime_context().get_assigned_resources(),
         "gpus": muster.get_runtime_context().get_accelerator_ids()["GPU"],
+        "ids": ids(),
     }
+
+
+def ids() -> dict:
+    """The runtime context's ids, twice: they stay the same through the loop."""
+    ctx = muster.get_runtime_context()
+    first = [ctx.get_job_id(), ctx.get_task_id(), ctx.get_actor_id(), ctx.get_node_id(), ctx.get_worker_id()]
+    again = [ctx.get_job_id(), ctx.get_task_id(), ctx.get_actor_id(), ctx.get_node_id(), ctx.get_worker_id()]
+    return {"job": first[0], "task": first[1], "actor": first[2], "node": first[3], "worker": first[4],
+            "stable": first == again}
+
+
+def assert_worker_ids(seen: list[dict]) -> None:
+    """As in Ray's Train worker actors: each worker is an actor of the driver's job, running one task (the
+    loop's call); the ids are distinct per worker, the node is the driver's."""
+    driver = muster.get_runtime_context()
+    for one in seen:
+        assert one["stable"] and None not in one.values(), one
+        assert (one["job"], one["node"]) == (driver.get_job_id(), driver.get_node_id())
+        assert one["actor"].startswith(one["job"]) and one["task"].startswith(one["job"])
+    for key in ("task", "actor", "worker"):
+        assert len({one[key] for one in seen}) == len(seen), (key, seen)
+    actors = {row["actor_id"] for row in muster.util.state.list_actors()}
+    assert not actors & {one["actor"] for one in seen}  # no muster actor has a worker's id
 
 
 def train_loop():
     rank = train.get_context().get_world_rank()
-    train.report({"rank": rank, **core_calls(rank)})
+    calls = core_calls(rank)
+    both: list = [None, None]
+    torch.distributed.all_gather_object(both, calls["ids"])  # rank 0 reports its peer's ids too
+    train.report({"rank": rank, **calls, "peer_ids": both[1 - rank]})
 
 
 def trial(config):
@@ -69,6 +98,7 @@ def test_a_training_loop_runs_tasks_and_actors(tmp_path):
     m = result.metrics  # rank 0's; rank 1 made the same calls at the same time
     assert (m["rank"], m["squares"], m["outside"], m["tally"], m["put"]) == (0, [0, 1, 4], 16, 11, {"rank": 0})
     assert (m["resources"], m["gpus"]) == ({"CPU": 1.0}, [])
+    assert_worker_ids([m["ids"], m["peer_ids"]])
     assert_only_detached_actors_outlive_it(ranks=(0, 1))
 
 
@@ -82,6 +112,7 @@ def test_a_tune_trial_runs_tasks_and_actors(tmp_path):
     m = grid[0].metrics
     assert (m["squares"], m["outside"], m["tally"], m["put"]) == ([0, 1, 4], 16, 16, {"rank": 5})
     assert (m["resources"], m["gpus"]) == ({"CPU": 0.5}, [])  # tune.with_resources's, as a Ray trial actor's
+    assert_worker_ids([m["ids"]])
     assert_only_detached_actors_outlive_it(ranks=(5,))
 
 

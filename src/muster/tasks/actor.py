@@ -33,7 +33,6 @@ from muster.tasks import runtime_context as rc
 from muster.tasks.objects import ObjectRef, snapshot_args
 from muster.tasks.worker_side import ActorFactory, TaskInfo, freeze, is_async_class
 
-_ids = itertools.count(1)
 _actors: dict[int, "ActorHandle"] = {}
 _lock = threading.Lock()
 _calls_by_ref: dict[int, tuple[int, int]] = {}  # ref id -> (actor id, call token), while pending
@@ -197,7 +196,7 @@ class ActorHandle:
         self._owned = owner.Gang(f"the actor {cls.__name__} that created it")
         self._restarts_left = options.get("max_restarts", 0)
         self._task_retries = options.get("max_task_retries", 0)  # per call, when the actor dies under it
-        self._id = next(_ids)
+        self._id = rc.new_actor_number()
         self._hex_id = rc.actor_hex_id(rc.driver_job_id(), self._id)
         self._task_prefix = task_table.actor_task_id(self._id, 0)[:-8]  # its calls' task ids: this, then the token
         concurrent_default = _DEFAULT_ASYNC_CONCURRENCY if is_async_class(cls) else 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, NoReturn
 
 from muster.core import context as core_context
 from muster.tasks import events, objects
@@ -238,8 +238,13 @@ class ObjectRefGenerator:
     def __len__(self) -> int:
         return len(self._materialize())
 
-    def completed(self) -> ObjectRef | None:
-        """The ref that is ready once the generator task finished."""
+    def completed(self) -> ObjectRef:
+        """The ref that is ready once the generator task finished (at once for one whose items are all here).
+        Returns at once."""
+        if self._source is None:  # made from refs its task already returned
+            done: Future = Future()
+            done.set_result(None)
+            self._source = objects.ObjectRef.new(done)
         return self._source
 
     def is_finished(self) -> bool:
@@ -265,9 +270,24 @@ class ObjectRefGenerator:
 
     def close(self) -> None:
         """Not supported, as in Ray (``NotImplementedError``): stop taking items instead, or
-        ``muster.cancel(gen)`` to stop its task."""
-        raise NotImplementedError("ObjectRefGenerator.close() is not supported (as in Ray): stop iterating it, "
-                                  "or call muster.cancel(gen) to stop the task that yields its items.")
+        ``muster.cancel(gen)`` to stop its task. So are ``send``, ``throw`` and the async ``asend``,
+        ``athrow`` and ``aclose``: the generator runs in its task, and nothing goes back into it."""
+        _unsupported("close")
+
+    def send(self, value: Any) -> None:
+        _unsupported("send")
+
+    def throw(self, value: Any) -> None:
+        _unsupported("throw")
+
+    async def asend(self, value: Any) -> None:
+        _unsupported("asend")
+
+    async def athrow(self, value: Any) -> None:
+        _unsupported("athrow")
+
+    async def aclose(self) -> None:
+        _unsupported("aclose")
 
     def next_ready_ref(self) -> ObjectRef | None:
         """For ``wait``: a ref ready once this generator's next item (or its end) is here; None when
@@ -281,3 +301,9 @@ class ObjectRefGenerator:
 
     def __repr__(self) -> str:
         return f"ObjectRefGenerator({'pending' if self._refs is None else len(self._refs)})"
+
+
+def _unsupported(method: str) -> NoReturn:
+    raise NotImplementedError(
+        f"ObjectRefGenerator.{method}() is not supported (as in Ray): the generator runs in its task and takes "
+        "nothing back. Stop iterating it, or call muster.cancel(gen) to stop the task that yields its items.")

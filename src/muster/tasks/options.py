@@ -10,17 +10,63 @@ from typing import Any
 from muster.core import resources as res
 from muster.core.init_options import warn_unused_runtime_env
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.tasks import labels
 
-#: Ray's options that have no effect on muster's engine (one node, one Python environment), and the
-#: placement group ones (read by :func:`placement_group_of`); accepted.
-_NO_OP = {"scheduling_strategy", "placement_group", "placement_group_bundle_index",
-          "placement_group_capture_child_tasks", "accelerator_type", "label_selector", "_metadata",
-          "enable_task_events", "object_store_memory", "_labels"}
+#: The placement group options (read by :func:`placement_group_of`), and ``label_selector`` and
+#: ``fallback_strategy`` (checked against the engine's node: :mod:`muster.tasks.labels`).
+_PLACED = {"scheduling_strategy", "placement_group", "placement_group_bundle_index",
+           "placement_group_capture_child_tasks", "label_selector", "fallback_strategy"}
+#: Ray 2.60's options that muster takes and does nothing with, each with why and what to do: set to anything but
+#: Ray's default, one warns (once per function or class) naming itself and the fix.
+_IGNORED = {
+    "accelerator_type": "muster does not schedule by accelerator type (one machine has one kind); ask for num_gpus=",
+    "enable_task_events": "muster records every task in its state API (muster.util.state.list_tasks) all the same",
+    "object_store_memory": "muster reserves no object store memory for a task or actor",
+    "_labels": "muster keeps no labels on a task or actor (Ray shows them in its dashboard)",
+    "_metadata": "muster's tasks carry no libraries' metadata",
+    "_generator_backpressure_num_objects": "muster's streaming generators never pause a generator that runs "
+                                           "ahead of its reader",
+    "_num_objects_per_yield": "muster sends each yielded value on its own",
+    "_actor_generator_backpressure_num_objects": "muster's streaming generators never pause a generator that runs "
+                                                 "ahead of its reader",
+    "enable_tensor_transport": "muster moves tensors through its object store (no GPU-to-GPU transport)",
+}
+_DEFAULTS = {"enable_task_events": True}  # Ray's default where it is not None: setting it changes nothing
+_NO_OP = _PLACED | set(_IGNORED)
 TASK_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_retries", "retry_exceptions", "name", "memory",
-                "num_returns", "runtime_env", "max_calls"} | _NO_OP
+                "num_returns", "runtime_env", "max_calls"} | _NO_OP - {"_actor_generator_backpressure_num_objects",
+                                                                      "enable_tensor_transport"}
 ACTOR_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_restarts", "max_task_retries", "name", "memory",
                  "namespace", "get_if_exists", "lifetime", "max_concurrency", "runtime_env", "concurrency_groups",
-                 "max_pending_calls", "allow_out_of_order_execution"} | _NO_OP
+                 "max_pending_calls", "allow_out_of_order_execution"} | _NO_OP - {
+                     "_generator_backpressure_num_objects", "_num_objects_per_yield"}
+_warned_ignored: set[tuple[str, str]] = set()
+
+
+def _check_unhonoured(options: dict[str, Any], what: str) -> None:
+    """Warn for each option muster ignores that ``options`` set; refuse a label selector no node satisfies."""
+    for key, why in _IGNORED.items():
+        if options.get(key) is not None and options.get(key) != _DEFAULTS.get(key) and (what, key) not in \
+                _warned_ignored:
+            _warned_ignored.add((what, key))
+            warnings.warn(f"{what}: {key}={options[key]!r} has no effect: {why}. Leave it out to silence this.",
+                          stacklevel=5)
+    selector, fallback = options.get("label_selector"), options.get("fallback_strategy")
+    if fallback is None:
+        labels.check_selector(selector, what)
+        return
+    if not isinstance(fallback, list) or not all(isinstance(f, dict) and f and set(f) <= {"label_selector"}
+                                                 for f in fallback):
+        raise InvalidArgumentError(f"{what}: fallback_strategy={fallback!r}; pass a list of dicts, each "
+                                   "{'label_selector': {...}} (Ray's only fallback option).")
+    choices = [selector] + [f["label_selector"] for f in fallback]
+    for choice in choices[:-1]:  # the first one the node satisfies is used, as Ray tries them in order
+        try:
+            labels.check_selector(choice, what)
+            return
+        except InvalidArgumentError:
+            continue
+    labels.check_selector(choices[-1], what, "fallback_strategy's last label_selector")
 
 
 _warned_memory: set[str] = set()
@@ -65,6 +111,7 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
         raise InvalidArgumentError(f"{what}: runtime_env={env!r}; "
                                    "pass a dict such as {'env_vars': {'NAME': 'value'}}.")
     warn_unused_runtime_env(env, what, stacklevel=4)
+    _check_unhonoured(options, what)
     if options.get("memory") and what not in _warned_memory:
         _warned_memory.add(what)
         warnings.warn(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import os
 import socket
 import sys
 import warnings
+from dataclasses import dataclass, field
 from typing import Any
 
 from muster.core import context as core_context
@@ -16,24 +18,72 @@ from muster.tasks import worker_side
 
 _DRIVER_JOB_ID = f"{os.getpid():08x}"
 _task_ids = itertools.count(1)
-_held: dict[str, float] = {}  # a library's worker (a training worker, a Tune trial's): what its process holds
+_actor_numbers = itertools.count(1)  # muster's actors and the libraries' workers (training workers) alike
 
 
-def set_worker_resources(resources: dict[str, float]) -> None:
-    """What this worker process holds where it runs no task or actor of muster's own (a training worker,
-    which runs a Tune trial's function too): ``get_assigned_resources()`` reports it there, as Ray's does
-    in its Train worker actors."""
-    _held.clear()
-    _held.update({name: float(amount) for name, amount in resources.items() if amount})
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """A library's worker (a training worker, which runs a Tune trial's function too), which runs no task or
+    actor of muster's own: the ids and resources ``get_runtime_context()`` reports in it, as Ray's do in its
+    Train worker actors. ``task_id``: the call running the user's code (the training loop)."""
+
+    job_id: str
+    actor_id: str
+    task_id: str | None = None
+    resources: dict[str, float] = field(default_factory=dict)
+
+    def running(self, resources: dict[str, float], call: int = 1) -> WorkerIdentity:
+        """This worker running its call number ``call`` (the task id: the job's, the actor's number, the call's,
+        as an actor call's) and holding ``resources``."""
+        number = int(self.actor_id[-16:], 16)
+        return dataclasses.replace(self, task_id=f"{self.job_id}{number:08x}{call:08x}",
+                                   resources={name: float(amount) for name, amount in resources.items() if amount})
+
+
+_library_worker: WorkerIdentity | None = None
+
+
+def new_library_worker() -> WorkerIdentity:
+    """A new identity for a library's worker started here: this job's id and a fresh actor id (the number
+    comes from muster's actors' own count in the driver, so no actor shares it)."""
+    job = current_job_id()
+    return WorkerIdentity(job, actor_hex_id(job, new_actor_number()))
+
+
+def set_library_worker(identity: WorkerIdentity | None) -> None:
+    """Who this worker process is (``None``: no library's worker)."""
+    global _library_worker
+    _library_worker = identity
+
+
+def library_worker() -> WorkerIdentity | None:
+    return _library_worker
 
 
 def driver_job_id() -> str:
     return _DRIVER_JOB_ID
 
 
+def current_job_id() -> str:
+    """The job of the code running here: the driver's, or the one a task, actor or training worker runs for."""
+    info = worker_side.current()
+    if info is not None:
+        return info.job_id
+    return _library_worker.job_id if _library_worker is not None else _DRIVER_JOB_ID
+
+
 def new_task_id() -> str:
     """A task id unique within this driver: the job id and a counter, in hex."""
     return f"{_DRIVER_JOB_ID}{next(_task_ids):016x}"
+
+
+def new_actor_number() -> int:
+    """A number for a new actor. In the driver, the next of one count; in a worker (a training run a task
+    started), one marked as the worker's (a high bit and its pid), apart from the driver's."""
+    number = next(_actor_numbers)
+    if core_context.in_worker():
+        return 0x40000000 | (os.getpid() & 0x3FFF) << 16 | number & 0xFFFF
+    return number
 
 
 def actor_hex_id(job_id: str, actor: int) -> str:
@@ -51,8 +101,6 @@ def node_id() -> str:
     if ray is not None and getattr(ray, "is_initialized", lambda: False)():
         return str(ray.get_runtime_context().get_node_id())
     return hashlib.sha1(socket.gethostname().encode()).hexdigest()
-
-
 
 
 class HexId(str):
@@ -75,17 +123,28 @@ class RuntimeContext:
         self._info = info
 
     def get_job_id(self) -> str:
-        return self._info.job_id if self._info else _DRIVER_JOB_ID
+        ray_context = None if self._info else _ray_library_worker()
+        return str(ray_context.get_job_id()) if ray_context is not None else current_job_id()
 
     def get_task_id(self) -> str | None:
-        """The running task's id (each actor call has its own, as in Ray); None in the driver."""
-        return worker_side.current_task_id() if self._info else None
+        """The running task's id (each actor call has its own, as in Ray); in a training worker (a Tune
+        trial's too), the id of the call running the loop; None in the driver."""
+        if self._info:
+            return worker_side.current_task_id()
+        ray_context = _ray_library_worker()
+        if ray_context is not None:
+            return ray_context.get_task_id()
+        return _library_worker.task_id if _library_worker is not None else None
 
     def get_actor_id(self) -> str | None:
-        """The actor's id in hex (unique within the job), None outside an actor."""
-        if not (self._info and self._info.actor_id):
-            return None
-        return actor_hex_id(self._info.job_id, int(self._info.actor_id))
+        """The actor's id in hex (unique within the job), None outside an actor. A training worker (a Tune
+        trial's too) is an actor, as Ray's Train workers are: each has its own id for the run's attempt."""
+        if self._info:
+            return actor_hex_id(self._info.job_id, int(self._info.actor_id)) if self._info.actor_id else None
+        ray_context = _ray_library_worker()
+        if ray_context is not None:
+            return ray_context.get_actor_id()
+        return _library_worker.actor_id if _library_worker is not None else None
 
     def get_actor_name(self) -> str | None:
         return self._info.actor_name if self._info else None
@@ -119,13 +178,18 @@ class RuntimeContext:
         return name or ""
 
     def get_worker_id(self) -> str:
-        return f"{os.getpid():08x}"
+        """This process's id (on the Ray engine, Ray's for a training worker)."""
+        ray_context = _ray_library_worker() if not self._info else None
+        return str(ray_context.get_worker_id()) if ray_context is not None else f"{os.getpid():08x}"
 
     def get_assigned_resources(self) -> dict[str, float]:
         """The resources this task or actor holds, or the training worker (``{}`` in the driver)."""
         if self._info:
             return dict(self._info.resources)
-        return dict(_held) if core_context.in_worker() else {}
+        ray_context = _ray_library_worker()
+        if ray_context is not None:
+            return dict(ray_context.get_assigned_resources())
+        return dict(_library_worker.resources) if _library_worker is not None else {}
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") if core_context.in_worker() else ""
@@ -190,6 +254,15 @@ class RuntimeContext:
     def get(self) -> dict[str, Any]:
         return {"job_id": self.get_job_id(), "task_id": self.get_task_id(), "actor_id": self.get_actor_id(),
                 "node_id": self.get_node_id()}
+
+
+def _ray_library_worker() -> Any:
+    """Ray's runtime context where this process is a library's worker (a training worker) on the Ray engine:
+    a Ray actor, whose ids and resources Ray itself gives; None elsewhere."""
+    ray = sys.modules.get("ray")  # never imported here: a Ray worker process has it
+    if _library_worker is None or core_context.worker_engine() != "ray" or ray is None:
+        return None
+    return ray.get_runtime_context()
 
 
 def get_runtime_context() -> RuntimeContext:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from muster.core.runtime import RuntimeActor, DeathHandler, EventHandler, Runtime
+from muster.tasks.runtime_context import new_library_worker
 from muster.train._internal.worker import TrainWorker
 from muster.train.config import ScalingConfig
 
@@ -81,7 +82,8 @@ class WorkerGroup:
             what=f"{run} with {asked(self.scaling)}" if run else asked(self.scaling),
         )
         try:
-            infos = [f.result() for f in [h.call("info") for h in handles]]
+            # each member's ids (get_runtime_context() in the loop): an actor's, as Ray's Train workers are
+            infos = [f.result() for f in [h.call("info", new_library_worker()) for h in handles]]
             ranks = assign_ranks(infos, [h.gpu_ids for h in handles])
             for handle, info, (rank, local, local_n, node) in zip(handles, infos, ranks):
                 handle.label = f"rank {rank}"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import warnings
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from typing import Any
@@ -40,6 +41,7 @@ from muster.exceptions import (
     UnsupportedRayAPIError,
 )
 from muster.tasks import objects
+from muster.tasks.labels import NODE_ID_LABEL, check_selector
 from muster.tasks.objects import ObjectRef
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -188,10 +190,12 @@ class PlacementGroup:
 
 def placement_group(
     bundles: list[dict[str, float]],
-    strategy: str = "PACK",
+    strategy: str | None = None,
     name: str = "",
     lifetime: str | None = None,
-    **ray_options: Any,
+    _soft_target_node_id: str | None = None,
+    bundle_label_selector: list[dict[str, str]] | None = None,
+    topology_strategy: dict[str, str] | None = None,
 ) -> PlacementGroup:
     """Make a placement group of ``bundles`` (each a dict like ``{"CPU": 1, "GPU": 1}``): it reserves
     them once they fit together (``ready()`` / ``wait()`` tell when).
@@ -200,6 +204,12 @@ def placement_group(
     engine, where every group lives until it is removed or the engine shuts down with its driver. On a Ray
     cluster engine ``name`` and ``lifetime`` are given to Ray's group: a detached one stays on the cluster
     after the engine shuts down, and Ray finds it by name (``ray.util.get_placement_group``).
+
+    Ray 2.60's other keywords: ``topology_strategy={"ray.io/node-id": strategy}`` is ``strategy=`` (other topology
+    labels are refused: no node of muster's has one); ``bundle_label_selector`` (one selector per bundle) is checked
+    against the node's labels as a task's ``label_selector`` is (``ray.io/node-id``: a selector the node satisfies
+    changes nothing, one it does not is refused); ``_soft_target_node_id`` (STRICT_PACK only, as in Ray) is a hint
+    the embedded engine's one node always meets, and on a Ray cluster is not handed to Ray (it warns).
 
     A ``name`` is taken while its group lives (placed, pending or infeasible, until removed or its engine
     shuts down): as Ray's GCS does within a namespace, a second live group of the same name is refused.
@@ -211,6 +221,7 @@ def placement_group(
             in the namespace, such as a detached group that outlived its driver).
         UnsupportedRayAPIError: called inside a task or actor.
     """
+    strategy = _node_strategy(strategy, topology_strategy)
     if lifetime not in (None, "detached"):
         raise InvalidArgumentError(f"placement_group(lifetime={lifetime!r}): use None (the group goes with its "
                                    "driver) or 'detached'.")
@@ -229,6 +240,7 @@ def placement_group(
         raise UnsupportedRayAPIError(
             "placement_group() inside a task or actor: muster makes placement groups in the driver only. Make the "
             "group in the driver and pass it in; a task or actor can schedule work into it from anywhere.")
+    _check_placement_hints(len(clean), strategy, _soft_target_node_id, bundle_label_selector)
     runtime = get_runtime()
     if name:  # this driver's groups; on a Ray cluster Ray also refuses a name another driver's group has
         _check_name_free(name, runtime)
@@ -250,6 +262,40 @@ def placement_group(
             placed.add_done_callback(pg._settle)
     _made[pg.id] = pg
     return pg
+
+
+def _node_strategy(strategy: str | None, topology: dict[str, str] | None) -> str:
+    """The strategy across nodes that ``strategy=`` or Ray's ``topology_strategy=`` asks for (PACK by default)."""
+    if topology is None:
+        return strategy if strategy is not None else "PACK"
+    if strategy is not None:
+        raise InvalidArgumentError(f"placement_group(strategy={strategy!r}, topology_strategy={topology!r}): pass "
+                                   f"one of them (topology_strategy={{'{NODE_ID_LABEL}': {strategy!r}}} is strategy=).")
+    if not isinstance(topology, dict) or set(topology) - {NODE_ID_LABEL}:
+        raise InvalidArgumentError(
+            f"placement_group(topology_strategy={topology!r}): muster's nodes have no topology labels (only "
+            f"'{NODE_ID_LABEL}'), so a group cannot be packed by one. Leave the other labels out, or use strategy=.")
+    return topology.get(NODE_ID_LABEL, "PACK")
+
+
+def _check_placement_hints(n: int, strategy: str, target: str | None, selectors: list[Any] | None) -> None:
+    """Ray's ``_soft_target_node_id`` and ``bundle_label_selector`` of a group of ``n`` bundles."""
+    if target is not None:
+        if strategy != "STRICT_PACK" or not isinstance(target, str) or not target or \
+                set(target.lower()) - set("0123456789abcdef"):
+            raise InvalidArgumentError(
+                f"placement_group(_soft_target_node_id={target!r}, strategy={strategy!r}): as in Ray, pass a node's "
+                "hex id (muster.nodes()[i]['NodeID']) with strategy='STRICT_PACK'.")
+        if get_runtime().name == "ray":
+            warnings.warn(f"placement_group(_soft_target_node_id={target!r}) is not handed to Ray by muster: Ray "
+                          "places the group where STRICT_PACK fits. Leave it out to silence this.", stacklevel=3)
+    if selectors is None:
+        return
+    if not isinstance(selectors, list) or len(selectors) != n:
+        raise InvalidArgumentError(f"placement_group(bundle_label_selector={selectors!r}): pass a list with one "
+                                   f"selector (a dict, {{}} for none) per bundle: {n} of them.")
+    for i, selector in enumerate(selectors):
+        check_selector(selector, "placement_group()", f"bundle_label_selector[{i}]")
 
 
 def _check_name_free(name: str, runtime: Any) -> None:

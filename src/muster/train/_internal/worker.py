@@ -11,7 +11,7 @@ from muster.core import context as core_context
 from muster.core import settings
 from muster.exceptions import StorageNotSharedError
 from muster.observe.sampler import WorkerSampler
-from muster.tasks.runtime_context import set_worker_resources
+from muster.tasks import runtime_context as rc
 from muster.train._internal import events, rendezvous
 from muster.train._internal import session as session_mod
 from muster.train._internal.backend import Backend
@@ -21,7 +21,10 @@ from muster.train.storage import RUN_STATE, Storage
 class TrainWorker:
     """Lives in a worker process for one attempt of a run."""
 
-    def info(self) -> dict[str, Any]:
+    def info(self, identity: rc.WorkerIdentity | None = None) -> dict[str, Any]:
+        """Where this worker runs; ``identity``: its job and actor id (``get_runtime_context()`` in the loop)."""
+        if identity is not None:
+            rc.set_library_worker(identity)
         node_id, _ = settings.node_identity()
         return {"pid": os.getpid(), "host": socket.gethostname(), "ip": settings.node_ip_address(), "node": node_id}
 
@@ -41,7 +44,9 @@ class TrainWorker:
         rank 0's is the run's ``Result.return_value``, as in Ray Train)."""
         for key, value in env.items():
             os.environ[key] = value
-        set_worker_resources(spec.resources)  # get_runtime_context().get_assigned_resources() in the loop
+        identity = rc.library_worker()  # get_runtime_context() in the loop: this call's task id, the resources
+        if identity is not None:
+            rc.set_library_worker(identity.running(spec.resources))
         check_storage_visible(spec.storage)
         backend.on_worker_start(spec.context)
         rendezvous.release()  # a backend that joined no process group: the loop may bind MASTER_PORT itself
