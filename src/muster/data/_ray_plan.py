@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from muster.data.dataset import Dataset
 
 _NO_EQUIVALENT = "it has no ray.data equivalent; build it from ray.data's operators, or run on the embedded engine"
-#: Ray's ``concurrency=`` argument is deprecated (2.51): these calls get ``compute=`` instead.
-_COMPUTE_OPS = ("map", "map_batches", "flat_map", "filter")
+#: Ray's ``concurrency=`` argument is deprecated (2.51), and ``with_columns`` has none: these calls get ``compute=``.
+_COMPUTE_OPS = ("map", "map_batches", "flat_map", "filter", "with_columns")
 
 
 def on_ray_engine() -> bool:

@@ -34,7 +34,7 @@ import pyarrow as pa
 from muster.core import resources as res
 from muster.core.runtime import Runtime, RuntimeActor
 from muster.data import block as blk
-from muster.data.plan import MapBatches, fn_name
+from muster.data.plan import MapBatches
 from muster.exceptions import ActorDiedError, GetTimeoutError, TaskError
 
 _log = logging.getLogger("muster.data")
@@ -87,9 +87,7 @@ class _Member:
 
 def describe(op: MapBatches) -> str:
     """``map_batches(Cls, concurrency=2, num_cpus=1)`` (``map(fn, num_gpus=1)``): how a request is named in messages."""
-    parts = [f"concurrency={op.concurrency!r}"] if op.concurrency is not None else []
-    parts += [f"{k}={v:g}" for k, v in (("num_cpus", op.num_cpus), ("num_gpus", op.num_gpus)) if v is not None]
-    return f"{op.rows or 'map_batches'}({', '.join([fn_name(op.fn), *parts])})"
+    return op.described()
 
 
 def ensure_feasible(op: MapBatches, request: dict[str, float], total: dict[str, float]) -> None:

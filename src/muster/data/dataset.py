@@ -16,6 +16,7 @@ from muster.data import _ray_plan, alltoall, combine, execution, mix, plan, proj
 from muster.data import filter_pushdown, task_context
 from muster.data import block as blk
 from muster.data import expr as expr_parser
+from muster.data.columns import ColumnOps, _names
 from muster.data.context import DataContext
 from muster.data.datasource import RandomSeedConfig
 from muster.data.datasource import datasink as sinks
@@ -45,7 +46,7 @@ def _ref(value: Any) -> Any:
     return objects.put(value) if core_context.in_worker() else objects.store(value)
 
 
-class Dataset(writers.FileWrites, Splits):
+class Dataset(ColumnOps, writers.FileWrites, Splits):
     """A distributed-style dataset of Arrow blocks (Ray Data's ``Dataset``, on one machine)."""
 
     def __init__(self, node: Node, name: str | None = None, executions: task_context.Executions | None = None):
@@ -148,7 +149,8 @@ class Dataset(writers.FileWrites, Splits):
                 training gang holds them), the class runs in the consumer's threads and a log line says so.
         """
         where = _rows or "map_batches"
-        concurrency = strategies.concurrency_of(compute, concurrency, where)
+        concurrency = strategies.task_options(where, compute, concurrency, num_cpus, num_gpus,
+                                              _ray_options.get("memory"))
         if batch_size in ("default", "auto"):
             batch_size = 1024
         if not (batch_size is None or isinstance(batch_size, int)):
@@ -158,9 +160,6 @@ class Dataset(writers.FileWrites, Splits):
         fmt = blk.check_batch_format(batch_format, "map_batches")
         if not callable(fn):
             raise InvalidTypeError(f"{where}(fn={fn!r}): pass a function or a callable class.")
-        for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
-            if value is not None and (not isinstance(value, (int, float)) or value < 0):
-                raise InvalidArgumentError(f"{where}({name}={value!r}): use a number >= 0.")
         if fn_constructor_args or fn_constructor_kwargs:
             if not isinstance(fn, type):
                 raise InvalidArgumentError(f"{where}(fn_constructor_args/kwargs=...) apply only when fn is a "
@@ -201,52 +200,6 @@ class Dataset(writers.FileWrites, Splits):
         if fn is None:
             raise InvalidTypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
         return self._rows("filter", "Filter", plan.filter_rows, fn, fn_args, fn_kwargs, options)
-
-    def with_column(self, column_name: str, expr: Any, **_ray: Any) -> "Dataset":
-        """Add (or replace) column ``column_name`` with the value of ``expr``, an expression of
-        ``muster.data.expressions`` (``col("a") + col("b")``, a ``@udf``, ``download("uri")``) or any pyarrow
-        compute expression. Ray's resource options change nothing."""
-        return self._then(projection.with_columns_op([{column_name: expr}],
-                                                     f"with_column({column_name!r}, {projection.text(expr)})"))
-
-    def with_columns(self, exprs: Any = None, *more_exprs: Any, **_ray: Any) -> "Dataset":
-        """Add (or replace) several columns, ``{name: expression}`` mappings or ``unnest(expression)`` (one column
-        per struct field), all in one projection over the existing columns. Ray's resource options change nothing."""
-        return self._then(projection.with_columns_op([*([] if exprs is None else [exprs]), *more_exprs],
-                                                     "with_columns"))
-
-    def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas") -> "Dataset":
-        """Add (or replace) column ``col`` with ``fn(batch)``."""
-        if not isinstance(col, str) or not callable(fn):
-            raise InvalidTypeError(f"add_column(col={col!r}, fn={fn!r}): pass the new column's name and a function "
-                                   "batch -> the column's values, e.g. add_column('y', lambda df: df['x'] * 2).")
-        fmt = blk.check_batch_format(batch_format, "add_column")
-        ray = RayCall.of("add_column", col, fn, batch_format=fmt)
-        return self._then(Transform("MapBatches(add_column)", plan.add_column(col, fn, fmt), ray))
-
-    def drop_columns(self, cols: list[str]) -> "Dataset":
-        cols = _names(cols, "drop_columns")
-        ray = RayCall.of("drop_columns", cols)
-        return self._then(Transform("MapBatches(drop_columns)", plan.drop_columns(cols), ray))
-
-    def select_columns(self, cols: list[str]) -> "Dataset":
-        cols = _names(cols, "select_columns")
-        kept = frozenset(cols)
-        return self._then(Transform("Project", plan.select_columns(cols), RayCall.of("select_columns", cols),
-                                    filter_names=lambda read: {c: c for c in read} if read <= kept else None))
-
-    def rename_columns(self, names: dict[str, str] | list[str]) -> "Dataset":
-        """Rename columns: a dict old name -> new name, or a list of new names for every column, in order."""
-        if isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
-            ray = RayCall.of("rename_columns", list(names))
-            return self._then(Transform("Project", plan.rename_all_columns(list(names)), ray))
-        if not isinstance(names, dict):
-            raise InvalidTypeError(
-                f"rename_columns({names!r}): pass a dict old name -> new name, or a list of new names for every column."
-            )
-        ray = RayCall.of("rename_columns", dict(names))
-        return self._then(Transform("Project", plan.rename_columns(dict(names)), ray,
-                                    filter_names=projection.renamed_back(dict(names))))
 
     def limit(self, limit: int, *, _call: str = "limit") -> "Dataset":
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
@@ -566,13 +519,6 @@ class Dataset(writers.FileWrites, Splits):
         if _ray_plan.on_ray_engine():
             return _ray_plan.write_datasink(self, datasink, ray_remote_args, concurrency)
         sinks.write(self._execute(), datasink, concurrency, DataContext.get_current().max_threads)
-
-
-def _names(cols: Any, where: str) -> list[str]:
-    cols = [cols] if isinstance(cols, str) else list(cols)
-    if not all(isinstance(c, str) for c in cols):
-        raise InvalidTypeError(f"{where}({cols!r}): pass column names (strings).")
-    return cols
 
 
 def _given(options: dict[str, Any], **more: Any) -> dict[str, Any]:

@@ -45,6 +45,11 @@ class RayCall:
     def then(self, name: str, *args: Any, **kwargs: Any) -> "RayCall":
         return RayCall((*self.steps, (name, args, kwargs)))
 
+    def adding(self, **kwargs: Any) -> "RayCall":
+        """The same call with ``kwargs`` added to its last step's keywords."""
+        name, args, given = self.steps[-1]
+        return RayCall((*self.steps[:-1], (name, args, {**given, **kwargs})))
+
 
 #: What ``ray`` holds on an operator: its ``ray.data`` call, or why it has none (and what to do).
 RayEquivalent = RayCall | str | None
@@ -292,6 +297,16 @@ class MapBatches:
             return None
         return self.concurrency if isinstance(self.concurrency, int) else self.concurrency[1]
 
+    def options(self) -> list[str]:
+        """Its task options as given: ``["concurrency=2", "num_cpus=1"]``."""
+        parts = [f"concurrency={self.concurrency!r}"] if self.concurrency is not None else []
+        return parts + [f"{k}={v:g}" for k, v in (("num_cpus", self.num_cpus), ("num_gpus", self.num_gpus))
+                        if v is not None]
+
+    def described(self) -> str:
+        """How a request of this op is named in messages: ``map_batches(double, num_cpus=2)``."""
+        return f"{self.rows or 'map_batches'}({', '.join([fn_name(self.fn), *self.options()])})"
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_local"] = None  # instances stay in the process that built them
@@ -331,6 +346,25 @@ class MapBatches:
                 out.extend(blk.from_batch(r, where) for r in _guard("MapBatches", self.fn, part, lambda: list(result)))
             else:
                 out.append(blk.from_batch(result, where))
+        return out
+
+
+class ColumnMap(MapBatches):
+    """A column operation (``drop_columns(["a"], num_cpus=2)``...) given Ray's task options: its block function
+    runs as ``map_batches`` runs a function, ``concurrency=`` bounding its tasks, ``num_cpus``/``num_gpus``
+    what each holds."""
+
+    def __init__(self, fn: BlockFn, call: str, arg: str, concurrency: int | tuple[int, int] | None,
+                 num_cpus: float | None, num_gpus: float | None):
+        super().__init__(fn, None, "pyarrow", (), {}, (), {}, True, concurrency=concurrency, num_cpus=num_cpus,
+                         num_gpus=num_gpus)
+        self.call, self.arg = call, arg  # ``drop_columns`` and its first argument's text, for messages
+
+    def described(self) -> str:
+        return f"{self.call}({', '.join([self.arg, *self.options()])})"
+
+    def apply(self, block: pa.Table, fn: Callable[..., Any]) -> list[pa.Table]:
+        out: list[pa.Table] = fn(block)
         return out
 
 

@@ -79,3 +79,14 @@ def concurrency_of(compute: Any, concurrency: Any, where: str) -> Any:
     if not ok:
         raise InvalidArgumentError(f"{where}(concurrency={concurrency!r}): use a positive int or a (min, max) tuple.")
     return concurrency
+
+
+def task_options(where: str, compute: Any = None, concurrency: Any = None, num_cpus: Any = None,
+                 num_gpus: Any = None, memory: Any = None) -> Any:
+    """Ray's task options of a map (``map_batches``, the row and column operations), checked: the
+    concurrency they give (``concurrency=``, or ``compute=``'s), ``num_cpus``/``num_gpus``/``memory`` numbers
+    >= 0 or None."""
+    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("memory", memory)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise InvalidArgumentError(f"{where}({name}={value!r}): use a number >= 0.")
+    return concurrency_of(compute, concurrency, where)
