@@ -27,7 +27,7 @@ from muster.core.api import get_runtime
 from muster.core.runtime import BundleRef
 from muster.exceptions import ActorDiedError, InvalidArgumentError, describe_exit
 from muster.serve import multiplex
-from muster.serve._internal import autoscaler, deployment_actors, gangs, plan, router, server_choice
+from muster.serve._internal import admission, autoscaler, deployment_actors, gangs, plan, router, server_choice
 from muster.serve._internal.ingress import InProcess, IngressActor, NoProxy, answers, check_port_free
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.record import ServeRecorder
@@ -40,10 +40,6 @@ from muster.tasks import owner as task_owner
 
 _BUSY_WAIT_S = 120.0  # how long a replica waits for resources other work holds
 _PUSH_TIMEOUT_S = 10.0
-#: what a deployment that asks for GPUs on a machine with none should change (a Train-worded hint misleads here)
-_KNOB = "the deployment's ray_actor_options={'num_cpus': ..., 'num_gpus': ...}"
-_NO_GPU_FIX = ("ask for none: the deployment's ray_actor_options num_gpus (an LLMConfig asks for GPUs by its "
-               "accelerator_type and engine_kwargs tensor_parallel_size/pipeline_parallel_size)")
 _TABLE_VERSIONS = itertools.count(1)  # route tables this process has made, across serve.start/shutdown
 
 
@@ -105,7 +101,7 @@ class ServeController:
                         f"serve.run(name={name!r}, route_prefix={route_prefix!r}): app {other.name!r} already serves "
                         "that prefix; pick another route_prefix or serve.delete the other app."
                     )
-            self._check_fits(name, plans)
+            admission.check_fits(self.runtime, self.apps, name, plans)
             old = self.apps.get(name)
         if policy is not None:
             autoscaler.warn_overridden(name, plans)
@@ -123,7 +119,7 @@ class ServeController:
             p.name: DeploymentState(name, p, target=p.config.initial_replicas) for p in plans
         }, config=config)
         new.set_policy(policy)
-        need = self._need(plans)
+        need = admission.need(plans)
         stop_old_first = old is not None and not res.fits(need, self.runtime.available())
         if stop_old_first and old is not None:
             self._stop_app(old)
@@ -221,48 +217,6 @@ class ServeController:
             [d.plan.config.graceful_shutdown_timeout_s for d in app.deployments.values()] + [0]) + 10)
         for d in app.deployments.values():
             deployment_actors.stop(d.actors)
-
-    def _need(self, plans: list[DeploymentPlan]) -> dict[str, float]:
-        need: dict[str, float] = {}
-        for p in plans:
-            for k, v in p.config.resources().items():
-                need[k] = need.get(k, 0.0) + v * p.config.initial_replicas
-        return need
-
-    def _check_fits(self, name: str, plans: list[DeploymentPlan]) -> None:
-        total = self.runtime.resources()
-        for p in plans:
-            res.ensure_feasible(p.config.resources(), 1, total, what=f"serve deployment {p.name!r} of app {name!r}",
-                                knob=_KNOB, no_gpu_fix=_NO_GPU_FIX)
-        held: dict[str, dict[str, float]] = {}
-        for app in self.apps.values():
-            if app.name == name:
-                continue
-            for d in app.deployments.values():
-                for r in d.replicas.values():
-                    if r.state != "DEAD":
-                        for k, v in r.resources.items():
-                            held.setdefault(app.name, {}).setdefault(k, 0.0)
-                            held[app.name][k] += v
-        room = dict(total)
-        for h in held.values():
-            for k, v in h.items():
-                room[k] = room.get(k, 0.0) - v
-        need = self._need(plans)
-        missing = res.shortfall(need, room)
-        if not missing:
-            return
-        from muster.exceptions import ResourcesUnavailableError
-
-        asked = ", ".join(f"{p.config.initial_replicas} x {p.name} {{{res.fmt(p.config.resources())}}}" for p in plans)
-        others = "; ".join(f"app {a!r} holds {res.fmt(h)}" for a, h in held.items()) or "no other app runs"
-        raise ResourcesUnavailableError(
-            f"serve.run(app {name!r}) can never start: its replicas ({asked}) need {res.fmt(need)}, but this engine "
-            f"has {res.fmt(total)} in total and {others}, leaving {res.fmt({k: max(v, 0) for k, v in room.items()})}. "
-            "Fix: lower num_replicas or ray_actor_options num_cpus/num_gpus, serve.delete another app, or start "
-            "the engine with more (muster.init(num_cpus=N) oversubscribes).",
-            requested=need, total=total,
-        )
 
     # -- replicas ------------------------------------------------------------------
     def _start_replica(self, d: DeploymentState, pending: bool = False, gang: Gang | None = None,
