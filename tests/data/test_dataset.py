@@ -674,3 +674,26 @@ def test_join_as_rays():
     lazy = left.map_batches(lambda b: b).join(right, "inner", 1, on="nope")  # lazy, as Ray's: refused when it runs
     with pytest.raises(ValueError, match="no column 'nope'"):
         lazy.take_all()
+
+
+@pytest.mark.parametrize("join_type", ["inner", "left_outer", "right_outer", "full_outer"])
+def test_join_suffixes_rename_columns_as_rays_do(join_type):
+    """Ray's rule: a left key keeps its name. With only ``left_suffix``, pyarrow renamed the left key ``k``
+    to ``k_l`` where the right has a non-key ``k``; Ray keeps ``k`` and gives the right one ``_right``."""
+    left = md.from_items([{"k": i, "v": i * 10} for i in range(1, 4)])
+    right = md.from_items([{"rk": i, "k": i * 100, "v": float(i)} for i in range(2, 5)])
+
+    def names(**suffixes) -> list[str]:
+        return left.join(right, join_type, 1, on="k", right_on="rk", **suffixes).schema().names
+
+    right_outer = join_type == "right_outer"  # its left key leaves the output; the right's keys stay
+    assert names(left_suffix="_l") == (["v_l", "rk", "k", "v"] if right_outer else ["k", "v_l", "k_right", "v"])
+    assert names(right_suffix="_r") == (["v", "rk", "k_r", "v_r"] if right_outer else ["k", "v", "k_r", "v_r"])
+    assert names(left_suffix="_l", right_suffix="_r")[-2:] == ["k_r", "v_r"]
+    if join_type == "inner":
+        assert sorted(left.join(right, join_type, 1, on="k", right_on="rk", left_suffix="_l").take_all(),
+                      key=lambda r: r["k"]) == [{"k": 2, "v_l": 20, "k_right": 200, "v": 2.0},
+                                                {"k": 3, "v_l": 30, "k_right": 300, "v": 3.0}]
+    taken = md.from_items([{"k": 1, "v": 1, "v_l": 2}])
+    with pytest.raises(ValueError, match=r"left_suffix would rename column 'v' to 'v_l', which that dataset already"):
+        taken.join(right, join_type, 1, on="k", right_on="rk", left_suffix="_l").take_all()

@@ -62,13 +62,31 @@ def join_tables(left: pa.Table, right: pa.Table, join_type: str, keys: list[str]
     how = JOIN_TYPES[join_type]
     # as Ray's: the right keys are merged into the left ones, so any other right column may clash, with a left key too
     both = set(left.column_names) & (set(right.column_names) - set(right_keys))
-    if both and not (left_suffix or right_suffix) and how.split()[-1] not in ("semi", "anti"):
-        raise InvalidArgumentError(
-            f"join: the output would have the columns {sorted(both)} from both datasets; pass left_suffix= and/or "
-            "right_suffix= (e.g. right_suffix='_right') so that neither side's values are lost."
-        )
-    return left.join(right, keys=keys, right_keys=right_keys, join_type=how, left_suffix=left_suffix,
-                     right_suffix=right_suffix, use_threads=False)
+    if both and how.split()[-1] not in ("semi", "anti"):
+        if not (left_suffix or right_suffix):
+            raise InvalidArgumentError(
+                f"join: the output would have the columns {sorted(both)} from both datasets; pass left_suffix= "
+                "and/or right_suffix= (e.g. right_suffix='_right') so that neither side's values are lost."
+            )
+        left = _renamed(left, "left_suffix", {c: c + left_suffix for c in both if c not in keys} if left_suffix
+                        else {})
+        # Ray's rule: a left key keeps its name; a right column named like it takes right_suffix, or "_right"
+        # (in a right outer join the left key leaves the output, so it keeps its name)
+        right = _renamed(right, "right_suffix", {c: c + right_suffix for c in both} if right_suffix else {
+            c: c + "_right" for c in both if c in keys and join_type != "right_outer"})
+    return left.join(right, keys=keys, right_keys=right_keys, join_type=how, use_threads=False)
+
+
+def _renamed(table: pa.Table, suffix: str, renames: dict[str, str]) -> pa.Table:
+    """``table`` with the columns in ``renames`` renamed, refusing a new name one of its columns has already."""
+    if not renames:
+        return table
+    taken = [(old, new) for old, new in renames.items() if new in table.column_names]
+    if taken:
+        old, new = sorted(taken)[0]
+        raise InvalidArgumentError(f"join: {suffix} would rename column {old!r} to {new!r}, which that dataset "
+                                   f"already has; pick another {suffix}.")
+    return table.rename_columns([renames.get(c, c) for c in table.column_names])
 
 
 def join_node(left: Node, right: Node, join_type: str, keys: list[str], right_keys: list[str], num_partitions: int,
