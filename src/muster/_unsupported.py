@@ -89,6 +89,12 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         **{name: f"muster.train.torch.TorchTrainer (PyTorch with torch.distributed); muster has no {name} trainer"
            for name in ("xgboost", "lightgbm", "tensorflow", "horovod")},
     },
+    "muster.train.TrainContext": {
+        "get_storage": "get_run_dir() for the run's folder in storage. Ray's StorageContext serves "
+        "report(checkpoint_upload_mode=NO_UPLOAD), which muster refuses (it copies every checkpoint): a "
+        "TorchTrainer run only to validate (Ray's asynchronous-validation guide) reports its metrics without a "
+        "checkpoint, report({'score': ...}), and its result.metrics holds them",
+    },
     "muster.train.base_trainer": {
         "BaseTrainer": "muster.train.torch.TorchTrainer (muster has one trainer; "
                        "subclassing BaseTrainer is not ported)",

@@ -74,3 +74,20 @@ def test_v2_module_paths_and_config_checks():
 
     with pytest.raises(UnsupportedRayAPIError, match="LoggingConfig"):
         train.LoggingConfig
+
+
+def get_storage_loop(config):
+    try:
+        train.get_context().get_storage()
+    except AttributeError as e:  # UnsupportedRayAPIError is also an AttributeError
+        train.report({"error": type(e).__name__, "message": str(e)})
+
+
+def test_get_storage_names_rays_storage_context_and_the_muster_way(fit):
+    """Ray's asynchronous-validation guide builds a NO_UPLOAD checkpoint path with
+    get_context().get_storage(); muster's TrainContext had no such attribute (a bare AttributeError)."""
+    result = fit(get_storage_loop, workers=1)
+    assert result.metrics["error"] == "UnsupportedRayAPIError"
+    message = result.metrics["message"]
+    assert "ray.train.TrainContext.get_storage" in message and "get_run_dir()" in message
+    assert "NO_UPLOAD" in message and "report({'score': ...})" in message

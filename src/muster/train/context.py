@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NoReturn
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,12 @@ class TrainContext:
         return self.run_dir
 
     get_trial_dir = get_run_dir
+
+    def get_storage(self) -> NoReturn:
+        """Ray's StorageContext is not muster's: the error names :meth:`get_run_dir` and the fix."""
+        from muster._unsupported import raise_unsupported
+
+        raise_unsupported("muster.train.TrainContext", "get_storage")
 
     def get_attempt(self) -> int:
         """0 for the first attempt, 1 after the first restart, ..."""
