@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
@@ -113,7 +113,6 @@ class Gang:
     group: str  # the placement group's key on the runtime (``reserve`` / ``unreserve``)
     members: list[str]  # replica ids, by rank
     stopping: bool = False  # going down (a member failed, a downscale, a deploy that failed)
-    started: list[str] = field(default_factory=list)
 
     def context(self, rank: int) -> GangContext:
         return GangContext(self.id, rank, len(self.members), [m.rsplit("#", 1)[-1] for m in self.members],
