@@ -23,12 +23,18 @@ import muster
 ray = pytest.importorskip("ray")
 
 NODE_CPUS = 2
+FOOTER_ACTORS = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
+_USER_ENV = frozenset(os.environ)  # as the suite started: a value set there is the user's and stays
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
     from muster.cluster_utils import Cluster  # Ray's, as a ported test imports it
 
+    # Ray 2.60's read_parquet reads footers in 32 new actors per read (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS), each
+    # importing ray.data: about 30 s a read on this 2-core machine. One actor keeps Ray's path at ~3 s a read.
+    # The raylets, so Ray's workers, inherit it.
+    ours = os.environ.setdefault(FOOTER_ACTORS, "1") == "1" and FOOTER_ACTORS not in _USER_ENV
     client_port = free_port()
     cluster = Cluster(initialize_head=True,
                       head_node_args={"num_cpus": NODE_CPUS, "ray_client_server_port": client_port})
@@ -41,6 +47,8 @@ def ray_cluster():
     finally:
         cluster.shutdown()
         _reap_ray_processes()
+        if ours:
+            os.environ.pop(FOOTER_ACTORS, None)
 
 
 
