@@ -56,8 +56,9 @@ def test_json_lines_with_rays_keys_in_the_output_and_the_file(client, tmp_path, 
     recs = _records(path)
     hello = next(r for r in recs if r["message"] == "hello fig")
     assert hello["levelname"] == "INFO" and re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}$", hello["asctime"])
-    assert hello["deployment"] == "JsonLogs" and hello["application"] == "jsonlogs"
-    assert hello["replica"].startswith("jsonlogs#JsonLogs#") and hello["component_name"] == "replica"
+    # Ray's values: the deployment as "<app>_<deployment>", the replica by its unique id (the file name's)
+    assert hello["deployment"] == "jsonlogs_JsonLogs" and hello["application"] == "jsonlogs"
+    assert name == f"replica_jsonlogs_JsonLogs_{hello['replica']}.log" and hello["component_name"] == "replica"
     assert (hello["request_id"], hello["route"]) == ("req-fig", "/json")
     assert (hello["funcName"], hello["user_field"], hello["filename"]) == ("__call__", 7, "test_serve_logging.py")
     assert hello["process"] != os.getpid() and isinstance(hello["timestamp_ns"], int)
@@ -81,6 +82,8 @@ def test_json_lines_with_rays_keys_in_the_output_and_the_file(client, tmp_path, 
     with open(os.path.join(quiet, quiet_name)) as f:
         text = f.read()
     assert "hello lime" in text and "GET /noaccess" not in text and not text.startswith("{")  # TEXT, no access
+    unique = quiet_name[len("replica_noaccess_NoAccess_"):-len(".log")]
+    assert f" noaccess_NoAccess {unique} " in text.splitlines()[0], text  # Ray's text line names them so too
     serve.delete("jsonlogs")
     serve.delete("noaccess")
 
@@ -108,7 +111,7 @@ def test_a_config_files_application_logging_config_reaches_its_replicas(client, 
     file = os.path.join(logs, name)
     wait_until(lambda: any(r["message"] == "hello plum" for r in _records(file)), 15, "the JSON line")
     hello = next(r for r in _records(file) if r["message"] == "hello plum")
-    assert hello["application"] == "fromfile" and hello["deployment"] == "FromFile"
+    assert hello["application"] == "fromfile" and hello["deployment"] == "fromfile_FromFile"
     serve.delete("fromfile")
 
 

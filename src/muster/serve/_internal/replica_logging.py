@@ -1,11 +1,11 @@
 """How a replica logs: its ``muster.serve`` / ``ray.serve`` loggers, per the deployment's ``LoggingConfig``.
 
 Lines go to the replica's stderr, which the runtime captures (the driver's output, ``muster logs``, the
-run store), as text (``INFO <time> <deployment> <replica id> <file>:<line> - <message>``) or, with
-``encoding="JSON"``, one JSON object per line with Ray's keys. With ``logs_dir`` every line also goes to
-``<logs_dir>/replica_<app>_<deployment>_<id>.log`` (Ray's file name), and there, as in Ray, one access
-line per request (``GET /route 200 1.2ms``) unless ``enable_access_log=False``; access lines never go to
-stderr (Ray's neither).
+run store), as text (``INFO <time> <app>_<deployment> <replica's unique id> <file>:<line> - <message>``,
+Ray's names) or, with ``encoding="JSON"``, one JSON object per line with Ray's keys. With ``logs_dir``
+every line also goes to ``<logs_dir>/replica_<app>_<deployment>_<id>.log`` (Ray's file name), and there,
+as in Ray, one access line per request (``GET /route 200 1.2ms``) unless ``enable_access_log=False``;
+access lines never go to stderr (Ray's neither).
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ _MARK = "_muster_replica"  # on the handlers this module added (once per process
 class _ReplicaFields(logging.Filter):
     """Puts Ray's fields on each record: the replica's, and the request's while one is served."""
 
-    def __init__(self, app: str, deployment: str, replica: str):
+    def __init__(self, app: str, deployment: str, replica_id: str):
         super().__init__()
-        self.fields = {"deployment": deployment, "replica": replica, "component_name": "replica"}
+        name, unique = component(app, deployment, replica_id)
+        self.fields = {"deployment": name, "replica": unique, "component_name": "replica"}
         if app:
             self.fields["application"] = app
 
@@ -81,8 +82,8 @@ class JSONFormatter(logging.Formatter):
 class TextFormatter(logging.Formatter):
     """muster's text line, then ``key=value`` for each of the ``additional_log_standard_attrs`` (as Ray's)."""
 
-    def __init__(self, deployment: str, replica: str, additional: list[str]):
-        super().__init__(f"%(levelname)s %(asctime)s {deployment} {replica} %(filename)s:%(lineno)d - %(message)s")
+    def __init__(self, name: str, unique: str, additional: list[str]):
+        super().__init__(f"%(levelname)s %(asctime)s {name} {unique} %(filename)s:%(lineno)d - %(message)s")
         self.additional = additional
 
     def format(self, record: logging.LogRecord) -> str:
@@ -95,10 +96,16 @@ def _not_access(record: logging.LogRecord) -> bool:
     return not getattr(record, _ACCESS, False)
 
 
+def component(app: str, deployment: str, replica_id: str) -> tuple[str, str]:
+    """How Ray's replica names itself in its log lines: ``<app>_<deployment>`` and the replica's unique id."""
+    return (f"{app}_{deployment}" if app else deployment), replica_id.rsplit("#", 1)[-1]
+
+
 def file_name(app: str, deployment: str, replica_id: str) -> str:
     """Ray's replica log file name: ``replica_<app>_<deployment>_<replica's unique id>.log``."""
-    name = re.sub(r"[^\w.-]", "_", f"{app}_{deployment}" if app else deployment)
-    return f"replica_{name}_{replica_id.rsplit('#', 1)[-1]}.log"
+    name, unique = component(app, deployment, replica_id)
+    safe = re.sub(r"[^\w.-]", "_", name)
+    return f"replica_{safe}_{unique}.log"
 
 
 class ReplicaLogs:
@@ -122,7 +129,8 @@ class ReplicaLogs:
         for h in handlers:
             h.addFilter(fields)
             h.setFormatter(JSONFormatter(cfg.additional_log_standard_attrs) if cfg.encoding == "JSON"
-                           else TextFormatter(deployment, replica_id, cfg.additional_log_standard_attrs))
+                           else TextFormatter(*component(app, deployment, replica_id),
+                                              cfg.additional_log_standard_attrs))
             setattr(h, _MARK, True)
         for name in SERVE_LOGGERS:
             logger = logging.getLogger(name)
