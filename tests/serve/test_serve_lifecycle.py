@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import ssl
@@ -70,6 +71,14 @@ def test_proxy_location_disabled_runs_no_http_server_and_handles_work(location):
             s.bind(("127.0.0.1", port))  # free: nothing listens on it
         st = serve.status()
         assert st.proxies == {} and st.http == {} and st.applications["noproxy"].status == "RUNNING"
+        # `muster serve status|shutdown --port` find it by no port: its record (filed under its pid) has none,
+        # so it never takes the place of an instance that serves that port in another process
+        from muster.serve import cli_commands
+        from muster.serve._internal import admin
+
+        assert cli_commands._instance(port, quiet=True) is None
+        mine = [r for r in admin.instances() if r["pid"] == os.getpid()]
+        assert [r["port"] for r in mine] == [None] and not os.path.exists(admin.state_file(port))
         with pytest.warns(UserWarning, match=r"Serve already runs without an HTTP ingress; proxy_location="
                                              r"'HeadOnly' applies to a new start"):
             serve.start(proxy_location=ProxyLocation.HeadOnly)

@@ -357,6 +357,9 @@ def _elsewhere(name: str) -> str:
             running = admin.request(rec, "status", timeout_s=5).get("applications", {})
         except Exception:  # noqa: BLE001 - it went away meanwhile
             continue
+        if name in running and rec.get("port") is None:
+            return (f" It runs in another process (pid {rec['pid']}) that serves no HTTP (proxy_location=Disabled), "
+                    "and handles reach only the apps of their own process: take the handle inside that process.")
         if name in running:
             prefix = running[name].get("route_prefix") or "/"
             return (f" It runs in another process (pid {rec['pid']}, `muster serve run`), and handles reach only the "

@@ -255,12 +255,21 @@ def _run_on(rec: dict[str, Any], args: argparse.Namespace) -> int:
                               route_prefix=args.route_prefix, app_dir=os.path.abspath(args.app_dir),
                               env_vars=env_vars, timeout_s=600)
     if "error" in reply:
-        print(f"muster serve run: the Serve instance on port {rec['port']} (pid {rec['pid']}): {reply['error']}",
-              file=sys.stderr)
+        print(f"muster serve run: the Serve instance {_where(rec)}: {reply['error']}", file=sys.stderr)
         return 1
-    print(f"Serving {', '.join(reply['applications'])} at http://{rec['host']}:{rec['port']} "
+    print(f"Serving {', '.join(reply['applications'])} {_url(rec)} "
           f"(added to the running Serve instance, pid {rec['pid']}; stop it with `muster serve shutdown`).")
     return 0
+
+
+def _where(rec: dict[str, Any]) -> str:
+    """Which instance a record names: by its port, or by its pid alone when it runs no HTTP proxy."""
+    return f"on port {rec['port']} (pid {rec['pid']})" if rec["port"] is not None else \
+        f"with no HTTP proxy (pid {rec['pid']})"
+
+
+def _url(rec: dict[str, Any]) -> str:
+    return f"at http://{rec['host']}:{rec['port']}" if rec["port"] is not None else "with no HTTP proxy"
 
 
 def _instance(port: int | None, quiet: bool = False) -> dict[str, Any] | None:
@@ -293,7 +302,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if "error" in reply:
         print(f"muster serve deploy: {reply['error']}", file=sys.stderr)
         return 1
-    print(f"deployed {', '.join(reply['applications'])} to http://{rec['host']}:{rec['port']}")
+    print(f"deployed {', '.join(reply['applications'])} {_url(rec)}")
     return 0
 
 
@@ -328,8 +337,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.name is not None:
         apps = status.get("applications", {})
         if args.name not in apps:
-            print(f"no Serve app named {args.name!r} runs on port {rec['port']}; its apps: {sorted(apps) or 'none'}",
-                  file=sys.stderr)
+            print(f"no Serve app named {args.name!r} runs in the Serve instance {_where(rec)}; its apps: "
+                  f"{sorted(apps) or 'none'}", file=sys.stderr)
             return 1
         status = {**status, "applications": {args.name: apps[args.name]}}
     if args.json:
@@ -348,7 +357,7 @@ def cmd_shutdown(args: argparse.Namespace) -> int:
     if rec is None:
         return 1
     admin.request(rec, "shutdown")
-    print(f"asked the Serve instance on port {rec['port']} (pid {rec['pid']}) to drain and stop")
+    print(f"asked the Serve instance {_where(rec)} to drain and stop")
     return 0
 
 

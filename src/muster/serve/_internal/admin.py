@@ -1,11 +1,10 @@
 """How ``muster serve status|shutdown`` reach a running Serve instance from another process.
 
-The driver that runs Serve listens on a unix socket (one JSON line in, one
-out) and records it in ``<serve_state_dir>/serve-<port>.json``.  Ops:
-``{"op": "status"}`` -> the controller's status; ``{"op": "config"}`` -> each app's config file
-entry; ``{"op": "shutdown"}`` ->
-``{"ok": true}``, then the driver shuts Serve down (and ``muster serve run``
-exits).
+The driver that runs Serve listens on a unix socket (one JSON line in, one out) and records it in
+``<serve_state_dir>/serve-<port>.json`` (``serve-pid<pid>.json``, with port None, when it runs no HTTP
+proxy). Ops: ``{"op": "status"}`` -> the controller's status; ``{"op": "config"}`` -> each app's config
+file entry; ``{"op": "shutdown"}`` -> ``{"ok": true}``, then the driver shuts Serve down (and
+``muster serve run`` exits).
 """
 
 from __future__ import annotations
@@ -27,8 +26,15 @@ _servers: dict[int, Any] = {}
 _at_exit: dict[int, Callable[[], None]] = {}  # per controller: what its driver's exit removes if Serve still runs
 
 
-def state_file(port: int) -> str:
-    return os.path.join(settings.serve_state_dir(), f"serve-{port}.json")
+def state_file(port: int | None) -> str:
+    """Where the instance serving ``port`` is recorded; one with no HTTP proxy (``port`` None) is filed under
+    its driver's pid, so it never takes the record of an instance that serves its configured port."""
+    key = port if port is not None else f"pid{os.getpid()}"
+    return os.path.join(settings.serve_state_dir(), f"serve-{key}.json")
+
+
+def _port(controller: Any) -> int | None:
+    return controller.port if controller.proxy else None
 
 
 def start(controller: Any) -> None:
@@ -69,13 +75,14 @@ def start(controller: Any) -> None:
 
     _servers[id(controller)] = eventloop.run_sync(listen(), timeout=10)
     os.makedirs(settings.serve_state_dir(), exist_ok=True)
-    tmp = state_file(controller.port) + ".tmp"
+    port = _port(controller)
+    tmp = state_file(port) + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"pid": os.getpid(), "host": controller.host, "port": controller.port, "admin": path}, f)
-    os.replace(tmp, state_file(controller.port))
+        json.dump({"pid": os.getpid(), "host": controller.host, "port": port, "admin": path}, f)
+    os.replace(tmp, state_file(port))
 
     def forget() -> None:  # the driver exits with Serve running (as Ray's, it ends with the driver): leave no trace
-        _remove_record(controller.port)
+        _remove_record(port)
         shutil.rmtree(controller.dir, ignore_errors=True)
 
     _at_exit[id(controller)] = forget
@@ -103,10 +110,10 @@ def stop(controller: Any) -> None:
     forget = _at_exit.pop(id(controller), None)
     if forget is not None:
         atexit.unregister(forget)
-    _remove_record(controller.port)
+    _remove_record(_port(controller))
 
 
-def _remove_record(port: int) -> None:
+def _remove_record(port: int | None) -> None:
     """Remove the state file of the instance on ``port`` if this process wrote it."""
     try:
         with open(state_file(port)) as f:

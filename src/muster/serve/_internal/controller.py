@@ -74,7 +74,7 @@ class ServeController:
         self.ingress_checked = 0.0
         self.waiting = autoscaler.Waiting()
         self.ingress: Any = self._new_ingress(http_options) if proxy else NoProxy()
-        # with no proxy: the configured address, unbound (the admin record is filed under its port)
+        # with no proxy: the configured address, unbound (the admin record has no port)
         address: tuple[str, int] = self.ingress.call("address").result(30) or (http_options.host, http_options.port)
         self.host, self.port = address
         self._stop = threading.Event()
