@@ -35,7 +35,7 @@ from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
 from muster.serve._internal.state import AppState, DeploymentState, ReplicaState
 from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import DeployFailedError, RayServeException
-from muster.serve.gang import Gang
+from muster.serve.gang import Gang, round_up
 from muster.tasks import owner as task_owner
 
 _BUSY_WAIT_S = 120.0  # how long a replica waits for resources other work holds
@@ -132,7 +132,7 @@ class ServeController:
             for d in new.deployments.values():
                 size = gangs.size(d)
                 if size:
-                    d.target = gangs.round_up(d.target, size)
+                    d.target = round_up(d.target, size)
                 futs += ([self.pool.submit(gangs.start, self, d) for _ in range(d.target // size)] if size
                          else [self.pool.submit(self._start_replica, d) for _ in range(d.target)])
             for f in futs:
@@ -502,7 +502,7 @@ class ServeController:
         """Start replicas up to ``want`` (``wait``: and return once they are up, raising if one cannot
         start), or drain the extra ones (the routes drop them first)."""
         size = gangs.size(d)
-        want = gangs.round_up(want, size) if size else want  # whole gangs, as Ray's gang policy rounds
+        want = round_up(want, size) if size else want  # whole gangs, as Ray's gang policy rounds
         with self.lock:
             current = d.live()
             more = want - current - d.pending

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from muster.core import resources as res
 from muster.serve.exceptions import RayServeException
-from muster.serve.gang import Gang, round_up  # noqa: F401 - the controller rounds with it
+from muster.serve.gang import Gang
 
 if TYPE_CHECKING:
     from muster.serve._internal.controller import ServeController
