@@ -135,3 +135,45 @@ def test_an_idle_gang_scales_to_zero(client):
 
     wait_until(at_zero, 30, "the idle gang at 0 replicas")
     serve.delete("idle")
+
+
+@serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.25},
+                  gang_scheduling_config=GangSchedulingConfig(gang_size=2))
+class Flaky:
+    """A gang whose rank 0 dies just after it started (flag ``die0``) while rank 1 still starts (``slow1``: it
+    writes its pid to ``slow_pid``, then takes 2 s). Each flag is used once."""
+
+    def __init__(self, folder: str):
+        import threading
+        import time
+
+        rank = serve.get_replica_context().gang_context.rank
+        flag = os.path.join(folder, "die0" if rank == 0 else "slow1")
+        if os.path.exists(flag):
+            os.remove(flag)
+            if rank == 0:
+                threading.Thread(target=lambda: (time.sleep(0.3), os._exit(1)), daemon=True).start()
+            else:
+                with open(os.path.join(folder, "slow_pid"), "w") as f:
+                    f.write(str(os.getpid()))
+                time.sleep(2.0)
+        self.me = (rank, os.getpid())
+
+    def __call__(self) -> tuple:
+        return self.me
+
+
+def test_a_member_that_dies_while_its_gang_starts_fails_the_gang_and_leaves_no_member_running(client, tmp_path):
+    """The gang started "whole" with one member: the deploy succeeded with a lone replica (its peer died while
+    it started), and the supervisor then added a new gang beside it."""
+    free = muster.available_resources().get("CPU", 0.0)
+    for flag in ("die0", "slow1"):
+        (tmp_path / flag).write_text("")
+    with pytest.raises(DeployFailedError, match="lost member .* while it started"):
+        serve.run(Flaky.bind(str(tmp_path)), name="flaky", route_prefix=None)
+    slow = int((tmp_path / "slow_pid").read_text())
+    wait_until(lambda: not alive(slow), 15, "the member that was still starting to be stopped")
+    wait_until(lambda: muster.available_resources().get("CPU", 0.0) == pytest.approx(free), 15,
+               "the gang's placement group and replicas to give their CPUs back")
+    serve.delete("flaky")
+

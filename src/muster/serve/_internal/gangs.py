@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from muster.core import resources as res
-from muster.serve.exceptions import RayServeException
+from muster.serve.exceptions import DeployFailedError, RayServeException
 from muster.serve.gang import Gang
 
 if TYPE_CHECKING:
@@ -61,9 +61,13 @@ def start(ctl: ServeController, d: DeploymentState, pending: bool = False) -> Ga
     with concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="muster-serve-gang") as members:
         futs = [members.submit(ctl._start_replica, d, pending, gang, rank) for rank in range(n)]
     failed = [e for e in (f.exception() for f in futs) if e is not None]
-    if failed:
+    with ctl.lock:
+        lost = [m for m in gang.members if m not in d.replicas or d.replicas[m].state != "RUNNING"]
+    if failed or lost:  # a member that started, then died while its peers started, leaves the gang part-run
         stop(ctl, d, gang)
-        raise failed[0]
+        raise failed[0] if failed else DeployFailedError(
+            f"deployment {d.plan.name!r} of app {d.app!r}: gang {gang.id} lost member {lost[0]} while it started "
+            "(see its output above); its other members were stopped and its placement group given back.")
     ctl.record.event(d.app, d.plan.name, None, "gang", f"gang {gang.id} started ({n} replicas, {strategy})")
     return gang
 
