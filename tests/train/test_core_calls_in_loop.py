@@ -50,6 +50,9 @@ def core_calls(rank: int) -> dict:
         "resources": muster.get_runtime_context().get_assigned_resources(),
         "gpus": muster.get_runtime_context().get_accelerator_ids()["GPU"],
         "ids": ids(),
+        # Ray lists its Train workers among the actors (class RayTrainWorker); muster's were missing
+        "listed": sorted(a.actor_id for a in muster.util.state.list_actors(
+            filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")])),
     }
 
 
@@ -62,7 +65,7 @@ def ids() -> dict:
             "stable": first == again}
 
 
-def assert_worker_ids(seen: list[dict]) -> None:
+def assert_worker_ids(seen: list[dict], listed: list[str], resources: dict) -> None:
     """As in Ray's Train worker actors: each worker is an actor of the driver's job, running one task (the
     loop's call); the ids are distinct per worker, the node is the driver's."""
     driver = muster.get_runtime_context()
@@ -72,8 +75,14 @@ def assert_worker_ids(seen: list[dict]) -> None:
         assert one["actor"].startswith(one["job"]) and one["task"].startswith(one["job"])
     for key in ("task", "actor", "worker"):
         assert len({one[key] for one in seen}) == len(seen), (key, seen)
-    actors = {row["actor_id"] for row in muster.util.state.list_actors()}
-    assert not actors & {one["actor"] for one in seen}  # no muster actor has a worker's id
+    workers = {one["actor"] for one in seen}
+    assert workers <= set(listed), (workers, listed)  # each was listed, alive, while the loop ran
+    rows = {row.actor_id: row for row in muster.util.state.list_actors(detail=True) if row.actor_id in workers}
+    assert {r.class_name for r in rows.values()} == {"RayTrainWorker"} and len(rows) == len(seen)
+    for row in rows.values():  # the run is over: dead, stopped by it, with the worker's job and resources
+        assert (row.state, row.job_id, row.pid > 0) == ("DEAD", muster.get_runtime_context().get_job_id(), True)
+        assert "stopped by its training run" in row.death_cause["actor_died_error_context"]["error_message"]
+        assert row.required_resources == resources
 
 
 def train_loop():
@@ -98,7 +107,7 @@ def test_a_training_loop_runs_tasks_and_actors(tmp_path):
     m = result.metrics  # rank 0's; rank 1 made the same calls at the same time
     assert (m["rank"], m["squares"], m["outside"], m["tally"], m["put"]) == (0, [0, 1, 4], 16, 11, {"rank": 0})
     assert (m["resources"], m["gpus"]) == ({"CPU": 1.0}, [])
-    assert_worker_ids([m["ids"], m["peer_ids"]])
+    assert_worker_ids([m["ids"], m["peer_ids"]], m["listed"], {"CPU": 1.0})
     assert_only_detached_actors_outlive_it(ranks=(0, 1))
 
 
@@ -112,7 +121,7 @@ def test_a_tune_trial_runs_tasks_and_actors(tmp_path):
     m = grid[0].metrics
     assert (m["squares"], m["outside"], m["tally"], m["put"]) == ([0, 1, 4], 16, 16, {"rank": 5})
     assert (m["resources"], m["gpus"]) == ({"CPU": 0.5}, [])  # tune.with_resources's, as a Ray trial actor's
-    assert_worker_ids([m["ids"]])
+    assert_worker_ids([m["ids"]], m["listed"], {"CPU": 0.5})
     assert_only_detached_actors_outlive_it(ranks=(5,))
 
 

@@ -6,12 +6,54 @@ included, so the table lists them all, as Ray's GCS does; a worker asks the driv
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
 from typing import Any
 
 from muster.core import context as core_context
 from muster.core.api import is_current
 from muster.tasks import events
 from muster.tasks import runtime_context as rc
+
+_KEEP_DEAD = 1000  # the library actors that ended, kept for the table (Ray's GCS keeps dead actors too)
+
+
+@dataclass
+class _LibraryActor:
+    """A library's actor that is no muster actor (a training worker): what its row shows."""
+
+    identity: rc.WorkerIdentity
+    class_name: str
+    handle: Any  # the engine's RuntimeActor
+    engine: Any
+    resources: dict[str, float]
+    namespace: str
+    stopped: str | None = None  # why it was stopped, when its library stopped it
+
+
+_library: dict[str, _LibraryActor] = {}
+_library_lock = threading.Lock()
+
+
+def add_library_actor(identity: rc.WorkerIdentity, class_name: str, handle: Any, engine: Any,
+                      resources: dict[str, float]) -> None:
+    """List a library's worker (``RayTrainWorker``, as Ray names its Train workers) among the actors."""
+    from muster.core.init_options import current_namespace
+
+    with _library_lock:
+        _library[identity.actor_id] = _LibraryActor(identity, class_name, handle, engine,
+                                                    {k: float(v) for k, v in resources.items() if v},
+                                                    current_namespace())
+        dead = [k for k, a in _library.items() if not a.handle.is_alive()]
+        for k in dead[: max(0, len(dead) - _KEEP_DEAD)]:
+            del _library[k]
+
+
+def library_actor_stopped(actor_id: str, why: str) -> None:
+    """Its library stopped it (the run ended): its row says so once it is dead."""
+    with _library_lock:
+        if actor_id in _library:
+            _library[actor_id].stopped = why
 
 
 def actor_rows() -> list[dict[str, Any]]:
@@ -22,7 +64,27 @@ def actor_rows() -> list[dict[str, Any]]:
 
     with _lock:
         handles = [h for h in _actors.values() if is_current(h._engine)]
-    return sorted((_row(h) for h in handles), key=lambda row: row["actor_id"])
+    with _library_lock:
+        library = [a for a in _library.values() if is_current(a.engine)]
+    return sorted([_row(h) for h in handles] + [_library_row(a) for a in library], key=lambda row: row["actor_id"])
+
+
+def _library_row(actor: _LibraryActor) -> dict[str, Any]:
+    alive = actor.handle.is_alive()
+    why = actor.stopped or "its process exited"
+    return {
+        **_BLANK,
+        "actor_id": actor.identity.actor_id,
+        "class_name": actor.class_name,
+        "state": "ALIVE" if alive else "DEAD",
+        "job_id": actor.identity.job_id,
+        "node_id": actor.handle.node_id if actor.engine.name == "ray" else rc.node_id(),
+        "pid": actor.handle.pid or 0,
+        "ray_namespace": actor.namespace,
+        "required_resources": actor.resources,
+        "death_cause": None if alive else {"actor_died_error_context": {"error_message": why,
+                                                                        "class_name": actor.class_name}},
+    }
 
 
 def _state(handle: Any) -> str:
@@ -42,6 +104,7 @@ def _row(handle: Any) -> dict[str, Any]:
                                               "class_name": handle._cls.__name__}}
     group = handle._placement_group
     return {
+        **_BLANK,
         "actor_id": rc.actor_hex_id(rc.driver_job_id(), handle._id),
         "class_name": handle._cls.__name__,
         "state": state,
@@ -51,16 +114,17 @@ def _row(handle: Any) -> dict[str, Any]:
         "node_id": None if core is None else (core.node_id if handle._engine.name == "ray" else rc.node_id()),
         "pid": (getattr(core, "pid", None) or 0) if core is not None else 0,
         "ray_namespace": handle._namespace,
-        "serialized_runtime_env": None,
         "required_resources": {k: v for k, v in handle._resources.items() if v},
         "death_cause": death,
         "is_detached": handle._detached,
         "placement_group_id": None if group is None else group.id,
-        "repr_name": "",
         "num_restarts": handle._attempt,
-        "num_restarts_due_to_lineage_reconstruction": 0,
-        "num_restarts_due_to_node_preemption": 0,
-        "call_site": None,
-        "label_selector": None,
-        "fallback_strategy": None,
     }
+
+
+# the columns every row has, with the value of an actor that sets none of them
+_BLANK: dict[str, Any] = {
+    "name": "", "serialized_runtime_env": None, "is_detached": False, "placement_group_id": None, "repr_name": "",
+    "num_restarts": 0, "num_restarts_due_to_lineage_reconstruction": 0, "num_restarts_due_to_node_preemption": 0,
+    "call_site": None, "label_selector": None, "fallback_strategy": None,
+}

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from muster.core.runtime import RuntimeActor, DeathHandler, EventHandler, Runtime
+from muster.tasks import actor_table
 from muster.tasks.runtime_context import new_library_worker
 from muster.train._internal.worker import TrainWorker
 from muster.train.config import ScalingConfig
@@ -24,6 +25,7 @@ class Member:
     ip: str  # muster.util.get_node_ip_address() in the worker (Tune's ``node_ip``, the rendezvous address)
     pid: int
     node: str = ""  # the engine's node id (simulated nodes on one host share an IP)
+    actor_id: str = ""  # its id as an actor (get_runtime_context() in it; its row in list_actors)
 
 
 def assign_ranks(infos: list[dict[str, Any]], gpu_ids: list[list[int]]) -> list[tuple[int, int, int, int]]:
@@ -83,13 +85,17 @@ class WorkerGroup:
         )
         try:
             # each member's ids (get_runtime_context() in the loop): an actor's, as Ray's Train workers are
-            infos = [f.result() for f in [h.call("info", new_library_worker()) for h in handles]]
+            identities = [new_library_worker() for _ in handles]
+            infos = [f.result() for f in [h.call("info", i) for h, i in zip(handles, identities)]]
             ranks = assign_ranks(infos, [h.gpu_ids for h in handles])
-            for handle, info, (rank, local, local_n, node) in zip(handles, infos, ranks):
+            for handle, identity, info, (rank, local, local_n, node) in zip(handles, identities, infos, ranks):
+                # listed by muster.util.state.list_actors() as Ray lists its Train workers
+                actor_table.add_library_actor(identity, "RayTrainWorker", handle, self.runtime,
+                                              self.scaling.worker_resources)
                 handle.label = f"rank {rank}"
                 handle.set_handlers(on_event, on_death)
                 self.members.append(Member(handle, rank, local, local_n, node, info["host"], info["ip"], info["pid"],
-                                           str(info.get("node") or info["ip"])))
+                                           str(info.get("node") or info["ip"]), identity.actor_id))
             self.members.sort(key=lambda m: m.rank)
         except BaseException:
             for h in handles:
@@ -132,6 +138,8 @@ class WorkerGroup:
         included), then wait up to ``drain_s`` until each one's link has been read to its
         end, so reports already sent are handled before the caller goes on."""
         for m in self.members:
+            actor_table.library_actor_stopped(m.actor_id, "stopped by its training run (the run ended, or "
+                                              "restarts its workers)")
             self.runtime.kill(m.handle)
         deadline = time.monotonic() + drain_s
         for m in self.members:
