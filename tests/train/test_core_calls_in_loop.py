@@ -77,9 +77,9 @@ def assert_worker_ids(seen: list[dict], listed: list[str], resources: dict) -> N
         assert len({one[key] for one in seen}) == len(seen), (key, seen)
     workers = {one["actor"] for one in seen}
     assert workers <= set(listed), (workers, listed)  # each was listed, alive, while the loop ran
-    rows = {row.actor_id: row for row in muster.util.state.list_actors(detail=True) if row.actor_id in workers}
-    assert {r.class_name for r in rows.values()} == {"RayTrainWorker"} and len(rows) == len(seen)
-    for row in rows.values():  # the run is over: dead, stopped by it, with the worker's job and resources
+    rows = [muster.util.state.get_actor(worker) for worker in workers]  # the suite's other actors come first
+    assert {r.class_name for r in rows} == {"RayTrainWorker"} and len(rows) == len(seen)
+    for row in rows:  # the run is over: dead, stopped by it, with the worker's job and resources
         assert (row.state, row.job_id, row.pid > 0) == ("DEAD", muster.get_runtime_context().get_job_id(), True)
         assert "stopped by its training run" in row.death_cause["actor_died_error_context"]["error_message"]
         assert row.required_resources == resources
