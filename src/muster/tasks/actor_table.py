@@ -24,11 +24,16 @@ class _LibraryActor:
 
     identity: rc.WorkerIdentity
     class_name: str
-    handle: Any  # the engine's RuntimeActor
+    handle: Any  # the engine's RuntimeActor; None once its library stopped it (its handlers hold the run)
     engine: Any
     resources: dict[str, float]
     namespace: str
+    pid: int
+    node_id: str
     stopped: str | None = None  # why it was stopped, when its library stopped it
+
+    def alive(self) -> bool:
+        return self.handle is not None and self.handle.is_alive()
 
 
 _library: dict[str, _LibraryActor] = {}
@@ -40,20 +45,22 @@ def add_library_actor(identity: rc.WorkerIdentity, class_name: str, handle: Any,
     """List a library's worker (``RayTrainWorker``, as Ray names its Train workers) among the actors."""
     from muster.core.init_options import current_namespace
 
+    node = handle.node_id if engine.name == "ray" else rc.node_id()
     with _library_lock:
         _library[identity.actor_id] = _LibraryActor(identity, class_name, handle, engine,
                                                     {k: float(v) for k, v in resources.items() if v},
-                                                    current_namespace())
-        dead = [k for k, a in _library.items() if not a.handle.is_alive()]
+                                                    current_namespace(), handle.pid or 0, node)
+        dead = [k for k, a in _library.items() if a.handle is None]
         for k in dead[: max(0, len(dead) - _KEEP_DEAD)]:
             del _library[k]
 
 
 def library_actor_stopped(actor_id: str, why: str) -> None:
-    """Its library stopped it (the run ended): its row says so once it is dead."""
+    """Its library stopped it (the run ended): its row is DEAD and says why. The handle is let go, so a
+    finished run is not kept alive by its rows."""
     with _library_lock:
         if actor_id in _library:
-            _library[actor_id].stopped = why
+            _library[actor_id].stopped, _library[actor_id].handle = why, None
 
 
 def actor_rows() -> list[dict[str, Any]]:
@@ -70,7 +77,7 @@ def actor_rows() -> list[dict[str, Any]]:
 
 
 def _library_row(actor: _LibraryActor) -> dict[str, Any]:
-    alive = actor.handle.is_alive()
+    alive = actor.alive()
     why = actor.stopped or "its process exited"
     return {
         **_BLANK,
@@ -78,8 +85,8 @@ def _library_row(actor: _LibraryActor) -> dict[str, Any]:
         "class_name": actor.class_name,
         "state": "ALIVE" if alive else "DEAD",
         "job_id": actor.identity.job_id,
-        "node_id": actor.handle.node_id if actor.engine.name == "ray" else rc.node_id(),
-        "pid": actor.handle.pid or 0,
+        "node_id": actor.node_id,
+        "pid": actor.pid,
         "ray_namespace": actor.namespace,
         "required_resources": actor.resources,
         "death_cause": None if alive else {"actor_died_error_context": {"error_message": why,
