@@ -24,7 +24,6 @@ ray = pytest.importorskip("ray")
 
 NODE_CPUS = 2
 FOOTER_ACTORS = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
-_USER_ENV = frozenset(os.environ)  # as the suite started: a value set there is the user's and stays
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +33,9 @@ def ray_cluster():
     # Ray 2.60's read_parquet reads footers in 32 new actors per read (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS), each
     # importing ray.data: about 30 s a read on this 2-core machine. One actor keeps Ray's path at ~3 s a read.
     # The raylets, so Ray's workers, inherit it.
-    ours = os.environ.setdefault(FOOTER_ACTORS, "1") == "1" and FOOTER_ACTORS not in _USER_ENV
+    ours = FOOTER_ACTORS not in os.environ  # a value the user set is theirs and stays
+    if ours:
+        os.environ[FOOTER_ACTORS] = "1"
     client_port = free_port()
     cluster = Cluster(initialize_head=True,
                       head_node_args={"num_cpus": NODE_CPUS, "ray_client_server_port": client_port})
