@@ -11,3 +11,7 @@ fi
 . .venv/bin/activate
 python -m pip install -q --disable-pip-version-check "torch==2.13.0"
 python -m pip install -q --disable-pip-version-check -e ".${EXTRAS:-}"
+# An editable install leaves muster's sources uncompiled, and with PYTHONDONTWRITEBYTECODE set (as in
+# many containers) every new interpreter -- each worker runtime, driver and CLI call -- compiled them
+# again (~0.5 s each). Writing the bytecode once here lets them all read it.
+python -m compileall -q -j 0 src >/dev/null
