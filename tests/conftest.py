@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 import muster
+import _background
 from _shared import engine_workers
 
 # A suite started as a background job (``cmd &`` in a script) inherits SIGINT ignored, and so
@@ -21,6 +22,14 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 # Tests run 2-4 workers on a 2-core machine: let the engine hand out 4 CPUs.
 TEST_CPUS = 4
+
+
+def pytest_collection_finish(session):
+    _background.start_for(session.items)
+
+
+def pytest_sessionfinish(session):
+    _background.stop_all()
 
 
 @pytest.fixture(scope="session", autouse=True)

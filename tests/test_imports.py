@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ast
-import concurrent.futures
 import pathlib
 import subprocess
 import sys
 
+import _background
 import pytest
 
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "muster"
@@ -17,13 +17,14 @@ MODULES = sorted(
 )
 
 
-# Run in a fresh interpreter: imports each module named on stdin with every muster module dropped from
-# sys.modules first, so each one starts muster's import graph from nothing (a cycle shows up as it would
-# for a user's first import). Third-party packages stay loaded between modules: importing torch, ray and
-# pyarrow afresh for each of ~330 modules made this the suite's slowest test (over 3 minutes).
+# Each runs in a fresh interpreter, importing the modules it is given one by one, with every muster module dropped
+# from sys.modules first: each starts muster's import graph from nothing (a cycle shows up as it would for a
+# user's first import). Third-party packages stay loaded between modules: importing torch, ray and pyarrow afresh
+# for each of ~330 modules made this the suite's slowest test (over 3 minutes). Two halves, one per core, run in
+# the background from the session's start (tests/_background.py).
 _IMPORT_EACH = """
 import importlib, sys, traceback
-for module in sys.stdin.read().split():
+for module in sys.argv[1:]:
     for name in [n for n in sys.modules if n == "muster" or n.startswith("muster.")]:
         del sys.modules[name]
     try:
@@ -31,21 +32,17 @@ for module in sys.stdin.read().split():
     except BaseException:
         print(module + ": " + traceback.format_exc().strip().splitlines()[-1], flush=True)
 """
+BACKGROUND = {f"imports-{half}": [sys.executable, "-c", _IMPORT_EACH, *MODULES[half::2]] for half in (0, 1)}
 
 
-def _import_each_alone(modules: list[str]) -> list[str]:
-    proc = subprocess.run(
-        [sys.executable, "-c", _IMPORT_EACH], input=" ".join(modules), capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.splitlines()
-
-
+@pytest.mark.background
 @pytest.mark.timeout(900)
 def test_every_module_imports_alone():
-    halves = [MODULES[0::2], MODULES[1::2]]  # one interpreter per core
-    with concurrent.futures.ThreadPoolExecutor(len(halves)) as pool:
-        failures = [f for found in pool.map(_import_each_alone, halves) for f in found]
+    failures = []
+    for name, argv in BACKGROUND.items():
+        proc = _background.result(name, argv, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        failures += proc.stdout.splitlines()
     assert not failures, "\n".join(failures)
 
 
