@@ -1,21 +1,25 @@
 """A real Ray cluster for the multi-node tests: a head and two worker nodes on loopback.
 
 The nodes are real raylets (``ray.cluster_utils.Cluster``), each with 2
-logical CPUs; one cluster serves each test module (starting one takes
-seconds on this machine).  It is torn down, and its processes reaped, at the
-end of the module: its raylets are children of the test process, so Ray's
-idle workers would look like leaks to the suite's leak check elsewhere.  ``on_ray``
-switches muster's engine to it for a module and back to the embedded engine
-after.
+logical CPUs. One cluster serves every module of this folder (starting one
+takes ~13 s on this machine); each module gets it back as it found it: nodes
+a module added and left are removed, and a cluster that lost one of its own
+nodes is replaced. It is torn down, and its processes reaped, after the
+folder's last module: its raylets are children of the test process, so Ray's
+idle workers would look like leaks to the suite's leak check elsewhere.
+``on_ray`` switches muster's engine to it for a module and back to the
+embedded engine after.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import psutil
 import pytest
+import _background
 from _shared import engine_workers, free_port
 
 import muster
@@ -26,31 +30,69 @@ NODE_CPUS = 2
 FOOTER_ACTORS = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    from muster.cluster_utils import Cluster  # Ray's, as a ported test imports it
+class _SharedCluster:
+    """The folder's one cluster, started on first use, checked as each module takes it."""
 
-    # Ray 2.60's read_parquet reads footers in 32 new actors per read (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS), each
-    # importing ray.data: about 30 s a read on this 2-core machine. One actor keeps Ray's path at ~3 s a read.
-    # The raylets, so Ray's workers, inherit it.
-    ours = FOOTER_ACTORS not in os.environ  # a value the user set is theirs and stays
-    if ours:
-        os.environ[FOOTER_ACTORS] = "1"
-    client_port = free_port()
-    cluster = Cluster(initialize_head=True,
-                      head_node_args={"num_cpus": NODE_CPUS, "ray_client_server_port": client_port})
-    cluster.client_address = f"ray://127.0.0.1:{client_port}"  # Ray Client, as from a laptop
-    for _ in range(2):
-        cluster.add_node(num_cpus=NODE_CPUS)
-    cluster.wait_for_nodes()
+    def __init__(self) -> None:
+        self.cluster: Any = None
+        self._own: set[Any] = set()  # the nodes it was started with
+
+    def ready(self) -> Any:
+        if self.cluster is not None and not self._whole():
+            self.stop()  # a module removed or broke one of its nodes: a new cluster for the next
+        if self.cluster is None:
+            self._start()
+        return self.cluster
+
+    def _whole(self) -> bool:
+        nodes = {self.cluster.head_node, *self.cluster.worker_nodes}
+        return self._own <= nodes and all(n.remaining_processes_alive() for n in self._own)
+
+    def tidy(self) -> None:
+        """Remove the nodes a module added and did not remove."""
+        if self.cluster is not None:
+            for node in [n for n in self.cluster.worker_nodes if n not in self._own]:
+                self.cluster.remove_node(node)
+
+    def _start(self) -> None:
+        from muster.cluster_utils import Cluster  # Ray's, as a ported test imports it
+
+        # Ray 2.60's read_parquet reads footers in 32 new actors per read (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS),
+        # each importing ray.data: about 30 s a read on this 2-core machine. One actor keeps Ray's path at ~3 s a
+        # read. The raylets, so Ray's workers, inherit it; a value the user set is theirs and stays.
+        os.environ.setdefault(FOOTER_ACTORS, "1")
+        client_port = free_port()
+        cluster = Cluster(initialize_head=True,
+                          head_node_args={"num_cpus": NODE_CPUS, "ray_client_server_port": client_port})
+        cluster.client_address = f"ray://127.0.0.1:{client_port}"  # Ray Client, as from a laptop
+        for _ in range(2):
+            cluster.add_node(num_cpus=NODE_CPUS)
+        cluster.wait_for_nodes()
+        self.cluster, self._own = cluster, {cluster.head_node, *cluster.worker_nodes}
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.shutdown()
+            self.cluster, self._own = None, set()
+            _reap_ray_processes()
+
+
+@pytest.fixture(scope="package")
+def _shared_cluster():
+    shared = _SharedCluster()
+    ours = FOOTER_ACTORS not in os.environ
     try:
-        yield cluster
+        yield shared
     finally:
-        cluster.shutdown()
-        _reap_ray_processes()
+        shared.stop()
         if ours:
             os.environ.pop(FOOTER_ACTORS, None)
 
+
+@pytest.fixture(scope="module")
+def ray_cluster(_shared_cluster):
+    yield _shared_cluster.ready()
+    _shared_cluster.tidy()
 
 
 def _reap_ray_processes(timeout: float = 20.0) -> None:
@@ -58,7 +100,7 @@ def _reap_ray_processes(timeout: float = 20.0) -> None:
     me = psutil.Process()
     deadline = time.monotonic() + timeout
     while True:
-        engine = {p.pid for p in _local_workers()} | {_zygote_pid()}
+        engine = {p.pid for p in _local_workers()} | {_zygote_pid()} | _background.pids()  # not Ray's
         left = [p for p in me.children(recursive=True) if p.pid not in engine and _alive(p)]
         if not left:
             return

@@ -30,13 +30,21 @@ def _in(pg, index=-1):
     return PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
 
 
-def _free_cpus_become(expected: float) -> bool:
+def _free_cpus_become(expected: float) -> None:
     """Ray's free amounts reach the driver a moment after a change (and after the work that held them
-    ended): poll."""
+    ended): poll; a failure says what holds the rest."""
     deadline = time.monotonic() + TIMEOUT
     while muster.available_resources().get("CPU", 0.0) != expected and time.monotonic() < deadline:
         time.sleep(0.1)
-    return muster.available_resources().get("CPU", 0.0) == expected
+    free = muster.available_resources().get("CPU", 0.0)
+    if free != expected:
+        from muster.util.state import list_actors, list_placement_groups, list_tasks
+
+        alive = [(a.class_name, a.state) for a in list_actors(filters=[("state", "!=", "DEAD")])]
+        groups = [(g.placement_group_id, g.state) for g in list_placement_groups(filters=[("state", "!=", "REMOVED")])]
+        running = [(t.name, t.state) for t in list_tasks(filters=[("state", "=", "RUNNING")])]
+        pytest.fail(f"{free} CPUs free after {TIMEOUT} s, not {expected}: actors {alive}, groups {groups}, "
+                    f"running tasks {running}")
 
 
 @muster.remote
@@ -58,17 +66,17 @@ class Member:
 
 def test_a_group_takes_its_bundles_out_of_available_resources(engine):
     before = muster.cluster_resources()["CPU"]
-    assert _free_cpus_become(before)  # what earlier tests held is back
+    _free_cpus_become(before)  # what earlier tests held is back
     pg = placement_group([{"CPU": 1}, {"CPU": 1}])
     try:
         assert muster.get(pg.ready(), timeout=TIMEOUT) == pg and pg.wait(1)
         assert placement_group_table(pg)["state"] == "CREATED"
-        assert _free_cpus_become(before - 2)
+        _free_cpus_become(before - 2)
         assert not [k for k in muster.available_resources() if "_group_" in k]  # Ray's per-group names
     finally:
         remove_placement_group(pg)
     assert placement_group_table(pg)["state"] == "REMOVED"
-    assert _free_cpus_become(before)
+    _free_cpus_become(before)
 
 
 def test_each_bundle_runs_its_task_where_the_strategy_put_it(engine):
@@ -183,6 +191,7 @@ def _detached_group_outlives_clear() -> None:
 
 def test_a_full_bundle_makes_work_wait_and_removal_ends_what_uses_it(engine):
     before = muster.cluster_resources()["CPU"]
+    _free_cpus_become(before)  # what earlier tests held is back
     pg = placement_group([{"CPU": 1}])
     assert pg.wait(TIMEOUT)
     member = Member.options(num_cpus=1, scheduling_strategy=_in(pg, 0)).remote()
@@ -196,4 +205,4 @@ def test_a_full_bundle_makes_work_wait_and_removal_ends_what_uses_it(engine):
         muster.get(waiting, timeout=TIMEOUT)
     with pytest.raises(TaskPlacementGroupRemoved):  # a removed group takes no new work
         muster.get(nap.options(scheduling_strategy=_in(pg)).remote(0), timeout=TIMEOUT)
-    assert _free_cpus_become(before)
+    _free_cpus_become(before)
