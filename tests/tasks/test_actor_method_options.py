@@ -87,6 +87,10 @@ def test_a_method_retries_the_exceptions_its_retry_exceptions_name(cls, concurre
         assert _attempts(actor, actor.listed.options(retry_exceptions=False), "off", 1) == ("ValueError", 1)
         if cls is Flaky and concurrency == 1:
             assert muster.get(call_from_a_task.remote(actor), timeout=TIMEOUT) == ("ok", 2)
+            from muster.util.state import list_tasks
+
+            muster.get(actor.count.options(name="named call").remote("x"), timeout=TIMEOUT)  # Ray's task name
+            assert [t.func_or_class_name for t in list_tasks(filters=[("name", "=", "named call")])] == ["Flaky.count"]
     finally:
         muster.kill(actor)
 
