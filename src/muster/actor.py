@@ -8,7 +8,7 @@ import atexit
 from typing import Any, NoReturn
 
 from muster.tasks.actor import ActorClass, ActorHandle
-from muster.tasks.actor import _Method as ActorMethod
+from muster.tasks.actor_method import ActorMethod
 
 
 def exit_actor() -> NoReturn:

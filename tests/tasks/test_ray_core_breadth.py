@@ -578,13 +578,6 @@ def env_and_group(name: str):
     return os.environ.get(name), context.get_placement_group_id(), context.should_capture_child_tasks_in_placement_group
 
 
-@muster.remote
-class Quiet:
-    @muster.method(enable_task_events=False)  # Ray's switch for its task-event log; muster keeps none
-    def ping(self):
-        return "pong"
-
-
 def test_runtime_env_cloudpickle_and_deprecated_context_ids_as_rays():
     from muster import cloudpickle
     from muster.runtime_env import RuntimeEnv
@@ -609,6 +602,13 @@ def test_runtime_env_cloudpickle_and_deprecated_context_ids_as_rays():
 
     square = cloudpickle.loads(cloudpickle.dumps(lambda x: x * x))  # plain pickle refuses a lambda
     assert square(7) == 49
+    with pytest.warns(UserWarning, match="enable_task_events=False has no effect"):
+        @muster.remote
+        class Quiet:
+            @muster.method(enable_task_events=False)  # Ray's switch for its task-event log: every task is listed
+            def ping(self):
+                return "pong"
+
     q = Quiet.remote()
     assert muster.get(q.ping.remote(), timeout=TIMEOUT) == "pong"
     muster.kill(q)

@@ -2,7 +2,8 @@
 about with a message naming it: none is dropped without a word.
 
 The lists are Ray 2.60's (``ray/_common/ray_option_utils.py``: ``_common_options``, ``_task_only_options``,
-``_actor_only_options``), written out here so the test runs without Ray.
+``_actor_only_options``; ``ray/actor.py``: ``method``'s ``valid_kwargs`` and ``ActorMethod._remote``'s keywords,
+which ``actor.method.options(...)`` takes), written out here so the test runs without Ray.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ RAY_TASK_ONLY = ["max_calls", "max_retries", "num_returns", "retry_exceptions", 
 RAY_ACTOR_ONLY = ["concurrency_groups", "enable_tensor_transport", "lifetime", "max_concurrency", "max_restarts",
                   "max_task_retries", "max_pending_calls", "namespace", "get_if_exists", "allow_out_of_order_execution",
                   "_actor_generator_backpressure_num_objects"]
+RAY_METHOD = ["num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
+              "_generator_backpressure_num_objects", "_num_objects_per_yield", "enable_task_events", "tensor_transport"]
+RAY_METHOD_CALL = ["name", "num_returns", "max_task_retries", "retry_exceptions", "concurrency_group",
+                   "_generator_backpressure_num_objects", "_num_objects_per_yield", "enable_task_events",
+                   "tensor_transport", "_labels"]
 
 # Options whose value here makes muster do something a test elsewhere checks (tests/tasks/test_remote*.py,
 # test_placement_groups.py): the value is honoured.
@@ -32,11 +38,13 @@ HONOURED = {"memory": None, "name": "n", "num_cpus": 1, "num_gpus": 0, "resource
             "max_restarts": 0, "max_task_retries": 0, "max_pending_calls": -1, "namespace": "ns",
             "get_if_exists": False, "allow_out_of_order_execution": False,
             # unused, as in Ray: no label_selector, so the first choice (any node) holds
-            "fallback_strategy": [{"label_selector": {"ray.io/accelerator-type": "H100"}}]}
+            "fallback_strategy": [{"label_selector": {"ray.io/accelerator-type": "H100"}}],
+            # actor methods' (tests/tasks/test_actor_method_options.py, test_concurrency_groups.py)
+            "concurrency_group": "io"}
 # Options muster takes and ignores: a value other than Ray's default warns, naming the option.
 IGNORED = {"accelerator_type": "A100", "object_store_memory": 1 << 20, "enable_task_events": False,
            "_labels": {"team": "a"}, "_generator_backpressure_num_objects": 4, "_num_objects_per_yield": 2,
-           "enable_tensor_transport": True, "_actor_generator_backpressure_num_objects": 4}
+           "enable_tensor_transport": True, "_actor_generator_backpressure_num_objects": 4, "tensor_transport": "nccl"}
 
 
 def _f():
@@ -65,6 +73,49 @@ def test_no_ray_option_is_dropped_silently(option, actor):
             _declare(option, {"ray.io/accelerator-type": "H100"}, actor)
     else:
         pytest.fail(f"Ray 2.60's option {option} is in no list of this test: say what muster does with it")
+
+
+class _M:
+    def m(self):
+        return 1
+
+
+def _declare_method(option: str, value):
+    def m(self):
+        return 1
+
+    return muster.method(**{option: value})(m)
+
+
+def _check_method_option(declare, option: str, per_call: bool):
+    if option in HONOURED:
+        declare(option, HONOURED[option])
+    elif option == "_num_objects_per_yield" and per_call:  # the decorator's only: refused per call, as in Ray
+        with pytest.raises(ValueError, match=r"_num_objects_per_yield=2 cannot be set per call.*@muster.method"):
+            declare(option, IGNORED[option])
+    elif option in IGNORED:
+        with pytest.warns(UserWarning, match=option):
+            declare(option, IGNORED[option])
+    else:
+        pytest.fail(f"Ray 2.60's method option {option} is in no list of this test: say what muster does with it")
+
+
+@pytest.mark.parametrize("option", RAY_METHOD)
+def test_no_ray_method_option_is_dropped_silently(option):
+    _check_method_option(_declare_method, option, per_call=False)
+    with pytest.raises(TypeError, match=r"unknown option\(s\) bogus\. Supported: .*max_task_retries"):
+        _declare_method("bogus", 1)
+
+
+def test_no_ray_method_call_option_is_dropped_silently():
+    handle = muster.remote(_M).remote()  # .options() needs no answer from it: one actor serves every option
+    try:
+        for option in RAY_METHOD_CALL:
+            _check_method_option(lambda o, v: handle.m.options(**{o: v}), option, per_call=True)
+        with pytest.raises(TypeError, match=r"unknown option\(s\) bogus\. Supported: .*max_task_retries"):
+            handle.m.options(bogus=1)
+    finally:
+        muster.kill(handle)
 
 
 def test_a_label_selector_the_node_satisfies_runs_the_work():

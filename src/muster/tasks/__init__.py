@@ -6,7 +6,8 @@ import os
 from typing import Any, Callable
 
 from muster.exceptions import InvalidTypeError
-from muster.tasks.actor import ActorClass, ActorHandle, WorkerActorHandle, method
+from muster.tasks.actor import ActorClass, ActorHandle, WorkerActorHandle
+from muster.tasks.actor_method import method
 from muster.tasks.cancel import cancel
 from muster.tasks.generators import ObjectRefGenerator
 from muster.tasks.named import get_actor, list_named_actors

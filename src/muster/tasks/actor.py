@@ -16,7 +16,7 @@ import itertools
 import queue
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, NoReturn, cast
+from typing import Any, NoReturn, cast
 
 from muster._unsupported import raise_unsupported
 from muster.core import context as core_context
@@ -30,6 +30,7 @@ from muster.tasks import concurrency_groups as cgroups
 from muster.tasks import events, named, owner, task_table, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
+from muster.tasks.actor_method import ActorMethod, Retries, declared
 from muster.tasks.objects import ObjectRef, snapshot_args
 from muster.tasks.worker_side import ActorFactory, TaskInfo, freeze, is_async_class
 
@@ -63,36 +64,6 @@ def _handle_from_id(actor_id: int, shape: Shape | None = None) -> Any:
     if core_context.in_worker():
         return WorkerActorHandle(actor_id, shape=shape)
     return lookup(actor_id)
-
-
-def method(*args: Any, **options: Any) -> Any:
-    """Options for one actor method, as Ray's ``@ray.method(num_returns=2)`` (``@ray.method`` alone: none).
-
-    ``concurrency_group="io"`` puts the method in the actor's group ``io`` (one of its
-    ``concurrency_groups``; see :mod:`muster.tasks.concurrency_groups`).
-
-    Raises:
-        InvalidTypeError: an option other than ``num_returns``, ``concurrency_group``, ``max_task_retries``,
-            ``retry_exceptions``, ``enable_task_events``.
-    """
-    if len(args) == 1 and callable(args[0]) and not options:  # bare @muster.method
-        setattr(args[0], "__muster_method_options__", {})
-        return args[0]
-    unknown = sorted(set(options) - {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
-                                     "enable_task_events"})  # the last: muster records no per-call events
-    if args or unknown:
-        raise InvalidTypeError(f"@muster.method takes keyword options only (num_returns=...); got {unknown or args}.")
-
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        setattr(fn, "__muster_method_options__", dict(options))
-        return fn
-
-    return decorate
-
-
-def _method_num_returns(cls: type | None, name: str) -> Any:
-    fn = getattr(cls, name, None) if cls is not None else None
-    return (getattr(fn, "__muster_method_options__", None) or {}).get("num_returns", 1)
 
 
 class ActorClass:
@@ -149,28 +120,6 @@ def create(cls: type, args: tuple, kwargs: dict, options: dict[str, Any]) -> "Ac
                        bool(options.get("get_if_exists")))
 
 
-class _Method:
-    def __init__(self, actor: Any, name: str, num_returns: Any = None, group: str | None = None):
-        self._actor, self._name, self._num_returns, self._group = actor, name, num_returns, group
-
-    def options(self, **options: Any) -> "_Method":
-        unknown = sorted(set(options) - {"num_returns", "name", "concurrency_group"})
-        if unknown:
-            raise InvalidTypeError(f"Actor method .options(): unknown option(s) {unknown}; "
-                                   "supported: num_returns, concurrency_group, name.")
-        return _Method(self._actor, self._name, options.get("num_returns", self._num_returns),
-                       options.get("concurrency_group", self._group))
-
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        cls = getattr(self._actor, "_cls", None)
-        if cls is not None:
-            opts.check_method_call(cls, self._name, args, kwargs)
-        return self._actor._call(self._name, args, kwargs, self._num_returns, self._group)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise InvalidTypeError(f"Actor methods cannot be called directly. Use .{self._name}.remote(...).")
-
-
 def _shape(cls: type) -> Shape:
     return cls.__name__, tuple(methods_of(cls))
 
@@ -195,7 +144,7 @@ class ActorHandle:
         # the actors this one makes share its fate, as in Ray: they die with each of its processes
         self._owned = owner.Gang(f"the actor {cls.__name__} that created it")
         self._restarts_left = options.get("max_restarts", 0)
-        self._task_retries = options.get("max_task_retries", 0)  # per call, when the actor dies under it
+        self._task_retries = options.get("max_task_retries", 0)  # its calls', unless their method's say otherwise
         self._id = rc.new_actor_number()
         self._hex_id = rc.actor_hex_id(rc.driver_job_id(), self._id)
         self._task_prefix = task_table.actor_task_id(self._id, 0)[:-8]  # its calls' task ids: this, then the token
@@ -231,14 +180,14 @@ class ActorHandle:
         threading.Thread(target=self._send_forever, name=f"muster-actor-{self._id}", daemon=True).start()
 
     # -- public --------------------------------------------------------------
-    def __getattr__(self, name: str) -> _Method:
+    def __getattr__(self, name: str) -> ActorMethod:
         if name in worker_side.RAY_BUILTINS:
-            return _Method(self, name)
+            return ActorMethod(self, name)
         if name.startswith("_"):
             raise AttributeError(name)
         if not hasattr(self._cls, name):
             raise _no_method(_shape(self._cls), name)
-        return _Method(self, name)
+        return ActorMethod(self, name)
 
     def __reduce__(self) -> Any:
         return (_handle_from_id, (self._id, _shape(self._cls)))
@@ -336,28 +285,35 @@ class ActorHandle:
         self._calls.put(None)  # wake the sender for them
 
     def _retry(self, call: "_Call", attempt: int, error: BaseException) -> bool:
-        """``call`` died with the actor (that ran it as of ``attempt``): send it again once the actor
-        is back, while its ``max_task_retries`` last and the actor will restart. False: settle it."""
-        token = call[0]
-        left = self._retries_left.get(token, self._task_retries)
-        if left == 0 or token in self._cancelled:  # a cancelled call is never retried, as in Ray
+        """Send ``call`` again, while its ``max_task_retries`` last: when it raised an exception its
+        ``retry_exceptions`` name (now, to the same actor), or when it died with the actor (that ran it as
+        of ``attempt``) and the actor will restart (once it is back), as in Ray. False: settle it."""
+        token, retries = call[0], call[-2]
+        left = self._retries_left.get(token, retries.max_task_retries)
+        if left == 0 or token in self._cancelled or self._dead is not None:  # a cancelled call never is, as in Ray
             return False
-        if not isinstance(error, ActorDiedError) or self._no_restart or self._dead is not None:
+        raised = opts.retries_exception(retries.retry_exceptions, error)
+        if not raised and (not isinstance(error, ActorDiedError) or self._no_restart):
             return False
         self._retries_left[token] = left - 1 if left > 0 else left
         with self._restart_lock:
-            if attempt == self._attempt:  # its death is not handled yet: _on_death sends it
+            if not raised and attempt == self._attempt:  # its death is not handled yet: _on_death sends it
                 self._awaiting_restart.append(call)
             else:
                 self._resend.append(call)
         self._calls.put(None)
         return True
 
-    def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None, group: str | None = None) -> Any:
+    def _call(self, method: str, args: tuple, kwargs: dict, options: dict[str, Any] | None = None) -> Any:
+        """``handle.method.options(**options).remote(*args, **kwargs)``: the call's ref(s)."""
+        options = options or {}
+        group = options.get("concurrency_group")
         if group is not None:  # .options(concurrency_group=): one of the actor's groups
             cgroups.check(self._cls.__name__, group, self._groups, f"{method}.options(concurrency_group={group!r})")
         args, kwargs = snapshot_args(args, kwargs, f"{self._cls.__name__}.{method}.remote()")  # as they are now
-        n = _method_num_returns(self._cls, method) if num_returns is None else num_returns
+        own = declared(self._cls, method)
+        num_returns = options.get("num_returns")
+        n = own.get("num_returns", 1) if num_returns is None else num_returns
         fn = getattr(self._cls, method, None)
         if num_returns is None and n == 1 and (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)):
             n = "streaming"  # a generator method streams its items, as a generator task does
@@ -370,10 +326,11 @@ class ActorHandle:
         task_id = self._task_prefix + f"{token:08x}"  # task_table.actor_task_id(self._id, token)
         name = f"{self._cls.__name__}.{method}"
         waits = any(isinstance(a, ObjectRef) for a in (*args, *kwargs.values()))
-        task_table.submitted(task_id, ref_id, name=name, function=name, kind="ACTOR_TASK", resources=_NO_RESOURCES,
-                             actor_id=self._hex_id, waits=waits)
+        task_table.submitted(task_id, ref_id, name=options.get("name") or name, function=name, kind="ACTOR_TASK",
+                             resources=_NO_RESOURCES, actor_id=self._hex_id, waits=waits)
         out.add_done_callback(lambda f: _forget_call(ref_id, task_id, f))
-        self._calls.put((token, method, n, args, kwargs, group, out))
+        retries = Retries.of(own, options, self._task_retries)
+        self._calls.put((token, method, n, args, kwargs, group, retries, out))
         if n in ("streaming", "dynamic"):
             from muster.tasks.remote_function import shape
 
@@ -395,7 +352,7 @@ class ActorHandle:
                 self._send_one(batch.pop(0), started, attempt)
 
     def _send_one(self, call: "_Call", started: Future, attempt: int) -> None:
-        token, method, n, args, kwargs, group, out = call
+        token, method, n, args, kwargs, group, retries, out = call
         if out.done():  # cancelled before it was sent
             self._retries_left.pop(token, None)
             return
@@ -410,7 +367,7 @@ class ActorHandle:
         if out.done():  # cancelled while it waited for the actor or its arguments: never runs, as in Ray
             self._retries_left.pop(token, None)
             return
-        if self._task_retries:
+        if retries.max_task_retries:
             self._sent[token] = call
         if self._concurrent:
             self._pending[token] = out
@@ -437,6 +394,15 @@ class ActorHandle:
             self._pending.pop(call[0], None)
             return
         self._complete(call[0], False, self._named(exc))
+
+    def _answered(self, token: int, ok: bool, value: Any) -> None:
+        """An async or threaded call's answer (its ActorCallDone event): an exception its options retry
+        sends it again (see :meth:`_retry`)."""
+        out = self._pending.pop(token, None)  # first: a retried call is pending again once it is sent
+        call = None if ok or out is None else self._sent.get(token)
+        if call is not None and self._retry(call, self._attempt, value):
+            return
+        self._complete(token, ok, value, out)
 
     def _done_with(self, token: int) -> bool:
         """Forget the answered call ``token``; whether ``muster.cancel`` had reached it in the actor."""
@@ -500,7 +466,8 @@ class ActorHandle:
             self._on_death(core, error)
 
 
-_Call = tuple  # (token, method, num_returns, args, kwargs, concurrency group, out): one call, as queued and as sent
+#: one call, as queued and as sent: (token, method, num_returns, args, kwargs, concurrency group, Retries, out)
+_Call = tuple
 
 
 def _cancelled_or_died(error: Any) -> bool:
@@ -543,17 +510,17 @@ class WorkerActorHandle:
         self._id, self._cls = actor_id, cls
         self._shape = _shape(cls) if shape is None and cls is not None else shape  # None: not known here
 
-    def __getattr__(self, name: str) -> _Method:
+    def __getattr__(self, name: str) -> ActorMethod:
         if name.startswith("_") and name not in worker_side.RAY_BUILTINS:
             raise AttributeError(name)
         if self._shape is not None and name not in self._shape[1]:  # Ray's handle has its methods only
             raise _no_method(self._shape, name)
-        return _Method(self, name)
+        return ActorMethod(self, name)
 
-    def _call(self, method: str, args: tuple, kwargs: dict, num_returns: Any = None, group: str | None = None) -> Any:
+    def _call(self, method: str, args: tuple, kwargs: dict, options: dict[str, Any] | None = None) -> Any:
         from muster.tasks.generators import shaped
 
-        return shaped(core_context.send_event(events.ActorCall(self._id, method, args, kwargs, num_returns, group)))
+        return shaped(core_context.send_event(events.ActorCall(self._id, method, args, kwargs, options or {})))
 
     def _kill(self, no_restart: bool = True) -> None:
         core_context.send_event(events.Kill(self._id, no_restart))

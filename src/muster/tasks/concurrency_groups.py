@@ -27,6 +27,7 @@ import threading
 from typing import Any, Callable, TypeVar
 
 from muster.exceptions import InvalidArgumentError
+from muster.tasks import actor_method
 
 T = TypeVar("T")
 #: Ray's own groups, which its libraries name on any actor (Ray declares them with tensor transport)
@@ -37,7 +38,7 @@ def method_groups(cls: type) -> dict[str, str]:
     """The methods of ``cls`` that ``@muster.method(concurrency_group=...)`` put in a group -> that group."""
     out: dict[str, str] = {}
     for name in dir(cls):
-        options = getattr(getattr(cls, name, None), "__muster_method_options__", None) or {}
+        options = actor_method.declared(cls, name)
         if options.get("concurrency_group") is not None:
             out[name] = options["concurrency_group"]
     return out

@@ -94,8 +94,7 @@ class ActorCall:
     method: str
     args: tuple
     kwargs: dict
-    num_returns: Any = None
-    concurrency_group: str | None = None  # the call's .options(concurrency_group=)
+    options: dict  # the call's .options(...) (num_returns, concurrency_group, max_task_retries, ...)
 
 
 @dataclass(frozen=True)

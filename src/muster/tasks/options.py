@@ -9,7 +9,7 @@ from typing import Any
 
 from muster.core import resources as res
 from muster.core.init_options import warn_unused_runtime_env
-from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, TaskError
 from muster.tasks import labels
 
 #: The placement group options (read by :func:`placement_group_of`), and ``label_selector`` and
@@ -30,16 +30,22 @@ _IGNORED = {
     "_actor_generator_backpressure_num_objects": "muster's streaming generators never pause a generator that runs "
                                                  "ahead of its reader",
     "enable_tensor_transport": "muster moves tensors through its object store (no GPU-to-GPU transport)",
+    "tensor_transport": "muster moves tensors through its object store (no GPU-to-GPU transport)",
 }
 _DEFAULTS = {"enable_task_events": True}  # Ray's default where it is not None: setting it changes nothing
 _NO_OP = _PLACED | set(_IGNORED)
 TASK_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_retries", "retry_exceptions", "name", "memory",
                 "num_returns", "runtime_env", "max_calls"} | _NO_OP - {"_actor_generator_backpressure_num_objects",
-                                                                      "enable_tensor_transport"}
+                                                                      "enable_tensor_transport", "tensor_transport"}
 ACTOR_OPTIONS = {"num_cpus", "num_gpus", "resources", "max_restarts", "max_task_retries", "name", "memory",
                  "namespace", "get_if_exists", "lifetime", "max_concurrency", "runtime_env", "concurrency_groups",
                  "max_pending_calls", "allow_out_of_order_execution"} | _NO_OP - {
-                     "_generator_backpressure_num_objects", "_num_objects_per_yield"}
+                     "_generator_backpressure_num_objects", "_num_objects_per_yield", "tensor_transport"}
+#: Ray 2.60's ``@ray.method`` options, and those of ``actor.method.options(...)`` (``ActorMethod._remote``'s
+#: keywords: ``_num_objects_per_yield`` is the decorator's only, as in Ray)
+METHOD_OPTIONS = {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions", "enable_task_events",
+                  "_generator_backpressure_num_objects", "_num_objects_per_yield", "tensor_transport"}
+CALL_OPTIONS = METHOD_OPTIONS - {"_num_objects_per_yield"} | {"name", "_labels"}
 _warned_ignored: set[tuple[str, str]] = set()
 
 
@@ -97,6 +103,10 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
         raise InvalidArgumentError(
             f"{what}: retry_exceptions={rx!r}; use True (retry any exception) or a list of exception classes."
         )
+    group = options.get("concurrency_group")
+    if group is not None and not isinstance(group, str):
+        raise InvalidArgumentError(f"{what}: concurrency_group={group!r}; use the name (a str) of one of the "
+                                   "actor's concurrency_groups.")
     strategy = options.get("scheduling_strategy")
     if isinstance(strategy, str) and strategy not in ("DEFAULT", "SPREAD"):
         raise InvalidArgumentError(
@@ -130,6 +140,19 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
             )
         res.normalize(custom, what=f"{what}: resources")
     return dict(options)
+
+
+def retries_exception(retry_exceptions: Any, error: BaseException | None) -> bool:
+    """Whether ``retry_exceptions`` (a task's or actor method's) retries ``error``, an exception the work raised
+    (a :class:`TaskError`): True retries any; a list, only those types (and their subclasses), as in Ray."""
+    if not isinstance(error, TaskError) or not retry_exceptions:
+        return False
+    if isinstance(retry_exceptions, bool):
+        return True
+    if error.cause is not None:
+        return isinstance(error.cause, tuple(retry_exceptions))
+    return any(error.cause_type in (t.__name__, t.__qualname__, f"{t.__module__}.{t.__qualname__}")
+               for t in retry_exceptions)
 
 
 def declared_task_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -108,7 +108,7 @@ def _create_actor(handle: RuntimeActor, e: events.CreateActor) -> int:
 def _actor_call(handle: RuntimeActor, e: events.ActorCall) -> Any:
     from muster.tasks import actor
 
-    return _pin_shaped(actor.lookup(e.actor)._call(e.method, e.args, e.kwargs, e.num_returns, e.concurrency_group))
+    return _pin_shaped(actor.lookup(e.actor)._call(e.method, e.args, e.kwargs, e.options))
 
 
 def _exit_actor(handle: RuntimeActor, e: events.ExitActor) -> None:
@@ -138,7 +138,7 @@ def _yielded(handle: RuntimeActor, e: events.Yielded) -> None:
 def _actor_call_done(handle: RuntimeActor, e: events.ActorCallDone) -> None:
     from muster.tasks import actor
 
-    actor.lookup(e.actor_id)._complete(e.token, e.ok, e.value)
+    actor.lookup(e.actor_id)._answered(e.token, e.ok, e.value)
 
 
 def _cancel(handle: RuntimeActor, e: events.Cancel) -> bool:

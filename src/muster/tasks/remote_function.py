@@ -21,7 +21,6 @@ from muster.exceptions import (
     InvalidTypeError,
     ResourcesUnavailableError,
     TaskCancelledError,
-    TaskError,
     WorkerCrashedError,
 )
 from muster.tasks import events, owner, task_table, worker_side
@@ -209,7 +208,7 @@ class _Attempts:
     def finish(self, f: Future, attempt: int) -> None:
         self.worker = self.run = None  # (its future holds this object in a callback: no cycle)
         exc = f.exception()
-        retriable = isinstance(exc, WorkerCrashedError) or (isinstance(exc, TaskError) and self._retries(exc))
+        retriable = isinstance(exc, WorkerCrashedError) or opts.retries_exception(self.retry_exceptions, exc)
         if self.cancelled is not None:
             return  # its ref already says TaskCancelledError
         if exc is not None and retriable and (self.max_retries == -1 or attempt < self.max_retries):
@@ -218,17 +217,6 @@ class _Attempts:
             _settle(self.out, exc=exc)
         else:
             _settle(self.out, value=f.result())
-
-    def _retries(self, exc: TaskError) -> bool:
-        """``retry_exceptions``: True retries any exception the task raised; a list, only those types
-        (and their subclasses), as in Ray."""
-        wanted = self.retry_exceptions
-        if isinstance(wanted, bool) or not wanted:
-            return bool(wanted)
-        cause = exc.cause
-        if cause is not None:
-            return isinstance(cause, tuple(wanted))
-        return any(exc.cause_type in (t.__name__, t.__qualname__, f"{t.__module__}.{t.__qualname__}") for t in wanted)
 
     def started(self, worker: Any) -> None:
         """Its TaskStarted event: the process running it (interrupt it now if cancelled meanwhile)."""
