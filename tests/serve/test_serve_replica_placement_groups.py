@@ -71,6 +71,18 @@ def test_a_replica_and_its_helper_run_in_its_own_group_which_goes_with_it(client
                "the replica's placement group to be given back")
 
 
+def test_a_downscale_gives_the_stopped_replicas_group_back(client):
+    free = muster.available_resources().get("CPU", 0.0)
+    serve.run(InGroup.options(num_replicas=2).bind(), name="two", route_prefix=None)
+    assert muster.available_resources().get("CPU", 0.0) == pytest.approx(free - 2.0)
+    serve.run(InGroup.options(num_replicas=1).bind(), name="two", route_prefix=None)
+    wait_until(lambda: muster.available_resources().get("CPU", 0.0) == pytest.approx(free - 1.0), 15,
+               "the stopped replica's group to be given back")
+    serve.delete("two")
+    wait_until(lambda: muster.available_resources().get("CPU", 0.0) == pytest.approx(free), 15,
+               "the last replica's group to be given back")
+
+
 def test_bundles_that_can_never_fit_fail_serve_run_at_once_naming_them(client):
     huge = [{"CPU": 0.25}, {"CPU": 10_000}]
     with pytest.raises(ResourcesUnavailableError, match=r"placement_group_bundles=.*10000"):
