@@ -42,6 +42,27 @@ class GangMember:
         return gang.gang_id, gang.rank, gang.pg_name
 
 
+@muster.remote(num_cpus=0.25)
+class GroupHelper:
+    def group(self) -> str | None:
+        from muster.util.placement_group import get_current_placement_group
+
+        pg = get_current_placement_group()
+        return None if pg is None else pg.id
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.25}, placement_group_bundles=[{"CPU": 0.25}, {"CPU": 0.25}])
+class OwnGroup:
+    def __init__(self):
+        self.helper = GroupHelper.remote()  # captured into the replica's group, as on Ray
+
+    def __call__(self) -> tuple:
+        from muster.util.placement_group import get_current_placement_group
+
+        pg = get_current_placement_group()
+        return None if pg is None else (pg.id, pg.name), muster.get(self.helper.group.remote(), timeout=30)
+
+
 @muster.remote(num_cpus=0.1)
 def add_in_a_task(handle, x: int) -> int:
     return handle.add.remote(x).result(timeout_s=30)
@@ -94,5 +115,14 @@ def test_serve_on_ray(on_ray, tmp_path, monkeypatch):
 
         groups = [g for g in ray.util.placement_group_table().values() if g["name"] == next(iter(members))[2]]
         assert [(g["state"], g["strategy"], len(g["bundles"])) for g in groups] == [("CREATED", "PACK", 2)]
+        # placement_group_bundles: each replica runs in its own Ray placement group, its helper actor too
+        (pg_id, pg_name), helper_group = serve.run(OwnGroup.bind(), name="own", route_prefix=None).remote().result(
+            timeout_s=60)
+        assert helper_group == pg_id and pg_name.startswith("SERVE_REPLICA::")
+        states = [g["state"] for g in ray.util.placement_group_table().values() if g["name"] == pg_name]
+        assert states == ["CREATED"]
+        serve.delete("own")
+        states = [g["state"] for g in ray.util.placement_group_table().values() if g["name"] == pg_name]
+        assert states in ([], ["REMOVED"])
     finally:
         serve.shutdown()

@@ -274,8 +274,7 @@ def test_rays_2_60_deployment_options_are_accepted_with_a_warning_that_says_what
     """Options Ray 2.60 added to ``@serve.deployment`` were refused as unknown (a TypeError)."""
     said = {"max_constructor_retry_count": (3, "fails serve.run at once"),
             "rolling_update_percentage": (0.5, "starts all the new replicas beside the old ones"),
-            "max_surge_percent": (25, "starts all the new replicas beside the old ones"),
-            "placement_group_bundle_label_selector": ([{"zone": "a"}], "no placement group")}
+            "max_surge_percent": (25, "starts all the new replicas beside the old ones")}
     for option, (value, why) in said.items():
         with pytest.warns(UserWarning, match=rf"deployment 'A': {option}=.* has no effect in muster: .*{why}"):
             assert serve.deployment(**{option: value})(A.func_or_class).config.name == "A"

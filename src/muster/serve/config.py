@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from muster.core import resources as res
 from muster.core.init_options import warn_unused_runtime_env
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.serve._internal import replica_groups
 from muster.serve.autoscaling_policy import AutoscalingContext, AutoscalingPolicy  # noqa: F401 - Ray's names
 from muster.serve.context import DeploymentID  # noqa: F401 - Ray keeps it in ray.serve.config
 from muster.serve.gang import (  # noqa: F401 - Ray keeps them in ray.serve.config
@@ -35,14 +36,10 @@ _ACTOR_OPTION_KEYS = ("num_cpus", "num_gpus", "resources", "runtime_env", "memor
 #: Ray deprecated or keeps them internal). Each is accepted, and the others said so in a warning.
 NO_EFFECT: dict[str, str | None] = {
     "is_driver_deployment": None,
-    "placement_group_bundles": "each replica holds its ray_actor_options resources; replicas get no placement group",
-    "placement_group_strategy": "each replica holds its ray_actor_options resources; replicas get no placement group",
     "max_replicas_per_node": "replicas are not capped per node",
     "request_router_config": "requests go to the replica with fewer ongoing requests of two picked at random "
                              "(power of two choices); custom routers are not supported",
     # Ray 2.60's
-    "placement_group_bundle_label_selector": "each replica holds its ray_actor_options resources; replicas get no "
-                                             "placement group",
     "max_constructor_retry_count": "a replica constructor that raises fails serve.run at once, naming the error "
                                    "(no retries)",
     "rolling_update_percentage": "a redeploy starts all the new replicas beside the old ones and then switches "
@@ -361,6 +358,9 @@ class DeploymentConfig:
     deployment_actors: tuple[DeploymentActorConfig, ...] = ()
     logging_config: LoggingConfig | None = None
     gang_scheduling_config: GangSchedulingConfig | None = None
+    placement_group_bundles: list[dict[str, float]] | None = None  # each replica's own group; it runs in bundle 0
+    placement_group_strategy: str | None = None  # how the group is placed (PACK when bundles are given)
+    placement_group_bundle_label_selector: list[dict[str, str]] | None = None  # one per bundle (one: for all)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" in self.name or "#" in self.name:
@@ -414,7 +414,11 @@ class DeploymentConfig:
             raise InvalidArgumentError(
                 f"{self.name}: ray_actor_options has unknown key(s) {unknown}; known: {list(_ACTOR_OPTION_KEYS)}."
             )
-        self.resources()  # validates amounts
+        self.placement_group_bundles, self.placement_group_strategy = replica_groups.checked(
+            self.name, self.placement_group_bundles, self.placement_group_strategy, self.resources(),
+            gang=self.gang_scheduling_config is not None)
+        self.placement_group_bundle_label_selector = replica_groups.checked_selectors(
+            self.name, self.placement_group_bundles, self.placement_group_bundle_label_selector)
         self.env_vars()
         warn_unused_runtime_env(self.ray_actor_options.get("runtime_env"), f"deployment {self.name!r}", stacklevel=5)
 
@@ -434,6 +438,11 @@ class DeploymentConfig:
         request: dict[str, float] = {"CPU": opts.get("num_cpus", 1), "GPU": opts.get("num_gpus", 0)}
         request.update(opts.get("resources") or {})
         return res.normalize(request, what=f"deployment {self.name!r} ray_actor_options", spelled=res.ARGUMENT_NAMES)
+
+    def replica_holds(self) -> dict[str, float]:
+        """What one replica holds while it lives: its whole placement group when it has one, else
+        :meth:`resources`."""
+        return replica_groups.held(self.placement_group_bundles, self.resources())
 
     def env_vars(self) -> dict[str, str]:
         runtime_env = self.ray_actor_options.get("runtime_env") or {}

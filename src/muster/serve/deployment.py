@@ -120,6 +120,9 @@ def deployment(
     deployment_actors: list[Any] | None = None,
     logging_config: Any = None,
     gang_scheduling_config: Any = None,
+    placement_group_bundles: list[dict[str, float]] | None = None,
+    placement_group_strategy: str | None = None,
+    placement_group_bundle_label_selector: list[dict[str, str]] | None = None,
     **ignored: Any,
 ) -> Any:
     """Make a class or function a Serve deployment (Ray Serve's ``@serve.deployment``).
@@ -144,6 +147,13 @@ def deployment(
         logging_config: a ``LoggingConfig`` (or dict): ``log_level`` of the replicas' ``ray.serve`` logger.
         gang_scheduling_config: a ``GangSchedulingConfig`` (or dict): replicas start, stop and restart in
             gangs of ``gang_size``, each placed whole (``serve.get_replica_context().gang_context``).
+        placement_group_bundles: each replica's own placement group, e.g. ``[{"CPU": 1}, {"CPU": 2}]``: the
+            replica runs in bundle 0 (its ``ray_actor_options`` must fit there) and the tasks and actors it
+            starts go into the group; the group goes when the replica stops.
+        placement_group_strategy: how that group is placed: ``PACK`` (default), ``SPREAD``, ``STRICT_PACK``
+            or ``STRICT_SPREAD``.
+        placement_group_bundle_label_selector: a label selector per bundle (one: for all), as
+            ``placement_group(bundle_label_selector=)`` takes.
         health_check_period_s / health_check_timeout_s: how often
             ``check_health()`` runs and how long it may take; a replica that
             fails it is replaced.
@@ -173,7 +183,9 @@ def deployment(
             graceful_shutdown_timeout_s=graceful_shutdown_timeout_s,
             graceful_shutdown_wait_loop_s=graceful_shutdown_wait_loop_s, backpressure_config=backpressure_config,
             deployment_actors=tuple(deployment_actors or ()), logging_config=logging_config,
-            gang_scheduling_config=gang_scheduling_config,
+            gang_scheduling_config=gang_scheduling_config, placement_group_bundles=placement_group_bundles,
+            placement_group_strategy=placement_group_strategy,
+            placement_group_bundle_label_selector=placement_group_bundle_label_selector,
         )
         return Deployment(target, config)
 

@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from muster.core import context as core_context
@@ -114,6 +114,17 @@ def child_options(options: dict[str, Any]) -> dict[str, Any]:
     info = current()
     return options if info is None or not info.capture_child_tasks else \
         opts.inherit_placement_group(options, info.placement_group)
+
+
+def adopt_placement_group(group: Any, resources: dict[str, float]) -> None:
+    """Run this process's work in placement group ``group``, with its children captured (Ray's
+    ``placement_group_capture_child_tasks``): for a process the engine started without an
+    :class:`ActorFactory` (a Serve replica) that holds ``resources`` of the group's bundle 0."""
+    global _actor_info
+    from muster.tasks.runtime_context import current_job_id
+
+    base = _actor_info or TaskInfo(job_id=current_job_id(), resources=dict(resources))
+    _actor_info = replace(base, placement_group=group, capture_child_tasks=True)
 
 
 def _begin_call(method: str = "__init__", token: int = 0) -> None:

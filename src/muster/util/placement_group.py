@@ -244,7 +244,7 @@ def placement_group(
     runtime = get_runtime()
     if name:  # this driver's groups; on a Ray cluster Ray also refuses a name another driver's group has
         _check_name_free(name, runtime)
-    error = _never_fits(clean, strategy, runtime.node_resources())
+    error = never_fits(clean, strategy, runtime.node_resources())
     pg = PlacementGroup(clean, strategy, name, error, lifetime)
     pg._made_on = runtime
     if runtime.name == "local":  # one node holds every bundle; on a Ray cluster Ray places them (not shown)
@@ -306,7 +306,7 @@ def _check_name_free(name: str, runtime: Any) -> None:
             raise name_taken_error(name, f"group {pg.id}, {pg._row()['state']}")
 
 
-def _never_fits(bundles: list[dict[str, float]], strategy: str, nodes: list[dict[str, float]]) -> BaseException | None:
+def never_fits(bundles: list[dict[str, float]], strategy: str, nodes: list[dict[str, float]]) -> BaseException | None:
     """Why ``bundles`` can never be placed on an engine whose nodes have ``nodes`` (None: they can)."""
     total, summed = res.summed(nodes), res.summed(bundles)
     try:

@@ -9,6 +9,7 @@ from typing import Any
 
 from muster.core import resources as res
 from muster.exceptions import ResourcesUnavailableError
+from muster.serve._internal import replica_groups
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.state import AppState
 
@@ -22,7 +23,7 @@ def need(plans: list[DeploymentPlan]) -> dict[str, float]:
     """What ``plans``' replicas hold in all when they start."""
     total: dict[str, float] = {}
     for p in plans:
-        for k, v in p.config.resources().items():
+        for k, v in p.config.replica_holds().items():
             total[k] = total.get(k, 0.0) + v * p.config.initial_replicas
     return total
 
@@ -36,8 +37,9 @@ def check_fits(runtime: Any, apps: dict[str, AppState], name: str, plans: list[D
     """
     total = runtime.resources()
     for p in plans:
-        res.ensure_feasible(p.config.resources(), 1, total, what=f"serve deployment {p.name!r} of app {name!r}",
-                            knob=_KNOB, no_gpu_fix=_NO_GPU_FIX)
+        what = f"serve deployment {p.name!r} of app {name!r}"
+        res.ensure_feasible(p.config.resources(), 1, total, what=what, knob=_KNOB, no_gpu_fix=_NO_GPU_FIX)
+        _check_group_fits(runtime, p, what)
     held: dict[str, dict[str, float]] = {}
     for app in apps.values():
         if app.name == name:
@@ -45,7 +47,7 @@ def check_fits(runtime: Any, apps: dict[str, AppState], name: str, plans: list[D
         for d in app.deployments.values():
             for r in d.replicas.values():
                 if r.state != "DEAD":
-                    for k, v in r.resources.items():
+                    for k, v in r.holds().items():
                         held.setdefault(app.name, {}).setdefault(k, 0.0)
                         held[app.name][k] += v
     room = dict(total)
@@ -56,12 +58,33 @@ def check_fits(runtime: Any, apps: dict[str, AppState], name: str, plans: list[D
     missing = res.shortfall(needed, room)
     if not missing:
         return
-    asked = ", ".join(f"{p.config.initial_replicas} x {p.name} {{{res.fmt(p.config.resources())}}}" for p in plans)
+    asked = ", ".join(f"{p.config.initial_replicas} x {p.name} {{{res.fmt(p.config.replica_holds())}}}"
+                      for p in plans)
     others = "; ".join(f"app {a!r} holds {res.fmt(h)}" for a, h in held.items()) or "no other app runs"
     raise ResourcesUnavailableError(
         f"serve.run(app {name!r}) can never start: its replicas ({asked}) need {res.fmt(needed)}, but this engine "
         f"has {res.fmt(total)} in total and {others}, leaving {res.fmt({k: max(v, 0) for k, v in room.items()})}. "
-        "Fix: lower num_replicas or ray_actor_options num_cpus/num_gpus, serve.delete another app, or start "
+        "Fix: lower num_replicas, ray_actor_options num_cpus/num_gpus or placement_group_bundles, serve.delete "
+        "another app, or start "
         "the engine with more (muster.init(num_cpus=N) oversubscribes).",
         requested=needed, total=total,
     )
+
+
+def _check_group_fits(runtime: Any, p: DeploymentPlan, what: str) -> None:
+    """Refuse a deployment whose replicas' own placement groups (``placement_group_bundles``) can never be placed.
+
+    Raises:
+        ResourcesUnavailableError: naming the bundles, the strategy and what the engine has.
+    """
+    from muster.util.placement_group import never_fits
+
+    bundles, strategy = p.config.placement_group_bundles, replica_groups.placement_strategy(p.config)
+    if bundles is None:
+        return
+    why = never_fits(bundles, strategy, runtime.node_resources())
+    if why is not None:
+        raise ResourcesUnavailableError(
+            f"{what} can never start: each replica's placement group, placement_group_bundles={bundles} "
+            f"(strategy {strategy}), is never placed on this engine: {why} Fix: smaller placement_group_bundles "
+            "or another placement_group_strategy, or start the engine with more.", total=runtime.resources())

@@ -27,7 +27,8 @@ from muster.core.api import get_runtime
 from muster.core.runtime import BundleRef
 from muster.exceptions import ActorDiedError, InvalidArgumentError, describe_exit
 from muster.serve import multiplex
-from muster.serve._internal import admission, autoscaler, deployment_actors, gangs, plan, router, server_choice
+from muster.serve._internal import (admission, autoscaler, deployment_actors, gangs, plan, replica_groups, router,
+                                    server_choice)
 from muster.serve._internal.ingress import InProcess, IngressActor, NoProxy, answers, check_port_free
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.record import ServeRecorder
@@ -239,13 +240,16 @@ class ServeController:
                            d.plan.config, self.table, rep.rank, max(d.target, rep.rank + 1), d.actors,
                            d.code_version, None if gang is None else gang.context(gang_rank))
         try:
-            if gang is None:  # a gang's members start into the bundles held for them
+            bundle = None if gang is None else BundleRef(gang.group, gang_rank)
+            if d.plan.config.placement_group_bundles is not None:  # its own group: it runs in bundle 0
+                rep.group = replica_groups.reserve(self, d, rid)
+                bundle, spec = BundleRef(rep.group.id, 0), dataclasses.replace(spec, placement_group=rep.group)
+            elif gang is None:  # a gang's members start into the bundles held for them
                 self._wait_for_room(d, rep)
             # The replica's tasks, actors and gets are served as any actor's; the actors it makes die with it.
             rep.owned = task_owner.Gang(f"the Serve replica {label} that created it")
             actor = self.runtime.create_actor(ReplicaActor, (spec,), {}, rep.resources, label=label,
-                                              on_event=rep.owned.handle_event,
-                                              bundle=None if gang is None else BundleRef(gang.group, gang_rank))
+                                              on_event=rep.owned.handle_event, bundle=bundle)
         except BaseException as exc:
             rep.release()
             rep.state = "DEAD"

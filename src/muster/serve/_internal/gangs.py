@@ -50,7 +50,7 @@ def start(ctl: ServeController, d: DeploymentState, pending: bool = False) -> Ga
         d.gangs[gang.id] = gang
     try:
         placed = ctl.runtime.reserve(gang.group, [dict(bundle) for _ in range(n)], strategy, name=gang.group)
-        _wait_placed(ctl, d, placed, f"a gang of {n} x {{{res.fmt(bundle)}}} ({strategy})")
+        wait_placed(ctl, d, placed, f"a gang of {n} x {{{res.fmt(bundle)}}} ({strategy})")
     except BaseException:
         ctl.runtime.unreserve(gang.group)
         with ctl.lock:
@@ -72,7 +72,12 @@ def start(ctl: ServeController, d: DeploymentState, pending: bool = False) -> Ga
     return gang
 
 
-def _wait_placed(ctl: ServeController, d: DeploymentState, placed: Any, what: str) -> None:
+def wait_placed(ctl: ServeController, d: DeploymentState, placed: Any, what: str) -> None:
+    """Wait for ``placed`` (a placement group's future), saying in ``d``'s status what it waits for.
+
+    Raises:
+        RayServeException: not placed within ``_PLACE_WAIT_S``, or the controller stops.
+    """
     deadline = time.monotonic() + _PLACE_WAIT_S
     while True:
         try:

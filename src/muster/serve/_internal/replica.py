@@ -52,6 +52,7 @@ class ReplicaSpec:
     deployment_actors: dict[str, Any] | None = None  # handles of the deployment-scoped actors, by name
     code_version: str = ""  # the deployment's generation (ReplicaContext.code_version)
     gang: Any = None  # its GangContext, in a gang-scheduled deployment
+    placement_group: Any = None  # its own PlacementGroup (placement_group_bundles); it runs in bundle 0
 
 
 def _scope(fields: tuple) -> dict:
@@ -232,6 +233,8 @@ class ReplicaActor:
         self._wants_request: dict[str, bool] = {}  # does __call__ take the Request (see _http_args)
         rank = replica_context.ReplicaRank(spec.rank, 0, spec.rank)  # one node's ranks (see ReplicaSpec.rank)
         replica_context.set_deployment_actors(spec.deployment_actors or {})
+        if spec.placement_group is not None:  # what it starts goes into its group, as Ray's replica's does
+            worker_side.adopt_placement_group(spec.placement_group, spec.config.resources())
         replica_context._set(replica_context.ReplicaContext(
             replica_context.ReplicaID._of_tag(spec.replica_id), None, spec.config, rank, spec.world_size,
             gang_context=spec.gang,

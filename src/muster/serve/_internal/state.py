@@ -15,8 +15,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.core import resources as res
 from muster.core.runtime import RuntimeActor
-from muster.serve._internal import autoscaling
+from muster.serve._internal import autoscaling, replica_groups
 from muster.serve._internal.metrics import DeploymentMetrics
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve.gang import Gang
@@ -39,11 +40,19 @@ class ReplicaState:
     stats_acks: dict[str, int] = field(default_factory=dict)  # from the last stats() folded in (ReplicaActor.stats)
     owned: Any = None  # the tasks layer's owner of what the replica starts (a ``Gang``): closed when it ends
     gang: str | None = None  # the id of its gang, in a gang-scheduled deployment
+    group: Any = None  # its own PlacementGroup (placement_group_bundles), removed once it ends
 
     def release(self) -> None:
-        """Kill the actors the replica created (not detached ones): they share its fate, as in Ray."""
+        """Kill the actors the replica created (not detached ones): they share its fate, as in Ray; then
+        give its own placement group back."""
         if self.owned is not None:
             self.owned.close()
+        group, self.group = self.group, None
+        replica_groups.remove(group)
+
+    def holds(self) -> dict[str, float]:
+        """What it holds: its whole placement group when it has one, else its actor's resources."""
+        return self.resources if self.group is None else dict(res.summed(self.group.bundle_specs))
 
     def check_health(self, now: float, period_s: float, timeout_s: float) -> str | None:
         """Start this replica's ``check_health`` call every ``period_s``, or read the one under way;
