@@ -64,11 +64,9 @@ def test_a_replica_and_its_helper_run_in_its_own_group_which_goes_with_it(client
     wait_until(replaced, 30, "a new replica")
     again = answers[-1]
     assert again[0] is not None and again[0][0] != mine[0] and again[1] == again[0][:2]
-    wait_until(lambda: muster.available_resources().get("CPU", 0.0) == pytest.approx(free - 1.0), 15,
-               "the dead replica's group to be given back")
+    _free_cpus_become(free - 1.0, "the dead replica's group to be given back")
     serve.delete("grouped")
-    wait_until(lambda: muster.available_resources().get("CPU", 0.0) == pytest.approx(free), 15,
-               "the replica's placement group to be given back")
+    _free_cpus_become(free, "the replica's placement group to be given back")
 
 
 def test_a_downscale_gives_the_stopped_replicas_group_back(client):
@@ -76,11 +74,9 @@ def test_a_downscale_gives_the_stopped_replicas_group_back(client):
     serve.run(InGroup.options(num_replicas=2).bind(), name="two", route_prefix=None)
     assert muster.available_resources().get("CPU", 0.0) == pytest.approx(free - 2.0)
     serve.run(InGroup.options(num_replicas=1).bind(), name="two", route_prefix=None)
-    wait_until(lambda: muster.available_resources().get("CPU", 0.0) == pytest.approx(free - 1.0), 15,
-               "the stopped replica's group to be given back")
+    _free_cpus_become(free - 1.0, "the stopped replica's group to be given back")
     serve.delete("two")
-    wait_until(lambda: muster.available_resources().get("CPU", 0.0) == pytest.approx(free), 15,
-               "the last replica's group to be given back")
+    _free_cpus_become(free, "the last replica's group to be given back")
 
 
 def test_bundles_that_can_never_fit_fail_serve_run_at_once_naming_them(client):
@@ -106,6 +102,10 @@ def test_a_label_selector_needs_bundles_and_one_is_for_every_bundle():
         InGroup.options(placement_group_bundle_label_selector=[{}, {}, {}])
     one = InGroup.options(placement_group_bundle_label_selector=[{"zone": "a"}])
     assert one.config.placement_group_bundle_label_selector == [{"zone": "a"}, {"zone": "a"}]
+
+
+def _free_cpus_become(expected: float, what: str) -> None:
+    wait_until(lambda: muster.available_resources().get("CPU", 0.0) == pytest.approx(expected), 15, what)
 
 
 def _plain() -> str:
