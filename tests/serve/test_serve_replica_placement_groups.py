@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import pytest
 from serve_helpers import wait_until
@@ -110,3 +111,39 @@ def _free_cpus_become(expected: float, what: str) -> None:
 
 def _plain() -> str:
     return "plain"
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 1})
+class Plain:
+    def __call__(self) -> str:
+        return "plain"
+
+
+@pytest.mark.parametrize("deployment", [InGroup, Plain], ids=["own group", "plain replica"])
+def test_a_first_deploy_that_waits_for_room_shows_it_in_status_only_while_it_waits(client, deployment):
+    """A new app is in serve.status() as DEPLOYING while its replicas start (it was missing until they all ran), its
+    deployment UPDATING with what the replica waits for; the message goes once it has the room."""
+    from muster.util.placement_group import placement_group, remove_placement_group
+
+    name, dep = f"waits-{deployment.name.lower()}", deployment.name
+    blocker = placement_group([{"CPU": muster.available_resources().get("CPU", 0.0)}])  # every free CPU
+    assert blocker.wait(10)
+    deploying = threading.Thread(target=serve.run, args=(deployment.bind(),),
+                                 kwargs={"name": name, "route_prefix": None})
+    deploying.start()
+    try:
+        wait_until(lambda: _message(name, dep).startswith("waiting for resources"), 15, "the wait shown in status")
+        app = serve.status().applications[name]
+        assert (app.status, app.deployments[dep].status) == ("DEPLOYING", "UPDATING")
+    finally:
+        remove_placement_group(blocker)
+        deploying.join(60)
+    assert not deploying.is_alive()
+    app = serve.status().applications[name]
+    assert (app.status, app.deployments[dep].status, app.deployments[dep].message) == ("RUNNING", "HEALTHY", "")
+    serve.delete(name)
+
+
+def _message(app: str, deployment: str) -> str:
+    found = serve.status().applications.get(app)
+    return "" if found is None or deployment not in found.deployments else found.deployments[deployment].message

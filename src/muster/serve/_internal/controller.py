@@ -33,7 +33,7 @@ from muster.serve._internal.ingress import InProcess, IngressActor, NoProxy, ans
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.record import ServeRecorder
 from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
-from muster.serve._internal.state import AppState, DeploymentState, ReplicaState
+from muster.serve._internal.state import WAITING, AppState, DeploymentState, ReplicaState
 from muster.serve.config import HTTPOptions
 from muster.serve.exceptions import DeployFailedError, RayServeException
 from muster.serve.gang import Gang, round_up
@@ -65,6 +65,7 @@ class ServeController:
         self.dir = tempfile.mkdtemp(prefix="muster-serve-", dir="/tmp")
         self.apps: dict[str, AppState] = {}
         self.failed: dict[str, dict[str, Any]] = {}  # the status of apps whose deploy failed (Ray's DEPLOY_FAILED)
+        self.deploying: dict[str, AppState] = {}  # apps whose replicas are starting: DEPLOYING in status, as in Ray
         self.lock = threading.RLock()
         self.version = _TABLE_VERSIONS  # process-wide: a later Serve instance's tables outrank an earlier one's
         self.table = router.RouteTable()
@@ -124,6 +125,8 @@ class ServeController:
         stop_old_first = old is not None and not res.fits(need, self.runtime.available())
         if stop_old_first and old is not None:
             self._stop_app(old)
+        with self.lock:
+            self.deploying[name] = new  # status shows what its replicas wait for (resources, a constructor)
         try:
             gen = os.urandom(4).hex()  # a redeploy's actors are new ones, beside the old app's until it stops
             for d in new.deployments.values():
@@ -147,8 +150,10 @@ class ServeController:
                     self.apps.pop(name, None)
                 if name not in self.apps and isinstance(exc, DeployFailedError):
                     self.failed[name] = new.overview(failed=str(exc))
+                self.deploying.pop(name, None)
             raise
         with self.lock:
+            self.deploying.pop(name, None)
             new.status = "RUNNING"
             self.apps[name] = new
             self.failed.pop(name, None)
@@ -273,7 +278,7 @@ class ServeController:
         deadline = time.monotonic() + _BUSY_WAIT_S
         while self.runtime.capacity(rep.resources) < 1 if rep.resources else False:
             with self.lock:
-                d.message = (f"waiting for resources: a replica needs {res.fmt(rep.resources)}, "
+                d.message = (f"{WAITING}: a replica needs {res.fmt(rep.resources)}, "
                              f"free now: {res.fmt(self.runtime.available())} (other work holds the rest)")
             if time.monotonic() > deadline or self._stop.is_set():
                 raise RayServeException(f"deployment {d.plan.name!r} of app {d.app!r}: {d.message}; gave up after "
@@ -533,7 +538,7 @@ class ServeController:
     # -- status and shutdown ---------------------------------------------------------
     def status(self) -> dict[str, Any]:
         with self.lock:
-            apps = {**self.failed, **{a.name: a.overview() for a in self.apps.values()}}
+            apps = {**self.failed, **{a.name: a.overview() for a in (*self.apps.values(), *self.deploying.values())}}
         if not self.proxy:  # as Ray's with ProxyLocation.Disabled: no proxy, no HTTP address
             return {"proxies": {}, "http": {}, "applications": apps}
         return {"proxies": {"ingress": "HEALTHY" if self.ingress.is_alive() else "UNHEALTHY"},

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from muster.core import resources as res
+from muster.serve._internal.state import WAITING
 from muster.serve.exceptions import DeployFailedError, RayServeException
 from muster.serve.gang import Gang
 
@@ -82,11 +83,15 @@ def wait_placed(ctl: ServeController, d: DeploymentState, placed: Any, what: str
     while True:
         try:
             placed.result(timeout=0.2)
-            return
         except concurrent.futures.TimeoutError:
             pass
+        else:
+            with ctl.lock:
+                if d.message.startswith(WAITING):  # what it waited for is held now
+                    d.message = ""
+            return
         with ctl.lock:
-            d.message = (f"waiting for resources: {what}, free now: {res.fmt(ctl.runtime.available())} (other work "
+            d.message = (f"{WAITING}: {what}, free now: {res.fmt(ctl.runtime.available())} (other work "
                          "holds the rest)")
         if time.monotonic() > deadline or ctl._stop.is_set():
             raise RayServeException(f"deployment {d.plan.name!r} of app {d.app!r}: {d.message}; gave up after "

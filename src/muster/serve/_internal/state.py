@@ -22,6 +22,7 @@ from muster.serve._internal.metrics import DeploymentMetrics
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve.gang import Gang
 
+WAITING = "waiting for resources"  # how a deployment's status message starts while a replica waits for room
 STATS_LATE_S = 5.0  # a round of stats is folded in without the replies still missing after this long
 
 
@@ -146,7 +147,8 @@ class DeploymentState:
         healthy = states.get("RUNNING", 0) >= self.target
         return {
             "status": "HEALTHY" if healthy else ("UPSCALING" if self.message.startswith("autoscaling")
-                                                 else "UNHEALTHY" if self.message else "UPDATING"),
+                                                 else "UPDATING" if not self.message or self.message.startswith(WAITING)
+                                                 else "UNHEALTHY"),
             "replica_states": states, "target_replicas": self.target, "restarts": self.restarts,
             "message": self.message, "metrics": self.metrics.as_dict(),
         }
