@@ -28,6 +28,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def running(process: psutil.Process) -> bool:
+    """Whether ``process`` still runs; one that exits between psutil's two reads is gone (a CI run's teardown
+    raised NoSuchProcess from ``status()`` right after ``is_running()`` said yes)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def engine_workers() -> list[psutil.Process]:
     """The embedded engine's worker processes: the children of its zygote (this process's child,
     forked and named muster-zygote or a fresh interpreter running the module), and the workers

@@ -12,7 +12,7 @@ import pytest
 
 import muster
 import _background
-from _shared import engine_workers
+from _shared import engine_workers, running
 
 # A suite started as a background job (``cmd &`` in a script) inherits SIGINT ignored, and so
 # would every driver the Ctrl-C tests start: give this process Python's own handler, which
@@ -74,21 +74,12 @@ def _no_leaked_workers(request):
     while alive and time.monotonic() < deadline:
         time.sleep(0.05)
         retire()
-        alive = [p for p in alive if _running(p)]
+        alive = [p for p in alive if running(p)]
     if alive:
         for p in alive:
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
         pytest.fail(f"test leaked worker processes: {[p.pid for p in alive]}")
-
-
-def _running(process: psutil.Process) -> bool:
-    """Whether ``process`` still runs; one that exits between psutil's two reads is gone (a CI run's teardown
-    raised NoSuchProcess from ``status()`` right after ``is_running()`` said yes)."""
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.fixture(scope="module")

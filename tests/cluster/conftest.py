@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 import _background
-from _shared import engine_workers, free_port
+from _shared import engine_workers, free_port, running
 
 import muster
 
@@ -101,7 +101,7 @@ def _reap_ray_processes(timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         engine = {p.pid for p in _local_workers()} | {_zygote_pid()} | _background.pids()  # not Ray's
-        left = [p for p in me.children(recursive=True) if p.pid not in engine and _alive(p)]
+        left = [p for p in me.children(recursive=True) if p.pid not in engine and running(p)]
         if not left:
             return
         if time.monotonic() > deadline:
@@ -109,13 +109,6 @@ def _reap_ray_processes(timeout: float = 20.0) -> None:
                 p.kill()
             return
         time.sleep(0.1)
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +156,7 @@ def _no_leaked_workers(request):
     alive = _local_workers()
     while alive and time.monotonic() < deadline:
         time.sleep(0.05)
-        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in alive if running(p)]
     if alive:
         pytest.fail(f"test leaked worker processes: {[p.pid for p in alive]}")
     if _runtime is not None and getattr(_runtime, "name", "") == "ray":
