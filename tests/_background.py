@@ -9,8 +9,8 @@ take only what the other tests leave. A test run on its own starts its check whe
 from __future__ import annotations
 
 import dataclasses
-import os
 import pathlib
+import shutil
 import subprocess
 import tempfile
 from typing import IO
@@ -36,8 +36,9 @@ def start(name: str, argv: list[str], nice: bool = False) -> None:
     if name in _running:
         return
     out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # never a full pipe that stalls it
-    proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=err, text=True,
-                            preexec_fn=(lambda: os.nice(19)) if nice else None)
+    niced = nice and shutil.which("nice")  # a command prefix, not preexec_fn (unsafe in a process with threads)
+    proc = subprocess.Popen(["nice", "-n", "19", *argv] if niced else argv, cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=out, stderr=err, text=True)
     _running[name] = _Check(proc, out, err)
 
 
