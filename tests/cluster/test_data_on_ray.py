@@ -252,7 +252,8 @@ def test_a_join_runs_when_its_first_batch_is_pulled_and_gives_the_gathered_joins
     right = [{"key": i % 9, "v": f"r{i}", "ro": -i} for i in range(10)]
     cases = [(t, ("_l", None) if i % 3 == 0 else (None, "_r") if i % 3 == 1 else ("_l", "_r"))
              for i, t in enumerate(sorted(combine.JOIN_TYPES))]
-    for join_type, (ls, rs) in cases:
+    # every type on the embedded engine; on Ray (the same join, in a Ray task) the first three, one per suffix pair
+    for join_type, (ls, rs) in cases if engine == "local" else cases[:3]:
         joined = md.from_items(left, override_num_blocks=3).map_batches(mark, batch_format="pyarrow").join(
             md.from_items(right, override_num_blocks=2), join_type, 2, on="id", right_on="key", left_suffix=ls,
             right_suffix=rs)
