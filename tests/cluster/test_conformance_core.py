@@ -116,6 +116,30 @@ def test_node_ids_agree_between_the_driver_its_tasks_and_nodes(engine):
         assert listed == {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
 
 
+@muster.remote
+def my_job():
+    return muster.get_runtime_context().get_job_id()
+
+
+@muster.remote
+class JobOf:
+    def job(self):
+        here = muster.get_runtime_context()
+        return here.get_job_id(), here.get_actor_id()
+
+
+def test_the_driver_its_tasks_and_actors_share_one_job_id(engine):
+    job = muster.get_runtime_context().get_job_id()
+    actor = JobOf.remote()
+    (task_job, (actor_job, actor_id)) = muster.get([my_job.remote(), actor.job.remote()])
+    assert task_job == actor_job == job and actor_id.startswith(job)  # an actor's id begins with its job's
+    muster.kill(actor)
+    if engine == "ray":  # the id Ray gives the driver's job, which Ray's tools show
+        import ray
+
+        assert job == ray.get_runtime_context().get_job_id()
+
+
 # -- errors -------------------------------------------------------------------------
 @muster.remote
 def fails(x):

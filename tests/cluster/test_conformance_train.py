@@ -42,6 +42,7 @@ def training_loop(config):
             here = muster.get_runtime_context()  # the worker actor's ids: on Ray, Ray's own
             train.report({"epoch": epoch, "sum": t.item(), "attempt": ctx.get_attempt(),
                           "ids": (here.get_actor_id(), here.get_task_id(), here.get_worker_id()),
+                          "job": here.get_job_id(),
                           "resources": here.get_assigned_resources()},
                          checkpoint=Checkpoint.from_directory(tmp))
         dist.barrier()  # every rank's report returned: this checkpoint must survive
@@ -64,11 +65,14 @@ def test_trainer_reports_and_checkpoints(engine, storage):
     ids = {tuple(r["ids"]) for r in result.all_reports}
     assert len(ids) == 2 and all(len({one[i] for one in ids}) == 2 for i in range(3)), ids
     assert all(r["resources"] == {"CPU": 1.0} for r in result.all_reports)
+    job = muster.get_runtime_context().get_job_id()  # the driver's: its workers run for the same job
+    assert {r["job"] for r in result.all_reports} == {job}
     for actor, task, worker in ids:
         if engine == "ray":
             assert (len(actor), len(task), len(worker)) == (32, 48, 56)
+            assert actor.endswith(job)  # Ray's ActorID ends with its job's id
         else:
-            assert task.startswith(actor[:8]) and len(actor) == 24
+            assert task.startswith(actor[:8]) and len(actor) == 24 and actor.startswith(job)
     with result.checkpoint.as_directory() as folder:
         assert {"rank_0.pt", "rank_1.pt"} <= set(os.listdir(folder))
         assert torch.load(os.path.join(folder, "rank_1.pt")) == {"epoch": 2}

@@ -184,6 +184,11 @@ class Runtime(abc.ABC):
 
     ray_commit = ""  # Ray's RayContext.ray_commit: muster records none
 
+    @property
+    def job_id(self) -> str | None:
+        """The id (hex) the engine gives this driver's job; None where it gives none (the embedded engine)."""
+        return None
+
     def __getitem__(self, key: str) -> Any:
         """Ray's deprecated ``ray.init()["node_ip_address"]``: an ``address_info`` entry, with the same warning."""
         import warnings

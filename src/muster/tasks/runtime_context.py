@@ -12,11 +12,13 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.core import api
 from muster.core import context as core_context
 from muster.core.settings import node_identity, node_ip_address, session_name
 from muster.tasks import worker_side
 
-_DRIVER_JOB_ID = f"{os.getpid():08x}"
+_DRIVER_JOB_ID = f"{os.getpid():08x}"  # the embedded engine's job: the driver's pid, in hex
+_engine_job: tuple[Any, str] | None = None  # (the engine, the job id it gave) once asked
 _task_ids = itertools.count(1)
 _actor_numbers = itertools.count(1)  # muster's actors and the libraries' workers (training workers) alike
 
@@ -61,7 +63,15 @@ def library_worker() -> WorkerIdentity | None:
 
 
 def driver_job_id() -> str:
-    return _DRIVER_JOB_ID
+    """This driver's job id: the engine's (on a Ray cluster, Ray's, which Ray's workers, the training
+    workers among them, and Ray's tools show), else the driver's pid in hex (the embedded engine)."""
+    global _engine_job
+    engine = api._runtime
+    if engine is None:
+        return _DRIVER_JOB_ID
+    if _engine_job is None or _engine_job[0] is not engine:  # (a new connection to Ray is a new job)
+        _engine_job = (engine, engine.job_id or _DRIVER_JOB_ID)
+    return _engine_job[1]
 
 
 def current_job_id() -> str:
@@ -69,12 +79,12 @@ def current_job_id() -> str:
     info = worker_side.current()
     if info is not None:
         return info.job_id
-    return _library_worker.job_id if _library_worker is not None else _DRIVER_JOB_ID
+    return _library_worker.job_id if _library_worker is not None else driver_job_id()
 
 
 def new_task_id() -> str:
     """A task id unique within this driver: the job id and a counter, in hex."""
-    return f"{_DRIVER_JOB_ID}{next(_task_ids):016x}"
+    return f"{driver_job_id()}{next(_task_ids):016x}"
 
 
 def new_actor_number() -> int:
@@ -123,8 +133,9 @@ class RuntimeContext:
         self._info = info
 
     def get_job_id(self) -> str:
-        ray_context = None if self._info else _ray_library_worker()
-        return str(ray_context.get_job_id()) if ray_context is not None else current_job_id()
+        """The driver's job id, the same in the driver and in every task, actor and training worker it
+        started (on a Ray cluster, Ray's id of the driver's job)."""
+        return current_job_id()
 
     def get_task_id(self) -> str | None:
         """The running task's id (each actor call has its own, as in Ray); in a training worker (a Tune

@@ -108,6 +108,11 @@ class RayRuntime(Runtime):
         self.node_resources()  # remember the cluster's shape: a node lost later is waited for
         threading.Thread(target=self._poll_forever, name="muster-ray-poll", daemon=True).start()
 
+    @property
+    def job_id(self) -> str | None:
+        """Ray's id of this driver's job (hex)."""
+        return str(ray.get_runtime_context().get_job_id())
+
     def shutdown(self) -> None:
         if self._closed:
             return
