@@ -184,10 +184,7 @@ class Runtime(abc.ABC):
 
     ray_commit = ""  # Ray's RayContext.ray_commit: muster records none
 
-    @property
-    def job_id(self) -> str | None:
-        """The id (hex) the engine gives this driver's job; None where it gives none (the embedded engine)."""
-        return None
+    job_id: str | None = None  # the id (hex) the engine gives this driver's job; none on the embedded engine
 
     def __getitem__(self, key: str) -> Any:
         """Ray's deprecated ``ray.init()["node_ip_address"]``: an ``address_info`` entry, with the same warning."""

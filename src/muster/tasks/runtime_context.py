@@ -18,7 +18,6 @@ from muster.core.settings import node_identity, node_ip_address, session_name
 from muster.tasks import worker_side
 
 _DRIVER_JOB_ID = f"{os.getpid():08x}"  # the embedded engine's job: the driver's pid, in hex
-_engine_job: tuple[Any, str] | None = None  # (the engine, the job id it gave) once asked
 _task_ids = itertools.count(1)
 _actor_numbers = itertools.count(1)  # muster's actors and the libraries' workers (training workers) alike
 
@@ -65,13 +64,8 @@ def library_worker() -> WorkerIdentity | None:
 def driver_job_id() -> str:
     """This driver's job id: the engine's (on a Ray cluster, Ray's, which Ray's workers, the training
     workers among them, and Ray's tools show), else the driver's pid in hex (the embedded engine)."""
-    global _engine_job
     engine = api._runtime
-    if engine is None:
-        return _DRIVER_JOB_ID
-    if _engine_job is None or _engine_job[0] is not engine:  # (a new connection to Ray is a new job)
-        _engine_job = (engine, engine.job_id or _DRIVER_JOB_ID)
-    return _engine_job[1]
+    return (engine.job_id if engine is not None else None) or _DRIVER_JOB_ID
 
 
 def current_job_id() -> str:

@@ -96,6 +96,7 @@ class RayRuntime(Runtime):
                 raise
             self._owns_ray = True
         here = ray.get_runtime_context().get_node_id()
+        self.job_id = str(ray.get_runtime_context().get_job_id())  # Ray's id of this driver's job
         remote: Any = ray.remote  # its typed overloads do not list every actor option
         hub_cls = remote(num_cpus=0, max_concurrency=1000)(EventHub)
         self._hub = hub_cls.options(
@@ -107,11 +108,6 @@ class RayRuntime(Runtime):
         self.metrics_processes = MetricsProcesses(self._hub, self.user_metrics)
         self.node_resources()  # remember the cluster's shape: a node lost later is waited for
         threading.Thread(target=self._poll_forever, name="muster-ray-poll", daemon=True).start()
-
-    @property
-    def job_id(self) -> str | None:
-        """Ray's id of this driver's job (hex)."""
-        return str(ray.get_runtime_context().get_job_id())
 
     def shutdown(self) -> None:
         if self._closed:
