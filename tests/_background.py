@@ -3,7 +3,8 @@ the background, at the lowest CPU priority, and their tests collect the result w
 
 Most of the suite waits on processes, sockets and clocks, so the cores are often idle; these checks are all
 CPU (mypy alone is ~2 minutes of it) and used to run with the rest of the suite waiting on them. At nice 19 they
-take only what the other tests leave. A test run on its own starts its check when it needs it.
+take only what the other tests leave. A test run on its own starts its check when it needs it, and so does a test
+in a suite split over processes by pytest-xdist (the other process keeps the second core busy).
 """
 
 from __future__ import annotations

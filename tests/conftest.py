@@ -24,8 +24,24 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 TEST_CPUS = 4
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With pytest-xdist (scripts/test.sh runs two processes): a module's tests run in one process, so its
+    module-scoped fixtures start once, and all of tests/cluster in one process, so one Ray cluster serves it.
+    (xdist's ``loadgroup`` would do this with markers, but its group suffix is lost on pytest 9.2's node ids.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return "tests/cluster" if path.startswith("tests/cluster/") else path
+
+    return ByModule(config, log)
+
+
 def pytest_collection_finish(session):
-    _background.start_for(session.items)
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # under xdist the other worker uses the idle core
+        _background.start_for(session.items)
 
 
 def pytest_sessionfinish(session):

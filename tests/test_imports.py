@@ -21,7 +21,7 @@ MODULES = sorted(
 # from sys.modules first: each starts muster's import graph from nothing (a cycle shows up as it would for a
 # user's first import). Third-party packages stay loaded between modules: importing torch, ray and pyarrow afresh
 # for each of ~330 modules made this the suite's slowest test (over 3 minutes). Two halves, one per core, run in
-# the background from the session's start (tests/_background.py).
+# the background from the session's start (tests/_background.py), or side by side once this test starts.
 _IMPORT_EACH = """
 import importlib, sys, traceback
 for module in sys.argv[1:]:
@@ -39,6 +39,8 @@ BACKGROUND = {f"imports-{half}": [sys.executable, "-c", _IMPORT_EACH, *MODULES[h
 @pytest.mark.timeout(900)
 def test_every_module_imports_alone():
     failures = []
+    for name, argv in BACKGROUND.items():
+        _background.start(name, argv)  # both halves at once, if the session did not start them
     for name, argv in BACKGROUND.items():
         proc = _background.result(name, argv, timeout=600)
         assert proc.returncode == 0, proc.stderr
