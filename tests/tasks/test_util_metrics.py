@@ -74,6 +74,18 @@ def test_merge_and_prometheus_text():
     assert a[0]["value"] == 2.0 and a[1]["buckets"] == [1, 0, 1]  # the inputs are left as they were
 
 
+def test_a_description_given_in_one_process_is_kept_when_another_declares_the_metric_bare():
+    """A driver may declare ``Counter("jobs")`` that its workers declared with a description: the endpoint's
+    HELP line is the description, whichever process's series comes first (it used to be the first one's)."""
+    bare = {"name": "jobs", "kind": "counter", "description": "", "tags": {"kind": "driver"}, "value": 4.0}
+    told = {"name": "jobs", "kind": "counter", "description": "Jobs done.", "tags": {"kind": "task"}, "value": 2.0}
+    for order in ([bare, told], [told, bare]):
+        assert prometheus.render(prometheus.merge([order])).startswith("# HELP ray_jobs_total Jobs done.\n")
+    same_tags = {**told, "tags": {"kind": "driver"}}
+    for snapshots in ([[bare], [same_tags]], [[same_tags], [bare]]):
+        assert [(s["description"], s["value"]) for s in prometheus.merge(snapshots)] == [("Jobs done.", 6.0)]
+
+
 def test_a_forked_child_starts_from_zero():
     """A worker forked from a process that recorded (the zygote from the driver) must not report the parent's
     values as its own: a replica would export them as its series."""

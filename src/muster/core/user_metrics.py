@@ -36,9 +36,12 @@ def merge(snapshots: Iterable[Iterable[Series]]) -> list[Series]:
             if have is None:
                 out[series_key(s)] = {**s, "tags": dict(s["tags"]), **({"buckets": list(s["buckets"])}
                                                                         if s["kind"] == "histogram" else {})}
-            elif s["kind"] != have["kind"]:  # one name used for two kinds (in different processes): the first's
                 continue
-            elif s["kind"] == "counter":
+            if s["kind"] != have["kind"]:  # one name used for two kinds (in different processes): the first's
+                continue
+            if not have.get("description"):  # declared bare in one process, with a description in another
+                have["description"] = s.get("description")
+            if s["kind"] == "counter":
                 have["value"] += s["value"]
             elif s["kind"] == "gauge":
                 if s.get("time", 0) >= have.get("time", 0):

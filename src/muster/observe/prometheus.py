@@ -45,7 +45,8 @@ def render(series: list[dict[str, Any]]) -> str:
         full = f"ray_{name}"
         if kind == "counter" and not full.endswith("_total"):
             full += "_total"
-        desc = (group[0].get("description") or "").replace("\\", "\\\\").replace("\n", "\\n")
+        desc = next((s["description"] for s in group if s.get("description")), "")  # one process may omit it
+        desc = desc.replace("\\", "\\\\").replace("\n", "\\n")
         lines += [f"# HELP {full} {desc}", f"# TYPE {full} {kind}"]
         for s in group:
             if kind != "histogram":
