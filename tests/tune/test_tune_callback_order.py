@@ -281,18 +281,20 @@ def test_a_trial_whose_results_the_stopped_experiment_never_took_has_none_as_ray
 
 def _fails_with_the_other(config):
     tune.report({"score": 1.0})
-    open(os.path.join(config["dir"], str(config["x"])), "w").close()
-    while len(os.listdir(config["dir"])) < 2:  # both raise at once
-        time.sleep(0.01)
+    # both raise at once, and only once the controller has taken both results: the two trials' messages reach
+    # it on separate channels, so a trial that raised as soon as the other had *sent* its result could have its
+    # error handled first, and the stop would then end the other trial before its result
+    _wait_for(os.path.join(config["dir"], "both results heard"))
     raise ValueError(f"trial {config['x']} failed")
 
 
 class _SlowFirstResult(_Ends):
-    """Holds the controller up on the first result, so that both trials' failures wait in its queue."""
+    """Holds the controller up once it has both trials' results, so that both failures wait in its queue."""
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        if not self.heard:
-            self.heard.append(("result", trial.config["x"], trial.status))
+        self.heard.append(("result", trial.config["x"], trial.status))
+        if len(self.heard) == 2:
+            open(os.path.join(trial.config["dir"], "both results heard"), "w").close()
             time.sleep(2.0)
 
 
