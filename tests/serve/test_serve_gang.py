@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 from serve_helpers import alive, wait_until
@@ -109,6 +110,36 @@ def test_members_know_their_gang_and_a_dead_member_takes_its_gang_down_and_back(
     handle = serve.run(Member.bind(), name="gangs", route_prefix=None)  # and more starts a whole gang
     assert len(_gangs(_members(handle, 4))) == 2
     serve.delete("gangs")
+
+
+def test_a_slow_run_store_while_a_member_dies_starts_one_new_gang_not_two(client, monkeypatch):
+    """The controller took the dead member out, wrote its end to the run store, and only then counted its gang's
+    replacement as on its way: a supervisor tick in between saw a replica missing and started a gang of its own,
+    so the deployment ran 6 replicas for 4 for good (seen once in CI, a tick landing in that window)."""
+    from muster.serve import api
+
+    handle = serve.run(Member.bind(), name="slow_store", route_prefix=None)
+    doomed, spared = _gangs(_members(handle, 4)).values()
+    record = api._controller.record
+    write = record.replica_ended
+
+    def slow_write(*args, **kwargs):  # the supervisor ticks every 0.1 s
+        time.sleep(0.5)
+        write(*args, **kwargs)
+
+    monkeypatch.setattr(record, "replica_ended", slow_write)
+    os.kill(doomed[1][6], signal.SIGKILL)
+
+    def settled() -> bool:
+        states = serve.status().applications["slow_store"].deployments["Member"].replica_states
+        return set(states) == {"RUNNING"} and states["RUNNING"] >= 4 and not any(
+            alive(m[6]) for m in doomed)
+
+    wait_until(settled, 60, "the new gang to run and the old one to be gone")
+    time.sleep(1.0)  # a second gang, if one was started, is running by now
+    assert serve.status().applications["slow_store"].deployments["Member"].replica_states == {"RUNNING": 4}
+    assert len(_gangs(_members(handle, 4))) == 2
+    serve.delete("slow_store")
 
 
 def test_a_gang_that_cannot_start_every_member_starts_none_and_gives_its_room_back(client):

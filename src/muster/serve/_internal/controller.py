@@ -299,15 +299,16 @@ class ServeController:
             d.message = f"replica {rep.id} {what} ({err}); replacing {'its gang' if rep.gang else 'it'}"
             live = self.apps.get(d.app)
             keep = live is not None and live.deployments.get(d.plan.name) is d
+            gang = gangs.claim_restart(d, rep.gang) if keep and rep.gang is not None else None
         print(f"[serve] {d.message}", file=sys.stderr, flush=True)
         self.record.replica_ended(d.app, d.plan.name, rep.number, rep.id, "DEAD", str(err))
         if keep:
             self.record.event(d.app, d.plan.name, rep.number, "restart",
                               f"replacing replica #{rep.number} (restart {d.restarts})")
         self.pool.submit(self._push)
-        if keep and rep.gang is not None:
-            gangs.member_died(self, d, rep.gang, what)
-        elif keep:
+        if gang is not None:
+            gangs.restart(self, d, gang, what)
+        elif keep and rep.gang is None:
             self._ensure(d)
 
     def _ensure(self, d: DeploymentState) -> None:

@@ -117,15 +117,22 @@ def release(ctl: ServeController, d: DeploymentState) -> None:
         ctl.runtime.unreserve(g.group)
 
 
-def member_died(ctl: ServeController, d: DeploymentState, gang_id: str, why: str) -> None:
+def claim_restart(d: DeploymentState, gang_id: str) -> Gang | None:
     """A member of gang ``gang_id`` died or failed its health check: under ``RESTART_GANG`` (Ray's only
-    policy) the gang stops and a new one replaces it. Does nothing if the gang is already going down."""
-    with ctl.lock:
-        gang = d.gangs.get(gang_id)
-        if gang is None or gang.stopping:
-            return
-        gang.stopping = True
-        d.pending += len(gang.members)  # its replacement, counted as on its way: the supervisor starts no more
+    policy) the gang stops and a new one replaces it. Marks the gang stopping and counts its replacement as on
+    its way, so the supervisor starts no gang of its own; returns the gang to :func:`restart`, or None if it is
+    already going down. The caller holds ``ctl.lock``, in the same hold that took the member out (a tick
+    between the two saw a replica missing and started a second gang)."""
+    gang = d.gangs.get(gang_id)
+    if gang is None or gang.stopping:
+        return None
+    gang.stopping = True
+    d.pending += len(gang.members)
+    return gang
+
+
+def restart(ctl: ServeController, d: DeploymentState, gang: Gang, why: str) -> None:
+    """Stop ``gang`` (claimed by :func:`claim_restart`) and start its replacement, in the controller's pool."""
     ctl.record.event(d.app, d.plan.name, None, "restart", f"restarting gang {gang.id}: a member {why}")
 
     def again() -> None:
