@@ -12,6 +12,7 @@ from muster.train._internal.backend import Backend
 from muster.train.context import TrainContext
 
 _BACKENDS = ("gloo", "nccl", "mpi", "xccl", "hccl")
+_INIT_BARRIER = "TORCH_DIST_INIT_BARRIER"  # torch: "1" ends init_process_group with a barrier on the store
 
 
 @dataclass(kw_only=True)
@@ -92,13 +93,24 @@ class TorchBackend(Backend):
         init = "env://"
         if self.config.init_method == "tcp":
             init = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
-        dist.init_process_group(
-            backend=backend,
-            init_method=init,
-            rank=context.world_rank,
-            world_size=context.world_size,
-            timeout=datetime.timedelta(seconds=self.config.timeout_s),
-        )
+        # The join ends with a barrier on the store (torch's switch for it, off by default since 2.1):
+        # Gloo's full mesh is not one, and a rank whose loop had no collective could finish and close
+        # its pairs while a slow peer was still connecting ("connectFullMesh failed ... Connection
+        # closed by peer", seen on a loaded machine). One store round trip per rank; a value the user
+        # set is kept.
+        user_set = _INIT_BARRIER in os.environ
+        os.environ.setdefault(_INIT_BARRIER, "1")
+        try:
+            dist.init_process_group(
+                backend=backend,
+                init_method=init,
+                rank=context.world_rank,
+                world_size=context.world_size,
+                timeout=datetime.timedelta(seconds=self.config.timeout_s),
+            )
+        finally:
+            if not user_set:
+                os.environ.pop(_INIT_BARRIER, None)
 
     def on_worker_end(self) -> None:
         import torch.distributed as dist
