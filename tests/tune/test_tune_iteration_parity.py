@@ -50,11 +50,26 @@ def _report_step(step: int, **metrics: Any) -> None:
 
 
 def _stepper(config):
+    marks = config["marks"]
     step = _restored_step()
+    if step:  # an exploit restarted this trial from its donor's checkpoint
+        open(os.path.join(marks, "restored"), "w").close()
+    elif config["lr"] < 0.1:  # the weak trial starts once the strong one has reported: on a loaded machine
+        _wait_for(os.path.join(marks, "strong"))  # trials start seconds apart, more than a whole trial takes
     while step < 8:
         step += 1
         _report_step(step, score=config["lr"] * step)
+        if config["lr"] == 1.0:
+            open(os.path.join(marks, "strong"), "w").close()
+            if step == 4:  # the donor waits, steps ahead, until the weak trial has exploited it
+                _wait_for(os.path.join(marks, "restored"))
         time.sleep(0.15 if config["lr"] < 0.1 else 0.03)  # the weak trial lags: its donor is steps ahead
+
+
+def _wait_for(path: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 class _PBTSeen(PopulationBasedTraining):
@@ -65,14 +80,14 @@ class _PBTSeen(PopulationBasedTraining):
         return super().on_trial_result(controller, trial, result)
 
 
-def test_pbt_exploit_continues_from_the_donor_checkpoints_iteration(storage):
+def test_pbt_exploit_continues_from_the_donor_checkpoints_iteration(storage, tmp_path):
     # Ray: the exploiting trial restores the donor's checkpoint, and its training_iteration goes on
     # from that checkpoint's (here, always equal to the step the trainable counts)
     sched = _PBTSeen(time_attr="training_iteration", perturbation_interval=2,
                      hyperparam_mutations={"lr": tune.uniform(0.5, 1.5)}, quantile_fraction=0.5, seed=1)
     sched.seen = {}
     grid = tune.Tuner(
-        _stepper, param_space={"lr": tune.grid_search([0.01, 1.0])},
+        _stepper, param_space={"lr": tune.grid_search([0.01, 1.0]), "marks": str(tmp_path)},
         tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=sched),
         run_config=tune.RunConfig(storage_path=storage),
     ).fit()
