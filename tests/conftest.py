@@ -26,7 +26,7 @@ TEST_CPUS = 4
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """With pytest-xdist (`bash scripts/test.sh` runs two processes): a module's tests run in one process,
+    """With pytest-xdist (`bash scripts/test.sh -n 2`): a module's tests run in one process,
     so its module-scoped fixtures start once, and all of tests/cluster in one, so one Ray cluster serves it.
     (xdist's ``loadgroup`` would do this with markers, but its group suffix is lost on pytest 9.2's node ids.)"""
     from xdist.scheduler import LoadScopeScheduling
