@@ -65,6 +65,27 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: flo
     return bool(predicate())
 
 
+def output_with(capture, *needles: str, timeout: float = 15.0):
+    """Wait (bounded) until every one of ``needles`` is in the output captured by ``capture`` (pytest's ``capfd``
+    or ``capsys``), then take it all in one ``readouterr()`` and return that (``.out``, ``.err``).
+
+    Polling ``readouterr()`` instead loses lines written by another thread, such as the runtime's log relay:
+    pytest reads the capture, then empties it, and a line written in between is gone. Here the wait only looks
+    (``capfd``: the file behind fds 1 and 2, read from its start; ``capsys``: the in-memory streams), and the
+    one read comes after the needles are in: nothing written before them can be lost."""
+
+    def look() -> str:
+        if hasattr(sys.stdout, "getvalue"):  # capsys: sys.stdout and sys.stderr are pytest's buffers
+            return sys.stdout.getvalue() + sys.stderr.getvalue()  # type: ignore[attr-defined]
+        return "".join(os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", "replace") for fd in (1, 2))
+
+    if not wait_for(lambda: all(n in look() for n in needles), timeout):
+        text = look()
+        missing = [n for n in needles if n not in text]
+        raise AssertionError(f"after {timeout} s the captured output lacks {missing!r}; its end:\n{text[-3000:]}")
+    return capture.readouterr()
+
+
 class Dashboard:
     """``muster dashboard`` in its own process, on a free port."""
 

@@ -1,7 +1,8 @@
 """What a worker's output and environment look like from the driver.
 
 * stdout, stderr and raw fd writes of a worker reach the driver's
-  ``sys.stdout``, each line prefixed with ``(<label>, pid=<pid>) ``;
+  ``sys.stdout``, each line prefixed with ``(<label>, pid=<pid>) ``, none lost,
+  cut or reordered in a burst;
 * OMP_NUM_THREADS follows the CPUs an actor holds unless the driver set it;
 * the driver's environment at actor creation reaches the worker.
 """
@@ -14,6 +15,7 @@ import sys
 import time
 
 import pytest
+from _shared import output_with
 
 from muster.core.api import get_runtime
 
@@ -27,6 +29,12 @@ class Talker:
         os.write(1, f"raw1 {token}\n".encode())
         os.write(2, f"raw2 {token}\n".encode())
         return os.getpid()
+
+    def burst(self, n: int) -> None:
+        for i in range(n):  # one write per line, of varied lengths, some over the relay's 64 KiB read
+            print(f"burst {i} " + "x" * (i % 97) + ("y" * 70000 if i % 5000 == 4999 else ""), flush=True)
+            if i % 200 == 0:
+                time.sleep(0.005)  # in bursts over ~0.5 s: the driver waits while lines still come
 
     def last_words_then_sigkill(self, token: str) -> None:
         print(f"last {token}")
@@ -65,16 +73,9 @@ def actors():
         rt.kill(h)
 
 
-def _collect(capsys, wanted: list[str], timeout: float = 10.0) -> list[str]:
-    """Lines of captured stdout, read until every wanted line appeared (or the timeout)."""
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lines += capsys.readouterr().out.splitlines()
-        if all(w in lines for w in wanted):
-            break
-        time.sleep(0.02)
-    return lines
+def _collect(capture, wanted: list[str], timeout: float = 10.0) -> list[str]:
+    """Lines of captured stdout (``capture``: ``capsys`` or ``capfd``), once every wanted line is in (bounded)."""
+    return output_with(capture, *wanted, timeout=timeout).out.splitlines()
 
 
 def test_print_stderr_and_raw_fd_writes_reach_driver_stdout_prefixed(actors, capsys):
@@ -88,6 +89,19 @@ def test_print_stderr_and_raw_fd_writes_reach_driver_stdout_prefixed(actors, cap
         assert w in lines, f"missing {w!r} in {lines!r}"
     # Each line once, prefixed once.
     assert sum("t0k3n" in line for line in lines) == 4
+
+
+@pytest.mark.parametrize("capture", ["capfd", "capsys"])
+def test_a_burst_of_lines_reaches_the_driver_whole_and_in_order(actors, capture, request):
+    h, captured = actors(Talker, label="burst"), request.getfixturevalue(capture)  # capturing before it writes
+    n = 20000
+    call = h.call("burst", n)  # read while it writes
+    prefix = f"(burst, pid={h.pid}) burst "
+    lines = [line for line in _collect(captured, [f"{prefix}{n - 1} "], TIMEOUT) if line.startswith(prefix)]
+    call.result(TIMEOUT)
+    assert [int(line.split()[3]) for line in lines] == list(range(n))  # none lost, none twice, none reordered
+    assert all(line.endswith("x" * (i % 97) + ("y" * 70000 if i % 5000 == 4999 else "")) for i, line in
+               enumerate(lines))  # none cut
 
 
 def test_two_workers_lines_carry_their_own_label_and_pid(actors, capsys):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _shared import check_in_fork
+from _shared import check_in_fork, output_with
 from serve_helpers import alive, wait_until
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -294,30 +294,18 @@ def test_batch_returning_an_ndarray_and_resized_by_reconfigure(client):
 def test_batches_bigger_than_max_ongoing_requests_are_warned_of_as_rays(client, capfd):
     h = serve.run(Starved.bind(), name="starved", route_prefix=None)
     assert max(r.result(timeout_s=10) for r in [h.remote(i) for i in range(6)]) <= 2
-    seen: list[str] = []
-
-    def warned() -> bool:
-        seen.append("".join(capfd.readouterr()))
-        return "max_ongoing_requests (2), so a batch never holds more than 2" in "".join(seen)
-
-    wait_until(warned, 15, "the replica's warning that its batches cannot fill")
-    assert "Fix: set @serve.deployment(max_ongoing_requests=4)" in "".join(seen)
-    assert "".join(seen).count("so a batch never holds") == 1  # once, not per batch
+    text = "".join(output_with(capfd, "max_ongoing_requests (2), so a batch never holds more than 2"))
+    assert "Fix: set @serve.deployment(max_ongoing_requests=4)" in text
+    assert text.count("so a batch never holds") == 1  # once, not per batch
     serve.delete("starved")
 
 
 def test_info_from_the_serve_logger_reaches_the_replica_output(client, capfd):
     h = serve.run(Logs.bind(), name="logs", route_prefix=None)
     assert h.remote("kiwi").result(timeout_s=10) == "kiwi"
-    seen: list[str] = []
-
-    def logged() -> bool:
-        seen.append("".join(capfd.readouterr()))  # the runtime relays worker output to the driver's stdout
-        text = "".join(seen)
-        return all(f"{who}-logger says kiwi" in text for who in ("serve", "child", "ray"))
-
-    wait_until(logged, 15, "the replica's INFO lines in its output")
-    line = next(x for x in "".join(seen).splitlines() if "serve-logger says kiwi" in x)
+    # the runtime relays worker output to the driver's stdout
+    text = "".join(output_with(capfd, *(f"{who}-logger says kiwi" for who in ("serve", "child", "ray"))))
+    line = next(x for x in text.splitlines() if "serve-logger says kiwi" in x)
     assert "INFO" in line and "Logs" in line
     serve.delete("logs")
 
@@ -331,14 +319,7 @@ def test_a_logging_config_sets_the_replicas_log_level(client, capfd):
                       route_prefix=None, logging_config={"log_level": "ERROR"})  # the deployment's own wins
     quiet = serve.run(LevelLogs.bind(), name="quiet", route_prefix=None, logging_config={"log_level": "WARNING"})
     assert (debug.remote("fig").result(timeout_s=10), quiet.remote("lime").result(timeout_s=10)) == ("fig", "lime")
-    seen: list[str] = []
-
-    def logged() -> bool:
-        seen.append("".join(capfd.readouterr()))
-        return all(f"warning says {w}" in "".join(seen) for w in ("fig", "lime"))
-
-    wait_until(logged, 15, "the replicas' WARNING lines in their output")
-    text = "".join(seen)
+    text = "".join(output_with(capfd, "warning says fig", "warning says lime"))
     assert "debug says fig" in text and "info says fig" in text
     assert "debug says lime" not in text and "info says lime" not in text
     serve.delete("debug")

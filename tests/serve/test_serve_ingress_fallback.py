@@ -8,6 +8,7 @@ import signal
 import time
 
 import pytest
+from _shared import output_with
 from serve_helpers import serving, wait_until
 from starlette.requests import Request
 
@@ -35,17 +36,11 @@ def hello(request: Request) -> str:
 def test_an_ingress_that_dies_at_start_on_granian_serves_on_uvicorn(monkeypatch, capfd):
     monkeypatch.setattr(ServeController, "ingress_class", DiesOnGranian)
     with serving() as client:
-        out, err = capfd.readouterr()
+        # where it died, from the dead process's own log (relayed by a thread: give it a moment)
+        out, err = output_with(capfd, "Fatal Python error: Segmentation fault", timeout=10)
         assert "[serve] the HTTP ingress died while starting on granian (" in err, err
         assert "killed by SIGSEGV" in err and "starting it on uvicorn with asyncio's own event loop" in err, err
-        # where it died, from the dead process's own log (relayed by a thread: give it a moment)
-        seen = [out]
-
-        def crash_report() -> bool:
-            seen.append(capfd.readouterr().out)
-            return "Fatal Python error: Segmentation fault" in "".join(seen)
-
-        wait_until(crash_report, 10, "the crashed ingress's stack in the driver's output")
+        assert "Fatal Python error: Segmentation fault" in out, out
         assert (serve.status().http["server"], serve.status().http["loop"]) == ("uvicorn", "asyncio")
         serve.run(hello.bind(), name="hello", route_prefix="/hello")
         r = client.get("/hello")

@@ -10,6 +10,7 @@ import os
 import re
 
 import pytest
+from _shared import output_with
 from serve_helpers import wait_until
 
 from muster import serve
@@ -68,14 +69,8 @@ def test_json_lines_with_rays_keys_in_the_output_and_the_file(client, tmp_path, 
     assert [a["request_id"] for a in access] == ["req-fig", "req-boom"]
     assert all(re.fullmatch(r"GET /json 200 \d+\.\dms", a["message"]) for a in access)
 
-    out: list[str] = []
-
-    def printed() -> bool:
-        out.append("".join(capfd.readouterr()))
-        return "hello lime" in "".join(out) and "it failed" in "".join(out)
-
-    wait_until(printed, 15, "the replicas' lines in the driver's output")
-    mine = [ln for ln in "".join(out).splitlines() if "jsonlogs/JsonLogs" in ln and '"message"' in ln]
+    printed = "".join(output_with(capfd, "hello lime", "it failed"))  # the replicas' lines in the driver's output
+    mine = [ln for ln in printed.splitlines() if "jsonlogs/JsonLogs" in ln and '"message"' in ln]
     objs = [json.loads(ln[ln.index("{"):]) for ln in mine]  # after the replica's label
     assert {o["message"] for o in objs} == {"hello fig", "hello boom", "it failed"}  # access lines: the file only
     (quiet_name,) = os.listdir(quiet)
@@ -231,14 +226,7 @@ def test_a_call_to_a_missing_method_logs_one_line_and_user_errors_their_tracebac
     assert client.get("/nohttp").status_code == 500  # no __call__
     with pytest.raises(KeyError, match="user-bug"):
         h.fails.remote().result(timeout_s=30)
-    out: list[str] = []
-
-    def printed() -> bool:
-        out.append("".join(capfd.readouterr()))
-        return "user-bug" in "".join(out) and "'__call__'" in "".join(out) and "'nope'" in "".join(out)
-
-    wait_until(printed, 15, "the replica's three error lines in the driver's output")
-    text = "".join(out)
+    text = "".join(output_with(capfd, "user-bug", "'__call__'", "'nope'"))  # the replica's three error lines
     nope = [ln for ln in text.splitlines() if "no method 'nope'" in ln]
     assert len(nope) == 1 and "nope() failed: RayServeException: " in nope[0], text
     http = [ln for ln in text.splitlines() if "no method '__call__'" in ln]
