@@ -191,10 +191,12 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         (``"x > 5 and label == 'a'"``, see ``muster.data.expr``), an expression of ``muster.data.expressions``
         (``col("x") > 5``) or a pyarrow compute expression; ``fn`` may be a callable class."""
         if expr is not None:  # right after read_parquet, pushed into its scan
-            parsed = expr_parser.parse(expr) if isinstance(expr, str) else expr
-            op = Transform(f"Filter({projection.text(parsed)})", lambda b: [b.filter(parsed)],
-                           RayCall.of("filter", expr=expr), keeps_columns=True) if isinstance(expr, str) \
-                else projection.filter_op(expr)
+            if isinstance(expr, str):  # on Ray: as Ray's own expression (Ray deprecates string ones)
+                parsed = expr_parser.parse(expr)
+                op = Transform(f"Filter({projection.text(parsed)})", lambda b: [b.filter(parsed)],
+                               RayCall.of("filter", expr=expr_parser.parse_expr(expr)), keeps_columns=True)
+            else:
+                parsed, op = expr, projection.filter_op(expr)
             pushed = filter_pushdown.pushed(self._node, op, parsed)
             return Dataset(pushed, self._dataset_name, self._executions) if pushed is not None else self._then(op)
         if fn is None:
