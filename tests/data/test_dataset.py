@@ -354,13 +354,15 @@ def test_filter_takes_rays_string_expressions():
 
 @pytest.mark.parametrize("text", ["id > 7", "sepal.length >= 3.5 and label == 'b'", "id in [1, 2] or not id < 9",
                                   "2 < id * 2 <= 6", "-id > -3", "id - 1 >= 7 and label not in ['a']",
-                                  "label is None or id / 4 < 0.5", "label is not None and not (id + 1) * 2 > 10"])
+                                  "label is None or id / 4 < 0.5", "label is not None and not (id + 1) * 2 > 10",
+                                  "even == (not True) and id > 2"])
 def test_a_string_filter_as_sent_to_ray_keeps_the_same_rows(text):
     """On the Ray engine a string filter goes as an expression of muster.data.expressions, then Ray's own (Ray
     deprecates string ones): that form keeps the very rows the string keeps here."""
     from muster.data.expr import parse_expr
 
-    rows = [{"id": i, "sepal.length": i / 2, "label": None if i == 5 else "ab"[i % 2]} for i in range(10)]
+    rows = [{"id": i, "sepal.length": i / 2, "label": None if i == 5 else "ab"[i % 2], "even": i % 2 == 0}
+            for i in range(10)]
     ds = md.from_items(rows)
     sent = parse_expr(text)
     assert isinstance(sent, md.expressions.Expr)

@@ -83,7 +83,9 @@ def _convert(node: ast.AST, text: str, to: _Build) -> Any:
             combined = (combined & part) if isinstance(node.op, ast.And) else (combined | part)
         return combined
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return ~_convert(node.operand, text, to)
+        operand = _convert(node.operand, text, to)
+        is_expr = isinstance(operand, to.kind)  # apart: inline, mypy would narrow operand to object
+        return ~operand if is_expr else not operand  # of a value: ~True is -2, not False
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         value = _convert(node.operand, text, to)
         if isinstance(value, to.kind):
