@@ -158,6 +158,34 @@ class Starved:
         return [len(xs)] * len(xs)
 
 
+@serve.deployment(ray_actor_options=SMALL)
+class Finder:
+    """Looks up other apps by name from its methods, as Ray's multi-app guide does in ``async __call__``."""
+
+    async def find(self) -> tuple[str, int]:
+        app = serve.get_app_handle("graph")  # on the Serve loop: it raised "a blocking Serve call" before
+        return app.deployment_name, await serve.get_deployment_handle("Adder", "graph").add.remote(1, 2)
+
+    def find_in_a_thread(self) -> tuple[str, int]:
+        app = serve.get_app_handle("graph")
+        return app.deployment_name, serve.get_deployment_handle("Adder", "graph").add.remote(3, 4).result()
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class Raises:
+    def __call__(self, key: str) -> None:
+        raise KeyError(f"no {key}")
+
+
+@serve.deployment(ray_actor_options=SMALL)
+class PassesOn:
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def __call__(self, key: str) -> None:
+        return await self.inner.remote(key)
+
+
 @muster.remote
 def _plus_one(x):
     return x + 1
@@ -186,6 +214,35 @@ def test_composition_over_http_and_handles(client, graph):
     # .remote(), which the code had just done
     with pytest.raises(TypeError, match=r"got DeploymentResponse; take its value with response.result\(\)"):
         muster.get(h.predict.remote(1))
+
+
+def test_a_replica_finds_apps_and_deployments_by_name_from_async_and_sync_methods(graph):
+    h = serve.run(Finder.bind(), name="finder", route_prefix=None)
+    try:
+        assert h.find.remote().result(timeout_s=30) == ("Ingress", 3)
+        assert h.find_in_a_thread.remote().result(timeout_s=30) == ("Ingress", 7)
+    finally:
+        serve.delete("finder")
+
+
+def test_a_replicas_error_reaches_the_caller_as_rays_task_error_of_it(client):
+    """Ray raises RayTaskError(KeyError): ``except KeyError`` and ``except RayTaskError`` both catch it. muster
+    re-raised the bare KeyError, so a ported ``except RayTaskError`` missed it. Through a replica that passes
+    the error on, it is still the first replica's."""
+    h = serve.run(PassesOn.bind(Raises.bind()), name="raises", route_prefix="/raises")
+    try:
+        for handle in (h, serve.get_deployment_handle("Raises", "raises")):
+            with pytest.raises(KeyError) as info:
+                handle.remote("k").result(timeout_s=30)
+            err = info.value
+            assert isinstance(err, muster.exceptions.RayTaskError) and isinstance(err.cause, KeyError)
+            assert str(err).startswith("KeyError: 'no k'\n") and "Raised in deployment 'Raises'" in str(err)
+            frames = [ln for ln in err.traceback_str.splitlines() if ln.startswith("  File ")]
+            assert len(frames) == 1 and frames[0].endswith("in __call__"), err.traceback_str  # the user's only
+        r = client.get("/raises")  # over HTTP, the passed-on error names its own type and message
+        assert r.status_code == 500 and "deployment 'PassesOn'" in r.text and "raised KeyError: 'no " in r.text
+    finally:
+        serve.delete("raises")
 
 
 def test_a_missing_method_raises_rays_error_naming_the_methods_there_are(client, graph):

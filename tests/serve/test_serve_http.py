@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import re
 
+import numpy as np
+import pandas as pd
 import pytest
 from fastapi import FastAPI, HTTPException
 from starlette.requests import Request
@@ -81,6 +84,14 @@ class Kinds:
             return (1, "two")
         if kind == "none":
             return None
+        if kind == "numpy":  # Ray encodes these as FastAPI's jsonable_encoder does, with numpy and pandas added
+            return {"array": np.array([0.5, 1.5]), "ints": np.arange(3, dtype=np.int32), "scalar": np.float32(0.25),
+                    "when": datetime.datetime(2024, 1, 2, 3, 4, 5), "set": {7}, "exc": ValueError("why"),
+                    "frame": pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})}
+        if kind == "np_scalar":
+            return np.int64(5)
+        if kind == "no_json":
+            return {"inner": object()}
         return object()  # not a response
 
 
@@ -208,6 +219,17 @@ def test_x_request_id_is_echoed_or_generated(apps):
         assert r.headers["x-request-id"] == "s1"
 
 
+def test_numpy_pandas_datetimes_and_sets_are_json_as_in_ray(apps):
+    """Ray's model-serving samples return ``{"prediction": ndarray}``; muster answered 500 ("Object of type
+    ndarray is not JSON serializable", and "not an HTTP response" for a bare numpy scalar)."""
+    r = apps.get("/kinds", params={"kind": "numpy"})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json", r.text
+    assert r.json() == {"array": [0.5, 1.5], "ints": [0, 1, 2], "scalar": 0.25, "when": "2024-01-02T03:04:05",
+                        "set": [7], "exc": "why", "frame": [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]}
+    r = apps.get("/kinds", params={"kind": "np_scalar"})
+    assert r.status_code == 200 and r.json() == 5
+
+
 def test_streaming_responses_arrive_in_chunks(apps):
     with apps.stream("GET", "/kinds", params={"kind": "stream"}) as r:
         assert r.status_code == 200
@@ -224,8 +246,18 @@ def test_bad_input(apps):
     assert r.status_code == 422 and "something odd" in r.text
     r = apps.get("/kinds", params={"kind": "other"})
     assert r.status_code == 500 and "not an HTTP response" in r.text
+    r = apps.get("/kinds", params={"kind": "no_json"})
+    assert r.status_code == 500 and "holds a builtins.object" in r.text and "has no JSON form" in r.text
     # the deployment keeps serving after its errors
     assert apps.get("/kinds", params={"kind": "list"}).json() == [1, 2, 3]
+
+
+def test_a_route_prefix_another_app_serves_is_refused_as_rays_serve_exception(apps):
+    """Ray raises RayServeException; muster's was only an InvalidArgumentError, so a ported except missed it."""
+    with pytest.raises(serve.RayServeException, match=r"app 'echo' already serves that prefix") as info:
+        serve.run(hello.bind(), name="second-echo", route_prefix="/echo")
+    assert isinstance(info.value, ValueError)  # the value given is the fault
+    assert "second-echo" not in serve.status().applications and apps.get("/echo/x").status_code == 200
 
 
 def test_fastapi_ingress(apps):
@@ -262,6 +294,8 @@ def test_fastapi_factory_pattern(apps):
     try:
         r = apps.get("/factory/ping")
         assert r.status_code == 200 and r.json()["pong"] != os.getpid()
+        # Ray's name for it, which a config file's deployment overrides use (muster's was "ASGIIngress")
+        assert set(serve.status().applications["factory"].deployments) == {"ASGIIngressDeployment", "Sub"}
     finally:
         serve.delete("factory")
 

@@ -362,6 +362,7 @@ class _AsyncUser:
         one = await _square.remote(3)
         many = await asyncio.gather(*[_square.remote(i) for i in range(4)])
         wrapped = await asyncio.wrap_future(_square.remote(5).future())  # ref.future() in a worker
+        wrapped += await _square.remote(1).as_future()
         try:
             await _key_error.remote()
             caught = False
@@ -385,7 +386,26 @@ def test_refs_are_awaitable_in_the_driver_and_in_async_actors():
             await _key_error.remote()
         return in_actor, await _square.remote(7), await asyncio.gather(_square.remote(1), _square.remote(2))
 
-    assert asyncio.run(asyncio.wait_for(driver(), TIMEOUT)) == ((9, [0, 1, 4, 9], 25, True), 49, [1, 4])
+    assert asyncio.run(asyncio.wait_for(driver(), TIMEOUT)) == ((9, [0, 1, 4, 9], 26, True), 49, [1, 4])
+
+
+def test_as_future_is_an_asyncio_future_of_the_value_or_the_error_as_rays():
+    """Ray's asyncio guide: ``await ref.as_future()``; muster's ObjectRef had no as_future (AttributeError)."""
+    import asyncio
+
+    async def driver():
+        fut = _square.remote(6).as_future()
+        assert isinstance(fut, asyncio.Future)
+        done = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(lambda f: done.set_result(f.result() + 1))
+        failing = _key_error.remote().as_future()
+        with pytest.raises(KeyError):
+            await failing
+        return await fut, await done
+
+    assert asyncio.run(asyncio.wait_for(driver(), TIMEOUT)) == (36, 37)
+    with pytest.raises(RuntimeError, match=r"as_future\(\) needs a running asyncio event loop"):
+        _square.remote(1).as_future()
 
 
 @muster.remote

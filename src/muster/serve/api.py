@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from muster.exceptions import InvalidArgumentError
 from muster.serve.config import HTTPOptions, LoggingConfig, ProxyLocation
@@ -18,6 +18,8 @@ from muster.serve.context import (  # noqa: F401 - Ray's ray.serve.api has them 
 from muster.serve.deployment import Application, Deployment, deployment, ingress  # noqa: F401 - as Ray's
 from muster.serve.handle import DeploymentHandle
 from muster.serve.multiplex import get_multiplexed_model_id, multiplexed  # noqa: F401 - as Ray's
+
+T = TypeVar("T")
 
 _controller: Any = None
 _lock = threading.RLock()
@@ -331,11 +333,10 @@ def get_app_handle(name: str) -> DeploymentHandle:
     Raises:
         RayServeException: no app of that name runs.
     """
-    from muster.serve._internal import eventloop
     from muster.serve.exceptions import RayServeException
 
     c = _controller
-    apps = {n: a.ingress for n, a in c.apps.items()} if c is not None else eventloop.run_sync(_apps(name))
+    apps = {n: a.ingress for n, a in c.apps.items()} if c is not None else _on_serve_loop(_apps, name)
     if name not in apps:
         raise RayServeException(f"no Serve app named {name!r} is running here; running apps: {sorted(apps) or 'none'}."
                                 + _elsewhere(name))
@@ -368,7 +369,21 @@ def _elsewhere(name: str) -> str:
     return ""
 
 
-async def _apps(wanted: str) -> dict[str, str]:
+def _on_serve_loop(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on the Serve loop, the one thread that touches the route table: called at once when the
+    caller already runs there (an async replica method), else from this thread, waiting for it."""
+    from muster.serve._internal import eventloop
+
+    if eventloop.on_loop():
+        return fn(*args)
+
+    async def call() -> T:
+        return fn(*args)
+
+    return eventloop.run_sync(call())
+
+
+def _apps(wanted: str) -> dict[str, str]:
     from muster.serve._internal import router
 
     if wanted not in router.registry.table.apps:  # in a task or a training loop: ask the driver
@@ -376,7 +391,7 @@ async def _apps(wanted: str) -> dict[str, str]:
     return {n: a.ingress for n, a in router.registry.table.apps.items()}
 
 
-async def _deployments(app: str, wanted: str) -> list[str]:
+def _deployments(app: str, wanted: str) -> list[str]:
     """The deployments of ``app`` this process's route table knows (pulled from the driver if needed)."""
     from muster.serve._internal import router
 
@@ -393,7 +408,6 @@ def get_deployment_handle(deployment_name: str, app_name: str | None = None) -> 
         KeyError: the app has no such deployment (or is not running).
     """
     from muster.serve import context
-    from muster.serve._internal import eventloop
     from muster.serve.exceptions import RayServeException
 
     if app_name is None:
@@ -408,7 +422,7 @@ def get_deployment_handle(deployment_name: str, app_name: str | None = None) -> 
         app = c.apps.get(app_name)
         deps = list(app.deployments) if app is not None else []
     elif context._current is None:  # a task, an actor, a training loop (a replica's app may still be starting)
-        deps = eventloop.run_sync(_deployments(app_name, deployment_name))
+        deps = _on_serve_loop(_deployments, app_name, deployment_name)
     else:
         deps = [deployment_name]
     if deployment_name not in deps:

@@ -218,7 +218,7 @@ def ingress(app: Any) -> Callable[..., type]:
 
     def wrap(cls: type | None = None) -> type:
         if cls is None:
-            cls = type("ASGIIngress", (), {"__doc__": "Serves the ASGI app given to serve.ingress.",
+            cls = type("ASGIIngressDeployment", (), {"__doc__": "Serves the ASGI app given to serve.ingress.",
                                            "__init__": _keep_bound_args})
         if not inspect.isclass(cls):
             raise InvalidTypeError(f"@serve.ingress goes on a class, not {cls!r}.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from muster.exceptions import MusterError, TaskCancelledError
+from muster.exceptions import InvalidArgumentError, MusterError, TaskCancelledError
 
 
 class RayServeException(MusterError):
@@ -28,6 +28,11 @@ class DeployFailedError(RayServeException, RuntimeError):
     """``serve.run`` could not start an application: a replica's constructor, or a deployment actor's, raised.
     As Ray's ``serve.run`` raises then, it is a ``RuntimeError`` too; ``serve.status()`` shows the app
     ``DEPLOY_FAILED`` with this message until it is deployed again or deleted."""
+
+
+class RoutePrefixTakenError(RayServeException, InvalidArgumentError):
+    """``serve.run`` gave an app a ``route_prefix`` another app already serves. A ``RayServeException``, as Ray
+    raises then, and a ``ValueError``: the value given is the fault."""
 
 
 class DeploymentUnavailableError(RayServeException):

@@ -82,10 +82,21 @@ class ObjectRef:
     def __await__(self) -> Any:
         """``await ref`` in any event loop (the driver's, an async actor's): its value, or its task's
         error raised as ``muster.get`` raises it."""
+        return self.as_future().__await__()
+
+    def as_future(self) -> Any:
+        """Ray's ``ref.as_future()``: an ``asyncio.Future`` of the running event loop, done with the value, or
+        with the task's error as ``muster.get`` raises it (``asyncio.wait_for``, ``gather``, callbacks)."""
         import asyncio
 
-        loop = asyncio.get_running_loop()
-        return loop.run_in_executor(None, get, self).__await__()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                f"{self!r}.as_future() needs a running asyncio event loop: call it in a coroutine (or use "
+                "ref.future(), a concurrent.futures.Future, outside one)."
+            ) from None
+        return loop.run_in_executor(None, get, self)
 
     def __reduce__(self) -> Any:
         if self._future is not None:  # the id is leaving this driver-side ref: keep the value reachable

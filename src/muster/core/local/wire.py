@@ -19,6 +19,7 @@ import os
 import pickle
 import socket
 import struct
+import sys
 import traceback
 import weakref
 from multiprocessing.connection import Connection
@@ -152,13 +153,19 @@ def recv(conn: Connection) -> Any:
 _MUSTER_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 
+def _plumbing() -> tuple[str, ...]:
+    """The folders of a remote traceback's first frames that are plumbing: muster's, and the thread pool's or
+    event loop's that ran the user's function for it (a Serve replica runs a sync method in a thread pool)."""
+    loaded = (sys.modules.get(name) for name in ("concurrent.futures", "asyncio"))
+    return (_MUSTER_DIR, *(os.path.dirname(m.__file__) + os.sep for m in loaded if m is not None and m.__file__))
+
+
 def remote_traceback(exc: BaseException) -> str:
     """``exc``'s traceback as the caller is shown it: from the first frame of the user's code on, as Ray
     shows it (the frames of muster's worker loop that called the user's function say nothing to the
     reader). An error raised inside muster itself keeps every frame."""
-    shown = traceback.TracebackException(type(exc), exc, exc.__traceback__)
-    first_user = next((i for i, frame in enumerate(shown.stack) if not frame.filename.startswith(_MUSTER_DIR)),
-                      None)
+    shown, plumbing = traceback.TracebackException(type(exc), exc, exc.__traceback__), _plumbing()
+    first_user = next((i for i, frame in enumerate(shown.stack) if not frame.filename.startswith(plumbing)), None)
     if first_user:
         shown.stack = traceback.StackSummary.from_list(shown.stack[first_user:])
     return "".join(shown.format())

@@ -25,7 +25,7 @@ from typing import Any
 from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.runtime import BundleRef
-from muster.exceptions import ActorDiedError, InvalidArgumentError, describe_exit
+from muster.exceptions import ActorDiedError, describe_exit
 from muster.serve import multiplex
 from muster.serve._internal import (admission, autoscaler, deployment_actors, gangs, plan, replica_groups, router,
                                     server_choice)
@@ -35,7 +35,7 @@ from muster.serve._internal.record import ServeRecorder
 from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
 from muster.serve._internal.state import WAITING, AppState, DeploymentState, ReplicaState
 from muster.serve.config import HTTPOptions
-from muster.serve.exceptions import DeployFailedError, RayServeException
+from muster.serve.exceptions import DeployFailedError, RayServeException, RoutePrefixTakenError
 from muster.serve.gang import Gang, round_up
 from muster.tasks import owner as task_owner
 
@@ -99,7 +99,7 @@ class ServeController:
         with self.lock:
             for other in self.apps.values():
                 if other.name != name and route_prefix is not None and other.route_prefix == route_prefix:
-                    raise InvalidArgumentError(
+                    raise RoutePrefixTakenError(
                         f"serve.run(name={name!r}, route_prefix={route_prefix!r}): app {other.name!r} already serves "
                         "that prefix; pick another route_prefix or serve.delete the other app."
                     )

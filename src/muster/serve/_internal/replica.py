@@ -442,8 +442,9 @@ class ReplicaActor:
     def _failed(self, proto: _Conn, stream: int, exc: BaseException, what: str) -> int:
         """Answer the request with its error; the HTTP status that says it."""
         self.errors += 1
+        here = _raised_here(exc)  # before error_for, which drops exc's traceback (it crosses as text)
         err = responses.error_for(exc, f"{self.where} {what}")
-        if err.status >= 500 and _raised_here(exc):  # the call's fault (a method the class lacks): one line
+        if err.status >= 500 and here:  # the call's fault (a method the class lacks): one line
             print(f"[serve] {self.where}: {what} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         elif err.status >= 500:  # user code's: its traceback
             print(f"[serve] {self.where}: {what} failed:\n{err.traceback}", file=sys.stderr, flush=True)
@@ -531,8 +532,8 @@ class ReplicaActor:
             sender.state = 2
             return
         raise InvalidTypeError(
-            f"__call__ returned {type(result).__name__}, which is not an HTTP response: return a dict/list (JSON), "
-            "str, bytes, a starlette Response, or a generator (streamed)."
+            f"__call__ returned {type(result).__name__}, which is not an HTTP response: return a dict/list (JSON, "
+            "numpy arrays and datetimes in it too), str, bytes, a starlette Response, or a generator (streamed)."
         )
 
     async def _serve_call(self, proto: _Conn, stream: int, payload: bytes) -> None:

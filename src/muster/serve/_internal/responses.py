@@ -8,18 +8,78 @@ with the HTTP status the ingress answers with.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import datetime
+import decimal
+import enum
 import inspect
 import json
+import os
+import pathlib
 import traceback
+import uuid
 from collections.abc import Mapping
 from typing import Any, MutableMapping
 
+from muster.exceptions import InvalidTypeError, TaskError
 from muster.serve._internal import wire
 
 _JSON_HEAD = wire.http_head(200, [(b"content-type", b"application/json")])
 _TEXT_HEAD = wire.http_head(200, [(b"content-type", b"text/plain; charset=utf-8")])
 _BYTES_HEAD = wire.http_head(200, [(b"content-type", b"application/octet-stream")])
-_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _jsonable(value: Any) -> Any:
+    """What JSON writes for a value ``json`` does not know, as Ray Serve's encoder does (FastAPI's
+    ``jsonable_encoder`` with numpy and pandas added): arrays and numpy scalars as numbers, a DataFrame as
+    its records, dates and times in ISO 8601, sets as lists, an exception as its message. Anything else
+    fails naming its type and the fix."""
+    kind = type(value)
+    module = kind.__module__.partition(".")[0]
+    if module == "numpy":
+        if hasattr(value, "tolist"):  # ndarray, and numpy scalars (np.float32(0.5).tolist() is 0.5)
+            return value.tolist()
+    elif module == "pandas" and hasattr(value, "to_dict"):
+        return value.to_dict(orient="records") if kind.__name__ == "DataFrame" else value.to_dict()
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (set, frozenset, collections.deque)):
+        return list(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (uuid.UUID, pathlib.PurePath)):
+        return str(value)
+    if isinstance(value, BaseException):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    dump = getattr(value, "model_dump", None)  # pydantic models
+    if callable(dump) and not isinstance(value, type):
+        return dump(mode="json")
+    raise _NotJSON(value)
+
+
+class _NotJSON(InvalidTypeError):
+    """A value in a response that has no JSON form; ``value`` is it."""
+
+    def __init__(self, value: Any):
+        kind = type(value)
+        super().__init__(
+            f"the response holds a {kind.__module__}.{kind.__qualname__} ({value!r:.80}), which has no JSON form: "
+            "return dicts, lists, str, numbers, numpy arrays, datetimes, pydantic models... or a starlette "
+            "Response you encode yourself."
+        )
+        self.value = value
+
+
+_json = json.JSONEncoder(separators=(",", ":"), default=_jsonable).encode
 
 
 def simple_body(result: Any) -> bytes | None:
@@ -35,10 +95,19 @@ def simple_body(result: Any) -> bytes | None:
         return _TEXT_HEAD + result.encode()
     if isinstance(result, (bytes, bytearray, memoryview)):
         return _BYTES_HEAD + bytes(result)
-    dump = getattr(result, "model_dump", None)  # pydantic models
-    if callable(dump) and not isinstance(result, type):
-        return _JSON_HEAD + _json(dump(mode="json")).encode()
-    return None
+    if is_stream(result) or _is_response(result):
+        return None
+    try:
+        return _JSON_HEAD + _json(result).encode()  # an array, a DataFrame, a datetime, a pydantic model...
+    except _NotJSON as exc:
+        if exc.value is result:
+            return None  # no response at all: the caller says what is one
+        raise
+
+
+def _is_response(result: Any) -> bool:
+    """Whether ``result`` is a Starlette ``Response`` (without importing Starlette for every reply)."""
+    return any(k.__name__ == "Response" and k.__module__.startswith("starlette") for k in type(result).__mro__)
 
 
 def chunk_bytes(item: Any) -> bytes:
@@ -46,7 +115,7 @@ def chunk_bytes(item: Any) -> bytes:
         return bytes(item)
     if isinstance(item, str):
         return item.encode()
-    return json.dumps(item, separators=(",", ":")).encode()
+    return _json(item).encode()
 
 
 def is_stream(result: Any) -> bool:
@@ -54,25 +123,29 @@ def is_stream(result: Any) -> bool:
 
 
 def error_for(exc: BaseException, where: str) -> wire.RemoteError:
-    """The RemoteError for an exception raised by user code (its own HTTP status when it chose one)."""
+    """The RemoteError for an exception raised by user code (its own HTTP status when it chose one). A
+    handle re-raises its ``exc``: a ``TaskError`` carrying the original, as Ray's ``RayTaskError``."""
     from starlette.exceptions import HTTPException
 
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     if isinstance(exc, HTTPException):
         headers = tuple((str(k), str(v)) for k, v in (exc.headers or {}).items())
-        return wire.RemoteError(exc.status_code, str(exc.detail), "", _picklable(exc), headers)
-    message = f"{where} raised {type(exc).__name__}: {exc}"
-    return wire.RemoteError(500, message, tb, _picklable(exc))
+        return wire.RemoteError(exc.status_code, str(exc.detail), "", _task_error(exc, where), headers)
+    err = _task_error(exc, where)
+    kind, text = (err.cause_type.rpartition(".")[2], err.message) if isinstance(exc, TaskError) else (
+        type(exc).__name__, str(exc))  # a downstream replica's error, passed on: its own type and message
+    return wire.RemoteError(500, f"{where} raised {kind}: {text}", tb, err)
 
 
-def _picklable(exc: BaseException) -> BaseException | None:
-    import pickle
+def _task_error(exc: BaseException, where: str) -> TaskError:
+    """``exc`` as it crosses to a handle's caller: a ``TaskError`` naming ``where``, which the caller raises as
+    an instance of ``exc``'s class too. A handle call's error that this replica passed on travels as the
+    downstream replica's, so the caller still catches the original class."""
+    from muster.core.local.wire import capture_error
 
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:
-        return None
+    if isinstance(exc, TaskError):
+        return exc.relabelled(exc.label)  # its plain TaskError: the one a copy with two classes came from
+    return capture_error(exc, where, os.getpid(), "")
 
 
 class FrameSender:

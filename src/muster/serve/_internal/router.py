@@ -464,14 +464,16 @@ def set_table(table: RouteTable) -> None:
 
 
 def raise_remote(err: wire.RemoteError) -> Any:
-    """Re-raise a replica's failure in the caller."""
+    """Re-raise a replica's failure in the caller: what user code raised as Ray's ``RayTaskError`` of it
+    (``except ValueError`` and ``except RayTaskError`` both catch it; its message carries the replica's
+    traceback)."""
+    from muster.exceptions import TaskError
     from muster.serve.exceptions import RayServeException, ReplicaDiedError
+    from muster.tasks.objects import as_instance_of_cause
 
+    if isinstance(err.exc, TaskError):
+        raise as_instance_of_cause(err.exc) from None
     if err.exc is not None:
-        if err.traceback:
-            add_note = getattr(err.exc, "add_note", None)  # Python >= 3.11
-            if add_note is not None:
-                add_note(f"raised in the replica:\n{err.traceback}")
         raise err.exc
     if err.status == 502:
         raise ReplicaDiedError(err.message)
