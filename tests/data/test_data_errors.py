@@ -42,6 +42,16 @@ def test_map_returning_a_non_dict_is_a_type_error():
         md.range(3).map_batches(lambda b: [1, 2]).take_all()
 
 
+def test_a_batch_of_columns_of_different_lengths_names_the_function_and_each_length():
+    """It was pyarrow's bare "ArrowInvalid: Column 1 named b expected length 3 but got length 2"."""
+    def uneven(batch):
+        return {"a": batch["id"], "b": batch["id"][:2]}
+
+    with pytest.raises(md.DataTypeError, match=r"map_batches\(uneven\) returned columns of different lengths, "
+                                              r"\{'a': 3, 'b': 2\}"):
+        md.range(3).map_batches(uneven).take_all()
+
+
 def test_disagreeing_schemas_name_both_files_and_the_column(tmp_path):
     pq.write_table(pa.table({"a": [1, 2], "b": ["x", "y"]}), tmp_path / "one.parquet")
     pq.write_table(pa.table({"a": ["1", "2"], "b": ["x", "y"]}), tmp_path / "two.parquet")
@@ -70,6 +80,10 @@ def test_bad_arguments():
         next(md.range(3).iter_batches(batch_size=0))
     with pytest.raises(ValueError, match="no column 'zz'"):
         md.range(3).select_columns(["zz"]).take_all()
+    with pytest.raises(ValueError, match=r"^mean\(nope\): no column 'nope'; the dataset has \['id'\]"):
+        md.range(3).mean("nope")  # it said "groupby/aggregate: ...", with no groupby in sight
+    with pytest.raises(ValueError, match=r"^groupby\('g'\): no column 'g'"):
+        md.range(3).groupby("g").count().take_all()
     with pytest.raises(ValueError, match="datasets_to_split"):
         md.DataConfig(datasets_to_split=3)  # type: ignore[arg-type]
 

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet  # noqa: F401 - pa.parquet
+import pyarrow.csv  # noqa: F401 - pa.csv
 import pytest
 import torch
 
@@ -553,6 +554,52 @@ def test_torch_tensors_in_rows_are_stored_as_numpy_as_in_ray(tmp_path):
     assert row["tensor"].tolist() == [1.0, 1.0, 1.0] and row["label"] == 7
     items.write_parquet(str(tmp_path / "t"))  # "Saving Datasets containing torch tensors"
     assert md.read_parquet(str(tmp_path / "t")).count() == 2
+
+
+def test_transposed_arrays_and_permuted_tensors_keep_their_logical_shape(tmp_path):
+    """HWC->CHW with np.transpose or torch's permute returns a view whose memory is not row-major; muster's
+    schema gave the memory's shape ((4, 5, 3) for a (3, 4, 5) array) and reading the rows raised ArrowInvalid."""
+    chw = np.arange(60).reshape(4, 5, 3).transpose(2, 0, 1)
+    made = {
+        "from_items": md.from_items([{"x": np.arange(6).reshape(2, 3).T}] * 2),
+        "map": md.range(2).map(lambda r: {"x": chw}),
+        "flat_map": md.range(1).flat_map(lambda r: [{"x": chw}, {"x": chw + 1}]),
+        "torch": md.range(2).map(lambda r: {"x": torch.as_tensor(np.arange(60).reshape(4, 5, 3)).permute(2, 0, 1)}),
+    }
+    for how, ds in made.items():
+        want = np.arange(6).reshape(2, 3).T if how == "from_items" else chw
+        assert ds.schema().types[0].shape == want.shape, how
+        rows = ds.take_all()
+        assert all(r["x"].shape == want.shape for r in rows) and np.array_equal(rows[0]["x"], want), how
+    made["from_items"].write_parquet(str(tmp_path / "t"))
+    back = md.read_parquet(str(tmp_path / "t")).take(1)[0]["x"]
+    assert np.array_equal(back, np.arange(6).reshape(2, 3).T)
+
+
+class _BatchLength:
+    def __call__(self, batch):
+        return {"n": np.array([len(batch["id"])])}
+
+
+def test_map_batches_of_a_given_size_spans_small_blocks_as_rays(tmp_path):
+    """Ray bundles blocks smaller than an explicit batch_size; muster mapped each block alone, so batch inference
+    over one-row files (read_images) got batches of 1 whatever the batch_size."""
+    def lengths(ds, **options):
+        return [r["n"] for r in ds.map_batches(lambda b: {"n": np.array([len(b["id"])])}, **options).take_all()]
+
+    small = md.range(60, override_num_blocks=20)
+    assert lengths(small, batch_size=8) == [8, 1] * 6 + [6]  # Ray 2.60's own, for the same call
+    assert lengths(small) == [3] * 20 and lengths(small, batch_size=None) == [3] * 20  # whole blocks by default
+    assert lengths(small.map(lambda r: r), batch_size=8) == [8, 1] * 6 + [6]  # fused after a map too
+    assert [r["n"] for r in small.map_batches(_BatchLength, batch_size=8, concurrency=1).take_all()] == (
+        [8, 1] * 6 + [6])  # an actor pool's input too
+    assert lengths(small.random_shuffle(seed=1), batch_size=8) == [8] * 7 + [4]  # blocks after a shuffle too
+    for i in range(20):  # one file per few rows, as read_images has one per image
+        pa.csv.write_csv(pa.table({"id": [3 * i, 3 * i + 1, 3 * i + 2]}), str(tmp_path / f"{i:02}.csv"))
+    files = lengths(md.read_csv(str(tmp_path)), batch_size=8)
+    assert sum(files) == 60 and files.count(8) >= 6, files
+    spans = md.range(60, override_num_blocks=20).map_batches(lambda b: b, batch_size=8)
+    assert [r["id"] for r in spans.take_all()] == list(range(60))  # every row once, in order
 
 
 def test_rays_file_reader_options_pick_order_and_skip_files(tmp_path):

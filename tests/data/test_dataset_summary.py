@@ -9,6 +9,7 @@ import pytest
 
 import muster.data as md
 from muster.data.aggregate import Count, Sum
+from muster.data.datatype import DataType
 from muster.data.stats import DatasetSummary
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
@@ -85,11 +86,15 @@ def test_summary_columns_overrides_and_errors():
                         override_dtype_agg_mapping={pa.int64(): lambda c: [Count(c), Sum(c)]}).to_pandas()
     age = dict(zip(custom["statistic"], custom["age"]))
     assert age["sum"] == 55 and age["count"] == 3 and "mean" not in age
+    # Ray's docstring keys the mapping by DataType (refused before: "pass a dict of pyarrow types")
+    by_datatype = ds.summary(override_dtype_agg_mapping={DataType.int64(): lambda c: [Count(on=c), Sum(on=c)]})
+    assert by_datatype.to_pandas().equals(ds.summary(override_dtype_agg_mapping={
+        pa.int64(): lambda c: [Count(on=c), Sum(on=c)]}).to_pandas())
     with pytest.raises(InvalidArgumentError, match=r"\['nope'\] not in the dataset"):
         ds.summary(columns=["nope"])
     with pytest.raises(InvalidArgumentError, match="at least one column"):
         ds.summary(columns=[])
-    with pytest.raises(InvalidTypeError, match="pyarrow types"):
+    with pytest.raises(InvalidTypeError, match=r"pass a dict of types \(DataType.int64\(\)"):
         ds.summary(override_dtype_agg_mapping={"int64": lambda c: [Count(c)]})
     with pytest.raises(InvalidArgumentError, match="no such column"):
         ds.summary().get_column_stats("nope")

@@ -76,6 +76,11 @@ def test_writers_round_trip(tmp_path, pq_dir):
     assert [r["id"] for r in md.read_csv(str(tmp_path / "csv")).take_all()] == [0, 1, 2, 3, 4]
     md.from_items([{"a": 1, "s": "q"}]).write_json(str(tmp_path / "js"))
     assert md.read_json(str(tmp_path / "js")).take_all() == [{"a": 1, "s": "q"}]
+    # "Saving tensor data" as JSON: a tensor's rows keep their shape (they were written flattened, [0, 1, 2, 3])
+    md.from_numpy(np.arange(8).reshape(2, 2, 2)).write_json(str(tmp_path / "tj"))
+    back = md.read_json(str(tmp_path / "tj"))
+    assert back.schema().types == [pa.list_(pa.list_(pa.int64()))]
+    assert sorted([list(x) for x in r["data"]] for r in back.take_all()) == [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
 
 
 def test_writers_take_rays_mode_rows_per_file_and_partition_columns(tmp_path):

@@ -66,31 +66,45 @@ def test_asha_stops_the_worse_half_at_each_rung_in_lockstep():
     assert sum(stopped_at.values()) < 0.6 * 8 * 8  # far fewer iterations than running all 8 trials to max_t
 
 
-def test_hyperband_makes_rays_brackets_in_rays_order():
-    # Ray 2.60: s = 0, 1, ..., round(log(max_t)/log(eta)); bracket s holds ceil((s_max+1)/(s+1)*eta**s)
-    # trials first judged at int(max_t/eta**s): here (3, 9), (5, 3), (9, 1)
-    hb = HyperBandScheduler(metric="m", mode="max", max_t=9, reduction_factor=3)
-    trials = [_trial(i) for i in range(17)]
+def _hyperband(max_t, n_trials, score=lambda i: 1.0):
+    """A HyperBandScheduler (eta 3) given ``n_trials`` trials, and ``decide(i, t)``: its answer to trial ``i``
+    reporting ``training_iteration`` ``t`` with metric ``score(i)``."""
+    hb = HyperBandScheduler(metric="m", mode="max", max_t=max_t, reduction_factor=3)
+    trials = [_trial(i) for i in range(n_trials)]
     controller = _Controller(trials)
     for t in trials:
         hb.on_trial_add(controller, t)
 
     def decide(i, t):
-        return hb.on_trial_result(controller, trials[i], {"training_iteration": t, "m": 1.0})
+        return hb.on_trial_result(controller, trials[i], {"training_iteration": t, "m": score(i)})
 
+    return hb, controller, trials, decide
+
+
+def test_hyperband_makes_rays_brackets_in_rays_order():
+    # Ray 2.60: s = 0, 1, ..., round(log(max_t)/log(eta)); bracket s holds ceil((s_max+1)/(s+1)*eta**s)
+    # trials first judged at int(max_t/eta**s): here (3, 9), (5, 3), (9, 1)
+    _, _, _, decide = _hyperband(9, 17)
     assert [decide(i, 3) for i in range(3)] == [TrialScheduler.CONTINUE] * 3  # the first bracket runs to 9
     assert decide(0, 9) == TrialScheduler.STOP
     assert decide(3, 2) == TrialScheduler.CONTINUE and decide(3, 3) == TrialScheduler.PAUSE  # 5 judged at 3
     assert decide(8, 1) == TrialScheduler.PAUSE  # the third bracket's 9 are judged at 1
     # max_t=200: milestones are whole units (66, not 66.7) and s=5 (milestone 0) is skipped, as Ray skips
     # it: after brackets of 6, 9, 18, 41 and 98 trials the next one is s=0 again, run to max_t
-    hb = HyperBandScheduler(metric="m", mode="max", max_t=200, reduction_factor=3)
-    trials = [_trial(i) for i in range(173)]
-    controller = _Controller(trials)
-    for t in trials:
-        hb.on_trial_add(controller, t)
+    _, _, _, decide = _hyperband(200, 173)
     assert decide(6, 65) == TrialScheduler.CONTINUE and decide(6, 66) == TrialScheduler.PAUSE
     assert decide(172, 199) == TrialScheduler.CONTINUE
+
+
+def test_hyperband_runs_a_brackets_last_survivors_to_max_t():
+    """max_t=20, eta=3: the second bracket (6 trials) is judged at 6, its best 2 went on to 18 (6 * 3) and were
+    stopped there, short of max_t (found porting Ray's hyperband_example)."""
+    hb, controller, trials, decide = _hyperband(20, 10, score=float)
+    assert [decide(i, 6) for i in range(4, 9)] == [TrialScheduler.PAUSE] * 5
+    assert decide(9, 6) == TrialScheduler.CONTINUE  # the last to arrive is the best: it goes on, as does 8
+    assert hb.choose_trial_to_run(controller, [trials[8]]) is trials[8]
+    assert [decide(i, it) for i in (8, 9) for it in (18, 19)] == [TrialScheduler.CONTINUE] * 4
+    assert decide(9, 20) == TrialScheduler.STOP and decide(8, 20) == TrialScheduler.STOP
 
 
 def test_asha_max_mode_and_missing_metric():

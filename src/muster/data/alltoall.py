@@ -360,9 +360,13 @@ def aggregate(keys: list[str], aggs: list[Any],
         if every_column:
             template = aggs[0]
             todo = [type(template)(c, **template.options) for c in table.column_names if c not in keys]
-        for k in keys + [a.on for a in todo if a.on]:
+        for k in keys:
             if k not in table.column_names:
-                raise InvalidArgumentError(f"groupby/aggregate: no column {k!r}; the dataset has {table.column_names}.")
+                raise InvalidArgumentError(f"groupby({k!r}): no column {k!r}; the dataset has {table.column_names}.")
+        for a in todo:
+            if a.on and a.on not in table.column_names:
+                raise InvalidArgumentError(f"{a.name}: no column {a.on!r}; the dataset has {table.column_names}. "
+                                           "Aggregate one of those (its `on`).")
         names = _distinct([a.name for a in todo])  # two aggregations of one name: "count(v)", "count(v)_2"
         if not keys:
             return [pa.table({n: [_whole(table, a)] for a, n in zip(todo, names)})]

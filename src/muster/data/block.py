@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import numbers
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, TypeVar, Union
 
 import numpy as np
 import pyarrow as pa
@@ -234,17 +234,19 @@ def _arrow_backed(dtype: pa.DataType) -> Any:
     return pd.ArrowDtype(dtype)
 
 
-def to_pandas(block: pa.Table) -> Any:
+def to_pandas(block: pa.Table, arrow_backed: bool | None = None) -> Any:
     """A block as a DataFrame, as Ray 2.60 converts one: Arrow-backed columns (``string[pyarrow]``,
     ``int64[pyarrow]`` with ``<NA>`` for nulls, ``list<item: int64>[pyarrow]``) unless
-    ``DataContext.enable_arrow_backed_pandas_conversion`` is off (then numpy dtypes); a tensor column holds
-    one ndarray of the column's shape per row (as in Ray), where Arrow's own conversion would give each row
-    its values flattened."""
+    ``DataContext.enable_arrow_backed_pandas_conversion`` is off or ``arrow_backed`` is False (then numpy
+    dtypes); a tensor column holds one ndarray of the column's shape per row (as in Ray), where Arrow's own
+    conversion would give each row its values flattened."""
     import pandas as pd
 
     from muster.data.context import DataContext
 
-    mapper = _arrow_backed if DataContext.get_current().enable_arrow_backed_pandas_conversion else None
+    if arrow_backed is None:
+        arrow_backed = DataContext.get_current().enable_arrow_backed_pandas_conversion
+    mapper = _arrow_backed if arrow_backed else None
     tensors = _tensor_columns(block)
     if not tensors:
         return block.to_pandas(types_mapper=mapper)
@@ -300,7 +302,9 @@ def array_from_values(values: Any, column: str | None = None) -> pa.Array:
     if values and all(isinstance(v, np.ndarray) for v in values):
         shapes = {v.shape for v in values}
         if len(shapes) == 1 and values[0].ndim >= 1:
-            return pa.FixedShapeTensorArray.from_numpy_ndarray(np.stack(values))
+            # row-major whatever each array's layout: pyarrow would record a transposed view's memory order as
+            # the shape (with a permutation) and HWC->CHW images would read back with the wrong shape
+            return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(np.stack(values)))
         if len({v.ndim for v in values}) == 1 and values[0].ndim >= 1 and values[0].dtype != object:
             return variable_tensor_array(values)  # ragged: one dtype kept (not nested int64 lists)
         return pa.array([v.tolist() for v in values])
@@ -355,7 +359,14 @@ def from_batch(batch: Any, where: str) -> pa.Table:
     if isinstance(batch, dict):
         if not batch:
             return pa.table({})
-        return pa.table({str(k): array_from_values(v, str(k)) for k, v in batch.items()})
+        columns = {str(k): array_from_values(v, str(k)) for k, v in batch.items()}
+        lengths = {name: len(col) for name, col in columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise DataTypeError(
+                f"{where} returned columns of different lengths, {lengths}: every column of a batch needs one "
+                "value per row. Return as many values in each (or a list/ndarray per row in one column)."
+            )
+        return pa.table(columns)
     raise DataTypeError(
         f"{where} returned a {type(batch).__name__}; a batch function must return a dict of columns "
         "(name -> numpy array or list), a pandas DataFrame or a pyarrow Table."
@@ -416,6 +427,31 @@ def concat(blocks: list[pa.Table]) -> pa.Table:
             f"blocks with different schemas cannot be combined: {blocks[0].schema} vs {exc}. "
             "Make every map return the same columns with the same types."
         ) from exc
+
+
+def bundled(blocks: Iterable[pa.Table], rows: int) -> Iterator[pa.Table]:
+    """``blocks`` in order, consecutive ones combined until they hold at least ``rows`` (as Ray bundles a
+    ``map_batches`` input for its ``batch_size``, so a batch can span blocks smaller than it)."""
+    group: list[pa.Table] = []
+    held = 0
+    for b in blocks:
+        group.append(b)
+        held += b.num_rows
+        if held >= rows:
+            yield from combined(group)
+            group, held = [], 0
+    yield from combined(group)
+
+
+def combined(blocks: list[pa.Table]) -> list[pa.Table]:
+    """``blocks`` as one block (zero-copy: its columns keep their chunks), or as they are when their schemas
+    cannot combine (the map's own output will say so, if it must)."""
+    if len(blocks) < 2:
+        return blocks
+    try:
+        return [concat(blocks)]
+    except DataTypeError:
+        return blocks
 
 
 def split_rows(block: pa.Table, rows: int) -> list[pa.Table]:

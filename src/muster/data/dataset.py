@@ -124,7 +124,7 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         return self._then(Transform(f"{label}({plan.fn_name(fn)})", by_function(fn, fn_args, fn_kwargs or {}), ray,
                                     keeps_columns=kind == "filter"))
 
-    def map_batches(self, fn: Any, *, batch_size: int | None | str = 1024, batch_format: str = "numpy",
+    def map_batches(self, fn: Any, *, batch_size: int | None | str = "default", batch_format: str = "numpy",
                     fn_args: tuple = (), fn_kwargs: dict | None = None, fn_constructor_args: tuple = (),
                     fn_constructor_kwargs: dict | None = None, concurrency: int | tuple[int, int] | None = None,
                     num_cpus: float | None = None, num_gpus: float | None = None, zero_copy_batch: bool = True,
@@ -134,7 +134,8 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         Args:
             fn: a function ``batch -> batch``, or a callable class (built with ``fn_constructor_args/kwargs``
                 once per actor of a pool when ``concurrency`` is given, else once per executing thread).
-            batch_size: rows per batch (``None``: whole blocks; Ray's ``"auto"`` and ``"default"``: 1024).
+            batch_size: rows per batch (``None``: whole blocks; by default, or Ray's ``"auto"``: 1024). Given as
+                a number, blocks smaller than it are combined, as Ray bundles them, so that batches span them.
             batch_format: ``"numpy"`` (dict of arrays), ``"pandas"`` or ``"pyarrow"``.
             concurrency: for a callable class, the actor pool's size (``n``), or ``(min, max)`` to scale
                 with the queue of blocks; for a function, at most this many of its tasks at once. On the
@@ -151,6 +152,7 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         where = _rows or "map_batches"
         concurrency = strategies.task_options(where, compute, concurrency, num_cpus, num_gpus,
                                               _ray_options.get("memory"))
+        bundle_rows = batch_size if isinstance(batch_size, int) and not isinstance(batch_size, bool) else None
         if batch_size in ("default", "auto"):
             batch_size = 1024
         if not (batch_size is None or isinstance(batch_size, int)):
@@ -166,7 +168,7 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
                                            "callable class.")
         op = plan.MapBatches(fn, batch_size, fmt, tuple(fn_args), dict(fn_kwargs or {}), tuple(fn_constructor_args),
                              dict(fn_constructor_kwargs or {}), zero_copy_batch, concurrency=concurrency,
-                             num_cpus=num_cpus, num_gpus=num_gpus, rows=_rows)
+                             num_cpus=num_cpus, num_gpus=num_gpus, rows=_rows, bundle_rows=bundle_rows)
         label = {"map": "Map", "flat_map": "FlatMap", "filter": "Filter"}.get(where, "MapBatches")
         if _rows is None:
             ray = RayCall.of("map_batches", fn, batch_size=batch_size, batch_format=fmt, fn_args=tuple(fn_args),
@@ -329,8 +331,8 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
                 override_dtype_agg_mapping: dict[Any, Callable[[str], list[Any]]] | None = None) -> Any:
         """Per-column statistics, by column type, in one streaming pass (Ray's ``summary``): a
         ``muster.data.stats.DatasetSummary`` (``to_pandas()``, ``get_column_stats(col)``).
-        ``override_dtype_agg_mapping`` maps a pyarrow type to a function of a column name returning
-        ``muster.data.aggregate`` objects, used for columns of that type instead."""
+        ``override_dtype_agg_mapping`` maps a type (a ``DataType`` or a pyarrow type) to a function of a column
+        name returning ``muster.data.aggregate`` objects, used for columns of that type instead."""
         from muster.data.summary import summarize
 
         return summarize(self, columns, override_dtype_agg_mapping)

@@ -30,14 +30,14 @@ import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
 from muster.data import block as blk
 from muster.data import task_context
 from muster.data.context import DataContext, current_as
-from muster.data.plan import AllToAll, BlockFn, Join, Limit, MapBatches, Node, Read, Transform, Union
+from muster.data.plan import AllToAll, BlockFn, Join, Limit, MapBatches, Node, Read, ReadTask, Transform, Union
 from muster.data.stats import Stats
 
 
@@ -175,6 +175,8 @@ class Job:
             timings.append((self.source_name, rows, len(blocks), time.perf_counter() - t, rows))
         for name, fn in self.chain:
             t = time.perf_counter()
+            if isinstance(fn, MapBatches) and fn.bundle_rows:  # its batches span this task's small blocks
+                blocks = blk.combined(blocks)
             blocks = [out for b in blocks for out in fn(b)]
             rows_in, rows = rows, sum(b.num_rows for b in blocks)
             timings.append((name, rows, len(blocks), time.perf_counter() - t, rows_in))
@@ -219,14 +221,13 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
     if isinstance(op, Transform):  # a callable class on an actor pool: a stage of its own
         upstream = _actor_stage(op, _stream(node.inputs[0], epoch, stats), stats, epoch)
     elif isinstance(op, Read):
-        yield from _run((Job(t.read, op.name, chain, t.size, i, epoch) for i, t in enumerate(op.tasks)), stats)
+        yield from _run(_read_jobs(op.name, op.tasks, chain, epoch), stats)
         return
     elif isinstance(op, AllToAll):
         child = node.inputs[0]
         if op.reorders_reads is not None and isinstance(child.op, Read):  # streaming: reorder the reads only
             name = child.op.name
-            tasks = op.reorders_reads(child.op.tasks, epoch)
-            yield from _run((Job(t.read, name, chain, t.size, i, epoch) for i, t in enumerate(tasks)), stats)
+            yield from _run(_read_jobs(name, op.reorders_reads(child.op.tasks, epoch), chain, epoch), stats)
             return
         upstream = _timed(op.name, lambda: op.fn(list(_stream(child, epoch, stats)), epoch), stats)
     elif isinstance(op, Join):
@@ -249,8 +250,40 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
         yield from _run(_block_jobs(upstream, chain, epoch), stats)
 
 
+def _bundle_rows(chain: list[tuple[str, BlockFn]]) -> int | None:
+    """The rows a chain's input is bundled into: its first explicit ``map_batches`` batch size (counted on the
+    chain's input: a ``filter`` before it leaves its batches smaller)."""
+    return next((fn.bundle_rows for _, fn in chain if isinstance(fn, MapBatches) and fn.bundle_rows), None)
+
+
+def _read_jobs(name: str, tasks: Sequence[ReadTask], chain: list[tuple[str, BlockFn]], epoch: int) -> Iterator[Job]:
+    """One job per read task, applying ``chain`` to its blocks. When the chain starts with a ``map_batches`` of an
+    explicit batch size, consecutive tasks known to make fewer rows share a job until they make that many, so
+    that its batches span them (``range(60, override_num_blocks=20)`` in batches of 8, not 3). A job is numbered
+    as its first task (``TaskContext.task_idx``)."""
+    rows = _bundle_rows(chain)
+    if not rows:
+        yield from (Job(t.read, name, chain, t.size, i, epoch) for i, t in enumerate(tasks))
+        return
+    first, group = 0, list[ReadTask]()
+    for i, t in enumerate(tasks):
+        group.append(t)
+        if t.rows is None or sum(g.rows or 0 for g in group) >= rows or i == len(tasks) - 1:
+            read = group[0].read if len(group) == 1 else functools.partial(_read_all, [g.read for g in group])
+            yield Job(read, name, chain, sum(g.size for g in group), first, epoch)
+            first, group = i + 1, []
+
+
+def _read_all(reads: list[Callable[[], list[pa.Table]]]) -> list[pa.Table]:
+    return [b for read in reads for b in read()]
+
+
 def _block_jobs(blocks: Iterator[pa.Table], chain: list[tuple[str, BlockFn]], epoch: int) -> Iterator[Job]:
-    """One job per block, applying ``chain`` to it (task ``i`` for the ``i``-th block)."""
+    """One job per block, applying ``chain`` to it (task ``i`` for the ``i``-th block); blocks smaller than an
+    explicit ``map_batches`` batch size first combined until they hold it."""
+    rows = _bundle_rows(chain)
+    if rows:
+        blocks = blk.bundled(blocks, rows)
     return (Job(functools.partial(_one, b), None, chain, blk.nbytes(b), i, epoch) for i, b in enumerate(blocks))
 
 
@@ -263,6 +296,8 @@ def _actor_stage(op: Transform, upstream: Iterator[pa.Table], stats: Stats, epoc
     if pool is None:
         yield from _run(_block_jobs(upstream, [(op.name, op.fn)], epoch), stats)
         return
+    if op.fn.bundle_rows:
+        upstream = blk.bundled(upstream, op.fn.bundle_rows)
     try:
         yield from pool.map(upstream, stats, DataContext.get_current().preserve_order)
     finally:

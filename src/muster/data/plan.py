@@ -275,8 +275,11 @@ class MapBatches:
     def __init__(self, fn: Any, batch_size: int | None, batch_format: str, fn_args: tuple, fn_kwargs: dict,
                  ctor_args: tuple, ctor_kwargs: dict, zero_copy: bool = False,
                  concurrency: int | tuple[int, int] | None = None, num_cpus: float | None = None,
-                 num_gpus: float | None = None, rows: str | None = None):
+                 num_gpus: float | None = None, rows: str | None = None, bundle_rows: int | None = None):
         self.fn, self.batch_size, self.batch_format = fn, batch_size, batch_format
+        # a batch_size the caller gave: smaller blocks are combined until they hold it, as Ray bundles them
+        # (muster's default of 1024, Ray's "whole blocks", combines none)
+        self.bundle_rows = bundle_rows
         self.rows = rows  # "map", "flat_map" or "filter": a row-wise op of a callable class
         self.fn_args, self.fn_kwargs = fn_args, fn_kwargs
         self.ctor_args, self.ctor_kwargs = ctor_args, ctor_kwargs

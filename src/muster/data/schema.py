@@ -67,6 +67,23 @@ class _TensorColumn:
 
     __str__ = __repr__
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Each row's shape, as Ray's ``ArrowTensorTypeV2.shape`` (a fixed-shape column's only)."""
+        if isinstance(self.arrow_type, blk.VariableShapeTensorType):
+            raise AttributeError(f"{self!r} has no one shape: its rows' shapes differ (its ndim is {self.ndim}).")
+        return tuple(self.arrow_type.shape)
+
+    @property
+    def ndim(self) -> int:
+        return int(self.arrow_type.ndim) if isinstance(self.arrow_type, blk.VariableShapeTensorType) else len(
+            self.arrow_type.shape)
+
+    @property
+    def scalar_type(self) -> Any:
+        """The Arrow type of the values, as Ray's ``scalar_type``."""
+        return self.arrow_type.value_type
+
     def __eq__(self, other: object) -> bool:
         return other == self.arrow_type or (isinstance(other, _TensorColumn) and other.arrow_type == self.arrow_type)
 

@@ -275,14 +275,18 @@ def _typed(values: list[Any], type_: pa.DataType) -> pa.Array:
 def _overrides(mapping: dict[Any, Callable[[str], list[Any]]] | None, schema: pa.Schema,
                columns: list[str]) -> dict[str, list[Any]]:
     """The columns whose type ``mapping`` names, each with the aggregations its factory makes."""
+    from muster.data.datatype import DataType
+
     if not mapping:
         return {}
-    if not isinstance(mapping, dict) or not all(isinstance(k, pa.DataType) and callable(f)
+    if not isinstance(mapping, dict) or not all(isinstance(k, (pa.DataType, DataType)) and callable(f)
                                                 for k, f in mapping.items()):
         raise InvalidTypeError(
-            f"summary(override_dtype_agg_mapping={mapping!r}): pass a dict of pyarrow types to functions of a "
-            "column name returning muster.data.aggregate objects, e.g. {pa.int64(): lambda c: [Count(c), Sum(c)]}."
+            f"summary(override_dtype_agg_mapping={mapping!r}): pass a dict of types (DataType.int64() as Ray's "
+            "docs do, or pyarrow's pa.int64()) to functions of a column name returning muster.data.aggregate "
+            "objects, e.g. {DataType.int64(): lambda c: [Count(on=c), Sum(on=c)]}."
         )
+    mapping = {k.to_arrow_dtype() if isinstance(k, DataType) else k: f for k, f in mapping.items()}
     return {c: list(mapping[schema.field(c).type](c)) for c in columns if schema.field(c).type in mapping}
 
 

@@ -306,7 +306,7 @@ def json_writer(**kwargs: Any) -> Callable[[pa.Table, Any], None]:
     options = {"orient": "records", "lines": True, **kwargs}  # pandas.DataFrame.to_json's
 
     def write(block: pa.Table, f: Any) -> None:
-        text = block.to_pandas().to_json(**options)
+        text = blk.to_pandas(block, arrow_backed=False).to_json(**options)  # a tensor's rows keep their shape
         f.write(text.encode())
 
     return write

@@ -10,8 +10,9 @@ reaches its bracket's milestone pauses until every trial of the bracket has;
 then the top ``ceil(n/eta)`` of the bracket's ``n`` go on to the next
 milestone (``eta`` times further, whole units) and the rest stop, ``n``
 shrinking so at each milestone; after ``s`` such rounds the bracket's trials
-stop at the next milestone (or run on, without ``stop_last_trials``), as in
-Ray.  Paused trials resume from their latest checkpoint: report checkpoints,
+stop at ``max_t`` (or run on, without ``stop_last_trials``). Ray stops them at
+the next whole milestone instead, short of ``max_t`` where it is no power of
+``eta`` (18 for ``max_t=20``, ``eta=3``).  Paused trials resume from their latest checkpoint: report checkpoints,
 or they start over.
 """
 
@@ -111,7 +112,9 @@ class HyperBandScheduler(TrialScheduler):
             bracket.halves -= 1
             bracket.n = math.ceil(bracket.n / self.eta)
             keep = max(1, min(bracket.n, len(ranked)))
-            bracket.milestone = int(min(bracket.milestone * self.eta, self.max_t))
+            # its last round runs to max_t: whole units would end it short (6 -> 18 of max_t=20, where Ray stops)
+            further = int(min(bracket.milestone * self.eta, self.max_t))
+            bracket.milestone = self.max_t if bracket.halves == 0 else further
         for trial_id in ranked[keep:]:
             self._drop(bracket, trial_id)
             self.num_stopped += not last
