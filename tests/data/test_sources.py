@@ -246,6 +246,9 @@ def test_read_images_and_from_torch_as_rays(tmp_path):
     assert sorted(md.read_images(str(tmp_path)).map(lambda r: r).input_files()) == [
         str(tmp_path / "a.png"), str(tmp_path / "sub" / "b.bmp")]  # Ray's input_files (it was missing)
     assert md.range(3).input_files() == []
+    # one row per file, known unread (as Ray prints it): print(ds) said num_rows=? and count() read every image
+    images = md.read_images(str(tmp_path))
+    assert "num_rows=2" in repr(images) and images.count() == 2 and md.read_binary_files(str(tmp_path)).count() == 3
     batch = md.read_images(str(tmp_path), size=(2, 3), mode="L").take_batch()
     assert batch["image"].shape == (2, 2, 3) and batch["image"].dtype == np.uint8
     with pytest.raises(ValueError, match=r"size=\(2,\)"):

@@ -175,21 +175,27 @@ def _arrow_fs(fs: Any) -> Any:
     return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
 
 
-def _group(files: list[tuple[str, int]],
-           make: Callable[[list[str]], Callable[[], list[pa.Table]]]) -> tuple[ReadTask, ...]:
-    """Read tasks over ``files``, small files grouped up to ``TASK_BYTES`` per task (order kept)."""
+def _group(files: list[tuple[str, int]], make: Callable[[list[str]], Callable[[], list[pa.Table]]],
+           rows_per_file: int | None = None) -> tuple[ReadTask, ...]:
+    """Read tasks over ``files``, small files grouped up to ``TASK_BYTES`` per task (order kept);
+    ``rows_per_file``: each file's rows, for a reader that makes one row of each (known before reading)."""
     tasks: list[ReadTask] = []
     group: list[str] = []
     size = 0
     cap = task_bytes()
+
+    def task() -> ReadTask:
+        rows = len(group) * rows_per_file if rows_per_file is not None else None
+        return ReadTask(make(group), group[0], size, tuple(group), rows=rows)
+
     for path, n in files:
         if group and (size + n > cap or len(group) >= TASK_FILES):
-            tasks.append(ReadTask(make(group), group[0], size, tuple(group)))
+            tasks.append(task())
             group, size = [], 0
         group.append(path)
         size += n
     if group:
-        tasks.append(ReadTask(make(group), group[0], size, tuple(group)))
+        tasks.append(task())
     return tuple(tasks)
 
 
@@ -497,7 +503,8 @@ def binary_tasks(paths: Any, filesystem: Any, options: FileOptions) -> tuple[Rea
     def parse(f: Any, _path: str) -> pa.Table:
         return pa.table({"bytes": pa.array([f.read()], type=pa.binary())})
 
-    return _group(files, _file_reader(fs, parse, None, options, "read_binary_files", compression=None))  # as stored
+    return _group(files, _file_reader(fs, parse, None, options, "read_binary_files", compression=None),  # as stored
+                  rows_per_file=1)
 
 
 def numpy_tasks(paths: Any, filesystem: Any, options: FileOptions) -> tuple[ReadTask, ...]:
@@ -547,7 +554,7 @@ def image_tasks(paths: Any, filesystem: Any, size: tuple[int, int] | None, mode:
             image = image.resize((size[1], size[0]))  # Ray's size is (height, width); Pillow's is (width, height)
         return blk.rows_to_block([{"image": np.asarray(image)}], f"read_images({path})")
 
-    return _group(files, _file_reader(fs, parse, None, options, "read_images", compression=None))
+    return _group(files, _file_reader(fs, parse, None, options, "read_images", compression=None), rows_per_file=1)
 
 
 # -- in memory ------------------------------------------------------------------------
