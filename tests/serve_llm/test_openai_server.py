@@ -185,6 +185,11 @@ def test_sixteen_concurrent_requests_batch_together(client):
     (dict(messages=CHAT, max_tokens=500), 400, "maximum context length"),
     (dict(messages=CHAT, model="no-such-model"), 404, "does not exist"),
     (dict(messages=CHAT, model="tiny-plain"), 400, "no chat template"),
+    # each was answered 200 before: OpenAI refuses them
+    (dict(messages=CHAT, top_logprobs=2), 400, "top_logprobs needs logprobs: true"),
+    (dict(messages=CHAT, stream_options={"include_usage": True}), 400, "stream_options is only allowed when stream"),
+    (dict(messages=CHAT, max_tokens=True), 400, "max_tokens: Input should be a valid integer"),
+    (dict(messages=CHAT, temperature="0.5"), 400, "temperature: Input should be a valid number"),
 ])
 def test_errors_have_openai_shape_and_status(client, kw, status, words):
     kw.setdefault("model", "tiny-chat")
@@ -199,6 +204,34 @@ def test_errors_have_openai_shape_and_status(client, kw, status, words):
 def test_malformed_json_is_a_400(base_url):
     r = httpx.post(f"{base_url}/chat/completions", content=b"{not json", timeout=30)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    # a body that is no JSON object was answered "`model` must name one of [...], got None"
+    for body, words in ((b"", "got nothing (the body is empty)"), (b"[1, 2]", "got a JSON list ([1, 2])")):
+        r = httpx.post(f"{base_url}/chat/completions", content=body, timeout=30)
+        assert r.status_code == 400 and words in r.json()["error"]["message"], r.text
+
+
+def test_openai_details_params_nulls_and_stream_usage(base_url):
+    """Found with the official client and curl: the wrong param for a long completion prompt, n: null refused,
+    a stop error that repeated its value, and chunks without "usage": null under include_usage."""
+    def post(route, **body):
+        return httpx.post(f"{base_url}/{route}", json={"model": "tiny-chat", **body}, timeout=60)
+
+    long = "long " * 300
+    r = post("completions", prompt=long, max_tokens=2)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text  # it said "messages"
+    r = post("chat/completions", messages=[{"role": "user", "content": long}], max_tokens=2)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
+    r = post("chat/completions", messages=CHAT, max_tokens=2, n=None)  # OpenAI's "integer or null"
+    assert r.status_code == 200 and len(r.json()["choices"]) == 1, r.text
+    message = post("chat/completions", messages=CHAT, stop=list("abcde")).json()["error"]["message"]
+    assert message.count("['a', 'b', 'c', 'd', 'e']") == 1, message
+    for route, prompt in (("chat/completions", {"messages": CHAT}), ("completions", {"prompt": "hi"})):
+        body = {"model": "tiny-chat", **prompt, "max_tokens": 2, "stream": True,
+                "stream_options": {"include_usage": True}}
+        with httpx.stream("POST", f"{base_url}/{route}", json=body, timeout=60) as r:
+            chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        assert all("usage" in c and c["usage"] is None for c in chunks[:-1]), chunks  # null until the end
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 2
 
 
 def test_client_disconnect_stops_generation(base_url):

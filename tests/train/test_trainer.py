@@ -279,6 +279,9 @@ def test_trainer_argument_errors():
         TorchTrainer("not a function")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="dict"):
         TorchTrainer(noisy_loop, train_loop_config=[1, 2])  # type: ignore[arg-type]
+    # older Ray docs pass metadata={"preprocessor_pkl": ...}: it was a bare "unexpected keyword argument"
+    with pytest.raises(ValueError, match=r"TorchTrainer\(metadata=...\): Ray 2.60 removed .*set_metadata"):
+        TorchTrainer(noisy_loop, metadata={"preprocessor_pkl": b"x"})
 
 
 def test_default_run_name_and_storage_path(monkeypatch, tmp_path):

@@ -68,7 +68,14 @@ class DataParallelTrainer:
         datasets: dict[str, Any] | None = None,
         dataset_config: Any = None,
         validation_config: ValidationConfig | None = None,
+        metadata: dict[str, Any] | None = None,
     ):
+        if metadata is not None:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}(metadata=...): Ray 2.60 removed the trainer's metadata (it raises a "
+                "DeprecationWarning there). Pass it in train_loop_config, or attach it to the checkpoints you "
+                "report: checkpoint.set_metadata({...}), read back with result.checkpoint.get_metadata()."
+            )
         if not callable(train_loop_per_worker):
             raise InvalidTypeError(
                 f"{type(self).__name__}(train_loop_per_worker={train_loop_per_worker!r}): pass the training "

@@ -78,7 +78,9 @@ class OpenAIRouter:
             body = json.loads(await request.body() or b"null")
         except ValueError as exc:
             raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
-        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(body, dict):
+            raise InvalidRequestError(p.body_not_an_object(body))
+        model = body.get("model")
         if not isinstance(model, str):
             raise InvalidRequestError(f"`model` must name one of {sorted(self.cards)}, got {model!r}", param="model")
         self._card(model)

@@ -23,7 +23,8 @@ MAX_STOP = 4
 
 class _Request(BaseModel):
     # Fields OpenAI defines that this server does not use (user, metadata, ...) are accepted and ignored.
-    model_config = ConfigDict(extra="ignore")
+    # Strict: "0.5" for a number or true for a count is refused, as OpenAI refuses them, not converted.
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class StreamOptions(_Request):
@@ -63,7 +64,7 @@ class _SamplingRequest(_Request):
     model: str
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    n: int = Field(default=1, ge=1, le=MAX_N)
+    n: int = Field(default=1, ge=1, le=MAX_N)  # null: 1, as OpenAI's "integer or null"
     stop: str | list[str] | None = None
     seed: int | None = None
     stream: bool = False
@@ -86,8 +87,13 @@ class _SamplingRequest(_Request):
     def _check_stop(cls, value: str | list[str] | None) -> str | list[str] | None:
         stops = [value] if isinstance(value, str) else value or []
         if len(stops) > MAX_STOP or any(not s for s in stops):
-            raise InvalidArgumentError(f"stop takes up to {MAX_STOP} non-empty strings, got {value!r}")
+            raise InvalidArgumentError(f"stop takes up to {MAX_STOP} non-empty strings")  # the error adds the value
         return value
+
+    @field_validator("n", mode="before")
+    @classmethod
+    def _n_or_one(cls, value: Any) -> Any:
+        return 1 if value is None else value
 
     def stop_list(self) -> list[str]:
         """``stop`` as a list."""
@@ -101,6 +107,9 @@ class _SamplingRequest(_Request):
                                           param=name)
         if self.logit_bias:
             raise InvalidRequestError("logit_bias is not supported; leave it out.", param="logit_bias")
+        if self.stream_options is not None and not self.stream:
+            raise InvalidRequestError("stream_options is only allowed when stream is true; leave it out or set "
+                                      "stream: true.", param="stream_options")
         kind = (self.response_format or {}).get("type", "text")
         if kind != "text":
             raise InvalidRequestError(
@@ -124,6 +133,7 @@ class ChatCompletionRequest(_SamplingRequest):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
     def token_limit(self) -> int | None:
         """``max_completion_tokens``, else the older ``max_tokens``."""
@@ -157,13 +167,19 @@ def parse_request(cls: type[R], body: Any) -> R:
             (the message names the field and what was wrong).
     """
     if not isinstance(body, dict):
-        raise InvalidRequestError(f"the request body must be a JSON object, got {type(body).__name__}")
+        raise InvalidRequestError(body_not_an_object(body))
     try:
         return cls.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = ".".join(str(p) for p in first["loc"]) or None
         raise InvalidRequestError(f"{param}: {first['msg']} (got {first.get('input')!r})", param=param) from None
+
+
+def body_not_an_object(body: Any) -> str:
+    """What to say of a request body that decoded to something other than a JSON object."""
+    got = "nothing (the body is empty)" if body is None else f"a JSON {type(body).__name__} ({body!r:.60})"
+    return f"the request body must be a JSON object such as {{\"model\": ..., ...}}, got {got}"
 
 
 # ----------------------------------------------------------------------------- responses

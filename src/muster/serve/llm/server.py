@@ -133,9 +133,17 @@ class LLMServer:
             raise InvalidRequestError("messages is empty: send at least one message", param="messages")
         if req.logprobs:
             raise InvalidRequestError("logprobs is not supported; leave it out.", param="logprobs")
+        if req.top_logprobs is not None:  # OpenAI refuses it without logprobs: true, which is refused above
+            raise InvalidRequestError("top_logprobs needs logprobs: true, which this server does not support; "
+                                      "leave both out.", param="top_logprobs")
         prompt = self.engine.encode_chat([{"role": m.role, "content": m.text()} for m in req.messages])
         params = _sampling(req, req.token_limit())
-        streams = await self._open([(prompt, params)] * req.n, len(prompt), t0)
+        try:
+            streams = await self._open([(prompt, params)] * req.n, len(prompt), t0)
+        except InvalidRequestError as exc:  # a prompt too long is the messages' fault here, as OpenAI names it
+            if exc.param == "prompt":
+                exc.param = "messages"
+            raise
         rid, created = p.new_id("chatcmpl"), p.now()
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -154,8 +162,8 @@ class LLMServer:
         def event(choices: list[p.ChatChunkChoice], usage: p.Usage | None = None) -> str:
             chunk = p.ChatCompletionChunk(id=rid, created=created, model=self.model_id, choices=choices, usage=usage)
             # OpenAI's chunks carry finish_reason and logprobs (null until the end) and leave usage out
-            # unless stream_options asked for it
-            return f"data: {chunk.model_dump_json(exclude={'usage'} if usage is None else None)}\n\n"
+            # unless stream_options asked for it (then it is null until the last chunk)
+            return f"data: {chunk.model_dump_json(exclude=None if include_usage else {'usage'})}\n\n"
 
         for i in range(len(streams)):
             yield event([p.ChatChunkChoice(index=i, delta=p.ChatDelta(role="assistant", content=""))])
@@ -199,7 +207,7 @@ class LLMServer:
                 counts[i] = chunk.num_generated_tokens
                 choice = p.CompletionChoice(index=i, text=chunk.text, finish_reason=chunk.finish_reason)
                 body = p.Completion(id=rid, created=created, model=self.model_id, choices=[choice])
-                yield f"data: {body.model_dump_json(exclude={'usage'})}\n\n"
+                yield f"data: {body.model_dump_json(exclude=None if include_usage else {'usage'})}\n\n"
         if include_usage:
             body = p.Completion(id=rid, created=created, model=self.model_id, choices=[],
                                 usage=_usage(prompt_tokens, sum(counts)))

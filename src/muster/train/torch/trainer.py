@@ -39,6 +39,7 @@ class TorchTrainer(DataParallelTrainer):
         datasets: dict[str, Any] | None = None,
         dataset_config: Any = None,
         validation_config: ValidationConfig | None = None,
+        metadata: dict[str, Any] | None = None,
     ):
         expect_instance("TorchTrainer", "torch_config", torch_config, TorchConfig,
                         "a muster.train.torch.TorchConfig, e.g. TorchConfig(backend='gloo')")
@@ -52,6 +53,7 @@ class TorchTrainer(DataParallelTrainer):
             datasets=datasets,
             dataset_config=dataset_config,
             validation_config=validation_config,
+            metadata=metadata,
         )
         self.backend_config = TorchBackend(self.torch_config, self.scaling_config.use_gpu)
 

@@ -148,7 +148,7 @@ class LLMEngine(abc.ABC):
                 f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
                 f"{asked} tokens ({len(prompt_ids)} in the prompt, {max_tokens or 0} for the completion). "
                 "Shorten the prompt or lower max_tokens (or raise engine_kwargs['max_model_len']).",
-                param="max_tokens" if room > 0 else "messages",
+                param="max_tokens" if room > 0 else "prompt",  # the chat route names its "messages"
                 code="context_length_exceeded",
             )
         return max_tokens if max_tokens is not None else room
