@@ -221,7 +221,10 @@ def test_openai_details_params_nulls_and_stream_usage(base_url):
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text  # it said "messages"
     r = post("chat/completions", messages=[{"role": "user", "content": long}], max_tokens=2)
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
-    r = post("chat/completions", messages=CHAT, max_tokens=2, n=None)  # OpenAI's "integer or null"
+    nulls = dict(n=None, stream=None, stream_options=None, temperature=None, stop=None, seed=None)
+    r = post("chat/completions", messages=CHAT, max_tokens=2, **nulls)  # OpenAI's "... or null" fields
+    assert r.status_code == 200 and len(r.json()["choices"]) == 1, r.text
+    r = post("completions", prompt="hi", max_tokens=2, echo=None, suffix=None, logprobs=None, **nulls)
     assert r.status_code == 200 and len(r.json()["choices"]) == 1, r.text
     message = post("chat/completions", messages=CHAT, stop=list("abcde")).json()["error"]["message"]
     assert message.count("['a', 'b', 'c', 'd', 'e']") == 1, message

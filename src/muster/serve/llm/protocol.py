@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from muster.exceptions import InvalidArgumentError
 from muster.serve.llm.errors import InvalidRequestError
@@ -25,6 +25,12 @@ class _Request(BaseModel):
     # Fields OpenAI defines that this server does not use (user, metadata, ...) are accepted and ignored.
     # Strict: "0.5" for a number or true for a count is refused, as OpenAI refuses them, not converted.
     model_config = ConfigDict(extra="ignore", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data: Any) -> Any:
+        """A field sent as null takes its default, as OpenAI's "... or null" fields do (n, stream, ...)."""
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
 class StreamOptions(_Request):
@@ -90,10 +96,6 @@ class _SamplingRequest(_Request):
             raise InvalidArgumentError(f"stop takes up to {MAX_STOP} non-empty strings")  # the error adds the value
         return value
 
-    @field_validator("n", mode="before")
-    @classmethod
-    def _n_or_one(cls, value: Any) -> Any:
-        return 1 if value is None else value
 
     def stop_list(self) -> list[str]:
         """``stop`` as a list."""
