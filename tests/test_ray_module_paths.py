@@ -73,7 +73,9 @@ def test_former_module_files_still_import_as_before():
     ("from muster.tune.syncer import SyncConfig", "storage_path"),
     ("from muster.data.read_api import read_sql", "pandas.read_sql"),  # the target package's own entry
     ("from muster.train import LoggingConfig", "logging_level"),
-    ("from muster.train.data_parallel_trainer import DataParallelTrainer", "TorchTrainer"),
+    ("from muster.train.data_parallel_trainer import DataParallelTrainer", "v2.api.data_parallel_trainer"),
+    ("import muster.train.constants", "storage_path"),  # plain ModuleNotFoundErrors before
+    ("from muster.train.utils import _log_deprecation_warning", "internal helpers"),
     ("from muster.train.base_trainer import BaseTrainer", "TorchTrainer"),
     # Ray 2.60 names its docs use that muster lacks: each names what to use (a bare AttributeError before)
     ("from muster import LoggingConfig", "worker_process_setup_hook"),

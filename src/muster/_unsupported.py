@@ -85,11 +85,21 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "LoggingConfig": "muster.init(logging_level=...) and RunConfig(verbose=...)",
         "SyncConfig": "RunConfig(storage_path=...): checkpoints are written to storage directly",
         "BackendConfig": "TorchTrainer(torch_config=muster.train.torch.TorchConfig(...))",
-        "data_parallel_trainer": "muster.train.torch.TorchTrainer (muster has no DataParallelTrainer)",
+        "data_parallel_trainer": "muster.train.torch.TorchTrainer (Ray's V1 DataParallelTrainer is not ported; "
+        "Ray Train V2's, whose loop sets up torch.distributed itself, is "
+        "muster.train.v2.api.data_parallel_trainer.DataParallelTrainer)",
+        "constants": "the values themselves: \"train\", the datasets= key of the dataset a TorchTrainer splits; "
+        "RunConfig(storage_path=...) (default ~/muster_results) for where runs go",
+        "utils": "no muster equivalent (Ray's internal helpers for its trainers)",
         **{name: f"muster.train.torch.TorchTrainer (PyTorch with torch.distributed); muster has no {name} trainer"
            for name in ("xgboost", "lightgbm", "tensorflow", "horovod")},
     },
     "muster.train.TrainContext": {
+        # Ray 2.60 deprecates these (each raises a DeprecationWarning there), Trials being Tune's alone
+        **{name: "tune.get_context()'s of the same name in a Tune trial's function; in a training loop, "
+                 "get_experiment_name() and get_run_dir()" for name in ("get_trial_id", "get_trial_resources")},
+        "get_metadata": "read what the trainer was given from train_loop_config, or a checkpoint's from "
+        "checkpoint.get_metadata() (Ray 2.60 removed the trainer's metadata)",
         "get_storage": "get_run_dir() for the run's folder in storage. Ray's StorageContext serves "
         "report(checkpoint_upload_mode=NO_UPLOAD), which muster refuses (it copies every checkpoint): a "
         "TorchTrainer run only to validate (Ray's asynchronous-validation guide) reports its metrics without a "

@@ -273,3 +273,16 @@ def test_reports_survive_a_new_ledger(run, tmp_path):
     assert [r["loss"] for r in again.reports] == [1.0, 2.0]
     assert [r.round for r in again.committed] == [1]
     assert again.start_attempt(2) == 1  # the next attempt's rounds continue after round 1
+
+
+def test_a_checkpoint_without_the_score_attribute_is_warned_of_once(run, tmp_path):
+    """Ray logs an error when a checkpoint's report lacks checkpoint_score_attribute; muster said nothing, and
+    retention quietly removed that checkpoint first."""
+    ledger = make_ledger(run, world_size=1, num_to_keep=1, checkpoint_score_attribute="i")
+    report(ledger, run, tmp_path, 0, 1, {"m": b"1"}, i=1)
+    said = r"checkpoint_000002 was reported without 'i', the CheckpointConfig\(checkpoint_score_attribute='i'\)"
+    with pytest.warns(UserWarning, match=said + r".*keys are \['other', 'rank', "):
+        report(ledger, run, tmp_path, 0, 2, {"m": b"2"}, other=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per run
+        report(ledger, run, tmp_path, 0, 3, {"m": b"3"}, other=2)

@@ -77,10 +77,16 @@ def test_v2_module_paths_and_config_checks():
 
 
 def get_storage_loop(config):
+    ctx, deprecated = train.get_context(), {}
+    for name in ("get_trial_id", "get_trial_resources", "get_metadata", "no_such_method"):
+        try:
+            getattr(ctx, name)()
+        except AttributeError as e:  # Ray 2.60 deprecates the first three; they were bare AttributeErrors here
+            deprecated[name] = f"{type(e).__name__}: {e}"
     try:
         train.get_context().get_storage()
     except AttributeError as e:  # UnsupportedRayAPIError is also an AttributeError
-        train.report({"error": type(e).__name__, "message": str(e)})
+        train.report({"error": type(e).__name__, "message": str(e), "deprecated": deprecated})
 
 
 def test_get_storage_names_rays_storage_context_and_the_muster_way(fit):
@@ -91,3 +97,8 @@ def test_get_storage_names_rays_storage_context_and_the_muster_way(fit):
     message = result.metrics["message"]
     assert "ray.train.TrainContext.get_storage" in message and "get_run_dir()" in message
     assert "NO_UPLOAD" in message and "report({'score': ...})" in message
+    deprecated = result.metrics["deprecated"]
+    for name, words in (("get_trial_id", "tune.get_context()"), ("get_trial_resources", "get_run_dir()"),
+                        ("get_metadata", "checkpoint.get_metadata()")):
+        assert deprecated[name].startswith("UnsupportedRayAPIError") and words in deprecated[name], deprecated
+    assert deprecated["no_such_method"].startswith("AttributeError: 'TrainContext' object has no attribute")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,14 @@ class TrainContext:
         from muster._unsupported import raise_unsupported
 
         raise_unsupported("muster.train.TrainContext", "get_storage")
+
+    def __getattr__(self, name: str) -> Any:
+        """Ray's names this context lacks (``get_trial_id``, ``get_metadata``...): an error naming what to use."""
+        if name.startswith("_"):  # pickle's and copy's probes, and private names: plainly absent
+            raise AttributeError(name)
+        from muster._unsupported import raise_unsupported
+
+        raise_unsupported("muster.train.TrainContext", name)
 
     def get_attempt(self) -> int:
         """0 for the first attempt, 1 after the first restart, ..."""

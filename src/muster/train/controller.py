@@ -253,7 +253,7 @@ class Controller:
             if self.state is State.STOPPED:
                 self.return_value = None  # as Ray's: only a run that finished by itself has one
             result = build(self.storage, self.ledger.reports, self.ledger.best(), None, is_trial(self.record.state),
-                           self.return_value)
+                           self.return_value, self.ledger.config.num_to_keep)
             self._user.call("on_run_end", result)
             return result
         except KeyboardInterrupt as exc:

@@ -61,7 +61,8 @@ def read(path: str, storage_filesystem: Any = None, trial: bool | None = None) -
     ranked = policies.rank_best(
         records, order.get("checkpoint_score_attribute"), order.get("checkpoint_score_order", "max")
     )
-    return build(storage, reports, ranked, None, is_trial(state) if trial is None else trial)
+    return build(storage, reports, ranked, None, is_trial(state) if trial is None else trial,
+                 num_to_keep=order.get("num_to_keep"))
 
 
 def is_trial(run_state: dict[str, Any]) -> bool:
@@ -71,10 +72,12 @@ def is_trial(run_state: dict[str, Any]) -> bool:
 
 def build(
     storage: Storage, reports: list[dict[str, Any]], ranked: list[CheckpointRecord], error: BaseException | None,
-    trial: bool, return_value: Any = None,
+    trial: bool, return_value: Any = None, num_to_keep: int | None = None,
 ) -> TuneResult:
     """The result of a run from its recorded rows: a Tune trial's (a ``muster.tune.Result``, with
-    Ray Tune's results) when ``trial``, else a training run's (a ``Result``, with ``return_value``)."""
+    Ray Tune's results) when ``trial``, else a training run's (a ``Result``, with ``return_value``).
+    ``ranked``: its committed checkpoints, best first; ``best_checkpoints`` holds the ``num_to_keep`` best,
+    as Ray's (retention also keeps the latest, which is ``checkpoint`` but not among them unless it is)."""
     shown = trial_result if trial else _reported
     lead = lead_rank(reports)
     mine = [r for r in reports if r.get("_rank") == lead]
@@ -85,7 +88,7 @@ def build(
         checkpoint=Checkpoint(latest.path, storage.fs) if latest else None,
         path=storage.uri,
         error=error,
-        best_checkpoints=[(Checkpoint(r.path, storage.fs), shown(r.metrics)) for r in ranked],
+        best_checkpoints=[(Checkpoint(r.path, storage.fs), shown(r.metrics)) for r in ranked[:num_to_keep]],
         all_reports=list(reports),
         filesystem=storage.fs,
         **extra,

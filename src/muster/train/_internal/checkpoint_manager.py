@@ -101,6 +101,7 @@ class CheckpointManager:
         self._rows: list[str | dict[str, Any]] = []  # result.json lines; dicts are serialised when written
         self._written = 0  # how many of ``_rows`` are in result.json
         self._last_flush = time.monotonic()
+        self._said_unscored = False  # whether a checkpoint without the score attribute was warned of
 
     # -- loading a previous run ------------------------------------------------
     def load_previous(self) -> None:
@@ -343,6 +344,7 @@ class CheckpointManager:
             row["checkpoint_dir_name"] = name
         record = CheckpointRecord(r, path, metrics)
         self.committed.append(record)
+        self._warn_if_unscored(record, name, rnd.validation is not None)
         if rnd.validation is not None:
             self.pending_validation[r] = rnd.validation
         self._apply_retention()
@@ -350,6 +352,20 @@ class CheckpointManager:
         if self._on_commit is not None:
             self._on_commit(record)
         return record
+
+    def _warn_if_unscored(self, record: CheckpointRecord, name: str, validating: bool) -> None:
+        """Say once per run that a checkpoint came without the score retention ranks by (Ray logs it as an
+        error); a validated checkpoint's score may come from its validation instead."""
+        attribute = self.config.checkpoint_score_attribute
+        if attribute is None or validating or self._said_unscored or policies.score_of(record, attribute) is not None:
+            return
+        self._said_unscored = True
+        keys = sorted(k for k in record.metrics if not k.startswith("_"))
+        self._warn(
+            f"{name} was reported without {attribute!r}, the CheckpointConfig(checkpoint_score_attribute="
+            f"{attribute!r}) it is ranked by: it ranks last, so retention removes it first. Its report's keys are "
+            f"{keys}; report {attribute!r} with every checkpoint (said once per run)."
+        )
 
     def _late(self, r: int, rank: int, files: dict[str, dict[str, int]] | None) -> None:
         """A report for a round already decided: its rank was taken for one that does not
