@@ -68,3 +68,18 @@ Read[ReadParquet]
 -------- Execution --------
 ReadTasks[ReadParquet] ({tasks})
 """
+
+
+def test_explain_names_each_transforms_task_options(capsys):
+    """explain() showed no task options: num_cpus, concurrency and an explicit batch size's bundling were
+    invisible in the plan."""
+    (md.range(10, override_num_blocks=2).map_batches(never, num_cpus=1, batch_size=4).random_shuffle()
+     .map_batches(never, concurrency=2).map_batches(Model, concurrency=2, num_cpus=0.5).explain())
+    execution = capsys.readouterr().out.split("-------- Execution --------\n")[1]
+    assert execution == """\
+ActorPool[MapBatches(Model)] (concurrency=2, num_cpus=0.5)
++- BlockTasks[MapBatches(never)] (one task per input block; MapBatches(never): concurrency=2)
+   +- AllToAll[RandomShuffle] (gathers every input block first)
+      +- ReadTasks[ReadRange->MapBatches(never)] (2 tasks, the transforms fused into each; MapBatches(never): \
+num_cpus=1, batches of 4 rows spanning small blocks)
+"""
