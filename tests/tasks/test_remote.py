@@ -470,6 +470,31 @@ def test_a_task_key_error_prints_as_the_task_error_not_as_a_repr_of_it():
 
 
 @muster.remote
+def _gets_a_failing_task():
+    return muster.get(_raise_key_error.remote())
+
+
+@muster.remote
+class _GetsAFailingTask:
+    def run(self):
+        return muster.get(_raise_key_error.remote())
+
+
+def test_an_error_a_nested_get_passed_on_keeps_its_class_as_rays():
+    """Ray raises RayTaskError(KeyError) for a task whose nested get raised KeyError; muster raised a plain
+    TaskError, which ``except KeyError`` missed."""
+    actor = _GetsAFailingTask.remote()
+    for ref, outer in ((_gets_a_failing_task.remote(), "task _gets_a_failing_task"),
+                       (actor.run.remote(), "actor _GetsAFailingTask")):
+        with pytest.raises(KeyError) as info:
+            muster.get(ref, timeout=TIMEOUT)
+        text = str(info.value)
+        assert text.startswith("KeyError: 'missing'\n") and isinstance(info.value.cause, KeyError), text
+        assert f"Raised in {outer}" in text and "Raised in task _raise_key_error" in text, text  # both named
+    muster.kill(actor)
+
+
+@muster.remote
 def own_task_id():
     return muster.get_runtime_context().get_task_id()
 

@@ -172,9 +172,14 @@ def remote_traceback(exc: BaseException) -> str:
 
 
 def capture_error(exc: BaseException, label: str, pid: int, host: str) -> TaskError:
-    """Wrap an exception raised in a worker so it crosses back intact."""
+    """Wrap an exception raised in a worker so it crosses back intact. A task error it passed on (a nested
+    ``get`` that raised) keeps its original exception, so the caller can still catch that class, as with Ray's
+    ``RayTaskError(ValueError)``; its text, the nested task's traceback included, ends this one's."""
     tb = remote_traceback(exc)
     exc.__traceback__ = None
+    if isinstance(exc, TaskError):
+        return TaskError(exc.cause_type, exc.message, tb, label=label, pid=pid, host=host, cause=exc.cause,
+                         cause_parts=exc.cause_parts)
     cause: BaseException | None = exc
     parts: tuple[type, tuple, dict] | None = None
     try:

@@ -139,12 +139,9 @@ def error_for(exc: BaseException, where: str) -> wire.RemoteError:
 
 def _task_error(exc: BaseException, where: str) -> TaskError:
     """``exc`` as it crosses to a handle's caller: a ``TaskError`` naming ``where``, which the caller raises as
-    an instance of ``exc``'s class too. A handle call's error that this replica passed on travels as the
-    downstream replica's, so the caller still catches the original class."""
+    an instance of ``exc``'s class too (a downstream call's error passed on: of its original class)."""
     from muster.core.local.wire import capture_error
 
-    if isinstance(exc, TaskError):
-        return exc.relabelled(exc.label)  # its plain TaskError: the one a copy with two classes came from
     return capture_error(exc, where, os.getpid(), "")
 
 
