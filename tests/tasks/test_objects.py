@@ -1,7 +1,8 @@
 """Objects: ``put``, ``wait``, and big arrays/tensors crossing process boundaries.
 
 Big buffers travel out of band (pickle protocol 5): the message carries no
-copy of them, and what arrives is a writable array, not a read-only view.
+copy of them, and what a task receives is a writable array of its own, not a read-only view. What the
+driver's ``get`` returns is read-only, as Ray's: it is the stored value itself, which later gets and tasks see.
 """
 
 from __future__ import annotations
@@ -190,14 +191,32 @@ def test_wait_rejects_more_returns_than_refs():
 
 
 # -- big data -------------------------------------------------------------------------
-def test_50mb_array_round_trip_is_correct_and_writable():
+def test_50mb_array_round_trip_is_correct_and_read_only_as_rays():
     array = np.arange(50 * 1024 * 1024 // 8, dtype=np.float64)
-    back = muster.get(add_one_in_place.remote(array), timeout=TIMEOUT)
+    ref = add_one_in_place.remote(array)
+    back = muster.get(ref, timeout=TIMEOUT)
     assert back.shape == array.shape and back.dtype == array.dtype
     assert back[0] == 1.0 and back[-1] == array[-1] + 1 and np.array_equal(back - 1, array)
-    assert back.flags.writeable
-    back[:10] = -1  # writable for real, and not the caller's memory
-    assert array[0] == 0.0
+    assert array[0] == 0.0  # the task changed its own copy, not the caller's memory
+    # read-only, as Ray's: it was the stored value itself, so a change reached every later get and task
+    with pytest.raises(ValueError, match="read-only"):
+        back[:10] = -1
+    mine = back.copy()
+    mine[:10] = -1  # a copy is the caller's to change
+    assert muster.get(ref, timeout=TIMEOUT)[0] == 1.0 and muster.get(describe.remote(ref), timeout=TIMEOUT)[3]
+
+
+def test_what_get_returns_cannot_change_the_stored_value():
+    """The driver's get returned the stored object: changing it changed what the next get and the ref's tasks
+    saw (Ray's get gives read-only arrays and new containers)."""
+    ref = muster.put({"a": np.zeros(3), "items": [np.ones(2)], "n": 1})
+    got = muster.get(ref)
+    for array in (got["a"], got["items"][0]):
+        with pytest.raises(ValueError, match="assignment destination is read-only"):
+            array[0] = 5
+    got["n"], got["new"] = 2, True
+    got["items"].append(0)
+    assert muster.get(ref)["n"] == 1 and "new" not in muster.get(ref) and len(muster.get(ref)["items"]) == 1
 
 
 def test_array_put_once_reaches_a_task_intact():

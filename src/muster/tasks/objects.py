@@ -323,8 +323,27 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
         raise_remote(failed.exception() or cf.CancelledError())
     if pending:
         raise GetTimeoutError(f"muster.get timed out after {timeout} s waiting for {items[pending[0]]!r}.")
-    values = [f.result() for f in futures]
+    values = [handed_out(f.result()) for f in futures]
     return values[0] if single else values
+
+
+def handed_out(value: Any) -> Any:
+    """What the driver's ``get`` hands out of a stored value, as Ray's ``get`` does: its numpy arrays read-only
+    (views, no copy; ``arr[0] = 1`` raises "assignment destination is read-only"), its lists, tuples and dicts
+    new ones. The stored value is the driver's own object, so changing what one ``get`` returned would change
+    what every later ``get``, and every task the ref goes to, sees."""
+    kind = type(value)
+    if kind is list:
+        return [handed_out(v) for v in value]
+    if kind is tuple:
+        return tuple(handed_out(v) for v in value)
+    if kind is dict:
+        return {k: handed_out(v) for k, v in value.items()}
+    if kind.__name__ == "ndarray" and kind.__module__ == "numpy" and value.flags.writeable:
+        view = value.view()
+        view.flags.writeable = False
+        return view
+    return value
 
 
 def wait(
