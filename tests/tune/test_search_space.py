@@ -64,6 +64,21 @@ def test_sample_from_sees_the_other_values():
     assert config["depth"] == config["width"] * 2
 
 
+def test_domains_inside_a_chosen_value_are_drawn_too_as_rays():
+    """Ray's conditional spaces: tune.choice of dicts holding domains. The trainable got the domain objects
+    themselves (every trial failed on them)."""
+    space = {"model": tune.choice([{"type": "a", "lr": tune.loguniform(1e-4, 1e-1)},
+                                   {"type": "b", "depth": tune.choice([tune.randint(2, 4), 8])}]),
+             "width": tune.sample_from(lambda spec: 2 if spec.config.model["type"] == "a" else 3)}
+    configs = [resolve(space, {}, random.Random(seed)) for seed in range(40)]
+    a = [c["model"] for c in configs if c["model"]["type"] == "a"]
+    b = [c["model"] for c in configs if c["model"]["type"] == "b"]
+    assert a and b and all(isinstance(m["lr"], float) and 1e-4 <= m["lr"] <= 1e-1 for m in a)
+    assert {m["depth"] for m in b} <= {2, 3, 8} and len({m["depth"] for m in b}) > 1  # two levels deep
+    assert all(c["width"] == (2 if c["model"]["type"] == "a" else 3) for c in configs)
+    assert len({m["lr"] for m in a}) == len(a)  # drawn afresh for each config
+
+
 def test_basic_variant_generator_makes_num_samples_per_grid_point_then_finishes():
     gen = BasicVariantGenerator(random_state=3)
     gen.setup({"lr": tune.uniform(0, 1), "bs": tune.grid_search([16, 32])}, num_samples=3)
@@ -213,3 +228,9 @@ def test_sample_from_reads_the_config_or_rays_older_spec():
     with pytest.raises(KeyError, match="typo"):  # the function's own error, not the fallback's
         resolve({"x": tune.sample_from(lambda config: config["typo"])}, {}, random.Random(0))
     assert tune.sample_from(lambda config: config["a"] + 1).sample(config={"a": 1}) == 2
+
+
+def test_num_samples_minus_one_names_the_way_to_sample_until_a_time_budget():
+    """The message said a stopping condition was missing when time_budget_s, the condition, was given."""
+    with pytest.raises(InvalidArgumentError, match=r"\(num_samples=100_000\): time_budget_s=5 ends the run"):
+        tune.TuneConfig(num_samples=-1, time_budget_s=5)

@@ -54,9 +54,13 @@ class TuneConfig:
                 or self.num_samples < -1:
             raise InvalidArgumentError(f"TuneConfig(num_samples={self.num_samples!r}): use an integer >= 1.")
         if self.num_samples == -1:
+            budget = (f"time_budget_s={self.time_budget_s!r} ends the run, as it would in Ray; "
+                      if self.time_budget_s is not None else "")
             raise InvalidArgumentError(
-                "TuneConfig(num_samples=-1) (sample forever) needs a stopping condition muster does not have; "
-                "pass a number of samples, with time_budget_s to bound the time."
+                f"TuneConfig(num_samples=-1): muster does not sample without end. Pass a number of samples larger "
+                f"than the run can reach (num_samples=100_000): {budget or 'add time_budget_s= to '}"
+                f"{'' if budget else 'end the run when its time is up; '}"
+                "trials not started by then are not made."
             )
         if self.max_concurrent_trials is not None and (
             isinstance(self.max_concurrent_trials, bool) or not isinstance(self.max_concurrent_trials, int)

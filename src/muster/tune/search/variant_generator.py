@@ -59,15 +59,20 @@ def resolve(space: dict[str, Any], point: dict[Path, Any], rng: random.Random,
     config = _unlist(copy.deepcopy(space))
     for path, value in point.items():
         _set(config, path, value)
-    later = []
-    for path, leaf in list(_walk(config)):
-        if isinstance(leaf, Function):
-            later.append((path, leaf))
-        elif isinstance(leaf, Domain):
+    for _ in range(_NESTING):  # a drawn value may hold domains of its own (a choice of dicts): drawn in turn
+        drawn = [(path, leaf) for path, leaf in _walk(config) if isinstance(leaf, Domain)
+                 and not isinstance(leaf, Function)]
+        if not drawn:
+            break
+        for path, leaf in drawn:
             _set(config, path, fixed[path] if fixed is not None and path in fixed else leaf.draw(rng))
-    for path, leaf in later:
-        _set(config, path, leaf.draw(rng, config))
+    for path, leaf in list(_walk(config)):  # sample_from last: it may read the values drawn above
+        if isinstance(leaf, Function):
+            _set(config, path, leaf.draw(rng, config))
     return config
+
+
+_NESTING = 16  # how deep domains inside drawn values are drawn (Ray's choice of dicts of domains)
 
 
 def _unlist(space: Any) -> Any:
