@@ -83,13 +83,19 @@ def no_cyclic_gc():
         gc.enable()
 
 
+def _stored(ref):
+    """The driver's stored value behind ``ref`` (get hands out read-only views of its arrays, not the array)."""
+    muster.get(ref, timeout=TIMEOUT)
+    return ref.future().result()
+
+
 def test_a_value_is_freed_once_no_ref_to_it_is_left(no_cyclic_gc):
     result = identity.remote(np.ones(1_000_000))
-    from_task = weakref.ref(muster.get(result, timeout=TIMEOUT))
+    from_task = weakref.ref(_stored(result))
     stored = muster.put(np.ones(1_000_000))
-    from_put = weakref.ref(muster.get(stored))
+    from_put = weakref.ref(_stored(stored))
     chained = identity.remote(identity.remote(muster.put(np.ones(1_000_000))))  # a dependency, a temporary ref
-    from_chain = weakref.ref(muster.get(chained, timeout=TIMEOUT))
+    from_chain = weakref.ref(_stored(chained))
     assert from_task() is not None and from_put() is not None  # the refs keep them
     del result, stored, chained
     assert _freed(from_task) and _freed(from_put) and _freed(from_chain), "a value outlived its last ref"
@@ -109,7 +115,7 @@ def test_a_ref_held_by_a_worker_outlives_the_drivers_refs():
     try:
         ref = muster.put(np.arange(10))
         muster.get(stash.keep.remote([ref]), timeout=TIMEOUT)
-        value = weakref.ref(muster.get(ref))
+        value = weakref.ref(_stored(ref))
         del ref
         gc.collect()
         assert value() is not None
@@ -331,12 +337,13 @@ def test_an_unchanged_argument_is_passed_back_without_a_copy_and_a_changed_one_i
     array = np.random.default_rng(1).standard_normal(2_000_000)  # 16 MB
     ref = muster.put(array)
     same = muster.get(touch.remote(ref, False), timeout=TIMEOUT)
-    assert np.array_equal(same, array) and same.flags.writeable
+    assert np.array_equal(same, array) and not same.flags.writeable  # read-only, as Ray's
     assert _inode_under(same) == _inode_under(muster.get(ref))  # passed back, not copied
     changed = muster.get(touch.remote(ref, True), timeout=TIMEOUT)
     assert changed[123_456] == -1.0 and np.array_equal(np.delete(changed, 123_456), np.delete(array, 123_456))
     assert _inode_under(changed) != _inode_under(same)
-    same[0] = 42.0  # the driver's copy-on-write view: neither the put value nor a later task sees it
+    mine = same.copy()
+    mine[0] = 42.0  # a copy is the caller's: neither the put value nor a later task sees it
     assert muster.get(ref)[0] == array[0]
     assert muster.get(touch.remote(ref, False), timeout=TIMEOUT)[0] == array[0]
 

@@ -328,10 +328,11 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
 
 
 def handed_out(value: Any) -> Any:
-    """What the driver's ``get`` hands out of a stored value, as Ray's ``get`` does: its numpy arrays read-only
-    (views, no copy; ``arr[0] = 1`` raises "assignment destination is read-only"), its lists, tuples and dicts
-    new ones. The stored value is the driver's own object, so changing what one ``get`` returned would change
-    what every later ``get``, and every task the ref goes to, sees."""
+    """What the driver's ``get`` hands out of a stored value, as Ray's ``get`` does: its numpy arrays as read-only
+    views (no copy: ``arr[0] = 1`` raises "assignment destination is read-only"; ``arr.copy()`` is the caller's
+    to change), its lists, tuples and dicts new ones. The stored value is the driver's own object (a ``put``'s copy
+    or a task's result, never the caller's), so changing what one ``get`` returned would change what every later
+    ``get``, and every task the ref goes to, sees."""
     kind = type(value)
     if kind is list:
         return [handed_out(v) for v in value]
@@ -340,7 +341,7 @@ def handed_out(value: Any) -> Any:
     if kind is dict:
         return {k: handed_out(v) for k, v in value.items()}
     if kind.__name__ == "ndarray" and kind.__module__ == "numpy" and value.flags.writeable:
-        view = value.view()
+        view = value.view()  # the stored array stays writable: a task the ref goes to gets a writable copy
         view.flags.writeable = False
         return view
     return value
