@@ -25,6 +25,7 @@ except ImportError as _exc:  # pragma: no cover - pyarrow ships with the data ex
     raise ImportError('muster.data needs pyarrow: pip install "muster[data]"') from _exc
 
 from muster.data import block as _blk
+from muster.data import memory_sources as _mem
 from muster.data import sources as _src
 from muster.data.config import DataConfig
 from muster.data.dataset import Dataset, MaterializedDataset, from_blocks
@@ -281,9 +282,9 @@ def from_items(items: list[Any], *, parallelism: int = -1, override_num_blocks: 
     rows = [x if isinstance(x, dict) else {"item": x} for x in items]
     blocks = [_blk.rows_to_block(rows[i:i + _rows()], "from_items") for i in builtins.range(0, len(rows), _rows())]
     if num_blocks:
-        blocks = _src.table_blocks(_blk.concat(blocks), parallelism=num_blocks)
+        blocks = _mem.table_blocks(_blk.concat(blocks), parallelism=num_blocks)
     else:
-        blocks = [b for t in blocks for b in _src.table_blocks(t)]
+        blocks = [b for t in blocks for b in _mem.table_blocks(t)]
     return from_blocks(blocks or [pa.table({})], "FromItems")
 
 
@@ -313,8 +314,8 @@ def from_arrow(tables: pa.Table | list[pa.Table], *, override_num_blocks: int | 
     tables = [tables] if isinstance(tables, (pa.Table, pa.RecordBatch)) else list(tables)
     blocks = [_as_table(t) for t in tables]
     if override_num_blocks:
-        return from_blocks(_src.table_blocks(_blk.concat(blocks), parallelism=override_num_blocks), "FromArrow")
-    return from_blocks([b for t in blocks for b in _src.table_blocks(t)], "FromArrow")
+        return from_blocks(_mem.table_blocks(_blk.concat(blocks), parallelism=override_num_blocks), "FromArrow")
+    return from_blocks([b for t in blocks for b in _mem.table_blocks(t)], "FromArrow")
 
 
 def from_pandas(dfs: Any, *, override_num_blocks: int | None = None) -> Dataset:
@@ -322,7 +323,7 @@ def from_pandas(dfs: Any, *, override_num_blocks: int | None = None) -> Dataset:
     frames = _data_frames(dfs if isinstance(dfs, list) else [dfs], "from_pandas")
     blocks = [_blk.from_batch(df, "from_pandas") for df in frames]
     if override_num_blocks:
-        blocks = _src.table_blocks(_blk.concat(blocks), parallelism=override_num_blocks)
+        blocks = _mem.table_blocks(_blk.concat(blocks), parallelism=override_num_blocks)
     return from_blocks(blocks, "FromPandas")
 
 
@@ -341,7 +342,7 @@ def from_numpy(ndarrays: np.ndarray | list[np.ndarray]) -> Dataset:
     """Arrays as a column ``data`` (rows along the first axis)."""
     arrays = ndarrays if isinstance(ndarrays, list) else [ndarrays]
     blocks = [pa.table({"data": _blk.array_from_values(np.asarray(a))}) for a in arrays]
-    return from_blocks([b for t in blocks for b in _src.table_blocks(t)], "FromNumpy")
+    return from_blocks([b for t in blocks for b in _mem.table_blocks(t)], "FromNumpy")
 
 
 def _ref_values(refs: Any, where: str) -> list[Any]:
@@ -383,8 +384,8 @@ def range(n: int, *, parallelism: int = -1, override_num_blocks: int | None = No
     if not isinstance(n, int) or n < 0:
         raise InvalidArgumentError(f"range({n!r}): use an integer >= 0.")
     num_blocks = _num_blocks("range", parallelism, override_num_blocks)
-    rows = -(-n // num_blocks) if num_blocks else _src.rows_per_block(8)
-    return _read("ReadRange", _src.range_tasks(n, max(1, rows), None),
+    rows = -(-n // num_blocks) if num_blocks else _mem.rows_per_block(8)
+    return _read("ReadRange", _mem.range_tasks(n, max(1, rows), None),
                  RayCall.of("range", n, override_num_blocks=num_blocks))
 
 
@@ -395,8 +396,8 @@ def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), parallelism: int = -1
     if not isinstance(n, int) or n < 0:
         raise InvalidArgumentError(f"range_tensor({n!r}): use an integer >= 0.")
     num_blocks = _num_blocks("range_tensor", parallelism, override_num_blocks)
-    rows = -(-n // num_blocks) if num_blocks else _src.rows_per_block(8 * math.prod(shape))
-    return _read("ReadRangeTensor", _src.range_tasks(n, max(1, rows), tuple(shape)),
+    rows = -(-n // num_blocks) if num_blocks else _mem.rows_per_block(8 * math.prod(shape))
+    return _read("ReadRangeTensor", _mem.range_tasks(n, max(1, rows), tuple(shape)),
                  RayCall.of("range_tensor", n, shape=tuple(shape), override_num_blocks=num_blocks))
 
 

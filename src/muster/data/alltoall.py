@@ -199,7 +199,7 @@ def _block_rows(table: pa.Table, most: int | None = None) -> int:
     """Rows per output block for ``table``: at most ``most`` (``DataContext.target_block_rows``), and fewer
     where those would pass ``target_max_block_size`` bytes (rows of images: a few thousand, not 65,536)."""
     from muster.data.context import DataContext
-    from muster.data.sources import rows_per_block
+    from muster.data.memory_sources import rows_per_block
 
     most = DataContext.get_current().target_block_rows if most is None else most
     return min(most, rows_per_block(-(-blk.nbytes(table) // table.num_rows))) if table.num_rows else most

@@ -543,7 +543,8 @@ class MaterializedDataset(Dataset):
 
 
 def from_blocks(blocks: list[pa.Table], name: str = "FromArrow") -> MaterializedDataset:
-    from muster.data import sources
+    from muster.data import memory_sources
 
     blocks = [b for b in blocks if b.num_rows] or blocks[:1] or [pa.table({})]
-    return MaterializedDataset(Node(Read(name, sources.block_tasks(blocks, name), RayCall.of("from_arrow", blocks))))
+    return MaterializedDataset(Node(Read(name, memory_sources.block_tasks(blocks, name),
+                                         RayCall.of("from_arrow", blocks))))

@@ -265,13 +265,14 @@ def _read_jobs(name: str, tasks: Sequence[ReadTask], chain: list[tuple[str, Bloc
     if not rows:
         yield from (Job(t.read, name, chain, t.size, i, epoch) for i, t in enumerate(tasks))
         return
-    first, group = 0, list[ReadTask]()
+    first, group, held = 0, list[ReadTask](), 0
     for i, t in enumerate(tasks):
         group.append(t)
-        if t.rows is None or sum(g.rows or 0 for g in group) >= rows or i == len(tasks) - 1:
+        held += t.rows or 0
+        if t.rows is None or held >= rows or i == len(tasks) - 1:
             read = group[0].read if len(group) == 1 else functools.partial(_read_all, [g.read for g in group])
             yield Job(read, name, chain, sum(g.size for g in group), first, epoch)
-            first, group = i + 1, []
+            first, group, held = i + 1, [], 0
 
 
 def _read_all(reads: list[Callable[[], list[pa.Table]]]) -> list[pa.Table]:
