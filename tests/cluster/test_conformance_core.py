@@ -29,6 +29,7 @@ from muster.exceptions import (
 )
 from muster.train import RunConfig, ScalingConfig
 from muster.train.torch import TorchTrainer
+from muster.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 
 # -- tasks and objects ------------------------------------------------------------
@@ -114,6 +115,48 @@ def test_node_ids_agree_between_the_driver_its_tasks_and_nodes(engine):
         import ray
 
         assert listed == {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+
+@muster.remote
+class WhereAmI:
+    def node(self):
+        return muster.get_runtime_context().get_node_id()
+
+
+def test_rays_node_resources_run_work_on_the_head_node(engine):
+    """Ray gives each node one unit of ``node:<its IP>`` and the head ``node:__internal_head__``; Ray's users ask
+    for a little of one to pick the node (muster refused them as resources no node has)."""
+    total, ip = muster.cluster_resources(), muster.util.get_node_ip_address()
+    assert total["node:__internal_head__"] == 1.0 and total[f"node:{ip}"] >= 1.0, total
+    head = muster.get_runtime_context().get_node_id()  # the driver is on the head node
+    on_head = where_am_i.options(resources={"node:__internal_head__": 0.01})
+    assert set(muster.get([on_head.remote() for _ in range(4)], timeout=60)) == {head}
+    actor = WhereAmI.options(resources={"node:__internal_head__": 0.01, f"node:{ip}": 0.01}).remote()
+    assert muster.get(actor.node.remote(), timeout=60) == head
+    muster.kill(actor)
+    with pytest.warns(UserWarning), pytest.raises(ResourcesUnavailableError, match="node:10.255.0.9 names no node"):
+        muster.get(double.options(resources={"node:10.255.0.9": 0.01}).remote(1), timeout=30)
+
+
+def test_node_affinity_runs_work_on_the_named_node(engine):
+    """Ray's NodeAffinitySchedulingStrategy: work runs on that node (on a cluster muster ignored it); with
+    soft=False a node no one has fails at once, naming the live ones; with soft=True it runs elsewhere."""
+    nodes = [n["NodeID"] for n in muster.nodes() if n.get("Alive")]
+    here = muster.get_runtime_context().get_node_id()
+    target = next((n for n in nodes if n != here), here)  # on Ray, a node other than the driver's
+    pinned = where_am_i.options(scheduling_strategy=NodeAffinitySchedulingStrategy(target, soft=False))
+    assert set(muster.get([pinned.remote() for _ in range(4)], timeout=60)) == {target}
+    actor = WhereAmI.options(scheduling_strategy=NodeAffinitySchedulingStrategy(target, soft=False)).remote()
+    assert muster.get(actor.node.remote(), timeout=60) == target
+    muster.kill(actor)
+    nowhere = "ab" * 28
+    assert muster.get(where_am_i.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nowhere, soft=True))
+                      .remote(), timeout=60) in nodes
+    with pytest.warns(UserWarning), pytest.raises(ResourcesUnavailableError, match=f"{nowhere}.*names no live"):
+        muster.get(where_am_i.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nowhere, soft=False))
+                   .remote(), timeout=30)
+    with pytest.raises(ResourcesUnavailableError, match=target):
+        WhereAmI.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nowhere, soft=False)).remote()
 
 
 @muster.remote
@@ -236,6 +279,24 @@ def test_impossible_request_fails_at_once(engine):
     assert time.monotonic() - t0 < 10
 
 
+@muster.remote
+def returns_a_lock():
+    return threading.Lock()
+
+
+def test_a_result_that_does_not_pickle_is_the_pickling_errors_class_naming_who_returned_it(engine):
+    """As Ray's ``RayTaskError(TypeError)``: ``except TypeError`` catches it (it was a MusterError naming muster's
+    internals, ``__task__`` or ``_muster_call``, not the function or method)."""
+    with pytest.raises(TypeError, match="task returns_a_lock returned a value that cannot be sent back") as info:
+        muster.get(returns_a_lock.remote(), timeout=60)
+    assert isinstance(info.value, TaskError) and "_thread.lock" in str(info.value)
+    actor = Counter.remote(0)
+    with pytest.raises(TypeError, match="actor Counter's method make_lock returned a value"):
+        muster.get(actor.make_lock.remote(), timeout=60)
+    assert muster.get(actor.add.remote(2), timeout=60) == 2  # the actor is fine
+    muster.kill(actor)
+
+
 # -- actors -------------------------------------------------------------------------
 @muster.remote
 class Counter:
@@ -251,6 +312,9 @@ class Counter:
 
     def boom(self):
         raise ValueError("actor method failed")
+
+    def make_lock(self):
+        return threading.Lock()
 
 
 def test_actor_calls_run_in_order_and_keep_state(engine):

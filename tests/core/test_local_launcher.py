@@ -14,6 +14,7 @@ import time
 import psutil
 import pytest
 
+from muster.core.resources import machine  # without the node: resources every engine has
 from muster.exceptions import ActorDiedError, RuntimeNotStartedError
 
 from _shared import wait_for
@@ -45,7 +46,7 @@ def test_kill_with_grace_lets_an_idle_actor_exit_cleanly(local_rt):
     h = local_rt.create_actor(Sleeper, (), {}, {"CPU": 1})
     local_rt.kill(h, grace_s=5.0)
     assert local_rt.exit_status(h, timeout_s=5) == 0
-    assert wait_for(lambda: local_rt.available() == {"CPU": 2.0})
+    assert wait_for(lambda: machine(local_rt.available()) == {"CPU": 2.0})
 
 
 def test_kill_with_grace_forces_a_busy_actor_after_the_grace(local_rt):
@@ -82,10 +83,10 @@ def test_killed_zygote_takes_its_workers_and_later_launches_say_why(local_rt):
     assert died.wait(5), "the actor's death was not reported"
     assert isinstance(pending.exception(5), ActorDiedError)
     assert wait_for(lambda: _gone(pid)), "worker outlived its zygote"
-    assert wait_for(lambda: local_rt.available() == {"CPU": 2.0})
+    assert wait_for(lambda: machine(local_rt.available()) == {"CPU": 2.0})
     assert wait_for(lambda: local_rt._zygote.poll() is not None)
     with pytest.raises(RuntimeNotStartedError, match=r"muster\.init\(\)"):
         local_rt.create_actor(Sleeper, (), {}, {"CPU": 1})
     err = local_rt.submit(os.getpid, (), {}, {"CPU": 1}).exception(TIMEOUT)
     assert isinstance(err, RuntimeNotStartedError)
-    assert local_rt.available() == {"CPU": 2.0}  # failed launches hold nothing
+    assert machine(local_rt.available()) == {"CPU": 2.0}  # failed launches hold nothing

@@ -24,7 +24,7 @@ from muster.exceptions import GetTimeoutError, ResourcesUnavailableError
 from _shared import wait_for
 
 TIMEOUT = 30
-FULL = {"CPU": 2.0, "GPU": 2.0, "tpu_like": 1.0}
+FULL = {"CPU": 2.0, "GPU": 2.0, "tpu_like": 1.0, **slots.node_resources()}  # and Ray's node: ones
 
 
 class Probe:
@@ -113,6 +113,16 @@ def test_unknown_or_too_much_custom_resource_fails_at_once(rt):
     assert rt.available() == FULL
 
 
+def test_rays_node_resources_are_this_nodes_own(rt, track):
+    """Ray's ``node:<IP>`` and ``node:__internal_head__`` (one unit each) are the one node's: a share of one runs
+    there, and is not counted (it is the only node); more than the unit can never fit, as in Ray."""
+    track(rt.create_actor(Probe, (), {}, {"CPU": 1, "node:__internal_head__": 0.5}))
+    track(rt.create_actor(Probe, (), {}, {"CPU": 1, "node:__internal_head__": 0.75}))
+    assert rt.available() == {**FULL, "CPU": 0.0}
+    with pytest.raises(ResourcesUnavailableError, match="node:__internal_head__=1 in total"):
+        rt.create_actor(Probe, (), {}, {"node:__internal_head__": 2})
+
+
 def test_fractional_gpu_gang_that_cannot_fit_fails_at_once(rt):
     with pytest.raises(ResourcesUnavailableError, match="GPU"):
         rt.create_gang(5, Probe, {"GPU": 0.5})  # 2 GPUs hold at most 4 halves
@@ -151,11 +161,11 @@ def test_fractional_gpus_share_one_id(rt, track):
 
 def test_custom_resources_are_accounted(rt, track):
     a = track(rt.create_actor(Probe, (), {}, {"CPU": 1, "tpu_like": 1}))
-    assert rt.available() == {"CPU": 1.0, "GPU": 2.0, "tpu_like": 0.0}
+    assert rt.available() == {**FULL, "CPU": 1.0, "tpu_like": 0.0}
     # Feasible but busy: waits, and gives up at its timeout without taking anything.
     with pytest.raises(GetTimeoutError):
         rt.create_gang(1, Probe, {"tpu_like": 1}, timeout_s=0.5)
-    assert rt.available() == {"CPU": 1.0, "GPU": 2.0, "tpu_like": 0.0}
+    assert rt.available() == {**FULL, "CPU": 1.0, "tpu_like": 0.0}
     rt.kill(a)
     assert wait_for(lambda: rt.available() == FULL)
     b = track(rt.create_actor(Probe, (), {}, {"tpu_like": 1}))

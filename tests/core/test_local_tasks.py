@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from muster.core.resources import machine  # without the node: resources every engine has
 from muster.exceptions import ActorDiedError, TaskError, WorkerCrashedError
 
 from _shared import wait_for
@@ -63,7 +64,7 @@ def _read_pid(path: str, timeout: float = TIMEOUT) -> int:
 def test_submit_returns_the_result(task_rt):
     fut = task_rt.submit(power, (3,), {"exp": 4}, {"CPU": 1})
     assert fut.result(TIMEOUT) == 81
-    assert task_rt.available() == {"CPU": 2.0}
+    assert machine(task_rt.available()) == {"CPU": 2.0}
 
 
 def test_task_exception_becomes_task_error(task_rt):
@@ -74,7 +75,7 @@ def test_task_exception_becomes_task_error(task_rt):
     assert "lookup_that_fails" in err.remote_traceback
     # The worker survived its task raising and is reused.
     assert task_rt.submit(power, (2,), {}, {"CPU": 1}).result(TIMEOUT) == 4
-    assert task_rt.available() == {"CPU": 2.0}
+    assert machine(task_rt.available()) == {"CPU": 2.0}
 
 
 def test_same_resource_shape_reuses_the_worker(task_rt):
@@ -83,20 +84,20 @@ def test_same_resource_shape_reuses_the_worker(task_rt):
     assert first == second != os.getpid()
     other_shape = task_rt.submit(getpid, (), {}, {"CPU": 2}).result(TIMEOUT)
     assert other_shape != first
-    assert task_rt.available() == {"CPU": 2.0}
+    assert machine(task_rt.available()) == {"CPU": 2.0}
 
 
 def test_sigkilled_task_gives_worker_crashed_error_naming_pid_and_signal(task_rt, tmp_path):
     path = str(tmp_path / "task.pid")
     fut = task_rt.submit(sleep_forever_after_writing_pid, (path,), {}, {"CPU": 1})
     pid = _read_pid(path)
-    assert task_rt.available() == {"CPU": 1.0}
+    assert machine(task_rt.available()) == {"CPU": 1.0}
     os.kill(pid, signal.SIGKILL)
     err = fut.exception(10)
     assert isinstance(err, WorkerCrashedError) and not isinstance(err, ActorDiedError)
     assert err.pid == pid and err.exitcode == -9 and err.signal == signal.SIGKILL
     assert str(pid) in str(err) and "SIGKILL" in str(err)
-    assert wait_for(lambda: task_rt.available() == {"CPU": 2.0})
+    assert wait_for(lambda: machine(task_rt.available()) == {"CPU": 2.0})
     # The pool does not hand out the dead worker again.
     again = task_rt.submit(getpid, (), {}, {"CPU": 1}).result(TIMEOUT)
     assert again != pid
@@ -105,10 +106,10 @@ def test_sigkilled_task_gives_worker_crashed_error_naming_pid_and_signal(task_rt
 def test_idle_pooled_worker_dying_does_not_free_its_slots_twice(task_rt):
     """Regression: an idle pool worker has already given its slots back."""
     pid = task_rt.submit(getpid, (), {}, {"CPU": 2}).result(TIMEOUT)
-    assert task_rt.available() == {"CPU": 2.0}
+    assert machine(task_rt.available()) == {"CPU": 2.0}
     os.kill(pid, signal.SIGKILL)
     time.sleep(1.0)  # let the engine notice the death and run its bookkeeping
-    assert task_rt.available() == {"CPU": 2.0}
+    assert machine(task_rt.available()) == {"CPU": 2.0}
     assert task_rt.submit(getpid, (), {}, {"CPU": 2}).result(TIMEOUT) != pid
 
 
@@ -123,7 +124,7 @@ def test_task_waiting_for_a_pooled_worker_does_not_deadlock_the_engine(task_rt):
     threading.Thread(target=lambda: (task_rt.kill(holder), done.set()), daemon=True).start()
     assert done.wait(5)
     assert fut.result(TIMEOUT) == pooled_pid  # ...and gets them once the holder is gone
-    assert wait_for(lambda: task_rt.available() == {"CPU": 2.0})
+    assert wait_for(lambda: machine(task_rt.available()) == {"CPU": 2.0})
 
 
 def test_submit_more_than_exists_fails_at_once(task_rt):

@@ -45,3 +45,28 @@ def test_completed_is_a_ref_for_every_generator():
     assert isinstance(done, muster.ObjectRef)
     assert muster.wait([done], timeout=10)[0] == [done]
     assert [muster.get(ref, timeout=60) for ref in inner] == [0, 1, 2]
+
+
+def _returns_a_list():
+    return [1, 2]
+
+
+@pytest.mark.parametrize("mode", ["streaming", "dynamic"])
+def test_a_stream_of_a_function_that_returns_is_refused_where_it_is_declared(mode):
+    """As Ray's option check: a function that returns (not yields) gave one list where its caller waited for a
+    stream of items, and the caller hung forever."""
+    with pytest.raises(muster.exceptions.InvalidArgumentError, match=f"_returns_a_list: num_returns='{mode}'"):
+        muster.remote(num_returns=mode)(_returns_a_list)
+    with pytest.raises(muster.exceptions.InvalidArgumentError, match="not one. Yield each value"):
+        muster.remote(_returns_a_list).options(num_returns=mode)
+
+
+def test_a_stream_whose_task_returned_a_value_ends_with_an_error_not_a_wait():
+    from concurrent.futures import Future
+
+    from muster.tasks.generators import Stream
+
+    source: Future = Future()
+    Stream("not-a-task", source).end(result=[1, 2])
+    with pytest.raises(muster.exceptions.InvalidTypeError, match="returned list instead of yielding"):
+        source.result(timeout=5)

@@ -153,3 +153,15 @@ def test_placement_group_takes_ray_2_60s_keywords():
     for keywords, named in bad:
         with pytest.raises((ValueError, TypeError), match=named):
             placement_group([{"CPU": 1}], **keywords)
+
+
+def test_an_empty_actor_name_is_refused_as_ray_refuses_it():
+    """Ray: "Actor name cannot be an empty string"; muster made an actor no one could look up."""
+
+    @muster.remote
+    class Named:
+        pass
+
+    for bad in ("", 7):
+        with pytest.raises(muster.exceptions.InvalidArgumentError, match=f"Named.options\\(name={bad!r}\\)"):
+            Named.options(name=bad)

@@ -113,16 +113,30 @@ def ensure_feasible(request: Mapping[str, float], count: int, total: Mapping[str
     if "CPU" in missing:
         hints.append(f"ask for at most {_count(total.get('CPU', 0), 'CPU')}{in_all} with {knob}, or tell muster to "
                      "oversubscribe with muster.init(num_cpus=N)")
-    other = [k for k in missing if k not in ("CPU", "GPU")]
+    nodes = [k for k in missing if k.startswith("node:")]
+    unknown = [k for k in nodes if not total.get(k)]
+    if unknown:
+        have_nodes = sorted(k for k in total if k.startswith("node:")) or ["none"]
+        hints.append(f"{', '.join(unknown)} names no node (the nodes have {', '.join(have_nodes)}); ask for one of "
+                     "theirs: node:<an IP of muster.nodes()>, or node:__internal_head__ for the head node")
+    if len(unknown) < len(nodes):
+        hints.append("ask for a share of at most 1 of a node: resource (each node has one unit of its own)")
+    other = [k for k in missing if k not in ("CPU", "GPU") and not k.startswith("node:")]
     if other:
         hints.append(f"declare {', '.join(other)} with muster.init(resources={{...}})")
     subject = f"{what}: " if what else ""
     raise ResourcesUnavailableError(
         f"{subject}cannot ever schedule {count} x {{{fmt(request)}}}: that needs {asked}, but this machine has "
-        f"{have} in total ({fmt(total)}). Fix: {'; '.join(hints)}.",
+        f"{have} in total ({fmt(machine(total))}). Fix: {'; '.join(hints)}.",
         requested={k: v * count for k, v in request.items()},
         total=dict(total),
     )
+
+
+def machine(total: Mapping[str, float]) -> dict[str, float]:
+    """``total`` as a message shows it: without the ``node:`` entries Ray gives each node (one unit of
+    ``node:<its IP>``, and ``node:__internal_head__`` on the head), which work asks for only to pick a node."""
+    return {k: v for k, v in total.items() if not k.startswith("node:")}
 
 
 def _n(v: float) -> str:

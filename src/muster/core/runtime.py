@@ -75,6 +75,15 @@ class BundleRef:
     index: int = -1
 
 
+@dataclass(frozen=True)
+class NodeRef:
+    """Node ``node_id`` (Ray's ``NodeAffinitySchedulingStrategy``); ``soft``: another node when that one cannot
+    take the work. The tasks layer has checked that a node with that id is alive, where ``soft`` is False."""
+
+    node_id: str
+    soft: bool = False
+
+
 def removed_error(group: str) -> Exception:
     """What work scheduled into ``group`` fails with once the group is removed (or never was here):
     a ``TaskPlacementGroupRemoved``."""
@@ -257,8 +266,9 @@ class Runtime(abc.ABC):
         bundle: BundleRef | None = None,
         max_calls: tuple[str, int] | None = None,
         on_wait: Callable[[str], None] | None = None,
+        node: NodeRef | None = None,
     ) -> Future:
-        """Run ``fn(*args, **kwargs)`` once its resources are free (in ``bundle``, when given); its
+        """Run ``fn(*args, **kwargs)`` once its resources are free (in ``bundle``, or on ``node``, when given); its
         events go to ``on_event``. ``on_wait`` gets a message now and then while it waits for resources
         other work holds (what it asks for, what holds it), from an engine that queues it itself.
 
@@ -278,9 +288,10 @@ class Runtime(abc.ABC):
         on_event: EventHandler | None = None,
         fresh_process: bool = False,
         bundle: BundleRef | None = None,
+        node: NodeRef | None = None,
     ) -> RuntimeActor:
         """Start one actor of ``cls`` holding ``resources`` (``on_event`` is live during ``__init__``),
-        taken from ``bundle`` when given.
+        taken from ``bundle`` when given, on ``node`` when given (an engine of one node has nothing to do).
 
         ``fresh_process``: start it in a new interpreter, not a fork of one that holds the driver's
         state (an engine whose actors are all new processes has nothing to change).

@@ -72,6 +72,10 @@ class ActorClass:
     def __init__(self, cls: type, options: dict[str, Any]):
         self._cls = cls
         self._options = opts.validate(options, opts.ACTOR_OPTIONS, f"@muster.remote on class {cls.__name__}")
+        name = self._options.get("name")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise InvalidArgumentError(f"{cls.__name__}.options(name={name!r}): an actor's name is a non-empty "
+                                       "string; give one, or leave name out for an actor no one looks up by name.")
         self.__name__ = cls.__name__
         self.__doc__ = cls.__doc__
 
@@ -159,6 +163,7 @@ class ActorHandle:
         self._placement_group, index, self._capture_child_tasks = opts.placement_group_of(options)
         self._bundle = None if self._placement_group is None else \
             self._placement_group._bundle_for(self._resources, index, what=f"actor {cls.__name__}")
+        self._node = opts.node_of(options, f"actor {cls.__name__}")
         self._attempt = 0
         self._core: Future = Future()
         self._dead: BaseException | None = None
@@ -215,7 +220,7 @@ class ActorHandle:
                 try:
                     core = get_runtime().create_actor(
                         cast(type, self._factory()), a, kw, self._resources, label=f"actor {self._cls.__name__}",
-                        on_event=self._owned.handle_event, bundle=self._bundle,
+                        on_event=self._owned.handle_event, bundle=self._bundle, node=self._node,
                     )
                 except TaskError as exc:  # its __init__ raised: the actor never lived (Ray's RayActorError)
                     died = ActorDiedError(

@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from typing import Any, NoReturn
 
 from muster.core import context as core_context
+from muster.exceptions import InvalidTypeError
 from muster.tasks import events, objects
 from muster.tasks.objects import ObjectRef
 
@@ -83,8 +84,12 @@ class Stream:
         with self._cond:
             if error is not None:
                 self._error = error
-            else:
-                self._expected = int(getattr(result, "count", len(self._values)))
+            elif isinstance(result, events.StreamEnd):
+                self._expected = result.count
+            else:  # its function returned where it was to yield: an end now, not a wait for items that never come
+                self._error = InvalidTypeError(
+                    f"a streaming task returned {type(result).__name__} instead of yielding its items: give "
+                    "num_returns='streaming' only to a generator function (one that yields).")
             self._cond.notify_all()
             self._maybe_finish()
             self._wake()

@@ -9,7 +9,8 @@ from typing import Any
 
 from muster.core import resources as res
 from muster.core.init_options import warn_unused_runtime_env
-from muster.exceptions import InvalidArgumentError, InvalidTypeError, TaskError
+from muster.core.runtime import NodeRef
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, ResourcesUnavailableError, TaskError
 from muster.tasks import labels
 
 #: The placement group options (read by :func:`placement_group_of`), and ``label_selector`` and
@@ -178,6 +179,30 @@ def placement_group_of(options: dict[str, Any]) -> tuple[Any, int, bool]:
         return None, -1, False
     index = options.get("placement_group_bundle_index")
     return group, -1 if index is None else index, bool(options.get("placement_group_capture_child_tasks"))
+
+
+def node_of(options: dict[str, Any], what: str) -> NodeRef | None:
+    """The node ``options`` pin the work to (Ray's ``NodeAffinitySchedulingStrategy``; None: none).
+
+    Raises:
+        ResourcesUnavailableError: (Ray's ``TaskUnschedulableError``) with ``soft=False``, no live node has
+            that id, so the work could never start. Ray fails it too, when its scheduler finds that out.
+    """
+    strategy: Any = options.get("scheduling_strategy")
+    if not (hasattr(strategy, "node_id") and hasattr(strategy, "soft")):
+        return None
+    node = NodeRef(str(strategy.node_id), bool(strategy.soft))
+    if not node.soft:
+        import muster
+
+        alive = [n["NodeID"] for n in muster.nodes() if n.get("Alive")]
+        if node.node_id not in alive:
+            raise ResourcesUnavailableError(
+                f"{what}: scheduling_strategy=NodeAffinitySchedulingStrategy(node_id={node.node_id!r}, soft=False) "
+                f"names no live node, so it could never start (the nodes: {', '.join(map(repr, alive))}). Fix: pass "
+                "the NodeID of one of muster.nodes() (muster.get_runtime_context().get_node_id() is this one's), "
+                "or soft=True to run it elsewhere when that node cannot.")
+    return node
 
 
 def inherit_placement_group(options: dict[str, Any], group: Any) -> dict[str, Any]:

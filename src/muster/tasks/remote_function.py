@@ -15,7 +15,7 @@ from muster.core import context as core_context
 from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.init_options import current_namespace
-from muster.core.runtime import BundleRef
+from muster.core.runtime import BundleRef, NodeRef
 from muster.exceptions import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -37,6 +37,12 @@ class RemoteFunction:
     def __init__(self, fn: Callable[..., Any], options: dict[str, Any]):
         self._fn = fn
         self._options = opts.validate(options, opts.TASK_OPTIONS, f"@muster.remote on {fn.__name__}")
+        n = self._options.get("num_returns")
+        if n in ("streaming", "dynamic") and not (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)):
+            raise InvalidArgumentError(  # it would return one value where its caller waits for a stream of them
+                f"{fn.__name__}: num_returns={n!r} is for generator functions (that yield their results), and "
+                f"{fn.__name__} is not one. Yield each value instead of returning them, or leave num_returns out "
+                "(one value), or give their number, e.g. num_returns=2 for a function that returns a 2-tuple.")
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -130,6 +136,7 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
         res.ensure_feasible(resources, 1, runtime.resources(), what=f"task {name}", knob=res.OPTIONS_KNOB,
                             no_gpu_fix=res.NO_GPU_OPTION_FIX)
         bundle = None if group is None else group._bundle_for(resources, index, what=f"task {name}")
+        node = opts.node_of(options, f"task {name}")
     except ResourcesUnavailableError as exc:
         # As in Ray: the ref comes back; get()/wait() raise at once. Warn now, naming what is missing.
         warnings.warn(str(exc), stacklevel=3)
@@ -152,7 +159,7 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
     task_id, waits_for = info.task_id or "", owner.dependencies(args, kwargs)
     task_table.submitted(task_id, ref.id, name=info.task_name or name, function=getattr(fn, "__qualname__", name),
                          kind="NORMAL_TASK", resources=resources, group=group, waits=bool(waits_for))
-    attempts = _Attempts(runtime, body, args, kwargs, resources, options, ended, bundle)
+    attempts = _Attempts(runtime, body, args, kwargs, resources, options, ended, bundle, node)
     with _live_lock:
         _live[task_id] = attempts
         _by_ref[ref.id] = task_id
@@ -178,10 +185,12 @@ class _Attempts:
     """
 
     def __init__(self, runtime: Any, body: TaskBody, args: tuple, kwargs: dict,
-                 resources: dict[str, float], options: dict[str, Any], out: Future, bundle: BundleRef | None):
+                 resources: dict[str, float], options: dict[str, Any], out: Future, bundle: BundleRef | None,
+                 node: NodeRef | None):
         self.runtime, self.body, self.args, self.kwargs, self.resources, self.out = (
             runtime, body, args, kwargs, resources, out)
         self.bundle = bundle  # where in its placement group it runs (None: in none)
+        self.node = node  # the node it is pinned to (None: any)
         self.max_retries = options.get("max_retries", _DEFAULT_MAX_RETRIES)
         self.retry_exceptions = options.get("retry_exceptions", False)  # True, or a list of exception types
         self.label = f"task {body.__name__}"
@@ -196,7 +205,8 @@ class _Attempts:
         try:
             a, kw = owner.resolve(self.args, self.kwargs)
             inner = self.runtime.submit(self.body, a, kw, self.resources, on_event=owner.handle_event,
-                                        label=self.label, bundle=self.bundle, max_calls=self.body.limit())
+                                        label=self.label, bundle=self.bundle, max_calls=self.body.limit(),
+                                        node=self.node)
         except BaseException as exc:  # noqa: BLE001 - a failed dependency or an impossible request
             _settle(self.out, exc=exc)
             return

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from muster.core import context as core_context
-from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.exceptions import InvalidArgumentError
 from muster.tasks import concurrency_groups as cgroups
 from muster.tasks import events
 from muster.tasks import options as opts
@@ -500,7 +500,7 @@ class ActorHost:
         return self._muster_beside
 
     def _muster_reply(self, token: int, fut: Future) -> None:
-        from muster.core.local.wire import capture_error
+        from muster.core.local.wire import capture_error, unsendable
         from muster.exceptions import TaskCancelledError
 
         self._muster_tasks.pop(token, None)
@@ -520,8 +520,7 @@ class ActorHost:
         try:
             core_context.send_event(events.ActorCallDone(actor_id, token, ok, value), wait=False)
         except Exception as exc:  # noqa: BLE001 - the value would not pickle: say so instead of hanging the caller
-            err = InvalidTypeError(f"{type(self._muster_obj).__name__} call returned a value that cannot be sent back "
-                            f"({type(exc).__name__}: {exc}); return plain data.")
+            err = unsendable(f"a call of actor {type(self._muster_obj).__name__}", exc)
             core_context.send_event(
                 events.ActorCallDone(actor_id, token, False, capture_error(err, "actor", os.getpid(), "")), wait=False)
 

@@ -312,8 +312,8 @@ class TuneController:
             if not res.fits(plan.resources, self.total):
                 raise ResourcesUnavailableError(
                     f"Trial {trial.trial_name} needs {plan.describe()} = {res.fmt(plan.resources)}, but the "
-                    f"whole engine has {res.fmt(self.total)}, so it could never start. Give each trial less "
-                    "(tune.with_resources(trainable, {'cpu': 1}), or a smaller ScalingConfig for a trainer), or "
+                    f"whole engine has {res.fmt(res.machine(self.total))}, so it could never start. Give each trial "
+                    "less (tune.with_resources(trainable, {'cpu': 1}), or a smaller ScalingConfig for a trainer), or "
                     "run on a bigger machine or cluster (muster.init(address=...))."
                 )
         return plan

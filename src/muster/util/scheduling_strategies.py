@@ -1,8 +1,9 @@
 """Ray's scheduling strategies (``ray.util.scheduling_strategies``), accepted by ``.options(scheduling_strategy=...)``.
 
 ``PlacementGroupSchedulingStrategy`` runs the work in its group's reserved bundle
-(``muster.util.placement_group``; on a Ray cluster, in Ray's bundle); the others are
-accepted and checked, and do not change where work runs (the embedded engine is one node).
+(``muster.util.placement_group``; on a Ray cluster, in Ray's bundle). ``NodeAffinitySchedulingStrategy``
+runs it on that node (on a Ray cluster, through Ray's own; a hard one naming no live node is refused at
+once: ``muster.tasks.options.node_of``). ``NodeLabelSchedulingStrategy`` is accepted, and changes nothing.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class PlacementGroupSchedulingStrategy:
 
 @dataclass(kw_only=True)
 class NodeAffinitySchedulingStrategy:
-    """Run on node ``node_id`` (muster's engine has one node)."""
+    """Run on node ``node_id`` (a ``NodeID`` of ``muster.nodes()``); ``soft``: elsewhere when it cannot."""
 
     node_id: str
     soft: bool = False

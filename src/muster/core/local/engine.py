@@ -43,9 +43,10 @@ from muster.core.local import reservations, wire, zygote, zygote_process
 from muster.core.local.actor import LocalActor
 from muster.core.local.logs import LogRelay
 from muster.core.local.reservations import Reservations
-from muster.core.local.slots import TASK_FIX, Allocation, BusyWarning, SlotTable, detect_total, node_memory
+from muster.core.local.slots import (TASK_FIX, Allocation, BusyWarning, SlotTable, detect_total, node_memory,
+                                     node_resources, on_this_node)
 from muster.core.local.task_pool import TaskPool
-from muster.core.runtime import BundleRef, RuntimeActor, EventHandler, Runtime
+from muster.core.runtime import BundleRef, EventHandler, NodeRef, Runtime, RuntimeActor
 from muster.exceptions import describe_exit, MusterError, RuntimeNotStartedError, TaskError
 
 _STARTUP_TIMEOUT_S = 60.0
@@ -235,15 +236,15 @@ class LocalRuntime(Runtime):
 
     # -- Runtime -----------------------------------------------------------
     def resources(self) -> dict[str, float]:
-        return self.slots.total()
+        return {**self.slots.total(), **node_resources()}  # no table counts node: ones (see on_this_node)
 
     def available(self) -> dict[str, float]:
-        return self.slots.free()
+        return {**self.slots.free(), **node_resources()}
 
     def ray_view(self, available: bool = False) -> dict[str, float]:
         if self._memory is None:  # sized once, as a Ray node sizes its own when it starts
             self._memory = node_memory()
-        return {**(self.slots.free() if available else self.slots.total()), **self._memory}
+        return {**(self.available() if available else self.resources()), **self._memory}
 
     def preload(self, modules: list[str]) -> None:
         wanted = settings.preload_modules(extra=modules)  # MUSTER_PRELOAD, when set, has the last word
@@ -264,10 +265,11 @@ class LocalRuntime(Runtime):
         on_event: EventHandler | None = None,
         fresh_process: bool = False,
         bundle: BundleRef | None = None,
+        node: NodeRef | None = None,  # its one node (the tasks layer refused another)
     ) -> RuntimeActor:
         said = BusyWarning(label or f"actor {cls.__name__}", fix=reservations.BUNDLE_FIX if bundle else TASK_FIX)
         if bundle is not None:  # it waits for room in its bundle here: warned about once, as on the machine
-            request = res.normalize(resources)
+            request = on_this_node(res.normalize(resources))
             on_wait = self.naming_holders(said, request, bundle)
             held = [self.reservations.take(request, bundle, actor=True, on_wait=on_wait)]
         else:
@@ -359,7 +361,7 @@ class LocalRuntime(Runtime):
         fresh_process: bool = False,
         what: str = "",
     ) -> list[LocalActor]:
-        request = res.normalize(request, what="resources_per_worker")
+        request = on_this_node(res.normalize(request, what="resources_per_worker"))
         self.slots.check_feasible(request, n, what)
         self.start()
         if allocations is None:
@@ -528,6 +530,7 @@ class LocalRuntime(Runtime):
         bundle: BundleRef | None = None,
         max_calls: tuple[str, int] | None = None,
         on_wait: Callable[[str], None] | None = None,
+        node: NodeRef | None = None,  # its one node (the tasks layer refused another)
     ) -> Future:
         """Run ``fn`` in a pooled worker of the same resource shape (reused across tasks); a worker
         counts ``max_calls`` for itself (it retires once the task says so). ``on_wait``: see

@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from typing import Callable
 
 from muster.core import resources as res
-from muster.core.local.slots import Allocation, NoticeClock, SlotTable
+from muster.core.local.slots import Allocation, NoticeClock, SlotTable, on_this_node
 from muster.core.runtime import BundleRef, removed_error
 from muster.exceptions import ActorPlacementGroupRemoved, ResourcesUnavailableError, TaskPlacementGroupRemoved
 
@@ -128,7 +128,7 @@ class Reservations:
                 on_wait: Callable[[str], None] | None = None) -> Future:
         """Hold ``bundles`` for ``group`` now if they fit, else as soon as they do (see ``Runtime.reserve``);
         ``on_wait`` is told while it waits, as by ``SlotTable.acquire``."""
-        requests = [res.normalize(b, what=f"placement group bundle {i}") for i, b in enumerate(bundles)]
+        requests = [on_this_node(res.normalize(b, what=f"placement group bundle {i}")) for i, b in enumerate(bundles)]
         if not self._slots.could_hold(requests):
             listing = "; ".join("{" + res.fmt(b) + "}" for b in requests)
             raise ResourcesUnavailableError(

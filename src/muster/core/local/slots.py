@@ -132,8 +132,9 @@ class SlotTable:
             return {k: round(v, 6) for k, v in self._free.items()}
 
     def check_feasible(self, request: dict[str, float], count: int, what: str = "") -> None:
-        """Raise at once if ``count`` x ``request`` can never fit on this machine (the error names ``what``)."""
-        res.ensure_feasible(request, count, self._total, what=what)
+        """Raise at once if ``count`` x ``request`` can never fit on this machine (the error names ``what``);
+        the machine has Ray's node resources too, that no table counts (see :func:`on_this_node`)."""
+        res.ensure_feasible(request, count, {**self._total, **node_resources()}, what=what)
 
     def acquire(
         self,
@@ -297,6 +298,25 @@ def detect_total(num_cpus: float | None, num_gpus: float | None, custom: dict[st
             raise InvalidArgumentError(f"muster.init(resources={{{k!r}: ...}}): pass num_cpus=/num_gpus= for {k}.")
         total[k] = v
     return res.normalize(total, what="muster.init", spelled=res.ARGUMENT_NAMES)
+
+
+def node_resources() -> dict[str, float]:
+    """The resources Ray gives every node, one unit each: ``node:<its IP>``, and on the head node
+    ``node:__internal_head__``. The embedded engine's one node is the head. Ray's users ask for a little
+    of one (``resources={"node:10.0.0.5": 0.01}``) to run work on that node."""
+    from muster.core.settings import node_ip_address
+
+    return {f"node:{node_ip_address()}": 1.0, "node:__internal_head__": 1.0}
+
+
+def on_this_node(request: dict[str, float]) -> dict[str, float]:
+    """``request`` less what it asks of this node's :func:`node_resources` (up to their one unit): it is
+    the only node, so they never hold work back, and no table counts them (nor shows them in its
+    messages). More than one unit of one stays, and is refused as infeasible, as in Ray."""
+    if not any(k.startswith("node:") for k in request):
+        return request
+    ours = node_resources()
+    return {k: v for k, v in request.items() if not (k in ours and v <= ours[k])}
 
 
 def _count_gpus() -> int:

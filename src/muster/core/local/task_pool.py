@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from muster.core import resources as res
 from muster.core.local.reservations import BUNDLE_FIX
-from muster.core.local.slots import TASK_FIX, BusyWarning
+from muster.core.local.slots import TASK_FIX, BusyWarning, on_this_node
 from muster.core.runtime import BundleRef, EventHandler, removed_error
 from muster.exceptions import ActorDiedError, RuntimeNotStartedError, TaskError, WorkerCrashedError
 
@@ -45,7 +45,7 @@ class TaskPool:
         on_wait: Callable[[str], None] | None = None,
     ) -> Future:
         """Queue ``fn`` for a pooled worker of the same resource shape (see :meth:`LocalRuntime.submit`)."""
-        request = res.normalize(resources if resources is not None else {"CPU": 1.0}, what="task resources")
+        request = on_this_node(res.normalize({"CPU": 1.0} if resources is None else resources, what="task resources"))
         self._slots.check_feasible(request, 1)
         out: Future = Future()
         key = (frozenset(request.items()), bundle)

@@ -29,7 +29,7 @@ import cloudpickle
 
 from muster.core import settings
 from muster.core.serialization import ReceivedBuffer, dumps, empty_buffer, shared_fd_of
-from muster.exceptions import TaskError
+from muster.exceptions import MusterError, TaskError
 
 _HEADER = struct.Struct("!IBq")  # buffer count, routed kind, id
 ROUTED = ("call", "reply", "result", "event")  # kinds whose second field is an id the peer waits on
@@ -169,6 +169,18 @@ def remote_traceback(exc: BaseException) -> str:
     if first_user:
         shown.stack = traceback.StackSummary.from_list(shown.stack[first_user:])
     return "".join(shown.format())
+
+
+def unsendable(what: str, exc: BaseException) -> BaseException:
+    """The error a caller gets for a result that would not pickle (``exc``, pickling's error): of ``exc``'s class
+    where it can be made with a message, so ``except TypeError`` catches it as it catches Ray's
+    ``RayTaskError(TypeError)``; it names ``what`` returned the value, and what to return instead."""
+    message = (f"{what} returned a value that cannot be sent back to its caller ({type(exc).__name__}: {exc}); "
+               "return plain data (numbers, strings, lists, dicts, tensors, numpy arrays).")
+    try:
+        return type(exc)(message)
+    except Exception:  # noqa: BLE001 - a class that takes other arguments
+        return MusterError(message)
 
 
 def capture_error(exc: BaseException, label: str, pid: int, host: str) -> TaskError:

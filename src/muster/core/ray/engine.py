@@ -35,7 +35,7 @@ from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
 from muster.core.ray.metrics_processes import MetricsProcesses
 from muster.core.ray.worker import RayWorker, pack, run_task, task_runner, unpack
-from muster.core.runtime import BundleRef, EventHandler, Runtime, RuntimeActor, removed_error
+from muster.core.runtime import BundleRef, EventHandler, NodeRef, Runtime, RuntimeActor, removed_error
 from muster.exceptions import (
     ActorPlacementGroupRemoved,
     ClusterUnreachableError,
@@ -202,10 +202,10 @@ class RayRuntime(Runtime):
 
     # -- resources ---------------------------------------------------------
     def resources(self) -> dict[str, float]:
-        return placement.cluster_view(ray.cluster_resources())
+        return placement.cluster_view(ray.cluster_resources(), nodes=True)
 
     def available(self) -> dict[str, float]:
-        view = placement.cluster_view(ray.available_resources())
+        view = placement.cluster_view(ray.available_resources(), nodes=True)
         return {k: view.get(k, 0.0) for k in self.resources()}
 
     def ray_view(self, available: bool = False) -> dict[str, float]:
@@ -217,7 +217,8 @@ class RayRuntime(Runtime):
     def node_resources(self, lost: bool = False) -> list[dict[str, float]]:
         """Each live node's total resources, in Ray's order; with ``lost``, those of the nodes
         this driver saw alive that went away in the last ``_LOST_NODE_WAIT_S`` seconds."""
-        alive = {n["NodeID"]: placement.cluster_view(n["Resources"]) for n in ray.nodes() if n.get("Alive")}
+        alive = {n["NodeID"]: placement.cluster_view(n["Resources"], nodes=True) for n in ray.nodes()
+                 if n.get("Alive")}
         now = time.monotonic()
         with self._lock:
             self._known_nodes.update(alive)
@@ -234,7 +235,7 @@ class RayRuntime(Runtime):
         try:
             from ray._private.state import available_resources_per_node
 
-            free = [placement.cluster_view(r) for r in available_resources_per_node().values()]
+            free = [placement.cluster_view(r, nodes=True) for r in available_resources_per_node().values()]
         except Exception:  # noqa: BLE001 - an internal API: fall back to the cluster-wide sum
             return super().capacity(request)
         return placement.capacity(free, res.normalize(request), "PACK") if request else 0
@@ -272,11 +273,12 @@ class RayRuntime(Runtime):
         on_event: EventHandler | None = None,
         fresh_process: bool = False,  # every Ray actor is a new worker process
         bundle: BundleRef | None = None,
+        node: NodeRef | None = None,
     ) -> RuntimeActor:
         request = res.normalize(resources, what="actor resources")
         placement.check_gang(self.node_resources(), request, 1, "PACK", what=f"actor {label or cls.__name__}")
         try:
-            where = None if bundle is None else self._groups.strategy(bundle)
+            where = self._where(bundle, node)
         except TaskPlacementGroupRemoved as exc:
             raise ActorPlacementGroupRemoved(str(exc)) from None
         actor = self._spawn(label or cls.__name__, request, None, where, on_event)
@@ -376,14 +378,14 @@ class RayRuntime(Runtime):
                 told = True
                 on_wait(
                     f"waiting for {n} x {{{res.fmt(bundle)}}} ({strategy}) on the Ray cluster; free now: "
-                    f"{res.fmt(self.available())}"
+                    f"{res.fmt(res.machine(self.available()))}"
                 )
             if timeout_s is not None and waited > timeout_s:
                 remove_placement_group(group)
                 raise ResourcesUnavailableError(
                     f"a gang of {n} x {{{res.fmt(bundle)}}} ({strategy}) was not placed within "
                     f"{timeout_s:.0f} s: the cluster stayed too busy or too small (free now: "
-                    f"{res.fmt(self.available())}). Fix: add nodes (`ray start --address=...`), free "
+                    f"{res.fmt(res.machine(self.available()))}). Fix: add nodes (`ray start --address=...`), free "
                     "resources, or ask for fewer workers.",
                     requested={k: v * n for k, v in bundle.items()}, total=self.resources(),
                 )
@@ -442,6 +444,7 @@ class RayRuntime(Runtime):
         bundle: BundleRef | None = None,
         max_calls: tuple[str, int] | None = None,
         on_wait: Callable[[str], None] | None = None,
+        node: NodeRef | None = None,
     ) -> Future:
         """A Ray task; ``on_wait`` is never called: Ray's scheduler queues it (``ray status`` shows the demand it
         waits for), and what this engine reads of Ray (``available_resources``, ``nodes``) cannot tell a queued
@@ -454,8 +457,9 @@ class RayRuntime(Runtime):
             return out
         options = ray_options(request)
         try:
-            if bundle is not None:
-                options["scheduling_strategy"] = self._groups.strategy(bundle)
+            where = self._where(bundle, node)
+            if where is not None:
+                options["scheduling_strategy"] = where
         except TaskPlacementGroupRemoved as exc:
             out.set_exception(exc)
             return out
@@ -476,6 +480,16 @@ class RayRuntime(Runtime):
         out.add_done_callback(self._task_ended)
         ref.future().add_done_callback(lambda f: self.in_background(lambda: task.finish(f, out)))
         return out
+
+    def _where(self, bundle: BundleRef | None, node: NodeRef | None) -> Any:
+        """Ray's scheduling strategy for work in ``bundle`` or on ``node`` (None: Ray's default).
+
+        Raises:
+            TaskPlacementGroupRemoved: ``bundle``'s group was removed.
+        """
+        if bundle is not None:
+            return self._groups.strategy(bundle)
+        return None if node is None else NodeAffinitySchedulingStrategy(node.node_id, soft=node.soft)
 
     def _task_ended(self, out: Future) -> None:
         with self._lock:

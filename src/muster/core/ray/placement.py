@@ -69,12 +69,14 @@ def check_gang(
 _GROUP_RESOURCE = re.compile(r".+_group_(\d+_)?[0-9a-f]{16,}$")
 
 
-def cluster_view(raw: Mapping[str, float]) -> dict[str, float]:
-    """Ray's resource dict without its bookkeeping entries (memory, node:..., accelerator_type:..., and
-    the per-placement-group names: what a group holds is already out of the plain amounts)."""
+def cluster_view(raw: Mapping[str, float], nodes: bool = False) -> dict[str, float]:
+    """Ray's resource dict without its bookkeeping entries (memory, accelerator_type:..., the
+    per-placement-group names: what a group holds is already out of the plain amounts, and unless
+    ``nodes``, the ``node:<ip>`` and ``node:__internal_head__`` ones work may ask for to pick a node)."""
     skip = ("memory", "object_store_memory")
+    kinds = ("accelerator_type:",) if nodes else ("node:", "accelerator_type:")
     return {
         k: float(v)
         for k, v in raw.items()
-        if k not in skip and not k.startswith(("node:", "accelerator_type:")) and v and not _GROUP_RESOURCE.match(k)
+        if k not in skip and not k.startswith(kinds) and v and not _GROUP_RESOURCE.match(k)
     }

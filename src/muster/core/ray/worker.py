@@ -36,10 +36,10 @@ import cloudpickle
 import ray
 
 from muster.core import context, settings
-from muster.core.local.wire import capture_error
+from muster.core.local.wire import capture_error, unsendable
 from muster.core.serialization import dumps
 from muster.core.ray.errors import from_ray, reason
-from muster.exceptions import MusterError, RuntimeNotStartedError
+from muster.exceptions import RuntimeNotStartedError
 
 
 def pack(obj: Any) -> bytes:
@@ -297,10 +297,8 @@ class RayWorker:
         try:
             return pack(out)
         except Exception as exc:  # noqa: BLE001
-            err = MusterError(
-                f"{method} returned a value that cannot be sent back to the driver "
-                f"({type(exc).__name__}: {exc}); return plain data (numbers, lists, dicts, tensors)."
-            )
+            err = unsendable(f"actor {type(getattr(self._obj, '_muster_obj', self._obj)).__name__}'s method "
+                             f"{args[1] if method == '_muster_call' and len(args) > 1 else method}", exc)
             return pack((False, capture_error(err, self.label, os.getpid(), self.host)))
 
     @ray.method(concurrency_group="watch")
@@ -335,7 +333,7 @@ def run_task(
     try:
         return channel.sent, pack(out)
     except Exception as exc:  # noqa: BLE001
-        err = MusterError(f"{label} returned a value that cannot be sent back to the driver: {exc}")
+        err = unsendable(label, exc)
         return channel.sent, pack((False, capture_error(err, label, os.getpid(), host)))
 
 

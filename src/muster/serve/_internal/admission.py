@@ -63,7 +63,8 @@ def check_fits(runtime: Any, apps: dict[str, AppState], name: str, plans: list[D
     others = "; ".join(f"app {a!r} holds {res.fmt(h)}" for a, h in held.items()) or "no other app runs"
     raise ResourcesUnavailableError(
         f"serve.run(app {name!r}) can never start: its replicas ({asked}) need {res.fmt(needed)}, but this engine "
-        f"has {res.fmt(total)} in total and {others}, leaving {res.fmt({k: max(v, 0) for k, v in room.items()})}. "
+        f"has {res.fmt(res.machine(total))} in total and {others}, leaving "
+        f"{res.fmt(res.machine({k: max(v, 0) for k, v in room.items()}))}. "
         "Fix: lower num_replicas, ray_actor_options num_cpus/num_gpus or placement_group_bundles, serve.delete "
         "another app, or start "
         "the engine with more (muster.init(num_cpus=N) oversubscribes).",

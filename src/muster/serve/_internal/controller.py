@@ -279,7 +279,7 @@ class ServeController:
         while self.runtime.capacity(rep.resources) < 1 if rep.resources else False:
             with self.lock:
                 d.message = (f"{WAITING}: a replica needs {res.fmt(rep.resources)}, "
-                             f"free now: {res.fmt(self.runtime.available())} (other work holds the rest)")
+                             f"free now: {res.fmt(res.machine(self.runtime.available()))} (other work holds the rest)")
             if time.monotonic() > deadline or self._stop.is_set():
                 raise RayServeException(f"deployment {d.plan.name!r} of app {d.app!r}: {d.message}; gave up after "
                                         f"{_BUSY_WAIT_S:.0f} s.")

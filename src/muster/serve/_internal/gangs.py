@@ -91,7 +91,7 @@ def wait_placed(ctl: ServeController, d: DeploymentState, placed: Any, what: str
                     d.message = ""
             return
         with ctl.lock:
-            d.message = (f"{WAITING}: {what}, free now: {res.fmt(ctl.runtime.available())} (other work "
+            d.message = (f"{WAITING}: {what}, free now: {res.fmt(res.machine(ctl.runtime.available()))} (other work "
                          "holds the rest)")
         if time.monotonic() > deadline or ctl._stop.is_set():
             raise RayServeException(f"deployment {d.plan.name!r} of app {d.app!r}: {d.message}; gave up after "
