@@ -83,6 +83,10 @@ class Counted:
     async def sizes(self, xs: list[int]):
         yield [len(xs)] * len(xs)
 
+    @serve.batch(max_batch_size=3, batch_wait_timeout_s=0.5)
+    async def joined(self, xs: list[int], ys: list[str], zs: list[int] | None = None) -> list[str]:
+        return [f"{x}{y}{z}/{len(xs)}" for x, y, z in zip(xs, ys, zs or [])]
+
     @serve.batch(max_batch_size=1, batch_wait_timeout_s=0, max_concurrent_batches=2)
     async def overlapping(self, xs: list[int]) -> list[int]:
         self.running = getattr(self, "running", 0) + 1
@@ -183,6 +187,19 @@ def test_streaming_calls_are_sent_when_made_so_they_batch_together(client):
     finally:
         serve.delete("counted")
         serve.delete("one")
+
+
+def test_calls_passing_an_argument_by_position_or_by_name_batch_together_as_rays(client):
+    """Ray places each call's arguments by the method's signature: ``f(1, "a", 7)``, ``f(2, ys="b", zs=8)`` and
+    ``f(xs=3, ys="c", zs=9)`` run as one batch; muster refused the batch ("passed different arguments")."""
+    h = serve.run(Counted.bind(), name="counted", route_prefix=None)
+    try:
+        calls = [h.joined.remote(1, "a", 7), h.joined.remote(2, ys="b", zs=8), h.joined.remote(xs=3, ys="c", zs=9)]
+        assert [c.result(timeout_s=10) for c in calls] == ["1a7/3", "2b8/3", "3c9/3"]
+        with pytest.raises(TypeError, match=r"joined: a call with 1 positional argument\(s\) and keywords \['xs'\]"):
+            h.joined.remote(1, xs=2).result(timeout_s=10)  # one value twice: refused naming the call
+    finally:
+        serve.delete("counted")
 
 
 def test_a_cancelled_stream_raises_request_cancelled_and_a_stream_has_no_result_as_rays(client):

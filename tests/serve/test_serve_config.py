@@ -44,6 +44,9 @@ def test_bad_options_name_the_field():
         AutoscalingConfig(min_replicas=2, max_replicas=1)
     with pytest.raises(ValueError, match="unknown key"):
         DeploymentConfig(name="x", ray_actor_options={"num_cpu": 1})
+    for not_json in ({"x": {1, 2}}, {"x": object()}):  # Ray refuses them at .options(); muster deployed them
+        with pytest.raises(ValueError, match=r"A: user_config=\{'x': .* is not JSON-serializable"):
+            A.options(user_config=not_json)
     with pytest.raises(ValueError, match="env_vars must map str to str"):
         DeploymentConfig(name="x", ray_actor_options={"runtime_env": {"env_vars": {"A": 1}}})
     assert (AutoscalingConfig.default().min_replicas, AutoscalingConfig.default().max_replicas) == (1, 100)

@@ -210,6 +210,8 @@ def test_composition_over_http_and_handles(client, graph):
     assert muster.get(failed, timeout=10) == "xxx"
     with pytest.raises(Exception, match="no_such"):
         muster.get(h.no_such.remote()._to_object_ref_sync(), timeout=10)
+    # a top-level ObjectRef argument arrives as its value, as in Ray (the callee got the ref); nested ones stay refs
+    assert serve.get_deployment_handle("Adder", "graph").add.remote(muster.put(5), y=ref).result(timeout_s=10) == 17
     # Ray's older docs write ray.get(handle.remote()); Ray 2.60 refuses it too, and the message said to call
     # .remote(), which the code had just done
     with pytest.raises(TypeError, match=r"got DeploymentResponse; take its value with response.result\(\)"):

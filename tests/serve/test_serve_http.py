@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import os
 import re
+import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
-from fastapi import FastAPI, HTTPException
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, StreamingResponse
 
@@ -298,6 +300,109 @@ def test_fastapi_factory_pattern(apps):
         assert set(serve.status().applications["factory"].deployments) == {"ASGIIngressDeployment", "Sub"}
     finally:
         serve.delete("factory")
+
+
+def _token(x_token: str = Header(default="")) -> str:
+    if not x_token:
+        raise HTTPException(status_code=401, detail="x-token header missing")
+    return x_token
+
+
+def test_fastapi_apps_including_routers(apps):
+    """``app.include_router`` (prefixes, tags, dependencies; the class's own methods on a router too), as Ray serves
+    it. Before: a class defined here could not be sent to its replicas (FastAPI's included router holds a lock),
+    and one imported failed in its replica ("'_IncludedRouter' object has no attribute 'path'")."""
+    routed = FastAPI()
+    pings = APIRouter(prefix="/r", tags=["r"])
+
+    @pings.get("/ping")
+    def ping(tok: str = Depends(_token)) -> dict:
+        return {"pong": True, "tok": tok}
+
+    routed.include_router(pings, prefix="/v1", tags=["v1"], dependencies=[Depends(_token)])
+    counts = APIRouter(prefix="/m")
+    routed.include_router(counts)  # before its routes are declared: FastAPI includes them all the same
+
+    @serve.deployment(ray_actor_options=SMALL)
+    @serve.ingress(routed)
+    class Routed:  # defined in a function: sent to its replicas by value
+        def __init__(self):
+            self.n = 0
+
+        @counts.get("/count")
+        def count(self) -> int:
+            self.n += 1
+            return self.n
+
+    serve.run(Routed.bind(), name="routed", route_prefix="/routed")
+    try:
+        r = apps.get("/routed/v1/r/ping", headers={"x-token": "T"})
+        assert r.status_code == 200 and r.json() == {"pong": True, "tok": "T"}
+        assert apps.get("/routed/v1/r/ping").status_code == 401  # the inclusion's dependency
+        assert [apps.get("/routed/m/count").json() for _ in range(2)] == [1, 2]  # the instance's own method
+        assert apps.get("/routed/openapi.json").json()["paths"]["/v1/r/ping"]["get"]["tags"] == ["v1", "r"]
+    finally:
+        serve.delete("routed")
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI):
+    app.state.started_in = os.getpid()
+    yield {"greeting": "hello"}  # Starlette's lifespan state: request.state.greeting
+    with open(os.environ["MUSTER_TEST_STOPPED_FILE"], "w") as f:
+        f.write("lifespan")
+
+
+lifespanned = FastAPI(lifespan=_lifespan)
+hooked = FastAPI()
+
+
+async def _started() -> None:
+    hooked.state.started_in = os.getpid()
+
+
+def _stopped() -> None:
+    with open(os.environ["MUSTER_TEST_STOPPED_FILE"], "w") as f:
+        f.write("on_event")
+
+
+with warnings.catch_warnings():  # FastAPI deprecates on_event, which ported Ray apps still use
+    warnings.simplefilter("ignore", DeprecationWarning)
+    hooked.on_event("startup")(_started)
+    hooked.on_event("shutdown")(_stopped)
+
+
+@serve.deployment(ray_actor_options=SMALL)
+@serve.ingress(lifespanned)
+class Lifespanned:
+    @lifespanned.get("/state")
+    def state(self, request: Request) -> dict:
+        return {"pid": os.getpid(), "started_in": request.app.state.started_in,
+                "greeting": request.state.greeting}
+
+
+@serve.deployment(ray_actor_options=SMALL)
+@serve.ingress(hooked)
+class Hooked:
+    @hooked.get("/state")
+    def state(self, request: Request) -> dict:
+        return {"pid": os.getpid(), "started_in": request.app.state.started_in, "greeting": "hello"}
+
+
+def test_fastapi_lifespan_and_startup_shutdown_handlers_run_in_each_replica(apps, tmp_path):
+    """As Ray: an ingress app's ``lifespan=`` and ``@app.on_event`` handlers run in each replica, startup before it
+    serves and shutdown when it stops. Before: they never ran (``request.app.state`` had nothing set)."""
+    for name, dep in (("lifespan", Lifespanned), ("on_event", Hooked)):
+        out = tmp_path / name
+        env = {"runtime_env": {"env_vars": {"MUSTER_TEST_STOPPED_FILE": str(out)}}}
+        serve.run(dep.options(ray_actor_options={**SMALL, **env}).bind(), name=name, route_prefix=f"/{name}")
+        try:
+            got = apps.get(f"/{name}/state").json()
+            assert got["started_in"] == got["pid"] != os.getpid() and got["greeting"] == "hello"
+        finally:
+            serve.delete(name)
+        wait_until(out.exists, 10, f"the {name} shutdown to write {out}")
+        assert out.read_text() == name
 
 
 def test_body_over_limit_is_413():

@@ -10,6 +10,7 @@ import time
 
 import httpx
 import pytest
+from fastapi import APIRouter, FastAPI, WebSocket
 from serve_helpers import WEBSOCKET_UPGRADE, check_a_websocket_upgrade_is_refused_naming_it, serving, wait_until
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
@@ -101,6 +102,26 @@ def test_a_server_the_user_named_is_kept_and_an_upgrade_is_refused_naming_it(cap
         assert "runs on granian because http_options server='granian' names it" in r.text
         assert serve.status().http["server"] == "granian"
         assert "moving" not in capfd.readouterr().err
+
+
+routed_app, ws_router = FastAPI(), APIRouter(prefix="/ws")
+routed_app.include_router(ws_router)
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+@serve.ingress(routed_app)
+class RoutedEcho:
+    @ws_router.websocket("/echo")
+    async def echo(self, ws: WebSocket) -> None:
+        await _echo_twice(ws)
+
+
+def test_a_websocket_route_of_an_included_router_moves_the_ingress_to_uvicorn():
+    """A FastAPI app's WebSocket route may come from ``app.include_router``; the driver missed it there (the
+    ingress stayed on granian, which refused the upgrade)."""
+    with serving() as client:
+        serve.run(RoutedEcho.bind(), name="routed", route_prefix="/routed")
+        assert echoes(ws_url(client).rstrip("/") + "/routed/ws/echo") and serve.status().http["server"] == "uvicorn"
 
 
 async def _echo_twice(ws) -> None:

@@ -5,9 +5,10 @@ Calls that arrive within ``batch_wait_timeout_s`` of the first (up to
 with a list, and each caller gets its own element of the returned sequence (a
 list, tuple, numpy array: anything with one item per input). A call of several
 arguments batches each one into its own list (``f(self, xs, ys, flag=flags)``),
-as Ray does. An ``async def`` generator yields a list per step; each caller
-streams its own element of each (``StopIteration`` in its place ends that
-caller's stream).  As in Ray, a caller that has gone (cancelled, or its stream closed) before its batch
+as Ray does, whether each call passed it by position or by name. An ``async def``
+generator yields a list per step; each caller streams its own element of each
+(``StopIteration`` in its place ends that caller's stream).  As in Ray, a caller
+that has gone (cancelled, or its stream closed) before its batch
 runs is left out of it, and a call that ``batch_size_fn`` counts over ``max_batch_size`` fails with a
 ``RuntimeError``.  ``set_max_batch_size`` and
 ``set_batch_wait_timeout_s`` on the decorated method change both for the
@@ -122,6 +123,25 @@ def _by_model(batch: list[_Queued]) -> list[tuple[str, list[_Queued]]]:
     for queued in batch:
         parts.setdefault(queued[2], []).append(queued)
     return list(parts.items())
+
+
+def _by_signature(fn: Callable, signature: inspect.Signature, args: tuple, kwargs: dict,
+                  owner: bool) -> tuple[tuple, dict]:
+    """One call's arguments as the signature places them: each parameter that can be passed by position is,
+    however the caller named it, so ``f(1, "a")``, ``f(1, ys="a")`` and ``f(xs=1, ys="a")`` batch together (as
+    in Ray). Defaults are not filled in: calls that leave out different parameters do not batch. ``owner``: the
+    first of ``args`` is ``self``."""
+    if not kwargs:
+        return args, kwargs
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise InvalidTypeError(
+            f"@serve.batch method {fn.__qualname__}: a call with {len(args) - owner} positional argument(s) and "
+            f"keywords {sorted(kwargs)} does not fit its signature {signature} ({exc}). Fix: pass one item for "
+            "each of its parameters (by position or by name), as you would call it without @serve.batch."
+        ) from exc
+    return bound.args, bound.kwargs
 
 
 def _batched(fn: Callable, calls: list[_Call]) -> tuple[tuple, dict]:
@@ -339,7 +359,8 @@ def batch(
         if not (inspect.iscoroutinefunction(fn) or streams):
             raise InvalidTypeError(f"@serve.batch needs an `async def` function; "
                                    f"{getattr(fn, '__qualname__', repr(fn))} is not one.")
-        is_method = "self" in inspect.signature(fn).parameters
+        signature = inspect.signature(fn)
+        is_method = "self" in signature.parameters
         opts = _Options(max_batch_size, batch_wait_timeout_s, max_concurrent_batches, batch_size_fn)
 
         def set_max_batch_size(value: int) -> None:
@@ -349,6 +370,7 @@ def batch(
             opts.batch_wait_timeout_s = _check_wait(value)
 
         def split(args: tuple, kwargs: dict) -> tuple[Any, _Call]:
+            args, kwargs = _by_signature(fn, signature, args, kwargs, is_method)
             return (args[0], (args[1:], kwargs)) if is_method else (None, (args, kwargs))
 
         async def streamed(*args: Any, **kwargs: Any) -> Any:

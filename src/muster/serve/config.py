@@ -9,6 +9,7 @@ bad value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -407,6 +408,14 @@ class DeploymentConfig:
         for f in ("health_check_period_s", "health_check_timeout_s"):
             _positive(f"{self.name}: {f}", getattr(self, f))
         _positive(f"{self.name}: graceful_shutdown_timeout_s", self.graceful_shutdown_timeout_s, allow_zero=True)
+        if self.user_config is not None:
+            try:
+                json.dumps(self.user_config)
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgumentError(
+                    f"{self.name}: user_config={self.user_config!r} is not JSON-serializable ({exc}). Pass plain "
+                    "data (dicts, lists, strings, numbers, booleans, None), as Ray requires: a config file holds it "
+                    "too.") from exc
         if not isinstance(self.ray_actor_options, Mapping):
             raise InvalidArgumentError(f"{self.name}: ray_actor_options={self.ray_actor_options!r}: pass a dict.")
         unknown = sorted(set(self.ray_actor_options) - set(_ACTOR_OPTION_KEYS))

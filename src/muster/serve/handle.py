@@ -21,6 +21,7 @@ from muster.exceptions import InvalidArgumentError, InvalidTypeError, checked_ti
 from muster.serve import context
 from muster.serve._internal import eventloop, router, streams, wire
 from muster.serve.exceptions import RequestCancelledError
+from muster.tasks.objects import ObjectRef
 
 _CALL_TIMEOUT_S = 30.0  # waiting for room on a replica; the call itself is unbounded, as in Ray
 
@@ -211,12 +212,16 @@ class DeploymentResponseGenerator:
                 eventloop.get_loop().call_soon_threadsafe(call.close)
 
 
+def _pending(value: Any) -> bool:
+    """Whether a call's argument is a value still to come: a ``DeploymentResponse``, or an ``ObjectRef``
+    (Ray resolves a top-level ``ObjectRef`` argument of a handle call, as of any actor call; nested ones stay)."""
+    return isinstance(value, (DeploymentResponse, ObjectRef))
+
+
 async def _resolve(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    if any(isinstance(a, DeploymentResponse) for a in args) or any(
-        isinstance(v, DeploymentResponse) for v in kwargs.values()
-    ):
-        args = tuple([await a if isinstance(a, DeploymentResponse) else a for a in args])
-        kwargs = {k: (await v if isinstance(v, DeploymentResponse) else v) for k, v in kwargs.items()}
+    if any(_pending(a) for a in args) or any(_pending(v) for v in kwargs.values()):
+        args = tuple([await a if _pending(a) else a for a in args])
+        kwargs = {k: (await v if _pending(v) else v) for k, v in kwargs.items()}
     return args, kwargs
 
 
@@ -236,12 +241,8 @@ def _call_now(app: str, dep: str, method: str, args: tuple, kwargs: dict, model_
     ``None`` when that cannot be done (an argument is a pending ``DeploymentResponse``, arguments that only
     cloudpickle, no room): the caller then goes through :func:`_call`.
     """
-    for a in args:
-        if isinstance(a, DeploymentResponse):
-            return None
-    for v in kwargs.values():
-        if isinstance(v, DeploymentResponse):
-            return None
+    if any(_pending(a) for a in args) or any(_pending(v) for v in kwargs.values()):
+        return None
     try:
         payload = pickle.dumps(_request(method, args, kwargs, False, model_id, req), protocol=5)
     except Exception:  # noqa: BLE001 - wire.dumps falls back to cloudpickle in _call

@@ -2,42 +2,108 @@
 
 from __future__ import annotations
 
+import copyreg
+import inspect
 from typing import Any
+
+_DOCS_PATHS = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
 
 
 def bind_routes(app: Any, cls: type, instance: Any) -> Any:
     """Return a copy of ``app`` whose routes defined on ``cls`` call ``instance``'s bound methods; any other ASGI
-    app (a Starlette one, a bare callable) as it is, as Ray serves it."""
+    app (a Starlette one, a bare callable) as it is, as Ray serves it.
+
+    Routes of routers the app includes (``app.include_router``, with their prefixes, tags and dependencies) are
+    kept; those among them that are ``cls``'s methods are bound too. The copy runs the app's lifespan and its
+    startup/shutdown handlers (the replica drives them, see :mod:`asgi_lifespan`)."""
     try:
         from fastapi import FastAPI
-        from fastapi.routing import APIRoute, APIWebSocketRoute
     except ImportError:  # no FastAPI installed: no FastAPI app either
         return app
     if not isinstance(app, FastAPI):
         return app
 
-    prefix = cls.__qualname__ + "."
     bound = FastAPI(
         title=app.title, version=app.version, openapi_url=app.openapi_url, docs_url=app.docs_url,
         redoc_url=app.redoc_url, exception_handlers=dict(app.exception_handlers),
     )
     bound.user_middleware = list(app.user_middleware)
     bound.state = app.state
-    routes: list[Any] = app.router.routes
-    for route in routes:
-        endpoint = getattr(route, "endpoint", None)
-        name = getattr(endpoint, "__name__", "")
-        mine = endpoint is not None and getattr(endpoint, "__qualname__", "").startswith(prefix)
-        if mine and isinstance(route, APIWebSocketRoute):
-            bound.router.add_api_websocket_route(route.path, getattr(instance, name), name=route.name,
-                                                 dependencies=route.dependencies)
-        elif mine and isinstance(route, APIRoute):
-            method = getattr(instance, name)
-            bound.router.add_api_route(
-                route.path, method, methods=sorted(route.methods or ()), response_model=route.response_model,
-                status_code=route.status_code, name=route.name, response_class=route.response_class,
-                dependencies=route.dependencies, summary=route.summary, tags=route.tags,
-            )
-        elif route.path not in ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"):
-            bound.router.routes.append(route)
+    bound.router.lifespan_context = app.router.lifespan_context  # runs the app's own on_startup handlers too
+    _bind_into(bound.router, app.router.routes, _methods_of(cls), instance, top=True)
     return bound
+
+
+def _methods_of(cls: type) -> dict[int, str]:
+    """The functions defined on ``cls`` (and its bases), by ``id``, with the attribute names they have there."""
+    found: dict[int, str] = {}
+    for klass in reversed(cls.__mro__[:-1]):  # a subclass's override wins; not object's
+        for name, value in vars(klass).items():
+            fn = getattr(value, "__func__", value)
+            if inspect.isfunction(fn):
+                found[id(fn)] = name
+    return found
+
+
+def _bind_into(router: Any, routes: list[Any], methods: dict[int, str], instance: Any, top: bool = False) -> None:
+    """Add ``routes`` to ``router``: those whose endpoint is one of the class's ``methods`` calling ``instance``'s
+    bound method, the rest as they are (but the docs routes of the ``top`` app, which ``router``'s own app
+    serves)."""
+    from fastapi.routing import APIRoute, APIWebSocketRoute
+
+    for route in routes:
+        name = methods.get(id(getattr(route, "endpoint", None)))
+        if name is not None and isinstance(route, APIWebSocketRoute):
+            router.add_api_websocket_route(route.path, getattr(instance, name), name=route.name,
+                                           dependencies=route.dependencies)
+        elif name is not None and isinstance(route, APIRoute):
+            router.add_api_route(
+                route.path, getattr(instance, name), methods=sorted(route.methods or ()),
+                response_model=route.response_model, status_code=route.status_code, name=route.name,
+                response_class=route.response_class, dependencies=route.dependencies, summary=route.summary,
+                tags=route.tags,
+            )
+        elif hasattr(route, "original_router") and hasattr(route, "include_context"):
+            router.routes.append(_bound_include(route, methods, instance))
+        elif not (top and getattr(route, "path", None) in _DOCS_PATHS):
+            router.routes.append(route)
+
+
+def _bound_include(included: Any, methods: dict[int, str], instance: Any) -> Any:
+    """An ``app.include_router(router)`` entry (FastAPI's ``_IncludedRouter``: the router and how it was
+    included), as it is when no route under it is the class's; else the same inclusion of a copy of the router
+    whose class routes are bound to ``instance``."""
+    if not _has_class_routes(included.original_router.routes, methods):
+        return included
+    from fastapi import APIRouter
+
+    copy = APIRouter()
+    _bind_into(copy, included.original_router.routes, methods, instance)
+    return type(included)(original_router=copy, include_context=included.include_context)
+
+
+def _has_class_routes(routes: list[Any], methods: dict[int, str]) -> bool:
+    for route in routes:
+        if hasattr(route, "original_router"):
+            if _has_class_routes(route.original_router.routes, methods):
+                return True
+        elif id(getattr(route, "endpoint", None)) in methods:
+            return True
+    return False
+
+
+def register_pickling() -> None:
+    """Tell ``copyreg`` how FastAPI's ``_IncludedRouter`` (what ``app.include_router`` adds) pickles: as its
+    router and inclusion, leaving out its lock and route caches (rebuilt on first use). Without it a class whose
+    FastAPI app includes a router cannot be sent to its replicas by value."""
+    try:
+        from fastapi import routing
+    except ImportError:
+        return
+    included = getattr(routing, "_IncludedRouter", None)  # FastAPI >= 0.13x; older ones copy the routes in
+    if included is not None:
+        copyreg.pickle(included, _reduce_included)
+
+
+def _reduce_included(included: Any) -> tuple:
+    return type(included), (included.original_router, included.include_context)

@@ -67,7 +67,10 @@ def _register_reducers() -> None:
     """Let classes holding a Starlette/FastAPI app pickle by value (their ``State`` recurses when unpickled)."""
     from starlette.datastructures import State
 
+    from muster.serve._internal import ingress_fastapi
+
     copyreg.pickle(State, lambda s: (State, (dict(s._state),)))
+    ingress_fastapi.register_pickling()  # and those whose app includes routers
 
 
 def check_picklable(p: "DeploymentPlan", app_name: str) -> None:

@@ -26,8 +26,8 @@ from typing import Any, cast
 from muster.exceptions import InvalidTypeError, MusterError, methods_of, no_such_method
 from muster.serve import context as replica_context
 from muster.serve import multiplex
-from muster.serve._internal import (autoscaling_stats, eventloop, metrics, replica_logging, responses, router,
-                                    server_choice, websocket, wire)
+from muster.serve._internal import (asgi_lifespan, autoscaling_stats, eventloop, metrics, replica_logging,
+                                    responses, router, server_choice, websocket, wire)
 from muster.serve._internal.plan import TargetRef
 from muster.serve.config import DeploymentConfig
 from muster.tasks import worker_side
@@ -266,6 +266,9 @@ class ReplicaActor:
             from muster.serve._internal.ingress_fastapi import bind_routes
 
             self.asgi = bind_routes(self.asgi, target, self.obj)
+        self.lifespan: asgi_lifespan.AppLifespan | None = None
+        if self.asgi is not None:  # its lifespan/startup handlers, before it serves (as in Ray)
+            self.lifespan = eventloop.run_sync(asgi_lifespan.started(self.asgi, self.where))
         if spec.config.user_config is not None:
             self.reconfigure(spec.config.user_config)
         self.sem = eventloop.run_sync(self._make_semaphore())
@@ -365,6 +368,9 @@ class ReplicaActor:
         deadline = time.monotonic() + timeout_s
         while self.ongoing and time.monotonic() < deadline:
             time.sleep(0.01)
+        if self.lifespan is not None:  # the app's shutdown handlers; then the object's __del__
+            stop_s = max(deadline - time.monotonic(), 0.0) + 3.0
+            eventloop.run_sync(self.lifespan.stop(stop_s), timeout=stop_s + 1.0)
         finalize = getattr(type(self.obj), "__del__", None) if inspect.isclass(self.target) else None
         if finalize is not None and not self._finalized:
             self._finalized = True
@@ -459,6 +465,8 @@ class ReplicaActor:
             async with self.sem:
                 fields, body = wire.parse_http_request(payload)
                 scope = _scope(fields)
+                if self.lifespan is not None and self.lifespan.state:  # what its lifespan yielded, per request
+                    scope["state"] = dict(self.lifespan.state)
                 method, route = fields[0], scope["root_path"] or "/"
                 # the model the request names, for get_multiplexed_model_id() in any deployment, as in Ray (an
                 # ingress passing it on to a multiplexed one, say): a look over the headers, ~0.4 us
@@ -496,6 +504,8 @@ class ReplicaActor:
         try:
             async with self.sem:
                 scope = websocket.scope_of(_scope(fields))
+                if self.lifespan is not None and self.lifespan.state:
+                    scope["state"] = dict(self.lifespan.state)
                 multiplex.set_model_id(multiplex.header_model_id(scope["headers"]))
                 if self.asgi is None:  # refused (403), naming the fix
                     proto.send(stream, wire.RESP_ERROR, wire.dumps(wire.RemoteError(403, (

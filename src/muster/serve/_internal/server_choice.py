@@ -81,6 +81,9 @@ def _has_websocket_route(routes: Any, depth: int) -> bool:
             return True
         if _has_websocket_route(getattr(route, "routes", None), depth + 1):  # Mount and Host: a sub-app's routes
             return True
+        included = getattr(route, "original_router", None)  # FastAPI's app.include_router(router)
+        if included is not None and _has_websocket_route(getattr(included, "routes", None), depth + 1):
+            return True
     return False
 
 
