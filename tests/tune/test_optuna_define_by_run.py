@@ -133,3 +133,18 @@ def test_a_study_in_storage_keeps_the_trials_and_a_second_run_adds_to_it(storage
         assert sum(t.state.name == "COMPLETE" for t in study.trials) == 3 * runs
     with pytest.raises(TypeError, match="storage=42.*RDBStorage"):
         OptunaSearch(space, metric="loss", mode="min", storage=42)
+
+
+def test_quantized_log_domains_keep_their_log_scale_as_in_rays_optuna_search(caplog):
+    """qloguniform was drawn linearly (its step kept, its log scale dropped: most draws above 0.1 of 1e-3..1);
+    Ray keeps the log scale and drops the step, saying so. qlograndint with q > 1 is refused, as Optuna does."""
+    from muster.exceptions import InvalidArgumentError
+    from muster.tune.search import OptunaSearch
+
+    searcher = OptunaSearch(space={"y": tune.qloguniform(1e-3, 1.0, 1e-3)}, metric="loss", mode="min", seed=1)
+    with caplog.at_level("WARNING", logger="muster.tune"):
+        ys = [searcher.suggest(f"t{i}")["y"] for i in range(40)]
+    assert sum(y < 0.1 for y in ys) > len(ys) / 2, ys  # two of the three decades are below 0.1
+    assert "without its q=0.001" in caplog.text
+    with pytest.raises(InvalidArgumentError, match=r"log scale with q=4.*tune.lograndint"):
+        OptunaSearch(space={"c": tune.qlograndint(1, 64, 4)}, metric="loss", mode="min").suggest("t0")

@@ -129,6 +129,22 @@ def test_median_stopping_rule_stops_a_trial_below_the_median_of_running_means():
     assert sched.on_trial_result(ctl, late, {"training_iteration": 2, "acc": 0.2}) == "STOP"
 
 
+def test_median_stopping_rule_without_hard_stop_pauses_a_trial_once_then_lets_it_run():
+    """As Ray's: a paused trial, resumed, runs on. muster paused it at every result after that, so a losing
+    trial without checkpoints started again from scratch, over and over, and the experiment never ended."""
+    sched = MedianStoppingRule(time_attr="training_iteration", metric="acc", mode="max", grace_period=1,
+                               min_samples_required=2, hard_stop=False)
+    trials = [_trial(i) for i in range(3)]
+    ctl = _Controller(trials)
+    for t, acc in zip(trials[:2], (0.7, 0.8)):
+        for it in range(1, 4):
+            sched.on_trial_result(ctl, t, {"training_iteration": it, "acc": acc})
+    late = trials[2]
+    assert sched.on_trial_result(ctl, late, {"training_iteration": 1, "acc": 0.1}) == "PAUSE"
+    assert [sched.on_trial_result(ctl, late, {"training_iteration": it, "acc": 0.1}) for it in (1, 2, 3)] == \
+        ["CONTINUE"] * 3
+
+
 def _policy_lines(folder, name):
     path = folder / "exp" / name
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else None

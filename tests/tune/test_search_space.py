@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 
 import pytest
 
@@ -36,6 +37,21 @@ def test_quantized_domains_give_multiples_inside_bounds():
     logq = _draws(tune.qlograndint(1, 1000, 5))
     assert all(isinstance(v, int) and v % 5 == 0 and 5 <= v <= 1000 for v in logq)
     assert sum(v <= 100 for v in logq) > len(logq) / 2  # log scale: most draws in the lower decades
+
+
+def test_each_multiple_of_a_quantized_integer_domain_is_as_likely_as_the_next():
+    """As Ray draws them, by their index: rounding a drawn integer to a multiple gave the end multiples half the
+    weight of the inner ones (qrandint(0, 10, 5): 0 and 10 at .27, 5 at .45) and log-scale draws a zig-zag."""
+    n = 6000
+    counts = Counter(_draws(tune.qrandint(0, 10, 5), n=n))
+    assert all(abs(counts[v] / n - 1 / 3) < 0.03 for v in (0, 5, 10)), counts
+    counts = Counter(_draws(tune.qrandint(1, 20, 3), n=n))
+    assert set(counts) == {3, 6, 9, 12, 15, 18} and all(abs(c / n - 1 / 6) < 0.025 for c in counts.values()), counts
+    logq = Counter(_draws(tune.qlograndint(1, 64, 4), n=n))
+    shares = [logq[v] / n for v in range(4, 65, 4)]
+    assert all(a > b for a, b in zip(shares[:5], shares[1:6])), shares  # falls steadily over the first multiples
+    with pytest.raises(InvalidArgumentError, match=r"qrandint\(lower=1, upper=3, q=5\): no multiple of 5"):
+        tune.qrandint(1, 3, 5)
 
 
 def test_integer_domains():

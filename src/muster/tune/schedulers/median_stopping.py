@@ -47,9 +47,12 @@ class MedianStoppingRule(TrialScheduler):
         self.min_samples_required, self.min_time_slice, self.hard_stop = min_samples_required, min_time_slice, hard_stop
         self._history: dict[str, list[tuple[float, float]]] = {}  # trial -> [(t, score)]
         self.num_stopped = 0
+        self._paused: set[str] = set()  # trials paused once (hard_stop=False): from then on they run to their end
 
     def on_trial_result(self, controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         self._require_metric()
+        if trial.trial_id in self._paused:  # as Ray's: a trial is paused once, so it is never paused again and again
+            return self.CONTINUE
         t, score = result.get(self.time_attr), self._score(result)
         if not isinstance(t, (int, float)) or score is None:
             return self.CONTINUE
@@ -63,7 +66,10 @@ class MedianStoppingRule(TrialScheduler):
         median = statistics.median(_running_mean(h, t) for h in others)
         if max(s for _, s in mine) < median:
             self.num_stopped += 1
-            return self.STOP if self.hard_stop else self.PAUSE
+            if self.hard_stop:
+                return self.STOP
+            self._paused.add(trial.trial_id)
+            return self.PAUSE
         return self.CONTINUE
 
     def debug_string(self) -> str:

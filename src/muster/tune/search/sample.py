@@ -125,17 +125,30 @@ class Integer(Domain):
         if q is not None and (isinstance(q, bool) or not isinstance(q, int) or q < 1):
             raise InvalidArgumentError(f"qrandint(q={q!r}): q must be an integer >= 1.")
         self.lower, self.upper, self.q, self.log, self.inclusive = lower, upper, q, log, inclusive
+        if q is not None:
+            first, last = self._grid()
+            if last < first:
+                raise InvalidArgumentError(
+                    f"qrandint(lower={lower}, upper={upper}, q={q}): no multiple of {q} lies between the bounds, so "
+                    "there is nothing to draw. Widen the bounds or use a smaller q.")
+
+    def _grid(self) -> tuple[int, int]:
+        """The first and last ``k`` (inclusive) of the multiples ``k * q`` in the domain."""
+        q = self.q or 1
+        return -(-self.lower // q), self._top() // q
+
+    def _top(self) -> int:
+        return self.upper if self.inclusive else self.upper - 1
 
     def draw(self, rng: random.Random, config: dict[str, Any] | None = None) -> int:
-        hi = self.upper if self.inclusive else self.upper - 1
+        """Uniform (or log-uniform) over the domain's integers; with ``q``, over its multiples of ``q``
+        (drawn by their index, so each multiple is as likely as the next, as Ray's are)."""
+        lo, hi = self._grid() if self.q else (self.lower, self._top())
         if self.log:
-            value = int(math.exp(rng.uniform(math.log(self.lower), math.log(hi + 1))))
-            value = min(max(value, self.lower), hi)
+            value = min(max(int(math.exp(rng.uniform(math.log(lo), math.log(hi + 1)))), lo), hi)
         else:
-            value = rng.randint(self.lower, hi)
-        if self.q:
-            value = int(_quantize(value, self.q, self.lower, hi))
-        return value
+            value = rng.randint(lo, hi)
+        return value * self.q if self.q else value
 
     def uniform(self) -> Integer:
         return copy.copy(self)

@@ -28,6 +28,8 @@ from muster.tune.search.sample import (
 from muster.tune.search.searcher import Searcher, _dump, _load
 from muster.tune.search.variant_generator import _walk
 
+_log = logging.getLogger("muster.tune")
+
 
 class OptunaSearch(Searcher):
     """Args:
@@ -277,13 +279,24 @@ def _distribution(d: Domain) -> Any:
     from optuna import distributions as dist
 
     if isinstance(d, Float):
-        return dist.FloatDistribution(d.lower, d.upper, log=d.log_base is not None and not d.q, step=d.q)
+        if d.log_base is not None and d.q and d not in _told_unquantized:  # Optuna takes no step on a log scale
+            _told_unquantized.append(d)
+            _log.warning("OptunaSearch: %r is drawn on a log scale without its q=%s (Optuna takes no step with "
+                         "log=True), as Ray's OptunaSearch does. Use tune.quniform for steps.", d, d.q)
+        return dist.FloatDistribution(d.lower, d.upper, log=d.log_base is not None,
+                                      step=None if d.log_base is not None else d.q)
     if isinstance(d, Integer):
-        return dist.IntDistribution(d.lower, d.upper if d.inclusive else d.upper - 1, log=d.log and not d.q,
-                                    step=d.q or 1)
+        if d.log and d.q and d.q > 1:
+            raise InvalidArgumentError(
+                f"OptunaSearch cannot draw {d!r} on a log scale with q={d.q}: Optuna takes only step 1 with "
+                "log=True. Use tune.lograndint (no q), or tune.qrandint (no log scale).")
+        return dist.IntDistribution(d.lower, d.upper if d.inclusive else d.upper - 1, log=d.log, step=d.q or 1)
     if isinstance(d, Categorical):
         return dist.CategoricalDistribution(d.categories if _plain(d) else list(range(len(d.categories))))
     raise InvalidArgumentError(f"OptunaSearch: cannot sample {d!r}.")
+
+
+_told_unquantized: list[Domain] = []  # the quantized log-scale domains warned about (once each)
 
 
 def _plain(d: Categorical) -> bool:
