@@ -88,6 +88,26 @@ def test_bad_arguments():
         md.DataConfig(datasets_to_split=3)  # type: ignore[arg-type]
 
 
+def test_a_misspelt_keyword_of_a_map_is_refused_naming_the_close_one():
+    """Ray hands a map's extra keywords to ray.remote, which refuses unknown ones; muster took them and dropped
+    them, so map_batches(batchsize=1) ran with whole blocks."""
+    ds = md.range(10)
+    misspelt = [
+        (lambda: ds.map_batches(lambda b: b, batchsize=1), r"map_batches\(\).*\['batchsize'\].*'batch_size'\?"),
+        (lambda: ds.map(lambda r: r, num_cpu=1), r"map\(\).*'num_cpus'\?"),
+        (lambda: ds.add_column("y", lambda df: df["id"], concurency=2), r"add_column\(\).*'concurrency'\?"),
+        (lambda: ds.groupby("id", partitions=2), r"groupby\(\).*only \['num_partitions'\]"),
+        (lambda: ds.repartition(2, shufle=True), r"repartition\(\).*'shuffle'\?"),
+        (lambda: ds.groupby("id").map_groups(lambda g: g, batchformat="numpy"), r"map_groups.*'batch_format'\?"),
+    ]
+    for call, message in misspelt:
+        with pytest.raises(TypeError, match=message):
+            call()
+    # Ray's task options and its own keywords still pass
+    assert ds.map_batches(lambda b: b, batch_size=4, memory=1e6, max_retries=1, ray_remote_args_fn=None).count() == 10
+    assert ds.repartition(2, strict=True).count() == 10 and ds.groupby("id", num_partitions=2).count().count() == 10
+
+
 def test_unparseable_file_is_named_with_the_reader_to_use(tmp_path):
     """pyarrow's parse error names the file and the matching reader, and stays pyarrow's class (chained)."""
     (tmp_path / "rows.csv").write_text("a,b\n1,2\n")

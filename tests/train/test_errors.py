@@ -45,6 +45,10 @@ def test_worker_exception_names_rank_type_message_and_traceback(fit, storage):
     assert cause.label == "rank 1" and cause.cause_type.endswith("ValueError")
     assert "raise_on_rank1" in cause.remote_traceback
     assert err.worker_failures == {1: cause}  # Ray V2's WorkerGroupError.worker_failures
+    # read back later, the run is a failed one (its error was None, as if it had finished)
+    recorded = Result.from_path(err.run_path).error
+    assert isinstance(recorded, TrainingFailedError) and "ValueError: bad batch 42 on purpose" in str(recorded)
+    assert "attempt 1" in str(recorded) and recorded.run_path == err.run_path
 
 
 def test_first_failure_is_the_root_cause_not_the_peer_it_broke(fit):

@@ -26,7 +26,7 @@ def reporting_loop(config):
     for reported in seen:
         with reported.checkpoint.as_directory() as d:
             steps.append((reported.metrics.get("step"), int(open(os.path.join(d, "step")).read())))
-    train.report({"seen": steps, "status": [r.status.value for r in seen]})
+    train.report({"seen": steps, "status": [r.status.value for r in seen], "keys": [sorted(r.metrics) for r in seen]})
 
 
 def test_reported_checkpoints_upload_modes_and_preemption_info(fit):
@@ -36,6 +36,7 @@ def test_reported_checkpoints_upload_modes_and_preemption_info(fit):
     for row in rows:
         assert row["seen"] == [[0, 0], [1, 1], [2, 2]], row
         assert set(row["status"]) == {"COMMITTED"}
+        assert row["keys"] == [["step"]] * 3  # what was reported, as in Ray (not the controller's own keys)
 
 
 def failing_loop(config):

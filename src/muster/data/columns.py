@@ -86,6 +86,7 @@ class ColumnOps:
         """``op`` with Ray's task ``options``, checked as ``map_batches`` checks them: ``concurrency``,
         ``num_cpus`` and ``num_gpus`` held by its block function run as ``map_batches`` runs a function
         (``plan.ColumnMap``); all of them given to its ``ray.data`` call."""
+        strategies.check_remote_args(call, options)
         named = {k: options.pop(k, None) for k in ("compute", "concurrency", "num_cpus", "num_gpus", "memory")}
         concurrency = strategies.task_options(call, **named)
         cpus, gpus = named["num_cpus"], named["num_gpus"]

@@ -46,6 +46,11 @@ def _ref(value: Any) -> Any:
     return objects.put(value) if core_context.in_worker() else objects.store(value)
 
 
+#: map_batches' own parameters (what a misspelt keyword is compared with)
+_MAP_BATCHES_PARAMS = ("fn", "batch_size", "batch_format", "fn_args", "fn_kwargs", "fn_constructor_args",
+                       "fn_constructor_kwargs", "concurrency", "num_cpus", "num_gpus", "zero_copy_batch", "compute")
+
+
 class Dataset(ColumnOps, writers.FileWrites, Splits):
     """A distributed-style dataset of Arrow blocks (Ray Data's ``Dataset``, on one machine)."""
 
@@ -114,6 +119,7 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         """``map``, ``flat_map`` or ``filter``: a function runs inline; a callable class as ``map_batches`` runs one."""
         if not callable(fn):
             raise InvalidTypeError(f"{kind}(fn={fn!r}): pass a function or a callable class.")
+        strategies.check_remote_args(kind, options, named=("fn", "fn_args", "fn_kwargs"))
         if isinstance(fn, type) or options.get("num_gpus") or options.get("num_cpus"):  # held as map_batches' are
             return self.map_batches(fn, batch_size=None, fn_args=fn_args, fn_kwargs=fn_kwargs, _rows=kind, **options)
         for name in ("fn_constructor_args", "fn_constructor_kwargs"):
@@ -150,6 +156,7 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
                 training gang holds them), the class runs in the consumer's threads and a log line says so.
         """
         where = _rows or "map_batches"
+        strategies.check_remote_args(where, _ray_options, named=_MAP_BATCHES_PARAMS)
         concurrency = strategies.task_options(where, compute, concurrency, num_cpus, num_gpus,
                                               _ray_options.get("memory"))
         bundle_rows = batch_size if isinstance(batch_size, int) and not isinstance(batch_size, bool) else None
@@ -251,9 +258,11 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
 
     def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None, *,
                     shuffle: bool = False, keys: list[str] | None = None, sort: bool = False,
-                    **_ignored: Any) -> "Dataset":
+                    **ray_only: Any) -> "Dataset":
         """``num_blocks`` blocks of near-equal size (shuffled first with ``shuffle``; with ``keys``, each key's
         rows in one block, sorted with ``sort``), or of ``target_num_rows_per_block`` rows, the last the rest."""
+        strategies.check_remote_args("repartition", ray_only, named=("num_blocks", "target_num_rows_per_block",
+                                                                     "shuffle", "keys", "sort"), only=("strict",))
         _positive(num_blocks, "num_blocks", "repartition")
         _positive(target_num_rows_per_block, "target_num_rows_per_block", "repartition")
         if (num_blocks is None) == (target_num_rows_per_block is None) or (target_num_rows_per_block and shuffle):
@@ -263,13 +272,13 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
                 "not both.")
         if target_num_rows_per_block is not None:
             rows = target_num_rows_per_block
-            ray = RayCall.of("repartition", target_num_rows_per_block=rows, **_ignored)
+            ray = RayCall.of("repartition", target_num_rows_per_block=rows, **ray_only)
             name = f"StreamingRepartition[num_rows_per_block={rows},strict=False]"  # Ray's name for it
             return self._then(AllToAll(name, alltoall.blocks_of(rows), ray=ray, keeps_rows=True, passes_filters=True))
         assert num_blocks is not None
         keys = [keys] if isinstance(keys, str) else list(keys or [])
         options = {"keys": keys, "sort": sort} if keys else {"shuffle": True} if shuffle else {}
-        ray = RayCall.of("repartition", num_blocks, **options, **_ignored)
+        ray = RayCall.of("repartition", num_blocks, **options, **ray_only)
         fn = alltoall.repartition_by(keys, num_blocks, sort) if keys else alltoall.repartition(num_blocks)
         if shuffle and not keys:  # one operator, as Ray's: the rows shuffled, then cut
             (seed, per_epoch), rows = RandomSeedConfig().plan(), DataContext.get_current().target_block_rows
@@ -292,7 +301,9 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
                                    keeps_rows=True, passes_filters=True))  # a stable sort
 
     def groupby(self, key: str | list[str] | None, **_ray_only: Any) -> GroupedData:
-        """Group by one or more key columns; ``None`` puts every row in one group."""
+        """Group by one or more key columns; ``None`` puts every row in one group (Ray's ``num_partitions``
+        changes nothing here)."""
+        strategies.check_remote_args("groupby", _ray_only, named=("key",), only=("num_partitions",))
         keys = [] if key is None else [key] if isinstance(key, str) else list(key)
         if not all(isinstance(k, str) for k in keys):
             raise InvalidTypeError(f"groupby({key!r}): pass a column name, a list of them, or None.")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from muster.data import alltoall
 from muster.data import block as blk
+from muster.data import strategies
 from muster.data.plan import AllToAll, RayCall
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
@@ -94,6 +95,7 @@ class GroupedData:
         ``fn`` may be a callable class, built once (with ``fn_constructor_args/kwargs``). The groups are
         mapped in this process; Ray's ``concurrency=``/``num_cpus=`` are passed on to Ray's engine only.
         """
+        strategies.check_remote_args("map_groups", ray_options, named=("fn", "batch_format", "fn_args", "fn_kwargs"))
         fmt = blk.check_batch_format(batch_format, "map_groups")
         if (fn_constructor_args or fn_constructor_kwargs) and not isinstance(fn, type):
             raise InvalidArgumentError("map_groups(fn_constructor_args/kwargs=...) apply only when fn is a "
@@ -116,6 +118,7 @@ class GroupedData:
             raise InvalidArgumentError(f"groupby(...).with_column(column_name={column_name!r}): pass a non-empty "
                                        "column name.")
         where = f"groupby(...).with_column({column_name!r}, {projection.text(expr)})"
+        strategies.check_remote_args("groupby(...).with_column", ray_remote_args, named=("column_name", "expr"))
         project = projection.with_columns_op([{column_name: expr}], where).fn
 
         def with_column(group: Any) -> Any:

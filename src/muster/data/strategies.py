@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
+import difflib
 import os
-from typing import Any
+from typing import Any, Iterable
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
@@ -90,3 +91,36 @@ def task_options(where: str, compute: Any = None, concurrency: Any = None, num_c
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise InvalidArgumentError(f"{where}({name}={value!r}): use a number >= 0.")
     return concurrency_of(compute, concurrency, where)
+
+
+#: the keywords a map takes besides Ray's task and actor options (its ``**ray_remote_args``, which Ray hands
+#: to ``ray.remote``): Ray Data's own map options
+_MAP_OPTIONS = {"compute", "concurrency", "num_cpus", "num_gpus", "memory", "fn_constructor_args",
+                "fn_constructor_kwargs", "zero_copy_batch", "batch_size", "batch_format", "udf_modifying_row_count",
+                "ray_remote_args_fn", "label_selector", "fallback_strategy", "max_calls", "resources",
+                "accelerator_type", "runtime_env"}
+
+
+def check_remote_args(where: str, options: dict[str, Any], named: Iterable[str] = (),
+                      only: Iterable[str] | None = None) -> None:
+    """Refuse keywords of ``where`` that are none of Ray's task options (nor a map's own options), as Ray's
+    ``ray.remote`` refuses them: a misspelt ``batchsize=`` was taken and dropped. ``named``: the call's own
+    parameters (for a "did you mean"); ``only``: the extra keywords it takes instead (a call that hands none
+    to Ray, such as ``groupby``).
+
+    Raises:
+        InvalidTypeError: naming the unknown keywords, and the closest known name of each.
+    """
+    from muster.tasks import options as task_options
+
+    known = set(only) if only is not None else task_options.TASK_OPTIONS | task_options.ACTOR_OPTIONS | _MAP_OPTIONS
+    unknown = sorted(set(options) - known)
+    if not unknown:
+        return
+    names = sorted(known | set(named))
+    hints = [f"{u!r}: did you mean {close[0]!r}?" for u in unknown
+             for close in [difflib.get_close_matches(u, names, n=1)] if close]
+    takes = ("Ray's task options (num_cpus=, memory=, resources=, ...)" if only is None
+             else f"only {sorted(known)}" if known else "no other keyword")
+    raise InvalidTypeError(f"{where}() got unexpected keyword argument(s) {unknown}: beside its own parameters it "
+                           f"takes {takes}, as in Ray. {' '.join(hints)}".rstrip())

@@ -17,6 +17,7 @@ from muster.exceptions import InvalidArgumentError
 from muster.train._internal import session as _session
 from muster.train.checkpoint import Checkpoint
 from muster.train.config import CheckpointConsistencyMode
+from muster.train.result import _reported
 from muster.train.storage import MANIFEST, Storage
 
 _DEFAULT_WAIT_S = 120.0
@@ -100,6 +101,6 @@ def get_all_reported_checkpoints(
     out = []
     for r in storage.committed_rounds():
         metrics, status = storage.checkpoint_metrics(r)
-        out.append(ReportedCheckpoint(Checkpoint(storage.checkpoint_dir(r), storage.fs), metrics,
+        out.append(ReportedCheckpoint(Checkpoint(storage.checkpoint_dir(r), storage.fs), _reported(metrics),
                                       ReportedCheckpointStatus(status)))
     return out

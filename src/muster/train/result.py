@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, MusterError, TrainingFailedError
 from muster.observe.trial_rows import CONTROLLER_KEYS, trial_result
 from muster.train._internal import policies
 from muster.train._internal.checkpoint_manager import OWN_RUN_KEYS, RUN_KEYS
@@ -61,8 +61,18 @@ def read(path: str, storage_filesystem: Any = None, trial: bool | None = None) -
     ranked = policies.rank_best(
         records, order.get("checkpoint_score_attribute"), order.get("checkpoint_score_order", "max")
     )
-    return build(storage, reports, ranked, None, is_trial(state) if trial is None else trial,
+    as_trial = is_trial(state) if trial is None else trial  # a Tune trial's error is its ResultGrid's to give
+    return build(storage, reports, ranked, None if as_trial else _recorded_error(state, storage.uri), as_trial,
                  num_to_keep=order.get("num_to_keep"))
+
+
+def _recorded_error(run_state: dict[str, Any], uri: str) -> BaseException | None:
+    """The error of a run whose folder says it failed (None for one that did not): what its ``fit()`` raised,
+    from the root causes it recorded (their text; the exceptions themselves are not kept)."""
+    if run_state.get("status") != "ERRORED":
+        return None
+    causes: list[BaseException] = [MusterError(text) for text in run_state.get("failures") or []]
+    return TrainingFailedError(causes, uri, max_failures=max(len(causes) - 1, 0))
 
 
 def is_trial(run_state: dict[str, Any]) -> bool:
