@@ -138,6 +138,19 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "logdir": "Trial.local_path (the trial's folder on this machine; Trial.path in storage), as Ray 2.60's "
         "logdir says",
     },
+    "muster.data.DataIterator": {  # a training worker's shard (get_dataset_shard), as Dataset's
+        "to_tf": "iter_batches(batch_format='numpy') fed to tf.data",
+        "iter_tf_batches": "iter_batches(batch_format='numpy')",
+        "iter_jax_batches": "iter_batches(batch_format='numpy') fed to jax.numpy.asarray",
+    },
+    "muster.runtime_context.RuntimeContext": {
+        "gcs_address": "none: muster's embedded engine has no GCS (on a Ray cluster, ray.get_runtime_context()'s)",
+        "current_placement_group_id": "get_placement_group_id() (Ray deprecated current_placement_group_id)",
+        "get_temp_dir": "tempfile.gettempdir() (muster keeps no session folder of Ray's layout)",
+        "runtime_env": "the env_vars you passed (muster applies only runtime_env's env_vars)",
+        "get_runtime_env_string": "the env_vars you passed (muster applies only runtime_env's env_vars)",
+        "get_node_labels": "muster.nodes() (the embedded engine's node has Ray's ray.io/node-id label)",
+    },
     "muster.data.Dataset": {
         "to_tf": "iter_batches(batch_format='numpy') fed to tf.data",
         "iter_tf_batches": "iter_batches(batch_format='numpy')",

@@ -675,6 +675,23 @@ def test_rays_raylet_names_accelerator_types_and_private_internals_as_ported_scr
         muster._private.internal_api.free
 
 
+def test_rays_runtime_context_and_shard_extras_name_their_equivalent():
+    """They were plain AttributeErrors with no word of what to use (a training shard's to_tf among them)."""
+    import muster.data as md
+
+    ctx = muster.get_runtime_context()
+    with pytest.raises(exceptions.UnsupportedRayAPIError, match="nearest equivalent: get_placement_group_id"):
+        ctx.current_placement_group_id
+    with pytest.raises(exceptions.UnsupportedRayAPIError, match="only runtime_env's env_vars"):
+        ctx.get_runtime_env_string()
+    with pytest.raises(AttributeError, match="no attribute 'not_a_field'"):
+        ctx.not_a_field
+    shard = md.range(2).iterator()
+    with pytest.raises(exceptions.UnsupportedRayAPIError, match=r"DataIterator.iter_tf_batches .*iter_batches"):
+        shard.iter_tf_batches()
+    assert not hasattr(shard, "to_tf") and shard.materialize().count() == 2
+
+
 def test_cluster_utils_cluster_is_rays_mini_cluster(tmp_path):
     """Ray's testing tips build a mini-cluster with ray.cluster_utils.Cluster; the port imports it from muster
     (tests/cluster's fixture does); without Ray the error names the extra to install."""

@@ -79,7 +79,8 @@ def _fs(filesystem: Any) -> dict[str, Any]:
 #: (``FileOptions``); the others only size or place Ray's own read tasks and have no effect here
 _RAY_READ_OPTIONS = ("override_num_blocks", "parallelism", "ray_remote_args", "concurrency", "meta_provider",
                      "shuffle", "file_extensions", "ignore_missing_paths", "arrow_open_stream_args",
-                     "partition_filter")
+                     "partition_filter", "num_cpus", "num_gpus", "memory", "resources", "label_selector",
+                     "fallback_strategy", "max_calls", "accelerator_type", "runtime_env")
 
 
 def _ray_only(options: dict[str, Any]) -> dict[str, Any]:

@@ -62,6 +62,13 @@ class DataIterator:
         self.last_wait_s = 0.0
         self._context: "DataContext | None" = None  # this dataset's own (a DataConfig's per-dataset options)
 
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from muster._unsupported import raise_unsupported
+
+        raise_unsupported("muster.data.DataIterator", name)
+
     def __repr__(self) -> str:
         """As Ray's ``DataIterator(<dataset>)``; a ``streaming_split`` shard also names its rank and world."""
         if self._world == 1:

@@ -126,6 +126,13 @@ class RuntimeContext:
     def __init__(self, info: worker_side.TaskInfo | None):
         self._info = info
 
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from muster._unsupported import raise_unsupported
+
+        raise_unsupported("muster.runtime_context.RuntimeContext", name)
+
     def get_job_id(self) -> str:
         """The driver's job id, the same in the driver and in every task, actor and training worker it
         started (on a Ray cluster, Ray's id of the driver's job)."""
