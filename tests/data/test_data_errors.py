@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -126,3 +127,29 @@ def test_unparseable_file_is_named_with_the_reader_to_use(tmp_path):
         later.take_all()
     with pytest.raises(UnicodeDecodeError, match=r"read_text: could not read .*good\.parquet as utf-8.*read_parquet"):
         md.read_text(str(tmp_path / "good.parquet")).take_all()
+
+
+def test_rename_columns_onto_a_kept_name_is_refused_naming_the_clash():
+    """{"a": "b"} over columns a, b made two 'b' columns, then an internal KeyError when read."""
+    ds = md.from_items([{"a": 1, "b": 2}])
+    with pytest.raises(ValueError, match=r"already has a column 'b'.*drop_columns\(\['b'\]\).*'b': 'b_old'"):
+        ds.rename_columns({"a": "b"}).take_all()
+    with pytest.raises(ValueError, match="'c' is given to more than one column"):
+        ds.rename_columns({"a": "c", "b": "c"})  # refused when called
+    assert ds.rename_columns({"a": "b", "b": "a"}).take_all() == [{"b": 1, "a": 2}]  # a swap is fine
+
+
+def test_a_concurrency_range_for_a_function_is_refused_as_rays():
+    def double(batch):
+        return batch
+
+    with pytest.raises(ValueError, match=r"concurrency=\(1, 2\).*'double' is a function.*concurrency=2"):
+        md.range(4).map_batches(double, concurrency=(1, 2))
+    with pytest.raises(ValueError, match="is a function, not a callable class"):
+        md.range(4).map(lambda r: r, concurrency=(1, 2))
+
+
+def test_from_numpy_of_a_dict_names_what_it_takes_and_the_column_readers():
+    """A dict of columns failed with a bare 'TypeError: iteration over a 0-d array'."""
+    with pytest.raises(TypeError, match=r"takes an ndarray .* or a list of them \(got dict\).*from_items.*from_arrow"):
+        md.from_numpy({"a": np.arange(3), "b": np.arange(3)})

@@ -576,6 +576,27 @@ def test_transposed_arrays_and_permuted_tensors_keep_their_logical_shape(tmp_pat
     assert np.array_equal(back, np.arange(6).reshape(2, 3).T)
 
 
+def test_fixed_shape_bool_and_string_tensors_read_back_with_their_dtype(tmp_path):
+    """Arrow's tensors hold numbers only: reading a 2-D bool or str column raised ArrowTypeError (Ray reads them)."""
+    flags = np.array([[True, False], [False, True]])
+    made = {
+        "from_numpy": (md.from_numpy(flags), "data", flags),
+        "from_items": (md.from_items([{"m": row} for row in flags]), "m", flags),
+        "map_batches": (md.range(2).map_batches(lambda b: {"m": np.stack([b["id"] == 0, b["id"] == 1], 1)}), "m",
+                        flags),
+        "str": (md.from_numpy(np.array([["a", "bc"], ["d", "e"]])), "data", np.array([["a", "bc"], ["d", "e"]])),
+        "bytes": (md.from_numpy(np.array([[b"a"], [b"bc"]])), "data", np.array([[b"a"], [b"bc"]])),
+    }
+    for how, (ds, name, want) in made.items():
+        assert ds.schema().types[0].shape == want.shape[1:], how
+        for got in (np.stack([r[name] for r in ds.take_all()]), ds.take_batch(2)[name],
+                    np.stack(list(ds.take_batch(2, batch_format="pandas")[name]))):
+            assert got.dtype == want.dtype and np.array_equal(got, want), how
+        ds.write_parquet(str(tmp_path / how))
+        back = md.read_parquet(str(tmp_path / how)).take_batch(2)[name]
+        assert back.dtype == want.dtype and np.array_equal(back, want), how
+
+
 class _BatchLength:
     def __call__(self, batch):
         return {"n": np.array([len(batch["id"])])}

@@ -126,6 +126,33 @@ def test_writes_are_whole_or_absent_and_take_rays_write_options(tmp_path):
         ds.write_csv(str(tmp_path / "x"), colums=["a"])
 
 
+def test_writers_name_their_files_by_a_filename_provider_as_rays(tmp_path):
+    """write_parquet handed filename_provider= to pyarrow (a raw TypeError); write_csv/json refused it."""
+    from muster.data.datasource import FilenameProvider
+
+    class Named(FilenameProvider):
+        def get_filename_for_task(self, write_uuid, task_index):
+            return f"task_{task_index}.x"
+
+    class Unique(FilenameProvider):
+        def get_filename_for_task(self, write_uuid, task_index):
+            return f"part_{write_uuid}_{task_index}.parquet"
+
+    ds = md.range(10, override_num_blocks=2)
+    for kind in ("csv", "json"):
+        getattr(ds, f"write_{kind}")(str(tmp_path / kind), filename_provider=Named())
+        assert sorted(os.listdir(tmp_path / kind)) == ["task_0.x", "task_1.x"]  # Ray 2.60's names
+    files = [os.path.basename(f) for f in ds.write_parquet(str(tmp_path / "pq"), filename_provider=Unique())]
+    assert sorted(os.listdir(tmp_path / "pq")) == sorted(files) and [f[-12:] for f in sorted(files)] == [
+        "_0-0.parquet", "_1-0.parquet"] and md.read_parquet(str(tmp_path / "pq")).count() == 10
+    with pytest.raises(ValueError, match=r"lacks the write_uuid .* or write with mode='overwrite'"):
+        ds.write_parquet(str(tmp_path / "pq"), filename_provider=Named())  # an append would replace files (Ray's)
+    ds.write_parquet(str(tmp_path / "pq"), filename_provider=Named(), mode="overwrite")
+    assert sorted(os.listdir(tmp_path / "pq")) == ["task_0.x-0.parquet", "task_1.x-0.parquet"]
+    with pytest.raises(TypeError, match="pass a muster.data.datasource.FilenameProvider"):
+        ds.write_csv(str(tmp_path / "bad"), filename_provider="task.csv")
+
+
 def test_read_json_takes_a_json_array_file_as_ray_does(tmp_path):
     (tmp_path / "arr.json").write_text('\n [{"a": 1, "s": "x"}, {"a": 2, "s": "y"}]')
     (tmp_path / "lines.jsonl").write_text('{"a": 3, "s": "z"}\n')
@@ -269,3 +296,10 @@ def test_read_images_and_from_torch_as_rays(tmp_path):
     assert [r["item"].tolist() for r in md.from_torch(Squares()).take_all()] == [[0, 0], [1, 1], [4, 4]]
     with pytest.raises(TypeError, match="from_items"):
         md.from_torch(torch.utils.data.TensorDataset(torch.zeros(2, 2), torch.zeros(2)))
+
+    class Named(Squares):
+        def __getitem__(self, i):
+            return {"x": torch.full((2,), float(i)), "y": i}
+
+    with pytest.raises(TypeError, match=r"dicts holding tensors .*from_items\(\[dataset\[i\] for i in range"):
+        md.from_torch(Named())  # was a raw ArrowInvalid

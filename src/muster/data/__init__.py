@@ -294,7 +294,11 @@ def from_torch(dataset: Any, local_read: bool = False) -> Dataset:
     become numpy arrays. It is read here, once, into memory (``local_read`` is Ray's and changes
     nothing). A sample that is a tuple (``TensorDataset``'s ``(x, y)``) is refused: Ray keeps it as a
     Python object, muster's columns are Arrow; make the rows yourself, e.g.
-    ``from_items([{"x": x.numpy(), "y": int(y)} for x, y in dataset])``."""
+    ``from_items([{"x": x.numpy(), "y": int(y)} for x, y in dataset])``; so is a dict holding tensors
+    (``from_items([dataset[i] for i in range(len(dataset))])`` makes a column per key).
+
+    Raises:
+        InvalidTypeError: no torch Dataset, or samples that are tuples or dicts holding tensors."""
     if not (hasattr(dataset, "__iter__") or hasattr(dataset, "__getitem__")):
         raise InvalidTypeError(f"from_torch({type(dataset).__name__}): pass a torch.utils.data.Dataset.")
     if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
@@ -306,6 +310,13 @@ def from_torch(dataset: Any, local_read: bool = False) -> Dataset:
             f"from_torch: the samples are {type(samples[0]).__name__}s of {len(samples[0])}; muster keeps columns, "
             "not Python objects: make named columns, e.g. from_items([{'x': x.numpy(), 'y': int(y)} for x, y in "
             "dataset])."
+        )
+    if samples and isinstance(samples[0], dict) and any(_blk._is_torch_tensor(v) for v in samples[0].values()):
+        raise InvalidTypeError(
+            f"from_torch: the samples are dicts holding tensors ({_blk._short(samples[0], 120)}); Ray keeps each "
+            "as one Python object in column 'item', muster's columns are Arrow. Make a column per key instead "
+            "(tensors are stored as numpy arrays): from_items([dataset[i] for i in range(len(dataset))]), or "
+            "from_items(list(dataset)) for an IterableDataset."
         )
     return from_blocks([_blk.rows_to_block([{"item": x} for x in samples], "from_torch")], "FromTorch")
 
@@ -340,10 +351,25 @@ def _data_frames(frames: list[Any], where: str) -> list[Any]:
 
 
 def from_numpy(ndarrays: np.ndarray | list[np.ndarray]) -> Dataset:
-    """Arrays as a column ``data`` (rows along the first axis)."""
+    """Arrays as a column ``data`` (rows along the first axis).
+
+    Raises:
+        InvalidTypeError: something other than an ndarray or a list of them (a dict of columns, a scalar).
+    """
     arrays = ndarrays if isinstance(ndarrays, list) else [ndarrays]
-    blocks = [pa.table({"data": _blk.array_from_values(np.asarray(a))}) for a in arrays]
+    blocks = [_numpy_table(a, "from_numpy") for a in arrays]
     return from_blocks([b for t in blocks for b in _mem.table_blocks(t)], "FromNumpy")
+
+
+def _numpy_table(value: Any, where: str) -> pa.Table:
+    """One array as a table of column ``data``; anything without a first axis is refused, naming the fix."""
+    array = None if isinstance(value, dict) else np.asarray(value)
+    if array is None or array.ndim == 0:
+        raise InvalidTypeError(
+            f"{where}({_blk._short(value, 120)}): takes an ndarray (one row per item along its first axis) or a "
+            f"list of them (got {type(value).__name__}). For named columns use from_items([{{'a': 1, 'b': 2}}, "
+            "...]), from_pandas(pd.DataFrame(columns)) or from_arrow(pa.table(columns)).")
+    return pa.table({"data": _blk.array_from_values(array)})
 
 
 def _ref_values(refs: Any, where: str) -> list[Any]:
@@ -372,8 +398,8 @@ def from_pandas_refs(dfs: Any) -> Dataset:
 
 def from_numpy_refs(ndarrays: Any) -> Dataset:
     """``from_numpy`` of the arrays these ``ObjectRef`` s hold: column ``data``, one block each (as Ray's)."""
-    return from_blocks([pa.table({"data": _blk.array_from_values(np.asarray(a))})
-                        for a in _ref_values(ndarrays, "from_numpy_refs")], "FromNumpy")
+    return from_blocks([_numpy_table(a, "from_numpy_refs") for a in _ref_values(ndarrays, "from_numpy_refs")],
+                       "FromNumpy")
 
 
 def _as_table(value: Any) -> pa.Table:

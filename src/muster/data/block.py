@@ -176,11 +176,11 @@ def column_to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
         if isinstance(col.type, pa.FixedShapeTensorType):
             if col.num_chunks == 0:
                 return np.empty((0, *col.type.shape), dtype=col.type.value_type.to_pandas_dtype())
-            chunks = [c.to_numpy_ndarray() for c in col.chunks]
+            chunks = [_fixed_tensor_to_numpy(c) for c in col.chunks]
             return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     if isinstance(col.type, pa.FixedShapeTensorType):
-        return col.to_numpy_ndarray()  # type: ignore[attr-defined]
+        return _fixed_tensor_to_numpy(col)
     if pa.types.is_fixed_size_list(col.type) and col.null_count == 0:
         flat = col.flatten()  # one row per list, their values' dtype kept (a one-hot column stays uint8)
         if flat.null_count == 0:
@@ -192,6 +192,22 @@ def column_to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
             out[i] = None if v is None else np.asarray(v)
         return _stack_if_uniform(out)
     return col.to_numpy(zero_copy_only=False)
+
+
+def _fixed_tensor_to_numpy(arr: Any) -> np.ndarray:
+    """A fixed-shape tensor array as one ndarray of shape ``(rows, *shape)``. Arrow's tensors hold numbers
+    only, so bool, string, bytes and temporal values are read from the storage's flat values (strings as
+    numpy ``str``, bytes as ``bytes``, as they were written)."""
+    kind = arr.type.value_type
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        return arr.to_numpy_ndarray()
+    values = arr.storage.flatten().to_numpy(zero_copy_only=False)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        values = values.astype(str)
+    elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind):
+        values = values.astype(bytes)
+    shape, order = list(arr.type.shape), list(arr.type.permutation or range(len(arr.type.shape)))
+    return values.reshape((len(arr), *shape)).transpose((0, *[1 + i for i in order]))  # Arrow's shape: the memory's
 
 
 def _stack_if_uniform(values: np.ndarray) -> np.ndarray:

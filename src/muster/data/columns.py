@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from muster.data import block as blk
 from muster.data import plan, projection, strategies
 from muster.data.plan import RayCall, Transform
-from muster.exceptions import InvalidTypeError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 if TYPE_CHECKING:
     from muster.data.dataset import Dataset
@@ -68,7 +68,18 @@ class ColumnOps:
 
     def rename_columns(self, names: dict[str, str] | list[str], **options: Any) -> "Dataset":
         """Rename columns: a dict old name -> new name, or a list of new names for every column, in order.
-        Ray's task options as for :meth:`add_column`."""
+        Ray's task options as for :meth:`add_column`.
+
+        Raises:
+            InvalidArgumentError: two columns would get one name (Ray would drop one), here or when the dataset
+                already has a column by a new name that is not renamed too.
+        """
+        new = list(names.values()) if isinstance(names, dict) else list(names) if isinstance(names, (list, tuple)) \
+            else []
+        twice = sorted({n for n in new if new.count(n) > 1})
+        if twice:
+            raise InvalidArgumentError(f"rename_columns({names!r}): {twice[0]!r} is given to more than one column; "
+                                       "give each column its own new name.")
         if isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
             ray = RayCall.of("rename_columns", list(names))
             op = Transform("Project", plan.rename_all_columns(list(names)), ray)

@@ -126,6 +126,7 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
             if options.pop(name, None):
                 raise InvalidArgumentError(f"{kind}({name}=...) applies only when fn is a callable class.")
         concurrency = strategies.concurrency_of(options.pop("compute", None), options.get("concurrency"), kind)
+        strategies.check_range_is_for_a_class(fn, concurrency, kind)
         ray = RayCall.of(kind, fn, fn_args=fn_args, fn_kwargs=fn_kwargs, **_given(options, concurrency=concurrency))
         return self._then(Transform(f"{label}({plan.fn_name(fn)})", by_function(fn, fn_args, fn_kwargs or {}), ray,
                                     keeps_columns=kind == "filter"))
@@ -169,6 +170,7 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         fmt = blk.check_batch_format(batch_format, "map_batches")
         if not callable(fn):
             raise InvalidTypeError(f"{where}(fn={fn!r}): pass a function or a callable class.")
+        strategies.check_range_is_for_a_class(fn, concurrency, where)
         if fn_constructor_args or fn_constructor_kwargs:
             if not isinstance(fn, type):
                 raise InvalidArgumentError(f"{where}(fn_constructor_args/kwargs=...) apply only when fn is a "

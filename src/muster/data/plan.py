@@ -419,7 +419,15 @@ def drop_columns(cols: list[str]) -> BlockFn:
 def rename_columns(mapping: dict[str, str]) -> BlockFn:
     def apply(block: pa.Table) -> list[pa.Table]:
         _check_columns(block, list(mapping), "rename_columns")
-        return [block.rename_columns([mapping.get(n, n) for n in block.column_names])]
+        new = [mapping.get(n, n) for n in block.column_names]
+        clash = next((n for n in new if new.count(n) > 1), None)
+        if clash is not None:  # a new name that a column left as it is already has (two new ones: refused before)
+            raise InvalidArgumentError(
+                f"rename_columns({mapping!r}): the dataset already has a column {clash!r} (its columns: "
+                f"{block.column_names}), so two would be named {clash!r}. Drop it first "
+                f"(.drop_columns([{clash!r}])), or rename it too ({dict(mapping, **{clash: clash + '_old'})!r})."
+            )
+        return [block.rename_columns(new)]
 
     return apply
 

@@ -63,6 +63,20 @@ class TaskPoolStrategy:
         return f"TaskPoolStrategy(size={self.size!r})"
 
 
+def check_range_is_for_a_class(fn: Any, concurrency: Any, where: str) -> None:
+    """Refuse a ``(min, max)`` concurrency for a function, as Ray does: a range sizes an actor pool.
+
+    Raises:
+        InvalidArgumentError: naming the range and the fix (an int: the function's tasks at once).
+    """
+    if isinstance(concurrency, tuple) and not isinstance(fn, type):
+        raise InvalidArgumentError(
+            f"{where}(concurrency={concurrency!r}): a (min, max) range sizes an actor pool, but fn "
+            f"{getattr(fn, '__name__', fn)!r} is a function, not a callable class. Pass an int for a function "
+            f"(at most that many of its tasks at once, e.g. concurrency={concurrency[1]}), or make fn a callable "
+            "class.")
+
+
 def concurrency_of(compute: Any, concurrency: Any, where: str) -> Any:
     """``concurrency=``, or what Ray's older ``compute=`` strategy says; checked."""
     if compute is not None:

@@ -69,7 +69,8 @@ class FileWrites:
         ``partition_cols`` as in Ray (see ``writers.write_blocks``); other keywords, and what Ray's
         ``arrow_parquet_args_fn`` returns, go to ``pyarrow.parquet.write_table``. Ray's ``concurrency``,
         ``ray_remote_args`` and ``try_create_dir`` change nothing here; ``arrow_open_stream_args=
-        {"compression": ...}`` compresses each file.
+        {"compression": ...}`` compresses each file. ``filename_provider`` (a ``FilenameProvider``) names the
+        files, as Ray's (see ``writers.provided_name``).
         """
         return write_dataset(self, "parquet", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
                              max_rows_per_file, partition_cols, arrow_args)
@@ -125,21 +126,27 @@ def write_dataset(dataset: Any, kind: str, path: str, filesystem: Any, mode: Any
         "json": ("pandas_json_args_fn", json_writer), "npy": ("", numpy_writer)}
     fn_name, make = kinds[kind]
     column = {"column": options.pop("column")} if kind == "npy" else {}  # write_numpy's, to its writer
+    provider = options.pop("filename_provider", None)
+    if provider is not None and not callable(getattr(provider, "get_filename_for_task", None)):
+        raise InvalidTypeError(f"write_{method}(filename_provider={provider!r}): pass a muster.data.datasource."
+                               "FilenameProvider (a subclass overriding get_filename_for_task(write_uuid, "
+                               "task_index)).")
     writer_options, compression = ray_write_options(options, fn_name, f"write_{method}", pass_through=kind == "parquet")
     if _ray_plan.on_ray_engine():
         return _ray_plan.write(dataset, method, path, filesystem, mode=mode, min_rows_per_file=min_rows,
-                               max_rows_per_file=max_rows, partition_cols=partition_cols, **column, **options)
+                               max_rows_per_file=max_rows, partition_cols=partition_cols,
+                               filename_provider=provider, **column, **options)
     writer_options.update(column)
     return write_blocks(dataset._execute(), path, filesystem, kind, make(**writer_options), mode=mode,
                         min_rows_per_file=min_rows, partition_cols=partition_cols, where=f"write_{kind}",
-                        compression=compression, max_rows_per_file=max_rows)
+                        compression=compression, max_rows_per_file=max_rows, filename_provider=provider)
 
 
 def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: str,
                  write: Callable[[pa.Table, Any], None], *, mode: Any = "append",
                  min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
-                 where: str = "write", compression: str | None = None, max_rows_per_file: int | None = None
-                 ) -> list[str]:
+                 where: str = "write", compression: str | None = None, max_rows_per_file: int | None = None,
+                 filename_provider: Any = None) -> list[str]:
     """Write ``blocks`` under ``path``, as Ray's ``write_*`` do.
 
     ``mode`` (a :class:`SaveMode` or its value): "append" (add files next to any there), "overwrite"
@@ -148,6 +155,7 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
     ``max_rows_per_file``: a file has at most that many (a bigger block is split over several).
     ``partition_cols``: hive-style folders ``col=value/`` per distinct value, without those columns.
     ``filesystem``: a pyarrow or fsspec filesystem (default: from the path's URL scheme).
+    ``filename_provider``: names the files (see :func:`provided_name`); by default ``{tag}_{n:06d}.{ext}``.
     Each file is whole or absent (see :func:`whole_file`): a write that fails leaves no half file for a
     reader to trip on.
     """
@@ -183,18 +191,26 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
     fs.makedirs(root, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
     written: list[str] = []
+    tasks = 0  # each gathered table is one of Ray's write tasks (a provider's task_index)
 
     def emit(table: pa.Table) -> None:
-        for block in blk.split_rows(table, max_rows_per_file) if max_rows_per_file else [table]:
-            emit_one(block)
+        nonlocal tasks
+        parts = blk.split_rows(table, max_rows_per_file) if max_rows_per_file else [table]
+        for i, block in enumerate(parts):
+            if ext == "parquet":  # one task's Parquet files share its name, "-{i}" apart (as Ray's)
+                emit_one(block, tasks, i)
+            else:
+                emit_one(block, tasks + i, 0)
+        tasks += 1 if ext == "parquet" else len(parts)
 
-    def emit_one(block: pa.Table) -> None:
+    def emit_one(block: pa.Table, task: int, split: int) -> None:
         for folder, part in _partitions(block, partition_cols or [], where):
             target = f"{root}/{folder}" if folder else root
             if folder:
                 fs.makedirs(target, exist_ok=True)
-            base = f"{tag}_{len(written):06d}.{ext}" + (
-                f".{_SUFFIX.get(compression, compression)}" if compression else "")
+            base = provided_name(filename_provider, tag, task, split, ext, mode, where) if filename_provider \
+                else f"{tag}_{len(written):06d}.{ext}" + (f".{_SUFFIX.get(compression, compression)}"
+                                                          if compression else "")
             with whole_file(fs, f"{target}/{base}", compression) as f:
                 write(part, f)
             written.append(f"{target}/{base}")
@@ -212,6 +228,33 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
     if pending:
         emit(blk.concat(pending))
     return written
+
+
+def provided_name(provider: Any, write_uuid: str, task: int, split: int, ext: str, mode: str, where: str) -> str:
+    """A file's name from ``provider.get_filename_for_task(write_uuid, task)``, as Ray's writers use it: as it
+    is, except that a Parquet file's gets ``-{split}`` before its extension (``.parquet`` added when missing; a
+    ``{i}`` in it is replaced instead).
+
+    Raises:
+        InvalidTypeError: the provider returned no name.
+        InvalidArgumentError: a Parquet name without ``write_uuid`` in ``mode="append"`` (as Ray's): the next
+            write would replace this one's files.
+    """
+    name = provider.get_filename_for_task(write_uuid, task)
+    if not isinstance(name, str) or not name:
+        raise InvalidTypeError(f"{where}(filename_provider={provider!r}): get_filename_for_task returned "
+                               f"{name!r}; return a file name (str) such as f'{{write_uuid}}_{{task_index:06}}.{ext}'.")
+    if ext != "parquet":
+        return name
+    if write_uuid not in name and mode == "append":
+        raise InvalidArgumentError(
+            f"{where}(filename_provider={provider!r}): the name {name!r} lacks the write_uuid ({write_uuid!r}), so "
+            "a later append would replace these files. Put write_uuid in the name, or write with "
+            "mode='overwrite'.")
+    if "{i}" in name:
+        return name.replace("{i}", str(split)) + ("" if ".parquet" in name else ".parquet")
+    stem, dot, suffix = name.rpartition(".") if ".parquet" in name else (name, ".", "parquet")
+    return f"{stem}-{split}{dot}{suffix}"
 
 
 @contextlib.contextmanager
