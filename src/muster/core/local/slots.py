@@ -7,6 +7,7 @@ not take what it still lacks, so a stream of small tasks cannot keep it out for 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -304,9 +305,16 @@ def node_resources() -> dict[str, float]:
     """The resources Ray gives every node, one unit each: ``node:<its IP>``, and on the head node
     ``node:__internal_head__``. The embedded engine's one node is the head. Ray's users ask for a little
     of one (``resources={"node:10.0.0.5": 0.01}``) to run work on that node."""
+    return dict(_node_resources())
+
+
+@functools.cache
+def _node_resources() -> tuple[tuple[str, float], ...]:
+    """Found once per process, as a Ray node finds its IP when it starts (finding it opens a socket, and every
+    task's feasibility check reads these)."""
     from muster.core.settings import node_ip_address
 
-    return {f"node:{node_ip_address()}": 1.0, "node:__internal_head__": 1.0}
+    return (f"node:{node_ip_address()}", 1.0), ("node:__internal_head__", 1.0)
 
 
 def on_this_node(request: dict[str, float]) -> dict[str, float]:
