@@ -171,6 +171,16 @@ def remote_traceback(exc: BaseException) -> str:
     return "".join(shown.format())
 
 
+def returned_by(method: str, args: tuple, obj: Any) -> str:
+    """What returned a worker call's value, as its caller knows it (``task f``, ``actor A's method m``): the
+    worker's ``method`` is ``__task__`` for a task (``args[0]`` its function), ``_muster_call`` for an actor's
+    method (``args[1]`` its name), else the actor object's own method."""
+    if method == "__task__":
+        return f"task {getattr(args[0], '__name__', '?')}"
+    name = args[1] if method == "_muster_call" and len(args) > 1 else method
+    return f"actor {type(getattr(obj, '_muster_obj', obj)).__name__}'s method {name}"
+
+
 def unsendable(what: str, exc: BaseException) -> BaseException:
     """The error a caller gets for a result that would not pickle (``exc``, pickling's error): of ``exc``'s class
     where it can be made with a message, so ``except TypeError`` catches it as it catches Ray's

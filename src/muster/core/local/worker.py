@@ -93,14 +93,6 @@ class _Channel:
         return value
 
 
-def _returner(method: str, args: tuple, obj: Any) -> str:
-    """What returned a call's value, as its caller knows it (``task f``, ``actor A's method m``)."""
-    if method == "__task__":
-        return f"task {getattr(args[0], '__name__', '?')}"
-    name = args[1] if method == "_muster_call" and len(args) > 1 else method
-    return f"actor {type(getattr(obj, '_muster_obj', obj)).__name__}'s method {name}"
-
-
 def _exit_now(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -171,7 +163,7 @@ def serve(conn: Connection, label: str, host: str) -> None:
         try:
             channel.send(reply)
         except Exception as exc:  # the value would not pickle: say so instead of dying
-            err = wire.unsendable(_returner(method, args, obj), exc)
+            err = wire.unsendable(wire.returned_by(method, args, obj), exc)
             channel.send(("result", call_id, False, wire.capture_error(err, channel.label, channel.pid, host),
                           context.retiring(), *reply[5:]))
         if context.retiring():  # the driver read "retiring" with the answer: it sends this worker nothing more

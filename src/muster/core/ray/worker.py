@@ -36,7 +36,7 @@ import cloudpickle
 import ray
 
 from muster.core import context, settings
-from muster.core.local.wire import capture_error, unsendable
+from muster.core.local.wire import capture_error, returned_by, unsendable
 from muster.core.serialization import dumps
 from muster.core.ray.errors import from_ray, reason
 from muster.exceptions import RuntimeNotStartedError
@@ -297,8 +297,7 @@ class RayWorker:
         try:
             return pack(out)
         except Exception as exc:  # noqa: BLE001
-            err = unsendable(f"actor {type(getattr(self._obj, '_muster_obj', self._obj)).__name__}'s method "
-                             f"{args[1] if method == '_muster_call' and len(args) > 1 else method}", exc)
+            err = unsendable(returned_by(method, args, self._obj), exc)
             return pack((False, capture_error(err, self.label, os.getpid(), self.host)))
 
     @ray.method(concurrency_group="watch")
