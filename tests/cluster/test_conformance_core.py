@@ -415,6 +415,55 @@ def test_a_running_plain_actor_call_sees_is_canceled_and_get_raises_task_cancell
     muster.kill(s)
 
 
+def _write(path, text):
+    with open(path + ".part", "w") as f:  # whole or absent
+        f.write(text)
+    os.replace(path + ".part", path)
+
+
+@muster.remote
+def child_loop(started, outcome, seconds):
+    open(started, "w").close()
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.02)
+    except KeyboardInterrupt:
+        _write(outcome, "interrupted")
+        raise
+    _write(outcome, "completed")
+
+
+@muster.remote
+def parent_of_child_loop(started, outcome, seconds):
+    return muster.get(child_loop.remote(started, outcome, seconds))
+
+
+@pytest.mark.parametrize("recursive", [True, False])
+def test_cancel_reaches_the_tasks_a_task_started_unless_recursive_is_false(engine, tmp_path, recursive):
+    """Ray's ``cancel(recursive=True)``, its default: the child task a cancelled task waits on is
+    interrupted too; with ``recursive=False`` it runs to its end."""
+    from muster.exceptions import TaskCancelledError
+
+    started, outcome = str(tmp_path / "started"), str(tmp_path / "outcome")
+    ref = parent_of_child_loop.remote(started, outcome, 30 if recursive else 1)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(started) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if engine == "local":  # the state API names the parent of the child
+        from muster.util.state import list_tasks
+
+        rows = [t for t in list_tasks(filters=[("name", "=", "child_loop")]) if t["state"] == "RUNNING"]
+        assert [t["parent_task_id"] for t in rows] == [ref.task_id()]
+    muster.cancel(ref, recursive=recursive)
+    with pytest.raises(TaskCancelledError):
+        muster.get(ref, timeout=30)
+    while not os.path.exists(outcome) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with open(outcome) as f:
+        assert f.read() == ("interrupted" if recursive else "completed")
+
+
 # -- Ray Core from a training function ---------------------------------------------
 def core_calls_loop():
     """Ray Core from the training function: tasks, and an actor that ends with the run."""

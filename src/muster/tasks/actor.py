@@ -489,6 +489,12 @@ def _forget_call(ref_id: int, task_id: str, out: Future) -> None:
     task_table.ended(task_id, out.exception())
 
 
+def pending(ref_id: int) -> bool:
+    """Whether the actor call that returns ``ref_id`` is not done yet."""
+    with _lock:
+        return ref_id in _calls_by_ref
+
+
 def cancel_call(ref: ObjectRef, force: bool) -> bool | None:
     """Cancel the actor call behind ``ref``; None when ``ref`` is not an actor call's."""
     with _lock:
@@ -525,7 +531,8 @@ class WorkerActorHandle:
     def _call(self, method: str, args: tuple, kwargs: dict, options: dict[str, Any] | None = None) -> Any:
         from muster.tasks.generators import shaped
 
-        return shaped(core_context.send_event(events.ActorCall(self._id, method, args, kwargs, options or {})))
+        return shaped(core_context.send_event(
+            events.ActorCall(self._id, method, args, kwargs, options or {}, worker_side.current_task_id())))
 
     def _kill(self, no_restart: bool = True) -> None:
         core_context.send_event(events.Kill(self._id, no_restart))

@@ -74,6 +74,7 @@ class Submit:
     args: tuple
     kwargs: dict
     options: dict
+    parent: str | None = None  # the id of the task or actor call that submitted it (Ray's parent task)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class ActorCall:
     args: tuple
     kwargs: dict
     options: dict  # the call's .options(...) (num_returns, concurrency_group, max_task_retries, ...)
+    parent: str | None = None  # the id of the task or actor call that made it
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class Cancel:
 
     ref_id: int
     force: bool
+    recursive: bool = True
 
 
 @dataclass(frozen=True)

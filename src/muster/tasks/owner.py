@@ -96,7 +96,8 @@ def _wait(handle: RuntimeActor, e: events.Wait) -> Future:
 def _submit(handle: RuntimeActor, e: events.Submit) -> Any:
     from muster.tasks import remote_function as rf
 
-    return _pin_shaped(rf.shape(rf.submit(e.fn, e.args, e.kwargs, e.options), rf.num_returns(e.fn, e.options)))
+    refs = rf.shape(rf.submit(e.fn, e.args, e.kwargs, e.options), rf.num_returns(e.fn, e.options))
+    return _adopted(e.parent, refs)
 
 
 def _create_actor(handle: RuntimeActor, e: events.CreateActor) -> int:
@@ -108,7 +109,7 @@ def _create_actor(handle: RuntimeActor, e: events.CreateActor) -> int:
 def _actor_call(handle: RuntimeActor, e: events.ActorCall) -> Any:
     from muster.tasks import actor
 
-    return _pin_shaped(actor.lookup(e.actor)._call(e.method, e.args, e.kwargs, e.options))
+    return _adopted(e.parent, actor.lookup(e.actor)._call(e.method, e.args, e.kwargs, e.options))
 
 
 def _exit_actor(handle: RuntimeActor, e: events.ExitActor) -> None:
@@ -144,7 +145,7 @@ def _actor_call_done(handle: RuntimeActor, e: events.ActorCallDone) -> None:
 def _cancel(handle: RuntimeActor, e: events.Cancel) -> bool:
     from muster.tasks.cancel import cancel_ref
 
-    return cancel_ref(objects.ObjectRef(e.ref_id), e.force)
+    return cancel_ref(objects.ObjectRef(e.ref_id), e.force, e.recursive)
 
 
 def _is_canceled(handle: RuntimeActor, e: events.IsCanceled) -> bool:
@@ -263,6 +264,14 @@ def handle_event(handle: RuntimeActor, payload: Any) -> Any:
             "than the driver's: install the same muster version on every node."
         )
     return handler(handle, payload)
+
+
+def _adopted(parent: str | None, refs: Any) -> Any:
+    """What a worker's ``.remote()`` gets back (:func:`_pin_shaped`), its work recorded as ``parent``'s."""
+    from muster.tasks.cancel import adopt
+
+    adopt(parent, refs)
+    return _pin_shaped(refs)
 
 
 def _pin_shaped(refs: Any) -> Any:

@@ -80,7 +80,8 @@ class RemoteFunction:
         opts.check_call(self._fn, args, kwargs, f"{self._fn.__name__}.remote()")
         if core_context.in_worker():
             options = worker_side.child_options(self._options)
-            return shaped(core_context.send_event(events.Submit(self._fn, args, kwargs, options)))
+            return shaped(core_context.send_event(
+                events.Submit(self._fn, args, kwargs, options, worker_side.current_task_id())))
         args, kwargs = snapshot_args(args, kwargs, f"{self._fn.__name__}.remote()")  # as they are now
         n = num_returns(self._fn, self._options)
         if n == "streaming":  # the items come as they are yielded
@@ -196,6 +197,9 @@ class _Attempts:
         self.label = f"task {body.__name__}"
         self.cancelled: bool | None = None  # None, or force
         self.worker: Any = None  # the process running it now (from its TaskStarted event)
+        self.children: list[int] = []  # the refs of the tasks and actor calls it submitted (``cancel.adopt``)
+        self.recursive = False  # cancelled with its children (what it submits next is cancelled too)
+        self.kept = 0  # how many children were still pending when they were last pruned
         self.run: Future | None = None  # the engine's future of its current run
 
     def start(self, attempt: int = 0) -> None:
@@ -235,8 +239,8 @@ class _Attempts:
         if self.cancelled is not None:
             self.interrupt()
 
-    def cancel(self, force: bool) -> None:
-        self.cancelled = force
+    def cancel(self, force: bool, recursive: bool) -> None:
+        self.cancelled, self.recursive = force, recursive
         _settle(self.out, exc=TaskCancelledError(self.label))
         self.interrupt()
 
@@ -275,12 +279,24 @@ def is_cancelled(task_id: str) -> bool:
     return attempts is not None and attempts.cancelled is not None
 
 
-def cancel(ref: ObjectRef, force: bool) -> bool:
-    """Cancel the task behind ``ref`` (driver side); False when it is unknown or already done."""
+def pending(ref_id: int) -> bool:
+    """Whether the task that returns ``ref_id`` is not done yet."""
+    with _live_lock:
+        return ref_id in _by_ref
+
+
+def running(task_id: str | None) -> _Attempts | None:
+    """The task ``task_id`` while it is not done (None: it is done, unknown, or an actor call)."""
+    with _live_lock:
+        attempts = _live.get(task_id) if task_id else None
+    return None if attempts is None or attempts.out.done() else attempts
+
+
+def cancel(ref: ObjectRef, force: bool, recursive: bool) -> _Attempts | None:
+    """Cancel the task behind ``ref`` (driver side): it, or None when it is unknown or already done."""
     with _live_lock:
         task_id = _by_ref.get(ref.id)
-        attempts = _live.get(task_id) if task_id else None
-    if attempts is None or attempts.out.done():
-        return False
-    attempts.cancel(force)
-    return True
+    attempts = running(task_id)
+    if attempts is not None:
+        attempts.cancel(force, recursive)
+    return attempts

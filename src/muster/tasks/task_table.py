@@ -27,7 +27,8 @@ MAX_ROWS = 10_000
 
 class _Task:
     __slots__ = ("task_id", "ref_id", "parts", "name", "function", "kind", "resources", "actor_id", "group", "state",
-                 "attempt", "pid", "ray_node", "created", "started", "ended", "error_type", "error_message")
+                 "attempt", "pid", "ray_node", "created", "started", "ended", "error_type", "error_message",
+                 "parent")
 
     def __init__(self, task_id: str, ref_id: int, name: str, function: str, kind: str,
                  resources: dict[str, float], actor_id: str | None, group: str | None, state: str):
@@ -42,12 +43,13 @@ class _Task:
         self.ended: float | None = None
         self.error_type: str | None = None
         self.error_message: str | None = None
+        self.parent: str | None = None  # the task or actor call that submitted it (None: the driver)
 
     def row(self, here: str) -> dict[str, Any]:
         """Ray's ``TaskState`` columns (``here``: this node's id, for work that ran on the embedded engine)."""
         return {"task_id": self.task_id, "attempt_number": self.attempt, "name": self.name,
                 "state": self.state, "job_id": rc.driver_job_id(), "actor_id": self.actor_id, "type": self.kind,
-                "func_or_class_name": self.function, "parent_task_id": None,
+                "func_or_class_name": self.function, "parent_task_id": self.parent,
                 "node_id": self.ray_node or (here if self.pid is not None else None), "worker_id": None,
                 "worker_pid": self.pid, "error_type": self.error_type,
                 "language": "PYTHON", "required_resources": {k: v for k, v in self.resources.items() if v},
@@ -93,6 +95,15 @@ def submitted(task_id: str, ref_id: int, *, name: str, function: str, kind: str,
             _, old = _tasks.popitem(last=False)
             for ref in (old.ref_id, *old.parts):
                 _by_ref.pop(ref, None)
+
+
+def adopted(parent: str, ref_ids: list[int]) -> None:
+    """The work behind ``ref_ids`` was submitted by the task or actor call ``parent``."""
+    with _lock:
+        for ref_id in ref_ids:
+            task = _tasks.get(_by_ref.get(ref_id, ""))
+            if task is not None:
+                task.parent = parent
 
 
 def split_refs(ref: ObjectRef, n: int) -> list[ObjectRef]:
