@@ -453,6 +453,29 @@ def test_streaming_split_equal_every_row_once():
     assert len(set(batches)) == 1
 
 
+def test_local_shuffle_seed_gives_the_same_order_every_pass():
+    """Ray repeats a seeded local shuffle's order on every pass (muster reshuffled per epoch)."""
+    ds = md.range(40)
+    kw = dict(batch_size=4, local_shuffle_buffer_size=8, local_shuffle_seed=1)
+    loader = ds.iter_batches(**kw)
+    first, again = ([int(x) for b in loader for x in b["id"]] for _ in range(2))
+    assert first == again != list(range(40)) and sorted(first) == list(range(40))
+    assert [int(x) for b in ds.iter_batches(**kw) for x in b["id"]] == first
+    assert [int(x) for b in ds.iter_torch_batches(**kw) for x in b["id"]] == first
+    shard = ds.streaming_split(2, equal=True)[1]
+    assert len({tuple(int(x) for b in shard.iter_batches(**kw) for x in b["id"]) for _ in range(2)}) == 1
+    unseeded = ds.iter_batches(batch_size=4, local_shuffle_buffer_size=8)
+    assert len({tuple(int(x) for b in unseeded for x in b["id"]) for _ in range(3)}) > 1
+    from muster.data.iterator import DataIterator
+
+    def epochs(it):  # a trainer's shard: its own seed, none in the call -> a new order each epoch, replayable
+        loader = it.iter_batches(batch_size=4, local_shuffle_buffer_size=8)
+        return [tuple(int(x) for b in loader for x in b["id"]) for _ in range(2)]
+
+    trained = epochs(DataIterator(ds, seed=7))
+    assert trained[0] != trained[1] and trained == epochs(DataIterator(ds, seed=7))
+
+
 def test_iter_batches_options():
     ds = md.range(23)
     assert [len(b["id"]) for b in ds.iter_batches(batch_size=10)] == [10, 10, 3]
@@ -723,6 +746,10 @@ def test_whole_dataset_results_and_guards_as_rays():
     assert grouped == [{"a": 1, "count(b)": 1, "count(b)_2": 1}, {"a": 3, "count(b)": 1, "count(b)_2": 0}]
     assert sorted(two.aggregate(Unique("b"))["unique(b)"], key=str) == [2.0, None]  # crashed on the null
     assert two.unique("b", ignore_nulls=True) == [2.0] and None in two.unique("b")
+    lists = md.from_items([{"l": [1, 2]}, {"l": [1, 2]}, {"l": [3]}, {"l": None}])  # pyarrow has no list kernel
+    assert lists.unique("l") == [[1, 2], [3], None] and lists.unique("l", ignore_nulls=True) == [[1, 2], [3]]
+    with pytest.raises(TypeError, match=r"unique\('s'\): column 's' is of type struct<a: int64>.*scalar field"):
+        md.from_items([{"s": {"a": 1}}]).unique("s")
     assert np.isnan(two.std("b"))  # one value: NaN for ddof=1, as Ray's (it was None), also per group
     by_a = two.groupby("a").std("b").take_all()
     assert np.isnan(by_a[0]["std(b)"]) and by_a[1]["std(b)"] is None  # no value at all: None

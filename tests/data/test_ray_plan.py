@@ -63,7 +63,8 @@ def test_sources_pass_their_options(tmp_path):
     ds = md.read_parquet(str(tmp_path), columns=["a"], filter=pc.field("a") > 1)
     (name, args, kwargs), = ds._node.op.ray.steps
     assert name == "read_parquet" and args == (str(tmp_path),) and kwargs["columns"] == ["a"] and "filter" in kwargs
-    assert md.read_json(str(tmp_path / "x.parquet"))._node.op.ray.steps[0][2]["lines"] is True
+    assert "lines" not in md.read_json(str(tmp_path / "x.parquet"))._node.op.ray.steps[0][2]  # Ray's default
+    assert md.read_json(str(tmp_path / "x.parquet"), lines=True)._node.op.ray.steps[0][2]["lines"] is True
 
 
 def test_concurrency_becomes_rays_compute_strategy():

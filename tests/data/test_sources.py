@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
@@ -161,6 +162,17 @@ def test_read_json_takes_a_json_array_file_as_ray_does(tmp_path):
     (tmp_path / "nums.json").write_text("[1, 2]")
     with pytest.raises(Exception, match="holds a JSON array of ints; its items must be objects"):
         md.read_json(str(tmp_path / "nums.json")).take_all()
+    for lines in (False, True):  # Ray's default, lines=False, reads both kinds too (muster refused it)
+        assert md.read_json([str(tmp_path / "arr.json"), str(tmp_path / "lines.jsonl")], lines=lines).take_all() == rows
+
+
+def test_from_pandas_text_is_arrow_string_as_rays_schema_shows():
+    df = pd.DataFrame({"s": ["a", "b"], "p": pd.Series(["c", None], dtype="string[pyarrow]"), "i": [1, 2]})
+    ds = md.from_pandas(df)
+    assert [str(t) for t in ds.schema().types] == ["string", "string", "int64"]  # large_string before
+    assert ds.union(md.from_items([{"s": "x", "p": "y", "i": 3}])).take_all()[2] == {"s": "x", "p": "y", "i": 3}
+    big = pd.DataFrame({"s": pd.Series(["a"], dtype=pd.ArrowDtype(pa.large_string()))})  # asked for: kept
+    assert str(md.from_pandas(big).schema().types[0]) == "large_string"
 
 
 def test_readers_take_rays_task_options(tmp_path, pq_dir):

@@ -168,17 +168,16 @@ def _no_partitioning(partitioning: Any) -> dict[str, Any]:
     return {"partitioning": None} if partitioning is None else {}
 
 
-def read_json(paths: str | list[str], *, filesystem: Any = None, lines: bool = True, include_paths: bool = False,
+def read_json(paths: str | list[str], *, filesystem: Any = None, lines: bool = False, include_paths: bool = False,
               partitioning: Any = "hive", **arrow_json_args: Any) -> Dataset:
-    """JSON lines files (one object per line); ``include_paths`` and ``partitioning`` as in :func:`read_csv`."""
-    if not lines:
-        raise InvalidArgumentError("read_json(lines=False): only JSON lines (one object per line) is read; "
-                                   "convert the file.")
+    """JSON files: JSON lines (one object per line) or one JSON array of objects, told apart by content
+    whatever ``lines`` says (Ray's default, ``lines=False``, reads both too); ``include_paths`` and
+    ``partitioning`` as in :func:`read_csv`."""
     ray_only = _ray_only(arrow_json_args)
     options = _text_options(include_paths, ray_only, partitioning, "read_json")
     return _read("ReadJSON", _src.json_tasks(paths, filesystem, options, **arrow_json_args),
-                 RayCall.of("read_json", paths, lines=True, **_fs(filesystem), **ray_only, **_paths(include_paths),
-                            **_no_partitioning(partitioning), **arrow_json_args))
+                 RayCall.of("read_json", paths, **({"lines": True} if lines else {}), **_fs(filesystem), **ray_only,
+                            **_paths(include_paths), **_no_partitioning(partitioning), **arrow_json_args))
 
 
 def read_text(paths: str | list[str], *, filesystem: Any = None, encoding: str = "utf-8",
@@ -333,10 +332,27 @@ def from_arrow(tables: pa.Table | list[pa.Table], *, override_num_blocks: int | 
 def from_pandas(dfs: Any, *, override_num_blocks: int | None = None) -> Dataset:
     """Rows from one DataFrame or a list of them (a column of same-shape ndarrays becomes a tensor column)."""
     frames = _data_frames(dfs if isinstance(dfs, list) else [dfs], "from_pandas")
-    blocks = [_blk.from_batch(df, "from_pandas") for df in frames]
+    blocks = [_pandas_block(df, "from_pandas") for df in frames]
     if override_num_blocks:
         blocks = _mem.table_blocks(_blk.concat(blocks), parallelism=override_num_blocks)
     return from_blocks(blocks, "FromPandas")
+
+
+def _pandas_block(df: Any, where: str) -> pa.Table:
+    """A DataFrame as a block, its pandas ``string`` columns (text's default dtype under pandas 3) as Arrow
+    ``string``, the type Ray's schema shows for them and the one ``from_items``/``read_*`` give, not pyarrow's
+    ``large_string`` (so the datasets union); a column past ``string``'s 2 GiB limit stays ``large_string``."""
+    import pandas as pd
+
+    table = _blk.from_batch(df, where)
+    for i, dtype in enumerate(df.dtypes):
+        if isinstance(dtype, pd.StringDtype) and pa.types.is_large_string(table.schema.field(i).type):
+            try:
+                column = table.column(i).cast(pa.string())
+            except pa.ArrowInvalid:  # over 2 GiB of text in one chunk
+                continue
+            table = table.set_column(i, table.schema.field(i).with_type(pa.string()), column)
+    return table
 
 
 def _data_frames(frames: list[Any], where: str) -> list[Any]:
@@ -392,8 +408,7 @@ def from_arrow_refs(tables: Any) -> Dataset:
 def from_pandas_refs(dfs: Any) -> Dataset:
     """``from_pandas`` of the DataFrames these ``ObjectRef`` s hold, one block each (as Ray's)."""
     frames = _data_frames(_ref_values(dfs, "from_pandas_refs"), "from_pandas_refs")
-    return from_blocks([_blk.from_batch(df, "from_pandas_refs") for df in frames],
-                       "FromPandas")
+    return from_blocks([_pandas_block(df, "from_pandas_refs") for df in frames], "FromPandas")
 
 
 def from_numpy_refs(ndarrays: Any) -> Dataset:

@@ -290,6 +290,42 @@ __all__ = ["AbsMax", "AggregateFn", "AggregateFnV2", "Count", "CountDistinct", "
            "MissingValuePercentage", "Quantile", "Std", "Sum", "Unique", "ZeroPercentage"]
 
 
+def unique_values(values: Any, column: str, ignore_nulls: bool) -> list[Any]:
+    """``Dataset.unique``: the distinct values of a column (a pyarrow array), in first-seen order for lists.
+
+    Arrow has no ``unique`` kernel for lists, so a list column's values (Ray gives the distinct lists) are
+    compared as tuples; any other type Arrow cannot compare is refused naming the column and the fix."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = values.type
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        seen: dict[Any, Any] = {}
+        for v in values.to_pylist():
+            seen.setdefault(_hashable(v), v)
+        out = list(seen.values())
+    else:
+        try:
+            out = pc.unique(values).to_pylist()
+        except pa.ArrowNotImplementedError:
+            from muster.data.exceptions import DataTypeError
+
+            raise DataTypeError(
+                f"unique({column!r}): column {column!r} is of type {kind}, whose values cannot be compared for "
+                "distinct ones. Take unique() of a scalar field instead (e.g. add one with "
+                "with_column / map), or drop duplicates yourself in a map_batches.") from None
+    return [v for v in out if v is not None] if ignore_nulls else out
+
+
+def _hashable(value: Any) -> Any:
+    """``value`` (a list's item, possibly nested lists or dicts) as something a dict can key on."""
+    if isinstance(value, list):
+        return ("list", tuple(_hashable(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
 def __getattr__(name: str) -> Any:
     from muster._unsupported import raise_unsupported
 

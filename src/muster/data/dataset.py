@@ -401,11 +401,11 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         return sum(blk.nbytes(b) for b in self._execute())
 
     def unique(self, column: str, ignore_nulls: bool = False) -> list[Any]:
-        """The distinct values of ``column`` (a null among them unless ``ignore_nulls``)."""
-        import pyarrow.compute as pc
+        """The distinct values of ``column`` (a null among them unless ``ignore_nulls``); of a list column,
+        the distinct lists, as Ray's."""
+        from muster.data.aggregate import unique_values
 
-        values = pc.unique(self.select_columns([column]).to_arrow().column(column)).to_pylist()
-        return [v for v in values if v is not None] if ignore_nulls else values
+        return unique_values(self.select_columns([column]).to_arrow().column(column), column, ignore_nulls)
 
     def iterator(self) -> DataIterator:
         """The iterator behind ``iter_*``; each pass over it is one execution of this dataset (an epoch)."""

@@ -8,8 +8,11 @@ so of batches) and every kept row goes to exactly one rank.  Every rank runs
 the pipeline itself (the rows it keeps are chosen after execution), which is
 what makes the split deterministic and independent of timing.
 
-Each pass over an iterator is one epoch; ``random_shuffle`` and the local
-shuffle buffer are seeded from (seed, epoch).  A dataset's own iterator
+Each pass over an iterator is one epoch; ``random_shuffle`` is seeded from
+(seed, epoch).  The local shuffle buffer, as Ray's, gives the same order on
+every pass with the same ``local_shuffle_seed``; without one, each pass's is
+new (a trainer's shard seeds it from (its seed, epoch), so a resumed epoch
+replays its order).  A dataset's own iterator
 numbers its passes among all the dataset's executions (a ``take_all`` between
 two passes takes a number too), as Ray's execution index; a shard's iterator
 counts its own passes, so every rank's are the same.  ``state_dict()``
@@ -106,7 +109,8 @@ class DataIterator:
             prefetch_batches: batches prepared ahead on a background thread (0: none).
             drop_last: drop a final short batch.
             local_shuffle_buffer_size: shuffle rows within a buffer of at least this many rows.
-            local_shuffle_seed: seeds that buffer (combined with the epoch).
+            local_shuffle_seed: seeds that buffer: every pass with the same seed gives the same order, as
+                Ray's (to vary it per epoch, pass a seed of your own per epoch, e.g. ``seed + epoch``).
         """
         refuse_removed_args("iter_batches", removed)
         fmt = blk.check_batch_format(batch_format, "iter_batches")
@@ -129,8 +133,8 @@ class DataIterator:
         def produce() -> Iterator[Any]:
             blocks = self._blocks(epoch)
             if local_shuffle_buffer_size:
-                seed = local_shuffle_seed if local_shuffle_seed is not None else self._seed
-                blocks = _local_shuffle(blocks, local_shuffle_buffer_size, batch_size or 1024, seed, epoch, self._rank)
+                blocks = _local_shuffle(blocks, local_shuffle_buffer_size, batch_size or 1024,
+                                        self._shuffle_key(local_shuffle_seed, epoch))
             batches = _rebatch(blocks, batch_size, drop_last)
             for i, b in enumerate(batches):
                 if i < skip:
@@ -157,6 +161,14 @@ class DataIterator:
             close = getattr(source, "close", None)
             if close is not None:
                 close()
+
+    def _shuffle_key(self, local_shuffle_seed: int | None, epoch: int) -> list[int] | None:
+        """The local shuffle buffer's seed: the call's ``local_shuffle_seed`` gives the same order every pass,
+        as Ray's; without one, a trainer's shard seed (one for every attempt, so a resumed epoch replays its
+        order) is mixed with the epoch, so each epoch is shuffled anew, as Ray's unseeded buffer is."""
+        if local_shuffle_seed is not None:
+            return [local_shuffle_seed, self._rank]
+        return None if self._seed is None else [self._seed, epoch, self._rank]
 
     def iter_rows(self) -> Iterable[dict[str, Any]]:
         """Rows as dicts (each ``for`` over the result is a new pass, as with ``iter_batches``)."""
@@ -302,10 +314,11 @@ def _rebatch(blocks: Iterator[pa.Table], batch_size: int | None, drop_last: bool
         yield blk.concat(parts)
 
 
-def _local_shuffle(blocks: Iterator[pa.Table], buffer: int, batch: int, seed: int | None, epoch: int, rank: int
+def _local_shuffle(blocks: Iterator[pa.Table], buffer: int, batch: int, key: list[int] | None
                    ) -> Iterator[pa.Table]:
-    """Rows shuffled within a window: fill to ``buffer + batch`` rows, permute, hand out all but ``buffer``."""
-    rng = np.random.default_rng(None if seed is None else [seed, epoch, rank])
+    """Rows shuffled within a window: fill to ``buffer + batch`` rows, permute, hand out all but ``buffer``
+    (``key`` seeds the permutations; None: a new order each time)."""
+    rng = np.random.default_rng(key)
     held: list[pa.Table] = []
     n = 0
     for b in blocks:
