@@ -423,32 +423,87 @@ def test_a_handle_used_in_a_forked_child_opens_connections_of_its_own(graph):
     assert [h.add.remote(i, 2).result(timeout_s=10) for i in range(20)] == [i + 2 for i in range(20)]
 
 
+def _deploy_configured(deployment: dict) -> None:
+    """What ``muster serve deploy`` does for one app of a config file (``schema.deploy`` would also delete
+    the module's other apps, as Ray's ``serve deploy`` does)."""
+    from muster.serve import api
+
+    api._run(Configured.options(**deployment).bind(), name="cfg", route_prefix=None,
+             config={"name": "cfg", "deployments": [{"name": "Configured", **deployment}]})
+
+
+def _configured_status() -> Any:
+    return serve.status().applications["cfg"].deployments["Configured"]
+
+
 def test_user_config_reaches_reconfigure_and_redeploy_updates_it(client):
     h = serve.run(Configured.bind(), name="cfg", route_prefix=None)
     assert h.get.remote().result(timeout_s=10) == 1
-    pid, calls = h.state.remote().result(timeout_s=10)
+    pid, _ = h.state.remote().result(timeout_s=10)
+    # as Ray's serve.run, which versions the code anew each time: its redeploy replaces the replicas
     h = serve.run(Configured.options(user_config={"threshold": 7}).bind(), name="cfg", route_prefix=None)
     assert h.get.remote().result(timeout_s=10) == 7
+    new_pid, calls = h.state.remote().result(timeout_s=10)
+    assert new_pid != pid and calls == 1
+    assert _configured_status().status_trigger == "CONFIG_UPDATE_COMPLETED"
+    # a config file's deploy makes Ray's lightweight updates: user_config alone keeps the replica
+    _deploy_configured({"user_config": {"threshold": 7}})
+    pid, calls = h.state.remote().result(timeout_s=10)
+    _deploy_configured({"user_config": {"threshold": 8}})
+    assert h.get.remote().result(timeout_s=10) == 8
     assert h.state.remote().result(timeout_s=10) == (pid, calls + 1)  # reconfigured in place, as Ray: same replica
-    h = serve.run(Configured.options(user_config={"threshold": 7}).bind(), name="cfg", route_prefix=None)
+    _deploy_configured({"user_config": {"threshold": 8}})
     assert h.state.remote().result(timeout_s=10) == (pid, calls + 1)  # unchanged: left alone
-    # Ray's lightweight update: a new replica count keeps the live replica and adds one (then drains it)
-    serve.run(Configured.options(user_config={"threshold": 7}, num_replicas=2).bind(), name="cfg", route_prefix=None)
-    st = serve.status().applications["cfg"].deployments["Configured"]
-    assert st.replica_states == {"RUNNING": 2}
+    # a new replica count keeps the live replica and adds one (then drains it)
+    _deploy_configured({"user_config": {"threshold": 8}, "num_replicas": 2})
+    assert _configured_status().replica_states == {"RUNNING": 2}
     pids = {h.state.remote().result(timeout_s=10)[0] for _ in range(20)}
     assert pid in pids and len(pids) == 2
-    h = serve.run(Configured.options(user_config={"threshold": 7}, num_replicas=1).bind(),
-                  name="cfg", route_prefix=None)
-    deadline = time.monotonic() + 30
-    while serve.status().applications["cfg"].deployments["Configured"].replica_states != {"RUNNING": 1}:
-        assert time.monotonic() < deadline, serve.status().applications["cfg"].deployments["Configured"]
-        time.sleep(0.05)
-    h = serve.run(Configured.options(user_config={"threshold": 8}, max_ongoing_requests=3).bind(), name="cfg",
-                  route_prefix=None)
-    assert h.get.remote().result(timeout_s=10) == 8
+    _deploy_configured({"user_config": {"threshold": 8}, "num_replicas": 1})
+    wait_until(lambda: _configured_status().replica_states == {"RUNNING": 1}, what="drained to one replica")
+    _deploy_configured({"user_config": {"threshold": 9}, "max_ongoing_requests": 3})
+    assert h.get.remote().result(timeout_s=10) == 9
     assert h.state.remote().result(timeout_s=10)[0] != pid  # another option changed: replicas replaced
     serve.delete("cfg")
+
+
+@serve.deployment(ray_actor_options=SMALL, user_config={"ok": True})
+class Picky:
+    def reconfigure(self, config: dict) -> None:
+        if not config["ok"]:
+            raise ValueError(f"refusing user_config {config}")
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_a_redeploy_whose_reconfigure_raises_fails_as_rays(client):
+    """It raised a plain RayServeException (Ray's: RuntimeError) and the app stayed RUNNING; Ray marks it
+    DEPLOY_FAILED. The previous version keeps serving."""
+    h = serve.run(Picky.bind(), name="picky", route_prefix=None)
+    pid = h.pid.remote().result(timeout_s=10)
+    with pytest.raises(RuntimeError) as info:
+        serve.run(Picky.options(user_config={"ok": False}).bind(), name="picky", route_prefix=None)
+    assert isinstance(info.value, serve.RayServeException)
+    assert "'Picky'" in str(info.value) and "ValueError: refusing user_config {'ok': False}" in str(info.value)
+    app = serve.status().applications["picky"]
+    dep = app.deployments["Picky"]
+    assert (app.status, dep.status, dep.status_trigger) == ("DEPLOY_FAILED", "DEPLOY_FAILED", "REPLICA_STARTUP_FAILED")
+    assert "refusing user_config" in app.message and "refusing user_config" in dep.message
+    assert dep.replica_states == {"RUNNING": 1} and h.pid.remote().result(timeout_s=10) == pid  # still serving
+    serve.run(Picky.bind(), name="picky", route_prefix=None)  # a deploy that succeeds clears it
+    app = serve.status().applications["picky"]
+    assert (app.status, app.deployments["Picky"].status_trigger) == ("RUNNING", "CONFIG_UPDATE_COMPLETED")
+    serve.delete("picky")
+
+
+def test_a_first_deploy_whose_reconfigure_raises_fails_as_rays(client):
+    with pytest.raises(RuntimeError, match="'Picky'.*ValueError: refusing user_config"):
+        serve.run(Picky.options(user_config={"ok": False}).bind(), name="picky1", route_prefix=None)
+    app = serve.status().applications["picky1"]
+    dep = app.deployments["Picky"]
+    assert (app.status, dep.status, dep.status_trigger) == ("DEPLOY_FAILED", "DEPLOY_FAILED", "REPLICA_STARTUP_FAILED")
+    serve.delete("picky1")
 
 
 def test_a_cancelled_call_raises_request_cancelled_as_rays(graph):

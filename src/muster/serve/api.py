@@ -129,9 +129,11 @@ def run(
     """Deploy an application and return a handle to its ingress deployment.
 
     Returns once every replica is up.  Running it again with the same name
-    replaces that app's replicas without dropping requests; when nothing but
-    ``user_config`` changed, the live replicas run ``reconfigure`` instead
-    and stay (nothing changed: nothing happens), as in Ray.
+    replaces that app's replicas without dropping requests, whatever changed,
+    as Ray's ``serve.run`` does (a config file's deploy, ``muster serve deploy``,
+    keeps them when only ``user_config`` or the replica count changed: they run
+    ``reconfigure``). If the new replicas fail to start, the previous version
+    keeps serving and ``serve.status()`` shows the app ``DEPLOY_FAILED``.
 
     Args:
         target: a bound deployment (``MyDeployment.bind(...)``).
@@ -145,7 +147,8 @@ def run(
 
     Raises:
         ResourcesUnavailableError: its replicas can never fit (names what was asked and what exists).
-        RayServeException: a replica's constructor raised.
+        DeployFailedError: a replica's constructor, or its ``reconfigure(user_config)``, raised (a
+            ``RayServeException`` and, as Ray's, a ``RuntimeError``).
         TypeError / ValueError: bad arguments.
         KeyboardInterrupt: ``blocking=True`` and Ctrl-C stopped it (Serve still runs).
     """
@@ -236,6 +239,8 @@ class DeploymentStatusOverview:
     target_replicas: int = 0
     restarts: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)  # requests_per_s, p50_ms, p99_ms, served, errors, ...
+    #: Ray's: what brought it to ``status`` (a ``schema.DeploymentStatusTrigger`` value, e.g. CONFIG_UPDATE_COMPLETED)
+    status_trigger: str = "UNSPECIFIED"
 
 
 @dataclass
@@ -262,7 +267,8 @@ class ServeStatus:
             n: ApplicationStatusOverview(
                 a["status"], a["message"], a["route_prefix"], a["last_deployed_time_s"],
                 {dn: DeploymentStatusOverview(dd["status"], dd["replica_states"], dd["message"],
-                                              dd["target_replicas"], dd["restarts"], dd.get("metrics", {}))
+                                              dd["target_replicas"], dd["restarts"], dd.get("metrics", {}),
+                                              dd.get("status_trigger", "UNSPECIFIED"))
                  for dn, dd in a["deployments"].items()},
             )
             for n, a in d.get("applications", {}).items()

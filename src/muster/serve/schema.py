@@ -41,7 +41,8 @@ from muster.serve._internal.deploy_schema import (
 
 __all__ = [  # Ray keeps these in ray.serve.schema; the status and config classes are the ones muster.serve exports
     "APIType", "AppSchema", "ApplicationStatus", "ApplicationStatusOverview", "AutoscalingConfig",
-    "DeploymentConfig", "DeploymentSchema", "DeploymentStatus", "DeploymentStatusOverview", "EncodingType",
+    "DeploymentConfig", "DeploymentSchema", "DeploymentStatus", "DeploymentStatusOverview", "DeploymentStatusTrigger",
+    "EncodingType",
     "GangSchedulingConfig", "HTTPOptions", "LoggingConfig", "ProxyStatus", "RayActorOptionsSchema", "ReplicaRank",
     "ServeApplicationSchema",
     "ServeConfig",
@@ -89,6 +90,25 @@ class DeploymentStatus(str, Enum):
     DEPLOY_FAILED = "DEPLOY_FAILED"
     UPSCALING = "UPSCALING"
     DOWNSCALING = "DOWNSCALING"
+
+
+class DeploymentStatusTrigger(str, Enum):
+    """Ray's names for a ``DeploymentStatusOverview.status_trigger``: what brought the deployment to its status (a
+    plain string there, equal to these). Muster sets those it tracks: a deploy started or done, autoscaling and
+    the up- or downscale it completed, a replica that failed to start, one that failed its health check or died
+    (``UNSPECIFIED`` once its replacement runs, as Ray's)."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    CONFIG_UPDATE_STARTED = "CONFIG_UPDATE_STARTED"
+    CONFIG_UPDATE_COMPLETED = "CONFIG_UPDATE_COMPLETED"
+    UPSCALE_COMPLETED = "UPSCALE_COMPLETED"
+    DOWNSCALE_COMPLETED = "DOWNSCALE_COMPLETED"
+    AUTOSCALING = "AUTOSCALING"
+    REPLICA_STARTUP_FAILED = "REPLICA_STARTUP_FAILED"
+    DEPLOYMENT_ACTOR_FAILED = "DEPLOYMENT_ACTOR_FAILED"
+    HEALTH_CHECK_FAILED = "HEALTH_CHECK_FAILED"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    DELETING = "DELETING"
 
 
 class ProxyStatus(str, Enum):

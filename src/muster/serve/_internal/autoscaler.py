@@ -141,6 +141,7 @@ def _scale_to(d: DeploymentState, want: int, current: int, ongoing: float, resiz
     if gang is not None:  # whole gangs: a decision is rounded up, as Ray's gang policy does
         want = round_up(want, gang.gang_size)
     if want != d.target:
+        d.trigger, d.scaled_up = "AUTOSCALING", want > d.target
         d.message = f"autoscaling from {d.target} to {want} replicas ({ongoing:g} ongoing requests)"
         print(f"[serve] {d.plan.name}: {d.message}", file=sys.stderr, flush=True)
     if want != current:

@@ -93,8 +93,9 @@ class ServeController:
 
         Raises:
             ResourcesUnavailableError: its replicas can never fit next to the other apps.
-            DeployFailedError: a replica failed to start (its constructor raised); the app's status is then
-                ``DEPLOY_FAILED``, unless an earlier version of it still runs.
+            DeployFailedError: a replica failed to start (its constructor, or ``reconfigure`` with the new
+                ``user_config``, raised); the app's status is then ``DEPLOY_FAILED``, as in Ray. An earlier version
+                of it that still runs keeps serving until a deploy succeeds.
         """
         with self.lock:
             for other in self.apps.values():
@@ -109,7 +110,9 @@ class ServeController:
             autoscaler.warn_overridden(name, plans)
         if new_code:
             plans = [dataclasses.replace(p, fresh_import=True) for p in plans]
-        elif old is not None and self._reconfigure_in_place(old, route_prefix, ingress, plans):
+        elif old is not None and config is not None and self._reconfigure_in_place(old, route_prefix, ingress, plans):
+            # a config file's deploy only, as Ray's: serve.run gives the code a new version each time, so its
+            # redeploy replaces the replicas whatever changed
             old.config = config
             old.set_policy(policy)
             server_choice.follow_apps(self, name)
@@ -148,13 +151,21 @@ class ServeController:
             with self.lock:
                 if self.apps.get(name) is old and old is not None and stop_old_first:
                     self.apps.pop(name, None)
-                if name not in self.apps and isinstance(exc, DeployFailedError):
-                    self.failed[name] = new.overview(failed=str(exc))
                 self.deploying.pop(name, None)
-            raise
+                if not isinstance(exc, DeployFailedError):
+                    raise
+                if name not in self.apps:
+                    self.failed[name] = new.overview(failed=str(exc))
+                    raise
+                why = (f"{exc}\nApp {name!r} keeps serving its previous version (serve.status() shows it "
+                       "DEPLOY_FAILED) until a deploy succeeds: fix the error and deploy it again.")
+                self.apps[name].update_failed = new.overview(failed=why)
+            raise DeployFailedError(why) from exc
         with self.lock:
             self.deploying.pop(name, None)
             new.status = "RUNNING"
+            for d in new.deployments.values():
+                d.trigger = "CONFIG_UPDATE_COMPLETED"
             self.apps[name] = new
             self.failed.pop(name, None)
         self.record.event(name, None, None, "deploy", f"app {name!r} deployed"
@@ -171,7 +182,8 @@ class ServeController:
         """Keep ``app``'s replicas when the redeploy changes nothing, or only ``user_config`` (each live replica
         then runs ``reconfigure`` with the new one) and the replica count (replicas are added or drained);
         ``False`` when they must be replaced."""
-        same = (app.route_prefix, app.ingress, app.status) == (route_prefix, ingress, "RUNNING")
+        same = (app.route_prefix, app.ingress, app.status) == (route_prefix, ingress, "RUNNING") \
+            and app.update_failed is None
         changes = plan.in_place_changes({n: d.plan for n, d in app.deployments.items()}, plans) if same else None
         if changes is None:
             return False
@@ -179,9 +191,11 @@ class ServeController:
         for dep, changed in changes.items():
             d = app.deployments[dep]
             d.plan = by_name[dep]  # replicas started from now on get the new options
+            d.trigger = "CONFIG_UPDATE_STARTED"
             if changed & {"num_replicas", "autoscaling_config"}:
                 self._resize(d, d.new_target(), wait=True)  # serve.run returns with the new ones up
             if "user_config" not in changed:
+                d.trigger = "CONFIG_UPDATE_COMPLETED"
                 continue
             config = d.plan.config.user_config
             calls = [(r, r.actor.call("reconfigure", config)) for r in list(d.replicas.values())
@@ -190,10 +204,20 @@ class ServeController:
                 try:
                     fut.result(d.plan.config.health_check_timeout_s)
                 except Exception as exc:
-                    raise RayServeException(
+                    err = DeployFailedError(
                         f"deployment {dep!r} of app {app.name!r}: replica {r.id} failed to apply user_config="
-                        f"{config!r} in reconfigure(): {type(exc).__name__}: {exc}; fix reconfigure or the config."
-                    ) from exc
+                        f"{config!r} in reconfigure(): {type(exc).__name__}: {exc}\nFix reconfigure or the config "
+                        "and deploy again (serve.status() shows the app DEPLOY_FAILED until then)."
+                    )
+                    with self.lock:
+                        d.trigger = "CONFIG_UPDATE_COMPLETED"  # its replicas serve on; the failure shows below
+                        app.update_failed = app.overview()
+                        app.update_failed["message"] = str(err)
+                        app.update_failed["deployments"][dep].update(
+                            status="DEPLOY_FAILED", status_trigger="REPLICA_STARTUP_FAILED",
+                            message=f"reconfigure() raised {type(exc).__name__}: {exc}")
+                    raise err from exc
+            d.trigger = "CONFIG_UPDATE_COMPLETED"
         what = ", ".join(f"{dep} {'/'.join(sorted(changed))}" for dep, changed in changes.items()) or "nothing changed"
         self.record.event(app.name, None, None, "deploy", f"app {app.name!r} updated in place ({what})")
         return True
@@ -261,6 +285,7 @@ class ServeController:
             with self.lock:
                 d.replicas.pop(rid, None)
                 d.message = f"replica failed to start: {type(exc).__name__}: {exc}"
+                d.trigger = "REPLICA_STARTUP_FAILED"
             raise DeployFailedError(
                 f"deployment {d.plan.name!r} of app {d.app!r}: a replica failed to start: {type(exc).__name__}: "
                 f"{exc}"
@@ -297,6 +322,7 @@ class ServeController:
             d.replicas.pop(rep.id, None)
             d.restarts += 1
             d.message = f"replica {rep.id} {what} ({err}); replacing {'its gang' if rep.gang else 'it'}"
+            d.trigger = "HEALTH_CHECK_FAILED"  # as Ray's, which finds a dead replica by its failed health check
             live = self.apps.get(d.app)
             keep = live is not None and live.deployments.get(d.plan.name) is d
             gang = gangs.claim_restart(d, rep.gang) if keep and rep.gang is not None else None

@@ -95,6 +95,9 @@ class DeploymentState:
     queued: int = 0  # requests routers hold for it while no replica runs (autoscaler.Waiting)
     holds: dict[tuple[str, str], int] = field(default_factory=dict)  # its replicas' calls waiting, by deployment
     gangs: dict[str, Gang] = field(default_factory=dict)  # its gangs by id (gang_scheduling_config), oldest first
+    #: what last changed its status (Ray's ``status_trigger``; see :meth:`shown_trigger`)
+    trigger: str = "CONFIG_UPDATE_STARTED"
+    scaled_up: bool = True  # the last autoscaling decision added replicas (it removed some: False)
 
     def running(self) -> list[ReplicaState]:
         return [r for r in self.replicas.values() if r.state == "RUNNING"]
@@ -139,16 +142,26 @@ class DeploymentState:
                     self.replicas[rid].stats_acks = snap["acks"]
         return snaps
 
+    def shown_trigger(self, status: str) -> str:
+        """Ray's ``status_trigger`` for ``status``: :attr:`trigger`, except once healthy again, when an autoscaling
+        decision shows as the up- or downscale it completed and a failure as ``UNSPECIFIED`` (as Ray's do)."""
+        if status == "HEALTHY" and self.trigger == "AUTOSCALING":
+            return "UPSCALE_COMPLETED" if self.scaled_up else "DOWNSCALE_COMPLETED"
+        if status == "HEALTHY" and self.trigger in ("HEALTH_CHECK_FAILED", "REPLICA_STARTUP_FAILED"):
+            return "UNSPECIFIED"
+        return self.trigger
+
     def status(self) -> dict[str, Any]:
         """This deployment's entry in ``serve.status()``."""
         states: dict[str, int] = {}
         for r in self.replicas.values():
             states[r.state] = states.get(r.state, 0) + 1
         healthy = states.get("RUNNING", 0) >= self.target
+        status = "HEALTHY" if healthy else ("UPSCALING" if self.message.startswith("autoscaling")
+                                            else "UPDATING" if not self.message or self.message.startswith(WAITING)
+                                            else "UNHEALTHY")
         return {
-            "status": "HEALTHY" if healthy else ("UPSCALING" if self.message.startswith("autoscaling")
-                                                 else "UPDATING" if not self.message or self.message.startswith(WAITING)
-                                                 else "UNHEALTHY"),
+            "status": status, "status_trigger": self.shown_trigger(status),
             "replica_states": states, "target_replicas": self.target, "restarts": self.restarts,
             "message": self.message, "metrics": self.metrics.as_dict(),
         }
@@ -166,6 +179,9 @@ class AppState:
     config: dict[str, Any] | None = None  # the config file's entry it was deployed from (None: serve.run)
     policy: autoscaling.AppPolicy | None = None  # its app-level autoscaling policy (a config file's)
     websockets: bool | None = None  # serves WebSocket routes over HTTP (None: unknown; server_choice.websockets_of)
+    #: a redeploy of it failed while this version kept serving: that deploy's ``overview(failed=...)``; its status
+    #: shows ``DEPLOY_FAILED`` (as Ray's) until a deploy succeeds or it is deleted
+    update_failed: dict[str, Any] | None = None
 
     def overview(self, failed: str | None = None) -> dict[str, Any]:
         """This app's entry in ``serve.status()``; ``failed``: why its deploy failed (Ray's ``DEPLOY_FAILED``: the
@@ -173,7 +189,14 @@ class AppState:
         deps = {d.plan.name: d.status() for d in self.deployments.values()}
         if failed is not None:
             for d in self.deployments.values():
-                deps[d.plan.name].update(status="DEPLOY_FAILED" if d.message else "UPDATING", replica_states={})
+                deps[d.plan.name].update(status="DEPLOY_FAILED" if d.message else "UPDATING", replica_states={},
+                                         status_trigger=d.trigger if d.message else "CONFIG_UPDATE_STARTED")
+        elif self.update_failed is not None:  # the running version's replicas, the failed update's verdicts
+            for name, dep in self.update_failed["deployments"].items():
+                if dep["status"] == "DEPLOY_FAILED":
+                    deps[name] = {**dep, **{k: deps[name][k] for k in ("replica_states", "target_replicas",
+                                                                         "restarts", "metrics") if name in deps}}
+            failed = self.update_failed["message"]
         return {"status": "DEPLOY_FAILED" if failed is not None else self.status,
                 "message": failed if failed is not None else self.message, "route_prefix": self.route_prefix,
                 "last_deployed_time_s": self.deployed_at, "deployments": deps}
