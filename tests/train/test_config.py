@@ -130,3 +130,25 @@ def test_a_search_space_for_num_workers_names_the_function_trainable(space):
         ScalingConfig(num_workers=value)
     with pytest.raises(ValueError, match=r"num_workers must be an integer >= 1, or \(min, max\) for an elastic run\.$"):
         ScalingConfig(num_workers=0)
+
+
+def test_rays_tpu_label_and_elastic_monitor_fields():
+    """Ray 2.60's ScalingConfig fields: their defaults are taken; TPU values muster cannot honour are refused."""
+    from muster.exceptions import InvalidArgumentError, InvalidTypeError
+
+    cfg = ScalingConfig(num_workers=2, use_tpu=False, topology=None, label_selector=None,
+                        elastic_resize_monitor_interval_s=30.0)
+    assert (cfg.use_tpu, cfg.topology, cfg.label_selector, cfg.elastic_resize_monitor_interval_s) == \
+        (False, None, None, 30.0)
+    assert ScalingConfig(num_workers=2, label_selector=[{"a": "1"}, {"a": "2"}]).label_selectors(2) == \
+        [{"a": "1"}, {"a": "2"}]
+    with pytest.raises(InvalidArgumentError, match=r"use_tpu=True.*not TPUs.*Drop use_tpu"):
+        ScalingConfig(use_tpu=True)
+    with pytest.raises(InvalidArgumentError, match=r"topology='2x2x2'.*Drop topology"):
+        ScalingConfig(topology="2x2x2")
+    with pytest.raises(InvalidArgumentError, match=r"label_selector=<list of 1>, num_workers=2.*needs 2"):
+        ScalingConfig(num_workers=2, label_selector=[{"a": "b"}])
+    with pytest.raises(InvalidTypeError, match=r"label_selector='gpu'"):
+        ScalingConfig(label_selector="gpu")
+    with pytest.raises(InvalidArgumentError, match=r"elastic_resize_monitor_interval_s=0"):
+        ScalingConfig(elastic_resize_monitor_interval_s=0)

@@ -102,3 +102,23 @@ def test_pbt_names_the_value_that_is_not_a_number(storage):
         _tuner(storage, "pbt", metric="grade", mode="max", scheduler=pbt).fit()
     assert "has no number for 'grade' ('high')" in str(info.value)
     assert "time_total_s'" not in str(info.value).split(";")[0]  # it was reported: not named as missing
+
+
+def _node_loop(config):
+    from muster import train
+
+    train.report({"ok": 1})
+
+
+def test_scaling_label_selector_is_checked_against_the_node(fit):
+    """``ScalingConfig(label_selector=)`` as a task's: one the engine's node satisfies runs there, one it
+    does not is refused when the workers start (Ray would leave them pending forever)."""
+    from muster.tasks.labels import NODE_ID_LABEL
+    from muster.tasks.runtime_context import node_id
+    from muster.train import ScalingConfig
+
+    here = ScalingConfig(num_workers=1, label_selector={NODE_ID_LABEL: node_id()})
+    assert fit(_node_loop, scaling=here).metrics == {"ok": 1}
+    elsewhere = ScalingConfig(num_workers=1, label_selector={NODE_ID_LABEL: "no-such-node"})
+    with pytest.raises(InvalidArgumentError, match=r"label_selector=\{'ray.io/node-id': 'no-such-node'\} matches no"):
+        fit(_node_loop, scaling=elsewhere, name="elsewhere")

@@ -250,3 +250,24 @@ def test_num_samples_minus_one_names_the_way_to_sample_until_a_time_budget():
     """The message said a stopping condition was missing when time_budget_s, the condition, was given."""
     with pytest.raises(InvalidArgumentError, match=r"\(num_samples=100_000\): time_budget_s=5 ends the run"):
         tune.TuneConfig(num_samples=-1, time_budget_s=5)
+
+
+def test_randn_is_a_float_domain_as_in_ray():
+    """Ray's ``tune.randn`` is a ``Float`` with no bounds drawn from a normal distribution; it quantizes as one."""
+    from muster.tune.search.sample import Float
+
+    normal = tune.randn(2.0, 0.5)
+    assert isinstance(normal, Float) and (normal.lower, normal.upper) == (-math.inf, math.inf)
+    assert isinstance(tune.qrandn(0, 1, 0.5), Float)
+    stepped = normal.quantized(0.25)
+    assert isinstance(stepped, Float) and all(v % 0.25 == 0 for v in stepped.sample(size=50, random_state=0))
+    drawn = Float(None, None).normal(2.0, 0.5).sample(size=2000, random_state=1)
+    assert abs(sum(drawn) / len(drawn) - 2.0) < 0.05
+    with pytest.raises(InvalidArgumentError, match=r"uniform\(0.0, 1.0\).normal.*tune.randn"):
+        tune.uniform(0, 1).normal()
+    with pytest.raises(InvalidArgumentError, match=r"needs finite bounds.*lower=-inf"):
+        tune.randn().uniform()
+    assert all(1 <= v < 100 for v in tune.randint(1, 100).loguniform().sample(size=20, random_state=0))
+    optuna_search = pytest.importorskip("muster.tune.search.optuna").OptunaSearch
+    with pytest.raises(InvalidArgumentError, match="randn.*no Optuna equivalent"):  # refused, as Ray refuses it
+        optuna_search(space={"a": stepped}, metric="m", mode="min")

@@ -631,16 +631,17 @@ def test_a_searcher_with_rays_hook_signatures_and_what_callback_setup_is_told(st
     assert seen.seen == ({"training_iteration": 5}, 2, 6, 60)
 
 
-def test_a_trainable_used_on_its_own_as_rays_docstrings_do(tmp_path):
+def test_a_trainable_used_on_its_own_as_rays_docstrings_do(tmp_path, monkeypatch):
     """Outside a Tuner: trial names are "default", train() carries Tune's fields, save() makes its own
     folder (it raised for a missing one, and needed an argument)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its logdir, a new temp folder: the test's
     c = Counter({"lr": 2.0})
     assert (c.trial_name, c.trial_id) == ("default", "default")
     first = c.train()
     assert first["score"] == 2.0 and first["training_iteration"] == 1 and first["done"] is False
     assert first["pid"] == os.getpid() and first["config"] == {"lr": 2.0} and first["time_total_s"] >= 0
     where = c.save()
-    assert os.path.isdir(where) and where.startswith(c.logdir)
+    assert os.path.isdir(where) and where.startswith(c.logdir) and c.logdir.startswith(str(tmp_path))
     c.train()
     named = c.save(str(tmp_path / "not" / "there" / "yet"))
     fresh = Counter({"lr": 2.0})

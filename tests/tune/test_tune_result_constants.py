@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -55,17 +56,32 @@ def test_result_constants_name_the_keys_tune_fills_and_reads(storage):
     assert sorted(metrics["n"] for _, metrics in result.best_checkpoints) == [1, 3]  # what the callback asked for
 
 
-class _CannotRestore(_Steps):
+class _LogdirFromConfig:
+    """Outside a Tuner a Trainable saves under its ``logdir``, a new temp folder; the test's keep it in theirs."""
+
+    config: dict
+
+    @property
+    def logdir(self):
+        return self.config["logdir"]
+
+
+class _StepsInTestFolder(_LogdirFromConfig, _Steps):
+    pass
+
+
+class _CannotRestore(_LogdirFromConfig, _Steps):
     def load_checkpoint(self, checkpoint):
         raise KeyError("n")
 
 
-def test_validate_save_restore_round_trips_a_trainable_through_two_actors():
+def test_validate_save_restore_round_trips_a_trainable_through_two_actors(tmp_path):
     from muster.tune.utils import validate_save_restore
 
-    assert validate_save_restore(_Steps, config={"unused": 1}) is True
+    assert validate_save_restore(_StepsInTestFolder, config={"unused": 1, "logdir": str(tmp_path)}) is True
+    assert os.listdir(tmp_path)  # the first actor's checkpoint, saved in the test's folder
     with pytest.raises(KeyError):  # the second actor's restore fails: the check says so
-        validate_save_restore(_CannotRestore)
+        validate_save_restore(_CannotRestore, config={"logdir": str(tmp_path)})
 
 
 def test_diagnose_serialization_names_the_global_that_does_not_pickle(capsys):

@@ -126,3 +126,25 @@ def test_the_result_a_trial_was_stopped_on_says_done(storage):
     assert grid.get_dataframe()["done"].all()
     low = grid.get_dataframe(filter_metric="loss", filter_mode="min")
     assert not low["done"].any() and list(low["training_iteration"]) == [1, 1]
+
+
+def _checkpoints_first_and_last(config):
+    import tempfile
+
+    for i in range(3):
+        with tempfile.TemporaryDirectory() as folder:
+            checkpoint = tune.Checkpoint.from_directory(folder) if i != 1 else None
+            tune.report({"loss": 1.0 / (i + 1)}, checkpoint=checkpoint)
+
+
+def test_a_result_with_a_checkpoint_says_should_checkpoint(storage):
+    """Ray's function trainable marks each result that carries a checkpoint ``should_checkpoint: True``
+    (in ``metrics`` and as a ``metrics_dataframe`` column, empty on the other rows)."""
+    result = tune.Tuner(_checkpoints_first_and_last,
+                        run_config=tune.RunConfig(storage_path=storage, name="exp", verbose=0)).fit()[0]
+    df = result.metrics_dataframe
+    assert list(df["should_checkpoint"].notna()) == [True, False, True] and df["should_checkpoint"][0]
+    assert list(df["checkpoint_dir_name"].notna()) == [True, False, True]
+    assert result.metrics["should_checkpoint"] is True
+    columns = list(df.columns)  # where Ray's rows put it
+    assert columns.index("should_checkpoint") == columns.index("checkpoint_dir_name") + 1

@@ -16,9 +16,9 @@ from muster.observe.recorder import OWN_RUN_KEYS
 CONTROLLER_KEYS = frozenset({"_rank", "_attempt", "_round", OWN_RUN_KEYS})
 #: the keys Tune adds to a trial's results, in the order Ray's results hold them after the reported metrics
 TUNE_KEYS = (
-    "timestamp", "checkpoint_dir_name", "done", "training_iteration", "trial_id", "date", "time_this_iter_s",
-    "time_total_s", "pid", "hostname", "node_ip", "config", "time_since_restore", "iterations_since_restore",
-    "experiment_tag",
+    "timestamp", "checkpoint_dir_name", "should_checkpoint", "done", "training_iteration", "trial_id", "date",
+    "time_this_iter_s", "time_total_s", "pid", "hostname", "node_ip", "config", "time_since_restore",
+    "iterations_since_restore", "experiment_tag",
 )
 
 

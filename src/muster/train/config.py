@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from muster.core import resources as res
 from muster.core import settings
-from muster.exceptions import InvalidArgumentError, expect_instance
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, expect_instance
 
 _PLACEMENT = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -42,6 +42,15 @@ class ScalingConfig:
             (Ray V2's default) is taken as is, anything more warns.
         accelerator_type: Ray's; one machine has one kind, so a type warns
             and changes nothing.
+        label_selector: Ray's node labels each worker must run on: one dict for
+            every worker, or a list with one per worker (``max_workers`` of them).
+            Checked when the workers start, as a task's ``label_selector`` is: one
+            the engine's node satisfies changes nothing, any other is refused.
+        use_tpu / topology: Ray's TPU workers; muster has none, so only
+            ``use_tpu=False`` and ``topology=None`` (the defaults) are taken.
+        elastic_resize_monitor_interval_s: seconds between the checks of an
+            elastic run for room to grow; default None: every second (Ray's
+            default is 60).
     """
 
     num_workers: int | tuple[int, int] = 1
@@ -50,6 +59,10 @@ class ScalingConfig:
     placement_strategy: str = "PACK"
     trainer_resources: dict[str, float] | None = None
     accelerator_type: str | None = None
+    label_selector: dict[str, str] | list[dict[str, str]] | None = None
+    use_tpu: bool = False
+    topology: str | None = None
+    elastic_resize_monitor_interval_s: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.num_workers, (tuple, list)):
@@ -95,6 +108,42 @@ class ScalingConfig:
         if self.accelerator_type is not None:
             warnings.warn(f"ScalingConfig(accelerator_type={self.accelerator_type!r}) has no effect here: workers "
                           "get this machine's GPUs (use_gpu=True).", stacklevel=3)
+        self._check_ray_only_fields()
+
+    def _check_ray_only_fields(self) -> None:
+        """Ray's TPU, label and elastic-monitor fields: what muster can honour is taken, the rest refused."""
+        if self.use_tpu is not False:
+            raise InvalidArgumentError(
+                f"ScalingConfig(use_tpu={self.use_tpu!r}): muster's training workers run on CPUs and GPUs "
+                "(torch.distributed with gloo or NCCL), not TPUs. Drop use_tpu (use_gpu=True trains on GPUs), "
+                "or run a TPU job on Ray Train itself.")
+        if self.topology is not None:
+            raise InvalidArgumentError(
+                f"ScalingConfig(topology={self.topology!r}): a TPU slice topology needs TPU workers, which muster "
+                "does not have. Drop topology (size the run with num_workers), or run it on Ray Train itself.")
+        selectors = self.label_selector
+        if isinstance(selectors, list):
+            if len(selectors) != self.max_workers:
+                raise InvalidArgumentError(
+                    f"ScalingConfig(label_selector=<list of {len(selectors)}>, num_workers={self.num_workers!r}): "
+                    f"a list holds one selector per worker, so it needs {self.max_workers}; or pass one dict "
+                    "for every worker.")
+        elif selectors is not None and not isinstance(selectors, dict):
+            raise InvalidTypeError(
+                f"ScalingConfig(label_selector={selectors!r}): pass a dict of label to value for every worker "
+                "(e.g. {'ray.io/node-id': '<node id>'}), a list with one dict per worker, or None.")
+        interval = self.elastic_resize_monitor_interval_s
+        if interval is not None and (isinstance(interval, bool) or not isinstance(interval, (int, float))
+                                     or not interval > 0):
+            raise InvalidArgumentError(
+                f"ScalingConfig(elastic_resize_monitor_interval_s={interval!r}): use a number of seconds > 0 "
+                "(e.g. 60.0, Ray's default), or None to check every second.")
+
+    def label_selectors(self, size: int) -> list[dict[str, str] | None]:
+        """Each of ``size`` workers' label selector (None: none)."""
+        if isinstance(self.label_selector, list):
+            return list(self.label_selector[:size])
+        return [self.label_selector] * size
 
     @property
     def num_cpus_per_worker(self) -> float:

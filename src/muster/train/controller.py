@@ -385,10 +385,11 @@ class Controller:
         return policies.elastic_size(self.scaling.min_workers, self.scaling.max_workers, fit)
 
     def _grow_now(self, attempt: _Attempt) -> "_Grow | None":
-        """Checked while an elastic gang runs (at most once a second): do more workers fit now?"""
+        """Checked while an elastic gang runs (every ``elastic_resize_monitor_interval_s``, default 1 s): do more
+        workers fit now?"""
         if not self.scaling.elastic or time.monotonic() < self._next_check:
             return None
-        self._next_check = time.monotonic() + 1.0
+        self._next_check = time.monotonic() + (self.scaling.elastic_resize_monitor_interval_s or 1.0)
         size = len(attempt.group.members)
         latest, before = self.ledger.latest, attempt.start_latest
         fresh = latest is not None and (before is None or latest.round != before.round)

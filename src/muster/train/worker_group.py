@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from muster.core.runtime import RuntimeActor, DeathHandler, EventHandler, Runtime
-from muster.tasks import actor_table
+from muster.tasks import actor_table, labels
 from muster.tasks.runtime_context import new_library_worker
 from muster.train._internal.worker import TrainWorker
 from muster.train.config import ScalingConfig
@@ -74,6 +74,11 @@ class WorkerGroup:
     ) -> None:
         """Start the gang: ``size`` workers (default: the ScalingConfig's largest). ``run`` names the run
         (``"TorchTrainer run 'r'"``) for the error of a gang that can never fit, with what its ScalingConfig asks."""
+        what = f"{run} with {asked(self.scaling)}" if run else asked(self.scaling)
+        for i, selector in enumerate(self.scaling.label_selectors(size or self.scaling.max_workers)):
+            # as a task's label_selector: one the engine's node satisfies places nothing elsewhere; others refused
+            option = f"label_selector[{i}]" if isinstance(self.scaling.label_selector, list) else "label_selector"
+            labels.check_selector(selector, what, option)
         handles = self.runtime.create_gang(
             size or self.scaling.max_workers,
             TrainWorker,
@@ -81,7 +86,7 @@ class WorkerGroup:
             strategy=self.scaling.placement_strategy,
             env=self.env,
             on_wait=on_wait,
-            what=f"{run} with {asked(self.scaling)}" if run else asked(self.scaling),
+            what=what,
         )
         try:
             # each member's ids (get_runtime_context() in the loop): an actor's, as Ray's Train workers are

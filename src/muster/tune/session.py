@@ -28,6 +28,7 @@ from muster.train import report as _train_report
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
 from muster.tune.messages import StepDecision, StepResult
+from muster.tune.result import SHOULD_CHECKPOINT
 from muster.tune.trial_output import output_to_files
 
 DEFAULT_METRIC = "_metric"  # Ray's name for the result of a trainable that returns a number
@@ -40,8 +41,11 @@ def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None, **k
 
     Tune adds ``training_iteration`` (1, 2, ...), ``time_total_s``,
     ``time_this_iter_s``, ``timestamp`` and ``trial_id``. The scheduler sees
-    the result at once and may stop the trial.
+    the result at once and may stop the trial. A result that carries a checkpoint says
+    ``should_checkpoint: True``, as Ray's function trainables' do.
     """
+    if checkpoint is not None and _trial is not None and isinstance(metrics, dict):
+        metrics = {**metrics, SHOULD_CHECKPOINT: metrics.get(SHOULD_CHECKPOINT, True)}
     _train_report(metrics, checkpoint, **kwargs)
 
 

@@ -58,7 +58,13 @@ def _as_rng(random_state: Any) -> random.Random:
 
 
 class Float(Domain):
-    def __init__(self, lower: float, upper: float, *, log_base: float | None = None, q: float | None = None):
+    """Floats in ``[lower, upper]``, drawn uniformly (``tune.uniform``), on a log scale (``tune.loguniform``) or,
+    with no bounds (``Float(None, None)``, as ``tune.randn`` makes), from a normal distribution (``.normal()``)."""
+
+    def __init__(self, lower: float | None, upper: float | None, *, log_base: float | None = None,
+                 q: float | None = None):
+        lower = -math.inf if lower is None else lower
+        upper = math.inf if upper is None else upper
         _check_range("uniform" if log_base is None else "loguniform", lower, upper)
         if log_base is not None and lower <= 0:
             raise InvalidArgumentError(
@@ -68,7 +74,18 @@ class Float(Domain):
         _check_q(q)
         self.lower, self.upper, self.log_base, self.q = float(lower), float(upper), log_base, q
 
+    def _bounded(self) -> bool:
+        return math.isfinite(self.lower) and math.isfinite(self.upper)
+
+    def _need_bounds(self, how: str) -> None:
+        if not self._bounded():
+            raise InvalidArgumentError(
+                f"{self!r}.{how}: drawing {how.split('(')[0]} needs finite bounds, and this domain has "
+                f"lower={self.lower}, upper={self.upper}. Give both, e.g. Float(0.0, 1.0), or draw it with "
+                ".normal(mean, sd) (tune.randn).")
+
     def draw(self, rng: random.Random, config: dict[str, Any] | None = None) -> float:
+        self._need_bounds("uniform()" if self.log_base is None else "loguniform()")
         if self.log_base is None:
             value = rng.uniform(self.lower, self.upper)
         else:
@@ -78,11 +95,23 @@ class Float(Domain):
 
     def uniform(self) -> Float:
         """This range drawn uniformly (Ray's ``Float(lower, upper).uniform()``)."""
+        self._need_bounds("uniform()")
         return Float(self.lower, self.upper, q=self.q)
 
     def loguniform(self, base: float = 10) -> Float:
         """This range drawn on a log scale."""
+        self._need_bounds(f"loguniform({base})")
         return Float(self.lower, self.upper, log_base=base, q=self.q)
+
+    def normal(self, mean: float = 0.0, sd: float = 1.0) -> Normal:
+        """Drawn from the normal distribution (Ray's ``Float(None, None).normal(mean, sd)``, which is
+        ``tune.randn(mean, sd)``); a normal draw has no bounds, so the domain must have none."""
+        if self._bounded() or self.log_base is not None:
+            raise InvalidArgumentError(
+                f"{self!r}.normal(mean={mean!r}, sd={sd!r}): a normal draw takes no bounds and no log scale, and "
+                f"this domain has lower={self.lower}, upper={self.upper}. Use tune.randn({mean!r}, {sd!r}) "
+                "(or Float(None, None).normal(...)) instead.")
+        return Normal(mean, sd, self.q)
 
     def quantized(self, q: float) -> Float:
         """This domain rounded to multiples of ``q`` (``tune.uniform(0, 1).quantized(0.1)``)."""
@@ -93,18 +122,27 @@ class Float(Domain):
         return f"{'q' if self.q else ''}{kind}({self.lower}, {self.upper}{f', q={self.q}' if self.q else ''})"
 
 
-class Normal(Domain):
+class Normal(Float):
+    """``tune.randn(mean, sd)``: a ``Float`` (no bounds, as in Ray: ``lower=-inf``, ``upper=inf``) drawn from
+    the normal distribution; with ``q`` (``tune.qrandn``, ``.quantized(q)``) rounded to a multiple of ``q``."""
+
     def __init__(self, mean: float = 0.0, sd: float = 1.0, q: float | None = None):
-        if not sd > 0:
-            raise InvalidArgumentError(f"randn(mean={mean!r}, sd={sd!r}): sd must be > 0.")
-        _check_q(q)
-        self.mean, self.sd, self.q = float(mean), float(sd), q
+        if not (isinstance(sd, (int, float)) and sd > 0):
+            raise InvalidArgumentError(f"randn(mean={mean!r}, sd={sd!r}): sd must be > 0, e.g. randn(0.0, 1.0).")
+        super().__init__(None, None, q=q)
+        self.mean, self.sd = float(mean), float(sd)
 
     def draw(self, rng: random.Random, config: dict[str, Any] | None = None) -> float:
         value = rng.gauss(self.mean, self.sd)
         return round(value / self.q) * self.q if self.q else value
 
+    def quantized(self, q: float) -> Normal:
+        """This normal draw rounded to multiples of ``q`` (``tune.randn(0, 1).quantized(0.5)``)."""
+        return Normal(self.mean, self.sd, q)
+
     def __repr__(self) -> str:
+        if self.q:
+            return f"qrandn({self.mean}, {self.sd}, q={self.q})"
         return f"randn({self.mean}, {self.sd})"
 
 
@@ -152,6 +190,10 @@ class Integer(Domain):
 
     def uniform(self) -> Integer:
         return copy.copy(self)
+
+    def loguniform(self, base: float = 10) -> Integer:
+        """This range drawn on a log scale (Ray's ``Integer(lower, upper).loguniform()``, i.e. ``lograndint``)."""
+        return Integer(self.lower, self.upper, q=self.q, log=True, inclusive=self.inclusive)
 
     def quantized(self, q: int) -> Integer:
         """This domain's multiples of ``q`` (upper bound included, as ``qrandint``)."""
