@@ -495,3 +495,36 @@ def test_items_a_generator_yielded_before_it_raised_are_kept_then_its_error(acto
     drained = muster.get(_drain_in_a_task.remote(None), timeout=TIMEOUT)
     assert drained == [0, 1, "test_remote_actors._Broke: broke after 2"]
     assert muster.get(_drain_in_a_task.remote(streams), timeout=TIMEOUT) == [0, "test_remote_actors._Broke: plain"]
+
+
+@muster.remote
+def _seven():
+    return 7
+
+
+@muster.remote
+class _AsyncGetter:
+    """An async actor whose method calls the blocking ``get`` (Ray warns, once per process)."""
+
+    async def blocking_get(self):
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = muster.get(_seven.remote())
+            again = muster.get(_seven.remote())  # once: the second says nothing
+        return value + again, [str(w.message) for w in caught]
+
+    async def awaited(self):
+        return await _seven.remote()
+
+
+def test_a_blocking_get_in_an_async_actor_warns_once_naming_await():
+    actor = _AsyncGetter.remote()
+    try:
+        value, messages = muster.get(actor.blocking_get.remote(), timeout=TIMEOUT)
+        assert value == 14
+        assert len(messages) == 1 and "blocks its event loop" in messages[0] and "await ref" in messages[0]
+        assert muster.get(actor.awaited.remote(), timeout=TIMEOUT) == 7
+    finally:
+        muster.kill(actor)

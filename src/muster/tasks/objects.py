@@ -12,11 +12,13 @@ for the life of the process: a worker may ask for it by id at any time.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 import itertools
 import pickle
 import threading
 import time
+import warnings
 import weakref
 from concurrent.futures import Future
 from typing import Any, Iterable, Sequence
@@ -282,6 +284,27 @@ def _copy(buf: pickle.PickleBuffer) -> Any:
     return serialization.copy_of(buf.raw())
 
 
+_warned_blocking = False
+
+
+def _warn_if_blocking_an_event_loop() -> None:
+    """Warn once per process, as Ray does, when ``get`` blocks an async actor's event loop: no other call
+    of the actor runs until it returns, and one it waits for on the same actor never starts."""
+    global _warned_blocking
+    from muster.tasks import worker_side
+
+    if _warned_blocking or not worker_side.in_async_actor():
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # a thread of its own (a sync method, a thread the method started): nothing blocked
+        return
+    _warned_blocking = True
+    warnings.warn("Using a blocking muster.get inside an async actor method blocks its event loop: no other call "
+                  "of the actor runs until it returns. Use `await ref` (or `await asyncio.gather(*refs)`) "
+                  "instead, which lets the loop run meanwhile.", RuntimeWarning, stacklevel=3)
+
+
 def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
     """Wait for one ref or a list of refs and return the value(s).
 
@@ -310,6 +333,7 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
                 f"muster.get() takes an ObjectRef or a list of them, got {type(r).__name__}; {fix}."
             )
     if core_context.in_worker():
+        _warn_if_blocking_an_event_loop()
         ok_values = core_context.send_event(events.Get([r.id for r in items], timeout))
         values = []
         for ok, value in ok_values:
