@@ -242,6 +242,8 @@ def test_removing_a_group_kills_its_running_task():
     running = nap.options(scheduling_strategy=_in(pg), max_retries=0).remote(60)
     time.sleep(1.0)
     remove_placement_group(pg)
+    with pytest.raises(TaskPlacementGroupRemoved, match="remove_placement_group"):
+        pg.wait(1)
     with pytest.raises(WorkerCrashedError, match="placement group .* was removed"):
         muster.get(running, timeout=TIMEOUT)
 
@@ -253,7 +255,9 @@ def test_shutdown_ends_a_pending_groups_wait():
     muster.shutdown()
     try:
         assert wait_for(lambda: not any(t.name == "muster-placement" for t in threading.enumerate()), TIMEOUT)
-        assert not pending.wait(0) and placement_group_table(pending)["state"] == "REMOVED"
+        assert placement_group_table(pending)["state"] == "REMOVED"
+        with pytest.raises(TaskPlacementGroupRemoved, match="muster.shutdown"):
+            pending.wait(0)  # as Ray's wait of a group that is gone: it raises, where False would spin a loop
         with pytest.raises(TaskPlacementGroupRemoved):
             pending.ready().future().result(timeout=0)
     finally:

@@ -54,10 +54,15 @@ class ActorPool:
             self._queued.append((fn, value))
             return
         actor = self._idle.pop()
-        ref = fn(actor, value)
+        try:
+            ref = fn(actor, value)
+        except BaseException:
+            self._idle.append(actor)  # fn failed before starting work (a typo in the method name...): keep the actor
+            raise
         if not isinstance(ref, ObjectRef):
+            self._idle.append(actor)
             raise InvalidTypeError(f"ActorPool: fn must return the ref of an actor call (actor.method.remote(v)), "
-                            f"got {type(ref).__name__}.")
+                                   f"got {type(ref).__name__} {ref!r}; e.g. lambda a, v: a.method.remote(v).")
         self._by_index[self._next_index] = ref
         self._owner[ref] = (self._next_index, actor)
         self._next_index += 1
@@ -116,7 +121,9 @@ class ActorPool:
     def _wait_one(self, timeout: float | None) -> None:
         busy = [r for r, (_, a) in self._owner.items() if a is not None]
         if not busy:
-            raise RuntimeError("ActorPool: values are queued but no actor is busy; push() an actor into the pool.")
+            raise InvalidArgumentError(
+                f"ActorPool: {len(self._queued)} submitted value(s) wait for an actor but the pool has none "
+                "(pop_idle() took them all, or it was made from an empty list); push() an actor into the pool.")
         done = self._first_ready(busy, timeout, "get_next")
         index, actor = self._owner[done]
         self._owner[done] = (index, None)  # finished: its actor takes the next queued value

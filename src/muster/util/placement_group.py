@@ -38,6 +38,7 @@ from muster.exceptions import (
     InvalidArgumentError,
     InvalidTypeError,
     ResourcesUnavailableError,
+    TaskPlacementGroupRemoved,
     UnsupportedRayAPIError,
 )
 from muster.tasks import objects
@@ -103,6 +104,10 @@ class PlacementGroup:
             exc = placed.exception()
             if exc is not None:
                 out.set_exception(exc)
+            elif self._removed:  # placed, then removed before ready() was asked: Ray's ready task fails too
+                out.set_exception(TaskPlacementGroupRemoved(
+                    f"placement group {self.id} ({self.name or 'unnamed'}) was removed by remove_placement_group() "
+                    "before ready() was called; make a new placement_group(...) to reserve its bundles again."))
             else:
                 out.set_result(self)
 
@@ -110,9 +115,20 @@ class PlacementGroup:
         return objects.ObjectRef.new(out)
 
     def wait(self, timeout_seconds: float = 30) -> bool:
-        """Whether the group is placed within ``timeout_seconds`` (False at once if it never can be)."""
+        """Whether the group is placed within ``timeout_seconds`` (False at once if it never can be).
+
+        Raises:
+            TaskPlacementGroupRemoved: the group was removed (``remove_placement_group``, or its engine shut
+                down), as Ray's ``wait`` raises for a group that no longer exists: a ``while not pg.wait(1)``
+                loop would otherwise spin forever.
+        """
         wait_futures([self._placed], timeout=timeout_seconds)
-        return self._placed.done() and self._placed.exception() is None and not self.removed
+        if self.removed:
+            how = "by remove_placement_group()" if self._removed else "when muster.shutdown() ended its engine"
+            raise TaskPlacementGroupRemoved(
+                f"placement group {self.id} ({self.name or 'unnamed'}) was removed {how}, so it will never be "
+                "ready; make a new placement_group(...) to reserve its bundles again.")
+        return self._placed.done() and self._placed.exception() is None
 
     def _settle(self, placed: Future) -> None:
         """The engine placed the group (or removed it first)."""
@@ -361,6 +377,11 @@ def placement_group_table(placement_group: PlacementGroup | None = None) -> dict
     ``highest_retry_delay_ms`` and ``scheduling_state`` (Ray's QUEUED... names: NO_RESOURCES while pending,
     FINISHED once placed, INFEASIBLE, REMOVED))."""
     if placement_group is not None:
+        if not isinstance(placement_group, PlacementGroup):
+            raise InvalidTypeError(
+                f"placement_group_table({placement_group!r}): pass a PlacementGroup (what placement_group() or "
+                f"get_placement_group(name) returns), not a {type(placement_group).__name__}; or no argument for "
+                "every group.")
         return placement_group._row()
     return {pg.id: pg._row() for pg in _made.values()}
 

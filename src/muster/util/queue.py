@@ -10,7 +10,7 @@ import asyncio
 import queue as _stdlib_queue
 from typing import Any
 
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, MusterError
 from muster.tasks import get, kill, remote
 
 
@@ -20,6 +20,10 @@ class Empty(_stdlib_queue.Empty):
 
 class Full(_stdlib_queue.Full):
     """``put`` found no room (non-blocking, or past its timeout)."""
+
+
+class QueueShutDownError(MusterError, AttributeError):
+    """The queue was used after ``shutdown()`` (an ``AttributeError`` too: Ray's queue raises one there)."""
 
 
 class _QueueActor:
@@ -78,8 +82,15 @@ class Queue:
     def __len__(self) -> int:
         return self.size()
 
+    def _live(self, call: str) -> Any:
+        """The queue's actor; a clear error once ``shutdown()`` ended it."""
+        if self.actor is None:
+            raise QueueShutDownError(f"Queue.{call}: this queue was shut down (Queue.shutdown()) and its items are "
+                                     "gone; make a new Queue(...) to go on.")
+        return self.actor
+
     def size(self) -> int:
-        return int(get(self.actor.qsize.remote()))
+        return int(get(self._live("size()").qsize.remote()))
 
     def qsize(self) -> int:
         return self.size()
@@ -98,7 +109,7 @@ class Queue:
         """
         if timeout is not None and timeout < 0:
             raise InvalidArgumentError(f"Queue.put(timeout={timeout!r}): use a number >= 0, or None to wait for room.")
-        if not get(self.actor.put.remote(item, block, timeout)):
+        if not get(self._live("put()").put.remote(item, block, timeout)):
             raise Full(f"Queue is full (maxsize={self.maxsize}).")
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
@@ -110,7 +121,7 @@ class Queue:
         if timeout is not None and timeout < 0:
             raise InvalidArgumentError(f"Queue.get(timeout={timeout!r}): "
                                        "use a number >= 0, or None to wait for an item.")
-        ok, item = get(self.actor.get.remote(block, timeout))
+        ok, item = get(self._live("get()").get.remote(block, timeout))
         if not ok:
             raise Empty("Queue is empty.")
         return item
@@ -135,12 +146,22 @@ class Queue:
 
     def put_nowait_batch(self, items: list[Any]) -> None:
         """Add all ``items`` at once, or none (``Full``) if they do not fit."""
-        if not get(self.actor.put_nowait_batch.remote(list(items))):
-            raise Full(f"Queue has no room for {len(items)} more items (maxsize={self.maxsize}).")
+        if not hasattr(items, "__iter__"):
+            raise InvalidTypeError(f"Queue.put_nowait_batch({items!r}): pass an iterable of the items to add "
+                                   f"(a list or tuple), not a single {type(items).__name__}; put_nowait() adds one.")
+        batch = list(items)
+        if not get(self._live("put_nowait_batch()").put_nowait_batch.remote(batch)):
+            raise Full(f"Queue has no room for {len(batch)} more items (maxsize={self.maxsize}).")
 
     def get_nowait_batch(self, num_items: int) -> list[Any]:
         """Take ``num_items`` at once, or none (``Empty``) if fewer are there."""
-        ok, items = get(self.actor.get_nowait_batch.remote(num_items))
+        if isinstance(num_items, bool) or not isinstance(num_items, int):
+            raise InvalidTypeError(f"Queue.get_nowait_batch(num_items={num_items!r}): pass an int, the number of "
+                                   "items to take.")
+        if num_items < 0:
+            raise InvalidArgumentError(f"Queue.get_nowait_batch(num_items={num_items}): pass a number >= 0 of "
+                                       "items to take.")
+        ok, items = get(self._live("get_nowait_batch()").get_nowait_batch.remote(num_items))
         if not ok:
             raise Empty(f"Queue holds fewer than {num_items} items.")
         return items
