@@ -10,6 +10,7 @@ import time
 import httpx
 import openai
 import pytest
+from _uvicorn_app import served
 
 from muster.serve.llm import LLMConfig, LLMServer, openai_asgi_app
 
@@ -31,25 +32,8 @@ def servers(tiny_model):
 
 @pytest.fixture(scope="module")
 def base_url(servers):
-    import socket
-
-    import uvicorn
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    config = uvicorn.Config(openai_asgi_app(list(servers.values())), host="127.0.0.1", port=port,
-                            log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start in 30 s"
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(10)
+    with served(openai_asgi_app(list(servers.values()))) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +112,12 @@ def test_three_requests_fit_two_slots_and_one_waiting_place(client):
             lambda _: client.chat.completions.create(model="small", messages=CHAT, max_tokens=6, temperature=0),
             range(3)))
     assert len({r.choices[0].message.content for r in results}) == 1
+
+
+def test_a_wrong_method_gets_the_openai_error_shape(base_url):
+    """Starlette answered a PUT with a plain-text 405; Serve's ingress answers it with OpenAI's error object."""
+    for method in ("PUT", "DELETE"):
+        r = httpx.request(method, f"{base_url}/chat/completions", json={}, timeout=30)
+        error = r.json()["error"]
+        assert r.status_code == 404 and error["code"] == "not_found", r.text
+        assert f"no route {method} /v1/chat/completions" in error["message"] and "POST /v1/" in error["message"]

@@ -68,6 +68,9 @@ def test_rays_other_llm_config_fields_and_names():
     (dict(engine_kwargs=dict(gpu_memory_utilization=1.5)), ["gpu_memory_utilization", "1.5", "(0, 1]"]),
     (dict(engine_kwargs=dict(dtype="int3")), ["dtype", "bfloat16"]),
     (dict(deployment_config=dict(replicas=2)), ["unknown keys", "replicas", "num_replicas"]),
+    # Ray's ModelLoadingConfig field and its embeddings guide's task="embed" were "unknown" keys before
+    (dict(model_loading_config=dict(model_id="m", tokenizer_source="")), ["tokenizer_source=''", "model_source"]),
+    (dict(engine_kwargs=dict(task="classify")), ["engine_kwargs['task']='classify'", "'embed'"]),
 ])
 def test_bad_values_are_named(kw, words):
     with pytest.raises(LLMConfigError) as err:

@@ -201,6 +201,27 @@ def test_errors_have_openai_shape_and_status(client, kw, status, words):
     assert words in body["message"]
 
 
+def test_vllm_sampling_extras_are_refused_by_name_unless_off(client):
+    """Ray's docs pass vLLM's sampling parameters through extra_body; they were silently ignored here."""
+    for kw, param in ((dict(top_k=5), "top_k"), (dict(repetition_penalty=1.3), "repetition_penalty"),
+                      (dict(ignore_eos=True, min_tokens=0), "ignore_eos")):
+        with pytest.raises(openai.BadRequestError) as err:
+            greedy_chat(client, max_tokens=2, extra_body=kw)
+        assert err.value.body["param"] == param and f"{param}={kw[param]!r}" in err.value.body["message"]
+    with pytest.raises(openai.BadRequestError, match="min_tokens=3"):
+        client.completions.create(model="tiny-chat", prompt="hi", max_tokens=4, extra_body={"min_tokens": 3})
+    off = dict(top_k=-1, min_p=0.0, repetition_penalty=1.0, ignore_eos=False, skip_special_tokens=True)
+    assert greedy_chat(client, max_tokens=2, extra_body=off).usage.completion_tokens == 2
+
+
+def test_embedding_errors_name_input(base_url):
+    """The embeddings route names its own field, `input` (it said `prompt`)."""
+    for value, words in (([], "input is an empty list"), ([10**6], "outside the vocabulary")):
+        r = httpx.post(f"{base_url}/embeddings", json={"model": "tiny-chat", "input": value}, timeout=60)
+        error = r.json()["error"]
+        assert r.status_code == 400 and error["param"] == "input" and words in error["message"], r.text
+
+
 def test_malformed_json_is_a_400(base_url):
     r = httpx.post(f"{base_url}/chat/completions", content=b"{not json", timeout=30)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"

@@ -34,7 +34,11 @@ TRANSFORMERS_ENGINE_KWARGS = {
     "page_size": "tokens per KV cache page (default 64)",
     "seed": "seed of the engine's sampler (default 0)",
     "trust_remote_code": "let transformers run the model repository's own code (default False)",
+    "task": "'generate' (default; 'auto' too) or 'embed' (vLLM's name, as Ray's embeddings guide sets it; "
+            "'embedding' too): an embed model answers /v1/embeddings and refuses completions",
 }
+TASKS = ("auto", "generate", "embed", "embedding")
+EMBED_TASKS = ("embed", "embedding")
 
 # Keys of deployment_config: every option @serve.deployment takes (Ray's options that have no effect in muster
 # are accepted too; the deployment warns about those).
@@ -49,10 +53,13 @@ class ModelLoadingConfig:
         model_id: the name clients pass as ``model`` (``/v1/models`` lists it).
         model_source: a Hugging Face repository id or a local directory holding
             ``config.json``, the weights and the tokenizer (default: ``model_id``).
+        tokenizer_source: where the tokenizer comes from, when not from ``model_source``
+            (a Hugging Face repository id or a local directory).
     """
 
     model_id: str
     model_source: str | None = None
+    tokenizer_source: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_id, str) or not self.model_id.strip():
@@ -67,10 +74,16 @@ class ModelLoadingConfig:
                 f"model_loading_config.model_source={self.model_source!r} must be a Hugging Face repository id "
                 "or a local directory holding the model (config.json, weights, tokenizer)."
             )
+        if self.tokenizer_source is not None and (
+                not isinstance(self.tokenizer_source, str) or not self.tokenizer_source.strip()):
+            raise LLMConfigError(
+                f"model_loading_config.tokenizer_source={self.tokenizer_source!r} must be a Hugging Face repository "
+                "id or a local directory holding the tokenizer; leave it out to load it from model_source."
+            )
 
     def __getitem__(self, key: str) -> Any:
         """``config["model_source"]``, as Ray's (a pydantic model there, read either way in its docs)."""
-        if key not in ("model_id", "model_source"):
+        if key not in ("model_id", "model_source", "tokenizer_source"):
             raise KeyError(key)
         return getattr(self, key)
 
@@ -107,10 +120,11 @@ class LLMConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.model_loading_config, dict):
-            unknown = set(self.model_loading_config) - {"model_id", "model_source"}
+            unknown = set(self.model_loading_config) - {"model_id", "model_source", "tokenizer_source"}
             if unknown:
                 raise LLMConfigError(
-                    f"model_loading_config has unknown keys {sorted(unknown)}; it takes model_id and model_source."
+                    f"model_loading_config has unknown keys {sorted(unknown)}; it takes model_id, model_source "
+                    "and tokenizer_source."
                 )
             self.model_loading_config = ModelLoadingConfig(**self.model_loading_config)
         elif not isinstance(self.model_loading_config, ModelLoadingConfig):
@@ -152,6 +166,16 @@ class LLMConfig:
     def model_source(self) -> str:
         """Where the weights are loaded from."""
         return str(self._loading.model_source)
+
+    @property
+    def tokenizer_source(self) -> str:
+        """Where the tokenizer is loaded from: ``tokenizer_source``, else ``model_source``."""
+        return self._loading.tokenizer_source or self.model_source
+
+    @property
+    def embeds_only(self) -> bool:
+        """Whether ``engine_kwargs`` set vLLM's ``task="embed"``: the model answers ``/v1/embeddings`` only."""
+        return self.engine_kwargs.get("task") in EMBED_TASKS
 
     @property
     def _loading(self) -> ModelLoadingConfig:
@@ -216,6 +240,10 @@ class LLMConfig:
             if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float))
                                       or not 0 < share <= 1):
                 raise LLMConfigError(f"engine_kwargs['gpu_memory_utilization']={share!r}: use a fraction in (0, 1].")
+            task = kwargs.get("task", "auto")
+            if task not in TASKS:
+                raise LLMConfigError(f"engine_kwargs['task']={task!r}: the transformers engine takes 'generate' "
+                                     "(or 'auto', the default) or 'embed' (a model that answers /v1/embeddings).")
             device = kwargs.get("device", "auto")
             if device not in ("auto", "cpu", "cuda"):
                 raise LLMConfigError(f"engine_kwargs['device']={device!r}: use 'auto', 'cpu' or 'cuda'.")

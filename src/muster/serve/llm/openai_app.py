@@ -157,7 +157,10 @@ def openai_asgi_app(servers: Sequence[Any]) -> Any:
     async def endpoint(request: Any) -> Any:
         return await router(request)
 
-    return Starlette(routes=[Route("/{path:path}", endpoint, methods=["GET", "POST"])])
+    # every method reaches the router, so a wrong one gets OpenAI's error shape (as under Serve), not Starlette's
+    # plain-text 405
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    return Starlette(routes=[Route("/{path:path}", endpoint, methods=methods)])
 
 
 def deployment_name(model_id: str) -> str:

@@ -20,6 +20,17 @@ from muster.serve.llm.errors import InvalidRequestError
 MAX_N = 16
 MAX_STOP = 4
 
+# vLLM's extra sampling parameters (sent with the openai client's ``extra_body``), each with the values that
+# mean "off". Ray Serve LLM passes them to vLLM; these engines do not implement them, so any other value is
+# refused by name rather than ignored. (A null was already turned into "left out".)
+VLLM_EXTRA_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "top_k": (-1, 0), "min_p": (0,), "repetition_penalty": (1,), "length_penalty": (1,), "min_tokens": (0,),
+    "ignore_eos": (False,), "use_beam_search": (False,), "include_stop_str_in_output": (False,),
+    "skip_special_tokens": (True,), "spaces_between_special_tokens": (True,), "stop_token_ids": ([],),
+    "bad_words": ([],), "allowed_token_ids": (), "prompt_logprobs": (), "truncate_prompt_tokens": (),
+    "structured_outputs": (), "logits_processors": (),
+}
+
 
 class _Request(BaseModel):
     # Fields OpenAI defines that this server does not use (user, metadata, ...) are accepted and ignored.
@@ -67,6 +78,8 @@ class ChatMessage(_Request):
 
 
 class _SamplingRequest(_Request):
+    model_config = ConfigDict(extra="allow")  # kept (unvalidated) so vLLM's extra parameters can be checked
+
     model: str
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -128,6 +141,19 @@ class _SamplingRequest(_Request):
             if getattr(self, name) is not None:
                 raise InvalidRequestError(f"{name} (vLLM's guided decoding) is not supported; leave it out.",
                                           param=name)
+        for name, value in (self.model_extra or {}).items():
+            defaults = VLLM_EXTRA_DEFAULTS.get(name)
+            if defaults is not None and not any(_same(value, d) for d in defaults):
+                off = f" or send {' / '.join(repr(d) for d in defaults)}" if defaults else ""
+                raise InvalidRequestError(
+                    f"{name}={value!r} (a vLLM sampling parameter) is not supported by this server's engines; "
+                    f"leave it out{off}.", param=name,
+                )
+
+
+def _same(value: Any, default: Any) -> bool:
+    """``value == default`` without Python's ``True == 1``: a bool only matches a bool."""
+    return isinstance(value, bool) == isinstance(default, bool) and value == default
 
 
 class ChatCompletionRequest(_SamplingRequest):

@@ -98,6 +98,12 @@ class LLMServer:
         """Answer one request to ``/v1/<route>``; yields a :class:`ResponseHead`, then body strings."""
         t0 = time.perf_counter()
         try:
+            if route != "embeddings" and self.config.embeds_only:
+                raise InvalidRequestError(
+                    f"model {self.model_id!r} is served for embeddings (engine_kwargs task="
+                    f"{self.config.engine_kwargs['task']!r}), so /v1/{route} is not offered; use /v1/embeddings, "
+                    "or serve the model without task='embed' to generate text.", param="model",
+                )
             if route == "chat/completions":
                 parts = await self._chat(p.parse_request(p.ChatCompletionRequest, body), t0)
             elif route == "completions":
@@ -185,7 +191,7 @@ class LLMServer:
                 raise InvalidRequestError(f"{name}={getattr(req, name)!r} is not supported; leave it out.", param=name)
         if req.best_of not in (None, 1, req.n):
             raise InvalidRequestError(f"best_of={req.best_of} is not supported; leave it out.", param="best_of")
-        prompts = [self._prompt_ids(x) for x in _prompt_list(req.prompt)]
+        prompts = [self._prompt_ids(x) for x in _prompt_list(req.prompt, "prompt")]
         params = _sampling(req, req.max_tokens)
         prompt_tokens = sum(len(ids) for ids in prompts)
         streams = await self._open([(ids, params) for ids in prompts for _ in range(req.n)], prompt_tokens, t0)
@@ -228,8 +234,13 @@ class LLMServer:
     async def _embeddings(self, req: p.EmbeddingRequest) -> str:
         if req.dimensions is not None:
             raise InvalidRequestError("dimensions is not supported by this model; leave it out.", param="dimensions")
-        inputs = [self._prompt_ids(x) for x in _prompt_list(req.input)]
-        vectors = await self.engine.embed(inputs)
+        inputs = [self._prompt_ids(x) for x in _prompt_list(req.input, "input")]
+        try:
+            vectors = await self.engine.embed(inputs)
+        except InvalidRequestError as exc:  # the engine checks a "prompt"; on this route the field is `input`
+            if exc.param == "prompt":
+                exc.param = "input"
+            raise
         data = [
             p.EmbeddingData(index=i, embedding=_b64(v) if req.encoding_format == "base64" else v)
             for i, v in enumerate(vectors)
@@ -347,11 +358,12 @@ def _sampling(req: p.ChatCompletionRequest | p.CompletionRequest, max_tokens: in
     )
 
 
-def _prompt_list(value: str | list[str] | list[int] | list[list[int]]) -> list[str | list[int]]:
+def _prompt_list(value: str | list[str] | list[int] | list[list[int]], param: str) -> list[str | list[int]]:
     if isinstance(value, str):
         return [value]
     if not value:
-        raise InvalidRequestError("the prompt/input list is empty: send at least one item", param="prompt")
+        raise InvalidRequestError(f"{param} is an empty list: send a string, a list of strings or token ids",
+                                  param=param)
     if all(isinstance(x, int) for x in value):
         return [[x for x in value if isinstance(x, int)]]
     return [x for x in value if isinstance(x, (str, list))]

@@ -117,14 +117,15 @@ class TransformersEngine(LLMEngine):
         trust = bool(kw.get("trust_remote_code", False))
         source = self.config.model_source
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust)
+            self.tokenizer = AutoTokenizer.from_pretrained(self.config.tokenizer_source, trust_remote_code=trust)
             placement: dict[str, Any] = {"device_map": "auto"} if gpus > 1 else {}
             self.model = AutoModelForCausalLM.from_pretrained(
                 source, dtype=kw.get("dtype", "auto"), attn_implementation="sdpa", trust_remote_code=trust, **placement
             )
         except OSError as exc:
             raise LLMConfigError(
-                f"could not load model_source={source!r} for model {self.config.model_id!r}: {exc}. Give a local "
+                f"could not load model_source={source!r} (tokenizer: {self.config.tokenizer_source!r}) for model "
+                f"{self.config.model_id!r}: {exc}. Give a local "
                 "directory holding config.json, the weights and the tokenizer, or a Hugging Face repository id "
                 "this machine can download."
             ) from exc

@@ -48,11 +48,12 @@ class VLLMEngine(LLMEngine):
             ) from exc
         kwargs = dict(self.config.engine_kwargs)
         kwargs.setdefault("served_model_name", self.config.model_id)
+        kwargs.setdefault("tokenizer", self.config.tokenizer_source)
         args = AsyncEngineArgs(model=self.config.model_source, **kwargs)
         _own_scheduling_group(_group_nice())
         self.engine = AsyncLLM.from_engine_args(args)
         self.tokenizer = AutoTokenizer.from_pretrained(
-            self.config.model_source, trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
+            kwargs["tokenizer"], trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
         self.max_model_len = int(self.engine.model_config.max_model_len)
 
     def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
