@@ -246,10 +246,41 @@ def test_sample_from_reads_the_config_or_rays_older_spec():
     assert tune.sample_from(lambda config: config["a"] + 1).sample(config={"a": 1}) == 2
 
 
-def test_num_samples_minus_one_names_the_way_to_sample_until_a_time_budget():
-    """The message said a stopping condition was missing when time_budget_s, the condition, was given."""
-    with pytest.raises(InvalidArgumentError, match=r"\(num_samples=100_000\): time_budget_s=5 ends the run"):
-        tune.TuneConfig(num_samples=-1, time_budget_s=5)
+class _StopAllAfter(tune.Stopper):
+    """Ends the experiment once it has seen ``n`` results (Ray's docs' custom stopper shape)."""
+
+    def __init__(self, n):
+        self.n, self.seen = n, 0
+
+    def __call__(self, trial_id, result):
+        self.seen += 1
+        return False
+
+    def stop_all(self):
+        return self.seen >= self.n
+
+
+def _one_report(config):
+    tune.report({"g": config["g"]})
+
+
+def test_num_samples_minus_one_samples_until_a_stopper_ends_the_run(storage):
+    """Ray's ``TuneConfig(num_samples=-1)`` makes trials without end until a stopping condition ends
+    the run; muster refused it with an error."""
+    grid = tune.Tuner(
+        _one_report, param_space={"g": tune.grid_search([1, 2]), "x": tune.uniform(0, 1)},
+        tune_config=tune.TuneConfig(num_samples=-1, max_concurrent_trials=1),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0, stop=_StopAllAfter(5)),
+    ).fit()
+    assert len(grid) >= 5 and grid.num_errors == 0
+    assert [r.config["g"] for r in grid][:5] == [1, 2, 1, 2, 1]  # pass after pass over the grid
+    assert len({r.config["x"] for r in grid}) == len(grid)  # each pass draws anew
+    # a restored run goes on where it was: 3 trials made, so the next is the second pass's second point
+    search = BasicVariantGenerator(random_state=0)
+    search.setup({"g": tune.grid_search([1, 2])}, -1, skip=3)
+    assert [search.suggest(f"t{i}")["g"] for i in range(5)] == [2, 1, 2, 1, 2]
+    with pytest.raises(InvalidArgumentError, match=r"num_samples=-2\): use an integer >= 1, or -1"):
+        tune.TuneConfig(num_samples=-2)
 
 
 def test_randn_is_a_float_domain_as_in_ray():

@@ -125,3 +125,19 @@ def test_rays_mock_trainable_runs_as_in_rays_hyperband_example(tmp_path):
     for r in grid:
         assert r.metrics["training_iteration"] == 3
         assert r.metrics["episode_reward_mean"] == pytest.approx(math.tanh(3 / 2) * r.config["height"])
+
+
+def _nested_report(config):
+    for i in range(1, 11):
+        tune.report({"eval": {"step": i}})
+
+
+def test_a_dict_stop_key_a_slash_b_reaches_a_nested_metric_as_in_ray(storage):
+    """Ray's dict criteria look into nested results: ``{"eval/step": 3}`` stops a trial reporting
+    ``{"eval": {"step": ...}}`` at its third result. Muster looked only at top-level keys, so the trial
+    silently ran to its end."""
+    grid = tune.Tuner(
+        _nested_report,
+        run_config=tune.RunConfig(storage_path=storage, verbose=0, stop={"eval/step": 3}),
+    ).fit()
+    assert grid[0].metrics["training_iteration"] == 3

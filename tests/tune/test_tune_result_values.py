@@ -174,3 +174,26 @@ def test_a_trainers_result_has_what_was_reported_and_its_trials_has_tunes_keys(s
     assert m["opt"] == {"lr": 0.1}
     assert {"training_iteration", "timestamp", "trial_id", "time_total_s", "checkpoint_dir_name"} <= set(m)
     assert {"training_iteration", "timestamp", "trial_id", "opt/lr"} <= set(grid[0].metrics_dataframe.columns)
+
+
+def _two_reports(config):
+    tune.report({"loss": 1.0})
+    tune.report({"loss": 0.5})
+
+
+def test_a_single_trials_grid_gives_it_as_best_without_a_metric_and_checks_filter_mode(storage):
+    """Ray's ``get_best_result()`` on a one-trial grid returns that trial even with no metric or mode
+    anywhere (a common end of a doc sample); muster raised. ``get_dataframe(filter_mode="best")`` was
+    accepted silently (Ray raises); it now names the bad value."""
+    import pytest
+
+    from muster.exceptions import InvalidArgumentError
+
+    grid = tune.Tuner(_two_reports, run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid.get_best_result() is grid[0] and grid.get_best_result(metric="loss") is grid[0]
+    assert grid.get_best_result("loss", "max", scope="all").metrics["loss"] == 0.5
+    with pytest.raises(InvalidArgumentError, match=r"get_best_result\(scope='best'\)"):
+        grid.get_best_result(scope="best")
+    with pytest.raises(InvalidArgumentError, match=r"get_dataframe\(filter_mode='best'\): use 'min' or 'max'"):
+        grid.get_dataframe(filter_metric="loss", filter_mode="best")
+    assert grid.get_dataframe(filter_metric="loss", filter_mode="max")["loss"].tolist() == [1.0]

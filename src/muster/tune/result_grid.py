@@ -65,17 +65,22 @@ class ResultGrid:
                 ``"last-5-avg"``, ``"last-10-avg"``, or ``"all"`` (its best ever).
             filter_nan_and_inf: ignore NaN and infinite values.
 
+        With a single trial and no metric or mode (here or in ``TuneConfig``), that trial is the
+        best, as in Ray.
+
         Raises:
-            ValueError: no metric or mode, or no trial reported the metric.
+            InvalidArgumentError: no metric or mode, or no trial reported the metric.
         """
+        if scope not in _SCOPES:
+            raise InvalidArgumentError(f"get_best_result(scope={scope!r}): use one of {', '.join(_SCOPES)}.")
         metric, mode = metric or self._metric, mode or self._mode
+        if len(self._results) == 1 and (metric is None or mode is None):
+            return self._results[0]
         if not metric or mode not in ("min", "max"):
             raise InvalidArgumentError(
                 f"get_best_result(metric={metric!r}, mode={mode!r}): name the metric and mode ('min' or 'max') "
                 "here or in TuneConfig(metric=..., mode=...)."
             )
-        if scope not in _SCOPES:
-            raise InvalidArgumentError(f"get_best_result(scope={scope!r}): use one of {', '.join(_SCOPES)}.")
         best = best_index(self._results, metric, mode, scope, filter_nan_and_inf)
         if best is None:
             reported = sorted({k for r in self._results for k in (r.metrics or {})})
@@ -96,6 +101,11 @@ class ResultGrid:
 
         if (filter_metric is None) != (filter_mode is None):
             raise InvalidArgumentError("get_dataframe: pass both filter_metric and filter_mode, or neither.")
+        if filter_mode not in (None, "min", "max"):
+            raise InvalidArgumentError(
+                f"get_dataframe(filter_mode={filter_mode!r}): use 'min' or 'max' (the best row of "
+                f"{filter_metric!r} per trial is its lowest or its highest)."
+            )
         rows = []
         for r, trial_id in zip(self._results, self._ids):
             reports = _lead_reports(r)

@@ -24,7 +24,8 @@ class TuneConfig:
         search_alg: default ``BasicVariantGenerator`` (grid and random search).
         scheduler: default ``FIFOScheduler`` (no early stopping).
         num_samples: how many times the param_space is sampled (each grid
-            point is tried this many times).
+            point is tried this many times); -1: without end, until ``time_budget_s`` or a
+            stopper's ``stop_all`` ends the run (as in Ray).
         max_concurrent_trials: cap on trials running at once (default: as
             many as the resources hold).
         time_budget_s: stop every trial after this many seconds.
@@ -52,16 +53,9 @@ class TuneConfig:
             raise InvalidArgumentError(f"TuneConfig(mode={self.mode!r}): use 'min' or 'max'.")
         if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) or self.num_samples == 0 \
                 or self.num_samples < -1:
-            raise InvalidArgumentError(f"TuneConfig(num_samples={self.num_samples!r}): use an integer >= 1.")
-        if self.num_samples == -1:
-            budget = (f"time_budget_s={self.time_budget_s!r} ends the run, as it would in Ray; "
-                      if self.time_budget_s is not None else "")
             raise InvalidArgumentError(
-                f"TuneConfig(num_samples=-1): muster does not sample without end. Pass a number of samples larger "
-                f"than the run can reach (num_samples=100_000): {budget or 'add time_budget_s= to '}"
-                f"{'' if budget else 'end the run when its time is up; '}"
-                "trials not started by then are not made."
-            )
+                f"TuneConfig(num_samples={self.num_samples!r}): use an integer >= 1, or -1 to sample until a "
+                "stopping condition (time_budget_s=, a stopper's stop_all) ends the run.")
         if self.max_concurrent_trials is not None and (
             isinstance(self.max_concurrent_trials, bool) or not isinstance(self.max_concurrent_trials, int)
             or self.max_concurrent_trials < 1

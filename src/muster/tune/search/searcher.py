@@ -8,6 +8,7 @@ import glob
 import logging
 import os
 import pathlib
+import sys
 import tempfile
 import uuid
 from typing import Any
@@ -235,7 +236,7 @@ class SearchGenerator(SearchAlgorithm):
         return self.searcher.set_search_properties(metric, mode, config, **spec)
 
     def setup(self, space: dict[str, Any], num_samples: int, skip: int = 0) -> None:
-        self.total, self._made = num_samples, skip
+        self.total, self._made = (sys.maxsize if num_samples == -1 else num_samples), skip  # -1: without end
         self._constants = _without_domains(space)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:

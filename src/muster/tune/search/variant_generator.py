@@ -12,6 +12,7 @@ import copy
 import itertools
 import random
 import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -158,6 +159,8 @@ class BasicVariantGenerator(SearchAlgorithm):
             random_state = int(np.random.randint(0, 2**31 - 1))  # one draw: np.random.seed governs it
         self.rng = random_state if isinstance(random_state, random.Random) else random.Random(random_state)
         self._queue: list[tuple[dict[str, Any], dict[Path, Any], int]] = []  # (space, grid point, pass)
+        # num_samples=-1: after the queue, endless passes over these grid points, the next one numbered
+        self._endless: tuple[list[dict[Path, Any]], int] | None = None
         self._space: dict[str, Any] = {}
         self._live: set[str] = set()
         self.total = 0
@@ -166,7 +169,8 @@ class BasicVariantGenerator(SearchAlgorithm):
         """Plan ``num_samples`` passes over the grid; ``skip`` variants already made (a restored run).
 
         Each point to evaluate replaces one pass: it is written into the space
-        and the grids it leaves open are crossed (Ray's rule).
+        and the grids it leaves open are crossed (Ray's rule). ``num_samples=-1``: passes
+        without end, after the points (Ray's "until a stopping condition is met").
         """
         self._space = space
         plan: list[tuple[dict[str, Any], dict[Path, Any], int]] = []
@@ -174,11 +178,21 @@ class BasicVariantGenerator(SearchAlgorithm):
             preset = _preset(space, given)
             plan += [(preset, point, run) for point in grid_points(preset)]
         first, passes = len(self.points_to_evaluate), max(num_samples - len(self.points_to_evaluate), 0)
-        plan += [(space, point, first + run) for run in range(passes) for point in grid_points(space)]
+        grid = grid_points(space)
+        if num_samples == -1:
+            self.total = sys.maxsize  # Ray's count of samples without end
+            run, into = divmod(max(skip - len(plan), 0), len(grid) or 1)  # a restored run's place
+            self._queue = plan[skip:] + [(space, point, first + run) for point in grid[into:]]
+            self._endless = (grid, first + run + 1) if grid else None
+            return
+        plan += [(space, point, first + run) for run in range(passes) for point in grid]
         self.total = len(plan)
         self._queue = plan[skip:]
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if not self._queue and self._endless:  # num_samples=-1: one more pass over the grid
+            grid, run = self._endless
+            self._queue, self._endless = [(self._space, point, run) for point in grid], (grid, run + 1)
         if not self._queue:
             return FINISHED
         if self.max_concurrent and len(self._live) >= self.max_concurrent:

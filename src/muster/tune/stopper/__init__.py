@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError
+from muster.tune.result_grid import lookup
 
 
 class Stopper:
@@ -157,8 +158,9 @@ class ExperimentPlateauStopper(Stopper):
 class _DictStopper(Stopper):
     """``{"metric": threshold, ...}``: stop a trial once any metric reaches its threshold.
 
-    A boolean threshold (``{"done": True}``) stops once the result's value is
-    that boolean; a callable one (``{"loss": lambda v: v < 0.1}``) once it returns True.
+    A key ``"a/b"`` names a nested value (``{"a": {"b": ...}}``), as in Ray. A boolean threshold
+    (``{"done": True}``) stops once the result's value is that boolean; a callable one
+    (``{"loss": lambda v: v < 0.1}``) once it returns True.
     """
 
     def __init__(self, criteria: dict[str, Any]):
@@ -172,9 +174,9 @@ class _DictStopper(Stopper):
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         for key, threshold in self.criteria.items():
-            if key not in result:
+            value = lookup(result, key)
+            if value is None:
                 continue
-            value = result[key]
             if isinstance(threshold, bool):
                 if bool(value) == threshold:
                     return True
