@@ -408,3 +408,57 @@ def test_take_batch_of_an_empty_dataset_is_an_error_as_rays():
     with pytest.raises(ValueError, match="dataset is empty"):
         md.range(10).filter(lambda r: False).take_batch(3)
     assert md.range(10).filter(lambda r: False).take(3) == []
+
+
+def test_batch_format_none_gives_the_blocks_own_format_a_pyarrow_table():
+    """map_batches/iter_batches/take_batch/map_groups docs: ``batch_format=None`` selects the underlying block
+    format; Ray 2.60 gives pyarrow Tables there. Before, every one refused None; add_column still does (as Ray)."""
+    import pyarrow as pa
+    import pytest
+
+    from muster.exceptions import InvalidArgumentError
+
+    ds = md.from_items([{"a": i, "b": str(i)} for i in range(4)])
+    seen = ds.map_batches(lambda t: {"kind": [type(t).__name__] * t.num_rows}, batch_format=None)
+    assert {r["kind"] for r in seen.take_all()} == {"Table"}
+    assert isinstance(next(iter(ds.iter_batches(batch_size=2, batch_format=None))), pa.Table)
+    assert ds.take_batch(2, batch_format=None).to_pylist() == [{"a": 0, "b": "0"}, {"a": 1, "b": "1"}]
+    groups = ds.groupby("a").map_groups(lambda t: {"n": [t.num_rows]}, batch_format=None)
+    assert groups.sum("n") == 4
+    with pytest.raises(InvalidArgumentError, match=r"add_column\(batch_format=None\)"):
+        ds.add_column("c", lambda b: b["a"], batch_format=None)
+
+
+def test_blocks_whose_types_widen_to_one_combine_as_rays_and_others_fail_naming_the_field():
+    """A pandas batch function's pass-through string column comes back large_string (pandas 3), so unioning
+    the output with its input failed in take_all with pyarrow's raw ArrowTypeError; Ray 2.60 combines
+    string with large_string (and int32 with int64, int64 with double) and its union takes all 8 rows."""
+    import pyarrow as pa
+    import pytest
+
+    from muster.data import DataTypeError
+
+    ds = md.from_items([{"a": i, "b": str(i)} for i in range(4)])
+    mapped = ds.map_batches(lambda df: df, batch_format="pandas")
+    assert sorted(r["a"] for r in mapped.union(ds).take_all()) == [0, 0, 1, 1, 2, 2, 3, 3]
+    ints = md.from_arrow(pa.table({"x": pa.array([1, 2], pa.int32())}))
+    wide = ints.union(md.from_arrow(pa.table({"x": [1.5]}))).repartition(1)
+    assert wide.schema().types == [pa.float64()] and wide.sum("x") == 4.5
+    strings = ints.union(md.from_arrow(pa.table({"x": ["s"]})))
+    with pytest.raises(DataTypeError, match="Field x has incompatible types: int32 vs string.*cast the column"):
+        strings.repartition(1).take_all()
+
+
+def test_a_batch_column_given_as_one_value_is_an_error_naming_the_column():
+    """``return {"s": 5}`` from map_batches failed with Python's bare "'int' object is not iterable" (and a
+    string became one row per character); Ray 2.60 refuses it naming the key and its type."""
+    import pytest
+
+    from muster.data import DataTypeError
+
+    ds = md.range(4)
+    with pytest.raises(DataTypeError, match="column 's' is a single int .5., not one value per row"):
+        ds.map_batches(lambda b: {"id": b["id"], "s": 5}).take_all()
+    with pytest.raises(DataTypeError, match="column 's' is a single str"):
+        ds.map_batches(lambda b: {"s": "abcd"}).take_all()
+    assert ds.map_batches(lambda b: {"s": [str(v) for v in b["id"]]}).take(1) == [{"s": "0"}]

@@ -66,11 +66,15 @@ class BlockMetadata:
 BATCH_FORMATS = ("numpy", "pandas", "pyarrow", "default")
 
 
-def check_batch_format(fmt: str, where: str) -> str:
+def check_batch_format(fmt: str | None, where: str, native: bool = True) -> str:
+    """``fmt`` as one of muster's formats: ``"default"`` is numpy; ``None`` (``native``), as in Ray, the
+    blocks' own format, a pyarrow Table."""
+    if fmt is None and native:
+        return "pyarrow"
     if fmt not in BATCH_FORMATS:
-        raise InvalidArgumentError(f"{where}(batch_format={fmt!r}): use one of 'numpy' (default), "
-                                   "'pandas' or 'pyarrow'.")
-    return "numpy" if fmt == "default" else fmt
+        choices = "'pandas', 'pyarrow' or None (the blocks' own format, pyarrow)" if native else "'pandas' or 'pyarrow'"
+        raise InvalidArgumentError(f"{where}(batch_format={fmt!r}): use one of 'numpy' (default), {choices}.")
+    return "numpy" if fmt == "default" else str(fmt)
 
 
 class VariableShapeTensorType(pa.ExtensionType):
@@ -375,7 +379,7 @@ def from_batch(batch: Any, where: str) -> pa.Table:
     if isinstance(batch, dict):
         if not batch:
             return pa.table({})
-        columns = {str(k): array_from_values(v, str(k)) for k, v in batch.items()}
+        columns = {str(k): array_from_values(_column_values(v, str(k), where), str(k)) for k, v in batch.items()}
         lengths = {name: len(col) for name, col in columns.items()}
         if len(set(lengths.values())) > 1:
             raise DataTypeError(
@@ -387,6 +391,17 @@ def from_batch(batch: Any, where: str) -> pa.Table:
         f"{where} returned a {type(batch).__name__}; a batch function must return a dict of columns "
         "(name -> numpy array or list), a pandas DataFrame or a pyarrow Table."
     )
+
+
+def _column_values(values: Any, name: str, where: str) -> Any:
+    """``values``, a batch column's values (a list, an array...); a single value is an error that says so."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__") or getattr(values, "ndim", 1) == 0:
+        raise DataTypeError(
+            f"{where} returned a batch whose column {name!r} is a single {type(values).__name__} "
+            f"({_short(values)}), not one value per row. Return a list or numpy array, e.g. "
+            f"{{{name!r}: np.full(len(batch[...]), value)}}, or [value] for a one-row batch."
+        )
+    return values
 
 
 def rows_to_block(rows: list[dict[str, Any]], where: str) -> pa.Table:
@@ -436,12 +451,13 @@ def concat(blocks: list[pa.Table]) -> pa.Table:
         return pa.table({})
     if len(blocks) == 1:
         return blocks[0]
-    try:
-        return pa.concat_tables(_unify_tensors(blocks), promote_options="default")
-    except pa.ArrowInvalid as exc:
+    try:  # "permissive": string with large_string, int32 with int64 or float64..., widened as Ray's
+        return pa.concat_tables(_unify_tensors(blocks), promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise DataTypeError(
-            f"blocks with different schemas cannot be combined: {blocks[0].schema} vs {exc}. "
-            "Make every map return the same columns with the same types."
+            f"blocks with different schemas cannot be combined: {exc} (the first block's schema: "
+            f"{', '.join(f'{f.name}: {f.type}' for f in blocks[0].schema)}). Make every map return the same "
+            "columns with types that widen to one (cast the column, e.g. pyarrow.compute.cast or .astype(...))."
         ) from exc
 
 
@@ -521,7 +537,7 @@ class BlockAccessor:
             return column_to_numpy(self._table.column(columns))
         return {c: column_to_numpy(self._table.column(c)) for c in (columns or self._table.column_names)}
 
-    def to_batch_format(self, batch_format: str) -> Any:
+    def to_batch_format(self, batch_format: str | None) -> Any:
         return to_batch(self._table, check_batch_format(batch_format, "BlockAccessor.to_batch_format"))
 
     def iter_rows(self, public_row_format: bool = True) -> Iterable[dict[str, Any]]:

@@ -46,7 +46,7 @@ class ColumnOps:
         if not isinstance(col, str) or not callable(fn):
             raise InvalidTypeError(f"add_column(col={col!r}, fn={fn!r}): pass the new column's name and a function "
                                    "batch -> the column's values, e.g. add_column('y', lambda df: df['x'] * 2).")
-        fmt = blk.check_batch_format(batch_format, "add_column")
+        fmt = blk.check_batch_format(batch_format, "add_column", native=False)
         ray = RayCall.of("add_column", col, fn, batch_format=fmt)
         op = Transform("MapBatches(add_column)", plan.add_column(col, fn, fmt), ray)
         return self._column_op(op, "add_column", repr(col), options)

@@ -131,7 +131,7 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         return self._then(Transform(f"{label}({plan.fn_name(fn)})", by_function(fn, fn_args, fn_kwargs or {}), ray,
                                     keeps_columns=kind == "filter"))
 
-    def map_batches(self, fn: Any, *, batch_size: int | None | str = "default", batch_format: str = "numpy",
+    def map_batches(self, fn: Any, *, batch_size: int | None | str = "default", batch_format: str | None = "numpy",
                     fn_args: tuple = (), fn_kwargs: dict | None = None, fn_constructor_args: tuple = (),
                     fn_constructor_kwargs: dict | None = None, concurrency: int | tuple[int, int] | None = None,
                     num_cpus: float | None = None, num_gpus: float | None = None, zero_copy_batch: bool = True,
@@ -143,7 +143,8 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
                 once per actor of a pool when ``concurrency`` is given, else once per executing thread).
             batch_size: rows per batch (``None``: whole blocks; by default, or Ray's ``"auto"``: 1024). Given as
                 a number, blocks smaller than it are combined, as Ray bundles them, so that batches span them.
-            batch_format: ``"numpy"`` (dict of arrays), ``"pandas"`` or ``"pyarrow"``.
+            batch_format: ``"numpy"`` (dict of arrays), ``"pandas"`` or ``"pyarrow"``; ``None``, as Ray's, the
+                blocks' own format (pyarrow).
             concurrency: for a callable class, the actor pool's size (``n``), or ``(min, max)`` to scale
                 with the queue of blocks; for a function, at most this many of its tasks at once. On the
                 Ray engine this becomes Ray's ``compute=`` (an actor pool for a class, a task pool for a
@@ -435,7 +436,7 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         """Every row; with ``limit``, an error if there are more (a guard against gathering a huge dataset)."""
         return list(blk.iter_rows(self._within(limit, "take_all")))
 
-    def take_batch(self, batch_size: int = 20, *, batch_format: str = "numpy") -> Any:
+    def take_batch(self, batch_size: int = 20, *, batch_format: str | None = "numpy") -> Any:
         """Up to ``batch_size`` rows as one batch; an empty dataset is an error, as in Ray."""
         fmt = blk.check_batch_format(batch_format, "take_batch")
         table = self.limit(batch_size).to_arrow()

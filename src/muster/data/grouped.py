@@ -87,7 +87,7 @@ class GroupedData:
         """One row per group: the keys and ``std(<col>)`` (sample standard deviation with ``ddof=1``)."""
         return self._agg("std", on, {"ddof": ddof, "ignore_nulls": ignore_nulls})
 
-    def map_groups(self, fn: Callable[[Any], Any], *, batch_format: str = "numpy", fn_args: tuple = (),
+    def map_groups(self, fn: Callable[[Any], Any], *, batch_format: str | None = "numpy", fn_args: tuple = (),
                    fn_kwargs: dict[str, Any] | None = None, fn_constructor_args: tuple = (),
                    fn_constructor_kwargs: dict[str, Any] | None = None, **ray_options: Any) -> "Dataset":
         """Apply ``fn`` to each group (a batch in ``batch_format``); its outputs form the new dataset.

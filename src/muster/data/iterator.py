@@ -97,15 +97,16 @@ class DataIterator:
         return _stride(stream, self._rank, self._world, self._equal)
 
     # -- public iteration ---------------------------------------------------------
-    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "numpy", prefetch_batches: int = 1,
-                     drop_last: bool = False, local_shuffle_buffer_size: int | None = None,
+    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str | None = "numpy",
+                     prefetch_batches: int = 1, drop_last: bool = False, local_shuffle_buffer_size: int | None = None,
                      local_shuffle_seed: int | None = None, _finalize: Callable[[Any], Any] | None = None,
                      **removed: Any) -> "Passes":
         """Batches of ``batch_size`` rows (the last may be short unless ``drop_last``).
 
         Args:
             batch_size: rows per batch; ``None`` gives whole blocks.
-            batch_format: ``"numpy"`` (dict of arrays), ``"pandas"`` or ``"pyarrow"``.
+            batch_format: ``"numpy"`` (dict of arrays), ``"pandas"`` or ``"pyarrow"``; ``None``, as Ray's, the
+                blocks' own format (pyarrow).
             prefetch_batches: batches prepared ahead on a background thread (0: none).
             drop_last: drop a final short batch.
             local_shuffle_buffer_size: shuffle rows within a buffer of at least this many rows.
