@@ -129,6 +129,13 @@ def test_a_search_space_for_num_workers_names_the_function_trainable(space):
                        match=r"num_workers must be an integer.*function trainable.*config\['num_workers'\]"):
         ScalingConfig(num_workers=value)
     with pytest.raises(ValueError, match=r"num_workers must be an integer >= 1, or \(min, max\) for an elastic run\.$"):
+        ScalingConfig(num_workers=-1)
+
+
+def test_num_workers_zero_names_rays_local_mode_and_the_fix():
+    """Ray Train V2 runs ScalingConfig(num_workers=0) in the driver (its local-mode guide); muster has no local
+    mode, and the error said only that num_workers must be >= 1."""
+    with pytest.raises(ValueError, match=r"num_workers=0\).*local mode.*not supported by muster: use num_workers=1"):
         ScalingConfig(num_workers=0)
 
 

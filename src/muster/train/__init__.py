@@ -169,7 +169,7 @@ def __getattr__(name: str) -> Any:
         from muster.data import DataConfig
 
         return DataConfig
-    if name in ("torch", "lightning", "huggingface", "v2", "examples"):
+    if name in ("torch", "lightning", "huggingface", "v2", "examples", "collective"):
         import importlib
 
         return importlib.import_module(f"muster.train.{name}")

@@ -77,6 +77,7 @@ class ScalingConfig:
             raise InvalidArgumentError(
                 f"ScalingConfig(num_workers={self.num_workers!r}): num_workers must be an integer >= 1, "
                 "or (min, max) for an elastic run." + (_TUNE_WORKERS if _is_search_space(self.num_workers) else "")
+                + (_LOCAL_MODE if self.num_workers == 0 and not isinstance(self.num_workers, bool) else "")
             )
         if not isinstance(self.use_gpu, bool):
             raise InvalidArgumentError(f"ScalingConfig(use_gpu={self.use_gpu!r}): use_gpu must be True or False.")
@@ -180,6 +181,12 @@ class ScalingConfig:
         return {k: v * self.max_workers for k, v in self.worker_resources.items()}
 
 
+#: Ray Train V2's local mode (``num_workers=0``: the training function runs in the driver's process)
+_LOCAL_MODE = (
+    " Ray Train V2's local mode (num_workers=0, the function run in the driver process) is not supported by "
+    "muster: use num_workers=1, one worker process whose prints and tracebacks reach the driver (with "
+    "FailureConfig(max_failures=0), the default, the first error ends fit() with the worker's traceback)."
+)
 _TUNE_WORKERS = (
     " A search space inside ScalingConfig is Ray Train V1's Tuner(trainer) pattern (Ray V2 refuses it too): "
     "tune the number of workers in a function trainable that builds the trainer, "
