@@ -13,9 +13,9 @@ from muster.tasks.actor_method import ActorMethod
 
 def exit_actor() -> NoReturn:
     """End the calling actor on purpose, as Ray's: it is not restarted (whatever ``max_restarts``
-    says), its ``atexit`` handlers run, and the call that asked, with every call queued behind it,
-    fails with ``ActorDiedError`` saying it exited. (``sys.exit()`` in a method ends the process
-    too, but as a failure: ``max_restarts`` applies.)
+    says), its ``__ray_shutdown__()`` (if its class defines one) and ``atexit`` handlers run, and the
+    call that asked, with every call queued behind it, fails with ``ActorDiedError`` saying it exited.
+    (``sys.exit()`` in a method ends the process too, but as a failure: ``max_restarts`` applies.)
 
     Raises:
         TypeError: called outside an actor.
@@ -29,6 +29,7 @@ def exit_actor() -> NoReturn:
         raise InvalidTypeError("exit_actor() ends the actor it is called in; here no actor runs (end one from "
                                "outside with muster.kill(handle)).")
     core_context.send_event(events.ExitActor(int(info.actor_id)))  # waits: the owner knows before the death
+    worker_side.run_shutdown_hook()  # the actor's __ray_shutdown__, as Ray calls it when an actor ends on purpose
     core_context.flush()  # its user metrics, while the channel still works (a Ray worker's atexit disconnects it)
     atexit._run_exitfuncs()
     core_context.exit_process(0)

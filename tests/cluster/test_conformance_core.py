@@ -378,6 +378,27 @@ def test_actor_killed_from_outside_fails_its_calls(engine):
     muster.kill(c)
 
 
+def test_an_actor_whose_last_handle_is_dropped_ends(engine):
+    """As in Ray: a (non-detached) actor no handle is left to ends, its pending call answered first."""
+    c = Counter.remote(0)
+    pid = muster.get(c.where.remote())
+    last = c.add.remote(5)
+    del c
+    assert muster.get(last, timeout=30) == 5
+
+    def gone():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    deadline = time.monotonic() + 30
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(), f"the actor's process {pid} still runs after its last handle was dropped"
+
+
 @muster.remote
 class Stoppable:
     """Ray's sample: a plain actor's long method stops once is_canceled() says the call was cancelled."""

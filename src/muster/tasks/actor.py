@@ -15,6 +15,7 @@ import inspect
 import itertools
 import queue
 import threading
+import weakref
 from concurrent.futures import Future
 from typing import Any, NoReturn, cast
 
@@ -27,21 +28,21 @@ from muster.core.runtime import KILLED_BY_MUSTER, RuntimeActor
 from muster.exceptions import (ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError, TaskError,
                                methods_of, no_such_method)
 from muster.tasks import concurrency_groups as cgroups
-from muster.tasks import events, named, owner, task_table, worker_side
+from muster.tasks import events, lifetimes, named, owner, task_table, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.actor_method import ActorMethod, Retries, declared
 from muster.tasks.objects import ObjectRef, snapshot_args
 from muster.tasks.worker_side import ActorFactory, TaskInfo, freeze, is_async_class
 
-_actors: dict[int, "ActorHandle"] = {}
+_actors: dict[int, "_Actor"] = {}
 _lock = threading.Lock()
 _calls_by_ref: dict[int, tuple[int, int]] = {}  # ref id -> (actor id, call token), while pending
 _DEFAULT_ASYNC_CONCURRENCY = 1000  # Ray's default for async actors
 _NO_RESOURCES: dict[str, float] = {}  # an actor call's own (it runs on what its actor holds); never changed
 
 
-def lookup(actor_id: int) -> "ActorHandle":
+def lookup(actor_id: int) -> "_Actor":
     with _lock:
         return _actors[actor_id]
 
@@ -63,7 +64,7 @@ Shape = tuple[str, tuple[str, ...]]
 def _handle_from_id(actor_id: int, shape: Shape | None = None) -> Any:
     if core_context.in_worker():
         return WorkerActorHandle(actor_id, shape=shape)
-    return lookup(actor_id)
+    return ActorHandle(lookup(actor_id))
 
 
 class ActorClass:
@@ -111,17 +112,20 @@ class ActorClass:
             actor_id = core_context.send_event(events.CreateActor(self._cls, args, kwargs, options))
             return WorkerActorHandle(actor_id, self._cls)
         args, kwargs = snapshot_args(args, kwargs, f"{self._cls.__name__}.remote()")  # as they are now
-        return create(self._cls, args, kwargs, self._options)
+        handle = create(self._cls, args, kwargs, self._options)
+        if self._options.get("lifetime") != "detached":  # as in Ray: it ends once no handle to it is left
+            lifetimes.watch(handle._actor)
+        return handle
 
 
 def create(cls: type, args: tuple, kwargs: dict, options: dict[str, Any]) -> "ActorHandle":
     """A new actor, or with ``name=`` and ``get_if_exists=True`` the live one of that name."""
     name = options.get("name")
     if not name:
-        return ActorHandle(cls, args, kwargs, options)
+        return ActorHandle(_Actor(cls, args, kwargs, options))
     namespace = options.get("namespace") or current_namespace()
-    return named.claim(namespace, name, lambda: ActorHandle(cls, args, kwargs, options),
-                       bool(options.get("get_if_exists")))
+    return ActorHandle(named.claim(namespace, name, lambda: _Actor(cls, args, kwargs, options),
+                                   bool(options.get("get_if_exists"))))
 
 
 def _shape(cls: type) -> Shape:
@@ -136,7 +140,40 @@ def _no_method(shape: Shape, name: str) -> AttributeError:
 
 
 class ActorHandle:
-    """Driver-side handle to an actor; picklable (other tasks and actors can call it)."""
+    """A handle to an actor in the driver (Ray's ``ActorHandle``): ``handle.method.remote(...)`` calls it.
+
+    Picklable: tasks and actors it is passed to can call the actor too. Handles of one actor are equal.
+    As in Ray, an actor made here (not ``lifetime="detached"``) ends once no handle to it is left and
+    its calls are done (see :mod:`muster.tasks.lifetimes`).
+    """
+
+    __slots__ = ("_actor", "__weakref__")
+
+    def __init__(self, actor: "_Actor"):
+        self._actor = actor
+        actor._held_by(self)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in worker_side.RAY_BUILTINS or not name.startswith("_"):
+            return self._actor._method(self, name)
+        return getattr(self._actor, name)  # the actor's own state and calls (``_id``, ``_call``, ``_kill``, ...)
+
+    def __reduce__(self) -> Any:
+        return self._actor.__reduce__()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other._actor is self._actor
+
+    def __hash__(self) -> int:
+        return hash(("actor", self._actor._id))
+
+    def __repr__(self) -> str:
+        return repr(self._actor)
+
+
+class _Actor:
+    """The driver's side of one actor: its process (restarted as its options allow), the calls sent
+    to it in order, their answers and retries. Users hold :class:`ActorHandle` s of it."""
 
     def __init__(self, cls: type, args: tuple, kwargs: dict, options: dict[str, Any]):
         self._cls, self._args, self._kwargs = cls, args, kwargs
@@ -179,6 +216,10 @@ class ActorHandle:
         self._restart_lock = threading.Lock()  # _core and _attempt change together
         self._awaiting_restart: list[_Call] = []  # calls to send again once the actor is back
         self._resend: list[_Call] = []  # ... and back: sent before any other call
+        self._handles: list[weakref.ref] = []  # the driver's ActorHandles of it (lifetimes: alive while one is)
+        self._borrowed = False  # a handle of it went to another process (or a worker looked it up): kept
+        self._open_calls = 0  # calls made and not settled yet
+        self._collected = False  # ended because no handle to it was left
         with _lock:
             _actors[self._id] = self
         self._start_core()
@@ -186,16 +227,28 @@ class ActorHandle:
 
     # -- public --------------------------------------------------------------
     def __getattr__(self, name: str) -> ActorMethod:
-        if name in worker_side.RAY_BUILTINS:
-            return ActorMethod(self, name)
-        if name.startswith("_"):
+        if name.startswith("_") and name not in worker_side.RAY_BUILTINS:
             raise AttributeError(name)
-        if not hasattr(self._cls, name):
+        return self._method(self, name)
+
+    def _method(self, handle: Any, name: str) -> ActorMethod:
+        """``handle.name``: the actor's method ``name``, called through ``handle``."""
+        if name not in worker_side.RAY_BUILTINS and not hasattr(self._cls, name):
             raise _no_method(_shape(self._cls), name)
-        return ActorMethod(self, name)
+        return ActorMethod(handle, name)
 
     def __reduce__(self) -> Any:
+        self._borrowed = True  # another process holds a handle now: muster cannot see when it drops it
         return (_handle_from_id, (self._id, _shape(self._cls)))
+
+    def _held_by(self, handle: ActorHandle) -> None:
+        with _lock:
+            self._handles = [r for r in self._handles if r() is not None] + [weakref.ref(handle)]
+
+    def _unreferenced(self) -> bool:
+        """No handle to it is left (in the driver, nor ever sent elsewhere) and no call of it is pending."""
+        with _lock:
+            return not self._borrowed and self._open_calls == 0 and all(r() is None for r in self._handles)
 
     def __repr__(self) -> str:
         return f"ActorHandle({self._cls.__name__}, id={self._id})"
@@ -327,13 +380,14 @@ class ActorHandle:
         ref = ObjectRef.new(out)
         with _lock:
             _calls_by_ref[ref.id] = (self._id, token)
+            self._open_calls += 1
         ref_id = ref.id
         task_id = self._task_prefix + f"{token:08x}"  # task_table.actor_task_id(self._id, token)
         name = f"{self._cls.__name__}.{method}"
         waits = any(isinstance(a, ObjectRef) for a in (*args, *kwargs.values()))
         task_table.submitted(task_id, ref_id, name=options.get("name") or name, function=name, kind="ACTOR_TASK",
                              resources=_NO_RESOURCES, actor_id=self._hex_id, waits=waits)
-        out.add_done_callback(lambda f: _forget_call(ref_id, task_id, f))
+        out.add_done_callback(lambda f: self._call_settled(ref_id, task_id, f))
         retries = Retries.of(own, options, self._task_retries)
         self._calls.put((token, method, n, args, kwargs, group, retries, out))
         if n in ("streaming", "dynamic"):
@@ -343,6 +397,19 @@ class ActorHandle:
         if n == 1:
             return ref
         return task_table.split_refs(ref, n) if n else None
+
+    def _call_settled(self, ref_id: int, task_id: str, out: Future) -> None:
+        with _lock:
+            self._open_calls -= 1
+        _forget_call(ref_id, task_id, out)
+
+    def _end_unreferenced(self) -> None:
+        """No handle to it is left: it ends as Ray ends such an actor, on purpose, after the calls before
+        (``__ray_terminate__``: its ``__ray_shutdown__`` and ``atexit`` handlers run)."""
+        self._collected = True
+        self._no_restart = True
+        self._kill_reason = UNREFERENCED
+        self._call("__ray_terminate__", (), {})
 
     def _send_forever(self) -> None:
         while True:
@@ -454,7 +521,8 @@ class ActorHandle:
     def _exiting(self) -> None:
         """The actor called ``exit_actor()``: its coming death is on purpose (no restart, and said so)."""
         self._no_restart = True
-        self._kill_reason = "it exited on purpose (muster.actor.exit_actor(), or a __ray_terminate__ call)"
+        if not self._collected:
+            self._kill_reason = "it exited on purpose (muster.actor.exit_actor(), or a __ray_terminate__ call)"
 
     def _kill(self, no_restart: bool = True, reason: str = "stopped by muster.kill()") -> None:
         self._no_restart = no_restart
@@ -470,6 +538,10 @@ class ActorHandle:
         else:
             self._on_death(core, error)
 
+
+#: why an actor no handle was left to ended (the error a call on it would raise, and the state API's death cause)
+UNREFERENCED = ("every handle to it was dropped, so it ended, as Ray ends such an actor; keep a handle while you "
+                "use it, or make it with lifetime='detached' to keep it until muster.kill()")
 
 #: one call, as queued and as sent: (token, method, num_returns, args, kwargs, concurrency group, Retries, out)
 _Call = tuple

@@ -15,7 +15,7 @@ from muster.core.init_options import current_namespace
 from muster.exceptions import ActorAlreadyExistsError, InvalidArgumentError
 from muster.tasks import events
 
-_names: dict[tuple[str, str], Any] = {}  # (namespace, name) -> driver-side ActorHandle
+_names: dict[tuple[str, str], Any] = {}  # (namespace, name) -> the actor's record (actor._Actor)
 _lock = threading.Lock()
 
 
@@ -72,16 +72,17 @@ def get_actor(name: str, namespace: str | None = None) -> Any:
             from muster.tasks.actor import WorkerActorHandle
 
             return WorkerActorHandle(actor_id)
-        handle = None
     else:
-        handle = lookup(name, namespace)
-    if handle is None:
-        raise InvalidArgumentError(
-            f"Failed to look up actor {name!r} in namespace {namespace or current_namespace()!r}: no live actor has "
-            "that name. Start it with Cls.options(name=...).remote(), or list names with "
-            "muster.util.list_named_actors()."
-        )
-    return handle
+        found = lookup(name, namespace)
+        if found is not None:
+            from muster.tasks.actor import ActorHandle
+
+            return ActorHandle(found)
+    raise InvalidArgumentError(
+        f"Failed to look up actor {name!r} in namespace {namespace or current_namespace()!r}: no live actor has "
+        "that name. Start it with Cls.options(name=...).remote(), or list names with "
+        "muster.util.list_named_actors()."
+    )
 
 
 def list_named_actors(all_namespaces: bool = False) -> list[Any]:

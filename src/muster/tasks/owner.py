@@ -158,7 +158,10 @@ def _get_actor(handle: RuntimeActor, e: events.GetActor) -> int | None:
     from muster.tasks import named
 
     found = named.lookup(e.name, e.namespace)
-    return None if found is None else found._id
+    if found is None:
+        return None
+    found._borrowed = True  # a worker holds a handle of it now: it is kept (muster.tasks.lifetimes)
+    return found._id
 
 
 def _list_named(handle: RuntimeActor, e: events.ListNamedActors) -> list[Any]:

@@ -54,6 +54,8 @@ RAY_BUILTINS = frozenset({"__ray_ready__", "__ray_terminate__", "__ray_call__"})
 _local = threading.local()
 _actor_info: TaskInfo | None = None
 _actor_class: type | None = None  # the class of this process's actor
+_actor_object: Any = None  # this process's actor (the user's object), once built
+_SHUTDOWN_HOOK_S = 30.0  # how long an async __ray_shutdown__ may take before the actor's process exits anyway
 
 
 _call_number: contextvars.ContextVar[int] = contextvars.ContextVar("muster_actor_call", default=0)
@@ -103,6 +105,28 @@ def current_call() -> tuple[str | None, int, int]:
     if info is None or info.actor_id is None or info.function is not None:
         return (info.task_id if info else None), 0, 0
     return None, int(info.actor_id), _call_token.get()
+
+
+def run_shutdown_hook() -> None:
+    """Ray's ``__ray_shutdown__()``: the actor's cleanup, called when it ends on purpose (``exit_actor``,
+    ``__ray_terminate__``, no handle left), not when it is killed. An error in it is printed, not raised."""
+    hook = getattr(_actor_object, "__ray_shutdown__", None)
+    if hook is None:
+        return
+    try:
+        result = hook()
+        if inspect.isawaitable(result):  # an async def: run it to its end on a loop of its own (this thread's
+            async def finish() -> Any:  # may be the actor's, which waits for this)
+                return await result
+
+            runner = threading.Thread(target=asyncio.run, args=(finish(),), daemon=True)
+            runner.start()
+            runner.join(_SHUTDOWN_HOOK_S)
+    except Exception:  # noqa: BLE001 - the actor ends anyway; say what went wrong
+        import traceback
+
+        print(f"__ray_shutdown__ of {type(_actor_object).__name__} raised:", file=sys.stderr)
+        traceback.print_exc()
 
 
 def in_async_actor() -> bool:
@@ -341,10 +365,11 @@ class ActorFactory:
         os.environ.update(self.env_vars)
         _actor_info, _actor_class = self.info, self.cls
         core_context.on_notice(_noticed)
+        global _actor_object
         if not is_async_class(self.cls):
             _begin_call()  # the constructor runs as the actor's creation task
-            return ActorHost(_named_by_repr(self.cls(*args, **kwargs)), self.info, self.max_concurrency,
-                             groups=self.groups)
+            _actor_object = self.cls(*args, **kwargs)
+            return ActorHost(_named_by_repr(_actor_object), self.info, self.max_concurrency, groups=self.groups)
         import asyncio
 
         loop = _loop_on_thread("muster-actor-loop")  # the default group's, where the constructor runs
@@ -353,7 +378,7 @@ class ActorFactory:
             _begin_call()
             return await construct(self.cls, args, kwargs)
 
-        obj = asyncio.run_coroutine_threadsafe(creation_task(), loop).result()
+        obj = _actor_object = asyncio.run_coroutine_threadsafe(creation_task(), loop).result()
         return ActorHost(_named_by_repr(obj), self.info, self.max_concurrency, loop, self.groups)
 
 
