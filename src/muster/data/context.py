@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy as _copy
 import enum
 import os
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import pyarrow as pa
 
+from muster.data._ray_context_defaults import RAY_DEFAULTS
 from muster.exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -43,6 +45,10 @@ class DataContext:
             ``list<item: int64>[pyarrow]``), exactly as Ray 2.56+ converts by default. False (muster's default):
             numpy dtypes (nulls as NaN/None, lists as object arrays of ndarrays), Ray's older conversion, under
             which numpy-only operations such as ``df["id"] % 2`` work (Arrow-backed columns raise on them).
+    Only the settings above act here. Every other field of Ray 2.60's ``DataContext`` (``max_errored_blocks``,
+    ``target_min_block_size``, ``read_op_min_num_blocks``, ``shuffle_strategy``...: ``RAY_ONLY_SETTINGS``)
+    reads as Ray's default until set and keeps what is set, so a Ray script can save and restore it; none
+    changes what muster does. Any other name is refused (``AttributeError``), to catch a misspelt one.
     """
 
     max_threads: int = field(default_factory=lambda: max(2, min(8, os.cpu_count() or 2)))
@@ -82,13 +88,25 @@ class DataContext:
             ExecutionOptions.of(self).take(value)
             return
         if name not in _SETTINGS and name not in RAY_ONLY_SETTINGS and not name.startswith("_"):
-            raise AttributeError(
-                f"DataContext has no setting {name!r}. muster's: "
-                f"{', '.join(sorted(n for n in _SETTINGS if not n.startswith('_')))}; Ray's settings that tune "
-                "a cluster's execution (target_min_block_size, use_push_based_shuffle, ...: "
-                "muster.data.context.RAY_ONLY_SETTINGS) are accepted and change nothing here."
-            )
+            raise AttributeError(_no_setting(name))
+        if name == "shuffle_strategy":  # Ray takes the strategy's name too
+            value = _strategy(value)
         object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        """A Ray setting nobody set reads as Ray 2.60's default (kept from then on, so ``ctx.retried_io_errors
+        .append(...)`` sticks); any other name is not a setting."""
+        if name in RAY_DEFAULTS:
+            value = _copy.deepcopy(RAY_DEFAULTS[name])
+            object.__setattr__(self, name, _strategy(value) if name == "shuffle_strategy" else value)
+            return self.__dict__[name]
+        if name.startswith("_"):  # Python's own look-ups (__deepcopy__...) and private names
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise AttributeError(_no_setting(name))
+
+    def copy(self) -> "DataContext":
+        """A copy of this context (its settings, Ray's and ``set_config``'s included) that changes apart from it."""
+        return _copy.deepcopy(self)
 
     @property
     def execution_options(self) -> "ExecutionOptions":
@@ -120,8 +138,41 @@ class DataContext:
             DataContext._current = DataContext()
         return DataContext._current
 
+    @staticmethod
+    def _set_current(context: "DataContext | None") -> "DataContext | None":
+        """Make ``context`` this process's current one (``None``: a fresh default on the next ``get_current``);
+        returns the one it replaces, as Ray's."""
+        previous, DataContext._current = DataContext._current, context
+        return previous
+
+    @staticmethod
+    @contextlib.contextmanager
+    def current(context: "DataContext") -> Iterator[None]:
+        """``with DataContext.current(ctx):`` ``ctx`` is this process's current context inside (Ray's)."""
+        previous = DataContext._set_current(context)
+        try:
+            yield
+        finally:
+            DataContext._set_current(previous)
+
 
 _SETTINGS = frozenset(DataContext.__dataclass_fields__)
+
+
+def _no_setting(name: str) -> str:
+    return (f"DataContext has no setting {name!r}. muster's: "
+            f"{', '.join(sorted(n for n in _SETTINGS if not n.startswith('_')))}; Ray's settings that tune "
+            "a cluster's execution (target_min_block_size, use_push_based_shuffle, ...: "
+            "muster.data.context.RAY_ONLY_SETTINGS) are accepted and change nothing here.")
+
+
+def _strategy(value: Any) -> "ShuffleStrategy":
+    try:
+        return ShuffleStrategy(value)
+    except ValueError:
+        raise InvalidArgumentError(f"DataContext.shuffle_strategy={value!r}: use one of "
+                                   f"{', '.join(repr(s.value) for s in ShuffleStrategy)} (or a ShuffleStrategy)."
+                                   ) from None
 _scoped: contextvars.ContextVar[DataContext | None] = contextvars.ContextVar("muster_data_context",
                                                                            default=None)
 
@@ -159,47 +210,11 @@ def current_as(ctx: DataContext | None) -> Iterator[None]:
     finally:
         _scoped.reset(token)
 
-#: Ray's DataContext settings that size blocks or place tasks on a cluster: accepted, no effect on one machine
-RAY_ONLY_SETTINGS = frozenset({
-    "target_min_block_size", "target_shuffle_max_block_size", "use_push_based_shuffle",
-    "shuffle_strategy", "scheduling_strategy", "scheduling_strategy_large_args", "large_args_threshold",
-    "read_op_min_num_blocks", "enable_operator_progress_bars", "enable_progress_bar_name_truncation",
-    "verbose_stats_logs", "enable_auto_log_stats", "enable_get_object_locations_for_metrics",
-    "op_resource_reservation_enabled", "op_resource_reservation_ratio", "actor_prefetcher_enabled",
-    "wait_for_min_actors_s", "eager_free", "trace_allocations", "log_internal_stack_trace_to_stdout",
-    "enable_tensor_extension_casting", "use_ray_tqdm", "print_on_execution_start",
-    # and these, which change what Ray tolerates or how it stores blocks: here errors still fail
-    # the pass, writes are not retried, and blocks are Arrow tables
-    "max_errored_blocks", "write_file_retry_on_errors", "retried_io_errors", "enable_pandas_block",
-    # Ray 2.60's shuffle, join and aggregation operators (hash-shuffle actors, their parallelism and
-    # memory): here every all-to-all operator gathers its input in this process
-    "default_hash_shuffle_parallelism", "max_hash_shuffle_aggregators", "min_hash_shuffle_aggregator_wait_time_in_s",
-    "hash_shuffle_aggregator_health_warning_interval_s", "max_hash_shuffle_finalization_batch_size",
-    "hash_shuffle_reduce_batch_size", "hash_shuffle_reduce_get_timeout_s", "hash_shuffle_compression",
-    "use_disk_based_hash_shuffle", "use_external_hash_shuffle", "shuffle_compression", "shuffle_input_batch_bytes",
-    "pipeline_push_based_shuffle_reduce_tasks", "join_operator_actor_num_cpus_override",
-    "hash_shuffle_operator_actor_num_cpus_override", "hash_aggregate_operator_actor_num_cpus_override",
-    "gpu_shuffle_num_actors", "gpu_shuffle_rmm_pool_size", "gpu_shuffle_spill_memory_limit",
-    "gpu_shuffle_setup_timeout_s", "use_polars", "use_polars_sort",
-    # its reads, tasks, actors, retries, backpressure, metrics and logs on a cluster
-    "streaming_read_buffer_size", "s3_try_create_dir", "min_parallelism", "decoding_size_estimation",
-    "use_datasource_v2", "isolate_read_workers", "autoscaling_config", "max_tasks_in_flight_per_actor",
-    "actor_task_retry_on_errors", "actor_init_retry_on_errors", "actor_init_max_retries",
-    "max_consecutive_actor_init_deaths", "retried_map_errors", "max_map_retries",
-    "output_backpressure_guard_release_interval_s", "execution_no_progress_timeout_s",
-    "downstream_capacity_backpressure_ratio", "enable_dynamic_output_queue_size_backpressure",
-    "override_object_store_memory_limit_fraction", "object_store_reservation_overshoot_ratio",
-    "object_store_memory_pressure_fraction", "default_map_logical_memory_enabled", "memory_usage_poll_interval_s",
-    "warn_on_driver_memory_usage_bytes", "enable_lineage_reconstruction_resource_accounting",
-    "enable_ray_data_reconstruction", "accurate_map_phase_timing", "per_stage_map_timing",
-    "enable_rich_progress_bars", "enable_per_node_metrics", "enable_stats_summary_collection",
-    "log_internal_stack_trace", "raise_original_map_exception", "use_legacy_dataset_ids", "dataset_logger_id",
-    "issue_detectors_config", "custom_execution_callback_classes", "execution_callback_classes",
-    # and how it converts and checks blocks (here: Arrow tables, muster's tensor types)
-    "arrow_fixed_shape_tensor_format", "use_arrow_tensor_v2", "enable_fallback_to_arrow_object_ext_type",
-    "enforce_schemas", "pandas_block_ignore_metadata",
-    "batch_to_block_arrow_format",
-})
+#: Ray's DataContext settings muster keeps and does not act on (they size blocks, place tasks, retry, shuffle,
+#: convert or log on Ray's cluster): every field of Ray 2.60's DataContext but muster's own, each read as Ray's
+#: default until set (``RAY_DEFAULTS``), and three names of older Rays that are only kept as set
+RAY_ONLY_SETTINGS = frozenset(RAY_DEFAULTS) | {"eager_free", "log_internal_stack_trace_to_stdout",
+                                               "target_shuffle_max_block_size"}
 
 
 class ShuffleStrategy(str, enum.Enum):

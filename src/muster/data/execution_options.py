@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from muster.data.context import DataContext
 
@@ -55,12 +55,94 @@ class ExecutionResources:
         return {"CPU": self.cpu, "GPU": self.gpu, "object_store_memory": self.object_store_memory,
                 "memory": self.memory}
 
+    def _each(self, other: ExecutionResources, fn: Callable[[float, float], float]) -> ExecutionResources:
+        return ExecutionResources(*(fn(getattr(self, n), getattr(other, n)) for n in _AMOUNTS))
+
+    def add(self, other: ExecutionResources) -> ExecutionResources:
+        """Each amount plus ``other``'s."""
+        return self._each(other, lambda a, b: a + b)
+
+    def subtract(self, other: ExecutionResources) -> ExecutionResources:
+        """Each amount less ``other``'s (may go negative: see ``is_non_negative``)."""
+        return self._each(other, lambda a, b: a - b)
+
+    def min(self, other: ExecutionResources) -> ExecutionResources:
+        """The smaller of each amount and ``other``'s."""
+        return self._each(other, min)
+
+    def max(self, other: ExecutionResources) -> ExecutionResources:
+        """The larger of each amount and ``other``'s."""
+        return self._each(other, max)
+
+    def floordiv(self, other: ExecutionResources) -> ExecutionResources:
+        """How many times each of ``other``'s amounts fits in this one (``inf`` where ``other``'s is 0)."""
+        return self._each(other, _times_in)
+
+    def scale(self, f: float) -> ExecutionResources:
+        """Each amount times ``f`` (an unlimited amount scaled by 0 is 0)."""
+        return ExecutionResources(*(0.0 if f == 0 else getattr(self, n) * f for n in _AMOUNTS))
+
+    @staticmethod
+    def combine(resources: Iterable[ExecutionResources],
+                fn: Callable[[float, float], float]) -> ExecutionResources | None:
+        """``resources`` folded amount by amount with ``fn`` (None when there are none)."""
+        folded: ExecutionResources | None = None
+        for r in resources:
+            folded = r.copy() if folded is None else folded._each(r, fn)
+        return folded
+
+    @staticmethod
+    def combine_sum(resources: Iterable[ExecutionResources]) -> ExecutionResources:
+        """The sum of ``resources`` (zero when there are none)."""
+        return ExecutionResources.combine(resources, lambda a, b: a + b) or ExecutionResources.zero()
+
+    def satisfies_limit(self, limit: ExecutionResources, *, ignore_object_store_memory: bool = False) -> bool:
+        """Whether every amount is at most ``limit``'s (``object_store_memory`` left out if asked)."""
+        return all(getattr(self, n) <= getattr(limit, n) for n in _AMOUNTS
+                   if not (ignore_object_store_memory and n == "object_store_memory"))
+
+    def is_zero(self) -> bool:
+        return all(getattr(self, n) == 0 for n in _AMOUNTS)
+
+    def is_non_negative(self) -> bool:
+        return all(getattr(self, n) >= 0 for n in _AMOUNTS)
+
+    def object_store_memory_str(self) -> str:
+        """``object_store_memory`` in bytes, KiB, MiB... (``'1.5KiB'``), as Ray shows it."""
+        return _bytes_str(self.object_store_memory)
+
+    def memory_str(self) -> str:
+        """``memory`` in bytes, KiB, MiB... (``'3.0GiB'``)."""
+        return _bytes_str(self.memory)
+
+    def __repr__(self) -> str:
+        return (f"ExecutionResources(cpu={self.cpu}, gpu={self.gpu}, object_store_memory="
+                f"{self.object_store_memory_str()}, memory={self.memory_str()})")
+
     def copy(self, cpu: float | None = None, gpu: float | None = None, memory: float | None = None,
              object_store_memory: float | None = None) -> ExecutionResources:
         """A copy with the amounts given replaced (Ray's ``resource_limits.copy(cpu=10)``)."""
         given = {"cpu": cpu, "gpu": gpu, "object_store_memory": object_store_memory, "memory": memory}
         return ExecutionResources(**{f.name: getattr(self, f.name) if given[f.name] is None else given[f.name]
                                      for f in fields(self)})
+
+
+_AMOUNTS = ("cpu", "gpu", "object_store_memory", "memory")  # ExecutionResources' positional order
+
+
+def _times_in(a: float, b: float) -> float:
+    """How many whole ``b`` fit in ``a`` (``inf`` for ``b`` 0 or ``a`` unlimited)."""
+    return math.inf if b == 0 or math.isinf(a) else int(a // b)
+
+
+def _bytes_str(amount: float) -> str:
+    if math.isinf(amount) or math.isnan(amount):
+        return str(amount)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(amount) < 1024 or unit == "PiB":
+            return f"{amount:.1f}{unit}"
+        amount /= 1024
+    raise AssertionError("unreachable")
 
 
 class ExecutionOptions:

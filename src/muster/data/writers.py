@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import itertools
 import os
 import posixpath
 import uuid
@@ -137,7 +138,17 @@ def write_dataset(dataset: Any, kind: str, path: str, filesystem: Any, mode: Any
                                max_rows_per_file=max_rows, partition_cols=partition_cols,
                                filename_provider=provider, **column, **options)
     writer_options.update(column)
-    return write_blocks(dataset._execute(), path, filesystem, kind, make(**writer_options), mode=mode,
+    blocks: Iterator[pa.Table] = dataset._execute()
+    if kind == "csv":  # say which column CSV cannot hold before the folder is touched (not pyarrow's bare error)
+        known = dataset._node.known_schema()
+        if known is not None:
+            check_csv_columns(known)
+        else:
+            first = next(blocks, None)
+            if first is not None:
+                check_csv_columns(first.schema)
+                blocks = itertools.chain([first], blocks)
+    return write_blocks(blocks, path, filesystem, kind, make(**writer_options), mode=mode,
                         min_rows_per_file=min_rows, partition_cols=partition_cols, where=f"write_{kind}",
                         compression=compression, max_rows_per_file=max_rows, filename_provider=provider)
 
@@ -330,7 +341,26 @@ def parquet_writer(**kwargs: Any) -> Callable[[pa.Table, Any], None]:
 def csv_writer(**kwargs: Any) -> Callable[[pa.Table, Any], None]:
     import pyarrow.csv as pcsv
 
-    return lambda block, f: pcsv.write_csv(block, f, **kwargs)
+    def write(block: pa.Table, f: Any) -> None:
+        check_csv_columns(block.schema)  # a later block's (its file is then removed whole: see whole_file)
+        pcsv.write_csv(block, f, **kwargs)
+
+    return write
+
+
+def check_csv_columns(schema: pa.Schema) -> None:
+    """Refuse the columns a CSV cell cannot hold: tensors (Arrow extension types), lists, structs, maps.
+
+    Raises:
+        InvalidArgumentError: naming each such column, its type, and the writers that keep it.
+    """
+    bad = [f"{f.name!r} ({f.type})" for f in schema
+           if isinstance(f.type, pa.BaseExtensionType) or pa.types.is_nested(f.type)]
+    if bad:
+        raise InvalidArgumentError(
+            f"write_csv: column(s) {', '.join(bad)} hold tensors or nested values, which a CSV cell cannot hold. "
+            "Write them with write_parquet or write_json (or one column with write_numpy(column=...)), or "
+            "flatten them first: drop_columns([...]), or map_batches turning each into scalar columns.")
 
 
 def numpy_writer(*, column: str) -> Callable[[pa.Table, Any], None]:
