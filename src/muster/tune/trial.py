@@ -33,7 +33,8 @@ import cloudpickle
 from muster.core.resources import fmt
 from muster.core.serialization import json_default
 from muster.core.runtime import RuntimeActor
-from muster.exceptions import InvalidArgumentError, InvalidTypeError, MusterError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, MusterError, UnsupportedRayAPIError
+from muster.exceptions import MusterError as TuneError
 from muster.train._internal.backend import Backend
 from muster.train._internal.checkpoint_manager import SHOWN_ITERATION, round_of
 from muster.train._internal.events import FitRequest
@@ -56,6 +57,7 @@ from muster.tune.trial_events import (  # noqa: F401 - the controller's events, 
     TrialResult,
     TrialStep,
 )
+from muster.tune.trial_info import ERROR_FILE, ERROR_TEXT_FILE, update_metric_analysis
 from muster.tune.trial_loggers import TrialLoggers
 
 if TYPE_CHECKING:
@@ -84,7 +86,8 @@ def write_params(storage: Storage, config: dict[str, Any]) -> None:
     storage.write_bytes(storage.join(storage.run_dir, PARAMS_PKL), cloudpickle.dumps(config))
 
 
-@dataclass(eq=False)  # hashed and compared by identity, as Ray's Trial (callbacks key dicts by trial)
+# hashed and compared by identity, as Ray's Trial (callbacks key dicts by trial); repr: its name, as Ray's
+@dataclass(eq=False, repr=False)
 class Trial:
     """One configuration being tried, as Tune callbacks and schedulers see it.
 
@@ -92,7 +95,11 @@ class Trial:
     TERMINATED or ERROR), ``last_result``, ``path`` (the trial's folder in storage, a
     local path or a URL), ``local_path`` (that folder on this machine's disk; it exists
     when ``on_trial_start`` is called), ``trainable_name``, ``evaluated_params`` (the values its search
-    chose, ``{"a/b": value}``); ``str(trial)`` is its name.
+    chose, ``{"a/b": value}``), ``experiment_tag``, ``custom_dirname`` (a ``trial_dirname_creator``'s
+    folder name, else None), ``checkpoint`` (its latest committed checkpoint), ``num_failures`` (its
+    failed attempts, the final one of an ERROR trial included), ``metric_analysis``, ``error_file``,
+    ``get_error()``, ``get_pickled_error()``, ``is_finished()``; ``str(trial)`` and ``repr(trial)``:
+    its name. See docs/tune.md for the status a callback sees at each hook.
     """
 
     trial_id: str
@@ -116,6 +123,12 @@ class Trial:
     # ended by the experiment's stop (a stopper's stop_all, time_budget_s, fail_fast) while unfinished: Ray's
     # TERMINATED with no on_trial_complete, its last result not done
     experiment_stopped: bool = field(default=False, repr=False)
+    num_failures: int = 0  # Ray's: failed attempts (each restart under FailureConfig, and a final failure)
+    custom_dirname: str | None = None  # Ray's: the folder name a TuneConfig(trial_dirname_creator=) gave
+    # Ray's: per numeric metric ("a/b" paths), its max, min, avg, last, last-5-avg and last-10-avg
+    metric_analysis: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recent_values: dict[str, list[Any]] = field(default_factory=dict)  # each metric's last 10, for those
+    fs: Any = field(default=None, repr=False)  # the experiment's file system (None: the path's own)
 
     @property
     def dirname(self) -> str:
@@ -139,9 +152,51 @@ class Trial:
     def is_finished(self) -> bool:
         return self.status in (TERMINATED, ERROR)
 
+    def _storage(self) -> Storage:
+        """The trial's folder as a muster ``Storage``."""
+        return Storage.at(self.path, self.fs)
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """The trial's latest committed checkpoint (None before its first), as Ray's ``Trial.checkpoint``."""
+        return latest_checkpoint(self._storage())
+
+    def analyse(self, result: dict[str, Any]) -> None:
+        """Fold one of the trial's results into ``metric_analysis``."""
+        update_metric_analysis(self.metric_analysis, self.recent_values, result)
+
+    @property
+    def error_file(self) -> str | None:
+        """Where the trial's error traceback is (``error.txt`` in its folder: on this machine's disk for
+        local storage, else in storage), once it failed; None before."""
+        return None if self.error is None else f"{self.path.rstrip('/')}/{ERROR_TEXT_FILE}"
+
+    def get_error(self) -> TuneError | None:
+        """The trial's error as a ``TuneError`` holding its traceback (``error.txt``), as Ray's; None if
+        it has not failed. ``get_pickled_error()`` gives the exception the trainable raised."""
+        text = self._error_bytes(ERROR_TEXT_FILE)
+        return None if text is None else TuneError(text.decode(errors="replace"))
+
+    def get_pickled_error(self) -> BaseException | None:
+        """The exception the trial failed with (``error.pkl``); None if it has not failed (or it did
+        not pickle)."""
+        data = self._error_bytes(ERROR_FILE)
+        return None if data is None else cloudpickle.loads(data)
+
+    def _error_bytes(self, filename: str) -> bytes | None:
+        if self.error is None:
+            return None
+        where = self._storage()
+        path = where.join(where.run_dir, filename)
+        return where.read_bytes(path) if where.exists(path) else None
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
+        nearest = _RAY_ONLY.get(name)
+        if nearest is not None:
+            raise UnsupportedRayAPIError(f"Trial.{name} (Ray's ray.tune.experiment.Trial.{name}) is not supported "
+                                         f"by muster; use {nearest}. See docs/porting.md for what is supported.")
         from muster._unsupported import raise_unsupported
 
         raise_unsupported("muster.tune.experiment.Trial", name)
@@ -161,6 +216,10 @@ class Trial:
             "trainable": self.trainable,
             "evaluated_params": self.evaluated_params,
             "experiment_stopped": self.experiment_stopped,
+            "num_failures": self.num_failures,
+            "custom_dirname": self.custom_dirname,
+            "metric_analysis": self.metric_analysis,
+            "recent_values": self.recent_values,
         }
 
     @classmethod
@@ -170,11 +229,26 @@ class Trial:
             status=d.get("status", PENDING), last_result=d.get("last_result") or {}, error=d.get("error"),
             num_results=d.get("num_results", 0), experiment_tag=d.get("experiment_tag", ""),
             trainable=d.get("trainable", ""), evaluated_params=d.get("evaluated_params") or {},
-            experiment_stopped=bool(d.get("experiment_stopped", False)),
+            experiment_stopped=bool(d.get("experiment_stopped", False)), num_failures=d.get("num_failures", 0),
+            custom_dirname=d.get("custom_dirname"), metric_analysis=d.get("metric_analysis") or {},
+            recent_values=d.get("recent_values") or {},
         )
 
     def __str__(self) -> str:
         return self.trial_name
+
+    __repr__ = __str__
+
+
+# Ray's Trial attributes with no muster counterpart of the same shape, and what to use instead
+_RAY_ONLY = {
+    "placement_group_factory": "trial.resources (the trial's total resources, e.g. {'CPU': 1.0})",
+    "run_metadata": "trial.last_result, trial.num_failures, trial.metric_analysis and trial.checkpoint",
+    "num_failures_after_restore": "trial.num_failures (muster counts a trial's failures across restores)",
+    "relative_logdir": "trial.dirname (the trial's folder's name)",
+    "storage": "trial.path (the trial's folder in storage) and trial.local_path (on this machine)",
+    "local_dir": "os.path.dirname(trial.local_path) (the experiment's folder)",
+}
 
 
 _MAX_IDENTIFIER = 130  # Ray's TUNE_MAX_LEN_IDENTIFIER: the name and tag part of a trial's folder name

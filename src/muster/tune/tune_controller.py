@@ -56,11 +56,11 @@ from muster.tune.trial import (
 )
 from muster.tune.messages import StepDecision
 from muster.tune.metric_check import check_reported, wanted_metrics
+from muster.tune.trial_info import ERROR_FILE, write_error
 from muster.tune.trial_loggers import TrialLoggers
 from muster.tune.result import SHOULD_CHECKPOINT
 
 EXPERIMENT_STATE = "experiment_state.json"
-ERROR_FILE = "error.pkl"  # a failed trial's error, in its folder
 
 _log = logging.getLogger(__name__)
 _SAVE_EVERY_S = 1.0
@@ -105,6 +105,8 @@ class TuneController:
         fail_fast: bool | str = False,
     ):
         self.experiment, self.trials, self.make_plan = experiment, trials, make_plan
+        for trial in trials:
+            trial.fs = experiment.fs  # (a restored experiment's trials: their folders' file system)
         self.trainable_name, self.searcher, self.scheduler, self.stopper = trainable_name, searcher, scheduler, stopper
         self.metric, self.mode, self.max_concurrent, self.time_budget_s = metric, mode, max_concurrent, time_budget_s
         self._wanted_metrics = wanted_metrics(metric, scheduler, searcher)  # each result must hold them (strict check)
@@ -270,7 +272,8 @@ class TuneController:
                 tagger = getattr(self.searcher, "experiment_tag", None)
                 tag = tagger(len(self.trials), config) if tagger else str(len(self.trials))
                 path = self.experiment.join(self.experiment.uri, trial_dirname(name, tag))
-                trial = Trial(trial_id, name, config, path, {}, experiment_tag=tag, trainable=self.trainable_name)
+                trial = Trial(trial_id, name, config, path, {}, experiment_tag=tag, trainable=self.trainable_name,
+                              fs=self.experiment.fs)
                 evaluated = getattr(self.searcher, "evaluated_params", None)
                 trial.evaluated_params = evaluated(trial_id, config) if evaluated else {}
                 self._name(trial)
@@ -301,7 +304,8 @@ class TuneController:
             trial.trial_name = name
         if dirname_creator is not None:
             taken = {t.dirname for t in self.trials if t is not trial}
-            trial.path = self.experiment.join(self.experiment.uri, custom_dirname(dirname_creator(trial), taken))
+            trial.custom_dirname = custom_dirname(dirname_creator(trial), taken)
+            trial.path = self.experiment.join(self.experiment.uri, trial.custom_dirname)
 
     def _plan(self, trial: Trial) -> RunPlan:
         plan = self._plans.get(trial.trial_id)
@@ -366,6 +370,9 @@ class TuneController:
         elif isinstance(event, TrialStep):
             self._on_step(event)
         elif isinstance(event, TrialNotice):
+            if event.hook == "on_trial_recover":  # an attempt failed and the trial's run restarts
+                event.trial.num_failures += 1
+                self._dirty = True
             if not event.trial.experiment_stopped:  # (a checkpoint saved after it: as its results, dropped)
                 self.callbacks.trial_event(event.hook, self.trials, event.trial, **event.kwargs)
         else:
@@ -410,6 +417,7 @@ class TuneController:
             self.searcher.on_trial_result(trial.trial_id, result)
             if decision == TrialScheduler.PAUSE:
                 self._stop(trial, PAUSED)
+        trial.analyse(result)
         self._tell_callbacks(trial, result)
         result.update({"experiment_tag": tag} if tag else {})  # into trial.last_result (the same dict)
         if self.stopper.stop_all():
@@ -437,6 +445,7 @@ class TuneController:
             loggers.end(outcome)
         elif isinstance(outcome, BaseException):
             trial.status, trial.error = ERROR, f"{type(outcome).__name__}: {outcome}"
+            trial.num_failures += 1
             self.errors[trial.trial_id] = outcome
             self._keep_error(trial, outcome)
             self.scheduler.on_trial_error(self, trial)
@@ -481,11 +490,10 @@ class TuneController:
                 trial.run.loggers.end(None)
 
     def _keep_error(self, trial: Trial, error: BaseException) -> None:
-        """The error itself in the trial's folder (``error.pkl``, as Ray keeps it), so a restored
+        """The error in the trial's folder (``error.txt``, ``error.pkl``, as Ray keeps them), so a restored
         ResultGrid's ``result.error`` is still an instance of what the trainable raised."""
-        storage = self._trial_storage(trial)
         try:
-            storage.write_bytes(storage.join(storage.run_dir, ERROR_FILE), cloudpickle.dumps(error))
+            write_error(self._trial_storage(trial), error)
         except Exception as exc:  # noqa: BLE001 - an error that does not pickle: its text is kept anyway
             _log.debug("muster: could not keep %s's error as %s: %s", trial.trial_name, ERROR_FILE, exc)
 

@@ -1,0 +1,64 @@
+"""What a ``Trial`` tells Tune callbacks beyond its state: the per-metric summary Ray calls
+``metric_analysis``, and the trial's error as files in its folder (``error.txt``, ``error.pkl``)."""
+
+from __future__ import annotations
+
+import traceback
+from numbers import Number
+from typing import Any
+
+import cloudpickle
+
+from muster.train.storage import Storage
+
+ERROR_FILE = "error.pkl"  # a failed trial's error itself, in its folder (as Ray keeps it)
+ERROR_TEXT_FILE = "error.txt"  # its traceback as text: Ray's Trial.error_file
+
+# result fields that describe the reporting process rather than measure training (Ray leaves them out too)
+_NOT_METRICS = ("trial_id", "experiment_id", "date", "timestamp", "pid", "hostname", "node_ip", "config")
+_WINDOWS = (5, 10)  # "last-5-avg", "last-10-avg"
+
+
+def _numbers(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The result's numbers (bools too, as Ray counts them) by ``"a/b"`` paths."""
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        if not prefix and key in _NOT_METRICS:
+            continue
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_numbers(value, f"{path}/"))
+        elif isinstance(value, Number):
+            out[path] = value
+    return out
+
+
+def update_metric_analysis(analysis: dict[str, dict[str, Any]], recent: dict[str, list[Any]],
+                           result: dict[str, Any]) -> None:
+    """Fold one result into ``analysis`` (per metric: max, min, avg, last, last-5-avg, last-10-avg) and
+    ``recent`` (each metric's last 10 values). ``avg`` is the mean over the trial's training iterations
+    (a result's ``training_iteration`` is its step), as Ray's ``Trial.metric_analysis`` keeps it."""
+    step = result.get("training_iteration") or 1
+    for metric, value in _numbers(result).items():
+        seen = analysis.get(metric)
+        window = recent.setdefault(metric, [])
+        window.append(value)
+        del window[:-max(_WINDOWS)]
+        if seen is None:
+            analysis[metric] = {"max": value, "min": value, "avg": value, "last": value}
+        else:
+            seen["max"], seen["min"] = max(value, seen["max"]), min(value, seen["min"])
+            seen["avg"] = seen["avg"] + (value - seen["avg"]) / step
+            seen["last"] = value
+        for n in _WINDOWS:
+            last_n = window[-n:]
+            analysis[metric][f"last-{n}-avg"] = value if seen is None else sum(last_n) / len(last_n)
+
+
+def write_error(storage: Storage, error: BaseException) -> None:
+    """A failed trial's error in its folder: ``error.txt`` (its traceback) and ``error.pkl`` (the error
+    itself, so a restored ResultGrid's ``result.error`` is still what the trainable raised; an error that
+    does not pickle is left out)."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    storage.write_text(storage.join(storage.run_dir, ERROR_TEXT_FILE), text)
+    storage.write_bytes(storage.join(storage.run_dir, ERROR_FILE), cloudpickle.dumps(error))
