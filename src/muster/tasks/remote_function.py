@@ -78,6 +78,7 @@ class RemoteFunction:
             TypeError: the arguments do not fit the function's signature (checked here, as in Ray).
         """
         opts.check_call(self._fn, args, kwargs, f"{self._fn.__name__}.remote()")
+        worker_side.check_definition_size(self._fn)
         if core_context.in_worker():
             options = worker_side.child_options(self._options)
             return shaped(core_context.send_event(

@@ -18,6 +18,7 @@ import itertools
 import os
 import sys
 import threading
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -182,7 +183,9 @@ def _collect(value: Any, num_returns: Any, name: str) -> Any:
     if num_returns in ("dynamic", "streaming"):
         return _items(value, name)
     if isinstance(num_returns, int) and num_returns != 1:
+        verb = "returned"
         if inspect.isgenerator(value):
+            verb = "yielded"
             value = _items(value, name)
             if value and _is_raised(value[-1]) and len(value) - 1 <= num_returns:
                 # it raised after some items: those are kept, and every later ref raises (as in Ray);
@@ -195,9 +198,9 @@ def _collect(value: Any, num_returns: Any, name: str) -> Any:
             return None
         if not isinstance(value, (tuple, list)) or len(value) != num_returns:
             got = f"{len(value)} values" if isinstance(value, (tuple, list)) else type(value).__name__
+            fix = f"yield {num_returns} values" if verb == "yielded" else f"return a tuple of {num_returns} values"
             raise InvalidArgumentError(
-                f"{name} was declared with num_returns={num_returns} but returned {got}; return a tuple of "
-                f"{num_returns} values or change num_returns."
+                f"{name} was declared with num_returns={num_returns} but {verb} {got}; {fix} or change num_returns."
             )
         return tuple(value)
     return value
@@ -210,12 +213,36 @@ def _items(generator: Any, name: str) -> list[Any]:
     items: list[Any] = []
     try:
         for item in generator:
-            items.append(item)
+            items.append(_set_aside(item))
     except Exception as exc:  # noqa: BLE001 - handed on after the items, as the task's error would be
         if not items:
             raise
         items.append(_raised(exc, name))
     return items
+
+
+def _set_aside(item: Any) -> Any:
+    """``item`` with its big buffers (arrays, tensors) moved to shared memory, so the worker's heap
+    holds one yielded value at a time, as Ray's object store lets a generator task do (the items of a
+    task with ``num_returns=n`` or "dynamic" are sent together once it ends).  Items with less than
+    :data:`_SET_ASIDE_MIN` bytes of buffers stay as they are; one that does not pickle stays too (sending
+    it reports that)."""
+    from muster.core import serialization
+
+    if type(item) in (int, float, bool, str, type(None)):
+        return item
+    try:
+        body, buffers = serialization.dumps(item)
+    except Exception:  # noqa: BLE001 - sending the result reports it, with the task's name
+        return item
+    if sum(b.raw().nbytes for b in buffers) < _SET_ASIDE_MIN:  # nothing worth moving: keep it as it is
+        return item
+    import pickle
+
+    return pickle.loads(body, buffers=[serialization.copy_of(b.raw()) for b in buffers])
+
+
+_SET_ASIDE_MIN = 1 << 20  # bytes of buffers in one yielded item before it is moved to shared memory
 
 
 async def _awaited(value: Any) -> Any:
@@ -227,7 +254,7 @@ async def _async_items(generator: Any, name: str) -> list[Any]:
     items: list[Any] = []
     try:
         async for item in generator:
-            items.append(item)
+            items.append(_set_aside(item))
     except Exception as exc:  # noqa: BLE001 - as in _items
         if not items:
             raise
@@ -334,7 +361,44 @@ def freeze(cls: type) -> bytes:
     from muster.core import serialization
 
     stream, _ = serialization.dumps(cls, out_of_band_min=sys.maxsize)
+    if cls not in _sized:
+        _sized.add(cls)
+        _warn_if_large(f"The actor class {cls.__name__}", stream.nbytes, stacklevel=6)
     return bytes(stream)
+
+
+LARGE_DEFINITION = 10_000_000  # bytes: a pickled function or actor class this big likely captured data
+_sized: "weakref.WeakSet[Any]" = weakref.WeakSet()  # the functions and classes measured already
+
+
+def check_definition_size(fn: Callable[..., Any]) -> None:
+    """Warn once per function when it pickles to more than :data:`LARGE_DEFINITION` bytes, as Ray
+    does: it travels to a worker with every task, so a big array its closure or module globals hold
+    (Ray's "closure capturing large objects" anti-pattern) is copied again and again."""
+    try:
+        if fn in _sized:
+            return
+        _sized.add(fn)
+    except TypeError:  # not weakly referable (a callable object): not measured
+        return
+    from muster.core import serialization
+
+    try:
+        body, buffers = serialization.dumps(fn)
+    except Exception:  # noqa: BLE001 - submitting it reports that, with the task's name
+        return
+    size = body.nbytes + sum(b.raw().nbytes for b in buffers)
+    _warn_if_large(f"The remote function {getattr(fn, '__qualname__', fn)}", size, stacklevel=4)
+
+
+def _warn_if_large(what: str, size: int, stacklevel: int) -> None:
+    if size > LARGE_DEFINITION:
+        import warnings
+
+        warnings.warn(
+            f"{what} is very large ({size / 2**20:.0f} MiB pickled): it likely captures a big object (an array, "
+            "a model) from its closure or module globals, which then travels with it. Create the object inside "
+            "it, or muster.put() it once and pass the ref as an argument.", UserWarning, stacklevel=stacklevel)
 
 
 def _thawed(frozen: bytes, info: TaskInfo, max_concurrency: int, env_vars: dict[str, str],
