@@ -144,6 +144,8 @@ def run(
             (its workers stop when the process exits), and code that catches the interrupt may still call the
             apps, or ``serve.shutdown()`` to drain them. (``muster serve run`` drains and stops on Ctrl-C.)
         logging_config: a ``LoggingConfig`` (or dict) for the deployments that set none.
+        _local_testing_mode: run the app's deployments in this process, one instance each, with no Serve,
+            HTTP or resources (Ray's unit-test mode; see ``muster.serve.local_testing``).
 
     Raises:
         ResourcesUnavailableError: its replicas can never fit (names what was asked and what exists).
@@ -152,6 +154,10 @@ def run(
         TypeError / ValueError: bad arguments.
         KeyboardInterrupt: ``blocking=True`` and Ctrl-C stopped it (Serve still runs).
     """
+    if _local_testing_mode:
+        from muster.serve.local_testing import run_local
+
+        return run_local(target, name)
     handle = _run(target, name=name, route_prefix=route_prefix, logging_config=logging_config)
     if blocking:
         _serve_until_interrupted()
