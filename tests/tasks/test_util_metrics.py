@@ -32,8 +32,9 @@ def test_inputs_are_validated_as_rays_are():
         c.set_default_tags({"model": 3})  # type: ignore[dict-item]
     with pytest.raises(InvalidArgumentError, match="missing value for tag key"):
         c.inc()
-    with pytest.raises(InvalidArgumentError, match="unrecognized tag key 'other'"):
-        c.inc(tags={"model": "a", "other": "b"})
+    with pytest.warns(UserWarning, match=r"tag key 'other' is not in its tag_keys \('model',\)"):
+        c.inc(tags={"model": "x", "other": "b"})  # Ray records it (only set_default_tags refuses the key)
+    assert [s["tags"] for s in _series("v_requests")] == [{"model": "x"}]  # the undeclared key is left out
     for bad_value in (0, -1.5):
         with pytest.raises(InvalidArgumentError, match=rf"increment must be > 0, got {bad_value}"):
             c.inc(bad_value, tags={"model": "a"})
@@ -42,7 +43,8 @@ def test_inputs_are_validated_as_rays_are():
     assert c.set_default_tags({"model": "a"}) is c and c.info["default_tags"] == {"model": "a"}
     c.inc()
     c.inc(2, tags={"model": "b"})
-    assert sorted((s["tags"]["model"], s["value"]) for s in _series("v_requests")) == [("a", 1.0), ("b", 2.0)]
+    assert sorted((s["tags"]["model"], s["value"]) for s in _series("v_requests")) == [
+        ("a", 1.0), ("b", 2.0), ("x", 1.0)]
     with pytest.raises(InvalidArgumentError, match="needs boundaries"):
         metrics.Histogram("h_none")
     with pytest.raises(InvalidArgumentError, match=r"boundaries\[1\] = -2"):

@@ -212,6 +212,9 @@ def _exported_by_serve() -> None:
     _EXPORTER.off = True
 
 
+_warned_keys: set[tuple[str, str]] = set()  # (metric, tag key) pairs recorded with a key not declared
+
+
 def _check_tag_values(tags: dict[str, str], tag_keys: tuple[str, ...], name: str, what: str) -> None:
     for key, val in tags.items():
         if key not in tag_keys:
@@ -276,6 +279,7 @@ class Metric:
         if self._discard_metric:
             return
         if tags:
+            tags = self._declared_only(tags)
             _check_tag_values(tags, self._tag_keys, self._name, "the recorded tags")
         final = {**self._default_tags, **(tags or {})}
         missing = [k for k in self._tag_keys if k not in final]
@@ -286,6 +290,21 @@ class Metric:
         REGISTRY.record(self._name, tuple(sorted(final.items())), float(value))
         if not _EXPORTER.started:
             _EXPORTER.start()
+
+    def _declared_only(self, tags: dict[str, str]) -> dict[str, str]:
+        """``tags`` without the keys ``tag_keys`` does not declare. Ray records a point with such a key
+        (its ``set_default_tags`` refuses one): here it is dropped from the series, with a warning once
+        per key, so a ported script runs and a misspelt key is still seen."""
+        extra = [k for k in tags if k not in self._tag_keys]
+        if not extra:
+            return tags
+        for key in extra:
+            if (self._name, key) not in _warned_keys:
+                _warned_keys.add((self._name, key))
+                warnings.warn(f"Metric {self._name!r}: tag key {key!r} is not in its tag_keys {self._tag_keys}, so "
+                              "it is left out of the recorded series. Declare it in tag_keys=(...) to keep it.",
+                              UserWarning, stacklevel=4)
+        return {k: v for k, v in tags.items() if k in self._tag_keys}
 
     @property
     def info(self) -> dict[str, Any]:
