@@ -24,11 +24,51 @@ def _fn(config):
         raise RuntimeError("boom x=2")
 
 
-class _Seen(tune.Callback):
+class _Recorder(tune.Callback):
+    """Hands every trial hook to :meth:`record` as ``(hook, trial, *more)``."""
+
+    def record(self, hook, trial, *more):
+        raise NotImplementedError
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.record("start", trial)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.record("result", trial, result["training_iteration"])
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        self.record("checkpoint", trial)
+
+    def on_trial_save(self, iteration, trials, trial, **info):
+        self.record("save", trial)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        self.record("recover", trial)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.record("complete", trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.record("error", trial)
+
+
+def _fit_two_with_a_retry(trainable, name, tmp_path, callback):
+    """x=1 and x=2, one at a time, each trial retried once (x=2 is the one that fails)."""
+    tune.Tuner(
+        trainable, param_space={"x": tune.grid_search([1, 2])},
+        tune_config=tune.TuneConfig(max_concurrent_trials=1),
+        run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), callbacks=[callback], verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=1)),
+    ).fit()
+
+
+class _Seen(_Recorder):
     def __init__(self):
         self.seen: dict[tuple[str, str], dict] = {}
 
-    def _keep(self, hook, trial):
+    def record(self, hook, trial, *more):
+        if hook not in ("start", "complete", "error"):
+            return
         self.seen[(hook, str(trial.config["x"]))] = {
             "repr": repr(trial), "str": str(trial), "name": trial.trial_name, "status": trial.status,
             "checkpoint": trial.checkpoint, "num_failures": trial.num_failures,
@@ -36,29 +76,16 @@ class _Seen(tune.Callback):
             "error": trial.get_error(), "pickled": trial.get_pickled_error(), "custom": trial.custom_dirname,
         }
 
-    def on_trial_start(self, iteration, trials, trial, **info):
-        self._keep("start", trial)
-
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        self._keep("complete", trial)
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        self._keep("error", trial)
-
 
 def test_trial_in_callbacks_reads_as_rays(tmp_path):
     seen = _Seen()
-    tune.Tuner(
-        _fn, param_space={"x": tune.grid_search([1, 2])},
-        tune_config=tune.TuneConfig(max_concurrent_trials=1),
-        run_config=tune.RunConfig(name="cb_trial", storage_path=str(tmp_path), callbacks=[seen], verbose=0,
-                                  failure_config=tune.FailureConfig(max_failures=1)),
-    ).fit()
+    _fit_two_with_a_retry(_fn, "cb_trial", tmp_path, seen)
     start, done, error = seen.seen[("start", "1")], seen.seen[("complete", "1")], seen.seen[("error", "2")]
     assert start["repr"] == start["str"] == start["name"]  # Ray: repr(trial) is its name too
     assert start["checkpoint"] is None and start["num_failures"] == 0 and start["analysis"] == {}
     assert start["error_file"] is None and start["error"] is None and start["custom"] is None
-    assert start["status"] == "RUNNING" and done["status"] == "TERMINATED" and error["status"] == "ERROR"
+    # Ray's on_trial_start sees the trial PENDING (RUNNING after it)
+    assert start["status"] == "PENDING" and done["status"] == "TERMINATED" and error["status"] == "ERROR"
     assert done["checkpoint"] is not None
     with done["checkpoint"].as_directory() as folder:
         assert open(os.path.join(folder, "x")).read() == "2"
@@ -92,3 +119,32 @@ def test_trial_custom_dirname_and_ray_only_attributes(tmp_path):
         trial.placement_group_factory
     with pytest.raises(UnsupportedRayAPIError, match=r"storage.*trial\.path"):
         trial.storage
+
+
+class _Order(_Recorder):
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def record(self, hook, trial, *more):
+        failures = open(trial.error_file).read().count("Failure # ") if trial.error_file else 0
+        self.calls.append((hook, trial.config["x"], trial.status, trial.num_failures, failures, *more))
+
+
+def _fails_each_attempt(config):
+    tune.report({"score": 1}, checkpoint=Checkpoint.from_directory(tempfile.mkdtemp()))
+    if config["x"] == 2:
+        raise RuntimeError("boom")
+
+
+def test_a_retried_trial_starts_again_and_each_failure_is_in_error_txt_as_ray(tmp_path):
+    order = _Order()
+    _fit_two_with_a_retry(_fails_each_attempt, "cb_retry", tmp_path, order)
+    # Ray 2.60's sequence: a result, then on_checkpoint and on_trial_save; a retried failure is kept in
+    # error.txt ("Failure # 1") before on_trial_recover, then on_trial_start again (PENDING in both)
+    good = [("start", 1, "PENDING", 0, 0), ("result", 1, "RUNNING", 0, 0, 1), ("checkpoint", 1, "RUNNING", 0, 0),
+            ("save", 1, "RUNNING", 0, 0), ("complete", 1, "TERMINATED", 0, 0)]
+    bad = [("start", 2, "PENDING", 0, 0), ("result", 2, "RUNNING", 0, 0, 1), ("checkpoint", 2, "RUNNING", 0, 0),
+           ("save", 2, "RUNNING", 0, 0), ("recover", 2, "PENDING", 1, 1), ("start", 2, "PENDING", 1, 1),
+           ("result", 2, "RUNNING", 1, 1, 2), ("checkpoint", 2, "RUNNING", 1, 1), ("save", 2, "RUNNING", 1, 1),
+           ("error", 2, "ERROR", 2, 2)]
+    assert order.calls == good + bad, order.calls

@@ -540,10 +540,10 @@ def test_callbacks_hear_of_each_checkpoint_a_recovery_and_the_restore(storage, t
                                   failure_config=tune.FailureConfig(max_failures=1)),
     ).fit()
     assert grid.num_errors == 0 and grid[0].metrics["step"] == 3
-    # Ray's order: each commit is a save and then on_checkpoint with it; the failure is a recovery,
-    # and the restart from the second checkpoint a restore
-    assert hooks.calls == ["start", "save", "checkpoint", "save", "checkpoint", "recover", "restore",
-                           "save", "checkpoint", "complete"], hooks.calls
+    # Ray's order: each commit is on_checkpoint with it and then a save; the failure is a recovery and a
+    # start again; the restart from the second checkpoint a restore (muster's: Ray 2.60 has no caller of it)
+    assert hooks.calls == ["start", "checkpoint", "save", "checkpoint", "save", "recover", "start", "restore",
+                           "checkpoint", "save", "complete"], hooks.calls
     assert hooks.checkpoints == ["1", "2", "3"]
     assert (log.saved, log.restored) == (3, 1)  # a LoggerCallback hears of them as log_trial_save/restore
 

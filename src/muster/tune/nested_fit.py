@@ -119,8 +119,8 @@ class NestedForward(ReportForward):
             self._release(everything=False)
 
     def on_checkpoint(self, checkpoint: Checkpoint, metrics: dict[str, Any]) -> None:
-        super().on_checkpoint(checkpoint, metrics)
         with self._lock:
+            super().on_checkpoint(checkpoint, metrics)  # (its notices: held until its round's report is)
             self._paths[round_of(metrics)] = checkpoint.path
             self._release(everything=False)
 
@@ -128,6 +128,7 @@ class NestedForward(ReportForward):
         """The run's open rounds are decided (an attempt ended): hand on every report held."""
         with self._lock:
             self._release(everything=True)
+            self.flush()
 
     def _release(self, everything: bool) -> None:
         while self._waiting:
@@ -143,3 +144,4 @@ class NestedForward(ReportForward):
             self.last_round += 1
             recorded = self.into.record_report(self.last_round, metrics, row["timestamp"])
             self.run.events.put(TrialResult(self.run.trial, self.run, recorded))
+            self.flush()  # the notices of a checkpoint, after the result it came with (as Ray's)

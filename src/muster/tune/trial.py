@@ -168,8 +168,11 @@ class Trial:
     @property
     def error_file(self) -> str | None:
         """Where the trial's error traceback is (``error.txt`` in its folder: on this machine's disk for
-        local storage, else in storage), once it failed; None before."""
-        return None if self.error is None else f"{self.path.rstrip('/')}/{ERROR_TEXT_FILE}"
+        local storage, else in storage), once it failed (an attempt it retried too, as Ray's); None before."""
+        return None if self._never_failed() else f"{self.path.rstrip('/')}/{ERROR_TEXT_FILE}"
+
+    def _never_failed(self) -> bool:
+        return self.error is None and not self.num_failures
 
     def get_error(self) -> TuneError | None:
         """The trial's error as a ``TuneError`` holding its traceback (``error.txt``), as Ray's; None if
@@ -184,7 +187,7 @@ class Trial:
         return None if data is None else cloudpickle.loads(data)
 
     def _error_bytes(self, filename: str) -> bytes | None:
-        if self.error is None:
+        if self._never_failed():
             return None
         where = self._storage()
         path = where.join(where.run_dir, filename)
@@ -337,6 +340,7 @@ class TrialRun:
         self.loggers = TrialLoggers(plan.run_config.callbacks, trial)
         self.controller: Controller | None = None
         self.inner: Controller | None = None  # a trainer the trial's function built and fit
+        self.forward = ReportForward(self)
         self._started_wall = time.time()
         self._restored_wall = self._started_wall  # when the run's current attempt began (a restart restores)
         # per run that reports for the trial (its own: None; each trainer its function fit: that fit's key),
@@ -395,7 +399,7 @@ class TrialRun:
                 worker_timeout_s=self.plan.run_config.worker_timeout_s,
                 stall_report_s=self.plan.run_config.stall_report_s,
                 storage_filesystem=self.storage.fs,
-                callbacks=[ReportForward(self), *self.loggers.run_side()],
+                callbacks=[self.forward, *self.loggers.run_side()],
                 verbose=0,
             )
             self.controller = Controller(
@@ -414,6 +418,7 @@ class TrialRun:
             outcome = result
         except BaseException as exc:  # noqa: BLE001 - the trial's failure, handed to the controller
             outcome = exc
+        self.forward.flush()
         self.events.put(TrialEnded(self.trial, self, outcome))
 
     def on_restore(self, checkpoint: Checkpoint) -> None:
@@ -425,7 +430,10 @@ class TrialRun:
         self.events.put(TrialNotice(self.trial, self, "on_trial_restore", {}))
 
     def on_recover(self, error: BaseException) -> None:
-        self.events.put(TrialNotice(self.trial, self, "on_trial_recover", {}))
+        """An attempt failed and the run restarts: the controller keeps ``error`` and tells the callbacks."""
+        self.forward.flush()
+        self.forward.reported_round = -1  # the next attempt reports again from its checkpoint's round
+        self.events.put(TrialNotice(self.trial, self, "on_trial_recover", {}, error))
 
     def add_tune_fields(self, rank: int, metrics: dict[str, Any], t: float, attempt_started: float,
                         member: Member | None, source: object = None) -> dict[str, Any]:

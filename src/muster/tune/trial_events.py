@@ -47,32 +47,49 @@ class TrialStep:
 @dataclass(frozen=True)
 class TrialNotice:
     """Something a Tune callback hears of and nothing else acts on: the ``hook`` to call, with
-    ``kwargs`` (a checkpoint committed, a restart after a failure, a restore)."""
+    ``kwargs`` (a checkpoint committed, a restart after a failure, a restore); ``error``: the failed
+    attempt's, for a restart (kept in the trial's folder, not handed to the hook, as in Ray)."""
 
     trial: Trial
     run: TrialRun
     hook: str
     kwargs: dict[str, Any]
+    error: BaseException | None = None
 
 
 TrialEvent = Union[TrialResult, TrialEnded, TrialStep, TrialNotice]
 
 
 class ReportForward:
-    """The RunConfig callback that hands rank 0's reports to the Tune controller."""
+    """The RunConfig callback that hands rank 0's reports to the Tune controller, and each committed
+    checkpoint's notices after the result it came with (Ray's order: ``on_trial_result``, then
+    ``on_checkpoint`` and ``on_trial_save``), though a round commits before rank 0's report is handed on."""
 
     def __init__(self, run: TrialRun):
         self.run = run
+        self.reported_round = -1  # the round of rank 0's latest report (this attempt's)
+        self._held: list[TrialNotice] = []  # a checkpoint's notices, until its round's result is handed on
 
     def on_report(self, row: dict[str, Any]) -> None:
         if row.get("_rank") != 0:
             return
-        if round_of(row) == self.run.decided_round:
-            self.run.decided_round = None
-            return  # a class trainable's result the controller acted on before it was reported
-        self.run.events.put(TrialResult(self.run.trial, self.run, row))
+        self.reported_round = round_of(row)
+        if self.reported_round == self.run.decided_round:
+            self.run.decided_round = None  # a class trainable's result, acted on before it was reported
+        else:
+            self.run.events.put(TrialResult(self.run.trial, self.run, row))
+        self.flush()
 
     def on_checkpoint(self, checkpoint: Checkpoint, metrics: dict[str, Any]) -> None:
-        """A checkpoint was committed: Ray's ``on_trial_save``, then ``on_checkpoint`` with it."""
-        self.run.events.put(TrialNotice(self.run.trial, self.run, "on_trial_save", {}))
-        self.run.events.put(TrialNotice(self.run.trial, self.run, "on_checkpoint", {"checkpoint": checkpoint}))
+        """A checkpoint was committed: Ray's ``on_checkpoint`` with it, then ``on_trial_save``."""
+        trial, run = self.run.trial, self.run
+        self._held += [TrialNotice(trial, run, "on_checkpoint", {"checkpoint": checkpoint}),
+                       TrialNotice(trial, run, "on_trial_save", {})]
+        if round_of(metrics) <= self.reported_round:  # its result was handed on already (rank 0 reported first)
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand on the notices held (also as the run ends or an attempt fails)."""
+        for notice in self._held:
+            self.run.events.put(notice)
+        self._held.clear()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 import traceback
 from numbers import Number
 from typing import Any
@@ -55,10 +56,14 @@ def update_metric_analysis(analysis: dict[str, dict[str, Any]], recent: dict[str
             analysis[metric][f"last-{n}-avg"] = value if seen is None else sum(last_n) / len(last_n)
 
 
-def write_error(storage: Storage, error: BaseException) -> None:
-    """A failed trial's error in its folder: ``error.txt`` (its traceback) and ``error.pkl`` (the error
-    itself, so a restored ResultGrid's ``result.error`` is still what the trainable raised; an error that
-    does not pickle is left out)."""
+def write_error(storage: Storage, error: BaseException, failure: int) -> None:
+    """A trial's ``failure``-th error (a failed attempt it retries, or its final one) in its folder, as
+    Ray keeps them: added to ``error.txt`` (its traceback after a ``Failure # N (occurred at ...)`` line)
+    and as ``error.pkl`` (the error itself, so a restored ResultGrid's ``result.error`` is still what the
+    trainable raised; an error that does not pickle is left out)."""
+    path = storage.join(storage.run_dir, ERROR_TEXT_FILE)
+    before = storage.read_bytes(path).decode(errors="replace") if storage.exists(path) else ""
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    storage.write_text(storage.join(storage.run_dir, ERROR_TEXT_FILE), text)
+    when = time.strftime("%Y-%m-%d_%H-%M-%S")
+    storage.write_text(path, f"{before}Failure # {failure} (occurred at {when})\n{text.rstrip()}\n")
     storage.write_bytes(storage.join(storage.run_dir, ERROR_FILE), cloudpickle.dumps(error))

@@ -348,7 +348,7 @@ class TuneController:
         os.makedirs(trial.local_path, exist_ok=True)
         write_params(storage, trial.config)
         self.progress.event(f"{trial.trial_name} started with {_short(trial.config)}")
-        self.callbacks.trial_event("on_trial_start", self.trials, trial)
+        self._tell_started(trial, "on_trial_start")
         run.start()
 
     def _trial_storage(self, trial: Trial) -> Storage:
@@ -371,12 +371,30 @@ class TuneController:
             self._on_step(event)
         elif isinstance(event, TrialNotice):
             if event.hook == "on_trial_recover":  # an attempt failed and the trial's run restarts
-                event.trial.num_failures += 1
-                self._dirty = True
-            if not event.trial.experiment_stopped:  # (a checkpoint saved after it: as its results, dropped)
+                self._on_recover(event.trial, event.error)
+            elif not event.trial.experiment_stopped:  # (a checkpoint saved after it: as its results, dropped)
                 self.callbacks.trial_event(event.hook, self.trials, event.trial, **event.kwargs)
         else:
             self._on_end(event.trial, event.outcome, event.run.loggers)
+
+    def _on_recover(self, trial: Trial, error: BaseException | None) -> None:
+        """As Ray's: the failed attempt's error is added to the trial's ``error.txt``, and the callbacks get
+        ``on_trial_recover`` and then ``on_trial_start`` again (its run restarts)."""
+        trial.num_failures += 1
+        self._dirty = True
+        if error is not None:
+            self._keep_error(trial, error)
+        if not trial.experiment_stopped:
+            self._tell_started(trial, "on_trial_recover", "on_trial_start")
+
+    def _tell_started(self, trial: Trial, *hooks: str) -> None:
+        """Ray's callbacks see a trial that (re)starts as PENDING: it is RUNNING once they had it."""
+        status, trial.status = trial.status, PENDING
+        try:
+            for hook in hooks:
+                self.callbacks.trial_event(hook, self.trials, trial)
+        finally:
+            trial.status = status
 
     def _on_step(self, step: TrialStep) -> None:
         """A class trainable's result, acted on before the worker reports it: a decision to stop
@@ -493,7 +511,7 @@ class TuneController:
         """The error in the trial's folder (``error.txt``, ``error.pkl``, as Ray keeps them), so a restored
         ResultGrid's ``result.error`` is still an instance of what the trainable raised."""
         try:
-            write_error(self._trial_storage(trial), error)
+            write_error(self._trial_storage(trial), error, trial.num_failures)
         except Exception as exc:  # noqa: BLE001 - an error that does not pickle: its text is kept anyway
             _log.debug("muster: could not keep %s's error as %s: %s", trial.trial_name, ERROR_FILE, exc)
 
