@@ -260,7 +260,9 @@ class _Actor:
 
     def _factory(self) -> ActorFactory:
         info = TaskInfo(job_id=rc.driver_job_id(), actor_id=str(self._id), actor_name=self._name,
-                        namespace=self._namespace, resources=self._resources, attempt=self._attempt,
+                        # as in Ray, get_runtime_context().namespace in the actor is the job's, even for an
+                        # actor named into another namespace with .options(namespace=)
+                        namespace=current_namespace(), resources=self._resources, attempt=self._attempt,
                         placement_group=self._placement_group, capture_child_tasks=self._capture_child_tasks)
         return ActorFactory(self._cls, info, self._max_concurrency, self._env_vars, self._frozen, self._groups)
 
