@@ -38,6 +38,7 @@ from typing import Any
 
 from muster.core import setup_hook
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.runtime_env.checks import check_env_vars
 
 #: Keywords of ``ray.init`` accepted and ignored (their job is Ray's cluster plumbing).
 NO_OP_KEYWORDS = frozenset({
@@ -112,12 +113,7 @@ class InitOptions:
                     "{'env_vars': {'NAME': 'value'}}."
                 )
             self.runtime_env = env
-        env_vars = (self.runtime_env or {}).get("env_vars") or {}
-        if not isinstance(env_vars, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                     for k, v in env_vars.items()):
-            raise InvalidArgumentError(
-                f"muster.init(runtime_env={{'env_vars': {env_vars!r}}}): env_vars maps names to string values."
-            )
+        check_env_vars((self.runtime_env or {}).get("env_vars"), "muster.init()")  # Ray's TypeError
         hook = (self.runtime_env or {}).get("worker_process_setup_hook")
         self._setup_hook = setup_hook.encode(hook) if hook is not None else None
 

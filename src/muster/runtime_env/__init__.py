@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from muster.exceptions import InvalidTypeError
+from muster.runtime_env.checks import check_runtime_env
 
 
 class RuntimeEnv(dict):
@@ -18,14 +18,12 @@ class RuntimeEnv(dict):
 
     def __init__(self, *, env_vars: dict[str, str] | None = None, **fields: Any):
         if env_vars is not None:
-            bad = {k: v for k, v in env_vars.items() if not (isinstance(k, str) and isinstance(v, str))}
-            if not isinstance(env_vars, dict) or bad:
-                raise InvalidTypeError(
-                    f"RuntimeEnv(env_vars={env_vars!r}): env_vars maps names to string values; "
-                    f"{bad or 'pass a dict'} is not (write numbers as strings: {{'N': '4'}})."
-                )
+            fields["env_vars"] = env_vars
+        fields = {k: v for k, v in fields.items() if v is not None}
+        check_runtime_env(fields, "RuntimeEnv(...)")  # a malformed pip, working_dir or env_vars, as Ray's
+        if env_vars is not None:
             fields["env_vars"] = dict(env_vars)
-        super().__init__({k: v for k, v in fields.items() if v is not None})
+        super().__init__(fields)
 
     def env_vars(self) -> dict[str, str]:
         return dict(self.get("env_vars") or {})

@@ -11,6 +11,7 @@ from muster.core import resources as res
 from muster.core.init_options import warn_unused_runtime_env
 from muster.core.runtime import NodeRef
 from muster.exceptions import InvalidArgumentError, InvalidTypeError, ResourcesUnavailableError, TaskError
+from muster.runtime_env.checks import check_runtime_env
 from muster.tasks import labels
 
 #: The placement group options (read by :func:`placement_group_of`), and ``label_selector`` and
@@ -79,26 +80,6 @@ def _check_unhonoured(options: dict[str, Any], what: str) -> None:
 _warned_memory: set[str] = set()
 
 
-def _check_runtime_env(env: Any, what: str) -> None:
-    """A ``runtime_env`` is a dict whose ``env_vars`` (None or absent: none) map str names to str values, as
-    Ray checks at ``.options()``; a bad one is refused here, not as a ``TypeError`` inside the worker."""
-    if env is None:
-        return
-    if not isinstance(env, dict):
-        raise InvalidTypeError(f"{what}: runtime_env={env!r}; pass a dict such as {{'env_vars': {{'NAME': 'value'}}}}.")
-    env_vars = env.get("env_vars")
-    if env_vars is None:
-        return
-    if not isinstance(env_vars, dict):
-        raise InvalidTypeError(f"{what}: runtime_env['env_vars']={env_vars!r}; pass a dict of names to string "
-                               "values such as {'NAME': 'value'}.")
-    bad = {k: v for k, v in env_vars.items() if not (isinstance(k, str) and isinstance(v, str))}
-    if bad:
-        fixed = {str(k): str(v) for k, v in bad.items()}
-        raise InvalidTypeError(f"{what}: runtime_env['env_vars'] has {bad!r}; environment variables' names and "
-                               f"values are strings: write {fixed!r}.")
-
-
 def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
     unknown = sorted(set(options) - allowed)
     if unknown:
@@ -138,7 +119,7 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
     if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
         raise InvalidArgumentError(f"{what}: max_concurrency={mc!r}; use an integer >= 1.")
     env = options.get("runtime_env")
-    _check_runtime_env(env, what)
+    check_runtime_env(env, what)
     warn_unused_runtime_env(env, what, stacklevel=4)
     _check_unhonoured(options, what)
     if options.get("memory") and what not in _warned_memory:
