@@ -130,6 +130,25 @@ def _with_actor_id(cls: type[ActorDiedError], args: tuple, actor_id: str | None)
     return error
 
 
+class ActorUnavailableError(ActorDiedError):
+    """A call the actor's process died under, while the actor restarts (it has ``max_restarts`` left).
+
+    As Ray's: the actor lives on (later calls go to its new process), but this call failed and may
+    or may not have run. Also an ``ActorDiedError`` (muster's ``RayActorError``), as Ray's is a
+    ``RayActorError``, so handlers of a dead actor still catch it; ``except ActorUnavailableError``
+    catches only this case. ``reason`` says how the process died and that the actor restarts.
+    """
+
+
+def restarting_reason(cause: str, restarts_left: int) -> str:
+    """The ``reason`` of an :class:`ActorUnavailableError`: ``cause`` (how the process died), that the
+    actor restarts with ``restarts_left`` more restarts after this one (negative: unlimited), and what to do."""
+    left = "unlimited" if restarts_left < 0 else str(restarts_left)
+    return (f"{cause or 'its process ended'}. The actor is restarting (restarts left after this one: {left}); "
+            "this call may or may not have run. Call it again (later calls go to the restarted actor), or give "
+            "the actor or the method max_task_retries to have muster send such calls again itself")
+
+
 class TaskError(MusterError):
     """A remote function or method raised.
 
@@ -428,10 +447,6 @@ class RuntimeEnvSetupError(MusterError):
 
 class ActorAlreadyExistsError(InvalidArgumentError):
     """An actor of that name already exists in the namespace (Ray's class; still a ``ValueError``)."""
-
-
-class ActorUnavailableError(MusterError):
-    """Ray: an actor is temporarily unreachable. Not raised by muster."""
 
 
 class PendingCallsLimitExceeded(MusterError):

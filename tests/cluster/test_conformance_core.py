@@ -22,6 +22,7 @@ import muster
 import muster.train as train
 from muster.exceptions import (
     ActorDiedError,
+    ActorUnavailableError,
     ResourcesUnavailableError,
     RuntimeNotStartedError,
     TaskError,
@@ -376,6 +377,65 @@ def test_actor_killed_from_outside_fails_its_calls(engine):
             muster.get(c.add.remote(1), timeout=30)
             time.sleep(0.05)
     muster.kill(c)
+
+
+class Sleeper:
+    """Says where it runs; ``nap`` marks that it started, then sleeps (a call to kill the actor under)."""
+
+    def where(self):
+        return os.getpid()
+
+    def nap(self, started):
+        open(started, "w").close()
+        time.sleep(30)
+
+
+class AsyncSleeper:
+    async def where(self):
+        return os.getpid()
+
+    async def nap(self, started):
+        import asyncio
+
+        open(started, "w").close()
+        await asyncio.sleep(30)
+
+
+def _killed_under_a_call(actor, started):
+    """SIGKILL the actor's process while its ``nap`` call runs; that call's error."""
+    pid = muster.get(actor.where.remote(), timeout=30)
+    ref = actor.nap.remote(str(started))
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(ActorDiedError) as info:  # RayActorError: caught as before
+        muster.get(ref, timeout=60)
+    started.unlink()
+    return pid, info.value
+
+
+@pytest.mark.parametrize("cls", [Sleeper, AsyncSleeper])
+def test_a_call_the_actor_died_under_is_actor_unavailable_while_it_restarts(engine, tmp_path, cls):
+    """As Ray: with restarts left the call fails with ActorUnavailableError; once they are spent, ActorDiedError."""
+    actor = muster.remote(max_restarts=1)(cls).remote()
+    try:
+        first, error = _killed_under_a_call(actor, tmp_path / "started")
+        assert type(error) is ActorUnavailableError, repr(error)
+        assert f"actor {cls.__name__}" in str(error) and "restarting (restarts left after this one: 0)" in str(error)
+        assert "max_task_retries" in str(error) and error.actor_id
+        second = None
+        for _ in range(200):  # later calls go to the restarted actor
+            try:
+                second = muster.get(actor.where.remote(), timeout=30)
+                break
+            except ActorUnavailableError:
+                time.sleep(0.05)
+        assert second not in (None, first)
+        _, error = _killed_under_a_call(actor, tmp_path / "started")  # its one restart is spent
+        assert type(error) is ActorDiedError, repr(error)
+    finally:
+        muster.kill(actor)
 
 
 def test_an_actor_whose_last_handle_is_dropped_ends(engine):

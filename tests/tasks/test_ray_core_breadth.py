@@ -93,6 +93,8 @@ def test_ray_exception_names_are_muster_classes(tmp_path):
 
     assert issubclass(RayTaskError, RayError) and issubclass(RayActorError, RayError)
     assert RayActorError is ActorDiedError and issubclass(ActorDiedError, WorkerCrashedError)
+    # as Ray's: a RayActorError, so `except RayActorError` catches a call the restarting actor died under
+    assert issubclass(exceptions.ActorUnavailableError, RayActorError)
     for name in ("ObjectLostError", "OwnerDiedError", "OutOfMemoryError", "ObjectStoreFullError", "NodeDiedError",
                  "TaskCancelledError", "RaySystemError", "ActorUnschedulableError", "RuntimeEnvSetupError"):
         assert issubclass(getattr(exceptions, name), RayError), name

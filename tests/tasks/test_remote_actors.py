@@ -16,7 +16,7 @@ import pytest
 from _task_helpers import TIMEOUT, wait_for, wait_for_file
 
 import muster
-from muster.exceptions import ActorDiedError, ResourcesUnavailableError
+from muster.exceptions import ActorDiedError, ActorUnavailableError, ResourcesUnavailableError
 
 
 @muster.remote
@@ -276,9 +276,12 @@ def test_max_task_retries_sends_the_calls_the_actor_died_under_again_in_order(ac
 def test_without_task_retries_the_call_fails_naming_the_exit_and_the_actor_restarts(actors, tmp_path):
     flaky = actors(muster.remote(max_restarts=1)(Flaky).remote(str(tmp_path)))
     assert muster.get(flaky.work.remote(0), timeout=TIMEOUT) == 0
-    with pytest.raises(ActorDiedError, match="exited with code 3") as info:
-        muster.get(flaky.work.remote(1), timeout=TIMEOUT)
-    assert info.value.exitcode == 3
+    with pytest.raises(ActorUnavailableError, match="exited with code 3. The actor is restarting") as info:
+        muster.get(flaky.work.remote(1), timeout=TIMEOUT)  # as Ray: it restarts, so not ActorDiedError itself
+    assert info.value.exitcode == 3 and isinstance(info.value, ActorDiedError)  # still a RayActorError
+    again = pickle.loads(pickle.dumps(info.value))
+    assert type(again) is ActorUnavailableError and str(again) == str(info.value)
+    assert again.actor_id == info.value.actor_id is not None
     assert _first_answer(lambda: flaky.work.remote(2)) == 2  # restarted (max_restarts=1)
 
 
@@ -324,7 +327,7 @@ def test_an_actors_children_die_with_it_unless_detached(actors, tmp_path):
 
 
 def _first_answer(make_ref, timeout=TIMEOUT):
-    """Call until the actor answers (calls made while it restarts fail with ActorDiedError)."""
+    """Call until the actor answers (calls made while it restarts fail with ActorUnavailableError)."""
     deadline = time.monotonic() + timeout
     while True:
         try:

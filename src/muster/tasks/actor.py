@@ -25,8 +25,9 @@ from muster.core import resources as res
 from muster.core.api import get_runtime, is_current
 from muster.core.init_options import current_namespace
 from muster.core.runtime import KILLED_BY_MUSTER, RuntimeActor
-from muster.exceptions import (ActorDiedError, InvalidArgumentError, InvalidTypeError, TaskCancelledError, TaskError,
-                               methods_of, no_such_method)
+from muster.exceptions import (ActorDiedError, ActorUnavailableError, InvalidArgumentError, InvalidTypeError,
+                               TaskCancelledError, TaskError, describe_exit, methods_of, no_such_method,
+                               restarting_reason)
 from muster.tasks import concurrency_groups as cgroups
 from muster.tasks import events, lifetimes, named, owner, task_table, worker_side
 from muster.tasks import options as opts
@@ -297,10 +298,29 @@ class _Actor:
         ``muster.kill`` when that caused it (the process's own exit status says only "killed")."""
         if isinstance(error, ActorDiedError):
             if self._kill_reason and error.reason in ("", KILLED_BY_MUSTER):  # the kill knows why
-                error = ActorDiedError(error.label, error.pid, error.exitcode, error.host, reason=self._kill_reason)
+                error = type(error)(error.label, error.pid, error.exitcode, error.host, reason=self._kill_reason)
             if error.actor_id is None:
                 error.actor_id = rc.actor_hex_id(rc.driver_job_id(), self._id)
         return error
+
+    def _in_flight(self, error: BaseException, attempt: int) -> BaseException:
+        """``error`` for a call sent to the actor's process of ``attempt``, named (see :meth:`_named`):
+        when that process died and the actor restarts, Ray's ``ActorUnavailableError`` (still an
+        ``ActorDiedError``), saying so; its final death stays an ``ActorDiedError``."""
+        error = self._named(error)
+        if type(error) is not ActorDiedError:
+            return error
+        if self._attempt > attempt:  # its death is handled: the actor restarted
+            left = self._restarts_left
+        elif self._no_restart or self._dead is not None or self._restarts_left == 0:  # no restart comes
+            return error
+        else:  # it will restart once its death is handled, spending one of its restarts
+            left = self._restarts_left - 1 if self._restarts_left > 0 else -1
+        cause = error.reason or describe_exit(error.exitcode)
+        unavailable = ActorUnavailableError(error.label, error.pid, error.exitcode, error.host,
+                                            reason=restarting_reason(cause, left))
+        unavailable.actor_id = error.actor_id
+        return unavailable
 
     def _set_dead(self, error: BaseException) -> None:
         error = self._named(error)
@@ -323,7 +343,7 @@ class _Actor:
             call = self._sent.get(token)
             if call is not None and self._retry(call, self._attempt, error):
                 self._pending.pop(token, None)
-        self._fail_pending(error)
+        self._fail_pending(self._in_flight(error, self._attempt))  # unavailable while the actor restarts
         restarts = not self._no_restart and self._restarts_left != 0
         with self._restart_lock:
             waiting, self._awaiting_restart = self._awaiting_restart, []
@@ -457,7 +477,7 @@ class _Actor:
         self._in_actor.pop(call[0], None)
         if exc is not None and self._retry(call, attempt, exc):
             return
-        ok, value = (True, f.result()) if exc is None else (False, self._named(exc))
+        ok, value = (True, f.result()) if exc is None else (False, self._in_flight(exc, attempt))
         self._complete(call[0], ok, value, call[-1])
 
     def _submitted(self, call: "_Call", attempt: int, f: Future) -> None:
@@ -467,7 +487,7 @@ class _Actor:
         if call[0] in self._pending and self._retry(call, attempt, exc):
             self._pending.pop(call[0], None)
             return
-        self._complete(call[0], False, self._named(exc))
+        self._complete(call[0], False, self._in_flight(exc, attempt))
 
     def _answered(self, token: int, ok: bool, value: Any) -> None:
         """An async or threaded call's answer (its ActorCallDone event): an exception its options retry
