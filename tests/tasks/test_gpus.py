@@ -152,6 +152,24 @@ def _where_each_batch_ran(batch):
     return {"id": batch["id"], "pid": [os.getpid()] * n, "visible": [os.environ.get("CUDA_VISIBLE_DEVICES")] * n}
 
 
+def _slow_batch(batch):
+    time.sleep(0.5)  # longer than the steal delay below: later batches wait for a GPU while no CPU is free
+    return {"id": batch["id"], "pid": [os.getpid()] * len(batch["id"])}
+
+
+def test_a_gpu_batch_that_waits_long_is_never_run_on_the_driver(gpu_engine, monkeypatch):
+    """A CPU batch still queued after ``steal_after_s`` with no CPU free runs on the driver's threads; a GPU
+    batch must not (it would use a GPU it does not hold). Seen once on a loaded 2-core box, where the
+    queue wait passed the 10 s delay; here the delay is shortened so the wait always passes it."""
+    import muster.data as md
+    from muster.data import execution
+
+    monkeypatch.setattr(execution._Workers, "steal_after_s", 0.25)
+    rows = md.range(8, override_num_blocks=4).map_batches(_slow_batch, num_gpus=1, batch_size=2).take_all()
+    assert sorted(r["id"] for r in rows) == list(range(8))
+    assert os.getpid() not in {r["pid"] for r in rows}, "a GPU batch ran on the driver"
+
+
 def test_a_data_functions_batches_run_only_where_a_gpu_is_held(gpu_engine):
     """``map_batches(fn, num_gpus=1)``: every batch runs on a pooled worker holding one of the 2 GPUs.
     (Before, a batch that found both GPUs busy ran on the driver's threads, on a GPU it

@@ -421,7 +421,8 @@ def _result(job: Job, fut: Future[Any], remote: bool, workers: "_Workers | None"
             return fut.result(timeout=0.25)
         except TimeoutError:
             waited += 0.25
-            if waited >= workers.steal_after_s and not workers.has_free_cpu():
+            # (never a job that asks for GPUs: here it would use a GPU it does not hold)
+            if waited >= workers.steal_after_s and not job.holds_gpus and not workers.has_free_cpu():
                 return job()  # the queued copy still runs later; its result is dropped
         except TaskError as exc:  # the job's own error, as if it had run here
             if exc.cause is not None:
@@ -437,7 +438,8 @@ class _Workers:
     Only the driver borrows (a worker -- a trainer -- never asks the engine for
     CPUs), only once the engine is already running (reading data never starts
     it), only while a whole CPU is free beyond the jobs it already has out, and a job
-    still queued after ``steal_after_s`` while no CPU is free runs here instead.
+    still queued after ``steal_after_s`` while no CPU is free runs here instead, unless it asks for
+    GPUs (it waits for a worker that holds one).
     """
 
     steal_after_s = 10.0
