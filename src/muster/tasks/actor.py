@@ -26,14 +26,14 @@ from muster.core.api import get_runtime, is_current
 from muster.core.init_options import current_namespace
 from muster.core.runtime import KILLED_BY_MUSTER, RuntimeActor
 from muster.exceptions import (ActorDiedError, ActorUnavailableError, InvalidArgumentError, InvalidTypeError,
-                               TaskCancelledError, TaskError, describe_exit, methods_of, no_such_method,
-                               restarting_reason)
+                               TaskCancelledError, TaskError, describe_exit, restarting_reason)
 from muster.tasks import concurrency_groups as cgroups
 from muster.tasks import events, lifetimes, named, owner, task_table, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.actor_method import ActorMethod, Retries, declared
 from muster.tasks.objects import ObjectRef, snapshot_args
+from muster.tasks.worker_handle import Shape, WorkerActorHandle, no_method, shape_of
 from muster.tasks.worker_side import ActorFactory, TaskInfo, freeze, is_async_class
 
 _actors: dict[int, "_Actor"] = {}
@@ -56,10 +56,6 @@ def kill_in_group(group: Any, reason: str) -> None:
     for member in members:
         if member._core.done():
             member._kill(no_restart=True, reason=reason)
-
-
-#: what a handle sent to a worker knows of its actor's class: its name and its public methods
-Shape = tuple[str, tuple[str, ...]]
 
 
 def _handle_from_id(actor_id: int, shape: Shape | None = None) -> Any:
@@ -127,17 +123,6 @@ def create(cls: type, args: tuple, kwargs: dict, options: dict[str, Any]) -> "Ac
     namespace = options.get("namespace") or current_namespace()
     return ActorHandle(named.claim(namespace, name, lambda: _Actor(cls, args, kwargs, options),
                                    bool(options.get("get_if_exists"))))
-
-
-def _shape(cls: type) -> Shape:
-    return cls.__name__, tuple(methods_of(cls))
-
-
-def _no_method(shape: Shape, name: str) -> AttributeError:
-    """Ray's AttributeError for ``handle.name`` that the actor's class lacks, naming the methods it has."""
-    cls_name, methods = shape
-    return AttributeError(f"Actor {cls_name} has no method {name!r}; {no_such_method(name, list(methods))}. "
-                          f"Fix: call one of them (handle.<method>.remote(...)) or define {name!r} in {cls_name}.")
 
 
 class ActorHandle:
@@ -235,12 +220,12 @@ class _Actor:
     def _method(self, handle: Any, name: str) -> ActorMethod:
         """``handle.name``: the actor's method ``name``, called through ``handle``."""
         if name not in worker_side.RAY_BUILTINS and not hasattr(self._cls, name):
-            raise _no_method(_shape(self._cls), name)
+            raise no_method(shape_of(self._cls), name)
         return ActorMethod(handle, name)
 
     def __reduce__(self) -> Any:
         self._borrowed = True  # another process holds a handle now: muster cannot see when it drops it
-        return (_handle_from_id, (self._id, _shape(self._cls)))
+        return (_handle_from_id, (self._id, shape_of(self._cls)))
 
     def _held_by(self, handle: ActorHandle) -> None:
         with _lock:
@@ -606,33 +591,3 @@ def _settle(out: Future, value: Any = None, exc: BaseException | None = None) ->
         out.set_exception(exc) if exc is not None else out.set_result(value)
     except Exception:  # noqa: BLE001 - a racing cancel settled it first
         pass
-
-
-class WorkerActorHandle:
-    """An actor handle inside a worker: calls go through the driver, which owns the actor."""
-
-    def __init__(self, actor_id: int, cls: type | None = None, shape: Shape | None = None):
-        self._id, self._cls = actor_id, cls
-        self._shape = _shape(cls) if shape is None and cls is not None else shape  # None: not known here
-
-    def __getattr__(self, name: str) -> ActorMethod:
-        if name.startswith("_") and name not in worker_side.RAY_BUILTINS:
-            raise AttributeError(name)
-        if self._shape is not None and name not in self._shape[1]:  # Ray's handle has its methods only
-            raise _no_method(self._shape, name)
-        return ActorMethod(self, name)
-
-    def _call(self, method: str, args: tuple, kwargs: dict, options: dict[str, Any] | None = None) -> Any:
-        from muster.tasks.generators import shaped
-
-        return shaped(core_context.send_event(
-            events.ActorCall(self._id, method, args, kwargs, options or {}, worker_side.current_task_id())))
-
-    def _kill(self, no_restart: bool = True) -> None:
-        core_context.send_event(events.Kill(self._id, no_restart))
-
-    def __reduce__(self) -> Any:
-        return (_handle_from_id, (self._id, self._shape))
-
-    def __repr__(self) -> str:
-        return f"ActorHandle(id={self._id})"

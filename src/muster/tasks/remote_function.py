@@ -23,7 +23,7 @@ from muster.exceptions import (
     TaskCancelledError,
     WorkerCrashedError,
 )
-from muster.tasks import events, owner, task_table, worker_side
+from muster.tasks import definition_size, events, owner, task_table, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.generators import ObjectRefGenerator, Stream, shaped
@@ -78,7 +78,7 @@ class RemoteFunction:
             TypeError: the arguments do not fit the function's signature (checked here, as in Ray).
         """
         opts.check_call(self._fn, args, kwargs, f"{self._fn.__name__}.remote()")
-        worker_side.check_definition_size(self._fn)
+        definition_size.check_function(self._fn)
         if core_context.in_worker():
             options = worker_side.child_options(self._options)
             return shaped(core_context.send_event(

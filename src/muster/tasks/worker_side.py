@@ -18,7 +18,6 @@ import itertools
 import os
 import sys
 import threading
-import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -26,7 +25,7 @@ from typing import Any, Callable
 from muster.core import context as core_context
 from muster.exceptions import InvalidArgumentError
 from muster.tasks import concurrency_groups as cgroups
-from muster.tasks import events
+from muster.tasks import definition_size, events
 from muster.tasks import options as opts
 
 
@@ -361,44 +360,8 @@ def freeze(cls: type) -> bytes:
     from muster.core import serialization
 
     stream, _ = serialization.dumps(cls, out_of_band_min=sys.maxsize)
-    if cls not in _sized:
-        _sized.add(cls)
-        _warn_if_large(f"The actor class {cls.__name__}", stream.nbytes, stacklevel=6)
+    definition_size.check_class(cls, stream.nbytes)
     return bytes(stream)
-
-
-LARGE_DEFINITION = 10_000_000  # bytes: a pickled function or actor class this big likely captured data
-_sized: "weakref.WeakSet[Any]" = weakref.WeakSet()  # the functions and classes measured already
-
-
-def check_definition_size(fn: Callable[..., Any]) -> None:
-    """Warn once per function when it pickles to more than :data:`LARGE_DEFINITION` bytes, as Ray
-    does: it travels to a worker with every task, so a big array its closure or module globals hold
-    (Ray's "closure capturing large objects" anti-pattern) is copied again and again."""
-    try:
-        if fn in _sized:
-            return
-        _sized.add(fn)
-    except TypeError:  # not weakly referable (a callable object): not measured
-        return
-    from muster.core import serialization
-
-    try:
-        body, buffers = serialization.dumps(fn)
-    except Exception:  # noqa: BLE001 - submitting it reports that, with the task's name
-        return
-    size = body.nbytes + sum(b.raw().nbytes for b in buffers)
-    _warn_if_large(f"The remote function {getattr(fn, '__qualname__', fn)}", size, stacklevel=4)
-
-
-def _warn_if_large(what: str, size: int, stacklevel: int) -> None:
-    if size > LARGE_DEFINITION:
-        import warnings
-
-        warnings.warn(
-            f"{what} is very large ({size / 2**20:.0f} MiB pickled): it likely captures a big object (an array, "
-            "a model) from its closure or module globals, which then travels with it. Create the object inside "
-            "it, or muster.put() it once and pass the ref as an argument.", UserWarning, stacklevel=stacklevel)
 
 
 def _thawed(frozen: bytes, info: TaskInfo, max_concurrency: int, env_vars: dict[str, str],
