@@ -225,10 +225,11 @@ def _set_aside(item: Any) -> Any:
     holds one yielded value at a time, as Ray's object store lets a generator task do (the items of a
     task with ``num_returns=n`` or "dynamic" are sent together once it ends).  Items with less than
     :data:`_SET_ASIDE_MIN` bytes of buffers stay as they are; one that does not pickle stays too (sending
-    it reports that)."""
+    it reports that). Only an item holding an array of that size, or a container holding such arrays
+    at its top level, is pickled to find out: the rest are sent as they are, with no second pickling."""
     from muster.core import serialization
 
-    if type(item) in (int, float, bool, str, type(None)):
+    if _array_bytes(item) < _SET_ASIDE_MIN:
         return item
     try:
         body, buffers = serialization.dumps(item)
@@ -242,6 +243,12 @@ def _set_aside(item: Any) -> Any:
 
 
 _SET_ASIDE_MIN = 1 << 20  # bytes of buffers in one yielded item before it is moved to shared memory
+
+
+def _array_bytes(item: Any) -> int:
+    """The bytes of the arrays (numpy, torch: what has ``nbytes``) ``item`` is or holds at its top level."""
+    values = item.values() if isinstance(item, dict) else item if isinstance(item, (list, tuple)) else (item,)
+    return sum(n for n in (getattr(v, "nbytes", 0) for v in values) if isinstance(n, int))
 
 
 async def _awaited(value: Any) -> Any:
