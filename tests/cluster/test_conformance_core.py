@@ -534,8 +534,13 @@ def test_cancel_reaches_the_tasks_a_task_started_unless_recursive_is_false(engin
     if engine == "local":  # the state API names the parent of the child
         from muster.util.state import list_tasks
 
-        rows = [t for t in list_tasks(filters=[("name", "=", "child_loop")]) if t["state"] == "RUNNING"]
-        assert [t["parent_task_id"] for t in rows] == [ref.task_id()]
+        def running_children():  # its row says RUNNING once its start event is in (it may trail the file)
+            rows = list_tasks(filters=[("name", "=", "child_loop")], limit=10_000)
+            return [t["parent_task_id"] for t in rows if t["state"] == "RUNNING"]
+
+        while not running_children() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert running_children() == [ref.task_id()]
     muster.cancel(ref, recursive=recursive)
     with pytest.raises(TaskCancelledError):
         muster.get(ref, timeout=30)
