@@ -72,6 +72,8 @@ class _SharedCluster:
 
     def stop(self) -> None:
         if self.cluster is not None:
+            if ray.is_initialized():  # a driver still connected when its raylet dies is ended by Ray, exit 1
+                ray.shutdown()
             self.cluster.shutdown()
             self.cluster, self._own = None, set()
             _reap_ray_processes()

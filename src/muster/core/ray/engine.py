@@ -30,6 +30,7 @@ from muster.core import resources as res
 from muster.core import settings, setup_hook
 from muster.core.ray import placement
 from muster.core.ray.errors import from_ray
+from muster.core.ray.gate import RayGate
 from muster.core.ray.groups import RayGroups, is_removal
 from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
@@ -46,6 +47,8 @@ from muster.exceptions import (
 )
 
 _POLL_S = 0.5
+#: How long a shutdown waits for the engine's calls into Ray to end before ``ray.shutdown()`` (gate.py).
+_QUIESCE_S = 10.0
 #: A gang that fits only with nodes the cluster lost waits this long for nodes to join.
 _LOST_NODE_WAIT_S = 600.0
 
@@ -72,6 +75,7 @@ class RayRuntime(Runtime):
         self._routed_total = 0
         self._routed_by_key: dict[str, int] = {}
         self._closed = False
+        self.gate = RayGate()  # every call into Ray from the engine's threads; closed before ray.shutdown()
         self._owns_ray = False
         self._breakpoint_hook: str | None = None
         self._hub: Any = None
@@ -105,7 +109,7 @@ class RayRuntime(Runtime):
         self._worker_cls = remote(concurrency_groups={"watch": 1})(RayWorker)
         self._task_fn = ray.remote(run_task)
         ray.get(self._hub.count.remote())
-        self.metrics_processes = MetricsProcesses(self._hub, self.user_metrics)
+        self.metrics_processes = MetricsProcesses(self._hub, self.user_metrics, self.gate)
         self.node_resources()  # remember the cluster's shape: a node lost later is waited for
         threading.Thread(target=self._poll_forever, name="muster-ray-poll", daemon=True).start()
 
@@ -134,6 +138,7 @@ class RayRuntime(Runtime):
             pass
         self._finisher.shutdown(wait=False)
         self.user_metrics.close()  # the driver's own user metrics: its recorder writes them last
+        self.gate.close(_QUIESCE_S)  # the poller's wait ends as the hub dies
         if self._owns_ray:
             ray.shutdown()
             if self._breakpoint_hook is None:
@@ -145,7 +150,8 @@ class RayRuntime(Runtime):
     def _poll_forever(self) -> None:
         while not self._closed:
             try:
-                batch = ray.get(self._hub.take.remote(_POLL_S))
+                with self.gate:
+                    batch = ray.get(self._hub.take.remote(_POLL_S))
             except Exception:  # noqa: BLE001 - the hub is gone: we are shutting down
                 if self._closed:
                     return
@@ -168,7 +174,8 @@ class RayRuntime(Runtime):
             data = pack(value)
         except Exception as exc:  # noqa: BLE001 - a reply that does not pickle
             ok, data = False, pack(MusterError(f"could not send the reply: {exc}"))
-        self._hub.answer.remote(key, event_id, ok, data)
+        with contextlib.suppress(RuntimeNotStartedError), self.gate:  # shut down: no one waits for it
+            self._hub.answer.remote(key, event_id, ok, data)
 
     def flush(self, key: str | None = None, sent: int | None = None, timeout_s: float = 5.0) -> None:
         """Wait until every event already in the hub -- or, given ``key`` and ``sent``, that
@@ -178,7 +185,8 @@ class RayRuntime(Runtime):
                 self._routed.wait_for(lambda: self._routed_by_key.get(key, 0) >= sent, timeout_s)
             return
         try:
-            target = ray.get(self._hub.count.remote(), timeout=timeout_s)
+            with self.gate:
+                target = ray.get(self._hub.count.remote(), timeout=timeout_s)
         except Exception:  # noqa: BLE001 - no hub: nothing more will arrive
             return
         with self._routed:
@@ -198,7 +206,8 @@ class RayRuntime(Runtime):
         with self._routed:
             self._routed_by_key.pop(sender.key, None)
         if not self._closed:
-            self._hub.forget.remote(sender.key)
+            with contextlib.suppress(RuntimeNotStartedError), self.gate:
+                self._hub.forget.remote(sender.key)
 
     # -- resources ---------------------------------------------------------
     def resources(self) -> dict[str, float]:
@@ -254,9 +263,10 @@ class RayRuntime(Runtime):
         options = ray_options(request)
         if strategy is not None:
             options["scheduling_strategy"] = strategy
-        ray_actor = self._worker_cls.options(max_restarts=0, **options).remote(
-            self._hub, key, label, list(sys.path), {**settings.forwarded_env(), **(env or {})}
-        )
+        with self.gate:
+            ray_actor = self._worker_cls.options(max_restarts=0, **options).remote(
+                self._hub, key, label, list(sys.path), {**settings.forwarded_env(), **(env or {})}
+            )
         actor = RayActor(self, key, label, ray_actor, on_event)
         with self._lock:
             self._senders[key] = actor
@@ -370,7 +380,8 @@ class RayRuntime(Runtime):
         ready = group.ready()
         start, told = time.monotonic(), False
         while True:
-            done, _ = ray.wait([ready], timeout=0.5)
+            with self.gate:
+                done, _ = ray.wait([ready], timeout=0.5)
             if done:
                 return
             waited = time.monotonic() - start
@@ -393,15 +404,13 @@ class RayRuntime(Runtime):
     def kill(self, handle: RuntimeActor, grace_s: float = 0.0) -> None:
         if isinstance(handle, RayTask):  # a force-cancelled task: Ray ends its worker process
             if handle.ref is not None:
-                with contextlib.suppress(Exception):  # already done
+                with contextlib.suppress(Exception), self.gate:  # already done, or shut down
                     ray.cancel(handle.ref, force=True)
             return
         assert isinstance(handle, RayActor)
         handle._expected_exit = True
-        try:
+        with contextlib.suppress(Exception), self.gate:  # already gone, or shut down
             ray.kill(handle.ray_actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
         gang = handle.gang
         handle.gang = None
         if gang is not None:
@@ -420,7 +429,7 @@ class RayRuntime(Runtime):
         """Ray's own non-force cancel of the task's run: ``KeyboardInterrupt`` in it, on whichever node it runs
         (the base class's SIGINT would go to a pid on this machine)."""
         if isinstance(handle, RayTask) and handle.ref is not None:
-            with contextlib.suppress(Exception):  # already done
+            with contextlib.suppress(Exception), self.gate:  # already done, or shut down
                 ray.cancel(handle.ref, force=False, recursive=False)  # its hub calls are not its work
 
     def queued(self, task: Future) -> RuntimeActor | None:
@@ -472,9 +481,15 @@ class RayRuntime(Runtime):
             self.forget(task)
             out.set_exception(MusterError(f"Could not send the arguments of {label} to a worker: {exc}"))
             return out
-        ref = task.ref = self._task_fn_for(max_calls).options(max_retries=0, name=label, **options).remote(
-            self._hub, task.key, label, list(sys.path), settings.forwarded_env(), data
-        )
+        try:
+            with self.gate:
+                ref = task.ref = self._task_fn_for(max_calls).options(max_retries=0, name=label, **options).remote(
+                    self._hub, task.key, label, list(sys.path), settings.forwarded_env(), data
+                )
+        except RuntimeNotStartedError as exc:  # shut down meanwhile
+            self.forget(task)
+            out.set_exception(exc)
+            return out
         with self._lock:
             self._tasks[out] = task
         out.add_done_callback(self._task_ended)

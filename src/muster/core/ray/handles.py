@@ -18,7 +18,7 @@ import ray
 from muster.core.ray.errors import from_ray
 from muster.core.ray.worker import LogLines, UserMetrics, metrics_process, pack, unpack
 from muster.core.runtime import KILLED_BY_MUSTER, DeathHandler, EventHandler, RuntimeActor, unserved
-from muster.exceptions import ActorDiedError, MusterError
+from muster.exceptions import ActorDiedError, MusterError, RuntimeNotStartedError
 
 if TYPE_CHECKING:
     from muster.core.ray.engine import RayRuntime
@@ -112,7 +112,8 @@ class RayActor(RaySender):
     def wait_started(self) -> None:
         """Block until Ray has placed and started the actor; record where it runs."""
         try:
-            meta = ray.get(self.ray_actor.meta.remote(), timeout=_START_TIMEOUT_S)
+            with self._runtime.gate:
+                meta = ray.get(self.ray_actor.meta.remote(), timeout=_START_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
             raise MusterError(
                 f"{self.label} was not started by the Ray cluster within {_START_TIMEOUT_S:.0f} s; "
@@ -124,7 +125,8 @@ class RayActor(RaySender):
             raise from_ray(exc, self.label) from None
         self.pid, self.node_id, self.node_ip = meta["pid"], meta["node_id"], meta["ip"]
         self._gpu_ids = meta["gpu_ids"]
-        watch = self.ray_actor.watch.remote()
+        with self._runtime.gate:
+            watch = self.ray_actor.watch.remote()
         watch.future().add_done_callback(lambda f: self._runtime.in_background(lambda: self._died(f.exception())))
 
     def is_alive(self) -> bool:
@@ -142,8 +144,13 @@ class RayActor(RaySender):
                 fut.set_exception(self._death or self._died_error("it is no longer running"))
                 return fut
             call_id = next(self._ids)
+            try:
+                with self._runtime.gate:
+                    ref = self.ray_actor.call.remote(method, data)
+            except RuntimeNotStartedError as exc:  # muster was shut down meanwhile
+                fut.set_exception(exc)
+                return fut
             self._pending[call_id] = fut
-            ref = self.ray_actor.call.remote(method, data)
         ref.future().add_done_callback(lambda f: self._call_done(call_id, f))
         return fut
 

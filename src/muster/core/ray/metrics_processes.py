@@ -17,6 +17,7 @@ from typing import Any
 
 import ray
 
+from muster.core.ray.gate import RayGate
 from muster.core.user_metrics import MetricsTable
 
 CHECK_S = 1.0  # how often the processes with series are checked
@@ -26,8 +27,8 @@ _ASK_TIMEOUT_S = 30.0
 class MetricsProcesses:
     """One Ray engine's processes with user metrics, by their key in the table. Thread-safe."""
 
-    def __init__(self, hub: Any, table: MetricsTable):
-        self._hub, self._table = hub, table  # the engine's hub actor, and its Runtime.user_metrics
+    def __init__(self, hub: Any, table: MetricsTable, gate: RayGate):
+        self._hub, self._table, self._gate = hub, table, gate  # the engine's hub actor, Runtime.user_metrics, gate
         self._lock = threading.Lock()
         self._watched: dict[str, str] = {}  # Ray worker id -> the process' key in runtime.user_metrics
         self._thread: threading.Thread | None = None
@@ -53,7 +54,8 @@ class MetricsProcesses:
             if not ids:
                 continue
             try:
-                dead = ray.get(self._hub.gone.remote(ids), timeout=_ASK_TIMEOUT_S)
+                with self._gate:
+                    dead = ray.get(self._hub.gone.remote(ids), timeout=_ASK_TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001 - Ray's internal worker table changed, say: watch no more
                 if not self._stop.is_set():
                     print(f"muster: could not learn which Ray workers died ({exc!r}); the gauges of a task's "
