@@ -24,7 +24,9 @@ class ScalingConfig:
     """How many workers, and what each one holds.
 
     Args:
-        num_workers: number of training processes (world size), or
+        num_workers: number of training processes (world size); ``0`` for
+            Ray Train V2's local mode (the training function runs in the
+            process that calls ``fit()``, see ``muster.train.trainer``); or
             ``(min, max)`` for an elastic run: it starts as soon as ``min``
             workers fit, grows toward ``max`` when resources free up, and
             after losing workers (a node gone) goes on with those that fit,
@@ -73,11 +75,10 @@ class ScalingConfig:
                     "integers 1 <= min <= max, e.g. num_workers=(2, 8)."
                 )
             self.num_workers = (int(bounds[0]), int(bounds[1]))
-        elif not _count(self.num_workers):
+        elif not (_count(self.num_workers) or _is_zero(self.num_workers)):
             raise InvalidArgumentError(
                 f"ScalingConfig(num_workers={self.num_workers!r}): num_workers must be an integer >= 1, "
                 "or (min, max) for an elastic run." + (_TUNE_WORKERS if _is_search_space(self.num_workers) else "")
-                + (_LOCAL_MODE if self.num_workers == 0 and not isinstance(self.num_workers, bool) else "")
             )
         if not isinstance(self.use_gpu, bool):
             raise InvalidArgumentError(f"ScalingConfig(use_gpu={self.use_gpu!r}): use_gpu must be True or False.")
@@ -181,12 +182,6 @@ class ScalingConfig:
         return {k: v * self.max_workers for k, v in self.worker_resources.items()}
 
 
-#: Ray Train V2's local mode (``num_workers=0``: the training function runs in the driver's process)
-_LOCAL_MODE = (
-    " Ray Train V2's local mode (num_workers=0, the function run in the driver process) is not supported by "
-    "muster: use num_workers=1, one worker process whose prints and tracebacks reach the driver (with "
-    "FailureConfig(max_failures=0), the default, the first error ends fit() with the worker's traceback)."
-)
 _TUNE_WORKERS = (
     " A search space inside ScalingConfig is Ray Train V1's Tuner(trainer) pattern (Ray V2 refuses it too): "
     "tune the number of workers in a function trainable that builds the trainer, "
@@ -203,6 +198,11 @@ def _is_search_space(value: Any) -> bool:
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _is_zero(value: Any) -> bool:
+    """``num_workers=0``: Ray Train V2's local mode."""
+    return isinstance(value, int) and not isinstance(value, bool) and value == 0
 
 
 @dataclass(kw_only=True)

@@ -10,12 +10,15 @@ and INTERRUPTED (Ctrl-C, SIGTERM) or ERRORED from any state not final;
 pure functions in ``_internal/policies.py``.  Reports are taken in on the
 worker reader threads (so ``report()`` returns as soon as it is recorded);
 everything else -- a worker finishing, raising, dying, or going silent --
-arrives on one queue and is handled here, in order.
+arrives on one queue and is handled here, in order.  A local-mode run
+(``num_workers=0``) has no gang: its one attempt runs the function on the
+controller's thread and hands each report to ``take_report`` directly.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 import queue
 import signal
 import threading
@@ -39,7 +42,7 @@ from muster.observe.progress import ProgressView
 from muster.observe.recorder import RunRecorder
 from muster.tasks import owner as task_owner
 from muster.train._internal import events as ev
-from muster.train._internal import listeners
+from muster.train._internal import listeners, local_mode
 from muster.train._internal import policies
 from muster.train._internal.backend import Backend
 from muster.train._internal.checkpoint_manager import CheckpointManager
@@ -307,6 +310,9 @@ class Controller:
 
     def _run_attempt(self, index: int) -> BaseException | _Grow | None:
         """One gang, start to end. Returns the attempt's root cause, or None on success."""
+        if self.scaling.max_workers == 0:
+            self._run_in_driver(index)
+            return None
         self._transition(State.SCHEDULING)
         self.record.state["attempts"] = index + 1
         env_vars = (self.run_config.worker_runtime_env or {}).get("env_vars") or {}
@@ -346,17 +352,7 @@ class Controller:
 
     def _launch(self, group: WorkerGroup, index: int) -> list[Future]:
         envs = group.rendezvous_env()
-        start_round = self.ledger.start_attempt(len(group.members))
-        latest = self.ledger.latest_sound(lambda msg: _warn(self.view, msg)) if self.ledger.committed else None
-        restored = Checkpoint(latest.path, self.storage.fs) if latest else None
-        if self.hooks.start_from is not None:  # once: e.g. a PBT trial cloning another's checkpoint
-            restored, self.hooks.start_from = self.hooks.start_from, None
-        if restored is not None and self.hooks.on_restore is not None:
-            self.hooks.on_restore(restored)
-        checkpoint = restored if restored is not None else self.initial_checkpoint
-        train_fn = self.train_fn
-        if isinstance(train_fn, DatasetLoop):  # this gang's shards (a DataConfig.configure; Ray's streaming splits)
-            train_fn = train_fn.for_gang(len(group.members))
+        start_round, checkpoint, train_fn = self._start_point(len(group.members))
         args = []
         for member, env in zip(group.members, envs):
             ctx = TrainContext(
@@ -372,6 +368,51 @@ class Controller:
             spec = SessionSpec(ctx, self.storage, start_round, checkpoint, self.scaling.worker_resources)
             args.append((train_fn, self.train_config, spec, env, self.backend))
         return group.run("run", args)
+
+    def _start_point(self, world: int) -> tuple[int, Checkpoint | None, Callable[..., Any]]:
+        """An attempt of ``world`` ranks begins: the round it continues from, the checkpoint it starts
+        from, and the function its ranks run."""
+        start_round = self.ledger.start_attempt(world)
+        latest = self.ledger.latest_sound(lambda msg: _warn(self.view, msg)) if self.ledger.committed else None
+        restored = Checkpoint(latest.path, self.storage.fs) if latest else None
+        if self.hooks.start_from is not None:  # once: e.g. a PBT trial cloning another's checkpoint
+            restored, self.hooks.start_from = self.hooks.start_from, None
+        if restored is not None and self.hooks.on_restore is not None:
+            self.hooks.on_restore(restored)
+        checkpoint = restored if restored is not None else self.initial_checkpoint
+        train_fn = self.train_fn
+        if isinstance(train_fn, DatasetLoop):  # this gang's shards (a DataConfig.configure; Ray's streaming splits)
+            train_fn = train_fn.for_gang(world)
+        return start_round, checkpoint, train_fn
+
+    def _run_in_driver(self, index: int) -> None:
+        """Local mode (``num_workers=0``, Ray Train V2's): the training function runs on this thread as rank 0
+        of 1 (``_internal/local_mode.py``); its reports take a worker's path through ``take_report``. Its
+        exception is raised as it is, with no retry, as in Ray."""
+        local_mode.check_alone(self.record.trainer_cls, in_trial=self.hooks != ControllerHooks())
+        self._transition(State.SCHEDULING)
+        self.record.state["attempts"] = index + 1
+        self._attempt = _Attempt(index, WorkerGroup(get_runtime(), self.scaling), start_latest=self.ledger.latest)
+        self._transition(State.RUNNING)
+        self.recorder.attempt_started(index, [local_mode.DriverRank()])
+        self.view.event(f"local mode (num_workers=0): the training function runs in this process ({os.getpid()})")
+        start_round, checkpoint, train_fn = self._start_point(1)
+        ctx = TrainContext(world_rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0,
+                           experiment_name=self.storage.name, run_dir=self.storage.uri, attempt=index)
+        spec = SessionSpec(ctx, self.storage, start_round, checkpoint, {})
+        complete = False
+        try:
+            self.return_value = local_mode.run_in_driver(train_fn, self.train_config, spec, self.backend,
+                                                         lambda payload, _wait: self.take_report(payload))
+            self.ledger.rank_finished(0)
+            complete = True
+        except Exception as exc:
+            self.failures.append(exc)  # recorded as the run's error; run() raises it as it is
+            self.recorder.attempt_ended(index, exc)
+            raise
+        finally:
+            self._attempt = None
+            self.ledger.close_all(complete=complete)
 
     # -- elastic runs -----------------------------------------------------------------
     def _gang_size(self) -> int:
@@ -530,6 +571,11 @@ class Controller:
             if self.hooks.on_other_event is None:
                 raise MusterError(f"unknown request from a training worker: {type(payload).__name__}")
             return self.hooks.on_other_event(handle, payload)
+        return self.take_report(payload, handle)
+
+    def take_report(self, payload: ev.Report | ev.ReportStarted | ev.UploadFailed,
+                    handle: RuntimeActor | None = None) -> Any:
+        """A rank's report event, from ``handle`` (None: the driver's own rank, in local mode); returns the reply."""
         attempt = self._attempt
         if attempt is None:
             raise MusterError("the run is ending; this report was not recorded")
@@ -546,7 +592,7 @@ class Controller:
         attempt.last_activity = time.monotonic()
         metrics, validation = take_request(payload.metrics, self.validator is not None)
         if self.hooks.on_metrics is not None:
-            member = attempt.group.member_of(handle)
+            member = attempt.group.member_of(handle) if handle is not None else None
             metrics = self.hooks.on_metrics(payload.rank, metrics, payload.time, attempt.started_wall, member)
         row = self.ledger.record(
             payload.rank, payload.round, metrics, payload.files, payload.time, attempt.index, payload.state,

@@ -62,8 +62,16 @@ class RunRecord:
         self.state.update(self.extra)
         return previous
 
-    def save_trainer(self, trainer: Any) -> None:
-        self.storage.write_bytes(self.storage.join(self.storage.run_dir, TRAINER_FILE), cloudpickle.dumps(trainer))
+    def save_trainer(self, trainer: Any, required: bool = True) -> None:
+        """Keep the trainer for ``restore``. ``required=False`` (local mode: the function never leaves this
+        process, so it need not pickle, as in Ray): one that does not pickle is not kept."""
+        try:
+            data = cloudpickle.dumps(trainer)
+        except Exception:  # noqa: BLE001 - whatever an object of the user's raises when pickled
+            if required:
+                raise
+            return
+        self.storage.write_bytes(self.storage.join(self.storage.run_dir, TRAINER_FILE), data)
 
     def mark(self, status: str, latest: CheckpointRecord | None, failures: list[str] | None = None) -> None:
         self.state["status"] = status

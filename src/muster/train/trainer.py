@@ -1,4 +1,18 @@
-"""``DataParallelTrainer``: run one function on N workers; the base of ``TorchTrainer``."""
+"""``DataParallelTrainer``: run one function on N workers; the base of ``TorchTrainer``.
+
+``ScalingConfig(num_workers=0)`` is Ray Train V2's local mode, for debugging: ``fit()`` runs the
+function in the calling process, on the calling thread (breakpoints and tracebacks are the script's
+own), as rank 0 of 1 (``get_context()``: world size 1, world/local/node rank 0), with no process group:
+``prepare_model`` only moves the model to ``get_device()`` (the first GPU torch sees, else the CPU)
+and ``prepare_data_loader`` shards nothing; ``get_dataset_shard`` gives the whole dataset and the
+collectives return at once. Reports and checkpoints go to the run folder as a worker's do, and the
+``Result`` is the usual one (metrics, checkpoint, path). An exception the function raises comes out
+of ``fit()`` as it is, with no retry (``FailureConfig`` does not apply), as in Ray. Ray keeps only
+the last report and its checkpoint object (``Result.path`` None); muster keeps the run, so running
+it again resumes it. The function need not pickle (it never leaves the process; such a run cannot be
+``restore``d from its folder). The calling process must be the driver: not a Tune trial or a worker (a
+trainer fit there is run by the driver beside others), nor one of torchrun's processes.
+"""
 
 from __future__ import annotations
 
@@ -157,7 +171,8 @@ class DataParallelTrainer:
         e.g. DDP's modules) while the caller goes on."""
         from muster.core.api import get_runtime
 
-        get_runtime().preload(list(self._worker_modules))
+        local = self.scaling_config.max_workers == 0  # local mode: no worker runs the function
+        get_runtime().preload([] if local else list(self._worker_modules))
 
     def fit(self) -> Result:
         """Run training to the end.
@@ -166,7 +181,8 @@ class DataParallelTrainer:
             Result with the final metrics, checkpoints and the run folder.
 
         Raises:
-            TrainingFailedError: a worker failed and the failure budget is spent.
+            TrainingFailedError: a worker failed and the failure budget is spent (in local mode,
+                ``num_workers=0``, the training function's own exception is raised instead).
             ResourcesUnavailableError: the engine can never hold this many workers.
             RunAlreadyFinishedError: a run with this name already finished in this storage.
         """
@@ -174,6 +190,12 @@ class DataParallelTrainer:
 
         self.run_config._check_for_trainer(type(self).__name__)
         if core_context.in_worker():
+            if self.scaling_config.max_workers == 0:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}(scaling_config=ScalingConfig(num_workers=0)).fit() in a muster worker "
+                    "(a Tune trial's function, a task or an actor): local mode runs the training function in the "
+                    "process that calls fit(), and muster's driver runs a worker's trainers beside its other "
+                    "work. Use ScalingConfig(num_workers=1), or call fit() in the driver script.")
             # Inside a worker (a Tune trial that builds its own trainer, say): the driver runs it.
             session = _session.current_session()
             reply: FitReply = core_context.send_event(FitRequest(self, session.round if session else 0), wait=True)
@@ -210,7 +232,7 @@ class DataParallelTrainer:
             },
         )
         previous = record.open(allow_finished=allow_finished or self._restore_path is not None)
-        record.save_trainer(self)
+        record.save_trainer(self, required=self.scaling_config.max_workers > 0)
         controller = Controller(
             self._loop(),
             self.train_loop_config,

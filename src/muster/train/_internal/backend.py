@@ -17,3 +17,10 @@ class Backend:
 
     def on_worker_end(self) -> None:  # noqa: B027
         """Called in every worker after the loop returns or raises."""
+
+    def on_driver_start(self) -> None:  # noqa: B027
+        """Local mode (``num_workers=0``): called in the driver before the user's loop runs there (no
+        process group is joined)."""
+
+    def on_driver_end(self) -> None:  # noqa: B027
+        """Local mode: called in the driver after the loop returns or raises."""

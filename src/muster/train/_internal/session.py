@@ -32,6 +32,13 @@ from muster.train.storage import Storage, checkpoint_dir_name, folder_files, is_
 
 #: Ray's ``report(checkpoint_upload_fn=)``: (checkpoint, checkpoint_dir_name) -> the checkpoint to keep
 UploadFn = Callable[[Checkpoint, str], Checkpoint]
+#: how a session's events reach the controller: ``send(payload, wait) -> reply``
+SendFn = Callable[[Any, bool], Any]
+
+
+def _to_driver(payload: Any, wait: bool) -> Any:
+    """A worker's session: events go over the worker's channel to the driver."""
+    return core_context.send_event(payload, wait=wait)
 
 
 @dataclass
@@ -46,7 +53,10 @@ class SessionSpec:
 
 
 class Session:
-    def __init__(self, spec: SessionSpec):
+    def __init__(self, spec: SessionSpec, send: SendFn = _to_driver):
+        """``send``: where events go; a local-mode run (``num_workers=0``) hands them to the controller in
+        this process."""
+        self.send = send
         self.context = spec.context
         self.storage = spec.storage
         self.round = spec.start_round
@@ -82,9 +92,7 @@ class Session:
             uploads_later = mode == "async" and checkpoint is not None
             # The controller learns at once that this rank reports this round (however long the
             # upload takes), and of a pending async upload, which a failure elsewhere waits for.
-            core_context.send_event(
-                events.ReportStarted(self.context.world_rank, self.round, uploads_later), wait=False
-            )
+            self.send(events.ReportStarted(self.context.world_rank, self.round, uploads_later), False)
             if uploads_later and checkpoint is not None:
                 self._start_uploader()
                 assert self._uploads is not None
@@ -117,9 +125,7 @@ class Session:
                 files = self.storage.upload_dir(folder, self.storage.staging_dir(round_index))
             if owned:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
-        core_context.send_event(
-            events.Report(self.context.world_rank, round_index, metrics, files, state, t, timing), wait=True
-        )
+        self.send(events.Report(self.context.world_rank, round_index, metrics, files, state, t, timing), True)
 
     # -- async uploads: one thread, first in first out, so commits keep their order --
     def _start_uploader(self) -> None:
@@ -137,13 +143,13 @@ class Session:
                     continue
                 args, kwargs = item
                 if self._upload_error is not None:  # an earlier round failed: later ones are not sent
-                    _tell_failed(self.context.world_rank, args[0], self._upload_error)
+                    _tell_failed(self.send, self.context.world_rank, args[0], self._upload_error)
                     continue
                 self._send(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - surfaced at the next report() or at the end
                 self._upload_error = exc
                 if item is not None:
-                    _tell_failed(self.context.world_rank, item[0][0], exc)
+                    _tell_failed(self.send, self.context.world_rank, item[0][0], exc)
             finally:
                 self._uploads.task_done()
 
@@ -171,9 +177,9 @@ def _run_upload_fn(upload_fn: UploadFn, checkpoint: Checkpoint, name: str) -> Ch
     return out
 
 
-def _tell_failed(rank: int, round_index: int, exc: BaseException) -> None:
+def _tell_failed(send: SendFn, rank: int, round_index: int, exc: BaseException) -> None:
     try:
-        core_context.send_event(events.UploadFailed(rank, round_index, str(exc)), wait=False)
+        send(events.UploadFailed(rank, round_index, str(exc)), False)
     except Exception:  # noqa: BLE001 - the driver may be gone too; the error is raised in report()
         pass
 

@@ -112,6 +112,20 @@ class TorchBackend(Backend):
             if not user_set:
                 os.environ.pop(_INIT_BARRIER, None)
 
+    def on_driver_start(self) -> None:
+        """Local mode, as Ray's: no process group, and ``get_device()`` is the driver's first GPU when torch
+        sees one (whatever ``use_gpu`` says), else the CPU."""
+        import torch
+
+        from muster.train.torch import train_loop_utils
+
+        train_loop_utils._USE_GPU = torch.cuda.is_available()
+
+    def on_driver_end(self) -> None:
+        from muster.train.torch import train_loop_utils
+
+        train_loop_utils._USE_GPU = False  # the driver's own value: only workers set it
+
     def on_worker_end(self) -> None:
         import torch.distributed as dist
 
