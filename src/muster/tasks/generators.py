@@ -8,9 +8,11 @@ generator methods, a generator task called from inside a worker) the generator
 runs to its end and its items come back together. Either way, as in Ray, an
 error does not lose what came before it: the items yielded before the
 generator raised come first, then one ref whose ``get`` raises the error, then
-the end. A task that fails as a whole (it raised before its first item and its
-retries are spent, or its worker died) gives that one ref after the items that
-had arrived (a retried task sends its items again; those already here are kept).
+the end. A task that fails as a whole (it raised before its first item, or after
+some with ``retry_exceptions`` naming the error, and its retries are spent, or its
+worker died) gives that one ref after the items that had arrived (a retried task
+sends its items again; those already here are kept, as in Ray: the caller sees
+each index once, from the first attempt that reached it).
 """
 
 from __future__ import annotations

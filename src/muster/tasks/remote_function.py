@@ -30,7 +30,7 @@ from muster.tasks.generators import ObjectRefGenerator, Stream, shaped
 from muster.tasks.objects import ObjectRef, snapshot_args
 from muster.tasks.worker_side import TaskBody, TaskInfo
 
-_DEFAULT_MAX_RETRIES = 3  # retries after the process died (Ray's default); exceptions are not retried
+_DEFAULT_MAX_RETRIES = 3  # retries after the process died (Ray's default); exceptions only with retry_exceptions
 
 
 class RemoteFunction:
@@ -149,7 +149,7 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
                     function=f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}",
                     task_name=options.get("name") or None)
     body = TaskBody(fn, info, num_returns(fn, options), (options.get("runtime_env") or {}).get("env_vars") or {},
-                    options.get("max_calls") or 0)
+                    options.get("max_calls") or 0, options.get("retry_exceptions") or False)
     ended = out
     if body.num_returns == "streaming":  # its end goes to the stream, which settles ``out`` once every item is in
         ended = Future()

@@ -3,8 +3,8 @@
 The driver ships a :class:`TaskBody` instead of the bare function and an
 :class:`ActorFactory` instead of the bare class.  Inside the worker they
 record what :func:`muster.get_runtime_context` reports, run coroutines
-(``async def`` tasks) to completion, collect generators, and host async and
-threaded actors: those accept a call at once and send its result back as an
+(``async def`` tasks) to completion, collect generators (:mod:`muster.tasks.generator_items`),
+and host async and threaded actors: those accept a call at once and send its result back as an
 :class:`~muster.tasks.events.ActorCallDone` event, so calls overlap up to
 ``max_concurrency``, and those of each concurrency group up to its own size.
 """
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from muster.core import context as core_context
-from muster.exceptions import InvalidArgumentError
 from muster.tasks import concurrency_groups as cgroups
 from muster.tasks import definition_size, events
+from muster.tasks import generator_items as gitems
 from muster.tasks import options as opts
 
 
@@ -174,129 +174,8 @@ def task_names() -> tuple[str, str] | None:
     return qual, f"{cls.__module__}.{qual}" if cls is not None else qual
 
 
-def _collect(value: Any, num_returns: Any, name: str) -> Any:
-    if inspect.iscoroutine(value):
-        import asyncio  # only async tasks pay for it
-
-        value = asyncio.run(value)
-    if num_returns in ("dynamic", "streaming"):
-        return _items(value, name)
-    if isinstance(num_returns, int) and num_returns != 1:
-        verb = "returned"
-        if inspect.isgenerator(value):
-            verb = "yielded"
-            value = _items(value, name)
-            if value and _is_raised(value[-1]) and len(value) - 1 <= num_returns:
-                # it raised after some items: those are kept, and every later ref raises (as in Ray);
-                # after all of them, the error has no ref to go to and is printed instead
-                raised, value = value[-1], value[:-1]
-                if len(value) == num_returns:
-                    print(f"{name} raised after its num_returns={num_returns} values: {raised.error}", file=sys.stderr)
-                return tuple(value) + (raised,) * (num_returns - len(value))
-        if num_returns == 0:
-            return None
-        if not isinstance(value, (tuple, list)) or len(value) != num_returns:
-            got = f"{len(value)} values" if isinstance(value, (tuple, list)) else type(value).__name__
-            fix = f"yield {num_returns} values" if verb == "yielded" else f"return a tuple of {num_returns} values"
-            raise InvalidArgumentError(
-                f"{name} was declared with num_returns={num_returns} but {verb} {got}; {fix} or change num_returns."
-            )
-        return tuple(value)
-    return value
-
-
-def _items(generator: Any, name: str) -> list[Any]:
-    """The items ``generator`` yields; when it raises after yielding some, they are kept and its
-    error follows them (Ray's streaming generators deliver the items yielded before an error).
-    An error before the first item fails the task as a whole, so its retries still apply."""
-    items: list[Any] = []
-    try:
-        for item in generator:
-            items.append(_set_aside(item))
-    except Exception as exc:  # noqa: BLE001 - handed on after the items, as the task's error would be
-        if not items:
-            raise
-        items.append(_raised(exc, name))
-    return items
-
-
-def _set_aside(item: Any) -> Any:
-    """``item`` with its big buffers (arrays, tensors) moved to shared memory, so the worker's heap
-    holds one yielded value at a time, as Ray's object store lets a generator task do (the items of a
-    task with ``num_returns=n`` or "dynamic" are sent together once it ends).  Items with less than
-    :data:`_SET_ASIDE_MIN` bytes of buffers stay as they are; one that does not pickle stays too (sending
-    it reports that). Only an item holding an array of that size, or a container holding such arrays
-    at its top level, is pickled to find out: the rest are sent as they are, with no second pickling."""
-    from muster.core import serialization
-
-    if _array_bytes(item) < _SET_ASIDE_MIN:
-        return item
-    try:
-        body, buffers = serialization.dumps(item)
-    except Exception:  # noqa: BLE001 - sending the result reports it, with the task's name
-        return item
-    if sum(b.raw().nbytes for b in buffers) < _SET_ASIDE_MIN:  # nothing worth moving: keep it as it is
-        return item
-    import pickle
-
-    return pickle.loads(body, buffers=[serialization.copy_of(b.raw()) for b in buffers])
-
-
-_SET_ASIDE_MIN = 1 << 20  # bytes of buffers in one yielded item before it is moved to shared memory
-
-
-def _array_bytes(item: Any) -> int:
-    """The bytes of the arrays (numpy, torch: what has ``nbytes``) ``item`` is or holds at its top level."""
-    values = item.values() if isinstance(item, dict) else item if isinstance(item, (list, tuple)) else (item,)
-    return sum(n for n in (getattr(v, "nbytes", 0) for v in values) if isinstance(n, int))
-
-
 async def _awaited(value: Any) -> Any:
     return await value
-
-
-async def _async_items(generator: Any, name: str) -> list[Any]:
-    """:func:`_items` of an async generator."""
-    items: list[Any] = []
-    try:
-        async for item in generator:
-            items.append(_set_aside(item))
-    except Exception as exc:  # noqa: BLE001 - as in _items
-        if not items:
-            raise
-        items.append(_raised(exc, name))
-    return items
-
-
-def _is_raised(item: Any) -> bool:
-    from muster.tasks.generators import GeneratorRaised
-
-    return isinstance(item, GeneratorRaised)
-
-
-def _stream(generator: Any, task_id: str, name: str) -> events.StreamEnd:
-    """Send each item to the owner as it is yielded (Ray's streaming generators): the caller's
-    ``next`` has it at once, and an endless generator can be consumed. When it raises after some
-    items, the error follows them as one more item; before the first, the task fails as a whole
-    (so its retries apply)."""
-    sent = 0
-    try:
-        for item in generator:
-            core_context.send_event(events.Yielded(task_id, sent, item), wait=False)
-            sent += 1
-    except Exception as exc:  # noqa: BLE001 - handed on after the items, as the task's error would be
-        if not sent:
-            raise
-        core_context.send_event(events.Yielded(task_id, sent, _raised(exc, name)), wait=False)
-        sent += 1
-    return events.StreamEnd(sent)
-
-
-def _raised(exc: BaseException, name: str) -> Any:
-    from muster.core.local.wire import capture_error
-    from muster.tasks.generators import GeneratorRaised
-
-    return GeneratorRaised(capture_error(exc, name, os.getpid(), ""))
 
 
 _runs: dict[str, int] = {}  # in a task worker: how many tasks of each function it ran (for max_calls)
@@ -304,12 +183,15 @@ _runs: dict[str, int] = {}  # in a task worker: how many tasks of each function 
 
 class TaskBody:
     """The function a task worker runs: ``fn`` plus who it is and how to return. ``max_calls``
-    (0: no limit): the worker ends once it has run that many tasks of this function (Ray's)."""
+    (0: no limit): the worker ends once it has run that many tasks of this function (Ray's).
+    ``retry_exceptions`` (the task's: True, or a list of exception types): an error its streaming or
+    dynamic generator raises after some items fails the attempt when it names it (so it is retried),
+    instead of following the items (see :mod:`muster.tasks.generator_items`)."""
 
     def __init__(self, fn: Callable[..., Any], info: TaskInfo, num_returns: Any, env_vars: dict[str, str],
-                 max_calls: int = 0):
+                 max_calls: int = 0, retry_exceptions: Any = False):
         self.fn, self.info, self.num_returns, self.env_vars = fn, info, num_returns, env_vars
-        self.max_calls = max_calls
+        self.max_calls, self.retry_exceptions = max_calls, retry_exceptions
         self.__name__ = getattr(fn, "__name__", "task")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -320,8 +202,8 @@ class TaskBody:
         try:
             value = self.fn(*args, **kwargs)
             if self.num_returns == "streaming" and inspect.isgenerator(value) and self.info.task_id:
-                return _stream(value, self.info.task_id, f"task {self.__name__}")
-            return _collect(value, self.num_returns, f"task {self.__name__}")
+                return gitems.stream(value, self.info.task_id, f"task {self.__name__}", self.retry_exceptions)
+            return gitems.collect(value, self.num_returns, f"task {self.__name__}", self.retry_exceptions)
         finally:
             _local.info = None
             self._count_run()
@@ -496,7 +378,7 @@ class ActorHost:
             from muster.exceptions import TaskCancelledError
 
             raise TaskCancelledError(f"{name} call")
-        return _collect(self._muster_method(method)(*args, **kwargs), num_returns, name)
+        return gitems.collect(self._muster_method(method)(*args, **kwargs), num_returns, name)
 
     def _muster_submit(self, token: int, method: str, num_returns: Any, args: tuple, kwargs: dict,
                        group: str | None = None) -> None:
@@ -524,7 +406,7 @@ class ActorHost:
                 value = fn(*args, **kwargs)
                 if system and inspect.isawaitable(value):  # an async method: on this thread's own loop
                     value = asyncio.run(_awaited(value))
-                return _collect(value, num_returns, name)
+                return gitems.collect(value, num_returns, name)
 
             fut = (self._muster_builtins_pool() if beside_loop else self._muster_pools[group]).submit(call)
             if places is not None and not system:  # the built-in's place in its group: back once it ran (or never will)
@@ -543,8 +425,8 @@ class ActorHost:
             if inspect.isawaitable(value):
                 value = await value
             if inspect.isasyncgen(value):
-                value = await _async_items(value, name)
-            return _collect(value, num_returns, name)
+                value = await gitems.async_items(value, name)
+            return gitems.collect(value, num_returns, name)
         except SystemExit as exc:  # asyncio would stop the actor's loop with it, hanging every call
             core_context.exit_process(exc.code)
         finally:
