@@ -272,7 +272,7 @@ def test_data_context_takes_rays_cluster_settings_and_refuses_a_typo():
     from muster.train import DataConfig
 
     options = DataConfig.default_ingest_options()
-    options.resource_limits.object_store_memory = 10e9
+    options.resource_limits = options.resource_limits.copy(object_store_memory=10e9)  # immutable, as Ray 2.60's
     options.preserve_order = False
     assert DataConfig(execution_options=options).execution_options.preserve_order is False
     with pytest.raises(AttributeError, match="execution_options.bogus: muster has preserve_order"):

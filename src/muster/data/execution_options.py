@@ -8,26 +8,56 @@ acts; the cluster ones (``resource_limits``, ``exclude_resources``, ``locality_w
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable
 
 from muster.data.context import DataContext
+from muster.exceptions import InvalidArgumentError
 
 
-@dataclass
 class ExecutionResources:
     """Ray's resource amounts (``cpu``, ``gpu``, ``object_store_memory``, ``memory``; unset is 0) or limits
-    (``for_limits()``: unset is unlimited). Kept for Ray's scripts; no effect on muster's pipelines."""
+    (``for_limits()``: unset is unlimited). Kept for Ray's scripts; no effect on muster's pipelines.
 
-    cpu: float = 0.0
-    gpu: float = 0.0
-    object_store_memory: float = 0.0
-    memory: float = 0.0
+    Immutable and hashable, as Ray 2.60's: every operation returns a new one, and an amount is changed by
+    assigning a copy (``ctx.execution_options.resource_limits = ctx.execution_options.resource_limits.copy(
+    cpu=8)``). Amounts are rounded as Ray's: ``cpu`` and ``gpu`` to 5 decimals, the memories to whole bytes."""
+
+    __slots__ = ("_cpu", "_gpu", "_object_store_memory", "_memory")  # None where not given (as Ray's)
+    _cpu: float | None
+    _gpu: float | None
+    _object_store_memory: float | None
+    _memory: float | None
 
     def __init__(self, cpu: float | None = None, gpu: float | None = None, object_store_memory: float | None = None,
                  memory: float | None = None):
-        self.cpu, self.gpu = cpu or 0.0, gpu or 0.0
-        self.object_store_memory, self.memory = object_store_memory or 0.0, memory or 0.0
+        object.__setattr__(self, "_cpu", _rounded(cpu, 5))
+        object.__setattr__(self, "_gpu", _rounded(gpu, 5))
+        object.__setattr__(self, "_object_store_memory", _rounded(object_store_memory, 0))
+        object.__setattr__(self, "_memory", _rounded(memory, 0))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _AMOUNTS:
+            raise AttributeError(
+                f"ExecutionResources.{name} = {value!r}: an ExecutionResources is immutable, as Ray's. Assign a "
+                f"copy with the new amount, e.g. options.resource_limits = options.resource_limits.copy("
+                f"{name}={value!r}).")
+        object.__setattr__(self, name, value)  # __slots__ refuses any other public name, as Ray's
+
+    @property
+    def cpu(self) -> float:
+        return self._cpu or 0.0
+
+    @property
+    def gpu(self) -> float:
+        return self._gpu or 0.0
+
+    @property
+    def object_store_memory(self) -> float:
+        return self._object_store_memory or 0
+
+    @property
+    def memory(self) -> float:
+        return self._memory or 0
 
     @classmethod
     def for_limits(cls, cpu: float | None = None, gpu: float | None = None, object_store_memory: float | None = None,
@@ -38,11 +68,13 @@ class ExecutionResources:
 
     @classmethod
     def zero(cls) -> ExecutionResources:
-        return cls()
+        """No resources (one shared instance, as Ray's)."""
+        return _ZERO
 
     @classmethod
     def inf(cls) -> ExecutionResources:
-        return cls.for_limits()
+        """Unlimited resources (one shared instance, as Ray's)."""
+        return _INF
 
     @classmethod
     def from_resource_dict(cls, resources: dict[str, float]) -> ExecutionResources:
@@ -54,6 +86,14 @@ class ExecutionResources:
     def to_resource_dict(self) -> dict[str, float]:
         return {"CPU": self.cpu, "GPU": self.gpu, "object_store_memory": self.object_store_memory,
                 "memory": self.memory}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ExecutionResources):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in _AMOUNTS)
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, n) for n in _AMOUNTS))
 
     def _each(self, other: ExecutionResources, fn: Callable[[float, float], float]) -> ExecutionResources:
         return ExecutionResources(*(fn(getattr(self, n), getattr(other, n)) for n in _AMOUNTS))
@@ -79,8 +119,16 @@ class ExecutionResources:
         return self._each(other, _times_in)
 
     def scale(self, f: float) -> ExecutionResources:
-        """Each amount times ``f`` (an unlimited amount scaled by 0 is 0)."""
-        return ExecutionResources(*(0.0 if f == 0 else getattr(self, n) * f for n in _AMOUNTS))
+        """Each amount times ``f`` (by 0: zero, an unlimited amount too; an amount of 0 stays 0, as Ray's).
+
+        Raises:
+            InvalidArgumentError: ``f`` is negative.
+        """
+        if f < 0:
+            raise InvalidArgumentError(f"ExecutionResources.scale({f!r}): the factor must be 0 or more.")
+        if f == 0:
+            return ExecutionResources.zero()
+        return ExecutionResources(*(0.0 if getattr(self, n) == 0 else getattr(self, n) * f for n in _AMOUNTS))
 
     @staticmethod
     def combine(resources: Iterable[ExecutionResources],
@@ -123,26 +171,36 @@ class ExecutionResources:
              object_store_memory: float | None = None) -> ExecutionResources:
         """A copy with the amounts given replaced (Ray's ``resource_limits.copy(cpu=10)``)."""
         given = {"cpu": cpu, "gpu": gpu, "object_store_memory": object_store_memory, "memory": memory}
-        return ExecutionResources(**{f.name: getattr(self, f.name) if given[f.name] is None else given[f.name]
-                                     for f in fields(self)})
+        return ExecutionResources(**{n: getattr(self, n) if given[n] is None else given[n] for n in _AMOUNTS})
 
 
 _AMOUNTS = ("cpu", "gpu", "object_store_memory", "memory")  # ExecutionResources' positional order
 
 
+def _rounded(amount: float | None, digits: int) -> float | None:
+    """``amount`` rounded as Ray's (Ray's scheduler counts CPUs and GPUs to 5 decimals); None and inf kept."""
+    return amount if amount is None or math.isinf(amount) else round(amount, digits)
+
+
 def _times_in(a: float, b: float) -> float:
-    """How many whole ``b`` fit in ``a`` (``inf`` for ``b`` 0 or ``a`` unlimited)."""
-    return math.inf if b == 0 or math.isinf(a) else int(a // b)
+    """How many whole ``b`` fit in ``a`` (``inf`` for ``b`` 0 or ``a`` unlimited), as Ray's ``floor(a / b)``."""
+    return math.inf if b == 0 or math.isinf(a) else math.floor(a / b)
 
 
 def _bytes_str(amount: float) -> str:
-    if math.isinf(amount) or math.isnan(amount):
-        return str(amount)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(amount) < 1024 or unit == "PiB":
-            return f"{amount:.1f}{unit}"
+    """``amount`` bytes in B, KiB, MiB... as Ray's ``memory_string`` (``inf`` unlimited; below 1024, bytes)."""
+    if amount == math.inf:
+        return "inf"
+    unit = 0
+    while amount >= 1024 and unit < len(_UNITS) - 1:
         amount /= 1024
-    raise AssertionError("unreachable")
+        unit += 1
+    return f"{amount:.1f}{_UNITS[unit]}"
+
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+_ZERO = ExecutionResources(0.0, 0.0, 0.0, 0.0)  # zero() and inf(): shared, as Ray's (immutable)
+_INF = ExecutionResources.for_limits()
 
 
 class ExecutionOptions:
@@ -178,7 +236,7 @@ class ExecutionOptions:
     def __getattr__(self, name: str) -> Any:
         if name == "preserve_order":
             return self._ctx.preserve_order
-        if name in self.RAY_ONLY:  # kept in the context: resource_limits.cpu = 8 changes the context's
+        if name in self.RAY_ONLY:  # kept in the context (another view of it reads the same)
             return self._ctx.__dict__.setdefault(f"_ray_{name}", _default(name))
         raise AttributeError(f"DataContext.execution_options.{name}: muster has preserve_order, and takes Ray's "
                              f"{', '.join(self.RAY_ONLY)} with no effect.")
@@ -194,6 +252,8 @@ class ExecutionOptions:
         if name == "preserve_order":
             self._ctx.preserve_order = bool(value)
         elif name in self.RAY_ONLY:
+            if name == "resource_limits" and isinstance(value, ExecutionResources):
+                value = _as_limits(value)
             self._ctx.__dict__[f"_ray_{name}"] = value
         else:
             self.__getattr__(name)  # raises, naming what there is
@@ -210,3 +270,10 @@ def _default(name: str) -> Any:
     if name == "exclude_resources":
         return ExecutionResources.zero()
     return {"actor_locality_enabled": True, "verbose_progress": True}.get(name)
+
+
+def _as_limits(resources: ExecutionResources) -> ExecutionResources:
+    """``resources`` as limits, as Ray's ``resource_limits`` setter keeps them: an amount not given is
+    unlimited (``ExecutionResources(cpu=8)`` limits the CPUs only)."""
+    return ExecutionResources.for_limits(resources._cpu, resources._gpu, resources._object_store_memory,
+                                         resources._memory)

@@ -385,19 +385,41 @@ def add_column(col: str, fn: Callable[[Any], Any], batch_format: str) -> BlockFn
                 "return the one new column: a pandas Series, a numpy array or a list, one value per row. Pick the "
                 "column, e.g. return df['x'], or use map_batches to return several."
             )
-        if hasattr(values, "to_numpy") and not isinstance(values, (pa.Array, pa.ChunkedArray)):
+        typed = _typed_pandas_column(values) if batch_format == "pandas" else None
+        if typed is None and hasattr(values, "to_numpy") and not isinstance(values, (pa.Array, pa.ChunkedArray)):
             values = values.to_numpy()
         if getattr(values, "__len__", None) is None or len(values) != block.num_rows:
             raise DataTypeError(
                 f"add_column({col!r}, {fn_name(fn)}) returned {blk._short(values)}; it must return one value per "
                 f"row of the batch ({block.num_rows} rows)."
             )
-        arr = blk.array_from_values(values)
+        arr = typed if typed is not None else blk.array_from_values(values)
         if col in block.column_names:
             return [block.set_column(block.column_names.index(col), col, arr)]
         return [block.append_column(col, arr)]
 
     return apply
+
+
+def _typed_pandas_column(values: Any) -> pa.Array | None:
+    """What Ray 2.60 makes of a pandas ``add_column`` function's result: pandas' column for it (Ray assigns it,
+    ``batch.loc[:, col] = values``; a list or 1-D array takes pandas' inferred dtype) as pyarrow converts a
+    typed column, so pandas 3 text (``str``) is ``large_string`` and nullable ``Int64`` is ``int64`` with
+    nulls. None for an ``object`` column (tensors, Python objects) or anything else: muster's conversion."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(values, list) or (isinstance(values, np.ndarray) and values.ndim == 1):
+        try:
+            values = pd.Series(values)
+        except (TypeError, ValueError):  # values pandas cannot hold in one column: muster's conversion says why
+            return None
+    if not isinstance(values, pd.Series) or values.dtype == object:
+        return None
+    try:
+        return pa.array(values, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):  # muster's conversion says why
+        return None
 
 
 def select_columns(cols: list[str]) -> BlockFn:
