@@ -10,6 +10,7 @@ from typing import Any
 
 import cloudpickle
 
+from muster.exceptions import TaskError, TrainingFailedError
 from muster.train.storage import Storage
 
 ERROR_FILE = "error.pkl"  # a failed trial's error itself, in its folder (as Ray keeps it)
@@ -56,14 +57,29 @@ def update_metric_analysis(analysis: dict[str, dict[str, Any]], recent: dict[str
             analysis[metric][f"last-{n}-avg"] = value if seen is None else sum(last_n) / len(last_n)
 
 
+def failure_text(error: BaseException) -> str:
+    """What ``error.txt`` says of one failure, each traceback once, as Ray writes each failure's own: a
+    remote function's error (``TaskError``) as its message and remote traceback; a trial's final error
+    (``TrainingFailedError``, which holds every attempt's) as its last attempt's root cause, the earlier
+    attempts' being the failures above it; any other error as its traceback."""
+    if isinstance(error, TrainingFailedError) and error.root_cause is not None:
+        attempts = len(error.attempts)
+        earlier = "; the earlier attempts' errors are the failures above" if attempts > 1 else ""
+        head = (f"{error.subject} failed after {attempts} attempt(s) (FailureConfig(max_failures="
+                f"{error.max_failures})){earlier}. Root cause of attempt {attempts}:")
+        return f"{head}\n{failure_text(error.root_cause)}"
+    if isinstance(error, TaskError):
+        return str(error)
+    return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+
+
 def write_error(storage: Storage, error: BaseException, failure: int) -> None:
     """A trial's ``failure``-th error (a failed attempt it retries, or its final one) in its folder, as
-    Ray keeps them: added to ``error.txt`` (its traceback after a ``Failure # N (occurred at ...)`` line)
-    and as ``error.pkl`` (the error itself, so a restored ResultGrid's ``result.error`` is still what the
-    trainable raised; an error that does not pickle is left out)."""
+    Ray keeps them: added to ``error.txt`` (:func:`failure_text` after a ``Failure # N (occurred at ...)``
+    line) and as ``error.pkl`` (the error itself, so a restored ResultGrid's ``result.error`` is still what
+    the trainable raised; an error that does not pickle is left out)."""
     path = storage.join(storage.run_dir, ERROR_TEXT_FILE)
     before = storage.read_bytes(path).decode(errors="replace") if storage.exists(path) else ""
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     when = time.strftime("%Y-%m-%d_%H-%M-%S")
-    storage.write_text(path, f"{before}Failure # {failure} (occurred at {when})\n{text.rstrip()}\n")
+    storage.write_text(path, f"{before}Failure # {failure} (occurred at {when})\n{failure_text(error).rstrip()}\n")
     storage.write_bytes(storage.join(storage.run_dir, ERROR_FILE), cloudpickle.dumps(error))

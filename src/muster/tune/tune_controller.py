@@ -235,7 +235,7 @@ class TuneController:
             self._dirty = True
             self.scheduler.on_trial_complete(self, trial, trial.last_result or None)
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None)
-            self.callbacks.trial_event("on_trial_complete", self.trials, trial)
+            self._tell_as(trial, PAUSED, "on_trial_complete")
             self._end_paused_loggers(trial)
         return True
 
@@ -348,7 +348,7 @@ class TuneController:
         os.makedirs(trial.local_path, exist_ok=True)
         write_params(storage, trial.config)
         self.progress.event(f"{trial.trial_name} started with {_short(trial.config)}")
-        self._tell_started(trial, "on_trial_start")
+        self._tell_as(trial, PENDING, "on_trial_start")
         run.start()
 
     def _trial_storage(self, trial: Trial) -> Storage:
@@ -385,11 +385,13 @@ class TuneController:
         if error is not None:
             self._keep_error(trial, error)
         if not trial.experiment_stopped:
-            self._tell_started(trial, "on_trial_recover", "on_trial_start")
+            self._tell_as(trial, PENDING, "on_trial_recover", "on_trial_start")
 
-    def _tell_started(self, trial: Trial, *hooks: str) -> None:
-        """Ray's callbacks see a trial that (re)starts as PENDING: it is RUNNING once they had it."""
-        status, trial.status = trial.status, PENDING
+    def _tell_as(self, trial: Trial, seen_as: str, *hooks: str) -> None:
+        """Call ``hooks`` of the callbacks with the trial's status shown as Ray's callbacks see it (``seen_as``):
+        a trial that (re)starts is PENDING (RUNNING once they had it); one that completes is still RUNNING, or
+        PAUSED where a paused trial is ended (Ray's ``stop_trial`` calls them before it sets TERMINATED)."""
+        status, trial.status = trial.status, seen_as
         try:
             for hook in hooks:
                 self.callbacks.trial_event(hook, self.trials, trial)
@@ -484,7 +486,7 @@ class TuneController:
             trial.status = TERMINATED
             self.scheduler.on_trial_complete(self, trial, trial.last_result or None)
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None)
-            self.callbacks.trial_event("on_trial_complete", self.trials, trial)
+            self._tell_as(trial, RUNNING, "on_trial_complete")
             loggers.end(outcome)
         trial.ending_as = None
 
