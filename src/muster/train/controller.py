@@ -10,7 +10,8 @@ and INTERRUPTED (Ctrl-C, SIGTERM) or ERRORED from any state not final;
 pure functions in ``_internal/policies.py``.  Reports are taken in on the
 worker reader threads (so ``report()`` returns as soon as it is recorded);
 everything else -- a worker finishing, raising, dying, or going silent --
-arrives on one queue and is handled here, in order.  A local-mode run
+arrives on one queue and is handled here, in order (what a stalled or failed
+attempt is reported as: ``_internal/diagnosis.py``).  A local-mode run
 (``num_workers=0``) has no gang: its one attempt runs the function on the
 controller's thread and hands each report to ``take_report`` directly.
 """
@@ -31,18 +32,12 @@ from typing import Any, Callable
 from muster.core.api import get_runtime
 from muster.core.interrupts import SafeInterrupts, sigterm_as_interrupt
 from muster.core.runtime import RuntimeActor
-from muster.exceptions import (
-    MusterError,
-    RunOutputWarning,
-    TaskError,
-    TrainingFailedError,
-    WorkerCrashedError,
-)
+from muster.exceptions import MusterError, RunOutputWarning, TrainingFailedError
 from muster.observe.progress import ProgressView
 from muster.observe.recorder import RunRecorder
 from muster.tasks import owner as task_owner
 from muster.train._internal import events as ev
-from muster.train._internal import listeners, local_mode
+from muster.train._internal import diagnosis, listeners, local_mode
 from muster.train._internal import policies
 from muster.train._internal.backend import Backend
 from muster.train._internal.checkpoint_manager import CheckpointManager
@@ -62,7 +57,6 @@ from muster.train.storage import Storage
 from muster.train.worker_group import Member, WorkerGroup
 
 
-_DEATH_GRACE_S = 0.5  # after a rank raises, how long to look for a peer's death that caused it
 _DRAIN_S = 2.0  # after killing a gang, how long to wait for its last reports to be read
 
 
@@ -461,7 +455,8 @@ class Controller:
                 grow = self._grow_now(attempt)
                 if grow is not None:
                     return grow
-                self._report_stall(attempt)
+                diagnosis.report_stall(attempt, self.run_config.stall_report_s,
+                                       lambda message: _warn(self.view, message), self.recorder)
                 if timeout is not None and time.monotonic() - attempt.last_activity > timeout:
                     return MusterError(
                         f"No worker reported for {timeout:.0f} s (RunConfig(worker_timeout_s={timeout})); "
@@ -472,60 +467,16 @@ class Controller:
             if isinstance(event, ev.StopRequested):
                 return None
             if isinstance(event, ev.WorkerDied):
-                return _root_cause(event.error, event.member)
+                return diagnosis.root_cause(event.error, event.member)
             exc = event.future.exception()
             if exc is not None:
-                return self._pick_root_cause(attempt, _root_cause(exc, event.member))
+                return diagnosis.pick_root_cause(attempt, diagnosis.root_cause(exc, event.member))
             attempt.finished.add(event.member.rank)
             if event.member.rank == 0:  # (of the attempt that succeeds: each sets it as its rank 0 ends)
                 self.return_value = event.future.result()
             attempt.last_activity = time.monotonic()
             self.ledger.rank_finished(event.member.rank)
         return None
-
-    def _report_stall(self, attempt: _Attempt) -> None:
-        """No rank reported or finished for ``RunConfig.stall_report_s``: say so, naming the ranks
-        still running, and have each print its Python stacks into its output (local engine), so a
-        hang shows where it waits. Said again after twice as long, and so on; the run goes on."""
-        limit = self.run_config.stall_report_s
-        quiet = time.monotonic() - attempt.last_activity
-        said = attempt.stall_reported[1] if attempt.stall_reported and \
-            attempt.stall_reported[0] == attempt.last_activity else None
-        if limit is None or quiet < (limit if said is None else 2 * said):
-            return
-        attempt.stall_reported = (attempt.last_activity, quiet)
-        running = [m for m in attempt.group.members if m.rank not in attempt.finished]
-        runtime = get_runtime()
-        shown = [m.rank for m in running if runtime.show_stacks(m.handle)]
-        done = f"ranks {sorted(attempt.finished)} finished their loop; " if attempt.finished else ""
-        message = (
-            f"no rank has reported for {quiet:.0f} s; {done}ranks {[m.rank for m in running]} still run"
-            + (f"; ranks {shown} printed their Python stacks in their output above" if shown else "")
-            + ". A rank waiting in a collective (all_reduce, barrier, a checkpoint save that gathers from "
-            "every rank) that another rank never makes waits forever: every rank must make the same "
-            "collective calls. (RunConfig(stall_report_s=None) turns this off; worker_timeout_s fails such "
-            "a run instead.)"
-        )
-        _warn(self.view, message)
-        self.recorder.event("stall", message)
-
-    def _pick_root_cause(self, attempt: _Attempt, first: BaseException) -> BaseException:
-        """A rank raised. If a peer died, its death caused this (a dead peer breaks the
-        others' collectives, never the reverse): wait briefly for one and prefer it."""
-        if isinstance(first, WorkerCrashedError):
-            return first
-        deadline = time.monotonic() + _DEATH_GRACE_S
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                event = attempt.events.get(timeout=left)
-            except queue.Empty:
-                break
-            if isinstance(event, ev.StopRequested):  # a Tune stop while the cause is looked for
-                continue
-            exc = event.error if isinstance(event, ev.WorkerDied) else event.future.exception()
-            if isinstance(exc, WorkerCrashedError):
-                return _root_cause(exc, event.member)
-        return first
 
     def _drain_uploads(self, attempt: _Attempt) -> None:
         """A rank failed: let the healthy ranks finish the async uploads they had queued
@@ -632,14 +583,6 @@ def _warn(view: ProgressView, message: str) -> None:
 
 
 warnings.filterwarnings("ignore", category=RunOutputWarning, append=True)  # printed by the run's output
-
-
-def _root_cause(exc: BaseException, member: Member) -> BaseException:
-    if isinstance(exc, WorkerCrashedError):
-        return WorkerCrashedError(f"rank {member.rank}", exc.pid or member.pid, exc.exitcode, member.host)
-    if isinstance(exc, TaskError):
-        return exc.relabelled(f"rank {member.rank}", exc.pid or member.pid, exc.host or member.host)
-    return exc
 
 
 def _first_line(err: BaseException) -> str:
