@@ -100,6 +100,7 @@ def test_trial_in_callbacks_reads_as_rays(tmp_path):
     assert error["error_file"].endswith("/error.txt") and "boom x=2" in open(error["error_file"]).read()
     assert isinstance(error["error"], TuneError) and "boom x=2" in str(error["error"])
     assert "boom x=2" in str(error["pickled"])
+    assert isinstance(error["pickled"], RuntimeError)  # what the trainable raised, as Ray's RayTaskError(...) is
 
 
 def test_trial_custom_dirname_and_ray_only_attributes(tmp_path):

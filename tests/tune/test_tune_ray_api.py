@@ -197,7 +197,7 @@ class _Log(LoggerCallback):
         self.events.append(("result", trial.trial_id))
 
     def log_trial_end(self, trial, failed=False):
-        self.events.append(("end", trial.trial_id, failed))
+        self.events.append(("end", trial.trial_id, failed, trial.status))
 
 
 def test_hyperband_promotes_the_best_and_logger_callback_sees_every_trial(storage):
@@ -221,6 +221,12 @@ def test_hyperband_promotes_the_best_and_logger_callback_sees_every_trial(storag
     assert {e[1] for e in log.events if e[0] == "end"} == ids and not any(e[2] for e in log.events if e[0] == "end")
     # the logger saw every result, those reported while a stop was on its way included
     assert sum(e[0] == "result" for e in log.events) == sum(len(r.metrics_dataframe) for r in grid)
+    # a trial HyperBand stops is PAUSED to on_trial_complete where it waited paused at its milestone (as Ray's
+    # stop_trial shows it, TERMINATED only after), RUNNING where its own result decided; the others end RUNNING
+    stopped = next(r.metrics["trial_id"] for r in grid if r.config["x"] == 0.7)
+    ends = {e[1]: e[3] for e in log.events if e[0] == "end"}
+    assert ends[stopped] in ("PAUSED", "RUNNING"), ends
+    assert all(status == "RUNNING" for i, status in ends.items() if i != stopped), ends
 
 
 class _Steps(tune.Trainable):

@@ -57,7 +57,7 @@ from muster.tune.trial_events import (  # noqa: F401 - the controller's events, 
     TrialResult,
     TrialStep,
 )
-from muster.tune.trial_info import ERROR_FILE, ERROR_TEXT_FILE, update_metric_analysis
+from muster.tune.trial_info import ERROR_FILE, ERROR_TEXT_FILE, as_users_error, update_metric_analysis
 from muster.tune.trial_loggers import TrialLoggers
 
 if TYPE_CHECKING:
@@ -181,10 +181,10 @@ class Trial:
         return None if text is None else TuneError(text.decode(errors="replace"))
 
     def get_pickled_error(self) -> BaseException | None:
-        """The exception the trial failed with (``error.pkl``); None if it has not failed (or it did
-        not pickle)."""
+        """The exception the trial failed with (``error.pkl``), also an instance of what the trainable raised
+        (``isinstance(err, ValueError)``), as Ray's; None if it has not failed (or it did not pickle)."""
         data = self._error_bytes(ERROR_FILE)
-        return None if data is None else cloudpickle.loads(data)
+        return None if data is None else as_users_error(cloudpickle.loads(data))
 
     def _error_bytes(self, filename: str) -> bytes | None:
         if self._never_failed():

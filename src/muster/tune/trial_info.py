@@ -10,7 +10,7 @@ from typing import Any
 
 import cloudpickle
 
-from muster.exceptions import TaskError, TrainingFailedError
+from muster.exceptions import MusterError, TaskError, TrainingFailedError, also_an_instance_of
 from muster.train.storage import Storage
 
 ERROR_FILE = "error.pkl"  # a failed trial's error itself, in its folder (as Ray keeps it)
@@ -83,3 +83,14 @@ def write_error(storage: Storage, error: BaseException, failure: int) -> None:
     when = time.strftime("%Y-%m-%d_%H-%M-%S")
     storage.write_text(path, f"{before}Failure # {failure} (occurred at {when})\n{failure_text(error).rstrip()}\n")
     storage.write_bytes(storage.join(storage.run_dir, ERROR_FILE), cloudpickle.dumps(error))
+
+
+def as_users_error(err: BaseException | None) -> BaseException | None:
+    """A trial's ``TrainingFailedError`` that is also an instance of what the trainable raised, as
+    Ray's trial errors are (``isinstance(result.error, ValueError)``); its message is unchanged."""
+    if not isinstance(err, TrainingFailedError):
+        return err
+    cause = err.root_cause
+    if isinstance(cause, TaskError) and cause.cause is not None and not isinstance(cause.cause, MusterError):
+        return also_an_instance_of(err, type(cause.cause))
+    return err

@@ -22,15 +22,7 @@ import cloudpickle
 from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.interrupts import sigterm_as_interrupt
-from muster.exceptions import (
-    InvalidArgumentError,
-    InvalidTypeError,
-    MusterError,
-    TaskError,
-    TrainingFailedError,
-    also_an_instance_of,
-    expect_instance,
-)
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, expect_instance
 from muster.observe.trial_rows import trial_result
 from muster.train._internal.backend import Backend
 from muster.train.config import RunConfig, ScalingConfig
@@ -41,6 +33,7 @@ from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import progress_reporter
 from muster.tune import trial as trial_mod
 from muster.tune.callback import CALLBACK_STATE, CallbackList
+from muster.tune.trial_info import as_users_error
 from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, TuneController, graceful_stops
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.run_config import RunConfig as TuneRunConfig
@@ -184,7 +177,7 @@ class Tuner:
             restore_sigterm()
             self._interrupted_by = controller.interrupted_by
         if controller.failed_fast is not None:  # FailureConfig(fail_fast="raise")
-            raise _as_users_error(controller.errors[controller.failed_fast]) or TrialError(controller.failed_fast)
+            raise as_users_error(controller.errors[controller.failed_fast]) or TrialError(controller.failed_fast)
         return _grid(storage, controller.trials, controller.errors, metric, mode)
 
     def get_results(self) -> ResultGrid:
@@ -533,17 +526,6 @@ def _as_reported(result: Result, trial: Trial) -> None:
     result.metrics = {**metrics, **{k: v for k, v in live.items() if k in metrics}}
 
 
-def _as_users_error(err: BaseException | None) -> BaseException | None:
-    """A trial's ``TrainingFailedError`` that is also an instance of what the trainable raised, as
-    Ray's trial errors are (``isinstance(result.error, ValueError)``); its message is unchanged."""
-    if not isinstance(err, TrainingFailedError):
-        return err
-    cause = err.root_cause
-    if isinstance(cause, TaskError) and cause.cause is not None and not isinstance(cause.cause, MusterError):
-        return also_an_instance_of(err, type(cause.cause))
-    return err
-
-
 def _kept_error(storage: Storage, trial: Trial) -> BaseException | None:
     """The error a trial failed with, as the controller kept it (a restored experiment's)."""
     where = Storage(storage.uri, trial.dirname, storage.fs)  # as the controller wrote it
@@ -584,7 +566,7 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
         result.config = trial.config
         if trial.error is not None:
             error = errors.get(trial.trial_id) or _kept_error(storage, trial)
-            result.error = _as_users_error(error) or TrialError(trial.error)
+            result.error = as_users_error(error) or TrialError(trial.error)
         results.append(result)
     return ResultGrid(results, storage.uri, metric, mode, [t.trial_id for t in trials])
 

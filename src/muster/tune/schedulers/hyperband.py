@@ -138,7 +138,7 @@ class HyperBandScheduler(TrialScheduler):
                 trial.status = "TERMINATED"
                 controller._dirty = True
                 controller.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None)
-                controller.callbacks.trial_event("on_trial_complete", controller.trials, trial)
+                controller._tell_as(trial, "PAUSED", "on_trial_complete")  # as Ray's stop_trial shows it
 
     def _left(self, controller: Any, trial: Trial) -> None:
         self._promoted.discard(trial.trial_id)
