@@ -442,7 +442,8 @@ class NodeDiedError(MusterError):
 
 
 class RuntimeEnvSetupError(MusterError):
-    """Ray could not build a runtime_env. muster applies env_vars only: not raised."""
+    """Ray could not build a runtime_env (on an engine that runs on a Ray cluster). The embedded engine only
+    copies local folders, and refuses bad ones where they are given: not raised there."""
 
 
 class ActorAlreadyExistsError(InvalidArgumentError):

@@ -141,15 +141,16 @@ print("ok")
 
 
 def test_an_ignored_runtime_env_key_at_init_names_both_keys_init_applies(uninitialised, monkeypatch):
-    """The seed guide's ``runtime_env={"working_dir": ...}``: the warning said "only env_vars is applied",
-    though init also runs a ``worker_process_setup_hook``; and "working_dir have" for one key."""
+    """A ``runtime_env={"working_dir": <URI>}`` (a local folder is applied): the warning said "only env_vars is
+    applied", though init also runs a ``worker_process_setup_hook``; and "working_dir have" for one key."""
     from muster.core import init_options
 
     monkeypatch.setattr(init_options, "_warned_runtime_env", set())
     with pytest.warns(UserWarning) as caught:
-        rt = muster.init(num_cpus=1, num_gpus=0, runtime_env={"working_dir": "."})
+        rt = muster.init(num_cpus=1, num_gpus=0, runtime_env={"working_dir": "s3://bucket/code.zip"})
     rt.shutdown()
     api._runtime = None
     (message,) = [str(w.message) for w in caught if "runtime_env" in str(w.message)]
     assert message.startswith("muster.init(): runtime_env working_dir has no effect on muster"), message
-    assert "only env_vars and worker_process_setup_hook are applied" in message, message
+    assert ("only env_vars and worker_process_setup_hook, and working_dir and py_modules given as local paths "
+            "are applied") in message, message

@@ -210,3 +210,18 @@ def test_a_streaming_generator_whose_worker_died_gives_each_index_once(tmp_path)
         path = str(tmp_path / f"attempts{i}")
         assert _outcomes(dies_once.remote(path, counts)) == seen
         assert _runs(path) == 2
+
+
+def test_get_of_a_generator_hands_it_back_untouched_as_ray_does():
+    """Ray 2.60's ``get(gen)`` returns the generator itself, so code written for ``num_returns="dynamic"``
+    (``for ref in ray.get(task.remote()): ray.get(ref)``) runs on a streaming generator too; muster's took every
+    item's value, so the loop's ``get`` of a value raised and the generator was spent."""
+    gen = count.remote(3)
+    assert muster.get(gen) is gen
+    assert [muster.get(ref, timeout=60) for ref in muster.get(gen)] == [0, 1, 2]
+    assert muster.get(_get_inside.remote(), timeout=60) == [0, 1, 2]  # in a worker too
+
+
+@muster.remote
+def _get_inside():
+    return [muster.get(ref) for ref in muster.get(count.remote(3))]

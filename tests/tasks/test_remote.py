@@ -233,9 +233,9 @@ def test_options_are_validated():
         muster.remote(1, 2)
     with pytest.raises(TypeError, match=r"square is already remote; call square.remote\(...\)"):
         muster.remote(square)
-    # Ray's runtime_env keys other than env_vars are accepted, and said to do nothing here
+    # Ray's runtime_env keys muster does not apply (pip, a URI working_dir...) are accepted, and said to do nothing
     with pytest.warns(UserWarning, match=r"@muster.remote on square: runtime_env pip, working_dir have no effect"):
-        square.options(runtime_env={"pip": ["requests"], "working_dir": ".", "env_vars": {"A": "1"}})
+        square.options(runtime_env={"pip": ["requests"], "working_dir": "s3://b/code.zip", "env_vars": {"A": "1"}})
     with pytest.warns(UserWarning, match=r"memory=1073741824 is not reserved by muster.*num_cpus"):
         square.options(memory=2**30)
     with pytest.raises(ValueError, match=r"square.options\(max_calls=1\): max_calls cannot be set in .options\(\)"):

@@ -1,5 +1,6 @@
 """A malformed ``runtime_env`` is refused where it is given, as Ray 2.60 refuses it; a well-formed ``pip`` or
-``working_dir`` is still taken with the warning that it has no effect here."""
+URI ``working_dir`` is still taken with the warning that it has no effect here (a local folder is applied:
+``test_runtime_env_working_dir.py``)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,18 @@ def test_working_dir_that_does_not_exist_is_refused_at_options(tmp_path):
             make(runtime_env={"working_dir": missing})
     with pytest.raises(InvalidTypeError, match=r"working_dir'\]=5; give a directory's path"):
         _checked_task.options(runtime_env={"working_dir": 5})
-    with pytest.warns(UserWarning, match="runtime_env working_dir has no effect"):  # an existing folder
-        _checked_task.options(runtime_env={"working_dir": str(tmp_path)})
+    with pytest.warns(UserWarning, match="runtime_env working_dir has no effect"):  # a URI: not fetched
+        _checked_task.options(runtime_env={"working_dir": "https://example.com/code.zip"})
+
+
+def test_py_modules_that_is_no_list_or_names_no_module_is_refused_at_options(tmp_path):
+    # Ray 2.60: TypeError "py_modules must be a List of local paths, imported modules, or URIs"; ValueError
+    # "py_modules entry must be a .py file, a directory, or a .whl file".
+    with pytest.raises(InvalidTypeError, match=r"py_modules'\]='pkg'; give a list"):
+        _checked_task.options(runtime_env={"py_modules": "pkg"})
+    missing = str(tmp_path / "missing")
+    with pytest.raises(InvalidArgumentError, match=f"py_modules'\\] has {missing!r}, which is not an existing"):
+        _CheckedActor.options(runtime_env={"py_modules": [missing]})
 
 
 def test_pip_string_that_is_no_requirements_file_is_refused_naming_the_list_form(tmp_path):

@@ -58,6 +58,21 @@ def test_queue_batch_arguments_and_use_after_shutdown_say_what_to_do():
             call()
 
 
+def test_a_queue_with_a_negative_maxsize_is_unbounded_as_in_ray():
+    """Ray 2.60 (run side by side): ``Queue(maxsize=-1)`` is unbounded, as an ``asyncio.Queue`` or ``queue.Queue`` is;
+    muster refused it with an InvalidArgumentError."""
+    q = Queue(maxsize=-1)
+    try:
+        q.put_nowait_batch(range(5))
+        q.put(5, block=False)
+        assert not q.full() and q.qsize() == 6
+        assert q.get_nowait_batch(6) == [0, 1, 2, 3, 4, 5]
+    finally:
+        q.shutdown()
+    with pytest.raises(InvalidTypeError, match=r"Queue\(maxsize='3'\): use an integer"):
+        Queue(maxsize="3")  # Ray: a TypeError at its first put, from inside its actor
+
+
 def test_ready_of_a_removed_placement_group_raises_and_the_table_names_a_wrong_argument():
     pg = placement_group([{"CPU": 1}], name="parity_removed")
     assert muster.get(pg.ready(), timeout=TIMEOUT) == pg

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from muster.core import settings
 from muster.core.init_options import InitOptions, split_keywords
 from muster.core.runtime import Runtime
 from muster.exceptions import InvalidArgumentError
+from muster.runtime_env import working_dir
 
 if TYPE_CHECKING:
     from muster.core.local import LocalRuntime
@@ -84,7 +85,10 @@ def init(
             (the run store still records it).
         namespace: where named actors are registered and looked up.
         runtime_env: ``{"env_vars": {...}}`` is set for every worker started
-            afterwards; other keys warn and do nothing.
+            afterwards, and its ``worker_process_setup_hook`` runs in each; a
+            ``working_dir``/``py_modules`` given as local paths is copied now
+            and every worker runs in the copy (on a Ray cluster, Ray's own
+            ``ray.init`` uploads it); other keys warn and do nothing.
         **ray_keywords: Ray's other ``init`` keywords (``include_dashboard``,
             ``dashboard_host``/``dashboard_port``, ``object_store_memory``,
             ``local_mode``, ``_temp_dir``, ...), accepted and ignored: see
@@ -122,6 +126,8 @@ def init(
         # The engine counts this machine's GPUs before runtime_env's env_vars reach os.environ: as in Ray,
         # they are the workers' environment, not the node's (its CUDA_VISIBLE_DEVICES adds no GPU).
         rt = _make_engine(address, num_cpus, num_gpus, resources)
+        if rt.name == "ray":  # Ray uploads a local working_dir/py_modules for its nodes' workers
+            cast("RayRuntime", rt).job_runtime_env = working_dir.for_ray_init(options.runtime_env)
         options.apply()
         settings.start_session()
         rt.start()  # begin importing torch in the zygote while the caller goes on

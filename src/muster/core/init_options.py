@@ -11,9 +11,12 @@ honoured                   ``configure_logging``, ``logging_level``,
                            ``log_to_driver`` (worker output on the driver's
                            console); ``namespace`` (named actors);
                            ``runtime_env={"env_vars": {...}}`` (set for every
-                           worker started afterwards) and its
+                           worker started afterwards), its
                            ``worker_process_setup_hook`` (run in each worker
-                           as it starts: ``muster.core.setup_hook``);
+                           as it starts: ``muster.core.setup_hook``) and its
+                           ``working_dir``/``py_modules`` given as local
+                           paths (copied now; every worker starts in the
+                           copy: ``muster.runtime_env.working_dir``);
                            ``job_config`` (``muster.job_config.JobConfig``):
                            its ``runtime_env`` and ``ray_namespace``, where
                            ``runtime_env``/``namespace`` are not given
@@ -38,7 +41,8 @@ from typing import Any
 
 from muster.core import setup_hook
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
-from muster.runtime_env.checks import check_env_vars
+from muster.runtime_env import working_dir
+from muster.runtime_env.checks import check_env_vars, check_py_modules
 
 #: Keywords of ``ray.init`` accepted and ignored (their job is Ray's cluster plumbing).
 NO_OP_KEYWORDS = frozenset({
@@ -56,18 +60,23 @@ _warned_runtime_env: set[tuple[str, tuple[str, ...]]] = set()
 
 
 def warn_unused_runtime_env(env: Any, what: str, stacklevel: int = 3,
-                            honoured: frozenset[str] = _RUNTIME_ENV_HONOURED) -> None:
-    """Warn that ``env``'s keys other than ``honoured`` (``pip``, ``working_dir``, ``py_modules``...)
+                            honoured: frozenset[str] = _RUNTIME_ENV_HONOURED, local_dirs: bool = False) -> None:
+    """Warn that ``env``'s keys other than ``honoured`` (``pip``, ``conda``, a URI ``working_dir``...)
     do nothing here, naming ``what`` took them and what is applied: never dropped silently, said once per
-    ``what``."""
-    unused = tuple(sorted(set(env or {}) - honoured)) if isinstance(env, dict) else ()
+    ``what``. ``local_dirs``: ``what`` also applies a ``working_dir`` and ``py_modules`` given as local paths
+    (``muster.runtime_env.working_dir``), so those are not warned about."""
+    applied_here = working_dir.applied_keys(env) if local_dirs else set()
+    unused = tuple(sorted(set(env or {}) - honoured - applied_here)) if isinstance(env, dict) else ()
     if unused and (what, unused) not in _warned_runtime_env:
         _warned_runtime_env.add((what, unused))
         applied = " and ".join(sorted(honoured))
+        many = len(honoured) > 1 or local_dirs
+        if local_dirs:
+            applied += ", and working_dir and py_modules given as local paths"
         warnings.warn(
             f"{what}: runtime_env {', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect on muster "
-            f"(workers run in this machine's Python environment and working directory); only {applied} "
-            f"{'is' if len(honoured) == 1 else 'are'} applied. Install what they need before starting, and pass "
+            f"(workers run in this machine's Python environment{'' if local_dirs else ' and working directory'}); "
+            f"only {applied} {'are' if many else 'is'} applied. Install what they need before starting, and pass "
             "files by path or in the arguments.",
             stacklevel=stacklevel + 1,
         )
@@ -114,8 +123,12 @@ class InitOptions:
                 )
             self.runtime_env = env
         check_env_vars((self.runtime_env or {}).get("env_vars"), "muster.init()")  # Ray's TypeError
+        check_py_modules((self.runtime_env or {}).get("py_modules"), "muster.init()")
         hook = (self.runtime_env or {}).get("worker_process_setup_hook")
         self._setup_hook = setup_hook.encode(hook) if hook is not None else None
+        dirs = working_dir.resolve(self.runtime_env, "muster.init()")  # copied now, as Ray uploads them at init
+        if dirs is not None:  # every worker enters them as it starts, then runs the user's hook
+            self._setup_hook = setup_hook.encode(working_dir.setup_hook_for(dirs, hook))
 
     def apply(self) -> None:
         """Act on the honoured keywords; warn once about runtime_env keys that do nothing here."""
@@ -138,7 +151,7 @@ class InitOptions:
             os.environ.pop(setup_hook.HOOK_ENV, None)  # a hook of an earlier init is not this job's
         else:
             os.environ[setup_hook.HOOK_ENV] = self._setup_hook
-        warn_unused_runtime_env(env, "muster.init()", honoured=_INIT_RUNTIME_ENV_HONOURED)
+        warn_unused_runtime_env(env, "muster.init()", honoured=_INIT_RUNTIME_ENV_HONOURED, local_dirs=True)
 
 
 def split_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:

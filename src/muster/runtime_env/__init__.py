@@ -1,9 +1,10 @@
 """``muster.runtime_env``: Ray's ``RuntimeEnv``, a typed ``runtime_env`` dict.
 
 It is accepted wherever a ``runtime_env`` dict is (``muster.init``, ``.options()``, ``ray_actor_options``,
-``ScalingConfig``-started workers). As with the dict, muster applies ``env_vars``; every other key
-(``pip``, ``working_dir``, ``py_modules``...) is kept, and warned about once where it is used: workers run in
-this machine's Python environment and working directory.
+``ScalingConfig``-started workers). As with the dict, muster applies ``env_vars``, and a ``working_dir`` and
+``py_modules`` given as local paths (:mod:`muster.runtime_env.working_dir`); every other key (``pip``, ``conda``,
+a URI ``working_dir``...) is kept, and warned about once where it is used: workers run in this machine's Python
+environment.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """The checks Ray makes of a ``runtime_env`` where it is given (``.options()``, ``@remote(...)``, ``muster.init``,
 ``RuntimeEnv(...)``): a malformed value is refused there, naming it and the fix, not accepted and warned about.
 
-A well-formed ``pip`` or ``working_dir`` still does nothing here (``warn_unused_runtime_env`` says so).
+A well-formed ``pip`` still does nothing here (``warn_unused_runtime_env`` says so), nor does a ``working_dir`` or
+``py_modules`` given as a URI; given as local paths they are applied (``muster.runtime_env.working_dir``).
 """
 
 from __future__ import annotations
 
 import os
+import types
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
@@ -82,6 +84,26 @@ def check_working_dir(working_dir: Any, what: str) -> None:
                                    f"directory or archive ({', '.join(_ARCHIVES)}); give the path of one.")
 
 
+def check_py_modules(py_modules: Any, what: str) -> None:
+    """``py_modules`` (None: none) is a list of local folders, ``.py`` files, wheels, URIs or imported modules
+    (Ray's ``TypeError``/``ValueError`` otherwise)."""
+    if py_modules is None:
+        return
+    if not isinstance(py_modules, list):
+        raise InvalidTypeError(f"{what}: runtime_env['py_modules']={py_modules!r}; give a list of local folders, "
+                               "URIs or imported modules, such as ['./my_package'].")
+    for entry in py_modules:
+        if isinstance(entry, types.ModuleType):
+            continue
+        if not isinstance(entry, (str, os.PathLike)):
+            raise InvalidTypeError(f"{what}: runtime_env['py_modules'] has {entry!r}; give file paths, URIs or "
+                                   "imported modules.")
+        path = str(entry)
+        if "://" not in path and not (os.path.isdir(path) or (os.path.isfile(path) and path.endswith((".py", ".whl")))):
+            raise InvalidArgumentError(f"{what}: runtime_env['py_modules'] has {path!r}, which is not an existing "
+                                       "folder, .py file or .whl file; give the path of one (or a URI).")
+
+
 def check_runtime_env(env: Any, what: str) -> None:
     """Refuse a malformed ``runtime_env`` as Ray does where it is given: not a dict, ``env_vars`` not str to str,
     ``pip`` or ``working_dir`` malformed, or ``pip`` with ``conda`` or ``uv``."""
@@ -94,6 +116,7 @@ def check_runtime_env(env: Any, what: str) -> None:
         check_pip(env["pip"], what)
     if env.get("working_dir") is not None:
         check_working_dir(env["working_dir"], what)
+    check_py_modules(env.get("py_modules"), what)
     installers = [k for k in ("pip", "uv", "conda") if env.get(k) is not None]
     if len(installers) > 1:
         raise InvalidArgumentError(f"{what}: runtime_env sets {' and '.join(installers)}; set only one of them "

@@ -26,9 +26,10 @@ def remote(*args: Any, **options: Any) -> Any:
     ``num_returns=`` (tasks: an int, "dynamic" or "streaming"),
     ``max_concurrency=`` (actors: calls that may overlap; async actors default to 1000),
     ``name=`` / ``namespace=`` / ``get_if_exists=`` / ``lifetime=`` (named actors),
-    ``runtime_env={"env_vars": {...}}``.  A ``PlacementGroupSchedulingStrategy`` (or
-    ``placement_group=``) runs the work in that group's reserved bundle; Ray's other
-    scheduling strategies are accepted and have no effect on muster's one-node engine.
+    ``runtime_env={"env_vars": {...}, "working_dir": <local folder>, "py_modules": [...]}``.
+    A ``PlacementGroupSchedulingStrategy`` (or ``placement_group=``) runs the work in that group's
+    reserved bundle; Ray's other scheduling strategies are accepted and have no effect on muster's
+    one-node engine.
     """
     if len(args) == 1 and not options and callable(args[0]):
         return _make(args[0], {})

@@ -27,11 +27,13 @@ from muster.core.init_options import current_namespace
 from muster.core.runtime import KILLED_BY_MUSTER, RuntimeActor
 from muster.exceptions import (ActorDiedError, ActorUnavailableError, InvalidArgumentError, InvalidTypeError,
                                TaskCancelledError, TaskError, describe_exit, restarting_reason)
+from muster.runtime_env import working_dir as local_dirs
 from muster.tasks import concurrency_groups as cgroups
 from muster.tasks import events, lifetimes, named, owner, task_table, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.actor_method import ActorMethod, Retries, declared
+from muster.tasks.generators import AttemptItems
 from muster.tasks.objects import ObjectRef, snapshot_args
 from muster.tasks.worker_handle import Shape, WorkerActorHandle, no_method, shape_of
 from muster.tasks.worker_side import ActorFactory, TaskInfo, freeze, is_async_class
@@ -183,6 +185,7 @@ class _Actor:
         self._namespace = options.get("namespace") or current_namespace()
         self._detached = options.get("lifetime") == "detached"  # for the state API's is_detached
         self._env_vars = (options.get("runtime_env") or {}).get("env_vars") or {}
+        self._dirs = local_dirs.on_engine(options.get("runtime_env"), self._engine, f"actor {cls.__name__}")
         self._placement_group, index, self._capture_child_tasks = opts.placement_group_of(options)
         self._bundle = None if self._placement_group is None else \
             self._placement_group._bundle_for(self._resources, index, what=f"actor {cls.__name__}")
@@ -197,6 +200,7 @@ class _Actor:
         self._pending: dict[int, Future] = {}  # concurrent actors: calls sent, answer not back yet
         self._sent: dict[int, _Call] = {}  # calls sent to the actor, answer not back yet (for retries)
         self._retries_left: dict[int, int] = {}  # token -> retries left, once a call was retried
+        self._items = AttemptItems()  # generator calls: what their retried attempts yielded
         self._in_actor: dict[int, None] = {}  # plain actors: calls sent, answer not back, in the order sent
         self._cancelled: set[int] = set()  # calls muster.cancel reached in the actor, answer not back yet
         self._restart_lock = threading.Lock()  # _core and _attempt change together
@@ -250,7 +254,8 @@ class _Actor:
                         # actor named into another namespace with .options(namespace=)
                         namespace=current_namespace(), resources=self._resources, attempt=self._attempt,
                         placement_group=self._placement_group, capture_child_tasks=self._capture_child_tasks)
-        return ActorFactory(self._cls, info, self._max_concurrency, self._env_vars, self._frozen, self._groups)
+        return ActorFactory(self._cls, info, self._max_concurrency, self._env_vars, self._frozen, self._groups,
+                            self._dirs)
 
     def _start_core(self) -> None:
         def create() -> None:
@@ -318,9 +323,9 @@ class _Actor:
         error = self._named(error)
         pending, self._pending = self._pending, {}
         self._cancelled.difference_update(pending)
-        for out in pending.values():
-            if not out.done():
-                out.set_exception(error)
+        for token, out in pending.items():
+            ok, value = self._items.merged(token, False, error)  # a generator's: its retried attempts' items first
+            _settle(out, value=value) if ok else _settle(out, exc=value)
 
     def _on_death(self, core: RuntimeActor, error: BaseException) -> None:
         self._owned.close()  # the actors it made die with its process (a restart makes them anew)
@@ -434,6 +439,7 @@ class _Actor:
         token, method, n, args, kwargs, group, retries, out = call
         if out.done():  # cancelled before it was sent
             self._retries_left.pop(token, None)
+            self._items.forget(token)
             return
         try:
             core: RuntimeActor = started.result()
@@ -445,8 +451,9 @@ class _Actor:
             return
         if out.done():  # cancelled while it waited for the actor or its arguments: never runs, as in Ray
             self._retries_left.pop(token, None)
+            self._items.forget(token)
             return
-        if retries.max_task_retries:
+        if retries.max_task_retries or n in ("streaming", "dynamic"):
             self._sent[token] = call
         if self._concurrent:
             self._pending[token] = out
@@ -460,10 +467,11 @@ class _Actor:
     def _answer(self, f: Future, call: "_Call", attempt: int) -> None:
         exc = f.exception()
         self._in_actor.pop(call[0], None)
-        if exc is not None and self._retry(call, attempt, exc):
+        ok, value = self._items.failed(call[0], call[2], call[-2].retry_exceptions, exc is None,
+                                       f.result() if exc is None else exc)  # a generator's error fails it
+        if not ok and self._retry(call, attempt, value):
             return
-        ok, value = (True, f.result()) if exc is None else (False, self._in_flight(exc, attempt))
-        self._complete(call[0], ok, value, call[-1])
+        self._complete(call[0], ok, value if ok else self._in_flight(value, attempt), call[-1])
 
     def _submitted(self, call: "_Call", attempt: int, f: Future) -> None:
         exc = f.exception()  # the call never started in the actor (the answer comes as an event otherwise)
@@ -478,8 +486,10 @@ class _Actor:
         """An async or threaded call's answer (its ActorCallDone event): an exception its options retry
         sends it again (see :meth:`_retry`)."""
         out = self._pending.pop(token, None)  # first: a retried call is pending again once it is sent
-        call = None if ok or out is None else self._sent.get(token)
-        if call is not None and self._retry(call, self._attempt, value):
+        call = None if out is None else self._sent.get(token)
+        if call is not None:  # a generator's items that end in an error its retry_exceptions name fail it
+            ok, value = self._items.failed(token, call[2], call[-2].retry_exceptions, ok, value)
+        if call is not None and not ok and self._retry(call, self._attempt, value):
             return
         self._complete(token, ok, value, out)
 
@@ -497,6 +507,7 @@ class _Actor:
         was cancelled while it ran fails with TaskCancelledError whatever it returned, as in Ray
         (unless the actor died under it)."""
         out = self._pending.pop(token, None) if out is None else out
+        ok, value = self._items.merged(token, ok, value)  # after what its earlier attempts yielded
         if self._done_with(token) and not (ok is False and _cancelled_or_died(value)):
             ok, value = False, TaskCancelledError(f"{self._cls.__name__} call")
         if out is not None:

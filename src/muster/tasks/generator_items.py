@@ -11,8 +11,8 @@ As in Ray 2.60:
   more item, unless the task's ``retry_exceptions`` names it: then the attempt fails, and its task runs
   again while ``max_retries`` lasts. A streamed item already sent is kept (a retry's item of the same index
   is dropped by the owner), so the caller sees each index once, the first attempt's that reached it.
-  An actor's generator method keeps the error after its items whatever its ``retry_exceptions`` (Ray
-  re-runs it: not matched yet).
+  An actor's generator method keeps the error after its items here: its caller's side decides whether its
+  ``retry_exceptions`` and ``max_task_retries`` run it again (``generators.AttemptItems``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ the end. A task that fails as a whole (it raised before its first item, or after
 some with ``retry_exceptions`` naming the error, and its retries are spent, or its
 worker died) gives that one ref after the items that had arrived (a retried task
 sends its items again; those already here are kept, as in Ray: the caller sees
-each index once, from the first attempt that reached it).
+each index once, from the first attempt that reached it). An actor's generator method is retried the same
+way, with its ``max_task_retries`` (:class:`AttemptItems`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,57 @@ class GeneratorRaised:
 
     def __init__(self, error: BaseException):
         self.error = error
+
+
+class AttemptItems:
+    """The items of an actor's generator calls over their attempts (driver side: an actor call's items come
+    together once an attempt ended), retried as Ray 2.60 retries them. Items ending in an error that the call's
+    ``retry_exceptions`` names fail the attempt, so ``max_task_retries`` runs it again; a streaming call keeps
+    each index once, from the first attempt that reached it, then its last attempt's error (as a streaming
+    task, see :class:`Stream`); a ``"dynamic"`` one gives its last attempt's items, or fails as a whole."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, list[Any]] = {}  # call token -> the items its failed streaming attempts sent
+        self._lock = threading.Lock()
+
+    def failed(self, token: int, num_returns: Any, retry_exceptions: Any, ok: bool, value: Any) -> tuple[bool, Any]:
+        """An attempt's answer ``(ok, value)`` as its retries see it: ``(False, error)`` for items ending in
+        an error ``retry_exceptions`` names (a streaming call's items are kept for :meth:`merged`)."""
+        if not (ok and num_returns in ("streaming", "dynamic") and isinstance(value, list) and value
+                and isinstance(value[-1], GeneratorRaised)):
+            return ok, value
+        from muster.tasks.options import retries_exception
+
+        error = value[-1].error
+        if not retries_exception(retry_exceptions, error):
+            return ok, value
+        if num_returns == "streaming":
+            with self._lock:
+                self._kept[token] = _after(self._kept.get(token, []), value)[0]
+        return False, error
+
+    def merged(self, token: int, ok: bool, value: Any) -> tuple[bool, Any]:
+        """The last answer ``(ok, value)`` of call ``token`` after the items its earlier attempts sent
+        (unchanged when none did)."""
+        kept = self.forget(token)
+        if kept is None or (ok and not isinstance(value, list)):
+            return ok, value
+        items, error = _after(kept, list(value) if ok else [GeneratorRaised(value)])
+        return True, items + error
+
+    def forget(self, token: int) -> list[Any] | None:
+        """Drop what call ``token``'s attempts sent (it is settled); those items, if any."""
+        if not self._kept:  # most calls: no attempt of this actor's calls kept items (a lock-free look)
+            return None
+        with self._lock:
+            return self._kept.pop(token, None)
+
+
+def _after(kept: list[Any], items: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The items ``kept`` from earlier attempts followed by those of ``items`` (an attempt's) past them; and
+    the error that ended ``items`` (``[GeneratorRaised]``), or none."""
+    error = items[-1:] if items and isinstance(items[-1], GeneratorRaised) else []
+    return kept + items[len(kept):len(items) - len(error)], error
 
 
 def _ref(item: Any, in_worker: bool) -> ObjectRef:

@@ -306,7 +306,8 @@ def _warn_if_blocking_an_event_loop() -> None:
 
 
 def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
-    """Wait for one ref or a list of refs and return the value(s).
+    """Wait for one ref or a list of refs and return the value(s). An ``ObjectRefGenerator`` is returned as it
+    is, as in Ray 2.60: iterate it for its refs.
 
     Raises:
         the task's own exception type (also a ``TaskError`` carrying the remote traceback);
@@ -319,6 +320,10 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
     single = isinstance(refs, ObjectRef)
     items: list[Any] = [refs]
     if not single:
+        from muster.tasks.generators import ObjectRefGenerator  # (it imports this module)
+
+        if isinstance(refs, ObjectRefGenerator):  # handed back untouched (no item taken), as Ray 2.60 does
+            return refs
         try:
             items = list(refs)  # type: ignore[arg-type]
         except TypeError:  # not iterable: the check below says what get() takes

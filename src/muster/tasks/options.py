@@ -7,10 +7,12 @@ import inspect
 import warnings
 from typing import Any
 
+from muster.core import context as core_context
 from muster.core import resources as res
 from muster.core.init_options import warn_unused_runtime_env
 from muster.core.runtime import NodeRef
 from muster.exceptions import InvalidArgumentError, InvalidTypeError, ResourcesUnavailableError, TaskError
+from muster.runtime_env import working_dir as local_dirs
 from muster.runtime_env.checks import check_runtime_env
 from muster.tasks import labels
 
@@ -120,7 +122,9 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
         raise InvalidArgumentError(f"{what}: max_concurrency={mc!r}; use an integer >= 1.")
     env = options.get("runtime_env")
     check_runtime_env(env, what)
-    warn_unused_runtime_env(env, what, stacklevel=4)
+    warn_unused_runtime_env(env, what, stacklevel=4, local_dirs=True)
+    if not core_context.in_worker():  # a local working_dir/py_modules is copied where it is given (in the driver)
+        local_dirs.resolve(env, what)
     _check_unhonoured(options, what)
     if options.get("memory") and what not in _warned_memory:
         _warned_memory.add(what)

@@ -23,6 +23,7 @@ from muster.exceptions import (
     TaskCancelledError,
     WorkerCrashedError,
 )
+from muster.runtime_env import working_dir as local_dirs
 from muster.tasks import definition_size, events, owner, task_table, worker_side
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
@@ -149,7 +150,8 @@ def submit(fn: Callable[..., Any], args: tuple, kwargs: dict, options: dict[str,
                     function=f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', name)}",
                     task_name=options.get("name") or None)
     body = TaskBody(fn, info, num_returns(fn, options), (options.get("runtime_env") or {}).get("env_vars") or {},
-                    options.get("max_calls") or 0, options.get("retry_exceptions") or False)
+                    options.get("max_calls") or 0, options.get("retry_exceptions") or False,
+                    local_dirs.on_engine(options.get("runtime_env"), runtime, f"task {name}"))
     ended = out
     if body.num_returns == "streaming":  # its end goes to the stream, which settles ``out`` once every item is in
         ended = Future()

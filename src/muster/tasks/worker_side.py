@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from muster.core import context as core_context
+from muster.runtime_env import working_dir as local_dirs
+from muster.runtime_env.working_dir import LocalDirs
 from muster.tasks import concurrency_groups as cgroups
 from muster.tasks import definition_size, events
 from muster.tasks import generator_items as gitems
@@ -189,9 +191,10 @@ class TaskBody:
     instead of following the items (see :mod:`muster.tasks.generator_items`)."""
 
     def __init__(self, fn: Callable[..., Any], info: TaskInfo, num_returns: Any, env_vars: dict[str, str],
-                 max_calls: int = 0, retry_exceptions: Any = False):
+                 max_calls: int = 0, retry_exceptions: Any = False, dirs: LocalDirs | None = None):
         self.fn, self.info, self.num_returns, self.env_vars = fn, info, num_returns, env_vars
         self.max_calls, self.retry_exceptions = max_calls, retry_exceptions
+        self.dirs = dirs  # its runtime_env's local working_dir/py_modules (copies), applied around the task
         self.__name__ = getattr(fn, "__name__", "task")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -200,10 +203,11 @@ class TaskBody:
         os.environ.update(self.env_vars)
         _local.info = self.info
         try:
-            value = self.fn(*args, **kwargs)
-            if self.num_returns == "streaming" and inspect.isgenerator(value) and self.info.task_id:
-                return gitems.stream(value, self.info.task_id, f"task {self.__name__}", self.retry_exceptions)
-            return gitems.collect(value, self.num_returns, f"task {self.__name__}", self.retry_exceptions)
+            with local_dirs.applied(self.dirs):
+                value = self.fn(*args, **kwargs)
+                if self.num_returns == "streaming" and inspect.isgenerator(value) and self.info.task_id:
+                    return gitems.stream(value, self.info.task_id, f"task {self.__name__}", self.retry_exceptions)
+                return gitems.collect(value, self.num_returns, f"task {self.__name__}", self.retry_exceptions)
         finally:
             _local.info = None
             self._count_run()
@@ -254,31 +258,36 @@ def freeze(cls: type) -> bytes:
 
 
 def _thawed(frozen: bytes, info: TaskInfo, max_concurrency: int, env_vars: dict[str, str],
-            groups: dict[str, int] | None = None) -> "ActorFactory":
+            groups: dict[str, int] | None = None, dirs: LocalDirs | None = None) -> "ActorFactory":
     import pickle
 
-    return ActorFactory(pickle.loads(frozen), info, max_concurrency, env_vars, groups=groups)
+    if dirs is not None:  # the actor's own for its life, before its class is unpickled (it may import from them)
+        local_dirs.enter(dirs)
+    return ActorFactory(pickle.loads(frozen), info, max_concurrency, env_vars, groups=groups, dirs=dirs)
 
 
 class ActorFactory:
     """What the engine instantiates in the actor's process: builds the :class:`ActorHost`.
     ``frozen`` is the class as :func:`freeze` took it, what the factory travels as; ``groups``: the
-    actor's concurrency groups (see :mod:`muster.tasks.concurrency_groups`)."""
+    actor's concurrency groups (see :mod:`muster.tasks.concurrency_groups`); ``dirs``: its runtime_env's
+    local ``working_dir``/``py_modules`` (copies), applied in its process for its whole life."""
 
     def __init__(self, cls: type, info: TaskInfo, max_concurrency: int, env_vars: dict[str, str],
-                 frozen: bytes | None = None, groups: dict[str, int] | None = None):
+                 frozen: bytes | None = None, groups: dict[str, int] | None = None, dirs: LocalDirs | None = None):
         self.cls, self.info, self.max_concurrency, self.env_vars = cls, info, max_concurrency, env_vars
-        self.frozen, self.groups = frozen, groups or {}
+        self.frozen, self.groups, self.dirs = frozen, groups or {}, dirs
         self.__name__ = cls.__name__
 
     def __reduce__(self) -> Any:
         if self.frozen is None:
             return super().__reduce__()
-        return _thawed, (self.frozen, self.info, self.max_concurrency, self.env_vars, self.groups)
+        return _thawed, (self.frozen, self.info, self.max_concurrency, self.env_vars, self.groups, self.dirs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> "ActorHost":
         global _actor_info, _actor_class
         os.environ.update(self.env_vars)
+        if self.dirs is not None:  # (again: entering them twice changes nothing)
+            local_dirs.enter(self.dirs)
         _actor_info, _actor_class = self.info, self.cls
         core_context.on_notice(_noticed)
         global _actor_object

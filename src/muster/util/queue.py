@@ -68,13 +68,13 @@ class Queue:
     """A FIFO queue shared by the driver, tasks and actors.
 
     Args:
-        maxsize: at most this many items (0: unbounded).
+        maxsize: at most this many items (0, or any negative number: unbounded, as in Ray and ``queue.Queue``).
         actor_options: options of the actor that holds the items (default ``num_cpus=0``).
     """
 
     def __init__(self, maxsize: int = 0, actor_options: dict[str, Any] | None = None):
-        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
-            raise InvalidArgumentError(f"Queue(maxsize={maxsize!r}): use an integer >= 0 (0: unbounded).")
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int):
+            raise InvalidTypeError(f"Queue(maxsize={maxsize!r}): use an integer (0 or less: unbounded).")
         self.maxsize = maxsize
         options = {"num_cpus": 0, **(actor_options or {})}
         self.actor = remote(**options)(_QueueActor).remote(maxsize)

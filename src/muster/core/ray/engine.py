@@ -78,6 +78,8 @@ class RayRuntime(Runtime):
         self.gate = RayGate()  # every call into Ray from the engine's threads; closed before ray.shutdown()
         self._owns_ray = False
         self._breakpoint_hook: str | None = None
+        #: muster.init's runtime_env keys Ray's own ray.init applies: local working_dir/py_modules it uploads
+        self.job_runtime_env: dict[str, Any] = {}
         self._hub: Any = None
         self.metrics_processes: MetricsProcesses | None = None  # (once the hub is up)
         self._finisher = ThreadPoolExecutor(4, thread_name_prefix="muster-ray-finish")
@@ -92,9 +94,10 @@ class RayRuntime(Runtime):
             check_reachable(self.address)
             self._breakpoint_hook = os.environ.get("PYTHONBREAKPOINT")  # ray.init points it at Ray's debugger
             hook = setup_hook.for_ray()  # muster.init(runtime_env={"worker_process_setup_hook": ...})
+            env = dict(self.job_runtime_env, **({"worker_process_setup_hook": hook} if hook is not None else {}))
             try:
                 ray.init(address=self.address, log_to_driver=True, logging_level=logging.WARNING,
-                         runtime_env={"worker_process_setup_hook": hook} if hook is not None else None)
+                         runtime_env=env or None)
             except BaseException:
                 ray.shutdown()  # a half-made connection (Ray Client) must not outlive the failed init
                 raise
