@@ -1,18 +1,23 @@
 """Small gaps to Ray 2.60, each checked by running one script under Ray 2.60 and muster: the Arrow type of an
-``add_column`` pandas function's result, and ``ExecutionResources`` being immutable and hashable."""
+``add_column`` pandas function's result, ``ExecutionResources`` being immutable and hashable,
+``write_parquet(min_bytes_per_file=)``, a lazy ``zip``, and the schema a group-by's aggregation is known to
+have unread, and ``schema(fetch_if_missing=False)``."""
 
 from __future__ import annotations
 
 import copy
 import math
+import os
 import pickle
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import muster.data as md
+from muster.data.exceptions import UserFunctionError
 from muster.exceptions import InvalidArgumentError
 
 R = md.ExecutionResources
@@ -93,3 +98,111 @@ def test_resource_limits_change_by_assigning_a_copy_as_in_ray():
     options = DataConfig.default_ingest_options()
     with pytest.raises(AttributeError, match="object_store_memory"):
         options.resource_limits.object_store_memory = 10e9
+
+
+def test_write_parquet_gathers_blocks_up_to_min_bytes_per_file_as_ray(tmp_path):
+    """Ray 2.60's ``write_parquet(min_bytes_per_file=)`` bundles blocks until their in-memory bytes reach it:
+    ``range(100, override_num_blocks=10)`` (blocks of 80 bytes) with 200 writes files of 30, 30, 30 and 10 rows,
+    with 10**9 one file; 0, or a row option beside it, is refused. muster passed it on to pyarrow's writer, which
+    failed with ``TypeError: __cinit__() got an unexpected keyword argument 'min_bytes_per_file'``."""
+    ds = md.range(100, override_num_blocks=10)
+
+    def rows_per_file(out):
+        return sorted(pq.read_metadata(os.path.join(out, f)).num_rows for f in os.listdir(out))
+
+    ds.write_parquet(str(tmp_path / "a"), min_bytes_per_file=200)
+    assert rows_per_file(str(tmp_path / "a")) == [10, 30, 30, 30]
+    ds.write_parquet(str(tmp_path / "b"), min_bytes_per_file=10**9)
+    assert rows_per_file(str(tmp_path / "b")) == [100]
+    items = md.from_items([{"g": i % 2, "v": i} for i in range(40)], override_num_blocks=4)  # 160 bytes a block
+    files = items.write_parquet(str(tmp_path / "p"), min_bytes_per_file=300, partition_cols=["g"])
+    assert sorted((os.path.basename(os.path.dirname(f)), pq.read_metadata(f).num_rows) for f in files) == [
+        ("g=0", 10), ("g=0", 10), ("g=1", 10), ("g=1", 10)]  # two bundles of two blocks, as Ray's
+    with pytest.raises(InvalidArgumentError, match=r"min_bytes_per_file=0\): use a positive integer"):
+        ds.write_parquet(str(tmp_path / "c"), min_bytes_per_file=0)
+    for rows in ({"min_rows_per_file": 3}, {"num_rows_per_file": 3}, {"max_rows_per_file": 3}):
+        with pytest.raises(InvalidArgumentError, match=r"cannot be used with min_rows_per_file"):
+            ds.write_parquet(str(tmp_path / "c"), min_bytes_per_file=100, **rows)
+    assert not os.path.exists(tmp_path / "c")
+
+
+def test_zip_is_lazy_as_rays():
+    """Ray 2.60's ``zip`` is lazy: it returns a ``Dataset`` (not materialized), runs nothing, prints its schema
+    table with rows ``?`` (or its ``Zip`` operator over unknown inputs), and fails on differing row counts when it
+    runs. muster ran both inputs at the call and returned a ``MaterializedDataset`` printing their rows."""
+    def seen(batch):
+        return batch
+
+    def boom(batch):
+        raise RuntimeError("ran")
+
+    zipped = md.range(3).map_batches(seen).zip(md.range(3).rename_columns({"id": "x"}))
+    assert type(zipped) is md.Dataset
+    assert repr(zipped) == "Zip\n+- MapBatches(seen)\n+- Project\n   +- Dataset(num_rows=?, schema=Unknown schema)"
+    assert zipped.take_all() == [{"id": i, "x": i} for i in range(3)]
+    failing = md.range(3).map_batches(boom).zip(md.range(3))  # nothing runs yet
+    with pytest.raises(UserFunctionError, match="ran"):
+        failing.take_all()
+    three = md.range(3).zip(md.range(3), md.range(3))
+    assert type(three) is md.Dataset and three.columns() == ["id", "id_1", "id_2"]
+    assert repr(three).splitlines()[0] == "shape: (?, 3)" and repr(three).endswith("(Dataset isn't materialized)")
+    mismatched = md.range(9).zip(md.range(3))  # no error yet, as Ray's
+    with pytest.raises(InvalidArgumentError, match=r"\[9, 3\] rows"):
+        mismatched.take_all()
+
+
+def test_groupby_aggregations_know_their_schema_unread_as_rays():
+    """Ray 2.60 infers an aggregation's output schema from its input's (``Aggregate.infer_schema``: the keys, then
+    each built-in's declared type), so ``print(ds)`` shows the column table with rows ``?`` and ``schema()`` runs
+    nothing. muster printed ``Aggregate`` above its input and ran the plan for ``schema()``."""
+    from muster.data.aggregate import Count, Quantile, Sum
+
+    t = pa.table({"g": pa.array([1, 1, 2], pa.int32()), "h": ["a", "b", "a"], "v": pa.array([1, 2, 3], pa.int32()),
+                  "f": pa.array([1.5, 2.5, -3.5], pa.float32())})
+    ds = md.from_arrow(t)
+    assert repr(ds.groupby("g").count()) == "\n".join([
+        "shape: (?, 2)",
+        "╭───────┬─────────╮",
+        "│ g     ┆ count() │",
+        "│ ---   ┆ ---     │",
+        "│ int32 ┆ int64   │",
+        "╰───────┴─────────╯",
+        "(Dataset isn't materialized)"])  # Ray 2.60's print, character for character
+    expected = {  # each as Ray 2.60's schema() gives it
+        ds.groupby(["g", "h"]).sum("v"): [("g", "int32"), ("h", "string"), ("sum(v)", "int64")],
+        ds.groupby("g").min("v"): [("g", "int32"), ("min(v)", "int32")],
+        ds.groupby("g").max("f"): [("g", "int32"), ("max(f)", "float")],
+        ds.groupby("g").mean("f"): [("g", "int32"), ("mean(f)", "double")],
+        ds.groupby("g").std("v"): [("g", "int32"), ("std(v)", "double")],
+        ds.groupby("g").sum("f"): [("g", "int32"), ("sum(f)", "double")],
+        ds.groupby("g").aggregate(Count("v"), Sum("f", alias_name="t"), Count()):
+            [("g", "int32"), ("count(v)", "int64"), ("t", "double"), ("count()", "int64")],
+    }
+    for grouped, fields in expected.items():
+        assert repr(grouped).startswith(f"shape: (?, {len(fields)})"), repr(grouped)
+        assert [(n, str(ty)) for n, ty in zip(grouped.schema().names, grouped.schema().types)] == fields
+        ran = grouped.take_batch(batch_format="pyarrow").schema  # the rows have the types it said
+        assert [(f.name, str(f.type)) for f in ran] == fields
+    assert md.range(4).groupby("id").count().sort("id").schema().names == ["id", "count()"]
+    # not declared by Ray, or not aggregable: the plan, as Ray prints it
+    for unknown in (ds.groupby("g").aggregate(Quantile("v")), ds.groupby("h").sum("h")):
+        assert repr(unknown).startswith("Aggregate\n+- Dataset(num_rows=3, schema={g: int32, h: string"), repr(unknown)
+
+
+def test_schema_with_fetch_if_missing_false_runs_nothing_as_rays():
+    """Ray 2.60's ``schema(fetch_if_missing=False)`` (and ``columns``) give None when the schema is not known
+    without running the plan (a map's output before a whole pass), and never run it; muster ignored the flag
+    and ran the plan to its first block."""
+
+    def boom(row):
+        raise RuntimeError("ran")
+
+    unknown = md.range(10).map(boom)
+    assert unknown.schema(fetch_if_missing=False) is None and unknown.columns(fetch_if_missing=False) is None
+    assert md.range(10).columns(fetch_if_missing=False) == ["id"]  # known unread: answered
+    mapped = md.range(10).map(lambda r: {"x": r["id"]})
+    mapped.take(1)  # a part of a pass: still unknown, as in Ray
+    assert mapped.schema(fetch_if_missing=False) is None
+    mapped.take_all()  # a whole pass: known
+    assert mapped.columns(fetch_if_missing=False) == ["x"]
+    assert mapped.map(lambda r: r).schema().names == ["x"]  # the default still runs the plan

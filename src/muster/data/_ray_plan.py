@@ -24,7 +24,7 @@ import pyarrow as pa
 from muster.data import _ray_guard
 from muster.data._ray_join import arrow_blocks, join_dataset
 from muster.data.iterator import DataIterator
-from muster.data.plan import AllToAll, Join, Limit, Node, RayCall, Read, Transform, Union
+from muster.data.plan import AllToAll, Join, Limit, Node, RayCall, Read, Transform, Union, Zip
 from muster.exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -87,6 +87,8 @@ def _to_ray(node: Node, plan_only: bool = False) -> Any:
         return inputs[0].union(*inputs[1:]) if len(inputs) > 1 else inputs[0]
     if isinstance(op, Limit):
         return inputs[0].limit(op.n)
+    if isinstance(op, Zip):
+        return inputs[0].zip(*inputs[1:]) if len(inputs) > 1 else inputs[0]
     if isinstance(op, Join) and plan_only:  # Ray's join, planned: it is never run (it needs polars)
         name, args, kwargs = _steps(op)[0]
         return getattr(inputs[0], name)(inputs[1], *args, **_clean(kwargs))

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from muster.data import block as blk
 from muster.data.plan import ReadTask
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, MusterError
 
 
 def _rng(seed: int, epoch: int) -> np.random.Generator:
@@ -392,6 +392,29 @@ def aggregate(keys: list[str], aggs: list[Any],
         return [grouped.select(keys + names)]
 
     return run
+
+
+def aggregate_schema(keys: list[str], aggs: list[Any], every_column: bool = False
+                     ) -> Callable[[pa.Schema], pa.Schema | None] | None:
+    """The schema :func:`aggregate` gives for an input of a known schema, as Ray's ``Aggregate.infer_schema``
+    knows it unread: the keys and one column per aggregation, where every aggregation is one whose type Ray
+    declares (``Count``, ``Sum``, ``Min``, ``Max``, ``Mean``, ``Std``; not ``AbsMax``, typed here by its values) and
+    there are keys; else None.
+    The types are those of the aggregation of an empty input, so they are the ones the run gives."""
+    from muster.data import aggregate as agg
+
+    declared = (agg.Count, agg.Sum, agg.Min, agg.Max, agg.Mean, agg.Std)
+    if not keys or not all(type(a) in declared for a in aggs):
+        return None
+    run = aggregate(keys, aggs, every_column)
+
+    def schema(input_schema: pa.Schema) -> pa.Schema | None:
+        try:
+            return run([input_schema.empty_table()], 0)[0].schema
+        except (MusterError, pa.ArrowException):  # a key or column missing, a type it cannot aggregate
+            return None
+
+    return schema
 
 
 def _distinct(names: list[str]) -> list[str]:

@@ -1,7 +1,7 @@
 """Whole-table operations behind ``Dataset.zip``, ``Dataset.join`` and the stratified
 ``train_test_split``: both sides are gathered (one machine), combined with pyarrow, and checked so
-that nothing is lost silently. A join is a plan operator (``plan.Join``), run when the dataset is; on the
-Ray engine it holds one side and streams the other through (``stream_join``)."""
+that nothing is lost silently. A join and a zip are plan operators (``plan.Join``, ``plan.Zip``), run when the
+dataset is; on the Ray engine a join holds one side and streams the other through (``stream_join``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from muster.data import block as blk
-from muster.data.plan import Join, Node, RayCall
+from muster.data.plan import Join, Node, RayCall, Zip
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 #: Ray's join types, as pyarrow names them.
@@ -37,6 +37,15 @@ def zip_tables(tables: list[pa.Table]) -> pa.Table:
                 out, k = f"{name}_{k}", k + 1
             columns[out] = t.column(name)
     return pa.table(columns)
+
+
+def zip_node(inputs: list[Node]) -> Node:
+    """The plan putting ``inputs``' columns side by side when it runs (``zip_tables`` of each one gathered)."""
+    return Node(Zip("Zip", _zip_blocks), tuple(inputs))
+
+
+def _zip_blocks(inputs: list[list[pa.Table]]) -> list[pa.Table]:
+    return [zip_tables([blk.concat(blocks) if blocks else pa.table({}) for blocks in inputs])]
 
 
 def check_join(join_type: str, keys: list[str], right_keys: list[str], ray_options: dict[str, Any]) -> None:

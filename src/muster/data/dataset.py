@@ -352,11 +352,12 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         return summarize(self, columns, override_dtype_agg_mapping)
 
     def zip(self, *others: "Dataset") -> "Dataset":
-        """Columns of datasets with the same number of rows side by side; a repeated name gets ``_1``, ``_2``..."""
+        """Columns of datasets with the same number of rows side by side; a repeated name gets ``_1``, ``_2``...
+        Lazy, as Ray's: the inputs run, each gathered, when this dataset does (then differing row counts fail)."""
         for o in others:
             if not isinstance(o, Dataset):
                 raise InvalidTypeError(f"zip({o!r}): pass muster.data Datasets.")
-        return from_blocks([combine.zip_tables([self.to_arrow(), *(o.to_arrow() for o in others)])], "Zip")
+        return Dataset(combine.zip_node([self._node, *(o._node for o in others)]), None, self._executions)
 
     def join(self, ds: "Dataset", join_type: str, num_partitions: int, on: tuple[str, ...] | list[str] | str = ("id",),
              right_on: tuple[str, ...] | list[str] | str | None = None, left_suffix: str | None = None,
@@ -458,21 +459,25 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         known = known if known is not None or self._seen is None else self._seen[0]
         return known if known is not None else sum(b.num_rows for b in self._execute())
 
-    def schema(self, fetch_if_missing: bool = True) -> Schema:
+    def schema(self, fetch_if_missing: bool = True) -> Schema | None:
         """Ray's ``Schema`` (``names``, ``types``, ``base_schema``; prints as its Column/Type table): known unread for
         a source that knows it (``range``, in-memory data, ``read_parquet``'s footers) under shuffle, sort,
-        repartition or ``limit``, or after a whole pass; else the first block's (the plan runs until one is made)."""
+        repartition or ``limit``, or after a whole pass; else the first block's (the plan runs until one is made),
+        or, with ``fetch_if_missing=False``, None (nothing runs), as Ray's."""
         known = self._node.known_schema() or (self._seen[1] if self._seen is not None else None)
         if known is not None and len(known.names):
             return Schema(known)
+        if not fetch_if_missing:
+            return None
         for block in self._execute():
             if block.num_columns:
                 return Schema(block.schema)
         return Schema(pa.schema([]))
 
-    def columns(self, fetch_if_missing: bool = True) -> list[str]:
-        """The column names, as :meth:`schema` finds them."""
-        return list(self.schema().names)
+    def columns(self, fetch_if_missing: bool = True) -> list[str] | None:
+        """The column names, as :meth:`schema` finds them (None where it gives None)."""
+        schema = self.schema(fetch_if_missing)
+        return None if schema is None else list(schema.names)
 
     def to_arrow(self) -> pa.Table:
         return blk.concat(list(self._execute()))

@@ -37,7 +37,8 @@ import pyarrow as pa
 from muster.data import block as blk
 from muster.data import task_context
 from muster.data.context import DataContext, current_as
-from muster.data.plan import AllToAll, BlockFn, Join, Limit, MapBatches, Node, Read, ReadTask, Transform, Union
+from muster.data.plan import (AllToAll, BlockFn, Join, Limit, MapBatches, Node, Read, ReadTask, Transform, Union,
+                               Zip)
 from muster.data.stats import Stats
 
 
@@ -234,6 +235,9 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
         left, right = node.inputs
         upstream = _timed(op.name, lambda: op.fn(list(_stream(left, epoch, stats)), list(_stream(right, epoch, stats))),
                           stats)
+    elif isinstance(op, Zip):
+        inputs = node.inputs
+        upstream = _timed(op.name, lambda: op.fn([list(_stream(child, epoch, stats)) for child in inputs]), stats)
     elif isinstance(op, Limit):
         upstream = _limit(_stream(node.inputs[0], epoch, stats), op.n)
     elif isinstance(op, Union) and op.weights is not None:

@@ -15,7 +15,7 @@ Ray's ``explain`` prints its logical and physical plans; these are muster's (on 
 
 from __future__ import annotations
 
-from muster.data.plan import AllToAll, Join, Limit, MapBatches, Node, Read, Transform, Union
+from muster.data.plan import AllToAll, Join, Limit, MapBatches, Node, Read, Transform, Union, Zip
 
 _INDENT = "   "
 
@@ -88,6 +88,8 @@ def _stage(node: Node, depth: int, lines: list[str]) -> None:
         lines.append(_line(depth, f"AllToAll[{op.name}] (gathers every input block first)"))
     elif isinstance(op, Join):
         lines.append(_line(depth, f"Join[{op.name}] (gathers both inputs first, then joins them)"))
+    elif isinstance(op, Zip):
+        lines.append(_line(depth, f"Zip[{op.name}] (gathers every input first, then puts their columns side by side)"))
     elif isinstance(op, Limit):
         lines.append(_line(depth, f"Limit[{op.name}] (stops its input once {op.n} rows have come)"))
     elif isinstance(op, Union):

@@ -45,7 +45,8 @@ class GroupedData:
         every = cols is None and method != "count"
         ray_args = [] if method == "count" or on is None else [on]
         ray = self._ray().then(method, *ray_args, **options)
-        return self._ds._then(AllToAll("Aggregate", alltoall.aggregate(self._keys, aggs, every_column=every), ray=ray))
+        return self._ds._then(AllToAll("Aggregate", alltoall.aggregate(self._keys, aggs, every_column=every), ray=ray,
+                                       schema_of=alltoall.aggregate_schema(self._keys, aggs, every)))
 
     def aggregate(self, *aggs: Any) -> "Dataset":
         """One row per group: the keys and one column per aggregation (``muster.data.aggregate``'s
@@ -58,7 +59,8 @@ class GroupedData:
                 "e.g. aggregate(Count(), Mean('x'))."
             )
         ray = self._ray().then("aggregate", *aggs)
-        return self._ds._then(AllToAll("Aggregate", alltoall.aggregate(self._keys, list(aggs)), ray=ray))
+        return self._ds._then(AllToAll("Aggregate", alltoall.aggregate(self._keys, list(aggs)), ray=ray,
+                                       schema_of=alltoall.aggregate_schema(self._keys, list(aggs))))
 
     def _ray(self) -> RayCall:
         return RayCall.of("groupby", (self._keys if len(self._keys) > 1 else self._keys[0]) if self._keys else None)

@@ -5,7 +5,8 @@
                    consecutive transforms fuse into the task that made the block;
 * ``AllToAll``  -- needs every upstream block first (shuffle, sort, repartition);
 * ``Limit``, ``Union``;
-* ``Join``      -- its two inputs' rows joined on key columns, once both are gathered.
+* ``Join``      -- its two inputs' rows joined on key columns, once both are gathered;
+* ``Zip``       -- its inputs' columns side by side, once every input is gathered.
 
 Nothing runs until a dataset is consumed; ``execution`` walks this tree.
 Reads, transforms and all-to-all operators also carry ``ray``: the same
@@ -113,6 +114,8 @@ class AllToAll:
     ray: RayEquivalent = field(default=None, compare=False)
     keeps_rows: bool = False  # every input row comes out once, columns unchanged (shuffle, sort, repartition)
     passes_filters: bool = False  # a filter before it gives the same result (sort, repartition, unseeded shuffle)
+    #: its output's schema from its input's, when known before running (a group-by's built-in aggregations)
+    schema_of: Callable[[pa.Schema], pa.Schema | None] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,25 @@ class Join:
             return None
 
 
-Operator = Read | Transform | AllToAll | Limit | Union | Join
+@dataclass(frozen=True)
+class Zip:
+    """``Dataset.zip``: ``fn(each input's blocks)`` -> the blocks holding every input's columns side by side, once
+    every input is gathered (Ray's ``zip``, lazy as Ray's)."""
+
+    name: str
+    fn: Callable[[list[list[pa.Table]]], list[pa.Table]] = field(compare=False)
+
+    def schema(self, inputs: list[pa.Schema | None]) -> pa.Schema | None:
+        """The zipped blocks' schema for inputs of these schemas; None when one is unknown."""
+        if any(s is None for s in inputs):
+            return None
+        try:
+            return self.fn([[s.empty_table()] for s in inputs if s is not None])[0].schema
+        except (MusterError, pa.ArrowException):
+            return None
+
+
+Operator = Read | Transform | AllToAll | Limit | Union | Join | Zip
 
 
 @dataclass(frozen=True)
@@ -193,9 +214,15 @@ class Node:
     def known_schema(self) -> pa.Schema | None:
         """The schema this plan's blocks have, when known before running it (as Ray infers it): a read's
         (``Read.known_schema``), through ``limit``, the operators that keep every row, a filter, a union
-        of inputs of one schema, and a join of inputs of known schemas; else None."""
+        of inputs of one schema, a join or zip of inputs of known schemas, and a group-by's built-in
+        aggregations (``AllToAll.schema_of``); else None."""
         if isinstance(self.op, Read):
             return self.op.known_schema()
+        if isinstance(self.op, Zip):
+            return self.op.schema([n.known_schema() for n in self.inputs])
+        if isinstance(self.op, AllToAll) and self.op.schema_of is not None:
+            known = self.inputs[0].known_schema()
+            return None if known is None else self.op.schema_of(known)
         if isinstance(self.op, Join):
             return self.op.schema(self.inputs[0].known_schema(), self.inputs[1].known_schema())
         if isinstance(self.op, Union):

@@ -63,18 +63,22 @@ class FileWrites:
     def write_parquet(self, path: str, *, filesystem: Any = None, mode: Any = "append",
                       min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
                       num_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
-                      **arrow_args: Any) -> list[str]:
+                      min_bytes_per_file: int | None = None, **arrow_args: Any) -> list[str]:
         """One Parquet file per output block under ``path`` (a folder or URL); returns the files written.
 
-        ``mode``, ``min_rows_per_file`` (or its older name ``num_rows_per_file``), ``max_rows_per_file`` and
-        ``partition_cols`` as in Ray (see ``writers.write_blocks``); other keywords, and what Ray's
+        ``mode``, ``min_rows_per_file`` (or its older name ``num_rows_per_file``), ``max_rows_per_file``,
+        ``min_bytes_per_file`` (blocks gathered until their in-memory bytes reach it, none split; not with the
+        row options, as Ray's) and ``partition_cols`` as in Ray (see ``writers.write_blocks``); other keywords,
+        and what Ray's
         ``arrow_parquet_args_fn`` returns, go to ``pyarrow.parquet.write_table``. Ray's ``concurrency``,
         ``ray_remote_args`` and ``try_create_dir`` change nothing here; ``arrow_open_stream_args=
         {"compression": ...}`` compresses each file. ``filename_provider`` (a ``FilenameProvider``) names the
         files, as Ray's (see ``writers.provided_name``).
         """
+        check_min_bytes(min_bytes_per_file, {"min_rows_per_file": min_rows_per_file, "num_rows_per_file":
+                                             num_rows_per_file, "max_rows_per_file": max_rows_per_file})
         return write_dataset(self, "parquet", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
-                             max_rows_per_file, partition_cols, arrow_args)
+                             max_rows_per_file, partition_cols, arrow_args, min_bytes=min_bytes_per_file)
 
     def write_csv(self, path: str, *, filesystem: Any = None, mode: Any = "append",
                   min_rows_per_file: int | None = None,
@@ -114,11 +118,31 @@ class FileWrites:
         getattr(self, "write_datasink")(sink, concurrency=concurrency)
 
 
+def check_min_bytes(min_bytes: Any, row_options: dict[str, int | None]) -> None:
+    """Refuse ``write_parquet(min_bytes_per_file=)`` as Ray does: not a positive integer, or with a row option.
+
+    Raises:
+        InvalidArgumentError: naming the value, or the row options given with it.
+    """
+    if min_bytes is None:
+        return
+    if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 1:
+        raise InvalidArgumentError(f"write_parquet(min_bytes_per_file={min_bytes!r}): use a positive integer "
+                                   "(bytes of in-memory blocks per file), or None.")
+    given = {k: v for k, v in row_options.items() if v is not None}
+    if given:
+        raise InvalidArgumentError(
+            f"write_parquet(min_bytes_per_file={min_bytes}, {', '.join(f'{k}={v}' for k, v in given.items())}): "
+            "min_bytes_per_file cannot be used with min_rows_per_file, max_rows_per_file or num_rows_per_file "
+            "(as in Ray); pass only one of them.")
+
+
 def write_dataset(dataset: Any, kind: str, path: str, filesystem: Any, mode: Any, min_rows: int | None,
-                  max_rows: int | None, partition_cols: list[str] | None, options: dict[str, Any]) -> list[str]:
+                  max_rows: int | None, partition_cols: list[str] | None, options: dict[str, Any],
+                  min_bytes: int | None = None) -> list[str]:
     """``Dataset.write_<kind>`` ("parquet", "csv", "json" or "npy": ``write_numpy``, whose ``column`` is in
     ``options``) on either engine; the files written. ``options``: the call's other keywords (Ray's, or with
-    Parquet also ``pyarrow.parquet.write_table``'s)."""
+    Parquet also ``pyarrow.parquet.write_table``'s); ``min_bytes``: Parquet's ``min_bytes_per_file``."""
     from muster.data import _ray_plan
 
     method = "numpy" if kind == "npy" else kind
@@ -136,7 +160,7 @@ def write_dataset(dataset: Any, kind: str, path: str, filesystem: Any, mode: Any
     if _ray_plan.on_ray_engine():
         return _ray_plan.write(dataset, method, path, filesystem, mode=mode, min_rows_per_file=min_rows,
                                max_rows_per_file=max_rows, partition_cols=partition_cols,
-                               filename_provider=provider, **column, **options)
+                               filename_provider=provider, min_bytes_per_file=min_bytes, **column, **options)
     writer_options.update(column)
     blocks: Iterator[pa.Table] = dataset._execute()
     if kind == "csv":  # say which column CSV cannot hold before the folder is touched (not pyarrow's bare error)
@@ -150,20 +174,23 @@ def write_dataset(dataset: Any, kind: str, path: str, filesystem: Any, mode: Any
                 blocks = itertools.chain([first], blocks)
     return write_blocks(blocks, path, filesystem, kind, make(**writer_options), mode=mode,
                         min_rows_per_file=min_rows, partition_cols=partition_cols, where=f"write_{kind}",
-                        compression=compression, max_rows_per_file=max_rows, filename_provider=provider)
+                        compression=compression, max_rows_per_file=max_rows, filename_provider=provider,
+                        min_bytes_per_file=min_bytes)
 
 
 def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: str,
                  write: Callable[[pa.Table, Any], None], *, mode: Any = "append",
                  min_rows_per_file: int | None = None, partition_cols: list[str] | None = None,
                  where: str = "write", compression: str | None = None, max_rows_per_file: int | None = None,
-                 filename_provider: Any = None) -> list[str]:
+                 filename_provider: Any = None, min_bytes_per_file: int | None = None) -> list[str]:
     """Write ``blocks`` under ``path``, as Ray's ``write_*`` do.
 
     ``mode`` (a :class:`SaveMode` or its value): "append" (add files next to any there), "overwrite"
     (empty the folder first), "ignore" (write nothing if it holds files), "error"/"create" (raise if it does).
     ``min_rows_per_file``: blocks are gathered until a file has at least that many rows;
     ``max_rows_per_file``: a file has at most that many (a bigger block is split over several).
+    ``min_bytes_per_file``: blocks are gathered until their in-memory bytes reach it (none split), as Ray's
+    ``write_parquet`` bundles them.
     ``partition_cols``: hive-style folders ``col=value/`` per distinct value, without those columns.
     ``filesystem``: a pyarrow or fsspec filesystem (default: from the path's URL scheme).
     ``filename_provider``: names the files (see :func:`provided_name`); by default ``{tag}_{n:06d}.{ext}``.
@@ -227,15 +254,15 @@ def write_blocks(blocks: Iterator[pa.Table], path: str, filesystem: Any, ext: st
             written.append(f"{target}/{base}")
 
     pending: list[pa.Table] = []
-    rows = 0
+    rows = size = 0
     for block in blocks:
         if block.num_rows == 0:
             continue
         pending.append(block)
-        rows += block.num_rows
-        if rows >= (min_rows_per_file or 1):
+        rows, size = rows + block.num_rows, size + blk.nbytes(block)
+        if size >= min_bytes_per_file if min_bytes_per_file else rows >= (min_rows_per_file or 1):
             emit(blk.concat(pending))
-            pending, rows = [], 0
+            pending, rows, size = [], 0, 0
     if pending:
         emit(blk.concat(pending))
     return written
