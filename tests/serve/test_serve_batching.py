@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from muster import serve
-from muster.serve.exceptions import RequestCancelledError
+from muster.serve.exceptions import RayServeException, RequestCancelledError
 
 pytestmark = pytest.mark.allow_leftover_workers
 
@@ -234,6 +234,30 @@ def test_a_cancelled_stream_raises_request_cancelled_and_a_stream_has_no_result_
         assert one.ping.remote().result(timeout_s=10) == "pong"  # the cancelled streams gave their slot back
     finally:
         serve.delete("one")
+
+
+@serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=8)
+class Miscounts:
+    @serve.batch(max_batch_size=3, batch_wait_timeout_s=0.3)
+    async def __call__(self, xs: list[int]) -> list[int]:
+        return [*xs, 0]  # one result too many, however the calls were batched
+
+    @serve.batch(max_batch_size=3, batch_wait_timeout_s=0.1)
+    async def scalar(self, xs: list[int]) -> int:
+        return 7
+
+
+def test_a_batch_returning_the_wrong_number_of_results_fails_its_callers_as_rays(client):
+    """Ray 2.60 (measured): each caller gets a RayServeException ("doesn't preserve batch size"); it was a
+    TypeError. A result that is no sequence stays a TypeError, as Ray's len() of it raises."""
+    h = serve.run(Miscounts.bind(), name="miscounts", route_prefix=None)
+    calls = [h.remote(i) for i in range(3)]
+    for call in calls:
+        with pytest.raises(RayServeException, match=r"inputs and returned list of length \d; return a sequence"):
+            call.result(timeout_s=30)
+    with pytest.raises(TypeError, match=r"got 1 inputs and returned int"):
+        h.scalar.remote(9).result(timeout_s=30)
+    serve.delete("miscounts")
 
 
 def test_an_integral_float_batch_size_is_taken_as_rays():

@@ -526,6 +526,16 @@ def test_a_cancelled_call_raises_request_cancelled_as_rays(graph):
     assert h.slow.remote(0).result(timeout_s=10) == "finished"
 
 
+def test_a_result_past_its_timeout_raises_rays_get_timeout_error(graph):
+    """As Ray 2.60 (measured): ``except ray.exceptions.GetTimeoutError`` catches a ``result(timeout_s=)`` that ran
+    out, and so does ``except TimeoutError``. It raised a plain TimeoutError, which the first let through."""
+    r = serve.get_deployment_handle("Adder", "graph").slow.remote(3)
+    with pytest.raises(muster.exceptions.GetTimeoutError, match=r"timeout_s=0.2") as info:
+        r.result(timeout_s=0.2)
+    assert isinstance(info.value, TimeoutError)
+    assert r.result(timeout_s=10) == "finished"  # the call goes on; a later wait gets its value
+
+
 def test_replica_context_and_result_timeout(graph):
     h = serve.get_deployment_handle("Model", "graph").options(stream=True)
     gen = h.tokens.remote(200)

@@ -47,3 +47,12 @@ def test_local_testing_mode_runs_the_app_in_process_without_serve():
     with pytest.raises(RayServeException, match=r"no method 'triple'; its methods: \['count', 'double', 'fail'\]"):
         doubler.triple.remote().result(timeout_s=30)
     assert serve.status().applications == {}
+
+
+def test_local_testing_mode_refuses_a_generator_called_without_stream_as_rays():
+    """Ray 2.60's local mode raises TypeError ("returned a generator. You must use handle.options(stream=True)"),
+    as a replica does; before, result() handed back the generator object itself."""
+    doubler = serve.run(Doubler.bind(), name="gen", _local_testing_mode=True)
+    with pytest.raises(TypeError, match=r"Doubler.count returned a generator; .*options\(stream=True\)"):
+        doubler.count.remote(3).result(timeout_s=30)
+    assert list(doubler.options(stream=True).count.remote(2)) == [0, 1]

@@ -37,6 +37,7 @@ from typing import Any, Callable
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve import context
 from muster.serve._internal.batch_metrics import BatchMetrics
+from muster.serve.exceptions import RayServeException
 from muster.serve.multiplex import get_multiplexed_model_id, set_model_id
 
 
@@ -104,12 +105,13 @@ def _results(fn: Callable, results: Any, n: int) -> list:
         got = list(results) if not isinstance(results, (str, bytes, dict)) and hasattr(results, "__len__") else None
     except TypeError:  # a 0-d numpy array has __len__ but no length
         got = None
-    if got is None or len(got) != n:
-        what = f"{type(results).__name__} of length {len(got)}" if got is not None else type(results).__name__
-        raise InvalidTypeError(
-            f"@serve.batch method {fn.__qualname__} got {n} inputs and returned {what}; "
-            "return a sequence (list, tuple, numpy array) with one result per input, in order."
-        )
+    fix = "return a sequence (list, tuple, numpy array) with one result per input, in order."
+    if got is None:  # Ray's len() of it raises TypeError
+        raise InvalidTypeError(f"@serve.batch method {fn.__qualname__} got {n} inputs and returned "
+                               f"{type(results).__name__}; {fix}")
+    if len(got) != n:  # Ray's RayServeException: "Batched function doesn't preserve batch size."
+        raise RayServeException(f"@serve.batch method {fn.__qualname__} got {n} inputs and returned "
+                                f"{type(results).__name__} of length {len(got)}; {fix}")
     return got
 
 

@@ -17,7 +17,7 @@ import os
 import pickle
 from typing import Any, AsyncIterator, Iterator
 
-from muster.exceptions import InvalidArgumentError, InvalidTypeError, checked_timeout
+from muster.exceptions import GetTimeoutError, InvalidArgumentError, InvalidTypeError, checked_timeout
 from muster.serve import context
 from muster.serve._internal import eventloop, router, streams, wire
 from muster.serve.exceptions import RequestCancelledError
@@ -82,7 +82,8 @@ class DeploymentResponse:
         """Block until the call finishes and return its value (not from inside an async method).
 
         Raises:
-            TimeoutError: it did not finish within ``timeout_s``.
+            GetTimeoutError: it did not finish within ``timeout_s`` (a ``TimeoutError``, as Ray's
+                ``ray.exceptions.GetTimeoutError``).
             InvalidArgumentError / InvalidTypeError: ``timeout_s`` is negative or not a number (Ray's
                 ``results()`` refuses a negative one too).
             The replica's exception, when the call raised.
@@ -99,7 +100,8 @@ class DeploymentResponse:
         try:
             return fut.result(timeout_s)
         except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"the deployment call did not finish within timeout_s={timeout_s}.") from None
+            raise GetTimeoutError(f"the deployment call did not finish within timeout_s={timeout_s}; wait longer, "
+                                  "or see serve.status() for a deployment that is not running.") from None
         except (asyncio.CancelledError, concurrent.futures.CancelledError):
             if self._cancelled:
                 raise RequestCancelledError() from None

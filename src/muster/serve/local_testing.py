@@ -48,13 +48,18 @@ async def _resolved(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
-async def _call(fn: Any, args: tuple, kwargs: dict, model_id: str) -> Any:
+async def _call(fn: Any, args: tuple, kwargs: dict, model_id: str, name: str) -> Any:
     set_model_id(model_id)
     args, kwargs = await _resolved(args, kwargs)
     if inspect.iscoroutinefunction(fn):
         return await fn(*args, **kwargs)
     ctx = contextvars.copy_context()  # the model id reaches the thread too
     out = await asyncio.get_running_loop().run_in_executor(None, functools.partial(ctx.run, fn, *args, **kwargs))
+    if inspect.isgenerator(out) or inspect.isasyncgen(out):  # as Ray's local mode (and a replica) refuse it
+        if inspect.isgenerator(out):
+            out.close()
+        raise InvalidTypeError(f"{name} returned a generator; call it through handle.options(stream=True) "
+                               "to iterate what it yields.")
     return await out if inspect.isawaitable(out) else out
 
 
@@ -128,7 +133,7 @@ class LocalDeploymentHandle(DeploymentHandle):
         if self._stream:
             return LocalResponseGenerator(fn, args, kwargs, self._model_id, f"{self.deployment_name}.{self._method}")
         fut: concurrent.futures.Future = asyncio.run_coroutine_threadsafe(
-            _call(fn, args, kwargs, self._model_id), eventloop.get_loop())
+            _call(fn, args, kwargs, self._model_id, f"{self.deployment_name}.{self._method}"), eventloop.get_loop())
         return DeploymentResponse(fut)
 
     def broadcast(self, method_name: str, *args: Any, **kwargs: Any) -> Any:

@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import http.client
 import json
+import logging
 import socket
 import sys
 import time
@@ -103,18 +104,22 @@ class IngressApp:
         fields = (scope["method"], path, "" if prefix == "/" else prefix, scope.get("query_string", b""),
                   headers, scope.get("client"), scope.get("server"))
         timeout = self.options.request_timeout_s
+        deadline = streams.deadline_for(timeout)
         r = router.registry.router(app, dep)
         model = multiplex.header_model_id(headers) if r.multiplexed else ""  # routed to a replica holding it
         try:
             replica, stream = await r.open_stream(wire.REQ_HTTP, wire.http_request(fields, body), timeout or 30.0,
                                                   model)
         except (BackPressureError, DeploymentUnavailableError) as exc:
+            if streams.past(deadline):  # still waiting for a replica at request_timeout_s: 408, as Ray's proxy
+                await _plain(send, 408, streams.timeout_message(timeout), echo)
+                return
             status, retry = ingress_rsgi.refusal(exc)
             await _plain(send, status, str(exc), [*([(b"retry-after", retry.encode())] if retry else []), *echo])
             return
         ingress_rsgi.late.add(stream, lambda: _watch_asgi(receive, stream))  # only once it runs long
         try:
-            await self._relay(stream, send, timeout, echo)
+            await self._relay(stream, send, timeout, deadline, echo)
         finally:
             ingress_rsgi.late.remove(stream)
             r.release(replica)
@@ -149,8 +154,9 @@ class IngressApp:
         finally:
             r.release(replica)
 
-    async def _relay(self, stream: streams.Stream, send: Any, timeout: float | None, echo: list) -> None:
-        kind, payload = await stream.next(timeout)
+    async def _relay(self, stream: streams.Stream, send: Any, timeout: float | None, deadline: float | None,
+                     echo: list) -> None:
+        kind, payload = await (stream.next() if deadline is None else stream.next_before(deadline))
         if kind == streams.GONE[0]:
             return  # the client left; the replica was told to stop
         if (kind, payload) == streams.TIMED_OUT:
@@ -173,11 +179,16 @@ class IngressApp:
         try:
             await send({"type": "http.response.start", "status": status, "headers": [*headers, *echo]})
             while True:
-                kind, payload = await stream.next()
+                kind, payload = await (stream.next() if deadline is None else stream.next_before(deadline))
                 if kind == wire.RESP_BODY:
                     await send({"type": "http.response.body", "body": payload, "more_body": True})
                 elif kind == wire.RESP_END:
                     await send({"type": "http.response.body", "body": b""})
+                    return
+                elif (kind, payload) == streams.TIMED_OUT:
+                    # Past request_timeout_s mid-stream, as Ray's proxy: the replica was told to stop and the
+                    # response is left unfinished, so the server closes the connection mid-body (the client
+                    # sees an incomplete body, not a complete short one).
                     return
                 else:  # the replica failed or died mid-stream: end the response there
                     await send({"type": "http.response.body", "body": b""})
@@ -243,6 +254,15 @@ async def _disconnect(receive: Any) -> None:
     """Return once the client has gone (the request's body was read already)."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+_CUT = "ASGI callable returned without completing response."
+
+
+def _quiet_cut(record: logging.LogRecord) -> bool:
+    """Drop uvicorn's error line for a response the ingress leaves unfinished on purpose: a stream cut at
+    ``request_timeout_s`` (see ``IngressApp._relay``), whose connection uvicorn then closes, as Ray's proxy does."""
+    return record.msg != _CUT
 
 
 def free_port(host: str) -> int:
@@ -417,6 +437,7 @@ class IngressActor:
         else:
             import uvicorn
 
+            logging.getLogger("uvicorn.error").addFilter(_quiet_cut)  # once: the same filter is not added twice
             self.server = uvicorn.Server(uvicorn.Config(
                 self.app, host=o.host, port=self.port, loop="none", http="httptools", lifespan="off",
                 log_level="warning", access_log=False, timeout_keep_alive=int(o.keep_alive_timeout_s),

@@ -112,6 +112,7 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
     fields = (scope.method, path, "" if prefix == "/" else prefix, scope.query_string, items,
               scope.client, scope.server)
     timeout = app.options.request_timeout_s
+    deadline = streams.deadline_for(timeout)
     r = router.registry.router(app_name, dep)
     payload = wire.http_request(fields, body)
     model = multiplex.rsgi_model_id(hdrs) if r.multiplexed else ""  # routed to a replica holding it
@@ -120,13 +121,16 @@ async def handle(app: Any, scope: Any, proto: Any) -> None:
         try:
             got = await r.open_stream(wire.REQ_HTTP, payload, timeout or 30.0, model)
         except (BackPressureError, DeploymentUnavailableError) as exc:
+            if streams.past(deadline):  # still waiting for a replica at request_timeout_s: 408, as Ray's proxy
+                _plain(proto, 408, streams.timeout_message(timeout), echo)
+                return
             status, retry = refusal(exc)
             _plain(proto, status, str(exc), [*([("retry-after", retry)] if retry else []), *echo])
             return
     replica, stream = got
     late.add(stream, lambda: _watch_granian(proto, stream))
     try:
-        await _relay(stream, proto, timeout, echo)
+        await _relay(stream, proto, timeout, deadline, echo)
     finally:
         late.remove(stream)
         r.release(replica)
@@ -186,8 +190,9 @@ class LateWatch:
 late = LateWatch()  # the ingress process's one (its server runs on one loop)
 
 
-async def _relay(stream: streams.Stream, proto: Any, timeout: float | None, echo: list) -> None:
-    kind, payload = await stream.next(timeout)
+async def _relay(stream: streams.Stream, proto: Any, timeout: float | None, deadline: float | None,
+                 echo: list) -> None:
+    kind, payload = await (stream.next() if deadline is None else stream.next_before(deadline))
     if kind == streams.GONE[0]:
         return  # the client left; the replica was told to stop
     if kind == wire.RESP_FULL:
@@ -208,9 +213,12 @@ async def _relay(stream: streams.Stream, proto: Any, timeout: float | None, echo
     transport = proto.response_stream(status, _str_headers(headers) + echo)
     try:
         while True:
-            kind, payload = await stream.next()
+            kind, payload = await (stream.next() if deadline is None else stream.next_before(deadline))
             if kind != wire.RESP_BODY:
-                return  # the end, or the replica failed mid-stream: the response ends there
+                # The end, or the replica failed mid-stream, or request_timeout_s passed (the replica was told
+                # to stop): the response ends there. Ray's proxy closes the connection mid-body at the timeout;
+                # RSGI cannot abort a response, so granian ends the body where it was cut (uvicorn: as Ray).
+                return
             await transport.send_bytes(payload)
     except BaseException:
         stream.cancel()  # the client went away: stop the replica's generator

@@ -77,6 +77,19 @@ class Stream:
                     timer.cancel()
         return self._pop()
 
+    async def next_before(self, deadline: float | None) -> tuple[int, bytes]:
+        """:meth:`next`, by ``deadline`` (the loop's clock; ``None``: no limit): ``TIMED_OUT`` once it has passed,
+        even with chunks waiting (the replica is told to stop), unless the answer's end is next. ``request_timeout_s``
+        bounds a request end to end, as Ray's proxy bounds it: its wait for a replica, its answer and every chunk
+        of a streamed one."""
+        if deadline is None:
+            return await self.next()
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0 and not (self._frames and self._frames[0][0] in _TERMINAL):
+            self.cancel()
+            return TIMED_OUT
+        return await self.next(left)
+
     def _expire(self, flag: list[bool]) -> None:
         flag.append(True)
         w = self._waiter
@@ -103,6 +116,16 @@ class Stream:
 
 TIMED_OUT = (0, b"")
 GONE = (-1, b"")  # the client disconnected (see Stream.abandon)
+
+
+def deadline_for(timeout: float | None) -> float | None:
+    """When a request that starts now must have been answered (the loop's clock), or ``None`` for no timeout."""
+    return asyncio.get_running_loop().time() + timeout if timeout else None
+
+
+def past(deadline: float | None) -> bool:
+    """Whether ``deadline`` (from :func:`deadline_for`) has passed."""
+    return deadline is not None and asyncio.get_running_loop().time() >= deadline
 
 
 def timeout_message(timeout: float | None) -> str:
