@@ -182,9 +182,15 @@ def test_an_expression_filters_a_parquet_read(tmp_path):
     assert md.read_parquet(str(tmp_path), filter=(col("a") > 3).to_pyarrow()).take_all() == [{"a": 5}, {"a": 9}]
 
 
+def _per_operator(ds):
+    """``ds.stats()``'s per-operator lines (muster's, under ``Execution (muster):``), a fused operator's too."""
+    return [ln.strip()[2:] for ln in ds.stats().split("* Per operator", 1)[-1].splitlines()[1:]
+            if ln.startswith("\t* ")]
+
+
 def _rows_made(ds, op):
     """The rows operator ``op`` made in ``ds``'s last run, from its stats (None when it did not run)."""
-    line = next((ln for ln in ds.stats().splitlines() if ln.strip().startswith(f"{op}:")), None)
+    line = next((ln for ln in _per_operator(ds) if ln.startswith(f"{op}:")), None)
     return None if line is None else int(line.split(":", 1)[1].split(" rows")[0].replace(",", ""))
 
 
@@ -271,7 +277,7 @@ def test_a_filter_moves_past_projections_sorts_and_repartitions_into_the_scan(tm
 
 def _read_rows(ds):
     """Every read's rows in ``ds``'s last run, from its stats."""
-    lines = [ln for ln in ds.stats().splitlines() if ln.strip().startswith("Read") and " rows" in ln]
+    lines = [ln for ln in _per_operator(ds) if ln.startswith("Read")]
     return sum(int(ln.split(":", 1)[1].split(" rows")[0].replace(",", "")) for ln in lines)
 
 

@@ -69,12 +69,25 @@ def test_stats_keep_operators_of_one_name_apart(tmp_path):
     left, right = md.read_parquet(str(tmp_path / "left.parquet")), md.read_parquet(str(tmp_path / "right.parquet"))
     joined = left.join(right, "inner", 1, on=("id",))
     assert len(joined.take_all()) == 2
-    lines = [ln.strip().split(" in ")[0] for ln in joined.stats().splitlines()[1:]]
-    assert lines == ["ReadParquet_1: 3 rows", "ReadParquet_2: 2 rows", "Join: 2 rows"], joined.stats()
+    assert _headers(joined) == ["Operator 1 ReadParquet_1", "Operator 2 ReadParquet_2", "Operator 3 Join"]
+    assert _per_operator(joined) == ["ReadParquet_1: 3 rows", "ReadParquet_2: 2 rows", "Join: 2 rows"], joined.stats()
     same = left.map_batches(lambda b: b).union(left.map_batches(lambda b: b))
     assert same.count() == 6
-    lines = [ln.strip().split(" in ")[0] for ln in same.stats().splitlines()[1:]]
-    assert lines == ["ReadParquet_1: 3 rows", "MapBatches(<lambda>)_1: 3 rows",
-                     "ReadParquet_2: 3 rows", "MapBatches(<lambda>)_2: 3 rows"], same.stats()
+    assert _headers(same) == ["Operator 1 ReadParquet_1->MapBatches(<lambda>)_1",
+                              "Operator 2 ReadParquet_2->MapBatches(<lambda>)_2"], same.stats()
+    assert _per_operator(same) == ["ReadParquet_1: 3 rows", "MapBatches(<lambda>)_1: 3 rows",
+                                   "ReadParquet_2: 3 rows", "MapBatches(<lambda>)_2: 3 rows"], same.stats()
     one = md.range(4).map_batches(lambda b: b)
-    assert one.count() == 4 and "  ReadRange: 4 rows" in one.stats() and "  MapBatches(<lambda>): 4" in one.stats()
+    assert one.count() == 4 and _headers(one) == ["Operator 1 ReadRange->MapBatches(<lambda>)"]
+    assert _per_operator(one) == ["ReadRange: 4 rows", "MapBatches(<lambda>): 4 rows"]
+
+
+def _headers(ds):
+    """The ``Operator N name`` of each operator block of ``ds.stats()`` (Ray's layout)."""
+    return [ln.split(":")[0] for ln in ds.stats().splitlines() if ln.startswith("Operator ")]
+
+
+def _per_operator(ds):
+    """muster's per-operator lines of ``ds.stats()`` (fused operators each on its own), up to their row count."""
+    lines = ds.stats().split("* Per operator", 1)[1].splitlines()[1:]
+    return [ln.strip()[2:].split(" in ")[0] for ln in lines if ln.startswith("\t* ")]

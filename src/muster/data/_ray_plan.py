@@ -143,8 +143,11 @@ def _compute(fn: Any, concurrency: Any, where: str) -> Any:
 
 
 def blocks(dataset: "Dataset") -> Iterator[pa.Table]:
-    """The dataset's output, executed by ``ray.data``, as Arrow blocks on this process."""
-    yield from arrow_blocks(to_ray(dataset))
+    """The dataset's output, executed by ``ray.data``, as Arrow blocks on this process (the ``ray.data``
+    dataset kept on ``dataset``: its ``stats()`` are Ray's)."""
+    ray_dataset = to_ray(dataset)
+    dataset._ray_ran = ray_dataset
+    yield from arrow_blocks(ray_dataset)
 
 
 def count(dataset: "Dataset") -> int:
@@ -213,6 +216,8 @@ class RayDataIterator(DataIterator):
         return f"RayDataIterator(rank={self._rank}, world={self._world}, source={type(self._source).__name__})"
 
     def _blocks(self, epoch: int) -> Iterator[pa.Table]:
+        if self._dataset._iterator is self:  # the dataset's own (not a split's shard): its stats are Ray's
+            self._dataset._ray_ran, self._dataset._stats = self._source, None
         return arrow_blocks(self._source)
 
     def stats(self) -> str:

@@ -35,6 +35,8 @@ from muster.core import resources as res
 from muster.core.runtime import Runtime, RuntimeActor
 from muster.data import block as blk
 from muster.data.plan import MapBatches
+from muster.data.stats import TaskClock, TaskTime
+from muster.data.stats import sizes as block_sizes
 from muster.exceptions import ActorDiedError, GetTimeoutError, TaskError
 
 _log = logging.getLogger("muster.data")
@@ -68,11 +70,13 @@ class UdfActor:
         self._op, self._inst = op, op.build()
         return os.getpid()
 
-    def run(self, block: pa.Table) -> tuple[list[pa.Table], float]:
+    def run(self, block: pa.Table) -> tuple[list[pa.Table], TaskTime]:
+        """The blocks the user's class makes of ``block``, and the times of this task (for ``stats()``)."""
         assert self._op is not None  # setup() came first
-        t = time.perf_counter()
-        out = self._op.apply(block, self._inst)
-        return out, time.perf_counter() - t
+        clock = TaskClock()
+        with clock:
+            out = self._op.apply(block, self._inst)
+        return out, clock.took()
 
 
 class _Member:
@@ -253,7 +257,7 @@ class ActorPool:
 
     def _result(self, block: pa.Table, fut: Future[Any], member: _Member, stats: Any) -> list[pa.Table]:
         try:
-            out, secs = fut.result()
+            out, took = fut.result()
         except TaskError as exc:  # the UDF's own error (it names the operator, function and first row)
             if exc.cause is not None:
                 raise exc.cause from None
@@ -263,9 +267,12 @@ class ActorPool:
                          describe(self.op), exc)
             if member in self.members:
                 self.members.remove(member)
-            t = time.perf_counter()
-            out, secs = self.op(block), time.perf_counter() - t
+            clock = TaskClock()
+            with clock:
+                out = self.op(block)
+            took = clock.took()
         finally:
             member.in_flight -= 1
-        stats.add(self.name, sum(b.num_rows for b in out), len(out), secs, rows_in=block.num_rows)
+        stats.add(self.name, sum(b.num_rows for b in out), len(out), took.wall_s, rows_in=block.num_rows)
+        stats.add_task(self.name, took, block_sizes(out), block.num_rows)
         return list(out)

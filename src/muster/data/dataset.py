@@ -54,12 +54,15 @@ _MAP_BATCHES_PARAMS = ("fn", "batch_size", "batch_format", "fn_args", "fn_kwargs
 class Dataset(ColumnOps, writers.FileWrites, Splits):
     """A distributed-style dataset of Arrow blocks (Ray Data's ``Dataset``, on one machine)."""
 
-    def __init__(self, node: Node, name: str | None = None, executions: task_context.Executions | None = None):
+    def __init__(self, node: Node, name: str | None = None, executions: task_context.Executions | None = None,
+                 parent_stats: execution.Stats | None = None):
         self._node = node
         self._dataset_name = name
         # how many times this lineage ran (Ray's execution index: a source's own, shared with what derives from it)
         self._executions = executions if executions is not None else task_context.Executions()
-        self._stats: execution.Stats | None = None
+        self._stats: execution.Stats | None = None  # the last execution's, on muster's engine
+        self._parent_stats = parent_stats  # a materialize()'s, whose blocks this dataset's source holds
+        self._ray_ran: Any = None  # on the Ray engine: the ray.data Dataset (or iterator) that ran last
         self._iterator: DataIterator | None = None
         self._seen: tuple[int, pa.Schema | None] | None = None  # rows and schema of a whole pass, as Ray caches
 
@@ -92,14 +95,15 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         Dataset.__init__(self, state["_node"], state.get("_name"))
 
     def _then(self, op: plan.Operator) -> "Dataset":
-        return Dataset(self._node.then(op), self._dataset_name, self._executions)
+        return Dataset(self._node.then(op), self._dataset_name, self._executions, self._parent_stats)
 
     def _execute(self, epoch: int | None = None) -> Iterator[pa.Table]:
         """One execution of the plan: the lineage's next (``epoch``: that numbered one, for an iterator)."""
         if _ray_plan.on_ray_engine():  # ray.data runs the plan (its own order per epoch)
+            self._stats = None
             return _ray_plan.blocks(self)
         epoch = self._executions.take() if epoch is None else epoch
-        self._stats = execution.Stats()
+        self._stats, self._ray_ran = execution.Stats(parent=self._parent_stats), None
         # a pass that runs to its end leaves its rows and schema for count(), schema() and repr, as Ray's cache
         return execution.observed(execution.execute(self._node, epoch, self._stats),
                                   lambda rows, schema: setattr(self, "_seen", (rows, schema)))
@@ -210,7 +214,8 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
             else:
                 parsed, op = expr, projection.filter_op(expr)
             pushed = filter_pushdown.pushed(self._node, op, parsed)
-            return Dataset(pushed, self._dataset_name, self._executions) if pushed is not None else self._then(op)
+            return (Dataset(pushed, self._dataset_name, self._executions, self._parent_stats) if pushed is not None
+                    else self._then(op))
         if fn is None:
             raise InvalidTypeError("filter(): pass a function row -> bool, or expr=pyarrow.compute expression.")
         return self._rows("filter", "Filter", plan.filter_rows, fn, fn_args, fn_kwargs, options)
@@ -517,14 +522,30 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
     def materialize(self) -> "MaterializedDataset":
         """Run the plan once and keep its blocks in memory."""
         ds = from_blocks(list(self._execute()))
-        ds._stats, ds._dataset_name = self._stats, self._dataset_name
+        ds._parent_stats, ds._ray_ran, ds._dataset_name = self._stats, self._ray_ran, self._dataset_name
         return ds
 
     def stats(self) -> str:
-        """Per-operator rows, blocks and time of the last execution (on Ray: the last iterator's ``ray.data`` stats)."""
-        if self._stats is None and self._iterator is not None and _ray_plan.on_ray_engine():
-            return self._iterator.stats()
-        return self._stats.summary() if self._stats is not None else "(not executed yet)"
+        """The last execution's statistics, as Ray 2.60 prints them; running nothing.
+
+        One block per operator (a read with the transforms fused into its tasks, ``Operator 1
+        ReadRange->Map(<lambda>): 5 tasks executed, 5 blocks produced in 0.06s``), numbered in the order they
+        ran, a ``materialize()``'s before those run since, each with Ray's ``* Remote wall time``, ``* Remote
+        cpu time``, ``* Output num rows per block``, ``* Output size bytes per block``, ``* Output rows per
+        task``, ``* Tasks per node`` and ``* Operator throughput`` lines; then ``Dataset throughput``; then
+        muster's own figures under ``Execution (muster):`` (wall time, peak bytes in flight, each operator on its
+        own, fused ones too, the actors of a pool, the time blocked on backpressure). See ``stats_text``.
+
+        Returns:
+            That text; "" when nothing has run yet (as Ray), or, for a dataset derived from a materialized one
+            that has not run, the ``materialize()``'s. On the Ray engine: Ray's own ``stats()`` of the
+            ``ray.data`` dataset (or iterator) that ran last.
+        """
+        if self._stats is not None:
+            return self._stats.summary()
+        if self._ray_ran is not None:
+            return str(self._ray_ran.stats())
+        return self._parent_stats.summary() if self._parent_stats is not None else ""
 
     def explain(self) -> None:
         """Print the plan: its logical operators, then the stages that run them (which transforms fuse into

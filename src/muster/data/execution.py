@@ -39,7 +39,7 @@ from muster.data import task_context
 from muster.data.context import DataContext, current_as
 from muster.data.plan import (AllToAll, BlockFn, Join, Limit, MapBatches, Node, Read, ReadTask, Transform, Union,
                                Zip)
-from muster.data.stats import Stats
+from muster.data.stats import Stats, TaskClock, TaskTime, sizes as stats_sizes
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -74,7 +74,10 @@ def execute(node: Node, epoch: int = 0, stats: Stats | None = None) -> Iterator[
     stats.budget = ctx.max_bytes_in_flight
     ended = live_view.start(stats, ctx.progress_every_s, ctx.enable_progress_bars)
     try:
-        yield from (b for b in _stream(numbered(node), epoch, stats) if b.num_rows or b.num_columns)
+        for b in _stream(numbered(node), epoch, stats):
+            if b.num_rows or b.num_columns:
+                stats.delivered(b.num_rows)
+                yield b
     finally:
         stats.finish()
         ended()
@@ -121,7 +124,7 @@ def observed(blocks: Iterator[pa.Table], done: Callable[[int, pa.Schema | None],
 
 class Job:
     """One task: read (or take) blocks, then apply the fused chain. Picklable, so a pooled
-    worker can run it; returns the blocks and the seconds/rows each operator took."""
+    worker can run it; returns the blocks, the seconds/rows each operator took, and the task's times."""
 
     def __init__(self, source: Callable[[], list[pa.Table]], source_name: str | None,
                  chain: list[tuple[str, BlockFn]], size: int = 0, task_idx: int = 0, epoch: int = 0):
@@ -134,6 +137,12 @@ class Job:
     def stage(self) -> str:
         """The operator whose output this job's blocks are (what the live view names its stage)."""
         return self.chain[-1][0] if self.chain else self.source_name or "Input"
+
+    @property
+    def label(self) -> str:
+        """The stage its task belongs to, as ``explain()`` and ``stats()`` name one: the read and the transforms
+        fused after it (``ReadRange->Map(f)``), or the transforms fused into one task per block."""
+        return "->".join(([self.source_name] if self.source_name is not None else []) + [n for n, _ in self.chain])
 
     def limit(self, threads: int) -> int | None:
         """At most this many such jobs at once: a map's ``concurrency=``, or ``threads / num_cpus``."""
@@ -163,9 +172,11 @@ class Job:
         """Whether it runs Python per row or batch (so a process beats a GIL-bound thread)."""
         return bool(self.chain) and not any(getattr(fn, "is_class", False) for _, fn in self.chain)
 
-    def __call__(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float, int]]]:
-        with current_as(self.context), task_context.running(self.task_idx, self.epoch):
-            return self._run()
+    def __call__(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float, int]], TaskTime]:
+        clock = TaskClock()
+        with clock, current_as(self.context), task_context.running(self.task_idx, self.epoch):
+            blocks, timings = self._run()
+        return blocks, timings, clock.took()
 
     def _run(self) -> tuple[list[pa.Table], list[tuple[str, int, int, float, int]]]:
         timings = []
@@ -230,14 +241,11 @@ def _stream(node: Node, epoch: int, stats: Stats) -> Iterator[pa.Table]:
             name = child.op.name
             yield from _run(_read_jobs(name, op.reorders_reads(child.op.tasks, epoch), chain, epoch), stats)
             return
-        upstream = _timed(op.name, lambda: op.fn(list(_stream(child, epoch, stats)), epoch), stats)
+        upstream = _timed(op.name, node.inputs, lambda blocks: op.fn(blocks, epoch), epoch, stats)
     elif isinstance(op, Join):
-        left, right = node.inputs
-        upstream = _timed(op.name, lambda: op.fn(list(_stream(left, epoch, stats)), list(_stream(right, epoch, stats))),
-                          stats)
+        upstream = _timed(op.name, node.inputs, op.fn, epoch, stats)
     elif isinstance(op, Zip):
-        inputs = node.inputs
-        upstream = _timed(op.name, lambda: op.fn([list(_stream(child, epoch, stats)) for child in inputs]), stats)
+        upstream = _timed(op.name, node.inputs, lambda *inputs: op.fn(list(inputs)), epoch, stats)
     elif isinstance(op, Limit):
         upstream = _limit(_stream(node.inputs[0], epoch, stats), op.n)
     elif isinstance(op, Union) and op.weights is not None:
@@ -309,21 +317,30 @@ def _actor_stage(op: Transform, upstream: Iterator[pa.Table], stats: Stats, epoc
         pool.close()
 
 
-def _timed(name: str, make: Callable[[], list[pa.Table] | Iterator[pa.Table]], stats: Stats) -> Iterator[pa.Table]:
-    """The blocks ``make`` returns, with the time spent making them (lazily, too) counted for ``name``."""
-    t = time.perf_counter()
-    out = iter(make())
-    busy = time.perf_counter() - t
-    while True:
-        t = time.perf_counter()
-        b = next(out, None)
-        busy += time.perf_counter() - t
-        if b is None:
-            stats.add(name, 0, 0, busy)
-            return
-        stats.add(name, b.num_rows, 1, busy)
-        busy = 0.0
-        yield b
+def _timed(name: str, inputs: Sequence[Node], make: Callable[..., list[pa.Table] | Iterator[pa.Table]], epoch: int,
+           stats: Stats) -> Iterator[pa.Table]:
+    """The blocks ``make(blocks of each input)`` returns, once every input is gathered (their stages run and
+    count first), as one task of stage ``name``: the time spent making them (lazily, too) counted for it."""
+    gathered = [list(_stream(child, epoch, stats)) for child in inputs]
+    stats.open_stage(name, sum(b.num_rows for blocks in gathered for b in blocks))
+    clock, made = TaskClock(), list[tuple[int, int]]()
+    try:
+        with clock:
+            out = iter(make(*gathered))
+        del gathered
+        counted = 0.0  # the busy seconds already added for ``name``
+        while True:
+            with clock:
+                b = next(out, None)
+            busy, counted = clock.wall_s - counted, clock.wall_s
+            if b is None:
+                stats.add(name, 0, 0, busy)
+                return
+            stats.add(name, b.num_rows, 1, busy)
+            made.append((b.num_rows, blk.nbytes(b)))
+            yield b
+    finally:
+        stats.add_task(name, clock.took(), made)
 
 
 def _one(block: pa.Table) -> list[pa.Table]:
@@ -397,9 +414,12 @@ def _run(jobs: Iterator[Job], stats: Stats) -> Iterator[pa.Table]:
             if not pending:
                 return
             job, head, remote = pending.popleft()
-            blocks, timings = _result(job, head, remote, workers)
+            blocks, timings, took = _result(job, head, remote, workers)
             for name, rows, count, secs, rows_in in timings:
                 stats.add(name, rows, count, secs, rows_in)
+            # a read takes no rows from another stage (as Ray counts); a block task, its input block's
+            stats.add_task(job.label, took, stats_sizes(blocks),
+                           0 if job.source_name is not None or not timings else timings[0][4])
             made = sum(blk.nbytes(b) for b in blocks)
             if job.size:
                 grown[0] += job.size
