@@ -287,3 +287,12 @@ def test_a_join_runs_when_its_first_batch_is_pulled_and_gives_the_gathered_joins
 
     with pytest.raises(UserFunctionError, match="MapBatches failed in boom"):  # raised in the join's task, on Ray
         md.range(3).map_batches(boom).join(md.range(3), "inner", 1).take_all()
+
+
+def test_stats_is_empty_before_a_run_and_names_each_operator_after_any_consumption(engine):
+    ds = md.range(20, override_num_blocks=2).map_batches(lambda b: {"id": b["id"] * 2})
+    assert ds.stats() == ""  # as Ray's, before anything runs
+    assert sum(r["id"] for r in ds.take_all()) == 380  # not the dataset's own iterator: Ray's text must still come
+    text = ds.stats()
+    assert text.startswith("Operator 1 "), text
+    assert "MapBatches" in text and "tasks executed" in text and "Dataset throughput:" in text, text
