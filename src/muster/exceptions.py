@@ -268,10 +268,15 @@ class TrainingFailedError(MusterError):
 
 def by_rank(error: BaseException | None) -> dict[int, BaseException]:
     """``{rank: error}`` for an error a training rank raised or died of (its ``label`` is ``"rank N"``);
-    empty for any other error."""
+    empty for any other error. The error is what the rank's code raised, as Ray V2 unwraps its
+    ``UserExceptionWithTraceback``, where muster's ``TaskError`` carries one that pickled back; else ``error``
+    itself (a rank that died: ``WorkerCrashedError``)."""
     label = getattr(error, "label", "")
     rank = label.removeprefix("rank ") if isinstance(label, str) and label.startswith("rank ") else ""
-    return {int(rank): error} if rank.isdigit() and error is not None else {}
+    if not rank.isdigit() or error is None:
+        return {}
+    raised = error.cause if isinstance(error, TaskError) and error.cause is not None else error
+    return {int(rank): raised}
 
 
 def expect_instance(owner: str, arg: str, value: Any, cls: type | tuple[type, ...], fix: str) -> None:

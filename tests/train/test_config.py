@@ -66,8 +66,9 @@ def test_scaling_defaults_and_worker_resources():
     assert cfg.num_workers == 1 and cfg.use_gpu is False
     assert cfg.worker_resources == {"CPU": 1.0}
     gpu = ScalingConfig(num_workers=3, use_gpu=True)
-    assert gpu.worker_resources == {"CPU": 1.0, "GPU": 1.0}
-    assert gpu.total_resources == {"CPU": 3.0, "GPU": 3.0}
+    assert gpu.worker_resources == {"GPU": 1.0}  # as Ray's: a GPU worker holds no CPU unless asked
+    assert gpu.total_resources == {"GPU": 3.0}
+    assert ScalingConfig(use_gpu=True, resources_per_worker={"CPU": 4}).worker_resources == {"CPU": 4.0, "GPU": 1.0}
     custom = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 2, "accel": 0.5})
     assert custom.worker_resources == {"CPU": 2.0, "accel": 0.5}
     assert custom.total_resources == {"CPU": 4.0, "accel": 1.0}

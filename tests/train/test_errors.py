@@ -44,11 +44,31 @@ def test_worker_exception_names_rank_type_message_and_traceback(fit, storage):
     assert isinstance(cause, TaskError)
     assert cause.label == "rank 1" and cause.cause_type.endswith("ValueError")
     assert "raise_on_rank1" in cause.remote_traceback
-    assert err.worker_failures == {1: cause}  # Ray V2's WorkerGroupError.worker_failures
+    # Ray V2's WorkerGroupError.worker_failures: what the rank's code raised
+    assert err.worker_failures == {1: cause.cause} and type(cause.cause) is ValueError
     # read back later, the run is a failed one (its error was None, as if it had finished)
     recorded = Result.from_path(err.run_path).error
     assert isinstance(recorded, TrainingFailedError) and "ValueError: bad batch 42 on purpose" in str(recorded)
     assert "attempt 1" in str(recorded) and recorded.run_path == err.run_path
+
+
+class HeardExceptions(train.UserCallback):
+    def __init__(self):
+        self.heard = []
+
+    def after_exception(self, run_context, worker_exceptions):
+        self.heard.append(dict(worker_exceptions))
+
+
+def test_after_exception_gets_what_the_rank_raised(fit):
+    # Ray V2 hands UserCallback.after_exception the user's own exception ({1: ValueError('bad batch 42 ...')}),
+    # so `isinstance(error, torch.cuda.OutOfMemoryError)` in a callback works; muster gave its TaskError wrapper.
+    hooks = HeardExceptions()
+    with pytest.raises(TrainingFailedError):
+        fit(raise_on_rank1, workers=2, config={"delay": 0}, name="heard", callbacks=[hooks])
+    [failed] = hooks.heard
+    assert list(failed) == [1]
+    assert type(failed[1]) is ValueError and str(failed[1]) == "bad batch 42 on purpose"
 
 
 def test_first_failure_is_the_root_cause_not_the_peer_it_broke(fit):

@@ -77,7 +77,7 @@ def test_retry_resumes_from_the_latest_checkpoint(fit, tmp_path, crash):
     assert os.path.exists(config["marker"])  # it did crash once
     assert result.error is None
     # Each round once every rank reported it (metrics in rank order), after its commit; the failure by rank.
-    error = "WorkerCrashedError" if crash == "kill" else "TaskError"
+    error = "WorkerCrashedError" if crash == "kill" else "RuntimeError"  # what rank 1 raised, as in Ray
     assert hooks.heard == [
         ("report", 3, [(0, 0), (0, 0)], "checkpoint_000001"),
         ("report", 3, [(1, 0), (1, 0)], "checkpoint_000002"),

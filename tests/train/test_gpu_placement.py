@@ -61,3 +61,31 @@ def test_placements_nccl_can_use_pass_and_a_torch_without_cuda_then_fails_once_s
     assert "share GPU" not in message and "NCCL" not in message, message
     assert len(info.value.attempts) == 1, "no restart can give torch CUDA: it must not be retried"
     assert not [f for f in os.listdir(tmp_path) if f.startswith("rank")], "no loop may start"
+
+
+@pytest.mark.skipif(torch.version.cuda is not None or torch.cuda.is_available(), reason="this torch has CUDA")
+def test_default_gpu_workers_hold_a_gpu_and_no_cpu_as_rays_do(tmp_path):
+    # Ray's ScalingConfig(use_gpu=True) asks {"GPU": 1} per worker and no CPU ("nodes have many more CPUs than
+    # GPUs"); muster asked {"CPU": 1, "GPU": 1}, so with the engine's 2 CPUs held by an actor the gang could not
+    # start. Here it starts (each worker then stops at this CPU-only torch, before the loop).
+    import muster
+    from muster.train import RunConfig
+
+    @muster.remote(num_cpus=2)
+    class HoldsTheCpus:
+        def ready(self):
+            return True
+
+    holder = HoldsTheCpus.remote()
+    try:
+        assert muster.get(holder.ready.remote())
+        scaling = ScalingConfig(num_workers=2, use_gpu=True)
+        assert scaling.worker_resources == {"GPU": 1.0} and scaling.num_cpus_per_worker == 0
+        assert scaling.total_resources == {"GPU": 2.0}  # Ray 2.60's, for the same ScalingConfig
+        # (before, this fit waited for a CPU forever)
+        trainer = TorchTrainer(mark_started, train_loop_config={"dir": str(tmp_path)}, scaling_config=scaling,
+                               run_config=RunConfig(name="gpu_only", storage_path=str(tmp_path / "runs"), verbose=0))
+        with pytest.raises(TrainingFailedError, match="built without CUDA"):
+            trainer.fit()
+    finally:
+        muster.kill(holder)

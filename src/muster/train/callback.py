@@ -66,5 +66,7 @@ class UserCallback:
         Args:
             run_context: the run's ``TrainRunContext``.
             worker_exceptions: ``{rank: error}`` for the rank whose failure ended the attempt
-                (muster stops the gang at the first failure, so there is one entry).
+                (muster stops the gang at the first failure, so there is one entry): the exception
+                the rank's code raised, as in Ray (``isinstance(error, torch.cuda.OutOfMemoryError)``
+                works), or muster's ``WorkerCrashedError`` for a rank that died.
         """

@@ -35,8 +35,9 @@ class ScalingConfig:
             interrupted epoch over the new world size.
         use_gpu: give each worker one GPU (unless ``resources_per_worker``
             says otherwise) and use NCCL.
-        resources_per_worker: e.g. ``{"CPU": 4, "GPU": 1}``.  Default: 1 CPU,
-            plus 1 GPU when ``use_gpu``.
+        resources_per_worker: e.g. ``{"CPU": 4, "GPU": 1}``.  Default, as Ray's:
+            1 CPU, or with ``use_gpu`` 1 GPU and no CPU (nodes have many more
+            CPUs than GPUs); with ``use_gpu``, a dict without ``"GPU"`` gets 1.
         placement_strategy: PACK (default), SPREAD, STRICT_PACK or
             STRICT_SPREAD; matters on a multi-node cluster.
         trainer_resources: Ray's resources for its trainer actor. muster's
@@ -157,10 +158,10 @@ class ScalingConfig:
 
     @property
     def worker_resources(self) -> dict[str, float]:
-        """What one worker asks the engine for."""
-        out: dict[str, float] = {"CPU": 1.0}
-        if self.use_gpu:
-            out["GPU"] = 1.0
+        """What one worker asks the engine for: Ray's ``ScalingConfig._resources_per_worker_not_none``, so a
+        GPU worker holds no CPU unless ``resources_per_worker`` names one (what is left of the CPUs serves the
+        data pipeline and the driver's tasks)."""
+        out: dict[str, float] = {"GPU": 1.0} if self.use_gpu else {"CPU": 1.0}
         out.update(self.resources_per_worker or {})
         return res.normalize(out, what="ScalingConfig.resources_per_worker")
 

@@ -90,7 +90,9 @@ class UserCallbacks:
         self.call("after_report", self.run_context, [metrics[rank] for rank in sorted(metrics)], checkpoint)
 
     def on_failure(self, error: BaseException) -> None:
-        """An attempt ended with ``error``; Ray's hook hears of it when a rank caused it."""
+        """An attempt ended with ``error``; Ray's hook hears of it when a rank caused it, with what the
+        rank's code raised (Ray V2 unwraps its ``UserExceptionWithTraceback`` so), not muster's wrapper."""
         failed = by_rank(error)
         if failed:
             self.call("after_exception", self.run_context, failed)
+
