@@ -228,14 +228,24 @@ def test_retention_keeps_best_two_and_latest(fit):
     assert result.get_best_checkpoint("acc", "max").path.endswith("checkpoint_000002")
     with pytest.raises(ValueError, match="mode"):
         result.get_best_checkpoint("loss", "lowest")
-    with pytest.raises(ValueError, match="nope"):
-        result.get_best_checkpoint("nope", "min")
+    for error in (ValueError, RuntimeError):  # Ray's is a RuntimeError
+        with pytest.raises(error, match="metric='nope'.*reported metrics are"):
+            result.get_best_checkpoint("nope", "min")
 
     back = Result.from_path(result.path)
     assert [c.path for c, _ in back.best_checkpoints] == [c.path for c, _ in result.best_checkpoints]
     assert back.get_best_checkpoint("loss", "min") == result.get_best_checkpoint("loss", "min")
     # Every report is kept in the metrics, deleted checkpoints or not.
     assert list(back.metrics_dataframe["loss"]) == losses
+
+
+def test_best_checkpoint_of_a_result_without_one_raises_as_rays(tmp_path):
+    """Ray raises RuntimeError("No checkpoint exists...") where muster returned None."""
+    from muster import tune
+
+    for cls in (Result, tune.Result):
+        with pytest.raises(RuntimeError, match=r"metric='loss', mode='min'\): the run at .* has no checkpoint"):
+            cls(metrics={"loss": 1.0}, checkpoint=None, path=str(tmp_path)).get_best_checkpoint("loss", "min")
 
 
 def test_retention_without_score_keeps_newest(fit):

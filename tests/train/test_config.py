@@ -74,6 +74,17 @@ def test_scaling_defaults_and_worker_resources():
     assert custom.total_resources == {"CPU": 4.0, "accel": 1.0}
 
 
+def test_per_worker_amounts_read_as_given():
+    """Ray's properties return the amounts as given (2, not 2.0), and Ray has additional_resources_per_worker."""
+    custom = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 2, "accel": 0.5, "unused": 0})
+    assert repr(custom.num_cpus_per_worker) == "2" and repr(custom.num_gpus_per_worker) == "0"
+    assert custom.additional_resources_per_worker == {"accel": 0.5}
+    assert repr(ScalingConfig().num_cpus_per_worker) == "1" and ScalingConfig().additional_resources_per_worker == {}
+    assert repr(ScalingConfig(resources_per_worker={"CPU": 1.5}).num_cpus_per_worker) == "1.5"
+    gpu = ScalingConfig(use_gpu=True)
+    assert (repr(gpu.num_cpus_per_worker), repr(gpu.num_gpus_per_worker)) == ("0", "1")
+
+
 def test_run_config_fills_sub_configs():
     rc = RunConfig(name="mnist_ddp.v2=a+b-c")
     assert isinstance(rc.checkpoint_config, CheckpointConfig)
@@ -128,7 +139,8 @@ def test_a_search_space_for_num_workers_names_the_function_trainable(space):
     with pytest.raises(ValueError,
                        match=r"num_workers must be an integer.*function trainable.*config\['num_workers'\]"):
         ScalingConfig(num_workers=value)
-    with pytest.raises(ValueError, match=r"num_workers must be an integer >= 1, or \(min, max\) for an elastic run\.$"):
+    with pytest.raises(ValueError, match=r"num_workers must be an integer >= 1, 0 to run the training function in "
+                                         r"this process \(local mode\), or \(min, max\) for an elastic run\.$"):
         ScalingConfig(num_workers=-1)
 
 

@@ -14,6 +14,7 @@ import muster.train as train
 from muster.train import (
     Checkpoint,
     FailureConfig,
+    Result,
     RunAlreadyFinishedError,
     RunConfig,
     ScalingConfig,
@@ -101,6 +102,41 @@ def test_retry_resumes_from_the_latest_checkpoint(fit, tmp_path, crash):
         assert torch.load(os.path.join(folder, "shard_1.pt")) == {"epoch": 2, "rank": 1}
     state = json.load(open(os.path.join(result.path, ".muster_run.json")))
     assert state["status"] == "FINISHED"
+
+
+def rank1_fails_before_a_round(config):
+    """Rounds i=0..2, each with a checkpoint; on the first attempt rank 1 fails before reporting i=2,
+    after rank 0 reported it (so that report is rolled back: the retry runs i=2 again)."""
+    import time
+
+    rank, reported = train.get_context().get_world_rank(), config["marker"] + ".rank0"
+    start = 0
+    if train.get_checkpoint() is not None:
+        with train.get_checkpoint().as_directory() as folder:
+            start = json.load(open(os.path.join(folder, "i.json")))["i"] + 1
+    for i in range(start, 3):
+        if i == 2 and rank == 1 and not os.path.exists(config["marker"]):
+            while not os.path.exists(reported):  # rank 0's report of i=2 is recorded first
+                time.sleep(0.05)
+            open(config["marker"], "w").close()
+            raise RuntimeError("injected failure before reporting i=2")
+        with tempfile.TemporaryDirectory() as tmp:
+            json.dump({"i": i}, open(os.path.join(tmp, "i.json"), "w"))
+            train.report({"i": i}, checkpoint=Checkpoint.from_directory(tmp))
+        if i == 2 and rank == 0:
+            open(reported, "w").close()
+
+
+def test_metrics_dataframe_leaves_out_rolled_back_reports(fit, tmp_path):
+    """As Ray V2's: each round once, the retried one (it showed i = [0, 1, 2, 2]); all_reports keeps every attempt's."""
+    result = fit(rank1_fails_before_a_round, config={"marker": str(tmp_path / "crashed")},
+                 failure_config=FailureConfig(max_failures=1))
+    assert list(result.metrics_dataframe["i"]) == [0, 1, 2]
+    assert list(Result.from_path(result.path).metrics_dataframe["i"]) == [0, 1, 2]
+    assert result.metrics == {"i": 2}
+    rank0 = [(r["i"], r["_attempt"]) for r in result.all_reports if r["_rank"] == 0]
+    assert rank0 == [(0, 0), (1, 0), (2, 0), (2, 1)]
+    assert len(result.all_metrics_dataframe) == 7
 
 
 def test_no_retry_budget_raises_and_lists_the_attempt(fit, tmp_path):

@@ -78,8 +78,9 @@ class ScalingConfig:
             self.num_workers = (int(bounds[0]), int(bounds[1]))
         elif not (_count(self.num_workers) or _is_zero(self.num_workers)):
             raise InvalidArgumentError(
-                f"ScalingConfig(num_workers={self.num_workers!r}): num_workers must be an integer >= 1, "
-                "or (min, max) for an elastic run." + (_TUNE_WORKERS if _is_search_space(self.num_workers) else "")
+                f"ScalingConfig(num_workers={self.num_workers!r}): num_workers must be an integer >= 1, 0 to "
+                "run the training function in this process (local mode), or (min, max) for an elastic run."
+                + (_TUNE_WORKERS if _is_search_space(self.num_workers) else "")
             )
         if not isinstance(self.use_gpu, bool):
             raise InvalidArgumentError(f"ScalingConfig(use_gpu={self.use_gpu!r}): use_gpu must be True or False.")
@@ -150,11 +151,23 @@ class ScalingConfig:
 
     @property
     def num_cpus_per_worker(self) -> float:
-        return self.worker_resources.get("CPU", 0.0)
+        """One worker's CPUs, as given (``2`` stays ``2``, as Ray's); ``1`` by default, ``0`` with ``use_gpu``."""
+        return self._as_given("CPU")
 
     @property
     def num_gpus_per_worker(self) -> float:
-        return self.worker_resources.get("GPU", 0.0)
+        """One worker's GPUs, as given (as Ray's); ``1`` with ``use_gpu`` by default, else ``0``."""
+        return self._as_given("GPU")
+
+    @property
+    def additional_resources_per_worker(self) -> dict[str, float]:
+        """One worker's resources other than CPU and GPU, as given (Ray's)."""
+        return {k: v for k, v in (self.resources_per_worker or {}).items() if k not in ("CPU", "GPU") and v}
+
+    def _as_given(self, name: str) -> float:
+        given = (self.resources_per_worker or {}).get(name)
+        amount = self.worker_resources.get(name, 0)
+        return given if given else (int(amount) if float(amount).is_integer() else amount)
 
     @property
     def worker_resources(self) -> dict[str, float]:

@@ -9,7 +9,7 @@ from typing import Any
 from muster.exceptions import InvalidArgumentError, MusterError, TrainingFailedError
 from muster.observe.trial_rows import CONTROLLER_KEYS, trial_result
 from muster.train._internal import policies
-from muster.train._internal.checkpoint_manager import OWN_RUN_KEYS, RUN_KEYS
+from muster.train._internal.checkpoint_manager import OWN_RUN_KEYS, RUN_KEYS, round_of
 from muster.train._internal.policies import CheckpointRecord
 from muster.train._internal.result_base import Result as TuneResult, lead_rank
 from muster.train.checkpoint import Checkpoint
@@ -34,9 +34,12 @@ class Result(TuneResult):
 
     @property
     def metrics_dataframe(self) -> Any:
-        """Every report of the result's rank (rank 0 normally) as a pandas DataFrame: the reported
-        metrics as they are (a nested dict is one column of dicts), as Ray Train V2's."""
-        return super().metrics_dataframe
+        """Every report of the result's rank (rank 0 normally) as a pandas DataFrame, each round once: the
+        reported metrics as they are (a nested dict is one column of dicts), as Ray Train V2's. A report a
+        failed attempt made after the checkpoint the next attempt resumed from is not in it (that round ran
+        again); ``all_metrics_dataframe`` and ``all_reports`` keep every attempt's."""
+        rank = lead_rank(self.all_reports)
+        return self._frame([r for r in kept(self.all_reports) if r.get("_rank") == rank])
 
     def _frame(self, rows: list[dict[str, Any]], keep: tuple[str, ...] = ()) -> Any:
         import pandas as pd
@@ -90,7 +93,7 @@ def build(
     as Ray's (retention also keeps the latest, which is ``checkpoint`` but not among them unless it is)."""
     shown = trial_result if trial else _reported
     lead = lead_rank(reports)
-    mine = [r for r in reports if r.get("_rank") == lead]
+    mine = [r for r in (reports if trial else kept(reports)) if r.get("_rank") == lead]
     latest = max(ranked, key=lambda r: r.round) if ranked else None
     extra = {} if trial else {"return_value": return_value}
     return (TuneResult if trial else Result)(
@@ -103,6 +106,19 @@ def build(
         filesystem=storage.fs,
         **extra,
     )
+
+
+def kept(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (every rank's, as recorded) without those rolled back: the reports an attempt made after
+    the checkpoint the next attempt resumed from (the latest committed when it started), whose rounds
+    ran again. Rounds keep counting across attempts, so those are an attempt's rows of a round past it."""
+    committed = {round_of(r) for r in rows if r.get("checkpoint_dir_name")}
+    attempts = sorted({int(r.get("_attempt") or 0) for r in rows})
+    resumed_at: dict[int, int] = {}  # attempt -> the round the next attempt resumed from
+    for attempt, after in zip(attempts, attempts[1:]):
+        before = {round_of(r) for r in rows if int(r.get("_attempt") or 0) < after}
+        resumed_at[attempt] = max(committed & before, default=0)
+    return [r for r in rows if round_of(r) <= resumed_at.get(int(r.get("_attempt") or 0), round_of(r))]
 
 
 def _public(row: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, MusterError
 from muster.observe.trial_rows import logged_result
 from muster.train._internal import policies
 from muster.train._internal.policies import CheckpointRecord
@@ -18,6 +18,14 @@ from muster.train.checkpoint import Checkpoint
 
 # What the controller adds to each row to say whose report it is (``all_metrics_dataframe`` shows them)
 WHOSE = ("_rank", "_attempt")
+
+
+class NoCheckpointError(MusterError, RuntimeError):
+    """``get_best_checkpoint`` of a result with no checkpoint (a ``RuntimeError``, as Ray's)."""
+
+
+class UnknownMetricError(InvalidArgumentError, RuntimeError):
+    """``get_best_checkpoint`` with a metric no checkpoint was reported with (a ``RuntimeError``, as Ray's)."""
 
 
 def lead_rank(reports: list[dict[str, Any]]) -> int | None:
@@ -75,19 +83,28 @@ class Result:
         # json_normalize: Ray reads its result.json so, nested dicts' columns after the others
         return pd.json_normalize([{**logged_result(r), **{k: r[k] for k in keep if k in r}} for r in rows], sep="/")
 
-    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
-        """The committed checkpoint whose reported ``metric`` is best (``mode``: "max" or "min")."""
+    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint:
+        """The committed checkpoint whose reported ``metric`` is best (``mode``: "max" or "min").
+
+        Raises:
+            NoCheckpointError: the result has no checkpoint (a ``RuntimeError``, as Ray's).
+            InvalidArgumentError: ``mode`` is neither "max" nor "min".
+            UnknownMetricError: no checkpoint was reported with ``metric`` (a ``RuntimeError``, as Ray's).
+        """
+        if not self.best_checkpoints:
+            raise NoCheckpointError(
+                f"get_best_checkpoint(metric={metric!r}, mode={mode!r}): the run at {self.path} has no checkpoint; "
+                "pass checkpoint=Checkpoint.from_directory(...) to report() to save one."
+            )
         if mode not in ("max", "min"):
             raise InvalidArgumentError(f"get_best_checkpoint(mode={mode!r}): use 'max' or 'min'.")
         records = [CheckpointRecord(i, c.path, m) for i, (c, m) in enumerate(self.best_checkpoints)]
         scored = [r for r in records if policies.score_of(r, metric) is not None]
         if not scored:
-            if records:
-                raise InvalidArgumentError(
-                    f"get_best_checkpoint(metric={metric!r}): no checkpoint was reported with that metric; "
-                    f"reported metrics are {sorted(self.best_checkpoints[0][1])}."
-                )
-            return None
+            raise UnknownMetricError(
+                f"get_best_checkpoint(metric={metric!r}): no checkpoint was reported with that metric; "
+                f"reported metrics are {sorted(self.best_checkpoints[0][1])}."
+            )
         best = policies.rank_best(scored, metric, mode)[0]
         return self.best_checkpoints[best.round][0]
 
