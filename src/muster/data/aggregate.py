@@ -290,6 +290,31 @@ __all__ = ["AbsMax", "AggregateFn", "AggregateFnV2", "Count", "CountDistinct", "
            "MissingValuePercentage", "Quantile", "Std", "Sum", "Unique", "ZeroPercentage"]
 
 
+def as_rays_python_path(grouped: Any, aggs: list[Any]) -> Any:
+    """A keyed aggregation's output (a pyarrow Table) with the types Ray 2.60 gives it.
+
+    Ray runs a group-by on Arrow's kernels only when every aggregation has one (``Count``, ``Sum``, ``Min``,
+    ``Max``, ``Mean``, ``Unique``, ``CountDistinct``, ``MissingValuePercentage``, ``ZeroPercentage``) and they
+    are all collections (``Unique``, ``CountDistinct``) or none is; else (``Quantile``, ``AbsMax``, ``Std``, an
+    ``AggregateFn`` of your own, or a mix) it builds the output from Python values, so every integer column
+    (the keys too) comes out int64 and every float one double: an int32 key is int64 after ``Quantile``. A
+    ``Std`` among only Ray's declared aggregations keeps Arrow's types here, the ones Ray's ``schema()`` and
+    ``print`` declare for it unread (Ray's rows then have int64 keys)."""
+    import pyarrow as pa
+
+    declared = (Count, Sum, Min, Max, Mean, Std)
+    arrow = (Count, Sum, Min, Max, Mean, Unique, CountDistinct, MissingValuePercentage, ZeroPercentage)
+    collections = [isinstance(a, (Unique, CountDistinct)) for a in aggs]
+    on_arrow = all(type(a) in arrow for a in aggs) and (all(collections) or not any(collections))
+    if on_arrow or all(type(a) in declared for a in aggs):
+        return grouped
+    fields = []
+    for f in grouped.schema:
+        widen = pa.types.is_floating(f.type) or (pa.types.is_integer(f.type) and not pa.types.is_uint64(f.type))
+        fields.append(f.with_type(pa.float64() if pa.types.is_floating(f.type) else pa.int64()) if widen else f)
+    return grouped.cast(pa.schema(fields))
+
+
 def unique_values(values: Any, column: str, ignore_nulls: bool) -> list[Any]:
     """``Dataset.unique``: the distinct values of a column (a pyarrow array), in first-seen order for lists.
 

@@ -389,7 +389,9 @@ def aggregate(keys: list[str], aggs: list[Any],
             groups = _groups(table, keys)
             for a, n in custom:
                 grouped = grouped.append_column(n, pa.array([a.run(key, part) for key, part in groups]))
-        return [grouped.select(keys + names)]
+        from muster.data.aggregate import as_rays_python_path
+
+        return [as_rays_python_path(grouped.select(keys + names), todo)]
 
     return run
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-import numpy as np
 import pyarrow as pa
 
 from muster.core import context as core_context
@@ -24,6 +23,7 @@ from muster.data.grouped import GroupedData
 from muster.data.iterator import DataIterator, Passes
 from muster.data.plan import AllToAll, Limit, Node, RayCall, Read, Transform, Union
 from muster.data.schema import Schema
+from muster.data import splits
 from muster.data.splits import Splits, _positive
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
@@ -386,13 +386,13 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
                                          left_suffix, right_suffix), None, self._executions)
 
     def random_sample(self, fraction: float, *, seed: "int | RandomSeedConfig | None" = None) -> "Dataset":
-        """Each row kept with probability ``fraction`` (about that share of the rows; not an exact count)."""
-        if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+        """Each row kept with probability ``fraction`` (about that share of the rows; not an exact count).
+
+        Lazy, as Ray's: it draws when the dataset runs. An integer seed gives the same rows every pass (and every
+        run), as in Ray; ``RandomSeedConfig(seed)`` other rows each pass; no seed, fresh rows each pass."""
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
             raise InvalidArgumentError(f"random_sample(fraction={fraction!r}): use a number in [0, 1].")
-        table = self.to_arrow()
-        rng = np.random.default_rng(RandomSeedConfig.of(seed, "random_sample").seed)
-        keep = rng.random(table.num_rows) < fraction
-        return from_blocks([table.filter(pa.array(keep))], "RandomSample")
+        return self._then(splits.random_sample_op(float(fraction), seed))
 
     def input_files(self) -> list[str]:
         """The files this dataset reads (its file readers' paths, each once, in order); ``[]`` for
@@ -488,8 +488,10 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         return blk.concat(list(self._execute()))
 
     def to_pandas(self, limit: int | None = None) -> Any:
-        """The whole dataset as one DataFrame; with ``limit``, an error if it has more rows."""
-        return blk.to_pandas(self._within(limit, "to_pandas"))
+        """The whole dataset as one DataFrame; with ``limit``, an error if it has more rows. No rows: an empty
+        DataFrame with no columns, as Ray's (its blocks' columns are not kept)."""
+        table = self._within(limit, "to_pandas")
+        return blk.to_pandas(table if table.num_rows else pa.table({}))
 
     def _within(self, limit: int | None, where: str) -> pa.Table:
         """All rows as one table, refusing (as Ray does) when there are more than ``limit``."""

@@ -24,3 +24,11 @@ class DataSchemaError(DataError, ValueError):
 class UserFunctionError(DataError):
     """A user function (``map``, ``map_batches``, ``filter``...) raised; names the operator,
     the function and the first row of the failing batch."""
+
+
+class DataColumnError(DataError, KeyError):
+    """A column is missing from a mapping that must name every column (``iter_torch_batches(dtypes={...})``);
+    a ``KeyError``, as Ray raises, whose message says which column and the fix."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""

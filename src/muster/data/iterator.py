@@ -35,7 +35,7 @@ import pyarrow as pa
 from muster._unsupported import refuse_removed_args
 from muster.data import block as blk
 from muster.data.task_context import Executions
-from muster.data.exceptions import DataTypeError
+from muster.data.exceptions import DataColumnError, DataTypeError
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 if TYPE_CHECKING:
@@ -184,20 +184,28 @@ class DataIterator:
         """Batches as dicts of torch tensors (or whatever ``collate_fn`` makes of a numpy batch).
 
         Args:
-            dtypes: one torch dtype, or a dict column -> dtype.
+            dtypes: one torch dtype for every column, or a dict column -> dtype naming every column (a
+                column it leaves out raises ``KeyError`` at its first batch, as in Ray; a key that is no column
+                is ignored). Not with ``collate_fn``.
             device: where to put the tensors; ``"auto"`` is the training worker's device (CPU otherwise).
-            collate_fn: takes the batch and returns the batch to yield (then ``dtypes`` is unused): a numpy
+            collate_fn: takes the batch and returns the batch to yield (convert dtypes inside it): a numpy
                 batch for a plain function, or the format of its ``muster.data.collate_fn`` base class
                 (``ArrowBatchCollateFn``: a ``pyarrow.Table``; ``PandasBatchCollateFn``: a DataFrame).
             pin_memory: page-lock the tensors before they go to a CUDA device (faster, asynchronous
                 copies); no effect without CUDA.
 
         Raises:
+            InvalidArgumentError: both ``collate_fn`` and ``dtypes`` given (as Ray refuses them).
             DataTypeError: a column cannot become a tensor (strings, ragged lists).
+            DataColumnError: (a ``KeyError``, at the first batch) ``dtypes`` is a dict without a batch's column.
         """
         import torch
 
         refuse_removed_args("iter_torch_batches", removed)
+        if collate_fn is not None and dtypes is not None:
+            raise InvalidArgumentError(
+                f"iter_torch_batches(collate_fn={collate_fn!r}, dtypes={dtypes!r}): collate_fn cannot be used with "
+                "dtypes (as in Ray); convert the tensors to the dtypes you want inside collate_fn, or drop it.")
         _check_dtypes(dtypes, torch)
         dev = _device(device)
         pin = bool(pin_memory) and dev is not None and dev.type == "cuda" and torch.cuda.is_available()
@@ -434,6 +442,11 @@ def _tensor(name: str, values: np.ndarray, dtypes: Any, device: Any, torch: Any)
     with warnings.catch_warnings():  # read-only Arrow memory: the tensor is only read
         warnings.simplefilter("ignore", UserWarning)
         t = torch.as_tensor(values)
+    if isinstance(dtypes, dict) and name not in dtypes:
+        raise DataColumnError(
+            f"iter_torch_batches(dtypes={dtypes!r}): no dtype for column {name!r}; a dict of dtypes names every "
+            f"column, as in Ray: add {name!r}, pass one dtype for all columns, or drop the column first "
+            f"(drop_columns([{name!r}])).")
     dtype = dtypes.get(name) if isinstance(dtypes, dict) else dtypes
     if dtype is not None:
         t = t.to(dtype)

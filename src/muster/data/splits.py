@@ -5,15 +5,17 @@ stream shards, or lazy train and test sides."""
 from __future__ import annotations
 
 import hashlib
+import uuid
 import zlib
 from typing import TYPE_CHECKING, Any, Iterator, cast
 
 import numpy as np
 import pyarrow as pa
 
-from muster.data import _ray_plan, combine
+from muster.data import _ray_plan, combine, task_context
 from muster.data import block as blk
 from muster.data.iterator import DataIterator
+from muster.data.plan import RayCall, Transform
 from muster.exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -141,6 +143,31 @@ class Splits:
             "test_size": float(test_size), "hash_column": hash_column, "seed": seed, "train": side})
             for side in (True, False))
         return train, test
+
+
+def random_sample_op(fraction: float, seed: Any) -> Transform:
+    """``random_sample(fraction, seed=)``'s lazy operator (Ray's ``MapBatches(random_sample)``): each row of a
+    block kept when its draw from numpy's generator is below ``fraction``. An integer seed gives the same rows
+    every pass (Ray's rule for ``random_sample``); ``RandomSeedConfig(s)`` other rows each pass (drawn from
+    (block of the task, task, pass, seed), as ``random(seed=)``), with ``reseed_after_execution=False`` the same;
+    no seed, fresh rows every pass."""
+    from muster.data.datasource import RandomSeedConfig
+
+    config = RandomSeedConfig.of(seed, "random_sample")
+    per_pass = isinstance(seed, RandomSeedConfig) and config.reseed_after_execution
+    counter = f"random_sample-{uuid.uuid4().hex}"  # its blocks within a task, apart from other draws'
+
+    def sample(block: pa.Table) -> list[pa.Table]:
+        if config.seed is None:
+            rng = np.random.default_rng()
+        else:
+            task = task_context.current()
+            execution = [task.epoch] if per_pass else []
+            rng = np.random.default_rng([task.advance(counter, 1), task.task_idx, *execution, config.seed])
+        return [block.filter(pa.array(rng.random(block.num_rows) < fraction))]
+
+    ray_seed = seed.to_ray() if isinstance(seed, RandomSeedConfig) else seed
+    return Transform("MapBatches(random_sample)", sample, RayCall.of("random_sample", fraction, seed=ray_seed))
 
 
 def _split_rows(batch: pa.Table, *, test_size: float, hash_column: str | None, seed: int | None,

@@ -32,8 +32,9 @@ class RandomSeedConfig:
     """The ``seed=`` of ``random_shuffle``, ``randomize_block_order`` and ``random_sample``, as Ray's:
     with a ``seed``, each pass (epoch) has its own order drawn from (seed, pass), or, with
     ``reseed_after_execution=False``, every pass the same one; without a seed, each pass a new
-    random order. A plain integer seed is ``RandomSeedConfig(seed)`` here: a new order every epoch,
-    where Ray repeats one (see docs/data.md, "Per-epoch shuffle")."""
+    random order. A plain integer seed is ``RandomSeedConfig(seed)`` here for ``random_shuffle`` and
+    ``randomize_block_order``: a new order every epoch, where Ray repeats one (see docs/data.md, "Per-epoch
+    shuffle"); for ``random_sample``, as in Ray, the same rows every pass."""
 
     seed: int | None = None
     reseed_after_execution: bool = True
