@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections import Counter
 
@@ -93,6 +94,42 @@ def test_domains_inside_a_chosen_value_are_drawn_too_as_rays():
     assert {m["depth"] for m in b} <= {2, 3, 8} and len({m["depth"] for m in b}) > 1  # two levels deep
     assert all(c["width"] == (2 if c["model"]["type"] == "a" else 3) for c in configs)
     assert len({m["lr"] for m in a}) == len(a)  # drawn afresh for each config
+
+
+def test_grid_points_come_in_rays_order():
+    """Ray 2.60 sorts the grids by path and changes the first one fastest: its trials 0..7 for this space
+    (read off a Tuner run) were a=1,b=3; a=2,b=3; a=1,b=4; ... muster changed the last grid fastest."""
+    gen = BasicVariantGenerator()
+    gen.setup({"b": tune.grid_search([3, 4]), "a": tune.grid_search([1, 2]), "n": {"c": tune.grid_search([5, 6])}},
+              num_samples=1)
+    configs = [gen.suggest(f"t{i}") for i in range(8)]
+    assert [(c["a"], c["b"], c["n"]["c"]) for c in configs] == [
+        (1, 3, 5), (2, 3, 5), (1, 4, 5), (2, 4, 5), (1, 3, 6), (2, 3, 6), (1, 4, 6), (2, 4, 6)]
+    assert gen.experiment_tag(1, configs[1]) == "1_a=2,b=3,c=5"
+    assert list(configs[0]) == ["b", "a", "n"]  # the config keeps the space's order
+
+
+def test_a_trials_config_keeps_the_tuples_of_its_space_as_rays():
+    """Ray 2.60's trial got ``{"t": (1, 2), ...}`` as given; muster's got lists in their place."""
+    gen = BasicVariantGenerator(random_state=0)
+    gen.setup({"t": (1, 2), "n": {"u": (3, (4,), tune.choice([5]))}, "l": [tune.choice([6]), (7,)],
+               "g": tune.grid_search([(8, 9)])}, num_samples=1)
+    assert gen.suggest("t0") == {"t": (1, 2), "n": {"u": (3, (4,), 5)}, "l": [6, (7,)], "g": (8, 9)}
+
+
+def test_sample_from_values_are_left_out_of_the_tag_as_rays():
+    """Ray 2.60's Tuner and tune.run resolve sample_from after the variant is made (its placeholders), so
+    neither a trial's experiment_tag (its folder's name) nor its evaluated_params hold those values."""
+    gen = BasicVariantGenerator(random_state=0)
+    gen.setup({"a": tune.grid_search([2]), "b": tune.sample_from(lambda config: config["a"] * 3),
+               "c": {"d": tune.sample_from(lambda: 7)}}, num_samples=1)
+    config = gen.suggest("t0")
+    assert config == {"a": 2, "b": 6, "c": {"d": 7}}
+    assert gen.experiment_tag(0, config) == "0_a=2"
+    assert gen.evaluated_params("t0", config) == {"a": 2}
+    only = BasicVariantGenerator()
+    only.setup({"b": tune.sample_from(lambda: 7)}, num_samples=1)
+    assert only.experiment_tag(0, only.suggest("t0")) == "0"
 
 
 def test_basic_variant_generator_makes_num_samples_per_grid_point_then_finishes():
@@ -302,3 +339,21 @@ def test_randn_is_a_float_domain_as_in_ray():
     optuna_search = pytest.importorskip("muster.tune.search.optuna").OptunaSearch
     with pytest.raises(InvalidArgumentError, match="randn.*no Optuna equivalent"):  # refused, as Ray refuses it
         optuna_search(space={"a": stepped}, metric="m", mode="min")
+
+
+def _reports_its_config(config):
+    tune.report({"seen": repr(config)})
+
+
+def test_a_trial_sees_its_spaces_tuples_and_is_named_without_sample_from_values(storage):
+    """What Ray 2.60's trial got for this space: tuples kept, and ``experiment_tag`` and folder
+    name without the sample_from value."""
+    (result,) = tune.Tuner(
+        _reports_its_config,
+        param_space={"betas": (0.9, 0.999), "a": tune.grid_search([2]), "b": tune.sample_from(lambda c: c["a"] * 3)},
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    ).fit()
+    assert result.metrics["seen"] == "{'betas': (0.9, 0.999), 'a': 2, 'b': 6}"
+    assert result.config == {"betas": (0.9, 0.999), "a": 2, "b": 6}
+    assert result.metrics["experiment_tag"] == "0_a=2"
+    assert "_0_a=2_" in os.path.basename(result.path) and "b=6" not in result.path

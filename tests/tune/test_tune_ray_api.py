@@ -484,6 +484,28 @@ def test_get_context_outside_a_trial_gives_none_as_rays_does():
     assert (ctx.get_world_rank(), ctx.get_world_size(), ctx.get_local_rank()) == (0, 1, 0)
 
 
+def _tried_out(config):
+    """A trainable as Ray's guides write it, which a script may call directly to try it out."""
+    start = tune.get_checkpoint()
+    for step in range(2):
+        tune.report({"loss": config["lr"] * step})
+    return start
+
+
+def test_a_trainable_called_outside_a_trial_reports_nothing_and_warns_as_rays(recwarn):
+    """Ray 2.60's tune.report and tune.get_checkpoint outside a Tuner's trial warn once each and return
+    None; muster's raised a RuntimeError, so the trainable could not be called directly."""
+    from muster.tune import session
+
+    session._warned.difference_update({"report", "get_checkpoint"})
+    assert _tried_out({"lr": 0.1}) is None
+    assert _tried_out({"lr": 0.2}) is None
+    messages = [str(w.message) for w in recwarn.list]
+    assert sum("tune.report() was called outside a trial" in m for m in messages) == 1
+    assert sum("tune.get_checkpoint() was called outside a trial" in m for m in messages) == 1
+    assert all("returns None, as Ray's does" in m for m in messages if "outside a trial" in m)
+
+
 class _Hooks(tune.Callback):
     """Records the trial hooks Ray's callbacks get, in order, with the checkpoints handed over."""
 

@@ -509,3 +509,28 @@ def test_a_tuner_without_run_config_uses_tunes_run_config_as_ray(storage, monkey
     trainer = TorchTrainer(lambda: None, scaling_config=ScalingConfig(num_workers=1),
                            run_config=train.RunConfig(name="mine"))
     assert tune.Tuner(trainer).run_config.name == "mine"  # a trainer's own, as in Ray
+
+
+def _slow_reports(config):
+    for i in range(100):
+        time.sleep(0.1)
+        tune.report({"i": i})
+
+
+def test_tune_config_takes_a_timedelta_budget_and_no_concurrency_limit_of_zero_as_ray(storage):
+    """Ray 2.60's TuneConfig takes ``time_budget_s=datetime.timedelta(...)`` and ``max_concurrent_trials=0``
+    (no limit); muster's failed on the first with a bare TypeError and refused the second."""
+    import datetime
+
+    config = tune.TuneConfig(num_samples=2, time_budget_s=datetime.timedelta(seconds=1.5), max_concurrent_trials=0)
+    assert (config.time_budget_s, config.max_concurrent_trials) == (1.5, None)
+    started = time.monotonic()
+    grid = tune.Tuner(_slow_reports, tune_config=config,
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert time.monotonic() - started < 8  # the budget ended both trials, 100 steps of 0.1 s each
+    assert len(grid) == 2 and grid.num_errors == 0
+    assert all(0 < r.metrics["training_iteration"] < 100 for r in grid)
+    with pytest.raises(InvalidTypeError, match=r"time_budget_s='5'\): pass a number of seconds or a datetime"):
+        tune.TuneConfig(time_budget_s="5")
+    with pytest.raises(InvalidArgumentError, match=r"max_concurrent_trials=-1\): use an integer >= 1, or None"):
+        tune.TuneConfig(max_concurrent_trials=-1)

@@ -26,9 +26,10 @@ class ResultGrid:
     """
 
     def __init__(self, results: list[Result], experiment_path: str, metric: str | None, mode: str | None,
-                 trial_ids: list[str]):
+                 trial_ids: list[str], filesystem: Any = None):
         self._results, self.experiment_path = results, experiment_path
         self._metric, self._mode, self._ids = metric, mode, trial_ids
+        self._filesystem = filesystem
 
     def __len__(self) -> int:
         return len(self._results)
@@ -41,6 +42,12 @@ class ResultGrid:
 
     def __repr__(self) -> str:
         return f"ResultGrid<{len(self)} trials, {self.num_errors} errors, {self.experiment_path}>"
+
+    @property
+    def filesystem(self) -> Any:
+        """The filesystem the experiment is stored on (Ray's ``ResultGrid.filesystem``); an fsspec
+        filesystem, as each ``Result.filesystem`` is (Ray's is pyarrow's)."""
+        return self._filesystem
 
     @property
     def errors(self) -> list[BaseException]:

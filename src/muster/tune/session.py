@@ -43,7 +43,13 @@ def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None, **k
     ``time_this_iter_s``, ``timestamp`` and ``trial_id``. The scheduler sees
     the result at once and may stop the trial. A result that carries a checkpoint says
     ``should_checkpoint: True``, as Ray's function trainables' do.
+
+    Called outside a trial or training run (a trainable's function called directly, to try it
+    out), it reports nothing and returns None, with a warning the first time, as Ray's does.
     """
+    if not _in_a_run():
+        _warn_outside_run("report")
+        return None
     if checkpoint is not None and _trial is not None and isinstance(metrics, dict):
         metrics = {**metrics, SHOULD_CHECKPOINT: metrics.get(SHOULD_CHECKPOINT, True)}
     _train_report(metrics, checkpoint, **kwargs)
@@ -51,8 +57,31 @@ def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None, **k
 
 def get_checkpoint() -> Checkpoint | None:
     """The checkpoint to resume from: the trial's latest (after a failure or a
-    restored experiment), another trial's (population-based training), or None."""
+    restored experiment), another trial's (population-based training), or None (also outside a
+    trial, with a warning the first time, as Ray's)."""
+    if not _in_a_run():
+        _warn_outside_run("get_checkpoint")
+        return None
     return _train_get_checkpoint()
+
+
+def _in_a_run() -> bool:
+    """Whether this process runs a trial's (or a training run's) function."""
+    try:
+        _train_get_context()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _warn_outside_run(api: str) -> None:
+    if api not in _warned:
+        _warned.add(api)
+        warnings.warn(
+            f"tune.{api}() was called outside a trial that a Tuner runs (the trainable called directly); "
+            "it returns None, as Ray's does. Run the trainable with tune.Tuner(...).fit() to record results.",
+            stacklevel=3,
+        )
 
 
 @dataclass

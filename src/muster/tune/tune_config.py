@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import enum
 import functools
 from collections.abc import Callable
@@ -26,9 +27,10 @@ class TuneConfig:
         num_samples: how many times the param_space is sampled (each grid
             point is tried this many times); -1: without end, until ``time_budget_s`` or a
             stopper's ``stop_all`` ends the run (as in Ray).
-        max_concurrent_trials: cap on trials running at once (default: as
-            many as the resources hold).
-        time_budget_s: stop every trial after this many seconds.
+        max_concurrent_trials: cap on trials running at once (default, None or 0: as
+            many as the resources hold, as in Ray).
+        time_budget_s: stop every trial after this many seconds (or a ``datetime.timedelta``, kept
+            as its seconds).
         reuse_actors: accepted for Ray compatibility; muster trials start in
             milliseconds from its forked workers, so there is nothing to reuse.
         trial_name_creator: a function of a new trial returning its name (``str(trial)``, the
@@ -43,7 +45,7 @@ class TuneConfig:
     scheduler: Any = None
     num_samples: int = 1
     max_concurrent_trials: int | None = None
-    time_budget_s: float | None = None
+    time_budget_s: float | datetime.timedelta | None = None
     reuse_actors: bool | None = None
     trial_name_creator: Callable[..., str] | None = None
     trial_dirname_creator: Callable[..., str] | None = None
@@ -56,15 +58,23 @@ class TuneConfig:
             raise InvalidArgumentError(
                 f"TuneConfig(num_samples={self.num_samples!r}): use an integer >= 1, or -1 to sample until a "
                 "stopping condition (time_budget_s=, a stopper's stop_all) ends the run.")
+        if self.max_concurrent_trials == 0 and not isinstance(self.max_concurrent_trials, bool):
+            self.max_concurrent_trials = None  # Ray's "None or 0: no limit"
         if self.max_concurrent_trials is not None and (
             isinstance(self.max_concurrent_trials, bool) or not isinstance(self.max_concurrent_trials, int)
             or self.max_concurrent_trials < 1
         ):
             raise InvalidArgumentError(
-                f"TuneConfig(max_concurrent_trials={self.max_concurrent_trials!r}): use an integer >= 1.")
-        if self.time_budget_s is not None and not self.time_budget_s > 0:
-            raise InvalidArgumentError(
-                f"TuneConfig(time_budget_s={self.time_budget_s!r}): use a number of seconds > 0.")
+                f"TuneConfig(max_concurrent_trials={self.max_concurrent_trials!r}): use an integer >= 1, or None "
+                "(or 0) for no limit.")
+        if isinstance(self.time_budget_s, datetime.timedelta):  # Ray takes one too
+            self.time_budget_s = self.time_budget_s.total_seconds()
+        budget = self.time_budget_s
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))):
+            raise InvalidTypeError(
+                f"TuneConfig(time_budget_s={budget!r}): pass a number of seconds or a datetime.timedelta.")
+        if budget is not None and not budget > 0:
+            raise InvalidArgumentError(f"TuneConfig(time_budget_s={budget!r}): use a number of seconds > 0.")
         for name in ("trial_name_creator", "trial_dirname_creator"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise InvalidTypeError(f"TuneConfig({name}={getattr(self, name)!r}): pass a function of the trial "

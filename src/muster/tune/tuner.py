@@ -147,9 +147,11 @@ class Tuner:
                 "what it learned from the %d finished trials", type(searcher.searcher).__name__, finished,
             )
         name = _trainable_name(self.trainable)
+        budget = tc.time_budget_s  # TuneConfig keeps a timedelta's seconds; one set on it later is taken too
+        budget = budget.total_seconds() if isinstance(budget, datetime.timedelta) else budget
         controller = TuneController(
             storage, trials, self._make_plan, name, searcher, scheduler, as_stopper(self.run_config.stop),
-            metric, mode, tc.max_concurrent_trials, tc.time_budget_s, self.run_config.verbose,
+            metric, mode, tc.max_concurrent_trials or None, budget, self.run_config.verbose,
             (self._restored or {}).get("id_prefix") or secrets.token_hex(3)[:5],
             storage.root_uri, fail_fast,
         )
@@ -159,7 +161,7 @@ class Tuner:
         controller.trial_namers = (tc.trial_name_creator, tc.trial_dirname_creator)
         controller.progress.use(progress_reporter.check(self.run_config.progress_reporter))
         controller.setup_info = {  # what Ray's Callback.setup gets
-            "stop": self.run_config.stop, "num_samples": tc.num_samples, "time_budget_s": tc.time_budget_s,
+            "stop": self.run_config.stop, "num_samples": tc.num_samples, "time_budget_s": budget,
             "total_num_samples": getattr(searcher, "total", 0) or tc.num_samples,
         }
         if (self._restored or {}).get("search_done"):
@@ -568,5 +570,5 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
             error = errors.get(trial.trial_id) or _kept_error(storage, trial)
             result.error = as_users_error(error) or TrialError(trial.error)
         results.append(result)
-    return ResultGrid(results, storage.uri, metric, mode, [t.trial_id for t in trials])
+    return ResultGrid(results, storage.uri, metric, mode, [t.trial_id for t in trials], filesystem=storage.fs)
 

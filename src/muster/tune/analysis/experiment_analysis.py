@@ -12,7 +12,6 @@ import posixpath
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError
-from muster.observe.tune_progress import flatten_config
 from muster.train.checkpoint import Checkpoint
 from muster.train._internal.result_base import Result
 from muster.train.storage import Storage
@@ -23,6 +22,18 @@ from muster.tune.tune_controller import EXPERIMENT_STATE
 _log = logging.getLogger(__name__)
 DEFAULT_METRIC = "_metric"  # Ray's name for the metric of a run given a mode and no metric
 TRAINING_ITERATION = "training_iteration"
+
+
+def _flatten_as_ray(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with its nested dicts as ``a/b`` keys, in Ray's order (its ``flatten_dict``): the
+    other keys keep their places, and each level of nesting goes after them, so ``nested/a`` and
+    ``config/x`` are the last columns of ``results_df`` (an empty dict leaves no key, as in Ray)."""
+    flat = dict(result)
+    while any(isinstance(v, dict) for v in flat.values()):
+        added = {f"{k}/{sub}": v for k, value in flat.items() if isinstance(value, dict) for sub, v in value.items()}
+        flat = {k: v for k, v in flat.items() if not isinstance(v, dict)}
+        flat.update(added)
+    return flat
 
 
 class ExperimentAnalysis:
@@ -75,7 +86,7 @@ class ExperimentAnalysis:
 
     def get_all_configs(self, prefix: bool = False) -> dict[str, dict[str, Any]]:
         """``{trial_id: config}``; with ``prefix``, each config flattened to ``config/a/b`` keys."""
-        return {t.trial_id: flatten_config(t.config, "config/") if prefix else t.config for t in self.trials}
+        return {t.trial_id: _flatten_as_ray({"config": t.config}) if prefix else t.config for t in self.trials}
 
     @property
     def results(self) -> dict[str, dict[str, Any]]:
@@ -87,7 +98,7 @@ class ExperimentAnalysis:
         """Every trial's last result as a pandas DataFrame indexed by ``trial_id`` (``a/b`` columns)."""
         import pandas as pd
 
-        rows = [flatten_config({**t.last_result, "trial_id": t.trial_id}) for t in self.trials]
+        rows = [_flatten_as_ray({**t.last_result, "trial_id": t.trial_id}) for t in self.trials]
         return pd.DataFrame.from_records(rows, index="trial_id")
 
     @property
@@ -193,7 +204,7 @@ class ExperimentAnalysis:
         """``best_result`` as a one-row pandas DataFrame indexed by ``trial_id``."""
         import pandas as pd
 
-        return pd.DataFrame.from_records([flatten_config(self.best_result)], index="trial_id")
+        return pd.DataFrame.from_records([_flatten_as_ray(self.best_result)], index="trial_id")
 
     @property
     def best_dataframe(self) -> Any:

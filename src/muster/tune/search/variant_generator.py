@@ -46,12 +46,15 @@ def _set(config: Any, path: Path, value: Any) -> None:
 
 
 def grid_points(space: dict[str, Any]) -> list[dict[Path, Any]]:
-    """The cartesian product of every ``grid_search`` in ``space`` (one empty point without any)."""
-    grids = [(path, leaf["grid_search"]) for path, leaf in _walk(space) if isinstance(leaf, dict)]
+    """The cartesian product of every ``grid_search`` in ``space`` (one empty point without any), in
+    Ray's order: the grids sorted by their paths, the first one's values changing fastest
+    (``a=1,b=3``, ``a=2,b=3``, ``a=1,b=4``, ...)."""
+    grids = sorted(((path, leaf["grid_search"]) for path, leaf in _walk(space) if isinstance(leaf, dict)),
+                   key=lambda grid: [(type(key).__name__, key) for key in grid[0]])
     if not grids:
         return [{}]
     paths = [p for p, _ in grids]
-    return [dict(zip(paths, values)) for values in itertools.product(*(v for _, v in grids))]
+    return [dict(zip(paths, values[::-1])) for values in itertools.product(*(v for _, v in reversed(grids)))]
 
 
 def resolve(space: dict[str, Any], point: dict[Path, Any], rng: random.Random,
@@ -70,7 +73,7 @@ def resolve(space: dict[str, Any], point: dict[Path, Any], rng: random.Random,
     for path, leaf in list(_walk(config)):  # sample_from last: it may read the values drawn above
         if isinstance(leaf, Function):
             _set(config, path, leaf.draw(rng, config))
-    return config
+    return _tuples_back(config, space)
 
 
 _NESTING = 16  # how deep domains inside drawn values are drawn (Ray's choice of dicts of domains)
@@ -85,6 +88,17 @@ def _unlist(space: Any) -> Any:
     if isinstance(space, list):
         return [_unlist(v) for v in space]
     return space
+
+
+def _tuples_back(config: Any, space: Any) -> Any:
+    """The lists ``_unlist`` made of ``space``'s tuples are tuples again: a trial's config keeps the
+    tuples of its space (``{"betas": (0.9, 0.999)}``), as Ray's does."""
+    if isinstance(space, dict) and isinstance(config, dict) and set(space) != {"grid_search"}:
+        return {k: _tuples_back(v, space[k]) if k in space else v for k, v in config.items()}
+    if isinstance(space, (list, tuple)) and isinstance(config, list) and len(config) == len(space):
+        items = [_tuples_back(c, s) for c, s in zip(config, space)]
+        return tuple(items) if isinstance(space, tuple) else items
+    return config
 
 
 def experiment_tag(index: int, values: dict[Path, Any]) -> str:
@@ -219,7 +233,9 @@ class BasicVariantGenerator(SearchAlgorithm):
 
     def _searched(self, config: dict[str, Any]) -> dict[Path, Any]:
         values = {}
-        for path, _ in _walk(self._space):
+        for path, leaf in _walk(self._space):
+            if isinstance(leaf, Function):  # Ray resolves sample_from after it made the tag (its placeholders)
+                continue
             try:
                 values[path] = _at(config, path)
             except (KeyError, IndexError, TypeError):  # a point to evaluate that left it out
