@@ -41,7 +41,9 @@ class ResultGrid:
         return iter(self._results)
 
     def __repr__(self) -> str:
-        return f"ResultGrid<{len(self)} trials, {self.num_errors} errors, {self.experiment_path}>"
+        # Ray Tune's: each trial's result, as its repr shows it, indented
+        shown = ",\n".join(result._repr(indent=2) for result in self)
+        return f"ResultGrid<[\n{shown}\n]>"
 
     @property
     def filesystem(self) -> Any:

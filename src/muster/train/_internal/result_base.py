@@ -19,6 +19,15 @@ from muster.train.checkpoint import Checkpoint
 # What the controller adds to each row to say whose report it is (``all_metrics_dataframe`` shows them)
 WHOSE = ("_rank", "_attempt")
 
+# The keys Ray Tune fills in itself, which a trial result's repr leaves out (Ray 2.60's ``Result._repr``
+# hides ``ray.tune.result.AUTO_RESULT_KEYS`` and ``ray.tune.experimental.output.BLACKLISTED_KEYS``)
+AUTO_KEYS = frozenset({
+    "training_iteration", "time_total_s", "episodes_total", "timesteps_total", "node_ip", "hostname", "pid",
+    "time_this_iter_s", "timestamp", "date", "time_since_restore", "timesteps_since_restore",
+    "iterations_since_restore", "config", "checkpoint_dir_name", "done", "trial_id", "experiment_tag",
+    "should_checkpoint", "_report_on",
+})
+
 
 class NoCheckpointError(MusterError, RuntimeError):
     """``get_best_checkpoint`` of a result with no checkpoint (a ``RuntimeError``, as Ray's)."""
@@ -63,6 +72,23 @@ class Result:
     all_reports: list[dict[str, Any]] = field(default_factory=list, repr=False)
     filesystem: Any = field(default=None, repr=False)
     config: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return self._repr(indent=0)
+
+    def _repr(self, indent: int = 0) -> str:
+        """Ray Tune's repr of a trial's result: one line each for its error (the class's name, only if it
+        failed), its metrics (less the keys Tune fills in), path, filesystem and checkpoint, indented by
+        ``indent``. A training run's ``muster.train.Result`` has the dataclass repr instead, as Ray Train V2's."""
+        shown: dict[str, Any] = {"error": type(self.error).__name__} if self.error is not None else {}
+        metrics = self.metrics
+        if metrics:
+            metrics = {k: v for k, v in metrics.items() if k not in AUTO_KEYS}
+        shown.update(metrics=metrics, path=self.path, filesystem=_filesystem_name(self.filesystem),
+                     checkpoint=self.checkpoint)
+        pad, inner = " " * indent, " " * (indent + 2)
+        fields = ",\n".join(f"{inner}{key}={value!r}" for key, value in shown.items())
+        return f"{pad}{type(self).__name__}(\n{fields}\n{pad})"
 
     @property
     def metrics_dataframe(self) -> Any:
@@ -116,3 +142,14 @@ class Result:
         from muster.train.result import read  # the reader knows both kinds
 
         return read(path, storage_filesystem)
+
+
+def _filesystem_name(filesystem: Any) -> str:
+    """A result's filesystem as Ray's repr names it (pyarrow's ``type_name``: 'local', 's3', 'gcs'...)."""
+    if filesystem is None:
+        return "local"
+    if isinstance(getattr(filesystem, "type_name", None), str):  # a pyarrow filesystem
+        return filesystem.type_name
+    protocol = getattr(filesystem, "protocol", "file")  # an fsspec one: a name or a tuple of names
+    name = protocol[0] if isinstance(protocol, (tuple, list)) and protocol else protocol
+    return {"file": "local", "local": "local", "gs": "gcs"}.get(str(name), str(name))
