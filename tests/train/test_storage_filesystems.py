@@ -47,7 +47,7 @@ def test_a_pyarrow_subtree_filesystem_over_a_local_disk(tmp_path):
     assert Result.from_path(result.path, storage_filesystem=fs).path == result.path
     ckpt = result.checkpoint
     assert ckpt.path == "bucket/sub-path/run/checkpoint_000003"
-    assert repr(ckpt) == "Checkpoint(path='bucket/sub-path/run/checkpoint_000003')"
+    assert repr(ckpt) == "Checkpoint(filesystem=subtree, path=bucket/sub-path/run/checkpoint_000003)"  # Ray's form
     assert Checkpoint(ckpt.path, filesystem=fs).to_dict()["step"] == 2
 
 

@@ -71,6 +71,17 @@ def fs_url(filesystem: Any, path: str) -> str:
     return f"{protocol}://{path}"
 
 
+def filesystem_name(filesystem: Any) -> str:
+    """A filesystem as Ray's reprs name it (pyarrow's ``type_name``: 'local', 's3', 'gcs'...); None is local."""
+    if filesystem is None:
+        return "local"
+    if isinstance(getattr(filesystem, "type_name", None), str):  # a pyarrow filesystem
+        return str(filesystem.type_name)
+    protocol = getattr(filesystem, "protocol", "file")  # an fsspec one: a name or a tuple of names
+    name = protocol[0] if isinstance(protocol, (tuple, list)) and protocol else protocol
+    return {"file": "local", "local": "local", "gs": "gcs"}.get(str(name), str(name))
+
+
 def shown_path(filesystem: Any, path: str) -> str:
     """``path`` on ``filesystem`` as muster shows it (``Result.path``, a checkpoint's repr): a URL
     (``s3://bucket/key``) when fsspec can open that URL again, else the path within the filesystem, as

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from muster.core.filesystem import as_fsspec, shown_path, url_to_fs
+from muster.core.filesystem import as_fsspec, filesystem_name, shown_path, url_to_fs
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.train._internal.resume import STATE_DIR
 from muster.train.storage import MANIFEST
@@ -142,8 +142,9 @@ class Checkpoint:
 
     # -- identity --------------------------------------------------------------
     def __repr__(self) -> str:
+        # Ray's form; the path is a URL where fsspec opens one again (s3://...), else the path within its filesystem
         where = shown_path(self.filesystem, self.path)
-        return f"Checkpoint(path={where!r})"
+        return f"Checkpoint(filesystem={filesystem_name(self.filesystem)}, path={where})"
 
     def __fspath__(self) -> str:
         return self.path

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.core.filesystem import filesystem_name
 from muster.exceptions import InvalidArgumentError, MusterError
 from muster.observe.trial_rows import logged_result
 from muster.train._internal import policies
@@ -84,7 +85,7 @@ class Result:
         metrics = self.metrics
         if metrics:
             metrics = {k: v for k, v in metrics.items() if k not in AUTO_KEYS}
-        shown.update(metrics=metrics, path=self.path, filesystem=_filesystem_name(self.filesystem),
+        shown.update(metrics=metrics, path=self.path, filesystem=filesystem_name(self.filesystem),
                      checkpoint=self.checkpoint)
         pad, inner = " " * indent, " " * (indent + 2)
         fields = ",\n".join(f"{inner}{key}={value!r}" for key, value in shown.items())
@@ -143,13 +144,3 @@ class Result:
 
         return read(path, storage_filesystem)
 
-
-def _filesystem_name(filesystem: Any) -> str:
-    """A result's filesystem as Ray's repr names it (pyarrow's ``type_name``: 'local', 's3', 'gcs'...)."""
-    if filesystem is None:
-        return "local"
-    if isinstance(getattr(filesystem, "type_name", None), str):  # a pyarrow filesystem
-        return filesystem.type_name
-    protocol = getattr(filesystem, "protocol", "file")  # an fsspec one: a name or a tuple of names
-    name = protocol[0] if isinstance(protocol, (tuple, list)) and protocol else protocol
-    return {"file": "local", "local": "local", "gs": "gcs"}.get(str(name), str(name))
