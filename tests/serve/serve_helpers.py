@@ -104,14 +104,14 @@ class _SlowToAnswer:
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:
-            _write(self.path, "cancelled")
+            write_whole(self.path, "cancelled")
             raise
-        _write(self.path, "finished")
+        write_whole(self.path, "finished")
         return "late"
 
 
-def _write(path: str, text: str) -> None:
-    """Whole or absent: the test polls for the file, and a plain write let it read "" between create and write."""
+def write_whole(path: str, text: str) -> None:
+    """Whole or absent: a test polls for the file, and a plain write let it read "" between create and write."""
     with open(path + ".tmp", "w") as f:
         f.write(text)
     os.replace(path + ".tmp", path)

@@ -22,6 +22,7 @@ from serve_helpers import (
     check_a_client_that_leaves_cancels_its_request,
     check_a_websocket_upgrade_is_refused_naming_it,
     wait_until,
+    write_whole,
 )
 
 pytestmark = pytest.mark.allow_leftover_workers
@@ -349,8 +350,7 @@ def test_fastapi_apps_including_routers(apps):
 async def _lifespan(app: FastAPI):
     app.state.started_in = os.getpid()
     yield {"greeting": "hello"}  # Starlette's lifespan state: request.state.greeting
-    with open(os.environ["MUSTER_TEST_STOPPED_FILE"], "w") as f:
-        f.write("lifespan")
+    write_whole(os.environ["MUSTER_TEST_STOPPED_FILE"], "lifespan")
 
 
 lifespanned = FastAPI(lifespan=_lifespan)
@@ -362,8 +362,7 @@ async def _started() -> None:
 
 
 def _stopped() -> None:
-    with open(os.environ["MUSTER_TEST_STOPPED_FILE"], "w") as f:
-        f.write("on_event")
+    write_whole(os.environ["MUSTER_TEST_STOPPED_FILE"], "on_event")
 
 
 with warnings.catch_warnings():  # FastAPI deprecates on_event, which ported Ray apps still use

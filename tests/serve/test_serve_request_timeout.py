@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import time
 
 import httpx
@@ -15,7 +14,7 @@ from starlette.responses import StreamingResponse
 
 from muster import serve
 
-from serve_helpers import serving, wait_until
+from serve_helpers import serving, wait_until, write_whole
 
 pytestmark = pytest.mark.allow_leftover_workers
 
@@ -42,18 +41,12 @@ class Ticker:
                 yield f"tick{i}\n"
                 await asyncio.sleep(0.2)
         except asyncio.CancelledError:
-            _write(self.path, "cancelled")
+            write_whole(self.path, "cancelled")
             raise
-        _write(self.path, "finished")
+        write_whole(self.path, "finished")
 
     async def __call__(self, request: Request) -> StreamingResponse:
         return StreamingResponse(self.ticks(), media_type="text/plain")
-
-
-def _write(path: str, text: str) -> None:
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
 
 
 def test_a_stream_past_request_timeout_is_cut_and_its_generator_cancelled(client, tmp_path):

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
-from serve_helpers import serving, wait_until
+from serve_helpers import serving, wait_until, write_whole
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -49,8 +49,7 @@ class Chat:
                 else:
                     await ws.send_text(str(os.getpid()) if text == "pid" else text)
         except WebSocketDisconnect as gone:
-            with open(os.path.join(self.outcomes, ws.query_params.get("tag", "untagged")), "w") as f:
-                f.write(str(gone.code))
+            write_whole(os.path.join(self.outcomes, ws.query_params.get("tag", "untagged")), str(gone.code))
 
     @app.get("/hello")
     def hello(self) -> str:
