@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import muster
+from muster.exceptions import InvalidArgumentError
 
 ITEM = 8_000_000  # bytes in each yielded array
 
@@ -67,6 +68,36 @@ def test_closure_capturing_a_large_object_is_warned_about_once_as_ray_does():
             return 1
 
         assert muster.get(small.remote(), timeout=60) == 1
+
+
+huge = np.zeros(101_000_000 // 8)  # over Ray's FUNCTION_SIZE_ERROR_THRESHOLD of 100 MB
+
+
+def test_a_definition_over_100_mb_is_refused_as_ray_refuses_it(monkeypatch):
+    # Ray 2.60 raises ValueError "... is too large (96 MiB > FUNCTION_SIZE_ERROR_THRESHOLD=95 MiB)" at .remote();
+    # muster used to warn and ship it with every task
+    @muster.remote
+    def uses_huge():
+        return huge.nbytes
+
+    @muster.remote
+    class UsesHuge:
+        def size(self):
+            return huge.nbytes
+
+    for attempt in range(2):  # refused each time, not measured once and then let through
+        with pytest.raises(InvalidArgumentError, match=r"remote function .*uses_huge is too large to send \(96 MiB"
+                           r".*FUNCTION_SIZE_ERROR_THRESHOLD=100000000.*muster\.put") as refused:
+            uses_huge.remote()
+        assert isinstance(refused.value, ValueError)  # what Ray raises, so ported handlers still catch it
+    with pytest.raises(InvalidArgumentError, match=r"actor class UsesHuge is too large to send"):
+        UsesHuge.remote()
+    monkeypatch.setenv("FUNCTION_SIZE_ERROR_THRESHOLD", str(200_000_000))  # Ray's knob raises the limit
+    with pytest.warns(UserWarning, match=r"uses_huge is very large \(96 MiB"):
+        assert muster.get(uses_huge.remote(), timeout=60) == huge.nbytes
+    monkeypatch.setenv("FUNCTION_SIZE_ERROR_THRESHOLD", "lots")
+    with pytest.raises(InvalidArgumentError, match=r"FUNCTION_SIZE_ERROR_THRESHOLD='lots'.*unset it"):
+        UsesHuge.remote()
 
 
 @muster.remote(num_returns=3)
