@@ -39,6 +39,7 @@ RAY_PATHS = [
     ("ray.train.base_trainer", "TrainingFailedError", "muster.train"),
     ("ray.air.result", "Result", "muster.air"),
     ("ray.data.read_api", "read_parquet", "muster.data"),
+    ("ray.data.read_api", "read_sql", "muster.data"),
     ("ray.data.grouped_data", "GroupedData", "muster.data"),
     ("ray.data.datasource.file_based_datasource", "FileBasedDatasource", "muster.data.datasource"),
     ("ray.data.datasource.filename_provider", "FilenameProvider", "muster.data.datasource"),
@@ -71,7 +72,7 @@ def test_former_module_files_still_import_as_before():
     ("from muster.tune.logger.wandb import WandbLoggerCallback", "MLflowLoggerCallback"),
     ("from muster.train.torch.xla import TorchXLAConfig", "no TPU/XLA"),
     ("from muster.tune.syncer import SyncConfig", "storage_path"),
-    ("from muster.data.read_api import read_sql", "pandas.read_sql"),  # the target package's own entry
+    ("from muster.data.read_api import read_orc", "pyarrow.orc"),  # the target package's own entry
     ("from muster.train import LoggingConfig", "logging_level"),
     ("from muster.train.data_parallel_trainer import DataParallelTrainer", "v2.api.data_parallel_trainer"),
     ("import muster.train.constants", "storage_path"),  # plain ModuleNotFoundErrors before

@@ -204,7 +204,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "list_stats_summaries": "Dataset.stats() (each dataset's own statistics)",
         "read_tfrecords": "read_parquet() after converting the files",
         "read_webdataset": "read_binary_files()",
-        "read_sql": "from_pandas(pandas.read_sql(...))",
         "read_databricks_tables": "from_pandas() or read_parquet() of an export",
         "read_bigquery": "from_pandas() or read_parquet() of an export",
         "read_mongo": "from_items() of the documents",

@@ -15,7 +15,7 @@ import builtins
 import dataclasses
 import math
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from muster.data.dataset import Dataset, MaterializedDataset, from_blocks
 from muster.data.datasource import Datasink, Datasource, FileShuffleConfig, RandomSeedConfig, ReadTask
 from muster.data.datasource import BlockBasedFileDatasink, RowBasedFileDatasink
 from muster.data.datasource import datasource as _custom
+from muster.data.datasource import sql as _sql
 from muster.data.exceptions import DataError, DataSchemaError, DataSourceError, DataTypeError, UserFunctionError
 from muster.data.context import DataContext
 from muster.data.execution_options import ExecutionOptions, ExecutionResources
@@ -61,7 +62,8 @@ __all__ = [
     "DatasetIterator", "NodeIdStr", "DataSchemaError", "DataSourceError", "DataTypeError", "Dataset", "GroupedData",
     "MaterializedDataset", "UserFunctionError", "from_arrow", "from_arrow_refs", "from_huggingface", "from_items",
     "from_numpy", "from_numpy_refs", "from_pandas", "from_pandas_refs", "from_torch", "range", "range_tensor",
-    "read_binary_files", "read_csv", "read_images", "read_json", "read_numpy", "read_parquet", "read_text",
+    "read_binary_files", "read_csv", "read_images", "read_json", "read_numpy", "read_parquet", "read_sql",
+    "read_text",
     "MixStoppingCondition", "SaveMode", "TaskPoolStrategy",
     "Datasink", "Datasource", "ReadTask", "read_datasource", "BlockBasedFileDatasink", "RowBasedFileDatasink",
 ]
@@ -256,6 +258,47 @@ def read_datasource(datasource: Datasource, *, parallelism: int = -1, override_n
     tasks = _custom.read_tasks(datasource, num_blocks, read_args)
     ray_args = dict(read_args, override_num_blocks=num_blocks)
     return _read(f"Read{datasource.get_name()}", tasks, RayCall.of("read_datasource", datasource, **ray_args))
+
+
+def read_sql(sql: str, connection_factory: Callable[[], Any], *, sql_params: Any = None,
+             shard_keys: list[str] | None = None, shard_hash_fn: str = "MD5", parallelism: int = -1,
+             override_num_blocks: int | None = None, **ray_options: Any) -> Dataset:
+    """The rows of a SQL query, from any database with a DB-API 2 (PEP 249) connector, read lazily: each read
+    task calls ``connection_factory()``, runs the query and closes the connection. Columns are named as the
+    cursor's ``description`` names them and typed from the values the connector returns (sqlite3: int64,
+    double, string, binary; null for a column of NULLs only).
+
+    Args:
+        sql: the query.
+        connection_factory: a function of no arguments returning a DB-API 2 connection, e.g.
+            ``lambda: sqlite3.connect("example.db")``.
+        sql_params: parameters bound to the query, in the connector's placeholder style.
+        shard_keys: columns whose hash (``MOD(ABS(shard_hash_fn(key)), n)``) splits the read into tasks, where
+            the database has ``MOD``, ``ABS``, ``shard_hash_fn`` (and ``CONCAT`` for several keys); without
+            them, or where the database lacks those, the read is one task.
+        shard_hash_fn: the database's hash function for ``shard_keys`` (``"MD5"``; ``"hash"``, ``"SHA"``...).
+        override_num_blocks: the read tasks to split into (needs ``shard_keys``; fewer for few rows: one per
+            50 at most). Default: as Ray picks it (200), when the database can shard.
+        parallelism: Ray's deprecated name for ``override_num_blocks``.
+        ray_options: Ray's task options (``num_cpus``, ``concurrency``, ``ray_remote_args``...: no effect
+            here, passed on to Ray on the Ray engine).
+
+    Raises:
+        InvalidTypeError: ``sql`` is no str, ``connection_factory`` is not callable, or an unknown option.
+        InvalidArgumentError: ``override_num_blocks > 1`` without ``shard_keys``, or the database cannot run
+            the sharding query (it is tried now).
+        UserFunctionError: (when read) the connection factory or the query failed.
+        DataTypeError: (when read) the factory returned no DB-API 2 connection.
+        DataSchemaError: (when read) a column holds values of types that make no one Arrow column.
+    """
+    _sql.check_arguments(sql, connection_factory, shard_keys, shard_hash_fn, ray_options)
+    num_blocks = _num_blocks("read_sql", parallelism, override_num_blocks)
+    source = _sql.SQLDatasource(sql, connection_factory, shard_hash_fn, shard_keys, sql_params)
+    _sql.check_sharding(source, num_blocks, shard_keys)
+    ray_args = dict(ray_options, sql_params=sql_params, shard_keys=shard_keys, shard_hash_fn=shard_hash_fn,
+                    override_num_blocks=num_blocks)
+    return _read("ReadSQL", _custom.read_tasks(source, num_blocks, {}),
+                 RayCall.of("read_sql", sql, connection_factory, **ray_args))
 
 
 def _rows() -> int:
