@@ -33,7 +33,7 @@ from muster.tasks import events, lifetimes, named, owner, task_table, worker_sid
 from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.actor_method import ActorMethod, Retries, declared
-from muster.tasks.generators import AttemptItems
+from muster.tasks.actor_retry import Call, CallRetries
 from muster.tasks.objects import ObjectRef, snapshot_args
 from muster.tasks.worker_handle import Shape, WorkerActorHandle, no_method, shape_of
 from muster.tasks.worker_side import ActorFactory, TaskInfo, freeze, is_async_class
@@ -198,14 +198,10 @@ class _Actor:
         self._calls: queue.Queue = queue.Queue()
         self._tokens = itertools.count(1)
         self._pending: dict[int, Future] = {}  # concurrent actors: calls sent, answer not back yet
-        self._sent: dict[int, _Call] = {}  # calls sent to the actor, answer not back yet (for retries)
-        self._retries_left: dict[int, int] = {}  # token -> retries left, once a call was retried
-        self._items = AttemptItems()  # generator calls: what their retried attempts yielded
+        self._retries = CallRetries()  # max_task_retries: the calls to send again, and their retries left
         self._in_actor: dict[int, None] = {}  # plain actors: calls sent, answer not back, in the order sent
         self._cancelled: set[int] = set()  # calls muster.cancel reached in the actor, answer not back yet
-        self._restart_lock = threading.Lock()  # _core and _attempt change together
-        self._awaiting_restart: list[_Call] = []  # calls to send again once the actor is back
-        self._resend: list[_Call] = []  # ... and back: sent before any other call
+        self._restart_lock = threading.Lock()  # _core, _attempt and the calls to resend change together
         self._handles: list[weakref.ref] = []  # the driver's ActorHandles of it (lifetimes: alive while one is)
         self._borrowed = False  # a handle of it went to another process (or a worker looked it up): kept
         self._open_calls = 0  # calls made and not settled yet
@@ -324,27 +320,26 @@ class _Actor:
         pending, self._pending = self._pending, {}
         self._cancelled.difference_update(pending)
         for token, out in pending.items():
-            ok, value = self._items.merged(token, False, error)  # a generator's: its retried attempts' items first
+            ok, value = self._retries.merged(token, False, error)  # a generator's: its retried attempts' items first
             _settle(out, value=value) if ok else _settle(out, exc=value)
 
     def _on_death(self, core: RuntimeActor, error: BaseException) -> None:
         self._owned.close()  # the actors it made die with its process (a restart makes them anew)
         for token in list(self._pending):  # concurrent calls in flight: retried, or they die with it
-            call = self._sent.get(token)
+            call = self._retries.sent(token)
             if call is not None and self._retry(call, self._attempt, error):
                 self._pending.pop(token, None)
         self._fail_pending(self._in_flight(error, self._attempt))  # unavailable while the actor restarts
         restarts = not self._no_restart and self._restarts_left != 0
         with self._restart_lock:
-            waiting, self._awaiting_restart = self._awaiting_restart, []
+            # max_task_retries: sent again to the restarted actor, in their order and before any
+            # call not sent yet (the sender sees the new actor and these together)
+            waiting = self._retries.died(restarts)
             if restarts:
                 if self._restarts_left > 0:
                     self._restarts_left -= 1
                 self._attempt += 1
                 self._core = Future()
-                # max_task_retries: sent again to the restarted actor, in their order and before any
-                # call not sent yet (the sender sees the new actor and these together)
-                self._resend += waiting
         if not restarts:
             self._set_dead(error)
             for call in waiting:
@@ -354,23 +349,18 @@ class _Actor:
         self._start_core()
         self._calls.put(None)  # wake the sender for them
 
-    def _retry(self, call: "_Call", attempt: int, error: BaseException) -> bool:
+    def _retry(self, call: Call, attempt: int, error: BaseException) -> bool:
         """Send ``call`` again, while its ``max_task_retries`` last: when it raised an exception its
         ``retry_exceptions`` name (now, to the same actor), or when it died with the actor (that ran it as
-        of ``attempt``) and the actor will restart (once it is back), as in Ray. False: settle it."""
-        token, retries = call[0], call[-2]
-        left = self._retries_left.get(token, retries.max_task_retries)
-        if left == 0 or token in self._cancelled or self._dead is not None:  # a cancelled call never is, as in Ray
+        of ``attempt``) and the actor will restart (once it is back), as in Ray (see
+        :mod:`muster.tasks.actor_retry`). False: settle it."""
+        if call[0] in self._cancelled or self._dead is not None:  # a cancelled call never is, as in Ray
             return False
-        raised = opts.retries_exception(retries.retry_exceptions, error)
-        if not raised and (not isinstance(error, ActorDiedError) or self._no_restart):
+        why = self._retries.spend(call, error, restarts=not self._no_restart)
+        if why is None:
             return False
-        self._retries_left[token] = left - 1 if left > 0 else left
-        with self._restart_lock:
-            if not raised and attempt == self._attempt:  # its death is not handled yet: _on_death sends it
-                self._awaiting_restart.append(call)
-            else:
-                self._resend.append(call)
+        with self._restart_lock:  # died, and its death is not handled yet (same attempt): _on_death sends it
+            self._retries.queue(call, after_restart=why == "died" and attempt == self._attempt)
         self._calls.put(None)
         return True
 
@@ -428,18 +418,17 @@ class _Actor:
             call = self._calls.get()  # idle, keeps no reference to the last call
             with self._restart_lock:  # the actor to send to, and the calls to send again before this one
                 started, attempt = self._core, self._attempt
-                batch, self._resend = self._resend, []
+                batch = self._retries.take_resend()
             if call is not None:
                 batch.append(call)
             del call
             while batch:
                 self._send_one(batch.pop(0), started, attempt)
 
-    def _send_one(self, call: "_Call", started: Future, attempt: int) -> None:
-        token, method, n, args, kwargs, group, retries, out = call
+    def _send_one(self, call: Call, started: Future, attempt: int) -> None:
+        token, method, n, args, kwargs, group, _, out = call
         if out.done():  # cancelled before it was sent
-            self._retries_left.pop(token, None)
-            self._items.forget(token)
+            self._retries.never_sent(token)
             return
         try:
             core: RuntimeActor = started.result()
@@ -450,11 +439,9 @@ class _Actor:
             _settle(out, exc=self._dead if isinstance(self._dead, ActorDiedError) else exc)
             return
         if out.done():  # cancelled while it waited for the actor or its arguments: never runs, as in Ray
-            self._retries_left.pop(token, None)
-            self._items.forget(token)
+            self._retries.never_sent(token)
             return
-        if retries.max_task_retries or n in ("streaming", "dynamic"):
-            self._sent[token] = call
+        self._retries.sending(call)
         if self._concurrent:
             self._pending[token] = out
             inner = core.call("_muster_submit", token, method, n, a, kw, group)
@@ -464,16 +451,16 @@ class _Actor:
         inner = core.call("_muster_call", token, method, n, a, kw)
         inner.add_done_callback(lambda f: self._answer(f, call, attempt))
 
-    def _answer(self, f: Future, call: "_Call", attempt: int) -> None:
+    def _answer(self, f: Future, call: Call, attempt: int) -> None:
         exc = f.exception()
         self._in_actor.pop(call[0], None)
-        ok, value = self._items.failed(call[0], call[2], call[-2].retry_exceptions, exc is None,
-                                       f.result() if exc is None else exc)  # a generator's error fails it
+        ok, value = self._retries.failed(call, exc is None,
+                                         f.result() if exc is None else exc)  # a generator's error fails it
         if not ok and self._retry(call, attempt, value):
             return
         self._complete(call[0], ok, value if ok else self._in_flight(value, attempt), call[-1])
 
-    def _submitted(self, call: "_Call", attempt: int, f: Future) -> None:
+    def _submitted(self, call: Call, attempt: int, f: Future) -> None:
         exc = f.exception()  # the call never started in the actor (the answer comes as an event otherwise)
         if exc is None:
             return
@@ -486,17 +473,16 @@ class _Actor:
         """An async or threaded call's answer (its ActorCallDone event): an exception its options retry
         sends it again (see :meth:`_retry`)."""
         out = self._pending.pop(token, None)  # first: a retried call is pending again once it is sent
-        call = None if out is None else self._sent.get(token)
+        call = None if out is None else self._retries.sent(token)
         if call is not None:  # a generator's items that end in an error its retry_exceptions name fail it
-            ok, value = self._items.failed(token, call[2], call[-2].retry_exceptions, ok, value)
+            ok, value = self._retries.failed(call, ok, value)
         if call is not None and not ok and self._retry(call, self._attempt, value):
             return
         self._complete(token, ok, value, out)
 
     def _done_with(self, token: int) -> bool:
         """Forget the answered call ``token``; whether ``muster.cancel`` had reached it in the actor."""
-        self._sent.pop(token, None)
-        self._retries_left.pop(token, None)
+        self._retries.answered(token)
         if token not in self._cancelled:
             return False
         self._cancelled.discard(token)
@@ -507,7 +493,7 @@ class _Actor:
         was cancelled while it ran fails with TaskCancelledError whatever it returned, as in Ray
         (unless the actor died under it)."""
         out = self._pending.pop(token, None) if out is None else out
-        ok, value = self._items.merged(token, ok, value)  # after what its earlier attempts yielded
+        ok, value = self._retries.merged(token, ok, value)  # after what its earlier attempts yielded
         if self._done_with(token) and not (ok is False and _cancelled_or_died(value)):
             ok, value = False, TaskCancelledError(f"{self._cls.__name__} call")
         if out is not None:
@@ -560,9 +546,6 @@ class _Actor:
 #: why an actor no handle was left to ended (the error a call on it would raise, and the state API's death cause)
 UNREFERENCED = ("every handle to it was dropped, so it ended, as Ray ends such an actor; keep a handle while you "
                 "use it, or make it with lifetime='detached' to keep it until muster.kill()")
-
-#: one call, as queued and as sent: (token, method, num_returns, args, kwargs, concurrency group, Retries, out)
-_Call = tuple
 
 
 def _cancelled_or_died(error: Any) -> bool:
