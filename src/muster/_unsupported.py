@@ -57,7 +57,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "enable_periodic_logging": "muster.util.log_once(key) to log a message once",
         "disable_log_once_globally": "muster.util.log_once(key) (muster has no global switch for it)",
         "collective": "torch.distributed inside a TorchTrainer (muster.train.torch.TorchTrainer)",
-        "multiprocessing": "muster.util.ActorPool, or tasks with muster.remote",
         "iter": "muster.data (from_items(...).map_batches(...).iter_batches()) for parallel iterators, or "
         "muster.util.ActorPool",
         "dask": "no muster equivalent",
@@ -432,7 +431,7 @@ def refuse_removed_args(where: str, given: dict[str, Any]) -> None:
 
 
 class UnsupportedModuleFinder(importlib.abc.MetaPathFinder):
-    """Last on ``sys.meta_path``: ``import muster.util.multiprocessing`` (a Ray module muster does not
+    """Last on ``sys.meta_path``: ``import muster.util.dask`` (a Ray module muster does not
     provide) raises :class:`UnsupportedRayImportError` naming the equivalent, not a bare
     ``ModuleNotFoundError``. Asked only once every other finder found nothing."""
 

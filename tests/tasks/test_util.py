@@ -197,8 +197,8 @@ def test_queue_async_methods_wait_fetch_local_and_more_named_gaps():
     q.shutdown()
     refs = [muster.put(1)]
     assert muster.wait(refs, fetch_local=True) == (refs, [])  # Ray's keyword: accepted
-    with pytest.raises(UnsupportedRayAPIError, match=r"muster.util.multiprocessing .*ActorPool"):
-        muster.util.multiprocessing
+    with pytest.raises(UnsupportedRayAPIError, match=r"muster.util.dask .*no muster equivalent"):
+        muster.util.dask
 
 
 class _Locked:

@@ -37,9 +37,10 @@ class WorkerActorHandle:
         self._shape = shape_of(cls) if shape is None and cls is not None else shape  # None: not known here
 
     def __getattr__(self, name: str) -> ActorMethod:
-        if name.startswith("_") and name not in worker_side.RAY_BUILTINS:
+        builtin = name in worker_side.RAY_BUILTINS  # every actor has them, as in Ray
+        if name.startswith("_") and not builtin:
             raise AttributeError(name)
-        if self._shape is not None and name not in self._shape[1]:  # Ray's handle has its methods only
+        if self._shape is not None and name not in self._shape[1] and not builtin:  # else Ray's has its methods only
             raise no_method(self._shape, name)
         return ActorMethod(self, name)
 
