@@ -13,6 +13,7 @@ import os
 import posixpath
 import socket
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -27,13 +28,16 @@ from muster.train import get_context as _train_get_context
 from muster.train import report as _train_report
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
-from muster.tune.messages import StepDecision, StepResult
+from muster.tune.messages import AwaitDecision, StepDecision, StepResult
 from muster.tune.result import SHOULD_CHECKPOINT
 from muster.tune.trial_output import output_to_files
 
 DEFAULT_METRIC = "_metric"  # Ray's name for the result of a trainable that returns a number
 
 _trial: dict[str, Any] | None = None
+# a function trainable's trial: each tune.report waits for the controller's decision on its result (a class
+# trainable's worker asks before it reports, with decide_step)
+_awaits_decisions = False
 
 
 def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None, **kwargs: Any) -> None:
@@ -44,6 +48,10 @@ def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None, **k
     the result at once and may stop the trial. A result that carries a checkpoint says
     ``should_checkpoint: True``, as Ray's function trainables' do.
 
+    In a function trainable's trial it returns once the controller has acted on the result (the
+    checkpoint is committed before): as in Ray, a trial that a stopper, ``stop`` criteria or a
+    scheduler stops (or pauses) on this result runs no further, so it reports nothing after it.
+
     Called outside a trial or training run (a trainable's function called directly, to try it
     out), it reports nothing and returns None, with a warning the first time, as Ray's does.
     """
@@ -53,6 +61,19 @@ def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None, **k
     if checkpoint is not None and _trial is not None and isinstance(metrics, dict):
         metrics = {**metrics, SHOULD_CHECKPOINT: metrics.get(SHOULD_CHECKPOINT, True)}
     _train_report(metrics, checkpoint, **kwargs)
+    if _awaits_decisions and core_context.in_worker():
+        _await_decision()
+
+
+def _await_decision() -> None:
+    """Wait until the Tune controller acted on the result just reported; where it stopped (or paused)
+    the trial on it, wait for the trial's process to be killed, as Ray's function trainable waits in
+    ``report`` for a next result that is never asked for."""
+    decision = core_context.send_event(AwaitDecision(), wait=True)
+    if not isinstance(decision, StepDecision):
+        raise MusterError(f"the Tune controller answered a report with {decision!r}, not a StepDecision")
+    if decision.ends:
+        threading.Event().wait()  # the controller kills this process
 
 
 def get_checkpoint() -> Checkpoint | None:
@@ -221,8 +242,10 @@ class FunctionTrial:
         self.fn, self.parameters, self.trial = fn, parameters, trial
 
     def __call__(self, config: dict[str, Any]) -> None:
-        global _trial
-        _trial = self.trial
+        global _trial, _awaits_decisions
+        from muster.tune.trainable import ClassTrainable
+
+        _trial, _awaits_decisions = self.trial, not isinstance(self.fn, ClassTrainable)
         try:
             path = self.trial.get("path")
             files = self.trial.get("log_to_file") or (None, None)
@@ -233,7 +256,7 @@ class FunctionTrial:
                         self._result(value)
                     final = None
         finally:
-            _trial = None
+            _trial, _awaits_decisions = None, False
         self._result(final)
 
     def _result(self, value: Any) -> None:

@@ -46,11 +46,12 @@ from muster.train.run_state import RunRecord
 from muster.train.storage import Storage
 from muster.train.validation import ValidationConfig
 from muster.train.worker_group import Member
-from muster.tune.messages import StepDecision, StepResult
+from muster.tune.messages import AwaitDecision, StepDecision, StepResult
 from muster.tune.session import trial_local_folder
 from muster.tune.nested_fit import NESTED_RUN, fit_in_trial
 from muster.tune.trial_events import (  # noqa: F401 - the controller's events, named here too
     ReportForward,
+    TrialAwaits,
     TrialEnded,
     TrialEvent,
     TrialNotice,
@@ -354,7 +355,7 @@ class TrialRun:
         self._restored_iteration: int | None = None  # set by a restore, taken by the attempt's first report
         self._attempt_base = 0
         self._stop = threading.Event()
-        self.deciding: Future | None = None  # the worker waits for the answer to its StepResult
+        self.deciding: Future | None = None  # the worker waits for the answer to its StepResult (AwaitDecision)
         self.decided_round: int | None = None  # the round of that result: not handed on again when reported
         self.thread = threading.Thread(target=self._main, name=f"muster-trial-{trial.trial_id}", daemon=True)
 
@@ -519,6 +520,10 @@ class TrialRun:
         driver, as part of this trial. Its rank 0's reports become the trial's results."""
         if isinstance(payload, StepResult):
             return self._on_step(payload)
+        if isinstance(payload, AwaitDecision):  # its result is on the queue already: the report came first
+            self.deciding = Future()
+            self.events.put(TrialAwaits(self.trial, self, self.deciding))
+            return self.deciding
         if not isinstance(payload, FitRequest):
             raise MusterError(f"unknown request from a trial's worker: {type(payload).__name__}")
         return fit_in_trial(self, handle, payload)

@@ -1,6 +1,7 @@
 """What a trial's run hands the Tune controller, on its events queue: a result, a class
-trainable's step to decide on, a notice for the callbacks, the run's end; and ``ReportForward``,
-the run's callback that turns rank 0's reports into results."""
+trainable's step to decide on, a function trainable's wait for the decision on its result, a
+notice for the callbacks, the run's end; and ``ReportForward``, the run's callback that turns
+rank 0's reports into results."""
 
 from __future__ import annotations
 
@@ -45,6 +46,16 @@ class TrialStep:
 
 
 @dataclass(frozen=True)
+class TrialAwaits:
+    """A function trainable's worker waits after a report: ``reply`` gets the decision on its results so
+    far (queued after them), once the controller handled them."""
+
+    trial: Trial
+    run: TrialRun
+    reply: Future
+
+
+@dataclass(frozen=True)
 class TrialNotice:
     """Something a Tune callback hears of and nothing else acts on: the ``hook`` to call, with
     ``kwargs`` (a checkpoint committed, a restart after a failure, a restore); ``error``: the failed
@@ -57,7 +68,7 @@ class TrialNotice:
     error: BaseException | None = None
 
 
-TrialEvent = Union[TrialResult, TrialEnded, TrialStep, TrialNotice]
+TrialEvent = Union[TrialResult, TrialEnded, TrialStep, TrialAwaits, TrialNotice]
 
 
 class ReportForward:

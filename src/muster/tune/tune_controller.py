@@ -7,7 +7,8 @@ multi-worker trials cannot deadlock.  Each trial's run reports on its own thread
 on one queue and are handled here, in order: searcher and scheduler see each result before the next one,
 and a decision to stop a trial kills its workers at once -- except a class trainable's: it hands each result
 over before reporting it (``TrialStep``) and waits for the answer before its next step, and a decision to
-stop or pause it on that result lets it save (``checkpoint_at_end``), report and end by itself.
+stop or pause it on that result lets it save (``checkpoint_at_end``), report and end by itself. A function
+trainable's ``tune.report`` waits for the decision on its result (``TrialAwaits``), as Ray's, so it is killed there.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from muster.tune.trial import (
     TERMINATED,
     RunPlan,
     Trial,
+    TrialAwaits,
     TrialEnded,
     TrialEvent,
     TrialNotice,
@@ -363,6 +365,9 @@ class TuneController:
             return None
 
     def _handle(self, event: TrialEvent) -> None:
+        if isinstance(event, TrialAwaits):  # the results before it are handled: may the function go on?
+            ends = event.run is not event.trial.run or event.trial.ending_as is not None
+            return None if event.reply.done() else event.reply.set_result(StepDecision(ends=ends))
         if event.run is not event.trial.run:
             return  # from a run already ended
         if isinstance(event, TrialResult):
@@ -419,9 +424,9 @@ class TuneController:
         result = trial_result(row)  # the user's own "_" keys too: Ray hands schedulers the whole result
         tag = result.pop("experiment_tag", None)
         if trial.ending_as is not None:
-            # Reported while being stopped: recorded in its run, and no searcher, stopper or scheduler
-            # acts on it; shown to callbacks (loggers keep every result) unless the experiment's stop
-            # ended the trial: Ray drops those results with the trial's pending futures.
+            # Reported while being stopped (a trainer's; a function trainable waits for each decision): recorded
+            # in its run, and no searcher, stopper or scheduler acts on it; shown to callbacks (loggers keep every
+            # result) unless the experiment's stop ended the trial: Ray drops those with its pending futures.
             if not trial.experiment_stopped:
                 self._tell_callbacks(trial, result)
             return result

@@ -492,10 +492,10 @@ def _replay(scheduler: TrialScheduler, controller: TuneController, trials: list[
 
 
 def _metrics_acted_on(result: Result, trial: Trial) -> None:
-    """A trial that the stopper or a scheduler stopped can report more while the stop is on its
-    way (its process runs on until it arrives): its metrics are the result they acted on, as on
-    Ray, where it runs no further, so that they do not depend on timing. The later rows are kept
-    in its ``metrics_dataframe``."""
+    """A trainer's trial that the stopper or a scheduler stopped can report more while the stop is on
+    its way (its gang runs on until it arrives; a function trainable waits for each decision, as in Ray):
+    its metrics are the result they acted on, as on Ray, where it runs no further, so that they do not
+    depend on timing. The later rows are kept in its ``metrics_dataframe``."""
     at = trial.last_result.get("training_iteration")
     if at is None or not result.metrics or result.metrics.get("training_iteration") == at:
         return
