@@ -204,9 +204,9 @@ class Counted:
         model = await self.get_model(serve.get_multiplexed_model_id())
         return os.getpid(), model, list(self.loads)
 
-    async def slow(self) -> tuple:
+    async def slow(self, seconds: float = 2.5) -> tuple:
         got = await self.__call__()
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(seconds)
         return got
 
 

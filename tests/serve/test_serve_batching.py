@@ -79,11 +79,13 @@ class Counted:
     async def __call__(self, request: Request) -> StreamingResponse:
         return StreamingResponse(self.numbers(int(request.query_params["n"])), media_type="text/plain")
 
-    @serve.batch(max_batch_size=4, batch_wait_timeout_s=0.3)
+    # the tests fill these batches: a long wait costs nothing then, and a loaded box's calls that arrive more
+    # than 0.3 s apart still batch (a short wait ran them in two batches and the tests' sizes failed)
+    @serve.batch(max_batch_size=4, batch_wait_timeout_s=10)
     async def sizes(self, xs: list[int]):
         yield [len(xs)] * len(xs)
 
-    @serve.batch(max_batch_size=3, batch_wait_timeout_s=0.5)
+    @serve.batch(max_batch_size=3, batch_wait_timeout_s=10)
     async def joined(self, xs: list[int], ys: list[str], zs: list[int] | None = None) -> list[str]:
         return [f"{x}{y}{z}/{len(xs)}" for x, y, z in zip(xs, ys, zs or [])]
 
@@ -175,8 +177,8 @@ def test_streaming_calls_are_sent_when_made_so_they_batch_together(client):
     serve.run(OneAtATime.bind(), name="one", route_prefix=None)
     try:
         h = serve.get_app_handle("counted").options(stream=True)
-        streams = [h.sizes.remote(i) for i in range(3)]
-        assert [list(s) for s in streams] == [[3], [3], [3]]  # before: [[1], [1], [1]]
+        streams = [h.sizes.remote(i) for i in range(4)]
+        assert [list(s) for s in streams] == [[4]] * 4  # before: [[1], [1], [1], [1]]
         calls = [serve.get_app_handle("counted").overlapping.remote(i) for i in range(4)]
         assert max(c.result(timeout_s=10) for c in calls) == 2  # max_concurrent_batches=2 batches at once
         one = serve.get_app_handle("one")

@@ -172,18 +172,27 @@ def test_an_idle_gang_scales_to_zero(client):
                   gang_scheduling_config=GangSchedulingConfig(gang_size=2))
 class Flaky:
     """A gang whose rank 0 dies just after it started (flag ``die0``) while rank 1 still starts (``slow1``: it
-    writes its pid to ``slow_pid``, then takes 2 s). Each flag is used once."""
+    writes its pid to ``slow_pid``, then takes 2 s). Each flag is used once. Rank 0 dies once rank 1 is in its 2 s
+    (0.3 s after its ``slow_pid``): a plain 0.3 s after its own start could come before the controller had it
+    running on a loaded box (its start then failed: "a replica failed to start", not the lost member)."""
 
     def __init__(self, folder: str):
         import threading
         import time
+
+        def die_once_rank_1_starts() -> None:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(os.path.join(folder, "slow_pid")) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.3)
+            os._exit(1)
 
         rank = serve.get_replica_context().gang_context.rank
         flag = os.path.join(folder, "die0" if rank == 0 else "slow1")
         if os.path.exists(flag):
             os.remove(flag)
             if rank == 0:
-                threading.Thread(target=lambda: (time.sleep(0.3), os._exit(1)), daemon=True).start()
+                threading.Thread(target=die_once_rank_1_starts, daemon=True).start()
             else:
                 with open(os.path.join(folder, "slow_pid"), "w") as f:
                     f.write(str(os.getpid()))

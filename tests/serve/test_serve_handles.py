@@ -99,7 +99,10 @@ class Configured:
         return os.getpid(), self.calls
 
 
-@serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=16, user_config={"max_batch_size": 8})
+# a wait of 10 s: the test's 8 calls fill the batch of 8, so it costs nothing, and calls that a loaded box sends
+# more than 0.2 s apart (the decorator's wait) still make one batch: the test's "more than 4" failed then
+@serve.deployment(ray_actor_options=SMALL, max_ongoing_requests=16,
+                  user_config={"max_batch_size": 8, "batch_wait_timeout_s": 10})
 class NumpyBatch:
     """Ray's "Dynamic Request Batching" sample: returns an ndarray; reconfigure resizes the batch."""
 

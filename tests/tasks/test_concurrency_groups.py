@@ -5,12 +5,13 @@ worker processes; each actor counts the calls it runs at once, per tag, and keep
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import warnings
 
 import pytest
-from _task_helpers import TIMEOUT
+from _task_helpers import TIMEOUT, wait_for_file
 
 import muster
 from muster.exceptions import InvalidArgumentError
@@ -58,7 +59,7 @@ class Threaded:
 
     @muster.method(concurrency_group="one")
     def hold(self):
-        return self.released.wait(3)  # False: nothing released it in time
+        return self.released.wait(30)  # False: nothing released it in time
 
     @muster.method(concurrency_group="two")
     def release(self):
@@ -92,7 +93,7 @@ class Async:
 
     @muster.method(concurrency_group="one")
     async def hold(self):
-        return await asyncio.to_thread(self.released.wait, 3)  # False: nothing released it in time
+        return await asyncio.to_thread(self.released.wait, 30)  # False: nothing released it in time
 
     @muster.method(concurrency_group="two")
     async def release(self):
@@ -121,9 +122,12 @@ def test_each_group_runs_at_most_its_size_at_once(grouped):
 
 
 def test_a_group_runs_while_another_is_saturated(grouped):
+    muster.get(grouped.peaks.remote(), timeout=TIMEOUT)  # the actor is up: its start is not in the bound below
     holds = [grouped.hold.remote() for _ in range(6)]  # more than every group's limits together
     time.sleep(0.3)  # the holds reach the actor first
-    muster.get(grouped.release.remote(), timeout=2)  # group two never waits behind group one
+    # group two never waits behind group one: the first hold keeps group one for up to 30 s, so a release queued
+    # behind it would miss this bound by 20 s (the bound was 2 s with 3 s holds: a loaded box's call missed it)
+    muster.get(grouped.release.remote(), timeout=10)
     assert muster.get(holds, timeout=TIMEOUT) == [True] * 6
 
 
@@ -178,15 +182,25 @@ def test_bad_concurrency_groups_are_refused(groups):
         muster.remote(concurrency_groups=groups)(Threaded).remote()
 
 
+def _block_until(started: str, release: str, limit_s: float = 60.0) -> None:
+    """Mark ``started``, then hold the thread (a sync wait: in an ``async def`` it blocks the event loop) until the
+    test writes ``release`` (or ``limit_s``): a call queued behind the loop waits for the test, not for a
+    duration a loaded machine may eat up."""
+    open(started, "w").close()
+    deadline = time.monotonic() + limit_s
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 class Blocking:
-    """An async actor whose group ``slow`` blocks its own event loop (a sync sleep in an ``async def``)."""
+    """An async actor whose group ``slow`` blocks its own event loop (a sync wait in an ``async def``)."""
 
     def __init__(self):
         self.init_loop = id(asyncio.get_running_loop())  # the constructor runs on the default group's loop
 
     @muster.method(concurrency_group="slow")
-    async def block(self, seconds):
-        time.sleep(seconds)  # holds this group's loop, not the others'
+    async def block(self, started, release):
+        _block_until(started, release)  # holds this group's loop, not the others'
         return id(asyncio.get_running_loop())
 
     @muster.method(concurrency_group="fast")
@@ -200,16 +214,18 @@ class Blocking:
         return self.init_loop
 
 
-def test_an_async_actors_groups_each_run_on_an_event_loop_of_their_own():
+def test_an_async_actors_groups_each_run_on_an_event_loop_of_their_own(tmp_path):
     actor = muster.remote(concurrency_groups={"slow": 1, "fast": 1})(Blocking).remote()
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
     try:
         init_loop = muster.get(actor.loops.remote(), timeout=TIMEOUT)
-        blocked = actor.block.remote(2)
-        time.sleep(0.5)  # the block has its group's loop by now
-        started = time.monotonic()
-        fast_thread, fast_loop = muster.get(actor.ping.remote(), timeout=1.2)  # not behind the blocked loop
-        default_thread, default_loop = muster.get(actor.default_ping.remote(), timeout=1.2)
-        assert time.monotonic() - started < 1.2
+        blocked = actor.block.remote(started, release)
+        wait_for_file(started)  # the block has its group's loop, until the release below
+        # not behind the blocked loop: a call queued there would wait for the release (a GetTimeoutError here);
+        # it was a block of 2 s and a bound of 1.2 s, which two calls on a loaded box could miss
+        fast_thread, fast_loop = muster.get(actor.ping.remote(), timeout=10)
+        default_thread, default_loop = muster.get(actor.default_ping.remote(), timeout=10)
+        open(release, "w").close()
         slow_loop = muster.get(blocked, timeout=TIMEOUT)
         assert default_loop == init_loop  # the default group's loop is the constructor's
         assert len({init_loop, fast_loop, slow_loop}) == 3
@@ -221,40 +237,49 @@ def test_an_async_actors_groups_each_run_on_an_event_loop_of_their_own():
 class Busy:
     """An async actor whose calls can block its (default group's) event loop, or just hold a place in it."""
 
-    async def block(self, seconds):
-        time.sleep(seconds)  # the loop does nothing else meanwhile
+    async def block(self, started, release):
+        _block_until(started, release)  # the loop does nothing else meanwhile
 
-    async def hold(self, seconds):
-        await asyncio.sleep(seconds)
+    async def hold(self, release):
+        """Hold a place in the group (not the loop) until the test writes ``release`` (at most 60 s)."""
+        deadline = time.monotonic() + 60
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
 
-def test_builtin_methods_answer_while_a_coroutine_blocks_the_loop():
+def test_builtin_methods_answer_while_a_coroutine_blocks_the_loop(tmp_path):
     actor = muster.remote(Busy).remote()  # Ray runs its __ray_* methods beside the loop, not on it
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
     try:
         muster.get(actor.__ray_ready__.remote(), timeout=TIMEOUT)
-        blocked = actor.block.remote(3)
-        time.sleep(0.5)  # the block has the loop by now
-        assert muster.get(actor.__ray_ready__.remote(), timeout=1.5) is True
-        thread = muster.get(actor.__ray_call__.remote(lambda obj: threading.current_thread().name), timeout=1.5)
+        blocked = actor.block.remote(started, release)
+        wait_for_file(started)  # the block has the loop, until the release below: a call behind it times out
+        assert muster.get(actor.__ray_ready__.remote(), timeout=10) is True
+        thread = muster.get(actor.__ray_call__.remote(lambda obj: threading.current_thread().name), timeout=10)
         assert "loop" not in thread
+        open(release, "w").close()
         muster.get(blocked, timeout=TIMEOUT)
-        blocked = actor.block.remote(10)
-        time.sleep(0.5)
+        blocked = actor.block.remote(started + "2", release + "2")  # released by nothing: it blocks for 60 s
+        wait_for_file(started + "2")
         actor.__ray_terminate__.remote()  # ends it now, not once the loop is free
         with pytest.raises(muster.exceptions.ActorDiedError):
-            muster.get(blocked, timeout=5)
+            muster.get(blocked, timeout=20)
     finally:
         muster.kill(actor)
 
 
-def test_builtin_methods_wait_for_a_place_in_a_full_group():
+def test_builtin_methods_wait_for_a_place_in_a_full_group(tmp_path):
     actor = muster.remote(max_concurrency=1)(Busy).remote()  # as Ray's: all its places taken, they wait
+    release = str(tmp_path / "release")
     try:
-        held = actor.hold.remote(2)
+        # its place is taken until the release below: a 2 s hold could end before the get's 0.8 s were up, were the
+        # driver held up for 0.7 s on a loaded box
+        held = actor.hold.remote(release)
         time.sleep(0.5)
         ready = actor.__ray_ready__.remote()
         with pytest.raises(muster.exceptions.GetTimeoutError):
             muster.get(ready, timeout=0.8)
+        open(release, "w").close()
         assert muster.get(ready, timeout=TIMEOUT) is True
         muster.get(held, timeout=TIMEOUT)
     finally:
@@ -297,17 +322,22 @@ class Plain:
     pass
 
 
-def test_rays_system_group_is_accepted_and_runs_beside_the_groups():
+def test_rays_system_group_is_accepted_and_runs_beside_the_groups(tmp_path):
     """Ray's libraries call ``__ray_call__.options(concurrency_group="_ray_system")`` on any actor: it runs
     (one at a time) while the actor's own group is full."""
     actor = muster.remote(max_concurrency=1)(Busy).remote()
     plain = muster.remote(Plain).remote()  # one call at a time: it runs in its turn
+    release = str(tmp_path / "release")
     try:
-        held = actor.hold.remote(2)
+        muster.get(actor.__ray_ready__.remote(), timeout=TIMEOUT)  # up: its start is not in the bound below
+        held = actor.hold.remote(release)  # the group's one place, until the release below
         time.sleep(0.3)
         thread = actor.__ray_call__.options(concurrency_group="_ray_system").remote(
             lambda obj: threading.current_thread().name)
-        assert "builtins" in muster.get(thread, timeout=1.5)
+        # a call waiting for the group's place would wait for the release: a GetTimeoutError here. With a 2 s
+        # hold, the bound was 1.5 s, the actor's start included, which a loaded box could miss
+        assert "builtins" in muster.get(thread, timeout=10)
+        open(release, "w").close()
         ran = plain.__ray_call__.options(concurrency_group="_ray_system").remote(lambda obj: type(obj).__name__)
         assert muster.get(ran, timeout=TIMEOUT) == "Plain"
         muster.get(held, timeout=TIMEOUT)

@@ -34,6 +34,15 @@ def sleep_then(seconds, value):
 
 
 @muster.remote
+def when_released(release, value):
+    """``value`` once the test writes ``release`` (at most 60 s): not ready until then, however slow the box."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return value
+
+
+@muster.remote
 def add_one_in_place(array):
     array += 1  # fails on a read-only array
     return array
@@ -175,14 +184,20 @@ def test_unserializable_argument_fails_at_remote_time():
 
 
 # -- wait -----------------------------------------------------------------------------
-def test_wait_returns_ready_and_not_ready_in_input_order():
-    slow, fast = sleep_then.remote(1.5, "slow"), sleep_then.remote(0.0, "fast")
-    ready, not_ready = muster.wait([slow, fast], num_returns=1, timeout=TIMEOUT)
-    assert ready == [fast] and not_ready == [slow]
+def test_wait_returns_ready_and_not_ready_in_input_order(tmp_path):
+    # slow ends when the test releases it: a 1.5 s sleep could end before the waits below on a loaded box, where
+    # fast's worker can start a second after slow's (then both were ready, or slow first)
+    release = str(tmp_path / "release")
+    slow, fast = when_released.remote(release, "slow"), sleep_then.remote(0.0, "fast")
+    try:
+        ready, not_ready = muster.wait([slow, fast], num_returns=1, timeout=TIMEOUT)
+        assert ready == [fast] and not_ready == [slow]
 
-    ready, not_ready = muster.wait([slow, fast], num_returns=2, timeout=0.2)
-    # num_returns=2 is met only once slow finishes: slow still not ready means the timeout ended the wait
-    assert ready == [fast] and not_ready == [slow]
+        ready, not_ready = muster.wait([slow, fast], num_returns=2, timeout=0.2)
+        # num_returns=2 is met only once slow finishes: slow still not ready means the timeout ended the wait
+        assert ready == [fast] and not_ready == [slow]
+    finally:
+        open(release, "w").close()
 
     ready, not_ready = muster.wait([slow, fast], num_returns=2, timeout=TIMEOUT)
     assert ready == [slow, fast] and not_ready == []

@@ -72,4 +72,6 @@ def test_s3_without_credentials_fails_at_once_naming_the_fix(monkeypatch, tmp_pa
     message = str(info.value)
     assert "my-bucket/ray-results/training_run" in message and "NoCredentialsError" in message, message
     assert "AWS_ACCESS_KEY_ID" in message and "RunConfig(storage_filesystem=...)" in message, message
-    assert time.monotonic() - start < 3, "no retries: no credentials appear by waiting"
+    # no retries: no credentials appear by waiting. The retries took 6 s or more; the refusal itself takes ~1 s of
+    # CPU (botocore's service models, the client), which a loaded box stretched toward the 3 s bound it had
+    assert time.monotonic() - start < 5, "no retries: no credentials appear by waiting"
