@@ -18,7 +18,10 @@ machine, no arguments):
 * actor call latency: median of ``--calls`` sequential
   ``get(actor.m.remote())`` round trips on one warm actor;
 * 100 MB array round trip: ``put`` a 100 MB float64 array, pass the ref to a
-  task that returns the array, ``get`` it (median over ``--round-trips``).
+  task that returns the array, ``get`` it (median over ``--round-trips``);
+* ``util.multiprocessing.Pool``: making a pool of 2 processes (until it can
+  take work), then ``pool.map`` of a tiny function over ``--pool-items``
+  integers with the default chunksize (median over 3 maps).
 
 The table gives the median over runs and, per figure, how many times better
 muster is than Ray (>1: muster ahead).  Results go to benchmarks/results/ as
@@ -49,7 +52,13 @@ FIGURES = [
     ("tasks_per_s", "tiny-task throughput", "tasks/s", "{:.0f}", True),
     ("actor_call_ms", "actor call latency (median)", "ms", "{:.3f}", False),
     ("roundtrip_100mb_s", "100 MB array round trip", "s", "{:.3f}", False),
+    ("pool_start_s", "Pool(2) start", "s", "{:.2f}", False),
+    ("pool_map_s", "Pool.map of tiny calls", "s", "{:.3f}", False),
 ]
+
+
+def square(x: int) -> int:
+    return x * x
 
 
 # ----------------------------------------------------------------------------- child
@@ -118,6 +127,25 @@ def child(system: str, opts: argparse.Namespace) -> dict[str, Any]:
         del back
     out["roundtrip_100mb_s"] = statistics.median(trips)
     out["roundtrip_100mb_s_all"] = trips
+
+    if system == "muster":
+        from muster.util.multiprocessing import Pool
+    else:
+        from ray.util.multiprocessing import Pool
+    t = time.perf_counter()
+    pool = Pool(2)
+    pool.map(square, [1])  # its processes can take work
+    out["pool_start_s"] = time.perf_counter() - t
+    maps = []
+    for _ in range(3):
+        t = time.perf_counter()
+        got = pool.map(square, range(opts.pool_items))
+        maps.append(time.perf_counter() - t)
+        if got[-1] != (opts.pool_items - 1) ** 2 or len(got) != opts.pool_items:
+            raise AssertionError(f"{system}: Pool.map gave a wrong result")
+    pool.terminate()
+    out["pool_map_s"] = statistics.median(maps)
+    out["pool_map_s_all"] = maps
     out["version"] = api.__version__
     api.shutdown()
     return out
@@ -140,7 +168,7 @@ def children_cpu_s() -> float:
 def run_child(system: str, opts: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", system, "--tasks", str(opts.tasks),
            "--batches", str(opts.batches), "--calls", str(opts.calls), "--mb", str(opts.mb),
-           "--round-trips", str(opts.round_trips)] + (["--ray-no-dashboard"] if opts.ray_no_dashboard else [])
+           "--round-trips", str(opts.round_trips), "--pool-items", str(opts.pool_items)] + (["--ray-no-dashboard"] if opts.ray_no_dashboard else [])
     env = dict(os.environ, RAY_DEDUP_LOGS="0", PYTHONUNBUFFERED="1")
     busy0, own0, wall0 = busy_cpu_s(), children_cpu_s(), time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=opts.timeout)
@@ -190,6 +218,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=1000, help="sequential actor calls per run")
     p.add_argument("--mb", type=int, default=100, help="array size for the round trip, MB")
     p.add_argument("--round-trips", type=int, default=5, help="timed round trips per run")
+    p.add_argument("--pool-items", type=int, default=10000, help="integers each Pool.map maps")
     p.add_argument("--ray-no-dashboard", action="store_true",
                    help="ray.init(include_dashboard=False); default: Ray's default (dashboard on with ray[default])")
     p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")

@@ -14,6 +14,9 @@ Scenarios (rows/s unless noted; each repeat runs every contender once, in turn):
 6. ``rss``: peak RSS growth of a fresh process streaming a dataset 5x
    ``DataContext.max_bytes_in_flight`` (MiB; muster and pyarrow only -- Ray
    keeps blocks in its object store, outside the driver's RSS).
+7. ``sql``: ``read_sql`` of a sqlite3 table of ``--sql-rows`` rows (an int, a
+   float and a text column) -> ``iter_batches``; the limit is sqlite3's cursor
+   into one ``pyarrow.Table``.  ``--only sql`` runs this scenario alone.
 
 Run::
 
@@ -187,6 +190,33 @@ def rss_run(kind: str, path: str, budget: int) -> float:
     return int(out.stdout.split()[1]) / 2**20
 
 
+def make_sqlite(path: str, rows: int) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER, x REAL, name TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?, ?, ?)", ((i, i * 0.5, f"row{i}") for i in range(rows)))
+
+
+def raw_sql(path: str) -> int:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    cur = conn.execute("SELECT * FROM t")
+    names = [d[0] for d in cur.description]
+    rows = cur.fetchall()
+    conn.close()
+    table = pa.table({name: [r[i] for r in rows] for i, name in enumerate(names)})
+    return table.num_rows
+
+
+def sql_read(module: Any, path: str) -> int:
+    import sqlite3
+
+    ds = module.read_sql("SELECT * FROM t", lambda: sqlite3.connect(path))
+    return sum(len(b["id"]) for b in ds.iter_batches(batch_size=BATCH))
+
+
 # -- harness ------------------------------------------------------------------------------
 def interleave(contenders: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {k: [] for k in contenders}
@@ -228,6 +258,8 @@ def main() -> None:
     ap.add_argument("--shuffle-rows", type=int, default=10_000_000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-ray", action="store_true")
+    ap.add_argument("--sql-rows", type=int, default=500_000)
+    ap.add_argument("--only", choices=["sql"], help="run one scenario alone")
     ap.add_argument("--rss-child")
     ap.add_argument("--path")
     ap.add_argument("--budget", type=int, default=32 * 2**20)
@@ -241,6 +273,10 @@ def main() -> None:
 
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
+    if args.only == "sql":
+        with tempfile.TemporaryDirectory() as tmp:
+            sql_scenario(tmp, args, with_ray)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         big, small = os.path.join(tmp, "big"), os.path.join(tmp, "small")
         make_parquet(big, args.rows, 16)
@@ -293,9 +329,32 @@ def main() -> None:
         m = report(f"(6) peak RSS growth, dataset {rss_rows * 20 / 2**20:.0f} MiB, budget {budget / 2**20:.0f} MiB",
                    interleave(rss, 3), None, " (MiB)")
         ratios["peak RSS / budget"] = m["muster"] * 2**20 / budget
+        ratios.update(sql_scenario(tmp, args, with_ray, quiet=True))
     print("\nratios (>1 means muster is faster / smaller):")
     for k, v in ratios.items():
         print(f"  {k:36s} {v:8.2f}")
+
+
+def sql_scenario(tmp: str, args: argparse.Namespace, with_ray: bool, quiet: bool = False) -> dict[str, float]:
+    import muster.data as md
+
+    db = os.path.join(tmp, "bench.sqlite")
+    make_sqlite(db, args.sql_rows)
+    sql = {"sqlite3 + pyarrow": lambda: raw_sql(db), "muster": lambda: sql_read(md, db)}
+    if with_ray:
+        import ray.data
+
+        sql["ray"] = lambda: sql_read(ray.data, db)
+    m = report(f"(7) read_sql of {args.sql_rows:,} sqlite3 rows -> iter_batches", interleave(sql, args.repeats),
+               args.sql_rows)
+    ratios = {"read_sql vs sqlite3 + pyarrow": m["sqlite3 + pyarrow"] / m["muster"]}
+    if with_ray:
+        ratios["read_sql vs ray"] = m["ray"] / m["muster"]
+    if not quiet:
+        print("\nratios (>1 means muster is faster):")
+        for k, v in ratios.items():
+            print(f"  {k:36s} {v:8.2f}")
+    return ratios
 
 
 if __name__ == "__main__":

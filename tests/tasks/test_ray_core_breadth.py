@@ -457,15 +457,18 @@ def _fails_fast():
 
 
 @muster.remote
-def _slow_one():
-    time.sleep(4)
+def _slow_one(release):
+    """Done once ``release`` exists (a fixed sleep raced the bounds below: a worker slow to start ate it)."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.02)
     return 1
 
 
 @muster.remote
-def _gets_both():
+def _gets_both(release):
     t0 = time.monotonic()
-    slow = _slow_one.remote()
+    slow = _slow_one.remote(release)
     try:
         muster.get([slow, _fails_fast.remote()])
     except ValueError:
@@ -523,14 +526,16 @@ def test_ray_builtin_actor_methods_work_through_a_handle_inside_a_task(tmp_path)
     assert ready is True and called == marker and "exited on purpose" in ended
 
 
-def test_get_raises_the_first_error_at_once_and_wait_sees_a_generators_next_item():
+def test_get_raises_the_first_error_at_once_and_wait_sees_a_generators_next_item(tmp_path):
     t0 = time.monotonic()
-    slow = _slow_one.remote()
+    release = str(tmp_path / "release")
+    slow = _slow_one.remote(release)
     with pytest.raises(ValueError, match="bad"):
         muster.get([slow, _fails_fast.remote()])  # it waited for the slow task first
-    assert time.monotonic() - t0 < 3
-    took, (nested,) = muster.get(_gets_both.remote(), timeout=TIMEOUT)
-    assert took < 3  # the same in a worker
+    assert time.monotonic() - t0 < 30  # the slow one is held until released below
+    took, (nested,) = muster.get(_gets_both.remote(release), timeout=TIMEOUT)
+    assert took < 30  # the same in a worker
+    open(release, "w").close()
     assert muster.get([slow, nested], timeout=TIMEOUT) == [1, 1]  # they ran on: done before the test ends
     gen = _ticks.remote(20, 0.25)
     t0 = time.monotonic()
