@@ -15,6 +15,12 @@ class DeploymentID:
     name: str
     app_name: str
 
+    def __str__(self) -> str:
+        return f"Deployment(name='{self.name}', app='{self.app_name}')"  # Ray's, in its log lines and reprs
+
+    def __repr__(self) -> str:
+        return str(self)
+
 
 _FULL_ID_PREFIX = "SERVE_REPLICA::"  # Ray's full replica id string starts with it
 
@@ -61,6 +67,9 @@ class ReplicaID:
     def __str__(self) -> str:
         return f"Replica(id='{self.unique_id}', deployment='{self.deployment_id.name}', " \
                f"app='{self.deployment_id.app_name}')"
+
+    def __repr__(self) -> str:
+        return str(self)  # Ray's
 
 
 @dataclass(frozen=True)

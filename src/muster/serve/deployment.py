@@ -41,8 +41,10 @@ class Deployment:
         return self.config.name
 
     @property
-    def num_replicas(self) -> Any:
-        return self.config.num_replicas
+    def num_replicas(self) -> int:
+        """The fixed replica count it was given; 1 (Ray's default) when unset, ``"auto"`` or autoscaled, as Ray's."""
+        n = self.config.num_replicas
+        return n if isinstance(n, int) else 1
 
     @property
     def user_config(self) -> Any:
@@ -54,7 +56,11 @@ class Deployment:
 
     @property
     def ray_actor_options(self) -> dict[str, Any]:
-        return dict(self.config.ray_actor_options)
+        """The replica's actor options with Serve's default filled in, as Ray's: ``num_cpus`` 1 when unset."""
+        opts = dict(self.config.ray_actor_options)
+        if opts.get("num_cpus") is None:
+            opts["num_cpus"] = 1
+        return opts
 
     @property
     def max_queued_requests(self) -> int:
@@ -99,7 +105,7 @@ class Deployment:
         )
 
     def __repr__(self) -> str:
-        return f"Deployment(name={self.name!r})"
+        return f"Deployment(name={self.name})"  # Ray's, word for word
 
 
 def deployment(

@@ -572,7 +572,7 @@ class DeploymentHandle:
         return (_rebuild, (self.deployment_name, self.app_name, self._method, self._stream, self._model_id))
 
     def __repr__(self) -> str:
-        return f"DeploymentHandle(deployment={self.deployment_name!r}, app={self.app_name!r})"
+        return f"DeploymentHandle(deployment='{self.deployment_name}')"  # Ray's, word for word
 
 
 def _rebuild(dep: str, app: str, method: str, stream: bool, model_id: str = "") -> DeploymentHandle:

@@ -146,7 +146,7 @@ class LocalDeploymentHandle(DeploymentHandle):
                                "cannot be sent elsewhere; use serve.run(app) without _local_testing_mode for that.")
 
     def __repr__(self) -> str:
-        return f"LocalDeploymentHandle(deployment={self.deployment_name!r}, app={self.app_name!r})"
+        return f"DeploymentHandle(deployment='{self.deployment_name}')"  # Ray's local mode handle is one too
 
 
 def run_local(target: Application, name: str) -> DeploymentHandle:
