@@ -85,6 +85,9 @@ def report(
             folder is then not snapshotted: the function may finish writing it, e.g. wait for a
             ``torch.distributed.checkpoint.async_save``); muster copies the checkpoint it returns into
             the run's storage (Ray keeps the returned one where it is).
+        delete_local_checkpoint_after_upload: Ray's: ``True`` removes the checkpoint's folder once
+            its files are copied (under ``"async"``, once snapshotted, before ``report`` returns).
+            Not given, it is kept, in both modes (Ray's default under ``"async"`` removes it).
 
     Besides your files, each checkpoint stores every rank's resume state (the
     position of each prepared data loader and the RNG states), so a resumed
@@ -115,7 +118,8 @@ def report(
             raise InvalidArgumentError("report(checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD) is not "
                                        "supported: muster copies every reported checkpoint; use SYNC or ASYNC.")
         mode = mode.value.lower()
-    _session.get_session("report").report(metrics, checkpoint, mode, _compat.get("checkpoint_upload_fn"))
+    _session.get_session("report").report(metrics, checkpoint, mode, _compat.get("checkpoint_upload_fn"),
+                                          bool(_compat.get("delete_local_checkpoint_after_upload")))
     note_report(checkpoint)
 
 

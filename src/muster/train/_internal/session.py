@@ -9,6 +9,7 @@ snapshotted (hard links) and uploaded by one background thread, in order.
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import os
@@ -29,6 +30,8 @@ from muster.train._internal import events, resume
 from muster.train.checkpoint import Checkpoint
 from muster.train.context import TrainContext
 from muster.train.storage import Storage, checkpoint_dir_name, folder_files, is_run_entry
+
+_log = logging.getLogger(__name__)
 
 #: Ray's ``report(checkpoint_upload_fn=)``: (checkpoint, checkpoint_dir_name) -> the checkpoint to keep
 UploadFn = Callable[[Checkpoint, str], Checkpoint]
@@ -68,7 +71,9 @@ class Session:
         resume.reset(_read_resume_state(spec.checkpoint, spec.context.world_rank))
 
     def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None, upload_mode: str = "sync",
-               upload_fn: UploadFn | None = None) -> None:
+               upload_fn: UploadFn | None = None, delete_local: bool | None = None) -> None:
+        """``delete_local``: Ray's ``delete_local_checkpoint_after_upload``; None (the default) is False,
+        where Ray's is True under ``"async"`` (muster snapshots the folder, so the caller may delete it)."""
         clean = _plain_metrics(metrics)
         if upload_fn is not None and not callable(upload_fn):
             raise InvalidTypeError(
@@ -81,6 +86,9 @@ class Session:
                 f"report(checkpoint={checkpoint!r}): pass a muster.train.Checkpoint, e.g. "
                 "Checkpoint.from_directory(folder)."
             )
+        original = checkpoint if delete_local else None
+        if original is not None:
+            _check_deletable(original, self.storage)
         if checkpoint is not None:
             checkpoint = _outside_run_folder(checkpoint, self.storage)
         with self._lock:
@@ -99,14 +107,16 @@ class Session:
                 if upload_fn is None:  # snapshot now: the caller may rewrite the folder once report returns
                     self._uploads.put(((*item[:2], _snapshot(checkpoint), *item[3:]), {"owned": True}))
                     _discard_if_temporary(checkpoint)
+                    _delete_local(original)  # its files are in the snapshot
                 else:  # the files are the function's to finish (Ray: e.g. waiting for an async_save)
-                    self._uploads.put((item, {"upload_fn": upload_fn}))
+                    self._uploads.put((item, {"upload_fn": upload_fn, "delete_after": original}))
                 return
             self.drain()
             try:
                 self._send(*item, upload_fn=upload_fn)
             finally:
                 _discard_if_temporary(checkpoint)
+            _delete_local(original)
 
     def continue_after(self, round_: int) -> None:
         """The driver recorded rounds up to ``round_`` as this rank's (the reports of a trainer that
@@ -116,7 +126,7 @@ class Session:
 
     def _send(self, round_index: int, metrics: dict[str, Any], checkpoint: Checkpoint | None, state: bytes,
               t: float, timing: dict[str, float] | None, owned: bool = False,
-              upload_fn: UploadFn | None = None) -> None:
+              upload_fn: UploadFn | None = None, delete_after: Checkpoint | None = None) -> None:
         files = None
         if checkpoint is not None and upload_fn is not None:
             checkpoint = _run_upload_fn(upload_fn, checkpoint, checkpoint_dir_name(round_index))
@@ -126,6 +136,7 @@ class Session:
             if owned:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
         self.send(events.Report(self.context.world_rank, round_index, metrics, files, state, t, timing), True)
+        _delete_local(delete_after)
 
     # -- async uploads: one thread, first in first out, so commits keep their order --
     def _start_uploader(self) -> None:
@@ -188,6 +199,32 @@ def _discard_if_temporary(checkpoint: Checkpoint | None) -> None:
     """Remove a folder muster itself made (``Checkpoint.from_dict``) once its files are safe."""
     if checkpoint is not None and getattr(checkpoint, "_temporary", False):
         shutil.rmtree(checkpoint.path, ignore_errors=True)
+
+
+def _delete_local(checkpoint: Checkpoint | None) -> None:
+    """Ray's ``delete_local_checkpoint_after_upload=True``: remove the reported folder once its files are
+    safe (copied, or snapshotted under ``"async"``); a failure to remove it is logged, not raised, as in Ray."""
+    if checkpoint is None:
+        return
+    try:
+        checkpoint.filesystem.rm(checkpoint.path, recursive=True)
+    except FileNotFoundError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - the checkpoint is committed; only the local copy is left
+        _log.warning("could not delete the local checkpoint %s after its upload: %s", checkpoint.path, exc)
+
+
+def _check_deletable(checkpoint: Checkpoint, storage: Storage) -> None:
+    """Refuse to delete a folder that holds the run's own folder, as Ray refuses it."""
+    if not (checkpoint.is_local and storage.is_local):
+        return
+    folder = os.path.realpath(checkpoint.path).rstrip(os.sep) + os.sep
+    if (os.path.realpath(storage.run_dir).rstrip(os.sep) + os.sep).startswith(folder):
+        raise InvalidArgumentError(
+            f"report(checkpoint=Checkpoint(path={checkpoint.path!r}), delete_local_checkpoint_after_upload=True) "
+            f"would delete the run's own folder {storage.run_dir!r}, which that folder holds. Save the checkpoint "
+            "in a folder of its own (tempfile.mkdtemp()), or pass delete_local_checkpoint_after_upload=False."
+        )
 
 
 def _upload_mode(mode: Any) -> str:
