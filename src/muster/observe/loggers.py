@@ -171,6 +171,19 @@ class _LoggerCallback:
     def _close(self) -> None: ...
 
 
+def _ray_flattened(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its nested dicts as ``a/b`` keys, as Ray's ``flatten_dict`` gives them: after the
+    others, one level at a time (an empty dict leaves no key)."""
+    out = dict(row)
+    while any(isinstance(v, dict) for v in out.values()):
+        nested = [k for k, v in out.items() if isinstance(v, dict)]
+        added = {f"{k}/{sub}": v for k in nested for sub, v in out[k].items()}
+        for k in nested:
+            del out[k]
+        out.update(added)
+    return out
+
+
 class CSVLoggerCallback(_LoggerCallback):
     """Every report of every rank as a row of ``progress.csv`` (a new metric adds a column:
     the file is rewritten once with the wider header)."""
@@ -190,10 +203,11 @@ class CSVLoggerCallback(_LoggerCallback):
                 self._fields = list(reader.fieldnames or [])
 
     def _write(self, row: dict[str, Any]) -> None:
-        flat = {k: row[k] for k in _ROW_KEYS if k in row}
-        # a Tune result as Ray's CSV has it: its checkpoint_dir_name, no config (params.json holds it)
-        skip = CONTROLLER_KEYS | {"config"} if "trial_id" in row else BOOKKEEPING
-        flat.update(flatten_config({k: v for k, v in row.items() if k not in flat and k not in skip}))  # a/b
+        if "trial_id" in row:  # a Tune result as Ray's CSV has it: its order, no config (params.json holds it)
+            flat = _ray_flattened({k: v for k, v in row.items() if k not in CONTROLLER_KEYS and k != "config"})
+        else:
+            flat = {k: row[k] for k in _ROW_KEYS if k in row}
+            flat.update(flatten_config({k: v for k, v in row.items() if k not in flat and k not in BOOKKEEPING}))
         self._rows.append(flat)
         new = [k for k in flat if k not in self._fields]
         if new or self._file is None:

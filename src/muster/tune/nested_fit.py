@@ -28,7 +28,7 @@ CHECKPOINT_PATH = "checkpoint_path"  # Ray's key, in a trial's result, for its n
 
 # What ``TrialRun._tune_fields`` adds to each report (``trial_id`` and ``_shown_iteration`` too)
 _TUNE_FIELDS = frozenset({"time_this_iter_s", "time_total_s", "time_since_restore", "iterations_since_restore",
-                          "date", "hostname", "node_ip", "pid", "config", "experiment_tag", "trial_id"})
+                          "date", "hostname", "node_ip", "pid", "config", "experiment_tag", "trial_id", "done"})
 
 
 def fit_in_trial(run: TrialRun, handle: RuntimeActor, request: FitRequest) -> Future:

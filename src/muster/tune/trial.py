@@ -338,7 +338,7 @@ class TrialRun:
         self.trial, self.plan, self.storage, self.events = trial, plan, storage, events
         self.extra, self.start_from, self.time_offset = extra, start_from, time_offset
         # the loggers of RunConfig(callbacks=): the Tune controller logs the results and closes them
-        self.loggers = TrialLoggers(plan.run_config.callbacks, trial)
+        self.loggers = TrialLoggers(plan.run_config.callbacks, trial, local=storage.is_local)
         self.controller: Controller | None = None
         self.inner: Controller | None = None  # a trainer the trial's function built and fit
         self.forward = ReportForward(self)
@@ -470,24 +470,32 @@ class TrialRun:
         the reporting process's pid, host name and IP, as it gave them."""
         pid, host, ip = where or (None, None, None)
         last = self._last_time.get(rank, self._restored_wall)
-        out = dict(metrics)
-        out.setdefault("time_this_iter_s", max(t - last, 0.0))
-        out.setdefault("time_total_s", self.time_offset + max(t - self._started_wall, 0.0))
-        # the rest of what Ray adds to every result (each start of the trial's run is a "restore":
-        # this run of a paused or restored trial, and each restart after a failure)
-        out.setdefault("time_since_restore", max(t - self._restored_wall, 0.0))
-        out.setdefault("iterations_since_restore", self._since_restore.get(rank, 0) + 1)
+        since_restore = self._since_restore.get(rank, 0) + 1
         base = self._attempt_base if self._restored_iteration is None else self._restored_iteration
-        # a result's own training_iteration is kept (Ray's Trainable fills it in only where it is missing)
-        out.setdefault(SHOWN_ITERATION, out.get("training_iteration", base + out["iterations_since_restore"]))
-        out.setdefault("date", time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(t)))
-        out.setdefault("hostname", host or _HOST)  # the reporting worker's, as Ray's (the trial actor's)
-        out.setdefault("node_ip", ip or _node_ip())
+        # what Ray adds to every result, in the order its result (and result.json) holds them; each start of
+        # the trial's run is a "restore": this run of a paused or restored trial, and each restart after a
+        # failure. A result's own training_iteration is kept (Ray's Trainable fills it in only where missing).
+        # (the ledger adds training_iteration, timestamp and checkpoint_dir_name after these)
+        added: dict[str, Any] = {
+            "done": False,
+            SHOWN_ITERATION: metrics.get("training_iteration",
+                                         base + metrics.get("iterations_since_restore", since_restore)),
+            "trial_id": self.trial.trial_id, "date": time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(t)),
+            "time_this_iter_s": max(t - last, 0.0),
+            "time_total_s": self.time_offset + max(t - self._started_wall, 0.0),
+        }
         if pid is not None:  # the reporting process (the trial's function, or a trainer's worker)
-            out.setdefault("pid", pid)
-        out.setdefault("config", self.trial.config)
+            added["pid"] = pid
+        added.update({
+            "hostname": host or _HOST,  # the reporting worker's, as Ray's (the trial actor's)
+            "node_ip": ip or _node_ip(), "config": self.trial.config,
+            "time_since_restore": max(t - self._restored_wall, 0.0), "iterations_since_restore": since_restore,
+        })
         if self.trial.experiment_tag:
-            out.setdefault("experiment_tag", self.trial.experiment_tag)
+            added["experiment_tag"] = self.trial.experiment_tag
+        out = dict(metrics)
+        for key, value in added.items():
+            out.setdefault(key, value)
         out["trial_id"] = self.trial.trial_id
         return out
 

@@ -12,6 +12,7 @@ import datetime
 import fnmatch
 import logging
 import pickle
+import posixpath
 import re
 import secrets
 import warnings
@@ -23,7 +24,7 @@ from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.interrupts import sigterm_as_interrupt
 from muster.exceptions import InvalidArgumentError, InvalidTypeError, expect_instance
-from muster.observe.trial_rows import trial_result
+from muster.observe.trial_rows import logged_result, trial_result
 from muster.train._internal.backend import Backend
 from muster.train.config import RunConfig, ScalingConfig
 from muster.train._internal.result_base import Result, lead_rank
@@ -32,6 +33,7 @@ from muster.train.storage import Storage
 from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import progress_reporter
 from muster.tune import trial as trial_mod
+from muster.tune import trial_loggers
 from muster.tune.callback import CALLBACK_STATE, CallbackList
 from muster.tune.trial_info import as_users_error
 from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, TuneController, graceful_stops
@@ -127,6 +129,8 @@ class Tuner:
             _forget_earlier_run(storage)
         storage.makedirs(storage.run_dir)
         storage.write_bytes(storage.join(storage.run_dir, TUNER_FILE), cloudpickle.dumps(self._saved()))
+        if storage.is_local:
+            trial_loggers.load_default_loggers(self.run_config.callbacks)
         trials = [Trial.from_json(t) for t in (self._restored or {}).get("trials", [])]
         tc = self.tune_config
         scheduler = tc.scheduler or FIFOScheduler()
@@ -528,6 +532,12 @@ def _as_reported(result: Result, trial: Trial) -> None:
     result.metrics = {**metrics, **{k: v for k, v in live.items() if k in metrics}}
 
 
+def _checkpoint_metrics(checkpoint: Any, metrics: dict[str, Any]) -> dict[str, Any]:
+    """A trial's checkpoint's metrics as Ray's ``best_checkpoints`` hold them: the result it was reported
+    with as the loggers had it, naming the checkpoint's folder (``checkpoint_dir_name``), no ``experiment_tag``."""
+    return logged_result({**metrics, "checkpoint_dir_name": posixpath.basename(checkpoint.path.rstrip("/"))})
+
+
 def _kept_error(storage: Storage, trial: Trial) -> BaseException | None:
     """The error a trial failed with, as the controller kept it (a restored experiment's)."""
     where = Storage(storage.uri, trial.dirname, storage.fs)  # as the controller wrote it
@@ -561,6 +571,7 @@ def _grid(storage: Storage, trials: list[Trial], errors: dict[str, BaseException
             done = trial.status == trial_mod.TERMINATED and not trial.experiment_stopped
             result.metrics = {**(result.metrics or {}), "done": done}
             result.metrics.setdefault("config", trial.config)
+        result.best_checkpoints = [(c, _checkpoint_metrics(c, m)) for c, m in result.best_checkpoints]
         nested = storage.join(trial.path, trial_mod.NESTED_RUN)
         if result.checkpoint is None and storage.exists(nested):  # the trial's function fit a trainer
             inner = read_result(nested, trial=True)  # its checkpoints' metrics with Tune's keys, as the trial's

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import numbers
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -127,6 +128,10 @@ class Normal(Float):
     the normal distribution; with ``q`` (``tune.qrandn``, ``.quantized(q)``) rounded to a multiple of ``q``."""
 
     def __init__(self, mean: float = 0.0, sd: float = 1.0, q: float | None = None):
+        if not isinstance(mean, (int, float, numbers.Real)):  # Ray fails later, at fit(): ValueError
+            raise InvalidArgumentError(
+                f"randn(mean={mean!r}, sd={sd!r}): mean must be a number, e.g. randn(0.0, 1.0); to pick one of "
+                f"several values use tune.choice({mean!r}).")
         if not (isinstance(sd, (int, float)) and sd > 0):
             raise InvalidArgumentError(f"randn(mean={mean!r}, sd={sd!r}): sd must be > 0, e.g. randn(0.0, 1.0).")
         super().__init__(None, None, q=q)
