@@ -486,6 +486,28 @@ def combined(blocks: list[pa.Table]) -> list[pa.Table]:
         return blocks
 
 
+def gathered(blocks: list[pa.Table], max_bytes: int | None) -> list[pa.Table]:
+    """A task's output ``blocks``, consecutive ones combined until they pass ``max_bytes``, as Ray's map tasks
+    buffer their batches into blocks of ``target_max_block_size``: ``map_batches(batch_size=2)`` over a 10-row
+    block gives one block (one file when written), not five. Each combined block is made contiguous: one copy
+    here beats slicing many tiny chunks for every batch downstream."""
+    if len(blocks) < 2:
+        return blocks
+    groups: list[list[pa.Table]] = [[]]
+    held = 0
+    for b in blocks:
+        if max_bytes is not None and held > max_bytes:
+            groups.append([])
+            held = 0
+        groups[-1].append(b)
+        held += b.nbytes
+    out = [b for group in groups for b in combined(group)]
+    try:
+        return [b.combine_chunks() if any(c.num_chunks > 1 for c in b.columns) else b for b in out]
+    except pa.ArrowInvalid:  # a string column past 2 GiB (target_max_block_size=None): keep its chunks
+        return out
+
+
 def split_rows(block: pa.Table, rows: int) -> list[pa.Table]:
     if rows <= 0 or block.num_rows <= rows:
         return [block]

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 
 from muster.data import block as blk
+from muster.data.context import DataContext
 from muster.data.exceptions import DataError, DataTypeError, UserFunctionError
 from muster.exceptions import InvalidArgumentError, InvalidTypeError, MusterError
 
@@ -376,7 +377,7 @@ class MapBatches:
                 out.extend(blk.from_batch(r, where) for r in _guard("MapBatches", self.fn, part, lambda: list(result)))
             else:
                 out.append(blk.from_batch(result, where))
-        return out
+        return blk.gathered(out, DataContext.get_current().target_max_block_size)
 
 
 class ColumnMap(MapBatches):

@@ -9,6 +9,7 @@ import itertools
 import os
 import posixpath
 import uuid
+import warnings
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
@@ -77,7 +78,8 @@ class FileWrites:
         """
         check_min_bytes(min_bytes_per_file, {"min_rows_per_file": min_rows_per_file, "num_rows_per_file":
                                              num_rows_per_file, "max_rows_per_file": max_rows_per_file})
-        return write_dataset(self, "parquet", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
+        least = min_rows(min_rows_per_file, num_rows_per_file, "parquet")
+        return write_dataset(self, "parquet", path, filesystem, mode, least,
                              max_rows_per_file, partition_cols, arrow_args, min_bytes=min_bytes_per_file)
 
     def write_csv(self, path: str, *, filesystem: Any = None, mode: Any = "append",
@@ -85,7 +87,8 @@ class FileWrites:
                   partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
                   max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
         """As :meth:`write_parquet`; what Ray's ``arrow_csv_args_fn`` returns goes to ``pyarrow.csv.write_csv``."""
-        return write_dataset(self, "csv", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
+        least = min_rows(min_rows_per_file, num_rows_per_file, "csv")
+        return write_dataset(self, "csv", path, filesystem, mode, least,
                              max_rows_per_file, partition_cols, ray_options)
 
     def write_json(self, path: str, *, filesystem: Any = None, mode: Any = "append",
@@ -93,7 +96,8 @@ class FileWrites:
                    partition_cols: list[str] | None = None, num_rows_per_file: int | None = None,
                    max_rows_per_file: int | None = None, **ray_options: Any) -> list[str]:
         """As :meth:`write_parquet`; what Ray's ``pandas_json_args_fn`` returns goes to ``DataFrame.to_json``."""
-        return write_dataset(self, "json", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
+        least = min_rows(min_rows_per_file, num_rows_per_file, "json")
+        return write_dataset(self, "json", path, filesystem, mode, least,
                              max_rows_per_file, partition_cols, ray_options)
 
     def write_numpy(self, path: str, *, column: str, filesystem: Any = None, mode: Any = "append",
@@ -102,7 +106,8 @@ class FileWrites:
         """``column`` of each output block saved as one ``.npy`` file (``numpy.save`` of the column as
         numpy batches hold it: a tensor column's rows stacked, an object array where shapes differ);
         ``read_numpy`` reads them back. Options as :meth:`write_parquet`'s."""
-        return write_dataset(self, "npy", path, filesystem, mode, min_rows_per_file or num_rows_per_file,
+        least = min_rows(min_rows_per_file, num_rows_per_file, "npy")
+        return write_dataset(self, "npy", path, filesystem, mode, least,
                              None, None, {**ray_options, "column": column})
 
 
@@ -116,6 +121,24 @@ class FileWrites:
         sink = ImageDatasink(path, column, file_format, filesystem=filesystem, try_create_dir=try_create_dir,
                              open_stream_args=arrow_open_stream_args, filename_provider=filename_provider, mode=mode)
         getattr(self, "write_datasink")(sink, concurrency=concurrency)
+
+
+def min_rows(min_rows_per_file: int | None, num_rows_per_file: int | None, kind: str) -> int | None:
+    """``min_rows_per_file``, or Ray's deprecated ``num_rows_per_file`` with Ray's ``DeprecationWarning``.
+
+    Raises:
+        InvalidArgumentError: both given (as Ray's ``ValueError``).
+    """
+    if num_rows_per_file is None:
+        return min_rows_per_file
+    method = "numpy" if kind == "npy" else kind
+    if min_rows_per_file is not None:
+        raise InvalidArgumentError(f"write_{method}(num_rows_per_file={num_rows_per_file}, min_rows_per_file="
+                                   f"{min_rows_per_file}): pass only min_rows_per_file (num_rows_per_file is its "
+                                   "deprecated name, as in Ray).")
+    warnings.warn(f"write_{method}(num_rows_per_file=) is deprecated, as in Ray; use min_rows_per_file= instead.",
+                  DeprecationWarning, stacklevel=3)
+    return num_rows_per_file
 
 
 def check_min_bytes(min_bytes: Any, row_options: dict[str, int | None]) -> None:
