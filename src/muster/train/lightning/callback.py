@@ -26,9 +26,20 @@ class MusterTrainReportCallback(pl.Callback):
         if ckpt:
             with ckpt.as_directory() as folder:
                 trainer.fit(model, datamodule=dm, ckpt_path=os.path.join(folder, "checkpoint.ckpt"))
+
+    Args:
+        checkpoint_upload_mode: passed to every ``report`` (Ray 2.60's argument): None or
+            ``"sync"`` waits for the upload, ``CheckpointUploadMode.ASYNC`` uploads in the background.
+        validation: passed to the report that carries the checkpoint: ``True`` or a
+            ``ValidationTaskConfig`` validates it with the trainer's ``ValidationConfig.fn``.
     """
 
     CHECKPOINT_NAME = "checkpoint.ckpt"
+
+    def __init__(self, checkpoint_upload_mode: Any = None, validation: Any = False) -> None:
+        super().__init__()
+        self.checkpoint_upload_mode = checkpoint_upload_mode
+        self.validation = validation
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         metrics = {key: _number(value) for key, value in trainer.callback_metrics.items()}
@@ -37,7 +48,9 @@ class MusterTrainReportCallback(pl.Callback):
         with tempfile.TemporaryDirectory(prefix="muster-lightning-") as folder:
             trainer.save_checkpoint(os.path.join(folder, self.CHECKPOINT_NAME), weights_only=False)
             wrote = bool(os.listdir(folder))  # under DDP only rank 0 writes
-            train.report(metrics, checkpoint=Checkpoint.from_directory(folder) if wrote else None)
+            train.report(metrics, checkpoint=Checkpoint.from_directory(folder) if wrote else None,
+                         checkpoint_upload_mode=self.checkpoint_upload_mode or "sync",
+                         validation=self.validation if wrote else False)
 
 
 def _number(value: Any) -> Any:
