@@ -221,6 +221,12 @@ def _rebuilt(cls: type, args: tuple, state: dict) -> BaseException | None:
 # --------------------------------------------------------------------------
 # training
 # --------------------------------------------------------------------------
+class TrainerSetupError(MusterError, RuntimeError):
+    """A framework's trainer (Lightning, Transformers) given to ``prepare_trainer`` is set up so that each
+    worker would train alone, or without muster's ranks; the message names the setting and the fix. A
+    ``RuntimeError``, as Ray's ``prepare_trainer`` raises."""
+
+
 class TrainingFailedError(MusterError):
     """``Trainer.fit()`` failed and its failure budget is spent.
 

@@ -148,10 +148,13 @@ def single_device_loop():
     (single_device_loop, r"world size is 1 but this run has 2 workers"),
 ])
 def test_prepare_trainer_refuses_a_trainer_that_would_not_use_the_workers(trainer, loop, message):
+    from muster.exceptions import TrainerSetupError
     from muster.train import TrainingFailedError
 
-    with pytest.raises(TrainingFailedError, match=message):
+    with pytest.raises(TrainingFailedError, match=message) as failed:
         trainer(loop, None).fit()
+    (raised,) = failed.value.worker_failures.values()  # a RuntimeError, as Ray's, and muster's own class
+    assert isinstance(raised, TrainerSetupError) and isinstance(raised, RuntimeError), repr(raised)
 
 
 def test_ray_names_are_aliases():

@@ -7,7 +7,7 @@ import warnings
 import lightning.pytorch as pl
 
 import muster.train as train
-from muster.exceptions import InvalidTypeError
+from muster.exceptions import InvalidTypeError, TrainerSetupError
 from muster.train.lightning.environment import MusterLightningEnvironment
 from muster.train.lightning.strategies import MusterDDPStrategy, MusterFSDPStrategy
 
@@ -19,7 +19,7 @@ def prepare_trainer(trainer: pl.Trainer) -> pl.Trainer:
 
     Raises:
         TypeError: ``trainer`` is not a ``lightning.pytorch.Trainer``.
-        RuntimeError: its cluster environment is not ``MusterLightningEnvironment``,
+        TrainerSetupError: (a ``RuntimeError``) its cluster environment is not ``MusterLightningEnvironment``,
             or its world size differs from the run's (each worker would train alone).
     """
     if not isinstance(trainer, pl.Trainer):
@@ -37,13 +37,13 @@ def prepare_trainer(trainer: pl.Trainer) -> pl.Trainer:
         )
     environment = getattr(strategy, "cluster_environment", None)
     if environment is not None and not isinstance(environment, MusterLightningEnvironment):
-        raise RuntimeError(
+        raise TrainerSetupError(
             f"prepare_trainer: the Trainer's cluster environment is {type(environment).__name__}; pass "
             "plugins=[MusterLightningEnvironment()] (RayLightningEnvironment) so Lightning takes its ranks from muster."
         )
     expected = train.get_context().get_world_size()
     if trainer.world_size != expected:
-        raise RuntimeError(
+        raise TrainerSetupError(
             f"prepare_trainer: the Trainer's world size is {trainer.world_size} but this run has {expected} workers "
             f"(strategy {type(strategy).__name__}); with a single-device strategy each worker would train alone. "
             "Use strategy=MusterDDPStrategy() or MusterFSDPStrategy(), devices='auto' and num_nodes=1."

@@ -16,7 +16,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 import muster.train as train
-from muster.exceptions import InvalidTypeError
+from muster.exceptions import InvalidTypeError, TrainerSetupError
 from muster.train.checkpoint import Checkpoint
 
 
@@ -69,14 +69,14 @@ def prepare_trainer(trainer: transformers.Trainer) -> transformers.Trainer:
 
     Raises:
         TypeError: ``trainer`` is not a ``transformers.Trainer``.
-        RuntimeError: the Trainer sees a different world size than the run
+        TrainerSetupError: (a ``RuntimeError``) the Trainer sees a different world size than the run
             (it did not join muster's process group: each worker would train alone).
     """
     if not isinstance(trainer, transformers.Trainer):
         raise InvalidTypeError(f"prepare_trainer expects a transformers.Trainer, got {type(trainer).__name__}.")
     expected = train.get_context().get_world_size()
     if trainer.args.world_size != expected:
-        raise RuntimeError(
+        raise TrainerSetupError(
             f"prepare_trainer: the Trainer sees a world size of {trainer.args.world_size} but this run has {expected} "
             "workers, so each worker would train alone. On CPU workers pass TrainingArguments(use_cpu=True) "
             "(Accelerate runs multi-CPU training only then), and build TrainingArguments inside "
