@@ -63,7 +63,8 @@ class ColumnOps:
         cols = _names(cols, "select_columns")
         kept = frozenset(cols)
         op = Transform("Project", plan.select_columns(cols), RayCall.of("select_columns", cols),
-                       filter_names=lambda read: {c: c for c in read} if read <= kept else None)
+                       filter_names=lambda read: {c: c for c in read} if read <= kept else None,
+                       schema_of=projection.schema_of(plan.select_columns(cols)))
         return self._column_op(op, "select_columns", repr(cols), options)
 
     def rename_columns(self, names: dict[str, str] | list[str], **options: Any) -> "Dataset":
@@ -82,7 +83,8 @@ class ColumnOps:
                                        "give each column its own new name.")
         if isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
             ray = RayCall.of("rename_columns", list(names))
-            op = Transform("Project", plan.rename_all_columns(list(names)), ray)
+            op = Transform("Project", plan.rename_all_columns(list(names)), ray,
+                           schema_of=projection.schema_of(plan.rename_all_columns(list(names))))
         elif not isinstance(names, dict):
             raise InvalidTypeError(
                 f"rename_columns({names!r}): pass a dict old name -> new name, or a list of new names for every column."
@@ -90,7 +92,8 @@ class ColumnOps:
         else:
             ray = RayCall.of("rename_columns", dict(names))
             op = Transform("Project", plan.rename_columns(dict(names)), ray,
-                           filter_names=projection.renamed_back(dict(names)))
+                           filter_names=projection.renamed_back(dict(names)),
+                           schema_of=projection.schema_of(plan.rename_columns(dict(names))))
         return self._column_op(op, "rename_columns", repr(names), options)
 
     def _column_op(self, op: Transform, call: str, arg: str, options: dict[str, Any]) -> "Dataset":

@@ -65,12 +65,14 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         self._ray_ran: Any = None  # on the Ray engine: the ray.data Dataset (or iterator) that ran last
         self._iterator: DataIterator | None = None
         self._seen: tuple[int, pa.Schema | None] | None = None  # rows and schema of a whole pass, as Ray caches
+        self._fetched: pa.Schema | None = None  # the schema a schema() call ran the plan for, as Ray caches
 
     def __repr__(self) -> str:
         """As Ray prints an unexecuted dataset, running nothing (see ``dataset_repr``)."""
         from muster.data.dataset_repr import lazy_repr
 
-        return lazy_repr(self._node, name=self._dataset_name, seen=self._seen)
+        seen = self._seen if self._seen is not None or self._fetched is None else (None, self._fetched)
+        return lazy_repr(self._node, name=self._dataset_name, seen=seen)
 
     def set_name(self, name: str | None) -> None:
         """Name this dataset (``None`` clears it): kept by its transforms and ``materialize()``, shown by ``repr``."""
@@ -315,7 +317,7 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         keys = [] if key is None else [key] if isinstance(key, str) else list(key)
         if not all(isinstance(k, str) for k in keys):
             raise InvalidTypeError(f"groupby({key!r}): pass a column name, a list of them, or None.")
-        return GroupedData(self, keys)
+        return GroupedData(self, keys, key)
 
     def _whole(self, method: str, on: str | list[str] | None, **options: Any) -> Any:
         """An aggregation over the whole dataset, as Ray returns it: a value when there is one
@@ -469,13 +471,14 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         a source that knows it (``range``, in-memory data, ``read_parquet``'s footers) under shuffle, sort,
         repartition or ``limit``, or after a whole pass; else the first block's (the plan runs until one is made),
         or, with ``fetch_if_missing=False``, None (nothing runs), as Ray's."""
-        known = self._node.known_schema() or (self._seen[1] if self._seen is not None else None)
+        known = self._node.known_schema() or (self._seen[1] if self._seen is not None else self._fetched)
         if known is not None and len(known.names):
             return Schema(known)
         if not fetch_if_missing:
             return None
         for block in self._execute():
             if block.num_columns:
+                self._fetched = block.schema  # kept: a second call and repr run nothing, as Ray's cached schema
                 return Schema(block.schema)
         return Schema(pa.schema([]))
 

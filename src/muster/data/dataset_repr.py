@@ -28,10 +28,11 @@ _SHOWN, _HEAD = 10, 5  # a materialized dataset shows up to 10 rows: with more, 
 
 
 def lazy_repr(node: Node, cls_name: str = "Dataset", name: str | None = None,
-              seen: tuple[int, pa.Schema | None] | None = None) -> str:
+              seen: tuple[int | None, pa.Schema | None] | None = None) -> str:
     """``node``'s dataset as Ray prints an unexecuted one (see the module's docstring); ``name`` is
     ``set_name``'s, heading the table (``name: ...``) or first in the summary (``name=...``); ``seen``, the
-    rows and schema of a pass that ran to its end, which Ray keeps and prints as the table too."""
+    rows and schema of a pass that ran to its end (or the schema a ``schema()`` call fetched, rows None),
+    which Ray keeps and prints as the table too."""
     known, rows = node.known_schema(), node.known_rows()
     if seen is not None:
         known, rows = known or seen[1], seen[0] if rows is None else rows

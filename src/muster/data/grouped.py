@@ -18,8 +18,13 @@ if TYPE_CHECKING:
 class GroupedData:
     """Rows grouped by one or more key columns (none: the whole dataset); each method returns a new ``Dataset``."""
 
-    def __init__(self, dataset: "Dataset", keys: list[str]):
+    def __init__(self, dataset: "Dataset", keys: list[str], key: str | list[str] | None = None):
         self._ds, self._keys = dataset, keys
+        self._key = key if key is not None or not keys else keys[0] if len(keys) == 1 else keys  # as given
+
+    def __repr__(self) -> str:
+        """As Ray's: ``GroupedData(dataset=<the dataset's repr>, key='k')``, the key as ``groupby`` was given it."""
+        return f"{type(self).__name__}(dataset={self._ds!r}, key={self._key!r})"
 
     def _agg(self, method: str, on: str | list[str] | None, options: dict[str, Any] | None = None) -> "Dataset":
         """One built-in aggregation over each column of ``on`` (None: every column but the keys), named

@@ -97,6 +97,10 @@ class Transform:
     #: a projection that only selects or renames (``select_columns``, ``rename_columns``): for the columns a
     #: filter above it reads, each one's name below it, or None when the filter cannot move below it
     filter_names: Callable[[frozenset[str]], dict[str, str] | None] | None = field(default=None, compare=False)
+    #: a projection that keeps every row (``select_columns``, ``rename_columns``, a ``with_column(s)`` of columns,
+    #: literals and operators): its output's schema from its input's (None where it would fail), so a schema and
+    #: row count known unread stay known, as Ray infers them
+    schema_of: Callable[[pa.Schema], pa.Schema | None] | None = field(default=None, compare=False)
 
     @property
     def on_actors(self) -> bool:
@@ -210,6 +214,8 @@ class Node:
         if isinstance(self.op, (Limit, AllToAll)) and (not isinstance(self.op, AllToAll) or self.op.keeps_rows):
             rows = self.inputs[0].known_rows(from_metadata)
             return rows if rows is None or not isinstance(self.op, Limit) else min(rows, self.op.n)
+        if isinstance(self.op, Transform) and self.op.schema_of is not None:
+            return self.inputs[0].known_rows(from_metadata)
         return None
 
     def known_schema(self) -> pa.Schema | None:
@@ -221,7 +227,7 @@ class Node:
             return self.op.known_schema()
         if isinstance(self.op, Zip):
             return self.op.schema([n.known_schema() for n in self.inputs])
-        if isinstance(self.op, AllToAll) and self.op.schema_of is not None:
+        if isinstance(self.op, (AllToAll, Transform)) and self.op.schema_of is not None:
             known = self.inputs[0].known_schema()
             return None if known is None else self.op.schema_of(known)
         if isinstance(self.op, Join):

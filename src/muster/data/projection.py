@@ -18,7 +18,7 @@ from muster.data.exceptions import DataTypeError
 from muster.data.expr_repr import ray_text
 from muster.data.expressions import Expr, StarExpr, UnnestExpr
 from muster.data.plan import BlockFn, RayCall, Transform
-from muster.exceptions import InvalidArgumentError, InvalidTypeError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError, MusterError
 
 _MAX_TEXT = 60  # Ray cuts the expression in an operator's name at 60 characters
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError)
@@ -72,7 +72,30 @@ def with_columns_op(args: list[Any], where: str) -> Transform:
     why = ("with_column(s) with pyarrow.compute expressions has no ray.data equivalent: use Ray's expressions "
            "(muster.data.expressions) or add_column(name, fn)")
     ray = why if any(isinstance(e, pc.Expression) for e in exprs.values()) else RayCall.of("with_columns", *args)
-    return Transform("Project", with_columns(exprs, where), ray)  # Ray's name for it
+    plain = all(isinstance(e, Expr) and not isinstance(e, UnnestExpr) and _arrow_form(e) for e in exprs.values())
+    fn = with_columns(exprs, where)
+    return Transform("Project", fn, ray, schema_of=schema_of(fn) if plain else None)  # Ray's name for it
+
+
+def _arrow_form(expr: Expr) -> bool:
+    """Whether ``expr`` is columns, literals and pyarrow's operators only (no Python function to call)."""
+    try:
+        expr.to_pyarrow()
+    except InvalidTypeError:
+        return False
+    return True
+
+
+def schema_of(fn: BlockFn) -> Callable[[pa.Schema], pa.Schema | None]:
+    """A projection's output schema from its input's: ``fn`` applied to no rows of it (None where ``fn`` refuses
+    it, a column it names missing: the error comes when the dataset runs, as in Ray)."""
+    def output(schema: pa.Schema) -> pa.Schema | None:
+        try:
+            return fn(schema.empty_table())[0].schema
+        except (MusterError, pa.ArrowException):
+            return None
+
+    return output
 
 
 def with_columns(exprs: dict[str, Any], where: str) -> BlockFn:
