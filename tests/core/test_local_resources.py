@@ -272,19 +272,23 @@ def test_new_work_leaves_a_pending_group_what_it_lacks_while_slots_come_back(mon
     """A pending placement group goes first: new work may not take the CPUs it waits for, nor a GPU
     it does not need is held back. Once nothing has been given back for a while (what holds the
     slots may itself wait for new work), new work may take them again."""
-    monkeypatch.setattr(slots, "_GROUP_PRIORITY_S", 0.5, raising=False)
+    # the priority lasts 3 s from the group's start: a loaded box can hold this thread well past the 0.5 s it was
+    # between the group's start and the takes below (the group's priority had then run out: "new work took ...")
+    monkeypatch.setattr(slots, "_GROUP_PRIORITY_S", 3.0, raising=False)
     table = SlotTable({"CPU": 2.0, "GPU": 1.0})
     (holder,) = table.try_take([{"CPU": 1.0}])
     stop = threading.Event()
     group = threading.Thread(target=table.take_when_free, args=([{"CPU": 2.0}], stop), daemon=True)
     group.start()
     try:
-        time.sleep(0.1)  # the group waits
+        # the group waits: awaited, not slept for (a group thread not yet pending after a 0.1 s sleep left the
+        # CPU to the take below)
+        assert wait_for(lambda: bool(table._groups_waiting), TIMEOUT)
         assert table.try_take([{"CPU": 1.0}]) is None, "new work took a CPU the pending group waits for"
         gpu = table.try_take([{"GPU": 1.0}])  # the group needs no GPU
         assert gpu is not None
         table.release(gpu[0])
-        assert wait_for(lambda: table.try_take([{"CPU": 1.0}]) is not None, TIMEOUT)  # no release for 0.5 s
+        assert wait_for(lambda: table.try_take([{"CPU": 1.0}]) is not None, TIMEOUT)  # no release for 3 s
     finally:
         stop.set()
         group.join(TIMEOUT)

@@ -39,6 +39,8 @@ class Sleeper:
     async def __call__(self, request: Request) -> dict:
         import asyncio
 
+        if "mark" in request.query_params:  # the test waits for this: the request reached a replica
+            open(request.query_params["mark"], "w").close()
         await asyncio.sleep(float(request.query_params.get("s", "0")))
         return {"pid": os.getpid(), "tag": self.tag}
 
@@ -82,12 +84,15 @@ def test_backpressure_config_sets_status_and_retry_after(client):
         Sleeper.options(backpressure_config={"retry_after": 5})
 
 
-def test_one_slow_request_does_not_hold_up_the_others(client):
+def test_one_slow_request_does_not_hold_up_the_others(client, tmp_path):
     serve.run(Sleeper.options(name="S2", num_replicas=2, max_ongoing_requests=1).bind(), name="s2",
               route_prefix="/s2")
+    mark = tmp_path / "arrived"
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        slow = pool.submit(client.get, "/s2?s=3")  # under the module's request_timeout_s=4
-        time.sleep(0.3)
+        slow = pool.submit(client.get, f"/s2?s=3&mark={mark}")  # under the module's request_timeout_s=4
+        # it holds its replica's only slot: awaited (a fixed 0.3 s could pass on a loaded box before it got there,
+        # and the quick ones then went to both replicas)
+        wait_until(mark.exists, 10, "the slow request at its replica")
         quick = [client.get("/s2") for _ in range(10)]  # all go to the other replica meanwhile
         assert not slow.done()
         assert all(r.status_code == 200 for r in quick)
@@ -213,11 +218,14 @@ def test_a_custom_autoscaling_policy_drives_the_replica_count(client):
     serve.delete("custom")
 
 
-def test_delete_drains_in_flight_requests(client):
+def test_delete_drains_in_flight_requests(client, tmp_path):
     serve.run(Sleeper.bind(), name="drain", route_prefix="/drain")
+    mark = tmp_path / "arrived"
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        fut = pool.submit(client.get, "/drain?s=1.5")
-        time.sleep(0.5)
+        fut = pool.submit(client.get, f"/drain?s=1.5&mark={mark}")
+        # in flight at its replica when the delete comes: awaited (after a fixed 0.5 s on a loaded box, the
+        # delete could come first and the request found no app)
+        wait_until(mark.exists, 10, "the request at its replica")
         serve.delete("drain")
         r = fut.result()
     assert r.status_code == 200

@@ -9,6 +9,7 @@ import threading
 import time
 from concurrent.futures import Future
 
+import _pbt_pair
 import numpy as np
 import pytest
 
@@ -100,24 +101,26 @@ def _pb2_trainable(config):
     if ckpt:
         with ckpt.as_directory() as d:
             state = json.load(open(os.path.join(d, "state.json")))
+    _pbt_pair.at_start(config["marks"], restored=bool(ckpt), weak=config["lr"] == 0.1)  # both run at once
     while True:  # at least one step after a restore, even from a donor that had finished
         state["step"] += 1
         state["score"] += 1 - (config["lr"] - 1.2) ** 2  # improves fastest at lr=1.2
         with tempfile.TemporaryDirectory() as d:
             json.dump(state, open(os.path.join(d, "state.json"), "w"))
             tune.report(dict(state, lr=config["lr"]), checkpoint=Checkpoint.from_directory(d))
+        _pbt_pair.after_result(config["marks"], state["step"], strong=config["lr"] == 1.1)
         if state["step"] >= 8:
             break
         time.sleep(0.05)
 
 
-def test_pb2_tuner_run_exploits_and_explores_within_bounds(storage):
+def test_pb2_tuner_run_exploits_and_explores_within_bounds(storage, tmp_path):
     sched = PB2(time_attr="training_iteration", perturbation_interval=1, hyperparam_bounds={"lr": [0.0, 1.5]},
                 quantile_fraction=0.5, seed=3)
     initial = [0.1, 1.1]  # the weak trial exploits the strong one; its second exploit is the bandit's
     grid = tune.Tuner(
         _pb2_trainable,
-        param_space={"lr": tune.grid_search(initial)},
+        param_space={"lr": tune.grid_search(initial), "marks": str(tmp_path)},
         tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=sched),
         run_config=tune.RunConfig(storage_path=storage),
     ).fit()

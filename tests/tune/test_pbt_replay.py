@@ -8,6 +8,7 @@ import os
 import tempfile
 import time
 
+import _pbt_pair
 import pytest
 
 from muster import tune
@@ -24,20 +25,23 @@ def _trainable(config):
     if checkpoint:
         with checkpoint.as_directory() as d:
             step = json.load(open(os.path.join(d, "step.json")))
+    # the PBT run's two trials run at once (the replay's config holds "marks" too: logged from a donor's)
+    _pbt_pair.at_start(config["marks"], restored=bool(checkpoint), weak=config["lr"] == 0.1)
     while step < STEPS:
         step += 1
         with tempfile.TemporaryDirectory() as d:
             json.dump(step, open(os.path.join(d, "step.json"), "w"))
             tune.report({"score": step * config["lr"], "lr": config["lr"]}, checkpoint=Checkpoint.from_directory(d))
-        time.sleep(0.2)  # a pause decided on this result stops the trial before its next step
+        _pbt_pair.after_result(config["marks"], step, strong=config["lr"] == 1.0)
+        time.sleep(0.2)  # pacing only: a pause decided on a result stops the trial in its tune.report (lockstep)
 
 
-def test_replay_changes_the_config_at_the_logged_iterations(storage):
+def test_replay_changes_the_config_at_the_logged_iterations(storage, tmp_path):
     pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2, quantile_fraction=0.5,
                                   hyperparam_mutations={"lr": tune.uniform(0.01, 100.0)}, resample_probability=0.0,
                                   perturbation_factors=(2.0, 2.0), seed=1)  # each exploit doubles the donor's lr
     grid = tune.Tuner(
-        _trainable, param_space={"lr": tune.grid_search([0.1, 1.0])},
+        _trainable, param_space={"lr": tune.grid_search([0.1, 1.0]), "marks": str(tmp_path)},
         tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pbt),
         run_config=tune.RunConfig(name="pbt", storage_path=storage, verbose=0),
     ).fit()

@@ -8,6 +8,7 @@ import pickle
 import tempfile
 import time
 
+import _pbt_pair
 import pytest
 
 from muster import tune
@@ -25,7 +26,13 @@ class Counter(tune.Trainable):
         self.restored = 0
 
     def step(self):
-        time.sleep(0.3)  # both trials are running when PBT ranks them
+        # both trials are running when PBT ranks them, however far apart their workers start (step N+1 runs once
+        # the controller acted on result N, so iteration N's result is handled here)
+        if self.iteration == 0 or self.restored:
+            _pbt_pair.at_start(self.config.get("marks"), restored=self.restored > 0, weak=self.lr == 0.1)
+        if self.iteration:
+            _pbt_pair.after_result(self.config.get("marks"), self.iteration, strong=self.lr == 10.0)
+        time.sleep(0.3)
         self.value += self.lr
         return {"score": self.value, "restored": self.restored, "done": self.iteration + 1 >= 6}
 
@@ -37,12 +44,12 @@ class Counter(tune.Trainable):
         self.restored += 1
 
 
-def test_trainable_class_runs_until_done_and_pbt_exploits_its_checkpoints(storage):
+def test_trainable_class_runs_until_done_and_pbt_exploits_its_checkpoints(storage, tmp_path):
     pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
                                   hyperparam_mutations={"lr": [0.1, 1.0, 10.0]}, quantile_fraction=0.5, seed=0)
     grid = tune.Tuner(
         Counter,
-        param_space={"lr": tune.grid_search([0.1, 10.0])},
+        param_space={"lr": tune.grid_search([0.1, 10.0]), "marks": str(tmp_path)},
         tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pbt),
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     ).fit()

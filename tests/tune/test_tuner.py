@@ -8,6 +8,7 @@ import pickle
 import tempfile
 import time
 
+import _pbt_pair
 import pytest
 import torch
 
@@ -207,25 +208,27 @@ def _pbt_trainable(config):
         with ckpt.as_directory() as d:
             state = json.load(open(os.path.join(d, "state.json")))
         step, origin = state["step"], state["origin"]
+    _pbt_pair.at_start(config["marks"], restored=bool(ckpt), weak=config["lr"] == 0.01)  # both run at once
     while True:  # at least one step after a restore, even from a donor that had finished
         step += 1
         with tempfile.TemporaryDirectory() as d:
             json.dump({"step": step, "origin": origin}, open(os.path.join(d, "state.json"), "w"))
             tune.report({"score": config["lr"] * step, "step": step, "origin": origin},
                         checkpoint=Checkpoint.from_directory(d))
+        _pbt_pair.after_result(config["marks"], step, strong=config["lr"] == 1.0)
         if step >= 8:
             break
         time.sleep(0.05)
 
 
-def test_pbt_restarts_bottom_trials_from_a_top_trials_checkpoint(storage):
+def test_pbt_restarts_bottom_trials_from_a_top_trials_checkpoint(storage, tmp_path):
     sched = PopulationBasedTraining(
         time_attr="training_iteration", perturbation_interval=2,
         hyperparam_mutations={"lr": tune.uniform(0.5, 1.5)}, quantile_fraction=0.5, seed=1,
     )
     grid = tune.Tuner(
         _pbt_trainable,
-        param_space={"lr": tune.grid_search([0.01, 1.0])},
+        param_space={"lr": tune.grid_search([0.01, 1.0]), "marks": str(tmp_path)},
         tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=sched),
         run_config=tune.RunConfig(storage_path=storage),
     ).fit()
