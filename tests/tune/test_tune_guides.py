@@ -12,6 +12,7 @@ import csv
 import importlib.util
 import json
 import os
+import sys
 import tempfile
 
 import pytest
@@ -54,8 +55,8 @@ def test_trial_folder_has_rays_default_logger_files(storage):
         # as Ray's loggers log it: the result the stopper stopped the trial on says done
         assert [r["done"] for r in rows] == ["False", "True"]
         assert [r["nested/a"] for r in rows] == ["0", "1"]
-        assert any(f.startswith("events.out.tfevents.") for f in files) == bool(
-            importlib.util.find_spec("tensorboardX"))
+        assert any(f.startswith("events.out.tfevents.") for f in files) == bool(  # the suite's driver has torch
+            importlib.util.find_spec("tensorboardX") and "torch" in sys.modules)
         with open(os.path.join(result.path, "result.json")) as f:
             lines = [json.loads(line) for line in f]
         assert [line["done"] for line in lines] == [False, False]

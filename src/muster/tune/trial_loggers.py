@@ -10,8 +10,10 @@ them when the trial ends: a paused trial's stay open until it runs again (closed
 or is ended without running again (closed then as completed: TensorBoard writes its hparams).
 
 As Ray's Tune adds its default loggers unasked, each trial in local storage also gets a
-``CSVLoggerCallback`` (``progress.csv``) and, where tensorboardX is installed, a ``TBXLoggerCallback``,
-unless ``RunConfig(callbacks=)`` holds one of that kind or ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1``.
+``CSVLoggerCallback`` (``progress.csv``) and, where tensorboardX is installed and the driver has imported
+torch, a ``TBXLoggerCallback``, unless ``RunConfig(callbacks=)`` holds one of that kind or
+``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1``. (tensorboardX imports torch: about a second in a driver without it,
+and torch preloaded in every worker started afterwards.)
 Ray's third default, its ``JsonLoggerCallback``, writes the ``result.json`` the trial's run already
 records (muster's ``JsonLoggerCallback`` writes ``progress.json``: not added).
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import sys
 from typing import Any
 
 #: the hooks the Tune controller calls itself; the trial's training run does not pass them on
@@ -29,8 +32,9 @@ _TUNE_DRIVEN = frozenset({"on_report", "on_run_end", "on_run_failed"})
 
 def default_loggers(callbacks: list[Any] | None) -> list[Any]:
     """The loggers Ray's Tune adds to ``callbacks`` (its ``_create_default_callbacks``): a
-    ``CSVLoggerCallback`` and, where tensorboardX is installed, a ``TBXLoggerCallback``, each unless
-    ``callbacks`` holds one of its kind; none under ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1``, as in Ray."""
+    ``CSVLoggerCallback`` and, where tensorboardX is installed and the driver has imported torch (which
+    tensorboardX imports), a ``TBXLoggerCallback``, each unless ``callbacks`` holds one of its kind; none under
+    ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1``, as in Ray."""
     from muster.observe.loggers import CSVLoggerCallback, TBXLoggerCallback
 
     # read here: core/settings.py, where muster reads its environment, has no Tune logger switch yet
@@ -40,7 +44,10 @@ def default_loggers(callbacks: list[Any] | None) -> list[Any]:
     out: list[Any] = []
     if not any(isinstance(cb, CSVLoggerCallback) for cb in given):
         out.append(CSVLoggerCallback())
-    if not any(isinstance(cb, TBXLoggerCallback) for cb in given) and importlib.util.find_spec("tensorboardX"):
+    # tensorboardX imports torch: a driver that has not (nor then its workers, which the engine starts from a
+    # process without torch) is not made to, for a logger it did not ask for; TBXLoggerCallback() given adds it
+    if (not any(isinstance(cb, TBXLoggerCallback) for cb in given) and "torch" in sys.modules
+            and importlib.util.find_spec("tensorboardX")):
         out.append(TBXLoggerCallback())
     return out
 
