@@ -110,9 +110,10 @@ def test_cancel_of_a_queued_task_means_it_never_runs(on_ray, tmp_path):
     release, marker = str(tmp_path / "release"), str(tmp_path / "ran")
     held = [str(tmp_path / f"held{i}") for i in range(int(muster.cluster_resources()["CPU"]) // 2)]
     holders = [hold_a_node.remote(path, release) for path in held]
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 60  # within the test's timeout, so a failure says what did not happen
     while not all(os.path.exists(path) for path in held):
-        assert time.monotonic() < deadline, "the tasks holding every CPU did not all start"
+        assert time.monotonic() < deadline, (f"the tasks holding every CPU did not all start: free "
+                                             f"{muster.available_resources().get('CPU')}")
         time.sleep(0.1)
     ref = touch.options(max_retries=0).remote(marker)
     time.sleep(1.0)  # in Ray's queue now, waiting for a CPU

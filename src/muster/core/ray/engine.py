@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from muster.core import resources as res
@@ -31,7 +31,7 @@ from muster.core import settings, setup_hook
 from muster.core.ray import placement
 from muster.core.ray.errors import from_ray
 from muster.core.ray.gate import RayGate
-from muster.core.ray.groups import RayGroups, is_removal
+from muster.core.ray.groups import RayGroups, is_removal, remove_settled
 from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
 from muster.core.ray.metrics_processes import MetricsProcesses
@@ -130,7 +130,7 @@ class RayRuntime(Runtime):
                 pass
         for group, _ in list(self._gangs.values()):
             try:
-                remove_placement_group(group)
+                remove_settled(group)
             except Exception:  # noqa: BLE001
                 pass
         self._gangs.clear()
@@ -351,7 +351,7 @@ class RayRuntime(Runtime):
             for actor in members:
                 self.kill(actor)
             if not members:
-                remove_placement_group(group)
+                remove_settled(group)
             raise
         return list(members)
 
@@ -395,7 +395,7 @@ class RayRuntime(Runtime):
                     f"{res.fmt(res.machine(self.available()))}"
                 )
             if timeout_s is not None and waited > timeout_s:
-                remove_placement_group(group)
+                remove_settled(group)
                 raise ResourcesUnavailableError(
                     f"a gang of {n} x {{{res.fmt(bundle)}}} ({strategy}) was not placed within "
                     f"{timeout_s:.0f} s: the cluster stayed too busy or too small (free now: "
@@ -417,16 +417,16 @@ class RayRuntime(Runtime):
         gang = handle.gang
         handle.gang = None
         if gang is not None:
+            emptied = None  # the gang's Ray group once its last member is gone
             with self._lock:
                 entry = self._gangs.get(gang)
                 if entry is not None:
                     entry[1] -= 1
                     if entry[1] <= 0:
-                        del self._gangs[gang]
-                        try:
-                            remove_placement_group(entry[0])
-                        except Exception:  # noqa: BLE001
-                            pass
+                        emptied = self._gangs.pop(gang)[0]
+            if emptied is not None:
+                with contextlib.suppress(Exception):  # already gone
+                    remove_settled(emptied)
 
     def interrupt(self, handle: RuntimeActor) -> None:
         """Ray's own non-force cancel of the task's run: ``KeyboardInterrupt`` in it, on whichever node it runs

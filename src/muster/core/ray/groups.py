@@ -12,6 +12,7 @@ down), and its ``placement_group_table`` row takes Ray's node of each bundle and
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
@@ -21,6 +22,31 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from muster.core.ray.errors import from_ray
 from muster.core.runtime import BundleRef, name_taken_error, removed_error
+
+# Ray's scheduling states of a group it is still placing: a removal then can leak what it prepared
+_PLACING = ("QUEUED", "SCHEDULING_STARTED")
+SETTLE_BOUND_S = 10.0
+
+
+def remove_settled(ray_group: Any, bound_s: float = SETTLE_BOUND_S) -> None:
+    """Remove Ray's ``ray_group`` once Ray is not half-way through placing it (waiting at most ``bound_s``).
+
+    Ray 2.60 places a group in two phases, prepare then commit, node by node. A group removed between them
+    keeps the bundles already prepared held on their raylets for the cluster's life, and Ray's group
+    scheduler stops placing later groups (ray-project/ray#64693): after it, a gang or group needing a
+    whole node waits forever. Placing takes milliseconds, so the wait is short; a group Ray cannot place
+    (no resources, infeasible) is not mid-placement and is removed at once.
+    """
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        try:
+            row = placement_group_table(ray_group)
+        except Exception:  # noqa: BLE001 - the cluster is gone: the removal below says so, or not
+            break
+        if row.get("state") != "PREPARED" and (row.get("stats") or {}).get("scheduling_state") not in _PLACING:
+            break
+        time.sleep(0.005)
+    remove_placement_group(ray_group)
 
 
 class RayGroups:
@@ -100,7 +126,7 @@ class RayGroups:
             except InvalidStateError:  # placed meanwhile
                 pass
         try:
-            remove_placement_group(ray_group)
+            remove_settled(ray_group)
         except Exception:  # noqa: BLE001 - the cluster is gone
             pass
 
