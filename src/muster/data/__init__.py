@@ -487,10 +487,10 @@ def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), parallelism: int = -1
 
 
 def __getattr__(name: str) -> Any:
-    if name == "datasource":  # Ray scripts reach it as ray.data.datasource.X
+    if name in ("datasource", "aggregate", "collate_fn"):  # Ray scripts reach them as ray.data.aggregate.X
         import importlib
 
-        return importlib.import_module("muster.data.datasource")
+        return importlib.import_module(f"muster.data.{name}")
     from muster._unsupported import raise_unsupported
 
     raise_unsupported("muster.data", name)

@@ -445,7 +445,9 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         return list(blk.iter_rows(self._within(limit, "take_all")))
 
     def take_batch(self, batch_size: int = 20, *, batch_format: str | None = "numpy") -> Any:
-        """Up to ``batch_size`` rows as one batch; an empty dataset is an error, as in Ray."""
+        """Up to ``batch_size`` rows as one batch; an empty dataset is an error, as in Ray (and, unlike Ray's
+        "dataset is empty" there, a ``batch_size`` < 1 is named as the bad value)."""
+        _positive(batch_size, "batch_size", "take_batch", optional=False)
         fmt = blk.check_batch_format(batch_format, "take_batch")
         table = self.limit(batch_size).to_arrow()
         if not table.num_rows:
@@ -454,7 +456,7 @@ class Dataset(ColumnOps, writers.FileWrites, Splits):
         return blk.to_batch(table, fmt)
 
     def show(self, limit: int = 20) -> None:
-        for row in self.take(limit):
+        for row in blk.iter_rows(self.limit(limit, _call="show").to_arrow()):
             print(row)
 
     def count(self) -> int:
