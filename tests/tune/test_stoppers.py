@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import datetime
+import json
+import os
 import time
 
 import pytest
@@ -141,3 +144,66 @@ def test_a_dict_stop_key_a_slash_b_reaches_a_nested_metric_as_in_ray(storage):
         run_config=tune.RunConfig(storage_path=storage, verbose=0, stop={"eval/step": 3}),
     ).fit()
     assert grid[0].metrics["training_iteration"] == 3
+
+
+def _counts(config):
+    for i in range(1000):
+        tune.report({"score": i})
+        time.sleep(0.05)
+
+
+def _recorded(result):
+    """(training_iteration, done) of each row of the trial's result.json, progress.csv and metrics_dataframe."""
+    with open(os.path.join(result.path, "result.json")) as f:
+        rows = [json.loads(line) for line in f]
+    with open(os.path.join(result.path, "progress.csv")) as f:
+        csv_rows = list(csv.DictReader(f))
+    frame = result.metrics_dataframe
+    return ([(r["training_iteration"], r["done"]) for r in rows],
+            [(int(r["training_iteration"]), r["done"] == "True") for r in csv_rows],
+            list(zip(frame["training_iteration"].tolist(), frame["done"].tolist())))
+
+
+@pytest.mark.parametrize("stop", [{"training_iteration": 3}, MaximumIterationStopper(3)], ids=["dict", "max_iter"])
+def test_the_result_a_stopper_stops_a_trial_on_says_done_in_result_json_as_in_ray(storage, stop):
+    """Ray 2.60 writes the result its stopper stopped a trial on with ``done: true`` in result.json, progress.csv
+    and metrics_dataframe, and ``Result.metrics["done"]`` is True. Muster's result.json row said false (recorded
+    by the trial's run before the decision)."""
+    grid = tune.Tuner(_counts, param_space={"x": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, stop=stop)).fit()
+    for result in grid:
+        expected = [(1, False), (2, False), (3, True)]
+        assert _recorded(result) == (expected, expected, expected), result.path
+        assert result.metrics["done"] is True
+
+
+class _StopAllAtThird(tune.stopper.Stopper):
+    """Stops the experiment once both trials reported and one reached its third result; holds the controller
+    a moment first, so that the other trial (reporting every 0.05 s) reports once more before it is stopped."""
+
+    def __init__(self):
+        self.iterations: dict[str, int] = {}
+        self.stopping = False
+
+    def __call__(self, trial_id, result):
+        self.iterations[trial_id] = result["training_iteration"]
+        return False
+
+    def stop_all(self):
+        if not self.stopping and len(self.iterations) == 2 and max(self.iterations.values()) >= 3:
+            self.stopping = True
+            time.sleep(0.5)
+        return self.stopping
+
+
+def test_a_result_reported_after_stop_all_is_not_kept_as_in_ray(storage):
+    """Ray 2.60 drops what a trial reported after its stopper's ``stop_all()`` (with the trial's pending results):
+    each trial's result.json, progress.csv and metrics_dataframe hold the same rows, the last one its
+    ``Result.metrics``, none done. Muster's result.json (so its metrics_dataframe) kept the late result."""
+    grid = tune.Tuner(_counts, param_space={"x": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, stop=_StopAllAtThird())).fit()
+    for result in grid:
+        rows, csv_rows, frame = _recorded(result)
+        assert rows == csv_rows == frame, result.path
+        assert rows[-1] == (result.metrics["training_iteration"], False)
+        assert result.metrics["done"] is False

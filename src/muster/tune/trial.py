@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import posixpath
 import queue
 import re
@@ -49,6 +50,7 @@ from muster.train.worker_group import Member
 from muster.tune.messages import AwaitDecision, StepDecision, StepResult
 from muster.tune.session import trial_local_folder
 from muster.tune.nested_fit import NESTED_RUN, fit_in_trial
+from muster.tune.result_file import settle_result_file
 from muster.tune.trial_events import (  # noqa: F401 - the controller's events, named here too
     ReportForward,
     TrialAwaits,
@@ -63,6 +65,8 @@ from muster.tune.trial_loggers import TrialLoggers
 
 if TYPE_CHECKING:
     from muster.tune.schedulers.trial_scheduler import PendingConfig
+
+_log = logging.getLogger(__name__)
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 
@@ -416,11 +420,23 @@ class TrialRun:
                 self.controller.request_stop()
             result: Result = self.controller.run()
             result.config = self.trial.config
+            self._settle_result_file()
             outcome = result
         except BaseException as exc:  # noqa: BLE001 - the trial's failure, handed to the controller
             outcome = exc
         self.forward.flush()
         self.events.put(TrialEnded(self.trial, self, outcome))
+
+    def _settle_result_file(self) -> None:
+        """``result.json`` as Ray's logger leaves it (``result_file``): the controller decided the trial's end
+        (its stop or the experiment's) before it stopped the run, so what it decided is known here."""
+        trial = self.trial
+        stopped_on = trial.ending_as == TERMINATED and bool((trial.last_result or {}).get("done"))
+        try:
+            settle_result_file(self.storage, trial.last_result, stopped_on, trial.experiment_stopped)
+        except Exception as exc:  # noqa: BLE001 - the trial ended as it did; its record stays as written
+            _log.warning("muster: could not settle %s's result.json (%s): it keeps the rows as reported",
+                         trial.trial_name, exc)
 
     def on_restore(self, checkpoint: Checkpoint) -> None:
         try:

@@ -435,9 +435,9 @@ class TuneController:
         check_reported(trial.trial_id, result, self._wanted_metrics)
         stops = self.stopper(trial.trial_id, result)
         decision = TrialScheduler.STOP if stops else self.scheduler.on_trial_result(self, trial, result)
-        if decision == TrialScheduler.STOP:
-            self._stop(trial, TERMINATED)
+        if decision == TrialScheduler.STOP:  # done first: the trial's thread reads it once its run stopped
             result["done"] = True  # as Ray marks the result it stops a trial on (its last_result keeps it)
+            self._stop(trial, TERMINATED)
         else:
             self.searcher.on_trial_result(trial.trial_id, result)
             if decision == TrialScheduler.PAUSE:
