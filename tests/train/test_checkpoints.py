@@ -1,4 +1,5 @@
-"""Checkpoints written by workers: merged rounds, rank-0-only reporting, atomic commit, retention."""
+"""Checkpoints written by workers: merged rounds, rank-0-only reporting, atomic commit, retention, and what
+get_checkpoint() returns as a run reports."""
 
 from __future__ import annotations
 
@@ -386,3 +387,59 @@ def test_the_run_folder_as_a_checkpoint_leaves_out_the_runs_own_entries(fit, sto
     with pytest.raises(train.TrainingFailedError, match="holds the run's own folder") as info:
         fit(checkpoint_the_trial_dir, workers=1, name="selfcopy2", config={"sub": storage})
     assert "TemporaryDirectory" in str(info.value)
+
+
+def watch_get_checkpoint(config):
+    rank = train.get_context().get_world_rank()
+    seen = []
+
+    def look(label):
+        ckpt = train.get_checkpoint()
+        seen.append([label, ckpt.path if ckpt is not None else None])
+
+    def save(mode="sync"):
+        folder = tempfile.mkdtemp()
+        with open(os.path.join(folder, f"part_{rank}.txt"), "w") as f:
+            f.write(str(rank))
+        return dict(checkpoint=Checkpoint.from_directory(folder), checkpoint_upload_mode=mode,
+                    delete_local_checkpoint_after_upload=True)
+
+    look("start")
+    train.report({"round": 1}, **save())
+    look("after a checkpoint")
+    train.report({"round": 2})
+    look("after no checkpoint")
+    train.report({"round": 3}, **(save() if rank == 0 else {}))  # rank 1 passes none
+    look("after rank 0's alone")
+    train.report({"round": 4}, **save("async"))
+    train.report({"round": 5})  # a sync report waits for the async upload before it
+    look("after an async one")
+    with open(os.path.join(config["dir"], f"rank_{rank}.json"), "w") as f:
+        json.dump(seen, f)
+
+
+def test_get_checkpoint_becomes_the_one_this_rank_last_reported(storage, tmp_path):
+    # Ray 2.60: "Access the latest reported checkpoint"; each rank's becomes the persisted folder of the last
+    # checkpoint it reported (the same path on every rank), where muster's stayed the attempt's start.
+    from muster.train import RunConfig, ScalingConfig
+    from muster.train.torch import TorchTrainer
+
+    def run(name, resume_from=None):
+        out = tmp_path / name
+        out.mkdir()
+        result = TorchTrainer(watch_get_checkpoint, train_loop_config={"dir": str(out)},
+                              scaling_config=ScalingConfig(num_workers=2), resume_from_checkpoint=resume_from,
+                              run_config=RunConfig(name=name, storage_path=storage, verbose=0)).fit()
+        return result, [json.load(open(out / f"rank_{r}.json")) for r in range(2)]
+
+    first, seen = run("first")
+    at = lambda n: os.path.join(first.path, f"checkpoint_{n:06d}")  # noqa: E731
+    assert seen[0] == [["start", None], ["after a checkpoint", at(1)], ["after no checkpoint", at(1)],
+                       ["after rank 0's alone", at(3)], ["after an async one", at(4)]]
+    assert seen[1] == [["start", None], ["after a checkpoint", at(1)], ["after no checkpoint", at(1)],
+                       ["after rank 0's alone", at(1)], ["after an async one", at(4)]]
+    assert first.checkpoint.path == at(4)
+    # resume_from_checkpoint is the start; the run's own reports then take over
+    second, seen = run("second", resume_from=first.checkpoint)
+    assert [row[1] for row in seen[0][:2]] == [at(4), os.path.join(second.path, "checkpoint_000001")]
+    assert seen[0][:3] == seen[1][:3]  # the same on both ranks

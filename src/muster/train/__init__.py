@@ -132,7 +132,13 @@ _RAY_REPORT_KEYWORDS = frozenset(
 
 
 def get_checkpoint() -> Checkpoint | None:
-    """The checkpoint to resume from: the run's latest committed one, or None on a fresh start."""
+    """The checkpoint to resume from, as Ray's: the one this rank last reported (its folder in the run's
+    storage, complete once every rank has reported that round), else the one the attempt started from (the
+    run's latest committed one after a failure or restore, or ``resume_from_checkpoint``), else None.
+
+    A report without a checkpoint leaves it as it was; under ``checkpoint_upload_mode="async"`` it changes
+    once the upload is done.
+    """
     return _session.get_session("get_checkpoint").checkpoint
 
 

@@ -136,6 +136,8 @@ class Session:
             if owned:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
         self.send(events.Report(self.context.world_rank, round_index, metrics, files, state, t, timing), True)
+        if checkpoint is not None:  # Ray: get_checkpoint() becomes the checkpoint this rank last reported
+            self.checkpoint = Checkpoint(self.storage.checkpoint_dir(round_index), self.storage.fs)
         _delete_local(delete_after)
 
     # -- async uploads: one thread, first in first out, so commits keep their order --
