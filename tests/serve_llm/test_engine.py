@@ -223,3 +223,65 @@ def test_a_replica_sharing_a_gpu_caps_its_kv_cache_at_its_share(tiny_model):
     assert share({"num_gpus": 0.5}) == pytest.approx(0.45)
     assert share({"num_gpus": 0.5}, gpu_memory_utilization=0.3) == 0.3  # vLLM's name, set by hand
     assert share({"num_gpus": 1}) is None and share({}) is None  # a whole GPU: transformers' own default
+
+
+def test_logprobs_are_the_raw_models_log_softmax_and_top_k_restricts_sampling(engine):
+    """Each token's logprob and its top 5 are the plain model's log-softmax at that place (vLLM's default
+    "raw_logprobs": before temperature and top_k, so top_k=1 at temperature 0.5 reports the same numbers)."""
+    import torch
+
+    prompt = engine.encode("the lazy dog jumps")
+
+    async def entries(**params):
+        return [e async for c in engine.generate(prompt, SamplingParams(max_tokens=4, logprobs=5, **params))
+                for e in c.logprobs]
+
+    greedy = run(entries(temperature=0.0))
+    ref = engine.model.generate(torch.tensor([prompt]), max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    with torch.no_grad():
+        raw = torch.log_softmax(engine.model(ref).logits[0, len(prompt) - 1:-1].float(), dim=-1)
+    assert len(greedy) == 4
+    for i, e in enumerate(greedy):
+        assert e.logprob == pytest.approx(raw[i, ref[0, len(prompt) + i]].item(), abs=1e-4)
+        assert [v for _, v in e.top] == pytest.approx(raw[i].topk(5).values.tolist(), abs=1e-4)
+        assert e.token == engine.tokenizer.decode(ref[0, len(prompt):len(prompt) + i + 1]).removeprefix(
+            engine.tokenizer.decode(ref[0, len(prompt):len(prompt) + i]))
+    narrowed = run(entries(temperature=0.5, top_k=1))
+    assert [e.token for e in narrowed] == [e.token for e in greedy]
+    assert [e.logprob for e in narrowed] == pytest.approx([e.logprob for e in greedy], abs=1e-5)
+
+    async def chunks():
+        return [c async for c in engine.generate(prompt, SamplingParams(max_tokens=3, temperature=0.0))]
+
+    assert all(c.logprobs == () for c in run(chunks()))  # not asked: none
+
+
+def test_top_k_samples_among_the_k_most_likely_tokens(engine):
+    """At temperature 2 the tiny random model's distribution is near flat: without top_k nearly every token
+    falls outside its place's top 2; with top_k=2 each one is among them."""
+    prompt = engine.encode("a flat distribution")
+
+    async def entries(**params):
+        return [e async for c in engine.generate(prompt, SamplingParams(max_tokens=12, temperature=2.0, logprobs=2,
+                                                                        **params)) for e in c.logprobs]
+
+    def in_top(found):
+        return [e.logprob in [v for _, v in e.top] for e in found]
+
+    assert all(in_top(run(entries(top_k=2))))
+    assert not all(in_top(run(entries(top_k=-1)))) and not all(in_top(run(entries(top_k=0))))
+
+
+def test_logprobs_and_top_k_are_refused_where_the_decoding_step_cannot_be_hooked():
+    """A loop that transformers runs with async batching (or CUDA graphs) would skip the hooks: refused by name.
+    (A stand-in for transformers' batch processor: this engine's SDPA models never get such a loop.)"""
+    from types import SimpleNamespace
+
+    from muster.serve.llm.engine._hf_logprobs import LogprobTap
+
+    tap = LogprobTap("m")
+    tap._tap(SimpleNamespace(use_async_batching=True, model_runner=SimpleNamespace(pad_inputs=False)))
+    with pytest.raises(InvalidRequestError, match=r"logprobs is not available from model 'm': .*async batching"):
+        tap.want("r", 2, -1)
+    with pytest.raises(InvalidRequestError, match=r"top_k is not available .*llm_engine='vllm'"):
+        tap.want("r", None, 5)

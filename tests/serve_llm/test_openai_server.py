@@ -186,7 +186,13 @@ def test_sixteen_concurrent_requests_batch_together(client):
     (dict(messages=CHAT, model="no-such-model"), 404, "does not exist"),
     (dict(messages=CHAT, model="tiny-plain"), 400, "no chat template"),
     # each was answered 200 before: OpenAI refuses them
-    (dict(messages=CHAT, top_logprobs=2), 400, "top_logprobs needs logprobs: true"),
+    (dict(messages=CHAT, top_logprobs=2), 400, "The 'top_logprobs' parameter is only allowed when 'logprobs' is "
+     "enabled (got top_logprobs=2 with logprobs=None)"),
+    (dict(messages=CHAT, logprobs=False, top_logprobs=2), 400, "got top_logprobs=2 with logprobs=False"),
+    (dict(messages=CHAT, logprobs=True, top_logprobs=21), 400, "top_logprobs: Input should be less than or equal "
+     "to 20 (got 21)"),
+    (dict(messages=CHAT, extra_body={"top_k": -2}), 400, "top_k=-2 is not valid"),
+    (dict(messages=CHAT, extra_body={"top_k": 1.5}), 400, "top_k=1.5 is not valid"),
     (dict(messages=CHAT, stream_options={"include_usage": True}), 400, "stream_options is only allowed when stream"),
     (dict(messages=CHAT, max_tokens=True), 400, "max_tokens: Input should be a valid integer"),
     (dict(messages=CHAT, temperature="0.5"), 400, "temperature: Input should be a valid number"),
@@ -203,7 +209,7 @@ def test_errors_have_openai_shape_and_status(client, kw, status, words):
 
 def test_vllm_sampling_extras_are_refused_by_name_unless_off(client):
     """Ray's docs pass vLLM's sampling parameters through extra_body; they were silently ignored here."""
-    for kw, param in ((dict(top_k=5), "top_k"), (dict(repetition_penalty=1.3), "repetition_penalty"),
+    for kw, param in ((dict(min_p=0.5), "min_p"), (dict(repetition_penalty=1.3), "repetition_penalty"),
                       (dict(ignore_eos=True, min_tokens=0), "ignore_eos")):
         with pytest.raises(openai.BadRequestError) as err:
             greedy_chat(client, max_tokens=2, extra_body=kw)
@@ -212,6 +218,56 @@ def test_vllm_sampling_extras_are_refused_by_name_unless_off(client):
         client.completions.create(model="tiny-chat", prompt="hi", max_tokens=4, extra_body={"min_tokens": 3})
     off = dict(top_k=-1, min_p=0.0, repetition_penalty=1.0, ignore_eos=False, skip_special_tokens=True)
     assert greedy_chat(client, max_tokens=2, extra_body=off).usage.completion_tokens == 2
+
+
+def test_chat_logprobs_plain_and_streamed(client):
+    """logprobs=True, top_logprobs=3 in OpenAI's shape, parsed by the client into its typed objects."""
+    r = greedy_chat(client, max_tokens=8, logprobs=True, top_logprobs=3)
+    choice = r.choices[0]
+    content = choice.logprobs.content
+    assert len(content) == r.usage.completion_tokens == 8
+    assert "".join(t.token for t in content) == choice.message.content
+    for t in content:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 3 and bytes(t.bytes) == t.token.encode()
+        # greedy: the chosen token is the most likely one, and the alternatives come most likely first
+        assert t.logprob == t.top_logprobs[0].logprob == max(x.logprob for x in t.top_logprobs)
+        assert [x.logprob for x in t.top_logprobs] == sorted((x.logprob for x in t.top_logprobs), reverse=True)
+    streamed = [t for chunk in greedy_chat(client, max_tokens=8, logprobs=True, top_logprobs=3, stream=True)
+                for c in chunk.choices if c.logprobs for t in c.logprobs.content]
+    assert [t.token for t in streamed] == [t.token for t in content]
+    assert [t.logprob for t in streamed] == pytest.approx([t.logprob for t in content], abs=1e-4)
+    bare = greedy_chat(client, max_tokens=4, logprobs=True).choices[0].logprobs.content
+    assert len(bare) == 4 and all(t.top_logprobs == [] for t in bare)  # logprobs alone: no alternatives
+    assert greedy_chat(client, max_tokens=2).choices[0].logprobs is None  # not asked: null, as before
+
+
+def test_completion_logprobs_in_the_legacy_shape(client):
+    kw = dict(model="tiny-chat", prompt="The quick brown fox", max_tokens=6, temperature=0, logprobs=2)
+    r = client.completions.create(**kw)
+    lp = r.choices[0].logprobs
+    assert "".join(lp.tokens) == r.choices[0].text and len(lp.tokens) == 6
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(6)]
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        # the sampled token is always in the dict (up to k + 1 entries; tokens of the same text share one)
+        assert logprob <= 0 and top[token] == logprob == max(top.values()) and len(top) <= 3
+    chunks = [c.choices[0].logprobs for c in client.completions.create(**kw, stream=True) if c.choices]
+    assert [t for c in chunks for t in c.tokens] == lp.tokens
+    assert [o for c in chunks for o in c.text_offset] == lp.text_offset
+
+
+def test_top_k_one_samples_the_greedy_text(client):
+    """vLLM's top_k (extra_body): at temperature 1.0, top_k=1 leaves only the most likely token."""
+    greedy = greedy_chat(client, max_tokens=16).choices[0].message.content
+    for _ in range(2):
+        sampled = client.chat.completions.create(model="tiny-chat", messages=CHAT, max_tokens=16, temperature=1.0,
+                                                 extra_body={"top_k": 1})
+        assert sampled.choices[0].message.content == greedy
+    wide = {client.chat.completions.create(model="tiny-chat", messages=CHAT, max_tokens=16, temperature=1.0,
+                                           extra_body={"top_k": k}).choices[0].message.content for k in (-1, 0, 50)}
+    assert wide != {greedy}  # off (-1, 0) or wide: sampled text of a random model differs from greedy
+    text = client.completions.create(model="tiny-chat", prompt="hello", max_tokens=8, temperature=0).choices[0].text
+    assert client.completions.create(model="tiny-chat", prompt="hello", max_tokens=8, temperature=1.0,
+                                     extra_body={"top_k": 1}).choices[0].text == text
 
 
 def test_embedding_errors_name_input(base_url):

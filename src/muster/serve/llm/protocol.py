@@ -20,11 +20,14 @@ from muster.serve.llm.errors import InvalidRequestError
 MAX_N = 16
 MAX_STOP = 4
 
+MAX_TOP_LOGPROBS = 20  # OpenAI's top_logprobs limit; vLLM's default max_logprobs, on both routes
+
 # vLLM's extra sampling parameters (sent with the openai client's ``extra_body``), each with the values that
 # mean "off". Ray Serve LLM passes them to vLLM; these engines do not implement them, so any other value is
-# refused by name rather than ignored. (A null was already turned into "left out".)
+# refused by name rather than ignored. (A null was already turned into "left out".) ``top_k`` is implemented:
+# see :meth:`_SamplingRequest.top_k_value`.
 VLLM_EXTRA_DEFAULTS: dict[str, tuple[Any, ...]] = {
-    "top_k": (-1, 0), "min_p": (0,), "repetition_penalty": (1,), "length_penalty": (1,), "min_tokens": (0,),
+    "min_p": (0,), "repetition_penalty": (1,), "length_penalty": (1,), "min_tokens": (0,),
     "ignore_eos": (False,), "use_beam_search": (False,), "include_stop_str_in_output": (False,),
     "skip_special_tokens": (True,), "spaces_between_special_tokens": (True,), "stop_token_ids": ([],),
     "bad_words": ([],), "allowed_token_ids": (), "prompt_logprobs": (), "truncate_prompt_tokens": (),
@@ -110,6 +113,22 @@ class _SamplingRequest(_Request):
         return value
 
 
+    def top_k_value(self) -> int:
+        """vLLM's ``top_k`` (an extra body field): -1 when left out; -1 and 0 both mean every token.
+
+        Raises:
+            InvalidRequestError: not an integer, or below -1.
+        """
+        value = (self.model_extra or {}).get("top_k")
+        if value is None:
+            return -1
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            raise InvalidRequestError(
+                f"top_k={value!r} is not valid: send a positive integer (sample among the k most likely tokens), "
+                "or -1 or 0 to sample among all tokens.", param="top_k",
+            )
+        return value
+
     def stop_list(self) -> list[str]:
         """``stop`` as a list."""
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -161,7 +180,23 @@ class ChatCompletionRequest(_SamplingRequest):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    def logprobs_count(self) -> int | None:
+        """How many alternatives per token to return (None: no logprobs).
+
+        Raises:
+            InvalidRequestError: ``top_logprobs`` without ``logprobs: true`` (OpenAI's 400).
+        """
+        if not self.logprobs:
+            if self.top_logprobs is not None:
+                raise InvalidRequestError(
+                    "The 'top_logprobs' parameter is only allowed when 'logprobs' is enabled "
+                    f"(got top_logprobs={self.top_logprobs} with logprobs={self.logprobs!r}); send logprobs: true "
+                    "as well, or leave top_logprobs out.", param="top_logprobs",
+                )
+            return None
+        return self.top_logprobs or 0
 
     def token_limit(self) -> int | None:
         """``max_completion_tokens``, else the older ``max_tokens``."""
@@ -173,7 +208,7 @@ class CompletionRequest(_SamplingRequest):
     max_tokens: int | None = Field(default=16, ge=1)
     echo: bool = False
     suffix: str | None = None
-    logprobs: int | None = None
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     best_of: int | None = None
 
 
@@ -232,11 +267,36 @@ class AssistantMessage(BaseModel):
     content: str
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    """A chat choice's ``logprobs``: one entry per generated token."""
+
+    content: list[ChatTokenLogprob] | None
+
+
+class CompletionLogprobs(BaseModel):
+    """A legacy completion choice's ``logprobs``: parallel lists, one item per generated token."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -262,7 +322,7 @@ class ChatChunkChoice(BaseModel):
     index: int
     delta: ChatDelta
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(BaseModel):
@@ -278,7 +338,7 @@ class CompletionChoice(BaseModel):
     index: int
     text: str
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Completion(BaseModel):

@@ -23,7 +23,7 @@ from typing import Any
 
 from muster.serve.llm import protocol as p
 from muster.serve.llm.config import LLMConfig
-from muster.serve.llm.engine import GenerationChunk, LLMEngine, SamplingParams, create_engine
+from muster.serve.llm.engine import GenerationChunk, LLMEngine, SamplingParams, TokenLogprob, create_engine
 from muster.serve.llm.errors import EngineError, InvalidRequestError, LLMRequestError, error_body
 from muster.serve.llm.metrics import LLMMeter
 
@@ -137,13 +137,9 @@ class LLMServer:
             message.check_supported(i)
         if not req.messages:
             raise InvalidRequestError("messages is empty: send at least one message", param="messages")
-        if req.logprobs:
-            raise InvalidRequestError("logprobs is not supported; leave it out.", param="logprobs")
-        if req.top_logprobs is not None:  # OpenAI refuses it without logprobs: true, which is refused above
-            raise InvalidRequestError("top_logprobs needs logprobs: true, which this server does not support; "
-                                      "leave both out.", param="top_logprobs")
+        top = req.logprobs_count()
         prompt = self.engine.encode_chat([{"role": m.role, "content": m.text()} for m in req.messages])
-        params = _sampling(req, req.token_limit())
+        params = _sampling(req, req.token_limit(), top)
         try:
             streams = await self._open([(prompt, params)] * req.n, len(prompt), t0)
         except InvalidRequestError as exc:  # a prompt too long is the messages' fault here, as OpenAI names it
@@ -153,18 +149,19 @@ class LLMServer:
         rid, created = p.new_id("chatcmpl"), p.now()
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return self._chat_events(streams, rid, created, include_usage)
+            return self._chat_events(streams, rid, created, include_usage, top is not None)
         results = await _collect(streams)
         choices = [
-            p.ChatChoice(index=i, message=p.AssistantMessage(content=text), finish_reason=reason)
-            for i, (text, reason, _) in enumerate(results)
+            p.ChatChoice(index=i, message=p.AssistantMessage(content=text), finish_reason=reason,
+                         logprobs=_chat_logprobs(lps) if top is not None else None)
+            for i, (text, reason, _, lps) in enumerate(results)
         ]
-        usage = _usage(len(prompt), sum(n for _, _, n in results))
+        usage = _usage(len(prompt), sum(r[2] for r in results))
         return p.ChatCompletion(id=rid, created=created, model=self.model_id, choices=choices,
                                 usage=usage).model_dump_json()
 
     async def _chat_events(self, streams: list[_Primed], rid: str, created: int,
-                           include_usage: bool) -> AsyncGenerator[str, None]:
+                           include_usage: bool, logprobs: bool) -> AsyncGenerator[str, None]:
         def event(choices: list[p.ChatChunkChoice], usage: p.Usage | None = None) -> str:
             chunk = p.ChatCompletionChunk(id=rid, created=created, model=self.model_id, choices=choices, usage=usage)
             # OpenAI's chunks carry finish_reason and logprobs (null until the end) and leave usage out
@@ -178,7 +175,8 @@ class LLMServer:
             async for i, chunk in merged:
                 counts[i] = chunk.num_generated_tokens
                 delta = p.ChatDelta(content=chunk.text) if chunk.text else p.ChatDelta()
-                yield event([p.ChatChunkChoice(index=i, delta=delta, finish_reason=chunk.finish_reason)])
+                lps = _chat_logprobs(chunk.logprobs) if logprobs else None
+                yield event([p.ChatChunkChoice(index=i, delta=delta, finish_reason=chunk.finish_reason, logprobs=lps)])
         if include_usage:
             yield event([], _usage(streams[0].prompt_tokens, sum(counts)))
         yield "data: [DONE]\n\n"
@@ -186,32 +184,36 @@ class LLMServer:
     # ------------------------------------------------------------------ completions
     async def _completions(self, req: p.CompletionRequest, t0: float) -> str | AsyncGenerator[str, None]:
         req.check_supported()
-        for name in ("echo", "suffix", "logprobs"):
+        for name in ("echo", "suffix"):
             if getattr(req, name) not in (None, False):
                 raise InvalidRequestError(f"{name}={getattr(req, name)!r} is not supported; leave it out.", param=name)
         if req.best_of not in (None, 1, req.n):
             raise InvalidRequestError(f"best_of={req.best_of} is not supported; leave it out.", param="best_of")
         prompts = [self._prompt_ids(x) for x in _prompt_list(req.prompt, "prompt")]
-        params = _sampling(req, req.max_tokens)
+        params = _sampling(req, req.max_tokens, req.logprobs)
         prompt_tokens = sum(len(ids) for ids in prompts)
         streams = await self._open([(ids, params) for ids in prompts for _ in range(req.n)], prompt_tokens, t0)
         rid, created = p.new_id("cmpl"), p.now()
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return self._completion_events(streams, rid, created, include_usage, prompt_tokens)
+            return self._completion_events(streams, rid, created, include_usage, prompt_tokens,
+                                           req.logprobs is not None)
         results = await _collect(streams)
-        choices = [p.CompletionChoice(index=i, text=text, finish_reason=reason)
-                   for i, (text, reason, _) in enumerate(results)]
+        choices = [p.CompletionChoice(index=i, text=text, finish_reason=reason,
+                                      logprobs=_legacy_logprobs(lps, 0) if req.logprobs is not None else None)
+                   for i, (text, reason, _, lps) in enumerate(results)]
         return p.Completion(id=rid, created=created, model=self.model_id, choices=choices,
-                            usage=_usage(prompt_tokens, sum(n for _, _, n in results))).model_dump_json()
+                            usage=_usage(prompt_tokens, sum(r[2] for r in results))).model_dump_json()
 
     async def _completion_events(self, streams: list[_Primed], rid: str, created: int, include_usage: bool,
-                                 prompt_tokens: int) -> AsyncGenerator[str, None]:
-        counts = [0] * len(streams)
+                                 prompt_tokens: int, logprobs: bool) -> AsyncGenerator[str, None]:
+        counts, offsets = [0] * len(streams), [0] * len(streams)
         async with contextlib.aclosing(_merge(streams)) as merged:
             async for i, chunk in merged:
                 counts[i] = chunk.num_generated_tokens
-                choice = p.CompletionChoice(index=i, text=chunk.text, finish_reason=chunk.finish_reason)
+                lps = _legacy_logprobs(chunk.logprobs, offsets[i]) if logprobs else None
+                offsets[i] += sum(len(e.token) for e in chunk.logprobs)
+                choice = p.CompletionChoice(index=i, text=chunk.text, finish_reason=chunk.finish_reason, logprobs=lps)
                 body = p.Completion(id=rid, created=created, model=self.model_id, choices=[choice])
                 yield f"data: {body.model_dump_json(exclude=None if include_usage else {'usage'})}\n\n"
         if include_usage:
@@ -334,27 +336,52 @@ async def _merge(streams: list[_Primed]) -> AsyncGenerator[tuple[int, Generation
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _collect(streams: list[_Primed]) -> list[tuple[str, str | None, int]]:
-    """(text, finish_reason, generated tokens) of each generation, run together."""
-    async def one(primed: _Primed) -> tuple[str, str | None, int]:
+async def _collect(streams: list[_Primed]) -> list[tuple[str, str | None, int, list[TokenLogprob]]]:
+    """(text, finish_reason, generated tokens, token logprobs if asked) of each generation, run together."""
+    async def one(primed: _Primed) -> tuple[str, str | None, int, list[TokenLogprob]]:
         text, reason, count = [], None, 0
+        logprobs: list[TokenLogprob] = []
         try:
             async for chunk in _stream(primed):
                 text.append(chunk.text)
+                logprobs.extend(chunk.logprobs)
                 reason, count = chunk.finish_reason or reason, chunk.num_generated_tokens
         finally:
             await _close(primed.rest)
-        return "".join(text), reason, count
+        return "".join(text), reason, count, logprobs
 
     return list(await asyncio.gather(*(one(s) for s in streams)))
 
 
-def _sampling(req: p.ChatCompletionRequest | p.CompletionRequest, max_tokens: int | None) -> SamplingParams:
+def _sampling(req: p.ChatCompletionRequest | p.CompletionRequest, max_tokens: int | None,
+              logprobs: int | None) -> SamplingParams:
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
-        stop=tuple(req.stop_list()), seed=req.seed,
+        stop=tuple(req.stop_list()), seed=req.seed, top_k=req.top_k_value(), logprobs=logprobs,
+    )
+
+
+def _chat_logprobs(entries: Sequence[TokenLogprob]) -> p.ChoiceLogprobs:
+    """OpenAI's chat ``logprobs``: each token with its bytes (UTF-8 of its text) and its alternatives."""
+    return p.ChoiceLogprobs(content=[
+        p.ChatTokenLogprob(token=e.token, logprob=e.logprob, bytes=list(e.token.encode()), top_logprobs=[
+            p.TopLogprob(token=t, logprob=v, bytes=list(t.encode())) for t, v in e.top
+        ]) for e in entries
+    ])
+
+
+def _legacy_logprobs(entries: Sequence[TokenLogprob], offset: int) -> p.CompletionLogprobs:
+    """OpenAI's legacy completion ``logprobs``; ``offset``: where the first token starts in the choice's text.
+    Each ``top_logprobs`` dict also holds the sampled token, as OpenAI's and vLLM's do (up to k+1 entries)."""
+    offsets = []
+    for e in entries:
+        offsets.append(offset)
+        offset += len(e.token)
+    return p.CompletionLogprobs(
+        tokens=[e.token for e in entries], token_logprobs=[e.logprob for e in entries],
+        top_logprobs=[{**dict(e.top), e.token: e.logprob} for e in entries], text_offset=offsets,
     )
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from muster.serve.llm.config import LLMConfig
-from muster.serve.llm.engine.base import EngineStats, GenerationChunk, LLMEngine, SamplingParams
+from muster.serve.llm.engine.base import EngineStats, GenerationChunk, LLMEngine, SamplingParams, TokenLogprob
 
-__all__ = ["EngineStats", "GenerationChunk", "LLMEngine", "SamplingParams", "create_engine"]
+__all__ = ["EngineStats", "GenerationChunk", "LLMEngine", "SamplingParams", "TokenLogprob", "create_engine"]
 
 
 def create_engine(config: LLMConfig) -> LLMEngine:

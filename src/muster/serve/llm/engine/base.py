@@ -31,6 +31,9 @@ class SamplingParams:
         top_p: nucleus sampling mass (1.0 keeps every token).
         stop: strings that end the completion (not included in the text).
         seed: the client's seed (engines that sample per request honour it).
+        top_k: sample among the k most likely tokens only (-1 or 0: all tokens, as in vLLM).
+        logprobs: None for no log probabilities; k (0..20) for each generated token's log probability
+            and its k most likely alternatives (:attr:`GenerationChunk.logprobs`).
     """
 
     max_tokens: int | None
@@ -38,6 +41,26 @@ class SamplingParams:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    top_k: int = -1
+    logprobs: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenLogprob:
+    """One generated token with its log probability and the most likely alternatives at its place.
+
+    Log probabilities are the log-softmax of the model's raw logits (before temperature, top_k and
+    top_p), as vLLM's default ``logprobs_mode="raw_logprobs"`` gives them.
+
+    Attributes:
+        token: the token's text (the text it adds to the completion; "" for a special token).
+        logprob: its log probability.
+        top: ``(text, logprob)`` of the most likely tokens, most likely first.
+    """
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,12 +73,16 @@ class GenerationChunk:
         num_generated_tokens: tokens generated so far (all chunks together).
         finish_reason: ``"stop"`` (end of sequence or a stop string), ``"length"``
             (``max_tokens`` reached), or None while the sequence goes on.
+        logprobs: one entry per token generated since the previous chunk when the request asked for
+            ``logprobs``, else empty. Their texts together are the tokens' text, which can run past
+            ``text`` where a stop string cut it or text is held back for the next chunk.
     """
 
     text: str
     num_prompt_tokens: int
     num_generated_tokens: int
     finish_reason: str | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 from muster.core import context, settings
 from muster.serve.llm.config import LLMConfig
-from muster.serve.llm.engine.base import EngineStats, GenerationChunk, LLMEngine, SamplingParams
+from muster.serve.llm.engine.base import EngineStats, GenerationChunk, LLMEngine, SamplingParams, TokenLogprob
 from muster.serve.llm.errors import EngineError, InvalidRequestError, LLMConfigError
 
 _RECENT = 256
@@ -75,7 +75,8 @@ class VLLMEngine(LLMEngine):
         max_tokens = self.check_prompt(prompt_ids, params.max_tokens, len(self.tokenizer))
         request_id = uuid.uuid4().hex
         sampling = VSamplingParams(max_tokens=max_tokens, temperature=params.temperature, top_p=params.top_p,
-                                   stop=list(params.stop) or None, seed=params.seed)
+                                   stop=list(params.stop) or None, seed=params.seed, top_k=params.top_k,
+                                   logprobs=params.logprobs)
         self._running.add(request_id)
         sent_text, sent_tokens, finished, started = 0, 0, False, time.perf_counter()
         try:
@@ -88,11 +89,12 @@ class VLLMEngine(LLMEngine):
                 self._token_times.append((time.perf_counter(), tokens - sent_tokens))
                 finished = bool(out.finished)
                 text = completion.text[sent_text:]
+                logprobs = () if params.logprobs is None else _logprobs(completion, sent_tokens, params.logprobs)
                 sent_text, sent_tokens = len(completion.text), tokens
                 reason = completion.finish_reason if finished else None
-                if text or reason:
+                if text or reason or logprobs:
                     yield GenerationChunk(text=text, num_prompt_tokens=len(prompt_ids),
-                                          num_generated_tokens=tokens, finish_reason=reason)
+                                          num_generated_tokens=tokens, finish_reason=reason, logprobs=logprobs)
         except InvalidRequestError:
             raise
         except Exception as exc:  # (a closed stream raises GeneratorExit, which is not an Exception)
@@ -160,3 +162,14 @@ def _own_scheduling_group(nice: int) -> None:
     except OSError:  # not Linux, already a session leader, or not allowed: keep the default
         pass
 
+
+def _logprobs(completion: Any, start: int, top: int) -> tuple[TokenLogprob, ...]:
+    """vLLM's logprobs of tokens ``start..`` (per token: token id -> ``Logprob(logprob, rank, decoded_token)``,
+    holding the ``top`` best ranked and the sampled token) as :class:`TokenLogprob`."""
+    out = []
+    for token_id, found in zip(completion.token_ids[start:], (completion.logprobs or [])[start:]):
+        best = sorted((x for x in found.values() if x.rank is not None and x.rank <= top), key=lambda x: x.rank)
+        chosen = found[token_id]
+        out.append(TokenLogprob(token=chosen.decoded_token or "", logprob=chosen.logprob,
+                                top=tuple((x.decoded_token or "", x.logprob) for x in best)))
+    return tuple(out)

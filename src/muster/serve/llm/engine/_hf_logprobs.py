@@ -1,0 +1,179 @@
+"""Log probabilities and top_k for transformers' continuous-batching loop, for requests that ask for them.
+
+transformers' manager samples each step's tokens from processed scores and can hand back only the
+chosen token's probability after temperature. OpenAI's ``top_logprobs`` needs the distribution itself, so
+:class:`LogprobTap` sits at two points of the loop's own objects (no copy of its code):
+
+* the model runner's logits-processor list, called once per forward pass with the raw float32 logits of
+  the rows that get a new token (in the batch's order): the tap keeps their log-softmax when a request in
+  flight wants logprobs, and masks all but the ``top_k`` largest logits of the rows whose request set
+  vLLM's ``top_k`` (before temperature and top_p, vLLM's order). transformers' own per-request top-k warper
+  would sort every row of every step, ~12 ms a row for a 152k vocabulary on a CPU core, asked or not;
+* the batch processor's ``update_batch``, which hands each request its new token: just before it runs, the
+  tap pairs the kept rows with the requests of that batch and stores, for those that asked, the chosen
+  token's log probability and the ``k`` most likely tokens.
+
+Both run on the decoding thread, one forward then its update, so the kept rows always belong to the batch
+being updated. The log probabilities are the raw model's (vLLM's default ``logprobs_mode="raw_logprobs"``):
+before temperature, top_k and top_p. When transformers captures CUDA graphs, compiles the step, or overlaps
+steps (async batching), the hooks would not see each step, and the tap refuses such requests instead (the
+transformers engine uses SDPA attention, which needs an attention mask, so transformers chooses none of them).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from muster.serve.llm.errors import InvalidRequestError
+
+_NO_HOOKS = ("this transformers version's continuous-batching loop has none of the hooks muster reads log "
+             "probabilities at (transformers 5.24 has them)")
+# (token id, its log probability, ids of the k most likely tokens, their log probabilities)
+RawLogprob = tuple[int, float, list[int], list[float]]
+
+
+class LogprobTap:
+    """Collects per-token log probabilities, and applies top_k, for the requests registered with :meth:`want`."""
+
+    def __init__(self, model_id: str):
+        self._model_id = model_id
+        self._lock = threading.Lock()
+        self._wanted: dict[str, int] = {}  # request id -> how many alternatives (top_logprobs)
+        self._found: dict[str, list[RawLogprob]] = {}
+        self._top_k: dict[str, int] = {}  # request id -> top_k (only requests that set one)
+        self._processor: Any = None
+        self._rows: deque[Any] = deque(maxlen=4)  # log-softmax of the last forward pass (None: nobody asked)
+        self.unsupported: str | None = None  # why this loop cannot give logprobs
+
+    def install(self, manager: Any) -> None:
+        """Hook the batch processor ``manager`` creates on its thread (before ``manager.start()``). A
+        transformers whose loop lacks the hooks still serves; only requests for logprobs or top_k are refused."""
+        create: Callable[[], Any] | None = getattr(manager, "_create_batch_processor", None)
+        if create is None:
+            self.unsupported = _NO_HOOKS
+            return
+
+        def create_and_tap() -> Any:
+            processor = create()
+            try:
+                self._tap(processor)
+            except AttributeError:  # another transformers' loop: serve on, without logprobs and top_k
+                self.unsupported = _NO_HOOKS
+            return processor
+
+        manager._create_batch_processor = create_and_tap
+
+    def _tap(self, processor: Any) -> None:
+        if getattr(processor, "_muster_tapped", False):  # the manager reuses its processor after a reset
+            return
+        runner = processor.model_runner
+        if getattr(processor, "use_async_batching", False) or getattr(runner, "pad_inputs", False):
+            self.unsupported = ("this engine runs transformers' decoding step as CUDA graphs, compiled, or with "
+                                "async batching, where per-step log probabilities cannot be read")
+            return
+        self._processor = processor
+        runner.logit_processor = _Recorder(runner.logit_processor, self)
+        update: Callable[[], None] = processor.update_batch
+
+        def read_then_update() -> None:
+            self._read(processor)
+            update()
+
+        processor.update_batch = read_then_update
+        processor._muster_tapped = True
+
+    # ------------------------------------------------------------------ event loop side
+    def want(self, request_id: str, logprobs: int | None, top_k: int) -> None:
+        """From now on, record log probabilities with ``logprobs`` alternatives (None: none) for
+        ``request_id``, and sample its tokens among the ``top_k`` most likely (<= 0: all).
+
+        Raises:
+            InvalidRequestError: this engine's decoding loop cannot be hooked.
+        """
+        if self.unsupported is not None:
+            name = "logprobs" if logprobs is not None else "top_k"
+            raise InvalidRequestError(
+                f"{name} is not available from model {self.model_id!r}: {self.unsupported}. Leave {name} out, "
+                "or use llm_engine='vllm'.", param=name,
+            )
+        with self._lock:
+            if logprobs is not None:
+                self._wanted[request_id] = logprobs
+                self._found[request_id] = []
+            if top_k > 0:
+                self._top_k[request_id] = top_k
+
+    def take(self, request_id: str, start: int, stop: int) -> list[RawLogprob]:
+        """The entries of generated tokens ``start..stop-1`` of ``request_id``."""
+        with self._lock:
+            return self._found.get(request_id, [])[start:stop]
+
+    def forget(self, request_id: str) -> None:
+        with self._lock:
+            self._wanted.pop(request_id, None)
+            self._found.pop(request_id, None)
+            self._top_k.pop(request_id, None)
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    # ------------------------------------------------------------------ decoding thread side
+    def _record(self, logits: Any) -> None:
+        import torch
+
+        self._rows.append(torch.log_softmax(logits, dim=-1) if self._wanted else None)
+
+    def _restrict(self, logits: Any) -> Any:
+        """``logits`` with all but the ``top_k`` largest of each row set to -inf, for rows whose request
+        set ``top_k``."""
+        if not self._top_k:
+            return logits
+        rows = [f.state.request_id for f in self._processor.inputs_and_outputs.requests_in_batch if f.has_new_token]
+        with self._lock:
+            ks = [self._top_k.get(request_id, 0) for request_id in rows[: logits.shape[0]]]
+        restricted = logits
+        for row, k in enumerate(ks):
+            if 0 < k < logits.shape[-1]:
+                if restricted is logits:
+                    restricted = logits.clone()
+                kth = restricted[row].topk(k).values[-1]
+                restricted[row].masked_fill_(restricted[row] < kth, float("-inf"))
+        return restricted
+
+    def _read(self, processor: Any) -> None:
+        rows = self._rows.popleft() if self._rows else None
+        self._rows.clear()  # (only a failed step leaves more than one: its rows are stale)
+        if rows is None:
+            return
+        requests, tokens, _ = processor.inputs_and_outputs.prepare_batch_update()
+        with self._lock:
+            row = 0
+            for future in requests:
+                if not future.has_new_token:
+                    continue
+                top = self._wanted.get(future.state.request_id)
+                if top is not None and row < rows.shape[0] and row < len(tokens):
+                    token = int(tokens[row])
+                    values, ids = rows[row].topk(top) if top else (rows[row][:0], rows[row][:0].long())
+                    self._found[future.state.request_id].append(
+                        (token, float(rows[row, token]), ids.tolist(), values.tolist()))
+                row += 1
+
+
+class _Recorder:
+    """The runner's logits-processor list, recording the raw logits it is given and applying top_k first."""
+
+    def __init__(self, inner: Any, tap: LogprobTap):
+        self._inner = inner
+        self._tap = tap
+
+    def __call__(self, input_ids: Any, logits: Any, args: Any) -> Any:
+        self._tap._record(logits)
+        return self._inner(input_ids, self._tap._restrict(logits), args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
