@@ -225,10 +225,17 @@ def test_sigkill_is_noticed_within_a_second_and_fails_every_call(rt, actors):
     time.sleep(0.1)
     pid = h.pid
 
+    # The bound is on noticing the death (the link's EOF marks the actor dead), not on on_death: before
+    # calling it the engine waits up to 0.5 s for the zygote's exit status, and on a loaded CI machine that
+    # wait plus the driver's threads being scheduled late took on_death past 1 s though the death had been
+    # noticed at once. on_death itself must still come, with the exit status (checked below).
     t0 = time.monotonic()
     os.kill(pid, signal.SIGKILL)
+    while h.is_alive() and time.monotonic() - t0 < 10:
+        time.sleep(0.001)
+    noticed = time.monotonic() - t0
+    assert noticed < 1.0, f"death noticed after {noticed:.2f} s"
     assert died.wait(10), "on_death never fired"
-    assert seen["t"] - t0 < 1.0, f"death noticed after {seen['t'] - t0:.2f} s"
 
     err = seen["err"]
     assert isinstance(err, ActorDiedError) and isinstance(err, WorkerCrashedError)

@@ -39,8 +39,9 @@ class Sleeper:
     async def __call__(self, request: Request) -> dict:
         import asyncio
 
-        if "mark" in request.query_params:  # the test waits for this: the request reached a replica
-            open(request.query_params["mark"], "w").close()
+        if "mark" in request.query_params:  # the test waits for this: the request reached a replica (which one)
+            with open(request.query_params["mark"], "w") as f:
+                f.write(str(os.getpid()))
         await asyncio.sleep(float(request.query_params.get("s", "0")))
         return {"pid": os.getpid(), "tag": self.tag}
 
@@ -123,7 +124,7 @@ def test_body_over_the_limit_is_413(client):
         serve.delete("body")
 
 
-def test_sigkilled_replica_is_replaced_and_only_its_requests_fail(client):
+def test_sigkilled_replica_is_replaced_and_only_its_requests_fail(client, tmp_path):
     serve.run(Sleeper.options(num_replicas=2, name="K").bind(), name="kill", route_prefix="/kill")
     pids = set()
     for _ in range(40):
@@ -132,9 +133,14 @@ def test_sigkilled_replica_is_replaced_and_only_its_requests_fail(client):
             break
     assert len(pids) == 2
     victim = sorted(pids)[0]
+    marks = [tmp_path / f"arrived{i}" for i in range(6)]
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
-        futs = [pool.submit(client.get, "/kill?s=2") for _ in range(6)]
-        time.sleep(0.8)
+        futs = [pool.submit(client.get, f"/kill?s=2&mark={m}") for m in marks]
+        # every request at its replica before the kill: a fixed 0.8 s sleep stood in for this, and on a loaded
+        # CI machine requests still on their way were routed to the survivor once the victim died, so none
+        # (or all) failed
+        wait_until(lambda: all(m.exists() and m.read_text() for m in marks), 20, "the requests at their replicas")
+        at_victim = sum(int(m.read_text()) == victim for m in marks)
         os.kill(victim, signal.SIGKILL)
         rs = [f.result() for f in futs]
     failed = [r for r in rs if r.status_code != 200]
@@ -142,6 +148,7 @@ def test_sigkilled_replica_is_replaced_and_only_its_requests_fail(client):
     assert failed and ok, [r.status_code for r in rs]
     assert all(r.status_code == 502 and "died" in r.text for r in failed)
     assert all(r.json()["pid"] != victim for r in ok)
+    assert len(failed) == at_victim  # exactly the requests the victim held
 
     def replaced() -> bool:
         d = serve.status().applications["kill"].deployments["K"]

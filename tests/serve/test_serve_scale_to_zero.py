@@ -32,8 +32,13 @@ class Pid:
 
 @serve.deployment(ray_actor_options={"num_cpus": 0})
 class SlowStart:
-    def __init__(self):
-        time.sleep(2.0)  # the first request waits at the ingress meanwhile
+    def __init__(self, release: str):
+        # starts only once the test has checked the state while it starts (the first request waits at the
+        # ingress meanwhile): a fixed 2 s start raced those checks, which a loaded CI machine could make late
+        # enough to find the replica RUNNING and the queue free again
+        deadline = time.monotonic() + 60
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def __call__(self) -> str:
         return "up"
@@ -83,9 +88,10 @@ def test_an_idle_deployment_scales_to_zero_and_a_request_starts_it_again(client)
     serve.delete("zero")
 
 
-def test_a_full_queue_at_zero_replicas_is_refused_with_503(client):
+def test_a_full_queue_at_zero_replicas_is_refused_with_503(client, tmp_path):
     cfg = {**_AUTO, "initial_replicas": 0, "downscale_delay_s": 30}
-    serve.run(SlowStart.options(autoscaling_config=cfg, max_queued_requests=1).bind(), name="cold",
+    release = tmp_path / "release"
+    serve.run(SlowStart.options(autoscaling_config=cfg, max_queued_requests=1).bind(str(release)), name="cold",
               route_prefix="/cold")
     assert _at_zero("cold", "SlowStart")  # initial_replicas=0: nothing started
     got: list = []
@@ -98,6 +104,7 @@ def test_a_full_queue_at_zero_replicas_is_refused_with_503(client):
         full = client.get("/cold")  # the one queued place is taken while the replica starts
         assert full.status_code == 503 and "max_queued_requests=1" in full.text
     finally:
+        release.touch()  # the replica now starts and serves the queued request
         waiting.join(60)
     assert got and got[0].status_code == 200 and got[0].text == "up"
     serve.delete("cold")

@@ -477,8 +477,15 @@ def _gets_both(release):
 
 
 @muster.remote
-def _ticks(n, every):
-    for i in range(n):
+def _ticks(n, every, release):
+    """Its first item at once, the rest only once ``release`` exists (never, in the test below): a wait that
+    waited for the whole stream never returns. (A 5 s stream raced a 3 s bound on the wait, which a worker
+    slow to start on a loaded CI machine ate.)"""
+    yield 0
+    deadline = time.monotonic() + 60
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for i in range(1, n):
         time.sleep(every)
         yield i
 
@@ -537,10 +544,10 @@ def test_get_raises_the_first_error_at_once_and_wait_sees_a_generators_next_item
     assert took < 30  # the same in a worker
     open(release, "w").close()
     assert muster.get([slow, nested], timeout=TIMEOUT) == [1, 1]  # they ran on: done before the test ends
-    gen = _ticks.remote(20, 0.25)
+    gen = _ticks.remote(20, 0.25, str(tmp_path / "never"))
     t0 = time.monotonic()
-    ready, _ = muster.wait([gen], timeout=TIMEOUT)  # it waited for the whole stream (5 s)
-    assert ready == [gen] and time.monotonic() - t0 < 3
+    ready, _ = muster.wait([gen], timeout=TIMEOUT)  # it waited for the whole stream (here: for ever)
+    assert ready == [gen] and time.monotonic() - t0 < TIMEOUT
     assert muster.get(next(gen)) == 0
     assert muster.cancel(gen) is None  # a generator is cancelled through its task (refused before)
     with pytest.raises(TaskCancelledError):

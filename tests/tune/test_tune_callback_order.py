@@ -12,6 +12,7 @@ import time
 import pandas as pd
 
 from muster import tune
+from muster.tune import session as tune_session
 from muster.tune.logger import JsonLoggerCallback
 from muster.tune.schedulers import FIFOScheduler
 from muster.tune.search import BasicVariantGenerator
@@ -245,28 +246,51 @@ def _second_reports_late(config):
     else:  # reports only once the controller is busy with the other's result, which stops the experiment
         open(config["mark"] + ".started", "w").close()
         _wait_for(config["mark"])
+        # tune.report hands the result to the trial's run (which records it) and then waits for the
+        # controller's decision: say when it waits, so that the controller is held until then
+        waits = tune_session._await_decision
+
+        def say_it_waits():
+            open(config["mark"] + ".reported", "w").close()
+            waits()
+
+        tune_session._await_decision = say_it_waits
         for i in range(3):
             tune.report({"score": 10.0 + i})
     time.sleep(30)
 
 
 class _BusyOnTheFirst(tune.Callback):
+    """Holds the controller on trial 0's result (which stops the experiment) until trial 1's run has
+    recorded its report and the trial waits for the decision: that result then sits in the controller's
+    queue, never taken. (A fixed 1 s sleep stood in for this handshake; on a loaded CI machine trial 1
+    could still be polling for the mark, or sending its report, when the sleep ended, so the experiment
+    stopped before its run recorded anything and its metrics_dataframe was empty.)"""
+
+    def __init__(self):
+        self.other_reported = False
+
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if trial.config["x"] == 0:
             open(trial.config["mark"], "w").close()
-            time.sleep(1.0)  # the other trial's results wait in the controller's queue meanwhile
+            deadline = time.monotonic() + 60
+            while not os.path.exists(trial.config["mark"] + ".reported") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.other_reported = os.path.exists(trial.config["mark"] + ".reported")
 
 
 def test_a_trial_whose_results_the_stopped_experiment_never_took_has_none_as_ray(storage, tmp_path):
     # Ray 2.60 (ray.init(num_cpus=2), the same experiment): the experiment stops before the controller
     # took a result of trial 1, so its metrics have none (only its id and the actor's host fields),
     # it has no metrics_dataframe rows, no get_dataframe row, and get_best_result picks trial 0
+    busy = _BusyOnTheFirst()
     grid = tune.Tuner(
         _second_reports_late, param_space={"x": tune.grid_search([0, 1]), "mark": str(tmp_path / "mark")},
         tune_config=tune.TuneConfig(max_concurrent_trials=2),
         run_config=tune.RunConfig(storage_path=storage, name="untaken", verbose=0, stop=_StopAllAt(1),
-                                  callbacks=[_BusyOnTheFirst()]),
+                                  callbacks=[busy]),
     ).fit()
+    assert busy.other_reported, "trial 1 never reported while the controller was held on trial 0's result"
     first, late = sorted(grid, key=lambda r: r.config["x"])
     assert first.metrics["score"] == 0.0 and first.metrics["done"] is False
     assert "score" not in late.metrics and "training_iteration" not in late.metrics, late.metrics
