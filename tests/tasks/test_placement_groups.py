@@ -25,7 +25,7 @@ from muster.exceptions import (
 from muster.util import placement_group, placement_group_table, remove_placement_group
 from muster.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from _task_helpers import TIMEOUT, wait_for
+from _task_helpers import TIMEOUT, wait_for, wait_for_file
 
 
 def _in(pg, index=-1, capture=False):
@@ -237,10 +237,42 @@ def test_removing_a_group_kills_its_actor_and_fails_its_waiting_work():
     assert muster.available_resources()["CPU"] == 4
 
 
-def test_removing_a_group_kills_its_running_task():
+@muster.remote
+def nap_after_saying(started: str, seconds: float) -> str:
+    open(started, "w").close()
+    time.sleep(seconds)
+    return "done"
+
+
+def test_a_task_its_group_left_while_it_started_fails_at_once_and_holds_nothing():
+    """A group removed while the worker for its task or actor was being forked killed that worker before it
+    connected, and the start then waited the full 60 s for it to connect (a muster.get in between timed
+    out); one killed just after the fork stayed in the engine's table holding its bundle's slots. Now the
+    work fails at once: removed before it started, or killed as it ran, as Ray's."""
+    for delay in (0, 0, 0.01, 0.02):
+        pg = placement_group([{"CPU": 1}])
+        ref = nap.options(scheduling_strategy=_in(pg), max_retries=0).remote(60)
+        time.sleep(delay)  # (0 too: it lets the dispatcher run up to the fork)
+        remove_placement_group(pg)
+        with pytest.raises((TaskPlacementGroupRemoved, WorkerCrashedError)):
+            muster.get(ref, timeout=10)
+        pg = placement_group([{"CPU": 1}])
+        member = Member.options(num_cpus=1, scheduling_strategy=_in(pg, 0)).remote()
+        time.sleep(delay)
+        remove_placement_group(pg)
+        with pytest.raises((ActorPlacementGroupRemoved, ActorDiedError)):
+            muster.get(member.pid.remote(), timeout=10)
+    assert wait_for(lambda: muster.available_resources()["CPU"] == 4, TIMEOUT), muster.available_resources()
+
+
+def test_removing_a_group_kills_its_running_task(tmp_path):
     pg = placement_group([{"CPU": 1}])
-    running = nap.options(scheduling_strategy=_in(pg), max_retries=0).remote(60)
-    time.sleep(1.0)
+    started = str(tmp_path / "started")
+    running = nap_after_saying.options(scheduling_strategy=_in(pg), max_retries=0).remote(started, 60)
+    # running, not still being placed: a fixed 1 s sleep stood in for this, and on a loaded CI machine the
+    # task's worker could still be starting when the group went (test_a_task_its_group_left_while_it_started
+    # is about that window)
+    wait_for_file(started)
     remove_placement_group(pg)
     with pytest.raises(TaskPlacementGroupRemoved, match="remove_placement_group"):
         pg.wait(1)

@@ -46,8 +46,14 @@ from muster.core.local.reservations import Reservations
 from muster.core.local.slots import (TASK_FIX, Allocation, BusyWarning, SlotTable, detect_total, node_memory,
                                      node_resources, on_this_node)
 from muster.core.local.task_pool import TaskPool
-from muster.core.runtime import BundleRef, EventHandler, NodeRef, Runtime, RuntimeActor
-from muster.exceptions import describe_exit, MusterError, RuntimeNotStartedError, TaskError
+from muster.core.runtime import BundleRef, EventHandler, NodeRef, Runtime, RuntimeActor, removed_error
+from muster.exceptions import (
+    ActorPlacementGroupRemoved,
+    describe_exit,
+    MusterError,
+    RuntimeNotStartedError,
+    TaskError,
+)
 
 _STARTUP_TIMEOUT_S = 60.0
 _log = logging.getLogger("muster")
@@ -274,10 +280,15 @@ class LocalRuntime(Runtime):
             held = [self.reservations.take(request, bundle, actor=True, on_wait=on_wait)]
         else:
             held = None
-        (actor,) = self._launch(
-            1, cls, args, kwargs, resources, None, said, None, [label] if label else None, on_event,
-            allocations=held, fresh_process=fresh_process,
-        )
+        try:
+            (actor,) = self._launch(
+                1, cls, args, kwargs, resources, None, said, None, [label] if label else None, on_event,
+                allocations=held, fresh_process=fresh_process,
+            )
+        except MusterError:
+            if bundle is not None and not self.reservations.holds(bundle.group):  # removed as it started
+                raise ActorPlacementGroupRemoved(str(removed_error(bundle.group))) from None
+            raise
         return actor
 
     def reserve(self, group: str, bundles: list[dict[str, float]], strategy: str = "PACK", name: str = "",
@@ -382,11 +393,15 @@ class LocalRuntime(Runtime):
                 (self._spawn if fresh_process else self._fork)(actor, env)
             deadline = time.monotonic() + _STARTUP_TIMEOUT_S
             for actor in actors:
-                if not actor.connected.wait(max(0.0, deadline - time.monotonic())):
-                    raise MusterError(
-                        f"{actor.label} (pid {actor.pid}) did not connect back within "
-                        f"{_STARTUP_TIMEOUT_S:.0f} s; its output is above."
-                    )
+                while not actor.connected.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
+                    if actor._expected_exit:  # stopped as it started (its placement group was removed)
+                        raise MusterError(f"{actor.label} was stopped before it started: "
+                                          f"{actor.death_reason or 'muster ended it'}.")
+                    if time.monotonic() >= deadline:
+                        raise MusterError(
+                            f"{actor.label} (pid {actor.pid}) did not connect back within "
+                            f"{_STARTUP_TIMEOUT_S:.0f} s; its output is above."
+                        )
             if cls is not None:
                 inits = [a.call("__init__", cls, *args, **kwargs) for a in actors]
                 for fut in inits:
@@ -394,6 +409,8 @@ class LocalRuntime(Runtime):
         except BaseException:
             for actor in actors:
                 self._terminate(actor, 0.0)
+                if actor._conn is None:  # killed before it connected: no link's end will report it
+                    self._release(actor)
             raise
         return actors
 

@@ -124,6 +124,8 @@ class TaskPool:
             inner = actor.call("__task__", fn, *args, **kwargs)
             inner.add_done_callback(lambda f: self._task_done(actor, request, f, out, label))
         except BaseException as exc:  # noqa: BLE001
+            if bundle is not None and not self._reservations.holds(bundle.group):  # its group went as it started
+                exc = removed_error(bundle.group)
             out.set_exception(exc)
         return busy is not None and busy.told
 
