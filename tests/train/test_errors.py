@@ -149,6 +149,14 @@ def bad_metrics():
     except TypeError as exc:
         errors["list"] = str(exc)
     try:
+        train.report(3)  # Ray 2.60 takes it and drops it: Result.metrics is None
+    except TypeError as exc:
+        errors["int"] = str(exc)
+    try:  # Ray 2.60: AttributeError: 'str' object has no attribute 'path'
+        train.report({"fine": 1.0}, checkpoint="path/string")
+    except TypeError as exc:
+        errors["str_checkpoint"] = str(exc)
+    try:
         train.report({"fine": 1.0}, checkpoint_uplaod_mode="async")
     except TypeError as exc:
         errors["kw"] = str(exc)
@@ -177,6 +185,10 @@ def test_report_rejects_bad_calls_keeps_any_value_and_converts_scalar_tensors(fi
     assert "checkpoint_uplaod_mode" in m["errors"]["kw"] and "checkpoint_upload_mode" in m["errors"]["kw"]
     assert any("checkpoint_dir_name='mine') is not used" in w for w in m["errors"]["dir_name"])
     assert "takes a dict" in m["errors"]["list"] and "list" in m["errors"]["list"]
+    assert m["errors"]["int"].startswith("report(metrics=3): report takes a dict, got int")
+    assert "report({'loss': 0.1})" in m["errors"]["int"]
+    assert "report(checkpoint='path/string')" in m["errors"]["str_checkpoint"]
+    assert "Checkpoint.from_directory(folder)" in m["errors"]["str_checkpoint"]
     assert isinstance(m["vec"], torch.Tensor) and m["vec"].tolist() == [2.0, 2.0] and not m["vec"].requires_grad
     assert m["kinds"] == {"deep": [1, {3, 4}]}
     assert m["t0d"] == 0.25 and isinstance(m["t0d"], float)

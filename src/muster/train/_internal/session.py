@@ -301,8 +301,11 @@ def _plain_metrics(metrics: Any) -> dict[str, Any]:
     on disk hold what JSON can (``core.serialization.json_default``). Tensors are sent detached,
     on the CPU, so the driver can read them."""
     if not isinstance(metrics, dict):
-        raise InvalidTypeError(
-            f"report(metrics=...) takes a dict such as {{'loss': 0.1}}, got {type(metrics).__name__}."
+        shown = repr(metrics)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise InvalidTypeError(  # Ray 2.60 takes report(3) and drops it (Result.metrics is None)
+            f"report(metrics={shown}): report takes a dict, got {type(metrics).__name__}; give each value a name, "
+            f"e.g. report({{'loss': 0.1}})."
         )
     return {str(k): _plain(v) for k, v in metrics.items()}
 
