@@ -105,6 +105,29 @@ def test_best_checkpoints_metrics_as_rays(storage):
         "checkpoint_dir_name"]
 
 
+def _scored(config):
+    for i, loss in enumerate([3.0, 1.0, 2.0, 5.0, 4.0]):
+        tune.report({"eval": {"loss": loss}, "i": i}, checkpoint=tune.Checkpoint.from_directory(tempfile.mkdtemp()))
+
+
+@pytest.mark.parametrize("keep, order, best", [(2, "min", [1, 2]), (1, "max", [3])])
+def test_best_checkpoints_are_the_num_to_keep_best(storage, keep, order, best):
+    """As Ray 2.60 ranking by a flat "loss": the ``num_to_keep`` best; the latest, kept beside them (and
+    ``result.checkpoint``), is not one unless it ranks (muster listed every kept one, newest first, as the
+    trial's folder did not say what ranks them). muster lists the best first (docs/porting.md: Ray's list
+    ends with it). A nested ``"eval/loss"`` ranks by the nested value; Ray 2.60 keeps only the latest for it
+    (its ``score_attr in metrics`` test reads the unflattened result though the score it then takes is
+    flattened)."""
+    checkpointing = tune.CheckpointConfig(num_to_keep=keep, checkpoint_score_attribute="eval/loss",
+                                          checkpoint_score_order=order)
+    result = tune.Tuner(_scored, run_config=tune.RunConfig(storage_path=storage, verbose=0,
+                                                           checkpoint_config=checkpointing)).fit()[0]
+    assert [metrics["i"] for _, metrics in result.best_checkpoints] == best
+    kept = [f for f in os.listdir(result.path) if f.startswith("checkpoint_")]
+    assert len(kept) == len(best) + 1 and result.metrics["i"] == 4  # the latest is kept too
+    assert os.path.basename(result.checkpoint.path) in kept
+
+
 def test_randn_with_a_list_names_the_fix():
     # the search-space guide's tune.randn([0, 1, 2]): Ray's fit() fails with a ValueError
     with pytest.raises(ValueError, match=r"mean=\[0, 1, 2\].*tune.choice\(\[0, 1, 2\]\)"):

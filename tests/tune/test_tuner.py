@@ -86,6 +86,33 @@ def test_context_parameters_resources_and_returned_metrics(storage):
         assert r.metrics["name"].startswith("trainable_") and r.metrics["name"].endswith(r.metrics["trial_id"])
 
 
+def test_a_with_parameters_trainable_called_by_hand_gets_its_parameters():
+    # Ray 2.60's wrapper is a function calling trainable(config, **parameters); muster's dropped the parameters
+    def trainable(config, data=None):
+        return config["k"] * data
+
+    wrapped = tune.with_parameters(trainable, data=3)
+    assert wrapped({"k": 2}) == 6 and wrapped.__name__ == "trainable"
+    assert tune.with_resources(wrapped, {"cpu": 1})({"k": 2}) == 6
+
+
+def reports_once(config):
+    tune.report({"x": 1})
+
+
+def test_tune_disable_dated_subdir_names_the_experiment_after_the_trainable(storage, monkeypatch):
+    # Ray 2.60's StorageContext.get_experiment_dir_name: under TUNE_DISABLE_DATED_SUBDIR=1 a RunConfig(name=None)
+    # experiment's folder is the trainable's name alone (Tuner and tune.run), not "<name>_<date>"; muster ignored it
+    monkeypatch.setenv("TUNE_DISABLE_DATED_SUBDIR", "1")
+    grid = tune.Tuner(reports_once, run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0 and grid.experiment_path == os.path.join(storage, "reports_once")
+    analysis = tune.run(tune.with_parameters(reports_once), storage_path=os.path.join(storage, "run"), verbose=0)
+    assert analysis.experiment_path == os.path.join(storage, "run", "reports_once")
+    monkeypatch.setenv("TUNE_DISABLE_DATED_SUBDIR", "yes")
+    with pytest.raises(InvalidArgumentError, match=r"TUNE_DISABLE_DATED_SUBDIR='yes': set it to 1"):
+        tune.Tuner(reports_once, run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+
+
 def test_trials_needing_more_than_the_engine_fail_at_once(storage):
     t0 = time.monotonic()
     with pytest.raises(ResourcesUnavailableError, match=r"needs 1 x CPU=64.*whole engine has CPU=4"):

@@ -220,3 +220,18 @@ def tune_strict_metric_checking() -> bool:
     """Ray's ``TUNE_DISABLE_STRICT_METRIC_CHECKING=1``: a trial result without the metric that Tune's
     config, scheduler or searcher ranks by is let through instead of ending the experiment."""
     return os.environ.get("TUNE_DISABLE_STRICT_METRIC_CHECKING", "0").strip() in ("", "0")
+
+
+def tune_dated_subdir_disabled() -> bool:
+    """Ray's ``TUNE_DISABLE_DATED_SUBDIR=1``: an experiment given no name is named after its trainable alone,
+    without the date, so every such run writes into one folder.
+
+    Raises:
+        InvalidArgumentError: the value is not an integer (Ray fails on it too).
+    """
+    raw = os.environ.get("TUNE_DISABLE_DATED_SUBDIR", "0")
+    try:
+        return bool(int(raw))
+    except ValueError:
+        raise InvalidArgumentError(f"TUNE_DISABLE_DATED_SUBDIR={raw!r}: set it to 1 (no date in the experiment "
+                                   "folder's name) or 0 (the default), as Ray reads it.") from None

@@ -48,7 +48,7 @@ from muster.train.storage import Storage
 from muster.train.validation import ValidationConfig
 from muster.train.worker_group import Member
 from muster.tune.messages import AwaitDecision, StepDecision, StepResult
-from muster.tune.session import trial_local_folder
+from muster.tune.session import FunctionTrial, trial_local_folder
 from muster.tune.nested_fit import NESTED_RUN, fit_in_trial
 from muster.tune.result_file import settle_result_file
 from muster.tune.trial_events import (  # noqa: F401 - the controller's events, named here too
@@ -60,7 +60,7 @@ from muster.tune.trial_events import (  # noqa: F401 - the controller's events, 
     TrialResult,
     TrialStep,
 )
-from muster.tune.trial_info import ERROR_FILE, ERROR_TEXT_FILE, as_users_error, update_metric_analysis
+from muster.tune.trial_info import ERROR_FILE, ERROR_TEXT_FILE, RANKED_BY, as_users_error, update_metric_analysis
 from muster.tune.trial_loggers import TrialLoggers
 
 if TYPE_CHECKING:
@@ -394,7 +394,9 @@ class TrialRun:
     def _main(self) -> None:
         outcome: Any
         try:
-            record = RunRecord(self.storage, "Trial", self.extra)
+            ranked = isinstance(self.plan.train_fn, FunctionTrial)  # Result.from_path ranks its best_checkpoints
+            extra = {**self.extra, RANKED_BY: vars(self.plan.run_config.checkpoint_config)} if ranked else self.extra
+            record = RunRecord(self.storage, "Trial", extra)
             record.open(allow_finished=True)
             run_config = RunConfig(
                 name=self.storage.name,

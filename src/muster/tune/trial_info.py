@@ -1,5 +1,6 @@
 """What a ``Trial`` tells Tune callbacks beyond its state: the per-metric summary Ray calls
-``metric_analysis``, and the trial's error as files in its folder (``error.txt``, ``error.pkl``)."""
+``metric_analysis``, the trial's error as files in its folder (``error.txt``, ``error.pkl``), and what its
+``best_checkpoints`` are ranked by."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from muster.train.storage import Storage
 
 ERROR_FILE = "error.pkl"  # a failed trial's error itself, in its folder (as Ray keeps it)
 ERROR_TEXT_FILE = "error.txt"  # its traceback as text: Ray's Trial.error_file
+# a function (or class) trial's run state key: the CheckpointConfig its best_checkpoints are ranked by
+RANKED_BY = "checkpoint_config"
 
 # result fields that describe the reporting process rather than measure training (Ray leaves them out too)
 _NOT_METRICS = ("trial_id", "experiment_id", "date", "timestamp", "pid", "hostname", "node_ip", "config")

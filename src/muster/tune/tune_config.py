@@ -240,7 +240,8 @@ class _Trainable:
         functools.update_wrapper(self, fn)
 
     def __call__(self, config: dict[str, Any], **kwargs: Any) -> Any:
-        return self.fn(config, **kwargs)
+        """``fn(config, **parameters)``, as Ray's wrapper is called: the ``with_parameters`` values go in."""
+        return self.fn(config, **{**self.parameters, **kwargs})
 
     def named(self, name: str) -> _Trainable:
         """Itself under ``name``, which names its experiment and trials."""

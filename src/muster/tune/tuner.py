@@ -21,6 +21,7 @@ from typing import Any, Callable
 import cloudpickle
 
 from muster.core import resources as res
+from muster.core import settings
 from muster.core.api import get_runtime
 from muster.core.interrupts import sigterm_as_interrupt
 from muster.exceptions import InvalidArgumentError, InvalidTypeError, expect_instance
@@ -436,7 +437,14 @@ def _trainer_space(trainable: Any, space: dict[str, Any]) -> dict[str, Any]:
 
 
 def default_experiment_name(trainable: Any) -> str:
-    """An experiment's folder name when none is given: the trainable's name, the time, a random part."""
+    """An experiment's folder name when none is given: the trainable's name, the time, a random part; just the
+    trainable's name under Ray's ``TUNE_DISABLE_DATED_SUBDIR=1``, so every such run writes into one folder.
+
+    Raises:
+        InvalidArgumentError: ``TUNE_DISABLE_DATED_SUBDIR`` is not an integer (Ray fails on it too).
+    """
+    if settings.tune_dated_subdir_disabled():
+        return _trainable_name(trainable)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     return f"{_trainable_name(trainable)}_{stamp}_{secrets.token_hex(2)}"
 
