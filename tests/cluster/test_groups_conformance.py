@@ -13,7 +13,13 @@ import time
 import pytest
 
 import muster
-from muster.exceptions import ActorDiedError, InvalidArgumentError, RaySystemError, TaskPlacementGroupRemoved
+from muster.exceptions import (
+    ActorDiedError,
+    InvalidArgumentError,
+    RaySystemError,
+    TaskPlacementGroupRemoved,
+    WorkerCrashedError,
+)
 from muster.util import (
     get_current_placement_group,
     get_placement_group,
@@ -202,8 +208,13 @@ def test_a_full_bundle_makes_work_wait_and_removal_ends_what_uses_it(engine):
     remove_placement_group(pg)
     with pytest.raises(ActorDiedError, match="placement group"):
         muster.get(member.pid.remote(), timeout=TIMEOUT)
-    with pytest.raises(TaskPlacementGroupRemoved, match="remove_placement_group"):
+    # Ray frees the bundle when it kills the actor and returns it a moment later: a raylet can grant the
+    # waiting task a worker in between, then kill it with the group (a running task's WorkerCrashedError,
+    # as docs/porting.md says for Ray). Seen once in a CI run here; either way the task ends, it never hangs.
+    ended = (TaskPlacementGroupRemoved, WorkerCrashedError) if engine == "ray" else TaskPlacementGroupRemoved
+    with pytest.raises(ended) as info:
         muster.get(waiting, timeout=TIMEOUT)
+    assert isinstance(info.value, WorkerCrashedError) or "remove_placement_group" in str(info.value)
     with pytest.raises(TaskPlacementGroupRemoved):  # a removed group takes no new work
         muster.get(nap.options(scheduling_strategy=_in(pg)).remote(0), timeout=TIMEOUT)
     _free_cpus_become(before)
