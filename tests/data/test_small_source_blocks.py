@@ -17,17 +17,8 @@ import muster.data as md
 
 
 class SlowModel:
-    """Says it started (a file named by its pid), and answers its first batch only once both actors have: a
-    second actor slow to start on a loaded machine would otherwise find every row already mapped."""
-
-    def __init__(self, folder):
-        self.folder = folder
-        open(os.path.join(folder, str(os.getpid())), "w").close()
-
     def __call__(self, batch):
-        deadline = time.monotonic() + 30
-        while len(os.listdir(self.folder)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        time.sleep(0.05)
         return {"x": batch["x"], "pid": [os.getpid()] * len(batch["x"])}
 
 
@@ -47,9 +38,8 @@ def test_small_sources_make_rays_block_counts():
     assert md.range(1_000_000).num_blocks() == 16  # large: muster's 65,536-row blocks, unchanged
 
 
-def test_a_slow_class_over_eight_rows_runs_on_both_actors(tmp_path):
-    rows = md.from_items([{"x": i} for i in range(8)]).map_batches(
-        SlowModel, batch_size=1, concurrency=2, fn_constructor_kwargs={"folder": str(tmp_path)}).take_all()
+def test_a_slow_class_over_eight_rows_runs_on_both_actors():
+    rows = md.from_items([{"x": i} for i in range(8)]).map_batches(SlowModel, batch_size=1, concurrency=2).take_all()
     assert [r["x"] for r in rows] == list(range(8))
     assert len({r["pid"] for r in rows}) == 2  # before: one block, so one actor mapped all 8 rows
 
@@ -60,7 +50,7 @@ def test_a_slow_function_over_eight_rows_runs_in_several_tasks_at_once(threads_o
 
     def slow(row):
         if row["id"] == 0:  # returns once another row runs alongside it (before: one task, rows in turn)
-            waited.append(other_started.wait(timeout=10))
+            waited.append(other_started.wait(timeout=2))
         else:
             other_started.set()
         return row
