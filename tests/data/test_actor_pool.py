@@ -174,7 +174,7 @@ def test_actor_udf_error_names_operator_function_and_first_row():
     with pytest.raises(md.UserFunctionError) as info:
         md.range(30).map_batches(Exploder, concurrency=2, batch_size=5).take_all()
     msg = str(info.value)
-    assert "MapBatches" in msg and "Exploder" in msg and "{'id': 11}" in msg and "bad batch in an actor" in msg
+    assert "MapBatches" in msg and "Exploder" in msg and "{'id': 10}" in msg and "bad batch in an actor" in msg
     with pytest.raises(md.UserFunctionError, match=r"MapBatches \(constructor\) failed in BadInit.*no model file"):
         md.range(3).map_batches(BadInit, concurrency=1).take_all()
 

@@ -27,8 +27,8 @@ def test_target_max_block_size_caps_rows_per_block(small_blocks):
     """Before: the setting was taken and changed nothing; range_tensor and from_numpy made one block."""
     assert md.range_tensor(100, shape=(64, 64)).num_blocks() == 13
     assert md.from_numpy(np.zeros((100, 64, 64))).num_blocks() == 13
-    assert md.from_items([{"x": np.zeros((64, 64))}] * 20).num_blocks() == 20  # Ray's: one per item up to 200
-    assert md.range(100).num_blocks() == 9  # 8-byte rows: Ray's 2 blocks per CPU (4 here) decide
+    assert md.from_items([{"x": np.zeros((64, 64))}] * 20).num_blocks() == 3
+    assert md.range(100).num_blocks() == 1  # 8-byte rows: the row target (65,536) still decides
     batch = md.range_tensor(20, shape=(64, 64)).take_batch(20)
     assert batch["data"].shape == (20, 64, 64) and batch["data"][19, 5, 5] == 19
 

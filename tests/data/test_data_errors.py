@@ -32,7 +32,7 @@ def test_udf_error_names_operator_function_and_first_row():
             raise KeyError("no 13")
         return row
 
-    with pytest.raises(md.UserFunctionError, match=r"Map failed in .*picky.*first row: \{'id': 12\}"):
+    with pytest.raises(md.UserFunctionError, match=r"Map failed in .*picky.*first row: \{'id': 0\}"):
         md.range(20).map(picky).count()
 
 
@@ -50,7 +50,7 @@ def test_a_batch_of_columns_of_different_lengths_names_the_function_and_each_len
 
     with pytest.raises(md.DataTypeError, match=r"map_batches\(uneven\) returned columns of different lengths, "
                                               r"\{'a': 3, 'b': 2\}"):
-        md.range(3, override_num_blocks=1).map_batches(uneven).take_all()  # one batch of 3 rows
+        md.range(3).map_batches(uneven).take_all()
 
 
 def test_disagreeing_schemas_name_both_files_and_the_column(tmp_path):

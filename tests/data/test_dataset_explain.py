@@ -43,7 +43,7 @@ BlockTasks[Map(never)] (one task per input block)
             +- AllToAll[RandomShuffle] (gathers every input block first)
                +- ReadTasks[ReadRange->MapBatches(never)->Filter(col('id') > 3)] (2 tasks, the transforms fused \
 into each)
-      +- ReadTasks[ReadRange] (3 tasks)
+      +- ReadTasks[ReadRange] (1 task)
 """
 
 

@@ -315,9 +315,8 @@ def _num_blocks(where: str, parallelism: int, override_num_blocks: int | None) -
 
 
 def from_items(items: list[Any], *, parallelism: int = -1, override_num_blocks: int | None = None) -> Dataset:
-    """Rows from a list of dicts (other values become a column ``item``): a block per item up to 200 items, as
-    Ray's; more items in at least two blocks per CPU, each of at most ``DataContext.target_block_rows`` rows
-    and ``target_max_block_size`` bytes. ``override_num_blocks=n``: ``min(n, len(items))`` blocks, as Ray's."""
+    """Rows from a list of dicts (other values become a column ``item``); blocks of
+    ``DataContext.target_block_rows`` rows, fewer where they would pass ``target_max_block_size`` bytes."""
     num_blocks = _num_blocks("from_items", parallelism, override_num_blocks)
     if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):  # a dict or a str: odd rows
         raise InvalidTypeError(f"from_items({items!r}): pass a list of rows, e.g. [{{'x': 1}}, {{'x': 2}}] "
@@ -325,10 +324,10 @@ def from_items(items: list[Any], *, parallelism: int = -1, override_num_blocks: 
     items = list(items)
     rows = [x if isinstance(x, dict) else {"item": x} for x in items]
     blocks = [_blk.rows_to_block(rows[i:i + _rows()], "from_items") for i in builtins.range(0, len(rows), _rows())]
-    if blocks:
-        blocks = _mem.even_blocks(_blk.concat(blocks), num_blocks or _mem.item_blocks(len(rows)))
-        if not num_blocks:
-            blocks = [b for t in blocks for b in _mem.table_blocks(t)]
+    if num_blocks:
+        blocks = _mem.table_blocks(_blk.concat(blocks), parallelism=num_blocks)
+    else:
+        blocks = [b for t in blocks for b in _mem.table_blocks(t)]
     return from_blocks(blocks or [pa.table({})], "FromItems")
 
 
@@ -466,12 +465,11 @@ def _as_table(value: Any) -> pa.Table:
 
 
 def range(n: int, *, parallelism: int = -1, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001
-    """Rows ``{"id": 0} ... {"id": n-1}`` (``range`` is Ray's name), in at least two blocks per CPU as Ray's
-    (``range(10)`` on 2 CPUs: 5 blocks of 2 rows), of at most ``DataContext.target_block_rows`` rows."""
+    """Rows ``{"id": 0} ... {"id": n-1}`` (``range`` is Ray's name)."""
     if not isinstance(n, int) or n < 0:
         raise InvalidArgumentError(f"range({n!r}): use an integer >= 0.")
     num_blocks = _num_blocks("range", parallelism, override_num_blocks)
-    rows = -(-n // num_blocks) if num_blocks else _mem.default_range_rows(n, 8)
+    rows = -(-n // num_blocks) if num_blocks else _mem.rows_per_block(8)
     return _read("ReadRange", _mem.range_tasks(n, max(1, rows), None),
                  RayCall.of("range", n, override_num_blocks=num_blocks))
 
@@ -483,7 +481,7 @@ def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), parallelism: int = -1
     if not isinstance(n, int) or n < 0:
         raise InvalidArgumentError(f"range_tensor({n!r}): use an integer >= 0.")
     num_blocks = _num_blocks("range_tensor", parallelism, override_num_blocks)
-    rows = -(-n // num_blocks) if num_blocks else _mem.default_range_rows(n, 8 * math.prod(shape))
+    rows = -(-n // num_blocks) if num_blocks else _mem.rows_per_block(8 * math.prod(shape))
     return _read("ReadRangeTensor", _mem.range_tasks(n, max(1, rows), tuple(shape)),
                  RayCall.of("range_tensor", n, shape=tuple(shape), override_num_blocks=num_blocks))
 

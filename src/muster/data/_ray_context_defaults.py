@@ -7,8 +7,6 @@ config objects (``autoscaling_config``, ``lance_config``...) are ``_Config`` nam
 attribute names and values; a list of Ray classes (``execution_callback_classes``, the issue detectors)
 holds the classes' names. muster's own settings (``target_max_block_size``, ``enable_progress_bars``,
 ``enable_arrow_backed_pandas_conversion``) and ``execution_options`` are ``DataContext``'s, not here.
-Two of these are acted on: ``target_min_block_size`` and ``read_op_min_num_blocks`` decide how many
-blocks a small source is cut into (``memory_sources.read_parallelism``), as in Ray.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ each knows its rows and schema before it runs, and block sizes follow the ``Data
 from __future__ import annotations
 
 import math
-import os
 from typing import Callable
 
 import numpy as np
@@ -31,52 +30,6 @@ def rows_per_block(row_bytes: int) -> int:
     return max(1, min(ctx.target_block_rows, cap // row_bytes))
 
 
-def cluster_cpus() -> int:
-    """The CPUs Ray's read parallelism counts: the engine's when it runs, else this machine's (the cluster
-    Ray would start)."""
-    from muster.core import api
-
-    if api.is_initialized():
-        try:
-            return max(1, int(api.get_runtime().resources().get("CPU", 0)))
-        except Exception:  # noqa: BLE001 - an engine shutting down: count the machine's
-            pass
-    return os.cpu_count() or 1
-
-
-def read_parallelism(nbytes: int | None) -> int:
-    """The blocks Ray 2.60 cuts a source of ``nbytes`` into by default (``_autodetect_parallelism``):
-    ``read_op_min_num_blocks`` (200), fewer for data under that many ``target_min_block_size`` (1 MiB)
-    blocks, more for blocks past ``target_max_block_size``, and at least two per cluster CPU, so that
-    ``range(8).map(slow)`` keeps every CPU busy."""
-    from muster.data.context import DataContext
-
-    ctx = DataContext.get_current()
-    most, least = ctx.read_op_min_num_blocks, 1
-    if nbytes is not None:
-        most = min(most, max(1, nbytes // ctx.target_min_block_size))
-        if ctx.target_max_block_size:
-            least = max(1, nbytes // ctx.target_max_block_size)
-    return max(most, least, 2 * cluster_cpus())
-
-
-def item_blocks(items: int) -> int:
-    """The blocks ``from_items`` cuts ``items`` rows into by default: one per item up to Ray's 200
-    (``read_parallelism``), as Ray's; past that two per CPU (then :func:`rows_per_block` caps each), where
-    Ray's 200 would cost a task each for few rows (``from_items`` of 20,000 rows mapped 4x slower)."""
-    most = read_parallelism(None)
-    return items if items <= most else 2 * cluster_cpus()
-
-
-def even_blocks(table: pa.Table, parallelism: int) -> list[pa.Table]:
-    """``table`` sliced (no copy) into ``min(rows, parallelism)`` blocks whose sizes differ by one row at
-    most, the first ones larger (Ray's ``from_items``: 10 rows in 4 blocks are 3, 3, 2, 2)."""
-    n = max(1, min(table.num_rows, parallelism))
-    size, extra = divmod(table.num_rows, n)
-    starts = [i * size + min(i, extra) for i in range(n + 1)]
-    return [table.slice(a, b - a) for a, b in zip(starts, starts[1:])]
-
-
 def table_blocks(table: pa.Table, rows: int | None = None, parallelism: int = -1) -> list[pa.Table]:
     """``table`` sliced (no copy) into ``parallelism`` blocks, or else blocks of ``rows`` rows
     (default: :func:`rows_per_block` of the table's bytes per row)."""
@@ -85,12 +38,6 @@ def table_blocks(table: pa.Table, rows: int | None = None, parallelism: int = -1
     elif rows is None:
         rows = rows_per_block(-(-blk.nbytes(table) // table.num_rows) if table.num_rows else 0)
     return blk.split_rows(table, rows) if table.num_rows else [table]
-
-
-def default_range_rows(n: int, row_bytes: int) -> int:
-    """Rows per block of ``range(n)`` by default: Ray's ``n // read_parallelism`` where that is fewer than
-    :func:`rows_per_block` (small ranges: ``range(10)`` on 2 CPUs is 5 blocks of 2 rows, as Ray's)."""
-    return max(1, min(rows_per_block(row_bytes), n // read_parallelism(n * row_bytes)))
 
 
 def range_tasks(n: int, rows: int, tensor_shape: tuple[int, ...] | None) -> tuple[ReadTask, ...]:
