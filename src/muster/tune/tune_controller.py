@@ -18,7 +18,6 @@ import os
 import queue
 import signal
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +33,7 @@ from muster.train.checkpoint import Checkpoint
 from muster.train.storage import Storage
 from muster.tune.callback import CallbackList
 from muster.tune.checkpoint_clone import clone_latest_checkpoint
+from muster.tune.experiment_state import save_state
 from muster.tune.schedulers.trial_scheduler import PendingConfig, TrialScheduler
 from muster.tune.stopper import Stopper
 from muster.tune.trial import (
@@ -61,8 +61,6 @@ from muster.tune.metric_check import check_reported, wanted_metrics
 from muster.tune.trial_info import ERROR_FILE, write_error
 from muster.tune.trial_loggers import TrialLoggers
 from muster.tune.result import SHOULD_CHECKPOINT
-
-EXPERIMENT_STATE = "experiment_state.json"
 
 _log = logging.getLogger(__name__)
 _SAVE_EVERY_S = 1.0
@@ -563,15 +561,7 @@ class TuneController:
             "trials": [t.to_json() for t in self.trials],
             "updated_at": time.time(),
         }
-        save_searcher = getattr(self.searcher, "save_to", None)  # a Searcher's state, as of these trials
-        if save_searcher is not None:
-            save_searcher(self.experiment)
-        self.callbacks.save_to(self.experiment)
-        try:
-            self.experiment.write_json(self.experiment.join(self.experiment.run_dir, EXPERIMENT_STATE), state)
-        except (TypeError, ValueError) as exc:
-            warnings.warn(f"the experiment state could not be saved as JSON ({exc}); Tuner.restore needs it.",
-                          stacklevel=2)
+        save_state(self.experiment, state, self.searcher, self.callbacks)
         self._dirty, self._last_save = False, time.monotonic()
 
 

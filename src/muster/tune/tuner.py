@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import copy
 import datetime
-import fnmatch
 import logging
-import pickle
 import posixpath
 import re
 import secrets
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 import cloudpickle
 
@@ -35,9 +33,10 @@ from muster.train.trainer import DataParallelTrainer, _without_callbacks
 from muster.tune import progress_reporter
 from muster.tune import trial as trial_mod
 from muster.tune import trial_loggers
-from muster.tune.callback import CALLBACK_STATE, CallbackList
+from muster.tune.callback import CallbackList
 from muster.tune.trial_info import as_users_error
-from muster.tune.tune_controller import ERROR_FILE, EXPERIMENT_STATE, TuneController, graceful_stops
+from muster.tune.experiment_state import EXPERIMENT_STATE, forget_earlier_run, read_saved
+from muster.tune.tune_controller import ERROR_FILE, TuneController, graceful_stops
 from muster.tune.result_grid import ResultGrid, TrialError
 from muster.tune.run_config import RunConfig as TuneRunConfig
 from muster.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
@@ -127,7 +126,7 @@ class Tuner:
         fail_fast = _fail_fast(self.run_config.failure_config)
         storage = self._storage()
         if self._restored is None:
-            _forget_earlier_run(storage)
+            forget_earlier_run(storage)
         storage.makedirs(storage.run_dir)
         storage.write_bytes(storage.join(storage.run_dir, TUNER_FILE), cloudpickle.dumps(self._saved()))
         if storage.is_local:
@@ -270,8 +269,8 @@ class Tuner:
         storage = Storage.at(path, storage_filesystem)
         storage.remove_stale_temp_files()  # of the experiment's and its trials' writers that a crash killed
         name = storage.name
-        saved = _read_saved(storage, TUNER_FILE, lambda p: cloudpickle.loads(storage.read_bytes(p)))
-        state = _read_saved(storage, EXPERIMENT_STATE, storage.read_json)
+        saved = read_saved(storage, TUNER_FILE, lambda p: cloudpickle.loads(storage.read_bytes(p)))
+        state = read_saved(storage, EXPERIMENT_STATE, storage.read_json)
         tuner = cls.__new__(cls)
         tuner.trainable = as_function(trainable) if trainable is not None else saved["trainable"]
         _check_trainable(tuner.trainable)
@@ -294,40 +293,11 @@ class Tuner:
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def _read_saved(storage: Storage, name: str, read: Callable[[str], Any]) -> Any:
-    """``read`` the experiment's file ``name``; one that cannot be read back is named, with the fix."""
-    path = storage.join(storage.run_dir, name)
-    try:
-        return read(path)
-    except (EOFError, pickle.UnpicklingError, ValueError) as exc:  # truncated or damaged (JSONDecodeError too)
-        raise InvalidArgumentError(
-            f"Tuner.restore: {path} is unreadable ({type(exc).__name__}: {exc}). It was damaged, or cut short "
-            "by a crash of a muster version that wrote it in place; put back a copy of it, or start the "
-            "experiment anew with Tuner(...).fit()."
-        ) from exc
-
-
 def read_experiment(storage: Storage) -> tuple[list[Trial], ResultGrid]:
     """The trials of the experiment in ``storage`` as its saved state has them, and their results."""
     state = storage.read_json(storage.join(storage.run_dir, EXPERIMENT_STATE))
     trials = [Trial.from_json(t) for t in state["trials"]]
     return trials, _grid(storage, trials, {}, state.get("metric"), state.get("mode"))
-
-
-def _forget_earlier_run(storage: Storage) -> None:
-    """A fresh ``fit()`` under a name used before starts a new experiment in that folder, as in Ray.
-
-    The earlier run's trial folders stay (trial ids differ); its experiment and searcher state go, so
-    a later ``Tuner.restore`` sees only the new run.
-    """
-    if not storage.exists(storage.join(storage.run_dir, EXPERIMENT_STATE)):
-        return
-    stale = [EXPERIMENT_STATE] + [n for n in storage.listdir(storage.run_dir)
-                                  if fnmatch.fnmatch(n, Searcher.CKPT_FILE_TMPL.format("*")) or n == CALLBACK_STATE]
-    _log.info("An experiment named %r exists in %s: starting a new one there (Tuner.restore(%r, trainable) would "
-              "have continued it).", storage.name, storage.storage_path, storage.uri)
-    for name in stale:
-        storage.rm(storage.join(storage.run_dir, name))
 
 
 def _resume(storage: Storage, t: dict[str, Any], config: ResumeConfig) -> None:

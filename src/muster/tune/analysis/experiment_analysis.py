@@ -17,7 +17,7 @@ from muster.train._internal.result_base import Result
 from muster.train.storage import Storage
 from muster.tune.result_grid import _SCOPES, ResultGrid, best_index, lookup
 from muster.tune.trial import Trial
-from muster.tune.tune_controller import EXPERIMENT_STATE
+from muster.tune.experiment_state import EXPERIMENT_STATE
 
 _log = logging.getLogger(__name__)
 DEFAULT_METRIC = "_metric"  # Ray's name for the metric of a run given a mode and no metric
