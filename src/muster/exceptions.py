@@ -379,9 +379,6 @@ def root_cause_summary(error: BaseException, tail: int = 3) -> str:
     first = text.splitlines()[0] if text else ""
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
-    def __reduce__(self) -> Any:
-        return (type(self), (self.attempts, self.run_path, self.max_failures))
-
 
 # --------------------------------------------------------------------------
 # tasks
