@@ -277,11 +277,67 @@ def test_logprobs_and_top_k_are_refused_where_the_decoding_step_cannot_be_hooked
     (A stand-in for transformers' batch processor: this engine's SDPA models never get such a loop.)"""
     from types import SimpleNamespace
 
-    from muster.serve.llm.engine._hf_logprobs import LogprobTap
+    from muster.serve.llm.engine._hf_logprobs import LogprobTap, Shaping
 
     tap = LogprobTap("m")
     tap._tap(SimpleNamespace(use_async_batching=True, model_runner=SimpleNamespace(pad_inputs=False)))
     with pytest.raises(InvalidRequestError, match=r"logprobs is not available from model 'm': .*async batching"):
-        tap.want("r", 2, -1)
+        tap.want("r", 2)
     with pytest.raises(InvalidRequestError, match=r"top_k is not available .*llm_engine='vllm'"):
-        tap.want("r", None, 5)
+        tap.want("r", None, Shaping(top_k=5))
+    with pytest.raises(InvalidRequestError, match=r"frequency_penalty is not available .*llm_engine='vllm'"):
+        tap.want("r", None, Shaping(frequency_penalty=0.5))
+
+
+def _reference(engine, prompt, steps, presence=0.0, frequency=0.0, repetition=1.0, bias=()):
+    """Greedy decoding of the plain model with the penalties and bias applied by hand, as vLLM and OpenAI
+    define them: bias added; repetition divides positive logits (multiplies negative ones) of tokens in the
+    prompt or output; presence and frequency subtracted per token generated (once / per time)."""
+    import torch
+
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(steps):
+            logits = engine.model(torch.tensor([ids])).logits[0, -1].float()
+            for token, b in bias:
+                logits[token] += b
+            out = ids[len(prompt):]
+            for token in set(ids):
+                if repetition != 1.0:
+                    logits[token] = logits[token] / repetition if logits[token] > 0 else logits[token] * repetition
+            for token in set(out):
+                logits[token] -= frequency * out.count(token) + presence
+            ids.append(int(logits.argmax()))
+    return ids[len(prompt):]
+
+
+def test_penalties_and_logit_bias_shape_greedy_decoding_as_vllm_defines_them(engine):
+    """Refused before: presence/frequency penalties, logit_bias and vLLM's repetition_penalty. Greedy output
+    with each is the plain model's greedy decoding with the penalty applied by hand."""
+    prompt = engine.encode("1 2 3 4 5 6 7 8")  # the tiny model's greedy output repeats one token 7 times
+
+    async def tokens(**params):
+        found = [e async for c in engine.generate(prompt, SamplingParams(max_tokens=10, temperature=0.0,
+                                                                         logprobs=0, **params))
+                 for e in c.logprobs]
+        return found
+
+    plain = _reference(engine, prompt, 10)
+    assert len(set(plain)) < len(plain)  # greedy repeats itself: the penalties have something to change
+    for params in (dict(presence_penalty=1.5), dict(frequency_penalty=2.0), dict(repetition_penalty=1.8),
+                   dict(presence_penalty=-2.0, frequency_penalty=0.5)):
+        ref = _reference(engine, prompt, 10, presence=params.get("presence_penalty", 0.0),
+                         frequency=params.get("frequency_penalty", 0.0),
+                         repetition=params.get("repetition_penalty", 1.0))
+        assert ref != plain, params
+        found = run(tokens(**params))
+        text = engine.tokenizer.decode(ref)
+        assert "".join(e.token for e in found) == text, params
+    favoured, banned = plain[3], plain[0]
+    forced = run(tokens(logit_bias=((favoured, 100.0),)))
+    assert [e.token for e in forced] == [engine.tokenizer.decode([favoured])] * 10
+    avoided = run(tokens(logit_bias=((banned, -100.0),)))
+    assert "".join(e.token for e in avoided) == engine.tokenizer.decode(
+        _reference(engine, prompt, 10, bias=((banned, -100.0),)))
+    with pytest.raises(InvalidRequestError, match=r"logit_bias names token ids \[999999\], outside the vocabulary"):
+        run(tokens(logit_bias=((999999, 5.0),)))

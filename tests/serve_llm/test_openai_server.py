@@ -172,7 +172,11 @@ def test_sixteen_concurrent_requests_batch_together(client):
     (dict(messages=[]), 400, "messages is empty"),
     (dict(messages=CHAT, temperature=5), 400, "temperature"),
     (dict(messages=CHAT, n=0), 400, "n"),
-    (dict(messages=CHAT, frequency_penalty=0.5), 400, "frequency_penalty"),
+    (dict(messages=CHAT, frequency_penalty=2.5), 400, "frequency_penalty: Input should be less than or equal to 2"),
+    (dict(messages=CHAT, logit_bias={"abc": 5}), 400, "logit_bias key 'abc' is not a token id"),
+    (dict(messages=CHAT, logit_bias={"7": 101}), 400, "logit_bias['7']=101.0 is out of range"),
+    (dict(messages=CHAT, logit_bias={"99999999": 1}), 400, "logit_bias names token ids [99999999], outside"),
+    (dict(messages=CHAT, extra_body={"repetition_penalty": 0}), 400, "repetition_penalty=0 is not valid"),
     # structured output, tools and images would be silently ignored otherwise: refused, by name
     (dict(messages=CHAT, response_format={"type": "json_object"}), 400, "response_format type 'json_object'"),
     (dict(messages=CHAT, tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
@@ -209,7 +213,7 @@ def test_errors_have_openai_shape_and_status(client, kw, status, words):
 
 def test_vllm_sampling_extras_are_refused_by_name_unless_off(client):
     """Ray's docs pass vLLM's sampling parameters through extra_body; they were silently ignored here."""
-    for kw, param in ((dict(min_p=0.5), "min_p"), (dict(repetition_penalty=1.3), "repetition_penalty"),
+    for kw, param in ((dict(min_p=0.5), "min_p"), (dict(length_penalty=1.3), "length_penalty"),
                       (dict(ignore_eos=True, min_tokens=0), "ignore_eos")):
         with pytest.raises(openai.BadRequestError) as err:
             greedy_chat(client, max_tokens=2, extra_body=kw)
@@ -218,6 +222,25 @@ def test_vllm_sampling_extras_are_refused_by_name_unless_off(client):
         client.completions.create(model="tiny-chat", prompt="hi", max_tokens=4, extra_body={"min_tokens": 3})
     off = dict(top_k=-1, min_p=0.0, repetition_penalty=1.0, ignore_eos=False, skip_special_tokens=True)
     assert greedy_chat(client, max_tokens=2, extra_body=off).usage.completion_tokens == 2
+
+
+def test_logit_bias_and_penalties_reach_the_engine(client):
+    """Refused with 400 before. A +100 bias on one token makes greedy decoding emit only it (on both routes,
+    streamed too); penalties change a greedy answer that repeats itself."""
+    forced = greedy_chat(client, max_tokens=6, logit_bias={"72": 100}, logprobs=True)
+    tokens = [t.token for t in forced.choices[0].logprobs.content]
+    assert len(tokens) == 6 and len(set(tokens)) == 1 and forced.choices[0].message.content == tokens[0] * 6
+    streamed = client.completions.create(model="tiny-chat", prompt="hi", max_tokens=4, temperature=0,
+                                         logit_bias={"72": 100}, stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == tokens[0] * 4
+
+    def complete(**kw):  # the tiny model's greedy answer to this prompt repeats one token 7 times
+        return client.completions.create(model="tiny-chat", prompt="1 2 3 4 5 6 7 8", max_tokens=8, temperature=0,
+                                         **kw).choices[0].text
+
+    plain = complete()
+    for kw in (dict(frequency_penalty=2.0), dict(presence_penalty=2.0), dict(extra_body={"repetition_penalty": 2.0})):
+        assert complete(**kw) != plain, kw
 
 
 def test_chat_logprobs_plain_and_streamed(client):

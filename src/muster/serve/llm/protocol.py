@@ -24,10 +24,10 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's top_logprobs limit; vLLM's default max_logprob
 
 # vLLM's extra sampling parameters (sent with the openai client's ``extra_body``), each with the values that
 # mean "off". Ray Serve LLM passes them to vLLM; these engines do not implement them, so any other value is
-# refused by name rather than ignored. (A null was already turned into "left out".) ``top_k`` is implemented:
-# see :meth:`_SamplingRequest.top_k_value`.
+# refused by name rather than ignored. (A null was already turned into "left out".) ``top_k`` and
+# ``repetition_penalty`` are implemented: see :meth:`_SamplingRequest.top_k_value` and ``repetition_penalty_value``.
 VLLM_EXTRA_DEFAULTS: dict[str, tuple[Any, ...]] = {
-    "min_p": (0,), "repetition_penalty": (1,), "length_penalty": (1,), "min_tokens": (0,),
+    "min_p": (0,), "length_penalty": (1,), "min_tokens": (0,),
     "ignore_eos": (False,), "use_beam_search": (False,), "include_stop_str_in_output": (False,),
     "skip_special_tokens": (True,), "spaces_between_special_tokens": (True,), "stop_token_ids": ([],),
     "bad_words": ([],), "allowed_token_ids": (), "prompt_logprobs": (), "truncate_prompt_tokens": (),
@@ -91,8 +91,8 @@ class _SamplingRequest(_Request):
     seed: int | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
     # structured output and tool calling: read only to be refused (they need constrained decoding)
     response_format: dict[str, Any] | None = None
@@ -129,18 +129,49 @@ class _SamplingRequest(_Request):
             )
         return value
 
+    def repetition_penalty_value(self) -> float:
+        """vLLM's ``repetition_penalty`` (an extra body field): 1.0 (off) when left out.
+
+        Raises:
+            InvalidRequestError: not a number above 0.
+        """
+        value = (self.model_extra or {}).get("repetition_penalty")
+        if value is None:
+            return 1.0
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 2:
+            raise InvalidRequestError(
+                f"repetition_penalty={value!r} is not valid: send a number in (0, 2] (above 1 discourages "
+                "repeating the prompt's and the output's tokens, 1 is off).", param="repetition_penalty",
+            )
+        return float(value)
+
+    def logit_bias_pairs(self) -> tuple[tuple[int, float], ...]:
+        """``logit_bias`` as ``(token id, bias)`` pairs, as OpenAI checks it: keys are token ids, biases -100..100.
+
+        Raises:
+            InvalidRequestError: a key that is no token id, or a bias out of range.
+        """
+        pairs = []
+        for key, bias in (self.logit_bias or {}).items():
+            if not key.isdecimal():
+                raise InvalidRequestError(
+                    f"logit_bias key {key!r} is not a token id: send non-negative integers (as strings in JSON), "
+                    "the ids of the model's tokenizer.", param="logit_bias",
+                )
+            if not -100 <= bias <= 100:
+                raise InvalidRequestError(
+                    f"logit_bias[{key!r}]={bias!r} is out of range: send a bias from -100 (never that token) to 100 "
+                    "(only that token).", param="logit_bias",
+                )
+            pairs.append((int(key), float(bias)))
+        return tuple(pairs)
+
     def stop_list(self) -> list[str]:
         """``stop`` as a list."""
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
     def check_supported(self) -> None:
         """Reject sampling options this server does not implement (rather than ignore them silently)."""
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name) not in (None, 0, 0.0):
-                raise InvalidRequestError(f"{name}={getattr(self, name)!r} is not supported; leave it out or 0.",
-                                          param=name)
-        if self.logit_bias:
-            raise InvalidRequestError("logit_bias is not supported; leave it out.", param="logit_bias")
         if self.stream_options is not None and not self.stream:
             raise InvalidRequestError("stream_options is only allowed when stream is true; leave it out or set "
                                       "stream: true.", param="stream_options")

@@ -1,4 +1,5 @@
-"""Log probabilities and top_k for transformers' continuous-batching loop, for requests that ask for them.
+"""Log probabilities, top_k, penalties and logit bias for transformers' continuous-batching loop, for the
+requests that ask for them.
 
 transformers' manager samples each step's tokens from processed scores and can hand back only the
 chosen token's probability after temperature. OpenAI's ``top_logprobs`` needs the distribution itself, so
@@ -6,9 +7,11 @@ chosen token's probability after temperature. OpenAI's ``top_logprobs`` needs th
 
 * the model runner's logits-processor list, called once per forward pass with the raw float32 logits of
   the rows that get a new token (in the batch's order): the tap keeps their log-softmax when a request in
-  flight wants logprobs, and masks all but the ``top_k`` largest logits of the rows whose request set
-  vLLM's ``top_k`` (before temperature and top_p, vLLM's order). transformers' own per-request top-k warper
-  would sort every row of every step, ~12 ms a row for a 152k vocabulary on a CPU core, asked or not;
+  flight wants logprobs, then shapes the rows of the requests that asked, in vLLM's order, before
+  temperature and top_p: OpenAI's ``logit_bias`` added, vLLM's ``repetition_penalty`` (over the prompt and
+  the output) and OpenAI's ``presence_penalty`` and ``frequency_penalty`` (over the output) applied, and
+  all but the ``top_k`` largest logits masked. transformers' own per-request top-k warper would sort every
+  row of every step, ~12 ms a row for a 152k vocabulary on a CPU core, asked or not;
 * the batch processor's ``update_batch``, which hands each request its new token: just before it runs, the
   tap pairs the kept rows with the requests of that batch and stores, for those that asked, the chosen
   token's log probability and the ``k`` most likely tokens.
@@ -24,7 +27,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from muster.serve.llm.errors import InvalidRequestError
@@ -35,15 +39,53 @@ _NO_HOOKS = ("this transformers version's continuous-batching loop has none of t
 RawLogprob = tuple[int, float, list[int], list[float]]
 
 
+@dataclass(frozen=True)
+class Shaping:
+    """How one request's logits are changed before temperature and top_p (see :class:`SamplingParams`)."""
+
+    top_k: int = -1
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    prompt: tuple[int, ...] = ()  # (only read by repetition_penalty)
+
+    def apply(self, row: Any, generated: Sequence[int]) -> None:
+        """Shape ``row``, one request's logits, in place; ``generated``: its tokens so far."""
+        import torch
+
+        if self.logit_bias:
+            ids, bias = zip(*self.logit_bias)
+            row[list(ids)] += torch.tensor(bias, dtype=row.dtype)
+        if self.repetition_penalty != 1.0 and (self.prompt or generated):
+            seen = torch.tensor(sorted({*self.prompt, *generated}))
+            logits = row[seen]
+            row[seen] = torch.where(logits > 0, logits / self.repetition_penalty, logits * self.repetition_penalty)
+        if (self.presence_penalty or self.frequency_penalty) and generated:
+            ids, counts = torch.unique(torch.tensor(list(generated)), return_counts=True)
+            row[ids] -= self.frequency_penalty * counts.to(row.dtype) + self.presence_penalty
+        if 0 < self.top_k < row.shape[-1]:
+            kth = row.topk(self.top_k).values[-1]
+            row.masked_fill_(row < kth, float("-inf"))
+
+
+def _generated(state: Any) -> list[int]:
+    """The tokens a request generated so far. A request transformers put back in its queue (to free cache)
+    starts again with them appended to its prompt, past ``_true_initial_tokens``."""
+    earlier = state.initial_tokens[state._true_initial_tokens:] if state._true_initial_tokens else []
+    return [*earlier, *state.generated_tokens]
+
+
 class LogprobTap:
-    """Collects per-token log probabilities, and applies top_k, for the requests registered with :meth:`want`."""
+    """Collects per-token log probabilities, and shapes logits (:class:`Shaping`), for the requests registered
+    with :meth:`want`."""
 
     def __init__(self, model_id: str):
         self._model_id = model_id
         self._lock = threading.Lock()
         self._wanted: dict[str, int] = {}  # request id -> how many alternatives (top_logprobs)
         self._found: dict[str, list[RawLogprob]] = {}
-        self._top_k: dict[str, int] = {}  # request id -> top_k (only requests that set one)
+        self._shaping: dict[str, Shaping] = {}  # request id -> how its logits change (only requests that ask)
         self._processor: Any = None
         self._rows: deque[Any] = deque(maxlen=4)  # log-softmax of the last forward pass (None: nobody asked)
         self.unsupported: str | None = None  # why this loop cannot give logprobs
@@ -86,15 +128,15 @@ class LogprobTap:
         processor._muster_tapped = True
 
     # ------------------------------------------------------------------ event loop side
-    def want(self, request_id: str, logprobs: int | None, top_k: int) -> None:
+    def want(self, request_id: str, logprobs: int | None, shaping: Shaping | None = None) -> None:
         """From now on, record log probabilities with ``logprobs`` alternatives (None: none) for
-        ``request_id``, and sample its tokens among the ``top_k`` most likely (<= 0: all).
+        ``request_id``, and shape its logits as ``shaping`` says (None: leave them).
 
         Raises:
             InvalidRequestError: this engine's decoding loop cannot be hooked.
         """
         if self.unsupported is not None:
-            name = "logprobs" if logprobs is not None else "top_k"
+            name = "logprobs" if logprobs is not None else _asked(shaping or Shaping())
             raise InvalidRequestError(
                 f"{name} is not available from model {self.model_id!r}: {self.unsupported}. Leave {name} out, "
                 "or use llm_engine='vllm'.", param=name,
@@ -103,8 +145,8 @@ class LogprobTap:
             if logprobs is not None:
                 self._wanted[request_id] = logprobs
                 self._found[request_id] = []
-            if top_k > 0:
-                self._top_k[request_id] = top_k
+            if shaping is not None:
+                self._shaping[request_id] = shaping
 
     def take(self, request_id: str, start: int, stop: int) -> list[RawLogprob]:
         """The entries of generated tokens ``start..stop-1`` of ``request_id``."""
@@ -115,7 +157,7 @@ class LogprobTap:
         with self._lock:
             self._wanted.pop(request_id, None)
             self._found.pop(request_id, None)
-            self._top_k.pop(request_id, None)
+            self._shaping.pop(request_id, None)
 
     @property
     def model_id(self) -> str:
@@ -127,22 +169,21 @@ class LogprobTap:
 
         self._rows.append(torch.log_softmax(logits, dim=-1) if self._wanted else None)
 
-    def _restrict(self, logits: Any) -> Any:
-        """``logits`` with all but the ``top_k`` largest of each row set to -inf, for rows whose request
-        set ``top_k``."""
-        if not self._top_k:
+    def _shape(self, logits: Any) -> Any:
+        """``logits`` with the rows of the requests that asked shaped (:class:`Shaping`); the same tensor
+        when none did."""
+        if not self._shaping:
             return logits
-        rows = [f.state.request_id for f in self._processor.inputs_and_outputs.requests_in_batch if f.has_new_token]
+        futures = [f for f in self._processor.inputs_and_outputs.requests_in_batch if f.has_new_token]
         with self._lock:
-            ks = [self._top_k.get(request_id, 0) for request_id in rows[: logits.shape[0]]]
-        restricted = logits
-        for row, k in enumerate(ks):
-            if 0 < k < logits.shape[-1]:
-                if restricted is logits:
-                    restricted = logits.clone()
-                kth = restricted[row].topk(k).values[-1]
-                restricted[row].masked_fill_(restricted[row] < kth, float("-inf"))
-        return restricted
+            plans = [self._shaping.get(f.state.request_id) for f in futures[: logits.shape[0]]]
+        shaped = logits
+        for row, (future, plan) in enumerate(zip(futures, plans)):
+            if plan is not None:
+                if shaped is logits:
+                    shaped = logits.clone()
+                plan.apply(shaped[row], _generated(future.state))
+        return shaped
 
     def _read(self, processor: Any) -> None:
         rows = self._rows.popleft() if self._rows else None
@@ -165,7 +206,7 @@ class LogprobTap:
 
 
 class _Recorder:
-    """The runner's logits-processor list, recording the raw logits it is given and applying top_k first."""
+    """The runner's logits-processor list, recording the raw logits it is given and shaping them first."""
 
     def __init__(self, inner: Any, tap: LogprobTap):
         self._inner = inner
@@ -173,7 +214,16 @@ class _Recorder:
 
     def __call__(self, input_ids: Any, logits: Any, args: Any) -> Any:
         self._tap._record(logits)
-        return self._inner(input_ids, self._tap._restrict(logits), args)
+        return self._inner(input_ids, self._tap._shape(logits), args)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+def _asked(shaping: Shaping) -> str:
+    """The name of an option ``shaping`` holds, for an error."""
+    for name, off in (("logit_bias", ()), ("presence_penalty", 0.0), ("frequency_penalty", 0.0),
+                      ("repetition_penalty", 1.0)):
+        if getattr(shaping, name) != off:
+            return name
+    return "top_k"

@@ -34,6 +34,11 @@ class SamplingParams:
         top_k: sample among the k most likely tokens only (-1 or 0: all tokens, as in vLLM).
         logprobs: None for no log probabilities; k (0..20) for each generated token's log probability
             and its k most likely alternatives (:attr:`GenerationChunk.logprobs`).
+        presence_penalty: OpenAI's: subtracted from the logit of every token already generated (-2..2).
+        frequency_penalty: OpenAI's: subtracted from a token's logit once per time it was generated (-2..2).
+        repetition_penalty: vLLM's: the logit of a token in the prompt or the output is divided by it where
+            positive and multiplied by it where negative (1: off; above 1 discourages repeats).
+        logit_bias: OpenAI's, as ``(token id, bias)`` pairs: the bias (-100..100) is added to the token's logit.
     """
 
     max_tokens: int | None
@@ -43,6 +48,16 @@ class SamplingParams:
     seed: int | None = None
     top_k: int = -1
     logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def shapes_logits(self) -> bool:
+        """Whether sampling changes the model's logits for this request: top_k, a penalty or a logit bias."""
+        return (self.top_k > 0 or bool(self.logit_bias) or self.presence_penalty != 0.0
+                or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,15 +168,23 @@ class LLMEngine(abc.ABC):
     def shutdown(self) -> None:
         """Stop generating and free the model."""
 
-    def check_prompt(self, prompt_ids: Sequence[int], max_tokens: int | None, vocab_size: int) -> int:
-        """Check a prompt against ``max_model_len`` and the vocabulary; return the tokens to generate.
+    def check_prompt(self, prompt_ids: Sequence[int], max_tokens: int | None, vocab_size: int,
+                     logit_bias: Sequence[tuple[int, float]] = ()) -> int:
+        """Check a prompt against ``max_model_len`` and the vocabulary (and the tokens of a ``logit_bias``);
+        return the tokens to generate.
 
         Raises:
-            InvalidRequestError: the prompt (plus ``max_tokens``) does not fit, or holds ids
-                outside the vocabulary.
+            InvalidRequestError: the prompt (plus ``max_tokens``) does not fit, or it or ``logit_bias`` holds
+                ids outside the vocabulary.
         """
         if not prompt_ids:
             raise InvalidRequestError("the prompt is empty: send at least one token of text", param="prompt")
+        biased = [t for t, _ in logit_bias if not 0 <= t < vocab_size]
+        if biased:
+            raise InvalidRequestError(
+                f"logit_bias names token ids {biased[:5]}, outside the vocabulary of {self.config.model_id!r} "
+                f"(0..{vocab_size - 1}); use the ids of this model's tokenizer.", param="logit_bias",
+            )
         if min(prompt_ids) < 0 or max(prompt_ids) >= vocab_size:
             bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
             raise InvalidRequestError(

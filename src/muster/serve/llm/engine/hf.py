@@ -4,7 +4,7 @@ It drives transformers' own ``ContinuousBatchingManager`` (a paged KV cache,
 one slot per sequence; a background thread runs one forward pass per step over
 every running sequence, and requests join and leave between steps). This
 module adds what a server needs around it: admission with a bounded queue,
-per-request temperature/top_p, top_k and log probabilities (``_hf_logprobs``),
+per-request temperature/top_p, top_k, penalties, logit bias and log probabilities (``_hf_logprobs``),
 stop strings, incremental text, abort on disconnect, restart after a fatal
 engine error, and counters.
 
@@ -36,7 +36,7 @@ from muster.serve.llm.engine.base import (
     TextAssembler,
     TokenLogprob,
 )
-from muster.serve.llm.engine._hf_logprobs import LogprobTap, RawLogprob
+from muster.serve.llm.engine._hf_logprobs import LogprobTap, RawLogprob, Shaping
 from muster.serve.llm.errors import EngineError, EngineOverloadedError, InvalidRequestError, LLMConfigError
 
 DEFAULT_MAX_NUM_SEQS = 64
@@ -244,7 +244,7 @@ class TransformersEngine(LLMEngine):
         return self._vocab_size
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[GenerationChunk]:
-        max_tokens = self.check_prompt(prompt_ids, params.max_tokens, self.vocab_size)
+        max_tokens = self.check_prompt(prompt_ids, params.max_tokens, self.vocab_size, params.logit_bias)
         request_id, outputs = await self._submit(prompt_ids, params, max_tokens)
         assembler = TextAssembler(self._text_of, params.stop)
         seen, finished, started = 0, False, time.perf_counter()
@@ -308,9 +308,15 @@ class TransformersEngine(LLMEngine):
             self._in_flight[request_id] = False
         outputs: asyncio.Queue = asyncio.Queue()
         temperature = GREEDY_TEMPERATURE if params.temperature <= 0 else params.temperature
-        if params.logprobs is not None or params.top_k > 0:
+        if params.logprobs is not None or params.shapes_logits:
+            shaping = Shaping(
+                top_k=params.top_k, presence_penalty=params.presence_penalty,
+                frequency_penalty=params.frequency_penalty, repetition_penalty=params.repetition_penalty,
+                logit_bias=params.logit_bias,
+                prompt=tuple(prompt_ids) if params.repetition_penalty != 1.0 else (),
+            ) if params.shapes_logits else None
             try:
-                self._tap.want(request_id, params.logprobs, params.top_k)
+                self._tap.want(request_id, params.logprobs, shaping)
             except InvalidRequestError:
                 self._release(request_id, cancel=False)
                 raise
