@@ -341,3 +341,41 @@ def test_penalties_and_logit_bias_shape_greedy_decoding_as_vllm_defines_them(eng
         _reference(engine, prompt, 10, bias=((banned, -100.0),)))
     with pytest.raises(InvalidRequestError, match=r"logit_bias names token ids \[999999\], outside the vocabulary"):
         run(tokens(logit_bias=((999999, 5.0),)))
+
+
+def test_structured_output_keeps_the_text_inside_a_schema_a_regex_or_choices(engine):
+    """Refused before (no constrained decoding). Each constrained greedy answer of the random tiny model is
+    whole and inside its constraint and ends the sequence there; an unconstrained request in the same batch
+    is the plain greedy answer (rows are paired with their own requests)."""
+    import json
+    import re
+
+    from muster.serve.llm.engine.base import StructuredOutput
+
+    prompt = engine.encode("answer me")
+    schema = {"type": "object", "required": ["answer", "n"], "additionalProperties": False,
+              "properties": {"answer": {"enum": ["yes", "no"]}, "n": {"type": "integer", "minimum": 0, "maximum": 99}}}
+    cases = {
+        "schema": StructuredOutput("json", json.dumps(schema)),
+        "object": StructuredOutput("json", '{"type": "object"}'),
+        "regex": StructuredOutput("regex", r"[0-9]{3}-[a-z]{2}"),
+        "choice": StructuredOutput("choice", choices=("yes", "no", "maybe (a.b)")),
+    }
+
+    async def together():
+        runs = [complete(engine, prompt, max_tokens=40, structured=s) for s in cases.values()]
+        return await asyncio.gather(complete(engine, prompt, max_tokens=8), *runs)
+
+    (free, _), *constrained = run(together())
+    results = dict(zip(cases, constrained))
+    for name, (text, last) in results.items():
+        assert last.finish_reason == "stop", (name, text)
+    answer = json.loads(results["schema"][0])
+    assert set(answer) == {"answer", "n"} and answer["answer"] in ("yes", "no") and 0 <= answer["n"] <= 99
+    assert isinstance(json.loads(results["object"][0]), dict)
+    assert re.fullmatch(r"[0-9]{3}-[a-z]{2}", results["regex"][0])
+    assert results["choice"][0] in ("yes", "no", "maybe (a.b)")
+    assert free == run(complete(engine, prompt, max_tokens=8))[0]
+    with pytest.raises(InvalidRequestError, match=r"response_format cannot be used: .*objekt"):
+        run(complete(engine, prompt, structured=StructuredOutput("json", '{"type": "objekt"}')))
+    assert engine.stats().running == 0  # the refused request holds no slot

@@ -178,10 +178,17 @@ def test_sixteen_concurrent_requests_batch_together(client):
     (dict(messages=CHAT, logit_bias={"99999999": 1}), 400, "logit_bias names token ids [99999999], outside"),
     (dict(messages=CHAT, extra_body={"repetition_penalty": 0}), 400, "repetition_penalty=0 is not valid"),
     # structured output, tools and images would be silently ignored otherwise: refused, by name
-    (dict(messages=CHAT, response_format={"type": "json_object"}), 400, "response_format type 'json_object'"),
+    (dict(messages=CHAT, response_format={"type": "xml"}), 400, "response_format type 'xml' is not supported"),
+    (dict(messages=CHAT, response_format={"type": "json_schema", "json_schema": {"name": "a"}}), 400,
+     "response_format.json_schema.schema is None"),
+    (dict(messages=CHAT, response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": {
+        "type": "objekt"}}}), 400, "response_format cannot be used: "),
+    (dict(messages=CHAT, response_format={"type": "json_object"}, extra_body={"guided_regex": "a+"}), 400,
+     "response_format and guided_regex both constrain the output"),
+    (dict(messages=CHAT, extra_body={"guided_choice": "yes"}), 400, "guided_choice='yes' is not valid"),
     (dict(messages=CHAT, tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
           tool_choice="required"), 400, "tools (function calling) are not supported"),
-    (dict(messages=CHAT, extra_body={"guided_json": {"type": "object"}}), 400, "guided_json"),
+    (dict(messages=CHAT, extra_body={"guided_grammar": "root ::= 'a'"}), 400, "guided_grammar (vLLM's"),
     (dict(messages=[{"role": "user", "content": [{"type": "text", "text": "hi"},
                                                  {"type": "image_url", "image_url": {"url": "data:,"}}]}]),
      400, "content parts of type 'image_url' are not supported"),
@@ -241,6 +248,25 @@ def test_logit_bias_and_penalties_reach_the_engine(client):
     plain = complete()
     for kw in (dict(frequency_penalty=2.0), dict(presence_penalty=2.0), dict(extra_body={"repetition_penalty": 2.0})):
         assert complete(**kw) != plain, kw
+
+
+def test_structured_output_through_the_openai_client(client):
+    """response_format json_schema and json_object, and vLLM's guided_choice, as the official client sends them
+    (refused with 400 before): each answer is whole JSON of the schema, or one of the choices, streamed too."""
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                               "sunny": {"type": "boolean"}},
+              "required": ["city", "sunny"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "weather", "schema": schema, "strict": True}}
+    r = greedy_chat(client, max_tokens=60, response_format=fmt)
+    answer = json.loads(r.choices[0].message.content)
+    assert r.choices[0].finish_reason == "stop" and set(answer) == {"city", "sunny"}
+    assert isinstance(answer["city"], str) and isinstance(answer["sunny"], bool)
+    streamed = client.chat.completions.create(model="tiny-chat", messages=CHAT, temperature=0, max_tokens=60,
+                                              response_format={"type": "json_object"}, stream=True)
+    assert isinstance(json.loads("".join(c.choices[0].delta.content or "" for c in streamed if c.choices)), dict)
+    picked = client.completions.create(model="tiny-chat", prompt="pick one", max_tokens=8, temperature=0,
+                                       extra_body={"guided_choice": ["red", "green", "blue"]})
+    assert picked.choices[0].text in ("red", "green", "blue") and picked.choices[0].finish_reason == "stop"
 
 
 def test_chat_logprobs_plain_and_streamed(client):

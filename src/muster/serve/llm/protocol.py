@@ -8,6 +8,7 @@ with ``model_dump(exclude_none=...)`` exactly as the official client expects.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any, Literal, TypeVar
@@ -15,6 +16,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from muster.exceptions import InvalidArgumentError
+from muster.serve.llm.engine.base import StructuredOutput
 from muster.serve.llm.errors import InvalidRequestError
 
 MAX_N = 16
@@ -94,7 +96,8 @@ class _SamplingRequest(_Request):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
-    # structured output and tool calling: read only to be refused (they need constrained decoding)
+    # structured output (OpenAI's response_format, vLLM's guided_json/_regex/_choice); tool calling and
+    # guided_grammar are read only to be refused
     response_format: dict[str, Any] | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
@@ -166,6 +169,35 @@ class _SamplingRequest(_Request):
             pairs.append((int(key), float(bias)))
         return tuple(pairs)
 
+    def structured_output(self) -> StructuredOutput | None:
+        """What the output must be: OpenAI's ``response_format`` (``json_object``, ``json_schema``) or one of
+        vLLM's ``guided_json``, ``guided_regex``, ``guided_choice``; None for free text.
+
+        Raises:
+            InvalidRequestError: an unknown ``response_format`` type, a ``json_schema`` without a schema, a
+                guided value of the wrong type, or more than one constraint (each named).
+        """
+        given = [name for name in ("guided_json", "guided_regex", "guided_choice") if getattr(self, name) is not None]
+        if not _is_text(self.response_format):
+            given.insert(0, "response_format")
+        if len(given) > 1:
+            raise InvalidRequestError(f"{' and '.join(given)} both constrain the output; send one of them.",
+                                      param=given[1])
+        if not given:
+            return None
+        if given[0] == "response_format":
+            return _response_format(self.response_format or {})
+        value = getattr(self, given[0])
+        if given[0] == "guided_json" and isinstance(value, (dict, str)):
+            return StructuredOutput("json", value if isinstance(value, str) else json.dumps(value))
+        if given[0] == "guided_regex" and isinstance(value, str):
+            return StructuredOutput("regex", value)
+        if given[0] == "guided_choice" and isinstance(value, list) and value and all(isinstance(c, str) for c in value):
+            return StructuredOutput("choice", choices=tuple(value))
+        wanted = {"guided_json": "a JSON schema (an object)", "guided_regex": "a regular expression (a string)",
+                  "guided_choice": "a non-empty list of strings"}[given[0]]
+        raise InvalidRequestError(f"{given[0]}={value!r} is not valid: send {wanted}.", param=given[0])
+
     def stop_list(self) -> list[str]:
         """``stop`` as a list."""
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -175,22 +207,15 @@ class _SamplingRequest(_Request):
         if self.stream_options is not None and not self.stream:
             raise InvalidRequestError("stream_options is only allowed when stream is true; leave it out or set "
                                       "stream: true.", param="stream_options")
-        kind = (self.response_format or {}).get("type", "text")
-        if kind != "text":
-            raise InvalidRequestError(
-                f"response_format type {kind!r} (structured output) is not supported: it needs constrained "
-                "decoding, which this server's engines do not do. Leave it out and ask for JSON in the prompt, "
-                "then validate the answer.", param="response_format",
-            )
         if (self.tools or self.functions) and self.tool_choice != "none":
             raise InvalidRequestError(
                 "tools (function calling) are not supported: the model would answer in text and never call one. "
                 "Leave tools out, or send tool_choice='none'.", param="tools",
             )
-        for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar"):
-            if getattr(self, name) is not None:
-                raise InvalidRequestError(f"{name} (vLLM's guided decoding) is not supported; leave it out.",
-                                          param=name)
+        if self.guided_grammar is not None:
+            raise InvalidRequestError("guided_grammar (vLLM's grammar-guided decoding) is not supported; use "
+                                      "guided_json, guided_regex, guided_choice or response_format.",
+                                      param="guided_grammar")
         for name, value in (self.model_extra or {}).items():
             defaults = VLLM_EXTRA_DEFAULTS.get(name)
             if defaults is not None and not any(_same(value, d) for d in defaults):
@@ -199,6 +224,29 @@ class _SamplingRequest(_Request):
                     f"{name}={value!r} (a vLLM sampling parameter) is not supported by this server's engines; "
                     f"leave it out{off}.", param=name,
                 )
+
+
+def _is_text(response_format: dict[str, Any] | None) -> bool:
+    return (response_format or {}).get("type", "text") == "text"
+
+
+def _response_format(response_format: dict[str, Any]) -> StructuredOutput:
+    """OpenAI's ``response_format`` other than text as a :class:`StructuredOutput`."""
+    kind = response_format.get("type")
+    if kind == "json_object":
+        return StructuredOutput("json", '{"type": "object"}')
+    if kind == "json_schema":
+        schema = (response_format.get("json_schema") or {}).get("schema")
+        if not isinstance(schema, dict):
+            raise InvalidRequestError(
+                f"response_format.json_schema.schema is {schema!r}: send the JSON schema the output must follow, "
+                "{'type': 'json_schema', 'json_schema': {'name': ..., 'schema': {...}}}.", param="response_format",
+            )
+        return StructuredOutput("json", json.dumps(schema))
+    raise InvalidRequestError(
+        f"response_format type {kind!r} is not supported: send 'text', 'json_object' or 'json_schema'.",
+        param="response_format",
+    )
 
 
 def _same(value: Any, default: Any) -> bool:

@@ -1,5 +1,5 @@
-"""Log probabilities, top_k, penalties and logit bias for transformers' continuous-batching loop, for the
-requests that ask for them.
+"""Log probabilities, top_k, penalties, logit bias and structured output for transformers' continuous-batching
+loop, for the requests that ask for them.
 
 transformers' manager samples each step's tokens from processed scores and can hand back only the
 chosen token's probability after temperature. OpenAI's ``top_logprobs`` needs the distribution itself, so
@@ -8,7 +8,8 @@ chosen token's probability after temperature. OpenAI's ``top_logprobs`` needs th
 * the model runner's logits-processor list, called once per forward pass with the raw float32 logits of
   the rows that get a new token (in the batch's order): the tap keeps their log-softmax when a request in
   flight wants logprobs, then shapes the rows of the requests that asked, in vLLM's order, before
-  temperature and top_p: OpenAI's ``logit_bias`` added, vLLM's ``repetition_penalty`` (over the prompt and
+  temperature and top_p: tokens outside a structured output's grammar masked (:mod:`.structured`),
+  OpenAI's ``logit_bias`` added, vLLM's ``repetition_penalty`` (over the prompt and
   the output) and OpenAI's ``presence_penalty`` and ``frequency_penalty`` (over the output) applied, and
   all but the ``top_k`` largest logits masked. transformers' own per-request top-k warper would sort every
   row of every step, ~12 ms a row for a 152k vocabulary on a CPU core, asked or not;
@@ -31,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from muster.serve.llm.engine.structured import allowed
 from muster.serve.llm.errors import InvalidRequestError
 
 _NO_HOOKS = ("this transformers version's continuous-batching loop has none of the hooks muster reads log "
@@ -86,6 +88,7 @@ class LogprobTap:
         self._wanted: dict[str, int] = {}  # request id -> how many alternatives (top_logprobs)
         self._found: dict[str, list[RawLogprob]] = {}
         self._shaping: dict[str, Shaping] = {}  # request id -> how its logits change (only requests that ask)
+        self._matchers: dict[str, Any] = {}  # request id -> its structured output's grammar matcher
         self._processor: Any = None
         self._rows: deque[Any] = deque(maxlen=4)  # log-softmax of the last forward pass (None: nobody asked)
         self.unsupported: str | None = None  # why this loop cannot give logprobs
@@ -128,15 +131,18 @@ class LogprobTap:
         processor._muster_tapped = True
 
     # ------------------------------------------------------------------ event loop side
-    def want(self, request_id: str, logprobs: int | None, shaping: Shaping | None = None) -> None:
+    def want(self, request_id: str, logprobs: int | None, shaping: Shaping | None = None,
+             matcher: Any = None) -> None:
         """From now on, record log probabilities with ``logprobs`` alternatives (None: none) for
-        ``request_id``, and shape its logits as ``shaping`` says (None: leave them).
+        ``request_id``, shape its logits as ``shaping`` says (None: leave them), and keep its tokens inside
+        the grammar of ``matcher`` (llguidance's, see :mod:`.structured`; None: any tokens).
 
         Raises:
             InvalidRequestError: this engine's decoding loop cannot be hooked.
         """
         if self.unsupported is not None:
-            name = "logprobs" if logprobs is not None else _asked(shaping or Shaping())
+            name = ("logprobs" if logprobs is not None else "response_format" if matcher is not None
+                    else _asked(shaping or Shaping()))
             raise InvalidRequestError(
                 f"{name} is not available from model {self.model_id!r}: {self.unsupported}. Leave {name} out, "
                 "or use llm_engine='vllm'.", param=name,
@@ -147,6 +153,8 @@ class LogprobTap:
                 self._found[request_id] = []
             if shaping is not None:
                 self._shaping[request_id] = shaping
+            if matcher is not None:
+                self._matchers[request_id] = matcher
 
     def take(self, request_id: str, start: int, stop: int) -> list[RawLogprob]:
         """The entries of generated tokens ``start..stop-1`` of ``request_id``."""
@@ -158,6 +166,7 @@ class LogprobTap:
             self._wanted.pop(request_id, None)
             self._found.pop(request_id, None)
             self._shaping.pop(request_id, None)
+            self._matchers.pop(request_id, None)
 
     @property
     def model_id(self) -> str:
@@ -172,23 +181,31 @@ class LogprobTap:
     def _shape(self, logits: Any) -> Any:
         """``logits`` with the rows of the requests that asked shaped (:class:`Shaping`); the same tensor
         when none did."""
-        if not self._shaping:
+        if not (self._shaping or self._matchers):
             return logits
+        import torch
+
         futures = [f for f in self._processor.inputs_and_outputs.requests_in_batch if f.has_new_token]
         with self._lock:
-            plans = [self._shaping.get(f.state.request_id) for f in futures[: logits.shape[0]]]
+            ids = [f.state.request_id for f in futures[: logits.shape[0]]]
+            plans = [(self._shaping.get(i), self._matchers.get(i)) for i in ids]
         shaped = logits
-        for row, (future, plan) in enumerate(zip(futures, plans)):
+        for row, (future, (plan, matcher)) in enumerate(zip(futures, plans)):
+            if plan is None and matcher is None:
+                continue
+            if shaped is logits:
+                shaped = logits.clone()
+            if matcher is not None:  # the grammar first: the other options choose among what it allows
+                mask = torch.from_numpy(~allowed(matcher, shaped.shape[-1]))
+                shaped[row, : mask.shape[0]].masked_fill_(mask, float("-inf"))
             if plan is not None:
-                if shaped is logits:
-                    shaped = logits.clone()
                 plan.apply(shaped[row], _generated(future.state))
         return shaped
 
     def _read(self, processor: Any) -> None:
         rows = self._rows.popleft() if self._rows else None
         self._rows.clear()  # (only a failed step leaves more than one: its rows are stale)
-        if rows is None:
+        if rows is None and not self._matchers:
             return
         requests, tokens, _ = processor.inputs_and_outputs.prepare_batch_update()
         with self._lock:
@@ -196,12 +213,17 @@ class LogprobTap:
             for future in requests:
                 if not future.has_new_token:
                     continue
-                top = self._wanted.get(future.state.request_id)
-                if top is not None and row < rows.shape[0] and row < len(tokens):
+                request_id = future.state.request_id
+                if row < len(tokens):
                     token = int(tokens[row])
-                    values, ids = rows[row].topk(top) if top else (rows[row][:0], rows[row][:0].long())
-                    self._found[future.state.request_id].append(
-                        (token, float(rows[row, token]), ids.tolist(), values.tolist()))
+                    matcher = self._matchers.get(request_id)
+                    if matcher is not None:
+                        matcher.consume_token(token)
+                    top = self._wanted.get(request_id)
+                    if top is not None and rows is not None and row < rows.shape[0]:
+                        values, ids = rows[row].topk(top) if top else (rows[row][:0], rows[row][:0].long())
+                        self._found[request_id].append((token, float(rows[row, token]), ids.tolist(),
+                                                        values.tolist()))
                 row += 1
 
 

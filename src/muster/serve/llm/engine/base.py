@@ -12,13 +12,28 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from muster.serve.llm.config import LLMConfig
 from muster.serve.llm.errors import InvalidRequestError
 
 # Sampling at this temperature is argmax in float32: every other token's probability underflows to 0.
 GREEDY_TEMPERATURE = 1e-10
+
+
+@dataclass(frozen=True)
+class StructuredOutput:
+    """A constraint on the text a request generates (OpenAI's ``response_format``, vLLM's ``guided_*``).
+
+    Attributes:
+        kind: ``"json"`` (``spec``: a JSON schema, as JSON text; ``{"type": "object"}`` for any JSON object),
+            ``"regex"`` (``spec``: the pattern the whole output matches) or ``"choice"`` (``choices``: the
+            output is exactly one of them).
+    """
+
+    kind: Literal["json", "regex", "choice"]
+    spec: str = ""
+    choices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +54,7 @@ class SamplingParams:
         repetition_penalty: vLLM's: the logit of a token in the prompt or the output is divided by it where
             positive and multiplied by it where negative (1: off; above 1 discourages repeats).
         logit_bias: OpenAI's, as ``(token id, bias)`` pairs: the bias (-100..100) is added to the token's logit.
+        structured: what the output must be (JSON of a schema, a regex match, one of some strings), or None.
     """
 
     max_tokens: int | None
@@ -52,11 +68,13 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
+    structured: StructuredOutput | None = None
 
     @property
     def shapes_logits(self) -> bool:
-        """Whether sampling changes the model's logits for this request: top_k, a penalty or a logit bias."""
-        return (self.top_k > 0 or bool(self.logit_bias) or self.presence_penalty != 0.0
+        """Whether sampling changes the model's logits for this request: top_k, a penalty, a logit bias or a
+        structured output."""
+        return (self.top_k > 0 or bool(self.logit_bias) or self.structured is not None or self.presence_penalty != 0.0
                 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0)
 
 

@@ -4,7 +4,8 @@ It drives transformers' own ``ContinuousBatchingManager`` (a paged KV cache,
 one slot per sequence; a background thread runs one forward pass per step over
 every running sequence, and requests join and leave between steps). This
 module adds what a server needs around it: admission with a bounded queue,
-per-request temperature/top_p, top_k, penalties, logit bias and log probabilities (``_hf_logprobs``),
+per-request temperature/top_p, top_k, penalties, logit bias, structured output and log probabilities
+(``_hf_logprobs``, ``structured``),
 stop strings, incremental text, abort on disconnect, restart after a fatal
 engine error, and counters.
 
@@ -37,6 +38,7 @@ from muster.serve.llm.engine.base import (
     TokenLogprob,
 )
 from muster.serve.llm.engine._hf_logprobs import LogprobTap, RawLogprob, Shaping
+from muster.serve.llm.engine.structured import Grammars
 from muster.serve.llm.errors import EngineError, EngineOverloadedError, InvalidRequestError, LLMConfigError
 
 DEFAULT_MAX_NUM_SEQS = 64
@@ -93,6 +95,7 @@ class TransformersEngine(LLMEngine):
         self._ttft: deque[float] = deque(maxlen=_RECENT)
         self._token_times: deque[tuple[float, int]] = deque(maxlen=_RECENT)
         self._tap = LogprobTap(config.model_id)
+        self._grammars: Grammars | None = None  # structured output's matchers, once the model is loaded
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -141,6 +144,7 @@ class TransformersEngine(LLMEngine):
         self.max_model_len = int(kw.get("max_model_len", limit))
         self._vocab_size = int(self.model.config.get_text_config().vocab_size)
         self._pick_tokenizer_paths()
+        self._grammars = Grammars(self.tokenizer, self._vocab_size, self._eos_ids())
 
     def _pick_tokenizer_paths(self) -> None:
         """Encode and decode with the Rust tokenizer directly when it gives what the transformers wrapper
@@ -171,6 +175,11 @@ class TransformersEngine(LLMEngine):
         if not getattr(tok, "clean_up_tokenization_spaces", False) and fast_text(ids) == slow_text(ids):
             self._text_of = fast_text
 
+    def _eos_ids(self) -> int | list[int] | None:
+        """The token(s) that end a sequence: the model's generation config's, else the tokenizer's."""
+        eos = self.model.generation_config.eos_token_id
+        return self.tokenizer.eos_token_id if eos is None else eos
+
     def _start_manager(self) -> None:
         from transformers import GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
@@ -181,9 +190,7 @@ class TransformersEngine(LLMEngine):
         blocks = kw.get("num_blocks")
         if blocks is None and on_cpu:
             blocks = self.max_num_seqs * math.ceil(min(self.max_model_len, 2048) / page) + 1
-        eos = self.model.generation_config.eos_token_id
-        if eos is None:
-            eos = self.tokenizer.eos_token_id
+        eos = self._eos_ids()
         generation = GenerationConfig(
             # Temperature and top_p are set per request; these non-default values make the
             # manager build the per-request warpers at all. (top_k: see _hf_logprobs.)
@@ -314,9 +321,14 @@ class TransformersEngine(LLMEngine):
                 frequency_penalty=params.frequency_penalty, repetition_penalty=params.repetition_penalty,
                 logit_bias=params.logit_bias,
                 prompt=tuple(prompt_ids) if params.repetition_penalty != 1.0 else (),
-            ) if params.shapes_logits else None
+            )
             try:
-                self._tap.want(request_id, params.logprobs, shaping)
+                matcher = None
+                if params.structured is not None:
+                    assert self._grammars is not None, "the model is loaded before requests come"
+                    # (off the event loop: the first one reads the vocabulary, ~1 s for a large one)
+                    matcher = await asyncio.to_thread(self._grammars.matcher, params.structured, "response_format")
+                self._tap.want(request_id, params.logprobs, None if shaping == Shaping() else shaping, matcher)
             except InvalidRequestError:
                 self._release(request_id, cancel=False)
                 raise

@@ -8,6 +8,7 @@ pooling model and are not offered through this engine.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -17,7 +18,14 @@ from typing import Any
 
 from muster.core import context, settings
 from muster.serve.llm.config import LLMConfig
-from muster.serve.llm.engine.base import EngineStats, GenerationChunk, LLMEngine, SamplingParams, TokenLogprob
+from muster.serve.llm.engine.base import (
+    EngineStats,
+    GenerationChunk,
+    LLMEngine,
+    SamplingParams,
+    StructuredOutput,
+    TokenLogprob,
+)
 from muster.serve.llm.errors import EngineError, InvalidRequestError, LLMConfigError
 
 _RECENT = 256
@@ -79,7 +87,8 @@ class VLLMEngine(LLMEngine):
                                    logprobs=params.logprobs, presence_penalty=params.presence_penalty,
                                    frequency_penalty=params.frequency_penalty,
                                    repetition_penalty=params.repetition_penalty,
-                                   logit_bias=dict(params.logit_bias) or None)
+                                   logit_bias=dict(params.logit_bias) or None,
+                                   **_structured_kwargs(params.structured))
         self._running.add(request_id)
         sent_text, sent_tokens, finished, started = 0, 0, False, time.perf_counter()
         try:
@@ -176,3 +185,21 @@ def _logprobs(completion: Any, start: int, top: int) -> tuple[TokenLogprob, ...]
         out.append(TokenLogprob(token=chosen.decoded_token or "", logprob=chosen.logprob,
                                 top=tuple((x.decoded_token or "", x.logprob) for x in best)))
     return tuple(out)
+
+
+def _structured_kwargs(structured: StructuredOutput | None) -> dict[str, Any]:
+    """vLLM's SamplingParams argument for ``structured``: ``structured_outputs`` (vLLM >= 0.10.2), else the
+    older ``guided_decoding``."""
+    if structured is None:
+        return {}
+    fields: dict[str, Any] = (
+        {"json": json.loads(structured.spec)} if structured.kind == "json"
+        else {"regex": structured.spec} if structured.kind == "regex" else {"choice": list(structured.choices)}
+    )
+    try:
+        from vllm.sampling_params import StructuredOutputsParams
+    except ImportError:
+        from vllm.sampling_params import GuidedDecodingParams
+
+        return {"guided_decoding": GuidedDecodingParams(**fields)}
+    return {"structured_outputs": StructuredOutputsParams(**fields)}
