@@ -84,17 +84,6 @@ def test_column_ops_limit_union_and_tensors():
     assert md.from_arrow(pa.table({"x": [1]})).schema().names == ["x"]
 
 
-def test_none_among_tensors_is_refused_naming_the_column_and_the_fix():
-    """pyarrow's own error ("Can only convert 1-dimensional array values") named neither."""
-    rows = [{"x": np.zeros((2, 2))}, {"x": None}, {"x": np.ones((2, 2))}]
-    with pytest.raises(md.DataTypeError, match=r"column 'x' holds arrays .*\(2, 2\).* None in 1 row\(s\) \(the first "
-                                               r"at 1\).*np.zeros\(\(2, 2\), dtype='float64'\).*filter"):
-        md.from_items(rows)
-    with pytest.raises(md.DataTypeError, match=r"column 'img'"):  # a map's output: the same
-        md.from_items([{"i": 0}, {"i": 1}]).map(lambda r: {"img": np.ones((2, 2)) if r["i"] else None}).take_all()
-    assert md.from_items([{"x": np.zeros(2)}, {"x": None}]).count() == 2  # 1-d arrays make a list column, as before
-
-
 def test_tensor_columns_keep_their_shape_through_pandas(threads_only):
     """Ray's pandas batches hold one ndarray of the column's shape per row; Arrow's own conversion
     flattened each row, and a pandas map_batches turned the column into flat lists."""

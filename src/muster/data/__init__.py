@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import math
+import numbers
 import warnings
 from typing import Any, Callable
 
@@ -323,11 +324,15 @@ def from_items(items: list[Any], *, parallelism: int = -1, override_num_blocks: 
                                "(other values become a column 'item').")
     items = list(items)
     rows = [x if isinstance(x, dict) else {"item": x} for x in items]
-    blocks = [_blk.rows_to_block(rows[i:i + _rows()], "from_items") for i in builtins.range(0, len(rows), _rows())]
-    if num_blocks:
-        blocks = _mem.table_blocks(_blk.concat(blocks), parallelism=num_blocks)
+    if num_blocks:  # Ray's num_blocks slices, each converted on its own (arrays in one, None in the next: a
+        # tensor column with nulls, as in Ray), then sliced again as muster's
+        parts = max(1, min(len(rows), num_blocks))
+        cuts = [i * (len(rows) // parts) + min(i, len(rows) % parts) for i in builtins.range(parts + 1)]
+        converted = [_blk.rows_to_block(rows[a:b], "from_items") for a, b in zip(cuts, cuts[1:])]
+        blocks = _mem.table_blocks(_blk.concat(converted), parallelism=num_blocks)
     else:
-        blocks = [b for t in blocks for b in _mem.table_blocks(t)]
+        blocks = [b for i in builtins.range(0, len(rows), _rows())
+                  for b in _mem.table_blocks(_blk.rows_to_block(rows[i:i + _rows()], "from_items"))]
     return from_blocks(blocks or [pa.table({})], "FromItems")
 
 
@@ -464,10 +469,16 @@ def _as_table(value: Any) -> pa.Table:
     return value if isinstance(value, pa.Table) else pa.Table.from_batches([value])
 
 
+def _row_count(n: Any, where: str) -> int:
+    """``n`` rows, 0 for a negative ``n`` (Ray 2.60's ``range(-3)`` is an empty dataset)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise InvalidArgumentError(f"{where}({n!r}): use an integer, the number of rows (e.g. {where}(10)).")
+    return max(int(n), 0)
+
+
 def range(n: int, *, parallelism: int = -1, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001
-    """Rows ``{"id": 0} ... {"id": n-1}`` (``range`` is Ray's name)."""
-    if not isinstance(n, int) or n < 0:
-        raise InvalidArgumentError(f"range({n!r}): use an integer >= 0.")
+    """Rows ``{"id": 0} ... {"id": n-1}`` (``range`` is Ray's name); none for ``n <= 0``, as Ray's (and Python's)."""
+    n = _row_count(n, "range")
     num_blocks = _num_blocks("range", parallelism, override_num_blocks)
     rows = -(-n // num_blocks) if num_blocks else _mem.rows_per_block(8)
     return _read("ReadRange", _mem.range_tasks(n, max(1, rows), None),
@@ -478,8 +489,7 @@ def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), parallelism: int = -1
                  override_num_blocks: int | None = None) -> Dataset:
     """Rows ``{"data": array of shape ``shape`` filled with i}`` (int64), in blocks of at most
     ``DataContext.target_max_block_size`` bytes (and ``target_block_rows`` rows)."""
-    if not isinstance(n, int) or n < 0:
-        raise InvalidArgumentError(f"range_tensor({n!r}): use an integer >= 0.")
+    n = _row_count(n, "range_tensor")
     num_blocks = _num_blocks("range_tensor", parallelism, override_num_blocks)
     rows = -(-n // num_blocks) if num_blocks else _mem.rows_per_block(8 * math.prod(shape))
     return _read("ReadRangeTensor", _mem.range_tasks(n, max(1, rows), tuple(shape)),

@@ -1,17 +1,13 @@
 """Blocks are ``pyarrow.Table``s; this module converts them to and from the batch
 formats user functions see (numpy dicts, pandas frames, Arrow tables) and rows.
 
-Multi-dimensional numpy columns are stored as Arrow fixed-shape tensor columns,
-so ``range_tensor`` and image-like columns round-trip without copies per row.
-Arrays whose shapes differ from row to row (images of different sizes) are
-stored as :class:`VariableShapeTensorType` columns, keeping their dtype, as
-Ray's variable-shaped tensor type does; blocks that hold the same column with
-different shapes are combined into one.
+Multi-dimensional numpy columns are stored as tensor columns (see :mod:`muster.data.tensor_columns`:
+fixed-shape ones, so ``range_tensor`` and image-like columns round-trip without copies per row; variable-shape
+ones for images of different sizes; None in some rows as nulls there).
 """
 
 from __future__ import annotations
 
-import json
 import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, TypeVar, Union
@@ -20,6 +16,10 @@ import numpy as np
 import pyarrow as pa
 
 from muster.data.exceptions import DataTypeError
+from muster.data.tensor_columns import TENSOR_TYPES as _TENSOR_TYPES
+from muster.data.tensor_columns import (  # noqa: F401 - also muster.data.block's names, as before
+    VariableShapeTensorType, fixed_tensor_array, same_kind_of_tensor, stack_if_uniform, tensor_column_to_numpy,
+    unify_tensors, variable_tensor_array)
 from muster.exceptions import InvalidArgumentError, InvalidTypeError
 
 if TYPE_CHECKING:
@@ -77,114 +77,17 @@ def check_batch_format(fmt: str | None, where: str, native: bool = True) -> str:
     return "numpy" if fmt == "default" else str(fmt)
 
 
-class VariableShapeTensorType(pa.ExtensionType):
-    """Tensors of one dtype and number of dimensions whose shapes differ row to row: each row's
-    values, flat (``data``), and its ``shape``. Registered with pyarrow, so Parquet files keep it."""
-
-    def __init__(self, value_type: pa.DataType, ndim: int):
-        self.value_type, self.ndim = value_type, ndim
-        storage = pa.struct([("data", pa.large_list(value_type)), ("shape", pa.list_(pa.int64(), ndim))])
-        super().__init__(storage, "muster.variable_shape_tensor")
-
-    def __arrow_ext_serialize__(self) -> bytes:
-        return json.dumps({"ndim": self.ndim}).encode()
-
-    @classmethod
-    def __arrow_ext_deserialize__(cls, storage_type: pa.DataType, serialized: bytes) -> "VariableShapeTensorType":
-        return cls(storage_type.field("data").type.value_type, int(json.loads(serialized)["ndim"]))
-
-    def __reduce__(self) -> Any:
-        return VariableShapeTensorType, (self.value_type, self.ndim)
-
-
-try:
-    pa.register_extension_type(VariableShapeTensorType(pa.uint8(), 1))
-except pa.ArrowKeyError:  # registered already (this module imported again)
-    pass
-
-_TENSOR_TYPES = (pa.FixedShapeTensorType, VariableShapeTensorType)
-
-
-def variable_tensor_array(values: list[np.ndarray]) -> pa.ExtensionArray:
-    """Arrays of one number of dimensions and any shapes as one :class:`VariableShapeTensorType` array."""
-    dtype = np.result_type(*values)
-    flat = [np.ascontiguousarray(v, dtype=dtype).ravel() for v in values]
-    offsets = np.zeros(len(flat) + 1, dtype=np.int64)
-    np.cumsum([f.size for f in flat], out=offsets[1:])
-    data = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(flat) if flat else
-                                                                      np.empty(0, dtype)))
-    ndim = values[0].ndim
-    shapes = pa.FixedSizeListArray.from_arrays(pa.array(np.array([v.shape for v in values], dtype=np.int64).ravel()),
-                                                ndim)
-    storage = pa.StructArray.from_arrays([data, shapes], names=["data", "shape"])
-    return pa.ExtensionArray.from_storage(VariableShapeTensorType(data.type.value_type, ndim), storage)
-
-
-def _variable_to_numpy(arr: pa.ExtensionArray) -> np.ndarray:
-    """A :class:`VariableShapeTensorType` array as an object array of ndarrays (stacked when the shapes agree)."""
-    data, shapes = arr.storage.flatten()
-    flat = data.values.to_numpy(zero_copy_only=False)
-    offsets = data.offsets.to_numpy()
-    dims = shapes.flatten().to_numpy().reshape(len(arr), arr.type.ndim)
-    out = np.empty(len(arr), dtype=object)
-    for i in range(len(arr)):
-        out[i] = None if not arr[i].is_valid else flat[offsets[i]:offsets[i + 1]].reshape(dims[i])
-    return _stack_if_uniform(out)
-
-
-def _as_variable(col: pa.ChunkedArray) -> pa.ChunkedArray:
-    """A tensor column (fixed shape or not) as a :class:`VariableShapeTensorType` one."""
-    if isinstance(col.type, VariableShapeTensorType):
-        return col
-    rows = [a for a in column_to_numpy(col)]
-    return pa.chunked_array([variable_tensor_array(rows)]) if rows else pa.chunked_array([], col.type)
-
-
-def same_kind_of_tensor(a: pa.DataType, b: pa.DataType) -> bool:
-    """Tensor types that differ only in shape (one combines with the other as variable-shape)."""
-    def rank(t: Any) -> int:
-        return int(t.ndim) if isinstance(t, VariableShapeTensorType) else len(t.shape)
-
-    return isinstance(a, _TENSOR_TYPES) and isinstance(b, _TENSOR_TYPES) and \
-        (str(a.value_type), rank(a)) == (str(b.value_type), rank(b))
-
-
-def _unify_tensors(blocks: list[pa.Table]) -> list[pa.Table]:
-    """Blocks whose same-named tensor columns differ in shape (fixed ``[20,30,3]`` here, ``[32,32,3]``
-    there) with those columns as variable-shape tensors, so they combine (Ray unifies them so too)."""
-    out = list(blocks)
-    for name in blocks[0].column_names:
-        types = [b.schema.field(name).type for b in blocks if name in b.column_names]
-        if len({str(t) for t in types}) < 2 or not all(same_kind_of_tensor(types[0], t) for t in types):
-            continue  # one type, or different dtypes or ranks: left to concat_tables, whose error names them
-        out = [b.set_column(b.schema.get_field_index(name), name, _as_variable(b.column(name)))
-               if name in b.column_names else b for b in out]
-    return out
-
-
 def nbytes(block: pa.Table) -> int:
     return int(block.nbytes)
 
 
 def column_to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """One column as numpy: tensor columns keep their shape, strings become object arrays."""
-    if isinstance(col.type, VariableShapeTensorType):
-        chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
-        parts = [_variable_to_numpy(c) for c in chunks]
-        if not parts:
-            return np.empty(0, dtype=object)
-        joined = np.empty(sum(len(p) for p in parts), dtype=object)
-        joined[:] = [row for p in parts for row in p]
-        return _stack_if_uniform(joined)
+    """One column as numpy: tensor columns keep their shape (an object array of ndarrays and None when some
+    rows are null), strings become object arrays."""
+    if isinstance(col.type, _TENSOR_TYPES):
+        return tensor_column_to_numpy(col)
     if isinstance(col, pa.ChunkedArray):
-        if isinstance(col.type, pa.FixedShapeTensorType):
-            if col.num_chunks == 0:
-                return np.empty((0, *col.type.shape), dtype=col.type.value_type.to_pandas_dtype())
-            chunks = [_fixed_tensor_to_numpy(c) for c in col.chunks]
-            return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    if isinstance(col.type, pa.FixedShapeTensorType):
-        return _fixed_tensor_to_numpy(col)
     if pa.types.is_fixed_size_list(col.type) and col.null_count == 0:
         flat = col.flatten()  # one row per list, their values' dtype kept (a one-hot column stays uint8)
         if flat.null_count == 0:
@@ -194,31 +97,8 @@ def column_to_numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
         out = np.empty(len(values), dtype=object)
         for i, v in enumerate(values):
             out[i] = None if v is None else np.asarray(v)
-        return _stack_if_uniform(out)
+        return stack_if_uniform(out)
     return col.to_numpy(zero_copy_only=False)
-
-
-def _fixed_tensor_to_numpy(arr: Any) -> np.ndarray:
-    """A fixed-shape tensor array as one ndarray of shape ``(rows, *shape)``. Arrow's tensors hold numbers
-    only, so bool, string, bytes and temporal values are read from the storage's flat values (strings as
-    numpy ``str``, bytes as ``bytes``, as they were written)."""
-    kind = arr.type.value_type
-    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
-        return arr.to_numpy_ndarray()
-    values = arr.storage.flatten().to_numpy(zero_copy_only=False)
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        values = values.astype(str)
-    elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind):
-        values = values.astype(bytes)
-    shape, order = list(arr.type.shape), list(arr.type.permutation or range(len(arr.type.shape)))
-    return values.reshape((len(arr), *shape)).transpose((0, *[1 + i for i in order]))  # Arrow's shape: the memory's
-
-
-def _stack_if_uniform(values: np.ndarray) -> np.ndarray:
-    shapes = {getattr(v, "shape", None) for v in values}
-    if len(values) and len(shapes) == 1 and None not in shapes:
-        return np.stack(list(values))
-    return values
 
 
 def to_numpy(block: pa.Table) -> dict[str, np.ndarray]:
@@ -284,10 +164,11 @@ def to_pandas(block: pa.Table, arrow_backed: bool | None = None) -> Any:
 
 def _pandas_to_block(df: Any) -> pa.Table:
     """A DataFrame as a block: a column of same-shape ndarrays (what :func:`to_pandas` gives for a tensor
-    column, or a function's output) becomes a tensor column again, not a list of flat lists."""
+    column, or a function's output; None in some rows) becomes a tensor column again, not a list of flat lists."""
     tensors = [
         c for c in df.columns
-        if df[c].dtype == object and len(df) and all(isinstance(v, np.ndarray) and v.ndim >= 1 for v in df[c])
+        if df[c].dtype == object and any(isinstance(v, np.ndarray) for v in df[c])
+        and all(v is None or isinstance(v, np.ndarray) and v.ndim >= 1 for v in df[c])
     ]
     if not tensors:
         return pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
@@ -302,11 +183,11 @@ def _pandas_to_block(df: Any) -> pa.Table:
 
 
 def array_from_values(values: Any, column: str | None = None) -> pa.Array:
-    """An Arrow array from a numpy array (any ndim), a list of arrays, or a list of scalars (``column``: its
-    name, for errors).
+    """An Arrow array from a numpy array (any ndim), a list of arrays (None in some rows: nulls), or a list of
+    scalars (``column``: its name, for errors).
 
     Raises:
-        DataTypeError: arrays and None mixed (a tensor column holds no nulls), named with the fix.
+        DataTypeError: arrays of different numbers of dimensions mixed with None or with other values.
     """
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         return values
@@ -319,36 +200,28 @@ def array_from_values(values: Any, column: str | None = None) -> pa.Array:
     if _is_torch_tensor(values):
         return array_from_values(values.detach().cpu().numpy())
     values = [_numpy_of(v) for v in values]  # torch tensors in rows are stored as numpy, as in Ray
-    if values and all(isinstance(v, np.ndarray) for v in values):
-        shapes = {v.shape for v in values}
-        if len(shapes) == 1 and values[0].ndim >= 1:
-            # row-major whatever each array's layout: pyarrow would record a transposed view's memory order as
-            # the shape (with a permutation) and HWC->CHW images would read back with the wrong shape
-            return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(np.stack(values)))
-        if len({v.ndim for v in values}) == 1 and values[0].ndim >= 1 and values[0].dtype != object:
+    arrays = [v for v in values if v is not None]
+    # 1-d arrays mixed with None make a list column, as in Ray; >1-d ones a tensor column with nulls (Ray
+    # keeps them as Python objects: the same values, None and arrays, come back)
+    nulls_ok = len(arrays) == len(values) or (arrays and isinstance(arrays[0], np.ndarray) and arrays[0].ndim > 1)
+    if arrays and nulls_ok and all(isinstance(v, np.ndarray) for v in arrays):
+        if len({v.shape for v in arrays}) == 1 and arrays[0].ndim >= 1:
+            return fixed_tensor_array(values)
+        if len({v.ndim for v in arrays}) == 1 and arrays[0].ndim >= 1 and arrays[0].dtype != object:
             return variable_tensor_array(values)  # ragged: one dtype kept (not nested int64 lists)
-        return pa.array([v.tolist() for v in values])
+        if len(arrays) == len(values):
+            return pa.array([v.tolist() for v in values])
     try:
         return pa.array([v.item() if isinstance(v, np.generic) else v for v in values])
-    except pa.ArrowInvalid:
-        _no_null_tensors(values, column)  # the likely cause, said with its fix; else pyarrow's own error
-        raise
-
-
-def _no_null_tensors(values: list[Any], column: str | None) -> None:
-    """Refuse arrays mixed with None, which pyarrow turns into a bare ``ArrowInvalid``."""
-    arrays = [v for v in values if isinstance(v, np.ndarray) and v.ndim >= 2]  # 1-d ones make a list column
-    if not arrays or not any(v is None for v in values):
-        return
-    rows = [i for i, v in enumerate(values) if v is None]
-    shape, dtype = arrays[0].shape, arrays[0].dtype
-    where = f"column {column!r}" if column is not None else "a column"
-    raise DataTypeError(
-        f"{where} holds arrays (the first of shape {shape}, {dtype}) and None in {len(rows)} row(s) (the first "
-        f"at {rows[0]}): a tensor column cannot hold nulls. Put an array there instead (np.zeros({shape}, "
-        f"dtype='{dtype}'), with a flag column saying it is missing), or drop those rows (.filter(lambda r: "
-        f"r[{column or 'column'!r}] is not None) before the tensor column is made)."
-    )
+    except pa.ArrowInvalid as exc:
+        if not any(isinstance(v, np.ndarray) for v in values):
+            raise
+        kinds = sorted({f"{v.ndim}-d array" if isinstance(v, np.ndarray) else type(v).__name__ for v in values})
+        raise DataTypeError(
+            f"column {column or '?'!r} mixes {', '.join(kinds)} values ({exc}): a column holds arrays of one "
+            "number of dimensions (None in some rows is fine) or scalars. Return one kind in every row (e.g. "
+            "np.asarray(value) with the same ndim)."
+        ) from exc
 
 
 def _is_torch_tensor(value: Any) -> bool:
@@ -452,7 +325,7 @@ def concat(blocks: list[pa.Table]) -> pa.Table:
     if len(blocks) == 1:
         return blocks[0]
     try:  # "permissive": string with large_string, int32 with int64 or float64..., widened as Ray's
-        return pa.concat_tables(_unify_tensors(blocks), promote_options="permissive")
+        return pa.concat_tables(unify_tensors(blocks), promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise DataTypeError(
             f"blocks with different schemas cannot be combined: {exc} (the first block's schema: "
