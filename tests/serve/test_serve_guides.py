@@ -86,3 +86,14 @@ def test_a_local_testing_mode_handle_prints_as_rays():
     handle = serve.run(Adder.bind(increment=1), _local_testing_mode=True)
     assert handle.remote(1).result(timeout_s=10) == 2
     assert repr(handle) == "DeploymentHandle(deployment='Adder')"
+
+
+def test_run_refuses_a_keyword_rays_run_does_not_take(client):
+    """Ray 2.60's ``serve.run`` has no ``_blocking`` (older Rays' ``_blocking``, ``host``, ``port``) and raises
+    ``TypeError`` for it, deploying nothing; muster dropped any such keyword unread, a misspelt ``nmae=`` too."""
+    for bad in ({"_blocking": False}, {"nmae": "typo"}):
+        with pytest.raises(TypeError, match=rf"unexpected keyword argument '{next(iter(bad))}'"):
+            serve.run(Adder.bind(increment=1), name="refused", route_prefix=None, **bad)
+    assert "refused" not in serve.status().applications
+    with pytest.raises(TypeError, match=r"'_blocking'.*returns once the app runs"):
+        serve.run_many([serve.RunTarget(Adder.bind(increment=1), name="refused")], _blocking=True)

@@ -56,3 +56,12 @@ def test_local_testing_mode_refuses_a_generator_called_without_stream_as_rays():
     with pytest.raises(TypeError, match=r"Doubler.count returned a generator; .*options\(stream=True\)"):
         doubler.count.remote(3).result(timeout_s=30)
     assert list(doubler.options(stream=True).count.remote(2)) == [0, 1]
+
+
+def test_run_many_takes_rays_local_testing_mode():
+    """Ray 2.60's ``run_many(..., _local_testing_mode=True)`` runs the apps in this process too (muster dropped the
+    flag unread and started Serve, asking for the 24 GPUs Doubler's replicas want)."""
+    handles = serve.run_many([serve.RunTarget(Hello.bind(Doubler.bind()), name="local_many", route_prefix=None)],
+                             _local_testing_mode=True)
+    assert handles[0].remote("Ray").result(timeout_s=30) == "Hello, Ray! Hello, Ray!"
+    assert serve.status().applications == {}  # nothing was deployed

@@ -152,3 +152,44 @@ def test_a_batch_is_split_by_the_model_its_calls_name(client):
         assert (model, x, callers, named) == (m, f"x{i}", size, m)
         assert int(size) <= models.count(m)  # a batch holds only its own model's calls
     serve.delete("mux_batch")
+
+
+def test_an_evicted_models_async_del_is_awaited_before_the_next_model_loads(client):
+    """Ray's multiplexer awaits an evicted model's ``async def __del__`` before it loads the next one (the memory
+    it frees is the new model's); muster only dropped the model, so the coroutine Python's collector made was
+    never awaited and the cleanup never ran. A plain ``__del__`` still runs once, when Python frees the model."""
+
+    class SyncModel:
+        def __init__(self, mid: str, log: list):
+            self.mid, self.log = mid, log
+
+        def __del__(self):
+            self.log.append(f"del {self.mid}")
+
+    class AsyncModel(SyncModel):
+        async def __del__(self):
+            await asyncio.sleep(0.05)
+            self.log.append(f"async del {self.mid}")
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.1})
+    class Mux:
+        def __init__(self):
+            self.log: list[str] = []
+
+        @serve.multiplexed(max_num_models_per_replica=1)
+        async def get_model(self, model_id: str):
+            self.log.append(f"load {model_id}")
+            return (AsyncModel if model_id.startswith("a") else SyncModel)(model_id, self.log)
+
+        async def __call__(self) -> str:
+            return (await self.get_model(serve.get_multiplexed_model_id())).mid
+
+        def events(self) -> list[str]:
+            return list(self.log)
+
+    handle = serve.run(Mux.bind(), name="mux_del", route_prefix=None)
+    for m in ["a1", "a2", "s1", "s2"]:
+        assert handle.options(multiplexed_model_id=m).remote().result(timeout_s=30) == m
+    assert handle.events.remote().result(timeout_s=30) == [
+        "load a1", "async del a1", "load a2", "async del a2", "load s1", "del s1", "load s2"]
+    serve.delete("mux_del")

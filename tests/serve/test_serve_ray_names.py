@@ -179,7 +179,8 @@ def test_a_deployments_properties_are_rays():
         pass
 
     assert D.max_queued_requests == 7 and D.backpressure_config.status_code == 429
-    assert D.options(backpressure_config=None).backpressure_config.rejection() == (503, "1")  # what one unset gets
+    unset = D.options(backpressure_config=None).backpressure_config  # what one unset gets (Ray's: no Retry-After)
+    assert (unset.status_code, unset.retry_after_s) == (503, 1)
     assert (D.init_args, D.init_kwargs) == ((), {})
     assert D.logging_config is not None and D.logging_config["log_level"] == "DEBUG"
     D.set_logging_config({"log_level": "WARNING", "encoding": "JSON"})

@@ -51,14 +51,36 @@ def _parallel(c: httpx.Client, n: int, path: str) -> list[httpx.Response]:
         return list(pool.map(lambda _: c.get(path), range(n)))
 
 
-def test_backpressure_gives_503_with_retry_after(client):
+def _refused_by_handle(handle, n: int) -> list:
+    """The ``BackPressureError``s of ``n`` one-second calls made at once through ``handle``."""
+    from types import SimpleNamespace
+
+    from muster.serve.exceptions import BackPressureError
+
+    responses = [handle.remote(SimpleNamespace(query_params={"s": "1"})) for _ in range(n)]
+    refused = []
+    for r in responses:
+        try:
+            r.result(timeout_s=30)
+        except BackPressureError as e:
+            refused.append(e)
+    return refused
+
+
+def test_backpressure_gives_503_with_retry_after_and_handles_rays_error(client):
+    """With no backpressure_config, a full queue is a 503 with ``Retry-After: 1`` (Ray 2.60 sends no header),
+    and a handle's ``BackPressureError`` has Ray's ``message`` and ``retry_after_s`` (it had neither)."""
     app = Sleeper.options(max_ongoing_requests=1, max_queued_requests=1).bind()
-    serve.run(app, name="bp", route_prefix="/bp")
+    handle = serve.run(app, name="bp", route_prefix="/bp")
     rs = _parallel(client, 5, "/bp?s=1")
     codes = sorted(r.status_code for r in rs)
     assert codes.count(200) >= 2 and 503 in codes, codes
     busy = next(r for r in rs if r.status_code == 503)
     assert busy.headers["retry-after"] == "1" and "max_queued_requests=1" in busy.text
+    assert Sleeper.backpressure_config.retry_after_s == 1 and Sleeper.backpressure_config.status_code == 503
+    refused = _refused_by_handle(handle, 4)
+    assert refused and all(e.message == str(e) and e.status_code == 503 and e.retry_after_s == 1
+                           for e in refused), refused
     serve.delete("bp")
 
 
@@ -73,6 +95,8 @@ def test_backpressure_config_sets_status_and_retry_after(client):
     rs = _parallel(client, 3, "/bp429?s=1")
     busy = [r for r in rs if r.status_code != 200]
     assert busy and all(r.status_code == 429 and r.headers["retry-after"] == "3" for r in busy), rs
+    refused = _refused_by_handle(serve.get_app_handle("bp429"), 3)  # the seconds as given, as Ray's
+    assert refused and all(e.status_code == 429 and e.retry_after_s == 2.5 for e in refused), refused
     # a dict (as a config file gives it), with no retry_after_s: no Retry-After header, as in Ray
     serve.run(Sleeper.options(name="bp429", max_ongoing_requests=1, max_queued_requests=0,
                               backpressure_config={"status_code": 503}).bind(), name="bp429", route_prefix="/bp429")

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
-from muster.exceptions import InvalidArgumentError
+from muster.exceptions import InvalidArgumentError, InvalidTypeError
 from muster.serve.config import HTTPOptions, LoggingConfig, ProxyLocation
 from muster.serve.context import (  # noqa: F401 - Ray's ray.serve.api has them too
     get_deployment_actor,
@@ -124,7 +124,7 @@ def run(
     _local_testing_mode: bool = False,
     external_scaler_enabled: bool = False,  # Ray's; muster's autoscaler is its own
     controller_options: Any = None,  # Ray's Serve controller actor's options; muster has no controller actor
-    **_ignored: Any,
+    **unknown: Any,
 ) -> DeploymentHandle:
     """Deploy an application and return a handle to its ingress deployment.
 
@@ -151,9 +151,12 @@ def run(
         ResourcesUnavailableError: its replicas can never fit (names what was asked and what exists).
         DeployFailedError: a replica's constructor, or its ``reconfigure(user_config)``, raised (a
             ``RayServeException`` and, as Ray's, a ``RuntimeError``).
-        TypeError / ValueError: bad arguments.
+        TypeError / ValueError: bad arguments (a keyword Ray 2.60's ``serve.run`` does not take is a
+            ``TypeError``, as in Ray: ``_blocking``, ``host``, ``port`` of older Rays, or a misspelt one).
         KeyboardInterrupt: ``blocking=True`` and Ctrl-C stopped it (Serve still runs).
     """
+    _refuse_unknown("serve.run", unknown, "target, blocking, name, route_prefix, logging_config, "
+                    "_local_testing_mode, external_scaler_enabled, controller_options")
     if _local_testing_mode:
         from muster.serve.local_testing import run_local
 
@@ -176,14 +179,18 @@ class RunTarget:
 
 
 def run_many(targets: list[RunTarget], blocking: bool = False, wait_for_ingress_deployment_creation: bool = True,
-             wait_for_applications_running: bool = True, **_ignored: Any) -> list[DeploymentHandle]:
+             wait_for_applications_running: bool = True, _local_testing_mode: bool = False,
+             controller_options: Any = None, **unknown: Any) -> list[DeploymentHandle]:
     """Deploy several applications; the handles to their ingress deployments, in order (Ray's ``run_many``).
 
     Each is deployed as ``serve.run`` deploys one, and every replica is up when it returns.
 
     Raises:
         ValueError: no targets, a target that is not a ``RunTarget``, or two with the same name.
+        TypeError: a keyword Ray 2.60's ``run_many`` does not take, as in Ray.
     """
+    _refuse_unknown("serve.run_many", unknown, "targets, blocking, wait_for_ingress_deployment_creation, "
+                    "wait_for_applications_running, _local_testing_mode, controller_options")
     targets = list(targets)
     if not targets:
         raise InvalidArgumentError("serve.run_many([]): give at least one "
@@ -197,11 +204,27 @@ def run_many(targets: list[RunTarget], blocking: bool = False, wait_for_ingress_
     if twice:
         raise InvalidArgumentError(f"serve.run_many: the app name(s) {twice} are given more than once; each "
                                    "application needs a name of its own (RunTarget(name=...)).")
+    if _local_testing_mode:
+        from muster.serve.local_testing import run_local
+
+        return [run_local(t.target, t.name) for t in targets]
     handles = [_run(t.target, name=t.name, route_prefix=t.route_prefix, logging_config=t.logging_config)
                for t in targets]
     if blocking:
         _serve_until_interrupted()
     return handles
+
+
+def _refuse_unknown(call: str, unknown: dict[str, Any], takes: str) -> None:
+    """A keyword ``call`` does not take is a ``TypeError``, as Ray's Python raises it (it was dropped unread)."""
+    if not unknown:
+        return
+    name = sorted(unknown)[0]
+    why = (" Ray 2.60's serve.run returns once the app runs; blocking=True serves until Ctrl-C."
+           if name == "_blocking" else " (host and port go to serve.start(http_options=...).)"
+           if name in ("host", "port") else "")
+    raise InvalidTypeError(f"{call}() got an unexpected keyword argument {name!r}: it takes {takes}.{why} "
+                           f"Drop {name}=, as Ray 2.60 refuses it too.")
 
 
 def _serve_until_interrupted() -> None:

@@ -217,7 +217,8 @@ class BackpressureConfig:
     """The HTTP answer to a request refused because the deployment's queue is full (Ray's
     ``ray.serve.config.BackpressureConfig``): ``status_code`` 503 or 429, and ``retry_after_s``, sent as a
     ``Retry-After`` header rounded up to whole seconds (None: no header). A deployment without one
-    answers 503 with ``Retry-After: 1``; an unavailable deployment always gets 503."""
+    answers 503 with ``Retry-After: 1`` (Ray's sends no header; a client that honours it backs off instead of
+    retrying at once); an unavailable deployment always gets 503."""
 
     status_code: int = 503
     retry_after_s: float | None = None
@@ -237,14 +238,13 @@ class BackpressureConfig:
         # Ray refuses unknown fields too, so a typo (retry_after) is not silently dropped
         return _from_dict(cls, value, "backpressure_config", "{'status_code': 429, 'retry_after_s': 5}")
 
-    def rejection(self) -> tuple[int, str | None]:
-        """The status and ``Retry-After`` value a refused request gets."""
-        retry = None if self.retry_after_s is None else str(max(0, math.ceil(self.retry_after_s)))
-        return self.status_code, retry
+    def rejection(self) -> tuple[int, float | None]:
+        """The status and ``retry_after_s`` a refused request gets."""
+        return self.status_code, self.retry_after_s
 
 
-#: What a refused request gets when the deployment sets no ``backpressure_config``.
-DEFAULT_REJECTION: tuple[int, str | None] = (503, "1")
+#: What a refused request gets when the deployment sets no ``backpressure_config``: 503, retry after 1 s.
+DEFAULT_REJECTION: tuple[int, float | None] = (503, 1.0)
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -437,8 +437,8 @@ class DeploymentConfig:
             return self.autoscaling_config.start_replicas
         return 1 if self.num_replicas is None else int(self.num_replicas)
 
-    def rejection(self) -> tuple[int, str | None]:
-        """The HTTP status and ``Retry-After`` value of a request the full queue refuses."""
+    def rejection(self) -> tuple[int, float | None]:
+        """The HTTP status and ``retry_after_s`` of a request the full queue refuses."""
         return DEFAULT_REJECTION if self.backpressure_config is None else self.backpressure_config.rejection()
 
     def resources(self) -> dict[str, float]:

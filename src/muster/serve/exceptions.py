@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from muster.exceptions import InvalidArgumentError, MusterError, TaskCancelledError
@@ -13,15 +14,24 @@ class RayServeException(MusterError):
 
 class BackPressureError(RayServeException):
     """Every replica is at ``max_ongoing_requests`` and the queue is at ``max_queued_requests``.
-    ``status_code`` and ``retry_after`` (the ``Retry-After`` header's value, or None) are what HTTP answers
-    (the deployment's ``backpressure_config``)."""
+    As Ray's: ``message``, and ``status_code`` and ``retry_after_s`` (seconds, or None) are what HTTP answers
+    (the deployment's ``backpressure_config``; unset: 503 and ``Retry-After: 1``)."""
 
-    def __init__(self, message: str, status_code: int = 503, retry_after: str | None = "1"):
-        super().__init__(message, status_code, retry_after)  # all in args: the error pickles whole
-        self.status_code, self.retry_after = status_code, retry_after
+    def __init__(self, message: str, status_code: int = 503, retry_after_s: float | None = None):
+        super().__init__(message, status_code, retry_after_s)  # all in args: the error pickles whole
+        self.status_code, self.retry_after_s = status_code, retry_after_s
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+    @property
+    def retry_after(self) -> str | None:
+        """The ``Retry-After`` header's value: ``retry_after_s`` rounded up to whole seconds, or None."""
+        return None if self.retry_after_s is None else str(max(0, math.ceil(self.retry_after_s)))
 
 
 class DeployFailedError(RayServeException, RuntimeError):
@@ -38,10 +48,18 @@ class RoutePrefixTakenError(RayServeException, InvalidArgumentError):
 class DeploymentUnavailableError(RayServeException):
     """No replica of the deployment answered in time (none running, or all died)."""
 
+    @property
+    def message(self) -> str:  # Ray's
+        return str(self)
+
 
 class ReplicaUnavailableError(RayServeException):
     """The replica chosen for a request is no longer available (Ray's name; muster raises its subclass
     :class:`ReplicaDiedError`)."""
+
+    @property
+    def message(self) -> str:  # Ray's
+        return str(self)
 
 
 class ReplicaDiedError(ReplicaUnavailableError):

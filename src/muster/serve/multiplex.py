@@ -4,7 +4,9 @@ One deployment serves many models: a request names its model (``handle.options(m
 or the HTTP header ``serve_multiplexed_model_id``), and the replica's loader, decorated with
 ``@serve.multiplexed(max_num_models_per_replica=n)``, keeps the ``n`` models it used last. A model asked for
 again is not loaded again; requests for one model that arrive while it loads share the one load; a load that
-fails is not kept. Each replica tells its callers (the ingress, handles) which models it holds, loading ones
+fails is not kept. An evicted model is dropped before the next one loads: Python runs a plain ``__del__``
+once nothing holds it, and an ``async def __del__`` is awaited first, as Ray's multiplexer awaits it. Each
+replica tells its callers (the ingress, handles) which models it holds, loading ones
 included, whenever that changes, and they route a request to a replica that holds its model
 (``_internal/model_routing.py``).
 """
@@ -15,6 +17,7 @@ import asyncio
 import collections
 import functools
 import inspect
+import logging
 import weakref
 from contextvars import ContextVar
 from typing import Any, Awaitable, Callable
@@ -125,10 +128,9 @@ class _Models:
     async def get(self, model_id: str, load: Callable[[], Awaitable[Any]]) -> Any:
         held = self.loaded.get(model_id)
         if held is None:
-            held = asyncio.ensure_future(load())
+            finals = [gone.result() for gone in self._evict() if _async_del(gone) is not None]
+            held = asyncio.ensure_future(_unload_then_load(finals, load) if finals else load())
             self.loaded[model_id] = held
-            while 0 < self.size < len(self.loaded):  # the least recently used go; Python frees them
-                self.loaded.popitem(last=False)
             _changed()  # reported while it loads (as Ray), so requests for it follow this one
         else:
             self.loaded.move_to_end(model_id)
@@ -139,6 +141,34 @@ class _Models:
                 del self.loaded[model_id]
                 _changed()
             raise
+
+    def _evict(self) -> list[asyncio.Future]:
+        """Make room for one more model: the least recently used go (held by nothing else, Python frees them)."""
+        gone = []
+        while 0 < self.size <= len(self.loaded):
+            gone.append(self.loaded.popitem(last=False)[1])
+        return gone
+
+
+def _async_del(loaded: asyncio.Future) -> Callable[[Any], Awaitable[None]] | None:
+    """The ``async def __del__`` of the model a finished load gave, if its class has one."""
+    if not loaded.done() or loaded.cancelled() or loaded.exception() is not None:
+        return None
+    final = getattr(type(loaded.result()), "__del__", None)
+    return final if inspect.iscoroutinefunction(final) else None
+
+
+async def _unload_then_load(finals: list[Any], load: Callable[[], Awaitable[Any]]) -> Any:
+    """Await each evicted model's ``async def __del__`` (Ray's multiplexer does, before it loads the next: the
+    memory it frees is the new model's), then load."""
+    while finals:
+        model = finals.pop(0)
+        try:
+            await type(model).__del__(model)
+        except Exception as exc:  # the request is for the next model: it still loads
+            logging.getLogger("muster.serve").warning("the evicted model %r's __del__ raised %r", model, exc)
+        del model
+    return await load()
 
 
 class _Loader:

@@ -30,35 +30,52 @@ def bind_routes(app: Any, cls: type, instance: Any) -> Any:
     bound.user_middleware = list(app.user_middleware)
     bound.state = app.state
     bound.router.lifespan_context = app.router.lifespan_context  # runs the app's own on_startup handlers too
-    _bind_into(bound.router, app.router.routes, _methods_of(cls), instance, top=True)
+    _bind_into(bound.router, app.router.routes, _Methods(cls), instance, top=True)
     return bound
 
 
-def _methods_of(cls: type) -> dict[int, str]:
-    """The functions defined on ``cls`` (and its bases), by ``id``, with the attribute names they have there."""
-    found: dict[int, str] = {}
-    for klass in reversed(cls.__mro__[:-1]):  # a subclass's override wins; not object's
-        for name, value in vars(klass).items():
-            fn = getattr(value, "__func__", value)
-            if inspect.isfunction(fn):
-                found[id(fn)] = name
-    return found
+class _Methods:
+    """Which route endpoints are methods of the deployment class, and the bound method each route calls."""
+
+    def __init__(self, cls: type):
+        self.by_id: dict[int, str] = {}  # the functions the class (and its bases) has, with their attribute names
+        for klass in reversed(cls.__mro__[:-1]):  # a subclass's override wins; not object's
+            for name, value in vars(klass).items():
+                fn = getattr(value, "__func__", value)
+                if inspect.isfunction(fn):
+                    self.by_id[id(fn)] = name
+        self.qualnames = {klass.__qualname__ for klass in cls.__mro__[:-1]}
+
+    def of(self, endpoint: Any) -> bool:
+        """Whether ``endpoint`` is the class's: one it has, or one written in its body under a name a later
+        ``def`` took (Ray's guide routes ``GET /`` and ``POST /{subpath}`` to two methods named ``root``, and Ray
+        finds a class's routes by their qualified name)."""
+        if id(endpoint) in self.by_id:
+            return True
+        owner, _, name = getattr(endpoint, "__qualname__", "").rpartition(".")
+        return inspect.isfunction(endpoint) and owner in self.qualnames and name == endpoint.__name__
+
+    def bound(self, endpoint: Any, instance: Any) -> Any:
+        """What the route calls: ``instance``'s method of that name, or the shadowed function bound to it."""
+        name = self.by_id.get(id(endpoint))
+        return getattr(instance, name) if name is not None else endpoint.__get__(instance, type(instance))
 
 
-def _bind_into(router: Any, routes: list[Any], methods: dict[int, str], instance: Any, top: bool = False) -> None:
+def _bind_into(router: Any, routes: list[Any], methods: _Methods, instance: Any, top: bool = False) -> None:
     """Add ``routes`` to ``router``: those whose endpoint is one of the class's ``methods`` calling ``instance``'s
     bound method, the rest as they are (but the docs routes of the ``top`` app, which ``router``'s own app
     serves)."""
     from fastapi.routing import APIRoute, APIWebSocketRoute
 
     for route in routes:
-        name = methods.get(id(getattr(route, "endpoint", None)))
-        if name is not None and isinstance(route, APIWebSocketRoute):
-            router.add_api_websocket_route(route.path, getattr(instance, name), name=route.name,
+        endpoint = getattr(route, "endpoint", None)
+        mine = methods.of(endpoint)
+        if mine and isinstance(route, APIWebSocketRoute):
+            router.add_api_websocket_route(route.path, methods.bound(endpoint, instance), name=route.name,
                                            dependencies=route.dependencies)
-        elif name is not None and isinstance(route, APIRoute):
+        elif mine and isinstance(route, APIRoute):
             router.add_api_route(
-                route.path, getattr(instance, name), methods=sorted(route.methods or ()),
+                route.path, methods.bound(endpoint, instance), methods=sorted(route.methods or ()),
                 response_model=route.response_model, status_code=route.status_code, name=route.name,
                 response_class=route.response_class, dependencies=route.dependencies, summary=route.summary,
                 tags=route.tags,
@@ -69,7 +86,7 @@ def _bind_into(router: Any, routes: list[Any], methods: dict[int, str], instance
             router.routes.append(route)
 
 
-def _bound_include(included: Any, methods: dict[int, str], instance: Any) -> Any:
+def _bound_include(included: Any, methods: _Methods, instance: Any) -> Any:
     """An ``app.include_router(router)`` entry (FastAPI's ``_IncludedRouter``: the router and how it was
     included), as it is when no route under it is the class's; else the same inclusion of a copy of the router
     whose class routes are bound to ``instance``."""
@@ -82,12 +99,12 @@ def _bound_include(included: Any, methods: dict[int, str], instance: Any) -> Any
     return type(included)(original_router=copy, include_context=included.include_context)
 
 
-def _has_class_routes(routes: list[Any], methods: dict[int, str]) -> bool:
+def _has_class_routes(routes: list[Any], methods: _Methods) -> bool:
     for route in routes:
         if hasattr(route, "original_router"):
             if _has_class_routes(route.original_router.routes, methods):
                 return True
-        elif id(getattr(route, "endpoint", None)) in methods:
+        elif methods.of(getattr(route, "endpoint", None)):
             return True
     return False
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from muster.serve._internal import wire
 from muster.serve._internal.streams import ReplicaConnection, Stream
 from muster.tasks import owner
+from muster.serve.config import DEFAULT_REJECTION
 from muster.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 
@@ -36,7 +37,7 @@ class DeploymentRoute:
     replicas: tuple[ReplicaRoute, ...]
     max_ongoing_requests: int
     max_queued_requests: int
-    rejection: tuple[int, str | None] = (503, "1")  # HTTP status and Retry-After when the queue is full
+    rejection: tuple[int, float | None] = DEFAULT_REJECTION  # HTTP status and retry_after_s when the queue is full
     multiplexed: bool = False  # has a @serve.multiplexed loader: requests naming a model are routed by it
 
 
@@ -116,7 +117,7 @@ class Router:
         self.replicas: dict[str, _RoutedReplica] = {}
         self._list: list[_RoutedReplica] = []
         self.max_ongoing, self.max_queued = 5, -1
-        self.rejection: tuple[int, str | None] = (503, "1")
+        self.rejection: tuple[int, float | None] = DEFAULT_REJECTION
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._chosen: _RoutedReplica | None = None  # picked by open_now but not connected yet
         self.known = False  # is the deployment in this process's route table
