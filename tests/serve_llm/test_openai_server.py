@@ -186,8 +186,15 @@ def test_sixteen_concurrent_requests_batch_together(client):
     (dict(messages=CHAT, response_format={"type": "json_object"}, extra_body={"guided_regex": "a+"}), 400,
      "response_format and guided_regex both constrain the output"),
     (dict(messages=CHAT, extra_body={"guided_choice": "yes"}), 400, "guided_choice='yes' is not valid"),
-    (dict(messages=CHAT, tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
-          tool_choice="required"), 400, "tools (function calling) are not supported"),
+    (dict(messages=CHAT, tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]), 400,
+     "tool_choice='auto' (the default with tools)"),
+    (dict(messages=CHAT, tools=[{"type": "function", "function": {"name": "f"}}],
+          tool_choice={"type": "function", "function": {"name": "g"}}), 400, "names the function 'g', which is not"),
+    (dict(messages=CHAT, tools=[{"type": "function"}], tool_choice="required"), 400, "tools[0] is"),
+    (dict(messages=CHAT, tool_choice="required"), 400, "tool_choice='required' needs tools"),
+    (dict(messages=CHAT, tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="required",
+          response_format={"type": "json_object"}), 400, "both constrain the output"),
+    (dict(messages=CHAT, functions=[{"name": "f"}]), 400, "functions (OpenAI's deprecated function calling)"),
     (dict(messages=CHAT, extra_body={"guided_grammar": "root ::= 'a'"}), 400, "guided_grammar (vLLM's"),
     (dict(messages=[{"role": "user", "content": [{"type": "text", "text": "hi"},
                                                  {"type": "image_url", "image_url": {"url": "data:,"}}]}]),
@@ -267,6 +274,58 @@ def test_structured_output_through_the_openai_client(client):
     picked = client.completions.create(model="tiny-chat", prompt="pick one", max_tokens=8, temperature=0,
                                        extra_body={"guided_choice": ["red", "green", "blue"]})
     assert picked.choices[0].text in ("red", "green", "blue") and picked.choices[0].finish_reason == "stop"
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                            "parameters": {
+    "type": "object", "required": ["city", "unit"], "additionalProperties": False,
+    "properties": {"city": {"type": "string", "maxLength": 10}, "unit": {"enum": ["c", "f"]}}}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "required": ["zone"], "additionalProperties": False,
+    "properties": {"zone": {"enum": ["UTC", "CET"]}}}}}
+
+
+def _checked_call(call, tools=(WEATHER, TIME)):
+    """The call's name and arguments, checked against the schema of the tool it names."""
+    spec = next(t["function"] for t in tools if t["function"]["name"] == call.function.name)
+    args = json.loads(call.function.arguments)
+    assert call.type == "function" and call.id.startswith("call_") and set(args) == set(spec["parameters"]["required"])
+    for key, value in args.items():
+        schema = spec["parameters"]["properties"][key]
+        assert value in schema["enum"] if "enum" in schema else isinstance(value, str) and len(value) <= 10
+    return call.function.name, args
+
+
+def test_tool_calls_named_and_required_plain_and_streamed(client):
+    """tools with tool_choice naming a function or "required" (refused with 400 before): the random tiny
+    model answers with calls whose arguments follow each tool's schema, in OpenAI's shape as the official client
+    parses it; the tools reach the chat template (the prompt grows); earlier calls and tool answers render."""
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    r = greedy_chat(client, max_tokens=60, tools=[WEATHER, TIME], tool_choice=named)
+    (call,) = r.choices[0].message.tool_calls
+    assert _checked_call(call)[0] == "get_weather" and r.choices[0].message.content is None
+    assert r.choices[0].finish_reason == "stop"  # OpenAI's, for a named call
+    assert r.usage.prompt_tokens > greedy_chat(client, max_tokens=1).usage.prompt_tokens  # the tools' names added
+    one = greedy_chat(client, max_tokens=80, tools=[WEATHER, TIME], tool_choice="required", parallel_tool_calls=False)
+    assert len(one.choices[0].message.tool_calls) == 1 and one.choices[0].finish_reason == "tool_calls"
+    _checked_call(one.choices[0].message.tool_calls[0])
+    stream = client.chat.completions.create(model="tiny-chat", messages=CHAT, temperature=0, max_tokens=80,
+                                            tools=[WEATHER, TIME], tool_choice="required", stream=True,
+                                            parallel_tool_calls=False)  # (the random model would add calls)
+    chunks = [c.choices[0] for c in stream if c.choices]
+    deltas = [d for c in chunks for d in (c.delta.tool_calls or [])]
+    assert chunks[-1].finish_reason == "tool_calls" and deltas and [d.index for d in deltas] == list(range(len(deltas)))
+    for d in deltas:
+        _checked_call(d)
+    turns = CHAT + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                    {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 21}'}]
+    again = client.chat.completions.create(model="tiny-chat", messages=turns, temperature=0, max_tokens=4,
+                                           tools=[WEATHER], tool_choice="none")  # "none": text, tools left out
+    without_call = [*turns[:-2], {"role": "assistant", "content": None}, turns[-1]]
+    assert again.choices[0].message.content and again.usage.prompt_tokens > client.chat.completions.create(
+        model="tiny-chat", messages=without_call, temperature=0, max_tokens=1).usage.prompt_tokens  # the call rendered
+    with pytest.raises(openai.BadRequestError, match="tools are for /v1/chat/completions"):
+        client.completions.create(model="tiny-chat", prompt="hi", max_tokens=2, extra_body={"tools": [WEATHER]})
 
 
 def test_chat_logprobs_plain_and_streamed(client):

@@ -62,6 +62,16 @@ class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool's answer: to which call
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as a chat template reads it: role and text, and the tool fields it has."""
+        out: dict[str, Any] = {"role": self.role, "content": self.text()}
+        for name in ("name", "tool_calls", "tool_call_id"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
 
     def text(self) -> str:
         """The message's text (text parts joined)."""
@@ -96,11 +106,12 @@ class _SamplingRequest(_Request):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
-    # structured output (OpenAI's response_format, vLLM's guided_json/_regex/_choice); tool calling and
-    # guided_grammar are read only to be refused
+    # structured output (OpenAI's response_format, vLLM's guided_json/_regex/_choice), tool calling (chat
+    # only: see muster.serve.llm.tools); the legacy functions and guided_grammar are read only to be refused
     response_format: dict[str, Any] | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
     functions: list[Any] | None = None
     guided_json: Any = None
     guided_regex: Any = None
@@ -207,11 +218,12 @@ class _SamplingRequest(_Request):
         if self.stream_options is not None and not self.stream:
             raise InvalidRequestError("stream_options is only allowed when stream is true; leave it out or set "
                                       "stream: true.", param="stream_options")
-        if (self.tools or self.functions) and self.tool_choice != "none":
-            raise InvalidRequestError(
-                "tools (function calling) are not supported: the model would answer in text and never call one. "
-                "Leave tools out, or send tool_choice='none'.", param="tools",
-            )
+        if self.functions:
+            raise InvalidRequestError("functions (OpenAI's deprecated function calling) is not supported; send "
+                                      "them as tools=[{'type': 'function', 'function': {...}}].", param="functions")
+        if self.tools and not isinstance(self, ChatCompletionRequest):
+            raise InvalidRequestError("tools are for /v1/chat/completions; leave them out of /v1/completions.",
+                                      param="tools")
         if self.guided_grammar is not None:
             raise InvalidRequestError("guided_grammar (vLLM's grammar-guided decoding) is not supported; use "
                                       "guided_json, guided_regex, guided_choice or response_format.",
@@ -343,7 +355,16 @@ class Usage(BaseModel):
 
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None = None  # OpenAI's: id, type "function", function {name, arguments}
+
+    @model_serializer(mode="wrap")
+    def _calls_when_made(self, handler: Any) -> dict[str, Any]:
+        """As OpenAI's: ``tool_calls`` only in an answer that made calls (``content`` is null then)."""
+        out: dict[str, Any] = handler(self)
+        if out.get("tool_calls") is None:
+            out.pop("tool_calls", None)
+        return out
 
 
 class TopLogprob(BaseModel):
@@ -390,10 +411,11 @@ class ChatCompletion(BaseModel):
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # OpenAI's: each with its index, then id/type/function parts
 
     @model_serializer(mode="wrap")
     def _present_only(self, handler: Any) -> dict[str, Any]:
-        """As OpenAI's: ``role`` in the first chunk only, ``content`` where there is some."""
+        """As OpenAI's: ``role`` in the first chunk only, ``content`` and ``tool_calls`` where there are some."""
         return {k: v for k, v in handler(self).items() if v is not None}
 
 

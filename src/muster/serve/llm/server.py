@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster.serve.llm import protocol as p
+from muster.serve.llm import tools
 from muster.serve.llm.config import LLMConfig
 from muster.serve.llm.engine import GenerationChunk, LLMEngine, SamplingParams, TokenLogprob, create_engine
+from muster.serve.llm.engine.base import StructuredOutput
 from muster.serve.llm.errors import EngineError, InvalidRequestError, LLMRequestError, error_body
 from muster.serve.llm.metrics import LLMMeter
 
@@ -138,8 +140,14 @@ class LLMServer:
         if not req.messages:
             raise InvalidRequestError("messages is empty: send at least one message", param="messages")
         top = req.logprobs_count()
-        prompt = self.engine.encode_chat([{"role": m.role, "content": m.text()} for m in req.messages])
-        params = _sampling(req, req.token_limit(), top)
+        calling = tools.plan(req.tools, req.tool_choice, req.parallel_tool_calls)
+        structured = req.structured_output()
+        if calling is not None and structured is not None:
+            raise InvalidRequestError("tool_choice and response_format (or guided_*) both constrain the output; "
+                                      "send one of them.", param="tool_choice")
+        messages = [tools.template_message(m.for_template()) for m in req.messages]
+        prompt = self.engine.encode_chat(messages, tools=None if calling is None else list(calling.tools))
+        params = _sampling(req, req.token_limit(), top, structured if calling is None else calling.structured())
         try:
             streams = await self._open([(prompt, params)] * req.n, len(prompt), t0)
         except InvalidRequestError as exc:  # a prompt too long is the messages' fault here, as OpenAI names it
@@ -149,19 +157,22 @@ class LLMServer:
         rid, created = p.new_id("chatcmpl"), p.now()
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return self._chat_events(streams, rid, created, include_usage, top is not None)
+            return self._chat_events(streams, rid, created, include_usage, top is not None, calling)
         results = await _collect(streams)
-        choices = [
-            p.ChatChoice(index=i, message=p.AssistantMessage(content=text), finish_reason=reason,
-                         logprobs=_chat_logprobs(lps) if top is not None else None)
-            for i, (text, reason, _, lps) in enumerate(results)
-        ]
+        choices = []
+        for i, (text, reason, _, lps) in enumerate(results):
+            answer = p.AssistantMessage(content=text)
+            if calling is not None and reason == "stop":  # a whole call (one cut by max_tokens stays text)
+                answer = p.AssistantMessage(content=None, tool_calls=calling.calls(text))
+                reason = calling.finish_reason
+            choices.append(p.ChatChoice(index=i, message=answer, finish_reason=reason,
+                                        logprobs=_chat_logprobs(lps) if top is not None else None))
         usage = _usage(len(prompt), sum(r[2] for r in results))
         return p.ChatCompletion(id=rid, created=created, model=self.model_id, choices=choices,
                                 usage=usage).model_dump_json()
 
-    async def _chat_events(self, streams: list[_Primed], rid: str, created: int,
-                           include_usage: bool, logprobs: bool) -> AsyncGenerator[str, None]:
+    async def _chat_events(self, streams: list[_Primed], rid: str, created: int, include_usage: bool,
+                           logprobs: bool, calling: tools.ToolPlan | None) -> AsyncGenerator[str, None]:
         def event(choices: list[p.ChatChunkChoice], usage: p.Usage | None = None) -> str:
             chunk = p.ChatCompletionChunk(id=rid, created=created, model=self.model_id, choices=choices, usage=usage)
             # OpenAI's chunks carry finish_reason and logprobs (null until the end) and leave usage out
@@ -171,12 +182,17 @@ class LLMServer:
         for i in range(len(streams)):
             yield event([p.ChatChunkChoice(index=i, delta=p.ChatDelta(role="assistant", content=""))])
         counts = [0] * len(streams)
+        held: list[list[str]] = [[] for _ in streams]  # a tool call's text, until it is whole
         async with contextlib.aclosing(_merge(streams)) as merged:
             async for i, chunk in merged:
                 counts[i] = chunk.num_generated_tokens
                 delta = p.ChatDelta(content=chunk.text) if chunk.text else p.ChatDelta()
+                reason = chunk.finish_reason
+                if calling is not None:
+                    held[i].append(chunk.text)
+                    delta, reason = _call_delta(calling, "".join(held[i]), reason)
                 lps = _chat_logprobs(chunk.logprobs) if logprobs else None
-                yield event([p.ChatChunkChoice(index=i, delta=delta, finish_reason=chunk.finish_reason, logprobs=lps)])
+                yield event([p.ChatChunkChoice(index=i, delta=delta, finish_reason=reason, logprobs=lps)])
         if include_usage:
             yield event([], _usage(streams[0].prompt_tokens, sum(counts)))
         yield "data: [DONE]\n\n"
@@ -190,7 +206,7 @@ class LLMServer:
         if req.best_of not in (None, 1, req.n):
             raise InvalidRequestError(f"best_of={req.best_of} is not supported; leave it out.", param="best_of")
         prompts = [self._prompt_ids(x) for x in _prompt_list(req.prompt, "prompt")]
-        params = _sampling(req, req.max_tokens, req.logprobs)
+        params = _sampling(req, req.max_tokens, req.logprobs, req.structured_output())
         prompt_tokens = sum(len(ids) for ids in prompts)
         streams = await self._open([(ids, params) for ids in prompts for _ in range(req.n)], prompt_tokens, t0)
         rid, created = p.new_id("cmpl"), p.now()
@@ -353,8 +369,19 @@ async def _collect(streams: list[_Primed]) -> list[tuple[str, str | None, int, l
     return list(await asyncio.gather(*(one(s) for s in streams)))
 
 
+def _call_delta(calling: tools.ToolPlan, text: str, reason: str | None) -> tuple[p.ChatDelta, str | None]:
+    """The streamed delta of a tool-calling answer once its text (``text`` so far) is whole: the calls, each
+    with its index (an answer cut by ``max_tokens`` comes as text); nothing before."""
+    if reason is None:
+        return p.ChatDelta(), None
+    if reason != "stop":
+        return p.ChatDelta(content=text), reason
+    calls = [{"index": k, **call} for k, call in enumerate(calling.calls(text))]
+    return p.ChatDelta(tool_calls=calls), calling.finish_reason
+
+
 def _sampling(req: p.ChatCompletionRequest | p.CompletionRequest, max_tokens: int | None,
-              logprobs: int | None) -> SamplingParams:
+              logprobs: int | None, structured: StructuredOutput | None = None) -> SamplingParams:
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=1.0 if req.temperature is None else req.temperature,
@@ -362,7 +389,7 @@ def _sampling(req: p.ChatCompletionRequest | p.CompletionRequest, max_tokens: in
         stop=tuple(req.stop_list()), seed=req.seed, top_k=req.top_k_value(), logprobs=logprobs,
         presence_penalty=req.presence_penalty or 0.0, frequency_penalty=req.frequency_penalty or 0.0,
         repetition_penalty=req.repetition_penalty_value(), logit_bias=req.logit_bias_pairs(),
-        structured=req.structured_output(),
+        structured=structured,
     )
 
 

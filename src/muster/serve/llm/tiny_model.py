@@ -14,8 +14,11 @@ from pathlib import Path
 
 from muster.exceptions import InvalidArgumentError
 
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}</s>\n{% endfor %}"
+CHAT_TEMPLATE = (  # the names of the tools and of earlier calls (real templates give their JSON; this is short)
+    "{% if tools %}<|tools|>{% for t in tools %}{{ t.function.name }} {% endfor %}</s>\n{% endif %}"
+    "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}"
+    "{% for c in message.tool_calls or [] %}{{ c.function.name }}({{ c.function.arguments | tojson }}){% endfor %}"
+    "</s>\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 

@@ -159,8 +159,9 @@ class LLMEngine(abc.ABC):
         """Load the tokenizer and weights and start generating (blocking); raise if that is impossible."""
 
     @abc.abstractmethod
-    def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        """Token ids of a chat rendered with the tokenizer's chat template (generation prompt added)."""
+    def encode_chat(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """Token ids of a chat rendered with the tokenizer's chat template (generation prompt added), with
+        ``tools`` (OpenAI's shape) given to the template, as the model was trained to read them."""
 
     @abc.abstractmethod
     def encode(self, text: str) -> list[int]:

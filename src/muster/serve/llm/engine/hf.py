@@ -232,7 +232,7 @@ class TransformersEngine(LLMEngine):
             manager.destroy()
 
     # ------------------------------------------------------------------ requests
-    def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+    def encode_chat(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
         if not getattr(self.tokenizer, "chat_template", None):
             raise InvalidRequestError(
                 f"model {self.config.model_id!r} has no chat template, so /v1/chat/completions cannot render "
@@ -240,7 +240,8 @@ class TransformersEngine(LLMEngine):
                 "(tokenizer.chat_template = ...; tokenizer.save_pretrained(model_source)).",
                 param="messages", code="no_chat_template",
             )
-        rendered = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        rendered = self.tokenizer.apply_chat_template(list(messages), tools=tools, add_generation_prompt=True,
+                                                      tokenize=False)
         return self._ids_of(rendered, False)
 
     def encode(self, text: str) -> list[int]:

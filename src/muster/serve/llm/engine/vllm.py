@@ -64,13 +64,14 @@ class VLLMEngine(LLMEngine):
             kwargs["tokenizer"], trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
         self.max_model_len = int(self.engine.model_config.max_model_len)
 
-    def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+    def encode_chat(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
         if not getattr(self.tokenizer, "chat_template", None):
             raise InvalidRequestError(
                 f"model {self.config.model_id!r} has no chat template; use /v1/completions or save one with "
                 "the tokenizer.", param="messages", code="no_chat_template",
             )
-        rendered = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        rendered = self.tokenizer.apply_chat_template(list(messages), tools=tools, add_generation_prompt=True,
+                                                      tokenize=False)
         return list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
     def encode(self, text: str) -> list[int]:
