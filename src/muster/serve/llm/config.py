@@ -18,6 +18,14 @@ from muster.serve.llm.errors import LLMConfigError
 
 ENGINES = ("auto", "transformers", "vllm")
 
+# Ray Serve LLM's (vLLM's server's) tool-calling settings, read by muster's server layer for either engine.
+TOOL_KWARGS = {
+    "enable_auto_tool_choice": "True: tool_choice 'auto' (the default with tools) reads the calls the model writes "
+                               "in its answer with tool_call_parser (default False: 'auto' is refused)",
+    "tool_call_parser": "the model's tool-call format: 'hermes' (<tool_call> tags: Qwen 2.5/3, Hermes) or "
+                        "'llama3_json' (Llama 3.1+)",
+}
+
 # engine_kwargs the transformers engine understands (vLLM takes any of its own EngineArgs).
 TRANSFORMERS_ENGINE_KWARGS = {
     "max_model_len": "longest prompt + completion, in tokens (default: the model's max_position_embeddings)",
@@ -36,6 +44,7 @@ TRANSFORMERS_ENGINE_KWARGS = {
     "trust_remote_code": "let transformers run the model repository's own code (default False)",
     "task": "'generate' (default; 'auto' too) or 'embed' (vLLM's name, as Ray's embeddings guide sets it; "
             "'embedding' too): an embed model answers /v1/embeddings and refuses completions",
+    **{name: TOOL_KWARGS[name] for name in TOOL_KWARGS},
 }
 TASKS = ("auto", "generate", "embed", "embedding")
 EMBED_TASKS = ("embed", "embedding")
@@ -215,8 +224,24 @@ class LLMConfig:
             options["ray_actor_options"] = actor
         return options
 
-    def _check_engine_kwargs(self) -> None:
+    @property
+    def tool_call_parser(self) -> str | None:
+        """The format tool_choice 'auto' reads calls in (``engine_kwargs`` ``tool_call_parser`` where
+        ``enable_auto_tool_choice`` is set), else None."""
         kwargs = self.engine_kwargs
+        return kwargs.get("tool_call_parser") if kwargs.get("enable_auto_tool_choice") else None
+
+    def _check_engine_kwargs(self) -> None:
+        from muster.serve.llm.tools import PARSERS  # (tools imports the engine package, which imports this)
+
+        kwargs = self.engine_kwargs
+        parser = kwargs.get("tool_call_parser")
+        if parser is not None and parser not in PARSERS:
+            raise LLMConfigError(f"engine_kwargs['tool_call_parser']={parser!r}: this server reads "
+                                 f"{sorted(PARSERS)} (vLLM's names for those formats).")
+        if kwargs.get("enable_auto_tool_choice") and parser is None:
+            raise LLMConfigError("engine_kwargs enable_auto_tool_choice=True needs tool_call_parser, the model's "
+                                 f"tool-call format: one of {sorted(PARSERS)}.")
         for key in ("max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs",
                     "max_waiting_requests", "num_blocks", "page_size"):
             value = kwargs.get(key)

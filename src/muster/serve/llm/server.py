@@ -140,14 +140,15 @@ class LLMServer:
         if not req.messages:
             raise InvalidRequestError("messages is empty: send at least one message", param="messages")
         top = req.logprobs_count()
-        calling = tools.plan(req.tools, req.tool_choice, req.parallel_tool_calls)
+        calling = tools.plan(req.tools, req.tool_choice, req.parallel_tool_calls, self.config.tool_call_parser)
         structured = req.structured_output()
-        if calling is not None and structured is not None:
+        if calling is not None and calling.parser is None and structured is not None:
             raise InvalidRequestError("tool_choice and response_format (or guided_*) both constrain the output; "
                                       "send one of them.", param="tool_choice")
         messages = [tools.template_message(m.for_template()) for m in req.messages]
         prompt = self.engine.encode_chat(messages, tools=None if calling is None else list(calling.tools))
-        params = _sampling(req, req.token_limit(), top, structured if calling is None else calling.structured())
+        params = _sampling(req, req.token_limit(), top, calling.structured() if calling and not calling.parser
+                           else structured)
         try:
             streams = await self._open([(prompt, params)] * req.n, len(prompt), t0)
         except InvalidRequestError as exc:  # a prompt too long is the messages' fault here, as OpenAI names it
@@ -162,9 +163,10 @@ class LLMServer:
         choices = []
         for i, (text, reason, _, lps) in enumerate(results):
             answer = p.AssistantMessage(content=text)
-            if calling is not None and reason == "stop":  # a whole call (one cut by max_tokens stays text)
-                answer = p.AssistantMessage(content=None, tool_calls=calling.calls(text))
-                reason = calling.finish_reason
+            if calling is not None and reason == "stop":  # a whole answer (one cut by max_tokens stays text)
+                content, calls = calling.answer(text)
+                if calls:
+                    answer, reason = p.AssistantMessage(content=content, tool_calls=calls), calling.finish_reason
             choices.append(p.ChatChoice(index=i, message=answer, finish_reason=reason,
                                         logprobs=_chat_logprobs(lps) if top is not None else None))
         usage = _usage(len(prompt), sum(r[2] for r in results))
@@ -182,15 +184,19 @@ class LLMServer:
         for i in range(len(streams)):
             yield event([p.ChatChunkChoice(index=i, delta=p.ChatDelta(role="assistant", content=""))])
         counts = [0] * len(streams)
-        held: list[list[str]] = [[] for _ in streams]  # a tool call's text, until it is whole
+        calls = [tools.CallStream(calling) for _ in streams] if calling is not None else []
         async with contextlib.aclosing(_merge(streams)) as merged:
             async for i, chunk in merged:
                 counts[i] = chunk.num_generated_tokens
-                delta = p.ChatDelta(content=chunk.text) if chunk.text else p.ChatDelta()
-                reason = chunk.finish_reason
-                if calling is not None:
-                    held[i].append(chunk.text)
-                    delta, reason = _call_delta(calling, "".join(held[i]), reason)
+                text, reason, delta = chunk.text, chunk.finish_reason, p.ChatDelta()
+                if calls:
+                    text, made = calls[i].feed(text), list[dict[str, Any]]()
+                    if reason is not None:
+                        rest, made, reason = calls[i].finish(reason)
+                        text += rest
+                    delta = p.ChatDelta(tool_calls=[{"index": k, **c} for k, c in enumerate(made)] or None)
+                if text:
+                    delta.content = text
                 lps = _chat_logprobs(chunk.logprobs) if logprobs else None
                 yield event([p.ChatChunkChoice(index=i, delta=delta, finish_reason=reason, logprobs=lps)])
         if include_usage:
@@ -367,17 +373,6 @@ async def _collect(streams: list[_Primed]) -> list[tuple[str, str | None, int, l
         return "".join(text), reason, count, logprobs
 
     return list(await asyncio.gather(*(one(s) for s in streams)))
-
-
-def _call_delta(calling: tools.ToolPlan, text: str, reason: str | None) -> tuple[p.ChatDelta, str | None]:
-    """The streamed delta of a tool-calling answer once its text (``text`` so far) is whole: the calls, each
-    with its index (an answer cut by ``max_tokens`` comes as text); nothing before."""
-    if reason is None:
-        return p.ChatDelta(), None
-    if reason != "stop":
-        return p.ChatDelta(content=text), reason
-    calls = [{"index": k, **call} for k, call in enumerate(calling.calls(text))]
-    return p.ChatDelta(tool_calls=calls), calling.finish_reason
 
 
 def _sampling(req: p.ChatCompletionRequest | p.CompletionRequest, max_tokens: int | None,

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from muster.core import context, settings
-from muster.serve.llm.config import LLMConfig
+from muster.serve.llm.config import TOOL_KWARGS, LLMConfig
 from muster.serve.llm.engine.base import (
     EngineStats,
     GenerationChunk,
@@ -54,7 +54,7 @@ class VLLMEngine(LLMEngine):
                 f"model {self.config.model_id!r} uses the vLLM engine, which could not be imported ({exc}): "
                 "pip install \"muster[vllm]\"."
             ) from exc
-        kwargs = dict(self.config.engine_kwargs)
+        kwargs = {k: v for k, v in self.config.engine_kwargs.items() if k not in TOOL_KWARGS}  # (the server's)
         kwargs.setdefault("served_model_name", self.config.model_id)
         kwargs.setdefault("tokenizer", self.config.tokenizer_source)
         args = AsyncEngineArgs(model=self.config.model_source, **kwargs)
