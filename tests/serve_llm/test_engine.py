@@ -379,3 +379,62 @@ def test_structured_output_keeps_the_text_inside_a_schema_a_regex_or_choices(eng
     with pytest.raises(InvalidRequestError, match=r"response_format cannot be used: .*objekt"):
         run(complete(engine, prompt, structured=StructuredOutput("json", '{"type": "objekt"}')))
     assert engine.stats().running == 0  # the refused request holds no slot
+
+
+def test_a_stop_string_ends_the_request_in_the_engine_too(engine):
+    """A request cut by a stop string went on decoding in the engine up to max_tokens (it was never
+    cancelled there), holding a batch slot and taking steps for text nobody reads."""
+    prompt = engine.encode("hello world")
+    full, _ = run(complete(engine, prompt, max_tokens=8))
+    before = engine.stats().steps
+    text, last = run(complete(engine, prompt, max_tokens=100, stop=(full[4:7],)))
+    assert last.finish_reason == "stop" and text == full[: full.index(full[4:7])]
+    assert _idle(engine) and engine.stats().steps - before < 30
+
+
+def _idle(engine, timeout_s: float = 10.0) -> bool:
+    """Whether the engine runs no request within ``timeout_s``."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while engine.stats().running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return engine.stats().running == 0
+
+
+def test_vllms_min_tokens_ignore_eos_allowed_and_stop_token_ids_and_min_p(engine):
+    """vLLM's extra sampling parameters, refused before: the end of sequence (pushed with a +100 bias) held off
+    for min_tokens or for ever (ignore_eos); only allowed_token_ids sampled; a stop token ends the output (kept)
+    and its request in the engine; min_p keeps only tokens within that share of the likeliest one's tempered
+    probability."""
+    import math
+
+    import torch
+
+    prompt = engine.encode("the lazy dog")
+    eos = engine.tokenizer.eos_token_id
+    soon = run(complete(engine, prompt, max_tokens=12, logit_bias=((eos, 100.0),)))[1]
+    assert soon.finish_reason == "stop" and soon.num_generated_tokens <= 1
+    held = run(complete(engine, prompt, max_tokens=12, logit_bias=((eos, 100.0),), min_tokens=5))[1]
+    assert held.finish_reason == "stop" and 5 <= held.num_generated_tokens <= 6
+    never = run(complete(engine, prompt, max_tokens=12, logit_bias=((eos, 100.0),), ignore_eos=True))[1]
+    assert never.finish_reason == "length" and never.num_generated_tokens == 12
+    ref = engine.model.generate(torch.tensor([prompt]), max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    greedy = ref[0, len(prompt):].tolist()
+    only = greedy[2]
+    text, _ = run(complete(engine, prompt, max_tokens=6, temperature=1.0, allowed_token_ids=(only, greedy[5])))
+    assert set(engine.tokenizer(text, add_special_tokens=False)["input_ids"]) <= {only, greedy[5]}
+    stopped_at = greedy.index(greedy[3])  # the first place the stop token comes
+    text, last = run(complete(engine, prompt, max_tokens=8, stop_token_ids=(greedy[3],)))
+    assert last.finish_reason == "stop" and text == engine.tokenizer.decode(greedy[:stopped_at + 1])
+    assert _idle(engine)  # the request stopped here is cancelled in the engine
+
+    async def entries(**params):
+        return [e async for c in engine.generate(prompt, SamplingParams(max_tokens=16, temperature=2.0, logprobs=1,
+                                                                        ignore_eos=True, **params)) for e in c.logprobs]
+
+    def within(found, share):  # the token's tempered probability over the likeliest one's is at least `share`
+        return [math.exp((e.logprob - e.top[0][1]) / 2.0) >= share - 1e-4 for e in found]
+
+    assert all(within(run(entries(min_p=0.8)), 0.8))
+    assert not all(within(run(entries()), 0.8))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import json
+import re
 import struct
 import time
 
@@ -225,55 +226,32 @@ def test_errors_have_openai_shape_and_status(client, kw, status, words):
     assert words in body["message"]
 
 
-def test_vllm_sampling_extras_are_refused_by_name_unless_off(client):
-    """Ray's docs pass vLLM's sampling parameters through extra_body; they were silently ignored here."""
-    for kw, param in ((dict(min_p=0.5), "min_p"), (dict(length_penalty=1.3), "length_penalty"),
-                      (dict(ignore_eos=True, min_tokens=0), "ignore_eos")):
+def test_vllm_sampling_extras_are_taken_or_refused_by_name_unless_off(client, tiny_model):
+    """Ray's docs pass vLLM's sampling parameters through extra_body; they were silently ignored here, then
+    refused; min_p, min_tokens, ignore_eos, allowed_token_ids and stop_token_ids are now taken (checked, with
+    the bad values named); the others are refused by name unless they hold their "off" value."""
+    for kw, param in ((dict(length_penalty=1.3), "length_penalty"), (dict(use_beam_search=True), "use_beam_search"),
+                      (dict(bad_words=["x"]), "bad_words")):
         with pytest.raises(openai.BadRequestError) as err:
             greedy_chat(client, max_tokens=2, extra_body=kw)
         assert err.value.body["param"] == param and f"{param}={kw[param]!r}" in err.value.body["message"]
-    with pytest.raises(openai.BadRequestError, match="min_tokens=3"):
-        client.completions.create(model="tiny-chat", prompt="hi", max_tokens=4, extra_body={"min_tokens": 3})
+    for kw, words in ((dict(min_p=2), "min_p=2 is not valid: send a number in 0..1"),
+                      (dict(min_tokens=-1), "min_tokens=-1 is not valid"),
+                      (dict(min_tokens=5), "min_tokens=5 is above max_tokens=2"),
+                      (dict(allowed_token_ids=[]), "allowed_token_ids=[] is not valid"),
+                      (dict(stop_token_ids=[10 ** 9]), "stop_token_ids names token ids [1000000000], outside")):
+        with pytest.raises(openai.BadRequestError, match=re.escape(words)):
+            greedy_chat(client, max_tokens=2, extra_body=kw)
     off = dict(top_k=-1, min_p=0.0, repetition_penalty=1.0, ignore_eos=False, skip_special_tokens=True)
     assert greedy_chat(client, max_tokens=2, extra_body=off).usage.completion_tokens == 2
+    from transformers import AutoTokenizer
 
-
-def test_logit_bias_and_penalties_reach_the_engine(client):
-    """Refused with 400 before. A +100 bias on one token makes greedy decoding emit only it (on both routes,
-    streamed too); penalties change a greedy answer that repeats itself."""
-    forced = greedy_chat(client, max_tokens=6, logit_bias={"72": 100}, logprobs=True)
-    tokens = [t.token for t in forced.choices[0].logprobs.content]
-    assert len(tokens) == 6 and len(set(tokens)) == 1 and forced.choices[0].message.content == tokens[0] * 6
-    streamed = client.completions.create(model="tiny-chat", prompt="hi", max_tokens=4, temperature=0,
-                                         logit_bias={"72": 100}, stream=True)
-    assert "".join(c.choices[0].text for c in streamed) == tokens[0] * 4
-
-    def complete(**kw):  # the tiny model's greedy answer to this prompt repeats one token 7 times
-        return client.completions.create(model="tiny-chat", prompt="1 2 3 4 5 6 7 8", max_tokens=8, temperature=0,
-                                         **kw).choices[0].text
-
-    plain = complete()
-    for kw in (dict(frequency_penalty=2.0), dict(presence_penalty=2.0), dict(extra_body={"repetition_penalty": 2.0})):
-        assert complete(**kw) != plain, kw
-
-
-def test_structured_output_through_the_openai_client(client):
-    """response_format json_schema and json_object, and vLLM's guided_choice, as the official client sends them
-    (refused with 400 before): each answer is whole JSON of the schema, or one of the choices, streamed too."""
-    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
-                                               "sunny": {"type": "boolean"}},
-              "required": ["city", "sunny"], "additionalProperties": False}
-    fmt = {"type": "json_schema", "json_schema": {"name": "weather", "schema": schema, "strict": True}}
-    r = greedy_chat(client, max_tokens=60, response_format=fmt)
-    answer = json.loads(r.choices[0].message.content)
-    assert r.choices[0].finish_reason == "stop" and set(answer) == {"city", "sunny"}
-    assert isinstance(answer["city"], str) and isinstance(answer["sunny"], bool)
-    streamed = client.chat.completions.create(model="tiny-chat", messages=CHAT, temperature=0, max_tokens=60,
-                                              response_format={"type": "json_object"}, stream=True)
-    assert isinstance(json.loads("".join(c.choices[0].delta.content or "" for c in streamed if c.choices)), dict)
-    picked = client.completions.create(model="tiny-chat", prompt="pick one", max_tokens=8, temperature=0,
-                                       extra_body={"guided_choice": ["red", "green", "blue"]})
-    assert picked.choices[0].text in ("red", "green", "blue") and picked.choices[0].finish_reason == "stop"
+    a, b = AutoTokenizer.from_pretrained(tiny_model).convert_ids_to_tokens([72, 73])  # one character each
+    taken = dict(min_p=0.1, min_tokens=3, ignore_eos=True, allowed_token_ids=[72, 73], stop_token_ids=[73])
+    r = client.completions.create(model="tiny-chat", prompt="hi", max_tokens=8, temperature=1, extra_body=taken)
+    text = r.choices[0].text  # only a and b, no b (the stop token) in the first 3, then up to the first b
+    assert set(text) <= {a, b} and b not in text[:3] and (text.endswith(b) or len(text) == 8), text
+    assert r.choices[0].finish_reason == ("stop" if text.endswith(b) else "length")
 
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",

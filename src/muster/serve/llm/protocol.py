@@ -26,14 +26,24 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's top_logprobs limit; vLLM's default max_logprob
 
 # vLLM's extra sampling parameters (sent with the openai client's ``extra_body``), each with the values that
 # mean "off". Ray Serve LLM passes them to vLLM; these engines do not implement them, so any other value is
-# refused by name rather than ignored. (A null was already turned into "left out".) ``top_k`` and
-# ``repetition_penalty`` are implemented: see :meth:`_SamplingRequest.top_k_value` and ``repetition_penalty_value``.
+# refused by name rather than ignored. (A null was already turned into "left out".) ``top_k``,
+# ``repetition_penalty`` and those of :data:`VLLM_EXTRAS` are implemented (:meth:`_SamplingRequest.vllm_extras`).
 VLLM_EXTRA_DEFAULTS: dict[str, tuple[Any, ...]] = {
-    "min_p": (0,), "length_penalty": (1,), "min_tokens": (0,),
-    "ignore_eos": (False,), "use_beam_search": (False,), "include_stop_str_in_output": (False,),
-    "skip_special_tokens": (True,), "spaces_between_special_tokens": (True,), "stop_token_ids": ([],),
-    "bad_words": ([],), "allowed_token_ids": (), "prompt_logprobs": (), "truncate_prompt_tokens": (),
+    "length_penalty": (1,), "use_beam_search": (False,), "include_stop_str_in_output": (False,),
+    "skip_special_tokens": (True,), "spaces_between_special_tokens": (True,),
+    "bad_words": ([],), "prompt_logprobs": (), "truncate_prompt_tokens": (),
     "structured_outputs": (), "logits_processors": (),
+}
+
+#: vLLM's extra sampling parameters these engines implement: each one's check and what it must be.
+VLLM_EXTRAS: dict[str, tuple[Any, str]] = {
+    "min_p": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1, "a number in 0..1"),
+    "min_tokens": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
+    "ignore_eos": (lambda v: isinstance(v, bool), "true or false"),
+    "allowed_token_ids": (lambda v: isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool)
+                                                                      for t in v), "a non-empty list of token ids"),
+    "stop_token_ids": (lambda v: isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool)
+                                                             for t in v), "a list of token ids"),
 }
 
 
@@ -158,6 +168,25 @@ class _SamplingRequest(_Request):
                 "repeating the prompt's and the output's tokens, 1 is off).", param="repetition_penalty",
             )
         return float(value)
+
+    def vllm_extras(self, max_tokens: int | None) -> dict[str, Any]:
+        """vLLM's extra sampling parameters of :data:`VLLM_EXTRAS` the request sent (lists as tuples).
+
+        Raises:
+            InvalidRequestError: one of the wrong type or range, or min_tokens above max_tokens (named).
+        """
+        found: dict[str, Any] = {}
+        for name, (ok, wanted) in VLLM_EXTRAS.items():
+            value = (self.model_extra or {}).get(name)
+            if value is None:
+                continue
+            if not ok(value):
+                raise InvalidRequestError(f"{name}={value!r} is not valid: send {wanted}.", param=name)
+            found[name] = tuple(value) if isinstance(value, list) else value
+        if max_tokens is not None and found.get("min_tokens", 0) > max_tokens:
+            raise InvalidRequestError(f"min_tokens={found['min_tokens']} is above max_tokens={max_tokens}; send "
+                                      "min_tokens <= max_tokens.", param="min_tokens")
+        return found
 
     def logit_bias_pairs(self) -> tuple[tuple[int, float], ...]:
         """``logit_bias`` as ``(token id, bias)`` pairs, as OpenAI checks it: keys are token ids, biases -100..100.

@@ -384,7 +384,7 @@ def _sampling(req: p.ChatCompletionRequest | p.CompletionRequest, max_tokens: in
         stop=tuple(req.stop_list()), seed=req.seed, top_k=req.top_k_value(), logprobs=logprobs,
         presence_penalty=req.presence_penalty or 0.0, frequency_penalty=req.frequency_penalty or 0.0,
         repetition_penalty=req.repetition_penalty_value(), logit_bias=req.logit_bias_pairs(),
-        structured=structured,
+        structured=structured, **req.vllm_extras(max_tokens),
     )
 
 

@@ -51,11 +51,28 @@ class Shaping:
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     prompt: tuple[int, ...] = ()  # (only read by repetition_penalty)
+    allowed: tuple[int, ...] = ()  # vLLM's allowed_token_ids (empty: all)
+    eos: tuple[int, ...] = ()  # the end-of-sequence ids, masked while ``len(generated) < min_tokens`` or ignore_eos
+    stops: tuple[int, ...] = ()  # stop_token_ids, masked while ``len(generated) < min_tokens`` (as vLLM's)
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    min_p: float = 0.0
+    temperature: float = 1.0  # (only read by min_p, which is relative to the tempered distribution)
 
     def apply(self, row: Any, generated: Sequence[int]) -> None:
         """Shape ``row``, one request's logits, in place; ``generated``: its tokens so far."""
+        import math
+
         import torch
 
+        if self.allowed:
+            keep = torch.full_like(row, float("-inf"))
+            keep[list(self.allowed)] = 0.0
+            row += keep
+        if self.eos and (self.ignore_eos or len(generated) < self.min_tokens):
+            row[list(self.eos)] = float("-inf")
+        if self.stops and len(generated) < self.min_tokens:
+            row[list(self.stops)] = float("-inf")
         if self.logit_bias:
             ids, bias = zip(*self.logit_bias)
             row[list(ids)] += torch.tensor(bias, dtype=row.dtype)
@@ -69,6 +86,8 @@ class Shaping:
         if 0 < self.top_k < row.shape[-1]:
             kth = row.topk(self.top_k).values[-1]
             row.masked_fill_(row < kth, float("-inf"))
+        if self.min_p > 0.0:  # p / p_max >= min_p after temperature T: logit >= max + T * ln(min_p)
+            row.masked_fill_(row < row.max() + self.temperature * math.log(self.min_p), float("-inf"))
 
 
 def _generated(state: Any) -> list[int]:
@@ -245,7 +264,8 @@ class _Recorder:
 def _asked(shaping: Shaping) -> str:
     """The name of an option ``shaping`` holds, for an error."""
     for name, off in (("logit_bias", ()), ("presence_penalty", 0.0), ("frequency_penalty", 0.0),
-                      ("repetition_penalty", 1.0)):
+                      ("repetition_penalty", 1.0), ("allowed", ()), ("min_tokens", 0), ("ignore_eos", False),
+                      ("min_p", 0.0)):
         if getattr(shaping, name) != off:
             return name
     return "top_k"

@@ -55,6 +55,10 @@ class SamplingParams:
             positive and multiplied by it where negative (1: off; above 1 discourages repeats).
         logit_bias: OpenAI's, as ``(token id, bias)`` pairs: the bias (-100..100) is added to the token's logit.
         structured: what the output must be (JSON of a schema, a regex match, one of some strings), or None.
+        min_p, min_tokens, ignore_eos, allowed_token_ids, stop_token_ids: vLLM's (a token below ``min_p`` times
+            the likeliest one's probability is not sampled; no end of sequence before ``min_tokens`` tokens, or
+            ever with ``ignore_eos``, nor a stop token before ``min_tokens``; only ``allowed_token_ids`` are
+            sampled; a token of ``stop_token_ids`` ends the sequence, kept in the output).
     """
 
     max_tokens: int | None
@@ -69,13 +73,19 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     structured: StructuredOutput | None = None
+    min_p: float = 0.0
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    allowed_token_ids: tuple[int, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
 
     @property
     def shapes_logits(self) -> bool:
-        """Whether sampling changes the model's logits for this request: top_k, a penalty, a logit bias or a
-        structured output."""
-        return (self.top_k > 0 or bool(self.logit_bias) or self.structured is not None or self.presence_penalty != 0.0
-                or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0)
+        """Whether sampling changes the model's logits for this request: top_k, min_p, a penalty, a logit bias,
+        a structured output, allowed tokens, or an end of sequence held off (min_tokens, ignore_eos)."""
+        return (self.top_k > 0 or self.min_p > 0 or bool(self.logit_bias) or self.structured is not None
+                or self.min_tokens > 0 or self.ignore_eos or bool(self.allowed_token_ids)
+                or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,7 +198,7 @@ class LLMEngine(abc.ABC):
         """Stop generating and free the model."""
 
     def check_prompt(self, prompt_ids: Sequence[int], max_tokens: int | None, vocab_size: int,
-                     logit_bias: Sequence[tuple[int, float]] = ()) -> int:
+                     params: SamplingParams | None = None) -> int:
         """Check a prompt against ``max_model_len`` and the vocabulary (and the tokens of a ``logit_bias``);
         return the tokens to generate.
 
@@ -198,12 +208,16 @@ class LLMEngine(abc.ABC):
         """
         if not prompt_ids:
             raise InvalidRequestError("the prompt is empty: send at least one token of text", param="prompt")
-        biased = [t for t, _ in logit_bias if not 0 <= t < vocab_size]
-        if biased:
-            raise InvalidRequestError(
-                f"logit_bias names token ids {biased[:5]}, outside the vocabulary of {self.config.model_id!r} "
-                f"(0..{vocab_size - 1}); use the ids of this model's tokenizer.", param="logit_bias",
-            )
+        named = {} if params is None else {"logit_bias": [t for t, _ in params.logit_bias],
+                                           "allowed_token_ids": params.allowed_token_ids,
+                                           "stop_token_ids": params.stop_token_ids}
+        for param, ids in named.items():
+            outside = [t for t in ids if not 0 <= t < vocab_size]
+            if outside:
+                raise InvalidRequestError(
+                    f"{param} names token ids {outside[:5]}, outside the vocabulary of {self.config.model_id!r} "
+                    f"(0..{vocab_size - 1}); use the ids of this model's tokenizer.", param=param,
+                )
         if min(prompt_ids) < 0 or max(prompt_ids) >= vocab_size:
             bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
             raise InvalidRequestError(

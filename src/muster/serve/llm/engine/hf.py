@@ -175,6 +175,10 @@ class TransformersEngine(LLMEngine):
         if not getattr(tok, "clean_up_tokenization_spaces", False) and fast_text(ids) == slow_text(ids):
             self._text_of = fast_text
 
+    def _eos_tuple(self) -> tuple[int, ...]:
+        eos = self._eos_ids()
+        return () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos)
+
     def _eos_ids(self) -> int | list[int] | None:
         """The token(s) that end a sequence: the model's generation config's, else the tokenizer's."""
         eos = self.model.generation_config.eos_token_id
@@ -252,10 +256,10 @@ class TransformersEngine(LLMEngine):
         return self._vocab_size
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[GenerationChunk]:
-        max_tokens = self.check_prompt(prompt_ids, params.max_tokens, self.vocab_size, params.logit_bias)
+        max_tokens = self.check_prompt(prompt_ids, params.max_tokens, self.vocab_size, params)
         request_id, outputs = await self._submit(prompt_ids, params, max_tokens)
         assembler = TextAssembler(self._text_of, params.stop)
-        seen, finished, started = 0, False, time.perf_counter()
+        seen, finished, done_there, started = 0, False, False, time.perf_counter()
         ids: list[int] = []  # generated so far, for the text of each token's log probability
         try:
             while not finished:
@@ -265,6 +269,9 @@ class TransformersEngine(LLMEngine):
                 if out.status == _failed():
                     raise EngineError(f"generation failed in the engine of model {self.config.model_id!r}: {out.error}")
                 new = list(out.generated_tokens[seen:])
+                cut = next((k for k, t in enumerate(new) if t in params.stop_token_ids), None)
+                if cut is not None:  # vLLM's stop_token_ids: the token ends the sequence (and is kept)
+                    new = new[:cut + 1]
                 if new and seen == 0:
                     self._ttft.append(time.perf_counter() - started)
                 logprobs: tuple[TokenLogprob, ...] = ()
@@ -274,18 +281,19 @@ class TransformersEngine(LLMEngine):
                 seen += len(new)
                 self._generated += len(new)
                 self._token_times.append((time.perf_counter(), len(new)))
-                finished = out.is_finished()
+                done_there = out.is_finished()
+                finished = done_there or cut is not None  # (one cut here is cancelled in the engine)
                 text = assembler.push(new, final=finished)
                 reason = None
                 if assembler.stopped:
                     reason, finished = "stop", True
                 elif finished:
-                    reason = "length" if seen >= max_tokens else "stop"
+                    reason = "length" if seen >= max_tokens and cut is None else "stop"
                 if text or reason or logprobs:
                     yield GenerationChunk(text=text, num_prompt_tokens=len(prompt_ids),
                                           num_generated_tokens=seen, finish_reason=reason, logprobs=logprobs)
-        finally:
-            self._release(request_id, cancel=not finished)
+        finally:  # a request ended here (a stop string, a closed stream) is cancelled in the engine too
+            self._release(request_id, cancel=not done_there)
 
     def _token_logprobs(self, before: list[int], raws: list[RawLogprob]) -> tuple[TokenLogprob, ...]:
         """``raws`` (of the tokens generated after ``before``) with each token's text."""
@@ -322,6 +330,10 @@ class TransformersEngine(LLMEngine):
                 frequency_penalty=params.frequency_penalty, repetition_penalty=params.repetition_penalty,
                 logit_bias=params.logit_bias,
                 prompt=tuple(prompt_ids) if params.repetition_penalty != 1.0 else (),
+                allowed=params.allowed_token_ids, min_tokens=params.min_tokens, ignore_eos=params.ignore_eos,
+                eos=self._eos_tuple() if params.min_tokens or params.ignore_eos else (),
+                stops=params.stop_token_ids if params.min_tokens else (),
+                min_p=params.min_p, temperature=max(params.temperature, GREEDY_TEMPERATURE),
             )
             try:
                 matcher = None

@@ -81,14 +81,17 @@ class VLLMEngine(LLMEngine):
         from vllm import SamplingParams as VSamplingParams
         from vllm import TokensPrompt
 
-        max_tokens = self.check_prompt(prompt_ids, params.max_tokens, len(self.tokenizer), params.logit_bias)
+        max_tokens = self.check_prompt(prompt_ids, params.max_tokens, len(self.tokenizer), params)
         request_id = uuid.uuid4().hex
         sampling = VSamplingParams(max_tokens=max_tokens, temperature=params.temperature, top_p=params.top_p,
                                    stop=list(params.stop) or None, seed=params.seed, top_k=params.top_k,
                                    logprobs=params.logprobs, presence_penalty=params.presence_penalty,
                                    frequency_penalty=params.frequency_penalty,
                                    repetition_penalty=params.repetition_penalty,
-                                   logit_bias=dict(params.logit_bias) or None,
+                                   logit_bias=dict(params.logit_bias) or None, min_p=params.min_p,
+                                   min_tokens=params.min_tokens, ignore_eos=params.ignore_eos,
+                                   allowed_token_ids=list(params.allowed_token_ids) or None,
+                                   stop_token_ids=list(params.stop_token_ids) or None,
                                    **_structured_kwargs(params.structured))
         self._running.add(request_id)
         sent_text, sent_tokens, finished, started = 0, 0, False, time.perf_counter()
