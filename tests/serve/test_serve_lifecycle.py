@@ -125,6 +125,9 @@ def test_run_many_deploys_each_app_and_shutdown_async_stops_them():
             serve.run_many([hello.bind()])
         asyncio.run(serve.shutdown_async())
         assert serve.status().applications == {}
+        # as Ray's (RayServeException "There is no Serve instance running on this Ray cluster."); it did nothing
+        with pytest.raises(serve.RayServeException, match=r"There is no Serve instance running: serve.delete\('a'\)"):
+            serve.delete("a")
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.1})

@@ -16,6 +16,7 @@ from starlette.requests import Request
 import muster
 from muster import serve
 from muster.exceptions import InvalidArgumentError, ResourcesUnavailableError
+from muster.serve.exceptions import DeploymentUnavailableError
 from muster.serve.schema import ApplicationStatus, DeploymentStatus
 
 from serve_helpers import Flood, loaded, serving, wait_until
@@ -317,9 +318,20 @@ class Broken:
         raise RuntimeError("cannot load the model")
 
 
+@muster.remote(num_cpus=0.1)
+def _call_app(name: str) -> str:
+    """What a task gets from calling app ``name`` through its handle (the handle's table is pulled from the driver)."""
+    try:
+        return str(serve.get_app_handle(name).remote().result(timeout_s=10))
+    except Exception as exc:  # noqa: BLE001 - the test reads it
+        return f"{type(exc).__name__}: {exc}"
+
+
 def test_constructor_error_fails_serve_run_naming_it(client):
     """As Ray's: serve.run raises a RuntimeError, and serve.status() says DEPLOY_FAILED with the reason until the app
-    is deleted (it was a RayServeException only, and the app was left out of the status)."""
+    is deleted (it was a RayServeException only, and the app was left out of the status). Its route stays, as Ray's:
+    requests get 503 "... is unavailable because it failed to deploy" (muster's gave 404, and get_app_handle raised
+    "no Serve app named"), until serve.delete or a deploy that succeeds."""
     with pytest.raises(RuntimeError, match="Broken.*cannot load the model") as info:
         serve.run(Broken.bind(), name="broken", route_prefix="/broken")
     assert isinstance(info.value, serve.RayServeException)
@@ -327,9 +339,29 @@ def test_constructor_error_fails_serve_run_naming_it(client):
     assert app.status == ApplicationStatus.DEPLOY_FAILED and "cannot load the model" in app.message
     assert app.deployments["Broken"].status == DeploymentStatus.DEPLOY_FAILED
     assert app.deployments["Broken"].replica_states == {}
-    assert client.get("/broken").status_code == 404
+    for path in ("/broken", "/broken/sub"):
+        r = client.get(path)
+        assert r.status_code == 503, (r.status_code, r.text)
+        assert "Deployment(name='Broken', app='broken') is unavailable because it failed to deploy" in r.text
+        assert "cannot load the model" in r.text and "serve.delete('broken')" in r.text
+    with pytest.raises(serve.RayServeException, match="Prefix|prefix"):  # it holds its prefix, as in Ray
+        serve.run(Sleeper.bind(), name="other", route_prefix="/broken")
+    with pytest.raises(DeploymentUnavailableError, match="app='broken'.* failed to deploy"):
+        serve.get_app_handle("broken").remote().result(timeout_s=10)
+    assert muster.get(_call_app.remote("broken"), timeout=60).startswith("DeploymentUnavailableError: Deployment(")
     serve.delete("broken")
     assert "broken" not in serve.status().applications
+    assert client.get("/broken").status_code == 404
+    wait_until(lambda: "no Serve app named 'broken'" in muster.get(_call_app.remote("broken"), timeout=60), 10,
+               "a task to see the app deleted")
+    with pytest.raises(serve.RayServeException, match="no Serve app named 'broken'"):
+        serve.get_app_handle("broken")
+    with pytest.raises(RuntimeError, match="cannot load the model"):
+        serve.run(Broken.bind(), name="broken", route_prefix="/broken")
+    serve.run(Sleeper.bind("fixed"), name="broken", route_prefix="/broken")  # a deploy that works serves at once
+    assert client.get("/broken").json()["tag"] == "fixed"
+    assert serve.status().applications["broken"].status == ApplicationStatus.RUNNING
+    serve.delete("broken")
 
 
 def _answer(c: httpx.Client, path: str) -> httpx.Response | None:

@@ -337,10 +337,21 @@ def status() -> ServeStatus:
 
 
 def delete(name: str, _blocking: bool = True) -> None:
-    """Stop app ``name``: it leaves the routes, its replicas finish their requests, then stop."""
+    """Stop app ``name``: it leaves the routes, its replicas finish their requests, then stop. An app whose deploy
+    failed leaves its route (answering 503 until then) and ``serve.status()``. A name no app has: nothing to do.
+
+    Raises:
+        RayServeException: Serve is not running in this process (Ray's: no Serve instance runs).
+    """
+    from muster.serve.exceptions import RayServeException
+
     c = _controller
-    if c is not None:
-        c.delete(name)
+    if c is None:
+        raise RayServeException(
+            f"There is no Serve instance running: serve.delete({name!r}) has no app to delete. Call it in the process "
+            "that started Serve (serve.run / serve.start), before serve.shutdown()."
+        )
+    c.delete(name)
 
 
 def shutdown() -> None:
@@ -365,13 +376,17 @@ async def shutdown_async() -> None:
 def get_app_handle(name: str) -> DeploymentHandle:
     """A handle to app ``name``'s ingress deployment (in the driver, a replica, a task or a training loop).
 
+    An app whose deploy failed (``DEPLOY_FAILED``, no version of it running) gives a handle too, as Ray's; its calls
+    raise ``DeploymentUnavailableError`` until a deploy succeeds.
+
     Raises:
         RayServeException: no app of that name runs.
     """
     from muster.serve.exceptions import RayServeException
 
     c = _controller
-    apps = {n: a.ingress for n, a in c.apps.items()} if c is not None else _on_serve_loop(_apps, name)
+    apps = ({**{n: r.ingress for n, r in c.failed_routes.items()}, **{n: a.ingress for n, a in c.apps.items()}}
+            if c is not None else _on_serve_loop(_apps, name))
     if name not in apps:
         raise RayServeException(f"no Serve app named {name!r} is running here; running apps: {sorted(apps) or 'none'}."
                                 + _elsewhere(name))
@@ -421,7 +436,8 @@ def _on_serve_loop(fn: Callable[..., T], *args: Any) -> T:
 def _apps(wanted: str) -> dict[str, str]:
     from muster.serve._internal import router
 
-    if wanted not in router.registry.table.apps:  # in a task or a training loop: ask the driver
+    known = router.registry.table.apps.get(wanted)
+    if known is None or known.failed:  # in a task or a training loop: ask the driver (it may be deleted since)
         router.registry.pull()
     return {n: a.ingress for n, a in router.registry.table.apps.items()}
 
@@ -454,8 +470,8 @@ def get_deployment_handle(deployment_name: str, app_name: str | None = None) -> 
         app_name = context._current.app_name
     c = _controller
     if c is not None:
-        app = c.apps.get(app_name)
-        deps = list(app.deployments) if app is not None else []
+        app = c.apps.get(app_name)  # or one whose deploy failed: its handle's calls raise, as Ray's
+        deps = list(app.deployments) if app is not None else list(c.failed.get(app_name, {}).get("deployments", {}))
     elif context._current is None:  # a task, an actor, a training loop (a replica's app may still be starting)
         deps = _on_serve_loop(_deployments, app_name, deployment_name)
     else:

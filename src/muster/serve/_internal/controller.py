@@ -65,6 +65,7 @@ class ServeController:
         self.dir = tempfile.mkdtemp(prefix="muster-serve-", dir="/tmp")
         self.apps: dict[str, AppState] = {}
         self.failed: dict[str, dict[str, Any]] = {}  # the status of apps whose deploy failed (Ray's DEPLOY_FAILED)
+        self.failed_routes: dict[str, router.AppRoute] = {}  # their routes, kept as Ray's: requests to them get 503
         self.deploying: dict[str, AppState] = {}  # apps whose replicas are starting: DEPLOYING in status, as in Ray
         self.lock = threading.RLock()
         self.version = _TABLE_VERSIONS  # process-wide: a later Serve instance's tables outrank an earlier one's
@@ -98,10 +99,11 @@ class ServeController:
                 of it that still runs keeps serving until a deploy succeeds.
         """
         with self.lock:
-            for other in self.apps.values():
-                if other.name != name and route_prefix is not None and other.route_prefix == route_prefix:
+            holders = [(a.name, a.route_prefix) for a in self.apps.values()]  # an app whose deploy failed holds too
+            for other, prefix in holders + [(r.name, r.route_prefix) for r in self.failed_routes.values()]:
+                if other != name and route_prefix is not None and prefix == route_prefix:
                     raise RoutePrefixTakenError(
-                        f"serve.run(name={name!r}, route_prefix={route_prefix!r}): app {other.name!r} already serves "
+                        f"serve.run(name={name!r}, route_prefix={route_prefix!r}): app {other!r} already serves "
                         "that prefix; pick another route_prefix or serve.delete the other app."
                     )
             admission.check_fits(self.runtime, self.apps, name, plans)
@@ -154,12 +156,18 @@ class ServeController:
                 self.deploying.pop(name, None)
                 if not isinstance(exc, DeployFailedError):
                     raise
-                if name not in self.apps:
+                first = name not in self.apps  # no version of it runs: its route stays, answering 503
+                if first:
                     self.failed[name] = new.overview(failed=str(exc))
-                    raise
-                why = (f"{exc}\nApp {name!r} keeps serving its previous version (serve.status() shows it "
-                       "DEPLOY_FAILED) until a deploy succeeds: fix the error and deploy it again.")
-                self.apps[name].update_failed = new.overview(failed=why)
+                    why = str(exc).partition("\n")[0]  # no remote traceback in HTTP answers: serve.status() has it
+                    self.failed_routes[name] = router.AppRoute(name, route_prefix, ingress, failed=why)
+                else:
+                    why = (f"{exc}\nApp {name!r} keeps serving its previous version (serve.status() shows it "
+                           "DEPLOY_FAILED) until a deploy succeeds: fix the error and deploy it again.")
+                    self.apps[name].update_failed = new.overview(failed=why)
+            if first:
+                self._push()
+                raise
             raise DeployFailedError(why) from exc
         with self.lock:
             self.deploying.pop(name, None)
@@ -168,6 +176,7 @@ class ServeController:
                 d.trigger = "CONFIG_UPDATE_COMPLETED"
             self.apps[name] = new
             self.failed.pop(name, None)
+            self.failed_routes.pop(name, None)
         self.record.event(name, None, None, "deploy", f"app {name!r} deployed"
                           f"{' (replacing the running one)' if old is not None else ''}: "
                           + ", ".join(f"{d.plan.name} x{d.target}" for d in new.deployments.values()))
@@ -226,7 +235,10 @@ class ServeController:
         with self.lock:
             app = self.apps.pop(name, None)
             failed = self.failed.pop(name, None)
+            route = self.failed_routes.pop(name, None)
         if app is None:
+            if route is not None:
+                self._push()  # its route goes
             return failed is not None
         self._stop_app(app)
         self.record.event(name, None, None, "delete", f"app {name!r} deleted")
@@ -466,7 +478,8 @@ class ServeController:
     # -- the route table ---------------------------------------------------------------
     def _push(self) -> None:
         with self.lock:
-            apps = {a.name: router.AppRoute(a.name, a.route_prefix, a.ingress) for a in self.apps.values()}
+            apps = {**self.failed_routes,
+                    **{a.name: router.AppRoute(a.name, a.route_prefix, a.ingress) for a in self.apps.values()}}
             deps = {
                 (a.name, d.plan.name): router.DeploymentRoute(
                     tuple(router.ReplicaRoute(r.id, r.socket) for r in d.running()),

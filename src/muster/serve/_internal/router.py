@@ -46,6 +46,7 @@ class AppRoute:
     name: str
     route_prefix: str | None
     ingress: str  # the deployment HTTP requests go to
+    failed: str = ""  # why its deploy failed, while it has no running version (Ray's DEPLOY_FAILED): requests fail
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,7 @@ class Router:
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
+            self._check_deployed()
             if self._refresh is None and not self.known:  # Serve pushes this process its table: it is gone
                 raise DeploymentUnavailableError(
                     f"deployment {self.deployment!r} of app {self.app!r} is not running (deleted, Serve shut down, "
@@ -189,6 +191,7 @@ class Router:
                 # or say that the deployment is gone, which no wait would change.
                 if self._refresh() and (r := self._pick()) is not None:
                     return r
+                self._check_deployed()
                 if not self.known:  # known with no replica: scaled to zero, the controller starts one
                     raise DeploymentUnavailableError(
                         f"deployment {self.deployment!r} of app {self.app!r} is not running; running apps: "
@@ -227,6 +230,18 @@ class Router:
             r = self._pick()
             if r is not None:
                 return r
+
+    def _check_deployed(self) -> None:
+        """Fail at once, as Ray's router does, when the app's deploy failed and no version of it runs."""
+        app = registry.table.apps.get(self.app)
+        if app is not None and app.failed and self._refresh is not None and self._refresh():
+            app = registry.table.apps.get(self.app)  # a pulled table may be stale: deleted or deployed again since
+        if app is not None and app.failed:
+            raise DeploymentUnavailableError(
+                f"Deployment(name={self.deployment!r}, app={self.app!r}) is unavailable because it failed to deploy: "
+                f"{app.failed}. Deploy app {self.app!r} again with a working constructor (serve.run), or remove it "
+                f"with serve.delete({self.app!r}); serve.status() shows its full error."
+            )
 
     async def open_on(self, r: _RoutedReplica, kind: int, payload: bytes) -> Stream:
         """Send one request to ``r`` itself, counted in its ongoing requests but past its ``max_ongoing_requests``
