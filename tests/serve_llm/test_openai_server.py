@@ -536,3 +536,32 @@ def test_token_counts_time_to_first_token_and_queue_depth_reach_the_store_and_da
         assert any(m["ttft_p50_ms"] for m in metrics) and any(m["queue_depth"] for m in metrics)
     finally:
         board.stop()
+
+
+def test_echo_returns_the_prompt_and_scores_it(client, tiny_model):
+    """echo (refused before): the prompt comes back before the completion, plain and streamed; with logprobs
+    its tokens are scored (the first has none, as OpenAI's), and max_tokens=0 scores the prompt alone, as
+    lm-eval's loglikelihood requests ask. The scores are the plain model's log-softmax."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    prompt = "the lazy dog jumps"
+    plain = client.completions.create(model="tiny-chat", prompt=prompt, max_tokens=4, temperature=0)
+    echoed = client.completions.create(model="tiny-chat", prompt=prompt, max_tokens=4, temperature=0, echo=True)
+    assert echoed.choices[0].text == prompt + plain.choices[0].text
+    streamed = client.completions.create(model="tiny-chat", prompt=prompt, max_tokens=4, temperature=0, echo=True,
+                                         stream=True)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == echoed.choices[0].text
+    scored = client.completions.create(model="tiny-chat", prompt=prompt, max_tokens=0, echo=True, logprobs=2)
+    choice = scored.choices[0]
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    ids = tok(prompt)["input_ids"]
+    with torch.no_grad():
+        rows = torch.log_softmax(AutoModelForCausalLM.from_pretrained(tiny_model)(torch.tensor([ids])).logits[0], -1)
+    lp = choice.logprobs
+    assert choice.text == prompt and scored.usage.completion_tokens == 0 and len(lp.tokens) == len(ids)
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.token_logprobs[1:] == pytest.approx([rows[i, t].item() for i, t in enumerate(ids[1:])], abs=1e-4)
+    assert all(len(top) >= 2 for top in lp.top_logprobs[1:]) and lp.text_offset[-1] < len(prompt)
+    with pytest.raises(openai.BadRequestError, match="max_tokens=0 generates nothing: send echo=true"):
+        client.completions.create(model="tiny-chat", prompt=prompt, max_tokens=0)

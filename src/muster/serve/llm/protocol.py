@@ -325,7 +325,7 @@ class ChatCompletionRequest(_SamplingRequest):
 
 class CompletionRequest(_SamplingRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(default=16, ge=1)
+    max_tokens: int | None = Field(default=16, ge=0)  # 0: with echo, the prompt scored and nothing generated
     echo: bool = False
     suffix: str | None = None
     logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
@@ -416,8 +416,8 @@ class CompletionLogprobs(BaseModel):
     """A legacy completion choice's ``logprobs``: parallel lists, one item per generated token."""
 
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[float | None]  # (None: an echoed prompt's first token, which nothing comes before)
+    top_logprobs: list[dict[str, float] | None]
     text_offset: list[int]
 
 

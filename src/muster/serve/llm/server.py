@@ -206,30 +206,47 @@ class LLMServer:
     # ------------------------------------------------------------------ completions
     async def _completions(self, req: p.CompletionRequest, t0: float) -> str | AsyncGenerator[str, None]:
         req.check_supported()
-        for name in ("echo", "suffix"):
-            if getattr(req, name) not in (None, False):
-                raise InvalidRequestError(f"{name}={getattr(req, name)!r} is not supported; leave it out.", param=name)
+        if req.suffix is not None:
+            raise InvalidRequestError(f"suffix={req.suffix!r} is not supported; leave it out.", param="suffix")
+        if req.max_tokens == 0 and not req.echo:
+            raise InvalidRequestError("max_tokens=0 generates nothing: send echo=true (to score the prompt) or "
+                                      "max_tokens >= 1.", param="max_tokens")
         if req.best_of not in (None, 1, req.n):
             raise InvalidRequestError(f"best_of={req.best_of} is not supported; leave it out.", param="best_of")
-        prompts = [self._prompt_ids(x) for x in _prompt_list(req.prompt, "prompt")]
+        given = _prompt_list(req.prompt, "prompt")
+        prompts = [self._prompt_ids(x) for x in given]
         params = _sampling(req, req.max_tokens, req.logprobs, req.structured_output())
         prompt_tokens = sum(len(ids) for ids in prompts)
+        echoed = [await self._echo(x, ids, req.logprobs) for x, ids in zip(given, prompts)] if req.echo else []
+        echoes = [e for e in echoed for _ in range(req.n)]
+        if req.max_tokens == 0:  # the prompts, scored (lm-eval's loglikelihood requests)
+            self.meter.started(prompt_tokens, time.perf_counter() - t0)
+            return _echoed_only(echoes, self.model_id, prompt_tokens, req)
         streams = await self._open([(ids, params) for ids in prompts for _ in range(req.n)], prompt_tokens, t0)
         rid, created = p.new_id("cmpl"), p.now()
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return self._completion_events(streams, rid, created, include_usage, prompt_tokens,
-                                           req.logprobs is not None)
+                                           req.logprobs is not None, echoes)
         results = await _collect(streams)
-        choices = [p.CompletionChoice(index=i, text=text, finish_reason=reason,
-                                      logprobs=_legacy_logprobs(lps, 0) if req.logprobs is not None else None)
-                   for i, (text, reason, _, lps) in enumerate(results)]
+        echoes = echoes or [("", [])] * len(results)
+        choices = [p.CompletionChoice(index=i, text=head + text, finish_reason=reason,
+                                      logprobs=_legacy_logprobs([*before, *lps], 0) if req.logprobs is not None
+                                      else None)
+                   for i, ((text, reason, _, lps), (head, before)) in enumerate(zip(results, echoes))]
         return p.Completion(id=rid, created=created, model=self.model_id, choices=choices,
                             usage=_usage(prompt_tokens, sum(r[2] for r in results))).model_dump_json()
 
     async def _completion_events(self, streams: list[_Primed], rid: str, created: int, include_usage: bool,
-                                 prompt_tokens: int, logprobs: bool) -> AsyncGenerator[str, None]:
+                                 prompt_tokens: int, logprobs: bool,
+                                 echoes: list[tuple[str, list[TokenLogprob]]]) -> AsyncGenerator[str, None]:
         counts, offsets = [0] * len(streams), [0] * len(streams)
+        for i, (head, before) in enumerate(echoes):  # echo: each choice's prompt first
+            choice = p.CompletionChoice(index=i, text=head, finish_reason=None,
+                                        logprobs=_legacy_logprobs(before, 0) if logprobs else None)
+            offsets[i] = sum(len(e.token) for e in before)
+            body = p.Completion(id=rid, created=created, model=self.model_id, choices=[choice])
+            yield f"data: {body.model_dump_json(exclude=None if include_usage else {'usage'})}\n\n"
         async with contextlib.aclosing(_merge(streams)) as merged:
             async for i, chunk in merged:
                 counts[i] = chunk.num_generated_tokens
@@ -250,6 +267,11 @@ class LLMServer:
         streams = await _open(requests, self.engine, self.meter)
         self.meter.started(prompt_tokens, time.perf_counter() - t0)
         return streams
+
+    async def _echo(self, given: str | list[int], ids: list[int], top: int | None) -> tuple[str, list[TokenLogprob]]:
+        """``echo``: a prompt's text (as sent, or its tokens' text) and, when logprobs are asked, its tokens'."""
+        scored = await self.engine.prompt_logprobs(ids, top) if top is not None else []
+        return (given if isinstance(given, str) else self.engine.decode(ids)), scored
 
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
         return self.engine.encode(prompt) if isinstance(prompt, str) else list(prompt)
@@ -391,7 +413,7 @@ def _sampling(req: p.ChatCompletionRequest | p.CompletionRequest, max_tokens: in
 def _chat_logprobs(entries: Sequence[TokenLogprob]) -> p.ChoiceLogprobs:
     """OpenAI's chat ``logprobs``: each token with its bytes (UTF-8 of its text) and its alternatives."""
     return p.ChoiceLogprobs(content=[
-        p.ChatTokenLogprob(token=e.token, logprob=e.logprob, bytes=list(e.token.encode()), top_logprobs=[
+        p.ChatTokenLogprob(token=e.token, logprob=_generated(e.logprob), bytes=list(e.token.encode()), top_logprobs=[
             p.TopLogprob(token=t, logprob=v, bytes=list(t.encode())) for t, v in e.top
         ]) for e in entries
     ])
@@ -406,8 +428,25 @@ def _legacy_logprobs(entries: Sequence[TokenLogprob], offset: int) -> p.Completi
         offset += len(e.token)
     return p.CompletionLogprobs(
         tokens=[e.token for e in entries], token_logprobs=[e.logprob for e in entries],
-        top_logprobs=[{**dict(e.top), e.token: e.logprob} for e in entries], text_offset=offsets,
+        top_logprobs=[None if e.logprob is None else {**dict(e.top), e.token: e.logprob} for e in entries],
+        text_offset=offsets,
     )
+
+
+def _echoed_only(echoes: list[tuple[str, list[TokenLogprob]]], model: str, prompt_tokens: int,
+                 req: p.CompletionRequest) -> str:
+    """The answer to ``echo`` with ``max_tokens=0``: each prompt, nothing generated."""
+    choices = [p.CompletionChoice(index=i, text=head, finish_reason="length",
+                                  logprobs=_legacy_logprobs(before, 0) if req.logprobs is not None else None)
+               for i, (head, before) in enumerate(echoes)]
+    body = p.Completion(id=p.new_id("cmpl"), created=p.now(), model=model, choices=choices,
+                        usage=_usage(prompt_tokens, 0))
+    return body.model_dump_json()
+
+
+def _generated(logprob: float | None) -> float:
+    assert logprob is not None, "only a prompt's first token has no log probability"
+    return logprob
 
 
 def _prompt_list(value: str | list[str] | list[int] | list[list[int]], param: str) -> list[str | list[int]]:

@@ -97,12 +97,12 @@ class TokenLogprob:
 
     Attributes:
         token: the token's text (the text it adds to the completion; "" for a special token).
-        logprob: its log probability.
+        logprob: its log probability (None only for a prompt's first token, which nothing comes before).
         top: ``(text, logprob)`` of the most likely tokens, most likely first.
     """
 
     token: str
-    logprob: float
+    logprob: float | None
     top: tuple[tuple[str, float], ...] = ()
 
 
@@ -178,12 +178,27 @@ class LLMEngine(abc.ABC):
         """Token ids of plain text."""
 
     @abc.abstractmethod
+    def decode(self, ids: list[int]) -> str:
+        """The text of token ids (special tokens left out)."""
+
+    @abc.abstractmethod
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[GenerationChunk]:
         """Generate for one sequence; closing the iterator early aborts it."""
 
     @abc.abstractmethod
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         """One embedding vector per input."""
+
+    async def prompt_logprobs(self, prompt_ids: list[int], top: int) -> list[TokenLogprob]:
+        """Each prompt token with its log probability after the tokens before it and the ``top`` likeliest
+        alternatives; the first one's is None (nothing comes before it), as OpenAI's ``echo`` gives it.
+
+        Raises:
+            InvalidRequestError: this engine cannot score a prompt.
+        """
+        raise InvalidRequestError(f"echo with logprobs is not available from model {self.config.model_id!r}'s "
+                                  "engine; leave logprobs out, or serve it with llm_engine='transformers'.",
+                                  param="logprobs")
 
     @abc.abstractmethod
     def stats(self) -> EngineStats:

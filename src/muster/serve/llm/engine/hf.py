@@ -251,6 +251,9 @@ class TransformersEngine(LLMEngine):
     def encode(self, text: str) -> list[int]:
         return self._ids_of(text, True)
 
+    def decode(self, ids: list[int]) -> str:
+        return self._text_of(list(ids))
+
     @property
     def vocab_size(self) -> int:
         return self._vocab_size
@@ -407,6 +410,26 @@ class TransformersEngine(LLMEngine):
                 out = self.model(torch.tensor([ids], device=self.model.device), output_hidden_states=True)
                 vectors.append(out.hidden_states[-1][0].float().mean(dim=0).tolist())
         return vectors
+
+    async def prompt_logprobs(self, prompt_ids: list[int], top: int) -> list[TokenLogprob]:
+        self.check_prompt(prompt_ids, None, self.vocab_size)
+        return await asyncio.to_thread(self._prompt_logprobs, prompt_ids, top)
+
+    def _prompt_logprobs(self, ids: list[int], top: int) -> list[TokenLogprob]:
+        """One forward pass over the prompt (as the embeddings take one): the log-softmax at each place."""
+        import torch
+
+        with torch.no_grad():
+            logits = self.model(torch.tensor([ids], device=self.model.device)).logits[0, :-1].float()
+        rows = torch.log_softmax(logits, dim=-1)
+        out = [TokenLogprob(token=self._text_of(ids[:1]), logprob=None)]
+        for i, token in enumerate(ids[1:]):
+            values, alternatives = rows[i].topk(top) if top else (rows[i][:0], rows[i][:0].long())
+            before = ids[:i + 1]
+            out.append(TokenLogprob(token=self._token_text(before, token), logprob=float(rows[i, token]),
+                                    top=tuple((self._token_text(before, int(t)), float(v))
+                                              for t, v in zip(alternatives.tolist(), values.tolist()))))
+        return out
 
     def stats(self) -> EngineStats:
         manager = self._manager

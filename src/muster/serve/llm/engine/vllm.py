@@ -77,6 +77,9 @@ class VLLMEngine(LLMEngine):
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text)["input_ids"])
 
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
+
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[GenerationChunk]:
         from vllm import SamplingParams as VSamplingParams
         from vllm import TokensPrompt
