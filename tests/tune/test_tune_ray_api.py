@@ -491,6 +491,21 @@ def test_get_context_outside_a_trial_gives_none_as_rays_does():
     assert (ctx.get_world_rank(), ctx.get_world_size(), ctx.get_local_rank()) == (0, 1, 0)
 
 
+def test_get_context_names_what_to_use_for_rays_get_storage_and_get_metadata():
+    """Ray 2.60's TuneContext has get_storage (and get_metadata, deprecated); muster's raised a bare
+    AttributeError that named nothing."""
+    from muster.exceptions import UnsupportedRayAPIError
+
+    ctx = tune.get_context()
+    with pytest.raises(UnsupportedRayAPIError, match=r"TuneContext\.get_storage .*get_trial_dir\(\)"):
+        ctx.get_storage()
+    with pytest.raises(UnsupportedRayAPIError, match=r"TuneContext\.get_metadata .*config"):
+        ctx.get_metadata()
+    with pytest.raises(AttributeError, match="no attribute 'no_such_getter'"):
+        ctx.no_such_getter
+    assert not hasattr(ctx, "get_storage") and pickle.loads(pickle.dumps(ctx)) == ctx
+
+
 def _tried_out(config):
     """A trainable as Ray's guides write it, which a script may call directly to try it out."""
     start = tune.get_checkpoint()
@@ -712,6 +727,36 @@ def test_a_trainable_knows_its_trial_resources(storage):
                       run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
     assert grid.num_errors == 0, grid.errors
     assert grid[0].metrics["resources"]["CPU"] == 1
+
+
+def _reports_its_bundles(config):
+    given = tune.get_context().get_trial_resources()
+    tune.report({"bundles": given.bundles, "strategy": given.strategy, "head_cpus": given.head_cpus,
+                 "required": given.required_resources})
+
+
+class _ReportsItsBundles(tune.Trainable):
+    def step(self):
+        return {"bundles": self.trial_resources.bundles, "done": True}
+
+
+def test_trial_resources_give_back_the_placement_group_factory(storage):
+    """Ray's with_resources guide: a trial given PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}]) sees that factory in
+    get_trial_resources(), its bundles, strategy and head bundle (Ray 2.60); muster gave one summed bundle back,
+    [{"CPU": 2.0}], so head_cpus said 2. A resources function that returns a factory, as for a Trainable class."""
+    factory = tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}], strategy="SPREAD")
+    grid = tune.Tuner(tune.with_resources(_reports_its_bundles, factory),
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0, grid.errors
+    metrics = grid[0].metrics
+    assert metrics["bundles"] == [{"CPU": 1}, {"CPU": 1}] and metrics["strategy"] == "SPREAD"
+    assert metrics["head_cpus"] == 1 and metrics["required"] == {"CPU": 2}
+    per_config = tune.with_resources(_ReportsItsBundles, lambda config: tune.PlacementGroupFactory(
+        [{"CPU": 1}] + [{"CPU": 1}] * config["extra"]))
+    grid = tune.Tuner(per_config, param_space={"extra": 2},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0, grid.errors
+    assert grid[0].metrics["bundles"] == [{"CPU": 1}] * 3
 
 
 def test_trial_logdir_names_local_path():

@@ -22,7 +22,7 @@ from typing import Any
 
 from muster.core import context as core_context
 from muster.core import settings
-from muster.exceptions import InvalidTypeError, MusterError
+from muster.exceptions import InvalidTypeError, MusterError, UnsupportedRayAPIError
 from muster.train import get_checkpoint as _train_get_checkpoint
 from muster.train import get_context as _train_get_context
 from muster.train import report as _train_report
@@ -134,11 +134,15 @@ class TuneContext:
 
     def get_trial_resources(self) -> Any:
         """What the trial holds, as Ray gives it: a ``PlacementGroupFactory`` (``required_resources``,
-        ``head_cpus``, ``bundles``) of one bundle, the trial's resources (None outside a trial)."""
+        ``head_cpus``, ``bundles``): the one ``with_resources`` was given, bundles and all, else one bundle
+        of the trial's resources (None outside a trial)."""
         from muster.tune.tune_config import PlacementGroupFactory
 
         resources = self._get("resources", "get_trial_resources")
-        return None if resources is None else PlacementGroupFactory([dict(resources)])
+        if resources is None:
+            return None
+        given = self._trial.get("placement_group_factory") if self._trial else None
+        return given if given is not None else PlacementGroupFactory([dict(resources)])
 
     def get_experiment_name(self) -> str | None:
         return self._get("experiment", "get_experiment_name")
@@ -167,6 +171,25 @@ class TuneContext:
     def get_attempt(self) -> int:
         return self._rank("get_attempt", 0)
 
+    def __getattr__(self, name: str) -> Any:
+        """Ray 2.60's ``TuneContext`` names this one lacks (``get_storage``, ``get_metadata``): an error naming
+        what to use (a bare ``AttributeError`` named nothing)."""
+        nearest = _RAY_ONLY.get(name)
+        if nearest is None:
+            raise AttributeError(f"'TuneContext' object has no attribute {name!r}. See docs/porting.md for what "
+                                 "is supported.")
+        raise UnsupportedRayAPIError(
+            f"muster.tune.TuneContext.{name} (Ray's ray.tune.TuneContext.{name}) is not supported by muster; "
+            f"nearest equivalent: {nearest}. See docs/porting.md for what is supported."
+        )
+
+
+# Ray's TuneContext methods with no muster counterpart, and what to use instead
+_RAY_ONLY = {
+    "get_storage": "get_trial_dir() for the trial's folder in storage, get_experiment_name() for the experiment's "
+    "(the folder under RunConfig(storage_path=...)); Ray's StorageContext is not ported",
+    "get_metadata": "the trial's config (Ray 2.60 deprecates get_metadata, raising a DeprecationWarning)",
+}
 
 _warned: set[str] = set()
 

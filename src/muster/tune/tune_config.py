@@ -120,7 +120,7 @@ class ResumeConfig:
 
 
 _NAMES = {"cpu": "CPU", "gpu": "GPU", "memory": "memory"}
-Resources = Union[dict[str, float], Callable[[dict[str, Any]], Any]]
+Resources = Union[dict[str, float], "PlacementGroupFactory", Callable[[dict[str, Any]], Any]]
 
 
 @dataclass(kw_only=True)
@@ -223,10 +223,11 @@ class PlacementGroupFactory:
 
 
 def _check_resources(spec: Any) -> Resources:
-    """A dict or a placement group factory is checked (and normalized) now; a function of the
+    """A dict (normalized) or a placement group factory (kept whole) is checked now; a function of the
     config is called for each trial."""
     if isinstance(spec, PlacementGroupFactory):
-        return _resources(spec.required_resources)
+        _resources(spec.required_resources)  # checked now; kept whole, as the trial's context gives it back
+        return spec
     if callable(spec):
         return spec
     return _resources(spec)
@@ -271,8 +272,12 @@ def trial_function(trainable: Callable[..., Any]) -> Callable[..., Any]:
     return _parts(trainable)[0]
 
 
-def trial_resources(trainable: Callable[..., Any], config: dict[str, Any]) -> dict[str, float] | None:
-    """What ``with_resources`` asks for one worker of the trial with ``config`` (None: the default, 1 CPU).
+def trial_request(
+    trainable: Callable[..., Any], config: dict[str, Any]
+) -> tuple[dict[str, float] | None, PlacementGroupFactory | None]:
+    """What ``with_resources`` asks for one worker of the trial with ``config``: its resources (None: the
+    default, 1 CPU), and the ``PlacementGroupFactory`` they came from, if one did (the trial holds its
+    bundles' sum; ``tune.get_context().get_trial_resources()`` gives the factory back, bundles and all, as Ray's).
 
     Raises:
         InvalidArgumentError / InvalidTypeError: a resources function returned something other
@@ -284,18 +289,19 @@ def trial_resources(trainable: Callable[..., Any], config: dict[str, Any]) -> di
         spec, name = fn.cls.default_resource_request, f"{fn.cls.__name__}.default_resource_request"
         where = name  # a Trainable class that sizes its own trials, as Ray's asks it to
     if spec is None or isinstance(spec, dict):
-        return spec
-    got = spec(config)
+        return spec, None
+    got = spec if isinstance(spec, PlacementGroupFactory) else spec(config)
     if got is None:
-        return None
-    if isinstance(got, PlacementGroupFactory):
-        got = got.required_resources
+        return None, None
+    factory = got if isinstance(got, PlacementGroupFactory) else None
+    if factory is not None:
+        got = factory.required_resources
     if not isinstance(got, dict):
         raise InvalidTypeError(
             f"{where}: the resources function {name} returned {got!r} for config {config!r}; "
             "return a dict such as {'cpu': 2, 'gpu': 1} (or None for the default, 1 CPU)."
         )
-    return _resources(got, what=f"{where} (what {name} returned for config {config!r})")
+    return _resources(got, what=f"{where} (what {name} returned for config {config!r})"), factory
 
 
 def _sizes_itself(cls: type[Trainable]) -> bool:

@@ -48,7 +48,7 @@ from muster.tune.stopper import as_stopper
 from muster.tune.trainable import ClassTrainable, as_function
 from muster.tune.trial_output import log_file_names
 from muster.tune.trial import RunPlan, Trial
-from muster.tune.tune_config import ResumeConfig, TuneConfig, trial_function, trial_parameters, trial_resources
+from muster.tune.tune_config import ResumeConfig, TuneConfig, trial_function, trial_parameters, trial_request
 
 _log = logging.getLogger(__name__)
 TUNER_FILE = "tuner.pkl"
@@ -206,12 +206,14 @@ class Tuner:
             trainer = trainable.with_args({k: v for k, v in config.items() if k in trainable.tunable_args})
             return RunPlan(trainer._loop(), trainer.train_loop_config, trainer.scaling_config, trainer.backend_config,
                            rc, trainer.resume_from_checkpoint, getattr(trainer, "validation_config", None))
-        resources = trial_resources(trainable, config) or {"CPU": 1.0}
+        resources, factory = trial_request(trainable, config)
+        resources = resources or {"CPU": 1.0}
         gpus = bool(res.normalize(resources, what="tune.with_resources").get("GPU"))
         scaling = ScalingConfig(num_workers=1, use_gpu=gpus, resources_per_worker=resources)
         info = {
             "trial_id": trial.trial_id, "trial_name": trial.trial_name, "path": trial.path,
-            "resources": scaling.worker_resources, "experiment": self.run_config.name,
+            "resources": scaling.worker_resources, "placement_group_factory": factory,
+            "experiment": self.run_config.name,
             "log_to_file": log_file_names(rc.log_to_file),
         }
         fn = trial_function(trainable)
