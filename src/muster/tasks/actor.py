@@ -1,9 +1,10 @@
 """``@muster.remote`` on a class: ``Cls.remote(...)`` starts an actor.
 
-Calls on one actor run in the order they were made: each handle has one
-sender thread that waits for the actor to exist (or to restart), resolves
-ObjectRef arguments, and sends calls one after another.  An async actor (one
-with ``async def`` methods) or a threaded one (``max_concurrency > 1``, or
+Calls on one actor run in the order each submitter (the driver, a worker) made
+them: a call waits for its ObjectRef arguments, holding back only its submitter's
+later calls (none where calls run out of order: :mod:`muster.tasks.call_order`);
+then one sender thread waits for the actor to exist (or to restart) and sends the
+calls one after another.  An async actor (one with ``async def`` methods) or a threaded one (``max_concurrency > 1``, or
 ``concurrency_groups``) accepts each call at once and answers through an
 event, so its calls overlap, each concurrency group up to its own limit (see
 :mod:`muster.tasks.worker_side` and :mod:`muster.tasks.concurrency_groups`).
@@ -34,6 +35,7 @@ from muster.tasks import options as opts
 from muster.tasks import runtime_context as rc
 from muster.tasks.actor_method import ActorMethod, Retries, declared
 from muster.tasks.actor_retry import Call, CallRetries
+from muster.tasks.call_order import ArgumentWait, in_order
 from muster.tasks.objects import ObjectRef, snapshot_args
 from muster.tasks.worker_handle import Shape, WorkerActorHandle, no_method, shape_of
 from muster.tasks.worker_side import ActorFactory, TaskInfo, freeze, is_async_class
@@ -72,10 +74,8 @@ class ActorClass:
     def __init__(self, cls: type, options: dict[str, Any]):
         self._cls = cls
         self._options = opts.validate(options, opts.ACTOR_OPTIONS, f"@muster.remote on class {cls.__name__}")
-        name = self._options.get("name")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise InvalidArgumentError(f"{cls.__name__}.options(name={name!r}): an actor's name is a non-empty "
-                                       "string; give one, or leave name out for an actor no one looks up by name.")
+        named.check_options(cls.__name__, self._options)
+        in_order(cls, self._options)  # allow_out_of_order_execution fits the class (as Ray checks)
         self.__name__ = cls.__name__
         self.__doc__ = cls.__doc__
 
@@ -89,6 +89,11 @@ class ActorClass:
         raise_unsupported("muster.ActorClass", "bind")
 
     def options(self, **options: Any) -> "ActorClass":
+        if "concurrency_groups" in options:  # as in Ray: the groups are the class's, declared once
+            raise InvalidArgumentError(
+                f"{self._cls.__name__}.options(concurrency_groups={options['concurrency_groups']!r}): concurrency "
+                f"groups are declared on the class, not per actor; pass them to @muster.remote(concurrency_groups="
+                "...) instead (as in Ray).")
         return ActorClass(self._cls, {**self._options, **options})
 
     def get_or_create(self, *args: Any, **kwargs: Any) -> Any:
@@ -196,6 +201,7 @@ class _Actor:
         self._no_restart = False
         self._kill_reason = ""  # set by muster.kill: what calls failing with the death say
         self._calls: queue.Queue = queue.Queue()
+        self._waits = ArgumentWait(self._calls.put, in_order(cls, options))  # calls wait for their arguments
         self._tokens = itertools.count(1)
         self._pending: dict[int, Future] = {}  # concurrent actors: calls sent, answer not back yet
         self._retries = CallRetries()  # max_task_retries: the calls to send again, and their retries left
@@ -364,8 +370,9 @@ class _Actor:
         self._calls.put(None)
         return True
 
-    def _call(self, method: str, args: tuple, kwargs: dict, options: dict[str, Any] | None = None) -> Any:
-        """``handle.method.options(**options).remote(*args, **kwargs)``: the call's ref(s)."""
+    def _call(self, method: str, args: tuple, kwargs: dict, options: dict[str, Any] | None = None,
+              submitter: Any = None) -> Any:
+        """``handle.method.options(**options).remote(*args, **kwargs)`` by ``submitter`` (None: the driver)."""
         options = options or {}
         group = options.get("concurrency_group")
         if group is not None:  # .options(concurrency_group=): one of the actor's groups
@@ -391,7 +398,8 @@ class _Actor:
                              resources=_NO_RESOURCES, actor_id=self._hex_id, waits=waits)
         out.add_done_callback(lambda f: self._call_settled(ref_id, task_id, f))
         retries = Retries.of(own, options, self._task_retries)
-        self._calls.put((token, method, n, args, kwargs, group, retries, out))
+        self._waits.submit(submitter, (token, method, n, args, kwargs, group, retries, out),
+                           owner.dependencies(args, kwargs))
         if n in ("streaming", "dynamic"):
             from muster.tasks.remote_function import shape
 

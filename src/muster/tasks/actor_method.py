@@ -39,6 +39,7 @@ def method(*args: Any, **options: Any) -> Any:
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         what = f"@muster.method on {getattr(fn, '__qualname__', fn)}"
         setattr(fn, _DECLARED, opts.validate(options, opts.METHOD_OPTIONS, what))
+        opts.check_generator_returns(fn, options.get("num_returns"), what)
         return fn
 
     return decorate
@@ -86,6 +87,8 @@ class ActorMethod:
                 f"{what}: _num_objects_per_yield={options['_num_objects_per_yield']!r} cannot be set per call (as "
                 "in Ray); set it on the method: @muster.method(_num_objects_per_yield=...).")
         options = opts.validate(options, opts.CALL_OPTIONS, what)
+        opts.check_generator_returns(getattr(cls, self._name, None) if cls is not None else None,
+                                     options.get("num_returns"), what)
         return ActorMethod(self._actor, self._name, {**self._options, **options})
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:

@@ -19,6 +19,24 @@ _names: dict[tuple[str, str], Any] = {}  # (namespace, name) -> the actor's reco
 _lock = threading.Lock()
 
 
+def check_options(cls_name: str, options: dict[str, Any]) -> None:
+    """An actor's ``name``, ``namespace`` and ``get_if_exists`` options, checked as Ray checks them.
+
+    Raises:
+        InvalidArgumentError: a name or namespace that is not a non-empty string, or get_if_exists without a name.
+    """
+    name, namespace = options.get("name"), options.get("namespace")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise InvalidArgumentError(f"{cls_name}.options(name={name!r}): an actor's name is a non-empty "
+                                   "string; give one, or leave name out for an actor no one looks up by name.")
+    if namespace is not None and (not isinstance(namespace, str) or not namespace):
+        raise InvalidArgumentError(f"{cls_name}.options(namespace={namespace!r}): a namespace is a non-empty "
+                                   "string; give one, or pass None for the current namespace (as in Ray).")
+    if options.get("get_if_exists") and not name:
+        raise InvalidArgumentError(f"{cls_name}.options(get_if_exists=True) needs the actor's name: pass "
+                                   "name='...' with it (as in Ray), or leave get_if_exists out.")
+
+
 def claim(namespace: str, name: str, make: Any, get_if_exists: bool) -> Any:
     """The actor called ``name``: an existing one (``get_if_exists``), else ``make()``'s, registered."""
     with _lock:
@@ -62,10 +80,13 @@ def get_actor(name: str, namespace: str | None = None) -> Any:
     """The handle of the live actor called ``name`` (in ``namespace``, default: the current one).
 
     Raises:
-        ValueError: no live actor has that name there.
+        ValueError: no live actor has that name there, or the name or namespace is not a non-empty string.
     """
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError(f"muster.get_actor(name={name!r}): pass the actor's name, a non-empty string.")
+    if namespace is not None and (not isinstance(namespace, str) or not namespace):  # as Ray refuses it
+        raise InvalidArgumentError(f"muster.get_actor({name!r}, namespace={namespace!r}): a namespace is a non-empty "
+                                   "string; pass None to look in the current namespace.")
     if core_context.in_worker():
         actor_id = core_context.send_event(events.GetActor(name, namespace))
         if actor_id is not None:

@@ -146,6 +146,36 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
     return dict(options)
 
 
+def check_generator_returns(fn: Any, num_returns: Any, what: str) -> None:
+    """As in Ray 2.60: ``num_returns="streaming"``/``"dynamic"`` only on a generator function (else its caller
+    would wait for a stream of values it never yields), and ``"dynamic"`` warns that it is deprecated.
+    ``fn`` None (a method muster cannot see from here) skips the generator check."""
+    if num_returns not in ("streaming", "dynamic"):
+        return
+    if num_returns == "dynamic":
+        warnings.warn(f"{what}: num_returns='dynamic' is deprecated, as in Ray, and will be removed in a future "
+                      "release; use num_returns='streaming' instead.", DeprecationWarning, stacklevel=_user_level())
+    if fn is not None and not (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)):
+        name = getattr(fn, "__name__", repr(fn))
+        raise InvalidArgumentError(
+            f"{what}: num_returns={num_returns!r} is for generator functions (that yield their results), and "
+            f"{name} is not one. Yield each value instead of returning them, or leave num_returns out "
+            "(one value), or give their number, e.g. num_returns=2 for a function that returns a 2-tuple.")
+
+
+def _user_level() -> int:
+    """The ``stacklevel`` of the first caller outside muster's package, so a warning names the user's line."""
+    import sys
+    from types import FrameType
+
+    package = __name__.split(".")[0] + "."
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and (frame.f_globals.get("__name__") or "").startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def retries_exception(retry_exceptions: Any, error: BaseException | None) -> bool:
     """Whether ``retry_exceptions`` (a task's or actor method's) retries ``error``, an exception the work raised
     (a :class:`TaskError`): True retries any; a list, only those types (and their subclasses), as in Ray."""

@@ -109,7 +109,8 @@ def _create_actor(handle: RuntimeActor, e: events.CreateActor) -> int:
 def _actor_call(handle: RuntimeActor, e: events.ActorCall) -> Any:
     from muster.tasks import actor
 
-    return _adopted(e.parent, actor.lookup(e.actor)._call(e.method, e.args, e.kwargs, e.options))
+    call = actor.lookup(e.actor)._call(e.method, e.args, e.kwargs, e.options, submitter=("worker", id(handle)))
+    return _adopted(e.parent, call)
 
 
 def _exit_actor(handle: RuntimeActor, e: events.ExitActor) -> None:

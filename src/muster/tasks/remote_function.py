@@ -38,12 +38,7 @@ class RemoteFunction:
     def __init__(self, fn: Callable[..., Any], options: dict[str, Any]):
         self._fn = fn
         self._options = opts.validate(options, opts.TASK_OPTIONS, f"@muster.remote on {fn.__name__}")
-        n = self._options.get("num_returns")
-        if n in ("streaming", "dynamic") and not (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)):
-            raise InvalidArgumentError(  # it would return one value where its caller waits for a stream of them
-                f"{fn.__name__}: num_returns={n!r} is for generator functions (that yield their results), and "
-                f"{fn.__name__} is not one. Yield each value instead of returning them, or leave num_returns out "
-                "(one value), or give their number, e.g. num_returns=2 for a function that returns a 2-tuple.")
+        opts.check_generator_returns(fn, self._options.get("num_returns"), fn.__name__)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

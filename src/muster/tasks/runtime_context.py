@@ -264,8 +264,14 @@ class RuntimeContext:
         return WorkerActorHandle(int(self._info.actor_id))
 
     def get(self) -> dict[str, Any]:
-        return {"job_id": self.get_job_id(), "task_id": self.get_task_id(), "actor_id": self.get_actor_id(),
-                "node_id": self.get_node_id()}
+        """The context as Ray's ``get()`` gives it: ``job_id``, ``node_id`` and ``namespace``; in a task or
+        actor also ``task_id``, and in an actor ``actor_id`` (the ids with ``.hex()``, as Ray's)."""
+        context: dict[str, Any] = {"job_id": HexId(self.get_job_id()), "node_id": HexId(self.get_node_id()),
+                                   "namespace": self.namespace}
+        for key, value in (("task_id", self.get_task_id()), ("actor_id", self.get_actor_id())):
+            if value is not None:
+                context[key] = HexId(value)
+        return context
 
 
 def _ray_library_worker() -> Any:
