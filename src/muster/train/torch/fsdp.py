@@ -74,13 +74,6 @@ def _unit_predicate(spec: Any) -> ShardPredicate:
     return lambda module: isinstance(module, classes)
 
 
-def is_sharded(model: torch.nn.Module) -> bool:
-    """Whether ``model`` was sharded by FSDP2 (``prepare_model(parallel_strategy="fsdp")``)."""
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
-
-
 @contextlib.contextmanager
 def no_sync(model: torch.nn.Module) -> Iterator[None]:
     """Accumulate gradients locally: no gradient communication inside the block.

@@ -126,10 +126,6 @@ def _at(config: Any, path: Path) -> Any:
     return config
 
 
-def has_search_space(space: Any) -> bool:
-    return any(True for _ in _walk(space))
-
-
 class BasicVariantGenerator(SearchAlgorithm):
     """Grid search crossed with random search; Ray's default search algorithm.
 
