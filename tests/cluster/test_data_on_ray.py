@@ -182,7 +182,8 @@ def test_explain_prints_the_plan_of_the_engine_that_runs_it(engine, capsys):
     if engine == "ray":  # Ray runs the plan: Ray's own explain
         assert "MapRows[Map(<lambda>)]\n+- Read[ReadRange]" in out and "-------- Physical Plan (Optimized)" in out
     else:
-        assert out.endswith("-------- Execution --------\nReadTasks[ReadRange->Map(<lambda>)] (1 task, the "
+        # range(6): 3 blocks of 2 rows (two per CPU at most, two rows a block at least)
+        assert out.endswith("-------- Execution --------\nReadTasks[ReadRange->Map(<lambda>)] (3 tasks, the "
                             "transforms fused into each)\n")
 
 

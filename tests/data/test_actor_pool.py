@@ -173,8 +173,9 @@ class BadInit:
 def test_actor_udf_error_names_operator_function_and_first_row():
     with pytest.raises(md.UserFunctionError) as info:
         md.range(30).map_batches(Exploder, concurrency=2, batch_size=5).take_all()
-    msg = str(info.value)
-    assert "MapBatches" in msg and "Exploder" in msg and "{'id': 10}" in msg and "bad batch in an actor" in msg
+    msg = str(info.value)  # range(30) on 4 CPUs: 8 blocks of 4 rows, bundled by two into 8 rows, batched by 5:
+    # 0-4, 5-7, 8-12, then 13-15 is the first batch that starts at 10 or more
+    assert "MapBatches" in msg and "Exploder" in msg and "{'id': 13}" in msg and "bad batch in an actor" in msg
     with pytest.raises(md.UserFunctionError, match=r"MapBatches \(constructor\) failed in BadInit.*no model file"):
         md.range(3).map_batches(BadInit, concurrency=1).take_all()
 

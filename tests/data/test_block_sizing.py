@@ -27,8 +27,10 @@ def test_target_max_block_size_caps_rows_per_block(small_blocks):
     """Before: the setting was taken and changed nothing; range_tensor and from_numpy made one block."""
     assert md.range_tensor(100, shape=(64, 64)).num_blocks() == 13
     assert md.from_numpy(np.zeros((100, 64, 64))).num_blocks() == 13
-    assert md.from_items([{"x": np.zeros((64, 64))}] * 20).num_blocks() == 3
-    assert md.range(100).num_blocks() == 1  # 8-byte rows: the row target (65,536) still decides
+    assert md.from_items([{"x": np.zeros((64, 64))}] * 100).num_blocks() == 13  # 8 rows a block, as above
+    # few rows: two blocks per CPU (4 here) decide, each under the cap: 20 rows in 3, 3, 3, 3, 2, 2, 2, 2 (was 3)
+    assert md.from_items([{"x": np.zeros((64, 64))}] * 20).num_blocks() == 8
+    assert md.range(100).num_blocks() == 8  # 8-byte rows: 13 rows a block, two blocks per CPU (was 1)
     batch = md.range_tensor(20, shape=(64, 64)).take_batch(20)
     assert batch["data"].shape == (20, 64, 64) and batch["data"][19, 5, 5] == 19
 

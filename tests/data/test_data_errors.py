@@ -32,7 +32,8 @@ def test_udf_error_names_operator_function_and_first_row():
             raise KeyError("no 13")
         return row
 
-    with pytest.raises(md.UserFunctionError, match=r"Map failed in .*picky.*first row: \{'id': 0\}"):
+    # range(20) on 4 CPUs: 7 blocks of 3 rows (the last 2), so row 13 is in the block that starts at 12
+    with pytest.raises(md.UserFunctionError, match=r"Map failed in .*picky.*first row: \{'id': 12\}"):
         md.range(20).map(picky).count()
 
 

@@ -317,7 +317,9 @@ def _num_blocks(where: str, parallelism: int, override_num_blocks: int | None) -
 
 def from_items(items: list[Any], *, parallelism: int = -1, override_num_blocks: int | None = None) -> Dataset:
     """Rows from a list of dicts (other values become a column ``item``); blocks of
-    ``DataContext.target_block_rows`` rows, fewer where they would pass ``target_max_block_size`` bytes."""
+    ``DataContext.target_block_rows`` rows, fewer where they would pass ``target_max_block_size`` bytes, and a
+    few rows in two blocks per CPU of the engine (fewer with fewer rows, two a block at least), so a slow map
+    uses every CPU."""
     num_blocks = _num_blocks("from_items", parallelism, override_num_blocks)
     if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):  # a dict or a str: odd rows
         raise InvalidTypeError(f"from_items({items!r}): pass a list of rows, e.g. [{{'x': 1}}, {{'x': 2}}] "
@@ -333,6 +335,9 @@ def from_items(items: list[Any], *, parallelism: int = -1, override_num_blocks: 
     else:
         blocks = [b for i in builtins.range(0, len(rows), _rows())
                   for b in _mem.table_blocks(_blk.rows_to_block(rows[i:i + _rows()], "from_items"))]
+        few = _mem.small_source_blocks(len(rows))  # a few rows: two blocks per CPU
+        if blocks and len(blocks) < few:
+            blocks = _mem.even_blocks(_blk.concat(blocks), few)
     return from_blocks(blocks or [pa.table({})], "FromItems")
 
 
@@ -477,10 +482,12 @@ def _row_count(n: Any, where: str) -> int:
 
 
 def range(n: int, *, parallelism: int = -1, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001
-    """Rows ``{"id": 0} ... {"id": n-1}`` (``range`` is Ray's name); none for ``n <= 0``, as Ray's (and Python's)."""
+    """Rows ``{"id": 0} ... {"id": n-1}`` (``range`` is Ray's name); none for ``n <= 0``, as Ray's (and Python's).
+    Blocks of ``DataContext.target_block_rows`` rows, and a small range in two per CPU of the engine (fewer with
+    fewer rows, two a block at least): ``range(10)`` on 4 CPUs is 5 blocks of 2 rows."""
     n = _row_count(n, "range")
     num_blocks = _num_blocks("range", parallelism, override_num_blocks)
-    rows = -(-n // num_blocks) if num_blocks else _mem.rows_per_block(8)
+    rows = -(-n // num_blocks) if num_blocks else _mem.range_rows(n, 8)
     return _read("ReadRange", _mem.range_tasks(n, max(1, rows), None),
                  RayCall.of("range", n, override_num_blocks=num_blocks))
 
@@ -488,10 +495,11 @@ def range(n: int, *, parallelism: int = -1, override_num_blocks: int | None = No
 def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), parallelism: int = -1,
                  override_num_blocks: int | None = None) -> Dataset:
     """Rows ``{"data": array of shape ``shape`` filled with i}`` (int64), in blocks of at most
-    ``DataContext.target_max_block_size`` bytes (and ``target_block_rows`` rows)."""
+    ``DataContext.target_max_block_size`` bytes (and ``target_block_rows`` rows), a small one in two per CPU of
+    the engine (fewer with fewer rows), as ``range``."""
     n = _row_count(n, "range_tensor")
     num_blocks = _num_blocks("range_tensor", parallelism, override_num_blocks)
-    rows = -(-n // num_blocks) if num_blocks else _mem.rows_per_block(8 * math.prod(shape))
+    rows = -(-n // num_blocks) if num_blocks else _mem.range_rows(n, 8 * math.prod(shape))
     return _read("ReadRangeTensor", _mem.range_tasks(n, max(1, rows), tuple(shape)),
                  RayCall.of("range_tensor", n, shape=tuple(shape), override_num_blocks=num_blocks))
 

@@ -4,7 +4,9 @@ Read tasks, with the transforms after them fused in, run as jobs on a thread
 pool (pyarrow reads, decodes and computes with the GIL released) or, for jobs
 that run Python per row or batch, in the engine's pooled worker processes
 when the consumer is the driver and a CPU is idle (results come back through
-the engine's shared-memory path: Arrow buffers travel out of band).  Results come
+the engine's shared-memory path: Arrow buffers travel out of band); the first such job goes out alone for a
+few milliseconds, and if it is back by then the others run on the threads, cheaper than a round trip each
+(see ``_Probe``).  Results come
 back in order; a new task starts only while the bytes of finished, not yet
 consumed blocks stay under ``DataContext.max_bytes_in_flight`` and fewer than
 ``2 x threads`` tasks are pending, so memory is bounded whatever the dataset's
@@ -29,7 +31,7 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
@@ -371,6 +373,7 @@ def _run(jobs: Iterator[Job], stats: Stats) -> Iterator[pa.Table]:
     blocked_since: float | None = None  # when the budget began holding ``waiting`` back
     exhausted = False
     grown = [0, 0]  # bytes read, bytes of blocks made: how much a job's output outgrows its input
+    probe = _Probe()  # whether this pipeline's jobs are worth a worker's round trip
 
     def estimate(job: Job) -> int:
         return int(job.size * max(1.0, grown[1] / grown[0])) if grown[0] else job.size
@@ -407,14 +410,22 @@ def _run(jobs: Iterator[Job], stats: Stats) -> Iterator[pa.Table]:
                     stats.add_blocked(job.stage, time.perf_counter() - blocked_since)
                     blocked_since = None
                 fut = None
-                if workers is not None and job.needs_process:
-                    fut = workers.submit(job, sum(1 for _, f, r in pending if r and not f.done()))
+                if workers is not None and job.needs_process and probe.to_workers():
+                    if probe.holds_back():
+                        waiting = job
+                        break
+                    fut = workers.submit(job, sum(1 for _, f, r in pending if r and not f.done()) - probe.holding())
+                    probe.started(fut)
                 pending.append((job, fut, True) if fut is not None
                                else (job, pool.submit(contextvars.copy_context().run, job), False))
             if not pending:
                 return
+            if probe.holds_back():
+                probe.judge()
+                continue
             job, head, remote = pending.popleft()
             blocks, timings, took = _result(job, head, remote, workers)
+            probe.finished(took)
             for name, rows, count, secs, rows_in in timings:
                 stats.add(name, rows, count, secs, rows_in)
             # a read takes no rows from another stage (as Ray counts); a block task, its input block's
@@ -432,6 +443,46 @@ def _run(jobs: Iterator[Job], stats: Stats) -> Iterator[pa.Table]:
         for _, f, remote in pending:
             if not remote:  # the engine's futures are the engine's to settle
                 f.cancel()
+
+
+class _Probe:
+    """Whether a pipeline's jobs that run Python go to pooled workers. A worker's round trip costs about a
+    millisecond, more than a map over a tiny block takes, so a small source cut into a few blocks per CPU would
+    pay it per block: the first such job goes out alone, for up to ``probe_s``. Back by then, the jobs are cheap,
+    and the next ones run on this process's threads, until one takes longer than ``probe_s``; still out, the
+    jobs are slow, and go to idle workers as before (a slow map over 8 rows waits ``probe_s`` once)."""
+
+    probe_s = 0.005
+
+    def __init__(self) -> None:
+        self.head: Future[Any] | None = None  # the job that went out first
+        self.deadline = 0.0
+        self.cheap: bool | None = None  # None: not known yet
+
+    def to_workers(self) -> bool:
+        return not self.cheap
+
+    def holds_back(self) -> bool:
+        """Whether the first job is out and not yet judged: then no other job starts."""
+        return self.cheap is None and self.head is not None
+
+    def started(self, fut: Future[Any] | None) -> None:
+        if fut is not None and self.head is None:
+            self.head, self.deadline = fut, time.perf_counter() + self.probe_s
+
+    def holding(self) -> int:
+        """1 while the first job, judged slow, still runs: it holds a CPU the engine no longer counts as free."""
+        return int(self.cheap is False and self.head is not None and not self.head.done())
+
+    def judge(self) -> None:
+        """Wait for the first job until ``probe_s`` after it went out, and judge the pipeline by it."""
+        assert self.head is not None
+        wait([self.head], timeout=max(0.0, self.deadline - time.perf_counter()))
+        self.cheap = self.head.done()
+
+    def finished(self, took: TaskTime) -> None:
+        if self.cheap and took.wall_s > self.probe_s:
+            self.cheap = False
 
 
 def _result(job: Job, fut: Future[Any], remote: bool, workers: "_Workers | None") -> Any:

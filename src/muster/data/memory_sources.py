@@ -4,6 +4,7 @@ each knows its rows and schema before it runs, and block sizes follow the ``Data
 from __future__ import annotations
 
 import math
+import os
 from typing import Callable
 
 import numpy as np
@@ -30,6 +31,37 @@ def rows_per_block(row_bytes: int) -> int:
     return max(1, min(ctx.target_block_rows, cap // row_bytes))
 
 
+def engine_cpus() -> int:
+    """The CPUs of the engine that would run a pipeline: the running engine's, else this machine's."""
+    from muster.core import api
+
+    runtime = api.running()
+    if runtime is not None:
+        try:
+            return max(1, int(runtime.resources().get("CPU", 0)))
+        except Exception:  # noqa: BLE001 - an engine shutting down: count the machine's
+            pass
+    return os.cpu_count() or 1
+
+
+def small_source_blocks(rows: int) -> int:
+    """The blocks an in-memory source of ``rows`` rows is cut into at least: two per CPU of the engine (Ray's
+    floor for a read), so a slow ``map`` over a few rows keeps every CPU busy, and fewer when it has fewer rows,
+    two rows a block at least (a source of 3 rows stays one block). Not Ray's 200 blocks, one per item of
+    ``from_items``: a task per one-row block made small pipelines slower. :func:`rows_per_block` still caps
+    larger sources' blocks."""
+    return max(1, min(rows // 2, 2 * engine_cpus()))
+
+
+def even_blocks(table: pa.Table, parallelism: int) -> list[pa.Table]:
+    """``table`` sliced (no copy) into ``min(rows, parallelism)`` blocks whose sizes differ by one row at most,
+    the first ones larger (as Ray's ``from_items``: 10 rows in 4 blocks are 3, 3, 2, 2)."""
+    n = max(1, min(table.num_rows, parallelism))
+    size, extra = divmod(table.num_rows, n)
+    starts = [i * size + min(i, extra) for i in range(n + 1)]
+    return [table.slice(a, b - a) for a, b in zip(starts, starts[1:])]
+
+
 def table_blocks(table: pa.Table, rows: int | None = None, parallelism: int = -1) -> list[pa.Table]:
     """``table`` sliced (no copy) into ``parallelism`` blocks, or else blocks of ``rows`` rows
     (default: :func:`rows_per_block` of the table's bytes per row)."""
@@ -38,6 +70,12 @@ def table_blocks(table: pa.Table, rows: int | None = None, parallelism: int = -1
     elif rows is None:
         rows = rows_per_block(-(-blk.nbytes(table) // table.num_rows) if table.num_rows else 0)
     return blk.split_rows(table, rows) if table.num_rows else [table]
+
+
+def range_rows(n: int, row_bytes: int) -> int:
+    """Rows per block of ``range(n)``/``range_tensor`` by default: :func:`rows_per_block`, or fewer, so that a
+    small range makes :func:`small_source_blocks` blocks (``range(10)`` on 4 CPUs: 5 blocks of 2 rows)."""
+    return max(1, min(rows_per_block(row_bytes), -(-n // small_source_blocks(n))))
 
 
 def range_tasks(n: int, rows: int, tensor_shape: tuple[int, ...] | None) -> tuple[ReadTask, ...]:
