@@ -1,4 +1,5 @@
-"""``muster.shutdown()`` on a Ray cluster while one of muster's threads is inside a Ray call.
+"""``muster.shutdown()`` on a Ray cluster while one of muster's threads is inside a Ray call, or still holds
+one of Ray's refs.
 
 Ray ends the whole process (exit status 1, nothing on stderr) when a thread touches its core worker
 after ``ray.shutdown()``, and a Ray call on a driver thread after it connects to Ray anew instead.
@@ -47,11 +48,47 @@ print("SHUTDOWN OK", flush=True)
 """
 
 
-def test_shutdown_waits_for_a_ray_call_in_flight_and_later_calls_are_refused(ray_cluster, tmp_path):
+def _run_driver(source: str, address: str, tmp_path, says: str) -> None:
     script = tmp_path / "driver.py"
-    script.write_text(_DRIVER)
+    script.write_text(source)
     env = {k: v for k, v in os.environ.items() if k not in ("MUSTER_ADDRESS", "RAY_ADDRESS")}
-    proc = subprocess.run([sys.executable, str(script), ray_cluster.address], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(script), address], capture_output=True, text=True,
                           timeout=120, env=env, cwd=tmp_path)
-    assert proc.returncode == 0 and "SHUTDOWN OK" in proc.stdout, (
+    assert proc.returncode == 0 and says in proc.stdout, (
         f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+
+def test_shutdown_waits_for_a_ray_call_in_flight_and_later_calls_are_refused(ray_cluster, tmp_path):
+    _run_driver(_DRIVER, ray_cluster.address, tmp_path, "SHUTDOWN OK")
+
+
+_DRIVER_CALLBACK = """
+import sys, threading, time
+import muster
+
+muster.init(address=sys.argv[1])
+
+@muster.remote
+def one():
+    return 1
+
+ref = one.remote()
+ended = threading.Event()
+def slow(_):  # runs on the engine's thread that settled the task; that thread holds Ray's ref of the task
+    time.sleep(1.0)
+    ended.set()
+ref.future().add_done_callback(slow)
+assert muster.get(ref, timeout=60) == 1
+muster.shutdown()
+assert ended.is_set(), "muster.shutdown() ended Ray while the engine's thread still held the task's Ray ref"
+print("LET GO OK", flush=True)
+"""
+
+
+def test_shutdown_waits_for_the_engines_threads_to_let_go_of_rays_refs(ray_cluster, tmp_path):
+    """Ray ends the process (exit 1, its message only in its log) when the last reference to a Ray ObjectRef
+    goes in another thread while ``ray.shutdown()`` takes its core worker down. A task's last reference goes as
+    the engine's thread that settled it ends, after the user's ``muster.get`` has returned: the suite's run died
+    so at the end of a module whose last test got a task's error. ``muster.shutdown()`` now waits for those
+    threads before it ends Ray; a done-callback that keeps one busy for a second shows whether it did."""
+    _run_driver(_DRIVER_CALLBACK, ray_cluster.address, tmp_path, "LET GO OK")

@@ -82,7 +82,7 @@ class RayRuntime(Runtime):
         self.job_runtime_env: dict[str, Any] = {}
         self._hub: Any = None
         self.metrics_processes: MetricsProcesses | None = None  # (once the hub is up)
-        self._finisher = ThreadPoolExecutor(4, thread_name_prefix="muster-ray-finish")
+        self._finisher = ThreadPoolExecutor(4, thread_name_prefix=f"muster-ray-finish-{self._token}")
         self._worker_cls: Any = None
         self._task_fn: Any = None
         self._limited_fns: dict[tuple[str, int], Any] = {}  # (function, max_calls) -> its own Ray function
@@ -114,7 +114,7 @@ class RayRuntime(Runtime):
         ray.get(self._hub.count.remote())
         self.metrics_processes = MetricsProcesses(self._hub, self.user_metrics, self.gate)
         self.node_resources()  # remember the cluster's shape: a node lost later is waited for
-        threading.Thread(target=self._poll_forever, name="muster-ray-poll", daemon=True).start()
+        threading.Thread(target=self._poll_forever, name=f"muster-ray-poll-{self._token}", daemon=True).start()
 
     def shutdown(self) -> None:
         if self._closed:
@@ -142,12 +142,38 @@ class RayRuntime(Runtime):
         self._finisher.shutdown(wait=False)
         self.user_metrics.close()  # the driver's own user metrics: its recorder writes them last
         self.gate.close(_QUIESCE_S)  # the poller's wait ends as the hub dies
+        self._let_go(_QUIESCE_S)
         if self._owns_ray:
             ray.shutdown()
             if self._breakpoint_hook is None:
                 os.environ.pop("PYTHONBREAKPOINT", None)
             else:
                 os.environ["PYTHONBREAKPOINT"] = self._breakpoint_hook
+
+    def _let_go(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) for the engine's threads to end, so that none lets go of a Ray object
+        while ``ray.shutdown()`` runs.
+
+        Ray ends the process (exit status 1, its message only in its log) when the last reference to an
+        ObjectRef goes in another thread while ``ray.shutdown()`` takes the core worker down. A task's mailbox
+        thread holds the task's ref until it ends, after the task's result is out (and its user's callbacks
+        ran); the finisher's threads hold Ray's futures of refs. Tasks still running keep theirs: their
+        mailboxes are told to end."""
+        deadline = time.monotonic() + timeout_s
+
+        def join(kind: str) -> None:
+            for thread in threading.enumerate():
+                if (thread.name.startswith(kind) and self._token in thread.name
+                        and thread is not threading.current_thread()):
+                    thread.join(max(0.0, deadline - time.monotonic()))
+
+        join("muster-ray-finish")  # first: a finished task's last step goes to its mailbox
+        with self._lock:
+            senders = list(self._senders.values())
+        for sender in senders:
+            sender.stop()
+        join("muster-mailbox-")
+        join("muster-ray-poll")
 
     # -- events ------------------------------------------------------------
     def _poll_forever(self) -> None:

@@ -61,8 +61,9 @@ class RaySender(RuntimeActor):
             item = self.mailbox.get()
             if item[0] == "event":
                 self._handle_event(item[1], item[2], item[3])
-            else:  # ("end", fn): the sender is done; nothing follows
-                item[1]()
+            else:  # ("end", fn): the sender is done; nothing follows (no fn: the engine is shutting down)
+                if item[1] is not None:
+                    item[1]()
                 return
             del item
 
@@ -92,6 +93,10 @@ class RaySender(RuntimeActor):
 
     def end(self, fn: Callable[[], None]) -> None:
         self.mailbox.put(("end", fn))
+
+    def stop(self) -> None:
+        """End the mailbox's thread after what it holds now (the engine is shutting down)."""
+        self.mailbox.put(("end", None))
 
 
 class RayActor(RaySender):
