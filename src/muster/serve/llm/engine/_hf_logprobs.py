@@ -93,8 +93,9 @@ class Shaping:
 def _generated(state: Any) -> list[int]:
     """The tokens a request generated so far. A request transformers put back in its queue (to free cache)
     starts again with them appended to its prompt, past ``_true_initial_tokens``."""
-    earlier = state.initial_tokens[state._true_initial_tokens:] if state._true_initial_tokens else []
-    return [*earlier, *state.generated_tokens]
+    true_start = getattr(state, "_true_initial_tokens", 0)  # (private in transformers 5.24: read with care)
+    earlier = getattr(state, "initial_tokens", [])[true_start:] if true_start else []
+    return [*earlier, *getattr(state, "generated_tokens", [])]
 
 
 class LogprobTap:
