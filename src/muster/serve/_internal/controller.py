@@ -15,7 +15,6 @@ import dataclasses
 import itertools
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -25,11 +24,10 @@ from typing import Any
 from muster.core import resources as res
 from muster.core.api import get_runtime
 from muster.core.runtime import BundleRef
-from muster.exceptions import ActorDiedError, describe_exit
 from muster.serve import multiplex
-from muster.serve._internal import (admission, autoscaler, deployment_actors, gangs, plan, replica_groups, router,
-                                    server_choice)
-from muster.serve._internal.ingress import InProcess, IngressActor, NoProxy, answers, check_port_free
+from muster.serve._internal import (admission, autoscaler, deployment_actors, gangs, ingress_life, plan,
+                                    replica_groups, router, server_choice)
+from muster.serve._internal.ingress import InProcess, IngressActor, NoProxy, check_port_free
 from muster.serve._internal.plan import DeploymentPlan
 from muster.serve._internal.record import ServeRecorder
 from muster.serve._internal.replica import ReplicaActor, ReplicaSpec
@@ -42,10 +40,6 @@ from muster.tasks import owner as task_owner
 _BUSY_WAIT_S = 120.0  # how long a replica waits for resources other work holds
 _PUSH_TIMEOUT_S = 10.0
 _TABLE_VERSIONS = itertools.count(1)  # route tables this process has made, across serve.start/shutdown
-
-
-#: Signals by which a process dies of its own fault (SIGKILL and SIGTERM come from outside it).
-_CRASHES = {signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE}
 
 
 class ServeController:
@@ -76,7 +70,7 @@ class ServeController:
         self.ingress_lock = threading.Lock()
         self.ingress_checked = 0.0
         self.waiting = autoscaler.Waiting()
-        self.ingress: Any = self._new_ingress(http_options) if proxy else NoProxy()
+        self.ingress: Any = ingress_life.start(self, http_options) if proxy else NoProxy()
         # with no proxy: the configured address, unbound (the admin record has no port)
         address: tuple[str, int] = self.ingress.call("address").result(30) or (http_options.host, http_options.port)
         self.host, self.port = address
@@ -182,7 +176,7 @@ class ServeController:
                           + ", ".join(f"{d.plan.name} x{d.target}" for d in new.deployments.values()))
         self._push()
         server_choice.follow_apps(self, name)
-        self.confirm_ingress()
+        ingress_life.confirm(self)
         if old is not None and not stop_old_first:
             self._stop_app(old, push=False)
 
@@ -395,85 +389,9 @@ class ServeController:
                     d.gangs[r.gang].stopping = True
         gangs.release(self, d)
 
-    # -- the HTTP ingress --------------------------------------------------------------
+    # -- the HTTP ingress (ingress_life.py) ---------------------------------------------
     #: The class the ingress process runs (a test swaps in one that crashes, to check the fallback).
     ingress_class: type = IngressActor
-
-    def _new_ingress(self, options: HTTPOptions) -> Any:
-        """Start the ingress; one whose process dies while starting is started again on the other server.
-
-        The fallback is kept for later replacements (``self.options``), and said on stderr.
-        """
-        if not self.local:
-            return InProcess(IngressActor(options, self.table, self.chosen))  # on a cluster: the driver's node, here
-        try:
-            return self._start_ingress(options)
-        except ActorDiedError as exc:
-            options = self._switch_server(f"died while starting on {options.server} ({exc})", options)
-            return self._start_ingress(options)
-
-    def _start_ingress(self, options: HTTPOptions) -> Any:
-        # A fresh interpreter, not a fork of the zygote: in CI a forked ingress inherited the test
-        # driver's state and its native loop aborted (granian) or crashed (uvicorn) while starting.
-        return self.runtime.create_actor(
-            self.ingress_class, (options, self.table, self.chosen), {}, {}, label="serve ingress", fresh_process=True
-        )
-
-    def _switch_server(self, what: str, options: HTTPOptions) -> HTTPOptions:
-        """Run the ingress on the other server, on asyncio's own event loop, from now on (``options``
-        changed to match), saying why.  Both crashes seen in CI were inside uvloop's native code."""
-        other = "uvicorn" if options.server == "granian" else "granian"
-        print(f"[serve] the HTTP ingress {what}; starting it on {other} with asyncio's own event loop instead "
-              "(choose outright with serve.start(http_options={'server': ..., 'loop': ...})).",
-              file=sys.stderr, flush=True)
-        self.options = dataclasses.replace(self.options, server=other, loop="asyncio")
-        self.moved_for_websockets = False  # a fallback stays
-        return dataclasses.replace(options, server=other, loop="asyncio")
-
-    def _ingress_down(self) -> str | None:
-        """Why the ingress cannot serve now (None: it can)."""
-        if not self.ingress.is_alive():
-            if self.local:
-                return f"its process has exited ({describe_exit(self.runtime.exit_status(self.ingress, 0.2))})"
-            return "its server has stopped"
-        return None
-
-    def _replace_ingress(self, why: str) -> None:
-        """Start a new ingress on the same port, with the current routes."""
-        with self.ingress_lock:
-            if self._stop.is_set() or self._ingress_down() is None:
-                return
-            print(f"[serve] the HTTP ingress on {self.host}:{self.port} is down ({why}); starting a new one "
-                  "on the same port", file=sys.stderr, flush=True)
-            options = dataclasses.replace(self.options, port=self.port)
-            if self.local:
-                code = self.runtime.exit_status(self.ingress, 0.2)
-                self.runtime.kill(self.ingress)
-                if code is not None and -code in _CRASHES:  # the server's own fault, not an OOM kill: try the other
-                    options = self._switch_server(f"crashed ({describe_exit(code)})", options)
-            self.ingress = self._new_ingress(options)
-            self.ingress.call("address").result(30)
-        self._push()  # whatever changed while it started
-
-    def confirm_ingress(self, timeout_s: float = 10.0) -> None:
-        """Return once ``GET /-/healthz`` on the ingress answers from this process; replace a dead one.
-
-        Raises:
-            RayServeException: it does not answer within ``timeout_s`` (says what was seen).
-        """
-        deadline = time.monotonic() + timeout_s
-        while self.proxy and not answers(self.host, self.port, timeout_s=2.0, tls=self.options.tls):
-            why = self._ingress_down()
-            if why is not None:
-                self._replace_ingress(why)
-            elif time.monotonic() > deadline:
-                raise RayServeException(
-                    f"the HTTP ingress at http://{self.host}:{self.port} does not answer GET /-/healthz although "
-                    f"its process lives (after {timeout_s:g} s); its stderr says why. Restart Serve with "
-                    "serve.shutdown() and serve.start(), or pick another port with http_options={'port': N}."
-                )
-            else:
-                time.sleep(0.05)
 
     # -- the route table ---------------------------------------------------------------
     def _push(self) -> None:
@@ -506,9 +424,9 @@ class ServeController:
     def _tick(self, now: float) -> None:
         if now - self.ingress_checked >= 1.0:
             self.ingress_checked = now
-            why = self._ingress_down()
+            why = ingress_life.down(self)
             if why is not None:
-                self._replace_ingress(why)
+                ingress_life.replace(self, why)
         with self.lock:
             apps = [a for a in self.apps.values() if a.status == "RUNNING"]
         self.waiting.read(apps, self.ingress, isinstance(self.ingress, InProcess))

@@ -17,6 +17,7 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
+from muster.serve._internal import ingress_life
 from muster.serve.config import HTTPOptions
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ def move_ingress(ctl: "ServeController", server: str, app: str | None) -> None:
         before, ctl.options = ctl.options, dataclasses.replace(ctl.options, server=server)
         new: Any = None
         try:
-            new = ctl._new_ingress(dataclasses.replace(ctl.options, port=ctl.port))
+            new = ingress_life.start(ctl, dataclasses.replace(ctl.options, port=ctl.port))
             new.call("address").result(30)
         except Exception as exc:  # noqa: BLE001 - the old one serves on; said, with what to do
             ctl.options = before
