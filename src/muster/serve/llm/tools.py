@@ -137,27 +137,29 @@ class CallStream:
 
     plan: ToolPlan
     _text: list[str] = field(default_factory=list)
+    _held: str = ""  # generated and not sent yet: what may be the start of a call
     _sent: int = 0
     _calling: bool = False
 
     def feed(self, text: str) -> str:
-        """The text to send now, of ``text`` newly generated."""
+        """The text to send now, of ``text`` newly generated (only the text not sent yet is looked at again)."""
         self._text.append(text)
         if self.plan.parser is None or self._calling:
             return ""
-        whole = "".join(self._text)
+        held = self._held + text
         marker = PARSERS[self.plan.parser]
-        if marker in whole[self._sent:] or (self.plan.parser == "llama3_json" and whole.lstrip().startswith("{")):
+        # llama3_json's answer may open with a JSON object; until one that does not has begun, nothing is sent
+        opening = self.plan.parser == "llama3_json" and not self._sent
+        cut = held.find(marker)
+        if cut >= 0 or (opening and held.lstrip().startswith("{")):
             self._calling = True
-            cut = whole.find(marker, self._sent)
-            out = whole[self._sent:cut] if cut >= 0 else ""
-            self._sent += len(out)
-            return out
-        keep = next((k for k in range(min(len(marker) - 1, len(whole) - self._sent), 0, -1)
-                     if marker.startswith(whole[len(whole) - k:])), 0)
-        if self.plan.parser == "llama3_json" and not whole.strip():
-            keep = len(whole) - self._sent  # (an answer that may still open with "{")
-        out = whole[self._sent:len(whole) - keep]
+            out = held[:cut] if cut >= 0 else ""
+        elif opening and not held.strip():
+            out = ""
+        else:
+            keep = next((k for k in range(min(len(marker) - 1, len(held)), 0, -1) if marker.startswith(held[-k:])), 0)
+            out = held[:len(held) - keep]
+        self._held = held[len(out):]
         self._sent += len(out)
         return out
 
