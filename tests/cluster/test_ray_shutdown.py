@@ -92,3 +92,33 @@ def test_shutdown_waits_for_the_engines_threads_to_let_go_of_rays_refs(ray_clust
     so at the end of a module whose last test got a task's error. ``muster.shutdown()`` now waits for those
     threads before it ends Ray; a done-callback that keeps one busy for a second shows whether it did."""
     _run_driver(_DRIVER_CALLBACK, ray_cluster.address, tmp_path, "LET GO OK")
+
+
+_DRIVER_DROPS_REFS = """
+import sys, threading, time
+import ray
+import muster
+
+muster.init(address=sys.argv[1])
+refs = [ray.put(i) for i in range(3000)]  # the user's own Ray refs, beside muster
+
+def drop():  # lets go of them one by one, as any thread may while the driver shuts down
+    while refs:
+        refs.pop()
+        time.sleep(0.0001)
+
+dropper = threading.Thread(target=drop)
+dropper.start()
+time.sleep(0.02)
+muster.shutdown()
+dropper.join(60)
+print("DROPS OK", len(refs), flush=True)
+"""
+
+
+def test_refs_dropped_by_another_thread_while_muster_shuts_ray_down_do_not_end_the_process(ray_cluster, tmp_path):
+    """Ray ends the process (exit 1, its message only in its log) when a thread lets go of an ObjectRef while
+    ``ray.shutdown()`` takes the core worker down, whichever thread and whoever's ref (the suite's run died so
+    after test 169, on a thread that a Data module had started). ``muster.shutdown()`` hides Ray's core worker
+    from every other thread while it ends Ray, so such a drop is skipped, as one after the shutdown is."""
+    _run_driver(_DRIVER_DROPS_REFS, ray_cluster.address, tmp_path, "DROPS OK")

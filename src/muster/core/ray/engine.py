@@ -30,7 +30,7 @@ from muster.core import resources as res
 from muster.core import settings, setup_hook
 from muster.core.ray import placement
 from muster.core.ray.errors import from_ray
-from muster.core.ray.gate import RayGate
+from muster.core.ray.gate import RayGate, shutdown_ray
 from muster.core.ray.groups import RayGroups, is_removal, remove_settled
 from muster.core.ray.handles import RayActor, RaySender, RayTask, ray_options
 from muster.core.ray.hub import EventHub
@@ -144,7 +144,7 @@ class RayRuntime(Runtime):
         self.gate.close(_QUIESCE_S)  # the poller's wait ends as the hub dies
         self._let_go(_QUIESCE_S)
         if self._owns_ray:
-            ray.shutdown()
+            shutdown_ray()
             if self._breakpoint_hook is None:
                 os.environ.pop("PYTHONBREAKPOINT", None)
             else:
