@@ -12,6 +12,7 @@ import _pbt_pair
 import pytest
 import torch
 
+import muster
 from muster import train, tune
 from muster.exceptions import (
     InvalidArgumentError,
@@ -158,6 +159,32 @@ def test_with_resources_takes_rays_placement_group_factory(storage):
         assert sorted(r.metrics["cpus"] for r in grid) == want
     with pytest.raises(ValueError, match="strategy='TIGHT'"):
         tune.PlacementGroupFactory([{"cpu": 1}], strategy="TIGHT")
+
+
+def _reports_what_it_holds(config):
+    tune.report({"assigned": muster.get_runtime_context().get_assigned_resources()})
+
+
+class _ReportsWhatItHolds(tune.Trainable):
+    def step(self):
+        return {"assigned": muster.get_runtime_context().get_assigned_resources(), "done": True}
+
+
+def test_a_trainable_holds_its_placement_groups_head_bundle(storage):
+    """Ray places a trial's trainable in bundle 0 of its placement group, with that bundle's resources: in a
+    function or a Trainable class given PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}]),
+    get_assigned_resources() is {"CPU": 1.0}; muster gave the bundles' sum, {"CPU": 3.0}. The trial still
+    reserves the sum, and a plain dict is held whole."""
+    factory = tune.PlacementGroupFactory([{"cpu": 1}, {"CPU": 2}])
+    cases = [(tune.with_resources(_reports_what_it_holds, factory), "fn", {"CPU": 1.0}),
+             (tune.with_resources(_ReportsWhatItHolds, factory), "cls", {"CPU": 1.0}),
+             (tune.with_resources(_reports_what_it_holds, {"cpu": 2}), "dict", {"CPU": 2.0})]
+    for trainable, name, want in cases:
+        grid = tune.Tuner(trainable, run_config=tune.RunConfig(storage_path=storage, name=name, verbose=0)).fit()
+        assert grid.num_errors == 0, grid.errors
+        assert grid[0].metrics["assigned"] == want, name
+    state = json.load(open(os.path.join(storage, "fn", "experiment_state.json")))
+    assert state["trials"][0]["resources"]["CPU"] == 3.0  # what was scheduled: every bundle
 
 
 def test_with_resources_function_returning_no_dict_names_it(storage):

@@ -7,6 +7,7 @@ session's own calls; ``get_context`` adds the trial's identity.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import numbers
 import os
@@ -23,6 +24,7 @@ from typing import Any
 from muster.core import context as core_context
 from muster.core import settings
 from muster.exceptions import InvalidTypeError, MusterError, UnsupportedRayAPIError
+from muster.tasks import runtime_context as rc
 from muster.train import get_checkpoint as _train_get_checkpoint
 from muster.train import get_context as _train_get_context
 from muster.train import report as _train_report
@@ -258,6 +260,22 @@ def _in_trial_folder(path: str | None) -> Iterator[None]:
         os.chdir(before)
 
 
+@contextlib.contextmanager
+def _in_head_bundle(head: dict[str, float] | None) -> Iterator[None]:
+    """Run the trainable as in its placement group's head bundle, where Ray places its trainable actor: in it,
+    ``get_runtime_context().get_assigned_resources()`` is that bundle (``{"CPU": 1.0}`` for
+    ``PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}])``), not the bundles' sum the trial reserves."""
+    worker = rc.library_worker()
+    if head is None or worker is None:
+        yield
+        return
+    rc.set_library_worker(dataclasses.replace(worker, resources=dict(head)))
+    try:
+        yield
+    finally:
+        rc.set_library_worker(worker)
+
+
 class FunctionTrial:
     """The training function of a function trainable's trial (runs in the worker)."""
 
@@ -272,7 +290,8 @@ class FunctionTrial:
         try:
             path = self.trial.get("path")
             files = self.trial.get("log_to_file") or (None, None)
-            with _in_trial_folder(path), output_to_files(files, trial_local_folder(path or ".")):
+            folder, head = trial_local_folder(path or "."), self.trial.get("head_bundle")
+            with _in_trial_folder(path), output_to_files(files, folder), _in_head_bundle(head):
                 final = self.fn(config, **self.parameters)
                 if inspect.isgenerator(final):  # Ray: each value a generator trainable yields is a result
                     for value in final:

@@ -188,8 +188,8 @@ class PlacementGroupFactory:
     """Ray's resource request for a trial: ``bundles`` (dicts) and a ``strategy``.
 
     On one machine a trial's bundles are held together, so a trial asks for their sum
-    (``[{"cpu": 1}, {"cpu": 2, "gpu": 1}]`` is 3 CPUs and 1 GPU); the strategy is accepted and
-    checked, as muster's placement groups are.
+    (``[{"cpu": 1}, {"cpu": 2, "gpu": 1}]`` is 3 CPUs and 1 GPU), and its trainable holds the head bundle,
+    as Ray's (see ``head_bundle``); the strategy is accepted and checked, as muster's placement groups are.
     """
 
     def __init__(self, bundles: list[dict[str, float]], strategy: str = "PACK", *args: Any, **kwargs: Any):
@@ -302,6 +302,16 @@ def trial_request(
             "return a dict such as {'cpu': 2, 'gpu': 1} (or None for the default, 1 CPU)."
         )
     return _resources(got, what=f"{where} (what {name} returned for config {config!r})"), factory
+
+
+def head_bundle(factory: PlacementGroupFactory | None) -> dict[str, float] | None:
+    """What a trial's trainable itself holds, as Ray places it: the factory's first bundle (Ray's upper-case
+    names, no zero amounts; ``{}`` for an empty head), the other bundles being for what it starts; None
+    without a factory (the trainable holds all the trial's resources)."""
+    if factory is None:
+        return None
+    head = {_NAMES.get(k.lower(), k) if isinstance(k, str) else k: v for k, v in factory.bundles[0].items()}
+    return res.normalize(head, what=f"{factory!r}: its head bundle (bundles[0])")
 
 
 def _sizes_itself(cls: type[Trainable]) -> bool:

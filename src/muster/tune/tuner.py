@@ -48,7 +48,8 @@ from muster.tune.stopper import as_stopper
 from muster.tune.trainable import ClassTrainable, as_function
 from muster.tune.trial_output import log_file_names
 from muster.tune.trial import RunPlan, Trial
-from muster.tune.tune_config import ResumeConfig, TuneConfig, trial_function, trial_parameters, trial_request
+from muster.tune.tune_config import (ResumeConfig, TuneConfig, head_bundle, trial_function, trial_parameters,
+                                     trial_request)
 
 _log = logging.getLogger(__name__)
 TUNER_FILE = "tuner.pkl"
@@ -213,6 +214,7 @@ class Tuner:
         info = {
             "trial_id": trial.trial_id, "trial_name": trial.trial_name, "path": trial.path,
             "resources": scaling.worker_resources, "placement_group_factory": factory,
+            "head_bundle": head_bundle(factory),  # what get_assigned_resources() gives in the trial, as in Ray
             "experiment": self.run_config.name,
             "log_to_file": log_file_names(rc.log_to_file),
         }
